@@ -1,0 +1,349 @@
+"""KernelConfig (one transpose kernel variant), its validation, and the space the tuner searches.
+
+A kernel transposes a `tile_m` x `tile_n` tile of the input through shared memory. Each thread
+reads `vec` x `vec` micro-blocks (`vec` consecutive elements from each of `vec` rows, one
+vector load per row), transposes the micro-block in registers, and stores it to shared memory;
+after a barrier it reads transposed micro-blocks back and writes `vec`-wide vectors to the
+output rows. Narrow types thus move in wide words: int8 with `vec=16` loads and stores 16 bytes
+per thread per row.
+
+Shared memory is split into planes of `chunk_bytes`-wide entries (the widest shared-memory
+access, at most 16 bytes), so both phases access it at full width; bank conflicts are avoided
+either by padding each row by `pad` chunks or by an XOR swizzle of the chunk column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dtypes import ELEMENT_SIZES, element_type
+from .errors import ConfigError
+
+TILE_SIZES: tuple[int, ...] = (16, 32, 64, 128)
+VEC_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
+PER_THREAD: tuple[int, ...] = (1, 2, 4, 8, 16)
+PADS: tuple[int, ...] = (0, 1, 2, 3, 4)
+LAYOUTS: tuple[str, ...] = ("pad", "swizzle")
+RASTERS: tuple[str, ...] = ("row", "col")
+CACHE_HINTS: tuple[str, ...] = ("default", "stream")
+MAX_MICROBLOCK_BYTES = 256  # a micro-block lives in registers: 64 words at most
+MAX_THREAD_BYTES = 256  # all micro-blocks of a thread are loaded before any is stored
+WARP = 32
+
+# Bumped whenever the meaning of a field changes: part of the version stored with results.
+CONFIG_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """The per-block limits a config must fit: from the device, or the newest architecture."""
+
+    max_threads_per_block: int = 1024
+    max_shared_per_block: int = 48 * 1024  # static __shared__ arrays stop at 48 KiB
+    name: str = "any"
+    compute_capability: tuple[int, int] = (9, 0)
+
+
+NEWEST = DeviceLimits()
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One transpose kernel variant. Validated on construction; immutable and hashable."""
+
+    elem_bytes: int
+    tile_m: int = 32
+    tile_n: int = 32
+    vec: int = 1
+    per_thread: int = 4
+    pad: int = 1
+    layout: str = "pad"
+    raster: str = "row"
+    cache: str = "default"
+    conjugate: bool = False
+    _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        errors = list(_field_errors(self))
+        if errors:
+            raise ConfigError("invalid KernelConfig: " + "; ".join(errors))
+        object.__setattr__(self, "_derived", _derive(self))
+
+    # --- derived shape of the kernel --------------------------------------------------------
+    @property
+    def word_bytes(self) -> int:
+        """Bytes per vector load/store along a row (`vec` elements)."""
+        return self.vec * self.elem_bytes
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one vec x vec micro-block."""
+        return self.vec * self.word_bytes
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Width of one shared-memory access: the micro-block, at most 16 bytes."""
+        return min(self.block_bytes, 16)
+
+    @property
+    def planes(self) -> int:
+        """Shared-memory planes: chunks per micro-block."""
+        return self.block_bytes // self.chunk_bytes
+
+    @property
+    def threads(self) -> int:
+        """Threads per block (a 1-D block)."""
+        return self._derived["threads"]
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.threads, 1, 1)
+
+    @property
+    def smem_pitch(self) -> int:
+        """Chunks per shared-memory row (one row holds the micro-blocks of `vec` output rows)."""
+        return self.tile_m // self.vec + (self.pad if self.layout == "pad" else 0)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Static shared memory per block, exactly as the compiler reports it."""
+        return self._derived["smem"]
+
+    @property
+    def elements_per_thread(self) -> int:
+        return self.per_thread * self.vec * self.vec
+
+    @property
+    def key(self) -> str:
+        """A stable identifier, also the suffix of the kernel's `extern "C"` name."""
+        k = (
+            f"s{self.elem_bytes}_m{self.tile_m}_n{self.tile_n}_v{self.vec}_t{self.per_thread}"
+            f"_{self.layout}{self.pad if self.layout == 'pad' else ''}_{self.raster}_{self.cache}"
+        )
+        return k + ("_conj" if self.conjugate else "")
+
+    @property
+    def kernel_name(self) -> str:
+        return f"autotranspose_{self.key}"
+
+    def tiles(self, m: int, n: int) -> tuple[int, int]:
+        """Tiles along the input's rows and columns for an m x n matrix."""
+        return (-(-m // self.tile_m), -(-n // self.tile_n))
+
+    def grid(self, m: int, n: int, batch: int = 1) -> tuple[int, int, int]:
+        """Launch grid for a (batch, m, n) input: one block per tile, batches along y."""
+        tm, tn = self.tiles(m, n)
+        return (tm * tn, min(batch, 65535), 1)
+
+    def fits(self, limits: DeviceLimits) -> bool:
+        """Whether a device with these limits can run the kernel."""
+        return (
+            self.threads <= limits.max_threads_per_block
+            and self.smem_bytes <= limits.max_shared_per_block
+        )
+
+    # --- (de)serialisation: a config read from a database is untrusted input ----------------
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> KernelConfig:
+        """Build a config from untrusted data: unknown keys and wrong types are rejected."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a kernel config must be a mapping of fields, got {type(data).__name__}")
+        known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(map(str, data)) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"unknown KernelConfig field(s) {unknown}; known fields are {sorted(known)}"
+            )
+        kwargs: dict[str, Any] = {}
+        for name, value in data.items():
+            want = bool if name == "conjugate" else (str if name in _STR_FIELDS else int)
+            if type(value) is not want:  # bool is an int subclass: compare types exactly
+                raise ConfigError(
+                    f"KernelConfig field {name!r} must be {want.__name__}, got "
+                    f"{type(value).__name__} {value!r:.60}"
+                )
+            kwargs[name] = value
+        if "elem_bytes" not in kwargs:
+            raise ConfigError("KernelConfig needs 'elem_bytes' (1, 2, 4, 8 or 16)")
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> KernelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def __str__(self) -> str:
+        return self.key
+
+
+_STR_FIELDS = frozenset({"layout", "raster", "cache"})
+
+
+def _field_errors(c: KernelConfig) -> Iterator[str]:
+    """Every reason a config is invalid, each naming the field and what is allowed."""
+    ints = ("elem_bytes", "tile_m", "tile_n", "vec", "per_thread", "pad")
+    for name in ints:
+        v = getattr(c, name)
+        if type(v) is not int:
+            yield f"{name} must be an int, got {type(v).__name__}"
+    for name, allowed in (("layout", LAYOUTS), ("raster", RASTERS), ("cache", CACHE_HINTS)):
+        if getattr(c, name) not in allowed:
+            yield f"{name}={getattr(c, name)!r} is not one of {list(allowed)}"
+    if type(c.conjugate) is not bool:
+        yield "conjugate must be a bool"
+    if any(type(getattr(c, n)) is not int for n in ints):
+        return
+    checks = (
+        (c.elem_bytes in ELEMENT_SIZES, f"elem_bytes={c.elem_bytes} must be one of {list(ELEMENT_SIZES)}"),
+        (c.tile_m in TILE_SIZES, f"tile_m={c.tile_m} must be one of {list(TILE_SIZES)}"),
+        (c.tile_n in TILE_SIZES, f"tile_n={c.tile_n} must be one of {list(TILE_SIZES)}"),
+        (c.vec in VEC_SIZES, f"vec={c.vec} must be one of {list(VEC_SIZES)}"),
+        (c.per_thread in PER_THREAD, f"per_thread={c.per_thread} must be one of {list(PER_THREAD)}"),
+        (c.pad in PADS, f"pad={c.pad} must be one of {list(PADS)}"),
+    )  # fmt: skip
+    bad = [msg for ok, msg in checks if not ok]
+    yield from bad
+    if bad:
+        return
+    w = c.vec * c.elem_bytes
+    if w > 16:
+        yield f"vec={c.vec} x elem_bytes={c.elem_bytes} = {w} bytes: a vector is at most 16 bytes"
+    elif c.vec > 1 and w < 4:
+        yield f"vec={c.vec} with {c.elem_bytes}-byte elements makes {w}-byte words; use vec=1 or a vector of at least 4 bytes"
+    elif c.vec * w > MAX_MICROBLOCK_BYTES:
+        yield f"a {c.vec}x{c.vec} micro-block of {c.elem_bytes}-byte elements needs {c.vec * w} bytes of registers; at most {MAX_MICROBLOCK_BYTES}"
+    if c.vec > min(c.tile_m, c.tile_n):
+        yield f"vec={c.vec} exceeds the tile ({c.tile_m}x{c.tile_n})"
+        return
+    blocks_m, blocks_n = c.tile_m // c.vec, c.tile_n // c.vec
+    if c.per_thread > min(blocks_m, blocks_n):
+        yield (
+            f"per_thread={c.per_thread} exceeds the micro-block rows of the tile "
+            f"({min(blocks_m, blocks_n)} for tile {c.tile_m}x{c.tile_n}, vec={c.vec})"
+        )
+        return
+    if c.per_thread * c.vec * w > MAX_THREAD_BYTES:
+        yield (
+            f"per_thread={c.per_thread} micro-blocks of {c.vec * w} bytes hold "
+            f"{c.per_thread * c.vec * w} bytes in registers; at most {MAX_THREAD_BYTES}"
+        )
+    threads = blocks_m * blocks_n // c.per_thread
+    if threads % WARP:
+        yield f"the config gives {threads} threads per block; it must be a multiple of {WARP}: use a larger tile or a smaller per_thread"
+    if threads > 1024:
+        yield f"the config gives {threads} threads per block; at most 1024: raise per_thread or shrink the tile"
+    if c.layout == "swizzle" and c.pad:
+        yield "pad must be 0 with layout='swizzle' (the swizzle replaces padding)"
+    if c.conjugate and c.elem_bytes not in (8, 16):
+        yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
+
+
+def _derive(c: KernelConfig) -> dict[str, int]:
+    threads = (c.tile_m // c.vec) * (c.tile_n // c.vec) // c.per_thread
+    rows = c.tile_n // c.vec  # one shared-memory row per vec output rows
+    smem = c.planes * rows * c.smem_pitch * c.chunk_bytes
+    return {"threads": threads, "smem": smem}
+
+
+def max_vec(elem_bytes: int, *extents_and_strides: int, pointers: Iterable[int] = ()) -> int:
+    """Largest usable `vec` for a call: every row length, pitch and pointer must be a whole
+    number of vectors, and every vector aligned to its width."""
+    v = 16 // elem_bytes
+    while v > 1:
+        w = v * elem_bytes
+        if (
+            (v * elem_bytes >= 4)
+            and all(x % v == 0 for x in extents_and_strides)
+            and all(p % w == 0 for p in pointers)
+        ):
+            return v
+        v //= 2
+    return 1
+
+
+def config_space(
+    dtype: Any,
+    device: Any = None,
+    *,
+    conjugate: bool = False,
+    max_vector: int | None = None,
+) -> Iterator[KernelConfig]:
+    """Every valid config for `dtype` that `device` can run (no device: the newest GPUs).
+
+    `device` may be :class:`DeviceLimits`, a pycuda ``Device`` or None. `max_vector` caps
+    `vec` (a call on an unaligned shape can use only narrow vectors).
+    """
+    et = element_type(dtype)
+    if conjugate and not et.conjugable:
+        raise ConfigError(f"conjugate transpose needs a complex dtype, got {et.name}")
+    limits = device_limits(device)
+    s = et.size
+    for vec in VEC_SIZES:
+        if max_vector is not None and vec > max_vector:
+            continue
+        for tm in TILE_SIZES:
+            for tn in TILE_SIZES:
+                for pt in PER_THREAD:
+                    for layout, pad in (("pad", 0), ("pad", 1), ("swizzle", 0)):
+                        for raster in RASTERS:
+                            for cache in CACHE_HINTS:
+                                try:
+                                    cfg = KernelConfig(
+                                        s, tm, tn, vec, pt, pad, layout, raster, cache, conjugate
+                                    )
+                                except ConfigError:
+                                    continue
+                                if cfg.fits(limits):
+                                    yield cfg
+
+
+def device_limits(device: Any) -> DeviceLimits:
+    """Limits of a pycuda Device, DeviceLimits as given, or the newest architecture's."""
+    if device is None:
+        return NEWEST
+    if isinstance(device, DeviceLimits):
+        return device
+    get = getattr(device, "get_attribute", None)
+    if get is None:
+        raise ConfigError(
+            f"device must be a pycuda Device, a DeviceLimits or None, got {type(device).__name__}"
+        )
+    import pycuda.driver as drv  # only reached with a pycuda Device in hand
+
+    a = drv.device_attribute
+    return DeviceLimits(
+        max_threads_per_block=get(a.MAX_THREADS_PER_BLOCK),
+        max_shared_per_block=min(get(a.MAX_SHARED_MEMORY_PER_BLOCK), 48 * 1024),
+        name=device.name(),
+        compute_capability=device.compute_capability(),
+    )
+
+
+# The seed documents' best kernel: 32x32 tile, +1 padding, a 32x8 thread block (4 rows each).
+def seed_config(elem_bytes: int) -> KernelConfig:
+    return KernelConfig(elem_bytes, 32, 32, 1, 4, 1, "pad", "row", "default")
+
+
+def default_config(elem_bytes: int, max_vector: int = 16, conjugate: bool = False) -> KernelConfig:
+    """A sound untuned choice for an element size: wide vectors where the call allows them."""
+    vec = min(max_vector, _DEFAULT_VEC[elem_bytes])
+    if vec * elem_bytes < 4:
+        vec = 1
+    for tile in (64, 32, 16):
+        blocks = (tile // vec) ** 2
+        pt = max(1, min(blocks // 256, tile // vec))  # about 256 threads per block
+        cfg = KernelConfig(elem_bytes, tile, tile, vec, pt, 1, "pad", "col", "default", conjugate)
+        if cfg.fits(NEWEST):
+            return cfg
+    raise AssertionError("unreachable: a 16x16 tile always fits")
+
+
+_DEFAULT_VEC = {1: 8, 2: 4, 4: 2, 8: 2, 16: 1}

@@ -1,0 +1,94 @@
+"""Element types: which dtypes autotranspose moves, and the element size that keys a kernel.
+
+A transpose only moves bytes, so kernels are keyed by element size (1, 2, 4, 8 or 16 bytes),
+not by dtype: float32, int32 and uint32 share one compiled kernel. The one exception is the
+conjugate transpose, which flips the sign bit of the imaginary part of complex64/complex128.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import UnsupportedDtypeError
+
+ELEMENT_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+# dtypes named in the docs; any other plain numeric dtype of a supported size works too.
+SUPPORTED_NAMES: tuple[str, ...] = (
+    "bool", "int8", "uint8", "int16", "uint16", "float16", "bfloat16", "int32", "uint32",
+    "float32", "int64", "uint64", "float64", "complex64", "complex128",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ElementType:
+    """What a kernel needs to know about a dtype: its name, size, and whether it is complex."""
+
+    name: str
+    size: int
+    complex: bool
+
+    @property
+    def conjugable(self) -> bool:
+        """True for complex64/complex128, whose conjugate is a sign flip of the imaginary half."""
+        return self.complex and self.size in (8, 16)
+
+
+def _torch_dtype_name(dtype: Any) -> str | None:
+    if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":
+        return str(dtype).removeprefix("torch.")
+    return None
+
+
+def element_type(dtype: Any) -> ElementType:
+    """Resolve a NumPy/CuPy/torch dtype (or its name) to an :class:`ElementType`.
+
+    Raises :class:`UnsupportedDtypeError` naming the dtype and the supported ones.
+    """
+    name = _torch_dtype_name(dtype)
+    if name is not None:
+        return _from_torch_name(name)
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return ElementType("bfloat16", 2, False)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise UnsupportedDtypeError(
+            f"{dtype!r} is not a dtype autotranspose understands; pass a NumPy dtype or one "
+            f"of: {', '.join(SUPPORTED_NAMES)}"
+        ) from exc
+    if dt.name == "bfloat16":  # ml_dtypes registers bfloat16 as a 2-byte NumPy dtype
+        return ElementType("bfloat16", 2, False)
+    if dt.hasobject or dt.kind in "OSUV" or dt.fields is not None:
+        raise UnsupportedDtypeError(
+            f"dtype {dt} cannot be transposed on the GPU: only plain numeric element types "
+            f"are supported ({', '.join(SUPPORTED_NAMES)}); convert the array first, "
+            f"e.g. with .astype(np.float32)"
+        )
+    if dt.itemsize not in ELEMENT_SIZES:
+        raise UnsupportedDtypeError(
+            f"dtype {dt} has {dt.itemsize}-byte elements; autotranspose moves elements of "
+            f"{', '.join(map(str, ELEMENT_SIZES))} bytes; convert the array, e.g. to "
+            f"complex128 or float64"
+        )
+    return ElementType(dt.name, dt.itemsize, dt.kind == "c")
+
+
+_TORCH_SIZES = {
+    "bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
+    "int32": 4, "uint32": 4, "float32": 4,
+    "int64": 8, "uint64": 8, "float64": 8, "complex64": 8, "complex128": 16,
+}  # fmt: skip
+
+
+def _from_torch_name(name: str) -> ElementType:
+    size = _TORCH_SIZES.get(name)
+    if size is None:
+        raise UnsupportedDtypeError(
+            f"torch.{name} is not supported; use one of: {', '.join(SUPPORTED_NAMES)}"
+        )
+    return ElementType(name, size, name.startswith("complex"))

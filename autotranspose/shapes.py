@@ -1,0 +1,65 @@
+"""Shape classes: the key under which tuning results are stored and looked up.
+
+A class buckets each of batch, rows and columns to the next power of two and records the
+widest vector the call allows, so a tuned config is only ever served to calls it can run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .errors import ShapeError
+
+_MAX_BUCKET = 1 << 24
+_PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/v(\d+)")
+
+
+def _bucket(x: int) -> int:
+    return min(_MAX_BUCKET, 1 << max(0, math.ceil(math.log2(max(x, 1)))))
+
+
+@dataclass(frozen=True, order=True)
+class ShapeClass:
+    """(batch, rows, columns) bucketed to powers of two, and the widest usable `vec`."""
+
+    batch: int
+    m: int
+    n: int
+    vec: int
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "m", "n", "vec"):
+            v = getattr(self, name)
+            if type(v) is not int or v < 1 or v & (v - 1) or v > _MAX_BUCKET:
+                raise ShapeError(f"shape class field {name}={v!r} must be a power of two >= 1")
+        if self.vec > 16:
+            raise ShapeError(f"shape class vec={self.vec} must be at most 16")
+
+    def __str__(self) -> str:
+        return f"{self.batch}x{self.m}x{self.n}/v{self.vec}"
+
+    @classmethod
+    def parse(cls, text: str) -> ShapeClass:
+        """Parse '1x8192x8192/v4' (untrusted input: anything else is rejected)."""
+        m = _PATTERN.fullmatch(text) if isinstance(text, str) else None
+        if m is None:
+            raise ShapeError(
+                f"{text!r:.60} is not a shape class; expected BATCHxMxN/vV with powers of "
+                "two, e.g. '1x8192x8192/v4'"
+            )
+        b, rows, cols, v = (int(g) for g in m.groups())
+        return cls(b, rows, cols, v)
+
+    def distance(self, other: ShapeClass) -> float:
+        """How far apart two classes are, in doublings of batch, rows and columns."""
+        return sum(
+            abs(math.log2(a) - math.log2(b))
+            for a, b in ((self.batch, other.batch), (self.m, other.m), (self.n, other.n))
+        )
+
+
+def shape_class(batch: int, m: int, n: int, max_vec: int) -> ShapeClass:
+    """The class of a (batch, m, n) call whose widest usable vector is `max_vec` elements."""
+    return ShapeClass(_bucket(batch), _bucket(m), _bucket(n), max_vec)

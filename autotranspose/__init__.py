@@ -4,8 +4,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .codegen import render, template_version  # noqa: E402
-from .config import KernelConfig, config_space, default_config  # noqa: E402
+from .api import transpose
+from .codegen import render, template_version
+from .config import KernelConfig, config_space, default_config
 
 __all__ = [
     "KernelConfig",
@@ -14,4 +15,5 @@ __all__ = [
     "default_config",
     "render",
     "template_version",
+    "transpose",
 ]

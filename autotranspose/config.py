@@ -24,7 +24,7 @@ from .errors import ConfigError
 
 TILE_SIZES: tuple[int, ...] = (16, 32, 64, 128)
 VEC_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
-PER_THREAD: tuple[int, ...] = (1, 2, 4, 8, 16)
+PER_THREAD: tuple[int, ...] = (1, 2, 4, 8)
 PADS: tuple[int, ...] = (0, 1, 2, 3, 4)
 LAYOUTS: tuple[str, ...] = ("pad", "swizzle")
 RASTERS: tuple[str, ...] = ("row", "col")
@@ -157,7 +157,9 @@ class KernelConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> KernelConfig:
         """Build a config from untrusted data: unknown keys and wrong types are rejected."""
         if not isinstance(data, Mapping):
-            raise ConfigError(f"a kernel config must be a mapping of fields, got {type(data).__name__}")
+            raise ConfigError(
+                f"a kernel config must be a mapping of fields, got {type(data).__name__}"
+            )
         known = {f.name: f for f in dataclasses.fields(cls) if f.init}
         unknown = sorted(set(map(str, data)) - set(known))
         if unknown:

@@ -40,7 +40,7 @@ class DeviceInfo:
     @property
     def arch(self) -> str:
         """nvcc's name for the architecture, e.g. sm_90."""
-        return "sm_%d%d" % self.compute_capability
+        return "sm_{}{}".format(*self.compute_capability)
 
     @property
     def slug(self) -> str:

@@ -1,0 +1,237 @@
+"""transpose(): validate the call, pick the kernel, launch it.
+
+The first call for a given (device, element size, shape, strides, alignment, config) builds a
+prepared launcher; later calls with that key do a dict lookup and one launch, with no database
+query, rendering or compilation on the way.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from . import _libcuda
+from .arrays import View, allocate_like, check_output, transposed_shape, view
+from .compiler import DeviceState, activate, get_kernel
+from .config import KernelConfig, default_config, max_vec
+from .errors import ConfigError, KernelLaunchError, ShapeError, UnsupportedDtypeError
+from .shapes import shape_class
+
+_MAX_GRID_X = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A prepared launch: everything but the two pointers and the stream."""
+
+    config: KernelConfig
+    function: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out (in words), batch, tiles_fast
+    state: DeviceState
+
+    def __call__(self, src: int, dst: int, stream: Any = None) -> None:
+        self.function.prepared_async_call(self.grid, self.block, stream, src, dst, *self.scalars)
+
+
+_launches: dict[tuple[Any, ...], Launch] = {}
+_own_streams: dict[int, Any] = {}
+_lock = threading.Lock()
+
+
+def clear_caches() -> None:
+    """Forget prepared launches (e.g. after tuning, so new results are used)."""
+    _launches.clear()
+
+
+def choose_config(
+    state: DeviceState, elem_bytes: int, batch: int, m: int, n: int, vec: int, conjugate: bool
+) -> KernelConfig:
+    """The config a call uses: tuned, nearest tuned, shipped, else the default."""
+    cls = shape_class(batch, m, n, vec)
+    try:
+        from .lookup import choose
+    except ImportError:  # pragma: no cover - lookup ships with the package
+        return default_config(elem_bytes, vec, conjugate)
+    return choose(state.info, elem_bytes, cls, conjugate=conjugate).config
+
+
+def _check_forced(
+    config: Any, x: View, vec: int, conjugate: bool, state: DeviceState
+) -> KernelConfig:
+    if not isinstance(config, KernelConfig):
+        raise ConfigError(
+            f"config must be an autotranspose.KernelConfig, got {type(config).__name__}"
+        )
+    if config.elem_bytes != x.et.size:
+        raise ConfigError(
+            f"config is for {config.elem_bytes}-byte elements but x holds {x.et.size}-byte "
+            f"{x.et.name}; use config.replace(elem_bytes={x.et.size}, ...)"
+        )
+    if config.vec > vec:
+        raise ConfigError(
+            f"config.vec={config.vec} needs rows, pitches and pointers aligned to "
+            f"{config.vec} elements; this call allows vec<={vec}: pass "
+            f"config.replace(vec={vec}, ...) or an aligned array"
+        )
+    if not config.fits(state.info.limits):
+        raise ConfigError(
+            f"config {config.key} needs {config.threads} threads and {config.smem_bytes} bytes "
+            f"of shared memory per block; {state.info.name} allows "
+            f"{state.info.limits.max_threads_per_block} and {state.info.limits.max_shared_per_block}"
+        )
+    return config if config.conjugate == conjugate else config.replace(conjugate=conjugate)
+
+
+def _prepare(x: View, o: View, config: Any, conjugate: bool, state: DeviceState) -> Launch:
+    s = x.et.size
+    strides = [x.n, x.m, x.ld, o.ld]
+    if x.batch > 1:
+        strides += [x.bs, o.bs]
+    vec = max_vec(s, *strides, pointers=(x.ptr, o.ptr))
+    if config is None:
+        cfg = choose_config(state, s, x.batch, x.m, x.n, vec, conjugate)
+    else:
+        cfg = _check_forced(config, x, vec, conjugate, state)
+    tiles_m, tiles_n = cfg.tiles(x.m, x.n)
+    grid = cfg.grid(x.m, x.n, x.batch)
+    if grid[0] > _MAX_GRID_X:
+        raise ShapeError(
+            f"a {x.m}x{x.n} matrix needs {grid[0]} tiles of {cfg.tile_m}x{cfg.tile_n}, more "
+            f"than a launch allows ({_MAX_GRID_X}); use a config with larger tiles"
+        )
+    v = cfg.vec
+    scalars = (
+        x.m, x.n, x.ld // v, o.ld // v, x.bs // v, o.bs // v, x.batch,
+        tiles_n if cfg.raster == "row" else tiles_m,
+    )  # fmt: skip
+    kernel = get_kernel(state, cfg)
+    return Launch(cfg, kernel.function, grid, cfg.block, scalars, state)
+
+
+def _resolve_stream(stream: Any, state: DeviceState) -> tuple[Any, int]:
+    """(pycuda stream or None, foreign stream handle or 0)."""
+    if stream is None:
+        return None, 0
+    if type(stream).__module__.startswith("pycuda"):
+        return stream, 0
+    if isinstance(stream, int):
+        handle = stream
+    elif hasattr(stream, "__cuda_stream__"):
+        handle = int(stream.__cuda_stream__()[1])
+    elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        handle = int(stream.cuda_stream)
+    elif hasattr(stream, "ptr"):  # cupy.cuda.Stream
+        handle = int(stream.ptr)
+    else:
+        raise TypeError(
+            f"stream must be a pycuda Stream, a CuPy or PyTorch stream, an object with "
+            f"__cuda_stream__, or an int handle; got {type(stream).__name__}"
+        )
+    if handle in (0, 1):  # the legacy default stream
+        return None, 0
+    return None, handle
+
+
+def _own_stream(state: DeviceState) -> Any:
+    s = _own_streams.get(state.ordinal)
+    if s is None:
+        import pycuda.driver as drv
+
+        s = _own_streams[state.ordinal] = drv.Stream()
+    return s
+
+
+def _launch(launch: Launch, src: int, dst: int, stream: Any) -> None:
+    pystream, foreign = _resolve_stream(stream, launch.state)
+    try:
+        if not foreign:
+            launch(src, dst, pystream)
+            return
+        # A caller's stream: order our launch after its queued work, and its later work
+        # after our launch.
+        ours = _own_stream(launch.state)
+        _libcuda.join(ours.handle, foreign, f"in{launch.state.ordinal}")
+        launch(src, dst, ours)
+        _libcuda.join(foreign, ours.handle, f"out{launch.state.ordinal}")
+    except Exception as exc:
+        if type(exc).__module__.startswith("pycuda"):
+            raise KernelLaunchError(f"launching {launch.config.kernel_name} failed: {exc}") from exc
+        raise
+
+
+def _key(x: View, o: View, config: Any, conjugate: bool) -> tuple[Any, ...]:
+    return (
+        x.device, x.et.size, conjugate, config, x.batch, x.m, x.n, x.ld, x.bs, o.ld, o.bs,
+        (x.ptr | o.ptr) & 15,
+    )  # fmt: skip
+
+
+def transpose(
+    x: Any,
+    out: Any = None,
+    *,
+    stream: Any = None,
+    config: KernelConfig | None = None,
+    conjugate: bool = False,
+) -> Any:
+    """Transpose a matrix (M, N) -> (N, M), or a batch (B, M, N) -> (B, N, M), on the GPU.
+
+    `x` may be a pycuda GPUArray, a CuPy array, a PyTorch CUDA tensor, any object with
+    `__cuda_array_interface__`, or a NumPy array (copied to the GPU and back). The result is
+    the same kind of array, or `out` when given (then nothing is allocated). `stream` is a
+    pycuda, CuPy or PyTorch stream (or a raw handle); the default is the legacy default
+    stream. `config` forces a kernel; `conjugate=True` gives the conjugate transpose of a
+    complex array.
+    """
+    xv = view(x, "x")
+    if conjugate and not xv.et.conjugable:
+        raise UnsupportedDtypeError(
+            f"conjugate=True needs complex64 or complex128 elements; x is {xv.et.name} "
+            "(for real types the transpose is already the conjugate transpose)"
+        )
+    if xv.kind == "numpy":
+        return _host_transpose(xv, out, stream=stream, config=config, conjugate=conjugate)
+    state = activate(xv.device)
+    if out is None:
+        result = allocate_like(xv)
+        ov = view(result, "out")
+    else:
+        result = out
+        ov = view(out, "out")
+        check_output(xv, ov)
+    if xv.size == 0:
+        return result
+    key = _key(xv, ov, config, conjugate)
+    launch = _launches.get(key)
+    if launch is None:
+        with _lock:
+            launch = _launches.get(key) or _prepare(xv, ov, config, conjugate, state)
+            _launches[key] = launch
+    _launch(launch, xv.ptr, ov.ptr, stream)
+    return result
+
+
+def _host_transpose(xv: View, out: Any, **kwargs: Any) -> Any:
+    """NumPy in, NumPy out: through the GPU, on the current (else first) device."""
+    import numpy as np
+    import pycuda.gpuarray as gpuarray
+
+    from .compiler import _tls
+
+    if out is not None:
+        ov = view(out, "out")
+        check_output(xv, ov)
+    state = activate(getattr(_tls, "ordinal", None) or 0)
+    if xv.size == 0:
+        return out if out is not None else np.empty(transposed_shape(xv), xv.dtype)
+    dev_x = gpuarray.to_gpu(np.ascontiguousarray(xv.obj))
+    dev_out = transpose(dev_x, **kwargs)
+    state.context.synchronize()  # the launch may be on a caller's non-blocking stream
+    result = dev_out.get()
+    if out is not None:
+        out[...] = result
+        return out
+    return result

@@ -1,0 +1,201 @@
+"""Adapting the arrays callers pass: pycuda GPUArray, CuPy, PyTorch, anything with
+`__cuda_array_interface__`, and NumPy (copied to the GPU and back).
+
+Every input becomes a :class:`View` (pointer, batch/rows/cols, strides in elements, device), and
+every output is allocated as the same kind of array as the input, so callers get back what
+they gave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _libcuda
+from .dtypes import ElementType, element_type
+from .errors import DeviceError, LayoutError, OutputError, ShapeError
+
+
+@dataclass(frozen=True)
+class View:
+    """A 2-D or batched 3-D array as a kernel sees it. Strides are in elements."""
+
+    kind: str  # "torch", "cupy", "gpuarray", "cai", "numpy"
+    obj: Any
+    ptr: int
+    ndim: int
+    batch: int
+    m: int
+    n: int
+    ld: int  # row pitch
+    bs: int  # batch stride
+    dtype: Any  # the library's own dtype object
+    et: ElementType
+    device: int | None  # None for host (NumPy) arrays
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.batch, self.m, self.n) if self.ndim == 3 else (self.m, self.n)
+
+    @property
+    def size(self) -> int:
+        return self.batch * self.m * self.n
+
+    def extent(self) -> tuple[int, int]:
+        """[start, end) byte addresses the view touches (empty for an empty array)."""
+        if self.size == 0:
+            return (self.ptr, self.ptr)
+        last = (self.batch - 1) * self.bs + (self.m - 1) * self.ld + self.n
+        return (self.ptr, self.ptr + last * self.et.size)
+
+
+def _module(x: Any) -> str:
+    return type(x).__module__.split(".", 1)[0]
+
+
+def _layout(
+    what: str, shape: tuple[int, ...], strides_bytes: tuple[int, ...], itemsize: int
+) -> tuple[int, int, int, int, int]:
+    """(batch, m, n, ld, bs) in elements, checking the innermost stride is one element."""
+    if len(shape) not in (2, 3):
+        raise ShapeError(
+            f"{what} has {len(shape)} dimension(s) {tuple(shape)}; autotranspose takes a 2-D "
+            "matrix (M, N) or a batch (B, M, N); reshape it first"
+        )
+    if any(s % itemsize for s in strides_bytes):
+        raise LayoutError(
+            f"{what} has strides {strides_bytes} bytes, not whole {itemsize}-byte elements; "
+            "make it contiguous first (e.g. .copy())"
+        )
+    strides = [s // itemsize for s in strides_bytes]
+    if len(shape) == 2:
+        shape, strides = (1, *shape), [0, *strides]
+    b, m, n = shape
+    bs, ld, inner = strides
+    if n > 1 and inner != 1:
+        raise LayoutError(
+            f"{what} has innermost stride {inner} elements (shape {tuple(shape)}, strides "
+            f"{tuple(strides)}); the kernels read rows of consecutive elements. Make it "
+            "row-major contiguous (e.g. ascontiguousarray / .contiguous()); if it is a "
+            "column-major matrix, its transpose is already free: use a .T view instead"
+        )
+    if m == 1:
+        ld = n  # a single row: the row pitch is never used
+    if b == 1:
+        bs = m * ld
+    if b * m * n and (ld < n or bs < 0 or (b > 1 and bs < (m - 1) * ld + n and bs != 0)):
+        raise LayoutError(
+            f"{what} has overlapping or negative strides {tuple(strides)} (elements) for "
+            f"shape {(b, m, n)}; make it contiguous first"
+        )
+    return b, m, n, ld, bs
+
+
+def view(x: Any, what: str = "x") -> View:
+    """Describe `x` (any supported array) as a :class:`View`."""
+    mod = _module(x)
+    if mod == "torch" and hasattr(x, "data_ptr"):
+        et = element_type(x.dtype)
+        if not x.is_cuda:
+            raise DeviceError(
+                f"{what} is a PyTorch tensor on {x.device}; move it to the GPU with .cuda(), "
+                "or pass x.numpy() to have autotranspose copy it"
+            )
+        b, m, n, ld, bs = _layout(
+            what, tuple(x.shape), tuple(s * et.size for s in x.stride()), et.size
+        )
+        return View("torch", x, x.data_ptr(), x.dim(), b, m, n, ld, bs, x.dtype, et, x.device.index)
+    if mod == "cupy" and hasattr(x, "data") and hasattr(x, "device"):
+        et = element_type(x.dtype)
+        b, m, n, ld, bs = _layout(what, x.shape, x.strides, et.size)
+        return View("cupy", x, x.data.ptr, x.ndim, b, m, n, ld, bs, x.dtype, et, x.device.id)
+    if mod == "pycuda" and hasattr(x, "gpudata"):
+        et = element_type(x.dtype)
+        b, m, n, ld, bs = _layout(what, x.shape, x.strides, et.size)
+        ptr = x.ptr if x.gpudata is not None else 0
+        dev = _libcuda.pointer_device(ptr) if ptr else None
+        return View("gpuarray", x, ptr, x.ndim, b, m, n, ld, bs, x.dtype, et, dev)
+    if isinstance(x, np.ndarray):
+        et = element_type(x.dtype)
+        b, m, n, ld, bs = _layout(what, x.shape, x.strides, et.size)
+        return View("numpy", x, 0, x.ndim, b, m, n, ld, bs, x.dtype, et, None)
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:
+        dt = np.dtype(cai["typestr"])
+        et = element_type(dt)
+        shape = tuple(cai["shape"])
+        strides = cai.get("strides") or _c_strides(shape, dt.itemsize)
+        b, m, n, ld, bs = _layout(what, shape, tuple(strides), et.size)
+        ptr = int(cai["data"][0])
+        dev = _libcuda.pointer_device(ptr) if ptr else None
+        return View("cai", x, ptr, len(shape), b, m, n, ld, bs, dt, et, dev)
+    raise TypeError(
+        f"{what} is a {type(x).__module__}.{type(x).__name__}; autotranspose.transpose takes a "
+        "pycuda GPUArray, a CuPy array, a PyTorch CUDA tensor, any object with "
+        "__cuda_array_interface__, or a NumPy array"
+    )
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, acc = [], itemsize
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= dim
+    return tuple(reversed(strides))
+
+
+def transposed_shape(v: View) -> tuple[int, ...]:
+    return (v.batch, v.n, v.m) if v.ndim == 3 else (v.n, v.m)
+
+
+def allocate_like(v: View) -> Any:
+    """A new row-major output (the transposed shape) of the same kind and device as `v`."""
+    shape = transposed_shape(v)
+    if v.kind == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=v.dtype, device=v.obj.device)
+    if v.kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(v.device):
+            return cupy.empty(shape, dtype=v.dtype)
+    if v.kind == "cai" and _module(v.obj) == "numba":
+        from numba import cuda
+
+        return cuda.device_array(shape, dtype=v.dtype)
+    import pycuda.gpuarray as gpuarray  # a GPUArray for GPUArray, NumPy and unknown CAI inputs
+
+    return gpuarray.empty(shape, dtype=v.dtype)
+
+
+def check_output(x: View, out: View) -> None:
+    """Reject an `out` that does not fit: before anything is written to it."""
+    want = transposed_shape(x)
+    if out.shape != want:
+        raise OutputError(
+            f"out has shape {out.shape}; transposing x of shape {x.shape} needs out of shape {want}"
+        )
+    if out.et.name != x.et.name:
+        raise OutputError(f"out has dtype {out.et.name}; x has {x.et.name}: they must match")
+    if (out.device is None) != (x.device is None):
+        raise OutputError(
+            "out and x must both be GPU arrays or both NumPy arrays; got "
+            f"x on {'the host' if x.device is None else f'GPU {x.device}'} and out on "
+            f"{'the host' if out.device is None else f'GPU {out.device}'}"
+        )
+    if out.device != x.device:
+        raise OutputError(
+            f"out is on GPU {out.device} but x is on GPU {x.device}; allocate out on GPU {x.device}"
+        )
+    if x.device is not None and x.size:
+        (a0, a1), (b0, b1) = x.extent(), out.extent()
+        if a0 < b1 and b0 < a1:
+            raise OutputError(
+                "out overlaps x in memory; a transpose cannot run in place: pass a separate "
+                "buffer (or leave out=None)"
+            )
+    elif x.device is None and x.size and np.shares_memory(x.obj, out.obj):
+        raise OutputError("out overlaps x in memory; pass a separate buffer (or leave out=None)")

@@ -1,0 +1,937 @@
+"""The tuning database: the tuner writes measurements into it, lookup reads the best configs.
+
+One :class:`Store` wraps one SQLAlchemy engine. Any SQLAlchemy URL works (SQLite files by
+default, PostgreSQL through ``postgresql+psycopg://``); Optuna's study may live in the same
+database, since all our tables are prefixed ``at_``. Opening a database creates or upgrades our
+schema (Alembic, version table ``at_alembic_version``) and refuses a database that belongs to
+someone else (:class:`ForeignDatabaseError`).
+
+Every write is one transaction, so a killed process loses at most the write in flight. SQLite
+runs in WAL mode with a busy timeout and takes its write lock at BEGIN (``BEGIN IMMEDIATE``),
+so several processes on one machine can share a file.
+
+Rows are untrusted on the way out: configs go through ``KernelConfig.from_dict``, devices
+through ``DeviceInfo.from_dict``, shape classes through ``ShapeClass.parse``. A bad row is
+never served: :meth:`Store.entries` and :meth:`Store.devices` (used by lookup and listings)
+skip it with a :class:`BadRowWarning` naming it, so one bad row cannot break a user's
+``transpose()``; :meth:`Store.problems` lists such rows for ``show``; :meth:`Store.best` and
+:meth:`Store.measured`, which ask for one row, raise :class:`StoreError` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+import sqlalchemy as sa
+from alembic import command
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from .. import __version__, codegen
+from ..config import KernelConfig
+from ..device import DeviceInfo
+from ..dtypes import ELEMENT_SIZES
+from ..errors import AutotransposeError, ForeignDatabaseError, StoreError
+from ..measure import Measurement
+from ..shapes import ShapeClass
+from ..shapes import shape_class as classify
+from . import migrations
+from .models import APP_KEY, APP_NAME, Best, Claim, Config, Device, MeasurementRow, Meta, Run
+
+ENV_VAR = "AUTOTRANSPOSE_DB"
+BUSY_TIMEOUT_S = 30
+RUN_STATUSES = ("running", "done", "interrupted", "failed", "imported")
+
+# Tables Optuna's RDBStorage creates (any version): a database holding only these is one we may
+# add our tables to, since the tuner keeps its Optuna study beside our results.
+OPTUNA_TABLES = frozenset(
+    {
+        "alembic_version", "version_info", "studies", "study_directions",
+        "study_user_attributes", "study_system_attributes", "trials", "trial_params",
+        "trial_values", "trial_intermediate_values", "trial_user_attributes",
+        "trial_system_attributes", "trial_heartbeats",
+    }
+)  # fmt: skip
+
+_MAX_CONFIG_JSON = 4096  # a config is ~200 bytes of JSON: anything far larger is not one
+_TEMPLATE_VERSION = re.compile(r"[0-9A-Za-z._-]{1,64}")
+_DTYPE = re.compile(r"[0-9A-Za-z_]{1,32}")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_MIGRATION_LOCK = 0x6174_7472  # pg_advisory_xact_lock key: serialises concurrent first opens
+
+
+class BadRowWarning(UserWarning):
+    """A database row failed validation and was skipped (see :meth:`Store.problems`)."""
+
+
+@dataclass(frozen=True)
+class TunedEntry:
+    """The best known config of one (device, element size, shape class), as lookup serves it.
+
+    `stale` is true when the entry was measured with another template version than the running
+    code's: it describes kernels that no longer exist and is listed but never served.
+    """
+
+    device: str
+    elem_bytes: int
+    shape_class: ShapeClass
+    config: KernelConfig
+    gbps: float
+    copy_gbps: float
+    ratio: float
+    template_version: str
+    stale: bool
+    updated_at: datetime
+    shape: tuple[int, int, int] | None = None  # the shape it was measured on
+    dtype: str | None = None
+    measured_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """A row that failed validation: which table, which id, and why."""
+
+    table: str
+    row_id: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.table} row {self.row_id}: {self.reason}"
+
+
+# --- where the database is --------------------------------------------------------------------
+def default_path() -> Path:
+    """The per-user SQLite file used when neither an URL nor $AUTOTRANSPOSE_DB is given."""
+    return Path(platformdirs.user_data_dir("autotranspose")) / "tuning.db"
+
+
+def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
+    """The database URL to use: `url`, else $AUTOTRANSPOSE_DB, else the per-user SQLite file.
+
+    A plain file path (no ``://``) means a SQLite file.
+    """
+    if url is None:
+        url = os.environ.get(ENV_VAR) or None
+    if url is None:
+        return _sqlite_url(default_path())
+    text = os.fspath(url)
+    if "://" not in text:
+        return _sqlite_url(Path(text).expanduser())
+    try:
+        sa.make_url(text)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise StoreError(
+            f"{text!r:.200} is not a database URL ({exc}); use a file path or an URL such as "
+            "sqlite:///tuning.db or postgresql+psycopg://user@host/db"
+        ) from exc
+    return text
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL, or None (another database, or SQLite in memory)."""
+    u = sa.make_url(url)
+    if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
+        return None
+    if u.database.startswith("file:") or u.query.get("uri"):
+        return None  # SQLite URI filenames: left to SQLite
+    return Path(u.database)
+
+
+def _sqlite_url(path: Path) -> str:
+    return sa.URL.create("sqlite", database=str(path.absolute())).render_as_string()
+
+
+def _display(url: str) -> str:
+    path = sqlite_path(url)
+    return str(path) if path is not None else sa.make_url(url).render_as_string(hide_password=True)
+
+
+def _foreign(display: str, why: str) -> ForeignDatabaseError:
+    return ForeignDatabaseError(
+        f"{display} is not an autotranspose tuning database: {why}; point --db/{ENV_VAR} at "
+        "another file or database, or move this one out of the way"
+    )
+
+
+def _current_template() -> str:
+    """The running code's template version (a function so tests can pretend the code changed)."""
+    return codegen.template_version()
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# --- engine and schema ------------------------------------------------------------------------
+def _make_engine(url: str) -> Engine:
+    u = sa.make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return sa.create_engine(u, pool_pre_ping=True)
+    memory = sqlite_path(url) is None and not (u.database or "").startswith("file:")
+    kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
+    if memory:
+        kwargs["poolclass"] = sa.pool.StaticPool  # one connection, or each sees an empty db
+    engine = sa.create_engine(u, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # SQLAlchemy emits BEGIN itself (below), the sqlite3 module's own handling is off:
+        # SQLAlchemy's documented recipe for real SQLite transactions.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            if not memory:
+                cursor.execute("PRAGMA journal_mode = WAL")  # readers do not block the writer
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A write transaction takes the write lock up front, waiting up to the busy timeout;
+        # a deferred one that read first could fail at once when another process wrote since.
+        write = conn.get_execution_options().get("autotranspose_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+@contextmanager
+def _transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
+    with engine.connect() as conn:
+        if write:
+            conn.execution_options(autotranspose_write=True)
+        with conn.begin():
+            yield conn
+
+
+def _schema_state(conn: Connection, display: str) -> str | None:
+    """Our schema revision ("" for a database without our tables); raises if it is foreign."""
+    names = set(sa.inspect(conn).get_table_names())
+    ours = {n for n in names if n.startswith("at_")}
+    others = sorted(
+        n for n in names - ours if n not in OPTUNA_TABLES and not n.startswith("sqlite_")
+    )
+    if others:
+        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        raise _foreign(display, f"it holds tables autotranspose did not create ({shown})")
+    if not ours:
+        return ""
+    if "at_meta" not in ours or migrations.VERSION_TABLE not in ours:
+        raise _foreign(display, "it has at_ tables but no at_meta marker or schema version")
+    try:
+        marker = conn.execute(sa.select(Meta.value).where(Meta.key == APP_KEY)).scalar()
+        rev = MigrationContext.configure(
+            conn, opts={"version_table": migrations.VERSION_TABLE}
+        ).get_current_revision()
+    except sa.exc.SQLAlchemyError as exc:
+        raise _foreign(
+            display, f"its at_meta or {migrations.VERSION_TABLE} table is unreadable"
+        ) from exc
+    if marker != APP_NAME:
+        raise _foreign(display, f"its at_meta marker says {marker!r:.40}, not {APP_NAME!r}")
+    if rev not in migrations.known_revisions():
+        raise StoreError(
+            f"{display} has tuning-database schema revision {rev!r:.40}, which this autotranspose "
+            f"{__version__} does not know (newest known: {migrations.head()}); upgrade "
+            f"autotranspose, or point --db/{ENV_VAR} at another database"
+        )
+    return rev
+
+
+def _check_sqlite_file(path: Path, display: str) -> None:
+    """Reject a file that is not SQLite before SQLite itself fails with a terse message."""
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot read the tuning database {display}: {exc}") from exc
+    if header and header != _SQLITE_HEADER:
+        raise _foreign(display, "the file is not a SQLite database")
+
+
+def _prepare(engine: Engine, display: str, revision: str = "head") -> str:
+    """Check the database is ours (or empty) and bring our schema to `revision`."""
+    target = migrations.head() if revision == "head" else revision
+    try:
+        with _transaction(engine, write=False) as conn:
+            if _schema_state(conn, display) == target:
+                return target
+        with _transaction(engine, write=True) as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+            current = _schema_state(conn, display)  # again: another process may have won
+            if current != target:
+                command.upgrade(migrations.alembic_config(conn), target)
+            return target
+    except AutotransposeError:
+        raise
+    except sa.exc.OperationalError as exc:  # cannot connect, cannot open, locked, ...
+        raise StoreError(f"cannot open the tuning database {display}: {_reason(exc)}") from exc
+    except sa.exc.DatabaseError as exc:  # SQLite: "file is not a database", corrupt pages
+        raise _foreign(display, f"the database cannot be read ({_reason(exc)})") from exc
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"cannot open the tuning database {display}: {_reason(exc)}") from exc
+    except Exception as exc:  # Alembic's own errors (e.g. an impossible target revision)
+        if type(exc).__module__.startswith("alembic"):
+            raise StoreError(f"cannot migrate the tuning database {display}: {exc}") from exc
+        raise
+
+
+def _reason(exc: sa.exc.SQLAlchemyError) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _open_engine(url: str) -> tuple[Engine, str]:
+    display = _display(url)
+    path = sqlite_path(url)
+    if path is not None:
+        _check_sqlite_file(path, display)
+        if not path.parent.is_dir():
+            raise StoreError(
+                f"cannot create the tuning database {display}: directory {path.parent} does not "
+                "exist; create it or choose another path"
+            )
+    return _make_engine(url), display
+
+
+def upgrade(url: str | os.PathLike[str] | None = None, revision: str = "head") -> str:
+    """Create or upgrade our schema in the database at `url` (see :func:`resolve_url`).
+
+    What ``autotranspose db upgrade`` runs; :meth:`Store.open` does the same implicitly.
+    Returns the revision the database is at.
+    """
+    resolved = resolve_url(url)
+    _ensure_default_dir(url)
+    engine, display = _open_engine(resolved)
+    try:
+        return _prepare(engine, display, revision)
+    finally:
+        engine.dispose()
+
+
+def _ensure_default_dir(url: object) -> None:
+    """The per-user data directory is ours to create; any other directory is the user's."""
+    if url is None and not os.environ.get(ENV_VAR):
+        default_path().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _invalidate_lookup() -> None:
+    # lookup caches its choices per process; a new best must reach it. Imported lazily (and
+    # only if lookup is loaded at all) because lookup imports us.
+    lookup = sys.modules.get("autotranspose.lookup")
+    if lookup is not None:
+        lookup.clear_cache()
+
+
+# --- the store ---------------------------------------------------------------------------------
+class Store:
+    """The tuning database at one URL. Open with :meth:`Store.open`; close (or use `with`)."""
+
+    def __init__(self, engine: Engine, url: str, display: str) -> None:
+        self.engine = engine
+        self.url = url
+        self.display = display
+        self._device_ids: dict[DeviceInfo, int] = {}
+
+    @classmethod
+    def open(cls, url: str | os.PathLike[str] | None = None) -> Store:
+        """Open (creating or upgrading our schema) the database at `url` (see resolve_url)."""
+        resolved = resolve_url(url)
+        _ensure_default_dir(url)
+        engine, display = _open_engine(resolved)
+        try:
+            _prepare(engine, display)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, resolved, display)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.display!r})"
+
+    def schema_revision(self) -> str:
+        with self._read() as conn:
+            rev = MigrationContext.configure(
+                conn, opts={"version_table": migrations.VERSION_TABLE}
+            ).get_current_revision()
+        return rev or ""
+
+    # --- transactions ----------------------------------------------------------------------
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(
+                f"cannot {what} the tuning database {self.display}: {_reason(exc)}"
+            ) from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self._errors("read"), _transaction(self.engine, write=False) as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self._errors("write"), _transaction(self.engine, write=True) as conn:
+            yield conn
+
+    # --- writes -----------------------------------------------------------------------------
+    def upsert_device(self, info: DeviceInfo) -> int:
+        """Record (or refresh) a GPU model; returns its id."""
+        with self._write() as conn:
+            device_id = _upsert_device(conn, info)
+        self._device_ids[info] = device_id
+        return device_id
+
+    def begin_run(self, device: DeviceInfo, settings: Mapping[str, Any]) -> int:
+        """Start a tuning run on `device` with `settings` (kept as JSON); returns its id."""
+        settings_json = json.dumps(dict(settings), sort_keys=True, default=str)
+        with self._write() as conn:
+            device_id = self._device_id(conn, device)
+            run_id = _insert(conn, Run, device_id=device_id, started_at=_now(), finished_at=None,
+                             tool_version=__version__, template_version=_current_template(),
+                             settings_json=settings_json, status="running")  # fmt: skip
+        self._device_ids[device] = device_id
+        return run_id
+
+    def finish_run(self, run_id: int, status: str) -> None:
+        """Mark a run ended: "done", "interrupted" or "failed"."""
+        if status not in RUN_STATUSES or status == "running":
+            raise StoreError(f"run status must be one of done/interrupted/failed, got {status!r}")
+        with self._write() as conn:
+            result = conn.execute(
+                sa.update(Run).where(Run.id == run_id).values(status=status, finished_at=_now())
+            )
+            if result.rowcount != 1:
+                raise StoreError(f"no tuning run with id {run_id} in {self.display}")
+
+    def record(
+        self,
+        run_id: int | None,
+        device: DeviceInfo,
+        dtype: str,
+        elem_bytes: int,
+        shape: tuple[int, int, int],
+        shape_class: ShapeClass,
+        config: KernelConfig,
+        m: Measurement,
+    ) -> None:
+        """Store one measurement and, in the same transaction, make it the best of its
+        (device, elem_bytes, shape class) if it is correct and faster than the current best,
+        or if the current best came from another template version."""
+        _check_record(dtype, elem_bytes, shape, shape_class, config, m)
+        tv = _current_template()
+        now = _now()
+        with self._write() as conn:
+            device_id = self._device_id(conn, device)
+            config_id = _config_id(conn, config)
+            measurement_id = _insert(
+                conn, MeasurementRow, run_id=run_id, device_id=device_id, config_id=config_id,
+                dtype=dtype, elem_bytes=elem_bytes, batch=shape[0], m=shape[1], n=shape[2],
+                shape_class=str(shape_class), status=m.status, gbps=float(m.gbps),
+                copy_gbps=float(m.copy_gbps),
+                time_us=float(m.time_us) if math.isfinite(m.time_us) else None,
+                error=None if m.error is None else str(m.error)[:4000],
+                template_version=tv, created_at=now,
+            )  # fmt: skip
+            if m.ok:
+                _offer_best(conn, device_id, elem_bytes, str(shape_class), config_id,
+                            measurement_id, float(m.gbps), float(m.copy_gbps), tv, now)  # fmt: skip
+        self._device_ids[device] = device_id
+        if m.ok:
+            _invalidate_lookup()
+
+    def import_entries(self, device: DeviceInfo, entries: Sequence[TunedEntry], source: str) -> int:
+        """Add validated entries (from a tuning file) as one "imported" run, in one transaction.
+
+        Each becomes a measurement and competes for best like a measured one (a stale entry
+        never displaces a current one). Returns the number of entries written.
+        """
+        now = _now()
+        with self._write() as conn:
+            device_id = _upsert_device(conn, device)
+            run_id = _insert(conn, Run, device_id=device_id, started_at=now, finished_at=now,
+                             tool_version=__version__, template_version=_current_template(),
+                             settings_json=json.dumps({"source": source}), status="imported")  # fmt: skip
+            for e in entries:
+                if e.config.elem_bytes != e.elem_bytes or e.config.vec > e.shape_class.vec:
+                    raise StoreError(f"{source}: entry {e.shape_class} does not fit its config")
+                config_id = _config_id(conn, e.config)
+                b, rows, cols = e.shape or (e.shape_class.batch, e.shape_class.m, e.shape_class.n)
+                measured_at = e.measured_at or e.updated_at
+                measurement_id = _insert(
+                    conn, MeasurementRow, run_id=run_id, device_id=device_id, config_id=config_id,
+                    dtype=e.dtype or "", elem_bytes=e.elem_bytes, batch=b, m=rows, n=cols,
+                    shape_class=str(e.shape_class), status="ok", gbps=e.gbps,
+                    copy_gbps=e.copy_gbps, time_us=None, error=None,
+                    template_version=e.template_version, created_at=measured_at,
+                )  # fmt: skip
+                _offer_best(conn, device_id, e.elem_bytes, str(e.shape_class), config_id,
+                            measurement_id, e.gbps, e.copy_gbps, e.template_version, now,
+                            ratio=e.ratio)  # fmt: skip
+        self._device_ids[device] = device_id
+        _invalidate_lookup()
+        return len(entries)
+
+    def claim(self, study: str, key: str, owner: str) -> bool:
+        """Claim `key` (a config on a shape) of `study` for `owner`; True if `owner` holds it now.
+
+        Atomic across processes and hosts (a unique key): of concurrent claimers exactly one
+        gets True. Claiming again what one holds is True.
+        """
+        _check_claim(study, key, owner)
+        values = {"study": study, "key": key, "owner": owner, "created_at": _now()}
+        where = sa.and_(Claim.study == study, Claim.key == key)
+        with self._write() as conn:
+            dialect_insert = _dialect_insert(conn)
+            if dialect_insert is not None:
+                ins = dialect_insert(Claim).values(**values)
+                conn.execute(ins.on_conflict_do_nothing(index_elements=["study", "key"]))
+            else:
+                _generic_upsert(conn, Claim, where, values, None)
+            holder = conn.execute(sa.select(Claim.owner).where(where)).scalar_one()
+        return holder == owner
+
+    def release(self, study: str, key: str, owner: str) -> bool:
+        """Drop `owner`'s claim on `key` (e.g. its process died); True if there was one."""
+        _check_claim(study, key, owner)
+        with self._write() as conn:
+            result = conn.execute(
+                sa.delete(Claim).where(Claim.study == study, Claim.key == key, Claim.owner == owner)
+            )
+        return result.rowcount > 0
+
+    def _device_id(self, conn: Connection, device: DeviceInfo) -> int:
+        cached = self._device_ids.get(device)
+        return cached if cached is not None else _upsert_device(conn, device)
+
+    # --- reads ------------------------------------------------------------------------------
+    def measured(
+        self, device_name: str, elem_bytes: int, shape: tuple[int, int, int], config: KernelConfig
+    ) -> Measurement | None:
+        """The latest measurement of exactly `config` on this shape with the current templates
+        (any status), or None: the tuner's "already measured?" question on resume."""
+        b, rows, cols = shape
+        q = (
+            sa.select(MeasurementRow.id, MeasurementRow.status, MeasurementRow.gbps,
+                      MeasurementRow.copy_gbps, MeasurementRow.time_us, MeasurementRow.error)
+            .join(Device, Device.id == MeasurementRow.device_id)
+            .join(Config, Config.id == MeasurementRow.config_id)
+            .where(Device.name == device_name, Config.key == config.key,
+                   MeasurementRow.elem_bytes == elem_bytes, MeasurementRow.batch == b,
+                   MeasurementRow.m == rows, MeasurementRow.n == cols,
+                   MeasurementRow.template_version == _current_template())
+            .order_by(MeasurementRow.id.desc())
+            .limit(1)
+        )  # fmt: skip
+        with self._read() as conn:
+            row = conn.execute(q).first()
+        if row is None:
+            return None
+        try:
+            return Measurement(
+                status=row.status,
+                gbps=_number(row.gbps, "gbps"),
+                copy_gbps=_number(row.copy_gbps, "copy_gbps"),
+                time_us=math.inf if row.time_us is None else _number(row.time_us, "time_us"),
+                error=row.error if isinstance(row.error, str) else None,
+            )
+        except (ValueError, TypeError) as exc:
+            raise StoreError(
+                f"{self.display}: at_measurements row {row.id} is invalid: {exc}"
+            ) from exc
+
+    def best(self, device_name: str, elem_bytes: int, shape_class: ShapeClass) -> TunedEntry | None:
+        """The current (not stale) best entry of exactly this class, or None; raises
+        StoreError if that row is invalid."""
+        entries, problems = self._scan(device_name, elem_bytes, str(shape_class))
+        if problems:
+            raise StoreError(f"{self.display}: {problems[0]}")
+        for e in entries:
+            if not e.stale:
+                return e
+        return None
+
+    def entries(
+        self,
+        device_name: str | None = None,
+        include_stale: bool = True,
+        *,
+        elem_bytes: int | None = None,
+    ) -> list[TunedEntry]:
+        """Every best entry (of one device, of one element size), sorted by device, element
+        size and class. Invalid rows are skipped with a BadRowWarning naming them."""
+        entries, problems = self._scan(device_name, elem_bytes, None)
+        for p in problems:
+            warnings.warn(f"skipping {p} in {self.display}", BadRowWarning, stacklevel=2)
+        return [e for e in entries if include_stale or not e.stale]
+
+    def devices(self) -> list[DeviceInfo]:
+        """Every recorded GPU model (invalid rows skipped with a BadRowWarning)."""
+        infos, problems = self._scan_devices()
+        for p in problems:
+            warnings.warn(f"skipping {p} in {self.display}", BadRowWarning, stacklevel=2)
+        return sorted(infos.values(), key=lambda d: d.name)
+
+    def problems(self, device_name: str | None = None) -> list[RowProblem]:
+        """Rows of at_devices and at_best that fail validation (for `show` to list)."""
+        _, device_problems = self._scan_devices()
+        _, best_problems = self._scan(device_name, None, None)
+        seen = set()
+        out = []
+        for p in device_problems + best_problems:
+            if (p.table, p.row_id) not in seen:
+                seen.add((p.table, p.row_id))
+                out.append(p)
+        return out
+
+    def _scan_devices(self) -> tuple[dict[int, DeviceInfo], list[RowProblem]]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(*_DEVICE_COLUMNS).order_by(Device.id)).all()
+        infos: dict[int, DeviceInfo] = {}
+        problems: list[RowProblem] = []
+        for r in rows:
+            try:
+                infos[r.dev_id] = _device_from_row(r)
+            except _ROW_ERRORS as exc:
+                problems.append(RowProblem("at_devices", r.dev_id, _why(exc)))
+        return infos, problems
+
+    def _scan(
+        self, device_name: str | None, elem_bytes: int | None, shape_class: str | None
+    ) -> tuple[list[TunedEntry], list[RowProblem]]:
+        q = (
+            sa.select(
+                Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.copy_gbps, Best.ratio,
+                Best.template_version, _as_text(Best.updated_at), Config.config_json,
+                MeasurementRow.batch, MeasurementRow.m, MeasurementRow.n, MeasurementRow.dtype,
+                _as_text(MeasurementRow.created_at), *_DEVICE_COLUMNS,
+            )
+            .join(Config, Config.id == Best.config_id)
+            .join(Device, Device.id == Best.device_id)
+            .outerjoin(MeasurementRow, MeasurementRow.id == Best.measurement_id)
+            .order_by(Best.id)
+        )  # fmt: skip
+        if device_name is not None:
+            q = q.where(Device.name == device_name)
+        if elem_bytes is not None:
+            q = q.where(Best.elem_bytes == elem_bytes)
+        if shape_class is not None:
+            q = q.where(Best.shape_class == shape_class)
+        with self._read() as conn:
+            rows = conn.execute(q).all()
+        current = _current_template()
+        entries: list[TunedEntry] = []
+        problems: list[RowProblem] = []
+        for r in rows:
+            try:
+                entries.append(_entry_from_row(r, current))
+            except _ROW_ERRORS as exc:
+                problems.append(RowProblem("at_best", r.id, _why(exc)))
+        entries.sort(key=lambda e: (e.device, e.elem_bytes, e.shape_class))
+        return entries, problems
+
+
+# --- rows in ------------------------------------------------------------------------------------
+def _check_record(
+    dtype: str,
+    elem_bytes: int,
+    shape: tuple[int, int, int],
+    cls: ShapeClass,
+    config: KernelConfig,
+    m: Measurement,
+) -> None:
+    """Refuse to store what could not be served correctly later."""
+    problems = []
+    if not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype):
+        problems.append(f"dtype must be a dtype name, got {dtype!r:.40}")
+    if not isinstance(config, KernelConfig):
+        problems.append(f"config must be a KernelConfig, got {type(config).__name__}")
+    elif config.elem_bytes != elem_bytes:
+        problems.append(f"config is for {config.elem_bytes}-byte elements, not {elem_bytes}")
+    if not isinstance(m, Measurement):
+        problems.append(f"m must be a Measurement, got {type(m).__name__}")
+    if not isinstance(cls, ShapeClass):
+        problems.append(f"shape_class must be a ShapeClass, got {type(cls).__name__}")
+    elif isinstance(config, KernelConfig) and config.vec > cls.vec:
+        problems.append(f"config vec={config.vec} is wider than class {cls} allows")
+    if (
+        not isinstance(shape, (tuple, list))
+        or len(shape) != 3
+        or not all(type(x) is int and x >= 1 for x in shape)
+    ):
+        problems.append(f"shape must be (batch, m, n) of positive ints, got {shape!r:.60}")
+    elif isinstance(cls, ShapeClass) and classify(*shape, cls.vec) != cls:
+        problems.append(f"shape {tuple(shape)} is not in class {cls}")
+    if problems:
+        raise StoreError("cannot record the measurement: " + "; ".join(problems))
+
+
+def _check_claim(study: str, key: str, owner: str) -> None:
+    for name, value in (("study", study), ("key", key), ("owner", owner)):
+        if not isinstance(value, str) or not 0 < len(value) <= 255:
+            raise StoreError(
+                f"claim {name} must be a string of 1 to 255 characters, got {value!r:.60}"
+            )
+
+
+def _dialect_insert(conn: Connection) -> Any:
+    """The dialect's INSERT with ON CONFLICT, or None where we fall back to SELECT FOR UPDATE."""
+    return {"sqlite": sqlite.insert, "postgresql": postgresql.insert}.get(conn.dialect.name)
+
+
+def _insert(conn: Connection, model: Any, **values: Any) -> int:
+    return conn.execute(sa.insert(model).values(**values)).inserted_primary_key[0]
+
+
+def _device_values(info: DeviceInfo) -> dict[str, Any]:
+    d = info.to_dict()
+    major, minor = d.pop("compute_capability")
+    return {**d, "cc_major": major, "cc_minor": minor, "updated_at": _now()}
+
+
+def _upsert_device(conn: Connection, info: DeviceInfo) -> int:
+    values = _device_values(info)
+    changes = {k: v for k, v in values.items() if k != "name"}
+    dialect_insert = _dialect_insert(conn)
+    if dialect_insert is not None:
+        ins = dialect_insert(Device).values(**values)
+        conn.execute(ins.on_conflict_do_update(index_elements=["name"], set_=changes))
+    else:
+        _generic_upsert(conn, Device, Device.name == info.name, values, changes)
+    return conn.execute(sa.select(Device.id).where(Device.name == info.name)).scalar_one()
+
+
+def _config_id(conn: Connection, config: KernelConfig) -> int:
+    values = {
+        "key": config.key,
+        "elem_bytes": config.elem_bytes,
+        "config_json": json.dumps(config.to_dict(), sort_keys=True),
+    }
+    dialect_insert = _dialect_insert(conn)
+    if dialect_insert is not None:
+        conn.execute(
+            dialect_insert(Config).values(**values).on_conflict_do_nothing(index_elements=["key"])
+        )
+    else:
+        _generic_upsert(conn, Config, Config.key == config.key, values, None)
+    return conn.execute(sa.select(Config.id).where(Config.key == config.key)).scalar_one()
+
+
+def _generic_upsert(
+    conn: Connection, model: Any, key: Any, values: dict[str, Any], changes: dict[str, Any] | None
+) -> None:
+    """Insert, or update (`changes`; None: leave it) the row matching `key`, on any database."""
+    row = conn.execute(sa.select(model.id).where(key).with_for_update()).first()
+    if row is None:
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.insert(model).values(**values))
+            return
+        except sa.exc.IntegrityError:  # another writer inserted it meanwhile
+            row = conn.execute(sa.select(model.id).where(key).with_for_update()).one()
+    if changes:
+        conn.execute(sa.update(model).where(model.id == row.id).values(**changes))
+
+
+def _offer_best(
+    conn: Connection,
+    device_id: int,
+    elem_bytes: int,
+    shape_class: str,
+    config_id: int,
+    measurement_id: int,
+    gbps: float,
+    copy_gbps: float,
+    tv: str,
+    now: datetime,
+    ratio: float | None = None,
+) -> None:
+    """Make this result the best of its key if it beats the current best, atomically.
+
+    A result from the running templates beats a stale best whatever its speed, and a faster
+    current best; a stale result (an imported old file) only beats a slower stale best. The
+    comparison happens inside the database (INSERT .. ON CONFLICT DO UPDATE .. WHERE on SQLite
+    and PostgreSQL, a locked SELECT elsewhere), so concurrent writers never lose the faster one.
+    """
+    current = _current_template()
+    values = {
+        "device_id": device_id, "elem_bytes": elem_bytes, "shape_class": shape_class,
+        "config_id": config_id, "measurement_id": measurement_id, "gbps": gbps,
+        "copy_gbps": copy_gbps,
+        "ratio": ratio if ratio is not None else (gbps / copy_gbps if copy_gbps > 0 else 0.0),
+        "template_version": tv, "updated_at": now,
+    }  # fmt: skip
+    key_names = ("device_id", "elem_bytes", "shape_class")
+    dialect_insert = _dialect_insert(conn)
+    if dialect_insert is not None:
+        ins = dialect_insert(Best).values(**values)
+        t = Best.__table__
+        faster = t.c.gbps < ins.excluded.gbps
+        stale_best = t.c.template_version != current
+        wins = sa.or_(stale_best, faster) if tv == current else sa.and_(stale_best, faster)
+        conn.execute(
+            ins.on_conflict_do_update(
+                index_elements=list(key_names),
+                set_={k: ins.excluded[k] for k in values if k not in key_names},
+                where=wins,
+            )
+        )
+        return
+    key = sa.and_(
+        Best.device_id == device_id, Best.elem_bytes == elem_bytes, Best.shape_class == shape_class
+    )
+    q = sa.select(Best.id, Best.gbps, Best.template_version).where(key).with_for_update()
+    row = conn.execute(q).first()
+    if row is None:
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.insert(Best).values(**values))
+            return
+        except sa.exc.IntegrityError:
+            row = conn.execute(q).one()
+    stale_best = row.template_version != current
+    if (stale_best or row.gbps < gbps) if tv == current else (stale_best and row.gbps < gbps):
+        changes = {k: v for k, v in values.items() if k not in key_names}
+        conn.execute(sa.update(Best).where(Best.id == row.id).values(**changes))
+
+
+# --- rows out: untrusted ------------------------------------------------------------------------
+_ROW_ERRORS = (AutotransposeError, ValueError, TypeError, KeyError, RecursionError, OverflowError)
+
+_DEVICE_COLUMNS = tuple(c.label(f"dev_{c.name}") for c in Device.__table__.c)
+
+
+def _as_text(column: Any) -> Any:
+    # Timestamps are parsed by us: SQLAlchemy's SQLite DateTime would raise on a malformed
+    # value while fetching, failing the whole query instead of the one bad row.
+    return sa.type_coerce(column, sa.String()).label(column.key)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r:.40}")
+    x = float(value)
+    if not math.isfinite(x) or x < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {x!r}")
+    return x
+
+
+def _timestamp(value: Any, name: str) -> datetime:
+    if isinstance(value, str) and len(value) <= 40:
+        value = datetime.fromisoformat(value)
+    if not isinstance(value, datetime):
+        raise ValueError(f"{name} must be a timestamp, got {value!r:.40}")
+    return (
+        value.replace(tzinfo=timezone.utc)
+        if value.tzinfo is None
+        else value.astimezone(timezone.utc)
+    )
+
+
+def _device_from_row(r: Any) -> DeviceInfo:
+    return DeviceInfo.from_dict(
+        {
+            "name": r.dev_name,
+            "compute_capability": [r.dev_cc_major, r.dev_cc_minor],
+            "multiprocessors": r.dev_multiprocessors,
+            "memory_clock_khz": r.dev_memory_clock_khz,
+            "bus_width_bits": r.dev_bus_width_bits,
+            "l2_bytes": r.dev_l2_bytes,
+            "driver_version": r.dev_driver_version,
+            "cuda_version": r.dev_cuda_version,
+            "max_threads_per_block": r.dev_max_threads_per_block,
+            "max_shared_per_block": r.dev_max_shared_per_block,
+        }
+    )
+
+
+def parse_config_json(text: Any) -> KernelConfig:
+    """A config from its stored JSON: size-capped, then validated by KernelConfig.from_dict."""
+    if not isinstance(text, str) or len(text) > _MAX_CONFIG_JSON:
+        raise ValueError(f"config JSON must be a string of at most {_MAX_CONFIG_JSON} characters")
+    return KernelConfig.from_dict(json.loads(text, parse_constant=_reject_constant))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid number here")
+
+
+def check_entry_fields(
+    elem_bytes: Any, cls: ShapeClass, config: KernelConfig, template_version: Any
+) -> None:
+    """What every entry must satisfy, from a database row or a file."""
+    if type(elem_bytes) is not int or elem_bytes not in ELEMENT_SIZES:
+        raise ValueError(f"elem_bytes must be one of {list(ELEMENT_SIZES)}, got {elem_bytes!r:.40}")
+    if config.elem_bytes != elem_bytes:
+        raise ValueError(
+            f"config {config.key} is for {config.elem_bytes}-byte elements, not {elem_bytes}"
+        )
+    if config.vec > cls.vec:
+        raise ValueError(
+            f"config {config.key} uses vec={config.vec}, wider than class {cls} allows"
+        )
+    if not isinstance(template_version, str) or not _TEMPLATE_VERSION.fullmatch(template_version):
+        raise ValueError(f"template_version {template_version!r:.40} is not a template version")
+
+
+def _entry_from_row(r: Any, current: str) -> TunedEntry:
+    device = _device_from_row(r)
+    cls = ShapeClass.parse(r.shape_class)
+    config = parse_config_json(r.config_json)
+    check_entry_fields(r.elem_bytes, cls, config, r.template_version)
+    shape = None
+    if r.batch is not None:
+        shape = (r.batch, r.m, r.n)
+        if not all(type(x) is int and x >= 1 for x in shape):
+            raise ValueError(f"measured shape {shape!r:.60} is not three positive ints")
+    dtype = r.dtype if isinstance(r.dtype, str) and _DTYPE.fullmatch(r.dtype) else None
+    return TunedEntry(
+        device=device.name,
+        elem_bytes=r.elem_bytes,
+        shape_class=cls,
+        config=config,
+        gbps=_number(r.gbps, "gbps"),
+        copy_gbps=_number(r.copy_gbps, "copy_gbps"),
+        ratio=_number(r.ratio, "ratio"),
+        template_version=r.template_version,
+        stale=r.template_version != current,
+        updated_at=_timestamp(r.updated_at, "updated_at"),
+        shape=shape,
+        dtype=dtype,
+        measured_at=None if r.created_at is None else _timestamp(r.created_at, "measured_at"),
+    )

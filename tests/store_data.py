@@ -66,6 +66,8 @@ def count_queries(engine: sa.Engine) -> list[str]:
 # --- worker processes (module level: spawned processes import them from here) ---------------------
 def write_results(url: str, seed: int, count: int, classes: int, start: Any, out: Any) -> None:
     """Record `count` random results over a few shared shape classes, report what was sent."""
+    import time
+
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -73,7 +75,7 @@ def write_results(url: str, seed: int, count: int, classes: int, start: Any, out
     sent = []
     with Store.open(url) as store:
         run_id = store.begin_run(H100, {"worker": seed})
-        start.wait(60)
+        start.wait(60)  # a Barrier: all writers begin together
         for _ in range(count):
             shape, cls = shapes[int(rng.integers(len(shapes)))]
             config = random_config(rng, 4, 4)
@@ -84,6 +86,9 @@ def write_results(url: str, seed: int, count: int, classes: int, start: Any, out
             store.record(run_id, H100, "float32", 4, shape, cls, config,
                          Measurement(status, gbps, 3000.0, 10.0))  # fmt: skip
             sent.append((str(cls), config.key, status, gbps))
+            # A writer that never pauses keeps SQLite's write lock to itself (the others sleep
+            # in the busy handler); the tuner pauses to measure, and so do we, to interleave.
+            time.sleep(float(rng.uniform(0, 0.003)))
         store.finish_run(run_id, "done")
     out.put(sent)
 

@@ -1,0 +1,125 @@
+"""Schema upgrades: a database made by an older autotranspose is upgraded with its rows intact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+from store_data import H100, valid_config
+
+from autotranspose.errors import StoreError
+from autotranspose.shapes import ShapeClass
+from autotranspose.store import Store, database, migrations, resolve_url, upgrade
+
+pytest_plugins = ("store_fixtures",)
+pytestmark = pytest.mark.usefixtures("isolated_home")
+
+
+def _columns(url: str, table: str) -> set[str]:
+    engine = sa.create_engine(resolve_url(url))
+    try:
+        with engine.connect() as conn:
+            return {c["name"] for c in sa.inspect(conn).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
+def _fill_revision_0001(url: str, rng) -> dict:
+    """Rows as autotranspose with schema 0001 wrote them (raw SQL: no current models)."""
+    config = valid_config(4, 4)
+    gbps = float(rng.uniform(500, 3000))
+    tv = database._current_template()
+    now = database._now()
+    engine = sa.create_engine(resolve_url(url))
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO at_devices (name, cc_major, cc_minor, multiprocessors,"
+                " memory_clock_khz, bus_width_bits, driver_version, cuda_version,"
+                " max_threads_per_block, max_shared_per_block, updated_at)"
+                " VALUES (:name, 9, 0, 132, 2619000, 5120, 12040, 12040, 1024, 49152, :now)"
+            ),
+            {"name": H100.name, "now": now},
+        )
+        conn.execute(
+            sa.text("INSERT INTO at_configs (key, elem_bytes, config_json) VALUES (:k, 4, :j)"),
+            {"k": config.key, "j": json.dumps(config.to_dict())},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO at_runs (device_id, started_at, finished_at, tool_version,"
+                " template_version, settings_json, status)"
+                " VALUES (1, :now, :now, '0.0.1', :tv, '{}', 'done')"
+            ),
+            {"now": now, "tv": tv},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO at_measurements (run_id, device_id, config_id, dtype, elem_bytes,"
+                " batch, m, n, shape_class, status, gbps, copy_gbps, time_us, error,"
+                " template_version, created_at) VALUES (1, 1, 1, 'float32', 4, 1, 4096, 4096,"
+                " '1x4096x4096/v4', 'ok', :g, 3000.0, 44.7, NULL, :tv, :now)"
+            ),
+            {"g": gbps, "tv": tv, "now": now},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO at_best (device_id, elem_bytes, shape_class, config_id,"
+                " measurement_id, gbps, copy_gbps, ratio, template_version, updated_at)"
+                " VALUES (1, 4, '1x4096x4096/v4', 1, 1, :g, 3000.0, :r, :tv, :now)"
+            ),
+            {"g": gbps, "r": gbps / 3000.0, "tv": tv, "now": now},
+        )
+    engine.dispose()
+    return {"config": config, "gbps": gbps}
+
+
+def test_revision_0001_database_is_upgraded_with_rows_intact(db_url, rng):
+    assert upgrade(db_url, revision="0001") == "0001"
+    assert "l2_bytes" not in _columns(db_url, "at_devices")
+    old = _fill_revision_0001(db_url, rng)
+
+    with Store.open(db_url) as store:  # upgrades implicitly
+        assert store.schema_revision() == migrations.head()
+        (device,) = store.devices()
+        assert device.name == H100.name and device.l2_bytes == 0  # unknown before 0002
+        (entry,) = store.entries()
+        assert entry.config == old["config"] and entry.gbps == pytest.approx(old["gbps"])
+        assert entry.shape_class == ShapeClass(1, 4096, 4096, 4) and not entry.stale
+        got = store.measured(H100.name, 4, (1, 4096, 4096), old["config"])
+        assert got is not None and got.gbps == pytest.approx(old["gbps"])
+        assert store.claim("study", "key", "me")  # the 0003 table exists
+        store.upsert_device(H100)  # and the 0002 column takes values
+        assert store.devices() == [H100]
+    assert "l2_bytes" in _columns(db_url, "at_devices")
+
+
+def test_explicit_upgrade_goes_one_revision_at_a_time(db_url):
+    assert upgrade(db_url, revision="0001") == "0001"
+    assert upgrade(db_url, revision="0002") == "0002"
+    assert "l2_bytes" in _columns(db_url, "at_devices")
+    assert "at_claims" not in _tables(db_url)
+    assert upgrade(db_url) == migrations.head()
+    assert "at_claims" in _tables(db_url)
+
+
+def _tables(url: str) -> set[str]:
+    engine = sa.create_engine(resolve_url(url))
+    try:
+        with engine.connect() as conn:
+            return set(sa.inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_revisions_form_one_line():
+    script = migrations.script()
+    revisions = [r.revision for r in script.walk_revisions()]
+    assert revisions == ["0003", "0002", "0001"]
+    assert script.get_heads() == ["0003"]
+
+
+def test_unknown_target_revision_is_a_store_error(db_url):
+    with pytest.raises(StoreError, match="0042"):
+        upgrade(db_url, revision="0042")

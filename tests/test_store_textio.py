@@ -1,0 +1,238 @@
+"""Tuning files: export, import, round trips between databases, and validation of input."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from store_data import A100, H100, ok, random_config, sample_shape
+
+from autotranspose.errors import StoreError
+from autotranspose.shapes import ShapeClass
+from autotranspose.store import Store, database, textio
+
+pytest_plugins = ("store_fixtures",)
+pytestmark = pytest.mark.usefixtures("isolated_home")
+
+
+def _populate(store: Store, rng, template_version, results: int = 40) -> None:
+    """Random results on two GPUs, several element sizes and classes, plus one stale entry."""
+    for device in (H100, A100):
+        run = store.begin_run(device, {"seed": 0})
+        for _ in range(results):
+            elem_bytes = int(rng.choice([1, 2, 4, 8, 16]))
+            vec = int(rng.choice([v for v in (1, 2, 4, 8, 16) if v * elem_bytes <= 16]))
+            shape, cls = sample_shape(rng, vec)
+            dtype = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
+            config = random_config(rng, elem_bytes, vec)
+            store.record(run, device, dtype[elem_bytes], elem_bytes, shape, cls, config,
+                         ok(float(rng.uniform(100, 3000)), float(rng.uniform(3000, 3300))))  # fmt: skip
+        store.finish_run(run, "done")
+    template_version("0123456789abcdef")  # an entry from older kernels
+    cls = ShapeClass(4, 4, 4, 1)
+    store.record(None, H100, "float32", 4, (3, 3, 3), cls, random_config(rng, 4, 1), ok(5.0))
+    template_version()
+
+
+def test_dump_writes_one_sorted_file_per_gpu(tmp_path, rng, template_version):
+    with Store.open(tmp_path / "src.db") as src:
+        _populate(src, rng, template_version)
+        files = textio.dump(src, tmp_path / "tuning_db")
+        assert sorted(f.name for f in files) == [f"{A100.slug}.json", f"{H100.slug}.json"]
+        for path in files:
+            text = path.read_text()
+            doc = json.loads(text)
+            assert text == textio.dumps(doc) and text.endswith("}\n")  # canonical form
+            assert doc["format"] == "autotranspose-tuning/1" and set(doc) == {
+                "format",
+                "device",
+                "entries",
+            }
+            keys = [(e["elem_bytes"], ShapeClass.parse(e["shape_class"])) for e in doc["entries"]]
+            assert keys == sorted(keys) and len(set(keys)) == len(keys)
+            assert all(
+                e["template_version"] == database._current_template() for e in doc["entries"]
+            )
+            assert list(doc["entries"][0]) == sorted(doc["entries"][0])
+        # include_stale keeps the entry older kernels made
+        stale = textio.export(src, H100.name, include_stale=True)["entries"]
+        assert len(stale) == len(textio.export(src, H100.name)["entries"]) + 1
+
+
+@pytest.mark.parametrize("direction", ["sqlite-to-target-and-back"])
+def test_round_trip_through_files_is_exact(tmp_path, rng, template_version, db_url, direction):
+    """SQLite -> files -> target database (SQLite or PostgreSQL) -> files -> SQLite: same bytes."""
+    with Store.open(tmp_path / "src.db") as src:
+        _populate(src, rng, template_version)
+        first = textio.dump(src, tmp_path / "a")
+        src_entries = src.entries(include_stale=False)
+    with Store.open(db_url) as target:
+        for path in first:
+            assert textio.import_into(target, path) > 0
+        second = textio.dump(target, tmp_path / "b")
+        assert len(target.entries(include_stale=False)) == len(src_entries)
+    with Store.open(tmp_path / "back.db") as back:
+        for path in second:
+            textio.import_into(back, textio.load(path))
+        third = textio.dump(back, tmp_path / "c")
+        back_entries = back.entries()
+    for a, b, c in zip(first, second, third, strict=True):
+        assert a.name == b.name == c.name
+        assert a.read_text() == b.read_text() == c.read_text()
+    assert [(e.device, e.elem_bytes, e.shape_class, e.config) for e in back_entries] == [
+        (e.device, e.elem_bytes, e.shape_class, e.config) for e in src_entries
+    ]
+
+
+def test_export_picks_one_device(tmp_path, rng, template_version):
+    with Store.open(tmp_path / "t.db") as store:
+        with pytest.raises(StoreError, match="no tuned results"):
+            textio.export(store)
+        _populate(store, rng, template_version, results=5)
+        with pytest.raises(StoreError, match="several devices"):
+            textio.export(store)
+        doc = textio.export(store, A100.name)
+        assert doc["device"] == A100.to_dict()
+        with pytest.raises(StoreError, match="no device"):
+            textio.export(store, "NVIDIA Imaginary")
+        # what `autotranspose export` writes (indent 2) reads back
+        assert textio.loads(json.dumps(doc, indent=2, sort_keys=True)).device == A100
+
+
+def test_import_keeps_the_better_and_the_current(tmp_path, rng, template_version):
+    with Store.open(tmp_path / "t.db") as store:
+        shape, cls = sample_shape(rng)
+        store.record(
+            None, H100, "float32", 4, shape, cls, random_config(rng, 4, cls.vec), ok(1000.0)
+        )
+        doc = textio.export(store)
+        faster, slower, stale = (copy.deepcopy(doc) for _ in range(3))
+        faster["entries"][0]["gbps"] = 2000.0
+        slower["entries"][0]["gbps"] = 10.0
+        stale["entries"][0].update(gbps=9999.0, template_version="feedfeedfeedfeed")
+        textio.import_into(store, slower)
+        assert store.best(H100.name, 4, cls).gbps == 1000.0
+        textio.import_into(store, stale)  # older kernels never displace current results
+        assert store.best(H100.name, 4, cls).gbps == 1000.0
+        textio.import_into(store, faster)
+        assert store.best(H100.name, 4, cls).gbps == 2000.0
+
+
+def _valid_doc(rng) -> dict:
+    entries = []
+    for vec in (1, 2, 4):
+        shape, cls = sample_shape(rng, vec)
+        config = random_config(rng, 4, vec)
+        entries.append({
+            "elem_bytes": 4, "shape_class": str(cls), "shape": list(shape), "config": config.to_dict(),
+            "gbps": 1500.5, "copy_gbps": 3000.0, "ratio": 0.5002, "dtype": "float32",
+            "template_version": database._current_template(),
+            "measured_at": "2025-01-02T03:04:05.123456+00:00",
+        })  # fmt: skip
+    return {"format": textio.FORMAT, "device": H100.to_dict(), "entries": entries}
+
+
+def _set(path: str, value):
+    def change(doc: dict) -> None:
+        *parents, last = path.split(".")
+        node = doc
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node[p]
+        node[int(last) if last.isdigit() else last] = value
+
+    return change
+
+
+def _delete(path: str):
+    def change(doc: dict) -> None:
+        *parents, last = path.split(".")
+        node = doc
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node[p]
+        del node[last]
+
+    return change
+
+
+BAD_DOCUMENTS = {
+    "format": (_set("format", "autotranspose-tuning/99"), "format"),
+    "top-level key": (_set("extra", 1), "unknown top-level"),
+    "device name": (_set("device.name", "GPU'; DROP TABLE at_best; --"), "device"),
+    "device field": (_set("device.shell", "rm -rf /"), "device"),
+    "device type": (_set("device", ["NVIDIA H100"]), "device"),
+    "entries type": (_set("entries", {"0": {}}), "entries must be a list"),
+    "entry type": (_set("entries.1", "1x8x8/v4"), "entry 1"),
+    "tile_m injection": (_set("entries.1.config.tile_m", '32; system("id")'), "entry 1"),
+    "unknown config key": (_set("entries.2.config.unroll", 4), "entry 2"),
+    "huge number": (_set("entries.0.config.tile_n", 10**40), "entry 0"),
+    "config elem_bytes": (_set("entries.0.config.elem_bytes", 8), "entry 0"),
+    "shape class injection": (_set("entries.1.shape_class", "1x2x3/v4;DROP"), "entry 1"),
+    "shape class vs shape": (_set("entries.0.shape", [1, 1, 1]), "entry 0"),
+    "shape type": (_set("entries.0.shape", "1x2x3"), "entry 0"),
+    "negative gbps": (_set("entries.2.gbps", -1.0), "entry 2"),
+    "overflowing gbps": (_set("entries.2.gbps", "<1e999>"), "entry 2"),  # parses as inf
+    "bool ratio": (_set("entries.2.ratio", True), "entry 2"),
+    "string gbps": (_set("entries.2.gbps", "fast"), "entry 2"),
+    "template version": (_set("entries.1.template_version", "{{ evil }}"), "entry 1"),
+    "measured_at": (_set("entries.1.measured_at", "yesterday"), "entry 1"),
+    "dtype": (_set("entries.1.dtype", "float32; rm"), "entry 1"),
+    "unknown entry key": (_set("entries.1.source", "x"), "entry 1"),
+    "missing key": (_delete("entries.2.config"), "entry 2"),
+    "missing elem_bytes": (_delete("entries.0.elem_bytes"), "entry 0"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_DOCUMENTS))
+def test_bad_documents_are_rejected_whole(tmp_path, rng, name):
+    change, match = BAD_DOCUMENTS[name]
+    doc = _valid_doc(rng)
+    textio.parse(copy.deepcopy(doc))  # the unchanged document is fine
+    change(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc).replace('"<1e999>"', "1e999"))
+    with Store.open(tmp_path / "t.db") as store:
+        with pytest.raises(StoreError, match=match) as info:
+            textio.import_into(store, path)
+        assert str(path) in str(info.value)
+        assert store.entries() == [] and store.devices() == []  # nothing written
+
+
+def test_duplicate_entries_are_rejected(rng):
+    doc = _valid_doc(rng)
+    doc["entries"].append(copy.deepcopy(doc["entries"][1]))
+    with pytest.raises(StoreError, match="entry 3 repeats entry 1"):
+        textio.parse(doc)
+
+
+@pytest.mark.parametrize(
+    "text", ['{"format": NaN}', "[" * 50000, "not json", '{"a": Infinity}', ""]
+)
+def test_non_json_is_rejected(text):
+    with pytest.raises(StoreError, match=r"not a JSON tuning file|tuning file is a JSON object"):
+        textio.loads(text, source="x.json")
+
+
+def test_import_is_one_transaction(tmp_path, rng, monkeypatch):
+    """A failure after some entries were written rolls all of them back."""
+    doc = _valid_doc(rng)
+    real = database._offer_best
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("disk on fire")
+        return real(*args, **kwargs)
+
+    with Store.open(tmp_path / "t.db") as store:
+        monkeypatch.setattr(database, "_offer_best", failing)
+        with pytest.raises(RuntimeError, match="disk on fire"):
+            textio.import_into(store, doc)
+        monkeypatch.setattr(database, "_offer_best", real)
+        assert store.entries() == [] and store.devices() == []
+        with store.engine.connect() as conn:
+            for table in ("at_runs", "at_measurements", "at_configs", "at_best"):
+                assert conn.exec_driver_sql(f"SELECT COUNT(*) FROM {table}").scalar() == 0
+        assert textio.import_into(store, doc) == 3
+        assert len(store.entries()) == 3

@@ -1,0 +1,240 @@
+"""Which config serves a call: the tuned one, the nearest tuned one, a shipped one, or a default.
+
+For (device, element size, shape class) the choice falls through:
+
+1. "tuned": this device's best entry for exactly this class in the tuning database;
+2. "nearest": its tuned entry of the nearest class (``ShapeClass.distance``);
+3. "shipped": the same two steps over ``tuning_db/<device slug>.json`` shipped with the package;
+4. "default": ``default_config(elem_bytes, max_vector=cls.vec)``.
+
+Only entries of the running template version are served, and only configs the call can run:
+no wider vectors than the class allows, within the device's block limits. A choice is cached
+in-process per (device model and limits, element size, class, conjugate, database), so
+after the first call for a key no database is queried; the store clears the
+cache when it records a new best, and :func:`clear_cache` does so explicitly (another process
+writing the database is seen after a restart or a ``clear_cache()``).
+
+Lookup must never break a user's ``transpose()``: the default database is not created just to
+be read, and an unreadable or foreign one is warned about once and skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import NEWEST, DeviceLimits, default_config
+from .device import DeviceInfo
+from .errors import AutotransposeError, StoreError
+from .shapes import ShapeClass
+
+if TYPE_CHECKING:
+    from .config import KernelConfig
+    from .store import Store, TunedEntry
+
+SOURCES = ("tuned", "nearest", "shipped", "default")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The config chosen for a call and where it came from (`shape_class`: the entry used)."""
+
+    config: KernelConfig
+    source: str
+    shape_class: ShapeClass | None = None
+    gbps: float | None = None
+    ratio: float | None = None
+
+
+class _DefaultStore:
+    def __repr__(self) -> str:
+        return "<the default tuning database>"
+
+
+DEFAULT_STORE: Any = _DefaultStore()
+
+_choices: dict[tuple[Any, ...], Choice] = {}
+_shipped: dict[str, tuple[TunedEntry, ...]] = {}
+_stores: dict[str, Store | None] = {}
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget cached choices and shipped files (the default store stays open)."""
+    with _lock:
+        _choices.clear()
+        _shipped.clear()
+
+
+def choose(
+    device: DeviceInfo | str,
+    elem_bytes: int,
+    cls: ShapeClass,
+    *,
+    store: Store | None = DEFAULT_STORE,
+    conjugate: bool = False,
+) -> Choice:
+    """The config for a call on `device` with `elem_bytes`-byte elements in class `cls`.
+
+    `store`: the tuning database to consult; by default the one :func:`Store.open` would open
+    (if it exists), None for none (shipped results and the default only).
+    """
+    name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
+    key = (name, limits, elem_bytes, cls, conjugate, _store_key(store))
+    hit = _choices.get(key)
+    if hit is not None:
+        return hit
+    choice = _choose(name, limits, elem_bytes, cls, store, conjugate)
+    with _lock:
+        _choices[key] = choice
+    return choice
+
+
+def _store_key(store: Any) -> Any:
+    if store is DEFAULT_STORE:
+        return ("default", os.environ.get("AUTOTRANSPOSE_DB", ""))
+    return None if store is None else store.url
+
+
+def _choose(
+    name: str,
+    limits: DeviceLimits,
+    elem_bytes: int,
+    cls: ShapeClass,
+    store: Any,
+    conjugate: bool,
+) -> Choice:
+    db = _default_store() if store is DEFAULT_STORE else store
+    if db is not None:
+        try:
+            tuned = db.entries(name, include_stale=False, elem_bytes=elem_bytes)
+        except StoreError as exc:
+            _warn_once(db.url, f"autotranspose: not using tuning database {db.display}: {exc}")
+            tuned = []
+        found = _pick(tuned, elem_bytes, cls, limits)
+        if found is not None:
+            entry, exact = found
+            return _choice(entry, "tuned" if exact else "nearest", conjugate)
+    found = _pick(shipped(name), elem_bytes, cls, limits)
+    if found is not None:
+        return _choice(found[0], "shipped", conjugate)
+    return Choice(default_config(elem_bytes, max_vector=cls.vec, conjugate=conjugate), "default")
+
+
+def _pick(
+    entries: Iterable[TunedEntry], elem_bytes: int, cls: ShapeClass, limits: DeviceLimits
+) -> tuple[TunedEntry, bool] | None:
+    """The entry of exactly `cls`, else the nearest usable one; (entry, exact) or None."""
+    usable = [
+        e
+        for e in entries
+        if not e.stale
+        and e.elem_bytes == elem_bytes
+        and e.config.vec <= cls.vec
+        and e.config.fits(limits)
+    ]
+    for e in usable:
+        if e.shape_class == cls:
+            return e, True
+    if not usable:
+        return None
+
+    def nearness(e: TunedEntry) -> tuple[float, float, ShapeClass]:
+        vec_gap = abs(math.log2(e.shape_class.vec) - math.log2(cls.vec))
+        return (cls.distance(e.shape_class), vec_gap, e.shape_class)
+
+    return min(usable, key=nearness), False
+
+
+def _choice(entry: TunedEntry, source: str, conjugate: bool) -> Choice:
+    return Choice(
+        config=entry.config.replace(conjugate=conjugate),
+        source=source,
+        shape_class=entry.shape_class,
+        gbps=entry.gbps,
+        ratio=entry.ratio,
+    )
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def _default_store() -> Store | None:
+    """The default database if it exists (lookup never creates one); None if unusable."""
+    from .store import Store, resolve_url, sqlite_path
+
+    try:
+        url = resolve_url(None)
+    except StoreError as exc:
+        _warn_once("resolve", f"autotranspose: not using a tuning database: {exc}")
+        return None
+    if url in _stores:
+        return _stores[url]
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        return None  # nothing tuned yet; not cached, so a later tune is picked up
+    try:
+        opened: Store | None = Store.open(url)
+    except StoreError as exc:
+        _warn_once(url, f"autotranspose: not using tuning database: {exc}")
+        opened = None
+    with _lock:
+        _stores[url] = opened
+    return opened
+
+
+# --- shipped results ---------------------------------------------------------------------------
+def tuning_db_dir() -> Path | None:
+    """The shipped results: inside the installed package, or `tuning_db/` of a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "tuning_db", here.parent / "tuning_db"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def shipped(device_name: str) -> Sequence[TunedEntry]:
+    """The shipped entries for a GPU model (empty when none ship); a bad file is warned about
+    and ignored."""
+    hit = _shipped.get(device_name)
+    if hit is not None:
+        return hit
+    entries = _load_shipped(device_name)
+    with _lock:
+        _shipped[device_name] = entries
+    return entries
+
+
+def _load_shipped(device_name: str) -> tuple[TunedEntry, ...]:
+    directory = tuning_db_dir()
+    if directory is None:
+        return ()
+    try:
+        slug = DeviceInfo(device_name, (0, 0)).slug
+    except AutotransposeError:
+        return ()
+    path = directory / f"{slug}.json"
+    if not path.is_file():
+        return ()
+    from .store import textio
+
+    try:
+        tf = textio.load(path)
+    except StoreError as exc:
+        _warn_once(str(path), f"autotranspose: ignoring shipped tuning file: {exc}")
+        return ()
+    if tf.device.name != device_name:
+        return ()  # another model with the same slug
+    return tf.entries

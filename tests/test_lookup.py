@@ -1,0 +1,254 @@
+"""Choosing a config for a call: tuned, nearest, shipped, default; and the in-process cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import warnings
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from store_data import A100, H100, count_queries, ok, space, valid_config
+
+from autotranspose import lookup
+from autotranspose.config import default_config
+from autotranspose.shapes import ShapeClass
+from autotranspose.store import Store, database, textio
+
+pytest_plugins = ("store_fixtures",)
+pytestmark = pytest.mark.usefixtures("isolated_home")
+
+CLS = ShapeClass(1, 4096, 4096, 4)
+_REAL_TUNING_DB_DIR = lookup.tuning_db_dir
+
+
+@pytest.fixture(autouse=True)
+def fresh_lookup(monkeypatch, tmp_path):
+    """No shipped files unless a test writes some; an empty cache before and after."""
+    shipped = tmp_path / "tuning_db"
+    shipped.mkdir()
+    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: shipped)
+    monkeypatch.setattr(lookup, "_stores", {})
+    monkeypatch.setattr(lookup, "_warned", set())
+    lookup.clear_cache()
+    yield shipped
+    lookup.clear_cache()
+
+
+def _record(store, device, cls, config, gbps, elem_bytes=4):
+    b, m, n = cls.batch, cls.m, cls.n
+    dtype = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}[elem_bytes]
+    store.record(None, device, dtype, elem_bytes, (b, m, n), cls, config, ok(gbps))
+
+
+def _configs(rng, elem_bytes=4, vec=4, count=3):
+    pool = [c for c in space(elem_bytes, vec) if c.vec == vec]
+    return [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
+
+
+def _ship(directory, device, entries):
+    """Write a shipped tuning file with these (class, config, gbps) entries."""
+    with Store.open("sqlite://") as scratch:
+        for cls, config, gbps in entries:
+            _record(scratch, device, cls, config, gbps, config.elem_bytes)
+        (directory / f"{device.slug}.json").write_text(textio.dumps(textio.export(scratch)))
+
+
+# --- the fall-through order -------------------------------------------------------------------------
+def test_falls_through_tuned_nearest_shipped_default(store, rng, fresh_lookup):
+    tuned, shipped = _configs(rng, count=2)
+    other = ShapeClass(1, 4096, 8192, 4)
+    far = ShapeClass(1, 256, 256, 4)
+    _ship(
+        fresh_lookup, H100, [(CLS, shipped, 900.0), (other, shipped, 900.0), (far, shipped, 800.0)]
+    )
+    _record(store, H100, CLS, tuned, 1500.0)
+
+    # 1. this device's entry for exactly this class
+    c = lookup.choose(H100, 4, CLS, store=store)
+    assert (c.source, c.config, c.shape_class, c.gbps) == ("tuned", tuned, CLS, 1500.0)
+    assert c.ratio == pytest.approx(0.5)
+    # 2. its nearest tuned class, even where a shipped file has the exact class
+    c = lookup.choose(H100, 4, other, store=store)
+    assert (c.source, c.config, c.shape_class) == ("nearest", tuned, CLS)
+    # 3. nothing tuned: shipped results, exact then nearest
+    with Store.open("sqlite://") as empty:
+        c = lookup.choose(H100, 4, CLS, store=empty)
+        assert (c.source, c.config, c.shape_class) == ("shipped", shipped, CLS)
+        c = lookup.choose(H100, 4, ShapeClass(1, 512, 512, 4), store=empty)
+        assert (c.source, c.shape_class) == ("shipped", far)
+    assert lookup.choose(H100.name, 4, CLS, store=None).source == "shipped"  # no database
+    # 4. nothing tuned or shipped for this GPU or element size: the default
+    for device, elem_bytes in ((A100, 4), (H100, 2)):
+        c = lookup.choose(device, elem_bytes, CLS, store=store)
+        assert (c.source, c.shape_class, c.gbps) == ("default", None, None)
+        assert c.config == default_config(elem_bytes, max_vector=4)
+
+
+def test_nearest_is_the_closest_class(store, rng):
+    configs = _configs(rng, count=4)
+    classes = [ShapeClass(1, 1 << k, 1 << k, 4) for k in (8, 10, 12, 14)]
+    for cls, config in zip(classes, configs, strict=True):
+        _record(store, H100, cls, config, 1000.0)
+    for k, want in ((7, 0), (9, 0), (11, 1), (13, 2), (20, 3)):
+        c = lookup.choose(H100, 4, ShapeClass(1, 1 << k, 1 << k, 4), store=store)
+        assert (c.source, c.shape_class) == ("nearest", classes[want])
+
+
+@pytest.mark.parametrize("call_vec", [1, 2])
+def test_never_serves_wider_vectors_than_the_call_allows(store, rng, call_vec):
+    (wide,) = _configs(rng, vec=4, count=1)
+    _record(store, H100, CLS, wide, 2000.0)
+    narrow_cls = dataclasses.replace(CLS, vec=call_vec)
+    c = lookup.choose(H100, 4, narrow_cls, store=store)
+    assert c.source == "default" and c.config.vec <= call_vec
+    # a class tuned at v4 with a narrow config can serve the narrow call, as nearest
+    (narrow,) = _configs(rng, vec=call_vec, count=1)
+    _record(store, H100, ShapeClass(1, 2048, 2048, 4), narrow, 1900.0)
+    c = lookup.choose(H100, 4, narrow_cls, store=store)
+    assert (c.source, c.config) == ("nearest", narrow)
+
+
+def test_never_serves_a_config_the_device_cannot_run(store):
+    big = max((c for c in space(4, 4)), key=lambda c: c.threads)
+    _record(store, H100, CLS, big, 2000.0)
+    small_gpu = dataclasses.replace(H100, max_threads_per_block=big.threads // 2)
+    assert lookup.choose(small_gpu, 4, CLS, store=store).source == "default"
+    assert lookup.choose(H100, 4, CLS, store=store).config == big
+
+
+def test_stale_entries_are_not_served(store, rng, template_version, fresh_lookup):
+    (config,) = _configs(rng, count=1)
+    template_version("00000000deadbeef")
+    _record(store, H100, CLS, config, 2000.0)
+    _ship(fresh_lookup, H100, [(CLS, config, 2000.0)])
+    template_version()  # the templates changed since
+    c = lookup.choose(H100, 4, CLS, store=store)
+    assert c.source == "default"
+    assert [e.stale for e in store.entries()] == [True]
+
+
+def test_conjugate_is_applied_to_any_source(store, rng):
+    (config,) = _configs(rng, elem_bytes=8, vec=2, count=1)
+    cls = ShapeClass(1, 1024, 1024, 2)
+    _record(store, H100, cls, config, 1000.0, elem_bytes=8)
+    for device in (H100, A100):  # tuned, default
+        plain = lookup.choose(device, 8, cls, store=store)
+        conj = lookup.choose(device, 8, cls, store=store, conjugate=True)
+        assert conj.config == plain.config.replace(conjugate=True) and not plain.config.conjugate
+
+
+# --- the cache ------------------------------------------------------------------------------------
+def test_second_call_queries_nothing(store, rng):
+    (config,) = _configs(rng, count=1)
+    _record(store, H100, CLS, config, 1000.0)
+    queries = count_queries(store.engine)
+    first = lookup.choose(H100, 4, CLS, store=store)
+    assert queries, "the first call reads the database"
+    seen = len(queries)
+    for _ in range(5):
+        assert lookup.choose(H100, 4, CLS, store=store) is first
+    assert len(queries) == seen
+    by_name = lookup.choose(H100.name, 4, CLS, store=store)  # no limits known: another key
+    assert by_name.config == first.config and len(queries) > seen
+    seen = len(queries)
+    assert lookup.choose(H100.name, 4, CLS, store=store) is by_name
+    lookup.choose(H100, 4, CLS, store=store, conjugate=False)
+    assert len(queries) == seen
+    lookup.choose(H100, 4, dataclasses.replace(CLS, m=8192), store=store)  # another key
+    assert len(queries) > seen
+
+
+def test_a_new_best_invalidates_the_cache(store, rng):
+    slow, fast = _configs(rng, count=2)
+    _record(store, H100, CLS, slow, 1000.0)
+    assert lookup.choose(H100, 4, CLS, store=store).config == slow
+    _record(store, H100, CLS, fast, 2000.0)  # the store clears lookup's cache
+    assert lookup.choose(H100, 4, CLS, store=store).config == fast
+
+
+def test_clear_cache_sees_other_processes_results(db_url, rng, monkeypatch):
+    slow, fast = _configs(rng, count=2)
+    with Store.open(db_url) as mine, Store.open(db_url) as theirs:
+        _record(mine, H100, CLS, slow, 1000.0)
+        assert lookup.choose(H100, 4, CLS, store=mine).config == slow
+        # another process cannot clear our cache: write as it would
+        with monkeypatch.context() as m:
+            m.setattr(database, "_invalidate_lookup", lambda: None)
+            _record(theirs, H100, CLS, fast, 2000.0)
+        assert lookup.choose(H100, 4, CLS, store=mine).config == slow  # cached
+        lookup.clear_cache()
+        assert lookup.choose(H100, 4, CLS, store=mine).config == fast
+
+
+# --- the default database ------------------------------------------------------------------------
+def test_lookup_does_not_create_the_default_database(isolated_home):
+    c = lookup.choose(H100, 4, CLS)
+    assert c.source == "default"
+    assert not isolated_home.exists() and not isolated_home.parent.exists()
+
+
+def test_lookup_reads_an_existing_default_database(isolated_home, rng):
+    (config,) = _configs(rng, count=1)
+    with Store.open() as store:  # the user tuned before
+        _record(store, H100, CLS, config, 1000.0)
+    lookup.clear_cache()
+    assert lookup.choose(H100, 4, CLS).config == config
+
+
+@pytest.mark.parametrize("kind", ["foreign", "garbage"])
+def test_unusable_default_database_warns_once_and_falls_through(tmp_path, monkeypatch, kind):
+    path = tmp_path / "theirs.db"
+    if kind == "foreign":
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE users (id INTEGER)")
+    else:
+        path.write_bytes(b"\x89PNG not a database" * 50)
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", str(path))
+    with pytest.warns(RuntimeWarning, match="not an autotranspose tuning database"):
+        assert lookup.choose(H100, 4, CLS).source == "default"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lookup.choose(H100, 2, CLS).source == "default"  # no second warning
+
+
+def test_bad_rows_never_reach_a_kernel(store, rng, monkeypatch):
+    """A tampered best row is skipped (with a warning); the call gets a sound config."""
+    from autotranspose import codegen
+
+    rendered = []
+    real = codegen.kernel_params
+    monkeypatch.setattr(codegen, "kernel_params", lambda c: rendered.append(c) or real(c))
+    good = valid_config(4, 4)
+    _record(store, H100, ShapeClass(1, 1024, 1024, 4), good, 1000.0)
+    evil = json.dumps({**good.to_dict(), "tile_m": '32; asm("trap;")'})
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE at_configs SET config_json = :j"), {"j": evil})
+    with pytest.warns(database.BadRowWarning):
+        c = lookup.choose(H100, 4, CLS, store=store)
+    assert c.source == "default"
+    source = codegen.render(c.config)
+    assert "trap" not in source and all(r == c.config for r in rendered)
+
+
+def test_shipped_file_for_another_model_with_the_same_slug_is_ignored(fresh_lookup, rng):
+    twin = dataclasses.replace(H100, name="NVIDIA-H100 80GB HBM3")
+    assert twin.slug == H100.slug
+    (config,) = _configs(rng, count=1)
+    _ship(fresh_lookup, twin, [(CLS, config, 1.0)])
+    assert lookup.choose(H100, 4, CLS, store=None).source == "default"
+    assert lookup.choose(twin, 4, CLS, store=None).source == "shipped"
+
+
+def test_broken_shipped_file_warns_and_falls_through(fresh_lookup):
+    (fresh_lookup / f"{H100.slug}.json").write_text('{"format": "autotranspose-tuning/1"')
+    with pytest.warns(RuntimeWarning, match="ignoring shipped tuning file"):
+        assert lookup.choose(H100, 4, CLS, store=None).source == "default"
+
+
+def test_the_shipped_results_are_found_in_a_checkout():
+    checkout = Path(__file__).resolve().parent.parent / "tuning_db"
+    found = _REAL_TUNING_DB_DIR()
+    assert found == (checkout if checkout.is_dir() else None)

@@ -29,7 +29,7 @@ class Launch:
     function: Any
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out (in words), batch, tiles_fast
+    scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out (in words), tile counts
     state: DeviceState
 
     def __call__(self, src: int, dst: int, stream: Any = None) -> None:
@@ -85,6 +85,39 @@ def _check_forced(
     return config if config.conjugate == conjugate else config.replace(conjugate=conjugate)
 
 
+def make_launch(
+    state: DeviceState,
+    cfg: KernelConfig,
+    batch: int,
+    m: int,
+    n: int,
+    ld_in: int,
+    ld_out: int,
+    bs_in: int,
+    bs_out: int,
+) -> Launch:
+    """A prepared launch of `cfg` for a (batch, m, n) input with the given strides (elements)."""
+    tiles_m, tiles_n = cfg.tiles(m, n)
+    total = tiles_m * tiles_n * batch
+    if total > _MAX_GRID_X:
+        raise ShapeError(
+            f"a batch of {batch} {m}x{n} matrices needs {total} tiles of "
+            f"{cfg.tile_m}x{cfg.tile_n}, more than a launch allows ({_MAX_GRID_X}); use a "
+            "config with larger tiles or split the batch"
+        )
+    grid = cfg.grid(m, n, batch, state.info.multiprocessors)
+    v = cfg.vec
+    fast, slow = (tiles_n, tiles_m) if cfg.raster == "row" else (tiles_m, tiles_n)
+    scalars = (m, n, ld_in // v, ld_out // v, bs_in // v, bs_out // v, fast, slow, total)
+    kernel = get_kernel(state, cfg)
+    return Launch(cfg, kernel.function, grid, cfg.block, scalars, state)
+
+
+def contiguous_launch(state: DeviceState, cfg: KernelConfig, batch: int, m: int, n: int) -> Launch:
+    """A prepared launch for row-major contiguous input and output."""
+    return make_launch(state, cfg, batch, m, n, n, m, m * n, m * n)
+
+
 def _prepare(x: View, o: View, config: Any, conjugate: bool, state: DeviceState) -> Launch:
     s = x.et.size
     strides = [x.n, x.m, x.ld, o.ld]
@@ -95,20 +128,7 @@ def _prepare(x: View, o: View, config: Any, conjugate: bool, state: DeviceState)
         cfg = choose_config(state, s, x.batch, x.m, x.n, vec, conjugate)
     else:
         cfg = _check_forced(config, x, vec, conjugate, state)
-    tiles_m, tiles_n = cfg.tiles(x.m, x.n)
-    grid = cfg.grid(x.m, x.n, x.batch)
-    if grid[0] > _MAX_GRID_X:
-        raise ShapeError(
-            f"a {x.m}x{x.n} matrix needs {grid[0]} tiles of {cfg.tile_m}x{cfg.tile_n}, more "
-            f"than a launch allows ({_MAX_GRID_X}); use a config with larger tiles"
-        )
-    v = cfg.vec
-    scalars = (
-        x.m, x.n, x.ld // v, o.ld // v, x.bs // v, o.bs // v, x.batch,
-        tiles_n if cfg.raster == "row" else tiles_m,
-    )  # fmt: skip
-    kernel = get_kernel(state, cfg)
-    return Launch(cfg, kernel.function, grid, cfg.block, scalars, state)
+    return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs)
 
 
 def _resolve_stream(stream: Any, state: DeviceState) -> tuple[Any, int]:

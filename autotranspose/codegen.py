@@ -53,11 +53,10 @@ def _environment() -> jinja2.Environment:
 
 @functools.cache
 def template_version() -> str:
-    """Hash of every template source and the config schema: identifies what kernels mean."""
+    """Hash of the tuned kernels' template and the config schema: identifies what a stored
+    result measured. (The measuring and peer kernels do not change what results mean.)"""
     h = hashlib.sha256(f"schema={CONFIG_SCHEMA}".encode())
-    for path in sorted(template_dir().glob("*.j2")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
+    h.update((template_dir() / "transpose.cu.j2").read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -115,6 +114,24 @@ def render_many(configs: Iterable[KernelConfig]) -> str:
         version=__version__,
         template_hash=template_version(),
     )
+
+
+_ELEMENT_TYPES = [(1, "unsigned char"), (2, "unsigned short"), (4, "u32"), (8, "uint2"), (16, "uint4")]
+
+
+def render_support() -> str:
+    """Measurement helpers: random fill, naive reference transpose, mismatch count."""
+    return _environment().get_template("support.cu.j2").render(
+        element_types=_ELEMENT_TYPES, version=__version__
+    )
+
+
+def render_seed() -> str:
+    """The seed documents' kernel for every element size (a peer in `autotranspose bench`)."""
+    source = _environment().get_template("seed.cu.j2").render(
+        element_types=_ELEMENT_TYPES, version=__version__
+    )
+    return "typedef unsigned int u32;\n" + source
 
 
 def render(config: KernelConfig) -> str:

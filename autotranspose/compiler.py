@@ -24,8 +24,8 @@ from .device import DeviceInfo, query_device
 from .errors import CudaUnavailableError, DeviceError, KernelCompileError
 
 NVCC_OPTIONS: tuple[str, ...] = ("-O3", "-lineinfo")
-# Kernel arguments: in, out, M, N, ld_in, ld_out, bs_in, bs_out, batch, tiles_fast.
-ARG_FORMAT = "PPqqqqqqqI"
+# Kernel arguments: in, out, M, N, ld_in, ld_out, bs_in, bs_out, tiles_fast, tiles_slow, total.
+ARG_FORMAT = "PPqqqqqqIII"
 
 
 def driver() -> Any:
@@ -72,7 +72,7 @@ class DeviceState:
     device: Any
     context: Any
     info: DeviceInfo
-    kernels: dict[KernelConfig, Kernel] = field(default_factory=dict)
+    kernels: dict[str, Kernel] = field(default_factory=dict)  # by kernel name
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -187,11 +187,11 @@ def _prepare(config: KernelConfig, module: Any) -> Kernel:
 
 def get_kernel(state: DeviceState, config: KernelConfig) -> Kernel:
     """The loaded kernel for `config` on `state`'s device, compiled on first use."""
-    kernel = state.kernels.get(config)
+    kernel = state.kernels.get(config.kernel_name)
     if kernel is not None:
         return kernel
     with state.lock:
-        kernel = state.kernels.get(config)
+        kernel = state.kernels.get(config.kernel_name)
         if kernel is None:
             from pycuda.compiler import SourceModule
 
@@ -202,7 +202,7 @@ def get_kernel(state: DeviceState, config: KernelConfig) -> Kernel:
                 )
             except Exception as exc:
                 raise _compile_error([config], state.arch, source, exc) from exc
-            kernel = state.kernels[config] = _prepare(config, module)
+            kernel = state.kernels[config.kernel_name] = _prepare(config, module)
     return kernel
 
 
@@ -211,7 +211,7 @@ def precompile(
 ) -> dict[KernelConfig, Exception]:
     """Compile many configs ahead of use: several kernels per nvcc call, nvcc calls in
     parallel. Returns the configs that failed with their errors (the rest are loaded)."""
-    todo = [c for c in dict.fromkeys(configs) if c not in state.kernels]
+    todo = list({c.kernel_name: c for c in configs if c.kernel_name not in state.kernels}.values())
     if not todo:
         return {}
     jobs = jobs or max(1, min(len(todo), os.cpu_count() or 1))
@@ -235,9 +235,10 @@ def precompile(
                 except KernelCompileError as exc:
                     failed[c] = exc
                     continue
-                state.kernels[c] = _prepare(c, drv.module_from_buffer(single))
+                state.kernels[c.kernel_name] = _prepare(c, drv.module_from_buffer(single))
             continue
         module = drv.module_from_buffer(cubin)
         for c in group:
-            state.kernels[c] = _prepare(c, module)
-    return failed
+            state.kernels[c.kernel_name] = _prepare(c, module)
+    names = {c.kernel_name: c for c in failed}
+    return {c: failed[names[c.kernel_name]] for c in configs if c.kernel_name in names}

@@ -24,13 +24,19 @@ from .errors import ConfigError
 
 TILE_SIZES: tuple[int, ...] = (16, 32, 64, 128)
 VEC_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
-PER_THREAD: tuple[int, ...] = (1, 2, 4, 8)
+PER_THREAD: tuple[int, ...] = (1, 2, 4, 8, 16)
+PERSISTENT: tuple[int, ...] = (0, 1, 2, 4, 8)
 PADS: tuple[int, ...] = (0, 1, 2, 3, 4)
 LAYOUTS: tuple[str, ...] = ("pad", "swizzle")
 RASTERS: tuple[str, ...] = ("row", "col")
 CACHE_HINTS: tuple[str, ...] = ("default", "stream")
 MAX_MICROBLOCK_BYTES = 256  # a micro-block lives in registers: 64 words at most
 MAX_THREAD_BYTES = 256  # all micro-blocks of a thread are loaded before any is stored
+# The estimate (`KernelConfig.registers`) is a lower bound: nvcc 13 for sm_90 used up to twice
+# as many. Keeping twice the estimate under ptxas's 255 and the 64K register file means every
+# config in the space compiles without spills and launches (tests/test_compile.py checks).
+MAX_REGISTERS = 128
+REGISTER_FILE = 65536
 WARP = 32
 
 # Bumped whenever the meaning of a field changes: part of the version stored with results.
@@ -68,6 +74,7 @@ class KernelConfig:
     raster: str = "row"
     cache: str = "default"
     conjugate: bool = False
+    persistent: int = 0
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -127,20 +134,33 @@ class KernelConfig:
             f"s{self.elem_bytes}_m{self.tile_m}_n{self.tile_n}_v{self.vec}_t{self.per_thread}"
             f"_{self.layout}{self.pad if self.layout == 'pad' else ''}_{self.raster}_{self.cache}"
         )
+        k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
 
     @property
     def kernel_name(self) -> str:
-        return f"autotranspose_{self.key}"
+        """The `extern "C"` name: the key without launch-only fields (`persistent`), so
+        configs that differ only in how they are launched share one compiled kernel."""
+        return f"autotranspose_{self.replace(persistent=0).key}"
+
+    @property
+    def registers(self) -> int:
+        """Estimated registers per thread: loaded micro-blocks plus their 64-bit row
+        addresses, which ptxas keeps live together."""
+        return 32 + self.per_thread * max(self.block_bytes, 4) // 4 + 2 * self.per_thread * self.vec
 
     def tiles(self, m: int, n: int) -> tuple[int, int]:
         """Tiles along the input's rows and columns for an m x n matrix."""
         return (-(-m // self.tile_m), -(-n // self.tile_n))
 
-    def grid(self, m: int, n: int, batch: int = 1) -> tuple[int, int, int]:
-        """Launch grid for a (batch, m, n) input: one block per tile, batches along y."""
+    def grid(self, m: int, n: int, batch: int = 1, multiprocessors: int = 132) -> tuple[int, int, int]:
+        """Launch grid: one block per tile (batches folded in), or with `persistent` = k,
+        k blocks per multiprocessor that loop over the tiles."""
         tm, tn = self.tiles(m, n)
-        return (tm * tn, min(batch, 65535), 1)
+        total = tm * tn * batch
+        if self.persistent:
+            total = min(total, self.persistent * multiprocessors)
+        return (total, 1, 1)
 
     def fits(self, limits: DeviceLimits) -> bool:
         """Whether a device with these limits can run the kernel."""
@@ -191,7 +211,7 @@ _STR_FIELDS = frozenset({"layout", "raster", "cache"})
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
     """Every reason a config is invalid, each naming the field and what is allowed."""
-    ints = ("elem_bytes", "tile_m", "tile_n", "vec", "per_thread", "pad")
+    ints = ("elem_bytes", "tile_m", "tile_n", "vec", "per_thread", "pad", "persistent")
     for name in ints:
         v = getattr(c, name)
         if type(v) is not int:
@@ -210,6 +230,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         (c.vec in VEC_SIZES, f"vec={c.vec} must be one of {list(VEC_SIZES)}"),
         (c.per_thread in PER_THREAD, f"per_thread={c.per_thread} must be one of {list(PER_THREAD)}"),
         (c.pad in PADS, f"pad={c.pad} must be one of {list(PADS)}"),
+        (c.persistent in PERSISTENT, f"persistent={c.persistent} must be one of {list(PERSISTENT)}"),
     )  # fmt: skip
     bad = [msg for ok, msg in checks if not ok]
     yield from bad
@@ -238,6 +259,12 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
             f"{c.per_thread * c.vec * w} bytes in registers; at most {MAX_THREAD_BYTES}"
         )
     threads = blocks_m * blocks_n // c.per_thread
+    regs = c.registers
+    if regs > MAX_REGISTERS or 2 * regs * threads > REGISTER_FILE:
+        yield (
+            f"per_thread={c.per_thread} micro-blocks of {c.vec}x{c.vec} need about {regs} "
+            f"registers per thread ({threads} threads); ptxas would spill: lower per_thread"
+        )
     if threads % WARP:
         yield f"the config gives {threads} threads per block; it must be a multiple of {WARP}: use a larger tile or a smaller per_thread"
     if threads > 1024:
@@ -305,6 +332,8 @@ def config_space(
                                     continue
                                 if cfg.fits(limits):
                                     yield cfg
+                                    for p in PERSISTENT[1:]:
+                                        yield cfg.replace(persistent=p)
 
 
 def device_limits(device: Any) -> DeviceLimits:
@@ -335,17 +364,24 @@ def seed_config(elem_bytes: int) -> KernelConfig:
 
 
 def default_config(elem_bytes: int, max_vector: int = 16, conjugate: bool = False) -> KernelConfig:
-    """A sound untuned choice for an element size: wide vectors where the call allows them."""
-    vec = min(max_vector, _DEFAULT_VEC[elem_bytes])
-    if vec * elem_bytes < 4:
-        vec = 1
-    for tile in (64, 32, 16):
-        blocks = (tile // vec) ** 2
-        pt = max(1, min(blocks // 256, tile // vec))  # about 256 threads per block
-        cfg = KernelConfig(elem_bytes, tile, tile, vec, pt, 1, "pad", "col", "default", conjugate)
-        if cfg.fits(NEWEST):
-            return cfg
-    raise AssertionError("unreachable: a 16x16 tile always fits")
+    """The untuned choice for an element size: the best config of a sweep on an H100 at
+    8192x8192 (BENCHMARKS.md) for the widest vector the call allows."""
+    for (s, vec), fields in _DEFAULTS.items():
+        if s == elem_bytes and vec <= max_vector:
+            return KernelConfig(elem_bytes, *fields, conjugate=conjugate)
+    raise ConfigError(f"elem_bytes={elem_bytes} must be one of {list(ELEMENT_SIZES)}")
 
 
-_DEFAULT_VEC = {1: 8, 2: 4, 4: 2, 8: 2, 16: 1}
+# (elem_bytes, vec) -> (tile_m, tile_n, vec, per_thread, pad, layout, raster, cache), widest first.
+_DEFAULTS: dict[tuple[int, int], tuple[Any, ...]] = {
+    (1, 8): (128, 64, 8, 1, 0, "swizzle", "row", "default"),
+    (1, 4): (64, 64, 4, 2, 0, "swizzle", "row", "default"),
+    (1, 1): (32, 32, 1, 4, 1, "pad", "col", "default"),
+    (2, 4): (128, 64, 4, 2, 0, "swizzle", "row", "default"),
+    (2, 2): (64, 64, 2, 4, 0, "swizzle", "row", "default"),
+    (2, 1): (32, 32, 1, 4, 1, "pad", "col", "default"),
+    (4, 2): (64, 64, 2, 4, 0, "swizzle", "row", "default"),
+    (4, 1): (32, 32, 1, 4, 1, "pad", "col", "default"),
+    (8, 1): (32, 32, 1, 4, 1, "pad", "row", "default"),
+    (16, 1): (32, 32, 1, 4, 0, "swizzle", "row", "default"),
+}

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 STATUSES = ("ok", "fail", "wrong")
 
 
@@ -48,3 +50,198 @@ class Measurement:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# --- on the GPU -------------------------------------------------------------------------------
+
+_THREADS = 256
+
+
+@dataclass
+class _Support:
+    fill: Any
+    count: Any
+    naive: dict[int, Any]
+    module: Any
+
+
+_support_cache: dict[int, _Support] = {}
+
+
+def _support(state: Any) -> _Support:
+    """The measuring helpers of `state`'s device, compiled once."""
+    sup = _support_cache.get(state.ordinal)
+    if sup is None:
+        from pycuda.compiler import SourceModule
+
+        from .codegen import render_support
+        from .compiler import NVCC_OPTIONS
+
+        mod = SourceModule(
+            render_support(), no_extern_c=True, arch=state.arch, options=list(NVCC_OPTIONS)
+        )
+        fill = mod.get_function("at_fill_random").prepare("PqII")
+        count = mod.get_function("at_count_mismatch").prepare("PPqP")
+        naive = {s: mod.get_function(f"at_naive_s{s}").prepare("PPqqq") for s in (1, 2, 4, 8, 16)}
+        sup = _support_cache[state.ordinal] = _Support(fill, count, naive, mod)
+    return sup
+
+
+def _grid_for(n: int) -> tuple[int, int, int]:
+    return (max(1, min(65535 * 16, -(-n // _THREADS))), 1, 1)
+
+
+class Bench:
+    """Buffers and timing for one (device, element size, shape): the place every candidate,
+    the copy ceiling and the peers are measured, so their figures are comparable.
+
+    Inputs and outputs are rotated over enough sets that they do not fit in L2 together, so
+    the cache cannot flatter small shapes. The output of the first set has a guard region
+    after it; checks poison both and demand the guard comes back untouched.
+    """
+
+    GUARD_BYTES = 4096
+    POISON = 0xA5
+
+    def __init__(self, state: Any, elem_bytes: int, shape: tuple[int, int, int]) -> None:
+        import pycuda.driver as drv
+
+        self.drv = drv
+        self.state = state
+        self.elem_bytes = elem_bytes
+        self.batch, self.m, self.n = shape
+        self.nbytes = self.batch * self.m * self.n * elem_bytes
+        l2 = max(state.info.l2_bytes, 1 << 20)
+        self.sets = max(1, min(4096, -(-4 * l2 // max(2 * self.nbytes, 1))))
+        self.stride = -(-self.nbytes // 256) * 256
+        self.src = drv.mem_alloc(self.stride * self.sets)
+        self.dst = drv.mem_alloc(self.stride * self.sets + self.GUARD_BYTES)
+        self.ref = drv.mem_alloc(self.stride)
+        self.counter = drv.mem_alloc(4)
+        self.sup = _support(state)
+        self._seed = 0x5EED
+
+    def close(self) -> None:
+        for buf in (self.src, self.dst, self.ref, self.counter):
+            buf.free()
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes read plus bytes written by one transpose."""
+        return 2 * self.nbytes
+
+    def pointers(self, k: int) -> tuple[int, int]:
+        k %= self.sets
+        return int(self.src) + k * self.stride, int(self.dst) + k * self.stride
+
+    # correctness ---------------------------------------------------------------------------
+    FINITE_MASK = 0xBFFFBFFF  # clears the top exponent bit of float16/32/64: no NaN or inf
+
+    def refill(self, finite: bool = False) -> None:
+        """Fresh random input in every set (all bit patterns, or finite floats for peers that
+        compute), and the naive reference of set 0."""
+        self._seed += 1
+        words = self.stride * self.sets // 4
+        mask = self.FINITE_MASK if finite else 0xFFFFFFFF
+        self.sup.fill.prepared_call(
+            _grid_for(words), (_THREADS, 1, 1), self.src, words, self._seed, mask
+        )
+        total = self.batch * self.m * self.n
+        self.sup.naive[self.elem_bytes].prepared_call(
+            _grid_for(total), (_THREADS, 1, 1), self.src, self.ref, self.batch, self.m, self.n
+        )
+
+    def check(self, launch: Any, *, finite: bool = False) -> str | None:
+        """Run `launch(src, dst, stream)` on fresh data into a poisoned output; None when the
+        output equals the reference bit for bit and the guard is intact, else what went wrong."""
+        drv = self.drv
+        self.refill(finite)
+        drv.memset_d8(self.dst, self.POISON, self.stride + self.GUARD_BYTES)
+        src, dst = self.pointers(0)
+        launch(src, dst, None)
+        drv.memset_d32(self.counter, 0, 1)
+        words = self.nbytes // 4
+        if words:
+            self.sup.count.prepared_call(
+                _grid_for(words), (_THREADS, 1, 1), self.dst, self.ref, words, self.counter
+            )
+        bad = np.zeros(1, np.uint32)
+        drv.memcpy_dtoh(bad, self.counter)
+        tail = self.nbytes - words * 4
+        out_tail = np.empty(tail + self.GUARD_BYTES, np.uint8)
+        drv.memcpy_dtoh(out_tail, int(self.dst) + words * 4)
+        ref_tail = np.empty(tail, np.uint8)
+        if tail:
+            drv.memcpy_dtoh(ref_tail, int(self.ref) + words * 4)
+        if bad[0] or not np.array_equal(out_tail[:tail], ref_tail):
+            return f"wrong output: {int(bad[0])} of {words} words differ from the reference"
+        if np.any(out_tail[tail:] != self.POISON):
+            return "wrote past the end of the output (the guard region was overwritten)"
+        return None
+
+    # timing --------------------------------------------------------------------------------
+    def time(self, launch: Any, *, repeats: int = 7, min_ms: float = 2.0) -> float:
+        """Median seconds per call of `launch(src, dst, stream)`, rotating buffers, timed
+        with CUDA events after a warm-up."""
+        drv = self.drv
+        start, end = drv.Event(), drv.Event()
+        for k in range(3):
+            launch(*self.pointers(k), None)
+        start.record()
+        launch(*self.pointers(0), None)
+        end.record()
+        end.synchronize()
+        one = max(end.time_since(start), 1e-3)
+        reps = max(3, min(10000, int(min_ms / one) + 1))
+        samples = []
+        for _ in range(repeats):
+            start.record()
+            for k in range(reps):
+                launch(*self.pointers(k), None)
+            end.record()
+            end.synchronize()
+            samples.append(end.time_since(start) / 1e3 / reps)
+        return float(np.median(samples))
+
+    def copy_time(self, **kwargs: Any) -> float:
+        """Median seconds of a device-to-device copy of the same bytes: the ceiling."""
+        drv = self.drv
+        return self.time(lambda s, d, _stream: drv.memcpy_dtod(d, s, self.nbytes), **kwargs)
+
+    def gbps(self, seconds: float) -> float:
+        return self.bytes_moved / seconds / 1e9
+
+
+def measure_configs(
+    bench: Bench, configs: list[Any], copy_seconds: float | None = None
+) -> list[Measurement]:
+    """Check then time each config on `bench`; compile/launch failures become "fail"."""
+    from .api import contiguous_launch
+    from .compiler import precompile
+
+    failed = precompile(bench.state, configs)
+    copy_s = copy_seconds if copy_seconds is not None else bench.copy_time()
+    copy_gbps = bench.gbps(copy_s)
+    results = []
+    for cfg in configs:
+        if cfg in failed:
+            results.append(Measurement("fail", copy_gbps=copy_gbps, error=str(failed[cfg])[:2000]))
+            continue
+        try:
+            launch = contiguous_launch(bench.state, cfg, bench.batch, bench.m, bench.n)
+            problem = bench.check(launch)
+            if problem:
+                results.append(Measurement("wrong", copy_gbps=copy_gbps, error=problem))
+                continue
+            t = bench.time(launch)
+        except Exception as exc:  # a launch failure is a result, not the end of the run
+            results.append(
+                Measurement(
+                    "fail", copy_gbps=copy_gbps, error=f"{type(exc).__name__}: {exc}"[:2000]
+                )
+            )
+            if "illegal" in str(exc).lower() or "context" in str(exc).lower():
+                raise
+            continue
+        results.append(Measurement("ok", bench.gbps(t), copy_gbps, t * 1e6))
+    return results

@@ -1,0 +1,353 @@
+"""`autotranspose bench`: every peer timed side by side, in one process, on the same buffers.
+
+For each (shape, dtype) the device-to-device copy of the same bytes is the ceiling; the tuned
+autotranspose kernel, cuBLAS geam (through CuPy), CuPy, PyTorch and the seed documents' kernel
+are timed on the same rotating buffers with the same CUDA-event method, and reported as GB/s
+(bytes read + written) and as a share of the copy. Peers that are not installed are skipped
+with a note.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .dtypes import element_type
+
+PEERS = ("copy", "autotranspose", "geam", "cupy", "torch", "seed")
+GEAM_DTYPES = ("float32", "float64", "complex64", "complex128")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One peer on one (shape, dtype)."""
+
+    shape: tuple[int, int, int]
+    dtype: str
+    peer: str
+    us: float | None
+    gbps: float | None
+    of_copy: float | None
+    note: str = ""
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'8192x8192' -> (1, 8192, 8192); '64x1024x1024' -> (64, 1024, 1024)."""
+    parts = [int(p) for p in text.lower().split("x")]
+    if len(parts) == 2:
+        parts = [1, *parts]
+    if len(parts) != 3 or min(parts) < 1:
+        raise ValueError(f"shape {text!r} must be MxN or BxMxN with positive sizes")
+    return (parts[0], parts[1], parts[2])
+
+
+class _Raw:
+    """A device buffer described by `__cuda_array_interface__`, for peers to wrap."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: str) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": np.dtype(dtype).str, "data": (ptr, False),
+            "strides": None, "version": 3,
+        }  # fmt: skip
+
+
+def _wrap_cupy(ptr: int, shape: tuple[int, ...], dtype: str) -> Any:
+    import cupy
+
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    mem = cupy.cuda.UnownedMemory(ptr, nbytes, None)
+    return cupy.ndarray(shape, dtype=dtype, memptr=cupy.cuda.MemoryPointer(mem, 0))
+
+
+def _peer_launches(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Callable | None, str]]:
+    """peer -> (launch(src, dst, stream) or None, note)."""
+    from .api import contiguous_launch
+
+    b, m, n = bench.batch, bench.m, bench.n
+    s = element_type(dtype).size
+    shp_in = (b, m, n) if b > 1 else (m, n)
+    shp_out = (b, n, m) if b > 1 else (n, m)
+    peers: dict[str, tuple[Callable | None, str]] = {}
+    drv = bench.drv
+    peers["copy"] = (lambda src, dst, _s: drv.memcpy_dtod(dst, src, bench.nbytes), "cuMemcpyDtoD")
+    launch = contiguous_launch(bench.state, config, b, m, n)
+    peers["autotranspose"] = (launch, config.key)
+    try:
+        import cupy
+
+        views: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+        def cupy_views(src: int, dst: int) -> tuple[Any, Any]:
+            v = views.get((src, dst))
+            if v is None:
+                v = views[(src, dst)] = (
+                    _wrap_cupy(src, shp_in, dtype),
+                    _wrap_cupy(dst, shp_out, dtype),
+                )
+            return v
+
+        def cupy_t(src: int, dst: int, _s: Any) -> None:
+            a, o = cupy_views(src, dst)
+            cupy.copyto(o, a.swapaxes(-1, -2))
+
+        peers["cupy"] = (cupy_t, "copyto(out, a.T)")
+        if dtype in GEAM_DTYPES and b == 1:
+            from cupy import cublas
+
+            def geam(src: int, dst: int, _s: Any) -> None:
+                a, o = cupy_views(src, dst)
+                cublas.geam("T", "N", 1, a, 0, o, out=o)
+
+            peers["geam"] = (geam, "cupy.cublas.geam")
+        else:
+            peers["geam"] = (None, "geam: float32/64 and complex 2-D only")
+    except ImportError:
+        peers["cupy"] = (None, "CuPy not installed")
+        peers["geam"] = (None, "CuPy not installed")
+    try:
+        import torch
+
+        tviews: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+        def torch_t(src: int, dst: int, _s: Any) -> None:
+            v = tviews.get((src, dst))
+            if v is None:
+                a = torch.as_tensor(_Raw(src, shp_in, dtype), device="cuda")
+                o = torch.as_tensor(_Raw(dst, shp_out, dtype), device="cuda")
+                v = tviews[(src, dst)] = (a, o)
+            v[1].copy_(v[0].transpose(-1, -2))
+
+        peers["torch"] = (torch_t, "out.copy_(a.transpose(-1, -2))")
+    except ImportError:
+        peers["torch"] = (None, "PyTorch not installed")
+    seed = _seed_kernel(bench.state, s)
+    grid = (-(-n // 32), -(-m // 32), 1)
+    if b == 1 and grid[1] <= 65535:
+        peers["seed"] = (
+            lambda src, dst, _s: seed.prepared_call(grid, (32, 8, 1), src, dst, m, n),
+            "32x32 tile, +1 pad, 32x8 threads",
+        )
+    else:
+        peers["seed"] = (None, "the seed kernel is 2-D only")
+    return peers
+
+
+_seed_modules: dict[tuple[int, int], Any] = {}
+
+
+def _seed_kernel(state: Any, elem_bytes: int) -> Any:
+    key = (state.ordinal, elem_bytes)
+    fn = _seed_modules.get(key)
+    if fn is None:
+        from pycuda.compiler import SourceModule
+
+        from .codegen import render_seed
+        from .compiler import NVCC_OPTIONS
+
+        mod = SourceModule(
+            render_seed(), no_extern_c=True, arch=state.arch, options=list(NVCC_OPTIONS)
+        )
+        for s in (1, 2, 4, 8, 16):
+            f = mod.get_function(f"seed_transpose_s{s}").prepare("PPqq")
+            _seed_modules[(state.ordinal, s)] = f
+            f._module = mod  # keep the module alive
+        fn = _seed_modules[key]
+    return fn
+
+
+def bench_case(
+    shape: tuple[int, int, int],
+    dtype: str,
+    *,
+    device: int = 0,
+    config: Any = None,
+    peers: Sequence[str] = PEERS,
+) -> list[Row]:
+    """Time every peer on one (shape, dtype); each is checked against the reference first."""
+    from .api import choose_config
+    from .compiler import activate
+    from .config import max_vec
+    from .measure import Bench
+
+    state = activate(device)
+    s = element_type(dtype).size
+    b, m, n = shape
+    if config is None:
+        config = choose_config(state, s, b, m, n, max_vec(s, m, n), False)
+    bench = Bench(state, s, shape)
+    rows: list[Row] = []
+    try:
+        launches = _peer_launches(bench, dtype, config)
+        copy_s = bench.copy_time()
+        for peer in peers:
+            fn, note = launches.get(peer, (None, "unknown peer"))
+            if fn is None:
+                rows.append(Row(shape, dtype, peer, None, None, None, note))
+                continue
+            if peer != "copy":
+                problem = bench.check(fn, finite=peer in ("geam", "cupy", "torch"))
+                if problem:
+                    rows.append(Row(shape, dtype, peer, None, None, None, f"{note}: {problem}"))
+                    continue
+            t = copy_s if peer == "copy" else bench.time(fn)
+            rows.append(Row(shape, dtype, peer, t * 1e6, bench.gbps(t), copy_s / t, note))
+    finally:
+        bench.close()
+    return rows
+
+
+def host_call_cost(
+    kind: str = "gpuarray", shape: tuple[int, int] = (64, 64), calls: int = 5000
+) -> float | None:
+    """Host-timed microseconds per `transpose(x, out)` into a preallocated out (float32)."""
+    from .api import transpose
+    from .compiler import activate
+
+    state = activate(0)
+    a = np.random.default_rng().standard_normal(shape).astype(np.float32)
+    if kind == "gpuarray":
+        import pycuda.gpuarray as gpuarray
+
+        x, out = gpuarray.to_gpu(a), gpuarray.empty(shape[::-1], np.float32)
+    elif kind == "cupy":
+        try:
+            import cupy
+        except ImportError:
+            return None
+        x, out = cupy.asarray(a), cupy.empty(shape[::-1], np.float32)
+    elif kind == "torch":
+        try:
+            import torch
+        except ImportError:
+            return None
+        x, out = torch.as_tensor(a, device="cuda"), torch.empty(shape[::-1], device="cuda")
+    else:
+        raise ValueError(kind)
+    for _ in range(100):
+        transpose(x, out)
+    state.context.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        transpose(x, out)
+    state.context.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def peer_call_cost(kind: str, shape: tuple[int, int] = (64, 64), calls: int = 5000) -> float | None:
+    """Host-timed microseconds per call of CuPy's or PyTorch's own transpose-and-copy."""
+    a = np.random.default_rng().standard_normal(shape).astype(np.float32)
+    try:
+        if kind == "cupy":
+            import cupy
+
+            x = cupy.asarray(a)
+            fn = lambda: cupy.ascontiguousarray(x.T)  # noqa: E731
+            sync = cupy.cuda.runtime.deviceSynchronize
+        else:
+            import torch
+
+            x = torch.as_tensor(a, device="cuda")
+            fn = lambda: x.t().contiguous()  # noqa: E731
+            sync = torch.cuda.synchronize
+    except ImportError:
+        return None
+    for _ in range(100):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    lines = [f"{'shape':>16} {'dtype':>10} {'peer':>13} {'us':>10} {'GB/s':>8} {'% copy':>7}  note"]
+    for r in rows:
+        shp = "x".join(map(str, r.shape if r.shape[0] > 1 else r.shape[1:]))
+        if r.us is None:
+            lines.append(
+                f"{shp:>16} {r.dtype:>10} {r.peer:>13} {'-':>10} {'-':>8} {'-':>7}  {r.note}"
+            )
+        else:
+            lines.append(
+                f"{shp:>16} {r.dtype:>10} {r.peer:>13} {r.us:10.1f} {r.gbps:8.0f} "
+                f"{100 * r.of_copy:6.1f}%  {r.note}"
+            )
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[Row], path: str | Path) -> bool:
+    """A bar chart of % of copy per case and peer; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    cases = list(dict.fromkeys((r.shape, r.dtype) for r in rows))
+    peers = [p for p in PEERS if p != "copy" and any(r.peer == p and r.of_copy for r in rows)]
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(cases)), 4.5))
+    width = 0.8 / max(len(peers), 1)
+    for i, peer in enumerate(peers):
+        vals = [
+            next(
+                (
+                    100 * r.of_copy
+                    for r in rows
+                    if (r.shape, r.dtype) == c and r.peer == peer and r.of_copy
+                ),
+                0,
+            )
+            for c in cases
+        ]
+        ax.bar(np.arange(len(cases)) + i * width, vals, width, label=peer)
+    ax.axhline(100, color="k", lw=0.8)
+    ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2)
+    ax.set_xticklabels(
+        ["x".join(map(str, s if s[0] > 1 else s[1:])) + "\n" + d for s, d in cases], fontsize=7
+    )
+    ax.set_ylabel("% of device-to-device copy")
+    ax.legend(fontsize=7, ncol=len(peers))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def run_from_args(args: Any) -> int:
+    """The `autotranspose bench` command."""
+    shapes = [parse_shape(s) for s in args.shapes]
+    rows: list[Row] = []
+    for shape in shapes:
+        for dtype in args.dtypes:
+            rows.extend(bench_case(shape, dtype, device=args.device))
+            print(
+                format_table([r for r in rows if r.shape == shape and r.dtype == dtype]), flush=True
+            )
+    print()
+    print(format_table(rows))
+    costs = {k: host_call_cost(k) for k in ("gpuarray", "cupy", "torch")}
+    peer_costs = {k: peer_call_cost(k) for k in ("cupy", "torch")}
+    print("\nhost-timed 64x64 float32 call into a preallocated out (us per call):")
+    for k, v in costs.items():
+        print(f"  autotranspose.transpose({k}): {'-' if v is None else f'{v:.2f}'}")
+    for k, v in peer_costs.items():
+        print(f"  {k} transpose+copy:              {'-' if v is None else f'{v:.2f}'}")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"rows": [asdict(r) for r in rows], "call_us": costs, "peer_call_us": peer_costs},
+                indent=1,
+            )
+        )
+    if args.png and not plot(rows, args.png):
+        print("matplotlib is not installed: no chart written")
+    return 0

@@ -1,0 +1,38 @@
+"""Shared fixtures. GPU tests carry the `gpu` marker and skip cleanly without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _gpu_reason() -> str | None:
+    try:
+        from autotranspose.compiler import driver
+
+        driver()
+    except Exception as exc:  # no pycuda, no driver, no device
+        return f"no usable CUDA GPU: {exc}"
+    return None
+
+
+_REASON: list[str | None] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [i for i in items if i.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    if not _REASON:
+        _REASON.append(_gpu_reason())
+    if _REASON[0]:
+        skip = pytest.mark.skip(reason=_REASON[0])
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest):
+    """A generator seeded freshly per test run (printed on failure through the test id)."""
+    import numpy as np
+
+    return np.random.default_rng()

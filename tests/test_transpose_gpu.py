@@ -1,0 +1,197 @@
+"""transpose() on a real GPU: every dtype, awkward shapes, batches, pitched slices, peers'
+arrays, poisoned outputs, a sample of the whole config space, and one case past 2**31."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autotranspose as at
+from autotranspose.config import KernelConfig, config_space
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [
+    "bool", "int8", "uint8", "int16", "uint16", "float16", "int32", "uint32", "float32",
+    "int64", "uint64", "float64", "complex64", "complex128",
+]  # fmt: skip
+
+
+def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Random values covering every bit of the element (so a wrong byte shows)."""
+    dt = np.dtype(dtype)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8)
+    if dt == np.bool_:
+        raw = raw & 1
+    arr = raw.view(dt).reshape(shape)
+    return arr
+
+
+def expected(x: np.ndarray, conj: bool = False) -> np.ndarray:
+    y = np.swapaxes(x, -1, -2)
+    return np.conj(y) if conj else y
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality: NaN payloads and -0.0 must survive a transpose."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (1, 77), (77, 1), (257, 1031), (256, 512), (3, 67, 129)])
+def test_numpy_roundtrip_every_dtype(rng, dtype, shape):
+    x = random_array(rng, shape, dtype)
+    assert same_bits(at.transpose(x), expected(x))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_prime_sized_matrix(rng, dtype):
+    x = random_array(rng, (4099, 6007), dtype)
+    assert same_bits(at.transpose(x), expected(x))
+
+
+def test_bfloat16_through_torch():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(301, 517, device="cuda").to(torch.bfloat16)
+    y = at.transpose(x)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16
+    assert torch.equal(y, x.t())
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_conjugate_transpose(rng, dtype):
+    x = random_array(rng, (2, 131, 67), dtype)
+    assert same_bits(at.transpose(x, conjugate=True), expected(x, conj=True))
+
+
+def test_gpuarray_in_gpuarray_out(rng):
+    import pycuda.gpuarray as gpuarray
+
+    x = random_array(rng, (300, 200), "float32")
+    y = at.transpose(gpuarray.to_gpu(x))
+    assert isinstance(y, gpuarray.GPUArray)
+    assert same_bits(y.get(), x.T)
+
+
+def test_cupy_in_cupy_out_and_pitched_slice(rng):
+    cupy = pytest.importorskip("cupy")
+    big = cupy.asarray(random_array(rng, (4, 500, 700), "float16"))
+    x = big[1:3, 7:407, 13:613]  # batch, row and column offsets: pitched, unaligned
+    y = at.transpose(x)
+    assert isinstance(y, cupy.ndarray)
+    assert same_bits(cupy.asnumpy(y), np.swapaxes(cupy.asnumpy(x), -1, -2))
+
+
+def test_torch_in_torch_out_on_a_stream(rng):
+    torch = pytest.importorskip("torch")
+    x = torch.as_tensor(random_array(rng, (3, 640, 384), "int16"), device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = at.transpose(x, stream=s)
+        z = y * 1  # queued after our kernel on the same stream
+    s.synchronize()
+    assert torch.equal(z.cpu(), x.transpose(1, 2).cpu())
+
+
+def test_out_into_a_pitched_view_leaves_the_rest_untouched(rng):
+    cupy = pytest.importorskip("cupy")
+    x = cupy.asarray(random_array(rng, (96, 160), "float64"))
+    poison = np.frombuffer(b"\xa5" * 8, np.float64)[0]
+    buf = cupy.full((200, 128), poison)
+    out = buf[17:177, 9:105]
+    res = at.transpose(x, out)
+    assert res is out
+    host = cupy.asnumpy(buf)
+    assert same_bits(host[17:177, 9:105], cupy.asnumpy(x).T)
+    mask = np.ones(host.shape, bool)
+    mask[17:177, 9:105] = False
+    assert np.all(host.view(np.uint64)[mask] == np.uint64(0xA5A5A5A5A5A5A5A5))
+
+
+class _Cai:
+    """A bare __cuda_array_interface__ object (as Numba and others export)."""
+
+    def __init__(self, ptr, shape, strides, typestr):
+        self.__cuda_array_interface__ = {
+            "shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False),
+            "version": 3,
+        }  # fmt: skip
+
+
+def test_cuda_array_interface_input(rng):
+    import pycuda.gpuarray as gpuarray
+
+    host = random_array(rng, (50, 80), "uint32")
+    dev = gpuarray.to_gpu(host)
+    # a 40x60 window with the parent's row pitch
+    view = _Cai(dev.ptr + (5 * 80 + 3) * 4, (40, 60), (80 * 4, 4), "<u4")
+    y = at.transpose(view)
+    assert same_bits(y.get(), host[5:45, 3:63].T)
+
+
+def test_rejected_out_is_not_written(rng):
+    import pycuda.gpuarray as gpuarray
+
+    x = gpuarray.to_gpu(random_array(rng, (64, 32), "float32"))
+    out = gpuarray.to_gpu(np.full((64, 32), 7.0, np.float32))  # wrong shape
+    with pytest.raises(at.errors.OutputError, match="shape"):
+        at.transpose(x, out)
+    assert np.all(out.get() == 7.0)
+    with pytest.raises(at.errors.OutputError, match="overlaps"):
+        at.transpose(x, x.reshape(32, 64))
+
+
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
+def test_sample_of_the_config_space(rng, elem_bytes):
+    """A random sample of every element size's space, checked on fresh data with a poisoned
+    output and a guard region, on a batched shape with partial tiles."""
+    from autotranspose.api import contiguous_launch
+    from autotranspose.compiler import activate, precompile
+    from autotranspose.measure import Bench
+
+    dtype = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}[elem_bytes]
+    space = list(config_space(dtype))
+    picks = [space[i] for i in rng.choice(len(space), size=24, replace=False)]
+    picks.append(max(space, key=lambda c: (c.tile_m * c.tile_n, c.vec)))  # the extremes
+    picks.append(min(space, key=lambda c: (c.tile_m * c.tile_n, -c.vec)))
+    if elem_bytes >= 8:
+        picks.append(picks[0].replace(conjugate=True) if elem_bytes in (8, 16) else picks[0])
+    state = activate(0)
+    assert not precompile(state, picks)
+    bench = Bench(state, elem_bytes, (2, 304, 528))
+    try:
+        for cfg in picks:
+            problem = bench.check(contiguous_launch(state, cfg, 2, 304, 528))
+            if cfg.conjugate:
+                assert problem and "differ" in problem  # a conjugate is not the plain transpose
+            else:
+                assert problem is None, f"{cfg.key}: {problem}"
+    finally:
+        bench.close()
+
+
+def test_forced_config_and_default_agree(rng):
+    x = random_array(rng, (512, 768), "uint8")
+    cfg = KernelConfig(1, 64, 128, 16, 1, 0, "swizzle", "col", "stream")
+    assert same_bits(at.transpose(x, config=cfg), x.T)
+    with pytest.raises(at.errors.ConfigError, match="vec"):
+        at.transpose(random_array(rng, (511, 768), "uint8"), config=cfg)
+
+
+def test_past_2_31_elements():
+    """int8 40000 x 53700 = 2.148e9 elements: offsets need 64-bit indexing."""
+    from autotranspose.api import choose_config, contiguous_launch
+    from autotranspose.compiler import activate
+    from autotranspose.config import max_vec
+    from autotranspose.measure import Bench
+
+    shape = (1, 40000, 53700)
+    assert shape[1] * shape[2] > 2**31
+    state = activate(0)
+    cfg = choose_config(state, 1, *shape, max_vec(1, 40000, 53700), False)
+    bench = Bench(state, 1, shape)
+    try:
+        assert bench.check(contiguous_launch(state, cfg, *shape)) is None
+    finally:
+        bench.close()

@@ -195,6 +195,21 @@ def _default_store() -> Store | None:
     return opened
 
 
+def _forget_stores_in_child() -> None:
+    # A forked child must not use its parent's pooled connections (SQLite forbids carrying
+    # one across fork); it reopens the default database on its next cache miss.
+    global _lock
+    _lock = threading.Lock()  # in case a parent thread held it at the fork
+    for store in _stores.values():
+        if store is not None:
+            store.engine.dispose(close=False)
+    _stores.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_stores_in_child)
+
+
 # --- shipped results ---------------------------------------------------------------------------
 def tuning_db_dir() -> Path | None:
     """The shipped results: inside the installed package, or `tuning_db/` of a checkout."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sqlite3
 import warnings
 from pathlib import Path
@@ -196,6 +197,29 @@ def test_lookup_reads_an_existing_default_database(isolated_home, rng):
         _record(store, H100, CLS, config, 1000.0)
     lookup.clear_cache()
     assert lookup.choose(H100, 4, CLS).config == config
+
+
+def _choose_in_child(out) -> None:
+    out.put(lookup.choose(H100, 4, ShapeClass(1, 2048, 2048, 4)).source)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_reopens_the_default_database(isolated_home, rng):
+    import multiprocessing
+
+    (config,) = _configs(rng, count=1)
+    with Store.open() as store:
+        _record(store, H100, CLS, config, 1000.0)
+    lookup.clear_cache()
+    assert lookup.choose(H100, 4, CLS).source == "tuned"  # the parent holds the store open
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_choose_in_child, args=(out,))
+    child.start()
+    assert out.get(timeout=60) == "nearest"
+    child.join(timeout=30)
+    assert child.exitcode == 0
+    assert lookup.choose(H100, 4, ShapeClass(1, 2048, 2048, 4)).source == "nearest"
 
 
 @pytest.mark.parametrize("kind", ["foreign", "garbage"])

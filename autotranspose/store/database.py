@@ -220,7 +220,7 @@ def _transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
             yield conn
 
 
-def _schema_state(conn: Connection, display: str) -> str | None:
+def _schema_state(conn: Connection, display: str) -> str:
     """Our schema revision ("" for a database without our tables); raises if it is foreign."""
     names = set(sa.inspect(conn).get_table_names())
     ours = {n for n in names if n.startswith("at_")}

@@ -58,9 +58,7 @@ def choose_config(
     return choose(state.info, elem_bytes, cls, conjugate=conjugate).config
 
 
-def _check_forced(
-    config: Any, x: View, vec: int, conjugate: bool, state: DeviceState
-) -> KernelConfig:
+def _check_config_type(config: Any, x: View) -> None:
     if not isinstance(config, KernelConfig):
         raise ConfigError(
             f"config must be an autotranspose.KernelConfig, got {type(config).__name__}"
@@ -70,6 +68,12 @@ def _check_forced(
             f"config is for {config.elem_bytes}-byte elements but x holds {x.et.size}-byte "
             f"{x.et.name}; use config.replace(elem_bytes={x.et.size}, ...)"
         )
+
+
+def _check_forced(
+    config: KernelConfig, x: View, vec: int, conjugate: bool, state: DeviceState
+) -> KernelConfig:
+    """A config the caller forced must fit this call's alignment and this device."""
     if config.vec > vec:
         raise ConfigError(
             f"config.vec={config.vec} needs rows, pitches and pointers aligned to "
@@ -131,7 +135,7 @@ def _prepare(x: View, o: View, config: Any, conjugate: bool, state: DeviceState)
     return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs)
 
 
-def _resolve_stream(stream: Any, state: DeviceState) -> tuple[Any, int]:
+def _resolve_stream(stream: Any) -> tuple[Any, int]:
     """(pycuda stream or None, foreign stream handle or 0)."""
     if stream is None:
         return None, 0
@@ -164,8 +168,7 @@ def _own_stream(state: DeviceState) -> Any:
     return s
 
 
-def _launch(launch: Launch, src: int, dst: int, stream: Any) -> None:
-    pystream, foreign = _resolve_stream(stream, launch.state)
+def _launch(launch: Launch, src: int, dst: int, pystream: Any, foreign: int) -> None:
     try:
         if not foreign:
             launch(src, dst, pystream)
@@ -212,6 +215,9 @@ def transpose(
             f"conjugate=True needs complex64 or complex128 elements; x is {xv.et.name} "
             "(for real types the transpose is already the conjugate transpose)"
         )
+    if config is not None:
+        _check_config_type(config, xv)
+    pystream, foreign = _resolve_stream(stream)
     if xv.kind == "numpy":
         return _host_transpose(xv, out, stream=stream, config=config, conjugate=conjugate)
     state = activate(xv.device)
@@ -230,14 +236,13 @@ def transpose(
         with _lock:
             launch = _launches.get(key) or _prepare(xv, ov, config, conjugate, state)
             _launches[key] = launch
-    _launch(launch, xv.ptr, ov.ptr, stream)
+    _launch(launch, xv.ptr, ov.ptr, pystream, foreign)
     return result
 
 
 def _host_transpose(xv: View, out: Any, **kwargs: Any) -> Any:
     """NumPy in, NumPy out: through the GPU, on the current (else first) device."""
     import numpy as np
-    import pycuda.gpuarray as gpuarray
 
     from .compiler import _tls
 
@@ -245,6 +250,8 @@ def _host_transpose(xv: View, out: Any, **kwargs: Any) -> Any:
         ov = view(out, "out")
         check_output(xv, ov)
     state = activate(getattr(_tls, "ordinal", None) or 0)
+    import pycuda.gpuarray as gpuarray
+
     if xv.size == 0:
         return out if out is not None else np.empty(transposed_shape(xv), xv.dtype)
     dev_x = gpuarray.to_gpu(np.ascontiguousarray(xv.obj))

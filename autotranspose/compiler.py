@@ -242,3 +242,42 @@ def precompile(
             state.kernels[c.kernel_name] = _prepare(c, module)
     names = {c.kernel_name: c for c in failed}
     return {c: failed[names[c.kernel_name]] for c in configs if c.kernel_name in names}
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What ptxas reports for one kernel."""
+
+    registers: int
+    smem_bytes: int
+    stack_bytes: int
+    spill_bytes: int
+
+
+def nvcc_resources(configs: Sequence[KernelConfig], arch: str, nvcc: str = "nvcc") -> dict[str, Resources]:
+    """Compile configs to a cubin with plain nvcc (no GPU, no pycuda) and return ptxas's
+    resource report per kernel name: how CI checks that kernels fit and never spill."""
+    import re
+    import subprocess
+
+    source = render_many(configs)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kernels.cu"
+        src.write_text(source)
+        cmd = [nvcc, "-cubin", f"-arch={arch}", *NVCC_OPTIONS, "-Xptxas", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise _compile_error(list(configs), arch, source, RuntimeError(proc.stderr))
+    report: dict[str, Resources] = {}
+    name = None
+    stack = spill = 0
+    for line in proc.stderr.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            name = m.group(1)
+        elif m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line):
+            stack, spill = int(m.group(1)), int(m.group(2)) + int(m.group(3))
+        elif (m := re.search(r"Used (\d+) registers", line)) and name:
+            smem = re.search(r"(\d+) bytes smem", line)
+            report[name] = Resources(int(m.group(1)), int(smem.group(1)) if smem else 0, stack, spill)
+            name = None
+    return report

@@ -212,36 +212,43 @@ class Bench:
         return self.bytes_moved / seconds / 1e9
 
 
+def context_is_dead(state: Any) -> bool:
+    """After a failed launch: is the CUDA context unusable (illegal address and the like)?"""
+    try:
+        state.context.synchronize()
+    except Exception:
+        return True
+    return False
+
+
+def measure_one(bench: Bench, cfg: Any, copy_gbps: float) -> Measurement:
+    """Check `cfg` on fresh data, then time it. A kernel that fails to compile or launch is a
+    "fail", one that writes wrong data is "wrong": results, not exceptions."""
+    from .api import contiguous_launch
+
+    try:
+        launch = contiguous_launch(bench.state, cfg, bench.batch, bench.m, bench.n)
+        problem = bench.check(launch)
+        if problem:
+            return Measurement("wrong", copy_gbps=copy_gbps, error=problem)
+        t = bench.time(launch)
+    except Exception as exc:
+        return Measurement("fail", copy_gbps=copy_gbps, error=f"{type(exc).__name__}: {exc}"[:2000])
+    return Measurement("ok", bench.gbps(t), copy_gbps, t * 1e6)
+
+
 def measure_configs(
     bench: Bench, configs: list[Any], copy_seconds: float | None = None
 ) -> list[Measurement]:
-    """Check then time each config on `bench`; compile/launch failures become "fail"."""
-    from .api import contiguous_launch
+    """Compile ahead (batched, parallel), then check and time each config on `bench`."""
     from .compiler import precompile
 
     failed = precompile(bench.state, configs)
-    copy_s = copy_seconds if copy_seconds is not None else bench.copy_time()
-    copy_gbps = bench.gbps(copy_s)
+    copy_gbps = bench.gbps(copy_seconds if copy_seconds is not None else bench.copy_time())
     results = []
     for cfg in configs:
         if cfg in failed:
             results.append(Measurement("fail", copy_gbps=copy_gbps, error=str(failed[cfg])[:2000]))
-            continue
-        try:
-            launch = contiguous_launch(bench.state, cfg, bench.batch, bench.m, bench.n)
-            problem = bench.check(launch)
-            if problem:
-                results.append(Measurement("wrong", copy_gbps=copy_gbps, error=problem))
-                continue
-            t = bench.time(launch)
-        except Exception as exc:  # a launch failure is a result, not the end of the run
-            results.append(
-                Measurement(
-                    "fail", copy_gbps=copy_gbps, error=f"{type(exc).__name__}: {exc}"[:2000]
-                )
-            )
-            if "illegal" in str(exc).lower() or "context" in str(exc).lower():
-                raise
-            continue
-        results.append(Measurement("ok", bench.gbps(t), copy_gbps, t * 1e6))
+        else:
+            results.append(measure_one(bench, cfg, copy_gbps))
     return results

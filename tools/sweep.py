@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotranspose.bench import bench_case, format_table
 from autotranspose.compiler import activate
-from autotranspose.config import ConfigError, KernelConfig, max_vec
+from autotranspose.config import NEWEST, ConfigError, KernelConfig, max_vec
 from autotranspose.measure import Bench, measure_configs
 
 DT = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
@@ -36,7 +36,7 @@ def candidates(s: int, vmax: int, quick: bool) -> list[KernelConfig]:
             c = KernelConfig(s, tm, tn, v, pt, pad, lay, ras)
         except ConfigError:
             continue
-        if 64 <= c.threads <= 512:
+        if 64 <= c.threads <= 512 and c.fits(NEWEST):
             out.append(c)
     return out
 

@@ -1,0 +1,159 @@
+"""The GPU objective: configs measured in a worker process that is restarted when it dies.
+
+A candidate kernel can corrupt its CUDA context (an illegal address, say); after that every
+CUDA call in the process fails. Measuring in a separate process keeps the tuner alive: the
+crashing config is recorded as a failure, a fresh worker takes the rest.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from .config import KernelConfig
+from .device import DeviceInfo
+from .dtypes import element_type
+from .errors import TuningError
+from .measure import Measurement
+
+_CTX = mp.get_context("spawn")
+
+
+def _worker_main(conn: Any, dtype: str, shape: tuple[int, int, int], device_index: int) -> None:
+    from .compiler import activate, precompile
+    from .measure import Bench, context_is_dead, measure_one
+
+    try:
+        state = activate(device_index)
+        bench = Bench(state, element_type(dtype).size, shape)
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", state.info.to_dict()))
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except EOFError:
+            return
+        if kind == "close":
+            return
+        configs = [KernelConfig.from_dict(d) for d in payload]
+        failed = precompile(state, configs)
+        if kind == "compile":
+            conn.send(("compiled", {c.key: str(e)[:2000] for c, e in failed.items()}))
+            continue
+        copy_gbps = bench.gbps(bench.copy_time())
+        for cfg in configs:
+            if cfg in failed:
+                m = Measurement("fail", copy_gbps=copy_gbps, error=str(failed[cfg])[:2000])
+            else:
+                m = measure_one(bench, cfg, copy_gbps)
+            dead = m.status == "fail" and context_is_dead(state)
+            conn.send(("result", cfg.key, m.to_dict(), dead))
+            if dead:  # the context is gone: let the parent start a fresh worker
+                conn.close()
+                os._exit(3)
+
+
+class GpuObjective:
+    """`objective(configs) -> [Measurement]` on a real GPU, for the tuner.
+
+    Each call checks every config on fresh random data into a poisoned output, then times it
+    with CUDA events against a device-to-device copy of the same bytes (see measure.Bench).
+    """
+
+    def __init__(
+        self,
+        dtype: str,
+        shape: tuple[int, int, int],
+        device_index: int = 0,
+        *,
+        conjugate: bool = False,
+        timeout_s: float = 120.0,
+    ) -> None:
+        self.dtype, self.shape, self.device_index = dtype, tuple(shape), device_index
+        self.conjugate = conjugate
+        self.timeout_s = timeout_s
+        self.restarts = 0
+        self._proc: Any = None
+        self._conn: Any = None
+        self.device: DeviceInfo = self._start()
+
+    def _start(self) -> DeviceInfo:
+        parent, child = _CTX.Pipe()
+        proc = _CTX.Process(
+            target=_worker_main,
+            args=(child, self.dtype, self.shape, self.device_index),
+            daemon=True,
+        )
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        kind, payload = self._recv()
+        if kind != "ready":
+            self.close()
+            raise TuningError(f"the measuring process could not start: {payload}")
+        return DeviceInfo.from_dict(payload)
+
+    def _recv(self) -> tuple[str, Any]:
+        if not self._conn.poll(self.timeout_s):
+            raise TimeoutError(f"no answer from the measuring process in {self.timeout_s:.0f} s")
+        return self._conn.recv()
+
+    def _restart(self) -> None:
+        self.close()
+        self.restarts += 1
+        self._start()
+
+    def precompile(self, configs: Sequence[KernelConfig]) -> None:
+        """Compile ahead of measuring (several kernels per nvcc call, calls in parallel)."""
+        self._conn.send(("compile", [c.to_dict() for c in configs]))
+        self._recv()
+
+    def __call__(self, configs: Sequence[KernelConfig]) -> list[Measurement]:
+        results: dict[str, Measurement] = {}
+        todo = list(configs)
+        while todo:
+            self._conn.send(("measure", [c.to_dict() for c in todo]))
+            for cfg in list(todo):
+                try:
+                    _, key, m, dead = self._recv()
+                except (EOFError, OSError, TimeoutError) as exc:
+                    reason = (
+                        "the measuring process died (the kernel corrupted its CUDA context?)"
+                        if not isinstance(exc, TimeoutError)
+                        else f"timed out ({exc})"
+                    )
+                    results[cfg.key] = Measurement("fail", error=f"{cfg.key}: {reason}")
+                    todo.remove(cfg)
+                    self._restart()
+                    break
+                results[key] = Measurement(**m)
+                todo.remove(cfg)
+                if dead:  # the worker exits after this answer
+                    self._proc.join(10)
+                    self._restart()
+                    break
+        return [results[c.key] for c in configs]
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            self._conn.send(("close", None))
+        except (OSError, EOFError):
+            pass
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        self._conn.close()
+        self._proc = self._conn = None
+
+    def __enter__(self) -> GpuObjective:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

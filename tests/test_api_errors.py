@@ -1,0 +1,127 @@
+"""Bad input gets an autotranspose error that names the problem and the fix, before anything
+touches a GPU or an output buffer. These run without a GPU (and without pycuda)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autotranspose as at
+from autotranspose import errors
+from autotranspose.arrays import check_output, view
+
+
+def test_one_dimensional_input():
+    with pytest.raises(errors.ShapeError, match=r"1 dimension\(s\).*2-D matrix"):
+        at.transpose(np.arange(10.0))
+
+
+def test_four_dimensional_input():
+    with pytest.raises(errors.ShapeError, match="reshape"):
+        at.transpose(np.zeros((2, 2, 2, 2)))
+
+
+@pytest.mark.parametrize("dtype", ["object", "U4", "S3", "V12"])
+def test_unsupported_dtype(dtype):
+    with pytest.raises(errors.UnsupportedDtypeError, match="supported|convert"):
+        at.transpose(np.zeros((4, 4), dtype=dtype))
+
+
+def test_column_major_layout_names_the_free_alternative(rng):
+    x = np.asfortranarray(rng.standard_normal((8, 6)))
+    with pytest.raises(errors.LayoutError, match=r"innermost stride .*\.T view"):
+        at.transpose(x)
+
+
+def test_strided_columns():
+    with pytest.raises(errors.LayoutError, match="innermost stride 2"):
+        at.transpose(np.zeros((8, 8), np.float32)[:, ::2])
+
+
+def test_negative_row_stride():
+    with pytest.raises(errors.LayoutError, match="negative"):
+        at.transpose(np.zeros((8, 8), np.float32)[::-1])
+
+
+def test_conjugate_of_a_real_array():
+    with pytest.raises(errors.UnsupportedDtypeError, match="complex64 or complex128"):
+        at.transpose(np.zeros((4, 4), np.float32), conjugate=True)
+
+
+def test_config_of_the_wrong_element_size():
+    with pytest.raises(errors.ConfigError, match="4-byte elements but x holds 2-byte float16"):
+        at.transpose(np.zeros((4, 4), np.float16), config=at.KernelConfig(4))
+    with pytest.raises(errors.ConfigError, match="must be an autotranspose.KernelConfig"):
+        at.transpose(np.zeros((4, 4), np.float16), config={"elem_bytes": 2})
+
+
+def test_bad_stream_object():
+    with pytest.raises(TypeError, match="stream must be"):
+        at.transpose(np.zeros((4, 4), np.float32), stream="fast")
+
+
+def test_not_an_array():
+    with pytest.raises(TypeError, match="takes a pycuda GPUArray"):
+        at.transpose([[1, 2], [3, 4]])
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        (np.zeros((5, 4), np.float32), "shape"),
+        (np.zeros((6, 4), np.float64), "dtype float64; x has float32"),
+    ],
+)
+def test_wrong_out_is_rejected_and_left_untouched(out, message):
+    x = np.ones((4, 6), np.float32)
+    before = out.copy()
+    with pytest.raises(errors.OutputError, match=message):
+        at.transpose(x, out)
+    assert np.array_equal(out, before)
+
+
+def test_out_overlapping_x():
+    buf = np.zeros((2, 8, 8), np.float32)
+    with pytest.raises(errors.OutputError, match="overlaps"):
+        check_output(view(buf[0]), view(buf[0]))
+    check_output(view(buf[0]), view(buf[1]))  # a separate buffer is fine
+
+
+class _Cai:
+    def __init__(self, shape, strides, typestr="<f4", ptr=0x7000_0000):
+        self.__cuda_array_interface__ = {
+            "shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False),
+            "version": 3,
+        }  # fmt: skip
+
+
+def test_cuda_array_interface_layouts_are_checked_before_any_driver_call():
+    with pytest.raises(errors.LayoutError, match="innermost stride 3"):
+        view(_Cai((4, 4), (48, 12)))
+    with pytest.raises(errors.LayoutError, match="whole 4-byte elements"):
+        view(_Cai((4, 4), (18, 4)))
+    with pytest.raises(errors.ShapeError):
+        view(_Cai((4,), None))
+
+
+def test_no_gpu_stack_says_what_to_install():
+    """On a machine without pycuda (or without a driver) the error names the fix."""
+    try:
+        import pycuda.driver as drv
+
+        drv.init()
+        if drv.Device.count():
+            pytest.skip("this machine has a working CUDA device")
+    except ImportError:
+        pass
+    except Exception:
+        pass
+    with pytest.raises(errors.DeviceError, match=r"autotranspose\[cuda\]|driver|nvidia-smi"):
+        at.transpose(np.ones((4, 4), np.float32))
+
+
+def test_every_error_is_an_autotranspose_error():
+    for name in dir(errors):
+        obj = getattr(errors, name)
+        if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == errors.__name__:
+            assert issubclass(obj, errors.AutotransposeError)

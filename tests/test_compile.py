@@ -1,0 +1,52 @@
+"""Kernels compile with nvcc for sm_80 and sm_90, never spill, and use exactly the shared
+memory their config predicts. Needs nvcc (CI has it), not a GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+
+from autotranspose.compiler import nvcc_resources
+from autotranspose.config import KernelConfig, config_space
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+
+DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}
+FIELDS = [f.name for f in dataclasses.fields(KernelConfig) if f.init and f.name != "elem_bytes"]
+
+
+def sample(elem_bytes: int, rng: np.random.Generator, n_random: int = 12) -> list[KernelConfig]:
+    """The extremes of every parameter (the smallest and largest value each field takes in
+    this element size's space), the conjugate variants, and a random draw."""
+    space = list(config_space(DTYPES[elem_bytes]))
+    picks: dict[str, KernelConfig] = {}
+    for field in FIELDS:
+        values = sorted({getattr(c, field) for c in space}, key=str)
+        for v in (values[0], values[-1]):
+            cfg = next(c for c in space if getattr(c, field) == v)
+            picks[cfg.kernel_name] = cfg
+    for key in ("threads", "smem_bytes", "registers"):
+        for cfg in (min(space, key=lambda c: getattr(c, key)), max(space, key=lambda c: getattr(c, key))):
+            picks[cfg.kernel_name] = cfg
+    for i in rng.choice(len(space), n_random, replace=False):
+        picks[space[i].kernel_name] = space[i]
+    if elem_bytes in (8, 16):
+        conj = list(config_space(DTYPES[elem_bytes], conjugate=True))
+        for i in rng.choice(len(conj), 4, replace=False):
+            picks[conj[i].kernel_name] = conj[i]
+    return list(picks.values())
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
+def test_sample_compiles_without_spills_and_with_predicted_smem(arch, elem_bytes, rng):
+    configs = sample(elem_bytes, rng)
+    report = nvcc_resources(configs, arch)
+    for cfg in configs:
+        res = report[cfg.kernel_name]
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
+        assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
+        assert res.registers * cfg.threads <= 65536, f"{cfg.key} cannot launch: {res.registers} registers x {cfg.threads} threads"

@@ -1,0 +1,144 @@
+"""KernelConfig validation, derived launch shape, (de)serialisation and the config space."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import autotranspose as at
+from autotranspose.config import (
+    NEWEST,
+    DeviceLimits,
+    KernelConfig,
+    config_space,
+    default_config,
+    max_vec,
+    seed_config,
+)
+from autotranspose.errors import ConfigError, UnsupportedDtypeError
+
+SIZES = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"elem_bytes": 3}, "elem_bytes=3 must be one of"),
+        ({"elem_bytes": 4, "tile_m": 48}, "tile_m=48"),
+        ({"elem_bytes": 4, "vec": 8}, "at most 16 bytes"),
+        ({"elem_bytes": 1, "vec": 2}, "use vec=1 or a vector of at least 4 bytes"),
+        ({"elem_bytes": 4, "per_thread": 64}, "per_thread=64"),
+        ({"elem_bytes": 4, "tile_m": 16, "tile_n": 16, "per_thread": 16}, "multiple of 32"),
+        ({"elem_bytes": 4, "layout": "zigzag"}, "layout='zigzag' is not one of"),
+        ({"elem_bytes": 4, "layout": "swizzle", "pad": 1}, "pad must be 0"),
+        ({"elem_bytes": 4, "conjugate": True}, "needs complex64 or complex128"),
+        ({"elem_bytes": 4, "tile_m": "32"}, "tile_m must be an int"),
+        ({"elem_bytes": 4, "persistent": 3}, "persistent=3"),
+        ({"elem_bytes": 1, "tile_m": 64, "tile_n": 64, "vec": 4, "per_thread": 16}, "spill"),
+    ],
+)
+def test_invalid_fields_name_the_field_and_what_is_allowed(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        KernelConfig(**fields)
+
+
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
+def test_derived_shape_is_consistent(elem_bytes):
+    for cfg in config_space(SIZES[elem_bytes]):
+        assert cfg.threads % 32 == 0 and 32 <= cfg.threads <= 1024
+        assert cfg.block == (cfg.threads, 1, 1)
+        assert cfg.threads * cfg.per_thread * cfg.vec**2 == cfg.tile_m * cfg.tile_n
+        assert cfg.smem_bytes <= NEWEST.max_shared_per_block
+        assert cfg.word_bytes <= 16 and cfg.block_bytes == cfg.vec * cfg.word_bytes
+
+
+def test_grid_folds_batches_and_caps_persistent_grids():
+    cfg = KernelConfig(4, 64, 32)
+    assert cfg.tiles(100, 65) == (2, 3)
+    assert cfg.grid(100, 65, batch=70000) == (2 * 3 * 70000, 1, 1)
+    assert cfg.replace(persistent=2).grid(8192, 8192, 1, multiprocessors=132) == (264, 1, 1)
+    assert cfg.replace(persistent=2).grid(64, 32, 1, multiprocessors=132) == (1, 1, 1)
+
+
+def test_persistent_shares_the_compiled_kernel():
+    cfg = KernelConfig(2, 64, 64, 4, 2)
+    assert cfg.replace(persistent=4).kernel_name == cfg.kernel_name
+    assert cfg.replace(persistent=4).key != cfg.key
+
+
+def test_round_trip_through_json(rng):
+    space = list(config_space("float32"))
+    for i in rng.choice(len(space), 50, replace=False):
+        cfg = space[i]
+        assert KernelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"elem_bytes": 4, "tile_m": "32; system('rm -rf /')"}, "must be int"),
+        ({"elem_bytes": 4, "tile_m": 32.0}, "must be int"),
+        ({"elem_bytes": 4, "conjugate": 1}, "must be bool"),
+        ({"elem_bytes": 4, "tile_m": True}, "must be int"),
+        ({"elem_bytes": 4, "launch": "now"}, "unknown KernelConfig field"),
+        ({"elem_bytes": 4, "tile_m": 2**70}, "tile_m="),
+        ({"tile_m": 32}, "needs 'elem_bytes'"),
+        ({"elem_bytes": 4, "layout": "pad\n#include </etc/passwd>"}, "is not one of"),
+        ([("elem_bytes", 4)], "must be a mapping"),
+    ],
+)
+def test_from_dict_rejects_untrusted_values(data, message):
+    with pytest.raises(ConfigError, match=message):
+        KernelConfig.from_dict(data)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "float16", "float32", "int64", "complex128"])
+def test_space_is_keyed_by_element_size(dtype):
+    size = np.dtype(dtype).itemsize
+    configs = list(config_space(dtype))
+    assert configs and all(c.elem_bytes == size for c in configs)
+    assert len(set(configs)) == len(configs)
+
+
+def test_space_respects_device_limits_and_vector_cap():
+    small = DeviceLimits(max_threads_per_block=256, max_shared_per_block=8 * 1024)
+    configs = list(config_space("float32", small, max_vector=1))
+    assert configs
+    assert all(c.threads <= 256 and c.smem_bytes <= 8 * 1024 and c.vec == 1 for c in configs)
+    assert len(configs) < len(list(config_space("float32")))
+
+
+def test_space_for_conjugate_needs_complex():
+    assert all(c.conjugate for c in config_space("complex64", conjugate=True))
+    with pytest.raises(ConfigError, match="complex"):
+        list(config_space("float32", conjugate=True))
+
+
+@pytest.mark.parametrize("dtype", ["object", "U3", "S5", np.dtype([("a", "i4"), ("b", "f4")]), "complex256"])
+def test_unsupported_dtypes(dtype):
+    with pytest.raises(UnsupportedDtypeError):
+        list(config_space(dtype))
+
+
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("vec", [16, 8, 4, 2, 1])
+def test_defaults_are_valid_and_respect_the_vector_cap(elem_bytes, vec):
+    cfg = default_config(elem_bytes, vec)
+    assert cfg.vec <= vec and cfg.fits(NEWEST)
+    assert seed_config(elem_bytes).tile_m == 32
+
+
+def test_max_vec_needs_every_extent_pitch_and_pointer_aligned():
+    assert max_vec(1, 8192, 8192) == 16
+    assert max_vec(4, 8192, 8192) == 4
+    assert max_vec(4, 4099, 6007) == 1
+    assert max_vec(2, 64, 64, pointers=(0x1000, 0x1004)) == 2
+    assert max_vec(1, 64, 64, pointers=(0x1002,)) == 1  # 2-byte words are too narrow
+
+
+def test_public_names_work_without_a_gpu():
+    cfg = at.KernelConfig(4)
+    assert "autotranspose_" + cfg.key in at.render(cfg)
+    assert next(iter(at.config_space("float32"))).elem_bytes == 4

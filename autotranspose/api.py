@@ -15,7 +15,7 @@ from . import _libcuda
 from .arrays import View, allocate_like, check_output, transposed_shape, view
 from .compiler import DeviceState, activate, get_kernel
 from .config import KernelConfig, default_config, max_vec
-from .errors import ConfigError, KernelLaunchError, ShapeError, UnsupportedDtypeError
+from .errors import ConfigError, KernelLaunchError, LayoutError, ShapeError, UnsupportedDtypeError
 from .shapes import shape_class
 
 _MAX_GRID_X = 2**31 - 1
@@ -74,11 +74,11 @@ def _check_forced(
     config: KernelConfig, x: View, vec: int, conjugate: bool, state: DeviceState
 ) -> KernelConfig:
     """A config the caller forced must fit this call's alignment and this device."""
-    if config.vec > vec:
+    if config.vec > vec and not config.realign:
         raise ConfigError(
             f"config.vec={config.vec} needs rows, pitches and pointers aligned to "
             f"{config.vec} elements; this call allows vec<={vec}: pass "
-            f"config.replace(vec={vec}, ...) or an aligned array"
+            f"config.replace(vec={vec}, ...), config.replace(realign=True), or an aligned array"
         )
     if not config.fits(state.info.limits):
         raise ConfigError(
@@ -110,7 +110,7 @@ def make_launch(
             "config with larger tiles or split the batch"
         )
     grid = cfg.grid(m, n, batch, state.info.multiprocessors)
-    v = cfg.vec
+    v = 1 if cfg.realign else cfg.vec  # realigning kernels take strides in elements
     fast, slow = (tiles_n, tiles_m) if cfg.raster == "row" else (tiles_m, tiles_n)
     scalars = (m, n, ld_in // v, ld_out // v, bs_in // v, bs_out // v, fast, slow, total)
     kernel = get_kernel(state, cfg)
@@ -124,6 +124,11 @@ def contiguous_launch(state: DeviceState, cfg: KernelConfig, batch: int, m: int,
 
 def _prepare(x: View, o: View, config: Any, conjugate: bool, state: DeviceState) -> Launch:
     s = x.et.size
+    if (x.ptr | o.ptr) % s:
+        raise LayoutError(
+            f"the {'input' if x.ptr % s else 'output'} pointer is not aligned to its "
+            f"{s}-byte elements; copy the array into a fresh allocation first"
+        )
     strides = [x.n, x.m, x.ld, o.ld]
     if x.batch > 1:
         strides += [x.bs, o.bs]

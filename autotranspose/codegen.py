@@ -101,6 +101,8 @@ def kernel_params(c: KernelConfig) -> dict[str, object]:
         "raster": c.raster,
         "cache": c.cache,
         "conjugate": c.conjugate,
+        "realign": c.realign,
+        "elem_t": _WORD_TYPES[c.elem_bytes],
         "dtypes": _DTYPES_BY_SIZE[c.elem_bytes],
     }
 

@@ -22,7 +22,7 @@ from typing import Any
 from .dtypes import ELEMENT_SIZES, element_type
 from .errors import ConfigError
 
-TILE_SIZES: tuple[int, ...] = (16, 32, 64, 128)
+TILE_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
 VEC_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
 PER_THREAD: tuple[int, ...] = (1, 2, 4, 8, 16)
 PERSISTENT: tuple[int, ...] = (0, 1, 2, 4, 8)
@@ -75,6 +75,7 @@ class KernelConfig:
     cache: str = "default"
     conjugate: bool = False
     persistent: int = 0
+    realign: bool = False
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -134,6 +135,7 @@ class KernelConfig:
             f"s{self.elem_bytes}_m{self.tile_m}_n{self.tile_n}_v{self.vec}_t{self.per_thread}"
             f"_{self.layout}{self.pad if self.layout == 'pad' else ''}_{self.raster}_{self.cache}"
         )
+        k += "_ra" if self.realign else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
 
@@ -188,7 +190,7 @@ class KernelConfig:
             )
         kwargs: dict[str, Any] = {}
         for name, value in data.items():
-            want = bool if name == "conjugate" else (str if name in _STR_FIELDS else int)
+            want = bool if name in _BOOL_FIELDS else (str if name in _STR_FIELDS else int)
             if type(value) is not want:  # bool is an int subclass: compare types exactly
                 raise ConfigError(
                     f"KernelConfig field {name!r} must be {want.__name__}, got "
@@ -207,6 +209,7 @@ class KernelConfig:
 
 
 _STR_FIELDS = frozenset({"layout", "raster", "cache"})
+_BOOL_FIELDS = frozenset({"conjugate", "realign"})
 
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
@@ -219,8 +222,9 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name, allowed in (("layout", LAYOUTS), ("raster", RASTERS), ("cache", CACHE_HINTS)):
         if getattr(c, name) not in allowed:
             yield f"{name}={getattr(c, name)!r} is not one of {list(allowed)}"
-    if type(c.conjugate) is not bool:
-        yield "conjugate must be a bool"
+    for name in _BOOL_FIELDS:
+        if type(getattr(c, name)) is not bool:
+            yield f"{name} must be a bool"
     if any(type(getattr(c, n)) is not int for n in ints):
         return
     checks = (
@@ -271,6 +275,8 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         yield f"the config gives {threads} threads per block; at most 1024: raise per_thread or shrink the tile"
     if c.layout == "swizzle" and c.pad:
         yield "pad must be 0 with layout='swizzle' (the swizzle replaces padding)"
+    if c.realign and c.vec == 1:
+        yield "realign=True needs vec >= 2 (it realigns vectors of several elements)"
     if c.conjugate and c.elem_bytes not in (8, 16):
         yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
 
@@ -308,16 +314,18 @@ def config_space(
     """Every valid config for `dtype` that `device` can run (no device: the newest GPUs).
 
     `device` may be :class:`DeviceLimits`, a pycuda ``Device`` or None. `max_vector` caps
-    `vec` (a call on an unaligned shape can use only narrow vectors).
+    `vec` for a call whose rows or pointers are not aligned to wider vectors; such a call also
+    gets the `realign` kernels, which use vectors of any width on any alignment.
     """
     et = element_type(dtype)
     if conjugate and not et.conjugable:
         raise ConfigError(f"conjugate transpose needs a complex dtype, got {et.name}")
     limits = device_limits(device)
     s = et.size
-    for vec in VEC_SIZES:
-        if max_vector is not None and vec > max_vector:
-            continue
+    restricted = max_vector is not None and max_vector < 16 // s
+    modes = [(v, False) for v in VEC_SIZES if max_vector is None or v <= max_vector]
+    modes += [(v, True) for v in VEC_SIZES if restricted and v > 1]
+    for vec, realign in modes:
         for tm in TILE_SIZES:
             for tn in TILE_SIZES:
                 for pt in PER_THREAD:
@@ -326,7 +334,8 @@ def config_space(
                             for cache in CACHE_HINTS:
                                 try:
                                     cfg = KernelConfig(
-                                        s, tm, tn, vec, pt, pad, layout, raster, cache, conjugate
+                                        s, tm, tn, vec, pt, pad, layout, raster, cache,
+                                        conjugate, realign=realign,
                                     )
                                 except ConfigError:
                                     continue

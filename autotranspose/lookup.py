@@ -137,7 +137,7 @@ def _pick(
         for e in entries
         if not e.stale
         and e.elem_bytes == elem_bytes
-        and e.config.vec <= cls.vec
+        and (e.config.vec <= cls.vec or e.config.realign)  # realigning kernels fit any call
         and e.config.fits(limits)
     ]
     for e in usable:

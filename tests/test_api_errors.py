@@ -23,7 +23,7 @@ def test_four_dimensional_input():
 
 @pytest.mark.parametrize("dtype", ["object", "U4", "S3", "V12"])
 def test_unsupported_dtype(dtype):
-    with pytest.raises(errors.UnsupportedDtypeError, match="supported|convert"):
+    with pytest.raises(errors.UnsupportedDtypeError, match=r"supported|convert"):
         at.transpose(np.zeros((4, 4), dtype=dtype))
 
 
@@ -51,7 +51,7 @@ def test_conjugate_of_a_real_array():
 def test_config_of_the_wrong_element_size():
     with pytest.raises(errors.ConfigError, match="4-byte elements but x holds 2-byte float16"):
         at.transpose(np.zeros((4, 4), np.float16), config=at.KernelConfig(4))
-    with pytest.raises(errors.ConfigError, match="must be an autotranspose.KernelConfig"):
+    with pytest.raises(errors.ConfigError, match=r"must be an autotranspose\.KernelConfig"):
         at.transpose(np.zeros((4, 4), np.float16), config={"elem_bytes": 2})
 
 

@@ -36,6 +36,8 @@ SIZES = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
         ({"elem_bytes": 4, "conjugate": True}, "needs complex64 or complex128"),
         ({"elem_bytes": 4, "tile_m": "32"}, "tile_m must be an int"),
         ({"elem_bytes": 4, "persistent": 3}, "persistent=3"),
+        ({"elem_bytes": 4, "realign": True}, "realign=True needs vec >= 2"),
+        ({"elem_bytes": 4, "vec": 2, "realign": 1}, "realign must be a bool"),
         ({"elem_bytes": 1, "tile_m": 64, "tile_n": 64, "vec": 4, "per_thread": 16}, "spill"),
     ],
 )
@@ -106,7 +108,10 @@ def test_space_respects_device_limits_and_vector_cap():
     small = DeviceLimits(max_threads_per_block=256, max_shared_per_block=8 * 1024)
     configs = list(config_space("float32", small, max_vector=1))
     assert configs
-    assert all(c.threads <= 256 and c.smem_bytes <= 8 * 1024 and c.vec == 1 for c in configs)
+    assert all(c.threads <= 256 and c.smem_bytes <= 8 * 1024 for c in configs)
+    assert all(c.vec == 1 or c.realign for c in configs)
+    assert any(c.realign for c in configs)  # unaligned calls get the realigning kernels
+    assert not any(c.realign for c in config_space("float32"))
     assert len(configs) < len(list(config_space("float32")))
 
 

@@ -171,6 +171,41 @@ def test_sample_of_the_config_space(rng, elem_bytes):
         bench.close()
 
 
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8])
+def test_realigning_kernels_on_unaligned_rows(rng, elem_bytes):
+    """Rows whose starts fall at every offset from vector alignment, odd extents, partial
+    tiles: the realigning kernels against the reference, on fresh data each time."""
+    from autotranspose.api import contiguous_launch
+    from autotranspose.compiler import activate, precompile
+    from autotranspose.measure import Bench
+
+    dtype = {1: "int8", 2: "float16", 4: "float32", 8: "complex64"}[elem_bytes]
+    space = [c for c in config_space(dtype, max_vector=1) if c.realign]
+    picks = [space[i] for i in rng.choice(len(space), size=20, replace=False)]
+    state = activate(0)
+    assert not precompile(state, picks)
+    for shape in [(1, 301, 517), (3, 255, 259), (1, 4099, 6007)]:
+        bench = Bench(state, elem_bytes, shape)
+        try:
+            for cfg in picks[:8] if shape[1] > 1000 else picks:
+                problem = bench.check(contiguous_launch(state, cfg, *shape))
+                assert problem is None, f"{cfg.key} on {shape}: {problem}"
+        finally:
+            bench.close()
+
+
+def test_realigned_view_with_odd_offsets(rng):
+    import pycuda.gpuarray as gpuarray
+
+    host = random_array(rng, (300, 301), "uint8")
+    dev = gpuarray.to_gpu(host)
+    cfg = KernelConfig(1, 64, 64, 16, 1, 0, "swizzle", "col", realign=True)
+    for r0, c0 in [(1, 3), (7, 0), (0, 5)]:
+        view = _Cai(dev.ptr + r0 * 301 + c0, (250, 263), (301, 1), "|u1")
+        y = at.transpose(view, config=cfg)
+        assert same_bits(y.get(), host[r0 : r0 + 250, c0 : c0 + 263].T)
+
+
 def test_forced_config_and_default_agree(rng):
     x = random_array(rng, (512, 768), "uint8")
     cfg = KernelConfig(1, 64, 128, 16, 1, 0, "swizzle", "col", "stream")

@@ -26,14 +26,16 @@ DT = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 
 def candidates(s: int, vmax: int, quick: bool) -> list[KernelConfig]:
     """Stage 1: tiles, vectors, work per thread, layouts and rasters (no launch options)."""
-    vecs = sorted({v for v in (vmax, vmax // 2) if v >= 1 and (v == 1 or v * s >= 4)}, reverse=True)
-    tiles = [(32, 32), (64, 64), (32, 64), (64, 32), (128, 64), (64, 128), (128, 128), (32, 128), (128, 32)]
+    vecs = [(v, False) for v in (vmax, vmax // 2) if v >= 1 and (v == 1 or v * s >= 4)]
+    if vmax < 16 // s:  # rows not aligned to the widest vectors: try realigning kernels
+        vecs += [(v, True) for v in (16 // s, 8 // s, 4 // s) if v >= 2]
+    tiles = [(32, 32), (64, 64), (32, 64), (64, 32), (128, 64), (64, 128), (128, 128), (32, 128), (128, 32), (256, 128), (128, 256)]
     pts = [1, 2, 4, 8] if quick else [1, 2, 4, 8, 16, 32]
     layouts = [("pad", 1), ("swizzle", 0)]
     out = []
-    for v, (tm, tn), pt, (lay, pad), ras in itertools.product(vecs, tiles, pts, layouts, ("row", "col")):
+    for (v, ra), (tm, tn), pt, (lay, pad), ras in itertools.product(vecs, tiles, pts, layouts, ("row", "col")):
         try:
-            c = KernelConfig(s, tm, tn, v, pt, pad, lay, ras)
+            c = KernelConfig(s, tm, tn, v, pt, pad, lay, ras, realign=ra)
         except ConfigError:
             continue
         if 64 <= c.threads <= 512 and c.fits(NEWEST):

@@ -81,7 +81,7 @@ def test_edge_path_and_vector_path_agree_on_shared_memory(cfg):
     seen = set()
     for r in range(cfg.tile_m):
         for c in range(cfg.tile_n):
-            got = eval(expr, {"r": r, "c": c})  # noqa: S307 - our own rendered integer expression
+            got = eval(expr, {"r": r, "c": c})
             row, col, off = c // v, r // v, (c % v) * w + (r % v) * s
             if cfg.layout == "swizzle":
                 col ^= (row // k["swz_rows"]) & k["swz_mask"]

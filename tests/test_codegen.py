@@ -75,7 +75,8 @@ def test_edge_path_and_vector_path_agree_on_shared_memory(cfg):
     from autotranspose.codegen import kernel_params
 
     k = kernel_params(cfg)
-    line = next(l for l in at.render(cfg).splitlines() if "(smb + " in l and l.rstrip().endswith("= v;"))
+    lines = at.render(cfg).splitlines()
+    line = next(x for x in lines if "(smb + " in x and x.rstrip().endswith("= v;"))
     expr = line.split("(smb + ", 1)[1].rsplit(") = v;", 1)[0].replace("/", "//")
     v, w, s, a = k["v"], k["w"], k["s"], k["a"]
     seen = set()

@@ -1,0 +1,816 @@
+"""The Optuna study: the config space -> batches of trials -> measured configs -> the best, stored.
+
+One study per (device, element size, conjugate or not, shape class) lives in Optuna's own tables
+in the tuning database, so ``optuna-dashboard <url>`` shows it, an interrupted run resumes it, and
+several processes (or hosts, on PostgreSQL) can work on it together. Three rules keep the GPU's
+time well spent:
+
+- every measurement goes to the store before its trial is told, and a config the store has
+  measured for this shape is answered from the store, never measured again;
+- a claim row in the store (unique per study and config) lets exactly one process measure a
+  config at a time; the others wait for its result;
+- only configs from :func:`~autotranspose.config.config_space` reach the objective: Optuna's
+  parameters are mapped to the nearest valid config, so nothing invalid is ever launched.
+
+Trials are asked in batches so that the objective can compile a whole batch in one nvcc call
+before it measures any of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import warnings
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import optuna
+import sqlalchemy
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from .codegen import template_version
+from .config import KernelConfig, config_space, default_config, max_vec, seed_config
+from .device import DeviceInfo
+from .dtypes import element_type
+from .errors import AutotransposeError, ShapeError, StoreError, TuningError
+from .measure import Measurement
+from .shapes import ShapeClass, shape_class
+
+if TYPE_CHECKING:
+    from .store import Store
+
+SAMPLERS: tuple[str, ...] = ("tpe", "random", "gp")
+# A process's running trials are marked alive every HEARTBEAT_INTERVAL seconds; one silent for
+# GRACE_PERIOD seconds belongs to a killed process and is failed and retried. A batch may spend
+# a while in nvcc, but the heartbeat runs on its own thread, so the grace period need not
+# cover a batch, only a stalled process.
+HEARTBEAT_INTERVAL = 5
+GRACE_PERIOD = 30
+_POLL_S = 0.2
+
+
+class Objective(Protocol):
+    """Measures configs: one Measurement per config, in order. Failures are Measurements too."""
+
+    def __call__(self, configs: Sequence[KernelConfig], /) -> list[Measurement]: ...
+
+
+@dataclass(frozen=True)
+class TrialReport:
+    """One finished trial, for a progress display."""
+
+    number: int  # the Optuna trial number
+    config: KernelConfig
+    measurement: Measurement
+    reused: bool  # answered from the store, not measured
+    done: int  # finished trials of this shape in the study
+    total: int  # the number of trials asked for
+    best_gbps: float  # best so far for this shape (0 when nothing ran correctly yet)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What a tuning run found: the best config of this shape's study and what the run did."""
+
+    study_name: str
+    dtype: str
+    shape: tuple[int, int, int]
+    shape_class: ShapeClass
+    config: KernelConfig
+    measurement: Measurement
+    trials: int  # trials this call finished (measured + reused, failed ones included)
+    measured: int  # configs this call measured on the device
+    reused: int  # trials answered from the store
+    failed: int  # trials that ended FAIL: did not compile/launch, or gave wrong output
+    elapsed_s: float
+    stopped_by: str  # "trials", "timeout", "patience" or "exhausted" (every config tried)
+
+
+def study_name(
+    device: DeviceInfo,
+    elem_bytes: int,
+    cls: ShapeClass,
+    space: SearchSpace,
+    conjugate: bool = False,
+) -> str:
+    """The Optuna study of one (device, element size, conjugate, shape class).
+
+    Its last part names the kernel templates and the search space: trials measured with
+    other kernels would mislead the sampler (and the store no longer serves their results),
+    and Optuna cannot change a study's parameters.
+    """
+    conj = ":conj" if conjugate else ""
+    version = hashlib.sha256(f"{template_version()}:{space.digest()}".encode()).hexdigest()[:10]
+    return f"autotranspose:{device.slug}:s{elem_bytes}{conj}:{cls}:{version}"
+
+
+# --- the search space as Optuna parameters -------------------------------------------------------
+# Every field of KernelConfig that varies within a study is one parameter. Integer fields are
+# searched by their rank among the study's choices (TPE then sees 64 between 32 and 128, and
+# there are no gaps where a size is invalid for this element type); other fields are
+# categorical. Layout and padding form one categorical parameter, since padding means nothing
+# with the swizzle. The choices come from the study's valid configs, so every trial has the
+# same distributions, as Optuna requires.
+_STUDY_FIELDS = ("elem_bytes", "conjugate")  # fixed by the study itself
+
+
+def _field_values(config: KernelConfig) -> dict[str, Any]:
+    values = config.to_dict()
+    for name in _STUDY_FIELDS:
+        values.pop(name)
+    values["smem"] = f"{values.pop('layout')}{values.pop('pad')}"
+    return values
+
+
+class SearchSpace:
+    """The valid configs of one study and the map between Optuna parameters and them.
+
+    A parameter combination that is not a valid config (a tile too small for the vector, too
+    many threads, ...) is repaired to the nearest valid config: fewest rank steps, then
+    fewest changed choices, ties broken by the space's own order. Nothing invalid is launched.
+
+    The tuner also repairs away from configs already tried on the shape (or being tried by
+    another trial): Optuna's samplers may propose a point again, and TPE ignores failed
+    trials, so it would propose a failing config over and over. Each trial thus measures a
+    config nobody has measured, the nearest one to where the sampler wants to look.
+    """
+
+    def __init__(self, configs: Iterable[KernelConfig]) -> None:
+        self.configs: tuple[KernelConfig, ...] = tuple(dict.fromkeys(configs))
+        if not self.configs:
+            raise TuningError("the search space is empty: no config fits this device and shape")
+        rows = [_field_values(c) for c in self.configs]
+        self._fields = tuple(rows[0])
+        self._choices: dict[str, list[Any]] = {}
+        self.distributions: dict[str, BaseDistribution] = {}
+        self._ordinal: list[bool] = []
+        for f in self._fields:
+            choices = sorted({r[f] for r in rows}, key=lambda v: (str(type(v)), v))
+            self._choices[f] = choices
+            ordinal = all(type(v) is int for v in choices)
+            self._ordinal.append(ordinal)
+            if ordinal:
+                self.distributions[f"{f}_rank"] = IntDistribution(0, len(choices) - 1)
+            else:
+                self.distributions[f] = CategoricalDistribution(choices)
+        self._names = tuple(self.distributions)
+        self._index = {f: {v: i for i, v in enumerate(ch)} for f, ch in self._choices.items()}
+        points = [self._point(r) for r in rows]
+        self._by_point = {p: c for p, c in zip(points, self.configs, strict=True)}
+        self._by_key = {c.key: c for c in self.configs}
+        self._position = {c.key: i for i, c in enumerate(self.configs)}
+        self._matrix = np.array(points, dtype=float)
+        self._is_choice = ~np.array(self._ordinal)
+
+    def _point(self, values: Mapping[str, Any]) -> tuple[int, ...]:
+        return tuple(self._index[f][values[f]] for f in self._fields)
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    def __contains__(self, config: object) -> bool:
+        return isinstance(config, KernelConfig) and self._by_key.get(config.key) == config
+
+    def by_key(self, key: str) -> KernelConfig | None:
+        return self._by_key.get(key)
+
+    def digest(self) -> str:
+        """Identifies the parameters and their choices: a study cannot change them."""
+        text = repr(sorted((n, repr(d)) for n, d in self.distributions.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+    def params_of(self, config: KernelConfig) -> dict[str, Any]:
+        """The Optuna parameters of a config of this space (for enqueueing it)."""
+        if config not in self:
+            raise TuningError(f"config {config.key} is not in this study's search space")
+        point = self._point(_field_values(config))
+        return {
+            name: (i if ordinal else self._choices[f][i])
+            for name, f, ordinal, i in zip(
+                self._names, self._fields, self._ordinal, point, strict=True
+            )
+        }
+
+    def config_for(self, params: Mapping[str, Any], taken: Collection[str] = ()) -> KernelConfig:
+        """The config of a trial's parameters: exact if valid and not `taken` (keys of configs
+        tried already), else the nearest valid one that is not taken (if any is left)."""
+        point = tuple(
+            int(params[name]) if ordinal else self._index[f][params[name]]
+            for name, f, ordinal in zip(self._names, self._fields, self._ordinal, strict=True)
+        )
+        exact = self._by_point.get(point)
+        if exact is not None and exact.key not in taken:
+            return exact
+        diff = np.abs(self._matrix - np.array(point, dtype=float))
+        steps = np.where(self._is_choice, 0.0, diff).sum(axis=1)
+        changed = np.where(self._is_choice, diff > 0, False).sum(axis=1)
+        excluded = [self._position[k] for k in taken if k in self._position]
+        if len(excluded) < len(self.configs):
+            steps[excluded] = np.inf
+        best = np.lexsort((np.arange(len(self.configs)), changed, steps))[0]
+        return self.configs[int(best)]
+
+
+# --- Optuna plumbing --------------------------------------------------------------------------------
+def make_sampler(name: str, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The sampler called `name`: "tpe" (default), "random", or "gp" (needs torch).
+
+    TPE runs multivariate (tile, vector and per-thread sizes interact) and with the constant
+    liar, so trials asked while others are running, in this process's batch or another
+    process's, are spread out rather than piled on one point.
+    """
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        try:
+            import scipy  # noqa: F401
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise TuningError(
+                f"the gp sampler needs torch and scipy ({exc.name} is missing): "
+                "pip install torch scipy, or use --sampler tpe"
+            ) from exc
+        return optuna.samplers.GPSampler(seed=seed)
+    raise TuningError(f"unknown sampler {name!r}; choose one of: {', '.join(SAMPLERS)}")
+
+
+def open_storage(
+    url: str, *, heartbeat_interval: int = HEARTBEAT_INTERVAL, grace_period: int = GRACE_PERIOD
+) -> optuna.storages.RDBStorage:
+    """Optuna's storage on our database URL, with the heartbeat that finds dead trials.
+
+    A trial whose heartbeat stopped (its process was killed) is failed by the next process
+    that looks and enqueued again, so its config is retried; a live process's trials keep
+    beating and are left alone.
+    """
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        # Several processes share one file: wait for a writer rather than fail at once.
+        engine_kwargs["connect_args"] = {"timeout": 60}
+    else:
+        engine_kwargs["pool_pre_ping"] = True
+    # Optuna creates its tables on first use without a lock: of two processes starting on a
+    # new database, one may fail ("already exists"); it succeeds once the other is done.
+    for attempt in range(8):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=heartbeat_interval,
+                    grace_period=grace_period,
+                    heartbeat_stale_trial_callback=(
+                        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2)
+                    ),
+                )
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            if attempt == 7:
+                display = sqlalchemy.make_url(url).render_as_string(hide_password=True)
+                reason = " ".join(str(getattr(exc, "orig", exc)).split())[:300]
+                raise StoreError(
+                    f"cannot open Optuna's storage in the tuning database {display}: {reason}"
+                ) from exc
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _trial_id(trial: Trial | FrozenTrial) -> int:
+    # Optuna has no public accessor for the storage's trial id, which the heartbeat needs.
+    return trial._trial_id
+
+
+def _owner(trial_id: int) -> str:
+    """Claim owner of a trial: Optuna trial ids are unique across the whole database."""
+    return f"optuna-trial-{trial_id}"
+
+
+class _Heartbeat:
+    """Marks this process's running trials alive. Optuna beats only inside study.optimize(),
+    and the tuner asks and tells trials itself."""
+
+    def __init__(self, storage: optuna.storages.RDBStorage, interval: int) -> None:
+        self._storage = storage
+        self._interval = interval
+        self._ids: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="autotranspose-heartbeat", daemon=True
+        )
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def add(self, trial_id: int) -> None:
+        self._storage.record_heartbeat(trial_id)  # at once: a trial with no beat is never stale
+        with self._lock:
+            self._ids.add(trial_id)
+
+    def discard(self, ids: Iterable[int]) -> None:
+        with self._lock:
+            self._ids.difference_update(ids)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            with self._lock:
+                ids = sorted(self._ids)
+            for trial_id in ids:
+                try:
+                    self._storage.record_heartbeat(trial_id)
+                except Exception:  # a missed beat is retried next interval
+                    pass
+
+
+# --- the tuning loop ---------------------------------------------------------------------------------
+def _check_shape(shape: Sequence[int]) -> tuple[int, int, int]:
+    dims = tuple(shape)
+    if len(dims) == 2:
+        dims = (1, *dims)
+    if len(dims) != 3 or not all(type(d) is int and d >= 1 for d in dims):
+        raise ShapeError(
+            f"shape must be (batch, m, n) or (m, n) of positive ints, got {tuple(shape)!r}"
+        )
+    return dims  # type: ignore[return-value]
+
+
+def _check_settings(
+    trials: int, timeout: float | None, patience: int | None, batch: int, sampler: str
+) -> None:
+    if type(trials) is not int or trials < 1:
+        raise TuningError(f"trials must be a positive int, got {trials!r}")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise TuningError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if patience is not None and (type(patience) is not int or patience < 1):
+        raise TuningError(f"patience must be a positive int, got {patience!r}")
+    if type(batch) is not int or batch < 1:
+        raise TuningError(f"batch must be a positive int, got {batch!r}")
+    if sampler not in SAMPLERS:
+        raise TuningError(f"unknown sampler {sampler!r}; choose one of: {', '.join(SAMPLERS)}")
+
+
+def known_good(
+    elem_bytes: int,
+    cls: ShapeClass,
+    space: SearchSpace,
+    *,
+    device: DeviceInfo,
+    store: Store | None = None,
+    conjugate: bool = False,
+) -> list[KernelConfig]:
+    """Configs worth measuring first: the seed documents' kernel, the default, and what the
+    lookup would serve today (a tuned, nearby or shipped result), if this study can run them."""
+    seed = seed_config(elem_bytes)
+    if conjugate:
+        seed = seed.replace(conjugate=True)
+    found = [seed, default_config(elem_bytes, max_vector=cls.vec, conjugate=conjugate)]
+    if store is not None:
+        from . import lookup
+
+        try:
+            choice = lookup.choose(device, elem_bytes, cls, store=store, conjugate=conjugate)
+        except AutotransposeError:
+            choice = None
+        if choice is not None and choice.source != "default":
+            found.append(choice.config)
+    return [c for c in dict.fromkeys(found) if c in space]
+
+
+def tune(
+    dtype: Any,
+    shape: Sequence[int],
+    *,
+    objective: Objective,
+    store: Store,
+    device: DeviceInfo,
+    trials: int = 40,
+    timeout: float | None = None,
+    patience: int | None = None,
+    sampler: str = "tpe",
+    seed: int | None = None,
+    batch: int = 8,
+    conjugate: bool = False,
+    progress: Callable[[TrialReport], None] | None = None,
+    heartbeat_interval: int = HEARTBEAT_INTERVAL,
+    grace_period: int = GRACE_PERIOD,
+) -> TuneResult:
+    """Tune the transpose of `dtype` arrays of `shape` (batch, m, n) on `device`.
+
+    Stops when this shape's study holds `trials` finished trials (trials of earlier,
+    interrupted or concurrent runs count, so running again resumes rather than repeats),
+    after `timeout` seconds (a batch under way completes), or when `patience` trials in a row
+    did not beat the best, whichever comes first. Returns the best config of the study for
+    this shape; raises :class:`TuningError` if no config ran correctly.
+    """
+    started = time.monotonic()
+    et = element_type(dtype)
+    dims = _check_shape(shape)
+    _check_settings(trials, timeout, patience, batch, sampler)
+    cls = shape_class(dims[0], dims[1], dims[2], max_vec(et.size, dims[1], dims[2]))
+    space = SearchSpace(
+        config_space(et.name, device.limits, conjugate=conjugate, max_vector=cls.vec)
+    )
+    name = study_name(device, et.size, cls, space, conjugate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # ask() warns that the heartbeat expects optimize(): the tuner beats itself.
+        warnings.filterwarnings("ignore", message="Heartbeat of storage")
+        storage = open_storage(
+            store.url, heartbeat_interval=heartbeat_interval, grace_period=grace_period
+        )
+        study = optuna.create_study(
+            storage=storage,
+            study_name=name,
+            direction="maximize",
+            sampler=make_sampler(sampler, seed),
+            load_if_exists=True,
+        )
+        run = _Run(
+            study=study,
+            storage=storage,
+            store=store,
+            objective=objective,
+            device=device,
+            dtype=et.name,
+            elem_bytes=et.size,
+            shape=dims,
+            cls=cls,
+            space=space,
+            progress=progress,
+            grace_period=grace_period,
+        )
+        run.enqueue(
+            known_good(et.size, cls, space, device=device, store=store, conjugate=conjugate)
+        )
+        settings = {
+            "study": name, "dtype": et.name, "shape": list(dims), "shape_class": str(cls),
+            "trials": trials, "timeout": timeout, "patience": patience, "sampler": sampler,
+            "seed": seed, "batch": batch, "conjugate": conjugate, "space": len(space),
+        }  # fmt: skip
+        run_id = store.begin_run(device, settings)
+        run.run_id = run_id
+        status = "failed"
+        try:
+            with _Heartbeat(storage, heartbeat_interval) as heartbeat:
+                run.heartbeat = heartbeat
+                stopped_by = run.loop(trials=trials, timeout=timeout, patience=patience,
+                                      batch=batch, started=started)  # fmt: skip
+            status = "done"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            store.finish_run(run_id, status)
+            storage.remove_session()
+            from . import lookup
+
+            lookup.clear_cache()
+        return run.result(stopped_by, time.monotonic() - started)
+
+
+class _Run:
+    """The state of one tune() call: which study, which shape, and what it has done so far."""
+
+    def __init__(
+        self,
+        *,
+        study: optuna.Study,
+        storage: optuna.storages.RDBStorage,
+        store: Store,
+        objective: Objective,
+        device: DeviceInfo,
+        dtype: str,
+        elem_bytes: int,
+        shape: tuple[int, int, int],
+        cls: ShapeClass,
+        space: SearchSpace,
+        progress: Callable[[TrialReport], None] | None,
+        grace_period: int,
+    ) -> None:
+        self.study = study
+        self.storage = storage
+        self.store = store
+        self.objective = objective
+        self.device = device
+        self.dtype = dtype
+        self.elem_bytes = elem_bytes
+        self.shape = shape
+        self.shape_text = "x".join(map(str, shape))
+        self.cls = cls
+        self.space = space
+        self.progress = progress
+        self.grace_period = grace_period
+        self.run_id: int | None = None
+        self.heartbeat: _Heartbeat | None = None
+        self.counts = {"trials": 0, "measured": 0, "reused": 0, "failed": 0}
+        self.done = 0
+        self.total = 0
+        self.best_gbps = 0.0
+
+    # --- the study's view of this shape ---------------------------------------------------------
+    def _mine(self, trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+        """Finished trials of this shape: told with a measurement (a stale or interrupted trial
+        has no status and is not counted: its config is retried)."""
+        return [
+            t
+            for t in trials
+            if t.state in (TrialState.COMPLETE, TrialState.FAIL)
+            and t.user_attrs.get("shape") == self.shape_text
+            and "status" in t.user_attrs
+        ]
+
+    def enqueue(self, configs: Sequence[KernelConfig]) -> None:
+        """Queue known-good configs, once per shape (a resumed run finds them queued or done)."""
+        have = {
+            t.user_attrs.get("config")
+            for t in self.study.get_trials(deepcopy=False)
+            if t.user_attrs.get("shape") == self.shape_text
+        }
+        for c in configs:
+            if c.key not in have:
+                self.study.enqueue_trial(
+                    self.space.params_of(c), user_attrs={"config": c.key, "shape": self.shape_text}
+                )
+
+    def loop(
+        self,
+        *,
+        trials: int,
+        timeout: float | None,
+        patience: int | None,
+        batch: int,
+        started: float,
+    ) -> str:
+        self.total = trials
+        while True:
+            optuna.storages.fail_stale_trials(self.study)
+            every = self.study.get_trials(deepcopy=False)
+            mine = self._mine(every)
+            self.done = len(mine)
+            ok = [t for t in mine if t.state == TrialState.COMPLETE and t.value is not None]
+            best = max(ok, key=lambda t: (t.value, -t.number), default=None)
+            self.best_gbps = float(best.value) if best is not None else 0.0  # type: ignore[arg-type]
+            stall = sum(1 for t in mine if best is None or t.number > best.number)
+            tried = {t.user_attrs.get("config") for t in mine}
+            if self.done >= trials:
+                return "trials"
+            if timeout is not None and time.monotonic() - started >= timeout:
+                return "timeout"
+            if patience is not None and stall >= patience:
+                return "patience"
+            if all(c.key in tried for c in self.space.configs):
+                return "exhausted"
+            running = [
+                t.user_attrs.get("config")
+                for t in every
+                if t.state == TrialState.RUNNING and t.user_attrs.get("shape") == self.shape_text
+            ]
+            # Trials other processes are running count toward the goal: wait for them rather
+            # than overshoot it.
+            k = min(batch, trials - self.done - len(running))
+            if patience is not None:
+                k = min(k, patience - stall)
+            if k <= 0:
+                time.sleep(_POLL_S)
+                continue
+            self._batch(k, taken={key for key in tried.union(running) if key is not None})
+
+    # --- one batch ------------------------------------------------------------------------------
+    def _batch(self, k: int, taken: set[str]) -> None:
+        asked: list[tuple[Trial, KernelConfig]] = []
+        finished: set[int] = set()
+        claimed: dict[str, Trial] = {}
+        recorded: set[str] = set()
+        try:
+            for _ in range(k):
+                trial = self.study.ask(self.space.distributions)
+                assert self.heartbeat is not None
+                self.heartbeat.add(_trial_id(trial))
+                config = self.space.config_for(trial.params, taken)
+                taken.add(config.key)
+                trial.set_user_attr("config", config.key)
+                trial.set_user_attr("shape", self.shape_text)
+                asked.append((trial, config))
+
+            leaders: dict[str, Trial] = {}
+            followers: list[tuple[Trial, KernelConfig]] = []
+            to_measure: list[tuple[Trial, KernelConfig]] = []
+            waiting: list[tuple[Trial, KernelConfig]] = []
+            for trial, config in asked:
+                if config.key in leaders:  # the same config twice in a batch: measure it once
+                    followers.append((trial, config))
+                    continue
+                leaders[config.key] = trial
+                known = self._measured(config)
+                if known is not None:
+                    self._finish(trial, config, known, reused=True)
+                    finished.add(trial.number)
+                elif self._claim(trial, config):
+                    claimed[config.key] = trial
+                    to_measure.append((trial, config))
+                else:
+                    waiting.append((trial, config))
+
+            self._measure(to_measure, finished, recorded)
+            self._wait_for_others(waiting, finished, claimed, recorded)
+            for trial, config in followers:
+                known = self._measured(config)
+                if known is not None:
+                    self._finish(trial, config, known, reused=True)
+                else:
+                    self._abandon(trial, "its config was measured by an unfinished trial")
+                finished.add(trial.number)
+        except BaseException as exc:
+            reason = f"interrupted: {type(exc).__name__}: {exc}"[:500]
+            for trial, _ in asked:
+                if trial.number not in finished:
+                    self._abandon(trial, reason)
+            for key, trial in claimed.items():
+                if key not in recorded:  # let another process measure it
+                    self.store.release(
+                        self.study.study_name, self._claim_key(key), _owner(_trial_id(trial))
+                    )
+            raise
+        finally:
+            if self.heartbeat is not None:
+                self.heartbeat.discard(_trial_id(t) for t, _ in asked)
+
+    def _measure(
+        self,
+        pairs: list[tuple[Trial, KernelConfig]],
+        finished: set[int],
+        recorded: set[str],
+    ) -> None:
+        """Compile the batch ahead, measure it in one call, record each result, tell each trial."""
+        if not pairs:
+            return
+        configs = [c for _, c in pairs]
+        precompile = getattr(self.objective, "precompile", None)
+        if precompile is not None:
+            try:
+                precompile(configs)
+            except AutotransposeError:
+                pass  # measuring compiles each config again and reports which one fails
+        results = list(self.objective(configs))
+        if len(results) != len(configs) or not all(isinstance(m, Measurement) for m in results):
+            raise TuningError(
+                f"the objective returned {len(results)} results for {len(configs)} configs; "
+                "it must return one Measurement per config, in order"
+            )
+        for (trial, config), m in zip(pairs, results, strict=True):
+            self.store.record(
+                self.run_id,
+                self.device,
+                self.dtype,
+                self.elem_bytes,
+                self.shape,
+                self.cls,
+                config,
+                m,
+            )
+            recorded.add(config.key)
+            self.counts["measured"] += 1
+            self._finish(trial, config, m, reused=False)
+            finished.add(trial.number)
+
+    def _wait_for_others(
+        self,
+        waiting: list[tuple[Trial, KernelConfig]],
+        finished: set[int],
+        claimed: dict[str, Trial],
+        recorded: set[str],
+    ) -> None:
+        """Configs another process claimed: take its result when it is stored; if that process
+        died (its trial failed by the heartbeat check), claim the config and measure it here."""
+        deadline = time.monotonic() + self.grace_period + 2 * HEARTBEAT_INTERVAL
+        while waiting:
+            still: list[tuple[Trial, KernelConfig]] = []
+            takeover: list[tuple[Trial, KernelConfig]] = []
+            optuna.storages.fail_stale_trials(self.study)
+            for trial, config in waiting:
+                known = self._measured(config)
+                if known is not None:
+                    self._finish(trial, config, known, reused=True)
+                    finished.add(trial.number)
+                elif self._claim(trial, config):
+                    claimed[config.key] = trial
+                    takeover.append((trial, config))
+                else:
+                    still.append((trial, config))
+            self._measure(takeover, finished, recorded)
+            waiting = still
+            if waiting and time.monotonic() >= deadline:
+                for trial, _ in waiting:
+                    self._abandon(
+                        trial, "another process is measuring its config and gave no result in time"
+                    )
+                    finished.add(trial.number)
+                return
+            if waiting:
+                time.sleep(_POLL_S)
+
+    # --- store and claims -------------------------------------------------------------------------
+    def _measured(self, config: KernelConfig) -> Measurement | None:
+        return self.store.measured(self.device.name, self.elem_bytes, self.shape, config)
+
+    def _claim_key(self, config_key: str) -> str:
+        # One study serves every shape of its class; a claim is for one config on one shape.
+        return f"{self.shape_text}:{config_key}"
+
+    def _claim(self, trial: Trial, config: KernelConfig) -> bool:
+        """Claim `config` for `trial`; a claim left by a dead trial is released first."""
+        name, key = self.study.study_name, self._claim_key(config.key)
+        if self.store.claim(name, key, _owner(_trial_id(trial))):
+            return True
+        dead = [
+            t
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            if t.user_attrs.get("config") == config.key
+            and t.user_attrs.get("shape") == self.shape_text
+            and "status" not in t.user_attrs
+        ]
+        if not any(self.store.release(name, key, _owner(_trial_id(t))) for t in dead):
+            return False
+        return self.store.claim(name, key, _owner(_trial_id(trial)))
+
+    # --- telling Optuna ---------------------------------------------------------------------------
+    def _finish(self, trial: Trial, config: KernelConfig, m: Measurement, *, reused: bool) -> None:
+        """Tell a trial its measurement: GB/s if correct, FAIL with the reason otherwise."""
+        attrs: dict[str, Any] = {"status": m.status}
+        if reused:
+            attrs["reused"] = True
+        if m.ok:
+            attrs["ratio"] = round(m.ratio, 4)
+        else:
+            default = "wrong output" if m.status == "wrong" else "failed, no reason given"
+            attrs["error"] = (m.error or default)[:1000]
+        try:
+            for k, v in attrs.items():
+                trial.set_user_attr(k, v)
+            if m.ok:
+                self.study.tell(trial, m.gbps, skip_if_finished=True)
+            else:
+                self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # failed as stale by another process meanwhile: the store has the result
+        self.counts["trials"] += 1
+        if reused:
+            self.counts["reused"] += 1
+        if not m.ok:
+            self.counts["failed"] += 1
+        self.done += 1
+        if m.ok and m.gbps > self.best_gbps:
+            self.best_gbps = m.gbps
+        if self.progress is not None:
+            self.progress(
+                TrialReport(trial.number, config, m, reused, self.done, self.total, self.best_gbps)
+            )
+
+    def _abandon(self, trial: Trial, reason: str) -> None:
+        """End a trial with no measurement: FAIL without a status, so it is not counted."""
+        try:
+            trial.set_user_attr("error", reason)
+            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+
+    # --- the answer ---------------------------------------------------------------------------
+    def result(self, stopped_by: str, elapsed: float) -> TuneResult:
+        mine = self._mine(self.study.get_trials(deepcopy=False))
+        ok = [t for t in mine if t.state == TrialState.COMPLETE and t.value is not None]
+        for t in sorted(ok, key=lambda t: (-(t.value or 0.0), t.number)):
+            config = self.space.by_key(t.user_attrs.get("config", ""))
+            m = self._measured(config) if config is not None else None
+            if config is not None and m is not None and m.ok:
+                return TuneResult(
+                    study_name=self.study.study_name,
+                    dtype=self.dtype,
+                    shape=self.shape,
+                    shape_class=self.cls,
+                    config=config,
+                    measurement=m,
+                    trials=self.counts["trials"],
+                    measured=self.counts["measured"],
+                    reused=self.counts["reused"],
+                    failed=self.counts["failed"],
+                    elapsed_s=elapsed,
+                    stopped_by=stopped_by,
+                )
+        errors = sorted({str(t.user_attrs.get("error")) for t in mine if "error" in t.user_attrs})
+        raise TuningError(
+            f"no config ran correctly for {self.dtype} {self.shape_text} on {self.device.name} "
+            f"({len(mine)} trials in study {self.study.study_name!r}); errors: "
+            + ("; ".join(errors[:3]) if errors else "none recorded")
+            + ". Check the GPU and driver, or raise --trials."
+        )

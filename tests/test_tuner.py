@@ -1,0 +1,464 @@
+"""The tuner's logic with a deterministic synthetic objective and real databases (no GPU)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+from _synthetic import (
+    DEVICE,
+    SyntheticObjective,
+    best_in,
+    logged,
+    score,
+    tune_process,
+)
+from optuna.trial import TrialState
+
+from autotranspose import lookup
+from autotranspose.config import (
+    KernelConfig,
+    config_space,
+    default_config,
+    max_vec,
+    seed_config,
+)
+from autotranspose.device import DeviceInfo
+from autotranspose.dtypes import element_type
+from autotranspose.errors import ShapeError, TuningError
+from autotranspose.measure import Measurement
+from autotranspose.shapes import shape_class
+from autotranspose.store import Store
+from autotranspose.tuner import SearchSpace, TuneResult, known_good, make_sampler, study_name, tune
+
+pytest_plugins = ("store_fixtures",)
+
+TESTS = Path(__file__).resolve().parent
+SHAPE = (1, 2048, 2048)
+# A device whose blocks hold at most 32 threads, and complex128 (no vectors): a space of a
+# couple of hundred configs, small enough to search to the end.
+SMALL = DeviceInfo("Synthetic Small GPU", (9, 0), max_threads_per_block=32)
+WIDE = "complex128"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_optuna() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Store:
+    with Store.open(tmp_path / "tuning.db") as s:
+        yield s
+
+
+def _space(
+    dtype: str, device: DeviceInfo, shape: tuple[int, int, int] = SHAPE
+) -> list[KernelConfig]:
+    size = element_type(dtype).size
+    vec = max_vec(size, shape[1], shape[2])
+    return list(config_space(dtype, device.limits, max_vector=vec))
+
+
+def _trials(store: Store, result: TuneResult) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=result.study_name, storage=store.url).trials
+
+
+def _tune(store: Store, objective: SyntheticObjective, **kw) -> TuneResult:
+    kw.setdefault("device", objective.device)
+    kw.setdefault("trials", 16)
+    return tune(kw.pop("dtype", "float32"), kw.pop("shape", SHAPE), objective=objective,
+                store=store, **kw)  # fmt: skip
+
+
+# --- the search space ---------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])
+def test_every_config_of_the_space_maps_to_its_own_parameters(dtype: str) -> None:
+    space = SearchSpace(config_space(dtype))
+    for config in space.configs[:: max(1, len(space) // 300)]:
+        assert space.config_for(space.params_of(config)) == config
+
+
+def test_invalid_parameter_combinations_are_repaired_to_the_nearest_valid_config() -> None:
+    space = SearchSpace(config_space("int8"))
+    rng = np.random.default_rng(0)
+    repaired = 0
+    for _ in range(300):
+        params = {}
+        for name, dist in space.distributions.items():
+            if isinstance(dist, optuna.distributions.IntDistribution):
+                params[name] = int(rng.integers(dist.low, dist.high + 1))
+            else:
+                params[name] = dist.choices[int(rng.integers(len(dist.choices)))]
+        config = space.config_for(params)
+        assert config in space
+        assert space.config_for(params) == config  # deterministic
+        repaired += space.params_of(config) != params
+    assert repaired > 0  # the product of the choices holds invalid combinations
+
+
+def test_taken_configs_are_avoided_until_none_is_left() -> None:
+    space = SearchSpace(_space(WIDE, SMALL))
+    params = space.params_of(space.configs[0])
+    taken: set[str] = set()
+    for _ in range(len(space)):
+        config = space.config_for(params, taken)
+        assert config.key not in taken
+        taken.add(config.key)
+    assert taken == {c.key for c in space.configs}
+    assert space.config_for(params, taken) == space.configs[0]  # all taken: the exact one
+
+
+def test_a_space_without_configs_is_an_error() -> None:
+    with pytest.raises(TuningError, match="empty"):
+        SearchSpace([])
+
+
+def test_study_names_say_device_element_size_and_shape_class() -> None:
+    cls = shape_class(1, 8192, 8192, 4)
+    space = SearchSpace(config_space("complex64", conjugate=True))
+    name = study_name(DEVICE, 8, cls, space, conjugate=True)
+    assert name.startswith("autotranspose:Synthetic_GPU_9000:s8:conj:1x8192x8192/v4:")
+    assert study_name(DEVICE, 8, cls, space, conjugate=True) == name
+
+
+def test_samplers() -> None:
+    assert isinstance(make_sampler("tpe", 1), optuna.samplers.TPESampler)
+    assert isinstance(make_sampler("random", 1), optuna.samplers.RandomSampler)
+    with pytest.raises(TuningError, match="unknown sampler 'nope'"):
+        make_sampler("nope")
+
+
+# --- searching ----------------------------------------------------------------------------------
+def test_finds_the_known_optimum(db: Store) -> None:
+    space = _space(WIDE, SMALL)
+    objective = SyntheticObjective(SMALL, space=space)
+    result = _tune(db, objective, dtype=WIDE, trials=120, seed=0)
+    assert result.config == best_in(space)
+    assert result.measurement == score(best_in(space))
+    assert result.shape_class == shape_class(*SHAPE, 1)
+    entry = db.best(SMALL.name, 16, result.shape_class)
+    assert entry is not None and entry.config == result.config
+
+
+def test_gets_close_to_the_optimum_of_a_large_space_in_40_trials(db: Store) -> None:
+    space = _space("float32", DEVICE)
+    result = _tune(db, SyntheticObjective(space=space), trials=40, seed=3)
+    assert result.measurement.gbps >= 0.85 * score(best_in(space)).gbps
+    assert result.measured == 40 and result.reused == 0
+
+
+def test_invalid_configs_never_reach_the_objective(db: Store) -> None:
+    device = DeviceInfo("Tiny GPU", (8, 0), max_threads_per_block=64, max_shared_per_block=4096)
+    space = _space("float32", device)
+    objective = SyntheticObjective(device, space=space)  # asserts membership of every config
+    _tune(db, objective, trials=48, seed=1, sampler="random")
+    assert len(objective.calls) == 48
+    assert all(c.fits(device.limits) for c in objective.calls)
+
+
+def test_no_config_is_measured_twice_and_each_batch_is_precompiled(db: Store) -> None:
+    objective = SyntheticObjective()
+    result = _tune(db, objective, trials=40, seed=2, batch=8)
+    keys = [c.key for c in objective.calls]
+    assert len(keys) == len(set(keys)) == 40
+    assert objective.precompiled == objective.batches
+    assert [len(b) for b in objective.batches] == [8] * 5
+    trials = _trials(db, result)
+    assert [t.user_attrs["config"] for t in trials] == keys
+
+
+def test_known_good_configs_are_measured_first(db: Store) -> None:
+    cls = shape_class(1, *SHAPE[1:], max_vec(4, *SHAPE[1:]))
+    tuned = KernelConfig(4, 32, 64, 2, 2, 1, "pad", "col", "stream")
+    # A tuned result of a nearby class: lookup serves it, so the study measures it early.
+    run = db.begin_run(DEVICE, {})
+    db.record(run, DEVICE, "float32", 4, (1, 4096, 4096), shape_class(1, 4096, 4096, 4), tuned,
+              score(tuned))  # fmt: skip
+    expected = [seed_config(4), default_config(4, max_vector=cls.vec), tuned]
+    assert known_good(4, cls, SearchSpace(_space("float32", DEVICE)), device=DEVICE,
+                      store=db) == expected  # fmt: skip
+    objective = SyntheticObjective()
+    _tune(db, objective, trials=8, seed=0)
+    assert objective.calls[:3] == expected
+
+
+def test_known_good_configs_the_device_cannot_run_are_left_out() -> None:
+    cls = shape_class(1, *SHAPE[1:], 4)
+    space = SearchSpace(_space("float32", SMALL))
+    good = known_good(4, cls, space, device=SMALL, store=None)
+    assert all(c in space for c in good)
+    assert default_config(4, max_vector=4) not in good  # 256 threads: more than SMALL allows
+
+
+def test_failed_and_wrong_configs_end_as_failed_trials_with_their_reasons(db: Store) -> None:
+    seed, default = seed_config(4), default_config(4, max_vector=4)
+    objective = SyntheticObjective(
+        fail={seed.key: "nvcc: ptxas error: too much shared data"},
+        wrong={default.key},  # reported at 9000 GB/s: it must never become the best
+    )
+    result = _tune(db, objective, trials=12, seed=0)
+    by_key = {t.user_attrs["config"]: t for t in _trials(db, result)}
+    assert by_key[seed.key].state == TrialState.FAIL
+    assert by_key[seed.key].user_attrs["status"] == "fail"
+    assert "ptxas error" in by_key[seed.key].user_attrs["error"]
+    assert by_key[default.key].state == TrialState.FAIL
+    assert by_key[default.key].user_attrs["status"] == "wrong"
+    assert by_key[default.key].user_attrs["error"]
+    assert result.config not in (seed, default) and result.measurement.ok
+    assert result.failed >= 2
+    assert db.measured(DEVICE.name, 4, SHAPE, seed).status == "fail"
+    assert db.measured(DEVICE.name, 4, SHAPE, default).status == "wrong"
+    best = db.best(DEVICE.name, 4, result.shape_class)
+    assert best is not None and best.config == result.config
+    ok = [t for t in by_key.values() if t.state == TrialState.COMPLETE]
+    assert all(0 < t.user_attrs["ratio"] < 1 for t in ok)
+
+
+def test_no_correct_config_is_a_tuning_error(db: Store) -> None:
+    space = _space(WIDE, SMALL)
+    objective = SyntheticObjective(SMALL, fail={c.key: "launch failed" for c in space})
+    with pytest.raises(TuningError, match=r"no config ran correctly.*launch failed"):
+        _tune(db, objective, dtype=WIDE, trials=5)
+
+
+def test_stops_after_patience_trials_without_improvement(db: Store) -> None:
+    seed = seed_config(4)
+    # The first trial is the best there will be: everything else is slower.
+    objective = SyntheticObjective(gbps={seed.key: 9999.0})
+    result = _tune(db, objective, trials=100, patience=6, batch=4, seed=0)
+    assert result.stopped_by == "patience"
+    assert result.trials == 7 and len(objective.calls) == 7
+    assert result.config == seed
+
+
+def test_stops_at_the_timeout(db: Store) -> None:
+    objective = SyntheticObjective(delay=0.05)
+    started = time.monotonic()
+    result = _tune(db, objective, trials=1000, timeout=1.0, batch=4, seed=0)
+    assert result.stopped_by == "timeout"
+    assert time.monotonic() - started < 5
+    assert 4 <= result.trials < 40
+
+
+def test_stops_when_every_config_was_tried(db: Store) -> None:
+    space = _space(WIDE, SMALL)
+    objective = SyntheticObjective(SMALL, space=space)
+    result = _tune(db, objective, dtype=WIDE, trials=len(space) + 50, batch=16, seed=0)
+    assert result.stopped_by == "exhausted"
+    assert sorted(c.key for c in objective.calls) == sorted(c.key for c in space)
+    assert result.config == best_in(space)
+
+
+def test_a_seed_makes_runs_reproducible(tmp_path: Path) -> None:
+    runs = []
+    for name in ("a", "b"):
+        with Store.open(tmp_path / f"{name}.db") as store:
+            objective = SyntheticObjective()
+            _tune(store, objective, trials=24, seed=7)
+            runs.append([c.key for c in objective.calls])
+    assert runs[0] == runs[1]
+
+
+def test_running_again_resumes_without_measuring_again(db: Store) -> None:
+    first = SyntheticObjective()
+    r1 = _tune(db, first, trials=16, seed=0)
+    again = SyntheticObjective()
+    r2 = _tune(db, again, trials=16, seed=0)
+    assert r2.trials == 0 and again.calls == [] and r2.config == r1.config
+    more = SyntheticObjective()
+    r3 = _tune(db, more, trials=28, seed=0)
+    assert r3.trials == 12 and len(more.calls) == 12
+    assert not {c.key for c in more.calls} & {c.key for c in first.calls}
+    assert r3.measurement.gbps >= r1.measurement.gbps
+
+
+def test_stored_measurements_are_reused_not_measured(db: Store) -> None:
+    # A measurement stored, but whose trial never finished (the process died in between).
+    config = seed_config(4)
+    cls = shape_class(1, *SHAPE[1:], 4)
+    db.record(None, DEVICE, "float32", 4, SHAPE, cls, config, Measurement("ok", 1234.0, 3300.0))
+    objective = SyntheticObjective()
+    result = _tune(db, objective, trials=4, seed=0)
+    assert config not in objective.calls
+    assert result.reused == 1 and result.measured == 3
+    trial = next(t for t in _trials(db, result) if t.user_attrs["config"] == config.key)
+    assert trial.value == 1234.0 and trial.user_attrs["reused"] is True
+
+
+def test_each_shape_of_a_class_is_measured_on_its_own(db: Store) -> None:
+    a, b = (1, 2048, 2048), (1, 2000, 2000)  # one class: 1x2048x2048/v4
+    ra = _tune(db, SyntheticObjective(), shape=a, trials=8, seed=0)
+    objective = SyntheticObjective()
+    rb = _tune(db, objective, shape=b, trials=8, seed=0)
+    assert ra.study_name == rb.study_name and rb.shape_class == ra.shape_class
+    assert rb.trials == 8 and len(objective.calls) == 8
+
+
+def test_a_broken_objective_leaves_no_running_trial_and_no_claim(db: Store) -> None:
+    class Broken(SyntheticObjective):
+        def __call__(self, configs):
+            raise RuntimeError("the worker died")
+
+    with pytest.raises(RuntimeError, match="the worker died"):
+        _tune(db, Broken(), trials=8, seed=0)
+    study = optuna.load_study(study_name=optuna.get_all_study_names(db.url)[0], storage=db.url)
+    assert {t.state for t in study.trials} == {TrialState.FAIL}
+    assert all("interrupted" in t.user_attrs["error"] for t in study.trials)
+    objective = SyntheticObjective()  # the claims were released: the next run measures them
+    result = _tune(db, objective, trials=8, seed=0)
+    assert result.measured == 8
+
+
+def test_an_objective_returning_the_wrong_count_is_an_error(db: Store) -> None:
+    class Short(SyntheticObjective):
+        def __call__(self, configs):
+            return super().__call__(configs)[:-1]
+
+    with pytest.raises(TuningError, match="one Measurement per config"):
+        _tune(db, Short(), trials=4)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"trials": 0}, {"timeout": -1}, {"patience": 0}, {"batch": 0}, {"sampler": "cmaes"}],
+)
+def test_bad_settings_are_errors(db: Store, kw: dict) -> None:
+    with pytest.raises(TuningError):
+        _tune(db, SyntheticObjective(), **kw)
+
+
+def test_bad_shapes_are_errors(db: Store) -> None:
+    with pytest.raises(ShapeError):
+        _tune(db, SyntheticObjective(), shape=(0, 5))
+
+
+def test_progress_reports_every_trial(db: Store) -> None:
+    reports = []
+    _tune(db, SyntheticObjective(), trials=10, batch=4, seed=0, progress=reports.append)
+    assert [r.done for r in reports] == list(range(1, 11))
+    assert all(r.total == 10 for r in reports)
+    best = [r.best_gbps for r in reports]
+    assert best == sorted(best) and best[-1] > 0
+
+
+def test_lookup_serves_the_result_right_after_tuning(db: Store) -> None:
+    cls = shape_class(1, *SHAPE[1:], 4)
+    assert lookup.choose(DEVICE, 4, cls, store=db).source == "default"  # cached now
+    result = _tune(db, SyntheticObjective(), trials=8, seed=0)
+    choice = lookup.choose(DEVICE, 4, cls, store=db)
+    assert choice.source == "tuned" and choice.config == result.config
+
+
+def test_conjugate_studies_tune_conjugating_kernels(db: Store) -> None:
+    objective = SyntheticObjective()
+    result = _tune(db, objective, dtype="complex64", trials=8, seed=0, conjugate=True)
+    assert all(c.conjugate and c.elem_bytes == 8 for c in objective.calls)
+    assert ":s8:conj:" in result.study_name
+
+
+# --- storage: Optuna's tables beside ours, resume after a kill, several processes ----------------
+def test_optuna_and_our_tables_share_one_database(db: Store, tmp_path: Path) -> None:
+    result = _tune(db, SyntheticObjective(), trials=8, seed=0)
+    assert optuna.get_all_study_names(db.url) == [result.study_name]
+    with Store.open(db.url) as again:  # still ours: Optuna's tables are not foreign
+        assert again.best(DEVICE.name, 4, result.shape_class) is not None
+    import autotranspose.store as store_pkg
+
+    assert store_pkg.upgrade(db.url)
+
+
+def test_a_killed_run_resumes_without_measuring_twice(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    log = tmp_path / "measured.log"
+    Store.open(url).close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    victim = subprocess.Popen(
+        [sys.executable, str(TESTS / "_synthetic.py"), url, str(log), "40", "0.05"], env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(logged(log)) < 10 and victim.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert victim.poll() is None, "the tuning process ended before it could be killed"
+        victim.send_signal(signal.SIGKILL)
+    finally:
+        victim.wait()
+    before = logged(log)
+    assert len({k for _, k in before}) == len(before)
+    with Store.open(url) as store:
+        space = SearchSpace(_space("float32", DEVICE))
+        stored = {k for _, k in before if store.measured(DEVICE.name, 4, SHAPE, space.by_key(k))}
+        assert stored, "nothing was stored before the kill"
+        time.sleep(2.5)  # the killed process's trials go stale (grace period: 2 s)
+        tune_process(url, str(log), trials=40)
+        after = logged(log)[len(before) :]
+        assert not stored & {k for _, k in after}, "a stored measurement was measured again"
+        assert len({k for _, k in after}) == len(after)
+        name = optuna.get_all_study_names(url)[0]
+        trials = optuna.load_study(study_name=name, storage=url).trials
+        assert not [t for t in trials if t.state == TrialState.RUNNING]
+        assert [t for t in trials if t.state == TrialState.FAIL and "status" not in t.user_attrs]
+        counted = [t for t in trials if "status" in t.user_attrs]
+        assert len(counted) == 40
+        for _, key in before + after:  # every measurement ended up in the store
+            assert store.measured(DEVICE.name, 4, SHAPE, space.by_key(key)) is not None
+
+
+def _run_processes(url: str, log: Path, n: int, **kw) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=tune_process, args=(url, str(log)), kwargs=kw) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+    assert [p.exitcode for p in procs] == [0] * n
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_processes_share_a_study_without_measuring_a_config_twice(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = str(tmp_path / "tuning.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    log = tmp_path / "measured.log"
+    with Store.open(url) as store:
+        url = store.url
+    # Batches outlast the grace period (8 x 0.3 s > 2 s): only the heartbeat keeps each
+    # process's running trials from being failed as stale by the other.
+    _run_processes(url, log, 2, trials=40, delay=0.3, seed=None, batch=8)
+    measured = logged(log)
+    counts = Counter(k for _, k in measured)
+    assert counts and max(counts.values()) == 1, "a config was measured twice"
+    assert len({pid for pid, _ in measured}) == 2, "one process did all the work"
+    space = SearchSpace(_space("float32", DEVICE))
+    with Store.open(url) as store:
+        for key in counts:
+            assert store.measured(DEVICE.name, 4, SHAPE, space.by_key(key)) is not None
+        name = optuna.get_all_study_names(url)[0]
+        trials = optuna.load_study(study_name=name, storage=url).trials
+        assert all("status" in t.user_attrs for t in trials), "a live trial was failed as stale"
+        assert len(trials) >= 40
+        best = store.best(DEVICE.name, 4, shape_class(1, 2048, 2048, 4))
+        assert best is not None and best.gbps == max(score(space.by_key(k)).gbps for k in counts
+                                                     if score(space.by_key(k)).ok)  # fmt: skip
+
+
+@pytest.mark.postgres
+def test_tunes_on_postgresql(pg_url: str) -> None:
+    with Store.open(pg_url) as store:
+        objective = SyntheticObjective()
+        result = _tune(store, objective, trials=16, seed=0)
+        assert optuna.get_all_study_names(store.url) == [result.study_name]
+        assert store.best(DEVICE.name, 4, result.shape_class).config == result.config
+        assert _tune(store, SyntheticObjective(), trials=16, seed=0).trials == 0

@@ -377,20 +377,24 @@ def default_config(elem_bytes: int, max_vector: int = 16, conjugate: bool = Fals
     8192x8192 (BENCHMARKS.md) for the widest vector the call allows."""
     for (s, vec), fields in _DEFAULTS.items():
         if s == elem_bytes and vec <= max_vector:
-            return KernelConfig(elem_bytes, *fields, conjugate=conjugate)
+            tm, tn, v, pt, pad, layout, raster, cache, persistent = fields
+            return KernelConfig(
+                elem_bytes, tm, tn, v, pt, pad, layout, raster, cache, conjugate, persistent
+            )
     raise ConfigError(f"elem_bytes={elem_bytes} must be one of {list(ELEMENT_SIZES)}")
 
 
-# (elem_bytes, vec) -> (tile_m, tile_n, vec, per_thread, pad, layout, raster, cache), widest first.
+# (elem_bytes, vec) -> (tile_m, tile_n, vec, per_thread, pad, layout, raster, cache, persistent),
+# widest first: the best of tools/sweep.py on an H100 (docs/perf-notes.md).
 _DEFAULTS: dict[tuple[int, int], tuple[Any, ...]] = {
-    (1, 8): (128, 64, 8, 1, 0, "swizzle", "row", "default"),
-    (1, 4): (64, 64, 4, 2, 0, "swizzle", "row", "default"),
-    (1, 1): (32, 32, 1, 4, 1, "pad", "col", "default"),
-    (2, 4): (128, 64, 4, 2, 0, "swizzle", "row", "default"),
-    (2, 2): (64, 64, 2, 4, 0, "swizzle", "row", "default"),
-    (2, 1): (32, 32, 1, 4, 1, "pad", "col", "default"),
-    (4, 2): (64, 64, 2, 4, 0, "swizzle", "row", "default"),
-    (4, 1): (32, 32, 1, 4, 1, "pad", "col", "default"),
-    (8, 1): (32, 32, 1, 4, 1, "pad", "row", "default"),
-    (16, 1): (32, 32, 1, 4, 0, "swizzle", "row", "default"),
+    (1, 8): (128, 256, 8, 2, 1, "pad", "col", "default", 0),
+    (1, 4): (64, 64, 4, 2, 0, "swizzle", "row", "default", 0),
+    (1, 1): (32, 32, 1, 16, 1, "pad", "col", "default", 8),
+    (2, 4): (128, 128, 4, 4, 0, "swizzle", "row", "default", 0),
+    (2, 2): (64, 64, 2, 4, 0, "swizzle", "row", "default", 0),
+    (2, 1): (64, 64, 1, 16, 1, "pad", "col", "default", 0),
+    (4, 2): (64, 128, 2, 4, 0, "swizzle", "row", "default", 0),
+    (4, 1): (64, 64, 1, 16, 1, "pad", "col", "default", 0),
+    (8, 1): (32, 32, 1, 4, 1, "pad", "row", "default", 0),
+    (16, 1): (32, 32, 1, 2, 0, "swizzle", "row", "default", 0),
 }

@@ -7,13 +7,14 @@ query, rendering or compilation on the way.
 
 from __future__ import annotations
 
+import struct
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from . import _libcuda
 from .arrays import View, allocate_like, check_output, transposed_shape, view
-from .compiler import DeviceState, activate, get_kernel
+from .compiler import ARG_FORMAT, DeviceState, activate, get_kernel
 from .config import KernelConfig, default_config, max_vec
 from .errors import ConfigError, KernelLaunchError, LayoutError, ShapeError, UnsupportedDtypeError
 from .shapes import shape_class
@@ -21,19 +22,31 @@ from .shapes import shape_class
 _MAX_GRID_X = 2**31 - 1
 
 
+_POINTERS = struct.Struct("PP")
+
+
 @dataclass(frozen=True)
 class Launch:
-    """A prepared launch: everything but the two pointers and the stream."""
+    """A prepared launch: everything but the two pointers and the stream.
+
+    The scalar arguments are packed once; a call packs two pointers and hands the parameter
+    buffer to the driver (pycuda's own launch, without its per-call argument handling)."""
 
     config: KernelConfig
     function: Any
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out (in words), tile counts
+    scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out, tile counts
     state: DeviceState
+    tail: bytes = b""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tail", struct.pack(ARG_FORMAT[2:], *self.scalars))
 
     def __call__(self, src: int, dst: int, stream: Any = None) -> None:
-        self.function.prepared_async_call(self.grid, self.block, stream, src, dst, *self.scalars)
+        self.function._launch_kernel(
+            self.grid, self.block, _POINTERS.pack(src, dst) + self.tail, 0, stream
+        )
 
 
 _launches: dict[tuple[Any, ...], Launch] = {}

@@ -8,8 +8,7 @@ they gave.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -18,9 +17,10 @@ from .dtypes import ElementType, element_type
 from .errors import DeviceError, LayoutError, OutputError, ShapeError
 
 
-@dataclass(frozen=True)
-class View:
-    """A 2-D or batched 3-D array as a kernel sees it. Strides are in elements."""
+class View(NamedTuple):
+    """A 2-D or batched 3-D array as a kernel sees it. Strides are in elements.
+
+    A NamedTuple rather than a dataclass: one is built per call, on the hot path."""
 
     kind: str  # "torch", "cupy", "gpuarray", "cai", "numpy"
     obj: Any

@@ -7,6 +7,7 @@ conjugate transpose, which flips the sign bit of the imaginary part of complex64
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +47,21 @@ def _torch_dtype_name(dtype: Any) -> str | None:
 def element_type(dtype: Any) -> ElementType:
     """Resolve a NumPy/CuPy/torch dtype (or its name) to an :class:`ElementType`.
 
-    Raises :class:`UnsupportedDtypeError` naming the dtype and the supported ones.
+    Raises :class:`UnsupportedDtypeError` naming the dtype and the supported ones. Cached:
+    every transpose() call resolves its dtype.
     """
+    try:
+        return _cached(dtype)
+    except TypeError:  # unhashable dtype-like: resolve without the cache
+        return _resolve(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached(dtype: Any) -> ElementType:
+    return _resolve(dtype)
+
+
+def _resolve(dtype: Any) -> ElementType:
     name = _torch_dtype_name(dtype)
     if name is not None:
         return _from_torch_name(name)

@@ -12,10 +12,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import _libcuda
+from . import _libcuda, lookup
 from .arrays import View, allocate_like, check_output, transposed_shape, view
 from .compiler import ARG_FORMAT, DeviceState, activate, get_kernel
-from .config import KernelConfig, default_config, max_vec
+from .config import KernelConfig, max_vec
 from .errors import ConfigError, KernelLaunchError, LayoutError, ShapeError, UnsupportedDtypeError
 from .shapes import shape_class
 
@@ -50,6 +50,7 @@ class Launch:
 
 
 _launches: dict[tuple[Any, ...], Launch] = {}
+_generation = [0]  # lookup.generation when _launches was filled
 _own_streams: dict[int, Any] = {}
 _lock = threading.Lock()
 
@@ -64,11 +65,7 @@ def choose_config(
 ) -> KernelConfig:
     """The config a call uses: tuned, nearest tuned, shipped, else the default."""
     cls = shape_class(batch, m, n, vec)
-    try:
-        from .lookup import choose
-    except ImportError:  # pragma: no cover - lookup ships with the package
-        return default_config(elem_bytes, vec, conjugate)
-    return choose(state.info, elem_bytes, cls, conjugate=conjugate).config
+    return lookup.choose(state.info, elem_bytes, cls, conjugate=conjugate).config
 
 
 def _check_config_type(config: Any, x: View) -> None:
@@ -248,6 +245,9 @@ def transpose(
         check_output(xv, ov)
     if xv.size == 0:
         return result
+    if _generation[0] != lookup.generation:  # new tuning results: choose again
+        _launches.clear()
+        _generation[0] = lookup.generation
     key = _key(xv, ov, config, conjugate)
     launch = _launches.get(key)
     if launch is None:

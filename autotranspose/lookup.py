@@ -66,11 +66,18 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
+# Bumped by clear_cache(): transpose() keeps prepared launches per call signature and drops
+# them when this changes, so a finished tuning run is used by the next call.
+generation = 0
+
+
 def clear_cache() -> None:
     """Forget cached choices and shipped files (the default store stays open)."""
+    global generation
     with _lock:
         _choices.clear()
         _shipped.clear()
+        generation += 1
 
 
 def choose(

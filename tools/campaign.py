@@ -1,0 +1,124 @@
+"""Developer tool: the device campaign that produces the shipped tuning results.
+
+    python tools/campaign.py tune --db sqlite:///$OUT/h100.db --cases 0-7 --out $OUT
+    python tools/campaign.py exhaustive --dtype float32 --shape 1x4096x4096 --out $OUT
+    python tools/campaign.py export --db sqlite:///$OUT/h100.db --out tuning_db
+
+`tune` runs the Optuna tuner (40 trials) for each target case and records how long each took;
+`exhaustive` measures every config of one case's space, to check the tuner's best is within 2%
+of the space's best; `export` writes the shipped text form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autotranspose.bench import parse_shape
+from autotranspose.config import config_space, max_vec
+from autotranspose.store import Store, textio
+from autotranspose.tuner import tune
+from autotranspose.worker import GpuObjective
+
+CASES = [
+    ("int8", "8192x8192"), ("float16", "8192x8192"), ("float32", "8192x8192"),
+    ("float64", "8192x8192"), ("complex128", "8192x8192"),
+    ("int8", "16384x16384"), ("float16", "16384x16384"), ("float32", "16384x16384"),
+    ("float64", "16384x16384"), ("complex128", "16384x16384"),
+    ("float32", "4099x6007"), ("int8", "4099x6007"), ("float32", "1048576x32"),
+    ("float32", "32x1048576"), ("float16", "64x1024x1024"), ("float32", "4096x4096"),
+    ("complex64", "8192x8192"), ("float32", "1024x1024"), ("int8", "4096x4096"),
+]  # fmt: skip
+
+
+def _cases(spec: str) -> list[tuple[str, str]]:
+    picked: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        picked += range(int(lo), int(hi or lo) + 1)
+    return [CASES[i] for i in picked]
+
+
+def cmd_tune(args: argparse.Namespace) -> None:
+    store = Store.open(args.db)
+    log = []
+    for dtype, text in _cases(args.cases):
+        shape = parse_shape(text)
+        t0 = time.monotonic()
+        with GpuObjective(dtype, shape) as obj:
+            started = time.monotonic() - t0
+            res = tune(dtype, shape, objective=obj, store=store, device=obj.device,
+                       trials=args.trials, batch=args.batch, seed=args.seed)  # fmt: skip
+        m = res.measurement
+        row = {
+            "dtype": dtype, "shape": shape, "class": str(res.shape_class), "config": res.config.key,
+            "ratio": m.ratio, "gbps": m.gbps, "tune_s": res.elapsed_s, "worker_start_s": started,
+            "trials": res.trials, "measured": res.measured, "failed": res.failed,
+        }  # fmt: skip
+        log.append(row)
+        print(f"{dtype:>10} {text:>14}  {100 * m.ratio:5.1f}% of copy  {m.gbps:6.0f} GB/s  "
+              f"tuned in {res.elapsed_s:5.1f} s (+{started:.1f} s worker start), "
+              f"{res.measured} measured, {res.failed} failed  {res.config.key}", flush=True)  # fmt: skip
+        Path(args.out, "tune.json").write_text(json.dumps(log, indent=1))
+
+
+def cmd_exhaustive(args: argparse.Namespace) -> None:
+    shape = parse_shape(args.shape)
+    from autotranspose.dtypes import element_type
+
+    s = element_type(args.dtype).size
+    space = list(config_space(args.dtype, max_vector=max_vec(s, shape[1], shape[2])))
+    t0 = time.monotonic()
+    results = []
+    with GpuObjective(args.dtype, shape, timeout_s=600) as obj:
+        for i in range(0, len(space), 256):
+            chunk = space[i : i + 256]
+            obj.precompile(chunk)
+            results += list(zip(chunk, obj(chunk), strict=True))
+            print(f"  {i + len(chunk)}/{len(space)} configs, {time.monotonic() - t0:.0f} s", flush=True)
+    ok = sorted((r for r in results if r[1].ok), key=lambda r: -r[1].gbps)
+    best_cfg, best = ok[0]
+    print(f"exhaustive {args.dtype} {args.shape}: {len(space)} configs, {len(ok)} ok, "
+          f"best {100 * best.ratio:.1f}% of copy ({best.gbps:.0f} GB/s) {best_cfg.key}; "
+          f"{time.monotonic() - t0:.0f} s")  # fmt: skip
+    Path(args.out, "exhaustive.json").write_text(json.dumps({
+        "dtype": args.dtype, "shape": shape, "configs": len(space), "ok": len(ok),
+        "seconds": time.monotonic() - t0,
+        "top": [{"config": c.key, "gbps": m.gbps, "ratio": m.ratio} for c, m in ok[:20]],
+    }, indent=1))  # fmt: skip
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    store = Store.open(args.db)
+    for path in textio.dump(store, args.out):
+        print("wrote", path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tune")
+    t.add_argument("--db", required=True)
+    t.add_argument("--cases", default=f"0-{len(CASES) - 1}")
+    t.add_argument("--trials", type=int, default=40)
+    t.add_argument("--batch", type=int, default=8)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", default=".")
+    e = sub.add_parser("exhaustive")
+    e.add_argument("--dtype", required=True)
+    e.add_argument("--shape", required=True)
+    e.add_argument("--out", default=".")
+    x = sub.add_parser("export")
+    x.add_argument("--db", required=True)
+    x.add_argument("--out", default="tuning_db")
+    args = ap.parse_args()
+    {"tune": cmd_tune, "exhaustive": cmd_exhaustive, "export": cmd_export}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -67,7 +67,7 @@ class SyntheticObjective:
         self.batches: list[list[KernelConfig]] = []
         self.precompiled: list[list[KernelConfig]] = []
         self.closed = False
-        self.fail = dict(fail or {})
+        self.fail = fail if fail is not None else {}
         self.wrong = set(wrong)
         self.gbps = dict(gbps or {})
 

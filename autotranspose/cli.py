@@ -1,0 +1,592 @@
+"""The command line: tune, show, lookup, export, import, devices, db upgrade, bench.
+
+`show`, `lookup`, `export`, `import` and `db upgrade` need no GPU and no pycuda; `tune`,
+`devices` and `bench` import the GPU code only when they run. Every error autotranspose raises
+on purpose, and every bad argument, prints as one line ``autotranspose: error: ...`` and exits
+non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
+
+from . import __version__
+from .config import max_vec
+from .dtypes import element_type
+from .errors import AutotransposeError, ShapeError, TuningError
+from .shapes import shape_class
+
+if TYPE_CHECKING:
+    from .store import Store
+    from .tuner import TrialReport, TuneResult
+
+PROG = "autotranspose"
+# Which dtypes share a kernel of each element size (kernels are keyed by size, not dtype).
+_DTYPES_BY_SIZE = {
+    1: "int8/uint8/bool",
+    2: "float16/bfloat16/int16",
+    4: "float32/int32",
+    8: "float64/int64/complex64",
+    16: "complex128",
+}
+
+ObjectiveFactory = Callable[[str, tuple[int, int, int], int, bool], Any]
+
+
+class UsageError(Exception):
+    """A bad command line; printed as one line like any other error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse would print usage and exit 2
+        raise UsageError(message)
+
+
+# --- argument types ----------------------------------------------------------------------------
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'8192x8192' -> (1, 8192, 8192); '64x1024x1024' -> (64, 1024, 1024)."""
+    parts = text.strip().lower().split("x")
+    if len(parts) not in (2, 3) or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ShapeError(
+            f"{text!r:.40} is not a shape; write MxN or BATCHxMxN with positive integers, "
+            "e.g. 8192x8192 or 64x1024x1024"
+        )
+    dims = tuple(int(p) for p in parts)
+    return (1, *dims) if len(dims) == 2 else dims  # type: ignore[return-value]
+
+
+def _split(values: Sequence[str]) -> list[str]:
+    """Items given as `a,b c` (commas, spaces or both)."""
+    return [item for v in values for item in v.split(",") if item.strip()]
+
+
+def _shapes(values: Sequence[str]) -> list[tuple[int, int, int]]:
+    return [parse_shape(v) for v in _split(values)]
+
+
+def _dtypes(values: Sequence[str]) -> list[str]:
+    return [element_type(v.strip()).name for v in _split(values)]
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape))
+
+
+# --- output helpers -------------------------------------------------------------------------------
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table; numbers right-aligned."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [
+        all(_is_number(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(headers))
+    ]
+    lines = []
+    for j, r in enumerate(cells):
+        parts = [
+            c.rjust(w) if num and j else c.ljust(w)
+            for c, w, num in zip(r, widths, numeric, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s.rstrip("%"))
+    except ValueError:
+        return s in ("", "-")
+    return True
+
+
+def _pct(ratio: float | None) -> str:
+    return "-" if not ratio else f"{100 * ratio:.1f}%"
+
+
+def _gbps(x: float | None) -> str:
+    return "-" if not x else f"{x:.1f}"
+
+
+class ProgressBar:
+    """A one-line bar on a terminal; on anything else, nothing until the summary."""
+
+    def __init__(self, stream: TextIO, label: str, width: int = 24) -> None:
+        self.stream = stream
+        self.label = label
+        self.width = width
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+        self._drawn = False
+
+    def __call__(self, report: TrialReport) -> None:
+        if not self.live:
+            return
+        total = max(report.total, 1)
+        done = min(report.done, total)
+        fill = round(self.width * done / total)
+        mark = "r" if report.reused else ("." if report.measurement.ok else "x")
+        line = (
+            f"\r{self.label} [{'#' * fill}{'-' * (self.width - fill)}] {done}/{total} "
+            f"best {report.best_gbps:.0f} GB/s  {mark} {report.config.key}"
+        )
+        self.stream.write(line[:160].ljust(100))
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# --- commands -------------------------------------------------------------------------------------
+def _open_store(url: str | None) -> Store:
+    from .store import Store
+
+    return Store.open(url)
+
+
+def _gpu_objective(dtype: str, shape: tuple[int, int, int], device: int, conjugate: bool) -> Any:
+    from .worker import GpuObjective
+
+    return GpuObjective(dtype, shape, device, conjugate=conjugate)
+
+
+def cmd_tune(
+    args: argparse.Namespace, out: TextIO, err: TextIO, make_objective: ObjectiveFactory
+) -> int:
+    import optuna
+
+    from .tuner import tune
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the bar and the table say it all
+    shapes = _shapes(args.shapes)
+    dtypes = _dtypes(args.dtypes)
+    if args.conjugate:
+        bad = [d for d in dtypes if not element_type(d).conjugable]
+        if bad:
+            raise UsageError(f"--conjugate needs complex64 or complex128, not {', '.join(bad)}")
+    store = _open_store(args.db)
+    results: list[TuneResult] = []
+    failures: list[tuple[str, str, str]] = []
+    started = time.monotonic()
+    for dtype in dtypes:
+        for shape in shapes:
+            label = f"{dtype} {_shape_text(shape)}"
+            objective = make_objective(dtype, shape, args.device, args.conjugate)
+            bar = ProgressBar(err, label)
+            try:
+                result = tune(
+                    dtype,
+                    shape,
+                    objective=objective,
+                    store=store,
+                    device=objective.device,
+                    trials=args.trials,
+                    timeout=args.timeout,
+                    patience=args.patience,
+                    sampler=args.sampler,
+                    seed=args.seed,
+                    batch=args.batch,
+                    conjugate=args.conjugate,
+                    progress=bar,
+                )
+            except TuningError as exc:
+                bar.close()
+                failures.append((dtype, _shape_text(shape), _one_line(exc)))
+                print(f"{PROG}: {label}: {_one_line(exc)}", file=err)
+                continue
+            finally:
+                close = getattr(objective, "close", None)
+                if close is not None:
+                    close()
+            bar.close()
+            results.append(result)
+            if not bar.live:
+                print(
+                    f"{label}: {result.trials} trials ({result.measured} measured, "
+                    f"{result.reused} reused, {result.failed} failed), best "
+                    f"{result.measurement.gbps:.1f} GB/s, stopped by {result.stopped_by}",
+                    file=err,
+                )
+    if results:
+        rows = [
+            [
+                r.dtype,
+                _shape_text(r.shape),
+                str(r.shape_class),
+                r.config.key,
+                _gbps(r.measurement.gbps),
+                _pct(r.measurement.ratio),
+                f"{r.trials}/{r.measured}/{r.reused}/{r.failed}",
+                f"{r.elapsed_s:.1f}s",
+                r.stopped_by,
+            ]
+            for r in results
+        ]
+        headers = ["dtype", "shape", "class", "config", "GB/s", "% copy",
+                   "trials/meas/reuse/fail", "time", "stop"]  # fmt: skip
+        print(table(headers, rows), file=out)
+    print(f"tuned {len(results)} of {len(results) + len(failures)} in "
+          f"{time.monotonic() - started:.1f}s; database {store.display}", file=err)  # fmt: skip
+    return 1 if failures else 0
+
+
+def _entry_dict(e: Any) -> dict[str, Any]:
+    return {
+        "device": e.device,
+        "elem_bytes": e.elem_bytes,
+        "dtypes": _DTYPES_BY_SIZE.get(e.elem_bytes, ""),
+        "shape_class": str(e.shape_class),
+        "config_key": e.config.key,
+        "config": e.config.to_dict(),
+        "gbps": e.gbps,
+        "copy_gbps": e.copy_gbps,
+        "ratio": e.ratio,
+        "template_version": e.template_version,
+        "stale": e.stale,
+        "updated_at": e.updated_at.isoformat() if e.updated_at is not None else None,
+    }
+
+
+def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .store import BadRowWarning
+
+    store = _open_store(args.db)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BadRowWarning)  # listed below, once each
+        entries = store.entries(device_name=args.device, include_stale=True)
+    for problem in store.problems(args.device):
+        print(f"{PROG}: skipped a bad row: {problem}", file=err)
+    entries = sorted(entries, key=lambda e: (e.device, e.elem_bytes, e.shape_class))
+    if args.json:
+        json.dump([_entry_dict(e) for e in entries], out, indent=2)
+        out.write("\n")
+        return 0
+    if not entries:
+        where = f" for {args.device!r}" if args.device else ""
+        print(f"no tuned results{where} in {store.display}; run `autotranspose tune`", file=err)
+        return 0
+    stale = any(e.stale for e in entries)
+    headers = ["elem", "dtypes", "class", "config", "GB/s", "% copy"] + (["note"] if stale else [])
+    for device in dict.fromkeys(e.device for e in entries):
+        rows = []
+        for e in (x for x in entries if x.device == device):
+            rows.append([
+                f"s{e.elem_bytes}", _DTYPES_BY_SIZE.get(e.elem_bytes, ""), str(e.shape_class),
+                e.config.key, _gbps(e.gbps), _pct(e.ratio),
+            ] + (["stale" if e.stale else ""] if stale else []))  # fmt: skip
+        print(device, file=out)
+        print(table(headers, rows), file=out)
+        print(file=out)
+    if stale:
+        print("stale: measured with other kernel templates; not served; tune again to refresh",
+              file=out)  # fmt: skip
+    return 0
+
+
+def _local_device(index: int) -> Any:
+    from .compiler import list_devices
+
+    devices = list_devices()
+    if not 0 <= index < len(devices):
+        raise UsageError(f"--device {index}: this machine has {len(devices)} GPU(s)")
+    return devices[index]
+
+
+def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from . import lookup
+    from .codegen import render
+
+    b, m, n = parse_shape(args.shape)
+    et = element_type(args.dtype)
+    if args.conjugate and not et.conjugable:
+        raise UsageError(f"--conjugate needs complex64 or complex128, not {et.name}")
+    store = _open_store(args.db)
+    if args.device:
+        device: Any = args.device
+        device_name = args.device
+    else:
+        try:
+            device = _local_device(0)
+        except AutotransposeError as exc:
+            known = ", ".join(repr(d.name) for d in store.devices()) or "none"
+            raise UsageError(
+                f"no --device NAME given and no local GPU to ask ({_one_line(exc)}); "
+                f"devices in the database: {known}"
+            ) from exc
+        device_name = device.name
+    cls = shape_class(b, m, n, max_vec(et.size, m, n))
+    choice = lookup.choose(device, et.size, cls, store=store, conjugate=args.conjugate)
+    info = {
+        "device": device_name,
+        "dtype": et.name,
+        "elem_bytes": et.size,
+        "shape": [b, m, n],
+        "shape_class": str(cls),
+        "source": choice.source,
+        "from_shape_class": str(choice.shape_class) if choice.shape_class is not None else None,
+        "config_key": choice.config.key,
+        "config": choice.config.to_dict(),
+        "gbps": choice.gbps,
+        "ratio": choice.ratio,
+    }
+    if args.json:
+        if args.source:
+            info["cuda_source"] = render(choice.config)
+        json.dump(info, out, indent=2)
+        out.write("\n")
+        return 0
+    if args.source:
+        out.write(render(choice.config))
+        return 0
+    where = {
+        "tuned": "tuned for this class",
+        "nearest": f"tuned for the nearest class {info['from_shape_class']}",
+        "shipped": f"shipped results ({info['from_shape_class']})",
+        "default": "untuned default",
+    }.get(choice.source, choice.source)
+    rows = [
+        ["device", device_name],
+        ["call", f"{et.name} {_shape_text((b, m, n))} -> class {cls}"],
+        ["config", choice.config.key],
+        ["from", where],
+        [
+            "speed",
+            f"{_gbps(choice.gbps)} GB/s, {_pct(choice.ratio)} of copy" if choice.gbps else "-",
+        ],
+    ]
+    w = max(len(r[0]) for r in rows)
+    for k, v in rows:
+        print(f"{k.ljust(w)}  {v}", file=out)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .store import textio
+
+    store = _open_store(args.db)
+    text = textio.dumps(textio.export(store, device_name=args.device))
+    if args.output in (None, "-"):
+        out.write(text)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"wrote {args.output}", file=err)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .store import textio
+
+    store = _open_store(args.db)
+    for path in args.paths:
+        tf = textio.load(path)
+        count = textio.import_into(store, tf)
+        print(f"imported {count} entries of {tf.device.name} from {path}", file=err)
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .compiler import list_devices
+
+    devices = list_devices()
+    if args.json:
+        json.dump([{**d.to_dict(), "slug": d.slug, "arch": d.arch} for d in devices], out, indent=2)
+        out.write("\n")
+        return 0
+    rows = [
+        [i, d.name, d.arch, d.multiprocessors, f"{d.peak_bandwidth_gbps:.0f}", d.slug]
+        for i, d in enumerate(devices)
+    ]
+    print(table(["#", "name", "arch", "SMs", "peak GB/s", "slug"], rows), file=out)
+    return 0
+
+
+def cmd_db_upgrade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from . import store as store_pkg
+
+    revision = store_pkg.upgrade(args.db)
+    print(f"database is at revision {revision}", file=out)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .bench import run_from_args
+
+    args.shapes = [_shape_text(s) for s in _shapes(args.shapes)]
+    args.dtypes = _dtypes(args.dtypes)
+    return int(run_from_args(args) or 0)
+
+
+# --- the parser -----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Generated, autotuned CUDA matrix-transpose kernels.")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def db_option(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--db", metavar="URL", help="tuning database (SQLAlchemy URL); default: "
+                       "$AUTOTRANSPOSE_DB, else a SQLite file in the user data directory")  # fmt: skip
+
+    t = sub.add_parser("tune", help="tune kernels for shapes and dtypes on a local GPU",
+                       description="Tune kernels on a local GPU; an interrupted run resumes.")  # fmt: skip
+    t.add_argument("--shapes", nargs="+", required=True, metavar="SHAPE",
+                   help="MxN or BATCHxMxN, e.g. 8192x8192 64x1024x1024 (commas work too)")  # fmt: skip
+    t.add_argument("--dtypes", nargs="+", default=["float32"], metavar="DTYPE",
+                   help="e.g. float32,int8 (default float32)")  # fmt: skip
+    t.add_argument("--trials", type=_positive_int, default=40,
+                   help="finished trials per shape and dtype, counting earlier runs (default 40)")  # fmt: skip
+    t.add_argument("--timeout", type=_positive_float, metavar="SECONDS",
+                   help="stop each study after this long")  # fmt: skip
+    t.add_argument("--patience", type=_positive_int, metavar="K",
+                   help="stop when K trials in a row did not beat the best")  # fmt: skip
+    t.add_argument("--sampler", choices=("tpe", "random", "gp"), default="tpe")
+    t.add_argument("--seed", type=int, help="seed of the sampler, for reproducible runs")
+    t.add_argument("--batch", type=_positive_int, default=8,
+                   help="trials compiled and measured together (default 8)")  # fmt: skip
+    t.add_argument("--device", type=_nonnegative_int, default=0, metavar="INDEX",
+                   help="local GPU index (default 0)")  # fmt: skip
+    t.add_argument("--conjugate", action="store_true", help="tune the conjugate transpose")
+    db_option(t)
+
+    s = sub.add_parser("show", help="tuned results per device")
+    s.add_argument(
+        "--device", metavar="NAME", help="only this GPU model, e.g. 'NVIDIA H100 80GB HBM3'"
+    )
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    db_option(s)
+
+    lk = sub.add_parser("lookup", help="the kernel a call would use, and where it comes from")
+    lk.add_argument("--shape", required=True, help="MxN or BATCHxMxN, e.g. 4096x4096")
+    lk.add_argument("--dtype", default="float32")
+    lk.add_argument("--device", metavar="NAME", help="GPU model name (default: local GPU 0)")
+    lk.add_argument("--conjugate", action="store_true")
+    lk.add_argument("--source", action="store_true", help="print the kernel's CUDA source")
+    lk.add_argument("--json", action="store_true", help="machine-readable output")
+    db_option(lk)
+
+    e = sub.add_parser("export", help="write tuned results as JSON")
+    e.add_argument("--device", metavar="NAME", help="only this GPU model")
+    e.add_argument("-o", "--output", metavar="PATH", help="file to write (default stdout)")
+    db_option(e)
+
+    i = sub.add_parser("import", help="read tuned results from JSON files")
+    i.add_argument("paths", nargs="+", metavar="PATH")
+    db_option(i)
+
+    d = sub.add_parser("devices", help="list local GPUs (needs pycuda)")
+    d.add_argument("--json", action="store_true")
+
+    db = sub.add_parser("db", help="database maintenance")
+    db_sub = db.add_subparsers(dest="db_command", metavar="ACTION", parser_class=_Parser)
+    up = db_sub.add_parser("upgrade", help="migrate the database to this version's schema")
+    db_option(up)
+
+    b = sub.add_parser("bench", help="compare against copy, cuBLAS, CuPy, PyTorch and the seed")
+    b.add_argument("--shapes", nargs="+", default=["8192x8192"], metavar="SHAPE",
+                   help="e.g. 8192x8192 64x1024x1024 (default 8192x8192)")  # fmt: skip
+    b.add_argument("--dtypes", nargs="+", default=["float32"], metavar="DTYPE",
+                   help="e.g. float32,int8 (default float32)")  # fmt: skip
+    b.add_argument("--json", metavar="PATH", help="write results as JSON")
+    b.add_argument("--png", metavar="PATH", help="write a chart")
+    b.add_argument("--repeat", type=_positive_int, default=None, metavar="N")
+    b.add_argument("--device", type=_nonnegative_int, default=0, metavar="INDEX")
+    db_option(b)
+    return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 0")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{v} must be more than 0")
+    return v
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
+    "show": cmd_show,
+    "lookup": cmd_lookup,
+    "export": cmd_export,
+    "import": cmd_import,
+    "devices": cmd_devices,
+    "bench": cmd_bench,
+}
+
+
+def run(
+    argv: Sequence[str] | None = None,
+    *,
+    make_objective: ObjectiveFactory | None = None,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+) -> int:
+    """Run one command; `make_objective(dtype, shape, device_index, conjugate)` builds what
+    `tune` measures with (the GPU worker unless given: tests pass a synthetic one)."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(out)
+            return 2
+        if args.command == "tune":
+            return cmd_tune(args, out, err, make_objective or _gpu_objective)
+        if args.command == "db":
+            if args.db_command != "upgrade":
+                raise UsageError("db needs an action: autotranspose db upgrade [--db URL]")
+            return cmd_db_upgrade(args, out, err)
+        return _COMMANDS[args.command](args, out, err)
+    except BrokenPipeError:  # `autotranspose show | head`: the reader has what it wanted
+        raise
+    except (AutotransposeError, UsageError, OSError) as exc:
+        print(f"{PROG}: error: {_one_line(exc)}", file=err)
+        return 2 if isinstance(exc, UsageError) else 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted (run the same command again to resume)", file=err)
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `autotranspose` console script."""
+    try:
+        return run(argv)
+    except BrokenPipeError:
+        # Python's recipe: point stdout at devnull so the flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1

@@ -1,0 +1,313 @@
+"""The command line, run in-process on real SQLite files (tune with the synthetic objective)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _synthetic import DEVICE, SyntheticObjective, make_objective
+
+from autotranspose import cli
+from autotranspose.config import KernelConfig, seed_config
+from autotranspose.errors import ShapeError
+from autotranspose.measure import Measurement
+from autotranspose.store import Store
+from autotranspose.tuner import TrialReport
+
+REPO = Path(__file__).resolve().parent.parent
+NAME = DEVICE.name
+
+
+def run(*argv: str, objective=make_objective) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    rc = cli.run(list(argv), make_objective=objective, stdout=out, stderr=err)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "tuning.db")
+
+
+@pytest.fixture
+def tuned(db: str) -> str:
+    rc, _, err = run("tune", "--shapes", "2048x2048", "4x512x512", "--dtypes", "float32,int8",
+                       "--trials", "10", "--seed", "1", "--db", db)  # fmt: skip
+    assert rc == 0, err
+    return db
+
+
+@pytest.mark.parametrize(
+    ("text", "shape"),
+    [("8192x8192", (1, 8192, 8192)), ("64x1024x1024", (64, 1024, 1024)), ("7X9", (1, 7, 9))],
+)
+def test_shapes_parse(text: str, shape: tuple[int, int, int]) -> None:
+    assert cli.parse_shape(text) == shape
+
+
+@pytest.mark.parametrize("text", ["8192", "0x5", "2x3x4x5", "ax4", "-1x4", ""])
+def test_bad_shapes_are_rejected(text: str) -> None:
+    with pytest.raises(ShapeError, match="not a shape"):
+        cli.parse_shape(text)
+
+
+def test_tune_prints_a_table_and_stores_every_result(tuned: str) -> None:
+    with Store.open(tuned) as store:
+        entries = store.entries(NAME)
+    assert sorted((e.elem_bytes, str(e.shape_class)) for e in entries) == [
+        (1, "1x2048x2048/v16"), (1, "4x512x512/v16"), (4, "1x2048x2048/v4"), (4, "4x512x512/v4"),
+    ]  # fmt: skip
+
+
+def test_tune_output(db: str) -> None:
+    rc, out, err = run("tune", "--shapes", "2048x2048", "--trials", "6", "--db", db)
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["dtype", "shape", "class", "config"]
+    assert lines[2].split()[:3] == ["float32", "1x2048x2048", "1x2048x2048/v4"]
+    assert "6/6/0/0" in lines[2] and "%" in lines[2]
+    assert "float32 1x2048x2048: 6 trials (6 measured" in err
+    assert "tuned 1 of 1" in err and "A new study" not in err
+
+
+def test_tune_again_resumes_and_measures_nothing_new(tuned: str) -> None:
+    measured: list[SyntheticObjective] = []
+
+    def objective(*args):
+        measured.append(SyntheticObjective())
+        return measured[-1]
+
+    rc, out, _ = run("tune", "--shapes", "2048x2048", "--trials", "10", "--db", tuned,
+                     objective=objective)  # fmt: skip
+    assert rc == 0 and "0/0/0/0" in out
+    assert measured[0].calls == [] and measured[0].closed
+
+
+def test_tune_reports_a_shape_where_nothing_worked_and_goes_on(db: str) -> None:
+    def objective(dtype, shape, device, conjugate):
+        return SyntheticObjective(fail=_AllFail() if dtype == "int8" else None)
+
+    rc, out, err = run("tune", "--shapes", "256x256", "--dtypes", "int8", "float32",
+                       "--trials", "3", "--db", db, objective=objective)  # fmt: skip
+    assert rc == 1
+    assert "int8 1x256x256: no config ran correctly" in err
+    assert "float32" in out and "int8" not in out
+
+
+class _AllFail(dict):
+    """Every config fails (a dict that holds every key)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> str:
+        return "nvcc: unsupported gpu architecture 'compute_200'"
+
+
+def test_tune_rejects_conjugate_of_real_types(db: str) -> None:
+    rc, _, err = run("tune", "--shapes", "64x64", "--dtypes", "float32", "--conjugate", "--db", db)
+    assert rc == 2 and "--conjugate needs complex64 or complex128" in err
+
+
+def test_show_lists_entries_per_device(tuned: str) -> None:
+    rc, out, _ = run("show", "--db", tuned)
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0] == NAME
+    assert lines[1].split() == ["elem", "dtypes", "class", "config", "GB/s", "%", "copy"]
+    rows = [line.split() for line in lines[3:7]]
+    assert [r[0] for r in rows] == ["s1", "s1", "s4", "s4"]
+    assert all(r[5].endswith("%") and float(r[4]) > 0 for r in rows)
+
+
+def test_show_json_is_machine_readable(tuned: str) -> None:
+    rc, out, _ = run("show", "--db", tuned, "--json")
+    data = json.loads(out)
+    assert rc == 0 and len(data) == 4
+    first = data[0]
+    assert first["device"] == NAME and first["elem_bytes"] == 1
+    assert first["config"]["elem_bytes"] == 1 and first["config_key"].startswith("s1_")
+    assert 0 < first["ratio"] < 1 and first["gbps"] > 0 and first["stale"] is False
+
+
+def test_show_of_another_device_and_of_an_empty_database(tuned: str, db: str) -> None:
+    rc, out, err = run("show", "--db", tuned, "--device", "NVIDIA H100 80GB HBM3")
+    assert rc == 0 and out == "" and "no tuned results for 'NVIDIA H100 80GB HBM3'" in err
+
+
+def test_show_marks_stale_entries(tuned: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotranspose.store import database
+
+    monkeypatch.setattr(database, "_current_template", lambda: "a-newer-template")
+    rc, out, _ = run("show", "--db", tuned)
+    assert rc == 0 and "stale" in out.splitlines()[3]
+    assert "not served" in out
+
+
+def test_lookup_says_what_a_call_would_use(tuned: str) -> None:
+    rc, out, _ = run("lookup", "--shape", "2048x2048", "--dtype", "float32", "--device", NAME,
+                     "--db", tuned)  # fmt: skip
+    assert rc == 0
+    fields = dict(line.split(None, 1) for line in out.splitlines())
+    assert fields["from"] == "tuned for this class"
+    assert fields["config"].startswith("s4_")
+    assert "GB/s" in fields["speed"]
+
+
+def test_lookup_json(tuned: str) -> None:
+    rc, out, _ = run("lookup", "--shape", "1000x2048", "--dtype", "int32", "--device", NAME,
+                     "--db", tuned, "--json")  # fmt: skip
+    data = json.loads(out)
+    assert rc == 0
+    assert data["source"] == "nearest" and data["shape_class"] == "1x1024x2048/v4"
+    assert data["elem_bytes"] == 4 and data["config"]["elem_bytes"] == 4
+    assert data["device"] == NAME and data["gbps"] > 0 and 0 < data["ratio"] < 1
+
+
+def test_lookup_of_an_untuned_gpu_gives_the_default(tuned: str) -> None:
+    rc, out, _ = run("lookup", "--shape", "4096x4096", "--device", "Some Other GPU", "--db",
+                     tuned, "--json")  # fmt: skip
+    assert rc == 0 and json.loads(out)["source"] == "default"
+
+
+def test_lookup_prints_the_cuda_source(tuned: str) -> None:
+    rc, out, _ = run("lookup", "--shape", "2048x2048", "--device", NAME, "--db", tuned,
+                     "--source")  # fmt: skip
+    rc2, js, _ = run("lookup", "--shape", "2048x2048", "--device", NAME, "--db", tuned, "--json")
+    config = KernelConfig.from_dict(json.loads(js)["config"])
+    assert rc == rc2 == 0
+    assert config.kernel_name in out
+    assert "__global__" in out
+
+
+def test_lookup_without_a_device_or_gpu_names_the_known_devices(tuned: str) -> None:
+    pytest.importorskip("autotranspose.compiler")
+    try:
+        import pycuda  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("pycuda is installed: the local GPU would answer")
+    rc, _, err = run("lookup", "--shape", "64x64", "--db", tuned)
+    assert rc == 2 and err.count("\n") == 1
+    assert f"devices in the database: {NAME!r}" in err
+
+
+def test_export_and_import_round_trip(tuned: str, tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    rc, _, err = run("export", "--db", tuned, "-o", str(path))
+    assert rc == 0 and "wrote" in err
+    rc, stdout_text, _ = run("export", "--db", tuned, "--device", NAME)
+    assert rc == 0 and stdout_text == path.read_text()
+    other = str(tmp_path / "other.db")
+    rc, _, err = run("import", str(path), "--db", other)
+    assert rc == 0 and f"imported 4 entries of {NAME}" in err
+
+    def shown(url: str) -> set[tuple]:
+        entries = json.loads(run("show", "--db", url, "--json")[1])
+        return {
+            (e["elem_bytes"], e["shape_class"], e["config_key"], round(e["gbps"], 1))
+            for e in entries
+        }
+
+    assert shown(other) == shown(tuned)
+
+
+def test_import_of_a_bad_file_is_one_line(tmp_path: Path, db: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "autotranspose-tuning/1", "device": {"name": "x"}, "entries": 3}')
+    rc, _, err = run("import", str(bad), "--db", db)
+    assert rc == 1 and err.startswith("autotranspose: error: ") and err.count("\n") == 1
+
+
+def test_db_upgrade(db: str) -> None:
+    rc, out, _ = run("db", "upgrade", "--db", db)
+    assert rc == 0 and out.startswith("database is at revision ")
+    assert Path(db).exists()
+
+
+def test_devices_without_pycuda_is_one_clear_line() -> None:
+    try:
+        import pycuda  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("pycuda is installed")
+    rc, out, err = run("devices")
+    assert rc == 1 and out == ""
+    assert err.startswith("autotranspose: error: pycuda is not installed") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tune"],  # --shapes is required
+        ["tune", "--shapes", "64x64", "--trials", "0"],
+        ["tune", "--shapes", "64x64", "--sampler", "cmaes"],
+        ["tune", "--shapes", "64x64", "--dtypes", "object"],
+        ["lookup", "--shape", "64"],
+        ["show", "--nope"],
+        ["frobnicate"],
+        ["db"],
+    ],
+)
+def test_errors_are_one_line_and_exit_non_zero(argv: list[str], db: str) -> None:
+    rc, _, err = run(*argv, "--db", db) if argv[0] in ("tune", "lookup") else run(*argv)
+    assert rc in (1, 2)
+    assert err.startswith("autotranspose: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_bench_options_parse() -> None:
+    args = cli.build_parser().parse_args(
+        ["bench", "--shapes", "8192x8192", "64x1024x1024", "--dtypes", "float32,int8",
+         "--json", "b.json", "--png", "b.png", "--repeat", "5", "--device", "1", "--db", "x.db"]
+    )  # fmt: skip
+    assert args.shapes == ["8192x8192", "64x1024x1024"] and args.dtypes == ["float32,int8"]
+    assert (args.json, args.png, args.repeat, args.device, args.db) == ("b.json", "b.png", 5, 1,
+                                                                      "x.db")  # fmt: skip
+
+
+def test_the_progress_bar_draws_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Tty()
+    bar = cli.ProgressBar(stream, "float32 1x64x64")
+    config = seed_config(4)
+    m = Measurement("ok", 1000.0, 2000.0, 1.0)
+    for done in (1, 2):
+        bar(TrialReport(done, config, m, False, done, 4, 1000.0))
+    bar.close()
+    text = stream.getvalue()
+    assert "\rfloat32 1x64x64 [############------------] 2/4 best 1000 GB/s" in text
+    assert text.endswith("\n")
+    quiet = io.StringIO()
+    cli.ProgressBar(quiet, "x")(TrialReport(1, config, m, False, 1, 4, 1.0))
+    assert quiet.getvalue() == ""
+
+
+def _subprocess(*argv: str, **kw) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "autotranspose", *argv], capture_output=True,
+                          text=True, env=env, timeout=120, **kw)  # fmt: skip
+
+
+def test_python_dash_m_help() -> None:
+    done = _subprocess("--help")
+    assert done.returncode == 0
+    for command in ("tune", "show", "lookup", "export", "import", "devices", "db", "bench"):
+        assert command in done.stdout
+
+
+def test_python_dash_m_error_is_one_line(tmp_path: Path) -> None:
+    done = _subprocess("show", "--db", str(tmp_path / "missing" / "tuning.db"))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("autotranspose: error: cannot create the tuning database")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -168,23 +168,29 @@ def bench_case(
     device: int = 0,
     config: Any = None,
     peers: Sequence[str] = PEERS,
+    repeats: int = 7,
 ) -> list[Row]:
-    """Time every peer on one (shape, dtype); each is checked against the reference first."""
-    from .api import choose_config
+    """Time every peer on one (shape, dtype); each is checked against the reference first.
+    Without `config`, autotranspose runs what transpose() would choose for this call."""
+    from . import lookup
     from .compiler import activate
     from .config import max_vec
     from .measure import Bench
+    from .shapes import shape_class
 
     state = activate(device)
     s = element_type(dtype).size
     b, m, n = shape
+    source = "given"
     if config is None:
-        config = choose_config(state, s, b, m, n, max_vec(s, m, n), False)
+        choice = lookup.choose(state.info, s, shape_class(b, m, n, max_vec(s, m, n)))
+        config, source = choice.config, choice.source
     bench = Bench(state, s, shape)
     rows: list[Row] = []
     try:
         launches = _peer_launches(bench, dtype, config)
-        copy_s = bench.copy_time()
+        launches["autotranspose"] = (launches["autotranspose"][0], f"{config.key} ({source})")
+        copy_s = bench.copy_time(repeats=repeats)
         for peer in peers:
             fn, note = launches.get(peer, (None, "unknown peer"))
             if fn is None:
@@ -195,7 +201,7 @@ def bench_case(
                 if problem:
                     rows.append(Row(shape, dtype, peer, None, None, None, f"{note}: {problem}"))
                     continue
-            t = copy_s if peer == "copy" else bench.time(fn)
+            t = copy_s if peer == "copy" else bench.time(fn, repeats=repeats)
             rows.append(Row(shape, dtype, peer, t * 1e6, bench.gbps(t), copy_s / t, note))
     finally:
         bench.close()
@@ -324,11 +330,16 @@ def plot(rows: Sequence[Row], path: str | Path) -> bool:
 
 def run_from_args(args: Any) -> int:
     """The `autotranspose bench` command."""
+    import os
+
+    if getattr(args, "db", None):  # the tuned results to serve, as transpose() would
+        os.environ["AUTOTRANSPOSE_DB"] = args.db
     shapes = [parse_shape(s) for s in args.shapes]
+    repeats = getattr(args, "repeat", None) or 7
     rows: list[Row] = []
     for shape in shapes:
         for dtype in args.dtypes:
-            rows.extend(bench_case(shape, dtype, device=args.device))
+            rows.extend(bench_case(shape, dtype, device=args.device, repeats=repeats))
             print(
                 format_table([r for r in rows if r.shape == shape and r.dtype == dtype]), flush=True
             )

@@ -477,3 +477,20 @@ def test_killed_writer_loses_at_most_the_write_in_flight(tmp_path):
     with Store.open(path) as s:
         (best,) = s.entries()
         assert best.gbps == top  # and best agrees with the measurements
+
+
+def test_realigning_configs_serve_classes_narrower_than_their_vector(store):
+    """A realigning kernel uses vec-wide words on any alignment, so it is a valid best for a
+    class whose rows allow only vec=1 (4099x6007 float32), and lookup serves it there."""
+    from autotranspose import lookup
+    from autotranspose.config import KernelConfig
+    from autotranspose.device import DeviceInfo
+    from autotranspose.shapes import shape_class
+
+    dev = DeviceInfo("NVIDIA Test GPU", (9, 0), 132)
+    cls = shape_class(1, 4099, 6007, 1)
+    cfg = KernelConfig(4, 64, 64, 4, 1, realign=True)
+    run = store.begin_run(dev, {})
+    store.record(run, dev, "float32", 4, (1, 4099, 6007), cls, cfg, ok(2500.0))
+    assert store.best(dev.name, 4, cls).config == cfg
+    assert lookup.choose(dev, 4, cls, store=store).config == cfg

@@ -484,7 +484,9 @@ class Store:
                              tool_version=__version__, template_version=_current_template(),
                              settings_json=json.dumps({"source": source}), status="imported")  # fmt: skip
             for e in entries:
-                if e.config.elem_bytes != e.elem_bytes or e.config.vec > e.shape_class.vec:
+                if e.config.elem_bytes != e.elem_bytes or (
+                    e.config.vec > e.shape_class.vec and not e.config.realign
+                ):
                     raise StoreError(f"{source}: entry {e.shape_class} does not fit its config")
                 config_id = _config_id(conn, e.config)
                 b, rows, cols = e.shape or (e.shape_class.batch, e.shape_class.m, e.shape_class.n)
@@ -683,7 +685,7 @@ def _check_record(
         problems.append(f"m must be a Measurement, got {type(m).__name__}")
     if not isinstance(cls, ShapeClass):
         problems.append(f"shape_class must be a ShapeClass, got {type(cls).__name__}")
-    elif isinstance(config, KernelConfig) and config.vec > cls.vec:
+    elif isinstance(config, KernelConfig) and config.vec > cls.vec and not config.realign:
         problems.append(f"config vec={config.vec} is wider than class {cls} allows")
     if (
         not isinstance(shape, (tuple, list))
@@ -901,7 +903,7 @@ def check_entry_fields(
         raise ValueError(
             f"config {config.key} is for {config.elem_bytes}-byte elements, not {elem_bytes}"
         )
-    if config.vec > cls.vec:
+    if config.vec > cls.vec and not config.realign:  # realigning kernels run on any alignment
         raise ValueError(
             f"config {config.key} uses vec={config.vec}, wider than class {cls} allows"
         )

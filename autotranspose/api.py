@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from . import _libcuda, lookup
 from .arrays import View, allocate_like, check_output, transposed_shape, view
-from .compiler import ARG_FORMAT, DeviceState, activate, get_kernel
+from .compiler import ARG_FORMAT, DeviceState, _tls, activate, get_kernel
 from .config import KernelConfig, max_vec
 from .errors import ConfigError, KernelLaunchError, LayoutError, ShapeError, UnsupportedDtypeError
 from .shapes import shape_class
@@ -58,6 +59,7 @@ _lock = threading.Lock()
 def clear_caches() -> None:
     """Forget prepared launches (e.g. after tuning, so new results are used)."""
     _launches.clear()
+    _fast.clear()
 
 
 def choose_config(
@@ -224,6 +226,19 @@ def transpose(
     stream. `config` forces a kernel; `conjugate=True` gives the conjugate transpose of a
     complex array.
     """
+    if out is not None and stream is None and config is None and not conjugate:
+        # the fast path: a call whose signature was validated before is a lookup and a launch
+        get_x, get_o = _PARTS.get(type(x)), _PARTS.get(type(out))
+        if get_x is not None and get_o is not None:
+            px, po = get_x(x), get_o(out)
+            hit = _fast.get((px[1:], po[1:], (px[0] | po[0]) & 15, lookup.generation))
+            if (
+                hit is not None
+                and (px[0] + hit[1] <= po[0] or po[0] + hit[2] <= px[0])  # no overlap
+                and getattr(_tls, "ordinal", None) == hit[0].state.ordinal
+            ):
+                hit[0](px[0], po[0], None)
+                return out
     xv = view(x, "x")
     if conjugate and not xv.et.conjugable:
         raise UnsupportedDtypeError(
@@ -255,14 +270,51 @@ def transpose(
             launch = _launches.get(key) or _prepare(xv, ov, config, conjugate, state)
             _launches[key] = launch
     _launch(launch, xv.ptr, ov.ptr, pystream, foreign)
+    if out is not None and stream is None and config is None and not conjugate:
+        _remember(x, out, xv, ov, launch)
     return result
+
+
+# --- the fast path ------------------------------------------------------------------------------
+# Per array type: (pointer, then what identifies a validated call: shape, strides, dtype, device).
+def _parts_cupy(a: Any) -> tuple[Any, ...]:
+    d = a.data
+    return d.ptr, a.shape, a.strides, a.dtype, d.device_id
+
+
+def _parts_torch(a: Any) -> tuple[Any, ...]:
+    return a.data_ptr(), a.shape, a.stride(), a.dtype, a.get_device()
+
+
+def _parts_gpuarray(a: Any) -> tuple[Any, ...]:
+    return a.ptr, a.shape, a.strides, a.dtype  # no device: registered on one-GPU machines only
+
+
+_PARTS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+_fast: dict[tuple[Any, ...], tuple[Launch, int, int]] = {}
+
+
+def _remember(x: Any, out: Any, xv: View, ov: View, launch: Launch) -> None:
+    """After a validated call with `out`: let the next call of this signature skip straight to
+    its launch (keyed by shapes, strides, dtypes, devices, alignment and lookup generation)."""
+    import pycuda.driver as drv
+
+    getters = {"cupy": _parts_cupy, "torch": _parts_torch}
+    if drv.Device.count() == 1:
+        getters["gpuarray"] = _parts_gpuarray
+    if xv.kind not in getters or ov.kind not in getters:
+        return
+    _PARTS[type(x)], _PARTS[type(out)] = getters[xv.kind], getters[ov.kind]
+    px, po = _PARTS[type(x)](x), _PARTS[type(out)](out)
+    (x0, x1), (o0, o1) = xv.extent(), ov.extent()
+    if len(_fast) > 4096:
+        _fast.clear()
+    _fast[(px[1:], po[1:], (px[0] | po[0]) & 15, lookup.generation)] = (launch, x1 - x0, o1 - o0)
 
 
 def _host_transpose(xv: View, out: Any, **kwargs: Any) -> Any:
     """NumPy in, NumPy out: through the GPU, on the current (else first) device."""
     import numpy as np
-
-    from .compiler import _tls
 
     if out is not None:
         ov = view(out, "out")

@@ -239,9 +239,10 @@ def cmd_tune(
     return 1 if failures else 0
 
 
-def _entry_dict(e: Any) -> dict[str, Any]:
+def _entry_dict(e: Any, source: str) -> dict[str, Any]:
     return {
         "device": e.device,
+        "source": source,
         "elem_bytes": e.elem_bytes,
         "dtypes": _DTYPES_BY_SIZE.get(e.elem_bytes, ""),
         "shape_class": str(e.shape_class),
@@ -256,32 +257,70 @@ def _entry_dict(e: Any) -> dict[str, Any]:
     }
 
 
+def _shipped_entries(device: str | None) -> list[Any]:
+    """Results shipped in the package's tuning_db/ (for `device`, or for every GPU model)."""
+    from . import lookup
+    from .store import textio
+
+    if device is not None:
+        return list(lookup.shipped(device))
+    directory = lookup.tuning_db_dir()
+    names = []
+    for path in sorted(directory.glob("*.json")) if directory else []:
+        try:
+            names.append(textio.load(path).device.name)
+        except AutotransposeError as exc:
+            warnings.warn(f"ignoring shipped results {path.name}: {exc}", RuntimeWarning, stacklevel=2)
+    return [e for name in names for e in lookup.shipped(name)]
+
+
+def _existing_store(url: str | None) -> Store | None:
+    """The database, unless it is the default SQLite file and does not exist yet: reading
+    results must not create one."""
+    from .store import Store, resolve_url, sqlite_path
+
+    resolved = resolve_url(url)
+    path = sqlite_path(resolved)
+    if url is None and path is not None and not path.is_file():
+        return None
+    return Store.open(resolved)
+
+
 def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .store import BadRowWarning
 
-    store = _open_store(args.db)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", BadRowWarning)  # listed below, once each
-        entries = store.entries(device_name=args.device, include_stale=True)
-    for problem in store.problems(args.device):
-        print(f"{PROG}: skipped a bad row: {problem}", file=err)
-    entries = sorted(entries, key=lambda e: (e.device, e.elem_bytes, e.shape_class))
+    store = _existing_store(args.db)
+    entries: list[tuple[str, Any]] = []
+    if store is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BadRowWarning)  # listed below, once each
+            entries = [("tuned", e) for e in store.entries(device_name=args.device, include_stale=True)]
+        for problem in store.problems(args.device):
+            print(f"{PROG}: skipped a bad row: {problem}", file=err)
+    entries += [("shipped", e) for e in _shipped_entries(args.device)]
+    tuned_devices = {e.device for source, e in entries if source == "tuned"}
+    entries.sort(key=lambda se: (
+        se[1].device not in tuned_devices, se[1].device, se[0] != "tuned", se[1].elem_bytes,
+        se[1].shape_class,
+    ))  # fmt: skip
     if args.json:
-        json.dump([_entry_dict(e) for e in entries], out, indent=2)
+        json.dump([_entry_dict(e, source) for source, e in entries], out, indent=2)
         out.write("\n")
         return 0
     if not entries:
         where = f" for {args.device!r}" if args.device else ""
-        print(f"no tuned results{where} in {store.display}; run `autotranspose tune`", file=err)
+        db = store.display if store is not None else "the default database (none yet)"
+        print(f"no tuned results{where} in {db} or shipped; run `autotranspose tune`", file=err)
         return 0
-    stale = any(e.stale for e in entries)
-    headers = ["elem", "dtypes", "class", "config", "GB/s", "% copy"] + (["note"] if stale else [])
-    for device in dict.fromkeys(e.device for e in entries):
+    stale = any(e.stale for _, e in entries)
+    headers = ["source", "elem", "dtypes", "class", "config", "GB/s", "% copy"]
+    headers += ["note"] if stale else []
+    for device in dict.fromkeys(e.device for _, e in entries):
         rows = []
-        for e in (x for x in entries if x.device == device):
+        for source, e in ((s, x) for s, x in entries if x.device == device):
             rows.append([
-                f"s{e.elem_bytes}", _DTYPES_BY_SIZE.get(e.elem_bytes, ""), str(e.shape_class),
-                e.config.key, _gbps(e.gbps), _pct(e.ratio),
+                source, f"s{e.elem_bytes}", _DTYPES_BY_SIZE.get(e.elem_bytes, ""),
+                str(e.shape_class), e.config.key, _gbps(e.gbps), _pct(e.ratio),
             ] + (["stale" if e.stale else ""] if stale else []))  # fmt: skip
         print(device, file=out)
         print(table(headers, rows), file=out)

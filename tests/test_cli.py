@@ -120,15 +120,26 @@ def test_show_lists_entries_per_device(tuned: str) -> None:
     assert rc == 0
     lines = out.splitlines()
     assert lines[0] == NAME
-    assert lines[1].split() == ["elem", "dtypes", "class", "config", "GB/s", "%", "copy"]
+    assert lines[1].split() == ["source", "elem", "dtypes", "class", "config", "GB/s", "%", "copy"]
     rows = [line.split() for line in lines[3:7]]
-    assert [r[0] for r in rows] == ["s1", "s1", "s4", "s4"]
-    assert all(r[5].endswith("%") and float(r[4]) > 0 for r in rows)
+    assert [r[:2] for r in rows] == [["tuned", "s1"], ["tuned", "s1"], ["tuned", "s4"], ["tuned", "s4"]]
+    assert all(r[6].endswith("%") and float(r[5]) > 0 for r in rows)
+
+
+def test_show_includes_shipped_results_without_a_database(tmp_path, monkeypatch) -> None:
+    """A GPU model not in this machine, no database, no pycuda: the shipped results."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.delenv("AUTOTRANSPOSE_DB", raising=False)
+    rc, out, _ = run("show", "--device", "NVIDIA H100 80GB HBM3", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data and {d["source"] for d in data} == {"shipped"}
+    assert {d["elem_bytes"] for d in data} == {1, 2, 4, 8, 16}
+    assert not list(tmp_path.rglob("*.db"))  # reading results created no database
 
 
 def test_show_json_is_machine_readable(tuned: str) -> None:
     rc, out, _ = run("show", "--db", tuned, "--json")
-    data = json.loads(out)
+    data = [d for d in json.loads(out) if d["source"] == "tuned"]
     assert rc == 0 and len(data) == 4
     first = data[0]
     assert first["device"] == NAME and first["elem_bytes"] == 1
@@ -138,7 +149,10 @@ def test_show_json_is_machine_readable(tuned: str) -> None:
 
 def test_show_of_another_device_and_of_an_empty_database(tuned: str, db: str) -> None:
     rc, out, err = run("show", "--db", tuned, "--device", "NVIDIA H100 80GB HBM3")
-    assert rc == 0 and out == "" and "no tuned results for 'NVIDIA H100 80GB HBM3'" in err
+    assert rc == 0 and out.splitlines()[0] == "NVIDIA H100 80GB HBM3"
+    assert all(line.startswith("shipped") for line in out.splitlines()[3:-1] if line)
+    rc, out, err = run("show", "--db", tuned, "--device", "Some Other GPU")
+    assert rc == 0 and out == "" and "no tuned results for 'Some Other GPU'" in err
 
 
 def test_show_marks_stale_entries(tuned: str, monkeypatch: pytest.MonkeyPatch) -> None:

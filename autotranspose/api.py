@@ -234,10 +234,10 @@ def transpose(
             hit = _fast.get((px[1:], po[1:], (px[0] | po[0]) & 15, lookup.generation))
             if (
                 hit is not None
-                and (px[0] + hit[1] <= po[0] or po[0] + hit[2] <= px[0])  # no overlap
-                and getattr(_tls, "ordinal", None) == hit[0].state.ordinal
+                and (px[0] + hit[5] <= po[0] or po[0] + hit[6] <= px[0])  # no overlap
+                and getattr(_tls, "ordinal", None) == hit[4]
             ):
-                hit[0](px[0], po[0], None)
+                hit[0](hit[1], hit[2], _POINTERS.pack(px[0], po[0]) + hit[3], 0, None)
                 return out
     xv = view(x, "x")
     if conjugate and not xv.et.conjugable:
@@ -291,7 +291,8 @@ def _parts_gpuarray(a: Any) -> tuple[Any, ...]:
 
 
 _PARTS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
-_fast: dict[tuple[Any, ...], tuple[Launch, int, int]] = {}
+# signature -> (launch function, grid, block, packed scalars, device ordinal, x extent, out extent)
+_fast: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def _remember(x: Any, out: Any, xv: View, ov: View, launch: Launch) -> None:
@@ -309,7 +310,10 @@ def _remember(x: Any, out: Any, xv: View, ov: View, launch: Launch) -> None:
     (x0, x1), (o0, o1) = xv.extent(), ov.extent()
     if len(_fast) > 4096:
         _fast.clear()
-    _fast[(px[1:], po[1:], (px[0] | po[0]) & 15, lookup.generation)] = (launch, x1 - x0, o1 - o0)
+    _fast[(px[1:], po[1:], (px[0] | po[0]) & 15, lookup.generation)] = (
+        launch.function._launch_kernel, launch.grid, launch.block, launch.tail,
+        launch.state.ordinal, x1 - x0, o1 - o0,
+    )  # fmt: skip
 
 
 def _host_transpose(xv: View, out: Any, **kwargs: Any) -> Any:

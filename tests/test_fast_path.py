@@ -44,7 +44,9 @@ def registered(monkeypatch):
     monkeypatch.setattr(compiler._tls, "ordinal", 0, raising=False)
     x, out = FakeDeviceArray(1 << 20, (64, 32)), FakeDeviceArray(1 << 24, (32, 64))
     px, po = api._parts_cupy(x), api._parts_cupy(out)
-    api._fast[(px[1:], po[1:], (px[0] | po[0]) & 15, lookup.generation)] = (launch, 8192, 8192)
+    api._fast[(px[1:], po[1:], (px[0] | po[0]) & 15, lookup.generation)] = (
+        rec._launch_kernel, launch.grid, launch.block, launch.tail, 0, 8192, 8192
+    )
     return rec, x, out
 
 

@@ -53,11 +53,12 @@ class ShapeClass:
         return cls(b, rows, cols, v)
 
     def distance(self, other: ShapeClass) -> float:
-        """How far apart two classes are, in doublings of batch, rows and columns."""
-        return sum(
-            abs(math.log2(a) - math.log2(b))
-            for a, b in ((self.batch, other.batch), (self.m, other.m), (self.n, other.n))
-        )
+        """How far apart two classes are, for serving one's tuned kernel to the other: the
+        difference in total size (a batch of 64 1024x1024 matrices moves what one 8192x8192
+        does) plus half the differences in rows and columns (tile fit), in doublings."""
+        lg = math.log2
+        volume = abs(lg(self.batch * self.m * self.n) - lg(other.batch * other.m * other.n))
+        return volume + 0.5 * (abs(lg(self.m) - lg(other.m)) + abs(lg(self.n) - lg(other.n)))
 
 
 def shape_class(batch: int, m: int, n: int, max_vec: int) -> ShapeClass:

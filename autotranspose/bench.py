@@ -298,31 +298,33 @@ def plot(rows: Sequence[Row], path: str | Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    cases = list(dict.fromkeys((r.shape, r.dtype) for r in rows))
+    shapes = list(dict.fromkeys(r.shape for r in rows))
     peers = [p for p in PEERS if p != "copy" and any(r.peer == p and r.of_copy for r in rows)]
-    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(cases)), 4.5))
-    width = 0.8 / max(len(peers), 1)
-    for i, peer in enumerate(peers):
-        vals = [
-            next(
-                (
-                    100 * r.of_copy
-                    for r in rows
-                    if (r.shape, r.dtype) == c and r.peer == peer and r.of_copy
-                ),
-                0,
-            )
-            for c in cases
-        ]
-        ax.bar(np.arange(len(cases)) + i * width, vals, width, label=peer)
-    ax.axhline(100, color="k", lw=0.8)
-    ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2)
-    ax.set_xticklabels(
-        ["x".join(map(str, s if s[0] > 1 else s[1:])) + "\n" + d for s, d in cases], fontsize=7
+    of_copy = {(r.shape, r.dtype, r.peer): 100 * r.of_copy for r in rows if r.of_copy}
+    cols = min(3, len(shapes))
+    nrows = -(-len(shapes) // cols)
+    fig, axes = plt.subplots(
+        nrows, cols, figsize=(4.2 * cols, 3.0 * nrows), squeeze=False, sharey=True
     )
-    ax.set_ylabel("% of device-to-device copy")
-    ax.legend(fontsize=7, ncol=len(peers))
-    fig.tight_layout()
+    width = 0.8 / max(len(peers), 1)
+    for ax, shape in zip(axes.flat, shapes):
+        dtypes = list(dict.fromkeys(r.dtype for r in rows if r.shape == shape))
+        x = np.arange(len(dtypes))
+        for i, peer in enumerate(peers):
+            vals = [of_copy.get((shape, d, peer), 0.0) for d in dtypes]
+            ax.bar(x + i * width, vals, width, label=peer, color=f"C{i}")
+        ax.axhline(100, color="k", lw=0.8)
+        ax.set_title("x".join(map(str, shape if shape[0] > 1 else shape[1:])), fontsize=9)
+        ax.set_xticks(x + 0.4 - width / 2)
+        ax.set_xticklabels(dtypes, fontsize=7, rotation=30)
+        ax.tick_params(axis="y", labelsize=7)
+    for ax in axes.flat[len(shapes) :]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("% of device-to-device copy", fontsize=8)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(peers), fontsize=8)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True

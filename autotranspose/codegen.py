@@ -108,8 +108,9 @@ def kernel_params(c: KernelConfig) -> dict[str, object]:
 
 
 def render_many(configs: Iterable[KernelConfig]) -> str:
-    """One translation unit holding a kernel per config (compiled in a single nvcc call)."""
-    unique = list(dict.fromkeys(configs))
+    """One translation unit holding a kernel per distinct kernel name (compiled in a single nvcc
+    call); configs that differ only in launch parameters (`persistent`) share their kernel."""
+    unique = list({c.kernel_name: c for c in configs}.values())
     template = _environment().get_template("transpose.cu.j2")
     return template.render(
         kernels=[kernel_params(c) for c in unique],

@@ -135,7 +135,9 @@ class Bench:
         return int(self.src) + k * self.stride, int(self.dst) + k * self.stride
 
     # correctness ---------------------------------------------------------------------------
-    FINITE_MASK = 0xBFFFBFFF  # clears the top exponent bit of float16/32/64: no NaN or inf
+    # Clears the sign and top exponent bits of every float16/32/64: positive finite values
+    # only, so a peer that computes (geam: 1*x + 0*y) cannot turn -0.0 into +0.0, NaN or inf.
+    FINITE_MASK = 0x3FFF3FFF
 
     def refill(self, finite: bool = False) -> None:
         """Fresh random input in every set (all bit patterns, or finite floats for peers that

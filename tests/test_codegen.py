@@ -61,9 +61,9 @@ def test_support_and_seed_kernels_render():
 SMEM_CASES = [
     KernelConfig(1, 256, 16, 4, 1, 0, "swizzle", "col", "stream", realign=True),
     KernelConfig(8, 32, 32, 2, 2, 1, realign=True),
-    KernelConfig(2, 64, 128, 8, 1, 1, realign=True),
+    KernelConfig(2, 32, 64, 4, 1, 1, realign=True),
     KernelConfig(4, 64, 64, 4, 1, 0, "swizzle", realign=True),
-    KernelConfig(1, 128, 64, 16, 1, 0, "swizzle", realign=True),
+    KernelConfig(1, 128, 64, 4, 2, 0, "swizzle", realign=True),
 ]
 
 

@@ -307,7 +307,7 @@ def plot(rows: Sequence[Row], path: str | Path) -> bool:
         nrows, cols, figsize=(4.2 * cols, 3.0 * nrows), squeeze=False, sharey=True
     )
     width = 0.8 / max(len(peers), 1)
-    for ax, shape in zip(axes.flat, shapes):
+    for ax, shape in zip(axes.flat, shapes, strict=False):  # spare panels stay blank
         dtypes = list(dict.fromkeys(r.dtype for r in rows if r.shape == shape))
         x = np.arange(len(dtypes))
         for i, peer in enumerate(peers):

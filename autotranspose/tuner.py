@@ -814,3 +814,34 @@ class _Run:
             + ("; ".join(errors[:3]) if errors else "none recorded")
             + ". Check the GPU and driver, or raise --trials."
         )
+
+
+def tune_gpu(
+    dtype: Any,
+    shape: Sequence[int],
+    *,
+    db: str | None = None,
+    device: int = 0,
+    trials: int = 40,
+    timeout: float | None = None,
+    patience: int | None = None,
+    sampler: str = "tpe",
+    seed: int | None = None,
+    conjugate: bool = False,
+) -> TuneResult:
+    """Tune one (dtype, shape) on local GPU `device` into the tuning database (`db` URL, else
+    AUTOTRANSPOSE_DB, else the user default): `autotranspose tune` for one case, from Python.
+    The next `transpose()` of that class uses the result."""
+    from .store import Store
+    from .worker import GpuObjective
+
+    et = element_type(dtype)
+    dims = _check_shape(shape)
+    _check_settings(trials, timeout, patience, 8, sampler)
+    store = Store.open(db)
+    with GpuObjective(et.name, dims, device, conjugate=conjugate) as objective:
+        return tune(
+            et.name, dims, objective=objective, store=store, device=objective.device,
+            trials=trials, timeout=timeout, patience=patience, sampler=sampler, seed=seed,
+            conjugate=conjugate,
+        )  # fmt: skip

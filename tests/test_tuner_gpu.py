@@ -66,3 +66,20 @@ def test_short_real_tune_lands_in_the_database_and_transpose_uses_it(store, dtyp
     assert np.array_equal(y.get(), host.T)
     used = [launch.config for key, launch in api._launches.items() if key[4:7] == shape]
     assert used == [result.config]
+
+
+def test_tune_gpu_from_python_resumes_its_study(tmp_path, monkeypatch):
+    """The Python entry point tunes into the database it is given; a second call with a
+    larger trial budget resumes the same study instead of starting over."""
+    from autotranspose import lookup
+
+    url = f"sqlite:///{tmp_path / 'py.db'}"
+    first = at.tune_gpu("float16", (1536, 2560), db=url, trials=6, seed=3)
+    assert first.trials == 6 and first.measurement.ok
+    second = at.tune_gpu("float16", (1536, 2560), db=url, trials=10, seed=3)
+    assert second.trials == 4 and second.study_name == first.study_name
+    assert second.measurement.gbps >= first.measurement.gbps
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", url)
+    lookup.clear_cache()
+    x = np.random.default_rng().standard_normal((1536, 2560)).astype(np.float16)
+    assert np.array_equal(at.transpose(x), x.T)

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotranspose.bench import parse_shape
 from autotranspose.config import config_space, max_vec
+from autotranspose.shapes import shape_class
 from autotranspose.store import Store, textio
 from autotranspose.tuner import tune
 from autotranspose.worker import GpuObjective
@@ -76,22 +77,33 @@ def cmd_exhaustive(args: argparse.Namespace) -> None:
 
     s = element_type(args.dtype).size
     space = list(config_space(args.dtype, max_vector=max_vec(s, shape[1], shape[2])))
+    cls = shape_class(*shape, max_vec(s, shape[1], shape[2]))
+    store = Store.open(args.db) if args.db else None
     t0 = time.monotonic()
     results = []
     with GpuObjective(args.dtype, shape, timeout_s=600) as obj:
         for i in range(0, len(space), 256):
             chunk = space[i : i + 256]
             obj.precompile(chunk)
-            results += list(zip(chunk, obj(chunk), strict=True))
+            measured = list(zip(chunk, obj(chunk), strict=True))
+            results += measured
+            for cfg, m in measured if store else ():  # the tuner reuses these; best is kept
+                store.record(None, obj.device, args.dtype, s, shape, cls, cfg, m)
             print(f"  {i + len(chunk)}/{len(space)} configs, {time.monotonic() - t0:.0f} s", flush=True)
+            _exhaustive_report(args, shape, len(space), results, time.monotonic() - t0)
+
+
+def _exhaustive_report(args: argparse.Namespace, shape: tuple[int, int, int], total: int,
+                       results: list, seconds: float) -> None:  # fmt: skip
+    """Written after every chunk, so a run cut short still leaves what it measured."""
     ok = sorted((r for r in results if r[1].ok), key=lambda r: -r[1].gbps)
     best_cfg, best = ok[0]
-    print(f"exhaustive {args.dtype} {args.shape}: {len(space)} configs, {len(ok)} ok, "
+    print(f"exhaustive {args.dtype} {args.shape}: {len(results)} of {total} configs, {len(ok)} ok, "
           f"best {100 * best.ratio:.1f}% of copy ({best.gbps:.0f} GB/s) {best_cfg.key}; "
-          f"{time.monotonic() - t0:.0f} s")  # fmt: skip
+          f"{seconds:.0f} s", flush=True)  # fmt: skip
     Path(args.out, "exhaustive.json").write_text(json.dumps({
-        "dtype": args.dtype, "shape": shape, "configs": len(space), "ok": len(ok),
-        "seconds": time.monotonic() - t0,
+        "dtype": args.dtype, "shape": shape, "configs": total, "measured": len(results),
+        "ok": len(ok), "seconds": seconds,
         "top": [{"config": c.key, "gbps": m.gbps, "ratio": m.ratio} for c, m in ok[:20]],
     }, indent=1))  # fmt: skip
 
@@ -116,6 +128,7 @@ def main() -> None:
     e.add_argument("--dtype", required=True)
     e.add_argument("--shape", required=True)
     e.add_argument("--out", default=".")
+    e.add_argument("--db", help="also record every measurement in this tuning database")
     x = sub.add_parser("export")
     x.add_argument("--db", required=True)
     x.add_argument("--out", default="tuning_db")

@@ -542,34 +542,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
-    return v
+def _bounded(kind: type, least: float, inclusive: bool) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` at least (or, not inclusive, above) `least`."""
+    noun = "an integer" if kind is int else "a number"
+    words = "at least" if inclusive else "more than"
+
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if not (v >= least if inclusive else v > least):
+            raise argparse.ArgumentTypeError(f"{v} must be {words} {least:g}")
+        return v
+
+    return parse
 
 
-def _nonnegative_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{v} must be at least 0")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{v} must be more than 0")
-    return v
+_positive_int = _bounded(int, 1, inclusive=True)
+_nonnegative_int = _bounded(int, 0, inclusive=True)
+_positive_float = _bounded(float, 0, inclusive=False)
 
 
 def _one_line(exc: BaseException) -> str:

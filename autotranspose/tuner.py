@@ -612,14 +612,9 @@ class _Run:
                     followers.append((trial, config))
                     continue
                 leaders[config.key] = trial
-                known = self._measured(config)
-                if known is not None:
-                    self._finish(trial, config, known, reused=True)
-                    finished.add(trial.number)
-                elif self._claim(trial, config):
-                    claimed[config.key] = trial
+                if self._take(trial, config, finished, claimed):
                     to_measure.append((trial, config))
-                else:
+                elif trial.number not in finished:
                     waiting.append((trial, config))
 
             self._measure(to_measure, finished, recorded)
@@ -699,14 +694,9 @@ class _Run:
             takeover: list[tuple[Trial, KernelConfig]] = []
             optuna.storages.fail_stale_trials(self.study)
             for trial, config in waiting:
-                known = self._measured(config)
-                if known is not None:
-                    self._finish(trial, config, known, reused=True)
-                    finished.add(trial.number)
-                elif self._claim(trial, config):
-                    claimed[config.key] = trial
+                if self._take(trial, config, finished, claimed):
                     takeover.append((trial, config))
-                else:
+                elif trial.number not in finished:
                     still.append((trial, config))
             self._measure(takeover, finished, recorded)
             waiting = still
@@ -721,6 +711,22 @@ class _Run:
                 time.sleep(_POLL_S)
 
     # --- store and claims -------------------------------------------------------------------------
+    def _take(
+        self, trial: Trial, config: KernelConfig, finished: set[int], claimed: dict[str, Trial]
+    ) -> bool:
+        """True when this process should measure `config` now (it claimed it). A config
+        already measured for this shape finishes its trial from the store (added to
+        `finished`); one claimed by another process is left for later (neither)."""
+        known = self._measured(config)
+        if known is not None:
+            self._finish(trial, config, known, reused=True)
+            finished.add(trial.number)
+            return False
+        if self._claim(trial, config):
+            claimed[config.key] = trial
+            return True
+        return False
+
     def _measured(self, config: KernelConfig) -> Measurement | None:
         return self.store.measured(self.device.name, self.elem_bytes, self.shape, config)
 

@@ -276,7 +276,7 @@ def peer_call_cost(kind: str, shape: tuple[int, int] = (64, 64), calls: int = 50
 def format_table(rows: Sequence[Row]) -> str:
     lines = [f"{'shape':>16} {'dtype':>10} {'peer':>13} {'us':>10} {'GB/s':>8} {'% copy':>7}  note"]
     for r in rows:
-        shp = "x".join(map(str, r.shape if r.shape[0] > 1 else r.shape[1:]))
+        shp = _shape_text(r.shape)
         if r.us is None:
             lines.append(
                 f"{shp:>16} {r.dtype:>10} {r.peer:>13} {'-':>10} {'-':>8} {'-':>7}  {r.note}"
@@ -287,6 +287,41 @@ def format_table(rows: Sequence[Row]) -> str:
                 f"{100 * r.of_copy:6.1f}%  {r.note}"
             )
     return "\n".join(lines)
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape if shape[0] > 1 else shape[1:]))
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    """One Markdown row per (shape, dtype): copy and our GB/s, every peer as % of the same
+    run's copy, and our speed over geam and over the best other peer (BENCHMARKS.md)."""
+    shown = [p for p in PEERS if p != "copy"]
+    cells: dict[tuple[tuple[int, int, int], str], dict[str, Row]] = {}
+    for r in rows:
+        cells.setdefault((r.shape, r.dtype), {})[r.peer] = r
+    head = ["shape", "dtype", "copy GB/s", "autotranspose GB/s",
+            *(f"{p} % copy" for p in shown), "vs geam", "vs best other"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (shape, dtype), row in cells.items():
+        pct = {p: r.of_copy for p, r in row.items() if p in shown and r.of_copy}
+        ours = pct.get("autotranspose")
+        others = [v for p, v in pct.items() if p != "autotranspose"]
+        gbps = {p: f"{r.gbps:.0f}" if r.gbps else "-" for p, r in row.items()}
+        cols = [
+            _shape_text(shape), dtype, gbps.get("copy", "-"), gbps.get("autotranspose", "-"),
+            *(("**{:.1f}**" if p == "autotranspose" else "{:.1f}").format(100 * pct[p])
+              if p in pct else "-" for p in shown),
+            f"{ours / pct['geam']:.3f}x" if ours and "geam" in pct else "-",
+            f"{ours / max(others):.2f}x" if ours and others else "-",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cols) + " |")
+    return "\n".join(lines)
+
+
+def rows_from_json(doc: Any) -> list[Row]:
+    """The rows of a `bench --json` file."""
+    return [Row(**{**r, "shape": tuple(r["shape"])}) for r in doc["rows"]]
 
 
 def plot(rows: Sequence[Row], path: str | Path) -> bool:
@@ -314,7 +349,7 @@ def plot(rows: Sequence[Row], path: str | Path) -> bool:
             vals = [of_copy.get((shape, d, peer), 0.0) for d in dtypes]
             ax.bar(x + i * width, vals, width, label=peer, color=f"C{i}")
         ax.axhline(100, color="k", lw=0.8)
-        ax.set_title("x".join(map(str, shape if shape[0] > 1 else shape[1:])), fontsize=9)
+        ax.set_title(_shape_text(shape), fontsize=9)
         ax.set_xticks(x + 0.4 - width / 2)
         ax.set_xticklabels(dtypes, fontsize=7, rotation=30)
         ax.tick_params(axis="y", labelsize=7)
@@ -361,6 +396,8 @@ def run_from_args(args: Any) -> int:
                 indent=1,
             )
         )
+    if getattr(args, "markdown", None):
+        Path(args.markdown).write_text(markdown_table(rows) + "\n")
     if args.png and not plot(rows, args.png):
         print("matplotlib is not installed: no chart written")
     return 0

@@ -536,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. float32,int8 (default float32)")  # fmt: skip
     b.add_argument("--json", metavar="PATH", help="write results as JSON")
     b.add_argument("--png", metavar="PATH", help="write a chart")
+    b.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     b.add_argument("--repeat", type=_positive_int, default=None, metavar="N")
     b.add_argument("--device", type=_nonnegative_int, default=0, metavar="INDEX")
     db_option(b)

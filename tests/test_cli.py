@@ -281,10 +281,11 @@ def test_errors_are_one_line_and_exit_non_zero(argv: list[str], db: str) -> None
 def test_bench_options_parse() -> None:
     args = cli.build_parser().parse_args(
         ["bench", "--shapes", "8192x8192", "64x1024x1024", "--dtypes", "float32,int8",
-         "--json", "b.json", "--png", "b.png", "--repeat", "5", "--device", "1", "--db", "x.db"]
+         "--json", "b.json", "--png", "b.png", "--markdown", "b.md", "--repeat", "5", "--device", "1",
+         "--db", "x.db"]
     )  # fmt: skip
     assert args.shapes == ["8192x8192", "64x1024x1024"] and args.dtypes == ["float32,int8"]
-    assert (args.json, args.png, args.repeat, args.device, args.db) == ("b.json", "b.png", 5, 1,
+    assert (args.json, args.png, args.markdown, args.repeat, args.device, args.db) == ("b.json", "b.png", "b.md", 5, 1,
                                                                       "x.db")  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .dtypes import element_type
+from .shapes import parse_shape
 
 PEERS = ("copy", "autotranspose", "geam", "cupy", "torch", "seed")
 GEAM_DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -35,16 +36,6 @@ class Row:
     gbps: float | None
     of_copy: float | None
     note: str = ""
-
-
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """'8192x8192' -> (1, 8192, 8192); '64x1024x1024' -> (64, 1024, 1024)."""
-    parts = [int(p) for p in text.lower().split("x")]
-    if len(parts) == 2:
-        parts = [1, *parts]
-    if len(parts) != 3 or min(parts) < 1:
-        raise ValueError(f"shape {text!r} must be MxN or BxMxN with positive sizes")
-    return (parts[0], parts[1], parts[2])
 
 
 class _Raw:

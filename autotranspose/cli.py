@@ -20,8 +20,8 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
 from . import __version__
 from .config import max_vec
 from .dtypes import element_type
-from .errors import AutotransposeError, ShapeError, TuningError
-from .shapes import shape_class
+from .errors import AutotransposeError, TuningError
+from .shapes import parse_shape, shape_class
 
 if TYPE_CHECKING:
     from .store import Store
@@ -50,18 +50,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 # --- argument types ----------------------------------------------------------------------------
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """'8192x8192' -> (1, 8192, 8192); '64x1024x1024' -> (64, 1024, 1024)."""
-    parts = text.strip().lower().split("x")
-    if len(parts) not in (2, 3) or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ShapeError(
-            f"{text!r:.40} is not a shape; write MxN or BATCHxMxN with positive integers, "
-            "e.g. 8192x8192 or 64x1024x1024"
-        )
-    dims = tuple(int(p) for p in parts)
-    return (1, *dims) if len(dims) == 2 else dims  # type: ignore[return-value]
-
-
 def _split(values: Sequence[str]) -> list[str]:
     """Items given as `a,b c` (commas, spaces or both)."""
     return [item for v in values for item in v.split(",") if item.strip()]

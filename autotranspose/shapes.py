@@ -64,3 +64,15 @@ class ShapeClass:
 def shape_class(batch: int, m: int, n: int, max_vec: int) -> ShapeClass:
     """The class of a (batch, m, n) call whose widest usable vector is `max_vec` elements."""
     return ShapeClass(_bucket(batch), _bucket(m), _bucket(n), max_vec)
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """'8192x8192' -> (1, 8192, 8192); '64x1024x1024' -> (64, 1024, 1024)."""
+    parts = text.strip().lower().split("x")
+    if len(parts) not in (2, 3) or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ShapeError(
+            f"{text!r:.40} is not a shape; write MxN or BATCHxMxN with positive integers, "
+            "e.g. 8192x8192 or 64x1024x1024"
+        )
+    dims = tuple(int(p) for p in parts)
+    return (1, *dims) if len(dims) == 2 else dims  # type: ignore[return-value]

@@ -19,9 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotranspose.bench import parse_shape
 from autotranspose.config import config_space, max_vec
-from autotranspose.shapes import shape_class
+from autotranspose.shapes import parse_shape, shape_class
 from autotranspose.store import Store, textio
 from autotranspose.tuner import tune
 from autotranspose.worker import GpuObjective

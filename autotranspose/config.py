@@ -33,8 +33,9 @@ CACHE_HINTS: tuple[str, ...] = ("default", "stream")
 MAX_MICROBLOCK_BYTES = 256  # a micro-block lives in registers: 64 words at most
 MAX_THREAD_BYTES = 256  # all micro-blocks of a thread are loaded before any is stored
 # The estimate (`KernelConfig.registers`) is a lower bound: nvcc 13 for sm_90 used up to twice
-# as many (realigning kernels: calibrated separately, see `registers`). Keeping twice the estimate under ptxas's 255 and the 64K register file means every
-# config in the space compiles without spills and launches (tests/test_compile.py checks).
+# as many (realigning kernels: calibrated separately, see `registers`). Keeping twice the
+# estimate under ptxas's 255 and the 64K register file means every config in the space
+# compiles without spills and launches (tests/test_compile.py checks).
 MAX_REGISTERS = 128
 REGISTER_FILE = 65536
 WARP = 32

@@ -51,6 +51,7 @@ SAMPLERS: tuple[str, ...] = ("tpe", "random", "gp")
 HEARTBEAT_INTERVAL = 5
 GRACE_PERIOD = 30
 _POLL_S = 0.2
+DEFAULT_BATCH = 8  # configs asked of the sampler, compiled together and measured per round
 
 
 class Objective(Protocol):
@@ -399,7 +400,7 @@ def tune(
     patience: int | None = None,
     sampler: str = "tpe",
     seed: int | None = None,
-    batch: int = 8,
+    batch: int = DEFAULT_BATCH,
     conjugate: bool = False,
     progress: Callable[[TrialReport], None] | None = None,
     heartbeat_interval: int = HEARTBEAT_INTERVAL,
@@ -612,9 +613,10 @@ class _Run:
                     followers.append((trial, config))
                     continue
                 leaders[config.key] = trial
-                if self._take(trial, config, finished, claimed):
+                state = self._take(trial, config, finished, claimed)
+                if state == "claimed":
                     to_measure.append((trial, config))
-                elif trial.number not in finished:
+                elif state == "busy":
                     waiting.append((trial, config))
 
             self._measure(to_measure, finished, recorded)
@@ -694,9 +696,10 @@ class _Run:
             takeover: list[tuple[Trial, KernelConfig]] = []
             optuna.storages.fail_stale_trials(self.study)
             for trial, config in waiting:
-                if self._take(trial, config, finished, claimed):
+                state = self._take(trial, config, finished, claimed)
+                if state == "claimed":
                     takeover.append((trial, config))
-                elif trial.number not in finished:
+                elif state == "busy":
                     still.append((trial, config))
             self._measure(takeover, finished, recorded)
             waiting = still
@@ -713,19 +716,19 @@ class _Run:
     # --- store and claims -------------------------------------------------------------------------
     def _take(
         self, trial: Trial, config: KernelConfig, finished: set[int], claimed: dict[str, Trial]
-    ) -> bool:
-        """True when this process should measure `config` now (it claimed it). A config
-        already measured for this shape finishes its trial from the store (added to
-        `finished`); one claimed by another process is left for later (neither)."""
+    ) -> str:
+        """What to do with `config`: "claimed" (this process measures it now), "reused" (it
+        was measured for this shape already; the trial is finished from the store and added
+        to `finished`) or "busy" (another process holds the claim: look again later)."""
         known = self._measured(config)
         if known is not None:
             self._finish(trial, config, known, reused=True)
             finished.add(trial.number)
-            return False
+            return "reused"
         if self._claim(trial, config):
             claimed[config.key] = trial
-            return True
-        return False
+            return "claimed"
+        return "busy"
 
     def _measured(self, config: KernelConfig) -> Measurement | None:
         return self.store.measured(self.device.name, self.elem_bytes, self.shape, config)
@@ -843,7 +846,7 @@ def tune_gpu(
 
     et = element_type(dtype)
     dims = _check_shape(shape)
-    _check_settings(trials, timeout, patience, 8, sampler)
+    _check_settings(trials, timeout, patience, DEFAULT_BATCH, sampler)  # before a worker starts
     store = Store.open(db)
     with GpuObjective(et.name, dims, device, conjugate=conjugate) as objective:
         return tune(

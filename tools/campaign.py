@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autotranspose.config import config_space, max_vec
 from autotranspose.shapes import parse_shape, shape_class
 from autotranspose.store import Store, textio
-from autotranspose.tuner import tune
+from autotranspose.tuner import DEFAULT_BATCH, tune
 from autotranspose.worker import GpuObjective
 
 CASES = [
@@ -75,8 +75,8 @@ def cmd_exhaustive(args: argparse.Namespace) -> None:
     from autotranspose.dtypes import element_type
 
     s = element_type(args.dtype).size
-    space = list(config_space(args.dtype, max_vector=max_vec(s, shape[1], shape[2])))
     cls = shape_class(*shape, max_vec(s, shape[1], shape[2]))
+    space = list(config_space(args.dtype, max_vector=cls.vec))
     store = Store.open(args.db) if args.db else None
     t0 = time.monotonic()
     results = []
@@ -120,7 +120,7 @@ def main() -> None:
     t.add_argument("--db", required=True)
     t.add_argument("--cases", default=f"0-{len(CASES) - 1}")
     t.add_argument("--trials", type=int, default=40)
-    t.add_argument("--batch", type=int, default=8)
+    t.add_argument("--batch", type=int, default=DEFAULT_BATCH)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", default=".")
     e = sub.add_parser("exhaustive")

@@ -1,9 +1,9 @@
-"""Adapting the arrays callers pass: pycuda GPUArray, CuPy, PyTorch, anything with
+"""Adapting the arrays callers pass: pycuda GPUArray, CuPy, PyTorch, JAX, anything with
 `__cuda_array_interface__`, and NumPy (copied to the GPU and back).
 
-Every input becomes a :class:`View` (pointer, batch/rows/cols, strides in elements, device), and
-every output is allocated as the same kind of array as the input, so callers get back what
-they gave.
+Every input becomes a :class:`View` (pointer, batch/rows/cols, strides in elements, device,
+and the stream its producer names, if any), and every output is allocated as the same kind of
+array as the input, so callers get back what they gave.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _libcuda
+from . import _dlpack, _driver
 from .dtypes import ElementType, element_type
 from .errors import DeviceError, LayoutError, OutputError, ShapeError
 
@@ -22,7 +22,7 @@ class View(NamedTuple):
 
     A NamedTuple rather than a dataclass: one is built per call, on the hot path."""
 
-    kind: str  # "torch", "cupy", "gpuarray", "cai", "numpy"
+    kind: str  # "torch", "cupy", "gpuarray", "jax", "cai", "numpy"
     obj: Any
     ptr: int
     ndim: int
@@ -34,6 +34,9 @@ class View(NamedTuple):
     dtype: Any  # the library's own dtype object
     et: ElementType
     device: int | None  # None for host (NumPy) arrays
+    ctx: int | None = None  # the context owning the memory, if not the device's primary one
+    stream: int | None = None  # the stream the producer says the data is ready on (CAI v3, JAX)
+    keep: Any = None  # what must stay alive while a kernel reads the memory (a DLPack capsule)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -93,8 +96,9 @@ def _layout(
     return b, m, n, ld, bs
 
 
-def view(x: Any, what: str = "x") -> View:
-    """Describe `x` (any supported array) as a :class:`View`."""
+def view(x: Any, what: str = "x", stream: int | None = None) -> View:
+    """Describe `x` (any supported array) as a :class:`View`. `stream` is the stream the call
+    will run on, for producers that make their data ready on a stream we name (JAX)."""
     mod = _module(x)
     if mod == "torch" and hasattr(x, "data_ptr"):
         et = element_type(x.dtype)
@@ -115,8 +119,10 @@ def view(x: Any, what: str = "x") -> View:
         et = element_type(x.dtype)
         b, m, n, ld, bs = _layout(what, x.shape, x.strides, et.size)
         ptr = x.ptr if x.gpudata is not None else 0
-        dev = _libcuda.pointer_device(ptr) if ptr else None
-        return View("gpuarray", x, ptr, x.ndim, b, m, n, ld, bs, x.dtype, et, dev)
+        dev, ctx = _driver.pointer_owner(ptr) if ptr else (None, None)
+        return View("gpuarray", x, ptr, x.ndim, b, m, n, ld, bs, x.dtype, et, dev, ctx)
+    if mod in ("jax", "jaxlib") and hasattr(x, "__dlpack__"):
+        return _view_jax(x, what, stream)
     if isinstance(x, np.ndarray):
         et = element_type(x.dtype)
         b, m, n, ld, bs = _layout(what, x.shape, x.strides, et.size)
@@ -129,13 +135,52 @@ def view(x: Any, what: str = "x") -> View:
         strides = cai.get("strides") or _c_strides(shape, dt.itemsize)
         b, m, n, ld, bs = _layout(what, shape, tuple(strides), et.size)
         ptr = int(cai["data"][0])
-        dev = _libcuda.pointer_device(ptr) if ptr else None
-        return View("cai", x, ptr, len(shape), b, m, n, ld, bs, dt, et, dev)
+        dev, ctx = _driver.pointer_owner(ptr) if ptr else (None, None)
+        named = cai.get("stream") if cai.get("version", 0) >= 3 else None
+        return View("cai", x, ptr, len(shape), b, m, n, ld, bs, dt, et, dev, ctx, named)
     raise TypeError(
         f"{what} is a {type(x).__module__}.{type(x).__name__}; autotranspose.transpose takes a "
         "pycuda GPUArray, a CuPy array, a PyTorch CUDA tensor, any object with "
         "__cuda_array_interface__, or a NumPy array"
     )
+
+
+def jax_device(x: Any) -> Any:
+    devices = x.devices()
+    if len(devices) != 1:
+        raise ShapeError(
+            f"this JAX array is sharded over {len(devices)} devices; transpose each shard "
+            "(x.addressable_shards) or gather it onto one device first"
+        )
+    (device,) = devices
+    if device.platform not in ("gpu", "cuda"):
+        raise DeviceError(
+            f"this JAX array is on {device} ; put it on a GPU with jax.device_put(x, "
+            "jax.devices('cuda')[0]), or pass np.asarray(x) to have autotranspose copy it"
+        )
+    return device
+
+
+def jax_stream(device: Any) -> int | None:
+    """The stream JAX names for work from outside it on `device` (what its own from_dlpack
+    asks a producer to order its writes on)."""
+    try:
+        return int(device.get_stream_for_external_ready_events())
+    except Exception:  # not implemented by this backend: the legacy default stream
+        return None
+
+
+def _view_jax(x: Any, what: str, stream: int | None) -> View:
+    device = jax_device(x)
+    et = element_type(x.dtype)
+    if stream is None:
+        stream = jax_stream(device)
+    # JAX makes the data ready on `stream` and keeps the buffer alive while the capsule lives.
+    t = _dlpack.read(x.__dlpack__(stream=stream if stream is not None else 1))
+    strides = tuple(s * et.size for s in t.strides) if t.strides else _c_strides(t.shape, et.size)
+    b, m, n, ld, bs = _layout(what, t.shape, strides, et.size)
+    dev = int(device.local_hardware_id)
+    return View("jax", x, t.ptr, len(t.shape), b, m, n, ld, bs, x.dtype, et, dev, None, stream, t.capsule)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -150,13 +195,12 @@ def transposed_shape(v: View) -> tuple[int, ...]:
     return (v.batch, v.n, v.m) if v.ndim == 3 else (v.n, v.m)
 
 
-def allocate_like(v: View) -> Any:
-    """A new row-major output (the transposed shape) of the same kind and device as `v`."""
+def allocate_like(v: View, ctx: int) -> Any:
+    """A new row-major output (the transposed shape) of the same kind and device as `v`;
+    `ctx` is the context our own allocations go in (GPUArray, JAX, unknown CAI producers)."""
     shape = transposed_shape(v)
     if v.kind == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=v.dtype, device=v.obj.device)
+        return v.obj.new_empty(shape)  # x's device and dtype; the caching allocator's stream
     if v.kind == "cupy":
         import cupy
 
@@ -165,10 +209,19 @@ def allocate_like(v: View) -> Any:
     if v.kind == "cai" and _module(v.obj) == "numba":
         from numba import cuda
 
-        return cuda.device_array(shape, dtype=v.dtype)
+        with cuda.gpus[v.device]:
+            return cuda.device_array(shape, dtype=v.dtype)
+    nbytes = v.size * v.et.size
+    if v.kind == "jax":
+        return _dlpack.Exported(
+            _driver.Allocation(nbytes, ctx), shape, _dlpack.dl_dtype(v.et.name, v.et.size),
+            v.device, v.stream, keep=v.keep,
+        )  # fmt: skip
     import pycuda.gpuarray as gpuarray  # a GPUArray for GPUArray, NumPy and unknown CAI inputs
 
-    return gpuarray.empty(shape, dtype=v.dtype)
+    # Our own allocation in `ctx`: pycuda's allocator would need its context stack, which
+    # worker threads do not have.
+    return gpuarray.GPUArray(shape, v.dtype, gpudata=_driver.Allocation(nbytes, ctx))
 
 
 def check_output(x: View, out: View) -> None:

@@ -121,7 +121,7 @@ def _peer_launches(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Calla
     grid = (-(-n // 32), -(-m // 32), 1)
     if b == 1 and grid[1] <= 65535:
         peers["seed"] = (
-            lambda src, dst, _s: seed.prepared_call(grid, (32, 8, 1), src, dst, m, n),
+            lambda src, dst, _s: seed.call(grid, (32, 8, 1), "PPqq", src, dst, m, n),
             "32x32 tile, +1 pad, 32x8 threads",
         )
     else:
@@ -129,27 +129,21 @@ def _peer_launches(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Calla
     return peers
 
 
-_seed_modules: dict[tuple[int, int], Any] = {}
+_seed_kernels: dict[tuple[str, int], Any] = {}
 
 
 def _seed_kernel(state: Any, elem_bytes: int) -> Any:
-    key = (state.ordinal, elem_bytes)
-    fn = _seed_modules.get(key)
-    if fn is None:
-        from pycuda.compiler import SourceModule
-
+    """The seed documents' kernel for `elem_bytes`, compiled for `state`'s architecture."""
+    key = (state.arch, elem_bytes)
+    if key not in _seed_kernels:
         from .codegen import render_seed
-        from .compiler import NVCC_OPTIONS
+        from .compiler import load_source
 
-        mod = SourceModule(
-            render_seed(), no_extern_c=True, arch=state.arch, options=list(NVCC_OPTIONS)
-        )
-        for s in (1, 2, 4, 8, 16):
-            f = mod.get_function(f"seed_transpose_s{s}").prepare("PPqq")
-            _seed_modules[(state.ordinal, s)] = f
-            f._module = mod  # keep the module alive
-        fn = _seed_modules[key]
-    return fn
+        sizes = (1, 2, 4, 8, 16)
+        loaded = load_source(state.arch, render_seed(), [f"seed_transpose_s{s}" for s in sizes])
+        for s in sizes:
+            _seed_kernels[(state.arch, s)] = loaded[f"seed_transpose_s{s}"]
+    return _seed_kernels[key]
 
 
 def bench_case(
@@ -199,69 +193,100 @@ def bench_case(
     return rows
 
 
-def host_call_cost(
-    kind: str = "gpuarray", shape: tuple[int, int] = (64, 64), calls: int = 5000
-) -> float | None:
-    """Host-timed microseconds per `transpose(x, out)` into a preallocated out (float32)."""
+HOST_COST_CASES = (
+    ("autotranspose", "gpuarray"), ("autotranspose", "cupy"), ("autotranspose", "torch"),
+    ("own", "cupy"), ("own", "torch"),
+)  # fmt: skip
+
+
+def _host_cost_calls(who: str, lib: str, shape: tuple[int, int]) -> tuple[Any, Any, Any] | None:
+    """(call into out, call making a new output, synchronize) for one library, or None."""
     from .api import transpose
-    from .compiler import activate
 
-    state = activate(0)
-    a = np.random.default_rng().standard_normal(shape).astype(np.float32)
-    if kind == "gpuarray":
-        import pycuda.gpuarray as gpuarray
-
-        x, out = gpuarray.to_gpu(a), gpuarray.empty(shape[::-1], np.float32)
-    elif kind == "cupy":
-        try:
-            import cupy
-        except ImportError:
-            return None
-        x, out = cupy.asarray(a), cupy.empty(shape[::-1], np.float32)
-    elif kind == "torch":
-        try:
-            import torch
-        except ImportError:
-            return None
-        x, out = torch.as_tensor(a, device="cuda"), torch.empty(shape[::-1], device="cuda")
-    else:
-        raise ValueError(kind)
-    for _ in range(100):
-        transpose(x, out)
-    state.context.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        transpose(x, out)
-    state.context.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
-def peer_call_cost(kind: str, shape: tuple[int, int] = (64, 64), calls: int = 5000) -> float | None:
-    """Host-timed microseconds per call of CuPy's or PyTorch's own transpose-and-copy."""
     a = np.random.default_rng().standard_normal(shape).astype(np.float32)
     try:
-        if kind == "cupy":
+        if lib == "gpuarray":
+            import pycuda.gpuarray as gpuarray
+
+            from . import _driver
+            from .compiler import device_state
+
+            ctx = device_state(0).ctx
+
+            def new_gpuarray(shp: tuple[int, ...]) -> Any:
+                return gpuarray.GPUArray(shp, np.float32, gpudata=_driver.Allocation(a.nbytes, ctx))
+
+            x, out = new_gpuarray(shape), new_gpuarray(shape[::-1])
+            x.set(a)
+            sync = lambda: _driver.synchronize(ctx)  # noqa: E731
+        elif lib == "cupy":
             import cupy
 
-            x = cupy.asarray(a)
-            fn = lambda: cupy.ascontiguousarray(x.T)  # noqa: E731
+            x, out = cupy.asarray(a), cupy.empty(shape[::-1], np.float32)
             sync = cupy.cuda.runtime.deviceSynchronize
         else:
             import torch
 
-            x = torch.as_tensor(a, device="cuda")
-            fn = lambda: x.t().contiguous()  # noqa: E731
+            x, out = torch.as_tensor(a, device="cuda"), torch.empty(shape[::-1], device="cuda")
             sync = torch.cuda.synchronize
     except ImportError:
         return None
-    for _ in range(100):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / calls * 1e6
+    if who == "autotranspose":
+        return (lambda: transpose(x, out)), (lambda: transpose(x)), sync
+    if lib == "cupy":
+        return (lambda: cupy.copyto(out, x.T)), (lambda: cupy.ascontiguousarray(x.T)), sync
+    if lib == "torch":
+        return (lambda: out.copy_(x.t())), (lambda: x.t().contiguous()), sync
+    return None
+
+
+def host_costs(
+    shape: tuple[int, int] = (64, 64), calls: int = 5000, rounds: int = 3
+) -> dict[str, float | None]:
+    """Host-timed microseconds per call of a small float32 transpose, ours and CuPy's and
+    PyTorch's own, into a preallocated out ("<who>/<lib>/out") and into a new output
+    ("<who>/<lib>/new"). All in one process, interleaved, each the best of `rounds`."""
+    from .compiler import activate
+
+    activate(0)
+    fns: dict[str, tuple[Any, Any]] = {}
+    costs: dict[str, float | None] = {}
+    for who, lib in HOST_COST_CASES:
+        found = _host_cost_calls(who, lib, shape)
+        for i, mode in enumerate(("out", "new")):
+            key = f"{who}/{lib}/{mode}"
+            costs[key] = None
+            if found is not None:
+                fns[key] = (found[i], found[2])
+    for _ in range(rounds):
+        for key, (fn, sync) in fns.items():
+            for _ in range(100):
+                fn()
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            us = (time.perf_counter() - t0) / calls * 1e6
+            costs[key] = us if costs[key] is None else min(costs[key], us)
+    return costs
+
+
+def format_host_costs(costs: dict[str, float | None], shape: tuple[int, int] = (64, 64)) -> str:
+    """The host-cost table: one line per (who, library), into out and into a new output."""
+    lines = [
+        f"host-timed {shape[0]}x{shape[1]} float32 call, us per call (best of 3 runs):",
+        f"  {'':36} {'into out=':>10} {'new output':>11}",
+    ]
+    for who, lib in HOST_COST_CASES:
+        label = f"autotranspose.transpose({lib})" if who == "autotranspose" else {
+            "cupy": "CuPy copyto / ascontiguousarray(a.T)",
+            "torch": "PyTorch out.copy_(a.t()) / a.t().contiguous()",
+        }.get(lib, lib)  # fmt: skip
+        vals = [costs.get(f"{who}/{lib}/{m}") for m in ("out", "new")]
+        cells = ["-" if v is None else f"{v:.2f}" for v in vals]
+        lines.append(f"  {label:36} {cells[0]:>10} {cells[1]:>11}")
+    return "\n".join(lines)
 
 
 def format_table(rows: Sequence[Row]) -> str:
@@ -373,19 +398,12 @@ def run_from_args(args: Any) -> int:
             )
     print()
     print(format_table(rows))
-    costs = {k: host_call_cost(k) for k in ("gpuarray", "cupy", "torch")}
-    peer_costs = {k: peer_call_cost(k) for k in ("cupy", "torch")}
-    print("\nhost-timed 64x64 float32 call into a preallocated out (us per call):")
-    for k, v in costs.items():
-        print(f"  autotranspose.transpose({k}): {'-' if v is None else f'{v:.2f}'}")
-    for k, v in peer_costs.items():
-        print(f"  {k} transpose+copy:              {'-' if v is None else f'{v:.2f}'}")
+    costs = host_costs()
+    print()
+    print(format_host_costs(costs))
     if args.json:
         Path(args.json).write_text(
-            json.dumps(
-                {"rows": [asdict(r) for r in rows], "call_us": costs, "peer_call_us": peer_costs},
-                indent=1,
-            )
+            json.dumps({"rows": [asdict(r) for r in rows], "call_us": costs}, indent=1)
         )
     if getattr(args, "markdown", None):
         Path(args.markdown).write_text(markdown_table(rows) + "\n")

@@ -1,23 +1,28 @@
-"""Compiling and holding kernels: pycuda SourceModule on the device's primary context.
+"""Compiling and holding kernels: pycuda compiles, the driver loads them context-free.
 
-autotranspose runs on each device's *primary* context (the one the CUDA runtime, and so CuPy,
-PyTorch and Numba, use), so their arrays work here with no context juggling. Kernels compile
-once per (device, config): pycuda keeps the cubin in its disk cache across processes, and this
-module keeps the loaded function in memory, so a second call compiles and loads nothing.
+pycuda's compiler (nvcc plus its disk cache of cubins) builds each kernel once per (arch,
+config) across processes. The cubin is loaded as a context-independent CUDA library (see
+`_driver`), so one loaded kernel serves every thread, every context and every device of that
+architecture; this module keeps them by (arch, kernel name), so a second call compiles and
+loads nothing.
+
+Each device runs on its *primary* context, the one the CUDA runtime (and so CuPy, PyTorch, JAX
+and Numba) uses, so their arrays work here with no context juggling.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
+import struct
 import tempfile
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _driver
 from .codegen import render_many
 from .config import KernelConfig
 from .device import DeviceInfo, query_device
@@ -52,40 +57,55 @@ def driver() -> Any:
         ) from exc
     if count == 0:
         raise DeviceError("no CUDA device is visible; check `nvidia-smi` and CUDA_VISIBLE_DEVICES")
+    _driver.ready()
     return drv
 
 
-@dataclass
+@dataclass(frozen=True)
 class Kernel:
-    """A loaded kernel, prepared for launches with the least Python per call."""
+    """A loaded kernel: its context-independent handle, launchable from any thread."""
 
-    config: KernelConfig
-    function: Any
-    module: Any  # keeps the module (and so the function) alive
+    name: str
+    handle: int
+    library: int
+
+    def call(
+        self,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        fmt: str,
+        *args: Any,
+        stream: int | None = 0,
+    ) -> None:
+        """Launch in the current context with `args` packed as struct format `fmt`."""
+        _driver.launch((self.handle, *grid, *block, 0), stream, struct.pack(fmt, *args))
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeviceState:
-    """One device's primary context, identity and loaded kernels."""
+    """One device: its ordinal, its retained primary context and what the database records."""
 
     ordinal: int
-    device: Any
-    context: Any
+    ctx: int
     info: DeviceInfo
-    kernels: dict[str, Kernel] = field(default_factory=dict)  # by kernel name
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def arch(self) -> str:
         return self.info.arch
 
+    def synchronize(self) -> None:
+        """Wait for the device's work; DeviceError if a kernel broke the context."""
+        _driver.synchronize(self.ctx)
+
 
 _states: dict[int, DeviceState] = {}
+_infos: dict[int, DeviceInfo] = {}
 _states_lock = threading.Lock()
-_tls = threading.local()
+_kernels: dict[tuple[str, str], Kernel] = {}  # (arch, kernel name) -> loaded kernel
+_kernels_lock = threading.Lock()
 
 
-def _retain(ordinal: int) -> DeviceState:
+def _check_ordinal(ordinal: int) -> Any:
     drv = driver()
     count = drv.Device.count()
     if not 0 <= ordinal < count:
@@ -93,54 +113,45 @@ def _retain(ordinal: int) -> DeviceState:
             f"CUDA device {ordinal} does not exist: this machine has {count} "
             f"(0..{count - 1}); pass device=<index> or set CUDA_VISIBLE_DEVICES"
         )
-    dev = drv.Device(ordinal)
-    ctx = dev.retain_primary_context()
-    ctx.push()
-    try:
-        info = query_device(dev)
-    finally:
-        ctx.pop()
-    return DeviceState(ordinal, dev, ctx, info)
+    return drv.Device(ordinal)
 
 
-def activate(ordinal: int = 0) -> DeviceState:
-    """Make device `ordinal`'s primary context current on this thread and return its state."""
+def device_info(ordinal: int = 0) -> DeviceInfo:
+    """What the database records of device `ordinal` (no context is created)."""
+    info = _infos.get(ordinal)
+    if info is None:
+        info = _infos[ordinal] = query_device(_check_ordinal(ordinal))
+    return info
+
+
+def device_state(ordinal: int = 0) -> DeviceState:
+    """Device `ordinal`'s state, its primary context retained; the thread's current context
+    is left as it is (the library call makes the context current only for its launch)."""
     state = _states.get(ordinal)
     if state is None:
         with _states_lock:
             state = _states.get(ordinal)
             if state is None:
-                state = _states[ordinal] = _retain(ordinal)
-    if getattr(_tls, "ordinal", None) != ordinal:
-        previous = getattr(_tls, "state", None)
-        if previous is not None:
-            previous.context.pop()
-        state.context.push()
-        _tls.ordinal, _tls.state = ordinal, state
-        if threading.current_thread() is threading.main_thread():
-            _main_pushed[0] = state
+                info = device_info(ordinal)
+                state = _states[ordinal] = DeviceState(
+                    ordinal, _driver.primary_context(ordinal), info
+                )
     return state
 
 
-_main_pushed: list[DeviceState | None] = [None]
-
-
-@atexit.register
-def _release_main_thread_context() -> None:
-    # pycuda aborts at exit if a context it pushed is still on the stack.
-    state = _main_pushed[0]
-    if state is not None and getattr(_tls, "state", None) is state:
-        try:
-            state.context.pop()
-        except Exception:  # the driver may already be shutting down
-            pass
-        _tls.state = _tls.ordinal = None
+def activate(ordinal: int = 0) -> DeviceState:
+    """Make device `ordinal`'s primary context current on this thread (cuCtxSetCurrent, as
+    cudaSetDevice does) and return its state: for tools that then allocate, time and launch
+    in it (the tuner's worker, the bench). Nothing is pushed on any context stack."""
+    state = device_state(ordinal)
+    _driver.set_current(state.ctx)
+    return state
 
 
 def list_devices() -> list[DeviceInfo]:
     """Every visible GPU, as the tuning database records it."""
     drv = driver()
-    return [activate(i).info for i in range(drv.Device.count())]
+    return [device_info(i) for i in range(drv.Device.count())]
 
 
 def failed_source_dir() -> Path:
@@ -179,30 +190,34 @@ def compile_cubin(configs: Sequence[KernelConfig], arch: str) -> bytes:
         raise _compile_error(list(configs), arch, source, exc) from exc
 
 
-def _prepare(config: KernelConfig, module: Any) -> Kernel:
-    function = module.get_function(config.kernel_name)
-    function.prepare(ARG_FORMAT)
-    return Kernel(config, function, module)
+def load_kernels(arch: str, cubin: bytes, names: Sequence[str]) -> dict[str, Kernel]:
+    """Load a cubin once and return its kernels by name (kept for the life of the process)."""
+    library = _driver.load_library(cubin)
+    return {n: Kernel(n, _driver.library_kernel(library, n), library) for n in names}
+
+
+def load_source(arch: str, source: str, names: Sequence[str]) -> dict[str, Kernel]:
+    """Compile CUDA source with pycuda (disk-cached) and load the named kernels: the measuring
+    helpers and the seed kernel, which are not KernelConfigs."""
+    from pycuda.compiler import compile as pycuda_compile
+
+    cubin = pycuda_compile(source, no_extern_c=True, arch=arch, options=list(NVCC_OPTIONS))
+    return load_kernels(arch, cubin, names)
 
 
 def get_kernel(state: DeviceState, config: KernelConfig) -> Kernel:
-    """The loaded kernel for `config` on `state`'s device, compiled on first use."""
-    kernel = state.kernels.get(config.kernel_name)
+    """The loaded kernel for `config` on `state`'s architecture, compiled on first use."""
+    key = (state.arch, config.kernel_name)
+    kernel = _kernels.get(key)
     if kernel is not None:
         return kernel
-    with state.lock:
-        kernel = state.kernels.get(config.kernel_name)
+    with _kernels_lock:
+        kernel = _kernels.get(key)
         if kernel is None:
-            from pycuda.compiler import SourceModule
-
-            source = render_many([config])
-            try:
-                module = SourceModule(
-                    source, no_extern_c=True, arch=state.arch, options=list(NVCC_OPTIONS)
-                )
-            except Exception as exc:
-                raise _compile_error([config], state.arch, source, exc) from exc
-            kernel = state.kernels[config.kernel_name] = _prepare(config, module)
+            cubin = compile_cubin([config], state.arch)
+            kernel = _kernels[key] = load_kernels(state.arch, cubin, [config.kernel_name])[
+                config.kernel_name
+            ]
     return kernel
 
 
@@ -211,7 +226,10 @@ def precompile(
 ) -> dict[KernelConfig, Exception]:
     """Compile many configs ahead of use: several kernels per nvcc call, nvcc calls in
     parallel. Returns the configs that failed with their errors (the rest are loaded)."""
-    todo = list({c.kernel_name: c for c in configs if c.kernel_name not in state.kernels}.values())
+    arch = state.arch
+    todo = list(
+        {c.kernel_name: c for c in configs if (arch, c.kernel_name) not in _kernels}.values()
+    )
     if not todo:
         return {}
     jobs = jobs or max(1, min(len(todo), os.cpu_count() or 1))
@@ -220,26 +238,27 @@ def precompile(
 
     def build(group: list[KernelConfig]) -> tuple[list[KernelConfig], bytes | None]:
         try:
-            return group, compile_cubin(group, state.arch)
+            return group, compile_cubin(group, arch)
         except KernelCompileError:
             return group, None
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(build, [g for g in groups if g]))
-    drv = driver()
+    loaded: dict[str, Kernel] = {}
     for group, cubin in results:
         if cubin is None:  # one bad config spoils its group: retry them one by one
             for c in group:
                 try:
-                    single = compile_cubin([c], state.arch)
+                    single = compile_cubin([c], arch)
                 except KernelCompileError as exc:
                     failed[c] = exc
                     continue
-                state.kernels[c.kernel_name] = _prepare(c, drv.module_from_buffer(single))
+                loaded.update(load_kernels(arch, single, [c.kernel_name]))
             continue
-        module = drv.module_from_buffer(cubin)
-        for c in group:
-            state.kernels[c.kernel_name] = _prepare(c, module)
+        loaded.update(load_kernels(arch, cubin, [c.kernel_name for c in group]))
+    with _kernels_lock:
+        for name, kernel in loaded.items():
+            _kernels.setdefault((arch, name), kernel)
     names = {c.kernel_name: c for c in failed}
     return {c: failed[names[c.kernel_name]] for c in configs if c.kernel_name in names}
 

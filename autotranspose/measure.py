@@ -1,8 +1,8 @@
 """Measuring a config on the GPU: correctness first, then CUDA-event timing against a copy.
 
-This module's top level imports no pycuda: the :class:`Measurement` record is used by the
-store and the tuner on machines without a GPU. The GPU work lives in functions that import
-pycuda when called.
+This module's top level touches no GPU: the :class:`Measurement` record is used by the store
+and the tuner on machines without one. The GPU work lives in functions and the Bench class,
+which run in a context the caller made current (`compiler.activate`).
 """
 
 from __future__ import annotations
@@ -62,28 +62,22 @@ class _Support:
     fill: Any
     count: Any
     naive: dict[int, Any]
-    module: Any
 
 
-_support_cache: dict[int, _Support] = {}
+_support_cache: dict[str, _Support] = {}
 
 
 def _support(state: Any) -> _Support:
-    """The measuring helpers of `state`'s device, compiled once."""
-    sup = _support_cache.get(state.ordinal)
+    """The measuring helpers for `state`'s architecture, compiled and loaded once."""
+    sup = _support_cache.get(state.arch)
     if sup is None:
-        from pycuda.compiler import SourceModule
-
         from .codegen import render_support
-        from .compiler import NVCC_OPTIONS
+        from .compiler import load_source
 
-        mod = SourceModule(
-            render_support(), no_extern_c=True, arch=state.arch, options=list(NVCC_OPTIONS)
-        )
-        fill = mod.get_function("at_fill_random").prepare("PqII")
-        count = mod.get_function("at_count_mismatch").prepare("PPqP")
-        naive = {s: mod.get_function(f"at_naive_s{s}").prepare("PPqqq") for s in (1, 2, 4, 8, 16)}
-        sup = _support_cache[state.ordinal] = _Support(fill, count, naive, mod)
+        names = ["at_fill_random", "at_count_mismatch", *(f"at_naive_s{s}" for s in (1, 2, 4, 8, 16))]
+        k = load_source(state.arch, render_support(), names)
+        naive = {s: k[f"at_naive_s{s}"] for s in (1, 2, 4, 8, 16)}
+        sup = _support_cache[state.arch] = _Support(k["at_fill_random"], k["at_count_mismatch"], naive)
     return sup
 
 
@@ -104,7 +98,7 @@ class Bench:
     POISON = 0xA5
 
     def __init__(self, state: Any, elem_bytes: int, shape: tuple[int, int, int]) -> None:
-        import pycuda.driver as drv
+        from . import _driver as drv
 
         self.drv = drv
         self.state = state
@@ -114,10 +108,10 @@ class Bench:
         l2 = max(state.info.l2_bytes, 1 << 20)
         self.sets = max(1, min(4096, -(-4 * l2 // max(2 * self.nbytes, 1))))
         self.stride = -(-self.nbytes // 256) * 256
-        self.src = drv.mem_alloc(self.stride * self.sets)
-        self.dst = drv.mem_alloc(self.stride * self.sets + self.GUARD_BYTES)
-        self.ref = drv.mem_alloc(self.stride)
-        self.counter = drv.mem_alloc(4)
+        self.src = drv.Allocation(self.stride * self.sets, state.ctx)
+        self.dst = drv.Allocation(self.stride * self.sets + self.GUARD_BYTES, state.ctx)
+        self.ref = drv.Allocation(self.stride, state.ctx)
+        self.counter = drv.Allocation(4, state.ctx)
         self.sup = _support(state)
         self._seed = 0x5EED
 
@@ -145,36 +139,38 @@ class Bench:
         self._seed += 1
         words = self.stride * self.sets // 4
         mask = self.FINITE_MASK if finite else 0xFFFFFFFF
-        self.sup.fill.prepared_call(
-            _grid_for(words), (_THREADS, 1, 1), self.src, words, self._seed, mask
+        self.sup.fill.call(
+            _grid_for(words), (_THREADS, 1, 1), "PqII", int(self.src), words, self._seed, mask
         )
         total = self.batch * self.m * self.n
-        self.sup.naive[self.elem_bytes].prepared_call(
-            _grid_for(total), (_THREADS, 1, 1), self.src, self.ref, self.batch, self.m, self.n
-        )
+        self.sup.naive[self.elem_bytes].call(
+            _grid_for(total), (_THREADS, 1, 1), "PPqqq", int(self.src), int(self.ref),
+            self.batch, self.m, self.n,
+        )  # fmt: skip
 
     def check(self, launch: Any, *, finite: bool = False) -> str | None:
         """Run `launch(src, dst, stream)` on fresh data into a poisoned output; None when the
         output equals the reference bit for bit and the guard is intact, else what went wrong."""
         drv = self.drv
         self.refill(finite)
-        drv.memset_d8(self.dst, self.POISON, self.stride + self.GUARD_BYTES)
+        drv.memset_d8(int(self.dst), self.POISON, self.stride + self.GUARD_BYTES)
         src, dst = self.pointers(0)
         launch(src, dst, None)
-        drv.memset_d32(self.counter, 0, 1)
+        drv.memset_d32(int(self.counter), 0, 1)
         words = self.nbytes // 4
         if words:
-            self.sup.count.prepared_call(
-                _grid_for(words), (_THREADS, 1, 1), self.dst, self.ref, words, self.counter
-            )
+            self.sup.count.call(
+                _grid_for(words), (_THREADS, 1, 1), "PPqP", int(self.dst), int(self.ref), words,
+                int(self.counter),
+            )  # fmt: skip
         bad = np.zeros(1, np.uint32)
-        drv.memcpy_dtoh(bad, self.counter)
+        drv.memcpy_dtoh(bad.ctypes.data, int(self.counter), 4)
         tail = self.nbytes - words * 4
         out_tail = np.empty(tail + self.GUARD_BYTES, np.uint8)
-        drv.memcpy_dtoh(out_tail, int(self.dst) + words * 4)
+        drv.memcpy_dtoh(out_tail.ctypes.data, int(self.dst) + words * 4, out_tail.nbytes)
         ref_tail = np.empty(tail, np.uint8)
         if tail:
-            drv.memcpy_dtoh(ref_tail, int(self.ref) + words * 4)
+            drv.memcpy_dtoh(ref_tail.ctypes.data, int(self.ref) + words * 4, tail)
         if bad[0] or not np.array_equal(out_tail[:tail], ref_tail):
             return f"wrong output: {int(bad[0])} of {words} words differ from the reference"
         if np.any(out_tail[tail:] != self.POISON):
@@ -193,7 +189,7 @@ class Bench:
         launch(*self.pointers(0), None)
         end.record()
         end.synchronize()
-        one = max(end.time_since(start), 1e-3)
+        one = max(end.ms_since(start), 1e-3)
         reps = max(3, min(10000, int(min_ms / one) + 1))
         samples = []
         for _ in range(repeats):
@@ -202,7 +198,7 @@ class Bench:
                 launch(*self.pointers(k), None)
             end.record()
             end.synchronize()
-            samples.append(end.time_since(start) / 1e3 / reps)
+            samples.append(end.ms_since(start) / 1e3 / reps)
         return float(np.median(samples))
 
     def copy_time(self, **kwargs: Any) -> float:
@@ -217,7 +213,7 @@ class Bench:
 def context_is_dead(state: Any) -> bool:
     """After a failed launch: is the CUDA context unusable (illegal address and the like)?"""
     try:
-        state.context.synchronize()
+        state.synchronize()
     except Exception:
         return True
     return False

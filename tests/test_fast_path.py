@@ -1,6 +1,7 @@
-"""The fast path of transpose(): a call signature validated once goes straight to its launch;
-anything that changes what was validated (pointers overlapping, new tuning results, another
-thread's context) goes back through full validation. No GPU needed: the launch is recorded."""
+"""The fast path of transpose(): a call signature validated once goes straight to its launch,
+on the caller's current stream; anything that changes what was validated (pointers
+overlapping, shapes, alignment, new tuning results, another device) goes back through full
+validation. No GPU needed: the launch is recorded."""
 
 from __future__ import annotations
 
@@ -9,16 +10,15 @@ import types
 import numpy as np
 import pytest
 
-from autotranspose import api, compiler, lookup
-from autotranspose.config import KernelConfig
+from autotranspose import api, lookup, streams
 
 
 class _Mem:
-    def __init__(self, ptr: int) -> None:
-        self.ptr, self.device_id = ptr, 0
+    def __init__(self, ptr: int, device: int = 0) -> None:
+        self.ptr, self.device_id = ptr, device
 
 
-class FakeDeviceArray:
+class FakeCupyArray:
     """Shaped like a CuPy array as far as the fast path reads it."""
 
     def __init__(self, ptr: int, shape: tuple[int, int], dtype: str = "float32") -> None:
@@ -26,43 +26,44 @@ class FakeDeviceArray:
         self.strides = (shape[1] * self.dtype.itemsize, self.dtype.itemsize)
 
 
-class _Recorder:
+class _RecordingLaunch:
     def __init__(self) -> None:
-        self.calls: list[tuple[int, int]] = []
+        self.calls: list[tuple[int, int, int, int]] = []
+        self.state = types.SimpleNamespace(ordinal=0)
 
-    def _launch_kernel(self, grid, block, params, shared, stream) -> None:
-        self.calls.append(np.frombuffer(params[:16], np.uint64).tolist())
+    def run(self, src: int, dst: int, stream: int, ctx: int) -> None:
+        self.calls.append((src, dst, stream, ctx))
+
+
+CTX = 0x7F00_0000
+STREAM = 0x5EED
 
 
 @pytest.fixture
 def registered(monkeypatch):
-    rec = _Recorder()
-    state = types.SimpleNamespace(ordinal=0)
-    launch = api.Launch(KernelConfig(4), rec, (4, 1, 1), (256, 1, 1), (64, 64, 16, 16, 0, 0, 2, 2, 4), state)
-    monkeypatch.setitem(api._PARTS, FakeDeviceArray, api._parts_cupy)
+    rec = _RecordingLaunch()
+    monkeypatch.setitem(api._FAST, FakeCupyArray, api._fast_cupy)
     monkeypatch.setattr(api, "_fast", {})
-    monkeypatch.setattr(compiler._tls, "ordinal", 0, raising=False)
-    x, out = FakeDeviceArray(1 << 20, (64, 32)), FakeDeviceArray(1 << 24, (32, 64))
-    px, po = api._parts_cupy(x), api._parts_cupy(out)
-    api._fast[(px[1:], po[1:], (px[0] | po[0]) & 15, lookup.generation)] = (
-        rec._launch_kernel, launch.grid, launch.block, launch.tail, 0, 8192, 8192
-    )
+    monkeypatch.setattr(streams, "cupy_current", lambda device: STREAM + device)
+    x, out = FakeCupyArray(1 << 20, (64, 32)), FakeCupyArray(1 << 24, (32, 64))
+    key = api._cupy_key(x, out, x.data.ptr, out.data.ptr)
+    api._fast[key] = api._Hit(rec, CTX, 8192, 8192, (32, 64))
     return rec, x, out
 
 
-def test_a_validated_signature_launches_directly(registered, rng):
+def test_a_validated_signature_launches_directly_on_the_current_stream(registered, rng):
     rec, x, out = registered
     for _ in range(3):
         ptr_x, ptr_o = (int(v) * 256 for v in rng.integers(1 << 12, 1 << 16, 2) * [1, 1 << 8])
         x.data.ptr, out.data.ptr = ptr_x, ptr_o
         assert api.transpose(x, out) is out
-        assert rec.calls[-1] == [ptr_x, ptr_o]
+        assert rec.calls[-1] == (ptr_x, ptr_o, STREAM, CTX)
 
 
 def test_overlap_goes_back_to_full_validation(registered):
     rec, x, out = registered
     out.data.ptr = x.data.ptr + 4096  # inside x's 8 KiB
-    with pytest.raises(TypeError):  # the slow path does not know this fake type
+    with pytest.raises(TypeError):  # the full path does not know this fake type
         api.transpose(x, out)
     assert rec.calls == []
 
@@ -74,7 +75,8 @@ def test_overlap_goes_back_to_full_validation(registered):
         lambda x, out: setattr(x, "shape", (32, 64)),
         lambda x, out: setattr(x.data, "ptr", x.data.ptr + 2),  # another alignment class
         lambda x, out: setattr(lookup, "generation", lookup.generation + 1),
-        lambda x, out: setattr(compiler._tls, "ordinal", 1),
+        lambda x, out: setattr(x.data, "device_id", 1),  # same pointer value, other GPU
+        lambda x, out: setattr(out.data, "device_id", 1),
     ],
 )
 def test_anything_validated_that_changes_misses(registered, monkeypatch, change):
@@ -88,7 +90,18 @@ def test_anything_validated_that_changes_misses(registered, monkeypatch, change)
 
 def test_streams_configs_and_conjugates_take_the_full_path(registered):
     rec, x, out = registered
-    for kwargs in ({"stream": 7}, {"config": KernelConfig(4)}, {"conjugate": True}):
-        with pytest.raises(TypeError):
+    from autotranspose.config import KernelConfig
+
+    for kwargs in ({"stream": object()}, {"config": KernelConfig(4)}, {"conjugate": True}):
+        with pytest.raises(TypeError):  # the full path rejects the fake stream or array
             api.transpose(x, out, **kwargs)
+    assert rec.calls == []
+
+
+def test_an_out_of_another_kind_takes_the_full_path(registered):
+    rec, x, _ = registered
+    other = types.SimpleNamespace(data=_Mem(1 << 24), shape=(32, 64), dtype=np.dtype("float32"))
+    other.strides = (256, 4)
+    with pytest.raises(TypeError):
+        api.transpose(x, other)
     assert rec.calls == []

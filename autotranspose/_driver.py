@@ -1,0 +1,442 @@
+"""The CUDA driver calls autotranspose makes itself, through ctypes on libcuda.
+
+pycuda compiles our kernels (nvcc and its disk cache). Loading and launching go through the
+driver directly, for two reasons that a library call in a real program cannot live with:
+pycuda keeps a per-thread context *stack* and aborts the whole process when a thread ends with
+a context still pushed, and its launches take only its own Stream objects, not the stream a
+PyTorch, CuPy or JAX caller is working on.
+
+So: kernels are loaded as context-independent libraries (``cuLibraryLoadData``, CUDA 12.0+),
+whose kernel handles launch in whichever context is current; a call makes the array's context
+current with ``cuCtxSetCurrent`` (as the CUDA runtime, and so PyTorch and CuPy, do), launches
+on the caller's stream, and puts back whatever context the thread had before. Nothing is ever
+pushed, so nothing can be left on a stack when a thread or the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from typing import Any
+
+from .errors import DeviceError, KernelLaunchError
+
+c_void_p, c_uint, c_int, c_size_t = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
+
+POINTER_ATTRIBUTE_CONTEXT = 1
+POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+MEMORYTYPE_HOST = 1
+EVENT_DISABLE_TIMING = 2
+# Stream handles with a meaning of their own: NULL and CU_STREAM_LEGACY are the legacy default
+# stream, CU_STREAM_PER_THREAD the per-thread default stream, of whichever context is current.
+SPECIAL_STREAMS = (0, 1, 2)
+_PARAM_CAPACITY = 256  # bytes of kernel arguments; ours take at most 80
+
+_SIGNATURES: dict[str, list[Any]] = {
+    "cuInit": [c_uint],
+    "cuDriverGetVersion": [ctypes.POINTER(c_int)],
+    "cuGetErrorName": [c_int, ctypes.POINTER(ctypes.c_char_p)],
+    "cuDeviceGetCount": [ctypes.POINTER(c_int)],
+    "cuDeviceGet": [ctypes.POINTER(c_int), c_int],
+    "cuDevicePrimaryCtxRetain": [ctypes.POINTER(c_void_p), c_int],
+    "cuCtxGetCurrent": [ctypes.POINTER(c_void_p)],
+    "cuCtxSetCurrent": [c_void_p],
+    "cuCtxGetDevice": [ctypes.POINTER(c_int)],
+    "cuCtxSynchronize": [],
+    "cuPointerGetAttribute": [c_void_p, c_int, ctypes.c_uint64],
+    "cuLibraryLoadData": [
+        ctypes.POINTER(c_void_p), ctypes.c_char_p, c_void_p, c_void_p, c_uint, c_void_p,
+        c_void_p, c_uint,
+    ],
+    "cuLibraryGetKernel": [ctypes.POINTER(c_void_p), c_void_p, ctypes.c_char_p],
+    "cuLaunchKernel": [
+        c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, c_void_p,
+        c_void_p,
+    ],
+    "cuStreamGetCtx": [c_void_p, ctypes.POINTER(c_void_p)],
+    "cuStreamSynchronize": [c_void_p],
+    "cuStreamWaitEvent": [c_void_p, c_void_p, c_uint],
+    "cuEventCreate": [ctypes.POINTER(c_void_p), c_uint],
+    "cuEventRecord": [c_void_p, c_void_p],
+    "cuEventSynchronize": [c_void_p],
+    "cuEventElapsedTime": [ctypes.POINTER(ctypes.c_float), c_void_p, c_void_p],
+    "cuEventDestroy_v2": [c_void_p],
+    "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), c_size_t],
+    "cuMemFree_v2": [ctypes.c_uint64],
+    "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, c_size_t],
+    "cuMemsetD32_v2": [ctypes.c_uint64, c_uint, c_size_t],
+    "cuMemcpyHtoD_v2": [ctypes.c_uint64, c_void_p, c_size_t],
+    "cuMemcpyDtoH_v2": [c_void_p, ctypes.c_uint64, c_size_t],
+    "cuMemcpyDtoD_v2": [ctypes.c_uint64, ctypes.c_uint64, c_size_t],
+}  # fmt: skip
+
+
+class _Lib:
+    """libcuda's functions we call, with their argument types declared."""
+
+    def __init__(self) -> None:
+        try:
+            self.dll = ctypes.CDLL("libcuda.so.1")  # CDLL: the GIL is released during calls
+        except OSError as exc:
+            raise DeviceError(
+                f"the CUDA driver library libcuda.so.1 cannot be loaded ({exc}); install the "
+                "NVIDIA driver or run on a machine with a CUDA GPU"
+            ) from exc
+        for name, argtypes in _SIGNATURES.items():
+            try:
+                fn = getattr(self.dll, name)
+            except AttributeError as exc:
+                raise DeviceError(
+                    f"the CUDA driver has no {name}: autotranspose needs a driver for CUDA "
+                    "12.0 or newer; update the NVIDIA driver"
+                ) from exc
+            fn.argtypes, fn.restype = argtypes, c_int
+            setattr(self, name, fn)
+
+
+@functools.cache
+def lib() -> Any:
+    """libcuda, loaded and initialised once per process."""
+    found = _Lib()
+    err = found.cuInit(0)
+    if err:
+        raise DeviceError(
+            f"the CUDA driver failed to initialise ({error_name(err, found)}); check "
+            "`nvidia-smi` and that CUDA_VISIBLE_DEVICES names a GPU"
+        )
+    return found
+
+
+def error_name(err: int, found: Any = None) -> str:
+    """CUDA_ERROR_... for a driver result code."""
+    name = ctypes.c_char_p()
+    try:
+        (found or lib()).cuGetErrorName(err, ctypes.byref(name))
+    except Exception:  # pragma: no cover - only while the driver itself is failing
+        pass
+    return f"{name.value.decode() if name.value else 'CUDA error'} ({err})"
+
+
+def check(err: int, what: str) -> None:
+    if err:
+        raise DeviceError(f"{what} failed: {error_name(err)}")
+
+
+class _Scratch(threading.local):
+    """Per-thread buffers for the hot path: a kernel's argument block and out-parameters.
+
+    Per thread because ctypes releases the GIL during a driver call: a shared buffer could be
+    rewritten by another thread between packing and launching."""
+
+    def __init__(self) -> None:
+        self.params = bytearray(_PARAM_CAPACITY)
+        cbuf = (ctypes.c_char * _PARAM_CAPACITY).from_buffer(self.params)
+        self.size = c_size_t(0)
+        # cuLaunchKernel's `extra`: BUFFER_POINTER, &params, BUFFER_SIZE, &size, END
+        self.extra = (c_void_p * 5)(1, ctypes.addressof(cbuf), 2, ctypes.addressof(self.size), None)
+        self.extra_addr = ctypes.addressof(self.extra)
+        self._cbuf = cbuf
+        self.ctx = c_void_p()
+        self.ctx_ref = ctypes.byref(self.ctx)
+
+
+_scratch = _Scratch()
+
+
+# --- contexts ----------------------------------------------------------------------------------
+def device_count() -> int:
+    n = c_int(0)
+    check(lib().cuDeviceGetCount(ctypes.byref(n)), "cuDeviceGetCount")
+    return n.value
+
+
+_primary: dict[int, int] = {}
+_primary_lock = threading.Lock()
+
+
+def primary_context(ordinal: int) -> int:
+    """Device `ordinal`'s primary context, retained once for the life of the process (the
+    context CuPy, PyTorch, JAX and Numba use, so their arrays need no translation)."""
+    ctx = _primary.get(ordinal)
+    if ctx is None:
+        with _primary_lock:
+            ctx = _primary.get(ordinal)
+            if ctx is None:
+                dev, handle = c_int(0), c_void_p()
+                check(lib().cuDeviceGet(ctypes.byref(dev), ordinal), f"cuDeviceGet({ordinal})")
+                check(
+                    lib().cuDevicePrimaryCtxRetain(ctypes.byref(handle), dev.value),
+                    f"retaining device {ordinal}'s primary context",
+                )
+                ctx = _primary[ordinal] = handle.value
+    return ctx
+
+
+def current() -> int | None:
+    """The calling thread's current context (None for none)."""
+    s = _scratch
+    _cuCtxGetCurrent(s.ctx_ref)
+    return s.ctx.value
+
+
+def set_current(ctx: int | None) -> None:
+    err = _cuCtxSetCurrent(ctx)
+    if err:
+        raise DeviceError(f"cannot make a CUDA context current: {error_name(err)}")
+
+
+class on_context:
+    """``with on_context(ctx):`` run driver calls in `ctx`, then restore the caller's context."""
+
+    __slots__ = ("ctx", "prev")
+
+    def __init__(self, ctx: int) -> None:
+        self.ctx = ctx
+
+    def __enter__(self) -> None:
+        self.prev = current()
+        if self.prev != self.ctx:
+            set_current(self.ctx)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.prev != self.ctx:
+            set_current(self.prev)
+
+
+def context_device(ctx: int) -> int:
+    """The device ordinal of context `ctx`."""
+    dev = c_int(-1)
+    with on_context(ctx):
+        check(lib().cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
+    return dev.value
+
+
+def synchronize(ctx: int) -> None:
+    """Wait for all work in `ctx`; raises DeviceError if the context is broken."""
+    with on_context(ctx):
+        check(lib().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def stream_context(stream: int) -> int | None:
+    """The context a (non-special) stream belongs to."""
+    ctx = c_void_p()
+    err = lib().cuStreamGetCtx(stream, ctypes.byref(ctx))
+    if err:
+        raise DeviceError(
+            f"stream {stream:#x} is not a live CUDA stream ({error_name(err)}); pass a stream "
+            "object of the array's library, or leave stream=None for its current stream"
+        )
+    return ctx.value
+
+
+def synchronize_stream(stream: int) -> None:
+    check(lib().cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+
+# --- pointers ----------------------------------------------------------------------------------
+def pointer_owner(ptr: int) -> tuple[int | None, int | None]:
+    """(device ordinal, owning context) of `ptr`; (None, None) for host memory the driver
+    knows. The context is None for memory not tied to one (stream-ordered pools, VMM).
+
+    Raises DeviceError for an address the driver does not know (plain host memory, freed)."""
+    L = lib()
+    kind = c_uint(0)
+    err = L.cuPointerGetAttribute(ctypes.byref(kind), POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
+    if err:
+        raise DeviceError(
+            f"address {ptr:#x} is not CUDA device memory ({error_name(err)}); pass a GPU "
+            "array, or a NumPy array to have autotranspose copy it for you"
+        )
+    if kind.value == MEMORYTYPE_HOST:
+        return None, None
+    ordinal, ctx = c_int(-1), c_void_p()
+    err = L.cuPointerGetAttribute(ctypes.byref(ordinal), POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+    if err:
+        raise DeviceError(f"cannot tell which device owns address {ptr:#x} ({error_name(err)})")
+    if L.cuPointerGetAttribute(ctypes.byref(ctx), POINTER_ATTRIBUTE_CONTEXT, ptr):
+        ctx.value = None
+    return ordinal.value, ctx.value
+
+
+def pointer_context(ptr: int) -> int | None:
+    """Hot-path form of :func:`pointer_owner`: the owning context only (None if unknown)."""
+    s = _scratch
+    if _cuPointerGetAttribute(s.ctx_ref, POINTER_ATTRIBUTE_CONTEXT, ptr):
+        return None
+    return s.ctx.value
+
+
+# --- kernels -----------------------------------------------------------------------------------
+def load_library(cubin: bytes) -> int:
+    """Load a cubin as a context-independent library; its kernels launch in any context."""
+    handle = c_void_p()
+    check(
+        lib().cuLibraryLoadData(ctypes.byref(handle), cubin, None, None, 0, None, None, 0),
+        "cuLibraryLoadData",
+    )
+    return handle.value
+
+
+def library_kernel(library: int, name: str) -> int:
+    handle = c_void_p()
+    check(lib().cuLibraryGetKernel(ctypes.byref(handle), library, name.encode()), f"kernel {name}")
+    return handle.value
+
+
+def launch(args: tuple[int, ...], stream: int | None, params: bytes) -> None:
+    """cuLaunchKernel(kernel, grid xyz, block xyz, shared bytes = args) on `stream` with the
+    packed argument block `params`, in the calling thread's current context."""
+    s = _scratch
+    n = len(params)
+    s.params[:n] = params
+    s.size.value = n
+    err = _cuLaunchKernel(*args, stream, None, s.extra_addr)
+    if err:
+        raise KernelLaunchError(f"cuLaunchKernel failed: {error_name(err)}")
+
+
+def launch_on(ctx: int | None, args: tuple[int, ...], stream: int | None, params: bytes) -> None:
+    """:func:`launch` in context `ctx`, putting back the thread's own context afterwards."""
+    s = _scratch
+    _cuCtxGetCurrent(s.ctx_ref)
+    prev = s.ctx.value
+    if prev == ctx:
+        launch(args, stream, params)
+        return
+    set_current(ctx)
+    try:
+        launch(args, stream, params)
+    finally:
+        _cuCtxSetCurrent(prev)
+
+
+# --- events and streams ------------------------------------------------------------------------
+class Event:
+    """A CUDA event in the current context (timing enabled unless `timing=False`)."""
+
+    def __init__(self, timing: bool = True) -> None:
+        h = c_void_p()
+        check(lib().cuEventCreate(ctypes.byref(h), 0 if timing else EVENT_DISABLE_TIMING), "cuEventCreate")
+        self.handle = h.value
+
+    def record(self, stream: int | None = 0) -> Event:
+        check(lib().cuEventRecord(self.handle, stream), "cuEventRecord")
+        return self
+
+    def synchronize(self) -> None:
+        check(lib().cuEventSynchronize(self.handle), "cuEventSynchronize")
+
+    def ms_since(self, start: Event) -> float:
+        ms = ctypes.c_float(0)
+        check(lib().cuEventElapsedTime(ctypes.byref(ms), start.handle, self.handle), "cuEventElapsedTime")
+        return ms.value
+
+    def __del__(self) -> None:
+        try:
+            lib().cuEventDestroy_v2(self.handle)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def join(waiter: int | None, producer: int | None) -> None:
+    """Make stream `waiter` wait for the work queued so far on stream `producer` (both in the
+    current context)."""
+    ev = Event(timing=False).record(producer)
+    check(lib().cuStreamWaitEvent(waiter, ev.handle, 0), "cuStreamWaitEvent")
+
+
+# --- memory ------------------------------------------------------------------------------------
+def mem_alloc(nbytes: int) -> int:
+    """Device memory in the current context."""
+    ptr = ctypes.c_uint64(0)
+    err = lib().cuMemAlloc_v2(ctypes.byref(ptr), max(1, nbytes))
+    if err:
+        raise DeviceError(
+            f"cannot allocate {nbytes} bytes of GPU memory ({error_name(err)}); free some, or "
+            "pass a preallocated out="
+        )
+    return ptr.value
+
+
+def mem_free(ptr: int) -> None:
+    check(lib().cuMemFree_v2(ptr), "cuMemFree")
+
+
+def memset_d8(ptr: int, value: int, count: int) -> None:
+    check(lib().cuMemsetD8_v2(ptr, value, count), "cuMemsetD8")
+
+
+def memset_d32(ptr: int, value: int, count: int) -> None:
+    check(lib().cuMemsetD32_v2(ptr, value, count), "cuMemsetD32")
+
+
+def memcpy_htod(dst: int, src_host: int, nbytes: int) -> None:
+    check(lib().cuMemcpyHtoD_v2(dst, src_host, nbytes), "cuMemcpyHtoD")
+
+
+def memcpy_dtoh(dst_host: int, src: int, nbytes: int) -> None:
+    check(lib().cuMemcpyDtoH_v2(dst_host, src, nbytes), "cuMemcpyDtoH")
+
+
+def memcpy_dtod(dst: int, src: int, nbytes: int) -> None:
+    check(lib().cuMemcpyDtoD_v2(dst, src, nbytes), "cuMemcpyDtoD")
+
+
+class Allocation:
+    """Device memory owned by a Python object: freed (in its own context) when collected.
+
+    Quacks like a pycuda DeviceAllocation (``int()``), so it can back a GPUArray."""
+
+    __slots__ = ("__weakref__", "ctx", "nbytes", "ptr")
+
+    def __init__(self, nbytes: int, ctx: int) -> None:
+        self.ctx, self.nbytes = ctx, nbytes
+        with on_context(ctx):
+            self.ptr = mem_alloc(nbytes)
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    __index__ = __int__
+
+    def free(self) -> None:
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            with on_context(self.ctx):
+                mem_free(ptr)
+
+    def __del__(self) -> None:
+        try:
+            self.free()
+        except Exception:  # interpreter shutdown, or the context is gone
+            pass
+
+
+# Bound once: the hot path calls these without an attribute lookup on `lib()`.
+def _bind() -> None:
+    global _cuCtxGetCurrent, _cuCtxSetCurrent, _cuLaunchKernel, _cuPointerGetAttribute
+    L = lib()
+    _cuCtxGetCurrent, _cuCtxSetCurrent = L.cuCtxGetCurrent, L.cuCtxSetCurrent
+    _cuLaunchKernel, _cuPointerGetAttribute = L.cuLaunchKernel, L.cuPointerGetAttribute
+
+
+def _late(name: str) -> Any:
+    def first_call(*args: Any) -> int:
+        _bind()  # loads and initialises the driver, then rebinds the module globals
+        return globals()["_" + name](*args)
+
+    return first_call
+
+
+_cuCtxGetCurrent = _late("cuCtxGetCurrent")
+_cuCtxSetCurrent = _late("cuCtxSetCurrent")
+_cuLaunchKernel = _late("cuLaunchKernel")
+_cuPointerGetAttribute = _late("cuPointerGetAttribute")
+
+
+def ready() -> None:
+    """Load and initialise the driver and bind the hot-path calls (idempotent)."""
+    lib()
+    _bind()

@@ -136,7 +136,7 @@ class _Scratch(threading.local):
         self.size = c_size_t(0)
         # cuLaunchKernel's `extra`: BUFFER_POINTER, &params, BUFFER_SIZE, &size, END
         self.extra = (c_void_p * 5)(1, ctypes.addressof(cbuf), 2, ctypes.addressof(self.size), None)
-        self.extra_addr = ctypes.addressof(self.extra)
+        self.extra_ref = c_void_p(ctypes.addressof(self.extra))
         self._cbuf = cbuf
         self.ctx = c_void_p()
         self.ctx_ref = ctypes.byref(self.ctx)
@@ -285,19 +285,25 @@ def library_kernel(library: int, name: str) -> int:
     return handle.value
 
 
-def launch(args: tuple[int, ...], stream: int | None, params: bytes) -> None:
-    """cuLaunchKernel(kernel, grid xyz, block xyz, shared bytes = args) on `stream` with the
-    packed argument block `params`, in the calling thread's current context."""
+def launch_args(kernel: int, grid: tuple[int, ...], block: tuple[int, ...]) -> tuple[Any, ...]:
+    """cuLaunchKernel's leading arguments, converted to C once per prepared launch: the hot
+    path then hands ctypes objects straight through, with no per-argument conversion."""
+    return (c_void_p(kernel), *(c_uint(v) for v in (*grid, *block)), c_uint(0))
+
+
+def launch(args: tuple[Any, ...], stream: int | None, params: bytes) -> None:
+    """cuLaunchKernel with `args` (from :func:`launch_args`) on `stream`, with the packed
+    argument block `params`, in the calling thread's current context."""
     s = _scratch
     n = len(params)
     s.params[:n] = params
     s.size.value = n
-    err = _cuLaunchKernel(*args, stream, None, s.extra_addr)
+    err = _cuLaunchKernelRaw(*args, c_void_p(stream), None, s.extra_ref)
     if err:
         raise KernelLaunchError(f"cuLaunchKernel failed: {error_name(err)}")
 
 
-def launch_on(ctx: int | None, args: tuple[int, ...], stream: int | None, params: bytes) -> None:
+def launch_on(ctx: int | None, args: tuple[Any, ...], stream: int | None, params: bytes) -> None:
     """:func:`launch` in context `ctx`, putting back the thread's own context afterwards."""
     s = _scratch
     _cuCtxGetCurrent(s.ctx_ref)
@@ -384,22 +390,22 @@ def memcpy_dtod(dst: int, src: int, nbytes: int) -> None:
     check(lib().cuMemcpyDtoD_v2(dst, src, nbytes), "cuMemcpyDtoD")
 
 
-class Allocation:
+class Allocation(int):
     """Device memory owned by a Python object: freed (in its own context) when collected.
 
-    Quacks like a pycuda DeviceAllocation (``int()``), so it can back a GPUArray."""
+    An int (the pointer) so that pycuda, whose Boost.Python signatures take only real ints,
+    accepts it as a GPUArray's `gpudata`."""
 
-    __slots__ = ("__weakref__", "ctx", "nbytes", "ptr")
+    ptr: int
+    ctx: int
+    nbytes: int
 
-    def __init__(self, nbytes: int, ctx: int) -> None:
-        self.ctx, self.nbytes = ctx, nbytes
+    def __new__(cls, nbytes: int, ctx: int) -> Allocation:
         with on_context(ctx):
-            self.ptr = mem_alloc(nbytes)
-
-    def __int__(self) -> int:
-        return self.ptr
-
-    __index__ = __int__
+            ptr = mem_alloc(nbytes)
+        self = super().__new__(cls, ptr)
+        self.ptr, self.ctx, self.nbytes = ptr, ctx, nbytes
+        return self
 
     def free(self) -> None:
         if self.ptr:
@@ -416,10 +422,15 @@ class Allocation:
 
 # Bound once: the hot path calls these without an attribute lookup on `lib()`.
 def _bind() -> None:
-    global _cuCtxGetCurrent, _cuCtxSetCurrent, _cuLaunchKernel, _cuPointerGetAttribute
+    global _cuCtxGetCurrent, _cuCtxSetCurrent, _cuLaunchKernelRaw, _cuPointerGetAttribute
     L = lib()
     _cuCtxGetCurrent, _cuCtxSetCurrent = L.cuCtxGetCurrent, L.cuCtxSetCurrent
-    _cuLaunchKernel, _cuPointerGetAttribute = L.cuLaunchKernel, L.cuPointerGetAttribute
+    _cuPointerGetAttribute = L.cuPointerGetAttribute
+    # A second handle on cuLaunchKernel with no declared argument types: it takes the ctypes
+    # objects of launch_args() as they are (declared types would convert each one per call).
+    raw = L.dll["cuLaunchKernel"]
+    raw.restype = c_int
+    _cuLaunchKernelRaw = raw
 
 
 def _late(name: str) -> Any:
@@ -432,7 +443,7 @@ def _late(name: str) -> Any:
 
 _cuCtxGetCurrent = _late("cuCtxGetCurrent")
 _cuCtxSetCurrent = _late("cuCtxSetCurrent")
-_cuLaunchKernel = _late("cuLaunchKernel")
+_cuLaunchKernelRaw = _late("cuLaunchKernelRaw")
 _cuPointerGetAttribute = _late("cuPointerGetAttribute")
 
 

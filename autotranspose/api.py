@@ -49,11 +49,13 @@ class Launch:
     scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out, tile counts
     state: DeviceState
     tail: bytes = b""
-    args: tuple[int, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes
+    args: tuple[Any, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes, as C
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tail", struct.pack(ARG_FORMAT[2:], *self.scalars))
-        object.__setattr__(self, "args", (self.kernel.handle, *self.grid, *self.block, 0))
+        object.__setattr__(
+            self, "args", _driver.launch_args(self.kernel.handle, self.grid, self.block)
+        )
 
     def __call__(self, src: int, dst: int, stream: int | None = 0) -> None:
         """Launch in the thread's current context (tools that made it current themselves)."""
@@ -212,6 +214,17 @@ def transpose(
 
 
 def _transpose(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> Any:
+    # Array libraries may switch the thread's context while we allocate or ask for their
+    # stream (CuPy's Device guard does); the caller gets back the context it had.
+    prev = _driver.current()
+    try:
+        return _call(x, out, stream, config, conjugate)
+    finally:
+        if _driver.current() != prev:
+            _driver.set_current(prev)
+
+
+def _call(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> Any:
     given = None if stream is None else streams.explicit(stream)
     xv = view(x, "x", given.handle if given is not None else None)
     if conjugate and not xv.et.conjugable:
@@ -299,7 +312,10 @@ def _fast_torch(x: Any, out: Any) -> Any:
         hit = _fast.get(_torch_key(x, None, px, 0))
         if hit is None:
             return None
+        prev = _driver.current()
         out = x.new_empty(hit.out_shape)
+        if _driver.current() != prev:  # a first CUDA call in this thread binds a context
+            _driver.set_current(prev)
         po = out.data_ptr()
         if po & 15:  # the caching allocator aligns to 512 bytes; never seen otherwise
             return None
@@ -326,11 +342,14 @@ def _fast_cupy(x: Any, out: Any) -> Any:
         import cupy
 
         dev = hit.launch.state.ordinal
+        prev = _driver.current()
         if cupy.cuda.runtime.getDevice() == dev:
             out = cupy.empty(hit.out_shape, x.dtype)
         else:
             with cupy.cuda.Device(dev):
                 out = cupy.empty(hit.out_shape, x.dtype)
+        if _driver.current() != prev:
+            _driver.set_current(prev)
         po = out.data.ptr
         if po & 15:
             return None
@@ -358,7 +377,10 @@ def _fast_gpuarray(x: Any, out: Any) -> Any:
         import pycuda.gpuarray as gpuarray
 
         nbytes = x.size * x.dtype.itemsize
-        out = gpuarray.GPUArray(hit.out_shape, x.dtype, gpudata=_driver.Allocation(nbytes, hit.ctx))
+        with _driver.on_context(hit.ctx):  # pycuda's GPUArray() asks the current context
+            out = gpuarray.GPUArray(
+                hit.out_shape, x.dtype, gpudata=_driver.Allocation(nbytes, hit.ctx)
+            )
         po = out.ptr
     else:
         po = out.ptr

@@ -221,11 +221,17 @@ def allocate_like(v: View, ctx: int) -> Any:
 
     # Our own allocation in `ctx`: pycuda's allocator would need its context stack, which
     # worker threads do not have.
-    return gpuarray.GPUArray(shape, v.dtype, gpudata=_driver.Allocation(nbytes, ctx))
+    with _driver.on_context(ctx):  # pycuda's GPUArray() asks the current context
+        return gpuarray.GPUArray(shape, v.dtype, gpudata=_driver.Allocation(nbytes, ctx))
 
 
 def check_output(x: View, out: View) -> None:
     """Reject an `out` that does not fit: before anything is written to it."""
+    if out.kind == "jax":
+        raise OutputError(
+            "out is a JAX array, and JAX arrays are immutable: leave out=None and use the "
+            "JAX array transpose() returns"
+        )
     want = transposed_shape(x)
     if out.shape != want:
         raise OutputError(

@@ -78,7 +78,7 @@ class Kernel:
         stream: int | None = 0,
     ) -> None:
         """Launch in the current context with `args` packed as struct format `fmt`."""
-        _driver.launch((self.handle, *grid, *block, 0), stream, struct.pack(fmt, *args))
+        _driver.launch(_driver.launch_args(self.handle, grid, block), stream, struct.pack(fmt, *args))
 
 
 @dataclass(frozen=True)

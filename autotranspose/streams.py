@@ -72,21 +72,28 @@ def check_device(s: Explicit, device: int) -> None:
         )
 
 
+_getters: dict[str, Any] = {}
+
+
 def torch_current(device: int) -> int:
     """PyTorch's current stream on `device`, as a raw handle (what Triton launches on)."""
-    import torch
+    get = _getters.get("torch")
+    if get is None:
+        import torch
 
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return int(raw(device))
-    return int(torch.cuda.current_stream(device).cuda_stream)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        get = _getters["torch"] = raw or (lambda d: torch.cuda.current_stream(d).cuda_stream)
+    return get(device)
 
 
 def cupy_current(device: int) -> int:
     """CuPy's current stream for `device` (CuPy keeps one per device and thread)."""
-    import cupy
+    get = _getters.get("cupy")
+    if get is None:
+        import cupy
 
-    return int(cupy.cuda.get_current_stream(device).ptr)
+        get = _getters["cupy"] = cupy.cuda.get_current_stream
+    return get(device).ptr
 
 
 def default(kind: str, device: int | None, named: int | None) -> int:

@@ -36,3 +36,13 @@ def rng(request: pytest.FixtureRequest):
     import numpy as np
 
     return np.random.default_rng()
+
+
+@pytest.fixture(scope="session")
+def pycuda_primary():
+    """pycuda's own allocations (gpuarray.to_gpu) need a pycuda context on the thread's
+    stack: push the primary one, as a GPUArray user sharing memory with CuPy or PyTorch
+    would (pycuda.autoprimaryctx pops it again at exit)."""
+    import pycuda.autoprimaryctx
+
+    return pycuda.autoprimaryctx.context

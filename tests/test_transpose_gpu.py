@@ -9,7 +9,7 @@ import pytest
 import autotranspose as at
 from autotranspose.config import KernelConfig, config_space
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
 DTYPES = [
     "bool", "int8", "uint8", "int16", "uint16", "float16", "int32", "uint32", "float32",

@@ -11,7 +11,7 @@ import pytest
 import autotranspose as at
 from autotranspose.config import KernelConfig
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
 
 @pytest.fixture
@@ -57,9 +57,7 @@ def test_short_real_tune_lands_in_the_database_and_transpose_uses_it(store, dtyp
     import pycuda.gpuarray as gpuarray
 
     from autotranspose import api
-    from autotranspose.compiler import activate
 
-    activate(0)  # GPUArray allocates in the current context: ours, the primary one
     host = np.random.default_rng().integers(-100, 100, size=shape[1:]).astype(dtype)
     x = gpuarray.to_gpu(host)
     y = at.transpose(x)

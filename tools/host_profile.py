@@ -1,0 +1,60 @@
+"""Where a small transpose() call's host time goes: each piece of the fast path timed alone.
+
+Run on a GPU machine: python tools/host_profile.py. Prints microseconds per call."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def per_call(fn, n: int = 20000) -> float:
+    for _ in range(200):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def main() -> None:
+    import cupy
+    import torch
+
+    import autotranspose as at
+    from autotranspose import _driver, api, streams
+
+    a = np.random.default_rng().standard_normal((64, 64)).astype(np.float32)
+    tx, tout = torch.as_tensor(a, device="cuda"), torch.empty(64, 64, device="cuda")
+    cx, cout = cupy.asarray(a), cupy.empty((64, 64), np.float32)
+    at.transpose(tx, tout)
+    at.transpose(cx, cout)
+    launch = next(iter(api._launches.values()))
+    px, po = tx.data_ptr(), tout.data_ptr()
+    rows = {
+        "python: empty call": lambda: None,
+        "driver: cuCtxGetCurrent": _driver.current,
+        "torch: raw current stream": lambda: streams.torch_current(0),
+        "cupy: current stream": lambda: streams.cupy_current(0),
+        "torch: signature key": lambda: api._torch_key(tx, tout, px, po),
+        "cupy: signature key": lambda: api._cupy_key(cx, cout, cx.data.ptr, cout.data.ptr),
+        "launch only (current ctx, legacy stream)": lambda: launch(px, po, 0),
+        "launch_on (ctx check + launch)": lambda: launch.run(px, po, 0, launch.state.ctx),
+        "transpose(torch, out)": lambda: at.transpose(tx, tout),
+        "transpose(cupy, out)": lambda: at.transpose(cx, cout),
+        "transpose(torch)": lambda: at.transpose(tx),
+        "transpose(cupy)": lambda: at.transpose(cx),
+        "torch: out.copy_(x.t())": lambda: tout.copy_(tx.t()),
+        "torch: x.new_empty": lambda: tx.new_empty((64, 64)),
+        "cupy: empty": lambda: cupy.empty((64, 64), np.float32),
+    }
+    torch.cuda.synchronize()
+    for name, fn in rows.items():
+        us = min(per_call(fn) for _ in range(3))
+        torch.cuda.synchronize()
+        print(f"{name:45} {us:7.2f} us")
+
+
+if __name__ == "__main__":
+    main()

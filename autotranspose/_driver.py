@@ -33,6 +33,8 @@ EVENT_DISABLE_TIMING = 2
 # stream, CU_STREAM_PER_THREAD the per-thread default stream, of whichever context is current.
 SPECIAL_STREAMS = (0, 1, 2)
 _PARAM_CAPACITY = 256  # bytes of kernel arguments; ours take at most 80
+# Offsets of the transpose kernels' arguments (compiler.ARG_FORMAT "PPqqqqqqIII").
+TRANSPOSE_OFFSETS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 68, 72)
 
 _SIGNATURES: dict[str, list[Any]] = {
     "cuInit": [c_uint],
@@ -51,6 +53,7 @@ _SIGNATURES: dict[str, list[Any]] = {
         c_void_p, c_uint,
     ],
     "cuLibraryGetKernel": [ctypes.POINTER(c_void_p), c_void_p, ctypes.c_char_p],
+    "cuKernelGetFunction": [ctypes.POINTER(c_void_p), c_void_p],
     "cuLaunchKernel": [
         c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, c_void_p,
         c_void_p,
@@ -140,6 +143,11 @@ class _Scratch(threading.local):
         self._cbuf = cbuf
         self.ctx = c_void_p()
         self.ctx_ref = ctypes.byref(self.ctx)
+        # cuLaunchKernel's `kernelParams` for our transpose kernels' fixed argument layout:
+        # pointers into `params` at each argument's offset (cheaper for the driver than `extra`)
+        base = ctypes.addressof(cbuf)
+        self.kernel_params = (c_void_p * len(TRANSPOSE_OFFSETS))(*(base + o for o in TRANSPOSE_OFFSETS))
+        self.kernel_params_ref = c_void_p(ctypes.addressof(self.kernel_params))
 
 
 _scratch = _Scratch()
@@ -285,6 +293,15 @@ def library_kernel(library: int, name: str) -> int:
     return handle.value
 
 
+def kernel_function(kernel: int, ctx: int) -> int:
+    """The CUfunction of a library kernel in context `ctx` (loading it there if needed).
+    Launching this handle skips the driver's per-launch kernel-to-context resolution."""
+    handle = c_void_p()
+    with on_context(ctx):
+        check(lib().cuKernelGetFunction(ctypes.byref(handle), kernel), "cuKernelGetFunction")
+    return handle.value
+
+
 def launch_args(kernel: int, grid: tuple[int, ...], block: tuple[int, ...]) -> tuple[Any, ...]:
     """cuLaunchKernel's leading arguments, converted to C once per prepared launch: the hot
     path then hands ctypes objects straight through, with no per-argument conversion."""
@@ -303,19 +320,27 @@ def launch(args: tuple[Any, ...], stream: int | None, params: bytes) -> None:
         raise KernelLaunchError(f"cuLaunchKernel failed: {error_name(err)}")
 
 
-def launch_on(ctx: int | None, args: tuple[Any, ...], stream: int | None, params: bytes) -> None:
-    """:func:`launch` in context `ctx`, putting back the thread's own context afterwards."""
+_SAME: Any = object()
+
+
+def launch_transpose(
+    ctx: int | None, args: tuple[Any, ...], stream: int | None, params: bytes, restore: Any = _SAME
+) -> None:
+    """The hot path: launch a transpose kernel (argument block `params` in ARG_FORMAT's
+    layout) in context `ctx` from any thread, then make current again the context the thread
+    had (or `restore`, what it had before the caller's own work changed it)."""
     s = _scratch
     _cuCtxGetCurrent(s.ctx_ref)
-    prev = s.ctx.value
-    if prev == ctx:
-        launch(args, stream, params)
-        return
-    set_current(ctx)
-    try:
-        launch(args, stream, params)
-    finally:
-        _cuCtxSetCurrent(prev)
+    cur = s.ctx.value
+    if cur != ctx:
+        set_current(ctx)
+    s.params[:76] = params
+    err = _cuLaunchKernelRaw(*args, c_void_p(stream), s.kernel_params_ref, None)
+    back = cur if restore is _SAME else restore
+    if back != ctx:
+        _cuCtxSetCurrent(back)
+    if err:
+        raise KernelLaunchError(f"cuLaunchKernel failed: {error_name(err)}")
 
 
 # --- events and streams ------------------------------------------------------------------------
@@ -424,7 +449,10 @@ class Allocation(int):
 def _bind() -> None:
     global _cuCtxGetCurrent, _cuCtxSetCurrent, _cuLaunchKernelRaw, _cuPointerGetAttribute
     L = lib()
-    _cuCtxGetCurrent, _cuCtxSetCurrent = L.cuCtxGetCurrent, L.cuCtxSetCurrent
+    # cuCtxGetCurrent reads a thread-local: called without releasing the GIL (PYFUNCTYPE),
+    # which costs less than the release and re-acquire around it.
+    get = ctypes.PYFUNCTYPE(c_int, c_void_p)(("cuCtxGetCurrent", L.dll))
+    _cuCtxGetCurrent, _cuCtxSetCurrent = get, L.cuCtxSetCurrent
     _cuPointerGetAttribute = L.cuPointerGetAttribute
     # A second handle on cuLaunchKernel with no declared argument types: it takes the ctypes
     # objects of launch_args() as they are (declared types would convert each one per call).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,6 +33,7 @@ _MAX_GRID_X = 2**31 - 1
 
 
 _POINTERS = struct.Struct("PP")
+_SAME = _driver._SAME
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Launch:
     state: DeviceState
     tail: bytes = b""
     args: tuple[Any, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes, as C
+    # the same with the kernel's function in a given context (one dict entry per context)
+    in_context: dict[int, tuple[Any, ...]] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tail", struct.pack(ARG_FORMAT[2:], *self.scalars))
@@ -61,9 +64,16 @@ class Launch:
         """Launch in the thread's current context (tools that made it current themselves)."""
         _driver.launch(self.args, stream, _POINTERS.pack(src, dst) + self.tail)
 
-    def run(self, src: int, dst: int, stream: int | None, ctx: int) -> None:
-        """Launch in `ctx` from any thread; the thread's own context is restored."""
-        _driver.launch_on(ctx, self.args, stream, _POINTERS.pack(src, dst) + self.tail)
+    def run(self, src: int, dst: int, stream: int | None, ctx: int, restore: Any = _SAME) -> None:
+        """Launch in `ctx` from any thread; the thread's own context (or `restore`) is made
+        current again afterwards."""
+        args = self.in_context.get(ctx) or self._resolve(ctx)
+        _driver.launch_transpose(ctx, args, stream, _POINTERS.pack(src, dst) + self.tail, restore)
+
+    def _resolve(self, ctx: int) -> tuple[Any, ...]:
+        fn = _driver.kernel_function(self.kernel.handle, ctx)
+        args = self.in_context[ctx] = _driver.launch_args(fn, self.grid, self.block)
+        return args
 
 
 _launches: dict[tuple[Any, ...], Launch] = {}
@@ -214,17 +224,6 @@ def transpose(
 
 
 def _transpose(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> Any:
-    # Array libraries may switch the thread's context while we allocate or ask for their
-    # stream (CuPy's Device guard does); the caller gets back the context it had.
-    prev = _driver.current()
-    try:
-        return _call(x, out, stream, config, conjugate)
-    finally:
-        if _driver.current() != prev:
-            _driver.set_current(prev)
-
-
-def _call(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> Any:
     given = None if stream is None else streams.explicit(stream)
     xv = view(x, "x", given.handle if given is not None else None)
     if conjugate and not xv.et.conjugable:
@@ -236,6 +235,19 @@ def _call(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> Any:
         _check_config_type(config, xv)
     if xv.kind == "numpy":
         return _host_transpose(xv, out, given, config, conjugate)
+    # Array libraries may switch the thread's context while we allocate or ask for their
+    # stream (CuPy's Device guard does); the caller gets back the context it had.
+    prev = _driver.current()
+    try:
+        return _on_device(x, out, xv, given, config, conjugate)
+    finally:
+        if _driver.current() != prev:
+            _driver.set_current(prev)
+
+
+def _on_device(
+    x: Any, out: Any, xv: View, given: streams.Explicit | None, config: Any, conjugate: bool
+) -> Any:
     assert xv.device is not None
     if given is not None:
         streams.check_device(given, xv.device)
@@ -312,13 +324,13 @@ def _fast_torch(x: Any, out: Any) -> Any:
         hit = _fast.get(_torch_key(x, None, px, 0))
         if hit is None:
             return None
-        prev = _driver.current()
+        prev = _driver.current()  # a first CUDA call in this thread may bind a context
         out = x.new_empty(hit.out_shape)
-        if _driver.current() != prev:  # a first CUDA call in this thread binds a context
-            _driver.set_current(prev)
         po = out.data_ptr()
         if po & 15:  # the caching allocator aligns to 512 bytes; never seen otherwise
             return None
+        hit.launch.run(px, po, streams.torch_current(hit.launch.state.ordinal), hit.ctx, prev)
+        return out
     else:
         po = out.data_ptr()
         hit = _fast.get(_torch_key(x, out, px, po))
@@ -348,11 +360,11 @@ def _fast_cupy(x: Any, out: Any) -> Any:
         else:
             with cupy.cuda.Device(dev):
                 out = cupy.empty(hit.out_shape, x.dtype)
-        if _driver.current() != prev:
-            _driver.set_current(prev)
         po = out.data.ptr
         if po & 15:
             return None
+        hit.launch.run(px, po, streams.cupy_current(dev), hit.ctx, prev)
+        return out
     else:
         po = out.data.ptr
         hit = _fast.get(_cupy_key(x, out, px, po))

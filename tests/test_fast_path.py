@@ -105,3 +105,21 @@ def test_an_out_of_another_kind_takes_the_full_path(registered):
     with pytest.raises(TypeError):
         api.transpose(x, other)
     assert rec.calls == []
+
+
+def test_the_launch_argument_offsets_match_the_kernel_signature():
+    """The hot path writes arguments at fixed offsets (kernelParams); they must be where
+    compiler.ARG_FORMAT puts them, with natural alignment, as nvcc lays out parameters."""
+    import struct
+
+    from autotranspose import _driver
+    from autotranspose.compiler import ARG_FORMAT
+
+    offsets, at = [], 0
+    for code in ARG_FORMAT:
+        size = struct.calcsize(code)
+        at = -(-at // size) * size
+        offsets.append(at)
+        at += size
+    assert tuple(offsets) == _driver.TRANSPOSE_OFFSETS
+    assert struct.calcsize(ARG_FORMAT) == at == 76

@@ -32,6 +32,21 @@ def main() -> None:
     at.transpose(cx, cout)
     launch = next(iter(api._launches.values()))
     px, po = tx.data_ptr(), tout.data_ptr()
+    import ctypes
+    import struct
+
+    from autotranspose.compiler import activate
+
+    activate(0)
+    fn = _driver.kernel_function(launch.kernel.handle, launch.state.ctx)
+    fargs = _driver.launch_args(fn, launch.grid, launch.block)
+    params = struct.pack("PP", px, po) + launch.tail
+    vals = [ctypes.c_uint64(px), ctypes.c_uint64(po)]
+    vals += [ctypes.c_int64(v) for v in launch.scalars[:6]]
+    vals += [ctypes.c_uint32(v) for v in launch.scalars[6:]]
+    kp = (ctypes.c_void_p * len(vals))(*(ctypes.addressof(v) for v in vals))
+    raw = _driver.lib().dll["cuLaunchKernel"]
+    raw.restype = ctypes.c_int
     rows = {
         "python: empty call": lambda: None,
         "driver: cuCtxGetCurrent": _driver.current,
@@ -39,8 +54,10 @@ def main() -> None:
         "cupy: current stream": lambda: streams.cupy_current(0),
         "torch: signature key": lambda: api._torch_key(tx, tout, px, po),
         "cupy: signature key": lambda: api._cupy_key(cx, cout, cx.data.ptr, cout.data.ptr),
-        "launch only (current ctx, legacy stream)": lambda: launch(px, po, 0),
-        "launch_on (ctx check + launch)": lambda: launch.run(px, po, 0, launch.state.ctx),
+        "launch only, CUkernel handle": lambda: launch(px, po, 0),
+        "launch only, CUfunction handle": lambda: _driver.launch(fargs, 0, params),
+        "launch only, CUfunction, kernelParams": lambda: raw(*fargs, None, kp, None),
+        "launch.run (ctx check + launch + restore)": lambda: launch.run(px, po, 0, launch.state.ctx),
         "transpose(torch, out)": lambda: at.transpose(tx, tout),
         "transpose(cupy, out)": lambda: at.transpose(cx, cout),
         "transpose(torch)": lambda: at.transpose(tx),

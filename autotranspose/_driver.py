@@ -35,6 +35,7 @@ SPECIAL_STREAMS = (0, 1, 2)
 _PARAM_CAPACITY = 256  # bytes of kernel arguments; ours take at most 80
 # Offsets of the transpose kernels' arguments (compiler.ARG_FORMAT "PPqqqqqqIII").
 TRANSPOSE_OFFSETS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 68, 72)
+TRANSPOSE_BYTES = 76
 
 _SIGNATURES: dict[str, list[Any]] = {
     "cuInit": [c_uint],
@@ -334,7 +335,7 @@ def launch_transpose(
     cur = s.ctx.value
     if cur != ctx:
         set_current(ctx)
-    s.params[:76] = params
+    s.params[:TRANSPOSE_BYTES] = params
     err = _cuLaunchKernelRaw(*args, c_void_p(stream), s.kernel_params_ref, None)
     back = cur if restore is _SAME else restore
     if back != ctx:

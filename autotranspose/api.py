@@ -256,7 +256,7 @@ def _on_device(
     handle = given.handle if given is not None else streams.default(xv.kind, xv.device, xv.stream)
     if out is None:
         result = allocate_like(xv, ctx)
-        ov = _fresh_view(xv, result)
+        ov = _exported_view(xv, result) if xv.kind == "jax" else view(result, "out")
     else:
         result = out
         ov = view(out, "out")
@@ -279,20 +279,10 @@ def _on_device(
     return result
 
 
-def _fresh_view(xv: View, result: Any) -> View:
-    """The view of an output we just allocated: row-major, transposed shape."""
-    if xv.kind == "jax":
-        ptr = result.alloc.ptr
-    elif xv.kind == "torch":
-        ptr = result.data_ptr()
-    elif xv.kind == "cupy":
-        ptr = result.data.ptr
-    elif hasattr(result, "gpudata"):
-        ptr = int(result.gpudata)
-    else:
-        ptr = int(result.__cuda_array_interface__["data"][0])
-    b, m, n = xv.batch, xv.n, xv.m
-    return xv._replace(obj=result, ptr=ptr, batch=b, m=m, n=n, ld=n, bs=m * n, keep=None)
+def _exported_view(xv: View, result: Any) -> View:
+    """The view of a JAX output we allocated (not yet an array): row-major, transposed."""
+    m, n = xv.n, xv.m
+    return xv._replace(obj=result, ptr=result.alloc.ptr, m=m, n=n, ld=n, bs=m * n, keep=None)
 
 
 # --- the fast path ------------------------------------------------------------------------------

@@ -122,4 +122,4 @@ def test_the_launch_argument_offsets_match_the_kernel_signature():
         offsets.append(at)
         at += size
     assert tuple(offsets) == _driver.TRANSPOSE_OFFSETS
-    assert struct.calcsize(ARG_FORMAT) == at == 76
+    assert struct.calcsize(ARG_FORMAT) == at == _driver.TRANSPOSE_BYTES

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import struct
 import threading
 from typing import Any
 
+from . import _native
 from .errors import DeviceError, KernelLaunchError
 
 c_void_p, c_uint, c_int, c_size_t = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
@@ -324,24 +326,69 @@ def launch(args: tuple[Any, ...], stream: int | None, params: bytes) -> None:
 _SAME: Any = object()
 
 
-def launch_transpose(
-    ctx: int | None, args: tuple[Any, ...], stream: int | None, params: bytes, restore: Any = _SAME
-) -> None:
-    """The hot path: launch a transpose kernel (argument block `params` in ARG_FORMAT's
-    layout) in context `ctx` from any thread, then make current again the context the thread
-    had (or `restore`, what it had before the caller's own work changed it)."""
+class Prepared:
+    """One transpose launch made ready for one context: the kernel's function there, its grid
+    and block, and the argument block with everything but the two pointers.
+
+    With the compiled launcher (:mod:`._native`) the whole launch is a C struct handed over by
+    address; without it, the ctypes objects for ``cuLaunchKernel``."""
+
+    __slots__ = ("address", "args", "ctx", "spec", "tail")
+
+    def __init__(self, func: int, ctx: int, grid: tuple[int, ...], block: tuple[int, ...], tail: bytes) -> None:
+        self.ctx = ctx
+        self.args = launch_args(func, grid, block)
+        self.tail = tail
+        self.spec: Any = None
+        self.address = 0
+        if _native_launch() is not None:
+            spec = _native.Spec()
+            dll = lib().dll
+            spec.get, spec.set, spec.launch = (
+                ctypes.cast(dll[name], c_void_p).value
+                for name in ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuLaunchKernel")
+            )
+            spec.func, spec.ctx = func, ctx
+            spec.dims[:] = [*grid, *block, 0]
+            spec.offsets[:] = list(TRANSPOSE_OFFSETS)
+            ctypes.memmove(ctypes.addressof(spec.params), bytes(16) + tail, TRANSPOSE_BYTES)
+            self.spec, self.address = spec, ctypes.addressof(spec)
+
+
+def _native_launch() -> Any:
+    global _at_transpose
+    _at_transpose = _native.launcher()
+    return _at_transpose
+
+
+_at_transpose: Any = None
+
+
+def launch_transpose(prep: Prepared, src: int, dst: int, stream: int | None, restore: Any = _SAME) -> None:
+    """The hot path: launch a prepared transpose (`src` -> `dst`) in its context from any
+    thread, then make current again the context the thread had (or `restore`, what it had
+    before the caller's own work changed it)."""
+    if prep.address:
+        err = _at_transpose(prep.address, src, dst, stream, _native.SAME if restore is _SAME else restore)
+        if err:
+            raise KernelLaunchError(f"cuLaunchKernel failed: {error_name(err)}")
+        return
+    ctx = prep.ctx
     s = _scratch
     _cuCtxGetCurrent(s.ctx_ref)
     cur = s.ctx.value
     if cur != ctx:
         set_current(ctx)
-    s.params[:TRANSPOSE_BYTES] = params
-    err = _cuLaunchKernelRaw(*args, c_void_p(stream), s.kernel_params_ref, None)
+    s.params[:TRANSPOSE_BYTES] = _POINTERS.pack(src, dst) + prep.tail
+    err = _cuLaunchKernelRaw(*prep.args, c_void_p(stream), s.kernel_params_ref, None)
     back = cur if restore is _SAME else restore
     if back != ctx:
         _cuCtxSetCurrent(back)
     if err:
         raise KernelLaunchError(f"cuLaunchKernel failed: {error_name(err)}")
+
+
+_POINTERS = struct.Struct("PP")
 
 
 # --- events and streams ------------------------------------------------------------------------

@@ -51,8 +51,8 @@ class Launch:
     state: DeviceState
     tail: bytes = b""
     args: tuple[Any, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes, as C
-    # the same with the kernel's function in a given context (one dict entry per context)
-    in_context: dict[int, tuple[Any, ...]] = field(default_factory=dict, compare=False)
+    # the launch made ready for a given context (one dict entry per context)
+    in_context: dict[int, _driver.Prepared] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tail", struct.pack(ARG_FORMAT[2:], *self.scalars))
@@ -67,13 +67,13 @@ class Launch:
     def run(self, src: int, dst: int, stream: int | None, ctx: int, restore: Any = _SAME) -> None:
         """Launch in `ctx` from any thread; the thread's own context (or `restore`) is made
         current again afterwards."""
-        args = self.in_context.get(ctx) or self._resolve(ctx)
-        _driver.launch_transpose(ctx, args, stream, _POINTERS.pack(src, dst) + self.tail, restore)
+        prep = self.in_context.get(ctx) or self._resolve(ctx)
+        _driver.launch_transpose(prep, src, dst, stream, restore)
 
-    def _resolve(self, ctx: int) -> tuple[Any, ...]:
+    def _resolve(self, ctx: int) -> _driver.Prepared:
         fn = _driver.kernel_function(self.kernel.handle, ctx)
-        args = self.in_context[ctx] = _driver.launch_args(fn, self.grid, self.block)
-        return args
+        prep = self.in_context[ctx] = _driver.Prepared(fn, ctx, self.grid, self.block, self.tail)
+        return prep
 
 
 _launches: dict[tuple[Any, ...], Launch] = {}

@@ -3,6 +3,7 @@ several GPUs, and a caller's own CUDA context left as it was."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import _driver
+from autotranspose import _driver, _native, api
 from autotranspose.errors import DeviceError
 
 pytestmark = pytest.mark.gpu
@@ -92,8 +93,9 @@ def test_a_pool_of_four_workers_runs_64_calls_each(rng):
         assert list(pool.map(work, range(4))) == [0, 0, 0, 0]
 
 
+@pytest.mark.parametrize("native", ["1", "0"], ids=["compiled-launcher", "ctypes-launch"])
 @pytest.mark.parametrize("kind", ["torch", "cupy", "gpuarray", "numpy"])
-def test_a_thread_that_calls_once_and_exits_then_the_interpreter_exits_cleanly(kind):
+def test_a_thread_that_calls_once_and_exits_then_the_interpreter_exits_cleanly(kind, native):
     script = textwrap.dedent(f"""
         import threading, numpy as np, autotranspose as at
         kind = {kind!r}
@@ -124,10 +126,50 @@ def test_a_thread_that_calls_once_and_exits_then_the_interpreter_exits_cleanly(k
         assert np.array_equal(res["y"], host.T), "wrong result"
         print("ok")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, _native.ENV_VAR: native}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("ok")
     assert "context stack" not in proc.stderr
+
+
+def test_the_compiled_launcher_is_in_use_where_a_compiler_exists():
+    if _native.compiler() is None:
+        pytest.skip("no C compiler: the ctypes launch path is the one in use")
+    assert _native.launcher() is not None
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["compiled-launcher", "ctypes-launch"])
+def test_both_launch_paths_are_correct_and_restore_the_context(rng, monkeypatch, native):
+    torch = _torch()
+    cupy = pytest.importorskip("cupy")
+    monkeypatch.setenv(_native.ENV_VAR, "1" if native else "0")
+    _native.reset()
+    api.clear_caches()
+    try:
+        for k in range(12):
+            shape = _random_shape(rng, batch=k % 4 == 0)
+            host = _ints(rng, shape)
+            x = torch.as_tensor(host, device="cuda") if k % 2 else cupy.asarray(host)
+            outshape = (*shape[:-2], shape[-1], shape[-2])
+            if k % 3:
+                out = None
+            elif k % 2:
+                out = torch.empty(outshape, device="cuda")
+            else:
+                out = cupy.empty(outshape, np.float32)
+            before = _driver.current()
+            y = at.transpose(x, out)
+            assert _driver.current() == before
+            got = y.cpu().numpy() if k % 2 else cupy.asnumpy(y)
+            assert np.array_equal(got, np.swapaxes(host, -1, -2)), shape
+        preps = [p for launch in api._launches.values() for p in launch.in_context.values()]
+        assert preps and all(bool(p.address) == native for p in preps)
+    finally:
+        _native.reset()
+        api.clear_caches()
 
 
 def test_the_callers_own_context_is_left_current(rng):

@@ -47,6 +47,10 @@ def main() -> None:
     kp = (ctypes.c_void_p * len(vals))(*(ctypes.addressof(v) for v in vals))
     raw = _driver.lib().dll["cuLaunchKernel"]
     raw.restype = ctypes.c_int
+    ctx = launch.state.ctx
+    prep = launch.in_context.get(ctx) or launch._resolve(ctx)
+    plain = _driver.Prepared(fn, ctx, launch.grid, launch.block, launch.tail)
+    plain.address = 0  # the ctypes launch path, for comparison
     rows = {
         "python: empty call": lambda: None,
         "driver: cuCtxGetCurrent": _driver.current,
@@ -57,7 +61,9 @@ def main() -> None:
         "launch only, CUkernel handle": lambda: launch(px, po, 0),
         "launch only, CUfunction handle": lambda: _driver.launch(fargs, 0, params),
         "launch only, CUfunction, kernelParams": lambda: raw(*fargs, None, kp, None),
-        "launch.run (ctx check + launch + restore)": lambda: launch.run(px, po, 0, launch.state.ctx),
+        "launch.run (ctx check + launch + restore)": lambda: launch.run(px, po, 0, ctx),
+        "  same, ctypes path": lambda: _driver.launch_transpose(plain, px, po, 0),
+        "  compiled launcher alone": lambda: _driver._at_transpose(prep.address, px, po, 0, 1),
         "transpose(torch, out)": lambda: at.transpose(tx, tout),
         "transpose(cupy, out)": lambda: at.transpose(cx, cout),
         "transpose(torch)": lambda: at.transpose(tx),

@@ -1,0 +1,189 @@
+"""The compiled launcher (autotranspose._native), built with the system C compiler and driven
+through stand-in driver entry points (C callbacks into Python), so its context handling and
+argument packing are checked on machines without a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import struct
+
+import pytest
+
+from autotranspose import _driver, _native
+from autotranspose.compiler import ARG_FORMAT
+
+pytestmark = pytest.mark.skipif(_native.compiler() is None, reason="no C compiler")
+
+GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+SET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+LAUNCH = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+)  # fmt: skip
+
+
+class FakeDriver:
+    """cuCtxGetCurrent / cuCtxSetCurrent / cuLaunchKernel that record what they were given."""
+
+    def __init__(self, current: int | None, launch_error: int = 0, set_error: int = 0) -> None:
+        self.current = current
+        self.sets: list[int | None] = []
+        self.launches: list[dict] = []
+        self.launch_error, self.set_error = launch_error, set_error
+        self.get = GET(self._get)
+        self.set = SET(self._set)
+        self.launch = LAUNCH(self._launch)
+
+    def _get(self, out):
+        out[0] = self.current
+        return 0
+
+    def _set(self, ctx):
+        self.sets.append(ctx)
+        if self.set_error:
+            return self.set_error
+        self.current = ctx
+        return 0
+
+    def _launch(self, func, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        offsets = _driver.TRANSPOSE_OFFSETS
+        sizes = [struct.calcsize(c) for c in ARG_FORMAT]
+        values = [
+            struct.unpack(c, ctypes.string_at(params[i], size))[0]
+            for i, (c, size) in enumerate(zip(ARG_FORMAT, sizes, strict=True))
+        ]
+        assert len(values) == len(offsets)
+        self.launches.append(
+            dict(func=func, dims=(gx, gy, gz, bx, by, bz, smem), stream=stream, ctx=self.current,
+                 values=values, extra=extra)
+        )  # fmt: skip
+        return self.launch_error
+
+
+@pytest.fixture(scope="module")
+def at_transpose(tmp_path_factory):
+    path = tmp_path_factory.mktemp("native") / _native.library_path().name
+    _native.build(path, _native.compiler())
+    return _native.load(path)
+
+
+def make_spec(fake: FakeDriver, ctx: int, rng: random.Random) -> tuple[_native.Spec, tuple]:
+    scalars = tuple(rng.randrange(1, 2**40) for _ in range(6)) + tuple(
+        rng.randrange(1, 2**31) for _ in range(3)
+    )
+    spec = _native.Spec()
+    spec.get, spec.set, spec.launch = (
+        ctypes.cast(f, ctypes.c_void_p).value for f in (fake.get, fake.set, fake.launch)
+    )
+    spec.func, spec.ctx = rng.randrange(1, 2**47), ctx
+    dims = (*(rng.randrange(1, 2**16) for _ in range(6)), 0)
+    spec.dims[:] = list(dims)
+    spec.offsets[:] = list(_driver.TRANSPOSE_OFFSETS)
+    tail = struct.pack(ARG_FORMAT[2:], *scalars)
+    ctypes.memmove(ctypes.addressof(spec.params), bytes(16) + tail, _driver.TRANSPOSE_BYTES)
+    return spec, (spec.func, dims, scalars)
+
+
+def test_layout_matches_the_kernels_argument_format():
+    assert struct.calcsize(ARG_FORMAT) == _driver.TRANSPOSE_BYTES == _native.NBYTES
+    assert len(ARG_FORMAT) == len(_driver.TRANSPOSE_OFFSETS) == _native.NARGS
+    offs = [struct.calcsize(ARG_FORMAT[:i]) for i in range(len(ARG_FORMAT))]
+    assert tuple(offs) == _driver.TRANSPOSE_OFFSETS
+
+
+@pytest.mark.parametrize(
+    "had, restore, expect_sets",
+    [
+        ("ctx", "same", []),  # already current: no context call at all
+        ("none", "same", ["ctx", "none"]),  # made current for the launch, then put back
+        ("other", "same", ["ctx", "other"]),
+        ("other", "prev", ["ctx", "prev"]),  # the caller's saved context wins
+        ("ctx", "prev", ["prev"]),
+        ("none", "none", ["ctx", "none"]),
+        ("ctx", "ctx", []),
+    ],
+)
+def test_launch_switches_to_the_arrays_context_and_restores(
+    at_transpose, had, restore, expect_sets
+):
+    rng = random.Random()
+    names = {"ctx": rng.randrange(2, 2**47), "other": rng.randrange(2, 2**47),
+             "prev": rng.randrange(2, 2**47), "none": None}  # fmt: skip
+    fake = FakeDriver(names[had])
+    spec, (func, dims, scalars) = make_spec(fake, names["ctx"], rng)
+    src, dst, stream = rng.randrange(2**48), rng.randrange(2**48), rng.randrange(3, 2**47)
+    r = _native.SAME if restore == "same" else names[restore]
+    assert at_transpose(ctypes.addressof(spec), src, dst, stream, r) == 0
+    assert fake.sets == [names[n] for n in expect_sets]
+    (call,) = fake.launches
+    assert call["ctx"] == names["ctx"]
+    assert call["func"] == func and call["dims"] == dims and call["stream"] == stream
+    assert call["values"] == [src, dst, *scalars] and call["extra"] is None
+    # the prepared block is untouched: a second call with other pointers sees only its own
+    src2, dst2 = rng.randrange(2**48), rng.randrange(2**48)
+    assert at_transpose(ctypes.addressof(spec), src2, dst2, None, _native.SAME) == 0
+    assert fake.launches[1]["values"] == [src2, dst2, *scalars]
+    assert fake.launches[1]["stream"] is None
+
+
+def test_errors_come_back_and_the_context_is_still_restored(at_transpose):
+    rng = random.Random()
+    had, ctx = rng.randrange(2, 2**47), rng.randrange(2, 2**47)
+    fake = FakeDriver(had, launch_error=700)
+    spec, _ = make_spec(fake, ctx, rng)
+    assert at_transpose(ctypes.addressof(spec), 1 << 20, 2 << 20, 0, _native.SAME) == 700
+    assert fake.sets == [ctx, had] and fake.current == had
+
+
+def test_a_context_that_cannot_be_made_current_launches_nothing(at_transpose):
+    rng = random.Random()
+    fake = FakeDriver(None, set_error=201)
+    spec, _ = make_spec(fake, rng.randrange(2, 2**47), rng)
+    assert at_transpose(ctypes.addressof(spec), 1 << 20, 2 << 20, 0, _native.SAME) == 201
+    assert fake.launches == []
+
+
+def test_switched_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv(_native.ENV_VAR, "0")
+    _native.reset()
+    try:
+        assert _native.launcher() is None
+    finally:
+        monkeypatch.delenv(_native.ENV_VAR)
+        _native.reset()
+
+
+def test_no_compiler_means_the_ctypes_path(monkeypatch, tmp_path):
+    monkeypatch.setattr(_native, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(_native, "compiler", lambda: None)
+    _native.reset()
+    try:
+        assert _native.launcher() is None
+    finally:
+        _native.reset()
+
+
+def test_builds_once_into_the_cache_and_reloads(monkeypatch, tmp_path):
+    monkeypatch.setattr(_native, "cache_dir", lambda: tmp_path)
+    _native.reset()
+    try:
+        assert _native.launcher() is not None
+        (built,) = tmp_path.iterdir()
+        stamp = built.stat().st_mtime_ns
+        _native.reset()
+        assert _native.launcher() is not None
+        assert built.stat().st_mtime_ns == stamp  # loaded, not rebuilt
+    finally:
+        _native.reset()
+
+
+def test_a_damaged_cached_library_is_built_again(monkeypatch, tmp_path):
+    monkeypatch.setattr(_native, "cache_dir", lambda: tmp_path)
+    _native.library_path().write_bytes(b"not a shared library")
+    _native.reset()
+    try:
+        assert _native.launcher() is not None
+        assert _native.library_path().read_bytes()[:4] == b"\x7fELF"
+    finally:
+        _native.reset()

@@ -9,6 +9,7 @@ current for the launch only, and the thread's own context is put back (see `_dri
 from __future__ import annotations
 
 import struct
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,12 +68,14 @@ class Launch:
     def run(self, src: int, dst: int, stream: int | None, ctx: int, restore: Any = _SAME) -> None:
         """Launch in `ctx` from any thread; the thread's own context (or `restore`) is made
         current again afterwards."""
-        prep = self.in_context.get(ctx) or self._resolve(ctx)
-        _driver.launch_transpose(prep, src, dst, stream, restore)
+        _driver.launch_transpose(self.prepared(ctx), src, dst, stream, restore)
 
-    def _resolve(self, ctx: int) -> _driver.Prepared:
-        fn = _driver.kernel_function(self.kernel.handle, ctx)
-        prep = self.in_context[ctx] = _driver.Prepared(fn, ctx, self.grid, self.block, self.tail)
+    def prepared(self, ctx: int) -> _driver.Prepared:
+        """This launch made ready in context `ctx` (once per context)."""
+        prep = self.in_context.get(ctx)
+        if prep is None:
+            fn = _driver.kernel_function(self.kernel.handle, ctx)
+            prep = self.in_context[ctx] = _driver.Prepared(fn, ctx, self.grid, self.block, self.tail)
         return prep
 
 
@@ -291,21 +294,26 @@ def _exported_view(xv: View, result: Any) -> View:
 class _Hit(NamedTuple):
     launch: Launch
     ctx: int
+    prep: _driver.Prepared  # the launch made ready in ctx: the fast path hands it to the driver
     x_extent: int  # bytes from x's pointer to its end, for the overlap check
     o_extent: int
     out_shape: tuple[int, ...]
 
 
 _fast: dict[tuple[Any, ...], _Hit] = {}
+_launch = _driver.launch_transpose
 
 
 def _disjoint(px: int, po: int, hit: _Hit) -> bool:
     return px + hit.x_extent <= po or po + hit.o_extent <= px
 
 
+# Signature keys: one flat tuple (building nested ones costs measurably on the fast path).
 def _torch_key(x: Any, out: Any, px: int, po: int) -> tuple[Any, ...]:
-    o = None if out is None else (type(out), out.shape, out.stride(), out.dtype, out.get_device())
-    return ("torch", x.shape, x.stride(), x.dtype, x.get_device(), o, (px | po) & 15, lookup.generation)
+    if out is None:
+        return ("torch", x.shape, x.stride(), x.dtype, x.get_device(), px & 15, lookup.generation)
+    return ("torch", x.shape, x.stride(), x.dtype, x.get_device(), type(out), out.shape, out.stride(),
+            out.dtype, out.get_device(), (px | po) & 15, lookup.generation)  # fmt: skip
 
 
 def _fast_torch(x: Any, out: Any) -> Any:
@@ -319,20 +327,22 @@ def _fast_torch(x: Any, out: Any) -> Any:
         po = out.data_ptr()
         if po & 15:  # the caching allocator aligns to 512 bytes; never seen otherwise
             return None
-        hit.launch.run(px, po, streams.torch_current(hit.launch.state.ordinal), hit.ctx, prev)
+        _launch(hit.prep, px, po, streams.torch_current(hit.launch.state.ordinal), prev)
         return out
     else:
         po = out.data_ptr()
         hit = _fast.get(_torch_key(x, out, px, po))
         if hit is None or not _disjoint(px, po, hit):
             return None
-    hit.launch.run(px, po, streams.torch_current(hit.launch.state.ordinal), hit.ctx)
+    _launch(hit.prep, px, po, streams.torch_current(hit.launch.state.ordinal))
     return out
 
 
 def _cupy_key(x: Any, out: Any, px: int, po: int) -> tuple[Any, ...]:
-    o = None if out is None else (type(out), out.shape, out.strides, out.dtype, out.data.device_id)
-    return ("cupy", x.shape, x.strides, x.dtype, x.data.device_id, o, (px | po) & 15, lookup.generation)
+    if out is None:
+        return ("cupy", x.shape, x.strides, x.dtype, x.data.device_id, px & 15, lookup.generation)
+    return ("cupy", x.shape, x.strides, x.dtype, x.data.device_id, type(out), out.shape, out.strides,
+            out.dtype, out.data.device_id, (px | po) & 15, lookup.generation)  # fmt: skip
 
 
 def _fast_cupy(x: Any, out: Any) -> Any:
@@ -341,8 +351,7 @@ def _fast_cupy(x: Any, out: Any) -> Any:
         hit = _fast.get(_cupy_key(x, None, px, 0))
         if hit is None:
             return None
-        import cupy
-
+        cupy = sys.modules["cupy"]  # x is a CuPy array: imported (the import statement costs)
         dev = hit.launch.state.ordinal
         prev = _driver.current()
         if cupy.cuda.runtime.getDevice() == dev:
@@ -353,21 +362,24 @@ def _fast_cupy(x: Any, out: Any) -> Any:
         po = out.data.ptr
         if po & 15:
             return None
-        hit.launch.run(px, po, streams.cupy_current(dev), hit.ctx, prev)
+        _launch(hit.prep, px, po, streams.cupy_current(dev), prev)
         return out
     else:
         po = out.data.ptr
         hit = _fast.get(_cupy_key(x, out, px, po))
         if hit is None or not _disjoint(px, po, hit):
             return None
-    hit.launch.run(px, po, streams.cupy_current(hit.launch.state.ordinal), hit.ctx)
+    _launch(hit.prep, px, po, streams.cupy_current(hit.launch.state.ordinal))
     return out
 
 
 def _gpuarray_key(x: Any, out: Any, px: int, po: int) -> tuple[Any, ...]:
     # The owning context identifies the device (and the context) of a GPUArray on any machine.
-    o = None if out is None else (type(out), out.shape, out.strides, out.dtype, _driver.pointer_context(po))
-    return ("gpuarray", x.shape, x.strides, x.dtype, _driver.pointer_context(px), o, (px | po) & 15, lookup.generation)
+    ctx = _driver.pointer_context(px)
+    if out is None:
+        return ("gpuarray", x.shape, x.strides, x.dtype, ctx, px & 15, lookup.generation)
+    return ("gpuarray", x.shape, x.strides, x.dtype, ctx, type(out), out.shape, out.strides, out.dtype,
+            _driver.pointer_context(po), (px | po) & 15, lookup.generation)  # fmt: skip
 
 
 def _fast_gpuarray(x: Any, out: Any) -> Any:
@@ -389,7 +401,7 @@ def _fast_gpuarray(x: Any, out: Any) -> Any:
         hit = _fast.get(_gpuarray_key(x, out, px, po))
         if hit is None or not _disjoint(px, po, hit):
             return None
-    hit.launch.run(px, po, streams.LEGACY, hit.ctx)
+    _launch(hit.prep, px, po, streams.LEGACY)
     return out
 
 
@@ -413,7 +425,7 @@ def _remember(x: Any, out: Any, xv: View, ov: View, launch: Launch, ctx: int) ->
     if len(_fast) > 4096:
         _fast.clear()
     _fast[key(x, out, xv.ptr, ov.ptr if out is not None else 0)] = _Hit(
-        launch, ctx, x1 - x0, o1 - o0, transposed_shape(xv)
+        launch, ctx, launch.prepared(ctx), x1 - x0, o1 - o0, transposed_shape(xv)
     )
     _FAST[type(x)] = fast
 

@@ -123,6 +123,7 @@ def tune_process(
     delay: float = 0.0,
     seed: int | None = None,
     batch: int = 4,
+    grace_period: int = 2,
 ) -> None:
     """Run one tuning process (the entry point of the multi-process and kill tests)."""
     import optuna
@@ -134,7 +135,7 @@ def tune_process(
     with Store.open(url) as store:
         tune("float32", shape, objective=SyntheticObjective(log_path=log_path, delay=delay),
              store=store, device=DEVICE, trials=trials, seed=seed, batch=batch,
-             heartbeat_interval=1, grace_period=2)  # fmt: skip
+             heartbeat_interval=1, grace_period=grace_period)  # fmt: skip
 
 
 def logged(log_path: str | os.PathLike[str]) -> list[tuple[int, str]]:

@@ -27,12 +27,14 @@ class FakeCupyArray:
 
 
 class _RecordingLaunch:
+    """Stands in for the prepared launch and the driver call the fast path makes."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[int, int, int, int]] = []
         self.state = types.SimpleNamespace(ordinal=0)
 
-    def run(self, src: int, dst: int, stream: int, ctx: int) -> None:
-        self.calls.append((src, dst, stream, ctx))
+    def __call__(self, prep, src: int, dst: int, stream: int, *restore) -> None:
+        self.calls.append((src, dst, stream, prep.ctx))
 
 
 CTX = 0x7F00_0000
@@ -44,10 +46,11 @@ def registered(monkeypatch):
     rec = _RecordingLaunch()
     monkeypatch.setitem(api._FAST, FakeCupyArray, api._fast_cupy)
     monkeypatch.setattr(api, "_fast", {})
+    monkeypatch.setattr(api, "_launch", rec)
     monkeypatch.setattr(streams, "cupy_current", lambda device: STREAM + device)
     x, out = FakeCupyArray(1 << 20, (64, 32)), FakeCupyArray(1 << 24, (32, 64))
     key = api._cupy_key(x, out, x.data.ptr, out.data.ptr)
-    api._fast[key] = api._Hit(rec, CTX, 8192, 8192, (32, 64))
+    api._fast[key] = api._Hit(rec, CTX, types.SimpleNamespace(ctx=CTX), 8192, 8192, (32, 64))
     return rec, x, out
 
 

@@ -434,9 +434,11 @@ def test_processes_share_a_study_without_measuring_a_config_twice(
     log = tmp_path / "measured.log"
     with Store.open(url) as store:
         url = store.url
-    # Batches outlast the grace period (8 x 0.3 s > 2 s): only the heartbeat keeps each
-    # process's running trials from being failed as stale by the other.
-    _run_processes(url, log, 2, trials=40, delay=0.3, seed=None, batch=8)
+    # Batches outlast the grace period (8 x 0.6 s > 4 s): only the heartbeat keeps each
+    # process's running trials from being failed as stale by the other. The grace period is
+    # 4 beats, not 2: on a loaded CI machine a beat (a write contended with the other
+    # process's) was once over a second late and a live trial was taken over.
+    _run_processes(url, log, 2, trials=40, delay=0.6, seed=None, batch=8, grace_period=4)
     measured = logged(log)
     counts = Counter(k for _, k in measured)
     assert counts and max(counts.values()) == 1, "a config was measured twice"

@@ -48,7 +48,7 @@ def main() -> None:
     raw = _driver.lib().dll["cuLaunchKernel"]
     raw.restype = ctypes.c_int
     ctx = launch.state.ctx
-    prep = launch.in_context.get(ctx) or launch._resolve(ctx)
+    prep = launch.prepared(ctx)
     plain = _driver.Prepared(fn, ctx, launch.grid, launch.block, launch.tail)
     plain.address = 0  # the ctypes launch path, for comparison
     rows = {

@@ -146,6 +146,96 @@ def _seed_kernel(state: Any, elem_bytes: int) -> Any:
     return _seed_kernels[key]
 
 
+# --- random workloads (`bench --random N --seed S`) ---------------------------------------------
+# The stated distribution: element size uniform over 1, 2, 4, 8, 16 bytes (then a dtype of that
+# size); total bytes log-uniform in [32 MB, 1 GB]; a quarter each square, rectangular (aspect
+# log-uniform in 1/16..16), skinny (a side uniform in 1..200, either orientation) and batched
+# (batch log-uniform in 2..512, matrices square, rectangular or skinny); each side is a
+# multiple of 64 half the time and any length (mostly odd) otherwise.
+RANDOM_DTYPES: dict[int, tuple[str, ...]] = {
+    1: ("int8", "uint8", "bool"), 2: ("float16", "int16", "uint16"), 4: ("float32", "int32"),
+    8: ("float64", "complex64", "int64"), 16: ("complex128",),
+}  # fmt: skip
+RANDOM_BYTES = (32 << 20, 1 << 30)
+RANDOM_KINDS = ("square", "rectangular", "skinny", "batched")
+
+
+def random_cases(count: int, seed: int) -> list[tuple[tuple[int, int, int], str]]:
+    """`count` (shape (batch, m, n), dtype) cases drawn from the stated distribution; the
+    same seed gives the same cases on any machine."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(count):
+        size = int(rng.choice(sorted(RANDOM_DTYPES)))
+        dtype = str(rng.choice(RANDOM_DTYPES[size]))
+        lo, hi = (np.log(v / size) for v in RANDOM_BYTES)
+        elems = float(np.exp(rng.uniform(lo, hi)))
+        kind = str(rng.choice(RANDOM_KINDS))
+        batch = int(np.exp(rng.uniform(np.log(2), np.log(512)))) if kind == "batched" else 1
+        per = elems / batch
+        shape_kind = str(rng.choice(RANDOM_KINDS[:3])) if kind == "batched" else kind
+        if shape_kind == "skinny":
+            small = int(rng.integers(1, 201))
+            m, n = small, max(1, round(per / small))
+            if rng.random() < 0.5:
+                m, n = n, m
+        elif shape_kind == "square":
+            m = n = _side(rng, per**0.5)
+        else:
+            aspect = float(np.exp(rng.uniform(-1, 1) * np.log(16)))
+            m, n = _side(rng, (per * aspect) ** 0.5), _side(rng, (per / aspect) ** 0.5)
+        cases.append(((batch, int(m), int(n)), dtype))
+    return cases
+
+
+def _side(rng: np.random.Generator, x: float) -> int:
+    """A side near `x`: a multiple of 64 half the time, any length otherwise."""
+    if rng.random() < 0.5:
+        return max(64, round(x / 64) * 64)
+    return max(1, round(x) | 1 if rng.random() < 0.8 else round(x))  # mostly odd
+
+
+def summarize(rows: Sequence[Row]) -> dict[str, Any]:
+    """The random run's summary: autotranspose's median, 10th percentile and minimum share of
+    copy, and per peer how often it was faster, and more than 1% faster."""
+    cases: dict[tuple[tuple[int, int, int], str], dict[str, float]] = {}
+    for r in rows:
+        if r.of_copy:
+            cases.setdefault((r.shape, r.dtype), {})[r.peer] = r.of_copy
+    ours = [c["autotranspose"] for c in cases.values() if "autotranspose" in c]
+    out: dict[str, Any] = {"cases": len(cases), "measured": len(ours)}
+    if ours:
+        out.update(median=float(np.median(ours)), p10=float(np.percentile(ours, 10)),
+                   min=float(min(ours)))  # fmt: skip
+        worst = min(cases.items(), key=lambda kv: kv[1].get("autotranspose", 9.0))
+        out["worst"] = f"{worst[1]['autotranspose'] * 100:.1f}% {_shape_text(worst[0][0])} {worst[0][1]}"
+    for peer in PEERS:
+        if peer in ("copy", "autotranspose"):
+            continue
+        both = [c for c in cases.values() if peer in c and "autotranspose" in c]
+        out[f"{peer}_cases"] = len(both)
+        out[f"{peer}_faster"] = sum(c[peer] > c["autotranspose"] for c in both)
+        out[f"{peer}_faster_1pct"] = sum(c[peer] > 1.01 * c["autotranspose"] for c in both)
+    return out
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    if not summary.get("measured"):
+        return "no autotranspose measurement"
+    lines = [
+        f"autotranspose over {summary['measured']} cases, % of copy: median "
+        f"{100 * summary['median']:.1f}, 10th percentile {100 * summary['p10']:.1f}, "
+        f"min {100 * summary['min']:.1f} ({summary['worst']})"
+    ]
+    for peer in PEERS:
+        if f"{peer}_cases" in summary:
+            lines.append(
+                f"  {peer:>6} faster in {summary[f'{peer}_faster']} of {summary[f'{peer}_cases']}"
+                f" cases, more than 1% faster in {summary[f'{peer}_faster_1pct']}"
+            )
+    return "\n".join(lines)
+
+
 def bench_case(
     shape: tuple[int, int, int],
     dtype: str,
@@ -387,23 +477,29 @@ def run_from_args(args: Any) -> int:
 
     if getattr(args, "db", None):  # the tuned results to serve, as transpose() would
         os.environ["AUTOTRANSPOSE_DB"] = args.db
-    shapes = [parse_shape(s) for s in args.shapes]
     repeats = getattr(args, "repeat", None) or 7
+    if getattr(args, "random", None):
+        cases = random_cases(args.random, args.seed)
+        print(f"{len(cases)} random cases, seed {args.seed}", flush=True)
+    else:
+        cases = [(parse_shape(s), d) for s in args.shapes for d in args.dtypes]
     rows: list[Row] = []
-    for shape in shapes:
-        for dtype in args.dtypes:
-            rows.extend(bench_case(shape, dtype, device=args.device, repeats=repeats))
-            print(
-                format_table([r for r in rows if r.shape == shape and r.dtype == dtype]), flush=True
-            )
+    for shape, dtype in cases:
+        case = bench_case(shape, dtype, device=args.device, repeats=repeats)
+        rows.extend(case)
+        print(format_table(case), flush=True)
     print()
     print(format_table(rows))
+    summary = summarize(rows)
+    print()
+    print(format_summary(summary))
     costs = host_costs()
     print()
     print(format_host_costs(costs))
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"rows": [asdict(r) for r in rows], "call_us": costs}, indent=1)
+            json.dumps({"rows": [asdict(r) for r in rows], "summary": summary, "call_us": costs,
+                        "random": getattr(args, "random", None), "seed": getattr(args, "seed", None)}, indent=1)
         )
     if getattr(args, "markdown", None):
         Path(args.markdown).write_text(markdown_table(rows) + "\n")

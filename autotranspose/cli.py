@@ -522,6 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. 8192x8192 64x1024x1024 (default 8192x8192)")  # fmt: skip
     b.add_argument("--dtypes", nargs="+", default=["float32"], metavar="DTYPE",
                    help="e.g. float32,int8 (default float32)")  # fmt: skip
+    b.add_argument("--random", type=_positive_int, default=None, metavar="N",
+                   help="instead of --shapes/--dtypes: N random (shape, dtype) cases, 32 MB to "
+                        "1 GB, square, rectangular, skinny and batched, odd and aligned")  # fmt: skip
+    b.add_argument("--seed", type=_nonnegative_int, default=0, metavar="S",
+                   help="the random cases' seed (default 0)")  # fmt: skip
     b.add_argument("--json", metavar="PATH", help="write results as JSON")
     b.add_argument("--png", metavar="PATH", help="write a chart")
     b.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")

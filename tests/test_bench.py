@@ -107,3 +107,54 @@ def test_chart_without_matplotlib_says_so(rng, tmp_path, monkeypatch):
 def test_bad_shapes_are_rejected(text):
     with pytest.raises(ValueError):
         bench.parse_shape(text)
+
+
+# --- bench --random ------------------------------------------------------------------------------
+def test_random_cases_follow_the_stated_distribution(rng):
+    seed = int(rng.integers(0, 2**31))
+    cases = bench.random_cases(400, seed)
+    assert cases == bench.random_cases(400, seed), "a seed must give the same cases"
+    assert cases != bench.random_cases(400, seed + 1)
+    lo, hi = bench.RANDOM_BYTES
+    sizes, kinds, odd = set(), set(), 0
+    for (b, m, n), dtype in cases:
+        s = np.dtype(dtype).itemsize
+        sizes.add(s)
+        assert dtype in bench.RANDOM_DTYPES[s]
+        assert min(b, m, n) >= 1
+        nbytes = b * m * n * s
+        assert lo * 0.7 <= nbytes <= hi * 1.3, ((b, m, n), dtype)  # sides rounded to 64
+        kinds.add("batched" if b > 1 else "skinny" if min(m, n) <= 200 else
+                  "square" if m == n else "rectangular")  # fmt: skip
+        odd += m % 2 == 1 or n % 2 == 1
+    assert sizes == set(bench.RANDOM_DTYPES)
+    assert kinds == set(bench.RANDOM_KINDS)
+    assert 0.2 * len(cases) < odd < 0.9 * len(cases)
+
+
+def test_summary_counts_what_each_peer_won(rng):
+    rows, ours_all, faster, faster1 = [], [], {}, {}
+    for i in range(int(rng.integers(5, 30))):
+        shape, dtype = (1, int(rng.integers(1, 9999)), i + 1), "float32"
+        ours = float(rng.uniform(0.2, 1.0))
+        ours_all.append(ours)
+        rows.append(Row(shape, dtype, "copy", 1.0, 1.0, 1.0))
+        rows.append(Row(shape, dtype, "autotranspose", 1.0, 1.0, ours))
+        for peer in ("geam", "seed"):
+            if rng.random() < 0.3:
+                rows.append(Row(shape, dtype, peer, None, None, None, "skipped"))
+                continue
+            theirs = ours * float(rng.choice([0.9, 1.005, 1.2]))
+            rows.append(Row(shape, dtype, peer, 1.0, 1.0, theirs))
+            faster[peer] = faster.get(peer, 0) + (theirs > ours)
+            faster1[peer] = faster1.get(peer, 0) + (theirs > 1.01 * ours)
+    s = bench.summarize(rows)
+    assert s["measured"] == len(ours_all)
+    assert s["median"] == pytest.approx(float(np.median(ours_all)))
+    assert s["p10"] == pytest.approx(float(np.percentile(ours_all, 10)))
+    assert s["min"] == pytest.approx(min(ours_all))
+    for peer in ("geam", "seed"):
+        assert s[f"{peer}_faster"] == faster.get(peer, 0)
+        assert s[f"{peer}_faster_1pct"] == faster1.get(peer, 0)
+    text = bench.format_summary(s)
+    assert f"median {100 * np.median(ours_all):.1f}" in text

@@ -289,6 +289,23 @@ def test_bench_options_parse() -> None:
                                                                       "x.db")  # fmt: skip
 
 
+def test_bench_random_options_parse(rng) -> None:
+    n, seed = int(rng.integers(1, 100)), int(rng.integers(0, 2**31))
+    args = cli.build_parser().parse_args(["bench", "--random", str(n), "--seed", str(seed)])
+    assert (args.random, args.seed) == (n, seed)
+    assert cli.build_parser().parse_args(["bench"]).random is None
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [(["--random", "0"], "at least 1"), (["--random", "x"], "not an integer"),
+     (["--seed", "-1"], "at least 0")],
+)  # fmt: skip
+def test_bench_random_rejects_bad_counts(bad, says) -> None:
+    with pytest.raises(cli.UsageError, match=says):
+        cli.build_parser().parse_args(["bench", *bad])
+
+
 def test_the_progress_bar_draws_on_a_terminal() -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:

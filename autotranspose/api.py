@@ -20,7 +20,7 @@ import numpy as np
 from . import _driver, lookup, streams
 from .arrays import View, allocate_like, check_output, transposed_shape, view
 from .compiler import ARG_FORMAT, DeviceState, Kernel, device_state, get_kernel
-from .config import KernelConfig, max_vec
+from .config import KernelConfig, default_config, max_vec
 from .errors import (
     ConfigError,
     LayoutError,
@@ -174,9 +174,25 @@ def _prepare(x: View, o: View, config: Any, conjugate: bool, state: DeviceState)
     vec = max_vec(s, *strides, pointers=(x.ptr, o.ptr))
     if config is None:
         cfg = choose_config(state, s, x.batch, x.m, x.n, vec, conjugate)
+        if cfg.flat and not _flat_fits(cfg, x, o):  # strided rows: the tiled default
+            cfg = default_config(s, max_vector=vec, conjugate=conjugate)
     else:
         cfg = _check_forced(config, x, vec, conjugate, state)
+        if cfg.flat and not _flat_fits(cfg, x, o):
+            raise ConfigError(
+                f"flat config {cfg.key} needs a side of at most {cfg.tile_n} elements whose "
+                f"rows are contiguous; this call is {x.m}x{x.n} with row pitches {x.ld} (in) "
+                f"and {o.ld} (out): use a tiled config (flat=False) or contiguous arrays"
+            )
     return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs)
+
+
+def _flat_fits(cfg: KernelConfig, x: View, o: View) -> bool:
+    """A flat kernel moves whole short rows as one block: the side it spans must be short
+    and its rows contiguous (input rows when N is short, output rows when M is)."""
+    if x.n <= cfg.tile_n:
+        return x.ld == x.n
+    return x.m <= cfg.tile_n and o.ld == x.m
 
 
 def _key(x: View, o: View, config: Any, conjugate: bool) -> tuple[Any, ...]:

@@ -107,16 +107,47 @@ def kernel_params(c: KernelConfig) -> dict[str, object]:
     }
 
 
+def flat_params(c: KernelConfig) -> dict[str, object]:
+    """What templates/flat.cu.j2 needs about one flat config."""
+    return {
+        "name": c.kernel_name,
+        "s": c.elem_bytes,
+        "tl": c.tile_m,
+        "tw": c.tile_n,
+        "threads": c.threads,
+        "unroll": c.per_thread,
+        "words": c.smem_bytes // 4,
+        "cache": c.cache,
+        "conjugate": c.conjugate,
+        "elem_t": _WORD_TYPES[c.elem_bytes],
+        "dtypes": _DTYPES_BY_SIZE[c.elem_bytes],
+    }
+
+
 def render_many(configs: Iterable[KernelConfig]) -> str:
     """One translation unit holding a kernel per distinct kernel name (compiled in a single nvcc
-    call); configs that differ only in launch parameters (`persistent`) share their kernel."""
+    call); configs that differ only in launch parameters (`persistent`) share their kernel.
+    Each access strategy has its own template: tiled kernels (transpose.cu.j2), flat kernels
+    for skinny matrices (flat.cu.j2)."""
     unique = list({c.kernel_name: c for c in configs}.values())
-    template = _environment().get_template("transpose.cu.j2")
-    return template.render(
-        kernels=[kernel_params(c) for c in unique],
-        version=__version__,
-        template_hash=template_version(),
-    )
+    tiled = [c for c in unique if not c.flat]
+    flat = [c for c in unique if c.flat]
+    parts = []
+    if tiled or not flat:
+        parts.append(
+            _environment().get_template("transpose.cu.j2").render(
+                kernels=[kernel_params(c) for c in tiled],
+                version=__version__,
+                template_hash=template_version(),
+            )
+        )
+    if flat:
+        parts.append(
+            _environment().get_template("flat.cu.j2").render(
+                kernels=[flat_params(c) for c in flat], version=__version__
+            )
+        )
+    return "\n".join(parts)
 
 
 _ELEMENT_TYPES = [(1, "unsigned char"), (2, "unsigned short"), (4, "u32"), (8, "uint2"), (16, "uint4")]

@@ -23,6 +23,9 @@ from .dtypes import ELEMENT_SIZES, element_type
 from .errors import ConfigError
 
 TILE_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
+FLAT_LONG: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)  # a flat tile's long side
+FLAT_MAX_THREADS = 512
+FLAT_SHORT_SIDE = 64  # untuned calls with a side this short or shorter get a flat kernel
 VEC_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
 PER_THREAD: tuple[int, ...] = (1, 2, 4, 8, 16)
 PERSISTENT: tuple[int, ...] = (0, 1, 2, 4, 8)
@@ -77,6 +80,7 @@ class KernelConfig:
     conjugate: bool = False
     persistent: int = 0
     realign: bool = False
+    flat: bool = False
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -137,6 +141,7 @@ class KernelConfig:
             f"_{self.layout}{self.pad if self.layout == 'pad' else ''}_{self.raster}_{self.cache}"
         )
         k += "_ra" if self.realign else ""
+        k += "_flat" if self.flat else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
 
@@ -156,8 +161,20 @@ class KernelConfig:
         return 48 + 3 * (base - 32) if self.realign else base
 
     def tiles(self, m: int, n: int) -> tuple[int, int]:
-        """Tiles along the input's rows and columns for an m x n matrix."""
+        """Tiles along the input's rows and columns for an m x n matrix. A flat kernel's tile
+        spans the whole short side (`tile_n` at most) and `tile_m` elements of the long one."""
+        if self.flat:
+            if not self.applies(m, n):
+                raise ConfigError(
+                    f"flat config {self.key} needs a side of at most {self.tile_n} elements; "
+                    f"the matrix is {m}x{n}: use a tiled config (flat=False)"
+                )
+            return (-(-m // self.tile_m), 1) if n <= self.tile_n else (1, -(-n // self.tile_m))
         return (-(-m // self.tile_m), -(-n // self.tile_n))
+
+    def applies(self, m: int, n: int) -> bool:
+        """Whether the kernel handles an m x n matrix (tiled kernels handle any)."""
+        return not self.flat or min(m, n) <= self.tile_n
 
     def grid(self, m: int, n: int, batch: int = 1, multiprocessors: int = 132) -> tuple[int, int, int]:
         """Launch grid: one block per tile (batches folded in), or with `persistent` = k,
@@ -213,7 +230,7 @@ class KernelConfig:
 
 
 _STR_FIELDS = frozenset({"layout", "raster", "cache"})
-_BOOL_FIELDS = frozenset({"conjugate", "realign"})
+_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat"})
 
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
@@ -229,11 +246,14 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name in _BOOL_FIELDS:
         if type(getattr(c, name)) is not bool:
             yield f"{name} must be a bool"
+    if type(c.flat) is not bool:
+        return
     if any(type(getattr(c, n)) is not int for n in ints):
         return
     checks = (
         (c.elem_bytes in ELEMENT_SIZES, f"elem_bytes={c.elem_bytes} must be one of {list(ELEMENT_SIZES)}"),
-        (c.tile_m in TILE_SIZES, f"tile_m={c.tile_m} must be one of {list(TILE_SIZES)}"),
+        (c.tile_m in (FLAT_LONG if c.flat else TILE_SIZES),
+         f"tile_m={c.tile_m} must be one of {list(FLAT_LONG if c.flat else TILE_SIZES)}"),
         (c.tile_n in TILE_SIZES, f"tile_n={c.tile_n} must be one of {list(TILE_SIZES)}"),
         (c.vec in VEC_SIZES, f"vec={c.vec} must be one of {list(VEC_SIZES)}"),
         (c.per_thread in PER_THREAD, f"per_thread={c.per_thread} must be one of {list(PER_THREAD)}"),
@@ -243,6 +263,9 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     bad = [msg for ok, msg in checks if not ok]
     yield from bad
     if bad:
+        return
+    if c.flat:
+        yield from _flat_errors(c)
         return
     w = c.vec * c.elem_bytes
     if w > 16:
@@ -285,7 +308,31 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
 
 
+FLAT_WORD = 4  # a flat kernel moves the contiguous side in aligned 32-bit words
+
+
+def _flat_threads(c: KernelConfig) -> int:
+    """A flat kernel's threads: each moves `per_thread` words of a full tile in one pass."""
+    words = -(-c.tile_m * c.tile_n * c.elem_bytes // FLAT_WORD)
+    return -(-words // c.per_thread // WARP) * WARP
+
+
+def _flat_errors(c: KernelConfig) -> Iterator[str]:
+    fixed = {"vec": 1, "pad": 0, "layout": "pad", "raster": "row", "realign": False}
+    for name, want in fixed.items():
+        if getattr(c, name) != want:
+            yield f"flat=True takes {name}={want!r} (got {getattr(c, name)!r}): a flat kernel has no vectors, padding or raster of its own"
+    threads = _flat_threads(c)
+    if threads > FLAT_MAX_THREADS:  # 1024 threads cap registers at 64 and ptxas spilled
+        yield f"flat tile {c.tile_m}x{c.tile_n} with per_thread={c.per_thread} needs {threads} threads; at most {FLAT_MAX_THREADS}: raise per_thread"
+    if c.conjugate and c.elem_bytes not in (8, 16):
+        yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
+
+
 def _derive(c: KernelConfig) -> dict[str, int]:
+    if c.flat:
+        words = -(-(c.tile_m * c.tile_n * c.elem_bytes + FLAT_WORD - 1) // FLAT_WORD)
+        return {"threads": _flat_threads(c), "smem": -(-words // WARP) * WARP * FLAT_WORD}
     threads = (c.tile_m // c.vec) * (c.tile_n // c.vec) // c.per_thread
     rows = c.tile_n // c.vec  # one shared-memory row per vec output rows
     smem = c.planes * rows * c.smem_pitch * c.chunk_bytes
@@ -314,12 +361,15 @@ def config_space(
     *,
     conjugate: bool = False,
     max_vector: int | None = None,
+    short_side: int | None = None,
 ) -> Iterator[KernelConfig]:
     """Every valid config for `dtype` that `device` can run (no device: the newest GPUs).
 
     `device` may be :class:`DeviceLimits`, a pycuda ``Device`` or None. `max_vector` caps
     `vec` for a call whose rows or pointers are not aligned to wider vectors; such a call also
-    gets the `realign` kernels, which use vectors of any width on any alignment.
+    gets the `realign` kernels, which use vectors of any width on any alignment. With
+    `short_side` (the shorter matrix side, or its class's bound), the flat kernels whose tile
+    spans it come too.
     """
     et = element_type(dtype)
     if conjugate and not et.conjugable:
@@ -347,6 +397,47 @@ def config_space(
                                     yield cfg
                                     for p in PERSISTENT[1:]:
                                         yield cfg.replace(persistent=p)
+    if short_side is not None:
+        yield from flat_space(s, limits, short_side, conjugate)
+
+
+def flat_space(
+    elem_bytes: int, limits: DeviceLimits, short_side: int, conjugate: bool = False
+) -> Iterator[KernelConfig]:
+    """The flat configs (skinny matrices) whose tile spans a short side of `short_side`."""
+    for tw in TILE_SIZES:
+        if tw < short_side:
+            continue
+        for tl in FLAT_LONG:
+            for pt in PER_THREAD:
+                for cache in CACHE_HINTS:
+                    try:
+                        cfg = KernelConfig(elem_bytes, tl, tw, 1, pt, 0, "pad", "row", cache,
+                                           conjugate, flat=True)  # fmt: skip
+                    except ConfigError:
+                        continue
+                    if cfg.fits(limits):
+                        yield cfg
+                        for p in PERSISTENT[1:]:
+                            yield cfg.replace(persistent=p)
+
+
+def flat_default(elem_bytes: int, short_side: int, conjugate: bool = False) -> KernelConfig | None:
+    """The untuned flat config for a skinny call: the narrowest tile that spans the short
+    side, about 16 KiB of it, 8 words in flight per thread; None if no flat tile fits."""
+    tw = next((t for t in TILE_SIZES if t >= short_side), None)
+    if tw is None:
+        return None
+    for tl in sorted(FLAT_LONG, key=lambda tl: abs(tl * tw * elem_bytes - 16384)):
+        for pt in (8, 16, 4):
+            try:
+                cfg = KernelConfig(elem_bytes, tl, tw, 1, pt, 0, "pad", "row", "default",
+                                   conjugate, flat=True)  # fmt: skip
+            except ConfigError:
+                continue
+            if cfg.fits(NEWEST):
+                return cfg
+    return None
 
 
 def device_limits(device: Any) -> DeviceLimits:

@@ -7,6 +7,10 @@ For (device, element size, shape class) the choice falls through:
 3. "shipped": the same two steps over ``tuning_db/<device slug>.json`` shipped with the package;
 4. "default": ``default_config(elem_bytes, max_vector=cls.vec)``.
 
+A skinny class (a side of at most ``FLAT_SHORT_SIDE`` elements) takes steps 1 and 3 only for
+exactly its class, and otherwise the flat kernel (``flat_default``): a tiled kernel tuned for
+another class wastes most of its tile on a short side.
+
 Only entries of the running template version are served, and only configs the call can run:
 no wider vectors than the class allows, within the device's block limits. A choice is cached
 in-process per (device model and limits, element size, class, conjugate, database), so
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import NEWEST, DeviceLimits, default_config
+from .config import FLAT_SHORT_SIDE, NEWEST, DeviceLimits, default_config, flat_default
 from .device import DeviceInfo
 from .errors import AutotransposeError, StoreError
 from .shapes import ShapeClass
@@ -118,6 +122,9 @@ def _choose(
     store: Any,
     conjugate: bool,
 ) -> Choice:
+    # A skinny class is served its own tuned or shipped result, else the flat kernel: the
+    # nearest other class's tiled kernel can be a tenth as fast there.
+    skinny = min(cls.m, cls.n) <= FLAT_SHORT_SIDE
     db = _default_store() if store is DEFAULT_STORE else store
     if db is not None:
         try:
@@ -126,12 +133,16 @@ def _choose(
             _warn_once(db.url, f"autotranspose: not using tuning database {db.display}: {exc}")
             tuned = []
         found = _pick(tuned, elem_bytes, cls, limits)
-        if found is not None:
+        if found is not None and (found[1] or not skinny):
             entry, exact = found
             return _choice(entry, "tuned" if exact else "nearest", conjugate)
     found = _pick(shipped(name), elem_bytes, cls, limits)
-    if found is not None:
+    if found is not None and (found[1] or not skinny):
         return _choice(found[0], "shipped", conjugate)
+    if skinny:
+        flat = flat_default(elem_bytes, min(cls.m, cls.n), conjugate)
+        if flat is not None and flat.fits(limits):
+            return Choice(flat, "default")
     return Choice(default_config(elem_bytes, max_vector=cls.vec, conjugate=conjugate), "default")
 
 
@@ -145,6 +156,7 @@ def _pick(
         if not e.stale
         and e.elem_bytes == elem_bytes
         and (e.config.vec <= cls.vec or e.config.realign)  # realigning kernels fit any call
+        and e.config.applies(cls.m, cls.n)  # a flat kernel's tile must span the short side
         and e.config.fits(limits)
     ]
     for e in usable:

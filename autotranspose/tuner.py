@@ -420,8 +420,11 @@ def tune(
     _check_settings(trials, timeout, patience, batch, sampler)
     cls = shape_class(dims[0], dims[1], dims[2], max_vec(et.size, dims[1], dims[2]))
     space = SearchSpace(
-        config_space(et.name, device.limits, conjugate=conjugate, max_vector=cls.vec)
-    )
+        config_space(
+            et.name, device.limits, conjugate=conjugate, max_vector=cls.vec,
+            short_side=min(cls.m, cls.n),
+        )
+    )  # fmt: skip
     name = study_name(device, et.size, cls, space, conjugate)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -7,9 +7,9 @@ For (device, element size, shape class) the choice falls through:
 3. "shipped": the same two steps over ``tuning_db/<device slug>.json`` shipped with the package;
 4. "default": ``default_config(elem_bytes, max_vector=cls.vec)``.
 
-A skinny class (a side of at most ``FLAT_SHORT_SIDE`` elements) takes steps 1 and 3 only for
-exactly its class, and otherwise the flat kernel (``flat_default``): a tiled kernel tuned for
-another class wastes most of its tile on a short side.
+A tall skinny class (rows of at most ``FLAT_SHORT_SIDE`` elements) takes steps 1 and 3 only
+for exactly its class, and otherwise the flat kernel (``flat_default``): a tiled kernel tuned
+for another class wastes most of its tile on the short rows.
 
 Only entries of the running template version are served, and only configs the call can run:
 no wider vectors than the class allows, within the device's block limits. A choice is cached
@@ -122,9 +122,11 @@ def _choose(
     store: Any,
     conjugate: bool,
 ) -> Choice:
-    # A skinny class is served its own tuned or shipped result, else the flat kernel: the
-    # nearest other class's tiled kernel can be a tenth as fast there.
-    skinny = min(cls.m, cls.n) <= FLAT_SHORT_SIDE
+    # A tall skinny class (short rows) is served its own tuned or shipped result, else the
+    # flat kernel: the nearest other class's tiled kernel can be a tenth as fast there. Wide
+    # ones (few long rows) keep the tiled fallbacks: there the flat kernel's element-wise
+    # loads lost to them for 1- and 2-byte elements (H200, docs/perf-notes.md).
+    skinny = cls.n <= FLAT_SHORT_SIDE
     db = _default_store() if store is DEFAULT_STORE else store
     if db is not None:
         try:

@@ -131,7 +131,6 @@ def _skinny_shapes(rng) -> list[tuple[int, int, int]]:
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("pycuda_primary")
 @pytest.mark.parametrize("s", SIZES)
 def test_flat_kernels_match_the_reference(rng, s):
     """Odd long sides, every short side class, batches, both orientations; fresh data, a
@@ -206,7 +205,6 @@ def test_conjugate_flat(rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("pycuda_primary")
 def test_skinny_past_2_31_elements():
     from autotranspose.api import choose_config, contiguous_launch
     from autotranspose.compiler import activate

@@ -7,9 +7,10 @@ For (device, element size, shape class) the choice falls through:
 3. "shipped": the same two steps over ``tuning_db/<device slug>.json`` shipped with the package;
 4. "default": ``default_config(elem_bytes, max_vector=cls.vec)``.
 
-A tall skinny class (rows of at most ``FLAT_SHORT_SIDE`` elements) takes steps 1 and 3 only
-for exactly its class, and otherwise the flat kernel (``flat_default``): a tiled kernel tuned
-for another class wastes most of its tile on the short rows.
+A skinny class (rows of at most ``FLAT_SHORT_SIDE`` elements, or that few rows whose
+alignment allows no 8-byte vector) takes steps 1 and 3 only for exactly its class, and
+otherwise the flat kernel (``flat_default``): a tiled kernel tuned for another class wastes
+most of its tile on the short side.
 
 Only entries of the running template version are served, and only configs the call can run:
 no wider vectors than the class allows, within the device's block limits. A choice is cached
@@ -122,11 +123,11 @@ def _choose(
     store: Any,
     conjugate: bool,
 ) -> Choice:
-    # A tall skinny class (short rows) is served its own tuned or shipped result, else the
-    # flat kernel: the nearest other class's tiled kernel can be a tenth as fast there. Wide
-    # ones (few long rows) keep the tiled fallbacks: there the flat kernel's element-wise
-    # loads lost to them for 1- and 2-byte elements (H200, docs/perf-notes.md).
-    skinny = cls.n <= FLAT_SHORT_SIDE
+    # A skinny class is served its own tuned or shipped result, else the flat kernel: the
+    # nearest other class's tiled kernel can be a tenth as fast there. Wide ones (few long
+    # rows) only when their rows allow no vector of 8 bytes: with wide vectors the tiled
+    # fallbacks beat the flat kernel's element-wise loads (H200, docs/perf-notes.md).
+    skinny = cls.n <= FLAT_SHORT_SIDE or (cls.m <= FLAT_SHORT_SIDE and cls.vec * elem_bytes < 8)
     db = _default_store() if store is DEFAULT_STORE else store
     if db is not None:
         try:

@@ -87,8 +87,13 @@ def test_an_untuned_skinny_class_gets_the_flat_kernel(rng, s):
         assert not choice.config.flat
     else:
         assert choice.config == expect and choice.source == "default"
-    wide = ShapeClass(1, bucket, 1 << 20, 1)  # few long rows: the tiled kernels
-    assert not lookup.choose("no GPU we ship results for", s, wide, store=None).config.flat
+    # few long rows: flat only when no 8-byte vector fits them
+    for vec in (1, 2, 4, 8, 16):
+        if vec * s > 16 or (vec > 1 and vec * s < 4):
+            continue
+        wide = ShapeClass(1, bucket, 1 << 20, vec)
+        got = lookup.choose("no GPU we ship results for", s, wide, store=None).config
+        assert got.flat == (vec * s < 8 and expect is not None), (s, vec, got.key)
 
 
 def test_a_square_class_keeps_the_tiled_default():

@@ -343,16 +343,21 @@ class Prepared:
         self.address = 0
         if _native_launch() is not None:
             spec = _native.Spec()
-            dll = lib().dll
-            spec.get, spec.set, spec.launch = (
-                ctypes.cast(dll[name], c_void_p).value
-                for name in ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuLaunchKernel")
-            )
+            spec.get, spec.set, spec.launch = _entry_points()
             spec.func, spec.ctx = func, ctx
             spec.dims[:] = [*grid, *block, 0]
             spec.offsets[:] = list(TRANSPOSE_OFFSETS)
             ctypes.memmove(ctypes.addressof(spec.params), bytes(16) + tail, TRANSPOSE_BYTES)
             self.spec, self.address = spec, ctypes.addressof(spec)
+
+
+@functools.cache
+def _entry_points() -> tuple[int, int, int]:
+    """Addresses of the driver functions the compiled launcher calls."""
+    dll = lib().dll
+    names = ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuLaunchKernel")
+    get, set_, launch_ = (ctypes.cast(dll[name], c_void_p).value for name in names)
+    return get, set_, launch_
 
 
 def _native_launch() -> Any:

@@ -28,13 +28,17 @@ from typing import Any
 ENV_VAR = "AUTOTRANSPOSE_NATIVE_LAUNCH"
 SAME = 1  # `restore` value meaning "the context the thread had" (never a context handle)
 
-# The argument block layout is fixed by compiler.ARG_FORMAT; _driver checks it matches.
+# The transpose kernels' argument block (compiler.ARG_FORMAT): its argument count and bytes.
+# _driver.TRANSPOSE_OFFSETS / TRANSPOSE_BYTES describe the same block; tests/test_native.py
+# checks that all three agree.
+NARGS, NBYTES = 11, 76
+
 SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 
-#define NARGS 11
-#define NBYTES 76
+#define NARGS @NARGS@
+#define NBYTES @NBYTES@
 typedef int (*get_t)(void **);
 typedef int (*set_t)(void *);
 typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -77,9 +81,7 @@ int at_transpose(const at_launch *L, uint64_t src, uint64_t dst, void *stream, v
 
 unsigned at_layout(void) { return (NARGS << 16) | NBYTES; }
 unsigned at_struct_size(void) { return sizeof(at_launch); }
-"""
-
-NARGS, NBYTES = 11, 76
+""".replace("@NARGS@", str(NARGS)).replace("@NBYTES@", str(NBYTES))
 
 
 class Spec(ctypes.Structure):

@@ -309,8 +309,7 @@ def _exported_view(xv: View, result: Any) -> View:
 # generation) goes straight to its launch; anything else takes the full path above.
 class _Hit(NamedTuple):
     launch: Launch
-    ctx: int
-    prep: _driver.Prepared  # the launch made ready in ctx: the fast path hands it to the driver
+    prep: _driver.Prepared  # the launch made ready in its context: handed to the driver as is
     x_extent: int  # bytes from x's pointer to its end, for the overlap check
     o_extent: int
     out_shape: tuple[int, ...]
@@ -407,9 +406,10 @@ def _fast_gpuarray(x: Any, out: Any) -> Any:
         import pycuda.gpuarray as gpuarray
 
         nbytes = x.size * x.dtype.itemsize
-        with _driver.on_context(hit.ctx):  # pycuda's GPUArray() asks the current context
+        ctx = hit.prep.ctx
+        with _driver.on_context(ctx):  # pycuda's GPUArray() asks the current context
             out = gpuarray.GPUArray(
-                hit.out_shape, x.dtype, gpudata=_driver.Allocation(nbytes, hit.ctx)
+                hit.out_shape, x.dtype, gpudata=_driver.Allocation(nbytes, ctx)
             )
         po = out.ptr
     else:
@@ -441,7 +441,7 @@ def _remember(x: Any, out: Any, xv: View, ov: View, launch: Launch, ctx: int) ->
     if len(_fast) > 4096:
         _fast.clear()
     _fast[key(x, out, xv.ptr, ov.ptr if out is not None else 0)] = _Hit(
-        launch, ctx, launch.prepared(ctx), x1 - x0, o1 - o0, transposed_shape(xv)
+        launch, launch.prepared(ctx), x1 - x0, o1 - o0, transposed_shape(xv)
     )
     _FAST[type(x)] = fast
 

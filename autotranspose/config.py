@@ -386,17 +386,10 @@ def config_space(
                     for layout, pad in (("pad", 0), ("pad", 1), ("swizzle", 0)):
                         for raster in RASTERS:
                             for cache in CACHE_HINTS:
-                                try:
-                                    cfg = KernelConfig(
-                                        s, tm, tn, vec, pt, pad, layout, raster, cache,
-                                        conjugate, realign=realign,
-                                    )
-                                except ConfigError:
-                                    continue
-                                if cfg.fits(limits):
-                                    yield cfg
-                                    for p in PERSISTENT[1:]:
-                                        yield cfg.replace(persistent=p)
+                                yield from _launchable(
+                                    limits, s, tm, tn, vec, pt, pad, layout, raster, cache,
+                                    conjugate, realign=realign,
+                                )  # fmt: skip
     if short_side is not None:
         yield from flat_space(s, limits, short_side, conjugate)
 
@@ -411,15 +404,21 @@ def flat_space(
         for tl in FLAT_LONG:
             for pt in PER_THREAD:
                 for cache in CACHE_HINTS:
-                    try:
-                        cfg = KernelConfig(elem_bytes, tl, tw, 1, pt, 0, "pad", "row", cache,
-                                           conjugate, flat=True)  # fmt: skip
-                    except ConfigError:
-                        continue
-                    if cfg.fits(limits):
-                        yield cfg
-                        for p in PERSISTENT[1:]:
-                            yield cfg.replace(persistent=p)
+                    yield from _launchable(limits, elem_bytes, tl, tw, 1, pt, 0, "pad", "row",
+                                           cache, conjugate, flat=True)  # fmt: skip
+
+
+def _launchable(limits: DeviceLimits, *fields: Any, **named: Any) -> Iterator[KernelConfig]:
+    """The config with these fields, then its persistent variants, if it is valid and
+    `limits` can run it; nothing otherwise."""
+    try:
+        cfg = KernelConfig(*fields, **named)
+    except ConfigError:
+        return
+    if cfg.fits(limits):
+        yield cfg
+        for p in PERSISTENT[1:]:
+            yield cfg.replace(persistent=p)
 
 
 def flat_default(elem_bytes: int, short_side: int, conjugate: bool = False) -> KernelConfig | None:

@@ -38,6 +38,17 @@ def _ints(rng, shape: tuple[int, ...]) -> np.ndarray:
     return rng.integers(-1000, 1000, size=shape).astype(np.float32)
 
 
+def _in_new_thread(fn):
+    """fn() run on a fresh thread (which starts with no CUDA context current); its result.
+    An exception in the thread fails the test here."""
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(fn()))
+    t.start()
+    t.join()
+    assert box, "the thread raised (see its traceback above)"
+    return box[0]
+
+
 def _random_shape(rng, batch: bool = False) -> tuple[int, ...]:
     m, n = (int(v) for v in rng.integers(1, 700, 2))
     return (int(rng.integers(2, 5)), m, n) if batch else (m, n)
@@ -192,11 +203,7 @@ def test_the_callers_own_context_is_left_current(rng):
             own.pop()
             own.detach()
 
-    box: list = []
-    t = threading.Thread(target=lambda: box.append(in_thread()))
-    t.start()
-    t.join()
-    before, after, ok = box[0]
+    before, after, ok = _in_new_thread(in_thread)
     assert before is not None and after == before and ok
 
 
@@ -224,11 +231,7 @@ def test_gpuarray_in_a_pycuda_context_of_its_own(rng):
             own.pop()
             own.detach()
 
-    box: list = []
-    t = threading.Thread(target=lambda: box.append(work()))
-    t.start()
-    t.join()
-    assert box == [True]
+    assert _in_new_thread(work) is True
 
 
 # --- the caller's stream ------------------------------------------------------------------------

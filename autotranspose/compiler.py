@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from . import _driver
-from .codegen import render_many
+from .codegen import NVCC_OPTIONS, render_many
 from .config import KernelConfig
 from .device import DeviceInfo, query_device
 from .errors import CudaUnavailableError, DeviceError, KernelCompileError
 
-NVCC_OPTIONS: tuple[str, ...] = ("-O3", "-lineinfo")
 # Kernel arguments: in, out, M, N, ld_in, ld_out, bs_in, bs_out, tiles_fast, tiles_slow, total.
 ARG_FORMAT = "PPqqqqqqIII"
 

@@ -88,11 +88,11 @@ def isolated_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def template_version(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Call with a string to pretend the running code has that template version."""
-    real = database._current_template()
+    """Call with a string to pretend every kernel of the running code has that version; with
+    nothing, to go back to the real per-kernel versions."""
+    real = database._current_version
 
-    def set_version(version: str | None = None) -> str:
-        monkeypatch.setattr(database, "_current_template", lambda: version or real)
-        return version or real
+    def set_version(version: str | None = None) -> None:
+        monkeypatch.setattr(database, "_current_version", (lambda config: version) if version else real)
 
     return set_version

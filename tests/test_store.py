@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from store_data import A100, H100, ok, random_config, sample_shape, valid_config
 
+from autotranspose.config import flat_default
 from autotranspose.errors import ForeignDatabaseError, StoreError
 from autotranspose.measure import Measurement
 from autotranspose.shapes import ShapeClass, shape_class
@@ -252,6 +254,52 @@ def test_stale_best_is_replaced_even_by_a_slower_result(store, rng, template_ver
     assert best.gbps == 100.0 and best.config == config and not best.stale
 
 
+@pytest.fixture
+def edited_templates(tmp_path, monkeypatch):
+    """Call with (template file, text to add inside its kernel loop) to pretend the running
+    code's templates were edited there; the real templates are untouched."""
+    from autotranspose import codegen
+
+    work = tmp_path / "templates"
+    shutil.copytree(codegen.template_dir(), work)
+
+    def edit(name: str, line: str) -> None:
+        path = work / name
+        text = path.read_text()
+        loop = "{%- for k in kernels %}\n"
+        assert loop in text, f"{name} has no kernel loop to edit"
+        path.write_text(text.replace(loop, loop + line + "\n", 1))
+        monkeypatch.setattr(codegen, "template_dir", lambda: work)
+        codegen._environment.cache_clear()
+        codegen.kernel_version.cache_clear()
+
+    yield edit
+    codegen._environment.cache_clear()
+    codegen.kernel_version.cache_clear()
+
+
+def test_results_survive_edits_to_other_kernels(store, rng, edited_templates):
+    """A result is versioned by its own kernel's source: editing the flat kernels' template
+    leaves tiled results current, and makes flat results stale (and replaceable)."""
+    tiled_shape, tiled_cls = sample_shape(rng)
+    tiled = random_config(rng, 4, tiled_cls.vec)
+    flat = flat_default(4, 20)
+    flat_shape = (1, int(rng.integers(100_000, 2_000_000)), 20)
+    flat_cls = shape_class(*flat_shape, 4)
+    run = store.begin_run(H100, {})
+    store.record(run, H100, "float32", 4, tiled_shape, tiled_cls, tiled, ok(2000.0))
+    store.record(run, H100, "float32", 4, flat_shape, flat_cls, flat, ok(1500.0))
+    edited_templates("flat.cu.j2", "// an edit to the flat kernels only")
+    assert store.best(H100.name, 4, tiled_cls).config == tiled  # still current: still served
+    assert store.best(H100.name, 4, flat_cls) is None
+    assert {e.config.flat: e.stale for e in store.entries(H100.name)} == {False: False, True: True}
+    store.record(run, H100, "float32", 4, flat_shape, flat_cls, flat, ok(900.0))  # re-measured
+    assert store.best(H100.name, 4, flat_cls).gbps == 900.0  # slower, but current: replaces
+    edited_templates("transpose.cu.j2", "// an edit to the tiled kernels")
+    assert store.best(H100.name, 4, tiled_cls) is None
+    assert store.best(H100.name, 4, flat_cls).gbps == 900.0
+
+
 def test_keys_are_separate(store, rng):
     """Best is per (device, element size, shape class)."""
     shape, cls = sample_shape(rng)
@@ -359,7 +407,7 @@ MALICIOUS_CONFIGS = [
 def _insert_best(store, *, config_json=None, shape_class="1x1024x1024/v4", device=H100, gbps=1.0, tv=None):  # fmt: skip
     """A best row written with raw SQL, as a tampered or damaged database would hold it."""
     device_id = store.upsert_device(device)
-    tv = tv or database._current_template()
+    tv = tv or database._current_version(valid_config(4, 4))
     config_json = config_json or json.dumps(valid_config(4, 4).to_dict())
     with store.engine.begin() as conn:
         key = f"raw{conn.exec_driver_sql('SELECT COUNT(*) FROM at_configs').scalar()}"
@@ -381,7 +429,9 @@ def test_malicious_config_rows_are_skipped_and_named(store, config_json, monkeyp
     rendered = []
     from autotranspose import codegen
 
-    monkeypatch.setattr(codegen, "kernel_params", lambda c: rendered.append(c) or {})
+    real = codegen.kernel_params
+    monkeypatch.setattr(codegen, "kernel_params", lambda c: rendered.append(c) or real(c))
+    codegen.kernel_version.cache_clear()
     row_id = _insert_best(store, config_json=config_json)
     good_id = _insert_best(store, shape_class="1x2048x2048/v4")
     with pytest.warns(BadRowWarning, match=f"at_best row {row_id}"):
@@ -391,7 +441,8 @@ def test_malicious_config_rows_are_skipped_and_named(store, config_json, monkeyp
     assert (problem.table, problem.row_id) == ("at_best", row_id) and good_id != row_id
     with pytest.raises(StoreError, match=f"at_best row {row_id}"):
         store.best(H100.name, 4, ShapeClass(1, 1024, 1024, 4))
-    assert rendered == []  # nothing read from the database went near a template
+    # only the validated good config reached a template (to compute its kernel's version)
+    assert rendered and all(c == valid_config(4, 4) for c in rendered)
 
 
 @pytest.mark.parametrize(

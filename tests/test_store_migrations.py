@@ -29,7 +29,7 @@ def _fill_revision_0001(url: str, rng) -> dict:
     """Rows as autotranspose with schema 0001 wrote them (raw SQL: no current models)."""
     config = valid_config(4, 4)
     gbps = float(rng.uniform(500, 3000))
-    tv = database._current_template()
+    tv = database._current_version(config)
     now = database._now()
     engine = sa.create_engine(resolve_url(url))
     with engine.begin() as conn:

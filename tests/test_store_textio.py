@@ -8,6 +8,7 @@ import json
 import pytest
 from store_data import A100, H100, ok, random_config, sample_shape
 
+from autotranspose.config import KernelConfig
 from autotranspose.errors import StoreError
 from autotranspose.shapes import ShapeClass
 from autotranspose.store import Store, database, textio
@@ -52,7 +53,8 @@ def test_dump_writes_one_sorted_file_per_gpu(tmp_path, rng, template_version):
             keys = [(e["elem_bytes"], ShapeClass.parse(e["shape_class"])) for e in doc["entries"]]
             assert keys == sorted(keys) and len(set(keys)) == len(keys)
             assert all(
-                e["template_version"] == database._current_template() for e in doc["entries"]
+                e["template_version"] == database._current_version(KernelConfig.from_dict(e["config"]))
+                for e in doc["entries"]
             )
             assert list(doc["entries"][0]) == sorted(doc["entries"][0])
         # include_stale keeps the entry older kernels made
@@ -127,7 +129,7 @@ def _valid_doc(rng) -> dict:
         entries.append({
             "elem_bytes": 4, "shape_class": str(cls), "shape": list(shape), "config": config.to_dict(),
             "gbps": 1500.5, "copy_gbps": 3000.0, "ratio": 0.5002, "dtype": "float32",
-            "template_version": database._current_template(),
+            "template_version": database._current_version(config),
             "measured_at": "2025-01-02T03:04:05.123456+00:00",
         })  # fmt: skip
     return {"format": textio.FORMAT, "device": H100.to_dict(), "entries": entries}

@@ -167,8 +167,14 @@ def _foreign(display: str, why: str) -> ForeignDatabaseError:
     )
 
 
-def _current_template() -> str:
-    """The running code's template version (a function so tests can pretend the code changed)."""
+def _current_version(config: KernelConfig) -> str:
+    """The version of `config`'s kernel in the running code (a function so tests can pretend
+    the code changed): a stored result is current only while it equals its own version."""
+    return codegen.kernel_version(config)
+
+
+def _templates_hash() -> str:
+    """The running code's template files, recorded with each run (for the record only)."""
     return codegen.template_version()
 
 
@@ -419,7 +425,7 @@ class Store:
         with self._write() as conn:
             device_id = self._device_id(conn, device)
             run_id = _insert(conn, Run, device_id=device_id, started_at=_now(), finished_at=None,
-                             tool_version=__version__, template_version=_current_template(),
+                             tool_version=__version__, template_version=_templates_hash(),
                              settings_json=settings_json, status="running")  # fmt: skip
         self._device_ids[device] = device_id
         return run_id
@@ -450,7 +456,7 @@ class Store:
         (device, elem_bytes, shape class) if it is correct and faster than the current best,
         or if the current best came from another template version."""
         _check_record(dtype, elem_bytes, shape, shape_class, config, m)
-        tv = _current_template()
+        tv = _current_version(config)
         now = _now()
         with self._write() as conn:
             device_id = self._device_id(conn, device)
@@ -481,7 +487,7 @@ class Store:
         with self._write() as conn:
             device_id = _upsert_device(conn, device)
             run_id = _insert(conn, Run, device_id=device_id, started_at=now, finished_at=now,
-                             tool_version=__version__, template_version=_current_template(),
+                             tool_version=__version__, template_version=_templates_hash(),
                              settings_json=json.dumps({"source": source}), status="imported")  # fmt: skip
             for e in entries:
                 if e.config.elem_bytes != e.elem_bytes or (
@@ -552,7 +558,7 @@ class Store:
             .where(Device.name == device_name, Config.key == config.key,
                    MeasurementRow.elem_bytes == elem_bytes, MeasurementRow.batch == b,
                    MeasurementRow.m == rows, MeasurementRow.n == cols,
-                   MeasurementRow.template_version == _current_template())
+                   MeasurementRow.template_version == _current_version(config))
             .order_by(MeasurementRow.id.desc())
             .limit(1)
         )  # fmt: skip
@@ -652,12 +658,11 @@ class Store:
             q = q.where(Best.shape_class == shape_class)
         with self._read() as conn:
             rows = conn.execute(q).all()
-        current = _current_template()
         entries: list[TunedEntry] = []
         problems: list[RowProblem] = []
         for r in rows:
             try:
-                entries.append(_entry_from_row(r, current))
+                entries.append(_entry_from_row(r))
             except _ROW_ERRORS as exc:
                 problems.append(RowProblem("at_best", r.id, _why(exc)))
         entries.sort(key=lambda e: (e.device, e.elem_bytes, e.shape_class))
@@ -781,12 +786,13 @@ def _offer_best(
 ) -> None:
     """Make this result the best of its key if it beats the current best, atomically.
 
-    A result from the running templates beats a stale best whatever its speed, and a faster
-    current best; a stale result (an imported old file) only beats a slower stale best. The
-    comparison happens inside the database (INSERT .. ON CONFLICT DO UPDATE .. WHERE on SQLite
-    and PostgreSQL, a locked SELECT elsewhere), so concurrent writers never lose the faster one.
+    A result of its kernel's current version beats a stale best whatever its speed, and a
+    faster current best; a stale result (an imported old file) only beats a slower stale best.
+    Staleness is per kernel (the stored version against the running code's version of that
+    row's own config), so it is decided here, not in SQL: under the write lock (SQLite's
+    BEGIN IMMEDIATE, PostgreSQL's SELECT .. FOR UPDATE, a unique key for the first insert),
+    so concurrent writers never lose the faster one.
     """
-    current = _current_template()
     values = {
         "device_id": device_id, "elem_bytes": elem_bytes, "shape_class": shape_class,
         "config_id": config_id, "measurement_id": measurement_id, "gbps": gbps,
@@ -795,37 +801,37 @@ def _offer_best(
         "template_version": tv, "updated_at": now,
     }  # fmt: skip
     key_names = ("device_id", "elem_bytes", "shape_class")
-    dialect_insert = _dialect_insert(conn)
-    if dialect_insert is not None:
-        ins = dialect_insert(Best).values(**values)
-        t = Best.__table__
-        faster = t.c.gbps < ins.excluded.gbps
-        stale_best = t.c.template_version != current
-        wins = sa.or_(stale_best, faster) if tv == current else sa.and_(stale_best, faster)
-        conn.execute(
-            ins.on_conflict_do_update(
-                index_elements=list(key_names),
-                set_={k: ins.excluded[k] for k in values if k not in key_names},
-                where=wins,
-            )
-        )
-        return
     key = sa.and_(
         Best.device_id == device_id, Best.elem_bytes == elem_bytes, Best.shape_class == shape_class
     )
-    q = sa.select(Best.id, Best.gbps, Best.template_version).where(key).with_for_update()
+    q = (
+        sa.select(Best.id, Best.gbps, Best.template_version, Best.config_id)
+        .where(key)
+        .with_for_update()
+    )
     row = conn.execute(q).first()
     if row is None:
         try:
             with conn.begin_nested():
                 conn.execute(sa.insert(Best).values(**values))
             return
-        except sa.exc.IntegrityError:
+        except sa.exc.IntegrityError:  # another writer inserted it meanwhile
             row = conn.execute(q).one()
-    stale_best = row.template_version != current
-    if (stale_best or row.gbps < gbps) if tv == current else (stale_best and row.gbps < gbps):
+    current = tv == _version_of_config_id(conn, config_id)
+    stale_best = row.template_version != _version_of_config_id(conn, row.config_id)
+    if (stale_best or row.gbps < gbps) if current else (stale_best and row.gbps < gbps):
         changes = {k: v for k, v in values.items() if k not in key_names}
         conn.execute(sa.update(Best).where(Best.id == row.id).values(**changes))
+
+
+def _version_of_config_id(conn: Connection, config_id: int) -> str | None:
+    """The running code's version of a stored config's kernel; None if the row is invalid
+    (then no stored version matches it: it counts as stale)."""
+    text = conn.execute(sa.select(Config.config_json).where(Config.id == config_id)).scalar()
+    try:
+        return _current_version(parse_config_json(text))
+    except _ROW_ERRORS:
+        return None
 
 
 # --- rows out: untrusted ------------------------------------------------------------------------
@@ -911,7 +917,7 @@ def check_entry_fields(
         raise ValueError(f"template_version {template_version!r:.40} is not a template version")
 
 
-def _entry_from_row(r: Any, current: str) -> TunedEntry:
+def _entry_from_row(r: Any) -> TunedEntry:
     device = _device_from_row(r)
     cls = ShapeClass.parse(r.shape_class)
     config = parse_config_json(r.config_json)
@@ -931,7 +937,7 @@ def _entry_from_row(r: Any, current: str) -> TunedEntry:
         copy_gbps=_number(r.copy_gbps, "copy_gbps"),
         ratio=_number(r.ratio, "ratio"),
         template_version=r.template_version,
-        stale=r.template_version != current,
+        stale=r.template_version != _current_version(config),
         updated_at=_timestamp(r.updated_at, "updated_at"),
         shape=shape,
         dtype=dtype,

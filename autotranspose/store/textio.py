@@ -35,7 +35,7 @@ from .database import (
     _DTYPE,
     Store,
     TunedEntry,
-    _current_template,
+    _current_version,
     _timestamp,
     check_entry_fields,
 )
@@ -194,12 +194,11 @@ def parse(doc: Any, source: str = "<document>") -> TuningFile:
     raw = doc.get("entries")
     if not isinstance(raw, list):
         raise StoreError(f"{source}: entries must be a list")
-    current = _current_template()
     entries = []
     seen: dict[tuple[int, ShapeClass], int] = {}
     for i, item in enumerate(raw):
         try:
-            e = _entry(item, device.name, current)
+            e = _entry(item, device.name)
         except (AutotransposeError, TypeError, ValueError, RecursionError) as exc:
             raise StoreError(f"{source}: entry {i}: {exc}") from exc
         k = (e.elem_bytes, e.shape_class)
@@ -212,7 +211,7 @@ def parse(doc: Any, source: str = "<document>") -> TuningFile:
     return TuningFile(device, tuple(entries))
 
 
-def _entry(item: Any, device_name: str, current: str) -> TunedEntry:
+def _entry(item: Any, device_name: str) -> TunedEntry:
     if not isinstance(item, dict):
         raise TypeError(f"an entry is a JSON object, got {type(item).__name__}")
     keys = set(map(str, item))
@@ -247,7 +246,7 @@ def _entry(item: Any, device_name: str, current: str) -> TunedEntry:
         copy_gbps=_finite(item["copy_gbps"], "copy_gbps"),
         ratio=_finite(item["ratio"], "ratio"),
         template_version=item["template_version"],
-        stale=item["template_version"] != current,
+        stale=item["template_version"] != _current_version(config),
         updated_at=measured_at,
         shape=(shape[0], shape[1], shape[2]),
         dtype=dtype,

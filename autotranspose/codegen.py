@@ -65,9 +65,10 @@ def template_version() -> str:
     (its search state starts over when the kernels change). Stored results are versioned per
     kernel instead (`kernel_version`)."""
     h = hashlib.sha256(f"schema={CONFIG_SCHEMA}".encode())
-    for path in sorted(template_dir().glob("*.j2")):
+    root = template_dir()
+    for path in sorted(root.rglob("*.j2")):
         if path.name not in ("seed.cu.j2", "support.cu.j2"):  # peers and measuring helpers
-            h.update(path.name.encode() + b"\0" + path.read_bytes())
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
 

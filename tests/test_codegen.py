@@ -113,3 +113,33 @@ def test_kernel_version_is_the_kernels_own_source(monkeypatch):
     codegen.kernel_version.cache_clear()
     assert all(codegen.kernel_version(c) != versions[c.kernel_name] for c in picked)
     codegen.kernel_version.cache_clear()
+
+
+def test_an_edit_to_one_access_strategy_changes_only_its_kernels(tmp_path, monkeypatch):
+    """The tiled template is split by access strategy (templates/tiled/*.cu.j2); editing the
+    realigning piece changes the version of realigning kernels and of no other."""
+    import shutil
+
+    from autotranspose import codegen
+
+    rng = random.Random()
+    picked = rng.sample(list(config_space("int8", max_vector=1)), 60)  # realigning and not
+    assert {c.realign for c in picked} == {False, True}
+    before = {c: codegen.kernel_version(c) for c in picked}
+    work = tmp_path / "templates"
+    shutil.copytree(codegen.template_dir(), work)
+    piece = work / "tiled" / "realign.cu.j2"
+    text = piece.read_text()
+    marker = "{%- macro load_rows(k) %}\n"
+    assert marker in text
+    piece.write_text(text.replace(marker, marker + "            // edited\n"))
+    monkeypatch.setattr(codegen, "template_dir", lambda: work)
+    codegen._environment.cache_clear()
+    codegen.kernel_version.cache_clear()
+    try:
+        after = {c: codegen.kernel_version(c) for c in picked}
+        assert "// edited" in codegen.kernel_source(next(c for c in picked if c.realign))
+    finally:
+        codegen._environment.cache_clear()
+        codegen.kernel_version.cache_clear()
+    assert {c for c in picked if after[c] != before[c]} == {c for c in picked if c.realign}

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .api import transpose
 from .codegen import render, template_version
 from .config import KernelConfig, config_space, default_config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from .api import transpose
     from .tuner import tune_gpu
 
 
 def __getattr__(name: str) -> object:
-    # the tuner needs Optuna and SQLAlchemy: imported on first use, so `import autotranspose`
-    # stays cheap for a process that only calls transpose()
+    # Imported on first use (then a plain attribute). transpose() brings the CUDA side
+    # (compiler, driver, array adapters): the store and lookup, which import this package
+    # first, run without it. The tuner brings Optuna and SQLAlchemy, which a process that only
+    # calls transpose() need not load.
+    if name == "transpose":
+        from .api import transpose
+
+        globals()["transpose"] = transpose
+        return transpose
     if name == "tune_gpu":
         from .tuner import tune_gpu
 

@@ -8,76 +8,25 @@ current for the launch only, and the thread's own context is put back (see `_dri
 
 from __future__ import annotations
 
-import struct
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _driver, lookup, streams
 from .arrays import View, allocate_like, check_output, transposed_shape, view
-from .compiler import ARG_FORMAT, DeviceState, Kernel, device_state, get_kernel
+from .compiler import DeviceState, device_state
 from .config import KernelConfig, default_config, max_vec
 from .errors import (
     ConfigError,
     LayoutError,
     OutputError,
-    ShapeError,
     UnsupportedDtypeError,
 )
+from .launch import Launch, make_launch
 from .shapes import shape_class
-
-_MAX_GRID_X = 2**31 - 1
-
-
-_POINTERS = struct.Struct("PP")
-_SAME = _driver._SAME
-
-
-@dataclass(frozen=True)
-class Launch:
-    """A prepared launch: everything but the two pointers, the stream and the context.
-
-    The scalar arguments are packed once; a call packs two pointers and hands the argument
-    block to the driver."""
-
-    config: KernelConfig
-    kernel: Kernel
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out, tile counts
-    state: DeviceState
-    tail: bytes = b""
-    args: tuple[Any, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes, as C
-    # the launch made ready for a given context (one dict entry per context)
-    in_context: dict[int, _driver.Prepared] = field(default_factory=dict, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tail", struct.pack(ARG_FORMAT[2:], *self.scalars))
-        object.__setattr__(
-            self, "args", _driver.launch_args(self.kernel.handle, self.grid, self.block)
-        )
-
-    def __call__(self, src: int, dst: int, stream: int | None = 0) -> None:
-        """Launch in the thread's current context (tools that made it current themselves)."""
-        _driver.launch(self.args, stream, _POINTERS.pack(src, dst) + self.tail)
-
-    def run(self, src: int, dst: int, stream: int | None, ctx: int, restore: Any = _SAME) -> None:
-        """Launch in `ctx` from any thread; the thread's own context (or `restore`) is made
-        current again afterwards."""
-        _driver.launch_transpose(self.prepared(ctx), src, dst, stream, restore)
-
-    def prepared(self, ctx: int) -> _driver.Prepared:
-        """This launch made ready in context `ctx` (once per context)."""
-        prep = self.in_context.get(ctx)
-        if prep is None:
-            fn = _driver.kernel_function(self.kernel.handle, ctx)
-            prep = self.in_context[ctx] = _driver.Prepared(fn, ctx, self.grid, self.block, self.tail)
-        return prep
-
 
 _launches: dict[tuple[Any, ...], Launch] = {}
 _generation = [0]  # lookup.generation when _launches was filled
@@ -127,38 +76,6 @@ def _check_forced(
             f"{state.info.limits.max_threads_per_block} and {state.info.limits.max_shared_per_block}"
         )
     return config if config.conjugate == conjugate else config.replace(conjugate=conjugate)
-
-
-def make_launch(
-    state: DeviceState,
-    cfg: KernelConfig,
-    batch: int,
-    m: int,
-    n: int,
-    ld_in: int,
-    ld_out: int,
-    bs_in: int,
-    bs_out: int,
-) -> Launch:
-    """A prepared launch of `cfg` for a (batch, m, n) input with the given strides (elements)."""
-    tiles_m, tiles_n = cfg.tiles(m, n)
-    total = tiles_m * tiles_n * batch
-    if total > _MAX_GRID_X:
-        raise ShapeError(
-            f"a batch of {batch} {m}x{n} matrices needs {total} tiles of "
-            f"{cfg.tile_m}x{cfg.tile_n}, more than a launch allows ({_MAX_GRID_X}); use a "
-            "config with larger tiles or split the batch"
-        )
-    grid = cfg.grid(m, n, batch, state.info.multiprocessors)
-    v = 1 if cfg.realign else cfg.vec  # realigning kernels take strides in elements
-    fast, slow = (tiles_n, tiles_m) if cfg.raster == "row" else (tiles_m, tiles_n)
-    scalars = (m, n, ld_in // v, ld_out // v, bs_in // v, bs_out // v, fast, slow, total)
-    return Launch(cfg, get_kernel(state, cfg), grid, cfg.block, scalars, state)
-
-
-def contiguous_launch(state: DeviceState, cfg: KernelConfig, batch: int, m: int, n: int) -> Launch:
-    """A prepared launch for row-major contiguous input and output."""
-    return make_launch(state, cfg, batch, m, n, n, m, m * n, m * n)
 
 
 def _prepare(x: View, o: View, config: Any, conjugate: bool, state: DeviceState) -> Launch:

@@ -58,7 +58,7 @@ def _wrap_cupy(ptr: int, shape: tuple[int, ...], dtype: str) -> Any:
 
 def _peer_launches(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Callable | None, str]]:
     """peer -> (launch(src, dst, stream) or None, note)."""
-    from .api import contiguous_launch
+    from .launch import contiguous_launch
 
     b, m, n = bench.batch, bench.m, bench.n
     s = element_type(dtype).size

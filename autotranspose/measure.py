@@ -1,56 +1,19 @@
 """Measuring a config on the GPU: correctness first, then CUDA-event timing against a copy.
 
-This module's top level touches no GPU: the :class:`Measurement` record is used by the store
-and the tuner on machines without one. The GPU work lives in functions and the Bench class,
-which run in a context the caller made current (`compiler.activate`).
+The results are :class:`~autotranspose.measurement.Measurement` records (a module of their
+own, so the store and the tuner need none of this). The GPU work lives in functions and the
+Bench class, which run in a context the caller made current (`compiler.activate`); this
+module's top level touches no GPU.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-STATUSES = ("ok", "fail", "wrong")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One config measured on one (device, element size, shape).
-
-    `status` is "ok" (correct, timed), "wrong" (its output differed from the reference: never
-    recorded as fast) or "fail" (did not compile or launch; `error` says why). Bandwidths count
-    bytes read plus bytes written; `copy_gbps` is a device-to-device copy of the same bytes,
-    timed in the same process, so `ratio` = gbps / copy_gbps is comparable across runs.
-    """
-
-    status: str
-    gbps: float = 0.0
-    copy_gbps: float = 0.0
-    time_us: float = math.inf
-    error: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
-        for name in ("gbps", "copy_gbps"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def ratio(self) -> float:
-        return self.gbps / self.copy_gbps if self.copy_gbps > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
+from .measurement import Measurement
 
 # --- on the GPU -------------------------------------------------------------------------------
 
@@ -222,7 +185,7 @@ def context_is_dead(state: Any) -> bool:
 def measure_one(bench: Bench, cfg: Any, copy_gbps: float) -> Measurement:
     """Check `cfg` on fresh data, then time it. A kernel that fails to compile or launch is a
     "fail", one that writes wrong data is "wrong": results, not exceptions."""
-    from .api import contiguous_launch
+    from .launch import contiguous_launch
 
     try:
         launch = contiguous_launch(bench.state, cfg, bench.batch, bench.m, bench.n)

@@ -37,7 +37,7 @@ from .config import KernelConfig, config_space, default_config, max_vec, seed_co
 from .device import DeviceInfo
 from .dtypes import element_type
 from .errors import AutotransposeError, ShapeError, StoreError, TuningError
-from .measure import Measurement
+from .measurement import Measurement
 from .shapes import ShapeClass, shape_class
 
 if TYPE_CHECKING:

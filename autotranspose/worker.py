@@ -16,7 +16,7 @@ from .config import KernelConfig
 from .device import DeviceInfo
 from .dtypes import element_type
 from .errors import TuningError
-from .measure import Measurement
+from .measurement import Measurement
 
 _CTX = mp.get_context("spawn")
 

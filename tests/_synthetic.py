@@ -17,7 +17,7 @@ from pathlib import Path
 
 from autotranspose.config import KernelConfig
 from autotranspose.device import DeviceInfo
-from autotranspose.measure import Measurement
+from autotranspose.measurement import Measurement
 
 DEVICE = DeviceInfo("Synthetic GPU 9000", (9, 0), multiprocessors=132)
 COPY_GBPS = 3300.0

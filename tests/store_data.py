@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from autotranspose.config import KernelConfig, config_space
 from autotranspose.device import DeviceInfo
-from autotranspose.measure import Measurement
+from autotranspose.measurement import Measurement
 from autotranspose.shapes import ShapeClass, shape_class
 from autotranspose.store import Store
 

@@ -15,7 +15,7 @@ from _synthetic import DEVICE, SyntheticObjective, make_objective
 from autotranspose import cli
 from autotranspose.config import KernelConfig, seed_config
 from autotranspose.errors import ShapeError
-from autotranspose.measure import Measurement
+from autotranspose.measurement import Measurement
 from autotranspose.store import Store
 from autotranspose.tuner import TrialReport
 

@@ -140,8 +140,8 @@ def _skinny_shapes(rng) -> list[tuple[int, int, int]]:
 def test_flat_kernels_match_the_reference(rng, s):
     """Odd long sides, every short side class, batches, both orientations; fresh data, a
     poisoned output and a guard region after it (measure.Bench.check)."""
-    from autotranspose.api import contiguous_launch
     from autotranspose.compiler import activate, precompile
+    from autotranspose.launch import contiguous_launch
     from autotranspose.measure import Bench
 
     state = activate(0)
@@ -211,8 +211,9 @@ def test_conjugate_flat(rng):
 
 @pytest.mark.gpu
 def test_skinny_past_2_31_elements():
-    from autotranspose.api import choose_config, contiguous_launch
+    from autotranspose.api import choose_config
     from autotranspose.compiler import activate
+    from autotranspose.launch import contiguous_launch
     from autotranspose.measure import Bench
 
     shape = (1, 715_827_883, 3)  # 2**31 + 1 int8 elements

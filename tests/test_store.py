@@ -15,7 +15,7 @@ from store_data import A100, H100, ok, random_config, sample_shape, valid_config
 
 from autotranspose.config import flat_default
 from autotranspose.errors import ForeignDatabaseError, StoreError
-from autotranspose.measure import Measurement
+from autotranspose.measurement import Measurement
 from autotranspose.shapes import ShapeClass, shape_class
 from autotranspose.store import BadRowWarning, Store, database, migrations, resolve_url, upgrade
 from autotranspose.store.models import Base

@@ -146,8 +146,8 @@ def test_rejected_out_is_not_written(rng):
 def test_sample_of_the_config_space(rng, elem_bytes):
     """A random sample of every element size's space, checked on fresh data with a poisoned
     output and a guard region, on a batched shape with partial tiles."""
-    from autotranspose.api import contiguous_launch
     from autotranspose.compiler import activate, precompile
+    from autotranspose.launch import contiguous_launch
     from autotranspose.measure import Bench
 
     dtype = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}[elem_bytes]
@@ -175,8 +175,8 @@ def test_sample_of_the_config_space(rng, elem_bytes):
 def test_realigning_kernels_on_unaligned_rows(rng, elem_bytes):
     """Rows whose starts fall at every offset from vector alignment, odd extents, partial
     tiles: the realigning kernels against the reference, on fresh data each time."""
-    from autotranspose.api import contiguous_launch
     from autotranspose.compiler import activate, precompile
+    from autotranspose.launch import contiguous_launch
     from autotranspose.measure import Bench
 
     dtype = {1: "int8", 2: "float16", 4: "float32", 8: "complex64"}[elem_bytes]
@@ -216,9 +216,10 @@ def test_forced_config_and_default_agree(rng):
 
 def test_past_2_31_elements():
     """int8 40000 x 53700 = 2.148e9 elements: offsets need 64-bit indexing."""
-    from autotranspose.api import choose_config, contiguous_launch
+    from autotranspose.api import choose_config
     from autotranspose.compiler import activate
     from autotranspose.config import max_vec
+    from autotranspose.launch import contiguous_launch
     from autotranspose.measure import Bench
 
     shape = (1, 40000, 53700)

@@ -35,7 +35,7 @@ from autotranspose.config import (
 from autotranspose.device import DeviceInfo
 from autotranspose.dtypes import element_type
 from autotranspose.errors import ShapeError, TuningError
-from autotranspose.measure import Measurement
+from autotranspose.measurement import Measurement
 from autotranspose.shapes import shape_class
 from autotranspose.store import Store
 from autotranspose.tuner import SearchSpace, TuneResult, known_good, make_sampler, study_name, tune

@@ -46,7 +46,7 @@ from ..config import KernelConfig
 from ..device import DeviceInfo
 from ..dtypes import ELEMENT_SIZES
 from ..errors import AutotransposeError, ForeignDatabaseError, StoreError
-from ..measure import Measurement
+from ..measurement import Measurement
 from ..shapes import ShapeClass
 from ..shapes import shape_class as classify
 from . import migrations

@@ -1,0 +1,224 @@
+"""The modules form one acyclic line: config -> codegen -> compiler -> launch -> api, with
+measure -> worker/tuner -> store beside it, and the store knowing nothing of CUDA.
+
+The graph is read from the source with `ast`: every import statement, at the top of a module
+or inside a function (the lazy ones count: a cycle through a function-level import is still a
+cycle for a reader), relative ones resolved. The orchestrators at the top (the package's
+`__init__`, `cli`, `bench`, `__main__`) may import anything; nothing else may import them,
+except `__version__` from the package itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = "autotranspose"
+ORCHESTRATORS = {PKG, f"{PKG}.cli", f"{PKG}.bench", f"{PKG}.__main__"}
+FROM_PACKAGE_OK = {"__version__"}  # names a layer may read from the package's __init__
+
+# module -> modules it must not reach, directly or through others (a name stands for a
+# module and, for a package, everything in it)
+CUDA = ["compiler", "_driver", "_native", "_dlpack", "arrays", "streams", "launch", "api"]
+FORBIDDEN: dict[str, list[str]] = {
+    "measurement": ["*"],
+    "config": ["codegen", "compiler", "launch", "api", "measure", "tuner", "store", "lookup"],
+    "codegen": ["compiler", "launch", "api", "measure", "tuner", "store", "lookup"],
+    "compiler": ["launch", "api", "measure", "tuner", "store", "lookup"],
+    "launch": ["api", "measure", "tuner", "store", "lookup", "worker"],
+    "measure": ["api", "tuner", "store", "lookup", "worker"],
+    "worker": ["api", "tuner", "store", "lookup"],
+    "lookup": [*CUDA, "measure", "worker", "tuner"],
+    "store": [*CUDA, "measure", "tuner", "worker", "lookup"],
+}
+
+
+class Edge(NamedTuple):
+    """`source` imports `target` at `path`:`line`."""
+
+    source: str
+    target: str
+    path: Path
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """module name -> (file, is a package)"""
+    found = {}
+    for path in sorted((ROOT / PKG).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts.pop()
+        found[".".join(parts)] = (path, is_pkg)
+    return found
+
+
+MODULES = _modules()
+
+
+def _targets(node: ast.Import | ast.ImportFrom, name: str, is_pkg: bool) -> Iterable[str]:
+    """The package modules an import statement reads (a name from a package: the package)."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name
+        return
+    if node.level:
+        base = name.split(".") if is_pkg else name.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        module = ".".join(base + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    for alias in node.names:
+        sub = f"{module}.{alias.name}"
+        yield sub if sub in MODULES else module
+
+
+def _graph() -> dict[str, list[Edge]]:
+    graph: dict[str, list[Edge]] = {m: [] for m in MODULES}
+    for name, (path, is_pkg) in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target in _targets(node, name, is_pkg):
+                    if target in MODULES and target != name:
+                        graph[name].append(Edge(name, target, path, node.lineno))
+    return graph
+
+
+GRAPH = _graph()
+# the layers: everything but the orchestrators, and no edge into them
+LAYERS = {
+    m: [e for e in edges if e.target not in ORCHESTRATORS]
+    for m, edges in GRAPH.items()
+    if m not in ORCHESTRATORS
+}
+
+
+def _short(module: str) -> str:
+    return module.removeprefix(f"{PKG}.")
+
+
+def _chain(edges: list[Edge]) -> str:
+    return " -> ".join([_short(edges[0].source)] + [f"{_short(e.target)} ({e})" for e in edges])
+
+
+def _find_cycle() -> list[Edge] | None:
+    """A cycle of LAYERS as its edges, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[Edge] = []
+
+    def visit(m: str) -> list[Edge] | None:
+        state[m] = 1
+        for e in LAYERS[m]:
+            if state.get(e.target) == 1:
+                start = next(i for i, s in enumerate(stack) if s.source == e.target)
+                return [*stack[start:], e]
+            if e.target not in state:
+                stack.append(e)
+                found = visit(e.target)
+                if found:
+                    return found
+                stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(LAYERS):
+        if m not in state:
+            stack.clear()
+            cycle = visit(m)
+            if cycle:
+                return cycle
+    return None
+
+
+def _reach(start: str) -> dict[str, list[Edge]]:
+    """Every module reachable from `start`, with the import chain that gets there."""
+    paths: dict[str, list[Edge]] = {start: []}
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        for e in LAYERS[m]:
+            if e.target not in paths:
+                paths[e.target] = [*paths[m], e]
+                todo.append(e.target)
+    return paths
+
+
+def _under(module: str, names: list[str]) -> bool:
+    short = _short(module)
+    return "*" in names or any(short == n or short.startswith(f"{n}.") for n in names)
+
+
+def test_the_graph_is_read():
+    """The parser sees what it should (a guard against a test that checks an empty graph)."""
+    assert {f"{PKG}.api", f"{PKG}.launch", f"{PKG}.store.database"} <= set(MODULES)
+    targets = {e.target for e in GRAPH[f"{PKG}.api"]}
+    assert {f"{PKG}.launch", f"{PKG}.lookup", f"{PKG}.compiler"} <= targets
+    # a lazy import inside a function, and `from . import module`
+    assert f"{PKG}.launch" in {e.target for e in GRAPH[f"{PKG}.measure"]}
+    assert f"{PKG}.store.textio" in {e.target for e in GRAPH[f"{PKG}.lookup"]}
+
+
+def test_no_import_cycles():
+    cycle = _find_cycle()
+    if cycle:
+        pytest.fail("import cycle: " + _chain(cycle))
+
+
+def test_nothing_imports_the_orchestrators():
+    wrong = []
+    for m, (path, is_pkg) in MODULES.items():
+        if m in ORCHESTRATORS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for target in _targets(node, m, is_pkg):
+                if target == PKG and isinstance(node, ast.ImportFrom):
+                    names = {a.name for a in node.names} - FROM_PACKAGE_OK
+                    names = {n for n in names if f"{PKG}.{n}" not in MODULES}
+                    if names:
+                        wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} takes {names}")
+                elif target in ORCHESTRATORS - {PKG}:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
+    if wrong:
+        pytest.fail("layers import the orchestrators: " + "; ".join(wrong))
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layer_order(layer: str):
+    starts = [m for m in LAYERS if _under(m, [layer])]
+    assert starts, f"no module {layer}"
+    wrong = []
+    for start in starts:
+        for target, chain in _reach(start).items():
+            if target != start and not _under(target, [layer]) and _under(target, FORBIDDEN[layer]):
+                wrong.append(_chain(chain))
+    if wrong:
+        pytest.fail(f"{layer} must not reach {FORBIDDEN[layer]}:\n" + "\n".join(wrong))
+
+
+@pytest.mark.parametrize("module", ["autotranspose.store", "autotranspose.lookup"])
+def test_no_cuda_behind(module: str):
+    """Importing the store (or lookup) loads no CUDA code, no measuring and no public call."""
+    avoid = ["measure", "compiler", "_driver", "_native", "_dlpack", "arrays", "streams", "api",
+             "launch", "tuner", "worker"]  # fmt: skip
+    script = (
+        f"import sys, {module}\n"
+        "print('\\n'.join(m for m in sys.modules if m.startswith(('autotranspose', 'pycuda'))))"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    loaded = set(run.stdout.split())
+    bad = sorted(m for m in loaded if m.startswith("pycuda") or m in {f"{PKG}.{a}" for a in avoid})
+    assert not bad, f"import {module} loaded {bad}"

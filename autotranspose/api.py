@@ -63,11 +63,11 @@ def _check_forced(
     config: KernelConfig, x: View, vec: int, conjugate: bool, state: DeviceState
 ) -> KernelConfig:
     """A config the caller forced must fit this call's alignment and this device."""
-    if config.vec > vec and not config.realign:
+    if config.vec > vec and not config.any_offset:
         raise ConfigError(
             f"config.vec={config.vec} needs rows, pitches and pointers aligned to "
             f"{config.vec} elements; this call allows vec<={vec}: pass "
-            f"config.replace(vec={vec}, ...), config.replace(realign=True), or an aligned array"
+            f"config.replace(vec={vec}, ...), config.replace(realign=True), a staged config, or an aligned array"
         )
     if not config.fits(state.info.limits):
         raise ConfigError(

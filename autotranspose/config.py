@@ -81,6 +81,7 @@ class KernelConfig:
     persistent: int = 0
     realign: bool = False
     flat: bool = False
+    staged: bool = False
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -142,6 +143,7 @@ class KernelConfig:
         )
         k += "_ra" if self.realign else ""
         k += "_flat" if self.flat else ""
+        k += "_sg" if self.staged else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
 
@@ -170,7 +172,15 @@ class KernelConfig:
                     f"the matrix is {m}x{n}: use a tiled config (flat=False)"
                 )
             return (-(-m // self.tile_m), 1) if n <= self.tile_n else (1, -(-n // self.tile_m))
+        if self.staged:  # output windows start up to vec - 1 rows before a tile: one more
+            return (-(-(m + self.vec - 1) // self.tile_m), -(-n // self.tile_n))
         return (-(-m // self.tile_m), -(-n // self.tile_n))
+
+    @property
+    def any_offset(self) -> bool:
+        """Whether the kernel runs on rows at any offset (realigning and staged kernels use
+        their vectors whatever the call's alignment); otherwise `vec` must fit the call."""
+        return self.realign or self.staged
 
     def applies(self, m: int, n: int) -> bool:
         """Whether the kernel handles an m x n matrix (tiled kernels handle any)."""
@@ -230,7 +240,7 @@ class KernelConfig:
 
 
 _STR_FIELDS = frozenset({"layout", "raster", "cache"})
-_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat"})
+_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged"})
 
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
@@ -246,7 +256,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name in _BOOL_FIELDS:
         if type(getattr(c, name)) is not bool:
             yield f"{name} must be a bool"
-    if type(c.flat) is not bool:
+    if type(c.flat) is not bool or type(c.staged) is not bool:
         return
     if any(type(getattr(c, n)) is not int for n in ints):
         return
@@ -266,6 +276,9 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         return
     if c.flat:
         yield from _flat_errors(c)
+        return
+    if c.staged:
+        yield from _staged_errors(c)
         return
     w = c.vec * c.elem_bytes
     if w > 16:
@@ -329,7 +342,54 @@ def _flat_errors(c: KernelConfig) -> Iterator[str]:
         yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
 
 
+STAGED_SIZES = (1, 2, 4, 8)  # 16-byte elements are always aligned: the tiled kernels serve them
+STAGED_MAX_THREADS = 1024
+STAGED_THREAD_BYTES = 128  # words in flight per thread, in bytes
+
+
+def _staged_words(c: KernelConfig) -> int:
+    """Aligned words staged per input row of a staged tile: its tile_n elements at any offset."""
+    return -(-c.tile_n * c.elem_bytes // c.word_bytes) + 1
+
+
+def _staged_errors(c: KernelConfig) -> Iterator[str]:
+    fixed = {"pad": 0, "layout": "pad", "realign": False, "flat": False}
+    for name, want in fixed.items():
+        if getattr(c, name) != want:
+            yield f"staged=True takes {name}={want!r} (got {getattr(c, name)!r}): a staged kernel has its own shared-memory layout"
+    if c.elem_bytes not in STAGED_SIZES:
+        yield f"staged=True needs elem_bytes in {list(STAGED_SIZES)} (16-byte rows are always aligned: use a tiled config)"
+        return
+    w = c.word_bytes
+    if w not in (4, 8, 16):
+        yield f"staged=True moves words of 4, 8 or 16 bytes; vec={c.vec} x {c.elem_bytes} bytes = {w}"
+        return
+    if c.vec > c.tile_m:
+        yield f"vec={c.vec} exceeds tile_m={c.tile_m}"
+        return
+    words = c.tile_n * (c.tile_m // c.vec)
+    threads = words // c.per_thread
+    if words % c.per_thread or threads % WARP or not 0 < threads <= STAGED_MAX_THREADS:
+        yield (
+            f"staged tile {c.tile_m}x{c.tile_n} has {words} output words; per_thread={c.per_thread} "
+            f"gives {threads} threads, which must be a multiple of {WARP} up to {STAGED_MAX_THREADS}"
+        )
+    if c.per_thread * w > STAGED_THREAD_BYTES:
+        yield (
+            f"per_thread={c.per_thread} words of {w} bytes in flight per thread; at most "
+            f"{STAGED_THREAD_BYTES} bytes (more spills): lower per_thread"
+        )
+    if c.conjugate and c.elem_bytes != 8:
+        yield "conjugate=True needs complex64 elements for a staged kernel (elem_bytes 8)"
+
+
 def _derive(c: KernelConfig) -> dict[str, int]:
+    if c.staged:
+        rows = c.tile_m + c.vec - 1  # the output windows start up to vec - 1 rows early
+        pitch = -(-_staged_words(c) * c.word_bytes // 8) * 8
+        smem = rows * pitch + (rows - 1) // c.vec * 4
+        return {"threads": c.tile_n * (c.tile_m // c.vec) // c.per_thread,
+                "smem": -(-smem // 16) * 16, "rows": rows, "pitch": pitch}  # fmt: skip
     if c.flat:
         words = -(-(c.tile_m * c.tile_n * c.elem_bytes + FLAT_WORD - 1) // FLAT_WORD)
         return {"threads": _flat_threads(c), "smem": -(-words // WARP) * WARP * FLAT_WORD}
@@ -390,8 +450,24 @@ def config_space(
                                     limits, s, tm, tn, vec, pt, pad, layout, raster, cache,
                                     conjugate, realign=realign,
                                 )  # fmt: skip
+    if restricted and s in STAGED_SIZES and (not conjugate or s == 8):
+        yield from staged_space(s, limits, conjugate)
     if short_side is not None:
         yield from flat_space(s, limits, short_side, conjugate)
+
+
+def staged_space(elem_bytes: int, limits: DeviceLimits, conjugate: bool = False) -> Iterator[KernelConfig]:
+    """The staged configs (rows at any offset) for `elem_bytes`-byte elements."""
+    for vec in VEC_SIZES:
+        if vec * elem_bytes not in (4, 8, 16):
+            continue
+        for tm in TILE_SIZES:
+            for tn in TILE_SIZES:
+                for pt in PER_THREAD:
+                    for raster in RASTERS:
+                        for cache in CACHE_HINTS:
+                            yield from _launchable(limits, elem_bytes, tm, tn, vec, pt, 0, "pad",
+                                                   raster, cache, conjugate, staged=True)  # fmt: skip
 
 
 def flat_space(
@@ -437,6 +513,26 @@ def flat_default(elem_bytes: int, short_side: int, conjugate: bool = False) -> K
             if cfg.fits(NEWEST):
                 return cfg
     return None
+
+
+def staged_default(elem_bytes: int, conjugate: bool = False) -> KernelConfig | None:
+    """The untuned staged config (rows at any offset) for an element size; None where the
+    tiled kernels serve every call (16-byte elements)."""
+    fields = _STAGED_DEFAULTS.get(elem_bytes)
+    if fields is None or (conjugate and elem_bytes != 8):
+        return None
+    tm, tn, vec, pt, raster = fields
+    return KernelConfig(elem_bytes, tm, tn, vec, pt, 0, "pad", raster, "default", conjugate,
+                        staged=True)  # fmt: skip
+
+
+# elem_bytes -> (tile_m, tile_n, vec, per_thread, raster): 16-byte words, a 64-column tile.
+_STAGED_DEFAULTS: dict[int, tuple[Any, ...]] = {
+    1: (128, 64, 16, 2, "col"),
+    2: (128, 64, 8, 2, "col"),
+    4: (64, 64, 4, 2, "col"),
+    8: (64, 64, 2, 2, "col"),
+}
 
 
 def device_limits(device: Any) -> DeviceLimits:

@@ -88,7 +88,7 @@ def make_launch(
             "config with larger tiles or split the batch"
         )
     grid = cfg.grid(m, n, batch, state.info.multiprocessors)
-    v = 1 if cfg.realign else cfg.vec  # realigning kernels take strides in elements
+    v = 1 if cfg.any_offset else cfg.vec  # realigning and staged kernels take strides in elements
     fast, slow = (tiles_n, tiles_m) if cfg.raster == "row" else (tiles_m, tiles_n)
     scalars = (m, n, ld_in // v, ld_out // v, bs_in // v, bs_out // v, fast, slow, total)
     return Launch(cfg, get_kernel(state, cfg), grid, cfg.block, scalars, state)

@@ -158,7 +158,7 @@ def _pick(
         for e in entries
         if not e.stale
         and e.elem_bytes == elem_bytes
-        and (e.config.vec <= cls.vec or e.config.realign)  # realigning kernels fit any call
+        and (e.config.vec <= cls.vec or e.config.any_offset)  # these fit any call
         and e.config.applies(cls.m, cls.n)  # a flat kernel's tile must span the short side
         and e.config.fits(limits)
     ]

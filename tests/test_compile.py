@@ -22,8 +22,8 @@ def sample(elem_bytes: int, rng: np.random.Generator, n_random: int = 12) -> lis
     """The extremes of every parameter (the smallest and largest value each field takes in
     this element size's space), the conjugate variants, and a random draw."""
     space = list(config_space(DTYPES[elem_bytes]))
-    if elem_bytes < 16:  # the realigning kernels exist for calls whose rows are not aligned
-        space += [c for c in config_space(DTYPES[elem_bytes], max_vector=1) if c.realign]
+    if elem_bytes < 16:  # realigning and staged kernels exist for calls whose rows are not aligned
+        space += [c for c in config_space(DTYPES[elem_bytes], max_vector=1) if c.any_offset]
     picks: dict[str, KernelConfig] = {}
     for field in FIELDS:
         values = sorted({getattr(c, field) for c in space}, key=str)

@@ -109,9 +109,10 @@ def test_space_respects_device_limits_and_vector_cap():
     configs = list(config_space("float32", small, max_vector=1))
     assert configs
     assert all(c.threads <= 256 and c.smem_bytes <= 8 * 1024 for c in configs)
-    assert all(c.vec == 1 or c.realign for c in configs)
+    assert all(c.vec == 1 or c.any_offset for c in configs)
     assert any(c.realign for c in configs)  # unaligned calls get the realigning kernels
-    assert not any(c.realign for c in config_space("float32"))
+    assert any(c.staged for c in configs)  # and the staged ones
+    assert not any(c.any_offset for c in config_space("float32"))
     assert len(configs) < len(list(config_space("float32")))
 
 

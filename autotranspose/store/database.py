@@ -491,7 +491,7 @@ class Store:
                              settings_json=json.dumps({"source": source}), status="imported")  # fmt: skip
             for e in entries:
                 if e.config.elem_bytes != e.elem_bytes or (
-                    e.config.vec > e.shape_class.vec and not e.config.realign
+                    e.config.vec > e.shape_class.vec and not e.config.any_offset
                 ):
                     raise StoreError(f"{source}: entry {e.shape_class} does not fit its config")
                 config_id = _config_id(conn, e.config)
@@ -690,7 +690,7 @@ def _check_record(
         problems.append(f"m must be a Measurement, got {type(m).__name__}")
     if not isinstance(cls, ShapeClass):
         problems.append(f"shape_class must be a ShapeClass, got {type(cls).__name__}")
-    elif isinstance(config, KernelConfig) and config.vec > cls.vec and not config.realign:
+    elif isinstance(config, KernelConfig) and config.vec > cls.vec and not config.any_offset:
         problems.append(f"config vec={config.vec} is wider than class {cls} allows")
     if (
         not isinstance(shape, (tuple, list))
@@ -909,7 +909,7 @@ def check_entry_fields(
         raise ValueError(
             f"config {config.key} is for {config.elem_bytes}-byte elements, not {elem_bytes}"
         )
-    if config.vec > cls.vec and not config.realign:  # realigning kernels run on any alignment
+    if config.vec > cls.vec and not config.any_offset:  # realigning kernels run on any alignment
         raise ValueError(
             f"config {config.key} uses vec={config.vec}, wider than class {cls} allows"
         )

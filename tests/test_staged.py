@@ -1,0 +1,177 @@
+"""Staged kernels for rows at any offset (config.staged): validation, the space, compiling
+without spills (CPU, nvcc), and correctness on the GPU at every pointer offset, odd sizes,
+1xN and Nx1, batches, pitched views, conjugation, past 2**31 elements, poisoned output."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import autotranspose as at
+from autotranspose.config import (
+    NEWEST,
+    STAGED_SIZES,
+    KernelConfig,
+    config_space,
+    staged_default,
+    staged_space,
+)  # fmt: skip
+from autotranspose.errors import ConfigError
+
+DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "complex64"}
+
+
+def staged(elem_bytes: int, **kw) -> KernelConfig:
+    return staged_default(elem_bytes).replace(**kw)
+
+
+# --- the config --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "change, says",
+    [({"layout": "swizzle"}, "layout='pad'"), ({"pad": 1}, "pad=0"), ({"realign": True}, "realign=False"),
+     ({"vec": 2}, "words of 4, 8 or 16 bytes"), ({"per_thread": 16}, "lower per_thread"),
+     ({"conjugate": True}, "complex64")],
+)  # fmt: skip
+def test_invalid_staged_configs_say_what_to_change(change, says):
+    fields = {**staged(1).to_dict(), **change}
+    with pytest.raises(ConfigError, match=says):
+        KernelConfig(**fields)
+
+
+def test_sixteen_byte_elements_are_left_to_the_tiled_kernels():
+    assert staged_default(16) is None and 16 not in STAGED_SIZES
+    with pytest.raises(ConfigError, match="elem_bytes in"):
+        KernelConfig(16, 64, 64, 1, 2, 0, "pad", "col", staged=True)
+    assert not any(c.staged for c in config_space("complex128", max_vector=1))
+
+
+@pytest.mark.parametrize("s", STAGED_SIZES)
+def test_staged_configs_come_with_unaligned_calls_only(rng, s):
+    dtype = DTYPES[s]
+    assert not any(c.staged for c in config_space(dtype))  # aligned calls: the tiled kernels
+    space = [c for c in config_space(dtype, max_vector=1) if c.staged]
+    assert space and all(c.any_offset and c.fits(NEWEST) for c in space)
+    cfg = space[int(rng.integers(len(space)))]
+    assert KernelConfig.from_dict(cfg.to_dict()) == cfg and "_sg" in cfg.key
+    assert cfg.threads % 32 == 0 and cfg.threads <= 1024
+
+
+@pytest.mark.parametrize("s", STAGED_SIZES)
+def test_tiles_cover_the_windows_that_start_early(rng, s):
+    """An output window starts up to vec - 1 rows before its tile: one more row of tiles."""
+    cfg = staged_default(s)
+    m, n = int(rng.integers(1, 10**5)), int(rng.integers(1, 10**5))
+    tm, tn = cfg.tiles(m, n)
+    assert (tm - 1) * cfg.tile_m < m + cfg.vec - 1 <= tm * cfg.tile_m
+    assert tn == -(-n // cfg.tile_n)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_staged_kernels_compile_without_spills(arch, rng):
+    """The default and the extremes of every field of each element size's staged space."""
+    from autotranspose.compiler import nvcc_resources
+
+    picks = {}
+    for s in STAGED_SIZES:
+        space = [c for c in staged_space(s, NEWEST) if not c.persistent]
+        for key in ("threads", "smem_bytes", "per_thread", "tile_m", "tile_n", "vec"):
+            for cfg in (min(space, key=lambda c: getattr(c, key)), max(space, key=lambda c: getattr(c, key))):
+                picks[cfg.kernel_name] = cfg
+        for i in rng.choice(len(space), 3, replace=False):
+            picks[space[i].kernel_name] = space[i]
+        picks[staged_default(s).kernel_name] = staged_default(s)
+    conj = staged_default(8, conjugate=True)
+    picks[conj.kernel_name] = conj
+    report = nvcc_resources(list(picks.values()), arch)
+    for cfg in picks.values():
+        res = report[cfg.kernel_name]
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
+        assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
+        assert res.registers * cfg.threads <= 65536
+
+
+# --- on the GPU ----------------------------------------------------------------------------------
+def _odd_shapes(rng) -> list[tuple[int, int, int]]:
+    odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
+    return [(1, odd(1000, 5000), odd(1000, 5000)), (1, 1, odd(3000, 9000)), (1, odd(3000, 9000), 1),
+            (3, odd(100, 700), odd(100, 700)), (1, 17, odd(2000, 4000)), (1, odd(2000, 4000), 15),
+            (2, 5, 3), (1, odd(200, 400) + 1, odd(200, 400))]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", STAGED_SIZES)
+def test_staged_kernels_match_the_reference(rng, s):
+    """Odd sizes, 1xN, Nx1, batches; fresh data, a poisoned output and a guard region after
+    it (measure.Bench.check); random configs of the space, the default, a persistent grid."""
+    from autotranspose.compiler import activate, precompile
+    from autotranspose.launch import contiguous_launch
+    from autotranspose.measure import Bench
+
+    state = activate(0)
+    space = [c for c in staged_space(s, state.info.limits) if not c.persistent]
+    picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
+    picks += [staged_default(s), staged_default(s).replace(persistent=2)]
+    assert not precompile(state, picks)
+    for shape in _odd_shapes(rng):
+        bench = Bench(state, s, shape)
+        try:
+            for cfg in picks:
+                problem = bench.check(contiguous_launch(state, cfg, *shape))
+                assert problem is None, f"{cfg.key} on {shape}: {problem}"
+        finally:
+            bench.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", STAGED_SIZES)
+def test_every_pointer_offset_and_pitched_views(rng, s):
+    """Input and output at every byte offset the element size allows (0-15), rows of pitched
+    views; the bytes around and between the output rows are left as they were."""
+    cupy = pytest.importorskip("cupy")
+    dtype = np.dtype(DTYPES[s])
+    cfg = staged(s, per_thread=1) if rng.random() < 0.5 else staged_default(s)
+    for offset_in in range(0, 16, s):
+        offset_out = int(rng.integers(0, 16 // s)) * s
+        m, n = int(rng.integers(300, 900)) | 1, int(rng.integers(300, 900)) | 1
+        pin, pout = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))  # row pitches
+        host = rng.integers(0, 256, size=m * pin * s, dtype=np.uint8).view(dtype).reshape(m, pin)
+        buf_in = cupy.zeros(m * pin * s + 32, np.uint8)
+        buf_in[offset_in : offset_in + m * pin * s] = cupy.asarray(host.view(np.uint8).ravel())
+        x = buf_in[offset_in : offset_in + m * pin * s].view(dtype).reshape(m, pin)[:, :n]
+        fill = rng.integers(0, 256, size=n * pout * s + 64, dtype=np.uint8)
+        buf_out = cupy.asarray(fill)
+        out = buf_out[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)[:, :m]
+        assert at.transpose(x, out, config=cfg) is out
+        want = fill.copy()
+        region = want[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)
+        region[:, :m] = host[:, :n].T
+        assert np.array_equal(cupy.asnumpy(buf_out), want), (cfg.key, offset_in, offset_out, m, n)
+
+
+@pytest.mark.gpu
+def test_conjugate_staged(rng):
+    cupy = pytest.importorskip("cupy")
+    cfg = staged_default(8, conjugate=True)
+    for m, n in ((3001, 1777), (1, 999), (999, 1)):
+        host = (rng.standard_normal((m, n)) + 1j * rng.standard_normal((m, n))).astype(np.complex64)
+        y = at.transpose(cupy.asarray(host), conjugate=True, config=cfg)
+        assert np.array_equal(cupy.asnumpy(y), host.T.conj())
+
+
+@pytest.mark.gpu
+def test_staged_past_2_31_elements():
+    from autotranspose.compiler import activate
+    from autotranspose.launch import contiguous_launch
+    from autotranspose.measure import Bench
+
+    shape = (1, 46349, 46337)  # 2**31 + about 1.5M int8 elements, odd rows
+    assert shape[1] * shape[2] > 2**31
+    state = activate(0)
+    bench = Bench(state, 1, shape)
+    try:
+        assert bench.check(contiguous_launch(state, staged_default(1), *shape)) is None
+    finally:
+        bench.close()

@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 
 from . import __version__
-from .config import CONFIG_SCHEMA, KernelConfig
+from .config import CONFIG_SCHEMA, KernelConfig, staged_loads, staged_words
 
 # What nvcc is told besides the architecture: part of what a kernel is (compiler.py compiles
 # with these), so part of its version.
@@ -163,8 +163,11 @@ def staged_params(c: KernelConfig) -> dict[str, object]:
         "threads": c.threads,
         "rows": c._derived["rows"],
         "pitch": c._derived["pitch"],
-        "nw": c._derived["pitch"] // c.word_bytes,
+        "nw": staged_words(c),
         "nwo": c.tile_m // c.vec,
+        "lu": staged_loads(c),
+        "lpr": c.tile_m // c.vec // c.per_thread,  # threads per output row of a tile
+        "vstep": c.vec * c._derived["pitch"] + 4,  # shared-memory bytes between rows vec apart
         "smem": c.smem_bytes,
         "raster": c.raster,
         "cache": c.cache,

@@ -343,11 +343,21 @@ def _flat_errors(c: KernelConfig) -> Iterator[str]:
 
 
 STAGED_SIZES = (1, 2, 4, 8)  # 16-byte elements are always aligned: the tiled kernels serve them
-STAGED_MAX_THREADS = 1024
+STAGED_MAX_THREADS = 512  # 1024 threads cap registers at 64: int8 kernels spilled
 STAGED_THREAD_BYTES = 128  # words in flight per thread, in bytes
 
 
-def _staged_words(c: KernelConfig) -> int:
+def _staged_rows(c: KernelConfig) -> int:
+    """Input rows a staged tile holds: output windows start up to vec - 1 rows early."""
+    return c.tile_m + c.vec - 1
+
+
+def staged_loads(c: KernelConfig) -> int:
+    """Words each thread of a staged kernel loads: the whole tile in one pass."""
+    return -(-_staged_rows(c) * staged_words(c) // c.threads)
+
+
+def staged_words(c: KernelConfig) -> int:
     """Aligned words staged per input row of a staged tile: its tile_n elements at any offset."""
     return -(-c.tile_n * c.elem_bytes // c.word_bytes) + 1
 
@@ -367,12 +377,24 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
     if c.vec > c.tile_m:
         yield f"vec={c.vec} exceeds tile_m={c.tile_m}"
         return
+    if c.per_thread > c.tile_m // c.vec:
+        yield (
+            f"per_thread={c.per_thread} exceeds the {c.tile_m // c.vec} words a {c.tile_m}-row "
+            f"window of an output row holds (vec={c.vec}): lower per_thread or raise tile_m"
+        )
+        return
     words = c.tile_n * (c.tile_m // c.vec)
     threads = words // c.per_thread
     if words % c.per_thread or threads % WARP or not 0 < threads <= STAGED_MAX_THREADS:
         yield (
             f"staged tile {c.tile_m}x{c.tile_n} has {words} output words; per_thread={c.per_thread} "
             f"gives {threads} threads, which must be a multiple of {WARP} up to {STAGED_MAX_THREADS}"
+        )
+    loads = -(-_staged_rows(c) * staged_words(c) // max(threads, 1))
+    if loads * w > STAGED_THREAD_BYTES:
+        yield (
+            f"staged tile {c.tile_m}x{c.tile_n} loads {loads} words of {w} bytes per thread "
+            f"({threads} threads); at most {STAGED_THREAD_BYTES} bytes: lower per_thread"
         )
     if c.per_thread * w > STAGED_THREAD_BYTES:
         yield (
@@ -385,8 +407,8 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
 
 def _derive(c: KernelConfig) -> dict[str, int]:
     if c.staged:
-        rows = c.tile_m + c.vec - 1  # the output windows start up to vec - 1 rows early
-        pitch = -(-_staged_words(c) * c.word_bytes // 8) * 8
+        rows = _staged_rows(c)
+        pitch = -(-staged_words(c) * c.word_bytes // 8) * 8
         smem = rows * pitch + (rows - 1) // c.vec * 4
         return {"threads": c.tile_n * (c.tile_m // c.vec) // c.per_thread,
                 "smem": -(-smem // 16) * 16, "rows": rows, "pitch": pitch}  # fmt: skip
@@ -526,12 +548,13 @@ def staged_default(elem_bytes: int, conjugate: bool = False) -> KernelConfig | N
                         staged=True)  # fmt: skip
 
 
-# elem_bytes -> (tile_m, tile_n, vec, per_thread, raster): 16-byte words, a 64-column tile.
+# elem_bytes -> (tile_m, tile_n, vec, per_thread, raster): of 5-6 candidates each, the best
+# geometric mean over 3-5 odd-row cases on the H200 (docs/perf-notes.md, 2026-11-23 run 4).
 _STAGED_DEFAULTS: dict[int, tuple[Any, ...]] = {
-    1: (128, 64, 16, 2, "col"),
-    2: (128, 64, 8, 2, "col"),
-    4: (64, 64, 4, 2, "col"),
-    8: (64, 64, 2, 2, "col"),
+    1: (128, 64, 16, 4, "col"),
+    2: (128, 64, 8, 4, "col"),
+    4: (128, 32, 4, 4, "col"),
+    8: (64, 32, 2, 4, "col"),
 }
 
 

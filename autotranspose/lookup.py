@@ -10,9 +10,11 @@ For (device, element size, shape class) the choice falls through:
 A skinny class (rows of at most ``FLAT_SHORT_SIDE`` elements, or that few rows whose
 alignment allows no 8-byte vector) takes steps 1 and 3 only for exactly its class, and
 otherwise the flat kernel (``flat_default``): a tiled kernel tuned for another class wastes
-most of its tile on the short side.
+most of its tile on the short side. Likewise an unaligned class (rows at odd element offsets,
+or aligned to fewer than 4 bytes) takes only its own class's entries, and otherwise the
+staged kernel (``staged_default``), which keeps 16-byte accesses at any offset.
 
-Only entries of the running template version are served, and only configs the call can run:
+Only entries whose kernel the running code renders identically are served, and only configs the call can run:
 no wider vectors than the class allows, within the device's block limits. A choice is cached
 in-process per (device model and limits, element size, class, conjugate, database), so
 after the first call for a key no database is queried; the store clears the
@@ -34,7 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import FLAT_SHORT_SIDE, NEWEST, DeviceLimits, default_config, flat_default
+from .config import (
+    FLAT_SHORT_SIDE,
+    NEWEST,
+    DeviceLimits,
+    default_config,
+    flat_default,
+    staged_default,
+)
 from .device import DeviceInfo
 from .errors import AutotransposeError, StoreError
 from .shapes import ShapeClass
@@ -128,6 +137,11 @@ def _choose(
     # rows) only when their rows allow no vector of 8 bytes: with wide vectors the tiled
     # fallbacks beat the flat kernel's element-wise loads (H200, docs/perf-notes.md).
     skinny = cls.n <= FLAT_SHORT_SIDE or (cls.m <= FLAT_SHORT_SIDE and cls.vec * elem_bytes < 8)
+    # Rows at odd offsets (or too unaligned for a 4-byte tiled word) are served their own
+    # class's result, else the staged kernel: on the H200 it beat every other class's tiled
+    # kernel there by 6-27 points (geometric means, docs/perf-notes.md).
+    unaligned = not skinny and (cls.vec == 1 or cls.vec * elem_bytes < 4)
+    own_only = skinny or unaligned
     db = _default_store() if store is DEFAULT_STORE else store
     if db is not None:
         try:
@@ -136,16 +150,20 @@ def _choose(
             _warn_once(db.url, f"autotranspose: not using tuning database {db.display}: {exc}")
             tuned = []
         found = _pick(tuned, elem_bytes, cls, limits)
-        if found is not None and (found[1] or not skinny):
+        if found is not None and (found[1] or not own_only):
             entry, exact = found
             return _choice(entry, "tuned" if exact else "nearest", conjugate)
     found = _pick(shipped(name), elem_bytes, cls, limits)
-    if found is not None and (found[1] or not skinny):
+    if found is not None and (found[1] or not own_only):
         return _choice(found[0], "shipped", conjugate)
     if skinny:
         flat = flat_default(elem_bytes, min(cls.m, cls.n), conjugate)
         if flat is not None and flat.fits(limits):
             return Choice(flat, "default")
+    if unaligned:
+        staged = staged_default(elem_bytes, conjugate)
+        if staged is not None and staged.fits(limits):
+            return Choice(staged, "default")
     return Choice(default_config(elem_bytes, max_vector=cls.vec, conjugate=conjugate), "default")
 
 

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from store_data import A100, H100, count_queries, ok, space, valid_config
 
 from autotranspose import lookup
-from autotranspose.config import default_config
-from autotranspose.shapes import ShapeClass
+from autotranspose.config import default_config, staged_default
+from autotranspose.shapes import ShapeClass, shape_class
 from autotranspose.store import Store, database, textio
 
 pytest_plugins = ("store_fixtures",)
@@ -104,12 +104,16 @@ def test_never_serves_wider_vectors_than_the_call_allows(store, rng, call_vec):
     _record(store, H100, CLS, wide, 2000.0)
     narrow_cls = dataclasses.replace(CLS, vec=call_vec)
     c = lookup.choose(H100, 4, narrow_cls, store=store)
-    assert c.source == "default" and c.config.vec <= call_vec
-    # a class tuned at v4 with a narrow config can serve the narrow call, as nearest
+    assert c.source == "default" and (c.config.vec <= call_vec or c.config.any_offset)
+    # a class tuned at v4 with a narrow config can serve the narrow call, as nearest; rows at
+    # odd offsets (vec 1) take the staged kernel instead of another class's result
     (narrow,) = _configs(rng, vec=call_vec, count=1)
     _record(store, H100, ShapeClass(1, 2048, 2048, 4), narrow, 1900.0)
     c = lookup.choose(H100, 4, narrow_cls, store=store)
-    assert (c.source, c.config) == ("nearest", narrow)
+    if call_vec == 1:
+        assert (c.source, c.config) == ("default", staged_default(4))
+    else:
+        assert (c.source, c.config) == ("nearest", narrow)
 
 
 def test_never_serves_a_config_the_device_cannot_run(store):
@@ -295,3 +299,17 @@ def test_shipped_results_are_from_the_running_templates(path, monkeypatch):
     for e in tf.entries:
         choice = lookup.choose(tf.device.name, e.elem_bytes, e.shape_class, store=None)
         assert choice.source == "shipped" and choice.config == e.config, e.shape_class
+
+
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
+def test_untuned_unaligned_calls_get_the_staged_kernel(rng, elem_bytes):
+    """Rows at odd offsets: the staged kernel (16-byte accesses at any offset) where one
+    exists; rows aligned to 4 bytes or more keep the tiled default."""
+    m, n = (int(rng.integers(200, 20000)) | 1 for _ in range(2))
+    odd = shape_class(1, m, n, 1)
+    c = lookup.choose("Some Untuned GPU", elem_bytes, odd, store=None)
+    assert c.source == "default"
+    assert c.config == (staged_default(elem_bytes) or default_config(elem_bytes, max_vector=1))
+    if elem_bytes == 2:  # rows of whole 4-byte words: the tiled kernels
+        c = lookup.choose("Some Untuned GPU", 2, shape_class(1, m + 1, n + 1, 2), store=None)
+        assert not c.config.staged

@@ -55,7 +55,7 @@ def test_staged_configs_come_with_unaligned_calls_only(rng, s):
     assert space and all(c.any_offset and c.fits(NEWEST) for c in space)
     cfg = space[int(rng.integers(len(space)))]
     assert KernelConfig.from_dict(cfg.to_dict()) == cfg and "_sg" in cfg.key
-    assert cfg.threads % 32 == 0 and cfg.threads <= 1024
+    assert cfg.threads % 32 == 0 and cfg.threads <= 512
 
 
 @pytest.mark.parametrize("s", STAGED_SIZES)
@@ -132,7 +132,8 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
     views; the bytes around and between the output rows are left as they were."""
     cupy = pytest.importorskip("cupy")
     dtype = np.dtype(DTYPES[s])
-    cfg = staged(s, per_thread=1) if rng.random() < 0.5 else staged_default(s)
+    space = [c for c in staged_space(s, NEWEST) if not c.persistent]
+    cfg = space[int(rng.integers(len(space)))] if rng.random() < 0.5 else staged_default(s)
     for offset_in in range(0, 16, s):
         offset_out = int(rng.integers(0, 16 // s)) * s
         m, n = int(rng.integers(300, 900)) | 1, int(rng.integers(300, 900)) | 1

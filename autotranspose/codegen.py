@@ -16,7 +16,14 @@ from pathlib import Path
 import jinja2
 
 from . import __version__
-from .config import CONFIG_SCHEMA, KernelConfig, staged_loads, staged_words
+from .config import (
+    CONFIG_SCHEMA,
+    KernelConfig,
+    staged_loads,
+    staged_pitch,
+    staged_rows,
+    staged_words,
+)
 
 # What nvcc is told besides the architecture: part of what a kernel is (compiler.py compiles
 # with these), so part of its version.
@@ -85,6 +92,19 @@ def kernel_version(config: KernelConfig) -> str:
     return h.hexdigest()[:16]
 
 
+def _common_params(c: KernelConfig) -> dict[str, object]:
+    """What every kind of kernel's template needs: name, element, threads, hints."""
+    return {
+        "name": c.kernel_name,
+        "s": c.elem_bytes,
+        "threads": c.threads,
+        "cache": c.cache,
+        "conjugate": c.conjugate,
+        "elem_t": _WORD_TYPES[c.elem_bytes],
+        "dtypes": _DTYPES_BY_SIZE[c.elem_bytes],
+    }
+
+
 def kernel_params(c: KernelConfig) -> dict[str, object]:
     """Everything the template needs about one config, derived here so the template only lays
     out code."""
@@ -94,8 +114,7 @@ def kernel_params(c: KernelConfig) -> dict[str, object]:
     rows = iw
     plane = rows * c.smem_pitch
     return {
-        "name": c.kernel_name,
-        "s": c.elem_bytes,
+        **_common_params(c),
         "v": c.vec,
         "w": w,
         "ww": max(w // 4, 1),
@@ -104,7 +123,6 @@ def kernel_params(c: KernelConfig) -> dict[str, object]:
         "tm": c.tile_m,
         "tn": c.tile_n,
         "pt": c.per_thread,
-        "threads": c.threads,
         "word_t": _WORD_TYPES[w],
         "chunk_t": _WORD_TYPES[a],
         "a": a,
@@ -124,56 +142,41 @@ def kernel_params(c: KernelConfig) -> dict[str, object]:
         "swz_mask": min(ow, 128 // a) - 1,
         "swz_rows": max(1, 128 // (ow * a)),
         "raster": c.raster,
-        "cache": c.cache,
-        "conjugate": c.conjugate,
         "realign": c.realign,
-        "elem_t": _WORD_TYPES[c.elem_bytes],
-        "dtypes": _DTYPES_BY_SIZE[c.elem_bytes],
     }
 
 
 def flat_params(c: KernelConfig) -> dict[str, object]:
     """What templates/flat.cu.j2 needs about one flat config."""
     return {
-        "name": c.kernel_name,
-        "s": c.elem_bytes,
+        **_common_params(c),
         "tl": c.tile_m,
         "tw": c.tile_n,
-        "threads": c.threads,
         "unroll": c.per_thread,
         "words": c.smem_bytes // 4,
-        "cache": c.cache,
-        "conjugate": c.conjugate,
-        "elem_t": _WORD_TYPES[c.elem_bytes],
-        "dtypes": _DTYPES_BY_SIZE[c.elem_bytes],
     }
 
 
 def staged_params(c: KernelConfig) -> dict[str, object]:
     """What templates/staged.cu.j2 needs about one staged config."""
     return {
-        "name": c.kernel_name,
-        "s": c.elem_bytes,
+        **_common_params(c),
         "v": c.vec,
         "w": c.word_bytes,
         "ww": c.word_bytes // 4,
         "tm": c.tile_m,
         "tn": c.tile_n,
         "pt": c.per_thread,
-        "threads": c.threads,
-        "rows": c._derived["rows"],
-        "pitch": c._derived["pitch"],
+        "rows": staged_rows(c),
+        "pitch": staged_pitch(c),
         "nw": staged_words(c),
         "nwo": c.tile_m // c.vec,
         "lu": staged_loads(c),
         "lpr": c.tile_m // c.vec // c.per_thread,  # threads per output row of a tile
-        "vstep": c.vec * c._derived["pitch"] + 4,  # shared-memory bytes between rows vec apart
+        "vstep": c.vec * staged_pitch(c) + 4,  # shared-memory bytes between rows vec apart
         "smem": c.smem_bytes,
         "raster": c.raster,
-        "cache": c.cache,
-        "conjugate": c.conjugate,
         "word_t": _WORD_TYPES[c.word_bytes],
-        "dtypes": _DTYPES_BY_SIZE[c.elem_bytes],
     }
 
 

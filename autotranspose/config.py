@@ -347,14 +347,20 @@ STAGED_MAX_THREADS = 512  # 1024 threads cap registers at 64: int8 kernels spill
 STAGED_THREAD_BYTES = 128  # words in flight per thread, in bytes
 
 
-def _staged_rows(c: KernelConfig) -> int:
+def staged_rows(c: KernelConfig) -> int:
     """Input rows a staged tile holds: output windows start up to vec - 1 rows early."""
     return c.tile_m + c.vec - 1
 
 
+def staged_pitch(c: KernelConfig) -> int:
+    """Bytes between staged rows in shared memory: the row's words, rounded to 8 bytes (so
+    rows vec apart, one 4-byte skew further, fall in different banks)."""
+    return -(-staged_words(c) * c.word_bytes // 8) * 8
+
+
 def staged_loads(c: KernelConfig) -> int:
     """Words each thread of a staged kernel loads: the whole tile in one pass."""
-    return -(-_staged_rows(c) * staged_words(c) // c.threads)
+    return -(-staged_rows(c) * staged_words(c) // c.threads)
 
 
 def staged_words(c: KernelConfig) -> int:
@@ -390,7 +396,7 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
             f"staged tile {c.tile_m}x{c.tile_n} has {words} output words; per_thread={c.per_thread} "
             f"gives {threads} threads, which must be a multiple of {WARP} up to {STAGED_MAX_THREADS}"
         )
-    loads = -(-_staged_rows(c) * staged_words(c) // max(threads, 1))
+    loads = -(-staged_rows(c) * staged_words(c) // max(threads, 1))
     if loads * w > STAGED_THREAD_BYTES:
         yield (
             f"staged tile {c.tile_m}x{c.tile_n} loads {loads} words of {w} bytes per thread "
@@ -407,11 +413,10 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
 
 def _derive(c: KernelConfig) -> dict[str, int]:
     if c.staged:
-        rows = _staged_rows(c)
-        pitch = -(-staged_words(c) * c.word_bytes // 8) * 8
-        smem = rows * pitch + (rows - 1) // c.vec * 4
+        rows = staged_rows(c)
+        smem = rows * staged_pitch(c) + (rows - 1) // c.vec * 4
         return {"threads": c.tile_n * (c.tile_m // c.vec) // c.per_thread,
-                "smem": -(-smem // 16) * 16, "rows": rows, "pitch": pitch}  # fmt: skip
+                "smem": -(-smem // 16) * 16}  # fmt: skip
     if c.flat:
         words = -(-(c.tile_m * c.tile_n * c.elem_bytes + FLAT_WORD - 1) // FLAT_WORD)
         return {"threads": _flat_threads(c), "smem": -(-words // WARP) * WARP * FLAT_WORD}

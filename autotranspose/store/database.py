@@ -472,7 +472,7 @@ class Store:
             )  # fmt: skip
             if m.ok:
                 _offer_best(conn, device_id, elem_bytes, str(shape_class), config_id,
-                            measurement_id, float(m.gbps), float(m.copy_gbps), tv, now)  # fmt: skip
+                            measurement_id, float(m.gbps), float(m.copy_gbps), tv, True, now)  # fmt: skip
         self._device_ids[device] = device_id
         if m.ok:
             _invalidate_lookup()
@@ -505,7 +505,8 @@ class Store:
                     template_version=e.template_version, created_at=measured_at,
                 )  # fmt: skip
                 _offer_best(conn, device_id, e.elem_bytes, str(e.shape_class), config_id,
-                            measurement_id, e.gbps, e.copy_gbps, e.template_version, now,
+                            measurement_id, e.gbps, e.copy_gbps, e.template_version,
+                            e.template_version == _current_version(e.config), now,
                             ratio=e.ratio)  # fmt: skip
         self._device_ids[device] = device_id
         _invalidate_lookup()
@@ -781,10 +782,12 @@ def _offer_best(
     gbps: float,
     copy_gbps: float,
     tv: str,
+    current: bool,
     now: datetime,
     ratio: float | None = None,
 ) -> None:
     """Make this result the best of its key if it beats the current best, atomically.
+    `current`: whether `tv` is the running code's version of this result's kernel.
 
     A result of its kernel's current version beats a stale best whatever its speed, and a
     faster current best; a stale result (an imported old file) only beats a slower stale best.
@@ -817,7 +820,6 @@ def _offer_best(
             return
         except sa.exc.IntegrityError:  # another writer inserted it meanwhile
             row = conn.execute(q).one()
-    current = tv == _version_of_config_id(conn, config_id)
     stale_best = row.template_version != _version_of_config_id(conn, row.config_id)
     if (stale_best or row.gbps < gbps) if current else (stale_best and row.gbps < gbps):
         changes = {k: v for k, v in values.items() if k not in key_names}

@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+from _gpu import assert_match_reference
 
 import autotranspose as at
 from autotranspose import lookup
@@ -141,8 +142,6 @@ def test_flat_kernels_match_the_reference(rng, s):
     """Odd long sides, every short side class, batches, both orientations; fresh data, a
     poisoned output and a guard region after it (measure.Bench.check)."""
     from autotranspose.compiler import activate, precompile
-    from autotranspose.launch import contiguous_launch
-    from autotranspose.measure import Bench
 
     state = activate(0)
     for shape in _skinny_shapes(rng):
@@ -155,13 +154,7 @@ def test_flat_kernels_match_the_reference(rng, s):
         picks += [d] if d is not None and d.fits(state.info.limits) else []
         picks.append(picks[0].replace(persistent=2))
         assert not precompile(state, picks)
-        bench = Bench(state, s, shape)
-        try:
-            for cfg in picks:
-                problem = bench.check(contiguous_launch(state, cfg, *shape))
-                assert problem is None, f"{cfg.key} on {shape}: {problem}"
-        finally:
-            bench.close()
+        assert_match_reference(state, s, shape, picks)
 
 
 @pytest.mark.gpu
@@ -213,16 +206,10 @@ def test_conjugate_flat(rng):
 def test_skinny_past_2_31_elements():
     from autotranspose.api import choose_config
     from autotranspose.compiler import activate
-    from autotranspose.launch import contiguous_launch
-    from autotranspose.measure import Bench
 
     shape = (1, 715_827_883, 3)  # 2**31 + 1 int8 elements
     assert shape[1] * shape[2] > 2**31
     state = activate(0)
     cfg = choose_config(state, 1, *shape, 1, False)
     assert cfg.flat
-    bench = Bench(state, 1, shape)
-    try:
-        assert bench.check(contiguous_launch(state, cfg, *shape)) is None
-    finally:
-        bench.close()
+    assert_match_reference(state, 1, shape, [cfg])

@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
+from _gpu import assert_match_reference
 
 import autotranspose as at
 from autotranspose.config import (
@@ -107,8 +108,6 @@ def test_staged_kernels_match_the_reference(rng, s):
     """Odd sizes, 1xN, Nx1, batches; fresh data, a poisoned output and a guard region after
     it (measure.Bench.check); random configs of the space, the default, a persistent grid."""
     from autotranspose.compiler import activate, precompile
-    from autotranspose.launch import contiguous_launch
-    from autotranspose.measure import Bench
 
     state = activate(0)
     space = [c for c in staged_space(s, state.info.limits) if not c.persistent]
@@ -116,13 +115,7 @@ def test_staged_kernels_match_the_reference(rng, s):
     picks += [staged_default(s), staged_default(s).replace(persistent=2)]
     assert not precompile(state, picks)
     for shape in _odd_shapes(rng):
-        bench = Bench(state, s, shape)
-        try:
-            for cfg in picks:
-                problem = bench.check(contiguous_launch(state, cfg, *shape))
-                assert problem is None, f"{cfg.key} on {shape}: {problem}"
-        finally:
-            bench.close()
+        assert_match_reference(state, s, shape, picks)
 
 
 @pytest.mark.gpu
@@ -165,14 +158,7 @@ def test_conjugate_staged(rng):
 @pytest.mark.gpu
 def test_staged_past_2_31_elements():
     from autotranspose.compiler import activate
-    from autotranspose.launch import contiguous_launch
-    from autotranspose.measure import Bench
 
     shape = (1, 46349, 46337)  # 2**31 + about 1.5M int8 elements, odd rows
     assert shape[1] * shape[2] > 2**31
-    state = activate(0)
-    bench = Bench(state, 1, shape)
-    try:
-        assert bench.check(contiguous_launch(state, staged_default(1), *shape)) is None
-    finally:
-        bench.close()
+    assert_match_reference(activate(0), 1, shape, [staged_default(1)])

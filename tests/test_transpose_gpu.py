@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _gpu import assert_match_reference, reference_problems
 
 import autotranspose as at
 from autotranspose.config import KernelConfig, config_space
@@ -147,8 +148,6 @@ def test_sample_of_the_config_space(rng, elem_bytes):
     """A random sample of every element size's space, checked on fresh data with a poisoned
     output and a guard region, on a batched shape with partial tiles."""
     from autotranspose.compiler import activate, precompile
-    from autotranspose.launch import contiguous_launch
-    from autotranspose.measure import Bench
 
     dtype = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}[elem_bytes]
     space = list(config_space(dtype))
@@ -159,16 +158,11 @@ def test_sample_of_the_config_space(rng, elem_bytes):
         picks.append(picks[0].replace(conjugate=True) if elem_bytes in (8, 16) else picks[0])
     state = activate(0)
     assert not precompile(state, picks)
-    bench = Bench(state, elem_bytes, (2, 304, 528))
-    try:
-        for cfg in picks:
-            problem = bench.check(contiguous_launch(state, cfg, 2, 304, 528))
-            if cfg.conjugate:
-                assert problem and "differ" in problem  # a conjugate is not the plain transpose
-            else:
-                assert problem is None, f"{cfg.key}: {problem}"
-    finally:
-        bench.close()
+    for cfg, problem in reference_problems(state, elem_bytes, (2, 304, 528), picks):
+        if cfg.conjugate:
+            assert problem and "differ" in problem  # a conjugate is not the plain transpose
+        else:
+            assert problem is None, f"{cfg.key}: {problem}"
 
 
 @pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8])
@@ -176,8 +170,6 @@ def test_realigning_kernels_on_unaligned_rows(rng, elem_bytes):
     """Rows whose starts fall at every offset from vector alignment, odd extents, partial
     tiles: the realigning kernels against the reference, on fresh data each time."""
     from autotranspose.compiler import activate, precompile
-    from autotranspose.launch import contiguous_launch
-    from autotranspose.measure import Bench
 
     dtype = {1: "int8", 2: "float16", 4: "float32", 8: "complex64"}[elem_bytes]
     space = [c for c in config_space(dtype, max_vector=1) if c.realign]
@@ -185,13 +177,7 @@ def test_realigning_kernels_on_unaligned_rows(rng, elem_bytes):
     state = activate(0)
     assert not precompile(state, picks)
     for shape in [(1, 301, 517), (3, 255, 259), (1, 4099, 6007)]:
-        bench = Bench(state, elem_bytes, shape)
-        try:
-            for cfg in picks[:8] if shape[1] > 1000 else picks:
-                problem = bench.check(contiguous_launch(state, cfg, *shape))
-                assert problem is None, f"{cfg.key} on {shape}: {problem}"
-        finally:
-            bench.close()
+        assert_match_reference(state, elem_bytes, shape, picks[:8] if shape[1] > 1000 else picks)
 
 
 def test_realigned_view_with_odd_offsets(rng):
@@ -219,15 +205,9 @@ def test_past_2_31_elements():
     from autotranspose.api import choose_config
     from autotranspose.compiler import activate
     from autotranspose.config import max_vec
-    from autotranspose.launch import contiguous_launch
-    from autotranspose.measure import Bench
 
     shape = (1, 40000, 53700)
     assert shape[1] * shape[2] > 2**31
     state = activate(0)
     cfg = choose_config(state, 1, *shape, max_vec(1, 40000, 53700), False)
-    bench = Bench(state, 1, shape)
-    try:
-        assert bench.check(contiguous_launch(state, cfg, *shape)) is None
-    finally:
-        bench.close()
+    assert_match_reference(state, 1, shape, [cfg])

@@ -185,11 +185,14 @@ def primary_context(ordinal: int) -> int:
     return ctx
 
 
-def current() -> int | None:
+def _ctypes_current() -> int | None:
     """The calling thread's current context (None for none)."""
     s = _scratch
     _cuCtxGetCurrent(s.ctx_ref)
     return s.ctx.value
+
+
+current = _ctypes_current  # the compiled launcher's module form replaces it (same contract)
 
 
 def set_current(ctx: int | None) -> None:
@@ -361,8 +364,17 @@ def _entry_points() -> tuple[int, int, int]:
 
 
 def _native_launch() -> Any:
-    global _at_transpose
-    _at_transpose = _native.launcher()
+    """The compiled launch function, or None (then the ctypes path below). The module form
+    also takes over :func:`current`, which the hot path calls before allocating an output."""
+    global _at_transpose, current
+    native = _native.launcher()
+    if native is None:
+        _at_transpose = None
+        return None
+    if native.current is not None and current is _ctypes_current:
+        native.bind(_entry_points()[0])
+        current = native.current
+    _at_transpose = native.transpose
     return _at_transpose
 
 

@@ -63,6 +63,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     ],
     "cuStreamGetCtx": [c_void_p, ctypes.POINTER(c_void_p)],
     "cuStreamSynchronize": [c_void_p],
+    "cuStreamIsCapturing": [c_void_p, ctypes.POINTER(c_int)],
     "cuStreamWaitEvent": [c_void_p, c_void_p, c_uint],
     "cuEventCreate": [ctypes.POINTER(c_void_p), c_uint],
     "cuEventRecord": [c_void_p, c_void_p],
@@ -243,6 +244,15 @@ def stream_context(stream: int) -> int | None:
             "object of the array's library, or leave stream=None for its current stream"
         )
     return ctx.value
+
+
+def is_capturing(stream: int | None) -> bool:
+    """Is `stream` being captured into a CUDA graph? Also True when the driver refuses to say
+    (the legacy stream while another stream captures in global mode): then nothing that
+    synchronises may run either."""
+    status = c_int(0)
+    err = lib().cuStreamIsCapturing(stream, ctypes.byref(status))
+    return bool(err) or status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE is 0
 
 
 def synchronize_stream(stream: int) -> None:

@@ -249,22 +249,19 @@ def bench_case(
 ) -> list[Row]:
     """Time every peer on one (shape, dtype); each is checked against the reference first.
     Without `config`, autotranspose runs what transpose() would choose for this call."""
-    from . import lookup
+    from .api import served
     from .compiler import activate
-    from .config import max_vec
     from .measure import Bench
-    from .shapes import shape_class
 
     state = activate(device)
     s = element_type(dtype).size
-    b, m, n = shape
     source = "given"
-    if config is None:
-        choice = lookup.choose(state.info, s, shape_class(b, m, n, max_vec(s, m, n)))
-        config, source = choice.config, choice.source
     bench = Bench(state, s, shape)
     rows: list[Row] = []
     try:
+        if config is None:  # as transpose() would serve it (a first call measures if untuned)
+            choice = served(state, element_type(dtype), shape, *bench.pointers(0))
+            config, source = choice.config, choice.source
         launches = _peer_launches(bench, dtype, config)
         launches["autotranspose"] = (launches["autotranspose"][0], f"{config.key} ({source})")
         copy_s = bench.copy_time(repeats=repeats)

@@ -36,6 +36,7 @@ FORBIDDEN: dict[str, list[str]] = {
     "measure": ["api", "tuner", "store", "lookup", "worker"],
     "worker": ["api", "tuner", "store", "lookup"],
     "lookup": [*CUDA, "measure", "worker", "tuner"],
+    "firstcall": ["api", "measure", "tuner", "worker", "store"],
     "store": [*CUDA, "measure", "tuner", "worker", "lookup"],
 }
 

@@ -119,7 +119,10 @@ def test_no_measurement_while_the_stream_is_captured(rng):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, x.t())
-    # outside capture, a new signature of the class measures it
-    y = at.transpose(x.clone())
+    # outside capture, a new signature of the class (a pitched view) measures it
+    wide = torch.empty(shape[0], shape[1] + 16, device="cuda")
+    view = wide[:, : shape[1]]
+    view.copy_(x)
+    y = at.transpose(view)
     torch.cuda.synchronize()
     assert torch.equal(y, x.t()) and len(_measured(shape)[0]) == 1

@@ -45,8 +45,11 @@ from .launch import Launch
 ENV_VAR = "AUTOTRANSPOSE_FIRST_CALL"
 BUDGET_S = 0.2  # GPU seconds one first call may spend measuring
 MAX_CANDIDATES = 8
-ROUNDS = 3  # each candidate is timed this often (median), budget permitting
-MIN_TIMED_S = 50e-6  # a timing covers at least this much GPU time (small calls repeat)
+ROUNDS = 5  # each candidate is timed this often (median), budget permitting
+MIN_TIMED_S = 200e-6  # a timing covers at least this much GPU time (small calls repeat):
+# event timings of one short call scatter by several microseconds
+MARGIN = 0.01  # another candidate replaces the guess only when faster by more than this:
+# the guess was chosen for a reason, and noise must not trade it for a slower config
 
 _switch: list[bool | None] = [None]  # set_enabled() overrides the environment
 # The latest measurements of this process, newest last: (device name, element bytes, shape
@@ -120,7 +123,7 @@ def measure(
 ) -> Outcome | None:
     """Time `configs` (prepared by `make`) on the call's buffers and stream; None when the
     stream is being captured into a graph or nothing could run. The first config is the
-    fallback: it wins ties and stands when the budget allows no timing at all."""
+    guess: another must beat it by more than MARGIN."""
     if _driver.is_capturing(stream):
         return None
     failed = precompile(state, configs)
@@ -155,7 +158,7 @@ def measure(
             except KernelLaunchError:
                 continue
             spent += t
-            reps[c] = max(1, min(32, int(MIN_TIMED_S / max(t, 1e-7))))
+            reps[c] = max(1, min(64, int(MIN_TIMED_S / max(t, 1e-7))))
             times[c] = []
         round_s = sum(reps[c] * warm[c] for c in times)
         for _ in range(ROUNDS):
@@ -169,6 +172,8 @@ def measure(
         return None
     # Warm-up times stand in when the budget allowed no full round (very large calls).
     medians = {c: statistics.median(v) if v else warm[c] for c, v in times.items()}
-    first = configs[0]
-    best = min(medians, key=lambda c: (medians[c], c != first))
+    best = min(medians, key=medians.__getitem__)
+    guess = configs[0]
+    if guess in medians and medians[guess] <= medians[best] * (1 + MARGIN):
+        best = guess
     return Outcome(best, {c: medians.get(c) for c in configs}, spent)

@@ -55,7 +55,10 @@ def test_an_untuned_class_is_measured_once_then_served_its_winner(rng):
     outcome = found[3]
     timed = {c: t for c, t in outcome.seconds.items() if t is not None}
     assert len(outcome.seconds) >= 2 and outcome.best in timed
-    assert timed[outcome.best] == min(timed.values())
+    guess = next(iter(outcome.seconds))
+    assert timed[outcome.best] == min(timed.values()) or (
+        outcome.best == guess and timed[guess] <= min(timed.values()) * (1 + firstcall.MARGIN)
+    )
     assert 0 < outcome.gpu_s
     choice = lookup.choose(api.device_state(0).info, 4, cls)
     assert (choice.source, choice.config) == ("measured", outcome.best)

@@ -110,6 +110,7 @@ class Pass:
             text += "; host loops " + ", ".join(
                 f"{d.extent} (in +{d.in_stride}, out +{d.out_stride})" for d in self.loops
             )
+            text += " words" if self.kind == COPY else " elements"
         return text
 
 
@@ -150,12 +151,10 @@ class Plan:
             f"{tuple(d.out_stride for d in self.dims)}"
         )
         why = {
-            CONTIGUOUS: "contiguous",
-            RUNS: "runs (the innermost axis stays innermost)",
-            WIDE: "wide elements (the innermost axis stays innermost)",
-            ELEMENTS: "transpose",
-        }[self.case]
-        lines += [f"{why}: {p.describe()}" for p in self.passes]
+            RUNS: "runs (a strided copy, or the innermost axis stays innermost): ",
+            WIDE: "wide elements (the innermost axis stays innermost): ",
+        }.get(self.case, "")
+        lines += [why + p.describe() for p in self.passes]
         n = self.launches
         lines.append(f"{len(self.passes)} pass, {n} launch{'es' if n != 1 else ''}")
         return "\n".join(lines)

@@ -427,10 +427,13 @@ def test_describe_names_the_problem_the_pass_and_the_launches():
     text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
     assert "permute (2, 7, 3, 5, 11) by (0, 2, 1, 4, 3), 4-byte elements -> (2, 3, 7, 11, 5)" in text
     assert "transpose 7 x 5x11 of 4-byte elements" in text
-    assert "host loops 2 (in +1155, out +1155), 3 (in +55, out +385)" in text
+    assert "host loops 2 (in +1155, out +1155), 3 (in +55, out +385) elements" in text
     assert text.endswith("1 pass, 6 launches")
     assert "copy 240 contiguous bytes" in plan_permute((4, 5, 6), (0, 1, 2), 2).describe()
-    assert "rows of 256 bytes" in plan_permute((8, 4096, 32, 128), (0, 2, 1, 3), 2).describe()
+    text = plan_permute((8, 4096, 32, 128), (0, 2, 1, 3), 2).describe()
+    assert "runs (a strided copy, or the innermost axis stays innermost): copy 32 x 4096 " in text
+    assert "rows of 256 bytes (16 16-byte words" in text and text.endswith("8 launches")
+    assert "wide elements" in plan_permute((3, 5, 7, 2), (0, 2, 1, 3), 4).describe()
 
 
 def test_reference_byte_index_is_the_kernel_formula():

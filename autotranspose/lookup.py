@@ -21,8 +21,9 @@ after the first call for a key no database is queried; the store clears the
 cache when it records a new best, and :func:`clear_cache` does so explicitly (another process
 writing the database is seen after a restart or a ``clear_cache()``).
 
-Lookup must never break a user's ``transpose()``: the default database is not created just to
-be read, and an unreadable or foreign one is warned about once and skipped.
+Lookup must never break a user's ``transpose()``: the default database is opened read-only (it
+is not created, migrated or written just to be read), and an unreadable or foreign one is
+warned about once and skipped.
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ def _default_store() -> Store | None:
     if path is not None and not path.is_file():
         return None  # nothing tuned yet; not cached, so a later tune is picked up
     try:
-        opened: Store | None = Store.open(url)
+        opened: Store | None = Store.open(url, readonly=True)  # never creates or migrates
     except StoreError as exc:
         _warn_once(url, f"autotranspose: not using tuning database: {exc}")
         opened = None

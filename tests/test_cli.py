@@ -342,5 +342,5 @@ def test_python_dash_m_help() -> None:
 def test_python_dash_m_error_is_one_line(tmp_path: Path) -> None:
     done = _subprocess("show", "--db", str(tmp_path / "missing" / "tuning.db"))
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.startswith("autotranspose: error: cannot create the tuning database")
+    assert done.stderr.startswith("autotranspose: error: no tuning database at ")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -2,9 +2,14 @@
 
 One :class:`Store` wraps one SQLAlchemy engine. Any SQLAlchemy URL works (SQLite files by
 default, PostgreSQL through ``postgresql+psycopg://``); Optuna's study may live in the same
-database, since all our tables are prefixed ``at_``. Opening a database creates or upgrades our
-schema (Alembic, version table ``at_alembic_version``) and refuses a database that belongs to
-someone else (:class:`ForeignDatabaseError`).
+database, since all our tables are prefixed ``at_``. Opening a database to write creates it and
+creates or upgrades our schema (Alembic, version table ``at_alembic_version``); opening it to
+read (``readonly=True``: show, lookup, export, ``transpose()``) changes nothing: a missing
+database is an error saying how to create one, an older schema is read as it is, and a SQLite
+file is opened read-only (``mode=ro``), so a database in a read-only directory can be read.
+Either way a database that belongs to someone else is refused (:class:`ForeignDatabaseError`)
+before anything is written to it. PostgreSQL connections carry connect and statement timeouts
+(:func:`connect_args`).
 
 Every write is one transaction, so a killed process loses at most the write in flight. SQLite
 runs in WAL mode with a busy timeout and takes its write lock at BEGIN (``BEGIN IMMEDIATE``),
@@ -24,7 +29,10 @@ import json
 import math
 import os
 import re
+import shlex
+import sqlite3
 import sys
+import urllib.parse
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -54,6 +62,13 @@ from .models import APP_KEY, APP_NAME, Best, Claim, Config, Device, MeasurementR
 
 ENV_VAR = "AUTOTRANSPOSE_DB"
 BUSY_TIMEOUT_S = 30
+# PostgreSQL: a server that accepts and never answers fails a command within seconds (see
+# connect_args); a statement that waits or runs for minutes fails too, unless the URL's own
+# ``options`` set statement_timeout (lock waits count: far above any statement of ours).
+CONNECT_TIMEOUT_VAR = "AUTOTRANSPOSE_DB_CONNECT_TIMEOUT"
+CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_VAR = "AUTOTRANSPOSE_DB_STATEMENT_TIMEOUT"
+STATEMENT_TIMEOUT_S = 300
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "imported")
 
 # Tables Optuna's RDBStorage creates (any version): a database holding only these is one we may
@@ -122,7 +137,8 @@ def default_path() -> Path:
 def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     """The database URL to use: `url`, else $AUTOTRANSPOSE_DB, else the per-user SQLite file.
 
-    A plain file path (no ``://``) means a SQLite file.
+    A plain file path (no ``://``) means a SQLite file. An URL must name a kind of database
+    SQLAlchemy knows (its driver is checked when the database is opened).
     """
     if url is None:
         url = os.environ.get(ENV_VAR) or None
@@ -132,13 +148,41 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     if "://" not in text:
         return _sqlite_url(Path(text).expanduser())
     try:
-        sa.make_url(text)
+        u = sa.make_url(text)
     except (sa.exc.ArgumentError, ValueError) as exc:
         raise StoreError(
-            f"{text!r:.200} is not a database URL ({exc}); use a file path or an URL such as "
-            "sqlite:///tuning.db or postgresql+psycopg://user@host/db"
+            f"{text!r:.200} is not a database URL ({exc}); use {_SUPPORTED_URLS}"
         ) from exc
+    _check_dialect(u)
     return text
+
+
+_SUPPORTED_URLS = (
+    "a file path, sqlite:///PATH, or postgresql+psycopg://USER@HOST[:PORT]/DB "
+    "(with pip install 'autotranspose[postgres]')"
+)
+
+
+def _check_dialect(u: sa.URL) -> None:
+    """Refuse an URL whose kind of database (or driver) SQLAlchemy does not know, in one line."""
+    try:
+        u.get_dialect()
+        return
+    except sa.exc.NoSuchModuleError:
+        pass
+    shown = u.render_as_string(hide_password=True)
+    backend = u.get_backend_name()
+    try:
+        sa.make_url(f"{backend}://").get_dialect()
+    except sa.exc.NoSuchModuleError:
+        raise StoreError(
+            f"{backend!r:.40} in {shown!r:.200} is not a kind of database autotranspose can use; "
+            f"use {_SUPPORTED_URLS}"
+        ) from None
+    raise StoreError(
+        f"{backend} has no driver {u.get_driver_name()!r:.40} (in {shown!r:.200}); use "
+        f"{_SUPPORTED_URLS}"
+    ) from None
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -167,6 +211,16 @@ def _foreign(display: str, why: str) -> ForeignDatabaseError:
     )
 
 
+def _not_created(display: str, what: str) -> StoreError:
+    """A read found no tuning database, or none of our tables: say how to make them (reads
+    never do)."""
+    db = shlex.quote(display)
+    return StoreError(
+        f"{what}; create it with `autotranspose tune --shapes ... --db {db}` or, empty, with "
+        f"`autotranspose db upgrade --db {db}`, or check the path or URL"
+    )
+
+
 def _current_version(config: KernelConfig) -> str:
     """The version of `config`'s kernel in the running code (a function so tests can pretend
     the code changed): a stored result is current only while it equals its own version."""
@@ -182,16 +236,143 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# --- PostgreSQL timeouts ------------------------------------------------------------------------
+def _seconds(var: str, default: float) -> float:
+    text = os.environ.get(var, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise StoreError(
+            f"{var}={text!r:.40} is not a number of seconds; set it to a number such as "
+            f"{default:g} (0: no limit), or unset it"
+        )
+    return value
+
+
+def _libpq(u: sa.URL) -> bool:
+    """PostgreSQL through libpq (psycopg, psycopg2): the drivers whose settings we set."""
+    return u.get_backend_name() == "postgresql" and u.get_driver_name() in ("psycopg", "psycopg2")
+
+
+def _connect_timeout(u: sa.URL) -> tuple[int, str]:
+    """The connect timeout in whole seconds (0: none) and where it is set. libpq counts whole
+    seconds and waits at least 2."""
+    if "connect_timeout" in u.query:
+        text = u.query["connect_timeout"]
+        try:
+            seconds = int(float(text if isinstance(text, str) else text[-1]))
+        except ValueError:
+            seconds = 0
+        where = "connect_timeout in the URL"
+    else:
+        seconds = math.ceil(_seconds(CONNECT_TIMEOUT_VAR, CONNECT_TIMEOUT_S))
+        where = CONNECT_TIMEOUT_VAR
+    return (max(seconds, 2) if seconds > 0 else 0), where
+
+
+def connect_args(url: str) -> dict[str, Any]:
+    """Driver arguments of an engine on `url` (ours, and Optuna's on the same database).
+
+    PostgreSQL through libpq gets a connect timeout: $AUTOTRANSPOSE_DB_CONNECT_TIMEOUT seconds
+    (default 5), unless the URL sets ``connect_timeout``; so a server that accepts and never
+    answers fails a command within seconds instead of hanging it.
+    """
+    u = sa.make_url(url)
+    if not _libpq(u) or "connect_timeout" in u.query:
+        return {}
+    return {"connect_timeout": _connect_timeout(u)[0]}
+
+
+def _statement_timeout_ms(u: sa.URL) -> int | None:
+    """The statement timeout our PostgreSQL sessions set (None: none, or the URL's own)."""
+    own = u.query.get("options") or ()
+    if not _libpq(u) or "statement_timeout" in " ".join((own,) if isinstance(own, str) else own):
+        return None
+    ms = round(_seconds(STATEMENT_TIMEOUT_VAR, STATEMENT_TIMEOUT_S) * 1000)
+    return ms or None
+
+
+def _reason(exc: sa.exc.SQLAlchemyError, url: str | None = None) -> str:
+    """The driver's first line, and for a timeout, which limit ran out and how to raise it."""
+    orig = getattr(exc, "orig", None)
+    lines = str(orig if orig is not None else exc).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
+    if url is None or not _libpq(u := sa.make_url(url)):
+        return text
+    if type(orig).__name__ == "ConnectionTimeout" or "timeout expired" in text:
+        seconds, where = _connect_timeout(u)
+        return (
+            f"no answer from {u.host or 'localhost'}:{u.port or 5432} within {seconds} s ({text}, "
+            f"limit from {where}); check that the server is up and reachable, or raise the limit "
+            f"with {CONNECT_TIMEOUT_VAR}=SECONDS or ?connect_timeout=SECONDS in the URL"
+        )
+    if "statement timeout" in text:
+        return (
+            f"{text} (after {_seconds(STATEMENT_TIMEOUT_VAR, STATEMENT_TIMEOUT_S):g} s, lock "
+            f"waits included); raise the limit with {STATEMENT_TIMEOUT_VAR}=SECONDS (0: none)"
+        )
+    return text
+
+
 # --- engine and schema ------------------------------------------------------------------------
-def _make_engine(url: str) -> Engine:
+_DRIVER_PACKAGES = {
+    "psycopg": "'psycopg[binary]'", "psycopg2": "psycopg2-binary", "pg8000": "pg8000",
+    "mysqldb": "mysqlclient", "pymysql": "PyMySQL", "mysqlconnector": "mysql-connector-python",
+    "mariadbconnector": "mariadb", "pyodbc": "pyodbc", "pymssql": "pymssql",
+    "oracledb": "oracledb", "cx_oracle": "cx_Oracle",
+}  # fmt: skip
+
+
+def _create_engine(u: sa.URL, display: str, **kwargs: Any) -> Engine:
+    try:
+        return sa.create_engine(u, **kwargs)
+    except ImportError as exc:  # SQLAlchemy imports the driver here
+        driver = u.get_driver_name()
+        module = exc.name or driver
+        hint = f"pip install {_DRIVER_PACKAGES.get(driver, module)}"
+        if u.get_backend_name() == "postgresql" and driver != "psycopg":
+            hint += ", or use postgresql+psycopg:// (pip install 'autotranspose[postgres]')"
+        raise StoreError(
+            f"the tuning database {display} needs the {u.get_backend_name()} driver {driver}, "
+            f"whose module {module} cannot be imported ({exc}); {hint}"
+        ) from exc
+
+
+def _make_engine(
+    url: str, display: str, *, readonly: bool = False, uri: str | None = None
+) -> Engine:
+    """An engine on `url`; for SQLite, through the URI `uri` (a read-only one) when given."""
     u = sa.make_url(url)
     if u.get_backend_name() != "sqlite":
-        return sa.create_engine(u, pool_pre_ping=True)
+        ms = _statement_timeout_ms(u)
+        engine = _create_engine(u, display, pool_pre_ping=True, connect_args=connect_args(url))
+        if ms is not None:
+
+            @event.listens_for(engine, "connect", insert=True)
+            def _on_pg_connect(dbapi_connection: Any, _record: Any) -> None:
+                # A SET, not the startup `options` (which PgBouncer refuses); SQLAlchemy's
+                # recipe for session settings (outside any transaction).
+                autocommit = dbapi_connection.autocommit
+                dbapi_connection.autocommit = True
+                with dbapi_connection.cursor() as cursor:
+                    cursor.execute(f"SET statement_timeout = {int(ms)}")
+                dbapi_connection.autocommit = autocommit
+
+        return engine
     memory = sqlite_path(url) is None and not (u.database or "").startswith("file:")
     kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
     if memory:
         kwargs["poolclass"] = sa.pool.StaticPool  # one connection, or each sees an empty db
-    engine = sa.create_engine(u, **kwargs)
+    if uri is not None:
+        kwargs["creator"] = lambda: sqlite3.connect(
+            uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False
+        )
+    wal = not (memory or readonly or uri is not None)
+    engine = _create_engine(u, display, **kwargs)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -202,7 +383,7 @@ def _make_engine(url: str) -> Engine:
         try:
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
             cursor.execute("PRAGMA foreign_keys = ON")
-            if not memory:
+            if wal:  # a write to the file: only once it is known to be ours (see _gate)
                 cursor.execute("PRAGMA journal_mode = WAL")  # readers do not block the writer
         finally:
             cursor.close()
@@ -260,23 +441,102 @@ def _schema_state(conn: Connection, display: str) -> str:
     return rev
 
 
-def _check_sqlite_file(path: Path, display: str) -> None:
-    """Reject a file that is not SQLite before SQLite itself fails with a terse message."""
+def _sqlite_header(path: Path, display: str) -> bytes | None:
+    """The file's first 100 bytes (b"" for an empty file), None when there is no file; rejects
+    a file that is not SQLite before SQLite itself fails with a terse message."""
     try:
         with path.open("rb") as f:
-            header = f.read(len(_SQLITE_HEADER))
+            header = f.read(100)
     except FileNotFoundError:
-        return
+        return None
     except OSError as exc:
         raise StoreError(f"cannot read the tuning database {display}: {exc}") from exc
-    if header and header != _SQLITE_HEADER:
+    if header and not header.startswith(_SQLITE_HEADER):
         raise _foreign(display, "the file is not a SQLite database")
+    return header
 
 
-def _prepare(engine: Engine, display: str, revision: str = "head") -> str:
+def _readonly_uri(path: Path, header: bytes, display: str) -> str:
+    """A SQLite URI that reads `path` and never writes it.
+
+    A database in WAL mode needs its -shm index, which a reader creates when missing; in a
+    directory we cannot write, that fails, and SQLite can read it only as immutable (no
+    locking: right while nobody writes, which holds while there is no -wal file: any writer
+    has one). A -wal file with changes but no -shm cannot be read there at all.
+    """
+    uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
+    if not _wal_mode(header) or Path(f"{path}-shm").exists() or os.access(path.parent, os.W_OK):
+        return uri
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StoreError(
+            f"cannot read the tuning database {display}: it is in WAL mode with changes in "
+            f"{wal.name} not yet written to it, and SQLite cannot create {path.name}-shm to read "
+            f"them because {path.parent} is read-only; run any autotranspose command on it where "
+            "the directory is writable (that folds the changes in), or copy the directory "
+            "somewhere writable"
+        )
+    return uri + "&immutable=1"
+
+
+def _wal_mode(header: bytes) -> bool:
+    return len(header) >= 20 and 2 in header[18:20]  # file format versions: 2 is WAL
+
+
+def _gate(url: str, path: Path, header: bytes, display: str) -> None:
+    """Check that an existing SQLite file is ours (or has no tables) without writing to it.
+
+    Only then may it be written: even the WAL pragma rewrites another application's file. A
+    WAL-mode file without a -wal file (nobody is writing it) is read as immutable, which
+    creates no -wal and -shm beside someone else's file; if that read fails (a writer came
+    along), it is read again as an ordinary read-only reader.
+    """
+    uris = []
+    if _wal_mode(header) and not Path(f"{path}-wal").exists():
+        uris.append(f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro&immutable=1")
+    uris.append(_readonly_uri(path, header, display))
+    for i, uri in enumerate(uris):
+        engine = _make_engine(url, display, uri=uri)
+        try:
+            with _opening(display, url, writing=False):
+                try:
+                    with _transaction(engine, write=False) as conn:
+                        _schema_state(conn, display)
+                    return
+                except sa.exc.SQLAlchemyError:
+                    if i == len(uris) - 1:
+                        raise
+        finally:
+            engine.dispose()
+
+
+@contextmanager
+def _opening(display: str, url: str, *, writing: bool) -> Iterator[None]:
+    """Errors of opening (connecting, checking, migrating) as StoreError, one line each."""
+    try:
+        yield
+    except AutotransposeError:
+        raise
+    except sa.exc.OperationalError as exc:  # cannot connect, cannot open, locked, ...
+        why = _reason(exc, url)
+        path = sqlite_path(url)
+        if writing and path is not None and not os.access(path.parent, os.W_OK):
+            why += f" ({path.parent} is not writable: tune, import and db upgrade write there)"
+        raise StoreError(f"cannot open the tuning database {display}: {why}") from exc
+    except sa.exc.DatabaseError as exc:  # SQLite: "file is not a database", corrupt pages
+        raise _foreign(display, f"the database cannot be read ({_reason(exc, url)})") from exc
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"cannot open the tuning database {display}: {_reason(exc, url)}") from exc
+    except Exception as exc:  # Alembic's own errors (e.g. an impossible target revision)
+        if type(exc).__module__.startswith("alembic"):
+            raise StoreError(f"cannot migrate the tuning database {display}: {exc}") from exc
+        raise
+
+
+def _prepare(engine: Engine, url: str, display: str, revision: str = "head") -> str:
     """Check the database is ours (or empty) and bring our schema to `revision`."""
     target = migrations.head() if revision == "head" else revision
-    try:
+    with _opening(display, url, writing=True):
         with _transaction(engine, write=False) as conn:
             if _schema_state(conn, display) == target:
                 return target
@@ -287,37 +547,61 @@ def _prepare(engine: Engine, display: str, revision: str = "head") -> str:
             if current != target:
                 command.upgrade(migrations.alembic_config(conn), target)
             return target
-    except AutotransposeError:
-        raise
-    except sa.exc.OperationalError as exc:  # cannot connect, cannot open, locked, ...
-        raise StoreError(f"cannot open the tuning database {display}: {_reason(exc)}") from exc
-    except sa.exc.DatabaseError as exc:  # SQLite: "file is not a database", corrupt pages
-        raise _foreign(display, f"the database cannot be read ({_reason(exc)})") from exc
-    except sa.exc.SQLAlchemyError as exc:
-        raise StoreError(f"cannot open the tuning database {display}: {_reason(exc)}") from exc
-    except Exception as exc:  # Alembic's own errors (e.g. an impossible target revision)
-        if type(exc).__module__.startswith("alembic"):
-            raise StoreError(f"cannot migrate the tuning database {display}: {exc}") from exc
-        raise
 
 
-def _reason(exc: sa.exc.SQLAlchemyError) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def _readable(engine: Engine, url: str, display: str) -> tuple[str, tuple[Any, ...]]:
+    """Check the database is ours and has our tables, without changing it: its revision, and
+    the at_devices columns to read (an older revision's, with defaults for later ones)."""
+    with _opening(display, url, writing=False), _transaction(engine, write=False) as conn:
+        rev = _schema_state(conn, display)
+        present = None
+        if rev and rev != migrations.head():
+            present = {c["name"] for c in sa.inspect(conn).get_columns("at_devices")}
+    if not rev:
+        raise _not_created(display, f"{display} has no autotranspose tables yet")
+    return rev, _device_columns(present, display)
 
 
-def _open_engine(url: str) -> tuple[Engine, str]:
-    display = _display(url)
-    path = sqlite_path(url)
+def _connect(
+    url: str | os.PathLike[str] | None, *, readonly: bool, revision: str = "head"
+) -> tuple[Engine, str, str, tuple[Any, ...]]:
+    """Open the database at `url` (see resolve_url): (engine, resolved URL, display, at_devices
+    columns). A writer creates the database and creates or upgrades our schema; a reader
+    (`readonly`) changes nothing and refuses a database that does not exist. Neither writes to
+    a database before it is known to be ours, or new."""
+    resolved = resolve_url(url)
+    display = _display(resolved)
+    path = sqlite_path(resolved)
+    uri = None
     if path is not None:
-        _check_sqlite_file(path, display)
-        if not path.parent.is_dir():
-            raise StoreError(
-                f"cannot create the tuning database {display}: directory {path.parent} does not "
-                "exist; create it or choose another path"
-            )
-    return _make_engine(url), display
+        if not readonly:
+            _ensure_default_dir(url)
+        header = _sqlite_header(path, display)
+        if header is None:
+            if readonly:
+                raise _not_created(
+                    display, f"no tuning database at {display} (reads never create one)"
+                )
+            if not path.parent.is_dir():
+                raise StoreError(
+                    f"cannot create the tuning database {display}: directory {path.parent} does "
+                    "not exist; create it or choose another path"
+                )
+        elif header:  # an empty file is a new database
+            _gate(resolved, path, header, display)
+        if readonly:
+            uri = _readonly_uri(path, header or b"", display)
+    engine = _make_engine(resolved, display, readonly=readonly, uri=uri)
+    try:
+        if readonly:
+            columns = _readable(engine, resolved, display)[1]
+        else:
+            _prepare(engine, resolved, display, revision)
+            columns = _DEVICE_COLUMNS
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine, resolved, display, columns
 
 
 def upgrade(url: str | os.PathLike[str] | None = None, revision: str = "head") -> str:
@@ -326,13 +610,9 @@ def upgrade(url: str | os.PathLike[str] | None = None, revision: str = "head") -
     What ``autotranspose db upgrade`` runs; :meth:`Store.open` does the same implicitly.
     Returns the revision the database is at.
     """
-    resolved = resolve_url(url)
-    _ensure_default_dir(url)
-    engine, display = _open_engine(resolved)
-    try:
-        return _prepare(engine, display, revision)
-    finally:
-        engine.dispose()
+    engine = _connect(url, readonly=False, revision=revision)[0]
+    engine.dispose()
+    return migrations.head() if revision == "head" else revision
 
 
 def _ensure_default_dir(url: object) -> None:
@@ -353,24 +633,32 @@ def _invalidate_lookup() -> None:
 class Store:
     """The tuning database at one URL. Open with :meth:`Store.open`; close (or use `with`)."""
 
-    def __init__(self, engine: Engine, url: str, display: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        url: str,
+        display: str,
+        *,
+        readonly: bool = False,
+        device_columns: tuple[Any, ...] | None = None,
+    ) -> None:
         self.engine = engine
         self.url = url
         self.display = display
+        self.readonly = readonly
+        self._device_columns = device_columns or _DEVICE_COLUMNS
         self._device_ids: dict[DeviceInfo, int] = {}
 
     @classmethod
-    def open(cls, url: str | os.PathLike[str] | None = None) -> Store:
-        """Open (creating or upgrading our schema) the database at `url` (see resolve_url)."""
-        resolved = resolve_url(url)
-        _ensure_default_dir(url)
-        engine, display = _open_engine(resolved)
-        try:
-            _prepare(engine, display)
-        except BaseException:
-            engine.dispose()
-            raise
-        return cls(engine, resolved, display)
+    def open(cls, url: str | os.PathLike[str] | None = None, *, readonly: bool = False) -> Store:
+        """Open the database at `url` (see resolve_url).
+
+        To write (the default): create the database if needed and create or upgrade our
+        schema. To read (`readonly`): change nothing; a missing database, or one without our
+        tables, is a StoreError saying how to create it; an older schema is read as it is.
+        """
+        engine, resolved, display, columns = _connect(url, readonly=readonly)
+        return cls(engine, resolved, display, readonly=readonly, device_columns=columns)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -398,7 +686,7 @@ class Store:
             yield
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(
-                f"cannot {what} the tuning database {self.display}: {_reason(exc)}"
+                f"cannot {what} the tuning database {self.display}: {_reason(exc, self.url)}"
             ) from exc
 
     @contextmanager
@@ -408,6 +696,11 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
+        if self.readonly:
+            raise StoreError(
+                f"the tuning database {self.display} was opened read-only; open it with "
+                "Store.open(url) to write"
+            )
         with self._errors("write"), _transaction(self.engine, write=True) as conn:
             yield conn
 
@@ -626,7 +919,7 @@ class Store:
 
     def _scan_devices(self) -> tuple[dict[int, DeviceInfo], list[RowProblem]]:
         with self._read() as conn:
-            rows = conn.execute(sa.select(*_DEVICE_COLUMNS).order_by(Device.id)).all()
+            rows = conn.execute(sa.select(*self._device_columns).order_by(Device.id)).all()
         infos: dict[int, DeviceInfo] = {}
         problems: list[RowProblem] = []
         for r in rows:
@@ -644,7 +937,7 @@ class Store:
                 Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.copy_gbps, Best.ratio,
                 Best.template_version, _as_text(Best.updated_at), Config.config_json,
                 MeasurementRow.batch, MeasurementRow.m, MeasurementRow.n, MeasurementRow.dtype,
-                _as_text(MeasurementRow.created_at), *_DEVICE_COLUMNS,
+                _as_text(MeasurementRow.created_at), *self._device_columns,
             )
             .join(Config, Config.id == Best.config_id)
             .join(Device, Device.id == Best.device_id)
@@ -840,6 +1133,28 @@ def _version_of_config_id(conn: Connection, config_id: int) -> str | None:
 _ROW_ERRORS = (AutotransposeError, ValueError, TypeError, KeyError, RecursionError, OverflowError)
 
 _DEVICE_COLUMNS = tuple(c.label(f"dev_{c.name}") for c in Device.__table__.c)
+# Columns added to at_devices after revision 0001, and what a row had before: a reader of an
+# older database selects these instead (readers never migrate).
+_LATER_DEVICE_COLUMNS = {"l2_bytes": 0}
+
+
+def _device_columns(present: set[str] | None, display: str) -> tuple[Any, ...]:
+    """The at_devices columns to select from a database whose at_devices has `present` (None:
+    the head revision's)."""
+    if present is None:
+        return _DEVICE_COLUMNS
+    columns = []
+    for c in Device.__table__.c:
+        if c.name in present:
+            columns.append(c.label(f"dev_{c.name}"))
+        elif c.name in _LATER_DEVICE_COLUMNS:
+            columns.append(sa.literal(_LATER_DEVICE_COLUMNS[c.name], c.type).label(f"dev_{c.name}"))
+        else:
+            raise StoreError(
+                f"{display}: at_devices has no column {c.name}; upgrade its schema with "
+                f"`autotranspose db upgrade --db {shlex.quote(display)}`"
+            )
+    return tuple(columns)
 
 
 def _as_text(column: Any) -> Any:

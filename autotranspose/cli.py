@@ -414,10 +414,12 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .store import textio
 
+    # Every file is read and checked before anything is written, then all are written in one
+    # transaction: `import good.json bad.json` leaves the database as it was.
+    files = [textio.load(path) for path in args.paths]
     store = _open_store(args.db)
-    for path in args.paths:
-        tf = textio.load(path)
-        count = textio.import_into(store, tf)
+    counts = textio.import_files(store, files)
+    for path, tf, count in zip(args.paths, files, counts, strict=True):
         print(f"imported {count} entries of {tf.device.name} from {path}", file=err)
     return 0
 

@@ -57,7 +57,7 @@ from ..errors import AutotransposeError, ForeignDatabaseError, StoreError
 from ..measurement import Measurement
 from ..shapes import ShapeClass
 from ..shapes import shape_class as classify
-from . import migrations
+from . import bounds, migrations
 from .models import APP_KEY, APP_NAME, Best, Claim, Config, Device, MeasurementRow, Meta, Run
 
 ENV_VAR = "AUTOTRANSPOSE_DB"
@@ -114,6 +114,9 @@ class TunedEntry:
     shape: tuple[int, int, int] | None = None  # the shape it was measured on
     dtype: str | None = None
     measured_at: datetime | None = None
+
+
+ImportedFile = tuple[DeviceInfo, Sequence[TunedEntry], str]  # device, entries, file name
 
 
 @dataclass(frozen=True)
@@ -776,34 +779,49 @@ class Store:
         Each becomes a measurement and competes for best like a measured one (a stale entry
         never displaces a current one). Returns the number of entries written.
         """
+        return self.import_many([(device, entries, source)])[0]
+
+    def import_many(self, files: Sequence[ImportedFile]) -> list[int]:
+        """Add the entries of several tuning files, each as one "imported" run, all in one
+        transaction: every file or none. Returns the number of entries of each.
+
+        Everything that takes time (checks, kernel versions) is done before the write lock is
+        taken, and the writes are a few bulk statements, so that a `tune` recording beside a
+        large import waits a moment, not a minute (SQLite has one writer at a time).
+        """
+        for device, entries, source in files:
+            _check_import(device, entries, source)
+        versions: dict[KernelConfig, str] = {}
+        for _, entries, _ in files:
+            for e in entries:
+                if e.config not in versions:
+                    versions[e.config] = _current_version(e.config)
+        stored = self._best_versions({device.name for device, _, _ in files})
+        infos = {device.name: device for device, _, _ in files}  # as the last file says
         now = _now()
         with self._write() as conn:
-            device_id = _upsert_device(conn, device)
-            run_id = _insert(conn, Run, device_id=device_id, started_at=now, finished_at=now,
-                             tool_version=__version__, template_version=_templates_hash(),
-                             settings_json=json.dumps({"source": source}), status="imported")  # fmt: skip
-            for e in entries:
-                if e.config.elem_bytes != e.elem_bytes or (
-                    e.config.vec > e.shape_class.vec and not e.config.any_offset
-                ):
-                    raise StoreError(f"{source}: entry {e.shape_class} does not fit its config")
-                config_id = _config_id(conn, e.config)
-                b, rows, cols = e.shape or (e.shape_class.batch, e.shape_class.m, e.shape_class.n)
-                measured_at = e.measured_at or e.updated_at
-                measurement_id = _insert(
-                    conn, MeasurementRow, run_id=run_id, device_id=device_id, config_id=config_id,
-                    dtype=e.dtype or "", elem_bytes=e.elem_bytes, batch=b, m=rows, n=cols,
-                    shape_class=str(e.shape_class), status="ok", gbps=e.gbps,
-                    copy_gbps=e.copy_gbps, time_us=None, error=None,
-                    template_version=e.template_version, created_at=measured_at,
-                )  # fmt: skip
-                _offer_best(conn, device_id, e.elem_bytes, str(e.shape_class), config_id,
-                            measurement_id, e.gbps, e.copy_gbps, e.template_version,
-                            e.template_version == _current_version(e.config), now,
-                            ratio=e.ratio)  # fmt: skip
-        self._device_ids[device] = device_id
+            # every device row first, in one order: PostgreSQL row locks taken in a fixed order
+            device_ids = {name: _upsert_device(conn, infos[name]) for name in sorted(infos)}
+            counts = []
+            for device, entries, source in files:
+                args = (device_ids[device.name], entries, source, versions, stored, now)
+                counts.append(_import_file(conn, *args))
         _invalidate_lookup()
-        return len(entries)
+        return counts
+
+    def _best_versions(self, device_names: set[str]) -> dict[str, str | None]:
+        """The running code's version of each config that is some best of these devices now,
+        by its stored JSON: rendered before an import takes the write lock, not under it."""
+        q = (
+            sa.select(Config.config_json)
+            .distinct()
+            .join(Best, Best.config_id == Config.id)
+            .join(Device, Device.id == Best.device_id)
+            .where(Device.name.in_(sorted(device_names)))
+        )
+        with self._read() as conn:
+            texts = conn.execute(q).scalars().all()
+        return {text: _version_of_json(text) for text in texts}
 
     def claim(self, study: str, key: str, owner: str) -> bool:
         """Claim `key` (a config on a shape) of `study` for `owner`; True if `owner` holds it now.
@@ -1033,12 +1051,16 @@ def _upsert_device(conn: Connection, info: DeviceInfo) -> int:
     return conn.execute(sa.select(Device.id).where(Device.name == info.name)).scalar_one()
 
 
-def _config_id(conn: Connection, config: KernelConfig) -> int:
-    values = {
+def _config_values(config: KernelConfig) -> dict[str, Any]:
+    return {
         "key": config.key,
         "elem_bytes": config.elem_bytes,
         "config_json": json.dumps(config.to_dict(), sort_keys=True),
     }
+
+
+def _config_id(conn: Connection, config: KernelConfig) -> int:
+    values = _config_values(config)
     dialect_insert = _dialect_insert(conn)
     if dialect_insert is not None:
         conn.execute(
@@ -1079,11 +1101,9 @@ def _offer_best(
     now: datetime,
     ratio: float | None = None,
 ) -> None:
-    """Make this result the best of its key if it beats the current best, atomically.
-    `current`: whether `tv` is the running code's version of this result's kernel.
+    """Make this result the best of its key if it beats the current best (`_replaces`),
+    atomically. `current`: whether `tv` is the running code's version of this result's kernel.
 
-    A result of its kernel's current version beats a stale best whatever its speed, and a
-    faster current best; a stale result (an imported old file) only beats a slower stale best.
     Staleness is per kernel (the stored version against the running code's version of that
     row's own config), so it is decided here, not in SQL: under the write lock (SQLite's
     BEGIN IMMEDIATE, PostgreSQL's SELECT .. FOR UPDATE, a unique key for the first insert),
@@ -1114,7 +1134,7 @@ def _offer_best(
         except sa.exc.IntegrityError:  # another writer inserted it meanwhile
             row = conn.execute(q).one()
     stale_best = row.template_version != _version_of_config_id(conn, row.config_id)
-    if (stale_best or row.gbps < gbps) if current else (stale_best and row.gbps < gbps):
+    if _replaces(current, gbps, stale_best, row.gbps):
         changes = {k: v for k, v in values.items() if k not in key_names}
         conn.execute(sa.update(Best).where(Best.id == row.id).values(**changes))
 
@@ -1123,10 +1143,216 @@ def _version_of_config_id(conn: Connection, config_id: int) -> str | None:
     """The running code's version of a stored config's kernel; None if the row is invalid
     (then no stored version matches it: it counts as stale)."""
     text = conn.execute(sa.select(Config.config_json).where(Config.id == config_id)).scalar()
+    return _version_of_json(text)
+
+
+def _version_of_json(text: Any) -> str | None:
     try:
         return _current_version(parse_config_json(text))
     except _ROW_ERRORS:
         return None
+
+
+def _replaces(current: bool, gbps: float, stale_best: bool, best_gbps: float) -> bool:
+    """Whether a result (of its kernel's `current` version or not) takes a best's place.
+
+    A current result beats a stale best whatever its speed, and a slower current best; a
+    stale result (an imported old file) only beats a slower stale best."""
+    return (stale_best or best_gbps < gbps) if current else (stale_best and best_gbps < gbps)
+
+
+# --- imports: validated first, then written in a few bulk statements ---------------------------
+_CHUNK = 500  # keys per IN (...): far below SQLite's limit on bound parameters
+
+
+def _check_import(device: DeviceInfo, entries: Sequence[TunedEntry], source: str) -> None:
+    """Refuse a file with anything a tuning file may not hold, as `textio.parse` does, for
+    entries that did not come through it: one bad entry refuses the whole import."""
+    try:
+        if not isinstance(device, DeviceInfo):
+            raise TypeError(f"device must be a DeviceInfo, got {type(device).__name__}")
+        bounds.check_device(device)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(
+            f"{source}: device: {exc}; nothing was imported: correct the device"
+        ) from exc
+    seen: set[tuple[int, str]] = set()
+    for i, e in enumerate(entries):
+        try:
+            _check_imported_entry(e)
+            key = (e.elem_bytes, str(e.shape_class))
+            if key in seen:
+                raise ValueError(f"a second entry of {e.shape_class}, {e.elem_bytes} B")
+            seen.add(key)
+        except (AutotransposeError, TypeError, ValueError, AttributeError) as exc:
+            raise StoreError(
+                f"{source}: entry {i}: {exc}; nothing was imported: correct or delete that entry "
+                "(an import writes everything or nothing)"
+            ) from exc
+
+
+def _check_imported_entry(e: TunedEntry) -> None:
+    if not isinstance(e, TunedEntry):
+        raise TypeError(f"an entry must be a TunedEntry, got {type(e).__name__}")
+    if not isinstance(e.config, KernelConfig) or not isinstance(e.shape_class, ShapeClass):
+        raise TypeError("config must be a KernelConfig and shape_class a ShapeClass")
+    check_entry_fields(e.elem_bytes, e.shape_class, e.config, e.template_version)
+    cls = e.shape_class
+    shape = e.shape or (cls.batch, cls.m, cls.n)
+    if (
+        not isinstance(shape, tuple)
+        or len(shape) != 3
+        or not all(type(x) is int and x >= 1 for x in shape)
+        or classify(*shape, cls.vec) != cls
+    ):
+        raise ValueError(f"shape {shape!r:.60} is not three positive ints in class {cls}")
+    bounds.check_shape(shape, e.elem_bytes)
+    gbps = bounds.check_bandwidth("gbps", e.gbps)
+    copy_gbps = bounds.check_bandwidth("copy_gbps", e.copy_gbps)
+    bounds.check_ratio(e.ratio, gbps, copy_gbps)
+    if e.dtype is not None and (not isinstance(e.dtype, str) or not _DTYPE.fullmatch(e.dtype)):
+        raise ValueError(f"dtype {e.dtype!r:.40} is not a dtype name")
+    if not isinstance(e.measured_at or e.updated_at, datetime):
+        raise TypeError("measured_at (or updated_at) must be a datetime")
+
+
+def _import_file(
+    conn: Connection,
+    device_id: int,
+    entries: Sequence[TunedEntry],
+    source: str,
+    versions: Mapping[KernelConfig, str],
+    stored: Mapping[str, str | None],
+    now: datetime,
+) -> int:
+    """One file's entries as one "imported" run: a measurement each, each offered as best."""
+    run_id = _insert(conn, Run, device_id=device_id, started_at=now, finished_at=now,
+                     tool_version=__version__, template_version=_templates_hash(),
+                     settings_json=json.dumps({"source": source}), status="imported")  # fmt: skip
+    if not entries:
+        return 0
+    config_ids = _config_ids(conn, {e.config for e in entries})
+    measurement_ids = _insert_measurements(conn, run_id, device_id, entries, config_ids)
+    _offer_bests(conn, device_id, entries, config_ids, measurement_ids, versions, stored, now)
+    return len(entries)
+
+
+def _config_ids(conn: Connection, configs: set[KernelConfig]) -> dict[KernelConfig, int]:
+    """Insert the configs not stored yet; every config's id."""
+    dialect_insert = _dialect_insert(conn)
+    if dialect_insert is None:
+        return {c: _config_id(conn, c) for c in configs}
+    rows = [_config_values(c) for c in configs]
+    conn.execute(dialect_insert(Config).on_conflict_do_nothing(index_elements=["key"]), rows)
+    by_key = {c.key: c for c in configs}
+    keys = sorted(by_key)
+    ids = {}
+    for i in range(0, len(keys), _CHUNK):
+        q = sa.select(Config.key, Config.id).where(Config.key.in_(keys[i : i + _CHUNK]))
+        for key, config_id in conn.execute(q):
+            ids[by_key[key]] = config_id
+    return ids
+
+
+def _insert_measurements(
+    conn: Connection,
+    run_id: int,
+    device_id: int,
+    entries: Sequence[TunedEntry],
+    config_ids: Mapping[KernelConfig, int],
+) -> dict[tuple[int, str], int]:
+    """One measurement row per entry, in one statement; their ids by (elem_bytes, class)."""
+    before = conn.execute(sa.select(sa.func.max(MeasurementRow.id))).scalar() or 0
+    rows = []
+    for e in entries:
+        b, m, n = e.shape or (e.shape_class.batch, e.shape_class.m, e.shape_class.n)
+        rows.append({
+            "run_id": run_id, "device_id": device_id, "config_id": config_ids[e.config],
+            "dtype": e.dtype or "", "elem_bytes": e.elem_bytes, "batch": b, "m": m, "n": n,
+            "shape_class": str(e.shape_class), "status": "ok", "gbps": e.gbps,
+            "copy_gbps": e.copy_gbps, "time_us": None, "error": None,
+            "template_version": e.template_version, "created_at": e.measured_at or e.updated_at,
+        })  # fmt: skip
+    conn.execute(sa.insert(MeasurementRow), rows)
+    # New ids are above every id that was there (SQLite: max + 1; PostgreSQL: its sequence),
+    # so the primary key finds ours without scanning the table.
+    q = sa.select(MeasurementRow.id, MeasurementRow.elem_bytes, MeasurementRow.shape_class).where(
+        MeasurementRow.id > before, MeasurementRow.run_id == run_id
+    )
+    return {(r.elem_bytes, r.shape_class): r.id for r in conn.execute(q)}
+
+
+def _offer_bests(
+    conn: Connection,
+    device_id: int,
+    entries: Sequence[TunedEntry],
+    config_ids: Mapping[KernelConfig, int],
+    measurement_ids: Mapping[tuple[int, str], int],
+    versions: Mapping[KernelConfig, str],
+    stored: Mapping[str, str | None],
+    now: datetime,
+) -> None:
+    """Offer every entry as the best of its key, by the rule of `_replaces`, in bulk: one read
+    of the device's bests (locked: FOR UPDATE on PostgreSQL; SQLite's write lock is held), one
+    update of those beaten and one insert of the new keys."""
+    q = (
+        sa.select(Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.template_version,
+                  Config.config_json)
+        .join(Config, Config.id == Best.config_id)
+        .where(Best.device_id == device_id)
+        .with_for_update(of=Best)
+    )  # fmt: skip
+    existing = {(r.elem_bytes, r.shape_class): r for r in conn.execute(q)}
+    key_names = ("device_id", "elem_bytes", "shape_class")
+    new, beaten = [], []
+    for e in entries:
+        key = (e.elem_bytes, str(e.shape_class))
+        values = {
+            "device_id": device_id, "elem_bytes": e.elem_bytes, "shape_class": key[1],
+            "config_id": config_ids[e.config], "measurement_id": measurement_ids[key],
+            "gbps": e.gbps, "copy_gbps": e.copy_gbps, "ratio": e.ratio,
+            "template_version": e.template_version, "updated_at": now,
+        }  # fmt: skip
+        row = existing.get(key)
+        if row is None:
+            new.append((e, values))
+            continue
+        version = (
+            stored[row.config_json] if row.config_json in stored
+            else _version_of_json(row.config_json)
+        )  # fmt: skip
+        current = e.template_version == versions[e.config]
+        if _replaces(current, e.gbps, row.template_version != version, row.gbps):
+            changes = {k: v for k, v in values.items() if k not in key_names}
+            beaten.append({"best_id": row.id, **changes})
+    if beaten:
+        conn.execute(sa.update(Best).where(Best.id == sa.bindparam("best_id")), beaten)
+    for e, values in _insert_bests(conn, device_id, new):
+        # another writer made this key since the read above (PostgreSQL), or a database
+        # without ON CONFLICT: offered one by one, under a row lock
+        _offer_best(conn, device_id, e.elem_bytes, values["shape_class"], values["config_id"],
+                    values["measurement_id"], e.gbps, e.copy_gbps, e.template_version,
+                    e.template_version == versions[e.config], now, ratio=e.ratio)  # fmt: skip
+
+
+def _insert_bests(
+    conn: Connection, device_id: int, new: list[tuple[TunedEntry, dict[str, Any]]]
+) -> list[tuple[TunedEntry, dict[str, Any]]]:
+    """Insert bests of keys that had none; returns those another writer inserted first."""
+    dialect_insert = _dialect_insert(conn)
+    if not new or dialect_insert is None:
+        return new
+    before = conn.execute(sa.select(sa.func.max(Best.id))).scalar() or 0
+    ins = dialect_insert(Best).on_conflict_do_nothing(
+        index_elements=["device_id", "elem_bytes", "shape_class"]
+    )
+    conn.execute(ins, [v for _, v in new])
+    made = set(
+        conn.execute(
+            sa.select(Best.measurement_id).where(Best.id > before, Best.device_id == device_id)
+        ).scalars()
+    )
+    return [(e, v) for e, v in new if v["measurement_id"] not in made]
 
 
 # --- rows out: untrusted ------------------------------------------------------------------------

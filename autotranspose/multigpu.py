@@ -149,7 +149,8 @@ def tune_devices(
     `progress(index, event)` hears each trial (TrialReport), each case done (TuneResult) or
     failed (CaseFailure) as it happens. `make_objective(dtype, shape, index, conjugate)`
     replaces the GPU worker (tests: a synthetic objective); it must be picklable, a
-    module-level function, since it runs in each GPU's process.
+    module-level function, since it runs in each GPU's process. The processes are spawned:
+    in a script, call this under ``if __name__ == "__main__":``, as for any multiprocessing.
     """
     from .store import Store
     from .tuner import open_storage

@@ -10,6 +10,7 @@ from .config import KernelConfig, config_space, default_config
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .api import transpose
+    from .multigpu import tune_devices
     from .tuner import tune_gpu
 
 
@@ -27,6 +28,10 @@ def __getattr__(name: str) -> object:
         from .tuner import tune_gpu
 
         return tune_gpu
+    if name == "tune_devices":
+        from .multigpu import tune_devices
+
+        return tune_devices
     raise AttributeError(f"module 'autotranspose' has no attribute {name!r}")
 
 
@@ -38,5 +43,6 @@ __all__ = [
     "render",
     "template_version",
     "transpose",
+    "tune_devices",
     "tune_gpu",
 ]

@@ -163,6 +163,19 @@ def cmd_tune(
         bad = [d for d in dtypes if not element_type(d).conjugable]
         if bad:
             raise UsageError(f"--conjugate needs complex64 or complex128, not {', '.join(bad)}")
+    if args.devices is not None and args.device is not None:
+        raise UsageError(
+            "--device and --devices cannot be used together: --device 2 tunes on GPU 2, "
+            "--devices 0,2 or --devices all tune on several GPUs at once"
+        )
+    device = args.device if args.device is not None else 0
+    if args.devices is not None:
+        from . import multigpu
+
+        indices = multigpu.resolve_devices(args.devices, multigpu.local_device_count())
+        if len(indices) > 1:
+            return _tune_devices(args, indices, shapes, dtypes, out, err, make_objective)
+        device = indices[0]
     store = _open_store(args.db)
     results: list[TuneResult] = []
     failures: list[tuple[str, str, str]] = []
@@ -170,7 +183,7 @@ def cmd_tune(
     for dtype in dtypes:
         for shape in shapes:
             label = f"{dtype} {_shape_text(shape)}"
-            objective = make_objective(dtype, shape, args.device, args.conjugate)
+            objective = make_objective(dtype, shape, device, args.conjugate)
             bar = ProgressBar(err, label)
             try:
                 result = tune(
@@ -187,6 +200,7 @@ def cmd_tune(
                     batch=args.batch,
                     conjugate=args.conjugate,
                     progress=bar,
+                    device_index=device,
                 )
             except TuningError as exc:
                 bar.close()
@@ -200,33 +214,109 @@ def cmd_tune(
             bar.close()
             results.append(result)
             if not bar.live:
-                print(
-                    f"{label}: {result.trials} trials ({result.measured} measured, "
-                    f"{result.reused} reused, {result.failed} failed), best "
-                    f"{result.measurement.gbps:.1f} GB/s, stopped by {result.stopped_by}",
-                    file=err,
-                )
+                print(_result_line(result), file=err)
     if results:
-        rows = [
-            [
-                r.dtype,
-                _shape_text(r.shape),
-                str(r.shape_class),
-                r.config.key,
-                _gbps(r.measurement.gbps),
-                _pct(r.measurement.ratio),
-                f"{r.trials}/{r.measured}/{r.reused}/{r.failed}",
-                f"{r.elapsed_s:.1f}s",
-                r.stopped_by,
-            ]
-            for r in results
-        ]
-        headers = ["dtype", "shape", "class", "config", "GB/s", "% copy",
-                   "trials/meas/reuse/fail", "time", "stop"]  # fmt: skip
-        print(table(headers, rows), file=out)
+        print(table(_RESULT_HEADERS, [_result_row(r) for r in results]), file=out)
     print(f"tuned {len(results)} of {len(results) + len(failures)} in "
           f"{time.monotonic() - started:.1f}s; database {store.display}", file=err)  # fmt: skip
     return 1 if failures else 0
+
+
+_RESULT_HEADERS = ["dtype", "shape", "class", "config", "GB/s", "% copy",
+                   "trials/meas/reuse/fail", "time", "stop"]  # fmt: skip
+
+
+def _result_row(r: TuneResult) -> list[str]:
+    return [
+        r.dtype, _shape_text(r.shape), str(r.shape_class), r.config.key,
+        _gbps(r.measurement.gbps), _pct(r.measurement.ratio),
+        f"{r.trials}/{r.measured}/{r.reused}/{r.failed}", f"{r.elapsed_s:.1f}s", r.stopped_by,
+    ]  # fmt: skip
+
+
+def _result_line(r: TuneResult) -> str:
+    return (
+        f"{r.dtype} {_shape_text(r.shape)}: {r.trials} trials ({r.measured} measured, "
+        f"{r.reused} reused, {r.failed} failed), best {r.measurement.gbps:.1f} GB/s, "
+        f"stopped by {r.stopped_by}"
+    )
+
+
+def _tune_devices(
+    args: argparse.Namespace,
+    indices: tuple[int, ...],
+    shapes: list[tuple[int, int, int]],
+    dtypes: list[str],
+    out: TextIO,
+    err: TextIO,
+    make_objective: ObjectiveFactory,
+) -> int:
+    """`tune --devices`: one process per GPU, a line per case and GPU as each ends, then
+    the table and which GPUs failed."""
+    from .multigpu import CaseFailure, tune_devices
+    from .tuner import TrialReport
+
+    store = _open_store(args.db)
+    status = _DevicesLine(err, indices)
+    started = time.monotonic()
+
+    def progress(index: int, event: Any) -> None:
+        if isinstance(event, TrialReport):
+            status.update(index, event)
+            return
+        status.clear()
+        if isinstance(event, CaseFailure):
+            print(f"{PROG}: GPU {index}: {event.dtype} {_shape_text(event.shape)}: "
+                  f"{event.error}", file=err)  # fmt: skip
+        else:
+            print(f"GPU {index}: {_result_line(event)}", file=err)
+
+    runs = tune_devices(
+        [(d, s) for d in dtypes for s in shapes], devices=indices, db=store.url,
+        trials=args.trials, timeout=args.timeout, patience=args.patience, sampler=args.sampler,
+        seed=args.seed, batch=args.batch, conjugate=args.conjugate,
+        make_objective=None if make_objective is _gpu_objective else make_objective,
+        progress=progress,
+    )  # fmt: skip
+    status.clear()
+    rows = [[str(run.index), *_result_row(r)] for run in runs for r in run.results]
+    if rows:
+        print(table(["gpu", *_RESULT_HEADERS], rows), file=out)
+    for run in runs:
+        if run.error is not None:
+            name = f" ({run.device})" if run.device else ""
+            print(f"{PROG}: GPU {run.index}{name} failed: {run.error}", file=err)
+    done = sum(len(run.results) for run in runs)
+    print(f"tuned {done} of {len(dtypes) * len(shapes) * len(runs)} (case, GPU) pairs on GPUs "
+          f"{', '.join(map(str, indices))} in {time.monotonic() - started:.1f}s; "
+          f"database {store.display}", file=err)  # fmt: skip
+    return 0 if all(run.ok for run in runs) else 1
+
+
+class _DevicesLine:
+    """On a terminal, one line with every GPU's progress; on anything else, nothing."""
+
+    def __init__(self, stream: TextIO, indices: Sequence[int]) -> None:
+        self.stream = stream
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+        self.parts = {i: f"GPU {i} starting" for i in indices}
+        self._drawn = False
+
+    def update(self, index: int, r: TrialReport) -> None:
+        if not self.live:
+            return
+        self.parts[index] = (
+            f"GPU {index} {r.config.elem_bytes}B {r.done}/{r.total} best {r.best_gbps:.0f}"
+        )
+        self.stream.write("\r" + " | ".join(self.parts.values())[:160].ljust(100))
+        self.stream.flush()
+        self._drawn = True
+
+    def clear(self) -> None:
+        if self._drawn:
+            self.stream.write("\r" + " " * 160 + "\r")
+            self.stream.flush()
+            self._drawn = False
 
 
 def _entry_dict(e: Any, source: str) -> dict[str, Any]:
@@ -473,7 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dtypes", nargs="+", default=["float32"], metavar="DTYPE",
                    help="e.g. float32,int8 (default float32)")  # fmt: skip
     t.add_argument("--trials", type=_positive_int, default=40,
-                   help="finished trials per shape and dtype, counting earlier runs (default 40)")  # fmt: skip
+                   help="finished trials per shape and dtype, counting earlier runs; with "
+                        "--devices, in total over the GPUs of one model (default 40)")  # fmt: skip
     t.add_argument("--timeout", type=_positive_float, metavar="SECONDS",
                    help="stop each study after this long")  # fmt: skip
     t.add_argument("--patience", type=_positive_int, metavar="K",
@@ -482,8 +573,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, help="seed of the sampler, for reproducible runs")
     t.add_argument("--batch", type=_positive_int, default=8,
                    help="trials compiled and measured together (default 8)")  # fmt: skip
-    t.add_argument("--device", type=_nonnegative_int, default=0, metavar="INDEX",
+    t.add_argument("--device", type=_nonnegative_int, default=None, metavar="INDEX",
                    help="local GPU index (default 0)")  # fmt: skip
+    t.add_argument("--devices", type=_device_spec, metavar="all|I,J,...",
+                   help="tune on several local GPUs at once, one process each: all, or "
+                        "indices like 0,2; GPUs of one model share each study and its "
+                        "--trials, so the budget is spent once, not once per GPU")  # fmt: skip
     t.add_argument("--conjugate", action="store_true", help="tune the conjugate transpose")
     db_option(t)
 
@@ -554,6 +649,17 @@ def _bounded(kind: type, least: float, inclusive: bool) -> Callable[[str], Any]:
         return v
 
     return parse
+
+
+def _device_spec(text: str) -> Any:
+    """An argparse type: `--devices all` or `--devices 0,2` (checked against the machine
+    when the command runs)."""
+    from .multigpu import device_spec
+
+    try:
+        return device_spec(text)
+    except TuningError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("devices ")) from None
 
 
 _positive_int = _bounded(int, 1, inclusive=True)

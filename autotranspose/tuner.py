@@ -409,14 +409,17 @@ def tune(
     progress: Callable[[TrialReport], None] | None = None,
     heartbeat_interval: int = HEARTBEAT_INTERVAL,
     grace_period: int = GRACE_PERIOD,
+    device_index: int | None = None,
 ) -> TuneResult:
     """Tune the transpose of `dtype` arrays of `shape` (batch, m, n) on `device`.
 
     Stops when this shape's study holds `trials` finished trials (trials of earlier,
-    interrupted or concurrent runs count, so running again resumes rather than repeats),
+    interrupted or concurrent runs count, so running again resumes rather than repeats, and
+    processes tuning together spend `trials` between them),
     after `timeout` seconds (a batch under way completes), or when `patience` trials in a row
     did not beat the best, whichever comes first. Returns the best config of the study for
-    this shape; raises :class:`TuningError` if no config ran correctly.
+    this shape; raises :class:`TuningError` if no config ran correctly. `device_index`, the
+    local GPU the objective measures on, is recorded on the run and on each trial asked here.
     """
     started = time.monotonic()
     et = element_type(dtype)
@@ -457,6 +460,7 @@ def tune(
             space=space,
             progress=progress,
             grace_period=grace_period,
+            device_index=device_index,
         )
         run.enqueue(
             known_good(et.size, cls, space, device=device, store=store, conjugate=conjugate)
@@ -465,6 +469,7 @@ def tune(
             "study": name, "dtype": et.name, "shape": list(dims), "shape_class": str(cls),
             "trials": trials, "timeout": timeout, "patience": patience, "sampler": sampler,
             "seed": seed, "batch": batch, "conjugate": conjugate, "space": len(space),
+            "device_index": device_index,
         }  # fmt: skip
         run_id = store.begin_run(device, settings)
         run.run_id = run_id
@@ -505,6 +510,7 @@ class _Run:
         space: SearchSpace,
         progress: Callable[[TrialReport], None] | None,
         grace_period: int,
+        device_index: int | None = None,
     ) -> None:
         self.study = study
         self.storage = storage
@@ -519,6 +525,7 @@ class _Run:
         self.space = space
         self.progress = progress
         self.grace_period = grace_period
+        self.device_index = device_index
         self.run_id: int | None = None
         self.heartbeat: _Heartbeat | None = None
         self.counts = {"trials": 0, "measured": 0, "reused": 0, "failed": 0}
@@ -603,12 +610,30 @@ class _Run:
         try:
             for _ in range(k):
                 trial = self.study.ask(self.space.distributions)
+                if not self._own(trial):
+                    continue
                 assert self.heartbeat is not None
                 self.heartbeat.add(_trial_id(trial))
+                trial.set_user_attr("shape", self.shape_text)
+                every = self.study.get_trials(deepcopy=False)
+                if not self._within_budget(trial.number, every):
+                    self._abandon(trial, "over the trial budget: other processes filled it first")
+                    self.heartbeat.discard([_trial_id(trial)])
+                    break
+                # What other processes started since this batch began is taken too.
+                taken.update(
+                    key
+                    for t in every
+                    if t.state == TrialState.RUNNING
+                    and t.number != trial.number
+                    and t.user_attrs.get("shape") == self.shape_text
+                    and (key := t.user_attrs.get("config")) is not None
+                )
                 config = self.space.config_for(trial.params, taken)
                 taken.add(config.key)
                 trial.set_user_attr("config", config.key)
-                trial.set_user_attr("shape", self.shape_text)
+                if self.device_index is not None:
+                    trial.set_user_attr("device_index", self.device_index)
                 asked.append((trial, config))
 
             leaders: dict[str, Trial] = {}
@@ -649,6 +674,34 @@ class _Run:
         finally:
             if self.heartbeat is not None:
                 self.heartbeat.discard(_trial_id(t) for t, _ in asked)
+
+    def _own(self, trial: Trial) -> bool:
+        """Whether `trial` is this run's alone. A queued trial (a known-good config, or one
+        retried after its process died) is popped by reading it WAITING and then marking it
+        RUNNING; on SQLite two processes can both do so and get the same trial, and would
+        then both hold its claims. The first to claim the trial keeps it; the other forgets
+        it and asks again. A new trial is a new row: nobody else has it."""
+        if "config" not in trial.user_attrs:
+            return True
+        owner = f"run-{self.run_id}"
+        return self.store.claim(self.study.study_name, f"trial-{_trial_id(trial)}", owner)
+
+    def _within_budget(self, number: int, every: Sequence[FrozenTrial]) -> bool:
+        """Whether trial `number` fits the budget: fewer than `total` trials of this shape come
+        before it (counted, running or queued). Processes that share the study ask at the
+        same moment; the trial numbers order them the same way in every process, so together
+        they run `total` trials, not one batch each beyond it. A running trial not yet marked
+        with its shape counts as this shape's: at worst a batch is cut short and asked again."""
+        ahead = 0
+        for t in every:
+            if t.number >= number:
+                continue
+            shape = t.user_attrs.get("shape")
+            if t.state in (TrialState.RUNNING, TrialState.WAITING):
+                ahead += shape == self.shape_text or (shape is None and t.state == TrialState.RUNNING)
+            elif t.state in (TrialState.COMPLETE, TrialState.FAIL):
+                ahead += shape == self.shape_text and "status" in t.user_attrs
+        return ahead < self.total
 
     def _measure(
         self,
@@ -859,5 +912,5 @@ def tune_gpu(
         return tune(
             et.name, dims, objective=objective, store=store, device=objective.device,
             trials=trials, timeout=timeout, patience=patience, sampler=sampler, seed=seed,
-            conjugate=conjugate,
+            conjugate=conjugate, device_index=device,
         )  # fmt: skip

@@ -109,6 +109,53 @@ def make_objective(dtype: str, shape: tuple[int, int, int], device: int, conjuga
     return SyntheticObjective(log_path=os.environ.get("AUTOTRANSPOSE_TEST_MEASURE_LOG"))
 
 
+OTHER_DEVICE = DeviceInfo("Synthetic GPU 8000", (8, 0), multiprocessors=108)
+
+
+class _Everything(dict):
+    """Fails every config (a dict that holds every key)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> str:
+        return "launch failed: too many resources requested"
+
+
+class _Crashing(SyntheticObjective):
+    def __call__(self, configs: Sequence[KernelConfig]) -> list[Measurement]:
+        os._exit(3)  # as if the GPU's whole process died
+
+
+def device_objective(
+    dtype: str,
+    shape: tuple[int, int, int],
+    device: int,
+    conjugate: bool,
+    *,
+    models: Sequence[str] = (),
+    delay: float = 0.0,
+    fail_dtypes: Collection[str] = (),
+) -> SyntheticObjective:
+    """The objective factory of the multi-GPU tests (bind the keywords with functools.partial:
+    it must pickle). `models[device]` says what local GPU `device` is: "same" (DEVICE, the
+    default), "other" (OTHER_DEVICE, another model), "broken" (its worker cannot start) or
+    "crash" (its process dies at the first measurement). Every measurement is logged to
+    $AUTOTRANSPOSE_TEST_MEASURE_LOG, if set."""
+    from autotranspose.errors import TuningError
+
+    model = models[device] if device < len(models) else "same"
+    if model == "broken":
+        raise TuningError(f"the measuring process could not start: CUDA_ERROR_NO_DEVICE ({device})")
+    kind = _Crashing if model == "crash" else SyntheticObjective
+    return kind(
+        OTHER_DEVICE if model == "other" else DEVICE,
+        log_path=os.environ.get("AUTOTRANSPOSE_TEST_MEASURE_LOG"),
+        delay=delay,
+        fail=_Everything() if dtype in fail_dtypes else None,
+    )
+
+
 def best_in(space: Sequence[KernelConfig]) -> KernelConfig:
     """The config of `space` the synthetic objective scores highest (among correct ones)."""
     ok = [c for c in space if score(c).ok]

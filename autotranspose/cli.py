@@ -15,12 +15,12 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
 from . import __version__
 from .config import max_vec
 from .dtypes import element_type
-from .errors import AutotransposeError, TuningError
+from .errors import AutotransposeError, ShapeError, TuningError, UnsupportedDtypeError
 from .shapes import parse_shape, shape_class
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ _DTYPES_BY_SIZE = {
 }
 
 ObjectiveFactory = Callable[[str, tuple[int, int, int], int, bool], Any]
+_T = TypeVar("_T")
 
 
 class UsageError(Exception):
@@ -55,12 +56,20 @@ def _split(values: Sequence[str]) -> list[str]:
     return [item for v in values for item in v.split(",") if item.strip()]
 
 
-def _shapes(values: Sequence[str]) -> list[tuple[int, int, int]]:
-    return [parse_shape(v) for v in _split(values)]
+def _option(option: str, parse: Callable[[str], _T], text: str) -> _T:
+    """One value of `option`; a bad one is a usage error naming the option, as argparse's."""
+    try:
+        return parse(text)
+    except (ShapeError, UnsupportedDtypeError) as exc:
+        raise UsageError(f"argument {option}: {exc}") from None
 
 
-def _dtypes(values: Sequence[str]) -> list[str]:
-    return [element_type(v.strip()).name for v in _split(values)]
+def _shapes(values: Sequence[str], option: str = "--shapes") -> list[tuple[int, int, int]]:
+    return [_option(option, parse_shape, v) for v in _split(values)]
+
+
+def _dtypes(values: Sequence[str], option: str = "--dtypes") -> list[str]:
+    return [_option(option, element_type, v.strip()).name for v in _split(values)]
 
 
 def _shape_text(shape: Sequence[int]) -> str:
@@ -332,8 +341,8 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from . import lookup
     from .codegen import render
 
-    b, m, n = parse_shape(args.shape)
-    et = element_type(args.dtype)
+    b, m, n = _option("--shape", parse_shape, args.shape)
+    et = _option("--dtype", element_type, args.dtype)
     if args.conjugate and not et.conjugable:
         raise UsageError(f"--conjugate needs complex64 or complex128, not {et.name}")
     store = _open_store(args.db)

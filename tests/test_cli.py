@@ -344,3 +344,61 @@ def test_python_dash_m_error_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("autotranspose: error: cannot create the tuning database")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+# --- hostile and careless input: one line, no traceback, nothing raw echoed ------------------------
+def _one_clear_line(rc: int, err: str, rc_wanted: int = 2) -> None:
+    assert rc == rc_wanted, err
+    assert err.startswith("autotranspose: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and len(err) < 400
+
+
+def _long_number(rng) -> str:
+    """More digits than Python converts to an int (4300 by default)."""
+    return "".join(map(str, rng.integers(1, 10, size=int(rng.integers(4301, 6000)))))
+
+
+def test_non_ascii_digits_in_a_shape_are_rejected(rng) -> None:
+    digit = str(rng.choice(["²", "³", "¹", "٣", "８", "⑤"]))
+    for text in (f"{digit}x3", f"3x{digit}", f"2x3x{digit}"):
+        with pytest.raises(ShapeError, match="not a shape"):
+            cli.parse_shape(text)
+
+
+def test_a_dimension_beyond_64_bit_is_rejected_without_converting_it(rng) -> None:
+    with pytest.raises(ShapeError, match="too large"):
+        cli.parse_shape(f"{_long_number(rng)}x3")
+    with pytest.raises(ShapeError, match="too large"):
+        cli.parse_shape(f"{2**63}x1")
+    with pytest.raises(ShapeError, match="too large"):
+        cli.parse_shape(f"{2**32}x{2**32}")  # each side fits, the whole does not
+    side = int(rng.integers(1, 2**20))
+    assert cli.parse_shape(f"{side}x{2**40}") == (1, side, 2**40)
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [("lookup", "--shape"), ("tune", "--shapes"), ("bench", "--shapes")],
+)
+def test_a_bad_shape_is_one_line_naming_the_option(command: str, option: str, db: str, rng) -> None:
+    extra = ["--device", NAME] if command == "lookup" else []
+    for bad in ("²x3", f"{_long_number(rng)}x3", f"3x{rng.integers(1, 100)}x4x5"):
+        rc, out, err = run(command, option, bad, *extra, "--db", db)
+        _one_clear_line(rc, err)
+        assert f"argument {option}: " in err and "e.g. 8192x8192" in err and out == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [("lookup", "--dtype"), ("tune", "--dtypes"), ("bench", "--dtypes")],
+)
+@pytest.mark.parametrize(
+    "bad",
+    ["(-1,)i4", "(99999999999999,)f8", pytest.param("x" * 5000, id="5000-letters"), "object"],
+)
+def test_a_bad_dtype_is_one_line_naming_the_option(command: str, option: str, bad: str, db: str) -> None:
+    shape_option = "--shape" if command == "lookup" else "--shapes"
+    extra = ["--device", NAME] if command == "lookup" else []
+    rc, out, err = run(command, shape_option, "64x64", option, bad, *extra, "--db", db)
+    _one_clear_line(rc, err)
+    assert f"argument {option}: " in err and "float32" in err and out == ""

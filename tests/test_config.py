@@ -128,6 +128,18 @@ def test_unsupported_dtypes(dtype):
         list(config_space(dtype))
 
 
+@pytest.mark.parametrize(
+    "dtype",
+    ["(-1,)i4", "(99999999999999,)f8", "(2,)i4", "i4,i4", pytest.param("x" * 5000, id="x*5000"),
+     "\x1b[31m"],
+)  # fmt: skip
+def test_malformed_dtype_strings_are_unsupported_dtype_errors(dtype):
+    """NumPy raises ValueError for some dtype strings; every bad one is our error, short."""
+    with pytest.raises(UnsupportedDtypeError, match="float32") as caught:
+        list(config_space(dtype))
+    assert len(str(caught.value)) < 400
+
+
 @pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("vec", [16, 8, 4, 2, 1])
 def test_defaults_are_valid_and_respect_the_vector_cap(elem_bytes, vec):

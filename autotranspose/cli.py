@@ -19,8 +19,15 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
 from . import __version__
 from .config import max_vec
+from .device import check_name
 from .dtypes import element_type
-from .errors import AutotransposeError, ShapeError, TuningError, UnsupportedDtypeError
+from .errors import (
+    AutotransposeError,
+    DeviceError,
+    ShapeError,
+    TuningError,
+    UnsupportedDtypeError,
+)
 from .shapes import parse_shape, shape_class
 
 if TYPE_CHECKING:
@@ -70,6 +77,14 @@ def _shapes(values: Sequence[str], option: str = "--shapes") -> list[tuple[int, 
 
 def _dtypes(values: Sequence[str], option: str = "--dtypes") -> list[str]:
     return [_option(option, element_type, v.strip()).name for v in _split(values)]
+
+
+def _device_name(text: str) -> str:
+    """A GPU model name, by the rule the database and imported files follow."""
+    try:
+        return check_name(text)
+    except DeviceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _shape_text(shape: Sequence[int]) -> str:
@@ -494,23 +509,23 @@ def build_parser() -> argparse.ArgumentParser:
     db_option(t)
 
     s = sub.add_parser("show", help="tuned results per device")
-    s.add_argument(
-        "--device", metavar="NAME", help="only this GPU model, e.g. 'NVIDIA H100 80GB HBM3'"
-    )
+    s.add_argument("--device", type=_device_name, metavar="NAME",
+                   help="only this GPU model, e.g. 'NVIDIA H100 80GB HBM3'")  # fmt: skip
     s.add_argument("--json", action="store_true", help="machine-readable output")
     db_option(s)
 
     lk = sub.add_parser("lookup", help="the kernel a call would use, and where it comes from")
     lk.add_argument("--shape", required=True, help="MxN or BATCHxMxN, e.g. 4096x4096")
     lk.add_argument("--dtype", default="float32")
-    lk.add_argument("--device", metavar="NAME", help="GPU model name (default: local GPU 0)")
+    lk.add_argument("--device", type=_device_name, metavar="NAME",
+                    help="GPU model name (default: local GPU 0)")  # fmt: skip
     lk.add_argument("--conjugate", action="store_true")
     lk.add_argument("--source", action="store_true", help="print the kernel's CUDA source")
     lk.add_argument("--json", action="store_true", help="machine-readable output")
     db_option(lk)
 
     e = sub.add_parser("export", help="write tuned results as JSON")
-    e.add_argument("--device", metavar="NAME", help="only this GPU model")
+    e.add_argument("--device", type=_device_name, metavar="NAME", help="only this GPU model")
     e.add_argument("-o", "--output", metavar="PATH", help="file to write (default stdout)")
     db_option(e)
 
@@ -568,7 +583,10 @@ _positive_float = _bounded(float, 0, inclusive=False)
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """The message on one line, with control characters shown escaped: a name or path with
+    terminal escapes in it is printed, never obeyed."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {

@@ -402,3 +402,43 @@ def test_a_bad_dtype_is_one_line_naming_the_option(command: str, option: str, ba
     rc, out, err = run(command, shape_option, "64x64", option, bad, *extra, "--db", db)
     _one_clear_line(rc, err)
     assert f"argument {option}: " in err and "float32" in err and out == ""
+
+
+def _hostile_name(rng) -> str:
+    control = chr(int(rng.choice([*range(0, 9), *range(11, 32), 127])))
+    return f"H100\n\x1b[31m{control}\u202e"
+
+
+@pytest.mark.parametrize("command", ["show", "lookup", "export"])
+def test_a_device_name_with_control_characters_is_refused_and_shown_escaped(
+    command: str, tuned: str, rng
+) -> None:
+    extra = ["--shape", "64x64"] if command == "lookup" else []
+    rc, out, err = run(command, "--device", _hostile_name(rng), *extra, "--db", tuned)
+    _one_clear_line(rc, err)
+    assert "argument --device: " in err and "GPU model name" in err
+    assert err.isprintable() is False and err[:-1].isprintable()  # only the final newline
+    assert "\\x1b" in err and "\\n" in err and out == ""
+
+
+def test_the_command_line_takes_exactly_the_device_names_the_database_takes(db: str, rng) -> None:
+    from autotranspose.device import DeviceInfo
+    from autotranspose.errors import DeviceError
+
+    alphabet = [*"AZaz09 _-.()", "\t", "\x1b", "/", "'", "é", "\u202e", ":"]
+    for _ in range(12):
+        name = "".join(rng.choice(alphabet, size=int(rng.integers(1, 8))))
+        name = name if rng.random() < 0.9 else "H" * int(rng.integers(99, 102))
+        try:
+            DeviceInfo(name, (9, 0))
+            valid = True
+        except DeviceError:
+            valid = False
+        rc, _, err = run("show", f"--device={name}", "--db", db)  # '=': names may start with -
+        assert (rc == 0) == valid and (rc == 2) == (not valid), (name, err)
+
+
+def test_control_characters_in_any_error_are_shown_escaped(tmp_path: Path, db: str) -> None:
+    rc, _, err = run("import", str(tmp_path / "results\x1b[2J.json"), "--db", db)
+    _one_clear_line(rc, err, rc_wanted=1)
+    assert err[:-1].isprintable() and "\\x1b[2J" in err

@@ -599,6 +599,21 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
 }
 
 
+def _warning_printer(err: TextIO) -> Callable[..., None]:
+    """`warnings.showwarning` while a command runs: one line ``autotranspose: warning: ...``
+    like an error, not Python's two (where it was raised, then that source line)."""
+
+    def show(message: Any, category: type[Warning], *_: Any, **__: Any) -> None:
+        text = _one_line(message).removeprefix(f"{PROG}: ")
+        if category not in (UserWarning, RuntimeWarning) and not category.__module__.startswith(
+            PROG
+        ):
+            text = f"{category.__name__}: {text}"  # another library's: say which kind
+        print(f"{PROG}: warning: {text}", file=err)
+
+    return show
+
+
 def run(
     argv: Sequence[str] | None = None,
     *,
@@ -608,8 +623,18 @@ def run(
 ) -> int:
     """Run one command; `make_objective(dtype, shape, device_index, conjugate)` builds what
     `tune` measures with (the GPU worker unless given: tests pass a synthetic one)."""
-    out = stdout or sys.stdout
     err = stderr or sys.stderr
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_printer(err)
+        return _run(argv, make_objective, stdout or sys.stdout, err)
+
+
+def _run(
+    argv: Sequence[str] | None,
+    make_objective: ObjectiveFactory | None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -442,3 +442,20 @@ def test_control_characters_in_any_error_are_shown_escaped(tmp_path: Path, db: s
     rc, _, err = run("import", str(tmp_path / "results\x1b[2J.json"), "--db", db)
     _one_clear_line(rc, err, rc_wanted=1)
     assert err[:-1].isprintable() and "\\x1b[2J" in err
+
+
+def test_warnings_print_as_one_line(tuned: str) -> None:
+    """A bad row in the database: export warns about it (one line) and exports the rest."""
+    import sqlite3
+
+    with sqlite3.connect(tuned) as conn:
+        (row_id,) = conn.execute("SELECT min(id) FROM at_best").fetchone()
+        conn.execute("UPDATE at_best SET gbps = 'fast' WHERE id = ?", (row_id,))
+    conn.close()
+    done = _subprocess("export", "--db", tuned)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"autotranspose: warning: skipping at_best row {row_id}: ")
+    assert "gbps must be a number" in lines[0] and "Traceback" not in done.stderr
+    assert len(json.loads(done.stdout)["entries"]) == 3

@@ -25,6 +25,7 @@ from .errors import (
     AutotransposeError,
     DeviceError,
     ShapeError,
+    StoreError,
     TuningError,
     UnsupportedDtypeError,
 )
@@ -423,6 +424,8 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .store import textio
 
+    if args.all_devices:
+        return _export_all(args, err)
     store = _open_store(args.db)
     text = textio.dumps(textio.export(store, device_name=args.device))
     if args.output in (None, "-"):
@@ -431,6 +434,25 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
         print(f"wrote {args.output}", file=err)
+    return 0
+
+
+def _export_all(args: argparse.Namespace, err: TextIO) -> int:
+    """One ``<GPU model>.json`` per device into a directory: the files `import` reads."""
+    from .store import textio
+
+    if args.device is not None:
+        raise UsageError("give --all-devices or --device NAME, not both")
+    if args.output in (None, "-") or os.path.isfile(args.output):
+        raise UsageError(
+            "--all-devices writes one file per GPU model: name a directory with -o DIR"
+        )
+    store = _open_store(args.db)
+    written = textio.dump(store, args.output)
+    if not written:
+        raise StoreError(f"no tuned results in {store.display} to export; run `autotranspose tune`")
+    for path in written:
+        print(f"wrote {path}", file=err)
     return 0
 
 
@@ -526,7 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write tuned results as JSON")
     e.add_argument("--device", type=_device_name, metavar="NAME", help="only this GPU model")
-    e.add_argument("-o", "--output", metavar="PATH", help="file to write (default stdout)")
+    e.add_argument("--all-devices", action="store_true",
+                   help="every GPU model in the database: one <model>.json each into -o DIR")  # fmt: skip
+    e.add_argument("-o", "--output", metavar="PATH",
+                   help="file to write (default stdout); with --all-devices, a directory")  # fmt: skip
     db_option(e)
 
     i = sub.add_parser("import", help="read tuned results from JSON files")

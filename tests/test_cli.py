@@ -444,6 +444,58 @@ def test_control_characters_in_any_error_are_shown_escaped(tmp_path: Path, db: s
     assert err[:-1].isprintable() and "\\x1b[2J" in err
 
 
+def _two_device_db(db: str) -> tuple[str, str]:
+    """A SQLite file with results of two GPU models (the synthetic one and another)."""
+    from autotranspose.device import DeviceInfo
+
+    other = DeviceInfo("Other GPU 7 (PCIe)", (8, 9), multiprocessors=84)
+    rc, _, err = run("tune", "--shapes", "1024x1024", "--trials", "4", "--db", db)
+    assert rc == 0, err
+    rc, _, err = run("tune", "--shapes", "512x2048", "--dtypes", "int8", "--trials", "4", "--db",
+                     db, objective=lambda *a: SyntheticObjective(other))  # fmt: skip
+    assert rc == 0, err
+    return NAME, other.name
+
+
+def test_export_of_all_devices_writes_one_file_each_that_imports_back(
+    db: str, tmp_path: Path
+) -> None:
+    names = _two_device_db(db)
+    rc, out, err = run("export", "--db", db)  # which one? the error says how to get both
+    _one_clear_line(rc, err, rc_wanted=1)
+    assert "--all-devices" in err
+    folder = tmp_path / "exported"
+    rc, out, err = run("export", "--all-devices", "-o", str(folder), "--db", db)
+    assert rc == 0 and out == "", err
+    files = sorted(folder.glob("*.json"))
+    assert [f.name for f in files] == ["Other_GPU_7_PCIe.json", "Synthetic_GPU_9000.json"]
+    assert err.count("wrote ") == 2
+    for name, path in zip(sorted(names), files, strict=True):
+        rc, one, _ = run("export", "--device", name, "--db", db)
+        assert rc == 0 and one == path.read_text()
+    other = str(tmp_path / "other.db")
+    rc, _, err = run("import", *map(str, files), "--db", other)
+    assert rc == 0, err
+
+    def tuned_entries(url: str) -> list[tuple]:
+        entries = json.loads(run("show", "--db", url, "--json")[1])
+        return sorted((e["device"], e["elem_bytes"], e["shape_class"], e["config_key"])
+                      for e in entries if e["source"] == "tuned")  # fmt: skip
+
+    assert len(tuned_entries(db)) == 2 and tuned_entries(other) == tuned_entries(db)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [(["--all-devices"], "-o DIR"), (["--all-devices", "--device", NAME, "-o", "x"], "not both"),
+     (["--all-devices", "-o", "-"], "-o DIR")],
+)  # fmt: skip
+def test_export_all_devices_needs_a_directory_and_no_device(argv, says, db: str) -> None:
+    rc, _, err = run("export", *argv, "--db", db)
+    _one_clear_line(rc, err)
+    assert says in err
+
+
 def test_warnings_print_as_one_line(tuned: str) -> None:
     """A bad row in the database: export warns about it (one line) and exports the rest."""
     import sqlite3

@@ -522,7 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--patience", type=_positive_int, metavar="K",
                    help="stop when K trials in a row did not beat the best")  # fmt: skip
     t.add_argument("--sampler", choices=("tpe", "random", "gp"), default="tpe")
-    t.add_argument("--seed", type=int, help="seed of the sampler, for reproducible runs")
+    t.add_argument("--seed", type=_sampler_seed,
+                   help="seed of the sampler (0 to 2**32-1), for reproducible runs")  # fmt: skip
     t.add_argument("--batch", type=_positive_int, default=8,
                    help="trials compiled and measured together (default 8)")  # fmt: skip
     t.add_argument("--device", type=_nonnegative_int, default=0, metavar="INDEX",
@@ -585,18 +586,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _bounded(kind: type, least: float, inclusive: bool) -> Callable[[str], Any]:
-    """An argparse type: a number of `kind` at least (or, not inclusive, above) `least`."""
+def _bounded(
+    kind: type, least: float, inclusive: bool, most: int | None = None
+) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` at least (or, not inclusive, above) `least`, and
+    at most `most` if given."""
     noun = "an integer" if kind is int else "a number"
     words = "at least" if inclusive else "more than"
 
     def parse(text: str) -> Any:
         try:
             v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        except ValueError:  # also int()'s refusal of thousands of digits: echo only the start
+            raise argparse.ArgumentTypeError(f"{text!r:.40} is not {noun}") from None
+        shown = str(v)[:40]
         if not (v >= least if inclusive else v > least):
-            raise argparse.ArgumentTypeError(f"{v} must be {words} {least:g}")
+            raise argparse.ArgumentTypeError(f"{shown} must be {words} {least:g}")
+        if most is not None and v > most:
+            raise argparse.ArgumentTypeError(f"{shown} must be at most {most}")
         return v
 
     return parse
@@ -605,6 +612,7 @@ def _bounded(kind: type, least: float, inclusive: bool) -> Callable[[str], Any]:
 _positive_int = _bounded(int, 1, inclusive=True)
 _nonnegative_int = _bounded(int, 0, inclusive=True)
 _positive_float = _bounded(float, 0, inclusive=False)
+_sampler_seed = _bounded(int, 0, inclusive=True, most=2**32 - 1)  # what NumPy's seeding takes
 
 
 def _one_line(exc: BaseException) -> str:

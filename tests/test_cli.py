@@ -306,6 +306,19 @@ def test_bench_random_rejects_bad_counts(bad, says) -> None:
         cli.build_parser().parse_args(["bench", *bad])
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [("--seed", "-1", "at least 0"), ("--seed", str(2**32), "at most 4294967295"),
+     ("--seed", "9" * 5000, "not an integer"), ("--trials", "7" * 5000, "not an integer"),
+     ("--trials", "-" + "7" * 4000, "at least 1")],
+)  # fmt: skip
+def test_bad_numbers_are_one_short_line(option: str, value: str, says: str, db: str) -> None:
+    """A seed NumPy cannot take was a ValueError traceback; a huge number was echoed whole."""
+    rc, _, err = run("tune", "--shapes", "64x64", option, value, "--db", db)
+    _one_clear_line(rc, err)
+    assert f"argument {option}: " in err and says in err
+
+
 def test_the_progress_bar_draws_on_a_terminal() -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -63,6 +63,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     ],
     "cuStreamGetCtx": [c_void_p, ctypes.POINTER(c_void_p)],
     "cuStreamSynchronize": [c_void_p],
+    "cuStreamIsCapturing": [c_void_p, ctypes.POINTER(c_int)],
     "cuStreamWaitEvent": [c_void_p, c_void_p, c_uint],
     "cuEventCreate": [ctypes.POINTER(c_void_p), c_uint],
     "cuEventRecord": [c_void_p, c_void_p],
@@ -185,11 +186,14 @@ def primary_context(ordinal: int) -> int:
     return ctx
 
 
-def current() -> int | None:
+def _ctypes_current() -> int | None:
     """The calling thread's current context (None for none)."""
     s = _scratch
     _cuCtxGetCurrent(s.ctx_ref)
     return s.ctx.value
+
+
+current = _ctypes_current  # the compiled launcher's module form replaces it (same contract)
 
 
 def set_current(ctx: int | None) -> None:
@@ -240,6 +244,15 @@ def stream_context(stream: int) -> int | None:
             "object of the array's library, or leave stream=None for its current stream"
         )
     return ctx.value
+
+
+def is_capturing(stream: int | None) -> bool:
+    """Is `stream` being captured into a CUDA graph? Also True when the driver refuses to say
+    (the legacy stream while another stream captures in global mode): then nothing that
+    synchronises may run either."""
+    status = c_int(0)
+    err = lib().cuStreamIsCapturing(stream, ctypes.byref(status))
+    return bool(err) or status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE is 0
 
 
 def synchronize_stream(stream: int) -> None:
@@ -361,8 +374,17 @@ def _entry_points() -> tuple[int, int, int]:
 
 
 def _native_launch() -> Any:
-    global _at_transpose
-    _at_transpose = _native.launcher()
+    """The compiled launch function, or None (then the ctypes path below). The module form
+    also takes over :func:`current`, which the hot path calls before allocating an output."""
+    global _at_transpose, current
+    native = _native.launcher()
+    if native is None:
+        _at_transpose = None
+        return None
+    if native.current is not None and current is _ctypes_current:
+        native.bind(_entry_points()[0])
+        current = native.current
+    _at_transpose = native.transpose
     return _at_transpose
 
 

@@ -249,22 +249,19 @@ def bench_case(
 ) -> list[Row]:
     """Time every peer on one (shape, dtype); each is checked against the reference first.
     Without `config`, autotranspose runs what transpose() would choose for this call."""
-    from . import lookup
+    from .api import served
     from .compiler import activate
-    from .config import max_vec
     from .measure import Bench
-    from .shapes import shape_class
 
     state = activate(device)
     s = element_type(dtype).size
-    b, m, n = shape
     source = "given"
-    if config is None:
-        choice = lookup.choose(state.info, s, shape_class(b, m, n, max_vec(s, m, n)))
-        config, source = choice.config, choice.source
     bench = Bench(state, s, shape)
     rows: list[Row] = []
     try:
+        if config is None:  # as transpose() would serve it (a first call measures if untuned)
+            choice = served(state, element_type(dtype), shape, *bench.pointers(0))
+            config, source = choice.config, choice.source
         launches = _peer_launches(bench, dtype, config)
         launches["autotranspose"] = (launches["autotranspose"][0], f"{config.key} ({source})")
         copy_s = bench.copy_time(repeats=repeats)
@@ -332,12 +329,20 @@ def _host_cost_calls(who: str, lib: str, shape: tuple[int, int]) -> tuple[Any, A
     return None
 
 
+HOST_COST_CHUNK = 200  # calls timed between two synchronizations: well under the driver's
+# launch-queue depth (about 1000), so no launch ever waits for the GPU to drain the queue
+
+
 def host_costs(
     shape: tuple[int, int] = (64, 64), calls: int = 5000, rounds: int = 3
 ) -> dict[str, float | None]:
     """Host-timed microseconds per call of a small float32 transpose, ours and CuPy's and
     PyTorch's own, into a preallocated out ("<who>/<lib>/out") and into a new output
-    ("<who>/<lib>/new"). All in one process, interleaved, each the best of `rounds`."""
+    ("<who>/<lib>/new"). All in one process, interleaved, each the best of `rounds`.
+
+    Only the host's time is counted: calls run in chunks of HOST_COST_CHUNK and the GPU
+    drains between chunks, outside the clock. Back-to-back calls without that would measure
+    the GPU's rate of tiny kernels instead, once the launch queue fills."""
     from .compiler import activate
 
     activate(0)
@@ -355,11 +360,15 @@ def host_costs(
             for _ in range(100):
                 fn()
             sync()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            sync()
-            us = (time.perf_counter() - t0) / calls * 1e6
+            spent, done = 0.0, 0
+            while done < calls:
+                t0 = time.perf_counter()
+                for _ in range(HOST_COST_CHUNK):
+                    fn()
+                spent += time.perf_counter() - t0
+                done += HOST_COST_CHUNK
+                sync()
+            us = spent / done * 1e6
             costs[key] = us if costs[key] is None else min(costs[key], us)
     return costs
 

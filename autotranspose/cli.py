@@ -160,10 +160,12 @@ class ProgressBar:
 
 
 # --- commands -------------------------------------------------------------------------------------
-def _open_store(url: str | None) -> Store:
+def _open_store(url: str | None, *, readonly: bool = False) -> Store:
+    """The database to write (tune, import) or, `readonly`, to read: reads never create or
+    migrate one."""
     from .store import Store
 
-    return Store.open(url)
+    return Store.open(url, readonly=readonly)
 
 
 def _gpu_objective(dtype: str, shape: tuple[int, int, int], device: int, conjugate: bool) -> Any:
@@ -288,15 +290,14 @@ def _shipped_entries(device: str | None) -> list[Any]:
 
 
 def _existing_store(url: str | None) -> Store | None:
-    """The database, unless it is the default SQLite file and does not exist yet: reading
-    results must not create one."""
-    from .store import Store, resolve_url, sqlite_path
+    """The database to read, or None when neither --db nor $AUTOTRANSPOSE_DB names one and
+    the default file does not exist yet (nothing tuned). Opened read-only: never created or
+    migrated; a database named but missing is an error saying how to create it."""
+    from .store import ENV_VAR, Store, default_path
 
-    resolved = resolve_url(url)
-    path = sqlite_path(resolved)
-    if url is None and path is not None and not path.is_file():
+    if url is None and not os.environ.get(ENV_VAR) and not default_path().exists():
         return None
-    return Store.open(resolved)
+    return Store.open(url, readonly=True)
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -361,7 +362,7 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     et = _option("--dtype", element_type, args.dtype)
     if args.conjugate and not et.conjugable:
         raise UsageError(f"--conjugate needs complex64 or complex128, not {et.name}")
-    store = _open_store(args.db)
+    store = _existing_store(args.db)
     if args.device:
         device: Any = args.device
         device_name = args.device
@@ -369,10 +370,10 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         try:
             device = _local_device(0)
         except AutotransposeError as exc:
-            known = ", ".join(repr(d.name) for d in store.devices()) or "none"
+            known = ", ".join(repr(d.name) for d in store.devices()) if store else ""
             raise UsageError(
                 f"no --device NAME given and no local GPU to ask ({_one_line(exc)}); "
-                f"devices in the database: {known}"
+                f"devices in the database: {known or 'none'}"
             ) from exc
         device_name = device.name
     cls = shape_class(b, m, n, max_vec(et.size, m, n))
@@ -426,7 +427,7 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if args.all_devices:
         return _export_all(args, err)
-    store = _open_store(args.db)
+    store = _open_store(args.db, readonly=True)
     text = textio.dumps(textio.export(store, device_name=args.device))
     if args.output in (None, "-"):
         out.write(text)
@@ -447,7 +448,7 @@ def _export_all(args: argparse.Namespace, err: TextIO) -> int:
         raise UsageError(
             "--all-devices writes one file per GPU model: name a directory with -o DIR"
         )
-    store = _open_store(args.db)
+    store = _open_store(args.db, readonly=True)
     written = textio.dump(store, args.output)
     if not written:
         raise StoreError(f"no tuned results in {store.display} to export; run `autotranspose tune`")
@@ -459,10 +460,12 @@ def _export_all(args: argparse.Namespace, err: TextIO) -> int:
 def cmd_import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .store import textio
 
+    # Every file is read and checked before anything is written, then all are written in one
+    # transaction: `import good.json bad.json` leaves the database as it was.
+    files = [textio.load(path) for path in args.paths]
     store = _open_store(args.db)
-    for path in args.paths:
-        tf = textio.load(path)
-        count = textio.import_into(store, tf)
+    counts = textio.import_files(store, files)
+    for path, tf, count in zip(args.paths, files, counts, strict=True):
         print(f"imported {count} entries of {tf.device.name} from {path}", file=err)
     return 0
 

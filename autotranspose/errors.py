@@ -27,6 +27,10 @@ class ShapeError(AutotransposeError, ValueError):
     """The array or the output buffer has the wrong number of dimensions or extent."""
 
 
+class AxesError(AutotransposeError, ValueError):
+    """The axes of a permute are not a permutation of the array's dimensions."""
+
+
 class LayoutError(AutotransposeError, ValueError):
     """The array's strides are not a layout the kernels read (innermost stride must be 1)."""
 

@@ -21,8 +21,9 @@ after the first call for a key no database is queried; the store clears the
 cache when it records a new best, and :func:`clear_cache` does so explicitly (another process
 writing the database is seen after a restart or a ``clear_cache()``).
 
-Lookup must never break a user's ``transpose()``: the default database is not created just to
-be read, and an unreadable or foreign one is warned about once and skipped.
+Lookup must never break a user's ``transpose()``: the default database is opened read-only (it
+is not created, migrated or written just to be read), and an unreadable or foreign one is
+warned about once and skipped.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import math
 import os
 import threading
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from .config import KernelConfig
     from .store import Store, TunedEntry
 
-SOURCES = ("tuned", "nearest", "shipped", "default")
+SOURCES = ("tuned", "nearest", "shipped", "default", "measured")
 
 
 @dataclass(frozen=True)
@@ -167,11 +168,11 @@ def _choose(
     return Choice(default_config(elem_bytes, max_vector=cls.vec, conjugate=conjugate), "default")
 
 
-def _pick(
+def _usable(
     entries: Iterable[TunedEntry], elem_bytes: int, cls: ShapeClass, limits: DeviceLimits
-) -> tuple[TunedEntry, bool] | None:
-    """The entry of exactly `cls`, else the nearest usable one; (entry, exact) or None."""
-    usable = [
+) -> list[TunedEntry]:
+    """The current entries whose config can run a call of `cls` on a device with `limits`."""
+    return [
         e
         for e in entries
         if not e.stale
@@ -180,17 +181,66 @@ def _pick(
         and e.config.applies(cls.m, cls.n)  # a flat kernel's tile must span the short side
         and e.config.fits(limits)
     ]
+
+
+def _nearness(cls: ShapeClass) -> Callable[[TunedEntry], tuple[float, float, ShapeClass]]:
+    def key(e: TunedEntry) -> tuple[float, float, ShapeClass]:
+        vec_gap = abs(math.log2(e.shape_class.vec) - math.log2(cls.vec))
+        return (cls.distance(e.shape_class), vec_gap, e.shape_class)
+
+    return key
+
+
+def _pick(
+    entries: Iterable[TunedEntry], elem_bytes: int, cls: ShapeClass, limits: DeviceLimits
+) -> tuple[TunedEntry, bool] | None:
+    """The entry of exactly `cls`, else the nearest usable one; (entry, exact) or None."""
+    usable = _usable(entries, elem_bytes, cls, limits)
     for e in usable:
         if e.shape_class == cls:
             return e, True
     if not usable:
         return None
+    return min(usable, key=_nearness(cls)), False
 
-    def nearness(e: TunedEntry) -> tuple[float, float, ShapeClass]:
-        vec_gap = abs(math.log2(e.shape_class.vec) - math.log2(cls.vec))
-        return (cls.distance(e.shape_class), vec_gap, e.shape_class)
 
-    return min(usable, key=nearness), False
+def is_guess(choice: Choice, cls: ShapeClass) -> bool:
+    """Was `choice` measured for another class than `cls`, or not measured at all? Then a
+    first-call measurement (`firstcall`) may find better."""
+    if choice.source in ("tuned", "measured"):
+        return False
+    return choice.source != "shipped" or choice.shape_class != cls
+
+
+def neighbours(
+    device: DeviceInfo, elem_bytes: int, cls: ShapeClass, k: int = 3, *, store: Any = DEFAULT_STORE
+) -> list[KernelConfig]:
+    """The configs of the `k` nearest tuned and shipped classes that can run a call of `cls`
+    (candidates for a first-call measurement), nearest first, each config once."""
+    db = _default_store() if store is DEFAULT_STORE else store
+    entries: list[TunedEntry] = list(shipped(device.name))
+    if db is not None:
+        try:
+            entries += db.entries(device.name, include_stale=False, elem_bytes=elem_bytes)
+        except StoreError:
+            pass  # choose() has warned about this database already
+    found: list[KernelConfig] = []
+    for e in sorted(_usable(entries, elem_bytes, cls, device.limits), key=_nearness(cls)):
+        if e.config not in found:
+            found.append(e.config)
+        if len(found) == k:
+            break
+    return found
+
+
+def remember(
+    device: DeviceInfo, elem_bytes: int, cls: ShapeClass, conjugate: bool, choice: Choice
+) -> None:
+    """Serve `choice` to every later call of `cls` in this process (a first-call
+    measurement's winner); cleared with the rest of the cache."""
+    key = (device.name, device.limits, elem_bytes, cls, conjugate, _store_key(DEFAULT_STORE))
+    with _lock:
+        _choices[key] = choice
 
 
 def _choice(entry: TunedEntry, source: str, conjugate: bool) -> Choice:
@@ -226,7 +276,7 @@ def _default_store() -> Store | None:
     if path is not None and not path.is_file():
         return None  # nothing tuned yet; not cached, so a later tune is picked up
     try:
-        opened: Store | None = Store.open(url)
+        opened: Store | None = Store.open(url, readonly=True)  # never creates or migrates
     except StoreError as exc:
         _warn_once(url, f"autotranspose: not using tuning database: {exc}")
         opened = None

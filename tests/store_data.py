@@ -107,3 +107,54 @@ def write_forever(url: str, progress: Any) -> None:
                          ok(float(rng.uniform(100, 3000))))  # fmt: skip
             i += 1
             progress.value = i
+
+
+# --- tuning files --------------------------------------------------------------------------------
+def tuning_doc(rng: Any, count: int, device: DeviceInfo = H100, configs_per_kind: int = 4) -> dict:
+    """A valid tuning document of `count` entries, each of its own (element size, class).
+
+    Entries draw from a few configs per (element size, vector width), so that even tens of
+    thousands of entries need few kernel versions (each one renders a kernel)."""
+    from autotranspose.store import database, textio
+
+    kinds = [(eb, v) for eb in (1, 2, 4, 8, 16) for v in (1, 2, 4, 8, 16) if eb * v <= 16]
+    pools = {
+        k: [random_config(rng, k[0], k[1]) for _ in range(configs_per_kind)] for k in kinds
+    }
+    seen: set[tuple[int, str]] = set()
+    entries = []
+    while len(entries) < count:
+        eb, vec = kinds[int(rng.integers(len(kinds)))]
+        exponents = rng.integers(0, 17, size=3)
+        b, m, n = (1 << int(e) for e in exponents)
+        cls = shape_class(b, m, n, vec)
+        if (eb, str(cls)) in seen or int(exponents.sum()) + eb.bit_length() > 37:  # 64 GiB
+            continue
+        seen.add((eb, str(cls)))
+        pool = pools[(eb, vec)]
+        config = pool[int(rng.integers(len(pool)))]
+        gbps, copy_gbps = float(rng.uniform(100, 3000)), float(rng.uniform(3000, 3300))
+        entries.append({
+            "elem_bytes": eb, "shape_class": str(cls), "shape": [b, m, n],
+            "config": config.to_dict(), "gbps": round(gbps, 3), "copy_gbps": round(copy_gbps, 3),
+            "ratio": round(gbps / copy_gbps, 4), "dtype": f"uint{8 * eb}" if eb <= 8 else "complex128",
+            "template_version": database._current_version(config),
+            "measured_at": "2025-01-02T03:04:05.123456+00:00",
+        })  # fmt: skip
+    return {"format": textio.FORMAT, "device": device.to_dict(), "entries": entries}
+
+
+def import_file(url: str, path: str, writing: Any) -> None:
+    """Import one tuning file, telling the parent when its first row is written (the kill
+    test: a kill from then on lands inside the import's transaction)."""
+    from autotranspose.store import textio
+
+    tf = textio.load(path)
+    with Store.open(url) as store:
+
+        @sa.event.listens_for(store.engine, "before_cursor_execute")
+        def _first_row(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if statement.lstrip().upper().startswith("INSERT"):
+                writing.set()
+
+        textio.import_into(store, tf)

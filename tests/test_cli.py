@@ -355,7 +355,7 @@ def test_python_dash_m_help() -> None:
 def test_python_dash_m_error_is_one_line(tmp_path: Path) -> None:
     done = _subprocess("show", "--db", str(tmp_path / "missing" / "tuning.db"))
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.startswith("autotranspose: error: cannot create the tuning database")
+    assert done.stderr.startswith("autotranspose: error: no tuning database at ")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
@@ -438,6 +438,7 @@ def test_the_command_line_takes_exactly_the_device_names_the_database_takes(db: 
     from autotranspose.device import DeviceInfo
     from autotranspose.errors import DeviceError
 
+    assert run("db", "upgrade", "--db", db)[0] == 0
     alphabet = [*"AZaz09 _-.()", "\t", "\x1b", "/", "'", "é", "\u202e", ":"]
     for _ in range(12):
         name = "".join(rng.choice(alphabet, size=int(rng.integers(1, 8))))

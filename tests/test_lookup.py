@@ -313,3 +313,41 @@ def test_untuned_unaligned_calls_get_the_staged_kernel(rng, elem_bytes):
     if elem_bytes == 2:  # rows of whole 4-byte words: the tiled kernels
         c = lookup.choose("Some Untuned GPU", 2, shape_class(1, m + 1, n + 1, 2), store=None)
         assert not c.config.staged
+
+
+# --- first-call measurement support (neighbours, remember, is_guess) ------------------------------
+def test_neighbours_are_the_nearest_usable_configs_tuned_and_shipped(store, rng, fresh_lookup):
+    a, b, c, d = _configs(rng, count=4)
+    near, mid, far = ShapeClass(1, 4096, 8192, 4), ShapeClass(1, 2048, 2048, 4), ShapeClass(1, 256, 256, 4)
+    _ship(fresh_lookup, H100, [(mid, b, 900.0), (far, c, 800.0)])
+    _record(store, H100, near, a, 1500.0)
+    _record(store, H100, ShapeClass(1, 4096, 4096, 4), d, 1500.0, elem_bytes=4)
+    got = lookup.neighbours(H100, 4, shape_class(1, 4096, 6000, 4), k=3, store=store)
+    assert got[0] in (a, d) and set(got) <= {a, b, c, d} and len(got) == len(set(got)) == 3
+    assert lookup.neighbours(H100, 4, CLS, k=1, store=store) == [d]  # its own class first
+    # a class allowing no vector gets only configs that run at any offset
+    assert all(cfg.vec == 1 or cfg.any_offset for cfg in lookup.neighbours(H100, 4, shape_class(1, 4099, 6007, 1), store=store))
+    assert lookup.neighbours(A100, 4, CLS, store=store) == []  # nothing for another GPU
+
+
+@pytest.mark.parametrize(
+    "source, own, guess",
+    [("tuned", True, False), ("measured", True, False), ("shipped", True, False),
+     ("shipped", False, True), ("nearest", False, True), ("default", False, True)],
+)  # fmt: skip
+def test_only_results_measured_for_the_class_itself_are_not_guesses(source, own, guess):
+    other = ShapeClass(1, 256, 256, 4)
+    c = lookup.Choice(default_config(4), source, CLS if own else other)
+    assert lookup.is_guess(c, CLS) is guess
+
+
+def test_a_remembered_choice_serves_its_class_until_the_cache_is_cleared(rng, monkeypatch, tmp_path):
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", str(tmp_path / "none.db"))
+    (cfg,) = _configs(rng, count=1)
+    cls = shape_class(1, 3000, 5000, 4)
+    assert lookup.choose(H100, 4, cls).source == "default"
+    lookup.remember(H100, 4, cls, False, lookup.Choice(cfg, "measured", cls, 3000.0))
+    assert lookup.choose(H100, 4, cls) == lookup.Choice(cfg, "measured", cls, 3000.0)
+    assert lookup.choose(H100, 4, shape_class(1, 3000, 9000, 4)).source == "default"
+    lookup.clear_cache()
+    assert lookup.choose(H100, 4, cls).source == "default"

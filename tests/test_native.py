@@ -61,11 +61,22 @@ class FakeDriver:
         return self.launch_error
 
 
+@pytest.fixture(scope="module", params=_native.KINDS)
+def built(request, tmp_path_factory):
+    """Each form of the launcher this machine can build (the module form needs Python.h)."""
+    kind = request.param
+    if kind not in _native.kinds():
+        pytest.skip(f"no Python headers for the {kind} form")
+    path = tmp_path_factory.mktemp("native") / _native.library_path(kind).name
+    _native.build(path, _native.compiler(), kind)
+    launcher = _native.load(path, kind)
+    assert launcher.kind == kind
+    return launcher
+
+
 @pytest.fixture(scope="module")
-def at_transpose(tmp_path_factory):
-    path = tmp_path_factory.mktemp("native") / _native.library_path().name
-    _native.build(path, _native.compiler())
-    return _native.load(path)
+def at_transpose(built):
+    return built.transpose
 
 
 def make_spec(fake: FakeDriver, ctx: int, rng: random.Random) -> tuple[_native.Spec, tuple]:
@@ -144,6 +155,41 @@ def test_a_context_that_cannot_be_made_current_launches_nothing(at_transpose):
     assert fake.launches == []
 
 
+def test_module_form_reads_the_current_context(built):
+    if built.current is None:
+        assert built.kind == "ctypes"
+        return
+    rng = random.Random()
+    fake = FakeDriver(None)
+    built.bind(ctypes.cast(fake.get, ctypes.c_void_p).value)
+    assert built.current() is None
+    fake.current = rng.randrange(2, 2**47)
+    assert built.current() == fake.current
+
+
+def test_module_form_refuses_what_is_not_a_pointer(built):
+    if built.kind != "module":
+        pytest.skip("ctypes does its own conversion")
+    with pytest.raises(TypeError):
+        built.transpose(0, "src", 0, 0, 1)
+    with pytest.raises(TypeError):
+        built.transpose(0, 0, 0)
+    with pytest.raises(OverflowError):
+        built.transpose(0, -1, 0, 0, 1)
+
+
+def test_prefers_the_module_form_and_falls_back_to_ctypes(monkeypatch, tmp_path):
+    monkeypatch.setattr(_native, "cache_dir", lambda: tmp_path)
+    _native.reset()
+    try:
+        assert _native.launcher().kind == _native.kinds()[0]
+        monkeypatch.setattr(_native, "python_headers", lambda: None)
+        _native.reset()
+        assert _native.launcher().kind == "ctypes"
+    finally:
+        _native.reset()
+
+
 def test_switched_off_by_the_environment(monkeypatch):
     monkeypatch.setenv(_native.ENV_VAR, "0")
     _native.reset()
@@ -169,7 +215,7 @@ def test_builds_once_into_the_cache_and_reloads(monkeypatch, tmp_path):
     _native.reset()
     try:
         assert _native.launcher() is not None
-        (built,) = tmp_path.iterdir()
+        (built,) = tmp_path.iterdir()  # the fastest form only
         stamp = built.stat().st_mtime_ns
         _native.reset()
         assert _native.launcher() is not None

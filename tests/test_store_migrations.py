@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 
 import pytest
 import sqlalchemy as sa
 from store_data import H100, valid_config
 
+from autotranspose import cli, lookup
 from autotranspose.errors import StoreError
 from autotranspose.shapes import ShapeClass
 from autotranspose.store import Store, database, migrations, resolve_url, upgrade
@@ -123,3 +126,64 @@ def test_revisions_form_one_line():
 def test_unknown_target_revision_is_a_store_error(db_url):
     with pytest.raises(StoreError, match="0042"):
         upgrade(db_url, revision="0042")
+
+
+# --- reads never migrate --------------------------------------------------------------------------
+def _fingerprint(url: str) -> object:
+    """What a migration would change: a SQLite file's bytes, a PostgreSQL database's revision
+    and columns."""
+    path = database.sqlite_path(resolve_url(url))
+    if path is not None:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    engine = sa.create_engine(resolve_url(url))
+    try:
+        with engine.connect() as conn:
+            rev = conn.exec_driver_sql("SELECT version_num FROM at_alembic_version").scalar()
+            return rev, {c["name"] for c in sa.inspect(conn).get_columns("at_devices")}
+    finally:
+        engine.dispose()
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    rc = cli.run(list(argv), stdout=out, stderr=err)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_reads_of_an_older_schema_do_not_migrate_it(db_url, rng, monkeypatch):
+    """show, lookup, export and transpose()'s lookup read a revision-0001 database as it is."""
+    assert upgrade(db_url, revision="0001") == "0001"
+    old = _fill_revision_0001(db_url, rng)
+    before = _fingerprint(db_url)
+
+    with Store.open(db_url, readonly=True) as store:
+        assert store.schema_revision() == "0001"
+        (entry,) = store.entries()
+        assert entry.config == old["config"] and entry.gbps == pytest.approx(old["gbps"])
+        (device,) = store.devices()
+        assert device.name == H100.name and device.l2_bytes == 0
+    rc, out, err = _cli("show", "--json", "--db", db_url)
+    assert rc == 0, err
+    (shown,) = [e for e in json.loads(out) if e["source"] == "tuned"]
+    assert shown["gbps"] == pytest.approx(old["gbps"])
+    rc, out, err = _cli("lookup", "--shape", "4096x4096", "--device", H100.name, "--json",
+                        "--db", db_url)  # fmt: skip
+    assert rc == 0 and json.loads(out)["source"] == "tuned", err
+    rc, out, err = _cli("export", "--db", db_url)
+    assert rc == 0 and len(json.loads(out)["entries"]) == 1, err
+    monkeypatch.setattr(lookup, "_stores", {})
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", db_url)
+    lookup.clear_cache()
+    try:
+        assert lookup.choose(H100, 4, ShapeClass(1, 4096, 4096, 4)).source == "tuned"
+    finally:
+        lookup.clear_cache()
+        for s in lookup._stores.values():
+            if s is not None:
+                s.close()
+
+    assert _fingerprint(db_url) == before
+    assert "l2_bytes" not in _columns(db_url, "at_devices")
+    rc, out, err = _cli("db", "upgrade", "--db", db_url)  # writers still migrate
+    assert rc == 0 and migrations.head() in out, err
+    assert "l2_bytes" in _columns(db_url, "at_devices")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 from store_data import A100, H100, ok, random_config, sample_shape
@@ -110,9 +111,10 @@ def test_import_keeps_the_better_and_the_current(tmp_path, rng, template_version
         )
         doc = textio.export(store)
         faster, slower, stale = (copy.deepcopy(doc) for _ in range(3))
-        faster["entries"][0]["gbps"] = 2000.0
-        slower["entries"][0]["gbps"] = 10.0
-        stale["entries"][0].update(gbps=9999.0, template_version="feedfeedfeedfeed")
+        for d, gbps in ((faster, 2000.0), (slower, 10.0), (stale, 2999.0)):
+            entry = d["entries"][0]
+            entry.update(gbps=gbps, ratio=round(gbps / entry["copy_gbps"], 4))
+        stale["entries"][0]["template_version"] = "feedfeedfeedfeed"
         textio.import_into(store, slower)
         assert store.best(H100.name, 4, cls).gbps == 1000.0
         textio.import_into(store, stale)  # older kernels never displace current results
@@ -157,6 +159,18 @@ def _delete(path: str):
     return change
 
 
+def _huge_ratio(doc: dict) -> None:
+    """A transpose 100x faster than a copy of the same bytes, consistently written."""
+    doc["entries"][1].update(gbps=3000.0, copy_gbps=30.0, ratio=100.0)
+
+
+def _huge_shape(doc: dict) -> None:
+    """A matrix of 2**60 elements (no GPU holds it), in its matching class."""
+    doc["entries"][0].update(
+        shape=[1 << 20, 1 << 20, 1 << 20], shape_class="1048576x1048576x1048576/v1"
+    )
+
+
 BAD_DOCUMENTS = {
     "format": (_set("format", "autotranspose-tuning/99"), "format"),
     "top-level key": (_set("extra", 1), "unknown top-level"),
@@ -182,6 +196,19 @@ BAD_DOCUMENTS = {
     "unknown entry key": (_set("entries.1.source", "x"), "entry 1"),
     "missing key": (_delete("entries.2.config"), "entry 2"),
     "missing elem_bytes": (_delete("entries.0.elem_bytes"), "entry 0"),
+    # numbers beyond what any GPU does (issue 10, items 4 and 5)
+    "l2_bytes beyond int64": (_set("device.l2_bytes", 2**70), "l2_bytes"),
+    "negative threads per block": (_set("device.max_threads_per_block", -5), "max_threads_per_block"),
+    "zero threads per block": (_set("device.max_threads_per_block", 0), "max_threads_per_block"),
+    "negative multiprocessors": (_set("device.multiprocessors", -1), "multiprocessors"),
+    "memory clock beyond int32": (_set("device.memory_clock_khz", 2**31), "memory_clock_khz"),
+    "gbps beyond any GPU": (_set("entries.2.gbps", 1e308), "entry 2: gbps"),
+    "copy_gbps beyond any GPU": (_set("entries.0.copy_gbps", 2e5), "entry 0: copy_gbps"),
+    "ratio without a copy": (_set("entries.0.copy_gbps", 0), "entry 0: ratio"),
+    "NaN-like copy_gbps": (_set("entries.0.copy_gbps", "<1e999>"), "entry 0: copy_gbps"),
+    "ratio not gbps/copy_gbps": (_set("entries.1.ratio", 0.9), "entry 1: ratio"),
+    "ratio beyond any kernel": (_huge_ratio, "entry 1: ratio"),
+    "shape beyond any GPU's memory": (_huge_shape, "entry 0: shape"),
 }
 
 
@@ -192,11 +219,11 @@ def test_bad_documents_are_rejected_whole(tmp_path, rng, name):
     textio.parse(copy.deepcopy(doc))  # the unchanged document is fine
     change(doc)
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps(doc).replace('"<1e999>"', "1e999"))
+    path.write_text(json.dumps(doc).replace('"<1e999>"', "1e999"))  # parses as inf
     with Store.open(tmp_path / "t.db") as store:
         with pytest.raises(StoreError, match=match) as info:
             textio.import_into(store, path)
-        assert str(path) in str(info.value)
+        assert str(path) in str(info.value) and "nothing was imported" in str(info.value)
         assert store.entries() == [] and store.devices() == []  # nothing written
 
 
@@ -216,25 +243,147 @@ def test_non_json_is_rejected(text):
 
 
 def test_import_is_one_transaction(tmp_path, rng, monkeypatch):
-    """A failure after some entries were written rolls all of them back."""
+    """A failure after every entry was written rolls all of them back."""
     doc = _valid_doc(rng)
-    real = database._offer_best
-    calls = []
+    real = database._offer_bests
 
     def failing(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise RuntimeError("disk on fire")
-        return real(*args, **kwargs)
+        real(*args, **kwargs)
+        raise RuntimeError("disk on fire")
 
     with Store.open(tmp_path / "t.db") as store:
-        monkeypatch.setattr(database, "_offer_best", failing)
+        monkeypatch.setattr(database, "_offer_bests", failing)
         with pytest.raises(RuntimeError, match="disk on fire"):
             textio.import_into(store, doc)
-        monkeypatch.setattr(database, "_offer_best", real)
+        monkeypatch.setattr(database, "_offer_bests", real)
         assert store.entries() == [] and store.devices() == []
         with store.engine.connect() as conn:
             for table in ("at_runs", "at_measurements", "at_configs", "at_best"):
                 assert conn.exec_driver_sql(f"SELECT COUNT(*) FROM {table}").scalar() == 0
         assert textio.import_into(store, doc) == 3
         assert len(store.entries()) == 3
+
+
+def test_shipped_and_exported_numbers_are_within_bounds(tmp_path, rng, template_version):
+    """The bounds refuse nothing real: the shipped files and a fresh export parse."""
+    for path in sorted((Path(__file__).parents[1] / "tuning_db").glob("*.json")):
+        assert textio.load(path).entries
+    with Store.open(tmp_path / "t.db") as store:
+        _populate(store, rng, template_version)
+        # tiny shapes move a few bytes in microseconds: bandwidths round to a few digits
+        store.record(None, H100, "int8", 1, (1, 1, 3), ShapeClass(1, 1, 4, 1),
+                     random_config(rng, 1, 1), ok(0.0123, 0.0171))  # fmt: skip
+        for doc in textio.export_all(store, include_stale=True).values():
+            assert textio.parse(json.loads(textio.dumps(doc))).entries
+
+
+def test_a_bad_device_never_overwrites_the_stored_one(db_url, rng):
+    """A refused file leaves the device row and the results as they were."""
+    with Store.open(db_url) as store:
+        shape, cls = sample_shape(rng)
+        store.record(None, H100, "float32", 4, shape, cls, random_config(rng, 4, cls.vec), ok(999.0))
+        before = (store.devices(), store.entries())
+        for field, value in (("max_threads_per_block", -5), ("l2_bytes", 2**70)):
+            doc = textio.export(store)
+            doc["device"][field] = value
+            doc["entries"][0]["gbps"] = 2000.0  # would be a new best
+            doc["entries"][0]["ratio"] = round(2000.0 / doc["entries"][0]["copy_gbps"], 4)
+            with pytest.raises(StoreError, match=f"device: {field}.*nothing was imported"):
+                textio.import_into(store, doc)
+        assert (store.devices(), store.entries()) == before
+
+
+def test_a_file_larger_than_the_cap_is_refused(tmp_path):
+    path = tmp_path / "huge.json"
+    with path.open("wb") as f:
+        f.truncate(textio.MAX_FILE_BYTES + 1)  # sparse: costs no disk
+    with pytest.raises(StoreError, match=r"larger than 64 MiB.*nothing was imported"):
+        textio.load(path)
+
+
+def test_import_files_validates_every_file_before_writing(tmp_path, rng, db_url):
+    """`import good.json bad.json` writes nothing: the second file is checked before the first
+    is written (issue 10, item 6)."""
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(_valid_doc(rng)))
+    doc = _valid_doc(rng)
+    doc["entries"][1]["gbps"] = 1e308
+    bad.write_text(json.dumps(doc))
+    with Store.open(db_url) as store:
+        with pytest.raises(StoreError, match=f"{bad}: entry 1: gbps.*nothing was imported"):
+            textio.import_files(store, [good, bad])
+        assert store.entries() == [] and store.devices() == []
+        assert textio.import_files(store, [good]) == [3]
+
+
+def test_import_files_is_one_transaction(tmp_path, rng, db_url, monkeypatch):
+    """A failure while writing the second file rolls the first back too."""
+    docs = [_valid_doc(rng), _valid_doc(rng)]
+    docs[1]["device"] = A100.to_dict()
+    real = database._upsert_device
+
+    def failing(conn, info):
+        if info == A100:
+            raise RuntimeError("disk on fire")
+        return real(conn, info)
+
+    with Store.open(db_url) as store:
+        monkeypatch.setattr(database, "_upsert_device", failing)
+        with pytest.raises(RuntimeError, match="disk on fire"):
+            textio.import_files(store, docs)
+        monkeypatch.setattr(database, "_upsert_device", real)
+        assert store.entries() == [] and store.devices() == []
+        assert textio.import_files(store, docs) == [3, 3]
+        assert {e.device for e in store.entries()} == {H100.name, A100.name}
+
+
+def test_import_files_of_one_device_keep_the_fastest(tmp_path, rng, db_url):
+    """Two files naming the same entries: each key ends with the faster of the two."""
+    first = _valid_doc(rng)
+    second = copy.deepcopy(first)
+    for a, b in zip(first["entries"], second["entries"], strict=True):
+        a["gbps"], b["gbps"] = (float(x) for x in rng.permutation([1000.0, 2000.0]))
+        for e in (a, b):
+            e["ratio"] = round(e["gbps"] / e["copy_gbps"], 4)
+    with Store.open(db_url) as store:
+        assert textio.import_files(store, [first, second]) == [3, 3]
+        assert sorted(e.gbps for e in store.entries()) == [2000.0] * 3
+
+
+# (stored best: None / "current" / "stale", imported: "current" / "stale", its gbps) -> winner
+RULE = [
+    ("current", "current", 2000.0, "imported"),
+    ("current", "current", 10.0, "stored"),
+    ("current", "stale", 2999.0, "stored"),  # older kernels never displace current results
+    ("stale", "current", 10.0, "imported"),  # a current result beats a stale one at any speed
+    ("stale", "stale", 2000.0, "imported"),
+    ("stale", "stale", 10.0, "stored"),
+    (None, "stale", 10.0, "imported"),
+]
+
+
+def test_import_offers_every_entry_by_the_rule_of_record(db_url, rng, template_version):
+    """One file of many keys, each meeting another kind of stored best (bulk writes)."""
+    doc = {"format": textio.FORMAT, "device": H100.to_dict(), "entries": []}
+    want = {}
+    with Store.open(db_url) as store:
+        for i, (stored, imported, gbps, winner) in enumerate(RULE):
+            shape = (1, 64 << i, 64)
+            cls = ShapeClass(1, 64 << i, 64, 4)
+            if stored is not None:
+                template_version("0123456789abcdef" if stored == "stale" else None)
+                store.record(None, H100, "float32", 4, shape, cls, random_config(rng, 4, 4),
+                             ok(1000.0, 3000.0))  # fmt: skip
+                template_version()
+            config = random_config(rng, 4, 4)
+            current = database._current_version(config)
+            doc["entries"].append({
+                "elem_bytes": 4, "shape_class": str(cls), "shape": list(shape),
+                "config": config.to_dict(), "gbps": gbps, "copy_gbps": 3000.0,
+                "ratio": round(gbps / 3000.0, 4), "dtype": "float32",
+                "template_version": current if imported == "current" else "feedfeedfeedfeed",
+                "measured_at": "2025-01-02T03:04:05+00:00",
+            })  # fmt: skip
+            want[cls] = gbps if winner == "imported" else 1000.0
+        assert textio.import_into(store, doc) == len(RULE)
+        assert {e.shape_class: e.gbps for e in store.entries()} == want

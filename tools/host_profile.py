@@ -9,13 +9,22 @@ import time
 import numpy as np
 
 
-def per_call(fn, n: int = 20000) -> float:
+def per_call(fn, n: int = 20000, chunk: int = 200) -> float:
+    """Host microseconds per call: chunks of `chunk` calls, the GPU drained between chunks
+    outside the clock (back-to-back launches would time the GPU's rate once the queue fills)."""
+    import torch
+
     for _ in range(200):
         fn()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    spent = 0.0
+    for _ in range(n // chunk):
+        t0 = time.perf_counter()
+        for _ in range(chunk):
+            fn()
+        spent += time.perf_counter() - t0
+        torch.cuda.synchronize()
+    return spent / (n // chunk * chunk) * 1e6
 
 
 def main() -> None:

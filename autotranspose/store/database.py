@@ -2,9 +2,14 @@
 
 One :class:`Store` wraps one SQLAlchemy engine. Any SQLAlchemy URL works (SQLite files by
 default, PostgreSQL through ``postgresql+psycopg://``); Optuna's study may live in the same
-database, since all our tables are prefixed ``at_``. Opening a database creates or upgrades our
-schema (Alembic, version table ``at_alembic_version``) and refuses a database that belongs to
-someone else (:class:`ForeignDatabaseError`).
+database, since all our tables are prefixed ``at_``. Opening a database to write creates it and
+creates or upgrades our schema (Alembic, version table ``at_alembic_version``); opening it to
+read (``readonly=True``: show, lookup, export, ``transpose()``) changes nothing: a missing
+database is an error saying how to create one, an older schema is read as it is, and a SQLite
+file is opened read-only (``mode=ro``), so a database in a read-only directory can be read.
+Either way a database that belongs to someone else is refused (:class:`ForeignDatabaseError`)
+before anything is written to it. PostgreSQL connections carry connect and statement timeouts
+(:func:`connect_args`).
 
 Every write is one transaction, so a killed process loses at most the write in flight. SQLite
 runs in WAL mode with a busy timeout and takes its write lock at BEGIN (``BEGIN IMMEDIATE``),
@@ -24,7 +29,10 @@ import json
 import math
 import os
 import re
+import shlex
+import sqlite3
 import sys
+import urllib.parse
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -49,11 +57,18 @@ from ..errors import AutotransposeError, ForeignDatabaseError, StoreError
 from ..measurement import Measurement
 from ..shapes import ShapeClass
 from ..shapes import shape_class as classify
-from . import migrations
+from . import bounds, migrations
 from .models import APP_KEY, APP_NAME, Best, Claim, Config, Device, MeasurementRow, Meta, Run
 
 ENV_VAR = "AUTOTRANSPOSE_DB"
 BUSY_TIMEOUT_S = 30
+# PostgreSQL: a server that accepts and never answers fails a command within seconds (see
+# connect_args); a statement that waits or runs for minutes fails too, unless the URL's own
+# ``options`` set statement_timeout (lock waits count: far above any statement of ours).
+CONNECT_TIMEOUT_VAR = "AUTOTRANSPOSE_DB_CONNECT_TIMEOUT"
+CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_VAR = "AUTOTRANSPOSE_DB_STATEMENT_TIMEOUT"
+STATEMENT_TIMEOUT_S = 300
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "imported")
 
 # Tables Optuna's RDBStorage creates (any version): a database holding only these is one we may
@@ -101,6 +116,9 @@ class TunedEntry:
     measured_at: datetime | None = None
 
 
+ImportedFile = tuple[DeviceInfo, Sequence[TunedEntry], str]  # device, entries, file name
+
+
 @dataclass(frozen=True)
 class RowProblem:
     """A row that failed validation: which table, which id, and why."""
@@ -122,7 +140,8 @@ def default_path() -> Path:
 def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     """The database URL to use: `url`, else $AUTOTRANSPOSE_DB, else the per-user SQLite file.
 
-    A plain file path (no ``://``) means a SQLite file.
+    A plain file path (no ``://``) means a SQLite file. An URL must name a kind of database
+    SQLAlchemy knows (its driver is checked when the database is opened).
     """
     if url is None:
         url = os.environ.get(ENV_VAR) or None
@@ -132,13 +151,41 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     if "://" not in text:
         return _sqlite_url(Path(text).expanduser())
     try:
-        sa.make_url(text)
+        u = sa.make_url(text)
     except (sa.exc.ArgumentError, ValueError) as exc:
         raise StoreError(
-            f"{text!r:.200} is not a database URL ({exc}); use a file path or an URL such as "
-            "sqlite:///tuning.db or postgresql+psycopg://user@host/db"
+            f"{text!r:.200} is not a database URL ({exc}); use {_SUPPORTED_URLS}"
         ) from exc
+    _check_dialect(u)
     return text
+
+
+_SUPPORTED_URLS = (
+    "a file path, sqlite:///PATH, or postgresql+psycopg://USER@HOST[:PORT]/DB "
+    "(with pip install 'autotranspose[postgres]')"
+)
+
+
+def _check_dialect(u: sa.URL) -> None:
+    """Refuse an URL whose kind of database (or driver) SQLAlchemy does not know, in one line."""
+    try:
+        u.get_dialect()
+        return
+    except sa.exc.NoSuchModuleError:
+        pass
+    shown = u.render_as_string(hide_password=True)
+    backend = u.get_backend_name()
+    try:
+        sa.make_url(f"{backend}://").get_dialect()
+    except sa.exc.NoSuchModuleError:
+        raise StoreError(
+            f"{backend!r:.40} in {shown!r:.200} is not a kind of database autotranspose can use; "
+            f"use {_SUPPORTED_URLS}"
+        ) from None
+    raise StoreError(
+        f"{backend} has no driver {u.get_driver_name()!r:.40} (in {shown!r:.200}); use "
+        f"{_SUPPORTED_URLS}"
+    ) from None
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -167,6 +214,16 @@ def _foreign(display: str, why: str) -> ForeignDatabaseError:
     )
 
 
+def _not_created(display: str, what: str) -> StoreError:
+    """A read found no tuning database, or none of our tables: say how to make them (reads
+    never do)."""
+    db = shlex.quote(display)
+    return StoreError(
+        f"{what}; create it with `autotranspose tune --shapes ... --db {db}` or, empty, with "
+        f"`autotranspose db upgrade --db {db}`, or check the path or URL"
+    )
+
+
 def _current_version(config: KernelConfig) -> str:
     """The version of `config`'s kernel in the running code (a function so tests can pretend
     the code changed): a stored result is current only while it equals its own version."""
@@ -182,16 +239,143 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# --- PostgreSQL timeouts ------------------------------------------------------------------------
+def _seconds(var: str, default: float) -> float:
+    text = os.environ.get(var, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise StoreError(
+            f"{var}={text!r:.40} is not a number of seconds; set it to a number such as "
+            f"{default:g} (0: no limit), or unset it"
+        )
+    return value
+
+
+def _libpq(u: sa.URL) -> bool:
+    """PostgreSQL through libpq (psycopg, psycopg2): the drivers whose settings we set."""
+    return u.get_backend_name() == "postgresql" and u.get_driver_name() in ("psycopg", "psycopg2")
+
+
+def _connect_timeout(u: sa.URL) -> tuple[int, str]:
+    """The connect timeout in whole seconds (0: none) and where it is set. libpq counts whole
+    seconds and waits at least 2."""
+    if "connect_timeout" in u.query:
+        text = u.query["connect_timeout"]
+        try:
+            seconds = int(float(text if isinstance(text, str) else text[-1]))
+        except ValueError:
+            seconds = 0
+        where = "connect_timeout in the URL"
+    else:
+        seconds = math.ceil(_seconds(CONNECT_TIMEOUT_VAR, CONNECT_TIMEOUT_S))
+        where = CONNECT_TIMEOUT_VAR
+    return (max(seconds, 2) if seconds > 0 else 0), where
+
+
+def connect_args(url: str) -> dict[str, Any]:
+    """Driver arguments of an engine on `url` (ours, and Optuna's on the same database).
+
+    PostgreSQL through libpq gets a connect timeout: $AUTOTRANSPOSE_DB_CONNECT_TIMEOUT seconds
+    (default 5), unless the URL sets ``connect_timeout``; so a server that accepts and never
+    answers fails a command within seconds instead of hanging it.
+    """
+    u = sa.make_url(url)
+    if not _libpq(u) or "connect_timeout" in u.query:
+        return {}
+    return {"connect_timeout": _connect_timeout(u)[0]}
+
+
+def _statement_timeout_ms(u: sa.URL) -> int | None:
+    """The statement timeout our PostgreSQL sessions set (None: none, or the URL's own)."""
+    own = u.query.get("options") or ()
+    if not _libpq(u) or "statement_timeout" in " ".join((own,) if isinstance(own, str) else own):
+        return None
+    ms = round(_seconds(STATEMENT_TIMEOUT_VAR, STATEMENT_TIMEOUT_S) * 1000)
+    return ms or None
+
+
+def _reason(exc: sa.exc.SQLAlchemyError, url: str | None = None) -> str:
+    """The driver's first line, and for a timeout, which limit ran out and how to raise it."""
+    orig = getattr(exc, "orig", None)
+    lines = str(orig if orig is not None else exc).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
+    if url is None or not _libpq(u := sa.make_url(url)):
+        return text
+    if type(orig).__name__ == "ConnectionTimeout" or "timeout expired" in text:
+        seconds, where = _connect_timeout(u)
+        return (
+            f"no answer from {u.host or 'localhost'}:{u.port or 5432} within {seconds} s ({text}, "
+            f"limit from {where}); check that the server is up and reachable, or raise the limit "
+            f"with {CONNECT_TIMEOUT_VAR}=SECONDS or ?connect_timeout=SECONDS in the URL"
+        )
+    if "statement timeout" in text:
+        return (
+            f"{text} (after {_seconds(STATEMENT_TIMEOUT_VAR, STATEMENT_TIMEOUT_S):g} s, lock "
+            f"waits included); raise the limit with {STATEMENT_TIMEOUT_VAR}=SECONDS (0: none)"
+        )
+    return text
+
+
 # --- engine and schema ------------------------------------------------------------------------
-def _make_engine(url: str) -> Engine:
+_DRIVER_PACKAGES = {
+    "psycopg": "'psycopg[binary]'", "psycopg2": "psycopg2-binary", "pg8000": "pg8000",
+    "mysqldb": "mysqlclient", "pymysql": "PyMySQL", "mysqlconnector": "mysql-connector-python",
+    "mariadbconnector": "mariadb", "pyodbc": "pyodbc", "pymssql": "pymssql",
+    "oracledb": "oracledb", "cx_oracle": "cx_Oracle",
+}  # fmt: skip
+
+
+def _create_engine(u: sa.URL, display: str, **kwargs: Any) -> Engine:
+    try:
+        return sa.create_engine(u, **kwargs)
+    except ImportError as exc:  # SQLAlchemy imports the driver here
+        driver = u.get_driver_name()
+        module = exc.name or driver
+        hint = f"pip install {_DRIVER_PACKAGES.get(driver, module)}"
+        if u.get_backend_name() == "postgresql" and driver != "psycopg":
+            hint += ", or use postgresql+psycopg:// (pip install 'autotranspose[postgres]')"
+        raise StoreError(
+            f"the tuning database {display} needs the {u.get_backend_name()} driver {driver}, "
+            f"whose module {module} cannot be imported ({exc}); {hint}"
+        ) from exc
+
+
+def _make_engine(
+    url: str, display: str, *, readonly: bool = False, uri: str | None = None
+) -> Engine:
+    """An engine on `url`; for SQLite, through the URI `uri` (a read-only one) when given."""
     u = sa.make_url(url)
     if u.get_backend_name() != "sqlite":
-        return sa.create_engine(u, pool_pre_ping=True)
+        ms = _statement_timeout_ms(u)
+        engine = _create_engine(u, display, pool_pre_ping=True, connect_args=connect_args(url))
+        if ms is not None:
+
+            @event.listens_for(engine, "connect", insert=True)
+            def _on_pg_connect(dbapi_connection: Any, _record: Any) -> None:
+                # A SET, not the startup `options` (which PgBouncer refuses); SQLAlchemy's
+                # recipe for session settings (outside any transaction).
+                autocommit = dbapi_connection.autocommit
+                dbapi_connection.autocommit = True
+                with dbapi_connection.cursor() as cursor:
+                    cursor.execute(f"SET statement_timeout = {int(ms)}")
+                dbapi_connection.autocommit = autocommit
+
+        return engine
     memory = sqlite_path(url) is None and not (u.database or "").startswith("file:")
     kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
     if memory:
         kwargs["poolclass"] = sa.pool.StaticPool  # one connection, or each sees an empty db
-    engine = sa.create_engine(u, **kwargs)
+    if uri is not None:
+        kwargs["creator"] = lambda: sqlite3.connect(
+            uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False
+        )
+    wal = not (memory or readonly or uri is not None)
+    engine = _create_engine(u, display, **kwargs)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -202,7 +386,7 @@ def _make_engine(url: str) -> Engine:
         try:
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
             cursor.execute("PRAGMA foreign_keys = ON")
-            if not memory:
+            if wal:  # a write to the file: only once it is known to be ours (see _gate)
                 cursor.execute("PRAGMA journal_mode = WAL")  # readers do not block the writer
         finally:
             cursor.close()
@@ -260,23 +444,102 @@ def _schema_state(conn: Connection, display: str) -> str:
     return rev
 
 
-def _check_sqlite_file(path: Path, display: str) -> None:
-    """Reject a file that is not SQLite before SQLite itself fails with a terse message."""
+def _sqlite_header(path: Path, display: str) -> bytes | None:
+    """The file's first 100 bytes (b"" for an empty file), None when there is no file; rejects
+    a file that is not SQLite before SQLite itself fails with a terse message."""
     try:
         with path.open("rb") as f:
-            header = f.read(len(_SQLITE_HEADER))
+            header = f.read(100)
     except FileNotFoundError:
-        return
+        return None
     except OSError as exc:
         raise StoreError(f"cannot read the tuning database {display}: {exc}") from exc
-    if header and header != _SQLITE_HEADER:
+    if header and not header.startswith(_SQLITE_HEADER):
         raise _foreign(display, "the file is not a SQLite database")
+    return header
 
 
-def _prepare(engine: Engine, display: str, revision: str = "head") -> str:
+def _readonly_uri(path: Path, header: bytes, display: str) -> str:
+    """A SQLite URI that reads `path` and never writes it.
+
+    A database in WAL mode needs its -shm index, which a reader creates when missing; in a
+    directory we cannot write, that fails, and SQLite can read it only as immutable (no
+    locking: right while nobody writes, which holds while there is no -wal file: any writer
+    has one). A -wal file with changes but no -shm cannot be read there at all.
+    """
+    uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro"
+    if not _wal_mode(header) or Path(f"{path}-shm").exists() or os.access(path.parent, os.W_OK):
+        return uri
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StoreError(
+            f"cannot read the tuning database {display}: it is in WAL mode with changes in "
+            f"{wal.name} not yet written to it, and SQLite cannot create {path.name}-shm to read "
+            f"them because {path.parent} is read-only; run any autotranspose command on it where "
+            "the directory is writable (that folds the changes in), or copy the directory "
+            "somewhere writable"
+        )
+    return uri + "&immutable=1"
+
+
+def _wal_mode(header: bytes) -> bool:
+    return len(header) >= 20 and 2 in header[18:20]  # file format versions: 2 is WAL
+
+
+def _gate(url: str, path: Path, header: bytes, display: str) -> None:
+    """Check that an existing SQLite file is ours (or has no tables) without writing to it.
+
+    Only then may it be written: even the WAL pragma rewrites another application's file. A
+    WAL-mode file without a -wal file (nobody is writing it) is read as immutable, which
+    creates no -wal and -shm beside someone else's file; if that read fails (a writer came
+    along), it is read again as an ordinary read-only reader.
+    """
+    uris = []
+    if _wal_mode(header) and not Path(f"{path}-wal").exists():
+        uris.append(f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro&immutable=1")
+    uris.append(_readonly_uri(path, header, display))
+    for i, uri in enumerate(uris):
+        engine = _make_engine(url, display, uri=uri)
+        try:
+            with _opening(display, url, writing=False):
+                try:
+                    with _transaction(engine, write=False) as conn:
+                        _schema_state(conn, display)
+                    return
+                except sa.exc.SQLAlchemyError:
+                    if i == len(uris) - 1:
+                        raise
+        finally:
+            engine.dispose()
+
+
+@contextmanager
+def _opening(display: str, url: str, *, writing: bool) -> Iterator[None]:
+    """Errors of opening (connecting, checking, migrating) as StoreError, one line each."""
+    try:
+        yield
+    except AutotransposeError:
+        raise
+    except sa.exc.OperationalError as exc:  # cannot connect, cannot open, locked, ...
+        why = _reason(exc, url)
+        path = sqlite_path(url)
+        if writing and path is not None and not os.access(path.parent, os.W_OK):
+            why += f" ({path.parent} is not writable: tune, import and db upgrade write there)"
+        raise StoreError(f"cannot open the tuning database {display}: {why}") from exc
+    except sa.exc.DatabaseError as exc:  # SQLite: "file is not a database", corrupt pages
+        raise _foreign(display, f"the database cannot be read ({_reason(exc, url)})") from exc
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"cannot open the tuning database {display}: {_reason(exc, url)}") from exc
+    except Exception as exc:  # Alembic's own errors (e.g. an impossible target revision)
+        if type(exc).__module__.startswith("alembic"):
+            raise StoreError(f"cannot migrate the tuning database {display}: {exc}") from exc
+        raise
+
+
+def _prepare(engine: Engine, url: str, display: str, revision: str = "head") -> str:
     """Check the database is ours (or empty) and bring our schema to `revision`."""
     target = migrations.head() if revision == "head" else revision
-    try:
+    with _opening(display, url, writing=True):
         with _transaction(engine, write=False) as conn:
             if _schema_state(conn, display) == target:
                 return target
@@ -287,37 +550,61 @@ def _prepare(engine: Engine, display: str, revision: str = "head") -> str:
             if current != target:
                 command.upgrade(migrations.alembic_config(conn), target)
             return target
-    except AutotransposeError:
-        raise
-    except sa.exc.OperationalError as exc:  # cannot connect, cannot open, locked, ...
-        raise StoreError(f"cannot open the tuning database {display}: {_reason(exc)}") from exc
-    except sa.exc.DatabaseError as exc:  # SQLite: "file is not a database", corrupt pages
-        raise _foreign(display, f"the database cannot be read ({_reason(exc)})") from exc
-    except sa.exc.SQLAlchemyError as exc:
-        raise StoreError(f"cannot open the tuning database {display}: {_reason(exc)}") from exc
-    except Exception as exc:  # Alembic's own errors (e.g. an impossible target revision)
-        if type(exc).__module__.startswith("alembic"):
-            raise StoreError(f"cannot migrate the tuning database {display}: {exc}") from exc
-        raise
 
 
-def _reason(exc: sa.exc.SQLAlchemyError) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def _readable(engine: Engine, url: str, display: str) -> tuple[str, tuple[Any, ...]]:
+    """Check the database is ours and has our tables, without changing it: its revision, and
+    the at_devices columns to read (an older revision's, with defaults for later ones)."""
+    with _opening(display, url, writing=False), _transaction(engine, write=False) as conn:
+        rev = _schema_state(conn, display)
+        present = None
+        if rev and rev != migrations.head():
+            present = {c["name"] for c in sa.inspect(conn).get_columns("at_devices")}
+    if not rev:
+        raise _not_created(display, f"{display} has no autotranspose tables yet")
+    return rev, _device_columns(present, display)
 
 
-def _open_engine(url: str) -> tuple[Engine, str]:
-    display = _display(url)
-    path = sqlite_path(url)
+def _connect(
+    url: str | os.PathLike[str] | None, *, readonly: bool, revision: str = "head"
+) -> tuple[Engine, str, str, tuple[Any, ...]]:
+    """Open the database at `url` (see resolve_url): (engine, resolved URL, display, at_devices
+    columns). A writer creates the database and creates or upgrades our schema; a reader
+    (`readonly`) changes nothing and refuses a database that does not exist. Neither writes to
+    a database before it is known to be ours, or new."""
+    resolved = resolve_url(url)
+    display = _display(resolved)
+    path = sqlite_path(resolved)
+    uri = None
     if path is not None:
-        _check_sqlite_file(path, display)
-        if not path.parent.is_dir():
-            raise StoreError(
-                f"cannot create the tuning database {display}: directory {path.parent} does not "
-                "exist; create it or choose another path"
-            )
-    return _make_engine(url), display
+        if not readonly:
+            _ensure_default_dir(url)
+        header = _sqlite_header(path, display)
+        if header is None:
+            if readonly:
+                raise _not_created(
+                    display, f"no tuning database at {display} (reads never create one)"
+                )
+            if not path.parent.is_dir():
+                raise StoreError(
+                    f"cannot create the tuning database {display}: directory {path.parent} does "
+                    "not exist; create it or choose another path"
+                )
+        elif header:  # an empty file is a new database
+            _gate(resolved, path, header, display)
+        if readonly:
+            uri = _readonly_uri(path, header or b"", display)
+    engine = _make_engine(resolved, display, readonly=readonly, uri=uri)
+    try:
+        if readonly:
+            columns = _readable(engine, resolved, display)[1]
+        else:
+            _prepare(engine, resolved, display, revision)
+            columns = _DEVICE_COLUMNS
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine, resolved, display, columns
 
 
 def upgrade(url: str | os.PathLike[str] | None = None, revision: str = "head") -> str:
@@ -326,13 +613,9 @@ def upgrade(url: str | os.PathLike[str] | None = None, revision: str = "head") -
     What ``autotranspose db upgrade`` runs; :meth:`Store.open` does the same implicitly.
     Returns the revision the database is at.
     """
-    resolved = resolve_url(url)
-    _ensure_default_dir(url)
-    engine, display = _open_engine(resolved)
-    try:
-        return _prepare(engine, display, revision)
-    finally:
-        engine.dispose()
+    engine = _connect(url, readonly=False, revision=revision)[0]
+    engine.dispose()
+    return migrations.head() if revision == "head" else revision
 
 
 def _ensure_default_dir(url: object) -> None:
@@ -353,24 +636,32 @@ def _invalidate_lookup() -> None:
 class Store:
     """The tuning database at one URL. Open with :meth:`Store.open`; close (or use `with`)."""
 
-    def __init__(self, engine: Engine, url: str, display: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        url: str,
+        display: str,
+        *,
+        readonly: bool = False,
+        device_columns: tuple[Any, ...] | None = None,
+    ) -> None:
         self.engine = engine
         self.url = url
         self.display = display
+        self.readonly = readonly
+        self._device_columns = device_columns or _DEVICE_COLUMNS
         self._device_ids: dict[DeviceInfo, int] = {}
 
     @classmethod
-    def open(cls, url: str | os.PathLike[str] | None = None) -> Store:
-        """Open (creating or upgrading our schema) the database at `url` (see resolve_url)."""
-        resolved = resolve_url(url)
-        _ensure_default_dir(url)
-        engine, display = _open_engine(resolved)
-        try:
-            _prepare(engine, display)
-        except BaseException:
-            engine.dispose()
-            raise
-        return cls(engine, resolved, display)
+    def open(cls, url: str | os.PathLike[str] | None = None, *, readonly: bool = False) -> Store:
+        """Open the database at `url` (see resolve_url).
+
+        To write (the default): create the database if needed and create or upgrade our
+        schema. To read (`readonly`): change nothing; a missing database, or one without our
+        tables, is a StoreError saying how to create it; an older schema is read as it is.
+        """
+        engine, resolved, display, columns = _connect(url, readonly=readonly)
+        return cls(engine, resolved, display, readonly=readonly, device_columns=columns)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -398,7 +689,7 @@ class Store:
             yield
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(
-                f"cannot {what} the tuning database {self.display}: {_reason(exc)}"
+                f"cannot {what} the tuning database {self.display}: {_reason(exc, self.url)}"
             ) from exc
 
     @contextmanager
@@ -408,6 +699,11 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
+        if self.readonly:
+            raise StoreError(
+                f"the tuning database {self.display} was opened read-only; open it with "
+                "Store.open(url) to write"
+            )
         with self._errors("write"), _transaction(self.engine, write=True) as conn:
             yield conn
 
@@ -483,34 +779,49 @@ class Store:
         Each becomes a measurement and competes for best like a measured one (a stale entry
         never displaces a current one). Returns the number of entries written.
         """
+        return self.import_many([(device, entries, source)])[0]
+
+    def import_many(self, files: Sequence[ImportedFile]) -> list[int]:
+        """Add the entries of several tuning files, each as one "imported" run, all in one
+        transaction: every file or none. Returns the number of entries of each.
+
+        Everything that takes time (checks, kernel versions) is done before the write lock is
+        taken, and the writes are a few bulk statements, so that a `tune` recording beside a
+        large import waits a moment, not a minute (SQLite has one writer at a time).
+        """
+        for device, entries, source in files:
+            _check_import(device, entries, source)
+        versions: dict[KernelConfig, str] = {}
+        for _, entries, _ in files:
+            for e in entries:
+                if e.config not in versions:
+                    versions[e.config] = _current_version(e.config)
+        stored = self._best_versions({device.name for device, _, _ in files})
+        infos = {device.name: device for device, _, _ in files}  # as the last file says
         now = _now()
         with self._write() as conn:
-            device_id = _upsert_device(conn, device)
-            run_id = _insert(conn, Run, device_id=device_id, started_at=now, finished_at=now,
-                             tool_version=__version__, template_version=_templates_hash(),
-                             settings_json=json.dumps({"source": source}), status="imported")  # fmt: skip
-            for e in entries:
-                if e.config.elem_bytes != e.elem_bytes or (
-                    e.config.vec > e.shape_class.vec and not e.config.any_offset
-                ):
-                    raise StoreError(f"{source}: entry {e.shape_class} does not fit its config")
-                config_id = _config_id(conn, e.config)
-                b, rows, cols = e.shape or (e.shape_class.batch, e.shape_class.m, e.shape_class.n)
-                measured_at = e.measured_at or e.updated_at
-                measurement_id = _insert(
-                    conn, MeasurementRow, run_id=run_id, device_id=device_id, config_id=config_id,
-                    dtype=e.dtype or "", elem_bytes=e.elem_bytes, batch=b, m=rows, n=cols,
-                    shape_class=str(e.shape_class), status="ok", gbps=e.gbps,
-                    copy_gbps=e.copy_gbps, time_us=None, error=None,
-                    template_version=e.template_version, created_at=measured_at,
-                )  # fmt: skip
-                _offer_best(conn, device_id, e.elem_bytes, str(e.shape_class), config_id,
-                            measurement_id, e.gbps, e.copy_gbps, e.template_version,
-                            e.template_version == _current_version(e.config), now,
-                            ratio=e.ratio)  # fmt: skip
-        self._device_ids[device] = device_id
+            # every device row first, in one order: PostgreSQL row locks taken in a fixed order
+            device_ids = {name: _upsert_device(conn, infos[name]) for name in sorted(infos)}
+            counts = []
+            for device, entries, source in files:
+                args = (device_ids[device.name], entries, source, versions, stored, now)
+                counts.append(_import_file(conn, *args))
         _invalidate_lookup()
-        return len(entries)
+        return counts
+
+    def _best_versions(self, device_names: set[str]) -> dict[str, str | None]:
+        """The running code's version of each config that is some best of these devices now,
+        by its stored JSON: rendered before an import takes the write lock, not under it."""
+        q = (
+            sa.select(Config.config_json)
+            .distinct()
+            .join(Best, Best.config_id == Config.id)
+            .join(Device, Device.id == Best.device_id)
+            .where(Device.name.in_(sorted(device_names)))
+        )
+        with self._read() as conn:
+            texts = conn.execute(q).scalars().all()
+        return {text: _version_of_json(text) for text in texts}
 
     def claim(self, study: str, key: str, owner: str) -> bool:
         """Claim `key` (a config on a shape) of `study` for `owner`; True if `owner` holds it now.
@@ -626,7 +937,7 @@ class Store:
 
     def _scan_devices(self) -> tuple[dict[int, DeviceInfo], list[RowProblem]]:
         with self._read() as conn:
-            rows = conn.execute(sa.select(*_DEVICE_COLUMNS).order_by(Device.id)).all()
+            rows = conn.execute(sa.select(*self._device_columns).order_by(Device.id)).all()
         infos: dict[int, DeviceInfo] = {}
         problems: list[RowProblem] = []
         for r in rows:
@@ -644,7 +955,7 @@ class Store:
                 Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.copy_gbps, Best.ratio,
                 Best.template_version, _as_text(Best.updated_at), Config.config_json,
                 MeasurementRow.batch, MeasurementRow.m, MeasurementRow.n, MeasurementRow.dtype,
-                _as_text(MeasurementRow.created_at), *_DEVICE_COLUMNS,
+                _as_text(MeasurementRow.created_at), *self._device_columns,
             )
             .join(Config, Config.id == Best.config_id)
             .join(Device, Device.id == Best.device_id)
@@ -740,12 +1051,16 @@ def _upsert_device(conn: Connection, info: DeviceInfo) -> int:
     return conn.execute(sa.select(Device.id).where(Device.name == info.name)).scalar_one()
 
 
-def _config_id(conn: Connection, config: KernelConfig) -> int:
-    values = {
+def _config_values(config: KernelConfig) -> dict[str, Any]:
+    return {
         "key": config.key,
         "elem_bytes": config.elem_bytes,
         "config_json": json.dumps(config.to_dict(), sort_keys=True),
     }
+
+
+def _config_id(conn: Connection, config: KernelConfig) -> int:
+    values = _config_values(config)
     dialect_insert = _dialect_insert(conn)
     if dialect_insert is not None:
         conn.execute(
@@ -786,11 +1101,9 @@ def _offer_best(
     now: datetime,
     ratio: float | None = None,
 ) -> None:
-    """Make this result the best of its key if it beats the current best, atomically.
-    `current`: whether `tv` is the running code's version of this result's kernel.
+    """Make this result the best of its key if it beats the current best (`_replaces`),
+    atomically. `current`: whether `tv` is the running code's version of this result's kernel.
 
-    A result of its kernel's current version beats a stale best whatever its speed, and a
-    faster current best; a stale result (an imported old file) only beats a slower stale best.
     Staleness is per kernel (the stored version against the running code's version of that
     row's own config), so it is decided here, not in SQL: under the write lock (SQLite's
     BEGIN IMMEDIATE, PostgreSQL's SELECT .. FOR UPDATE, a unique key for the first insert),
@@ -821,7 +1134,7 @@ def _offer_best(
         except sa.exc.IntegrityError:  # another writer inserted it meanwhile
             row = conn.execute(q).one()
     stale_best = row.template_version != _version_of_config_id(conn, row.config_id)
-    if (stale_best or row.gbps < gbps) if current else (stale_best and row.gbps < gbps):
+    if _replaces(current, gbps, stale_best, row.gbps):
         changes = {k: v for k, v in values.items() if k not in key_names}
         conn.execute(sa.update(Best).where(Best.id == row.id).values(**changes))
 
@@ -830,16 +1143,244 @@ def _version_of_config_id(conn: Connection, config_id: int) -> str | None:
     """The running code's version of a stored config's kernel; None if the row is invalid
     (then no stored version matches it: it counts as stale)."""
     text = conn.execute(sa.select(Config.config_json).where(Config.id == config_id)).scalar()
+    return _version_of_json(text)
+
+
+def _version_of_json(text: Any) -> str | None:
     try:
         return _current_version(parse_config_json(text))
     except _ROW_ERRORS:
         return None
 
 
+def _replaces(current: bool, gbps: float, stale_best: bool, best_gbps: float) -> bool:
+    """Whether a result (of its kernel's `current` version or not) takes a best's place.
+
+    A current result beats a stale best whatever its speed, and a slower current best; a
+    stale result (an imported old file) only beats a slower stale best."""
+    return (stale_best or best_gbps < gbps) if current else (stale_best and best_gbps < gbps)
+
+
+# --- imports: validated first, then written in a few bulk statements ---------------------------
+_CHUNK = 500  # keys per IN (...): far below SQLite's limit on bound parameters
+
+
+def _check_import(device: DeviceInfo, entries: Sequence[TunedEntry], source: str) -> None:
+    """Refuse a file with anything a tuning file may not hold, as `textio.parse` does, for
+    entries that did not come through it: one bad entry refuses the whole import."""
+    try:
+        if not isinstance(device, DeviceInfo):
+            raise TypeError(f"device must be a DeviceInfo, got {type(device).__name__}")
+        bounds.check_device(device)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(
+            f"{source}: device: {exc}; nothing was imported: correct the device"
+        ) from exc
+    seen: set[tuple[int, str]] = set()
+    for i, e in enumerate(entries):
+        try:
+            _check_imported_entry(e)
+            key = (e.elem_bytes, str(e.shape_class))
+            if key in seen:
+                raise ValueError(f"a second entry of {e.shape_class}, {e.elem_bytes} B")
+            seen.add(key)
+        except (AutotransposeError, TypeError, ValueError, AttributeError) as exc:
+            raise StoreError(
+                f"{source}: entry {i}: {exc}; nothing was imported: correct or delete that entry "
+                "(an import writes everything or nothing)"
+            ) from exc
+
+
+def _check_imported_entry(e: TunedEntry) -> None:
+    if not isinstance(e, TunedEntry):
+        raise TypeError(f"an entry must be a TunedEntry, got {type(e).__name__}")
+    if not isinstance(e.config, KernelConfig) or not isinstance(e.shape_class, ShapeClass):
+        raise TypeError("config must be a KernelConfig and shape_class a ShapeClass")
+    check_entry_fields(e.elem_bytes, e.shape_class, e.config, e.template_version)
+    cls = e.shape_class
+    shape = e.shape or (cls.batch, cls.m, cls.n)
+    if (
+        not isinstance(shape, tuple)
+        or len(shape) != 3
+        or not all(type(x) is int and x >= 1 for x in shape)
+        or classify(*shape, cls.vec) != cls
+    ):
+        raise ValueError(f"shape {shape!r:.60} is not three positive ints in class {cls}")
+    bounds.check_shape(shape, e.elem_bytes)
+    gbps = bounds.check_bandwidth("gbps", e.gbps)
+    copy_gbps = bounds.check_bandwidth("copy_gbps", e.copy_gbps)
+    bounds.check_ratio(e.ratio, gbps, copy_gbps)
+    if e.dtype is not None and (not isinstance(e.dtype, str) or not _DTYPE.fullmatch(e.dtype)):
+        raise ValueError(f"dtype {e.dtype!r:.40} is not a dtype name")
+    if not isinstance(e.measured_at or e.updated_at, datetime):
+        raise TypeError("measured_at (or updated_at) must be a datetime")
+
+
+def _import_file(
+    conn: Connection,
+    device_id: int,
+    entries: Sequence[TunedEntry],
+    source: str,
+    versions: Mapping[KernelConfig, str],
+    stored: Mapping[str, str | None],
+    now: datetime,
+) -> int:
+    """One file's entries as one "imported" run: a measurement each, each offered as best."""
+    run_id = _insert(conn, Run, device_id=device_id, started_at=now, finished_at=now,
+                     tool_version=__version__, template_version=_templates_hash(),
+                     settings_json=json.dumps({"source": source}), status="imported")  # fmt: skip
+    if not entries:
+        return 0
+    config_ids = _config_ids(conn, {e.config for e in entries})
+    measurement_ids = _insert_measurements(conn, run_id, device_id, entries, config_ids)
+    _offer_bests(conn, device_id, entries, config_ids, measurement_ids, versions, stored, now)
+    return len(entries)
+
+
+def _config_ids(conn: Connection, configs: set[KernelConfig]) -> dict[KernelConfig, int]:
+    """Insert the configs not stored yet; every config's id."""
+    dialect_insert = _dialect_insert(conn)
+    if dialect_insert is None:
+        return {c: _config_id(conn, c) for c in configs}
+    rows = [_config_values(c) for c in configs]
+    conn.execute(dialect_insert(Config).on_conflict_do_nothing(index_elements=["key"]), rows)
+    by_key = {c.key: c for c in configs}
+    keys = sorted(by_key)
+    ids = {}
+    for i in range(0, len(keys), _CHUNK):
+        q = sa.select(Config.key, Config.id).where(Config.key.in_(keys[i : i + _CHUNK]))
+        for key, config_id in conn.execute(q):
+            ids[by_key[key]] = config_id
+    return ids
+
+
+def _insert_measurements(
+    conn: Connection,
+    run_id: int,
+    device_id: int,
+    entries: Sequence[TunedEntry],
+    config_ids: Mapping[KernelConfig, int],
+) -> dict[tuple[int, str], int]:
+    """One measurement row per entry, in one statement; their ids by (elem_bytes, class)."""
+    before = conn.execute(sa.select(sa.func.max(MeasurementRow.id))).scalar() or 0
+    rows = []
+    for e in entries:
+        b, m, n = e.shape or (e.shape_class.batch, e.shape_class.m, e.shape_class.n)
+        rows.append({
+            "run_id": run_id, "device_id": device_id, "config_id": config_ids[e.config],
+            "dtype": e.dtype or "", "elem_bytes": e.elem_bytes, "batch": b, "m": m, "n": n,
+            "shape_class": str(e.shape_class), "status": "ok", "gbps": e.gbps,
+            "copy_gbps": e.copy_gbps, "time_us": None, "error": None,
+            "template_version": e.template_version, "created_at": e.measured_at or e.updated_at,
+        })  # fmt: skip
+    conn.execute(sa.insert(MeasurementRow), rows)
+    # New ids are above every id that was there (SQLite: max + 1; PostgreSQL: its sequence),
+    # so the primary key finds ours without scanning the table.
+    q = sa.select(MeasurementRow.id, MeasurementRow.elem_bytes, MeasurementRow.shape_class).where(
+        MeasurementRow.id > before, MeasurementRow.run_id == run_id
+    )
+    return {(r.elem_bytes, r.shape_class): r.id for r in conn.execute(q)}
+
+
+def _offer_bests(
+    conn: Connection,
+    device_id: int,
+    entries: Sequence[TunedEntry],
+    config_ids: Mapping[KernelConfig, int],
+    measurement_ids: Mapping[tuple[int, str], int],
+    versions: Mapping[KernelConfig, str],
+    stored: Mapping[str, str | None],
+    now: datetime,
+) -> None:
+    """Offer every entry as the best of its key, by the rule of `_replaces`, in bulk: one read
+    of the device's bests (locked: FOR UPDATE on PostgreSQL; SQLite's write lock is held), one
+    update of those beaten and one insert of the new keys."""
+    q = (
+        sa.select(Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.template_version,
+                  Config.config_json)
+        .join(Config, Config.id == Best.config_id)
+        .where(Best.device_id == device_id)
+        .with_for_update(of=Best)
+    )  # fmt: skip
+    existing = {(r.elem_bytes, r.shape_class): r for r in conn.execute(q)}
+    key_names = ("device_id", "elem_bytes", "shape_class")
+    new, beaten = [], []
+    for e in entries:
+        key = (e.elem_bytes, str(e.shape_class))
+        values = {
+            "device_id": device_id, "elem_bytes": e.elem_bytes, "shape_class": key[1],
+            "config_id": config_ids[e.config], "measurement_id": measurement_ids[key],
+            "gbps": e.gbps, "copy_gbps": e.copy_gbps, "ratio": e.ratio,
+            "template_version": e.template_version, "updated_at": now,
+        }  # fmt: skip
+        row = existing.get(key)
+        if row is None:
+            new.append((e, values))
+            continue
+        version = (
+            stored[row.config_json] if row.config_json in stored
+            else _version_of_json(row.config_json)
+        )  # fmt: skip
+        current = e.template_version == versions[e.config]
+        if _replaces(current, e.gbps, row.template_version != version, row.gbps):
+            changes = {k: v for k, v in values.items() if k not in key_names}
+            beaten.append({"best_id": row.id, **changes})
+    if beaten:
+        conn.execute(sa.update(Best).where(Best.id == sa.bindparam("best_id")), beaten)
+    for e, values in _insert_bests(conn, device_id, new):
+        # another writer made this key since the read above (PostgreSQL), or a database
+        # without ON CONFLICT: offered one by one, under a row lock
+        _offer_best(conn, device_id, e.elem_bytes, values["shape_class"], values["config_id"],
+                    values["measurement_id"], e.gbps, e.copy_gbps, e.template_version,
+                    e.template_version == versions[e.config], now, ratio=e.ratio)  # fmt: skip
+
+
+def _insert_bests(
+    conn: Connection, device_id: int, new: list[tuple[TunedEntry, dict[str, Any]]]
+) -> list[tuple[TunedEntry, dict[str, Any]]]:
+    """Insert bests of keys that had none; returns those another writer inserted first."""
+    dialect_insert = _dialect_insert(conn)
+    if not new or dialect_insert is None:
+        return new
+    before = conn.execute(sa.select(sa.func.max(Best.id))).scalar() or 0
+    ins = dialect_insert(Best).on_conflict_do_nothing(
+        index_elements=["device_id", "elem_bytes", "shape_class"]
+    )
+    conn.execute(ins, [v for _, v in new])
+    made = set(
+        conn.execute(
+            sa.select(Best.measurement_id).where(Best.id > before, Best.device_id == device_id)
+        ).scalars()
+    )
+    return [(e, v) for e, v in new if v["measurement_id"] not in made]
+
+
 # --- rows out: untrusted ------------------------------------------------------------------------
 _ROW_ERRORS = (AutotransposeError, ValueError, TypeError, KeyError, RecursionError, OverflowError)
 
 _DEVICE_COLUMNS = tuple(c.label(f"dev_{c.name}") for c in Device.__table__.c)
+# Columns added to at_devices after revision 0001, and what a row had before: a reader of an
+# older database selects these instead (readers never migrate).
+_LATER_DEVICE_COLUMNS = {"l2_bytes": 0}
+
+
+def _device_columns(present: set[str] | None, display: str) -> tuple[Any, ...]:
+    """The at_devices columns to select from a database whose at_devices has `present` (None:
+    the head revision's)."""
+    if present is None:
+        return _DEVICE_COLUMNS
+    columns = []
+    for c in Device.__table__.c:
+        if c.name in present:
+            columns.append(c.label(f"dev_{c.name}"))
+        elif c.name in _LATER_DEVICE_COLUMNS:
+            columns.append(sa.literal(_LATER_DEVICE_COLUMNS[c.name], c.type).label(f"dev_{c.name}"))
+        else:
+            raise StoreError(
+                f"{display}: at_devices has no column {c.name}; upgrade its schema with "
+                f"`autotranspose db upgrade --db {shlex.quote(display)}`"
+            )
+    return tuple(columns)
 
 
 def _as_text(column: Any) -> Any:

@@ -10,18 +10,21 @@
                   "dtype": "float32"}, ...]}
 
 Keys are sorted, entries sorted by (element size, shape class) and numbers rounded, so
-re-exporting unchanged results gives the same bytes. A file is untrusted input: :func:`parse`
-checks every field (configs through ``KernelConfig.from_dict``, the device through
-``DeviceInfo.from_dict``) and names the entry at fault; an import writes all entries or none.
+re-exporting unchanged results gives the same bytes. A file is untrusted input: :func:`load`
+reads only a regular file, and no more than MAX_FILE_BYTES of it; :func:`parse` checks every
+field (configs through ``KernelConfig.from_dict``, the device through ``DeviceInfo.from_dict``,
+every number against what hardware can do, `bounds`) and names the entry at fault. A file with
+one bad entry is refused whole, as a bad config always was: an import writes all entries or
+none, and :func:`import_files` all files or none.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from ..device import DeviceInfo
 from ..errors import AutotransposeError, StoreError
 from ..shapes import ShapeClass
 from ..shapes import shape_class as classify
+from . import bounds
 from .database import (
     _DTYPE,
     Store,
@@ -55,6 +59,7 @@ class TuningFile:
 
     device: DeviceInfo
     entries: tuple[TunedEntry, ...]
+    source: str = field(default="<document>", compare=False)  # names the file in messages
 
 
 # --- out ----------------------------------------------------------------------------------------
@@ -70,9 +75,9 @@ def document(device: DeviceInfo, entries: Iterable[TunedEntry]) -> dict[str, Any
             "shape_class": str(e.shape_class),
             "shape": list(shape),
             "config": e.config.to_dict(),
-            "gbps": round(e.gbps, 3),
-            "copy_gbps": round(e.copy_gbps, 3),
-            "ratio": round(e.ratio, 4),
+            "gbps": round(e.gbps, bounds.GBPS_DECIMALS),
+            "copy_gbps": round(e.copy_gbps, bounds.GBPS_DECIMALS),
+            "ratio": round(e.ratio, bounds.RATIO_DECIMALS),
             "template_version": e.template_version,
             "measured_at": (e.measured_at or e.updated_at).astimezone(timezone.utc).isoformat(),
         }
@@ -154,62 +159,107 @@ def dump(
 
 
 # --- in -----------------------------------------------------------------------------------------
+_NOTHING = "nothing was imported"
+_GIVE_A_FILE = "give the path of a tuning file, as `autotranspose export -o FILE` writes one"
+_FIX_ENTRY = "correct or delete that entry (a file is imported whole or not at all)"
+
+
+def _refused(source: str, problem: str, fix: str) -> StoreError:
+    return StoreError(f"{source}: {problem}; {_NOTHING}: {fix}")
+
+
 def load(path: str | os.PathLike[str]) -> TuningFile:
     """Read and validate one tuning file."""
     p = Path(path)
+    return loads(_read(p), source=str(p))
+
+
+def _read(p: Path) -> str:
+    """The text of `p`, a regular file of at most MAX_FILE_BYTES.
+
+    Anything else is refused before it is opened (a FIFO without a writer blocks open() and
+    read() forever, /dev/zero never ends, opening a device can act on it), and again on the
+    open descriptor, in case the path changed in between. The read itself stops past the cap:
+    st_size can be wrong (/proc) or the file can grow while it is read.
+    """
     try:
-        if p.stat().st_size > MAX_FILE_BYTES:
-            raise StoreError(f"{p}: larger than {MAX_FILE_BYTES >> 20} MiB, not a tuning file")
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreError(f"cannot read tuning file {p}: {exc}") from exc
-    return loads(text, source=str(p))
+        _check_regular(p, os.stat(p).st_mode)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            _check_regular(p, st.st_mode)
+            data = b"" if st.st_size > MAX_FILE_BYTES else f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise _refused(str(p), f"cannot read it ({exc.strerror or exc})", _GIVE_A_FILE) from exc
+    if st.st_size > MAX_FILE_BYTES or len(data) > MAX_FILE_BYTES:
+        too_large = f"larger than {MAX_FILE_BYTES >> 20} MiB, not a tuning file"
+        raise _refused(str(p), too_large, _GIVE_A_FILE)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise _refused(str(p), problem, _GIVE_A_FILE) from exc
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)  # fmt: skip
+
+
+def _check_regular(p: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+        raise StoreError(f"{p} is {kind}, not a regular file; {_NOTHING}: {_GIVE_A_FILE}")
 
 
 def loads(text: str, source: str = "<string>") -> TuningFile:
     try:
         doc = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
-        raise StoreError(f"{source}: not a JSON tuning file ({exc})") from exc
+        raise _refused(source, f"not a JSON tuning file ({exc})", _GIVE_A_FILE) from exc
     return parse(doc, source)
 
 
 def parse(doc: Any, source: str = "<document>") -> TuningFile:
     """Validate a decoded document; any fault raises StoreError naming `source` and the entry."""
     if not isinstance(doc, Mapping):
-        raise StoreError(f"{source}: a tuning file is a JSON object, got {type(doc).__name__}")
+        problem = f"a tuning file is a JSON object, got {type(doc).__name__}"
+        raise _refused(source, problem, _GIVE_A_FILE)
     unknown = sorted(set(map(str, doc)) - {"format", "device", "entries"})
     if unknown:
-        raise StoreError(f"{source}: unknown top-level key(s) {unknown}")
+        raise _refused(source, f"unknown top-level key(s) {unknown}", "remove them")
     if doc.get("format") != FORMAT:
-        raise StoreError(
-            f"{source}: format is {doc.get('format')!r:.60}, expected {FORMAT!r} (a newer "
-            "autotranspose may read it)"
+        raise _refused(
+            source,
+            f"format is {doc.get('format')!r:.60}, expected {FORMAT!r}",
+            "a newer autotranspose may read it; upgrade, or export the file again with this one",
         )
     try:
         if not isinstance(doc.get("device"), dict):
             raise TypeError("device must be a JSON object")
         device = DeviceInfo.from_dict(doc["device"])
+        bounds.check_device(device)
     except (AutotransposeError, TypeError, ValueError) as exc:
-        raise StoreError(f"{source}: device: {exc}") from exc
+        raise _refused(source, f"device: {exc}", "correct the device in that file") from exc
     raw = doc.get("entries")
     if not isinstance(raw, list):
-        raise StoreError(f"{source}: entries must be a list")
+        raise _refused(source, "entries must be a list", _GIVE_A_FILE)
     entries = []
     seen: dict[tuple[int, ShapeClass], int] = {}
     for i, item in enumerate(raw):
         try:
             e = _entry(item, device.name)
         except (AutotransposeError, TypeError, ValueError, RecursionError) as exc:
-            raise StoreError(f"{source}: entry {i}: {exc}") from exc
+            raise _refused(source, f"entry {i}: {exc}", _FIX_ENTRY) from exc
         k = (e.elem_bytes, e.shape_class)
         if k in seen:
-            raise StoreError(
-                f"{source}: entry {i} repeats entry {seen[k]} ({e.shape_class}, {e.elem_bytes} B)"
-            )
+            repeats = f"entry {i} repeats entry {seen[k]} ({e.shape_class}, {e.elem_bytes} B)"
+            raise _refused(source, repeats, "delete one of them")
         seen[k] = i
         entries.append(e)
-    return TuningFile(device, tuple(entries))
+    return TuningFile(device, tuple(entries), source)
 
 
 def _entry(item: Any, device_name: str) -> TunedEntry:
@@ -234,18 +284,21 @@ def _entry(item: Any, device_name: str) -> TunedEntry:
         raise ValueError(f"shape must be [batch, m, n] of positive ints, got {shape!r:.60}")
     if classify(*shape, cls.vec) != cls:
         raise ValueError(f"shape {shape} is not in class {cls}")
+    bounds.check_shape((shape[0], shape[1], shape[2]), item["elem_bytes"])
     dtype = item.get("dtype")
     if dtype is not None and (not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype)):
         raise ValueError(f"dtype {dtype!r:.40} is not a dtype name")
     measured_at = _timestamp(item["measured_at"], "measured_at")
+    gbps = bounds.check_bandwidth("gbps", item["gbps"])
+    copy_gbps = bounds.check_bandwidth("copy_gbps", item["copy_gbps"])
     return TunedEntry(
         device=device_name,
         elem_bytes=item["elem_bytes"],
         shape_class=cls,
         config=config,
-        gbps=_finite(item["gbps"], "gbps"),
-        copy_gbps=_finite(item["copy_gbps"], "copy_gbps"),
-        ratio=_finite(item["ratio"], "ratio"),
+        gbps=gbps,
+        copy_gbps=copy_gbps,
+        ratio=bounds.check_ratio(item["ratio"], gbps, copy_gbps),
         template_version=item["template_version"],
         stale=item["template_version"] != _current_version(config),
         updated_at=measured_at,
@@ -255,28 +308,32 @@ def _entry(item: Any, device_name: str) -> TunedEntry:
     )
 
 
-def _finite(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    x = float(value)
-    if not math.isfinite(x) or x < 0:
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-    return x
-
-
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed in a tuning file")
 
 
-def import_into(store: Store, data: TuningFile | Mapping[str, Any] | str | os.PathLike[str]) -> int:
+Source = TuningFile | Mapping[str, Any] | str | os.PathLike[str]
+
+
+def import_into(store: Store, data: Source) -> int:
     """Import a tuning file (a path, a decoded document or a TuningFile) in one transaction.
 
     Every entry is validated before anything is written; returns the number of entries.
     """
+    return import_files(store, [data])[0]
+
+
+def import_files(store: Store, sources: Sequence[Source]) -> list[int]:
+    """Import several tuning files: every file is read and validated first, then all are
+    written in one transaction, so one bad file leaves the database as it was. Returns the
+    number of entries of each."""
+    files = [_tuning_file(s) for s in sources]
+    return store.import_many([(tf.device, tf.entries, tf.source) for tf in files])
+
+
+def _tuning_file(data: Source) -> TuningFile:
     if isinstance(data, TuningFile):
-        tf, source = data, "<TuningFile>"
-    elif isinstance(data, Mapping):
-        tf, source = parse(data), "<document>"
-    else:
-        tf, source = load(data), str(data)
-    return store.import_entries(tf.device, tf.entries, source)
+        return data
+    if isinstance(data, Mapping):
+        return parse(data)
+    return load(data)

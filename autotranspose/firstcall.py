@@ -1,0 +1,179 @@
+"""Calls nobody tuned: the first call of a class times a small portfolio and keeps the fastest.
+
+Lookup answers every call, but for a class nobody tuned on this GPU its answer is a guess (the
+nearest class's result, a kernel kind's default) that can lose tens of points to another
+config the space holds (issue 9: complex128 32x1048576 served 67.8% of copy where the space
+holds 98%). So the first call of such a class, before its launch, times a few candidates on
+the call's own buffers and stream:
+
+- the guess itself (so the result is never slower than what lookup would have served),
+- the defaults of every kernel kind that can run the call (tiled, staged, flat),
+- the nearest tuned and shipped results of other classes (`lookup.neighbours`),
+- the seed documents' kernel (32x32 tile, +1 padding), robust on every shape.
+
+It keeps the fastest for every later call of the class (`lookup.remember`). The measurement
+costs at most `BUDGET_S` seconds of GPU time (rounds stop when the next would exceed it);
+kernels not yet compiled are compiled first, in parallel, once per machine (nvcc's disk cache).
+
+Switch it off with ``AUTOTRANSPOSE_FIRST_CALL=0`` or :func:`set_enabled` (then calls get
+lookup's guess). It is skipped, and tried again on a later call, while the stream is being
+captured into a CUDA graph (timing needs a synchronisation, which capture forbids).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from . import _driver
+from .compiler import DeviceState, precompile
+from .config import (
+    FLAT_SHORT_SIDE,
+    KernelConfig,
+    default_config,
+    flat_default,
+    seed_config,
+    staged_default,
+)
+from .errors import AutotransposeError, KernelLaunchError
+from .launch import Launch
+
+ENV_VAR = "AUTOTRANSPOSE_FIRST_CALL"
+BUDGET_S = 0.2  # GPU seconds one first call may spend measuring
+MAX_CANDIDATES = 8
+ROUNDS = 5  # each candidate is timed this often (median), budget permitting
+MIN_TIMED_S = 200e-6  # a timing covers at least this much GPU time (small calls repeat):
+# event timings of one short call scatter by several microseconds
+MARGIN = 0.01  # another candidate replaces the guess only when faster by more than this:
+# the guess was chosen for a reason, and noise must not trade it for a slower config
+
+_switch: list[bool | None] = [None]  # set_enabled() overrides the environment
+# The latest measurements of this process, newest last: (device name, element bytes, shape
+# class, Outcome). For looking into what a first call found (`autotranspose lookup` shows the
+# stored result); bounded, so a long-running service does not grow it.
+history: deque[tuple[str, int, object, Outcome]] = deque(maxlen=256)
+
+
+def set_enabled(on: bool | None) -> None:
+    """Turn first-call measurement on or off for this process (None: back to the
+    environment variable, on by default)."""
+    _switch[0] = on
+
+
+def enabled() -> bool:
+    if _switch[0] is not None:
+        return _switch[0]
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def candidates(
+    guess: KernelConfig,
+    neighbours: Sequence[KernelConfig],
+    elem_bytes: int,
+    m: int,
+    n: int,
+    vec: int,
+    conjugate: bool,
+    runnable: Callable[[KernelConfig], bool],
+) -> list[KernelConfig]:
+    """The portfolio for a call: the guess first, then the others, each once, only configs
+    `runnable` accepts, at most MAX_CANDIDATES."""
+    kinds: list[KernelConfig | None] = [
+        default_config(elem_bytes, max_vector=vec, conjugate=conjugate),
+        staged_default(elem_bytes, conjugate),
+        flat_default(elem_bytes, min(m, n), conjugate) if min(m, n) <= FLAT_SHORT_SIDE else None,
+        seed_config(elem_bytes).replace(conjugate=conjugate),
+    ]
+    picked: list[KernelConfig] = []
+    for c in (guess, *neighbours, *kinds):
+        if c is None:
+            continue
+        c = c if c.conjugate == conjugate else c.replace(conjugate=conjugate)
+        if c not in picked and runnable(c):
+            picked.append(c)
+    return picked[:MAX_CANDIDATES]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a first-call measurement found: the fastest config and every candidate's median
+    seconds per call (None: it failed to compile or launch)."""
+
+    best: KernelConfig
+    seconds: dict[KernelConfig, float | None]
+    gpu_s: float  # GPU time spent timing
+
+
+_measuring = threading.Lock()  # one measurement at a time per process: they share the GPU
+
+
+def measure(
+    state: DeviceState,
+    configs: Sequence[KernelConfig],
+    make: Callable[[KernelConfig], Launch],
+    src: int,
+    dst: int,
+    stream: int | None,
+    ctx: int,
+    budget_s: float = BUDGET_S,
+) -> Outcome | None:
+    """Time `configs` (prepared by `make`) on the call's buffers and stream; None when the
+    stream is being captured into a graph or nothing could run. The first config is the
+    guess: another must beat it by more than MARGIN."""
+    if _driver.is_capturing(stream):
+        return None
+    failed = precompile(state, configs)
+    launches: dict[KernelConfig, Launch] = {}
+    for c in configs:
+        if c in failed:
+            continue
+        try:
+            launches[c] = make(c)
+        except AutotransposeError:  # e.g. a grid too large for this shape: skipped
+            continue
+    if not launches:
+        return None
+    warm: dict[KernelConfig, float] = {}
+    times: dict[KernelConfig, list[float]] = {}
+    reps: dict[KernelConfig, int] = {}
+    spent = 0.0
+    with _measuring, _driver.on_context(ctx):
+        start, end = _driver.Event(), _driver.Event()
+
+        def timed(launch: Launch, k: int) -> float:
+            start.record(stream)
+            for _ in range(k):
+                launch.run(src, dst, stream, ctx)
+            end.record(stream)
+            end.synchronize()
+            return end.ms_since(start) / 1e3
+
+        for c, launch in launches.items():  # warm-up; sets how often a timing repeats the call
+            try:
+                warm[c] = t = timed(launch, 1)
+            except KernelLaunchError:
+                continue
+            spent += t
+            reps[c] = max(1, min(64, int(MIN_TIMED_S / max(t, 1e-7))))
+            times[c] = []
+        round_s = sum(reps[c] * warm[c] for c in times)
+        for _ in range(ROUNDS):
+            if spent + round_s > budget_s:
+                break
+            for c in times:
+                t = timed(launches[c], reps[c])
+                spent += t
+                times[c].append(t / reps[c])
+    if not times:
+        return None
+    # Warm-up times stand in when the budget allowed no full round (very large calls).
+    medians = {c: statistics.median(v) if v else warm[c] for c, v in times.items()}
+    best = min(medians, key=medians.__getitem__)
+    guess = configs[0]
+    if guess in medians and medians[guess] <= medians[best] * (1 + MARGIN):
+        best = guess
+    return Outcome(best, {c: medians.get(c) for c in configs}, spent)

@@ -1,0 +1,390 @@
+"""Plans for permute(): any axis permutation of a 0- to 8-D array as one pass of the batched
+2-D transpose kernels, or one copy.
+
+A pure function of shapes, strides (elements) and pointer alignment: no CUDA, no lookup, no
+store. The executor turns a :class:`Plan` into launches; everything it must decide is here, so
+that it is a loop over `Pass.offsets()` and nothing else. The steps (docs/permute-plan.md
+says what we took from cuTT's planner and what not):
+
+1. normalise the axes (NumPy semantics, negative allowed), drop size-1 axes (their strides
+   never matter) and answer an empty array with no pass at all;
+2. fuse axes that stay adjacent and in order in the output *and* whose strides chain on both
+   sides (outer stride = inner stride x inner extent): the problem shrinks to the fewest dims,
+   and views of any strides fuse exactly where their memory allows;
+3. classify the fused problem, always as ONE pass:
+   - the output's innermost axis is also the input's stride-1 axis: its run of R bytes moves
+     as a whole. One contiguous block is a plain copy. If R is 1, 2, 4, 8 or 16 bytes and the
+     pointers and strides are whole R-byte elements, the rest is a transpose of R-byte
+     elements ("wide"); otherwise a copy of rows of R bytes ("runs");
+   - otherwise a batched transpose of the elements: m is the output's innermost axis, n the
+     input's, the largest other axis is the kernel's batch and the remaining ones are host
+     loops, one launch per index (a later kernel with a multi-dimensional batch index can
+     take the loops, as cuTT's kernels do).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from .dtypes import ELEMENT_SIZES
+from .errors import AxesError, LayoutError, ShapeError, UnsupportedDtypeError
+
+MAX_NDIM = 8  # what permute() promises; a kernel batch index of fixed size will need a bound
+COPY, TRANSPOSE = "copy", "transpose"
+# Plan.case: why the pass is what it is (the pass kind alone does not say)
+EMPTY, CONTIGUOUS, RUNS, WIDE, ELEMENTS = "empty", "copy", "runs", "wide", "transpose"
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One axis of the problem: `extent` indices, `in_stride` and `out_stride` apart (in
+    elements of the plan or pass that holds it)."""
+
+    extent: int
+    in_stride: int
+    out_stride: int
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One logical kernel: `launches` launches, one per index of the host loops.
+
+    A launch at byte offsets (i0, o0) from the two pointers (see `offsets()`) moves, in
+    `elem_bytes`-byte elements, for b < batch, i < m, j < n:
+
+    - transpose: ``out[o0 + b*bs_out + j*ld_out + i] = in[i0 + b*bs_in + i*ld_in + j]``
+      (exactly `launch.make_launch(state, cfg, batch, m, n, ld_in, ld_out, bs_in, bs_out)`);
+    - copy:      ``out[o0 + b*bs_out + i*ld_out + j] = in[i0 + b*bs_in + i*ld_in + j]``
+      (`batch` x `m` rows of `n` elements; m = batch = 1 without loops: one contiguous block).
+    """
+
+    kind: str  # COPY or TRANSPOSE
+    elem_bytes: int  # the element the pass moves: a kernel's key (1, 2, 4, 8 or 16)
+    m: int  # transpose: the output's innermost axis; copy: rows
+    n: int  # transpose: the input's innermost axis; copy: elements per row
+    ld_in: int
+    ld_out: int
+    batch: int = 1
+    bs_in: int = 0
+    bs_out: int = 0
+    loops: tuple[Dim, ...] = ()  # host loops, outermost first (output order)
+
+    @property
+    def launches(self) -> int:
+        return math.prod(d.extent for d in self.loops)
+
+    @property
+    def contiguous(self) -> bool:
+        """A copy of one contiguous block: a plain device-to-device copy."""
+        return self.kind == COPY and self.m == self.batch == 1 and not self.loops
+
+    def offsets(self) -> Iterator[tuple[int, int]]:
+        """(input, output) byte offsets of each launch from the two pointers, in loop order."""
+        e = self.elem_bytes
+        for index in itertools.product(*(range(d.extent) for d in self.loops)):
+            yield (
+                e * sum(k * d.in_stride for k, d in zip(index, self.loops, strict=True)),
+                e * sum(k * d.out_stride for k, d in zip(index, self.loops, strict=True)),
+            )
+
+    def describe(self) -> str:
+        e = self.elem_bytes
+        if self.contiguous:
+            text = f"copy {self.n * e} contiguous bytes"
+        elif self.kind == COPY:
+            text = (
+                f"copy {self.batch} x {self.m} rows of {self.n * e} bytes ({self.n} {e}-byte "
+                f"words; ld_in {self.ld_in}, ld_out {self.ld_out}, bs_in {self.bs_in}, "
+                f"bs_out {self.bs_out} words)"
+            )
+        else:
+            text = (
+                f"transpose {self.batch} x {self.m}x{self.n} of {e}-byte elements (ld_in "
+                f"{self.ld_in}, ld_out {self.ld_out}, bs_in {self.bs_in}, bs_out {self.bs_out})"
+            )
+        if self.loops:
+            text += "; host loops " + ", ".join(
+                f"{d.extent} (in +{d.in_stride}, out +{d.out_stride})" for d in self.loops
+            )
+            text += " words" if self.kind == COPY else " elements"
+        return text
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to permute an array of `shape` by `axes`: at most one pass."""
+
+    shape: tuple[int, ...]
+    axes: tuple[int, ...]  # normalised: out.shape[k] == shape[axes[k]]
+    elem_bytes: int
+    in_strides: tuple[int, ...]  # elements
+    out_strides: tuple[int, ...]  # elements, of the output (out_shape)
+    case: str  # EMPTY, CONTIGUOUS, RUNS, WIDE or ELEMENTS
+    dims: tuple[Dim, ...]  # the fused problem, outermost output axis first (array elements)
+    passes: tuple[Pass, ...]  # () for an empty array, else one
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape[a] for a in self.axes)
+
+    @property
+    def launches(self) -> int:
+        return sum(p.launches for p in self.passes)
+
+    def describe(self) -> str:
+        """A few lines for people (`autotranspose lookup --axes`): the call, the fused
+        problem, the pass and the number of launches."""
+        lines = [
+            f"permute {self.shape} by {self.axes}, {self.elem_bytes}-byte elements "
+            f"-> {self.out_shape}"
+        ]
+        if self.case == EMPTY:
+            return "\n".join([*lines, "empty: nothing to move, 0 launches"])
+        lines.append(
+            "fused (output order): "
+            + (" x ".join(str(d.extent) for d in self.dims) or "one element")
+            + f"; in strides {tuple(d.in_stride for d in self.dims)}, out strides "
+            f"{tuple(d.out_stride for d in self.dims)}"
+        )
+        why = {
+            RUNS: "runs (a strided copy, or the innermost axis stays innermost): ",
+            WIDE: "wide elements (the innermost axis stays innermost): ",
+        }.get(self.case, "")
+        lines += [why + p.describe() for p in self.passes]
+        n = self.launches
+        lines.append(f"{len(self.passes)} pass, {n} launch{'es' if n != 1 else ''}")
+        return "\n".join(lines)
+
+
+def normalize_axes(axes: Sequence[int], ndim: int) -> tuple[int, ...]:
+    """`axes` as non-negative ints, checked to be a permutation of range(ndim)."""
+    try:
+        given = [operator.index(a) for a in axes]
+    except TypeError as exc:
+        raise AxesError(
+            f"axes must be a sequence of ints, got {axes!r}; pass a permutation of "
+            f"range({ndim}), e.g. {tuple(range(ndim))[::-1]}"
+        ) from exc
+    if len(given) != ndim:
+        raise AxesError(
+            f"axes {tuple(given)} name {len(given)} axes but the array has {ndim}; give one "
+            f"entry per dimension, a permutation of {tuple(range(ndim))}"
+        )
+    bad = [a for a in given if not -ndim <= a < ndim]
+    if bad:
+        raise AxesError(
+            f"axes {tuple(given)}: {bad[0]} is out of range for a {ndim}-D array; give a "
+            f"permutation of {tuple(range(ndim))} (negative ones count from the end)"
+        )
+    norm = tuple(a % ndim for a in given)
+    if len(set(norm)) != ndim:
+        twice = sorted({a for a in norm if norm.count(a) > 1})
+        raise AxesError(
+            f"axes {tuple(given)} repeat axis {twice[0]}; give a permutation of "
+            f"{tuple(range(ndim))}: each axis exactly once"
+        )
+    return norm
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides in elements."""
+    strides, acc = [], 1
+    for extent in reversed(shape):
+        strides.append(acc)
+        acc *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
+def plan_permute(
+    shape: Sequence[int],
+    axes: Sequence[int],
+    elem_bytes: int,
+    in_strides: Sequence[int] | None = None,
+    out_strides: Sequence[int] | None = None,
+    *,
+    in_ptr: int = 0,
+    out_ptr: int = 0,
+) -> Plan:
+    """Plan ``out = x.transpose(axes)`` for x of `shape` and `elem_bytes`-byte elements.
+
+    Strides are in elements (None: row-major); `out_strides` are those of the output, whose
+    shape is ``shape[axes[k]]``. Only the pointers' alignment (address mod 16) is read, so a
+    plan may be cached by it. Raises AxesError, LayoutError, ShapeError or
+    UnsupportedDtypeError, each saying how to fix the call.
+    """
+    shape = _shape(shape)
+    axes = normalize_axes(axes, len(shape))
+    if elem_bytes not in ELEMENT_SIZES:
+        raise UnsupportedDtypeError(
+            f"{elem_bytes}-byte elements: the kernels move elements of "
+            f"{', '.join(map(str, ELEMENT_SIZES))} bytes; view the array as one of those"
+        )
+    out_shape = tuple(shape[a] for a in axes)
+    xs = _strides(in_strides, shape, "x")
+    os_ = _strides(out_strides, out_shape, "out")
+    if 0 in shape:
+        return Plan(shape, axes, elem_bytes, xs, os_, EMPTY, (), ())
+    dims = [Dim(shape[a], xs[a], os_[k]) for k, a in enumerate(axes) if shape[a] > 1]
+    _check_layout(dims, shape, xs, out_shape, os_, elem_bytes, in_ptr, out_ptr)
+    fused = _fuse(sorted(dims, key=lambda d: -d.out_stride))  # output memory order
+    case, one = _classify(fused, elem_bytes, in_ptr, out_ptr)
+    return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (one,))
+
+
+def _shape(shape: Sequence[int]) -> tuple[int, ...]:
+    try:
+        dims = tuple(operator.index(s) for s in shape)
+    except TypeError as exc:
+        raise ShapeError(f"shape must be a sequence of ints, got {shape!r}") from exc
+    if len(dims) > MAX_NDIM:
+        raise ShapeError(
+            f"the array has {len(dims)} dimensions; permute takes at most {MAX_NDIM}: reshape "
+            "it first, merging axes that stay together"
+        )
+    if any(s < 0 for s in dims):
+        raise ShapeError(f"shape {dims} has a negative extent")
+    return dims
+
+
+def _strides(strides: Sequence[int] | None, shape: tuple[int, ...], what: str) -> tuple[int, ...]:
+    if strides is None:
+        return contiguous_strides(shape)
+    got = tuple(operator.index(s) for s in strides)
+    if len(got) != len(shape):
+        raise ShapeError(f"{what} has {len(got)} strides {got} for {len(shape)}-D shape {shape}")
+    return got
+
+
+def _check_layout(
+    dims: list[Dim],
+    shape: tuple[int, ...],
+    xs: tuple[int, ...],
+    out_shape: tuple[int, ...],
+    os_: tuple[int, ...],
+    eb: int,
+    in_ptr: int,
+    out_ptr: int,
+) -> None:
+    """The README's rule for transpose(), for every axis of size > 1: strides are not
+    negative, the input reads runs of consecutive elements (an axis of stride 1), and the
+    output is non-overlapping with its innermost stride 1. An input may overlap itself
+    (stride 0: broadcast): reading twice is harmless."""
+    if (in_ptr | out_ptr) % eb:
+        raise LayoutError(
+            f"the {'input' if in_ptr % eb else 'output'} pointer is not aligned to its "
+            f"{eb}-byte elements; copy the array into a fresh allocation first"
+        )
+    for what, ext, strides in (("x", shape, xs), ("out", out_shape, os_)):
+        if any(s < 0 for s, n in zip(strides, ext, strict=True) if n > 1):
+            raise LayoutError(
+                f"{what} has negative strides {strides} (elements) for shape {ext}; make it "
+                "contiguous first (e.g. ascontiguousarray / .contiguous())"
+            )
+    if dims and all(d.in_stride != 1 for d in dims):
+        raise LayoutError(
+            f"x has no axis of stride 1 (strides {xs} elements, shape {shape}); the kernels "
+            "read runs of consecutive elements: make it contiguous first (e.g. "
+            "ascontiguousarray / .contiguous())"
+        )
+    span = 0  # the furthest element the inner output axes reach
+    for d in sorted(dims, key=lambda d: d.out_stride):
+        if d.out_stride <= span or (span == 0 and d.out_stride != 1):
+            raise LayoutError(
+                f"out has strides {os_} (elements) for shape {out_shape}: "
+                + ("its innermost stride is not 1" if span == 0 else "its elements overlap")
+                + "; pass a contiguous out (or leave out=None)"
+            )
+        span += (d.extent - 1) * d.out_stride
+
+
+def _fuse(dims: list[Dim]) -> list[Dim]:
+    """Merge each axis into the one outside it in the output where both sides' strides chain."""
+    fused: list[Dim] = []
+    for d in dims:
+        if fused:
+            a = fused[-1]
+            if a.in_stride == d.in_stride * d.extent and a.out_stride == d.out_stride * d.extent:
+                fused[-1] = Dim(a.extent * d.extent, d.in_stride, d.out_stride)
+                continue
+        fused.append(d)
+    return fused
+
+
+def _classify(dims: list[Dim], eb: int, in_ptr: int, out_ptr: int) -> tuple[str, Pass]:
+    inner = dims[-1] if dims else Dim(1, 1, 1)
+    if inner.in_stride != 1:
+        t = _transpose(dims, eb)
+        assert t is not None  # _check_layout saw a stride-1 input axis, and inner's out_stride is 1
+        return ELEMENTS, t
+    run, rest = inner.extent, dims[:-1]
+    wide = run * eb
+    if not rest:
+        return CONTIGUOUS, _copy([], wide, eb, in_ptr, out_ptr)
+    if (
+        wide in ELEMENT_SIZES
+        and (in_ptr | out_ptr) % wide == 0
+        and all(d.in_stride % run == 0 and d.out_stride % run == 0 for d in rest)
+    ):
+        in_wide = [Dim(d.extent, d.in_stride // run, d.out_stride // run) for d in rest]
+        t = _transpose(in_wide, wide)
+        if t is not None:
+            return WIDE, t
+    return RUNS, _copy(rest, wide, eb, in_ptr, out_ptr)
+
+
+def _transpose(dims: list[Dim], e: int) -> Pass | None:
+    """The batched transpose of these dims (output order), or None when their layout is not
+    one: the output's innermost axis must have stride 1 and another axis input stride 1."""
+    if len(dims) < 2 or dims[-1].out_stride != 1:
+        return None
+    i = dims[-1]
+    others = dims[:-1]
+    js = [k for k, d in enumerate(others) if d.in_stride == 1]
+    if not js:
+        return None
+    k = max(js, key=lambda k: (others[k].extent, k))  # an input read twice may have two
+    j = others[k]
+    b, loops = _largest(others[:k] + others[k + 1 :])
+    return Pass(
+        TRANSPOSE, e, i.extent, j.extent, i.in_stride, j.out_stride,
+        b.extent if b else 1,
+        b.in_stride if b else i.extent * i.in_stride,
+        b.out_stride if b else j.extent * j.out_stride,
+        tuple(loops),
+    )  # fmt: skip
+
+
+def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -> Pass:
+    """Rows of `row_bytes` contiguous bytes at the places `rows` (array elements) say, moved
+    as the widest word that the row length, every stride and both pointers allow."""
+    strides = [s * eb for d in rows for s in (d.in_stride, d.out_stride)]
+    w = next(
+        w for w in reversed(ELEMENT_SIZES)
+        if row_bytes % w == 0 and (in_ptr | out_ptr) % w == 0 and all(s % w == 0 for s in strides)
+    )  # fmt: skip
+    n = row_bytes // w
+    words = [Dim(d.extent, d.in_stride * eb // w, d.out_stride * eb // w) for d in rows]
+    m, rest = _largest(words)
+    if m is None:
+        return Pass(COPY, w, 1, n, n, n, 1, n, n)
+    b, loops = _largest(rest)
+    return Pass(
+        COPY, w, m.extent, n, m.in_stride, m.out_stride,
+        b.extent if b else 1,
+        b.in_stride if b else m.extent * m.in_stride,
+        b.out_stride if b else m.extent * m.out_stride,
+        tuple(loops),
+    )  # fmt: skip
+
+
+def _largest(dims: list[Dim]) -> tuple[Dim | None, list[Dim]]:
+    """The dim of largest extent (the innermost of equals), and the others in order: the
+    kernel takes the largest so that the host loops launch the fewest times."""
+    if not dims:
+        return None, []
+    k = max(range(len(dims)), key=lambda k: (dims[k].extent, k))
+    return dims[k], dims[:k] + dims[k + 1 :]

@@ -1,0 +1,131 @@
+"""The first call of a class nobody tuned measures a small portfolio on its own buffers, once,
+and later calls of the class get the winner (see autotranspose.firstcall)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import autotranspose as at
+from autotranspose import api, firstcall, lookup
+from autotranspose.config import max_vec
+from autotranspose.shapes import shape_class
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def nothing_tuned(monkeypatch, tmp_path):
+    """No database and no shipped results: every class is one nobody tuned."""
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", str(tmp_path / "absent.db"))
+    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: None)
+    monkeypatch.delenv(firstcall.ENV_VAR, raising=False)
+    lookup.clear_cache()
+    api.clear_caches()
+    firstcall.history.clear()
+    yield
+    firstcall.set_enabled(None)
+    lookup.clear_cache()
+    api.clear_caches()
+
+
+def _cupy():
+    return pytest.importorskip("cupy")
+
+
+def _odd_shape(rng) -> tuple[int, int]:
+    return int(rng.integers(500, 1500)) * 2 + 1, int(rng.integers(500, 1500)) * 2 + 1
+
+
+def _measured(shape, elem_bytes=4):
+    m, n = shape
+    cls = shape_class(1, m, n, max_vec(elem_bytes, n, m, n, m))
+    return [h for h in firstcall.history if h[2] == cls], cls
+
+
+def test_an_untuned_class_is_measured_once_then_served_its_winner(rng):
+    cupy = _cupy()
+    shape = _odd_shape(rng)
+    a = rng.standard_normal(shape).astype(np.float32)
+    y = at.transpose(cupy.asarray(a))
+    assert np.array_equal(cupy.asnumpy(y), a.T)
+    (found,), cls = _measured(shape)
+    outcome = found[3]
+    timed = {c: t for c, t in outcome.seconds.items() if t is not None}
+    assert len(outcome.seconds) >= 2 and outcome.best in timed
+    guess = next(iter(outcome.seconds))
+    assert timed[outcome.best] == min(timed.values()) or (
+        outcome.best == guess and timed[guess] <= min(timed.values()) * (1 + firstcall.MARGIN)
+    )
+    assert 0 < outcome.gpu_s
+    choice = lookup.choose(api.device_state(0).info, 4, cls)
+    assert (choice.source, choice.config) == ("measured", outcome.best)
+    # a later call of the class, other data and other buffers: no second measurement
+    b = rng.standard_normal(shape).astype(np.float32)
+    out = cupy.empty(shape[::-1], cupy.float32)
+    at.transpose(cupy.asarray(b), out)
+    assert np.array_equal(cupy.asnumpy(out), b.T)
+    assert len(_measured(shape)[0]) == 1
+
+
+@pytest.mark.parametrize("how", ["api", "env"])
+def test_switched_off_serves_lookups_guess(rng, monkeypatch, how):
+    cupy = _cupy()
+    if how == "api":
+        firstcall.set_enabled(False)
+    else:
+        monkeypatch.setenv(firstcall.ENV_VAR, "0")
+    shape = _odd_shape(rng)
+    a = rng.standard_normal(shape).astype(np.float32)
+    assert np.array_equal(cupy.asnumpy(at.transpose(cupy.asarray(a))), a.T)
+    measured, cls = _measured(shape)
+    assert measured == []
+    assert lookup.choose(api.device_state(0).info, 4, cls).source == "default"
+
+
+def test_threads_hitting_a_new_class_measure_it_once(rng):
+    cupy = _cupy()
+    shape = _odd_shape(rng)
+    data = [rng.standard_normal(shape).astype(np.float32) for _ in range(8)]
+    start = threading.Barrier(8)
+    bad: list[str] = []
+
+    def work(i: int) -> None:
+        with cupy.cuda.Device(0):
+            x = cupy.asarray(data[i])
+            start.wait()
+            for _ in range(4):
+                if not np.array_equal(cupy.asnumpy(at.transpose(x)), data[i].T):
+                    bad.append(f"thread {i}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
+    assert len(_measured(shape)[0]) == 1
+
+
+def test_no_measurement_while_the_stream_is_captured(rng):
+    torch = pytest.importorskip("torch")
+    shape = _odd_shape(rng)
+    x = torch.empty(shape, device="cuda")
+    out = torch.empty(shape[::-1], device="cuda")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        at.transpose(x, out)
+    assert _measured(shape)[0] == []  # capture forbids the timing's synchronisation
+    x.copy_(torch.as_tensor(rng.standard_normal(shape).astype(np.float32)))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, x.t())
+    # outside capture, a new signature of the class (a pitched view) measures it
+    wide = torch.empty(shape[0], shape[1] + 16, device="cuda")
+    view = wide[:, : shape[1]]
+    view.copy_(x)
+    y = at.transpose(view)
+    torch.cuda.synchronize()
+    assert torch.equal(y, x.t()) and len(_measured(shape)[0]) == 1

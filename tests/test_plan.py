@@ -1,0 +1,442 @@
+"""permute() plans, checked on the CPU: every plan run by the NumPy stand-in for the kernels
+(tests/_plan_ref.py) must equal np.transpose, byte for byte, writing each byte of `out`
+exactly once and nothing around it.
+
+Random cases draw a fresh seed each run (AUTOTRANSPOSE_PLAN_SEED=<seed> replays one); every
+failure message names the seed and the case.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from _plan_ref import byte_index, execute
+
+from autotranspose import errors
+from autotranspose.arrays import _layout
+from autotranspose.plan import (
+    CONTIGUOUS,
+    COPY,
+    ELEMENTS,
+    EMPTY,
+    MAX_NDIM,
+    RUNS,
+    TRANSPOSE,
+    WIDE,
+    Dim,
+    Pass,
+    Plan,
+    normalize_axes,
+    plan_permute,
+)
+
+SEED = int(os.environ.get("AUTOTRANSPOSE_PLAN_SEED") or secrets.randbits(32))
+SIZES = (1, 2, 4, 8, 16)
+
+
+def _rng(*salt: int) -> np.random.Generator:
+    return np.random.default_rng([SEED, *salt])
+
+
+@dataclass
+class Buf:
+    """An array view inside a larger buffer: `view` is what the call sees, `base` holds it."""
+
+    base: np.ndarray
+    view: np.ndarray
+    take: Any  # base-shaped array -> the view's elements, in logical order
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return tuple(s // self.view.itemsize for s in self.view.strides)
+
+    @property
+    def flat(self) -> np.ndarray:
+        return self.base.reshape(-1).view(np.uint8)
+
+    @property
+    def at(self) -> int:
+        return self.view.ctypes.data - self.base.ctypes.data
+
+
+def _bytes(rng: np.random.Generator, shape: tuple[int, ...], e: int) -> np.ndarray:
+    data = rng.integers(0, 256, size=math.prod(shape) * e, dtype=np.uint8)
+    return data.view(f"V{e}").reshape(shape)
+
+
+def make(rng: np.random.Generator, shape: tuple[int, ...], e: int, strided: bool) -> Buf:
+    """A view of `shape` with `e`-byte elements: contiguous, or with its axes in a random
+    memory order, steps on all but the stride-1 axis, padding and start offsets (so its
+    pointer is aligned to one element only, some of the time)."""
+    nd = len(shape)
+    if not strided:
+        base = _bytes(rng, shape, e)
+        return Buf(base, base, lambda a: a)
+    mem = [int(a) for a in rng.permutation(nd)]  # memory order, innermost last
+    big = [k for k, a in enumerate(mem) if shape[a] > 1]
+    inner = big[-1] if big else nd
+    ext, cut = [], []
+    for k, a in enumerate(mem):
+        n = shape[a]
+        if k > inner:  # size-1 axes inside the stride-1 one: no padding, or it is not stride 1
+            ext.append(n)
+            cut.append(slice(0, n))
+            continue
+        step = 1 if k == inner else int(rng.choice([1, 1, 2, 3]))
+        start, pad = int(rng.integers(0, 2)), int(rng.integers(0, 3))
+        ext.append(start + max(n - 1, 0) * step + (1 if n else 0) + pad)
+        cut.append(slice(start, start + max(n - 1, 0) * step + (1 if n else 0), step))
+    back = tuple(int(k) for k in np.argsort(mem))
+    base = _bytes(rng, tuple(ext), e)
+
+    def take(a: np.ndarray) -> np.ndarray:
+        return a[tuple(cut)].transpose(back)
+
+    view = take(base)
+    assert view.shape == tuple(shape)
+    return Buf(base, view, take)
+
+
+def run(x: Buf, axes: tuple[int, ...], out: Buf, what: str = "") -> Plan:
+    """Plan, execute on the reference, compare with np.transpose; returns the plan."""
+    e = x.view.itemsize
+    p = plan_permute(
+        x.view.shape, axes, e, x.strides, out.strides,
+        in_ptr=x.view.ctypes.data, out_ptr=out.view.ctypes.data,
+    )  # fmt: skip
+    ctx = (
+        f"seed {SEED} {what}: shape {x.view.shape} axes {axes} e {e} in strides {x.strides} "
+        f"out strides {out.strides}\n{p.describe()}"
+    )
+    expected = out.base.copy()
+    out.take(expected)[...] = np.transpose(x.view, axes)
+    hits = execute(p, x.flat, x.at, out.flat, out.at)
+    assert out.base.tobytes() == expected.tobytes(), ctx
+    want = np.zeros(out.flat.size, dtype=np.int64)
+    ids = out.take(np.arange(out.base.size).reshape(out.base.shape))
+    want[(ids[..., None] * e + np.arange(e)).ravel()] = 1
+    assert np.array_equal(hits, want), "bytes written not exactly once, or outside out: " + ctx
+    _check_minimal(p, ctx)
+    return p
+
+
+def _check_minimal(p: Plan, ctx: str) -> None:
+    """One pass at most; no fusable pair left; the kernel's batch is the largest loop."""
+    assert len(p.passes) <= 1, ctx
+    for a, d in itertools.pairwise(p.dims):
+        assert not (
+            a.in_stride == d.in_stride * d.extent and a.out_stride == d.out_stride * d.extent
+        ), ctx
+    for q in p.passes:
+        assert all(q.batch >= d.extent for d in q.loops), ctx
+        assert q.elem_bytes in SIZES, ctx
+
+
+def _shape(rng: np.random.Generator, nd: int) -> tuple[int, ...]:
+    """Random extents, mostly small enough that the whole array stays under ~4000 elements;
+    size-1 axes often, a size-0 one now and then."""
+    top = max(2, round(4000 ** (1 / max(nd, 1))))
+    shape = [int(rng.integers(2, top + 1)) for _ in range(nd)]
+    for k in range(nd):
+        if rng.random() < 0.2:
+            shape[k] = 1
+    if nd and rng.random() < 0.03:
+        shape[int(rng.integers(nd))] = 0
+    return tuple(shape)
+
+
+# --- random problems ----------------------------------------------------------------------------
+@pytest.mark.parametrize("e", SIZES)
+@pytest.mark.parametrize("nd", range(1, MAX_NDIM + 1))
+def test_random_permutations_match_numpy(nd: int, e: int):
+    rng = _rng(nd, e)
+    for case in range(25):
+        shape = _shape(rng, nd)
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        if rng.random() < 0.3:  # negative axes: NumPy's meaning
+            axes = tuple(a - nd if rng.random() < 0.5 else a for a in axes)
+        out_shape = tuple(shape[a] for a in axes)
+        x = make(rng, shape, e, strided=rng.random() < 0.5)
+        out = make(rng, out_shape, e, strided=rng.random() < 0.3)
+        run(x, axes, out, f"case {case}")
+
+
+@pytest.mark.parametrize("e", SIZES)
+def test_random_plans_cover_every_case(e: int):
+    """The random draws above are not all one kind: over many draws each case shows up."""
+    rng = _rng(99, e)
+    seen = set()
+    for _ in range(400):
+        nd = int(rng.integers(1, MAX_NDIM + 1))
+        shape = _shape(rng, nd)
+        x = make(rng, shape, e, strided=rng.random() < 0.5)
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        out = make(rng, tuple(shape[a] for a in axes), e, strided=False)
+        seen.add(run(x, axes, out).case)
+    assert {CONTIGUOUS, RUNS, ELEMENTS} <= seen, f"seed {SEED}: {seen}"
+
+
+# --- named cases --------------------------------------------------------------------------------
+@pytest.mark.parametrize("e", SIZES)
+@pytest.mark.parametrize(
+    "shape, axes",
+    [((2, 3, 5, 7), (0, 2, 3, 1)), ((2, 5, 7, 3), (0, 3, 1, 2)), ((3, 4, 6, 5), (0, 2, 1, 3))],
+    ids=["NCHW->NHWC", "NHWC->NCHW", "heads"],
+)
+def test_named_cases_match_numpy(shape: tuple[int, ...], axes: tuple[int, ...], e: int):
+    rng = _rng(7, e)
+    for strided in (False, True):
+        x = make(rng, shape, e, strided)
+        run(x, axes, make(rng, tuple(shape[a] for a in axes), e, strided), f"strided={strided}")
+
+
+def test_nchw_to_nhwc_is_one_batched_transpose():
+    p = plan_permute((32, 256, 56, 56), (0, 2, 3, 1), 2)
+    assert p.case == ELEMENTS and p.launches == 1
+    assert p.passes == (Pass(TRANSPOSE, 2, 256, 56 * 56, 56 * 56, 256, 32, 256 * 3136, 3136 * 256),)
+
+
+def test_nhwc_to_nchw_is_one_batched_transpose():
+    p = plan_permute((32, 56, 56, 256), (0, 3, 1, 2), 2)
+    assert p.case == ELEMENTS and p.launches == 1
+    assert p.passes == (Pass(TRANSPOSE, 2, 3136, 256, 256, 3136, 32, 3136 * 256, 256 * 3136),)
+
+
+@pytest.mark.parametrize("e", SIZES)
+def test_attention_heads_swap_copies_rows_of_whole_head_vectors(e: int):
+    """(8, 4096, 32, 128) by (0, 2, 1, 3): the 128-element innermost axis stays innermost, so
+    it moves as rows of 128*e bytes in 16-byte words; the kernel takes 4096 rows and a batch
+    of 32; the 8 outer indices are host launches."""
+    p = plan_permute((8, 4096, 32, 128), (0, 2, 1, 3), e)
+    w = 128 * e // 16
+    assert p.case == RUNS
+    assert p.dims == (
+        Dim(8, 4096 * 32 * 128, 32 * 4096 * 128), Dim(32, 128, 4096 * 128),
+        Dim(4096, 32 * 128, 128), Dim(128, 1, 1),
+    )  # fmt: skip
+    (q,) = p.passes
+    assert q == Pass(
+        COPY, 16, 4096, w, 32 * w, w, 32, w, 4096 * w, (Dim(8, 4096 * 32 * w, 32 * 4096 * w),)
+    )
+    assert p.launches == 8
+    assert list(q.offsets())[:2] == [(0, 0), (4096 * 32 * 128 * e, 4096 * 32 * 128 * e)]
+
+
+# --- the cases of the classification ------------------------------------------------------------
+def test_wide_elements_when_the_run_is_a_kernel_element():
+    """(B, M, N, 2) of float32: runs of 8 bytes, a transpose of 8-byte elements."""
+    p = plan_permute((3, 5, 7, 2), (0, 2, 1, 3), 4)
+    assert p.case == WIDE
+    assert p.passes == (Pass(TRANSPOSE, 8, 5, 7, 7, 5, 3, 35, 35),)
+
+
+@pytest.mark.parametrize("e", SIZES)
+@pytest.mark.parametrize("run_len", [1, 2, 3, 4, 8, 16])
+def test_innermost_axis_that_stays_matches_numpy(run_len: int, e: int):
+    rng = _rng(11, run_len, e)
+    for strided in (False, True, True):
+        x = make(rng, (3, 5, run_len), e, strided)
+        p = run(x, (1, 0, 2), make(rng, (5, 3, run_len), e, strided), f"strided={strided}")
+        run(make(rng, (2, 3, 5, run_len), e, strided), (2, 0, 1, 3),
+            make(rng, (5, 2, 3, run_len), e, strided), f"4-D strided={strided}")  # fmt: skip
+        if not strided and run_len > 1:
+            assert p.case == (WIDE if run_len * e in SIZES else RUNS)
+
+
+@pytest.mark.parametrize("offset, word", [(0, 16), (4, 4), (8, 8), (12, 4)])
+def test_wide_elements_need_aligned_pointers(offset: int, word: int):
+    """A run of 16 bytes at a pointer aligned to less is copied as rows of the widest words
+    the pointer allows, not transposed."""
+    p = plan_permute((5, 7, 4), (1, 0, 2), 4, in_ptr=1024 + offset)
+    assert p.case == (WIDE if offset == 0 else RUNS)
+    assert p.passes[0].elem_bytes == word
+
+
+def test_identity_is_one_contiguous_copy():
+    p = plan_permute((4, 5, 6), (0, 1, 2), 2)
+    assert p.case == CONTIGUOUS and p.dims == (Dim(120, 1, 1),)
+    assert p.passes == (Pass(COPY, 16, 1, 15, 15, 15, 1, 15, 15),)
+    assert p.passes[0].contiguous and p.launches == 1
+
+
+def test_strided_identity_copies_rows():
+    """Padded rows (pitch 10 of 6) into a contiguous out: the two outer axes fuse, so one
+    launch copies 20 rows of 24 bytes, as 8-byte words."""
+    p = plan_permute((4, 5, 6), (0, 1, 2), 4, (50, 10, 1), None)
+    assert p.case == RUNS and p.dims == (Dim(20, 10, 6), Dim(6, 1, 1))
+    assert p.passes == (Pass(COPY, 8, 20, 3, 5, 3, 1, 100, 60),)
+
+
+def test_size_one_axes_are_dropped_whatever_their_strides():
+    p = plan_permute((1, 4, 1, 6, 1), (4, 3, 2, 1, 0), 4, (999, 6, -5, 1, 0))
+    q = plan_permute((4, 6), (1, 0), 4)
+    assert p.dims == q.dims and p.passes == q.passes
+
+
+def test_a_single_element_is_one_copy():
+    for shape in [(), (1,), (1, 1, 1)]:
+        p = plan_permute(shape, tuple(range(len(shape)))[::-1], 8)
+        assert p.case == CONTIGUOUS and p.passes == (Pass(COPY, 8, 1, 1, 1, 1, 1, 1, 1),)
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 5, 7), (2, 3, 0, 1)])
+def test_empty_arrays_plan_nothing(shape: tuple[int, ...]):
+    axes = tuple(range(len(shape)))[::-1]
+    p = plan_permute(shape, axes, 4, (-3,) * len(shape))  # strides of an empty array: unread
+    assert p.case == EMPTY and p.passes == () and p.launches == 0
+    assert p.out_shape == tuple(shape[a] for a in axes)
+    assert "0 launches" in p.describe()
+
+
+def test_broadcast_input_is_read_in_place():
+    """A stride-0 input axis (np.broadcast_to) needs no copy first: reading twice is fine."""
+    rng = _rng(13)
+    base = _bytes(rng, (1, 5, 6), 4)
+    x = np.broadcast_to(base, (3, 5, 6))
+    buf = Buf(base, x, None)
+    out = make(rng, (6, 3, 5), 4, strided=False)
+    p = run(buf, (2, 0, 1), out)
+    assert p.case == ELEMENTS
+
+
+def test_overlapping_input_windows_are_read_in_place():
+    rng = _rng(17)
+    base = _bytes(rng, (40,), 2)
+    x = np.lib.stride_tricks.sliding_window_view(base, 8)  # strides (1, 1)
+    run(Buf(base, x, None), (1, 0), make(rng, (8, 33), 2, strided=False))
+    run(Buf(base, x, None), (0, 1), make(rng, (33, 8), 2, strided=True))
+
+
+def test_host_loops_take_what_the_kernel_batch_does_not():
+    """Three batch axes: the largest (7) is the kernel's batch, the others are launches."""
+    p = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4)
+    (q,) = p.passes
+    assert (q.kind, q.m, q.n, q.batch) == (TRANSPOSE, 5, 11, 7)
+    assert [d.extent for d in q.loops] == [2, 3] and p.launches == 6
+    assert len(list(q.offsets())) == 6
+
+
+# --- what transpose() does today ----------------------------------------------------------------
+def _transpose_args(x: np.ndarray, out: np.ndarray) -> tuple[int, ...]:
+    """(batch, m, n, ld_in, ld_out, bs_in, bs_out) as api.transpose() hands them to
+    launch.make_launch for these arrays."""
+    b, m, n, ld, bs = _layout("x", x.shape, x.strides, x.itemsize)
+    _, _, _, old, obs = _layout("out", out.shape, out.strides, out.itemsize)
+    return (b, m, n, ld, old, bs, obs)
+
+
+@pytest.mark.parametrize("e", SIZES)
+@pytest.mark.parametrize(
+    "shape, x_slice, out_pad",
+    [
+        ((6, 9), None, 0),
+        ((6, 9), np.s_[:, :9], 3),  # padded input rows (pitch 13), padded output rows
+        ((4, 6, 9), None, 0),
+        ((4, 6, 9), np.s_[::2, :, :9], 0),  # every other matrix, padded rows
+        ((1, 6, 9), None, 2),  # a batch of one
+        ((5, 2, 3), None, 0),
+    ],
+)
+def test_two_and_three_d_reduce_to_what_transpose_does(shape, x_slice, out_pad, e):
+    rng = _rng(19, e)
+    if x_slice is None:
+        big = _bytes(rng, shape, e)
+        x = big
+    else:
+        lead = (2 * shape[0],) if len(shape) == 3 else ()
+        big = _bytes(rng, (*lead, *shape[len(lead) : -1], shape[-1] + 4), e)
+        x = big[x_slice]
+    axes = (1, 0) if len(shape) == 2 else (0, 2, 1)
+    o_shape = tuple(shape[a] for a in axes)
+    o_big = _bytes(rng, (*o_shape[:-1], o_shape[-1] + out_pad), e)
+
+    def take(a: np.ndarray) -> np.ndarray:
+        return a[..., : o_shape[-1]]
+
+    out = take(o_big)
+    p = run(Buf(big, x, None), axes, Buf(o_big, out, take))
+    (q,) = p.passes
+    assert (q.kind, q.elem_bytes, q.loops) == (TRANSPOSE, e, ())
+    assert (q.batch, q.m, q.n, q.ld_in, q.ld_out, q.bs_in, q.bs_out) == _transpose_args(x, out)
+
+
+def test_broadcast_batch_reduces_to_what_transpose_does():
+    x = np.broadcast_to(np.zeros((1, 6, 9), np.float32), (4, 6, 9))
+    out = np.zeros((4, 9, 6), np.float32)
+    (q,) = plan_permute(x.shape, (0, 2, 1), 4, [s // 4 for s in x.strides]).passes
+    assert (q.batch, q.m, q.n, q.ld_in, q.ld_out, q.bs_in, q.bs_out) == _transpose_args(x, out)
+
+
+# --- errors -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "axes, words",
+    [
+        ((0, 1), "name 2 axes but the array has 3"),
+        ((0, 1, 3), "3 is out of range"),
+        ((0, -4, 1), "-4 is out of range"),
+        ((0, 1, 1), "repeat axis 1"),
+        ((0, -1, 2), "repeat axis 2"),
+        ((0, 1.0, 2), "sequence of ints"),
+        ("abc", "sequence of ints"),
+    ],
+)
+def test_axes_that_are_not_a_permutation_are_refused(axes: Any, words: str):
+    with pytest.raises(errors.AxesError, match=words) as info:
+        plan_permute((2, 3, 4), axes, 4)
+    assert isinstance(info.value, ValueError)
+    assert "permutation of (0, 1, 2)" in str(info.value) or "permutation of range" in str(info.value)
+
+
+@pytest.mark.parametrize("axes", [(0, 1, 2), (-3, -2, -1), (2, 0, 1), (-1, 0, -2)])
+def test_negative_axes_mean_what_numpy_means(axes: tuple[int, ...]):
+    assert normalize_axes(axes, 3) == tuple(a % 3 for a in axes)
+    assert np.transpose(np.empty((2, 3, 4)), axes).shape == plan_permute((2, 3, 4), axes, 1).out_shape
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (dict(shape=(2,) * 9, axes=range(9)), errors.ShapeError, "at most 8"),
+        (dict(shape=(2, -1), axes=(1, 0)), errors.ShapeError, "negative extent"),
+        (dict(elem_bytes=3), errors.UnsupportedDtypeError, "1, 2, 4, 8, 16 bytes"),
+        (dict(in_strides=(1, 2, 3, 4)), errors.ShapeError, "4 strides"),
+        (dict(in_strides=(12, 4, 2)), errors.LayoutError, "no axis of stride 1"),
+        (dict(in_strides=(-12, 4, 1)), errors.LayoutError, "negative strides"),
+        (dict(out_strides=(12, 1, 3)), errors.LayoutError, "overlap"),
+        (dict(out_strides=(6, 3, 2)), errors.LayoutError, "innermost stride is not 1"),
+        (dict(out_strides=(4, 1, 2)), errors.LayoutError, "overlap"),
+        (dict(in_ptr=2), errors.LayoutError, "input pointer is not aligned"),
+        (dict(out_ptr=6), errors.LayoutError, "output pointer is not aligned"),
+    ],
+)
+def test_bad_calls_say_what_to_do(call: dict[str, Any], error: type, words: str):
+    args = dict(shape=(2, 3, 4), axes=(0, 2, 1), elem_bytes=4) | call
+    with pytest.raises(error, match=words):
+        plan_permute(**args)
+
+
+# --- describe -----------------------------------------------------------------------------------
+def test_describe_names_the_problem_the_pass_and_the_launches():
+    text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
+    assert "permute (2, 7, 3, 5, 11) by (0, 2, 1, 4, 3), 4-byte elements -> (2, 3, 7, 11, 5)" in text
+    assert "transpose 7 x 5x11 of 4-byte elements" in text
+    assert "host loops 2 (in +1155, out +1155), 3 (in +55, out +385) elements" in text
+    assert text.endswith("1 pass, 6 launches")
+    assert "copy 240 contiguous bytes" in plan_permute((4, 5, 6), (0, 1, 2), 2).describe()
+    text = plan_permute((8, 4096, 32, 128), (0, 2, 1, 3), 2).describe()
+    assert "runs (a strided copy, or the innermost axis stays innermost): copy 32 x 4096 " in text
+    assert "rows of 256 bytes (16 16-byte words" in text and text.endswith("8 launches")
+    assert "wide elements" in plan_permute((3, 5, 7, 2), (0, 2, 1, 3), 4).describe()
+
+
+def test_reference_byte_index_is_the_kernel_formula():
+    idx = byte_index(3, 2, [(2, 10), (3, 1)])
+    assert idx.shape == (2, 3, 2)
+    assert idx[1, 2].tolist() == [3 + (10 + 2) * 2, 3 + (10 + 2) * 2 + 1]

@@ -625,6 +625,15 @@ def _one_line(exc: BaseException) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
+def _check_no_dropped_values(args: argparse.Namespace) -> None:
+    """argparse before Python 3.13 turns `--opt=--` into [] without calling the option's
+    type, so the value would skip its check. No option of ours can hold an empty list
+    (nargs="+" needs one item): an empty one is that."""
+    for dest, value in vars(args).items():
+        if isinstance(value, list) and not value:
+            raise UsageError(f"argument --{dest.replace('_', '-')}: expected a value, not '--'")
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
     "show": cmd_show,
     "lookup": cmd_lookup,
@@ -674,6 +683,7 @@ def _run(
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        _check_no_dropped_values(args)
         if args.command is None:
             parser.print_help(out)
             return 2

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _dlpack, _driver
 from .dtypes import ElementType, element_type
-from .errors import DeviceError, LayoutError, OutputError, ShapeError
+from .errors import DeviceError, InputTypeError, LayoutError, OutputError, ShapeError
 
 
 class View(NamedTuple):
@@ -77,7 +77,7 @@ def _layout(
         shape, strides = (1, *shape), [0, *strides]
     b, m, n = shape
     bs, ld, inner = strides
-    if n > 1 and inner != 1:
+    if n > 1 and inner != 1 and b * m:  # an empty array has no rows to read (NumPy 2: strides 0)
         raise LayoutError(
             f"{what} has innermost stride {inner} elements (shape {tuple(shape)}, strides "
             f"{tuple(strides)}); the kernels read rows of consecutive elements. Make it "
@@ -138,10 +138,10 @@ def view(x: Any, what: str = "x", stream: int | None = None) -> View:
         dev, ctx = _driver.pointer_owner(ptr) if ptr else (None, None)
         named = cai.get("stream") if cai.get("version", 0) >= 3 else None
         return View("cai", x, ptr, len(shape), b, m, n, ld, bs, dt, et, dev, ctx, named)
-    raise TypeError(
+    raise InputTypeError(
         f"{what} is a {type(x).__module__}.{type(x).__name__}; autotranspose.transpose takes a "
-        "pycuda GPUArray, a CuPy array, a PyTorch CUDA tensor, any object with "
-        "__cuda_array_interface__, or a NumPy array"
+        "pycuda GPUArray, a CuPy array, a PyTorch CUDA tensor, a JAX array, any object with "
+        "__cuda_array_interface__, or a NumPy array: for nested lists, pass np.asarray(x)"
     )
 
 

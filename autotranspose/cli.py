@@ -15,12 +15,20 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
 from . import __version__
 from .config import max_vec
+from .device import check_name
 from .dtypes import element_type
-from .errors import AutotransposeError, TuningError
+from .errors import (
+    AutotransposeError,
+    DeviceError,
+    ShapeError,
+    StoreError,
+    TuningError,
+    UnsupportedDtypeError,
+)
 from .shapes import parse_shape, shape_class
 
 if TYPE_CHECKING:
@@ -38,6 +46,7 @@ _DTYPES_BY_SIZE = {
 }
 
 ObjectiveFactory = Callable[[str, tuple[int, int, int], int, bool], Any]
+_T = TypeVar("_T")
 
 
 class UsageError(Exception):
@@ -55,12 +64,28 @@ def _split(values: Sequence[str]) -> list[str]:
     return [item for v in values for item in v.split(",") if item.strip()]
 
 
-def _shapes(values: Sequence[str]) -> list[tuple[int, int, int]]:
-    return [parse_shape(v) for v in _split(values)]
+def _option(option: str, parse: Callable[[str], _T], text: str) -> _T:
+    """One value of `option`; a bad one is a usage error naming the option, as argparse's."""
+    try:
+        return parse(text)
+    except (ShapeError, UnsupportedDtypeError) as exc:
+        raise UsageError(f"argument {option}: {exc}") from None
 
 
-def _dtypes(values: Sequence[str]) -> list[str]:
-    return [element_type(v.strip()).name for v in _split(values)]
+def _shapes(values: Sequence[str], option: str = "--shapes") -> list[tuple[int, int, int]]:
+    return [_option(option, parse_shape, v) for v in _split(values)]
+
+
+def _dtypes(values: Sequence[str], option: str = "--dtypes") -> list[str]:
+    return [_option(option, element_type, v.strip()).name for v in _split(values)]
+
+
+def _device_name(text: str) -> str:
+    """A GPU model name, by the rule the database and imported files follow."""
+    try:
+        return check_name(text)
+    except DeviceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _shape_text(shape: Sequence[int]) -> str:
@@ -423,8 +448,8 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from . import lookup
     from .codegen import render
 
-    b, m, n = parse_shape(args.shape)
-    et = element_type(args.dtype)
+    b, m, n = _option("--shape", parse_shape, args.shape)
+    et = _option("--dtype", element_type, args.dtype)
     if args.conjugate and not et.conjugable:
         raise UsageError(f"--conjugate needs complex64 or complex128, not {et.name}")
     store = _existing_store(args.db)
@@ -490,6 +515,8 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .store import textio
 
+    if args.all_devices:
+        return _export_all(args, err)
     store = _open_store(args.db, readonly=True)
     text = textio.dumps(textio.export(store, device_name=args.device))
     if args.output in (None, "-"):
@@ -498,6 +525,25 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
         print(f"wrote {args.output}", file=err)
+    return 0
+
+
+def _export_all(args: argparse.Namespace, err: TextIO) -> int:
+    """One ``<GPU model>.json`` per device into a directory: the files `import` reads."""
+    from .store import textio
+
+    if args.device is not None:
+        raise UsageError("give --all-devices or --device NAME, not both")
+    if args.output in (None, "-") or os.path.isfile(args.output):
+        raise UsageError(
+            "--all-devices writes one file per GPU model: name a directory with -o DIR"
+        )
+    store = _open_store(args.db, readonly=True)
+    written = textio.dump(store, args.output)
+    if not written:
+        raise StoreError(f"no tuned results in {store.display} to export; run `autotranspose tune`")
+    for path in written:
+        print(f"wrote {path}", file=err)
     return 0
 
 
@@ -570,7 +616,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--patience", type=_positive_int, metavar="K",
                    help="stop when K trials in a row did not beat the best")  # fmt: skip
     t.add_argument("--sampler", choices=("tpe", "random", "gp"), default="tpe")
-    t.add_argument("--seed", type=int, help="seed of the sampler, for reproducible runs")
+    t.add_argument("--seed", type=_sampler_seed,
+                   help="seed of the sampler (0 to 2**32-1), for reproducible runs")  # fmt: skip
     t.add_argument("--batch", type=_positive_int, default=8,
                    help="trials compiled and measured together (default 8)")  # fmt: skip
     t.add_argument("--device", type=_nonnegative_int, default=None, metavar="INDEX",
@@ -583,24 +630,27 @@ def build_parser() -> argparse.ArgumentParser:
     db_option(t)
 
     s = sub.add_parser("show", help="tuned results per device")
-    s.add_argument(
-        "--device", metavar="NAME", help="only this GPU model, e.g. 'NVIDIA H100 80GB HBM3'"
-    )
+    s.add_argument("--device", type=_device_name, metavar="NAME",
+                   help="only this GPU model, e.g. 'NVIDIA H100 80GB HBM3'")  # fmt: skip
     s.add_argument("--json", action="store_true", help="machine-readable output")
     db_option(s)
 
     lk = sub.add_parser("lookup", help="the kernel a call would use, and where it comes from")
     lk.add_argument("--shape", required=True, help="MxN or BATCHxMxN, e.g. 4096x4096")
     lk.add_argument("--dtype", default="float32")
-    lk.add_argument("--device", metavar="NAME", help="GPU model name (default: local GPU 0)")
+    lk.add_argument("--device", type=_device_name, metavar="NAME",
+                    help="GPU model name (default: local GPU 0)")  # fmt: skip
     lk.add_argument("--conjugate", action="store_true")
     lk.add_argument("--source", action="store_true", help="print the kernel's CUDA source")
     lk.add_argument("--json", action="store_true", help="machine-readable output")
     db_option(lk)
 
     e = sub.add_parser("export", help="write tuned results as JSON")
-    e.add_argument("--device", metavar="NAME", help="only this GPU model")
-    e.add_argument("-o", "--output", metavar="PATH", help="file to write (default stdout)")
+    e.add_argument("--device", type=_device_name, metavar="NAME", help="only this GPU model")
+    e.add_argument("--all-devices", action="store_true",
+                   help="every GPU model in the database: one <model>.json each into -o DIR")  # fmt: skip
+    e.add_argument("-o", "--output", metavar="PATH",
+                   help="file to write (default stdout); with --all-devices, a directory")  # fmt: skip
     db_option(e)
 
     i = sub.add_parser("import", help="read tuned results from JSON files")
@@ -634,18 +684,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _bounded(kind: type, least: float, inclusive: bool) -> Callable[[str], Any]:
-    """An argparse type: a number of `kind` at least (or, not inclusive, above) `least`."""
+def _bounded(
+    kind: type, least: float, inclusive: bool, most: int | None = None
+) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` at least (or, not inclusive, above) `least`, and
+    at most `most` if given."""
     noun = "an integer" if kind is int else "a number"
     words = "at least" if inclusive else "more than"
 
     def parse(text: str) -> Any:
         try:
             v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        except ValueError:  # also int()'s refusal of thousands of digits: echo only the start
+            raise argparse.ArgumentTypeError(f"{text!r:.40} is not {noun}") from None
+        shown = str(v)[:40]
         if not (v >= least if inclusive else v > least):
-            raise argparse.ArgumentTypeError(f"{v} must be {words} {least:g}")
+            raise argparse.ArgumentTypeError(f"{shown} must be {words} {least:g}")
+        if most is not None and v > most:
+            raise argparse.ArgumentTypeError(f"{shown} must be at most {most}")
         return v
 
     return parse
@@ -665,10 +721,23 @@ def _device_spec(text: str) -> Any:
 _positive_int = _bounded(int, 1, inclusive=True)
 _nonnegative_int = _bounded(int, 0, inclusive=True)
 _positive_float = _bounded(float, 0, inclusive=False)
+_sampler_seed = _bounded(int, 0, inclusive=True, most=2**32 - 1)  # what NumPy's seeding takes
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """The message on one line, with control characters shown escaped: a name or path with
+    terminal escapes in it is printed, never obeyed."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _check_no_dropped_values(args: argparse.Namespace) -> None:
+    """argparse before Python 3.13 turns `--opt=--` into [] without calling the option's
+    type, so the value would skip its check. No option of ours can hold an empty list
+    (nargs="+" needs one item): an empty one is that."""
+    for dest, value in vars(args).items():
+        if isinstance(value, list) and not value:
+            raise UsageError(f"argument --{dest.replace('_', '-')}: expected a value, not '--'")
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
@@ -681,6 +750,21 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
 }
 
 
+def _warning_printer(err: TextIO) -> Callable[..., None]:
+    """`warnings.showwarning` while a command runs: one line ``autotranspose: warning: ...``
+    like an error, not Python's two (where it was raised, then that source line)."""
+
+    def show(message: Any, category: type[Warning], *_: Any, **__: Any) -> None:
+        text = _one_line(message).removeprefix(f"{PROG}: ")
+        if category not in (UserWarning, RuntimeWarning) and not category.__module__.startswith(
+            PROG
+        ):
+            text = f"{category.__name__}: {text}"  # another library's: say which kind
+        print(f"{PROG}: warning: {text}", file=err)
+
+    return show
+
+
 def run(
     argv: Sequence[str] | None = None,
     *,
@@ -690,11 +774,22 @@ def run(
 ) -> int:
     """Run one command; `make_objective(dtype, shape, device_index, conjugate)` builds what
     `tune` measures with (the GPU worker unless given: tests pass a synthetic one)."""
-    out = stdout or sys.stdout
     err = stderr or sys.stderr
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_printer(err)
+        return _run(argv, make_objective, stdout or sys.stdout, err)
+
+
+def _run(
+    argv: Sequence[str] | None,
+    make_objective: ObjectiveFactory | None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        _check_no_dropped_values(args)
         if args.command is None:
             parser.print_help(out)
             return 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Any
 
 from .dtypes import ELEMENT_SIZES, element_type
@@ -461,6 +462,10 @@ def config_space(
     et = element_type(dtype)
     if conjugate and not et.conjugable:
         raise ConfigError(f"conjugate transpose needs a complex dtype, got {et.name}")
+    if max_vector is not None:
+        _check_count("max_vector", max_vector, "the widest vector, in elements, the call allows")
+    if short_side is not None:
+        _check_count("short_side", short_side, "the shorter matrix side, in elements")
     limits = device_limits(device)
     s = et.size
     restricted = max_vector is not None and max_vector < 16 // s
@@ -481,6 +486,15 @@ def config_space(
         yield from staged_space(s, limits, conjugate)
     if short_side is not None:
         yield from flat_space(s, limits, short_side, conjugate)
+
+
+def _check_count(name: str, value: Any, meaning: str) -> None:
+    """A cap given by the caller is a positive int: 0 would silently select another space."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ConfigError(
+            f"{name}={value!r:.40} must be an int of at least 1 ({meaning}); leave it None "
+            "for no limit"
+        )
 
 
 def staged_space(elem_bytes: int, limits: DeviceLimits, conjugate: bool = False) -> Iterator[KernelConfig]:
@@ -593,6 +607,7 @@ def seed_config(elem_bytes: int) -> KernelConfig:
 def default_config(elem_bytes: int, max_vector: int = 16, conjugate: bool = False) -> KernelConfig:
     """The untuned choice for an element size: the best config of a sweep on an H100 at
     8192x8192 (BENCHMARKS.md) for the widest vector the call allows."""
+    _check_count("max_vector", max_vector, "the widest vector, in elements, the call allows")
     for (s, vec), fields in _DEFAULTS.items():
         if s == elem_bytes and vec <= max_vector:
             tm, tn, v, pt, pad, layout, raster, cache, persistent = fields

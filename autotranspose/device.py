@@ -27,11 +27,7 @@ class DeviceInfo:
     max_shared_per_block: int = 48 * 1024
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise DeviceError(
-                f"device name {self.name!r:.80} is not a GPU model name (letters, digits, "
-                "spaces and -_.() only, at most 100 characters)"
-            )
+        check_name(self.name)
         cc = tuple(self.compute_capability)
         if len(cc) != 2 or not all(type(x) is int and 0 <= x < 100 for x in cc):
             raise DeviceError(f"compute capability must be (major, minor), got {cc!r}")
@@ -83,6 +79,19 @@ class DeviceInfo:
 
 
 _NAME = re.compile(r"[A-Za-z0-9 _\-.()]{1,100}")
+
+
+def check_name(name: Any) -> str:
+    """`name` if it can be a GPU model name; the one rule for names from the command line,
+    the database and imported files. The error shows the name escaped (ascii()), so control
+    characters in it never reach a terminal."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise DeviceError(
+            f"device name {ascii(name)[:80]} is not a GPU model name (letters, digits, spaces "
+            "and -_.() only, at most 100 characters); give the name as `autotranspose devices` "
+            "or `autotranspose show` prints it, e.g. 'NVIDIA H100 80GB HBM3'"
+        )
+    return name
 
 
 def query_device(device: Any) -> DeviceInfo:

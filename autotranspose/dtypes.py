@@ -69,23 +69,23 @@ def _resolve(dtype: Any) -> ElementType:
         return ElementType("bfloat16", 2, False)
     try:
         dt = np.dtype(dtype)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # ValueError: malformed strings such as '(-1,)i4'
         raise UnsupportedDtypeError(
-            f"{dtype!r} is not a dtype autotranspose understands; pass a NumPy dtype or one "
-            f"of: {', '.join(SUPPORTED_NAMES)}"
+            f"{dtype!r:.60} is not a dtype autotranspose understands; pass a NumPy dtype or "
+            f"one of: {', '.join(SUPPORTED_NAMES)}"
         ) from exc
     if dt.name == "bfloat16":  # ml_dtypes registers bfloat16 as a 2-byte NumPy dtype
         return ElementType("bfloat16", 2, False)
     if dt.hasobject or dt.kind in "OSUV" or dt.fields is not None:
         raise UnsupportedDtypeError(
-            f"dtype {dt} cannot be transposed on the GPU: only plain numeric element types "
-            f"are supported ({', '.join(SUPPORTED_NAMES)}); convert the array first, "
+            f"dtype {dt!s:.60} cannot be transposed on the GPU: only plain numeric element "
+            f"types are supported ({', '.join(SUPPORTED_NAMES)}); convert the array first, "
             f"e.g. with .astype(np.float32)"
         )
     if dt.itemsize not in ELEMENT_SIZES:
         raise UnsupportedDtypeError(
-            f"dtype {dt} has {dt.itemsize}-byte elements; autotranspose moves elements of "
-            f"{', '.join(map(str, ELEMENT_SIZES))} bytes; convert the array, e.g. to "
+            f"dtype {dt!s:.60} has {dt.itemsize}-byte elements; autotranspose moves "
+            f"elements of {', '.join(map(str, ELEMENT_SIZES))} bytes; convert the array, e.g. to "
             f"complex128 or float64"
         )
     return ElementType(dt.name, dt.itemsize, dt.kind == "c")

@@ -19,6 +19,10 @@ class UnsupportedDtypeError(AutotransposeError, TypeError):
     """The array's element type cannot be transposed by autotranspose."""
 
 
+class InputTypeError(AutotransposeError, TypeError):
+    """An argument is not of a type transpose() takes: x or out not an array, a bad stream."""
+
+
 class ShapeError(AutotransposeError, ValueError):
     """The array or the output buffer has the wrong number of dimensions or extent."""
 

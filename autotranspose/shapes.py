@@ -66,13 +66,24 @@ def shape_class(batch: int, m: int, n: int, max_vec: int) -> ShapeClass:
     return ShapeClass(_bucket(batch), _bucket(m), _bucket(n), max_vec)
 
 
+# Kernels index with 64-bit integers; a side or a total past this is a typo, not a matrix.
+_MAX_ELEMENTS = 2**63 - 1
+_SIDE = re.compile(r"0*[1-9][0-9]*")  # ASCII only: int() would take '٣' and choke on '²'
+
+
 def parse_shape(text: str) -> tuple[int, int, int]:
     """'8192x8192' -> (1, 8192, 8192); '64x1024x1024' -> (64, 1024, 1024)."""
     parts = text.strip().lower().split("x")
-    if len(parts) not in (2, 3) or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if len(parts) not in (2, 3) or not all(_SIDE.fullmatch(p) for p in parts):
         raise ShapeError(
             f"{text!r:.40} is not a shape; write MxN or BATCHxMxN with positive integers, "
             "e.g. 8192x8192 or 64x1024x1024"
+        )
+    # Checked by length first: int() refuses (slowly) numbers of thousands of digits.
+    if any(len(p.lstrip("0")) > 19 for p in parts) or math.prod(map(int, parts)) > _MAX_ELEMENTS:
+        raise ShapeError(
+            f"{text!r:.40} is too large: a shape holds at most 2**63-1 elements; write the "
+            "matrix's real sides, e.g. 8192x8192 or 64x1024x1024"
         )
     dims = tuple(int(p) for p in parts)
     return (1, *dims) if len(dims) == 2 else dims  # type: ignore[return-value]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from . import _driver
-from .errors import DeviceError
+from .errors import DeviceError, InputTypeError
 
 LEGACY = 0  # the legacy default stream (NULL) of the current context
 
@@ -50,9 +50,10 @@ def explicit(stream: Any) -> Explicit:
     elif isinstance(stream, int) and not isinstance(stream, bool):
         handle = stream
     else:
-        raise TypeError(
+        raise InputTypeError(
             f"stream must be a PyTorch, CuPy or pycuda stream, an object with __cuda_stream__, "
-            f"or an int handle; got {type(stream).__name__}"
+            f"or an int handle; got {type(stream).__name__} (leave stream=None for the "
+            "array's current stream)"
         )
     if handle < 0:
         raise ValueError(f"stream handle {handle} is negative; pass a CUDA stream handle")

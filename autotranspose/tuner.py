@@ -902,8 +902,9 @@ def tune_gpu(
     AUTOTRANSPOSE_DB, else the user default): `autotranspose tune` for one case, from Python.
     The next `transpose()` of that class uses the result."""
     from .store import Store
-    from .worker import GpuObjective
+    from .worker import GpuObjective, refuse_unguarded_main
 
+    refuse_unguarded_main()  # before the database is opened again by a re-imported script
     et = element_type(dtype)
     dims = _check_shape(shape)
     _check_settings(trials, timeout, patience, DEFAULT_BATCH, sampler)  # before a worker starts

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,23 @@ from .errors import TuningError
 from .measurement import Measurement
 
 _CTX = mp.get_context("spawn")
+# The exit status of a measuring process that found itself re-running the caller's script.
+_UNGUARDED_EXIT = 78
+_GUARD = 'put the call under `if __name__ == "__main__":`'
+
+
+def refuse_unguarded_main() -> None:
+    """Stop a process multiprocessing is still starting: spawn re-imports the parent's
+    script, and a script that tunes at its top level would start measuring processes without
+    end (Python stops that with a long RuntimeError). Say it in one line instead; the parent
+    sees the exit status and names the fix."""
+    if getattr(mp.current_process(), "_inheriting", False):  # as multiprocessing's own check
+        print(
+            "autotranspose: the measuring process re-ran a script that tunes at its top level; "
+            f"{_GUARD}",
+            file=sys.stderr,
+        )
+        raise SystemExit(_UNGUARDED_EXIT)
 
 
 def _worker_main(conn: Any, dtype: str, shape: tuple[int, int, int], device_index: int) -> None:
@@ -79,6 +97,7 @@ class GpuObjective:
         self.restarts = 0
         self._proc: Any = None
         self._conn: Any = None
+        refuse_unguarded_main()
         self.device: DeviceInfo = self._start()
 
     def _start(self) -> DeviceInfo:
@@ -91,7 +110,22 @@ class GpuObjective:
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
-        kind, payload = self._recv()
+        try:
+            kind, payload = self._recv()
+        except (EOFError, OSError):  # it died before a word: say why, if we know
+            proc.join(10)
+            code = proc.exitcode
+            self.close()
+            if code == _UNGUARDED_EXIT:
+                raise TuningError(
+                    "the measuring process could not start: this script tunes at its top level, "
+                    "and the process, started with multiprocessing's spawn method, imports the "
+                    f"script again; {_GUARD}"
+                ) from None
+            raise TuningError(
+                f"the measuring process exited before it was ready (exit status {code}); its "
+                "error is printed above"
+            ) from None
         if kind != "ready":
             self.close()
             raise TuningError(f"the measuring process could not start: {payload}")

@@ -56,13 +56,50 @@ def test_config_of_the_wrong_element_size():
 
 
 def test_bad_stream_object():
-    with pytest.raises(TypeError, match="stream must be"):
+    with pytest.raises(errors.InputTypeError, match="stream must be") as caught:
         at.transpose(np.zeros((4, 4), np.float32), stream="fast")
+    assert isinstance(caught.value, TypeError)
 
 
-def test_not_an_array():
-    with pytest.raises(TypeError, match="takes a pycuda GPUArray"):
-        at.transpose([[1, 2], [3, 4]])
+@pytest.mark.parametrize(
+    "x", [[[1, 2], [3, 4]], [[1, 2]], ((1.0,),), "ab", 3.5, None, {"a": 1}, range(4)]
+)
+def test_not_an_array(x):
+    """What the README promises: an autotranspose.errors exception (still a TypeError)."""
+    with pytest.raises(errors.InputTypeError, match=r"takes a pycuda GPUArray.*np\.asarray") as caught:
+        at.transpose(x)
+    assert isinstance(caught.value, TypeError)
+
+
+def test_an_out_that_is_not_an_array(rng):
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    with pytest.raises(errors.InputTypeError, match=r"out is a builtins\.list"):
+        at.transpose(x, x.T.tolist())
+
+
+_EMPTY = [(0, 5), (5, 0), (0, 0), (2, 0, 5), (2, 5, 0), (0, 3, 4)]
+
+
+@pytest.mark.parametrize("shape", _EMPTY)
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])
+def test_an_empty_numpy_array_transposes_to_an_empty_array(shape, dtype):
+    """NumPy 2 gives empty arrays zero strides; nothing needs a GPU."""
+    x = np.empty(shape, dtype)
+    y = at.transpose(x)
+    want = (*shape[:-2], shape[-1], shape[-2])
+    assert type(y) is np.ndarray and y.shape == want and y.dtype == x.dtype
+    out = np.empty(want, dtype)
+    assert at.transpose(x, out) is out
+    with pytest.raises(errors.OutputError, match="shape"):
+        at.transpose(x, np.empty(tuple(d + 1 for d in want), dtype))
+
+
+def test_an_empty_view_of_a_strided_array(rng):
+    """An empty slice keeps its parent's strides, column steps included."""
+    x = rng.standard_normal((6, 8))
+    assert at.transpose(x[3:3]).shape == (8, 0)
+    assert at.transpose(x[:, 2:2]).shape == (0, 6)
+    assert at.transpose(x[3:3, ::2]).shape == (4, 0)
 
 
 @pytest.mark.parametrize(

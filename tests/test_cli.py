@@ -306,6 +306,19 @@ def test_bench_random_rejects_bad_counts(bad, says) -> None:
         cli.build_parser().parse_args(["bench", *bad])
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [("--seed", "-1", "at least 0"), ("--seed", str(2**32), "at most 4294967295"),
+     ("--seed", "9" * 5000, "not an integer"), ("--trials", "7" * 5000, "not an integer"),
+     ("--trials", "-" + "7" * 4000, "at least 1")],
+)  # fmt: skip
+def test_bad_numbers_are_one_short_line(option: str, value: str, says: str, db: str) -> None:
+    """A seed NumPy cannot take was a ValueError traceback; a huge number was echoed whole."""
+    rc, _, err = run("tune", "--shapes", "64x64", option, value, "--db", db)
+    _one_clear_line(rc, err)
+    assert f"argument {option}: " in err and says in err
+
+
 def test_the_progress_bar_draws_on_a_terminal() -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -344,3 +357,187 @@ def test_python_dash_m_error_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("autotranspose: error: no tuning database at ")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+# --- hostile and careless input: one line, no traceback, nothing raw echoed ------------------------
+def _one_clear_line(rc: int, err: str, rc_wanted: int = 2) -> None:
+    assert rc == rc_wanted, err
+    assert err.startswith("autotranspose: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and len(err) < 400
+
+
+def _long_number(rng) -> str:
+    """More digits than Python converts to an int (4300 by default)."""
+    return "".join(map(str, rng.integers(1, 10, size=int(rng.integers(4301, 6000)))))
+
+
+def test_non_ascii_digits_in_a_shape_are_rejected(rng) -> None:
+    digit = str(rng.choice(["²", "³", "¹", "٣", "８", "⑤"]))
+    for text in (f"{digit}x3", f"3x{digit}", f"2x3x{digit}"):
+        with pytest.raises(ShapeError, match="not a shape"):
+            cli.parse_shape(text)
+
+
+def test_a_dimension_beyond_64_bit_is_rejected_without_converting_it(rng) -> None:
+    with pytest.raises(ShapeError, match="too large"):
+        cli.parse_shape(f"{_long_number(rng)}x3")
+    with pytest.raises(ShapeError, match="too large"):
+        cli.parse_shape(f"{2**63}x1")
+    with pytest.raises(ShapeError, match="too large"):
+        cli.parse_shape(f"{2**32}x{2**32}")  # each side fits, the whole does not
+    side = int(rng.integers(1, 2**20))
+    assert cli.parse_shape(f"{side}x{2**40}") == (1, side, 2**40)
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [("lookup", "--shape"), ("tune", "--shapes"), ("bench", "--shapes")],
+)
+def test_a_bad_shape_is_one_line_naming_the_option(command: str, option: str, db: str, rng) -> None:
+    extra = ["--device", NAME] if command == "lookup" else []
+    for bad in ("²x3", f"{_long_number(rng)}x3", f"3x{rng.integers(1, 100)}x4x5"):
+        rc, out, err = run(command, option, bad, *extra, "--db", db)
+        _one_clear_line(rc, err)
+        assert f"argument {option}: " in err and "e.g. 8192x8192" in err and out == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [("lookup", "--dtype"), ("tune", "--dtypes"), ("bench", "--dtypes")],
+)
+@pytest.mark.parametrize(
+    "bad",
+    ["(-1,)i4", "(99999999999999,)f8", pytest.param("x" * 5000, id="5000-letters"), "object"],
+)
+def test_a_bad_dtype_is_one_line_naming_the_option(command: str, option: str, bad: str, db: str) -> None:
+    shape_option = "--shape" if command == "lookup" else "--shapes"
+    extra = ["--device", NAME] if command == "lookup" else []
+    rc, out, err = run(command, shape_option, "64x64", option, bad, *extra, "--db", db)
+    _one_clear_line(rc, err)
+    assert f"argument {option}: " in err and "float32" in err and out == ""
+
+
+def _hostile_name(rng) -> str:
+    control = chr(int(rng.choice([*range(0, 9), *range(11, 32), 127])))
+    return f"H100\n\x1b[31m{control}\u202e"
+
+
+@pytest.mark.parametrize("command", ["show", "lookup", "export"])
+def test_a_device_name_with_control_characters_is_refused_and_shown_escaped(
+    command: str, tuned: str, rng
+) -> None:
+    extra = ["--shape", "64x64"] if command == "lookup" else []
+    rc, out, err = run(command, "--device", _hostile_name(rng), *extra, "--db", tuned)
+    _one_clear_line(rc, err)
+    assert "argument --device: " in err and "GPU model name" in err
+    assert err.isprintable() is False and err[:-1].isprintable()  # only the final newline
+    assert "\\x1b" in err and "\\n" in err and out == ""
+
+
+def test_the_command_line_takes_exactly_the_device_names_the_database_takes(db: str, rng) -> None:
+    from autotranspose.device import DeviceInfo
+    from autotranspose.errors import DeviceError
+
+    assert run("db", "upgrade", "--db", db)[0] == 0
+    alphabet = [*"AZaz09 _-.()", "\t", "\x1b", "/", "'", "é", "\u202e", ":"]
+    for _ in range(12):
+        name = "".join(rng.choice(alphabet, size=int(rng.integers(1, 8))))
+        name = name if rng.random() < 0.9 else "H" * int(rng.integers(99, 102))
+        if name == "--":  # argparse's own reading of --device=-- (test_a_double_dash_...)
+            continue
+        try:
+            DeviceInfo(name, (9, 0))
+            valid = True
+        except DeviceError:
+            valid = False
+        rc, _, err = run("show", f"--device={name}", "--db", db)  # '=': names may start with -
+        assert (rc == 0) == valid and (rc == 2) == (not valid), (name, err)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["show", "--device=--"], ["export", "--output=--"], ["lookup", "--shape=--"],
+     ["tune", "--shapes=--"], ["tune", "--shapes", "64x64", "--trials=--"]],
+)  # fmt: skip
+def test_a_double_dash_value_is_refused(argv: list[str], db: str) -> None:
+    """argparse before 3.13 drops '--' from `--opt=--` and skips the option's check."""
+    if sys.version_info >= (3, 13) and argv[1] in ("--device=--", "--output=--"):
+        pytest.skip("argparse keeps '--' as the value here, and it is a valid one")
+    rc, _, err = run(*argv, "--db", db)
+    _one_clear_line(rc, err)
+    assert "argument --" in err
+
+
+def test_control_characters_in_any_error_are_shown_escaped(tmp_path: Path, db: str) -> None:
+    rc, _, err = run("import", str(tmp_path / "results\x1b[2J.json"), "--db", db)
+    _one_clear_line(rc, err, rc_wanted=1)
+    assert err[:-1].isprintable() and "\\x1b[2J" in err
+
+
+def _two_device_db(db: str) -> tuple[str, str]:
+    """A SQLite file with results of two GPU models (the synthetic one and another)."""
+    from autotranspose.device import DeviceInfo
+
+    other = DeviceInfo("Other GPU 7 (PCIe)", (8, 9), multiprocessors=84)
+    rc, _, err = run("tune", "--shapes", "1024x1024", "--trials", "4", "--db", db)
+    assert rc == 0, err
+    rc, _, err = run("tune", "--shapes", "512x2048", "--dtypes", "int8", "--trials", "4", "--db",
+                     db, objective=lambda *a: SyntheticObjective(other))  # fmt: skip
+    assert rc == 0, err
+    return NAME, other.name
+
+
+def test_export_of_all_devices_writes_one_file_each_that_imports_back(
+    db: str, tmp_path: Path
+) -> None:
+    names = _two_device_db(db)
+    rc, out, err = run("export", "--db", db)  # which one? the error says how to get both
+    _one_clear_line(rc, err, rc_wanted=1)
+    assert "--all-devices" in err
+    folder = tmp_path / "exported"
+    rc, out, err = run("export", "--all-devices", "-o", str(folder), "--db", db)
+    assert rc == 0 and out == "", err
+    files = sorted(folder.glob("*.json"))
+    assert [f.name for f in files] == ["Other_GPU_7_PCIe.json", "Synthetic_GPU_9000.json"]
+    assert err.count("wrote ") == 2
+    for name, path in zip(sorted(names), files, strict=True):
+        rc, one, _ = run("export", "--device", name, "--db", db)
+        assert rc == 0 and one == path.read_text()
+    other = str(tmp_path / "other.db")
+    rc, _, err = run("import", *map(str, files), "--db", other)
+    assert rc == 0, err
+
+    def tuned_entries(url: str) -> list[tuple]:
+        entries = json.loads(run("show", "--db", url, "--json")[1])
+        return sorted((e["device"], e["elem_bytes"], e["shape_class"], e["config_key"])
+                      for e in entries if e["source"] == "tuned")  # fmt: skip
+
+    assert len(tuned_entries(db)) == 2 and tuned_entries(other) == tuned_entries(db)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [(["--all-devices"], "-o DIR"), (["--all-devices", "--device", NAME, "-o", "x"], "not both"),
+     (["--all-devices", "-o", "-"], "-o DIR")],
+)  # fmt: skip
+def test_export_all_devices_needs_a_directory_and_no_device(argv, says, db: str) -> None:
+    rc, _, err = run("export", *argv, "--db", db)
+    _one_clear_line(rc, err)
+    assert says in err
+
+
+def test_warnings_print_as_one_line(tuned: str) -> None:
+    """A bad row in the database: export warns about it (one line) and exports the rest."""
+    import sqlite3
+
+    with sqlite3.connect(tuned) as conn:
+        (row_id,) = conn.execute("SELECT min(id) FROM at_best").fetchone()
+        conn.execute("UPDATE at_best SET gbps = 'fast' WHERE id = ?", (row_id,))
+    conn.close()
+    done = _subprocess("export", "--db", tuned)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"autotranspose: warning: skipping at_best row {row_id}: ")
+    assert "gbps must be a number" in lines[0] and "Traceback" not in done.stderr
+    assert len(json.loads(done.stdout)["entries"]) == 3

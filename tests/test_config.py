@@ -128,6 +128,38 @@ def test_unsupported_dtypes(dtype):
         list(config_space(dtype))
 
 
+@pytest.mark.parametrize(
+    "dtype",
+    ["(-1,)i4", "(99999999999999,)f8", "(2,)i4", "i4,i4", pytest.param("x" * 5000, id="x*5000"),
+     "\x1b[31m"],
+)  # fmt: skip
+def test_malformed_dtype_strings_are_unsupported_dtype_errors(dtype):
+    """NumPy raises ValueError for some dtype strings; every bad one is our error, short."""
+    with pytest.raises(UnsupportedDtypeError, match="float32") as caught:
+        list(config_space(dtype))
+    assert len(str(caught.value)) < 400
+
+
+@pytest.mark.parametrize("bad", [0, -1, -16, 0.5, "8", True])
+def test_a_vector_cap_below_one_or_not_an_int_is_rejected(bad):
+    """max_vector=0 used to yield the realigning space as if it meant something."""
+    with pytest.raises(ConfigError, match="max_vector"):
+        list(config_space("float32", max_vector=bad))
+    with pytest.raises(ConfigError, match="max_vector"):
+        default_config(4, max_vector=bad)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5])
+def test_a_short_side_below_one_is_rejected(bad):
+    with pytest.raises(ConfigError, match="short_side"):
+        list(config_space("float32", short_side=bad))
+
+
+def test_a_vector_cap_above_the_widest_changes_nothing(rng):
+    cap = int(rng.integers(16, 1 << 20))
+    assert list(config_space("int8", max_vector=cap)) == list(config_space("int8"))
+
+
 @pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("vec", [16, 8, 4, 2, 1])
 def test_defaults_are_valid_and_respect_the_vector_cap(elem_bytes, vec):

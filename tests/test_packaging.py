@@ -3,6 +3,7 @@ virtual environment, it renders a kernel and finds the H100 results from its own
 
 from __future__ import annotations
 
+import site
 import subprocess
 import sys
 import venv
@@ -24,16 +25,29 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert build.returncode == 0, build.stderr
     wheel = next((tmp / "dist").glob("autotranspose-*.whl"))
     env = tmp / "venv"
-    # the dependencies come from this interpreter; autotranspose only from the wheel
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env)
+    venv.EnvBuilder(with_pip=False).create(env)
     python = env / "bin" / "python"
+    site_packages = next(env.glob("lib/python*/site-packages"))
+    # autotranspose only from the wheel; the dependencies from this interpreter's own
+    # site-packages. Not system_site_packages=True: run from a virtualenv, that would give
+    # the base interpreter's, which lack them. Paths listed in a .pth file are added as they
+    # are (their own .pth files, an editable autotranspose's among them, are not run).
+    (site_packages / "deps.pth").write_text("\n".join(_dependency_dirs()) + "\n")
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--target",
-         str(next(env.glob("lib/python*/site-packages"))), str(wheel), "-q"],
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site_packages),
+         str(wheel), "-q"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr
     return python
+
+
+def _dependency_dirs() -> list[str]:
+    """Where this interpreter's packages are: its (virtualenv's) site-packages, and the user's."""
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dirs if Path(d).is_dir()]
 
 
 def test_installed_wheel_renders_a_kernel_from_its_own_templates(installed: Path, tmp_path: Path):

@@ -342,6 +342,35 @@ def test_bad_shapes_are_errors(db: Store) -> None:
         _tune(db, SyntheticObjective(), shape=(0, 5))
 
 
+_SCRIPT = """
+import autotranspose as at
+{guard}at.tune_gpu("float32", (256, 256), trials=1, db={db!r})
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_tune_gpu_at_the_top_level_of_a_script_says_to_add_a_main_guard(
+    tmp_path: Path, guarded: bool
+) -> None:
+    """The measuring process is spawned: it re-imports the script. Without the guard the
+    child says so in one line and the script's error names the fix (no GPU needed: both
+    happen before the worker touches one)."""
+    script = tmp_path / "tune_me.py"
+    guard = 'if __name__ == "__main__":\n    ' if guarded else ""
+    script.write_text(_SCRIPT.format(guard=guard, db=f"sqlite:///{tmp_path / 't.db'}"))
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    if guarded:  # here: no GPU, so the worker's own error; never the guard advice
+        assert "__main__" not in done.stderr
+        return
+    assert last.startswith("autotranspose.errors.TuningError: ") and 'if __name__ == "__main__":' in last
+    assert done.stderr.count("Traceback") == 1  # the script's own; the child printed one line
+    assert "bootstrapping phase" not in done.stderr and "EOFError" not in done.stderr
+
+
 def test_progress_reports_every_trial(db: Store) -> None:
     reports = []
     _tune(db, SyntheticObjective(), trials=10, batch=4, seed=0, progress=reports.append)

@@ -110,7 +110,8 @@ def export(
     names = ", ".join(repr(d["device"]["name"]) for d in docs.values())
     raise StoreError(
         f"{store.display} holds results of several devices ({names}); name one "
-        "(--device), or write one file per device with dump()"
+        "(--device NAME), or write one file per device (`autotranspose export --all-devices "
+        "-o DIR`; dump() from Python)"
     )
 
 

@@ -89,10 +89,7 @@ def _prepare(
             f"the {'input' if x.ptr % s else 'output'} pointer is not aligned to its "
             f"{s}-byte elements; copy the array into a fresh allocation first"
         )
-    strides = [x.n, x.m, x.ld, o.ld]
-    if x.batch > 1:
-        strides += [x.bs, o.bs]
-    vec = max_vec(s, *strides, pointers=(x.ptr, o.ptr))
+    vec = _call_vec(x, o)
     if config is None:
         cls = shape_class(x.batch, x.m, x.n, vec)
         choice = lookup.choose(state.info, s, cls, conjugate=conjugate)
@@ -110,6 +107,14 @@ def _prepare(
                 f"and {o.ld} (out): use a tiled config (flat=False) or contiguous arrays"
             )
     return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs)
+
+
+def _call_vec(x: View, o: View) -> int:
+    """The widest vector (in elements) a call's sizes, strides and pointers allow."""
+    strides = [x.n, x.m, x.ld, o.ld]
+    if x.batch > 1:
+        strides += [x.bs, o.bs]
+    return max_vec(x.et.size, *strides, pointers=(x.ptr, o.ptr))
 
 
 def _first_call(
@@ -156,8 +161,7 @@ def served(
     x = View("device", None, src, 3, b, m, n, n, m * n, None, et, state.ordinal)
     o = x._replace(ptr=dst, m=n, n=m, ld=m)
     cfg = _prepare(x, o, None, False, state, stream, state.ctx).config
-    vec = max_vec(et.size, n, m, n, m, *((m * n, m * n) if b > 1 else ()), pointers=(src, dst))
-    choice = lookup.choose(state.info, et.size, shape_class(b, m, n, vec))
+    choice = lookup.choose(state.info, et.size, shape_class(b, m, n, _call_vec(x, o)))
     return choice if choice.config == cfg else lookup.Choice(cfg, "default")
 
 

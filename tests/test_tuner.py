@@ -453,16 +453,20 @@ def _run_processes(url: str, log: Path, n: int, **kw) -> None:
     assert [p.exitcode for p in procs] == [0] * n
 
 
+def _shared_study(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, Path]:
+    """A created tuning database of `backend` for processes to share, and their measure log."""
+    url = str(tmp_path / "tuning.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    with Store.open(url) as store:
+        return store.url, tmp_path / "measured.log"
+
+
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 def test_processes_share_a_study_without_measuring_a_config_twice(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = str(tmp_path / "tuning.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
-    log = tmp_path / "measured.log"
-    with Store.open(url) as store:
-        url = store.url
+    url, log = _shared_study(backend, tmp_path, request)
     # Batches outlast the grace period (8 x 0.6 s > 4 s): only the heartbeat keeps each
     # process's running trials from being failed as stale by the other. The grace period is
     # 4 beats, not 2: on a loaded CI machine a beat (a write contended with the other
@@ -497,10 +501,7 @@ def test_processes_started_together_spend_the_trial_budget_once(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     # Each process may ask a whole budget in its first batch: both see an empty study.
-    url = str(tmp_path / "tuning.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
-    log = tmp_path / "measured.log"
-    with Store.open(url) as store:
-        url = store.url
+    url, log = _shared_study(backend, tmp_path, request)
     _run_processes(url, log, 2, trials=8, delay=0.05, seed=None, batch=8, grace_period=4)
     counts = Counter(k for _, k in logged(log))
     assert max(counts.values()) == 1, "a config was measured twice"

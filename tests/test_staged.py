@@ -13,10 +13,13 @@ from _gpu import assert_match_reference
 import autotranspose as at
 from autotranspose.config import (
     NEWEST,
+    STAGED_MAX_THREADS,
     STAGED_SIZES,
+    STAGED_WORDS_AT_MAX_THREADS,
     KernelConfig,
     config_space,
     staged_default,
+    staged_loads,
     staged_space,
 )  # fmt: skip
 from autotranspose.errors import ConfigError
@@ -92,6 +95,33 @@ def test_staged_kernels_compile_without_spills(arch, rng):
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
         assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
         assert res.registers * cfg.threads <= 65536
+
+
+def _words_in_flight(c: KernelConfig) -> int:
+    return c.per_thread + staged_loads(c)
+
+
+def test_a_full_block_holds_at_most_the_words_its_registers_allow():
+    """At 512 threads (128 registers a thread) 16 output plus 17 loaded words spilled on sm_90."""
+    with pytest.raises(ConfigError, match="lower per_thread"):
+        KernelConfig(1, 256, 128, 4, 16, 0, "pad", "col", staged=True)
+    full = [c for s in STAGED_SIZES for c in staged_space(s, NEWEST) if c.threads == STAGED_MAX_THREADS]
+    assert full and max(map(_words_in_flight, full)) <= STAGED_WORDS_AT_MAX_THREADS
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+def test_full_blocks_with_the_most_words_in_flight_compile_without_spills(rng):
+    from autotranspose.compiler import nvcc_resources
+
+    full = [c for s in STAGED_SIZES for c in staged_space(s, NEWEST)
+            if c.threads == STAGED_MAX_THREADS and not c.persistent]  # fmt: skip
+    most = max(map(_words_in_flight, full))
+    edge = [c for c in full if _words_in_flight(c) == most]
+    picks = [edge[i] for i in rng.choice(len(edge), min(24, len(edge)), replace=False)]
+    report = nvcc_resources(picks, "sm_90")
+    for cfg in picks:
+        res = report[cfg.kernel_name]
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on sm_90: {res}"
 
 
 # --- on the GPU ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import jinja2
 from . import __version__
 from .config import (
     CONFIG_SCHEMA,
+    FLAT_WORD,
     KernelConfig,
     staged_loads,
     staged_pitch,
@@ -148,12 +149,22 @@ def kernel_params(c: KernelConfig) -> dict[str, object]:
 
 def flat_params(c: KernelConfig) -> dict[str, object]:
     """What templates/flat.cu.j2 needs about one flat config."""
+    wb = max(FLAT_WORD, c.elem_bytes)
     return {
         **_common_params(c),
         "tl": c.tile_m,
         "tw": c.tile_n,
         "unroll": c.per_thread,
         "words": c.smem_bytes // 4,
+        # the element-wise side moves aligned units: 32-bit words of 1- and 2-byte elements
+        # (a row can start mid-word: one unit more per row), or the element itself
+        "wb": wb,
+        "epu": wb // c.elem_bytes,
+        "umax": c.tile_m * c.elem_bytes // wb + (wb > c.elem_bytes),
+        "unit_t": _WORD_TYPES[wb],
+        # units in flight per thread on the element-wise load side: at most 128 bytes (16
+        # uint4 of complex128, with their indices, spilled at the 128 registers of 512 threads)
+        "uunroll": min(c.per_thread, 128 // wb),
     }
 
 

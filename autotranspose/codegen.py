@@ -160,7 +160,7 @@ def flat_params(c: KernelConfig) -> dict[str, object]:
         # (a row can start mid-word: one unit more per row), or the element itself
         "wb": wb,
         "epu": wb // c.elem_bytes,
-        "umax": c.tile_m * c.elem_bytes // wb + (wb > c.elem_bytes),
+        "units": c.tile_m * c.elem_bytes // wb,  # whole units per row segment of a tile
         "unit_t": _WORD_TYPES[wb],
         # Blocks per SM the registers must allow: as many as threads (2048 per SM), shared
         # memory (160 KiB, the A100's) and the registers a thread needs (its `per_thread` words

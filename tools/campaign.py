@@ -37,6 +37,15 @@ CASES = [
     ("float16", "32x1048576"), ("int8", "32x1048576"), ("float16", "4099x6007"),
     ("float64", "4099x6007"), ("float32", "64x1024x1024"), ("int8", "64x1024x1024"),
 ]  # fmt: skip
+# Session 5 (issue 9 item 4): odd and skinny shapes for every element size (issue 8's targets).
+_SIZES = ("int8", "float16", "float32", "float64", "complex64", "complex128")
+CASES += [(d, s) for d in ("complex64", "complex128") for s in ("4099x6007", "8192x8192")
+          if (d, s) not in CASES]  # fmt: skip
+CASES += [(d, "6007x4099") for d in _SIZES]
+CASES += [(d, s) for s in ("7081411x20", "20x7081411") for d in _SIZES]
+CASES += [(d, s) for s in ("1048576x32", "32x1048576") for d in _SIZES if (d, s) not in CASES]
+CASES += [(d, "26085x26085") for d in _SIZES]
+CASES += [(d, "16384x16384") for d in ("complex64",)]
 
 
 def _cases(spec: str) -> list[tuple[str, str]]:

@@ -206,12 +206,13 @@ class NDView(NamedTuple):
 
 def nd_view(x: Any, what: str = "x", stream: int | None = None) -> NDView:
     """Describe `x` (any supported array, any number of dimensions) as an :class:`NDView`.
-    Only one rule is checked here, before the driver is asked anything: strides must be
-    whole elements (on axes of more than one element; others never move a pointer). Which
-    strides the kernels can read is the plan's question (`plan.plan_permute`)."""
+    Only one rule is checked here, before the driver is asked anything: a GPU array's
+    strides must be whole elements (on axes of more than one element; others never move a
+    pointer; NumPy arrays are copied contiguously, any layout goes). Which strides the
+    kernels can read is the plan's question (`plan.plan_permute`)."""
     s = _source(x, what, stream)
     e = s.et.size
-    if any(st % e for st, n in zip(s.strides, s.shape, strict=True) if n > 1):
+    if s.kind != "numpy" and any(st % e for st, n in zip(s.strides, s.shape, strict=True) if n > 1):
         raise LayoutError(
             f"{what} has strides {tuple(s.strides)} bytes, not whole {e}-byte elements; "
             "make it contiguous first (e.g. .copy())"

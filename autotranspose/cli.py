@@ -29,6 +29,7 @@ from .errors import (
     TuningError,
     UnsupportedDtypeError,
 )
+from .plan import normalize_axes
 from .shapes import call_vec, parse_dims, parse_shape, shape_class
 
 if TYPE_CHECKING:
@@ -666,8 +667,18 @@ def cmd_db_upgrade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .bench import run_from_args
 
-    args.shapes = [_shape_text(s) for s in _shapes(args.shapes)]
     args.dtypes = _dtypes(args.dtypes)
+    if args.axes is not None:
+        if args.random is not None or args.random_permute is not None:
+            raise UsageError("--axes permutes the --shapes given: leave out --random/--random-permute")
+        args.shapes = [_option("--shapes", parse_dims, v) for v in _split(args.shapes)]
+        args.axes = _axes(args.axes)
+        for shape in args.shapes:  # every shape must take these axes, before any GPU work
+            normalize_axes(args.axes, len(shape))
+    else:
+        args.shapes = [_shape_text(s) for s in _shapes(args.shapes)]
+    if args.random is not None and args.random_permute is not None:
+        raise UsageError("give --random N (transposes) or --random-permute N (permutes), not both")
     return int(run_from_args(args) or 0)
 
 
@@ -756,6 +767,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--random", type=_positive_int, default=None, metavar="N",
                    help="instead of --shapes/--dtypes: N random (shape, dtype) cases, 32 MB to "
                         "1 GB, square, rectangular, skinny and batched, odd and aligned")  # fmt: skip
+    b.add_argument("--random-permute", type=_positive_int, default=None, metavar="N",
+                   help="N random permutes: 3- to 6-D shapes, 32 MB to 1 GB, every element "
+                        "size, against copy, CuPy, PyTorch and cuTENSOR")  # fmt: skip
+    b.add_argument("--axes", metavar="I,J,...",
+                   help="permute each of --shapes (1 to 8 sides) by these axes, e.g. "
+                        "--shapes 64x256x56x56 --axes 0,2,3,1")  # fmt: skip
     b.add_argument("--seed", type=_nonnegative_int, default=0, metavar="S",
                    help="the random cases' seed (default 0)")  # fmt: skip
     b.add_argument("--json", metavar="PATH", help="write results as JSON")

@@ -164,14 +164,16 @@ def _cached_steps(
     key = (xv.device, plan, xv.ptr & 15, ov_ptr & 15, lookup.generation)
     steps = _steps.get(key)
     if steps is None:
-        steps = _build(plan, state, xv.ptr, ov_ptr, stream, ctx)
+        steps = build(plan, state, xv.ptr, ov_ptr, stream, ctx)
         _keep(key, steps)
     return steps
 
 
-def _build(
+def build(
     plan: Plan, state: DeviceState, src: int, dst: int, stream: int | None, ctx: int
 ) -> tuple[Step, ...]:
+    """The steps of `plan` on `state`'s device, as permute() runs them (the bench times these
+    very steps)."""
     def make_transpose(e: int, shape: Any, strides: Any, s: int, d: int) -> Launch:
         return batched_launch(state, e, shape, strides, s, d, stream, ctx)
 

@@ -590,3 +590,25 @@ def test_lookup_axes_errors_are_one_line(argv: list[str], says: str, code: int, 
     rc, out, err = run("lookup", *argv, "--db", db)
     assert rc == code and out == ""
     assert err.startswith("autotranspose: error: ") and err.count("\n") == 1 and says in err
+
+
+def test_bench_permute_options_parse() -> None:
+    args = cli.build_parser().parse_args(["bench", "--random-permute", "40", "--seed", "7"])
+    assert (args.random_permute, args.seed, args.axes) == (40, 7, None)
+    args = cli.build_parser().parse_args(["bench", "--shapes", "64x256x56x56", "--axes", "0,2,3,1"])
+    assert (args.shapes, args.axes) == (["64x256x56x56"], "0,2,3,1")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says", "code"),
+    [(["--random-permute", "0"], "at least 1", 2),
+     (["--shapes", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
+     (["--shapes", "4x5x6", "4x5", "--axes", "2,1,0"], "name 3 axes but the array has 2", 1),
+     (["--shapes", "4x5x6", "--axes", "0,1,2", "--random", "3"], "--axes", 2),
+     (["--random", "3", "--random-permute", "3"], "not both", 2),
+     (["--shapes", "4x5x6x7x1x1x1x1x1", "--axes", "0"], "argument --shapes: ", 2)],
+)  # fmt: skip
+def test_bench_permute_errors_are_one_line_before_any_gpu_work(argv, says, code) -> None:
+    rc, out, err = run("bench", *argv)
+    assert rc == code and out == ""
+    assert err.startswith("autotranspose: error: ") and err.count("\n") == 1 and says in err

@@ -11,19 +11,25 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .api import transpose
     from .multigpu import tune_devices
+    from .permuter import permute
     from .tuner import tune_gpu
 
 
 def __getattr__(name: str) -> object:
-    # Imported on first use (then a plain attribute). transpose() brings the CUDA side
-    # (compiler, driver, array adapters): the store and lookup, which import this package
-    # first, run without it. The tuner brings Optuna and SQLAlchemy, which a process that only
+    # Imported on first use (then a plain attribute). transpose() and permute() bring the
+    # CUDA side (compiler, driver, array adapters): the store and lookup, which import this
+    # package first, run without it. The tuner brings Optuna and SQLAlchemy, which a process that only
     # calls transpose() need not load.
     if name == "transpose":
         from .api import transpose
 
         globals()["transpose"] = transpose
         return transpose
+    if name == "permute":
+        from .permuter import permute
+
+        globals()["permute"] = permute
+        return permute
     if name == "tune_gpu":
         from .tuner import tune_gpu
 
@@ -40,6 +46,7 @@ __all__ = [
     "__version__",
     "config_space",
     "default_config",
+    "permute",
     "render",
     "template_version",
     "transpose",

@@ -77,6 +77,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuMemcpyHtoD_v2": [ctypes.c_uint64, c_void_p, c_size_t],
     "cuMemcpyDtoH_v2": [c_void_p, ctypes.c_uint64, c_size_t],
     "cuMemcpyDtoD_v2": [ctypes.c_uint64, ctypes.c_uint64, c_size_t],
+    "cuMemcpyDtoDAsync_v2": [ctypes.c_uint64, ctypes.c_uint64, c_size_t, c_void_p],
 }  # fmt: skip
 
 
@@ -488,6 +489,14 @@ def memcpy_dtoh(dst_host: int, src: int, nbytes: int) -> None:
 
 def memcpy_dtod(dst: int, src: int, nbytes: int) -> None:
     check(lib().cuMemcpyDtoD_v2(dst, src, nbytes), "cuMemcpyDtoD")
+
+
+def memcpy_dtod_async(dst: int, src: int, nbytes: int, stream: int | None, ctx: int) -> None:
+    """A device-to-device copy queued on `stream` in context `ctx` (made current for the
+    call only, as a launch does): ordered with the kernels of that stream, and captured
+    into a CUDA graph being recorded there."""
+    with on_context(ctx):
+        check(lib().cuMemcpyDtoDAsync_v2(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
 
 
 class Allocation(int):

@@ -16,18 +16,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _driver, firstcall, lookup, streams
-from .arrays import View, allocate_like, check_output, transposed_shape, view
+from .arrays import NDView, View, allocate_like, check_output, transposed_shape, view
 from .compiler import DeviceState, device_state
-from .config import KernelConfig, default_config, max_vec
+from .config import KernelConfig, default_config
 from .dtypes import ElementType
 from .errors import (
     ConfigError,
     LayoutError,
-    OutputError,
     UnsupportedDtypeError,
 )
 from .launch import Launch, make_launch
-from .shapes import ShapeClass, shape_class
+from .shapes import ShapeClass, call_vec, shape_class
 
 _launches: dict[tuple[Any, ...], Launch] = {}
 _generation = [0]  # lookup.generation when _launches was filled
@@ -111,10 +110,7 @@ def _prepare(
 
 def _call_vec(x: View, o: View) -> int:
     """The widest vector (in elements) a call's sizes, strides and pointers allow."""
-    strides = [x.n, x.m, x.ld, o.ld]
-    if x.batch > 1:
-        strides += [x.bs, o.bs]
-    return max_vec(x.et.size, *strides, pointers=(x.ptr, o.ptr))
+    return call_vec(x.et.size, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, (x.ptr, o.ptr))
 
 
 def _first_call(
@@ -163,6 +159,22 @@ def served(
     cfg = _prepare(x, o, None, False, state, stream, state.ctx).config
     choice = lookup.choose(state.info, et.size, shape_class(b, m, n, _call_vec(x, o)))
     return choice if choice.config == cfg else lookup.Choice(cfg, "default")
+
+
+def batched_launch(
+    state: DeviceState, elem_bytes: int, shape: tuple[int, int, int],
+    strides: tuple[int, int, int, int], src: int, dst: int, stream: int | None, ctx: int,
+) -> Launch:  # fmt: skip
+    """The launch transpose() would make for a (batch, m, n) call of `elem_bytes`-byte
+    elements with strides (ld_in, ld_out, bs_in, bs_out) from `src` into `dst`: the same
+    lookup, flat-fit and first-call choice, and the same cache (permute's transpose passes).
+    Only the pointers' alignment is kept (a first call measures on these very buffers)."""
+    b, m, n = shape
+    ld_in, ld_out, bs_in, bs_out = strides
+    et = ElementType(f"{elem_bytes}-byte word", elem_bytes, False)
+    x = View("device", None, src, 3, b, m, n, ld_in, bs_in, None, et, state.ordinal)
+    o = x._replace(ptr=dst, m=n, n=m, ld=ld_out, bs=bs_out)
+    return _get_launch(x, o, None, False, state, stream, ctx)
 
 
 def _flat_fits(cfg: KernelConfig, x: View, o: View) -> bool:
@@ -237,25 +249,57 @@ def _transpose(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> A
         _check_config_type(config, xv)
     if xv.kind == "numpy":
         return _host_transpose(xv, out, given, config, conjugate)
-    # Array libraries may switch the thread's context while we allocate or ask for their
-    # stream (CuPy's Device guard does); the caller gets back the context it had.
+    return keeping_context(_on_device, x, out, xv, given, config, conjugate)
+
+
+def keeping_context(fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args), then the thread's context as it was: array libraries may switch it while we
+    allocate or ask for their stream (CuPy's Device guard does)."""
     prev = _driver.current()
     try:
-        return _on_device(x, out, xv, given, config, conjugate)
+        return fn(*args)
     finally:
         if _driver.current() != prev:
             _driver.set_current(prev)
 
 
-def _on_device(
-    x: Any, out: Any, xv: View, given: streams.Explicit | None, config: Any, conjugate: bool
-) -> Any:
+def call_target(
+    xv: View | NDView, given: streams.Explicit | None
+) -> tuple[DeviceState, int, int | None]:
+    """(device state, context, stream) a call on device array `xv` runs in: the caller's
+    stream if given (refused if of another device), else x's library's current one."""
     assert xv.device is not None
     if given is not None:
         streams.check_device(given, xv.device)
     state = device_state(xv.device)
     ctx = (given.ctx if given is not None else None) or xv.ctx or state.ctx
     handle = given.handle if given is not None else streams.default(xv.kind, xv.device, xv.stream)
+    return state, ctx, handle
+
+
+def host_target(given: streams.Explicit | None) -> tuple[DeviceState, int, int | None]:
+    """(device state, context, stream) a NumPy call runs in: the given stream's device, else
+    the thread's current context's, else the first."""
+    state = device_state(given.device if given is not None and given.device is not None else _host_device())
+    ctx = (given.ctx if given is not None else None) or state.ctx
+    handle = given.handle if given is not None else streams.LEGACY
+    return state, ctx, handle
+
+
+def delivered(kind: str, result: Any) -> Any:
+    """What the caller gets back: the array itself, or for JAX the array made from our
+    exported output (JAX arrays cannot be written in place)."""
+    if kind == "jax":
+        import jax
+
+        return jax.dlpack.from_dlpack(result)
+    return result
+
+
+def _on_device(
+    x: Any, out: Any, xv: View, given: streams.Explicit | None, config: Any, conjugate: bool
+) -> Any:
+    state, ctx, handle = call_target(xv, given)
     if out is None:
         result = allocate_like(xv, ctx)
         ov = _exported_view(xv, result) if xv.kind == "jax" else view(result, "out")
@@ -263,22 +307,12 @@ def _on_device(
         result = out
         ov = view(out, "out")
         check_output(xv, ov)
-        if ov.ctx is not None and xv.ctx is not None and ov.ctx != xv.ctx:
-            raise OutputError(
-                "out and x live in different CUDA contexts of the same GPU (e.g. a pycuda "
-                "context and the primary one); a kernel can reach only one: allocate out in "
-                "x's context, or leave out=None"
-            )
     if xv.size:
         launch = _get_launch(xv, ov, config, conjugate, state, handle, ctx)
         launch.run(xv.ptr, ov.ptr, handle, ctx)
         if given is None and config is None and not conjugate:
             _remember(x, out, xv, ov, launch, ctx)
-    if xv.kind == "jax":
-        import jax
-
-        return jax.dlpack.from_dlpack(result)
-    return result
+    return delivered(xv.kind, result)
 
 
 def _exported_view(xv: View, result: Any) -> View:
@@ -444,9 +478,7 @@ def _host_transpose(
         check_output(xv, ov)
     if xv.size == 0:
         return out if out is not None else np.empty(transposed_shape(xv), xv.dtype)
-    state = device_state(given.device if given is not None and given.device is not None else _host_device())
-    ctx = (given.ctx if given is not None else None) or state.ctx
-    handle = given.handle if given is not None else streams.LEGACY
+    state, ctx, handle = host_target(given)
     host = np.ascontiguousarray(xv.obj)
     nbytes = host.nbytes
     src, dst = _driver.Allocation(nbytes, ctx), _driver.Allocation(nbytes, ctx)

@@ -8,6 +8,7 @@ array as the input, so callers get back what they gave.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -96,9 +97,25 @@ def _layout(
     return b, m, n, ld, bs
 
 
-def view(x: Any, what: str = "x", stream: int | None = None) -> View:
-    """Describe `x` (any supported array) as a :class:`View`. `stream` is the stream the call
-    will run on, for producers that make their data ready on a stream we name (JAX)."""
+class _Source(NamedTuple):
+    """What any supported array says of itself: strides in bytes, as its library gives them."""
+
+    kind: str
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes
+    dtype: Any
+    et: ElementType
+    device: int | None
+    ctx: int | None = None
+    stream: int | None = None
+    keep: Any = None
+
+
+def _source(x: Any, what: str, stream: int | None) -> _Source:
+    """Describe `x` without judging its layout: shared by `view` (2-D/3-D, transpose) and
+    `nd_view` (any number of dimensions, permute). The layout is checked by the caller
+    before the driver is asked anything about a pointer (`_owner` is called last)."""
     mod = _module(x)
     if mod == "torch" and hasattr(x, "data_ptr"):
         et = element_type(x.dtype)
@@ -107,42 +124,102 @@ def view(x: Any, what: str = "x", stream: int | None = None) -> View:
                 f"{what} is a PyTorch tensor on {x.device}; move it to the GPU with .cuda(), "
                 "or pass x.numpy() to have autotranspose copy it"
             )
-        b, m, n, ld, bs = _layout(
-            what, tuple(x.shape), tuple(s * et.size for s in x.stride()), et.size
-        )
-        return View("torch", x, x.data_ptr(), x.dim(), b, m, n, ld, bs, x.dtype, et, x.device.index)
+        strides = tuple(s * et.size for s in x.stride())
+        return _Source("torch", x.data_ptr(), tuple(x.shape), strides, x.dtype, et, x.device.index)
     if mod == "cupy" and hasattr(x, "data") and hasattr(x, "device"):
         et = element_type(x.dtype)
-        b, m, n, ld, bs = _layout(what, x.shape, x.strides, et.size)
-        return View("cupy", x, x.data.ptr, x.ndim, b, m, n, ld, bs, x.dtype, et, x.device.id)
+        return _Source("cupy", x.data.ptr, x.shape, x.strides, x.dtype, et, x.device.id)
     if mod == "pycuda" and hasattr(x, "gpudata"):
         et = element_type(x.dtype)
-        b, m, n, ld, bs = _layout(what, x.shape, x.strides, et.size)
         ptr = x.ptr if x.gpudata is not None else 0
-        dev, ctx = _driver.pointer_owner(ptr) if ptr else (None, None)
-        return View("gpuarray", x, ptr, x.ndim, b, m, n, ld, bs, x.dtype, et, dev, ctx)
+        return _Source("gpuarray", ptr, x.shape, x.strides, x.dtype, et, None)
     if mod in ("jax", "jaxlib") and hasattr(x, "__dlpack__"):
-        return _view_jax(x, what, stream)
+        return _source_jax(x, stream)
     if isinstance(x, np.ndarray):
         et = element_type(x.dtype)
-        b, m, n, ld, bs = _layout(what, x.shape, x.strides, et.size)
-        return View("numpy", x, 0, x.ndim, b, m, n, ld, bs, x.dtype, et, None)
+        return _Source("numpy", 0, x.shape, x.strides, x.dtype, et, None)
     cai = getattr(x, "__cuda_array_interface__", None)
     if cai is not None:
         dt = np.dtype(cai["typestr"])
         et = element_type(dt)
         shape = tuple(cai["shape"])
-        strides = cai.get("strides") or _c_strides(shape, dt.itemsize)
-        b, m, n, ld, bs = _layout(what, shape, tuple(strides), et.size)
-        ptr = int(cai["data"][0])
-        dev, ctx = _driver.pointer_owner(ptr) if ptr else (None, None)
+        strides = tuple(cai.get("strides") or _c_strides(shape, dt.itemsize))
         named = cai.get("stream") if cai.get("version", 0) >= 3 else None
-        return View("cai", x, ptr, len(shape), b, m, n, ld, bs, dt, et, dev, ctx, named)
+        return _Source("cai", int(cai["data"][0]), shape, strides, dt, et, None, None, named)
     raise InputTypeError(
-        f"{what} is a {type(x).__module__}.{type(x).__name__}; autotranspose.transpose takes a "
+        f"{what} is a {type(x).__module__}.{type(x).__name__}; autotranspose takes a "
         "pycuda GPUArray, a CuPy array, a PyTorch CUDA tensor, a JAX array, any object with "
         "__cuda_array_interface__, or a NumPy array: for nested lists, pass np.asarray(x)"
     )
+
+
+def _owner(s: _Source) -> tuple[int | None, int | None]:
+    """(device, context) of the memory: asked of the driver for GPUArrays and CAI objects,
+    whose producers do not say."""
+    if s.kind in ("gpuarray", "cai"):
+        return _driver.pointer_owner(s.ptr) if s.ptr else (None, None)
+    return s.device, s.ctx
+
+
+def view(x: Any, what: str = "x", stream: int | None = None) -> View:
+    """Describe `x` (any supported array) as a :class:`View`. `stream` is the stream the call
+    will run on, for producers that make their data ready on a stream we name (JAX)."""
+    s = _source(x, what, stream)
+    b, m, n, ld, bs = _layout(what, s.shape, s.strides, s.et.size)
+    dev, ctx = _owner(s)
+    return View(s.kind, x, s.ptr, len(s.shape), b, m, n, ld, bs, s.dtype, s.et, dev, ctx, s.stream, s.keep)
+
+
+class NDView(NamedTuple):
+    """An array of any number of dimensions as permute() sees it: shape and strides in
+    elements (what `plan.plan_permute` takes), pointer, device, context and stream."""
+
+    kind: str
+    obj: Any
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # elements
+    dtype: Any
+    et: ElementType
+    device: int | None
+    ctx: int | None = None
+    stream: int | None = None
+    keep: Any = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def extent(self) -> tuple[int, int]:
+        """[start, end) byte addresses the view touches (empty for an empty array)."""
+        if self.size == 0:
+            return (self.ptr, self.ptr)
+        e = self.et.size
+        lo = sum((n - 1) * s for n, s in zip(self.shape, self.strides, strict=True) if s < 0)
+        hi = sum((n - 1) * s for n, s in zip(self.shape, self.strides, strict=True) if s > 0)
+        return (self.ptr + lo * e, self.ptr + (hi + 1) * e)
+
+
+def nd_view(x: Any, what: str = "x", stream: int | None = None) -> NDView:
+    """Describe `x` (any supported array, any number of dimensions) as an :class:`NDView`.
+    Only one rule is checked here, before the driver is asked anything: a GPU array's
+    strides must be whole elements (on axes of more than one element; others never move a
+    pointer; NumPy arrays are copied contiguously, any layout goes). Which strides the
+    kernels can read is the plan's question (`plan.plan_permute`)."""
+    s = _source(x, what, stream)
+    e = s.et.size
+    if s.kind != "numpy" and any(st % e for st, n in zip(s.strides, s.shape, strict=True) if n > 1):
+        raise LayoutError(
+            f"{what} has strides {tuple(s.strides)} bytes, not whole {e}-byte elements; "
+            "make it contiguous first (e.g. .copy())"
+        )
+    strides = tuple(st // e if n > 1 else 0 for st, n in zip(s.strides, s.shape, strict=True))
+    dev, ctx = _owner(s)
+    return NDView(s.kind, x, s.ptr, tuple(s.shape), strides, s.dtype, s.et, dev, ctx, s.stream, s.keep)
 
 
 def jax_device(x: Any) -> Any:
@@ -170,7 +247,7 @@ def jax_stream(device: Any) -> int | None:
         return None
 
 
-def _view_jax(x: Any, what: str, stream: int | None) -> View:
+def _source_jax(x: Any, stream: int | None) -> _Source:
     device = jax_device(x)
     et = element_type(x.dtype)
     if stream is None:
@@ -178,9 +255,8 @@ def _view_jax(x: Any, what: str, stream: int | None) -> View:
     # JAX makes the data ready on `stream` and keeps the buffer alive while the capsule lives.
     t = _dlpack.read(x.__dlpack__(stream=stream if stream is not None else 1))
     strides = tuple(s * et.size for s in t.strides) if t.strides else _c_strides(t.shape, et.size)
-    b, m, n, ld, bs = _layout(what, t.shape, strides, et.size)
     dev = int(device.local_hardware_id)
-    return View("jax", x, t.ptr, len(t.shape), b, m, n, ld, bs, x.dtype, et, dev, None, stream, t.capsule)
+    return _Source("jax", t.ptr, tuple(t.shape), strides, x.dtype, et, dev, None, stream, t.capsule)
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -198,7 +274,11 @@ def transposed_shape(v: View) -> tuple[int, ...]:
 def allocate_like(v: View, ctx: int) -> Any:
     """A new row-major output (the transposed shape) of the same kind and device as `v`;
     `ctx` is the context our own allocations go in (GPUArray, JAX, unknown CAI producers)."""
-    shape = transposed_shape(v)
+    return allocate(v, transposed_shape(v), ctx)
+
+
+def allocate(v: View | NDView, shape: tuple[int, ...], ctx: int) -> Any:
+    """A new row-major array of `shape`, of the same kind, dtype and device as `v`."""
     if v.kind == "torch":
         return v.obj.new_empty(shape)  # x's device and dtype; the caching allocator's stream
     if v.kind == "cupy":
@@ -227,16 +307,36 @@ def allocate_like(v: View, ctx: int) -> Any:
 
 def check_output(x: View, out: View) -> None:
     """Reject an `out` that does not fit: before anything is written to it."""
-    if out.kind == "jax":
-        raise OutputError(
-            "out is a JAX array, and JAX arrays are immutable: leave out=None and use the "
-            "JAX array transpose() returns"
-        )
+    _check_not_jax(out, "transpose")
     want = transposed_shape(x)
     if out.shape != want:
         raise OutputError(
             f"out has shape {out.shape}; transposing x of shape {x.shape} needs out of shape {want}"
         )
+    _check_pair(x, out)
+
+
+def check_permute_output(x: NDView, out: NDView, want: tuple[int, ...], axes: tuple[int, ...]) -> None:
+    """`check_output` for permute(): `want` is the permuted shape."""
+    _check_not_jax(out, "permute")
+    if out.shape != want:
+        raise OutputError(
+            f"out has shape {out.shape}; permuting x of shape {x.shape} by axes {axes} needs "
+            f"out of shape {want}"
+        )
+    _check_pair(x, out)
+
+
+def _check_not_jax(out: View | NDView, call: str) -> None:
+    if out.kind == "jax":
+        raise OutputError(
+            "out is a JAX array, and JAX arrays are immutable: leave out=None and use the "
+            f"JAX array {call}() returns"
+        )
+
+
+def _check_pair(x: View | NDView, out: View | NDView) -> None:
+    """Dtype, device and overlap: what any output must share with, or keep from, x."""
     if out.et.name != x.et.name:
         raise OutputError(f"out has dtype {out.et.name}; x has {x.et.name}: they must match")
     if (out.device is None) != (x.device is None):
@@ -258,3 +358,9 @@ def check_output(x: View, out: View) -> None:
             )
     elif x.device is None and x.size and np.shares_memory(x.obj, out.obj):
         raise OutputError("out overlaps x in memory; pass a separate buffer (or leave out=None)")
+    if out.ctx is not None and x.ctx is not None and out.ctx != x.ctx:
+        raise OutputError(
+            "out and x live in different CUDA contexts of the same GPU (e.g. a pycuda "
+            "context and the primary one); a kernel can reach only one: allocate out in "
+            "x's context, or leave out=None"
+        )

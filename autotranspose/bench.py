@@ -29,13 +29,14 @@ GEAM_DTYPES = ("float32", "float64", "complex64", "complex128")
 class Row:
     """One peer on one (shape, dtype)."""
 
-    shape: tuple[int, int, int]
+    shape: tuple[int, ...]  # (batch, m, n) for a transpose, x's shape for a permute
     dtype: str
     peer: str
     us: float | None
     gbps: float | None
     of_copy: float | None
     note: str = ""
+    axes: tuple[int, ...] | None = None  # a permute case: x of `shape` permuted by `axes`
 
 
 class _Raw:
@@ -197,21 +198,208 @@ def _side(rng: np.random.Generator, x: float) -> int:
     return max(1, round(x) | 1 if rng.random() < 0.8 else round(x))  # mostly odd
 
 
+# --- permutes (`bench --random-permute N --seed S`, `bench --shapes AxBxCxD --axes ...`) ----------
+# The stated distribution: 3 to 6 dimensions (uniform); element size uniform over 1, 2, 4, 8,
+# 16 bytes (then a dtype of that size); total bytes log-uniform in [32 MB, 1 GB], shared out
+# over the sides at random (a side log-uniform share of the total); each side a multiple of 8
+# half the time and any length otherwise; any permutation but the identity (a plain copy).
+PERMUTE_PEERS = ("copy", "autotranspose", "cupy", "torch", "cutensor")
+PERMUTE_DIMS = (3, 6)
+# cuTENSOR computes (D = 1*A + 0*C): it moves floats. Each size is timed as the float type
+# of that size (bit patterns kept finite by the check's fill); 1-byte elements it has none for.
+_CUTENSOR_AS = {2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
+
+
+def random_permute_cases(count: int, seed: int) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
+    """`count` (shape, axes, dtype) permute cases drawn from the stated distribution; the same
+    seed gives the same cases on any machine."""
+    rng = np.random.default_rng([seed, 0x9E3])  # a stream of its own: not --random's cases
+    cases = []
+    for _ in range(count):
+        nd = int(rng.integers(PERMUTE_DIMS[0], PERMUTE_DIMS[1] + 1))
+        size = int(rng.choice(sorted(RANDOM_DTYPES)))
+        dtype = str(rng.choice(RANDOM_DTYPES[size]))
+        lo, hi = (np.log(v / size) for v in RANDOM_BYTES)
+        elems = float(np.exp(rng.uniform(lo, hi)))
+        share = rng.dirichlet(np.full(nd, 1.5)) * np.log(elems)
+        sides = [max(1, round(float(np.exp(v)))) for v in share]
+        aligned = rng.random() < 0.5
+        if aligned:
+            sides = [max(8, round(v / 8) * 8) if v >= 6 else v for v in sides]
+        big = int(np.argmax(sides))  # the largest side absorbs the rounding
+        rest = int(np.prod([v for k, v in enumerate(sides) if k != big]))
+        sides[big] = max(1, round(elems / rest))
+        if aligned and sides[big] >= 8:
+            sides[big] = round(sides[big] / 8) * 8
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        while axes == tuple(range(nd)):
+            axes = tuple(int(a) for a in rng.permutation(nd))
+        cases.append((tuple(sides), axes, dtype))
+    return cases
+
+
+class _PermuteCheck:
+    """Correctness of a permute peer on `bench`'s buffers: input set 0 and the output (with
+    its guard region) read back and compared with np.transpose, bit for bit."""
+
+    def __init__(self, bench: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str) -> None:
+        self.bench, self.shape, self.axes, self.dtype = bench, shape, axes, dtype
+
+    def __call__(self, fn: Callable, finite: bool = False) -> str | None:
+        b = self.bench
+        drv = b.drv
+        b.refill(finite)
+        drv.memset_d8(int(b.dst), b.POISON, b.stride + b.GUARD_BYTES)
+        src, dst = b.pointers(0)
+        fn(src, dst, None)
+        b.state.synchronize()
+        x = np.empty((*self.shape, b.elem_bytes), np.uint8)  # elements as their bytes
+        drv.memcpy_dtoh(x.ctypes.data, src, b.nbytes)
+        got = np.empty(b.nbytes + b.GUARD_BYTES, np.uint8)
+        drv.memcpy_dtoh(got.ctypes.data, dst, got.nbytes)
+        want = np.transpose(x, (*self.axes, len(self.axes))).ravel()
+        bad = int(np.count_nonzero(got[: b.nbytes] != want))
+        if bad:
+            return f"wrong output: {bad} of {b.nbytes} bytes differ from np.transpose"
+        if np.any(got[b.nbytes :] != b.POISON):
+            return "wrote past the end of the output (the guard region was overwritten)"
+        return None
+
+
+def _permute_launches(
+    bench: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str
+) -> dict[str, tuple[Callable | None, str]]:
+    """peer -> (launch(src, dst, stream) or None, note), for a permute case."""
+    from .permuter import build
+    from .plan import contiguous_strides, plan_permute
+
+    e = element_type(dtype).size
+    out_shape = tuple(shape[a] for a in axes)
+    drv, state = bench.drv, bench.state
+    peers: dict[str, tuple[Callable | None, str]] = {}
+    peers["copy"] = (lambda src, dst, _s: drv.memcpy_dtod(dst, src, bench.nbytes), "cuMemcpyDtoD")
+    src0, dst0 = bench.pointers(0)  # every set is 256-byte aligned: one plan serves them all
+    plan = plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0)
+    steps = build(plan, state, src0, dst0, 0, state.ctx)
+
+    def ours(src: int, dst: int, _s: Any) -> None:
+        for step in steps:
+            step.run(src, dst, 0, state.ctx)
+
+    p = plan.passes[0] if plan.passes else None
+    what = "nothing" if p is None else p.describe().split(" (")[0]
+    peers["autotranspose"] = (ours, f"{plan.case}: {what}, {plan.launches} launch(es)")
+    try:
+        import cupy
+
+        def cupy_views(src: int, dst: int, as_dtype: str = dtype) -> tuple[Any, Any]:
+            return _wrap_cupy(src, shape, as_dtype), _wrap_cupy(dst, out_shape, as_dtype)
+
+        def cupy_p(src: int, dst: int, _s: Any) -> None:
+            a, o = cupy_views(src, dst)
+            cupy.copyto(o, a.transpose(axes))
+
+        peers["cupy"] = (cupy_p, "copyto(out, a.transpose(axes)): ascontiguousarray's kernel")
+        peers["cutensor"] = _cutensor_peer(cupy_views, axes, e)
+    except ImportError:
+        peers["cupy"] = (None, "CuPy not installed")
+        peers["cutensor"] = (None, "CuPy not installed")
+    try:
+        import torch
+
+        def torch_p(src: int, dst: int, _s: Any) -> None:
+            a = torch.as_tensor(_Raw(src, shape, dtype), device="cuda")
+            o = torch.as_tensor(_Raw(dst, out_shape, dtype), device="cuda")
+            o.copy_(a.permute(axes))
+
+        peers["torch"] = (torch_p, "out.copy_(a.permute(axes)): .contiguous()'s kernel")
+    except ImportError:
+        peers["torch"] = (None, "PyTorch not installed")
+    return peers
+
+
+def _cutensor_peer(cupy_views: Callable, axes: tuple[int, ...], e: int) -> tuple[Callable | None, str]:
+    """cuTENSOR's permutation through CuPy (D = 1*A[modes in] + 0*C[modes out], C = D = out),
+    or None and why not."""
+    try:
+        from cupyx import cutensor
+    except ImportError as exc:
+        return None, f"cupyx.cutensor not importable ({exc})"
+    as_dtype = _CUTENSOR_AS.get(e)
+    if as_dtype is None:
+        return None, "cuTENSOR has no 1-byte type"
+    modes_in, modes_out = tuple(range(len(axes))), tuple(axes)
+
+    def run(src: int, dst: int, _s: Any) -> None:
+        a, o = cupy_views(src, dst, as_dtype)
+        cutensor.elementwise_binary(1, a, modes_in, 0, o, modes_out, out=o)
+
+    return run, f"cupyx.cutensor.elementwise_binary as {as_dtype}"
+
+
+def bench_permute_case(
+    shape: tuple[int, ...],
+    axes: tuple[int, ...],
+    dtype: str,
+    *,
+    device: int = 0,
+    peers: Sequence[str] = PERMUTE_PEERS,
+    repeats: int = 7,
+) -> list[Row]:
+    """Time every peer on one permute (shape, axes, dtype) against the copy of the same
+    bytes; each is checked against np.transpose first (a peer that fails is a note, not a
+    time)."""
+    from .compiler import activate
+    from .measure import Bench
+
+    state = activate(device)
+    total = int(np.prod(shape))
+    bench = Bench(state, element_type(dtype).size, (1, 1, total))
+    check = _PermuteCheck(bench, shape, axes, dtype)
+    rows: list[Row] = []
+
+    def row(peer: str, t: float | None, note: str) -> Row:
+        if t is None:
+            return Row(shape, dtype, peer, None, None, None, note, axes)
+        return Row(shape, dtype, peer, t * 1e6, bench.gbps(t), copy_s / t, note, axes)
+
+    try:
+        launches = _permute_launches(bench, shape, axes, dtype)
+        copy_s = bench.copy_time(repeats=repeats)
+        for peer in peers:
+            fn, note = launches.get(peer, (None, "unknown peer"))
+            if fn is None:
+                rows.append(row(peer, None, note))
+                continue
+            try:
+                problem = None if peer == "copy" else check(fn, finite=peer != "autotranspose")
+            except Exception as exc:  # a peer that cannot take this case (cuTENSOR's limits)
+                problem = f"{type(exc).__name__}: {exc}"[:200]
+            if problem:
+                rows.append(row(peer, None, f"{note}: {problem}"))
+                continue
+            rows.append(row(peer, copy_s if peer == "copy" else bench.time(fn, repeats=repeats), note))
+    finally:
+        bench.close()
+    return rows
+
+
 def summarize(rows: Sequence[Row]) -> dict[str, Any]:
     """The random run's summary: autotranspose's median, 10th percentile and minimum share of
     copy, and per peer how often it was faster, and more than 1% faster."""
-    cases: dict[tuple[tuple[int, int, int], str], dict[str, float]] = {}
+    cases: dict[tuple[Any, ...], dict[str, float]] = {}
     for r in rows:
         if r.of_copy:
-            cases.setdefault((r.shape, r.dtype), {})[r.peer] = r.of_copy
+            cases.setdefault((r.shape, r.dtype, r.axes), {})[r.peer] = r.of_copy
     ours = [c["autotranspose"] for c in cases.values() if "autotranspose" in c]
     out: dict[str, Any] = {"cases": len(cases), "measured": len(ours)}
     if ours:
         out.update(median=float(np.median(ours)), p10=float(np.percentile(ours, 10)),
                    min=float(min(ours)))  # fmt: skip
         worst = min(cases.items(), key=lambda kv: kv[1].get("autotranspose", 9.0))
-        out["worst"] = f"{worst[1]['autotranspose'] * 100:.1f}% {_shape_text(worst[0][0])} {worst[0][1]}"
-    for peer in PEERS:
+        (shape, dtype, axes), ratio = worst[0], worst[1]["autotranspose"]
+        out["worst"] = f"{ratio * 100:.1f}% {_case_text(shape, axes)} {dtype}"
+    for peer in _peers(rows):
         if peer in ("copy", "autotranspose"):
             continue
         both = [c for c in cases.values() if peer in c and "autotranspose" in c]
@@ -219,6 +407,11 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
         out[f"{peer}_faster"] = sum(c[peer] > c["autotranspose"] for c in both)
         out[f"{peer}_faster_1pct"] = sum(c[peer] > 1.01 * c["autotranspose"] for c in both)
     return out
+
+
+def _peers(rows: Sequence[Row]) -> list[str]:
+    """PEERS, then any other peer the rows name (permute's cuTENSOR), in order."""
+    return [*PEERS, *(p for p in dict.fromkeys(r.peer for r in rows) if p not in PEERS)]
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -229,12 +422,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{100 * summary['median']:.1f}, 10th percentile {100 * summary['p10']:.1f}, "
         f"min {100 * summary['min']:.1f} ({summary['worst']})"
     ]
-    for peer in PEERS:
-        if f"{peer}_cases" in summary:
-            lines.append(
-                f"  {peer:>6} faster in {summary[f'{peer}_faster']} of {summary[f'{peer}_cases']}"
-                f" cases, more than 1% faster in {summary[f'{peer}_faster_1pct']}"
-            )
+    for peer in [k.removesuffix("_cases") for k in summary if k.endswith("_cases")]:
+        lines.append(
+            f"  {peer:>8} faster in {summary[f'{peer}_faster']} of {summary[f'{peer}_cases']}"
+            f" cases, more than 1% faster in {summary[f'{peer}_faster_1pct']}"
+        )
     return "\n".join(lines)
 
 
@@ -393,7 +585,7 @@ def format_host_costs(costs: dict[str, float | None], shape: tuple[int, int] = (
 def format_table(rows: Sequence[Row]) -> str:
     lines = [f"{'shape':>16} {'dtype':>10} {'peer':>13} {'us':>10} {'GB/s':>8} {'% copy':>7}  note"]
     for r in rows:
-        shp = _shape_text(r.shape)
+        shp = _case_text(r.shape, r.axes)
         if r.us is None:
             lines.append(
                 f"{shp:>16} {r.dtype:>10} {r.peer:>13} {'-':>10} {'-':>8} {'-':>7}  {r.note}"
@@ -408,6 +600,13 @@ def format_table(rows: Sequence[Row]) -> str:
 
 def _shape_text(shape: Sequence[int]) -> str:
     return "x".join(map(str, shape if shape[0] > 1 else shape[1:]))
+
+
+def _case_text(shape: Sequence[int], axes: Sequence[int] | None) -> str:
+    """'8192x8192' for a transpose case, '64x256x56x56/0,2,3,1' for a permute case."""
+    if axes is None:
+        return _shape_text(shape)
+    return "x".join(map(str, shape)) + "/" + ",".join(map(str, axes))
 
 
 def markdown_table(rows: Sequence[Row]) -> str:
@@ -438,7 +637,11 @@ def markdown_table(rows: Sequence[Row]) -> str:
 
 def rows_from_json(doc: Any) -> list[Row]:
     """The rows of a `bench --json` file."""
-    return [Row(**{**r, "shape": tuple(r["shape"])}) for r in doc["rows"]]
+    return [
+        Row(**{**r, "shape": tuple(r["shape"]),
+               "axes": tuple(r["axes"]) if r.get("axes") is not None else None})
+        for r in doc["rows"]
+    ]  # fmt: skip
 
 
 def plot(rows: Sequence[Row], path: str | Path) -> bool:
@@ -489,6 +692,8 @@ def run_from_args(args: Any) -> int:
     if getattr(args, "db", None):  # the tuned results to serve, as transpose() would
         os.environ["AUTOTRANSPOSE_DB"] = args.db
     repeats = getattr(args, "repeat", None) or 7
+    if getattr(args, "random_permute", None) or getattr(args, "axes", None):
+        return _run_permutes(args, repeats)
     if getattr(args, "random", None):
         cases = random_cases(args.random, args.seed)
         print(f"{len(cases)} random cases, seed {args.seed}", flush=True)
@@ -516,4 +721,30 @@ def run_from_args(args: Any) -> int:
         Path(args.markdown).write_text(markdown_table(rows) + "\n")
     if args.png and not plot(rows, args.png):
         print("matplotlib is not installed: no chart written")
+    return 0
+
+
+def _run_permutes(args: Any, repeats: int) -> int:
+    """`bench --random-permute N` or `bench --shapes ... --axes ...`: every case against copy,
+    CuPy, PyTorch and cuTENSOR, then the summary."""
+    if getattr(args, "random_permute", None):
+        cases = random_permute_cases(args.random_permute, args.seed)
+        print(f"{len(cases)} random permute cases, seed {args.seed}", flush=True)
+    else:
+        cases = [(tuple(s), tuple(args.axes), d) for s in args.shapes for d in args.dtypes]
+    rows: list[Row] = []
+    for shape, axes, dtype in cases:
+        case = bench_permute_case(shape, axes, dtype, device=args.device, repeats=repeats)
+        rows.extend(case)
+        print(format_table(case), flush=True)
+    print()
+    print(format_table(rows))
+    summary = summarize(rows)
+    print()
+    print(format_summary(summary))
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "rows": [asdict(r) for r in rows], "summary": summary,
+            "random_permute": getattr(args, "random_permute", None), "seed": args.seed,
+        }, indent=1))  # fmt: skip
     return 0

@@ -29,7 +29,8 @@ from .errors import (
     TuningError,
     UnsupportedDtypeError,
 )
-from .shapes import parse_shape, shape_class
+from .plan import normalize_axes
+from .shapes import call_vec, parse_dims, parse_shape, shape_class
 
 if TYPE_CHECKING:
     from .store import Store
@@ -444,28 +445,32 @@ def _local_device(index: int) -> Any:
     return devices[index]
 
 
+def _lookup_device(args: argparse.Namespace, store: Store | None) -> tuple[Any, str]:
+    """The GPU model lookup answers for: --device NAME, else local GPU 0."""
+    if args.device:
+        return args.device, args.device
+    try:
+        device = _local_device(0)
+    except AutotransposeError as exc:
+        known = ", ".join(repr(d.name) for d in store.devices()) if store else ""
+        raise UsageError(
+            f"no --device NAME given and no local GPU to ask ({_one_line(exc)}); "
+            f"devices in the database: {known or 'none'}"
+        ) from exc
+    return device, device.name
+
+
 def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from . import lookup
-    from .codegen import render
 
+    if args.axes is not None:
+        return _lookup_permute(args, out)
     b, m, n = _option("--shape", parse_shape, args.shape)
     et = _option("--dtype", element_type, args.dtype)
     if args.conjugate and not et.conjugable:
         raise UsageError(f"--conjugate needs complex64 or complex128, not {et.name}")
     store = _existing_store(args.db)
-    if args.device:
-        device: Any = args.device
-        device_name = args.device
-    else:
-        try:
-            device = _local_device(0)
-        except AutotransposeError as exc:
-            known = ", ".join(repr(d.name) for d in store.devices()) if store else ""
-            raise UsageError(
-                f"no --device NAME given and no local GPU to ask ({_one_line(exc)}); "
-                f"devices in the database: {known or 'none'}"
-            ) from exc
-        device_name = device.name
+    device, device_name = _lookup_device(args, store)
     cls = shape_class(b, m, n, max_vec(et.size, m, n))
     choice = lookup.choose(device, et.size, cls, store=store, conjugate=args.conjugate)
     info = {
@@ -473,6 +478,14 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         "dtype": et.name,
         "elem_bytes": et.size,
         "shape": [b, m, n],
+        **_choice_info(cls, choice),
+    }
+    call = f"{et.name} {_shape_text((b, m, n))} -> class {cls}"
+    return _print_choice(args, out, info, device_name, call, choice)
+
+
+def _choice_info(cls: Any, choice: Any) -> dict[str, Any]:
+    return {
         "shape_class": str(cls),
         "source": choice.source,
         "from_shape_class": str(choice.shape_class) if choice.shape_class is not None else None,
@@ -481,6 +494,15 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         "gbps": choice.gbps,
         "ratio": choice.ratio,
     }
+
+
+def _print_choice(
+    args: argparse.Namespace, out: TextIO, info: dict[str, Any], device_name: str, call: str,
+    choice: Any, head: Sequence[str] = (),
+) -> int:  # fmt: skip
+    """`lookup`'s answer: JSON, the CUDA source, or a few aligned lines after `head`."""
+    from .codegen import render
+
     if args.json:
         if args.source:
             info["cuda_source"] = render(choice.config)
@@ -498,7 +520,7 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     }.get(choice.source, choice.source)
     rows = [
         ["device", device_name],
-        ["call", f"{et.name} {_shape_text((b, m, n))} -> class {cls}"],
+        ["call", call],
         ["config", choice.config.key],
         ["from", where],
         [
@@ -506,9 +528,67 @@ def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"{_gbps(choice.gbps)} GB/s, {_pct(choice.ratio)} of copy" if choice.gbps else "-",
         ],
     ]
+    for line in head:
+        print(line, file=out)
     w = max(len(r[0]) for r in rows)
     for k, v in rows:
         print(f"{k.ljust(w)}  {v}", file=out)
+    return 0
+
+
+def _axes(text: str) -> tuple[int, ...]:
+    """`--axes 0,2,3,1` (commas or spaces; negative ones count from the end)."""
+    items = [t for t in text.replace(",", " ").split() if t]
+    try:
+        return tuple(int(t) for t in items)
+    except ValueError:
+        raise UsageError(
+            f"argument --axes: {text!r:.40} is not a list of axes; write a permutation like 0,2,3,1"
+        ) from None
+
+
+def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
+    """`lookup --shape AxBxCxD --axes ...`: the permute plan, and which kernel serves its pass
+    (for a transpose pass, the config transpose() would choose for it on --device)."""
+    from dataclasses import asdict
+
+    from . import lookup
+    from .codegen import render_rows
+    from .plan import TRANSPOSE, plan_permute
+
+    shape = _option("--shape", parse_dims, args.shape)
+    et = _option("--dtype", element_type, args.dtype)
+    if args.conjugate:
+        raise UsageError("--conjugate is for transposes; permute (--axes) has none")
+    plan = plan_permute(shape, _axes(args.axes), et.size)
+    info: dict[str, Any] = {
+        "dtype": et.name, "elem_bytes": et.size, "shape": list(shape), "axes": list(plan.axes),
+        "out_shape": list(plan.out_shape), "case": plan.case, "launches": plan.launches,
+        "plan": plan.describe(), "passes": [asdict(p) for p in plan.passes],
+    }  # fmt: skip
+    p = plan.passes[0] if plan.passes else None
+    if p is not None and p.kind == TRANSPOSE:
+        store = _existing_store(args.db)
+        device, device_name = _lookup_device(args, store)
+        vec = call_vec(p.elem_bytes, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out)
+        cls = shape_class(p.batch, p.m, p.n, vec)
+        choice = lookup.choose(device, p.elem_bytes, cls, store=store)
+        info.update(device=device_name, **_choice_info(cls, choice))
+        call = f"{p.elem_bytes}-byte {_shape_text((p.batch, p.m, p.n))} -> class {cls}"
+        return _print_choice(args, out, info, device_name, call, choice, plan.describe().splitlines())
+    kernel = "none" if p is None else "cuMemcpyDtoDAsync" if p.contiguous else f"at_copy_rows_s{p.elem_bytes}"
+    info["kernel"] = kernel
+    source = render_rows() if kernel.startswith("at_") else ""
+    if args.json:
+        if args.source:
+            info["cuda_source"] = source
+        json.dump(info, out, indent=2)
+        out.write("\n")
+    elif args.source:
+        out.write(source)
+    else:
+        print(plan.describe(), file=out)
+        print(f"kernel  {kernel}", file=out)
     return 0
 
 
@@ -587,8 +667,18 @@ def cmd_db_upgrade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .bench import run_from_args
 
-    args.shapes = [_shape_text(s) for s in _shapes(args.shapes)]
     args.dtypes = _dtypes(args.dtypes)
+    if args.axes is not None:
+        if args.random is not None or args.random_permute is not None:
+            raise UsageError("--axes permutes the --shapes given: leave out --random/--random-permute")
+        args.shapes = [_option("--shapes", parse_dims, v) for v in _split(args.shapes)]
+        args.axes = _axes(args.axes)
+        for shape in args.shapes:  # every shape must take these axes, before any GPU work
+            normalize_axes(args.axes, len(shape))
+    else:
+        args.shapes = [_shape_text(s) for s in _shapes(args.shapes)]
+    if args.random is not None and args.random_permute is not None:
+        raise UsageError("give --random N (transposes) or --random-permute N (permutes), not both")
     return int(run_from_args(args) or 0)
 
 
@@ -636,7 +726,11 @@ def build_parser() -> argparse.ArgumentParser:
     db_option(s)
 
     lk = sub.add_parser("lookup", help="the kernel a call would use, and where it comes from")
-    lk.add_argument("--shape", required=True, help="MxN or BATCHxMxN, e.g. 4096x4096")
+    lk.add_argument("--shape", required=True,
+                    help="MxN or BATCHxMxN, e.g. 4096x4096; with --axes, 1 to 8 sides")  # fmt: skip
+    lk.add_argument("--axes", metavar="I,J,...",
+                    help="a permute of --shape by these axes (e.g. 0,2,3,1): show its plan and "
+                         "the kernel that serves it")  # fmt: skip
     lk.add_argument("--dtype", default="float32")
     lk.add_argument("--device", type=_device_name, metavar="NAME",
                     help="GPU model name (default: local GPU 0)")  # fmt: skip
@@ -673,6 +767,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--random", type=_positive_int, default=None, metavar="N",
                    help="instead of --shapes/--dtypes: N random (shape, dtype) cases, 32 MB to "
                         "1 GB, square, rectangular, skinny and batched, odd and aligned")  # fmt: skip
+    b.add_argument("--random-permute", type=_positive_int, default=None, metavar="N",
+                   help="N random permutes: 3- to 6-D shapes, 32 MB to 1 GB, every element "
+                        "size, against copy, CuPy, PyTorch and cuTENSOR")  # fmt: skip
+    b.add_argument("--axes", metavar="I,J,...",
+                   help="permute each of --shapes (1 to 8 sides) by these axes, e.g. "
+                        "--shapes 64x256x56x56 --axes 0,2,3,1")  # fmt: skip
     b.add_argument("--seed", type=_nonnegative_int, default=0, metavar="S",
                    help="the random cases' seed (default 0)")  # fmt: skip
     b.add_argument("--json", metavar="PATH", help="write results as JSON")

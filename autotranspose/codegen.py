@@ -33,6 +33,10 @@ NVCC_OPTIONS: tuple[str, ...] = ("-O3", "-lineinfo")
 TILED_TEMPLATE = "transpose.cu.j2"
 FLAT_TEMPLATE = "flat.cu.j2"
 STAGED_TEMPLATE = "staged.cu.j2"
+# Kernels that are not tuned configs: a peer, the measuring helpers, permute's row copies.
+UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2")
+# permute()'s row copies: threads per block, and rows each thread carries at once
+ROWS_THREADS, ROWS_UNROLL = 256, 4
 
 _WORD_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "u32", 8: "uint2", 16: "uint4"}
 _DTYPES_BY_SIZE = {
@@ -76,7 +80,7 @@ def template_version() -> str:
     h = hashlib.sha256(f"schema={CONFIG_SCHEMA}".encode())
     root = template_dir()
     for path in sorted(root.rglob("*.j2")):
-        if path.name not in ("seed.cu.j2", "support.cu.j2"):  # peers and measuring helpers
+        if path.name not in UNTUNED_TEMPLATES:
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -251,6 +255,14 @@ def render_seed() -> str:
         element_types=_ELEMENT_TYPES, version=__version__
     )
     return "typedef unsigned int u32;\n" + source
+
+
+def render_rows() -> str:
+    """permute()'s strided row copies, one kernel per element size (`at_copy_rows_s<size>`)."""
+    return _environment().get_template("rows.cu.j2").render(
+        element_types=_ELEMENT_TYPES, version=__version__, threads=ROWS_THREADS,
+        unroll=ROWS_UNROLL,
+    )  # fmt: skip
 
 
 def render(config: KernelConfig) -> str:

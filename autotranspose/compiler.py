@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _driver
-from .codegen import NVCC_OPTIONS, render_many
+from .codegen import NVCC_OPTIONS, render_many, render_rows
 from .config import KernelConfig
 from .device import DeviceInfo, query_device
 from .errors import CudaUnavailableError, DeviceError, KernelCompileError
@@ -218,6 +218,21 @@ def get_kernel(state: DeviceState, config: KernelConfig) -> Kernel:
                 config.kernel_name
             ]
     return kernel
+
+
+def get_row_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
+    """permute()'s strided row copy of `elem_bytes`-byte words on `state`'s architecture
+    (all five sizes compiled and loaded together, on first use)."""
+    name = f"at_copy_rows_s{elem_bytes}"
+    kernel = _kernels.get((state.arch, name))
+    if kernel is not None:
+        return kernel
+    with _kernels_lock:
+        if (state.arch, name) not in _kernels:
+            names = [f"at_copy_rows_s{s}" for s in (1, 2, 4, 8, 16)]
+            for n, k in load_source(state.arch, render_rows(), names).items():
+                _kernels[(state.arch, n)] = k
+    return _kernels[(state.arch, name)]
 
 
 def precompile(

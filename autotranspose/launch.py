@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _driver
-from .compiler import ARG_FORMAT, DeviceState, Kernel, get_kernel
+from .codegen import ROWS_THREADS, ROWS_UNROLL
+from .compiler import ARG_FORMAT, DeviceState, Kernel, get_kernel, get_row_kernel
 from .config import KernelConfig
 from .errors import ShapeError
 
@@ -31,7 +32,7 @@ class Launch:
     The scalar arguments are packed once; a call packs two pointers and hands the argument
     block to the driver."""
 
-    config: KernelConfig
+    config: KernelConfig | None  # None: permute's row copy (`make_row_copy`), not a config
     kernel: Kernel
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -97,3 +98,41 @@ def make_launch(
 def contiguous_launch(state: DeviceState, cfg: KernelConfig, batch: int, m: int, n: int) -> Launch:
     """A prepared launch for row-major contiguous input and output."""
     return make_launch(state, cfg, batch, m, n, n, m, m * n, m * n)
+
+
+def make_row_copy(
+    state: DeviceState,
+    elem_bytes: int,
+    batch: int,
+    m: int,
+    n: int,
+    ld_in: int,
+    ld_out: int,
+    bs_in: int,
+    bs_out: int,
+) -> Launch:
+    """A prepared launch of permute()'s row copy: ``out[b*bs_out + i*ld_out + j] =
+    in[b*bs_in + i*ld_in + j]`` for a batch of m rows of n `elem_bytes`-byte words.
+
+    A generated kernel rather than the driver's 2-D copy (cuMemcpy2DAsync): a 2-D copy moves
+    one m-row matrix per call, so the batch would become host calls too, e.g. the
+    (8, 4096, 32, 128) float16 head swap would be 256 calls of 1 MB, bound by the host's
+    per-call cost rather than by memory; one launch here takes the whole batch. It also runs
+    through the same prepared launch and launcher as the transpose kernels (one C call,
+    the caller's stream, any context)."""
+    if batch >= 2**32:
+        raise ShapeError(
+            f"a row copy of {batch} batches of {m} rows is more than one launch takes (2**32 "
+            "batches); split the array"
+        )
+    lanes = min(ROWS_THREADS, 1 << max(0, (n - 1).bit_length()))
+    per_block = ROWS_THREADS // lanes
+    blocks = -(-batch * m // (per_block * ROWS_UNROLL))
+    if blocks > _MAX_GRID_X:
+        raise ShapeError(
+            f"a row copy of {batch} x {m} rows of {n} words needs {blocks} blocks, more than "
+            f"a launch allows ({_MAX_GRID_X}); split the array"
+        )
+    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, lanes.bit_length() - 1, batch, 0)
+    kernel = get_row_kernel(state, elem_bytes)
+    return Launch(None, kernel, (max(blocks, 1), 1, 1), (ROWS_THREADS, 1, 1), scalars, state)

@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from .config import max_vec
 from .errors import ShapeError
 
 _MAX_BUCKET = 1 << 24
@@ -66,6 +67,19 @@ def shape_class(batch: int, m: int, n: int, max_vec: int) -> ShapeClass:
     return ShapeClass(_bucket(batch), _bucket(m), _bucket(n), max_vec)
 
 
+def call_vec(
+    elem_bytes: int, batch: int, m: int, n: int, ld_in: int, ld_out: int, bs_in: int,
+    bs_out: int, pointers: tuple[int, ...] = (),
+) -> int:  # fmt: skip
+    """The widest vector (in elements) a (batch, m, n) call with these strides (elements) and
+    pointers allows: what transpose() keys its class and kernel choice by, and what
+    `autotranspose lookup --axes` shows for a permute's transpose pass."""
+    strides = [n, m, ld_in, ld_out]
+    if batch > 1:
+        strides += [bs_in, bs_out]
+    return max_vec(elem_bytes, *strides, pointers=pointers)
+
+
 # Kernels index with 64-bit integers; a side or a total past this is a typo, not a matrix.
 _MAX_ELEMENTS = 2**63 - 1
 _SIDE = re.compile(r"0*[1-9][0-9]*")  # ASCII only: int() would take '٣' and choke on '²'
@@ -73,17 +87,28 @@ _SIDE = re.compile(r"0*[1-9][0-9]*")  # ASCII only: int() would take '٣' and ch
 
 def parse_shape(text: str) -> tuple[int, int, int]:
     """'8192x8192' -> (1, 8192, 8192); '64x1024x1024' -> (64, 1024, 1024)."""
+    dims = _sides(text, (2, 3), "MxN or BATCHxMxN", "8192x8192 or 64x1024x1024")
+    return (1, *dims) if len(dims) == 2 else dims  # type: ignore[return-value]
+
+
+def parse_dims(text: str, most: int = 8) -> tuple[int, ...]:
+    """'64x256x56x56' -> (64, 256, 56, 56): an array's shape for permute, 1 to `most` sides."""
+    return _sides(
+        text, tuple(range(1, most + 1)), f"1 to {most} sides like AxBxC",
+        "64x256x56x56 or 8x4096x32x128",
+    )  # fmt: skip
+
+
+def _sides(text: str, counts: tuple[int, ...], form: str, example: str) -> tuple[int, ...]:
     parts = text.strip().lower().split("x")
-    if len(parts) not in (2, 3) or not all(_SIDE.fullmatch(p) for p in parts):
+    if len(parts) not in counts or not all(_SIDE.fullmatch(p) for p in parts):
         raise ShapeError(
-            f"{text!r:.40} is not a shape; write MxN or BATCHxMxN with positive integers, "
-            "e.g. 8192x8192 or 64x1024x1024"
+            f"{text!r:.40} is not a shape; write {form} with positive integers, e.g. {example}"
         )
     # Checked by length first: int() refuses (slowly) numbers of thousands of digits.
     if any(len(p.lstrip("0")) > 19 for p in parts) or math.prod(map(int, parts)) > _MAX_ELEMENTS:
         raise ShapeError(
             f"{text!r:.40} is too large: a shape holds at most 2**63-1 elements; write the "
-            "matrix's real sides, e.g. 8192x8192 or 64x1024x1024"
+            f"array's real sides, e.g. {example}"
         )
-    dims = tuple(int(p) for p in parts)
-    return (1, *dims) if len(dims) == 2 else dims  # type: ignore[return-value]
+    return tuple(int(p) for p in parts)

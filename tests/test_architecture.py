@@ -40,6 +40,8 @@ FORBIDDEN: dict[str, list[str]] = {
     "store": [*CUDA, "measure", "tuner", "worker", "lookup"],
     # permute's planner: shapes and strides in, a Plan out; the executor lives above it
     "plan": [*CUDA, "config", "codegen", "measure", "tuner", "store", "lookup", "worker"],
+    # permute(): validate, plan, launch what transpose() would; it measures and tunes nothing
+    "permuter": ["measure", "tuner", "worker", "multigpu"],
 }
 
 

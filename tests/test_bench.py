@@ -158,3 +158,75 @@ def test_summary_counts_what_each_peer_won(rng):
         assert s[f"{peer}_faster_1pct"] == faster1.get(peer, 0)
     text = bench.format_summary(s)
     assert f"median {100 * np.median(ours_all):.1f}" in text
+
+
+# --- bench --random-permute ----------------------------------------------------------------------
+def test_random_permute_cases_follow_the_stated_distribution(rng):
+    seed = int(rng.integers(0, 2**31))
+    cases = bench.random_permute_cases(300, seed)
+    assert cases == bench.random_permute_cases(300, seed), "a seed must give the same cases"
+    assert cases != bench.random_permute_cases(300, seed + 1)
+    lo, hi = bench.RANDOM_BYTES
+    sizes, dims, multiples = set(), set(), 0
+    for shape, axes, dtype in cases:
+        s = np.dtype(dtype).itemsize
+        sizes.add(s)
+        dims.add(len(shape))
+        assert dtype in bench.RANDOM_DTYPES[s]
+        assert len(axes) == len(shape) and sorted(axes) == list(range(len(shape)))
+        assert axes != tuple(range(len(shape))), "the identity is a copy, not a permute"
+        assert min(shape) >= 1 and all(type(v) is int for v in (*shape, *axes))
+        nbytes = int(np.prod(shape)) * s
+        assert lo * 0.7 <= nbytes <= hi * 1.3, (shape, dtype)
+        multiples += all(v % 8 == 0 for v in shape if v >= 8)
+    assert sizes == set(bench.RANDOM_DTYPES)
+    assert dims == set(range(bench.PERMUTE_DIMS[0], bench.PERMUTE_DIMS[1] + 1))
+    assert 0.3 * len(cases) < multiples < 0.95 * len(cases)
+
+
+def _permute_rows(rng, n: int) -> tuple[list[Row], list[float]]:
+    rows, ours_all = [], []
+    for i in range(n):
+        shape, axes = (2, 3 + i, 5), (2, 0, 1) if i % 2 else (1, 0, 2)
+        ours = float(rng.uniform(0.5, 1.0))
+        ours_all.append(ours)
+        rows += [Row(shape, "float16", "copy", 1.0, 1.0, 1.0, "", axes),
+                 Row(shape, "float16", "autotranspose", 1.0, 1.0, ours, "", axes),
+                 Row(shape, "float16", "cutensor", 1.0, 1.0, ours * 1.2, "", axes),
+                 Row(shape, "float16", "cupy", None, None, None, "CuPy not installed", axes)]  # fmt: skip
+    return rows, ours_all
+
+
+def test_permute_summary_counts_cutensor_and_names_the_case(rng):
+    rows, ours = _permute_rows(rng, int(rng.integers(3, 12)))
+    s = bench.summarize(rows)
+    assert s["measured"] == len(ours) and s["min"] == pytest.approx(min(ours))
+    assert s["cutensor_cases"] == s["cutensor_faster"] == len(ours) and s["cupy_cases"] == 0
+    text = bench.format_summary(s)
+    assert "cutensor faster in" in text
+    assert s["worst"].split()[1].split("/")[1] in ("2,0,1", "1,0,2")
+    table = bench.format_table(rows)
+    assert "2x3x5/1,0,2" in table and "CuPy not installed" in table
+    doc = json.loads(json.dumps({"rows": [asdict(r) for r in rows]}))
+    assert bench.rows_from_json(doc) == rows
+
+
+def test_run_from_args_permutes_each_case_and_summarizes(monkeypatch, capsys, rng):
+    seen = []
+
+    def fake_case(shape, axes, dtype, *, device, repeats):
+        seen.append((shape, axes, dtype, device))
+        return [Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
+                Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9, "", axes)]  # fmt: skip
+
+    monkeypatch.setattr(bench, "bench_permute_case", fake_case)
+    from autotranspose import cli
+
+    rc = cli.run(["bench", "--random-permute", "3", "--seed", "5", "--device", "0"])
+    assert rc == 0 and [c[:3] for c in seen] == bench.random_permute_cases(3, 5)
+    assert "median 90.0" in capsys.readouterr().out
+    seen.clear()
+    rc = cli.run(["bench", "--shapes", "64x256x56x56", "8x4x2x2", "--axes", "0,2,3,1",
+                  "--dtypes", "float16,float32"])  # fmt: skip
+    assert rc == 0 and len(seen) == 4
+    assert seen[0] == ((64, 256, 56, 56), (0, 2, 3, 1), "float16", 0)

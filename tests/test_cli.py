@@ -541,3 +541,74 @@ def test_warnings_print_as_one_line(tuned: str) -> None:
     assert lines[0].startswith(f"autotranspose: warning: skipping at_best row {row_id}: ")
     assert "gbps must be a number" in lines[0] and "Traceback" not in done.stderr
     assert len(json.loads(done.stdout)["entries"]) == 3
+
+
+# --- lookup --axes: permute plans ------------------------------------------------------------------
+def test_lookup_axes_shows_the_plan_and_the_kernel_of_its_transpose(tuned: str) -> None:
+    rc, out, err = run("lookup", "--shape", "64x256x56x56", "--axes", "0,2,3,1", "--dtype",
+                       "float16", "--device", NAME, "--db", tuned)  # fmt: skip
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "permute (64, 256, 56, 56) by (0, 2, 3, 1), 2-byte elements -> (64, 56, 56, 256)"
+    assert any(line.startswith("transpose 64 x 256x3136 of 2-byte elements") for line in lines)
+    assert "1 pass, 1 launch" in lines
+    fields = dict(line.split(None, 1) for line in lines if line.split(None, 1)[0] in ("call", "config"))
+    assert fields["call"] == "2-byte 64x256x3136 -> class 64x256x4096/v8"
+    assert fields["config"].startswith("s2_")
+
+
+def test_lookup_axes_of_a_row_copy_needs_no_device(tmp_path: Path) -> None:
+    rc, out, err = run("lookup", "--shape", "8x4096x32x128", "--axes", "0,-2,1,3", "--dtype",
+                       "bfloat16", "--db", str(tmp_path / "none.db"))  # fmt: skip
+    assert rc == 0, err
+    assert "copy 32 x 4096 rows of 256 bytes" in out and "host loops 8" in out
+    assert out.splitlines()[-1] == "kernel  at_copy_rows_s16"
+    rc, src, _ = run("lookup", "--shape", "8x4096x32x128", "--axes", "0,2,1,3", "--source")
+    assert rc == 0 and "at_copy_rows_s16" in src and "__global__" in src
+
+
+def test_lookup_axes_json(tuned: str) -> None:
+    rc, out, _ = run("lookup", "--shape", "6x10", "--axes", "1,0", "--device", NAME, "--db",
+                     tuned, "--json")  # fmt: skip
+    data = json.loads(out)
+    assert rc == 0 and data["case"] == "transpose" and data["out_shape"] == [10, 6]
+    assert data["passes"][0]["kind"] == "transpose" and data["passes"][0]["m"] == 6
+    assert data["plan"].startswith("permute (6, 10) by (1, 0)") and data["config_key"].startswith("s4_")
+    rc, out, _ = run("lookup", "--shape", "3x5", "--axes", "0,1", "--json")
+    assert rc == 0 and json.loads(out)["kernel"] == "cuMemcpyDtoDAsync"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says", "code"),
+    [(["--shape", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
+     (["--shape", "4x5x6", "--axes", "0,1,1"], "repeat axis 1", 1),
+     (["--shape", "4x5x6", "--axes", "0,one,2"], "argument --axes: ", 2),
+     (["--shape", "4x5x6x7x8x9x2x2x2", "--axes", "0"], "argument --shape: ", 2),
+     (["--shape", "4x5", "--axes", "1,0", "--conjugate", "--dtype", "complex64"], "--axes", 2)],
+)  # fmt: skip
+def test_lookup_axes_errors_are_one_line(argv: list[str], says: str, code: int, db: str) -> None:
+    rc, out, err = run("lookup", *argv, "--db", db)
+    assert rc == code and out == ""
+    assert err.startswith("autotranspose: error: ") and err.count("\n") == 1 and says in err
+
+
+def test_bench_permute_options_parse() -> None:
+    args = cli.build_parser().parse_args(["bench", "--random-permute", "40", "--seed", "7"])
+    assert (args.random_permute, args.seed, args.axes) == (40, 7, None)
+    args = cli.build_parser().parse_args(["bench", "--shapes", "64x256x56x56", "--axes", "0,2,3,1"])
+    assert (args.shapes, args.axes) == (["64x256x56x56"], "0,2,3,1")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says", "code"),
+    [(["--random-permute", "0"], "at least 1", 2),
+     (["--shapes", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
+     (["--shapes", "4x5x6", "4x5", "--axes", "2,1,0"], "name 3 axes but the array has 2", 1),
+     (["--shapes", "4x5x6", "--axes", "0,1,2", "--random", "3"], "--axes", 2),
+     (["--random", "3", "--random-permute", "3"], "not both", 2),
+     (["--shapes", "4x5x6x7x1x1x1x1x1", "--axes", "0"], "argument --shapes: ", 2)],
+)  # fmt: skip
+def test_bench_permute_errors_are_one_line_before_any_gpu_work(argv, says, code) -> None:
+    rc, out, err = run("bench", *argv)
+    assert rc == code and out == ""
+    assert err.startswith("autotranspose: error: ") and err.count("\n") == 1 and says in err

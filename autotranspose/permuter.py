@@ -1,0 +1,231 @@
+"""permute(): any axis order of a 0- to 8-D array, through the kernels transpose() serves.
+
+A call is validated before anything touches a GPU or an output (axes, dtype, `out`'s shape,
+dtype, device and overlap, both layouts: the plan's rules), then planned
+(`plan.plan_permute`: one pass, or nothing for an empty array) and run as steps on the
+call's stream, in the array's context, exactly as transpose() chooses them:
+
+- a transpose pass is the launch transpose() would make for that (batch, m, n) of
+  `elem_bytes`-byte elements (`api.batched_launch`: lookup, flat fit, first-call
+  measurement, its launch cache), once per index of the plan's host loops;
+- a copy of one contiguous block is one ``cuMemcpyDtoDAsync``;
+- a copy of rows is `launch.make_row_copy` (a generated kernel: its docstring says why not
+  the driver's 2-D copy), once per host-loop index.
+
+The steps of a call signature (device, element size, shape, strides, axes, pointer
+alignment, lookup generation) are built once and kept, as transpose() keeps its launches.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _driver, lookup, streams
+from .api import batched_launch, call_target, delivered, host_target, keeping_context
+from .arrays import NDView, allocate, check_permute_output, nd_view
+from .compiler import DeviceState
+from .launch import Launch, make_row_copy
+from .plan import COPY, TRANSPOSE, Plan, contiguous_strides, normalize_axes, plan_permute
+
+_steps: dict[tuple[Any, ...], tuple[Step, ...]] = {}
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pass made runnable: `launch` at each (input, output) byte offset, or, with no
+    launch, a device-to-device copy of `nbytes` there."""
+
+    launch: Launch | None
+    nbytes: int
+    offsets: tuple[tuple[int, int], ...]
+
+    def run(self, src: int, dst: int, stream: int | None, ctx: int) -> None:
+        launch = self.launch
+        if launch is None:
+            for i, o in self.offsets:
+                _driver.memcpy_dtod_async(dst + o, src + i, self.nbytes, stream, ctx)
+            return
+        for i, o in self.offsets:
+            launch.run(src + i, dst + o, stream, ctx)
+
+
+# make_transpose(elem_bytes, (batch, m, n), (ld_in, ld_out, bs_in, bs_out), src, dst)
+MakeTranspose = Callable[[int, tuple[int, int, int], tuple[int, int, int, int], int, int], Any]
+# make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out)
+MakeCopy = Callable[[int, int, int, int, int, int, int, int], Any]
+
+
+def build_steps(
+    plan: Plan, src: int, dst: int, make_transpose: MakeTranspose, make_copy: MakeCopy
+) -> tuple[Step, ...]:
+    """The steps that run `plan` from `src` into `dst` (device pointers). A launch serves
+    every host-loop index, so its kernel is chosen for the least aligned pair of pointers
+    among them (a real pair: a first-call measurement runs on it)."""
+    steps = []
+    for p in plan.passes:
+        offsets = tuple(p.offsets())
+        if p.contiguous:
+            steps.append(Step(None, p.n * p.elem_bytes, offsets))
+            continue
+        i, o = weakest(offsets, src, dst)
+        if p.kind == TRANSPOSE:
+            shape, strides = (p.batch, p.m, p.n), (p.ld_in, p.ld_out, p.bs_in, p.bs_out)
+            launch = make_transpose(p.elem_bytes, shape, strides, src + i, dst + o)
+        else:
+            assert p.kind == COPY, p.kind
+            launch = make_copy(p.elem_bytes, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out)
+        steps.append(Step(launch, 0, offsets))
+    return tuple(steps)
+
+
+def weakest(offsets: Sequence[tuple[int, int]], src: int, dst: int) -> tuple[int, int]:
+    """The (input, output) offsets whose pointers are aligned to the fewest bytes (up to 16)."""
+
+    def alignment(pair: tuple[int, int]) -> int:
+        bits = ((src + pair[0]) | (dst + pair[1])) & 15
+        return bits & -bits if bits else 16
+
+    return min(offsets, key=alignment)
+
+
+def permute(x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None) -> Any:
+    """Permute the axes of `x`: ``out[i_0, ..., i_k] = x[...]`` with out's axis k being x's
+    axis ``axes[k]``, like ``np.transpose(x, axes)`` but materialised, on the GPU.
+
+    `x` is any array transpose() takes (pycuda GPUArray, CuPy, PyTorch CUDA tensor, JAX,
+    `__cuda_array_interface__`, or NumPy, copied to the GPU and back), of 0 to 8 dimensions
+    and any supported dtype; `axes` a permutation of its dimensions (negative ones count
+    from the end). x may be a strided view: strides are whole elements, not negative, and
+    some axis of more than one element has stride 1 (NumPy arrays: any layout, they are
+    copied contiguously first). The result is the same kind of array, or `out` when given
+    (contiguous or a view whose innermost stride is 1; nothing is allocated). Streams,
+    contexts and threads as for transpose(). Bad input raises an `autotranspose.errors`
+    exception before anything is launched or written.
+    """
+    given = None if stream is None else streams.explicit(stream)
+    xv = nd_view(x, "x", given.handle if given is not None else None)
+    order = normalize_axes(axes, xv.ndim)
+    want = tuple(xv.shape[a] for a in order)
+    if xv.kind == "numpy":
+        return _on_host(xv, order, want, out, given)
+    return keeping_context(_on_device, xv, order, want, out, given)
+
+
+def _plan(xv: NDView, axes: tuple[int, ...], out_strides: tuple[int, ...] | None, out_ptr: int) -> Plan:
+    return _planned(xv.shape, axes, xv.et.size, xv.strides, out_strides, xv.ptr & 15, out_ptr & 15)
+
+
+@functools.lru_cache(maxsize=4096)
+def _planned(
+    shape: tuple[int, ...], axes: tuple[int, ...], e: int, in_strides: tuple[int, ...],
+    out_strides: tuple[int, ...] | None, in_align: int, out_align: int,
+) -> Plan:  # fmt: skip
+    """plan_permute, once per signature (it reads only the pointers' alignment; a refused
+    call raises every time: exceptions are not cached)."""
+    return plan_permute(shape, axes, e, in_strides, out_strides, in_ptr=in_align, out_ptr=out_align)
+
+
+def _on_device(
+    xv: NDView, axes: tuple[int, ...], want: tuple[int, ...], out: Any,
+    given: streams.Explicit | None,
+) -> Any:  # fmt: skip
+    state, ctx, handle = call_target(xv, given)
+    if out is None:
+        plan = _plan(xv, axes, None, 0)  # x's layout is refused before allocating
+        result = allocate(xv, want, ctx)
+        if xv.kind == "jax":  # our export, not yet an array
+            ov = xv._replace(obj=result, ptr=result.alloc.ptr, shape=want,
+                             strides=contiguous_strides(want), keep=None)  # fmt: skip
+        else:
+            ov = nd_view(result, "out")
+        if ov.ptr & 15:  # never seen (allocators align to 256 bytes): plan for this pointer
+            plan = _plan(xv, axes, None, ov.ptr)
+    else:
+        result = out
+        ov = nd_view(out, "out")
+        check_permute_output(xv, ov, want, axes)
+        plan = _plan(xv, axes, ov.strides, ov.ptr)
+    for step in _cached_steps(plan, xv, ov.ptr, state, handle, ctx):
+        step.run(xv.ptr, ov.ptr, handle, ctx)
+    return delivered(xv.kind, result)
+
+
+def _cached_steps(
+    plan: Plan, xv: NDView, ov_ptr: int, state: DeviceState, stream: int | None, ctx: int
+) -> tuple[Step, ...]:
+    """The steps of `plan` for this call signature, built on first use."""
+    key = (xv.device, plan, xv.ptr & 15, ov_ptr & 15, lookup.generation)
+    steps = _steps.get(key)
+    if steps is None:
+        steps = build(plan, state, xv.ptr, ov_ptr, stream, ctx)
+        _keep(key, steps)
+    return steps
+
+
+def build(
+    plan: Plan, state: DeviceState, src: int, dst: int, stream: int | None, ctx: int
+) -> tuple[Step, ...]:
+    """The steps of `plan` on `state`'s device, as permute() runs them (the bench times these
+    very steps)."""
+    def make_transpose(e: int, shape: Any, strides: Any, s: int, d: int) -> Launch:
+        return batched_launch(state, e, shape, strides, s, d, stream, ctx)
+
+    def make_copy(*args: int) -> Launch:
+        return make_row_copy(state, *args)
+
+    return build_steps(plan, src, dst, make_transpose, make_copy)
+
+
+def _keep(key: tuple[Any, ...], steps: tuple[Step, ...]) -> None:
+    with _lock:
+        if len(_steps) > 4096:
+            _steps.clear()
+        _steps[key] = steps
+
+
+def clear_caches() -> None:
+    """Forget the plans and steps of every call signature (as `api.clear_caches` does for
+    launches)."""
+    _steps.clear()
+    _planned.cache_clear()
+
+
+def _on_host(
+    xv: NDView, axes: tuple[int, ...], want: tuple[int, ...], out: Any,
+    given: streams.Explicit | None,
+) -> Any:  # fmt: skip
+    """NumPy in, NumPy out: copied contiguously to the GPU, permuted, copied back."""
+    if out is not None:
+        check_permute_output(xv, nd_view(out, "out"), want, axes)
+    if xv.size == 0:
+        return out if out is not None else np.empty(want, xv.dtype)
+    host = np.ascontiguousarray(xv.obj)
+    # the contiguous copy's plan: it refuses what it must before any GPU use
+    plan = _planned(xv.shape, axes, xv.et.size, contiguous_strides(xv.shape), None, 0, 0)
+    state, ctx, handle = host_target(given)
+    nbytes = host.nbytes
+    src, dst = _driver.Allocation(nbytes, ctx), _driver.Allocation(nbytes, ctx)
+    try:
+        dx = xv._replace(kind="device", ptr=src.ptr, strides=plan.in_strides, device=state.ordinal)
+        steps = _cached_steps(plan, dx, dst.ptr, state, handle, ctx)
+        result = np.empty(want, host.dtype)
+        with _driver.on_context(ctx):
+            _driver.memcpy_htod(src.ptr, host.ctypes.data, nbytes)
+            for step in steps:
+                step.run(src.ptr, dst.ptr, handle, ctx)
+            _driver.synchronize_stream(handle)
+            _driver.memcpy_dtoh(result.ctypes.data, dst.ptr, nbytes)
+    finally:
+        src.free()
+        dst.free()
+    if out is not None:
+        out[...] = result
+        return out
+    return result

@@ -1,0 +1,375 @@
+"""permute() without a GPU: every refusal that can be made before a GPU is touched (NumPy
+goes through the host path, which validates first), N-D views, and the executor's steps run
+by the NumPy stand-in for the kernels (tests/_plan_ref.py) against np.transpose, byte for
+byte, with views on both sides. The row-copy kernel's indexing is checked by emulating its
+threads; its source compiles with nvcc where nvcc exists."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _plan_ref import _indices
+
+import autotranspose as at
+from autotranspose import errors, launch, permuter
+from autotranspose.arrays import NDView, check_permute_output, nd_view
+from autotranspose.codegen import ROWS_THREADS, ROWS_UNROLL, render_rows
+from autotranspose.compiler import Kernel
+from autotranspose.dtypes import element_type
+from autotranspose.plan import COPY, TRANSPOSE, Pass, plan_permute
+
+SIZES = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
+
+
+# --- refusals, before any GPU use --------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("axes", "words"),
+    [((0, 1), "name 2 axes but the array has 3"), ((0, 1, 1), "repeat axis 1"),
+     ((0, 1, 3), "out of range"), ((0, 1, "2"), "sequence of ints"), (None, "sequence of ints")],
+)  # fmt: skip
+def test_axes_that_are_not_a_permutation(axes, words):
+    with pytest.raises(errors.AxesError, match=words) as caught:
+        at.permute(np.zeros((2, 3, 4), np.float32), axes)
+    assert "permutation" in str(caught.value) and isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("out", "words"),
+    [(np.zeros((2, 3, 4), np.float32), r"needs out of shape \(2, 4, 3\)"),
+     (np.zeros((2, 4, 3), np.float64), "dtype float64; x has float32"),
+     (np.zeros((2, 4), np.float32), "shape"),
+     ([[0.0]], r"out is a builtins\.list")],
+)  # fmt: skip
+def test_a_wrong_out_is_refused_and_left_untouched(out, words):
+    x = np.ones((2, 3, 4), np.float32)
+    before = np.array(out, copy=True)
+    with pytest.raises((errors.OutputError, errors.InputTypeError), match=words):
+        at.permute(x, (0, 2, 1), out)
+    assert np.array_equal(np.asarray(out), before)
+
+
+def test_an_out_overlapping_x_is_refused():
+    buf = np.zeros((2, 4, 4), np.float32)
+    with pytest.raises(errors.OutputError, match="overlaps x"):
+        at.permute(buf[0], (1, 0), buf[0].T)
+    with pytest.raises(errors.OutputError, match="overlaps x"):
+        at.permute(buf[:, :2], (0, 2, 1), buf[:, :, :2])
+    assert not buf.any()
+
+
+def test_more_than_eight_dimensions():
+    with pytest.raises(errors.ShapeError, match="at most 8"):
+        at.permute(np.zeros((1,) * 9, np.int8), tuple(range(9))[::-1])
+
+
+@pytest.mark.parametrize("dtype", ["object", "U4", "V12"])
+def test_unsupported_dtype(dtype):
+    with pytest.raises(errors.UnsupportedDtypeError):
+        at.permute(np.zeros((2, 2, 2), dtype), (2, 1, 0))
+
+
+def test_not_an_array_and_a_bad_stream():
+    with pytest.raises(errors.InputTypeError, match=r"np\.asarray"):
+        at.permute([[1, 2]], (1, 0))
+    with pytest.raises(errors.InputTypeError, match="stream must be"):
+        at.permute(np.zeros((2, 2)), (1, 0), stream="fast")
+
+
+@pytest.mark.parametrize("shape", [(0,), (2, 0, 3), (0, 5, 1, 7), (3, 0)])
+def test_empty_arrays_need_no_gpu(rng, shape):
+    axes = tuple(int(a) for a in rng.permutation(len(shape)))
+    want = tuple(shape[a] for a in axes)
+    x = np.empty(shape, np.float16)
+    y = at.permute(x, axes)
+    assert type(y) is np.ndarray and y.shape == want and y.dtype == x.dtype
+    out = np.empty(want, np.float16)
+    assert at.permute(x, axes, out) is out
+    with pytest.raises(errors.OutputError, match="shape"):
+        at.permute(x, axes, np.empty(tuple(d + 1 for d in want), np.float16))
+
+
+# --- N-D views ---------------------------------------------------------------------------------
+class _Cai:
+    def __init__(self, shape, strides, typestr="<f4", ptr=0x7000_0000):
+        self.__cuda_array_interface__ = {
+            "shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False),
+            "version": 3,
+        }  # fmt: skip
+
+
+def test_strides_of_part_elements_are_refused_before_any_driver_call():
+    with pytest.raises(errors.LayoutError, match="whole 4-byte elements"):
+        nd_view(_Cai((2, 3, 4), (48, 18, 4)))
+    with pytest.raises(errors.InputTypeError):
+        nd_view(object())
+
+
+def test_nd_view_of_numpy_has_element_strides(rng):
+    base = rng.standard_normal((5, 6, 7, 8)).astype(np.float32)
+    x = base[1:4, ::2, :, 3:7]
+    v = nd_view(x)
+    assert v.kind == "numpy" and v.shape == x.shape and v.ndim == 4 and v.size == x.size
+    assert v.strides == tuple(s // 4 for s in x.strides) and v.et.name == "float32"
+    assert nd_view(np.zeros(()))[3:5] == ((), ())
+
+
+def _dev(shape, strides, ptr=0x10000, dtype="float32", device=0, ctx=None, kind="cupy"):
+    et = element_type(dtype)
+    return NDView(kind, None, ptr, tuple(shape), tuple(strides), None, et, device, ctx)
+
+
+def test_extent_covers_what_a_strided_view_touches():
+    v = _dev((3, 4, 5), (40, 8, 1), ptr=1000)
+    assert v.extent() == (1000, 1000 + (2 * 40 + 3 * 8 + 4 + 1) * 4)
+    assert _dev((3, 0), (5, 1)).extent() == (0x10000, 0x10000)
+    assert _dev((3, 4), (0, 1), ptr=64).extent() == (64, 64 + 16)  # broadcast rows
+
+
+def test_device_outputs_are_checked_for_device_context_and_overlap():
+    x = _dev((4, 6), (6, 1), ptr=0x10000)
+    ok = _dev((6, 4), (4, 1), ptr=0x20000)
+    check_permute_output(x, ok, (6, 4), (1, 0))
+    cases = [
+        (ok._replace(device=1), "on GPU 1 but x is on GPU 0"),
+        (ok._replace(device=None, kind="numpy"), "both be GPU arrays or both NumPy"),
+        (ok._replace(ptr=0x10000 + 20 * 4), "overlaps x"),
+        (ok._replace(ctx=7), None),  # x in the primary context: nothing to compare
+        (ok._replace(kind="jax"), "immutable"),
+    ]
+    for out, words in cases:
+        if words is None:
+            check_permute_output(x, out, (6, 4), (1, 0))
+        else:
+            with pytest.raises(errors.OutputError, match=words):
+                check_permute_output(x, out, (6, 4), (1, 0))
+    with pytest.raises(errors.OutputError, match="different CUDA contexts"):
+        check_permute_output(x._replace(ctx=5), ok._replace(ctx=7), (6, 4), (1, 0))
+
+
+@pytest.mark.parametrize(
+    ("x", "out_strides", "words"),
+    [(_dev((4, 6), (-6, 1), ptr=0x10000 + 18 * 4), None, "negative strides"),
+     (_dev((4, 6), (12, 2)), None, "no axis of stride 1"),
+     (_dev((4, 6), (6, 1)), (2, 12), "innermost stride is not 1"),
+     (_dev((4, 6), (6, 1)), (2, 1), "overlap")],
+)  # fmt: skip
+def test_layouts_the_kernels_cannot_take_are_refused_by_the_plan(x, out_strides, words):
+    with pytest.raises(errors.LayoutError, match=words):
+        permuter._plan(x, (1, 0), out_strides, 0x40000)
+
+
+# --- the executor on the NumPy stand-in ------------------------------------------------------------
+class _Memory:
+    """One flat byte buffer standing for device memory: pointers are indices into it."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.bytes = np.zeros(nbytes, np.uint8)
+        self.launched: list[tuple[str, int, int]] = []
+        self.made: list[tuple[int, int]] = []
+
+    def launch(self, p: Pass) -> _FakeLaunch:
+        return _FakeLaunch(self, p)
+
+    def memcpy(self, dst: int, src: int, nbytes: int, stream, ctx) -> None:
+        assert (stream, ctx) == ("s", "c")
+        self.launched.append(("memcpy", src, dst))
+        self.bytes[dst : dst + nbytes] = self.bytes[src : src + nbytes].copy()
+
+
+class _FakeLaunch:
+    def __init__(self, mem: _Memory, p: Pass) -> None:
+        self.mem, self.p = mem, p
+
+    def run(self, src: int, dst: int, stream, ctx) -> None:
+        """What the kernel does (the contract of launch.make_launch / make_row_copy)."""
+        assert (stream, ctx) == ("s", "c")
+        e = self.p.elem_bytes
+        assert src % e == 0 and dst % e == 0, "a launch at pointers its elements do not align to"
+        self.mem.launched.append((self.p.kind, src, dst))
+        si, di = _indices(self.p, src, dst)
+        self.mem.bytes[di] = self.mem.bytes[si]
+
+
+def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
+    def make_transpose(e, shape, strides, s, d):
+        mem.made.append((s, d))
+        (b, m, n), (li, lo, bi, bo) = shape, strides
+        return mem.launch(Pass(TRANSPOSE, e, m, n, li, lo, b, bi, bo))
+
+    def make_copy(e, b, m, n, li, lo, bi, bo):
+        return mem.launch(Pass(COPY, e, m, n, li, lo, b, bi, bo))
+
+    monkeypatch.setattr(permuter._driver, "memcpy_dtod_async", mem.memcpy)
+    steps = permuter.build_steps(plan, src, dst, make_transpose, make_copy)
+    for step in steps:
+        step.run(src, dst, "s", "c")
+    return steps
+
+
+def _random_case(rng, e: int):
+    """A random 1- to 6-D permute of views: x sliced (steps and offsets) out of a larger
+    array, out either contiguous or a window of a padded buffer; pointers at element but not
+    necessarily 16-byte alignment."""
+    nd = int(rng.integers(1, 7))
+    shape = tuple(int(v) for v in rng.integers(1, 6, nd))
+    axes = tuple(int(a) for a in rng.permutation(nd))
+    pad = [int(rng.integers(0, 3)) for _ in shape]
+    parent = tuple(s + p for s, p in zip(shape, pad, strict=True))
+    step = [1] * nd
+    if nd > 1 and rng.random() < 0.5:  # a step on an outer axis
+        k = int(rng.integers(0, nd - 1))
+        step[k] = 2
+        parent = tuple(p * 2 if i == k else p for i, p in enumerate(parent))
+    xs = np.array(_strides(parent))
+    in_strides = tuple(int(s * st) for s, st in zip(xs, step, strict=True))
+    start = sum(int(rng.integers(0, p - s * st + 1)) * int(x)
+                for p, s, st, x in zip(parent, shape, step, xs, strict=True))  # fmt: skip
+    want = tuple(shape[a] for a in axes)
+    if rng.random() < 0.5:
+        out_parent = tuple(w + int(rng.integers(0, 3)) for w in want)
+    else:
+        out_parent = want
+    out_strides = _strides(out_parent)
+    return shape, axes, in_strides, start, int(np.prod(parent)), want, out_strides, int(np.prod(out_parent))
+
+
+def _strides(shape):
+    acc, out = 1, []
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+@pytest.mark.parametrize("e", sorted(SIZES))
+def test_steps_match_numpy_for_random_views(rng, e, monkeypatch):
+    refused = 0
+    for _ in range(60):
+        shape, axes, xst, start, x_elems, want, ost, o_elems = _random_case(rng, e)
+        x_at = 4096 + e * int(rng.integers(0, 4))  # element-aligned, not always 16-byte aligned
+        o_at = x_at + x_elems * e + 256 + e * int(rng.integers(0, 4))
+        mem = _Memory(o_at + o_elems * e + 256)
+        mem.bytes[:] = rng.integers(0, 256, mem.bytes.size, dtype=np.uint8)
+        before = mem.bytes.copy()
+        src, dst = x_at + start * e, o_at
+        try:
+            plan = plan_permute(shape, axes, e, xst, ost, in_ptr=src, out_ptr=dst)
+        except errors.LayoutError:  # padding after trailing size-1 axes: no stride-1 axis
+            refused += 1
+            continue
+        _run_steps(mem, plan, src, dst, monkeypatch)
+        x = np.lib.stride_tricks.as_strided(
+            before[src:].view(np.uint8), shape=(*shape, e), strides=(*(s * e for s in xst), 1)
+        )
+        got = np.lib.stride_tricks.as_strided(
+            mem.bytes[dst:], shape=(*want, e), strides=(*(s * e for s in ost), 1)
+        )
+        case = f"{shape} by {axes}, {e}-byte, x strides {xst}, out strides {ost}"
+        assert np.array_equal(got, np.transpose(x, (*axes, len(axes)))), case
+        touched = np.zeros(mem.bytes.size, bool)
+        idx = np.lib.stride_tricks.as_strided(
+            np.arange(mem.bytes.size)[dst:], shape=(*want, e), strides=(*(s * e * 8 for s in ost), 8)
+        )
+        touched[idx.ravel()] = True
+        assert np.array_equal(mem.bytes[~touched], before[~touched]), f"{case}: wrote outside out"
+    assert refused < 20
+
+
+def test_an_identity_is_one_memcpy_and_a_transpose_one_launch_per_loop_index(monkeypatch):
+    mem = _Memory(1 << 16)
+    plan = plan_permute((4, 8), (0, 1), 4)
+    steps = _run_steps(mem, plan, 0, 4096, monkeypatch)
+    assert [s.launch for s in steps] == [None] and mem.launched == [("memcpy", 0, 4096)]
+    mem = _Memory(1 << 16)
+    plan = plan_permute((2, 3, 5, 7), (3, 1, 0, 2), 2)  # loops the kernel's batch cannot take
+    assert plan.passes[0].loops
+    steps = _run_steps(mem, plan, 0, 8192, monkeypatch)
+    assert len(mem.launched) == plan.launches == len(steps[0].offsets) > 1
+    assert {k for k, _, _ in mem.launched} == {TRANSPOSE} and len(mem.made) == 1
+
+
+def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch):
+    """Host loops move the pointers by their strides: the launch made must run at all of
+    them, so it is made (and measured, on a first call) at the worst-aligned pair."""
+    mem = _Memory(1 << 20)
+    # (3, 5, 4, 6) float32 by (2, 0, 3, 1): out strides of the loop axis are odd elements
+    plan = plan_permute((3, 5, 4, 6), (2, 0, 3, 1), 4)
+    p = plan.passes[0]
+    assert p.loops
+    _run_steps(mem, plan, 0, 1 << 19, monkeypatch)
+    ((s, d),) = mem.made
+
+    def alignment(v: int) -> int:
+        v &= 15
+        return v & -v if v else 16
+
+    worst = min(alignment(i | (o + (1 << 19))) for i, o in p.offsets())
+    assert worst < 16 and alignment(s | d) == worst
+    assert permuter.weakest([(0, 0), (4, 8), (16, 32)], 0, 0) == (4, 8)
+
+
+# --- the row copy kernel --------------------------------------------------------------------------
+@pytest.fixture
+def row_copy(monkeypatch):
+    monkeypatch.setattr(launch, "get_row_kernel", lambda state, e: Kernel(f"at_copy_rows_s{e}", 1, 1))
+
+    class _State:
+        pass
+
+    return lambda *args: launch.make_row_copy(_State(), *args)
+
+
+def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
+    """How many times each (b, i, j) is copied by the launch's threads (the kernel's index
+    arithmetic, thread by thread)."""
+    m_, n_, *_, lanes_log2, b_, _ = lc.scalars
+    assert (m_, n_, b_) == (m, n, batch)
+    hits = np.zeros((batch, m, n), np.int64)
+    lanes = 1 << lanes_log2
+    per_block = lc.block[0] >> lanes_log2
+    for block in range(lc.grid[0]):
+        for t in range(lc.block[0]):
+            first = block * per_block * ROWS_UNROLL + (t >> lanes_log2)
+            for u in range(ROWS_UNROLL):
+                r = first + u * per_block
+                if r >= batch * m:
+                    continue
+                b, i = divmod(r, m)
+                for j in range(t & (lanes - 1), n, lanes):
+                    hits[b, i, j] += 1
+    return hits
+
+
+@pytest.mark.parametrize(
+    ("batch", "m", "n"), [(1, 1, 1), (1, 7, 3), (3, 5, 16), (2, 9, 300), (1, 70, 33), (4, 1, 1)]
+)
+def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
+    lc = row_copy(4, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))
+    assert lc.config is None and lc.block == (ROWS_THREADS, 1, 1)
+    assert np.all(_emulate(lc, batch, m, n) == 1)
+
+
+def test_row_copy_refuses_what_one_launch_cannot_take(row_copy):
+    with pytest.raises(errors.ShapeError, match="split"):
+        row_copy(1, 2**32, 2, 1, 1, 1, 2, 2)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_row_copy_compiles_without_spills(tmp_path: Path, arch):
+    src = tmp_path / "rows.cu"
+    src.write_text(render_rows())
+    run = subprocess.run(
+        ["nvcc", "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", str(src), "-o",
+         str(tmp_path / "rows.cubin")], capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    for s in SIZES:
+        assert f"at_copy_rows_s{s}" in run.stderr
+    spills = [line for line in run.stderr.splitlines() if "spill" in line]
+    assert len(spills) == len(SIZES)
+    assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), spills

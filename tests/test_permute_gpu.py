@@ -157,7 +157,7 @@ def test_cupy_in_cupy_out_and_refusals_write_nothing(rng):
     out = cupy.full((5, 3, 4), 7.0, np.float32)
     for bad, kind, words in [
         ((0, 1), at.errors.AxesError, "permutation"),
-        ((2, 0, 1), at.errors.OutputError, None),  # out has the wrong shape for these axes
+        ((1, 2, 0), at.errors.OutputError, None),  # out (5, 3, 4) is the wrong shape: (4, 5, 3)
     ]:
         with pytest.raises(kind, match=words):
             at.permute(x, bad, out if kind is at.errors.OutputError else None)

@@ -324,7 +324,8 @@ def _cutensor_peer(cupy_views: Callable, axes: tuple[int, ...], e: int) -> tuple
     try:
         from cupyx import cutensor
     except ImportError as exc:
-        return None, f"cupyx.cutensor not importable ({exc})"
+        first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        return None, f"cupyx.cutensor not importable ({first})"
     as_dtype = _CUTENSOR_AS.get(e)
     if as_dtype is None:
         return None, "cuTENSOR has no 1-byte type"

@@ -19,6 +19,8 @@ from .config import KernelConfig
 from .errors import ShapeError
 
 _MAX_GRID_X = 2**31 - 1
+_MAX_GRID_Y = 65535
+ROWS_CHUNK_STEPS = 16  # a row-copy thread moves at most this many words of a row
 
 
 _POINTERS = struct.Struct("PP")
@@ -133,6 +135,11 @@ def make_row_copy(
             f"a row copy of {batch} x {m} rows of {n} words needs {blocks} blocks, more than "
             f"a launch allows ({_MAX_GRID_X}); split the array"
         )
-    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, lanes.bit_length() - 1, batch, 0)
+    # Rows longer than ROWS_CHUNK_STEPS passes of the block's lanes are cut into chunks over
+    # blockIdx.y: 64 rows of 5.9 MB ran on 16 blocks at 20% of copy (H200, session 5).
+    chunk = max(lanes * ROWS_CHUNK_STEPS, -(-n // _MAX_GRID_Y))
+    chunk = -(-chunk // lanes) * lanes
+    chunks = max(1, -(-n // chunk))
+    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, lanes.bit_length() - 1, batch, chunk)
     kernel = get_row_kernel(state, elem_bytes)
-    return Launch(None, kernel, (max(blocks, 1), 1, 1), (ROWS_THREADS, 1, 1), scalars, state)
+    return Launch(None, kernel, (max(blocks, 1), chunks, 1), (ROWS_THREADS, 1, 1), scalars, state)

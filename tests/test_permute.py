@@ -6,6 +6,7 @@ threads; its source compiles with nvcc where nvcc exists."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 from pathlib import Path
@@ -326,12 +327,13 @@ def row_copy(monkeypatch):
 def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
     """How many times each (b, i, j) is copied by the launch's threads (the kernel's index
     arithmetic, thread by thread)."""
-    m_, n_, *_, lanes_log2, b_, _ = lc.scalars
+    m_, n_, *_, lanes_log2, b_, chunk = lc.scalars
     assert (m_, n_, b_) == (m, n, batch)
     hits = np.zeros((batch, m, n), np.int64)
     lanes = 1 << lanes_log2
     per_block = lc.block[0] >> lanes_log2
-    for block in range(lc.grid[0]):
+    assert lc.grid[1] * chunk >= n and (lc.grid[1] - 1) * chunk < n
+    for block, y in itertools.product(range(lc.grid[0]), range(lc.grid[1])):
         for t in range(lc.block[0]):
             first = block * per_block * ROWS_UNROLL + (t >> lanes_log2)
             for u in range(ROWS_UNROLL):
@@ -339,13 +341,13 @@ def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
                 if r >= batch * m:
                     continue
                 b, i = divmod(r, m)
-                for j in range(t & (lanes - 1), n, lanes):
+                for j in range(y * chunk + (t & (lanes - 1)), min(n, (y + 1) * chunk), lanes):
                     hits[b, i, j] += 1
     return hits
 
 
 @pytest.mark.parametrize(
-    ("batch", "m", "n"), [(1, 1, 1), (1, 7, 3), (3, 5, 16), (2, 9, 300), (1, 70, 33), (4, 1, 1)]
+    ("batch", "m", "n"), [(1, 1, 1), (1, 7, 3), (3, 5, 16), (2, 9, 300), (1, 70, 33), (4, 1, 1), (2, 3, 9000)]
 )
 def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
     lc = row_copy(4, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))

@@ -119,8 +119,8 @@ def _tables(url: str) -> set[str]:
 def test_revisions_form_one_line():
     script = migrations.script()
     revisions = [r.revision for r in script.walk_revisions()]
-    assert revisions == ["0003", "0002", "0001"]
-    assert script.get_heads() == ["0003"]
+    assert revisions == ["0004", "0003", "0002", "0001"]
+    assert script.get_heads() == ["0004"]
 
 
 def test_unknown_target_revision_is_a_store_error(db_url):

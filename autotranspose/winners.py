@@ -64,7 +64,7 @@ POLL_S = 0.02
 _switch: list[bool | None] = [None]
 _writers: dict[str, Store | None] = {}
 _warned: set[str] = set()
-_lock = threading.Lock()
+_lock = threading.RLock()  # writer() warns (under it) when it cannot open one
 _owner = [""]
 
 
@@ -195,7 +195,7 @@ def forget() -> None:
 def _forget_in_child() -> None:
     # A forked child must not use its parent's connections, nor its parent's claim name.
     global _lock
-    _lock = threading.Lock()
+    _lock = threading.RLock()
     for store in _writers.values():
         if store is not None:
             store.engine.dispose(close=False)

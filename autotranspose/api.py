@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _driver, firstcall, lookup, streams
+from . import _driver, firstcall, lookup, streams, winners
 from .arrays import NDView, View, allocate_like, check_output, transposed_shape, view
 from .compiler import DeviceState, device_state
 from .config import KernelConfig, default_config
@@ -118,7 +118,9 @@ def _first_call(
     state: DeviceState, stream: int | None, ctx: int,
 ) -> KernelConfig:  # fmt: skip
     """Time a small portfolio on this call's buffers (see `firstcall`); the winner serves every
-    later call of the class. Returns the config to launch now."""
+    later call of the class, and is kept in the database for other processes (`winners`:
+    a class another process measured or is measuring is not measured here). Returns the
+    config to launch now."""
     s = x.et.size
 
     def runnable(c: KernelConfig) -> bool:
@@ -137,14 +139,18 @@ def _first_call(
     def make(c: KernelConfig) -> Launch:
         return make_launch(state, c, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs)
 
-    outcome = firstcall.measure(state, configs, make, x.ptr, o.ptr, stream, ctx)
-    if outcome is None:
-        return guess
-    firstcall.history.append((state.info.name, s, cls, outcome))
-    seconds = outcome.seconds[outcome.best]
-    gbps = 2 * x.size * s / seconds / 1e9 if seconds else None
-    lookup.remember(state.info, s, cls, conjugate, lookup.Choice(outcome.best, "measured", cls, gbps))
-    return outcome.best
+    def run() -> winners.Winner | None:
+        outcome = firstcall.measure(state, configs, make, x.ptr, o.ptr, stream, ctx)
+        if outcome is None:
+            return None
+        firstcall.history.append((state.info.name, s, cls, outcome))
+        seconds = outcome.seconds[outcome.best]
+        gbps = 2 * x.size * s / seconds / 1e9 if seconds else 0.0
+        return winners.Winner(outcome.best, gbps, seconds=seconds)
+
+    call = winners.Call(state.info, x.et.name, s, (x.batch, x.m, x.n), cls, conjugate)
+    choice = winners.settle(call, run, runnable)
+    return guess if choice is None else choice.config
 
 
 def served(

@@ -399,13 +399,13 @@ def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if store is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", BadRowWarning)  # listed below, once each
-            entries = [("tuned", e) for e in store.entries(device_name=args.device, include_stale=True)]
+            entries = [(e.source, e) for e in store.entries(device_name=args.device, include_stale=True)]
         for problem in store.problems(args.device):
             print(f"{PROG}: skipped a bad row: {problem}", file=err)
     entries += [("shipped", e) for e in _shipped_entries(args.device)]
-    tuned_devices = {e.device for source, e in entries if source == "tuned"}
+    tuned_devices = {e.device for source, e in entries if source != "shipped"}
     entries.sort(key=lambda se: (
-        se[1].device not in tuned_devices, se[1].device, se[0] != "tuned", se[1].elem_bytes,
+        se[1].device not in tuned_devices, se[1].device, se[0] == "shipped", se[1].elem_bytes,
         se[1].shape_class,
     ))  # fmt: skip
     if args.json:
@@ -432,6 +432,9 @@ def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(file=out)
     if stale:
         print("stale: measured with other kernel templates; not served; tune again to refresh",
+              file=out)  # fmt: skip
+    if any(source == "measured" for source, _ in entries):
+        print("measured: a first call's winner among a few candidates; `tune` replaces it",
               file=out)  # fmt: skip
     return 0
 
@@ -516,6 +519,7 @@ def _print_choice(
         "tuned": "tuned for this class",
         "nearest": f"tuned for the nearest class {info['from_shape_class']}",
         "shipped": f"shipped results ({info['from_shape_class']})",
+        "measured": "measured on a first call of this class",
         "default": "untuned default",
     }.get(choice.source, choice.source)
     rows = [

@@ -11,7 +11,8 @@ the call's own buffers and stream:
 - the nearest tuned and shipped results of other classes (`lookup.neighbours`),
 - the seed documents' kernel (32x32 tile, +1 padding), robust on every shape.
 
-It keeps the fastest for every later call of the class (`lookup.remember`). The measurement
+It keeps the fastest for every later call of the class (`lookup.remember`), and `winners`
+records it in the tuning database, where other processes find it. The measurement
 costs at most `BUDGET_S` seconds of GPU time (rounds stop when the next would exceed it);
 kernels not yet compiled are compiled first, in parallel, once per machine (nvcc's disk cache).
 

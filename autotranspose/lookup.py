@@ -3,6 +3,8 @@
 For (device, element size, shape class) the choice falls through:
 
 1. "tuned": this device's best entry for exactly this class in the tuning database;
+   "measured" where that entry is a first call's winner (``winners``), unless a shipped file
+   has a tuned entry of exactly this class (a tuned result always outranks a measured one);
 2. "nearest": its tuned entry of the nearest class (``ShapeClass.distance``);
 3. "shipped": the same two steps over ``tuning_db/<device slug>.json`` shipped with the package;
 4. "default": ``default_config(elem_bytes, max_vector=cls.vec)``.
@@ -153,7 +155,14 @@ def _choose(
         found = _pick(tuned, elem_bytes, cls, limits)
         if found is not None and (found[1] or not own_only):
             entry, exact = found
-            return _choice(entry, "tuned" if exact else "nearest", conjugate)
+            if not exact:
+                return _choice(entry, "nearest", conjugate)
+            if entry.source == "tuned":
+                return _choice(entry, "tuned", conjugate)
+            ship = _pick(shipped(name), elem_bytes, cls, limits)
+            if ship is not None and ship[1] and ship[0].source == "tuned":
+                return _choice(ship[0], "shipped", conjugate)
+            return _choice(entry, "measured", conjugate)
     found = _pick(shipped(name), elem_bytes, cls, limits)
     if found is not None and (found[1] or not own_only):
         return _choice(found[0], "shipped", conjugate)

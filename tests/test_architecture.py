@@ -37,6 +37,8 @@ FORBIDDEN: dict[str, list[str]] = {
     "worker": ["api", "tuner", "store", "lookup"],
     "lookup": [*CUDA, "measure", "worker", "tuner"],
     "firstcall": ["api", "measure", "tuner", "worker", "store"],
+    # keeps first-call winners in the database: testable on machines without a GPU
+    "winners": [*CUDA, "firstcall", "measure", "tuner", "worker"],
     "store": [*CUDA, "measure", "tuner", "worker", "lookup"],
     # permute's planner: shapes and strides in, a Plan out; the executor lives above it
     "plan": [*CUDA, "config", "codegen", "measure", "tuner", "store", "lookup", "worker"],
@@ -213,7 +215,9 @@ def test_layer_order(layer: str):
         pytest.fail(f"{layer} must not reach {FORBIDDEN[layer]}:\n" + "\n".join(wrong))
 
 
-@pytest.mark.parametrize("module", ["autotranspose.store", "autotranspose.lookup", "autotranspose.plan"])
+@pytest.mark.parametrize(
+    "module", ["autotranspose.store", "autotranspose.lookup", "autotranspose.plan", "autotranspose.winners"]
+)
 def test_no_cuda_behind(module: str):
     """Importing the store (or lookup) loads no CUDA code, no measuring and no public call."""
     avoid = ["measure", "compiler", "_driver", "_native", "_dlpack", "arrays", "streams", "api",

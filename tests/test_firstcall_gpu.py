@@ -3,7 +3,13 @@ and later calls of the class get the winner (see autotranspose.firstcall)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +18,7 @@ import autotranspose as at
 from autotranspose import api, firstcall, lookup
 from autotranspose.config import max_vec
 from autotranspose.shapes import shape_class
+from autotranspose.store import Store
 
 pytestmark = pytest.mark.gpu
 
@@ -129,3 +136,46 @@ def test_no_measurement_while_the_stream_is_captured(rng):
     y = at.transpose(view)
     torch.cuda.synchronize()
     assert torch.equal(y, x.t()) and len(_measured(shape)[0]) == 1
+
+
+_FIRST_CALL = textwrap.dedent("""
+    import json, sys
+    import cupy, numpy as np
+    import autotranspose as at
+    from autotranspose import api, firstcall, lookup
+    from autotranspose.config import max_vec
+    from autotranspose.shapes import shape_class
+    lookup.tuning_db_dir = lambda: None  # nothing shipped: a class nobody tuned
+    m, n = int(sys.argv[1]), int(sys.argv[2])
+    a = np.random.default_rng().standard_normal((m, n)).astype(np.float32)
+    assert np.array_equal(cupy.asnumpy(at.transpose(cupy.asarray(a))), a.T)
+    cls = shape_class(1, m, n, max_vec(4, n, m, n, m))
+    choice = lookup.choose(api.device_state(0).info, 4, cls)
+    print(json.dumps({"measured": len(firstcall.history), "source": choice.source,
+                      "config": choice.config.key}))
+""")
+
+
+def test_a_winner_is_stored_and_the_next_process_does_not_measure(rng, tmp_path):
+    """The first call of a class in one process measures it and stores the winner in the
+    default database (`winners`); a second process serves that winner without measuring."""
+    _cupy()
+    db = tmp_path / "tuning.db"
+    Store.open(db).close()  # the default database exists and is ours: winners are kept
+    m, n = _odd_shape(rng)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTRANSPOSE_")}
+    env.update(AUTOTRANSPOSE_DB=str(db), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", _FIRST_CALL, str(m), str(n)], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert (first["measured"], first["source"]) == (1, "measured"), first
+    assert (second["measured"], second["source"]) == (0, "measured"), second
+    assert second["config"] == first["config"]
+    with Store.open(db, readonly=True) as s:
+        (entry,) = s.entries()
+    assert (entry.source, entry.config.key, entry.dtype) == ("measured", first["config"], "float32")
+    assert entry.shape == (1, m, n) and entry.gbps > 0

@@ -351,3 +351,26 @@ def test_a_remembered_choice_serves_its_class_until_the_cache_is_cleared(rng, mo
     assert lookup.choose(H100, 4, shape_class(1, 3000, 9000, 4)).source == "default"
     lookup.clear_cache()
     assert lookup.choose(H100, 4, cls).source == "default"
+
+
+def test_a_measured_result_serves_its_class_and_a_tuned_one_outranks_it(store, rng, fresh_lookup):
+    """A first call's winner ("measured") serves exactly its class, ahead of a nearer class's
+    tuned result; a tuned result of the class, in the database or shipped, comes first."""
+    tuned, measured = _configs(rng, count=2)
+    near = ShapeClass(1, 4096, 8192, 4)
+    _record(store, H100, near, tuned, 1500.0)
+    store.record(None, H100, "float32", 4, (1, 4096, 4096), CLS, measured, ok(2000.0, 0.0),
+                 source="measured")  # fmt: skip
+    c = lookup.choose(H100, 4, CLS, store=store)
+    assert (c.source, c.config, c.shape_class, c.ratio) == ("measured", measured, CLS, 0.0)
+    assert not lookup.is_guess(c, CLS)
+    assert lookup.choose(H100, 4, ShapeClass(1, 4096, 16384, 4), store=store).source == "nearest"
+    # a shipped tuned result of exactly the class outranks it
+    _ship(fresh_lookup, H100, [(CLS, tuned, 900.0)])
+    lookup.clear_cache()
+    c = lookup.choose(H100, 4, CLS, store=store)
+    assert (c.source, c.config) == ("shipped", tuned)
+    # and so does a tuned result in the database (it replaces the measured one)
+    _record(store, H100, CLS, tuned, 100.0)
+    c = lookup.choose(H100, 4, CLS, store=store)
+    assert (c.source, c.config, c.gbps) == ("tuned", tuned, 100.0)

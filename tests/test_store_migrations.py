@@ -8,10 +8,12 @@ import json
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from store_data import H100, valid_config
 
 from autotranspose import cli, lookup
 from autotranspose.errors import StoreError
+from autotranspose.measurement import Measurement
 from autotranspose.shapes import ShapeClass
 from autotranspose.store import Store, database, migrations, resolve_url, upgrade
 
@@ -90,6 +92,7 @@ def test_revision_0001_database_is_upgraded_with_rows_intact(db_url, rng):
         (entry,) = store.entries()
         assert entry.config == old["config"] and entry.gbps == pytest.approx(old["gbps"])
         assert entry.shape_class == ShapeClass(1, 4096, 4096, 4) and not entry.stale
+        assert entry.source == "tuned"  # every result before 0004 was tuned or imported
         got = store.measured(H100.name, 4, (1, 4096, 4096), old["config"])
         assert got is not None and got.gbps == pytest.approx(old["gbps"])
         assert store.claim("study", "key", "me")  # the 0003 table exists
@@ -105,6 +108,27 @@ def test_explicit_upgrade_goes_one_revision_at_a_time(db_url):
     assert "at_claims" not in _tables(db_url)
     assert upgrade(db_url) == migrations.head()
     assert "at_claims" in _tables(db_url)
+    assert "source" in _columns(db_url, "at_best") and "source" in _columns(db_url, "at_measurements")
+
+
+def test_revision_0004_downgrades_and_upgrades_with_sources_intact(db_url):
+    """The source column goes and comes back (every row then reads "tuned" again)."""
+    cls = ShapeClass(1, 4096, 4096, 4)
+    with Store.open(db_url) as store:
+        store.record(None, H100, "float32", 4, (1, 4096, 4096), cls, valid_config(4, 4),
+                     Measurement("ok", 2000.0, 0.0, 10.0), source="measured")  # fmt: skip
+        assert [e.source for e in store.entries()] == ["measured"]
+    engine = sa.create_engine(resolve_url(db_url))
+    try:
+        with engine.begin() as conn:
+            command.downgrade(migrations.alembic_config(conn), "0003")
+    finally:
+        engine.dispose()
+    assert "source" not in _columns(db_url, "at_best")
+    with Store.open(db_url, readonly=True) as store:
+        assert [e.source for e in store.entries()] == ["tuned"]
+    assert upgrade(db_url) == "0004"
+    assert "source" in _columns(db_url, "at_best")
 
 
 def _tables(url: str) -> set[str]:
@@ -119,8 +143,8 @@ def _tables(url: str) -> set[str]:
 def test_revisions_form_one_line():
     script = migrations.script()
     revisions = [r.revision for r in script.walk_revisions()]
-    assert revisions == ["0003", "0002", "0001"]
-    assert script.get_heads() == ["0003"]
+    assert revisions == ["0004", "0003", "0002", "0001"]
+    assert script.get_heads() == ["0004"]
 
 
 def test_unknown_target_revision_is_a_store_error(db_url):
@@ -160,6 +184,7 @@ def test_reads_of_an_older_schema_do_not_migrate_it(db_url, rng, monkeypatch):
         assert store.schema_revision() == "0001"
         (entry,) = store.entries()
         assert entry.config == old["config"] and entry.gbps == pytest.approx(old["gbps"])
+        assert entry.source == "tuned"  # read without the 0004 column
         (device,) = store.devices()
         assert device.name == H100.name and device.l2_bytes == 0
     rc, out, err = _cli("show", "--json", "--db", db_url)

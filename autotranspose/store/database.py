@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,9 @@ CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_VAR = "AUTOTRANSPOSE_DB_STATEMENT_TIMEOUT"
 STATEMENT_TIMEOUT_S = 300
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "imported")
+# Where a result came from: a tuning run (or an import of one), or a first call's portfolio
+# (`autotranspose.winners`). A tuned result always outranks a measured one (`_replaces`).
+SOURCES = ("tuned", "measured")
 
 # Tables Optuna's RDBStorage creates (any version): a database holding only these is one we may
 # add our tables to, since the tuner keeps its Optuna study beside our results.
@@ -98,7 +101,8 @@ class TunedEntry:
     """The best known config of one (device, element size, shape class), as lookup serves it.
 
     `stale` is true when the entry was measured with another template version than the running
-    code's: it describes kernels that no longer exist and is listed but never served.
+    code's: it describes kernels that no longer exist and is listed but never served. `source`
+    is "tuned" (a tuning run) or "measured" (a first call's portfolio, see SOURCES).
     """
 
     device: str
@@ -114,6 +118,7 @@ class TunedEntry:
     shape: tuple[int, int, int] | None = None  # the shape it was measured on
     dtype: str | None = None
     measured_at: datetime | None = None
+    source: str = "tuned"
 
 
 ImportedFile = tuple[DeviceInfo, Sequence[TunedEntry], str]  # device, entries, file name
@@ -552,24 +557,26 @@ def _prepare(engine: Engine, url: str, display: str, revision: str = "head") -> 
             return target
 
 
-def _readable(engine: Engine, url: str, display: str) -> tuple[str, tuple[Any, ...]]:
-    """Check the database is ours and has our tables, without changing it: its revision, and
-    the at_devices columns to read (an older revision's, with defaults for later ones)."""
+def _readable(engine: Engine, url: str, display: str) -> tuple[str, tuple[Any, ...], Any]:
+    """Check the database is ours and has our tables, without changing it: its revision, the
+    at_devices columns to read and at_best's source column (an older revision's, with
+    defaults for later ones)."""
     with _opening(display, url, writing=False), _transaction(engine, write=False) as conn:
         rev = _schema_state(conn, display)
-        present = None
+        present = best = None
         if rev and rev != migrations.head():
             present = {c["name"] for c in sa.inspect(conn).get_columns("at_devices")}
+            best = {c["name"] for c in sa.inspect(conn).get_columns("at_best")}
     if not rev:
         raise _not_created(display, f"{display} has no autotranspose tables yet")
-    return rev, _device_columns(present, display)
+    return rev, _device_columns(present, display), _best_source(best)
 
 
 def _connect(
     url: str | os.PathLike[str] | None, *, readonly: bool, revision: str = "head"
-) -> tuple[Engine, str, str, tuple[Any, ...]]:
+) -> tuple[Engine, str, str, tuple[Any, ...], Any]:
     """Open the database at `url` (see resolve_url): (engine, resolved URL, display, at_devices
-    columns). A writer creates the database and creates or upgrades our schema; a reader
+    columns, at_best's source column). A writer creates the database and creates or upgrades our schema; a reader
     (`readonly`) changes nothing and refuses a database that does not exist. Neither writes to
     a database before it is known to be ours, or new."""
     resolved = resolve_url(url)
@@ -597,14 +604,14 @@ def _connect(
     engine = _make_engine(resolved, display, readonly=readonly, uri=uri)
     try:
         if readonly:
-            columns = _readable(engine, resolved, display)[1]
+            _, columns, source = _readable(engine, resolved, display)
         else:
             _prepare(engine, resolved, display, revision)
-            columns = _DEVICE_COLUMNS
+            columns, source = _DEVICE_COLUMNS, Best.source
     except BaseException:
         engine.dispose()
         raise
-    return engine, resolved, display, columns
+    return engine, resolved, display, columns, source
 
 
 def upgrade(url: str | os.PathLike[str] | None = None, revision: str = "head") -> str:
@@ -644,12 +651,14 @@ class Store:
         *,
         readonly: bool = False,
         device_columns: tuple[Any, ...] | None = None,
+        best_source: Any = None,
     ) -> None:
         self.engine = engine
         self.url = url
         self.display = display
         self.readonly = readonly
         self._device_columns = device_columns or _DEVICE_COLUMNS
+        self._best_source = Best.source if best_source is None else best_source
         self._device_ids: dict[DeviceInfo, int] = {}
 
     @classmethod
@@ -660,8 +669,11 @@ class Store:
         schema. To read (`readonly`): change nothing; a missing database, or one without our
         tables, is a StoreError saying how to create it; an older schema is read as it is.
         """
-        engine, resolved, display, columns = _connect(url, readonly=readonly)
-        return cls(engine, resolved, display, readonly=readonly, device_columns=columns)
+        engine, resolved, display, columns, source = _connect(url, readonly=readonly)
+        return cls(
+            engine, resolved, display, readonly=readonly, device_columns=columns,
+            best_source=source,
+        )  # fmt: skip
 
     def close(self) -> None:
         self.engine.dispose()
@@ -747,11 +759,15 @@ class Store:
         shape_class: ShapeClass,
         config: KernelConfig,
         m: Measurement,
-    ) -> None:
+        *,
+        source: str = "tuned",
+    ) -> bool:
         """Store one measurement and, in the same transaction, make it the best of its
         (device, elem_bytes, shape class) if it is correct and faster than the current best,
-        or if the current best came from another template version."""
-        _check_record(dtype, elem_bytes, shape, shape_class, config, m)
+        or if the current best came from another template version (see `_replaces`: a
+        "measured" result, a first call's, never takes a tuned result's place). Returns
+        whether it is the best now."""
+        _check_record(dtype, elem_bytes, shape, shape_class, config, m, source)
         tv = _current_version(config)
         now = _now()
         with self._write() as conn:
@@ -764,14 +780,16 @@ class Store:
                 copy_gbps=float(m.copy_gbps),
                 time_us=float(m.time_us) if math.isfinite(m.time_us) else None,
                 error=None if m.error is None else str(m.error)[:4000],
-                template_version=tv, created_at=now,
+                template_version=tv, created_at=now, source=source,
             )  # fmt: skip
-            if m.ok:
-                _offer_best(conn, device_id, elem_bytes, str(shape_class), config_id,
-                            measurement_id, float(m.gbps), float(m.copy_gbps), tv, True, now)  # fmt: skip
+            best = m.ok and _offer_best(
+                conn, device_id, elem_bytes, str(shape_class), config_id, measurement_id,
+                float(m.gbps), float(m.copy_gbps), tv, True, now, source=source,
+            )  # fmt: skip
         self._device_ids[device] = device_id
-        if m.ok:
+        if best:
             _invalidate_lookup()
+        return best
 
     def import_entries(self, device: DeviceInfo, entries: Sequence[TunedEntry], source: str) -> int:
         """Add validated entries (from a tuning file) as one "imported" run, in one transaction.
@@ -823,16 +841,28 @@ class Store:
             texts = conn.execute(q).scalars().all()
         return {text: _version_of_json(text) for text in texts}
 
-    def claim(self, study: str, key: str, owner: str) -> bool:
+    def claim(self, study: str, key: str, owner: str, *, expire_s: float | None = None) -> bool:
         """Claim `key` (a config on a shape) of `study` for `owner`; True if `owner` holds it now.
 
         Atomic across processes and hosts (a unique key): of concurrent claimers exactly one
-        gets True. Claiming again what one holds is True.
+        gets True. Claiming again what one holds is True. With `expire_s`, a claim made more
+        than that many seconds ago is taken over (its owner died without releasing it; the
+        age is judged by this host's clock): of concurrent takers, again, exactly one wins.
         """
         _check_claim(study, key, owner)
-        values = {"study": study, "key": key, "owner": owner, "created_at": _now()}
+        now = _now()
+        values = {"study": study, "key": key, "owner": owner, "created_at": now}
         where = sa.and_(Claim.study == study, Claim.key == key)
         with self._write() as conn:
+            if expire_s is not None:
+                # PostgreSQL: a second taker waits for the first's row lock, then sees the
+                # fresh created_at and updates nothing; SQLite: one writer at a time
+                cutoff = now - timedelta(seconds=expire_s)
+                conn.execute(
+                    sa.update(Claim)
+                    .where(where, Claim.created_at < cutoff)
+                    .values(owner=owner, created_at=now)
+                )
             dialect_insert = _dialect_insert(conn)
             if dialect_insert is not None:
                 ins = dialect_insert(Claim).values(**values)
@@ -841,6 +871,21 @@ class Store:
                 _generic_upsert(conn, Claim, where, values, None)
             holder = conn.execute(sa.select(Claim.owner).where(where)).scalar_one()
         return holder == owner
+
+    def claim_holder(self, study: str, key: str) -> tuple[str, datetime] | None:
+        """Who holds `key` of `study` and since when, or None: a read, for those waiting."""
+        _check_claim(study, key, "reader")
+        q = sa.select(Claim.owner, _as_text(Claim.created_at)).where(
+            Claim.study == study, Claim.key == key
+        )
+        with self._read() as conn:
+            row = conn.execute(q).first()
+        if row is None:
+            return None
+        try:
+            return str(row.owner), _timestamp(row.created_at, "created_at")
+        except _ROW_ERRORS as exc:
+            raise StoreError(f"{self.display}: at_claims row of {key!r:.60}: {exc}") from exc
 
     def release(self, study: str, key: str, owner: str) -> bool:
         """Drop `owner`'s claim on `key` (e.g. its process died); True if there was one."""
@@ -860,7 +905,8 @@ class Store:
         self, device_name: str, elem_bytes: int, shape: tuple[int, int, int], config: KernelConfig
     ) -> Measurement | None:
         """The latest measurement of exactly `config` on this shape with the current templates
-        (any status), or None: the tuner's "already measured?" question on resume."""
+        (any status), or None: the tuner's "already measured?" question on resume. A first
+        call's rough timing ("measured" source) is not one: the tuner measures for itself."""
         b, rows, cols = shape
         q = (
             sa.select(MeasurementRow.id, MeasurementRow.status, MeasurementRow.gbps,
@@ -870,7 +916,8 @@ class Store:
             .where(Device.name == device_name, Config.key == config.key,
                    MeasurementRow.elem_bytes == elem_bytes, MeasurementRow.batch == b,
                    MeasurementRow.m == rows, MeasurementRow.n == cols,
-                   MeasurementRow.template_version == _current_version(config))
+                   MeasurementRow.template_version == _current_version(config),
+                   MeasurementRow.source == "tuned")
             .order_by(MeasurementRow.id.desc())
             .limit(1)
         )  # fmt: skip
@@ -955,7 +1002,7 @@ class Store:
                 Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.copy_gbps, Best.ratio,
                 Best.template_version, _as_text(Best.updated_at), Config.config_json,
                 MeasurementRow.batch, MeasurementRow.m, MeasurementRow.n, MeasurementRow.dtype,
-                _as_text(MeasurementRow.created_at), *self._device_columns,
+                _as_text(MeasurementRow.created_at), self._best_source, *self._device_columns,
             )
             .join(Config, Config.id == Best.config_id)
             .join(Device, Device.id == Best.device_id)
@@ -989,9 +1036,12 @@ def _check_record(
     cls: ShapeClass,
     config: KernelConfig,
     m: Measurement,
+    source: str = "tuned",
 ) -> None:
     """Refuse to store what could not be served correctly later."""
     problems = []
+    if source not in SOURCES:
+        problems.append(f"source must be one of {list(SOURCES)}, got {source!r:.40}")
     if not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype):
         problems.append(f"dtype must be a dtype name, got {dtype!r:.40}")
     if not isinstance(config, KernelConfig):
@@ -1100,9 +1150,11 @@ def _offer_best(
     current: bool,
     now: datetime,
     ratio: float | None = None,
-) -> None:
+    source: str = "tuned",
+) -> bool:
     """Make this result the best of its key if it beats the current best (`_replaces`),
-    atomically. `current`: whether `tv` is the running code's version of this result's kernel.
+    atomically; returns whether it did. `current`: whether `tv` is the running code's version
+    of this result's kernel; `source`: "tuned" or "measured" (SOURCES).
 
     Staleness is per kernel (the stored version against the running code's version of that
     row's own config), so it is decided here, not in SQL: under the write lock (SQLite's
@@ -1114,14 +1166,14 @@ def _offer_best(
         "config_id": config_id, "measurement_id": measurement_id, "gbps": gbps,
         "copy_gbps": copy_gbps,
         "ratio": ratio if ratio is not None else (gbps / copy_gbps if copy_gbps > 0 else 0.0),
-        "template_version": tv, "updated_at": now,
+        "template_version": tv, "updated_at": now, "source": source,
     }  # fmt: skip
     key_names = ("device_id", "elem_bytes", "shape_class")
     key = sa.and_(
         Best.device_id == device_id, Best.elem_bytes == elem_bytes, Best.shape_class == shape_class
     )
     q = (
-        sa.select(Best.id, Best.gbps, Best.template_version, Best.config_id)
+        sa.select(Best.id, Best.gbps, Best.template_version, Best.config_id, Best.source)
         .where(key)
         .with_for_update()
     )
@@ -1130,13 +1182,15 @@ def _offer_best(
         try:
             with conn.begin_nested():
                 conn.execute(sa.insert(Best).values(**values))
-            return
+            return True
         except sa.exc.IntegrityError:  # another writer inserted it meanwhile
             row = conn.execute(q).one()
     stale_best = row.template_version != _version_of_config_id(conn, row.config_id)
-    if _replaces(current, gbps, stale_best, row.gbps):
-        changes = {k: v for k, v in values.items() if k not in key_names}
-        conn.execute(sa.update(Best).where(Best.id == row.id).values(**changes))
+    if not _replaces(current, gbps, stale_best, row.gbps, source, row.source):
+        return False
+    changes = {k: v for k, v in values.items() if k not in key_names}
+    conn.execute(sa.update(Best).where(Best.id == row.id).values(**changes))
+    return True
 
 
 def _version_of_config_id(conn: Connection, config_id: int) -> str | None:
@@ -1153,11 +1207,25 @@ def _version_of_json(text: Any) -> str | None:
         return None
 
 
-def _replaces(current: bool, gbps: float, stale_best: bool, best_gbps: float) -> bool:
+def _replaces(
+    current: bool,
+    gbps: float,
+    stale_best: bool,
+    best_gbps: float,
+    source: str = "tuned",
+    best_source: str = "tuned",
+) -> bool:
     """Whether a result (of its kernel's `current` version or not) takes a best's place.
 
-    A current result beats a stale best whatever its speed, and a slower current best; a
-    stale result (an imported old file) only beats a slower stale best."""
+    Of one source: a current result beats a stale best whatever its speed, and a slower
+    current best; a stale result (an imported old file) only beats a slower stale best.
+    Across sources a tuned result always outranks a measured one (a first call's few
+    timings on the caller's buffers): a measured result never takes a tuned best's place,
+    stale or not (what a user tuned is never overwritten), and a tuned one takes a measured
+    best's place unless it is stale and the measured best current (`tune` replaces first-call
+    results; a stale result is never served)."""
+    if source != best_source:
+        return source == "tuned" and (current or stale_best)
     return (stale_best or best_gbps < gbps) if current else (stale_best and best_gbps < gbps)
 
 
@@ -1197,6 +1265,7 @@ def _check_imported_entry(e: TunedEntry) -> None:
     if not isinstance(e.config, KernelConfig) or not isinstance(e.shape_class, ShapeClass):
         raise TypeError("config must be a KernelConfig and shape_class a ShapeClass")
     check_entry_fields(e.elem_bytes, e.shape_class, e.config, e.template_version)
+    _source(e.source)
     cls = e.shape_class
     shape = e.shape or (cls.batch, cls.m, cls.n)
     if (
@@ -1272,6 +1341,7 @@ def _insert_measurements(
             "shape_class": str(e.shape_class), "status": "ok", "gbps": e.gbps,
             "copy_gbps": e.copy_gbps, "time_us": None, "error": None,
             "template_version": e.template_version, "created_at": e.measured_at or e.updated_at,
+            "source": e.source,
         })  # fmt: skip
     conn.execute(sa.insert(MeasurementRow), rows)
     # New ids are above every id that was there (SQLite: max + 1; PostgreSQL: its sequence),
@@ -1297,7 +1367,7 @@ def _offer_bests(
     update of those beaten and one insert of the new keys."""
     q = (
         sa.select(Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.template_version,
-                  Config.config_json)
+                  Best.source, Config.config_json)
         .join(Config, Config.id == Best.config_id)
         .where(Best.device_id == device_id)
         .with_for_update(of=Best)
@@ -1311,7 +1381,7 @@ def _offer_bests(
             "device_id": device_id, "elem_bytes": e.elem_bytes, "shape_class": key[1],
             "config_id": config_ids[e.config], "measurement_id": measurement_ids[key],
             "gbps": e.gbps, "copy_gbps": e.copy_gbps, "ratio": e.ratio,
-            "template_version": e.template_version, "updated_at": now,
+            "template_version": e.template_version, "updated_at": now, "source": e.source,
         }  # fmt: skip
         row = existing.get(key)
         if row is None:
@@ -1322,7 +1392,8 @@ def _offer_bests(
             else _version_of_json(row.config_json)
         )  # fmt: skip
         current = e.template_version == versions[e.config]
-        if _replaces(current, e.gbps, row.template_version != version, row.gbps):
+        stale_best = row.template_version != version
+        if _replaces(current, e.gbps, stale_best, row.gbps, e.source, row.source):
             changes = {k: v for k, v in values.items() if k not in key_names}
             beaten.append({"best_id": row.id, **changes})
     if beaten:
@@ -1332,7 +1403,8 @@ def _offer_bests(
         # without ON CONFLICT: offered one by one, under a row lock
         _offer_best(conn, device_id, e.elem_bytes, values["shape_class"], values["config_id"],
                     values["measurement_id"], e.gbps, e.copy_gbps, e.template_version,
-                    e.template_version == versions[e.config], now, ratio=e.ratio)  # fmt: skip
+                    e.template_version == versions[e.config], now, ratio=e.ratio,
+                    source=e.source)  # fmt: skip
 
 
 def _insert_bests(
@@ -1381,6 +1453,13 @@ def _device_columns(present: set[str] | None, display: str) -> tuple[Any, ...]:
                 f"`autotranspose db upgrade --db {shlex.quote(display)}`"
             )
     return tuple(columns)
+
+
+def _best_source(present: set[str] | None) -> Any:
+    """at_best's source column, or what every row was before revision 0004 added it."""
+    if present is None or "source" in present:
+        return Best.source
+    return sa.literal("tuned", Best.source.type).label("source")
 
 
 def _as_text(column: Any) -> Any:
@@ -1485,4 +1564,11 @@ def _entry_from_row(r: Any) -> TunedEntry:
         shape=shape,
         dtype=dtype,
         measured_at=None if r.created_at is None else _timestamp(r.created_at, "measured_at"),
+        source=_source(r.source),
     )
+
+
+def _source(value: Any) -> str:
+    if value not in SOURCES:
+        raise ValueError(f"source {value!r:.40} is not one of {list(SOURCES)}")
+    return value

@@ -116,6 +116,9 @@ class MeasurementRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     template_version: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Added by revision 0004: "tuned" (a tuning run, an import of one) or "measured" (a
+    # first call's portfolio, `winners`); the tuner's resume reuses only tuned rows.
+    source: Mapped[str] = mapped_column(String(16), default="tuned", server_default="tuned")
 
     # Added by revision 0002: the tuner's "measured already?" query on resume.
     __table_args__ = (
@@ -141,6 +144,9 @@ class Best(Base):
     ratio: Mapped[float] = mapped_column(Float)
     template_version: Mapped[str] = mapped_column(String(64))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Added by revision 0004: where the result came from ("tuned" or "measured"); a tuned
+    # result always outranks a measured one (`database._replaces`).
+    source: Mapped[str] = mapped_column(String(16), default="tuned", server_default="tuned")
 
     __table_args__ = (
         UniqueConstraint("device_id", "elem_bytes", "shape_class", name="uq_at_best_key"),
@@ -152,6 +158,8 @@ class Claim(Base):
 
     The tuner claims a config before measuring it, so concurrent processes of one study never
     measure the same config twice; the unique key makes the claim atomic on any database.
+    First calls claim a shape class the same way (study ``first-call``, `winners`), with an
+    expiry: a claim older than that is taken over (its process died measuring).
     """
 
     __tablename__ = "at_claims"

@@ -7,7 +7,11 @@
      "entries": [{"elem_bytes": 4, "shape_class": "1x8192x8192/v4", "shape": [1, 8192, 8192],
                   "config": {...KernelConfig.to_dict()...}, "gbps": ..., "copy_gbps": ...,
                   "ratio": ..., "template_version": "...", "measured_at": "ISO 8601",
-                  "dtype": "float32"}, ...]}
+                  "dtype": "float32", "source": "measured"}, ...]}
+
+``dtype`` and ``source`` are optional; ``source`` is written only for a first call's result
+("measured", see ``autotranspose.winners``): an entry without it is a tuned one, so files of
+tuned results read and write as they always did.
 
 Keys are sorted, entries sorted by (element size, shape class) and numbers rounded, so
 re-exporting unchanged results gives the same bytes. A file is untrusted input: :func:`load`
@@ -40,6 +44,7 @@ from .database import (
     Store,
     TunedEntry,
     _current_version,
+    _source,
     _timestamp,
     check_entry_fields,
 )
@@ -48,9 +53,9 @@ FORMAT = "autotranspose-tuning/1"
 MAX_FILE_BYTES = 64 << 20
 _ENTRY_KEYS = frozenset(
     {"elem_bytes", "shape_class", "shape", "config", "gbps", "copy_gbps", "ratio",
-     "template_version", "measured_at", "dtype"}
+     "template_version", "measured_at", "dtype", "source"}
 )  # fmt: skip
-_OPTIONAL_KEYS = frozenset({"dtype"})
+_OPTIONAL_KEYS = frozenset({"dtype", "source"})
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,8 @@ def document(device: DeviceInfo, entries: Iterable[TunedEntry]) -> dict[str, Any
         }
         if e.dtype:
             row["dtype"] = e.dtype
+        if e.source != "tuned":
+            row["source"] = e.source
         rows.append(row)
     return {"format": FORMAT, "device": device.to_dict(), "entries": rows}
 
@@ -305,6 +312,7 @@ def _entry(item: Any, device_name: str) -> TunedEntry:
         shape=(shape[0], shape[1], shape[2]),
         dtype=dtype,
         measured_at=measured_at,
+        source=_source(item.get("source", "tuned")),
     )
 
 

@@ -1,0 +1,312 @@
+"""First-call winners kept in the tuning database, so that no other process measures them again.
+
+`firstcall` times a small portfolio on the first call of a class nobody tuned on this GPU. This
+module keeps what it found beyond the process: it records the winner in the default tuning
+database like a tuning result (source "measured": device, element size, shape class, config
+with its conjugate flag, GB/s, the kernel's version, the time; a copy ratio only if one was
+measured), and it makes concurrent processes measure a class once. It knows nothing of CUDA:
+:func:`settle` takes the measurement as a function, so its rules run on any machine.
+
+What is written, and where (the policy):
+
+- Only the default database (``$AUTOTRANSPOSE_DB``, else the per-user file), and only while it
+  already exists, is autotranspose's, is at this code's schema revision and can be written. A
+  ``transpose()`` never creates, migrates or writes a database nobody made for autotranspose
+  (as lookup never does): ``autotranspose tune`` or ``autotranspose db upgrade`` make one. The
+  writer is opened lazily, once per process and database; a failure to open or write it is one
+  RuntimeWarning and the winner stays in this process only, never an exception in the call.
+- ``AUTOTRANSPOSE_FIRST_CALL_STORE=0`` or :func:`set_enabled` switch the database off: each
+  process then measures for itself (first-call measurement itself has its own switch).
+- A measured result never takes a tuned result's place, even a stale one (the store's rule,
+  `database._replaces`); `tune` replaces measured results of its class. A class whose tuned
+  result is stale is therefore measured once per process, until it is tuned again.
+
+Processes racing for a new class (`claim` rows of study ``first-call``, one per device, element
+size and class: conjugate or not, one best row serves both): the first to claim measures and
+records, then drops its claim. The others do not measure: they wait for its row, polling, and
+serve it. A claim older than CLAIM_EXPIRE_S is stale (its process died measuring) and the next
+process takes it over; so a loser waits at most WAIT_S, and past that serves lookup's guess for
+this call. Threads of one process never race here: `api` prepares one launch at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NamedTuple
+
+from . import lookup
+from .config import KernelConfig
+from .device import DeviceInfo
+from .errors import StoreError
+from .measurement import Measurement
+from .shapes import ShapeClass
+from .store import Store, migrations, resolve_url, sqlite_path
+
+ENV_VAR = "AUTOTRANSPOSE_FIRST_CALL_STORE"
+STUDY = "first-call"  # the claims' study name (the tuner's studies are named after shapes)
+# A claim older than this is stale: a measurement takes well under it (at most 0.2 s of GPU
+# time, plus compiling eight kernels in parallel when nvcc's cache is cold). Taking over a
+# live claim only costs a second measurement: both winners are offered, the faster stays.
+CLAIM_EXPIRE_S = 10.0
+WAIT_S = CLAIM_EXPIRE_S + 1.0  # a loser waits this long at most: past a stale claim's expiry
+POLL_S = 0.02
+
+_switch: list[bool | None] = [None]
+_writers: dict[str, Store | None] = {}
+_warned: set[str] = set()
+_lock = threading.RLock()  # writer() warns (under it) when it cannot open one
+_owner = [""]
+
+
+class Call(NamedTuple):
+    """The call whose class is measured: what the database row is about."""
+
+    device: DeviceInfo
+    dtype: str
+    elem_bytes: int
+    shape: tuple[int, int, int]
+    cls: ShapeClass
+    conjugate: bool
+
+
+@dataclass(frozen=True)
+class Winner:
+    """What a first-call measurement found: the config, its GB/s on the call (bytes read plus
+    written), a copy's GB/s if one was timed (0: not measured), the seconds per call."""
+
+    config: KernelConfig
+    gbps: float
+    copy_gbps: float = 0.0
+    seconds: float | None = None
+
+
+def set_enabled(on: bool | None) -> None:
+    """Keep first-call winners in the database or not, for this process (None: back to the
+    environment variable, on by default)."""
+    _switch[0] = on
+
+
+def enabled() -> bool:
+    if _switch[0] is not None:
+        return _switch[0]
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def owner() -> str:
+    """This process's name in claims: host, pid and a random part (pids are reused)."""
+    if not _owner[0]:
+        _owner[0] = f"{socket.gethostname()[:100]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return _owner[0]
+
+
+def claim_key(call: Call) -> str:
+    """The claim of a class: one per (device, element size, class), as the best row."""
+    key = f"{call.device.name}|{call.elem_bytes}|{call.cls}"
+    return key if len(key) <= 255 else hashlib.sha256(key.encode()).hexdigest()
+
+
+# --- the writer ----------------------------------------------------------------------------------
+def writer() -> Store | None:
+    """The default database opened to write, or None where the policy (module docstring) says
+    not to: switched off, missing, foreign, at another schema revision, not writable."""
+    if not enabled():
+        return None
+    try:
+        url = resolve_url(None)
+    except StoreError:
+        return None  # lookup warns about a bad $AUTOTRANSPOSE_DB
+    if url in _writers:
+        return _writers[url]
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        return None  # nothing made yet; not remembered, so a later `db upgrade` counts
+    with _lock:
+        if url not in _writers:
+            _writers[url] = _open_writer(url, path)
+        return _writers[url]
+
+
+def _open_writer(url: str, path: Path | None) -> Store | None:
+    try:
+        with Store.open(url, readonly=True) as reader:  # creates and migrates nothing
+            revision = reader.schema_revision()
+            display = reader.display
+    except StoreError:
+        return None  # unusable or foreign: lookup warns about it
+    if revision != migrations.head():
+        _warn_once(
+            url,
+            f"autotranspose: first-call results are not kept in {display}: its schema is at "
+            f"revision {revision}, this autotranspose writes {migrations.head()}; run "
+            f"`autotranspose db upgrade --db {display}` (or set {ENV_VAR}=0 to silence this)",
+        )
+        return None
+    if path is not None and not (
+        os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    ):
+        return None  # a read-only database (shared, or mounted so) is read, not written
+    try:
+        return Store.open(url)  # at the head revision already: no migration, no write
+    except StoreError as exc:
+        _warn_once(url, f"autotranspose: first-call results are not kept: {exc}")
+        return None
+
+
+def _give_up(store: Store, exc: StoreError) -> None:
+    """A write failed: one warning, and no more writes to that database in this process."""
+    _warn_once(
+        store.url,
+        f"autotranspose: first-call results are kept in this process only: {exc} "
+        f"(set {ENV_VAR}=0 to silence this)",
+    )
+    with _lock:
+        _writers[store.url] = None
+    store.close()
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def forget() -> None:
+    """Close the writers (a later first call opens them again) and forget the warnings."""
+    with _lock:
+        for store in _writers.values():
+            if store is not None:
+                store.close()
+        _writers.clear()
+        _warned.clear()
+
+
+def _forget_in_child() -> None:
+    # A forked child must not use its parent's connections, nor its parent's claim name.
+    global _lock
+    _lock = threading.RLock()
+    for store in _writers.values():
+        if store is not None:
+            store.engine.dispose(close=False)
+    _writers.clear()
+    _owner[0] = ""
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+# --- settling a class ----------------------------------------------------------------------------
+def settle(
+    call: Call,
+    measure: Callable[[], Winner | None],
+    runnable: Callable[[KernelConfig], bool] = lambda c: True,
+) -> lookup.Choice | None:
+    """The config for every later call of `call`'s class in this process (also remembered by
+    lookup), measured by `measure` here, or by another process; None: serve lookup's guess
+    (`measure` found nothing, or another process is still measuring after WAIT_S).
+
+    `runnable`: whether a config another process stored can run this call (else this process
+    measures for itself, and keeps its winner in-process)."""
+    store = writer()
+    if store is None:
+        return _remember(call, measure())
+    try:
+        return _shared(store, call, measure, runnable)
+    except StoreError as exc:
+        _give_up(store, exc)
+        return _remember(call, measure())
+
+
+def _shared(
+    store: Store,
+    call: Call,
+    measure: Callable[[], Winner | None],
+    runnable: Callable[[KernelConfig], bool],
+) -> lookup.Choice | None:
+    key = claim_key(call)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        entry = store.best(call.device.name, call.elem_bytes, call.cls)
+        if entry is not None:
+            config = entry.config.replace(conjugate=call.conjugate)
+            if not runnable(config):
+                return _remember(call, measure())
+            choice = lookup.Choice(
+                config, entry.source, call.cls, entry.gbps, entry.ratio or None
+            )
+            _remember_choice(call, choice)
+            return choice
+        if _free(store, key) and store.claim(STUDY, key, owner(), expire_s=CLAIM_EXPIRE_S):
+            return _measure_and_record(store, call, key, measure)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(POLL_S)
+
+
+def _free(store: Store, key: str) -> bool:
+    """Worth a claim: nobody holds `key`, we do, or its holder's claim is stale (a read first,
+    so that waiting processes do not queue for the write lock)."""
+    held = store.claim_holder(STUDY, key)
+    if held is None or held[0] == owner():
+        return True
+    return (datetime.now(timezone.utc) - held[1]).total_seconds() > CLAIM_EXPIRE_S
+
+
+def _measure_and_record(
+    store: Store, call: Call, key: str, measure: Callable[[], Winner | None]
+) -> lookup.Choice | None:
+    try:
+        winner = measure()
+        if winner is not None:
+            try:
+                record(store, call, winner)
+            except StoreError as exc:
+                _give_up(store, exc)
+        return _remember(call, winner)
+    finally:
+        if _writers.get(store.url) is store:  # not given up on (closed) meanwhile
+            try:
+                store.release(STUDY, key, owner())
+            except StoreError as exc:  # the claim expires by itself
+                _give_up(store, exc)
+
+
+def record(store: Store, call: Call, winner: Winner) -> bool:
+    """Store `winner` as the "measured" result of its class (a measurement row and, unless a
+    tuned or faster result is there, the class's best). Returns whether it is the best now."""
+    m = Measurement(
+        "ok",
+        gbps=winner.gbps,
+        copy_gbps=winner.copy_gbps,
+        time_us=winner.seconds * 1e6 if winner.seconds else float("inf"),
+    )
+    b, rows, cols = call.shape
+    return store.record(
+        None, call.device, call.dtype, call.elem_bytes, (b, rows, cols), call.cls,
+        winner.config, m, source="measured",
+    )  # fmt: skip
+
+
+def _remember(call: Call, winner: Winner | None) -> lookup.Choice | None:
+    if winner is None:
+        return None
+    ratio = winner.gbps / winner.copy_gbps if winner.copy_gbps > 0 else None
+    choice = lookup.Choice(winner.config, "measured", call.cls, winner.gbps or None, ratio)
+    _remember_choice(call, choice)
+    return choice
+
+
+def _remember_choice(call: Call, choice: lookup.Choice) -> None:
+    lookup.remember(call.device, call.elem_bytes, call.cls, call.conjugate, choice)

@@ -1,0 +1,471 @@
+"""First-call winners kept in the tuning database (`autotranspose.winners`), without a GPU.
+
+The measurement is a stand-in that logs each run (`_winners.logging_measure`); everything else
+is real: SQLite files and PostgreSQL databases, real configs, real processes racing for a
+class. The GPU end to end check is tests/test_firstcall_gpu.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from _synthetic import DEVICE as SYNTHETIC
+from _synthetic import SyntheticObjective
+from _winners import CALL, CLS, DEVICE, GUESS, SHAPE, WINNER, logging_measure, measured
+from store_data import ok
+from test_store_open import _make_read_only, foreign_db, read_only_dir, snapshot  # noqa: F401
+
+from autotranspose import cli, codegen, lookup, winners
+from autotranspose.config import default_config, max_vec, staged_default
+from autotranspose.shapes import shape_class
+from autotranspose.store import Store, database, textio, upgrade
+from autotranspose.store.models import Claim
+from autotranspose.tuner import tune
+
+pytest_plugins = ("store_fixtures",)
+pytestmark = pytest.mark.usefixtures("isolated_home")
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    """No shipped results, no cached choices or writers, persistence on (the default)."""
+    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: None)
+    monkeypatch.setattr(lookup, "_stores", {})
+    monkeypatch.setattr(lookup, "_warned", set())
+    monkeypatch.delenv(winners.ENV_VAR, raising=False)
+    winners.forget()
+    lookup.clear_cache()
+    yield
+    winners.forget()
+    winners.set_enabled(None)
+    lookup.clear_cache()
+    for s in lookup._stores.values():
+        if s is not None:
+            s.close()
+
+
+@pytest.fixture
+def ours(db_url, monkeypatch) -> str:
+    """The default database ($AUTOTRANSPOSE_DB): autotranspose's, at the head revision."""
+    Store.open(db_url).close()
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", db_url)
+    return db_url
+
+
+@pytest.fixture
+def log(tmp_path) -> Path:
+    return tmp_path / "measured.log"
+
+
+def _best(url: str, cls=CLS, elem_bytes: int = 4):
+    with Store.open(url, readonly=True) as s:
+        return s.best(DEVICE.name, elem_bytes, cls)
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTRANSPOSE_")}
+    return {**env, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]), **extra}
+
+
+_SETTLE = textwrap.dedent("""
+    import sys
+    from autotranspose import winners
+    from _winners import CALL, logging_measure
+    choice = winners.settle(CALL, logging_measure(sys.argv[1]))
+    print(choice.source, choice.config.key)
+""")
+
+
+# --- the record path ------------------------------------------------------------------------------
+def test_a_winner_is_stored_like_a_tuning_result(ours, log):
+    choice = winners.settle(CALL, logging_measure(log, gbps=2500.0))
+    assert (choice.source, choice.config, choice.gbps) == ("measured", WINNER, 2500.0)
+    assert len(measured(log)) == 1
+    e = _best(ours)
+    assert (e.source, e.config, e.shape_class, e.shape, e.dtype) == (
+        "measured", WINNER, CLS, SHAPE, "float32"
+    )  # fmt: skip
+    assert e.gbps == pytest.approx(2500.0) and e.copy_gbps == 0 and e.ratio == 0  # no copy timed
+    assert e.template_version == codegen.kernel_version(WINNER) and not e.stale
+    assert e.measured_at is not None
+    with Store.open(ours, readonly=True) as s:
+        assert s.measured(DEVICE.name, 4, SHAPE, WINNER) is None  # the tuner measures itself
+        with s.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT COUNT(*) FROM at_claims").scalar() == 0
+    # this process serves it, and so does the database after the cache is gone
+    assert lookup.choose(DEVICE, 4, CLS) == choice
+    lookup.clear_cache()
+    got = lookup.choose(DEVICE, 4, CLS)
+    assert (got.source, got.config, got.shape_class) == ("measured", WINNER, CLS)
+    assert not lookup.is_guess(got, CLS)
+
+
+def test_a_copy_ratio_is_kept_when_known(ours):
+    winner = winners.Winner(WINNER, 2400.0, copy_gbps=3000.0, seconds=1e-4)
+    assert winners.record(winners.writer(), CALL, winner)
+    e = _best(ours)
+    assert (e.copy_gbps, e.ratio) == (pytest.approx(3000.0), pytest.approx(0.8))
+
+
+def test_conjugate_or_not_one_row_serves_both(ours, log):
+    cfg = default_config(8, max_vector=2, conjugate=True)
+    cls = shape_class(1, 3000, 5000, 2)
+    call = winners.Call(DEVICE, "complex64", 8, (1, 3000, 5000), cls, True)
+    assert winners.settle(call, logging_measure(log, cfg)).config == cfg
+    assert _best(ours, cls, 8).config == cfg  # as measured
+    lookup.clear_cache()
+    plain = winners.settle(call._replace(conjugate=False), logging_measure(log, cfg))
+    assert (plain.source, plain.config) == ("measured", cfg.replace(conjugate=False))
+    assert len(measured(log)) == 1
+
+
+def test_another_process_serves_the_stored_winner_without_measuring(ours, log):
+    winners.settle(CALL, logging_measure(log))
+    done = subprocess.run([sys.executable, "-c", _SETTLE, str(log)], capture_output=True,
+                          text=True, env=_child_env(AUTOTRANSPOSE_DB=ours), timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["measured", WINNER.key]
+    assert measured(log) == [str(os.getpid())]
+
+
+# --- concurrent processes -------------------------------------------------------------------------
+def _race(url: str, log: Path, processes: int, delay: float) -> list[tuple[int, object]]:
+    from _winners import settle_in_child
+
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Barrier(processes), ctx.Queue()
+    procs = [
+        ctx.Process(target=settle_in_child, args=(url, str(log), delay, start, out))
+        for _ in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    got = []
+    try:
+        for _ in procs:
+            got.append(out.get(timeout=120))
+    except queue.Empty:
+        pytest.fail("a process gave no answer within 120 s")
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+    assert [p.exitcode for p in procs] == [0] * processes
+    return got
+
+
+def test_processes_racing_for_a_new_class_measure_it_once(ours, log):
+    got = _race(ours, log, processes=6, delay=0.3)
+    assert len(measured(log)) == 1, measured(log)
+    assert {answer for _, answer in got} == {("measured", WINNER.key)}
+    e = _best(ours)
+    assert (e.source, e.config) == ("measured", WINNER)
+    with Store.open(ours, readonly=True) as s, s.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM at_claims").scalar() == 0
+
+
+def _age_claims(url: str, seconds: float) -> None:
+    """Make every claim look `seconds` old (as if its process had died that long ago)."""
+    engine = sa.create_engine(database.resolve_url(url))
+    with engine.begin() as conn:
+        conn.execute(sa.update(Claim).values(created_at=database._now() - timedelta(seconds=seconds)))
+    engine.dispose()
+
+
+def test_processes_racing_over_a_stale_claim_measure_once(ours, log):
+    with Store.open(ours) as s:
+        assert s.claim(winners.STUDY, winners.claim_key(CALL), "dead-host:1:0")
+    _age_claims(ours, winners.CLAIM_EXPIRE_S + 5)
+    got = _race(ours, log, processes=5, delay=0.3)
+    assert len(measured(log)) == 1
+    assert {answer for _, answer in got} == {("measured", WINNER.key)}
+
+
+def test_a_crashed_measurement_is_taken_over_when_its_claim_expires(ours, log, monkeypatch):
+    from _winners import claim_and_die
+
+    monkeypatch.setattr(winners, "CLAIM_EXPIRE_S", 1.0)
+    monkeypatch.setattr(winners, "WAIT_S", 10.0)
+    ctx = multiprocessing.get_context("spawn")
+    claimed = ctx.Event()
+    p = ctx.Process(target=claim_and_die, args=(ours, claimed))
+    p.start()
+    try:
+        assert claimed.wait(60)
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(30)
+    started = time.monotonic()
+    choice = winners.settle(CALL, logging_measure(log))
+    waited = time.monotonic() - started
+    assert (choice.source, choice.config) == ("measured", WINNER)
+    assert measured(log) == [str(os.getpid())]
+    assert 0.3 < waited < 8, waited  # waited for the dead claim to expire, not for WAIT_S
+    assert _best(ours).source == "measured"
+
+
+def test_a_loser_waits_for_the_winner_bounded_then_serves_the_guess(ours, log, monkeypatch):
+    monkeypatch.setattr(winners, "WAIT_S", 0.3)
+    key = winners.claim_key(CALL)
+    with Store.open(ours) as other:  # another process, measuring
+        assert other.claim(winners.STUDY, key, "other-host:7:abc")
+        started = time.monotonic()
+        assert winners.settle(CALL, logging_measure(log)) is None  # lookup's guess, now
+        assert 0.3 <= time.monotonic() - started < 5
+        assert measured(log) == []
+        assert lookup.choose(DEVICE, 4, CLS).source == "default"  # nothing remembered
+        # the other process records and releases: the next first call serves its row
+        other.record(None, DEVICE, "float32", 4, SHAPE, CLS, WINNER, ok(2000.0, 0.0),
+                     source="measured")  # fmt: skip
+        other.release(winners.STUDY, key, "other-host:7:abc")
+    choice = winners.settle(CALL, logging_measure(log))
+    assert (choice.source, choice.config) == ("measured", WINNER) and measured(log) == []
+
+
+def test_a_released_claim_lets_the_waiter_measure(ours, log, monkeypatch):
+    """A claimant whose measurement found nothing (a captured stream) drops its claim: a
+    process waiting for it measures instead of serving the guess."""
+    key = winners.claim_key(CALL)
+    with Store.open(ours) as other:
+        assert other.claim(winners.STUDY, key, "other-host:7:abc")
+        calls = []
+
+        def measure():
+            calls.append(1)
+            return winners.Winner(WINNER, 2000.0)
+
+        real_sleep = time.sleep
+
+        def sleep(s):  # the claimant gives up while we wait
+            other.release(winners.STUDY, key, "other-host:7:abc")
+            real_sleep(s)
+
+        monkeypatch.setattr(winners.time, "sleep", sleep)
+        assert winners.settle(CALL, measure).config == WINNER and calls == [1]
+
+
+def test_nothing_found_releases_the_claim(ours):
+    assert winners.settle(CALL, lambda: None) is None
+    with Store.open(ours, readonly=True) as s:
+        assert s.claim_holder(winners.STUDY, winners.claim_key(CALL)) is None
+        assert s.best(DEVICE.name, 4, CLS) is None
+
+
+def test_a_stored_config_this_call_cannot_run_is_not_served(ours, log):
+    winners.record(winners.writer(), CALL, winners.Winner(WINNER, 2000.0))
+    lookup.clear_cache()
+    own = staged_default(4)
+    choice = winners.settle(CALL, logging_measure(log, own), runnable=lambda c: c != WINNER)
+    assert (choice.source, choice.config) == ("measured", own) and len(measured(log)) == 1
+    assert _best(ours).config == WINNER  # the stored one stays (this one was not faster)
+
+
+# --- tuned outranks measured ----------------------------------------------------------------------
+def test_a_measured_result_never_replaces_a_tuned_one(ours, log, template_version):
+    with Store.open(ours) as s:
+        s.record(None, DEVICE, "float32", 4, SHAPE, CLS, GUESS, ok(500.0))
+    faster = winners.Winner(WINNER, 2900.0)
+    assert not winners.record(winners.writer(), CALL, faster)
+    e = _best(ours)
+    assert (e.source, e.config) == ("tuned", GUESS)
+    # a current tuned result is served, not measured again
+    choice = winners.settle(CALL, logging_measure(log))
+    assert (choice.source, choice.config, measured(log)) == ("tuned", GUESS, [])
+
+
+def test_a_stale_tuned_result_is_not_replaced_either(ours, log, template_version):
+    template_version("from-older-templates")
+    with Store.open(ours) as s:
+        s.record(None, DEVICE, "float32", 4, SHAPE, CLS, GUESS, ok(500.0))
+    template_version()
+    choice = winners.settle(CALL, logging_measure(log))  # measured: the tuned one is stale
+    assert (choice.source, choice.config) == ("measured", WINNER) and len(measured(log)) == 1
+    with Store.open(ours, readonly=True) as s:
+        (e,) = s.entries(DEVICE.name)
+    assert (e.source, e.config, e.stale) == ("tuned", GUESS, True)
+    assert lookup.choose(DEVICE, 4, CLS).source == "measured"  # in this process
+
+
+@pytest.mark.parametrize("gbps", [100.0, 2900.0], ids=["slower", "faster"])
+def test_a_tuned_result_replaces_a_measured_one(ours, gbps):
+    winners.record(winners.writer(), CALL, winners.Winner(WINNER, 2500.0))
+    with Store.open(ours) as s:
+        assert s.record(None, DEVICE, "float32", 4, SHAPE, CLS, GUESS, ok(gbps))
+    e = _best(ours)
+    assert (e.source, e.config, e.gbps) == ("tuned", GUESS, gbps)
+    # and a later measured one does not come back over it
+    assert not winners.record(winners.writer(), CALL, winners.Winner(WINNER, 9000.0))
+
+
+def test_tune_replaces_measured_results_of_its_class(ours):
+    shape = (1, 2048, 2048)
+    cls = shape_class(*shape, max_vec(4, 2048, 2048))
+    call = winners.Call(SYNTHETIC, "float32", 4, shape, cls, False)
+    measured_cfg = default_config(4, max_vector=cls.vec)
+    winners.record(winners.writer(), call, winners.Winner(measured_cfg, 99_000.0))
+    objective = SyntheticObjective(SYNTHETIC)
+    with Store.open(ours) as s:
+        result = tune("float32", shape, objective=objective, store=s, device=SYNTHETIC, trials=6)
+        e = s.best(SYNTHETIC.name, 4, cls)
+    assert e.source == "tuned" and e.gbps < 99_000.0  # the first call's figure is gone
+    assert result.reused == 0 and measured_cfg in objective.calls  # measured again, by the tuner
+
+
+def test_lookup_prefers_a_shipped_tuned_result_to_a_measured_one(ours, tmp_path, monkeypatch):
+    shipped = tmp_path / "tuning_db"
+    shipped.mkdir()
+    with Store.open("sqlite://") as scratch:
+        scratch.record(None, DEVICE, "float32", 4, SHAPE, CLS, GUESS, ok(1000.0))
+        (shipped / f"{DEVICE.slug}.json").write_text(textio.dumps(textio.export(scratch)))
+    winners.record(winners.writer(), CALL, winners.Winner(WINNER, 2500.0))
+    lookup.clear_cache()
+    assert lookup.choose(DEVICE, 4, CLS).source == "measured"  # nothing shipped yet
+    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: shipped)
+    lookup.clear_cache()
+    c = lookup.choose(DEVICE, 4, CLS)
+    assert (c.source, c.config) == ("shipped", GUESS)
+
+
+# --- where nothing may be written -----------------------------------------------------------------
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_no_default_database_none_is_created(isolated_home, log):
+    choice = winners.settle(CALL, logging_measure(log))
+    assert (choice.source, choice.config) == ("measured", WINNER)  # kept in this process
+    assert lookup.choose(DEVICE, 4, CLS) == choice
+    assert not isolated_home.exists() and not isolated_home.parent.exists()
+
+
+def test_a_foreign_database_is_left_byte_identical(foreign_db, log, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", str(foreign_db))
+    before = snapshot(foreign_db.parent)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # lookup's warning about it
+        choice = winners.settle(CALL, logging_measure(log))
+    assert choice.source == "measured" and len(measured(log)) == 1
+    assert snapshot(foreign_db.parent) == before
+
+
+def test_an_older_schema_is_not_migrated_and_says_so_once(db_url, log, monkeypatch):
+    upgrade(db_url, revision="0003")
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", db_url)
+    path = database.sqlite_path(database.resolve_url(db_url))
+    before = _sha(path) if path is not None else None
+    with pytest.warns(RuntimeWarning, match="db upgrade") as caught:
+        winners.settle(CALL, logging_measure(log))
+        lookup.clear_cache()
+        winners.settle(CALL, logging_measure(log))
+    assert len([w for w in caught if "first-call" in str(w.message)]) == 1
+    assert len(measured(log)) == 2  # nothing shared: each first call measures
+    with Store.open(db_url, readonly=True) as s:
+        assert s.schema_revision() == "0003" and s.entries() == []
+    if path is not None:
+        assert _sha(path) == before
+
+
+def test_a_read_only_database_is_read_not_written(read_only_dir, tmp_path):  # noqa: F811
+    directory, preexec = read_only_dir
+    path = directory / "tuning.db"
+    Store.open(path).close()
+    _make_read_only(directory, preexec)
+    before = snapshot(directory)
+    log = tmp_path / "measured.log"
+    code = "import warnings; warnings.simplefilter('error')\n" + _SETTLE
+    done = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True,
+                          env=_child_env(AUTOTRANSPOSE_DB=str(path)), preexec_fn=preexec,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["measured", WINNER.key] and len(measured(log)) == 1
+    assert snapshot(directory) == before
+
+
+@pytest.mark.parametrize("how", ["env", "api"])
+def test_switched_off_nothing_is_stored(ours, log, monkeypatch, how):
+    if how == "env":
+        monkeypatch.setenv(winners.ENV_VAR, "0")
+    else:
+        winners.set_enabled(False)
+    assert not winners.enabled() and winners.writer() is None
+    choice = winners.settle(CALL, logging_measure(log))
+    assert choice.source == "measured" and len(measured(log)) == 1
+    assert _best(ours) is None
+    winners.set_enabled(True)
+    assert winners.enabled() and winners.writer() is not None
+
+
+# --- show, export, import -------------------------------------------------------------------------
+def _cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    rc = cli.run(list(argv), stdout=out, stderr=err)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_show_marks_measured_entries(ours):
+    winners.record(winners.writer(), CALL, winners.Winner(WINNER, 2500.0))
+    rc, out, err = _cli("show", "--json", "--db", ours)
+    assert rc == 0, err
+    assert [e["source"] for e in json.loads(out)] == ["measured"]
+    rc, out, err = _cli("show", "--db", ours)
+    assert rc == 0 and "measured" in out and "`tune` replaces it" in out, err
+
+
+def test_export_and_import_keep_the_source(ours, tmp_path):
+    winners.record(winners.writer(), CALL, winners.Winner(WINNER, 2500.0))
+    other = CALL._replace(shape=(1, 6000, 5000), cls=shape_class(1, 6000, 5000, 4))
+    with Store.open(ours) as s:
+        s.record(None, DEVICE, "float32", 4, other.shape, other.cls, GUESS, ok(1000.0))
+        doc = textio.export(s)
+    by_class = {e["shape_class"]: e for e in doc["entries"]}
+    assert by_class[str(CLS)]["source"] == "measured"
+    assert "source" not in by_class[str(other.cls)]  # tuned files read as they always did
+    with Store.open(tmp_path / "copy.db") as copy:
+        textio.import_into(copy, doc)
+        got = {str(e.shape_class): e.source for e in copy.entries()}
+        assert got == {str(CLS): "measured", str(other.cls): "tuned"}
+        # an imported measured result does not replace a tuned one either
+        flipped = json.loads(json.dumps(doc))
+        for e in flipped["entries"]:
+            e["source"] = "measured"
+            e["gbps"], e["ratio"] = 2999.0, round(2999.0 / e["copy_gbps"], 4) if e["copy_gbps"] else 0
+        textio.import_into(copy, flipped)
+        assert {str(e.shape_class): e.source for e in copy.entries()}[str(other.cls)] == "tuned"
+
+
+def test_a_file_with_an_unknown_source_is_refused():
+    with Store.open("sqlite://") as s:
+        s.record(None, DEVICE, "float32", 4, SHAPE, CLS, GUESS, ok(1000.0))
+        doc = textio.export(s)
+    doc["entries"][0]["source"] = "guessed"
+    with pytest.raises(database.StoreError, match="source 'guessed'"):
+        textio.parse(doc)
+
+
+def test_claims_expire_only_when_asked(store):
+    assert store.claim("s", "k", "a")
+    assert not store.claim("s", "k", "b", expire_s=60)  # fresh: kept
+    time.sleep(0.3)
+    assert not store.claim("s", "k", "b")  # no expiry asked: kept
+    assert store.claim("s", "k", "b", expire_s=0.2)  # stale: taken over
+    owner, since = store.claim_holder("s", "k")
+    assert owner == "b" and (database._now() - since).total_seconds() < 5
+    assert store.claim_holder("s", "other") is None
+

@@ -486,17 +486,33 @@ def _host_transpose(
         return out if out is not None else np.empty(transposed_shape(xv), xv.dtype)
     state, ctx, handle = host_target(given)
     host = np.ascontiguousarray(xv.obj)
+    m, n = xv.m, xv.n
+
+    def prepare(src: int, dst: int) -> Callable[[], None]:
+        dx = xv._replace(kind="device", ptr=src, ld=n, bs=m * n, device=state.ordinal)
+        do = dx._replace(ptr=dst, m=n, n=m, ld=m)
+        launch = _get_launch(dx, do, config, conjugate, state, handle, ctx)
+        return lambda: launch(src, dst, handle)
+
+    return through_device(host, transposed_shape(xv), out, ctx, handle, prepare)
+
+
+def through_device(
+    host: np.ndarray, want: tuple[int, ...], out: Any, ctx: int, handle: int | None,
+    prepare: Callable[[int, int], Callable[[], None]],
+) -> Any:  # fmt: skip
+    """NumPy calls (transpose and permute): a contiguous host array copied to `ctx`'s device
+    into a scratch buffer, what `prepare(src, dst)` returns run there, and the result (shape
+    `want`) copied back into `out` or a new array; synchronous, and the scratch buffers are
+    freed whatever happens."""
     nbytes = host.nbytes
     src, dst = _driver.Allocation(nbytes, ctx), _driver.Allocation(nbytes, ctx)
     try:
-        m, n = xv.m, xv.n
-        dx = xv._replace(kind="device", ptr=src.ptr, ld=n, bs=m * n, device=state.ordinal)
-        do = dx._replace(ptr=dst.ptr, m=n, n=m, ld=m)
-        launch = _get_launch(dx, do, config, conjugate, state, handle, ctx)
-        result = np.empty(transposed_shape(xv), host.dtype)
+        run = prepare(src.ptr, dst.ptr)
+        result = np.empty(want, host.dtype)
         with _driver.on_context(ctx):
             _driver.memcpy_htod(src.ptr, host.ctypes.data, nbytes)
-            launch(src.ptr, dst.ptr, handle)
+            run()
             _driver.synchronize_stream(handle)
             _driver.memcpy_dtoh(result.ctypes.data, dst.ptr, nbytes)
     finally:

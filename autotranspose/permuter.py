@@ -27,7 +27,14 @@ from typing import Any
 import numpy as np
 
 from . import _driver, lookup, streams
-from .api import batched_launch, call_target, delivered, host_target, keeping_context
+from .api import (
+    batched_launch,
+    call_target,
+    delivered,
+    host_target,
+    keeping_context,
+    through_device,
+)
 from .arrays import NDView, allocate, check_permute_output, nd_view
 from .compiler import DeviceState
 from .launch import Launch, make_row_copy
@@ -210,22 +217,15 @@ def _on_host(
     # the contiguous copy's plan: it refuses what it must before any GPU use
     plan = _planned(xv.shape, axes, xv.et.size, contiguous_strides(xv.shape), None, 0, 0)
     state, ctx, handle = host_target(given)
-    nbytes = host.nbytes
-    src, dst = _driver.Allocation(nbytes, ctx), _driver.Allocation(nbytes, ctx)
-    try:
-        dx = xv._replace(kind="device", ptr=src.ptr, strides=plan.in_strides, device=state.ordinal)
-        steps = _cached_steps(plan, dx, dst.ptr, state, handle, ctx)
-        result = np.empty(want, host.dtype)
-        with _driver.on_context(ctx):
-            _driver.memcpy_htod(src.ptr, host.ctypes.data, nbytes)
+
+    def prepare(src: int, dst: int) -> Callable[[], None]:
+        dx = xv._replace(kind="device", ptr=src, strides=plan.in_strides, device=state.ordinal)
+        steps = _cached_steps(plan, dx, dst, state, handle, ctx)
+
+        def run() -> None:
             for step in steps:
-                step.run(src.ptr, dst.ptr, handle, ctx)
-            _driver.synchronize_stream(handle)
-            _driver.memcpy_dtoh(result.ctypes.data, dst.ptr, nbytes)
-    finally:
-        src.free()
-        dst.free()
-    if out is not None:
-        out[...] = result
-        return out
-    return result
+                step.run(src, dst, handle, ctx)
+
+        return run
+
+    return through_device(host, want, out, ctx, handle, prepare)

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from ._env import flag
+
 ENV_VAR = "AUTOTRANSPOSE_NATIVE_LAUNCH"
 SAME = 1  # `restore` value meaning "the context the thread had" (never a context handle)
 
@@ -280,7 +282,7 @@ def load(path: Path, kind: str = "ctypes") -> Launcher:
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+    return flag(ENV_VAR)
 
 
 def launcher() -> Launcher | None:

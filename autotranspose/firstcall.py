@@ -23,7 +23,6 @@ captured into a CUDA graph (timing needs a synchronisation, which capture forbid
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 from collections import deque
@@ -31,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import _driver
+from ._env import Switch
 from .compiler import DeviceState, precompile
 from .config import (
     FLAT_SHORT_SIDE,
@@ -52,7 +52,7 @@ MIN_TIMED_S = 200e-6  # a timing covers at least this much GPU time (small calls
 MARGIN = 0.01  # another candidate replaces the guess only when faster by more than this:
 # the guess was chosen for a reason, and noise must not trade it for a slower config
 
-_switch: list[bool | None] = [None]  # set_enabled() overrides the environment
+_switch = Switch(ENV_VAR)  # set_enabled() overrides the environment
 # The latest measurements of this process, newest last: (device name, element bytes, shape
 # class, Outcome). For looking into what a first call found (`autotranspose lookup` shows the
 # stored result); bounded, so a long-running service does not grow it.
@@ -62,13 +62,11 @@ history: deque[tuple[str, int, object, Outcome]] = deque(maxlen=256)
 def set_enabled(on: bool | None) -> None:
     """Turn first-call measurement on or off for this process (None: back to the
     environment variable, on by default)."""
-    _switch[0] = on
+    _switch.set(on)
 
 
 def enabled() -> bool:
-    if _switch[0] is not None:
-        return _switch[0]
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _switch.on()
 
 
 def candidates(

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import lookup
+from ._env import Switch
 from .config import KernelConfig
 from .device import DeviceInfo
 from .errors import StoreError
@@ -61,7 +62,7 @@ CLAIM_EXPIRE_S = 10.0
 WAIT_S = CLAIM_EXPIRE_S + 1.0  # a loser waits this long at most: past a stale claim's expiry
 POLL_S = 0.02
 
-_switch: list[bool | None] = [None]
+_switch = Switch(ENV_VAR)  # set_enabled() overrides the environment
 _writers: dict[str, Store | None] = {}
 _warned: set[str] = set()
 _lock = threading.RLock()  # writer() warns (under it) when it cannot open one
@@ -93,13 +94,11 @@ class Winner:
 def set_enabled(on: bool | None) -> None:
     """Keep first-call winners in the database or not, for this process (None: back to the
     environment variable, on by default)."""
-    _switch[0] = on
+    _switch.set(on)
 
 
 def enabled() -> bool:
-    if _switch[0] is not None:
-        return _switch[0]
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+    return _switch.on()
 
 
 def owner() -> str:

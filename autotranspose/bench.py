@@ -700,9 +700,23 @@ def run_from_args(args: Any) -> int:
         print(f"{len(cases)} random cases, seed {args.seed}", flush=True)
     else:
         cases = [(parse_shape(s), d) for s in args.shapes for d in args.dtypes]
+    rows, summary = _measure_cases(
+        [lambda shape=shape, dtype=dtype: bench_case(shape, dtype, device=args.device, repeats=repeats)
+         for shape, dtype in cases]
+    )  # fmt: skip
+    costs = host_costs()
+    print()
+    print(format_host_costs(costs))
+    _write(args, rows, {"summary": summary, "call_us": costs, "random": getattr(args, "random", None),
+                        "seed": getattr(args, "seed", None)})  # fmt: skip
+    return 0
+
+
+def _measure_cases(cases: list[Callable[[], list[Row]]]) -> tuple[list[Row], dict[str, Any]]:
+    """Run each case (printing its rows as it finishes), then print all rows and the summary."""
     rows: list[Row] = []
-    for shape, dtype in cases:
-        case = bench_case(shape, dtype, device=args.device, repeats=repeats)
+    for run in cases:
+        case = run()
         rows.extend(case)
         print(format_table(case), flush=True)
     print()
@@ -710,19 +724,17 @@ def run_from_args(args: Any) -> int:
     summary = summarize(rows)
     print()
     print(format_summary(summary))
-    costs = host_costs()
-    print()
-    print(format_host_costs(costs))
+    return rows, summary
+
+
+def _write(args: Any, rows: list[Row], extra: dict[str, Any]) -> None:
+    """The files `--json`, `--markdown` and `--png` ask for."""
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"rows": [asdict(r) for r in rows], "summary": summary, "call_us": costs,
-                        "random": getattr(args, "random", None), "seed": getattr(args, "seed", None)}, indent=1)
-        )
+        Path(args.json).write_text(json.dumps({"rows": [asdict(r) for r in rows], **extra}, indent=1))
     if getattr(args, "markdown", None):
         Path(args.markdown).write_text(markdown_table(rows) + "\n")
-    if args.png and not plot(rows, args.png):
+    if getattr(args, "png", None) and not plot(rows, args.png):
         print("matplotlib is not installed: no chart written")
-    return 0
 
 
 def _run_permutes(args: Any, repeats: int) -> int:
@@ -733,19 +745,10 @@ def _run_permutes(args: Any, repeats: int) -> int:
         print(f"{len(cases)} random permute cases, seed {args.seed}", flush=True)
     else:
         cases = [(tuple(s), tuple(args.axes), d) for s in args.shapes for d in args.dtypes]
-    rows: list[Row] = []
-    for shape, axes, dtype in cases:
-        case = bench_permute_case(shape, axes, dtype, device=args.device, repeats=repeats)
-        rows.extend(case)
-        print(format_table(case), flush=True)
-    print()
-    print(format_table(rows))
-    summary = summarize(rows)
-    print()
-    print(format_summary(summary))
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "rows": [asdict(r) for r in rows], "summary": summary,
-            "random_permute": getattr(args, "random_permute", None), "seed": args.seed,
-        }, indent=1))  # fmt: skip
+    rows, summary = _measure_cases(
+        [lambda shape=shape, axes=axes, dtype=dtype: bench_permute_case(
+            shape, axes, dtype, device=args.device, repeats=repeats) for shape, axes, dtype in cases]
+    )  # fmt: skip
+    _write(args, rows, {"summary": summary, "random_permute": getattr(args, "random_permute", None),
+                        "seed": args.seed})  # fmt: skip
     return 0

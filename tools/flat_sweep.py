@@ -18,10 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _sweep import measure_ranked, print_ranked, results_log
+
 from autotranspose.api import choose_config
 from autotranspose.compiler import activate
 from autotranspose.config import flat_default, flat_space, max_vec, seed_config
-from autotranspose.measure import Bench, measure_configs
 
 SHAPES = [(1, 7081411, 20), (1, 20, 7081411), (1, 1048576, 32), (1, 32, 1048576)]
 EXTRA = [((1, 21, 7536398), 1), ((1, 1642055, 47), 1), ((1, 138102664, 6), 1),
@@ -48,27 +49,17 @@ def main() -> None:
         space = [c for c in flat_space(s, state.info.limits, short)
                  if c.tile_n == tw and not c.persistent and c.cache == "default"]  # fmt: skip
         cands = list(dict.fromkeys([served, seed_config(s), *([default] if default else []), *space]))
-        bench = Bench(state, s, shape)
-        try:
-            copy_s = bench.copy_time()
-            res = measure_configs(bench, cands, copy_s)
-        finally:
-            bench.close()
-        by = dict(zip(cands, res, strict=True))
-        ranked = sorted(by.items(), key=lambda cr: -cr[1].gbps)
+        ranked = measure_ranked(state, s, shape, cands)
+        by = dict(ranked)
 
         print(f"\n=== {'x'.join(map(str, shape))} {s} B: served {_pct(by, served)} ({served.key}), "
               f"seed {_pct(by, seed_config(s))}, flat default {_pct(by, default)}, best "
               f"{ranked[0][1].ratio * 100:.1f}% ({ranked[0][0].key}) [{time.time() - t0:.0f}s]",
               flush=True)  # fmt: skip
-        for c, r in ranked[:5]:
-            print(f"  {r.ratio * 100:6.1f}%  {c.key}")
-        for c, r in [(c, r) for c, r in ranked if not r.ok][:5]:
-            print(f"  {r.status}: {c.key}: {r.error}")
+        print_ranked(ranked, 5)
         log.append({"shape": shape, "elem_bytes": s, "served": served.key,
                     "default": default.key if default else None,
-                    "results": [{"config": c.to_dict(), "status": r.status, "ratio": r.ratio,
-                                 "gbps": r.gbps, "error": r.error} for c, r in ranked]})  # fmt: skip
+                    "results": results_log(ranked)})  # fmt: skip
         Path(args.out, "flat_sweep.json").write_text(json.dumps(log))
 
 

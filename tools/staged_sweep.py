@@ -19,10 +19,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _sweep import measure_ranked, print_ranked, results_log
+
 from autotranspose.api import choose_config
 from autotranspose.compiler import activate
 from autotranspose.config import KernelConfig, max_vec, staged_default, staged_space
-from autotranspose.measure import Bench, measure_configs
 
 CASES = [((1, 4099, 6007), s) for s in (1, 2, 4, 8)]
 CASES += [((1, 6007, 4099), s) for s in (1, 2, 4, 8)]
@@ -63,25 +64,15 @@ def main() -> None:
         space = [c for c in staged_space(s, state.info.limits) if not c.persistent]
         picks = [space[i] for i in rng.choice(len(space), args.random, replace=False)]
         cands = list(dict.fromkeys([served, staged_default(s), *CANDIDATES[s], *picks]))
-        bench = Bench(state, s, shape)
-        try:
-            copy_s = bench.copy_time()
-            res = measure_configs(bench, cands, copy_s)
-        finally:
-            bench.close()
-        ranked = sorted(zip(cands, res, strict=True), key=lambda cr: -cr[1].gbps)
-        by = dict(zip(cands, res, strict=True))
+        ranked = measure_ranked(state, s, shape, cands)
+        by = dict(ranked)
         print(f"\n=== {shape} {s} B: served {by[served].ratio * 100:.1f}% ({served.key}), "
               f"staged default {by[staged_default(s)].ratio * 100:.1f}%, "
               f"best {ranked[0][1].ratio * 100:.1f}% ({ranked[0][0].key}) [{time.time() - t0:.0f}s]",
               flush=True)  # fmt: skip
-        for c, r in ranked[:6]:
-            print(f"  {r.ratio * 100:6.1f}%  {c.key}")
-        for c, r in [(c, r) for c, r in ranked if not r.ok][:5]:
-            print(f"  {r.status}: {c.key}: {r.error}")
+        print_ranked(ranked, 6)
         log.append({"shape": shape, "elem_bytes": s, "served": served.key,
-                    "results": [{"config": c.to_dict(), "status": r.status, "ratio": r.ratio,
-                                 "gbps": r.gbps, "error": r.error} for c, r in ranked]})  # fmt: skip
+                    "results": results_log(ranked)})  # fmt: skip
         Path(args.out, "staged_sweep.json").write_text(json.dumps(log))
     print("\n=== candidate defaults: geometric mean % of copy over each element size's cases")
     for s, cands in CANDIDATES.items():

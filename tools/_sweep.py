@@ -1,0 +1,32 @@
+"""What the sweep tools share: measure candidate configs on one case, print and log them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotranspose.measure import Bench, measure_configs
+
+
+def measure_ranked(state: Any, elem_bytes: int, shape: tuple[int, int, int],
+                   cands: list[Any]) -> list[tuple[Any, Any]]:  # fmt: skip
+    """Each candidate checked on fresh data and timed on one Bench of `shape`; fastest first."""
+    bench = Bench(state, elem_bytes, shape)
+    try:
+        res = measure_configs(bench, cands, bench.copy_time())
+    finally:
+        bench.close()
+    return sorted(zip(cands, res, strict=True), key=lambda cr: -cr[1].gbps)
+
+
+def print_ranked(ranked: list[tuple[Any, Any]], top: int) -> None:
+    """The `top` fastest, then up to five that failed or were wrong."""
+    for c, r in ranked[:top]:
+        print(f"  {r.ratio * 100:6.1f}%  {c.key}")
+    for c, r in [(c, r) for c, r in ranked if not r.ok][:5]:
+        print(f"  {r.status}: {c.key}: {r.error}")
+
+
+def results_log(ranked: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
+    """The ranked results as JSON-ready rows."""
+    return [{"config": c.to_dict(), "status": r.status, "ratio": r.ratio, "gbps": r.gbps,
+             "error": r.error} for c, r in ranked]  # fmt: skip

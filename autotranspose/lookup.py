@@ -227,14 +227,42 @@ def neighbours(
     """The configs of the `k` nearest tuned and shipped classes that can run a call of `cls`
     (candidates for a first-call measurement), nearest first, each config once."""
     db = _default_store() if store is DEFAULT_STORE else store
-    entries: list[TunedEntry] = list(shipped(device.name))
-    if db is not None:
-        try:
-            entries += db.entries(device.name, include_stale=False, elem_bytes=elem_bytes)
-        except StoreError:
-            pass  # choose() has warned about this database already
+    entries = list(shipped(device.name)) + _stored(db, device.name, elem_bytes)
+    return _nearest(entries, elem_bytes, cls, device.limits, k)
+
+
+def warm_starts(
+    device: DeviceInfo, elem_bytes: int, cls: ShapeClass, k: int = 6, *, store: Any = DEFAULT_STORE
+) -> list[KernelConfig]:
+    """The tuner's first trials after the seed and default configs: the configs of the `k`
+    nearest classes this GPU model has results for (tuned or shipped), then those of the `k`
+    nearest classes of every other GPU model (stored or shipped). Tuned results transfer
+    well between classes and GPUs of one generation: on the H200 the best config of a
+    class is often another class's best, which 40 sampled trials need not find."""
+    db = _default_store() if store is DEFAULT_STORE else store
+    own = list(shipped(device.name)) + _stored(db, device.name, elem_bytes)
+    others = [e for e in shipped_everywhere() if e.device != device.name]
+    others += [e for e in _stored(db, None, elem_bytes) if e.device != device.name]
+    found = _nearest(own, elem_bytes, cls, device.limits, k)
+    found += _nearest(others, elem_bytes, cls, device.limits, k)
+    return list(dict.fromkeys(found))
+
+
+def _stored(db: Store | None, device_name: str | None, elem_bytes: int) -> list[TunedEntry]:
+    if db is None:
+        return []
+    try:
+        return db.entries(device_name, include_stale=False, elem_bytes=elem_bytes)
+    except StoreError:
+        return []  # choose() has warned about this database already
+
+
+def _nearest(
+    entries: Iterable[TunedEntry], elem_bytes: int, cls: ShapeClass, limits: DeviceLimits, k: int
+) -> list[KernelConfig]:
+    """The configs of the `k` nearest usable entries, nearest first, each config once."""
     found: list[KernelConfig] = []
-    for e in sorted(_usable(entries, elem_bytes, cls, device.limits), key=_nearness(cls)):
+    for e in sorted(_usable(entries, elem_bytes, cls, limits), key=_nearness(cls)):
         if e.config not in found:
             found.append(e.config)
         if len(found) == k:
@@ -329,6 +357,23 @@ def shipped(device_name: str) -> Sequence[TunedEntry]:
     with _lock:
         _shipped[device_name] = entries
     return entries
+
+
+def shipped_everywhere() -> tuple[TunedEntry, ...]:
+    """The shipped entries of every GPU model (each file once; bad files warned about)."""
+    directory = tuning_db_dir()
+    if directory is None:
+        return ()
+    from .store import textio
+
+    found: list[TunedEntry] = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            name = textio.load(path).device.name
+        except StoreError:
+            continue  # shipped() warns when that model is looked up
+        found += shipped(name)
+    return tuple(found)
 
 
 def _load_shipped(device_name: str) -> tuple[TunedEntry, ...]:

@@ -52,6 +52,11 @@ HEARTBEAT_INTERVAL = 5
 GRACE_PERIOD = 30
 _POLL_S = 0.2
 DEFAULT_BATCH = 8  # configs asked of the sampler, compiled together and measured per round
+WARM_STARTS = 6  # nearest classes' bests per GPU model group (this one, the others) queued first
+# The last trials of a run step from the best config so far to its untried neighbours (one
+# field one step away) instead of sampling: TPE finds the right region of these discrete
+# spaces but often stops one tile size or per_thread step short of its best.
+LOCAL_SEARCH = 16
 
 
 class Objective(Protocol):
@@ -195,6 +200,17 @@ class SearchSpace:
                 self._names, self._fields, self._ordinal, point, strict=True
             )
         }
+
+    def neighbours(self, config: KernelConfig) -> list[KernelConfig]:
+        """The configs one step from `config`: one ordinal field (tile, vec, per_thread, ...)
+        one rank up or down, or one other choice changed; in the space's order."""
+        if config not in self:
+            return []
+        point = np.array(self._point(_field_values(config)), dtype=float)
+        diff = np.abs(self._matrix - point)
+        changed = (diff > 0).sum(axis=1)
+        step_ok = np.where(self._is_choice, True, diff <= 1).all(axis=1)
+        return [self.configs[int(i)] for i in np.flatnonzero((changed == 1) & step_ok)]
 
     def config_for(self, params: Mapping[str, Any], taken: Collection[str] = ()) -> KernelConfig:
         """The config of a trial's parameters: exact if valid and not `taken` (keys of configs
@@ -374,21 +390,26 @@ def known_good(
     store: Store | None = None,
     conjugate: bool = False,
 ) -> list[KernelConfig]:
-    """Configs worth measuring first: the seed documents' kernel, the default, and what the
-    lookup would serve today (a tuned, nearby or shipped result), if this study can run them."""
+    """Configs worth measuring first: the seed documents' kernel, the default, what the
+    lookup would serve today, and the bests of the nearest classes of this and every other GPU
+    model we have results for (`lookup.warm_starts`), if this study can run them."""
+    from . import lookup
+
     seed = seed_config(elem_bytes)
     if conjugate:
         seed = seed.replace(conjugate=True)
     found = [seed, default_config(elem_bytes, max_vector=cls.vec, conjugate=conjugate)]
     if store is not None:
-        from . import lookup
-
         try:
             choice = lookup.choose(device, elem_bytes, cls, store=store, conjugate=conjugate)
         except AutotransposeError:
             choice = None
         if choice is not None and choice.source != "default":
             found.append(choice.config)
+    found += [
+        c.replace(conjugate=conjugate)
+        for c in lookup.warm_starts(device, elem_bytes, cls, WARM_STARTS, store=store)
+    ]
     return [c for c in dict.fromkeys(found) if c in space]
 
 
@@ -599,7 +620,24 @@ class _Run:
             if k <= 0:
                 time.sleep(_POLL_S)
                 continue
+            if best is not None and trials - self.done <= LOCAL_SEARCH:
+                self._step_from(best, k, tried.union(running))
             self._batch(k, taken={key for key in tried.union(running) if key is not None})
+
+    def _step_from(self, best: FrozenTrial, k: int, tried: set[str | None]) -> None:
+        """Queue up to `k` untried neighbours of the best config so far (`LOCAL_SEARCH`)."""
+        config = self.space.by_key(best.user_attrs.get("config", ""))
+        if config is None:
+            return
+        queued = {
+            t.user_attrs.get("config")
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+            if t.user_attrs.get("shape") == self.shape_text
+        }
+        fresh = [c for c in self.space.neighbours(config) if c.key not in tried]
+        if any(c.key in queued for c in fresh):
+            return  # the last batch's neighbours are still waiting their turn
+        self.enqueue(fresh[:k])
 
     # --- one batch ------------------------------------------------------------------------------
     def _batch(self, k: int, taken: set[str]) -> None:

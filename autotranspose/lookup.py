@@ -135,15 +135,7 @@ def _choose(
     store: Any,
     conjugate: bool,
 ) -> Choice:
-    # A skinny class is served its own tuned or shipped result, else the flat kernel: the
-    # nearest other class's tiled kernel can be a tenth as fast there. Wide ones (few long
-    # rows) only when their rows allow no vector of 8 bytes: with wide vectors the tiled
-    # fallbacks beat the flat kernel's element-wise loads (H200, docs/perf-notes.md).
-    skinny = cls.n <= FLAT_SHORT_SIDE or (cls.m <= FLAT_SHORT_SIDE and cls.vec * elem_bytes < 8)
-    # Rows at odd offsets (or too unaligned for a 4-byte tiled word) are served their own
-    # class's result, else the staged kernel: on the H200 it beat every other class's tiled
-    # kernel there by 6-27 points (geometric means, docs/perf-notes.md).
-    unaligned = not skinny and (cls.vec == 1 or cls.vec * elem_bytes < 4)
+    skinny, unaligned = _kind(elem_bytes, cls)
     own_only = skinny or unaligned
     db = _default_store() if store is DEFAULT_STORE else store
     if db is not None:
@@ -166,6 +158,16 @@ def _choose(
     found = _pick(shipped(name), elem_bytes, cls, limits)
     if found is not None and (found[1] or not own_only):
         return _choice(found[0], "shipped", conjugate)
+    return default_choice(elem_bytes, cls, limits, conjugate)
+
+
+def default_choice(
+    elem_bytes: int, cls: ShapeClass, limits: DeviceLimits = NEWEST, conjugate: bool = False
+) -> Choice:
+    """What a call of `cls` gets with no tuned or shipped result at all (the robust default
+    the serving promise is measured against): the flat kernel for a skinny class, the
+    staged kernel for an unaligned one, else the default tiled config."""
+    skinny, unaligned = _kind(elem_bytes, cls)
     if skinny:
         flat = flat_default(elem_bytes, min(cls.m, cls.n), conjugate)
         if flat is not None and flat.fits(limits):
@@ -175,6 +177,20 @@ def _choose(
         if staged is not None and staged.fits(limits):
             return Choice(staged, "default")
     return Choice(default_config(elem_bytes, max_vector=cls.vec, conjugate=conjugate), "default")
+
+
+def _kind(elem_bytes: int, cls: ShapeClass) -> tuple[bool, bool]:
+    """(skinny, unaligned): which classes are served only their own class's results."""
+    # A skinny class is served its own tuned or shipped result, else the flat kernel: the
+    # nearest other class's tiled kernel can be a tenth as fast there. Wide ones (few long
+    # rows) only when their rows allow no vector of 8 bytes: with wide vectors the tiled
+    # fallbacks beat the flat kernel's element-wise loads (H200, docs/perf-notes.md).
+    skinny = cls.n <= FLAT_SHORT_SIDE or (cls.m <= FLAT_SHORT_SIDE and cls.vec * elem_bytes < 8)
+    # Rows at odd offsets (or too unaligned for a 4-byte tiled word) are served their own
+    # class's result, else the staged kernel: on the H200 it beat every other class's tiled
+    # kernel there by 6-27 points (geometric means, docs/perf-notes.md).
+    unaligned = not skinny and (cls.vec == 1 or cls.vec * elem_bytes < 4)
+    return skinny, unaligned
 
 
 def _usable(

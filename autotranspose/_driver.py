@@ -34,7 +34,7 @@ EVENT_DISABLE_TIMING = 2
 # Stream handles with a meaning of their own: NULL and CU_STREAM_LEGACY are the legacy default
 # stream, CU_STREAM_PER_THREAD the per-thread default stream, of whichever context is current.
 SPECIAL_STREAMS = (0, 1, 2)
-_PARAM_CAPACITY = 256  # bytes of kernel arguments; ours take at most 80
+_PARAM_CAPACITY = _native.CAPACITY  # bytes of kernel arguments (the gathers' 368 the most)
 # Offsets of the transpose kernels' arguments (compiler.ARG_FORMAT "PPqqqqqqIII").
 TRANSPOSE_OFFSETS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 68, 72)
 TRANSPOSE_BYTES = 76
@@ -149,7 +149,9 @@ class _Scratch(threading.local):
         self.ctx = c_void_p()
         self.ctx_ref = ctypes.byref(self.ctx)
         # cuLaunchKernel's `kernelParams` for our transpose kernels' fixed argument layout:
-        # pointers into `params` at each argument's offset (cheaper for the driver than `extra`)
+        # pointers into `params` at each argument's offset (cheaper for the driver than `extra`);
+        # the driver reads only as many as the kernel has, so the gathers' three (in, out and
+        # their struct at offset 16) use the first three
         base = ctypes.addressof(cbuf)
         self.kernel_params = (c_void_p * len(TRANSPOSE_OFFSETS))(*(base + o for o in TRANSPOSE_OFFSETS))
         self.kernel_params_ref = c_void_p(ctypes.addressof(self.kernel_params))
@@ -341,18 +343,26 @@ _SAME: Any = object()
 
 
 class Prepared:
-    """One transpose launch made ready for one context: the kernel's function there, its grid
-    and block, and the argument block with everything but the two pointers.
+    """One launch made ready for one context: the kernel's function there, its grid and
+    block, and the argument block with everything but the two pointers (`tail`: the
+    transpose kernels' scalars, or a gather's struct; their first arguments sit at the same
+    offsets, TRANSPOSE_OFFSETS).
 
     With the compiled launcher (:mod:`._native`) the whole launch is a C struct handed over by
     address; without it, the ctypes objects for ``cuLaunchKernel``."""
 
-    __slots__ = ("address", "args", "ctx", "spec", "tail")
+    __slots__ = ("address", "args", "ctx", "nbytes", "spec", "tail")
 
     def __init__(self, func: int, ctx: int, grid: tuple[int, ...], block: tuple[int, ...], tail: bytes) -> None:
         self.ctx = ctx
         self.args = launch_args(func, grid, block)
         self.tail = tail
+        self.nbytes = 16 + len(tail)
+        if self.nbytes > _PARAM_CAPACITY:
+            raise KernelLaunchError(
+                f"a kernel argument block of {self.nbytes} bytes: the launcher holds at most "
+                f"{_PARAM_CAPACITY} (raise _native.CAPACITY)"
+            )
         self.spec: Any = None
         self.address = 0
         if _native_launch() is not None:
@@ -360,8 +370,9 @@ class Prepared:
             spec.get, spec.set, spec.launch = _entry_points()
             spec.func, spec.ctx = func, ctx
             spec.dims[:] = [*grid, *block, 0]
+            spec.nbytes = self.nbytes
             spec.offsets[:] = list(TRANSPOSE_OFFSETS)
-            ctypes.memmove(ctypes.addressof(spec.params), bytes(16) + tail, TRANSPOSE_BYTES)
+            ctypes.memmove(ctypes.addressof(spec.params), bytes(16) + tail, self.nbytes)
             self.spec, self.address = spec, ctypes.addressof(spec)
 
 
@@ -393,7 +404,7 @@ _at_transpose: Any = None
 
 
 def launch_transpose(prep: Prepared, src: int, dst: int, stream: int | None, restore: Any = _SAME) -> None:
-    """The hot path: launch a prepared transpose (`src` -> `dst`) in its context from any
+    """The hot path: launch a prepared kernel (`src` -> `dst`) in its context from any
     thread, then make current again the context the thread had (or `restore`, what it had
     before the caller's own work changed it)."""
     if prep.address:
@@ -407,7 +418,7 @@ def launch_transpose(prep: Prepared, src: int, dst: int, stream: int | None, res
     cur = s.ctx.value
     if cur != ctx:
         set_current(ctx)
-    s.params[:TRANSPOSE_BYTES] = _POINTERS.pack(src, dst) + prep.tail
+    s.params[: prep.nbytes] = _POINTERS.pack(src, dst) + prep.tail
     err = _cuLaunchKernelRaw(*prep.args, c_void_p(stream), s.kernel_params_ref, None)
     back = cur if restore is _SAME else restore
     if back != ctx:

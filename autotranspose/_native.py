@@ -42,8 +42,11 @@ SAME = 1  # `restore` value meaning "the context the thread had" (never a contex
 
 # The transpose kernels' argument block (compiler.ARG_FORMAT): its argument count and bytes.
 # _driver.TRANSPOSE_OFFSETS / TRANSPOSE_BYTES describe the same block; tests/test_native.py
-# checks that all three agree.
+# checks that all three agree. Other kernels take their first arguments at the same offsets
+# (the gathers: in, out and a struct of 352 bytes at 16); each launch says how many bytes its
+# block has, up to CAPACITY.
 NARGS, NBYTES = 11, 76
+CAPACITY = 384
 
 SOURCE = r"""
 #ifdef AT_PYTHON
@@ -54,7 +57,7 @@ SOURCE = r"""
 #include <string.h>
 
 #define NARGS @NARGS@
-#define NBYTES @NBYTES@
+#define CAPACITY @CAPACITY@
 typedef int (*get_t)(void **);
 typedef int (*set_t)(void *);
 typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -68,17 +71,19 @@ typedef struct {
     void *func;          /* the kernel's CUfunction in `ctx` */
     void *ctx;
     unsigned dims[7];    /* grid x, y, z, block x, y, z, dynamic shared bytes */
-    unsigned offsets[NARGS];
-    uint64_t params[(NBYTES + 7) / 8];  /* argument block; src and dst filled per call */
+    unsigned nbytes;     /* bytes of this kernel's argument block, at most CAPACITY */
+    unsigned offsets[NARGS];  /* where each argument starts; the driver reads as many as the
+                                 kernel has */
+    uint64_t params[CAPACITY / 8];  /* argument block; src and dst filled per call */
 } at_launch;
 
 int at_transpose(const at_launch *L, uint64_t src, uint64_t dst, void *stream, void *restore)
 {
-    uint64_t p[(NBYTES + 7) / 8];
+    uint64_t p[CAPACITY / 8];
     void *kp[NARGS];
     void *cur = 0;
     int err;
-    memcpy(p, L->params, sizeof p);
+    memcpy(p, L->params, L->nbytes);
     p[0] = src;
     p[1] = dst;
     for (int i = 0; i < NARGS; i++)
@@ -95,7 +100,7 @@ int at_transpose(const at_launch *L, uint64_t src, uint64_t dst, void *stream, v
     return err;
 }
 
-unsigned at_layout(void) { return (NARGS << 16) | NBYTES; }
+unsigned at_layout(void) { return (NARGS << 16) | CAPACITY; }
 unsigned at_struct_size(void) { return sizeof(at_launch); }
 
 #ifdef AT_PYTHON
@@ -156,7 +161,7 @@ static PyMethodDef methods[] = {
     {"transpose", (PyCFunction)(void (*)(void))py_transpose, METH_FASTCALL, "launch a prepared transpose"},
     {"bind", py_bind, METH_O, "the address of cuCtxGetCurrent, for current()"},
     {"current", py_current, METH_NOARGS, "the thread's current context, or None"},
-    {"layout", py_layout, METH_NOARGS, "(NARGS << 16 | NBYTES, sizeof(at_launch))"},
+    {"layout", py_layout, METH_NOARGS, "(NARGS << 16 | CAPACITY, sizeof(at_launch))"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -164,7 +169,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_at_launch", NULL, -
 
 PyMODINIT_FUNC PyInit__at_launch(void) { return PyModule_Create(&module); }
 #endif
-""".replace("@NARGS@", str(NARGS)).replace("@NBYTES@", str(NBYTES))
+""".replace("@NARGS@", str(NARGS)).replace("@CAPACITY@", str(CAPACITY))
 
 
 class Spec(ctypes.Structure):
@@ -177,8 +182,9 @@ class Spec(ctypes.Structure):
         ("func", ctypes.c_void_p),
         ("ctx", ctypes.c_void_p),
         ("dims", ctypes.c_uint * 7),
+        ("nbytes", ctypes.c_uint),
         ("offsets", ctypes.c_uint * NARGS),
-        ("params", ctypes.c_uint64 * ((NBYTES + 7) // 8)),
+        ("params", ctypes.c_uint64 * (CAPACITY // 8)),
     ]
 
 
@@ -259,7 +265,7 @@ def build(path: Path, cc: str, kind: str = "ctypes") -> Path:
 
 
 def _check_layout(path: Path, layout: int, size: int) -> None:
-    if layout != (NARGS << 16 | NBYTES) or size != ctypes.sizeof(Spec):
+    if layout != (NARGS << 16 | CAPACITY) or size != ctypes.sizeof(Spec):
         raise RuntimeError(f"{path} does not match this autotranspose")
 
 

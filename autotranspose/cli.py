@@ -557,8 +557,8 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
     from dataclasses import asdict
 
     from . import lookup
-    from .codegen import render_rows
-    from .plan import TRANSPOSE, plan_permute
+    from .codegen import render_gather, render_rows
+    from .plan import GATHER, TRANSPOSE, plan_permute
 
     shape = _option("--shape", parse_dims, args.shape)
     et = _option("--dtype", element_type, args.dtype)
@@ -580,9 +580,13 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
         info.update(device=device_name, **_choice_info(cls, choice))
         call = f"{p.elem_bytes}-byte {_shape_text((p.batch, p.m, p.n))} -> class {cls}"
         return _print_choice(args, out, info, device_name, call, choice, plan.describe().splitlines())
-    kernel = "none" if p is None else "cuMemcpyDtoDAsync" if p.contiguous else f"at_copy_rows_s{p.elem_bytes}"
+    if p is None or p.contiguous:
+        kernel, source = ("none" if p is None else "cuMemcpyDtoDAsync"), ""
+    elif p.kind == GATHER:
+        kernel, source = f"at_gather_s{p.elem_bytes}", render_gather()
+    else:
+        kernel, source = f"at_copy_rows_s{p.elem_bytes}", render_rows()
     info["kernel"] = kernel
-    source = render_rows() if kernel.startswith("at_") else ""
     if args.json:
         if args.source:
             info["cuda_source"] = source

@@ -25,6 +25,8 @@ from .config import (
     staged_rows,
     staged_words,
 )
+from .gather import ARG_BYTES as GATHER_ARG_BYTES
+from .gather import MAX_DIMS as GATHER_MAX_DIMS
 
 # What nvcc is told besides the architecture: part of what a kernel is (compiler.py compiles
 # with these), so part of its version.
@@ -33,10 +35,15 @@ NVCC_OPTIONS: tuple[str, ...] = ("-O3", "-lineinfo")
 TILED_TEMPLATE = "transpose.cu.j2"
 FLAT_TEMPLATE = "flat.cu.j2"
 STAGED_TEMPLATE = "staged.cu.j2"
-# Kernels that are not tuned configs: a peer, the measuring helpers, permute's row copies.
-UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2")
+# Kernels that are not tuned configs: a peer, the measuring helpers, permute's row copies
+# and gathers (outside template_version: editing them starts no tuning study over).
+UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2")
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
+# permute()'s gathers: threads per block, elements each thread loads before it stores, and
+# the blocks per SM the registers must allow (__launch_bounds__; the grid is that many per
+# SM, `launch.make_gather`): 4 x 256 threads is half an SM's 2048, with 4 loads in flight each.
+GATHER_THREADS, GATHER_UNROLL, GATHER_BLOCKS_PER_SM = 256, 4, 4
 
 _WORD_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "u32", 8: "uint2", 16: "uint4"}
 _DTYPES_BY_SIZE = {
@@ -262,6 +269,15 @@ def render_rows() -> str:
     return _environment().get_template("rows.cu.j2").render(
         element_types=_ELEMENT_TYPES, version=__version__, threads=ROWS_THREADS,
         unroll=ROWS_UNROLL,
+    )  # fmt: skip
+
+
+def render_gather() -> str:
+    """permute()'s one-launch gathers, one kernel per element size (`at_gather_s<size>`)."""
+    return _environment().get_template("gather.cu.j2").render(
+        element_types=_ELEMENT_TYPES, version=__version__, threads=GATHER_THREADS,
+        unroll=GATHER_UNROLL, min_blocks=GATHER_BLOCKS_PER_SM, max_dims=GATHER_MAX_DIMS,
+        args_bytes=GATHER_ARG_BYTES, dtypes=_DTYPES_BY_SIZE,
     )  # fmt: skip
 
 

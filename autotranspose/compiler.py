@@ -16,14 +16,14 @@ import os
 import struct
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import _driver
-from .codegen import NVCC_OPTIONS, render_many, render_rows
+from .codegen import NVCC_OPTIONS, render_gather, render_many, render_rows
 from .config import KernelConfig
 from .device import DeviceInfo, query_device
 from .errors import CudaUnavailableError, DeviceError, KernelCompileError
@@ -223,14 +223,28 @@ def get_kernel(state: DeviceState, config: KernelConfig) -> Kernel:
 def get_row_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
     """permute()'s strided row copy of `elem_bytes`-byte words on `state`'s architecture
     (all five sizes compiled and loaded together, on first use)."""
-    name = f"at_copy_rows_s{elem_bytes}"
+    return _untuned_kernel(state, "at_copy_rows_s", elem_bytes, render_rows)
+
+
+def get_gather_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
+    """permute()'s one-launch gather of `elem_bytes`-byte elements on `state`'s architecture
+    (all five sizes compiled and loaded together, on first use)."""
+    return _untuned_kernel(state, "at_gather_s", elem_bytes, render_gather)
+
+
+def _untuned_kernel(
+    state: DeviceState, prefix: str, elem_bytes: int, render: Callable[[], str]
+) -> Kernel:
+    """Kernel `<prefix><elem_bytes>` of a source that holds one per element size, compiled
+    once per architecture (pycuda's disk cache: once per machine) and kept."""
+    name = f"{prefix}{elem_bytes}"
     kernel = _kernels.get((state.arch, name))
     if kernel is not None:
         return kernel
     with _kernels_lock:
         if (state.arch, name) not in _kernels:
-            names = [f"at_copy_rows_s{s}" for s in (1, 2, 4, 8, 16)]
-            for n, k in load_source(state.arch, render_rows(), names).items():
+            names = [f"{prefix}{s}" for s in (1, 2, 4, 8, 16)]
+            for n, k in load_source(state.arch, render(), names).items():
                 _kernels[(state.arch, n)] = k
     return _kernels[(state.arch, name)]
 
@@ -290,17 +304,46 @@ class Resources:
 def nvcc_resources(configs: Sequence[KernelConfig], arch: str, nvcc: str = "nvcc") -> dict[str, Resources]:
     """Compile configs to a cubin with plain nvcc (no GPU, no pycuda) and return ptxas's
     resource report per kernel name: how CI checks that kernels fit and never spill."""
+    source = render_many(configs)
+    try:
+        return source_resources(source, arch, nvcc)
+    except _NvccFailed as exc:
+        raise _compile_error(list(configs), arch, source, exc) from None
+
+
+def untuned_resources(arch: str, nvcc: str = "nvcc") -> dict[str, Resources]:
+    """`nvcc_resources` for permute()'s row copies and gathers (not configs)."""
+    report = {}
+    for what, source in (("rows", render_rows()), ("gather", render_gather())):
+        try:
+            report.update(source_resources(source, arch, nvcc))
+        except _NvccFailed as exc:
+            path = failed_source_dir() / f"{what}.cu"
+            path.write_text(source)
+            tail = "\n".join(str(exc).strip().splitlines()[-8:])
+            raise KernelCompileError(
+                f"nvcc could not compile permute()'s {what} kernels for {arch}; the rendered "
+                f"source is in {path}; nvcc said:\n{tail}", source_path=str(path), log=str(exc),
+            ) from None  # fmt: skip
+    return report
+
+
+class _NvccFailed(RuntimeError):
+    """nvcc's stderr, for the caller to turn into a KernelCompileError naming its kernels."""
+
+
+def source_resources(source: str, arch: str, nvcc: str = "nvcc") -> dict[str, Resources]:
+    """ptxas's resource report per kernel of CUDA `source`, compiled with plain nvcc."""
     import re
     import subprocess
 
-    source = render_many(configs)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "kernels.cu"
         src.write_text(source)
         cmd = [nvcc, "-cubin", f"-arch={arch}", *NVCC_OPTIONS, "-Xptxas", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
-            raise _compile_error(list(configs), arch, source, RuntimeError(proc.stderr))
+            raise _NvccFailed(proc.stderr)
     report: dict[str, Resources] = {}
     name = None
     stack = spill = 0

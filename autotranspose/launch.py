@@ -8,15 +8,32 @@ config it is given.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import _driver
-from .codegen import ROWS_THREADS, ROWS_UNROLL
-from .compiler import ARG_FORMAT, DeviceState, Kernel, get_kernel, get_row_kernel
+from .codegen import (
+    GATHER_BLOCKS_PER_SM,
+    GATHER_THREADS,
+    GATHER_UNROLL,
+    ROWS_THREADS,
+    ROWS_UNROLL,
+)
+from .compiler import (
+    ARG_FORMAT,
+    DeviceState,
+    Kernel,
+    get_gather_kernel,
+    get_kernel,
+    get_row_kernel,
+)
 from .config import KernelConfig
 from .errors import ShapeError
+from .gather import ARG_FORMAT as GATHER_FORMAT
+from .gather import MAX_STRIDE, gather_args
+from .plan import Dim
 
 _MAX_GRID_X = 2**31 - 1
 _MAX_GRID_Y = 65535
@@ -34,19 +51,22 @@ class Launch:
     The scalar arguments are packed once; a call packs two pointers and hands the argument
     block to the driver."""
 
-    config: KernelConfig | None  # None: permute's row copy (`make_row_copy`), not a config
+    config: KernelConfig | None  # None: permute's row copy or gather, not a config
     kernel: Kernel
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out, tile counts
     state: DeviceState
+    # how `scalars` are laid out after the two pointers: the transpose kernels' arguments
+    # (the row copies take the same), or a gather's struct (`gather.ARG_FORMAT`)
+    arg_format: str = ARG_FORMAT[2:]
     tail: bytes = b""
     args: tuple[Any, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes, as C
     # the launch made ready for a given context (one dict entry per context)
     in_context: dict[int, _driver.Prepared] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tail", struct.pack(ARG_FORMAT[2:], *self.scalars))
+        object.__setattr__(self, "tail", struct.pack(self.arg_format, *self.scalars))
         object.__setattr__(
             self, "args", _driver.launch_args(self.kernel.handle, self.grid, self.block)
         )
@@ -143,3 +163,21 @@ def make_row_copy(
     scalars = (m, n, ld_in, ld_out, bs_in, bs_out, lanes.bit_length() - 1, batch, chunk)
     kernel = get_row_kernel(state, elem_bytes)
     return Launch(None, kernel, (max(blocks, 1), chunks, 1), (ROWS_THREADS, 1, 1), scalars, state)
+
+
+def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> Launch:
+    """A prepared launch of permute()'s gather: ``out[sum k*out_stride] = in[sum k*in_stride]``
+    for every index of `dims` (output memory order, outermost first, strides in
+    `elem_bytes`-byte elements; a plan's GATHER pass), in one launch whatever the shape.
+
+    The grid is GATHER_BLOCKS_PER_SM blocks per SM (what the registers allow resident), or
+    fewer for a small problem: each thread then walks many elements by the mixed-radix carry,
+    so its one decomposition by division is paid once per many elements."""
+    total = math.prod(d.extent for d in dims)
+    per_block = GATHER_THREADS * GATHER_UNROLL
+    blocks = max(1, min(-(-total // per_block), state.info.multiprocessors * GATHER_BLOCKS_PER_SM,
+                        MAX_STRIDE // GATHER_THREADS))  # fmt: skip
+    args = gather_args(dims, blocks * GATHER_THREADS)
+    kernel = get_gather_kernel(state, elem_bytes)
+    return Launch(None, kernel, (blocks, 1, 1), (GATHER_THREADS, 1, 1), args.values(), state,
+                  GATHER_FORMAT)  # fmt: skip

@@ -10,7 +10,9 @@ call's stream, in the array's context, exactly as transpose() chooses them:
   measurement, its launch cache), once per index of the plan's host loops;
 - a copy of one contiguous block is one ``cuMemcpyDtoDAsync``;
 - a copy of rows is `launch.make_row_copy` (a generated kernel: its docstring says why not
-  the driver's 2-D copy), once per host-loop index.
+  the driver's 2-D copy), once per host-loop index;
+- a gather pass (the plan's choice where those would be many small launches or tiny tiles)
+  is `launch.make_gather`: the whole fused problem in one launch.
 
 The steps of a call signature (device, element size, shape, strides, axes, pointer
 alignment, lookup generation) are built once and kept, as transpose() keeps its launches.
@@ -37,8 +39,17 @@ from .api import (
 )
 from .arrays import NDView, allocate, check_permute_output, nd_view
 from .compiler import DeviceState
-from .launch import Launch, make_row_copy
-from .plan import COPY, TRANSPOSE, Plan, contiguous_strides, normalize_axes, plan_permute
+from .launch import Launch, make_gather, make_row_copy
+from .plan import (
+    COPY,
+    GATHER,
+    TRANSPOSE,
+    Dim,
+    Plan,
+    contiguous_strides,
+    normalize_axes,
+    plan_permute,
+)
 
 _steps: dict[tuple[Any, ...], tuple[Step, ...]] = {}
 _lock = threading.Lock()
@@ -67,11 +78,14 @@ class Step:
 MakeTranspose = Callable[[int, tuple[int, int, int], tuple[int, int, int, int], int, int], Any]
 # make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out)
 MakeCopy = Callable[[int, int, int, int, int, int, int, int], Any]
+# make_gather(elem_bytes, dims)
+MakeGather = Callable[[int, tuple[Dim, ...]], Any]
 
 
 def build_steps(
-    plan: Plan, src: int, dst: int, make_transpose: MakeTranspose, make_copy: MakeCopy
-) -> tuple[Step, ...]:
+    plan: Plan, src: int, dst: int, make_transpose: MakeTranspose, make_copy: MakeCopy,
+    make_gather: MakeGather,
+) -> tuple[Step, ...]:  # fmt: skip
     """The steps that run `plan` from `src` into `dst` (device pointers). A launch serves
     every host-loop index, so its kernel is chosen for the least aligned pair of pointers
     among them (a real pair: a first-call measurement runs on it)."""
@@ -85,6 +99,8 @@ def build_steps(
         if p.kind == TRANSPOSE:
             shape, strides = (p.batch, p.m, p.n), (p.ld_in, p.ld_out, p.bs_in, p.bs_out)
             launch = make_transpose(p.elem_bytes, shape, strides, src + i, dst + o)
+        elif p.kind == GATHER:
+            launch = make_gather(p.elem_bytes, p.dims)
         else:
             assert p.kind == COPY, p.kind
             launch = make_copy(p.elem_bytes, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out)
@@ -187,7 +203,10 @@ def build(
     def make_copy(*args: int) -> Launch:
         return make_row_copy(state, *args)
 
-    return build_steps(plan, src, dst, make_transpose, make_copy)
+    def gather(e: int, dims: tuple[Dim, ...]) -> Launch:
+        return make_gather(state, e, dims)
+
+    return build_steps(plan, src, dst, make_transpose, make_copy, gather)
 
 
 def _keep(key: tuple[Any, ...], steps: tuple[Step, ...]) -> None:

@@ -1,5 +1,5 @@
-"""Plans for permute(): any axis permutation of a 0- to 8-D array as one pass of the batched
-2-D transpose kernels, or one copy.
+"""Plans for permute(): any axis permutation of a 0- to 8-D array as one pass: a batched 2-D
+transpose, a copy, or one gather launch.
 
 A pure function of shapes, strides (elements) and pointer alignment: no CUDA, no lookup, no
 store. The executor turns a :class:`Plan` into launches; everything it must decide is here, so
@@ -18,8 +18,11 @@ says what we took from cuTT's planner and what not):
      elements ("wide"); otherwise a copy of rows of R bytes ("runs");
    - otherwise a batched transpose of the elements: m is the output's innermost axis, n the
      input's, the largest other axis is the kernel's batch and the remaining ones are host
-     loops, one launch per index (a later kernel with a multi-dimensional batch index can
-     take the loops, as cuTT's kernels do).
+     loops, one launch per index;
+4. if that pass would be many small launches, or a transpose of tiles too small for any
+   tile kernel (`gather_reason`), run the whole fused problem as ONE gather launch instead
+   (templates/gather.cu.j2: an element-wise kernel over up to 8 dims, stores coalesced along
+   the output, reads gathered).
 """
 
 from __future__ import annotations
@@ -33,10 +36,28 @@ from dataclasses import dataclass
 from .dtypes import ELEMENT_SIZES
 from .errors import AxesError, LayoutError, ShapeError, UnsupportedDtypeError
 
-MAX_NDIM = 8  # what permute() promises; a kernel batch index of fixed size will need a bound
-COPY, TRANSPOSE = "copy", "transpose"
+MAX_NDIM = 8  # what permute() promises, and what a gather pass takes in one launch
+COPY, TRANSPOSE, GATHER = "copy", "transpose", "gather"
 # Plan.case: why the pass is what it is (the pass kind alone does not say)
 EMPTY, CONTIGUOUS, RUNS, WIDE, ELEMENTS = "empty", "copy", "runs", "wide", "transpose"
+
+# When a transpose or row-copy pass becomes one gather launch (`gather_reason`). First guesses,
+# to be calibrated with `autotranspose bench --random-permute` on the GPU:
+# - a launch costs a few microseconds of host and GPU issue time however little it moves, and
+#   a tile kernel ramps up and drains around each one. Past 8 launches that overhead piles up
+#   (random 3-6-D permutes on an H200 made up to 16000), while one gather launch pays it once;
+GATHER_MAX_LAUNCHES = 8
+# - under 4 MiB a launch moves its bytes (read and written) in about 2 us at an H200's
+#   4.8 TB/s, no longer than its overhead: its host loops cost more than the gather's lower
+#   bandwidth (gathered reads, index arithmetic per element) does;
+GATHER_MIN_LAUNCH_BYTES = 4 << 20
+# - a transpose whose two sides are both under 8 elements has tiles of a few elements: no tile
+#   kernel fills a warp's accesses there (a 2x3 transpose moves 6 elements per matrix), while
+#   the gather's stores are coalesced whatever the shape;
+GATHER_MIN_SIDE = 8
+# - the kernel counts each dim's index in 32 bits (a digit plus a step digit plus a carry must
+#   fit): a fused dim longer than this keeps the transpose or copy pass.
+GATHER_MAX_EXTENT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -59,10 +80,13 @@ class Pass:
     - transpose: ``out[o0 + b*bs_out + j*ld_out + i] = in[i0 + b*bs_in + i*ld_in + j]``
       (exactly `launch.make_launch(state, cfg, batch, m, n, ld_in, ld_out, bs_in, bs_out)`);
     - copy:      ``out[o0 + b*bs_out + i*ld_out + j] = in[i0 + b*bs_in + i*ld_in + j]``
-      (`batch` x `m` rows of `n` elements; m = batch = 1 without loops: one contiguous block).
+      (`batch` x `m` rows of `n` elements; m = batch = 1 without loops: one contiguous block);
+    - gather:    for every index (k_1, ..., k_d) of `dims`, ``out[sum k*out_stride] =
+      in[sum k*in_stride]`` in one launch (`launch.make_gather(state, elem_bytes, dims)`);
+      m = 1 and n, ld_in, ld_out are the element count, batch 1, no loops.
     """
 
-    kind: str  # COPY or TRANSPOSE
+    kind: str  # COPY, TRANSPOSE or GATHER
     elem_bytes: int  # the element the pass moves: a kernel's key (1, 2, 4, 8 or 16)
     m: int  # transpose: the output's innermost axis; copy: rows
     n: int  # transpose: the input's innermost axis; copy: elements per row
@@ -72,6 +96,7 @@ class Pass:
     bs_in: int = 0
     bs_out: int = 0
     loops: tuple[Dim, ...] = ()  # host loops, outermost first (output order)
+    dims: tuple[Dim, ...] = ()  # gather: the problem, output memory order, outermost first
 
     @property
     def launches(self) -> int:
@@ -81,6 +106,24 @@ class Pass:
     def contiguous(self) -> bool:
         """A copy of one contiguous block: a plain device-to-device copy."""
         return self.kind == COPY and self.m == self.batch == 1 and not self.loops
+
+    @property
+    def launch_bytes(self) -> int:
+        """Bytes one launch moves (each read once and written once)."""
+        return self.batch * self.m * self.n * self.elem_bytes
+
+    def problem(self) -> tuple[Dim, ...]:
+        """Everything the pass moves as dims of its elements, in output memory order
+        (outermost first), size-1 dims dropped: the host loops, the batch and the two sides
+        of a launch together. A gather pass of these dims moves exactly the same bytes."""
+        if self.kind == GATHER:
+            return self.dims
+        if self.kind == TRANSPOSE:
+            sides = [Dim(self.n, 1, self.ld_out), Dim(self.m, self.ld_in, 1)]
+        else:
+            sides = [Dim(self.m, self.ld_in, self.ld_out), Dim(self.n, 1, 1)]
+        every = [*self.loops, Dim(self.batch, self.bs_in, self.bs_out), *sides]
+        return tuple(_fuse(sorted((d for d in every if d.extent > 1), key=lambda d: -d.out_stride)))
 
     def offsets(self) -> Iterator[tuple[int, int]]:
         """(input, output) byte offsets of each launch from the two pointers, in loop order."""
@@ -93,6 +136,12 @@ class Pass:
 
     def describe(self) -> str:
         e = self.elem_bytes
+        if self.kind == GATHER:
+            return (
+                f"gather {' x '.join(str(d.extent) for d in self.dims)} of {e}-byte elements "
+                f"in one launch (in strides {tuple(d.in_stride for d in self.dims)}, out "
+                f"strides {tuple(d.out_stride for d in self.dims)})"
+            )
         if self.contiguous:
             text = f"copy {self.n * e} contiguous bytes"
         elif self.kind == COPY:
@@ -126,6 +175,7 @@ class Plan:
     case: str  # EMPTY, CONTIGUOUS, RUNS, WIDE or ELEMENTS
     dims: tuple[Dim, ...]  # the fused problem, outermost output axis first (array elements)
     passes: tuple[Pass, ...]  # () for an empty array, else one
+    why_gather: str = ""  # a gather pass: what the pass it replaced would have been
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -155,6 +205,8 @@ class Plan:
             WIDE: "wide elements (the innermost axis stays innermost): ",
         }.get(self.case, "")
         lines += [why + p.describe() for p in self.passes]
+        if self.why_gather:
+            lines.append(f"why a gather: the batched pass would be {self.why_gather}")
         n = self.launches
         lines.append(f"{len(self.passes)} pass, {n} launch{'es' if n != 1 else ''}")
         return "\n".join(lines)
@@ -232,7 +284,38 @@ def plan_permute(
     _check_layout(dims, shape, xs, out_shape, os_, elem_bytes, in_ptr, out_ptr)
     fused = _fuse(sorted(dims, key=lambda d: -d.out_stride))  # output memory order
     case, one = _classify(fused, elem_bytes, in_ptr, out_ptr)
-    return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (one,))
+    why = gather_reason(one)
+    if why:
+        total = math.prod(d.extent for d in one.problem())
+        one = Pass(GATHER, one.elem_bytes, 1, total, total, total, dims=one.problem())
+    return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (one,), why)
+
+
+def gather_reason(p: Pass) -> str:
+    """Why the one pass `p` should run as one gather launch instead ("" to keep it): the
+    single place the plan chooses between the batched kernels and the gather.
+
+    The batched transpose and row copy move big problems near the copy ceiling, but their
+    host loops launch once per index, and a tile kernel needs sides of a tile's size. So a
+    gather takes the problem when `p` needs host loops that launch more than
+    GATHER_MAX_LAUNCHES times or move fewer than GATHER_MIN_LAUNCH_BYTES each, or when it is
+    a transpose with both sides under GATHER_MIN_SIDE elements. Never a plain contiguous copy,
+    and never dims the gather kernel cannot count (an extent over GATHER_MAX_EXTENT). The
+    text says what `p` would have been, for `Plan.describe()`."""
+    if p.kind == GATHER or p.contiguous:
+        return ""
+    dims = p.problem()
+    if not 1 <= len(dims) <= MAX_NDIM or any(d.extent > GATHER_MAX_EXTENT for d in dims):
+        return ""
+    if p.kind == TRANSPOSE:
+        what = f"transpose {p.batch} x {p.m}x{p.n}"
+    else:
+        what = f"copy {p.batch} x {p.m} rows of {p.n * p.elem_bytes} bytes"
+    if p.loops and (p.launches > GATHER_MAX_LAUNCHES or p.launch_bytes < GATHER_MIN_LAUNCH_BYTES):
+        return f"{p.launches} launches of {p.launch_bytes} bytes ({what})"
+    if p.kind == TRANSPOSE and p.m < GATHER_MIN_SIDE and p.n < GATHER_MIN_SIDE:
+        return f"{what} (both sides under {GATHER_MIN_SIDE}: tiles too small)"
+    return ""
 
 
 def _shape(shape: Sequence[int]) -> tuple[int, ...]:

@@ -46,3 +46,14 @@ def pycuda_primary():
     import pycuda.autoprimaryctx
 
     return pycuda.autoprimaryctx.context
+
+
+@pytest.fixture
+def no_gather(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans keep their batched transpose or row copy whatever it costs (no gather pass): for
+    the tests of what those passes are, on shapes small enough that a gather would take them."""
+    from autotranspose import plan
+
+    monkeypatch.setattr(plan, "GATHER_MAX_LAUNCHES", float("inf"))
+    monkeypatch.setattr(plan, "GATHER_MIN_LAUNCH_BYTES", 0)
+    monkeypatch.setattr(plan, "GATHER_MIN_SIDE", 0)

@@ -42,6 +42,8 @@ FORBIDDEN: dict[str, list[str]] = {
     "store": [*CUDA, "measure", "tuner", "worker", "lookup"],
     # permute's planner: shapes and strides in, a Plan out; the executor lives above it
     "plan": [*CUDA, "config", "codegen", "measure", "tuner", "store", "lookup", "worker"],
+    # the gather kernels' arguments: pure, so their index walk is modelled without a GPU
+    "gather": [*CUDA, "config", "codegen", "measure", "tuner", "store", "lookup", "worker"],
     # permute(): validate, plan, launch what transpose() would; it measures and tunes nothing
     "permuter": ["measure", "tuner", "worker", "multigpu"],
 }
@@ -216,7 +218,9 @@ def test_layer_order(layer: str):
 
 
 @pytest.mark.parametrize(
-    "module", ["autotranspose.store", "autotranspose.lookup", "autotranspose.plan", "autotranspose.winners"]
+    "module",
+    ["autotranspose.store", "autotranspose.lookup", "autotranspose.plan", "autotranspose.gather",
+     "autotranspose.winners"],
 )
 def test_no_cuda_behind(module: str):
     """Importing the store (or lookup) loads no CUDA code, no measuring and no public call."""

@@ -567,6 +567,23 @@ def test_lookup_axes_of_a_row_copy_needs_no_device(tmp_path: Path) -> None:
     assert rc == 0 and "at_copy_rows_s16" in src and "__global__" in src
 
 
+def test_lookup_axes_of_a_gather_needs_no_device(tmp_path: Path) -> None:
+    """Six small launches become one gather launch: the plan says so and why, and --source
+    prints the gather kernels."""
+    rc, out, err = run("lookup", "--shape", "2x7x3x5x11", "--axes", "0,2,1,4,3", "--dtype",
+                       "float32", "--db", str(tmp_path / "none.db"))  # fmt: skip
+    assert rc == 0, err
+    assert "gather 2 x 3 x 7 x 11 x 5 of 4-byte elements in one launch" in out
+    assert "why a gather: the batched pass would be 6 launches of 1540 bytes" in out
+    assert "1 pass, 1 launch" in out and out.splitlines()[-1] == "kernel  at_gather_s4"
+    rc, src, _ = run("lookup", "--shape", "100000x3x5", "--axes", "0,2,1", "--source")
+    assert rc == 0 and "at_gather_s4" in src and "struct at_gather_dims" in src
+    rc, out, _ = run("lookup", "--shape", "2x7x3x5x11", "--axes", "0,2,1,4,3", "--json")
+    data = json.loads(out)
+    assert data["launches"] == 1 and data["kernel"] == "at_gather_s4"
+    assert data["passes"][0]["kind"] == "gather" and len(data["passes"][0]["dims"]) == 5
+
+
 def test_lookup_axes_json(tuned: str) -> None:
     rc, out, _ = run("lookup", "--shape", "6x10", "--axes", "1,0", "--device", NAME, "--db",
                      tuned, "--json")  # fmt: skip

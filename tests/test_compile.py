@@ -9,7 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from autotranspose.compiler import nvcc_resources
+from autotranspose.codegen import GATHER_BLOCKS_PER_SM, GATHER_THREADS, ROWS_THREADS
+from autotranspose.compiler import nvcc_resources, untuned_resources
 from autotranspose.config import KernelConfig, config_space
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
@@ -52,3 +53,28 @@ def test_sample_compiles_without_spills_and_with_predicted_smem(arch, elem_bytes
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
         assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
         assert res.registers * cfg.threads <= 65536, f"{cfg.key} cannot launch: {res.registers} registers x {cfg.threads} threads"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_permute_kernels_compile_without_spills(arch):
+    """permute()'s gathers and row copies (rendered as permute() compiles them; the gather
+    source also checks its struct's size against the host's packing): no local memory, and
+    registers that let GATHER_BLOCKS_PER_SM gather blocks reside on an SM."""
+    report = untuned_resources(arch)
+    for s in (1, 2, 4, 8, 16):
+        for name, threads, blocks in [(f"at_gather_s{s}", GATHER_THREADS, GATHER_BLOCKS_PER_SM),
+                                      (f"at_copy_rows_s{s}", ROWS_THREADS, 1)]:  # fmt: skip
+            res = report[name]
+            assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{name} spills on {arch}: {res}"
+            assert res.smem_bytes == 0, f"{name}: {res}"
+            assert res.registers * threads * blocks <= 65536, f"{name} on {arch}: {res}"
+
+
+def test_a_struct_the_host_packs_differently_does_not_compile(monkeypatch):
+    """The gather template asserts its struct's size is the host's ARG_BYTES."""
+    from autotranspose import codegen
+    from autotranspose.errors import KernelCompileError
+
+    monkeypatch.setattr(codegen, "GATHER_ARG_BYTES", codegen.GATHER_ARG_BYTES + 8)
+    with pytest.raises(KernelCompileError, match="gather kernels"):
+        untuned_resources("sm_80")

@@ -10,8 +10,9 @@ import struct
 
 import pytest
 
-from autotranspose import _driver, _native
+from autotranspose import _driver, _native, gather
 from autotranspose.compiler import ARG_FORMAT
+from autotranspose.plan import Dim
 
 pytestmark = pytest.mark.skipif(_native.compiler() is None, reason="no C compiler")
 
@@ -92,6 +93,7 @@ def make_spec(fake: FakeDriver, ctx: int, rng: random.Random) -> tuple[_native.S
     spec.dims[:] = list(dims)
     spec.offsets[:] = list(_driver.TRANSPOSE_OFFSETS)
     tail = struct.pack(ARG_FORMAT[2:], *scalars)
+    spec.nbytes = _driver.TRANSPOSE_BYTES
     ctypes.memmove(ctypes.addressof(spec.params), bytes(16) + tail, _driver.TRANSPOSE_BYTES)
     return spec, (spec.func, dims, scalars)
 
@@ -101,6 +103,39 @@ def test_layout_matches_the_kernels_argument_format():
     assert len(ARG_FORMAT) == len(_driver.TRANSPOSE_OFFSETS) == _native.NARGS
     offs = [struct.calcsize(ARG_FORMAT[:i]) for i in range(len(ARG_FORMAT))]
     assert tuple(offs) == _driver.TRANSPOSE_OFFSETS
+    # the gathers: in, out, then their struct at the transpose layout's third offset
+    assert _driver.TRANSPOSE_OFFSETS[2] == 16 and 16 + gather.ARG_BYTES <= _native.CAPACITY
+    assert _native.CAPACITY % 8 == 0 and _native.CAPACITY >= _native.NBYTES
+
+
+def test_a_gather_launch_hands_its_whole_struct_over(at_transpose):
+    """A gather's argument block (two pointers and a 352-byte struct) is longer than the
+    transpose kernels': the launcher copies all of it, and the driver finds the struct where
+    the third argument pointer says."""
+    rng = random.Random()
+    seen = []
+
+    def launch(func, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        ptrs = [struct.unpack("P", ctypes.string_at(params[i], 8))[0] for i in range(2)]
+        seen.append((ptrs, ctypes.string_at(params[2], gather.ARG_BYTES)))
+        return 0
+
+    fake = FakeDriver(None)
+    fake.launch = LAUNCH(launch)
+    dims = [Dim(rng.randrange(2, 9), rng.randrange(1, 2**40), rng.randrange(1, 2**40)) for _ in range(5)]
+    tail = gather.gather_args(dims, rng.randrange(1, 2**31)).pack()
+    spec = _native.Spec()
+    spec.get, spec.set, spec.launch = (
+        ctypes.cast(f, ctypes.c_void_p).value for f in (fake.get, fake.set, fake.launch)
+    )
+    spec.func, spec.ctx = 1, rng.randrange(2, 2**47)
+    spec.dims[:] = [1, 1, 1, 256, 1, 1, 0]
+    spec.offsets[:] = list(_driver.TRANSPOSE_OFFSETS)
+    spec.nbytes = 16 + len(tail)
+    ctypes.memmove(ctypes.addressof(spec.params), bytes(16) + tail, spec.nbytes)
+    src, dst = rng.randrange(2**48), rng.randrange(2**48)
+    assert at_transpose(ctypes.addressof(spec), src, dst, 0, _native.SAME) == 0
+    assert seen == [([src, dst], tail)]
 
 
 @pytest.mark.parametrize(

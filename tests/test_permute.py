@@ -2,7 +2,8 @@
 goes through the host path, which validates first), N-D views, and the executor's steps run
 by the NumPy stand-in for the kernels (tests/_plan_ref.py) against np.transpose, byte for
 byte, with views on both sides. The row-copy kernel's indexing is checked by emulating its
-threads; its source compiles with nvcc where nvcc exists."""
+threads; its source compiles with nvcc where nvcc exists. (The gather kernel's index walk is
+modelled in tests/test_gather.py.)"""
 
 from __future__ import annotations
 
@@ -18,10 +19,18 @@ from _plan_ref import _indices
 import autotranspose as at
 from autotranspose import errors, launch, permuter
 from autotranspose.arrays import NDView, check_permute_output, nd_view
-from autotranspose.codegen import ROWS_THREADS, ROWS_UNROLL, render_rows
+from autotranspose.codegen import (
+    GATHER_BLOCKS_PER_SM,
+    GATHER_THREADS,
+    GATHER_UNROLL,
+    ROWS_THREADS,
+    ROWS_UNROLL,
+    render_rows,
+)
 from autotranspose.compiler import Kernel
 from autotranspose.dtypes import element_type
-from autotranspose.plan import COPY, TRANSPOSE, Pass, plan_permute
+from autotranspose.gather import ARG_BYTES, gather_args
+from autotranspose.plan import COPY, GATHER, TRANSPOSE, Dim, Pass, plan_permute
 
 SIZES = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 
@@ -204,8 +213,11 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
     def make_copy(e, b, m, n, li, lo, bi, bo):
         return mem.launch(Pass(COPY, e, m, n, li, lo, b, bi, bo))
 
+    def make_gather(e, dims):
+        return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
+
     monkeypatch.setattr(permuter._driver, "memcpy_dtod_async", mem.memcpy)
-    steps = permuter.build_steps(plan, src, dst, make_transpose, make_copy)
+    steps = permuter.build_steps(plan, src, dst, make_transpose, make_copy, make_gather)
     for step in steps:
         step.run(src, dst, "s", "c")
     return steps
@@ -246,8 +258,16 @@ def _strides(shape):
     return tuple(reversed(out))
 
 
+@pytest.fixture(params=["gather", "no_gather"])
+def gathers(request: pytest.FixtureRequest) -> bool:
+    """As planned (gather passes where the plan picks them), and with the batched passes only."""
+    if request.param == "no_gather":
+        request.getfixturevalue("no_gather")
+    return request.param == "gather"
+
+
 @pytest.mark.parametrize("e", sorted(SIZES))
-def test_steps_match_numpy_for_random_views(rng, e, monkeypatch):
+def test_steps_match_numpy_for_random_views(rng, e, monkeypatch, gathers):
     refused = 0
     for _ in range(60):
         shape, axes, xst, start, x_elems, want, ost, o_elems = _random_case(rng, e)
@@ -280,7 +300,9 @@ def test_steps_match_numpy_for_random_views(rng, e, monkeypatch):
     assert refused < 20
 
 
-def test_an_identity_is_one_memcpy_and_a_transpose_one_launch_per_loop_index(monkeypatch):
+def test_an_identity_is_one_memcpy_and_a_transpose_one_launch_per_loop_index(
+    monkeypatch, no_gather
+):
     mem = _Memory(1 << 16)
     plan = plan_permute((4, 8), (0, 1), 4)
     steps = _run_steps(mem, plan, 0, 4096, monkeypatch)
@@ -293,7 +315,18 @@ def test_an_identity_is_one_memcpy_and_a_transpose_one_launch_per_loop_index(mon
     assert {k for k, _, _ in mem.launched} == {TRANSPOSE} and len(mem.made) == 1
 
 
-def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch):
+def test_a_gather_is_one_launch(monkeypatch):
+    """The same permute as above, planned as it is by default: many small launches become
+    one gather launch over every fused dim."""
+    mem = _Memory(1 << 16)
+    plan = plan_permute((2, 3, 5, 7), (3, 1, 0, 2), 2)
+    (p,) = plan.passes
+    assert p.kind == GATHER and plan.launches == 1
+    steps = _run_steps(mem, plan, 0, 8192, monkeypatch)
+    assert mem.launched == [(GATHER, 0, 8192)] and steps[0].offsets == ((0, 0),)
+
+
+def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gather):
     """Host loops move the pointers by their strides: the launch made must run at all of
     them, so it is made (and measured, on a first call) at the worst-aligned pair."""
     mem = _Memory(1 << 20)
@@ -375,3 +408,29 @@ def test_row_copy_compiles_without_spills(tmp_path: Path, arch):
     spills = [line for line in run.stderr.splitlines() if "spill" in line]
     assert len(spills) == len(SIZES)
     assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), spills
+
+
+# --- the gather launch --------------------------------------------------------------------------
+class _GatherState:
+    """What make_gather reads of a device: its SM count."""
+
+    def __init__(self, sms: int) -> None:
+        self.info = type("Info", (), {"multiprocessors": sms})()
+
+
+@pytest.mark.parametrize(
+    ("dims", "sms", "blocks"),
+    [((Dim(3, 1, 5), Dim(5, 3, 1)), 132, 1),  # 15 elements: one block
+     ((Dim(300, 1, 300), Dim(300, 300, 1)), 132, -(-90000 // (GATHER_THREADS * GATHER_UNROLL))),
+     ((Dim(10**5, 1, 10**5), Dim(10**5, 10**5, 1)), 132, 132 * GATHER_BLOCKS_PER_SM),
+     ((Dim(10**5, 1, 10**5), Dim(10**5, 10**5, 1)), 16, 16 * GATHER_BLOCKS_PER_SM)],
+)  # fmt: skip
+def test_make_gather_sizes_the_grid_and_packs_the_struct(monkeypatch, dims, sms, blocks):
+    """One block per GATHER_THREADS x GATHER_UNROLL elements, at most GATHER_BLOCKS_PER_SM per
+    SM (then the threads loop); the arguments are the struct for that grid's stride, after
+    the two pointers."""
+    monkeypatch.setattr(launch, "get_gather_kernel", lambda state, e: Kernel(f"at_gather_s{e}", 1, 1))
+    lc = launch.make_gather(_GatherState(sms), 4, dims)
+    assert lc.config is None and lc.kernel.name == "at_gather_s4"
+    assert lc.grid == (blocks, 1, 1) and lc.block == (GATHER_THREADS, 1, 1)
+    assert lc.tail == gather_args(dims, blocks * GATHER_THREADS).pack() and len(lc.tail) == ARG_BYTES

@@ -1,14 +1,18 @@
 """permute() on a real GPU: random shapes (1- to 6-D) and permutations for every element size,
 odd sizes, sliced and strided inputs, strided outputs, a poisoned output with a guard region
 after it, against NumPy on fresh random data; CuPy, PyTorch and JAX in and out; NCHW<->NHWC;
-the attention-heads swap in bfloat16."""
+the attention-heads swap in bfloat16; the one-launch gather pass (random permutes that take
+it, views, strided outputs, both launchers, and one past 2**32 elements when memory allows)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
 import autotranspose as at
+from autotranspose.plan import GATHER, contiguous_strides, plan_permute
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
@@ -207,3 +211,151 @@ def test_wide_and_runs_cases_and_a_second_call_from_the_cache(rng):
             x = cupy.asarray(random_array(rng, shape, dtype))
             y = at.permute(x, (0, 2, 1, 3))
             assert same_bits(cupy.asnumpy(y), np.transpose(cupy.asnumpy(x), (0, 2, 1, 3)))
+
+
+# --- the gather pass -----------------------------------------------------------------------------
+def _gather_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A random 2- to 8-D permute whose contiguous plan is a gather (many small host-loop
+    launches, or both tile sides under 8), up to a few million elements."""
+    while True:
+        nd = int(rng.integers(2, 9))
+        cap = max(2, round((3e6 if rng.random() < 0.3 else 2e5) ** (1 / nd)))
+        shape = tuple(int(v) for v in rng.integers(1, cap + 1, nd))
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        if plan_permute(shape, axes, e).passes[0].kind == GATHER:
+            return shape, axes
+
+
+def _takes_gather(x, axes, out=None) -> bool:
+    """Does permute(x, axes, out) of these CuPy arrays plan a gather?"""
+    e = x.dtype.itemsize
+    os_ = None if out is None else tuple(s // e for s in out.strides)
+    p = plan_permute(x.shape, axes, e, tuple(s // e for s in x.strides), os_,
+                     in_ptr=x.data.ptr, out_ptr=0 if out is None else out.data.ptr)  # fmt: skip
+    return bool(p.passes) and p.passes[0].kind == GATHER
+
+
+@pytest.mark.parametrize("e", sorted(DTYPES))
+def test_gather_random_permutes(rng, e):
+    """Contiguous CuPy arrays of fresh random bits, into a fresh result and into a poisoned
+    out with a guard region after it; each call twice (the second from the cached steps)."""
+    cupy = pytest.importorskip("cupy")
+    for _ in range(10):
+        shape, axes = _gather_problem(rng, e)
+        x = cupy.asarray(random_array(rng, shape, DTYPES[e]))
+        want = np.transpose(cupy.asnumpy(x), axes)
+        for _ in range(2):
+            assert same_bits(cupy.asnumpy(at.permute(x, axes)), want), (shape, axes)
+        raw, out = _poisoned(cupy, want.shape, DTYPES[e])
+        assert at.permute(x, axes, out) is out and same_bits(cupy.asnumpy(out), want), (shape, axes)
+        assert bool((raw[out.nbytes :] == POISON).all()), "the guard region was written"
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [((2, 3, 5, 7, 11, 13), (5, 0, 4, 1, 3, 2)), ((100003, 3, 5), (0, 2, 1)), ((7, 6), (1, 0)),
+     ((3,) * 8, (7, 5, 3, 1, 0, 2, 4, 6)), ((2,) * 8, (1, 0, 3, 2, 5, 4, 7, 6)),
+     ((1, 7, 1, 5, 3, 1), (5, 4, 3, 2, 1, 0)), ((9, 11, 13, 2, 3), (4, 2, 0, 3, 1)),
+     ((4099, 3, 2, 5), (2, 0, 3, 1)), ((33, 65, 3, 5, 2), (0, 4, 2, 3, 1))],
+)  # fmt: skip
+@pytest.mark.parametrize("e", sorted(DTYPES))
+def test_gather_odd_sizes(rng, shape, axes, e):
+    cupy = pytest.importorskip("cupy")
+    x = cupy.asarray(random_array(rng, shape, DTYPES[e]))
+    assert plan_permute(shape, axes, e).passes[0].kind == GATHER
+    y = at.permute(x, axes)
+    assert isinstance(y, cupy.ndarray) and y.flags.c_contiguous
+    assert same_bits(cupy.asnumpy(y), np.transpose(cupy.asnumpy(x), axes))
+
+
+@pytest.mark.parametrize("e", sorted(DTYPES))
+def test_gather_views_into_strided_poisoned_outputs(rng, e):
+    """Sliced and stepped inputs into windows of larger poisoned buffers: the gather's reads
+    follow the input's strides, its writes the output's, and nothing around out changes."""
+    cupy = pytest.importorskip("cupy")
+    dtype, gathered = DTYPES[e], 0
+    for _ in range(12):
+        shape, axes = _gather_problem(rng, e)
+        nd = len(shape)
+        # steps and padding on the axes outside the innermost one of more than one element
+        # (inside it, size-1 axes stay unpadded: else x would have no axis of stride 1)
+        inner = max((k for k in range(nd) if shape[k] > 1), default=nd - 1)
+        steps = [2 if k < inner and rng.random() < 0.4 else 1 for k in range(nd)]
+        pad = tuple(int(v) if k <= inner else 0 for k, v in enumerate(rng.integers(0, 3, nd)))
+        ext = tuple(s * st + p for s, st, p in zip(shape, steps, pad, strict=True))
+        big = cupy.asarray(random_array(rng, ext, dtype))
+        starts = [int(rng.integers(0, p + 1)) for p in pad]
+        x = big[tuple(slice(a, a + s * st, st) for a, s, st in zip(starts, shape, steps, strict=True))]
+        assert x.shape == shape
+        want = np.transpose(cupy.asnumpy(x), axes)
+        oinner = max((k for k, w in enumerate(want.shape) if w > 1), default=nd - 1)
+        opad = tuple(int(v) if k <= oinner else 0 for k, v in enumerate(rng.integers(0, 3, nd)))
+        raw, whole = _poisoned(cupy, tuple(w + p for w, p in zip(want.shape, opad, strict=True)), dtype)
+        window = tuple(slice(p, p + w) for p, w in zip(opad, want.shape, strict=True))
+        out = whole[window]
+        gathered += _takes_gather(x, axes, out)
+        assert at.permute(x, axes, out) is out
+        host = cupy.asnumpy(whole)
+        assert same_bits(host[window], want), (shape, axes, x.strides, out.strides)
+        mask = np.ones(host.shape, bool)
+        mask[window] = False
+        assert np.all(host.view(np.uint8).reshape(*host.shape, e)[mask] == POISON)
+        assert bool((raw[whole.nbytes :] == POISON).all())
+    assert gathered >= 4, f"only {gathered} of 12 views took the gather pass"
+
+
+def test_gather_through_both_launchers(rng, monkeypatch):
+    """The gather's 368-byte argument block through the compiled launcher and through the
+    ctypes path (AUTOTRANSPOSE_NATIVE_LAUNCH=0)."""
+    cupy = pytest.importorskip("cupy")
+    from autotranspose import _native, launch
+    from autotranspose.compiler import device_state
+
+    state = device_state(0)
+    shape, axes = (6, 5, 4, 3, 7, 2), (4, 2, 0, 5, 3, 1)
+    x = cupy.asarray(random_array(rng, shape, "float32"))
+    want = np.transpose(cupy.asnumpy(x), axes)
+    (p,) = plan_permute(shape, axes, 4).passes
+    assert p.kind == GATHER
+    # the compiled launcher last: a ctypes-path launch made last would leave _driver's
+    # module-level launcher unset for launches other tests prepared and cached before
+    for setting in ("0", "1"):
+        monkeypatch.setenv(_native.ENV_VAR, setting)
+        _native.reset()
+        try:
+            lc = launch.make_gather(state, 4, p.dims)
+            out = cupy.full(want.shape, np.nan, np.float32)
+            lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
+            assert bool(lc.prepared(state.ctx).address) == (setting == "1" and _native.launcher() is not None)
+            assert same_bits(cupy.asnumpy(out), want), f"native launcher {setting}"
+        finally:
+            _native.reset()
+
+
+def _free_gpu_bytes(cupy) -> int:
+    return int(cupy.cuda.runtime.memGetInfo()[0])
+
+
+def test_gather_past_2_32_elements():
+    """uint8 (286331154, 3, 5) by (0, 2, 1): 4.29e9 elements (> 2**32) in 3x5 tiles, one
+    gather launch: 64-bit offsets and element count. Uses about 9 GB of GPU memory (x and the
+    result) and 9 GB of host memory to check it; skipped with less than 24 GB free on the GPU."""
+    cupy = pytest.importorskip("cupy")
+    if _free_gpu_bytes(cupy) < 24 << 30:
+        pytest.skip("needs 24 GB of free GPU memory")
+    shape, axes = (2**32 // 15 + 1, 3, 5), (0, 2, 1)
+    assert math.prod(shape) > 2**32
+    plan = plan_permute(shape, axes, 1, contiguous_strides(shape))
+    assert plan.passes[0].kind == GATHER and plan.launches == 1
+    x = cupy.empty(shape, cupy.uint8)
+    chunk = 1 << 24  # rows at a time: random bytes without a temporary the size of x
+    for i in range(0, shape[0], chunk):
+        x[i : i + chunk] = cupy.random.randint(0, 256, (min(chunk, shape[0] - i), 3, 5), dtype=cupy.uint8)
+    y = at.permute(x, axes)
+    cupy.cuda.get_current_stream().synchronize()
+    assert y.shape == (shape[0], 5, 3)
+    host_x, host_y = cupy.asnumpy(x), cupy.asnumpy(y)
+    del x, y
+    for i in range(0, shape[0], chunk):
+        got, want = host_y[i : i + chunk], np.transpose(host_x[i : i + chunk], axes)
+        assert np.array_equal(got, want), f"rows {i} to {i + chunk} differ"

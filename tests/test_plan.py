@@ -1,6 +1,7 @@
 """permute() plans, checked on the CPU: every plan run by the NumPy stand-in for the kernels
 (tests/_plan_ref.py) must equal np.transpose, byte for byte, writing each byte of `out`
-exactly once and nothing around it.
+exactly once and nothing around it; with the gather pass where the plan picks it, and without
+(`no_gather`: the batched passes it replaces stay covered too).
 
 Random cases draw a fresh seed each run (AUTOTRANSPOSE_PLAN_SEED=<seed> replays one); every
 failure message names the seed and the case.
@@ -8,6 +9,7 @@ failure message names the seed and the case.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import os
@@ -19,13 +21,14 @@ import numpy as np
 import pytest
 from _plan_ref import byte_index, execute
 
-from autotranspose import errors
+from autotranspose import errors, plan
 from autotranspose.arrays import _layout
 from autotranspose.plan import (
     CONTIGUOUS,
     COPY,
     ELEMENTS,
     EMPTY,
+    GATHER,
     MAX_NDIM,
     RUNS,
     TRANSPOSE,
@@ -33,6 +36,7 @@ from autotranspose.plan import (
     Dim,
     Pass,
     Plan,
+    gather_reason,
     normalize_axes,
     plan_permute,
 )
@@ -153,10 +157,18 @@ def _shape(rng: np.random.Generator, nd: int) -> tuple[int, ...]:
 
 
 # --- random problems ----------------------------------------------------------------------------
+@pytest.fixture(params=["gather", "no_gather"])
+def gathers(request: pytest.FixtureRequest) -> bool:
+    """Run a test as planned (gather passes where the plan picks them), and without them."""
+    if request.param == "no_gather":
+        request.getfixturevalue("no_gather")
+    return request.param == "gather"
+
+
 @pytest.mark.parametrize("e", SIZES)
 @pytest.mark.parametrize("nd", range(1, MAX_NDIM + 1))
-def test_random_permutations_match_numpy(nd: int, e: int):
-    rng = _rng(nd, e)
+def test_random_permutations_match_numpy(nd: int, e: int, gathers: bool):
+    rng = _rng(nd, e, gathers)
     for case in range(25):
         shape = _shape(rng, nd)
         axes = tuple(int(a) for a in rng.permutation(nd))
@@ -169,18 +181,23 @@ def test_random_permutations_match_numpy(nd: int, e: int):
 
 
 @pytest.mark.parametrize("e", SIZES)
-def test_random_plans_cover_every_case(e: int):
-    """The random draws above are not all one kind: over many draws each case shows up."""
-    rng = _rng(99, e)
-    seen = set()
+def test_random_plans_cover_every_case(e: int, gathers: bool):
+    """The random draws above are not all one kind: over many draws each case and each kind
+    of pass shows up (gathers often: these arrays are small, so host loops launch little)."""
+    rng = _rng(99, e, gathers)
+    seen, kinds = set(), collections.Counter()
     for _ in range(400):
         nd = int(rng.integers(1, MAX_NDIM + 1))
         shape = _shape(rng, nd)
         x = make(rng, shape, e, strided=rng.random() < 0.5)
         axes = tuple(int(a) for a in rng.permutation(nd))
         out = make(rng, tuple(shape[a] for a in axes), e, strided=False)
-        seen.add(run(x, axes, out).case)
+        p = run(x, axes, out)
+        seen.add(p.case)
+        kinds.update(q.kind for q in p.passes)
     assert {CONTIGUOUS, RUNS, ELEMENTS} <= seen, f"seed {SEED}: {seen}"
+    assert {COPY, TRANSPOSE} <= set(kinds), f"seed {SEED}: {kinds}"
+    assert (kinds[GATHER] > 40) if gathers else (GATHER not in kinds), f"seed {SEED}: {kinds}"
 
 
 # --- named cases --------------------------------------------------------------------------------
@@ -232,9 +249,9 @@ def test_attention_heads_swap_copies_rows_of_whole_head_vectors(e: int):
 # --- the cases of the classification ------------------------------------------------------------
 def test_wide_elements_when_the_run_is_a_kernel_element():
     """(B, M, N, 2) of float32: runs of 8 bytes, a transpose of 8-byte elements."""
-    p = plan_permute((3, 5, 7, 2), (0, 2, 1, 3), 4)
+    p = plan_permute((3, 50, 70, 2), (0, 2, 1, 3), 4)
     assert p.case == WIDE
-    assert p.passes == (Pass(TRANSPOSE, 8, 5, 7, 7, 5, 3, 35, 35),)
+    assert p.passes == (Pass(TRANSPOSE, 8, 50, 70, 70, 50, 3, 3500, 3500),)
 
 
 @pytest.mark.parametrize("e", SIZES)
@@ -314,7 +331,7 @@ def test_overlapping_input_windows_are_read_in_place():
     run(Buf(base, x, None), (0, 1), make(rng, (33, 8), 2, strided=True))
 
 
-def test_host_loops_take_what_the_kernel_batch_does_not():
+def test_host_loops_take_what_the_kernel_batch_does_not(no_gather):
     """Three batch axes: the largest (7) is the kernel's batch, the others are launches."""
     p = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4)
     (q,) = p.passes
@@ -344,7 +361,7 @@ def _transpose_args(x: np.ndarray, out: np.ndarray) -> tuple[int, ...]:
         ((5, 2, 3), None, 0),
     ],
 )
-def test_two_and_three_d_reduce_to_what_transpose_does(shape, x_slice, out_pad, e):
+def test_two_and_three_d_reduce_to_what_transpose_does(shape, x_slice, out_pad, e, no_gather):
     rng = _rng(19, e)
     if x_slice is None:
         big = _bytes(rng, shape, e)
@@ -423,7 +440,7 @@ def test_bad_calls_say_what_to_do(call: dict[str, Any], error: type, words: str)
 
 
 # --- describe -----------------------------------------------------------------------------------
-def test_describe_names_the_problem_the_pass_and_the_launches():
+def test_describe_names_the_problem_the_pass_and_the_launches(no_gather):
     text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
     assert "permute (2, 7, 3, 5, 11) by (0, 2, 1, 4, 3), 4-byte elements -> (2, 3, 7, 11, 5)" in text
     assert "transpose 7 x 5x11 of 4-byte elements" in text
@@ -440,3 +457,129 @@ def test_reference_byte_index_is_the_kernel_formula():
     idx = byte_index(3, 2, [(2, 10), (3, 1)])
     assert idx.shape == (2, 3, 2)
     assert idx[1, 2].tolist() == [3 + (10 + 2) * 2, 3 + (10 + 2) * 2 + 1]
+
+
+# --- the gather pass ----------------------------------------------------------------------------
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "shape, axes, e, kind",
+    [
+        ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, GATHER),  # 6 launches of 1540 bytes
+        ((100000, 3, 5), (0, 2, 1), 4, GATHER),  # one launch, but 3x5 tiles
+        ((3, 5, 7, 2), (0, 2, 1, 3), 4, GATHER),  # wide 8-byte elements in 5x7 tiles
+        ((6, 7), (1, 0), 2, GATHER),  # one 6x7 matrix: both sides under 8
+        ((10, 10, 512, 512), (1, 0, 3, 2), 4, GATHER),  # 10 launches (> 8) of 10 MiB
+        ((3, 2, 512, 512), (1, 0, 3, 2), 4, GATHER),  # 2 launches of 3 MiB (< 4 MiB)
+        ((5, 40, 64, 6), (2, 1, 0, 3), 1, GATHER),  # rows of 6 bytes: 5 launches of 15 KiB
+        ((4, 2, 1024, 1024), (1, 0, 3, 2), 4, TRANSPOSE),  # 2 launches of 16 MiB
+        ((2, 2, 2, 4, 512, 512), (2, 1, 0, 3, 5, 4), 4, TRANSPOSE),  # 8 launches of 4 MiB
+        ((3, 3, 4, 512, 512), (1, 0, 2, 4, 3), 4, GATHER),  # 9 launches of 4 MiB
+        ((32, 256, 56, 56), (0, 2, 3, 1), 2, TRANSPOSE),  # NCHW -> NHWC: one launch
+        ((100000, 3, 8), (0, 2, 1), 4, TRANSPOSE),  # one side of 8: a flat kernel's shape
+        ((7, 4099), (1, 0), 4, TRANSPOSE),
+        ((8, 4096, 32, 128), (0, 2, 1, 3), 2, COPY),  # heads: 8 launches of 32 MiB
+        ((4, 5, 6), (0, 1, 2), 2, COPY),  # contiguous: one memcpy, never a gather
+        ((64, 3, 1000), (1, 0, 2), 1, COPY),  # rows of 1000 bytes, one launch
+    ],
+)
+def test_when_the_plan_gathers(shape, axes, e, kind):
+    p = plan_permute(shape, axes, e)
+    (q,) = p.passes
+    assert q.kind == kind, p.describe()
+    assert (p.why_gather != "") == (kind == GATHER)
+    if kind == GATHER:
+        assert p.launches == 1 and not q.loops and q.launches == 1
+        assert math.prod(d.extent for d in q.dims) * q.elem_bytes == math.prod(shape) * e
+        assert q.dims[-1].out_stride == 1, "stores along the output's innermost dim"
+
+
+def _pass(kind: str, m: int, n: int, loops: int = 0, batch: int = 1, e: int = 4) -> Pass:
+    """A contiguous-looking pass: `loops` host-loop launches of a batch of m x n."""
+    size = batch * m * n
+    loop = (Dim(loops, size, size),) if loops else ()
+    return Pass(kind, e, m, n, n, m if kind == TRANSPOSE else n, batch, m * n, m * n, loop)
+
+
+@pytest.mark.parametrize(
+    "p, gathers",
+    [
+        (_pass(TRANSPOSE, 1024, 1024, loops=8), False),  # 8 launches of 4 MiB: the limits
+        (_pass(TRANSPOSE, 1024, 1024, loops=9), True),  # one launch too many
+        (_pass(TRANSPOSE, 1024, 1023, loops=2), True),  # 4 KiB short of 4 MiB per launch
+        (_pass(TRANSPOSE, 1024, 1024), False),  # no host loops: one launch
+        (_pass(TRANSPOSE, 7, 7, batch=10**6), True),  # tiles of 7x7
+        (_pass(TRANSPOSE, 8, 7, batch=10**6), False),
+        (_pass(TRANSPOSE, 7, 8, batch=10**6), False),
+        (_pass(COPY, 7, 7, batch=10**6), False),  # small rows: the row copy is not tiles
+        (_pass(COPY, 64, 3, loops=100), True),
+        (_pass(COPY, 1, 100), False),  # a contiguous block: cuMemcpyDtoDAsync
+        (_pass(TRANSPOSE, 2**31, 2, loops=2), False),  # a side too long for 32-bit digits
+    ],
+)
+def test_gather_reason_thresholds(p: Pass, gathers: bool):
+    assert bool(gather_reason(p)) == gathers, gather_reason(p)
+
+
+def test_gather_thresholds_are_module_constants(monkeypatch):
+    """Calibrating on the GPU means changing the constants: the decision reads them."""
+    p = _pass(TRANSPOSE, 1024, 1024, loops=8)
+    assert not gather_reason(p)
+    monkeypatch.setattr(plan, "GATHER_MAX_LAUNCHES", 7)
+    assert "8 launches of 4194304 bytes" in gather_reason(p)
+    monkeypatch.setattr(plan, "GATHER_MAX_LAUNCHES", 8)
+    monkeypatch.setattr(plan, "GATHER_MIN_LAUNCH_BYTES", 8 * MiB)
+    assert gather_reason(p)
+    monkeypatch.setattr(plan, "GATHER_MIN_SIDE", 2000)
+    assert "both sides under 2000" in gather_reason(_pass(TRANSPOSE, 1024, 1024))
+
+
+@pytest.mark.parametrize(
+    "p",
+    [_pass(TRANSPOSE, 5, 7, loops=3, batch=4), _pass(COPY, 5, 7, loops=3, batch=4),
+     Pass(TRANSPOSE, 2, 2, 3, 33, 40, 4, 1000, 2, (Dim(5, 5000, 8), Dim(6, 3, 120)))],
+)  # fmt: skip
+def test_a_pass_as_a_gather_moves_the_same_bytes(p: Pass):
+    """`Pass.problem()`, the dims a gather takes, covers exactly what the launches write,
+    reading from the same places."""
+    e = p.elem_bytes
+    g = Pass(GATHER, e, 1, 0, 0, 0, dims=p.problem())
+    src = np.concatenate([byte_index(i, e, _launch_dims(p)[0]).ravel() for i, _ in p.offsets()])
+    dst = np.concatenate([byte_index(o, e, _launch_dims(p)[1]).ravel() for _, o in p.offsets()])
+    gsrc = byte_index(0, e, [(d.extent, d.in_stride) for d in g.dims]).ravel()
+    gdst = byte_index(0, e, [(d.extent, d.out_stride) for d in g.dims]).ravel()
+    assert sorted(zip(dst, src, strict=True)) == sorted(zip(gdst, gsrc, strict=True))
+    assert [d.out_stride for d in g.dims] == sorted((d.out_stride for d in g.dims), reverse=True)
+
+
+def _launch_dims(p: Pass) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    src = [(p.batch, p.bs_in), (p.m, p.ld_in), (p.n, 1)]
+    if p.kind == TRANSPOSE:
+        return src, [(p.batch, p.bs_out), (p.m, 1), (p.n, p.ld_out)]
+    return src, [(p.batch, p.bs_out), (p.m, p.ld_out), (p.n, 1)]
+
+
+@pytest.mark.parametrize("e", SIZES)
+def test_gather_plans_of_views_match_numpy(e: int):
+    """Shapes the gather takes when contiguous (many small loops, tiny sides), and as strided
+    views in and out (which may change the plan: memory order decides the sides)."""
+    rng = _rng(23, e)
+    for shape, axes in [((2, 3, 5, 7, 2, 3), (5, 1, 3, 0, 4, 2)), ((50, 3, 5), (0, 2, 1)),
+                        ((2,) * 8, (7, 0, 6, 1, 5, 2, 4, 3)), ((3, 4, 5, 6), (3, 1, 2, 0))]:  # fmt: skip
+        for strided in (False, True):
+            x = make(rng, shape, e, strided)
+            out = make(rng, tuple(shape[a] for a in axes), e, strided)
+            p = run(x, axes, out, f"strided={strided}")
+            if not strided:
+                assert p.passes[0].kind == GATHER and p.launches == 1, p.describe()
+
+
+def test_describe_says_why_a_gather():
+    text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
+    assert "gather 2 x 3 x 7 x 11 x 5 of 4-byte elements in one launch" in text
+    assert "out strides (1155, 385, 55, 5, 1)" in text
+    assert "why a gather: the batched pass would be 6 launches of 1540 bytes" in text
+    assert text.endswith("1 pass, 1 launch")
+    text = plan_permute((100000, 3, 5), (0, 2, 1), 4).describe()
+    assert "transpose 100000 x 3x5 (both sides under 8" in text

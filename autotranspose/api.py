@@ -140,7 +140,7 @@ def _first_call(
         return make_launch(state, c, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs)
 
     def run() -> winners.Winner | None:
-        outcome = firstcall.measure(state, configs, make, x.ptr, o.ptr, stream, ctx)
+        outcome = firstcall.search(state, configs, make, x.ptr, o.ptr, stream, ctx, runnable)
         if outcome is None:
             return None
         firstcall.history.append((state.info.name, s, cls, outcome))

@@ -641,3 +641,43 @@ _DEFAULTS: dict[tuple[int, int], tuple[Any, ...]] = {
     (8, 1): (32, 32, 1, 4, 1, "pad", "row", "default", 0),
     (16, 1): (32, 32, 1, 2, 0, "swizzle", "row", "default", 0),
 }
+
+
+# Fields a neighbour steps along, most often decisive first (H200 space checks: the best
+# config of a class nobody tuned was mostly a tile or per_thread step from the served one).
+_STEPPED: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("tile_m", TILE_SIZES), ("tile_n", TILE_SIZES), ("per_thread", PER_THREAD),
+    ("vec", VEC_SIZES), ("persistent", PERSISTENT),
+)  # fmt: skip
+_SMEM_LAYOUTS: tuple[tuple[str, int], ...] = (("pad", 0), ("pad", 1), ("swizzle", 0))
+
+
+def neighbours(config: KernelConfig) -> list[KernelConfig]:
+    """The valid configs one step from `config`: one size field (tile, per_thread, vec,
+    persistent) one value up or down its list, or one other choice (raster, shared-memory
+    layout, cache hint) changed; most decisive fields first. The tuner's local search and the
+    first call's refinement walk these."""
+    found: list[KernelConfig] = []
+
+    def add(**change: Any) -> None:
+        try:
+            found.append(config.replace(**change))
+        except ConfigError:
+            pass  # not a kernel: the step leaves the space here
+
+    for name, values in _STEPPED:
+        if name == "tile_m" and config.flat:
+            values = FLAT_LONG
+        here = getattr(config, name)
+        if here not in values:
+            continue
+        i = values.index(here)
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(values):
+                add(**{name: values[j]})
+    add(raster="col" if config.raster == "row" else "row")
+    for layout, pad in _SMEM_LAYOUTS:
+        if (layout, pad) != (config.layout, config.pad):
+            add(layout=layout, pad=pad)
+    add(cache="stream" if config.cache == "default" else "default")
+    return list(dict.fromkeys(c for c in found if c != config))

@@ -9,8 +9,11 @@ the call's own buffers and stream:
 - the guess itself (so the result is never slower than what lookup would have served),
 - the defaults of every kernel kind that can run the call (tiled, staged, flat),
 - the nearest tuned and shipped results of other classes (`lookup.neighbours`),
-- the seed documents' kernel (32x32 tile, +1 padding), robust on every shape.
+- the seed documents' kernel (32x32 tile, +1 padding), robust on every shape;
 
+then up to `REFINE_ROUNDS` rounds of the winner's one-step neighbours (`config.neighbours`),
+while the winner keeps changing and the budget lasts: on the H200 the best config of an
+untuned class was mostly a tile or per_thread step or two from the portfolio's winner.
 It keeps the fastest for every later call of the class (`lookup.remember`), and `winners`
 records it in the tuning database, where other processes find it. The measurement
 costs at most `BUDGET_S` seconds of GPU time (rounds stop when the next would exceed it);
@@ -37,6 +40,7 @@ from .config import (
     KernelConfig,
     default_config,
     flat_default,
+    neighbours,
     seed_config,
     staged_default,
 )
@@ -49,6 +53,8 @@ MAX_CANDIDATES = 8
 ROUNDS = 5  # each candidate is timed this often (median), budget permitting
 MIN_TIMED_S = 200e-6  # a timing covers at least this much GPU time (small calls repeat):
 # event timings of one short call scatter by several microseconds
+REFINE_ROUNDS = 2  # rounds of the winner's neighbours after the portfolio
+REFINE_STEPS = 8  # neighbours timed per round (with the winner again, as the new guess)
 MARGIN = 0.01  # another candidate replaces the guess only when faster by more than this:
 # the guess was chosen for a reason, and noise must not trade it for a slower config
 
@@ -176,3 +182,39 @@ def measure(
     if guess in medians and medians[guess] <= medians[best] * (1 + MARGIN):
         best = guess
     return Outcome(best, {c: medians.get(c) for c in configs}, spent)
+
+
+def search(
+    state: DeviceState,
+    configs: Sequence[KernelConfig],
+    make: Callable[[KernelConfig], Launch],
+    src: int,
+    dst: int,
+    stream: int | None,
+    ctx: int,
+    runnable: Callable[[KernelConfig], bool],
+    budget_s: float = BUDGET_S,
+) -> Outcome | None:
+    """`measure` the portfolio `configs` (the guess first), then refine: time the winner
+    again with up to REFINE_STEPS of its runnable neighbours, the winner standing as the
+    guess (MARGIN), for up to REFINE_ROUNDS rounds while it changes and a quarter of the
+    budget is left. One Outcome for all of it; `gpu_s` counts every round."""
+    outcome = measure(state, configs, make, src, dst, stream, ctx, budget_s)
+    if outcome is None:
+        return None
+    seconds = dict(outcome.seconds)
+    best, spent = outcome.best, outcome.gpu_s
+    for _ in range(REFINE_ROUNDS):
+        steps = [c for c in neighbours(best) if c not in seconds and runnable(c)]
+        if not steps or budget_s - spent < budget_s / 4:
+            break
+        more = measure(state, [best, *steps[:REFINE_STEPS]], make, src, dst, stream, ctx,
+                       budget_s - spent)  # fmt: skip
+        if more is None:
+            break
+        spent += more.gpu_s
+        seconds.update(more.seconds)
+        if more.best == best:
+            break
+        best = more.best
+    return Outcome(best, seconds, spent)

@@ -33,7 +33,14 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from .codegen import template_version
-from .config import KernelConfig, config_space, default_config, max_vec, seed_config
+from .config import (
+    KernelConfig,
+    config_space,
+    default_config,
+    max_vec,
+    neighbours,
+    seed_config,
+)
 from .device import DeviceInfo
 from .dtypes import element_type
 from .errors import AutotransposeError, ShapeError, StoreError, TuningError
@@ -202,15 +209,8 @@ class SearchSpace:
         }
 
     def neighbours(self, config: KernelConfig) -> list[KernelConfig]:
-        """The configs one step from `config`: one ordinal field (tile, vec, per_thread, ...)
-        one rank up or down, or one other choice changed; in the space's order."""
-        if config not in self:
-            return []
-        point = np.array(self._point(_field_values(config)), dtype=float)
-        diff = np.abs(self._matrix - point)
-        changed = (diff > 0).sum(axis=1)
-        step_ok = np.where(self._is_choice, True, diff <= 1).all(axis=1)
-        return [self.configs[int(i)] for i in np.flatnonzero((changed == 1) & step_ok)]
+        """The configs of this space one step from `config` (`config.neighbours`)."""
+        return [c for c in neighbours(config) if c in self]
 
     def config_for(self, params: Mapping[str, Any], taken: Collection[str] = ()) -> KernelConfig:
         """The config of a trial's parameters: exact if valid and not `taken` (keys of configs

@@ -180,3 +180,34 @@ def test_public_names_work_without_a_gpu():
     cfg = at.KernelConfig(4)
     assert "autotranspose_" + cfg.key in at.render(cfg)
     assert next(iter(at.config_space("float32"))).elem_bytes == 4
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])
+def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
+    import random
+
+    from autotranspose.config import (
+        FLAT_LONG,
+        PER_THREAD,
+        PERSISTENT,
+        TILE_SIZES,
+        VEC_SIZES,
+        neighbours,
+    )
+
+    space = list(config_space(dtype, max_vector=4, short_side=32))
+    steps = {"tile_m": TILE_SIZES, "tile_n": TILE_SIZES, "vec": VEC_SIZES,
+             "per_thread": PER_THREAD, "persistent": PERSISTENT}  # fmt: skip
+    for config in random.sample(space, 30):
+        near = neighbours(config)
+        assert near and config not in near and len(set(near)) == len(near)
+        for other in near:
+            moved = [f for f in ("tile_m", "tile_n", "vec", "per_thread", "persistent", "raster",
+                                 "cache", "flat", "staged", "realign", "elem_bytes")
+                     if getattr(other, f) != getattr(config, f)]  # fmt: skip
+            smem = (other.layout, other.pad) != (config.layout, config.pad)
+            assert len(moved) + smem == 1, (config.key, other.key)
+            if moved and moved[0] in steps:
+                values = FLAT_LONG if moved[0] == "tile_m" and config.flat else steps[moved[0]]
+                i, j = values.index(getattr(config, moved[0])), values.index(getattr(other, moved[0]))
+                assert abs(i - j) == 1

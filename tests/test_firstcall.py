@@ -3,6 +3,7 @@ itself runs in tests/test_firstcall_gpu.py."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -69,3 +70,48 @@ def test_switched_by_the_environment_and_the_api(monkeypatch, value, on):
         firstcall.set_enabled(None)
     monkeypatch.delenv(firstcall.ENV_VAR)
     assert firstcall.enabled()
+
+
+# --- the refinement after the portfolio (its control flow; the timings are a synthetic
+# landscape standing in for `measure`, which tests/test_firstcall_gpu.py runs for real) ----
+def _fake_measure(calls, spent_each=0.01):
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from _synthetic import score
+
+    def measure(state, configs, make, src, dst, stream, ctx, budget_s=firstcall.BUDGET_S):
+        calls.append(list(configs))
+        secs = {c: 1.0 / score(c).gbps if score(c).ok else None for c in configs}
+        ok = {c: t for c, t in secs.items() if t is not None}
+        best = min(ok, key=ok.__getitem__)
+        if configs[0] in ok and ok[configs[0]] <= ok[best] * (1 + firstcall.MARGIN):
+            best = configs[0]
+        return firstcall.Outcome(best, secs, spent_each)
+
+    return measure
+
+
+def test_refinement_climbs_from_the_portfolio_winner_through_its_neighbours(monkeypatch):
+    from _synthetic import score
+
+    calls = []
+    monkeypatch.setattr(firstcall, "measure", _fake_measure(calls))
+    guess = default_config(4, max_vector=4)
+    runnable = lambda c: c.tile_m <= 128  # noqa: E731
+    out = firstcall.search(None, [guess], None, 0, 0, None, 0, runnable)
+    assert out is not None and score(out.best).gbps > score(guess).gbps
+    assert 2 <= len(calls) <= 1 + firstcall.REFINE_ROUNDS
+    for before, after in itertools.pairwise(calls):
+        assert after[0] in before  # each round re-times the winner so far, as its guess
+        assert len(after) <= 1 + firstcall.REFINE_STEPS
+        assert all(runnable(c) for c in after)
+    assert out.gpu_s == pytest.approx(0.01 * len(calls))
+    assert set(out.seconds) == {c for round_ in calls for c in round_}
+
+
+def test_refinement_stops_when_the_budget_is_spent(monkeypatch):
+    calls = []
+    monkeypatch.setattr(firstcall, "measure", _fake_measure(calls, spent_each=firstcall.BUDGET_S))
+    firstcall.search(None, [default_config(4, max_vector=4)], None, 0, 0, None, 0, _any)
+    assert len(calls) == 1

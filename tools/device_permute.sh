@@ -16,6 +16,6 @@ $B --shapes 64x56x56x256 32x224x224x64 --axes 0,3,1,2 --dtypes float16,float32 >
 $B --shapes 8x4096x32x128 --axes 0,2,1,3 --dtypes bfloat16 > "$OUT/heads.txt" 2>&1; echo "heads rc=$?"
 tail -n 14 "$OUT/nchw.txt" "$OUT/nhwc.txt" "$OUT/heads.txt"
 if [ -n "${PERMUTE_N:-}" ]; then
-  $B --random-permute "$PERMUTE_N" --seed "${SEED:-7}" --markdown "$OUT/permute.md" > "$OUT/permute.txt" 2>&1; echo "permute rc=$?"
+  timeout ${PERMUTE_TIMEOUT:-300} python3 -m autotranspose bench --repeat 5 --random-permute "$PERMUTE_N" --seed "${SEED:-7}" --markdown "$OUT/permute.md" > "$OUT/permute.txt" 2>&1; echo "permute rc=$?"
   grep -A6 "over" "$OUT/permute.txt" | tail -8
 fi

@@ -385,8 +385,8 @@ def test_two_and_three_d_reduce_to_what_transpose_does(shape, x_slice, out_pad, 
 
 
 def test_broadcast_batch_reduces_to_what_transpose_does():
-    x = np.broadcast_to(np.zeros((1, 6, 9), np.float32), (4, 6, 9))
-    out = np.zeros((4, 9, 6), np.float32)
+    x = np.broadcast_to(np.zeros((1, 8, 9), np.float32), (4, 8, 9))
+    out = np.zeros((4, 9, 8), np.float32)
     (q,) = plan_permute(x.shape, (0, 2, 1), 4, [s // 4 for s in x.strides]).passes
     assert (q.batch, q.m, q.n, q.ld_in, q.ld_out, q.bs_in, q.bs_out) == _transpose_args(x, out)
 
@@ -477,7 +477,9 @@ MiB = 1 << 20
         ((2, 2, 2, 4, 512, 512), (2, 1, 0, 3, 5, 4), 4, TRANSPOSE),  # 8 launches of 4 MiB
         ((3, 3, 4, 512, 512), (1, 0, 2, 4, 3), 4, GATHER),  # 9 launches of 4 MiB
         ((32, 256, 56, 56), (0, 2, 3, 1), 2, TRANSPOSE),  # NCHW -> NHWC: one launch
-        ((100000, 3, 8), (0, 2, 1), 4, TRANSPOSE),  # one side of 8: a flat kernel's shape
+        ((100000, 3, 8), (0, 2, 1), 4, GATHER),  # a batch of 3x8: a side under 8
+        ((100000, 8, 8), (0, 2, 1), 4, TRANSPOSE),  # sides of 8: tiles
+        ((300000, 3), (1, 0), 4, TRANSPOSE),  # one skinny matrix: the flat kernels
         ((7, 4099), (1, 0), 4, TRANSPOSE),
         ((8, 4096, 32, 128), (0, 2, 1, 3), 2, COPY),  # heads: 8 launches of 32 MiB
         ((4, 5, 6), (0, 1, 2), 2, COPY),  # contiguous: one memcpy, never a gather
@@ -510,8 +512,10 @@ def _pass(kind: str, m: int, n: int, loops: int = 0, batch: int = 1, e: int = 4)
         (_pass(TRANSPOSE, 1024, 1023, loops=2), True),  # 4 KiB short of 4 MiB per launch
         (_pass(TRANSPOSE, 1024, 1024), False),  # no host loops: one launch
         (_pass(TRANSPOSE, 7, 7, batch=10**6), True),  # tiles of 7x7
-        (_pass(TRANSPOSE, 8, 7, batch=10**6), False),
-        (_pass(TRANSPOSE, 7, 8, batch=10**6), False),
+        (_pass(TRANSPOSE, 8, 7, batch=10**6), True),  # a batch with a side under 8
+        (_pass(TRANSPOSE, 7, 8, batch=10**6), True),
+        (_pass(TRANSPOSE, 8, 8, batch=10**6), False),
+        (_pass(TRANSPOSE, 10**6, 7), False),  # one skinny matrix: its tuned kernels
         (_pass(COPY, 7, 7, batch=10**6), False),  # small rows: the row copy is not tiles
         (_pass(COPY, 64, 3, loops=100), True),
         (_pass(COPY, 1, 100), False),  # a contiguous block: cuMemcpyDtoDAsync

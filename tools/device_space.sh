@@ -10,5 +10,7 @@ args=(--out "$OUT" --deadline "${DEADLINE:-450}")
 [ -n "${RANDOM_N:-}" ] && args+=(--random "$RANDOM_N")
 [ -n "${SEED:-}" ] && args+=(--seed "$SEED")
 [ -n "${BASELINE:-}" ] && args+=(--baseline)
+[ -n "${NO_SHIPPED:-}" ] && args+=(--no-shipped)
+[ -n "${FINALISTS:-}" ] && args+=(--finalists "$FINALISTS")
 timeout "${TIMEOUT:-560}" python3 tools/space_check.py "${MODE:-tuner}" "${args[@]}" 2>&1 | tee "$OUT/space.txt" | grep -v "^\s*$" | tail -40
 echo "space_check rc=${PIPESTATUS[0]}"

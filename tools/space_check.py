@@ -16,7 +16,8 @@ two timings. "Space best" is the best finalist that is correct.
   rather than read it back. `--baseline` also runs the tuner without warm starts from other
   classes and without the local search (the session-5 tuner), for the comparison.
 - `serving`: what `transpose()` serves a call of a class nobody tuned on this GPU (no
-  database; a first call measures as a user's would), and the robust default for it.
+  database; a first call measures as a user's would), and the robust default for it;
+  `--no-shipped` hides this GPU's shipped results too, as for a GPU model nothing ships for.
 
 Results go to `<out>/space_check.json` after every case (a run cut short keeps them).
 """
@@ -216,6 +217,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=8675309)
     ap.add_argument("--finalists", type=int, default=32)
     ap.add_argument("--baseline", action="store_true")
+    ap.add_argument("--no-shipped", action="store_true",
+                    help="serving: hide this GPU's shipped results (a model nothing ships for)")
     ap.add_argument("--deadline", type=float, default=540, help="start no case after this (s)")
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
@@ -223,7 +226,11 @@ def main() -> None:
     state = activate(0)
     t_start = time.monotonic()
     rows = []
-    for dtype, shape in _cases(args, state):
+    cases = _cases(args, state)
+    if args.no_shipped:
+        lookup._shipped[state.info.name] = ()
+        lookup.clear_cache()
+    for dtype, shape in cases:
         if time.monotonic() - t_start > args.deadline:
             print(f"deadline: skipped {dtype} {shape}", flush=True)
             continue

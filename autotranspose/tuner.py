@@ -18,9 +18,11 @@ before it measures any of it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -576,6 +578,10 @@ class _Run:
             and "status" in t.user_attrs
         ]
 
+    @functools.cached_property
+    def _queue_owner(self) -> str:
+        return f"queue-{uuid.uuid4().hex}"
+
     def enqueue(self, configs: Sequence[KernelConfig]) -> None:
         """Queue known-good configs, once per shape (a resumed run finds them queued or done)."""
         have = {
@@ -584,7 +590,11 @@ class _Run:
             if t.user_attrs.get("shape") == self.shape_text
         }
         for c in configs:
-            if c.key not in have:
+            # Processes sharing the study enqueue at the same moment: a claim lets one of
+            # them queue each config (duplicates would outlive the budget, or spend it twice).
+            if c.key not in have and self.store.claim(
+                self.study.study_name, f"queued:{self._claim_key(c.key)}", self._queue_owner
+            ):
                 self.study.enqueue_trial(
                     self.space.params_of(c), user_attrs={"config": c.key, "shape": self.shape_text}
                 )

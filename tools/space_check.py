@@ -127,17 +127,24 @@ def whole_space(state: Any, dtype: str, shape: tuple[int, int, int], extra: dict
     }  # fmt: skip
 
 
-def _leave_one_out(device_name: str, elem_bytes: int, cls: Any) -> None:
-    """Hide the shipped entry of exactly this class (lookup's in-process copy only)."""
-    entries = lookup.shipped(device_name)
-    lookup._shipped[device_name] = tuple(
-        e for e in entries if not (e.elem_bytes == elem_bytes and e.shape_class == cls)
-    )
+def _hide_shipped(device_name: str, hidden: Any) -> None:
+    """Hide the shipped entries `hidden(entry)` selects (lookup's in-process copy only).
+    After `clear_cache()`, which forgets shipped files: the other order would reload them."""
     lookup.clear_cache()
+    entries = lookup.shipped(device_name)
+    lookup._shipped[device_name] = tuple(e for e in entries if not hidden(e))
+    assert not any(hidden(e) for e in lookup.shipped(device_name)), "shipped entries not hidden"
 
 
-def run_tuner(dtype: str, shape: tuple[int, int, int], seed: int, baseline: bool) -> Any:
-    """One 40-trial tune into a fresh database; `baseline`: the session-5 tuner."""
+def _leave_one_out(device_name: str, elem_bytes: int, cls: Any) -> None:
+    """Hide the shipped entry of exactly this class."""
+    _hide_shipped(device_name, lambda e: e.elem_bytes == elem_bytes and e.shape_class == cls)
+
+
+def run_tuner(dtype: str, shape: tuple[int, int, int], seed: int, baseline: bool,
+              device_name: str) -> Any:  # fmt: skip
+    """One 40-trial tune into a fresh database, leave-one-out; `baseline`: the session-5
+    tuner."""
     saved = (tuner.LOCAL_SEARCH, lookup.warm_starts)
     if baseline:
         tuner.LOCAL_SEARCH = 0
@@ -147,6 +154,8 @@ def run_tuner(dtype: str, shape: tuple[int, int, int], seed: int, baseline: bool
         t0 = time.monotonic()
         with GpuObjective(dtype, shape) as obj:
             started = time.monotonic() - t0
+            et = element_type(dtype)
+            _leave_one_out(device_name, et.size, shape_class(*shape, max_vec(et.size, *shape[1:])))
             res = tuner.tune(dtype, shape, objective=obj, store=store, device=obj.device,
                              trials=40, seed=seed)  # fmt: skip
         return res, started
@@ -156,18 +165,15 @@ def run_tuner(dtype: str, shape: tuple[int, int, int], seed: int, baseline: bool
 
 def check_tuner(state: Any, dtype: str, shape: tuple[int, int, int], args: Any) -> dict[str, Any]:
     et = element_type(dtype)
-    cls = shape_class(*shape, max_vec(et.size, shape[1], shape[2]))
-    _leave_one_out(state.info.name, et.size, cls)
-    res, started = run_tuner(dtype, shape, args.seed, baseline=False)
+    res, started = run_tuner(dtype, shape, args.seed, False, state.info.name)
     row: dict[str, Any] = {"tune_s": round(res.elapsed_s, 1), "worker_start_s": round(started, 1),
                            "tuner_own_ratio": res.measurement.ratio, "trials": res.trials}  # fmt: skip
     extra = {"tuner": res.config, "seed": seed_config(et.size)}
     if args.baseline:
-        old, _ = run_tuner(dtype, shape, args.seed, baseline=True)
+        old, _ = run_tuner(dtype, shape, args.seed, True, state.info.name)
         row["baseline_tune_s"] = round(old.elapsed_s, 1)
         extra["baseline"] = old.config
-    lookup._shipped.clear()
-    lookup.clear_cache()
+    lookup.clear_cache()  # shipped files come back whole
     return {**row, **whole_space(state, dtype, shape, extra, args.finalists)}
 
 
@@ -228,8 +234,7 @@ def main() -> None:
     rows = []
     cases = _cases(args, state)
     if args.no_shipped:
-        lookup._shipped[state.info.name] = ()
-        lookup.clear_cache()
+        _hide_shipped(state.info.name, lambda e: True)
     for dtype, shape in cases:
         if time.monotonic() - t_start > args.deadline:
             print(f"deadline: skipped {dtype} {shape}", flush=True)

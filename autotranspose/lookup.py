@@ -78,6 +78,7 @@ DEFAULT_STORE: Any = _DefaultStore()
 
 _choices: dict[tuple[Any, ...], Choice] = {}
 _shipped: dict[str, tuple[TunedEntry, ...]] = {}
+_models: dict[Path, str] = {}  # shipped file -> its GPU model (shipped_everywhere)
 _stores: dict[str, Store | None] = {}
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -376,7 +377,9 @@ def shipped(device_name: str) -> Sequence[TunedEntry]:
 
 
 def shipped_everywhere() -> tuple[TunedEntry, ...]:
-    """The shipped entries of every GPU model (each file once; bad files warned about)."""
+    """The shipped entries of every GPU model (bad files warned about when that model is
+    looked up). A file's model is read once per process; its entries come from `shipped()`
+    and its cache."""
     directory = tuning_db_dir()
     if directory is None:
         return ()
@@ -384,10 +387,13 @@ def shipped_everywhere() -> tuple[TunedEntry, ...]:
 
     found: list[TunedEntry] = []
     for path in sorted(directory.glob("*.json")):
-        try:
-            name = textio.load(path).device.name
-        except StoreError:
-            continue  # shipped() warns when that model is looked up
+        name = _models.get(path)
+        if name is None:
+            try:
+                tf = textio.load(path)
+            except StoreError:
+                continue
+            name = _models[path] = tf.device.name
         found += shipped(name)
     return tuple(found)
 

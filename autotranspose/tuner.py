@@ -393,8 +393,9 @@ def known_good(
     conjugate: bool = False,
 ) -> list[KernelConfig]:
     """Configs worth measuring first: the seed documents' kernel, the defaults (tiled, and
-    the kind lookup serves this class by default), what the lookup would serve today, and the bests of the nearest classes of this and every other GPU
-    model we have results for (`lookup.warm_starts`), if this study can run them."""
+    the kind lookup serves this class by default), what the lookup would serve today, and
+    the bests of the nearest classes of this and every other GPU model we have results for
+    (`lookup.warm_starts`), if this study can run them."""
     from . import lookup
 
     seed = seed_config(elem_bytes)
@@ -583,7 +584,8 @@ class _Run:
         return f"queue-{uuid.uuid4().hex}"
 
     def enqueue(self, configs: Sequence[KernelConfig]) -> None:
-        """Queue known-good configs, once per shape (a resumed run finds them queued or done)."""
+        """Queue configs to measure next (warm starts, local-search steps), once per shape (a
+        resumed run finds them queued or done)."""
         have = {
             t.user_attrs.get("config")
             for t in self.study.get_trials(deepcopy=False)

@@ -38,6 +38,7 @@ from .plan import Dim
 _MAX_GRID_X = 2**31 - 1
 _MAX_GRID_Y = 65535
 ROWS_CHUNK_STEPS = 16  # a row-copy thread moves at most this many words of a row
+ROWS_FORMAT = ARG_FORMAT[2:] + "qq"  # the transpose kernels' arguments, then the outer strides
 
 
 _POINTERS = struct.Struct("PP")
@@ -57,8 +58,8 @@ class Launch:
     block: tuple[int, int, int]
     scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out, tile counts
     state: DeviceState
-    # how `scalars` are laid out after the two pointers: the transpose kernels' arguments
-    # (the row copies take the same), or a gather's struct (`gather.ARG_FORMAT`)
+    # how `scalars` are laid out after the two pointers: the transpose kernels' arguments,
+    # the row copies' (`ROWS_FORMAT`) or a gather's struct (`gather.ARG_FORMAT`)
     arg_format: str = ARG_FORMAT[2:]
     tail: bytes = b""
     args: tuple[Any, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes, as C
@@ -132,9 +133,13 @@ def make_row_copy(
     ld_out: int,
     bs_in: int,
     bs_out: int,
+    outer: int = 1,
+    os_in: int = 0,
+    os_out: int = 0,
 ) -> Launch:
-    """A prepared launch of permute()'s row copy: ``out[b*bs_out + i*ld_out + j] =
-    in[b*bs_in + i*ld_in + j]`` for a batch of m rows of n `elem_bytes`-byte words.
+    """A prepared launch of permute()'s row copy: ``out[z*os_out + b*bs_out + i*ld_out + j] =
+    in[z*os_in + b*bs_in + i*ld_in + j]`` for `outer` batches of `batch` x m rows of n
+    `elem_bytes`-byte words.
 
     A generated kernel rather than the driver's 2-D copy (cuMemcpy2DAsync): a 2-D copy moves
     one m-row matrix per call, so the batch would become host calls too, e.g. the
@@ -150,19 +155,22 @@ def make_row_copy(
     lanes = min(ROWS_THREADS, 1 << max(0, (n - 1).bit_length()))
     per_block = ROWS_THREADS // lanes
     blocks = -(-batch * m // (per_block * ROWS_UNROLL))
-    if blocks > _MAX_GRID_X:
+    if blocks > _MAX_GRID_X or not 1 <= outer <= _MAX_GRID_Y:
         raise ShapeError(
-            f"a row copy of {batch} x {m} rows of {n} words needs {blocks} blocks, more than "
-            f"a launch allows ({_MAX_GRID_X}); split the array"
+            f"a row copy of {outer} x {batch} x {m} rows of {n} words needs {blocks} x "
+            f"{outer} blocks, more than a launch allows ({_MAX_GRID_X} x {_MAX_GRID_Y}); split "
+            "the array"
         )
     # Rows longer than ROWS_CHUNK_STEPS passes of the block's lanes are cut into chunks over
     # blockIdx.y: 64 rows of 5.9 MB ran on 16 blocks at 20% of copy (H200, session 5).
     chunk = max(lanes * ROWS_CHUNK_STEPS, -(-n // _MAX_GRID_Y))
     chunk = -(-chunk // lanes) * lanes
     chunks = max(1, -(-n // chunk))
-    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, lanes.bit_length() - 1, batch, chunk)
+    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, lanes.bit_length() - 1, batch, chunk, os_in,
+               os_out)  # fmt: skip
     kernel = get_row_kernel(state, elem_bytes)
-    return Launch(None, kernel, (max(blocks, 1), chunks, 1), (ROWS_THREADS, 1, 1), scalars, state)
+    return Launch(None, kernel, (max(blocks, 1), chunks, outer), (ROWS_THREADS, 1, 1), scalars,
+                  state, ROWS_FORMAT)  # fmt: skip
 
 
 def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> Launch:

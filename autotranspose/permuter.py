@@ -76,8 +76,8 @@ class Step:
 
 # make_transpose(elem_bytes, (batch, m, n), (ld_in, ld_out, bs_in, bs_out), src, dst)
 MakeTranspose = Callable[[int, tuple[int, int, int], tuple[int, int, int, int], int, int], Any]
-# make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out)
-MakeCopy = Callable[[int, int, int, int, int, int, int, int], Any]
+# make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out, outer, os_in, os_out)
+MakeCopy = Callable[[int, int, int, int, int, int, int, int, int, int, int], Any]
 # make_gather(elem_bytes, dims)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
 
@@ -103,7 +103,9 @@ def build_steps(
             launch = make_gather(p.elem_bytes, p.dims)
         else:
             assert p.kind == COPY, p.kind
-            launch = make_copy(p.elem_bytes, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out)
+            o = p.outer
+            launch = make_copy(p.elem_bytes, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out,
+                               o.extent, o.in_stride, o.out_stride)  # fmt: skip
         steps.append(Step(launch, 0, offsets))
     return tuple(steps)
 

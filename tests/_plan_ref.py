@@ -31,12 +31,14 @@ def _indices(p: Pass, at_in: int, at_out: int) -> tuple[np.ndarray, np.ndarray]:
             byte_index(at_in, p.elem_bytes, [(d.extent, d.in_stride) for d in p.dims]),
             byte_index(at_out, p.elem_bytes, [(d.extent, d.out_stride) for d in p.dims]),
         )
-    src = byte_index(at_in, p.elem_bytes, [(p.batch, p.bs_in), (p.m, p.ld_in), (p.n, 1)])
+    o = p.outer  # extent 1 unless a copy walks a third dim of rows in the launch
+    src = byte_index(at_in, p.elem_bytes, [(o.extent, o.in_stride), (p.batch, p.bs_in), (p.m, p.ld_in), (p.n, 1)])
     if p.kind == TRANSPOSE:  # out[b*bs_out + j*ld_out + i] = in[b*bs_in + i*ld_in + j]
-        dims = [(p.batch, p.bs_out), (p.m, 1), (p.n, p.ld_out)]
+        assert o.extent == 1, "a transpose launch walks no outer dim"
+        dims = [(o.extent, o.out_stride), (p.batch, p.bs_out), (p.m, 1), (p.n, p.ld_out)]
     else:
         assert p.kind == COPY, p.kind
-        dims = [(p.batch, p.bs_out), (p.m, p.ld_out), (p.n, 1)]
+        dims = [(o.extent, o.out_stride), (p.batch, p.bs_out), (p.m, p.ld_out), (p.n, 1)]
     return src, byte_index(at_out, p.elem_bytes, dims)
 
 

@@ -561,7 +561,7 @@ def test_lookup_axes_of_a_row_copy_needs_no_device(tmp_path: Path) -> None:
     rc, out, err = run("lookup", "--shape", "8x4096x32x128", "--axes", "0,-2,1,3", "--dtype",
                        "bfloat16", "--db", str(tmp_path / "none.db"))  # fmt: skip
     assert rc == 0, err
-    assert "copy 32 x 4096 rows of 256 bytes" in out and "host loops 8" in out
+    assert "copy 32 x 4096 rows of 256 bytes" in out and "x 8 in the launch" in out and "1 launch" in out
     assert out.splitlines()[-1] == "kernel  at_copy_rows_s16"
     rc, src, _ = run("lookup", "--shape", "8x4096x32x128", "--axes", "0,2,1,3", "--source")
     assert rc == 0 and "at_copy_rows_s16" in src and "__global__" in src

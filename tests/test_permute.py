@@ -210,8 +210,8 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
         (b, m, n), (li, lo, bi, bo) = shape, strides
         return mem.launch(Pass(TRANSPOSE, e, m, n, li, lo, b, bi, bo))
 
-    def make_copy(e, b, m, n, li, lo, bi, bo):
-        return mem.launch(Pass(COPY, e, m, n, li, lo, b, bi, bo))
+    def make_copy(e, b, m, n, li, lo, bi, bo, outer, oi, oo):
+        return mem.launch(Pass(COPY, e, m, n, li, lo, b, bi, bo, outer=Dim(outer, oi, oo)))
 
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
@@ -358,15 +358,15 @@ def row_copy(monkeypatch):
 
 
 def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
-    """How many times each (b, i, j) is copied by the launch's threads (the kernel's index
-    arithmetic, thread by thread)."""
-    m_, n_, *_, lanes_log2, b_, chunk = lc.scalars
+    """How many times each (z, b, i, j) is copied by the launch's threads (the kernel's index
+    arithmetic, thread by thread; z is blockIdx.z, the outer dim)."""
+    m_, n_, *_, lanes_log2, b_, chunk, _os_in, _os_out = lc.scalars
     assert (m_, n_, b_) == (m, n, batch)
-    hits = np.zeros((batch, m, n), np.int64)
+    hits = np.zeros((lc.grid[2], batch, m, n), np.int64)
     lanes = 1 << lanes_log2
     per_block = lc.block[0] >> lanes_log2
     assert lc.grid[1] * chunk >= n and (lc.grid[1] - 1) * chunk < n
-    for block, y in itertools.product(range(lc.grid[0]), range(lc.grid[1])):
+    for block, y, z in itertools.product(*(range(g) for g in lc.grid)):
         for t in range(lc.block[0]):
             first = block * per_block * ROWS_UNROLL + (t >> lanes_log2)
             for u in range(ROWS_UNROLL):
@@ -375,7 +375,7 @@ def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
                     continue
                 b, i = divmod(r, m)
                 for j in range(y * chunk + (t & (lanes - 1)), min(n, (y + 1) * chunk), lanes):
-                    hits[b, i, j] += 1
+                    hits[z, b, i, j] += 1
     return hits
 
 
@@ -384,13 +384,22 @@ def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
 )
 def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
     lc = row_copy(4, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))
-    assert lc.config is None and lc.block == (ROWS_THREADS, 1, 1)
+    assert lc.config is None and lc.block == (ROWS_THREADS, 1, 1) and lc.grid[2] == 1
     assert np.all(_emulate(lc, batch, m, n) == 1)
 
 
-def test_row_copy_refuses_what_one_launch_cannot_take(row_copy):
+@pytest.mark.parametrize("outer", [2, 3])
+def test_row_copy_walks_the_outer_dim_in_one_launch(row_copy, outer):
+    batch, m, n = 2, 5, 16
+    lc = row_copy(4, batch, m, n, n, n, m * n, m * n, outer, batch * m * n + 7, batch * m * n + 9)
+    assert lc.grid[2] == outer and lc.scalars[-2:] == (batch * m * n + 7, batch * m * n + 9)
+    assert np.all(_emulate(lc, batch, m, n) == 1)
+
+
+@pytest.mark.parametrize("args", [(2**32, 2, 1, 1, 1, 2, 2), (2, 2, 1, 1, 1, 2, 2, 2**16, 4, 4)])
+def test_row_copy_refuses_what_one_launch_cannot_take(row_copy, args):
     with pytest.raises(errors.ShapeError, match="split"):
-        row_copy(1, 2**32, 2, 1, 1, 1, 2, 2)
+        row_copy(1, *args)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")

@@ -230,7 +230,7 @@ def test_nhwc_to_nchw_is_one_batched_transpose():
 def test_attention_heads_swap_copies_rows_of_whole_head_vectors(e: int):
     """(8, 4096, 32, 128) by (0, 2, 1, 3): the 128-element innermost axis stays innermost, so
     it moves as rows of 128*e bytes in 16-byte words; the kernel takes 4096 rows and a batch
-    of 32; the 8 outer indices are host launches."""
+    of 32, and the 8 outer indices in the same launch (blockIdx.z): no host loop."""
     p = plan_permute((8, 4096, 32, 128), (0, 2, 1, 3), e)
     w = 128 * e // 16
     assert p.case == RUNS
@@ -240,10 +240,10 @@ def test_attention_heads_swap_copies_rows_of_whole_head_vectors(e: int):
     )  # fmt: skip
     (q,) = p.passes
     assert q == Pass(
-        COPY, 16, 4096, w, 32 * w, w, 32, w, 4096 * w, (Dim(8, 4096 * 32 * w, 32 * 4096 * w),)
+        COPY, 16, 4096, w, 32 * w, w, 32, w, 4096 * w, outer=Dim(8, 4096 * 32 * w, 32 * 4096 * w)
     )
-    assert p.launches == 8
-    assert list(q.offsets())[:2] == [(0, 0), (4096 * 32 * 128 * e, 4096 * 32 * 128 * e)]
+    assert p.launches == 1 and list(q.offsets()) == [(0, 0)]
+    assert q.launch_bytes == 8 * 4096 * 32 * 128 * e
 
 
 # --- the cases of the classification ------------------------------------------------------------
@@ -329,6 +329,23 @@ def test_overlapping_input_windows_are_read_in_place():
     x = np.lib.stride_tricks.sliding_window_view(base, 8)  # strides (1, 1)
     run(Buf(base, x, None), (1, 0), make(rng, (8, 33), 2, strided=False))
     run(Buf(base, x, None), (0, 1), make(rng, (33, 8), 2, strided=True))
+
+
+@pytest.mark.parametrize(
+    ("shape", "outer", "loops"),
+    [((9, 5, 3, 7, 16), 5, [3]),  # rows 9, batch 7, outer 5: the three largest
+     ((2, 70000, 70001, 70002, 5), 2, [70000]),  # over 65535: never the outer dim
+     ((2, 3, 16), 1, [])],
+)  # fmt: skip
+def test_row_copies_walk_a_third_dim_in_the_launch(no_gather, shape, outer, loops):
+    """Rows (the innermost axis stays innermost) over several dims: the kernel takes the
+    largest as its rows, the next as its batch and the next (at most 65535) as blockIdx.z;
+    only what is left is host loops."""
+    axes = (*reversed(range(len(shape) - 1)), len(shape) - 1)
+    p = plan_permute(shape, axes, 4)
+    (q,) = p.passes
+    assert q.kind == COPY and q.outer.extent == outer, p.describe()
+    assert [d.extent for d in q.loops] == loops and p.launches == math.prod(loops)
 
 
 def test_host_loops_take_what_the_kernel_batch_does_not(no_gather):
@@ -449,7 +466,8 @@ def test_describe_names_the_problem_the_pass_and_the_launches(no_gather):
     assert "copy 240 contiguous bytes" in plan_permute((4, 5, 6), (0, 1, 2), 2).describe()
     text = plan_permute((8, 4096, 32, 128), (0, 2, 1, 3), 2).describe()
     assert "runs (a strided copy, or the innermost axis stays innermost): copy 32 x 4096 " in text
-    assert "rows of 256 bytes (16 16-byte words" in text and text.endswith("8 launches")
+    assert "rows of 256 bytes (16 16-byte words" in text and text.endswith("1 launch")
+    assert "x 8 in the launch (in +2097152, out +2097152 words)" in text
     assert "wide elements" in plan_permute((3, 5, 7, 2), (0, 2, 1, 3), 4).describe()
 
 
@@ -472,7 +490,8 @@ MiB = 1 << 20
         ((6, 7), (1, 0), 2, GATHER),  # one 6x7 matrix: both sides under 8
         ((10, 10, 512, 512), (1, 0, 3, 2), 4, GATHER),  # 10 launches (> 8) of 10 MiB
         ((3, 2, 512, 512), (1, 0, 3, 2), 4, GATHER),  # 2 launches of 3 MiB (< 4 MiB)
-        ((5, 40, 64, 6), (2, 1, 0, 3), 1, GATHER),  # rows of 6 bytes: 5 launches of 15 KiB
+        ((5, 40, 64, 6), (2, 1, 0, 3), 1, COPY),  # rows of 6 bytes: one launch walks all 3 dims
+        ((5, 4, 40, 64, 6), (3, 2, 1, 0, 4), 1, GATHER),  # 5 launches of 60 KiB
         ((4, 2, 1024, 1024), (1, 0, 3, 2), 4, TRANSPOSE),  # 2 launches of 16 MiB
         ((2, 2, 2, 4, 512, 512), (2, 1, 0, 3, 5, 4), 4, TRANSPOSE),  # 8 launches of 4 MiB
         ((3, 3, 4, 512, 512), (1, 0, 2, 4, 3), 4, GATHER),  # 9 launches of 4 MiB
@@ -481,7 +500,7 @@ MiB = 1 << 20
         ((100000, 8, 8), (0, 2, 1), 4, TRANSPOSE),  # sides of 8: tiles
         ((300000, 3), (1, 0), 4, TRANSPOSE),  # one skinny matrix: the flat kernels
         ((7, 4099), (1, 0), 4, TRANSPOSE),
-        ((8, 4096, 32, 128), (0, 2, 1, 3), 2, COPY),  # heads: 8 launches of 32 MiB
+        ((8, 4096, 32, 128), (0, 2, 1, 3), 2, COPY),  # heads: one launch of 256 MiB
         ((4, 5, 6), (0, 1, 2), 2, COPY),  # contiguous: one memcpy, never a gather
         ((64, 3, 1000), (1, 0, 2), 1, COPY),  # rows of 1000 bytes, one launch
     ],

@@ -1,0 +1,50 @@
+"""Profile the kernel that transpose() serves for a few cases under Nsight Compute.
+
+Each case is warmed up (lookup, first-call measurement, compiles) outside the profiled range;
+then one call runs between cuProfilerStart and cuProfilerStop, so `ncu --profile-from-start
+off` records exactly the kernel a user's call gets. Run on a GPU machine:
+
+    ncu --clock-control none --profile-from-start off --section SpeedOfLight ... \
+        python3 tools/profile_kernels.py uint8:22785x22785 float16:158x601100
+
+Each case is DTYPE:MxN or DTYPE:BxMxN; the served config is printed before its profile.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import numpy as np
+
+
+def main(cases: list[str]) -> None:
+    import cupy
+
+    import autotranspose as at
+    from autotranspose import api
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    for case in cases:
+        name, dims = case.split(":")
+        shape = tuple(int(v) for v in dims.split("x"))
+        dtype = np.dtype(name)
+        x = cupy.random.default_rng(1).integers(0, 100, shape).astype(dtype)
+        out = cupy.empty(shape[:-2] + shape[:-3:-1], dtype)
+        for _ in range(3):
+            at.transpose(x, out)
+        cupy.cuda.runtime.deviceSynchronize()
+        served = [lc.config.key() for lc in api._launches.values() if lc.config is not None]
+        print(f"case {case}: served {served[-1] if served else '?'}", flush=True)
+        cuda.cuProfilerStart()
+        at.transpose(x, out)
+        cupy.cuda.runtime.deviceSynchronize()
+        cuda.cuProfilerStop()
+        assert cupy.array_equal(out, cupy.swapaxes(x, -1, -2)), case
+        api.clear_caches()
+        del x, out
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -40,6 +41,11 @@ STAGED_TEMPLATE = "staged.cu.j2"
 UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2")
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
+# the row kernels' `at_rows_args` struct (templates/rows.cu.j2): M, N, ld_in, ld_out, bs_in,
+# bs_out, os_in, os_out; lanes_log2, batch, chunk and an unused word. Standard sizes, no
+# padding, as C lays it out; the template asserts the size.
+ROWS_ARG_FORMAT = "<8q4I"
+ROWS_ARG_BYTES = struct.calcsize(ROWS_ARG_FORMAT)
 # permute()'s gathers: threads per block, elements each thread loads before it stores, and
 # the blocks per SM the registers must allow (__launch_bounds__; the grid is that many per
 # SM, `launch.make_gather`): 4 x 256 threads is half an SM's 2048, with 4 loads in flight each.
@@ -268,7 +274,7 @@ def render_rows() -> str:
     """permute()'s strided row copies, one kernel per element size (`at_copy_rows_s<size>`)."""
     return _environment().get_template("rows.cu.j2").render(
         element_types=_ELEMENT_TYPES, version=__version__, threads=ROWS_THREADS,
-        unroll=ROWS_UNROLL,
+        unroll=ROWS_UNROLL, args_bytes=ROWS_ARG_BYTES,
     )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from .codegen import (
     GATHER_BLOCKS_PER_SM,
     GATHER_THREADS,
     GATHER_UNROLL,
+    ROWS_ARG_FORMAT,
     ROWS_THREADS,
     ROWS_UNROLL,
 )
@@ -38,7 +39,6 @@ from .plan import Dim
 _MAX_GRID_X = 2**31 - 1
 _MAX_GRID_Y = 65535
 ROWS_CHUNK_STEPS = 16  # a row-copy thread moves at most this many words of a row
-ROWS_FORMAT = ARG_FORMAT[2:] + "qq"  # the transpose kernels' arguments, then the outer strides
 
 
 _POINTERS = struct.Struct("PP")
@@ -59,7 +59,7 @@ class Launch:
     scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out, tile counts
     state: DeviceState
     # how `scalars` are laid out after the two pointers: the transpose kernels' arguments,
-    # the row copies' (`ROWS_FORMAT`) or a gather's struct (`gather.ARG_FORMAT`)
+    # the row copies' struct (`codegen.ROWS_ARG_FORMAT`) or a gather's struct (`gather.ARG_FORMAT`)
     arg_format: str = ARG_FORMAT[2:]
     tail: bytes = b""
     args: tuple[Any, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes, as C
@@ -166,11 +166,11 @@ def make_row_copy(
     chunk = max(lanes * ROWS_CHUNK_STEPS, -(-n // _MAX_GRID_Y))
     chunk = -(-chunk // lanes) * lanes
     chunks = max(1, -(-n // chunk))
-    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, lanes.bit_length() - 1, batch, chunk, os_in,
-               os_out)  # fmt: skip
+    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, os_in, os_out, lanes.bit_length() - 1, batch,
+               chunk, 0)  # fmt: skip
     kernel = get_row_kernel(state, elem_bytes)
     return Launch(None, kernel, (max(blocks, 1), chunks, outer), (ROWS_THREADS, 1, 1), scalars,
-                  state, ROWS_FORMAT)  # fmt: skip
+                  state, ROWS_ARG_FORMAT)  # fmt: skip
 
 
 def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> Launch:

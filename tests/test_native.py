@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import ctypes
 import random
+import re
 import struct
 
 import pytest
 
-from autotranspose import _driver, _native, gather
+from autotranspose import _driver, _native, codegen, gather
 from autotranspose.compiler import ARG_FORMAT
+from autotranspose.config import config_space
 from autotranspose.plan import Dim
 
 pytestmark = pytest.mark.skipif(_native.compiler() is None, reason="no C compiler")
@@ -106,6 +108,37 @@ def test_layout_matches_the_kernels_argument_format():
     # the gathers: in, out, then their struct at the transpose layout's third offset
     assert _driver.TRANSPOSE_OFFSETS[2] == 16 and 16 + gather.ARG_BYTES <= _native.CAPACITY
     assert _native.CAPACITY % 8 == 0 and _native.CAPACITY >= _native.NBYTES
+
+
+def _parameters(source: str) -> dict[str, list[str]]:
+    """Each kernel's parameter list in a generated source: name -> parameters."""
+    found = {}
+    source = re.sub(r"//[^\n]*", "", source)
+    pattern = r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)'
+    for m in re.finditer(pattern, source):
+        found[m.group(1)] = [p.strip() for p in m.group(2).split(",")]
+    assert len(found) == source.count("__global__"), "a kernel signature the pattern missed"
+    return found
+
+
+@pytest.mark.parametrize(
+    "render", [codegen.render_rows, codegen.render_gather, codegen.render_seed,
+               lambda: codegen.render_many(
+                   [c for dt in ("int8", "float16", "complex128")
+                    for c in config_space(dt, short_side=16)][::61])],
+    ids=["rows", "gather", "seed", "tuned"],
+)  # fmt: skip
+def test_every_kernel_takes_the_arguments_the_launcher_hands_over(render):
+    """The launcher hands a kernel NARGS parameters at TRANSPOSE_OFFSETS, and the driver reads
+    as many as the kernel declares: a kernel with more would read garbage pointers (a row
+    kernel with 13 scalars crashed the process on the H200). A kernel of more scalars takes
+    a struct as its third argument (the gathers, the row copies)."""
+    kernels = _parameters(render())
+    assert kernels
+    for name, params in kernels.items():
+        assert 3 <= len(params) <= _native.NARGS, (name, params)
+        if len(params) == 3:  # in, out and one struct at the third offset
+            assert params[2].split()[-2].endswith(("_args", "_dims")), (name, params)
 
 
 def test_a_gather_launch_hands_its_whole_struct_over(at_transpose):

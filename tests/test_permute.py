@@ -360,7 +360,7 @@ def row_copy(monkeypatch):
 def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
     """How many times each (z, b, i, j) is copied by the launch's threads (the kernel's index
     arithmetic, thread by thread; z is blockIdx.z, the outer dim)."""
-    m_, n_, *_, lanes_log2, b_, chunk, _os_in, _os_out = lc.scalars
+    m_, n_, *_, lanes_log2, b_, chunk, _unused = lc.scalars
     assert (m_, n_, b_) == (m, n, batch)
     hits = np.zeros((lc.grid[2], batch, m, n), np.int64)
     lanes = 1 << lanes_log2
@@ -392,7 +392,7 @@ def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
 def test_row_copy_walks_the_outer_dim_in_one_launch(row_copy, outer):
     batch, m, n = 2, 5, 16
     lc = row_copy(4, batch, m, n, n, n, m * n, m * n, outer, batch * m * n + 7, batch * m * n + 9)
-    assert lc.grid[2] == outer and lc.scalars[-2:] == (batch * m * n + 7, batch * m * n + 9)
+    assert lc.grid[2] == outer and lc.scalars[6:8] == (batch * m * n + 7, batch * m * n + 9)
     assert np.all(_emulate(lc, batch, m, n) == 1)
 
 

@@ -34,7 +34,7 @@ def main(cases: list[str]) -> None:
         for _ in range(3):
             at.transpose(x, out)
         cupy.cuda.runtime.deviceSynchronize()
-        served = [lc.config.key() for lc in api._launches.values() if lc.config is not None]
+        served = [lc.config.key for lc in api._launches.values() if lc.config is not None]
         print(f"case {case}: served {served[-1] if served else '?'}", flush=True)
         cuda.cuProfilerStart()
         at.transpose(x, out)

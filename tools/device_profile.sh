@@ -15,7 +15,12 @@ if [ -n "${HEADS:-1}" ]; then
   tail -n 8 "$OUT/heads.txt"
 fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-if [ -n "${CASES:-}" ] && [ -n "$NCU" ]; then
+if [ -n "${METRICS:-}" ] && [ -n "${CASES:-}" ] && [ -n "$NCU" ]; then
+  # named counters only (e.g. shared-memory wavefronts, DRAM bytes read and written)
+  timeout ${NCU_TIMEOUT:-300} "$NCU" --clock-control none --profile-from-start off --metrics "$METRICS" \
+    python3 tools/profile_kernels.py $CASES > "$OUT/ncu_metrics.txt" 2>&1; echo "ncu metrics rc=$?"
+  grep -E '^case|  autotranspose_|^    [a-z]' "$OUT/ncu_metrics.txt" | head -200
+elif [ -n "${CASES:-}" ] && [ -n "$NCU" ]; then
   timeout ${NCU_TIMEOUT:-300} "$NCU" --clock-control none --profile-from-start off \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
     --section WarpStateStats --section MemoryWorkloadAnalysis --section InstructionStats \

@@ -7,7 +7,9 @@ off` records exactly the kernel a user's call gets. Run on a GPU machine:
     ncu --clock-control none --profile-from-start off --section SpeedOfLight ... \
         python3 tools/profile_kernels.py uint8:22785x22785 float16:158x601100
 
-Each case is DTYPE:MxN or DTYPE:BxMxN; the served config is printed before its profile.
+Each case is DTYPE:MxN or DTYPE:BxMxN, optionally @KEY to run that config instead of the
+served one (e.g. to profile the same config before and after a template change); the config
+is printed before its profile.
 """
 
 from __future__ import annotations
@@ -26,24 +28,39 @@ def main(cases: list[str]) -> None:
 
     cuda = ctypes.CDLL("libcuda.so.1")
     for case in cases:
+        case, _, key = case.partition("@")
         name, dims = case.split(":")
         shape = tuple(int(v) for v in dims.split("x"))
         dtype = np.dtype(name)
         x = cupy.random.default_rng(1).integers(0, 100, shape).astype(dtype)
         out = cupy.empty(shape[:-2] + shape[:-3:-1], dtype)
+        config = _config(key, dtype) if key else None
         for _ in range(3):
-            at.transpose(x, out)
+            at.transpose(x, out, config=config)
         cupy.cuda.runtime.deviceSynchronize()
         served = [lc.config.key for lc in api._launches.values() if lc.config is not None]
         print(f"case {case}: served {served[-1] if served else '?'}", flush=True)
         cuda.cuProfilerStart()
-        at.transpose(x, out)
+        at.transpose(x, out, config=config)
         cupy.cuda.runtime.deviceSynchronize()
         cuda.cuProfilerStop()
         assert cupy.array_equal(out, cupy.swapaxes(x, -1, -2)), case
         api.clear_caches()
         del x, out
         cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _config(key: str, dtype: np.dtype):
+    """The config of `dtype`'s spaces (aligned, unaligned, skinny) whose key is `key`."""
+    from autotranspose.config import config_space
+
+    for c in config_space(dtype, max_vector=1, short_side=64):
+        if c.key == key:
+            return c
+    for c in config_space(dtype):
+        if c.key == key:
+            return c
+    raise SystemExit(f"no config {key} for {dtype}")
 
 
 if __name__ == "__main__":

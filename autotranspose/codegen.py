@@ -24,8 +24,6 @@ from .config import (
     staged_loads,
     staged_pitch,
     staged_rows,
-    staged_skew,
-    staged_window_stores,
     staged_words,
 )
 from .gather import ARG_BYTES as GATHER_ARG_BYTES
@@ -207,10 +205,7 @@ def staged_params(c: KernelConfig) -> dict[str, object]:
         "nwo": c.tile_m // c.vec,
         "lu": staged_loads(c),
         "lpr": c.tile_m // c.vec // c.per_thread,  # threads per output row of a tile
-        "window": staged_window_stores(c),
-        "rpass": c.tile_n // c.per_thread,  # window stores: output rows per pass of the block
-        "skew": staged_skew(c),
-        "vstep": c.vec * staged_pitch(c) + staged_skew(c),  # shared-memory bytes between rows vec apart
+        "vstep": c.vec * staged_pitch(c) + 4,  # shared-memory bytes between rows vec apart
         "smem": c.smem_bytes,
         "raster": c.raster,
         "word_t": _WORD_TYPES[c.word_bytes],

@@ -359,28 +359,8 @@ def staged_rows(c: KernelConfig) -> int:
 
 def staged_pitch(c: KernelConfig) -> int:
     """Bytes between staged rows in shared memory: the row's words, rounded to 8 bytes (so
-    rows vec apart, one skew further, fall in different banks); with window stores, rounded
-    so that vec rows span whole 128-byte bank cycles (only the skew then moves banks)."""
-    unit = max(8, 128 // c.vec) if staged_window_stores(c) else 8
-    return -(-staged_words(c) * c.word_bytes // unit) * unit
-
-
-def staged_window_stores(c: KernelConfig) -> bool:
-    """Whether a staged kernel stores whole output windows per warp instruction: a thread's
-    per_thread words are then in output rows tile_n / per_thread apart, which must be a
-    multiple of vec so that those rows start at the same offset from alignment (and the
-    thread's shared-memory offsets serve them all). Otherwise a thread's words are in one
-    output row, lanes a few words apart (the first staged kernels' store)."""
-    return c.tile_n % (c.per_thread * c.vec) == 0
-
-
-def staged_skew(c: KernelConfig) -> int:
-    """Bytes every vec staged rows shift by in shared memory. Window stores: 128 bytes over
-    the window's words, so the lanes of a warp that read one element of each word of a
-    window (rows vec apart) start in evenly spread banks; else one bank (4 bytes)."""
-    if not staged_window_stores(c):
-        return 4
-    return max(4, 128 // (c.tile_m // c.vec))
+    rows vec apart, one 4-byte skew further, fall in different banks)."""
+    return -(-staged_words(c) * c.word_bytes // 8) * 8
 
 
 def staged_loads(c: KernelConfig) -> int:
@@ -445,7 +425,7 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
 def _derive(c: KernelConfig) -> dict[str, int]:
     if c.staged:
         rows = staged_rows(c)
-        smem = rows * staged_pitch(c) + (rows - 1) // c.vec * staged_skew(c)
+        smem = rows * staged_pitch(c) + (rows - 1) // c.vec * 4
         return {"threads": c.tile_n * (c.tile_m // c.vec) // c.per_thread,
                 "smem": -(-smem // 16) * 16}  # fmt: skip
     if c.flat:

@@ -20,10 +20,7 @@ from autotranspose.config import (
     config_space,
     staged_default,
     staged_loads,
-    staged_pitch,
-    staged_skew,
     staged_space,
-    staged_window_stores,
 )  # fmt: skip
 from autotranspose.errors import ConfigError
 
@@ -133,30 +130,6 @@ def _odd_shapes(rng) -> list[tuple[int, int, int]]:
     return [(1, odd(1000, 5000), odd(1000, 5000)), (1, 1, odd(3000, 9000)), (1, odd(3000, 9000), 1),
             (3, odd(100, 700), odd(100, 700)), (1, 17, odd(2000, 4000)), (1, odd(2000, 4000), 15),
             (2, 5, 3), (1, odd(200, 400) + 1, odd(200, 400))]  # fmt: skip
-
-
-@pytest.mark.parametrize("s", STAGED_SIZES)
-def test_window_stores_spread_a_windows_lanes_over_the_banks(rng, s):
-    """With window stores, the lanes that write one window's words read element e of each
-    word from staged rows vec apart at the same lead and column: the pitch makes vec rows a
-    whole number of 128-byte bank cycles, so only the skew moves them, and each lane's first
-    bank is 128 / words apart (all different while the window has at most 32 words)."""
-    space = [c for c in staged_space(s, NEWEST) if staged_window_stores(c)]
-    assert space
-    if s <= 2:  # vec 8 or 16: some tiles are too narrow for it and keep the row stores
-        assert any(not staged_window_stores(c) for c in staged_space(s, NEWEST))
-    for c in (space[i] for i in rng.choice(len(space), 20, replace=False)):
-        words = c.tile_m // c.vec
-        assert (c.vec * staged_pitch(c)) % 128 == 0
-        assert (c.tile_n // c.per_thread) % c.vec == 0  # rows a thread writes: same alignment
-        q0 = int(rng.integers(0, c.vec))  # the first staged row of the window's first word
-        lead, col = int(rng.integers(0, c.word_bytes)), int(rng.integers(0, c.tile_n)) * s
-        banks = []
-        for j in range(min(words, 32)):
-            q = q0 + j * c.vec
-            at = q * staged_pitch(c) + q // c.vec * staged_skew(c) + lead + col
-            banks.append(at % 128 // 4)
-        assert len(set(banks)) == len(banks), (c.key, banks)
 
 
 @pytest.mark.gpu

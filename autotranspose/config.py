@@ -15,6 +15,7 @@ either by padding each row by `pad` chunks or by an XOR swizzle of the chunk col
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from numbers import Integral
@@ -681,3 +682,27 @@ def neighbours(config: KernelConfig) -> list[KernelConfig]:
             add(layout=layout, pad=pad)
     add(cache="stream" if config.cache == "default" else "default")
     return list(dict.fromkeys(c for c in found if c != config))
+
+
+def pair_steps(config: KernelConfig) -> list[KernelConfig]:
+    """The valid configs one step away in each of two size fields at once (tile_m, tile_n,
+    per_thread, vec): where no single step improves, the best is often a tile and a
+    per_thread step together (H200: float32 4099x6007's best was t2/n16 against a local
+    optimum at t4/n32; int64 1403597x77 and complex64 182x132834 likewise). Most decisive
+    pairs first."""
+    found: list[KernelConfig] = []
+    fields = [(name, values) for name, values in _STEPPED if name != "persistent"]
+    for (a, av), (b, bv) in itertools.combinations(fields, 2):
+        if a == "tile_m" and config.flat:
+            av = FLAT_LONG
+        here_a, here_b = getattr(config, a), getattr(config, b)
+        if here_a not in av or here_b not in bv:
+            continue
+        i, j = av.index(here_a), bv.index(here_b)
+        for di, dj in ((1, -1), (-1, 1), (1, 1), (-1, -1)):
+            if 0 <= i + di < len(av) and 0 <= j + dj < len(bv):
+                try:
+                    found.append(config.replace(**{a: av[i + di], b: bv[j + dj]}))
+                except ConfigError:
+                    pass  # not a kernel
+    return list(dict.fromkeys(found))

@@ -41,6 +41,7 @@ from .config import (
     default_config,
     flat_default,
     neighbours,
+    pair_steps,
     seed_config,
     staged_default,
 )
@@ -197,15 +198,18 @@ def search(
 ) -> Outcome | None:
     """`measure` the portfolio `configs` (the guess first), then refine: time the winner
     again with up to REFINE_STEPS of its runnable neighbours, the winner standing as the
-    guess (MARGIN), for up to REFINE_ROUNDS rounds while it changes and a quarter of the
-    budget is left. One Outcome for all of it; `gpu_s` counts every round."""
+    guess (MARGIN), for up to REFINE_ROUNDS rounds while a quarter of the budget is left; a
+    round where no single step beat the winner is followed by one of its two-field steps
+    (`config.pair_steps`). One Outcome for all of it; `gpu_s` counts every round."""
     outcome = measure(state, configs, make, src, dst, stream, ctx, budget_s)
     if outcome is None:
         return None
     seconds = dict(outcome.seconds)
     best, spent = outcome.best, outcome.gpu_s
+    pairs = False  # the next round times the winner's two-field steps
     for _ in range(REFINE_ROUNDS):
-        steps = [c for c in neighbours(best) if c not in seconds and runnable(c)]
+        near = pair_steps(best) if pairs else neighbours(best)
+        steps = [c for c in near if c not in seconds and runnable(c)]
         if not steps or budget_s - spent < budget_s / 4:
             break
         more = measure(state, [best, *steps[:REFINE_STEPS]], make, src, dst, stream, ctx,
@@ -214,7 +218,8 @@ def search(
             break
         spent += more.gpu_s
         seconds.update(more.seconds)
-        if more.best == best:
+        if more.best == best and pairs:
             break
-        best = more.best
+        # no single step helped: two fields at once next (a tile and per_thread, often)
+        pairs, best = more.best == best, more.best
     return Outcome(best, seconds, spent)

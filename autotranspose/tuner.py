@@ -41,6 +41,7 @@ from .config import (
     default_config,
     max_vec,
     neighbours,
+    pair_steps,
     seed_config,
 )
 from .device import DeviceInfo
@@ -213,6 +214,10 @@ class SearchSpace:
     def neighbours(self, config: KernelConfig) -> list[KernelConfig]:
         """The configs of this space one step from `config` (`config.neighbours`)."""
         return [c for c in neighbours(config) if c in self]
+
+    def pair_steps(self, config: KernelConfig) -> list[KernelConfig]:
+        """The configs of this space a step away in two size fields (`config.pair_steps`)."""
+        return [c for c in pair_steps(config) if c in self]
 
     def config_for(self, params: Mapping[str, Any], taken: Collection[str] = ()) -> KernelConfig:
         """The config of a trial's parameters: exact if valid and not `taken` (keys of configs
@@ -647,7 +652,9 @@ class _Run:
             self._batch(k, taken={key for key in tried.union(running) if key is not None})
 
     def _step_from(self, best: FrozenTrial, k: int, tried: set[str | None]) -> None:
-        """Queue up to `k` untried neighbours of the best config so far (`LOCAL_SEARCH`)."""
+        """Queue up to `k` untried neighbours of the best config so far (`LOCAL_SEARCH`),
+        then, where fewer than `k` are left (the single steps are running out without beating
+        it), its two-field steps."""
         config = self.space.by_key(best.user_attrs.get("config", ""))
         if config is None:
             return
@@ -657,6 +664,8 @@ class _Run:
             if t.user_attrs.get("shape") == self.shape_text
         }
         fresh = [c for c in self.space.neighbours(config) if c.key not in tried]
+        if len(fresh) < k:
+            fresh += [c for c in self.space.pair_steps(config) if c.key not in tried]
         if any(c.key in queued for c in fresh):
             return  # the last batch's neighbours are still waiting their turn
         self.enqueue(fresh[:k])

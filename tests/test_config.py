@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -180,6 +181,29 @@ def test_public_names_work_without_a_gpu():
     cfg = at.KernelConfig(4)
     assert "autotranspose_" + cfg.key in at.render(cfg)
     assert next(iter(at.config_space("float32"))).elem_bytes == 4
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])
+def test_pair_steps_move_two_size_fields_one_step_each(dtype):
+    import random
+
+    from autotranspose.config import FLAT_LONG, PER_THREAD, TILE_SIZES, VEC_SIZES, pair_steps
+
+    steps = {"tile_m": TILE_SIZES, "tile_n": TILE_SIZES, "vec": VEC_SIZES, "per_thread": PER_THREAD}
+    space = list(config_space(dtype, max_vector=4, short_side=32))
+    seen = 0
+    for config in random.sample(space, 30):
+        pairs = pair_steps(config)
+        assert config not in pairs and len(set(pairs)) == len(pairs)
+        seen += len(pairs)
+        for other in pairs:
+            fields = [f.name for f in dataclasses.fields(config) if f.init]
+            moved = [f for f in fields if getattr(other, f) != getattr(config, f)]
+            assert len(moved) == 2 and set(moved) <= set(steps), (config.key, other.key)
+            for f in moved:
+                values = FLAT_LONG if f == "tile_m" and config.flat else steps[f]
+                assert abs(values.index(getattr(config, f)) - values.index(getattr(other, f))) == 1
+    assert seen, "no config of the sample had a valid two-field step"
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])

@@ -74,15 +74,20 @@ def test_switched_by_the_environment_and_the_api(monkeypatch, value, on):
 
 # --- the refinement after the portfolio (its control flow; the timings are a synthetic
 # landscape standing in for `measure`, which tests/test_firstcall_gpu.py runs for real) ----
-def _fake_measure(calls, spent_each=0.01):
+def _fake_measure(calls, spent_each=0.01, gbps=None):
     import sys
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from _synthetic import score
 
+    def rate(c):
+        if gbps is not None:
+            return gbps(c)
+        return score(c).gbps if score(c).ok else None
+
     def measure(state, configs, make, src, dst, stream, ctx, budget_s=firstcall.BUDGET_S):
         calls.append(list(configs))
-        secs = {c: 1.0 / score(c).gbps if score(c).ok else None for c in configs}
+        secs = {c: 1.0 / rate(c) if rate(c) else None for c in configs}
         ok = {c: t for c, t in secs.items() if t is not None}
         best = min(ok, key=ok.__getitem__)
         if configs[0] in ok and ok[configs[0]] <= ok[best] * (1 + firstcall.MARGIN):
@@ -108,6 +113,23 @@ def test_refinement_climbs_from_the_portfolio_winner_through_its_neighbours(monk
         assert all(runnable(c) for c in after)
     assert out.gpu_s == pytest.approx(0.01 * len(calls))
     assert set(out.seconds) == {c for round_ in calls for c in round_}
+
+
+def test_refinement_takes_two_fields_at_once_when_no_single_step_helps(monkeypatch):
+    """A winner every single step from which is slower, and a better config a tile step and a
+    per_thread step away together: the second round times the two-field steps."""
+    from autotranspose.config import pair_steps
+
+    guess = default_config(4, max_vector=4)
+    better = pair_steps(guess)[0]
+    calls = []
+    rates = {guess: 2000.0, better: 2600.0}
+    monkeypatch.setattr(firstcall, "measure", _fake_measure(calls, gbps=lambda c: rates.get(c, 1000.0)))
+    out = firstcall.search(None, [guess], None, 0, 0, None, 0, _any)
+    assert out is not None and out.best == better
+    assert len(calls) == 1 + firstcall.REFINE_ROUNDS
+    assert better not in calls[1] and better in calls[2]  # singles first, then the pairs
+    assert all(c in pair_steps(guess) for c in calls[2][1:])
 
 
 def test_refinement_stops_when_the_budget_is_spent(monkeypatch):

@@ -237,6 +237,23 @@ def test_the_last_trials_step_from_the_best_to_the_optimum(db: Store) -> None:
     assert result.config == best
 
 
+def test_the_local_search_takes_two_fields_at_once_past_a_local_optimum(db: Store) -> None:
+    """A warm start every single step from which is slower (a local optimum), and the best a
+    tile_m and a tile_n step away together: once the single steps are spent the local search
+    tries the two-field steps and finds it."""
+    space = _space("float32", DEVICE)
+    local = best_in(space)
+    pairs = SearchSpace(space).pair_steps(local)
+    assert pairs
+    top = pairs[0]
+    run = db.begin_run(DEVICE, {})
+    db.record(run, DEVICE, "float32", 4, (1, 4096, 4096), shape_class(1, 4096, 4096, 4), local,
+              score(local))  # fmt: skip
+    objective = SyntheticObjective(space=space, gbps={top.key: 3300.0})
+    result = _tune(db, objective, trials=40, seed=3)
+    assert result.config == top
+
+
 def test_known_good_configs_the_device_cannot_run_are_left_out() -> None:
     cls = shape_class(1, *SHAPE[1:], 4)
     space = SearchSpace(_space("float32", SMALL))

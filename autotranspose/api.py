@@ -16,7 +16,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _driver, firstcall, lookup, streams, winners
-from .arrays import NDView, View, allocate_like, check_output, transposed_shape, view
+from .arrays import (
+    NDView,
+    View,
+    allocate,
+    allocate_like,
+    check_output,
+    transposed_shape,
+    view,
+)
 from .compiler import DeviceState, device_state
 from .config import KernelConfig, default_config
 from .dtypes import ElementType
@@ -255,6 +263,10 @@ def _transpose(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> A
         _check_config_type(config, xv)
     if xv.kind == "numpy":
         return _host_transpose(xv, out, given, config, conjugate)
+    if not xv.size:
+        if out is not None:
+            check_output(xv, view(out, "out"))
+        return empty_result(xv, transposed_shape(xv), out, given)
     return keeping_context(_on_device, x, out, xv, given, config, conjugate)
 
 
@@ -267,6 +279,30 @@ def keeping_context(fn: Callable[..., Any], *args: Any) -> Any:
     finally:
         if _driver.current() != prev:
             _driver.set_current(prev)
+
+
+def empty_result(
+    xv: View | NDView, want: tuple[int, ...], out: Any, given: streams.Explicit | None
+) -> Any:
+    """An empty GPU array has nothing to move: no kernel, no device state. `out` (checked by
+    the caller) comes back untouched, else a new empty array of x's kind of shape `want`.
+    An empty GPUArray or CAI array may have no memory (pointer 0), hence no device: its
+    result is made in the given stream's context, else the thread's current one."""
+    if given is not None and xv.device is not None:
+        streams.check_device(given, xv.device)
+    if out is not None:
+        return out
+    return keeping_context(_new_empty, xv, want, given)
+
+
+def _new_empty(xv: View | NDView, want: tuple[int, ...], given: streams.Explicit | None) -> Any:
+    ctx = (given.ctx if given is not None else None) or xv.ctx
+    device = xv.device if xv.device is not None else given.device if given is not None else None
+    if ctx is None:
+        ctx = _driver.primary_context(device) if device is not None else _driver.current()
+    if ctx is None:  # no device named anywhere and no current context: the first GPU's
+        ctx = _driver.primary_context(0)
+    return delivered(xv.kind, allocate(xv, want, ctx))
 
 
 def call_target(
@@ -421,7 +457,10 @@ def _gpuarray_key(x: Any, out: Any, px: int, po: int) -> tuple[Any, ...]:
 
 
 def _fast_gpuarray(x: Any, out: Any) -> Any:
-    px = x.ptr
+    data = x.gpudata
+    if data is None or (out is not None and out.gpudata is None):
+        return None  # an empty GPUArray has no memory (its .ptr raises): the full path
+    px = int(data)
     if out is None:
         hit = _fast.get(_gpuarray_key(x, None, px, 0))
         if hit is None:
@@ -436,7 +475,7 @@ def _fast_gpuarray(x: Any, out: Any) -> Any:
             )
         po = out.ptr
     else:
-        po = out.ptr
+        po = int(out.gpudata)
         hit = _fast.get(_gpuarray_key(x, out, px, po))
         if hit is None or not _disjoint(px, po, hit):
             return None

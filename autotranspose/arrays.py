@@ -34,7 +34,7 @@ class View(NamedTuple):
     bs: int  # batch stride
     dtype: Any  # the library's own dtype object
     et: ElementType
-    device: int | None  # None for host (NumPy) arrays
+    device: int | None  # None for host (NumPy) arrays, and for memory-less empty GPU arrays
     ctx: int | None = None  # the context owning the memory, if not the device's primary one
     stream: int | None = None  # the stream the producer says the data is ready on (CAI v3, JAX)
     keep: Any = None  # what must stay alive while a kernel reads the memory (a DLPack capsule)
@@ -153,12 +153,25 @@ def _source(x: Any, what: str, stream: int | None) -> _Source:
     )
 
 
-def _owner(s: _Source) -> tuple[int | None, int | None]:
+def _owner(s: _Source, what: str) -> tuple[int | None, int | None]:
     """(device, context) of the memory: asked of the driver for GPUArrays and CAI objects,
-    whose producers do not say."""
-    if s.kind in ("gpuarray", "cai"):
-        return _driver.pointer_owner(s.ptr) if s.ptr else (None, None)
-    return s.device, s.ctx
+    whose producers do not say. An empty one may have no memory (pointer 0: pycuda's empty
+    GPUArrays, and the CUDA Array Interface allows it), so no device: (None, None), and
+    nothing is ever read or written there. Pointer 0 with elements is refused."""
+    if s.kind not in ("gpuarray", "cai"):
+        return s.device, s.ctx
+    if s.ptr:
+        return _driver.pointer_owner(s.ptr)
+    size = math.prod(s.shape)
+    if size:
+        where = "its gpudata" if s.kind == "gpuarray" else "__cuda_array_interface__['data']"
+        raise DeviceError(
+            f"{what} has data pointer 0 (NULL) in {where} but holds {size} elements (shape "
+            f"{tuple(s.shape)}); only an empty array may have no memory. Pass an array whose "
+            "pointer is the device address of its data, or a NumPy array to have "
+            "autotranspose copy it"
+        )
+    return None, None
 
 
 def view(x: Any, what: str = "x", stream: int | None = None) -> View:
@@ -166,7 +179,7 @@ def view(x: Any, what: str = "x", stream: int | None = None) -> View:
     will run on, for producers that make their data ready on a stream we name (JAX)."""
     s = _source(x, what, stream)
     b, m, n, ld, bs = _layout(what, s.shape, s.strides, s.et.size)
-    dev, ctx = _owner(s)
+    dev, ctx = _owner(s, what)
     return View(s.kind, x, s.ptr, len(s.shape), b, m, n, ld, bs, s.dtype, s.et, dev, ctx, s.stream, s.keep)
 
 
@@ -181,7 +194,7 @@ class NDView(NamedTuple):
     strides: tuple[int, ...]  # elements
     dtype: Any
     et: ElementType
-    device: int | None
+    device: int | None  # as View.device
     ctx: int | None = None
     stream: int | None = None
     keep: Any = None
@@ -218,7 +231,7 @@ def nd_view(x: Any, what: str = "x", stream: int | None = None) -> NDView:
             "make it contiguous first (e.g. .copy())"
         )
     strides = tuple(st // e if n > 1 else 0 for st, n in zip(s.strides, s.shape, strict=True))
-    dev, ctx = _owner(s)
+    dev, ctx = _owner(s, what)
     return NDView(s.kind, x, s.ptr, tuple(s.shape), strides, s.dtype, s.et, dev, ctx, s.stream, s.keep)
 
 
@@ -278,7 +291,8 @@ def allocate_like(v: View, ctx: int) -> Any:
 
 
 def allocate(v: View | NDView, shape: tuple[int, ...], ctx: int) -> Any:
-    """A new row-major array of `shape`, of the same kind, dtype and device as `v`."""
+    """A new row-major array of `shape`, of the same kind, dtype and device as `v` (an empty
+    one with no memory where its library makes those: pycuda, Numba)."""
     if v.kind == "torch":
         return v.obj.new_empty(shape)  # x's device and dtype; the caching allocator's stream
     if v.kind == "cupy":
@@ -289,6 +303,8 @@ def allocate(v: View | NDView, shape: tuple[int, ...], ctx: int) -> Any:
     if v.kind == "cai" and _module(v.obj) == "numba":
         from numba import cuda
 
+        if v.device is None:  # an empty array with no memory: Numba's current device
+            return cuda.device_array(shape, dtype=v.dtype)
         with cuda.gpus[v.device]:
             return cuda.device_array(shape, dtype=v.dtype)
     nbytes = v.size * v.et.size
@@ -302,7 +318,8 @@ def allocate(v: View | NDView, shape: tuple[int, ...], ctx: int) -> Any:
     # Our own allocation in `ctx`: pycuda's allocator would need its context stack, which
     # worker threads do not have.
     with _driver.on_context(ctx):  # pycuda's GPUArray() asks the current context
-        return gpuarray.GPUArray(shape, v.dtype, gpudata=_driver.Allocation(nbytes, ctx))
+        data = _driver.Allocation(nbytes, ctx) if nbytes else None  # empty: none, as pycuda's
+        return gpuarray.GPUArray(shape, v.dtype, gpudata=data)
 
 
 def check_output(x: View, out: View) -> None:
@@ -336,27 +353,27 @@ def _check_not_jax(out: View | NDView, call: str) -> None:
 
 
 def _check_pair(x: View | NDView, out: View | NDView) -> None:
-    """Dtype, device and overlap: what any output must share with, or keep from, x."""
+    """Dtype, device and overlap: what any output must share with, or keep from, x. An empty
+    GPU array with no memory (pointer 0) has no device to compare: nothing is moved."""
     if out.et.name != x.et.name:
         raise OutputError(f"out has dtype {out.et.name}; x has {x.et.name}: they must match")
-    if (out.device is None) != (x.device is None):
+    if (out.kind == "numpy") != (x.kind == "numpy"):
         raise OutputError(
             "out and x must both be GPU arrays or both NumPy arrays; got "
-            f"x on {'the host' if x.device is None else f'GPU {x.device}'} and out on "
-            f"{'the host' if out.device is None else f'GPU {out.device}'}"
+            f"x on {_place(x)} and out on {_place(out)}"
         )
-    if out.device != x.device:
+    if out.device is not None and x.device is not None and out.device != x.device:
         raise OutputError(
             f"out is on GPU {out.device} but x is on GPU {x.device}; allocate out on GPU {x.device}"
         )
-    if x.device is not None and x.size:
+    if x.kind != "numpy" and x.size:
         (a0, a1), (b0, b1) = x.extent(), out.extent()
         if a0 < b1 and b0 < a1:
             raise OutputError(
                 "out overlaps x in memory; a transpose cannot run in place: pass a separate "
                 "buffer (or leave out=None)"
             )
-    elif x.device is None and x.size and np.shares_memory(x.obj, out.obj):
+    elif x.kind == "numpy" and x.size and np.shares_memory(x.obj, out.obj):
         raise OutputError("out overlaps x in memory; pass a separate buffer (or leave out=None)")
     if out.ctx is not None and x.ctx is not None and out.ctx != x.ctx:
         raise OutputError(
@@ -364,3 +381,9 @@ def _check_pair(x: View | NDView, out: View | NDView) -> None:
             "context and the primary one); a kernel can reach only one: allocate out in "
             "x's context, or leave out=None"
         )
+
+
+def _place(v: View | NDView) -> str:
+    if v.kind == "numpy":
+        return "the host"
+    return "a GPU (empty, no memory)" if v.device is None else f"GPU {v.device}"

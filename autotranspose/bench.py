@@ -42,11 +42,59 @@ class Row:
 class _Raw:
     """A device buffer described by `__cuda_array_interface__`, for peers to wrap."""
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: str) -> None:
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str) -> None:
         self.__cuda_array_interface__ = {
-            "shape": shape, "typestr": np.dtype(dtype).str, "data": (ptr, False),
+            "shape": shape, "typestr": typestr, "data": (ptr, False),
             "strides": None, "version": 3,
         }  # fmt: skip
+
+
+def numpy_typestr(dtype: str) -> str | None:
+    """NumPy's typestr for `dtype`, or None where NumPy has no type for it: bfloat16 and the
+    float8 types (or only an opaque 'V' one, once ml_dtypes is imported)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        return None
+    return None if dt.kind == "V" else dt.str
+
+
+# torch.as_tensor reads a __cuda_array_interface__ typestr through NumPy, so a type NumPy
+# lacks goes over as the integer of its size and the tensor is viewed as the type (.view:
+# same element size, no copy).
+_TORCH_PROXY = {1: "|u1", 2: "<i2", 4: "<i4", 8: "<i8"}
+
+
+def torch_wrapping(dtype: str) -> tuple[str, str]:
+    """(typestr handed to torch.as_tensor, name of the torch dtype the tensor is viewed as)
+    for the PyTorch peer on `dtype` arrays: NumPy's own typestr where it has one (bool is
+    '|b1', which torch reads), else the same-size integer's (bfloat16: '<i2')."""
+    et = element_type(dtype)
+    typestr = numpy_typestr(et.name)
+    if typestr is None:
+        typestr = _TORCH_PROXY[et.size]
+    return typestr, et.name
+
+
+def _torch_wrapper(torch: Any, dtype: str) -> tuple[Callable[[int, tuple[int, ...]], Any] | None, str]:
+    """wrap(ptr, shape) making a PyTorch tensor of `dtype` on that memory, or None and why."""
+    typestr, name = torch_wrapping(dtype)
+    as_type = getattr(torch, name, None)
+    if not isinstance(as_type, torch.dtype):
+        return None, f"PyTorch {torch.__version__} has no {name}"
+
+    def wrap(ptr: int, shape: tuple[int, ...]) -> Any:
+        return torch.as_tensor(_Raw(ptr, shape, typestr), device="cuda").view(as_type)
+
+    return wrap, ""
+
+
+def peer_mask(dtype: str) -> int:
+    """The fill mask (`measure.Bench.refill`) for checking a peer that moves elements as
+    values, not bytes: bytes 0 or 1 for bool, finite floats for the rest."""
+    from .measure import Bench
+
+    return Bench.BOOL_MASK if element_type(dtype).name == "bool" else Bench.FINITE_MASK
 
 
 def _wrap_cupy(ptr: int, shape: tuple[int, ...], dtype: str) -> Any:
@@ -72,7 +120,12 @@ def _peer_launches(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Calla
     peers["autotranspose"] = (launch, config.key)
     try:
         import cupy
-
+    except ImportError:
+        cupy = None
+    if cupy is None or numpy_typestr(dtype) is None:
+        why = "CuPy not installed" if cupy is None else f"CuPy has no {dtype} type"
+        peers["cupy"] = peers["geam"] = (None, why)
+    else:
         views: dict[tuple[int, int], tuple[Any, Any]] = {}
 
         def cupy_views(src: int, dst: int) -> tuple[Any, Any]:
@@ -99,23 +152,20 @@ def _peer_launches(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Calla
             peers["geam"] = (geam, "cupy.cublas.geam")
         else:
             peers["geam"] = (None, "geam: float32/64 and complex 2-D only")
-    except ImportError:
-        peers["cupy"] = (None, "CuPy not installed")
-        peers["geam"] = (None, "CuPy not installed")
     try:
         import torch
 
+        wrap, why = _torch_wrapper(torch, dtype)
         tviews: dict[tuple[int, int], tuple[Any, Any]] = {}
 
         def torch_t(src: int, dst: int, _s: Any) -> None:
             v = tviews.get((src, dst))
             if v is None:
-                a = torch.as_tensor(_Raw(src, shp_in, dtype), device="cuda")
-                o = torch.as_tensor(_Raw(dst, shp_out, dtype), device="cuda")
-                v = tviews[(src, dst)] = (a, o)
+                assert wrap is not None
+                v = tviews[(src, dst)] = (wrap(src, shp_in), wrap(dst, shp_out))
             v[1].copy_(v[0].transpose(-1, -2))
 
-        peers["torch"] = (torch_t, "out.copy_(a.transpose(-1, -2))")
+        peers["torch"] = (torch_t, "out.copy_(a.transpose(-1, -2))") if wrap else (None, why)
     except ImportError:
         peers["torch"] = (None, "PyTorch not installed")
     seed = _seed_kernel(bench.state, s)
@@ -245,10 +295,10 @@ class _PermuteCheck:
     def __init__(self, bench: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str) -> None:
         self.bench, self.shape, self.axes, self.dtype = bench, shape, axes, dtype
 
-    def __call__(self, fn: Callable, finite: bool = False) -> str | None:
+    def __call__(self, fn: Callable, mask: int) -> str | None:
         b = self.bench
         drv = b.drv
-        b.refill(finite)
+        b.refill(mask)
         drv.memset_d8(int(b.dst), b.POISON, b.stride + b.GUARD_BYTES)
         src, dst = b.pointers(0)
         fn(src, dst, None)
@@ -299,7 +349,10 @@ def _permute_launches(
             a, o = cupy_views(src, dst)
             cupy.copyto(o, a.transpose(axes))
 
-        peers["cupy"] = (cupy_p, "copyto(out, a.transpose(axes)): ascontiguousarray's kernel")
+        if numpy_typestr(dtype) is None:
+            peers["cupy"] = (None, f"CuPy has no {dtype} type")
+        else:
+            peers["cupy"] = (cupy_p, "copyto(out, a.transpose(axes)): ascontiguousarray's kernel")
         peers["cutensor"] = _cutensor_peer(cupy_views, axes, e)
     except ImportError:
         peers["cupy"] = (None, "CuPy not installed")
@@ -307,12 +360,14 @@ def _permute_launches(
     try:
         import torch
 
-        def torch_p(src: int, dst: int, _s: Any) -> None:
-            a = torch.as_tensor(_Raw(src, shape, dtype), device="cuda")
-            o = torch.as_tensor(_Raw(dst, out_shape, dtype), device="cuda")
-            o.copy_(a.permute(axes))
+        wrap, why = _torch_wrapper(torch, dtype)
 
-        peers["torch"] = (torch_p, "out.copy_(a.permute(axes)): .contiguous()'s kernel")
+        def torch_p(src: int, dst: int, _s: Any) -> None:
+            assert wrap is not None
+            wrap(dst, out_shape).copy_(wrap(src, shape).permute(axes))
+
+        note = "out.copy_(a.permute(axes)): .contiguous()'s kernel"
+        peers["torch"] = (torch_p, note) if wrap else (None, why)
     except ImportError:
         peers["torch"] = (None, "PyTorch not installed")
     return peers
@@ -372,8 +427,9 @@ def bench_permute_case(
             if fn is None:
                 rows.append(row(peer, None, note))
                 continue
+            mask = Bench.ALL_BITS if peer == "autotranspose" else peer_mask(dtype)
             try:
-                problem = None if peer == "copy" else check(fn, finite=peer != "autotranspose")
+                problem = None if peer == "copy" else check(fn, mask)
             except Exception as exc:  # a peer that cannot take this case (cuTENSOR's limits)
                 problem = f"{type(exc).__name__}: {exc}"[:200]
             if problem:
@@ -464,7 +520,14 @@ def bench_case(
                 rows.append(Row(shape, dtype, peer, None, None, None, note))
                 continue
             if peer != "copy":
-                problem = bench.check(fn, finite=peer in ("geam", "cupy", "torch"))
+                values = peer in ("geam", "cupy", "torch")  # they move values, not bytes
+                mask = peer_mask(dtype) if values else Bench.ALL_BITS
+                try:
+                    problem = bench.check(fn, mask=mask)
+                except Exception as exc:
+                    if peer == "autotranspose":
+                        raise
+                    problem = f"{type(exc).__name__}: {exc}"[:200]  # a note, not a crashed run
                 if problem:
                     rows.append(Row(shape, dtype, peer, None, None, None, f"{note}: {problem}"))
                     continue

@@ -92,16 +92,21 @@ class Bench:
         return int(self.src) + k * self.stride, int(self.dst) + k * self.stride
 
     # correctness ---------------------------------------------------------------------------
-    # Clears the sign and top exponent bits of every float16/32/64: positive finite values
-    # only, so a peer that computes (geam: 1*x + 0*y) cannot turn -0.0 into +0.0, NaN or inf.
+    # The fill is ANDed with one of these, word by word. ALL_BITS: every bit pattern (what our
+    # kernels, which move bytes, are checked on). FINITE_MASK clears the sign and top exponent
+    # bits of every float16/32/64: positive finite values only, so a peer that computes (geam:
+    # 1*x + 0*y) cannot turn -0.0 into +0.0, NaN or inf. BOOL_MASK leaves each byte 0 or 1, the
+    # only bytes a bool holds: a peer that moves bools as values need not keep any other byte
+    # (PyTorch's copy_ failed the check on random ones).
+    ALL_BITS = 0xFFFFFFFF
     FINITE_MASK = 0x3FFF3FFF
+    BOOL_MASK = 0x01010101
 
-    def refill(self, finite: bool = False) -> None:
-        """Fresh random input in every set (all bit patterns, or finite floats for peers that
-        compute), and the naive reference of set 0."""
+    def refill(self, mask: int = ALL_BITS) -> None:
+        """Fresh random input in every set (every bit pattern, or what `mask` keeps of it), and
+        the naive reference of set 0."""
         self._seed += 1
         words = self.stride * self.sets // 4
-        mask = self.FINITE_MASK if finite else 0xFFFFFFFF
         self.sup.fill.call(
             _grid_for(words), (_THREADS, 1, 1), "PqII", int(self.src), words, self._seed, mask
         )
@@ -111,11 +116,12 @@ class Bench:
             self.batch, self.m, self.n,
         )  # fmt: skip
 
-    def check(self, launch: Any, *, finite: bool = False) -> str | None:
-        """Run `launch(src, dst, stream)` on fresh data into a poisoned output; None when the
-        output equals the reference bit for bit and the guard is intact, else what went wrong."""
+    def check(self, launch: Any, *, mask: int = ALL_BITS) -> str | None:
+        """Run `launch(src, dst, stream)` on fresh data (`refill(mask)`) into a poisoned
+        output; None when the output equals the reference bit for bit and the guard is
+        intact, else what went wrong."""
         drv = self.drv
-        self.refill(finite)
+        self.refill(mask)
         drv.memset_d8(int(self.dst), self.POISON, self.stride + self.GUARD_BYTES)
         src, dst = self.pointers(0)
         launch(src, dst, None)

@@ -28,7 +28,14 @@ from typing import Any
 
 from .dtypes import element_type
 from .errors import DeviceError, TuningError
-from .tuner import DEFAULT_BATCH, TrialReport, TuneResult, _check_settings, _check_shape
+from .tuner import (
+    DEFAULT_BATCH,
+    SEED_LIMIT,
+    TrialReport,
+    TuneResult,
+    _check_settings,
+    _check_shape,
+)
 
 _CTX = mp.get_context("spawn")
 _STOP_WAIT_S = 30.0  # after a Ctrl-C, how long children get to put their trials in order
@@ -159,7 +166,7 @@ def tune_devices(
     todo = [(element_type(dtype).name, _check_shape(shape)) for dtype, shape in cases]
     if not todo:
         raise TuningError("no cases to tune: give at least one (dtype, shape)")
-    _check_settings(trials, timeout, patience, batch, sampler)
+    _check_settings(trials, timeout, patience, batch, sampler, seed)
     with Store.open(db) as store:  # creates or upgrades the schema once, before the children
         url = store.url
     open_storage(url).remove_session()  # Optuna's tables too
@@ -173,7 +180,8 @@ def tune_devices(
                 "trials": trials, "timeout": timeout, "patience": patience,
                 "sampler": sampler, "batch": batch, "conjugate": conjugate,
                 # one seed per process: the same seed would propose the same trials twice
-                "seed": None if seed is None else seed + position,
+                # (wrapping: the samplers take seeds below 2**32)
+                "seed": None if seed is None else (int(seed) + position) % SEED_LIMIT,
             }  # fmt: skip
             parent, child = _CTX.Pipe(duplex=False)
             proc = _CTX.Process(

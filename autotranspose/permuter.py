@@ -33,6 +33,7 @@ from .api import (
     batched_launch,
     call_target,
     delivered,
+    empty_result,
     host_target,
     keeping_context,
     through_device,
@@ -140,6 +141,10 @@ def permute(x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None)
     want = tuple(xv.shape[a] for a in order)
     if xv.kind == "numpy":
         return _on_host(xv, order, want, out, given)
+    if not xv.size:
+        if out is not None:
+            check_permute_output(xv, nd_view(out, "out"), want, order)
+        return empty_result(xv, want, out, given)
     return keeping_context(_on_device, xv, order, want, out, given)
 
 

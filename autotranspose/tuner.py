@@ -373,9 +373,15 @@ def _check_shape(shape: Sequence[int]) -> tuple[int, int, int]:
     return dims  # type: ignore[return-value]
 
 
+SEED_LIMIT = 2**32  # NumPy's RandomState, under Optuna's samplers, takes seeds below this
+
+
 def _check_settings(
-    trials: int, timeout: float | None, patience: int | None, batch: int, sampler: str
-) -> None:
+    trials: int, timeout: float | None, patience: int | None, batch: int, sampler: str,
+    seed: int | None = None,
+) -> None:  # fmt: skip
+    """Refuse bad settings before a study, a worker or a process starts (a bad seed failed
+    only deep inside NumPy, once the sampler was made)."""
     if type(trials) is not int or trials < 1:
         raise TuningError(f"trials must be a positive int, got {trials!r}")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -386,6 +392,13 @@ def _check_settings(
         raise TuningError(f"batch must be a positive int, got {batch!r}")
     if sampler not in SAMPLERS:
         raise TuningError(f"unknown sampler {sampler!r}; choose one of: {', '.join(SAMPLERS)}")
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < SEED_LIMIT
+    ):
+        raise TuningError(
+            f"seed must be an int from 0 to 2**32-1 (what the samplers' NumPy generator "
+            f"takes), or None for a random one; got {seed!r:.40}"
+        )
 
 
 def known_good(
@@ -460,7 +473,7 @@ def tune(
     started = time.monotonic()
     et = element_type(dtype)
     dims = _check_shape(shape)
-    _check_settings(trials, timeout, patience, batch, sampler)
+    _check_settings(trials, timeout, patience, batch, sampler, seed)
     cls = shape_class(dims[0], dims[1], dims[2], max_vec(et.size, dims[1], dims[2]))
     space = SearchSpace(
         config_space(
@@ -976,7 +989,7 @@ def tune_gpu(
     refuse_unguarded_main()  # before the database is opened again by a re-imported script
     et = element_type(dtype)
     dims = _check_shape(shape)
-    _check_settings(trials, timeout, patience, DEFAULT_BATCH, sampler)  # before a worker starts
+    _check_settings(trials, timeout, patience, DEFAULT_BATCH, sampler, seed)  # before a worker starts
     store = Store.open(db)
     with GpuObjective(et.name, dims, device, conjugate=conjugate) as objective:
         return tune(

@@ -141,6 +141,44 @@ def test_cuda_array_interface_layouts_are_checked_before_any_driver_call():
         view(_Cai((4,), None))
 
 
+def _emptier(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Another empty shape of as many dimensions: a wrong `out` that has no memory either."""
+    return (*(d + 1 for d in shape[:-1]), 0)
+
+
+@pytest.mark.parametrize("shape", _EMPTY)
+@pytest.mark.parametrize("typestr", ["|b1", "|i1", "<f2", "<f4", "<c16"])
+def test_an_empty_cai_array_with_no_memory_needs_no_gpu(shape, typestr):
+    """The CUDA Array Interface allows pointer 0 for an empty array: there is no device to
+    ask about, nothing to move, and `out` is checked as usual and comes back untouched."""
+    x = _Cai(shape, None, typestr, ptr=0)
+    want = (*shape[:-2], shape[-1], shape[-2])
+    out = _Cai(want, None, typestr, ptr=0)
+    assert at.transpose(x, out) is out
+    with pytest.raises(errors.OutputError, match=r"out has shape .* needs out of shape"):
+        at.transpose(x, _Cai(_emptier(want), None, typestr, ptr=0))
+    other = "<f8" if typestr != "<f8" else "<f4"
+    with pytest.raises(errors.OutputError, match=r"dtype .* must match"):
+        at.transpose(x, _Cai(want, None, other, ptr=0))
+    with pytest.raises(errors.OutputError, match="both be GPU arrays or both NumPy arrays"):
+        at.transpose(x, np.empty(want, np.dtype(typestr)))
+    with pytest.raises(errors.OutputError, match="both be GPU arrays or both NumPy arrays"):
+        at.transpose(np.empty(shape, np.dtype(typestr)), out)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (2, 4, 7)])
+def test_a_null_pointer_with_elements_is_refused(shape):
+    """Pointer 0 is for empty arrays only; with elements it is the producer's bug, refused
+    before any driver call, as x or as out."""
+    with pytest.raises(errors.DeviceError, match=r"x has data pointer 0 .*only an empty array"):
+        at.transpose(_Cai(shape, None, ptr=0))
+    with pytest.raises(errors.DeviceError, match=r"x has data pointer 0 .*only an empty array"):
+        at.permute(_Cai(shape, None, ptr=0), tuple(reversed(range(len(shape)))))
+    want = (*shape[:-2], shape[-1], shape[-2])
+    with pytest.raises(errors.DeviceError, match=r"out has data pointer 0 .*NumPy array"):
+        at.transpose(np.ones(shape, np.float32), _Cai(want, None, ptr=0))
+
+
 def test_no_gpu_stack_says_what_to_install():
     """On a machine without pycuda (or without a driver) the error names the fix."""
     try:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import builtins
 import json
+import types
 from dataclasses import asdict
 
 import numpy as np
 import pytest
 
-from autotranspose import bench
+from autotranspose import bench, dtypes
 from autotranspose.bench import Row
 
 SHAPES = [(1, 8192, 8192), (64, 1024, 1024), (1, 4099, 6007)]
@@ -230,3 +231,79 @@ def test_run_from_args_permutes_each_case_and_summarizes(monkeypatch, capsys, rn
                   "--dtypes", "float16,float32"])  # fmt: skip
     assert rc == 0 and len(seen) == 4
     assert seen[0] == ((64, 256, 56, 56), (0, 2, 3, 1), "float16", 0)
+
+
+# --- how peers wrap the buffers ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("dtype", "typestr", "name"),
+    [("bool", "|b1", "bool"), ("bfloat16", "<i2", "bfloat16"), ("float16", "<f2", "float16"),
+     ("int8", "|i1", "int8"), ("uint16", "<u2", "uint16"), ("float32", "<f4", "float32"),
+     ("f8", "<f8", "float64"), ("complex128", "<c16", "complex128")],
+)  # fmt: skip
+def test_the_torch_peer_wraps_each_dtype_as_a_typestr_torch_reads(dtype, typestr, name):
+    """torch.as_tensor reads the typestr through NumPy: NumPy's own where it has one (bool
+    '|b1'), the same-size integer for bfloat16 (no NumPy type), then viewed as the type."""
+    assert bench.torch_wrapping(dtype) == (typestr, name)
+
+
+@pytest.mark.parametrize("dtype", dtypes.SUPPORTED_NAMES)
+def test_every_supported_dtype_wraps_at_its_own_element_size(dtype):
+    typestr, name = bench.torch_wrapping(dtype)
+    assert np.dtype(typestr).itemsize == dtypes.element_type(dtype).size
+    assert np.dtype(typestr).kind in "biufc" and name == dtypes.element_type(dtype).name
+
+
+class _FakeTorch:
+    """As much of torch as the peer's wrapper uses: as_tensor of a CAI object, and .view."""
+
+    class dtype:  # as torch.dtype
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    __version__ = "0.0-fake"
+
+    def __init__(self, *names: str) -> None:
+        for n in names:
+            setattr(self, n, _FakeTorch.dtype(n))
+        self.made: list[dict] = []
+
+    def as_tensor(self, obj, device):
+        cai = dict(obj.__cuda_array_interface__)
+        self.made.append(cai)
+        return types.SimpleNamespace(cai=cai, device=device, view=lambda t: (cai, t))
+
+
+@pytest.mark.parametrize(("dtype", "typestr"), [("bfloat16", "<i2"), ("bool", "|b1"), ("int16", "<i2")])
+def test_the_torch_peer_hands_torch_the_buffer_and_views_it_as_the_dtype(rng, dtype, typestr):
+    torch = _FakeTorch("bfloat16", "bool", "int16")
+    wrap, why = bench._torch_wrapper(torch, dtype)
+    assert wrap is not None and why == ""
+    ptr = int(rng.integers(1, 1 << 40)) * 256
+    shape = tuple(int(v) for v in rng.integers(1, 500, int(rng.integers(2, 5))))
+    cai, viewed_as = wrap(ptr, shape)
+    assert cai == {"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": None,
+                   "version": 3}  # fmt: skip
+    assert viewed_as is getattr(torch, dtype)
+
+
+def test_a_dtype_this_torch_lacks_is_a_note_not_a_failure():
+    wrap, why = bench._torch_wrapper(_FakeTorch("float32"), "bfloat16")
+    assert wrap is None and why == "PyTorch 0.0-fake has no bfloat16"
+
+
+def test_no_numpy_type_for_bfloat16():
+    assert bench.numpy_typestr("bfloat16") is None
+    assert bench.numpy_typestr("bool") == "|b1" and bench.numpy_typestr("complex64") == "<c8"
+
+
+def test_peers_that_move_values_are_checked_on_valid_bools(rng):
+    """Random bytes are not bools (PyTorch's copy_ of them failed the check): bool peers get
+    bytes 0 or 1, the rest finite floats; the fill ANDs every 32-bit word with the mask."""
+    from autotranspose.measure import Bench
+
+    words = rng.integers(0, 1 << 32, size=4096, dtype=np.uint64).astype(np.uint32)
+    filled = (words & np.uint32(bench.peer_mask("bool"))).view(np.uint8)
+    assert set(np.unique(filled)) == {0, 1}
+    assert np.array_equal(filled.view(np.bool_).astype(np.uint8), filled)  # valid bools
+    for dtype in ("int8", "float16", "bfloat16", "float32", "complex128"):
+        assert bench.peer_mask(dtype) == Bench.FINITE_MASK

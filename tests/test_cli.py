@@ -319,6 +319,22 @@ def test_bad_numbers_are_one_short_line(option: str, value: str, says: str, db: 
     assert f"argument {option}: " in err and says in err
 
 
+def test_tune_takes_the_seeds_the_tuner_takes() -> None:
+    """`tune --seed` and the tuner's own check (tune(), tune_gpu(), tune_devices()) agree
+    on the range; argparse refuses the rest before anything is opened."""
+    from autotranspose.tuner import SEED_LIMIT
+
+    def parse(seed: int) -> int:
+        return cli.build_parser().parse_args(["tune", "--shapes", "64x64", "--seed", str(seed)]).seed
+
+    for seed in (0, SEED_LIMIT - 1):
+        assert parse(seed) == seed
+    with pytest.raises(cli.UsageError, match=f"at most {SEED_LIMIT - 1}"):
+        parse(SEED_LIMIT)
+    with pytest.raises(cli.UsageError, match="at least 0"):
+        parse(-1)
+
+
 def test_the_progress_bar_draws_on_a_terminal() -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from autotranspose import api, lookup, streams
+from autotranspose import api, errors, lookup, streams
 
 
 class _Mem:
@@ -107,6 +107,36 @@ def test_an_out_of_another_kind_takes_the_full_path(registered):
     other.strides = (256, 4)
     with pytest.raises(TypeError):
         api.transpose(x, other)
+    assert rec.calls == []
+
+
+class FakeGPUArray:
+    """Shaped like a pycuda GPUArray as the fast and full paths read it: an empty one has no
+    memory (gpudata None), and its .ptr raises, as pycuda's does."""
+
+    __module__ = "pycuda.gpuarray"
+
+    def __init__(self, shape: tuple[int, ...], dtype: str = "float32") -> None:
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self.strides = (shape[1] * self.dtype.itemsize, self.dtype.itemsize)
+        self.gpudata = None
+
+    @property
+    def ptr(self) -> int:
+        return self.gpudata.__int__()
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (7, 0), (0, 0)])
+def test_an_empty_gpuarray_takes_the_full_path(monkeypatch, shape):
+    """An empty GPUArray's .ptr raises: once GPUArrays have a fast path, the empty one must
+    still reach the full path (which moves nothing and returns out untouched)."""
+    rec = _RecordingLaunch()
+    monkeypatch.setitem(api._FAST, FakeGPUArray, api._fast_gpuarray)
+    monkeypatch.setattr(api, "_launch", rec)
+    x, out = FakeGPUArray(shape), FakeGPUArray(shape[::-1])
+    assert api.transpose(x, out) is out
+    with pytest.raises(errors.OutputError, match="shape"):
+        api.transpose(x, FakeGPUArray((shape[1] + 1, 0)))
     assert rec.calls == []
 
 

@@ -191,8 +191,19 @@ def test_bad_settings_are_refused_before_any_process_starts(tmp_path: Path, two_
         multigpu.tune_devices([CASE], db=db, trials=0, make_objective=_objective())
     with pytest.raises(TuningError, match="no cases to tune"):
         multigpu.tune_devices([], db=db, make_objective=_objective())
+    with pytest.raises(TuningError, match=r"seed must be an int from 0 to 2\*\*32-1"):
+        multigpu.tune_devices([CASE], db=db, seed=-1, make_objective=_objective())
     with pytest.raises(DeviceError, match="GPU 3 is not on this machine"):
         multigpu.tune_devices([CASE], devices="0,3", db=db, make_objective=_objective())
+
+
+def test_the_largest_seed_wraps_for_the_next_process(tmp_path: Path, two_gpus) -> None:
+    """Each process tunes with seed + its position: from 2**32-1 the second one's seed wraps
+    to 0 (it was 2**32, which NumPy refuses, and that GPU's cases failed)."""
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    runs = multigpu.tune_devices([CASE], devices="all", db=url, trials=4, batch=2,
+                                 seed=2**32 - 1, make_objective=_objective())  # fmt: skip
+    assert [(r.error, r.failures, r.ok) for r in runs] == [(None, (), True)] * 2
 
 
 # --- Ctrl-C, and a parent that dies ------------------------------------------------------------------

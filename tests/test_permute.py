@@ -111,6 +111,26 @@ class _Cai:
         }  # fmt: skip
 
 
+@pytest.mark.parametrize("shape", [(0,), (2, 0, 3), (0, 5, 1, 7), (3, 0), (4, 1, 0, 2, 3)])
+@pytest.mark.parametrize("typestr", ["|b1", "<f2", "<c8"])
+def test_empty_cai_arrays_with_no_memory_need_no_gpu(rng, shape, typestr):
+    """Pointer 0 (allowed for an empty array): nothing to move, `out` checked as usual and
+    left untouched, whatever the axes."""
+    axes = tuple(int(a) for a in rng.permutation(len(shape)))
+    want = tuple(shape[a] for a in axes)
+    x, out = _Cai(shape, None, typestr, ptr=0), _Cai(want, None, typestr, ptr=0)
+    assert at.permute(x, axes, out) is out
+    wrong = (*want, 0)  # empty too (no memory), of another shape
+    with pytest.raises(errors.OutputError, match=r"out has shape .* needs out of shape"):
+        at.permute(x, axes, _Cai(wrong, None, typestr, ptr=0))
+    with pytest.raises(errors.OutputError, match=r"dtype .* must match"):
+        at.permute(x, axes, _Cai(want, None, "<i8", ptr=0))
+    with pytest.raises(errors.OutputError, match="both be GPU arrays or both NumPy arrays"):
+        at.permute(x, axes, np.empty(want, np.dtype(typestr)))
+    with pytest.raises(errors.AxesError):
+        at.permute(x, (*axes, len(shape)), out)
+
+
 def test_strides_of_part_elements_are_refused_before_any_driver_call():
     with pytest.raises(errors.LayoutError, match="whole 4-byte elements"):
         nd_view(_Cai((2, 3, 4), (48, 18, 4)))

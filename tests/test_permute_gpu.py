@@ -188,6 +188,52 @@ def test_gpuarray_in_gpuarray_out(rng):
     assert isinstance(y, gpuarray.GPUArray) and same_bits(y.get(), np.transpose(x, (1, 3, 0, 2)))
 
 
+class _Cai:
+    """A bare __cuda_array_interface__ object (as Numba and others export)."""
+
+    def __init__(self, ptr, shape, typestr):
+        self.__cuda_array_interface__ = {
+            "shape": shape, "strides": None, "typestr": typestr, "data": (ptr, False),
+            "version": 3,
+        }  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (2, 0, 5), (0, 4, 1, 6), (4, 1, 0, 2, 3)])
+def test_empty_arrays_of_every_kind(rng, shape):
+    """Empty arrays (GPUArrays and CAI objects with no memory, pointer 0; PyTorch and CuPy
+    ones): an empty array of the same kind back, permuted; out back untouched; a wrong out
+    still refused."""
+    import pycuda.gpuarray as gpuarray
+
+    axes = tuple(int(a) for a in rng.permutation(len(shape)))
+    want = tuple(shape[a] for a in axes)
+    for x in (gpuarray.empty(shape, np.float16), _Cai(0, shape, "<f2")):
+        y = at.permute(x, axes)
+        assert isinstance(y, gpuarray.GPUArray) and y.shape == want and y.dtype == np.float16
+        out = gpuarray.empty(want, np.float16)
+        assert at.permute(x, axes, out) is out
+        with pytest.raises(at.errors.OutputError, match="dtype"):
+            at.permute(x, axes, gpuarray.empty(want, np.float32))
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        x = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+        y = at.permute(x, axes)
+        assert isinstance(y, torch.Tensor) and tuple(y.shape) == want and y.dtype == x.dtype
+        out = torch.empty(want, dtype=torch.bfloat16, device="cuda")
+        assert at.permute(x, axes, out) is out
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        x = cupy.empty(shape, cupy.uint8)
+        y = at.permute(x, axes)
+        assert isinstance(y, cupy.ndarray) and y.shape == want and y.dtype == cupy.uint8
+
+
 def test_jax_in_jax_out(rng):
     jax = pytest.importorskip("jax")
     if not any(d.platform in ("gpu", "cuda") for d in jax.devices()):

@@ -131,6 +131,93 @@ def test_cuda_array_interface_input(rng):
     assert same_bits(y.get(), host[5:45, 3:63].T)
 
 
+_EMPTY = [(0, 5), (5, 0), (0, 0), (2, 0, 5), (2, 5, 0), (0, 3, 4)]
+
+
+def _transposed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (*shape[:-2], shape[-1], shape[-2])
+
+
+def _in_new_thread(fn):
+    """fn() on a fresh thread (no CUDA context current); its exception is raised here."""
+    import threading
+
+    box: list = []
+
+    def run() -> None:
+        try:
+            box.append(("ok", fn()))
+        except BaseException as exc:  # handed back to the test
+            box.append(("raised", exc))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    how, value = box[0]
+    if how == "raised":
+        raise value
+    return value
+
+
+@pytest.mark.parametrize("shape", _EMPTY)
+def test_empty_gpuarrays_and_cai_arrays_with_no_memory(rng, shape):
+    """An empty GPUArray has no memory (gpudata None) and an empty CAI array may say pointer
+    0: no device to ask about, nothing to move. The result is an empty array of the same
+    kind (a GPUArray for a bare CAI object), transposed; `out` comes back untouched; a wrong
+    out is still refused; the GPUArray fast path (registered by a first, non-empty call)
+    hands the empty one to the full path."""
+    import pycuda.gpuarray as gpuarray
+
+    want = _transposed(shape)
+    warm = gpuarray.to_gpu(random_array(rng, (33, 17), "float32"))
+    assert same_bits(at.transpose(at.transpose(warm)).get(), warm.get())
+    x = gpuarray.empty(shape, np.float32)
+    y = at.transpose(x)
+    assert isinstance(y, gpuarray.GPUArray) and y.shape == want and y.dtype == np.float32
+    out = gpuarray.empty(want, np.float32)
+    assert at.transpose(x, out) is out
+    with pytest.raises(at.errors.OutputError, match="dtype float64"):
+        at.transpose(x, gpuarray.empty(want, np.float64))
+    with pytest.raises(at.errors.OutputError, match="shape"):
+        at.transpose(x, gpuarray.empty((*want[:-2], want[-2] + 1, 0), np.float32))
+    cai = _Cai(0, shape, None, "<c8")
+    y = _in_new_thread(lambda: at.transpose(cai))  # no context current: the first GPU's
+    assert isinstance(y, gpuarray.GPUArray) and y.shape == want and y.dtype == np.complex64
+    out = gpuarray.empty(want, np.complex64)
+    assert at.transpose(cai, out) is out
+
+
+@pytest.mark.parametrize("shape", _EMPTY)
+def test_empty_torch_arrays(shape):
+    """A library that knows its empty array's device: the same kind, dtype and device back;
+    an out with no memory, of another library, is accepted (nothing is moved)."""
+    import pycuda.gpuarray as gpuarray
+
+    torch = pytest.importorskip("torch")
+    want = _transposed(shape)
+    x = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+    y = at.transpose(x)
+    assert isinstance(y, torch.Tensor) and tuple(y.shape) == want and y.device == x.device
+    assert y.dtype == torch.bfloat16
+    out = torch.empty(want, dtype=torch.bfloat16, device="cuda")
+    assert at.transpose(x, out) is out
+    with pytest.raises(at.errors.OutputError, match="shape"):
+        at.transpose(x, torch.empty((*want[:-2], want[-2] + 1, 0), dtype=torch.bfloat16, device="cuda"))
+    g = gpuarray.empty(want, np.float32)
+    assert at.transpose(torch.empty(shape, device="cuda"), g) is g
+
+
+@pytest.mark.parametrize("shape", _EMPTY)
+def test_empty_cupy_arrays(shape):
+    cupy = pytest.importorskip("cupy")
+    want = _transposed(shape)
+    x = cupy.empty(shape, cupy.int16)
+    y = at.transpose(x)
+    assert isinstance(y, cupy.ndarray) and y.shape == want and y.dtype == cupy.int16
+    out = cupy.empty(want, cupy.int16)
+    assert at.transpose(x, out) is out
+
+
 def test_rejected_out_is_not_written(rng):
     import pycuda.gpuarray as gpuarray
 

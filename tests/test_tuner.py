@@ -138,6 +138,35 @@ def test_samplers() -> None:
         make_sampler("nope")
 
 
+_BAD_SEEDS = [-1, -(2**40), 2**32, 2**64, 1.5, 3.0, "7", True, np.int64(-3)]
+
+
+@pytest.mark.parametrize("seed", _BAD_SEEDS, ids=repr)
+def test_a_bad_seed_is_refused_before_any_study(db: Store, seed) -> None:
+    """A seed NumPy cannot take failed deep inside the sampler; now a TuningError that says
+    what to give, and no study is made."""
+    with pytest.raises(TuningError, match=r"seed must be an int from 0 to 2\*\*32-1.*None"):
+        _tune(db, SyntheticObjective(), trials=4, seed=seed)
+    assert optuna.get_all_study_names(db.url) == []
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 0.5])
+def test_tune_gpu_refuses_a_bad_seed_before_opening_anything(tmp_path: Path, seed) -> None:
+    """No GPU is needed to be told: the settings are checked before the database and the
+    measuring process."""
+    from autotranspose.tuner import tune_gpu
+
+    with pytest.raises(TuningError, match="seed must be an int from 0 to"):
+        tune_gpu("float32", (64, 64), db=f"sqlite:///{tmp_path / 'tuning.db'}", seed=seed)
+    assert not (tmp_path / "tuning.db").exists()
+
+
+@pytest.mark.parametrize("seed", [0, 2**32 - 1, np.uint32(2**32 - 1), np.int64(12345)], ids=repr)
+def test_seeds_at_the_bounds_are_taken(db: Store, seed) -> None:
+    result = _tune(db, SyntheticObjective(), trials=4, seed=seed)
+    assert result.measured == 4
+
+
 # --- searching ----------------------------------------------------------------------------------
 def test_finds_the_known_optimum(db: Store) -> None:
     space = _space(WIDE, SMALL)

@@ -136,10 +136,13 @@ def make_row_copy(
     outer: int = 1,
     os_in: int = 0,
     os_out: int = 0,
+    outer2: int = 1,
+    os2_in: int = 0,
+    os2_out: int = 0,
 ) -> Launch:
     """A prepared launch of permute()'s row copy: ``out[z*os_out + b*bs_out + i*ld_out + j] =
     in[z*os_in + b*bs_in + i*ld_in + j]`` for `outer` batches of `batch` x m rows of n
-    `elem_bytes`-byte words.
+    `elem_bytes`-byte words, and likewise for `outer2` more (os2_in, os2_out apart).
 
     A generated kernel rather than the driver's 2-D copy (cuMemcpy2DAsync): a 2-D copy moves
     one m-row matrix per call, so the batch would become host calls too, e.g. the
@@ -155,10 +158,10 @@ def make_row_copy(
     lanes = min(ROWS_THREADS, 1 << max(0, (n - 1).bit_length()))
     per_block = ROWS_THREADS // lanes
     blocks = -(-batch * m // (per_block * ROWS_UNROLL))
-    if blocks > _MAX_GRID_X or not 1 <= outer <= _MAX_GRID_Y:
+    if blocks > _MAX_GRID_X or not 1 <= outer * outer2 <= _MAX_GRID_Y or outer2 < 1:
         raise ShapeError(
-            f"a row copy of {outer} x {batch} x {m} rows of {n} words needs {blocks} x "
-            f"{outer} blocks, more than a launch allows ({_MAX_GRID_X} x {_MAX_GRID_Y}); split "
+            f"a row copy of {outer} x {outer2} x {batch} x {m} rows of {n} words needs {blocks} "
+            f"x {outer * outer2} blocks, more than a launch allows ({_MAX_GRID_X} x {_MAX_GRID_Y}); split "
             "the array"
         )
     # Rows longer than ROWS_CHUNK_STEPS passes of the block's lanes are cut into chunks over
@@ -166,10 +169,10 @@ def make_row_copy(
     chunk = max(lanes * ROWS_CHUNK_STEPS, -(-n // _MAX_GRID_Y))
     chunk = -(-chunk // lanes) * lanes
     chunks = max(1, -(-n // chunk))
-    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, os_in, os_out, lanes.bit_length() - 1, batch,
-               chunk, 0)  # fmt: skip
+    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, os_in, os_out, os2_in, os2_out,
+               lanes.bit_length() - 1, batch, chunk, outer2)  # fmt: skip
     kernel = get_row_kernel(state, elem_bytes)
-    return Launch(None, kernel, (max(blocks, 1), chunks, outer), (ROWS_THREADS, 1, 1), scalars,
+    return Launch(None, kernel, (max(blocks, 1), chunks, outer * outer2), (ROWS_THREADS, 1, 1), scalars,
                   state, ROWS_ARG_FORMAT)  # fmt: skip
 
 

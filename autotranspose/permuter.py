@@ -77,8 +77,9 @@ class Step:
 
 # make_transpose(elem_bytes, (batch, m, n), (ld_in, ld_out, bs_in, bs_out), src, dst)
 MakeTranspose = Callable[[int, tuple[int, int, int], tuple[int, int, int, int], int, int], Any]
-# make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out, outer, os_in, os_out)
-MakeCopy = Callable[[int, int, int, int, int, int, int, int, int, int, int], Any]
+# make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out, outer, os_in, os_out,
+#           outer2, os2_in, os2_out)
+MakeCopy = Callable[..., Any]
 # make_gather(elem_bytes, dims)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
 
@@ -104,9 +105,10 @@ def build_steps(
             launch = make_gather(p.elem_bytes, p.dims)
         else:
             assert p.kind == COPY, p.kind
-            o = p.outer
+            o, o2 = p.outer, p.outer2
             launch = make_copy(p.elem_bytes, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out,
-                               o.extent, o.in_stride, o.out_stride)  # fmt: skip
+                               o.extent, o.in_stride, o.out_stride,
+                               o2.extent, o2.in_stride, o2.out_stride)  # fmt: skip
         steps.append(Step(launch, 0, offsets))
     return tuple(steps)
 

@@ -60,7 +60,8 @@ GATHER_MIN_SIDE = 8
 # - the kernel counts each dim's index in 32 bits (a digit plus a step digit plus a carry must
 #   fit): a fused dim longer than this keeps the transpose or copy pass.
 GATHER_MAX_EXTENT = 2**31 - 1
-# A row copy walks one more dim of its rows inside the launch (blockIdx.z, at most 65535): the
+# A row copy walks two more dims of its rows inside the launch (blockIdx.z, at most 65535 in
+# all): the
 # (8, 4096, 32, 128) bfloat16 head swap was 8 launches of 32 MiB and reached 79.6% of copy on an
 # H200, each launch paying its ramp-up and drain; in one launch they overlap.
 ROWS_MAX_OUTER = 65535
@@ -103,8 +104,10 @@ class Pass:
     bs_out: int = 0
     loops: tuple[Dim, ...] = ()  # host loops, outermost first (output order)
     dims: tuple[Dim, ...] = ()  # gather: the problem, output memory order, outermost first
-    # copy: a second batch dim that the launch itself walks (the row kernel's blockIdx.z)
+    # copy: up to two more batch dims that the launch itself walks (the row kernel's
+    # blockIdx.z, outer's index times outer2's extent plus outer2's index)
     outer: Dim = Dim(1, 0, 0)
+    outer2: Dim = Dim(1, 0, 0)
 
     @property
     def launches(self) -> int:
@@ -113,12 +116,13 @@ class Pass:
     @property
     def contiguous(self) -> bool:
         """A copy of one contiguous block: a plain device-to-device copy."""
-        return self.kind == COPY and self.m == self.batch == self.outer.extent == 1 and not self.loops
+        walked = self.m * self.batch * self.outer.extent * self.outer2.extent
+        return self.kind == COPY and walked == 1 and not self.loops
 
     @property
     def launch_bytes(self) -> int:
         """Bytes one launch moves (each read once and written once)."""
-        return self.outer.extent * self.batch * self.m * self.n * self.elem_bytes
+        return self.outer.extent * self.outer2.extent * self.batch * self.m * self.n * self.elem_bytes
 
     def problem(self) -> tuple[Dim, ...]:
         """Everything the pass moves as dims of its elements, in output memory order
@@ -130,7 +134,8 @@ class Pass:
             sides = [Dim(self.n, 1, self.ld_out), Dim(self.m, self.ld_in, 1)]
         else:
             sides = [Dim(self.m, self.ld_in, self.ld_out), Dim(self.n, 1, 1)]
-        every = [*self.loops, self.outer, Dim(self.batch, self.bs_in, self.bs_out), *sides]
+        every = [*self.loops, self.outer, self.outer2, Dim(self.batch, self.bs_in, self.bs_out),
+                 *sides]  # fmt: skip
         return tuple(_fuse(sorted((d for d in every if d.extent > 1), key=lambda d: -d.out_stride)))
 
     def offsets(self) -> Iterator[tuple[int, int]]:
@@ -158,9 +163,9 @@ class Pass:
                 f"words; ld_in {self.ld_in}, ld_out {self.ld_out}, bs_in {self.bs_in}, "
                 f"bs_out {self.bs_out} words)"
             )
-            if self.outer.extent > 1:
-                o = self.outer
-                text += f" x {o.extent} in the launch (in +{o.in_stride}, out +{o.out_stride} words)"
+            for o in (self.outer, self.outer2):
+                if o.extent > 1:
+                    text += f" x {o.extent} in the launch (in +{o.in_stride}, out +{o.out_stride} words)"
         else:
             text = (
                 f"transpose {self.batch} x {self.m}x{self.n} of {e}-byte elements (ld_in "
@@ -458,7 +463,8 @@ def _transpose(dims: list[Dim], e: int) -> Pass | None:
 def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -> Pass:
     """Rows of `row_bytes` contiguous bytes at the places `rows` (array elements) say, moved
     as the widest word that the row length, every stride and both pointers allow. The launch
-    walks three dims of rows (m, batch, outer: the largest ones); any others are host loops."""
+    walks four dims of rows (m, batch, and outer and outer2 over blockIdx.z: the largest ones
+    that fit); any others are host loops."""
     strides = [s * eb for d in rows for s in (d.in_stride, d.out_stride)]
     w = next(
         w for w in reversed(ELEMENT_SIZES)
@@ -472,12 +478,15 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
     b, loops = _largest(rest)
     o, _ = _largest([d for d in loops if d.extent <= ROWS_MAX_OUTER])  # the launch walks it too
     loops = [d for d in loops if d is not o]
+    room = ROWS_MAX_OUTER // (o.extent if o else 1)
+    o2, _ = _largest([d for d in loops if d.extent <= room])  # and this one, over the same z
+    loops = [d for d in loops if d is not o2]
     return Pass(
         COPY, w, m.extent, n, m.in_stride, m.out_stride,
         b.extent if b else 1,
         b.in_stride if b else m.extent * m.in_stride,
         b.out_stride if b else m.extent * m.out_stride,
-        tuple(loops), outer=o or Dim(1, 0, 0),
+        tuple(loops), outer=o or Dim(1, 0, 0), outer2=o2 or Dim(1, 0, 0),
     )  # fmt: skip
 
 

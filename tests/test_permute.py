@@ -230,8 +230,9 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
         (b, m, n), (li, lo, bi, bo) = shape, strides
         return mem.launch(Pass(TRANSPOSE, e, m, n, li, lo, b, bi, bo))
 
-    def make_copy(e, b, m, n, li, lo, bi, bo, outer, oi, oo):
-        return mem.launch(Pass(COPY, e, m, n, li, lo, b, bi, bo, outer=Dim(outer, oi, oo)))
+    def make_copy(e, b, m, n, li, lo, bi, bo, outer, oi, oo, outer2, o2i, o2o):
+        return mem.launch(Pass(COPY, e, m, n, li, lo, b, bi, bo, outer=Dim(outer, oi, oo),
+                               outer2=Dim(outer2, o2i, o2o)))  # fmt: skip
 
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
@@ -380,7 +381,7 @@ def row_copy(monkeypatch):
 def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
     """How many times each (z, b, i, j) is copied by the launch's threads (the kernel's index
     arithmetic, thread by thread; z is blockIdx.z, the outer dim)."""
-    m_, n_, *_, lanes_log2, b_, chunk, _unused = lc.scalars
+    m_, n_, *_, lanes_log2, b_, chunk, _outer2 = lc.scalars
     assert (m_, n_, b_) == (m, n, batch)
     hits = np.zeros((lc.grid[2], batch, m, n), np.int64)
     lanes = 1 << lanes_log2
@@ -411,8 +412,10 @@ def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
 @pytest.mark.parametrize("outer", [2, 3])
 def test_row_copy_walks_the_outer_dim_in_one_launch(row_copy, outer):
     batch, m, n = 2, 5, 16
-    lc = row_copy(4, batch, m, n, n, n, m * n, m * n, outer, batch * m * n + 7, batch * m * n + 9)
-    assert lc.grid[2] == outer and lc.scalars[6:8] == (batch * m * n + 7, batch * m * n + 9)
+    lc = row_copy(4, batch, m, n, n, n, m * n, m * n, outer, batch * m * n + 7, batch * m * n + 9,
+                  3, 5, 6)  # fmt: skip
+    assert lc.grid[2] == outer * 3 and lc.scalars[6:10] == (batch * m * n + 7, batch * m * n + 9, 5, 6)
+    assert lc.scalars[-1] == 3
     assert np.all(_emulate(lc, batch, m, n) == 1)
 
 

@@ -333,18 +333,20 @@ def test_overlapping_input_windows_are_read_in_place():
 
 @pytest.mark.parametrize(
     ("shape", "outer", "loops"),
-    [((9, 5, 3, 7, 16), 5, [3]),  # rows 9, batch 7, outer 5: the three largest
-     ((2, 70000, 70001, 70002, 5), 2, [70000]),  # over 65535: never the outer dim
-     ((2, 3, 16), 1, [])],
+    [((9, 5, 3, 7, 16), (5, 3), []),  # rows 9, batch 7, then 5 and 3 over blockIdx.z
+     ((2, 9, 5, 3, 7, 16), (5, 3), [2]),  # the fifth dim is a host loop
+     ((2, 70000, 70001, 70002, 5), (2, 1), [70000]),  # over 65535 in all: never over z
+     ((300, 400, 500, 299, 16), (300, 1), [299]),  # 300 x 299 would pass 65535: a loop
+     ((2, 3, 16), (1, 1), [])],
 )  # fmt: skip
-def test_row_copies_walk_a_third_dim_in_the_launch(no_gather, shape, outer, loops):
+def test_row_copies_walk_more_dims_in_the_launch(no_gather, shape, outer, loops):
     """Rows (the innermost axis stays innermost) over several dims: the kernel takes the
-    largest as its rows, the next as its batch and the next (at most 65535) as blockIdx.z;
-    only what is left is host loops."""
+    largest as its rows, the next as its batch and the next two (at most 65535 together) over
+    blockIdx.z; only what is left is host loops."""
     axes = (*reversed(range(len(shape) - 1)), len(shape) - 1)
     p = plan_permute(shape, axes, 4)
     (q,) = p.passes
-    assert q.kind == COPY and q.outer.extent == outer, p.describe()
+    assert q.kind == COPY and (q.outer.extent, q.outer2.extent) == outer, p.describe()
     assert [d.extent for d in q.loops] == loops and p.launches == math.prod(loops)
 
 
@@ -491,7 +493,7 @@ MiB = 1 << 20
         ((10, 10, 512, 512), (1, 0, 3, 2), 4, GATHER),  # 10 launches (> 8) of 10 MiB
         ((3, 2, 512, 512), (1, 0, 3, 2), 4, GATHER),  # 2 launches of 3 MiB (< 4 MiB)
         ((5, 40, 64, 6), (2, 1, 0, 3), 1, COPY),  # rows of 6 bytes: one launch walks all 3 dims
-        ((5, 4, 40, 64, 6), (3, 2, 1, 0, 4), 1, GATHER),  # 5 launches of 60 KiB
+        ((5, 4, 3, 40, 64, 6), (4, 3, 2, 1, 0, 5), 1, GATHER),  # 3 launches of 300 KiB
         ((4, 2, 1024, 1024), (1, 0, 3, 2), 4, TRANSPOSE),  # 2 launches of 16 MiB
         ((2, 2, 2, 4, 512, 512), (2, 1, 0, 3, 5, 4), 4, TRANSPOSE),  # 8 launches of 4 MiB
         ((3, 3, 4, 512, 512), (1, 0, 2, 4, 3), 4, GATHER),  # 9 launches of 4 MiB

@@ -34,7 +34,7 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .launch import Launch, make_launch
-from .shapes import ShapeClass, call_vec, shape_class
+from .shapes import ShapeClass, call_vec, flat_fits, shape_class
 
 _launches: dict[tuple[Any, ...], Launch] = {}
 _generation = [0]  # lookup.generation when _launches was filled
@@ -192,11 +192,8 @@ def batched_launch(
 
 
 def _flat_fits(cfg: KernelConfig, x: View, o: View) -> bool:
-    """A flat kernel moves whole short rows as one block: the side it spans must be short
-    and its rows contiguous (input rows when N is short, output rows when M is)."""
-    if x.n <= cfg.tile_n:
-        return x.ld == x.n
-    return x.m <= cfg.tile_n and o.ld == x.m
+    """Whether flat `cfg` runs this call (`shapes.flat_fits`: the tuner filters by it too)."""
+    return flat_fits(cfg, x.m, x.n, x.ld, o.ld)
 
 
 def _key(x: View, o: View, config: Any, conjugate: bool) -> tuple[Any, ...]:

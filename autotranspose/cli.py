@@ -30,11 +30,11 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .plan import normalize_axes
-from .shapes import call_vec, parse_dims, parse_shape, shape_class
+from .shapes import Layout, parse_dims, parse_shape, pass_vec, shape_class
 
 if TYPE_CHECKING:
     from .store import Store
-    from .tuner import TrialReport, TuneResult
+    from .tuner import PermuteTarget, TrialReport, TuneResult
 
 PROG = "autotranspose"
 # Which dtypes share a kernel of each element size (kernels are keyed by size, not dtype).
@@ -46,7 +46,9 @@ _DTYPES_BY_SIZE = {
     16: "complex128",
 }
 
-ObjectiveFactory = Callable[[str, tuple[int, int, int], int, bool], Any]
+# make_objective(dtype, shape, device_index, conjugate), and layout=Layout for a permute's
+# strided pass (`tune --axes`; only then, so a factory for plain shapes need not take it)
+ObjectiveFactory = Callable[..., Any]
 _T = TypeVar("_T")
 
 
@@ -169,10 +171,13 @@ def _open_store(url: str | None, *, readonly: bool = False) -> Store:
     return Store.open(url, readonly=readonly)
 
 
-def _gpu_objective(dtype: str, shape: tuple[int, int, int], device: int, conjugate: bool) -> Any:
+def _gpu_objective(
+    dtype: str, shape: tuple[int, int, int], device: int, conjugate: bool,
+    layout: Layout | None = None,
+) -> Any:  # fmt: skip
     from .worker import GpuObjective
 
-    return GpuObjective(dtype, shape, device, conjugate=conjugate)
+    return GpuObjective(dtype, shape, device, conjugate=conjugate, layout=layout)
 
 
 def cmd_tune(
@@ -180,9 +185,9 @@ def cmd_tune(
 ) -> int:
     import optuna
 
-    from .tuner import tune
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the bar and the table say it all
+    if args.axes is not None:
+        return _tune_permutes(args, out, err, make_objective)
     shapes = _shapes(args.shapes)
     dtypes = _dtypes(args.dtypes)
     if args.conjugate:
@@ -204,52 +209,120 @@ def cmd_tune(
         device = indices[0]
     store = _open_store(args.db)
     results: list[TuneResult] = []
-    failures: list[tuple[str, str, str]] = []
+    failed = 0
     started = time.monotonic()
     for dtype in dtypes:
         for shape in shapes:
             label = f"{dtype} {_shape_text(shape)}"
-            objective = make_objective(dtype, shape, device, args.conjugate)
-            bar = ProgressBar(err, label)
-            try:
-                result = tune(
-                    dtype,
-                    shape,
-                    objective=objective,
-                    store=store,
-                    device=objective.device,
-                    trials=args.trials,
-                    timeout=args.timeout,
-                    patience=args.patience,
-                    sampler=args.sampler,
-                    seed=args.seed,
-                    batch=args.batch,
-                    conjugate=args.conjugate,
-                    progress=bar,
-                    device_index=device,
-                )
-            except TuningError as exc:
-                bar.close()
-                failures.append((dtype, _shape_text(shape), _one_line(exc)))
-                print(f"{PROG}: {label}: {_one_line(exc)}", file=err)
-                continue
-            finally:
-                close = getattr(objective, "close", None)
-                if close is not None:
-                    close()
-            bar.close()
-            results.append(result)
-            if not bar.live:
-                print(_result_line(result), file=err)
+            result = _tune_case(args, store, device, dtype, shape, label, err, make_objective)
+            if result is None:
+                failed += 1
+            else:
+                results.append(result)
     if results:
         print(table(_RESULT_HEADERS, [_result_row(r) for r in results]), file=out)
-    print(f"tuned {len(results)} of {len(results) + len(failures)} in "
+    print(f"tuned {len(results)} of {len(results) + failed} in "
           f"{time.monotonic() - started:.1f}s; database {store.display}", file=err)  # fmt: skip
-    return 1 if failures else 0
+    return 1 if failed else 0
+
+
+def _tune_case(
+    args: argparse.Namespace, store: Store, device: int, dtype: str, shape: tuple[int, int, int],
+    label: str, err: TextIO, make_objective: ObjectiveFactory, layout: Layout | None = None,
+    max_vector: int | None = None,
+) -> TuneResult | None:  # fmt: skip
+    """Tune one case on GPU `device` with a progress bar; None (and a line saying why) when
+    no config ran correctly."""
+    from .tuner import tune
+
+    extra = {"layout": layout} if layout is not None else {}
+    objective = make_objective(dtype, shape, device, args.conjugate, **extra)
+    bar = ProgressBar(err, label)
+    try:
+        result = tune(
+            dtype, shape, objective=objective, store=store, device=objective.device,
+            trials=args.trials, timeout=args.timeout, patience=args.patience,
+            sampler=args.sampler, seed=args.seed, batch=args.batch, conjugate=args.conjugate,
+            progress=bar, device_index=device, layout=layout, max_vector=max_vector,
+        )  # fmt: skip
+    except TuningError as exc:
+        bar.close()
+        print(f"{PROG}: {label}: {_one_line(exc)}", file=err)
+        return None
+    finally:
+        close = getattr(objective, "close", None)
+        if close is not None:
+            close()
+    bar.close()
+    if not bar.live:
+        print(_result_line(result, label), file=err)
+    return result
+
+
+def _tune_permutes(
+    args: argparse.Namespace, out: TextIO, err: TextIO, make_objective: ObjectiveFactory
+) -> int:
+    """`tune --shapes 64x256x56x56 --axes 0,2,3,1`: plan each permute (contiguous input) and
+    tune its transpose pass like a transpose of its class, measured on the pass's strides;
+    a copy or gather pass gets one line saying there is nothing to tune. Everything is
+    checked, and every permute planned, before any GPU work."""
+    targets = _permute_targets(args)
+    device = args.device if args.device is not None else 0
+    store = _open_store(args.db) if any(t.shape is not None for _, _, t in targets) else None
+    axes = ",".join(map(str, targets[0][2].plan.axes)) if targets else ""
+    rows: list[list[str]] = []
+    failed = skipped = 0
+    started = time.monotonic()
+    for dtype, shape, target in targets:
+        label = f"{dtype} {_shape_text(shape)} axes {axes}"
+        if target.shape is None or store is None:
+            print(f"{label}: {target.describe()}; {target.untuned}", file=out)
+            skipped += 1
+            continue
+        max_vector = target.shape_class.vec if target.shape_class is not None else None
+        result = _tune_case(args, store, device, target.dtype, target.shape, label, err,
+                            make_objective, target.layout, max_vector)  # fmt: skip
+        if result is None:
+            failed += 1
+            continue
+        strides = result.layout.text if result.layout is not None else "contiguous"
+        rows.append([dtype, _shape_text(shape), axes, f"s{element_type(result.dtype).size}",
+                     _shape_text(result.shape), strides, *_result_row(result)[2:]])  # fmt: skip
+    if rows:
+        print(table(_PERMUTE_HEADERS, rows), file=out)
+    where = f"; database {store.display}" if store is not None else ""
+    print(f"tuned {len(rows)} of {len(rows) + failed} transpose passes ({skipped} of "
+          f"{len(targets)} permutes had nothing to tune) in "
+          f"{time.monotonic() - started:.1f}s{where}", file=err)  # fmt: skip
+    return 1 if failed else 0
+
+
+def _permute_targets(
+    args: argparse.Namespace,
+) -> list[tuple[str, tuple[int, ...], PermuteTarget]]:
+    """What `tune --axes` tunes, per dtype and shape; every refusal before any GPU work."""
+    from .tuner import permute_target
+
+    if args.conjugate:
+        raise UsageError("--conjugate is for transposes; permute (--axes) has none")
+    if args.devices is not None:
+        raise UsageError(
+            "--axes tunes a permute's pass on one GPU: give --device INDEX, not --devices"
+        )
+    shapes = [_option("--shapes", parse_dims, v) for v in _split(args.shapes)]
+    dtypes = _dtypes(args.dtypes)
+    axes = _axes(args.axes)
+    for shape in shapes:  # every shape must take these axes
+        normalize_axes(axes, len(shape))
+    return [(d, s, permute_target(d, s, axes)) for d in dtypes for s in shapes]
 
 
 _RESULT_HEADERS = ["dtype", "shape", "class", "config", "GB/s", "% copy",
                    "trials/meas/reuse/fail", "time", "stop"]  # fmt: skip
+# tune --axes: the permute, its pass's element size and (batch, m, n) ("shape"), and its
+# strides (ld_in,ld_out,bs_in,bs_out in elements, or contiguous)
+_PERMUTE_HEADERS = ["dtype", "permute", "axes", "elem", "shape", "strides",
+                    *_RESULT_HEADERS[2:]]  # fmt: skip
 
 
 def _result_row(r: TuneResult) -> list[str]:
@@ -260,9 +333,12 @@ def _result_row(r: TuneResult) -> list[str]:
     ]  # fmt: skip
 
 
-def _result_line(r: TuneResult) -> str:
+def _result_line(r: TuneResult, label: str = "") -> str:
+    """One case's summary, after `label` (a permute's) where that is not its own case."""
+    case = f"{r.dtype} {_shape_text(r.shape)}"
     return (
-        f"{r.dtype} {_shape_text(r.shape)}: {r.trials} trials ({r.measured} measured, "
+        f"{case if label in ('', case) else f'{label}: {case}'}: {r.trials} trials "
+        f"({r.measured} measured, "
         f"{r.reused} reused, {r.failed} failed), best {r.measurement.gbps:.1f} GB/s, "
         f"stopped by {r.stopped_by}"
     )
@@ -574,8 +650,7 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
     if p is not None and p.kind == TRANSPOSE:
         store = _existing_store(args.db)
         device, device_name = _lookup_device(args, store)
-        vec = call_vec(p.elem_bytes, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out)
-        cls = shape_class(p.batch, p.m, p.n, vec)
+        cls = shape_class(p.batch, p.m, p.n, pass_vec(p))  # as permute() and `tune --axes`
         choice = lookup.choose(device, p.elem_bytes, cls, store=store)
         info.update(device=device_name, **_choice_info(cls, choice))
         call = f"{p.elem_bytes}-byte {_shape_text((p.batch, p.m, p.n))} -> class {cls}"
@@ -703,7 +778,13 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tune", help="tune kernels for shapes and dtypes on a local GPU",
                        description="Tune kernels on a local GPU; an interrupted run resumes.")  # fmt: skip
     t.add_argument("--shapes", nargs="+", required=True, metavar="SHAPE",
-                   help="MxN or BATCHxMxN, e.g. 8192x8192 64x1024x1024 (commas work too)")  # fmt: skip
+                   help="MxN or BATCHxMxN, e.g. 8192x8192 64x1024x1024 (commas work too); "
+                        "with --axes, 1 to 8 sides")  # fmt: skip
+    t.add_argument("--axes", metavar="I,J,...",
+                   help="tune the permute of each of --shapes by these axes, e.g. --shapes "
+                        "64x256x56x56 --axes 0,2,3,1: its transpose pass, measured on the "
+                        "pass's own strides, into the pass's shape class (a copy or gather "
+                        "pass: nothing to tune)")  # fmt: skip
     t.add_argument("--dtypes", nargs="+", default=["float32"], metavar="DTYPE",
                    help="e.g. float32,int8 (default float32)")  # fmt: skip
     t.add_argument("--trials", type=_positive_int, default=40,
@@ -881,7 +962,8 @@ def run(
     stderr: IO[str] | None = None,
 ) -> int:
     """Run one command; `make_objective(dtype, shape, device_index, conjugate)` builds what
-    `tune` measures with (the GPU worker unless given: tests pass a synthetic one)."""
+    `tune` measures with (the GPU worker unless given: tests pass a synthetic one), called
+    with `layout=` too for a permute's strided pass (`tune --axes`)."""
     err = stderr or sys.stderr
     with warnings.catch_warnings():
         warnings.showwarning = _warning_printer(err)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .measurement import Measurement
+from .shapes import Layout, check_layout
 
 # --- on the GPU -------------------------------------------------------------------------------
 
@@ -25,6 +26,7 @@ class _Support:
     fill: Any
     count: Any
     naive: dict[int, Any]
+    naive_strided: dict[int, Any]
 
 
 _support_cache: dict[str, _Support] = {}
@@ -37,10 +39,15 @@ def _support(state: Any) -> _Support:
         from .codegen import render_support
         from .compiler import load_source
 
-        names = ["at_fill_random", "at_count_mismatch", *(f"at_naive_s{s}" for s in (1, 2, 4, 8, 16))]
+        sizes = (1, 2, 4, 8, 16)
+        names = ["at_fill_random", "at_count_mismatch", *(f"at_naive_s{s}" for s in sizes),
+                 *(f"at_naive_strided_s{s}" for s in sizes)]  # fmt: skip
         k = load_source(state.arch, render_support(), names)
-        naive = {s: k[f"at_naive_s{s}"] for s in (1, 2, 4, 8, 16)}
-        sup = _support_cache[state.arch] = _Support(k["at_fill_random"], k["at_count_mismatch"], naive)
+        naive = {s: k[f"at_naive_s{s}"] for s in sizes}
+        strided = {s: k[f"at_naive_strided_s{s}"] for s in sizes}
+        sup = _support_cache[state.arch] = _Support(
+            k["at_fill_random"], k["at_count_mismatch"], naive, strided
+        )
     return sup
 
 
@@ -55,22 +62,32 @@ class Bench:
     Inputs and outputs are rotated over enough sets that they do not fit in L2 together, so
     the cache cannot flatter small shapes. The output of the first set has a guard region
     after it; checks poison both and demand the guard comes back untouched.
+
+    With a `layout` (strides, `shapes.Layout`; None: contiguous) each set spans the strided
+    extent of one launch on either side, and the check compares that whole extent: the gaps
+    between the launch's elements must keep their poison, as the guard does.
     """
 
     GUARD_BYTES = 4096
     POISON = 0xA5
 
-    def __init__(self, state: Any, elem_bytes: int, shape: tuple[int, int, int]) -> None:
+    def __init__(
+        self, state: Any, elem_bytes: int, shape: tuple[int, int, int], layout: Any = None
+    ) -> None:
         from . import _driver as drv
 
         self.drv = drv
         self.state = state
         self.elem_bytes = elem_bytes
         self.batch, self.m, self.n = shape
-        self.nbytes = self.batch * self.m * self.n * elem_bytes
+        self.strided = check_layout(shape, layout)  # None: contiguous
+        self.layout = self.strided or Layout.contiguous(shape)
+        self.nbytes = self.batch * self.m * self.n * elem_bytes  # what one launch moves
+        in_span, out_span = self.layout.spans(shape)
+        self.out_bytes = out_span * elem_bytes  # nbytes unless strided
         l2 = max(state.info.l2_bytes, 1 << 20)
         self.sets = max(1, min(4096, -(-4 * l2 // max(2 * self.nbytes, 1))))
-        self.stride = -(-self.nbytes // 256) * 256
+        self.stride = -(-max(in_span, out_span) * elem_bytes // 256) * 256
         self.src = drv.Allocation(self.stride * self.sets, state.ctx)
         self.dst = drv.Allocation(self.stride * self.sets + self.GUARD_BYTES, state.ctx)
         self.ref = drv.Allocation(self.stride, state.ctx)
@@ -111,9 +128,16 @@ class Bench:
             _grid_for(words), (_THREADS, 1, 1), "PqII", int(self.src), words, self._seed, mask
         )
         total = self.batch * self.m * self.n
-        self.sup.naive[self.elem_bytes].call(
-            _grid_for(total), (_THREADS, 1, 1), "PPqqq", int(self.src), int(self.ref),
-            self.batch, self.m, self.n,
+        if self.strided is None:
+            self.sup.naive[self.elem_bytes].call(
+                _grid_for(total), (_THREADS, 1, 1), "PPqqq", int(self.src), int(self.ref),
+                self.batch, self.m, self.n,
+            )  # fmt: skip
+            return
+        self.drv.memset_d8(int(self.ref), self.POISON, self.out_bytes)  # the gaps stay poisoned
+        self.sup.naive_strided[self.elem_bytes].call(
+            _grid_for(total), (_THREADS, 1, 1), "PPqqqqqqq", int(self.src), int(self.ref),
+            self.batch, self.m, self.n, *self.layout,
         )  # fmt: skip
 
     def check(self, launch: Any, *, mask: int = ALL_BITS) -> str | None:
@@ -126,7 +150,8 @@ class Bench:
         src, dst = self.pointers(0)
         launch(src, dst, None)
         drv.memset_d32(int(self.counter), 0, 1)
-        words = self.nbytes // 4
+        nbytes = self.out_bytes
+        words = nbytes // 4
         if words:
             self.sup.count.call(
                 _grid_for(words), (_THREADS, 1, 1), "PPqP", int(self.dst), int(self.ref), words,
@@ -134,7 +159,7 @@ class Bench:
             )  # fmt: skip
         bad = np.zeros(1, np.uint32)
         drv.memcpy_dtoh(bad.ctypes.data, int(self.counter), 4)
-        tail = self.nbytes - words * 4
+        tail = nbytes - words * 4
         out_tail = np.empty(tail + self.GUARD_BYTES, np.uint8)
         drv.memcpy_dtoh(out_tail.ctypes.data, int(self.dst) + words * 4, out_tail.nbytes)
         ref_tail = np.empty(tail, np.uint8)
@@ -189,12 +214,13 @@ def context_is_dead(state: Any) -> bool:
 
 
 def measure_one(bench: Bench, cfg: Any, copy_gbps: float) -> Measurement:
-    """Check `cfg` on fresh data, then time it. A kernel that fails to compile or launch is a
-    "fail", one that writes wrong data is "wrong": results, not exceptions."""
-    from .launch import contiguous_launch
+    """Check `cfg` on fresh data, then time it, on the bench's layout (one launch, as
+    transpose() or a permute's transpose pass makes it). A kernel that fails to compile or
+    launch is a "fail", one that writes wrong data is "wrong": results, not exceptions."""
+    from .launch import make_launch
 
     try:
-        launch = contiguous_launch(bench.state, cfg, bench.batch, bench.m, bench.n)
+        launch = make_launch(bench.state, cfg, bench.batch, bench.m, bench.n, *bench.layout)
         problem = bench.check(launch)
         if problem:
             return Measurement("wrong", copy_gbps=copy_gbps, error=problem)

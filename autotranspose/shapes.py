@@ -2,6 +2,8 @@
 
 A class buckets each of batch, rows and columns to the next power of two and records the
 widest vector the call allows, so a tuned config is only ever served to calls it can run.
+The strides of a call (its `Layout`) are not part of the key: they decide the widest vector,
+which is, and nothing else about which configs fit.
 """
 
 from __future__ import annotations
@@ -9,9 +11,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
-from .config import max_vec
-from .errors import ShapeError
+from .config import KernelConfig, max_vec
+from .errors import LayoutError, ShapeError
+
+if TYPE_CHECKING:
+    from .plan import Pass
 
 _MAX_BUCKET = 1 << 24
 _PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/v(\d+)")
@@ -78,6 +84,111 @@ def call_vec(
     if batch > 1:
         strides += [bs_in, bs_out]
     return max_vec(elem_bytes, *strides, pointers=pointers)
+
+
+def pass_vec(p: Pass) -> int:
+    """The widest vector permute()'s launches of the transpose pass `p` allow, as
+    `permuter.build_steps` and `api.batched_launch` derive it for a contiguous input: the
+    pass's sizes and strides, and the pointers of its least aligned host-loop launch
+    (allocations are 256-byte aligned, so a launch's pointers are as aligned as its byte
+    offsets, and the least aligned offset is that of the least aligned loop stride)."""
+    e = p.elem_bytes
+    pointers = [e * s for d in p.loops if d.extent > 1 for s in (d.in_stride, d.out_stride)]
+    return call_vec(e, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out, tuple(pointers))
+
+
+def flat_fits(config: KernelConfig, m: int, n: int, ld_in: int, ld_out: int) -> bool:
+    """Whether flat `config` runs an m x n call with these row pitches (elements): a flat
+    kernel moves whole short rows as one block, so the side it spans must be short and its
+    rows contiguous (input rows when N is short, output rows when M is)."""
+    if n <= config.tile_n:
+        return ld_in == n
+    return m <= config.tile_n and ld_out == m
+
+
+class Layout(NamedTuple):
+    """The strides (elements) of one batched-transpose launch: ``out[b*bs_out + j*ld_out + i]
+    = in[b*bs_in + i*ld_in + j]`` for b < batch, i < m, j < n. A permute's transpose pass
+    has one (`plan.Pass`); a contiguous (batch, m, n) call is `Layout.contiguous(shape)`.
+
+    The tuner measures a strided pass on its own layout (what permute() runs), in a study of
+    its own, but stores the winner under the pass's shape class like a contiguous call's."""
+
+    ld_in: int
+    ld_out: int
+    bs_in: int
+    bs_out: int
+
+    @classmethod
+    def contiguous(cls, shape: tuple[int, int, int]) -> Layout:
+        _, m, n = shape
+        return cls(n, m, m * n, m * n)
+
+    def spans(self, shape: tuple[int, int, int]) -> tuple[int, int]:
+        """Elements from the first to one past the last that a launch reads, and writes."""
+        b, m, n = shape
+        return (
+            (b - 1) * self.bs_in + (m - 1) * self.ld_in + n,
+            (b - 1) * self.bs_out + (n - 1) * self.ld_out + m,
+        )
+
+    @property
+    def text(self) -> str:
+        """'ld_in,ld_out,bs_in,bs_out': how studies, results and tables name a layout."""
+        return ",".join(map(str, self))
+
+
+def check_layout(shape: tuple[int, int, int], strides: object) -> Layout | None:
+    """`strides` (ld_in, ld_out, bs_in, bs_out) for a (batch, m, n) launch, checked and made
+    canonical: None for a contiguous layout (and for None), the batch strides of a batch of
+    one set to the next matrix's (they are never used). Raises LayoutError unless every
+    stride is an int, the row pitches are at least the rows (ld_in >= n, ld_out >= m: the
+    contiguous minimum) and no two elements share a place on either side, within the
+    64-bit indices the kernels use."""
+    if strides is None:
+        return None
+    b, m, n = shape
+    values = tuple(strides) if isinstance(strides, (tuple, list)) else ()
+    if len(values) != 4 or not all(type(v) is int for v in values):
+        raise LayoutError(
+            f"layout must be 4 ints (ld_in, ld_out, bs_in, bs_out) in elements, got "
+            f"{strides!r:.80}; e.g. {tuple(Layout.contiguous(shape))} for contiguous {b}x{m}x{n}"
+        )
+    lay = Layout(*values)
+    if lay.ld_in < n or lay.ld_out < m:
+        raise LayoutError(
+            f"layout {lay.text}: rows overlap; the row pitches must be at least the rows "
+            f"(ld_in >= n = {n}, ld_out >= m = {m}), as in contiguous "
+            f"{Layout.contiguous(shape).text}"
+        )
+    if b == 1:
+        lay = lay._replace(bs_in=m * lay.ld_in, bs_out=n * lay.ld_out)
+    for side, dims in (
+        ("input", ((n, 1), (m, lay.ld_in), (b, lay.bs_in))),
+        ("output", ((m, 1), (n, lay.ld_out), (b, lay.bs_out))),
+    ):
+        if not _apart(dims):
+            raise LayoutError(
+                f"layout {lay.text}: batches of the {side} overlap each other or its rows; "
+                "give batch strides that keep each element in a place of its own (a "
+                f"contiguous {b}x{m}x{n} batch is {Layout.contiguous(shape).text})"
+            )
+    if max(lay.spans(shape)) > _MAX_ELEMENTS:
+        raise LayoutError(
+            f"layout {lay.text} reaches past 2**63-1 elements; no buffer is that large"
+        )
+    return None if lay == Layout.contiguous(shape) else lay
+
+
+def _apart(dims: tuple[tuple[int, int], ...]) -> bool:
+    """Whether (extent, stride) dims put every index at its own place: each stride past the
+    furthest place the smaller ones reach (the rule `plan` checks `out` with)."""
+    span = 0
+    for extent, stride in sorted((d for d in dims if d[0] > 1), key=lambda d: d[1]):
+        if stride <= span:
+            return False
+        span += (extent - 1) * stride
+    return True
 
 
 # Kernels index with 64-bit integers; a side or a total past this is a typo, not a matrix.

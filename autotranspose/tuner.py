@@ -39,7 +39,6 @@ from .config import (
     KernelConfig,
     config_space,
     default_config,
-    max_vec,
     neighbours,
     pair_steps,
     seed_config,
@@ -48,7 +47,8 @@ from .device import DeviceInfo
 from .dtypes import element_type
 from .errors import AutotransposeError, ShapeError, StoreError, TuningError
 from .measurement import Measurement
-from .shapes import ShapeClass, shape_class
+from .plan import TRANSPOSE, Plan, plan_permute
+from .shapes import Layout, ShapeClass, call_vec, check_layout, flat_fits, pass_vec, shape_class
 
 if TYPE_CHECKING:
     from .store import Store
@@ -104,6 +104,7 @@ class TuneResult:
     failed: int  # trials that ended FAIL: did not compile/launch, or gave wrong output
     elapsed_s: float
     stopped_by: str  # "trials", "timeout", "patience" or "exhausted" (every config tried)
+    layout: Layout | None = None  # the strides measured on (a permute's pass); None: contiguous
 
 
 def study_name(
@@ -112,16 +113,21 @@ def study_name(
     cls: ShapeClass,
     space: SearchSpace,
     conjugate: bool = False,
+    layout: Layout | None = None,
 ) -> str:
-    """The Optuna study of one (device, element size, conjugate, shape class).
+    """The Optuna study of one (device, element size, conjugate, shape class), and for a
+    strided layout (a permute's pass) of that layout too: its measurements differ from a
+    contiguous call's, so the sampler must not mix them (its results still compete for the
+    class's best).
 
     Its last part names the kernel templates and the search space: trials measured with
     other kernels would mislead the sampler (and the store no longer serves their results),
     and Optuna cannot change a study's parameters.
     """
     conj = ":conj" if conjugate else ""
+    strides = f":layout={layout.text}" if layout is not None else ""
     version = hashlib.sha256(f"{template_version()}:{space.digest()}".encode()).hexdigest()[:10]
-    return f"autotranspose:{device.slug}:s{elem_bytes}{conj}:{cls}:{version}"
+    return f"autotranspose:{device.slug}:s{elem_bytes}{conj}:{cls}{strides}:{version}"
 
 
 # --- the search space as Optuna parameters -------------------------------------------------------
@@ -459,6 +465,8 @@ def tune(
     heartbeat_interval: int = HEARTBEAT_INTERVAL,
     grace_period: int = GRACE_PERIOD,
     device_index: int | None = None,
+    layout: Layout | Sequence[int] | None = None,
+    max_vector: int | None = None,
 ) -> TuneResult:
     """Tune the transpose of `dtype` arrays of `shape` (batch, m, n) on `device`.
 
@@ -469,19 +477,25 @@ def tune(
     did not beat the best, whichever comes first. Returns the best config of the study for
     this shape; raises :class:`TuningError` if no config ran correctly. `device_index`, the
     local GPU the objective measures on, is recorded on the run and on each trial asked here.
+
+    `layout` (ld_in, ld_out, bs_in, bs_out, in elements; None: contiguous) is what the
+    objective measures on: a permute's transpose pass (`permute_target`), so that what is
+    tuned is what permute() runs. `max_vector` caps the class's vector (a permute's host-loop
+    launches may be less aligned than its strides). A strided layout has a study of its own
+    and its measurements are kept apart from the contiguous ones, but its best goes under
+    the class (batch, m, n, vec) like a contiguous call's: the class is what decides which
+    configs fit (tile fit, alignment), and its vec already reflects the strides' alignment,
+    so every config of the class runs any call of it (a flat config only where the strides
+    keep its rows contiguous: `transpose()` serves the tiled default otherwise).
     """
     started = time.monotonic()
     et = element_type(dtype)
     dims = _check_shape(shape)
     _check_settings(trials, timeout, patience, batch, sampler, seed)
-    cls = shape_class(dims[0], dims[1], dims[2], max_vec(et.size, dims[1], dims[2]))
-    space = SearchSpace(
-        config_space(
-            et.name, device.limits, conjugate=conjugate, max_vector=cls.vec,
-            short_side=min(cls.m, cls.n),
-        )
-    )  # fmt: skip
-    name = study_name(device, et.size, cls, space, conjugate)
+    lay = check_layout(dims, layout)
+    cls = _tuned_class(et.size, dims, lay, max_vector)
+    space = SearchSpace(_configs(et.name, device, cls, conjugate, dims, lay))
+    name = study_name(device, et.size, cls, space, conjugate, lay)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # ask() warns that the heartbeat expects optimize(): the tuner beats itself.
@@ -510,6 +524,7 @@ def tune(
             progress=progress,
             grace_period=grace_period,
             device_index=device_index,
+            layout=lay,
         )
         # no more than the budget: queued trials nobody asks would outlive the run
         run.enqueue(
@@ -521,7 +536,8 @@ def tune(
             "study": name, "dtype": et.name, "shape": list(dims), "shape_class": str(cls),
             "trials": trials, "timeout": timeout, "patience": patience, "sampler": sampler,
             "seed": seed, "batch": batch, "conjugate": conjugate, "space": len(space),
-            "device_index": device_index,
+            "device_index": device_index, "layout": list(lay) if lay is not None else None,
+            "max_vector": max_vector,
         }  # fmt: skip
         run_id = store.begin_run(device, settings)
         run.run_id = run_id
@@ -544,6 +560,36 @@ def tune(
         return run.result(stopped_by, time.monotonic() - started)
 
 
+def _tuned_class(
+    elem_bytes: int, dims: tuple[int, int, int], layout: Layout | None, max_vector: int | None
+) -> ShapeClass:
+    """The class a tune's results go under: the widest vector its sizes and strides allow,
+    as transpose() and permute() derive it for their calls, capped by `max_vector`."""
+    b, m, n = dims
+    vec = call_vec(elem_bytes, b, m, n, *(layout or Layout.contiguous(dims)))
+    if max_vector is not None:
+        if type(max_vector) is not int or max_vector not in (1, 2, 4, 8, 16):
+            raise TuningError(
+                f"max_vector must be 1, 2, 4, 8 or 16 (elements), got {max_vector!r:.40}"
+            )
+        vec = min(vec, max_vector)
+    return shape_class(b, m, n, vec)
+
+
+def _configs(
+    dtype: str, device: DeviceInfo, cls: ShapeClass, conjugate: bool, dims: tuple[int, int, int],
+    layout: Layout | None,
+) -> list[KernelConfig]:  # fmt: skip
+    """The study's search space: the class's configs, less the flat ones whose rows the
+    layout's strides break (a strided call never runs them: `api._flat_fits`)."""
+    configs = config_space(dtype, device.limits, conjugate=conjugate, max_vector=cls.vec,
+                           short_side=min(cls.m, cls.n))  # fmt: skip
+    if layout is None:
+        return list(configs)
+    _, m, n = dims
+    return [c for c in configs if not c.flat or flat_fits(c, m, n, layout.ld_in, layout.ld_out)]
+
+
 class _Run:
     """The state of one tune() call: which study, which shape, and what it has done so far."""
 
@@ -563,6 +609,7 @@ class _Run:
         progress: Callable[[TrialReport], None] | None,
         grace_period: int,
         device_index: int | None = None,
+        layout: Layout | None = None,
     ) -> None:
         self.study = study
         self.storage = storage
@@ -578,6 +625,7 @@ class _Run:
         self.progress = progress
         self.grace_period = grace_period
         self.device_index = device_index
+        self.layout = layout
         self.run_id: int | None = None
         self.heartbeat: _Heartbeat | None = None
         self.counts = {"trials": 0, "measured": 0, "reused": 0, "failed": 0}
@@ -817,6 +865,7 @@ class _Run:
                 self.cls,
                 config,
                 m,
+                layout=self.layout,
             )
             recorded.add(config.key)
             self.counts["measured"] += 1
@@ -873,7 +922,9 @@ class _Run:
         return "busy"
 
     def _measured(self, config: KernelConfig) -> Measurement | None:
-        return self.store.measured(self.device.name, self.elem_bytes, self.shape, config)
+        return self.store.measured(
+            self.device.name, self.elem_bytes, self.shape, config, self.layout
+        )
 
     def _claim_key(self, config_key: str) -> str:
         # One study serves every shape of its class; a claim is for one config on one shape.
@@ -957,6 +1008,7 @@ class _Run:
                     failed=self.counts["failed"],
                     elapsed_s=elapsed,
                     stopped_by=stopped_by,
+                    layout=self.layout,
                 )
         errors = sorted({str(t.user_attrs.get("error")) for t in mine if "error" in t.user_attrs})
         raise TuningError(
@@ -965,6 +1017,56 @@ class _Run:
             + ("; ".join(errors[:3]) if errors else "none recorded")
             + ". Check the GPU and driver, or raise --trials."
         )
+
+
+# --- permutes ----------------------------------------------------------------------------------
+# The dtype a pass of words of each size is tuned as, when the permute's own dtype is of
+# another size (a pass of "wide" elements moves runs of several array elements as one word).
+_WORD_DTYPES = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64", 16: "complex128"}
+
+
+@dataclass(frozen=True)
+class PermuteTarget:
+    """What tuning the permute of a contiguous array means: its plan and, for a transpose
+    pass, the (batch, m, n), strides and shape class permute() serves that pass by (tuned
+    exactly like a transpose of that class, measured on those strides). A copy or gather
+    pass runs an untuned kernel: nothing to tune."""
+
+    plan: Plan
+    dtype: str  # the pass's element type: the permute's, or a word of the pass's size
+    shape: tuple[int, int, int] | None = None  # the transpose pass's; None: nothing to tune
+    layout: Layout | None = None  # its strides; None: contiguous (the class's own study)
+    shape_class: ShapeClass | None = None
+
+    @property
+    def untuned(self) -> str:
+        """Why there is nothing to tune, or "" when there is a transpose pass."""
+        if self.shape is not None:
+            return ""
+        if not self.plan.passes:
+            return "nothing to tune: nothing to move"
+        return f"nothing to tune: {self.plan.passes[0].kind} pass"
+
+    def describe(self) -> str:
+        """The pass on one line (`Pass.describe`)."""
+        return self.plan.passes[0].describe() if self.plan.passes else "an empty array"
+
+
+def permute_target(dtype: Any, shape: Sequence[int], axes: Sequence[int]) -> PermuteTarget:
+    """Plan the permute of a contiguous `dtype` array of `shape` by `axes` (`plan_permute`;
+    its errors name the fix) and say what tuning it means: the transpose pass's (batch, m,
+    n), strides (None when contiguous: the NCHW <-> NHWC permutes are plain batched
+    transposes) and class, whose vec is what `api.batched_launch` derives for permute()'s
+    launches (`shapes.pass_vec`)."""
+    et = element_type(dtype)
+    plan = plan_permute(tuple(shape), axes, et.size)
+    p = plan.passes[0] if plan.passes else None
+    if p is None or p.kind != TRANSPOSE:
+        return PermuteTarget(plan, et.name)
+    dims = (p.batch, p.m, p.n)
+    layout = check_layout(dims, (p.ld_in, p.ld_out, p.bs_in, p.bs_out))
+    name = et.name if p.elem_bytes == et.size else _WORD_DTYPES[p.elem_bytes]
+    return PermuteTarget(plan, name, dims, layout, shape_class(*dims, pass_vec(p)))
 
 
 def tune_gpu(
@@ -979,21 +1081,40 @@ def tune_gpu(
     sampler: str = "tpe",
     seed: int | None = None,
     conjugate: bool = False,
-) -> TuneResult:
+    axes: Sequence[int] | None = None,
+) -> TuneResult | None:
     """Tune one (dtype, shape) on local GPU `device` into the tuning database (`db` URL, else
     AUTOTRANSPOSE_DB, else the user default): `autotranspose tune` for one case, from Python.
-    The next `transpose()` of that class uses the result."""
+    The next `transpose()` of that class uses the result.
+
+    With `axes`, `shape` is an array's (1 to 8 sides) and what is tuned is the permute of a
+    contiguous one by `axes` (`autotranspose tune --axes`): its transpose pass, measured on
+    the pass's own strides, into the pass's shape class, which the next permute() (and
+    transpose() of that class) uses. Returns None when the permute's pass is a copy or a
+    gather: those kernels are not tuned (`permute_target` says which).
+    """
     from .store import Store
     from .worker import GpuObjective, refuse_unguarded_main
 
     refuse_unguarded_main()  # before the database is opened again by a re-imported script
     et = element_type(dtype)
-    dims = _check_shape(shape)
+    layout: Layout | None = None
+    max_vector: int | None = None
+    if axes is None:
+        dims = _check_shape(shape)
+    else:
+        if conjugate:
+            raise TuningError("conjugate is for transposes; a permute (axes) has none")
+        target = permute_target(et.name, shape, axes)
+        if target.shape is None or target.shape_class is None:
+            return None
+        et = element_type(target.dtype)
+        dims, layout, max_vector = target.shape, target.layout, target.shape_class.vec
     _check_settings(trials, timeout, patience, DEFAULT_BATCH, sampler, seed)  # before a worker starts
     store = Store.open(db)
-    with GpuObjective(et.name, dims, device, conjugate=conjugate) as objective:
+    with GpuObjective(et.name, dims, device, conjugate=conjugate, layout=layout) as objective:
         return tune(
             et.name, dims, objective=objective, store=store, device=objective.device,
             trials=trials, timeout=timeout, patience=patience, sampler=sampler, seed=seed,
-            conjugate=conjugate, device_index=device,
+            conjugate=conjugate, device_index=device, layout=layout, max_vector=max_vector,
         )  # fmt: skip

@@ -18,6 +18,7 @@ from .device import DeviceInfo
 from .dtypes import element_type
 from .errors import TuningError
 from .measurement import Measurement
+from .shapes import Layout, check_layout
 
 _CTX = mp.get_context("spawn")
 # The exit status of a measuring process that found itself re-running the caller's script.
@@ -39,13 +40,16 @@ def refuse_unguarded_main() -> None:
         raise SystemExit(_UNGUARDED_EXIT)
 
 
-def _worker_main(conn: Any, dtype: str, shape: tuple[int, int, int], device_index: int) -> None:
+def _worker_main(
+    conn: Any, dtype: str, shape: tuple[int, int, int], device_index: int,
+    layout: Layout | None = None,
+) -> None:  # fmt: skip
     from .compiler import activate, precompile
     from .measure import Bench, context_is_dead, measure_one
 
     try:
         state = activate(device_index)
-        bench = Bench(state, element_type(dtype).size, shape)
+        bench = Bench(state, element_type(dtype).size, shape, layout)
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -80,6 +84,10 @@ class GpuObjective:
 
     Each call checks every config on fresh random data into a poisoned output, then times it
     with CUDA events against a device-to-device copy of the same bytes (see measure.Bench).
+    With a `layout` (ld_in, ld_out, bs_in, bs_out in elements; None: contiguous) it measures
+    one launch with those strides, in buffers as large as their extent: a permute's strided
+    transpose pass as permute() runs it. A bad layout is a LayoutError before any process
+    starts.
     """
 
     def __init__(
@@ -90,8 +98,10 @@ class GpuObjective:
         *,
         conjugate: bool = False,
         timeout_s: float = 120.0,
+        layout: Layout | tuple[int, int, int, int] | None = None,
     ) -> None:
         self.dtype, self.shape, self.device_index = dtype, tuple(shape), device_index
+        self.layout = check_layout(self.shape, layout)  # type: ignore[arg-type]
         self.conjugate = conjugate
         self.timeout_s = timeout_s
         self.restarts = 0
@@ -104,7 +114,7 @@ class GpuObjective:
         parent, child = _CTX.Pipe()
         proc = _CTX.Process(
             target=_worker_main,
-            args=(child, self.dtype, self.shape, self.device_index),
+            args=(child, self.dtype, self.shape, self.device_index, self.layout),
             daemon=True,
         )
         proc.start()

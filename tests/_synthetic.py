@@ -104,9 +104,13 @@ class SyntheticObjective:
         self.closed = True
 
 
-def make_objective(dtype: str, shape: tuple[int, int, int], device: int, conjugate: bool):
-    """The CLI's objective factory, synthetic."""
-    return SyntheticObjective(log_path=os.environ.get("AUTOTRANSPOSE_TEST_MEASURE_LOG"))
+def make_objective(
+    dtype: str, shape: tuple[int, int, int], device: int, conjugate: bool, layout=None
+):
+    """The CLI's objective factory, synthetic (the layout of a permute's pass is kept on it)."""
+    objective = SyntheticObjective(log_path=os.environ.get("AUTOTRANSPOSE_TEST_MEASURE_LOG"))
+    objective.layout = layout
+    return objective
 
 
 OTHER_DEVICE = DeviceInfo("Synthetic GPU 8000", (8, 0), multiprocessors=108)

@@ -645,3 +645,128 @@ def test_bench_permute_errors_are_one_line_before_any_gpu_work(argv, says, code)
     rc, out, err = run("bench", *argv)
     assert rc == code and out == ""
     assert err.startswith("autotranspose: error: ") and err.count("\n") == 1 and says in err
+
+
+# --- tune --axes: a permute's transpose pass ------------------------------------------------------
+class _Factory:
+    """An objective factory that remembers what it was asked for (and the layouts given)."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple] = []
+
+    def __call__(self, dtype, shape, device, conjugate, **layout):
+        self.asked.append((dtype, shape, device, conjugate, layout.get("layout")))
+        return SyntheticObjective()
+
+
+def _permute_rows(out: str) -> list[list[str]]:
+    lines = out.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("dtype"))
+    assert lines[start].split()[:6] == ["dtype", "permute", "axes", "elem", "shape", "strides"]
+    return [line.split() for line in lines[start + 2 :]]
+
+
+def test_tune_axes_tunes_a_contiguous_pass_in_its_class_study(db: str) -> None:
+    """NCHW -> NHWC is a batched transpose of contiguous matrices: the plain class's study,
+    measured without strides, as `tune --shapes 64x256x3136` would."""
+    factory = _Factory()
+    rc, out, err = run("tune", "--shapes", "64x256x56x56", "--axes", "0,2,3,1", "--dtypes",
+                       "float16", "--trials", "4", "--db", db, objective=factory)  # fmt: skip
+    assert rc == 0, err
+    assert factory.asked == [("float16", (64, 256, 3136), 0, False, None)]
+    (row,) = _permute_rows(out)
+    assert row[:7] == ["float16", "64x256x56x56", "0,2,3,1", "s2", "64x256x3136", "contiguous",
+                       "64x256x4096/v8"]  # fmt: skip
+    assert "float16 64x256x56x56 axes 0,2,3,1: float16 64x256x3136: 4 trials" in err
+    assert "tuned 1 of 1 transpose passes (0 of 1 permutes had nothing to tune)" in err
+    rc, out, _ = run("tune", "--shapes", "64x256x3136", "--dtypes", "float16", "--trials", "4",
+                     "--db", db)  # fmt: skip
+    assert rc == 0 and "0/0/0/0" in out  # the same study, done already
+
+
+def test_tune_axes_measures_a_strided_pass_on_its_strides_and_lookup_serves_it(db: str) -> None:
+    factory = _Factory()
+    argv = ["--shape", "512x64x1024", "--axes", "2,1,0", "--device", NAME, "--db", db, "--json"]
+    rc, out, err = run("tune", "--shapes", "512x64x1024", "--axes", "2,1,0", "--trials", "6",
+                       "--db", db, objective=factory)  # fmt: skip
+    assert rc == 0, err
+    assert factory.asked == [("float32", (64, 512, 1024), 0, False, (65536, 32768, 1024, 512))]
+    (row,) = _permute_rows(out)
+    assert row[4:8] == ["64x512x1024", "65536,32768,1024,512", "64x512x1024/v4", row[7]]
+    rc, out, err = run("lookup", *argv)
+    info = json.loads(out)
+    assert rc == 0, err
+    assert (info["source"], info["shape_class"], info["config_key"]) == (
+        "tuned", "64x512x1024/v4", row[7])  # fmt: skip
+    # run again: the strided study resumes, nothing is measured
+    factory = _Factory()
+    rc, out, _ = run("tune", "--shapes", "512x64x1024", "--axes", "2,1,0", "--trials", "6",
+                     "--db", db, objective=factory)  # fmt: skip
+    assert rc == 0 and _permute_rows(out)[0][10] == "0/0/0/0"
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes", "dtype", "says"),
+    [("8x4096x32x128", "0,2,1,3", "float16",
+      "float16 8x4096x32x128 axes 0,2,1,3: copy 32 x 4096 rows of 256 bytes"),
+     ("2x7x3x5x11", "0,2,1,4,3", "float32",
+      "float32 2x7x3x5x11 axes 0,2,1,4,3: gather 2 x 3 x 7 x 11 x 5 of 4-byte elements"),
+     ("3x5", "0,1", "int8", "int8 3x5 axes 0,1: copy 15 contiguous bytes")],
+)  # fmt: skip
+def test_tune_axes_says_a_copy_or_gather_has_nothing_to_tune(
+    shape: str, axes: str, dtype: str, says: str, tmp_path: Path
+) -> None:
+    factory = _Factory()
+    db = tmp_path / "tuning.db"
+    rc, out, err = run("tune", "--shapes", shape, "--axes", axes, "--dtypes", dtype, "--db",
+                       str(db), objective=factory)  # fmt: skip
+    assert rc == 0, err
+    (line,) = out.splitlines()
+    kind = "gather" if "gather" in says else "copy"
+    assert line.startswith(says) and line.endswith(f"; nothing to tune: {kind} pass")
+    assert factory.asked == [] and not db.exists()  # no GPU work, no database
+    assert "tuned 0 of 0 transpose passes (1 of 1 permutes had nothing to tune)" in err
+
+
+def test_tune_axes_of_several_shapes_and_dtypes(db: str) -> None:
+    """Per dtype and shape: one head swap is a transpose, tuned; the other a copy, said; a
+    swap of pairs of float16 is a transpose of 4-byte words, tuned as uint32."""
+    factory = _Factory()
+    rc, out, err = run("tune", "--shapes", "8x4096x32x128", "--axes", "0,2,3,1", "--dtypes",
+                       "float16,int8", "--trials", "3", "--db", db, objective=factory)  # fmt: skip
+    assert rc == 0, err
+    pass_shape = (8, 4096, 4096)
+    assert [a[:2] for a in factory.asked] == [("float16", pass_shape), ("int8", pass_shape)]
+    assert [r[:4] for r in _permute_rows(out)] == [
+        ["float16", "8x4096x32x128", "0,2,3,1", "s2"], ["int8", "8x4096x32x128", "0,2,3,1", "s1"],
+    ]  # fmt: skip
+    rc, out, err = run("tune", "--shapes", "8x4096x32x128", "16x1024x512x2", "--axes",
+                       "0,2,1,3", "--dtypes", "float16", "--trials", "3", "--db", db,
+                       objective=factory)  # fmt: skip
+    assert rc == 0, err
+    assert out.splitlines()[0].endswith("nothing to tune: copy pass")
+    (row,) = _permute_rows(out)
+    assert row[1:7] == ["16x1024x512x2", "0,2,1,3", "s4", "16x1024x512", "contiguous",
+                        "16x1024x512/v4"]  # fmt: skip
+    assert factory.asked[-1][:2] == ("uint32", (16, 1024, 512))
+
+
+@pytest.mark.parametrize(
+    ("argv", "says", "code"),
+    [(["--shapes", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
+     (["--shapes", "4x5x6", "--axes", "0,1,1"], "repeat axis 1", 1),
+     (["--shapes", "4x5x6", "4x5", "--axes", "2,1,0"], "name 3 axes but the array has 2", 1),
+     (["--shapes", "4x5x6", "--axes", "0,one,2"], "argument --axes: ", 2),
+     (["--shapes", "4x5x6x7x1x1x1x1x1", "--axes", "0"], "argument --shapes: ", 2),
+     (["--shapes", "4x5x6", "--axes", "2,1,0", "--dtypes", "object"], "argument --dtypes: ", 2),
+     (["--shapes", "64x32", "--axes", "1,0", "--dtypes", "complex64", "--conjugate"],
+      "--conjugate is for transposes; permute (--axes) has none", 2),
+     (["--shapes", "64x32", "--axes", "1,0", "--devices", "0,1"],
+      "give --device INDEX, not --devices", 2)],
+)  # fmt: skip
+def test_tune_axes_errors_are_one_line_before_any_gpu_work(argv, says, code, db: str) -> None:
+    factory = _Factory()
+    rc, out, err = run("tune", *argv, "--db", db, objective=factory)
+    assert rc == code and out == "" and factory.asked == []
+    assert err.startswith("autotranspose: error: ") and err.count("\n") == 1 and says in err
+    assert not Path(db).exists()

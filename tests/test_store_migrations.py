@@ -14,7 +14,7 @@ from store_data import H100, valid_config
 from autotranspose import cli, lookup
 from autotranspose.errors import StoreError
 from autotranspose.measurement import Measurement
-from autotranspose.shapes import ShapeClass
+from autotranspose.shapes import Layout, ShapeClass
 from autotranspose.store import Store, database, migrations, resolve_url, upgrade
 
 pytest_plugins = ("store_fixtures",)
@@ -127,8 +127,40 @@ def test_revision_0004_downgrades_and_upgrades_with_sources_intact(db_url):
     assert "source" not in _columns(db_url, "at_best")
     with Store.open(db_url, readonly=True) as store:
         assert [e.source for e in store.entries()] == ["tuned"]
-    assert upgrade(db_url) == "0004"
+    assert upgrade(db_url) == migrations.head()
     assert "source" in _columns(db_url, "at_best")
+
+
+def test_revision_0005_keeps_layouts_apart_and_reads_older_rows_as_contiguous(db_url):
+    """A measurement of a permute's strided pass is not one of the contiguous (batch, m, n)
+    for the tuner's resume, nor the other way round; rows from before the column are
+    contiguous, and the column goes and comes back."""
+    shape, cls, config = (4, 2048, 1024), ShapeClass(4, 2048, 1024, 4), valid_config(4, 4)
+    strided = Layout(1024, 8192, 4194304, 2048)
+    with Store.open(db_url) as store:
+        store.record(None, H100, "float32", 4, shape, cls, config,
+                     Measurement("ok", 2000.0, 3000.0, 10.0))  # fmt: skip
+        assert store.measured(H100.name, 4, shape, config, strided) is None
+        store.record(None, H100, "float32", 4, shape, cls, config,
+                     Measurement("ok", 1500.0, 3000.0, 12.0), layout=strided)  # fmt: skip
+        assert store.measured(H100.name, 4, shape, config).gbps == 2000.0
+        assert store.measured(H100.name, 4, shape, config, strided).gbps == 1500.0
+        # the contiguous layout, given explicitly, is the contiguous row
+        contiguous = Layout.contiguous(shape)
+        assert store.measured(H100.name, 4, shape, config, contiguous).gbps == 2000.0
+        (best,) = store.entries()  # one class, one best: the layout is not in its key
+        assert best.shape_class == cls and best.gbps == 2000.0
+    engine = sa.create_engine(resolve_url(db_url))
+    try:
+        with engine.begin() as conn:
+            command.downgrade(migrations.alembic_config(conn), "0004")
+    finally:
+        engine.dispose()
+    assert "layout" not in _columns(db_url, "at_measurements")
+    assert upgrade(db_url) == "0005"
+    with Store.open(db_url) as store:  # both rows are contiguous now: the newest answers
+        assert store.measured(H100.name, 4, shape, config).gbps == 1500.0
+        assert store.measured(H100.name, 4, shape, config, strided) is None
 
 
 def _tables(url: str) -> set[str]:
@@ -143,8 +175,8 @@ def _tables(url: str) -> set[str]:
 def test_revisions_form_one_line():
     script = migrations.script()
     revisions = [r.revision for r in script.walk_revisions()]
-    assert revisions == ["0004", "0003", "0002", "0001"]
-    assert script.get_heads() == ["0004"]
+    assert revisions == ["0005", "0004", "0003", "0002", "0001"]
+    assert script.get_heads() == ["0005"]
 
 
 def test_unknown_target_revision_is_a_store_error(db_url):

@@ -81,3 +81,56 @@ def test_tune_gpu_from_python_resumes_its_study(tmp_path, monkeypatch):
     lookup.clear_cache()
     x = np.random.default_rng().standard_normal((1536, 2560)).astype(np.float16)
     assert np.array_equal(at.transpose(x), x.T)
+
+
+def test_the_strided_bench_checks_against_the_layouts_reference():
+    """On a permute pass's strides the check passes the launch with those strides and catches
+    one with the contiguous strides (wrong places, and writes into the layout's gaps)."""
+    from autotranspose.compiler import activate
+    from autotranspose.launch import contiguous_launch, make_launch
+    from autotranspose.measure import Bench
+    from autotranspose.tuner import permute_target
+
+    state = activate(0)
+    target = permute_target("float32", (256, 32, 512), (2, 1, 0))
+    shape, layout = target.shape, target.layout
+    assert layout is not None and shape is not None
+    cfg = KernelConfig(4, 64, 64, 2, 4)
+    bench = Bench(state, 4, shape, layout)
+    try:
+        assert bench.check(make_launch(state, cfg, *shape, *layout)) is None
+        assert "wrong output" in bench.check(contiguous_launch(state, cfg, *shape))
+    finally:
+        bench.close()
+
+
+def test_tune_gpu_of_a_strided_permute_is_what_permute_then_runs(tmp_path, monkeypatch):
+    """A permute whose transpose pass is strided (a reversed 3-D array): the worker measures
+    the pass on its own strides, the result lands in the pass's class, and permute() then
+    runs the tuned kernel and matches NumPy."""
+    from autotranspose import lookup, permuter
+    from autotranspose.tuner import permute_target
+    from autotranspose.worker import GpuObjective
+
+    shape, axes = (256, 32, 512), (2, 1, 0)
+    target = permute_target("float32", shape, axes)
+    assert target.layout is not None and target.shape == (32, 256, 512)
+    with GpuObjective("float32", target.shape, layout=target.layout) as obj:
+        got = obj([KernelConfig(4, 32, 32), KernelConfig(4, 64, 64, 2, 4)])
+    assert all(m.ok and m.gbps > 0 for m in got), got
+
+    url = f"sqlite:///{tmp_path / 'permute.db'}"
+    result = at.tune_gpu("float32", shape, axes=axes, db=url, trials=6, seed=2)
+    assert result is not None and result.measurement.ok and result.trials == 6
+    assert (result.layout, result.shape_class) == (target.layout, target.shape_class)
+    assert at.tune_gpu("float16", (8, 4096, 32, 128), axes=(0, 2, 1, 3), db=url) is None
+
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", url)
+    lookup.clear_cache()
+    permuter.clear_caches()
+    choice = lookup.choose(obj.device, 4, target.shape_class)
+    assert (choice.source, choice.config) == ("tuned", result.config)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    assert np.array_equal(at.permute(x, axes), np.transpose(x, axes))
+    used = [s.launch.config for steps in permuter._steps.values() for s in steps if s.launch]
+    assert used == [result.config]

@@ -55,7 +55,7 @@ from ..device import DeviceInfo
 from ..dtypes import ELEMENT_SIZES
 from ..errors import AutotransposeError, ForeignDatabaseError, StoreError
 from ..measurement import Measurement
-from ..shapes import ShapeClass
+from ..shapes import Layout, ShapeClass, check_layout
 from ..shapes import shape_class as classify
 from . import bounds, migrations
 from .models import APP_KEY, APP_NAME, Best, Claim, Config, Device, MeasurementRow, Meta, Run
@@ -761,13 +761,16 @@ class Store:
         m: Measurement,
         *,
         source: str = "tuned",
+        layout: Layout | None = None,
     ) -> bool:
         """Store one measurement and, in the same transaction, make it the best of its
         (device, elem_bytes, shape class) if it is correct and faster than the current best,
         or if the current best came from another template version (see `_replaces`: a
         "measured" result, a first call's, never takes a tuned result's place). Returns
-        whether it is the best now."""
-        _check_record(dtype, elem_bytes, shape, shape_class, config, m, source)
+        whether it is the best now. `layout`: the strides it was measured on (None:
+        contiguous); the measurement row keeps them, the best's key does not."""
+        _check_record(dtype, elem_bytes, shape, shape_class, config, m, source, layout)
+        layout_text = _layout_text(shape, layout)
         tv = _current_version(config)
         now = _now()
         with self._write() as conn:
@@ -781,6 +784,7 @@ class Store:
                 time_us=float(m.time_us) if math.isfinite(m.time_us) else None,
                 error=None if m.error is None else str(m.error)[:4000],
                 template_version=tv, created_at=now, source=source,
+                layout=layout_text,
             )  # fmt: skip
             best = m.ok and _offer_best(
                 conn, device_id, elem_bytes, str(shape_class), config_id, measurement_id,
@@ -902,11 +906,13 @@ class Store:
 
     # --- reads ------------------------------------------------------------------------------
     def measured(
-        self, device_name: str, elem_bytes: int, shape: tuple[int, int, int], config: KernelConfig
-    ) -> Measurement | None:
-        """The latest measurement of exactly `config` on this shape with the current templates
-        (any status), or None: the tuner's "already measured?" question on resume. A first
-        call's rough timing ("measured" source) is not one: the tuner measures for itself."""
+        self, device_name: str, elem_bytes: int, shape: tuple[int, int, int], config: KernelConfig,
+        layout: Layout | None = None,
+    ) -> Measurement | None:  # fmt: skip
+        """The latest measurement of exactly `config` on this shape and layout (None:
+        contiguous) with the current templates (any status), or None: the tuner's "already
+        measured?" question on resume. A first call's rough timing ("measured" source) is not
+        one: the tuner measures for itself."""
         b, rows, cols = shape
         q = (
             sa.select(MeasurementRow.id, MeasurementRow.status, MeasurementRow.gbps,
@@ -917,7 +923,8 @@ class Store:
                    MeasurementRow.elem_bytes == elem_bytes, MeasurementRow.batch == b,
                    MeasurementRow.m == rows, MeasurementRow.n == cols,
                    MeasurementRow.template_version == _current_version(config),
-                   MeasurementRow.source == "tuned")
+                   MeasurementRow.source == "tuned",
+                   MeasurementRow.layout == _layout_text(shape, layout))
             .order_by(MeasurementRow.id.desc())
             .limit(1)
         )  # fmt: skip
@@ -1037,9 +1044,12 @@ def _check_record(
     config: KernelConfig,
     m: Measurement,
     source: str = "tuned",
+    layout: Layout | None = None,
 ) -> None:
     """Refuse to store what could not be served correctly later."""
     problems = []
+    if layout is not None and not isinstance(layout, Layout):
+        problems.append(f"layout must be a shapes.Layout or None, got {type(layout).__name__}")
     if source not in SOURCES:
         problems.append(f"source must be one of {list(SOURCES)}, got {source!r:.40}")
     if not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype):
@@ -1064,6 +1074,18 @@ def _check_record(
         problems.append(f"shape {tuple(shape)} is not in class {cls}")
     if problems:
         raise StoreError("cannot record the measurement: " + "; ".join(problems))
+
+
+def _layout_text(shape: tuple[int, int, int], layout: Layout | None) -> str:
+    """How at_measurements.layout keeps `layout`: "" for contiguous (as every row before
+    revision 0005), else `Layout.text` of its canonical form."""
+    if layout is None:
+        return ""
+    try:
+        canonical = check_layout(shape, layout)
+    except AutotransposeError as exc:
+        raise StoreError(f"cannot use layout {layout!r:.80}: {exc}") from exc
+    return "" if canonical is None else canonical.text
 
 
 def _check_claim(study: str, key: str, owner: str) -> None:

@@ -119,6 +119,10 @@ class MeasurementRow(Base):
     # Added by revision 0004: "tuned" (a tuning run, an import of one) or "measured" (a
     # first call's portfolio, `winners`); the tuner's resume reuses only tuned rows.
     source: Mapped[str] = mapped_column(String(16), default="tuned", server_default="tuned")
+    # Added by revision 0005: the strides measured on, `shapes.Layout.text` ("ld_in,ld_out,
+    # bs_in,bs_out", a permute's strided pass), or "" for contiguous; the tuner's resume
+    # reuses only rows of the same layout.
+    layout: Mapped[str] = mapped_column(String(100), default="", server_default="")
 
     # Added by revision 0002: the tuner's "measured already?" query on resume.
     __table_args__ = (

@@ -241,7 +241,7 @@ def transpose(
     """
     if stream is None and config is None and not conjugate:
         fast = _FAST.get(type(x))
-        if fast is not None:
+        if fast is not None and (out is None or type(out) is type(x)):  # mixed kinds: full path
             result = fast(x, out)
             if result is not None:
                 return result

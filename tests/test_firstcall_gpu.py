@@ -64,9 +64,10 @@ def test_an_untuned_class_is_measured_once_then_served_its_winner(rng):
     assert len(outcome.seconds) >= 2 and outcome.best in timed
     # Each round keeps its guess (the winner so far) unless another config beats it by more
     # than MARGIN; the winner's time is from its last round, the others' from theirs, and
-    # rounds a few microseconds long differ by launch noise: the winner is within MARGIN of
-    # the fastest of its own round, and within a few percent of the fastest of any round.
-    assert timed[outcome.best] <= min(timed.values()) * (1 + firstcall.MARGIN + 0.03)
+    # rounds of ~10 us launches differ by launch noise (up to ~6% seen on an H200): the winner
+    # is within MARGIN of the fastest of its own round, and within 10% of the fastest of any
+    # round (a wrong pick among these candidates is 20-100% slower).
+    assert timed[outcome.best] <= min(timed.values()) * 1.10
     assert 0 < outcome.gpu_s
     choice = lookup.choose(api.device_state(0).info, 4, cls)
     assert (choice.source, choice.config) == ("measured", outcome.best)

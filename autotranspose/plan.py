@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .dtypes import ELEMENT_SIZES
@@ -392,15 +392,24 @@ def _check_layout(
             "read runs of consecutive elements: make it contiguous first (e.g. "
             "ascontiguousarray / .contiguous())"
         )
-    span = 0  # the furthest element the inner output axes reach
-    for d in sorted(dims, key=lambda d: d.out_stride):
-        if d.out_stride <= span or (span == 0 and d.out_stride != 1):
-            raise LayoutError(
-                f"out has strides {os_} (elements) for shape {out_shape}: "
-                + ("its innermost stride is not 1" if span == 0 else "its elements overlap")
-                + "; pass a contiguous out (or leave out=None)"
-            )
-        span += (d.extent - 1) * d.out_stride
+    innermost = min((d.out_stride for d in dims), default=1)
+    if innermost != 1 or not disjoint((d.extent, d.out_stride) for d in dims):
+        raise LayoutError(
+            f"out has strides {os_} (elements) for shape {out_shape}: "
+            + ("its innermost stride is not 1" if innermost != 1 else "its elements overlap")
+            + "; pass a contiguous out (or leave out=None)"
+        )
+
+
+def disjoint(dims: Iterable[tuple[int, int]]) -> bool:
+    """Whether (extent, stride) dims put every index at its own place: each stride past the
+    furthest place the smaller ones reach (permute()'s rule for `out`, and a tuned layout's)."""
+    span = 0
+    for extent, stride in sorted((d for d in dims if d[0] > 1), key=lambda d: d[1]):
+        if stride <= span:
+            return False
+        span += (extent - 1) * stride
+    return True
 
 
 def _fuse(dims: list[Dim]) -> list[Dim]:

@@ -11,13 +11,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from .config import KernelConfig, max_vec
 from .errors import LayoutError, ShapeError
-
-if TYPE_CHECKING:
-    from .plan import Pass
+from .plan import Pass, disjoint
 
 _MAX_BUCKET = 1 << 24
 _PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/v(\d+)")
@@ -167,7 +165,7 @@ def check_layout(shape: tuple[int, int, int], strides: object) -> Layout | None:
         ("input", ((n, 1), (m, lay.ld_in), (b, lay.bs_in))),
         ("output", ((m, 1), (n, lay.ld_out), (b, lay.bs_out))),
     ):
-        if not _apart(dims):
+        if not disjoint(dims):
             raise LayoutError(
                 f"layout {lay.text}: batches of the {side} overlap each other or its rows; "
                 "give batch strides that keep each element in a place of its own (a "
@@ -178,17 +176,6 @@ def check_layout(shape: tuple[int, int, int], strides: object) -> Layout | None:
             f"layout {lay.text} reaches past 2**63-1 elements; no buffer is that large"
         )
     return None if lay == Layout.contiguous(shape) else lay
-
-
-def _apart(dims: tuple[tuple[int, int], ...]) -> bool:
-    """Whether (extent, stride) dims put every index at its own place: each stride past the
-    furthest place the smaller ones reach (the rule `plan` checks `out` with)."""
-    span = 0
-    for extent, stride in sorted((d for d in dims if d[0] > 1), key=lambda d: d[1]):
-        if stride <= span:
-            return False
-        span += (extent - 1) * stride
-    return True
 
 
 # Kernels index with 64-bit integers; a side or a total past this is a typo, not a matrix.

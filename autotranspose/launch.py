@@ -56,7 +56,7 @@ class Launch:
     kernel: Kernel
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    scalars: tuple[int, ...]  # M, N, ld_in, ld_out, bs_in, bs_out, tile counts
+    scalars: tuple[int, ...]  # packed by `arg_format` (the transpose kernels': M, N, strides, tiles)
     state: DeviceState
     # how `scalars` are laid out after the two pointers: the transpose kernels' arguments,
     # the row copies' struct (`codegen.ROWS_ARG_FORMAT`) or a gather's struct (`gather.ARG_FORMAT`)
@@ -158,7 +158,7 @@ def make_row_copy(
     lanes = min(ROWS_THREADS, 1 << max(0, (n - 1).bit_length()))
     per_block = ROWS_THREADS // lanes
     blocks = -(-batch * m // (per_block * ROWS_UNROLL))
-    if blocks > _MAX_GRID_X or not 1 <= outer * outer2 <= _MAX_GRID_Y or outer2 < 1:
+    if blocks > _MAX_GRID_X or min(outer, outer2) < 1 or outer * outer2 > _MAX_GRID_Y:
         raise ShapeError(
             f"a row copy of {outer} x {outer2} x {batch} x {m} rows of {n} words needs {blocks} "
             f"x {outer * outer2} blocks, more than a launch allows ({_MAX_GRID_X} x {_MAX_GRID_Y}); split "

@@ -688,6 +688,7 @@ class _Run:
             stall = sum(1 for t in mine if best is None or t.number > best.number)
             tried = {t.user_attrs.get("config") for t in mine}
             if self.done >= trials:
+                self._drop_queued()
                 return "trials"
             if timeout is not None and time.monotonic() - started >= timeout:
                 return "timeout"
@@ -709,7 +710,7 @@ class _Run:
                 time.sleep(_POLL_S)
                 continue
             if best is not None and trials - self.done <= min(LOCAL_SEARCH, trials // 2):
-                self._step_from(best, k, tried.union(running))
+                self._step_from(best, min(k, trials - self.done - len(running)), tried.union(running))
             self._batch(k, taken={key for key in tried.union(running) if key is not None})
 
     def _step_from(self, best: FrozenTrial, k: int, tried: set[str | None]) -> None:
@@ -729,7 +730,30 @@ class _Run:
             fresh += [c for c in self.space.pair_steps(config) if c.key not in tried]
         if any(c.key in queued for c in fresh):
             return  # the last batch's neighbours are still waiting their turn
-        self.enqueue(fresh[:k])
+        # What is queued already fills part of the budget left (`k` counts only what runs).
+        self.enqueue(fresh[: k - len(queued)])
+
+    def _drop_queued(self) -> None:
+        """End this shape's queued trials once its budget is spent: processes that share the
+        study may each have queued steps for the last places, and what none of them popped
+        would otherwise wait in the study, to be run by the next tune beyond its own plan.
+        A trial is claimed first (as `_own` does), so one another process just popped is
+        left to it."""
+        owner = f"run-{self.run_id}"
+        storage = self.storage  # a study cannot end a waiting trial; its storage can
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            if t.user_attrs.get("shape") != self.shape_text:
+                continue
+            trial_id = _trial_id(t)
+            if not self.store.claim(self.study.study_name, f"trial-{trial_id}", owner):
+                continue
+            try:
+                storage.set_trial_user_attr(
+                    trial_id, "error", "over the trial budget: queued after it was spent"
+                )
+                storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass
 
     # --- one batch ------------------------------------------------------------------------------
     def _batch(self, k: int, taken: set[str]) -> None:

@@ -574,11 +574,31 @@ def test_processes_share_a_study_without_measuring_a_config_twice(
         name = optuna.get_all_study_names(url)[0]
         trials = optuna.load_study(study_name=name, storage=url).trials
         uncounted = [t for t in trials if "status" not in t.user_attrs]
-        assert all(_over_budget(t) for t in uncounted), "a live trial was failed as stale"
+        odd = [(t.number, t.state.name, t.user_attrs) for t in uncounted if not _over_budget(t)]
+        assert not odd, f"trials ended without a measurement for another reason: {odd}"
         assert len(trials) - len(uncounted) == 40
         best = store.best(DEVICE.name, 4, shape_class(1, 2048, 2048, 4))
         assert best is not None and best.gbps == max(score(space.by_key(k)).gbps for k in counts
                                                      if score(space.by_key(k)).ok)  # fmt: skip
+
+
+def test_steps_queued_for_a_spent_budget_do_not_wait_in_the_study(db: Store) -> None:
+    """Processes sharing a study may each queue steps for the last places of the budget (CI
+    once left five WAITING); the run that finds the budget spent ends its shape's queue, and
+    leaves another shape's alone."""
+    first = _tune(db, SyntheticObjective(), trials=8, seed=0)
+    study = optuna.load_study(study_name=first.study_name, storage=db.url)
+    space = SearchSpace(_space("float32", DEVICE))
+    rng = np.random.default_rng()
+    picks = [space.configs[i] for i in rng.choice(len(space), size=3, replace=False)]
+    for config, shape in zip(picks, ["1x2048x2048", "1x2048x2048", "1x2048x2080"], strict=True):
+        study.enqueue_trial(space.params_of(config), user_attrs={"config": config.key,
+                                                                  "shape": shape})  # fmt: skip
+    again = _tune(db, SyntheticObjective(), trials=8, seed=1)
+    assert again.stopped_by == "trials"
+    left = optuna.load_study(study_name=first.study_name, storage=db.url).trials[-3:]
+    assert [t.state for t in left] == [TrialState.FAIL, TrialState.FAIL, TrialState.WAITING]
+    assert all(_over_budget(t) for t in left[:2]) and "error" not in left[2].user_attrs
 
 
 def _over_budget(trial: optuna.trial.FrozenTrial) -> bool:

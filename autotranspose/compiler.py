@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from . import _driver
-from .codegen import NVCC_OPTIONS, render_gather, render_many, render_rows
+from .codegen import (
+    NVCC_OPTIONS,
+    kernel_name,
+    render_gather,
+    render_many,
+    render_outer,
+    render_rows,
+)
 from .config import KernelConfig
 from .device import DeviceInfo, query_device
 from .errors import CudaUnavailableError, DeviceError, KernelCompileError
@@ -178,11 +185,12 @@ def _compile_error(
     )
 
 
-def compile_cubin(configs: Sequence[KernelConfig], arch: str) -> bytes:
-    """Compile configs into one cubin with pycuda's compiler (and its disk cache)."""
+def compile_cubin(configs: Sequence[KernelConfig], arch: str, *, outer: bool = False) -> bytes:
+    """Compile configs (or their outer variants) into one cubin with pycuda's compiler (and
+    its disk cache)."""
     from pycuda.compiler import compile as pycuda_compile
 
-    source = render_many(configs)
+    source = render_outer(configs) if outer else render_many(configs)
     try:
         return pycuda_compile(source, no_extern_c=True, arch=arch, options=list(NVCC_OPTIONS))
     except Exception as exc:
@@ -204,19 +212,19 @@ def load_source(arch: str, source: str, names: Sequence[str]) -> dict[str, Kerne
     return load_kernels(arch, cubin, names)
 
 
-def get_kernel(state: DeviceState, config: KernelConfig) -> Kernel:
-    """The loaded kernel for `config` on `state`'s architecture, compiled on first use."""
-    key = (state.arch, config.kernel_name)
+def get_kernel(state: DeviceState, config: KernelConfig, *, outer: bool = False) -> Kernel:
+    """The loaded kernel for `config` (or its outer variant: `codegen.render_outer`) on
+    `state`'s architecture, compiled on first use."""
+    name = kernel_name(config, outer)
+    key = (state.arch, name)
     kernel = _kernels.get(key)
     if kernel is not None:
         return kernel
     with _kernels_lock:
         kernel = _kernels.get(key)
         if kernel is None:
-            cubin = compile_cubin([config], state.arch)
-            kernel = _kernels[key] = load_kernels(state.arch, cubin, [config.kernel_name])[
-                config.kernel_name
-            ]
+            cubin = compile_cubin([config], state.arch, outer=outer)
+            kernel = _kernels[key] = load_kernels(state.arch, cubin, [name])[name]
     return kernel
 
 
@@ -301,10 +309,13 @@ class Resources:
     spill_bytes: int
 
 
-def nvcc_resources(configs: Sequence[KernelConfig], arch: str, nvcc: str = "nvcc") -> dict[str, Resources]:
-    """Compile configs to a cubin with plain nvcc (no GPU, no pycuda) and return ptxas's
-    resource report per kernel name: how CI checks that kernels fit and never spill."""
-    source = render_many(configs)
+def nvcc_resources(
+    configs: Sequence[KernelConfig], arch: str, nvcc: str = "nvcc", *, outer: bool = False
+) -> dict[str, Resources]:
+    """Compile configs (or their outer variants) to a cubin with plain nvcc (no GPU, no
+    pycuda) and return ptxas's resource report per kernel name: how CI checks that kernels
+    fit and never spill."""
+    source = render_outer(configs) if outer else render_many(configs)
     try:
         return source_resources(source, arch, nvcc)
     except _NvccFailed as exc:

@@ -18,6 +18,7 @@ from .codegen import (
     GATHER_BLOCKS_PER_SM,
     GATHER_THREADS,
     GATHER_UNROLL,
+    OUTER_ARG_FORMAT,
     ROWS_ARG_FORMAT,
     ROWS_THREADS,
     ROWS_UNROLL,
@@ -91,6 +92,9 @@ class Launch:
 
 
 
+_NO_DIM = Dim(1, 0, 0)
+
+
 def make_launch(
     state: DeviceState,
     cfg: KernelConfig,
@@ -101,21 +105,33 @@ def make_launch(
     ld_out: int,
     bs_in: int,
     bs_out: int,
+    outer: Dim = _NO_DIM,
+    outer2: Dim = _NO_DIM,
 ) -> Launch:
-    """A prepared launch of `cfg` for a (batch, m, n) input with the given strides (elements)."""
+    """A prepared launch of `cfg` for a (batch, m, n) input with the given strides (elements).
+
+    With `outer` or `outer2` (permute's transpose passes: `plan.Pass`), the launch also walks
+    those two batch dims, outermost first, through the config's outer variant: the same tiles,
+    the batch index split into three dims once per tile (templates/tiled/outer.cu.j2)."""
+    walked = outer.extent * outer2.extent
     tiles_m, tiles_n = cfg.tiles(m, n)
-    total = tiles_m * tiles_n * batch
+    total = tiles_m * tiles_n * batch * walked
     if total > _MAX_GRID_X:
         raise ShapeError(
-            f"a batch of {batch} {m}x{n} matrices needs {total} tiles of "
+            f"a batch of {batch * walked} {m}x{n} matrices needs {total} tiles of "
             f"{cfg.tile_m}x{cfg.tile_n}, more than a launch allows ({_MAX_GRID_X}); use a "
             "config with larger tiles or split the batch"
         )
-    grid = cfg.grid(m, n, batch, state.info.multiprocessors)
+    grid = cfg.grid(m, n, batch * walked, state.info.multiprocessors)
     v = 1 if cfg.any_offset else cfg.vec  # realigning and staged kernels take strides in elements
     fast, slow = (tiles_n, tiles_m) if cfg.raster == "row" else (tiles_m, tiles_n)
-    scalars = (m, n, ld_in // v, ld_out // v, bs_in // v, bs_out // v, fast, slow, total)
-    return Launch(cfg, get_kernel(state, cfg), grid, cfg.block, scalars, state)
+    scalars = (m, n, ld_in // v, ld_out // v, bs_in // v, bs_out // v, fast, slow)
+    if walked == 1:
+        return Launch(cfg, get_kernel(state, cfg), grid, cfg.block, (*scalars, total), state)
+    more = (total, batch, outer.in_stride // v, outer.out_stride // v, outer2.in_stride // v,
+            outer2.out_stride // v, outer2.extent, 0)  # fmt: skip
+    return Launch(cfg, get_kernel(state, cfg, outer=True), grid, cfg.block, (*scalars, *more),
+                  state, ARG_FORMAT[2:-1] + OUTER_ARG_FORMAT[1:])  # fmt: skip
 
 
 def contiguous_launch(state: DeviceState, cfg: KernelConfig, batch: int, m: int, n: int) -> Launch:

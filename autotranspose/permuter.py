@@ -7,7 +7,8 @@ call's stream, in the array's context, exactly as transpose() chooses them:
 
 - a transpose pass is the launch transpose() would make for that (batch, m, n) of
   `elem_bytes`-byte elements (`api.batched_launch`: lookup, flat fit, first-call
-  measurement, its launch cache), once per index of the plan's host loops;
+  measurement, its launch cache), made to walk the pass's outer dims too (the config's
+  outer variant, `launch.make_launch`), once per index of the plan's host loops;
 - a copy of one contiguous block is one ``cuMemcpyDtoDAsync``;
 - a copy of rows is `launch.make_row_copy` (a generated kernel: its docstring says why not
   the driver's 2-D copy), once per host-loop index;
@@ -40,7 +41,7 @@ from .api import (
 )
 from .arrays import NDView, allocate, check_permute_output, nd_view
 from .compiler import DeviceState
-from .launch import Launch, make_gather, make_row_copy
+from .launch import Launch, make_gather, make_launch, make_row_copy
 from .plan import (
     COPY,
     GATHER,
@@ -75,8 +76,11 @@ class Step:
             launch.run(src + i, dst + o, stream, ctx)
 
 
-# make_transpose(elem_bytes, (batch, m, n), (ld_in, ld_out, bs_in, bs_out), src, dst)
-MakeTranspose = Callable[[int, tuple[int, int, int], tuple[int, int, int, int], int, int], Any]
+# make_transpose(elem_bytes, (batch, m, n), (ld_in, ld_out, bs_in, bs_out), src, dst,
+#                (outer, outer2))
+MakeTranspose = Callable[
+    [int, tuple[int, int, int], tuple[int, int, int, int], int, int, tuple[Dim, Dim]], Any
+]
 # make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out, outer, os_in, os_out,
 #           outer2, os2_in, os2_out)
 MakeCopy = Callable[..., Any]
@@ -89,8 +93,9 @@ def build_steps(
     make_gather: MakeGather,
 ) -> tuple[Step, ...]:  # fmt: skip
     """The steps that run `plan` from `src` into `dst` (device pointers). A launch serves
-    every host-loop index, so its kernel is chosen for the least aligned pair of pointers
-    among them (a real pair: a first-call measurement runs on it)."""
+    every host-loop index and every matrix of its outer dims, so its kernel is chosen for
+    the least aligned pair of pointers among them (a real pair: a first-call measurement
+    runs on it)."""
     steps = []
     for p in plan.passes:
         offsets = tuple(p.offsets())
@@ -99,8 +104,12 @@ def build_steps(
             continue
         i, o = weakest(offsets, src, dst)
         if p.kind == TRANSPOSE:
+            e = p.elem_bytes
+            walked = [(i + e * d.in_stride, o + e * d.out_stride)
+                      for d in (p.outer, p.outer2) if d.extent > 1]  # fmt: skip
+            i, o = weakest([(i, o), *walked], src, dst)
             shape, strides = (p.batch, p.m, p.n), (p.ld_in, p.ld_out, p.bs_in, p.bs_out)
-            launch = make_transpose(p.elem_bytes, shape, strides, src + i, dst + o)
+            launch = make_transpose(e, shape, strides, src + i, dst + o, (p.outer, p.outer2))
         elif p.kind == GATHER:
             launch = make_gather(p.elem_bytes, p.dims)
         else:
@@ -206,8 +215,12 @@ def build(
 ) -> tuple[Step, ...]:
     """The steps of `plan` on `state`'s device, as permute() runs them (the bench times these
     very steps)."""
-    def make_transpose(e: int, shape: Any, strides: Any, s: int, d: int) -> Launch:
-        return batched_launch(state, e, shape, strides, s, d, stream, ctx)
+    def make_transpose(e: int, shape: Any, strides: Any, s: int, d: int, outer: Any) -> Launch:
+        launch = batched_launch(state, e, shape, strides, s, d, stream, ctx)
+        if outer[0].extent * outer[1].extent == 1:
+            return launch
+        assert launch.config is not None  # transpose()'s launches are configs'
+        return make_launch(state, launch.config, *shape, *strides, *outer)
 
     def make_copy(*args: int) -> Launch:
         return make_row_copy(state, *args)

@@ -65,6 +65,21 @@ GATHER_MAX_EXTENT = 2**31 - 1
 # (8, 4096, 32, 128) bfloat16 head swap was 8 launches of 32 MiB and reached 79.6% of copy on an
 # H200, each launch paying its ramp-up and drain; in one launch they overlap.
 ROWS_MAX_OUTER = 65535
+# A transpose pass's launch walks two more batch dims in the same way (a tuned kernel's outer
+# variant, templates/tiled/outer.cu.j2: the batch index split into three dims per tile):
+# host loops of many small launches had made such permutes gathers, e.g. float32
+# (200, 64, 112, 8) by (3, 1, 0, 2), 64 launches of 0.7 MB, 32.7% of copy as a gather on an
+# H200. The launch's tiles must fit one grid (2**31 - 1) for any config: a matrix has at most
+# `max_tiles` of them, tiles of the smallest side (config.TILE_SIZES[0], which the plan, below
+# the configs, does not import) and one row more for a staged kernel's windows.
+GRID_TILES = 2**31 - 1
+MIN_TILE_SIDE = 16
+
+
+def max_tiles(m: int, n: int) -> int:
+    """The most tiles any config cuts an m x n matrix into (`KernelConfig.tiles`)."""
+    t = MIN_TILE_SIDE
+    return (-(-m // t) + 1) * -(-n // t)
 
 
 @dataclass(frozen=True)
@@ -85,7 +100,8 @@ class Pass:
     `elem_bytes`-byte elements, for b < batch, i < m, j < n:
 
     - transpose: ``out[o0 + b*bs_out + j*ld_out + i] = in[i0 + b*bs_in + i*ld_in + j]``
-      (exactly `launch.make_launch(state, cfg, batch, m, n, ld_in, ld_out, bs_in, bs_out)`);
+      (exactly `launch.make_launch(state, cfg, batch, m, n, ld_in, ld_out, bs_in, bs_out,
+      outer, outer2)`, which walks the outer dims too);
     - copy:      ``out[o0 + b*bs_out + i*ld_out + j] = in[i0 + b*bs_in + i*ld_in + j]``
       (`batch` x `m` rows of `n` elements; m = batch = 1 without loops: one contiguous block);
     - gather:    for every index (k_1, ..., k_d) of `dims`, ``out[sum k*out_stride] =
@@ -104,8 +120,9 @@ class Pass:
     bs_out: int = 0
     loops: tuple[Dim, ...] = ()  # host loops, outermost first (output order)
     dims: tuple[Dim, ...] = ()  # gather: the problem, output memory order, outermost first
-    # copy: up to two more batch dims that the launch itself walks (the row kernel's
-    # blockIdx.z, outer's index times outer2's extent plus outer2's index)
+    # copy and transpose: up to two more batch dims that the launch itself walks (the row
+    # kernel's blockIdx.z, outer's index times outer2's extent plus outer2's index; a tile
+    # kernel's batch index, `batch` innermost, then outer2, then outer)
     outer: Dim = Dim(1, 0, 0)
     outer2: Dim = Dim(1, 0, 0)
 
@@ -171,6 +188,9 @@ class Pass:
                 f"transpose {self.batch} x {self.m}x{self.n} of {e}-byte elements (ld_in "
                 f"{self.ld_in}, ld_out {self.ld_out}, bs_in {self.bs_in}, bs_out {self.bs_out})"
             )
+            for o in (self.outer, self.outer2):
+                if o.extent > 1:
+                    text += f" x {o.extent} in the launch (in +{o.in_stride}, out +{o.out_stride})"
         if self.loops:
             text += "; host loops " + ", ".join(
                 f"{d.extent} (in +{d.in_stride}, out +{d.out_stride})" for d in self.loops
@@ -332,7 +352,8 @@ def gather_reason(p: Pass) -> str:
         return f"{p.launches} launches of {p.launch_bytes} bytes ({what})"
     if p.kind == TRANSPOSE and p.m < GATHER_MIN_SIDE and p.n < GATHER_MIN_SIDE:
         return f"{what} (both sides under {GATHER_MIN_SIDE}: tiles too small)"
-    if p.kind == TRANSPOSE and min(p.m, p.n) < GATHER_MIN_SIDE and (p.batch > 1 or p.loops):
+    matrices = p.batch * p.outer.extent * p.outer2.extent
+    if p.kind == TRANSPOSE and min(p.m, p.n) < GATHER_MIN_SIDE and (matrices > 1 or p.loops):
         return f"{what} (a batch of matrices with a side under {GATHER_MIN_SIDE})"
     return ""
 
@@ -460,12 +481,14 @@ def _transpose(dims: list[Dim], e: int) -> Pass | None:
     k = max(js, key=lambda k: (others[k].extent, k))  # an input read twice may have two
     j = others[k]
     b, loops = _largest(others[:k] + others[k + 1 :])
+    room = GRID_TILES // (max_tiles(i.extent, j.extent) * (b.extent if b else 1))
+    o, o2, loops = _walked(loops, room)
     return Pass(
         TRANSPOSE, e, i.extent, j.extent, i.in_stride, j.out_stride,
         b.extent if b else 1,
         b.in_stride if b else i.extent * i.in_stride,
         b.out_stride if b else j.extent * j.out_stride,
-        tuple(loops),
+        tuple(loops), outer=o, outer2=o2,
     )  # fmt: skip
 
 
@@ -485,18 +508,25 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
     if m is None:
         return Pass(COPY, w, 1, n, n, n, 1, n, n)
     b, loops = _largest(rest)
-    o, _ = _largest([d for d in loops if d.extent <= ROWS_MAX_OUTER])  # the launch walks it too
-    loops = [d for d in loops if d is not o]
-    room = ROWS_MAX_OUTER // (o.extent if o else 1)
-    o2, _ = _largest([d for d in loops if d.extent <= room])  # and this one, over the same z
-    loops = [d for d in loops if d is not o2]
+    o, o2, loops = _walked(loops, ROWS_MAX_OUTER)
     return Pass(
         COPY, w, m.extent, n, m.in_stride, m.out_stride,
         b.extent if b else 1,
         b.in_stride if b else m.extent * m.in_stride,
         b.out_stride if b else m.extent * m.out_stride,
-        tuple(loops), outer=o or Dim(1, 0, 0), outer2=o2 or Dim(1, 0, 0),
+        tuple(loops), outer=o, outer2=o2,
     )  # fmt: skip
+
+
+def _walked(loops: list[Dim], room: int) -> tuple[Dim, Dim, list[Dim]]:
+    """The two loop dims a launch walks itself (the largest whose extents multiply to at most
+    `room`; extent 1 where none fits) and the host loops left, in order."""
+    o, _ = _largest([d for d in loops if d.extent <= room])
+    loops = [d for d in loops if d is not o]
+    room //= o.extent if o else 1
+    o2, _ = _largest([d for d in loops if d.extent <= room])
+    loops = [d for d in loops if d is not o2]
+    return o or Dim(1, 0, 0), o2 or Dim(1, 0, 0), loops
 
 
 def _largest(dims: list[Dim]) -> tuple[Dim | None, list[Dim]]:

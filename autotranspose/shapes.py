@@ -87,11 +87,13 @@ def call_vec(
 def pass_vec(p: Pass) -> int:
     """The widest vector permute()'s launches of the transpose pass `p` allow, as
     `permuter.build_steps` and `api.batched_launch` derive it for a contiguous input: the
-    pass's sizes and strides, and the pointers of its least aligned host-loop launch
+    pass's sizes and strides, and the pointers of its least aligned host-loop launch or
+    outer matrix
     (allocations are 256-byte aligned, so a launch's pointers are as aligned as its byte
     offsets, and the least aligned offset is that of the least aligned loop stride)."""
     e = p.elem_bytes
-    pointers = [e * s for d in p.loops if d.extent > 1 for s in (d.in_stride, d.out_stride)]
+    walked = [*p.loops, p.outer, p.outer2]  # a launch's matrices start at its outer offsets too
+    pointers = [e * s for d in walked if d.extent > 1 for s in (d.in_stride, d.out_stride)]
     return call_vec(e, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out, tuple(pointers))
 
 

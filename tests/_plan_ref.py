@@ -31,12 +31,11 @@ def _indices(p: Pass, at_in: int, at_out: int) -> tuple[np.ndarray, np.ndarray]:
             byte_index(at_in, p.elem_bytes, [(d.extent, d.in_stride) for d in p.dims]),
             byte_index(at_out, p.elem_bytes, [(d.extent, d.out_stride) for d in p.dims]),
         )
-    o, o2 = p.outer, p.outer2  # extent 1 unless a copy walks more dims of rows in the launch
+    o, o2 = p.outer, p.outer2  # extent 1 unless the launch walks more batch dims itself
     outer_in = [(o.extent, o.in_stride), (o2.extent, o2.in_stride)]
     outer_out = [(o.extent, o.out_stride), (o2.extent, o2.out_stride)]
     src = byte_index(at_in, p.elem_bytes, [*outer_in, (p.batch, p.bs_in), (p.m, p.ld_in), (p.n, 1)])
     if p.kind == TRANSPOSE:  # out[b*bs_out + j*ld_out + i] = in[b*bs_in + i*ld_in + j]
-        assert o.extent == o2.extent == 1, "a transpose launch walks no outer dim"
         dims = [*outer_out, (p.batch, p.bs_out), (p.m, 1), (p.n, p.ld_out)]
     else:
         assert p.kind == COPY, p.kind

@@ -225,10 +225,10 @@ class _FakeLaunch:
 
 
 def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
-    def make_transpose(e, shape, strides, s, d):
+    def make_transpose(e, shape, strides, s, d, outer):
         mem.made.append((s, d))
-        (b, m, n), (li, lo, bi, bo) = shape, strides
-        return mem.launch(Pass(TRANSPOSE, e, m, n, li, lo, b, bi, bo))
+        (b, m, n), (li, lo, bi, bo), (o, o2) = shape, strides, outer
+        return mem.launch(Pass(TRANSPOSE, e, m, n, li, lo, b, bi, bo, outer=o, outer2=o2))
 
     def make_copy(e, b, m, n, li, lo, bi, bo, outer, oi, oo, outer2, o2i, o2o):
         return mem.launch(Pass(COPY, e, m, n, li, lo, b, bi, bo, outer=Dim(outer, oi, oo),
@@ -329,10 +329,16 @@ def test_an_identity_is_one_memcpy_and_a_transpose_one_launch_per_loop_index(
     steps = _run_steps(mem, plan, 0, 4096, monkeypatch)
     assert [s.launch for s in steps] == [None] and mem.launched == [("memcpy", 0, 4096)]
     mem = _Memory(1 << 16)
-    plan = plan_permute((2, 3, 5, 7), (3, 1, 0, 2), 2)  # loops the kernel's batch cannot take
-    assert plan.passes[0].loops
+    plan = plan_permute((2, 3, 5, 7), (3, 1, 0, 2), 2)  # outer dims the launch walks itself
+    (p,) = plan.passes
+    assert not p.loops and p.outer.extent * p.outer2.extent > 1
     steps = _run_steps(mem, plan, 0, 8192, monkeypatch)
-    assert len(mem.launched) == plan.launches == len(steps[0].offsets) > 1
+    assert len(mem.launched) == plan.launches == len(steps[0].offsets) == 1
+    mem = _Memory(1 << 20)
+    plan = plan_permute((2, 3, 5, 7, 8, 9), (3, 2, 1, 0, 5, 4), 2)  # and a host loop left over
+    assert [d.extent for d in plan.passes[0].loops] == [2]
+    steps = _run_steps(mem, plan, 0, 1 << 19, monkeypatch)
+    assert len(mem.launched) == plan.launches == len(steps[0].offsets) == 2
     assert {k for k, _, _ in mem.launched} == {TRANSPOSE} and len(mem.made) == 1
 
 
@@ -347,14 +353,21 @@ def test_a_gather_is_one_launch(monkeypatch):
     assert mem.launched == [(GATHER, 0, 8192)] and steps[0].offsets == ((0, 0),)
 
 
-def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gather):
-    """Host loops move the pointers by their strides: the launch made must run at all of
-    them, so it is made (and measured, on a first call) at the worst-aligned pair."""
+@pytest.mark.parametrize(
+    "shape, axes",
+    [
+        ((3, 5, 4, 6), (2, 0, 3, 1)),  # the outer dim's out stride is odd elements
+        ((2, 3, 5, 4, 6), (3, 2, 0, 4, 1)),  # and a host loop's too
+    ],
+)
+def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gather, shape, axes):
+    """Host loops and outer dims move the pointers by their strides: the launch made must
+    run at all of them, so it is made (and measured, on a first call) at the worst-aligned
+    pair."""
     mem = _Memory(1 << 20)
-    # (3, 5, 4, 6) float32 by (2, 0, 3, 1): out strides of the loop axis are odd elements
-    plan = plan_permute((3, 5, 4, 6), (2, 0, 3, 1), 4)
+    plan = plan_permute(shape, axes, 4)
     p = plan.passes[0]
-    assert p.loops
+    assert p.outer.extent > 1
     _run_steps(mem, plan, 0, 1 << 19, monkeypatch)
     ((s, d),) = mem.made
 
@@ -362,7 +375,11 @@ def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gathe
         v &= 15
         return v & -v if v else 16
 
-    worst = min(alignment(i | (o + (1 << 19))) for i, o in p.offsets())
+    starts = [(i + 4 * (a * p.outer.in_stride + c * p.outer2.in_stride),
+               o + 4 * (a * p.outer.out_stride + c * p.outer2.out_stride))
+              for i, o in p.offsets() for a in range(p.outer.extent)
+              for c in range(p.outer2.extent)]  # fmt: skip
+    worst = min(alignment(i | (o + (1 << 19))) for i, o in starts)
     assert worst < 16 and alignment(s | d) == worst
     assert permuter.weakest([(0, 0), (4, 8), (16, 32)], 0, 0) == (4, 8)
 

@@ -23,13 +23,16 @@ from _plan_ref import byte_index, execute
 
 from autotranspose import errors, plan
 from autotranspose.arrays import _layout
+from autotranspose.config import TILE_SIZES
 from autotranspose.plan import (
     CONTIGUOUS,
     COPY,
     ELEMENTS,
     EMPTY,
     GATHER,
+    GRID_TILES,
     MAX_NDIM,
+    MIN_TILE_SIDE,
     RUNS,
     TRANSPOSE,
     WIDE,
@@ -37,6 +40,7 @@ from autotranspose.plan import (
     Pass,
     Plan,
     gather_reason,
+    max_tiles,
     normalize_axes,
     plan_permute,
 )
@@ -351,12 +355,30 @@ def test_row_copies_walk_more_dims_in_the_launch(no_gather, shape, outer, loops)
 
 
 def test_host_loops_take_what_the_kernel_batch_does_not(no_gather):
-    """Three batch axes: the largest (7) is the kernel's batch, the others are launches."""
-    p = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4)
+    """Four batch axes: the largest (7) is the kernel's batch, the next two (5, 3) its outer
+    dims, walked in the launch; the last is launches."""
+    p = plan_permute((2, 7, 3, 5, 5, 11), (3, 2, 1, 0, 5, 4), 4)
     (q,) = p.passes
     assert (q.kind, q.m, q.n, q.batch) == (TRANSPOSE, 5, 11, 7)
-    assert [d.extent for d in q.loops] == [2, 3] and p.launches == 6
-    assert len(list(q.offsets())) == 6
+    assert (q.outer.extent, q.outer2.extent) == (5, 3)
+    assert [d.extent for d in q.loops] == [2] and p.launches == 2
+    assert len(list(q.offsets())) == 2
+    assert q.launch_bytes == 7 * 5 * 3 * 5 * 11 * 4
+
+
+def test_the_outer_dims_keep_a_launch_within_one_grid(no_gather):
+    """The outer dims a transpose launch walks keep its tiles (of any config) within a grid;
+    a dim that would not fit stays a host loop."""
+    big = plan_permute((70000, 3, 16, 16), (1, 0, 3, 2), 1)  # 3 x 70000 matrices of 16x16
+    (q,) = big.passes
+    tiles = q.batch * q.outer.extent * q.outer2.extent * max_tiles(q.m, q.n)
+    assert tiles <= GRID_TILES
+    assert (q.outer.extent, q.loops) == (3, ())
+    too_big = plan_permute((2**24, 3, 2**10, 16), (1, 0, 3, 2), 1)  # 3 x 2**24 of 1024x16
+    (q,) = too_big.passes
+    assert q.batch * max_tiles(q.m, q.n) <= GRID_TILES < 3 * q.batch * max_tiles(q.m, q.n)
+    assert q.outer.extent == 1 and [d.extent for d in q.loops] == [3]
+    assert MIN_TILE_SIDE == min(TILE_SIZES)
 
 
 # --- what transpose() does today ----------------------------------------------------------------
@@ -463,8 +485,11 @@ def test_describe_names_the_problem_the_pass_and_the_launches(no_gather):
     text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
     assert "permute (2, 7, 3, 5, 11) by (0, 2, 1, 4, 3), 4-byte elements -> (2, 3, 7, 11, 5)" in text
     assert "transpose 7 x 5x11 of 4-byte elements" in text
-    assert "host loops 2 (in +1155, out +1155), 3 (in +55, out +385) elements" in text
-    assert text.endswith("1 pass, 6 launches")
+    assert "x 3 in the launch (in +55, out +385) x 2 in the launch (in +1155, out +1155)" in text
+    assert text.endswith("1 pass, 1 launch")
+    text = plan_permute((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4).describe()
+    assert "host loops 2 (in +430080, out +4096) elements" in text
+    assert text.endswith("1 pass, 2 launches")
     assert "copy 240 contiguous bytes" in plan_permute((4, 5, 6), (0, 1, 2), 2).describe()
     text = plan_permute((8, 4096, 32, 128), (0, 2, 1, 3), 2).describe()
     assert "runs (a strided copy, or the innermost axis stays innermost): copy 32 x 4096 " in text
@@ -486,17 +511,19 @@ MiB = 1 << 20
 @pytest.mark.parametrize(
     "shape, axes, e, kind",
     [
-        ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, GATHER),  # 6 launches of 1540 bytes
+        ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, GATHER),  # 7 x 2 x 3 matrices of 5x11: a side under 8
+        ((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4, GATHER),  # 2 launches of 1.7 MB
         ((100000, 3, 5), (0, 2, 1), 4, GATHER),  # one launch, but 3x5 tiles
         ((3, 5, 7, 2), (0, 2, 1, 3), 4, GATHER),  # wide 8-byte elements in 5x7 tiles
         ((6, 7), (1, 0), 2, GATHER),  # one 6x7 matrix: both sides under 8
-        ((10, 10, 512, 512), (1, 0, 3, 2), 4, GATHER),  # 10 launches (> 8) of 10 MiB
-        ((3, 2, 512, 512), (1, 0, 3, 2), 4, GATHER),  # 2 launches of 3 MiB (< 4 MiB)
+        ((10, 10, 512, 512), (1, 0, 3, 2), 4, TRANSPOSE),  # 10 x 10 matrices in one launch
+        ((3, 2, 512, 512), (1, 0, 3, 2), 4, TRANSPOSE),  # 2 x 3 matrices in one launch
         ((5, 40, 64, 6), (2, 1, 0, 3), 1, COPY),  # rows of 6 bytes: one launch walks all 3 dims
         ((5, 4, 3, 40, 64, 6), (4, 3, 2, 1, 0, 5), 1, GATHER),  # 3 launches of 300 KiB
         ((4, 2, 1024, 1024), (1, 0, 3, 2), 4, TRANSPOSE),  # 2 launches of 16 MiB
         ((2, 2, 2, 4, 512, 512), (2, 1, 0, 3, 5, 4), 4, TRANSPOSE),  # 8 launches of 4 MiB
-        ((3, 3, 4, 512, 512), (1, 0, 2, 4, 3), 4, GATHER),  # 9 launches of 4 MiB
+        ((3, 3, 4, 512, 512), (1, 0, 2, 4, 3), 4, TRANSPOSE),  # 4 x 3 x 3 matrices, one launch
+        ((3, 3, 3, 4, 512, 512), (2, 1, 0, 3, 5, 4), 4, TRANSPOSE),  # 3 launches of 12 MiB
         ((32, 256, 56, 56), (0, 2, 3, 1), 2, TRANSPOSE),  # NCHW -> NHWC: one launch
         ((100000, 3, 8), (0, 2, 1), 4, GATHER),  # a batch of 3x8: a side under 8
         ((100000, 8, 8), (0, 2, 1), 4, TRANSPOSE),  # sides of 8: tiles
@@ -604,7 +631,9 @@ def test_describe_says_why_a_gather():
     text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
     assert "gather 2 x 3 x 7 x 11 x 5 of 4-byte elements in one launch" in text
     assert "out strides (1155, 385, 55, 5, 1)" in text
-    assert "why a gather: the batched pass would be 6 launches of 1540 bytes" in text
+    assert "the batched pass would be transpose 7 x 5x11 (a batch of matrices with a side under 8)" in text
+    text = plan_permute((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4).describe()
+    assert "why a gather: the batched pass would be 2 launches of 1720320 bytes (transpose 7 x 64x64)" in text
     assert text.endswith("1 pass, 1 launch")
     text = plan_permute((100000, 3, 5), (0, 2, 1), 4).describe()
     assert "transpose 100000 x 3x5 (both sides under 8" in text

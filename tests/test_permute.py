@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import shutil
+import struct
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,11 +25,16 @@ from autotranspose.codegen import (
     GATHER_BLOCKS_PER_SM,
     GATHER_THREADS,
     GATHER_UNROLL,
+    OUTER_ARG_BYTES,
+    OUTER_ARG_FORMAT,
+    OUTER_SUFFIX,
     ROWS_THREADS,
     ROWS_UNROLL,
+    kernel_name,
     render_rows,
 )
 from autotranspose.compiler import Kernel
+from autotranspose.config import default_config
 from autotranspose.dtypes import element_type
 from autotranspose.gather import ARG_BYTES, gather_args
 from autotranspose.plan import COPY, GATHER, TRANSPOSE, Dim, Pass, plan_permute
@@ -382,6 +389,50 @@ def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gathe
     worst = min(alignment(i | (o + (1 << 19))) for i, o in starts)
     assert worst < 16 and alignment(s | d) == worst
     assert permuter.weakest([(0, 0), (4, 8), (16, 32)], 0, 0) == (4, 8)
+
+
+# --- a transpose launch that walks outer dims ----------------------------------------------------
+@pytest.fixture
+def tile_launch(monkeypatch):
+    def kernel(state, cfg, *, outer=False):
+        return Kernel(kernel_name(cfg, outer), 1, 1)
+
+    monkeypatch.setattr(launch, "get_kernel", kernel)
+    state = SimpleNamespace(info=SimpleNamespace(multiprocessors=132))
+    return lambda *args: launch.make_launch(state, *args)
+
+
+def _outer_offsets(more: tuple[int, ...], b: int, bs_in: int, bs_out: int) -> tuple[int, int]:
+    """templates/tiled/outer.cu.j2's at_outer_offsets, in Python (32-bit unsigned division)."""
+    _, batch, os_in, os_out, os2_in, os2_out, outer2, _ = more
+    q, b0 = divmod(b, batch)
+    b2, b1 = divmod(q, outer2)
+    return b0 * bs_in + b1 * os2_in + b2 * os_in, b0 * bs_out + b1 * os2_out + b2 * os_out
+
+
+@pytest.mark.parametrize(("e", "vec"), [(1, 16), (1, 1), (2, 1), (4, 16), (16, 1)])
+def test_an_outer_launch_finds_every_matrix_once(tile_launch, e, vec, rng):
+    """The outer variant takes the plain launch's first ten arguments and, where the plain
+    one has tiles_total (the launcher's last offset), a struct that carries it; each batch
+    index of the launch is one matrix of (outer, outer2, batch), at its own offsets."""
+    cfg = default_config(e, max_vector=vec)
+    batch, m, n = (int(v) for v in rng.integers(1, 9, 3))
+    o, o2 = Dim(int(rng.integers(2, 6)), 1000003, 7), Dim(int(rng.integers(2, 6)), 11, 999983)
+    v = 1 if cfg.any_offset else cfg.vec
+    o, o2 = (Dim(d.extent, d.in_stride * v, d.out_stride * v) for d in (o, o2))
+    args = (cfg, batch, m * v, n * v, n * v, m * v, m * n * v * v, m * n * v * v)
+    plain, walked = tile_launch(*args), tile_launch(*args, o, o2)
+    assert walked.kernel.name == cfg.kernel_name + OUTER_SUFFIX
+    head, tail = bytes(16) + plain.tail, bytes(16) + walked.tail
+    assert len(tail) == 72 + OUTER_ARG_BYTES and tail[:72] == head[:72]
+    more = struct.unpack_from(OUTER_ARG_FORMAT, tail, 72)
+    assert more[0] == plain.scalars[-1] * o.extent * o2.extent  # tiles_total
+    bs_in, bs_out = plain.scalars[4:6]
+    seen = {_outer_offsets(more, b, bs_in, bs_out) for b in range(batch * o.extent * o2.extent)}
+    want = {((k * o.in_stride + j * o2.in_stride) // v + i * bs_in,
+             (k * o.out_stride + j * o2.out_stride) // v + i * bs_out)
+            for k in range(o.extent) for j in range(o2.extent) for i in range(batch)}  # fmt: skip
+    assert seen == want and len(want) == batch * o.extent * o2.extent
 
 
 # --- the row copy kernel --------------------------------------------------------------------------

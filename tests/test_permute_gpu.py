@@ -115,6 +115,28 @@ def test_odd_sizes(rng, shape, axes, e):
     assert same_bits(cupy.asnumpy(y), np.transpose(cupy.asnumpy(x), axes))
 
 
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [((200, 6, 112, 8), (3, 1, 0, 2)),  # 6 outer x 200 matrices of 112x8 (skinny: flat kernels)
+     ((9, 5, 130, 67), (1, 0, 3, 2)),  # odd rows (staged and realigning kernels)
+     ((3, 4, 5, 96, 64), (2, 1, 0, 4, 3)),  # two outer dims
+     ((2, 3, 5, 7, 256, 160), (3, 2, 1, 0, 5, 4))],  # two outer dims and a host loop
+)  # fmt: skip
+@pytest.mark.parametrize("e", sorted(DTYPES))
+def test_transpose_launches_walk_their_outer_dims(rng, shape, axes, e):
+    """A transpose pass whose launch walks outer batch dims itself (the tuned kernel's outer
+    variant): every matrix at its place, nothing written past out."""
+    cupy = pytest.importorskip("cupy")
+    (p,) = plan_permute(shape, axes, e).passes
+    assert p.kind != GATHER and p.outer.extent > 1, p.describe()
+    x = cupy.asarray(random_array(rng, shape, DTYPES[e]))
+    want = np.transpose(cupy.asnumpy(x), axes)
+    raw, out = _poisoned(cupy, want.shape, DTYPES[e])
+    assert at.permute(x, axes, out) is out
+    assert same_bits(cupy.asnumpy(out), want), (shape, axes)
+    assert bool((raw[out.nbytes :] == POISON).all()), "the guard region was written"
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_nchw_to_nhwc_and_back_in_torch(rng, dtype):
     torch = pytest.importorskip("torch")

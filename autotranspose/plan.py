@@ -74,6 +74,14 @@ ROWS_MAX_OUTER = 65535
 # the configs, does not import) and one row more for a staged kernel's windows.
 GRID_TILES = 2**31 - 1
 MIN_TILE_SIDE = 16
+# ... but only for matrices whose two sides are both at least this many bytes: a tile then
+# holds one narrow matrix, its rows a few sectors each, and the launch gains nothing over
+# host loops or the gather. H200, bench --random-permute 40 --seed 7, gather -> outer launch:
+# float32 200 x 112x8 x 64 (32-byte rows) 32.7 -> 13.9% of copy, int32 101 x 14x12 x 93 x 3
+# (48) 16.3 -> 3.8, int32 30 x 14x318 x 12 x 8 (56) 29.8 -> 27.1; while uint16 55 x 137x32
+# (64) 14.2 -> 21.8, complex128 2398 x 13x16 (208) 60.4 -> 73.5, 296 x 16x56 (256)
+# 36.2 -> 81.4 and complex64 14 x 114x7850 38.1 -> 86.2.
+OUTER_MIN_ROW_BYTES = 64
 
 
 def max_tiles(m: int, n: int) -> int:
@@ -482,6 +490,8 @@ def _transpose(dims: list[Dim], e: int) -> Pass | None:
     j = others[k]
     b, loops = _largest(others[:k] + others[k + 1 :])
     room = GRID_TILES // (max_tiles(i.extent, j.extent) * (b.extent if b else 1))
+    if min(i.extent, j.extent) * e < OUTER_MIN_ROW_BYTES:
+        room = 1  # narrow matrices: host loops (or, by gather_reason, the gather) as before
     o, o2, loops = _walked(loops, room)
     return Pass(
         TRANSPOSE, e, i.extent, j.extent, i.in_stride, j.out_stride,

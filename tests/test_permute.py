@@ -336,13 +336,13 @@ def test_an_identity_is_one_memcpy_and_a_transpose_one_launch_per_loop_index(
     steps = _run_steps(mem, plan, 0, 4096, monkeypatch)
     assert [s.launch for s in steps] == [None] and mem.launched == [("memcpy", 0, 4096)]
     mem = _Memory(1 << 16)
-    plan = plan_permute((2, 3, 5, 7), (3, 1, 0, 2), 2)  # outer dims the launch walks itself
+    plan = plan_permute((2, 3, 5, 7), (3, 1, 0, 2), 16)  # outer dims the launch walks itself
     (p,) = plan.passes
     assert not p.loops and p.outer.extent * p.outer2.extent > 1
     steps = _run_steps(mem, plan, 0, 8192, monkeypatch)
     assert len(mem.launched) == plan.launches == len(steps[0].offsets) == 1
     mem = _Memory(1 << 20)
-    plan = plan_permute((2, 3, 5, 7, 8, 9), (3, 2, 1, 0, 5, 4), 2)  # and a host loop left over
+    plan = plan_permute((2, 3, 5, 7, 8, 9), (3, 2, 1, 0, 5, 4), 16)  # and a host loop left over
     assert [d.extent for d in plan.passes[0].loops] == [2]
     steps = _run_steps(mem, plan, 0, 1 << 19, monkeypatch)
     assert len(mem.launched) == plan.launches == len(steps[0].offsets) == 2
@@ -363,8 +363,8 @@ def test_a_gather_is_one_launch(monkeypatch):
 @pytest.mark.parametrize(
     "shape, axes",
     [
-        ((3, 5, 4, 6), (2, 0, 3, 1)),  # the outer dim's out stride is odd elements
-        ((2, 3, 5, 4, 6), (3, 2, 0, 4, 1)),  # and a host loop's too
+        ((3, 17, 4, 19), (2, 0, 3, 1)),  # the outer dim's out stride is odd elements
+        ((3, 5, 4, 6), (2, 0, 3, 1)),  # narrow matrices: a host loop's is
     ],
 )
 def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gather, shape, axes):
@@ -374,7 +374,7 @@ def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gathe
     mem = _Memory(1 << 20)
     plan = plan_permute(shape, axes, 4)
     p = plan.passes[0]
-    assert p.outer.extent > 1
+    assert p.outer.extent > 1 or p.loops
     _run_steps(mem, plan, 0, 1 << 19, monkeypatch)
     ((s, d),) = mem.made
 

@@ -33,6 +33,7 @@ from autotranspose.plan import (
     GRID_TILES,
     MAX_NDIM,
     MIN_TILE_SIDE,
+    OUTER_MIN_ROW_BYTES,
     RUNS,
     TRANSPOSE,
     WIDE,
@@ -356,25 +357,29 @@ def test_row_copies_walk_more_dims_in_the_launch(no_gather, shape, outer, loops)
 
 def test_host_loops_take_what_the_kernel_batch_does_not(no_gather):
     """Four batch axes: the largest (7) is the kernel's batch, the next two (5, 3) its outer
-    dims, walked in the launch; the last is launches."""
-    p = plan_permute((2, 7, 3, 5, 5, 11), (3, 2, 1, 0, 5, 4), 4)
+    dims, walked in the launch; the last is launches. Matrices with a side under
+    OUTER_MIN_ROW_BYTES walk no outer dim: host loops take them all."""
+    p = plan_permute((2, 7, 3, 5, 5, 11), (3, 2, 1, 0, 5, 4), 16)
     (q,) = p.passes
     assert (q.kind, q.m, q.n, q.batch) == (TRANSPOSE, 5, 11, 7)
     assert (q.outer.extent, q.outer2.extent) == (5, 3)
     assert [d.extent for d in q.loops] == [2] and p.launches == 2
     assert len(list(q.offsets())) == 2
-    assert q.launch_bytes == 7 * 5 * 3 * 5 * 11 * 4
+    assert q.launch_bytes == 7 * 5 * 3 * 5 * 11 * 16
+    (q,) = plan_permute((2, 7, 3, 5, 5, 11), (3, 2, 1, 0, 5, 4), 4).passes  # 20-byte rows
+    assert q.outer.extent == q.outer2.extent == 1 and q.launches == 30
+    assert 5 * 4 < OUTER_MIN_ROW_BYTES <= 5 * 16
 
 
 def test_the_outer_dims_keep_a_launch_within_one_grid(no_gather):
     """The outer dims a transpose launch walks keep its tiles (of any config) within a grid;
     a dim that would not fit stays a host loop."""
-    big = plan_permute((70000, 3, 16, 16), (1, 0, 3, 2), 1)  # 3 x 70000 matrices of 16x16
+    big = plan_permute((70000, 3, 16, 16), (1, 0, 3, 2), 16)  # 3 x 70000 matrices of 16x16
     (q,) = big.passes
     tiles = q.batch * q.outer.extent * q.outer2.extent * max_tiles(q.m, q.n)
     assert tiles <= GRID_TILES
     assert (q.outer.extent, q.loops) == (3, ())
-    too_big = plan_permute((2**24, 3, 2**10, 16), (1, 0, 3, 2), 1)  # 3 x 2**24 of 1024x16
+    too_big = plan_permute((2**24, 3, 2**10, 16), (1, 0, 3, 2), 4)  # 3 x 2**24 of 1024x16
     (q,) = too_big.passes
     assert q.batch * max_tiles(q.m, q.n) <= GRID_TILES < 3 * q.batch * max_tiles(q.m, q.n)
     assert q.outer.extent == 1 and [d.extent for d in q.loops] == [3]
@@ -485,6 +490,9 @@ def test_describe_names_the_problem_the_pass_and_the_launches(no_gather):
     text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
     assert "permute (2, 7, 3, 5, 11) by (0, 2, 1, 4, 3), 4-byte elements -> (2, 3, 7, 11, 5)" in text
     assert "transpose 7 x 5x11 of 4-byte elements" in text
+    assert "host loops 2 (in +1155, out +1155), 3 (in +55, out +385) elements" in text
+    assert text.endswith("1 pass, 6 launches")
+    text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 16).describe()
     assert "x 3 in the launch (in +55, out +385) x 2 in the launch (in +1155, out +1155)" in text
     assert text.endswith("1 pass, 1 launch")
     text = plan_permute((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4).describe()
@@ -631,7 +639,7 @@ def test_describe_says_why_a_gather():
     text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
     assert "gather 2 x 3 x 7 x 11 x 5 of 4-byte elements in one launch" in text
     assert "out strides (1155, 385, 55, 5, 1)" in text
-    assert "the batched pass would be transpose 7 x 5x11 (a batch of matrices with a side under 8)" in text
+    assert "why a gather: the batched pass would be 6 launches of 1540 bytes" in text
     text = plan_permute((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4).describe()
     assert "why a gather: the batched pass would be 2 launches of 1720320 bytes (transpose 7 x 64x64)" in text
     assert text.endswith("1 pass, 1 launch")

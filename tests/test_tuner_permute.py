@@ -283,3 +283,12 @@ def test_the_strided_reference_compiles(tmp_path: Path) -> None:
     cubin = (tmp_path / "support.cubin").read_bytes()
     for s in (1, 2, 4, 8, 16):
         assert f"at_naive_strided_s{s}".encode() in cubin
+
+
+@pytest.mark.parametrize("which", ["outer", "outer2"])
+def test_outer_dim_offsets_cap_the_vector_as_the_launch_walks_them(which: str) -> None:
+    """A launch that walks outer dims starts matrices at their offsets too: an outer stride
+    of 2 float32 elements (8 bytes) allows vectors of 2, like a host loop's."""
+    p = Pass(TRANSPOSE, 4, 64, 64, 64, 64, 4, 4096, 4096, **{which: Dim(3, 16386, 16384)})
+    assert pass_vec(p) == 2
+    assert pass_vec(Pass(TRANSPOSE, 4, 64, 64, 64, 64, 4, 4096, 4096, **{which: Dim(3, 16384, 16384)})) == 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -266,9 +267,9 @@ def edited_templates(tmp_path, monkeypatch):
     def edit(name: str, line: str) -> None:
         path = work / name
         text = path.read_text()
-        loop = "{%- for k in kernels %}\n"
-        assert loop in text, f"{name} has no kernel loop to edit"
-        path.write_text(text.replace(loop, loop + line + "\n", 1))
+        loop = re.search(r"\{%- for k in kernels %\}[^\n]*\n", text)  # the loop's first line
+        assert loop, f"{name} has no kernel loop to edit"
+        path.write_text(text[: loop.end()] + line + "\n" + text[loop.end() :])
         monkeypatch.setattr(codegen, "template_dir", lambda: work)
         codegen._environment.cache_clear()
         codegen.kernel_version.cache_clear()

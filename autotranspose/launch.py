@@ -35,7 +35,7 @@ from .config import KernelConfig
 from .errors import ShapeError
 from .gather import ARG_FORMAT as GATHER_FORMAT
 from .gather import MAX_STRIDE, gather_args
-from .plan import Dim
+from .plan import NO_DIM, Dim
 
 _MAX_GRID_X = 2**31 - 1
 _MAX_GRID_Y = 65535
@@ -92,9 +92,6 @@ class Launch:
 
 
 
-_NO_DIM = Dim(1, 0, 0)
-
-
 def make_launch(
     state: DeviceState,
     cfg: KernelConfig,
@@ -105,8 +102,8 @@ def make_launch(
     ld_out: int,
     bs_in: int,
     bs_out: int,
-    outer: Dim = _NO_DIM,
-    outer2: Dim = _NO_DIM,
+    outer: Dim = NO_DIM,
+    outer2: Dim = NO_DIM,
 ) -> Launch:
     """A prepared launch of `cfg` for a (batch, m, n) input with the given strides (elements).
 

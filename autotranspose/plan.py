@@ -61,9 +61,8 @@ GATHER_MIN_SIDE = 8
 #   fit): a fused dim longer than this keeps the transpose or copy pass.
 GATHER_MAX_EXTENT = 2**31 - 1
 # A row copy walks two more dims of its rows inside the launch (blockIdx.z, at most 65535 in
-# all): the
-# (8, 4096, 32, 128) bfloat16 head swap was 8 launches of 32 MiB and reached 79.6% of copy on an
-# H200, each launch paying its ramp-up and drain; in one launch they overlap.
+# all): the (8, 4096, 32, 128) bfloat16 head swap was 8 launches of 32 MiB and reached 79.6% of
+# copy on an H200, each launch paying its ramp-up and drain; in one launch they overlap.
 ROWS_MAX_OUTER = 65535
 # A transpose pass's launch walks two more batch dims in the same way (a tuned kernel's outer
 # variant, templates/tiled/outer.cu.j2: the batch index split into three dims per tile):
@@ -100,6 +99,9 @@ class Dim:
     out_stride: int
 
 
+NO_DIM = Dim(1, 0, 0)  # an outer dim a launch does not walk
+
+
 @dataclass(frozen=True)
 class Pass:
     """One logical kernel: `launches` launches, one per index of the host loops.
@@ -131,8 +133,8 @@ class Pass:
     # copy and transpose: up to two more batch dims that the launch itself walks (the row
     # kernel's blockIdx.z, outer's index times outer2's extent plus outer2's index; a tile
     # kernel's batch index, `batch` innermost, then outer2, then outer)
-    outer: Dim = Dim(1, 0, 0)
-    outer2: Dim = Dim(1, 0, 0)
+    outer: Dim = NO_DIM
+    outer2: Dim = NO_DIM
 
     @property
     def launches(self) -> int:
@@ -188,17 +190,15 @@ class Pass:
                 f"words; ld_in {self.ld_in}, ld_out {self.ld_out}, bs_in {self.bs_in}, "
                 f"bs_out {self.bs_out} words)"
             )
-            for o in (self.outer, self.outer2):
-                if o.extent > 1:
-                    text += f" x {o.extent} in the launch (in +{o.in_stride}, out +{o.out_stride} words)"
         else:
             text = (
                 f"transpose {self.batch} x {self.m}x{self.n} of {e}-byte elements (ld_in "
                 f"{self.ld_in}, ld_out {self.ld_out}, bs_in {self.bs_in}, bs_out {self.bs_out})"
             )
-            for o in (self.outer, self.outer2):
-                if o.extent > 1:
-                    text += f" x {o.extent} in the launch (in +{o.in_stride}, out +{o.out_stride})"
+        unit = " words" if self.kind == COPY else ""
+        for o in (self.outer, self.outer2):
+            if o.extent > 1:
+                text += f" x {o.extent} in the launch (in +{o.in_stride}, out +{o.out_stride}{unit})"
         if self.loops:
             text += "; host loops " + ", ".join(
                 f"{d.extent} (in +{d.in_stride}, out +{d.out_stride})" for d in self.loops
@@ -536,7 +536,7 @@ def _walked(loops: list[Dim], room: int) -> tuple[Dim, Dim, list[Dim]]:
     room //= o.extent if o else 1
     o2, _ = _largest([d for d in loops if d.extent <= room])
     loops = [d for d in loops if d is not o2]
-    return o or Dim(1, 0, 0), o2 or Dim(1, 0, 0), loops
+    return o or NO_DIM, o2 or NO_DIM, loops
 
 
 def _largest(dims: list[Dim]) -> tuple[Dim | None, list[Dim]]:

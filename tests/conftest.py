@@ -49,6 +49,23 @@ def pycuda_primary():
 
 
 @pytest.fixture
+def quiet_optuna() -> None:
+    """Optuna's log at WARNING: the tuner tests run many studies and trials."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture
+def db(tmp_path):
+    """A new SQLite tuning database, open (the tuner tests'; test_cli has its own, a URL)."""
+    from autotranspose.store import Store
+
+    with Store.open(tmp_path / "tuning.db") as s:
+        yield s
+
+
+@pytest.fixture
 def no_gather(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plans keep their batched transpose or row copy whatever it costs (no gather pass): for
     the tests of what those passes are, on shapes small enough that a gather would take them."""

@@ -50,15 +50,7 @@ SMALL = DeviceInfo("Synthetic Small GPU", (9, 0), max_threads_per_block=32)
 WIDE = "complex128"
 
 
-@pytest.fixture(autouse=True)
-def _quiet_optuna() -> None:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Store:
-    with Store.open(tmp_path / "tuning.db") as s:
-        yield s
+pytestmark = pytest.mark.usefixtures("quiet_optuna")
 
 
 def _space(

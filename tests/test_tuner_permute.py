@@ -31,15 +31,7 @@ STRIDED_LAYOUT = Layout(65536, 32768, 1024, 512)
 STRIDED_CLASS = ShapeClass(64, 512, 1024, 4)
 
 
-@pytest.fixture(autouse=True)
-def _quiet_optuna() -> None:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Store:
-    with Store.open(tmp_path / "tuning.db") as s:
-        yield s
+pytestmark = pytest.mark.usefixtures("quiet_optuna")
 
 
 def _tune(store: Store, objective: SyntheticObjective, shape=STRIDED, **kw):

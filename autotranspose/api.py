@@ -34,6 +34,7 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .launch import Launch, make_launch
+from .plan import NO_DIM, Dim
 from .shapes import ShapeClass, call_vec, flat_fits, shape_class
 
 _launches: dict[tuple[Any, ...], Launch] = {}
@@ -86,9 +87,13 @@ def _check_forced(
     return config if config.conjugate == conjugate else config.replace(conjugate=conjugate)
 
 
+Outer = tuple[Dim, Dim]  # a permute pass's outer batch dims (plan.Pass.outer, .outer2)
+NO_OUTER: Outer = (NO_DIM, NO_DIM)
+
+
 def _prepare(
     x: View, o: View, config: Any, conjugate: bool, state: DeviceState,
-    stream: int | None = None, ctx: int | None = None,
+    stream: int | None = None, ctx: int | None = None, outer: Outer = NO_OUTER,
 ) -> Launch:  # fmt: skip
     s = x.et.size
     if (x.ptr | o.ptr) % s:
@@ -104,7 +109,7 @@ def _prepare(
         if cfg.flat and not _flat_fits(cfg, x, o):  # strided rows: the tiled default
             cfg = default_config(s, max_vector=vec, conjugate=conjugate)
         if ctx is not None and firstcall.enabled() and lookup.is_guess(choice, cls):
-            cfg = _first_call(x, o, cfg, cls, vec, conjugate, state, stream, ctx)
+            cfg = _first_call(x, o, cfg, cls, vec, conjugate, state, stream, ctx, outer)
     else:
         cfg = _check_forced(config, x, vec, conjugate, state)
         if cfg.flat and not _flat_fits(cfg, x, o):
@@ -113,7 +118,7 @@ def _prepare(
                 f"rows are contiguous; this call is {x.m}x{x.n} with row pitches {x.ld} (in) "
                 f"and {o.ld} (out): use a tiled config (flat=False) or contiguous arrays"
             )
-    return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs)
+    return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, *outer)
 
 
 def _call_vec(x: View, o: View) -> int:
@@ -123,12 +128,14 @@ def _call_vec(x: View, o: View) -> int:
 
 def _first_call(
     x: View, o: View, guess: KernelConfig, cls: ShapeClass, vec: int, conjugate: bool,
-    state: DeviceState, stream: int | None, ctx: int,
+    state: DeviceState, stream: int | None, ctx: int, outer: Outer,
 ) -> KernelConfig:  # fmt: skip
     """Time a small portfolio on this call's buffers (see `firstcall`); the winner serves every
     later call of the class, and is kept in the database for other processes (`winners`:
     a class another process measured or is measuring is not measured here). Returns the
-    config to launch now."""
+    config to launch now. A permute pass's `outer` dims are walked by every candidate: the
+    portfolio is timed on the whole launch the call makes, not on one batch of it (one
+    batch can be a few hundred KB, where the ranking is noise)."""
     s = x.et.size
 
     def runnable(c: KernelConfig) -> bool:
@@ -145,7 +152,7 @@ def _first_call(
         return guess
 
     def make(c: KernelConfig) -> Launch:
-        return make_launch(state, c, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs)
+        return make_launch(state, c, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, *outer)
 
     def run() -> winners.Winner | None:
         outcome = firstcall.search(state, configs, make, x.ptr, o.ptr, stream, ctx, runnable)
@@ -153,7 +160,8 @@ def _first_call(
             return None
         firstcall.history.append((state.info.name, s, cls, outcome))
         seconds = outcome.seconds[outcome.best]
-        gbps = 2 * x.size * s / seconds / 1e9 if seconds else 0.0
+        walked = outer[0].extent * outer[1].extent
+        gbps = 2 * x.size * walked * s / seconds / 1e9 if seconds else 0.0
         return winners.Winner(outcome.best, gbps, seconds=seconds)
 
     call = winners.Call(state.info, x.et.name, s, (x.batch, x.m, x.n), cls, conjugate)
@@ -178,17 +186,20 @@ def served(
 def batched_launch(
     state: DeviceState, elem_bytes: int, shape: tuple[int, int, int],
     strides: tuple[int, int, int, int], src: int, dst: int, stream: int | None, ctx: int,
+    outer: Outer = NO_OUTER,
 ) -> Launch:  # fmt: skip
     """The launch transpose() would make for a (batch, m, n) call of `elem_bytes`-byte
     elements with strides (ld_in, ld_out, bs_in, bs_out) from `src` into `dst`: the same
     lookup, flat-fit and first-call choice, and the same cache (permute's transpose passes).
-    Only the pointers' alignment is kept (a first call measures on these very buffers)."""
+    Only the pointers' alignment is kept (a first call measures on these very buffers).
+    `outer` (a permute pass's two outer batch dims) makes it the config's outer variant,
+    walking them in the same launch (`launch.make_launch`)."""
     b, m, n = shape
     ld_in, ld_out, bs_in, bs_out = strides
     et = ElementType(f"{elem_bytes}-byte word", elem_bytes, False)
     x = View("device", None, src, 3, b, m, n, ld_in, bs_in, None, et, state.ordinal)
     o = x._replace(ptr=dst, m=n, n=m, ld=ld_out, bs=bs_out)
-    return _get_launch(x, o, None, False, state, stream, ctx)
+    return _get_launch(x, o, None, False, state, stream, ctx, outer)
 
 
 def _flat_fits(cfg: KernelConfig, x: View, o: View) -> bool:
@@ -196,27 +207,29 @@ def _flat_fits(cfg: KernelConfig, x: View, o: View) -> bool:
     return flat_fits(cfg, x.m, x.n, x.ld, o.ld)
 
 
-def _key(x: View, o: View, config: Any, conjugate: bool) -> tuple[Any, ...]:
+def _key(x: View, o: View, config: Any, conjugate: bool, outer: Outer) -> tuple[Any, ...]:
     return (
         x.device, x.et.size, conjugate, config, x.batch, x.m, x.n, x.ld, x.bs, o.ld, o.bs,
-        (x.ptr | o.ptr) & 15,
+        (x.ptr | o.ptr) & 15, outer,
     )  # fmt: skip
 
 
 def _get_launch(
     xv: View, ov: View, config: Any, conjugate: bool, state: DeviceState,
-    stream: int | None = None, ctx: int | None = None,
+    stream: int | None = None, ctx: int | None = None, outer: Outer = NO_OUTER,
 ) -> Launch:  # fmt: skip
     """The prepared launch for a call signature. With the call's `stream` and `ctx`, a class
     nobody tuned is measured on the call's buffers first (`firstcall`)."""
     if _generation[0] != lookup.generation:  # new tuning results: choose again
         _launches.clear()
         _generation[0] = lookup.generation
-    key = _key(xv, ov, config, conjugate)
+    key = _key(xv, ov, config, conjugate, outer)
     launch = _launches.get(key)
     if launch is None:
         with _lock:
-            launch = _launches.get(key) or _prepare(xv, ov, config, conjugate, state, stream, ctx)
+            launch = _launches.get(key) or _prepare(
+                xv, ov, config, conjugate, state, stream, ctx, outer
+            )
             _launches[key] = launch
     return launch
 

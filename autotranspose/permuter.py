@@ -7,8 +7,9 @@ call's stream, in the array's context, exactly as transpose() chooses them:
 
 - a transpose pass is the launch transpose() would make for that (batch, m, n) of
   `elem_bytes`-byte elements (`api.batched_launch`: lookup, flat fit, first-call
-  measurement, its launch cache), made to walk the pass's outer dims too (the config's
-  outer variant, `launch.make_launch`), once per index of the plan's host loops;
+  measurement, its launch cache), walking the pass's outer dims too (the config's outer
+  variant, `launch.make_launch`; a first call times its candidates on that whole launch),
+  once per index of the plan's host loops;
 - a copy of one contiguous block is one ``cuMemcpyDtoDAsync``;
 - a copy of rows is `launch.make_row_copy` (a generated kernel: its docstring says why not
   the driver's 2-D copy), once per host-loop index;
@@ -41,7 +42,7 @@ from .api import (
 )
 from .arrays import NDView, allocate, check_permute_output, nd_view
 from .compiler import DeviceState
-from .launch import Launch, make_gather, make_launch, make_row_copy
+from .launch import Launch, make_gather, make_row_copy
 from .plan import (
     COPY,
     GATHER,
@@ -216,11 +217,7 @@ def build(
     """The steps of `plan` on `state`'s device, as permute() runs them (the bench times these
     very steps)."""
     def make_transpose(e: int, shape: Any, strides: Any, s: int, d: int, outer: Any) -> Launch:
-        launch = batched_launch(state, e, shape, strides, s, d, stream, ctx)
-        if outer[0].extent * outer[1].extent == 1:
-            return launch
-        assert launch.config is not None  # transpose()'s launches are configs'
-        return make_launch(state, launch.config, *shape, *strides, *outer)
+        return batched_launch(state, e, shape, strides, s, d, stream, ctx, tuple(outer))
 
     def make_copy(*args: int) -> Launch:
         return make_row_copy(state, *args)

@@ -633,8 +633,9 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
     from dataclasses import asdict
 
     from . import lookup
-    from .codegen import render_gather, render_rows
-    from .plan import GATHER, TRANSPOSE, plan_permute
+    from .codegen import render_gather, render_packed, render_rows
+    from .packed import packed_args
+    from .plan import GATHER, PACKED, TRANSPOSE, plan_permute
 
     shape = _option("--shape", parse_dims, args.shape)
     et = _option("--dtype", element_type, args.dtype)
@@ -659,6 +660,9 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
         kernel, source = ("none" if p is None else "cuMemcpyDtoDAsync"), ""
     elif p.kind == GATHER:
         kernel, source = f"at_gather_s{p.elem_bytes}", render_gather()
+    elif p.kind == PACKED:
+        spec = packed_args(p.elem_bytes, p.dims, p.box).kernel
+        kernel, source = spec.name, render_packed([spec])
     else:
         kernel, source = f"at_copy_rows_s{p.elem_bytes}", render_rows()
     info["kernel"] = kernel

@@ -28,6 +28,8 @@ from .config import (
 )
 from .gather import ARG_BYTES as GATHER_ARG_BYTES
 from .gather import MAX_DIMS as GATHER_MAX_DIMS
+from .packed import ARG_BYTES as PACKED_ARG_BYTES
+from .packed import MAX_BOX_DIMS, MAX_GRID_DIMS, PackedKernel
 
 # What nvcc is told besides the architecture: part of what a kernel is (compiler.py compiles
 # with these), so part of its version.
@@ -38,7 +40,7 @@ FLAT_TEMPLATE = "flat.cu.j2"
 STAGED_TEMPLATE = "staged.cu.j2"
 # Kernels that are not tuned configs: a peer, the measuring helpers, permute's row copies
 # and gathers (outside template_version: editing them starts no tuning study over).
-UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2")
+UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2", "packed.cu.j2")
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
 # the row kernels' `at_rows_args` struct (templates/rows.cu.j2): M, N, ld_in, ld_out, bs_in,
@@ -50,6 +52,12 @@ ROWS_ARG_BYTES = struct.calcsize(ROWS_ARG_FORMAT)
 # the blocks per SM the registers must allow (__launch_bounds__; the grid is that many per
 # SM, `launch.make_gather`): 4 x 256 threads is half an SM's 2048, with 4 loads in flight each.
 GATHER_THREADS, GATHER_UNROLL, GATHER_BLOCKS_PER_SM = 256, 4, 4
+# permute()'s packed boxes: threads per block, and how many of a thread's elements the
+# compiler unrolls (a 1-byte box of 16384 elements is 64 per thread)
+PACKED_THREADS, PACKED_UNROLL = 256, 2
+# ... and the blocks per SM its registers must allow (__launch_bounds__): 4 x 256 threads is
+# half an SM, with a thread's loads of a box in flight together
+PACKED_BLOCKS_PER_SM = 4
 # A tuned kernel's "outer" variant (templates/tiled/outer.cu.j2), for permute's transpose
 # passes: its last argument is an `at_outer_args` struct of tiles_total, batch; os_in, os_out,
 # os2_in, os2_out; outer2 and one unused word. Standard sizes, no padding, as C lays it out.
@@ -317,6 +325,44 @@ def render_gather() -> str:
         unroll=GATHER_UNROLL, min_blocks=GATHER_BLOCKS_PER_SM, max_dims=GATHER_MAX_DIMS,
         args_bytes=GATHER_ARG_BYTES, dtypes=_DTYPES_BY_SIZE,
     )  # fmt: skip
+
+
+def render_packed(kernels: Iterable[PackedKernel]) -> str:
+    """permute()'s packed-box kernels (`PackedKernel.name` each), in one source."""
+    specs = list(kernels)
+    if not all(isinstance(k, PackedKernel) for k in specs):  # checked specs only reach CUDA
+        raise TypeError("render_packed() takes PackedKernel specs")
+    return _environment().get_template("packed.cu.j2").render(
+        kernels=[_packed_vars(k) for k in specs], version=__version__, threads=PACKED_THREADS,
+        min_blocks=PACKED_BLOCKS_PER_SM, max_box=MAX_BOX_DIMS, max_grid=MAX_GRID_DIMS, args_bytes=PACKED_ARG_BYTES,
+    )  # fmt: skip
+
+
+def _packed_vars(k: PackedKernel) -> dict[str, object]:
+    """The template's view of one packed kernel: the index arithmetic as C expressions."""
+    dims = range(len(k.box))
+    dense = [1]
+    for b in k.box[:-1]:
+        dense.append(dense[-1] * b)
+    steps = -(-k.volume // PACKED_THREADS)
+    shift = (128 // k.elem_bytes).bit_length() - 1  # elements per 128-byte bank row
+    pad = max(1, 4 // k.elem_bytes)  # one 4-byte bank (or one element) per row
+    return {
+        "spec": k,
+        "type": dict(_ELEMENT_TYPES)[k.elem_bytes],
+        "dims": list(dims),
+        "checked": [d for d in dims if k.checked[d]],
+        "inside": " && ".join(f"d{d} < lim{d}" for d in dims if k.checked[d]) or "true",
+        "shared": " + ".join(f"d{d} * {dense[d]}u" for d in dims),
+        "in_offset": " + ".join(f"(off_t)d{d} * is{d}" for d in dims),
+        "out_offset": " + ".join(f"(off_t)d{d} * os{d}" for d in dims),
+        "steps": steps,
+        "ragged": k.volume % PACKED_THREADS != 0,
+        "unroll": min(steps, PACKED_UNROLL),
+        "shift": shift,
+        "pad": pad,
+        "smem": k.volume + ((k.volume - 1) >> shift) * pad,
+    }
 
 
 def render(config: KernelConfig) -> str:

@@ -29,11 +29,13 @@ from .codegen import (
     render_gather,
     render_many,
     render_outer,
+    render_packed,
     render_rows,
 )
 from .config import KernelConfig
 from .device import DeviceInfo, query_device
 from .errors import CudaUnavailableError, DeviceError, KernelCompileError
+from .packed import PackedKernel
 
 # Kernel arguments: in, out, M, N, ld_in, ld_out, bs_in, bs_out, tiles_fast, tiles_slow, total.
 ARG_FORMAT = "PPqqqqqqIII"
@@ -238,6 +240,19 @@ def get_gather_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
     """permute()'s one-launch gather of `elem_bytes`-byte elements on `state`'s architecture
     (all five sizes compiled and loaded together, on first use)."""
     return _untuned_kernel(state, "at_gather_s", elem_bytes, render_gather)
+
+
+def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
+    """permute()'s packed-box kernel `spec` on `state`'s architecture, compiled on first use
+    (one per box shape; pycuda's disk cache keeps it across processes)."""
+    key = (state.arch, spec.name)
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _kernels_lock:
+        if key not in _kernels:
+            _kernels[key] = load_source(state.arch, render_packed([spec]), [spec.name])[spec.name]
+    return _kernels[key]
 
 
 def _untuned_kernel(

@@ -19,6 +19,8 @@ from .codegen import (
     GATHER_THREADS,
     GATHER_UNROLL,
     OUTER_ARG_FORMAT,
+    PACKED_BLOCKS_PER_SM,
+    PACKED_THREADS,
     ROWS_ARG_FORMAT,
     ROWS_THREADS,
     ROWS_UNROLL,
@@ -29,12 +31,15 @@ from .compiler import (
     Kernel,
     get_gather_kernel,
     get_kernel,
+    get_packed_kernel,
     get_row_kernel,
 )
 from .config import KernelConfig
 from .errors import ShapeError
 from .gather import ARG_FORMAT as GATHER_FORMAT
 from .gather import MAX_STRIDE, gather_args
+from .packed import ARG_FORMAT as PACKED_FORMAT
+from .packed import packed_args
 from .plan import NO_DIM, Dim
 
 _MAX_GRID_X = 2**31 - 1
@@ -53,7 +58,7 @@ class Launch:
     The scalar arguments are packed once; a call packs two pointers and hands the argument
     block to the driver."""
 
-    config: KernelConfig | None  # None: permute's row copy or gather, not a config
+    config: KernelConfig | None  # None: permute's row copy, gather or packed pass, not a config
     kernel: Kernel
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -187,6 +192,21 @@ def make_row_copy(
     kernel = get_row_kernel(state, elem_bytes)
     return Launch(None, kernel, (max(blocks, 1), chunks, outer * outer2), (ROWS_THREADS, 1, 1), scalars,
                   state, ROWS_ARG_FORMAT)  # fmt: skip
+
+
+def make_packed(
+    state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...], box: tuple[int, ...]
+) -> Launch:
+    """A prepared launch of permute()'s packed pass: the gather's contract (every index of
+    `dims`), moved in boxes of `box` through shared memory (a plan's PACKED pass).
+
+    The grid is at most PACKED_BLOCKS_PER_SM x 4 blocks per SM: those beyond what fits at
+    once wait their turn, and each block walks boxes by the grid stride."""
+    args = packed_args(elem_bytes, dims, box)
+    blocks = max(1, min(args.tiles, state.info.multiprocessors * PACKED_BLOCKS_PER_SM * 4))
+    kernel = get_packed_kernel(state, args.kernel)
+    return Launch(None, kernel, (blocks, 1, 1), (PACKED_THREADS, 1, 1), args.values(), state,
+                  PACKED_FORMAT)  # fmt: skip
 
 
 def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> Launch:

@@ -13,8 +13,9 @@ call's stream, in the array's context, exactly as transpose() chooses them:
 - a copy of one contiguous block is one ``cuMemcpyDtoDAsync``;
 - a copy of rows is `launch.make_row_copy` (a generated kernel: its docstring says why not
   the driver's 2-D copy), once per host-loop index;
-- a gather pass (the plan's choice where those would be many small launches or tiny tiles)
-  is `launch.make_gather`: the whole fused problem in one launch.
+- a packed or gather pass (the plan's choice where those would be many small launches or
+  tiny tiles) is `launch.make_packed` or `launch.make_gather`: the whole fused problem in
+  one launch.
 
 The steps of a call signature (device, element size, shape, strides, axes, pointer
 alignment, lookup generation) are built once and kept, as transpose() keeps its launches.
@@ -42,10 +43,11 @@ from .api import (
 )
 from .arrays import NDView, allocate, check_permute_output, nd_view
 from .compiler import DeviceState
-from .launch import Launch, make_gather, make_row_copy
+from .launch import Launch, make_gather, make_packed, make_row_copy
 from .plan import (
     COPY,
     GATHER,
+    PACKED,
     TRANSPOSE,
     Dim,
     Plan,
@@ -85,13 +87,14 @@ MakeTranspose = Callable[
 # make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out, outer, os_in, os_out,
 #           outer2, os2_in, os2_out)
 MakeCopy = Callable[..., Any]
-# make_gather(elem_bytes, dims)
+# make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
+MakePacked = Callable[[int, tuple[Dim, ...], tuple[int, ...]], Any]
 
 
 def build_steps(
     plan: Plan, src: int, dst: int, make_transpose: MakeTranspose, make_copy: MakeCopy,
-    make_gather: MakeGather,
+    make_gather: MakeGather, make_packed: MakePacked,
 ) -> tuple[Step, ...]:  # fmt: skip
     """The steps that run `plan` from `src` into `dst` (device pointers). A launch serves
     every host-loop index and every matrix of its outer dims, so its kernel is chosen for
@@ -113,6 +116,8 @@ def build_steps(
             launch = make_transpose(e, shape, strides, src + i, dst + o, (p.outer, p.outer2))
         elif p.kind == GATHER:
             launch = make_gather(p.elem_bytes, p.dims)
+        elif p.kind == PACKED:
+            launch = make_packed(p.elem_bytes, p.dims, p.box)
         else:
             assert p.kind == COPY, p.kind
             o, o2 = p.outer, p.outer2
@@ -225,7 +230,10 @@ def build(
     def gather(e: int, dims: tuple[Dim, ...]) -> Launch:
         return make_gather(state, e, dims)
 
-    return build_steps(plan, src, dst, make_transpose, make_copy, gather)
+    def packed(e: int, dims: tuple[Dim, ...], box: tuple[int, ...]) -> Launch:
+        return make_packed(state, e, dims, box)
+
+    return build_steps(plan, src, dst, make_transpose, make_copy, gather, packed)
 
 
 def _keep(key: tuple[Any, ...], steps: tuple[Step, ...]) -> None:

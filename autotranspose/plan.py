@@ -20,7 +20,10 @@ says what we took from cuTT's planner and what not):
      input's, the largest other axis is the kernel's batch and the remaining ones are host
      loops, one launch per index;
 4. if that pass would be many small launches, or a transpose of tiles too small for any
-   tile kernel (`gather_reason`), run the whole fused problem as ONE gather launch instead
+   tile kernel (`gather_reason`), run the whole fused problem in ONE launch instead: a packed
+   pass where a box of the problem's dims holds runs long enough on both sides
+   (`packed_box`; templates/packed.cu.j2: cuTT's Packed method, a shared-memory tile that
+   spans several small dims, read and written in whole runs), else a gather
    (templates/gather.cu.j2: an element-wise kernel over up to 8 dims, stores coalesced along
    the output, reads gathered).
 """
@@ -37,7 +40,7 @@ from .dtypes import ELEMENT_SIZES
 from .errors import AxesError, LayoutError, ShapeError, UnsupportedDtypeError
 
 MAX_NDIM = 8  # what permute() promises, and what a gather pass takes in one launch
-COPY, TRANSPOSE, GATHER = "copy", "transpose", "gather"
+COPY, TRANSPOSE, GATHER, PACKED = "copy", "transpose", "gather", "packed"
 # Plan.case: why the pass is what it is (the pass kind alone does not say)
 EMPTY, CONTIGUOUS, RUNS, WIDE, ELEMENTS = "empty", "copy", "runs", "wide", "transpose"
 
@@ -81,6 +84,21 @@ MIN_TILE_SIDE = 16
 # (64) 14.2 -> 21.8, complex128 2398 x 13x16 (208) 60.4 -> 73.5, 296 x 16x56 (256)
 # 36.2 -> 81.4 and complex64 14 x 114x7850 38.1 -> 86.2.
 OUTER_MIN_ROW_BYTES = 64
+# A packed pass (`packed_box`) moves the problem in boxes: a box takes whole or partial dims so
+# that the input's and the output's contiguous runs inside it are both long (cuTT's Packed
+# method). Run targets from 128 bytes (a full line on both sides, as a 32x32 tile of 4-byte
+# elements has) upwards are tried in turn until a box holds PACKED_MIN_ELEMS elements (a
+# 256-thread block with 4 each). A box takes at most PACKED_MAX_BYTES of shared memory (so 6
+# blocks fit an H100's or H200's 228 KB per SM) and spans at most PACKED_MAX_BOX_DIMS dims
+# (the kernel decomposes each element's box index once per dim, at compile-time extents).
+PACKED_RUN_BYTES = tuple(128 << k for k in range(9))
+# A box whose runs on either side are under one 32-byte sector moves no more whole sectors
+# than the gather does: the gather takes it.
+PACKED_MIN_RUN_BYTES = 32
+PACKED_MIN_ELEMS = 1024
+PACKED_MAX_BYTES = 32 << 10
+PACKED_MAX_BOX_DIMS = 6
+PACKED_MAX_TILES = 2**32 - 1  # the kernel counts boxes in 32 bits
 
 
 def max_tiles(m: int, n: int) -> int:
@@ -116,10 +134,12 @@ class Pass:
       (`batch` x `m` rows of `n` elements; m = batch = 1 without loops: one contiguous block);
     - gather:    for every index (k_1, ..., k_d) of `dims`, ``out[sum k*out_stride] =
       in[sum k*in_stride]`` in one launch (`launch.make_gather(state, elem_bytes, dims)`);
-      m = 1 and n, ld_in, ld_out are the element count, batch 1, no loops.
+      m = 1 and n, ld_in, ld_out are the element count, batch 1, no loops;
+    - packed:    the same as a gather, moved in boxes of `box` (one extent per dim of `dims`)
+      through shared memory (`launch.make_packed(state, elem_bytes, dims, box)`).
     """
 
-    kind: str  # COPY, TRANSPOSE or GATHER
+    kind: str  # COPY, TRANSPOSE, GATHER or PACKED
     elem_bytes: int  # the element the pass moves: a kernel's key (1, 2, 4, 8 or 16)
     m: int  # transpose: the output's innermost axis; copy: rows
     n: int  # transpose: the input's innermost axis; copy: elements per row
@@ -129,7 +149,8 @@ class Pass:
     bs_in: int = 0
     bs_out: int = 0
     loops: tuple[Dim, ...] = ()  # host loops, outermost first (output order)
-    dims: tuple[Dim, ...] = ()  # gather: the problem, output memory order, outermost first
+    dims: tuple[Dim, ...] = ()  # gather, packed: the problem, output memory order, outermost first
+    box: tuple[int, ...] = ()  # packed: the box's extent along each of `dims`
     # copy and transpose: up to two more batch dims that the launch itself walks (the row
     # kernel's blockIdx.z, outer's index times outer2's extent plus outer2's index; a tile
     # kernel's batch index, `batch` innermost, then outer2, then outer)
@@ -155,7 +176,7 @@ class Pass:
         """Everything the pass moves as dims of its elements, in output memory order
         (outermost first), size-1 dims dropped: the host loops, the batch and the two sides
         of a launch together. A gather pass of these dims moves exactly the same bytes."""
-        if self.kind == GATHER:
+        if self.kind in (GATHER, PACKED):
             return self.dims
         if self.kind == TRANSPOSE:
             sides = [Dim(self.n, 1, self.ld_out), Dim(self.m, self.ld_in, 1)]
@@ -176,12 +197,19 @@ class Pass:
 
     def describe(self) -> str:
         e = self.elem_bytes
-        if self.kind == GATHER:
-            return (
-                f"gather {' x '.join(str(d.extent) for d in self.dims)} of {e}-byte elements "
-                f"in one launch (in strides {tuple(d.in_stride for d in self.dims)}, out "
-                f"strides {tuple(d.out_stride for d in self.dims)})"
+        if self.kind in (GATHER, PACKED):
+            text = (
+                f"{self.kind} {' x '.join(str(d.extent) for d in self.dims)} of {e}-byte "
+                f"elements in one launch (in strides {tuple(d.in_stride for d in self.dims)}, "
+                f"out strides {tuple(d.out_stride for d in self.dims)})"
             )
+            if self.kind == PACKED:
+                runs = packed_runs(self.dims, self.box)
+                text += (
+                    f" in boxes of {' x '.join(map(str, self.box))} (runs of {runs[0] * e} "
+                    f"bytes read, {runs[1] * e} written)"
+                )
+            return text
         if self.contiguous:
             text = f"copy {self.n * e} contiguous bytes"
         elif self.kind == COPY:
@@ -219,7 +247,7 @@ class Plan:
     case: str  # EMPTY, CONTIGUOUS, RUNS, WIDE or ELEMENTS
     dims: tuple[Dim, ...]  # the fused problem, outermost output axis first (array elements)
     passes: tuple[Pass, ...]  # () for an empty array, else one
-    why_gather: str = ""  # a gather pass: what the pass it replaced would have been
+    why_one_launch: str = ""  # a gather or packed pass: what the pass it replaced would have been
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -249,8 +277,9 @@ class Plan:
             WIDE: "wide elements (the innermost axis stays innermost): ",
         }.get(self.case, "")
         lines += [why + p.describe() for p in self.passes]
-        if self.why_gather:
-            lines.append(f"why a gather: the batched pass would be {self.why_gather}")
+        if self.why_one_launch:
+            kind = self.passes[0].kind
+            lines.append(f"why {kind}: the batched pass would be {self.why_one_launch}")
         n = self.launches
         lines.append(f"{len(self.passes)} pass, {n} launch{'es' if n != 1 else ''}")
         return "\n".join(lines)
@@ -330,9 +359,94 @@ def plan_permute(
     case, one = _classify(fused, elem_bytes, in_ptr, out_ptr)
     why = gather_reason(one)
     if why:
-        total = math.prod(d.extent for d in one.problem())
-        one = Pass(GATHER, one.elem_bytes, 1, total, total, total, dims=one.problem())
+        problem = one.problem()
+        total = math.prod(d.extent for d in problem)
+        box = packed_box(problem, one.elem_bytes)
+        kind = GATHER if box is None else PACKED
+        one = Pass(kind, one.elem_bytes, 1, total, total, total, dims=problem, box=box or ())
     return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (one,), why)
+
+
+def _chain(dims: Sequence[Dim], side: str) -> list[int]:
+    """Indices of the dims that make one contiguous run on `side` ("in_stride" or
+    "out_stride"), innermost first: the stride-1 dim, then each dim whose stride is the run
+    so far, while there is one."""
+    stride = operator.attrgetter(side)
+    k = next((k for k, d in enumerate(dims) if stride(d) == 1 and d.extent > 1), None)
+    chain = [] if k is None else [k]
+    while chain:
+        last = dims[chain[-1]]
+        nxt = [j for j, d in enumerate(dims) if j not in chain and stride(d) == stride(last) * last.extent]
+        if not nxt:
+            break
+        chain.append(nxt[0])
+    return chain
+
+
+def _grow(dims: Sequence[Dim], chain: list[int], box: list[int], need: int) -> None:
+    """Widen `box` along `chain` until its run there holds `need` elements (or the chain ends,
+    or a dim is taken only in part: the run stops at it). A dim taken in part is taken to a
+    power of two: its digit is then a shift and a mask, and boxes of many shapes share one
+    kernel."""
+    run = 1
+    for k in chain:
+        part = 1 << (-(-need // run) - 1).bit_length()
+        box[k] = max(box[k], min(dims[k].extent, part))
+        run *= box[k]
+        if run >= need or box[k] < dims[k].extent:
+            return
+
+
+def packed_runs(dims: Sequence[Dim], box: Sequence[int]) -> tuple[int, int]:
+    """The contiguous runs (elements) a box of `box` reads and writes: along each side's
+    chain, the box's extents while the dims are taken whole, times the first partial one."""
+    runs = []
+    for side in ("in_stride", "out_stride"):
+        run = 1
+        for k in _chain(dims, side):
+            run *= box[k]
+            if box[k] < dims[k].extent:
+                break
+        runs.append(run)
+    return runs[0], runs[1]
+
+
+def packed_box(dims: Sequence[Dim], elem_bytes: int) -> tuple[int, ...] | None:
+    """The box a packed pass moves `dims` (output memory order, outermost first) in: one
+    extent per dim, or None where no box is worth one (runs under PACKED_MIN_RUN_BYTES on
+    either side, more than PACKED_MAX_BOX_DIMS dims in it, or too many boxes to count).
+
+    For each run target in PACKED_RUN_BYTES, the box takes dims along the input's
+    contiguous chain until its read run is that long, and likewise along the output's; dims
+    on both chains count once (the larger extent). The first box of PACKED_MIN_ELEMS
+    elements is taken, else the largest within PACKED_MAX_BYTES."""
+    e = elem_bytes
+    chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
+    if not all(chains):
+        return None
+    best = None
+    for target in PACKED_RUN_BYTES:
+        box = [1] * len(dims)
+        for chain in chains:
+            _grow(dims, chain, box, -(-target // e))
+        volume = math.prod(box)
+        if volume * e > PACKED_MAX_BYTES:
+            break
+        best = tuple(box)
+        if volume >= PACKED_MIN_ELEMS:
+            break
+    if best is None:
+        return None
+    runs = packed_runs(dims, best)
+    tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, best, strict=True))
+    if (
+        min(runs) * e < PACKED_MIN_RUN_BYTES
+        or sum(b > 1 for b in best) > PACKED_MAX_BOX_DIMS
+        or tiles > PACKED_MAX_TILES
+        or any(d.extent > GATHER_MAX_EXTENT for d in dims)
+    ):
+        return None
+    return best
 
 
 def gather_reason(p: Pass) -> str:

@@ -1,6 +1,6 @@
 """A NumPy stand-in for the GPU side of permute(): runs a `plan.Plan` on flat byte buffers
 exactly as its launches would (the contract of `launch.make_launch`, `make_row_copy` and
-`make_gather`, on elements of the pass's size), so plans are checked on the CPU against
+`make_gather` and `make_packed`, on elements of the pass's size), so plans are checked on the CPU against
 `np.transpose`.
 
 Every access is checked as a kernel would need it: inside the buffers, no negative index, and
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotranspose.plan import COPY, GATHER, TRANSPOSE, Pass, Plan
+from autotranspose.plan import COPY, GATHER, PACKED, TRANSPOSE, Pass, Plan
 
 
 def byte_index(at: int, elem_bytes: int, dims: list[tuple[int, int]]) -> np.ndarray:
@@ -26,7 +26,7 @@ def byte_index(at: int, elem_bytes: int, dims: list[tuple[int, int]]) -> np.ndar
 
 def _indices(p: Pass, at_in: int, at_out: int) -> tuple[np.ndarray, np.ndarray]:
     """(source, destination) byte positions of one launch, element for element."""
-    if p.kind == GATHER:  # out[sum k*out_stride] = in[sum k*in_stride] over every index
+    if p.kind in (GATHER, PACKED):  # out[sum k*out_stride] = in[sum k*in_stride] over every index
         return (
             byte_index(at_in, p.elem_bytes, [(d.extent, d.in_stride) for d in p.dims]),
             byte_index(at_out, p.elem_bytes, [(d.extent, d.out_stride) for d in p.dims]),

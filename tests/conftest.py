@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -74,3 +76,16 @@ def no_gather(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plan, "GATHER_MAX_LAUNCHES", float("inf"))
     monkeypatch.setattr(plan, "GATHER_MIN_LAUNCH_BYTES", 0)
     monkeypatch.setattr(plan, "GATHER_MIN_SIDE", 0)
+
+
+@pytest.fixture
+def no_packed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Plans that would run one packed launch run one gather launch instead: for the tests
+    of the gather, on shapes where a box would take them. permute()'s cached plans and steps
+    are dropped before and after, so no call sees a plan made the other way."""
+    from autotranspose import permuter, plan
+
+    monkeypatch.setattr(plan, "packed_box", lambda dims, elem_bytes: None)
+    permuter.clear_caches()
+    yield
+    permuter.clear_caches()

@@ -583,21 +583,37 @@ def test_lookup_axes_of_a_row_copy_needs_no_device(tmp_path: Path) -> None:
     assert rc == 0 and "at_copy_rows_s16" in src and "__global__" in src
 
 
-def test_lookup_axes_of_a_gather_needs_no_device(tmp_path: Path) -> None:
-    """Six small launches become one gather launch: the plan says so and why, and --source
-    prints the gather kernels."""
+def test_lookup_axes_of_a_packed_pass_needs_no_device(tmp_path: Path) -> None:
+    """Six small launches become one packed launch: the plan says so and why, and --source
+    prints the kernel for its box."""
     rc, out, err = run("lookup", "--shape", "2x7x3x5x11", "--axes", "0,2,1,4,3", "--dtype",
                        "float32", "--db", str(tmp_path / "none.db"))  # fmt: skip
     assert rc == 0, err
-    assert "gather 2 x 3 x 7 x 11 x 5 of 4-byte elements in one launch" in out
-    assert "why a gather: the batched pass would be 6 launches of 1540 bytes" in out
-    assert "1 pass, 1 launch" in out and out.splitlines()[-1] == "kernel  at_gather_s4"
-    rc, src, _ = run("lookup", "--shape", "100000x3x5", "--axes", "0,2,1", "--source")
-    assert rc == 0 and "at_gather_s4" in src and "struct at_gather_dims" in src
+    assert "packed 2 x 3 x 7 x 11 x 5 of 4-byte elements in one launch" in out
+    assert "in boxes of 1 x 3 x 7 x 11 x 5 (runs of 4620 bytes read, 4620 written)" in out
+    assert "why packed: the batched pass would be 6 launches of 1540 bytes" in out
+    kernel = "at_packed_s4_b5x11x7x3_i1032_ffff_n"  # output order; the input reads 11, 5, 3, 7
+    assert "1 pass, 1 launch" in out and out.splitlines()[-1] == f"kernel  {kernel}"
+    rc, src, _ = run("lookup", "--shape", "2x7x3x5x11", "--axes", "0,2,1,4,3", "--source")
+    assert rc == 0 and f"{kernel}(const u32*" in src and "struct at_packed_args" in src
     rc, out, _ = run("lookup", "--shape", "2x7x3x5x11", "--axes", "0,2,1,4,3", "--json")
     data = json.loads(out)
-    assert data["launches"] == 1 and data["kernel"] == "at_gather_s4"
-    assert data["passes"][0]["kind"] == "gather" and len(data["passes"][0]["dims"]) == 5
+    assert data["launches"] == 1 and data["kernel"] == kernel
+    assert data["passes"][0]["kind"] == "packed" and len(data["passes"][0]["dims"]) == 5
+    assert data["passes"][0]["box"] == [1, 3, 7, 11, 5]
+
+
+def test_lookup_axes_of_a_gather_needs_no_device(tmp_path: Path) -> None:
+    """A permute no box takes (eight dims of 2, every one moved) is one gather launch, and
+    --source prints the gather kernels."""
+    shape, axes = "x".join(["2"] * 8), "7,6,5,4,3,2,1,0"
+    rc, out, err = run("lookup", "--shape", shape, "--axes", axes, "--dtype", "float32")
+    assert rc == 0, err
+    assert "gather 2 x 2 x 2 x 2 x 2 x 2 x 2 x 2 of 4-byte elements in one launch" in out
+    assert "why gather: the batched pass would be 32 launches of 32 bytes" in out
+    assert out.splitlines()[-1] == "kernel  at_gather_s4"
+    rc, src, _ = run("lookup", "--shape", shape, "--axes", axes, "--source")
+    assert rc == 0 and "at_gather_s4" in src and "struct at_gather_dims" in src
 
 
 def test_lookup_axes_json(tuned: str) -> None:
@@ -710,7 +726,9 @@ def test_tune_axes_measures_a_strided_pass_on_its_strides_and_lookup_serves_it(d
     [("8x4096x32x128", "0,2,1,3", "float16",
       "float16 8x4096x32x128 axes 0,2,1,3: copy 32 x 4096 rows of 256 bytes"),
      ("2x7x3x5x11", "0,2,1,4,3", "float32",
-      "float32 2x7x3x5x11 axes 0,2,1,4,3: gather 2 x 3 x 7 x 11 x 5 of 4-byte elements"),
+      "float32 2x7x3x5x11 axes 0,2,1,4,3: packed 2 x 3 x 7 x 11 x 5 of 4-byte elements"),
+     ("2x2x2x2x2x2x2x2", "7,6,5,4,3,2,1,0", "float32",
+      "float32 2x2x2x2x2x2x2x2 axes 7,6,5,4,3,2,1,0: gather 2 x 2 x 2 x 2 x 2 x 2 x 2 x 2"),
      ("3x5", "0,1", "int8", "int8 3x5 axes 0,1: copy 15 contiguous bytes")],
 )  # fmt: skip
 def test_tune_axes_says_a_copy_or_gather_has_nothing_to_tune(
@@ -722,7 +740,7 @@ def test_tune_axes_says_a_copy_or_gather_has_nothing_to_tune(
                        str(db), objective=factory)  # fmt: skip
     assert rc == 0, err
     (line,) = out.splitlines()
-    kind = "gather" if "gather" in says else "copy"
+    kind = next(k for k in ("packed", "gather", "copy") if f": {k} " in says)
     assert line.startswith(says) and line.endswith(f"; nothing to tune: {kind} pass")
     assert factory.asked == [] and not db.exists()  # no GPU work, no database
     assert "tuned 0 of 0 transpose passes (1 of 1 permutes had nothing to tune)" in err

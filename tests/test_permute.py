@@ -37,7 +37,7 @@ from autotranspose.compiler import Kernel
 from autotranspose.config import default_config
 from autotranspose.dtypes import element_type
 from autotranspose.gather import ARG_BYTES, gather_args
-from autotranspose.plan import COPY, GATHER, TRANSPOSE, Dim, Pass, plan_permute
+from autotranspose.plan import COPY, GATHER, PACKED, TRANSPOSE, Dim, Pass, plan_permute
 
 SIZES = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 
@@ -244,8 +244,11 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
 
+    def make_packed(e, dims, box):
+        return mem.launch(Pass(PACKED, e, 1, 0, 0, 0, dims=dims, box=box))
+
     monkeypatch.setattr(permuter._driver, "memcpy_dtod_async", mem.memcpy)
-    steps = permuter.build_steps(plan, src, dst, make_transpose, make_copy, make_gather)
+    steps = permuter.build_steps(plan, src, dst, make_transpose, make_copy, make_gather, make_packed)
     for step in steps:
         step.run(src, dst, "s", "c")
     return steps
@@ -349,15 +352,18 @@ def test_an_identity_is_one_memcpy_and_a_transpose_one_launch_per_loop_index(
     assert {k for k, _, _ in mem.launched} == {TRANSPOSE} and len(mem.made) == 1
 
 
-def test_a_gather_is_one_launch(monkeypatch):
+@pytest.mark.parametrize("kind", [PACKED, GATHER])
+def test_a_gather_is_one_launch(monkeypatch, kind, request):
     """The same permute as above, planned as it is by default: many small launches become
-    one gather launch over every fused dim."""
+    one packed launch over every fused dim (or one gather, where no box is taken)."""
+    if kind == GATHER:
+        request.getfixturevalue("no_packed")
     mem = _Memory(1 << 16)
     plan = plan_permute((2, 3, 5, 7), (3, 1, 0, 2), 2)
     (p,) = plan.passes
-    assert p.kind == GATHER and plan.launches == 1
+    assert p.kind == kind and plan.launches == 1
     steps = _run_steps(mem, plan, 0, 8192, monkeypatch)
-    assert mem.launched == [(GATHER, 0, 8192)] and steps[0].offsets == ((0, 0),)
+    assert mem.launched == [(kind, 0, 8192)] and steps[0].offsets == ((0, 0),)
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """permute() on a real GPU: random shapes (1- to 6-D) and permutations for every element size,
 odd sizes, sliced and strided inputs, strided outputs, a poisoned output with a guard region
 after it, against NumPy on fresh random data; CuPy, PyTorch and JAX in and out; NCHW<->NHWC;
-the attention-heads swap in bfloat16; the one-launch gather pass (random permutes that take
-it, views, strided outputs, both launchers, and one past 2**32 elements when memory allows)."""
+the attention-heads swap in bfloat16; the one-launch packed and gather passes (random
+permutes that take them, views, strided outputs, both launchers, and one past 2**32 elements
+when memory allows)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose.plan import GATHER, contiguous_strides, plan_permute
+from autotranspose.plan import GATHER, PACKED, contiguous_strides, plan_permute
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
@@ -281,35 +282,44 @@ def test_wide_and_runs_cases_and_a_second_call_from_the_cache(rng):
             assert same_bits(cupy.asnumpy(y), np.transpose(cupy.asnumpy(x), (0, 2, 1, 3)))
 
 
-# --- the gather pass -----------------------------------------------------------------------------
-def _gather_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A random 2- to 8-D permute whose contiguous plan is a gather (many small host-loop
-    launches, or both tile sides under 8), up to a few million elements."""
+# --- the one-launch passes: packed and gather -----------------------------------------------------
+@pytest.fixture(params=[PACKED, GATHER])
+def one_launch(request: pytest.FixtureRequest) -> str:
+    """The kind of one-launch pass a test runs: packed (as planned), or the gather (the
+    plan's boxes turned off: `no_packed`)."""
+    if request.param == GATHER:
+        request.getfixturevalue("no_packed")
+    return request.param
+
+
+def _gather_problem(rng, e: int, kind: str = GATHER) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A random 2- to 8-D permute whose contiguous plan is one `kind` launch (many small
+    host-loop launches, or both tile sides under 8), up to a few million elements."""
     while True:
         nd = int(rng.integers(2, 9))
         cap = max(2, round((3e6 if rng.random() < 0.3 else 2e5) ** (1 / nd)))
         shape = tuple(int(v) for v in rng.integers(1, cap + 1, nd))
         axes = tuple(int(a) for a in rng.permutation(nd))
-        if plan_permute(shape, axes, e).passes[0].kind == GATHER:
+        if plan_permute(shape, axes, e).passes[0].kind == kind:
             return shape, axes
 
 
-def _takes_gather(x, axes, out=None) -> bool:
-    """Does permute(x, axes, out) of these CuPy arrays plan a gather?"""
+def _takes(kind: str, x, axes, out=None) -> bool:
+    """Does permute(x, axes, out) of these CuPy arrays plan one `kind` launch?"""
     e = x.dtype.itemsize
     os_ = None if out is None else tuple(s // e for s in out.strides)
     p = plan_permute(x.shape, axes, e, tuple(s // e for s in x.strides), os_,
                      in_ptr=x.data.ptr, out_ptr=0 if out is None else out.data.ptr)  # fmt: skip
-    return bool(p.passes) and p.passes[0].kind == GATHER
+    return bool(p.passes) and p.passes[0].kind == kind
 
 
 @pytest.mark.parametrize("e", sorted(DTYPES))
-def test_gather_random_permutes(rng, e):
+def test_gather_random_permutes(rng, e, one_launch):
     """Contiguous CuPy arrays of fresh random bits, into a fresh result and into a poisoned
     out with a guard region after it; each call twice (the second from the cached steps)."""
     cupy = pytest.importorskip("cupy")
     for _ in range(10):
-        shape, axes = _gather_problem(rng, e)
+        shape, axes = _gather_problem(rng, e, one_launch)
         x = cupy.asarray(random_array(rng, shape, DTYPES[e]))
         want = np.transpose(cupy.asnumpy(x), axes)
         for _ in range(2):
@@ -327,23 +337,25 @@ def test_gather_random_permutes(rng, e):
      ((4099, 3, 2, 5), (2, 0, 3, 1)), ((33, 65, 3, 5, 2), (0, 4, 2, 3, 1))],
 )  # fmt: skip
 @pytest.mark.parametrize("e", sorted(DTYPES))
-def test_gather_odd_sizes(rng, shape, axes, e):
+def test_gather_odd_sizes(rng, shape, axes, e, one_launch):
     cupy = pytest.importorskip("cupy")
     x = cupy.asarray(random_array(rng, shape, DTYPES[e]))
-    assert plan_permute(shape, axes, e).passes[0].kind == GATHER
+    kind = plan_permute(shape, axes, e).passes[0].kind
+    assert kind == one_launch or (kind == GATHER and one_launch == PACKED and len(shape) == 8)
     y = at.permute(x, axes)
     assert isinstance(y, cupy.ndarray) and y.flags.c_contiguous
     assert same_bits(cupy.asnumpy(y), np.transpose(cupy.asnumpy(x), axes))
 
 
 @pytest.mark.parametrize("e", sorted(DTYPES))
-def test_gather_views_into_strided_poisoned_outputs(rng, e):
-    """Sliced and stepped inputs into windows of larger poisoned buffers: the gather's reads
-    follow the input's strides, its writes the output's, and nothing around out changes."""
+def test_gather_views_into_strided_poisoned_outputs(rng, e, one_launch):
+    """Sliced and stepped inputs into windows of larger poisoned buffers: the one launch's
+    reads follow the input's strides, its writes the output's, and nothing around out
+    changes."""
     cupy = pytest.importorskip("cupy")
     dtype, gathered = DTYPES[e], 0
     for _ in range(12):
-        shape, axes = _gather_problem(rng, e)
+        shape, axes = _gather_problem(rng, e, one_launch)
         nd = len(shape)
         # steps and padding on the axes outside the innermost one of more than one element
         # (inside it, size-1 axes stay unpadded: else x would have no axis of stride 1)
@@ -361,7 +373,7 @@ def test_gather_views_into_strided_poisoned_outputs(rng, e):
         raw, whole = _poisoned(cupy, tuple(w + p for w, p in zip(want.shape, opad, strict=True)), dtype)
         window = tuple(slice(p, p + w) for p, w in zip(opad, want.shape, strict=True))
         out = whole[window]
-        gathered += _takes_gather(x, axes, out)
+        gathered += _takes(one_launch, x, axes, out)
         assert at.permute(x, axes, out) is out
         host = cupy.asnumpy(whole)
         assert same_bits(host[window], want), (shape, axes, x.strides, out.strides)
@@ -369,10 +381,10 @@ def test_gather_views_into_strided_poisoned_outputs(rng, e):
         mask[window] = False
         assert np.all(host.view(np.uint8).reshape(*host.shape, e)[mask] == POISON)
         assert bool((raw[whole.nbytes :] == POISON).all())
-    assert gathered >= 4, f"only {gathered} of 12 views took the gather pass"
+    assert gathered >= 4, f"only {gathered} of 12 views took the {one_launch} pass"
 
 
-def test_gather_through_both_launchers(rng, monkeypatch):
+def test_gather_through_both_launchers(rng, monkeypatch, no_packed):
     """The gather's 368-byte argument block through the compiled launcher and through the
     ctypes path (AUTOTRANSPOSE_NATIVE_LAUNCH=0)."""
     cupy = pytest.importorskip("cupy")
@@ -404,7 +416,33 @@ def _free_gpu_bytes(cupy) -> int:
     return int(cupy.cuda.runtime.memGetInfo()[0])
 
 
-def test_gather_past_2_32_elements():
+def test_packed_through_both_launchers(rng, monkeypatch):
+    """A packed launch's argument block (the struct after two pointers) through the compiled
+    launcher and through the ctypes path, on a box cut at both dims' edges."""
+    cupy = pytest.importorskip("cupy")
+    from autotranspose import _native, launch
+    from autotranspose.compiler import device_state
+
+    state = device_state(0)
+    shape, axes = (6, 5, 41, 3, 37, 2), (4, 2, 0, 5, 3, 1)
+    x = cupy.asarray(random_array(rng, shape, "float32"))
+    want = np.transpose(cupy.asnumpy(x), axes)
+    (p,) = plan_permute(shape, axes, 4).passes
+    assert p.kind == PACKED
+    box = tuple(min(b, 8) if b > 1 else b for b in p.box)  # cut the dims at the edges
+    for setting in ("0", "1"):
+        monkeypatch.setenv(_native.ENV_VAR, setting)
+        _native.reset()
+        try:
+            lc = launch.make_packed(state, 4, p.dims, box)
+            out = cupy.full(want.shape, np.nan, np.float32)
+            lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
+            assert same_bits(cupy.asnumpy(out), want), f"native launcher {setting}, box {box}"
+        finally:
+            _native.reset()
+
+
+def test_gather_past_2_32_elements(no_packed):
     """uint8 (286331154, 3, 5) by (0, 2, 1): 4.29e9 elements (> 2**32) in 3x5 tiles, one
     gather launch: 64-bit offsets and element count. Uses about 9 GB of GPU memory (x and the
     result) and 9 GB of host memory to check it; skipped with less than 24 GB free on the GPU."""

@@ -14,6 +14,7 @@ import itertools
 import math
 import os
 import secrets
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from autotranspose.plan import (
     MAX_NDIM,
     MIN_TILE_SIDE,
     OUTER_MIN_ROW_BYTES,
+    PACKED,
     RUNS,
     TRANSPOSE,
     WIDE,
@@ -50,8 +52,8 @@ SEED = int(os.environ.get("AUTOTRANSPOSE_PLAN_SEED") or secrets.randbits(32))
 SIZES = (1, 2, 4, 8, 16)
 
 
-def _rng(*salt: int) -> np.random.Generator:
-    return np.random.default_rng([SEED, *salt])
+def _rng(*salt: int | str) -> np.random.Generator:
+    return np.random.default_rng([SEED, *(s if isinstance(s, int) else zlib.crc32(s.encode()) for s in salt)])
 
 
 @dataclass
@@ -162,17 +164,18 @@ def _shape(rng: np.random.Generator, nd: int) -> tuple[int, ...]:
 
 
 # --- random problems ----------------------------------------------------------------------------
-@pytest.fixture(params=["gather", "no_gather"])
-def gathers(request: pytest.FixtureRequest) -> bool:
-    """Run a test as planned (gather passes where the plan picks them), and without them."""
-    if request.param == "no_gather":
-        request.getfixturevalue("no_gather")
-    return request.param == "gather"
+@pytest.fixture(params=["packed", "gather", "no_gather"])
+def gathers(request: pytest.FixtureRequest) -> str:
+    """Run a test as planned (packed or gather passes where the plan picks them), with
+    gathers where it would pack, and without either."""
+    if request.param != "packed":
+        request.getfixturevalue("no_gather" if request.param == "no_gather" else "no_packed")
+    return request.param
 
 
 @pytest.mark.parametrize("e", SIZES)
 @pytest.mark.parametrize("nd", range(1, MAX_NDIM + 1))
-def test_random_permutations_match_numpy(nd: int, e: int, gathers: bool):
+def test_random_permutations_match_numpy(nd: int, e: int, gathers: str):
     rng = _rng(nd, e, gathers)
     for case in range(25):
         shape = _shape(rng, nd)
@@ -186,9 +189,10 @@ def test_random_permutations_match_numpy(nd: int, e: int, gathers: bool):
 
 
 @pytest.mark.parametrize("e", SIZES)
-def test_random_plans_cover_every_case(e: int, gathers: bool):
+def test_random_plans_cover_every_case(e: int, gathers: str):
     """The random draws above are not all one kind: over many draws each case and each kind
-    of pass shows up (gathers often: these arrays are small, so host loops launch little)."""
+    of pass shows up (one-launch passes often: these arrays are small, so host loops launch
+    little)."""
     rng = _rng(99, e, gathers)
     seen, kinds = set(), collections.Counter()
     for _ in range(400):
@@ -202,7 +206,13 @@ def test_random_plans_cover_every_case(e: int, gathers: bool):
         kinds.update(q.kind for q in p.passes)
     assert {CONTIGUOUS, RUNS, ELEMENTS} <= seen, f"seed {SEED}: {seen}"
     assert {COPY, TRANSPOSE} <= set(kinds), f"seed {SEED}: {kinds}"
-    assert (kinds[GATHER] > 40) if gathers else (GATHER not in kinds), f"seed {SEED}: {kinds}"
+    one = kinds[GATHER] + kinds[PACKED]
+    if gathers == "packed":
+        assert one > 40 and kinds[PACKED] > 10, f"seed {SEED}: {kinds}"  # 75-180 and 25-120 (1- to 16-byte)
+    elif gathers == "gather":
+        assert kinds[GATHER] > 40 and PACKED not in kinds, f"seed {SEED}: {kinds}"
+    else:
+        assert one == 0, f"seed {SEED}: {kinds}"
 
 
 # --- named cases --------------------------------------------------------------------------------
@@ -519,21 +529,22 @@ MiB = 1 << 20
 @pytest.mark.parametrize(
     "shape, axes, e, kind",
     [
-        ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, GATHER),  # 7 x 2 x 3 matrices of 5x11: a side under 8
-        ((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4, GATHER),  # 2 launches of 1.7 MB
-        ((100000, 3, 5), (0, 2, 1), 4, GATHER),  # one launch, but 3x5 tiles
-        ((3, 5, 7, 2), (0, 2, 1, 3), 4, GATHER),  # wide 8-byte elements in 5x7 tiles
-        ((6, 7), (1, 0), 2, GATHER),  # one 6x7 matrix: both sides under 8
+        ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, PACKED),  # 7 x 2 x 3 matrices of 5x11: a side under 8
+        ((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4, PACKED),  # 2 launches of 1.7 MB
+        ((100000, 3, 5), (0, 2, 1), 4, PACKED),  # one launch, but 3x5 tiles
+        ((3, 5, 7, 2), (0, 2, 1, 3), 4, PACKED),  # wide 8-byte elements in 5x7 tiles
+        ((6, 7), (1, 0), 2, PACKED),  # one 6x7 matrix: both sides under 8
+        ((2,) * 8, (7, 6, 5, 4, 3, 2, 1, 0), 4, GATHER),  # 32 launches: a box of 8 dims
         ((10, 10, 512, 512), (1, 0, 3, 2), 4, TRANSPOSE),  # 10 x 10 matrices in one launch
         ((3, 2, 512, 512), (1, 0, 3, 2), 4, TRANSPOSE),  # 2 x 3 matrices in one launch
         ((5, 40, 64, 6), (2, 1, 0, 3), 1, COPY),  # rows of 6 bytes: one launch walks all 3 dims
-        ((5, 4, 3, 40, 64, 6), (4, 3, 2, 1, 0, 5), 1, GATHER),  # 3 launches of 300 KiB
+        ((5, 4, 3, 40, 64, 6), (4, 3, 2, 1, 0, 5), 1, PACKED),  # 3 launches of 300 KiB
         ((4, 2, 1024, 1024), (1, 0, 3, 2), 4, TRANSPOSE),  # 2 launches of 16 MiB
         ((2, 2, 2, 4, 512, 512), (2, 1, 0, 3, 5, 4), 4, TRANSPOSE),  # 8 launches of 4 MiB
         ((3, 3, 4, 512, 512), (1, 0, 2, 4, 3), 4, TRANSPOSE),  # 4 x 3 x 3 matrices, one launch
         ((3, 3, 3, 4, 512, 512), (2, 1, 0, 3, 5, 4), 4, TRANSPOSE),  # 3 launches of 12 MiB
         ((32, 256, 56, 56), (0, 2, 3, 1), 2, TRANSPOSE),  # NCHW -> NHWC: one launch
-        ((100000, 3, 8), (0, 2, 1), 4, GATHER),  # a batch of 3x8: a side under 8
+        ((100000, 3, 8), (0, 2, 1), 4, PACKED),  # a batch of 3x8: a side under 8
         ((100000, 8, 8), (0, 2, 1), 4, TRANSPOSE),  # sides of 8: tiles
         ((300000, 3), (1, 0), 4, TRANSPOSE),  # one skinny matrix: the flat kernels
         ((7, 4099), (1, 0), 4, TRANSPOSE),
@@ -546,8 +557,8 @@ def test_when_the_plan_gathers(shape, axes, e, kind):
     p = plan_permute(shape, axes, e)
     (q,) = p.passes
     assert q.kind == kind, p.describe()
-    assert (p.why_gather != "") == (kind == GATHER)
-    if kind == GATHER:
+    assert (p.why_one_launch != "") == (kind in (GATHER, PACKED))
+    if kind in (GATHER, PACKED):
         assert p.launches == 1 and not q.loops and q.launches == 1
         assert math.prod(d.extent for d in q.dims) * q.elem_bytes == math.prod(shape) * e
         assert q.dims[-1].out_stride == 1, "stores along the output's innermost dim"
@@ -621,9 +632,13 @@ def _launch_dims(p: Pass) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]
 
 
 @pytest.mark.parametrize("e", SIZES)
-def test_gather_plans_of_views_match_numpy(e: int):
-    """Shapes the gather takes when contiguous (many small loops, tiny sides), and as strided
-    views in and out (which may change the plan: memory order decides the sides)."""
+@pytest.mark.parametrize("kind", [PACKED, GATHER])
+def test_one_launch_plans_of_views_match_numpy(e: int, kind: str, request: pytest.FixtureRequest):
+    """Shapes one launch takes when contiguous (many small loops, tiny sides), as a packed
+    pass and as a gather, and as strided views in and out (which may change the plan: memory
+    order decides the sides)."""
+    if kind == GATHER:
+        request.getfixturevalue("no_packed")
     rng = _rng(23, e)
     for shape, axes in [((2, 3, 5, 7, 2, 3), (5, 1, 3, 0, 4, 2)), ((50, 3, 5), (0, 2, 1)),
                         ((2,) * 8, (7, 0, 6, 1, 5, 2, 4, 3)), ((3, 4, 5, 6), (3, 1, 2, 0))]:  # fmt: skip
@@ -631,17 +646,18 @@ def test_gather_plans_of_views_match_numpy(e: int):
             x = make(rng, shape, e, strided)
             out = make(rng, tuple(shape[a] for a in axes), e, strided)
             p = run(x, axes, out, f"strided={strided}")
-            if not strided:
-                assert p.passes[0].kind == GATHER and p.launches == 1, p.describe()
+            if not strided:  # a box of 8 dims is a gather either way
+                want = GATHER if shape == (2,) * 8 else kind
+                assert p.passes[0].kind == want and p.launches == 1, p.describe()
 
 
-def test_describe_says_why_a_gather():
+def test_describe_says_why_a_gather(no_packed):
     text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
     assert "gather 2 x 3 x 7 x 11 x 5 of 4-byte elements in one launch" in text
     assert "out strides (1155, 385, 55, 5, 1)" in text
-    assert "why a gather: the batched pass would be 6 launches of 1540 bytes" in text
+    assert "why gather: the batched pass would be 6 launches of 1540 bytes" in text
     text = plan_permute((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4).describe()
-    assert "why a gather: the batched pass would be 2 launches of 1720320 bytes (transpose 7 x 64x64)" in text
+    assert "why gather: the batched pass would be 2 launches of 1720320 bytes (transpose 7 x 64x64)" in text
     assert text.endswith("1 pass, 1 launch")
     text = plan_permute((100000, 3, 5), (0, 2, 1), 4).describe()
     assert "transpose 100000 x 3x5 (both sides under 8" in text

@@ -1,0 +1,145 @@
+"""Packed passes (templates/packed.cu.j2, cuTT's Packed method): the kernel a box shape
+needs, and the `at_packed_args` struct a launch passes it.
+
+Pure (no CUDA): `launch.make_packed` packs these, `codegen.render_packed` renders a
+`PackedKernel`, and tests/test_packed.py runs the kernel's index walk in Python against
+np.transpose.
+
+A packed pass moves a fused permute problem (`plan.Pass.dims`, output memory order) in boxes
+(`plan.Pass.box`): a block reads one box into shared memory in the input's memory order and
+writes it out in the output's, so both sides move in the runs `plan.packed_box` made long.
+The kernel is compiled per box: its extents, the order the input walks them in and which of
+them need an edge check are compile-time constants (a division by a constant is a multiply),
+while every stride is a runtime argument, so one kernel serves every problem with that box.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .dtypes import ELEMENT_SIZES
+from .errors import ShapeError
+from .plan import MAX_NDIM, PACKED_MAX_BOX_DIMS, PACKED_MAX_BYTES, PACKED_MAX_TILES, Dim
+
+MAX_BOX_DIMS = PACKED_MAX_BOX_DIMS
+MAX_GRID_DIMS = MAX_NDIM  # every dim of the problem walks boxes, box dims included
+OFFSET_LIMIT = 2**31 - 1  # a box spanning less than this (elements) uses 32-bit offsets
+# at_packed_args: in_stride, out_stride (MAX_BOX_DIMS each); tile_in, tile_out (MAX_GRID_DIMS
+# each); tiles_of (MAX_GRID_DIMS); extent (MAX_BOX_DIMS); tiles; ngrid. Standard sizes and no
+# padding, as C lays the struct out (every field naturally aligned).
+ARG_FORMAT = f"<{MAX_BOX_DIMS}q{MAX_BOX_DIMS}q{MAX_GRID_DIMS}q{MAX_GRID_DIMS}q{MAX_GRID_DIMS}I{MAX_BOX_DIMS}III"
+ARG_BYTES = struct.calcsize(ARG_FORMAT)
+
+
+@dataclass(frozen=True)
+class PackedKernel:
+    """What a packed kernel is compiled for. Box dims are in the output's memory order,
+    innermost first (shared memory holds a box densely in that order); `in_order` lists
+    them in the input's order, innermost first (the order a block reads them); `checked`
+    says which can be cut short at the problem's edge; `wide` takes 64-bit offsets within a
+    box. Everything here flows into CUDA source: `__post_init__` checks it all."""
+
+    elem_bytes: int
+    box: tuple[int, ...]
+    in_order: tuple[int, ...]
+    checked: tuple[bool, ...]
+    wide: bool = False
+
+    def __post_init__(self) -> None:
+        n = len(self.box)
+        if self.elem_bytes not in ELEMENT_SIZES:
+            raise ShapeError(f"a packed kernel of {self.elem_bytes}-byte elements; sizes are {ELEMENT_SIZES}")
+        if not 1 <= n <= MAX_BOX_DIMS or not all(type(b) is int and b >= 1 for b in self.box):
+            raise ShapeError(f"a packed box {self.box!r}: 1 to {MAX_BOX_DIMS} positive int extents")
+        if sorted(self.in_order) != list(range(n)) or not all(type(k) is int for k in self.in_order):
+            raise ShapeError(f"packed box order {self.in_order!r} is not a permutation of range({n})")
+        if len(self.checked) != n or not all(type(c) is bool for c in self.checked):
+            raise ShapeError(f"packed box checks {self.checked!r}: one bool per box dim")
+        if type(self.wide) is not bool or self.volume * self.elem_bytes > PACKED_MAX_BYTES:
+            raise ShapeError(
+                f"a packed box of {self.volume} {self.elem_bytes}-byte elements: at most "
+                f"{PACKED_MAX_BYTES} bytes of shared memory"
+            )
+
+    @property
+    def volume(self) -> int:
+        return math.prod(self.box)
+
+    @property
+    def name(self) -> str:
+        """The kernel's `extern "C"` name: everything it is compiled for."""
+        box = "x".join(map(str, self.box))
+        order = "".join(map(str, self.in_order))
+        checks = "".join("c" if c else "f" for c in self.checked)
+        return f"at_packed_s{self.elem_bytes}_b{box}_i{order}_{checks}_{'w' if self.wide else 'n'}"
+
+
+@dataclass(frozen=True)
+class PackedArgs:
+    """A launch's `at_packed_args`, and the kernel it runs."""
+
+    kernel: PackedKernel
+    in_stride: tuple[int, ...]
+    out_stride: tuple[int, ...]
+    tile_in: tuple[int, ...]
+    tile_out: tuple[int, ...]
+    tiles_of: tuple[int, ...]
+    extent: tuple[int, ...]
+    tiles: int
+    ngrid: int
+
+    def values(self) -> tuple[int, ...]:
+        """The struct's fields, flat, in ARG_FORMAT's order."""
+        return (
+            *self.in_stride, *self.out_stride, *self.tile_in, *self.tile_out, *self.tiles_of,
+            *self.extent, self.tiles, self.ngrid,
+        )  # fmt: skip
+
+    def pack(self) -> bytes:
+        return struct.pack(ARG_FORMAT, *self.values())
+
+
+def packed_args(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int]) -> PackedArgs:
+    """The kernel and arguments that move `dims` (output memory order, outermost first, the
+    innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass).
+
+    The grid walks one dim per problem dim: the box dims first, in the kernel's order (so a
+    block's box index on each is known where it checks the edge), then the dims outside the
+    box. Raises ShapeError for what the kernel cannot take (the plan never makes such a box)."""
+    if len(box) != len(dims) or not 1 <= len(dims) <= MAX_GRID_DIMS:
+        raise ShapeError(f"a packed box {tuple(box)} for {len(dims)} dims: one extent per dim, at most {MAX_GRID_DIMS}")
+    if any(not 1 <= b <= d.extent for b, d in zip(box, dims, strict=True)):
+        raise ShapeError(f"packed box {tuple(box)} does not fit dims {[d.extent for d in dims]}")
+    inside = sorted((k for k, b in enumerate(box) if b > 1), key=lambda k: dims[k].out_stride)
+    if not inside:
+        raise ShapeError("a packed box of one element; use a gather")
+    outside = [k for k in reversed(range(len(dims))) if box[k] == 1 and dims[k].extent > 1]
+    in_order = tuple(sorted(range(len(inside)), key=lambda j: (dims[inside[j]].in_stride, j)))
+    span = [sum((box[k] - 1) * abs(getattr(dims[k], s)) for k in inside) for s in ("in_stride", "out_stride")]
+    kernel = PackedKernel(
+        elem_bytes,
+        tuple(box[k] for k in inside),
+        in_order,
+        tuple(dims[k].extent % box[k] != 0 for k in inside),
+        max(span) > OFFSET_LIMIT,
+    )
+    grid = [*inside, *outside]
+    tiles_of = [-(-dims[k].extent // box[k]) for k in grid]
+    tiles = math.prod(tiles_of)
+    if tiles > PACKED_MAX_TILES:
+        raise ShapeError(f"{tiles} packed boxes: at most {PACKED_MAX_TILES} (32-bit box index); use a gather")
+    pad_b, pad_g = MAX_BOX_DIMS - len(inside), MAX_GRID_DIMS - len(grid)
+    return PackedArgs(
+        kernel,
+        in_stride=(*(dims[k].in_stride for k in inside), *[0] * pad_b),
+        out_stride=(*(dims[k].out_stride for k in inside), *[0] * pad_b),
+        tile_in=(*(box[k] * dims[k].in_stride for k in grid), *[0] * pad_g),
+        tile_out=(*(box[k] * dims[k].out_stride for k in grid), *[0] * pad_g),
+        tiles_of=(*tiles_of, *[1] * pad_g),
+        extent=(*(dims[k].extent for k in inside), *[1] * pad_b),
+        tiles=tiles,
+        ngrid=len(grid),
+    )

@@ -1,0 +1,279 @@
+"""The packed kernels (templates/packed.cu.j2) without a GPU: a Python model of a block's walk
+(the box index split over the grid dims by 32-bit division, the edge limits, the box read in
+the input's order into skewed shared memory and written in the output's), run on the very
+arguments the host packs (`packed.packed_args`) for the boxes the plan picks
+(`plan.packed_box`), against np.transpose; the boxes' promises; the kernel spec's checks
+(everything in it becomes CUDA source); and nvcc's resource report for rendered kernels."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from autotranspose import errors
+from autotranspose.codegen import PACKED_BLOCKS_PER_SM, PACKED_THREADS, _packed_vars, render_packed
+from autotranspose.compiler import source_resources
+from autotranspose.packed import (
+    ARG_BYTES,
+    MAX_BOX_DIMS,
+    MAX_GRID_DIMS,
+    PackedArgs,
+    PackedKernel,
+    packed_args,
+)
+from autotranspose.plan import (
+    PACKED,
+    PACKED_MAX_BOX_DIMS,
+    PACKED_MAX_BYTES,
+    PACKED_MIN_ELEMS,
+    PACKED_MIN_RUN_BYTES,
+    Dim,
+    packed_box,
+    packed_runs,
+    plan_permute,
+)
+
+SIZES = (1, 2, 4, 8, 16)
+
+
+def model(a: PackedArgs, src: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Run the kernel's walk: every block's box, every thread's elements (vectorised over the
+    box's indices), from `src` into `out` (flat arrays of elements). Returns how often each
+    output element was written."""
+    k = a.kernel
+    v = _packed_vars(k)
+    nb = len(k.box)
+    dense = np.cumprod((1, *k.box[:-1]))
+    shift, pad, smem = v["shift"], v["pad"], v["smem"]
+    written = np.zeros(out.size, dtype=np.int64)
+    i = np.arange(k.volume, dtype=np.int64)  # every thread's indices: j * THREADS + threadIdx.x
+
+    def digits(order: tuple[int, ...]) -> list[np.ndarray]:
+        d, r = [None] * nb, i.copy()
+        for j, kk in enumerate(order):
+            d[kk] = r if j == nb - 1 else r % k.box[kk]
+            r = r // k.box[kk]
+        return d
+
+    d_in, d_out = digits(k.in_order), digits(tuple(range(nb)))
+    for tile in range(a.tiles):
+        rest, ib, ob, lim = tile, 0, 0, list(k.box)
+        for g in range(MAX_GRID_DIMS):
+            if g < a.ngrid:
+                q = rest // a.tiles_of[g]
+                r = rest - q * a.tiles_of[g]
+                rest = q
+                ib += r * a.tile_in[g]
+                ob += r * a.tile_out[g]
+                if g < nb and k.checked[g]:
+                    lim[g] = min(k.box[g], a.extent[g] - r * k.box[g])
+        assert rest == 0, "the box index has digits left over"
+        box = np.full(smem, -1, dtype=src.dtype)
+        loaded = np.zeros(smem, dtype=bool)
+        ok = np.ones(k.volume, dtype=bool)
+        for kk in range(nb):
+            if k.checked[kk]:
+                ok &= d_in[kk] < lim[kk]
+            else:
+                assert lim[kk] == k.box[kk]
+        s = sum(d_in[kk] * int(dense[kk]) for kk in range(nb))[ok]
+        at = ib + sum(d_in[kk] * a.in_stride[kk] for kk in range(nb))[ok]
+        slot = s + (s >> shift) * pad
+        assert slot.max(initial=0) < smem and np.unique(slot).size == slot.size, "shared slots collide"
+        assert at.min(initial=0) >= 0 and at.max(initial=0) < src.size, "a read outside x"
+        box[slot], loaded[slot] = src[at], True
+        ok = np.ones(k.volume, dtype=bool)
+        for kk in range(nb):
+            if k.checked[kk]:
+                ok &= d_out[kk] < lim[kk]
+        slot = (i + (i >> shift) * pad)[ok]
+        assert loaded[slot].all(), "a store of a shared slot no thread loaded"
+        to = ob + sum(d_out[kk] * a.out_stride[kk] for kk in range(nb))[ok]
+        assert to.min(initial=0) >= 0 and to.max(initial=0) < out.size, "a write outside out"
+        out[to] = box[slot]
+        np.add.at(written, to, 1)
+    return written
+
+
+def _random_problem(rng: np.random.Generator, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A random 2- to 6-D permute with small and odd extents (a few thousand elements)."""
+    nd = int(rng.integers(2, 7))
+    top = max(2, round(6000 ** (1 / nd)))
+    shape = tuple(int(v) for v in rng.integers(1, top + 1, nd))
+    return shape, tuple(int(a) for a in rng.permutation(nd))
+
+
+@pytest.mark.parametrize("e", SIZES)
+@pytest.mark.parametrize("seed", range(4))
+def test_the_walk_moves_what_np_transpose_moves(e: int, seed: int):
+    """Random permutes, boxed as the plan boxes them (edge boxes included): every output
+    element is written once, from the input element np.transpose puts there."""
+    rng = np.random.default_rng([seed, e, 4242])
+    checked = 0
+    for _ in range(40):
+        shape, axes = _random_problem(rng, e)
+        dims = plan_permute(shape, axes, e).dims
+        box = packed_box(dims, e) if len(dims) <= MAX_GRID_DIMS else None
+        if box is None:
+            continue
+        x = rng.integers(0, 2**62, math.prod(shape), dtype=np.int64)
+        out = np.full(x.size, -1, dtype=np.int64)
+        written = model(packed_args(e, dims, box), x, out)
+        want = np.transpose(x.reshape(shape), axes).ravel()
+        assert (written == 1).all(), f"{shape} by {axes} in boxes {box}"
+        assert np.array_equal(out, want), f"{shape} by {axes} in boxes {box}"
+        checked += 1
+    assert checked >= 10
+
+
+@pytest.mark.parametrize(
+    "dims, box",
+    [
+        ((Dim(7, 1, 13), Dim(13, 7, 1)), (7, 8)),  # a 7x13 transpose, the 13 cut at 8
+        ((Dim(5, 40, 3), Dim(3, 1, 1), Dim(9, 3, 15)), (2, 3, 4)),  # two dims cut, odd edges
+        ((Dim(3, 100, 1), Dim(11, 1, 3)), (3, 4)),  # strided input: gaps of 89
+    ],
+)
+def test_edge_boxes_and_views(dims: tuple[Dim, ...], box: tuple[int, ...]):
+    """Hand-made boxes that cut dims at their edges, and strides with gaps: exactly the
+    elements inside are moved, no read or write strays (the model asserts bounds)."""
+    extents = [d.extent for d in dims]
+    span_in = 1 + sum((d.extent - 1) * d.in_stride for d in dims)
+    span_out = 1 + sum((d.extent - 1) * d.out_stride for d in dims)
+    x = np.arange(span_in, dtype=np.int64) * 7 + 3
+    out = np.full(span_out, -1, dtype=np.int64)
+    a = packed_args(4, dims, box)
+    assert any(a.kernel.checked)
+    written = model(a, x, out)
+    for index in np.ndindex(*extents):
+        o = sum(k * d.out_stride for k, d in zip(index, dims, strict=True))
+        i = sum(k * d.in_stride for k, d in zip(index, dims, strict=True))
+        assert out[o] == x[i] and written[o] == 1
+    assert written.sum() == math.prod(extents)
+
+
+@pytest.mark.parametrize("e", SIZES)
+def test_boxes_keep_their_promises(e: int):
+    """Whatever the plan boxes: runs of at least PACKED_MIN_RUN_BYTES on both sides, at most
+    PACKED_MAX_BYTES of shared memory and PACKED_MAX_BOX_DIMS dims, a box within the dims,
+    and an element for every thread of a block unless the whole problem is smaller (a box
+    stops short of PACKED_MIN_ELEMS only where the next run target would pass the memory
+    cap)."""
+    rng = np.random.default_rng([e, 77])
+    boxed = small = 0
+    for _ in range(300):
+        shape, axes = _random_problem(rng, e)
+        shape = tuple(s * int(rng.integers(1, 40)) if rng.random() < 0.3 else s for s in shape)
+        dims = plan_permute(shape, axes, e).dims
+        box = packed_box(dims, e) if len(dims) <= MAX_GRID_DIMS else None
+        if box is None:
+            continue
+        boxed += 1
+        runs = packed_runs(dims, box)
+        volume = math.prod(box)
+        assert min(runs) * e >= PACKED_MIN_RUN_BYTES and volume * e <= PACKED_MAX_BYTES
+        assert sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
+        assert all(1 <= b <= d.extent for b, d in zip(box, dims, strict=True))
+        whole = math.prod(d.extent for d in dims)
+        assert volume >= min(PACKED_THREADS, whole), (shape, axes, box)
+        small += volume < min(PACKED_MIN_ELEMS, whole)
+        partial = [b for b, d in zip(box, dims, strict=True) if b < d.extent]
+        assert all(b & (b - 1) == 0 for b in partial), f"a dim cut at {partial}: powers of two"
+    assert boxed > 50 and small < boxed / 4
+
+
+def test_the_plan_packs_what_would_be_small_launches():
+    """float32 (200, 64, 112, 8) by (3, 1, 0, 2): 64 launches of 0.7 MB as a transpose, one
+    packed launch whose box reads 8 x 112 contiguous elements and writes 112 x 2."""
+    p = plan_permute((200, 64, 112, 8), (3, 1, 0, 2), 4)
+    (q,) = p.passes
+    assert q.kind == PACKED and p.launches == 1
+    assert q.box == (8, 1, 2, 112) and packed_runs(q.dims, q.box) == (896, 224)
+    a = packed_args(4, q.dims, q.box)
+    assert a.kernel == PackedKernel(4, (112, 2, 8), (2, 0, 1), (False, False, False))
+    assert a.tiles == 64 * 100 and a.ngrid == 4
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"elem_bytes": 3}, "3-byte"),
+        ({"box": ()}, "positive int"),
+        ({"box": (4, 0)}, "positive int"),
+        ({"box": (4, "8); evil(")}, "positive int"),
+        ({"box": (2,) * (MAX_BOX_DIMS + 1), "in_order": tuple(range(MAX_BOX_DIMS + 1)),
+          "checked": (False,) * (MAX_BOX_DIMS + 1)}, "positive int"),
+        ({"in_order": (0, 0)}, "permutation"),
+        ({"in_order": (0, 1.0)}, "permutation"),
+        ({"checked": (True,)}, "one bool per box dim"),
+        ({"checked": (1, 0)}, "one bool per box dim"),
+        ({"box": (4096, 4096)}, "shared memory"),
+        ({"wide": "yes"}, "shared memory"),
+    ],
+)  # fmt: skip
+def test_a_kernel_spec_is_checked_before_it_becomes_source(fields, words):
+    good = {"elem_bytes": 4, "box": (32, 32), "in_order": (1, 0), "checked": (False, True)}
+    with pytest.raises(errors.ShapeError, match=words):
+        PackedKernel(**{**good, **fields})
+    with pytest.raises(TypeError):
+        render_packed(["at_packed_s4_b32x32_i10_fc_n"])
+
+
+@pytest.mark.parametrize(
+    "dims, box, words",
+    [
+        ((Dim(4, 1, 1),), (4, 4), "one extent per dim"),
+        ((Dim(4, 1, 4), Dim(4, 4, 1)), (8, 4), "does not fit"),
+        ((Dim(4, 1, 4), Dim(4, 4, 1)), (1, 1), "one element"),
+    ],
+)
+def test_what_the_kernel_cannot_take_is_refused(dims, box, words):
+    with pytest.raises(errors.ShapeError, match=words):
+        packed_args(4, dims, box)
+
+
+def test_the_struct_matches_the_template():
+    """The packed fields are the C struct's, in order; the template asserts sizeof."""
+    src = render_packed([PackedKernel(4, (32, 32), (1, 0), (False, True))])
+    body = re.search(r"struct at_packed_args \{(.*?)\};", src, re.S).group(1)
+    names = re.findall(r"^\s*(?:i64|u32) (\w+)", body, re.M)
+    assert names == [f.name for f in dataclasses.fields(PackedArgs) if f.name != "kernel"]
+    assert f"sizeof(at_packed_args) == {ARG_BYTES}" in src
+
+
+def _specs() -> list[PackedKernel]:
+    """The kernels the plan makes for a spread of permutes, every element size."""
+    rng = np.random.default_rng(2024)
+    specs: dict[str, PackedKernel] = {}
+    for e in SIZES:
+        for _ in range(60):
+            shape, axes = _random_problem(rng, e)
+            shape = tuple(s * int(rng.integers(1, 60)) for s in shape)
+            dims = plan_permute(shape, axes, e).dims
+            box = packed_box(dims, e) if len(dims) <= MAX_GRID_DIMS else None
+            if box is not None:
+                k = packed_args(e, dims, box).kernel
+                specs.setdefault(k.name, k)
+    specs["wide"] = PackedKernel(8, (16, 64), (1, 0), (True, True), wide=True)
+    return list(specs.values())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_packed_kernels_compile_without_spills(arch: str):
+    """A spread of the boxes the plan makes compile in one source, with no local memory,
+    the shared memory of their box, and registers that let PACKED_BLOCKS_PER_SM blocks of
+    PACKED_THREADS reside on an SM."""
+    specs = _specs()
+    assert len({k.elem_bytes for k in specs}) == len(SIZES) and len(specs) > 40
+    report = source_resources(render_packed(specs), arch)
+    for k in specs:
+        res = report[k.name]
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{k.name} spills on {arch}: {res}"
+        assert res.smem_bytes == _packed_vars(k)["smem"] * k.elem_bytes, f"{k.name}: {res}"
+        assert res.registers * PACKED_THREADS * PACKED_BLOCKS_PER_SM <= 65536, f"{k.name}: {res}"

@@ -101,7 +101,7 @@ def _prepare(
             f"the {'input' if x.ptr % s else 'output'} pointer is not aligned to its "
             f"{s}-byte elements; copy the array into a fresh allocation first"
         )
-    vec = _call_vec(x, o)
+    vec = _call_vec(x, o, outer)
     if config is None:
         cls = shape_class(x.batch, x.m, x.n, vec)
         choice = lookup.choose(state.info, s, cls, conjugate=conjugate)
@@ -121,9 +121,14 @@ def _prepare(
     return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, *outer)
 
 
-def _call_vec(x: View, o: View) -> int:
-    """The widest vector (in elements) a call's sizes, strides and pointers allow."""
-    return call_vec(x.et.size, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, (x.ptr, o.ptr))
+def _call_vec(x: View, o: View, outer: Outer = NO_OUTER) -> int:
+    """The widest vector (in elements) a call's sizes, strides and pointers allow; with a
+    permute pass's `outer` dims, at the pointers of every matrix the launch walks (each
+    outer dim moves both by its strides)."""
+    s = x.et.size
+    walked = [p + s * st for d in outer if d.extent > 1
+              for p, st in ((x.ptr, d.in_stride), (o.ptr, d.out_stride))]  # fmt: skip
+    return call_vec(s, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, (x.ptr, o.ptr, *walked))
 
 
 def _first_call(

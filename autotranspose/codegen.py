@@ -52,12 +52,14 @@ ROWS_ARG_BYTES = struct.calcsize(ROWS_ARG_FORMAT)
 # the blocks per SM the registers must allow (__launch_bounds__; the grid is that many per
 # SM, `launch.make_gather`): 4 x 256 threads is half an SM's 2048, with 4 loads in flight each.
 GATHER_THREADS, GATHER_UNROLL, GATHER_BLOCKS_PER_SM = 256, 4, 4
-# permute()'s packed boxes: threads per block, and how many of a thread's elements the
-# compiler unrolls (a 1-byte box of 16384 elements is 64 per thread)
-PACKED_THREADS, PACKED_UNROLL = 256, 2
-# ... and the blocks per SM its registers must allow (__launch_bounds__): 4 x 256 threads is
-# half an SM, with a thread's loads of a box in flight together
-PACKED_BLOCKS_PER_SM = 4
+# permute()'s packed boxes: threads per block; how many of a thread's stores the compiler
+# unrolls (a 1-byte box of 16384 elements is 64 per thread); and how many bytes of loads a
+# thread issues before it stores them to shared memory (up to 8 loads: more bytes in flight)
+PACKED_THREADS, PACKED_UNROLL, PACKED_LOAD_BYTES = 256, 4, 64
+# ... and the blocks per SM its registers must allow (__launch_bounds__): 3 x 256 threads, 85
+# registers each, with up to 8 loads of a thread in flight (at 4 blocks, 64 registers, some
+# boxes spilled)
+PACKED_BLOCKS_PER_SM = 3
 # A tuned kernel's "outer" variant (templates/tiled/outer.cu.j2), for permute's transpose
 # passes: its last argument is an `at_outer_args` struct of tiles_total, batch; os_in, os_out,
 # os2_in, os2_out; outer2 and one unused word. Standard sizes, no padding, as C lays it out.
@@ -345,6 +347,8 @@ def _packed_vars(k: PackedKernel) -> dict[str, object]:
     for b in k.box[:-1]:
         dense.append(dense[-1] * b)
     steps = -(-k.volume // PACKED_THREADS)
+    batch = min(steps, 8, max(1, PACKED_LOAD_BYTES // k.elem_bytes))
+    steps = -(-steps // batch) * batch  # whole batches: the tail's loads are masked
     shift = (128 // k.elem_bytes).bit_length() - 1  # elements per 128-byte bank row
     pad = max(1, 4 // k.elem_bytes)  # one 4-byte bank (or one element) per row
     return {
@@ -357,7 +361,8 @@ def _packed_vars(k: PackedKernel) -> dict[str, object]:
         "in_offset": " + ".join(f"(off_t)d{d} * is{d}" for d in dims),
         "out_offset": " + ".join(f"(off_t)d{d} * os{d}" for d in dims),
         "steps": steps,
-        "ragged": k.volume % PACKED_THREADS != 0,
+        "ragged": steps * PACKED_THREADS != k.volume,
+        "batch": batch,
         "unroll": min(steps, PACKED_UNROLL),
         "shift": shift,
         "pad": pad,

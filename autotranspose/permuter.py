@@ -97,9 +97,11 @@ def build_steps(
     make_gather: MakeGather, make_packed: MakePacked,
 ) -> tuple[Step, ...]:  # fmt: skip
     """The steps that run `plan` from `src` into `dst` (device pointers). A launch serves
-    every host-loop index and every matrix of its outer dims, so its kernel is chosen for
-    the least aligned pair of pointers among them (a real pair: a first-call measurement
-    runs on it)."""
+    every host-loop index, so it is made at the least aligned of their pointer pairs: a
+    real launch's start, since a first-call measurement runs that whole launch on it. A
+    transpose launch also walks its outer dims, whose matrices start at further pointers;
+    `api.batched_launch` derives its vector from those as well (a measurement started at one
+    of them would write past the end of out)."""
     steps = []
     for p in plan.passes:
         offsets = tuple(p.offsets())
@@ -107,13 +109,9 @@ def build_steps(
             steps.append(Step(None, p.n * p.elem_bytes, offsets))
             continue
         i, o = weakest(offsets, src, dst)
-        if p.kind == TRANSPOSE:
-            e = p.elem_bytes
-            walked = [(i + e * d.in_stride, o + e * d.out_stride)
-                      for d in (p.outer, p.outer2) if d.extent > 1]  # fmt: skip
-            i, o = weakest([(i, o), *walked], src, dst)
+        if p.kind == TRANSPOSE:  # its outer dims' pointers: the api derives the vector from them
             shape, strides = (p.batch, p.m, p.n), (p.ld_in, p.ld_out, p.bs_in, p.bs_out)
-            launch = make_transpose(e, shape, strides, src + i, dst + o, (p.outer, p.outer2))
+            launch = make_transpose(p.elem_bytes, shape, strides, src + i, dst + o, (p.outer, p.outer2))
         elif p.kind == GATHER:
             launch = make_gather(p.elem_bytes, p.dims)
         elif p.kind == PACKED:

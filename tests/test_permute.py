@@ -19,7 +19,7 @@ import pytest
 from _plan_ref import _indices
 
 import autotranspose as at
-from autotranspose import errors, launch, permuter
+from autotranspose import api, errors, launch, permuter
 from autotranspose.arrays import NDView, check_permute_output, nd_view
 from autotranspose.codegen import (
     GATHER_BLOCKS_PER_SM,
@@ -35,9 +35,10 @@ from autotranspose.codegen import (
 )
 from autotranspose.compiler import Kernel
 from autotranspose.config import default_config
-from autotranspose.dtypes import element_type
+from autotranspose.dtypes import ElementType, element_type
 from autotranspose.gather import ARG_BYTES, gather_args
 from autotranspose.plan import COPY, GATHER, PACKED, TRANSPOSE, Dim, Pass, plan_permute
+from autotranspose.shapes import pass_vec
 
 SIZES = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 
@@ -375,8 +376,9 @@ def test_a_gather_is_one_launch(monkeypatch, kind, request):
 )
 def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gather, shape, axes):
     """Host loops and outer dims move the pointers by their strides: the launch made must
-    run at all of them, so it is made (and measured, on a first call) at the worst-aligned
-    pair."""
+    run at all of them. It is made at the worst-aligned real launch start (a first call
+    measures that whole launch there), and the vector it may use is derived from every
+    matrix's pointers, outer dims included, as `shapes.pass_vec` says for the pass."""
     mem = _Memory(1 << 20)
     plan = plan_permute(shape, axes, 4)
     p = plan.passes[0]
@@ -388,12 +390,16 @@ def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gathe
         v &= 15
         return v & -v if v else 16
 
-    starts = [(i + 4 * (a * p.outer.in_stride + c * p.outer2.in_stride),
-               o + 4 * (a * p.outer.out_stride + c * p.outer2.out_stride))
-              for i, o in p.offsets() for a in range(p.outer.extent)
-              for c in range(p.outer2.extent)]  # fmt: skip
-    worst = min(alignment(i | (o + (1 << 19))) for i, o in starts)
-    assert worst < 16 and alignment(s | d) == worst
+    starts = list(p.offsets())
+    assert (s, d - (1 << 19)) in starts, "a launch is made at a real launch's pointers"
+    assert alignment(s | d) == min(alignment(i | (o + (1 << 19))) for i, o in starts)
+    x = api.View("device", None, s, 3, p.batch, p.m, p.n, p.ld_in, p.bs_in, None,
+                 ElementType("4-byte word", 4, False), 0)  # fmt: skip
+    o = x._replace(ptr=d, m=p.n, n=p.m, ld=p.ld_out, bs=p.bs_out)
+    got = api._call_vec(x, o, (p.outer, p.outer2))
+    if not p.loops:
+        assert got == pass_vec(p), "the launch's vector is the pass's"
+    assert got < 4 and got <= api._call_vec(x, o), "the outer dims' strides cap the vector"
     assert permuter.weakest([(0, 0), (4, 8), (16, 32)], 0, 0) == (4, 8)
 
 

@@ -32,6 +32,7 @@ def main() -> int:
                     help="also time boxes grown to these PACKED_MIN_ELEMS")
     args = ap.parse_args()
 
+    from autotranspose import plan as plan_module
     from autotranspose.bench import _PermuteCheck, random_permute_cases
     from autotranspose.compiler import activate
     from autotranspose.dtypes import element_type

@@ -347,6 +347,21 @@ def test_gather_odd_sizes(rng, shape, axes, e, one_launch):
     assert same_bits(cupy.asnumpy(y), np.transpose(cupy.asnumpy(x), axes))
 
 
+def _view_layout(rng, shape: tuple[int, ...], kind: str) -> tuple[list[int], tuple[int, ...]]:
+    """Steps and padding for a view of `shape`: on the axes outside the innermost one of
+    more than one element (inside it, size-1 axes stay unpadded: else there would be no axis
+    of stride 1). For a packed pass the innermost three such axes stay contiguous (only the
+    outermost of them padded): a box needs runs of 32 bytes on both sides, which padding
+    every small axis would cut."""
+    nd = len(shape)
+    big = [k for k in range(nd) if shape[k] > 1] or [nd - 1]
+    kept = big[-(3 if kind == PACKED else 1) :]
+    steps = [2 if k < kept[0] and rng.random() < 0.4 else 1 for k in range(nd)]
+    pad = tuple(int(v) if k <= big[-1] and (k == kept[0] or k not in kept) else 0
+                for k, v in enumerate(rng.integers(0, 3, nd)))  # fmt: skip
+    return steps, pad
+
+
 @pytest.mark.parametrize("e", sorted(DTYPES))
 def test_gather_views_into_strided_poisoned_outputs(rng, e, one_launch):
     """Sliced and stepped inputs into windows of larger poisoned buffers: the one launch's
@@ -356,20 +371,14 @@ def test_gather_views_into_strided_poisoned_outputs(rng, e, one_launch):
     dtype, gathered = DTYPES[e], 0
     for _ in range(12):
         shape, axes = _gather_problem(rng, e, one_launch)
-        nd = len(shape)
-        # steps and padding on the axes outside the innermost one of more than one element
-        # (inside it, size-1 axes stay unpadded: else x would have no axis of stride 1)
-        inner = max((k for k in range(nd) if shape[k] > 1), default=nd - 1)
-        steps = [2 if k < inner and rng.random() < 0.4 else 1 for k in range(nd)]
-        pad = tuple(int(v) if k <= inner else 0 for k, v in enumerate(rng.integers(0, 3, nd)))
+        steps, pad = _view_layout(rng, shape, one_launch)
         ext = tuple(s * st + p for s, st, p in zip(shape, steps, pad, strict=True))
         big = cupy.asarray(random_array(rng, ext, dtype))
         starts = [int(rng.integers(0, p + 1)) for p in pad]
         x = big[tuple(slice(a, a + s * st, st) for a, s, st in zip(starts, shape, steps, strict=True))]
         assert x.shape == shape
         want = np.transpose(cupy.asnumpy(x), axes)
-        oinner = max((k for k, w in enumerate(want.shape) if w > 1), default=nd - 1)
-        opad = tuple(int(v) if k <= oinner else 0 for k, v in enumerate(rng.integers(0, 3, nd)))
+        _, opad = _view_layout(rng, want.shape, one_launch)
         raw, whole = _poisoned(cupy, tuple(w + p for w, p in zip(want.shape, opad, strict=True)), dtype)
         window = tuple(slice(p, p + w) for p, w in zip(opad, want.shape, strict=True))
         out = whole[window]

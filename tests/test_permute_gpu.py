@@ -393,62 +393,44 @@ def test_gather_views_into_strided_poisoned_outputs(rng, e, one_launch):
     assert gathered >= 4, f"only {gathered} of 12 views took the {one_launch} pass"
 
 
-def test_gather_through_both_launchers(rng, monkeypatch, no_packed):
-    """The gather's 368-byte argument block through the compiled launcher and through the
-    ctypes path (AUTOTRANSPOSE_NATIVE_LAUNCH=0)."""
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [((6, 5, 4, 3, 7, 2), (4, 2, 0, 5, 3, 1)), ((6, 5, 41, 3, 37, 2), (4, 2, 0, 5, 3, 1))],
+)
+def test_one_launch_through_both_launchers(rng, monkeypatch, one_launch, shape, axes):
+    """A gather's 368-byte argument block, or a packed launch's (its box cut at the dims'
+    edges), through the compiled launcher and through the ctypes path
+    (AUTOTRANSPOSE_NATIVE_LAUNCH=0)."""
     cupy = pytest.importorskip("cupy")
     from autotranspose import _native, launch
     from autotranspose.compiler import device_state
 
     state = device_state(0)
-    shape, axes = (6, 5, 4, 3, 7, 2), (4, 2, 0, 5, 3, 1)
     x = cupy.asarray(random_array(rng, shape, "float32"))
     want = np.transpose(cupy.asnumpy(x), axes)
     (p,) = plan_permute(shape, axes, 4).passes
-    assert p.kind == GATHER
+    assert p.kind == one_launch
+    box = tuple(min(b, 8) if b > 1 else b for b in p.box)  # a packed box cut at the edges
     # the compiled launcher last: a ctypes-path launch made last would leave _driver's
     # module-level launcher unset for launches other tests prepared and cached before
     for setting in ("0", "1"):
         monkeypatch.setenv(_native.ENV_VAR, setting)
         _native.reset()
         try:
-            lc = launch.make_gather(state, 4, p.dims)
+            if p.kind == GATHER:
+                lc = launch.make_gather(state, 4, p.dims)
+            else:
+                lc = launch.make_packed(state, 4, p.dims, box)
             out = cupy.full(want.shape, np.nan, np.float32)
             lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
             assert bool(lc.prepared(state.ctx).address) == (setting == "1" and _native.launcher() is not None)
-            assert same_bits(cupy.asnumpy(out), want), f"native launcher {setting}"
+            assert same_bits(cupy.asnumpy(out), want), f"native launcher {setting}, box {box}"
         finally:
             _native.reset()
 
 
 def _free_gpu_bytes(cupy) -> int:
     return int(cupy.cuda.runtime.memGetInfo()[0])
-
-
-def test_packed_through_both_launchers(rng, monkeypatch):
-    """A packed launch's argument block (the struct after two pointers) through the compiled
-    launcher and through the ctypes path, on a box cut at both dims' edges."""
-    cupy = pytest.importorskip("cupy")
-    from autotranspose import _native, launch
-    from autotranspose.compiler import device_state
-
-    state = device_state(0)
-    shape, axes = (6, 5, 41, 3, 37, 2), (4, 2, 0, 5, 3, 1)
-    x = cupy.asarray(random_array(rng, shape, "float32"))
-    want = np.transpose(cupy.asnumpy(x), axes)
-    (p,) = plan_permute(shape, axes, 4).passes
-    assert p.kind == PACKED
-    box = tuple(min(b, 8) if b > 1 else b for b in p.box)  # cut the dims at the edges
-    for setting in ("0", "1"):
-        monkeypatch.setenv(_native.ENV_VAR, setting)
-        _native.reset()
-        try:
-            lc = launch.make_packed(state, 4, p.dims, box)
-            out = cupy.full(want.shape, np.nan, np.float32)
-            lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
-            assert same_bits(cupy.asnumpy(out), want), f"native launcher {setting}, box {box}"
-        finally:
-            _native.reset()
 
 
 def test_gather_past_2_32_elements(no_packed):

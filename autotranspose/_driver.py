@@ -345,8 +345,8 @@ _SAME: Any = object()
 class Prepared:
     """One launch made ready for one context: the kernel's function there, its grid and
     block, and the argument block with everything but the two pointers (`tail`: the
-    transpose kernels' scalars, or a gather's struct; their first arguments sit at the same
-    offsets, TRANSPOSE_OFFSETS).
+    transpose kernels' scalars, or a row copy's, gather's or packed launch's struct; their
+    first arguments sit at the same offsets, TRANSPOSE_OFFSETS).
 
     With the compiled launcher (:mod:`._native`) the whole launch is a C struct handed over by
     address; without it, the ctypes objects for ``cuLaunchKernel``."""

@@ -264,7 +264,7 @@ def _tune_permutes(
 ) -> int:
     """`tune --shapes 64x256x56x56 --axes 0,2,3,1`: plan each permute (contiguous input) and
     tune its transpose pass like a transpose of its class, measured on the pass's strides;
-    a copy or gather pass gets one line saying there is nothing to tune. Everything is
+    a copy, packed or gather pass gets one line saying there is nothing to tune. Everything is
     checked, and every permute planned, before any GPU work."""
     targets = _permute_targets(args)
     device = args.device if args.device is not None else 0
@@ -787,7 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--axes", metavar="I,J,...",
                    help="tune the permute of each of --shapes by these axes, e.g. --shapes "
                         "64x256x56x56 --axes 0,2,3,1: its transpose pass, measured on the "
-                        "pass's own strides, into the pass's shape class (a copy or gather "
+                        "pass's own strides, into the pass's shape class (a copy, packed or gather "
                         "pass: nothing to tune)")  # fmt: skip
     t.add_argument("--dtypes", nargs="+", default=["float32"], metavar="DTYPE",
                    help="e.g. float32,int8 (default float32)")  # fmt: skip

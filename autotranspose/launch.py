@@ -65,7 +65,8 @@ class Launch:
     scalars: tuple[int, ...]  # packed by `arg_format` (the transpose kernels': M, N, strides, tiles)
     state: DeviceState
     # how `scalars` are laid out after the two pointers: the transpose kernels' arguments,
-    # the row copies' struct (`codegen.ROWS_ARG_FORMAT`) or a gather's struct (`gather.ARG_FORMAT`)
+    # the row copies' struct (`codegen.ROWS_ARG_FORMAT`), a gather's (`gather.ARG_FORMAT`) or a
+    # packed launch's (`packed.ARG_FORMAT`)
     arg_format: str = ARG_FORMAT[2:]
     tail: bytes = b""
     args: tuple[Any, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes, as C

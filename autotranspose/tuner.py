@@ -1053,8 +1053,8 @@ _WORD_DTYPES = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64", 16: "complex1
 class PermuteTarget:
     """What tuning the permute of a contiguous array means: its plan and, for a transpose
     pass, the (batch, m, n), strides and shape class permute() serves that pass by (tuned
-    exactly like a transpose of that class, measured on those strides). A copy or gather
-    pass runs an untuned kernel: nothing to tune."""
+    exactly like a transpose of that class, measured on those strides). A copy, packed or
+    gather pass runs an untuned kernel: nothing to tune."""
 
     plan: Plan
     dtype: str  # the pass's element type: the permute's, or a word of the pass's size

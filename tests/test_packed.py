@@ -277,3 +277,24 @@ def test_packed_kernels_compile_without_spills(arch: str):
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{k.name} spills on {arch}: {res}"
         assert res.smem_bytes == _packed_vars(k)["smem"] * k.elem_bytes, f"{k.name}: {res}"
         assert res.registers * PACKED_THREADS * PACKED_BLOCKS_PER_SM <= 65536, f"{k.name}: {res}"
+
+
+@pytest.mark.parametrize("e", SIZES)
+def test_only_one_launch_plans_pack(e: int, monkeypatch: pytest.MonkeyPatch):
+    """A box replaces the gather and nothing else: over random permutes, a plan is packed
+    exactly where, with boxes turned off, it is a gather that a box takes; every other plan
+    is the same with and without boxes."""
+    from autotranspose import plan as plan_module
+
+    rng = np.random.default_rng([e, 31337])
+    problems = [_random_problem(rng, e) for _ in range(300)]
+    packed = [plan_permute(s, a, e) for s, a in problems]
+    monkeypatch.setattr(plan_module, "packed_box", lambda dims, elem_bytes: None)
+    gathered = [plan_permute(s, a, e) for s, a in problems]
+    for p, g in zip(packed, gathered, strict=True):
+        (q,), (h,) = p.passes, g.passes
+        if q.kind == PACKED:
+            assert h.kind == "gather" and h.dims == q.dims and q.box == packed_box(q.dims, q.elem_bytes)
+        else:
+            assert p == g, p.describe()
+    assert sum(p.passes[0].kind == PACKED for p in packed) > 20

@@ -79,11 +79,12 @@ def test_a_transpose_pass_is_tuned_on_its_class_and_strides(
         ("float16", (8, 4096, 32, 128), (0, 2, 1, 3), "copy"),  # the head swap of (B, S, H, D)
         ("bfloat16", (8, 4096, 32, 128), (0, -2, 1, 3), "copy"),
         ("float32", (3, 5), (0, 1), "copy"),  # the identity: one contiguous block
-        ("float32", (2, 7, 3, 5, 11), (0, 2, 1, 4, 3), "gather"),  # six small launches
-        ("float32", (100000, 3, 5), (0, 2, 1), "gather"),  # tiles too small for a tile kernel
+        ("float32", (2, 7, 3, 5, 11), (0, 2, 1, 4, 3), "packed"),  # six small launches
+        ("float32", (100000, 3, 5), (0, 2, 1), "packed"),  # tiles too small for a tile kernel
+        ("float32", (2,) * 8, (7, 6, 5, 4, 3, 2, 1, 0), "gather"),  # a box would span all 8 dims
     ],
 )  # fmt: skip
-def test_copy_and_gather_passes_have_nothing_to_tune(dtype, shape, axes, kind) -> None:
+def test_copy_packed_and_gather_passes_have_nothing_to_tune(dtype, shape, axes, kind) -> None:
     target = permute_target(dtype, shape, axes)
     assert target.shape is target.layout is target.shape_class is None
     assert target.plan.passes[0].kind == kind

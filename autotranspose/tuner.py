@@ -761,11 +761,13 @@ class _Run:
         finished: set[int] = set()
         claimed: dict[str, Trial] = {}
         recorded: set[str] = set()
+        current: Trial | None = None  # asked and owned, not yet in `asked`
         try:
             for _ in range(k):
                 trial = self.study.ask(self.space.distributions)
                 if not self._own(trial):
                     continue
+                current = trial  # an interrupt from here on abandons it too
                 assert self.heartbeat is not None
                 self.heartbeat.add(_trial_id(trial))
                 trial.set_user_attr("shape", self.shape_text)
@@ -789,6 +791,7 @@ class _Run:
                 if self.device_index is not None:
                     trial.set_user_attr("device_index", self.device_index)
                 asked.append((trial, config))
+                current = None
 
             leaders: dict[str, Trial] = {}
             followers: list[tuple[Trial, KernelConfig]] = []
@@ -816,7 +819,7 @@ class _Run:
                 finished.add(trial.number)
         except BaseException as exc:
             reason = f"interrupted: {type(exc).__name__}: {exc}"[:500]
-            for trial, _ in asked:
+            for trial in [t for t, _ in asked] + ([current] if current is not None else []):
                 if trial.number not in finished:
                     self._abandon(trial, reason)
             for key, trial in claimed.items():

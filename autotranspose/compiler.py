@@ -218,15 +218,24 @@ def get_kernel(state: DeviceState, config: KernelConfig, *, outer: bool = False)
     """The loaded kernel for `config` (or its outer variant: `codegen.render_outer`) on
     `state`'s architecture, compiled on first use."""
     name = kernel_name(config, outer)
-    key = (state.arch, name)
+
+    def build() -> Kernel:
+        cubin = compile_cubin([config], state.arch, outer=outer)
+        return load_kernels(state.arch, cubin, [name])[name]
+
+    return _cached(state.arch, name, build)
+
+
+def _cached(arch: str, name: str, build: Callable[[], Kernel]) -> Kernel:
+    """Kernel `name` on `arch` from the process's cache, built (compiled and loaded) once:
+    the lock makes a second thread wait for the first one's build instead of repeating it."""
+    key = (arch, name)
     kernel = _kernels.get(key)
-    if kernel is not None:
-        return kernel
-    with _kernels_lock:
-        kernel = _kernels.get(key)
-        if kernel is None:
-            cubin = compile_cubin([config], state.arch, outer=outer)
-            kernel = _kernels[key] = load_kernels(state.arch, cubin, [name])[name]
+    if kernel is None:
+        with _kernels_lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                kernel = _kernels[key] = build()
     return kernel
 
 
@@ -245,14 +254,10 @@ def get_gather_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
 def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
     """permute()'s packed-box kernel `spec` on `state`'s architecture, compiled on first use
     (one per box shape; pycuda's disk cache keeps it across processes)."""
-    key = (state.arch, spec.name)
-    kernel = _kernels.get(key)
-    if kernel is not None:
-        return kernel
-    with _kernels_lock:
-        if key not in _kernels:
-            _kernels[key] = load_source(state.arch, render_packed([spec]), [spec.name])[spec.name]
-    return _kernels[key]
+    return _cached(
+        state.arch, spec.name,
+        lambda: load_source(state.arch, render_packed([spec]), [spec.name])[spec.name],
+    )  # fmt: skip
 
 
 def _untuned_kernel(

@@ -320,7 +320,7 @@ def _permute_launches(
     bench: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str
 ) -> dict[str, tuple[Callable | None, str]]:
     """peer -> (launch(src, dst, stream) or None, note), for a permute case."""
-    from .permuter import build
+    from .permuter import served
     from .plan import contiguous_strides, plan_permute
 
     e = element_type(dtype).size
@@ -330,7 +330,8 @@ def _permute_launches(
     peers["copy"] = (lambda src, dst, _s: drv.memcpy_dtod(dst, src, bench.nbytes), "cuMemcpyDtoD")
     src0, dst0 = bench.pointers(0)  # every set is 256-byte aligned: one plan serves them all
     plan = plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0)
-    steps = build(plan, state, src0, dst0, 0, state.ctx)
+    # what permute() serves: a plan with alternatives has its first call's choice measured here
+    plan, steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
 
     def ours(src: int, dst: int, _s: Any) -> None:
         for step in steps:

@@ -29,8 +29,9 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from . import _driver
 from ._env import Switch
@@ -59,11 +60,13 @@ REFINE_STEPS = 8  # neighbours timed per round (with the winner again, as the ne
 MARGIN = 0.01  # another candidate replaces the guess only when faster by more than this:
 # the guess was chosen for a reason, and noise must not trade it for a slower config
 
+K = TypeVar("K", bound=Hashable)  # what a race ranks: a config, or a permute's pass
+
 _switch = Switch(ENV_VAR)  # set_enabled() overrides the environment
 # The latest measurements of this process, newest last: (device name, element bytes, shape
 # class, Outcome). For looking into what a first call found (`autotranspose lookup` shows the
 # stored result); bounded, so a long-running service does not grow it.
-history: deque[tuple[str, int, object, Outcome]] = deque(maxlen=256)
+history: deque[tuple[str, int, object, Outcome[KernelConfig]]] = deque(maxlen=256)
 
 
 def set_enabled(on: bool | None) -> None:
@@ -105,13 +108,20 @@ def candidates(
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """What a first-call measurement found: the fastest config and every candidate's median
-    seconds per call (None: it failed to compile or launch)."""
+class Outcome(Generic[K]):
+    """What a first-call measurement found: the fastest candidate (a config, or a permute's
+    pass) and every candidate's median seconds per call (None: it failed to compile or
+    launch)."""
 
-    best: KernelConfig
-    seconds: dict[KernelConfig, float | None]
+    best: K
+    seconds: dict[K, float | None]
     gpu_s: float  # GPU time spent timing
+
+
+class Runner(Protocol):
+    """What a race times: a Launch, or a permute's steps."""
+
+    def run(self, src: int, dst: int, stream: int | None, ctx: int) -> None: ...
 
 
 _measuring = threading.Lock()  # one measurement at a time per process: they share the GPU
@@ -126,7 +136,7 @@ def measure(
     stream: int | None,
     ctx: int,
     budget_s: float = BUDGET_S,
-) -> Outcome | None:
+) -> Outcome[KernelConfig] | None:
     """Time `configs` (prepared by `make`) on the call's buffers and stream; None when the
     stream is being captured into a graph or nothing could run. The first config is the
     guess: another must beat it by more than MARGIN."""
@@ -141,26 +151,46 @@ def measure(
             launches[c] = make(c)
         except AutotransposeError:  # e.g. a grid too large for this shape: skipped
             continue
-    if not launches:
+    outcome = race(launches, configs[0], src, dst, stream, ctx, budget_s)
+    if outcome is None:
         return None
-    warm: dict[KernelConfig, float] = {}
-    times: dict[KernelConfig, list[float]] = {}
-    reps: dict[KernelConfig, int] = {}
+    return Outcome(outcome.best, {c: outcome.seconds.get(c) for c in configs}, outcome.gpu_s)
+
+
+def race(
+    runners: Mapping[K, Runner],
+    guess: K,
+    src: int,
+    dst: int,
+    stream: int | None,
+    ctx: int,
+    budget_s: float = BUDGET_S,
+) -> Outcome[K] | None:
+    """Time each of `runners` on the call's buffers and stream (CUDA events; a warm-up, then
+    up to ROUNDS medians of calls repeated to MIN_TIMED_S, within `budget_s` of GPU time)
+    and return the fastest; `guess` stays unless another is faster by more than MARGIN.
+    A runner whose launch fails is left out; None when none ran. The caller checks that
+    the stream is not being captured (timing synchronises)."""
+    if not runners:
+        return None
+    warm: dict[K, float] = {}
+    times: dict[K, list[float]] = {}
+    reps: dict[K, int] = {}
     spent = 0.0
     with _measuring, _driver.on_context(ctx):
         start, end = _driver.Event(), _driver.Event()
 
-        def timed(launch: Launch, k: int) -> float:
+        def timed(runner: Runner, k: int) -> float:
             start.record(stream)
             for _ in range(k):
-                launch.run(src, dst, stream, ctx)
+                runner.run(src, dst, stream, ctx)
             end.record(stream)
             end.synchronize()
             return end.ms_since(start) / 1e3
 
-        for c, launch in launches.items():  # warm-up; sets how often a timing repeats the call
+        for c, runner in runners.items():  # warm-up; sets how often a timing repeats the call
             try:
-                warm[c] = t = timed(launch, 1)
+                warm[c] = t = timed(runner, 1)
             except KernelLaunchError:
                 continue
             spent += t
@@ -171,7 +201,7 @@ def measure(
             if spent + round_s > budget_s:
                 break
             for c in times:
-                t = timed(launches[c], reps[c])
+                t = timed(runners[c], reps[c])
                 spent += t
                 times[c].append(t / reps[c])
     if not times:
@@ -179,10 +209,9 @@ def measure(
     # Warm-up times stand in when the budget allowed no full round (very large calls).
     medians = {c: statistics.median(v) if v else warm[c] for c, v in times.items()}
     best = min(medians, key=medians.__getitem__)
-    guess = configs[0]
     if guess in medians and medians[guess] <= medians[best] * (1 + MARGIN):
         best = guess
-    return Outcome(best, {c: medians.get(c) for c in configs}, spent)
+    return Outcome(best, {c: medians.get(c) for c in runners}, spent)
 
 
 def search(
@@ -195,7 +224,7 @@ def search(
     ctx: int,
     runnable: Callable[[KernelConfig], bool],
     budget_s: float = BUDGET_S,
-) -> Outcome | None:
+) -> Outcome[KernelConfig] | None:
     """`measure` the portfolio `configs` (the guess first), then refine: time the winner
     again with up to REFINE_STEPS of its runnable neighbours, the winner standing as the
     guess (MARGIN), for up to REFINE_ROUNDS rounds while a quarter of the budget is left; a

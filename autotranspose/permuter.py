@@ -17,6 +17,13 @@ call's stream, in the array's context, exactly as transpose() chooses them:
   tiny tiles) is `launch.make_packed` or `launch.make_gather`: the whole fused problem in
   one launch.
 
+Where the plan names alternatives (other passes that move the same bytes: `plan.ALT_*` says
+which and why no rule ranks them), the first call of the signature builds each and times
+them against the plan's own pass on its own buffers and stream (`firstcall.race`, within
+`firstcall.BUDGET_S` of GPU time; the plan's pass stays unless another is faster by
+`firstcall.MARGIN`), as transpose()'s first call chooses a config; ``AUTOTRANSPOSE_FIRST_CALL=0``
+switches it off with the rest. The choice is kept for this process (not in the database).
+
 The steps of a call signature (device, element size, shape, strides, axes, pointer
 alignment, lookup generation) are built once and kept, as transpose() keeps its launches.
 """
@@ -25,13 +32,14 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import _driver, lookup, streams
+from . import _driver, firstcall, lookup, streams
 from .api import (
     batched_launch,
     call_target,
@@ -43,6 +51,7 @@ from .api import (
 )
 from .arrays import NDView, allocate, check_permute_output, nd_view
 from .compiler import DeviceState
+from .errors import AutotransposeError
 from .launch import Launch, make_gather, make_packed, make_row_copy
 from .plan import (
     COPY,
@@ -50,6 +59,7 @@ from .plan import (
     PACKED,
     TRANSPOSE,
     Dim,
+    Pass,
     Plan,
     contiguous_strides,
     normalize_axes,
@@ -58,6 +68,10 @@ from .plan import (
 
 _steps: dict[tuple[Any, ...], tuple[Step, ...]] = {}
 _lock = threading.Lock()
+# What the first calls of this process chose between, newest last: (device name, the plan,
+# Outcome: the chosen pass and each pass's median seconds). For looking into a choice;
+# bounded, so a long-running service does not grow it.
+history: deque[tuple[str, Plan, firstcall.Outcome[Pass]]] = deque(maxlen=256)
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,17 @@ MakeCopy = Callable[..., Any]
 # make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
 MakePacked = Callable[[int, tuple[Dim, ...], tuple[int, ...]], Any]
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps of one plan as one runner (what `firstcall.race` times)."""
+
+    steps: tuple[Step, ...]
+
+    def run(self, src: int, dst: int, stream: int | None, ctx: int) -> None:
+        for step in self.steps:
+            step.run(src, dst, stream, ctx)
 
 
 def build_steps(
@@ -209,9 +234,39 @@ def _cached_steps(
     key = (xv.device, plan, xv.ptr & 15, ov_ptr & 15, lookup.generation)
     steps = _steps.get(key)
     if steps is None:
-        steps = build(plan, state, xv.ptr, ov_ptr, stream, ctx)
-        _keep(key, steps)
+        _, steps, final = served(plan, state, xv.ptr, ov_ptr, stream, ctx)
+        if final:
+            _keep(key, steps)
     return steps
+
+
+def served(
+    plan: Plan, state: DeviceState, src: int, dst: int, stream: int | None, ctx: int
+) -> tuple[Plan, tuple[Step, ...], bool]:
+    """What permute() runs for `plan` from `src` into `dst`: (the plan as run, its steps,
+    whether they are final for the signature). A plan with alternatives has them measured
+    here against its own pass (the module's docstring); while the stream is being captured
+    into a graph, or with first-call measurement off, the plan's own pass runs (captured: not
+    final, a later call measures). The bench times what this returns."""
+    own = build(plan, state, src, dst, stream, ctx)
+    if not plan.alternatives or not firstcall.enabled():
+        return plan, own, True
+    if _driver.is_capturing(stream):
+        return plan, own, False
+    guess = plan.passes[0]
+    runners = {guess: Steps(own)}
+    for p in plan.alternatives:
+        try:
+            runners[p] = Steps(build(plan.taking(p), state, src, dst, stream, ctx))
+        except AutotransposeError:  # e.g. a kernel that does not fit this device: not a candidate
+            continue
+    outcome = firstcall.race(runners, guess, src, dst, stream, ctx)
+    if outcome is None:  # nothing ran (each launch failed): the plan's own pass, as before
+        return plan, own, True
+    history.append((state.info.name, plan, outcome))
+    if outcome.best == guess:
+        return plan, own, True
+    return plan.taking(outcome.best), runners[outcome.best].steps, True
 
 
 def build(

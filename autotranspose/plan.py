@@ -30,6 +30,7 @@ says what we took from cuTT's planner and what not):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import operator
@@ -99,6 +100,33 @@ PACKED_MIN_ELEMS = 1024
 PACKED_MAX_BYTES = 32 << 10
 PACKED_MAX_BOX_DIMS = 6
 PACKED_MAX_TILES = 2**32 - 1  # the kernel counts boxes in 32 bits
+# Other passes that move the same problem, which the first call of a call signature times
+# against the plan's own pass, keeping the fastest (`Plan.alternatives`, `permuter`). No rule
+# of sizes ranked these right on an H200 (session 9, tools/packed_check.py, seeds 7 and 11,
+# % of copy): the winner depends on how much of the array sits in L2 and on the box's
+# shape. So the plan names the candidates and a measurement picks:
+# - where the plan runs one packed launch: the gather (faster in 7 of 22 such cases, e.g.
+#   float64 2x16x1197x44x3 84.6 vs 68.2, float32 2x15x4302x69x1 61.3 vs 38.1: its reads 2-3
+#   elements apart hit L2), and a box of PACKED_BIG_ELEMS elements (2-D problems: int32
+#   546x24x835 49.8 -> 82.2, 2x64x2x8x27832 55.3 -> 92.8; multi-dim ones lose: 200x64x112x8
+#   67.1 -> 51.4);
+# - where it runs one launch instead of a batched pass of at most ALT_MAX_LAUNCHES host-loop
+#   launches: that batched pass (GATHER_MAX_LAUNCHES and GATHER_MIN_LAUNCH_BYTES are first
+#   guesses that no run has calibrated);
+# - a row copy of rows under ALT_ROW_BYTES: a packed launch (int32 4x225440x72 78.7 -> 92.4,
+#   float64 96x8x5120x1x8 85.0 -> 92.6; but int16 25x3x8x1276x42 54.1 -> 40.4);
+# - a transpose with a side under ALT_SIDE_BYTES: a packed launch (complex128
+#   13x11x218x28x16 73.9 -> 92.5, complex64 8x3x181x15x865 36.9 -> 66.8; most others lose).
+# A plan whose pass is a contiguous copy, a wide row copy or a transpose of two wide sides
+# has none: the tuned kernels run those near the copy ceiling, and a first call there costs
+# nothing extra. Nor has an array under ALT_MIN_BYTES: it moves in a few microseconds, about
+# a launch's overhead, so no choice saves much, while a first call that builds an
+# alternative compiles its kernel (about 1 s of nvcc for a new box shape).
+PACKED_BIG_ELEMS = 4096
+ALT_MIN_BYTES = 8 << 20
+ALT_MAX_LAUNCHES = 64
+ALT_ROW_BYTES = 1024
+ALT_SIDE_BYTES = 512
 
 
 def max_tiles(m: int, n: int) -> int:
@@ -248,6 +276,9 @@ class Plan:
     dims: tuple[Dim, ...]  # the fused problem, outermost output axis first (array elements)
     passes: tuple[Pass, ...]  # () for an empty array, else one
     why_one_launch: str = ""  # a gather or packed pass: what the pass it replaced would have been
+    # other passes that move exactly the same bytes, which the first call of the signature
+    # times against passes[0] (the guess), keeping the fastest (permuter; ALT_* above)
+    alternatives: tuple[Pass, ...] = ()
 
     @property
     def out_shape(self) -> tuple[int, ...]:
@@ -256,6 +287,12 @@ class Plan:
     @property
     def launches(self) -> int:
         return sum(p.launches for p in self.passes)
+
+    def taking(self, p: Pass) -> Plan:
+        """This plan run by `p`, one of its alternatives, instead of its own pass."""
+        if p not in self.alternatives and p not in self.passes:
+            raise ValueError(f"{p} is not one of this plan's passes or alternatives")
+        return dataclasses.replace(self, passes=(p,), alternatives=())
 
     def describe(self) -> str:
         """A few lines for people (`autotranspose lookup --axes`): the call, the fused
@@ -280,6 +317,8 @@ class Plan:
         if self.why_one_launch:
             kind = self.passes[0].kind
             lines.append(f"why {kind}: the batched pass would be {self.why_one_launch}")
+        for p in self.alternatives:
+            lines.append("a first call also times: " + p.describe())
         n = self.launches
         lines.append(f"{len(self.passes)} pass, {n} launch{'es' if n != 1 else ''}")
         return "\n".join(lines)
@@ -358,13 +397,48 @@ def plan_permute(
     fused = _fuse(sorted(dims, key=lambda d: -d.out_stride))  # output memory order
     case, one = _classify(fused, elem_bytes, in_ptr, out_ptr)
     why = gather_reason(one)
-    if why:
-        problem = one.problem()
-        total = math.prod(d.extent for d in problem)
-        box = packed_box(problem, one.elem_bytes)
-        kind = GATHER if box is None else PACKED
-        one = Pass(kind, one.elem_bytes, 1, total, total, total, dims=problem, box=box or ())
-    return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (one,), why)
+    chosen = (one_launch(one, PACKED) or one_launch(one, GATHER) or one) if why else one
+    alts = alternatives(one, chosen)
+    return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (chosen,), why, alts)
+
+
+def one_launch(p: Pass, kind: str, min_elems: int | None = None) -> Pass | None:
+    """`p`'s whole problem as one launch of `kind` (PACKED: in `packed_box`'s box for
+    `min_elems`), or None where that kernel cannot take it."""
+    problem = p.problem()
+    if not 1 <= len(problem) <= MAX_NDIM or any(d.extent > GATHER_MAX_EXTENT for d in problem):
+        return None
+    box: tuple[int, ...] | None = ()
+    if kind == PACKED:
+        box = packed_box(problem, p.elem_bytes, min_elems)
+        if box is None:
+            return None
+    total = math.prod(d.extent for d in problem)
+    return Pass(kind, p.elem_bytes, 1, total, total, total, dims=problem, box=box or ())
+
+
+def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
+    """The passes a first call times against `chosen` (the plan's pass; `batched` is the
+    batched transpose or row copy it was classified as, the same where no one-launch pass
+    replaced it): each moves exactly the same bytes. The rules and the measurements behind
+    them are at ALT_* above."""
+    e = chosen.elem_bytes
+    found: list[Pass | None] = []
+    if math.prod(d.extent for d in chosen.problem()) * e < ALT_MIN_BYTES:
+        pass
+    elif chosen.kind in (PACKED, GATHER):
+        found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
+        if batched.loops and batched.launches <= ALT_MAX_LAUNCHES:
+            found.append(batched)
+    elif chosen.kind == COPY and not chosen.contiguous and chosen.n * e < ALT_ROW_BYTES:
+        found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
+    elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
+        found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
+    picked: list[Pass] = []
+    for p in found:
+        if p is not None and p != chosen and p not in picked:
+            picked.append(p)
+    return tuple(picked)
 
 
 def _chain(dims: Sequence[Dim], side: str) -> list[int]:
@@ -411,16 +485,19 @@ def packed_runs(dims: Sequence[Dim], box: Sequence[int]) -> tuple[int, int]:
     return runs[0], runs[1]
 
 
-def packed_box(dims: Sequence[Dim], elem_bytes: int) -> tuple[int, ...] | None:
+def packed_box(
+    dims: Sequence[Dim], elem_bytes: int, min_elems: int | None = None
+) -> tuple[int, ...] | None:
     """The box a packed pass moves `dims` (output memory order, outermost first) in: one
     extent per dim, or None where no box is worth one (runs under PACKED_MIN_RUN_BYTES on
     either side, more than PACKED_MAX_BOX_DIMS dims in it, or too many boxes to count).
 
     For each run target in PACKED_RUN_BYTES, the box takes dims along the input's
     contiguous chain until its read run is that long, and likewise along the output's; dims
-    on both chains count once (the larger extent). The first box of PACKED_MIN_ELEMS
-    elements is taken, else the largest within PACKED_MAX_BYTES."""
+    on both chains count once (the larger extent). The first box of `min_elems` elements
+    (PACKED_MIN_ELEMS unless given) is taken, else the largest within PACKED_MAX_BYTES."""
     e = elem_bytes
+    min_elems = PACKED_MIN_ELEMS if min_elems is None else min_elems
     chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
     if not all(chains):
         return None
@@ -433,7 +510,7 @@ def packed_box(dims: Sequence[Dim], elem_bytes: int) -> tuple[int, ...] | None:
         if volume * e > PACKED_MAX_BYTES:
             break
         best = tuple(box)
-        if volume >= PACKED_MIN_ELEMS:
+        if volume >= min_elems:
             break
     if best is None:
         return None

@@ -79,13 +79,29 @@ def no_gather(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def own_pass() -> Iterator[None]:
+    """permute() runs each plan's own pass, not the fastest of its alternatives (first-call
+    measurement off): for the tests of one kind of pass, on arrays large enough to have
+    alternatives. Cached steps and launches are dropped before and after."""
+    from autotranspose import api, firstcall, permuter
+
+    firstcall.set_enabled(False)
+    permuter.clear_caches()
+    api.clear_caches()
+    yield
+    firstcall.set_enabled(None)
+    permuter.clear_caches()
+    api.clear_caches()
+
+
+@pytest.fixture
 def no_packed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Plans that would run one packed launch run one gather launch instead: for the tests
     of the gather, on shapes where a box would take them. permute()'s cached plans and steps
     are dropped before and after, so no call sees a plan made the other way."""
     from autotranspose import permuter, plan
 
-    monkeypatch.setattr(plan, "packed_box", lambda dims, elem_bytes: None)
+    monkeypatch.setattr(plan, "packed_box", lambda *args: None)
     permuter.clear_caches()
     yield
     permuter.clear_caches()

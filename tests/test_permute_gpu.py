@@ -3,7 +3,8 @@ odd sizes, sliced and strided inputs, strided outputs, a poisoned output with a 
 after it, against NumPy on fresh random data; CuPy, PyTorch and JAX in and out; NCHW<->NHWC;
 the attention-heads swap in bfloat16; the one-launch packed and gather passes (random
 permutes that take them, views, strided outputs, both launchers, and one past 2**32 elements
-when memory allows)."""
+when memory allows); every alternative a first call may choose, and the choice itself (once
+per signature, never while a graph is captured, off with first-call measurement)."""
 
 from __future__ import annotations
 
@@ -284,9 +285,10 @@ def test_wide_and_runs_cases_and_a_second_call_from_the_cache(rng):
 
 # --- the one-launch passes: packed and gather -----------------------------------------------------
 @pytest.fixture(params=[PACKED, GATHER])
-def one_launch(request: pytest.FixtureRequest) -> str:
+def one_launch(request: pytest.FixtureRequest, own_pass: None) -> str:
     """The kind of one-launch pass a test runs: packed (as planned), or the gather (the
-    plan's boxes turned off: `no_packed`)."""
+    plan's boxes turned off: `no_packed`); the plan's own pass, never an alternative a first
+    call found faster (`own_pass`)."""
     if request.param == GATHER:
         request.getfixturevalue("no_packed")
     return request.param
@@ -456,3 +458,136 @@ def test_gather_past_2_32_elements(no_packed):
     for i in range(0, shape[0], chunk):
         got, want = host_y[i : i + chunk], np.transpose(host_x[i : i + chunk], axes)
         assert np.array_equal(got, want), f"rows {i} to {i + chunk} differ"
+
+
+# --- the first call's choice between a plan's pass and its alternatives ---------------------------
+def _alternatives_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A random 3- to 6-D permute of 9 to 40 MB whose plan names alternatives."""
+    while True:
+        nd = int(rng.integers(3, 7))
+        target = rng.uniform(9e6, 4e7) / e
+        shape = tuple(max(2, round(v)) for v in target ** rng.dirichlet(np.ones(nd)))
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        if plan_permute(shape, axes, e).alternatives:
+            return shape, axes
+
+
+@pytest.mark.parametrize("e", sorted(DTYPES))
+def test_every_alternative_moves_the_same_bytes(rng, e):
+    """Each pass a first call may choose (the plan's, the gather, boxes of both sizes, the
+    batched pass), run on its own into a poisoned out with a guard region after it, equals
+    np.transpose on fresh random bits."""
+    cupy = pytest.importorskip("cupy")
+    from autotranspose import permuter
+    from autotranspose.compiler import device_state
+
+    state = device_state(0)
+    stream = cupy.cuda.get_current_stream().ptr
+    for _ in range(3):
+        shape, axes = _alternatives_problem(rng, e)
+        x = cupy.asarray(random_array(rng, shape, DTYPES[e]))
+        want = np.transpose(cupy.asnumpy(x), axes)
+        raw, out = _poisoned(cupy, want.shape, DTYPES[e])
+        src, dst = x.data.ptr, out.data.ptr
+        plan = plan_permute(shape, axes, e, in_ptr=src, out_ptr=dst)
+        for p in (plan.passes[0], *plan.alternatives):
+            raw.fill(POISON)
+            for step in permuter.build(plan.taking(p), state, src, dst, stream, state.ctx):
+                step.run(src, dst, stream, state.ctx)
+            cupy.cuda.get_current_stream().synchronize()
+            assert same_bits(cupy.asnumpy(out), want), f"{shape} by {axes}: {p.describe()}"
+            assert bool((raw[out.nbytes :] == POISON).all()), f"guard written: {p.describe()}"
+
+
+@pytest.fixture
+def fresh_choices():
+    """No steps cached and no choices recorded; first-call measurement as the user has it."""
+    from autotranspose import api, firstcall, permuter
+
+    firstcall.set_enabled(None)
+    permuter.clear_caches()
+    api.clear_caches()
+    permuter.history.clear()
+    yield permuter.history
+    permuter.clear_caches()
+
+
+_CHOICE = ((200, 64, 112, 8), (3, 1, 0, 2))  # float32, 46 MB: packed; the gather, a bigger box
+# and the batched transpose (64 launches) are its alternatives
+
+
+def _choices(history, shape) -> list:
+    return [h for h in history if h[1].shape == shape]
+
+
+def test_a_first_call_times_the_alternatives_once_and_keeps_the_fastest(rng, fresh_choices):
+    cupy = pytest.importorskip("cupy")
+    from autotranspose import firstcall
+
+    shape, axes = _CHOICE
+    x = cupy.asarray(random_array(rng, shape, "float32"))
+    want = np.transpose(cupy.asnumpy(x), axes)
+    assert same_bits(cupy.asnumpy(at.permute(x, axes)), want)
+    ((_, plan, outcome),) = _choices(fresh_choices, shape)
+    guess = plan.passes[0]
+    assert len(plan.alternatives) == 3 and set(outcome.seconds) == {guess, *plan.alternatives}
+    timed = {p: t for p, t in outcome.seconds.items() if t is not None}
+    assert guess in timed and outcome.best in timed, outcome
+    fastest = min(timed.values())
+    if outcome.best == guess:  # the plan's pass stays unless beaten by more than MARGIN
+        assert timed[guess] <= fastest * (1 + firstcall.MARGIN)
+    else:
+        assert timed[outcome.best] == fastest
+    assert 0 < outcome.gpu_s <= firstcall.BUDGET_S + sum(timed.values())
+    x2 = cupy.asarray(random_array(rng, shape, "float32"))  # the same signature: no new timing
+    assert same_bits(cupy.asnumpy(at.permute(x2, axes)), np.transpose(cupy.asnumpy(x2), axes))
+    assert len(_choices(fresh_choices, shape)) == 1
+
+
+def test_no_choice_is_timed_when_first_calls_are_off(rng, fresh_choices):
+    cupy = pytest.importorskip("cupy")
+    from autotranspose import firstcall
+
+    shape, axes = _CHOICE
+    x = cupy.asarray(random_array(rng, shape, "float32"))
+    firstcall.set_enabled(False)
+    try:
+        assert same_bits(cupy.asnumpy(at.permute(x, axes)), np.transpose(cupy.asnumpy(x), axes))
+    finally:
+        firstcall.set_enabled(None)
+    assert _choices(fresh_choices, shape) == []
+
+
+def test_no_choice_is_timed_while_the_stream_is_captured(rng, fresh_choices):
+    """Capture forbids the timing's synchronisation: the plan's own pass is captured, and a
+    later call outside capture makes the choice."""
+    torch = pytest.importorskip("torch")
+    from autotranspose import api, firstcall, permuter
+
+    shape, axes = _CHOICE
+    x = torch.empty(shape, device="cuda")
+    out = torch.empty(tuple(shape[a] for a in axes), device="cuda")
+    firstcall.set_enabled(False)  # compile and load the kernels before capture
+    try:
+        at.permute(x, axes, out)
+    finally:
+        firstcall.set_enabled(None)
+    permuter.clear_caches()
+    api.clear_caches()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        at.permute(x, axes, out)
+    assert _choices(fresh_choices, shape) == []
+    x.copy_(torch.as_tensor(random_array(rng, shape, "float32")))
+    g.replay()
+    torch.cuda.synchronize()
+
+    def bits(t):  # random bits hold NaNs: compare them as integers
+        return t.contiguous().view(torch.int32)
+
+    assert torch.equal(bits(out), bits(x.permute(*axes)))
+    out.zero_()
+    at.permute(x, axes, out)
+    torch.cuda.synchronize()
+    assert torch.equal(bits(out), bits(x.permute(*axes)))
+    assert len(_choices(fresh_choices, shape)) == 1

@@ -10,6 +10,7 @@ failure message names the seed and the case.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import math
 import os
@@ -126,26 +127,38 @@ def run(x: Buf, axes: tuple[int, ...], out: Buf, what: str = "") -> Plan:
         f"seed {SEED} {what}: shape {x.view.shape} axes {axes} e {e} in strides {x.strides} "
         f"out strides {out.strides}\n{p.describe()}"
     )
+    before = out.base.copy()
     expected = out.base.copy()
     out.take(expected)[...] = np.transpose(x.view, axes)
-    hits = execute(p, x.flat, x.at, out.flat, out.at)
-    assert out.base.tobytes() == expected.tobytes(), ctx
     want = np.zeros(out.flat.size, dtype=np.int64)
     ids = out.take(np.arange(out.base.size).reshape(out.base.shape))
     want[(ids[..., None] * e + np.arange(e)).ravel()] = 1
-    assert np.array_equal(hits, want), "bytes written not exactly once, or outside out: " + ctx
+    # the plan's pass, then each alternative a first call may pick instead, from the same
+    # poisoned output: every one moves exactly the same bytes
+    for q in (*p.passes[:1], *p.alternatives):
+        out.base[...] = before
+        hits = execute(p.taking(q) if q in p.alternatives else p, x.flat, x.at, out.flat, out.at)
+        what = f"{ctx}\nrunning: {q.describe()}"
+        assert out.base.tobytes() == expected.tobytes(), what
+        assert np.array_equal(hits, want), "bytes written not exactly once, or outside out: " + what
+    if not p.passes:
+        execute(p, x.flat, x.at, out.flat, out.at)
+        assert out.base.tobytes() == expected.tobytes(), ctx
     _check_minimal(p, ctx)
     return p
 
 
 def _check_minimal(p: Plan, ctx: str) -> None:
-    """One pass at most; no fusable pair left; the kernel's batch is the largest loop."""
+    """One pass at most; no fusable pair left; the kernel's batch is the largest loop; the
+    alternatives are other passes, each once."""
     assert len(p.passes) <= 1, ctx
+    assert len(set(p.alternatives)) == len(p.alternatives), ctx
+    assert not set(p.alternatives) & set(p.passes), ctx
     for a, d in itertools.pairwise(p.dims):
         assert not (
             a.in_stride == d.in_stride * d.extent and a.out_stride == d.out_stride * d.extent
         ), ctx
-    for q in p.passes:
+    for q in (*p.passes, *p.alternatives):
         assert all(q.batch >= d.extent for d in q.loops), ctx
         assert q.elem_bytes in SIZES, ctx
 
@@ -161,6 +174,13 @@ def _shape(rng: np.random.Generator, nd: int) -> tuple[int, ...]:
     if nd and rng.random() < 0.03:
         shape[int(rng.integers(nd))] = 0
     return tuple(shape)
+
+
+@pytest.fixture(autouse=True)
+def every_alternative(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans of these small arrays name their alternatives too (`plan.ALT_MIN_BYTES` keeps
+    them from small arrays), so `run` checks every pass a first call may pick."""
+    monkeypatch.setattr(plan, "ALT_MIN_BYTES", 0)
 
 
 # --- random problems ----------------------------------------------------------------------------
@@ -194,7 +214,7 @@ def test_random_plans_cover_every_case(e: int, gathers: str):
     of pass shows up (one-launch passes often: these arrays are small, so host loops launch
     little)."""
     rng = _rng(99, e, gathers)
-    seen, kinds = set(), collections.Counter()
+    seen, kinds, alts = set(), collections.Counter(), collections.Counter()
     for _ in range(400):
         nd = int(rng.integers(1, MAX_NDIM + 1))
         shape = _shape(rng, nd)
@@ -204,6 +224,8 @@ def test_random_plans_cover_every_case(e: int, gathers: str):
         p = run(x, axes, out)
         seen.add(p.case)
         kinds.update(q.kind for q in p.passes)
+        alts.update((p.passes[0].kind, q.kind) for q in p.alternatives)
+    print(f"seed {SEED}: passes {dict(kinds)}, alternatives {dict(alts)}")
     assert {CONTIGUOUS, RUNS, ELEMENTS} <= seen, f"seed {SEED}: {seen}"
     assert {COPY, TRANSPOSE} <= set(kinds), f"seed {SEED}: {kinds}"
     one = kinds[GATHER] + kinds[PACKED]
@@ -661,3 +683,76 @@ def test_describe_says_why_a_gather(no_packed):
     assert text.endswith("1 pass, 1 launch")
     text = plan_permute((100000, 3, 5), (0, 2, 1), 4).describe()
     assert "transpose 100000 x 3x5 (both sides under 8" in text
+
+
+# --- alternatives: the passes a first call times against the plan's --------------------------------
+@pytest.mark.parametrize(
+    "shape, axes, e, kind, alternatives",
+    [
+        # 64 launches of 0.7 MB: packed, with the gather, a bigger box and the batched pass
+        ((200, 64, 112, 8), (3, 1, 0, 2), 4, PACKED, [GATHER, PACKED, TRANSPOSE]),
+        ((8, 696, 1, 312, 3), (1, 4, 0, 3, 2), 8, PACKED, [GATHER, TRANSPOSE]),  # 8 launches
+        ((8, 4096, 32, 128), (0, 2, 1, 3), 2, COPY, [PACKED]),  # heads: rows of 256 bytes
+        ((1000, 1000, 8), (1, 0, 2), 4, COPY, [PACKED]),  # rows of 32 bytes
+        ((32, 64, 224, 224), (0, 2, 3, 1), 2, TRANSPOSE, [PACKED]),  # a side of 128 bytes
+        ((4, 225440, 72), (0, 2, 1), 4, TRANSPOSE, [PACKED, PACKED]),  # 288 bytes, two boxes
+        ((64, 256, 56, 56), (0, 2, 3, 1), 2, TRANSPOSE, []),  # sides of 512 bytes and more
+        ((4096, 4096), (1, 0), 4, TRANSPOSE, []),  # the tuned kernels' home ground
+        ((300000, 3), (1, 0), 4, TRANSPOSE, []),  # 12-byte runs: no box
+        ((64, 3, 1000), (1, 0, 2), 4, COPY, []),  # rows of 4000 bytes
+        ((4096, 4096), (0, 1), 4, COPY, []),  # one contiguous block
+    ],
+)  # fmt: skip
+def test_the_alternatives_a_first_call_times(shape, axes, e, kind, alternatives, monkeypatch):
+    monkeypatch.setattr(plan, "ALT_MIN_BYTES", 8 << 20)  # as shipped
+    p = plan_permute(shape, axes, e)
+    (q,) = p.passes
+    assert q.kind == kind and [a.kind for a in p.alternatives] == alternatives, p.describe()
+    for a in p.alternatives:  # the same bytes: the same fused problem (checked in full by `run`)
+        assert a.problem() == q.problem() and a.launches <= plan.ALT_MAX_LAUNCHES
+        assert p.taking(a).passes == (a,) and not p.taking(a).alternatives
+        assert "a first call also times: " + a.describe() in p.describe()
+    boxes = [a.box for a in (q, *p.alternatives) if a.kind == PACKED]
+    assert len(set(boxes)) == len(boxes), "each box once"
+
+
+def test_small_arrays_have_no_alternatives(monkeypatch):
+    """Under ALT_MIN_BYTES a first call would compile alternatives to save microseconds."""
+    monkeypatch.setattr(plan, "ALT_MIN_BYTES", 8 << 20)
+    shape, axes = (200, 64, 112, 8), (3, 1, 0, 2)  # 45.9 MB
+    assert plan_permute(shape, axes, 4).alternatives
+    assert not plan_permute((20, 64, 112, 8), axes, 4).alternatives  # 4.6 MB
+    monkeypatch.setattr(plan, "ALT_MIN_BYTES", 64 << 20)
+    assert not plan_permute(shape, axes, 4).alternatives
+
+
+def test_a_plan_takes_only_its_own_alternatives():
+    p = plan_permute((200, 64, 112, 8), (3, 1, 0, 2), 4)
+    other = plan_permute((8, 696, 1, 312, 3), (1, 4, 0, 3, 2), 8).passes[0]
+    with pytest.raises(ValueError, match="not one of this plan's"):
+        p.taking(other)
+    assert p.taking(p.passes[0]) == dataclasses.replace(p, alternatives=())
+
+
+@pytest.mark.parametrize("e", SIZES)
+def test_alternatives_of_big_random_permutes(e: int, monkeypatch):
+    """Permutes of the bench's sizes (planned only: too big to run here): each alternative is
+    another kind of pass or another box of the same problem, in one launch or at most
+    ALT_MAX_LAUNCHES, and a packed plan always names the gather."""
+    monkeypatch.setattr(plan, "ALT_MIN_BYTES", 8 << 20)
+    rng = _rng(4711, e)
+    named = 0
+    for _ in range(200):
+        nd = int(rng.integers(3, 7))
+        target = math.exp(rng.uniform(math.log(16e6), math.log(1e9))) / e  # elements
+        shape = tuple(max(2, round(v)) for v in target ** rng.dirichlet(np.ones(nd)))
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        p = plan_permute(shape, axes, e)
+        q = p.passes[0]
+        named += bool(p.alternatives)
+        for a in p.alternatives:
+            assert a.problem() == q.problem(), p.describe()
+            assert a.launches <= plan.ALT_MAX_LAUNCHES
+        if q.kind == PACKED:
+            assert GATHER in {a.kind for a in p.alternatives}, p.describe()
+    assert named > 20

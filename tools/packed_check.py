@@ -1,12 +1,14 @@
-"""Time permute's one-launch passes against the plan on random permute mixes (device only):
-for each case of `bench --random-permute N --seed S`, the plan as permute() runs it, the
-whole problem as one packed launch (where `plan.packed_box` takes it) and as one gather,
-each checked against np.transpose first, each as % of a copy of the same bytes.
+"""Time permute's passes on random permute mixes (device only): for each case of
+`bench --random-permute N --seed S`, the plan's own pass, each alternative a first call
+times against it (`Plan.alternatives`: the gather, another box, the batched pass, a packed
+launch), the whole problem as one packed launch and as one gather where the plan names
+neither, and what permute() serves after its first call (`permuter.served`), each checked
+against np.transpose first, each as % of a copy of the same bytes.
 
     python3 tools/packed_check.py --seeds 7 11 --count 40 [--json out.json]
 
-What it is for: the data behind the plan's rule for when a problem is one packed launch
-(docs/perf-notes.md), on seeds the rule was and was not calibrated on.
+What it is for: the data behind the plan's one-launch rule and its alternatives
+(docs/perf-notes.md), on seeds they were and were not calibrated on.
 """
 
 from __future__ import annotations
@@ -28,16 +30,13 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json")
     ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
-    ap.add_argument("--min-elems", type=int, nargs="*", default=[],
-                    help="also time boxes grown to these PACKED_MIN_ELEMS")
     args = ap.parse_args()
 
-    from autotranspose import plan as plan_module
     from autotranspose.bench import _PermuteCheck, random_permute_cases
     from autotranspose.compiler import activate
     from autotranspose.dtypes import element_type
     from autotranspose.measure import Bench
-    from autotranspose.permuter import build
+    from autotranspose.permuter import build, served
     from autotranspose.plan import (
         GATHER,
         PACKED,
@@ -63,29 +62,27 @@ def main() -> int:
                 problem = p.problem()
                 total = math.prod(d.extent for d in problem)
                 variants = {"plan": plan}
+                for q in plan.alternatives:
+                    name = q.kind + ("x".join(map(str, q.box)) if q.box else "")
+                    variants[name] = plan.taking(q)
+                named = {q.kind for q in (p, *plan.alternatives)}
                 box = packed_box(problem, p.elem_bytes) if len(problem) <= 8 else None
-                if box is not None:
+                if box is not None and PACKED not in named:
                     q = Pass(PACKED, p.elem_bytes, 1, total, total, total, dims=problem, box=box)
                     variants["packed"] = dataclasses.replace(plan, passes=(q,))
-                default = plan_module.PACKED_MIN_ELEMS
-                for n in args.min_elems:
-                    plan_module.PACKED_MIN_ELEMS = n
-                    try:
-                        b = packed_box(problem, p.elem_bytes) if len(problem) <= 8 else None
-                    finally:
-                        plan_module.PACKED_MIN_ELEMS = default
-                    if b is not None and b != box:
-                        q = Pass(PACKED, p.elem_bytes, 1, total, total, total, dims=problem, box=b)
-                        variants[f"packed{n}"] = dataclasses.replace(plan, passes=(q,))
-                if len(problem) <= 8:
+                if len(problem) <= 8 and GATHER not in named:
                     q = Pass(GATHER, p.elem_bytes, 1, total, total, total, dims=problem)
                     variants["gather"] = dataclasses.replace(plan, passes=(q,))
                 copy_s = bench.copy_time(repeats=args.repeats)
                 check = _PermuteCheck(bench, shape, axes, dtype)
                 row = {"seed": seed, "shape": list(shape), "axes": list(axes), "dtype": dtype,
                        "kind": p.kind, "box": list(box) if box else None, "plan_text": p.describe()}
-                for name, v in variants.items():
-                    steps = build(v, state, src0, dst0, 0, state.ctx)
+                served_plan, served_steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
+                runs = {name: build(v, state, src0, dst0, 0, state.ctx) for name, v in variants.items()}
+                runs["served"] = served_steps
+                row["served_kind"] = served_plan.passes[0].kind
+                row["served_box"] = list(served_plan.passes[0].box)
+                for name, steps in runs.items():
 
                     def run(src, dst, _s, steps=steps):
                         for s in steps:
@@ -95,16 +92,22 @@ def main() -> int:
                     row[name] = None if bad else round(100 * copy_s / bench.time(run, repeats=args.repeats), 1)
                     if bad:
                         row[name + "_error"] = bad
+                row["timed"] = list(runs)
                 rows.append(row)
+                others = " ".join(f"{k} {row[k]}" for k in runs if k not in ("plan", "served"))
                 print(f"{seed:>3} {dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} "
-                      f"{p.kind:>9} plan {row['plan']!s:>6} packed {row.get('packed')!s:>6} "
-                      f"gather {row.get('gather')!s:>6} box {box}", flush=True)
+                      f"{p.kind:>9} plan {row['plan']!s:>6} served {row['served']!s:>6} "
+                      f"({row['served_kind']}) | {others}", flush=True)
             except Exception as exc:  # one case's failure is a line, not the end of the run
                 print(f"{seed} {dtype} {shape} {axes}: {type(exc).__name__}: {exc}", flush=True)
             finally:
                 bench.close()
-    for key in ("plan", "packed", "gather", *(f"packed{n}" for n in args.min_elems)):
-        vals = [r[key] for r in rows if r.get(key) is not None]
+    for key in ("plan", "served", "best"):
+        if key == "best":  # the best pass measured for each case: what a perfect choice gets
+            best = (max((r[k] for k in r["timed"] if r.get(k) is not None), default=None) for r in rows)
+            vals = [b for b in best if b is not None]
+        else:
+            vals = [r[key] for r in rows if r.get(key) is not None]
         if vals:
             print(f"{key}: n={len(vals)} median {np.median(vals):.1f} p10 {np.percentile(vals, 10):.1f} "
                   f"min {min(vals):.1f}")

@@ -646,6 +646,7 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
         "dtype": et.name, "elem_bytes": et.size, "shape": list(shape), "axes": list(plan.axes),
         "out_shape": list(plan.out_shape), "case": plan.case, "launches": plan.launches,
         "plan": plan.describe(), "passes": [asdict(p) for p in plan.passes],
+        "alternatives": [asdict(p) for p in plan.alternatives],  # a first call times them too
     }  # fmt: skip
     p = plan.passes[0] if plan.passes else None
     if p is not None and p.kind == TRANSPOSE:

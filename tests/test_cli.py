@@ -581,6 +581,11 @@ def test_lookup_axes_of_a_row_copy_needs_no_device(tmp_path: Path) -> None:
     assert out.splitlines()[-1] == "kernel  at_copy_rows_s16"
     rc, src, _ = run("lookup", "--shape", "8x4096x32x128", "--axes", "0,2,1,3", "--source")
     assert rc == 0 and "at_copy_rows_s16" in src and "__global__" in src
+    # rows of 256 bytes: a first call also times one packed launch of the same bytes
+    assert "a first call also times: packed 8 x 32 x 4096 x 16 of 16-byte elements" in out
+    rc, out, _ = run("lookup", "--shape", "8x4096x32x128", "--axes", "0,2,1,3", "--dtype", "bfloat16", "--json")
+    (alt,) = json.loads(out)["alternatives"]
+    assert alt["kind"] == "packed" and alt["box"] == [1, 8, 8, 16]
 
 
 def test_lookup_axes_of_a_packed_pass_needs_no_device(tmp_path: Path) -> None:

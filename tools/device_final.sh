@@ -6,7 +6,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
-timeout ${TEST_TIMEOUT:-330} python3 -m pytest -m gpu -q --timeout=200 -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.txt" | tail -15
+timeout ${TEST_TIMEOUT:-560} python3 -m pytest -m gpu -q --timeout=200 -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.txt" | tail -15
 echo "pytest rc=${PIPESTATUS[0]}"
 for seed in ${SEEDS:-31337}; do
   timeout ${BENCH_TIMEOUT:-120} python3 -m autotranspose bench --random "${N:-40}" --seed "$seed" --repeat 5 \

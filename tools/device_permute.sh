@@ -23,7 +23,7 @@ if [ -n "${PERMUTE_N:-}" ]; then
   grep -A6 "over" "$OUT/permute.txt" | tail -8
 fi
 if [ -n "${PACKED_SEEDS:-}" ]; then
-  timeout ${PACKED_TIMEOUT:-300} python3 tools/packed_check.py --seeds $PACKED_SEEDS --count "${PACKED_N:-40}" \
+  timeout ${PACKED_TIMEOUT:-300} python3 tools/packed_check.py --seeds $PACKED_SEEDS --count "${PACKED_N:-40}" --budget $(( ${PACKED_TIMEOUT:-300} - 60 )) \
     --json "$OUT/packed.json" > "$OUT/packed.txt" 2>&1; echo "packed_check rc=$?"
   tail -4 "$OUT/packed.txt"
 fi

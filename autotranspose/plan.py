@@ -25,7 +25,10 @@ says what we took from cuTT's planner and what not):
    (`packed_box`; templates/packed.cu.j2: cuTT's Packed method, a shared-memory tile that
    spans several small dims, read and written in whole runs), else a gather
    (templates/gather.cu.j2: an element-wise kernel over up to 8 dims, stores coalesced along
-   the output, reads gathered).
+   the output, reads gathered);
+5. name the alternatives (`alternatives`, ALT_*): other passes of the same bytes that no rule
+   of sizes ranks against the chosen one, which permute()'s first call times and chooses
+   between (the plan stays pure: it names candidates, the executor measures).
 """
 
 from __future__ import annotations
@@ -423,10 +426,10 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
     replaced it): each moves exactly the same bytes. The rules and the measurements behind
     them are at ALT_* above."""
     e = chosen.elem_bytes
-    found: list[Pass | None] = []
     if math.prod(d.extent for d in chosen.problem()) * e < ALT_MIN_BYTES:
-        pass
-    elif chosen.kind in (PACKED, GATHER):
+        return ()
+    found: list[Pass | None] = []
+    if chosen.kind in (PACKED, GATHER):
         found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
         if batched.loops and batched.launches <= ALT_MAX_LAUNCHES:
             found.append(batched)

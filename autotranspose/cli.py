@@ -788,8 +788,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--axes", metavar="I,J,...",
                    help="tune the permute of each of --shapes by these axes, e.g. --shapes "
                         "64x256x56x56 --axes 0,2,3,1: its transpose pass, measured on the "
-                        "pass's own strides, into the pass's shape class (a copy, packed or gather "
-                        "pass: nothing to tune)")  # fmt: skip
+                        "pass's own strides, into the pass's shape class (or the batched "
+                        "transpose a first call times against a packed or gather pass; a copy, "
+                        "packed or gather pass without one: nothing to tune)")  # fmt: skip
     t.add_argument("--dtypes", nargs="+", default=["float32"], metavar="DTYPE",
                    help="e.g. float32,int8 (default float32)")  # fmt: skip
     t.add_argument("--trials", type=_positive_int, default=40,

@@ -47,7 +47,7 @@ from .device import DeviceInfo
 from .dtypes import element_type
 from .errors import AutotransposeError, ShapeError, StoreError, TuningError
 from .measurement import Measurement
-from .plan import TRANSPOSE, Plan, plan_permute
+from .plan import TRANSPOSE, Pass, Plan, plan_permute
 from .shapes import Layout, ShapeClass, call_vec, check_layout, flat_fits, pass_vec, shape_class
 
 if TYPE_CHECKING:
@@ -1056,14 +1056,17 @@ _WORD_DTYPES = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64", 16: "complex1
 class PermuteTarget:
     """What tuning the permute of a contiguous array means: its plan and, for a transpose
     pass, the (batch, m, n), strides and shape class permute() serves that pass by (tuned
-    exactly like a transpose of that class, measured on those strides). A copy, packed or
-    gather pass runs an untuned kernel: nothing to tune."""
+    exactly like a transpose of that class, measured on those strides). The pass is the
+    plan's own, or else a batched transpose among its alternatives (which permute()'s first
+    call times against the plan's pass: tuned, it competes at its best). A copy, packed or
+    gather pass with no transpose alternative runs an untuned kernel: nothing to tune."""
 
     plan: Plan
     dtype: str  # the pass's element type: the permute's, or a word of the pass's size
     shape: tuple[int, int, int] | None = None  # the transpose pass's; None: nothing to tune
     layout: Layout | None = None  # its strides; None: contiguous (the class's own study)
     shape_class: ShapeClass | None = None
+    tuned: Pass | None = None  # the transpose pass tuned: passes[0] or an alternative
 
     @property
     def untuned(self) -> str:
@@ -1075,8 +1078,13 @@ class PermuteTarget:
         return f"nothing to tune: {self.plan.passes[0].kind} pass"
 
     def describe(self) -> str:
-        """The pass on one line (`Pass.describe`)."""
-        return self.plan.passes[0].describe() if self.plan.passes else "an empty array"
+        """The pass on one line (`Pass.describe`), and the alternative tuned if it is one."""
+        if not self.plan.passes:
+            return "an empty array"
+        text = self.plan.passes[0].describe()
+        if self.tuned is not None and self.tuned != self.plan.passes[0]:
+            text += f"; tuned: its alternative {self.tuned.describe()}"
+        return text
 
 
 def permute_target(dtype: Any, shape: Sequence[int], axes: Sequence[int]) -> PermuteTarget:
@@ -1087,13 +1095,13 @@ def permute_target(dtype: Any, shape: Sequence[int], axes: Sequence[int]) -> Per
     launches (`shapes.pass_vec`)."""
     et = element_type(dtype)
     plan = plan_permute(tuple(shape), axes, et.size)
-    p = plan.passes[0] if plan.passes else None
-    if p is None or p.kind != TRANSPOSE:
+    p = next((q for q in (*plan.passes, *plan.alternatives) if q.kind == TRANSPOSE), None)
+    if p is None:
         return PermuteTarget(plan, et.name)
     dims = (p.batch, p.m, p.n)
     layout = check_layout(dims, (p.ld_in, p.ld_out, p.bs_in, p.bs_out))
     name = et.name if p.elem_bytes == et.size else _WORD_DTYPES[p.elem_bytes]
-    return PermuteTarget(plan, name, dims, layout, shape_class(*dims, pass_vec(p)))
+    return PermuteTarget(plan, name, dims, layout, shape_class(*dims, pass_vec(p)), p)
 
 
 def tune_gpu(

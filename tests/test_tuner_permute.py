@@ -18,7 +18,7 @@ from autotranspose import lookup
 from autotranspose.codegen import render_support
 from autotranspose.errors import AxesError, LayoutError, TuningError
 from autotranspose.plan import TRANSPOSE, Dim, Pass, plan_permute
-from autotranspose.shapes import Layout, ShapeClass, call_vec, check_layout, pass_vec
+from autotranspose.shapes import Layout, ShapeClass, call_vec, check_layout, pass_vec, shape_class
 from autotranspose.store import Store
 from autotranspose.tuner import PermuteTarget, permute_target, study_name, tune, tune_gpu
 from autotranspose.worker import GpuObjective
@@ -90,6 +90,20 @@ def test_copy_packed_and_gather_passes_have_nothing_to_tune(dtype, shape, axes, 
     assert target.plan.passes[0].kind == kind
     assert target.untuned == f"nothing to tune: {kind} pass"
     assert target.describe() == target.plan.passes[0].describe()
+
+
+def test_a_batched_transpose_alternative_is_tuned() -> None:
+    """float32 (200, 64, 112, 8) by (3, 1, 0, 2) is one packed launch, and its first call also
+    times the batched transpose (64 launches) it replaced: tune that one, so it competes
+    tuned."""
+    target = permute_target("float32", (200, 64, 112, 8), (3, 1, 0, 2))
+    (own,) = target.plan.passes
+    (alt,) = [q for q in target.plan.alternatives if q.kind == TRANSPOSE]
+    assert own.kind == "packed" and target.untuned == "" and target.tuned == alt
+    assert target.shape == (alt.batch, alt.m, alt.n) and target.dtype == "float32"
+    assert target.layout == check_layout(target.shape, (alt.ld_in, alt.ld_out, alt.bs_in, alt.bs_out))
+    assert target.shape_class == shape_class(*target.shape, pass_vec(alt))
+    assert target.describe() == f"{own.describe()}; tuned: its alternative {alt.describe()}"
 
 
 def test_an_empty_permute_has_nothing_to_move() -> None:

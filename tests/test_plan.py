@@ -137,7 +137,7 @@ def run(x: Buf, axes: tuple[int, ...], out: Buf, what: str = "") -> Plan:
     # poisoned output: every one moves exactly the same bytes
     for q in (*p.passes[:1], *p.alternatives):
         out.base[...] = before
-        hits = execute(p.taking(q) if q in p.alternatives else p, x.flat, x.at, out.flat, out.at)
+        hits = execute(p.taking(q), x.flat, x.at, out.flat, out.at)
         what = f"{ctx}\nrunning: {q.describe()}"
         assert out.base.tobytes() == expected.tobytes(), what
         assert np.array_equal(hits, want), "bytes written not exactly once, or outside out: " + what

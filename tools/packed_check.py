@@ -37,14 +37,7 @@ def main() -> int:
     from autotranspose.dtypes import element_type
     from autotranspose.measure import Bench
     from autotranspose.permuter import build, served
-    from autotranspose.plan import (
-        GATHER,
-        PACKED,
-        Pass,
-        contiguous_strides,
-        packed_box,
-        plan_permute,
-    )
+    from autotranspose.plan import GATHER, PACKED, contiguous_strides, one_launch, plan_permute
 
     state = activate(0)
     rows = []
@@ -59,20 +52,16 @@ def main() -> int:
                 src0, dst0 = bench.pointers(0)
                 plan = plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0)
                 p = plan.passes[0]
-                problem = p.problem()
-                total = math.prod(d.extent for d in problem)
                 variants = {"plan": plan}
                 for q in plan.alternatives:
                     name = q.kind + ("x".join(map(str, q.box)) if q.box else "")
                     variants[name] = plan.taking(q)
                 named = {q.kind for q in (p, *plan.alternatives)}
-                box = packed_box(problem, p.elem_bytes) if len(problem) <= 8 else None
-                if box is not None and PACKED not in named:
-                    q = Pass(PACKED, p.elem_bytes, 1, total, total, total, dims=problem, box=box)
-                    variants["packed"] = dataclasses.replace(plan, passes=(q,))
-                if len(problem) <= 8 and GATHER not in named:
-                    q = Pass(GATHER, p.elem_bytes, 1, total, total, total, dims=problem)
-                    variants["gather"] = dataclasses.replace(plan, passes=(q,))
+                for kind in (PACKED, GATHER):  # the one-launch passes the plan names neither of
+                    q = one_launch(p, kind) if kind not in named else None
+                    if q is not None:
+                        variants[kind] = dataclasses.replace(plan, passes=(q,), alternatives=())
+                box = next((v.passes[0].box for v in variants.values() if v.passes[0].kind == PACKED), None)
                 copy_s = bench.copy_time(repeats=args.repeats)
                 check = _PermuteCheck(bench, shape, axes, dtype)
                 row = {"seed": seed, "shape": list(shape), "axes": list(axes), "dtype": dtype,

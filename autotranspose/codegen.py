@@ -30,6 +30,7 @@ from .gather import ARG_BYTES as GATHER_ARG_BYTES
 from .gather import MAX_DIMS as GATHER_MAX_DIMS
 from .packed import ARG_BYTES as PACKED_ARG_BYTES
 from .packed import MAX_BOX_DIMS, MAX_GRID_DIMS, PackedKernel
+from .packed import THREADS as PACKED_THREADS
 
 # What nvcc is told besides the architecture: part of what a kernel is (compiler.py compiles
 # with these), so part of its version.
@@ -55,11 +56,8 @@ GATHER_THREADS, GATHER_UNROLL, GATHER_BLOCKS_PER_SM = 256, 4, 4
 # permute()'s packed boxes: threads per block; how many of a thread's stores the compiler
 # unrolls (a 1-byte box of 16384 elements is 64 per thread); and how many bytes of loads a
 # thread issues before it stores them to shared memory (up to 8 loads: more bytes in flight)
-PACKED_THREADS, PACKED_UNROLL, PACKED_LOAD_BYTES = 256, 4, 64
-# ... and the blocks per SM its registers must allow (__launch_bounds__): 3 x 256 threads, 85
-# registers each, with up to 8 loads of a thread in flight (at 4 blocks, 64 registers, some
-# boxes spilled)
-PACKED_BLOCKS_PER_SM = 3
+# (threads per block, the table path and the blocks per SM: autotranspose/packed.py)
+PACKED_UNROLL, PACKED_LOAD_BYTES = 4, 64
 # A tuned kernel's "outer" variant (templates/tiled/outer.cu.j2), for permute's transpose
 # passes: its last argument is an `at_outer_args` struct of tiles_total, batch; os_in, os_out,
 # os2_in, os2_out; outer2 and one unused word. Standard sizes, no padding, as C lays it out.
@@ -336,7 +334,7 @@ def render_packed(kernels: Iterable[PackedKernel]) -> str:
         raise TypeError("render_packed() takes PackedKernel specs")
     return _environment().get_template("packed.cu.j2").render(
         kernels=[_packed_vars(k) for k in specs], version=__version__, threads=PACKED_THREADS,
-        min_blocks=PACKED_BLOCKS_PER_SM, max_box=MAX_BOX_DIMS, max_grid=MAX_GRID_DIMS, args_bytes=PACKED_ARG_BYTES,
+        max_box=MAX_BOX_DIMS, max_grid=MAX_GRID_DIMS, args_bytes=PACKED_ARG_BYTES,
     )  # fmt: skip
 
 
@@ -346,11 +344,15 @@ def _packed_vars(k: PackedKernel) -> dict[str, object]:
     dense = [1]
     for b in k.box[:-1]:
         dense.append(dense[-1] * b)
-    steps = -(-k.volume // PACKED_THREADS)
+    steps = k.steps
     batch = min(steps, 8, max(1, PACKED_LOAD_BYTES // k.elem_bytes))
-    steps = -(-steps // batch) * batch  # whole batches: the tail's loads are masked
+    # the split path's loads before their stores: where a table holds its registers, that
+    # path moves only the boxes an edge cuts, two loads at a time
+    dbatch = min(batch, 2) if k.table else batch
+    dsteps = -(-steps // dbatch) * dbatch  # whole batches: the tail's loads are masked
     shift = (128 // k.elem_bytes).bit_length() - 1  # elements per 128-byte bank row
     pad = max(1, 4 // k.elem_bytes)  # one 4-byte bank (or one element) per row
+    assert PACKED_THREADS % (1 << shift) == 0  # the table's write slots step by a constant
     return {
         "spec": k,
         "type": dict(_ELEMENT_TYPES)[k.elem_bytes],
@@ -360,13 +362,20 @@ def _packed_vars(k: PackedKernel) -> dict[str, object]:
         "shared": " + ".join(f"d{d} * {dense[d]}u" for d in dims),
         "in_offset": " + ".join(f"(off_t)d{d} * is{d}" for d in dims),
         "out_offset": " + ".join(f"(off_t)d{d} * os{d}" for d in dims),
-        "steps": steps,
-        "ragged": steps * PACKED_THREADS != k.volume,
+        "steps": dsteps,
+        "ragged": dsteps * PACKED_THREADS != k.volume,
         "batch": batch,
-        "unroll": min(steps, PACKED_UNROLL),
+        "dbatch": dbatch,
+        "unroll": min(dsteps, PACKED_UNROLL),
         "shift": shift,
         "pad": pad,
         "smem": k.volume + ((k.volume - 1) >> shift) * pad,
+        "blocks": k.blocks_per_sm,
+        "table": k.table,
+        "tsteps": steps,
+        "ragged_table": steps * PACKED_THREADS != k.volume,
+        "wstride": PACKED_THREADS + (PACKED_THREADS >> shift) * pad,
+        "full": " && ".join(f"lim{d} == {k.box[d]}u" for d in dims if k.checked[d]) or "true",
     }
 
 

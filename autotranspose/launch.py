@@ -19,7 +19,6 @@ from .codegen import (
     GATHER_THREADS,
     GATHER_UNROLL,
     OUTER_ARG_FORMAT,
-    PACKED_BLOCKS_PER_SM,
     PACKED_THREADS,
     ROWS_ARG_FORMAT,
     ROWS_THREADS,
@@ -201,10 +200,11 @@ def make_packed(
     """A prepared launch of permute()'s packed pass: the gather's contract (every index of
     `dims`), moved in boxes of `box` through shared memory (a plan's PACKED pass).
 
-    The grid is at most PACKED_BLOCKS_PER_SM x 4 blocks per SM: those beyond what fits at
-    once wait their turn, and each block walks boxes by the grid stride."""
+    The grid is at most 4 x the kernel's resident blocks per SM (`PackedKernel.blocks_per_sm`):
+    those beyond what fits at once wait their turn, and each block walks boxes by the grid
+    stride."""
     args = packed_args(elem_bytes, dims, box)
-    blocks = max(1, min(args.tiles, state.info.multiprocessors * PACKED_BLOCKS_PER_SM * 4))
+    blocks = max(1, min(args.tiles, state.info.multiprocessors * args.kernel.blocks_per_sm * 4))
     kernel = get_packed_kernel(state, args.kernel)
     return Launch(None, kernel, (blocks, 1, 1), (PACKED_THREADS, 1, 1), args.values(), state,
                   PACKED_FORMAT)  # fmt: skip

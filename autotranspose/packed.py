@@ -28,10 +28,44 @@ MAX_BOX_DIMS = PACKED_MAX_BOX_DIMS
 MAX_GRID_DIMS = MAX_NDIM  # every dim of the problem walks boxes, box dims included
 OFFSET_LIMIT = 2**31 - 1  # a box spanning less than this (elements) uses 32-bit offsets
 # at_packed_args: in_stride, out_stride (MAX_BOX_DIMS each); tile_in, tile_out (MAX_GRID_DIMS
-# each); tiles_of (MAX_GRID_DIMS); extent (MAX_BOX_DIMS); tiles; ngrid. Standard sizes and no
-# padding, as C lays the struct out (every field naturally aligned).
-ARG_FORMAT = f"<{MAX_BOX_DIMS}q{MAX_BOX_DIMS}q{MAX_GRID_DIMS}q{MAX_GRID_DIMS}q{MAX_GRID_DIMS}I{MAX_BOX_DIMS}III"
+# each); tiles_of, div_magic, div_shift (MAX_GRID_DIMS each); extent (MAX_BOX_DIMS); tiles;
+# ngrid. Standard sizes and no padding, as C lays the struct out (every field naturally
+# aligned).
+ARG_FORMAT = (
+    f"<{MAX_BOX_DIMS}q{MAX_BOX_DIMS}q{MAX_GRID_DIMS}q{MAX_GRID_DIMS}q"
+    f"{MAX_GRID_DIMS}I{MAX_GRID_DIMS}I{MAX_GRID_DIMS}I{MAX_BOX_DIMS}III"
+)
 ARG_BYTES = struct.calcsize(ARG_FORMAT)
+# Threads per block, and the most elements a thread may have in a box for the table path (a
+# box no edge cuts moves with offsets and slots a thread computed once: 3 registers per
+# element, 5 with 64-bit offsets).
+THREADS = 256
+TABLE_STEPS, TABLE_STEPS_WIDE = 16, 8
+# A block's box loads in flight: a 4 KB box (1024 4-byte elements) at 3 blocks per SM left
+# ~12 KB per SM where ~22 KB keep an H200's 4.8 TB/s busy (~600 ns of latency), so a kernel
+# asks for the blocks per SM (__launch_bounds__, the grid) that hold FLIGHT_BYTES of boxes:
+# at least MIN_BLOCKS (80 registers a thread), at most MAX_BLOCKS (64 registers) and that only
+# for a table of at most TABLE_STEPS_AT_MAX elements (the split path's eight loads in flight,
+# or a bigger table, spill at 64: nvcc's report over the plan's boxes, tests/test_packed.py).
+FLIGHT_BYTES = 24 << 10
+MIN_BLOCKS, MAX_BLOCKS, TABLE_STEPS_AT_MAX = 3, 4, 8
+
+
+def divisor(d: int) -> tuple[int, int]:
+    """(magic, shift) for dividing any 32-bit n by `d` (2 <= d < 2**32) as the kernel does:
+    t = umulhi(n, magic); n / d == (t + ((n - t) >> 1)) >> shift (Granlund and Montgomery,
+    "Division by invariant integers using multiplication", 1994, fig. 4.1): a multiply and
+    four cheap instructions where a runtime division costs about twenty."""
+    if type(d) is not int or not 2 <= d < 2**32:
+        raise ShapeError(f"a packed grid dim of {d!r} boxes: 2 to 2**32 - 1")
+    el = (d - 1).bit_length()  # ceil(log2 d)
+    return ((1 << 32) * ((1 << el) - d)) // d + 1, el - 1
+
+
+def divide(n: int, magic: int, shift: int) -> int:
+    """The kernel's division of the 32-bit `n` by (magic, shift), in Python (for the tests)."""
+    t = (n * magic) >> 32
+    return (t + ((n - t) >> 1)) >> shift
 
 
 @dataclass(frozen=True)
@@ -69,6 +103,22 @@ class PackedKernel:
         return math.prod(self.box)
 
     @property
+    def steps(self) -> int:
+        """Elements a thread moves per box."""
+        return -(-self.volume // THREADS)
+
+    @property
+    def table(self) -> bool:
+        """Whether whole boxes move by the table of a thread's offsets (registers allowing)."""
+        return self.steps <= (TABLE_STEPS_WIDE if self.wide else TABLE_STEPS)
+
+    @property
+    def blocks_per_sm(self) -> int:
+        """Resident blocks the kernel is compiled and launched for: FLIGHT_BYTES of boxes."""
+        most = MAX_BLOCKS if self.table and self.steps <= TABLE_STEPS_AT_MAX else MIN_BLOCKS
+        return min(most, max(MIN_BLOCKS, -(-FLIGHT_BYTES // (self.volume * self.elem_bytes))))
+
+    @property
     def name(self) -> str:
         """The kernel's `extern "C"` name: everything it is compiled for."""
         box = "x".join(map(str, self.box))
@@ -87,6 +137,8 @@ class PackedArgs:
     tile_in: tuple[int, ...]
     tile_out: tuple[int, ...]
     tiles_of: tuple[int, ...]
+    div_magic: tuple[int, ...]
+    div_shift: tuple[int, ...]
     extent: tuple[int, ...]
     tiles: int
     ngrid: int
@@ -95,7 +147,7 @@ class PackedArgs:
         """The struct's fields, flat, in ARG_FORMAT's order."""
         return (
             *self.in_stride, *self.out_stride, *self.tile_in, *self.tile_out, *self.tiles_of,
-            *self.extent, self.tiles, self.ngrid,
+            *self.div_magic, *self.div_shift, *self.extent, self.tiles, self.ngrid,
         )  # fmt: skip
 
     def pack(self) -> bytes:
@@ -106,9 +158,10 @@ def packed_args(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int]) -> Pac
     """The kernel and arguments that move `dims` (output memory order, outermost first, the
     innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass).
 
-    The grid walks one dim per problem dim: the box dims first, in the kernel's order (so a
-    block's box index on each is known where it checks the edge), then the dims outside the
-    box. Raises ShapeError for what the kernel cannot take (the plan never makes such a box)."""
+    The grid walks the dims of more than one box: first the box dims the edge cuts, in the
+    kernel's order (so the kernel knows at compile time where each one's box index is), then
+    the other box dims, then the dims outside the box. Raises ShapeError for what the kernel
+    cannot take (the plan never makes such a box)."""
     if len(box) != len(dims) or not 1 <= len(dims) <= MAX_GRID_DIMS:
         raise ShapeError(f"a packed box {tuple(box)} for {len(dims)} dims: one extent per dim, at most {MAX_GRID_DIMS}")
     if any(not 1 <= b <= d.extent for b, d in zip(box, dims, strict=True)):
@@ -119,18 +172,21 @@ def packed_args(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int]) -> Pac
     outside = [k for k in reversed(range(len(dims))) if box[k] == 1 and dims[k].extent > 1]
     in_order = tuple(sorted(range(len(inside)), key=lambda j: (dims[inside[j]].in_stride, j)))
     span = [sum((box[k] - 1) * abs(getattr(dims[k], s)) for k in inside) for s in ("in_stride", "out_stride")]
+    cut = [k for k in inside if dims[k].extent % box[k]]
     kernel = PackedKernel(
         elem_bytes,
         tuple(box[k] for k in inside),
         in_order,
-        tuple(dims[k].extent % box[k] != 0 for k in inside),
+        tuple(k in cut for k in inside),
         max(span) > OFFSET_LIMIT,
     )
-    grid = [*inside, *outside]
+    whole = [k for k in inside if k not in cut and dims[k].extent > box[k]]
+    grid = [*cut, *whole, *outside]
     tiles_of = [-(-dims[k].extent // box[k]) for k in grid]
     tiles = math.prod(tiles_of)
     if tiles > PACKED_MAX_TILES:
         raise ShapeError(f"{tiles} packed boxes: at most {PACKED_MAX_TILES} (32-bit box index); use a gather")
+    magic = [divisor(t) for t in tiles_of]
     pad_b, pad_g = MAX_BOX_DIMS - len(inside), MAX_GRID_DIMS - len(grid)
     return PackedArgs(
         kernel,
@@ -139,6 +195,8 @@ def packed_args(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int]) -> Pac
         tile_in=(*(box[k] * dims[k].in_stride for k in grid), *[0] * pad_g),
         tile_out=(*(box[k] * dims[k].out_stride for k in grid), *[0] * pad_g),
         tiles_of=(*tiles_of, *[1] * pad_g),
+        div_magic=(*(m for m, _ in magic), *[0] * pad_g),
+        div_shift=(*(sh for _, sh in magic), *[0] * pad_g),
         extent=(*(dims[k].extent for k in inside), *[1] * pad_b),
         tiles=tiles,
         ngrid=len(grid),

@@ -1,6 +1,7 @@
 """The packed kernels (templates/packed.cu.j2) without a GPU: a Python model of a block's walk
-(the box index split over the grid dims by 32-bit division, the edge limits, the box read in
-the input's order into skewed shared memory and written in the output's), run on the very
+(the box index split over the grid dims by the kernel's multiply-shift division, the edge
+limits, the box read in the input's order into skewed shared memory and written in the
+output's, by the table of per-thread offsets or by splitting each index), run on the very
 arguments the host packs (`packed.packed_args`) for the boxes the plan picks
 (`plan.packed_box`), against np.transpose; the boxes' promises; the kernel spec's checks
 (everything in it becomes CUDA source); and nvcc's resource report for rendered kernels."""
@@ -16,14 +17,18 @@ import numpy as np
 import pytest
 
 from autotranspose import errors
-from autotranspose.codegen import PACKED_BLOCKS_PER_SM, PACKED_THREADS, _packed_vars, render_packed
+from autotranspose.codegen import PACKED_THREADS, _packed_vars, render_packed
 from autotranspose.compiler import source_resources
 from autotranspose.packed import (
     ARG_BYTES,
+    MAX_BLOCKS,
     MAX_BOX_DIMS,
     MAX_GRID_DIMS,
+    MIN_BLOCKS,
     PackedArgs,
     PackedKernel,
+    divide,
+    divisor,
     packed_args,
 )
 from autotranspose.plan import (
@@ -42,10 +47,10 @@ from autotranspose.plan import (
 SIZES = (1, 2, 4, 8, 16)
 
 
-def model(a: PackedArgs, src: np.ndarray, out: np.ndarray) -> np.ndarray:
+def model(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None) -> np.ndarray:
     """Run the kernel's walk: every block's box, every thread's elements (vectorised over the
     box's indices), from `src` into `out` (flat arrays of elements). Returns how often each
-    output element was written."""
+    output element was written; counts the boxes each path moved into `paths`."""
     k = a.kernel
     v = _packed_vars(k)
     nb = len(k.box)
@@ -62,18 +67,23 @@ def model(a: PackedArgs, src: np.ndarray, out: np.ndarray) -> np.ndarray:
         return d
 
     d_in, d_out = digits(k.in_order), digits(tuple(range(nb)))
+    checked = [kk for kk in range(nb) if k.checked[kk]]  # the grid's first dims, in this order
+    assert a.ngrid <= MAX_GRID_DIMS and all(t >= 2 for t in a.tiles_of[: a.ngrid])
+    paths = {} if paths is None else paths
     for tile in range(a.tiles):
         rest, ib, ob, lim = tile, 0, 0, list(k.box)
-        for g in range(MAX_GRID_DIMS):
-            if g < a.ngrid:
-                q = rest // a.tiles_of[g]
-                r = rest - q * a.tiles_of[g]
-                rest = q
-                ib += r * a.tile_in[g]
-                ob += r * a.tile_out[g]
-                if g < nb and k.checked[g]:
-                    lim[g] = min(k.box[g], a.extent[g] - r * k.box[g])
+        for g in range(a.ngrid):
+            q = divide(rest, a.div_magic[g], a.div_shift[g])
+            assert q == rest // a.tiles_of[g], "the multiply-shift division is off"
+            r = rest - q * a.tiles_of[g]
+            rest = q
+            ib += r * a.tile_in[g]
+            ob += r * a.tile_out[g]
+            if g < len(checked):
+                lim[checked[g]] = min(k.box[checked[g]], a.extent[checked[g]] - r * k.box[checked[g]])
         assert rest == 0, "the box index has digits left over"
+        table = v["table"] and all(lim[kk] == k.box[kk] for kk in checked)
+        paths["table" if table else "digits"] = paths.get("table" if table else "digits", 0) + 1
         box = np.full(smem, -1, dtype=src.dtype)
         loaded = np.zeros(smem, dtype=bool)
         ok = np.ones(k.volume, dtype=bool)
@@ -92,7 +102,12 @@ def model(a: PackedArgs, src: np.ndarray, out: np.ndarray) -> np.ndarray:
         for kk in range(nb):
             if k.checked[kk]:
                 ok &= d_out[kk] < lim[kk]
-        slot = (i + (i >> shift) * pad)[ok]
+        if table:  # the write slot steps by a constant: wslot + j * wstride
+            t, j = i % PACKED_THREADS, i // PACKED_THREADS
+            slot = (t + (t >> shift) * pad + j * v["wstride"])[ok]
+            assert np.array_equal(slot, (i + (i >> shift) * pad)[ok])
+        else:
+            slot = (i + (i >> shift) * pad)[ok]
         assert loaded[slot].all(), "a store of a shared slot no thread loaded"
         to = ob + sum(d_out[kk] * a.out_stride[kk] for kk in range(nb))[ok]
         assert to.min(initial=0) >= 0 and to.max(initial=0) < out.size, "a write outside out"
@@ -117,7 +132,7 @@ def test_the_walk_moves_what_np_transpose_moves(e: int, seed: int, min_elems: in
     and the bigger one a first call also times): every output element is written once,
     from the input element np.transpose puts there."""
     rng = np.random.default_rng([seed, e, 4242])
-    checked = 0
+    checked, paths = 0, {}
     for _ in range(40):
         shape, axes = _random_problem(rng, e)
         dims = plan_permute(shape, axes, e).dims
@@ -126,12 +141,13 @@ def test_the_walk_moves_what_np_transpose_moves(e: int, seed: int, min_elems: in
             continue
         x = rng.integers(0, 2**62, math.prod(shape), dtype=np.int64)
         out = np.full(x.size, -1, dtype=np.int64)
-        written = model(packed_args(e, dims, box), x, out)
+        written = model(packed_args(e, dims, box), x, out, paths)
         want = np.transpose(x.reshape(shape), axes).ravel()
         assert (written == 1).all(), f"{shape} by {axes} in boxes {box}"
         assert np.array_equal(out, want), f"{shape} by {axes} in boxes {box}"
         checked += 1
     assert checked >= 10
+    assert paths.get("table", 0) > 0, paths  # whole boxes of up to 16 elements a thread
 
 
 @pytest.mark.parametrize(
@@ -152,7 +168,9 @@ def test_edge_boxes_and_views(dims: tuple[Dim, ...], box: tuple[int, ...]):
     out = np.full(span_out, -1, dtype=np.int64)
     a = packed_args(4, dims, box)
     assert any(a.kernel.checked)
-    written = model(a, x, out)
+    paths: dict[str, int] = {}
+    written = model(a, x, out, paths)
+    assert paths["digits"] > 0 and paths["table"] > 0, paths  # cut boxes split each index
     for index in np.ndindex(*extents):
         o = sum(k * d.out_stride for k, d in zip(index, dims, strict=True))
         i = sum(k * d.in_stride for k, d in zip(index, dims, strict=True))
@@ -203,7 +221,7 @@ def test_the_plan_packs_what_would_be_small_launches():
     assert q.box == (8, 1, 2, 112) and packed_runs(q.dims, q.box) == (896, 224)
     a = packed_args(4, q.dims, q.box)
     assert a.kernel == PackedKernel(4, (112, 2, 8), (2, 0, 1), (False, False, False))
-    assert a.tiles == 64 * 100 and a.ngrid == 4
+    assert a.tiles == 64 * 100 and a.ngrid == 2 and a.tiles_of[:2] == (100, 64)  # dims of one box: not walked
 
 
 @pytest.mark.parametrize(
@@ -275,8 +293,8 @@ def _specs() -> list[PackedKernel]:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_packed_kernels_compile_without_spills(arch: str):
     """A spread of the boxes the plan makes compile in one source, with no local memory,
-    the shared memory of their box, and registers that let PACKED_BLOCKS_PER_SM blocks of
-    PACKED_THREADS reside on an SM."""
+    the shared memory of their box, and registers that let the blocks per SM it is launched
+    for (`PackedKernel.blocks_per_sm`) of PACKED_THREADS reside on an SM."""
     specs = _specs()
     assert len({k.elem_bytes for k in specs}) == len(SIZES) and len(specs) > 40
     report = source_resources(render_packed(specs), arch)
@@ -284,7 +302,8 @@ def test_packed_kernels_compile_without_spills(arch: str):
         res = report[k.name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{k.name} spills on {arch}: {res}"
         assert res.smem_bytes == _packed_vars(k)["smem"] * k.elem_bytes, f"{k.name}: {res}"
-        assert res.registers * PACKED_THREADS * PACKED_BLOCKS_PER_SM <= 65536, f"{k.name}: {res}"
+        assert res.registers * PACKED_THREADS * k.blocks_per_sm <= 65536, f"{k.name}: {res}"
+    assert any(_packed_vars(k)["table"] for k in specs) and not all(_packed_vars(k)["table"] for k in specs)
 
 
 @pytest.mark.parametrize("e", SIZES)
@@ -306,3 +325,34 @@ def test_only_one_launch_plans_pack(e: int, monkeypatch: pytest.MonkeyPatch):
         else:
             assert p.passes == g.passes, p.describe()
     assert sum(p.passes[0].kind == PACKED for p in packed) > 20
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_box_split_divides_exactly(seed: int):
+    """The kernel splits a box index by multiply-shift (`packed.divisor`): exact for every
+    32-bit index and every divisor the grid can have, the extremes included."""
+    rng = np.random.default_rng([seed, 99])
+    ds = [2, 3, 7, 641, 65537, 2**31, 2**31 + 1, 2**32 - 2, 2**32 - 1]
+    ds += [int(d) for d in rng.integers(2, 2**32, 300)] + [int(d) for d in rng.integers(2, 5000, 300)]
+    for d in ds:
+        magic, shift = divisor(d)
+        assert 0 < magic < 2**32 and 0 <= shift < 32
+        ns = [0, 1, d - 1, d, d + 1, 2**31, 2**32 - 1, (2**32 - 1) // d * d, (2**32 - 1) // d * d - 1]
+        ns += [int(n) for n in rng.integers(0, 2**32, 50)]
+        for n in ns:
+            assert divide(n, magic, shift) == n // d, (n, d)
+
+
+@pytest.mark.parametrize("d", [0, 1, 2**32, -5, 2.0])
+def test_a_grid_dim_of_one_box_has_no_divisor(d):
+    with pytest.raises(errors.ShapeError, match="2 to 2"):
+        divisor(d)
+
+
+def test_blocks_per_sm_follow_the_box():
+    """Small boxes ask for more resident blocks (loads in flight), big ones for fewer."""
+    small = PackedKernel(4, (32, 32), (1, 0), (False, False))  # 4 KB
+    big = PackedKernel(4, (64, 64), (1, 0), (False, False))  # 16 KB
+    assert small.blocks_per_sm > big.blocks_per_sm >= 3
+    assert PackedKernel(1, (32, 32), (1, 0), (False, False)).blocks_per_sm == MAX_BLOCKS
+    assert PackedKernel(1, (128, 128), (1, 0), (False, False)).blocks_per_sm == MIN_BLOCKS  # no table

@@ -678,19 +678,19 @@ def markdown_table(rows: Sequence[Row]) -> str:
     """One Markdown row per (shape, dtype): copy and our GB/s, every peer as % of the same
     run's copy, and our speed over geam and over the best other peer (BENCHMARKS.md)."""
     shown = [p for p in PEERS if p != "copy"]
-    cells: dict[tuple[tuple[int, int, int], str], dict[str, Row]] = {}
-    for r in rows:
-        cells.setdefault((r.shape, r.dtype), {})[r.peer] = r
+    cells: dict[tuple[tuple[int, ...], tuple[int, ...] | None, str], dict[str, Row]] = {}
+    for r in rows:  # a permute case is its shape and its axes: one row each
+        cells.setdefault((r.shape, r.axes, r.dtype), {})[r.peer] = r
     head = ["shape", "dtype", "copy GB/s", "autotranspose GB/s",
             *(f"{p} % copy" for p in shown), "vs geam", "vs best other"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (shape, dtype), row in cells.items():
+    for (shape, axes, dtype), row in cells.items():
         pct = {p: r.of_copy for p, r in row.items() if p in shown and r.of_copy}
         ours = pct.get("autotranspose")
         others = [v for p, v in pct.items() if p != "autotranspose"]
         gbps = {p: f"{r.gbps:.0f}" if r.gbps else "-" for p, r in row.items()}
         cols = [
-            _shape_text(shape), dtype, gbps.get("copy", "-"), gbps.get("autotranspose", "-"),
+            _case_text(shape, axes), dtype, gbps.get("copy", "-"), gbps.get("autotranspose", "-"),
             *(("**{:.1f}**" if p == "autotranspose" else "{:.1f}").format(100 * pct[p])
               if p in pct else "-" for p in shown),
             f"{ours / pct['geam']:.3f}x" if ours and "geam" in pct else "-",

@@ -65,6 +65,22 @@ def test_markdown_table_reports_every_case_against_the_same_runs_copy(rng):
             assert cells[-1] == f"{ours.of_copy / best:.2f}x"
 
 
+def test_markdown_rows_of_permutes_keep_their_axes(rng):
+    """Two permutes of one shape and dtype by different axes are two rows, each naming its
+    axes (a random-permute mix can draw both)."""
+    rows = []
+    for axes in [(0, 2, 1), (2, 1, 0)]:
+        for peer in ("copy", "autotranspose", "torch"):
+            gbps = float(rng.uniform(500, 3000))
+            rows.append(Row((1, 64, 96), "float16", peer, 1.0, gbps, gbps / 3000, axes=axes))
+    table = bench.markdown_table(rows)
+    for axes in [(0, 2, 1), (2, 1, 0)]:
+        ours = next(r for r in rows if r.axes == axes and r.peer == "autotranspose")
+        cells = _md_row(table, "1x64x96/" + ",".join(map(str, axes)), "float16")
+        assert cells[4] == f"**{100 * ours.of_copy:.1f}**"
+    assert len(table.splitlines()) == 4
+
+
 def test_text_table_shows_skipped_peers_with_their_reason(rng):
     rows = synthetic_rows(rng)
     text = bench.format_table(rows)

@@ -82,7 +82,7 @@ def model(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int]
             if g < len(checked):
                 lim[checked[g]] = min(k.box[checked[g]], a.extent[checked[g]] - r * k.box[checked[g]])
         assert rest == 0, "the box index has digits left over"
-        table = v["table"] and all(lim[kk] == k.box[kk] for kk in checked)
+        table = k.table and all(lim[kk] == k.box[kk] for kk in checked)
         paths["table" if table else "digits"] = paths.get("table" if table else "digits", 0) + 1
         box = np.full(smem, -1, dtype=src.dtype)
         loaded = np.zeros(smem, dtype=bool)
@@ -332,7 +332,7 @@ def test_packed_kernels_compile_without_spills(arch: str):
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{k.name} spills on {arch}: {res}"
         assert res.smem_bytes == _packed_vars(k)["smem"] * k.elem_bytes, f"{k.name}: {res}"
         assert res.registers * PACKED_THREADS * k.blocks_per_sm <= 65536, f"{k.name}: {res}"
-    assert any(_packed_vars(k)["table"] for k in specs) and not all(_packed_vars(k)["table"] for k in specs)
+    assert any(k.table for k in specs) and not all(k.table for k in specs)
 
 
 @pytest.mark.parametrize("e", SIZES)

@@ -21,6 +21,8 @@ from .config import (
     CONFIG_SCHEMA,
     FLAT_WORD,
     KernelConfig,
+    prmt_k,
+    prmt_lanes,
     staged_loads,
     staged_pitch,
     staged_rows,
@@ -39,6 +41,7 @@ NVCC_OPTIONS: tuple[str, ...] = ("-O3", "-lineinfo")
 TILED_TEMPLATE = "transpose.cu.j2"
 FLAT_TEMPLATE = "flat.cu.j2"
 STAGED_TEMPLATE = "staged.cu.j2"
+PRMT_TEMPLATE = "prmt.cu.j2"
 # Kernels that are not tuned configs: a peer, the measuring helpers, permute's row copies
 # and gathers (outside template_version: editing them starts no tuning study over).
 UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2", "packed.cu.j2")
@@ -228,6 +231,30 @@ def staged_params(c: KernelConfig) -> dict[str, object]:
     }
 
 
+def prmt_params(c: KernelConfig) -> dict[str, object]:
+    """What templates/prmt.cu.j2 needs about one byte-permute config."""
+    lr, lw = prmt_lanes(c)
+    rp = c.threads // lw  # output rows a store pass covers
+    return {
+        **_common_params(c),
+        "kk": prmt_k(c),
+        "tm": c.tile_m,
+        "tn": c.tile_n,
+        "pt": c.per_thread,
+        "lr": lr,
+        "lw": lw,
+        "g": c.threads // lr,  # row groups a load pass covers
+        "rp": rp,
+        "passes": c.tile_n // rp,
+        "swz": 32 // lr,
+        "smem": c.smem_bytes,
+        "raster": c.raster,
+        # blocks per SM the registers must allow: 64 registers a thread (2 x per_thread x K
+        # words held, addresses and the exchange's temporaries fit)
+        "min_blocks": max(1, min(65536 // (c.threads * 64), 160 * 1024 // (c.smem_bytes + 1024))),
+    }
+
+
 def _kinds() -> dict[str, tuple[str, Callable[[KernelConfig], dict[str, object]]]]:
     """Kind of kernel -> (its template, the parameters it needs): the one place a new kind
     plugs in."""
@@ -235,11 +262,12 @@ def _kinds() -> dict[str, tuple[str, Callable[[KernelConfig], dict[str, object]]
         "tiled": (TILED_TEMPLATE, kernel_params),
         "flat": (FLAT_TEMPLATE, flat_params),
         "staged": (STAGED_TEMPLATE, staged_params),
+        "prmt": (PRMT_TEMPLATE, prmt_params),
     }
 
 
 def _kind(c: KernelConfig) -> str:
-    return "flat" if c.flat else "staged" if c.staged else "tiled"
+    return "flat" if c.flat else "staged" if c.staged else "prmt" if c.prmt else "tiled"
 
 
 def _render_kernels(template: str, kernels: list[dict[str, object]]) -> str:

@@ -84,6 +84,7 @@ class KernelConfig:
     realign: bool = False
     flat: bool = False
     staged: bool = False
+    prmt: bool = False
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -146,6 +147,7 @@ class KernelConfig:
         k += "_ra" if self.realign else ""
         k += "_flat" if self.flat else ""
         k += "_sg" if self.staged else ""
+        k += "_pm" if self.prmt else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
 
@@ -180,9 +182,10 @@ class KernelConfig:
 
     @property
     def any_offset(self) -> bool:
-        """Whether the kernel runs on rows at any offset (realigning and staged kernels use
-        their vectors whatever the call's alignment); otherwise `vec` must fit the call."""
-        return self.realign or self.staged
+        """Whether the kernel runs on rows at any offset (realigning, staged and byte-permute
+        kernels use their words whatever the call's alignment); otherwise `vec` must fit the
+        call."""
+        return self.realign or self.staged or self.prmt
 
     def applies(self, m: int, n: int) -> bool:
         """Whether the kernel handles an m x n matrix (tiled kernels handle any)."""
@@ -242,7 +245,7 @@ class KernelConfig:
 
 
 _STR_FIELDS = frozenset({"layout", "raster", "cache"})
-_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged"})
+_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt"})
 
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
@@ -258,7 +261,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name in _BOOL_FIELDS:
         if type(getattr(c, name)) is not bool:
             yield f"{name} must be a bool"
-    if type(c.flat) is not bool or type(c.staged) is not bool:
+    if any(type(getattr(c, n)) is not bool for n in ("flat", "staged", "prmt")):
         return
     if any(type(getattr(c, n)) is not int for n in ints):
         return
@@ -275,6 +278,9 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     bad = [msg for ok, msg in checks if not ok]
     yield from bad
     if bad:
+        return
+    if c.prmt:
+        yield from _prmt_errors(c)
         return
     if c.flat:
         yield from _flat_errors(c)
@@ -423,7 +429,61 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
         yield "conjugate=True needs complex64 elements for a staged kernel (elem_bytes 8)"
 
 
+PRMT_SIZES = (1, 2)  # elements a 32-bit word holds several of: moved K x K at a time
+PRMT_SEGMENTS = (64, 128)  # bytes of a tile's row segment, in and out: 16 or 32 lanes
+PRMT_MAX_THREADS = 512
+PRMT_MAX_WORDS = 16  # words a thread loads at once (and as many extra words): 32 registers
+
+
+def prmt_k(c: KernelConfig) -> int:
+    """Elements per 32-bit word of a byte-permute kernel: it moves K x K blocks."""
+    return 4 // c.elem_bytes
+
+
+def prmt_lanes(c: KernelConfig) -> tuple[int, int]:
+    """Lanes per input row segment (one word each) and per output row segment."""
+    return c.tile_n * c.elem_bytes // 4, c.tile_m * c.elem_bytes // 4
+
+
+def _prmt_errors(c: KernelConfig) -> Iterator[str]:
+    fixed = {"pad": 0, "layout": "pad", "realign": False, "flat": False, "staged": False,
+             "conjugate": False}  # fmt: skip
+    for name, want in fixed.items():
+        if getattr(c, name) != want:
+            yield f"prmt=True takes {name}={want!r} (got {getattr(c, name)!r}): a byte-permute kernel has its own shared-memory layout"
+    if c.elem_bytes not in PRMT_SIZES:
+        yield f"prmt=True needs elem_bytes in {list(PRMT_SIZES)} (wider elements are whole words: use a staged or tiled config)"
+        return
+    k = 4 // c.elem_bytes
+    if c.vec != k:
+        yield f"prmt=True moves 4-byte words: vec must be {k} for {c.elem_bytes}-byte elements (got {c.vec})"
+    for name in ("tile_m", "tile_n"):
+        nbytes = getattr(c, name) * c.elem_bytes
+        if nbytes not in PRMT_SEGMENTS:
+            allowed = [b // c.elem_bytes for b in PRMT_SEGMENTS]
+            yield f"prmt=True: {name}={getattr(c, name)} makes {nbytes}-byte row segments; use {name} in {allowed}"
+    if any(getattr(c, n) * c.elem_bytes not in PRMT_SEGMENTS for n in ("tile_m", "tile_n")):
+        return
+    lr, lw = prmt_lanes(c)
+    groups = c.tile_m // k
+    if c.per_thread * k > PRMT_MAX_WORDS or groups % c.per_thread:
+        yield (
+            f"prmt=True: per_thread={c.per_thread} blocks of {k} rows; the tile's {groups} row "
+            f"groups must divide by it and a thread holds at most {PRMT_MAX_WORDS // k}: lower per_thread"
+        )
+        return
+    threads = lr * groups // c.per_thread
+    if threads % WARP or not threads <= PRMT_MAX_THREADS or c.tile_n % (threads // lw):
+        yield (
+            f"prmt tile {c.tile_m}x{c.tile_n} with per_thread={c.per_thread} gives {threads} "
+            f"threads; it must be a multiple of {WARP} up to {PRMT_MAX_THREADS}: change per_thread"
+        )
+
+
 def _derive(c: KernelConfig) -> dict[str, int]:
+    if c.prmt:
+        lr, _ = prmt_lanes(c)
+        return {"threads": lr * (c.tile_m // prmt_k(c)) // c.per_thread, "smem": c.tile_n * 32 * 4}
     if c.staged:
         rows = staged_rows(c)
         smem = rows * staged_pitch(c) + (rows - 1) // c.vec * 4
@@ -495,6 +555,8 @@ def config_space(
                                 )  # fmt: skip
     if restricted and s in STAGED_SIZES and (not conjugate or s == 8):
         yield from staged_space(s, limits, conjugate)
+    if restricted and s in PRMT_SIZES and not conjugate:
+        yield from prmt_space(s, limits)
     if short_side is not None:
         yield from flat_space(s, limits, short_side, conjugate)
 
@@ -520,6 +582,33 @@ def staged_space(elem_bytes: int, limits: DeviceLimits, conjugate: bool = False)
                         for cache in CACHE_HINTS:
                             yield from _launchable(limits, elem_bytes, tm, tn, vec, pt, 0, "pad",
                                                    raster, cache, conjugate, staged=True)  # fmt: skip
+
+
+def prmt_space(elem_bytes: int, limits: DeviceLimits) -> Iterator[KernelConfig]:
+    """The byte-permute configs (1- and 2-byte rows at any offset) for `elem_bytes`."""
+    if elem_bytes not in PRMT_SIZES:
+        return
+    sizes = [b // elem_bytes for b in PRMT_SEGMENTS]
+    for tm in sizes:
+        for tn in sizes:
+            for pt in PER_THREAD:
+                for raster in RASTERS:
+                    for cache in CACHE_HINTS:
+                        yield from _launchable(limits, elem_bytes, tm, tn, 4 // elem_bytes, pt, 0,
+                                               "pad", raster, cache, prmt=True)  # fmt: skip
+
+
+def prmt_default(elem_bytes: int, conjugate: bool = False) -> KernelConfig | None:
+    """The untuned byte-permute config for 1- and 2-byte elements (None for wider ones, or
+    conjugated: those are whole words)."""
+    if elem_bytes not in PRMT_SIZES or conjugate:
+        return None
+    tm, tn, pt, raster = _PRMT_DEFAULTS[elem_bytes]
+    return KernelConfig(elem_bytes, tm, tn, 4 // elem_bytes, pt, 0, "pad", raster, prmt=True)
+
+
+# elem_bytes -> (tile_m, tile_n, per_thread, raster): 128-byte segments both ways, 256 threads
+_PRMT_DEFAULTS: dict[int, tuple[Any, ...]] = {1: (128, 128, 4, "row"), 2: (64, 64, 4, "row")}
 
 
 def flat_space(

@@ -1,0 +1,339 @@
+"""Byte-permute kernels (config.prmt, templates/prmt.cu.j2): validation and the space; a
+Python model of a block's work (aligned word loads, the shuffle and funnel shift that absorb
+a row's offset, the byte permutes, the swizzled shared memory, the shifted word stores with
+byte-wise ends) run against np.transpose at random offsets and pitches, which also checks
+that every output byte is written once and that no warp's shared-memory access conflicts;
+nvcc's resource report (CPU); correctness on the GPU at every pointer offset, odd sizes,
+1xN and Nx1, batches, pitched views, past 2**31 elements, poisoned output."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from _gpu import assert_match_reference
+
+import autotranspose as at
+from autotranspose.codegen import kernel_source, prmt_params
+from autotranspose.config import (
+    NEWEST,
+    PRMT_SIZES,
+    KernelConfig,
+    config_space,
+    neighbours,
+    prmt_default,
+    prmt_space,
+)
+from autotranspose.errors import ConfigError
+
+DTYPES = {1: "uint8", 2: "float16"}
+M32 = 0xFFFFFFFF
+
+
+def prmt(elem_bytes: int, **kw) -> KernelConfig:
+    return prmt_default(elem_bytes).replace(**kw)
+
+
+# --- the config --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "s, change, says",
+    [
+        (1, {"vec": 2}, "vec must be 4"),
+        (2, {"tile_m": 128}, "use tile_m in \\[32, 64\\]"),
+        (1, {"tile_n": 32}, "use tile_n in \\[64, 128\\]"),
+        (1, {"per_thread": 8}, "lower per_thread"),
+        (2, {"per_thread": 16}, "lower per_thread"),
+        (1, {"per_thread": 1}, "multiple of 32 up to 512"),
+        (1, {"staged": True}, "prmt=True takes staged=False"),
+        (1, {"layout": "swizzle"}, "takes layout='pad'"),
+    ],
+)
+def test_invalid_prmt_configs_say_what_to_change(s, change, says):
+    with pytest.raises(ConfigError, match=says):
+        prmt(s, **change)
+
+
+@pytest.mark.parametrize("s", [4, 8, 16])
+def test_wider_elements_are_left_to_the_other_kernels(s):
+    with pytest.raises(ConfigError, match="elem_bytes in \\[1, 2\\]"):
+        KernelConfig(s, 64, 64, 1, 4, 0, "pad", prmt=True)
+    assert prmt_default(s) is None and not list(prmt_space(s, NEWEST))
+
+
+def test_conjugation_has_no_byte_permute_kernel():
+    assert prmt_default(1, conjugate=True) is None
+
+
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_prmt_configs_come_with_unaligned_calls_only(s):
+    aligned = [c for c in config_space(DTYPES[s]) if c.prmt]
+    unaligned = [c for c in config_space(DTYPES[s], max_vector=1) if c.prmt]
+    assert not aligned and prmt_default(s) in unaligned
+    assert all(c.any_offset and c.fits(NEWEST) for c in unaligned)
+    assert len({c.key for c in unaligned}) == len(unaligned)
+
+
+def test_keys_round_trip_and_neighbours_stay_in_the_kind(rng):
+    space = list(prmt_space(1, NEWEST))
+    for i in rng.choice(len(space), 5, replace=False):
+        c = space[i]
+        assert c.key.endswith("_pm") or "_pm_p" in c.key
+        assert KernelConfig.from_dict(c.to_dict()) == c
+        assert all(n.prmt for n in neighbours(c) if n.elem_bytes == c.elem_bytes and n.vec == c.vec)
+
+
+def test_tiles_are_plain_ceilings(rng):
+    c = prmt_default(1)
+    m, n = int(rng.integers(1, 10**6)), int(rng.integers(1, 10**6))
+    assert c.tiles(m, n) == (-(-m // c.tile_m), -(-n // c.tile_n))
+
+
+# --- a Python model of the kernel ----------------------------------------------------------------
+def byte_perm(x: np.ndarray, y: np.ndarray, sel: int) -> np.ndarray:
+    """CUDA's __byte_perm: byte i of the result is byte (sel >> 4i) & 7 of y:x."""
+    both = (y.astype(np.uint64) << np.uint64(32)) | x.astype(np.uint64)
+    out = np.zeros_like(x, dtype=np.uint64)
+    for i in range(4):
+        b = (sel >> (4 * i)) & 7
+        out |= ((both >> np.uint64(8 * b)) & np.uint64(0xFF)) << np.uint64(8 * i)
+    return out.astype(np.uint32)
+
+
+def block(s: int, r: list[np.ndarray]) -> list[np.ndarray]:
+    """The template's K x K transpose (macro `block`), selector for selector."""
+    if s == 1:
+        lo01, hi01 = byte_perm(r[0], r[1], 0x5140), byte_perm(r[0], r[1], 0x7362)
+        lo23, hi23 = byte_perm(r[2], r[3], 0x5140), byte_perm(r[2], r[3], 0x7362)
+        return [byte_perm(lo01, lo23, 0x5410), byte_perm(lo01, lo23, 0x7632),
+                byte_perm(hi01, hi23, 0x5410), byte_perm(hi01, hi23, 0x7632)]  # fmt: skip
+    return [byte_perm(r[0], r[1], 0x5410), byte_perm(r[0], r[1], 0x7632)]
+
+
+def shfl(v: np.ndarray, delta: int, width: int) -> np.ndarray:
+    """__shfl_down_sync (delta > 0) / __shfl_up_sync (delta < 0) within groups of `width`
+    lanes: a lane whose source is outside its group keeps its own value."""
+    lane = np.arange(v.size) % width
+    src = np.arange(v.size) + delta
+    ok = (lane + delta >= 0) & (lane + delta < width)
+    return np.where(ok, v[np.where(ok, src, 0)], v)
+
+
+def funnel_r(lo: np.ndarray, hi: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """__funnelshift_r / __funnelshift_rc with shift in 0..32: low word of (hi:lo) >> shift."""
+    both = (hi.astype(np.uint64) << np.uint64(32)) | lo.astype(np.uint64)
+    return ((both >> shift.astype(np.uint64)) & np.uint64(M32)).astype(np.uint32)
+
+
+def assert_no_conflict(banks: np.ndarray, active: np.ndarray | None = None) -> None:
+    for w in range(0, banks.size, 32):
+        lanes = banks[w : w + 32] if active is None else banks[w : w + 32][active[w : w + 32]]
+        assert len(set(lanes.tolist())) == lanes.size, f"bank conflict in warp {w // 32}: {lanes}"
+
+
+def model(c: KernelConfig, mem: np.ndarray, off_in: int, out: np.ndarray, off_out: int,
+          batch: int, m: int, n: int, ld_in: int, ld_out: int, bs_in: int, bs_out: int) -> np.ndarray:  # fmt: skip
+    """Run every tile of the kernel on byte buffers `mem` (input) and `out`; the matrices
+    start at byte offsets off_in and off_out, strides in elements. Returns how often each
+    byte of `out` was written."""
+    v = prmt_params(c)
+    s, kk, tm, tn, lr, lw, G, rp = (v[x] for x in ("s", "kk", "tm", "tn", "lr", "lw", "g", "rp"))
+    t = np.arange(c.threads)
+    cw, g, kw, jr = t % lr, t // lr, t % lw, t // lw
+    written = np.zeros(out.size, dtype=np.int64)
+    lo_in = off_in // 4 * 4  # reads stay within the aligned words the input's bytes touch
+    hi_in = -(-(off_in + ((batch - 1) * bs_in + (m - 1) * ld_in + n) * s) // 4) * 4
+
+    def slot(j, w):
+        return j * 32 + (w ^ ((((j // kk) * v["swz"]) ^ ((j & 1) << 4)) & 31))
+
+    def load(addr, ok):
+        assert np.all((addr[ok] >= lo_in) & (addr[ok] + 4 <= hi_in)), "a load outside the input's words"
+        a = np.where(ok, addr, 0)
+        words = sum(mem[a + i].astype(np.uint32) << np.uint32(8 * i) for i in range(4))
+        return np.where(ok, words, 0).astype(np.uint32)
+
+    tiles_m, tiles_n = c.tiles(m, n)
+    for b in range(batch):
+        for ti in range(tiles_m):
+            for tj in range(tiles_n):
+                r0, c0 = ti * tm, tj * tn
+                nrows, ncols = min(tm, m - r0), min(tn, n - c0)
+                in_bytes, out_bytes = ncols * s, nrows * s
+                ib = off_in + (b * bs_in + r0 * ld_in + c0) * s
+                obase = off_out + (b * bs_out + c0 * ld_out + r0) * s
+                sm = np.zeros(tn * 32, dtype=np.uint32)
+                for p in range(c.per_thread):
+                    rw = []
+                    for e in range(kk):
+                        row = (g + G * p) * kk + e
+                        ld0 = ((ib & M32) + row * ((ld_in * s) & M32)) & 3
+                        wp = ib + row * ld_in * s - ld0 + 4 * cw
+                        vv = load(wp, (row < nrows) & (4 * cw < ld0 + in_bytes))
+                        xx = load(wp + 4, (cw == lr - 1) & (ld0 != 0) & (row < nrows) & (4 * lr < ld0 + in_bytes))
+                        nxt = np.where(cw == lr - 1, xx, shfl(vv, 1, lr))
+                        rw.append(funnel_r(vv, nxt, 8 * ld0))
+                    o = block(s, rw)
+                    w = g + G * p
+                    for f in range(kk):
+                        sl = slot(cw * kk + f, w)
+                        assert_no_conflict(sl % 32)
+                        sm[sl] = o[f]
+                for q in range(v["passes"]):
+                    j = jr + q * rp
+                    sl = slot(j, kw)
+                    assert_no_conflict(sl % 32)
+                    cur = sm[sl]
+                    prev = shfl(cur, -1, lw)
+                    act = j < ncols
+                    orow = obase + j * ld_out * s
+                    ld0 = orow & 3
+                    wp = orow - ld0 + 4 * kw
+                    p0 = 4 * kw - ld0
+                    val = funnel_r(prev, cur, 32 - 8 * ld0)
+                    tail = funnel_r(cur, np.zeros_like(cur), 32 - 8 * ld0)
+                    for i in range(4):
+                        mine = act & (p0 + i >= 0) & (p0 + i < out_bytes)
+                        np.add.at(written, wp[mine] + i, 1)
+                        out[wp[mine] + i] = (val[mine] >> np.uint32(8 * i)) & 0xFF
+                    for i in range(3):
+                        mine = act & (kw == lw - 1) & (ld0 != 0) & (i < ld0) & (p0 + 4 + i < out_bytes)
+                        np.add.at(written, wp[mine] + 4 + i, 1)
+                        out[wp[mine] + 4 + i] = (tail[mine] >> np.uint32(8 * i)) & 0xFF
+    return written
+
+
+def _run_model(rng, c: KernelConfig, batch: int, m: int, n: int) -> None:
+    s = c.elem_bytes
+    dtype = np.dtype(f"u{s}")
+    off_in, off_out = int(rng.integers(0, 16 // s)) * s, int(rng.integers(0, 16 // s)) * s
+    ld_in, ld_out = n + int(rng.integers(0, 5)), m + int(rng.integers(0, 5))
+    bs_in, bs_out = m * ld_in + int(rng.integers(0, 3)), n * ld_out + int(rng.integers(0, 3))
+    src = rng.integers(0, 256, size=off_in + batch * bs_in * s + 8, dtype=np.uint8)
+    fill = rng.integers(0, 256, size=off_out + batch * bs_out * s + 8, dtype=np.uint8)
+    out = fill.copy()
+    written = model(c, src, off_in, out, off_out, batch, m, n, ld_in, ld_out, bs_in, bs_out)
+    x = np.lib.stride_tricks.as_strided(
+        src[off_in:].view(np.uint8)[: batch * bs_in * s].view(dtype),
+        (batch, m, n), (bs_in * s, ld_in * s, s))  # fmt: skip
+    want = fill.copy()
+    region = np.lib.stride_tricks.as_strided(
+        want[off_out:].view(np.uint8)[: batch * bs_out * s].view(dtype),
+        (batch, n, m), (bs_out * s, ld_out * s, s), writeable=True)  # fmt: skip
+    region[...] = np.swapaxes(x, 1, 2)
+    mask = np.zeros(out.size, dtype=bool)
+    bi, i, j, k = np.ix_(range(batch), range(n), range(m), range(s))
+    mask[(off_out + (bi * bs_out + i * ld_out + j) * s + k).ravel()] = True
+    assert np.array_equal(out, want), (c.key, batch, m, n, off_in, off_out)
+    assert np.all(written[mask] == 1) and not written[~mask].any(), "each output byte is written once, no other"
+
+
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_model_matches_numpy_at_any_offset(rng, s):
+    """Random configs of the space on odd, even, thin and batched shapes, random pointer
+    offsets and pitches: the model's output is np.transpose's, each output byte written once,
+    and no warp's shared-memory store or load has a bank conflict."""
+    space = [c for c in prmt_space(s, NEWEST) if not c.persistent and c.cache == "default"]
+    picks = [prmt_default(s)] + [space[i] for i in rng.choice(len(space), 3, replace=False)]
+    odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
+    shapes = [(1, odd(100, 300), odd(100, 300)), (2, odd(3, 70), odd(60, 200)), (1, 1, odd(50, 300)),
+              (1, odd(50, 300), 1), (1, int(rng.integers(64, 200)) * 2, int(rng.integers(64, 200)) * 2)]  # fmt: skip
+    for c in picks:
+        for shape in shapes:
+            _run_model(rng, c, *shape)
+
+
+def test_byte_perm_model_is_a_transpose(rng):
+    """The selectors themselves: a 4x4 and a 2x2 block come out transposed."""
+    for s in PRMT_SIZES:
+        k = 4 // s
+        a = rng.integers(0, 256, size=(k, 4), dtype=np.uint8)
+        r = [np.array([int.from_bytes(a[e].tobytes(), "little")], dtype=np.uint32) for e in range(k)]
+        o = block(s, r)
+        elems = a.view(f"u{s}")  # k rows of k elements
+        got = np.stack([np.frombuffer(int(x[0]).to_bytes(4, "little"), dtype=f"u{s}") for x in o])
+        assert np.array_equal(got, elems.T)
+
+
+def test_template_renders_the_selectors_the_model_runs():
+    src = kernel_source(prmt_default(1))
+    for sel in ("0x5140", "0x7362", "0x5410", "0x7632"):
+        assert sel in src
+    assert "0x5410" in kernel_source(prmt_default(2)) and "0x5140" not in kernel_source(prmt_default(2))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_prmt_kernels_compile_without_spills_or_warnings(arch):
+    """Every tile shape and per_thread of both element sizes (rasters and cache hints add no
+    registers to speak of: one of each)."""
+    from autotranspose.compiler import nvcc_resources
+
+    picks = {c.kernel_name: c for s in PRMT_SIZES for c in prmt_space(s, NEWEST)
+             if not c.persistent and (c.raster, c.cache) in (("row", "default"), ("col", "stream"))}  # fmt: skip
+    report = nvcc_resources(list(picks.values()), arch)
+    for cfg in picks.values():
+        res = report[cfg.kernel_name]
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
+        assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
+        assert res.registers * cfg.threads <= 65536
+
+
+# --- on the GPU ----------------------------------------------------------------------------------
+def _odd_shapes(rng) -> list[tuple[int, int, int]]:
+    odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
+    return [(1, odd(1000, 5000), odd(1000, 5000)), (1, 1, odd(3000, 9000)), (1, odd(3000, 9000), 1),
+            (3, odd(100, 700), odd(100, 700)), (1, 17, odd(2000, 4000)), (1, odd(2000, 4000), 15),
+            (2, 5, 3), (1, odd(200, 400) + 1, odd(200, 400))]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_prmt_kernels_match_the_reference(rng, s):
+    """Odd sizes, 1xN, Nx1, batches; fresh data, a poisoned output and a guard region after
+    it (measure.Bench.check); random configs of the space, the default, a persistent grid."""
+    from autotranspose.compiler import activate, precompile
+
+    state = activate(0)
+    space = [c for c in prmt_space(s, state.info.limits) if not c.persistent]
+    picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
+    picks += [prmt_default(s), prmt_default(s).replace(persistent=2)]
+    assert not precompile(state, picks)
+    for shape in _odd_shapes(rng):
+        assert_match_reference(state, s, shape, picks)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_every_pointer_offset_and_pitched_views(rng, s):
+    """Input and output at every byte offset the element size allows (0-15), rows of pitched
+    views; the bytes around and between the output rows are left as they were."""
+    cupy = pytest.importorskip("cupy")
+    dtype = np.dtype(DTYPES[s])
+    space = [c for c in prmt_space(s, NEWEST) if not c.persistent]
+    for offset_in in range(0, 16, s):
+        cfg = space[int(rng.integers(len(space)))] if rng.random() < 0.5 else prmt_default(s)
+        offset_out = int(rng.integers(0, 16 // s)) * s
+        m, n = int(rng.integers(300, 900)) | 1, int(rng.integers(300, 900)) | 1
+        pin, pout = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))  # row pitches
+        host = rng.integers(0, 256, size=m * pin * s, dtype=np.uint8).view(dtype).reshape(m, pin)
+        buf_in = cupy.zeros(m * pin * s + 32, np.uint8)
+        buf_in[offset_in : offset_in + m * pin * s] = cupy.asarray(host.view(np.uint8).ravel())
+        x = buf_in[offset_in : offset_in + m * pin * s].view(dtype).reshape(m, pin)[:, :n]
+        fill = rng.integers(0, 256, size=n * pout * s + 64, dtype=np.uint8)
+        buf_out = cupy.asarray(fill)
+        out = buf_out[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)[:, :m]
+        assert at.transpose(x, out, config=cfg) is out
+        want = fill.copy()
+        region = want[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)
+        region[:, :m] = host[:, :n].T
+        assert np.array_equal(cupy.asnumpy(buf_out), want), (cfg.key, offset_in, offset_out, m, n)
+
+
+@pytest.mark.gpu
+def test_prmt_past_2_31_elements():
+    from autotranspose.compiler import activate
+
+    shape = (1, 46349, 46337)  # 2**31 + about 1.5M int8 elements, odd rows
+    assert shape[1] * shape[2] > 2**31
+    assert_match_reference(activate(0), 1, shape, [prmt_default(1)])

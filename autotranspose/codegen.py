@@ -21,8 +21,9 @@ from .config import (
     CONFIG_SCHEMA,
     FLAT_WORD,
     KernelConfig,
+    prmt_halo,
     prmt_k,
-    prmt_lanes,
+    prmt_layout,
     staged_loads,
     staged_pitch,
     staged_rows,
@@ -233,25 +234,18 @@ def staged_params(c: KernelConfig) -> dict[str, object]:
 
 def prmt_params(c: KernelConfig) -> dict[str, object]:
     """What templates/prmt.cu.j2 needs about one byte-permute config."""
-    lr, lw = prmt_lanes(c)
-    rp = c.threads // lw  # output rows a store pass covers
     return {
         **_common_params(c),
+        **prmt_layout(c),
         "kk": prmt_k(c),
+        "h": prmt_halo(c),
         "tm": c.tile_m,
         "tn": c.tile_n,
-        "pt": c.per_thread,
-        "lr": lr,
-        "lw": lw,
-        "g": c.threads // lr,  # row groups a load pass covers
-        "rp": rp,
-        "passes": c.tile_n // rp,
-        "swz": 32 // lr,
         "smem": c.smem_bytes,
         "raster": c.raster,
-        # blocks per SM the registers must allow: 64 registers a thread (2 x per_thread x K
-        # words held, addresses and the exchange's temporaries fit)
-        "min_blocks": max(1, min(65536 // (c.threads * 64), 160 * 1024 // (c.smem_bytes + 1024))),
+        # blocks per SM the registers must allow: 64 registers a thread (with 80, as shared
+        # memory alone would allow for the biggest tiles, ptxas 13 spilled 120-190 bytes)
+        "min_blocks": max(1, 65536 // (c.threads * 64)),
     }
 
 

@@ -176,6 +176,8 @@ class KernelConfig:
                     f"the matrix is {m}x{n}: use a tiled config (flat=False)"
                 )
             return (-(-m // self.tile_m), 1) if n <= self.tile_n else (1, -(-n // self.tile_m))
+        if self.prmt:  # output windows start up to 16 bytes before a tile: staged likewise
+            return (-(-(m + CHUNK // self.elem_bytes - 1) // self.tile_m), -(-n // self.tile_n))
         if self.staged:  # output windows start up to vec - 1 rows before a tile: one more
             return (-(-(m + self.vec - 1) // self.tile_m), -(-n // self.tile_n))
         return (-(-m // self.tile_m), -(-n // self.tile_n))
@@ -430,9 +432,10 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
 
 
 PRMT_SIZES = (1, 2)  # elements a 32-bit word holds several of: moved K x K at a time
-PRMT_SEGMENTS = (64, 128)  # bytes of a tile's row segment, in and out: 16 or 32 lanes
-PRMT_MAX_THREADS = 512
-PRMT_MAX_WORDS = 16  # words a thread loads at once (and as many extra words): 32 registers
+PRMT_SEGMENTS = (64, 128)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
+PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
+PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
+CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
 
 
 def prmt_k(c: KernelConfig) -> int:
@@ -440,9 +443,33 @@ def prmt_k(c: KernelConfig) -> int:
     return 4 // c.elem_bytes
 
 
-def prmt_lanes(c: KernelConfig) -> tuple[int, int]:
-    """Lanes per input row segment (one word each) and per output row segment."""
-    return c.tile_n * c.elem_bytes // 4, c.tile_m * c.elem_bytes // 4
+def prmt_halo(c: KernelConfig) -> int:
+    """Rows a byte-permute tile stages before its first: output windows start 16-byte
+    aligned, up to 16 / elem_bytes - 1 elements early."""
+    return CHUNK // c.elem_bytes
+
+
+def _prmt_geometry(c: KernelConfig) -> dict[str, int]:
+    k = prmt_k(c)
+    sr = c.tile_m + prmt_halo(c)
+    nc1 = c.tile_n * c.elem_bytes // CHUNK + 1
+    p1w = -(-4 * nc1 // 8) * 8
+    ng, cw = sr // k, c.tile_n * c.elem_bytes // 4
+    p2w = next(p for p in range(ng + 1, ng + 16) if k * p % 4 == 0 and (k * p // 4) % 2 == 1)
+    return {"sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
+            "ncw": c.tile_m * c.elem_bytes // CHUNK, "sa_words": sr * p1w + ng * 8,
+            "sb_words": c.tile_n * p2w}  # fmt: skip
+
+
+def prmt_layout(c: KernelConfig) -> dict[str, int]:
+    """The shared-memory layout and per-thread work of a byte-permute config (see
+    templates/prmt.cu.j2): `sr` staged rows of `nc1` chunks at a pitch of `p1w` words;
+    `ng` row groups of K; `cw` column words; transposed rows of `p2w` words (K * p2w / 4
+    odd, so the exchange's K-apart rows fall in different banks); `ncw` chunks per window;
+    `lu1`, `lu2`, `lu3`: each thread's chunks loaded, blocks exchanged, chunks stored."""
+    g, t = _prmt_geometry(c), c.threads
+    return {**g, "lu1": -(-g["sr"] * g["nc1"] // t), "lu2": -(-g["ng"] * g["cw"] // t),
+            "lu3": -(-c.tile_n * g["ncw"] // t)}  # fmt: skip
 
 
 def _prmt_errors(c: KernelConfig) -> Iterator[str]:
@@ -457,33 +484,31 @@ def _prmt_errors(c: KernelConfig) -> Iterator[str]:
     k = 4 // c.elem_bytes
     if c.vec != k:
         yield f"prmt=True moves 4-byte words: vec must be {k} for {c.elem_bytes}-byte elements (got {c.vec})"
+    bad = False
     for name in ("tile_m", "tile_n"):
         nbytes = getattr(c, name) * c.elem_bytes
         if nbytes not in PRMT_SEGMENTS:
+            bad = True
             allowed = [b // c.elem_bytes for b in PRMT_SEGMENTS]
             yield f"prmt=True: {name}={getattr(c, name)} makes {nbytes}-byte row segments; use {name} in {allowed}"
-    if any(getattr(c, n) * c.elem_bytes not in PRMT_SEGMENTS for n in ("tile_m", "tile_n")):
+    if c.per_thread > 2:  # 128 threads: more registers a thread, and ptxas 13 spilled
+        yield f"prmt=True: per_thread={c.per_thread} must be 1 or 2 (threads = {PRMT_THREADS} / per_thread)"
         return
-    lr, lw = prmt_lanes(c)
-    groups = c.tile_m // k
-    if c.per_thread * k > PRMT_MAX_WORDS or groups % c.per_thread:
-        yield (
-            f"prmt=True: per_thread={c.per_thread} blocks of {k} rows; the tile's {groups} row "
-            f"groups must divide by it and a thread holds at most {PRMT_MAX_WORDS // k}: lower per_thread"
-        )
+    if bad:
         return
-    threads = lr * groups // c.per_thread
-    if threads % WARP or not threads <= PRMT_MAX_THREADS or c.tile_n % (threads // lw):
+    g, threads = _prmt_geometry(c), PRMT_THREADS // c.per_thread
+    lu1 = -(-g["sr"] * g["nc1"] // threads)
+    if lu1 * CHUNK > PRMT_THREAD_BYTES:
         yield (
-            f"prmt tile {c.tile_m}x{c.tile_n} with per_thread={c.per_thread} gives {threads} "
-            f"threads; it must be a multiple of {WARP} up to {PRMT_MAX_THREADS}: change per_thread"
+            f"prmt tile {c.tile_m}x{c.tile_n} loads {lu1} chunks of {CHUNK} bytes per "
+            f"thread ({threads} threads); at most {PRMT_THREAD_BYTES} bytes: lower per_thread"
         )
 
 
 def _derive(c: KernelConfig) -> dict[str, int]:
     if c.prmt:
-        lr, _ = prmt_lanes(c)
-        return {"threads": lr * (c.tile_m // prmt_k(c)) // c.per_thread, "smem": c.tile_n * 32 * 4}
+        g = _prmt_geometry(c)
+        return {"threads": PRMT_THREADS // c.per_thread, "smem": 4 * (g["sa_words"] + g["sb_words"])}
     if c.staged:
         rows = staged_rows(c)
         smem = rows * staged_pitch(c) + (rows - 1) // c.vec * 4
@@ -608,7 +633,7 @@ def prmt_default(elem_bytes: int, conjugate: bool = False) -> KernelConfig | Non
 
 
 # elem_bytes -> (tile_m, tile_n, per_thread, raster): 128-byte segments both ways, 256 threads
-_PRMT_DEFAULTS: dict[int, tuple[Any, ...]] = {1: (128, 128, 4, "row"), 2: (64, 64, 4, "row")}
+_PRMT_DEFAULTS: dict[int, tuple[Any, ...]] = {1: (128, 128, 2, "col"), 2: (64, 64, 2, "col")}
 
 
 def flat_space(

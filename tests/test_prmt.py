@@ -42,9 +42,7 @@ def prmt(elem_bytes: int, **kw) -> KernelConfig:
         (1, {"vec": 2}, "vec must be 4"),
         (2, {"tile_m": 128}, "use tile_m in \\[32, 64\\]"),
         (1, {"tile_n": 32}, "use tile_n in \\[64, 128\\]"),
-        (1, {"per_thread": 8}, "lower per_thread"),
-        (2, {"per_thread": 16}, "lower per_thread"),
-        (1, {"per_thread": 1}, "multiple of 32 up to 512"),
+        (1, {"per_thread": 4}, "must be 1 or 2"),
         (1, {"staged": True}, "prmt=True takes staged=False"),
         (1, {"layout": "swizzle"}, "takes layout='pad'"),
     ],
@@ -110,109 +108,125 @@ def block(s: int, r: list[np.ndarray]) -> list[np.ndarray]:
     return [byte_perm(r[0], r[1], 0x5410), byte_perm(r[0], r[1], 0x7632)]
 
 
-def shfl(v: np.ndarray, delta: int, width: int) -> np.ndarray:
-    """__shfl_down_sync (delta > 0) / __shfl_up_sync (delta < 0) within groups of `width`
-    lanes: a lane whose source is outside its group keeps its own value."""
-    lane = np.arange(v.size) % width
-    src = np.arange(v.size) + delta
-    ok = (lane + delta >= 0) & (lane + delta < width)
-    return np.where(ok, v[np.where(ok, src, 0)], v)
-
-
 def funnel_r(lo: np.ndarray, hi: np.ndarray, shift: np.ndarray) -> np.ndarray:
-    """__funnelshift_r / __funnelshift_rc with shift in 0..32: low word of (hi:lo) >> shift."""
+    """__funnelshift_r with shift in 0..31: low word of (hi:lo) >> shift."""
     both = (hi.astype(np.uint64) << np.uint64(32)) | lo.astype(np.uint64)
     return ((both >> shift.astype(np.uint64)) & np.uint64(M32)).astype(np.uint32)
 
 
-def assert_no_conflict(banks: np.ndarray, active: np.ndarray | None = None) -> None:
-    for w in range(0, banks.size, 32):
-        lanes = banks[w : w + 32] if active is None else banks[w : w + 32][active[w : w + 32]]
-        assert len(set(lanes.tolist())) == lanes.size, f"bank conflict in warp {w // 32}: {lanes}"
+def conflicts(words: np.ndarray, active: np.ndarray, width: int = 4) -> int:
+    """Extra shared-memory wavefronts of one access per warp: for `width`-byte accesses the
+    worst bank's count of distinct words, less one (16-byte accesses: per quarter warp)."""
+    extra = 0
+    group = 32 if width == 4 else 8
+    for w in range(0, words.size, group):
+        sel = words[w : w + group][active[w : w + group]]
+        if width == 16:
+            sel = sel // 4
+            banks = sel % 8
+        else:
+            banks = sel % 32
+        per_bank = [len(set(sel[banks == k].tolist())) for k in set(banks.tolist())]
+        extra += max(per_bank, default=1) - 1
+    return extra
 
 
 def model(c: KernelConfig, mem: np.ndarray, off_in: int, out: np.ndarray, off_out: int,
-          batch: int, m: int, n: int, ld_in: int, ld_out: int, bs_in: int, bs_out: int) -> np.ndarray:  # fmt: skip
+          batch: int, m: int, n: int, ld_in: int, ld_out: int, bs_in: int, bs_out: int,
+          stats: dict[str, int]) -> np.ndarray:  # fmt: skip
     """Run every tile of the kernel on byte buffers `mem` (input) and `out`; the matrices
     start at byte offsets off_in and off_out, strides in elements. Returns how often each
-    byte of `out` was written."""
+    byte of `out` was written; adds each phase's extra shared-memory wavefronts to `stats`."""
     v = prmt_params(c)
-    s, kk, tm, tn, lr, lw, G, rp = (v[x] for x in ("s", "kk", "tm", "tn", "lr", "lw", "g", "rp"))
-    t = np.arange(c.threads)
-    cw, g, kw, jr = t % lr, t // lr, t % lw, t // lw
+    s, kk, tm, tn, h, T = (v[x] for x in ("s", "kk", "tm", "tn", "h", "threads"))
+    sr, nc1, p1w, ng, cwn, p2w, ncw = (v[x] for x in ("sr", "nc1", "p1w", "ng", "cw", "p2w", "ncw"))
+    t = np.arange(T)
     written = np.zeros(out.size, dtype=np.int64)
-    lo_in = off_in // 4 * 4  # reads stay within the aligned words the input's bytes touch
-    hi_in = -(-(off_in + ((batch - 1) * bs_in + (m - 1) * ld_in + n) * s) // 4) * 4
+    lo_in = off_in // 16 * 16  # reads stay within the aligned chunks the input's bytes touch
+    hi_in = -(-(off_in + ((batch - 1) * bs_in + (m - 1) * ld_in + n) * s) // 16) * 16
 
-    def slot(j, w):
-        return j * 32 + (w ^ ((((j // kk) * v["swz"]) ^ ((j & 1) << 4)) & 31))
-
-    def load(addr, ok):
-        assert np.all((addr[ok] >= lo_in) & (addr[ok] + 4 <= hi_in)), "a load outside the input's words"
-        a = np.where(ok, addr, 0)
-        words = sum(mem[a + i].astype(np.uint32) << np.uint32(8 * i) for i in range(4))
-        return np.where(ok, words, 0).astype(np.uint32)
+    def row_base(q):
+        return q * p1w + (q // kk) * 8
 
     tiles_m, tiles_n = c.tiles(m, n)
     for b in range(batch):
         for ti in range(tiles_m):
             for tj in range(tiles_n):
                 r0, c0 = ti * tm, tj * tn
-                nrows, ncols = min(tm, m - r0), min(tn, n - c0)
-                in_bytes, out_bytes = ncols * s, nrows * s
-                ib = off_in + (b * bs_in + r0 * ld_in + c0) * s
+                rs = r0 - h
+                ncols = min(tn, n - c0)
+                in_bytes = ncols * s
+                ib = off_in + (b * bs_in + c0) * s
                 obase = off_out + (b * bs_out + c0 * ld_out + r0) * s
-                sm = np.zeros(tn * 32, dtype=np.uint32)
-                for p in range(c.per_thread):
+                sa = np.full(v["sa_words"], 0xDEADBEEF, dtype=np.uint32)  # stale data
+                sb = np.full(v["sb_words"], 0xDEADBEEF, dtype=np.uint32)
+                lead0, step = ib & M32, (ld_in * s) & M32
+                for u in range(v["lu1"]):
+                    i = t + u * T
+                    q, w = i // nc1, i % nc1
+                    row = rs + q
+                    lead = (lead0 + (row & M32) * step) & 15
+                    ok = (i < sr * nc1) & (row >= 0) & (row < m) & (w * 16 < lead + in_bytes)
+                    addr = ib + row * ld_in * s - lead + w * 16
+                    assert np.all((addr[ok] >= lo_in) & (addr[ok] + 16 <= hi_in)), "a load outside the input's chunks"
+                    dst = row_base(q) + w * 4
+                    stats["load"] += conflicts(dst, ok, 16)
+                    for x in range(4):
+                        word = sum(mem[addr[ok] + 4 * x + y].astype(np.uint32) << np.uint32(8 * y) for y in range(4))
+                        sa[dst[ok] + x] = word
+                for u in range(v["lu2"]):
+                    it = t + u * T
+                    act = it < ng * cwn
+                    wi, lane = it // 32, it % 32
+                    cw = lane % 8 + 8 * (wi % (cwn // 8))
+                    gq = lane // 8 + 4 * (wi // (cwn // 8))
                     rw = []
                     for e in range(kk):
-                        row = (g + G * p) * kk + e
-                        ld0 = ((ib & M32) + row * ((ld_in * s) & M32)) & 3
-                        wp = ib + row * ld_in * s - ld0 + 4 * cw
-                        vv = load(wp, (row < nrows) & (4 * cw < ld0 + in_bytes))
-                        xx = load(wp + 4, (cw == lr - 1) & (ld0 != 0) & (row < nrows) & (4 * lr < ld0 + in_bytes))
-                        nxt = np.where(cw == lr - 1, xx, shfl(vv, 1, lr))
-                        rw.append(funnel_r(vv, nxt, 8 * ld0))
+                        q = gq * kk + e
+                        lead = (lead0 + ((rs + q) & M32) * step) & 15
+                        p = np.where(act, row_base(q) + (lead >> 2) + cw, 0)
+                        stats["exchange"] += conflicts(p, act) + conflicts(p + 1, act)
+                        rw.append(funnel_r(sa[p], sa[p + 1], 8 * (lead & 3)))
                     o = block(s, rw)
-                    w = g + G * p
                     for f in range(kk):
-                        sl = slot(cw * kk + f, w)
-                        assert_no_conflict(sl % 32)
-                        sm[sl] = o[f]
-                for q in range(v["passes"]):
-                    j = jr + q * rp
-                    sl = slot(j, kw)
-                    assert_no_conflict(sl % 32)
-                    cur = sm[sl]
-                    prev = shfl(cur, -1, lw)
-                    act = j < ncols
-                    orow = obase + j * ld_out * s
-                    ld0 = orow & 3
-                    wp = orow - ld0 + 4 * kw
-                    p0 = 4 * kw - ld0
-                    val = funnel_r(prev, cur, 32 - 8 * ld0)
-                    tail = funnel_r(cur, np.zeros_like(cur), 32 - 8 * ld0)
-                    for i in range(4):
-                        mine = act & (p0 + i >= 0) & (p0 + i < out_bytes)
-                        np.add.at(written, wp[mine] + i, 1)
-                        out[wp[mine] + i] = (val[mine] >> np.uint32(8 * i)) & 0xFF
-                    for i in range(3):
-                        mine = act & (kw == lw - 1) & (ld0 != 0) & (i < ld0) & (p0 + 4 + i < out_bytes)
-                        np.add.at(written, wp[mine] + 4 + i, 1)
-                        out[wp[mine] + 4 + i] = (tail[mine] >> np.uint32(8 * i)) & 0xFF
+                        dst = (cw * kk + f) * p2w + gq
+                        stats["exchange"] += conflicts(dst, act)
+                        sb[dst[act]] = o[f][act]
+                for u in range(v["lu3"]):
+                    it = t + u * T
+                    j, kc = it // ncw, it % ncw
+                    act = (it < tn * ncw) & (j < ncols)
+                    a0 = obase + j * ld_out * s
+                    rel = kc * 16 - (a0 & 15)
+                    lb = h * s + rel
+                    p = np.where(act, j * p2w + (lb >> 2), 0)
+                    sh = 8 * (lb & 3)
+                    x = [sb[p + y] for y in range(5)]
+                    for y in range(5):
+                        stats["store"] += conflicts(p + y, act)
+                    chunk = [funnel_r(x[y], x[y + 1], sh) for y in range(4)]
+                    lo = r0 * s + rel
+                    dst = a0 + rel
+                    assert np.all(dst[act] % 16 == 0), "a store chunk that is not 16-byte aligned"
+                    for y in range(4):
+                        for e in range(4):
+                            pos = lo + 4 * y + e
+                            mine = act & (pos >= 0) & (pos < m * s)
+                            np.add.at(written, dst[mine] + 4 * y + e, 1)
+                            out[dst[mine] + 4 * y + e] = (chunk[y][mine] >> np.uint32(8 * e)) & 0xFF
     return written
 
 
-def _run_model(rng, c: KernelConfig, batch: int, m: int, n: int) -> None:
+def _run_model(rng, c: KernelConfig, batch: int, m: int, n: int, stats: dict[str, int]) -> None:
     s = c.elem_bytes
     dtype = np.dtype(f"u{s}")
     off_in, off_out = int(rng.integers(0, 16 // s)) * s, int(rng.integers(0, 16 // s)) * s
     ld_in, ld_out = n + int(rng.integers(0, 5)), m + int(rng.integers(0, 5))
     bs_in, bs_out = m * ld_in + int(rng.integers(0, 3)), n * ld_out + int(rng.integers(0, 3))
-    src = rng.integers(0, 256, size=off_in + batch * bs_in * s + 8, dtype=np.uint8)
+    src = rng.integers(0, 256, size=off_in + batch * bs_in * s + 16, dtype=np.uint8)
     fill = rng.integers(0, 256, size=off_out + batch * bs_out * s + 8, dtype=np.uint8)
     out = fill.copy()
-    written = model(c, src, off_in, out, off_out, batch, m, n, ld_in, ld_out, bs_in, bs_out)
+    written = model(c, src, off_in, out, off_out, batch, m, n, ld_in, ld_out, bs_in, bs_out, stats)
     x = np.lib.stride_tricks.as_strided(
         src[off_in:].view(np.uint8)[: batch * bs_in * s].view(dtype),
         (batch, m, n), (bs_in * s, ld_in * s, s))  # fmt: skip
@@ -239,8 +253,10 @@ def test_model_matches_numpy_at_any_offset(rng, s):
     shapes = [(1, odd(100, 300), odd(100, 300)), (2, odd(3, 70), odd(60, 200)), (1, 1, odd(50, 300)),
               (1, odd(50, 300), 1), (1, int(rng.integers(64, 200)) * 2, int(rng.integers(64, 200)) * 2)]  # fmt: skip
     for c in picks:
+        stats = {"load": 0, "exchange": 0, "store": 0}
         for shape in shapes:
-            _run_model(rng, c, *shape)
+            _run_model(rng, c, *shape, stats)
+        print(c.key, stats)
 
 
 def test_byte_perm_model_is_a_transpose(rng):

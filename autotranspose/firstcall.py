@@ -7,7 +7,7 @@ holds 98%). So the first call of such a class, before its launch, times a few ca
 the call's own buffers and stream:
 
 - the guess itself (so the result is never slower than what lookup would have served),
-- the defaults of every kernel kind that can run the call (tiled, staged, flat),
+- the defaults of every kernel kind that can run the call (tiled, staged, byte-permute, flat),
 - the nearest tuned and shipped results of other classes (`lookup.neighbours`),
 - the seed documents' kernel (32x32 tile, +1 padding), robust on every shape;
 
@@ -43,6 +43,7 @@ from .config import (
     flat_default,
     neighbours,
     pair_steps,
+    prmt_default,
     seed_config,
     staged_default,
 )
@@ -94,6 +95,10 @@ def candidates(
     kinds: list[KernelConfig | None] = [
         default_config(elem_bytes, max_vector=vec, conjugate=conjugate),
         staged_default(elem_bytes, conjugate),
+        # 1-byte rows at any offset: on the H200 the byte-permute kernel beat the staged one
+        # by 4-6 points on 4 of 7 odd cases and lost by up to 8 on the others; for 2-byte
+        # elements it lost every case by 14-20 points, so it is not raced there
+        prmt_default(elem_bytes, conjugate) if elem_bytes == 1 else None,
         flat_default(elem_bytes, min(m, n), conjugate) if min(m, n) <= FLAT_SHORT_SIDE else None,
         seed_config(elem_bytes).replace(conjugate=conjugate),
     ]

@@ -26,3 +26,41 @@ def assert_match_reference(
 ) -> None:
     for cfg, problem in reference_problems(state, elem_bytes, shape, configs):
         assert problem is None, f"{cfg.key} on {shape}: {problem}"
+
+
+def odd_shapes(rng: Any) -> list[tuple[int, int, int]]:
+    """(batch, m, n) shapes whose rows start at odd offsets: odd sizes, 1xN, Nx1, thin,
+    batched, tiny, one even side; fresh sizes each time."""
+    odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
+    return [(1, odd(1000, 5000), odd(1000, 5000)), (1, 1, odd(3000, 9000)), (1, odd(3000, 9000), 1),
+            (3, odd(100, 700), odd(100, 700)), (1, 17, odd(2000, 4000)), (1, odd(2000, 4000), 15),
+            (2, 5, 3), (1, odd(200, 400) + 1, odd(200, 400))]  # fmt: skip
+
+
+def assert_views_at_every_offset(rng: Any, elem_bytes: int, dtype: Any, pick: Any) -> None:
+    """transpose() with config `pick()` (a fresh pick per offset) from an input at every byte
+    offset the element size allows (0-15) into an output at a random one, both rows of
+    pitched views; the output's bytes around and between its rows stay as they were."""
+    import cupy
+    import numpy as np
+
+    import autotranspose as at
+
+    s = elem_bytes
+    for offset_in in range(0, 16, s):
+        cfg = pick()
+        offset_out = int(rng.integers(0, 16 // s)) * s
+        m, n = int(rng.integers(300, 900)) | 1, int(rng.integers(300, 900)) | 1
+        pin, pout = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))  # row pitches
+        host = rng.integers(0, 256, size=m * pin * s, dtype=np.uint8).view(dtype).reshape(m, pin)
+        buf_in = cupy.zeros(m * pin * s + 32, np.uint8)
+        buf_in[offset_in : offset_in + m * pin * s] = cupy.asarray(host.view(np.uint8).ravel())
+        x = buf_in[offset_in : offset_in + m * pin * s].view(dtype).reshape(m, pin)[:, :n]
+        fill = rng.integers(0, 256, size=n * pout * s + 64, dtype=np.uint8)
+        buf_out = cupy.asarray(fill)
+        out = buf_out[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)[:, :m]
+        assert at.transpose(x, out, config=cfg) is out
+        want = fill.copy()
+        region = want[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)
+        region[:, :m] = host[:, :n].T
+        assert np.array_equal(cupy.asnumpy(buf_out), want), (cfg.key, offset_in, offset_out, m, n)

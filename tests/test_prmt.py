@@ -12,9 +12,8 @@ import shutil
 
 import numpy as np
 import pytest
-from _gpu import assert_match_reference
+from _gpu import assert_match_reference, assert_views_at_every_offset, odd_shapes
 
-import autotranspose as at
 from autotranspose.codegen import kernel_source, prmt_params
 from autotranspose.config import (
     NEWEST,
@@ -296,13 +295,6 @@ def test_prmt_kernels_compile_without_spills_or_warnings(arch):
 
 
 # --- on the GPU ----------------------------------------------------------------------------------
-def _odd_shapes(rng) -> list[tuple[int, int, int]]:
-    odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
-    return [(1, odd(1000, 5000), odd(1000, 5000)), (1, 1, odd(3000, 9000)), (1, odd(3000, 9000), 1),
-            (3, odd(100, 700), odd(100, 700)), (1, 17, odd(2000, 4000)), (1, odd(2000, 4000), 15),
-            (2, 5, 3), (1, odd(200, 400) + 1, odd(200, 400))]  # fmt: skip
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("s", PRMT_SIZES)
 def test_prmt_kernels_match_the_reference(rng, s):
@@ -315,7 +307,7 @@ def test_prmt_kernels_match_the_reference(rng, s):
     picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
     picks += [prmt_default(s), prmt_default(s).replace(persistent=2)]
     assert not precompile(state, picks)
-    for shape in _odd_shapes(rng):
+    for shape in odd_shapes(rng):
         assert_match_reference(state, s, shape, picks)
 
 
@@ -324,26 +316,13 @@ def test_prmt_kernels_match_the_reference(rng, s):
 def test_every_pointer_offset_and_pitched_views(rng, s):
     """Input and output at every byte offset the element size allows (0-15), rows of pitched
     views; the bytes around and between the output rows are left as they were."""
-    cupy = pytest.importorskip("cupy")
-    dtype = np.dtype(DTYPES[s])
+    pytest.importorskip("cupy")
     space = [c for c in prmt_space(s, NEWEST) if not c.persistent]
-    for offset_in in range(0, 16, s):
-        cfg = space[int(rng.integers(len(space)))] if rng.random() < 0.5 else prmt_default(s)
-        offset_out = int(rng.integers(0, 16 // s)) * s
-        m, n = int(rng.integers(300, 900)) | 1, int(rng.integers(300, 900)) | 1
-        pin, pout = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))  # row pitches
-        host = rng.integers(0, 256, size=m * pin * s, dtype=np.uint8).view(dtype).reshape(m, pin)
-        buf_in = cupy.zeros(m * pin * s + 32, np.uint8)
-        buf_in[offset_in : offset_in + m * pin * s] = cupy.asarray(host.view(np.uint8).ravel())
-        x = buf_in[offset_in : offset_in + m * pin * s].view(dtype).reshape(m, pin)[:, :n]
-        fill = rng.integers(0, 256, size=n * pout * s + 64, dtype=np.uint8)
-        buf_out = cupy.asarray(fill)
-        out = buf_out[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)[:, :m]
-        assert at.transpose(x, out, config=cfg) is out
-        want = fill.copy()
-        region = want[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)
-        region[:, :m] = host[:, :n].T
-        assert np.array_equal(cupy.asnumpy(buf_out), want), (cfg.key, offset_in, offset_out, m, n)
+
+    def pick():
+        return space[int(rng.integers(len(space)))] if rng.random() < 0.5 else prmt_default(s)
+
+    assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]), pick)
 
 
 @pytest.mark.gpu

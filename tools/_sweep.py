@@ -30,3 +30,14 @@ def results_log(ranked: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
     """The ranked results as JSON-ready rows."""
     return [{"config": c.to_dict(), "status": r.status, "ratio": r.ratio, "gbps": r.gbps,
              "error": r.error} for c, r in ranked]  # fmt: skip
+
+
+def case_ratio(case: dict[str, Any], key: str) -> float:
+    """A logged case's ratio to copy for the config whose key is `key` (0 if it failed or
+    was not measured)."""
+    from autotranspose.config import KernelConfig
+
+    for r in case["results"]:
+        if KernelConfig.from_dict(r["config"]).key == key:
+            return r["ratio"] if r["status"] == "ok" else 0.0
+    return 0.0

@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _sweep import case_ratio as _ratio
 from _sweep import measure_ranked, print_ranked, results_log
 
 from autotranspose.api import choose_config
@@ -73,13 +74,6 @@ def main() -> None:
         print(f"  {s} B, {len(rows)} cases: served {served * 100:.1f}%")
         for g, worst, key in sorted(scored, reverse=True)[:8]:
             print(f"    {g * 100:5.1f}% (worst {worst * 100:5.1f}%)  {key}")
-
-
-def _ratio(case: dict, key: str) -> float:
-    for r in case["results"]:
-        if KernelConfig.from_dict(r["config"]).key == key:
-            return r["ratio"] if r["status"] == "ok" else 0.0
-    return 0.0
 
 
 if __name__ == "__main__":

@@ -177,7 +177,7 @@ class KernelConfig:
                 )
             return (-(-m // self.tile_m), 1) if n <= self.tile_n else (1, -(-n // self.tile_m))
         if self.prmt:  # output windows start up to 16 bytes before a tile: staged likewise
-            return (-(-(m + CHUNK // self.elem_bytes - 1) // self.tile_m), -(-n // self.tile_n))
+            return (-(-(m + prmt_halo(self) - 1) // self.tile_m), -(-n // self.tile_n))
         if self.staged:  # output windows start up to vec - 1 rows before a tile: one more
             return (-(-(m + self.vec - 1) // self.tile_m), -(-n // self.tile_n))
         return (-(-m // self.tile_m), -(-n // self.tile_n))
@@ -331,6 +331,13 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
 
 
+def _fixed_field_errors(c: KernelConfig, kind: str, fixed: Mapping[str, Any], why: str) -> Iterator[str]:
+    """A kernel kind's fields that have one value only: each other value, named with the fix."""
+    for name, want in fixed.items():
+        if getattr(c, name) != want:
+            yield f"{kind}=True takes {name}={want!r} (got {getattr(c, name)!r}): {why}"
+
+
 FLAT_WORD = 4  # a flat kernel moves the contiguous side in aligned 32-bit words
 
 
@@ -341,10 +348,9 @@ def _flat_threads(c: KernelConfig) -> int:
 
 
 def _flat_errors(c: KernelConfig) -> Iterator[str]:
-    fixed = {"vec": 1, "pad": 0, "layout": "pad", "raster": "row", "realign": False}
-    for name, want in fixed.items():
-        if getattr(c, name) != want:
-            yield f"flat=True takes {name}={want!r} (got {getattr(c, name)!r}): a flat kernel has no vectors, padding or raster of its own"
+    yield from _fixed_field_errors(
+        c, "flat", {"vec": 1, "pad": 0, "layout": "pad", "raster": "row", "realign": False},
+        "a flat kernel has no vectors, padding or raster of its own")  # fmt: skip
     threads = _flat_threads(c)
     if threads > FLAT_MAX_THREADS:  # 1024 threads cap registers at 64 and ptxas spilled
         yield f"flat tile {c.tile_m}x{c.tile_n} with per_thread={c.per_thread} needs {threads} threads; at most {FLAT_MAX_THREADS}: raise per_thread"
@@ -383,10 +389,9 @@ def staged_words(c: KernelConfig) -> int:
 
 
 def _staged_errors(c: KernelConfig) -> Iterator[str]:
-    fixed = {"pad": 0, "layout": "pad", "realign": False, "flat": False}
-    for name, want in fixed.items():
-        if getattr(c, name) != want:
-            yield f"staged=True takes {name}={want!r} (got {getattr(c, name)!r}): a staged kernel has its own shared-memory layout"
+    yield from _fixed_field_errors(
+        c, "staged", {"pad": 0, "layout": "pad", "realign": False, "flat": False},
+        "a staged kernel has its own shared-memory layout")  # fmt: skip
     if c.elem_bytes not in STAGED_SIZES:
         yield f"staged=True needs elem_bytes in {list(STAGED_SIZES)} (16-byte rows are always aligned: use a tiled config)"
         return
@@ -449,39 +454,34 @@ def prmt_halo(c: KernelConfig) -> int:
     return CHUNK // c.elem_bytes
 
 
-def _prmt_geometry(c: KernelConfig) -> dict[str, int]:
-    k = prmt_k(c)
+def prmt_layout(c: KernelConfig) -> dict[str, int]:
+    """The threads, shared-memory layout and per-thread work of a byte-permute config (see
+    templates/prmt.cu.j2), from its fields alone: `sr` staged rows of `nc1` chunks at a pitch
+    of `p1w` words; `ng` row groups of K; `cw` column words; transposed rows of `p2w` words
+    (K * p2w / 4 odd, so the exchange's K-apart rows fall in different banks); `ncw` chunks
+    per window; `lu1`, `lu2`, `lu3`: each thread's chunks loaded, blocks exchanged, chunks
+    stored."""
+    k, t = prmt_k(c), PRMT_THREADS // c.per_thread
     sr = c.tile_m + prmt_halo(c)
     nc1 = c.tile_n * c.elem_bytes // CHUNK + 1
     p1w = -(-4 * nc1 // 8) * 8
     ng, cw = sr // k, c.tile_n * c.elem_bytes // 4
     p2w = next(p for p in range(ng + 1, ng + 16) if k * p % 4 == 0 and (k * p // 4) % 2 == 1)
-    return {"sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
-            "ncw": c.tile_m * c.elem_bytes // CHUNK, "sa_words": sr * p1w + ng * 8,
-            "sb_words": c.tile_n * p2w}  # fmt: skip
-
-
-def prmt_layout(c: KernelConfig) -> dict[str, int]:
-    """The shared-memory layout and per-thread work of a byte-permute config (see
-    templates/prmt.cu.j2): `sr` staged rows of `nc1` chunks at a pitch of `p1w` words;
-    `ng` row groups of K; `cw` column words; transposed rows of `p2w` words (K * p2w / 4
-    odd, so the exchange's K-apart rows fall in different banks); `ncw` chunks per window;
-    `lu1`, `lu2`, `lu3`: each thread's chunks loaded, blocks exchanged, chunks stored."""
-    g, t = _prmt_geometry(c), c.threads
-    return {**g, "lu1": -(-g["sr"] * g["nc1"] // t), "lu2": -(-g["ng"] * g["cw"] // t),
-            "lu3": -(-c.tile_n * g["ncw"] // t)}  # fmt: skip
+    ncw = c.tile_m * c.elem_bytes // CHUNK
+    return {"threads": t, "sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
+            "ncw": ncw, "sa_words": sr * p1w + ng * 8, "sb_words": c.tile_n * p2w,
+            "lu1": -(-sr * nc1 // t), "lu2": -(-ng * cw // t), "lu3": -(-c.tile_n * ncw // t)}  # fmt: skip
 
 
 def _prmt_errors(c: KernelConfig) -> Iterator[str]:
-    fixed = {"pad": 0, "layout": "pad", "realign": False, "flat": False, "staged": False,
-             "conjugate": False}  # fmt: skip
-    for name, want in fixed.items():
-        if getattr(c, name) != want:
-            yield f"prmt=True takes {name}={want!r} (got {getattr(c, name)!r}): a byte-permute kernel has its own shared-memory layout"
+    yield from _fixed_field_errors(
+        c, "prmt", {"pad": 0, "layout": "pad", "realign": False, "flat": False, "staged": False,
+                    "conjugate": False},
+        "a byte-permute kernel has its own shared-memory layout")  # fmt: skip
     if c.elem_bytes not in PRMT_SIZES:
         yield f"prmt=True needs elem_bytes in {list(PRMT_SIZES)} (wider elements are whole words: use a staged or tiled config)"
         return
-    k = 4 // c.elem_bytes
+    k = prmt_k(c)
     if c.vec != k:
         yield f"prmt=True moves 4-byte words: vec must be {k} for {c.elem_bytes}-byte elements (got {c.vec})"
     bad = False
@@ -496,19 +496,18 @@ def _prmt_errors(c: KernelConfig) -> Iterator[str]:
         return
     if bad:
         return
-    g, threads = _prmt_geometry(c), PRMT_THREADS // c.per_thread
-    lu1 = -(-g["sr"] * g["nc1"] // threads)
-    if lu1 * CHUNK > PRMT_THREAD_BYTES:
+    lay = prmt_layout(c)
+    if lay["lu1"] * CHUNK > PRMT_THREAD_BYTES:
         yield (
-            f"prmt tile {c.tile_m}x{c.tile_n} loads {lu1} chunks of {CHUNK} bytes per "
-            f"thread ({threads} threads); at most {PRMT_THREAD_BYTES} bytes: lower per_thread"
+            f"prmt tile {c.tile_m}x{c.tile_n} loads {lay['lu1']} chunks of {CHUNK} bytes per "
+            f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: lower per_thread"
         )
 
 
 def _derive(c: KernelConfig) -> dict[str, int]:
     if c.prmt:
-        g = _prmt_geometry(c)
-        return {"threads": PRMT_THREADS // c.per_thread, "smem": 4 * (g["sa_words"] + g["sb_words"])}
+        lay = prmt_layout(c)
+        return {"threads": lay["threads"], "smem": 4 * (lay["sa_words"] + lay["sb_words"])}
     if c.staged:
         rows = staged_rows(c)
         smem = rows * staged_pitch(c) + (rows - 1) // c.vec * 4

@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 from _gpu import assert_match_reference
+from _nvcc import assert_compile_without_spills
 
 import autotranspose as at
 from autotranspose import lookup
@@ -108,8 +109,6 @@ def test_a_square_class_keeps_the_tiled_default():
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("s", SIZES)
 def test_flat_kernels_compile_without_spills(arch, s, rng):
-    from autotranspose.compiler import nvcc_resources
-
     space = [c for c in flat_space(s, NEWEST, 1) if not c.persistent]
     picks = {c.kernel_name: c for c in (max(space, key=lambda c: c.threads), min(space, key=lambda c: c.threads),
                                         max(space, key=lambda c: c.smem_bytes))}  # fmt: skip
@@ -118,12 +117,7 @@ def test_flat_kernels_compile_without_spills(arch, s, rng):
     if s in (8, 16):
         conj = space[int(rng.integers(len(space)))].replace(conjugate=True)
         picks[conj.kernel_name] = conj
-    report = nvcc_resources(list(picks.values()), arch)
-    for cfg in picks.values():
-        res = report[cfg.kernel_name]
-        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
-        assert res.registers * cfg.threads <= 65536
+    assert_compile_without_spills(picks.values(), arch)
 
 
 # --- on the GPU ----------------------------------------------------------------------------------

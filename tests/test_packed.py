@@ -15,6 +15,7 @@ import shutil
 
 import numpy as np
 import pytest
+from _nvcc import assert_nvcc_silent
 
 from autotranspose import errors
 from autotranspose.codegen import PACKED_THREADS, _packed_vars, render_packed
@@ -303,19 +304,8 @@ _SMALL = (
 def test_packed_kernels_compile_without_warnings():
     """nvcc says nothing about the generated source (pycuda turns what it says into a
     warning at every user's first call), small and big boxes alike."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    from autotranspose.compiler import NVCC_OPTIONS
-
     specs = [*_SMALL, PackedKernel(4, (32, 32), (1, 0), (False, True)), PackedKernel(1, (128, 128), (1, 0), (True, True))]
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "packed.cu"
-        src.write_text(render_packed(specs))
-        proc = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", *NVCC_OPTIONS, str(src), "-o", str(Path(tmp) / "k.cubin")],
-                              capture_output=True, text=True)  # fmt: skip
-    assert proc.returncode == 0 and "warning" not in proc.stderr.lower(), proc.stderr
+    assert_nvcc_silent(render_packed(specs), "sm_90")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")

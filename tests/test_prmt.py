@@ -13,8 +13,9 @@ import shutil
 import numpy as np
 import pytest
 from _gpu import assert_match_reference, assert_views_at_every_offset, odd_shapes
+from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
-from autotranspose.codegen import kernel_source, prmt_params
+from autotranspose.codegen import kernel_source, prmt_params, render_many
 from autotranspose.config import (
     NEWEST,
     PRMT_SIZES,
@@ -282,16 +283,10 @@ def test_template_renders_the_selectors_the_model_runs():
 def test_prmt_kernels_compile_without_spills_or_warnings(arch):
     """Every tile shape and per_thread of both element sizes (rasters and cache hints add no
     registers to speak of: one of each)."""
-    from autotranspose.compiler import nvcc_resources
-
-    picks = {c.kernel_name: c for s in PRMT_SIZES for c in prmt_space(s, NEWEST)
-             if not c.persistent and (c.raster, c.cache) in (("row", "default"), ("col", "stream"))}  # fmt: skip
-    report = nvcc_resources(list(picks.values()), arch)
-    for cfg in picks.values():
-        res = report[cfg.kernel_name]
-        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
-        assert res.registers * cfg.threads <= 65536
+    picks = [c for s in PRMT_SIZES for c in prmt_space(s, NEWEST)
+             if not c.persistent and (c.raster, c.cache) in (("row", "default"), ("col", "stream"))]  # fmt: skip
+    assert_compile_without_spills(picks, arch)
+    assert_nvcc_silent(render_many(picks), arch)
 
 
 # --- on the GPU ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 from _gpu import assert_match_reference, assert_views_at_every_offset, odd_shapes
+from _nvcc import assert_compile_without_spills
 
 import autotranspose as at
 from autotranspose.config import (
@@ -76,8 +77,6 @@ def test_tiles_cover_the_windows_that_start_early(rng, s):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_staged_kernels_compile_without_spills(arch, rng):
     """The default and the extremes of every field of each element size's staged space."""
-    from autotranspose.compiler import nvcc_resources
-
     picks = {}
     for s in STAGED_SIZES:
         space = [c for c in staged_space(s, NEWEST) if not c.persistent]
@@ -89,12 +88,7 @@ def test_staged_kernels_compile_without_spills(arch, rng):
         picks[staged_default(s).kernel_name] = staged_default(s)
     conj = staged_default(8, conjugate=True)
     picks[conj.kernel_name] = conj
-    report = nvcc_resources(list(picks.values()), arch)
-    for cfg in picks.values():
-        res = report[cfg.kernel_name]
-        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
-        assert res.registers * cfg.threads <= 65536
+    assert_compile_without_spills(picks.values(), arch)
 
 
 def _words_in_flight(c: KernelConfig) -> int:

@@ -81,10 +81,16 @@ def test_keys_round_trip_and_neighbours_stay_in_the_kind(rng):
         assert all(n.prmt for n in neighbours(c) if n.elem_bytes == c.elem_bytes and n.vec == c.vec)
 
 
-def test_tiles_are_plain_ceilings(rng):
-    c = prmt_default(1)
-    m, n = int(rng.integers(1, 10**6)), int(rng.integers(1, 10**6))
-    assert c.tiles(m, n) == (-(-m // c.tile_m), -(-n // c.tile_n))
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_tiles_cover_the_windows_that_start_early(rng, s):
+    """Output windows start up to 16 / elem_bytes - 1 rows before a tile: the last tile's
+    windows must still reach row m - 1 (the model checks every byte is written)."""
+    c = prmt_default(s)
+    for m in (1, c.tile_m, c.tile_m + 1, int(rng.integers(1, 10**6))):
+        n = int(rng.integers(1, 10**6))
+        tm, tn = c.tiles(m, n)
+        assert (tm - 1) * c.tile_m < m + 16 // s - 1 <= tm * c.tile_m
+        assert tn == -(-n // c.tile_n)
 
 
 # --- a Python model of the kernel ----------------------------------------------------------------

@@ -459,8 +459,9 @@ def prmt_layout(c: KernelConfig) -> dict[str, int]:
     templates/prmt.cu.j2), from its fields alone: `sr` staged rows of `nc1` chunks at a pitch
     of `p1w` words; `ng` row groups of K; `cw` column words; transposed rows of `p2w` words
     (K * p2w / 4 odd, so the exchange's K-apart rows fall in different banks); `ncw` chunks
-    per window; `lu1`, `lu2`, `lu3`: each thread's chunks loaded, blocks exchanged, chunks
-    stored."""
+    per window. Each thread's part is the same in every tile: it loads one chunk of rows
+    `r1` apart (`lu1` of them), exchanges `x` column words of row groups `g2` apart (`lu2`
+    groups at most), stores one chunk of output rows `r3` apart (`lu3` at most)."""
     k, t = prmt_k(c), PRMT_THREADS // c.per_thread
     sr = c.tile_m + prmt_halo(c)
     nc1 = c.tile_n * c.elem_bytes // CHUNK + 1
@@ -468,9 +469,11 @@ def prmt_layout(c: KernelConfig) -> dict[str, int]:
     ng, cw = sr // k, c.tile_n * c.elem_bytes // 4
     p2w = next(p for p in range(ng + 1, ng + 16) if k * p % 4 == 0 and (k * p // 4) % 2 == 1)
     ncw = c.tile_m * c.elem_bytes // CHUNK
+    r1, g2, r3 = t // nc1 // k * k, t // 8, t // ncw  # r1 whole row groups: one skew step a pass
     return {"threads": t, "sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
             "ncw": ncw, "sa_words": sr * p1w + ng * 8, "sb_words": c.tile_n * p2w,
-            "lu1": -(-sr * nc1 // t), "lu2": -(-ng * cw // t), "lu3": -(-c.tile_n * ncw // t)}  # fmt: skip
+            "r1": r1, "g2": g2, "r3": r3, "x": cw // 8,
+            "lu1": -(-sr // r1), "lu2": -(-ng // g2), "lu3": -(-c.tile_n // r3)}  # fmt: skip
 
 
 def _prmt_errors(c: KernelConfig) -> Iterator[str]:

@@ -167,43 +167,48 @@ def model(c: KernelConfig, mem: np.ndarray, off_in: int, out: np.ndarray, off_ou
                 sa = np.full(v["sa_words"], 0xDEADBEEF, dtype=np.uint32)  # stale data
                 sb = np.full(v["sb_words"], 0xDEADBEEF, dtype=np.uint32)
                 lead0, step = ib & M32, (ld_in * s) & M32
+                lead_rs = (lead0 + (rs & M32) * step) & M32
+                qlo, qhi = (0 if r0 > 0 else h), min(sr, m - rs)
+                lq, lw = t // nc1, t % nc1
+                r1 = v["r1"]
                 for u in range(v["lu1"]):
-                    i = t + u * T
-                    q, w = i // nc1, i % nc1
+                    q = lq + u * r1
                     row = rs + q
-                    lead = (lead0 + (row & M32) * step) & 15
-                    ok = (i < sr * nc1) & (row >= 0) & (row < m) & (w * 16 < lead + in_bytes)
-                    addr = ib + row * ld_in * s - lead + w * 16
+                    lead = (lead_rs + (q * step)) & 15
+                    ok = (t < r1 * nc1) & (q >= qlo) & (q < qhi) & (lw * 16 < lead + in_bytes)
+                    assert np.all(ok <= ((row >= 0) & (row < m) & (q < sr)))
+                    addr = ib + row * ld_in * s - lead + lw * 16
                     assert np.all((addr[ok] >= lo_in) & (addr[ok] + 16 <= hi_in)), "a load outside the input's chunks"
-                    dst = row_base(q) + w * 4
+                    dst = row_base(q) + lw * 4
                     stats["load"] += conflicts(dst, ok, 16)
                     for x in range(4):
                         word = sum(mem[addr[ok] + 4 * x + y].astype(np.uint32) << np.uint32(8 * y) for y in range(4))
                         sa[dst[ok] + x] = word
+                xg, xp = t // 8, t % 8
                 for u in range(v["lu2"]):
-                    it = t + u * T
-                    act = it < ng * cwn
-                    wi, lane = it // 32, it % 32
-                    cw = lane % 8 + 8 * (wi % (cwn // 8))
-                    gq = lane // 8 + 4 * (wi // (cwn // 8))
-                    rw = []
+                    g = xg + u * v["g2"]
+                    act = g < ng
+                    rows = []
                     for e in range(kk):
-                        q = gq * kk + e
-                        lead = (lead0 + ((rs + q) & M32) * step) & 15
-                        p = np.where(act, row_base(q) + (lead >> 2) + cw, 0)
-                        stats["exchange"] += conflicts(p, act) + conflicts(p + 1, act)
-                        rw.append(funnel_r(sa[p], sa[p + 1], 8 * (lead & 3)))
-                    o = block(s, rw)
-                    for f in range(kk):
-                        dst = (cw * kk + f) * p2w + gq
-                        stats["exchange"] += conflicts(dst, act)
-                        sb[dst[act]] = o[f][act]
+                        q = g * kk + e
+                        lead = (lead_rs + q * step) & 15
+                        rows.append((np.where(act, row_base(q) + xp + (lead >> 2), 0), 8 * (lead & 3)))
+                    for x in range(v["x"]):
+                        rw = []
+                        for p, sh in rows:
+                            stats["exchange"] += conflicts(p + 8 * x, act) + conflicts(p + 8 * x + 1, act)
+                            rw.append(funnel_r(sa[p + 8 * x], sa[p + 8 * x + 1], sh))
+                        o = block(s, rw)
+                        for f in range(kk):
+                            dst = ((xp + 8 * x) * kk + f) * p2w + g
+                            stats["exchange"] += conflicts(dst, act)
+                            sb[dst[act]] = o[f][act]
+                sj, sk = t // ncw, t % ncw
                 for u in range(v["lu3"]):
-                    it = t + u * T
-                    j, kc = it // ncw, it % ncw
-                    act = (it < tn * ncw) & (j < ncols)
+                    j = sj + u * v["r3"]
+                    act = j < ncols
                     a0 = obase + j * ld_out * s
-                    rel = kc * 16 - (a0 & 15)
+                    rel = sk * 16 - (a0 & 15)
                     lb = h * s + rel
                     p = np.where(act, j * p2w + (lb >> 2), 0)
                     sh = 8 * (lb & 3)

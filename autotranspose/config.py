@@ -437,7 +437,7 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
 
 
 PRMT_SIZES = (1, 2)  # elements a 32-bit word holds several of: moved K x K at a time
-PRMT_SEGMENTS = (64, 128)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
+PRMT_SEGMENTS = (64, 128, 256)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
@@ -503,7 +503,8 @@ def _prmt_errors(c: KernelConfig) -> Iterator[str]:
     if lay["lu1"] * CHUNK > PRMT_THREAD_BYTES:
         yield (
             f"prmt tile {c.tile_m}x{c.tile_n} loads {lay['lu1']} chunks of {CHUNK} bytes per "
-            f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: lower per_thread"
+            f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: "
+            + ("lower per_thread" if c.per_thread > 1 else "use a smaller tile_m or tile_n")
         )
 
 
@@ -628,14 +629,29 @@ def prmt_space(elem_bytes: int, limits: DeviceLimits) -> Iterator[KernelConfig]:
 def prmt_default(elem_bytes: int, conjugate: bool = False) -> KernelConfig | None:
     """The untuned byte-permute config for 1- and 2-byte elements (None for wider ones, or
     conjugated: those are whole words)."""
+    return _prmt_pick(elem_bytes, conjugate, 0)
+
+
+def prmt_alternative(elem_bytes: int, conjugate: bool = False) -> KernelConfig | None:
+    """The byte-permute config that won the cases the default lost (raced at a first call)."""
+    return _prmt_pick(elem_bytes, conjugate, 1)
+
+
+def _prmt_pick(elem_bytes: int, conjugate: bool, i: int) -> KernelConfig | None:
     if elem_bytes not in PRMT_SIZES or conjugate:
         return None
-    tm, tn, pt, raster = _PRMT_DEFAULTS[elem_bytes]
+    tm, tn, pt, raster = _PRMT_DEFAULTS[elem_bytes][i]
     return KernelConfig(elem_bytes, tm, tn, 4 // elem_bytes, pt, 0, "pad", raster, prmt=True)
 
 
-# elem_bytes -> (tile_m, tile_n, per_thread, raster): 128-byte segments both ways, 256 threads
-_PRMT_DEFAULTS: dict[int, tuple[Any, ...]] = {1: (128, 128, 2, "col"), 2: (64, 64, 2, "col")}
+# elem_bytes -> (default, alternative) as (tile_m, tile_n, per_thread, raster): of every
+# non-persistent prmt config, the best and the best of the rest by geometric mean over 7
+# 1-byte and 6 2-byte odd cases on the H200 (tools/prmt_sweep.py, docs/perf-notes.md,
+# session 13): 128-byte output windows, 128- (1 byte) or 256-byte (2 bytes) input segments
+_PRMT_DEFAULTS: dict[int, tuple[tuple[Any, ...], ...]] = {
+    1: ((64, 128, 2, "col"), (128, 128, 2, "col")),
+    2: ((64, 128, 2, "col"), (32, 128, 2, "col")),
+}
 
 
 def flat_space(

@@ -43,6 +43,7 @@ from .config import (
     flat_default,
     neighbours,
     pair_steps,
+    prmt_alternative,
     prmt_default,
     seed_config,
     staged_default,
@@ -95,10 +96,11 @@ def candidates(
     kinds: list[KernelConfig | None] = [
         default_config(elem_bytes, max_vector=vec, conjugate=conjugate),
         staged_default(elem_bytes, conjugate),
-        # 1-byte rows at any offset: on the H200 the byte-permute kernel beat the staged one
-        # by 4-6 points on 4 of 7 odd cases and lost by up to 8 on the others; for 2-byte
-        # elements it lost every case by 14-20 points, so it is not raced there
-        prmt_default(elem_bytes, conjugate) if elem_bytes == 1 else None,
+        # 1- and 2-byte rows at any offset: the byte-permute default and the shape that won
+        # where it lost (H200, docs/perf-notes.md session 13); the staged kernel above won
+        # 3 of 6 2-byte cases by 1-2 points
+        prmt_default(elem_bytes, conjugate),
+        prmt_alternative(elem_bytes, conjugate),
         flat_default(elem_bytes, min(m, n), conjugate) if min(m, n) <= FLAT_SHORT_SIDE else None,
         seed_config(elem_bytes).replace(conjugate=conjugate),
     ]

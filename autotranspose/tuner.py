@@ -41,7 +41,9 @@ from .config import (
     default_config,
     neighbours,
     pair_steps,
+    prmt_alternative,
     seed_config,
+    staged_default,
 )
 from .device import DeviceInfo
 from .dtypes import element_type
@@ -432,6 +434,9 @@ def known_good(
         # H200 the best of float32 4099x6007 is a staged kernel (85.7% of copy) that 40
         # trials started from tiled warm starts never reached (76.8%)
         lookup.default_choice(elem_bytes, cls, device.limits, conjugate).config,
+        # the other kinds for rows at any offset (only an unaligned class's space has them)
+        staged_default(elem_bytes, conjugate),
+        prmt_alternative(elem_bytes, conjugate),
     ]
     if store is not None:
         try:

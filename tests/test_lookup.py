@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from store_data import A100, H100, count_queries, ok, space, valid_config
 
 from autotranspose import lookup
-from autotranspose.config import default_config, staged_default
+from autotranspose.config import default_config, prmt_default, staged_default
 from autotranspose.shapes import ShapeClass, shape_class
 from autotranspose.store import Store, database, textio
 
@@ -302,17 +302,19 @@ def test_shipped_results_are_from_the_running_templates(path, monkeypatch):
 
 
 @pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
-def test_untuned_unaligned_calls_get_the_staged_kernel(rng, elem_bytes):
-    """Rows at odd offsets: the staged kernel (16-byte accesses at any offset) where one
-    exists; rows aligned to 4 bytes or more keep the tiled default."""
+def test_untuned_unaligned_calls_get_a_kernel_for_any_offset(rng, elem_bytes):
+    """Rows at odd offsets: the byte-permute kernel for 1- and 2-byte elements, the staged
+    kernel for 4- and 8-byte ones (both keep 16-byte accesses at any offset); rows aligned to
+    4 bytes or more keep the tiled default."""
     m, n = (int(rng.integers(200, 20000)) | 1 for _ in range(2))
     odd = shape_class(1, m, n, 1)
     c = lookup.choose("Some Untuned GPU", elem_bytes, odd, store=None)
     assert c.source == "default"
-    assert c.config == (staged_default(elem_bytes) or default_config(elem_bytes, max_vector=1))
+    want = prmt_default(elem_bytes) or staged_default(elem_bytes) or default_config(elem_bytes, max_vector=1)
+    assert c.config == want and c.config.any_offset == (elem_bytes < 16)
     if elem_bytes == 2:  # rows of whole 4-byte words: the tiled kernels
         c = lookup.choose("Some Untuned GPU", 2, shape_class(1, m + 1, n + 1, 2), store=None)
-        assert not c.config.staged
+        assert not c.config.any_offset
 
 
 # --- first-call measurement support (neighbours, remember, is_guess) ------------------------------

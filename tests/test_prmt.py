@@ -40,8 +40,8 @@ def prmt(elem_bytes: int, **kw) -> KernelConfig:
     "s, change, says",
     [
         (1, {"vec": 2}, "vec must be 4"),
-        (2, {"tile_m": 128}, "use tile_m in \\[32, 64\\]"),
-        (1, {"tile_n": 32}, "use tile_n in \\[64, 128\\]"),
+        (2, {"tile_m": 256}, "use tile_m in \\[32, 64, 128\\]"),
+        (1, {"tile_n": 32}, "use tile_n in \\[64, 128, 256\\]"),
         (1, {"per_thread": 4}, "must be 1 or 2"),
         (1, {"staged": True}, "prmt=True takes staged=False"),
         (1, {"layout": "swizzle"}, "takes layout='pad'"),
@@ -145,7 +145,7 @@ def model(c: KernelConfig, mem: np.ndarray, off_in: int, out: np.ndarray, off_ou
     byte of `out` was written; adds each phase's extra shared-memory wavefronts to `stats`."""
     v = prmt_params(c)
     s, kk, tm, tn, h, T = (v[x] for x in ("s", "kk", "tm", "tn", "h", "threads"))
-    sr, nc1, p1w, ng, cwn, p2w, ncw = (v[x] for x in ("sr", "nc1", "p1w", "ng", "cw", "p2w", "ncw"))
+    sr, nc1, p1w, ng, p2w, ncw = (v[x] for x in ("sr", "nc1", "p1w", "ng", "p2w", "ncw"))
     t = np.arange(T)
     written = np.zeros(out.size, dtype=np.int64)
     lo_in = off_in // 16 * 16  # reads stay within the aligned chunks the input's bytes touch

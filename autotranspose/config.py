@@ -440,9 +440,6 @@ PRMT_SIZES = (1, 2)  # elements a 32-bit word holds several of: moved K x K at a
 PRMT_SEGMENTS = (64, 128, 256)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
-PRMT_STATIC_SMEM = 48 * 1024  # static __shared__ arrays stop here: larger tiles alias their buffers
-PRMT_HELD_WORDS = 32  # words a thread holds across the barrier when the buffers alias
-PRMT_HELD_GROUP = 16  # ... of one row group (32 with 8 words a lane: ptxas 13 spills on sm_80)
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
 
 
@@ -473,13 +470,8 @@ def prmt_layout(c: KernelConfig) -> dict[str, int]:
     p2w = next(p for p in range(ng + 1, ng + 16) if k * p % 4 == 0 and (k * p // 4) % 2 == 1)
     ncw = c.tile_m * c.elem_bytes // CHUNK
     r1, g2, r3 = t // nc1 // k * k, t // 8, t // ncw  # r1 whole row groups: one skew step a pass
-    sa_words, sb_words = sr * p1w + ng * 8, c.tile_n * p2w
-    # past the static limit the two buffers share one: the exchange keeps its words in
-    # registers until every thread has read the staged rows
-    alias = 4 * (sa_words + sb_words) > PRMT_STATIC_SMEM
     return {"threads": t, "sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
-            "ncw": ncw, "sa_words": sa_words, "sb_words": sb_words, "alias": int(alias),
-            "sm_words": max(sa_words, sb_words) if alias else sa_words + sb_words,
+            "ncw": ncw, "sa_words": sr * p1w + ng * 8, "sb_words": c.tile_n * p2w,
             "r1": r1, "g2": g2, "r3": r3, "x": cw // 8,
             "lu1": -(-sr // r1), "lu2": -(-ng // g2), "lu3": -(-c.tile_n // r3)}  # fmt: skip
 
@@ -514,25 +506,12 @@ def _prmt_errors(c: KernelConfig) -> Iterator[str]:
             f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: "
             + ("lower per_thread" if c.per_thread > 1 else "use a smaller tile_m or tile_n")
         )
-    held = lay["lu2"] * lay["x"] * prmt_k(c)
-    if lay["alias"] and lay["x"] * prmt_k(c) > PRMT_HELD_GROUP:
-        yield (
-            f"prmt tile {c.tile_m}x{c.tile_n} shares one shared-memory buffer, and a row group of "
-            f"{lay['x'] * prmt_k(c)} words held across the barrier spills on sm_80 (at most "
-            f"{PRMT_HELD_GROUP}): use a smaller tile_n"
-        )
-    elif lay["alias"] and held > PRMT_HELD_WORDS:
-        yield (
-            f"prmt tile {c.tile_m}x{c.tile_n} shares one shared-memory buffer, so each thread holds "
-            f"{held} exchanged words ({lay['threads']} threads); at most {PRMT_HELD_WORDS}: "
-            + ("lower per_thread" if c.per_thread > 1 else "use a smaller tile_m or tile_n")
-        )
 
 
 def _derive(c: KernelConfig) -> dict[str, int]:
     if c.prmt:
         lay = prmt_layout(c)
-        return {"threads": lay["threads"], "smem": 4 * lay["sm_words"]}
+        return {"threads": lay["threads"], "smem": 4 * (lay["sa_words"] + lay["sb_words"])}
     if c.staged:
         rows = staged_rows(c)
         smem = rows * staged_pitch(c) + (rows - 1) // c.vec * 4

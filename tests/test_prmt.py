@@ -18,16 +18,11 @@ from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 from autotranspose.codegen import kernel_source, prmt_params, render_many
 from autotranspose.config import (
     NEWEST,
-    PRMT_HELD_GROUP,
-    PRMT_HELD_WORDS,
     PRMT_SIZES,
-    PRMT_STATIC_SMEM,
     KernelConfig,
     config_space,
     neighbours,
     prmt_default,
-    prmt_k,
-    prmt_layout,
     prmt_space,
 )
 from autotranspose.errors import ConfigError
@@ -55,33 +50,6 @@ def prmt(elem_bytes: int, **kw) -> KernelConfig:
 def test_invalid_prmt_configs_say_what_to_change(s, change, says):
     with pytest.raises(ConfigError, match=says):
         prmt(s, **change)
-
-
-@pytest.mark.parametrize("s", PRMT_SIZES)
-def test_tiles_past_the_static_limit_share_one_buffer(s):
-    """Two buffers while they fit in static shared memory (so those kernels' sources stay as
-    they were tuned); past it one buffer of the larger size, and each thread's held words
-    bounded (registers); every config of the space fits."""
-    shared = 0
-    for c in prmt_space(s, NEWEST):
-        lay = prmt_layout(c)
-        both = 4 * (lay["sa_words"] + lay["sb_words"])
-        assert lay["alias"] == (both > PRMT_STATIC_SMEM) and c.smem_bytes <= PRMT_STATIC_SMEM
-        if lay["alias"]:
-            shared += 1
-            assert c.smem_bytes == 4 * max(lay["sa_words"], lay["sb_words"])
-            assert lay["lu2"] * lay["x"] * prmt_k(c) <= PRMT_HELD_WORDS
-            assert lay["x"] * prmt_k(c) <= PRMT_HELD_GROUP
-        else:
-            assert c.smem_bytes == both
-    assert shared  # the larger tiles exist only this way
-
-
-def test_held_words_past_the_register_budget_say_what_to_change():
-    with pytest.raises(ConfigError, match=r"holds 48 exchanged words.*lower per_thread"):
-        prmt(1, tile_m=256, tile_n=128, per_thread=2)
-    with pytest.raises(ConfigError, match=r"row group of 32 words.*smaller tile_n"):
-        prmt(1, tile_m=128, tile_n=256, per_thread=1)
 
 
 @pytest.mark.parametrize("s", [4, 8, 16])
@@ -291,9 +259,7 @@ def test_model_matches_numpy_at_any_offset(rng, s):
     offsets and pitches: the model's output is np.transpose's, each output byte written once,
     and no warp's shared-memory store or load has a bank conflict."""
     space = [c for c in prmt_space(s, NEWEST) if not c.persistent and c.cache == "default"]
-    shared = [c for c in space if prmt_layout(c)["alias"]]
-    picks = [prmt_default(s), shared[int(rng.integers(len(shared)))]]
-    picks += [space[i] for i in rng.choice(len(space), 3, replace=False)]
+    picks = [prmt_default(s)] + [space[i] for i in rng.choice(len(space), 3, replace=False)]
     odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
     shapes = [(1, odd(100, 300), odd(100, 300)), (2, odd(3, 70), odd(60, 200)), (1, 1, odd(50, 300)),
               (1, odd(50, 300), 1), (1, int(rng.integers(64, 200)) * 2, int(rng.integers(64, 200)) * 2)]  # fmt: skip
@@ -345,9 +311,7 @@ def test_prmt_kernels_match_the_reference(rng, s):
     state = activate(0)
     space = [c for c in prmt_space(s, state.info.limits) if not c.persistent]
     picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
-    shared = [c for c in space if prmt_layout(c)["alias"]]  # one buffer for both phases
-    picks += [prmt_default(s), prmt_default(s).replace(persistent=2), shared[int(rng.integers(len(shared)))]]
-    picks += [picks[-1].replace(persistent=2)]
+    picks += [prmt_default(s), prmt_default(s).replace(persistent=2)]
     assert not precompile(state, picks)
     for shape in odd_shapes(rng):
         assert_match_reference(state, s, shape, picks)
@@ -361,12 +325,8 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
     pytest.importorskip("cupy")
     space = [c for c in prmt_space(s, NEWEST) if not c.persistent]
 
-    shared = [c for c in space if prmt_layout(c)["alias"]]
-
     def pick():
-        r = rng.random()
-        pool = space if r < 0.4 else shared if r < 0.7 else [prmt_default(s)]
-        return pool[int(rng.integers(len(pool)))]
+        return space[int(rng.integers(len(space)))] if rng.random() < 0.5 else prmt_default(s)
 
     assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]), pick)
 

@@ -436,7 +436,8 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
         yield "conjugate=True needs complex64 elements for a staged kernel (elem_bytes 8)"
 
 
-PRMT_SIZES = (1, 2)  # elements a 32-bit word holds several of: moved K x K at a time
+PRMT_SIZES = (1, 2, 4)  # elements moved K x K at a time, K = 4 / size (4 bytes: words, no permute)
+PRMT_SERVED = (1, 2)  # sizes whose untuned unaligned classes get prmt_default (lookup)
 PRMT_SEGMENTS = (64, 128, 256)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
@@ -482,7 +483,7 @@ def _prmt_errors(c: KernelConfig) -> Iterator[str]:
                     "conjugate": False},
         "a byte-permute kernel has its own shared-memory layout")  # fmt: skip
     if c.elem_bytes not in PRMT_SIZES:
-        yield f"prmt=True needs elem_bytes in {list(PRMT_SIZES)} (wider elements are whole words: use a staged or tiled config)"
+        yield f"prmt=True needs elem_bytes in {list(PRMT_SIZES)} (wider elements span several words: use a staged or tiled config)"
         return
     k = prmt_k(c)
     if c.vec != k:
@@ -651,6 +652,7 @@ def _prmt_pick(elem_bytes: int, conjugate: bool, i: int) -> KernelConfig | None:
 _PRMT_DEFAULTS: dict[int, tuple[tuple[Any, ...], ...]] = {
     1: ((64, 128, 2, "col"), (128, 128, 2, "col")),
     2: ((64, 128, 2, "col"), (32, 128, 2, "col")),
+    4: ((32, 64, 2, "col"), (16, 64, 2, "col")),  # provisional: the 2-byte winners' bytes
 }
 
 

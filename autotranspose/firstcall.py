@@ -96,11 +96,11 @@ def candidates(
     kinds: list[KernelConfig | None] = [
         default_config(elem_bytes, max_vector=vec, conjugate=conjugate),
         staged_default(elem_bytes, conjugate),
-        # 1- and 2-byte rows at any offset: the byte-permute default and the shape that won
-        # where it lost (H200, docs/perf-notes.md session 13); the staged kernel above won
+        # rows at any offset (not 4-byte words): the byte-permute default and the shape that
+        # won where it lost (H200, docs/perf-notes.md session 13); the staged kernel above won
         # 3 of 6 2-byte cases by 1-2 points
-        prmt_default(elem_bytes, conjugate),
-        prmt_alternative(elem_bytes, conjugate),
+        *((prmt_default(elem_bytes, conjugate), prmt_alternative(elem_bytes, conjugate))
+          if vec == 1 or vec * elem_bytes < 4 else ()),
         flat_default(elem_bytes, min(m, n), conjugate) if min(m, n) <= FLAT_SHORT_SIDE else None,
         seed_config(elem_bytes).replace(conjugate=conjugate),
     ]

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from .config import (
     FLAT_SHORT_SIDE,
     NEWEST,
+    PRMT_SERVED,
     DeviceLimits,
     default_config,
     flat_default,
@@ -179,7 +180,8 @@ def default_choice(
     if unaligned:
         # 1- and 2-byte rows: the byte-permute kernel (it beat the staged one by 4-16 points
         # on 7 of 7 1-byte odd cases and by 1.6 on the geometric mean of 6 2-byte ones)
-        for kind in (prmt_default(elem_bytes, conjugate), staged_default(elem_bytes, conjugate)):
+        prmt = prmt_default(elem_bytes, conjugate) if elem_bytes in PRMT_SERVED else None
+        for kind in (prmt, staged_default(elem_bytes, conjugate)):
             if kind is not None and kind.fits(limits):
                 return Choice(kind, "default")
     return Choice(default_config(elem_bytes, max_vector=cls.vec, conjugate=conjugate), "default")

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from store_data import A100, H100, count_queries, ok, space, valid_config
 
 from autotranspose import lookup
-from autotranspose.config import default_config, prmt_default, staged_default
+from autotranspose.config import PRMT_SERVED, default_config, prmt_default, staged_default
 from autotranspose.shapes import ShapeClass, shape_class
 from autotranspose.store import Store, database, textio
 
@@ -310,7 +310,8 @@ def test_untuned_unaligned_calls_get_a_kernel_for_any_offset(rng, elem_bytes):
     odd = shape_class(1, m, n, 1)
     c = lookup.choose("Some Untuned GPU", elem_bytes, odd, store=None)
     assert c.source == "default"
-    want = prmt_default(elem_bytes) or staged_default(elem_bytes) or default_config(elem_bytes, max_vector=1)
+    prmt = prmt_default(elem_bytes) if elem_bytes in PRMT_SERVED else None
+    want = prmt or staged_default(elem_bytes) or default_config(elem_bytes, max_vector=1)
     assert c.config == want and c.config.any_offset == (elem_bytes < 16)
     if elem_bytes == 2:  # rows of whole 4-byte words: the tiled kernels
         c = lookup.choose("Some Untuned GPU", 2, shape_class(1, m + 1, n + 1, 2), store=None)

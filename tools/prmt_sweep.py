@@ -1,5 +1,5 @@
 """Developer tool: byte-permute kernels (prmt) against what `transpose()` serves today, on
-1- and 2-byte cases whose rows are at odd offsets.
+1-, 2- and 4-byte cases whose rows are at odd offsets.
 
     python tools/prmt_sweep.py --out DIR [--budget SECONDS]
 
@@ -30,7 +30,9 @@ from autotranspose.config import KernelConfig, max_vec, prmt_space, staged_defau
 CASES = [((1, 4099, 6007), 1), ((1, 20647, 20647), 1), ((1, 39552, 17095), 1), ((67, 768, 1173), 1),
          ((1, 6007, 4099), 1), ((46, 342, 16751), 1), ((1, 26085, 26085), 1),
          ((1, 4099, 6007), 2), ((1, 11407, 11407), 2), ((7, 138, 110387), 2), ((2, 12639, 12639), 2),
-         ((1, 6007, 4099), 2), ((1, 15001, 777), 2)]  # fmt: skip
+         ((1, 6007, 4099), 2), ((1, 15001, 777), 2),
+         ((1, 4099, 6007), 4), ((1, 6007, 4099), 4), ((1, 26085, 26085), 4), ((1, 11049, 11049), 4),
+         ((25, 189, 8313), 4)]  # fmt: skip
 
 
 def main() -> None:
@@ -61,7 +63,7 @@ def main() -> None:
         log.append({"shape": shape, "elem_bytes": s, "served": served.key, "results": results_log(ranked)})
         Path(args.out, "prmt_sweep.json").write_text(json.dumps(log))
     print("\n=== prmt configs: geometric mean % of copy over each element size's cases (top 8)")
-    for s in (1, 2):
+    for s in (1, 2, 4):
         rows = [case for case in log if case["elem_bytes"] == s]
         if not rows:
             continue

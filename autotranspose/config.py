@@ -437,7 +437,9 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
 
 
 PRMT_SIZES = (1, 2, 4)  # elements moved K x K at a time, K = 4 / size (4 bytes: words, no permute)
-PRMT_SERVED = (1, 2)  # sizes whose untuned unaligned classes get prmt_default (lookup)
+# sizes whose untuned unaligned classes get prmt_default from lookup; for 4 bytes it won the
+# large odd squares by 4 points and lost a small batch by 3.6 (H200), so it is only raced
+PRMT_SERVED = (1, 2)
 PRMT_SEGMENTS = (64, 128, 256)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
@@ -647,12 +649,13 @@ def _prmt_pick(elem_bytes: int, conjugate: bool, i: int) -> KernelConfig | None:
 
 # elem_bytes -> (default, alternative) as (tile_m, tile_n, per_thread, raster): of every
 # non-persistent prmt config, the best and the best of the rest by geometric mean over 7
-# 1-byte and 6 2-byte odd cases on the H200 (tools/prmt_sweep.py, docs/perf-notes.md,
-# session 13): 128-byte output windows, 128- (1 byte) or 256-byte (2 bytes) input segments
+# 1-byte, 6 2-byte and 5 4-byte odd cases on the H200 (tools/prmt_sweep.py,
+# docs/perf-notes.md, session 13): 128-byte output windows and 128- (1 byte) or 256-byte
+# (2 bytes) input segments; 256 bytes both ways for 4 bytes
 _PRMT_DEFAULTS: dict[int, tuple[tuple[Any, ...], ...]] = {
     1: ((64, 128, 2, "col"), (128, 128, 2, "col")),
     2: ((64, 128, 2, "col"), (32, 128, 2, "col")),
-    4: ((32, 64, 2, "col"), (16, 64, 2, "col")),  # provisional: the 2-byte winners' bytes
+    4: ((64, 64, 2, "col"), (32, 64, 2, "col")),  # 256-byte segments: staged still serves by default
 }
 
 

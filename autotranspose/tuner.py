@@ -42,6 +42,7 @@ from .config import (
     neighbours,
     pair_steps,
     prmt_alternative,
+    prmt_default,
     seed_config,
     staged_default,
 )
@@ -436,6 +437,7 @@ def known_good(
         lookup.default_choice(elem_bytes, cls, device.limits, conjugate).config,
         # the other kinds for rows at any offset (only an unaligned class's space has them)
         staged_default(elem_bytes, conjugate),
+        prmt_default(elem_bytes, conjugate),
         prmt_alternative(elem_bytes, conjugate),
     ]
     if store is not None:

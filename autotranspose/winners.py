@@ -248,7 +248,12 @@ def _shared(
             _remember_choice(call, choice)
             return choice
         if _free(store, key) and store.claim(STUDY, key, owner(), expire_s=CLAIM_EXPIRE_S):
-            return _measure_and_record(store, call, key, measure)
+            # the holder before us may have recorded its winner and released the claim
+            # between our read of the best and our claim: read again before measuring
+            if store.best(call.device.name, call.elem_bytes, call.cls) is None:
+                return _measure_and_record(store, call, key, measure)
+            _release(store, key)
+            continue
         if time.monotonic() >= deadline:
             return None
         time.sleep(POLL_S)
@@ -275,11 +280,15 @@ def _measure_and_record(
                 _give_up(store, exc)
         return _remember(call, winner)
     finally:
-        if _writers.get(store.url) is store:  # not given up on (closed) meanwhile
-            try:
-                store.release(STUDY, key, owner())
-            except StoreError as exc:  # the claim expires by itself
-                _give_up(store, exc)
+        _release(store, key)
+
+
+def _release(store: Store, key: str) -> None:
+    if _writers.get(store.url) is store:  # not given up on (closed) meanwhile
+        try:
+            store.release(STUDY, key, owner())
+        except StoreError as exc:  # the claim expires by itself
+            _give_up(store, exc)
 
 
 def record(store: Store, call: Call, winner: Winner) -> bool:

@@ -146,6 +146,23 @@ def test_another_process_serves_the_stored_winner_without_measuring(ours, log):
     assert measured(log) == [str(os.getpid())]
 
 
+def test_a_winner_recorded_just_before_our_claim_is_served_not_measured_again(ours, log, monkeypatch):
+    """The interleaving the process race hits under load: another process records its
+    winner and releases its claim between our read of the best and our claim."""
+    store = winners.writer()
+    claim = store.claim
+
+    def claim_after_the_other(*args, **kw):
+        other = winners.Winner(WINNER, 2400.0, copy_gbps=3000.0, seconds=1e-4)
+        assert winners.record(store, CALL, other)  # what the process before us stored
+        return claim(*args, **kw)
+
+    monkeypatch.setattr(store, "claim", claim_after_the_other)
+    choice = winners.settle(CALL, logging_measure(log, GUESS))
+    assert (choice.source, choice.config) == ("measured", WINNER) and measured(log) == []
+    assert store.claim_holder(winners.STUDY, winners.claim_key(CALL)) is None  # released
+
+
 # --- concurrent processes -------------------------------------------------------------------------
 def _race(url: str, log: Path, processes: int, delay: float) -> list[tuple[int, object]]:
     from _winners import settle_in_child

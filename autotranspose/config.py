@@ -630,8 +630,8 @@ def prmt_space(elem_bytes: int, limits: DeviceLimits) -> Iterator[KernelConfig]:
 
 
 def prmt_default(elem_bytes: int, conjugate: bool = False) -> KernelConfig | None:
-    """The untuned byte-permute config for 1- and 2-byte elements (None for wider ones, or
-    conjugated: those are whole words)."""
+    """The untuned byte-permute config for 1-, 2- and 4-byte elements (None for wider ones,
+    which span several words, or conjugated ones)."""
     return _prmt_pick(elem_bytes, conjugate, 0)
 
 

@@ -41,3 +41,16 @@ def case_ratio(case: dict[str, Any], key: str) -> float:
         if KernelConfig.from_dict(r["config"]).key == key:
             return r["ratio"] if r["status"] == "ok" else 0.0
     return 0.0
+
+
+def config_by_key(key: str, dtype: Any) -> Any:
+    """The config of `dtype`'s spaces (unaligned and skinny, then aligned) whose key is `key`."""
+    from autotranspose.config import config_space
+
+    for c in config_space(dtype, max_vector=1, short_side=64):
+        if c.key == key:
+            return c
+    for c in config_space(dtype):
+        if c.key == key:
+            return c
+    raise SystemExit(f"no config {key} for {dtype}")

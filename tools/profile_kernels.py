@@ -22,6 +22,7 @@ import numpy as np
 
 def main(cases: list[str]) -> None:
     import cupy
+    from _sweep import config_by_key
 
     import autotranspose as at
     from autotranspose import api
@@ -34,7 +35,7 @@ def main(cases: list[str]) -> None:
         dtype = np.dtype(name)
         x = cupy.random.default_rng(1).integers(0, 100, shape).astype(dtype)
         out = cupy.empty(shape[:-2] + shape[:-3:-1], dtype)
-        config = _config(key, dtype) if key else None
+        config = config_by_key(key, dtype) if key else None
         for _ in range(3):
             at.transpose(x, out, config=config)
         cupy.cuda.runtime.deviceSynchronize()
@@ -48,19 +49,6 @@ def main(cases: list[str]) -> None:
         api.clear_caches()
         del x, out
         cupy.get_default_memory_pool().free_all_blocks()
-
-
-def _config(key: str, dtype: np.dtype):
-    """The config of `dtype`'s spaces (aligned, unaligned, skinny) whose key is `key`."""
-    from autotranspose.config import config_space
-
-    for c in config_space(dtype, max_vector=1, short_side=64):
-        if c.key == key:
-            return c
-    for c in config_space(dtype):
-        if c.key == key:
-            return c
-    raise SystemExit(f"no config {key} for {dtype}")
 
 
 if __name__ == "__main__":

@@ -64,3 +64,30 @@ def assert_views_at_every_offset(rng: Any, elem_bytes: int, dtype: Any, pick: An
         region = want[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)
         region[:, :m] = host[:, :n].T
         assert np.array_equal(cupy.asnumpy(buf_out), want), (cfg.key, offset_in, offset_out, m, n)
+
+
+def assert_kind_matches_reference(rng: Any, elem_bytes: int, space: Any, default: Any) -> None:
+    """One kernel kind on odd sizes, 1xN, Nx1 and batches (`odd_shapes`), fresh data, poisoned
+    output and a guard region: 6 random non-persistent configs of `space(elem_bytes, limits)`,
+    its `default` and the default on a persistent grid."""
+    from autotranspose.compiler import activate, precompile
+
+    state = activate(0)
+    configs = [c for c in space(elem_bytes, state.info.limits) if not c.persistent]
+    picks = [configs[i] for i in rng.choice(len(configs), 6, replace=False)]
+    picks += [default, default.replace(persistent=2)]
+    assert not precompile(state, picks)
+    for shape in odd_shapes(rng):
+        assert_match_reference(state, elem_bytes, shape, picks)
+
+
+def assert_kind_at_every_offset(
+    rng: Any, elem_bytes: int, dtype: Any, configs: list[Any], default: Any
+) -> None:
+    """`assert_views_at_every_offset` with, each time, a random config of `configs` or `default`
+    (half and half)."""
+
+    def pick():
+        return configs[int(rng.integers(len(configs)))] if rng.random() < 0.5 else default
+
+    assert_views_at_every_offset(rng, elem_bytes, dtype, pick)

@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from _gpu import assert_match_reference, assert_views_at_every_offset, odd_shapes
+from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, assert_match_reference
 from _nvcc import assert_compile_without_spills
 
 import autotranspose as at
@@ -124,15 +124,7 @@ def test_full_blocks_with_the_most_words_in_flight_compile_without_spills(rng):
 def test_staged_kernels_match_the_reference(rng, s):
     """Odd sizes, 1xN, Nx1, batches; fresh data, a poisoned output and a guard region after
     it (measure.Bench.check); random configs of the space, the default, a persistent grid."""
-    from autotranspose.compiler import activate, precompile
-
-    state = activate(0)
-    space = [c for c in staged_space(s, state.info.limits) if not c.persistent]
-    picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
-    picks += [staged_default(s), staged_default(s).replace(persistent=2)]
-    assert not precompile(state, picks)
-    for shape in odd_shapes(rng):
-        assert_match_reference(state, s, shape, picks)
+    assert_kind_matches_reference(rng, s, staged_space, staged_default(s))
 
 
 @pytest.mark.gpu
@@ -142,11 +134,7 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
     views; the bytes around and between the output rows are left as they were."""
     pytest.importorskip("cupy")
     space = [c for c in staged_space(s, NEWEST) if not c.persistent]
-
-    def pick():
-        return space[int(rng.integers(len(space)))] if rng.random() < 0.5 else staged_default(s)
-
-    assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]), pick)
+    assert_kind_at_every_offset(rng, s, np.dtype(DTYPES[s]), space, staged_default(s))
 
 
 @pytest.mark.gpu

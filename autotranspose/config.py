@@ -446,6 +446,13 @@ PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (regi
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
 
 
+def rows_at_any_offset(elem_bytes: int, vec: int) -> bool:
+    """Whether rows allowing vectors of `vec` elements need the kernels that keep 16-byte
+    accesses at any offset (staged, byte-permute): odd element offsets, or rows not aligned to
+    a 4-byte word."""
+    return vec == 1 or vec * elem_bytes < 4
+
+
 def prmt_k(c: KernelConfig) -> int:
     """Elements per 32-bit word of a byte-permute kernel: it moves K x K blocks."""
     return 4 // c.elem_bytes

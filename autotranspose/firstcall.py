@@ -45,6 +45,7 @@ from .config import (
     pair_steps,
     prmt_alternative,
     prmt_default,
+    rows_at_any_offset,
     seed_config,
     staged_default,
 )
@@ -100,7 +101,7 @@ def candidates(
         # won where it lost (H200, docs/perf-notes.md session 13); the staged kernel above won
         # 3 of 6 2-byte cases by 1-2 points
         *((prmt_default(elem_bytes, conjugate), prmt_alternative(elem_bytes, conjugate))
-          if vec == 1 or vec * elem_bytes < 4 else ()),
+          if rows_at_any_offset(elem_bytes, vec) else ()),
         flat_default(elem_bytes, min(m, n), conjugate) if min(m, n) <= FLAT_SHORT_SIDE else None,
         seed_config(elem_bytes).replace(conjugate=conjugate),
     ]

@@ -48,6 +48,7 @@ from .config import (
     default_config,
     flat_default,
     prmt_default,
+    rows_at_any_offset,
     staged_default,
 )
 from .device import DeviceInfo
@@ -197,7 +198,7 @@ def _kind(elem_bytes: int, cls: ShapeClass) -> tuple[bool, bool]:
     # Rows at odd offsets (or too unaligned for a 4-byte tiled word) are served their own
     # class's result, else the staged kernel: on the H200 it beat every other class's tiled
     # kernel there by 6-27 points (geometric means, docs/perf-notes.md).
-    unaligned = not skinny and (cls.vec == 1 or cls.vec * elem_bytes < 4)
+    unaligned = not skinny and rows_at_any_offset(elem_bytes, cls.vec)
     return skinny, unaligned
 
 

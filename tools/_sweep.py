@@ -47,9 +47,10 @@ def config_by_key(key: str, dtype: Any) -> Any:
     """The config of `dtype`'s spaces (unaligned and skinny, then aligned) whose key is `key`."""
     from autotranspose.config import config_space
 
-    for c in config_space(dtype, max_vector=1, short_side=64):
-        if c.key == key:
-            return c
+    for side in (64, 32, 16):  # a flat tile's short side spans the call's
+        for c in config_space(dtype, max_vector=1, short_side=side):
+            if c.key == key:
+                return c
     for c in config_space(dtype):
         if c.key == key:
             return c

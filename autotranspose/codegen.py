@@ -239,6 +239,7 @@ def prmt_params(c: KernelConfig) -> dict[str, object]:
         **prmt_layout(c),
         "kk": prmt_k(c),
         "h": prmt_halo(c),
+        "flat": c.flat,  # tall: the staged rows are one contiguous run
         "tm": c.tile_m,
         "tn": c.tile_n,
         "smem": c.smem_bytes,
@@ -261,7 +262,7 @@ def _kinds() -> dict[str, tuple[str, Callable[[KernelConfig], dict[str, object]]
 
 
 def _kind(c: KernelConfig) -> str:
-    return "flat" if c.flat else "staged" if c.staged else "prmt" if c.prmt else "tiled"
+    return "prmt" if c.prmt else "flat" if c.flat else "staged" if c.staged else "tiled"
 
 
 def _render_kernels(template: str, kernels: list[dict[str, object]]) -> str:

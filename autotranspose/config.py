@@ -175,6 +175,8 @@ class KernelConfig:
                     f"flat config {self.key} needs a side of at most {self.tile_n} elements; "
                     f"the matrix is {m}x{n}: use a tiled config (flat=False)"
                 )
+            if self.prmt:  # tall only; output windows start up to 16 bytes before a tile
+                return (-(-(m + prmt_halo(self) - 1) // self.tile_m), 1)
             return (-(-m // self.tile_m), 1) if n <= self.tile_n else (1, -(-n // self.tile_m))
         if self.prmt:  # output windows start up to 16 bytes before a tile: staged likewise
             return (-(-(m + prmt_halo(self) - 1) // self.tile_m), -(-n // self.tile_n))
@@ -190,7 +192,10 @@ class KernelConfig:
         return self.realign or self.staged or self.prmt
 
     def applies(self, m: int, n: int) -> bool:
-        """Whether the kernel handles an m x n matrix (tiled kernels handle any)."""
+        """Whether the kernel handles an m x n matrix (tiled kernels handle any; a tall
+        byte-permute kernel, flat and prmt, only rows of at most `tile_n` elements)."""
+        if self.flat and self.prmt:
+            return n <= self.tile_n
         return not self.flat or min(m, n) <= self.tile_n
 
     def grid(self, m: int, n: int, batch: int = 1, multiprocessors: int = 132) -> tuple[int, int, int]:
@@ -269,8 +274,8 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         return
     checks = (
         (c.elem_bytes in ELEMENT_SIZES, f"elem_bytes={c.elem_bytes} must be one of {list(ELEMENT_SIZES)}"),
-        (c.tile_m in (FLAT_LONG if c.flat else TILE_SIZES),
-         f"tile_m={c.tile_m} must be one of {list(FLAT_LONG if c.flat else TILE_SIZES)}"),
+        (c.tile_m in (FLAT_LONG if c.flat and not c.prmt else TILE_SIZES),
+         f"tile_m={c.tile_m} must be one of {list(FLAT_LONG if c.flat and not c.prmt else TILE_SIZES)}"),
         (c.tile_n in TILE_SIZES, f"tile_n={c.tile_n} must be one of {list(TILE_SIZES)}"),
         (c.vec in VEC_SIZES, f"vec={c.vec} must be one of {list(VEC_SIZES)}"),
         (c.per_thread in PER_THREAD, f"per_thread={c.per_thread} must be one of {list(PER_THREAD)}"),
@@ -480,17 +485,23 @@ def prmt_layout(c: KernelConfig) -> dict[str, int]:
     p2w = next(p for p in range(ng + 1, ng + 16) if k * p % 4 == 0 and (k * p // 4) % 2 == 1)
     ncw = c.tile_m * c.elem_bytes // CHUNK
     r1, g2, r3 = t // nc1 // k * k, t // 8, t // ncw  # r1 whole row groups: one skew step a pass
+    # tall (flat): the staged rows are one contiguous run, staged whole from its aligned
+    # start; the exchange reads up to a word past a row's last, so two chunks more
+    sa = -(-(sr * c.tile_n * c.elem_bytes) // CHUNK) * 4 + 8 if c.flat else sr * p1w + ng * 8
+    lr = min(PRMT_THREAD_BYTES // CHUNK, -(-(sa // 4) // t))  # tall: chunks a thread has in flight
     return {"threads": t, "sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
-            "ncw": ncw, "sa_words": sr * p1w + ng * 8, "sb_words": c.tile_n * p2w,
+            "ncw": ncw, "sa_words": sa, "sb_words": c.tile_n * p2w, "lr": lr,
             "r1": r1, "g2": g2, "r3": r3, "x": cw // 8,
             "lu1": -(-sr // r1), "lu2": -(-ng // g2), "lu3": -(-c.tile_n // r3)}  # fmt: skip
 
 
 def _prmt_errors(c: KernelConfig) -> Iterator[str]:
     yield from _fixed_field_errors(
-        c, "prmt", {"pad": 0, "layout": "pad", "realign": False, "flat": False, "staged": False,
+        c, "prmt", {"pad": 0, "layout": "pad", "realign": False, "staged": False,
                     "conjugate": False},
         "a byte-permute kernel has its own shared-memory layout")  # fmt: skip
+    if c.flat and c.raster != "row":  # one tile across the rows: the raster changes nothing
+        yield "prmt=True with flat=True (tall) takes raster='row' (its tiles form one column)"
     if c.elem_bytes not in PRMT_SIZES:
         yield f"prmt=True needs elem_bytes in {list(PRMT_SIZES)} (wider elements span several words: use a staged or tiled config)"
         return
@@ -510,7 +521,7 @@ def _prmt_errors(c: KernelConfig) -> Iterator[str]:
     if bad:
         return
     lay = prmt_layout(c)
-    if lay["lu1"] * CHUNK > PRMT_THREAD_BYTES:
+    if not c.flat and lay["lu1"] * CHUNK > PRMT_THREAD_BYTES:
         yield (
             f"prmt tile {c.tile_m}x{c.tile_n} loads {lay['lu1']} chunks of {CHUNK} bytes per "
             f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: "
@@ -597,6 +608,8 @@ def config_space(
         yield from prmt_space(s, limits)
     if short_side is not None:
         yield from flat_space(s, limits, short_side, conjugate)
+        if s in PRMT_SIZES and not conjugate:
+            yield from tall_space(s, limits, short_side)
 
 
 def _check_count(name: str, value: Any, meaning: str) -> None:
@@ -691,6 +704,40 @@ def _launchable(limits: DeviceLimits, *fields: Any, **named: Any) -> Iterator[Ke
         yield cfg
         for p in PERSISTENT[1:]:
             yield cfg.replace(persistent=p)
+
+
+def tall_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> Iterator[KernelConfig]:
+    """The tall byte-permute configs (flat and prmt: rows of at most `tile_n` elements,
+    contiguous, any offset) whose tile spans rows of `short_side` elements."""
+    if elem_bytes not in PRMT_SIZES:
+        return
+    sizes = [b // elem_bytes for b in PRMT_SEGMENTS]
+    for tm in sizes:
+        for tn in sizes:
+            if tn < short_side:
+                continue
+            for pt in PER_THREAD:
+                for cache in CACHE_HINTS:
+                    yield from _launchable(limits, elem_bytes, tm, tn, 4 // elem_bytes, pt, 0,
+                                           "pad", "row", cache, flat=True, prmt=True)  # fmt: skip
+
+
+def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
+    """The untuned tall byte-permute config for rows of `short_side` elements: the narrowest
+    tile that spans them, with the widest output windows that fit (at 256 bytes the
+    16 / elem_bytes halo rows a tile stages are 1/17 of it); None for wider elements or rows
+    over 256 bytes."""
+    if elem_bytes not in PRMT_SIZES:
+        return None
+    tn = next((b // elem_bytes for b in PRMT_SEGMENTS if b // elem_bytes >= short_side), None)
+    if tn is None:
+        return None
+    for window in reversed(PRMT_SEGMENTS):  # the widest windows static shared memory allows
+        cfg = KernelConfig(elem_bytes, window // elem_bytes, tn, 4 // elem_bytes, 2, 0, "pad",
+                           "row", flat=True, prmt=True)  # fmt: skip
+        if cfg.fits(NEWEST):
+            return cfg
+    return None
 
 
 def flat_default(elem_bytes: int, short_side: int, conjugate: bool = False) -> KernelConfig | None:

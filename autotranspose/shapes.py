@@ -103,7 +103,7 @@ def flat_fits(config: KernelConfig, m: int, n: int, ld_in: int, ld_out: int) -> 
     rows contiguous (input rows when N is short, output rows when M is)."""
     if n <= config.tile_n:
         return ld_in == n
-    return m <= config.tile_n and ld_out == m
+    return not config.prmt and m <= config.tile_n and ld_out == m  # byte-permute: tall only
 
 
 class Layout(NamedTuple):

@@ -37,10 +37,14 @@ def odd_shapes(rng: Any) -> list[tuple[int, int, int]]:
             (2, 5, 3), (1, odd(200, 400) + 1, odd(200, 400))]  # fmt: skip
 
 
-def assert_views_at_every_offset(rng: Any, elem_bytes: int, dtype: Any, pick: Any) -> None:
+def assert_views_at_every_offset(
+    rng: Any, elem_bytes: int, dtype: Any, pick: Any, n_max: int | None = None
+) -> None:
     """transpose() with config `pick()` (a fresh pick per offset) from an input at every byte
     offset the element size allows (0-15) into an output at a random one, both rows of
-    pitched views; the output's bytes around and between its rows stay as they were."""
+    pitched views; the output's bytes around and between its rows stay as they were. With
+    `n_max` (kernels for rows of at most that many elements, which must be contiguous), rows
+    of 1 to `n_max` elements and an unpitched input."""
     import cupy
     import numpy as np
 
@@ -52,6 +56,9 @@ def assert_views_at_every_offset(rng: Any, elem_bytes: int, dtype: Any, pick: An
         offset_out = int(rng.integers(0, 16 // s)) * s
         m, n = int(rng.integers(300, 900)) | 1, int(rng.integers(300, 900)) | 1
         pin, pout = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))  # row pitches
+        if n_max is not None:
+            m, n = int(rng.integers(2000, 9000)) | 1, int(rng.integers(1, n_max + 1))
+            pin = n
         host = rng.integers(0, 256, size=m * pin * s, dtype=np.uint8).view(dtype).reshape(m, pin)
         buf_in = cupy.zeros(m * pin * s + 32, np.uint8)
         buf_in[offset_in : offset_in + m * pin * s] = cupy.asarray(host.view(np.uint8).ravel())

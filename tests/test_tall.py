@@ -1,0 +1,142 @@
+"""Tall byte-permute kernels (config flat=True with prmt=True, templates/prmt.cu.j2's
+`load_run`): rows of at most tile_n elements, contiguous, at any offset, staged as the one
+contiguous run they are. Validation, the space and the default, where they may run (CPU);
+nvcc's resource report; correctness on the GPU at every pointer offset, rows of 1 to tile_n
+elements, batches, fewer rows than a tile, past 2**31 elements, poisoned output."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from _gpu import assert_match_reference, assert_views_at_every_offset
+from _nvcc import assert_compile_without_spills, assert_nvcc_silent
+
+from autotranspose.codegen import kernel_source, render_many
+from autotranspose.config import (
+    NEWEST,
+    PRMT_SEGMENTS,
+    PRMT_SIZES,
+    KernelConfig,
+    config_space,
+    prmt_default,
+    tall_default,
+    tall_space,
+)
+from autotranspose.errors import ConfigError
+from autotranspose.shapes import flat_fits
+
+DTYPES = {1: "uint8", 2: "float16", 4: "float32"}
+
+
+# --- the config --------------------------------------------------------------------------------
+def test_a_tall_config_is_named_and_rendered_as_one():
+    c = tall_default(1, 20)
+    assert c.flat and c.prmt and c.key.endswith("_flat_pm")
+    src = kernel_source(c)
+    assert "contiguous run" in src and "nwords" in src
+    assert "contiguous run" not in kernel_source(prmt_default(1))  # the tiled prmt is unchanged
+
+
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_the_tall_default_spans_the_rows_with_the_widest_window_that_fits(rng, s):
+    for short in [1, *rng.integers(2, 256 // s + 1, 5).tolist()]:
+        c = tall_default(s, short)
+        if c is None:  # only rows too wide for any window that fits
+            assert not any(cfg.fits(NEWEST) for cfg in tall_space(s, NEWEST, short))
+            continue
+        assert c.tile_n >= short and c.fits(NEWEST) and c.applies(10**6, short)
+        wider = [b // s for b in PRMT_SEGMENTS if b // s > c.tile_m]
+        assert all(not c.replace(tile_m=tm).fits(NEWEST) for tm in wider)
+    assert tall_default(s, 256 // s + 1) is None
+    assert tall_default(8, 3) is None and not list(tall_space(8, NEWEST, 3))
+
+
+def test_tall_configs_run_only_tall_calls_with_contiguous_rows():
+    c = tall_default(2, 20)
+    assert c.applies(7081411, 20) and not c.applies(20, 7081411)
+    assert c.tiles(1000, 20) == (-(-(1000 + 8 - 1) // c.tile_m), 1)  # 8 halo rows (16 bytes)
+    with pytest.raises(ConfigError, match="needs a side of at most"):
+        c.tiles(20, 7081411)
+    assert flat_fits(c, 1000, 20, 20, 1000) and flat_fits(c, 1000, 20, 20, 1024)  # output pitched
+    assert not flat_fits(c, 1000, 20, 24, 1000)  # pitched input rows: not one run
+    assert not flat_fits(c, 20, 1000, 1000, 20)  # wide: not this kernel
+
+
+def test_tall_configs_take_the_row_raster_only():
+    with pytest.raises(ConfigError, match="raster='row'"):
+        tall_default(1, 20).replace(raster="col")
+
+
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_the_space_has_them_for_short_rows_only(s):
+    tall = [c for c in config_space(DTYPES[s], max_vector=1, short_side=20) if c.flat and c.prmt]
+    assert tall and all(c.tile_n >= 20 for c in tall)
+    assert not [c for c in config_space(DTYPES[s], max_vector=1, short_side=4096) if c.flat and c.prmt]
+    assert not [c for c in config_space("complex64", short_side=3) if c.flat and c.prmt]
+
+
+def test_key_round_trip():
+    for s in PRMT_SIZES:
+        for c in tall_space(s, NEWEST, 1):
+            assert KernelConfig.from_dict(c.to_dict()) == c
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_tall_kernels_compile_without_spills_or_warnings(arch):
+    """Every tile shape and per_thread of every element size (the cache hint adds no
+    registers to speak of: the default only)."""
+    picks = [c for s in PRMT_SIZES for c in tall_space(s, NEWEST, 1)
+             if not c.persistent and c.cache == "default"]  # fmt: skip
+    assert_compile_without_spills(picks, arch)
+    assert_nvcc_silent(render_many(picks), arch)
+
+
+# --- on the GPU ----------------------------------------------------------------------------------
+def _tall_shapes(rng, tn: int) -> list[tuple[int, int, int]]:
+    """Rows of 1 to tn elements: many rows, a batch, fewer rows than a tile, one row."""
+    n = lambda: int(rng.integers(1, tn + 1))  # noqa: E731
+    odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
+    return [(1, odd(20000, 90000), n()), (1, odd(2000, 9000), tn), (1, odd(2000, 9000), 1),
+            (3, odd(100, 700), n()), (2, 5, n()), (1, 1, n()), (1, odd(300, 900) + 1, n())]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_tall_kernels_match_the_reference(rng, s):
+    """Fresh data, a poisoned output and a guard region after it (measure.Bench.check):
+    random configs of the space, the default and the default on a persistent grid."""
+    from autotranspose.compiler import activate, precompile
+
+    state = activate(0)
+    space = [c for c in tall_space(s, state.info.limits, 1) if not c.persistent]
+    picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
+    picks += [tall_default(s, 20), tall_default(s, 20).replace(persistent=2)]
+    assert not precompile(state, picks)
+    for c in picks:
+        for shape in _tall_shapes(rng, c.tile_n):
+            assert_match_reference(state, s, shape, [c])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_tall_kernels_at_every_pointer_offset(rng, s):
+    """Input at every byte offset the element size allows (0-15), output at a random one with
+    pitched rows; the bytes around and between the output rows are left as they were."""
+    pytest.importorskip("cupy")
+    space = [c for c in tall_space(s, NEWEST, 1) if not c.persistent and c.fits(NEWEST)]
+    tn = min(c.tile_n for c in space)
+    narrow = [c for c in space if c.tile_n == tn]
+    assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),
+                                 lambda: narrow[int(rng.integers(len(narrow)))], n_max=tn)  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_tall_past_2_31_elements():
+    from autotranspose.compiler import activate
+
+    shape = (1, 2**31 // 21 + 4099, 21)  # int8, rows of 21 bytes
+    assert shape[1] * shape[2] > 2**31
+    assert_match_reference(activate(0), 1, shape, [tall_default(1, 21)])

@@ -274,8 +274,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         return
     checks = (
         (c.elem_bytes in ELEMENT_SIZES, f"elem_bytes={c.elem_bytes} must be one of {list(ELEMENT_SIZES)}"),
-        (c.tile_m in (FLAT_LONG if c.flat and not c.prmt else TILE_SIZES),
-         f"tile_m={c.tile_m} must be one of {list(FLAT_LONG if c.flat and not c.prmt else TILE_SIZES)}"),
+        (c.tile_m in _tile_m_values(c), f"tile_m={c.tile_m} must be one of {list(_tile_m_values(c))}"),
         (c.tile_n in TILE_SIZES, f"tile_n={c.tile_n} must be one of {list(TILE_SIZES)}"),
         (c.vec in VEC_SIZES, f"vec={c.vec} must be one of {list(VEC_SIZES)}"),
         (c.per_thread in PER_THREAD, f"per_thread={c.per_thread} must be one of {list(PER_THREAD)}"),
@@ -334,6 +333,14 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         yield "realign=True needs vec >= 2 (it realigns vectors of several elements)"
     if c.conjugate and c.elem_bytes not in (8, 16):
         yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
+
+
+def _tile_m_values(c: KernelConfig) -> tuple[int, ...]:
+    """tile_m's values: a flat tile's long side, a tall byte-permute kernel's output window
+    (either list), or a tile's side."""
+    if c.flat:
+        return tuple(sorted(set(TILE_SIZES + FLAT_LONG))) if c.prmt else FLAT_LONG
+    return TILE_SIZES
 
 
 def _fixed_field_errors(c: KernelConfig, kind: str, fixed: Mapping[str, Any], why: str) -> Iterator[str]:
@@ -446,6 +453,12 @@ PRMT_SIZES = (1, 2, 4)  # elements moved K x K at a time, K = 4 / size (4 bytes:
 # large odd squares by 4 points and lost a small batch by 3.6 (H200), so it is only raced
 PRMT_SERVED = (1, 2)
 PRMT_SEGMENTS = (64, 128, 256)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
+# a tall kernel's (flat=True) output windows (tile_m) and rows (tile_n), in bytes: its shared
+# memory grows with the rows' bytes times the window's, so narrow rows afford wide windows,
+# and wide windows with narrow rows keep more bytes in flight on an SM (H200, session 14)
+TALL_WINDOWS = (64, 128, 256, 512, 1024)
+TALL_ROWS = (16, 32, 64, 128, 256)
+TALL_PER_THREAD = (1, 2, 4)
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
@@ -509,14 +522,15 @@ def _prmt_errors(c: KernelConfig) -> Iterator[str]:
     if c.vec != k:
         yield f"prmt=True moves 4-byte words: vec must be {k} for {c.elem_bytes}-byte elements (got {c.vec})"
     bad = False
-    for name in ("tile_m", "tile_n"):
+    for name, sizes in _prmt_sizes(c):
         nbytes = getattr(c, name) * c.elem_bytes
-        if nbytes not in PRMT_SEGMENTS:
+        if nbytes not in sizes:
             bad = True
-            allowed = [b // c.elem_bytes for b in PRMT_SEGMENTS]
+            allowed = [b // c.elem_bytes for b in sizes if b // c.elem_bytes in TILE_SIZES + FLAT_LONG]
             yield f"prmt=True: {name}={getattr(c, name)} makes {nbytes}-byte row segments; use {name} in {allowed}"
-    if c.per_thread > 2:  # 128 threads: more registers a thread, and ptxas 13 spilled
-        yield f"prmt=True: per_thread={c.per_thread} must be 1 or 2 (threads = {PRMT_THREADS} / per_thread)"
+    if c.per_thread > (4 if c.flat else 2):  # 128 threads: ptxas 13 spilled the tiled ones
+        allowed_pt = list(TALL_PER_THREAD if c.flat else (1, 2))
+        yield f"prmt=True: per_thread={c.per_thread} must be one of {allowed_pt} (threads = {PRMT_THREADS} / per_thread)"
         return
     if bad:
         return
@@ -527,6 +541,13 @@ def _prmt_errors(c: KernelConfig) -> Iterator[str]:
             f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: "
             + ("lower per_thread" if c.per_thread > 1 else "use a smaller tile_m or tile_n")
         )
+
+
+def _prmt_sizes(c: KernelConfig) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(field, its values in bytes) for tile_m and tile_n of a byte-permute config."""
+    if c.flat:
+        return (("tile_m", TALL_WINDOWS), ("tile_n", TALL_ROWS))
+    return (("tile_m", PRMT_SEGMENTS), ("tile_n", PRMT_SEGMENTS))
 
 
 def _derive(c: KernelConfig) -> dict[str, int]:
@@ -711,12 +732,11 @@ def tall_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> Iterat
     contiguous, any offset) whose tile spans rows of `short_side` elements."""
     if elem_bytes not in PRMT_SIZES:
         return
-    sizes = [b // elem_bytes for b in PRMT_SEGMENTS]
-    for tm in sizes:
-        for tn in sizes:
+    for tm in [b // elem_bytes for b in TALL_WINDOWS]:
+        for tn in [b // elem_bytes for b in TALL_ROWS]:
             if tn < short_side:
                 continue
-            for pt in PER_THREAD:
+            for pt in TALL_PER_THREAD:
                 for cache in CACHE_HINTS:
                     yield from _launchable(limits, elem_bytes, tm, tn, 4 // elem_bytes, pt, 0,
                                            "pad", "row", cache, flat=True, prmt=True)  # fmt: skip
@@ -729,10 +749,10 @@ def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     over 256 bytes."""
     if elem_bytes not in PRMT_SIZES:
         return None
-    tn = next((b // elem_bytes for b in PRMT_SEGMENTS if b // elem_bytes >= short_side), None)
+    tn = next((b // elem_bytes for b in TALL_ROWS if b // elem_bytes >= max(short_side, 16)), None)
     if tn is None:
         return None
-    for window in reversed(PRMT_SEGMENTS):  # the widest windows static shared memory allows
+    for window in reversed(TALL_WINDOWS):  # the widest windows static shared memory allows
         cfg = KernelConfig(elem_bytes, window // elem_bytes, tn, 4 // elem_bytes, 2, 0, "pad",
                            "row", flat=True, prmt=True)  # fmt: skip
         if cfg.fits(NEWEST):

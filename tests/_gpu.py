@@ -58,7 +58,7 @@ def assert_views_at_every_offset(
         pin, pout = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))  # row pitches
         if n_max is not None:
             m, n = int(rng.integers(2000, 9000)) | 1, int(rng.integers(1, n_max + 1))
-            pin = n
+            pin, pout = n, m + int(rng.integers(0, 9))
         host = rng.integers(0, 256, size=m * pin * s, dtype=np.uint8).view(dtype).reshape(m, pin)
         buf_in = cupy.zeros(m * pin * s + 32, np.uint8)
         buf_in[offset_in : offset_in + m * pin * s] = cupy.asarray(host.view(np.uint8).ravel())

@@ -42,7 +42,7 @@ def prmt(elem_bytes: int, **kw) -> KernelConfig:
         (1, {"vec": 2}, "vec must be 4"),
         (2, {"tile_m": 256}, "use tile_m in \\[32, 64, 128\\]"),
         (1, {"tile_n": 32}, "use tile_n in \\[64, 128, 256\\]"),
-        (1, {"per_thread": 4}, "must be 1 or 2"),
+        (1, {"per_thread": 4}, "must be one of \\[1, 2\\]"),
         (1, {"staged": True}, "prmt=True takes staged=False"),
         (1, {"layout": "swizzle"}, "takes layout='pad'"),
     ],

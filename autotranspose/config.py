@@ -464,6 +464,12 @@ PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (regi
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
 
 
+def tall_rows(elem_bytes: int, m: int, n: int) -> bool:
+    """Whether an m x n call (or class) has rows a tall byte-permute kernel spans: of at most
+    256 bytes, more rows than columns, and elements it moves."""
+    return elem_bytes in PRMT_SIZES and n * elem_bytes <= TALL_ROWS[-1] and m > n
+
+
 def rows_at_any_offset(elem_bytes: int, vec: int) -> bool:
     """Whether rows allowing vectors of `vec` elements need the kernels that keep 16-byte
     accesses at any offset (staged, byte-permute): odd element offsets, or rows not aligned to
@@ -504,7 +510,7 @@ def prmt_layout(c: KernelConfig) -> dict[str, int]:
     lr = min(PRMT_THREAD_BYTES // CHUNK, -(-(sa // 4) // t))  # tall: chunks a thread has in flight
     return {"threads": t, "sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
             "ncw": ncw, "sa_words": sa, "sb_words": c.tile_n * p2w, "lr": lr,
-            "r1": r1, "g2": g2, "r3": r3, "x": cw // 8,
+            "r1": r1, "g2": g2, "r3": r3, "x": -(-cw // 8),
             "lu1": -(-sr // r1), "lu2": -(-ng // g2), "lu3": -(-c.tile_n // r3)}  # fmt: skip
 
 
@@ -744,16 +750,17 @@ def tall_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> Iterat
 
 def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     """The untuned tall byte-permute config for rows of `short_side` elements: the narrowest
-    tile that spans them, with the widest output windows that fit (at 256 bytes the
-    16 / elem_bytes halo rows a tile stages are 1/17 of it); None for wider elements or rows
+    tile that spans them, 256-byte output windows (narrower where they do not fit), 128
+    threads. Of the tall configs this was the best on 9 of 14 tall cases on the H200
+    (tools/tall_sweep.py, docs/perf-notes.md session 14). None for wider elements or rows
     over 256 bytes."""
     if elem_bytes not in PRMT_SIZES:
         return None
     tn = next((b // elem_bytes for b in TALL_ROWS if b // elem_bytes >= max(short_side, 16)), None)
     if tn is None:
         return None
-    for window in reversed(TALL_WINDOWS):  # the widest windows static shared memory allows
-        cfg = KernelConfig(elem_bytes, window // elem_bytes, tn, 4 // elem_bytes, 2, 0, "pad",
+    for window in (256, 128, 64):  # the first that static shared memory allows
+        cfg = KernelConfig(elem_bytes, window // elem_bytes, tn, 4 // elem_bytes, 4, 0, "pad",
                            "row", flat=True, prmt=True)  # fmt: skip
         if cfg.fits(NEWEST):
             return cfg

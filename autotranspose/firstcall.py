@@ -48,6 +48,8 @@ from .config import (
     rows_at_any_offset,
     seed_config,
     staged_default,
+    tall_default,
+    tall_rows,
 )
 from .errors import AutotransposeError, KernelLaunchError
 from .launch import Launch
@@ -103,6 +105,7 @@ def candidates(
         *((prmt_default(elem_bytes, conjugate), prmt_alternative(elem_bytes, conjugate))
           if rows_at_any_offset(elem_bytes, vec) else ()),
         flat_default(elem_bytes, min(m, n), conjugate) if min(m, n) <= FLAT_SHORT_SIDE else None,
+        tall_default(elem_bytes, n) if tall_rows(elem_bytes, m, n) and not conjugate else None,
         seed_config(elem_bytes).replace(conjugate=conjugate),
     ]
     picked: list[KernelConfig] = []

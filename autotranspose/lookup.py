@@ -50,6 +50,8 @@ from .config import (
     prmt_default,
     rows_at_any_offset,
     staged_default,
+    tall_default,
+    tall_rows,
 )
 from .device import DeviceInfo
 from .errors import AutotransposeError, StoreError
@@ -174,6 +176,12 @@ def default_choice(
     byte-permute (1- and 2-byte elements) or staged kernel for an unaligned one, else the
     default tiled config."""
     skinny, unaligned = _kind(elem_bytes, cls)
+    if (skinny or unaligned) and not conjugate and tall_rows(elem_bytes, cls.m, cls.n):
+        # tall rows of 1-, 2- and 4-byte elements: the tall byte-permute kernel beat the flat
+        # one on 14 of 14 tall cases and the tiled byte-permute one on 5 of 5 (H200)
+        tall = tall_default(elem_bytes, cls.n)
+        if tall is not None and tall.fits(limits):
+            return Choice(tall, "default")
     if skinny:
         flat = flat_default(elem_bytes, min(cls.m, cls.n), conjugate)
         if flat is not None and flat.fits(limits):

@@ -45,6 +45,7 @@ from .config import (
     prmt_default,
     seed_config,
     staged_default,
+    tall_default,
 )
 from .device import DeviceInfo
 from .dtypes import element_type
@@ -439,6 +440,8 @@ def known_good(
         staged_default(elem_bytes, conjugate),
         prmt_default(elem_bytes, conjugate),
         prmt_alternative(elem_bytes, conjugate),
+        # tall rows: the tall byte-permute kernel (only a class of short rows has it)
+        None if conjugate else tall_default(elem_bytes, cls.n),
     ]
     if store is not None:
         try:

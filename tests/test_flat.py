@@ -19,6 +19,7 @@ from autotranspose.config import (
     KernelConfig,
     config_space,
     flat_default,
+    tall_default,
     flat_space,
 )  # fmt: skip
 from autotranspose.errors import ConfigError
@@ -78,13 +79,15 @@ def test_space_includes_flat_configs_only_for_a_short_side(rng):
 
 # --- which calls get one ------------------------------------------------------------------------
 @pytest.mark.parametrize("s", SIZES)
-def test_an_untuned_skinny_class_gets_the_flat_kernel(rng, s):
+def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
     lookup.clear_cache()
     short = int(rng.integers(1, FLAT_SHORT_SIDE + 1))
     bucket = 1 << (short - 1).bit_length()
     cls = ShapeClass(1, 1 << 20, bucket, 1)
     choice = lookup.choose("no GPU we ship results for", s, cls, store=None)
     expect = flat_default(s, bucket)
+    if tall_default(s, bucket) is not None:  # tall rows of 1-, 2- and 4-byte elements
+        expect = tall_default(s, bucket)
     if expect is None:
         assert not choice.config.flat
     else:
@@ -95,7 +98,8 @@ def test_an_untuned_skinny_class_gets_the_flat_kernel(rng, s):
             continue
         wide = ShapeClass(1, bucket, 1 << 20, vec)
         got = lookup.choose("no GPU we ship results for", s, wide, store=None).config
-        assert got.flat == (vec * s < 8 and expect is not None), (s, vec, got.key)
+        assert got.flat == (vec * s < 8 and flat_default(s, bucket) is not None), (s, vec, got.key)
+        assert not got.prmt or not got.flat  # few long rows: never the tall kernel
 
 
 def test_a_square_class_keeps_the_tiled_default():

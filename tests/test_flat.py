@@ -19,8 +19,8 @@ from autotranspose.config import (
     KernelConfig,
     config_space,
     flat_default,
-    tall_default,
     flat_space,
+    tall_default,
 )  # fmt: skip
 from autotranspose.errors import ConfigError
 from autotranspose.shapes import ShapeClass

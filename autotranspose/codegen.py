@@ -246,7 +246,8 @@ def prmt_params(c: KernelConfig) -> dict[str, object]:
         "raster": c.raster,
         # blocks per SM the registers must allow: 64 registers a thread (with 80, as shared
         # memory alone would allow for the biggest tiles, ptxas 13 spilled 120-190 bytes)
-        "min_blocks": max(1, 65536 // (c.threads * 64)),
+        # (a flat kernel holds both the tall and the wide paths: 80, or ptxas 13 spilled)
+        "min_blocks": max(1, 65536 // (c.threads * (80 if c.flat else 64))),
     }
 
 

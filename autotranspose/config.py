@@ -175,8 +175,10 @@ class KernelConfig:
                     f"flat config {self.key} needs a side of at most {self.tile_n} elements; "
                     f"the matrix is {m}x{n}: use a tiled config (flat=False)"
                 )
-            if self.prmt:  # tall only; output windows start up to 16 bytes before a tile
-                return (-(-(m + prmt_halo(self) - 1) // self.tile_m), 1)
+            if self.prmt:  # tall: output windows start up to 16 bytes before a tile; wide: none
+                if n <= self.tile_n:
+                    return (-(-(m + prmt_halo(self) - 1) // self.tile_m), 1)
+                return (1, -(-n // self.tile_n))
             return (-(-m // self.tile_m), 1) if n <= self.tile_n else (1, -(-n // self.tile_m))
         if self.prmt:  # output windows start up to 16 bytes before a tile: staged likewise
             return (-(-(m + prmt_halo(self) - 1) // self.tile_m), -(-n // self.tile_n))
@@ -192,10 +194,11 @@ class KernelConfig:
         return self.realign or self.staged or self.prmt
 
     def applies(self, m: int, n: int) -> bool:
-        """Whether the kernel handles an m x n matrix (tiled kernels handle any; a tall
-        byte-permute kernel, flat and prmt, only rows of at most `tile_n` elements)."""
+        """Whether the kernel handles an m x n matrix (tiled kernels handle any; a flat
+        byte-permute kernel rows of at most `tile_n` elements, or at most `tile_m` rows whose
+        transposes are at least 4 bytes long)."""
         if self.flat and self.prmt:
-            return n <= self.tile_n
+            return n <= self.tile_n or (m <= self.tile_m and m * self.elem_bytes >= WIDE_MIN_ROW_BYTES)
         return not self.flat or min(m, n) <= self.tile_n
 
     def grid(self, m: int, n: int, batch: int = 1, multiprocessors: int = 132) -> tuple[int, int, int]:
@@ -453,12 +456,14 @@ PRMT_SIZES = (1, 2, 4)  # elements moved K x K at a time, K = 4 / size (4 bytes:
 # large odd squares by 4 points and lost a small batch by 3.6 (H200), so it is only raced
 PRMT_SERVED = (1, 2)
 PRMT_SEGMENTS = (64, 128, 256)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
-# a tall kernel's (flat=True) output windows (tile_m) and rows (tile_n), in bytes: its shared
-# memory grows with the rows' bytes times the window's, so narrow rows afford wide windows,
-# and wide windows with narrow rows keep more bytes in flight on an SM (H200, session 14)
-TALL_WINDOWS = (64, 128, 256, 512, 1024)
-TALL_ROWS = (16, 32, 64, 128, 256)
+# a flat byte-permute kernel's (flat=True) tile sides in bytes: tall, output windows (tile_m)
+# and rows (tile_n); wide, rows (tile_m) and row segments (tile_n). Its shared memory grows
+# with their product, so narrow rows afford wide windows, and wide windows with narrow rows
+# keep more bytes in flight on an SM (H200, session 14)
+TALL_WINDOWS = (16, 32, 64, 128, 256, 512, 1024)
+TALL_ROWS = TALL_WINDOWS
 TALL_PER_THREAD = (1, 2, 4)
+WIDE_MIN_ROW_BYTES = 4  # a wide kernel's output word spans at most two output rows
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
@@ -506,7 +511,9 @@ def prmt_layout(c: KernelConfig) -> dict[str, int]:
     r1, g2, r3 = t // nc1 // k * k, t // 8, t // ncw  # r1 whole row groups: one skew step a pass
     # tall (flat): the staged rows are one contiguous run, staged whole from its aligned
     # start; the exchange reads up to a word past a row's last, so two chunks more
-    sa = -(-(sr * c.tile_n * c.elem_bytes) // CHUNK) * 4 + 8 if c.flat else sr * p1w + ng * 8
+    sa = sr * p1w + ng * 8  # tiled and wide: staged rows at a pitch of p1w words
+    if c.flat:  # tall: one run
+        sa = max(sa, -(-(sr * c.tile_n * c.elem_bytes) // CHUNK) * 4 + 8)
     lr = min(PRMT_THREAD_BYTES // CHUNK, -(-(sa // 4) // t))  # tall: chunks a thread has in flight
     return {"threads": t, "sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
             "ncw": ncw, "sa_words": sa, "sb_words": c.tile_n * p2w, "lr": lr,
@@ -636,7 +643,7 @@ def config_space(
     if short_side is not None:
         yield from flat_space(s, limits, short_side, conjugate)
         if s in PRMT_SIZES and not conjugate:
-            yield from tall_space(s, limits, short_side)
+            yield from flat_prmt_space(s, limits, short_side)
 
 
 def _check_count(name: str, value: Any, meaning: str) -> None:
@@ -733,14 +740,16 @@ def _launchable(limits: DeviceLimits, *fields: Any, **named: Any) -> Iterator[Ke
             yield cfg.replace(persistent=p)
 
 
-def tall_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> Iterator[KernelConfig]:
-    """The tall byte-permute configs (flat and prmt: rows of at most `tile_n` elements,
-    contiguous, any offset) whose tile spans rows of `short_side` elements."""
+def flat_prmt_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> Iterator[KernelConfig]:
+    """The flat byte-permute configs (flat and prmt, any offset) whose tile spans a short side
+    of `short_side` elements: tall (rows of at most `tile_n` elements) or wide (at most
+    `tile_m` rows)."""
     if elem_bytes not in PRMT_SIZES:
         return
-    for tm in [b // elem_bytes for b in TALL_WINDOWS]:
-        for tn in [b // elem_bytes for b in TALL_ROWS]:
-            if tn < short_side:
+    sides = TILE_SIZES + FLAT_LONG
+    for tm in [b // elem_bytes for b in TALL_WINDOWS if b // elem_bytes in sides]:
+        for tn in [b // elem_bytes for b in TALL_ROWS if b // elem_bytes in sides]:
+            if max(tm, tn) < short_side:
                 continue
             for pt in TALL_PER_THREAD:
                 for cache in CACHE_HINTS:
@@ -756,11 +765,30 @@ def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     over 256 bytes."""
     if elem_bytes not in PRMT_SIZES:
         return None
-    tn = next((b // elem_bytes for b in TALL_ROWS if b // elem_bytes >= max(short_side, 16)), None)
+    tn = next((b // elem_bytes for b in TALL_ROWS if b // elem_bytes >= max(short_side, 16)
+               and b <= 256), None)  # fmt: skip
     if tn is None:
         return None
     for window in (256, 128, 64):  # the first that static shared memory allows
         cfg = KernelConfig(elem_bytes, window // elem_bytes, tn, 4 // elem_bytes, 4, 0, "pad",
+                           "row", flat=True, prmt=True)  # fmt: skip
+        if cfg.fits(NEWEST):
+            return cfg
+    return None
+
+
+def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
+    """The untuned wide byte-permute config for `short_side` rows: the fewest rows that
+    span them, 256-byte row segments (narrower where they do not fit), 128 threads. None for
+    wider elements, more than 256 bytes of rows, or output rows under 4 bytes."""
+    if elem_bytes not in PRMT_SIZES or short_side * elem_bytes < WIDE_MIN_ROW_BYTES:
+        return None
+    tm = next((b // elem_bytes for b in TALL_WINDOWS if b // elem_bytes >= max(short_side, 16)
+               and b <= 256), None)  # fmt: skip
+    if tm is None:
+        return None
+    for segment in (256, 128, 64):  # the first that static shared memory allows
+        cfg = KernelConfig(elem_bytes, tm, segment // elem_bytes, 4 // elem_bytes, 4, 0, "pad",
                            "row", flat=True, prmt=True)  # fmt: skip
         if cfg.fits(NEWEST):
             return cfg

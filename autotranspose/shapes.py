@@ -103,7 +103,9 @@ def flat_fits(config: KernelConfig, m: int, n: int, ld_in: int, ld_out: int) -> 
     rows contiguous (input rows when N is short, output rows when M is)."""
     if n <= config.tile_n:
         return ld_in == n
-    return not config.prmt and m <= config.tile_n and ld_out == m  # byte-permute: tall only
+    if config.prmt:  # a wide byte-permute tile's rows are its tile_m
+        return config.applies(m, n) and ld_out == m
+    return m <= config.tile_n and ld_out == m
 
 
 class Layout(NamedTuple):

@@ -38,13 +38,16 @@ def odd_shapes(rng: Any) -> list[tuple[int, int, int]]:
 
 
 def assert_views_at_every_offset(
-    rng: Any, elem_bytes: int, dtype: Any, pick: Any, n_max: int | None = None
-) -> None:
+    rng: Any, elem_bytes: int, dtype: Any, pick: Any, n_max: int | None = None,
+    m_max: int | None = None,
+) -> None:  # fmt: skip
     """transpose() with config `pick()` (a fresh pick per offset) from an input at every byte
     offset the element size allows (0-15) into an output at a random one, both rows of
     pitched views; the output's bytes around and between its rows stay as they were. With
     `n_max` (kernels for rows of at most that many elements, which must be contiguous), rows
-    of 1 to `n_max` elements and an unpitched input."""
+    of 1 to `n_max` elements and an unpitched input; with `m_max` (kernels for at most that
+    many rows, whose output rows must be contiguous), 4 bytes to `m_max` rows and an
+    unpitched output."""
     import cupy
     import numpy as np
 
@@ -59,6 +62,9 @@ def assert_views_at_every_offset(
         if n_max is not None:
             m, n = int(rng.integers(2000, 9000)) | 1, int(rng.integers(1, n_max + 1))
             pin, pout = n, m + int(rng.integers(0, 9))
+        if m_max is not None:
+            m, n = int(rng.integers(-(-4 // s), m_max + 1)), int(rng.integers(2000, 9000)) | 1
+            pin, pout = n + int(rng.integers(0, 9)), m
         host = rng.integers(0, 256, size=m * pin * s, dtype=np.uint8).view(dtype).reshape(m, pin)
         buf_in = cupy.zeros(m * pin * s + 32, np.uint8)
         buf_in[offset_in : offset_in + m * pin * s] = cupy.asarray(host.view(np.uint8).ravel())

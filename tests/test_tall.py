@@ -1,8 +1,10 @@
-"""Tall byte-permute kernels (config flat=True with prmt=True, templates/prmt.cu.j2's
-`load_run`): rows of at most tile_n elements, contiguous, at any offset, staged as the one
-contiguous run they are. Validation, the space and the default, where they may run (CPU);
-nvcc's resource report; correctness on the GPU at every pointer offset, rows of 1 to tile_n
-elements, batches, fewer rows than a tile, past 2**31 elements, poisoned output."""
+"""Flat byte-permute kernels (config flat=True with prmt=True, templates/prmt.cu.j2): one
+tile spans the short side. Tall: rows of at most tile_n elements, contiguous, at any offset,
+staged as the one contiguous run they are. Wide: at most tile_m rows, whose output rows (at
+least 4 bytes) are one contiguous run, written as its aligned chunks. Validation, the space
+and the defaults, where they may run (CPU); nvcc's resource report; correctness on the GPU at
+every pointer offset, short sides of every length, batches, fewer rows than a tile, past
+2**31 elements, poisoned output."""
 
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ from autotranspose.config import (
     PRMT_SIZES,
     KernelConfig,
     config_space,
+    flat_prmt_space,
     prmt_default,
     tall_default,
-    tall_space,
+    wide_default,
 )
 from autotranspose.errors import ConfigError
 from autotranspose.shapes import flat_fits
@@ -44,24 +47,28 @@ def test_the_tall_default_spans_the_rows_with_the_widest_window_that_fits(rng, s
     for short in [1, *rng.integers(2, 256 // s + 1, 5).tolist()]:
         c = tall_default(s, short)
         if c is None:  # only rows too wide for any window that fits
-            assert not any(cfg.fits(NEWEST) for cfg in tall_space(s, NEWEST, short))
+            assert not any(cfg.fits(NEWEST) for cfg in flat_prmt_space(s, NEWEST, short))
             continue
         assert c.tile_n >= short and c.fits(NEWEST) and c.applies(10**6, short)
         wider = [b // s for b in PRMT_SEGMENTS if b // s > c.tile_m]
         assert all(not c.replace(tile_m=tm).fits(NEWEST) for tm in wider)
     assert tall_default(s, 256 // s + 1) is None
-    assert tall_default(8, 3) is None and not list(tall_space(8, NEWEST, 3))
+    assert tall_default(8, 3) is None and not list(flat_prmt_space(8, NEWEST, 3))
 
 
-def test_tall_configs_run_only_tall_calls_with_contiguous_rows():
-    c = tall_default(2, 20)
-    assert c.applies(7081411, 20) and not c.applies(20, 7081411)
+def test_flat_prmt_configs_run_calls_whose_short_side_they_span_with_contiguous_rows():
+    c = tall_default(2, 20)  # 128 x 32
+    assert c.applies(7081411, 20) and c.applies(20, 7081411) and not c.applies(129, 7081411)
     assert c.tiles(1000, 20) == (-(-(1000 + 8 - 1) // c.tile_m), 1)  # 8 halo rows (16 bytes)
+    assert c.tiles(20, 1000) == (1, -(-1000 // c.tile_n))  # wide: no halo
     with pytest.raises(ConfigError, match="needs a side of at most"):
-        c.tiles(20, 7081411)
+        c.tiles(200, 7081411)
     assert flat_fits(c, 1000, 20, 20, 1000) and flat_fits(c, 1000, 20, 20, 1024)  # output pitched
     assert not flat_fits(c, 1000, 20, 24, 1000)  # pitched input rows: not one run
-    assert not flat_fits(c, 20, 1000, 1000, 20)  # wide: not this kernel
+    assert flat_fits(c, 20, 1000, 1024, 20)  # wide: input pitched, output rows one run
+    assert not flat_fits(c, 20, 1000, 1000, 24)
+    assert not wide_default(1, 3) and not tall_default(1, 1).applies(3, 1000)  # 3-byte output rows
+    assert wide_default(2, 2).applies(2, 1000)
 
 
 def test_tall_configs_take_the_row_raster_only():
@@ -72,14 +79,14 @@ def test_tall_configs_take_the_row_raster_only():
 @pytest.mark.parametrize("s", PRMT_SIZES)
 def test_the_space_has_them_for_short_rows_only(s):
     tall = [c for c in config_space(DTYPES[s], max_vector=1, short_side=20) if c.flat and c.prmt]
-    assert tall and all(c.tile_n >= 20 for c in tall)
+    assert tall and all(max(c.tile_m, c.tile_n) >= 20 for c in tall)
     assert not [c for c in config_space(DTYPES[s], max_vector=1, short_side=4096) if c.flat and c.prmt]
     assert not [c for c in config_space("complex64", short_side=3) if c.flat and c.prmt]
 
 
 def test_key_round_trip():
     for s in PRMT_SIZES:
-        for c in tall_space(s, NEWEST, 1):
+        for c in flat_prmt_space(s, NEWEST, 1):
             assert KernelConfig.from_dict(c.to_dict()) == c
 
 
@@ -88,7 +95,7 @@ def test_key_round_trip():
 def test_tall_kernels_compile_without_spills_or_warnings(arch):
     """Every tile shape and per_thread of every element size (the cache hint adds no
     registers to speak of: the default only)."""
-    picks = [c for s in PRMT_SIZES for c in tall_space(s, NEWEST, 1)
+    picks = [c for s in PRMT_SIZES for c in flat_prmt_space(s, NEWEST, 1)
              if not c.persistent and c.cache == "default"]  # fmt: skip
     assert_compile_without_spills(picks, arch)
     assert_nvcc_silent(render_many(picks), arch)
@@ -111,7 +118,7 @@ def test_tall_kernels_match_the_reference(rng, s):
     from autotranspose.compiler import activate, precompile
 
     state = activate(0)
-    space = [c for c in tall_space(s, state.info.limits, 1) if not c.persistent]
+    space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent]
     picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
     picks += [tall_default(s, 20), tall_default(s, 20).replace(persistent=2)]
     assert not precompile(state, picks)
@@ -126,11 +133,58 @@ def test_tall_kernels_at_every_pointer_offset(rng, s):
     """Input at every byte offset the element size allows (0-15), output at a random one with
     pitched rows; the bytes around and between the output rows are left as they were."""
     pytest.importorskip("cupy")
-    space = [c for c in tall_space(s, NEWEST, 1) if not c.persistent and c.fits(NEWEST)]
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.fits(NEWEST)]
     tn = min(c.tile_n for c in space)
     narrow = [c for c in space if c.tile_n == tn]
     assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),
                                  lambda: narrow[int(rng.integers(len(narrow)))], n_max=tn)  # fmt: skip
+
+
+def _wide_shapes(rng, tm: int, s: int) -> list[tuple[int, int, int]]:
+    """1 to tm rows (transposes of at least 4 bytes): long rows, a batch, a short row."""
+    lo = -(-4 // s)
+    m = lambda: int(rng.integers(lo, tm + 1))  # noqa: E731
+    odd = lambda a, b: int(rng.integers(a, b)) | 1  # noqa: E731
+    return [(1, m(), odd(20000, 90000)), (1, tm, odd(2000, 9000)), (1, lo, odd(2000, 9000)),
+            (3, m(), odd(100, 700)), (2, m(), 5), (1, m(), 1), (1, m(), odd(300, 900) + 1)]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_wide_kernels_match_the_reference(rng, s):
+    """As above, for few long rows (the wide path)."""
+    from autotranspose.compiler import activate, precompile
+
+    state = activate(0)
+    space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and c.tile_m <= 256 // s]
+    picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
+    picks += [wide_default(s, 20), wide_default(s, 20).replace(persistent=2)]
+    assert not precompile(state, picks)
+    for c in picks:
+        for shape in _wide_shapes(rng, c.tile_m, s):
+            if c.applies(shape[1], shape[2]):
+                assert_match_reference(state, s, shape, [c])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_wide_kernels_at_every_pointer_offset(rng, s):
+    """Input rows pitched at every byte offset (0-15), output rows one run at a random one."""
+    pytest.importorskip("cupy")
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.fits(NEWEST)]
+    tm = min(c.tile_m for c in space if c.tile_m * s >= 16)
+    narrow = [c for c in space if c.tile_m == tm]
+    assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),
+                                 lambda: narrow[int(rng.integers(len(narrow)))], m_max=tm)  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_wide_past_2_31_elements():
+    from autotranspose.compiler import activate
+
+    shape = (1, 21, 2**31 // 21 + 4099)  # int8, 21 rows
+    assert shape[1] * shape[2] > 2**31
+    assert_match_reference(activate(0), 1, shape, [wide_default(1, 21)])
 
 
 @pytest.mark.gpu

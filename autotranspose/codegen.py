@@ -239,15 +239,16 @@ def prmt_params(c: KernelConfig) -> dict[str, object]:
         **prmt_layout(c),
         "kk": prmt_k(c),
         "h": prmt_halo(c),
-        "flat": c.flat,  # tall: the staged rows are one contiguous run
+        "flat": c.flat,  # one tile spans the short side: tall, or wide
+        "wide": c.wide,
         "tm": c.tile_m,
         "tn": c.tile_n,
         "smem": c.smem_bytes,
         "raster": c.raster,
         # blocks per SM the registers must allow: 64 registers a thread (with 80, as shared
         # memory alone would allow for the biggest tiles, ptxas 13 spilled 120-190 bytes)
-        # (a flat kernel holds both the tall and the wide paths: 80, or ptxas 13 spilled)
-        "min_blocks": max(1, 65536 // (c.threads * (80 if c.flat else 64))),
+        # (a wide flat kernel's run store: 80, or ptxas 13 spilled)
+        "min_blocks": max(1, 65536 // (c.threads * (80 if c.wide else 64))),
     }
 
 

@@ -85,6 +85,7 @@ class KernelConfig:
     flat: bool = False
     staged: bool = False
     prmt: bool = False
+    wide: bool = False  # a flat byte-permute kernel for few long rows (else for short rows)
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -148,6 +149,7 @@ class KernelConfig:
         k += "_flat" if self.flat else ""
         k += "_sg" if self.staged else ""
         k += "_pm" if self.prmt else ""
+        k += "_wd" if self.wide else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
 
@@ -176,9 +178,9 @@ class KernelConfig:
                     f"the matrix is {m}x{n}: use a tiled config (flat=False)"
                 )
             if self.prmt:  # tall: output windows start up to 16 bytes before a tile; wide: none
-                if n <= self.tile_n:
-                    return (-(-(m + prmt_halo(self) - 1) // self.tile_m), 1)
-                return (1, -(-n // self.tile_n))
+                if self.wide:
+                    return (1, -(-n // self.tile_n))
+                return (-(-(m + prmt_halo(self) - 1) // self.tile_m), 1)
             return (-(-m // self.tile_m), 1) if n <= self.tile_n else (1, -(-n // self.tile_m))
         if self.prmt:  # output windows start up to 16 bytes before a tile: staged likewise
             return (-(-(m + prmt_halo(self) - 1) // self.tile_m), -(-n // self.tile_n))
@@ -198,7 +200,9 @@ class KernelConfig:
         byte-permute kernel rows of at most `tile_n` elements, or at most `tile_m` rows whose
         transposes are at least 4 bytes long)."""
         if self.flat and self.prmt:
-            return n <= self.tile_n or (m <= self.tile_m and m * self.elem_bytes >= WIDE_MIN_ROW_BYTES)
+            if self.wide:
+                return m <= self.tile_m and m * self.elem_bytes >= WIDE_MIN_ROW_BYTES
+            return n <= self.tile_n
         return not self.flat or min(m, n) <= self.tile_n
 
     def grid(self, m: int, n: int, batch: int = 1, multiprocessors: int = 132) -> tuple[int, int, int]:
@@ -255,7 +259,7 @@ class KernelConfig:
 
 
 _STR_FIELDS = frozenset({"layout", "raster", "cache"})
-_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt"})
+_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt", "wide"})
 
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
@@ -285,6 +289,8 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         (c.persistent in PERSISTENT, f"persistent={c.persistent} must be one of {list(PERSISTENT)}"),
     )  # fmt: skip
     bad = [msg for ok, msg in checks if not ok]
+    if c.wide and not (c.flat and c.prmt):
+        bad.append("wide=True is a flat byte-permute kernel's (few long rows): set flat=True and prmt=True, or wide=False")
     yield from bad
     if bad:
         return
@@ -475,6 +481,13 @@ def tall_rows(elem_bytes: int, m: int, n: int) -> bool:
     return elem_bytes in PRMT_SIZES and n * elem_bytes <= TALL_ROWS[-1] and m > n
 
 
+def wide_rows(elem_bytes: int, m: int, n: int) -> bool:
+    """Whether an m x n call (or class) of 1- or 2-byte elements has the few long rows the wide
+    byte-permute kernel serves by default: transposed rows of 16 to 256 bytes, more columns
+    than rows (fewer rows went to the flat kernel on the H200: int16 3x53414884 29 against 21%)."""
+    return elem_bytes in (1, 2) and 16 <= m * elem_bytes <= 256 and n > m
+
+
 def rows_at_any_offset(elem_bytes: int, vec: int) -> bool:
     """Whether rows allowing vectors of `vec` elements need the kernels that keep 16-byte
     accesses at any offset (staged, byte-permute): odd element offsets, or rows not aligned to
@@ -502,7 +515,7 @@ def prmt_layout(c: KernelConfig) -> dict[str, int]:
     `r1` apart (`lu1` of them), exchanges `x` column words of row groups `g2` apart (`lu2`
     groups at most), stores one chunk of output rows `r3` apart (`lu3` at most)."""
     k, t = prmt_k(c), PRMT_THREADS // c.per_thread
-    sr = c.tile_m + prmt_halo(c)
+    sr = c.tile_m + (0 if c.wide else prmt_halo(c))  # a wide tile has no halo
     nc1 = c.tile_n * c.elem_bytes // CHUNK + 1
     p1w = -(-4 * nc1 // 8) * 8
     ng, cw = sr // k, c.tile_n * c.elem_bytes // 4
@@ -512,8 +525,8 @@ def prmt_layout(c: KernelConfig) -> dict[str, int]:
     # tall (flat): the staged rows are one contiguous run, staged whole from its aligned
     # start; the exchange reads up to a word past a row's last, so two chunks more
     sa = sr * p1w + ng * 8  # tiled and wide: staged rows at a pitch of p1w words
-    if c.flat:  # tall: one run
-        sa = max(sa, -(-(sr * c.tile_n * c.elem_bytes) // CHUNK) * 4 + 8)
+    if c.flat and not c.wide:  # tall: one run
+        sa = -(-(sr * c.tile_n * c.elem_bytes) // CHUNK) * 4 + 8
     lr = min(PRMT_THREAD_BYTES // CHUNK, -(-(sa // 4) // t))  # tall: chunks a thread has in flight
     return {"threads": t, "sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
             "ncw": ncw, "sa_words": sa, "sb_words": c.tile_n * p2w, "lr": lr,
@@ -749,12 +762,13 @@ def flat_prmt_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> I
     sides = TILE_SIZES + FLAT_LONG
     for tm in [b // elem_bytes for b in TALL_WINDOWS if b // elem_bytes in sides]:
         for tn in [b // elem_bytes for b in TALL_ROWS if b // elem_bytes in sides]:
-            if max(tm, tn) < short_side:
-                continue
-            for pt in TALL_PER_THREAD:
-                for cache in CACHE_HINTS:
-                    yield from _launchable(limits, elem_bytes, tm, tn, 4 // elem_bytes, pt, 0,
-                                           "pad", "row", cache, flat=True, prmt=True)  # fmt: skip
+            for wide in (False, True):
+                if (tm if wide else tn) < short_side or (wide and tm * elem_bytes > 256):
+                    continue
+                for pt in TALL_PER_THREAD:
+                    for cache in CACHE_HINTS:
+                        yield from _launchable(limits, elem_bytes, tm, tn, 4 // elem_bytes, pt, 0,
+                                               "pad", "row", cache, flat=True, prmt=True, wide=wide)  # fmt: skip
 
 
 def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
@@ -789,7 +803,7 @@ def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
         return None
     for segment in (256, 128, 64):  # the first that static shared memory allows
         cfg = KernelConfig(elem_bytes, tm, segment // elem_bytes, 4 // elem_bytes, 4, 0, "pad",
-                           "row", flat=True, prmt=True)  # fmt: skip
+                           "row", flat=True, prmt=True, wide=True)  # fmt: skip
         if cfg.fits(NEWEST):
             return cfg
     return None

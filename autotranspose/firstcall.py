@@ -50,6 +50,7 @@ from .config import (
     staged_default,
     tall_default,
     tall_rows,
+    wide_default,
 )
 from .errors import AutotransposeError, KernelLaunchError
 from .launch import Launch
@@ -106,6 +107,7 @@ def candidates(
           if rows_at_any_offset(elem_bytes, vec) else ()),
         flat_default(elem_bytes, min(m, n), conjugate) if min(m, n) <= FLAT_SHORT_SIDE else None,
         tall_default(elem_bytes, n) if tall_rows(elem_bytes, m, n) and not conjugate else None,
+        wide_default(elem_bytes, m) if m < n and not conjugate else None,
         seed_config(elem_bytes).replace(conjugate=conjugate),
     ]
     picked: list[KernelConfig] = []

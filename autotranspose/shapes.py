@@ -101,10 +101,10 @@ def flat_fits(config: KernelConfig, m: int, n: int, ld_in: int, ld_out: int) -> 
     """Whether flat `config` runs an m x n call with these row pitches (elements): a flat
     kernel moves whole short rows as one block, so the side it spans must be short and its
     rows contiguous (input rows when N is short, output rows when M is)."""
+    if config.prmt:  # byte-permute: tall (input rows one run) or wide (output rows one run)
+        return config.applies(m, n) and (ld_out == m if config.wide else ld_in == n)
     if n <= config.tile_n:
         return ld_in == n
-    if config.prmt:  # a wide byte-permute tile's rows are its tile_m
-        return config.applies(m, n) and ld_out == m
     return m <= config.tile_n and ld_out == m
 
 

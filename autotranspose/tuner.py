@@ -46,6 +46,7 @@ from .config import (
     seed_config,
     staged_default,
     tall_default,
+    wide_default,
 )
 from .device import DeviceInfo
 from .dtypes import element_type
@@ -442,6 +443,7 @@ def known_good(
         prmt_alternative(elem_bytes, conjugate),
         # tall rows: the tall byte-permute kernel (only a class of short rows has it)
         None if conjugate else tall_default(elem_bytes, cls.n),
+        None if conjugate else wide_default(elem_bytes, cls.m),
     ]
     if store is not None:
         try:

@@ -57,18 +57,21 @@ def test_the_tall_default_spans_the_rows_with_the_widest_window_that_fits(rng, s
 
 
 def test_flat_prmt_configs_run_calls_whose_short_side_they_span_with_contiguous_rows():
-    c = tall_default(2, 20)  # 128 x 32
-    assert c.applies(7081411, 20) and c.applies(20, 7081411) and not c.applies(129, 7081411)
+    c, w = tall_default(2, 20), wide_default(2, 20)
+    assert c.applies(7081411, 20) and not c.applies(20, 7081411)
+    assert w.applies(20, 7081411) and not w.applies(w.tile_m + 1, 7081411) and w.wide
     assert c.tiles(1000, 20) == (-(-(1000 + 8 - 1) // c.tile_m), 1)  # 8 halo rows (16 bytes)
-    assert c.tiles(20, 1000) == (1, -(-1000 // c.tile_n))  # wide: no halo
+    assert w.tiles(20, 1000) == (1, -(-1000 // w.tile_n))  # wide: no halo
     with pytest.raises(ConfigError, match="needs a side of at most"):
-        c.tiles(200, 7081411)
+        c.tiles(20, 7081411)
     assert flat_fits(c, 1000, 20, 20, 1000) and flat_fits(c, 1000, 20, 20, 1024)  # output pitched
     assert not flat_fits(c, 1000, 20, 24, 1000)  # pitched input rows: not one run
-    assert flat_fits(c, 20, 1000, 1024, 20)  # wide: input pitched, output rows one run
-    assert not flat_fits(c, 20, 1000, 1000, 24)
-    assert not wide_default(1, 3) and not tall_default(1, 1).applies(3, 1000)  # 3-byte output rows
+    assert flat_fits(w, 20, 1000, 1024, 20)  # wide: input pitched, output rows one run
+    assert not flat_fits(w, 20, 1000, 1000, 24) and not flat_fits(c, 20, 1000, 1000, 20)
+    assert not wide_default(1, 3) and not w.replace(elem_bytes=1, tile_m=64, tile_n=64, vec=4).applies(3, 1000)
     assert wide_default(2, 2).applies(2, 1000)
+    with pytest.raises(ConfigError, match="wide=True is a flat byte-permute"):
+        prmt_default(1).replace(wide=True)
 
 
 def test_tall_configs_take_the_row_raster_only():
@@ -79,7 +82,8 @@ def test_tall_configs_take_the_row_raster_only():
 @pytest.mark.parametrize("s", PRMT_SIZES)
 def test_the_space_has_them_for_short_rows_only(s):
     tall = [c for c in config_space(DTYPES[s], max_vector=1, short_side=20) if c.flat and c.prmt]
-    assert tall and all(max(c.tile_m, c.tile_n) >= 20 for c in tall)
+    assert tall and all((c.tile_m if c.wide else c.tile_n) >= 20 for c in tall)
+    assert {c.wide for c in tall} == {False, True}
     assert not [c for c in config_space(DTYPES[s], max_vector=1, short_side=4096) if c.flat and c.prmt]
     assert not [c for c in config_space("complex64", short_side=3) if c.flat and c.prmt]
 
@@ -118,7 +122,7 @@ def test_tall_kernels_match_the_reference(rng, s):
     from autotranspose.compiler import activate, precompile
 
     state = activate(0)
-    space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent]
+    space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and not c.wide]
     picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
     picks += [tall_default(s, 20), tall_default(s, 20).replace(persistent=2)]
     assert not precompile(state, picks)
@@ -133,7 +137,7 @@ def test_tall_kernels_at_every_pointer_offset(rng, s):
     """Input at every byte offset the element size allows (0-15), output at a random one with
     pitched rows; the bytes around and between the output rows are left as they were."""
     pytest.importorskip("cupy")
-    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.fits(NEWEST)]
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and not c.wide]
     tn = min(c.tile_n for c in space)
     narrow = [c for c in space if c.tile_n == tn]
     assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),
@@ -156,7 +160,7 @@ def test_wide_kernels_match_the_reference(rng, s):
     from autotranspose.compiler import activate, precompile
 
     state = activate(0)
-    space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and c.tile_m <= 256 // s]
+    space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and c.wide]
     picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
     picks += [wide_default(s, 20), wide_default(s, 20).replace(persistent=2)]
     assert not precompile(state, picks)
@@ -171,7 +175,7 @@ def test_wide_kernels_match_the_reference(rng, s):
 def test_wide_kernels_at_every_pointer_offset(rng, s):
     """Input rows pitched at every byte offset (0-15), output rows one run at a random one."""
     pytest.importorskip("cupy")
-    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.fits(NEWEST)]
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.wide]
     tm = min(c.tile_m for c in space if c.tile_m * s >= 16)
     narrow = [c for c in space if c.tile_m == tm]
     assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),

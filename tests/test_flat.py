@@ -21,6 +21,8 @@ from autotranspose.config import (
     flat_default,
     flat_space,
     tall_default,
+    wide_default,
+    wide_rows,
 )  # fmt: skip
 from autotranspose.errors import ConfigError
 from autotranspose.shapes import ShapeClass
@@ -98,8 +100,11 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
             continue
         wide = ShapeClass(1, bucket, 1 << 20, vec)
         got = lookup.choose("no GPU we ship results for", s, wide, store=None).config
-        assert got.flat == (vec * s < 8 and flat_default(s, bucket) is not None), (s, vec, got.key)
-        assert not got.prmt or not got.flat  # few long rows: never the tall kernel
+        if vec * s < 8 and wide_rows(s, bucket, 1 << 20):  # the wide byte-permute kernel
+            assert got == wide_default(s, bucket), (s, vec, got.key)
+        else:
+            assert got.flat == (vec * s < 8 and flat_default(s, bucket) is not None), (s, vec, got.key)
+            assert not got.prmt  # few long rows: never the tall kernel
 
 
 def test_a_square_class_keeps_the_tiled_default():

@@ -223,7 +223,10 @@ class KernelConfig:
 
     # --- (de)serialisation: a config read from a database is untrusted input ----------------
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        # `wide` came later: left out when False, so every other config's stored form (and
+        # what earlier versions read) is what it was
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.init and not (f.name == "wide" and not self.wide)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KernelConfig:
@@ -774,17 +777,18 @@ def flat_prmt_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> I
 def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     """The untuned tall byte-permute config for rows of `short_side` elements: the narrowest
     tile that spans them, 256-byte output windows (narrower where they do not fit), 128
-    threads. Of the tall configs this was the best on 9 of 14 tall cases on the H200
-    (tools/tall_sweep.py, docs/perf-notes.md session 14). None for wider elements or rows
-    over 256 bytes."""
+    threads for rows of up to 64 bytes and 256 for longer ones: the best or within 1 point of
+    it on 10 of 14 tall cases on the H200 (tools/flat_prmt_sweep.py, docs/perf-notes.md session
+    14). None for wider elements or rows over 256 bytes."""
     if elem_bytes not in PRMT_SIZES:
         return None
     tn = next((b // elem_bytes for b in TALL_ROWS if b // elem_bytes >= max(short_side, 16)
                and b <= 256), None)  # fmt: skip
     if tn is None:
         return None
+    pt = 4 if tn * elem_bytes <= 64 else 2  # longer rows: 256 threads (2-byte 102-122: +7-10)
     for window in (256, 128, 64):  # the first that static shared memory allows
-        cfg = KernelConfig(elem_bytes, window // elem_bytes, tn, 4 // elem_bytes, 4, 0, "pad",
+        cfg = KernelConfig(elem_bytes, window // elem_bytes, tn, 4 // elem_bytes, pt, 0, "pad",
                            "row", flat=True, prmt=True)  # fmt: skip
         if cfg.fits(NEWEST):
             return cfg
@@ -793,15 +797,18 @@ def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
 
 def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     """The untuned wide byte-permute config for `short_side` rows: the fewest rows that
-    span them, 256-byte row segments (narrower where they do not fit), 128 threads. None for
-    wider elements, more than 256 bytes of rows, or output rows under 4 bytes."""
+    span them, the widest row segments up to 512 bytes that fit (H200: float16 9x5303956 53.8%
+    with 512 bytes against 38.4% with 256), 128 threads. None for wider elements, more than
+    256 bytes of rows, or output rows under 4 bytes."""
     if elem_bytes not in PRMT_SIZES or short_side * elem_bytes < WIDE_MIN_ROW_BYTES:
         return None
     tm = next((b // elem_bytes for b in TALL_WINDOWS if b // elem_bytes >= max(short_side, 16)
                and b <= 256), None)  # fmt: skip
     if tm is None:
         return None
-    for segment in (256, 128, 64):  # the first that static shared memory allows
+    for segment in (512, 256, 128, 64):  # the first that is a tile side and fits
+        if segment // elem_bytes not in TILE_SIZES:
+            continue
         cfg = KernelConfig(elem_bytes, tm, segment // elem_bytes, 4 // elem_bytes, 4, 0, "pad",
                            "row", flat=True, prmt=True, wide=True)  # fmt: skip
         if cfg.fits(NEWEST):

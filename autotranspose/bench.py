@@ -116,8 +116,15 @@ def _peer_launches(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Calla
     peers: dict[str, tuple[Callable | None, str]] = {}
     drv = bench.drv
     peers["copy"] = (lambda src, dst, _s: drv.memcpy_dtod(dst, src, bench.nbytes), "cuMemcpyDtoD")
-    launch = contiguous_launch(bench.state, config, b, m, n)
-    peers["autotranspose"] = (launch, config.key)
+    if config is None:  # transpose() moves one column or row a matrix as a copy
+        from .launch import make_row_copy
+
+        run = max(m, n)
+        launch = make_row_copy(bench.state, s, b, 1, run, run, run, m * n, m * n)
+        peers["autotranspose"] = (launch, "row copy")
+    else:
+        launch = contiguous_launch(bench.state, config, b, m, n)
+        peers["autotranspose"] = (launch, config.key)
     try:
         import cupy
     except ImportError:
@@ -511,9 +518,10 @@ def bench_case(
     try:
         if config is None:  # as transpose() would serve it (a first call measures if untuned)
             choice = served(state, element_type(dtype), shape, *bench.pointers(0))
-            config, source = choice.config, choice.source
+            config, source = (choice.config, choice.source) if choice else (None, "copy")
         launches = _peer_launches(bench, dtype, config)
-        launches["autotranspose"] = (launches["autotranspose"][0], f"{config.key} ({source})")
+        name = config.key if config is not None else "row copy (one column or row a matrix)"
+        launches["autotranspose"] = (launches["autotranspose"][0], f"{name} ({source})")
         copy_s = bench.copy_time(repeats=repeats)
         for peer in peers:
             fn, note = launches.get(peer, (None, "unknown peer"))

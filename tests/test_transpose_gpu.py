@@ -298,3 +298,28 @@ def test_past_2_31_elements():
     state = activate(0)
     cfg = choose_config(state, 1, *shape, max_vec(1, 40000, 53700), False)
     assert_match_reference(state, 1, shape, [cfg])
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])
+def test_one_column_or_row_is_moved_as_a_copy(rng, dtype):
+    """Nx1 with a contiguous column and 1xN into a contiguous column: one run a matrix, moved
+    by the row copy (no transpose kernel); a strided column still goes through a transpose
+    kernel. Batches, fresh data, the poisoned rest of a bigger output left alone."""
+    cupy = pytest.importorskip("cupy")
+    from autotranspose import api
+
+    m = int(rng.integers(1000, 90000)) | 1
+    for host in (random_array(rng, (m, 1), dtype), random_array(rng, (1, m), dtype),
+                 random_array(rng, (3, m, 1), dtype)):  # fmt: skip
+        y = at.transpose(cupy.asarray(host))
+        assert same_bits(cupy.asnumpy(y), expected(host))
+    copies = [lc for lc in api._launches.values() if lc.config is None]
+    assert copies, "no row copy was prepared"
+    wide = cupy.asarray(random_array(rng, (m, 3), dtype))
+    col = wide[:, 1:2]  # a column 3 elements apart: not a copy
+    out = cupy.asarray(random_array(rng, (1, m + 5), dtype))
+    before = cupy.asnumpy(out)
+    at.transpose(col, out[:, 2 : m + 2])
+    want = before.copy()
+    want[:, 2 : m + 2] = expected(cupy.asnumpy(col))
+    assert same_bits(cupy.asnumpy(out), want)

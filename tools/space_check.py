@@ -187,6 +187,8 @@ def check_serving(state: Any, dtype: str, shape: tuple[int, int, int], args: Any
         first_call_s = time.monotonic() - t0
     finally:
         bench.close()
+    if choice is None:  # one column or row a matrix: transpose() copies it
+        raise SystemExit(f"{dtype} {shape} is served as a copy, not a kernel config: pick another shape")
     default = lookup.default_choice(et.size, cls, state.info.limits).config
     extra = {"served": choice.config, "default": default, "seed": seed_config(et.size)}
     row = {"source": choice.source, "first_call_wall_s": round(first_call_s, 2)}

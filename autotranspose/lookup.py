@@ -230,7 +230,17 @@ def _usable(
         and (e.config.vec <= cls.vec or e.config.any_offset)  # these fit any call
         and e.config.applies(cls.m, cls.n)  # a flat kernel's tile must span the short side
         and e.config.fits(limits)
+        and not _aligned_transfer_of_flat_prmt(e, elem_bytes, cls)
     ]
+
+
+def _aligned_transfer_of_flat_prmt(entry: TunedEntry, elem_bytes: int, cls: ShapeClass) -> bool:
+    """A flat byte-permute result of another class, for a class whose rows allow 8-byte
+    vectors: they run there but lose to the tiled kernels (H200: 66-81% against 89-95% on
+    1048576x32 and 32x1048576 of 1, 2 and 4 bytes; a user's tuned 20x7081411 int8 result,
+    served as the nearest to 32x1048576 int8, took 67% where the shipped tiled one gets 94.5%)."""
+    c = entry.config
+    return c.flat and c.prmt and cls.vec * elem_bytes >= 8 and entry.shape_class != cls
 
 
 def _nearness(cls: ShapeClass) -> Callable[[TunedEntry], tuple[float, float, ShapeClass]]:

@@ -377,3 +377,18 @@ def test_a_measured_result_serves_its_class_and_a_tuned_one_outranks_it(store, r
     _record(store, H100, CLS, tuned, 100.0)
     c = lookup.choose(H100, 4, CLS, store=store)
     assert (c.source, c.config, c.gbps) == ("tuned", tuned, 100.0)
+
+
+def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vectors(store, fresh_lookup):
+    """A wide byte-permute result (tuned for few long odd rows) is not served to a nearby class
+    whose rows allow 16-byte vectors (the tiled kernels win there); it still serves its own
+    class and other unaligned ones."""
+    from autotranspose.config import tall_default, wide_default
+
+    wide, tall = wide_default(1, 20), tall_default(1, 20)
+    _record(store, H100, ShapeClass(1, 32, 8388608, 1), wide, 2500.0, elem_bytes=1)
+    _record(store, H100, ShapeClass(1, 8388608, 32, 1), tall, 2500.0, elem_bytes=1)
+    for aligned in (ShapeClass(1, 32, 1048576, 16), ShapeClass(1, 1048576, 32, 16)):
+        assert lookup.choose(H100, 1, aligned, store=store).source != "nearest"
+    assert lookup.choose(H100, 1, ShapeClass(1, 32, 8388608, 1), store=store).config == wide
+    assert lookup.choose(H100, 1, ShapeClass(1, 32, 4194304, 1), store=store).config == wide

@@ -7,6 +7,19 @@ from typing import Any
 from autotranspose.measure import Bench, measure_configs
 
 
+def within_budget(cases: Any, budget_s: float) -> Any:
+    """The cases, one at a time, until `budget_s` seconds have passed since the first (the
+    rest are named as not measured): a device call has a hard time limit."""
+    import time
+
+    start = time.time()
+    for shape, s in cases:
+        if time.time() - start > budget_s:
+            print(f"budget spent: {shape} {s} B and later not measured")
+            return
+        yield shape, s
+
+
 def measure_ranked(state: Any, elem_bytes: int, shape: tuple[int, int, int],
                    cands: list[Any]) -> list[tuple[Any, Any]]:  # fmt: skip
     """Each candidate checked on fresh data and timed on one Bench of `shape`; fastest first."""

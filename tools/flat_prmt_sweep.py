@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _sweep import measure_ranked, print_ranked, results_log
+from _sweep import measure_ranked, print_ranked, results_log, within_budget
 
 from autotranspose.api import choose_config
 from autotranspose.compiler import activate
@@ -53,11 +53,8 @@ def main() -> None:
     state = activate(0)
     print(state.info, flush=True)
     log = []
-    t_start = time.time()
-    for shape, s in [(sh, s) for sh, s in (WIDE if args.wide else CASES) if s in args.sizes]:
-        if time.time() - t_start > args.budget:
-            print(f"budget spent: {shape} {s} B and later not measured")
-            break
+    cases = [(sh, s) for sh, s in (WIDE if args.wide else CASES) if s in args.sizes]
+    for shape, s in within_budget(cases, args.budget):
         t0 = time.time()
         b, m, n = shape
         served = choose_config(state, s, b, m, n, max_vec(s, m, n), False)

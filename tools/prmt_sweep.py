@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _sweep import case_ratio as _ratio
-from _sweep import measure_ranked, print_ranked, results_log
+from _sweep import measure_ranked, print_ranked, results_log, within_budget
 
 from autotranspose.api import choose_config
 from autotranspose.compiler import activate
@@ -43,11 +43,7 @@ def main() -> None:
     state = activate(0)
     print(state.info, flush=True)
     log = []
-    t_start = time.time()
-    for shape, s in CASES:
-        if time.time() - t_start > args.budget:
-            print(f"budget spent: {shape} {s} B and later not measured")
-            break
+    for shape, s in within_budget(CASES, args.budget):
         t0 = time.time()
         b, m, n = shape
         served = choose_config(state, s, b, m, n, max_vec(s, m, n), False)

@@ -198,3 +198,80 @@ def test_tall_past_2_31_elements():
     shape = (1, 2**31 // 21 + 4099, 21)  # int8, rows of 21 bytes
     assert shape[1] * shape[2] > 2**31
     assert_match_reference(activate(0), 1, shape, [tall_default(1, 21)])
+
+
+# --- a model of the wide store (templates/prmt.cu.j2 `store_run`), on the CPU ------------------
+M32 = 0xFFFFFFFF
+
+
+def _funnel_r(lo: int, hi: int, sh: int) -> int:
+    """__funnelshift_r: the low 32 bits of (hi:lo) >> (sh & 31)."""
+    return (((hi << 32) | lo) >> (sh & 31)) & M32
+
+
+def _store_run_model(sb: np.ndarray, p2w: int, rowb: int, ncols: int, lead: int, threads: int):
+    """The bytes `store_run` writes into a run that starts `lead` bytes into an aligned chunk:
+    {run byte: value}, and how often each was written. `sb` holds output row j's bytes in
+    words j * p2w ..., as the exchange leaves them (padding words hold garbage)."""
+    nb = ncols * rowb
+    inv = (M32 // rowb + 1) & M32
+    words = sb.view(np.uint32)
+    raw = sb.view(np.uint8)
+    out: dict[int, int] = {}
+    count: dict[int, int] = {}
+
+    def put(e: int, v: int) -> None:
+        out[e] = v
+        count[e] = count.get(e, 0) + 1
+
+    nck = (lead + nb + 15) >> 4
+    for t in range(threads):
+        for ck in range(t, nck, threads):
+            f = 16 * ck - lead
+            if f >= 0 and f + 16 <= nb:
+                j = (f * inv) >> 32  # __umulhi
+                b = (f - j * rowb) & M32
+                if b >= 2**31:  # (int)b < 0: one too many rows
+                    j -= 1
+                    b = (b + rowb) & M32
+                elif b >= rowb:
+                    j += 1
+                    b -= rowb
+                for i in range(4):
+                    p = j * p2w + (b >> 2)
+                    x = _funnel_r(int(words[p]), int(words[p + 1]), b << 3)
+                    if b + 4 > rowb:  # the word ends in the next row
+                        keep = 8 * (rowb - b)
+                        x = (x & (M32 >> (32 - keep))) | ((int(words[(j + 1) * p2w]) << keep) & M32)
+                    for q in range(4):
+                        put(f + 4 * i + q, (x >> (8 * q)) & 0xFF)
+                    b += 4
+                    if b >= rowb:
+                        b -= rowb
+                        j += 1
+            else:
+                for e in range(max(f, 0), min(f + 16, nb)):
+                    put(e, int(raw[(e // rowb) * p2w * 4 + e % rowb]))
+    return out, count
+
+
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_the_wide_store_writes_each_byte_of_the_run_once(rng, s):
+    """Random configs' transposed buffers (random bytes, garbage in the padding words), random
+    row counts (at least 4 bytes a row), tile widths and run offsets: every byte of the run
+    is the right row's byte, written exactly once, and nothing outside it is written."""
+    from autotranspose.config import prmt_layout
+
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.persistent]
+    for c in [space[i] for i in rng.choice(len(space), 4, replace=False)]:
+        lay = prmt_layout(c)
+        for _ in range(6):
+            m = int(rng.integers(-(-4 // s), c.tile_m + 1))
+            ncols = int(rng.integers(1, c.tile_n + 1))
+            lead = int(rng.integers(0, 16 // s)) * s
+            sb = rng.integers(0, 256, size=lay["sb_words"] * 4 + 16, dtype=np.uint8)
+            rowb = m * s
+            got, count = _store_run_model(sb, lay["p2w"], rowb, ncols, lead, lay["threads"])
+            want = {j * rowb + b: int(sb[j * lay["p2w"] * 4 + b]) for j in range(ncols) for b in range(rowb)}
+            assert got == want, (c.key, m, ncols, lead)
+            assert set(count.values()) == {1}

@@ -33,7 +33,7 @@ from .errors import (
     LayoutError,
     UnsupportedDtypeError,
 )
-from .launch import Launch, make_launch, make_row_copy
+from .launch import Launch, make_launch, run_copy
 from .plan import NO_DIM, Dim
 from .shapes import ShapeClass, call_vec, flat_fits, shape_class
 
@@ -107,8 +107,7 @@ def _prepare(
         # transpose moves one contiguous run a matrix, a copy (H200: complex128 9832845x1 ran
         # the tiled kernel at 21% of copy)
         if (x.n == 1 and x.ld == 1) or (x.m == 1 and o.ld == 1):
-            run = max(x.m, x.n)
-            return make_row_copy(state, s, x.batch, 1, run, run, run, x.bs, o.bs)
+            return run_copy(state, s, x.batch, x.m, x.n, x.bs, o.bs)
     if config is None:
         cls = shape_class(x.batch, x.m, x.n, vec)
         choice = lookup.choose(state.info, s, cls, conjugate=conjugate)

@@ -117,10 +117,9 @@ def _peer_launches(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Calla
     drv = bench.drv
     peers["copy"] = (lambda src, dst, _s: drv.memcpy_dtod(dst, src, bench.nbytes), "cuMemcpyDtoD")
     if config is None:  # transpose() moves one column or row a matrix as a copy
-        from .launch import make_row_copy
+        from .launch import run_copy
 
-        run = max(m, n)
-        launch = make_row_copy(bench.state, s, b, 1, run, run, run, m * n, m * n)
+        launch = run_copy(bench.state, s, b, m, n, m * n, m * n)
         peers["autotranspose"] = (launch, "row copy")
     else:
         launch = contiguous_launch(bench.state, config, b, m, n)

@@ -246,8 +246,8 @@ def prmt_params(c: KernelConfig) -> dict[str, object]:
         "smem": c.smem_bytes,
         "raster": c.raster,
         # blocks per SM the registers must allow: 64 registers a thread (with 80, as shared
-        # memory alone would allow for the biggest tiles, ptxas 13 spilled 120-190 bytes)
-        # (a wide flat kernel's run store: 80, or ptxas 13 spilled)
+        # memory alone would allow for the biggest tiles, ptxas 13 spilled 120-190 bytes), but
+        # 80 for a wide flat kernel (its run store spilled at 64)
         "min_blocks": max(1, 65536 // (c.threads * (80 if c.wide else 64))),
     }
 

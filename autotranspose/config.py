@@ -543,7 +543,7 @@ def _prmt_errors(c: KernelConfig) -> Iterator[str]:
                     "conjugate": False},
         "a byte-permute kernel has its own shared-memory layout")  # fmt: skip
     if c.flat and c.raster != "row":  # one tile across the rows: the raster changes nothing
-        yield "prmt=True with flat=True (tall) takes raster='row' (its tiles form one column)"
+        yield "prmt=True with flat=True takes raster='row' (one tile spans the short side: its tiles form one line)"
     if c.elem_bytes not in PRMT_SIZES:
         yield f"prmt=True needs elem_bytes in {list(PRMT_SIZES)} (wider elements span several words: use a staged or tiled config)"
         return
@@ -782,8 +782,7 @@ def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     14). None for wider elements or rows over 256 bytes."""
     if elem_bytes not in PRMT_SIZES:
         return None
-    tn = next((b // elem_bytes for b in TALL_ROWS if b // elem_bytes >= max(short_side, 16)
-               and b <= 256), None)  # fmt: skip
+    tn = _spanning_side(elem_bytes, short_side)
     if tn is None:
         return None
     pt = 4 if tn * elem_bytes <= 64 else 2  # longer rows: 256 threads (2-byte 102-122: +7-10)
@@ -795,6 +794,13 @@ def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     return None
 
 
+def _spanning_side(elem_bytes: int, short_side: int) -> int | None:
+    """The narrowest flat byte-permute tile side (elements, at least 16, at most 256 bytes)
+    that spans a short side of `short_side` elements; None if none does."""
+    return next((b // elem_bytes for b in TALL_ROWS
+                 if b // elem_bytes >= max(short_side, 16) and b <= 256), None)  # fmt: skip
+
+
 def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     """The untuned wide byte-permute config for `short_side` rows: the fewest rows that
     span them, the widest row segments up to 512 bytes that fit (H200: float16 9x5303956 53.8%
@@ -802,8 +808,7 @@ def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     256 bytes of rows, or output rows under 4 bytes."""
     if elem_bytes not in PRMT_SIZES or short_side * elem_bytes < WIDE_MIN_ROW_BYTES:
         return None
-    tm = next((b // elem_bytes for b in TALL_WINDOWS if b // elem_bytes >= max(short_side, 16)
-               and b <= 256), None)  # fmt: skip
+    tm = _spanning_side(elem_bytes, short_side)
     if tm is None:
         return None
     for segment in (512, 256, 128, 64):  # the first that is a tile side and fits

@@ -777,15 +777,19 @@ def flat_prmt_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> I
 def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     """The untuned tall byte-permute config for rows of `short_side` elements: the narrowest
     tile that spans them, 256-byte output windows (narrower where they do not fit), 128
-    threads for rows of up to 64 bytes and 256 for longer ones: the best or within 1 point of
-    it on 10 of 14 tall cases on the H200 (tools/flat_prmt_sweep.py, docs/perf-notes.md session
-    14). None for wider elements or rows over 256 bytes."""
+    threads for tiles of rows up to 128 bytes and 256 for wider ones: the best tall config on
+    9 of the 11 unaligned tall cases of the H200 sweeps (tools/flat_prmt_sweep.py,
+    docs/perf-notes.md session 14); float16 23079386x15 did best with 512-byte windows (88.9
+    against 80.6), uint8 4957161x157 with 128 threads (by about 1). None for wider elements
+    or rows over 256 bytes."""
     if elem_bytes not in PRMT_SIZES:
         return None
     tn = _spanning_side(elem_bytes, short_side)
     if tn is None:
         return None
-    pt = 4 if tn * elem_bytes <= 64 else 2  # longer rows: 256 threads (2-byte 102-122: +7-10)
+    # tiles of rows up to 128 bytes: 128 threads (float32 7081411x20 81.9 against under 69
+    # with 256); 256 bytes: 256 threads (float16 4791597x102 and 611077x122: +7-10)
+    pt = 4 if tn * elem_bytes <= 128 else 2
     for window in (256, 128, 64):  # the first that static shared memory allows
         cfg = KernelConfig(elem_bytes, window // elem_bytes, tn, 4 // elem_bytes, pt, 0, "pad",
                            "row", flat=True, prmt=True)  # fmt: skip

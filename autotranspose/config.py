@@ -19,6 +19,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from numbers import Integral
+from types import MappingProxyType
 from typing import Any
 
 from .dtypes import ELEMENT_SIZES, element_type
@@ -223,10 +224,10 @@ class KernelConfig:
 
     # --- (de)serialisation: a config read from a database is untrusted input ----------------
     def to_dict(self) -> dict[str, Any]:
-        # `wide` came later: left out when False, so every other config's stored form (and
-        # what earlier versions read) is what it was
+        # fields that came later (OPTIONAL_FIELDS) are left out at their default, so every
+        # other config's stored form (and what earlier versions read) is what it was
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.init and not (f.name == "wide" and not self.wide)}  # fmt: skip
+                if f.init and OPTIONAL_FIELDS.get(f.name, _ABSENT) != getattr(self, f.name)}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KernelConfig:
@@ -262,6 +263,10 @@ class KernelConfig:
 
 
 _STR_FIELDS = frozenset({"layout", "raster", "cache"})
+# Fields added after configs were first stored, with the default `to_dict` leaves out: a
+# reader that needs every field (the tuner's search space) fills them back in from here.
+OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType({"wide": False})
+_ABSENT = object()
 _BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt", "wide"})
 
 

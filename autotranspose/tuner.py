@@ -36,6 +36,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from .codegen import template_version
 from .config import (
+    OPTIONAL_FIELDS,
     KernelConfig,
     config_space,
     default_config,
@@ -146,11 +147,19 @@ _STUDY_FIELDS = ("elem_bytes", "conjugate")  # fixed by the study itself
 
 
 def _field_values(config: KernelConfig) -> dict[str, Any]:
+    """The config's parameters: its stored fields (OPTIONAL_FIELDS at their default left
+    out, so a space without them keeps its parameters and study), layout and pad as one."""
     values = config.to_dict()
     for name in _STUDY_FIELDS:
         values.pop(name)
     values["smem"] = f"{values.pop('layout')}{values.pop('pad')}"
     return values
+
+
+def _filled(values: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """`values` with the optional fields of `fields` it lacks at their default: a tall
+    and a wide config that differ only in `wide` are two points of a space, not one."""
+    return {f: values[f] if f in values else OPTIONAL_FIELDS[f] for f in fields}
 
 
 class SearchSpace:
@@ -171,7 +180,8 @@ class SearchSpace:
         if not self.configs:
             raise TuningError("the search space is empty: no config fits this device and shape")
         rows = [_field_values(c) for c in self.configs]
-        self._fields = tuple(rows[0])
+        self._fields = tuple(dict.fromkeys(f for r in rows for f in r))
+        rows = [_filled(r, self._fields) for r in rows]
         self._choices: dict[str, list[Any]] = {}
         self.distributions: dict[str, BaseDistribution] = {}
         self._ordinal: list[bool] = []
@@ -214,7 +224,7 @@ class SearchSpace:
         """The Optuna parameters of a config of this space (for enqueueing it)."""
         if config not in self:
             raise TuningError(f"config {config.key} is not in this study's search space")
-        point = self._point(_field_values(config))
+        point = self._point(_filled(_field_values(config), self._fields))
         return {
             name: (i if ordinal else self._choices[f][i])
             for name, f, ordinal, i in zip(

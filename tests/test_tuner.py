@@ -80,6 +80,26 @@ def test_every_config_of_the_space_maps_to_its_own_parameters(dtype: str) -> Non
         assert space.config_for(space.params_of(config)) == config
 
 
+@pytest.mark.parametrize("dtype", ["int8", "float16"])
+def test_tall_and_wide_flat_configs_are_distinct_points_of_a_space(dtype: str) -> None:
+    """`wide` is left out of a stored config when False: the space still tells a tall config
+    from the wide one with the same other fields (the known-good wide default must be the
+    config a trial measures)."""
+    space = SearchSpace(config_space(dtype, max_vector=1, short_side=20))
+    wide = [c for c in space.configs if c.wide]
+    assert wide and "wide" in space.params_of(wide[0])
+    pairs = [(c, c.replace(wide=False)) for c in wide if c.replace(wide=False) in space]
+    assert pairs  # a tall config with the same other fields
+    for config, tall in pairs[:: max(1, len(pairs) // 100)]:
+        assert space.config_for(space.params_of(config)) == config
+        assert space.config_for(space.params_of(tall)) == tall
+
+
+def test_a_space_without_wide_configs_keeps_its_parameters() -> None:
+    space = SearchSpace(config_space("float32", max_vector=4))
+    assert not any(name.startswith("wide") for name in space.distributions)
+
+
 def test_invalid_parameter_combinations_are_repaired_to_the_nearest_valid_config() -> None:
     space = SearchSpace(config_space("int8"))
     rng = np.random.default_rng(0)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for diagnosis: the GPU tests of TESTS, then Nsight Compute on the cases of
+# One device call for diagnosis: the GPU tests of TESTS (groups split by | run at once), then Nsight Compute on the cases of
 # PROFILE (tools/profile_kernels.py syntax), then optional SWEEP (a command); logs in $OUT.
 #   run: source .whl/activate && TESTS="tests/test_prmt.py" PROFILE="uint8:20x7081411" bash tools/device_diag.sh
 set -uo pipefail
@@ -7,8 +7,20 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 if [ -n "${TESTS:-}" ]; then
-  timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu -q -p no:cacheprovider $TESTS 2>&1 | tee "$OUT/pytest.txt" | tail -6
-  echo "pytest rc=${PIPESTATUS[0]}"
+  # groups of test files separated by '|' run as concurrent pytest processes (the GPU tests
+  # check results, not timings; nvcc is most of their time and the machine has 16 cores)
+  IFS='|' read -ra groups <<< "$TESTS"
+  pids=()
+  for i in "${!groups[@]}"; do
+    timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu -q -p no:cacheprovider ${groups[$i]} > "$OUT/pytest.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait ${pids[$i]}; rc=$?
+    { echo "=== group $i: ${groups[$i]} (rc=$rc)"; cat "$OUT/pytest.$i.log"; } >> "$OUT/pytest.txt"
+    rm -f "$OUT/pytest.$i.log"
+    echo "pytest group $i rc=$rc: $(tail -1 "$OUT/pytest.txt")"
+  done
 fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ -n "${PROFILE:-}" ] && [ -n "$NCU" ]; then

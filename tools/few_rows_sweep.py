@@ -1,0 +1,96 @@
+"""Developer tool: few long rows of 4-, 8- and 16-byte elements (the random mixes' m x n with
+m from 9 to 200 and n in the hundreds of thousands), where the seed documents' kernel beat
+what `transpose()` serves (session 14: complex64 16x548100 97.1 against 79.6).
+
+    python tools/few_rows_sweep.py --out DIR [--budget SECONDS]
+
+Per case: `bench` (every peer, the seed kernel included, and what `transpose()` serves after
+its first call), then the served guess and a grid of tiled configs whose tile_m fits the rows
+(`tile_m` <= m: full tiles, no element-wise edge path) with the flat and staged defaults,
+each checked on fresh data and timed, as % of copy. Writes few_rows_sweep.json to DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _sweep import measure_ranked, print_ranked, results_log, within_budget
+
+from autotranspose.api import choose_config
+from autotranspose.bench import bench_case, format_table
+from autotranspose.compiler import activate, precompile
+from autotranspose.config import (
+    NEWEST,
+    PER_THREAD,
+    TILE_SIZES,
+    ConfigError,
+    KernelConfig,
+    flat_default,
+    max_vec,
+    seed_config,
+    staged_default,
+)
+
+DT = {4: "float32", 8: "complex64", 16: "complex128"}
+CASES = [((1, 16, 548100), 8), ((1, 18, 1267567), 4), ((1, 44, 240408), 16), ((1, 115, 81771), 8),
+         ((1, 140, 1843254), 4), ((1, 24, 2000003), 8), ((1, 16, 1048576), 16), ((1, 60, 1988362), 8)]  # fmt: skip
+
+
+def grid(s: int, m: int, vmax: int) -> list[KernelConfig]:
+    """Tiled configs with full tiles along the rows: tile_m <= m (at least the smallest)."""
+    tms = [t for t in TILE_SIZES if t <= max(m, TILE_SIZES[0])][-2:]
+    out = []
+    vecs = sorted({v for v in (vmax, max(1, vmax // 2)) if v == 1 or v * s >= 4})
+    for tm, tn, v, pt, (lay, pad), ras in itertools.product(
+        tms, (32, 64, 128, 256), vecs, PER_THREAD, (("pad", 1), ("swizzle", 0)), ("row", "col")
+    ):
+        try:
+            c = KernelConfig(s, tm, tn, v, pt, pad, lay, ras)
+        except ConfigError:
+            continue
+        if c.fits(NEWEST):
+            out.append(c)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--budget", type=float, default=1e9, help="stop starting cases after this many seconds")
+    args = ap.parse_args()
+    state = activate(0)
+    print(state.info, flush=True)
+    log = []
+    for shape, s in within_budget(CASES, args.budget):
+        t0 = time.time()
+        b, m, n = shape
+        rows = bench_case(shape, DT[s], repeats=3)
+        print(format_table(rows), flush=True)
+        vmax = max_vec(s, m, n)
+        served = choose_config(state, s, b, m, n, vmax, False)
+        cands = [served, seed_config(s), *grid(s, m, vmax),
+                 *(c for c in (flat_default(s, m), staged_default(s)) if c is not None)]
+        cands = [c for c in dict.fromkeys(cands) if c.applies(m, n)]
+        failed = precompile(state, cands)
+        cands = [c for c in cands if c not in failed]
+        ranked = measure_ranked(state, s, shape, cands)
+        by = {c: r for c, r in ranked}
+        print(f"=== {m}x{n} {DT[s]} ({len(cands)} configs, {time.time() - t0:.0f} s): served "
+              f"{served.key} {by[served].ratio * 100:.1f}%, tiled seed config "
+              f"{by[seed_config(s)].ratio * 100:.1f}%", flush=True)
+        print_ranked(ranked, 8)
+        log.append({"shape": shape, "elem_bytes": s, "served": served.key,
+                    "bench": [str(r) for r in rows],
+                    "results": results_log(ranked)})  # fmt: skip
+        Path(args.out, "few_rows_sweep.json").write_text(json.dumps(log, default=str))
+
+
+if __name__ == "__main__":
+    main()

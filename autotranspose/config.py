@@ -830,6 +830,31 @@ def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     return None
 
 
+FEW_ROWS_MAX = 256  # an m x n call with fewer rows than this (and than columns) has few rows
+
+
+def few_rows_default(
+    elem_bytes: int, rows: int, vec: int, conjugate: bool = False
+) -> KernelConfig | None:
+    """A tiled config for few long rows of 4- to 16-byte elements in words of 8 or 16 bytes:
+    tiles no taller than the rows (a taller tile is all edge: element-wise loads and stores),
+    32 rows of single elements or 64 of 2-element words, walking down the tile columns
+    (raster "col": consecutive blocks write consecutive output rows). On the H200 this beat
+    what was served by 5-14 points on 5 few-row cases of 16-140 rows (complex64 16x548100
+    101 against 86.7, float32 140x1843254 89.1 against 78.6; tools/few_rows_sweep.py,
+    docs/perf-notes.md session 15). `rows` is the call's (a class's fewest). None where the
+    rule does not apply: rows under 16 or of at least FEW_ROWS_MAX, words under 8 bytes."""
+    v = min(vec, 2, 16 // elem_bytes) if elem_bytes >= 4 else 0
+    if v < 1 or v * elem_bytes < 8 or not TILE_SIZES[0] <= rows < FEW_ROWS_MAX:
+        return None
+    tm = max(t for t in TILE_SIZES if t <= min(rows, 32 if v == 1 else 64))
+    tn, pt = (32, 8) if v == 1 else (64, 4)
+    try:
+        return KernelConfig(elem_bytes, tm, tn, v, pt, 1, "pad", "col", conjugate=conjugate)
+    except ConfigError:
+        return None
+
+
 def flat_default(elem_bytes: int, short_side: int, conjugate: bool = False) -> KernelConfig | None:
     """The untuned flat config for a skinny call: the narrowest tile that spans the short
     side, about 16 KiB of it, 8 words in flight per thread; None if no flat tile fits."""

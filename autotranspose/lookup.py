@@ -46,6 +46,7 @@ from .config import (
     PRMT_SERVED,
     DeviceLimits,
     default_config,
+    few_rows_default,
     flat_default,
     prmt_default,
     rows_at_any_offset,
@@ -190,6 +191,12 @@ def default_choice(
         wide = wide_default(elem_bytes, cls.m)
         if wide is not None and wide.fits(limits):
             return Choice(wide, "default")
+    if cls.m < cls.n:
+        # few long rows in words of 8 or 16 bytes: tiles no taller than the class's fewest
+        # rows (the staged and taller tiled kernels lost 5-14 points there, H200)
+        rows = few_rows_default(elem_bytes, cls.m // 2 + 1, cls.vec, conjugate)
+        if rows is not None and rows.fits(limits):
+            return Choice(rows, "default")
     if skinny:
         flat = flat_default(elem_bytes, min(cls.m, cls.n), conjugate)
         if flat is not None and flat.fits(limits):

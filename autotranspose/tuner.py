@@ -40,6 +40,7 @@ from .config import (
     KernelConfig,
     config_space,
     default_config,
+    few_rows_default,
     neighbours,
     pair_steps,
     prmt_alternative,
@@ -430,9 +431,11 @@ def known_good(
     device: DeviceInfo,
     store: Store | None = None,
     conjugate: bool = False,
+    rows: int | None = None,
 ) -> list[KernelConfig]:
     """Configs worth measuring first: the seed documents' kernel, the defaults (tiled, and
-    the kind lookup serves this class by default), what the lookup would serve today, and
+    the kind lookup serves this class by default; for few long rows, the tiles that fit the
+    tuned shape's `rows`), what the lookup would serve today, and
     the bests of the nearest classes of this and every other GPU model we have results for
     (`lookup.warm_starts`), if this study can run them."""
     from . import lookup
@@ -454,6 +457,7 @@ def known_good(
         # tall rows: the tall byte-permute kernel (only a class of short rows has it)
         None if conjugate else tall_default(elem_bytes, cls.n),
         None if conjugate else wide_default(elem_bytes, cls.m),
+        few_rows_default(elem_bytes, rows, cls.vec, conjugate) if rows else None,
     ]
     if store is not None:
         try:
@@ -550,7 +554,8 @@ def tune(
         )
         # no more than the budget: queued trials nobody asks would outlive the run
         run.enqueue(
-            known_good(et.size, cls, space, device=device, store=store, conjugate=conjugate)[
+            known_good(et.size, cls, space, device=device, store=store, conjugate=conjugate,
+                       rows=dims[1] if dims[1] < dims[2] else None)[
                 :trials
             ]
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +21,26 @@ def _gpu_reason() -> str | None:
 _REASON: list[str | None] = []
 
 
+def _shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """AUTOTRANSPOSE_TEST_SHARD=k/N keeps every N-th test from the k-th: N processes split a
+    suite that one device call cannot run serially (tools/device_diag.sh)."""
+    spec = os.environ.get("AUTOTRANSPOSE_TEST_SHARD")
+    if not spec:
+        return
+    try:
+        k, n = (int(p) for p in spec.split("/"))
+        assert 0 <= k < n
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(
+            f"AUTOTRANSPOSE_TEST_SHARD={spec!r}: write k/N with 0 <= k < N, e.g. 0/3"
+        ) from None
+    kept = items[k::n]
+    config.hook.pytest_deselected(items=[i for j, i in enumerate(items) if j % n != k])
+    items[:] = kept
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _shard(config, items)
     gpu_items = [i for i in items if i.get_closest_marker("gpu")]
     if not gpu_items:
         return

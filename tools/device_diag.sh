@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call for diagnosis: the GPU tests of TESTS (groups split by | run at once), then Nsight Compute on the cases of
+# One device call for diagnosis: the GPU tests of TESTS (groups split by | run at once; a
+# group "shard=k/N files" runs the k-th of N shards of them), then Nsight Compute on the cases of
 # PROFILE (tools/profile_kernels.py syntax), then optional SWEEP (a command); logs in $OUT.
 #   run: source .whl/activate && TESTS="tests/test_prmt.py" PROFILE="uint8:20x7081411" bash tools/device_diag.sh
 set -uo pipefail
@@ -12,7 +13,9 @@ if [ -n "${TESTS:-}" ]; then
   IFS='|' read -ra groups <<< "$TESTS"
   pids=()
   for i in "${!groups[@]}"; do
-    timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu -q -p no:cacheprovider ${groups[$i]} > "$OUT/pytest.$i.log" 2>&1 &
+    g=${groups[$i]}; shard=""
+    if [[ $g == shard=* ]]; then shard=${g%% *}; shard=${shard#shard=}; g=${g#* }; fi  # "shard=k/N files"
+    AUTOTRANSPOSE_TEST_SHARD=$shard timeout ${TEST_TIMEOUT:-300} python3 -m pytest -m gpu -q -p no:cacheprovider $g > "$OUT/pytest.$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do

@@ -2,11 +2,12 @@
 m from 9 to 200 and n in the hundreds of thousands), where the seed documents' kernel beat
 what `transpose()` serves (session 14: complex64 16x548100 97.1 against 79.6).
 
-    python tools/few_rows_sweep.py --out DIR [--budget SECONDS]
+    python tools/few_rows_sweep.py --out DIR [--budget SECONDS] [--columns]
 
 Per case: `bench` (every peer, the seed kernel included, and what `transpose()` serves after
 its first call), then the served guess and a grid of tiled configs whose tile_m fits the rows
-(`tile_m` <= m: full tiles, no element-wise edge path) with the flat and staged defaults,
+(`tile_m` <= m: full tiles, no element-wise edge path; with `--columns` the transposed
+cases and `tile_n` <= n) with the flat and staged defaults,
 each checked on fresh data and timed, as % of copy. Writes few_rows_sweep.json to DIR.
 """
 
@@ -43,14 +44,17 @@ CASES = [((1, 16, 548100), 8), ((1, 18, 1267567), 4), ((1, 44, 240408), 16), ((1
          ((1, 140, 1843254), 4), ((1, 24, 2000003), 8), ((1, 16, 1048576), 16), ((1, 60, 1988362), 8)]  # fmt: skip
 
 
-def grid(s: int, m: int, vmax: int) -> list[KernelConfig]:
-    """Tiled configs with full tiles along the rows: tile_m <= m (at least the smallest)."""
-    tms = [t for t in TILE_SIZES if t <= max(m, TILE_SIZES[0])][-2:]
+def grid(s: int, m: int, n: int, vmax: int) -> list[KernelConfig]:
+    """Tiled configs with full tiles along the short side: tile_m <= m, or tile_n <= n for
+    few columns (at least the smallest tile)."""
+    tms = [t for t in TILE_SIZES if t <= max(min(m, n), TILE_SIZES[0])][-2:]
     out = []
     vecs = sorted({v for v in (vmax, max(1, vmax // 2)) if v == 1 or v * s >= 4})
     for tm, tn, v, pt, (lay, pad), ras in itertools.product(
         tms, (32, 64, 128, 256), vecs, PER_THREAD, (("pad", 1), ("swizzle", 0)), ("row", "col")
     ):
+        if n < m:  # few columns: the short tile side is tile_n
+            tm, tn = tn, tm
         try:
             c = KernelConfig(s, tm, tn, v, pt, pad, lay, ras)
         except ConfigError:
@@ -64,19 +68,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--budget", type=float, default=1e9, help="stop starting cases after this many seconds")
+    ap.add_argument("--columns", action="store_true", help="few columns instead: each case transposed")
     args = ap.parse_args()
     state = activate(0)
     print(state.info, flush=True)
     log = []
-    for shape, s in within_budget(CASES, args.budget):
+    cases = [((b, n, m), s) for (b, m, n), s in CASES] if args.columns else CASES
+    for shape, s in within_budget(cases, args.budget):
         t0 = time.time()
         b, m, n = shape
         rows = bench_case(shape, DT[s], repeats=3)
         print(format_table(rows), flush=True)
         vmax = max_vec(s, m, n)
         served = choose_config(state, s, b, m, n, vmax, False)
-        cands = [served, seed_config(s), *grid(s, m, vmax),
-                 *(c for c in (flat_default(s, m), staged_default(s)) if c is not None)]
+        cands = [served, seed_config(s), *grid(s, m, n, vmax),
+                 *(c for c in (flat_default(s, min(m, n)), staged_default(s)) if c is not None)]
         cands = [c for c in dict.fromkeys(cands) if c.applies(m, n)]
         failed = precompile(state, cands)
         cands = [c for c in cands if c not in failed]
@@ -89,7 +95,8 @@ def main() -> None:
         log.append({"shape": shape, "elem_bytes": s, "served": served.key,
                     "bench": [str(r) for r in rows],
                     "results": results_log(ranked)})  # fmt: skip
-        Path(args.out, "few_rows_sweep.json").write_text(json.dumps(log, default=str))
+        name = "few_columns_sweep.json" if args.columns else "few_rows_sweep.json"
+        Path(args.out, name).write_text(json.dumps(log, default=str))
 
 
 if __name__ == "__main__":

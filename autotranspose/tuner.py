@@ -797,26 +797,34 @@ class _Run:
                 current = trial  # an interrupt from here on abandons it too
                 assert self.heartbeat is not None
                 self.heartbeat.add(_trial_id(trial))
-                trial.set_user_attr("shape", self.shape_text)
-                every = self.study.get_trials(deepcopy=False)
-                if not self._within_budget(trial.number, every):
-                    self._abandon(trial, "over the trial budget: other processes filled it first")
+                try:
+                    trial.set_user_attr("shape", self.shape_text)
+                    every = self.study.get_trials(deepcopy=False)
+                    if not self._within_budget(trial.number, every):
+                        self._abandon(trial, "over the trial budget: other processes filled it first")
+                        self.heartbeat.discard([_trial_id(trial)])
+                        break
+                    # What other processes started since this batch began is taken too.
+                    taken.update(
+                        key
+                        for t in every
+                        if t.state == TrialState.RUNNING
+                        and t.number != trial.number
+                        and t.user_attrs.get("shape") == self.shape_text
+                        and (key := t.user_attrs.get("config")) is not None
+                    )
+                    config = self.space.config_for(trial.params, taken)
+                    trial.set_user_attr("config", config.key)
+                    if self.device_index is not None:
+                        trial.set_user_attr("device_index", self.device_index)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    # Another process ended the trial between this ask and now (a queued
+                    # trial two processes popped at once, ended by the one that kept it, or
+                    # one failed as stale): it is not this run's to measure. Ask again.
                     self.heartbeat.discard([_trial_id(trial)])
-                    break
-                # What other processes started since this batch began is taken too.
-                taken.update(
-                    key
-                    for t in every
-                    if t.state == TrialState.RUNNING
-                    and t.number != trial.number
-                    and t.user_attrs.get("shape") == self.shape_text
-                    and (key := t.user_attrs.get("config")) is not None
-                )
-                config = self.space.config_for(trial.params, taken)
+                    current = None
+                    continue
                 taken.add(config.key)
-                trial.set_user_attr("config", config.key)
-                if self.device_index is not None:
-                    trial.set_user_attr("device_index", self.device_index)
                 asked.append((trial, config))
                 current = None
 

@@ -644,3 +644,29 @@ def test_tunes_on_postgresql(pg_url: str) -> None:
         assert optuna.get_all_study_names(store.url) == [result.study_name]
         assert store.best(DEVICE.name, 4, result.shape_class).config == result.config
         assert _tune(store, SyntheticObjective(), trials=16, seed=0).trials == 0
+
+
+def test_a_trial_another_process_ended_right_after_the_ask_is_skipped(
+    db: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Injected interleaving: another process ends a trial between this run's ask and its
+    first write to it (a queued trial two processes popped at once, or one failed as
+    stale). The run skips it and still spends its whole budget on trials of its own."""
+    from autotranspose import tuner as tuner_mod
+
+    ended: list[int] = []
+    own = tuner_mod._Run._own
+
+    def ended_by_another(self, trial):  # type: ignore[no-untyped-def]
+        if len(ended) < 3 and trial.number % 2 == 1:
+            self.storage.set_trial_state_values(tuner_mod._trial_id(trial), TrialState.FAIL)
+            ended.append(trial.number)
+        return own(self, trial)
+
+    monkeypatch.setattr(tuner_mod._Run, "_own", ended_by_another)
+    result = _tune(db, SyntheticObjective(), trials=8, batch=2)
+    assert len(ended) == 3
+    trials = _trials(db, result)
+    measured = [t for t in trials if "status" in t.user_attrs]  # measured: ok or failing
+    assert len(measured) == 8 and not {t.number for t in measured} & set(ended)
+    assert all(t.state == TrialState.FAIL for t in trials if t.number in ended)

@@ -392,3 +392,26 @@ def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vector
         assert lookup.choose(H100, 1, aligned, store=store).source != "nearest"
     assert lookup.choose(H100, 1, ShapeClass(1, 32, 8388608, 1), store=store).config == wide
     assert lookup.choose(H100, 1, ShapeClass(1, 32, 4194304, 1), store=store).config == wide
+
+
+@pytest.mark.parametrize("elem_bytes", [4, 8])
+def test_few_long_rows_get_their_own_result_else_tiles_that_fit_not_the_nearest(
+    store, fresh_lookup, rng, elem_bytes
+):
+    """Another class's result (its tiles taller than these rows: all edge) is not served to a
+    class of few long rows in 8- or 16-byte words; the class's own result is, and without
+    one the tiles that fit its fewest rows."""
+    from autotranspose.config import KernelConfig, few_rows_default
+
+    rows = int(rng.choice([64, 128, 256]))
+    near, own = ShapeClass(1, rows * 2, 1048576, 2), ShapeClass(1, rows, 1048576, 2)
+    tall = KernelConfig(elem_bytes, 128, 64, 2, 8)
+    _record(store, H100, near, tall, 3000.0, elem_bytes=elem_bytes)
+    got = lookup.choose(H100, elem_bytes, own, store=store)
+    rule = few_rows_default(elem_bytes, rows // 2 + 1, 2)
+    assert rule is not None and got.config == rule and got.source == "default"
+    assert got.config.tile_m <= rows // 2 + 1
+    mine = KernelConfig(elem_bytes, 16, 64, 2, 4)
+    _record(store, H100, own, mine, 2000.0, elem_bytes=elem_bytes)
+    lookup.clear_cache()
+    assert lookup.choose(H100, elem_bytes, own, store=store).config == mine

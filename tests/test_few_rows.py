@@ -21,6 +21,7 @@ from autotranspose.config import (
     config_space,
     default_config,
     few_rows_default,
+    staged_default,
 )
 from autotranspose.shapes import shape_class
 
@@ -98,6 +99,10 @@ def test_a_class_nobody_tuned_gets_it_with_tiles_its_fewest_rows_fill(elem_bytes
     rule = few_rows_default(elem_bytes, cls.m // 2 + 1, 2)
     assert rule is not None and choice.config == rule and choice.source == "default"
     assert choice.config.tile_m <= cls.m // 2 + 1  # every call of the class has full tiles
+    # rows of single 8-byte elements: the staged default as before (rows need not fill tiles)
+    if elem_bytes == 8:
+        odd = shape_class(1, m, n | 1, 1)
+        assert lookup.default_choice(8, odd, NEWEST).config == staged_default(8)
     # many rows: the default tiled config as before
     assert lookup.default_choice(elem_bytes, shape_class(1, n, n, 2), NEWEST).config == \
         default_config(elem_bytes, max_vector=2)  # fmt: skip

@@ -834,7 +834,7 @@ FEW_ROWS_MAX = 256  # an m x n call with fewer rows than this (and than columns)
 
 
 def few_rows_default(
-    elem_bytes: int, rows: int, vec: int, conjugate: bool = False
+    elem_bytes: int, rows: int, cols: int, vec: int, conjugate: bool = False
 ) -> KernelConfig | None:
     """A tiled config for few long rows of 4- to 16-byte elements in words of 8 or 16 bytes:
     tiles no taller than the rows (a taller tile is all edge: element-wise loads and stores),
@@ -842,10 +842,11 @@ def few_rows_default(
     (raster "col": consecutive blocks write consecutive output rows). On the H200 this beat
     what was served by 5-14 points on 5 few-row cases of 16-140 rows (complex64 16x548100
     101 against 86.7, float32 140x1843254 89.1 against 78.6; tools/few_rows_sweep.py,
-    docs/perf-notes.md session 15). `rows` is the call's (a class's fewest). None where the
-    rule does not apply: rows under 16 or of at least FEW_ROWS_MAX, words under 8 bytes."""
+    docs/perf-notes.md session 15). `rows` and `cols` are the call's (a class's fewest). None
+    where the rule does not apply: no fewer rows than columns, rows under 16 or of at least
+    FEW_ROWS_MAX, words under 8 bytes."""
     v = min(vec, 2, 16 // elem_bytes) if elem_bytes >= 4 else 0
-    if v < 1 or v * elem_bytes < 8 or not TILE_SIZES[0] <= rows < FEW_ROWS_MAX:
+    if v < 1 or v * elem_bytes < 8 or not TILE_SIZES[0] <= rows < min(FEW_ROWS_MAX, cols):
         return None
     tm = max(t for t in TILE_SIZES if t <= min(rows, 32 if v == 1 else 64))
     tn, pt = (32, 8) if v == 1 else (64, 4)

@@ -113,7 +113,7 @@ def candidates(
     ]
     # few long rows: tiles no taller than the rows, before other classes' results (a taller
     # tile is all edge there: complex64 16x548100 was served 86.7% where this reached 101)
-    rows = few_rows_default(elem_bytes, m, vec, conjugate) if m < n else None
+    rows = few_rows_default(elem_bytes, m, n, vec, conjugate)
     picked: list[KernelConfig] = []
     for c in (guess, rows, *neighbours, *kinds):
         if c is None:

@@ -431,11 +431,11 @@ def known_good(
     device: DeviceInfo,
     store: Store | None = None,
     conjugate: bool = False,
-    rows: int | None = None,
+    sides: tuple[int, int] | None = None,
 ) -> list[KernelConfig]:
     """Configs worth measuring first: the seed documents' kernel, the defaults (tiled, and
     the kind lookup serves this class by default; for few long rows, the tiles that fit the
-    tuned shape's `rows`), what the lookup would serve today, and
+    tuned shape's rows, from its `sides` (m, n)), what the lookup would serve today, and
     the bests of the nearest classes of this and every other GPU model we have results for
     (`lookup.warm_starts`), if this study can run them."""
     from . import lookup
@@ -457,7 +457,7 @@ def known_good(
         # tall rows: the tall byte-permute kernel (only a class of short rows has it)
         None if conjugate else tall_default(elem_bytes, cls.n),
         None if conjugate else wide_default(elem_bytes, cls.m),
-        few_rows_default(elem_bytes, rows, cls.vec, conjugate) if rows else None,
+        few_rows_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
     ]
     if store is not None:
         try:
@@ -555,7 +555,7 @@ def tune(
         # no more than the budget: queued trials nobody asks would outlive the run
         run.enqueue(
             known_good(et.size, cls, space, device=device, store=store, conjugate=conjugate,
-                       rows=dims[1] if dims[1] < dims[2] else None)[
+                       sides=(dims[1], dims[2]))[
                 :trials
             ]
         )

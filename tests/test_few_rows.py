@@ -30,7 +30,7 @@ DTYPES = {4: "float32", 8: "complex64", 16: "complex128"}
 
 
 def _every_rule_config() -> list:
-    found = {few_rows_default(s, rows, vec, conj)
+    found = {few_rows_default(s, rows, 10 * rows, vec, conj)
              for s in SIZES for vec in (1, 2, 4, 8) for rows in range(1, FEW_ROWS_MAX + 2)
              for conj in ((False, True) if s >= 8 else (False,))}  # fmt: skip
     return sorted((c for c in found if c is not None), key=lambda c: c.key)
@@ -42,7 +42,7 @@ def test_its_tiles_fit_the_rows_in_words_of_8_or_16_bytes(elem_bytes: int) -> No
     rng = random.Random()
     for _ in range(200):
         rows, vec = rng.randrange(TILE_SIZES[0], FEW_ROWS_MAX), rng.choice((1, 2, 4, 8))
-        c = few_rows_default(elem_bytes, rows, vec)
+        c = few_rows_default(elem_bytes, rows, 10 * rows, vec)
         if min(vec, 2, 16 // elem_bytes) * elem_bytes < 8:
             assert c is None, (rows, vec)
             continue
@@ -54,17 +54,22 @@ def test_its_tiles_fit_the_rows_in_words_of_8_or_16_bytes(elem_bytes: int) -> No
 
 @pytest.mark.parametrize("rows", [0, 1, TILE_SIZES[0] - 1, FEW_ROWS_MAX, 10 * FEW_ROWS_MAX])
 def test_none_where_no_tile_fits_or_rows_are_not_few(rows: int) -> None:
-    assert few_rows_default(8, rows, 2) is None
+    assert few_rows_default(8, rows, 10 * rows + 1, 2) is None
+
+
+def test_none_unless_fewer_rows_than_columns() -> None:
+    assert few_rows_default(8, 100, 100, 2) is None and few_rows_default(8, 100, 99, 2) is None
+    assert few_rows_default(8, 100, 101, 2) is not None
 
 
 def test_none_for_narrow_elements_and_words() -> None:
-    assert few_rows_default(1, 64, 16) is None and few_rows_default(2, 64, 8) is None
-    assert few_rows_default(4, 64, 1) is None  # 4-byte words: the wide byte-permute kernel's
+    assert few_rows_default(1, 64, 1000, 16) is None and few_rows_default(2, 64, 1000, 8) is None
+    assert few_rows_default(4, 64, 1000, 1) is None  # 4-byte words: the wide byte-permute kernel's
 
 
 def test_a_conjugate_rule_config_is_the_same_tiles_conjugated() -> None:
-    c = few_rows_default(8, 100, 2, conjugate=True)
-    assert c.conjugate and c.replace(conjugate=False) == few_rows_default(8, 100, 2)
+    c = few_rows_default(8, 100, 1000, 2, conjugate=True)
+    assert c.conjugate and c.replace(conjugate=False) == few_rows_default(8, 100, 1000, 2)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -83,7 +88,7 @@ def test_the_first_call_races_it_right_after_the_guess(elem_bytes: int) -> None:
     guess, *near = rng.sample(list(config_space(dtype)), 4)
     m, n = rng.randrange(16, FEW_ROWS_MAX), rng.randrange(100_000, 3_000_000)
     got = firstcall.candidates(guess, near, elem_bytes, m, n, 1, False, lambda c: True)
-    rule = few_rows_default(elem_bytes, m, 1)
+    rule = few_rows_default(elem_bytes, m, n, 1)
     assert got[0] == guess and (rule == guess or got[1] == rule)
     # few columns (the rule is for rows): the nearest classes' results follow the guess
     got = firstcall.candidates(guess, near, elem_bytes, n, m, 1, False, lambda c: True)
@@ -96,7 +101,7 @@ def test_a_class_nobody_tuned_gets_it_with_tiles_its_fewest_rows_fill(elem_bytes
     m, n = rng.randrange(17, FEW_ROWS_MAX), rng.randrange(100_000, 3_000_000)
     cls = shape_class(1, m, n, 2)
     choice = lookup.default_choice(elem_bytes, cls, NEWEST)
-    rule = few_rows_default(elem_bytes, cls.m // 2 + 1, 2)
+    rule = few_rows_default(elem_bytes, cls.m // 2 + 1, cls.n // 2 + 1, 2)
     assert rule is not None and choice.config == rule and choice.source == "default"
     assert choice.config.tile_m <= cls.m // 2 + 1  # every call of the class has full tiles
     # rows of single 8-byte elements: the staged default as before (rows need not fill tiles)
@@ -120,7 +125,7 @@ def test_rule_configs_match_the_reference_on_few_rows(elem_bytes: int) -> None:
         m = int(rng.integers(TILE_SIZES[0], FEW_ROWS_MAX))
         n = int(rng.integers(20_000, 200_000))
         vec = 2 if m % 2 == 0 and n % 2 == 0 else 1
-        cfgs = [c for c in (few_rows_default(elem_bytes, m, v) for v in (1, vec)) if c]
+        cfgs = [c for c in (few_rows_default(elem_bytes, m, n, v) for v in (1, vec)) if c]
         assert not precompile(state, cfgs)
         for shape in ((1, m, n), (1, m, n + 1), (3, m, n // 8 * 2)):
             usable = [c for c in cfgs if c.vec == 1 or (shape[1] % 2 == 0 and shape[2] % 2 == 0)]

@@ -408,7 +408,7 @@ def test_few_long_rows_get_their_own_result_else_tiles_that_fit_not_the_nearest(
     tall = KernelConfig(elem_bytes, 128, 64, 2, 8)
     _record(store, H100, near, tall, 3000.0, elem_bytes=elem_bytes)
     got = lookup.choose(H100, elem_bytes, own, store=store)
-    rule = few_rows_default(elem_bytes, rows // 2 + 1, 2)
+    rule = few_rows_default(elem_bytes, rows // 2 + 1, 1048576 // 2 + 1, 2)
     assert rule is not None and got.config == rule and got.source == "default"
     assert got.config.tile_m <= rows // 2 + 1
     mine = KernelConfig(elem_bytes, 16, 64, 2, 4)

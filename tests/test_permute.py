@@ -452,41 +452,109 @@ def test_an_outer_launch_finds_every_matrix_once(tile_launch, e, vec, rng):
 def row_copy(monkeypatch):
     monkeypatch.setattr(launch, "get_row_kernel", lambda state, e: Kernel(f"at_copy_rows_s{e}", 1, 1))
 
-    class _State:
-        pass
-
-    return lambda *args: launch.make_row_copy(_State(), *args)
+    monkeypatch.setattr(launch, "get_realign_row_kernel", lambda state, e: Kernel(f"at_copy_rows_r{e}", 1, 1))
+    state = SimpleNamespace(info=SimpleNamespace(multiprocessors=132))
+    return lambda *args: launch.make_row_copy(state, *args)
 
 
 def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
     """How many times each (z, b, i, j) is copied by the launch's threads (the kernel's index
     arithmetic, thread by thread; z is blockIdx.z, the outer dim)."""
-    m_, n_, *_, lanes_log2, b_, chunk, _outer2 = lc.scalars
-    assert (m_, n_, b_) == (m, n, batch)
+    m_, n_, *_, lanes, b_, chunk, _outer2, per_block, _ = lc.scalars
+    assert (m_, n_, b_) == (m, n, batch) and per_block == lc.block[0] // lanes
     hits = np.zeros((lc.grid[2], batch, m, n), np.int64)
-    lanes = 1 << lanes_log2
-    per_block = lc.block[0] >> lanes_log2
     assert lc.grid[1] * chunk >= n and (lc.grid[1] - 1) * chunk < n
     for block, y, z in itertools.product(*(range(g) for g in lc.grid)):
         for t in range(lc.block[0]):
-            first = block * per_block * ROWS_UNROLL + (t >> lanes_log2)
+            slot, lane = divmod(t, lanes)
+            if slot >= per_block:
+                continue
+            first = block * per_block * ROWS_UNROLL + slot
             for u in range(ROWS_UNROLL):
                 r = first + u * per_block
                 if r >= batch * m:
                     continue
                 b, i = divmod(r, m)
-                for j in range(y * chunk + (t & (lanes - 1)), min(n, (y + 1) * chunk), lanes):
+                for j in range(y * chunk + lane, min(n, (y + 1) * chunk), lanes):
                     hits[z, b, i, j] += 1
     return hits
 
 
 @pytest.mark.parametrize(
-    ("batch", "m", "n"), [(1, 1, 1), (1, 7, 3), (3, 5, 16), (2, 9, 300), (1, 70, 33), (4, 1, 1), (2, 3, 9000)]
-)
+    ("batch", "m", "n"),
+    [(1, 1, 1), (1, 7, 3), (3, 5, 16), (2, 9, 300), (1, 70, 33), (4, 1, 1), (2, 3, 9000), (5, 13, 19),
+     (3, 4, 129), (1, 2, 200), (2, 1, 70001)],
+)  # fmt: skip
 def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
-    lc = row_copy(4, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))
+    lc = row_copy(16, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))  # 16-byte words: the word kernel
     assert lc.config is None and lc.block == (ROWS_THREADS, 1, 1) and lc.grid[2] == 1
     assert np.all(_emulate(lc, batch, m, n) == 1)
+
+
+def _emulate_realign(lc, e: int, batch: int, m: int, in_at: int, out_at: int) -> dict[int, int]:
+    """The realigning row kernel (at_copy_rows_r*) thread by thread, in bytes: {output byte
+    address: input byte address} for every byte it writes, asserting none is written twice.
+    `in_at`, `out_at` are the two pointers (only their alignment matters to the kernel)."""
+    m_, n, ld_in, ld_out, bs_in, bs_out, *_, lanes, b_, chunk, _outer2, per_block, _ = lc.scalars
+    assert (m_, b_) == (m, batch) and lc.grid[2] == 1
+    L, wrote = n * e, {}
+
+    def put(o: int, i: int, count: int) -> None:
+        for j in range(count):
+            assert o + j not in wrote, "a byte written twice"
+            wrote[o + j] = i + j
+
+    for block, y in itertools.product(range(lc.grid[0]), range(lc.grid[1])):
+        for t in range(lc.block[0]):
+            slot, lane = divmod(t, lanes)
+            if slot >= per_block:
+                continue
+            rows = []
+            for u in range(ROWS_UNROLL):
+                r = block * per_block * ROWS_UNROLL + slot + u * per_block
+                if r >= batch * m:
+                    continue
+                b, i = divmod(r, m)
+                src, o = in_at + e * (b * bs_in + i * ld_in), out_at + e * (b * bs_out + i * ld_out)
+                head = min((16 - o % 16) % 16, L)
+                si = src + head
+                nv = (L - head) // 16
+                if y == 0:
+                    hw, tw = head // e, (L - head) % 16 // e
+                    for w in range(lane, hw + tw, lanes):
+                        at = w * e if w < hw else head + 16 * nv + (w - hw) * e
+                        put(o + at, src + at, e)
+                rows.append((si - si % 16, si % 16, o + head, nv))
+            for k in range(y * chunk + lane, min(max((r[3] for r in rows), default=0), (y + 1) * chunk), lanes):
+                for base, d, dst, nv in rows:
+                    if k < nv:
+                        assert (dst + 16 * k) % 16 == 0 and (base + 16 * k) % 16 == 0
+                        put(dst + 16 * k, base + 16 * k + d, 16)
+    return wrote
+
+
+@pytest.mark.parametrize("e", [1, 2, 4, 8])
+def test_realigned_row_copy_writes_every_byte_once_from_its_source(row_copy, rng, e):
+    """Rows of words under 16 bytes, at least ROWS_REALIGN_MIN_BYTES long, move in aligned
+    16-byte stores whatever offset each row starts at: every output byte once, from its own
+    input byte (the kernel's walk, emulated)."""
+    for _ in range(4):
+        batch, m = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        n = int(rng.integers(launch.ROWS_REALIGN_MIN_BYTES // e, 3 * launch.ROWS_REALIGN_MIN_BYTES // e))
+        ld_in, ld_out = n + int(rng.integers(0, 9)), n + int(rng.integers(0, 9))
+        bs_in, bs_out = m * ld_in + int(rng.integers(0, 5)), m * ld_out + int(rng.integers(0, 5))
+        in_at, out_at = 4096 + e * int(rng.integers(0, 16)), 1 << 20 | e * int(rng.integers(0, 16))
+        lc = row_copy(e, batch, m, n, ld_in, ld_out, bs_in, bs_out)
+        assert lc.kernel.name == f"at_copy_rows_r{e}"
+        wrote = _emulate_realign(lc, e, batch, m, in_at, out_at)
+        want = {out_at + e * (b * bs_out + i * ld_out) + j: in_at + e * (b * bs_in + i * ld_in) + j
+                for b in range(batch) for i in range(m) for j in range(n * e)}  # fmt: skip
+        assert wrote == want
+
+
+@pytest.mark.parametrize(("e", "n"), [(16, 4096), (8, 63), (1, 511), (2, 100)])
+def test_short_rows_and_16_byte_words_keep_the_word_kernel(row_copy, e, n):
+    assert row_copy(e, 2, 3, n, n, n, 3 * n, 3 * n).kernel.name == f"at_copy_rows_s{e}"
 
 
 @pytest.mark.parametrize("outer", [2, 3])
@@ -495,8 +563,33 @@ def test_row_copy_walks_the_outer_dim_in_one_launch(row_copy, outer):
     lc = row_copy(4, batch, m, n, n, n, m * n, m * n, outer, batch * m * n + 7, batch * m * n + 9,
                   3, 5, 6)  # fmt: skip
     assert lc.grid[2] == outer * 3 and lc.scalars[6:10] == (batch * m * n + 7, batch * m * n + 9, 5, 6)
-    assert lc.scalars[-1] == 3
+    assert lc.scalars[13] == 3
     assert np.all(_emulate(lc, batch, m, n) == 1)
+
+
+@pytest.mark.parametrize("n", [*range(1, 300), 1000, 4095, 70001])
+def test_row_lanes_keep_the_block_busy(n):
+    """Short rows take any lane count (not only powers of two): at least as many of the
+    block's threads busy as the power-of-two cover of the row, whole rows per block."""
+    lanes = launch.row_lanes(n)
+    passes = -(-n // lanes)
+    pow2 = min(ROWS_THREADS, 1 << (n - 1).bit_length())
+    busy = (ROWS_THREADS // lanes) * n / passes
+    assert 1 <= lanes <= min(n, ROWS_THREADS) and (lanes >= 32 or passes == 1)
+    assert busy >= (ROWS_THREADS // pow2) * n / -(-n // pow2) - 1e-9
+
+
+@pytest.mark.parametrize(("rows", "n"), [(96, 131871), (768, 16052), (21600, 5695), (10**6, 16), (3, 10**8)])
+def test_row_geometry_fills_the_gpu(rows, n):
+    """Long rows are cut until the launch has several waves of blocks (or chunks are at
+    their shortest), and never into more chunks than blockIdx.y takes."""
+    sms = 132
+    g = launch.row_geometry(rows, n, sms)
+    assert g.chunk % g.lanes == 0 and (g.chunks - 1) * g.chunk < n <= g.chunks * g.chunk
+    assert g.chunks <= 65535 and g.blocks * g.per_block * ROWS_UNROLL >= rows
+    waves = launch.ROWS_WAVES * sms * launch.ROWS_BLOCKS_PER_SM
+    # (chunks are whole passes of the lanes: the count may fall short of the waves by a pass)
+    assert g.blocks * g.chunks * (g.chunk + g.lanes) >= waves * g.chunk or g.chunk <= g.lanes * launch.ROWS_MIN_STEPS
 
 
 @pytest.mark.parametrize("args", [(2**32, 2, 1, 1, 1, 2, 2), (2, 2, 1, 1, 1, 2, 2, 2**16, 4, 4)])
@@ -517,8 +610,9 @@ def test_row_copy_compiles_without_spills(tmp_path: Path, arch):
     assert run.returncode == 0, run.stderr
     for s in SIZES:
         assert f"at_copy_rows_s{s}" in run.stderr
+        assert (f"at_copy_rows_r{s}" in run.stderr) == (s < 16)  # realigning: words under 16 bytes
     spills = [line for line in run.stderr.splitlines() if "spill" in line]
-    assert len(spills) == len(SIZES)
+    assert len(spills) == 2 * len(SIZES) - 1
     assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), spills
 
 

@@ -102,6 +102,35 @@ def test_random_views_into_poisoned_outputs_with_a_guard(rng, e):
             assert bool((raw[whole.nbytes :] == POISON).all())
 
 
+@pytest.mark.parametrize("e", [1, 2, 4, 8])
+def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e):
+    """Row copies of words under 16 bytes and rows long enough for 16-byte stores at any
+    offset (launch.ROWS_REALIGN_MIN_BYTES): inputs and outputs at random element offsets,
+    odd row lengths and pitches, so each row starts at its own alignment; the poison around
+    the output window survives."""
+    from autotranspose import launch
+
+    cupy = pytest.importorskip("cupy")
+    dtype = DTYPES[e]
+    for _ in range(6):
+        b, m = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+        n = int(rng.integers(launch.ROWS_REALIGN_MIN_BYTES // e, 8 * launch.ROWS_REALIGN_MIN_BYTES // e)) | 1
+        pad = int(rng.integers(0, 5))
+        big = cupy.asarray(random_array(rng, (b, m, n + pad + 8), dtype))
+        start = int(rng.integers(0, 8))
+        x = big[:, :, start : start + n]
+        plan = plan_permute(x.shape, (1, 0, 2), e, tuple(st // e for st in x.strides), None,
+                            in_ptr=x.data.ptr)  # fmt: skip
+        assert plan.passes[0].kind == "copy" and plan.passes[0].elem_bytes * plan.passes[0].n >= 512
+        want = np.transpose(cupy.asnumpy(x), (1, 0, 2))
+        lead = int(rng.integers(1, 16))
+        raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)
+        out = raw[lead * e : lead * e + want.nbytes].view(dtype).reshape(want.shape)
+        assert at.permute(x, (1, 0, 2), out) is out
+        assert same_bits(cupy.asnumpy(out), want), (x.shape, x.strides, start, lead)
+        assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+
+
 @pytest.mark.parametrize(
     ("shape", "axes"),
     [((3, 5, 7), (2, 0, 1)), ((1, 1, 1), (2, 1, 0)), ((2, 3, 5, 7), (3, 1, 0, 2)),

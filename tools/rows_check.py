@@ -1,0 +1,136 @@
+"""Time permute's row copies (device only): for each case of `bench --random-permute` mixes
+whose plan is a strided row copy (plus --shapes cases), the copy pass with the grid of
+`launch.row_geometry` and 16-byte stores at any offset for long rows of narrower words
+("rows"), the same grid in the plan's words ("rows_words"), the grid before session 16
+(power-of-two lanes, chunks of 16 passes, the plan's words: "rows_old"), and what permute()
+serves after its first call ("served"), each checked against np.transpose first, each as %
+of a copy of the same bytes.
+
+    python3 tools/rows_check.py --seeds 7 11 23 --count 40 [--shapes float64:10x144x15x5695/0,2,1,3]
+
+What it is for: the row-copy changes of docs/perf-notes.md (session 16), old and new in one
+process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+
+def old_geometry(rows: int, n: int, multiprocessors: int):
+    """The grid before session 16: power-of-two lanes, chunks of 16 passes of the lanes."""
+    from autotranspose import launch
+
+    lanes = min(launch.ROWS_THREADS, 1 << max(0, (n - 1).bit_length()))
+    per_block = launch.ROWS_THREADS // lanes
+    blocks = max(1, -(-rows // (per_block * launch.ROWS_UNROLL)))
+    chunk = max(lanes * 16, -(-n // 65535))
+    chunk = -(-chunk // lanes) * lanes
+    return launch.RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)), blocks)
+
+
+def _cases(args) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
+    from autotranspose.bench import random_permute_cases
+    from autotranspose.dtypes import element_type
+    from autotranspose.plan import COPY, plan_permute
+
+    out = []
+    for text in args.shapes:
+        dtype, rest = text.split(":")
+        shape, axes = rest.split("/")
+        out.append((tuple(map(int, shape.split("x"))), tuple(map(int, axes.split(","))), dtype))
+    for seed in args.seeds:
+        for shape, axes, dtype in random_permute_cases(args.count, seed):
+            p = plan_permute(shape, axes, element_type(dtype).size).passes[0]
+            if p.kind == COPY and not p.contiguous:
+                out.append((shape, axes, dtype))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="*", default=[7])
+    ap.add_argument("--count", type=int, default=40)
+    ap.add_argument("--shapes", nargs="*", default=[], help="DTYPE:AxBxC/I,J,K cases to add")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json")
+    ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
+    args = ap.parse_args()
+
+    from autotranspose import launch
+    from autotranspose.bench import _PermuteCheck
+    from autotranspose.compiler import activate
+    from autotranspose.dtypes import element_type
+    from autotranspose.measure import Bench
+    from autotranspose.permuter import build, served
+    from autotranspose.plan import contiguous_strides, plan_permute
+
+    state = activate(0)
+    rows, started = [], time.monotonic()
+    new_geometry = launch.row_geometry
+    for shape, axes, dtype in _cases(args):
+        if time.monotonic() - started > args.budget:
+            break
+        e = element_type(dtype).size
+        bench = Bench(state, e, (1, 1, math.prod(shape)))
+        try:
+            src0, dst0 = bench.pointers(0)
+            plan = plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0)
+            p = plan.passes[0]
+            runs = {"rows": build(plan, state, src0, dst0, 0, state.ctx)}
+            realign = launch.ROWS_REALIGN_MIN_BYTES
+            launch.ROWS_REALIGN_MIN_BYTES = 1 << 62
+            try:
+                runs["rows_words"] = build(plan, state, src0, dst0, 0, state.ctx)
+                launch.row_geometry = old_geometry
+                runs["rows_old"] = build(plan, state, src0, dst0, 0, state.ctx)
+            finally:
+                launch.row_geometry = new_geometry
+                launch.ROWS_REALIGN_MIN_BYTES = realign
+            served_plan, runs["served"], _ = served(plan, state, src0, dst0, 0, state.ctx)
+            copy_s = bench.copy_time(repeats=args.repeats)
+            check = _PermuteCheck(bench, shape, axes, dtype)
+            g = new_geometry(p.batch * p.m, p.n, state.info.multiprocessors)
+            row = {"shape": list(shape), "axes": list(axes), "dtype": dtype, "plan_text": p.describe(),
+                   "word": p.elem_bytes, "row_bytes": p.n * p.elem_bytes, "lanes": g.lanes,
+                   "chunks": g.chunks, "blocks": g.blocks,
+                   "served_kind": served_plan.passes[0].kind}  # fmt: skip
+            for name, steps in runs.items():
+
+                def run(src, dst, _s, steps=steps):
+                    for s in steps:
+                        s.run(src, dst, 0, state.ctx)
+
+                bad = check(run, Bench.ALL_BITS)
+                row[name] = None if bad else round(100 * copy_s / bench.time(run, repeats=args.repeats), 1)
+                if bad:
+                    row[name + "_error"] = bad
+            rows.append(row)
+            print(f"{dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} word {p.elem_bytes:>2} "
+                  f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} | rows_old "
+                  f"{row['rows_old']!s:>6} rows_words {row['rows_words']!s:>6} rows {row['rows']!s:>6} "
+                  f"served {row['served']!s:>6} "
+                  f"({row['served_kind']})", flush=True)
+        except Exception as exc:  # one case's failure is a line, not the end of the run
+            print(f"{dtype} {shape} {axes}: {type(exc).__name__}: {exc}", flush=True)
+        finally:
+            bench.close()
+    for key in ("rows_old", "rows_words", "rows", "served"):
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        if vals:
+            print(f"{key}: n={len(vals)} median {np.median(vals):.1f} p10 {np.percentile(vals, 10):.1f} "
+                  f"min {min(vals):.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

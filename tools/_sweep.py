@@ -68,3 +68,40 @@ def config_by_key(key: str, dtype: Any) -> Any:
         if c.key == key:
             return c
     raise SystemExit(f"no config {key} for {dtype}")
+
+
+def time_steps(state: Any, bench: Any, check: Any, copy_s: float, runs: dict[str, Any], row: dict[str, Any],
+               repeats: int) -> None:  # fmt: skip
+    """Each runner of `runs` (name: permute steps) checked against NumPy, then timed into
+    `row[name]` as % of copy (None and `row[name + '_error']` when it moved wrong bytes)."""
+    for name, steps in runs.items():
+
+        def run(src: int, dst: int, _s: Any, steps: Any = steps) -> None:
+            for s in steps:
+                s.run(src, dst, 0, state.ctx)
+
+        bad = check(run, Bench.ALL_BITS)
+        row[name] = None if bad else round(100 * copy_s / bench.time(run, repeats=repeats), 1)
+        if bad:
+            row[name + "_error"] = bad
+
+
+def print_summaries(rows: list[dict[str, Any]], keys: Any, path: str | None) -> None:
+    """Median, 10th percentile and minimum of each key over the rows ("best": each row's best
+    of its timed runners); then the rows as JSON at `path`, if given."""
+    import json
+
+    import numpy as np
+
+    for key in keys:
+        if key == "best":  # the best pass measured for each case: what a perfect choice gets
+            best = (max((r[k] for k in r["timed"] if r.get(k) is not None), default=None) for r in rows)
+            vals = [b for b in best if b is not None]
+        else:
+            vals = [r[key] for r in rows if r.get(key) is not None]
+        if vals:
+            print(f"{key}: n={len(vals)} median {np.median(vals):.1f} p10 {np.percentile(vals, 10):.1f} "
+                  f"min {min(vals):.1f}")
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
-
-import numpy as np
 
 
 def main() -> int:
@@ -31,6 +28,8 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
     args = ap.parse_args()
+
+    from _sweep import print_summaries, time_steps
 
     from autotranspose.bench import _PermuteCheck, random_permute_cases
     from autotranspose.compiler import activate
@@ -71,16 +70,7 @@ def main() -> int:
                 runs["served"] = served_steps
                 row["served_kind"] = served_plan.passes[0].kind
                 row["served_box"] = list(served_plan.passes[0].box)
-                for name, steps in runs.items():
-
-                    def run(src, dst, _s, steps=steps):
-                        for s in steps:
-                            s.run(src, dst, 0, state.ctx)
-
-                    bad = check(run, Bench.ALL_BITS)
-                    row[name] = None if bad else round(100 * copy_s / bench.time(run, repeats=args.repeats), 1)
-                    if bad:
-                        row[name + "_error"] = bad
+                time_steps(state, bench, check, copy_s, runs, row, args.repeats)
                 row["timed"] = list(runs)
                 rows.append(row)
                 others = " ".join(f"{k} {row[k]}" for k in runs if k not in ("plan", "served"))
@@ -91,18 +81,7 @@ def main() -> int:
                 print(f"{seed} {dtype} {shape} {axes}: {type(exc).__name__}: {exc}", flush=True)
             finally:
                 bench.close()
-    for key in ("plan", "served", "best"):
-        if key == "best":  # the best pass measured for each case: what a perfect choice gets
-            best = (max((r[k] for k in r["timed"] if r.get(k) is not None), default=None) for r in rows)
-            vals = [b for b in best if b is not None]
-        else:
-            vals = [r[key] for r in rows if r.get(key) is not None]
-        if vals:
-            print(f"{key}: n={len(vals)} median {np.median(vals):.1f} p10 {np.percentile(vals, 10):.1f} "
-                  f"min {min(vals):.1f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    print_summaries(rows, ("plan", "served", "best"), args.json)
     return 0
 
 

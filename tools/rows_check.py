@@ -15,12 +15,9 @@ process.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
-
-import numpy as np
 
 
 def old_geometry(rows: int, n: int, multiprocessors: int):
@@ -63,6 +60,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
     args = ap.parse_args()
 
+    from _sweep import print_summaries, time_steps
+
     from autotranspose import launch
     from autotranspose.bench import _PermuteCheck
     from autotranspose.compiler import activate
@@ -101,16 +100,7 @@ def main() -> int:
                    "word": p.elem_bytes, "row_bytes": p.n * p.elem_bytes, "lanes": g.lanes,
                    "chunks": g.chunks, "blocks": g.blocks,
                    "served_kind": served_plan.passes[0].kind}  # fmt: skip
-            for name, steps in runs.items():
-
-                def run(src, dst, _s, steps=steps):
-                    for s in steps:
-                        s.run(src, dst, 0, state.ctx)
-
-                bad = check(run, Bench.ALL_BITS)
-                row[name] = None if bad else round(100 * copy_s / bench.time(run, repeats=args.repeats), 1)
-                if bad:
-                    row[name + "_error"] = bad
+            time_steps(state, bench, check, copy_s, runs, row, args.repeats)
             rows.append(row)
             print(f"{dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} word {p.elem_bytes:>2} "
                   f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} | rows_old "
@@ -121,14 +111,7 @@ def main() -> int:
             print(f"{dtype} {shape} {axes}: {type(exc).__name__}: {exc}", flush=True)
         finally:
             bench.close()
-    for key in ("rows_old", "rows_words", "rows", "served"):
-        vals = [r[key] for r in rows if r.get(key) is not None]
-        if vals:
-            print(f"{key}: n={len(vals)} median {np.median(vals):.1f} p10 {np.percentile(vals, 10):.1f} "
-                  f"min {min(vals):.1f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    print_summaries(rows, ("rows_old", "rows_words", "rows", "served"), args.json)
     return 0
 
 

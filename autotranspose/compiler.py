@@ -245,12 +245,6 @@ def get_row_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
     return _untuned_kernel(state, "at_copy_rows_s", elem_bytes, render_rows)
 
 
-def get_realign_row_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
-    """permute()'s row copy in 16-byte stores at any row offset, for rows of `elem_bytes`-byte
-    words (1, 2, 4 or 8; all four compiled and loaded together, on first use)."""
-    return _untuned_kernel(state, "at_copy_rows_r", elem_bytes, render_rows, (1, 2, 4, 8))
-
-
 def get_gather_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
     """permute()'s one-launch gather of `elem_bytes`-byte elements on `state`'s architecture
     (all five sizes compiled and loaded together, on first use)."""
@@ -267,9 +261,8 @@ def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
 
 
 def _untuned_kernel(
-    state: DeviceState, prefix: str, elem_bytes: int, render: Callable[[], str],
-    sizes: tuple[int, ...] = (1, 2, 4, 8, 16),
-) -> Kernel:  # fmt: skip
+    state: DeviceState, prefix: str, elem_bytes: int, render: Callable[[], str]
+) -> Kernel:
     """Kernel `<prefix><elem_bytes>` of a source that holds one per element size, compiled
     once per architecture (pycuda's disk cache: once per machine) and kept."""
     name = f"{prefix}{elem_bytes}"
@@ -278,7 +271,7 @@ def _untuned_kernel(
         return kernel
     with _kernels_lock:
         if (state.arch, name) not in _kernels:
-            names = [f"{prefix}{s}" for s in sizes]
+            names = [f"{prefix}{s}" for s in (1, 2, 4, 8, 16)]
             for n, k in load_source(state.arch, render(), names).items():
                 _kernels[(state.arch, n)] = k
     return _kernels[(state.arch, name)]

@@ -31,7 +31,6 @@ from .compiler import (
     get_gather_kernel,
     get_kernel,
     get_packed_kernel,
-    get_realign_row_kernel,
     get_row_kernel,
 )
 from .config import KernelConfig
@@ -47,13 +46,9 @@ _MAX_GRID_Y = 65535
 # A row copy's grid (`row_geometry`): long rows are cut into chunks over blockIdx.y until the
 # launch has ROWS_WAVES waves of the GPU's resident blocks (ROWS_BLOCKS_PER_SM each), each
 # chunk at least ROWS_MIN_STEPS words a thread: 96 rows of 2.1 MB in chunks of 16 steps were
-# 792 blocks, under one wave of an H200's 1056, at 83.7% of copy (bool 48x2x2109936 by
-# (1, 0, 2), session 15). A row shorter than the block takes `lanes` threads, the lane count
-# of at most ROWS_MAX_PASSES passes that leaves the fewest of the block's threads idle.
-ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS, ROWS_MAX_PASSES = 4, 2048 // ROWS_THREADS, 2, 4
-# Rows of words narrower than 16 bytes and at least this long move in 16-byte stores at any
-# offset (templates/rows.cu.j2: at_copy_rows_r*); shorter rows keep their words.
-ROWS_REALIGN_MIN_BYTES = 512
+# 792 blocks, under one wave of an H200's 1056, at 84.3% of copy, 90.7% in 172 chunks (bool
+# 48x2x2109936 by (1, 0, 2), session 16). A row shorter than the block takes `row_lanes`.
+ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS = 4, 2048 // ROWS_THREADS, 2
 
 
 @dataclass(frozen=True)
@@ -70,17 +65,17 @@ class RowGeometry:
 
 
 def row_lanes(n: int) -> int:
-    """Threads per row of `n` words: the whole block for rows as long as it; else the lane
-    count (whole rows in up to ROWS_MAX_PASSES passes, at least a warp unless the row is
-    shorter) that keeps the most of the block's threads busy, fewest passes on a tie."""
+    """Threads per row of `n` words: the whole block for rows as long as it; a row shorter
+    than a warp, its words (a warp then spans rows); else the whole warps (each instruction
+    of a warp on one row's consecutive words) that keep the most of the block's threads busy
+    over the passes a row takes, fewest passes on a tie."""
     if n >= ROWS_THREADS:
         return ROWS_THREADS
-    best, lanes = 0.0, n
-    for passes in range(1, ROWS_MAX_PASSES + 1):
-        k = -(-n // passes)
-        if passes > 1 and k < 32:
-            break
-        busy = (ROWS_THREADS // k) * n / (ROWS_THREADS * passes)
+    if n <= 32:
+        return n
+    best, lanes = 0.0, ROWS_THREADS
+    for k in range(ROWS_THREADS, 31, -32):
+        busy = (ROWS_THREADS // k) * n / (ROWS_THREADS * -(-n // k))
         if busy > best + 1e-9:
             best, lanes = busy, k
     return lanes
@@ -93,6 +88,8 @@ def row_geometry(rows: int, n: int, multiprocessors: int) -> RowGeometry:
     per_block = ROWS_THREADS // lanes
     blocks = max(1, -(-rows // (per_block * ROWS_UNROLL)))
     want = -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // blocks)
+    if n <= ROWS_THREADS:  # rows shorter than a block are not cut
+        want = 1
     chunk = max(lanes * ROWS_MIN_STEPS, -(-n // want), -(-n // _MAX_GRID_Y))
     chunk = -(-chunk // lanes) * lanes
     return RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)), blocks)
@@ -234,9 +231,7 @@ def make_row_copy(
             f"a row copy of {batch} batches of {m} rows is more than one launch takes (2**32 "
             "batches); split the array"
         )
-    realign = elem_bytes < 16 and ROWS_REALIGN_MIN_BYTES <= n * elem_bytes < 2**36  # 2**32 vectors
-    units = n * elem_bytes // 16 if realign else n  # what a lane moves: a 16-byte vector, or a word
-    g = row_geometry(batch * m, units, state.info.multiprocessors)
+    g = row_geometry(batch * m, n, state.info.multiprocessors)
     if g.blocks > _MAX_GRID_X or min(outer, outer2) < 1 or outer * outer2 > _MAX_GRID_Y:
         raise ShapeError(
             f"a row copy of {outer} x {outer2} x {batch} x {m} rows of {n} words needs {g.blocks} "
@@ -245,7 +240,7 @@ def make_row_copy(
         )
     scalars = (m, n, ld_in, ld_out, bs_in, bs_out, os_in, os_out, os2_in, os2_out,
                g.lanes, batch, g.chunk, outer2, g.per_block, 0)  # fmt: skip
-    kernel = (get_realign_row_kernel if realign else get_row_kernel)(state, elem_bytes)
+    kernel = get_row_kernel(state, elem_bytes)
     return Launch(None, kernel, (g.blocks, g.chunks, outer * outer2), (ROWS_THREADS, 1, 1), scalars,
                   state, ROWS_ARG_FORMAT)  # fmt: skip
 

@@ -452,7 +452,6 @@ def test_an_outer_launch_finds_every_matrix_once(tile_launch, e, vec, rng):
 def row_copy(monkeypatch):
     monkeypatch.setattr(launch, "get_row_kernel", lambda state, e: Kernel(f"at_copy_rows_s{e}", 1, 1))
 
-    monkeypatch.setattr(launch, "get_realign_row_kernel", lambda state, e: Kernel(f"at_copy_rows_r{e}", 1, 1))
     state = SimpleNamespace(info=SimpleNamespace(multiprocessors=132))
     return lambda *args: launch.make_row_copy(state, *args)
 
@@ -486,75 +485,9 @@ def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
      (3, 4, 129), (1, 2, 200), (2, 1, 70001)],
 )  # fmt: skip
 def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
-    lc = row_copy(16, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))  # 16-byte words: the word kernel
+    lc = row_copy(4, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))
     assert lc.config is None and lc.block == (ROWS_THREADS, 1, 1) and lc.grid[2] == 1
     assert np.all(_emulate(lc, batch, m, n) == 1)
-
-
-def _emulate_realign(lc, e: int, batch: int, m: int, in_at: int, out_at: int) -> dict[int, int]:
-    """The realigning row kernel (at_copy_rows_r*) thread by thread, in bytes: {output byte
-    address: input byte address} for every byte it writes, asserting none is written twice.
-    `in_at`, `out_at` are the two pointers (only their alignment matters to the kernel)."""
-    m_, n, ld_in, ld_out, bs_in, bs_out, *_, lanes, b_, chunk, _outer2, per_block, _ = lc.scalars
-    assert (m_, b_) == (m, batch) and lc.grid[2] == 1
-    L, wrote = n * e, {}
-
-    def put(o: int, i: int, count: int) -> None:
-        for j in range(count):
-            assert o + j not in wrote, "a byte written twice"
-            wrote[o + j] = i + j
-
-    for block, y in itertools.product(range(lc.grid[0]), range(lc.grid[1])):
-        for t in range(lc.block[0]):
-            slot, lane = divmod(t, lanes)
-            if slot >= per_block:
-                continue
-            rows = []
-            for u in range(ROWS_UNROLL):
-                r = block * per_block * ROWS_UNROLL + slot + u * per_block
-                if r >= batch * m:
-                    continue
-                b, i = divmod(r, m)
-                src, o = in_at + e * (b * bs_in + i * ld_in), out_at + e * (b * bs_out + i * ld_out)
-                head = min((16 - o % 16) % 16, L)
-                si = src + head
-                nv = (L - head) // 16
-                if y == 0:
-                    hw, tw = head // e, (L - head) % 16 // e
-                    for w in range(lane, hw + tw, lanes):
-                        at = w * e if w < hw else head + 16 * nv + (w - hw) * e
-                        put(o + at, src + at, e)
-                rows.append((si - si % 16, si % 16, o + head, nv))
-            for k in range(y * chunk + lane, min(max((r[3] for r in rows), default=0), (y + 1) * chunk), lanes):
-                for base, d, dst, nv in rows:
-                    if k < nv:
-                        assert (dst + 16 * k) % 16 == 0 and (base + 16 * k) % 16 == 0
-                        put(dst + 16 * k, base + 16 * k + d, 16)
-    return wrote
-
-
-@pytest.mark.parametrize("e", [1, 2, 4, 8])
-def test_realigned_row_copy_writes_every_byte_once_from_its_source(row_copy, rng, e):
-    """Rows of words under 16 bytes, at least ROWS_REALIGN_MIN_BYTES long, move in aligned
-    16-byte stores whatever offset each row starts at: every output byte once, from its own
-    input byte (the kernel's walk, emulated)."""
-    for _ in range(4):
-        batch, m = int(rng.integers(1, 4)), int(rng.integers(1, 6))
-        n = int(rng.integers(launch.ROWS_REALIGN_MIN_BYTES // e, 3 * launch.ROWS_REALIGN_MIN_BYTES // e))
-        ld_in, ld_out = n + int(rng.integers(0, 9)), n + int(rng.integers(0, 9))
-        bs_in, bs_out = m * ld_in + int(rng.integers(0, 5)), m * ld_out + int(rng.integers(0, 5))
-        in_at, out_at = 4096 + e * int(rng.integers(0, 16)), 1 << 20 | e * int(rng.integers(0, 16))
-        lc = row_copy(e, batch, m, n, ld_in, ld_out, bs_in, bs_out)
-        assert lc.kernel.name == f"at_copy_rows_r{e}"
-        wrote = _emulate_realign(lc, e, batch, m, in_at, out_at)
-        want = {out_at + e * (b * bs_out + i * ld_out) + j: in_at + e * (b * bs_in + i * ld_in) + j
-                for b in range(batch) for i in range(m) for j in range(n * e)}  # fmt: skip
-        assert wrote == want
-
-
-@pytest.mark.parametrize(("e", "n"), [(16, 4096), (8, 63), (1, 511), (2, 100)])
-def test_short_rows_and_16_byte_words_keep_the_word_kernel(row_copy, e, n):
-    assert row_copy(e, 2, 3, n, n, n, 3 * n, 3 * n).kernel.name == f"at_copy_rows_s{e}"
 
 
 @pytest.mark.parametrize("outer", [2, 3])
@@ -569,13 +502,13 @@ def test_row_copy_walks_the_outer_dim_in_one_launch(row_copy, outer):
 
 @pytest.mark.parametrize("n", [*range(1, 300), 1000, 4095, 70001])
 def test_row_lanes_keep_the_block_busy(n):
-    """Short rows take any lane count (not only powers of two): at least as many of the
-    block's threads busy as the power-of-two cover of the row, whole rows per block."""
+    """Rows under a warp take their own word count of lanes, longer ones whole warps: at least
+    as many of the block's threads busy as the power-of-two cover of the row."""
     lanes = launch.row_lanes(n)
     passes = -(-n // lanes)
     pow2 = min(ROWS_THREADS, 1 << (n - 1).bit_length())
     busy = (ROWS_THREADS // lanes) * n / passes
-    assert 1 <= lanes <= min(n, ROWS_THREADS) and (lanes >= 32 or passes == 1)
+    assert 1 <= lanes <= ROWS_THREADS and (lanes == n if n <= 32 else lanes % 32 == 0)
     assert busy >= (ROWS_THREADS // pow2) * n / -(-n // pow2) - 1e-9
 
 
@@ -610,9 +543,8 @@ def test_row_copy_compiles_without_spills(tmp_path: Path, arch):
     assert run.returncode == 0, run.stderr
     for s in SIZES:
         assert f"at_copy_rows_s{s}" in run.stderr
-        assert (f"at_copy_rows_r{s}" in run.stderr) == (s < 16)  # realigning: words under 16 bytes
     spills = [line for line in run.stderr.splitlines() if "spill" in line]
-    assert len(spills) == 2 * len(SIZES) - 1
+    assert len(spills) == len(SIZES)
     assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), spills
 
 

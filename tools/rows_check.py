@@ -1,10 +1,9 @@
 """Time permute's row copies (device only): for each case of `bench --random-permute` mixes
 whose plan is a strided row copy (plus --shapes cases), the copy pass with the grid of
-`launch.row_geometry` and 16-byte stores at any offset for long rows of narrower words
-("rows"), the same grid in the plan's words ("rows_words"), the grid before session 16
-(power-of-two lanes, chunks of 16 passes, the plan's words: "rows_old"), and what permute()
-serves after its first call ("served"), each checked against np.transpose first, each as %
-of a copy of the same bytes.
+`launch.row_geometry` ("rows"), with the same chunks but session 16's first lane rule (any
+lane count, warps spanning rows: "rows_any"), with the grid before session 16 (power-of-two
+lanes, chunks of 16 passes: "rows_old"), and what permute() serves after its first call
+("served"), each checked against np.transpose first, each as % of a copy of the same bytes.
 
     python3 tools/rows_check.py --seeds 7 11 23 --count 40 [--shapes float64:10x144x15x5695/0,2,1,3]
 
@@ -30,6 +29,31 @@ def old_geometry(rows: int, n: int, multiprocessors: int):
     chunk = max(lanes * 16, -(-n // 65535))
     chunk = -(-chunk // lanes) * lanes
     return launch.RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)), blocks)
+
+
+def any_lanes_geometry(rows: int, n: int, multiprocessors: int):
+    """Today's chunks with session 16's first lane rule: the lane count of up to 4 passes that
+    leaves the fewest threads idle, warps spanning rows (19-word rows: 13 rows of 19 lanes)."""
+    from autotranspose import launch
+
+    g = _NEW_GEOMETRY(rows, n, multiprocessors)
+    if n >= launch.ROWS_THREADS:
+        return g
+    best, lanes = 0.0, n
+    for passes in range(1, 5):
+        k = -(-n // passes)
+        if passes > 1 and k < 32:
+            break
+        busy = (launch.ROWS_THREADS // k) * n / (launch.ROWS_THREADS * passes)
+        if busy > best + 1e-9:
+            best, lanes = busy, k
+    per_block = launch.ROWS_THREADS // lanes
+    chunk = -(-max(g.chunk, lanes) // lanes) * lanes
+    return launch.RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)),
+                              max(1, -(-rows // (per_block * launch.ROWS_UNROLL))))  # fmt: skip
+
+
+_NEW_GEOMETRY = None
 
 
 def _cases(args) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
@@ -72,7 +96,8 @@ def main() -> int:
 
     state = activate(0)
     rows, started = [], time.monotonic()
-    new_geometry = launch.row_geometry
+    global _NEW_GEOMETRY
+    new_geometry = _NEW_GEOMETRY = launch.row_geometry
     for shape, axes, dtype in _cases(args):
         if time.monotonic() - started > args.budget:
             break
@@ -83,15 +108,12 @@ def main() -> int:
             plan = plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0)
             p = plan.passes[0]
             runs = {"rows": build(plan, state, src0, dst0, 0, state.ctx)}
-            realign = launch.ROWS_REALIGN_MIN_BYTES
-            launch.ROWS_REALIGN_MIN_BYTES = 1 << 62
             try:
-                runs["rows_words"] = build(plan, state, src0, dst0, 0, state.ctx)
-                launch.row_geometry = old_geometry
-                runs["rows_old"] = build(plan, state, src0, dst0, 0, state.ctx)
+                for name, geometry in (("rows_any", any_lanes_geometry), ("rows_old", old_geometry)):
+                    launch.row_geometry = geometry
+                    runs[name] = build(plan, state, src0, dst0, 0, state.ctx)
             finally:
                 launch.row_geometry = new_geometry
-                launch.ROWS_REALIGN_MIN_BYTES = realign
             served_plan, runs["served"], _ = served(plan, state, src0, dst0, 0, state.ctx)
             copy_s = bench.copy_time(repeats=args.repeats)
             check = _PermuteCheck(bench, shape, axes, dtype)
@@ -104,14 +126,14 @@ def main() -> int:
             rows.append(row)
             print(f"{dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} word {p.elem_bytes:>2} "
                   f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} | rows_old "
-                  f"{row['rows_old']!s:>6} rows_words {row['rows_words']!s:>6} rows {row['rows']!s:>6} "
+                  f"{row['rows_old']!s:>6} rows_any {row['rows_any']!s:>6} rows {row['rows']!s:>6} "
                   f"served {row['served']!s:>6} "
                   f"({row['served_kind']})", flush=True)
         except Exception as exc:  # one case's failure is a line, not the end of the run
             print(f"{dtype} {shape} {axes}: {type(exc).__name__}: {exc}", flush=True)
         finally:
             bench.close()
-    print_summaries(rows, ("rows_old", "rows_words", "rows", "served"), args.json)
+    print_summaries(rows, ("rows_old", "rows_any", "rows", "served"), args.json)
     return 0
 
 

@@ -46,9 +46,10 @@ _MAX_GRID_Y = 65535
 # A row copy's grid (`row_geometry`): long rows are cut into chunks over blockIdx.y until the
 # launch has ROWS_WAVES waves of the GPU's resident blocks (ROWS_BLOCKS_PER_SM each), each
 # chunk at least ROWS_MIN_STEPS words a thread: 96 rows of 2.1 MB in chunks of 16 steps were
-# 792 blocks, under one wave of an H200's 1056, at 84.3% of copy, 90.7% in 172 chunks (bool
-# 48x2x2109936 by (1, 0, 2), session 16). A row shorter than the block takes `row_lanes`.
-ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS = 4, 2048 // ROWS_THREADS, 2
+# 792 blocks, under one wave of an H200's 1056, at 84.3% of copy, 91.9% in 172 chunks (bool
+# 48x2x2109936 by (1, 0, 2), session 16); a launch of enough blocks already is not cut (cut
+# in two, float64 944x10x1758 by (1, 0, 2) lost 2 points). A row takes `row_lanes` threads.
+ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS = 2, 2048 // ROWS_THREADS, 2
 
 
 @dataclass(frozen=True)
@@ -65,29 +66,21 @@ class RowGeometry:
 
 
 def row_lanes(n: int) -> int:
-    """Threads per row of `n` words: the whole block for rows as long as it; a row shorter
-    than a warp, its words (a warp then spans rows); else the whole warps (each instruction
-    of a warp on one row's consecutive words) that keep the most of the block's threads busy
-    over the passes a row takes, fewest passes on a tie."""
-    if n >= ROWS_THREADS:
-        return ROWS_THREADS
-    if n <= 32:
-        return n
-    best, lanes = 0.0, ROWS_THREADS
-    for k in range(ROWS_THREADS, 31, -32):
-        busy = (ROWS_THREADS // k) * n / (ROWS_THREADS * -(-n // k))
-        if busy > best + 1e-9:
-            best, lanes = busy, k
-    return lanes
+    """Threads per row of `n` words: a row under a warp, its words (a warp then spans rows:
+    19-word rows are 13 rows of 19 busy lanes a block, not 8 of 32); a longer row the power
+    of two over it, up to the block, in one pass (run 3: whole warps in several passes lost
+    5-10 points to idle lanes in one pass, e.g. complex64 rows of 155 words 89.6 -> 80.1)."""
+    return n if n <= 32 else min(ROWS_THREADS, 1 << (n - 1).bit_length())
 
 
-def row_geometry(rows: int, n: int, multiprocessors: int) -> RowGeometry:
-    """The grid of a copy of `rows` rows of `n` words on a GPU of `multiprocessors` SMs (pure:
-    tests/test_permute.py walks the kernel's threads over it)."""
+def row_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1) -> RowGeometry:
+    """The grid of a copy of `rows` rows of `n` words, `walked` times over blockIdx.z, on a
+    GPU of `multiprocessors` SMs (pure: tests/test_permute.py walks the kernel's threads
+    over it)."""
     lanes = row_lanes(n)
     per_block = ROWS_THREADS // lanes
     blocks = max(1, -(-rows // (per_block * ROWS_UNROLL)))
-    want = -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // blocks)
+    want = -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
     if n <= ROWS_THREADS:  # rows shorter than a block are not cut
         want = 1
     chunk = max(lanes * ROWS_MIN_STEPS, -(-n // want), -(-n // _MAX_GRID_Y))
@@ -231,7 +224,7 @@ def make_row_copy(
             f"a row copy of {batch} batches of {m} rows is more than one launch takes (2**32 "
             "batches); split the array"
         )
-    g = row_geometry(batch * m, n, state.info.multiprocessors)
+    g = row_geometry(batch * m, n, state.info.multiprocessors, max(1, outer * outer2))
     if g.blocks > _MAX_GRID_X or min(outer, outer2) < 1 or outer * outer2 > _MAX_GRID_Y:
         raise ShapeError(
             f"a row copy of {outer} x {outer2} x {batch} x {m} rows of {n} words needs {g.blocks} "

@@ -19,7 +19,7 @@ import sys
 import time
 
 
-def old_geometry(rows: int, n: int, multiprocessors: int):
+def old_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1):
     """The grid before session 16: power-of-two lanes, chunks of 16 passes of the lanes."""
     from autotranspose import launch
 
@@ -31,12 +31,12 @@ def old_geometry(rows: int, n: int, multiprocessors: int):
     return launch.RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)), blocks)
 
 
-def any_lanes_geometry(rows: int, n: int, multiprocessors: int):
+def any_lanes_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1):
     """Today's chunks with session 16's first lane rule: the lane count of up to 4 passes that
     leaves the fewest threads idle, warps spanning rows (19-word rows: 13 rows of 19 lanes)."""
     from autotranspose import launch
 
-    g = _NEW_GEOMETRY(rows, n, multiprocessors)
+    g = _NEW_GEOMETRY(rows, n, multiprocessors, walked)
     if n >= launch.ROWS_THREADS:
         return g
     best, lanes = 0.0, n

@@ -80,9 +80,8 @@ def row_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1) -> Ro
     lanes = row_lanes(n)
     per_block = ROWS_THREADS // lanes
     blocks = max(1, -(-rows // (per_block * ROWS_UNROLL)))
-    want = -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
-    if n <= ROWS_THREADS:  # rows shorter than a block are not cut
-        want = 1
+    # chunks wanted: none for rows no longer than a block, else enough for ROWS_WAVES waves
+    want = 1 if n <= ROWS_THREADS else -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
     chunk = max(lanes * ROWS_MIN_STEPS, -(-n // want), -(-n // _MAX_GRID_Y))
     chunk = -(-chunk // lanes) * lanes
     return RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)), blocks)

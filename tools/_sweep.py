@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from autotranspose.measure import Bench, measure_configs
@@ -105,3 +107,26 @@ def print_summaries(rows: list[dict[str, Any]], keys: Any, path: str | None) -> 
     if path:
         with open(path, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+@contextmanager
+def permute_case(state: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str,
+                 label: str = "") -> Iterator[tuple[Any, Any, int, int]]:  # fmt: skip
+    """(bench, plan, src, dst) of a contiguous permute of `shape` by `axes`: a Bench of its
+    bytes and the plan at the Bench's first pointers, the Bench closed after. A failure in the
+    body (or the plan) is printed after `label`, not raised: one case's failure is a line, not
+    the end of the run."""
+    import math
+
+    from autotranspose.dtypes import element_type
+    from autotranspose.plan import contiguous_strides, plan_permute
+
+    e = element_type(dtype).size
+    bench = Bench(state, e, (1, 1, math.prod(shape)))
+    try:
+        src0, dst0 = bench.pointers(0)
+        yield bench, plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0), src0, dst0
+    except Exception as exc:
+        print(f"{label}{dtype} {shape} {axes}: {type(exc).__name__}: {exc}", flush=True)
+    finally:
+        bench.close()

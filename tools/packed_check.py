@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 import time
 
@@ -29,14 +28,12 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
     args = ap.parse_args()
 
-    from _sweep import print_summaries, time_steps
+    from _sweep import permute_case, print_summaries, time_steps
 
     from autotranspose.bench import _PermuteCheck, random_permute_cases
     from autotranspose.compiler import activate
-    from autotranspose.dtypes import element_type
-    from autotranspose.measure import Bench
     from autotranspose.permuter import build, served
-    from autotranspose.plan import GATHER, PACKED, contiguous_strides, one_launch, plan_permute
+    from autotranspose.plan import GATHER, PACKED, one_launch
 
     state = activate(0)
     rows = []
@@ -45,11 +42,7 @@ def main() -> int:
         for shape, axes, dtype in random_permute_cases(args.count, seed):
             if time.monotonic() - started > args.budget:
                 break
-            e = element_type(dtype).size
-            bench = Bench(state, e, (1, 1, math.prod(shape)))
-            try:
-                src0, dst0 = bench.pointers(0)
-                plan = plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0)
+            with permute_case(state, shape, axes, dtype, f"{seed} ") as (bench, plan, src0, dst0):
                 p = plan.passes[0]
                 variants = {"plan": plan}
                 for q in plan.alternatives:
@@ -77,10 +70,6 @@ def main() -> int:
                 print(f"{seed:>3} {dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} "
                       f"{p.kind:>9} plan {row['plan']!s:>6} served {row['served']!s:>6} "
                       f"({row['served_kind']}) | {others}", flush=True)
-            except Exception as exc:  # one case's failure is a line, not the end of the run
-                print(f"{seed} {dtype} {shape} {axes}: {type(exc).__name__}: {exc}", flush=True)
-            finally:
-                bench.close()
     print_summaries(rows, ("plan", "served", "best"), args.json)
     return 0
 

@@ -14,7 +14,6 @@ process.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 
@@ -84,15 +83,12 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
     args = ap.parse_args()
 
-    from _sweep import print_summaries, time_steps
+    from _sweep import permute_case, print_summaries, time_steps
 
     from autotranspose import launch
     from autotranspose.bench import _PermuteCheck
     from autotranspose.compiler import activate
-    from autotranspose.dtypes import element_type
-    from autotranspose.measure import Bench
     from autotranspose.permuter import build, served
-    from autotranspose.plan import contiguous_strides, plan_permute
 
     state = activate(0)
     rows, started = [], time.monotonic()
@@ -101,11 +97,7 @@ def main() -> int:
     for shape, axes, dtype in _cases(args):
         if time.monotonic() - started > args.budget:
             break
-        e = element_type(dtype).size
-        bench = Bench(state, e, (1, 1, math.prod(shape)))
-        try:
-            src0, dst0 = bench.pointers(0)
-            plan = plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0)
+        with permute_case(state, shape, axes, dtype, "") as (bench, plan, src0, dst0):
             p = plan.passes[0]
             runs = {"rows": build(plan, state, src0, dst0, 0, state.ctx)}
             try:
@@ -117,7 +109,7 @@ def main() -> int:
             served_plan, runs["served"], _ = served(plan, state, src0, dst0, 0, state.ctx)
             copy_s = bench.copy_time(repeats=args.repeats)
             check = _PermuteCheck(bench, shape, axes, dtype)
-            g = new_geometry(p.batch * p.m, p.n, state.info.multiprocessors)
+            g = new_geometry(p.batch * p.m, p.n, state.info.multiprocessors, p.outer.extent * p.outer2.extent)
             row = {"shape": list(shape), "axes": list(axes), "dtype": dtype, "plan_text": p.describe(),
                    "word": p.elem_bytes, "row_bytes": p.n * p.elem_bytes, "lanes": g.lanes,
                    "chunks": g.chunks, "blocks": g.blocks,
@@ -129,10 +121,6 @@ def main() -> int:
                   f"{row['rows_old']!s:>6} rows_any {row['rows_any']!s:>6} rows {row['rows']!s:>6} "
                   f"served {row['served']!s:>6} "
                   f"({row['served_kind']})", flush=True)
-        except Exception as exc:  # one case's failure is a line, not the end of the run
-            print(f"{dtype} {shape} {axes}: {type(exc).__name__}: {exc}", flush=True)
-        finally:
-            bench.close()
     print_summaries(rows, ("rows_old", "rows_any", "rows", "served"), args.json)
     return 0
 

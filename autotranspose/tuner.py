@@ -18,13 +18,15 @@ before it measures any of it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import signal
 import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -329,6 +331,26 @@ def open_storage(
                 ) from exc
             time.sleep(0.05 * 2**attempt)
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _holding_ctrl_c() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) until the block ends, then deliver it. Optuna's ask writes the
+    new trial's row, RUNNING, before it returns the trial: an interrupt in between left a
+    trial no handler knew to abandon. Off the main thread (Python raises KeyboardInterrupt
+    only there) or under a handler set outside Python, it holds nothing."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)
 
 
 def _trial_id(trial: Trial | FrozenTrial) -> int:
@@ -791,10 +813,11 @@ class _Run:
         current: Trial | None = None  # asked and owned, not yet in `asked`
         try:
             for _ in range(k):
-                trial = self.study.ask(self.space.distributions)
-                if not self._own(trial):
-                    continue
-                current = trial  # an interrupt from here on abandons it too
+                with _holding_ctrl_c():  # ask writes the RUNNING row before it returns it
+                    trial = self.study.ask(self.space.distributions)
+                    if not self._own(trial):
+                        continue
+                    current = trial  # an interrupt from here on abandons it too
                 assert self.heartbeat is not None
                 self.heartbeat.add(_trial_id(trial))
                 try:

@@ -48,22 +48,6 @@ PRMT_TEMPLATE = "prmt.cu.j2"
 UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2", "packed.cu.j2")
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
-# Words of each row a row-copy thread moves per pass, by word size, for rows longer than a
-# block (`row_kernel_name`): about as many bytes in flight for narrow words as for 16-byte
-# ones, at the same registers for the values (session 17: long rows of 4- and 8-byte words
-# were at 78-86% of copy, of 16-byte words at 89-95). Shorter rows keep one word a pass: the
-# extra registers would only cost resident blocks.
-ROWS_STEPS = {1: 4, 2: 4, 4: 4, 8: 2, 16: 1}
-
-
-def row_kernel_name(elem_bytes: int, steps: int = 1) -> str:
-    """The row copy of `elem_bytes`-byte words moving `steps` words of a row a pass."""
-    return f"at_copy_rows_s{elem_bytes}" + (f"x{steps}" if steps > 1 else "")
-
-
-def row_kernel_names() -> list[str]:
-    """Every kernel `render_rows` holds."""
-    return [row_kernel_name(s, k) for s in (1, 2, 4, 8, 16) for k in sorted({1, ROWS_STEPS[s]})]
 # the row kernels' `at_rows_args` struct (templates/rows.cu.j2): M, N, ld_in, ld_out, bs_in,
 # bs_out, os_in, os_out, os2_in, os2_out; lanes, batch, chunk, outer2, per_block and one unused
 # word. Standard sizes, no padding, as C lays it out; the template asserts the size.
@@ -352,11 +336,10 @@ def render_seed() -> str:
 
 
 def render_rows() -> str:
-    """permute()'s strided row copies (`row_kernel_names`): per element size, one moving a word
-    of a row a pass, and one moving ROWS_STEPS words where that is more than one."""
+    """permute()'s strided row copies, one kernel per element size (`at_copy_rows_s<size>`)."""
     return _environment().get_template("rows.cu.j2").render(
         element_types=_ELEMENT_TYPES, version=__version__, threads=ROWS_THREADS,
-        unroll=ROWS_UNROLL, steps=ROWS_STEPS, args_bytes=ROWS_ARG_BYTES,
+        unroll=ROWS_UNROLL, args_bytes=ROWS_ARG_BYTES,
     )  # fmt: skip
 
 

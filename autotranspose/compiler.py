@@ -31,8 +31,6 @@ from .codegen import (
     render_outer,
     render_packed,
     render_rows,
-    row_kernel_name,
-    row_kernel_names,
 )
 from .config import KernelConfig
 from .device import DeviceInfo, query_device
@@ -241,19 +239,16 @@ def _cached(arch: str, name: str, build: Callable[[], Kernel]) -> Kernel:
     return kernel
 
 
-def get_row_kernel(state: DeviceState, elem_bytes: int, steps: int = 1) -> Kernel:
-    """permute()'s strided row copy of `elem_bytes`-byte words, `steps` words of a row a
-    pass (codegen.ROWS_STEPS), on `state`'s architecture (every row kernel compiled and
-    loaded together, on first use)."""
-    return _untuned_kernel(
-        state, row_kernel_name(elem_bytes, steps), render_rows, row_kernel_names()
-    )
+def get_row_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
+    """permute()'s strided row copy of `elem_bytes`-byte words on `state`'s architecture
+    (all five sizes compiled and loaded together, on first use)."""
+    return _untuned_kernel(state, "at_copy_rows_s", elem_bytes, render_rows)
 
 
 def get_gather_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
     """permute()'s one-launch gather of `elem_bytes`-byte elements on `state`'s architecture
     (all five sizes compiled and loaded together, on first use)."""
-    return _untuned_kernel(state, f"at_gather_s{elem_bytes}", render_gather, _sized("at_gather_s"))
+    return _untuned_kernel(state, "at_gather_s", elem_bytes, render_gather)
 
 
 def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
@@ -266,23 +261,20 @@ def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
 
 
 def _untuned_kernel(
-    state: DeviceState, name: str, render: Callable[[], str], names: Sequence[str]
+    state: DeviceState, prefix: str, elem_bytes: int, render: Callable[[], str]
 ) -> Kernel:
-    """Kernel `name` of a source that holds all of `names`, compiled once per architecture
-    (pycuda's disk cache: once per machine) and kept."""
+    """Kernel `<prefix><elem_bytes>` of a source that holds one per element size, compiled
+    once per architecture (pycuda's disk cache: once per machine) and kept."""
+    name = f"{prefix}{elem_bytes}"
     kernel = _kernels.get((state.arch, name))
     if kernel is not None:
         return kernel
     with _kernels_lock:
         if (state.arch, name) not in _kernels:
-            for n, k in load_source(state.arch, render(), list(names)).items():
+            names = [f"{prefix}{s}" for s in (1, 2, 4, 8, 16)]
+            for n, k in load_source(state.arch, render(), names).items():
                 _kernels[(state.arch, n)] = k
     return _kernels[(state.arch, name)]
-
-
-def _sized(prefix: str) -> list[str]:
-    """`<prefix><size>` for every element size: one kernel per size in a source."""
-    return [f"{prefix}{s}" for s in (1, 2, 4, 8, 16)]
 
 
 def precompile(

@@ -21,7 +21,6 @@ from .codegen import (
     OUTER_ARG_FORMAT,
     PACKED_THREADS,
     ROWS_ARG_FORMAT,
-    ROWS_STEPS,
     ROWS_THREADS,
     ROWS_UNROLL,
 )
@@ -233,8 +232,7 @@ def make_row_copy(
         )
     scalars = (m, n, ld_in, ld_out, bs_in, bs_out, os_in, os_out, os2_in, os2_out,
                g.lanes, batch, g.chunk, outer2, g.per_block, 0)  # fmt: skip
-    # rows over a block: several words of a row a pass (codegen.ROWS_STEPS)
-    kernel = get_row_kernel(state, elem_bytes, ROWS_STEPS[elem_bytes] if n > ROWS_THREADS else 1)
+    kernel = get_row_kernel(state, elem_bytes)
     return Launch(None, kernel, (g.blocks, g.chunks, outer * outer2), (ROWS_THREADS, 1, 1), scalars,
                   state, ROWS_ARG_FORMAT)  # fmt: skip
 

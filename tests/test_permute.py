@@ -28,13 +28,10 @@ from autotranspose.codegen import (
     OUTER_ARG_BYTES,
     OUTER_ARG_FORMAT,
     OUTER_SUFFIX,
-    ROWS_STEPS,
     ROWS_THREADS,
     ROWS_UNROLL,
     kernel_name,
     render_rows,
-    row_kernel_name,
-    row_kernel_names,
 )
 from autotranspose.compiler import Kernel
 from autotranspose.config import default_config
@@ -453,8 +450,7 @@ def test_an_outer_launch_finds_every_matrix_once(tile_launch, e, vec, rng):
 # --- the row copy kernel --------------------------------------------------------------------------
 @pytest.fixture
 def row_copy(monkeypatch):
-    monkeypatch.setattr(launch, "get_row_kernel",
-                        lambda state, e, steps=1: Kernel(row_kernel_name(e, steps), 1, 1))  # fmt: skip
+    monkeypatch.setattr(launch, "get_row_kernel", lambda state, e: Kernel(f"at_copy_rows_s{e}", 1, 1))
 
     state = SimpleNamespace(info=SimpleNamespace(multiprocessors=132))
     return lambda *args: launch.make_row_copy(state, *args)
@@ -465,7 +461,6 @@ def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
     arithmetic, thread by thread; z is blockIdx.z, the outer dim)."""
     m_, n_, *_, lanes, b_, chunk, _outer2, per_block, _ = lc.scalars
     assert (m_, n_, b_) == (m, n, batch) and per_block == lc.block[0] // lanes
-    steps = int(lc.kernel.name.partition("x")[2] or 1)  # words of a row a pass
     hits = np.zeros((lc.grid[2], batch, m, n), np.int64)
     assert lc.grid[1] * chunk >= n and (lc.grid[1] - 1) * chunk < n
     for block, y, z in itertools.product(*(range(g) for g in lc.grid)):
@@ -479,11 +474,8 @@ def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
                 if r >= batch * m:
                     continue
                 b, i = divmod(r, m)
-                j1 = min(n, (y + 1) * chunk)
-                for j in range(y * chunk + lane, j1, lanes * steps):
-                    for k in range(steps):
-                        if j + k * lanes < j1:
-                            hits[z, b, i, j + k * lanes] += 1
+                for j in range(y * chunk + lane, min(n, (y + 1) * chunk), lanes):
+                    hits[z, b, i, j] += 1
     return hits
 
 
@@ -496,23 +488,6 @@ def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
     lc = row_copy(4, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))
     assert lc.config is None and lc.block == (ROWS_THREADS, 1, 1) and lc.grid[2] == 1
     assert np.all(_emulate(lc, batch, m, n) == 1)
-
-
-@pytest.mark.parametrize("word", [1, 2, 8, 16])
-@pytest.mark.parametrize(("batch", "m", "n"), [(2, 3, 9000), (1, 2, 1001), (3, 2, 257)])
-def test_long_rows_of_any_word_size_are_copied_once(row_copy, word, batch, m, n):
-    """Rows over a block take the kernel that moves several words a pass (fewer for wider
-    words); each word is still copied once, whatever the last pass of a chunk leaves."""
-    lc = row_copy(word, batch, m, n, n + 3, n, m * (n + 3), m * n)
-    assert lc.kernel.name == row_kernel_name(word, ROWS_STEPS[word])
-    assert np.all(_emulate(lc, batch, m, n) == 1)
-
-
-@pytest.mark.parametrize("word", [1, 4, 16])
-@pytest.mark.parametrize("n", [1, 31, 256])
-def test_rows_of_a_block_or_less_move_a_word_a_pass(row_copy, word, n):
-    """The extra registers of several words a pass would only cost resident blocks there."""
-    assert row_copy(word, 2, 3, n, n, n, 3 * n, 3 * n).kernel.name == row_kernel_name(word)
 
 
 @pytest.mark.parametrize("outer", [2, 3])
@@ -567,12 +542,10 @@ def test_row_copy_compiles_without_spills(tmp_path: Path, arch):
          str(tmp_path / "rows.cubin")], capture_output=True, text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    names = row_kernel_names()
-    assert len(names) > len(SIZES)  # several words a pass for the narrower words
-    for name in names:
-        assert f"'{name}'" in run.stderr
+    for s in SIZES:
+        assert f"at_copy_rows_s{s}" in run.stderr
     spills = [line for line in run.stderr.splitlines() if "spill" in line]
-    assert len(spills) == len(names)
+    assert len(spills) == len(SIZES)
     assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), spills
 
 

@@ -1,13 +1,14 @@
 """Time permute's row copies (device only): for each case of `bench --random-permute` mixes
-whose plan is a strided row copy (plus --shapes cases), the copy pass as permute() builds it
-("rows": rows over a block move codegen.ROWS_STEPS words a pass), the same grid with one word
-a pass (session 16's kernel: "rows_1"), and what permute() serves after its first call
+whose plan is a strided row copy (plus --shapes cases), the copy pass with the grid of
+`launch.row_geometry` ("rows"), with the same chunks but session 16's first lane rule (any
+lane count, warps spanning rows: "rows_any"), with the grid before session 16 (power-of-two
+lanes, chunks of 16 passes: "rows_old"), and what permute() serves after its first call
 ("served"), each checked against np.transpose first, each as % of a copy of the same bytes.
 
     python3 tools/rows_check.py --seeds 7 11 23 --count 40 [--shapes float64:10x144x15x5695/0,2,1,3]
 
-What it is for: the row-copy changes of docs/perf-notes.md (sessions 16 and 17), old and new
-in one process. (Session 16's grids before and after: this file's history.)
+What it is for: the row-copy changes of docs/perf-notes.md (session 16), old and new in one
+process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,43 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+
+
+def old_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1):
+    """The grid before session 16: power-of-two lanes, chunks of 16 passes of the lanes."""
+    from autotranspose import launch
+
+    lanes = min(launch.ROWS_THREADS, 1 << max(0, (n - 1).bit_length()))
+    per_block = launch.ROWS_THREADS // lanes
+    blocks = max(1, -(-rows // (per_block * launch.ROWS_UNROLL)))
+    chunk = max(lanes * 16, -(-n // 65535))
+    chunk = -(-chunk // lanes) * lanes
+    return launch.RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)), blocks)
+
+
+def any_lanes_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1):
+    """Today's chunks with session 16's first lane rule: the lane count of up to 4 passes that
+    leaves the fewest threads idle, warps spanning rows (19-word rows: 13 rows of 19 lanes)."""
+    from autotranspose import launch
+
+    g = _NEW_GEOMETRY(rows, n, multiprocessors, walked)
+    if n >= launch.ROWS_THREADS:
+        return g
+    best, lanes = 0.0, n
+    for passes in range(1, 5):
+        k = -(-n // passes)
+        if passes > 1 and k < 32:
+            break
+        busy = (launch.ROWS_THREADS // k) * n / (launch.ROWS_THREADS * passes)
+        if busy > best + 1e-9:
+            best, lanes = busy, k
+    per_block = launch.ROWS_THREADS // lanes
+    chunk = -(-max(g.chunk, lanes) // lanes) * lanes
+    return launch.RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)),
+                              max(1, -(-rows // (per_block * launch.ROWS_UNROLL))))  # fmt: skip
+
+
+_NEW_GEOMETRY = None
 
 
 def _cases(args) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
@@ -54,7 +92,8 @@ def main() -> int:
 
     state = activate(0)
     rows, started = [], time.monotonic()
-    steps = dict(launch.ROWS_STEPS)
+    global _NEW_GEOMETRY
+    new_geometry = _NEW_GEOMETRY = launch.row_geometry
     for shape, axes, dtype in _cases(args):
         if time.monotonic() - started > args.budget:
             break
@@ -62,26 +101,27 @@ def main() -> int:
             p = plan.passes[0]
             runs = {"rows": build(plan, state, src0, dst0, 0, state.ctx)}
             try:
-                launch.ROWS_STEPS = dict.fromkeys(steps, 1)
-                runs["rows_1"] = build(plan, state, src0, dst0, 0, state.ctx)
+                for name, geometry in (("rows_any", any_lanes_geometry), ("rows_old", old_geometry)):
+                    launch.row_geometry = geometry
+                    runs[name] = build(plan, state, src0, dst0, 0, state.ctx)
             finally:
-                launch.ROWS_STEPS = steps
+                launch.row_geometry = new_geometry
             served_plan, runs["served"], _ = served(plan, state, src0, dst0, 0, state.ctx)
             copy_s = bench.copy_time(repeats=args.repeats)
             check = _PermuteCheck(bench, shape, axes, dtype)
-            g = launch.row_geometry(p.batch * p.m, p.n, state.info.multiprocessors,
-                                    p.outer.extent * p.outer2.extent)  # fmt: skip
+            g = new_geometry(p.batch * p.m, p.n, state.info.multiprocessors, p.outer.extent * p.outer2.extent)
             row = {"shape": list(shape), "axes": list(axes), "dtype": dtype, "plan_text": p.describe(),
                    "word": p.elem_bytes, "row_bytes": p.n * p.elem_bytes, "lanes": g.lanes,
-                   "chunks": g.chunks, "blocks": g.blocks, "kernel": runs["rows"][0].launch.kernel.name,
+                   "chunks": g.chunks, "blocks": g.blocks,
                    "served_kind": served_plan.passes[0].kind}  # fmt: skip
             time_steps(state, bench, check, copy_s, runs, row, args.repeats)
             rows.append(row)
             print(f"{dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} word {p.elem_bytes:>2} "
-                  f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} "
-                  f"{row['kernel']:>18} | rows_1 {row['rows_1']!s:>6} rows {row['rows']!s:>6} "
-                  f"served {row['served']!s:>6} ({row['served_kind']})", flush=True)
-    print_summaries(rows, ("rows_1", "rows", "served"), args.json)
+                  f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} | rows_old "
+                  f"{row['rows_old']!s:>6} rows_any {row['rows_any']!s:>6} rows {row['rows']!s:>6} "
+                  f"served {row['served']!s:>6} "
+                  f"({row['served_kind']})", flush=True)
+    print_summaries(rows, ("rows_old", "rows_any", "rows", "served"), args.json)
     return 0
 
 

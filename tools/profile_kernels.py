@@ -9,7 +9,8 @@ off` records exactly the kernel a user's call gets. Run on a GPU machine:
 
 Each case is DTYPE:MxN or DTYPE:BxMxN, optionally @KEY to run that config instead of the
 served one (e.g. to profile the same config before and after a template change); the config
-is printed before its profile.
+is printed before its profile. DTYPE:AxBxC/I,J,K profiles permute() by those axes instead
+(every launch of the steps it serves after its first call).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def main(cases: list[str]) -> None:
 
     cuda = ctypes.CDLL("libcuda.so.1")
     for case in cases:
+        if "/" in case:
+            _profile_permute(cuda, case)
+            continue
         case, _, key = case.partition("@")
         name, dims = case.split(":")
         shape = tuple(int(v) for v in dims.split("x"))
@@ -49,6 +53,32 @@ def main(cases: list[str]) -> None:
         api.clear_caches()
         del x, out
         cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
+    import cupy
+
+    import autotranspose as at
+    from autotranspose import permuter
+
+    name, rest = case.split(":")
+    dims, axes_text = rest.split("/")
+    shape = tuple(int(v) for v in dims.split("x"))
+    axes = tuple(int(v) for v in axes_text.split(","))
+    x = cupy.random.default_rng(1).integers(0, 100, shape).astype(np.dtype(name))
+    out = cupy.empty(tuple(shape[a] for a in axes), x.dtype)
+    for _ in range(3):  # the first call chooses between passes; later calls serve its choice
+        at.permute(x, axes, out)
+    cupy.cuda.runtime.deviceSynchronize()
+    print(f"case {case}: {x.nbytes} bytes each way", flush=True)
+    cuda.cuProfilerStart()
+    at.permute(x, axes, out)
+    cupy.cuda.runtime.deviceSynchronize()
+    cuda.cuProfilerStop()
+    assert cupy.array_equal(out, cupy.transpose(x, axes)), case
+    permuter.clear_caches()
+    del x, out
+    cupy.get_default_memory_pool().free_all_blocks()
 
 
 if __name__ == "__main__":

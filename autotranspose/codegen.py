@@ -335,11 +335,13 @@ def render_seed() -> str:
     return "typedef unsigned int u32;\n" + source
 
 
-def render_rows() -> str:
-    """permute()'s strided row copies, one kernel per element size (`at_copy_rows_s<size>`)."""
+def render_rows(skew: bool = True) -> str:
+    """permute()'s strided row copies, one kernel per element size (`at_copy_rows_s<size>`);
+    `skew=False` renders session 16's kernels, whose stores fall as the rows do (the
+    comparison in tools/rows_check.py)."""
     return _environment().get_template("rows.cu.j2").render(
         element_types=_ELEMENT_TYPES, version=__version__, threads=ROWS_THREADS,
-        unroll=ROWS_UNROLL, args_bytes=ROWS_ARG_BYTES,
+        unroll=ROWS_UNROLL, args_bytes=ROWS_ARG_BYTES, skew=skew,
     )  # fmt: skip
 
 

@@ -456,26 +456,34 @@ def row_copy(monkeypatch):
     return lambda *args: launch.make_row_copy(state, *args)
 
 
-def _emulate(lc, batch: int, m: int, n: int) -> np.ndarray:
+def _emulate(lc, batch: int, m: int, n: int, out_base: int = 0, starts: list | None = None) -> np.ndarray:
     """How many times each (z, b, i, j) is copied by the launch's threads (the kernel's index
-    arithmetic, thread by thread; z is blockIdx.z, the outer dim)."""
-    m_, n_, *_, lanes, b_, chunk, _outer2, per_block, _ = lc.scalars
+    arithmetic, thread by thread; z is blockIdx.z, the outer dims), with `out` at word
+    `out_base` of the address space (the stores' skew depends on where the rows fall).
+    `starts` collects, for each warp, pass and row, the word address of its first store and
+    whether that store is the first of its chunk."""
+    m_, n_, _, ld_out, _, bs_out, _, os_out, _, os2_out, lanes, b_, chunk, outer2, per_block, line = lc.scalars
     assert (m_, n_, b_) == (m, n, batch) and per_block == lc.block[0] // lanes
+    word = int(lc.kernel.name.rpartition("_s")[2])
+    mask = line // word - 1 if line else 0
     hits = np.zeros((lc.grid[2], batch, m, n), np.int64)
     assert lc.grid[1] * chunk >= n and (lc.grid[1] - 1) * chunk < n
     for block, y, z in itertools.product(*(range(g) for g in lc.grid)):
+        base = out_base + (z // outer2) * os_out + (z % outer2) * os2_out
+        j0, j1 = y * chunk, min(n, (y + 1) * chunk)
         for t in range(lc.block[0]):
             slot, lane = divmod(t, lanes)
             if slot >= per_block:
                 continue
             first = block * per_block * ROWS_UNROLL + slot
-            for u in range(ROWS_UNROLL):
-                r = first + u * per_block
-                if r >= batch * m:
-                    continue
-                b, i = divmod(r, m)
-                for j in range(y * chunk + lane, min(n, (y + 1) * chunk), lanes):
-                    hits[z, b, i, j] += 1
+            rows = [(u, *divmod(r, m)) for u in range(ROWS_UNROLL) if (r := first + u * per_block) < batch * m]
+            skew = {u: (base + b * bs_out + i * ld_out + j0) & mask for u, b, i in rows}
+            for jj in range(j0 + lane, j1 + max(skew.values(), default=0), lanes):
+                for u, b, i in rows:
+                    if j0 <= (j := jj - skew[u]) < j1:
+                        hits[z, b, i, j] += 1
+                        if starts is not None and (lane % 32 == 0 or j == j0):
+                            starts.append((base + b * bs_out + i * ld_out + j, j == j0))
     return hits
 
 
@@ -488,6 +496,42 @@ def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
     lc = row_copy(4, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))
     assert lc.config is None and lc.block == (ROWS_THREADS, 1, 1) and lc.grid[2] == 1
     assert np.all(_emulate(lc, batch, m, n) == 1)
+
+
+@pytest.mark.parametrize("min_steps", [4, 10**6])  # chunks of 4 passes; one chunk a row
+@pytest.mark.parametrize("word", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize(("batch", "m", "n"), [(2, 3, 2000), (1, 3, 1001), (3, 2, 300)])
+def test_long_rows_store_from_line_starts_at_any_offset(
+    row_copy, rng, monkeypatch, min_steps, word, batch, m, n
+):
+    """Rows of whole warps are skewed across the lanes: each warp's stores of a pass start on
+    a line (or, for runs shorter than a line, a sector), wherever out and the rows fall;
+    only a chunk's first store does not. Every word is still copied once."""
+    monkeypatch.setattr(launch, "ROWS_MIN_STEPS", min_steps)
+    ld_out = n + int(rng.integers(0, 9))
+    lc = row_copy(word, batch, m, n, n, ld_out, m * n, m * ld_out + int(rng.integers(0, 9)))
+    line = lc.scalars[-1]
+    assert line == launch.ROWS_STORE_LINE
+    starts: list = []
+    base = int(rng.integers(0, 10**6))
+    assert np.all(_emulate(lc, batch, m, n, base, starts) == 1)
+    run = min(line, 32 * word) // word if line else 1
+    assert [a for a, first in starts if not first and a % run] == []
+
+
+@pytest.mark.parametrize("n", [1, 7, 31])
+def test_rows_under_a_warp_are_not_skewed(row_copy, n):
+    """A warp there spans several rows: no skew lines them all up, and it would add a pass."""
+    assert row_copy(8, 2, 3, n, n, n, 3 * n, 3 * n).scalars[-1] == 0
+
+
+@pytest.mark.parametrize(
+    ("n", "chunk", "lanes", "word", "line"),
+    [(100000, 4096, 256, 8, 128), (300, 512, 256, 8, 128), (255, 256, 256, 1, 0),
+     (1000, 1024, 256, 1, 128), (600, 768, 256, 1, 128), (512, 768, 256, 1, 0), (40, 64, 64, 4, 0), (5000, 5120, 256, 16, 128)],
+)  # fmt: skip
+def test_the_skew_costs_at_most_a_pass_in_four(n, chunk, lanes, word, line):
+    assert launch.row_store_line(n, chunk, lanes, word) == line
 
 
 @pytest.mark.parametrize("outer", [2, 3])

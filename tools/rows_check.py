@@ -1,14 +1,15 @@
 """Time permute's row copies (device only): for each case of `bench --random-permute` mixes
-whose plan is a strided row copy (plus --shapes cases), the copy pass with the grid of
-`launch.row_geometry` ("rows"), with the same chunks but session 16's first lane rule (any
-lane count, warps spanning rows: "rows_any"), with the grid before session 16 (power-of-two
-lanes, chunks of 16 passes: "rows_old"), and what permute() serves after its first call
-("served"), each checked against np.transpose first, each as % of a copy of the same bytes.
+whose plan is a strided row copy (plus --shapes cases), the copy pass as permute() builds it
+("rows": stores skewed to start on a line where `launch.row_store_line` says so), the same
+kernel with no skew ("rows_0"), session 16's kernel ("rows_16": `render_rows(skew=False)`),
+and what permute() serves after its first call ("served"), each checked against
+np.transpose first, each as % of a copy of the same bytes.
 
     python3 tools/rows_check.py --seeds 7 11 23 --count 40 [--shapes float64:10x144x15x5695/0,2,1,3]
 
-What it is for: the row-copy changes of docs/perf-notes.md (session 16), old and new in one
-process.
+What it is for: the row-copy changes of docs/perf-notes.md (sessions 16 and 17), old and new
+in one process. (Session 16's lane and chunk rules against the ones before: this file's
+history.)
 """
 
 from __future__ import annotations
@@ -18,41 +19,29 @@ import sys
 import time
 
 
-def old_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1):
-    """The grid before session 16: power-of-two lanes, chunks of 16 passes of the lanes."""
-    from autotranspose import launch
+class _Session16Kernels:
+    """While active, permute() builds its row copies with session 16's kernels (compiled once,
+    kept apart from today's in the process's kernel cache)."""
 
-    lanes = min(launch.ROWS_THREADS, 1 << max(0, (n - 1).bit_length()))
-    per_block = launch.ROWS_THREADS // lanes
-    blocks = max(1, -(-rows // (per_block * launch.ROWS_UNROLL)))
-    chunk = max(lanes * 16, -(-n // 65535))
-    chunk = -(-chunk // lanes) * lanes
-    return launch.RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)), blocks)
+    def __init__(self) -> None:
+        self.kept: dict = {}
 
+    def __enter__(self) -> None:
+        from autotranspose import codegen, compiler
 
-def any_lanes_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1):
-    """Today's chunks with session 16's first lane rule: the lane count of up to 4 passes that
-    leaves the fewest threads idle, warps spanning rows (19-word rows: 13 rows of 19 lanes)."""
-    from autotranspose import launch
+        self.today = {k: compiler._kernels.pop(k) for k in list(compiler._kernels)
+                      if k[1].startswith("at_copy_rows_s")}  # fmt: skip
+        compiler._kernels.update(self.kept)
+        self.render = compiler.render_rows
+        compiler.render_rows = lambda: codegen.render_rows(skew=False)
 
-    g = _NEW_GEOMETRY(rows, n, multiprocessors, walked)
-    if n >= launch.ROWS_THREADS:
-        return g
-    best, lanes = 0.0, n
-    for passes in range(1, 5):
-        k = -(-n // passes)
-        if passes > 1 and k < 32:
-            break
-        busy = (launch.ROWS_THREADS // k) * n / (launch.ROWS_THREADS * passes)
-        if busy > best + 1e-9:
-            best, lanes = busy, k
-    per_block = launch.ROWS_THREADS // lanes
-    chunk = -(-max(g.chunk, lanes) // lanes) * lanes
-    return launch.RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)),
-                              max(1, -(-rows // (per_block * launch.ROWS_UNROLL))))  # fmt: skip
+    def __exit__(self, *exc: object) -> None:
+        from autotranspose import compiler
 
-
-_NEW_GEOMETRY = None
+        self.kept = {k: compiler._kernels.pop(k) for k in list(compiler._kernels)
+                     if k[1].startswith("at_copy_rows_s")}  # fmt: skip
+        compiler._kernels.update(self.today)
+        compiler.render_rows = self.render
 
 
 def _cases(args) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
@@ -92,8 +81,8 @@ def main() -> int:
 
     state = activate(0)
     rows, started = [], time.monotonic()
-    global _NEW_GEOMETRY
-    new_geometry = _NEW_GEOMETRY = launch.row_geometry
+    session16 = _Session16Kernels()
+    line = launch.ROWS_STORE_LINE
     for shape, axes, dtype in _cases(args):
         if time.monotonic() - started > args.budget:
             break
@@ -101,27 +90,29 @@ def main() -> int:
             p = plan.passes[0]
             runs = {"rows": build(plan, state, src0, dst0, 0, state.ctx)}
             try:
-                for name, geometry in (("rows_any", any_lanes_geometry), ("rows_old", old_geometry)):
-                    launch.row_geometry = geometry
-                    runs[name] = build(plan, state, src0, dst0, 0, state.ctx)
+                launch.ROWS_STORE_LINE = 0
+                runs["rows_0"] = build(plan, state, src0, dst0, 0, state.ctx)
+                with session16:
+                    runs["rows_16"] = build(plan, state, src0, dst0, 0, state.ctx)
             finally:
-                launch.row_geometry = new_geometry
+                launch.ROWS_STORE_LINE = line
             served_plan, runs["served"], _ = served(plan, state, src0, dst0, 0, state.ctx)
             copy_s = bench.copy_time(repeats=args.repeats)
             check = _PermuteCheck(bench, shape, axes, dtype)
-            g = new_geometry(p.batch * p.m, p.n, state.info.multiprocessors, p.outer.extent * p.outer2.extent)
+            g = launch.row_geometry(p.batch * p.m, p.n, state.info.multiprocessors,
+                                    p.outer.extent * p.outer2.extent)  # fmt: skip
+            skew = runs["rows"][0].launch.scalars[-1]
             row = {"shape": list(shape), "axes": list(axes), "dtype": dtype, "plan_text": p.describe(),
                    "word": p.elem_bytes, "row_bytes": p.n * p.elem_bytes, "lanes": g.lanes,
-                   "chunks": g.chunks, "blocks": g.blocks,
+                   "chunks": g.chunks, "blocks": g.blocks, "line": skew,
                    "served_kind": served_plan.passes[0].kind}  # fmt: skip
             time_steps(state, bench, check, copy_s, runs, row, args.repeats)
             rows.append(row)
             print(f"{dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} word {p.elem_bytes:>2} "
-                  f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} | rows_old "
-                  f"{row['rows_old']!s:>6} rows_any {row['rows_any']!s:>6} rows {row['rows']!s:>6} "
-                  f"served {row['served']!s:>6} "
-                  f"({row['served_kind']})", flush=True)
-    print_summaries(rows, ("rows_old", "rows_any", "rows", "served"), args.json)
+                  f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} line {skew:>3} | "
+                  f"rows_16 {row['rows_16']!s:>6} rows_0 {row['rows_0']!s:>6} rows {row['rows']!s:>6} "
+                  f"served {row['served']!s:>6} ({row['served_kind']})", flush=True)
+    print_summaries(rows, ("rows_16", "rows_0", "rows", "served"), args.json)
     return 0
 
 

@@ -335,13 +335,20 @@ def render_seed() -> str:
     return "typedef unsigned int u32;\n" + source
 
 
-def render_rows(skew: bool = True) -> str:
-    """permute()'s strided row copies, one kernel per element size (`at_copy_rows_s<size>`);
-    `skew=False` renders session 16's kernels, whose stores fall as the rows do (the
-    comparison in tools/rows_check.py)."""
+def row_kernel_name(elem_bytes: int, skew: bool = False) -> str:
+    """permute()'s row copy of `elem_bytes`-byte words, its stores skewed to start on a line
+    or not (`launch.row_store_line`)."""
+    return f"at_copy_rows_s{elem_bytes}" + ("_skew" if skew else "")
+
+
+ROW_KERNELS = tuple(row_kernel_name(s, k) for s in (1, 2, 4, 8, 16) for k in (False, True))
+
+
+def render_rows() -> str:
+    """permute()'s strided row copies, two kernels per element size (ROW_KERNELS)."""
     return _environment().get_template("rows.cu.j2").render(
         element_types=_ELEMENT_TYPES, version=__version__, threads=ROWS_THREADS,
-        unroll=ROWS_UNROLL, args_bytes=ROWS_ARG_BYTES, skew=skew,
+        unroll=ROWS_UNROLL, args_bytes=ROWS_ARG_BYTES,
     )  # fmt: skip
 
 

@@ -25,12 +25,14 @@ from typing import Any
 from . import _driver
 from .codegen import (
     NVCC_OPTIONS,
+    ROW_KERNELS,
     kernel_name,
     render_gather,
     render_many,
     render_outer,
     render_packed,
     render_rows,
+    row_kernel_name,
 )
 from .config import KernelConfig
 from .device import DeviceInfo, query_device
@@ -239,16 +241,17 @@ def _cached(arch: str, name: str, build: Callable[[], Kernel]) -> Kernel:
     return kernel
 
 
-def get_row_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
-    """permute()'s strided row copy of `elem_bytes`-byte words on `state`'s architecture
-    (all five sizes compiled and loaded together, on first use)."""
-    return _untuned_kernel(state, "at_copy_rows_s", elem_bytes, render_rows)
+def get_row_kernel(state: DeviceState, elem_bytes: int, skew: bool = False) -> Kernel:
+    """permute()'s strided row copy of `elem_bytes`-byte words, skewed or not, on `state`'s
+    architecture (every row kernel compiled and loaded together, on first use)."""
+    return _untuned_kernel(state, row_kernel_name(elem_bytes, skew), render_rows, ROW_KERNELS)
 
 
 def get_gather_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
     """permute()'s one-launch gather of `elem_bytes`-byte elements on `state`'s architecture
     (all five sizes compiled and loaded together, on first use)."""
-    return _untuned_kernel(state, "at_gather_s", elem_bytes, render_gather)
+    names = [f"at_gather_s{s}" for s in (1, 2, 4, 8, 16)]
+    return _untuned_kernel(state, f"at_gather_s{elem_bytes}", render_gather, names)
 
 
 def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
@@ -261,18 +264,16 @@ def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
 
 
 def _untuned_kernel(
-    state: DeviceState, prefix: str, elem_bytes: int, render: Callable[[], str]
+    state: DeviceState, name: str, render: Callable[[], str], names: Sequence[str]
 ) -> Kernel:
-    """Kernel `<prefix><elem_bytes>` of a source that holds one per element size, compiled
-    once per architecture (pycuda's disk cache: once per machine) and kept."""
-    name = f"{prefix}{elem_bytes}"
+    """Kernel `name` of a source that holds all of `names`, compiled once per architecture
+    (pycuda's disk cache: once per machine) and kept."""
     kernel = _kernels.get((state.arch, name))
     if kernel is not None:
         return kernel
     with _kernels_lock:
         if (state.arch, name) not in _kernels:
-            names = [f"{prefix}{s}" for s in (1, 2, 4, 8, 16)]
-            for n, k in load_source(state.arch, render(), names).items():
+            for n, k in load_source(state.arch, render(), list(names)).items():
                 _kernels[(state.arch, n)] = k
     return _kernels[(state.arch, name)]
 

@@ -50,12 +50,14 @@ _MAX_GRID_Y = 65535
 # 48x2x2109936 by (1, 0, 2), session 16); a launch of enough blocks already is not cut (cut
 # in two, float64 944x10x1758 by (1, 0, 2) lost 2 points). A row takes `row_lanes` threads.
 ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS = 2, 2048 // ROWS_THREADS, 2
-# A row copy skews each row's words across the lanes so that its stores start on a line of
-# ROWS_STORE_LINE bytes (0: off), where the skew costs no more than a pass in ROWS_SKEW_COST
-# (`row_store_line`). Session 17's profile: rows of 8-byte words at an 8-byte offset wrote
-# 8.3% more L2 sectors than their bytes, in 1.4x the L2 requests of 16-byte aligned rows, at
-# 3.4 TB/s against 4.1 for those.
-ROWS_STORE_LINE, ROWS_SKEW_COST = 128, 4
+# A row copy whose chunks are ROWS_SKEW_PASSES passes of whole warps or more skews each row's
+# words across the lanes so that its stores start on a line of ROWS_STORE_LINE bytes (0: off;
+# `row_store_line`). Session 17: rows of 8-byte words at an 8-byte offset wrote 8% more L2
+# sectors than their bytes in 1.4x the requests, at 3.4 TB/s against 4.1 for aligned 16-byte
+# rows; skewed, float64 10x144x15x5695 by (0,2,1,3) went 78.7 -> 85.7% of copy, complex64
+# 173x15x17787 by (1,0,2) 81.2 -> 87.1. Rows of 1-2 passes lost 2-6 points to the skew's
+# arithmetic, and keep the unskewed kernel.
+ROWS_STORE_LINE, ROWS_SKEW_PASSES = 128, 4
 
 
 @dataclass(frozen=True)
@@ -93,16 +95,13 @@ def row_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1) -> Ro
     return RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)), blocks)
 
 
-def row_store_line(n: int, chunk: int, lanes: int, elem_bytes: int) -> int:
-    """The line (bytes) a row copy's stores are skewed to start on, 0 for none: rows of whole
-    warps whose chunks are long enough that the skew's extra pass, at most one, costs little
-    (a row under a warp shares its warp with other rows: no skew lines them all up)."""
-    if lanes < 32 or not ROWS_STORE_LINE:
+def row_store_line(n: int, chunk: int, lanes: int) -> int:
+    """The line (bytes) a row copy's stores are skewed to start on, 0 for none: chunks of
+    ROWS_SKEW_PASSES passes of whole warps or more (a row under a warp shares its warp with
+    other rows, which no skew lines up; on short rows the skew costs more than it gains)."""
+    if lanes < 32 or min(n, chunk) < ROWS_SKEW_PASSES * lanes:
         return 0
-    words = min(n, chunk)
-    passes = -(-words // lanes)
-    skewed = -(-(words + ROWS_STORE_LINE // elem_bytes - 1) // lanes)
-    return ROWS_STORE_LINE if skewed == passes or (skewed - passes) * ROWS_SKEW_COST <= passes else 0
+    return ROWS_STORE_LINE
 
 
 _POINTERS = struct.Struct("PP")
@@ -248,10 +247,10 @@ def make_row_copy(
             f"x {outer * outer2} blocks, more than a launch allows ({_MAX_GRID_X} x {_MAX_GRID_Y}); split "
             "the array"
         )
+    line = row_store_line(n, g.chunk, g.lanes)
     scalars = (m, n, ld_in, ld_out, bs_in, bs_out, os_in, os_out, os2_in, os2_out,
-               g.lanes, batch, g.chunk, outer2, g.per_block,
-               row_store_line(n, g.chunk, g.lanes, elem_bytes))  # fmt: skip
-    kernel = get_row_kernel(state, elem_bytes)
+               g.lanes, batch, g.chunk, outer2, g.per_block, line)  # fmt: skip
+    kernel = get_row_kernel(state, elem_bytes, skew=line > 0)
     return Launch(None, kernel, (g.blocks, g.chunks, outer * outer2), (ROWS_THREADS, 1, 1), scalars,
                   state, ROWS_ARG_FORMAT)  # fmt: skip
 

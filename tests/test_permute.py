@@ -8,6 +8,7 @@ modelled in tests/test_gather.py.)"""
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import struct
 import subprocess
@@ -28,10 +29,12 @@ from autotranspose.codegen import (
     OUTER_ARG_BYTES,
     OUTER_ARG_FORMAT,
     OUTER_SUFFIX,
+    ROW_KERNELS,
     ROWS_THREADS,
     ROWS_UNROLL,
     kernel_name,
     render_rows,
+    row_kernel_name,
 )
 from autotranspose.compiler import Kernel
 from autotranspose.config import default_config
@@ -450,7 +453,8 @@ def test_an_outer_launch_finds_every_matrix_once(tile_launch, e, vec, rng):
 # --- the row copy kernel --------------------------------------------------------------------------
 @pytest.fixture
 def row_copy(monkeypatch):
-    monkeypatch.setattr(launch, "get_row_kernel", lambda state, e: Kernel(f"at_copy_rows_s{e}", 1, 1))
+    monkeypatch.setattr(launch, "get_row_kernel",
+                        lambda state, e, skew=False: Kernel(row_kernel_name(e, skew), 1, 1))  # fmt: skip
 
     state = SimpleNamespace(info=SimpleNamespace(multiprocessors=132))
     return lambda *args: launch.make_row_copy(state, *args)
@@ -464,7 +468,8 @@ def _emulate(lc, batch: int, m: int, n: int, out_base: int = 0, starts: list | N
     whether that store is the first of its chunk."""
     m_, n_, _, ld_out, _, bs_out, _, os_out, _, os2_out, lanes, b_, chunk, outer2, per_block, line = lc.scalars
     assert (m_, n_, b_) == (m, n, batch) and per_block == lc.block[0] // lanes
-    word = int(lc.kernel.name.rpartition("_s")[2])
+    word = int(re.fullmatch(r"at_copy_rows_s(\d+)(_skew)?", lc.kernel.name)[1])
+    assert lc.kernel.name.endswith("_skew") == (line > 0)  # the unskewed kernel reads no line
     mask = line // word - 1 if line else 0
     hits = np.zeros((lc.grid[2], batch, m, n), np.int64)
     assert lc.grid[1] * chunk >= n and (lc.grid[1] - 1) * chunk < n
@@ -500,7 +505,7 @@ def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
 
 @pytest.mark.parametrize("min_steps", [4, 10**6])  # chunks of 4 passes; one chunk a row
 @pytest.mark.parametrize("word", [1, 2, 4, 8, 16])
-@pytest.mark.parametrize(("batch", "m", "n"), [(2, 3, 2000), (1, 3, 1001), (3, 2, 300)])
+@pytest.mark.parametrize(("batch", "m", "n"), [(2, 3, 2000), (1, 3, 1100), (3, 2, 1500)])
 def test_long_rows_store_from_line_starts_at_any_offset(
     row_copy, rng, monkeypatch, min_steps, word, batch, m, n
 ):
@@ -511,7 +516,7 @@ def test_long_rows_store_from_line_starts_at_any_offset(
     ld_out = n + int(rng.integers(0, 9))
     lc = row_copy(word, batch, m, n, n, ld_out, m * n, m * ld_out + int(rng.integers(0, 9)))
     line = lc.scalars[-1]
-    assert line == launch.ROWS_STORE_LINE
+    assert line == launch.ROWS_STORE_LINE and lc.kernel.name == row_kernel_name(word, skew=True)
     starts: list = []
     base = int(rng.integers(0, 10**6))
     assert np.all(_emulate(lc, batch, m, n, base, starts) == 1)
@@ -519,19 +524,22 @@ def test_long_rows_store_from_line_starts_at_any_offset(
     assert [a for a, first in starts if not first and a % run] == []
 
 
-@pytest.mark.parametrize("n", [1, 7, 31])
-def test_rows_under_a_warp_are_not_skewed(row_copy, n):
-    """A warp there spans several rows: no skew lines them all up, and it would add a pass."""
-    assert row_copy(8, 2, 3, n, n, n, 3 * n, 3 * n).scalars[-1] == 0
+@pytest.mark.parametrize("n", [1, 7, 31, 300, 1000])
+def test_rows_under_a_warp_or_four_passes_are_not_skewed(row_copy, n):
+    """Under a warp, a warp spans several rows (no skew lines them all up); under four
+    passes, the skew's arithmetic costs more than whole-line stores gain (session 17)."""
+    lc = row_copy(8, 2, 3, n, n, n, 3 * n, 3 * n)
+    assert lc.scalars[-1] == 0 and lc.kernel.name == row_kernel_name(8)
+    assert np.all(_emulate(lc, 2, 3, n) == 1)
 
 
 @pytest.mark.parametrize(
-    ("n", "chunk", "lanes", "word", "line"),
-    [(100000, 4096, 256, 8, 128), (300, 512, 256, 8, 128), (255, 256, 256, 1, 0),
-     (1000, 1024, 256, 1, 128), (600, 768, 256, 1, 128), (512, 768, 256, 1, 0), (40, 64, 64, 4, 0), (5000, 5120, 256, 16, 128)],
+    ("n", "chunk", "lanes", "line"),
+    [(100000, 4096, 256, 128), (300, 512, 256, 0), (1024, 1024, 256, 128), (1023, 2048, 256, 0),
+     (5000, 512, 256, 0), (40, 64, 64, 0), (124, 124, 31, 0), (2000, 1024, 128, 128)],
 )  # fmt: skip
-def test_the_skew_costs_at_most_a_pass_in_four(n, chunk, lanes, word, line):
-    assert launch.row_store_line(n, chunk, lanes, word) == line
+def test_chunks_of_four_passes_of_whole_warps_are_skewed(n, chunk, lanes, line):
+    assert launch.row_store_line(n, chunk, lanes) == line
 
 
 @pytest.mark.parametrize("outer", [2, 3])
@@ -586,10 +594,10 @@ def test_row_copy_compiles_without_spills(tmp_path: Path, arch):
          str(tmp_path / "rows.cubin")], capture_output=True, text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    for s in SIZES:
-        assert f"at_copy_rows_s{s}" in run.stderr
+    for name in ROW_KERNELS:
+        assert f"'{name}'" in run.stderr
     spills = [line for line in run.stderr.splitlines() if "spill" in line]
-    assert len(spills) == len(SIZES)
+    assert len(spills) == len(ROW_KERNELS) == 2 * len(SIZES)
     assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), spills
 
 

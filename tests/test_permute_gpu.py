@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
+from autotranspose import launch
 from autotranspose.plan import GATHER, PACKED, contiguous_strides, plan_permute
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
@@ -102,23 +103,31 @@ def test_random_views_into_poisoned_outputs_with_a_guard(rng, e):
             assert bool((raw[whole.nbytes :] == POISON).all())
 
 
+@pytest.mark.parametrize("skewed", [False, True])
 @pytest.mark.parametrize("e", [1, 2, 4, 8])
-def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e):
+def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, skewed):
     """Row copies of long rows of words under 16 bytes (odd lengths and pitches), inputs and
     outputs at random element offsets, so each row starts at its own alignment; the poison
-    around the output window survives."""
+    around the output window survives. `skewed`: chunks long enough that the kernel skews
+    the rows' stores to start on a line (`launch.row_store_line`), else the unskewed one."""
     cupy = pytest.importorskip("cupy")
     dtype = DTYPES[e]
-    for _ in range(6):
-        b, m = int(rng.integers(1, 40)), int(rng.integers(1, 40))
-        n = int(rng.integers(512 // e, 4096 // e)) | 1
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    for _ in range(3):
+        if skewed:
+            b, m, n = int(rng.integers(45, 60)), int(rng.integers(45, 60)), int(rng.integers(6000, 9000)) | 1
+        else:
+            b, m, n = int(rng.integers(1, 40)), int(rng.integers(1, 40)), int(rng.integers(512 // e, 900)) | 1
         pad = int(rng.integers(0, 5))
         big = cupy.asarray(random_array(rng, (b, m, n + pad + 8), dtype))
         start = int(rng.integers(0, 8))
         x = big[:, :, start : start + n]
         plan = plan_permute(x.shape, (1, 0, 2), e, tuple(st // e for st in x.strides), None,
                             in_ptr=x.data.ptr)  # fmt: skip
-        assert plan.passes[0].kind == "copy" and plan.passes[0].elem_bytes * plan.passes[0].n >= 512
+        p = plan.passes[0]
+        assert p.kind == "copy" and p.elem_bytes * p.n >= 512
+        g = launch.row_geometry(p.batch * p.m, p.n, sms, p.outer.extent * p.outer2.extent)
+        assert (launch.row_store_line(p.n, g.chunk, g.lanes) > 0) == skewed, (b, m, n, g)
         want = np.transpose(cupy.asnumpy(x), (1, 0, 2))
         lead = int(rng.integers(1, 16))
         raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)

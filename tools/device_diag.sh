@@ -36,5 +36,5 @@ if [ -n "${PROFILE:-}" ] && [ -n "$NCU" ]; then
 fi
 if [ -n "${SWEEP:-}" ]; then
   timeout ${SWEEP_TIMEOUT:-200} bash -c "$SWEEP" > "$OUT/sweep.txt" 2>&1; echo "sweep rc=$?"
-  grep -E '^===|%' "$OUT/sweep.txt" | head -80
+  grep -E '^===|%' "$OUT/sweep.txt" | head -80 || true
 fi

@@ -1,9 +1,9 @@
 """Time permute's row copies (device only): for each case of `bench --random-permute` mixes
 whose plan is a strided row copy (plus --shapes cases), the copy pass as permute() builds it
-("rows": stores skewed to start on a line where `launch.row_store_line` says so), the same
-kernel with no skew ("rows_0"), session 16's kernel ("rows_16": `render_rows(skew=False)`),
-and what permute() serves after its first call ("served"), each checked against
-np.transpose first, each as % of a copy of the same bytes.
+("rows": stores skewed to start on a line where `launch.row_store_line` says so), unskewed
+("rows_16": session 16's kernel), skewed wherever rows are whole warps ("rows_skew"), and
+what permute() serves after its first call ("served"), each checked against np.transpose
+first, each as % of a copy of the same bytes.
 
     python3 tools/rows_check.py --seeds 7 11 23 --count 40 [--shapes float64:10x144x15x5695/0,2,1,3]
 
@@ -17,31 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-
-
-class _Session16Kernels:
-    """While active, permute() builds its row copies with session 16's kernels (compiled once,
-    kept apart from today's in the process's kernel cache)."""
-
-    def __init__(self) -> None:
-        self.kept: dict = {}
-
-    def __enter__(self) -> None:
-        from autotranspose import codegen, compiler
-
-        self.today = {k: compiler._kernels.pop(k) for k in list(compiler._kernels)
-                      if k[1].startswith("at_copy_rows_s")}  # fmt: skip
-        compiler._kernels.update(self.kept)
-        self.render = compiler.render_rows
-        compiler.render_rows = lambda: codegen.render_rows(skew=False)
-
-    def __exit__(self, *exc: object) -> None:
-        from autotranspose import compiler
-
-        self.kept = {k: compiler._kernels.pop(k) for k in list(compiler._kernels)
-                     if k[1].startswith("at_copy_rows_s")}  # fmt: skip
-        compiler._kernels.update(self.today)
-        compiler.render_rows = self.render
 
 
 def _cases(args) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
@@ -81,8 +56,7 @@ def main() -> int:
 
     state = activate(0)
     rows, started = [], time.monotonic()
-    session16 = _Session16Kernels()
-    line = launch.ROWS_STORE_LINE
+    line, passes = launch.ROWS_STORE_LINE, launch.ROWS_SKEW_PASSES
     for shape, axes, dtype in _cases(args):
         if time.monotonic() - started > args.budget:
             break
@@ -91,11 +65,11 @@ def main() -> int:
             runs = {"rows": build(plan, state, src0, dst0, 0, state.ctx)}
             try:
                 launch.ROWS_STORE_LINE = 0
-                runs["rows_0"] = build(plan, state, src0, dst0, 0, state.ctx)
-                with session16:
-                    runs["rows_16"] = build(plan, state, src0, dst0, 0, state.ctx)
+                runs["rows_16"] = build(plan, state, src0, dst0, 0, state.ctx)
+                launch.ROWS_STORE_LINE, launch.ROWS_SKEW_PASSES = line, 0
+                runs["rows_skew"] = build(plan, state, src0, dst0, 0, state.ctx)
             finally:
-                launch.ROWS_STORE_LINE = line
+                launch.ROWS_STORE_LINE, launch.ROWS_SKEW_PASSES = line, passes
             served_plan, runs["served"], _ = served(plan, state, src0, dst0, 0, state.ctx)
             copy_s = bench.copy_time(repeats=args.repeats)
             check = _PermuteCheck(bench, shape, axes, dtype)
@@ -110,9 +84,9 @@ def main() -> int:
             rows.append(row)
             print(f"{dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} word {p.elem_bytes:>2} "
                   f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} line {skew:>3} | "
-                  f"rows_16 {row['rows_16']!s:>6} rows_0 {row['rows_0']!s:>6} rows {row['rows']!s:>6} "
+                  f"rows_16 {row['rows_16']!s:>6} rows_skew {row['rows_skew']!s:>6} rows {row['rows']!s:>6} "
                   f"served {row['served']!s:>6} ({row['served_kind']})", flush=True)
-    print_summaries(rows, ("rows_16", "rows_0", "rows", "served"), args.json)
+    print_summaries(rows, ("rows_16", "rows_skew", "rows", "served"), args.json)
     return 0
 
 

@@ -49,8 +49,9 @@ UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2"
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
 # the row kernels' `at_rows_args` struct (templates/rows.cu.j2): M, N, ld_in, ld_out, bs_in,
-# bs_out, os_in, os_out, os2_in, os2_out; lanes, batch, chunk, outer2, per_block and one unused
-# word. Standard sizes, no padding, as C lays it out; the template asserts the size.
+# bs_out, os_in, os_out, os2_in, os2_out; lanes, batch, chunk, outer2, per_block and line (the
+# skewed kernel's store line, launch.row_store_line; 0 for the unskewed one). Standard sizes,
+# no padding, as C lays it out; the template asserts the size.
 ROWS_ARG_FORMAT = "<10q6I"
 ROWS_ARG_BYTES = struct.calcsize(ROWS_ARG_FORMAT)
 # permute()'s gathers: threads per block, elements each thread loads before it stores, and

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 
 
 def main() -> int:
@@ -28,7 +27,7 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
     args = ap.parse_args()
 
-    from _sweep import permute_case, print_summaries, time_steps
+    from _sweep import permute_case, print_summaries, time_steps, within_budget
 
     from autotranspose.bench import _PermuteCheck, random_permute_cases
     from autotranspose.compiler import activate
@@ -37,39 +36,36 @@ def main() -> int:
 
     state = activate(0)
     rows = []
-    started = time.monotonic()
-    for seed in args.seeds:
-        for shape, axes, dtype in random_permute_cases(args.count, seed):
-            if time.monotonic() - started > args.budget:
-                break
-            with permute_case(state, shape, axes, dtype, f"{seed} ") as (bench, plan, src0, dst0):
-                p = plan.passes[0]
-                variants = {"plan": plan}
-                for q in plan.alternatives:
-                    name = q.kind + ("x".join(map(str, q.box)) if q.box else "")
-                    variants[name] = plan.taking(q)
-                named = {q.kind for q in (p, *plan.alternatives)}
-                for kind in (PACKED, GATHER):  # the one-launch passes the plan names neither of
-                    q = one_launch(p, kind) if kind not in named else None
-                    if q is not None:
-                        variants[kind] = dataclasses.replace(plan, passes=(q,), alternatives=())
-                box = next((v.passes[0].box for v in variants.values() if v.passes[0].kind == PACKED), None)
-                copy_s = bench.copy_time(repeats=args.repeats)
-                check = _PermuteCheck(bench, shape, axes, dtype)
-                row = {"seed": seed, "shape": list(shape), "axes": list(axes), "dtype": dtype,
-                       "kind": p.kind, "box": list(box) if box else None, "plan_text": p.describe()}
-                served_plan, served_steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
-                runs = {name: build(v, state, src0, dst0, 0, state.ctx) for name, v in variants.items()}
-                runs["served"] = served_steps
-                row["served_kind"] = served_plan.passes[0].kind
-                row["served_box"] = list(served_plan.passes[0].box)
-                time_steps(state, bench, check, copy_s, runs, row, args.repeats)
-                row["timed"] = list(runs)
-                rows.append(row)
-                others = " ".join(f"{k} {row[k]}" for k in runs if k not in ("plan", "served"))
-                print(f"{seed:>3} {dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} "
-                      f"{p.kind:>9} plan {row['plan']!s:>6} served {row['served']!s:>6} "
-                      f"({row['served_kind']}) | {others}", flush=True)
+    cases = ((seed, case) for seed in args.seeds for case in random_permute_cases(args.count, seed))
+    for seed, (shape, axes, dtype) in within_budget(cases, args.budget):
+        with permute_case(state, shape, axes, dtype, f"{seed} ") as (bench, plan, src0, dst0):
+            p = plan.passes[0]
+            variants = {"plan": plan}
+            for q in plan.alternatives:
+                name = q.kind + ("x".join(map(str, q.box)) if q.box else "")
+                variants[name] = plan.taking(q)
+            named = {q.kind for q in (p, *plan.alternatives)}
+            for kind in (PACKED, GATHER):  # the one-launch passes the plan names neither of
+                q = one_launch(p, kind) if kind not in named else None
+                if q is not None:
+                    variants[kind] = dataclasses.replace(plan, passes=(q,), alternatives=())
+            box = next((v.passes[0].box for v in variants.values() if v.passes[0].kind == PACKED), None)
+            copy_s = bench.copy_time(repeats=args.repeats)
+            check = _PermuteCheck(bench, shape, axes, dtype)
+            row = {"seed": seed, "shape": list(shape), "axes": list(axes), "dtype": dtype,
+                   "kind": p.kind, "box": list(box) if box else None, "plan_text": p.describe()}
+            served_plan, served_steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
+            runs = {name: build(v, state, src0, dst0, 0, state.ctx) for name, v in variants.items()}
+            runs["served"] = served_steps
+            row["served_kind"] = served_plan.passes[0].kind
+            row["served_box"] = list(served_plan.passes[0].box)
+            time_steps(state, bench, check, copy_s, runs, row, args.repeats)
+            row["timed"] = list(runs)
+            rows.append(row)
+            others = " ".join(f"{k} {row[k]}" for k in runs if k not in ("plan", "served"))
+            print(f"{seed:>3} {dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} "
+                  f"{p.kind:>9} plan {row['plan']!s:>6} served {row['served']!s:>6} "
+                  f"({row['served_kind']}) | {others}", flush=True)
     print_summaries(rows, ("plan", "served", "best"), args.json)
     return 0
 

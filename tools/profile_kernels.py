@@ -45,14 +45,21 @@ def main(cases: list[str]) -> None:
         cupy.cuda.runtime.deviceSynchronize()
         served = [lc.config.key for lc in api._launches.values() if lc.config is not None]
         print(f"case {case}: served {served[-1] if served else '?'}", flush=True)
-        cuda.cuProfilerStart()
-        at.transpose(x, out, config=config)
-        cupy.cuda.runtime.deviceSynchronize()
-        cuda.cuProfilerStop()
+        _profiled(cuda, at.transpose, x, out, config=config)
         assert cupy.array_equal(out, cupy.swapaxes(x, -1, -2)), case
         api.clear_caches()
         del x, out
         cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _profiled(cuda: ctypes.CDLL, fn, *args, **kwargs) -> None:
+    """One call of `fn` between cuProfilerStart and cuProfilerStop (what ncu records)."""
+    import cupy
+
+    cuda.cuProfilerStart()
+    fn(*args, **kwargs)
+    cupy.cuda.runtime.deviceSynchronize()
+    cuda.cuProfilerStop()
 
 
 def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
@@ -71,10 +78,7 @@ def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
         at.permute(x, axes, out)
     cupy.cuda.runtime.deviceSynchronize()
     print(f"case {case}: {x.nbytes} bytes each way", flush=True)
-    cuda.cuProfilerStart()
-    at.permute(x, axes, out)
-    cupy.cuda.runtime.deviceSynchronize()
-    cuda.cuProfilerStop()
+    _profiled(cuda, at.permute, x, axes, out)
     assert cupy.array_equal(out, cupy.transpose(x, axes)), case
     permuter.clear_caches()
     del x, out

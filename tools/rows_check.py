@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 
 def _cases(args) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
@@ -47,7 +46,7 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
     args = ap.parse_args()
 
-    from _sweep import permute_case, print_summaries, time_steps
+    from _sweep import permute_case, print_summaries, time_steps, within_budget
 
     from autotranspose import launch
     from autotranspose.bench import _PermuteCheck
@@ -55,11 +54,9 @@ def main() -> int:
     from autotranspose.permuter import build, served
 
     state = activate(0)
-    rows, started = [], time.monotonic()
+    rows = []
     line, passes = launch.ROWS_STORE_LINE, launch.ROWS_SKEW_PASSES
-    for shape, axes, dtype in _cases(args):
-        if time.monotonic() - started > args.budget:
-            break
+    for shape, axes, dtype in within_budget(_cases(args), args.budget):
         with permute_case(state, shape, axes, dtype, "") as (bench, plan, src0, dst0):
             p = plan.passes[0]
             runs = {"rows": build(plan, state, src0, dst0, 0, state.ctx)}

@@ -404,10 +404,66 @@ def _packed_vars(k: PackedKernel) -> dict[str, object]:
         "unroll": min(dsteps, PACKED_UNROLL),
         "shift": shift,
         "pad": pad,
-        "smem": k.volume + ((k.volume - 1) >> shift) * pad,
+        "smem": (smem := k.volume + ((k.volume - 1) >> shift) * pad),
+        "smem_bytes": smem * k.elem_bytes,
         "ragged_table": steps * PACKED_THREADS != k.volume,
         "wstride": PACKED_THREADS + (PACKED_THREADS >> shift) * pad,
         "full": " && ".join(f"lim{d} == {k.box[d]}u" for d in dims if k.checked[d]) or "true",
+        **(_packed_word_vars(k, dense) if k.words else {}),
+    }
+
+
+def _packed_word_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
+    """The words kernel's index arithmetic (templates/packed.cu.j2: words_kernel). A read step
+    is a K x K block: digit 0 counts K rows of dim 0, digit i0 K elements of the input's
+    innermost dim; a write step is a word of dim 0. Shared memory holds the box in output
+    order in words (dense[j] / K words a step of dim j >= 1), one word skipped every 2**wshift
+    words, wshift the power of two in a block's word step along i0 (mstep K apart: lanes
+    stepping i0 store mstep * K words apart, an odd count of banks once skewed), at most 8 (the
+    table's write slots step by a constant)."""
+    kk, i0 = k.block, k.in_order[0]
+    dims = range(len(k.box))
+    scale = {0: kk, i0: kk}
+    rext = [b // scale.get(d, 1) for d, b in enumerate(k.box)]
+    wext = [k.box[0] // kk, *k.box[1:]]
+    words = [1] + [dense[d] // kk for d in dims if d]
+    step = words[i0] * kk  # words between a block and the next along i0
+    wshift = min((step & -step).bit_length() - 1, 8)
+    nwords = k.volume // kk
+    assert PACKED_THREADS % (1 << wshift) == 0 and all(dense[d] % kk == 0 for d in dims if d)
+
+    def inside(ext_scale: dict[int, int]) -> str:
+        return " && ".join(
+            f"d{d} * {ext_scale.get(d, 1)}u < lim{d}" if d in ext_scale else f"d{d} < lim{d}"
+            for d in dims if k.checked[d]
+        ) or "true"  # fmt: skip
+
+    def scaled(d: int, by: dict[int, int]) -> str:
+        return f"d{d} * {by[d]}u" if d in by else f"d{d}"
+
+    nblocks = k.volume // kk**2
+    return {
+        "K": kk,
+        "i0": i0,
+        "rext": rext,
+        "wext": wext,
+        "mstep": words[i0],
+        "wshift": wshift,
+        "wsmem": (wsmem := (nwords - 1) + ((nwords - 1) >> wshift) + 1),
+        "smem_bytes": 4 * wsmem,
+        "nblocks": nblocks,
+        "nwords": nwords,
+        "rragged": k.steps * PACKED_THREADS != nblocks,
+        "wragged": k.write_steps * PACKED_THREADS != nwords,
+        "wwstride": PACKED_THREADS + (PACKED_THREADS >> wshift),
+        "wbatch": min(k.steps, 2),
+        "wdsteps": -(-k.steps // min(k.steps, 2)) * min(k.steps, 2),
+        "w_shared": " + ".join(f"d{d} * {step if d == i0 else words[d]}u" for d in dims),
+        "w_in_offset": " + ".join(f"(off_t)({scaled(d, scale)}) * is{d}" for d in dims),
+        "w_out_offset": " + ".join(f"(off_t)({scaled(d, {0: kk})}) * os{d}" for d in dims),
+        "w_in_inside": inside(scale),
+        "w_out_inside": inside({0: kk}),
+        "unroll": min(k.write_steps, PACKED_UNROLL),
     }
 
 

@@ -11,6 +11,13 @@ writes it out in the output's, so both sides move in the runs `plan.packed_box` 
 The kernel is compiled per box: its extents, the order the input walks them in and which of
 them need an edge check are compile-time constants (a division by a constant is a multiply),
 while every stride is a runtime argument, so one kernel serves every problem with that box.
+
+1- and 2-byte elements move one at a time through global memory in that walk (instruction
+bound: 15-50 instructions a byte, session 18's profile). Where both sides' innermost dims
+and every offset allow 4-byte words (`word_aligned`), the `words` kernel moves K x K blocks
+instead (K = 4 / element bytes): K aligned words of K input rows are transposed in registers
+by byte permutes and stored as K words of the output's innermost dim, and the output moves
+in aligned words from shared memory.
 """
 
 from __future__ import annotations
@@ -49,6 +56,12 @@ TABLE_STEPS, TABLE_STEPS_WIDE = 16, 8
 # or a bigger table, spill at 64: nvcc's report over the plan's boxes, tests/test_packed.py).
 FLIGHT_BYTES = 24 << 10
 MIN_BLOCKS, MAX_BLOCKS, TABLE_STEPS_AT_MAX = 3, 4, 8
+# The words kernel (1- and 2-byte elements): a global word holds WORD_BYTES, a block K x K
+# elements (K = WORD_BYTES // element bytes). Its table holds a thread's block offsets (at
+# most WORDS_TABLE_READS block steps, two registers each) and output word offsets (at most
+# WORDS_TABLE_WRITES); a thread issues WORDS_LOAD_BATCH block steps' loads before it stores.
+WORD_BYTES = 4
+WORDS_TABLE_READS, WORDS_TABLE_WRITES, WORDS_LOAD_BATCH = 8, 16, 2
 
 
 def divisor(d: int) -> tuple[int, int]:
@@ -81,6 +94,7 @@ class PackedKernel:
     in_order: tuple[int, ...]
     checked: tuple[bool, ...]
     wide: bool = False
+    words: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.box)
@@ -97,25 +111,48 @@ class PackedKernel:
                 f"a packed box of {self.volume} {self.elem_bytes}-byte elements: at most "
                 f"{PACKED_MAX_BYTES} bytes of shared memory"
             )
+        if type(self.words) is not bool:
+            raise ShapeError(f"packed words {self.words!r}: a bool")
+        if self.words:
+            k = self.block
+            if k < 2 or n < 2 or self.in_order[0] == 0 or self.box[0] % k or self.box[self.in_order[0]] % k:
+                raise ShapeError(
+                    f"a packed words kernel of {self.elem_bytes}-byte elements in boxes of {self.box}: "
+                    f"1- or 2-byte elements, the output's and the input's innermost box dims "
+                    f"different and multiples of {max(k, 2)}"
+                )
 
     @property
     def volume(self) -> int:
         return math.prod(self.box)
 
     @property
+    def block(self) -> int:
+        """K: elements a global word holds, and the side of a words kernel's K x K blocks."""
+        return max(1, WORD_BYTES // self.elem_bytes)
+
+    @property
     def steps(self) -> int:
-        """Elements a thread moves per box."""
-        return -(-self.volume // THREADS)
+        """Elements a thread moves per box (words: K x K blocks a thread reads per box)."""
+        return -(-self.volume // (THREADS * (self.block**2 if self.words else 1)))
+
+    @property
+    def write_steps(self) -> int:
+        """Elements (words: words) a thread writes per box."""
+        return -(-self.volume // (THREADS * (self.block if self.words else 1)))
 
     @property
     def table(self) -> bool:
         """Whether whole boxes move by the table of a thread's offsets (registers allowing)."""
+        if self.words:
+            return self.steps <= WORDS_TABLE_READS and self.write_steps <= WORDS_TABLE_WRITES
         return self.steps <= (TABLE_STEPS_WIDE if self.wide else TABLE_STEPS)
 
     @property
     def blocks_per_sm(self) -> int:
         """Resident blocks the kernel is compiled and launched for: FLIGHT_BYTES of boxes."""
-        most = MAX_BLOCKS if self.table and self.steps <= TABLE_STEPS_AT_MAX else MIN_BLOCKS
+        small = self.write_steps <= TABLE_STEPS_AT_MAX if self.words else self.steps <= TABLE_STEPS_AT_MAX
+        most = MAX_BLOCKS if self.table and small else MIN_BLOCKS
         return min(most, max(MIN_BLOCKS, -(-FLIGHT_BYTES // (self.volume * self.elem_bytes))))
 
     @property
@@ -124,7 +161,8 @@ class PackedKernel:
         box = "x".join(map(str, self.box))
         order = "".join(map(str, self.in_order))
         checks = "".join("c" if c else "f" for c in self.checked)
-        return f"at_packed_s{self.elem_bytes}_b{box}_i{order}_{checks}_{'w' if self.wide else 'n'}"
+        words = "_k" if self.words else ""
+        return f"at_packed_s{self.elem_bytes}_b{box}_i{order}_{checks}_{'w' if self.wide else 'n'}{words}"
 
 
 @dataclass(frozen=True)
@@ -154,9 +192,36 @@ class PackedArgs:
         return struct.pack(ARG_FORMAT, *self.values())
 
 
-def packed_args(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int]) -> PackedArgs:
+def word_aligned(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int, out_ptr: int) -> bool:
+    """Whether the words kernel can move `dims` in boxes of `box` from and to pointers of
+    these addresses (only their value mod WORD_BYTES is read): 1- or 2-byte elements; the
+    output's innermost dim (stride 1) and the input's are different box dims whose extents
+    and box extents are multiples of K; every other stride, on each side, a multiple of K;
+    both pointers word-aligned. Then every word a block reads or writes is aligned."""
+    k = WORD_BYTES // elem_bytes if elem_bytes < WORD_BYTES else 1
+    if k < 2 or in_ptr % WORD_BYTES or out_ptr % WORD_BYTES:
+        return False
+    o0 = next((j for j, d in enumerate(dims) if d.out_stride == 1 and d.extent > 1), None)
+    i0 = next((j for j, d in enumerate(dims) if d.in_stride == 1 and d.extent > 1), None)
+    if o0 is None or i0 is None or o0 == i0:
+        return False
+    if any(dims[j].extent % k or box[j] % k for j in (o0, i0)):
+        return False
+    return all(
+        (j == i0 or d.in_stride % k == 0) and (j == o0 or d.out_stride % k == 0)
+        for j, d in enumerate(dims)
+        if d.extent > 1
+    )
+
+
+def packed_args(
+    elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int = 0, out_ptr: int = 0,
+    *, words: bool | None = None,
+) -> PackedArgs:  # fmt: skip
     """The kernel and arguments that move `dims` (output memory order, outermost first, the
-    innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass).
+    innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass)
+    between pointers of addresses `in_ptr` and `out_ptr` (only their alignment is read). The
+    words kernel where `word_aligned` allows it (`words`: None for that rule, False never).
 
     The grid walks the dims of more than one box: first the box dims the edge cuts, in the
     kernel's order (so the kernel knows at compile time where each one's box index is), then
@@ -173,12 +238,20 @@ def packed_args(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int]) -> Pac
     in_order = tuple(sorted(range(len(inside)), key=lambda j: (dims[inside[j]].in_stride, j)))
     span = [sum((box[k] - 1) * abs(getattr(dims[k], s)) for k in inside) for s in ("in_stride", "out_stride")]
     cut = [k for k in inside if dims[k].extent % box[k]]
+    if words is None:
+        words = word_aligned(elem_bytes, dims, box, in_ptr, out_ptr)
+    elif words and not word_aligned(elem_bytes, dims, box, in_ptr, out_ptr):
+        raise ShapeError(
+            f"packed words for dims {[(d.extent, d.in_stride, d.out_stride) for d in dims]} in boxes {tuple(box)} at pointers "
+            f"{in_ptr} and {out_ptr}: not word-aligned (packed.word_aligned); leave words=None"
+        )
     kernel = PackedKernel(
         elem_bytes,
         tuple(box[k] for k in inside),
         in_order,
         tuple(k in cut for k in inside),
         max(span) > OFFSET_LIMIT,
+        words,
     )
     whole = [k for k in inside if k not in cut and dims[k].extent > box[k]]
     grid = [*cut, *whole, *outside]

@@ -117,7 +117,10 @@ PACKED_MAX_TILES = 2**32 - 1  # the kernel counts boxes in 32 bits
 #   launches: that batched pass (GATHER_MAX_LAUNCHES and GATHER_MIN_LAUNCH_BYTES are first
 #   guesses that no run has calibrated);
 # - a row copy of rows under ALT_ROW_BYTES: a packed launch (int32 4x225440x72 78.7 -> 92.4,
-#   float64 96x8x5120x1x8 85.0 -> 92.6; but int16 25x3x8x1276x42 54.1 -> 40.4);
+#   float64 96x8x5120x1x8 85.0 -> 92.6; but int16 25x3x8x1276x42 54.1 -> 40.4), and for rows
+#   under ALT_GATHER_ROW_BYTES the gather too (session 18, seed 20261818: uint8 12x25121x184,
+#   rows of 184 bytes, copy 70.0, packed 74.5, gather 92.1; complex128 rows of 48 bytes
+#   54.0 / 83.2 / 78.9; but rows of 128 bytes 93.0 / 94.8 / 84.8);
 # - a transpose with a side under ALT_SIDE_BYTES: a packed launch (complex128
 #   13x11x218x28x16 73.9 -> 92.5, complex64 8x3x181x15x865 36.9 -> 66.8; most others lose).
 # A plan whose pass is a contiguous copy, a wide row copy or a transpose of two wide sides
@@ -126,9 +129,14 @@ PACKED_MAX_TILES = 2**32 - 1  # the kernel counts boxes in 32 bits
 # a launch's overhead, so no choice saves much, while a first call that builds an
 # alternative compiles its kernel (about 1 s of nvcc for a new box shape).
 PACKED_BIG_ELEMS = 4096
+# ... and for 1- and 2-byte elements a box of PACKED_WORDS_BYTES too: the words kernel
+# (autotranspose/packed.py) moves 16 bytes a thread per block step, so a 4096-element box of
+# bytes keeps one block step a thread in flight where 16 KB keeps four.
+PACKED_WORDS_BYTES = 16 << 10
 ALT_MIN_BYTES = 8 << 20
 ALT_MAX_LAUNCHES = 64
 ALT_ROW_BYTES = 1024
+ALT_GATHER_ROW_BYTES = 256
 ALT_SIDE_BYTES = 512
 
 
@@ -431,10 +439,14 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
     found: list[Pass | None] = []
     if chosen.kind in (PACKED, GATHER):
         found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
+        if e <= 2:
+            found.append(one_launch(chosen, PACKED, PACKED_WORDS_BYTES // e))
         if batched.loops and batched.launches <= ALT_MAX_LAUNCHES:
             found.append(batched)
     elif chosen.kind == COPY and not chosen.contiguous and chosen.n * e < ALT_ROW_BYTES:
         found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
+        if chosen.n * e < ALT_GATHER_ROW_BYTES:
+            found.append(one_launch(chosen, GATHER))
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
         found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
     picked: list[Pass] = []

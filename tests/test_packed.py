@@ -12,6 +12,7 @@ import dataclasses
 import math
 import re
 import shutil
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ from autotranspose.packed import (
     divide,
     divisor,
     packed_args,
+    word_aligned,
 )
 from autotranspose.plan import (
     PACKED,
@@ -48,29 +50,12 @@ from autotranspose.plan import (
 SIZES = (1, 2, 4, 8, 16)
 
 
-def model(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None) -> np.ndarray:
-    """Run the kernel's walk: every block's box, every thread's elements (vectorised over the
-    box's indices), from `src` into `out` (flat arrays of elements). Returns how often each
-    output element was written; counts the boxes each path moved into `paths`."""
+def _boxes(a: PackedArgs):
+    """The kernel's walk over boxes: each box's input and output corner and, per box dim, how
+    much of it is inside the problem (the multiply-shift split checked against //)."""
     k = a.kernel
-    v = _packed_vars(k)
-    nb = len(k.box)
-    dense = np.cumprod((1, *k.box[:-1]))
-    shift, pad, smem = v["shift"], v["pad"], v["smem"]
-    written = np.zeros(out.size, dtype=np.int64)
-    i = np.arange(k.volume, dtype=np.int64)  # every thread's indices: j * THREADS + threadIdx.x
-
-    def digits(order: tuple[int, ...]) -> list[np.ndarray]:
-        d, r = [None] * nb, i.copy()
-        for j, kk in enumerate(order):
-            d[kk] = r if j == nb - 1 else r % k.box[kk]
-            r = r // k.box[kk]
-        return d
-
-    d_in, d_out = digits(k.in_order), digits(tuple(range(nb)))
-    checked = [kk for kk in range(nb) if k.checked[kk]]  # the grid's first dims, in this order
+    checked = [kk for kk in range(len(k.box)) if k.checked[kk]]  # the grid's first dims, in this order
     assert a.ngrid <= MAX_GRID_DIMS and all(t >= 2 for t in a.tiles_of[: a.ngrid])
-    paths = {} if paths is None else paths
     for tile in range(a.tiles):
         rest, ib, ob, lim = tile, 0, 0, list(k.box)
         for g in range(a.ngrid):
@@ -83,6 +68,89 @@ def model(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int]
             if g < len(checked):
                 lim[checked[g]] = min(k.box[checked[g]], a.extent[checked[g]] - r * k.box[checked[g]])
         assert rest == 0, "the box index has digits left over"
+        yield ib, ob, lim
+
+
+def _digits(index: np.ndarray, order: Sequence[int], ext: Sequence[int]) -> list[np.ndarray]:
+    """A linear index's digits along `ext`, the dims in `order` innermost first (the
+    template's `split`)."""
+    d, r = [None] * len(ext), index.copy()
+    for j, kk in enumerate(order):
+        d[kk] = r if j == len(order) - 1 else r % ext[kk]
+        r = r // ext[kk]
+    return d
+
+
+def model_words(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None) -> np.ndarray:
+    """The words kernel's walk (`PackedKernel.words`): per box, each K x K block's K word loads
+    (aligned: element index a multiple of K, the arrays starting at a word), its byte-permuted
+    words stored to shared words, then the box written in aligned words. Like `model`."""
+    k = a.kernel
+    v = _packed_vars(k)
+    kk, i0, nb, sh = v["K"], v["i0"], len(k.box), v["wshift"]
+    words = [1] + [int(np.prod(k.box[:d])) // kk for d in range(1, nb)]
+    shared_index = [v["mstep"] * kk if d == i0 else words[d] for d in range(nb)]  # a block's word, per digit
+    rscale = [kk if d in (0, i0) else 1 for d in range(nb)]
+    b = np.arange(v["nblocks"], dtype=np.int64)
+    w = np.arange(v["nwords"], dtype=np.int64)
+    d_in, d_out = _digits(b, k.in_order, v["rext"]), _digits(w, range(nb), v["wext"])
+    written = np.zeros(out.size, dtype=np.int64)
+    paths = {} if paths is None else paths
+    for ib, ob, lim in _boxes(a):
+        table = k.table and all(lim[d] == k.box[d] for d in range(nb) if k.checked[d])
+        paths["table" if table else "digits"] = paths.get("table" if table else "digits", 0) + 1
+        box = np.full((v["wsmem"], kk), -1, dtype=src.dtype)
+        loaded = np.zeros(v["wsmem"], dtype=bool)
+        ok = np.ones(b.size, dtype=bool)
+        for d in range(nb):
+            ok &= d_in[d] * rscale[d] < lim[d]
+        at = ib + sum(d_in[d] * rscale[d] * a.in_stride[d] for d in range(nb))[ok]
+        w0 = sum(d_in[d] * shared_index[d] for d in range(nb))[ok]
+        for m in range(kk):  # row m of each block: one aligned word of K elements along i0
+            row = at + m * a.in_stride[0]
+            assert (row % kk == 0).all(), "an unaligned word load"
+            assert row.min(initial=0) >= 0 and row.max(initial=0) + kk <= src.size, "a read outside x"
+            for q in range(kk):  # after the byte permute: word q holds the K rows' element q
+                slot = w0 + q * v["mstep"]
+                slot = slot + (slot >> sh)
+                box[slot, m] = src[row + q]
+                loaded[slot] = True
+        slots = np.concatenate([(w0 + q * v["mstep"]) + ((w0 + q * v["mstep"]) >> sh) for q in range(kk)])
+        assert slots.max(initial=0) < v["wsmem"] and np.unique(slots).size == slots.size, "shared words collide"
+        ok = np.ones(w.size, dtype=bool)
+        for d in range(nb):
+            ok &= d_out[d] * (kk if d == 0 else 1) < lim[d]
+        slot = (w + (w >> sh))[ok]
+        if table:  # the write slot steps by a constant: wslot + j * wwstride
+            t, j = w % PACKED_THREADS, w // PACKED_THREADS
+            assert np.array_equal((t + (t >> sh) + j * v["wwstride"])[ok], slot)
+        assert loaded[slot].all(), "a store of a shared word no thread loaded"
+        to = ob + sum(d_out[d] * (kk if d == 0 else 1) * a.out_stride[d] for d in range(nb))[ok]
+        assert (to % kk == 0).all(), "an unaligned word store"
+        assert to.min(initial=0) >= 0 and to.max(initial=0) + kk <= out.size, "a write outside out"
+        for q in range(kk):
+            out[to + q] = box[slot, q]
+            np.add.at(written, to + q, 1)
+    return written
+
+
+def model(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None) -> np.ndarray:
+    """Run the kernel's walk: every block's box, every thread's elements (vectorised over the
+    box's indices), from `src` into `out` (flat arrays of elements). Returns how often each
+    output element was written; counts the boxes each path moved into `paths`."""
+    k = a.kernel
+    if k.words:
+        return model_words(a, src, out, paths)
+    v = _packed_vars(k)
+    nb = len(k.box)
+    dense = np.cumprod((1, *k.box[:-1]))
+    shift, pad, smem = v["shift"], v["pad"], v["smem"]
+    written = np.zeros(out.size, dtype=np.int64)
+    i = np.arange(k.volume, dtype=np.int64)  # every thread's indices: j * THREADS + threadIdx.x
+    d_in, d_out = _digits(i, k.in_order, k.box), _digits(i, range(nb), k.box)
+    checked = [kk for kk in range(nb) if k.checked[kk]]
+    paths = {} if paths is None else paths
+    for ib, ob, lim in _boxes(a):
         table = k.table and all(lim[kk] == k.box[kk] for kk in checked)
         paths["table" if table else "digits"] = paths.get("table" if table else "digits", 0) + 1
         box = np.full(smem, -1, dtype=src.dtype)
@@ -149,6 +217,59 @@ def test_the_walk_moves_what_np_transpose_moves(e: int, seed: int, min_elems: in
         checked += 1
     assert checked >= 10
     assert paths.get("table", 0) > 0, paths  # whole boxes of up to 16 elements a thread
+
+
+@pytest.mark.parametrize("e", [1, 2])
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("min_elems", [PACKED_MIN_ELEMS, PACKED_BIG_ELEMS])
+def test_the_words_walk_moves_what_np_transpose_moves(e: int, seed: int, min_elems: int):
+    """Random permutes of 1- and 2-byte elements whose innermost extents are multiples of K
+    (so most boxes take the words kernel): every output element written once, from the right
+    input element, every load and store an aligned word; whole and cut boxes both seen."""
+    rng = np.random.default_rng([seed, e, 5151])
+    kk = 4 // e
+    checked, paths = 0, {}
+    for _ in range(60):
+        shape, axes = _random_problem(rng, e)
+        shape = tuple(s * kk if rng.random() < 0.8 else s for s in shape)
+        dims = plan_permute(shape, axes, e).dims
+        box = packed_box(dims, e, min_elems) if len(dims) <= MAX_GRID_DIMS else None
+        if box is None:
+            continue
+        a = packed_args(e, dims, box)
+        if not a.kernel.words:
+            continue
+        x = rng.integers(0, 2**62, math.prod(shape), dtype=np.int64)
+        out = np.full(x.size, -1, dtype=np.int64)
+        written = model(a, x, out, paths)
+        want = np.transpose(x.reshape(shape), axes).ravel()
+        assert (written == 1).all(), f"{shape} by {axes} in boxes {box}"
+        assert np.array_equal(out, want), f"{shape} by {axes} in boxes {box}"
+        checked += 1
+    assert checked >= 8, checked
+    assert paths.get("table", 0) > 0 and paths.get("digits", 0) > 0, paths
+
+
+@pytest.mark.parametrize(
+    "e, dims, box, ptrs, words",
+    [
+        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 0), True),  # a 12x8 byte transpose
+        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (2, 0), False),  # the input pointer is not a word's
+        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 6), False),  # nor the output's
+        (1, (Dim(8, 1, 14), Dim(14, 8, 1)), (8, 14), (0, 0), False),  # 14 rows: not a multiple of 4
+        (1, (Dim(8, 1, 12), Dim(12, 9, 1)), (8, 12), (0, 0), False),  # rows 9 apart: unaligned
+        (2, (Dim(3, 200, 200), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (4, 8), True),
+        (2, (Dim(3, 201, 200), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (0, 0), False),  # odd batch stride
+        (4, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 0), False),  # 4-byte elements: words already
+    ],
+)  # fmt: skip
+def test_the_words_kernel_only_where_every_word_is_aligned(e, dims, box, ptrs, words):
+    assert word_aligned(e, dims, box, *ptrs) is words
+    assert packed_args(e, dims, box, *ptrs).kernel.words is words
+    assert packed_args(e, dims, box, *ptrs, words=False).kernel.words is False
+    if not words:
+        with pytest.raises(errors.ShapeError, match="word-aligned"):
+            packed_args(e, dims, box, *ptrs, words=True)
 
 
 @pytest.mark.parametrize(
@@ -240,6 +361,11 @@ def test_the_plan_packs_what_would_be_small_launches():
         ({"checked": (1, 0)}, "one bool per box dim"),
         ({"box": (4096, 4096)}, "shared memory"),
         ({"wide": "yes"}, "shared memory"),
+        ({"words": 1}, "a bool"),
+        ({"words": True}, "1- or 2-byte"),  # 4-byte elements
+        ({"words": True, "elem_bytes": 1, "box": (30, 32)}, "multiples of 4"),
+        ({"words": True, "elem_bytes": 2, "box": (32, 31)}, "multiples of 2"),
+        ({"words": True, "elem_bytes": 1, "in_order": (0, 1)}, "different"),
     ],
 )  # fmt: skip
 def test_a_kernel_spec_is_checked_before_it_becomes_source(fields, words):
@@ -297,6 +423,8 @@ _SMALL = (
     PackedKernel(4, (7, 13), (1, 0), (False, True)),
     PackedKernel(2, (5, 40), (1, 0), (True, False)),
     PackedKernel(1, (3, 5, 2), (2, 0, 1), (False, False, False)),
+    PackedKernel(1, (8, 12), (1, 0), (False, True), words=True),
+    PackedKernel(2, (6, 4, 3), (1, 2, 0), (True, False, True), words=True),
 )
 
 
@@ -304,7 +432,8 @@ _SMALL = (
 def test_packed_kernels_compile_without_warnings():
     """nvcc says nothing about the generated source (pycuda turns what it says into a
     warning at every user's first call), small and big boxes alike."""
-    specs = [*_SMALL, PackedKernel(4, (32, 32), (1, 0), (False, True)), PackedKernel(1, (128, 128), (1, 0), (True, True))]
+    specs = [*_SMALL, PackedKernel(4, (32, 32), (1, 0), (False, True)), PackedKernel(1, (128, 128), (1, 0), (True, True)),
+             PackedKernel(1, (128, 128), (1, 0), (True, True), words=True)]  # fmt: skip
     assert_nvcc_silent(render_packed(specs), "sm_90")
 
 
@@ -320,9 +449,11 @@ def test_packed_kernels_compile_without_spills(arch: str):
     for k in specs:
         res = report[k.name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{k.name} spills on {arch}: {res}"
-        assert res.smem_bytes == _packed_vars(k)["smem"] * k.elem_bytes, f"{k.name}: {res}"
+        assert res.smem_bytes == _packed_vars(k)["smem_bytes"], f"{k.name}: {res}"
         assert res.registers * PACKED_THREADS * k.blocks_per_sm <= 65536, f"{k.name}: {res}"
     assert any(k.table for k in specs) and not all(k.table for k in specs)
+    words = [k for k in specs if k.words]
+    assert {k.elem_bytes for k in words} == {1, 2} and any(k.table for k in words) and any(any(k.checked) for k in words)
 
 
 @pytest.mark.parametrize("e", SIZES)

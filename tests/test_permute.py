@@ -248,7 +248,8 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
 
-    def make_packed(e, dims, box):
+    def make_packed(e, dims, box, s, d):
+        mem.made.append((s, d))
         return mem.launch(Pass(PACKED, e, 1, 0, 0, 0, dims=dims, box=box))
 
     monkeypatch.setattr(permuter._driver, "memcpy_dtod_async", mem.memcpy)

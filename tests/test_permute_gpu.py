@@ -15,6 +15,7 @@ import pytest
 
 import autotranspose as at
 from autotranspose import launch
+from autotranspose.packed import packed_args
 from autotranspose.plan import GATHER, PACKED, contiguous_strides, plan_permute
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
@@ -428,6 +429,47 @@ def test_gather_views_into_strided_poisoned_outputs(rng, e, one_launch):
         assert np.all(host.view(np.uint8).reshape(*host.shape, e)[mask] == POISON)
         assert bool((raw[whole.nbytes :] == POISON).all())
     assert gathered >= 4, f"only {gathered} of 12 views took the {one_launch} pass"
+
+
+def _words_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A random 3- to 6-D permute of 1- or 2-byte elements, up to a few million, planned as
+    one packed launch that the words kernel can take (extents multiples of 4 / e)."""
+    k = 4 // e
+    while True:
+        nd = int(rng.integers(3, 7))
+        cap = max(2, round((2e6 if rng.random() < 0.5 else 2e5) ** (1 / nd) / 2))
+        shape = tuple(int(v) * (k if rng.random() < 0.85 else 1) for v in rng.integers(1, cap + 1, nd))
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        p = plan_permute(shape, axes, e).passes[0]
+        if p.kind == PACKED and packed_args(e, p.dims, p.box).kernel.words:
+            return shape, axes
+
+
+@pytest.mark.parametrize("e", [1, 2])
+def test_packed_words_into_poisoned_windows(rng, e, own_pass):
+    """The words kernel (K x K blocks byte-permuted in registers, aligned words on both
+    sides) on random permutes, its boxes whole and cut at the edges, into outputs at a
+    word's offset (words) or not (the element kernel): equal to np.transpose, the poison
+    before and after the output untouched."""
+    cupy = pytest.importorskip("cupy")
+    dtype, k = DTYPES[e], 4 // e
+    seen = {True: 0, False: 0}
+    for case in range(14):
+        shape, axes = _words_problem(rng, e)
+        x = cupy.asarray(random_array(rng, shape, dtype))
+        want = np.transpose(cupy.asnumpy(x), axes)
+        lead = int(rng.integers(1, 5)) * k + (int(rng.integers(1, k)) if case % 4 == 3 else 0)
+        raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)
+        out = raw[lead * e : lead * e + want.nbytes].view(dtype).reshape(want.shape)
+        p = plan_permute(shape, axes, e, in_ptr=x.data.ptr, out_ptr=out.data.ptr).passes[0]
+        assert p.kind == PACKED, (shape, axes)
+        words = packed_args(e, p.dims, p.box, x.data.ptr, out.data.ptr).kernel.words
+        assert words == (lead % k == 0), (shape, axes, lead)
+        seen[words] += 1
+        assert at.permute(x, axes, out) is out
+        assert same_bits(cupy.asnumpy(out), want), (shape, axes, p.box, lead, words)
+        assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+    assert seen[True] >= 8 and seen[False] >= 2, seen
 
 
 @pytest.mark.parametrize(

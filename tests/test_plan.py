@@ -693,7 +693,7 @@ def test_describe_says_why_a_gather(no_packed):
         ((200, 64, 112, 8), (3, 1, 0, 2), 4, PACKED, [GATHER, PACKED, TRANSPOSE]),
         ((8, 696, 1, 312, 3), (1, 4, 0, 3, 2), 8, PACKED, [GATHER, TRANSPOSE]),  # 8 launches
         ((8, 4096, 32, 128), (0, 2, 1, 3), 2, COPY, [PACKED]),  # heads: rows of 256 bytes
-        ((1000, 1000, 8), (1, 0, 2), 4, COPY, [PACKED]),  # rows of 32 bytes
+        ((1000, 1000, 8), (1, 0, 2), 4, COPY, [PACKED, GATHER]),  # rows of 32 bytes: the gather too
         ((32, 64, 224, 224), (0, 2, 3, 1), 2, TRANSPOSE, [PACKED]),  # a side of 128 bytes
         ((4, 225440, 72), (0, 2, 1), 4, TRANSPOSE, [PACKED, PACKED]),  # 288 bytes, two boxes
         ((64, 256, 56, 56), (0, 2, 3, 1), 2, TRANSPOSE, []),  # sides of 512 bytes and more

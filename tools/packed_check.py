@@ -14,7 +14,9 @@ What it is for: the data behind the plan's one-launch rule and its alternatives
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import sys
 
 
@@ -29,7 +31,19 @@ def main() -> int:
 
     from _sweep import permute_case, print_summaries, time_steps, within_budget
 
+    from autotranspose import launch
     from autotranspose.bench import _PermuteCheck, random_permute_cases
+    from autotranspose.packed import packed_args
+
+    @contextlib.contextmanager
+    def elements_only():
+        """Launches made inside take the element kernel for packed passes (session 18's
+        words kernel off), to time both on the same box."""
+        launch.packed_args = functools.partial(packed_args, words=False)
+        try:
+            yield
+        finally:
+            launch.packed_args = packed_args
     from autotranspose.compiler import activate
     from autotranspose.permuter import build, served
     from autotranspose.plan import GATHER, PACKED, one_launch
@@ -56,6 +70,11 @@ def main() -> int:
                    "kind": p.kind, "box": list(box) if box else None, "plan_text": p.describe()}
             served_plan, served_steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
             runs = {name: build(v, state, src0, dst0, 0, state.ctx) for name, v in variants.items()}
+            for name, v in variants.items():  # a packed pass the words kernel takes: the element kernel too
+                q = v.passes[0]
+                if q.kind == PACKED and packed_args(q.elem_bytes, q.dims, q.box, src0, dst0).kernel.words:
+                    with elements_only():
+                        runs[name + "/elem"] = build(v, state, src0, dst0, 0, state.ctx)
             runs["served"] = served_steps
             row["served_kind"] = served_plan.passes[0].kind
             row["served_box"] = list(served_plan.passes[0].box)

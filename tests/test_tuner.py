@@ -437,6 +437,17 @@ class _CtrlCSampler(optuna.samplers.RandomSampler):
         return super().sample_independent(study, trial, param_name, param_distribution)
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own Ctrl-C handler for the test, as in a terminal: a runner started in the
+    background (`cmd &` in a script) hands its children SIGINT ignored, which Python keeps,
+    and then no KeyboardInterrupt comes."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 @pytest.mark.parametrize("at", [1, 4, 23])
 def test_ctrl_c_while_a_trial_is_asked_leaves_no_running_trial(
     db: Store, monkeypatch: pytest.MonkeyPatch, at: int

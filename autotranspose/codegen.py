@@ -32,7 +32,7 @@ from .config import (
 from .gather import ARG_BYTES as GATHER_ARG_BYTES
 from .gather import MAX_DIMS as GATHER_MAX_DIMS
 from .packed import ARG_BYTES as PACKED_ARG_BYTES
-from .packed import MAX_BOX_DIMS, MAX_GRID_DIMS, PackedKernel
+from .packed import MAX_BOX_DIMS, MAX_GRID_DIMS, WORDS_LOAD_BATCH, PackedKernel
 from .packed import THREADS as PACKED_THREADS
 
 # What nvcc is told besides the architecture: part of what a kernel is (compiler.py compiles
@@ -456,8 +456,8 @@ def _packed_word_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
         "rragged": k.steps * PACKED_THREADS != nblocks,
         "wragged": k.write_steps * PACKED_THREADS != nwords,
         "wwstride": PACKED_THREADS + (PACKED_THREADS >> wshift),
-        "wbatch": min(k.steps, 2),
-        "wdsteps": -(-k.steps // min(k.steps, 2)) * min(k.steps, 2),
+        "wbatch": (batch := min(k.steps, WORDS_LOAD_BATCH)),
+        "wdsteps": -(-k.steps // batch) * batch,
         "w_shared": " + ".join(f"d{d} * {step if d == i0 else words[d]}u" for d in dims),
         "w_in_offset": " + ".join(f"(off_t)({scaled(d, scale)}) * is{d}" for d in dims),
         "w_out_offset": " + ".join(f"(off_t)({scaled(d, {0: kk})}) * os{d}" for d in dims),

@@ -64,6 +64,11 @@ WORD_BYTES = 4
 WORDS_TABLE_READS, WORDS_TABLE_WRITES, WORDS_LOAD_BATCH = 8, 16, 2
 
 
+def word_elems(elem_bytes: int) -> int:
+    """Elements of `elem_bytes` bytes a WORD_BYTES word holds (1 for words and wider)."""
+    return max(1, WORD_BYTES // elem_bytes)
+
+
 def divisor(d: int) -> tuple[int, int]:
     """(magic, shift) for dividing any 32-bit n by `d` (2 <= d < 2**32) as the kernel does:
     t = umulhi(n, magic); n / d == (t + ((n - t) >> 1)) >> shift (Granlund and Montgomery,
@@ -129,7 +134,7 @@ class PackedKernel:
     @property
     def block(self) -> int:
         """K: elements a global word holds, and the side of a words kernel's K x K blocks."""
-        return max(1, WORD_BYTES // self.elem_bytes)
+        return word_elems(self.elem_bytes)
 
     @property
     def steps(self) -> int:
@@ -198,7 +203,7 @@ def word_aligned(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_pt
     output's innermost dim (stride 1) and the input's are different box dims whose extents
     and box extents are multiples of K; every other stride, on each side, a multiple of K;
     both pointers word-aligned. Then every word a block reads or writes is aligned."""
-    k = WORD_BYTES // elem_bytes if elem_bytes < WORD_BYTES else 1
+    k = word_elems(elem_bytes)
     if k < 2 or in_ptr % WORD_BYTES or out_ptr % WORD_BYTES:
         return False
     o0 = next((j for j, d in enumerate(dims) if d.out_stride == 1 and d.extent > 1), None)

@@ -405,7 +405,7 @@ def _packed_vars(k: PackedKernel) -> dict[str, object]:
         "shift": shift,
         "pad": pad,
         "smem": (smem := k.volume + ((k.volume - 1) >> shift) * pad),
-        "smem_bytes": smem * k.elem_bytes,
+        "smem_bytes": smem * k.elem_bytes * (2 if k.pipelined else 1),  # pipelined: two buffers
         "ragged_table": steps * PACKED_THREADS != k.volume,
         "wstride": PACKED_THREADS + (PACKED_THREADS >> shift) * pad,
         "full": " && ".join(f"lim{d} == {k.box[d]}u" for d in dims if k.checked[d]) or "true",

@@ -62,6 +62,17 @@ MIN_BLOCKS, MAX_BLOCKS, TABLE_STEPS_AT_MAX = 3, 4, 8
 # WORDS_TABLE_WRITES); a thread issues WORDS_LOAD_BATCH block steps' loads before it stores.
 WORD_BYTES = 4
 WORDS_TABLE_READS, WORDS_TABLE_WRITES, WORDS_LOAD_BATCH = 8, 16, 2
+# The pipelined element kernel (4- to 16-byte elements): a block's next box streams into a
+# second shared buffer (cp.async, no registers) while the block writes the current one.
+# Session 19's profile: the element kernel waited on its loads (long-scoreboard stalls half
+# its cycles, DRAM 55-73%), and a block had no load in flight while it wrote a box. Two
+# buffers of a box up to PIPELINE_MAX_BYTES fit the 48 KB of static shared memory.
+PIPELINE_MIN_ELEM_BYTES, PIPELINE_MAX_BYTES = 4, 16 << 10
+
+
+def pipelines(elem_bytes: int, volume: int) -> bool:
+    """Whether boxes of `volume` `elem_bytes`-byte elements can take the pipelined kernel."""
+    return elem_bytes >= PIPELINE_MIN_ELEM_BYTES and volume * elem_bytes <= PIPELINE_MAX_BYTES
 
 
 def word_elems(elem_bytes: int) -> int:
@@ -100,6 +111,7 @@ class PackedKernel:
     checked: tuple[bool, ...]
     wide: bool = False
     words: bool = False
+    pipelined: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.box)
@@ -116,8 +128,14 @@ class PackedKernel:
                 f"a packed box of {self.volume} {self.elem_bytes}-byte elements: at most "
                 f"{PACKED_MAX_BYTES} bytes of shared memory"
             )
-        if type(self.words) is not bool:
-            raise ShapeError(f"packed words {self.words!r}: a bool")
+        if type(self.words) is not bool or type(self.pipelined) is not bool:
+            raise ShapeError(f"packed words {self.words!r}, pipelined {self.pipelined!r}: bools")
+        if self.pipelined and (self.words or not pipelines(self.elem_bytes, self.volume)):
+            raise ShapeError(
+                f"a pipelined packed kernel of {self.elem_bytes}-byte elements in boxes of {self.box}: "
+                f"elements of {PIPELINE_MIN_ELEM_BYTES} bytes or more, boxes of at most "
+                f"{PIPELINE_MAX_BYTES} bytes, not the words kernel"
+            )
         if self.words:
             k = self.block
             if k < 2 or n < 2 or self.in_order[0] == 0 or self.box[0] % k or self.box[self.in_order[0]] % k:
@@ -166,7 +184,7 @@ class PackedKernel:
         box = "x".join(map(str, self.box))
         order = "".join(map(str, self.in_order))
         checks = "".join("c" if c else "f" for c in self.checked)
-        words = "_k" if self.words else ""
+        words = "_k" if self.words else "_p" if self.pipelined else ""
         return f"at_packed_s{self.elem_bytes}_b{box}_i{order}_{checks}_{'w' if self.wide else 'n'}{words}"
 
 
@@ -221,12 +239,13 @@ def word_aligned(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_pt
 
 def packed_args(
     elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int = 0, out_ptr: int = 0,
-    *, words: bool | None = None,
+    *, words: bool | None = None, pipelined: bool | None = None,
 ) -> PackedArgs:  # fmt: skip
     """The kernel and arguments that move `dims` (output memory order, outermost first, the
     innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass)
     between pointers of addresses `in_ptr` and `out_ptr` (only their alignment is read). The
-    words kernel where `word_aligned` allows it (`words`: None for that rule, False never).
+    words kernel where `word_aligned` allows it (`words`: None for that rule, False never);
+    else the pipelined element kernel where `pipelines` allows it (`pipelined` likewise).
 
     The grid walks the dims of more than one box: first the box dims the edge cuts, in the
     kernel's order (so the kernel knows at compile time where each one's box index is), then
@@ -250,6 +269,13 @@ def packed_args(
             f"packed words for dims {[(d.extent, d.in_stride, d.out_stride) for d in dims]} in boxes {tuple(box)} at pointers "
             f"{in_ptr} and {out_ptr}: not word-aligned (packed.word_aligned); leave words=None"
         )
+    volume = math.prod(box[k] for k in inside)
+    can_pipeline = not words and pipelines(elem_bytes, volume)
+    if pipelined and not can_pipeline:
+        raise ShapeError(
+            f"a pipelined packed kernel for {elem_bytes}-byte elements in boxes {tuple(box)}"
+            f"{' (the words kernel)' if words else ''}: packed.pipelines says no; leave pipelined=None"
+        )
     kernel = PackedKernel(
         elem_bytes,
         tuple(box[k] for k in inside),
@@ -257,6 +283,7 @@ def packed_args(
         tuple(k in cut for k in inside),
         max(span) > OFFSET_LIMIT,
         words,
+        can_pipeline if pipelined is None else pipelined,
     )
     whole = [k for k in inside if k not in cut and dims[k].extent > box[k]]
     grid = [*cut, *whole, *outside]

@@ -27,11 +27,14 @@ from autotranspose.packed import (
     MAX_BOX_DIMS,
     MAX_GRID_DIMS,
     MIN_BLOCKS,
+    PIPELINE_MAX_BYTES,
+    PIPELINE_MIN_ELEM_BYTES,
     PackedArgs,
     PackedKernel,
     divide,
     divisor,
     packed_args,
+    pipelines,
     word_aligned,
 )
 from autotranspose.plan import (
@@ -342,7 +345,8 @@ def test_the_plan_packs_what_would_be_small_launches():
     assert q.kind == PACKED and p.launches == 1
     assert q.box == (8, 1, 2, 112) and packed_runs(q.dims, q.box) == (896, 224)
     a = packed_args(4, q.dims, q.box)
-    assert a.kernel == PackedKernel(4, (112, 2, 8), (2, 0, 1), (False, False, False))
+    assert a.kernel == PackedKernel(4, (112, 2, 8), (2, 0, 1), (False, False, False), pipelined=True)
+    assert packed_args(4, q.dims, q.box, pipelined=False).kernel == dataclasses.replace(a.kernel, pipelined=False)
     assert a.tiles == 64 * 100 and a.ngrid == 2 and a.tiles_of[:2] == (100, 64)  # dims of one box: not walked
 
 
@@ -361,7 +365,10 @@ def test_the_plan_packs_what_would_be_small_launches():
         ({"checked": (1, 0)}, "one bool per box dim"),
         ({"box": (4096, 4096)}, "shared memory"),
         ({"wide": "yes"}, "shared memory"),
-        ({"words": 1}, "a bool"),
+        ({"words": 1}, "bools"),
+        ({"pipelined": "no"}, "bools"),
+        ({"pipelined": True, "elem_bytes": 2}, "4 bytes or more"),
+        ({"pipelined": True, "box": (128, 64)}, "at most 16384 bytes"),  # 32 KB: two buffers overflow
         ({"words": True}, "1- or 2-byte"),  # 4-byte elements
         ({"words": True, "elem_bytes": 1, "box": (30, 32)}, "multiples of 4"),
         ({"words": True, "elem_bytes": 2, "box": (32, 31)}, "multiples of 2"),
@@ -425,6 +432,9 @@ _SMALL = (
     PackedKernel(1, (3, 5, 2), (2, 0, 1), (False, False, False)),
     PackedKernel(1, (8, 12), (1, 0), (False, True), words=True),
     PackedKernel(2, (6, 4, 3), (1, 2, 0), (True, False, True), words=True),
+    PackedKernel(4, (7, 13), (1, 0), (False, True), pipelined=True),
+    PackedKernel(16, (3, 5, 2), (2, 0, 1), (False, False, False), pipelined=True),
+    PackedKernel(8, (3, 5, 2), (2, 0, 1), (True, True, False), pipelined=True),
 )
 
 
@@ -454,6 +464,9 @@ def test_packed_kernels_compile_without_spills(arch: str):
     assert any(k.table for k in specs) and not all(k.table for k in specs)
     words = [k for k in specs if k.words]
     assert {k.elem_bytes for k in words} == {1, 2} and any(k.table for k in words) and any(any(k.checked) for k in words)
+    piped = [k for k in specs if k.pipelined]
+    assert {k.elem_bytes for k in piped} == {4, 8, 16} and any(k.table and any(k.checked) for k in piped)
+    assert any(k.elem_bytes >= 4 and not k.pipelined for k in specs)  # boxes over 16 KB: one buffer
 
 
 @pytest.mark.parametrize("e", SIZES)
@@ -497,6 +510,41 @@ def test_the_box_split_divides_exactly(seed: int):
 def test_a_grid_dim_of_one_box_has_no_divisor(d):
     with pytest.raises(errors.ShapeError, match="2 to 2"):
         divisor(d)
+
+
+@pytest.mark.parametrize("e", SIZES)
+def test_the_pipelined_kernel_where_two_boxes_fit(e: int):
+    """4- to 16-byte boxes of up to PIPELINE_MAX_BYTES take the pipelined kernel unless
+    told not to; 1- and 2-byte boxes, bigger boxes and the words kernel never do, and
+    asking for it there is a clear error."""
+    for side in (8, 16, 32, 64, 128):
+        if 3 * side * side * e > PACKED_MAX_BYTES:
+            continue
+        dims = (Dim(side, 1, 3 * side), Dim(3, side, side), Dim(side, 3 * side, 1))
+        box = (side, 3, side)
+        fits = e >= PIPELINE_MIN_ELEM_BYTES and 3 * side * side * e <= PIPELINE_MAX_BYTES
+        k = packed_args(e, dims, box).kernel
+        assert k.pipelined == (fits and not k.words) and pipelines(e, k.volume) == fits
+        assert not packed_args(e, dims, box, pipelined=False).kernel.pipelined
+        if k.pipelined:
+            assert packed_args(e, dims, box, pipelined=True).kernel == k and k.name.endswith("_p")
+        else:
+            with pytest.raises(errors.ShapeError, match="pipelined=None"):
+                packed_args(e, dims, box, pipelined=True)
+
+
+def test_the_pipelined_source_waits_before_it_reads():
+    """The pipelined kernel's order in its loop: the next box's copies are issued and
+    committed, this box's are waited for, then a barrier, the writes, and a barrier before
+    the buffer is reused; the async helpers are in a source only where a kernel needs them."""
+    k = PackedKernel(4, (32, 32), (1, 0), (False, True), pipelined=True)
+    src = render_packed([k])
+    body = src[src.index("for (u32 n = 0;"):]
+    order = [body.index(s) for s in ("at_async_copy(&next", "at_async_commit()", "at_async_wait_prior()",
+                                     "__syncthreads()", "out[ob", "__syncthreads();  // the box is written")]  # fmt: skip
+    assert order == sorted(order)
+    assert "cp.async.wait_group 1" in src and "AT_ASYNC_COPY" in src
+    assert "cp.async" not in render_packed([dataclasses.replace(k, pipelined=False)])
 
 
 def test_blocks_per_sm_follow_the_box():

@@ -17,6 +17,7 @@ import autotranspose as at
 from autotranspose import launch
 from autotranspose.packed import packed_args
 from autotranspose.plan import GATHER, PACKED, contiguous_strides, plan_permute
+from autotranspose.plan import one_launch as one_launch_pass
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
@@ -470,6 +471,59 @@ def test_packed_words_into_poisoned_windows(rng, e, own_pass):
         assert same_bits(cupy.asnumpy(out), want), (shape, axes, p.box, lead, words)
         assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
     assert seen[True] >= 8 and seen[False] >= 2, seen
+
+
+def _pipelined_problem(rng, e: int, big: bool):
+    """A random 3- to 6-D permute of `e`-byte elements (odd extents: edge boxes), up to 16
+    million elements when `big` (more boxes than the grid has blocks: each block alternates
+    its two buffers many times), as one packed pass the pipelined kernel takes."""
+    while True:
+        nd = int(rng.integers(3, 7))
+        cap = max(2, round((1.6e7 / e * 4 if big else 2e5) ** (1 / nd) * (2.2 if big else 1.5)))
+        shape = tuple(int(v) for v in rng.integers(1, cap + 1, nd))
+        if math.prod(shape) * e > (256 << 20):
+            continue
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        p = one_launch_pass(plan_permute(shape, axes, e).passes[0], PACKED)
+        if p is not None and packed_args(e, p.dims, p.box).kernel.pipelined:
+            return shape, axes, p
+
+
+@pytest.mark.parametrize("e", [4, 8, 16])
+def test_packed_pipelined_into_poisoned_windows(rng, e):
+    """The pipelined element kernel (the next box streams into a second shared buffer while
+    the block writes this one) and the same box through the one-buffer kernel, on random
+    permutes whose boxes are whole and cut, small and large enough for many boxes a block,
+    into an output window with poison before and after: both equal to np.transpose."""
+    cupy = pytest.importorskip("cupy")
+    import functools
+
+    from autotranspose.compiler import device_state
+
+    state, dtype = device_state(0), DTYPES[e]
+    cut = 0
+    for case in range(8):
+        shape, axes, p = _pipelined_problem(rng, e, big=case % 2 == 1)
+        x = cupy.asarray(random_array(rng, shape, dtype))
+        want = np.transpose(cupy.asnumpy(x), axes)
+        lead = int(rng.integers(1, 9))
+        raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)
+        out = raw[lead * e : lead * e + want.nbytes].view(dtype).reshape(want.shape)
+        cut += any(d.extent % b for d, b in zip(p.dims, p.box, strict=True))
+        for pipelined in (True, False):
+            raw[lead * e : lead * e + want.nbytes] = POISON
+            if pipelined:
+                lc = launch.make_packed(state, e, p.dims, p.box, x.data.ptr, out.data.ptr)
+            else:
+                with pytest.MonkeyPatch.context() as mp:
+                    mp.setattr(launch, "packed_args", functools.partial(packed_args, pipelined=False))
+                    lc = launch.make_packed(state, e, p.dims, p.box, x.data.ptr, out.data.ptr)
+            assert lc.kernel.name.endswith("_p") == pipelined, lc.kernel.name
+            lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
+            cupy.cuda.get_current_stream().synchronize()
+            assert same_bits(cupy.asnumpy(out), want), (shape, axes, p.box, pipelined)
+            assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+    assert cut >= 2, "too few problems with cut boxes"
 
 
 @pytest.mark.parametrize(

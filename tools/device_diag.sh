@@ -29,10 +29,10 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 if [ -n "${PROFILE:-}" ] && [ -n "$NCU" ]; then
   timeout ${NCU_TIMEOUT:-150} "$NCU" --clock-control none --profile-from-start off \
     --section SpeedOfLight --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
-    --section InstructionStats \
+    --section InstructionStats --section WarpStateStats \
     --metrics lts__t_requests_srcunit_tex.sum,lts__t_sectors_srcunit_tex.sum,dram__bytes.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,smsp__inst_executed.sum \
     python3 tools/profile_kernels.py $PROFILE > "$OUT/ncu.txt" 2>&1; echo "ncu rc=$?"
-  grep -E '^case|at_[a-z0-9_]+|Duration|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per|L2 Cache Throughput|lts__t_|dram__bytes|smsp__inst_executed.sum|Block Limit Registers|Theoretical Occupancy' "$OUT/ncu.txt" | head -160
+  grep -E '^case|at_[a-z0-9_]+|Duration|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per|L2 Cache Throughput|lts__t_|dram__bytes|smsp__inst_executed.sum|Block Limit Registers|Theoretical Occupancy|Warp Cycles Per Issued|stalled' "$OUT/ncu.txt" | cut -c1-400 | head -220
 fi
 if [ -n "${SWEEP:-}" ]; then
   timeout ${SWEEP_TIMEOUT:-200} bash -c "$SWEEP" > "$OUT/sweep.txt" 2>&1; echo "sweep rc=$?"

@@ -36,10 +36,11 @@ def main() -> int:
     from autotranspose.packed import packed_args
 
     @contextlib.contextmanager
-    def elements_only():
-        """Launches made inside take the element kernel for packed passes (session 18's
-        words kernel off), to time both on the same box."""
-        launch.packed_args = functools.partial(packed_args, words=False)
+    def kernel_off(**off):
+        """Launches made inside take packed kernels with `off` (words=False: the element
+        kernel, session 18's words kernel off; pipelined=False: one shared buffer, session
+        19's pipeline off), to time both on the same box."""
+        launch.packed_args = functools.partial(packed_args, **off)
         try:
             yield
         finally:
@@ -70,11 +71,13 @@ def main() -> int:
                    "kind": p.kind, "box": list(box) if box else None, "plan_text": p.describe()}
             served_plan, served_steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
             runs = {name: build(v, state, src0, dst0, 0, state.ctx) for name, v in variants.items()}
-            for name, v in variants.items():  # a packed pass the words kernel takes: the element kernel too
+            for name, v in list(variants.items()):  # the same box without the words kernel or the pipeline
                 q = v.passes[0]
-                if q.kind == PACKED and packed_args(q.elem_bytes, q.dims, q.box, src0, dst0).kernel.words:
-                    with elements_only():
-                        runs[name + "/elem"] = build(v, state, src0, dst0, 0, state.ctx)
+                k = packed_args(q.elem_bytes, q.dims, q.box, src0, dst0).kernel if q.kind == PACKED else None
+                for suffix, off in (("/elem", {"words": False}), ("/sync", {"pipelined": False})):
+                    if k is not None and getattr(k, next(iter(off))):
+                        with kernel_off(**off):
+                            runs[name + suffix] = build(v, state, src0, dst0, 0, state.ctx)
             runs["served"] = served_steps
             row["served_kind"] = served_plan.passes[0].kind
             row["served_box"] = list(served_plan.passes[0].box)

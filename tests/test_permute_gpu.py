@@ -485,7 +485,8 @@ def _pipelined_problem(rng, e: int, big: bool):
             continue
         axes = tuple(int(a) for a in rng.permutation(nd))
         p = one_launch_pass(plan_permute(shape, axes, e).passes[0], PACKED)
-        if p is not None and packed_args(e, p.dims, p.box).kernel.pipelined:
+        # the pass's element: a permute that keeps the innermost axis moves wider words
+        if p is not None and p.elem_bytes == e and packed_args(e, p.dims, p.box).kernel.pipelined:
             return shape, axes, p
 
 

@@ -257,16 +257,17 @@ def make_row_copy(
 
 def make_packed(
     state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...], box: tuple[int, ...],
-    src: int = 0, dst: int = 0,
+    src: int = 0, dst: int = 0, pipelined: bool = False,
 ) -> Launch:  # fmt: skip
     """A prepared launch of permute()'s packed pass: the gather's contract (every index of
     `dims`), moved in boxes of `box` through shared memory (a plan's PACKED pass), for
-    pointers aligned as `src` and `dst` (the words kernel needs both word-aligned).
+    pointers aligned as `src` and `dst` (the words kernel needs both word-aligned), through
+    the pipelined kernel if `pipelined` (`plan.Pass.pipelined`).
 
     The grid is at most 4 x the kernel's resident blocks per SM (`PackedKernel.blocks_per_sm`):
     those beyond what fits at once wait their turn, and each block walks boxes by the grid
     stride."""
-    args = packed_args(elem_bytes, dims, box, src, dst)
+    args = packed_args(elem_bytes, dims, box, src, dst, pipelined=pipelined)
     blocks = max(1, min(args.tiles, state.info.multiprocessors * args.kernel.blocks_per_sm * 4))
     kernel = get_packed_kernel(state, args.kernel)
     return Launch(None, kernel, (blocks, 1, 1), (PACKED_THREADS, 1, 1), args.values(), state,

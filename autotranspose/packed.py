@@ -29,7 +29,15 @@ from dataclasses import dataclass
 
 from .dtypes import ELEMENT_SIZES
 from .errors import ShapeError
-from .plan import MAX_NDIM, PACKED_MAX_BOX_DIMS, PACKED_MAX_BYTES, PACKED_MAX_TILES, Dim
+from .plan import (
+    MAX_NDIM,
+    PACKED_MAX_BOX_DIMS,
+    PACKED_MAX_BYTES,
+    PACKED_MAX_TILES,
+    PACKED_PIPELINE_MAX_BYTES,
+    PACKED_PIPELINE_MIN_ELEM_BYTES,
+    Dim,
+)
 
 MAX_BOX_DIMS = PACKED_MAX_BOX_DIMS
 MAX_GRID_DIMS = MAX_NDIM  # every dim of the problem walks boxes, box dims included
@@ -66,8 +74,9 @@ WORDS_TABLE_READS, WORDS_TABLE_WRITES, WORDS_LOAD_BATCH = 8, 16, 2
 # second shared buffer (cp.async, no registers) while the block writes the current one.
 # Session 19's profile: the element kernel waited on its loads (long-scoreboard stalls half
 # its cycles, DRAM 55-73%), and a block had no load in flight while it wrote a box. Two
-# buffers of a box up to PIPELINE_MAX_BYTES fit the 48 KB of static shared memory.
-PIPELINE_MIN_ELEM_BYTES, PIPELINE_MAX_BYTES = 4, 16 << 10
+# buffers of a box up to PIPELINE_MAX_BYTES fit the 48 KB of static shared memory. It wins
+# on some boxes and loses on others, so a first call races it (plan.PACKED_PIPELINE_*).
+PIPELINE_MIN_ELEM_BYTES, PIPELINE_MAX_BYTES = PACKED_PIPELINE_MIN_ELEM_BYTES, PACKED_PIPELINE_MAX_BYTES
 
 
 def pipelines(elem_bytes: int, volume: int) -> bool:
@@ -239,13 +248,14 @@ def word_aligned(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_pt
 
 def packed_args(
     elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int = 0, out_ptr: int = 0,
-    *, words: bool | None = None, pipelined: bool | None = None,
+    *, words: bool | None = None, pipelined: bool = False,
 ) -> PackedArgs:  # fmt: skip
     """The kernel and arguments that move `dims` (output memory order, outermost first, the
     innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass)
     between pointers of addresses `in_ptr` and `out_ptr` (only their alignment is read). The
     words kernel where `word_aligned` allows it (`words`: None for that rule, False never);
-    else the pipelined element kernel where `pipelines` allows it (`pipelined` likewise).
+    the pipelined element kernel if `pipelined` (a plan's `Pass.pipelined`; `pipelines` must
+    allow it).
 
     The grid walks the dims of more than one box: first the box dims the edge cuts, in the
     kernel's order (so the kernel knows at compile time where each one's box index is), then
@@ -270,11 +280,10 @@ def packed_args(
             f"{in_ptr} and {out_ptr}: not word-aligned (packed.word_aligned); leave words=None"
         )
     volume = math.prod(box[k] for k in inside)
-    can_pipeline = not words and pipelines(elem_bytes, volume)
-    if pipelined and not can_pipeline:
+    if pipelined and (words or not pipelines(elem_bytes, volume)):
         raise ShapeError(
             f"a pipelined packed kernel for {elem_bytes}-byte elements in boxes {tuple(box)}"
-            f"{' (the words kernel)' if words else ''}: packed.pipelines says no; leave pipelined=None"
+            f"{' (the words kernel)' if words else ''}: packed.pipelines says no; pass pipelined=False"
         )
     kernel = PackedKernel(
         elem_bytes,
@@ -283,7 +292,7 @@ def packed_args(
         tuple(k in cut for k in inside),
         max(span) > OFFSET_LIMIT,
         words,
-        can_pipeline if pipelined is None else pipelined,
+        pipelined,
     )
     whole = [k for k in inside if k not in cut and dims[k].extent > box[k]]
     grid = [*cut, *whole, *outside]

@@ -101,9 +101,9 @@ MakeTranspose = Callable[
 # make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out, outer, os_in, os_out,
 #           outer2, os2_in, os2_out)
 MakeCopy = Callable[..., Any]
-# make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box, src, dst)
+# make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box, src, dst, pipelined)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
-MakePacked = Callable[[int, tuple[Dim, ...], tuple[int, ...], int, int], Any]
+MakePacked = Callable[[int, tuple[Dim, ...], tuple[int, ...], int, int, bool], Any]
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def build_steps(
         elif p.kind == GATHER:
             launch = make_gather(p.elem_bytes, p.dims)
         elif p.kind == PACKED:
-            launch = make_packed(p.elem_bytes, p.dims, p.box, src + i, dst + o)  # words if aligned
+            launch = make_packed(p.elem_bytes, p.dims, p.box, src + i, dst + o, p.pipelined)  # words if aligned
         else:
             assert p.kind == COPY, p.kind
             o, o2 = p.outer, p.outer2
@@ -283,8 +283,8 @@ def build(
     def gather(e: int, dims: tuple[Dim, ...]) -> Launch:
         return make_gather(state, e, dims)
 
-    def packed(e: int, dims: tuple[Dim, ...], box: tuple[int, ...], s: int, d: int) -> Launch:
-        return make_packed(state, e, dims, box, s, d)
+    def packed(e: int, dims: tuple[Dim, ...], box: tuple[int, ...], s: int, d: int, pipelined: bool) -> Launch:
+        return make_packed(state, e, dims, box, s, d, pipelined)
 
     return build_steps(plan, src, dst, make_transpose, make_copy, gather, packed)
 

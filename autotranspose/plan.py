@@ -133,6 +133,16 @@ PACKED_BIG_ELEMS = 4096
 # (autotranspose/packed.py) moves 16 bytes a thread per block step, so a 4096-element box of
 # bytes keeps one block step a thread in flight where 16 KB keeps four.
 PACKED_WORDS_BYTES = 16 << 10
+# ... and where the plan's own pass is packed, the same box through the pipelined kernel
+# (`Pass.pipelined`: the next box streams into a second shared buffer while a block writes
+# this one; elements of PACKED_PIPELINE_MIN_ELEM_BYTES or more, boxes of at most
+# PACKED_PIPELINE_MAX_BYTES so that two fit 48 KB of shared memory). Session 19, the same box
+# both ways in one process (tools/packed_variants.py): it won on the multi-dim boxes plans make
+# (float32 16x8x3x38608 79.1 -> 87.6, float64 16x336x1x72x8x3 71.9 -> 78.9, float32
+# 5x16x288x8x40x3 69.4 -> 76.2, complex64 72x176x1344x4 86.1 -> 89.4) and lost on others
+# (int32 304x8x61288 in 32x32 boxes 76.7 -> 66.7, int32 2x3808x32x2x32x8 85.8 -> 78.8,
+# complex128 192x48x329 92.9 -> 80.7), with no rule of box sizes that split them.
+PACKED_PIPELINE_MIN_ELEM_BYTES, PACKED_PIPELINE_MAX_BYTES = 4, 16 << 10
 ALT_MIN_BYTES = 8 << 20
 ALT_MAX_LAUNCHES = 64
 ALT_ROW_BYTES = 1024
@@ -190,6 +200,7 @@ class Pass:
     loops: tuple[Dim, ...] = ()  # host loops, outermost first (output order)
     dims: tuple[Dim, ...] = ()  # gather, packed: the problem, output memory order, outermost first
     box: tuple[int, ...] = ()  # packed: the box's extent along each of `dims`
+    pipelined: bool = False  # packed: the pipelined kernel (`can_pipeline`, PACKED_PIPELINE_*)
     # copy and transpose: up to two more batch dims that the launch itself walks (the row
     # kernel's blockIdx.z, outer's index times outer2's extent plus outer2's index; a tile
     # kernel's batch index, `batch` innermost, then outer2, then outer)
@@ -246,7 +257,7 @@ class Pass:
                 runs = packed_runs(self.dims, self.box)
                 text += (
                     f" in boxes of {' x '.join(map(str, self.box))} (runs of {runs[0] * e} "
-                    f"bytes read, {runs[1] * e} written)"
+                    f"bytes read, {runs[1] * e} written)" + (", pipelined" if self.pipelined else "")
                 )
             return text
         if self.contiguous:
@@ -428,6 +439,16 @@ def one_launch(p: Pass, kind: str, min_elems: int | None = None) -> Pass | None:
     return Pass(kind, p.elem_bytes, 1, total, total, total, dims=problem, box=box or ())
 
 
+def can_pipeline(p: Pass) -> bool:
+    """Whether packed pass `p`'s box can take the pipelined kernel (PACKED_PIPELINE_*)."""
+    volume = math.prod(p.box)
+    return (
+        p.kind == PACKED
+        and p.elem_bytes >= PACKED_PIPELINE_MIN_ELEM_BYTES
+        and volume * p.elem_bytes <= PACKED_PIPELINE_MAX_BYTES
+    )
+
+
 def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
     """The passes a first call times against `chosen` (the plan's pass; `batched` is the
     batched transpose or row copy it was classified as, the same where no one-launch pass
@@ -438,6 +459,8 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         return ()
     found: list[Pass | None] = []
     if chosen.kind in (PACKED, GATHER):
+        if can_pipeline(chosen):
+            found.append(dataclasses.replace(chosen, pipelined=True))
         found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
         if e <= 2:
             found.append(one_launch(chosen, PACKED, PACKED_WORDS_BYTES // e))

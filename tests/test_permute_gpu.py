@@ -16,7 +16,7 @@ import pytest
 import autotranspose as at
 from autotranspose import launch
 from autotranspose.packed import packed_args
-from autotranspose.plan import GATHER, PACKED, contiguous_strides, plan_permute
+from autotranspose.plan import GATHER, PACKED, can_pipeline, contiguous_strides, plan_permute
 from autotranspose.plan import one_launch as one_launch_pass
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
@@ -486,19 +486,18 @@ def _pipelined_problem(rng, e: int, big: bool):
         axes = tuple(int(a) for a in rng.permutation(nd))
         p = one_launch_pass(plan_permute(shape, axes, e).passes[0], PACKED)
         # the pass's element: a permute that keeps the innermost axis moves wider words
-        if p is not None and p.elem_bytes == e and packed_args(e, p.dims, p.box).kernel.pipelined:
+        if p is not None and p.elem_bytes == e and can_pipeline(p):
             return shape, axes, p
 
 
 @pytest.mark.parametrize("e", [4, 8, 16])
 def test_packed_pipelined_into_poisoned_windows(rng, e):
     """The pipelined element kernel (the next box streams into a second shared buffer while
-    the block writes this one) and the same box through the one-buffer kernel, on random
+    the block writes this one; a first call races it) and the same box through the
+    one-buffer kernel, on random
     permutes whose boxes are whole and cut, small and large enough for many boxes a block,
     into an output window with poison before and after: both equal to np.transpose."""
     cupy = pytest.importorskip("cupy")
-    import functools
-
     from autotranspose.compiler import device_state
 
     state, dtype = device_state(0), DTYPES[e]
@@ -513,12 +512,7 @@ def test_packed_pipelined_into_poisoned_windows(rng, e):
         cut += any(d.extent % b for d, b in zip(p.dims, p.box, strict=True))
         for pipelined in (True, False):
             raw[lead * e : lead * e + want.nbytes] = POISON
-            if pipelined:
-                lc = launch.make_packed(state, e, p.dims, p.box, x.data.ptr, out.data.ptr)
-            else:
-                with pytest.MonkeyPatch.context() as mp:
-                    mp.setattr(launch, "packed_args", functools.partial(packed_args, pipelined=False))
-                    lc = launch.make_packed(state, e, p.dims, p.box, x.data.ptr, out.data.ptr)
+            lc = launch.make_packed(state, e, p.dims, p.box, x.data.ptr, out.data.ptr, pipelined)
             assert lc.kernel.name.endswith("_p") == pipelined, lc.kernel.name
             lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
             cupy.cuda.get_current_stream().synchronize()

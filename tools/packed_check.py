@@ -38,8 +38,8 @@ def main() -> int:
     @contextlib.contextmanager
     def kernel_off(**off):
         """Launches made inside take packed kernels with `off` (words=False: the element
-        kernel, session 18's words kernel off; pipelined=False: one shared buffer, session
-        19's pipeline off), to time both on the same box."""
+        kernel, session 18's words kernel off), to time both on the same box. (Session 19's
+        pipelined kernel is a plan alternative of its own: `Pass.pipelined`.)"""
         launch.packed_args = functools.partial(packed_args, **off)
         try:
             yield
@@ -57,7 +57,7 @@ def main() -> int:
             p = plan.passes[0]
             variants = {"plan": plan}
             for q in plan.alternatives:
-                name = q.kind + ("x".join(map(str, q.box)) if q.box else "")
+                name = q.kind + ("x".join(map(str, q.box)) if q.box else "") + ("/pipe" if q.pipelined else "")
                 variants[name] = plan.taking(q)
             named = {q.kind for q in (p, *plan.alternatives)}
             for kind in (PACKED, GATHER):  # the one-launch passes the plan names neither of
@@ -71,13 +71,12 @@ def main() -> int:
                    "kind": p.kind, "box": list(box) if box else None, "plan_text": p.describe()}
             served_plan, served_steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
             runs = {name: build(v, state, src0, dst0, 0, state.ctx) for name, v in variants.items()}
-            for name, v in list(variants.items()):  # the same box without the words kernel or the pipeline
+            for name, v in list(variants.items()):  # the same box without the words kernel
                 q = v.passes[0]
-                k = packed_args(q.elem_bytes, q.dims, q.box, src0, dst0).kernel if q.kind == PACKED else None
-                for suffix, off in (("/elem", {"words": False}), ("/sync", {"pipelined": False})):
-                    if k is not None and getattr(k, next(iter(off))):
-                        with kernel_off(**off):
-                            runs[name + suffix] = build(v, state, src0, dst0, 0, state.ctx)
+                k = packed_args(q.elem_bytes, q.dims, q.box, src0, dst0, pipelined=q.pipelined).kernel if q.kind == PACKED else None
+                if k is not None and k.words:
+                    with kernel_off(words=False):
+                        runs[name + "/elem"] = build(v, state, src0, dst0, 0, state.ctx)
             runs["served"] = served_steps
             row["served_kind"] = served_plan.passes[0].kind
             row["served_box"] = list(served_plan.passes[0].box)

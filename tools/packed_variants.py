@@ -59,8 +59,7 @@ def _one_case(case: str, args: argparse.Namespace, state, cuda) -> None:
     import cupy
 
     from autotranspose import launch
-    from autotranspose.packed import packed_args
-    from autotranspose.plan import PACKED, one_launch, plan_permute
+    from autotranspose.plan import PACKED, can_pipeline, one_launch, plan_permute
 
     name, rest = case.split(":")
     dims_text, axes_text = rest.split("/")
@@ -72,16 +71,12 @@ def _one_case(case: str, args: argparse.Namespace, state, cuda) -> None:
     want = cupy.transpose(x, axes)
     plan = plan_permute(shape, axes, dtype.itemsize, in_ptr=x.data.ptr, out_ptr=out.data.ptr)
     p = plan.passes[0] if plan.passes[0].kind == PACKED else one_launch(plan.passes[0], PACKED)
-    if p is None:
-        print(f"{case}: no packed pass", flush=True)
+    if p is None or not can_pipeline(p):
+        print(f"{case}: no packed pass the pipelined kernel takes", flush=True)
         return
     copy_s = _timed(lambda: cupy.cuda.runtime.memcpyAsync(out.data.ptr, x.data.ptr, x.nbytes, 3, 0), args.repeats)
-    for variant, off in (("pipelined", {}), ("sync", {"pipelined": False})):
-        launch.packed_args = functools.partial(packed_args, **off)
-        try:
-            lc = launch.make_packed(state, p.elem_bytes, p.dims, p.box, x.data.ptr, out.data.ptr)
-        finally:
-            launch.packed_args = packed_args
+    for variant, pipelined in (("pipelined", True), ("sync", False)):
+        lc = launch.make_packed(state, p.elem_bytes, p.dims, p.box, x.data.ptr, out.data.ptr, pipelined)
         out.fill(0)
         run = functools.partial(lc.run, x.data.ptr, out.data.ptr, 0, state.ctx)
         run()

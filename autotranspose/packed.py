@@ -18,6 +18,10 @@ and every offset allow 4-byte words (`word_aligned`), the `words` kernel moves K
 instead (K = 4 / element bytes): K aligned words of K input rows are transposed in registers
 by byte permutes and stored as K words of the output's innermost dim, and the output moves
 in aligned words from shared memory.
+
+4- to 16-byte boxes of up to PIPELINE_MAX_BYTES also have a `pipelined` kernel: two shared
+buffers, the next box's elements copied into one by cp.async while the block writes the box
+in the other. It is a plan alternative (`plan.Pass.pipelined`) that a first call races.
 """
 
 from __future__ import annotations

@@ -424,13 +424,17 @@ def _packed_word_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
     kk, i0 = k.block, k.in_order[0]
     dims = range(len(k.box))
     scale = {0: kk, i0: kk}
-    rext = [b // scale.get(d, 1) for d, b in enumerate(k.box)]
+    rext = [-(-b // kk) if d == i0 else b // scale.get(d, 1) for d, b in enumerate(k.box)]
     wext = [k.box[0] // kk, *k.box[1:]]
     words = [1] + [dense[d] // kk for d in dims if d]
     step = words[i0] * kk  # words between a block and the next along i0
     wshift = min((step & -step).bit_length() - 1, 8)
     nwords = k.volume // kk
     assert PACKED_THREADS % (1 << wshift) == 0 and all(dense[d] % kk == 0 for d in dims if d)
+    # funnel: a block's last K elements along i0 may be fewer (the box's i0 extent, or where
+    # the edge cuts it): only the words of those exist in shared memory
+    partial = k.funnel and (k.box[i0] % kk != 0 or k.checked[i0])
+    i0_lim = f"lim{i0}" if k.checked[i0] else f"{k.box[i0]}u"
 
     def inside(ext_scale: dict[int, int]) -> str:
         return " && ".join(
@@ -441,10 +445,13 @@ def _packed_word_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
     def scaled(d: int, by: dict[int, int]) -> str:
         return f"d{d} * {by[d]}u" if d in by else f"d{d}"
 
-    nblocks = k.volume // kk**2
+    nblocks = k.read_blocks
     return {
         "K": kk,
         "i0": i0,
+        "partial": partial,
+        "table_partial": k.funnel and k.box[i0] % kk != 0,  # whole boxes' last i0 block part-filled
+        "i0_lim": i0_lim,
         "rext": rext,
         "wext": wext,
         "mstep": words[i0],

@@ -125,6 +125,7 @@ class PackedKernel:
     wide: bool = False
     words: bool = False
     pipelined: bool = False
+    funnel: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.box)
@@ -149,13 +150,16 @@ class PackedKernel:
                 f"elements of {PIPELINE_MIN_ELEM_BYTES} bytes or more, boxes of at most "
                 f"{PIPELINE_MAX_BYTES} bytes, not the words kernel"
             )
+        if type(self.funnel) is not bool or (self.funnel and not self.words):
+            raise ShapeError(f"packed funnel {self.funnel!r}: a bool, and only for the words kernel")
         if self.words:
             k = self.block
-            if k < 2 or n < 2 or self.in_order[0] == 0 or self.box[0] % k or self.box[self.in_order[0]] % k:
+            i0_odd = self.box[self.in_order[0]] % k if n >= 2 else 1
+            if k < 2 or n < 2 or self.in_order[0] == 0 or self.box[0] % k or (i0_odd and not self.funnel):
                 raise ShapeError(
                     f"a packed words kernel of {self.elem_bytes}-byte elements in boxes of {self.box}: "
                     f"1- or 2-byte elements, the output's and the input's innermost box dims "
-                    f"different and multiples of {max(k, 2)}"
+                    f"different, the output's a multiple of {max(k, 2)} (the input's too unless funnel)"
                 )
 
     @property
@@ -168,9 +172,16 @@ class PackedKernel:
         return word_elems(self.elem_bytes)
 
     @property
+    def read_blocks(self) -> int:
+        """Words kernel: the K x K blocks of a box (the input's innermost dim in K-element
+        words, its last one part-filled where the box extent is not a multiple of K)."""
+        k, i0 = self.block, self.in_order[0]
+        return math.prod(-(-b // k) if d == i0 else b // k if d == 0 else b for d, b in enumerate(self.box))
+
+    @property
     def steps(self) -> int:
         """Elements a thread moves per box (words: K x K blocks a thread reads per box)."""
-        return -(-self.volume // (THREADS * (self.block**2 if self.words else 1)))
+        return -(-(self.read_blocks if self.words else self.volume) // THREADS)
 
     @property
     def write_steps(self) -> int:
@@ -180,8 +191,9 @@ class PackedKernel:
     @property
     def table(self) -> bool:
         """Whether whole boxes move by the table of a thread's offsets (registers allowing)."""
-        if self.words:
-            return self.steps <= WORDS_TABLE_READS and self.write_steps <= WORDS_TABLE_WRITES
+        if self.words:  # funnel with 64-bit offsets: its table and realigning loads spill at 80 registers
+            fits = self.steps <= WORDS_TABLE_READS and self.write_steps <= WORDS_TABLE_WRITES
+            return fits and not (self.funnel and self.wide)
         return self.steps <= (TABLE_STEPS_WIDE if self.wide else TABLE_STEPS)
 
     @property
@@ -197,7 +209,7 @@ class PackedKernel:
         box = "x".join(map(str, self.box))
         order = "".join(map(str, self.in_order))
         checks = "".join("c" if c else "f" for c in self.checked)
-        words = "_k" if self.words else "_p" if self.pipelined else ""
+        words = ("_kf" if self.funnel else "_k") if self.words else "_p" if self.pipelined else ""
         return f"at_packed_s{self.elem_bytes}_b{box}_i{order}_{checks}_{'w' if self.wide else 'n'}{words}"
 
 
@@ -226,6 +238,30 @@ class PackedArgs:
 
     def pack(self) -> bytes:
         return struct.pack(ARG_FORMAT, *self.values())
+
+
+def words_mode(
+    elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int, out_ptr: int
+) -> tuple[bool, bool]:
+    """(words, funnel): whether the words kernel can move `dims` in boxes of `box` between
+    pointers of these addresses, and whether its loads must realign (funnel). The output side
+    must be word-aligned: the output's innermost dim (stride 1) a box dim whose extent and box
+    extent are multiples of K, every other output stride a multiple of K, the output pointer
+    word-aligned. Where the input side is too (`word_aligned`), every load is an aligned word;
+    else each K-element load is funnel-shifted from the two aligned words holding it, and a
+    block's last K elements along the input's innermost dim may be fewer."""
+    k = word_elems(elem_bytes)
+    if k < 2 or out_ptr % WORD_BYTES:
+        return False, False
+    o0 = next((j for j, d in enumerate(dims) if d.out_stride == 1 and d.extent > 1), None)
+    i0 = next((j for j, d in enumerate(dims) if d.in_stride == 1 and d.extent > 1), None)
+    if o0 is None or i0 is None or o0 == i0 or box[i0] < 2:
+        return False, False
+    if dims[o0].extent % k or box[o0] % k:
+        return False, False
+    if any(j != o0 and d.extent > 1 and d.out_stride % k for j, d in enumerate(dims)):
+        return False, False
+    return True, not word_aligned(elem_bytes, dims, box, in_ptr, out_ptr)
 
 
 def word_aligned(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int, out_ptr: int) -> bool:
@@ -276,15 +312,16 @@ def packed_args(
     in_order = tuple(sorted(range(len(inside)), key=lambda j: (dims[inside[j]].in_stride, j)))
     span = [sum((box[k] - 1) * abs(getattr(dims[k], s)) for k in inside) for s in ("in_stride", "out_stride")]
     cut = [k for k in inside if dims[k].extent % box[k]]
+    can_words, funnel = words_mode(elem_bytes, dims, box, in_ptr, out_ptr)
     if words is None:
-        words = word_aligned(elem_bytes, dims, box, in_ptr, out_ptr)
-    elif words and not word_aligned(elem_bytes, dims, box, in_ptr, out_ptr):
+        words = can_words
+    elif words and not can_words:
         raise ShapeError(
             f"packed words for dims {[(d.extent, d.in_stride, d.out_stride) for d in dims]} in boxes {tuple(box)} at pointers "
-            f"{in_ptr} and {out_ptr}: not word-aligned (packed.word_aligned); leave words=None"
+            f"{in_ptr} and {out_ptr}: the output side is not word-aligned (packed.words_mode); leave words=None"
         )
     volume = math.prod(box[k] for k in inside)
-    if pipelined and (words or not pipelines(elem_bytes, volume)):
+    if pipelined and (words or not pipelines(elem_bytes, volume)):  # fmt: skip
         raise ShapeError(
             f"a pipelined packed kernel for {elem_bytes}-byte elements in boxes {tuple(box)}"
             f"{' (the words kernel)' if words else ''}: packed.pipelines says no; pass pipelined=False"
@@ -297,6 +334,7 @@ def packed_args(
         max(span) > OFFSET_LIMIT,
         words,
         pipelined,
+        bool(words and funnel),
     )
     whole = [k for k in inside if k not in cut and dims[k].extent > box[k]]
     grid = [*cut, *whole, *outside]

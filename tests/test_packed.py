@@ -36,6 +36,7 @@ from autotranspose.packed import (
     packed_args,
     pipelines,
     word_aligned,
+    words_mode,
 )
 from autotranspose.plan import (
     PACKED,
@@ -86,10 +87,15 @@ def _digits(index: np.ndarray, order: Sequence[int], ext: Sequence[int]) -> list
     return d
 
 
-def model_words(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None) -> np.ndarray:
+def model_words(
+    a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None, lead: int = 0
+) -> np.ndarray:
     """The words kernel's walk (`PackedKernel.words`): per box, each K x K block's K word loads
-    (aligned: element index a multiple of K, the arrays starting at a word), its byte-permuted
-    words stored to shared words, then the box written in aligned words. Like `model`."""
+    (aligned: element index a multiple of K, the arrays starting at a word; funnel: `lead`
+    elements past a word, each load the one or two aligned words holding its elements, the
+    second only where they reach into it, a block's last elements along the input's innermost
+    dim possibly fewer than K), its byte-permuted words stored to shared words (only those
+    that exist), then the box written in aligned words. Like `model`."""
     k = a.kernel
     v = _packed_vars(k)
     kk, i0, nb, sh = v["K"], v["i0"], len(k.box), v["wshift"]
@@ -111,16 +117,25 @@ def model_words(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str
             ok &= d_in[d] * rscale[d] < lim[d]
         at = ib + sum(d_in[d] * rscale[d] * a.in_stride[d] for d in range(nb))[ok]
         w0 = sum(d_in[d] * shared_index[d] for d in range(nb))[ok]
-        for m in range(kk):  # row m of each block: one aligned word of K elements along i0
+        nv = np.minimum(kk, lim[i0] - d_in[i0][ok] * kk)  # the block's elements along i0
+        assert (nv >= 1).all() and (k.funnel or (nv == kk).all())
+        for m in range(kk):  # row m of each block: one word of up to K elements along i0
             row = at + m * a.in_stride[0]
-            assert (row % kk == 0).all(), "an unaligned word load"
-            assert row.min(initial=0) >= 0 and row.max(initial=0) + kk <= src.size, "a read outside x"
+            if k.funnel:  # the aligned words read hold at least one element of x each
+                first = (row + lead) // kk
+                second = (row + lead) % kk + nv > kk
+                words_read = np.concatenate([first, first[second] + 1]) * kk - lead
+                assert (words_read + kk > 0).all() and (words_read < src.size).all(), "a word outside x"
+            else:
+                assert (row % kk == 0).all() and lead == 0, "an unaligned word load"
+            assert row.min(initial=0) >= 0 and (row + nv).max(initial=0) <= src.size, "a read outside x"
             for q in range(kk):  # after the byte permute: word q holds the K rows' element q
-                slot = w0 + q * v["mstep"]
+                has = nv > q
+                slot = (w0 + q * v["mstep"])[has]
                 slot = slot + (slot >> sh)
-                box[slot, m] = src[row + q]
+                box[slot, m] = src[row[has] + q]
                 loaded[slot] = True
-        slots = np.concatenate([(w0 + q * v["mstep"]) + ((w0 + q * v["mstep"]) >> sh) for q in range(kk)])
+        slots = np.concatenate([(w0 + q * v["mstep"])[nv > q] + ((w0 + q * v["mstep"])[nv > q] >> sh) for q in range(kk)])
         assert slots.max(initial=0) < v["wsmem"] and np.unique(slots).size == slots.size, "shared words collide"
         ok = np.ones(w.size, dtype=bool)
         for d in range(nb):
@@ -139,13 +154,15 @@ def model_words(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str
     return written
 
 
-def model(a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None) -> np.ndarray:
+def model(
+    a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None, lead: int = 0
+) -> np.ndarray:
     """Run the kernel's walk: every block's box, every thread's elements (vectorised over the
     box's indices), from `src` into `out` (flat arrays of elements). Returns how often each
     output element was written; counts the boxes each path moved into `paths`."""
     k = a.kernel
     if k.words:
-        return model_words(a, src, out, paths)
+        return model_words(a, src, out, paths, lead)
     v = _packed_vars(k)
     nb = len(k.box)
     dense = np.cumprod((1, *k.box[:-1]))
@@ -256,25 +273,64 @@ def test_the_words_walk_moves_what_np_transpose_moves(e: int, seed: int, min_ele
 
 
 @pytest.mark.parametrize(
-    "e, dims, box, ptrs, words",
+    "e, dims, box, ptrs, words, funnel",
     [
-        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 0), True),  # a 12x8 byte transpose
-        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (2, 0), False),  # the input pointer is not a word's
-        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 6), False),  # nor the output's
-        (1, (Dim(8, 1, 14), Dim(14, 8, 1)), (8, 14), (0, 0), False),  # 14 rows: not a multiple of 4
-        (1, (Dim(8, 1, 12), Dim(12, 9, 1)), (8, 12), (0, 0), False),  # rows 9 apart: unaligned
-        (2, (Dim(3, 200, 200), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (4, 8), True),
-        (2, (Dim(3, 201, 200), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (0, 0), False),  # odd batch stride
-        (4, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 0), False),  # 4-byte elements: words already
+        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 0), True, False),  # a 12x8 byte transpose
+        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (2, 0), True, True),  # the input pointer is not a word's
+        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 6), False, False),  # nor the output's: no words
+        (1, (Dim(8, 1, 14), Dim(14, 8, 1)), (8, 14), (0, 0), False, False),  # 14 output rows: not a multiple of 4
+        (1, (Dim(7, 1, 12), Dim(12, 7, 1)), (7, 12), (0, 0), True, True),  # input rows of 7: the last block part-filled
+        (1, (Dim(8, 1, 12), Dim(12, 9, 1)), (8, 12), (0, 0), True, True),  # input rows 9 apart: unaligned
+        (1, (Dim(8, 1, 13), Dim(12, 8, 1)), (8, 12), (0, 0), False, False),  # output rows 13 apart
+        (2, (Dim(3, 200, 200), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (4, 8), True, False),
+        (2, (Dim(3, 201, 200), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (0, 0), True, True),  # odd input batch stride
+        (2, (Dim(3, 200, 201), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (0, 0), False, False),  # odd output one
+        (4, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 0), False, False),  # 4-byte elements: words already
     ],
 )  # fmt: skip
-def test_the_words_kernel_only_where_every_word_is_aligned(e, dims, box, ptrs, words):
-    assert word_aligned(e, dims, box, *ptrs) is words
-    assert packed_args(e, dims, box, *ptrs).kernel.words is words
+def test_the_words_kernel_only_where_every_word_is_aligned(e, dims, box, ptrs, words, funnel):
+    """Aligned words on both sides, or (funnel) on the output's only: the words kernel;
+    otherwise the element kernel, and asking for words there is a clear error."""
+    assert word_aligned(e, dims, box, *ptrs) is (words and not funnel)
+    assert words_mode(e, dims, box, *ptrs) == (words, words and funnel)
+    k = packed_args(e, dims, box, *ptrs).kernel
+    assert (k.words, k.funnel) == (words, funnel) and k.name.endswith("_kf" if funnel else "_k" if words else "n")
     assert packed_args(e, dims, box, *ptrs, words=False).kernel.words is False
     if not words:
         with pytest.raises(errors.ShapeError, match="word-aligned"):
             packed_args(e, dims, box, *ptrs, words=True)
+
+
+@pytest.mark.parametrize("e", [1, 2])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_funnel_walk_moves_what_np_transpose_moves(e: int, seed: int):
+    """Random permutes of 1- and 2-byte elements whose output side allows words and whose
+    input side does not (odd input extents and strides, the input `lead` elements past a
+    word): every output element written once from the right input element, every aligned
+    word a load reads holding at least one element of x, no shared word stored twice."""
+    rng = np.random.default_rng([seed, e, 6161])
+    kk = 4 // e
+    checked, partial = 0, 0
+    for _ in range(120):
+        shape, axes = _random_problem(rng, e)
+        o = axes[-1]  # the output's innermost axis: a multiple of K, like every output stride
+        shape = tuple(s * kk if j == o or rng.random() < 0.3 else s for j, s in enumerate(shape))
+        dims = plan_permute(shape, axes, e).dims
+        box = packed_box(dims, e, int(rng.choice([PACKED_MIN_ELEMS, PACKED_BIG_ELEMS]))) if len(dims) <= MAX_GRID_DIMS else None
+        lead = int(rng.integers(0, kk))
+        if box is None or words_mode(e, dims, box, lead * e, 0) != (True, True):
+            continue
+        a = packed_args(e, dims, box, lead * e, 0)
+        assert a.kernel.funnel
+        partial += _packed_vars(a.kernel)["partial"]
+        x = rng.integers(0, 2**62, math.prod(shape), dtype=np.int64)
+        out = np.full(x.size, -1, dtype=np.int64)
+        written = model(a, x, out, lead=lead)
+        want = np.transpose(x.reshape(shape), axes).ravel()
+        assert (written == 1).all(), f"{shape} by {axes} in boxes {box}, lead {lead}"
+        assert np.array_equal(out, want), f"{shape} by {axes} in boxes {box}, lead {lead}"
+        checked += 1
+    assert checked >= 10 and partial >= 3, (checked, partial)
 
 
 @pytest.mark.parametrize(
@@ -372,8 +428,10 @@ def test_the_plan_packs_what_would_be_small_launches():
         ({"pipelined": True, "elem_bytes": 2}, "4 bytes or more"),
         ({"pipelined": True, "box": (128, 64)}, "at most 16384 bytes"),  # 32 KB: two buffers overflow
         ({"words": True}, "1- or 2-byte"),  # 4-byte elements
-        ({"words": True, "elem_bytes": 1, "box": (30, 32)}, "multiples of 4"),
-        ({"words": True, "elem_bytes": 2, "box": (32, 31)}, "multiples of 2"),
+        ({"words": True, "elem_bytes": 1, "box": (30, 32)}, "output's a multiple of 4"),
+        ({"words": True, "elem_bytes": 2, "box": (32, 31)}, "input's too unless funnel"),
+        ({"funnel": True}, "only for the words kernel"),
+        ({"funnel": 1, "words": True, "elem_bytes": 1}, "only for the words kernel"),
         ({"words": True, "elem_bytes": 1, "in_order": (0, 1)}, "different"),
     ],
 )  # fmt: skip
@@ -436,6 +494,9 @@ _SMALL = (
     PackedKernel(1, (3, 5, 2), (2, 0, 1), (False, False, False)),
     PackedKernel(1, (8, 12), (1, 0), (False, True), words=True),
     PackedKernel(2, (6, 4, 3), (1, 2, 0), (True, False, True), words=True),
+    PackedKernel(2, (32, 31), (1, 0), (False, True), words=True, funnel=True),
+    PackedKernel(1, (8, 13, 3), (1, 2, 0), (True, True, False), words=True, funnel=True),
+    PackedKernel(1, (4, 6), (1, 0), (False, False), words=True, funnel=True),
     PackedKernel(4, (7, 13), (1, 0), (False, True), pipelined=True),
     PackedKernel(16, (3, 5, 2), (2, 0, 1), (False, False, False), pipelined=True),
     PackedKernel(8, (3, 5, 2), (2, 0, 1), (True, True, False), pipelined=True),
@@ -468,6 +529,8 @@ def test_packed_kernels_compile_without_spills(arch: str):
     assert any(k.table for k in specs) and not all(k.table for k in specs)
     words = [k for k in specs if k.words]
     assert {k.elem_bytes for k in words} == {1, 2} and any(k.table for k in words) and any(any(k.checked) for k in words)
+    funnel = [k for k in specs if k.funnel]
+    assert {k.elem_bytes for k in funnel} == {1, 2} and any(k.table and _packed_vars(k)["table_partial"] for k in funnel)
     piped = [k for k in specs if k.pipelined]
     assert {k.elem_bytes for k in piped} == {4, 8, 16} and any(k.table and any(k.checked) for k in piped)
     assert any(k.elem_bytes >= 4 and not k.pipelined for k in specs)  # boxes over 16 KB: one buffer

@@ -473,6 +473,47 @@ def test_packed_words_into_poisoned_windows(rng, e, own_pass):
     assert seen[True] >= 8 and seen[False] >= 2, seen
 
 
+def _funnel_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A random 3- to 6-D permute of 1- or 2-byte elements, up to a few million, planned as
+    one packed launch whose output side allows words (the output's innermost extent and
+    strides multiples of 4 / e) and whose input side does not (odd extents and strides)."""
+    k = 4 // e
+    while True:
+        nd = int(rng.integers(3, 7))
+        cap = max(2, round((2e6 if rng.random() < 0.5 else 2e5) ** (1 / nd) / 2))
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        shape = tuple(int(v) * (k if j == axes[-1] or rng.random() < 0.3 else 1)
+                      for j, v in enumerate(rng.integers(1, cap + 1, nd)))  # fmt: skip
+        p = plan_permute(shape, axes, e).passes[0]
+        if p.kind == PACKED and packed_args(e, p.dims, p.box).kernel.funnel:
+            return shape, axes
+
+
+@pytest.mark.parametrize("e", [1, 2])
+def test_packed_funnel_into_poisoned_windows(rng, e, own_pass):
+    """The words kernel with realigning loads (funnel) on random permutes whose input side
+    is not word-aligned, from inputs that start 0 to K - 1 elements past a word, into
+    outputs at a word's offset, with poison before and after: equal to np.transpose."""
+    cupy = pytest.importorskip("cupy")
+    dtype, k = DTYPES[e], 4 // e
+    for case in range(12):
+        shape, axes = _funnel_problem(rng, e)
+        host = random_array(rng, shape, dtype)
+        lead_in = case % k
+        big = cupy.asarray(random_array(rng, (host.size + lead_in + k,), dtype))
+        x = big[lead_in : lead_in + host.size].reshape(shape)
+        x[...] = cupy.asarray(host)
+        want = np.transpose(host, axes)
+        lead = int(rng.integers(1, 5)) * k
+        raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)
+        out = raw[lead * e : lead * e + want.nbytes].view(dtype).reshape(want.shape)
+        p = plan_permute(shape, axes, e, in_ptr=x.data.ptr, out_ptr=out.data.ptr).passes[0]
+        assert p.kind == PACKED and packed_args(e, p.dims, p.box, x.data.ptr, out.data.ptr).kernel.funnel
+        assert at.permute(x, axes, out) is out
+        assert same_bits(cupy.asnumpy(out), want), (shape, axes, p.box, lead_in)
+        assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+
+
 def _pipelined_problem(rng, e: int, big: bool):
     """A random 3- to 6-D permute of `e`-byte elements (odd extents: edge boxes), up to 16
     million elements when `big` (more boxes than the grid has blocks: each block alternates

@@ -521,7 +521,8 @@ def tune(
     Stops when this shape's study holds `trials` finished trials (trials of earlier,
     interrupted or concurrent runs count, so running again resumes rather than repeats, and
     processes tuning together spend `trials` between them),
-    after `timeout` seconds (a batch under way completes), or when `patience` trials in a row
+    after `timeout` seconds (a batch under way completes, and one batch finishes first however
+    short the timeout: setup on a busy machine can take longer), or when `patience` trials in a row
     did not beat the best, whichever comes first. Returns the best config of the study for
     this shape; raises :class:`TuningError` if no config ran correctly. `device_index`, the
     local GPU the objective measures on, is recorded on the run and on each trial asked here.
@@ -739,8 +740,8 @@ class _Run:
             if self.done >= trials:
                 self._drop_queued()
                 return "trials"
-            if timeout is not None and time.monotonic() - started >= timeout:
-                return "timeout"
+            if timeout is not None and time.monotonic() - started >= timeout and mine:
+                return "timeout"  # not before one batch ran: a result, not "no config ran"
             if patience is not None and stall >= patience:
                 return "patience"
             if all(c.key in tried for c in self.space.configs):

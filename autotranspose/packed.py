@@ -17,7 +17,8 @@ bound: 15-50 instructions a byte, session 18's profile). Where both sides' inner
 and every offset allow 4-byte words (`word_aligned`), the `words` kernel moves K x K blocks
 instead (K = 4 / element bytes): K aligned words of K input rows are transposed in registers
 by byte permutes and stored as K words of the output's innermost dim, and the output moves
-in aligned words from shared memory.
+in aligned words from shared memory. Where only the output side allows words (`words_mode`),
+the `funnel` variant takes each load's 4 bytes from the one or two aligned words holding them.
 
 4- to 16-byte boxes of up to PIPELINE_MAX_BYTES also have a `pipelined` kernel: two shared
 buffers, the next box's elements copied into one by cp.async while the block writes the box

@@ -633,7 +633,13 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
     from dataclasses import asdict
 
     from . import lookup
-    from .codegen import render_gather, render_packed, render_rows
+    from .codegen import (
+        gather_kernel_name,
+        render_gather,
+        render_packed,
+        render_rows,
+        row_kernel_name,
+    )
     from .packed import packed_args
     from .plan import GATHER, PACKED, TRANSPOSE, plan_permute
 
@@ -660,12 +666,12 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
     if p is None or p.contiguous:
         kernel, source = ("none" if p is None else "cuMemcpyDtoDAsync"), ""
     elif p.kind == GATHER:
-        kernel, source = f"at_gather_s{p.elem_bytes}", render_gather()
+        kernel, source = gather_kernel_name(p.elem_bytes), render_gather()
     elif p.kind == PACKED:
         spec = packed_args(p.elem_bytes, p.dims, p.box).kernel
         kernel, source = spec.name, render_packed([spec])
     else:
-        kernel, source = f"at_copy_rows_s{p.elem_bytes}", render_rows()
+        kernel, source = row_kernel_name(p.elem_bytes), render_rows()
     info["kernel"] = kernel
     if args.json:
         if args.source:

@@ -342,7 +342,15 @@ def row_kernel_name(elem_bytes: int, skew: bool = False) -> str:
     return f"at_copy_rows_s{elem_bytes}" + ("_skew" if skew else "")
 
 
-ROW_KERNELS = tuple(row_kernel_name(s, k) for s in (1, 2, 4, 8, 16) for k in (False, True))
+ROW_KERNELS = tuple(row_kernel_name(s, k) for s, _ in _ELEMENT_TYPES for k in (False, True))
+
+
+def gather_kernel_name(elem_bytes: int) -> str:
+    """permute()'s one-launch gather of `elem_bytes`-byte elements."""
+    return f"at_gather_s{elem_bytes}"
+
+
+GATHER_KERNELS = tuple(gather_kernel_name(s) for s, _ in _ELEMENT_TYPES)
 
 
 def render_rows() -> str:
@@ -354,7 +362,7 @@ def render_rows() -> str:
 
 
 def render_gather() -> str:
-    """permute()'s one-launch gathers, one kernel per element size (`at_gather_s<size>`)."""
+    """permute()'s one-launch gathers, one kernel per element size (GATHER_KERNELS)."""
     return _environment().get_template("gather.cu.j2").render(
         element_types=_ELEMENT_TYPES, version=__version__, threads=GATHER_THREADS,
         unroll=GATHER_UNROLL, min_blocks=GATHER_BLOCKS_PER_SM, max_dims=GATHER_MAX_DIMS,

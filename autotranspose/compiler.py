@@ -24,8 +24,10 @@ from typing import Any
 
 from . import _driver
 from .codegen import (
+    GATHER_KERNELS,
     NVCC_OPTIONS,
     ROW_KERNELS,
+    gather_kernel_name,
     kernel_name,
     render_gather,
     render_many,
@@ -250,8 +252,7 @@ def get_row_kernel(state: DeviceState, elem_bytes: int, skew: bool = False) -> K
 def get_gather_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
     """permute()'s one-launch gather of `elem_bytes`-byte elements on `state`'s architecture
     (all five sizes compiled and loaded together, on first use)."""
-    names = [f"at_gather_s{s}" for s in (1, 2, 4, 8, 16)]
-    return _untuned_kernel(state, f"at_gather_s{elem_bytes}", render_gather, names)
+    return _untuned_kernel(state, gather_kernel_name(elem_bytes), render_gather, GATHER_KERNELS)
 
 
 def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:

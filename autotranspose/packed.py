@@ -42,6 +42,7 @@ from .plan import (
     PACKED_PIPELINE_MAX_BYTES,
     PACKED_PIPELINE_MIN_ELEM_BYTES,
     Dim,
+    pipeline_fits,
 )
 
 MAX_BOX_DIMS = PACKED_MAX_BOX_DIMS
@@ -80,13 +81,10 @@ WORDS_TABLE_READS, WORDS_TABLE_WRITES, WORDS_LOAD_BATCH = 8, 16, 2
 # Session 19's profile: the element kernel waited on its loads (long-scoreboard stalls half
 # its cycles, DRAM 55-73%), and a block had no load in flight while it wrote a box. Two
 # buffers of a box up to PIPELINE_MAX_BYTES fit the 48 KB of static shared memory. It wins
-# on some boxes and loses on others, so a first call races it (plan.PACKED_PIPELINE_*).
+# on some boxes and loses on others, so a first call races it (plan.PACKED_PIPELINE_*; the
+# plan's rule is the one rule: `pipelines`).
 PIPELINE_MIN_ELEM_BYTES, PIPELINE_MAX_BYTES = PACKED_PIPELINE_MIN_ELEM_BYTES, PACKED_PIPELINE_MAX_BYTES
-
-
-def pipelines(elem_bytes: int, volume: int) -> bool:
-    """Whether boxes of `volume` `elem_bytes`-byte elements can take the pipelined kernel."""
-    return elem_bytes >= PIPELINE_MIN_ELEM_BYTES and volume * elem_bytes <= PIPELINE_MAX_BYTES
+pipelines = pipeline_fits
 
 
 def word_elems(elem_bytes: int) -> int:
@@ -245,12 +243,13 @@ def words_mode(
     elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int, out_ptr: int
 ) -> tuple[bool, bool]:
     """(words, funnel): whether the words kernel can move `dims` in boxes of `box` between
-    pointers of these addresses, and whether its loads must realign (funnel). The output side
-    must be word-aligned: the output's innermost dim (stride 1) a box dim whose extent and box
-    extent are multiples of K, every other output stride a multiple of K, the output pointer
-    word-aligned. Where the input side is too (`word_aligned`), every load is an aligned word;
-    else each K-element load is funnel-shifted from the two aligned words holding it, and a
-    block's last K elements along the input's innermost dim may be fewer."""
+    pointers of these addresses (only their value mod WORD_BYTES is read), and whether its
+    loads must realign (funnel). The output side must be word-aligned: the output's innermost
+    dim (stride 1) a box dim whose extent and box extent are multiples of K, every other
+    output stride a multiple of K, the output pointer word-aligned. Where the input side is
+    too (the same rules for the input's innermost dim, its strides and pointer), every load is
+    an aligned word; else each K-element load is funnel-shifted from the two aligned words
+    holding it, and a block's last K elements along the input's innermost dim may be fewer."""
     k = word_elems(elem_bytes)
     if k < 2 or out_ptr % WORD_BYTES:
         return False, False
@@ -262,29 +261,19 @@ def words_mode(
         return False, False
     if any(j != o0 and d.extent > 1 and d.out_stride % k for j, d in enumerate(dims)):
         return False, False
-    return True, not word_aligned(elem_bytes, dims, box, in_ptr, out_ptr)
+    in_aligned = (
+        in_ptr % WORD_BYTES == 0
+        and dims[i0].extent % k == 0
+        and box[i0] % k == 0
+        and all(j == i0 or d.extent == 1 or d.in_stride % k == 0 for j, d in enumerate(dims))
+    )
+    return True, not in_aligned
 
 
 def word_aligned(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int, out_ptr: int) -> bool:
-    """Whether the words kernel can move `dims` in boxes of `box` from and to pointers of
-    these addresses (only their value mod WORD_BYTES is read): 1- or 2-byte elements; the
-    output's innermost dim (stride 1) and the input's are different box dims whose extents
-    and box extents are multiples of K; every other stride, on each side, a multiple of K;
-    both pointers word-aligned. Then every word a block reads or writes is aligned."""
-    k = word_elems(elem_bytes)
-    if k < 2 or in_ptr % WORD_BYTES or out_ptr % WORD_BYTES:
-        return False
-    o0 = next((j for j, d in enumerate(dims) if d.out_stride == 1 and d.extent > 1), None)
-    i0 = next((j for j, d in enumerate(dims) if d.in_stride == 1 and d.extent > 1), None)
-    if o0 is None or i0 is None or o0 == i0:
-        return False
-    if any(dims[j].extent % k or box[j] % k for j in (o0, i0)):
-        return False
-    return all(
-        (j == i0 or d.in_stride % k == 0) and (j == o0 or d.out_stride % k == 0)
-        for j, d in enumerate(dims)
-        if d.extent > 1
-    )
+    """Whether the words kernel moves `dims` in boxes of `box` with every load and store an
+    aligned word (`words_mode` without funnel: both sides word-aligned)."""
+    return words_mode(elem_bytes, dims, box, in_ptr, out_ptr) == (True, False)
 
 
 def packed_args(
@@ -322,7 +311,7 @@ def packed_args(
             f"{in_ptr} and {out_ptr}: the output side is not word-aligned (packed.words_mode); leave words=None"
         )
     volume = math.prod(box[k] for k in inside)
-    if pipelined and (words or not pipelines(elem_bytes, volume)):  # fmt: skip
+    if pipelined and (words or not pipelines(elem_bytes, volume)):
         raise ShapeError(
             f"a pipelined packed kernel for {elem_bytes}-byte elements in boxes {tuple(box)}"
             f"{' (the words kernel)' if words else ''}: packed.pipelines says no; pass pipelined=False"

@@ -439,14 +439,15 @@ def one_launch(p: Pass, kind: str, min_elems: int | None = None) -> Pass | None:
     return Pass(kind, p.elem_bytes, 1, total, total, total, dims=problem, box=box or ())
 
 
+def pipeline_fits(elem_bytes: int, volume: int) -> bool:
+    """Whether boxes of `volume` `elem_bytes`-byte elements can take the pipelined kernel
+    (PACKED_PIPELINE_*; `packed.pipelines` is this rule)."""
+    return elem_bytes >= PACKED_PIPELINE_MIN_ELEM_BYTES and volume * elem_bytes <= PACKED_PIPELINE_MAX_BYTES
+
+
 def can_pipeline(p: Pass) -> bool:
-    """Whether packed pass `p`'s box can take the pipelined kernel (PACKED_PIPELINE_*)."""
-    volume = math.prod(p.box)
-    return (
-        p.kind == PACKED
-        and p.elem_bytes >= PACKED_PIPELINE_MIN_ELEM_BYTES
-        and volume * p.elem_bytes <= PACKED_PIPELINE_MAX_BYTES
-    )
+    """Whether packed pass `p`'s box can take the pipelined kernel."""
+    return p.kind == PACKED and pipeline_fits(p.elem_bytes, math.prod(p.box))
 
 
 def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:

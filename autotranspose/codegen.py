@@ -154,6 +154,7 @@ def kernel_params(c: KernelConfig) -> dict[str, object]:
     plane = rows * c.smem_pitch
     return {
         **_common_params(c),
+        "min_blocks": c.min_blocks or 1,
         "v": c.vec,
         "w": w,
         "ww": max(w // 4, 1),
@@ -214,6 +215,7 @@ def staged_params(c: KernelConfig) -> dict[str, object]:
     """What templates/staged.cu.j2 needs about one staged config."""
     return {
         **_common_params(c),
+        "min_blocks": c.min_blocks or 1,
         "v": c.vec,
         "w": c.word_bytes,
         "ww": c.word_bytes // 4,

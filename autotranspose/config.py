@@ -32,6 +32,19 @@ FLAT_SHORT_SIDE = 64  # untuned calls with a side this short or shorter get a fl
 VEC_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
 PER_THREAD: tuple[int, ...] = (1, 2, 4, 8, 16)
 PERSISTENT: tuple[int, ...] = (0, 1, 2, 4, 8)
+# `__launch_bounds__` blocks per SM a tiled or staged kernel asks for (`min_blocks`, 0 or
+# 2..MAX_BLOCKS_PER_SM). 0 (the default) says one block, which only stops ptxas capping
+# registers: it took 80 for the staged 4-byte default, 3 blocks of 256 threads an SM, where
+# 4 blocks (64 registers, no spill) ran float32 4099x6007 at 88.0% of copy against 82.3
+# (H200, docs/perf-notes.md session 20).
+MAX_BLOCKS_PER_SM = 32
+MAX_THREADS_PER_SM = 2048
+REGISTERS_PER_SM = 65536
+# the register caps the search space and a neighbour step try, as blocks per SM for a block's
+# threads (`occupancy_steps`). Capped variants are searched and measured like any config, and
+# some spill (ptxas: the staged defaults under 64, 64-thread tiles of 16-byte elements under
+# 80); a cap of 40 spilled in most configs of the session 20 sweep and won none.
+OCCUPANCY_CAPS: tuple[int, ...] = (80, 64)
 PADS: tuple[int, ...] = (0, 1, 2, 3, 4)
 LAYOUTS: tuple[str, ...] = ("pad", "swizzle")
 RASTERS: tuple[str, ...] = ("row", "col")
@@ -87,6 +100,7 @@ class KernelConfig:
     staged: bool = False
     prmt: bool = False
     wide: bool = False  # a flat byte-permute kernel for few long rows (else for short rows)
+    min_blocks: int = 0  # blocks per SM the registers must allow (0: one, ptxas uncapped)
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -151,6 +165,7 @@ class KernelConfig:
         k += "_sg" if self.staged else ""
         k += "_pm" if self.prmt else ""
         k += "_wd" if self.wide else ""
+        k += f"_b{self.min_blocks}" if self.min_blocks else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
 
@@ -265,14 +280,14 @@ class KernelConfig:
 _STR_FIELDS = frozenset({"layout", "raster", "cache"})
 # Fields added after configs were first stored, with the default `to_dict` leaves out: a
 # reader that needs every field (the tuner's search space) fills them back in from here.
-OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType({"wide": False})
+OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType({"wide": False, "min_blocks": 0})
 _ABSENT = object()
 _BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt", "wide"})
 
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
     """Every reason a config is invalid, each naming the field and what is allowed."""
-    ints = ("elem_bytes", "tile_m", "tile_n", "vec", "per_thread", "pad", "persistent")
+    ints = ("elem_bytes", "tile_m", "tile_n", "vec", "per_thread", "pad", "persistent", "min_blocks")
     for name in ints:
         v = getattr(c, name)
         if type(v) is not int:
@@ -295,8 +310,12 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         (c.per_thread in PER_THREAD, f"per_thread={c.per_thread} must be one of {list(PER_THREAD)}"),
         (c.pad in PADS, f"pad={c.pad} must be one of {list(PADS)}"),
         (c.persistent in PERSISTENT, f"persistent={c.persistent} must be one of {list(PERSISTENT)}"),
+        (c.min_blocks == 0 or 2 <= c.min_blocks <= MAX_BLOCKS_PER_SM,
+         f"min_blocks={c.min_blocks} must be 0 (one block per SM, registers uncapped) or 2 to {MAX_BLOCKS_PER_SM}"),
     )  # fmt: skip
     bad = [msg for ok, msg in checks if not ok]
+    if c.min_blocks and (c.flat or c.prmt):
+        bad.append("min_blocks is a tiled or staged kernel's (flat and byte-permute kernels set their own): set min_blocks=0")
     if c.wide and not (c.flat and c.prmt):
         bad.append("wide=True is a flat byte-permute kernel's (few long rows): set flat=True and prmt=True, or wide=False")
     yield from bad
@@ -350,6 +369,23 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         yield "realign=True needs vec >= 2 (it realigns vectors of several elements)"
     if c.conjugate and c.elem_bytes not in (8, 16):
         yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
+    yield from _min_blocks_errors(c, threads)
+
+
+def _min_blocks_errors(c: KernelConfig, threads: int) -> Iterator[str]:
+    if c.min_blocks * threads > MAX_THREADS_PER_SM:
+        yield (
+            f"min_blocks={c.min_blocks} blocks of {threads} threads exceed the {MAX_THREADS_PER_SM} "
+            f"threads an SM runs; use 0 or 2 to {MAX_THREADS_PER_SM // threads}"
+        )
+
+
+def occupancy_steps(threads: int) -> tuple[int, ...]:
+    """The min_blocks values the space holds for blocks of `threads`: those that cap registers
+    at each of OCCUPANCY_CAPS (fewest blocks first), at least 2 blocks, at most what an SM runs."""
+    most = min(MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM // threads)
+    steps = (min(most, REGISTERS_PER_SM // (threads * cap)) for cap in OCCUPANCY_CAPS)
+    return tuple(sorted({b for b in steps if b >= 2}))
 
 
 def _tile_m_values(c: KernelConfig) -> tuple[int, ...]:
@@ -463,6 +499,7 @@ def _staged_errors(c: KernelConfig) -> Iterator[str]:
         )
     if c.conjugate and c.elem_bytes != 8:
         yield "conjugate=True needs complex64 elements for a staged kernel (elem_bytes 8)"
+    yield from _min_blocks_errors(c, threads)
 
 
 PRMT_SIZES = (1, 2, 4)  # elements moved K x K at a time, K = 4 / size (4 bytes: words, no permute)
@@ -759,6 +796,9 @@ def _launchable(limits: DeviceLimits, *fields: Any, **named: Any) -> Iterator[Ke
         yield cfg
         for p in PERSISTENT[1:]:
             yield cfg.replace(persistent=p)
+        if not (cfg.flat or cfg.prmt):  # tiled and staged kernels: capped registers too
+            for b in occupancy_steps(cfg.threads):
+                yield cfg.replace(min_blocks=b)
 
 
 def flat_prmt_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> Iterator[KernelConfig]:
@@ -851,9 +891,14 @@ def few_rows_default(
     tm = max(t for t in TILE_SIZES if t <= min(rows, 32 if v == 1 else 64))
     tn, pt = (32, 8) if v == 1 else (64, 4)
     try:
-        return KernelConfig(elem_bytes, tm, tn, v, pt, 1, "pad", "col", conjugate=conjugate)
+        c = KernelConfig(elem_bytes, tm, tn, v, pt, 1, "pad", "col", conjugate=conjugate)
     except ConfigError:
         return None
+    # 16-row tiles of single elements (64 threads): registers capped at 80, 12 blocks an SM
+    # instead of 7-10. H200 session 20: float64 20x7081411 80.2 -> 90.3, 24x2000003 79.2 ->
+    # 90.6; complex128 20x7081411 93.3 -> 94.5 (tools/occupancy_sweep.py). Taller tiles are
+    # not measured capped (32-row tiles of 16-byte elements spill at 80).
+    return c.replace(min_blocks=occupancy_steps(c.threads)[0]) if v == 1 and tm == 16 else c
 
 
 def flat_default(elem_bytes: int, short_side: int, conjugate: bool = False) -> KernelConfig | None:
@@ -880,18 +925,22 @@ def staged_default(elem_bytes: int, conjugate: bool = False) -> KernelConfig | N
     fields = _STAGED_DEFAULTS.get(elem_bytes)
     if fields is None or (conjugate and elem_bytes != 8):
         return None
-    tm, tn, vec, pt, raster = fields
+    tm, tn, vec, pt, raster, blocks = fields
     return KernelConfig(elem_bytes, tm, tn, vec, pt, 0, "pad", raster, "default", conjugate,
-                        staged=True)  # fmt: skip
+                        staged=True, min_blocks=blocks)  # fmt: skip
 
 
-# elem_bytes -> (tile_m, tile_n, vec, per_thread, raster): of 5-6 candidates each, the best
-# geometric mean over 3-5 odd-row cases on the H200 (docs/perf-notes.md, 2026-11-23 run 4).
+# elem_bytes -> (tile_m, tile_n, vec, per_thread, raster, min_blocks): of 5-6 candidates each,
+# the best geometric mean over 3-5 odd-row cases on the H200 (docs/perf-notes.md, 2026-11-23
+# run 4). 2, 4 and 8 bytes: 4 blocks an SM (64 registers) instead of 3 (80), H200 session
+# 20: float32 4099x6007 82.3 -> 88.0, 6x3603x3603 82.2 -> 89.0, 116x259791 81.8 -> 87.0;
+# float64 10923x10923 80.9 -> 86.6; float16 11407x11407 74.3 -> 79.3, 2125x14695 81.9 ->
+# 85.8 (tools/occupancy_sweep.py). 1 byte (128 threads): no cap gained.
 _STAGED_DEFAULTS: dict[int, tuple[Any, ...]] = {
-    1: (128, 64, 16, 4, "col"),
-    2: (128, 64, 8, 4, "col"),
-    4: (128, 32, 4, 4, "col"),
-    8: (64, 32, 2, 4, "col"),
+    1: (128, 64, 16, 4, "col", 0),
+    2: (128, 64, 8, 4, "col", 4),
+    4: (128, 32, 4, 4, "col", 4),
+    8: (64, 32, 2, 4, "col", 4),
 }
 
 
@@ -962,8 +1011,8 @@ _SMEM_LAYOUTS: tuple[tuple[str, int], ...] = (("pad", 0), ("pad", 1), ("swizzle"
 
 def neighbours(config: KernelConfig) -> list[KernelConfig]:
     """The valid configs one step from `config`: one size field (tile, per_thread, vec,
-    persistent) one value up or down its list, or one other choice (raster, shared-memory
-    layout, cache hint) changed; most decisive fields first. The tuner's local search and the
+    persistent, the register cap `min_blocks`) one value up or down its list, or one other
+    choice (raster, shared-memory layout, cache hint) changed; most decisive fields first. The tuner's local search and the
     first call's refinement walk these."""
     found: list[KernelConfig] = []
 
@@ -976,6 +1025,8 @@ def neighbours(config: KernelConfig) -> list[KernelConfig]:
     for name, values in _STEPPED:
         if name == "tile_m" and config.flat:
             values = FLAT_LONG
+        if name == "persistent" and config.min_blocks:
+            continue  # a persistent grid sets its own blocks per SM: not with a register cap
         here = getattr(config, name)
         if here not in values:
             continue
@@ -983,7 +1034,23 @@ def neighbours(config: KernelConfig) -> list[KernelConfig]:
         for j in (i - 1, i + 1):
             if 0 <= j < len(values):
                 add(**{name: values[j]})
-    add(raster="col" if config.raster == "row" else "row")
+        if name == "per_thread":
+            # the raster before the rest: it decided float32 471466x129 (H200 session 20:
+            # staged col 69 against row 82 at the same cap), and a first call's refinement
+            # times only the first REFINE_STEPS neighbours
+            add(raster="col" if config.raster == "row" else "row")
+    if not (config.flat or config.prmt or config.persistent):
+        # from uncapped registers every cap (which one pays is not monotonic: the staged
+        # defaults gained at 64 registers and spilled at 40), else the next cap either way
+        steps = (0, *occupancy_steps(config.threads))
+        if config.min_blocks == 0:
+            for b in steps[1:]:
+                add(min_blocks=b)
+        elif config.min_blocks in steps:
+            i = steps.index(config.min_blocks)
+            for j in (i + 1, i - 1):
+                if 0 <= j < len(steps):
+                    add(min_blocks=steps[j])
     for layout, pad in _SMEM_LAYOUTS:
         if (layout, pad) != (config.layout, config.pad):
             add(layout=layout, pad=pad)

@@ -43,6 +43,38 @@ def test_no_dead_branches_in_generated_source():
     assert "0x80000000u" in conj
 
 
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_capped_kernel_differs_from_its_uncapped_twin_only_in_its_bounds(staged):
+    """`min_blocks` changes the launch bounds (and the name) and nothing else, and a config
+    without it renders as before the field existed: its stored results stay current."""
+    base = (KernelConfig(4, 128, 32, 4, 4, 0, "pad", "col", staged=True) if staged
+            else KernelConfig(8, 16, 32, 1, 8, 1, "pad", "col"))  # fmt: skip
+    blocks = random.choice([b for b in range(2, 33) if b * base.threads <= 2048])
+    capped = base.replace(min_blocks=blocks)
+    assert capped.key == f"{base.key}_b{blocks}" and "min_blocks" not in base.to_dict()
+    assert KernelConfig.from_dict(capped.to_dict()) == capped
+    one, two = at.render(base), at.render(capped)
+    assert f"__launch_bounds__({base.threads}, 1)" in one
+    assert f"__launch_bounds__({base.threads}, {blocks})" in two
+    diff = [(a, b) for a, b in zip(one.splitlines(), two.splitlines(), strict=True) if a != b]
+    for a, b in diff:
+        assert "__launch_bounds__" in b or base.kernel_name in a or "bounds" in a, (a, b)
+    assert len(diff) <= 4
+
+
+@pytest.mark.parametrize("bad", [1, 33, -2, 99])
+def test_min_blocks_out_of_range_names_the_values(bad):
+    with pytest.raises(at.errors.ConfigError, match="min_blocks"):
+        KernelConfig(4, 32, 32, 1, 4, 1, "pad", "row", min_blocks=bad)
+
+
+def test_min_blocks_past_the_threads_an_sm_runs_is_refused():
+    with pytest.raises(at.errors.ConfigError, match="threads an SM runs; use 0 or 2 to 8"):
+        KernelConfig(4, 32, 32, 1, 4, 1, "pad", "row", min_blocks=12)  # 256 threads
+    with pytest.raises(at.errors.ConfigError, match="flat and byte-permute kernels set their own"):
+        KernelConfig(4, 64, 64, 1, 2, 0, "pad", "col", prmt=True, min_blocks=4)
+
+
 def test_render_rejects_other_objects():
     with pytest.raises(TypeError, match="KernelConfig"):
         at.render({"elem_bytes": 4})

@@ -16,15 +16,16 @@ from autotranspose.config import KernelConfig, config_space
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 
 DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}
-FIELDS = [f.name for f in dataclasses.fields(KernelConfig) if f.init and f.name != "elem_bytes"]
+FIELDS = [f.name for f in dataclasses.fields(KernelConfig) if f.init and f.name not in ("elem_bytes", "min_blocks")]
 
 
 def sample(elem_bytes: int, rng: np.random.Generator, n_random: int = 12) -> list[KernelConfig]:
     """The extremes of every parameter (the smallest and largest value each field takes in
-    this element size's space), the conjugate variants, and a random draw."""
-    space = list(config_space(DTYPES[elem_bytes]))
+    this element size's space), the conjugate variants, and a random draw; registers
+    uncapped (`min_blocks` variants may spill by design: test_capped_* below)."""
+    space = [c for c in config_space(DTYPES[elem_bytes]) if not c.min_blocks]
     if elem_bytes < 16:  # realigning and staged kernels exist for calls whose rows are not aligned
-        space += [c for c in config_space(DTYPES[elem_bytes], max_vector=1) if c.any_offset]
+        space += [c for c in config_space(DTYPES[elem_bytes], max_vector=1) if c.any_offset and not c.min_blocks]
     picks: dict[str, KernelConfig] = {}
     for field in FIELDS:
         values = sorted({getattr(c, field) for c in space}, key=str)
@@ -37,7 +38,7 @@ def sample(elem_bytes: int, rng: np.random.Generator, n_random: int = 12) -> lis
     for i in rng.choice(len(space), n_random, replace=False):
         picks[space[i].kernel_name] = space[i]
     if elem_bytes in (8, 16):
-        conj = list(config_space(DTYPES[elem_bytes], conjugate=True))
+        conj = [c for c in config_space(DTYPES[elem_bytes], conjugate=True) if not c.min_blocks]
         for i in rng.choice(len(conj), 4, replace=False):
             picks[conj[i].kernel_name] = conj[i]
     return list(picks.values())
@@ -98,3 +99,21 @@ def test_a_struct_the_host_packs_differently_does_not_compile(monkeypatch):
     monkeypatch.setattr(codegen, "GATHER_ARG_BYTES", codegen.GATHER_ARG_BYTES + 8)
     with pytest.raises(KernelCompileError, match="gather kernels"):
         untuned_resources("sm_80")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_capped_defaults_compile_within_their_cap_without_spills(arch):
+    """The served configs whose registers are capped (`min_blocks`): the staged 2-, 4- and
+    8-byte defaults and the few-rows tiles of 16 rows. ptxas keeps them within the cap the bounds ask
+    for, with no spill (other capped configs of the space may spill: the tuner measures them)."""
+    from autotranspose.config import few_rows_default, staged_default
+
+    capped = [staged_default(2), staged_default(4), staged_default(8), staged_default(8, conjugate=True),
+              few_rows_default(8, 20, 10**6, 1), few_rows_default(16, 20, 10**6, 1),
+              few_rows_default(16, 20, 10**6, 1, conjugate=True)]  # fmt: skip
+    report = nvcc_resources(capped, arch)
+    for cfg in capped:
+        res = report[cfg.kernel_name]
+        assert cfg.min_blocks >= 2, cfg.key
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
+        assert res.registers * cfg.threads * cfg.min_blocks <= 65536, f"{cfg.key}: {res}"

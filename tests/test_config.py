@@ -217,6 +217,7 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
         TILE_SIZES,
         VEC_SIZES,
         neighbours,
+        occupancy_steps,
     )
 
     space = list(config_space(dtype, max_vector=4, short_side=32))
@@ -227,11 +228,16 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
         assert near and config not in near and len(set(near)) == len(near)
         for other in near:
             moved = [f for f in ("tile_m", "tile_n", "vec", "per_thread", "persistent", "raster",
-                                 "cache", "flat", "staged", "realign", "elem_bytes")
+                                 "cache", "flat", "staged", "realign", "elem_bytes", "min_blocks")
                      if getattr(other, f) != getattr(config, f)]  # fmt: skip
             smem = (other.layout, other.pad) != (config.layout, config.pad)
             assert len(moved) + smem == 1, (config.key, other.key)
-            if moved and moved[0] in steps:
+            if moved == ["min_blocks"]:  # from uncapped: any cap; else the next cap either way
+                caps = (0, *occupancy_steps(config.threads))
+                assert other.min_blocks in caps and not (config.flat or config.prmt)
+                if config.min_blocks:
+                    assert abs(caps.index(config.min_blocks) - caps.index(other.min_blocks)) == 1
+            elif moved and moved[0] in steps:
                 values = FLAT_LONG if moved[0] == "tile_m" and config.flat else steps[moved[0]]
                 i, j = values.index(getattr(config, moved[0])), values.index(getattr(other, moved[0]))
                 assert abs(i - j) == 1

@@ -79,7 +79,7 @@ def test_staged_kernels_compile_without_spills(arch, rng):
     """The default and the extremes of every field of each element size's staged space."""
     picks = {}
     for s in STAGED_SIZES:
-        space = [c for c in staged_space(s, NEWEST) if not c.persistent]
+        space = [c for c in staged_space(s, NEWEST) if not c.persistent and not c.min_blocks]
         for key in ("threads", "smem_bytes", "per_thread", "tile_m", "tile_n", "vec"):
             for cfg in (min(space, key=lambda c: getattr(c, key)), max(space, key=lambda c: getattr(c, key))):
                 picks[cfg.kernel_name] = cfg
@@ -108,7 +108,7 @@ def test_full_blocks_with_the_most_words_in_flight_compile_without_spills(rng):
     from autotranspose.compiler import nvcc_resources
 
     full = [c for s in STAGED_SIZES for c in staged_space(s, NEWEST)
-            if c.threads == STAGED_MAX_THREADS and not c.persistent]  # fmt: skip
+            if c.threads == STAGED_MAX_THREADS and not c.persistent and not c.min_blocks]  # fmt: skip
     most = max(map(_words_in_flight, full))
     edge = [c for c in full if _words_in_flight(c) == most]
     picks = [edge[i] for i in rng.choice(len(edge), min(24, len(edge)), replace=False)]

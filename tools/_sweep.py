@@ -2,11 +2,48 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from autotranspose.measure import Bench, measure_configs
+
+
+def sweep_parser() -> argparse.ArgumentParser:
+    """The options every sweep takes: where its log goes, and how long it may start cases."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--budget", type=float, default=1e9, help="stop starting cases after this many seconds")
+    return ap
+
+
+def start(args: argparse.Namespace) -> Any:
+    """The device the sweep measures on (its first GPU), named in the log."""
+    from autotranspose.compiler import activate
+
+    state = activate(0)
+    print(state.info, flush=True)
+    return state
+
+
+def runnable_tiles(s: int, m: int, n: int, fields: Any) -> list[Any]:
+    """Tiled configs of `s`-byte elements from (tile_m, tile_n, vec, per_thread, pad, layout,
+    raster) tuples, tile sides swapped for few columns (n < m), that are valid and run on the
+    newest GPUs."""
+    from autotranspose.config import NEWEST, ConfigError, KernelConfig
+
+    out = []
+    for tm, tn, v, pt, pad, lay, ras in fields:
+        if n < m:  # few columns: the short tile side is tile_n
+            tm, tn = tn, tm
+        try:
+            c = KernelConfig(s, tm, tn, v, pt, pad, lay, ras)
+        except ConfigError:
+            continue
+        if c.fits(NEWEST):
+            out.append(c)
+    return out
 
 
 def within_budget(cases: Any, budget_s: float) -> Any:

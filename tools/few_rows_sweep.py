@@ -13,7 +13,6 @@ each checked on fresh data and timed, as % of copy. Writes few_rows_sweep.json t
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -22,16 +21,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _sweep import measure_ranked, print_ranked, results_log, within_budget
+from _sweep import (
+    measure_ranked,
+    print_ranked,
+    results_log,
+    runnable_tiles,
+    start,
+    sweep_parser,
+    within_budget,
+)
 
 from autotranspose.api import choose_config
 from autotranspose.bench import bench_case, format_table
-from autotranspose.compiler import activate, precompile
+from autotranspose.compiler import precompile
 from autotranspose.config import (
-    NEWEST,
     PER_THREAD,
     TILE_SIZES,
-    ConfigError,
     KernelConfig,
     flat_default,
     max_vec,
@@ -48,30 +53,18 @@ def grid(s: int, m: int, n: int, vmax: int) -> list[KernelConfig]:
     """Tiled configs with full tiles along the short side: tile_m <= m, or tile_n <= n for
     few columns (at least the smallest tile)."""
     tms = [t for t in TILE_SIZES if t <= max(min(m, n), TILE_SIZES[0])][-2:]
-    out = []
     vecs = sorted({v for v in (vmax, max(1, vmax // 2)) if v == 1 or v * s >= 4})
-    for tm, tn, v, pt, (lay, pad), ras in itertools.product(
-        tms, (32, 64, 128, 256), vecs, PER_THREAD, (("pad", 1), ("swizzle", 0)), ("row", "col")
-    ):
-        if n < m:  # few columns: the short tile side is tile_n
-            tm, tn = tn, tm
-        try:
-            c = KernelConfig(s, tm, tn, v, pt, pad, lay, ras)
-        except ConfigError:
-            continue
-        if c.fits(NEWEST):
-            out.append(c)
-    return out
+    fields = itertools.product(tms, (32, 64, 128, 256), vecs, PER_THREAD,
+                               (("pad", 1), ("swizzle", 0)), ("row", "col"))  # fmt: skip
+    return runnable_tiles(s, m, n, ((tm, tn, v, pt, pad, lay, ras)
+                                    for tm, tn, v, pt, (lay, pad), ras in fields))  # fmt: skip
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--budget", type=float, default=1e9, help="stop starting cases after this many seconds")
+    ap = sweep_parser()
     ap.add_argument("--columns", action="store_true", help="few columns instead: each case transposed")
     args = ap.parse_args()
-    state = activate(0)
-    print(state.info, flush=True)
+    state = start(args)
     log = []
     cases = [((b, n, m), s) for (b, m, n), s in CASES] if args.columns else CASES
     for shape, s in within_budget(cases, args.budget):

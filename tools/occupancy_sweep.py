@@ -12,7 +12,6 @@ Writes occupancy_sweep.json to DIR (each config's key ends in _bN for min_blocks
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -21,14 +20,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _sweep import measure_ranked, print_ranked, results_log, within_budget
+from _sweep import (
+    measure_ranked,
+    print_ranked,
+    results_log,
+    runnable_tiles,
+    start,
+    sweep_parser,
+    within_budget,
+)
 
 from autotranspose.api import choose_config
 from autotranspose.bench import bench_case, format_table
-from autotranspose.compiler import activate, precompile
+from autotranspose.compiler import precompile
 from autotranspose.config import (
     MAX_THREADS_PER_SM,
-    NEWEST,
     ConfigError,
     KernelConfig,
     few_rows_default,
@@ -65,32 +71,20 @@ def small_tiles(s: int, m: int, n: int, v: int) -> list[KernelConfig]:
     """A few tiled configs whose tile fits the short side (or 32x32 for squares)."""
     short = min(m, n)
     tms = [t for t in (16, 32, 64) if t <= max(short, 16)][-1:] if short < 64 else [32, 64]
-    out = []
-    for tm, pt in itertools.product(tms, (1, 2, 4)):
-        tn = 32 if s >= 8 else 64
-        if n < m:
-            tm, tn = tn, tm
-        try:
-            c = KernelConfig(s, tm, tn, v, pt, 1, "pad", "col")
-        except ConfigError:
-            continue
-        if c.fits(NEWEST):
-            out.append(c)
-    return out
+    tn = 32 if s >= 8 else 64
+    return runnable_tiles(s, m, n, ((tm, tn, v, pt, 1, "pad", "col")
+                                    for tm, pt in itertools.product(tms, (1, 2, 4))))  # fmt: skip
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--budget", type=float, default=1e9, help="stop starting cases after this many seconds")
+    ap = sweep_parser()
     ap.add_argument("--first", type=int, default=len(CASES), help="only the first N cases")
     ap.add_argument("--cases", nargs="*", help="instead of CASES: element bytes and shape, e.g. 2:1x11407x11407")
     args = ap.parse_args()
     cases = CASES[: args.first]
     if args.cases:
         cases = [(tuple(int(x) for x in shape.split("x")), int(s)) for s, shape in (c.split(":") for c in args.cases)]
-    state = activate(0)
-    print(state.info, flush=True)
+    state = start(args)
     log = []
     for shape, s in within_budget(cases, args.budget):
         t0 = time.time()

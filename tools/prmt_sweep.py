@@ -10,7 +10,6 @@ each prmt config's geometric mean and worst over the cases. Writes prmt_sweep.js
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -21,10 +20,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _sweep import case_ratio as _ratio
-from _sweep import measure_ranked, print_ranked, results_log, within_budget
+from _sweep import measure_ranked, print_ranked, results_log, start, sweep_parser, within_budget
 
 from autotranspose.api import choose_config
-from autotranspose.compiler import activate
 from autotranspose.config import KernelConfig, max_vec, prmt_space, staged_default
 
 CASES = [((1, 4099, 6007), 1), ((1, 20647, 20647), 1), ((1, 39552, 17095), 1), ((67, 768, 1173), 1),
@@ -36,12 +34,9 @@ CASES = [((1, 4099, 6007), 1), ((1, 20647, 20647), 1), ((1, 39552, 17095), 1), (
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--budget", type=float, default=1e9, help="stop starting cases after this many seconds")
+    ap = sweep_parser()
     args = ap.parse_args()
-    state = activate(0)
-    print(state.info, flush=True)
+    state = start(args)
     log = []
     for shape, s in within_budget(CASES, args.budget):
         t0 = time.time()

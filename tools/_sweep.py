@@ -106,6 +106,12 @@ def config_by_key(key: str, dtype: Any) -> Any:
     for c in config_space(dtype):
         if c.key == key:
             return c
+    import re
+
+    capped = re.search(r"_b(\d+)(?=_p\d+$|$)", key)  # a register cap the space does not hold
+    if capped:
+        base = config_by_key(key[: capped.start()] + key[capped.end():], dtype)
+        return base.replace(min_blocks=int(capped.group(1)))
     raise SystemExit(f"no config {key} for {dtype}")
 
 

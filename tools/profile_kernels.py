@@ -8,7 +8,7 @@ off` records exactly the kernel a user's call gets. Run on a GPU machine:
         python3 tools/profile_kernels.py uint8:22785x22785 float16:158x601100
 
 Each case is DTYPE:MxN or DTYPE:BxMxN, optionally @KEY to run that config instead of the
-served one (e.g. to profile the same config before and after a template change); the config
+served one (@seed: the seed documents' kernel) (e.g. to profile the same config before and after a template change); the config
 is printed before its profile. DTYPE:AxBxC/I,J,K profiles permute() by those axes instead
 (every launch of the steps it serves after its first call).
 """
@@ -39,6 +39,11 @@ def main(cases: list[str]) -> None:
         dtype = np.dtype(name)
         x = cupy.random.default_rng(1).integers(0, 100, shape).astype(dtype)
         out = cupy.empty(shape[:-2] + shape[:-3:-1], dtype)
+        if key == "seed":  # the seed documents' kernel, as bench runs it
+            _profiled(cuda, _seed_call(dtype.itemsize, shape), x.data.ptr, out.data.ptr)
+            print(f"case {case}: the seed kernel", flush=True)
+            assert cupy.array_equal(out, cupy.swapaxes(x, -1, -2)), case
+            continue
         config = config_by_key(key, dtype) if key else None
         for _ in range(3):
             at.transpose(x, out, config=config)
@@ -50,6 +55,16 @@ def main(cases: list[str]) -> None:
         api.clear_caches()
         del x, out
         cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _seed_call(elem_bytes: int, shape: tuple[int, ...]):
+    from autotranspose.bench import _seed_kernel
+    from autotranspose.compiler import activate
+
+    kernel = _seed_kernel(activate(0), elem_bytes)
+    m, n = shape[-2:]
+    grid = (-(-n // 32), -(-m // 32), 1)
+    return lambda src, dst: kernel.call(grid, (32, 8, 1), "PPqq", src, dst, m, n)
 
 
 def _profiled(cuda: ctypes.CDLL, fn, *args, **kwargs) -> None:

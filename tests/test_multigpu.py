@@ -164,8 +164,11 @@ def test_a_failed_gpu_is_reported_and_the_others_finish(
     tmp_path: Path, log: Path, two_gpus: None, model: str, error: str
 ) -> None:
     url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    # GPU 0 measures slowly enough that GPU 1 reaches its first measurement before the shared
+    # budget is spent (with no delay, a loaded CI machine once let GPU 0 take all 6 trials
+    # while GPU 1's process was still starting: it never crashed)
     runs = multigpu.tune_devices([CASE], devices="all", db=url, trials=6, batch=2,
-                                 make_objective=_objective("same", model, delay=0.0))  # fmt: skip
+                                 make_objective=_objective("same", model, delay=0.5))  # fmt: skip
     assert runs[0].ok and runs[0].results[0].measurement.ok
     assert not runs[1].ok and error in runs[1].error and runs[1].results == ()
     assert len(_counted(_trials(url))) == 6  # GPU 0 took over the whole budget

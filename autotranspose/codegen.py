@@ -141,6 +141,9 @@ def _common_params(c: KernelConfig) -> dict[str, object]:
         "dtypes": _DTYPES_BY_SIZE[c.elem_bytes],
         "outer": False,
         "outer_bytes": OUTER_ARG_BYTES,
+        # the blocks per SM the bounds ask for: the config's cap (tiled and staged kernels);
+        # flat and byte-permute kernels derive their own and override this
+        "min_blocks": c.min_blocks or 1,
     }
 
 
@@ -154,7 +157,6 @@ def kernel_params(c: KernelConfig) -> dict[str, object]:
     plane = rows * c.smem_pitch
     return {
         **_common_params(c),
-        "min_blocks": c.min_blocks or 1,
         "v": c.vec,
         "w": w,
         "ww": max(w // 4, 1),
@@ -215,7 +217,6 @@ def staged_params(c: KernelConfig) -> dict[str, object]:
     """What templates/staged.cu.j2 needs about one staged config."""
     return {
         **_common_params(c),
-        "min_blocks": c.min_blocks or 1,
         "v": c.vec,
         "w": c.word_bytes,
         "ww": c.word_bytes // 4,

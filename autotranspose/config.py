@@ -1012,8 +1012,8 @@ _SMEM_LAYOUTS: tuple[tuple[str, int], ...] = (("pad", 0), ("pad", 1), ("swizzle"
 def neighbours(config: KernelConfig) -> list[KernelConfig]:
     """The valid configs one step from `config`: one size field (tile, per_thread, vec,
     persistent, the register cap `min_blocks`) one value up or down its list, or one other
-    choice (raster, shared-memory layout, cache hint) changed; most decisive fields first. The tuner's local search and the
-    first call's refinement walk these."""
+    choice (raster, shared-memory layout, cache hint) changed; most decisive fields first.
+    The tuner's local search and the first call's refinement walk these."""
     found: list[KernelConfig] = []
 
     def add(**change: Any) -> None:

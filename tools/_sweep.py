@@ -18,7 +18,7 @@ def sweep_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def start(args: argparse.Namespace) -> Any:
+def start() -> Any:
     """The device the sweep measures on (its first GPU), named in the log."""
     from autotranspose.compiler import activate
 

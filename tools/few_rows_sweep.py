@@ -64,7 +64,7 @@ def main() -> None:
     ap = sweep_parser()
     ap.add_argument("--columns", action="store_true", help="few columns instead: each case transposed")
     args = ap.parse_args()
-    state = start(args)
+    state = start()
     log = []
     cases = [((b, n, m), s) for (b, m, n), s in CASES] if args.columns else CASES
     for shape, s in within_budget(cases, args.budget):

@@ -84,7 +84,7 @@ def main() -> None:
     cases = CASES[: args.first]
     if args.cases:
         cases = [(tuple(int(x) for x in shape.split("x")), int(s)) for s, shape in (c.split(":") for c in args.cases)]
-    state = start(args)
+    state = start()
     log = []
     for shape, s in within_budget(cases, args.budget):
         t0 = time.time()

@@ -36,7 +36,7 @@ CASES = [((1, 4099, 6007), 1), ((1, 20647, 20647), 1), ((1, 39552, 17095), 1), (
 def main() -> None:
     ap = sweep_parser()
     args = ap.parse_args()
-    state = start(args)
+    state = start()
     log = []
     for shape, s in within_budget(CASES, args.budget):
         t0 = time.time()

@@ -8,8 +8,8 @@ off` records exactly the kernel a user's call gets. Run on a GPU machine:
         python3 tools/profile_kernels.py uint8:22785x22785 float16:158x601100
 
 Each case is DTYPE:MxN or DTYPE:BxMxN, optionally @KEY to run that config instead of the
-served one (@seed: the seed documents' kernel) (e.g. to profile the same config before and after a template change); the config
-is printed before its profile. DTYPE:AxBxC/I,J,K profiles permute() by those axes instead
+served one (e.g. to profile the same config before and after a template change; @seed runs
+the seed documents' kernel); the config is printed before its profile. DTYPE:AxBxC/I,J,K profiles permute() by those axes instead
 (every launch of the steps it serves after its first call).
 """
 

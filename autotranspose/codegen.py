@@ -245,6 +245,7 @@ def prmt_params(c: KernelConfig) -> dict[str, object]:
         "h": prmt_halo(c),
         "flat": c.flat,  # one tile spans the short side: tall, or wide
         "wide": c.wide,
+        "ordered": c.ordered,  # wide: the transposed buffer holds the output run in order
         "tm": c.tile_m,
         "tn": c.tile_n,
         "smem": c.smem_bytes,

@@ -101,6 +101,7 @@ class KernelConfig:
     prmt: bool = False
     wide: bool = False  # a flat byte-permute kernel for few long rows (else for short rows)
     min_blocks: int = 0  # blocks per SM the registers must allow (0: one, ptxas uncapped)
+    ordered: bool = False  # wide: the transposed buffer holds the output bytes in order
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -165,6 +166,7 @@ class KernelConfig:
         k += "_sg" if self.staged else ""
         k += "_pm" if self.prmt else ""
         k += "_wd" if self.wide else ""
+        k += "_or" if self.ordered else ""
         k += f"_b{self.min_blocks}" if self.min_blocks else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
@@ -216,8 +218,8 @@ class KernelConfig:
         byte-permute kernel rows of at most `tile_n` elements, or at most `tile_m` rows whose
         transposes are at least 4 bytes long)."""
         if self.flat and self.prmt:
-            if self.wide:
-                return m <= self.tile_m and m * self.elem_bytes >= WIDE_MIN_ROW_BYTES
+            if self.wide:  # an ordered buffer takes rows of any length; a run store 4 bytes
+                return m <= self.tile_m and (self.ordered or m * self.elem_bytes >= WIDE_MIN_ROW_BYTES)
             return n <= self.tile_n
         return not self.flat or min(m, n) <= self.tile_n
 
@@ -280,9 +282,9 @@ class KernelConfig:
 _STR_FIELDS = frozenset({"layout", "raster", "cache"})
 # Fields added after configs were first stored, with the default `to_dict` leaves out: a
 # reader that needs every field (the tuner's search space) fills them back in from here.
-OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType({"wide": False, "min_blocks": 0})
+OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType({"wide": False, "min_blocks": 0, "ordered": False})
 _ABSENT = object()
-_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt", "wide"})
+_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered"})
 
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
@@ -318,6 +320,8 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         bad.append("min_blocks is a tiled or staged kernel's (flat and byte-permute kernels set their own): set min_blocks=0")
     if c.wide and not (c.flat and c.prmt):
         bad.append("wide=True is a flat byte-permute kernel's (few long rows): set flat=True and prmt=True, or wide=False")
+    if c.ordered and not c.wide:
+        bad.append("ordered=True is a wide kernel's output buffer (few long rows): set flat=True, prmt=True and wide=True, or ordered=False")
     yield from bad
     if bad:
         return
@@ -527,10 +531,12 @@ def tall_rows(elem_bytes: int, m: int, n: int) -> bool:
 
 
 def wide_rows(elem_bytes: int, m: int, n: int) -> bool:
-    """Whether an m x n call (or class) of 1- or 2-byte elements has the few long rows the wide
-    byte-permute kernel serves by default: transposed rows of 16 to 256 bytes, more columns
-    than rows (fewer rows went to the flat kernel on the H200: int16 3x53414884 29 against 21%)."""
-    return elem_bytes in (1, 2) and 16 <= m * elem_bytes <= 256 and n > m
+    """Whether an m x n call (or class) of 1-, 2- or 4-byte elements has the few long rows the
+    wide byte-permute kernel serves by default: transposed rows of 16 to 256 bytes, more
+    columns than rows (fewer rows went to the flat kernel on the H200: int16 3x53414884 29
+    against 21%; bool 5x23148327 34 against 22-25). 4-byte rows since the ordered buffer
+    (session 21: float32 20x7081411 82.5 against the staged kernel's 64.4)."""
+    return elem_bytes in PRMT_SIZES and 16 <= m * elem_bytes <= 256 and n > m
 
 
 def rows_at_any_offset(elem_bytes: int, vec: int) -> bool:
@@ -573,8 +579,10 @@ def prmt_layout(c: KernelConfig) -> dict[str, int]:
     if c.flat and not c.wide:  # tall: one run
         sa = -(-(sr * c.tile_n * c.elem_bytes) // CHUNK) * 4 + 8
     lr = min(PRMT_THREAD_BYTES // CHUNK, -(-(sa // 4) // t))  # tall: chunks a thread has in flight
+    # ordered (wide): the tile's output bytes in order, from the output's offset from alignment
+    sb = -(-(c.tile_n * c.tile_m * c.elem_bytes + CHUNK) // CHUNK) * 4 if c.ordered else c.tile_n * p2w
     return {"threads": t, "sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
-            "ncw": ncw, "sa_words": sa, "sb_words": c.tile_n * p2w, "lr": lr,
+            "ncw": ncw, "sa_words": sa, "sb_words": sb, "lr": lr,
             "r1": r1, "g2": g2, "r3": r3, "x": -(-cw // 8),
             "lu1": -(-sr // r1), "lu2": -(-ng // g2), "lu3": -(-c.tile_n // r3)}  # fmt: skip
 
@@ -810,13 +818,14 @@ def flat_prmt_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> I
     sides = TILE_SIZES + FLAT_LONG
     for tm in [b // elem_bytes for b in TALL_WINDOWS if b // elem_bytes in sides]:
         for tn in [b // elem_bytes for b in TALL_ROWS if b // elem_bytes in sides]:
-            for wide in (False, True):
+            for wide, ordered in ((False, False), (True, False), (True, True)):
                 if (tm if wide else tn) < short_side or (wide and tm * elem_bytes > 256):
                     continue
                 for pt in TALL_PER_THREAD:
                     for cache in CACHE_HINTS:
                         yield from _launchable(limits, elem_bytes, tm, tn, 4 // elem_bytes, pt, 0,
-                                               "pad", "row", cache, flat=True, prmt=True, wide=wide)  # fmt: skip
+                                               "pad", "row", cache, flat=True, prmt=True, wide=wide,
+                                               ordered=ordered)  # fmt: skip
 
 
 def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
@@ -851,14 +860,28 @@ def _spanning_side(elem_bytes: int, short_side: int) -> int | None:
 
 
 def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
-    """The untuned wide byte-permute config for `short_side` rows: the fewest rows that
-    span them, the widest row segments up to 512 bytes that fit (H200: float16 9x5303956 53.8%
-    with 512 bytes against 38.4% with 256), 128 threads. None for wider elements, more than
-    256 bytes of rows, or output rows under 4 bytes."""
-    if elem_bytes not in PRMT_SIZES or short_side * elem_bytes < WIDE_MIN_ROW_BYTES:
+    """The untuned wide byte-permute config for `short_side` rows: the fewest rows that span
+    them, 128 threads, and the output in order (`ordered`) where its words are whole or
+    element-sized (2 and 4 bytes; 1-byte rows of a multiple of 4), with tiles of 8 KiB
+    (H200 session 21: int8 / float16 / float32 20x7081411 63.0 / 64.0 / 64.4 -> 76.6 / 79.2
+    / 82.5, float16 43x618881 60.0 -> 70.1; int8 21 rows lost 5 to the run store). Else the
+    run store with the widest row segments up to 512 bytes that fit (H200: float16 9x5303956
+    53.8% with 512 bytes against 38.4% with 256). None for wider elements, more than 256
+    bytes of rows, or (run store) output rows under 4 bytes."""
+    if elem_bytes not in PRMT_SIZES:
         return None
     tm = _spanning_side(elem_bytes, short_side)
     if tm is None:
+        return None
+    if elem_bytes > 1 or short_side % 4 == 0:
+        want = WIDE_ORDERED_TILE_BYTES // (tm * elem_bytes)
+        tn = max((t for t in TILE_SIZES if t <= want and t * elem_bytes in TALL_ROWS), default=0)
+        if tn:
+            cfg = KernelConfig(elem_bytes, tm, tn, 4 // elem_bytes, 4, 0, "pad", "row", flat=True,
+                               prmt=True, wide=True, ordered=True)  # fmt: skip
+            if cfg.fits(NEWEST):
+                return cfg
+    if short_side * elem_bytes < WIDE_MIN_ROW_BYTES:
         return None
     for segment in (512, 256, 128, 64):  # the first that is a tile side and fits
         if segment // elem_bytes not in TILE_SIZES:
@@ -868,6 +891,11 @@ def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
         if cfg.fits(NEWEST):
             return cfg
     return None
+
+
+# an ordered wide tile's tile_m x tile_n x elem_bytes: the best ordered tile of every few-rows
+# case of the H200 sweep (1, 2 and 4 bytes, 9 to 82 rows) held 8 KiB (session 21)
+WIDE_ORDERED_TILE_BYTES = 8192
 
 
 FEW_ROWS_MAX = 256  # an m x n call with fewer rows than this (and than columns) has few rows

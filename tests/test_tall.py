@@ -68,8 +68,11 @@ def test_flat_prmt_configs_run_calls_whose_short_side_they_span_with_contiguous_
     assert not flat_fits(c, 1000, 20, 24, 1000)  # pitched input rows: not one run
     assert flat_fits(w, 20, 1000, 1024, 20)  # wide: input pitched, output rows one run
     assert not flat_fits(w, 20, 1000, 1000, 24) and not flat_fits(c, 20, 1000, 1000, 20)
-    assert not wide_default(1, 3) and not w.replace(elem_bytes=1, tile_m=64, tile_n=64, vec=4).applies(3, 1000)
-    assert wide_default(2, 2).applies(2, 1000)
+    run = w.replace(elem_bytes=1, tile_m=64, tile_n=64, vec=4, ordered=False)
+    assert not wide_default(1, 3) and not run.applies(3, 1000)  # a run store's words span two rows at most
+    assert run.replace(ordered=True).applies(3, 1000) and run.replace(ordered=True).applies(1, 1000)
+    assert wide_default(2, 2).applies(2, 1000) and wide_default(2, 2).ordered
+    assert wide_default(1, 20).ordered and not wide_default(1, 21).ordered  # 1 byte: whole words only
     with pytest.raises(ConfigError, match="wide=True is a flat byte-permute"):
         prmt_default(1).replace(wide=True)
 
@@ -144,9 +147,10 @@ def test_tall_kernels_at_every_pointer_offset(rng, s):
                                  lambda: narrow[int(rng.integers(len(narrow)))], n_max=tn)  # fmt: skip
 
 
-def _wide_shapes(rng, tm: int, s: int) -> list[tuple[int, int, int]]:
-    """1 to tm rows (transposes of at least 4 bytes): long rows, a batch, a short row."""
-    lo = -(-4 // s)
+def _wide_shapes(rng, tm: int, s: int, ordered: bool = False) -> list[tuple[int, int, int]]:
+    """1 to tm rows (transposes of at least 4 bytes, or of any length into an ordered buffer):
+    long rows, a batch, a short row."""
+    lo = 1 if ordered else -(-4 // s)
     m = lambda: int(rng.integers(lo, tm + 1))  # noqa: E731
     odd = lambda a, b: int(rng.integers(a, b)) | 1  # noqa: E731
     return [(1, m(), odd(20000, 90000)), (1, tm, odd(2000, 9000)), (1, lo, odd(2000, 9000)),
@@ -162,10 +166,13 @@ def test_wide_kernels_match_the_reference(rng, s):
     state = activate(0)
     space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and c.wide]
     picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
+    ordered = [c for c in space if c.ordered]
+    picks += [ordered[i] for i in rng.choice(len(ordered), 4, replace=False)]
     picks += [wide_default(s, 20), wide_default(s, 20).replace(persistent=2)]
+    picks += [wide_default(s, 20).replace(ordered=not wide_default(s, 20).ordered)]
     assert not precompile(state, picks)
     for c in picks:
-        for shape in _wide_shapes(rng, c.tile_m, s):
+        for shape in _wide_shapes(rng, c.tile_m, s, c.ordered):
             if c.applies(shape[1], shape[2]):
                 assert_match_reference(state, s, shape, [c])
 
@@ -178,8 +185,22 @@ def test_wide_kernels_at_every_pointer_offset(rng, s):
     space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.wide]
     tm = min(c.tile_m for c in space if c.tile_m * s >= 16)
     narrow = [c for c in space if c.tile_m == tm]
+    assert {c.ordered for c in narrow} == {False, True}
     assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),
                                  lambda: narrow[int(rng.integers(len(narrow)))], m_max=tm)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_ordered_wide_kernels_take_rows_of_any_length(rng, s):
+    """1 to 7 rows (transposes of 1 to 28 bytes, most not a whole number of words) at every
+    input offset: an ordered buffer places each word's elements one by one where needed."""
+    pytest.importorskip("cupy")
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.ordered]
+    tm = min(c.tile_m for c in space)
+    narrow = [c for c in space if c.tile_m == tm]
+    assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),
+                                 lambda: narrow[int(rng.integers(len(narrow)))], m_max=7)  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -262,7 +283,7 @@ def test_the_wide_store_writes_each_byte_of_the_run_once(rng, s):
     is the right row's byte, written exactly once, and nothing outside it is written."""
     from autotranspose.config import prmt_layout
 
-    space = [c for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.persistent]
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.ordered and not c.persistent]
     for c in [space[i] for i in rng.choice(len(space), 4, replace=False)]:
         lay = prmt_layout(c)
         for _ in range(6):
@@ -275,3 +296,66 @@ def test_the_wide_store_writes_each_byte_of_the_run_once(rng, s):
             want = {j * rowb + b: int(sb[j * lay["p2w"] * 4 + b]) for j in range(ncols) for b in range(rowb)}
             assert got == want, (c.key, m, ncols, lead)
             assert set(count.values()) == {1}
+
+
+# --- a model of the ordered buffer (templates/prmt.cu.j2 `put_ordered`, `store_copy`) -------------
+def _ordered_model(m: int, s: int, ncols: int, lead: int, threads: int, sb_bytes: int):
+    """Where the exchange puts each word of an ordered buffer ({buffer byte: (output row, input
+    row, byte)}, and how often each byte is written), and which buffer bytes the store reads
+    for which run bytes."""
+    k = 4 // s
+    rowb = m * s
+    put: dict[int, tuple[int, int, int]] = {}
+    count: dict[int, int] = {}
+    for g in range(-(-m // k)):
+        a0, vb = lead + 4 * g, min(4, rowb - 4 * g)
+        for c in range(-(-ncols // k) * k):  # the rows' last word can hold columns past ncols
+            a = a0 + c * rowb
+            for e in range(vb):  # whole word or element by element: the same bytes
+                assert 0 <= a + e < sb_bytes
+                put[a + e] = (c, (4 * g + e) // s, (4 * g + e) % s)
+                count[a + e] = count.get(a + e, 0) + 1
+    nb = ncols * rowb
+    reads: dict[int, int] = {}
+    for t in range(threads):
+        for ck in range(t, (lead + nb + 15) >> 4, threads):
+            f = 16 * ck - lead
+            lo, hi = (f, f + 16) if f >= 0 and f + 16 <= nb else (max(f, 0), min(f + 16, nb))
+            for e in range(lo, hi):
+                assert e not in reads
+                reads[e] = lead + e
+    return put, count, reads
+
+
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_the_ordered_buffer_holds_each_run_byte_once_where_the_store_reads_it(rng, s):
+    """Random ordered configs, row counts from 1 to the tile's (words of rows under 4 bytes,
+    and rows ending mid-word), tile widths and run offsets: every run byte is put once, by the
+    right output row's word, inside the buffer, and the store reads it from there once; what
+    the rows' last word holds past the tile's columns lands past the run, inside the buffer."""
+    from autotranspose.config import prmt_layout
+
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if c.ordered and not c.persistent]
+    for c in [space[i] for i in rng.choice(len(space), 4, replace=False)]:
+        lay = prmt_layout(c)
+        for _ in range(8):
+            m = int(rng.integers(1, c.tile_m + 1))
+            ncols = int(rng.integers(1, c.tile_n + 1))
+            lead = int(rng.integers(0, 16 // s)) * s
+            put, count, reads = _ordered_model(m, s, ncols, lead, lay["threads"], lay["sb_words"] * 4)
+            rowb = m * s
+            assert set(count.values()) == {1}
+            assert all(put[a][0] >= ncols for a in put if not lead <= a < lead + ncols * rowb)
+            assert {e: put[a] for e, a in reads.items()} == {
+                j * rowb + b: (j, b // s, b % s) for j in range(ncols) for b in range(rowb)
+            }, (c.key, m, ncols, lead)
+
+
+def test_an_ordered_config_is_a_wide_one_and_named_so():
+    w = wide_default(1, 20).replace(ordered=False)
+    o = w.replace(ordered=True)
+    assert o.key == w.key + "_or" and "lead_o" not in kernel_source(w)
+    assert "in order" in kernel_source(o) and "lead_o" in kernel_source(o) and o.applies(1, 1000) and not w.applies(1, 1000)
+    assert "ordered" not in w.to_dict() and KernelConfig.from_dict(o.to_dict()) == o
+    with pytest.raises(ConfigError, match="ordered=True is a wide kernel's"):
+        tall_default(1, 20).replace(ordered=True)

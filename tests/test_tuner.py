@@ -87,10 +87,13 @@ def test_tall_and_wide_flat_configs_are_distinct_points_of_a_space(dtype: str) -
     from the wide one with the same other fields (the known-good wide default must be the
     config a trial measures)."""
     space = SearchSpace(config_space(dtype, max_vector=1, short_side=20))
-    wide = [c for c in space.configs if c.wide]
+    wide = [c for c in space.configs if c.wide and not c.ordered]
     assert wide and "wide" in space.params_of(wide[0])
     pairs = [(c, c.replace(wide=False)) for c in wide if c.replace(wide=False) in space]
     assert pairs  # a tall config with the same other fields
+    ordered = [(c.replace(ordered=True), c) for c in wide if c.replace(ordered=True) in space]
+    assert ordered  # `ordered` (left out when False) likewise tells an ordered twin apart
+    pairs += ordered
     for config, tall in pairs[:: max(1, len(pairs) // 100)]:
         assert space.config_for(space.params_of(config)) == config
         assert space.config_for(space.params_of(tall)) == tall

@@ -40,7 +40,8 @@ CASES = [((1, 7081411, 20), 1), ((1, 1048576, 32), 1), ((1, 4957161, 157), 1), (
 WIDE = [((1, 20, 7081411), 1), ((1, 32, 1048576), 1), ((1, 21, 7536398), 1), ((1, 47, 3000017), 1),
         ((1, 20, 7081411), 2), ((1, 3, 53414884), 2), ((1, 9, 5303956), 2), ((1, 47, 1060938), 2),
         ((1, 82, 2602960), 2), ((1, 32, 1048576), 2),
-        ((1, 20, 7081411), 4), ((1, 32, 1048576), 4), ((1, 66, 881899), 4)]  # fmt: skip
+        ((1, 20, 7081411), 4), ((1, 32, 1048576), 4), ((1, 66, 881899), 4),
+        ((1, 5, 23148327), 1), ((1, 43, 618881), 2), ((1, 18, 1267567), 4), ((140, 7, 7513), 1)]  # fmt: skip
 
 
 def main() -> None:
@@ -70,6 +71,10 @@ def main() -> None:
               f"{by[tall].ratio * 100 if tall in by else 0:.1f}%, best flat prmt "
               f"{best[1].ratio * 100 if best[1] else 0:.1f}% ({best[0].key if best[0] else '-'}) "
               f"[{time.time() - t0:.0f}s]", flush=True)  # fmt: skip
+        if n > m:  # wide: the best with the run store and with the ordered buffer
+            for label, want in (("run store", False), ("ordered", True)):
+                c, r = next(((c, r) for c, r in ranked if c.wide and c.ordered == want), (None, None))
+                print(f"    best wide, {label}: {r.ratio * 100 if r else 0:.1f}% ({c.key if c else '-'})")
         print_ranked(ranked, 6)
         log.append({"shape": shape, "elem_bytes": s, "served": served.key, "results": results_log(ranked)})
         Path(args.out, "flat_prmt_sweep.json").write_text(json.dumps(log))

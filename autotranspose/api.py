@@ -26,7 +26,7 @@ from .arrays import (
     view,
 )
 from .compiler import DeviceState, device_state
-from .config import KernelConfig, default_config
+from .config import KernelConfig, default_config, for_rows
 from .dtypes import ElementType
 from .errors import (
     ConfigError,
@@ -53,7 +53,7 @@ def choose_config(
 ) -> KernelConfig:
     """The config a call uses: tuned, nearest tuned, shipped, else the default."""
     cls = shape_class(batch, m, n, vec)
-    return lookup.choose(state.info, elem_bytes, cls, conjugate=conjugate).config
+    return for_rows(lookup.choose(state.info, elem_bytes, cls, conjugate=conjugate).config, m)
 
 
 def _check_config_type(config: Any, x: View) -> None:
@@ -111,7 +111,7 @@ def _prepare(
     if config is None:
         cls = shape_class(x.batch, x.m, x.n, vec)
         choice = lookup.choose(state.info, s, cls, conjugate=conjugate)
-        cfg = choice.config
+        cfg = for_rows(choice.config, x.m)
         if cfg.flat and not _flat_fits(cfg, x, o):  # strided rows: the tiled default
             cfg = default_config(s, max_vector=vec, conjugate=conjugate)
         if ctx is not None and firstcall.enabled() and lookup.is_guess(choice, cls):
@@ -194,6 +194,8 @@ def served(
     if cfg is None:
         return None
     choice = lookup.choose(state.info, et.size, shape_class(b, m, n, _call_vec(x, o)))
+    if choice.config != cfg and for_rows(choice.config, m) == cfg:  # the same result, run for m rows
+        return lookup.Choice(cfg, choice.source)
     return choice if choice.config == cfg else lookup.Choice(cfg, "default")
 
 

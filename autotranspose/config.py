@@ -859,10 +859,11 @@ def _spanning_side(elem_bytes: int, short_side: int) -> int | None:
                  if b // elem_bytes >= max(short_side, 16) and b <= 256), None)  # fmt: skip
 
 
-def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
-    """The untuned wide byte-permute config for `short_side` rows: the fewest rows that span
-    them, 128 threads, and the output in order (`ordered`) where its words are whole or
-    element-sized (2 and 4 bytes; 1-byte rows of a multiple of 4), with tiles of 8 KiB
+def wide_default(elem_bytes: int, short_side: int, exact: bool = True) -> KernelConfig | None:
+    """The untuned wide byte-permute config for `short_side` rows (`exact`: a call's, not a
+    class's largest): the fewest rows that span them, 128 threads, and the output in order
+    (`ordered`) where its words are whole or element-sized (2 and 4 bytes; 1-byte rows of a
+    call whose rows are a multiple of 4 bytes), with tiles of 8 KiB
     (H200 session 21: int8 / float16 / float32 20x7081411 63.0 / 64.0 / 64.4 -> 76.6 / 79.2
     / 82.5, float16 43x618881 60.0 -> 70.1; int8 21 rows lost 5 to the run store). Else the
     run store with the widest row segments up to 512 bytes that fit (H200: float16 9x5303956
@@ -873,7 +874,7 @@ def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     tm = _spanning_side(elem_bytes, short_side)
     if tm is None:
         return None
-    if elem_bytes > 1 or short_side % 4 == 0:
+    if elem_bytes > 1 or (exact and short_side % 4 == 0):
         want = WIDE_ORDERED_TILE_BYTES // (tm * elem_bytes)
         tn = max((t for t in TILE_SIZES if t <= want and t * elem_bytes in TALL_ROWS), default=0)
         if tn:
@@ -891,6 +892,16 @@ def wide_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
         if cfg.fits(NEWEST):
             return cfg
     return None
+
+
+def for_rows(c: KernelConfig, m: int) -> KernelConfig:
+    """A served (not forced) config as a call of `m` rows runs it: an ordered wide config of
+    1-byte elements on rows that are not whole words runs as its run-store twin, where the
+    ordered buffer would be written byte by byte (H200 session 21, int8 21x7536398: 60.3
+    against 55.4); every other config as it is."""
+    if c.ordered and c.elem_bytes == 1 and m % 4 and m >= WIDE_MIN_ROW_BYTES:
+        return c.replace(ordered=False)
+    return c
 
 
 # an ordered wide tile's tile_m x tile_n x elem_bytes: the best ordered tile of every few-rows

@@ -187,9 +187,10 @@ def default_choice(
         if tall is not None and tall.fits(limits):
             return Choice(tall, "default")
     if not conjugate and cls.vec * elem_bytes < 8 and wide_rows(elem_bytes, cls.m, cls.n):
-        # few long rows of 1- and 2-byte elements too unaligned for 8-byte vectors: the wide
-        # byte-permute kernel beat the flat and tiled ones by 8-24 points on 6 of 7 cases (H200)
-        wide = wide_default(elem_bytes, cls.m)
+        # few long rows of 1-, 2- and 4-byte elements too unaligned for 8-byte vectors: the wide
+        # byte-permute kernel beat the flat and tiled ones by 8-24 points on 6 of 7 cases (H200);
+        # with the ordered output (2 and 4 bytes) float32 20x7081411 82.5 against 64.4 (session 21)
+        wide = wide_default(elem_bytes, cls.m, exact=False)  # a class's rows: 1 byte, the run store
         if wide is not None and wide.fits(limits):
             return Choice(wide, "default")
     rows = _few_rows(elem_bytes, cls, conjugate)

@@ -101,7 +101,7 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
         wide = ShapeClass(1, bucket, 1 << 20, vec)
         got = lookup.choose("no GPU we ship results for", s, wide, store=None).config
         if vec * s < 8 and wide_rows(s, bucket, 1 << 20):  # the wide byte-permute kernel
-            assert got == wide_default(s, bucket), (s, vec, got.key)
+            assert got == wide_default(s, bucket, exact=False), (s, vec, got.key)
         else:
             assert got.flat == (vec * s < 8 and flat_default(s, bucket) is not None), (s, vec, got.key)
             assert not got.prmt  # few long rows: never the tall kernel

@@ -73,6 +73,8 @@ def test_flat_prmt_configs_run_calls_whose_short_side_they_span_with_contiguous_
     assert run.replace(ordered=True).applies(3, 1000) and run.replace(ordered=True).applies(1, 1000)
     assert wide_default(2, 2).applies(2, 1000) and wide_default(2, 2).ordered
     assert wide_default(1, 20).ordered and not wide_default(1, 21).ordered  # 1 byte: whole words only
+    assert not wide_default(1, 32, exact=False).ordered  # a class's 1-byte rows may end mid-word
+    assert wide_default(2, 32, exact=False).ordered and wide_default(4, 32, exact=False).ordered
     with pytest.raises(ConfigError, match="wide=True is a flat byte-permute"):
         prmt_default(1).replace(wide=True)
 
@@ -359,3 +361,15 @@ def test_an_ordered_config_is_a_wide_one_and_named_so():
     assert "ordered" not in w.to_dict() and KernelConfig.from_dict(o.to_dict()) == o
     with pytest.raises(ConfigError, match="ordered=True is a wide kernel's"):
         tall_default(1, 20).replace(ordered=True)
+
+
+def test_a_served_1_byte_ordered_config_runs_whole_words_only():
+    """for_rows: a 1-byte ordered wide config serves calls whose rows are whole words as it
+    is, and others as its run-store twin; 2- and 4-byte ones and other configs as they are."""
+    from autotranspose.config import for_rows
+
+    o1, o2 = wide_default(1, 20), wide_default(2, 20)
+    assert for_rows(o1, 20) == o1 and for_rows(o1, 32) == o1
+    assert for_rows(o1, 21) == o1.replace(ordered=False) and for_rows(o1, 22).applies(22, 1000)
+    assert for_rows(o1, 3) == o1  # under 4 bytes only the ordered buffer runs them
+    assert for_rows(o2, 21) == o2 and for_rows(prmt_default(1), 21) == prmt_default(1)

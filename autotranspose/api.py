@@ -8,6 +8,7 @@ current for the launch only, and the thread's own context is put back (see `_dri
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 from collections.abc import Callable
@@ -194,9 +195,9 @@ def served(
     if cfg is None:
         return None
     choice = lookup.choose(state.info, et.size, shape_class(b, m, n, _call_vec(x, o)))
-    if choice.config != cfg and for_rows(choice.config, m) == cfg:  # the same result, run for m rows
-        return lookup.Choice(cfg, choice.source)
-    return choice if choice.config == cfg else lookup.Choice(cfg, "default")
+    if cfg in (choice.config, for_rows(choice.config, m)):  # the result, as m rows run it
+        return dataclasses.replace(choice, config=cfg)
+    return lookup.Choice(cfg, "default")
 
 
 def batched_launch(

@@ -216,7 +216,7 @@ class KernelConfig:
     def applies(self, m: int, n: int) -> bool:
         """Whether the kernel handles an m x n matrix (tiled kernels handle any; a flat
         byte-permute kernel rows of at most `tile_n` elements, or at most `tile_m` rows whose
-        transposes are at least 4 bytes long)."""
+        transposes are at least 4 bytes long, of any length when `ordered`)."""
         if self.flat and self.prmt:
             if self.wide:  # an ordered buffer takes rows of any length; a run store 4 bytes
                 return m <= self.tile_m and (self.ordered or m * self.elem_bytes >= WIDE_MIN_ROW_BYTES)
@@ -519,6 +519,9 @@ TALL_WINDOWS = (16, 32, 64, 128, 256, 512, 1024)
 TALL_ROWS = TALL_WINDOWS
 TALL_PER_THREAD = (1, 2, 4)
 WIDE_MIN_ROW_BYTES = 4  # a wide kernel's output word spans at most two output rows
+# an ordered wide tile's tile_m x tile_n x elem_bytes: the best ordered tile of every few-rows
+# case of the H200 sweep (1, 2 and 4 bytes, 9 to 82 rows) held 8 KiB (session 21)
+WIDE_ORDERED_TILE_BYTES = 8192
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
@@ -902,11 +905,6 @@ def for_rows(c: KernelConfig, m: int) -> KernelConfig:
     if c.ordered and c.elem_bytes == 1 and m % 4 and m >= WIDE_MIN_ROW_BYTES:
         return c.replace(ordered=False)
     return c
-
-
-# an ordered wide tile's tile_m x tile_n x elem_bytes: the best ordered tile of every few-rows
-# case of the H200 sweep (1, 2 and 4 bytes, 9 to 82 rows) held 8 KiB (session 21)
-WIDE_ORDERED_TILE_BYTES = 8192
 
 
 FEW_ROWS_MAX = 256  # an m x n call with fewer rows than this (and than columns) has few rows

@@ -478,6 +478,8 @@ def known_good(
         prmt_alternative(elem_bytes, conjugate),
         # tall rows: the tall byte-permute kernel (only a class of short rows has it)
         None if conjugate else tall_default(elem_bytes, cls.n),
+        # few long rows: with the class's rows taken as the call's, the ordered wide kernel for
+        # 1-byte rows too (the lookup default above is the class's run store)
         None if conjugate else wide_default(elem_bytes, cls.m),
         few_rows_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
     ]

@@ -43,6 +43,7 @@ TILED_TEMPLATE = "transpose.cu.j2"
 FLAT_TEMPLATE = "flat.cu.j2"
 STAGED_TEMPLATE = "staged.cu.j2"
 PRMT_TEMPLATE = "prmt.cu.j2"
+DIRECT_TEMPLATE = "direct.cu.j2"
 # Kernels that are not tuned configs: a peer, the measuring helpers, permute's row copies
 # and gathers (outside template_version: editing them starts no tuning study over).
 UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2", "packed.cu.j2")
@@ -257,6 +258,22 @@ def prmt_params(c: KernelConfig) -> dict[str, object]:
     }
 
 
+def direct_params(c: KernelConfig) -> dict[str, object]:
+    """What templates/direct.cu.j2 needs about one direct config."""
+    return {
+        **_common_params(c),
+        "tm": c.tile_m,
+        "tn": c.tile_n,
+        "pt": c.per_thread,
+        "pad": c.pad,
+        "e": max(c.elem_bytes // 4, 1),  # 32-bit words an element (the last holds a sign)
+        "lstep": c.threads // c.tile_n,  # input rows apart a thread's loads are
+        "sstep": c.threads // c.tile_m,  # output rows apart its stores are
+        "raster": c.raster,
+        "smem": c.smem_bytes,
+    }
+
+
 def _kinds() -> dict[str, tuple[str, Callable[[KernelConfig], dict[str, object]]]]:
     """Kind of kernel -> (its template, the parameters it needs): the one place a new kind
     plugs in."""
@@ -265,10 +282,13 @@ def _kinds() -> dict[str, tuple[str, Callable[[KernelConfig], dict[str, object]]
         "flat": (FLAT_TEMPLATE, flat_params),
         "staged": (STAGED_TEMPLATE, staged_params),
         "prmt": (PRMT_TEMPLATE, prmt_params),
+        "direct": (DIRECT_TEMPLATE, direct_params),
     }
 
 
 def _kind(c: KernelConfig) -> str:
+    if c.direct:
+        return "direct"
     return "prmt" if c.prmt else "flat" if c.flat else "staged" if c.staged else "tiled"
 
 

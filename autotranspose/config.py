@@ -102,6 +102,7 @@ class KernelConfig:
     wide: bool = False  # a flat byte-permute kernel for few long rows (else for short rows)
     min_blocks: int = 0  # blocks per SM the registers must allow (0: one, ptxas uncapped)
     ordered: bool = False  # wide: the transposed buffer holds the output bytes in order
+    direct: bool = False  # one element an access, tile indices from a 2-D grid (the seed's way)
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -167,6 +168,7 @@ class KernelConfig:
         k += "_pm" if self.prmt else ""
         k += "_wd" if self.wide else ""
         k += "_or" if self.ordered else ""
+        k += "_dr" if self.direct else ""
         k += f"_b{self.min_blocks}" if self.min_blocks else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
@@ -225,8 +227,13 @@ class KernelConfig:
 
     def grid(self, m: int, n: int, batch: int = 1, multiprocessors: int = 132) -> tuple[int, int, int]:
         """Launch grid: one block per tile (batches folded in), or with `persistent` = k,
-        k blocks per multiprocessor that loop over the tiles."""
+        k blocks per multiprocessor that loop over the tiles. A direct kernel's grid has the
+        raster's fast tiles on x, the others on y and the batch on z (each capped at what a
+        launch allows: the kernel loops over the rest)."""
         tm, tn = self.tiles(m, n)
+        if self.direct:
+            fast, slow = (tn, tm) if self.raster == "row" else (tm, tn)
+            return (fast, min(slow, MAX_GRID_YZ), min(batch, MAX_GRID_YZ))
         total = tm * tn * batch
         if self.persistent:
             total = min(total, self.persistent * multiprocessors)
@@ -282,9 +289,11 @@ class KernelConfig:
 _STR_FIELDS = frozenset({"layout", "raster", "cache"})
 # Fields added after configs were first stored, with the default `to_dict` leaves out: a
 # reader that needs every field (the tuner's search space) fills them back in from here.
-OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType({"wide": False, "min_blocks": 0, "ordered": False})
+OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType(
+    {"wide": False, "min_blocks": 0, "ordered": False, "direct": False}
+)
 _ABSENT = object()
-_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered"})
+_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct"})
 
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
@@ -300,7 +309,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name in _BOOL_FIELDS:
         if type(getattr(c, name)) is not bool:
             yield f"{name} must be a bool"
-    if any(type(getattr(c, n)) is not bool for n in ("flat", "staged", "prmt")):
+    if any(type(getattr(c, n)) is not bool for n in ("flat", "staged", "prmt", "direct")):
         return
     if any(type(getattr(c, n)) is not int for n in ints):
         return
@@ -324,6 +333,9 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         bad.append("ordered=True is a wide kernel's output buffer (few long rows): set flat=True, prmt=True and wide=True, or ordered=False")
     yield from bad
     if bad:
+        return
+    if c.direct:
+        yield from _direct_errors(c)
         return
     if c.prmt:
         yield from _prmt_errors(c)
@@ -384,12 +396,57 @@ def _min_blocks_errors(c: KernelConfig, threads: int) -> Iterator[str]:
         )
 
 
-def occupancy_steps(threads: int) -> tuple[int, ...]:
+def occupancy_steps(threads: int, caps: tuple[int, ...] = OCCUPANCY_CAPS) -> tuple[int, ...]:
     """The min_blocks values the space holds for blocks of `threads`: those that cap registers
-    at each of OCCUPANCY_CAPS (fewest blocks first), at least 2 blocks, at most what an SM runs."""
+    at each of `caps` (fewest blocks first), at least 2 blocks, at most what an SM runs."""
     most = min(MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM // threads)
-    steps = (min(most, REGISTERS_PER_SM // (threads * cap)) for cap in OCCUPANCY_CAPS)
+    steps = (min(most, REGISTERS_PER_SM // (threads * cap)) for cap in caps)
     return tuple(sorted({b for b in steps if b >= 2}))
+
+
+def cap_steps(c: KernelConfig) -> tuple[int, ...]:
+    """The register caps (as min_blocks) the space holds for `c`'s kind and threads. A direct
+    kernel's caps leave at least half the registers to what it is not loading: its elements
+    in flight at half of 32 registers spilled (16-byte elements, per_thread 8, sm_90)."""
+    if not c.direct:
+        return occupancy_steps(c.threads, OCCUPANCY_CAPS)
+    data = c.per_thread * max(c.elem_bytes // 4, 1)  # registers of elements in flight
+    return occupancy_steps(c.threads, tuple(cap for cap in DIRECT_CAPS if cap >= 2 * data))
+
+
+# Direct kernels (`direct`, templates/direct.cu.j2): the seed documents' strategy with the
+# tiled kernel's parameters. One element an access is a wide access only for 4- to 16-byte
+# elements, so the space holds them for those; tiles of at most 64 elements a side.
+DIRECT_SIZES = (4, 8, 16)
+DIRECT_TILES = (16, 32, 64)
+MAX_GRID_YZ = 65535  # a launch's grid y and z; a direct kernel loops over tiles past them
+# A direct kernel needs few registers (the seed documents' kernel: 26 on sm_90, 8 blocks of
+# 256 threads an SM), but ptxas takes 48 for it uncapped: caps down to 32 are searched.
+DIRECT_CAPS: tuple[int, ...] = (64, 40, 32)
+# a thread's elements in flight (its loads are all issued before a barrier): 16 spilled
+# under the 32-register cap
+DIRECT_MAX_PER_THREAD = 8
+
+
+def _direct_errors(c: KernelConfig) -> Iterator[str]:
+    yield from _fixed_field_errors(
+        c, "direct", {"vec": 1, "layout": "pad", "realign": False, "flat": False, "staged": False,
+                      "prmt": False, "persistent": 0},
+        "a direct kernel moves one element an access, through a padded tile, one block a tile")  # fmt: skip
+    if c.per_thread > min(c.tile_m, c.tile_n):
+        yield (f"direct=True: per_thread={c.per_thread} exceeds the tile's shorter side "
+               f"({min(c.tile_m, c.tile_n)}): each thread moves per_thread rows of one column")  # fmt: skip
+        return
+    if c.per_thread > DIRECT_MAX_PER_THREAD:
+        yield (f"direct=True: per_thread={c.per_thread} elements in flight a thread; at most "
+               f"{DIRECT_MAX_PER_THREAD} (ptxas spilled 16 under the register caps): lower per_thread")  # fmt: skip
+    threads = c.tile_m * c.tile_n // c.per_thread
+    if threads % WARP or threads > 1024:
+        yield (f"direct tile {c.tile_m}x{c.tile_n} with per_thread={c.per_thread} gives {threads} "
+               f"threads; a block takes a multiple of {WARP} up to 1024: change per_thread")  # fmt: skip
+    if c.conjugate and c.elem_bytes not in (8, 16):
+        yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
+    yield from _min_blocks_errors(c, threads)
 
 
 def _tile_m_values(c: KernelConfig) -> tuple[int, ...]:
@@ -633,6 +690,9 @@ def _prmt_sizes(c: KernelConfig) -> tuple[tuple[str, tuple[int, ...]], ...]:
 
 
 def _derive(c: KernelConfig) -> dict[str, int]:
+    if c.direct:  # a tile_m x (tile_n + pad) array of elements
+        return {"threads": c.tile_m * c.tile_n // c.per_thread,
+                "smem": c.tile_m * (c.tile_n + c.pad) * c.elem_bytes}  # fmt: skip
     if c.prmt:
         lay = prmt_layout(c)
         return {"threads": lay["threads"], "smem": 4 * (lay["sa_words"] + lay["sb_words"])}
@@ -709,6 +769,8 @@ def config_space(
         yield from staged_space(s, limits, conjugate)
     if restricted and s in PRMT_SIZES and not conjugate:
         yield from prmt_space(s, limits)
+    if s in DIRECT_SIZES:
+        yield from direct_space(s, limits, conjugate)
     if short_side is not None:
         yield from flat_space(s, limits, short_side, conjugate)
         if s in PRMT_SIZES and not conjugate:
@@ -736,6 +798,19 @@ def staged_space(elem_bytes: int, limits: DeviceLimits, conjugate: bool = False)
                         for cache in CACHE_HINTS:
                             yield from _launchable(limits, elem_bytes, tm, tn, vec, pt, 0, "pad",
                                                    raster, cache, conjugate, staged=True)  # fmt: skip
+
+
+def direct_space(elem_bytes: int, limits: DeviceLimits, conjugate: bool = False) -> Iterator[KernelConfig]:
+    """The direct configs (one element an access, the seed documents' strategy) for
+    `elem_bytes`-byte elements, each uncapped and at the register caps."""
+    for tm in DIRECT_TILES:
+        for tn in DIRECT_TILES:
+            for pt in PER_THREAD:
+                for pad in (0, 1):
+                    for raster in RASTERS:
+                        for cache in CACHE_HINTS:
+                            yield from _launchable(limits, elem_bytes, tm, tn, 1, pt, pad, "pad",
+                                                   raster, cache, conjugate, direct=True)  # fmt: skip
 
 
 def prmt_space(elem_bytes: int, limits: DeviceLimits) -> Iterator[KernelConfig]:
@@ -805,10 +880,10 @@ def _launchable(limits: DeviceLimits, *fields: Any, **named: Any) -> Iterator[Ke
         return
     if cfg.fits(limits):
         yield cfg
-        for p in PERSISTENT[1:]:
+        for p in PERSISTENT[1:] if not cfg.direct else ():  # a direct grid is the tiles
             yield cfg.replace(persistent=p)
         if not (cfg.flat or cfg.prmt):  # tiled and staged kernels: capped registers too
-            for b in occupancy_steps(cfg.threads):
+            for b in cap_steps(cfg):
                 yield cfg.replace(min_blocks=b)
 
 
@@ -908,34 +983,62 @@ def for_rows(c: KernelConfig, m: int) -> KernelConfig:
 
 
 FEW_ROWS_MAX = 256  # an m x n call with fewer rows than this (and than columns) has few rows
+DIRECT_FEW_ROWS_MIN = 4  # direct tiles serve few long rows of 8- and 16-byte elements from here
+
+
+def direct_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> KernelConfig | None:
+    """The direct config for an m x n call of 4-, 8- or 16-byte elements (None for others),
+    by the call's shape: the best geometric mean of each group of the H200 sweep
+    (tools/direct_sweep.py, docs/perf-notes.md session 22):
+    - few long rows (m < n, under FEW_ROWS_MAX): 32x64 tiles, 8 elements a thread, walking
+      the output rows; 16-row tiles under 16 rows. 8 and 16 bytes: float64 21x7536398 95
+      (66.9 served before), 9x5303956 97.6 (75.9), complex128 5x10000019 94.2 (83.5);
+      4 bytes (32x32): float32 20x7081411 88.9 against the wide kernel's 81.4;
+    - few columns (n < m, under FEW_ROWS_MAX): 64x16 tiles (complex64 574153x13 99.7, 93.3);
+    - otherwise the seed documents' 32x32 tile walking the output rows (int64 2304² 96.7).
+    Registers capped to the blocks an SM the sweep's best had."""
+    if elem_bytes not in DIRECT_SIZES:
+        return None
+    wide = elem_bytes > 4
+    if m < n and m < FEW_ROWS_MAX:
+        if not wide:
+            fields = (32, 32, 8, "col", 12)
+        elif m < TILE_SIZES[0]:
+            fields = (16, 64, 8, "row", 16 if elem_bytes == 8 else 8)
+        else:
+            fields = (32, 64, 8, "col", 8 if elem_bytes == 8 else 4)
+    elif n < m and n < FEW_ROWS_MAX:
+        fields = (64, 16, 4, "row", 6) if wide else (64, 32, 8, "col", 8)
+    else:
+        fields = (32, 32, 4, "col", 6)
+    tm, tn, pt, raster, blocks = fields
+    return KernelConfig(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate,
+                        direct=True, min_blocks=blocks)  # fmt: skip
 
 
 def few_rows_default(
     elem_bytes: int, rows: int, cols: int, vec: int, conjugate: bool = False
 ) -> KernelConfig | None:
-    """A tiled config for few long rows of 4- to 16-byte elements in words of 8 or 16 bytes:
-    tiles no taller than the rows (a taller tile is all edge: element-wise loads and stores),
-    32 rows of single elements or 64 of 2-element words, walking down the tile columns
-    (raster "col": consecutive blocks write consecutive output rows). On the H200 this beat
-    what was served by 5-14 points on 5 few-row cases of 16-140 rows (complex64 16x548100
-    101 against 86.7, float32 140x1843254 89.1 against 78.6; tools/few_rows_sweep.py,
-    docs/perf-notes.md session 15). `rows` and `cols` are the call's (a class's fewest). None
-    where the rule does not apply: no fewer rows than columns, rows under 16 or of at least
-    FEW_ROWS_MAX, words under 8 bytes."""
-    v = min(vec, 2, 16 // elem_bytes) if elem_bytes >= 4 else 0
-    if v < 1 or v * elem_bytes < 8 or not TILE_SIZES[0] <= rows < min(FEW_ROWS_MAX, cols):
+    """The config for few long rows: for 8- and 16-byte elements the direct kernel's
+    (`direct_default`: every tile is an edge tile and costs no more; from DIRECT_FEW_ROWS_MIN
+    rows, any alignment); for 4-byte elements in words of 8 bytes, tiles no taller than the
+    rows (a taller tiled tile is all edge: element-wise loads and stores), 64 rows of
+    2-element words, walking down the tile columns (H200 session 15: float32 140x1843254 89.1
+    against 78.6). `rows` and `cols` are the call's (a class's fewest). None where the rule
+    does not apply: no fewer rows than columns, rows of at least FEW_ROWS_MAX, fewer than
+    DIRECT_FEW_ROWS_MIN (8 and 16 bytes) or 16 (4 bytes), 4-byte words."""
+    if not rows < min(FEW_ROWS_MAX, cols):
         return None
-    tm = max(t for t in TILE_SIZES if t <= min(rows, 32 if v == 1 else 64))
-    tn, pt = (32, 8) if v == 1 else (64, 4)
+    if elem_bytes in (8, 16):
+        return direct_default(elem_bytes, rows, cols, conjugate) if rows >= DIRECT_FEW_ROWS_MIN else None
+    v = min(vec, 2) if elem_bytes == 4 else 0
+    if v * elem_bytes < 8 or rows < TILE_SIZES[0]:
+        return None
+    tm = max(t for t in TILE_SIZES if t <= min(rows, 64))
     try:
-        c = KernelConfig(elem_bytes, tm, tn, v, pt, 1, "pad", "col", conjugate=conjugate)
+        return KernelConfig(elem_bytes, tm, 64, v, 4, 1, "pad", "col", conjugate=conjugate)
     except ConfigError:
         return None
-    # 16-row tiles of single elements (64 threads): registers capped at 80, 12 blocks an SM
-    # instead of 7-10. H200 session 20: float64 20x7081411 80.2 -> 90.3, 24x2000003 79.2 ->
-    # 90.6; complex128 20x7081411 93.3 -> 94.5 (tools/occupancy_sweep.py). Taller tiles are
-    # not measured capped (32-row tiles of 16-byte elements spill at 80).
-    return c.replace(min_blocks=occupancy_steps(c.threads)[0]) if v == 1 and tm == 16 else c
 
 
 def flat_default(elem_bytes: int, short_side: int, conjugate: bool = False) -> KernelConfig | None:
@@ -1079,7 +1182,7 @@ def neighbours(config: KernelConfig) -> list[KernelConfig]:
     if not (config.flat or config.prmt or config.persistent):
         # from uncapped registers every cap (which one pays is not monotonic: the staged
         # defaults gained at 64 registers and spilled at 40), else the next cap either way
-        steps = (0, *occupancy_steps(config.threads))
+        steps = (0, *cap_steps(config))
         if config.min_blocks == 0:
             for b in steps[1:]:
                 add(min_blocks=b)

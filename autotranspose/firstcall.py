@@ -9,7 +9,8 @@ the call's own buffers and stream:
 - the guess itself (so the result is never slower than what lookup would have served),
 - the defaults of every kernel kind that can run the call (tiled, staged, byte-permute, flat),
 - the nearest tuned and shipped results of other classes (`lookup.neighbours`),
-- the seed documents' kernel (32x32 tile, +1 padding), robust on every shape;
+- the direct kernel for the call's shape (`config.direct_default`: the seed documents'
+  strategy, robust on every shape of 4- to 16-byte elements), else the seed documents' config;
 
 then up to `REFINE_ROUNDS` rounds of the winner's one-step neighbours (`config.neighbours`),
 while the winner keeps changing and the budget lasts: on the H200 the best config of an
@@ -40,6 +41,7 @@ from .config import (
     FLAT_SHORT_SIDE,
     KernelConfig,
     default_config,
+    direct_default,
     few_rows_default,
     flat_default,
     neighbours,
@@ -111,11 +113,14 @@ def candidates(
         wide_default(elem_bytes, m) if m < n and not conjugate else None,
         seed_config(elem_bytes).replace(conjugate=conjugate),
     ]
-    # few long rows: tiles no taller than the rows, before other classes' results (a taller
-    # tile is all edge there: complex64 16x548100 was served 86.7% where this reached 101)
+    # few long rows: the rule's tiles, and the direct kernel for the call's shape, before
+    # other classes' results (H200 session 22: the direct kernel beat what was served on
+    # few rows and columns of 4- to 16-byte elements by up to 30 points, lost elsewhere by
+    # up to 12: a race decides)
     rows = few_rows_default(elem_bytes, m, n, vec, conjugate)
+    direct = direct_default(elem_bytes, m, n, conjugate)
     picked: list[KernelConfig] = []
-    for c in (guess, rows, *neighbours, *kinds):
+    for c in (guess, rows, direct, *neighbours, *kinds):
         if c is None:
             continue
         c = c if c.conjugate == conjugate else c.replace(conjugate=conjugate)

@@ -44,7 +44,6 @@ from .config import (
     FLAT_SHORT_SIDE,
     NEWEST,
     PRMT_SERVED,
-    STAGED_SIZES,
     DeviceLimits,
     default_config,
     few_rows_default,
@@ -211,15 +210,12 @@ def default_choice(
 
 
 def _few_rows(elem_bytes: int, cls: ShapeClass, conjugate: bool) -> KernelConfig | None:
-    """For few long rows in words of 8 or 16 bytes, tiles no taller than the class's fewest
-    rows (`few_rows_default` of its fewest rows and columns); None for other classes. Such a class is served its own
-    results, else these: on the H200 they beat what other classes' results and the staged
-    kernel gave by 5-14 points on 6 of 6 cases of 16-140 rows (taller tiles are all edge).
-    Not for rows of single 8-byte elements (odd lengths): there the staged default stays,
-    since a class's rows need not fill its tiles (H200: complex64 24x2000003, a third of
-    it edge tile, 79.5 against the staged kernel's 91.9)."""
-    if cls.vec == 1 and elem_bytes in STAGED_SIZES:
-        return None
+    """For few long rows, `few_rows_default` of the class's fewest rows and columns; None for
+    other classes. Such a class is served its own results, else these: for 8- and 16-byte
+    elements the direct kernel, whose edge tiles cost no more than full ones, so a class's
+    rows need not fill its tiles (H200 session 22: float64 21x7536398 95 against 66.9,
+    complex64 24x2000003 95.8 where the staged kernel had 91.9); for 4-byte rows in 8-byte
+    words, tiled tiles no taller than the rows (session 15)."""
     return few_rows_default(elem_bytes, cls.m // 2 + 1, cls.n // 2 + 1, cls.vec, conjugate)
 
 

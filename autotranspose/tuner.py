@@ -42,6 +42,7 @@ from .config import (
     KernelConfig,
     config_space,
     default_config,
+    direct_default,
     few_rows_default,
     neighbours,
     pair_steps,
@@ -482,6 +483,8 @@ def known_good(
         # 1-byte rows too (the lookup default above is the class's run store)
         None if conjugate else wide_default(elem_bytes, cls.m),
         few_rows_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
+        # the direct kernel for the tuned shape (the seed documents' strategy, capped)
+        direct_default(elem_bytes, *sides, conjugate) if sides else None,
     ]
     if store is not None:
         try:

@@ -216,8 +216,8 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
         PERSISTENT,
         TILE_SIZES,
         VEC_SIZES,
+        cap_steps,
         neighbours,
-        occupancy_steps,
     )
 
     space = list(config_space(dtype, max_vector=4, short_side=32))
@@ -233,7 +233,7 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
             smem = (other.layout, other.pad) != (config.layout, config.pad)
             assert len(moved) + smem == 1, (config.key, other.key)
             if moved == ["min_blocks"]:  # from uncapped: any cap; else the next cap either way
-                caps = (0, *occupancy_steps(config.threads))
+                caps = (0, *cap_steps(config))
                 assert other.min_blocks in caps and not (config.flat or config.prmt)
                 if config.min_blocks:
                     assert abs(caps.index(config.min_blocks) - caps.index(other.min_blocks)) == 1

@@ -1,5 +1,6 @@
-"""Few long rows of 4- to 16-byte elements (`config.few_rows_default`): tiles no taller than
-the rows, raced at a first call, served by default to classes nobody tuned, a tuner warm
+"""Few long rows of 4- to 16-byte elements (`config.few_rows_default`): direct tiles for 8-
+and 16-byte elements, tiled ones no taller than the rows for 4-byte words; the direct
+defaults by shape (`config.direct_default`); raced at a first call, served by default to classes nobody tuned, a tuner warm
 start (CPU); nvcc's resource report; correctness on the GPU for rows of every count the rule
 serves, fresh data, poisoned output and a guard region."""
 
@@ -15,13 +16,16 @@ from _nvcc import assert_compile_without_spills
 
 from autotranspose import firstcall, lookup
 from autotranspose.config import (
+    DIRECT_FEW_ROWS_MIN,
+    DIRECT_SIZES,
     FEW_ROWS_MAX,
     NEWEST,
     TILE_SIZES,
+    cap_steps,
     config_space,
     default_config,
+    direct_default,
     few_rows_default,
-    staged_default,
 )
 from autotranspose.shapes import shape_class
 
@@ -37,23 +41,33 @@ def _every_rule_config() -> list:
 
 
 # --- the rule ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("elem_bytes", SIZES)
-def test_its_tiles_fit_the_rows_in_words_of_8_or_16_bytes(elem_bytes: int) -> None:
+@pytest.mark.parametrize("elem_bytes", [8, 16])
+def test_eight_and_sixteen_byte_rows_get_direct_tiles_at_any_alignment(elem_bytes: int) -> None:
     rng = random.Random()
     for _ in range(200):
-        rows, vec = rng.randrange(TILE_SIZES[0], FEW_ROWS_MAX), rng.choice((1, 2, 4, 8))
+        rows, vec = rng.randrange(DIRECT_FEW_ROWS_MIN, FEW_ROWS_MAX), rng.choice((1, 2, 4, 8))
         c = few_rows_default(elem_bytes, rows, 10 * rows, vec)
-        if min(vec, 2, 16 // elem_bytes) * elem_bytes < 8:
-            assert c is None, (rows, vec)
-            continue
-        assert c is not None and not (c.flat or c.staged or c.prmt or c.realign)
-        assert c.tile_m <= rows and c.vec <= vec and 8 <= c.word_bytes <= 16
-        assert c.raster == "col" and c.applies(rows, 10 * rows) and c.fits(NEWEST)
+        assert c == direct_default(elem_bytes, rows, 10 * rows) and c.direct
+        assert c.tile_m == (16 if rows < 16 else 32) and c.min_blocks in cap_steps(c)
+        assert c.applies(rows, 10 * rows) and c.fits(NEWEST)
         assert c in set(config_space(DTYPES[elem_bytes], max_vector=vec))  # the tuner's space
 
 
-@pytest.mark.parametrize("rows", [0, 1, TILE_SIZES[0] - 1, FEW_ROWS_MAX, 10 * FEW_ROWS_MAX])
-def test_none_where_no_tile_fits_or_rows_are_not_few(rows: int) -> None:
+def test_four_byte_rows_in_8_byte_words_get_tiles_no_taller_than_the_rows() -> None:
+    rng = random.Random()
+    for _ in range(200):
+        rows, vec = rng.randrange(TILE_SIZES[0], FEW_ROWS_MAX), rng.choice((1, 2, 4))
+        c = few_rows_default(4, rows, 10 * rows, vec)
+        if vec == 1:
+            assert c is None, rows  # 4-byte words: the wide byte-permute kernel's
+            continue
+        assert c is not None and not (c.flat or c.staged or c.prmt or c.realign or c.direct)
+        assert c.tile_m <= rows and c.vec == 2 and c.raster == "col" and c.fits(NEWEST)
+        assert c in set(config_space(DTYPES[4], max_vector=vec))
+
+
+@pytest.mark.parametrize("rows", [0, 1, DIRECT_FEW_ROWS_MIN - 1, FEW_ROWS_MAX, 10 * FEW_ROWS_MAX])
+def test_none_where_rows_are_too_few_or_not_few(rows: int) -> None:
     assert few_rows_default(8, rows, 10 * rows + 1, 2) is None
 
 
@@ -65,6 +79,15 @@ def test_none_unless_fewer_rows_than_columns() -> None:
 def test_none_for_narrow_elements_and_words() -> None:
     assert few_rows_default(1, 64, 1000, 16) is None and few_rows_default(2, 64, 1000, 8) is None
     assert few_rows_default(4, 64, 1000, 1) is None  # 4-byte words: the wide byte-permute kernel's
+
+
+def test_direct_defaults_follow_the_call_s_shape() -> None:
+    for s in DIRECT_SIZES:
+        rows, cols, square = (direct_default(s, *mn) for mn in ((20, 10**6), (10**6, 20), (5000, 5001)))
+        assert rows.raster == "col" and rows.per_thread == 8 and cols.tile_m == 64
+        assert square.tile_m == square.tile_n == 32 and square.per_thread == 4
+        assert all(c.direct and c.min_blocks in cap_steps(c) for c in (rows, cols, square))
+    assert direct_default(2, 20, 10**6) is None and direct_default(1, 5000, 5000) is None
 
 
 def test_a_conjugate_rule_config_is_the_same_tiles_conjugated() -> None:
@@ -90,24 +113,26 @@ def test_the_first_call_races_it_right_after_the_guess(elem_bytes: int) -> None:
     got = firstcall.candidates(guess, near, elem_bytes, m, n, 1, False, lambda c: True)
     rule = few_rows_default(elem_bytes, m, n, 1)
     assert got[0] == guess and (rule == guess or got[1] == rule)
-    # few columns (the rule is for rows): the nearest classes' results follow the guess
+    # few columns (the rule is for rows): the direct kernel for the shape, then the nearest
+    # classes' results
     got = firstcall.candidates(guess, near, elem_bytes, n, m, 1, False, lambda c: True)
-    assert got[:2] == [guess, near[0]]
+    assert got[:3] == [guess, direct_default(elem_bytes, n, m), near[0]]
 
 
 @pytest.mark.parametrize("elem_bytes", SIZES)
-def test_a_class_nobody_tuned_gets_it_with_tiles_its_fewest_rows_fill(elem_bytes: int) -> None:
+def test_a_class_nobody_tuned_gets_it_for_its_fewest_rows(elem_bytes: int) -> None:
     rng = random.Random()
     m, n = rng.randrange(17, FEW_ROWS_MAX), rng.randrange(100_000, 3_000_000)
-    cls = shape_class(1, m, n, 2)
-    choice = lookup.default_choice(elem_bytes, cls, NEWEST)
-    rule = few_rows_default(elem_bytes, cls.m // 2 + 1, cls.n // 2 + 1, 2)
-    assert rule is not None and choice.config == rule and choice.source == "default"
-    assert choice.config.tile_m <= cls.m // 2 + 1  # every call of the class has full tiles
-    # rows of single 8-byte elements: the staged default as before (rows need not fill tiles)
-    if elem_bytes == 8:
-        odd = shape_class(1, m, n | 1, 1)
-        assert lookup.default_choice(8, odd, NEWEST).config == staged_default(8)
+    for vec in (2, 1):  # 8-byte words, and rows of single elements at any alignment
+        cls = shape_class(1, m, n | (vec == 1), vec)
+        choice = lookup.default_choice(elem_bytes, cls, NEWEST)
+        rule = few_rows_default(elem_bytes, cls.m // 2 + 1, cls.n // 2 + 1, vec)
+        if elem_bytes == 4 and vec == 1:
+            assert rule is None and not choice.config.direct  # the wide byte-permute kernel's
+            continue
+        assert rule is not None and choice.config == rule and choice.source == "default"
+        # direct tiles cost the same full or edge; tiled ones fit the class's fewest rows
+        assert choice.config.direct or choice.config.tile_m <= cls.m // 2 + 1
     # many rows: the default tiled config as before
     assert lookup.default_choice(elem_bytes, shape_class(1, n, n, 2), NEWEST).config == \
         default_config(elem_bytes, max_vector=2)  # fmt: skip
@@ -122,7 +147,7 @@ def test_rule_configs_match_the_reference_on_few_rows(elem_bytes: int) -> None:
     rng = np.random.default_rng()
     state = activate(0)
     for _ in range(4):
-        m = int(rng.integers(TILE_SIZES[0], FEW_ROWS_MAX))
+        m = int(rng.integers(DIRECT_FEW_ROWS_MIN, FEW_ROWS_MAX))
         n = int(rng.integers(20_000, 200_000))
         vec = 2 if m % 2 == 0 and n % 2 == 0 else 1
         cfgs = [c for c in (few_rows_default(elem_bytes, m, n, v) for v in (1, vec)) if c]

@@ -27,10 +27,10 @@ from optuna.trial import TrialState
 from autotranspose import lookup
 from autotranspose.config import (
     KernelConfig,
+    cap_steps,
     config_space,
     default_config,
     max_vec,
-    occupancy_steps,
     seed_config,
 )
 from autotranspose.device import DeviceInfo
@@ -266,7 +266,7 @@ def test_neighbours_are_one_field_one_step_away(dtype: str) -> None:
             assert len(moved) == 1
             k = moved[0]
             if k == "min_blocks_rank":  # a cap step: blocks per SM depend on the threads
-                assert other.min_blocks in (0, *occupancy_steps(config.threads))
+                assert other.min_blocks in (0, *cap_steps(config))
             elif k.endswith("_rank"):
                 assert abs(params[k] - base[k]) == 1
 

@@ -1,0 +1,191 @@
+"""Direct kernels (config.direct: the seed documents' strategy with the tiled kernel's
+parameters): validation, keys and stored form, the grid, the space, compiling without spills
+(CPU, nvcc), and correctness on the GPU: odd sizes, 1xN and Nx1, batches, every pointer
+offset, pitched views, conjugation, grids looped past 65535 tiles or matrices, past 2**31
+elements; fresh data, poisoned output and a guard region."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import numpy as np
+import pytest
+from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, assert_match_reference
+from _nvcc import assert_compile_without_spills
+
+import autotranspose as at
+from autotranspose.codegen import kernel_source, render_outer
+from autotranspose.config import (
+    DIRECT_CAPS,
+    DIRECT_MAX_PER_THREAD,
+    DIRECT_SIZES,
+    MAX_GRID_YZ,
+    NEWEST,
+    KernelConfig,
+    cap_steps,
+    config_space,
+    direct_space,
+    neighbours,
+    occupancy_steps,
+    seed_config,
+)
+from autotranspose.errors import ConfigError
+
+DTYPES = {4: "float32", 8: "float64", 16: "complex128"}
+
+
+def seed_direct(elem_bytes: int, **kw) -> KernelConfig:
+    """The seed documents' kernel as a direct config."""
+    return seed_config(elem_bytes).replace(direct=True, **kw)
+
+
+# --- the config --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "change, says",
+    [({"vec": 2}, "vec=1"), ({"layout": "swizzle", "pad": 0}, "layout='pad'"),
+     ({"persistent": 2}, "persistent=0"), ({"staged": True}, "staged=False"),
+     ({"realign": True}, "realign=False"), ({"per_thread": 2, "tile_m": 64, "tile_n": 64}, "threads"),
+     ({"per_thread": 16, "tile_m": 8}, "tile_m"), ({"tile_m": 16, "tile_n": 16, "per_thread": 32}, "per_thread"),
+     ({"conjugate": True, "elem_bytes": 4}, "complex64"), ({"min_blocks": 9}, "2048")],
+)  # fmt: skip
+def test_invalid_direct_configs_say_what_to_change(change, says):
+    fields = {**seed_direct(8).to_dict(), **change}
+    with pytest.raises(ConfigError, match=says):
+        KernelConfig(**fields)
+
+
+def test_a_thread_holds_at_most_its_elements_in_flight():
+    with pytest.raises(ConfigError, match="lower per_thread"):
+        seed_direct(8, tile_m=64, tile_n=64, per_thread=16)
+    assert seed_direct(8, tile_m=64, tile_n=64, per_thread=DIRECT_MAX_PER_THREAD).threads == 512
+
+
+def test_key_and_stored_form():
+    c = seed_direct(8)
+    assert c.key == seed_config(8).key + "_dr" and c.kernel_name.endswith("_dr")
+    assert c.to_dict()["direct"] is True and KernelConfig.from_dict(c.to_dict()) == c
+    assert "direct" not in seed_config(8).to_dict()  # what earlier versions stored and read
+    with pytest.raises(ConfigError, match="must be bool"):
+        KernelConfig.from_dict({**c.to_dict(), "direct": 1})
+
+
+def test_threads_and_shared_memory_follow_the_tile():
+    rng = random.Random()
+    for c in rng.sample(list(direct_space(8, NEWEST)), 40):
+        assert c.threads == c.tile_m * c.tile_n // c.per_thread and c.threads % 32 == 0
+        assert c.smem_bytes == c.tile_m * (c.tile_n + c.pad) * 8
+
+
+@pytest.mark.parametrize("raster", ["row", "col"])
+def test_the_grid_puts_the_raster_s_fast_tiles_on_x_and_caps_y_and_z(raster):
+    c = seed_direct(8, raster=raster, tile_m=16)
+    rng = random.Random()
+    for _ in range(50):
+        b, m, n = rng.randrange(1, 9), rng.randrange(1, 5000), rng.randrange(1, 5000)
+        tm, tn = -(-m // 16), -(-n // 32)
+        assert c.tiles(m, n) == (tm, tn)
+        assert c.grid(m, n, b) == ((tn, tm, b) if raster == "row" else (tm, tn, b))
+    m = 16 * (MAX_GRID_YZ + 7)  # more row tiles than y takes: the kernel loops
+    want = (1, MAX_GRID_YZ, MAX_GRID_YZ) if raster == "row" else (m // 16, 1, MAX_GRID_YZ)
+    assert c.grid(m, 5, 70000) == want
+
+
+def test_the_space_holds_direct_configs_for_4_to_16_byte_elements_only():
+    for dtype in ("uint8", "float16", "float32", "float64", "complex128"):
+        found = [c for c in config_space(dtype) if c.direct]
+        s = np.dtype(dtype).itemsize
+        assert bool(found) == (s in DIRECT_SIZES), dtype
+        assert all(c.fits(NEWEST) and not c.persistent for c in found)
+    conj = [c for c in config_space("complex64", conjugate=True) if c.direct]
+    assert conj and all(c.conjugate for c in conj)
+
+
+def test_caps_reach_the_seed_kernel_s_registers():
+    c = seed_direct(8)
+    assert cap_steps(c) == occupancy_steps(256, DIRECT_CAPS) and 8 in cap_steps(c)
+    assert {x.min_blocks for x in direct_space(8, NEWEST) if x.replace(min_blocks=0) == c} == {0, *cap_steps(c)}
+
+
+def test_neighbours_stay_direct_and_step_one_field():
+    c = seed_direct(8)
+    near = neighbours(c)
+    assert near and all(x.direct for x in near)
+    assert c.replace(tile_m=64) in near and c.replace(per_thread=8) in near and c.replace(raster="col") in near
+    assert c.replace(min_blocks=8) in near
+
+
+def test_the_seed_config_s_source_divides_no_tile_index():
+    src = kernel_source(seed_direct(8))
+    body = src[src.index("for (unsigned int ts"):]
+    assert " / " not in body and " % " not in body  # the tile's place comes from the grid
+    assert "__launch_bounds__(256, 1)" in src and "tile[32][33]" in src
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_direct_kernels_compile_without_spills(arch):
+    rng = random.Random()
+    picks = [seed_direct(s) for s in DIRECT_SIZES]
+    for s in DIRECT_SIZES:
+        picks += rng.sample(list(direct_space(s, NEWEST)), 12)
+    picks += [seed_direct(8, conjugate=True), seed_direct(16, conjugate=True, min_blocks=8)]
+    assert_compile_without_spills(picks, arch)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_outer_variants_compile():
+    from _nvcc import assert_nvcc_silent
+
+    assert_nvcc_silent(render_outer([seed_direct(8), seed_direct(16, conjugate=True, raster="col")]))
+
+
+# --- on the GPU ----------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", DIRECT_SIZES)
+def test_direct_kernels_match_the_reference(rng, s):
+    """Odd sizes, 1xN, Nx1, batches; fresh data, a poisoned output and a guard region after
+    it (measure.Bench.check); random configs of the space and the seed's."""
+    assert_kind_matches_reference(rng, s, direct_space, seed_direct(s))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", DIRECT_SIZES)
+def test_every_pointer_offset_and_pitched_views(rng, s):
+    """Input and output at every offset the element size allows, rows of pitched views; the
+    bytes around and between the output rows are left as they were."""
+    pytest.importorskip("cupy")
+    assert_kind_at_every_offset(rng, s, np.dtype(DTYPES[s]), list(direct_space(s, NEWEST)), seed_direct(s))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_conjugate_direct(rng, dtype):
+    cupy = pytest.importorskip("cupy")
+    s = np.dtype(dtype).itemsize
+    for cfg in (seed_direct(s, conjugate=True), seed_direct(s, conjugate=True, tile_m=16, raster="col")):
+        for m, n in ((3001, 1777), (1, 999), (999, 1), (21, 4097)):
+            host = (rng.standard_normal((m, n)) + 1j * rng.standard_normal((m, n))).astype(dtype)
+            y = at.transpose(cupy.asarray(host), conjugate=True, config=cfg)
+            assert np.array_equal(cupy.asnumpy(y), host.T.conj()), (cfg.key, m, n)
+
+
+@pytest.mark.gpu
+def test_grids_loop_past_65535_tiles_and_matrices(rng):
+    """More tiles along the slow side than grid y takes, more matrices than z takes."""
+    from autotranspose.compiler import activate
+
+    state = activate(0)
+    m = 16 * MAX_GRID_YZ + int(rng.integers(1, 40))  # row tiles past y with raster row
+    assert_match_reference(state, 8, (1, m, 3), [seed_direct(8, tile_m=16)])
+    assert_match_reference(state, 4, (1, 5, m), [seed_direct(4, tile_n=16, raster="col")])
+    assert_match_reference(state, 8, (MAX_GRID_YZ + int(rng.integers(1, 999)), 3, 5), [seed_direct(8)])
+
+
+@pytest.mark.gpu
+def test_direct_past_2_31_elements():
+    from autotranspose.compiler import activate
+
+    shape = (1, 46349, 46337)  # 2**31 + about 1.5M float32 elements, odd rows
+    assert shape[1] * shape[2] > 2**31
+    assert_match_reference(activate(0), 4, shape, [seed_direct(4, raster="col")])

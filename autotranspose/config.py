@@ -993,7 +993,8 @@ def direct_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
     - few long rows (m < n, under FEW_ROWS_MAX): 32x64 tiles, 8 elements a thread, walking
       the output rows; 16-row tiles under 16 rows. 8 and 16 bytes: float64 21x7536398 95
       (66.9 served before), 9x5303956 97.6 (75.9), complex128 5x10000019 94.2 (83.5);
-      4 bytes (32x32): float32 20x7081411 88.9 against the wide kernel's 81.4;
+      4 bytes: one tile spanning up to 64 rows (`_DIRECT_FOUR_BYTE_ROWS`), float32
+      20x7081411 88.9 against the wide kernel's 81.4;
     - few columns (n < m, under FEW_ROWS_MAX): 64x16 tiles (complex64 574153x13 99.7, 93.3);
     - otherwise the seed documents' 32x32 tile walking the output rows (int64 2304² 96.7).
     Registers capped to the blocks an SM the sweep's best had."""
@@ -1001,8 +1002,8 @@ def direct_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
         return None
     wide = elem_bytes > 4
     if m < n and m < FEW_ROWS_MAX:
-        if not wide:
-            fields = (32, 32, 8, "col", 12)
+        if not wide:  # the tile that the rows fill best: one tile spans up to 64 rows
+            fields = _DIRECT_FOUR_BYTE_ROWS[min(i for i, t in enumerate(_DIRECT_ROW_TILES) if t >= min(m, 65))]
         elif m < TILE_SIZES[0]:
             fields = (16, 64, 8, "row", 16 if elem_bytes == 8 else 8)
         else:
@@ -1014,6 +1015,16 @@ def direct_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
     tm, tn, pt, raster, blocks = fields
     return KernelConfig(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate,
                         direct=True, min_blocks=blocks)  # fmt: skip
+
+
+# 4-byte few rows: a tile spanning the rows, by how many (up to 16, 32, 64, more): H200
+# session 22, each the best direct config there: float32 15x16642555 91.4 (the wide kernel
+# 93.8), 9x5303956 86.0 (80.7); 20x7081411 88.9 (81.4), 18x1267567 86.2 (78.2); 47x1060938
+# 86.6 (84.1); 64x2000003 91.9 (63.1)
+_DIRECT_ROW_TILES = (16, 32, 64, 65)
+_DIRECT_FOUR_BYTE_ROWS: tuple[tuple[Any, ...], ...] = (
+    (16, 64, 8, "col", 16), (32, 32, 8, "col", 12), (64, 16, 8, "col", 16), (32, 64, 8, "col", 8),
+)
 
 
 def few_rows_default(

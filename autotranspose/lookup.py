@@ -41,11 +41,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import (
+    DIRECT_SIZES,
     FLAT_SHORT_SIDE,
     NEWEST,
     PRMT_SERVED,
     DeviceLimits,
     default_config,
+    direct_default,
     few_rows_default,
     flat_default,
     prmt_default,
@@ -190,6 +192,11 @@ def default_choice(
         # byte-permute kernel beat the flat and tiled ones by 8-24 points on 6 of 7 cases (H200);
         # with the ordered output (2 and 4 bytes) float32 20x7081411 82.5 against 64.4 (session 21)
         wide = wide_default(elem_bytes, cls.m, exact=False)  # a class's rows: 1 byte, the run store
+        if elem_bytes in DIRECT_SIZES:
+            # 4-byte rows: the direct tile that spans the class's rows beat the ordered wide
+            # kernel on 5 of 6 float32 cases of 9-64 rows by 2.5-29 points, lost one by 2.4
+            # (H200 session 22); a first call races both
+            wide = direct_default(elem_bytes, cls.m, cls.n)
         if wide is not None and wide.fits(limits):
             return Choice(wide, "default")
     rows = _few_rows(elem_bytes, cls, conjugate)

@@ -18,6 +18,7 @@ from autotranspose.config import (
     NEWEST,
     KernelConfig,
     config_space,
+    direct_default,
     flat_default,
     flat_space,
     tall_default,
@@ -100,7 +101,9 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
             continue
         wide = ShapeClass(1, bucket, 1 << 20, vec)
         got = lookup.choose("no GPU we ship results for", s, wide, store=None).config
-        if vec * s < 8 and wide_rows(s, bucket, 1 << 20):  # the wide byte-permute kernel
+        if vec * s < 8 and wide_rows(s, bucket, 1 << 20) and s == 4:  # a direct tile spanning the rows
+            assert got == direct_default(s, bucket, 1 << 20) and got.tile_m >= bucket, (vec, got.key)
+        elif vec * s < 8 and wide_rows(s, bucket, 1 << 20):  # the wide byte-permute kernel
             assert got == wide_default(s, bucket, exact=False), (s, vec, got.key)
         else:
             assert got.flat == (vec * s < 8 and flat_default(s, bucket) is not None), (s, vec, got.key)

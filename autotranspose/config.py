@@ -1018,12 +1018,12 @@ def direct_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
 
 
 # 4-byte few rows: a tile spanning the rows, by how many (up to 16, 32, 64, more): H200
-# session 22, each the best direct config there: float32 15x16642555 91.4 (the wide kernel
-# 93.8), 9x5303956 86.0 (80.7); 20x7081411 88.9 (81.4), 18x1267567 86.2 (78.2); 47x1060938
-# 86.6 (84.1); 64x2000003 91.9 (63.1)
+# session 22 sweep (the ordered wide kernel in brackets): float32 15x16642555 91.4 (93.8),
+# 9x5303956 86.0 (80.7); 20x7081411 88.9 (81.4), 18x1267567 86.2 (78.2); 47x1060938 85.3
+# (84.1), 64x2000003 90.2 (63.1); 64 rows and more 91.9 with 32x64 tiles
 _DIRECT_ROW_TILES = (16, 32, 64, 65)
 _DIRECT_FOUR_BYTE_ROWS: tuple[tuple[Any, ...], ...] = (
-    (16, 64, 8, "col", 16), (32, 32, 8, "col", 12), (64, 16, 8, "col", 16), (32, 64, 8, "col", 8),
+    (16, 64, 8, "col", 16), (32, 32, 8, "col", 12), (64, 32, 8, "col", 8), (32, 64, 8, "col", 8),
 )
 
 

@@ -25,6 +25,7 @@ from autotranspose.config import (
     KernelConfig,
     cap_steps,
     config_space,
+    direct_default,
     direct_space,
     neighbours,
     occupancy_steps,
@@ -130,6 +131,9 @@ def test_direct_kernels_compile_without_spills(arch):
     for s in DIRECT_SIZES:
         picks += rng.sample(list(direct_space(s, NEWEST)), 12)
     picks += [seed_direct(8, conjugate=True), seed_direct(16, conjugate=True, min_blocks=8)]
+    # every config served by default (`direct_default` by shape), capped as served
+    picks += [direct_default(s, m, n) for s in DIRECT_SIZES
+              for m, n in ((5, 10**6), (20, 10**6), (47, 10**6), (100, 10**6), (10**6, 20), (5000, 5000))]  # fmt: skip
     assert_compile_without_spills(picks, arch)
 
 

@@ -1007,9 +1007,13 @@ class _Run:
             self._finish(trial, config, known, reused=True)
             finished.add(trial.number)
             return "reused"
+        # noted before the claim is made: an interrupt after the database took it but before
+        # this frame learned so still releases it (tests/test_multigpu.py's Ctrl-C test saw
+        # such a claim outlive its run under load)
+        claimed[config.key] = trial
         if self._claim(trial, config):
-            claimed[config.key] = trial
             return "claimed"
+        del claimed[config.key]
         return "busy"
 
     def _measured(self, config: KernelConfig) -> Measurement | None:

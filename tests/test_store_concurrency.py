@@ -107,8 +107,9 @@ def test_a_recorder_beside_a_large_import_succeeds(db_url, rng):
     tf = textio.parse(doc)
     target = doc["entries"][: IMPORTED // 2]  # the recorder writes into the file's classes
     errors: list[BaseException] = []
-    recorded: list[tuple[tuple[int, str], float, float]] = []  # (key, gbps, when)
+    recorded: list[tuple[tuple[int, str], float, float, float]] = []  # (key, gbps, began, ended)
     importing = threading.Event()
+    recording = threading.Event()  # the recorder's first record is stored: it is up to speed
     done = threading.Event()
     speeds = np.random.default_rng(int(rng.integers(2**31)))  # the recorder's own generator
 
@@ -123,10 +124,12 @@ def test_a_recorder_beside_a_large_import_succeeds(db_url, rng):
                     i += 1
                     config = KernelConfig.from_dict(e["config"])
                     gbps = float(speeds.uniform(100, 3000))
+                    began = time.monotonic()
                     store.record(None, H100, e["dtype"], e["elem_bytes"], tuple(e["shape"]),
                                  ShapeClass.parse(e["shape_class"]), config,
                                  Measurement("ok", gbps, e["copy_gbps"], 1.0))  # fmt: skip
-                    recorded.append(((e["elem_bytes"], e["shape_class"]), gbps, time.monotonic()))
+                    recorded.append(((e["elem_bytes"], e["shape_class"]), gbps, began, time.monotonic()))
+                    recording.set()
                     time.sleep(0.01)  # the tuner measures between records
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
@@ -135,7 +138,10 @@ def test_a_recorder_beside_a_large_import_succeeds(db_url, rng):
         thread = threading.Thread(target=recorder)
         thread.start()
         importing.set()
-        time.sleep(0.2)  # the recorder is recording
+        # the import starts once the recorder records: its first record once came after a whole
+        # import (about a second here), so no record overlapped and the test failed by timing
+        assert recording.wait(60), f"the recorder never recorded: {errors[:1]!r}"
+        time.sleep(0.05)
         started = time.monotonic()
         try:
             assert textio.import_into(store, tf) == IMPORTED
@@ -145,9 +151,11 @@ def test_a_recorder_beside_a_large_import_succeeds(db_url, rng):
             done.set()
             thread.join(120)
         assert not errors, f"a record failed beside the import: {errors[0]!r}"
-        assert any(started <= t <= finished for _, _, t in recorded), "no record overlapped"
+        # a record overlapped the import: it began before the import ended and ended after it
+        # began (one that waited for the import's lock ends after the import)
+        assert any(b <= finished and t >= started for _, _, b, t in recorded), "no record overlapped"
         best = {(e["elem_bytes"], e["shape_class"]): e["gbps"] for e in doc["entries"]}
-        for key, gbps, _ in recorded:
+        for key, gbps, _, _ in recorded:
             best[key] = max(best[key], gbps)
         stored = {(e.elem_bytes, str(e.shape_class)): e.gbps for e in store.entries()}
         assert stored == pytest.approx(best)

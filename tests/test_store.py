@@ -284,6 +284,8 @@ def test_results_survive_edits_to_other_kernels(store, rng, edited_templates):
     leaves tiled results current, and makes flat results stale (and replaceable)."""
     tiled_shape, tiled_cls = sample_shape(rng)
     tiled = random_config(rng, 4, tiled_cls.vec)
+    while tiled.direct:  # a tiled kernel's (templates/transpose.cu.j2), not the direct kind's
+        tiled = random_config(rng, 4, tiled_cls.vec)
     flat = flat_default(4, 20)
     flat_shape = (1, int(rng.integers(100_000, 2_000_000)), 20)
     flat_cls = shape_class(*flat_shape, 4)

@@ -1000,16 +1000,16 @@ def direct_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
     Registers capped to the blocks an SM the sweep's best had."""
     if elem_bytes not in DIRECT_SIZES:
         return None
-    wide = elem_bytes > 4
+    words = elem_bytes > 4  # elements of several 32-bit words
     if m < n and m < FEW_ROWS_MAX:
-        if not wide:  # the tile that the rows fill best: one tile spans up to 64 rows
-            fields = _DIRECT_FOUR_BYTE_ROWS[min(i for i, t in enumerate(_DIRECT_ROW_TILES) if t >= min(m, 65))]
+        if not words:  # the tile that the rows fill best: one tile spans up to 64 rows
+            fields = next(f for most, f in _DIRECT_FOUR_BYTE_ROWS if m <= most)
         elif m < TILE_SIZES[0]:
             fields = (16, 64, 8, "row", 16 if elem_bytes == 8 else 8)
         else:
             fields = (32, 64, 8, "col", 8 if elem_bytes == 8 else 4)
     elif n < m and n < FEW_ROWS_MAX:
-        fields = (64, 16, 4, "row", 6) if wide else (64, 32, 8, "col", 8)
+        fields = (64, 16, 4, "row", 6) if words else (64, 32, 8, "col", 8)
     else:
         fields = (32, 32, 4, "col", 6)
     tm, tn, pt, raster, blocks = fields
@@ -1017,13 +1017,13 @@ def direct_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
                         direct=True, min_blocks=blocks)  # fmt: skip
 
 
-# 4-byte few rows: a tile spanning the rows, by how many (up to 16, 32, 64, more): H200
+# 4-byte few rows: (most rows, the tile spanning them as direct_default's fields), H200
 # session 22 sweep (the ordered wide kernel in brackets): float32 15x16642555 91.4 (93.8),
 # 9x5303956 86.0 (80.7); 20x7081411 88.9 (81.4), 18x1267567 86.2 (78.2); 47x1060938 85.3
-# (84.1), 64x2000003 90.2 (63.1); 64 rows and more 91.9 with 32x64 tiles
-_DIRECT_ROW_TILES = (16, 32, 64, 65)
-_DIRECT_FOUR_BYTE_ROWS: tuple[tuple[Any, ...], ...] = (
-    (16, 64, 8, "col", 16), (32, 32, 8, "col", 12), (64, 32, 8, "col", 8), (32, 64, 8, "col", 8),
+# (84.1), 64x2000003 90.2 (63.1); more rows 91.9 with 32x64 tiles
+_DIRECT_FOUR_BYTE_ROWS: tuple[tuple[int, tuple[Any, ...]], ...] = (
+    (16, (16, 64, 8, "col", 16)), (32, (32, 32, 8, "col", 12)), (64, (64, 32, 8, "col", 8)),
+    (FEW_ROWS_MAX, (32, 64, 8, "col", 8)),
 )
 
 

@@ -10,7 +10,8 @@ the call's own buffers and stream:
 - the defaults of every kernel kind that can run the call (tiled, staged, byte-permute, flat),
 - the nearest tuned and shipped results of other classes (`lookup.neighbours`),
 - the direct kernel for the call's shape (`config.direct_default`: the seed documents'
-  strategy, robust on every shape of 4- to 16-byte elements), else the seed documents' config;
+  strategy, for 4- to 16-byte elements) and the seed documents' config (32x32 tile, +1
+  padding) as a tiled kernel, robust on every shape;
 
 then up to `REFINE_ROUNDS` rounds of the winner's one-step neighbours (`config.neighbours`),
 while the winner keeps changing and the budget lasts: on the H200 the best config of an

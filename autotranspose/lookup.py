@@ -188,17 +188,17 @@ def default_choice(
         if tall is not None and tall.fits(limits):
             return Choice(tall, "default")
     if not conjugate and cls.vec * elem_bytes < 8 and wide_rows(elem_bytes, cls.m, cls.n):
-        # few long rows of 1-, 2- and 4-byte elements too unaligned for 8-byte vectors: the wide
-        # byte-permute kernel beat the flat and tiled ones by 8-24 points on 6 of 7 cases (H200);
-        # with the ordered output (2 and 4 bytes) float32 20x7081411 82.5 against 64.4 (session 21)
-        wide = wide_default(elem_bytes, cls.m, exact=False)  # a class's rows: 1 byte, the run store
+        # few long rows of 1-, 2- and 4-byte elements too unaligned for 8-byte vectors. 1 and 2
+        # bytes: the wide byte-permute kernel beat the flat and tiled ones by 8-24 points on 6
+        # of 7 cases (H200), a class's 1-byte rows on the run store. 4 bytes: the direct tile
+        # that spans the class's rows beat the ordered wide kernel on 5 of 6 float32 cases of
+        # 9-64 rows by 2.5-29 points, lost one by 2.4 (session 22); a first call races both
         if elem_bytes in DIRECT_SIZES:
-            # 4-byte rows: the direct tile that spans the class's rows beat the ordered wide
-            # kernel on 5 of 6 float32 cases of 9-64 rows by 2.5-29 points, lost one by 2.4
-            # (H200 session 22); a first call races both
-            wide = direct_default(elem_bytes, cls.m, cls.n)
-        if wide is not None and wide.fits(limits):
-            return Choice(wide, "default")
+            long_rows = direct_default(elem_bytes, cls.m, cls.n)
+        else:
+            long_rows = wide_default(elem_bytes, cls.m, exact=False)
+        if long_rows is not None and long_rows.fits(limits):
+            return Choice(long_rows, "default")
     rows = _few_rows(elem_bytes, cls, conjugate)
     if rows is not None and rows.fits(limits):
         return Choice(rows, "default")

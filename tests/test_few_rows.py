@@ -26,6 +26,7 @@ from autotranspose.config import (
     default_config,
     direct_default,
     few_rows_default,
+    wide_rows,
 )
 from autotranspose.shapes import shape_class
 
@@ -127,8 +128,12 @@ def test_a_class_nobody_tuned_gets_it_for_its_fewest_rows(elem_bytes: int) -> No
         cls = shape_class(1, m, n | (vec == 1), vec)
         choice = lookup.default_choice(elem_bytes, cls, NEWEST)
         rule = few_rows_default(elem_bytes, cls.m // 2 + 1, cls.n // 2 + 1, vec)
-        if elem_bytes == 4 and vec == 1:
-            assert rule is None and not choice.config.direct  # the wide byte-permute kernel's
+        if elem_bytes == 4 and vec == 1:  # no rule: the few-long-rows default (lookup), if any
+            assert rule is None
+            if wide_rows(4, cls.m, cls.n):
+                assert choice.config == direct_default(4, cls.m, cls.n)
+            else:
+                assert not choice.config.direct
             continue
         assert rule is not None and choice.config == rule and choice.source == "default"
         # direct tiles cost the same full or edge; tiled ones fit the class's fewest rows

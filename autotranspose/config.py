@@ -1027,6 +1027,38 @@ _DIRECT_FOUR_BYTE_ROWS: tuple[tuple[int, tuple[Any, ...]], ...] = (
 )
 
 
+FEW_COLS_MAX = 32  # a call with at most this many columns (and FEW_COLS_RATIO x as many rows)
+FEW_COLS_RATIO = 8  # races the narrow tiled tile of `few_cols_default` at its first call
+
+
+def few_cols_default(
+    elem_bytes: int, m: int, n: int, vec: int, conjugate: bool = False
+) -> KernelConfig | None:
+    """A tiled config for a tall call of few columns (4- to 16-byte elements): tiles of 16
+    columns (32 past 16), so few of a block's threads idle past the last column, 128 rows
+    (64 of 8- and 16-byte elements) of the class's widest words, 8 rows a thread, streaming
+    stores, registers capped to the most blocks an SM runs. Why: the flat kernel (lookup's
+    skinny default) wastes most of its 16-column tile on 4 columns, and nothing else in a
+    first call's portfolio was near the whole space's best there (H200 session 23: float32
+    2266934x4, served the flat kernel at 52.9% of copy, space best this tile at 85.5); the
+    tuned H200 classes of 20 and 32 columns all hold tiled tiles of 16 or 32 columns. None
+    where it does not apply: more than FEW_COLS_MAX columns, fewer than FEW_COLS_RATIO x as
+    many rows, 1- and 2-byte elements (the tall byte-permute kernels' calls)."""
+    if elem_bytes < 4 or n > FEW_COLS_MAX or m < FEW_COLS_RATIO * n:
+        return None
+    tn = 16 if n <= 16 else 32
+    tm = 128 if elem_bytes == 4 else 64
+    v = max(w for w in VEC_SIZES if w <= vec and w * elem_bytes <= 16 and w <= tn)
+    for pt in PER_THREAD[::-1][1:]:  # 8, then fewer if the micro-blocks are shorter
+        try:
+            cfg = KernelConfig(elem_bytes, tm, tn, v, pt, 1, "pad", "col", "stream", conjugate)
+        except ConfigError:
+            continue
+        steps = occupancy_steps(cfg.threads)
+        return cfg.replace(min_blocks=steps[-1]) if steps else cfg
+    return None
+
+
 def few_rows_default(
     elem_bytes: int, rows: int, cols: int, vec: int, conjugate: bool = False
 ) -> KernelConfig | None:

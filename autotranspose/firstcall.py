@@ -12,6 +12,7 @@ the call's own buffers and stream:
 - the direct kernel for the call's shape (`config.direct_default`: the seed documents'
   strategy, for 4- to 16-byte elements) and the seed documents' config (32x32 tile, +1
   padding) as a tiled kernel, robust on every shape;
+- for few columns, a tiled tile of 16 or 32 columns (`config.few_cols_default`);
 
 then up to `REFINE_ROUNDS` rounds of the winner's one-step neighbours (`config.neighbours`),
 while the winner keeps changing and the budget lasts: on the H200 the best config of an
@@ -43,6 +44,7 @@ from .config import (
     KernelConfig,
     default_config,
     direct_default,
+    few_cols_default,
     few_rows_default,
     flat_default,
     neighbours,
@@ -120,8 +122,11 @@ def candidates(
     # up to 12: a race decides)
     rows = few_rows_default(elem_bytes, m, n, vec, conjugate)
     direct = direct_default(elem_bytes, m, n, conjugate)
+    # few columns: the narrow tiled tile (H200 session 23: float32 2266934x4 85.5% of copy,
+    # where the portfolio's best, a flat kernel, ran 52.9)
+    cols = few_cols_default(elem_bytes, m, n, vec, conjugate)
     picked: list[KernelConfig] = []
-    for c in (guess, rows, direct, *neighbours, *kinds):
+    for c in (guess, rows, direct, cols, *neighbours, *kinds):
         if c is None:
             continue
         c = c if c.conjugate == conjugate else c.replace(conjugate=conjugate)

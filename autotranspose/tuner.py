@@ -43,6 +43,7 @@ from .config import (
     config_space,
     default_config,
     direct_default,
+    few_cols_default,
     few_rows_default,
     neighbours,
     pair_steps,
@@ -485,6 +486,8 @@ def known_good(
         few_rows_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
         # the direct kernel for the tuned shape (the seed documents' strategy, capped)
         direct_default(elem_bytes, *sides, conjugate) if sides else None,
+        # few columns: the narrow tiled tile
+        few_cols_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
     ]
     if store is not None:
         try:

@@ -1037,13 +1037,14 @@ def few_cols_default(
     """A tiled config for a tall call of few columns (4- to 16-byte elements): tiles of 16
     columns (32 past 16), so few of a block's threads idle past the last column, 128 rows
     (64 of 8- and 16-byte elements) of the class's widest words, 8 rows a thread, streaming
-    stores, registers capped to the most blocks an SM runs. Why: the flat kernel (lookup's
-    skinny default) wastes most of its 16-column tile on 4 columns, and nothing else in a
-    first call's portfolio was near the whole space's best there (H200 session 23: float32
-    2266934x4, served the flat kernel at 52.9% of copy, space best this tile at 85.5); the
-    tuned H200 classes of 20 and 32 columns all hold tiled tiles of 16 or 32 columns. None
-    where it does not apply: more than FEW_COLS_MAX columns, fewer than FEW_COLS_RATIO x as
-    many rows, 1- and 2-byte elements (the tall byte-permute kernels' calls)."""
+    stores. Why: the flat kernel (lookup's skinny default) wastes most of its 16-column tile
+    on 4 columns, and nothing else in a first call's portfolio was near the whole space's
+    best there (H200 session 23: float32 2266934x4 was served the flat kernel at 52.9% of
+    copy; the space's best, this tile with registers capped at 16 blocks an SM, which spills
+    24 bytes on sm_90, reached 85.5); the tuned H200 classes of 20 and 32 columns all hold
+    tiled tiles of 16 or 32 columns. None where it does not apply: more than FEW_COLS_MAX
+    columns, fewer than FEW_COLS_RATIO x as many rows, 1- and 2-byte elements (the tall
+    byte-permute kernels' calls)."""
     if elem_bytes < 4 or n > FEW_COLS_MAX or m < FEW_COLS_RATIO * n:
         return None
     tn = 16 if n <= 16 else 32
@@ -1054,8 +1055,14 @@ def few_cols_default(
             cfg = KernelConfig(elem_bytes, tm, tn, v, pt, 1, "pad", "col", "stream", conjugate)
         except ConfigError:
             continue
-        steps = occupancy_steps(cfg.threads)
-        return cfg.replace(min_blocks=steps[-1]) if steps else cfg
+        # registers capped only where ptxas keeps everything in registers (sm_80 and sm_90):
+        # words of one element at the most blocks an SM runs (16-byte ones one step fewer);
+        # wider words uncapped (8 rows of them take 118-186 registers, and every cap spilled).
+        # A first call's refinement steps to the caps (`neighbours`)
+        steps = occupancy_steps(cfg.threads) if v == 1 else ()
+        if not steps:
+            return cfg
+        return cfg.replace(min_blocks=steps[0] if elem_bytes == 16 else steps[-1])
     return None
 
 

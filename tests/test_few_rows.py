@@ -18,6 +18,8 @@ from autotranspose import firstcall, lookup
 from autotranspose.config import (
     DIRECT_FEW_ROWS_MIN,
     DIRECT_SIZES,
+    FEW_COLS_MAX,
+    FEW_COLS_RATIO,
     FEW_ROWS_MAX,
     NEWEST,
     TILE_SIZES,
@@ -25,7 +27,9 @@ from autotranspose.config import (
     config_space,
     default_config,
     direct_default,
+    few_cols_default,
     few_rows_default,
+    occupancy_steps,
     wide_rows,
 )
 from autotranspose.shapes import shape_class
@@ -38,6 +42,9 @@ def _every_rule_config() -> list:
     found = {few_rows_default(s, rows, 10 * rows, vec, conj)
              for s in SIZES for vec in (1, 2, 4, 8) for rows in range(1, FEW_ROWS_MAX + 2)
              for conj in ((False, True) if s >= 8 else (False,))}  # fmt: skip
+    found |= {few_cols_default(s, 10**6, cols, vec, conj)
+              for s in SIZES for vec in (1, 2, 4) for cols in (4, 16, 17, FEW_COLS_MAX)
+              for conj in ((False, True) if s >= 8 else (False,))}  # fmt: skip
     return sorted((c for c in found if c is not None), key=lambda c: c.key)
 
 
@@ -96,6 +103,30 @@ def test_a_conjugate_rule_config_is_the_same_tiles_conjugated() -> None:
     assert c.conjugate and c.replace(conjugate=False) == few_rows_default(8, 100, 1000, 2)
 
 
+# --- few columns: the narrow tiled tile a first call races ---------------------------------------
+@pytest.mark.parametrize("elem_bytes", SIZES)
+def test_few_columns_get_a_tiled_tile_barely_wider_than_them(elem_bytes: int) -> None:
+    rng = random.Random()
+    for _ in range(100):
+        cols, vec = rng.randrange(1, FEW_COLS_MAX + 1), rng.choice((1, 2, 4, 8, 16))
+        rows = rng.randrange(FEW_COLS_RATIO * cols, 10**7)
+        c = few_cols_default(elem_bytes, rows, cols, vec)
+        assert c is not None and not (c.flat or c.staged or c.prmt or c.realign or c.direct)
+        assert c.tile_n == (16 if cols <= 16 else 32) and c.tile_n >= cols
+        assert c.vec <= vec and c.vec * elem_bytes <= 16 and c.cache == "stream"
+        assert c.min_blocks in (0, *occupancy_steps(c.threads)) and c.fits(NEWEST)
+        # in the space the tuner searches for the class (it is a warm start there)
+        assert c in set(config_space(DTYPES[elem_bytes], max_vector=vec, short_side=cols))
+
+
+@pytest.mark.parametrize(("elem_bytes", "rows", "cols"), [
+    (1, 10**6, 4), (2, 10**6, 4),  # the tall byte-permute kernels' calls
+    (4, 10**6, FEW_COLS_MAX + 1), (8, FEW_COLS_RATIO * 10 - 1, 10),  # not few columns
+])  # fmt: skip
+def test_no_few_columns_tile_where_it_does_not_apply(elem_bytes: int, rows: int, cols: int) -> None:
+    assert few_cols_default(elem_bytes, rows, cols, 1) is None
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_rule_config_compiles_without_spills(arch: str) -> None:
@@ -117,7 +148,8 @@ def test_the_first_call_races_it_right_after_the_guess(elem_bytes: int) -> None:
     # few columns (the rule is for rows): the direct kernel for the shape, then the nearest
     # classes' results
     got = firstcall.candidates(guess, near, elem_bytes, n, m, 1, False, lambda c: True)
-    assert got[:3] == [guess, direct_default(elem_bytes, n, m), near[0]]
+    cols = few_cols_default(elem_bytes, n, m, 1)  # and, for at most 32 columns, the narrow tile
+    assert got[:4 if cols else 3] == [guess, direct_default(elem_bytes, n, m), *([cols] if cols else []), near[0]]
 
 
 @pytest.mark.parametrize("elem_bytes", SIZES)

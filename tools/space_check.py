@@ -9,7 +9,9 @@ cap and short side) is compiled and *screened*: every config timed once on the c
 buffers (one warm launch, two timed), without a correctness check. The fastest
 `--finalists` of the screen, plus the configs under test, are then checked on fresh data and
 timed in full (`measure_one`), twice in opposite orders; a config's figure is the mean of its
-two timings. "Space best" is the best finalist that is correct.
+two timings. "Space best" is the best finalist that is correct. `--screen-s S` screens a
+random sample for S seconds instead (cases of a GB and more take minutes in full); the row's
+"screened" says how many of the "space" configs were timed.
 
 - `tuner`: the tuner (40 trials, fresh database) runs first, leave-one-out: the shipped
   entry of the case's own class on this GPU is hidden, so the tuner must find the config
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -48,13 +51,20 @@ from autotranspose.store import Store
 from autotranspose.worker import GpuObjective
 
 
-def screen(bench: Bench, configs: list[Any]) -> dict[Any, float]:
+def screen(bench: Bench, configs: list[Any], budget_s: float | None = None) -> dict[Any, float]:
     """Seconds per call of each config, from one warm launch and two timed ones (rotating
-    buffers as the full timing does); configs that fail to launch are left out."""
+    buffers as the full timing does); configs that fail to launch are left out. With
+    `budget_s`, a random sample: configs in a shuffled order until the budget is spent (a
+    1 GB case screens about 60 configs a second)."""
     drv = bench.drv
     start, end = drv.Event(), drv.Event()
     times = {}
+    if budget_s is not None:
+        configs = random.Random(len(configs)).sample(configs, len(configs))
+    t0 = time.monotonic()
     for cfg in configs:
+        if budget_s is not None and time.monotonic() - t0 > budget_s:
+            break
         try:
             launch = contiguous_launch(bench.state, cfg, bench.batch, bench.m, bench.n)
             launch(*bench.pointers(0), None)
@@ -85,9 +95,10 @@ def finalists_measured(bench: Bench, configs: list[Any], copy_gbps: float) -> di
 
 
 def whole_space(state: Any, dtype: str, shape: tuple[int, int, int], extra: dict[str, Any],
-                finalists: int) -> dict[str, Any]:  # fmt: skip
-    """Screen every config of the case's space, then measure the top `finalists` and the
-    `extra` configs (by role) in full. Returns the figures of the report row."""
+                finalists: int, screen_s: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Screen every config of the case's space (or a random sample of it, `screen_s`), then
+    measure the top `finalists` and the `extra` configs (by role) in full. Returns the
+    figures of the report row."""
     et = element_type(dtype)
     cls = shape_class(*shape, max_vec(et.size, shape[1], shape[2]))
     space = list(config_space(et.name, state.info.limits, max_vector=cls.vec,
@@ -98,7 +109,7 @@ def whole_space(state: Any, dtype: str, shape: tuple[int, int, int], extra: dict
     bench = Bench(state, et.size, shape)
     try:
         t0 = time.monotonic()
-        times = screen(bench, [c for c in space if c not in failed])
+        times = screen(bench, [c for c in space if c not in failed], screen_s)
         screened = time.monotonic() - t0
         ranked = sorted(times, key=times.get)
         picked = list(dict.fromkeys(ranked[:finalists] + [c for c in extra.values() if c]))
@@ -118,7 +129,7 @@ def whole_space(state: Any, dtype: str, shape: tuple[int, int, int], extra: dict
                 "of_best": m.gbps / full[best].gbps if m.ok else 0.0, "screen_rank": rank}  # fmt: skip
 
     return {
-        "class": str(cls), "space": len(space), "compile_failed": len(failed),
+        "class": str(cls), "space": len(space), "screened": len(times), "compile_failed": len(failed),
         "compile_s": round(compiled, 1), "screen_s": round(screened, 1),
         "copy_gbps": copy_gbps, "best": fig(best),
         "best_screen_rank": ranked.index(best) + 1,
@@ -174,7 +185,7 @@ def check_tuner(state: Any, dtype: str, shape: tuple[int, int, int], args: Any) 
         row["baseline_tune_s"] = round(old.elapsed_s, 1)
         extra["baseline"] = old.config
     lookup.clear_cache()  # shipped files come back whole
-    return {**row, **whole_space(state, dtype, shape, extra, args.finalists)}
+    return {**row, **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s)}
 
 
 def check_serving(state: Any, dtype: str, shape: tuple[int, int, int], args: Any) -> dict[str, Any]:
@@ -192,7 +203,7 @@ def check_serving(state: Any, dtype: str, shape: tuple[int, int, int], args: Any
     default = lookup.default_choice(et.size, cls, state.info.limits).config
     extra = {"served": choice.config, "default": default, "seed": seed_config(et.size)}
     row = {"source": choice.source, "first_call_wall_s": round(first_call_s, 2)}
-    return {**row, **whole_space(state, dtype, shape, extra, args.finalists)}
+    return {**row, **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s)}
 
 
 def _cases(args: Any, state: Any) -> list[tuple[str, tuple[int, int, int]]]:
@@ -224,6 +235,8 @@ def main() -> None:
     ap.add_argument("--random", type=int, default=12, help="serving: random untuned classes")
     ap.add_argument("--seed", type=int, default=8675309)
     ap.add_argument("--finalists", type=int, default=32)
+    ap.add_argument("--screen-s", type=float, help="screen a random sample for this long (s) "
+                    "instead of the whole space: for cases of a GB and more")  # fmt: skip
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--no-shipped", action="store_true",
                     help="serving: hide this GPU's shipped results (a model nothing ships for)")
@@ -251,7 +264,7 @@ def main() -> None:
               f"{row['best']['config']} (screen rank {row['best_screen_rank']})  "
               f"{args.mode} {100 * under['ratio']:5.1f}% = {100 * under['of_best']:5.1f}% of best "
               f"{under['config']}  [{row['case_s']} s: compile {row['compile_s']}, "
-              f"screen {row['screen_s']}]", flush=True)  # fmt: skip
+              f"screen {row['screen_s']} ({row['screened']} of {row['space']})]", flush=True)  # fmt: skip
         Path(args.out, "space_check.json").write_text(json.dumps(rows, indent=1))
 
 

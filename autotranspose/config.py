@@ -1050,7 +1050,7 @@ def few_cols_default(
     tn = 16 if n <= 16 else 32
     tm = 128 if elem_bytes == 4 else 64
     v = max(w for w in VEC_SIZES if w <= vec and w * elem_bytes <= 16 and w <= tn)
-    for pt in PER_THREAD[::-1][1:]:  # 8, then fewer if the micro-blocks are shorter
+    for pt in (8, 4, 2, 1):  # fewer where the micro-blocks are shorter
         try:
             cfg = KernelConfig(elem_bytes, tm, tn, v, pt, 1, "pad", "col", "stream", conjugate)
         except ConfigError:

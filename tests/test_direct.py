@@ -29,6 +29,7 @@ from autotranspose.config import (
     direct_space,
     neighbours,
     occupancy_steps,
+    register_budget,
     seed_config,
 )
 from autotranspose.errors import ConfigError
@@ -106,6 +107,19 @@ def test_caps_reach_the_seed_kernel_s_registers():
     c = seed_direct(8)
     assert cap_steps(c) == occupancy_steps(256, DIRECT_CAPS) and 8 in cap_steps(c)
     assert {x.min_blocks for x in direct_space(8, NEWEST) if x.replace(min_blocks=0) == c} == {0, *cap_steps(c)}
+
+
+@pytest.mark.parametrize(("threads", "blocks", "budget"), [(64, 25, 32), (64, 32, 32), (256, 8, 32), (256, 6, 40), (512, 4, 32), (1024, 2, 32), (128, 6, 80)])
+def test_register_budget_splits_the_sm_in_four_partitions(threads, blocks, budget):
+    assert register_budget(threads, blocks) == budget
+
+
+def test_no_streaming_16_byte_row_tile_is_capped_at_twice_its_elements_registers():
+    # ptxas 13 spilled 8 bytes on sm_90 in exactly these (session 23)
+    for c in direct_space(16, NEWEST):
+        if c.min_blocks and c.cache == "stream" and c.raster == "row":
+            assert register_budget(c.threads, c.min_blocks) > 2 * c.per_thread * 4, c.key
+    assert KernelConfig(16, 16, 16, 1, 4, 1, "pad", "row", "stream", direct=True, min_blocks=25) not in set(direct_space(16, NEWEST))
 
 
 def test_neighbours_stay_direct_and_step_one_field():

@@ -1063,7 +1063,7 @@ def few_cols_default(
         return None
     tn = 16 if n <= 16 else 32
     tm = 128 if elem_bytes == 4 else 64
-    v = max(w for w in VEC_SIZES if w <= vec and w * elem_bytes <= 16 and w <= tn)
+    v = max(w for w in VEC_SIZES if w <= vec and w * elem_bytes <= 16)  # at most 16 <= tn
     for pt in (8, 4, 2, 1):  # fewer where the micro-blocks are shorter
         try:
             cfg = KernelConfig(elem_bytes, tm, tn, v, pt, 1, "pad", "col", "stream", conjugate)

@@ -269,6 +269,10 @@ def direct_params(c: KernelConfig) -> dict[str, object]:
         "e": max(c.elem_bytes // 4, 1),  # 32-bit words an element (the last holds a sign)
         "lstep": c.threads // c.tile_n,  # input rows apart a thread's loads are
         "sstep": c.threads // c.tile_m,  # output rows apart its stores are
+        # a narrow tile's long side with more elements than the block has threads: a thread's
+        # loads (lq) or stores (sq) walk it, this many a row (0: the tile's other mapping)
+        "lq": c.tile_n // c.threads if c.threads < c.tile_n else 0,
+        "sq": c.tile_m // c.threads if c.threads < c.tile_m else 0,
         "raster": c.raster,
         "smem": c.smem_bytes,
     }

@@ -316,7 +316,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     checks = (
         (c.elem_bytes in ELEMENT_SIZES, f"elem_bytes={c.elem_bytes} must be one of {list(ELEMENT_SIZES)}"),
         (c.tile_m in _tile_m_values(c), f"tile_m={c.tile_m} must be one of {list(_tile_m_values(c))}"),
-        (c.tile_n in TILE_SIZES, f"tile_n={c.tile_n} must be one of {list(TILE_SIZES)}"),
+        (c.tile_n in _tile_n_values(c), f"tile_n={c.tile_n} must be one of {list(_tile_n_values(c))}"),
         (c.vec in VEC_SIZES, f"vec={c.vec} must be one of {list(VEC_SIZES)}"),
         (c.per_thread in PER_THREAD, f"per_thread={c.per_thread} must be one of {list(PER_THREAD)}"),
         (c.pad in PADS, f"pad={c.pad} must be one of {list(PADS)}"),
@@ -433,6 +433,14 @@ def register_budget(threads: int, blocks: int) -> int:
 # elements, so the space holds them for those; tiles of at most 64 elements a side.
 DIRECT_SIZES = (4, 8, 16)
 DIRECT_TILES = (16, 32, 64)
+# Narrow direct tiles, for calls with a side of at most DIRECT_NARROW[-1] elements (few
+# columns of one-element words, interleaves of a few rows): a short side of 2-8 elements
+# and a long side of 64-256, so a warp's loads (few columns) or stores (few rows) are one
+# contiguous run. A block with fewer threads than a tile side walks that side in steps of
+# the block (templates/direct.cu.j2).
+DIRECT_NARROW = (2, 4, 8)
+DIRECT_LONG = (64, 128, 256)
+DIRECT_SIDES = tuple(sorted(set(TILE_SIZES + DIRECT_NARROW)))
 MAX_GRID_YZ = 65535  # a launch's grid y and z; a direct kernel loops over tiles past them
 # A direct kernel needs few registers (the seed documents' kernel: 26 on sm_90, 8 blocks of
 # 256 threads an SM), but ptxas takes 48 for it uncapped: caps down to 32 are searched.
@@ -447,10 +455,6 @@ def _direct_errors(c: KernelConfig) -> Iterator[str]:
         c, "direct", {"vec": 1, "layout": "pad", "realign": False, "flat": False, "staged": False,
                       "prmt": False, "persistent": 0},
         "a direct kernel moves one element an access, through a padded tile, one block a tile")  # fmt: skip
-    if c.per_thread > min(c.tile_m, c.tile_n):
-        yield (f"direct=True: per_thread={c.per_thread} exceeds the tile's shorter side "
-               f"({min(c.tile_m, c.tile_n)}): each thread moves per_thread rows of one column")  # fmt: skip
-        return
     if c.per_thread > DIRECT_MAX_PER_THREAD:
         yield (f"direct=True: per_thread={c.per_thread} elements in flight a thread; at most "
                f"{DIRECT_MAX_PER_THREAD} (ptxas spilled 16 under the register caps): lower per_thread")  # fmt: skip
@@ -465,10 +469,15 @@ def _direct_errors(c: KernelConfig) -> Iterator[str]:
 
 def _tile_m_values(c: KernelConfig) -> tuple[int, ...]:
     """tile_m's values: a flat tile's long side, a tall byte-permute kernel's output window
-    (either list), or a tile's side."""
+    (either list), a direct tile's side (narrow ones too), or a tile's side."""
     if c.flat:
         return tuple(sorted(set(TILE_SIZES + FLAT_LONG))) if c.prmt else FLAT_LONG
-    return TILE_SIZES
+    return _tile_n_values(c)
+
+
+def _tile_n_values(c: KernelConfig) -> tuple[int, ...]:
+    """tile_n's values: a direct tile's side (narrow ones too), or a tile's side."""
+    return DIRECT_SIDES if c.direct else TILE_SIZES
 
 
 def _fixed_field_errors(c: KernelConfig, kind: str, fixed: Mapping[str, Any], why: str) -> Iterator[str]:
@@ -783,8 +792,8 @@ def config_space(
         yield from staged_space(s, limits, conjugate)
     if restricted and s in PRMT_SIZES and not conjugate:
         yield from prmt_space(s, limits)
-    if s in DIRECT_SIZES:
-        yield from direct_space(s, limits, conjugate)
+    if s in DIRECT_SIZES or (short_side is not None and short_side <= DIRECT_NARROW[-1]):
+        yield from direct_space(s, limits, conjugate, short_side)
     if short_side is not None:
         yield from flat_space(s, limits, short_side, conjugate)
         if s in PRMT_SIZES and not conjugate:
@@ -814,10 +823,15 @@ def staged_space(elem_bytes: int, limits: DeviceLimits, conjugate: bool = False)
                                                    raster, cache, conjugate, staged=True)  # fmt: skip
 
 
-def direct_space(elem_bytes: int, limits: DeviceLimits, conjugate: bool = False) -> Iterator[KernelConfig]:
+def direct_space(
+    elem_bytes: int, limits: DeviceLimits, conjugate: bool = False, short_side: int | None = None
+) -> Iterator[KernelConfig]:
     """The direct configs (one element an access, the seed documents' strategy) for
-    `elem_bytes`-byte elements, each uncapped and at the register caps."""
-    for tm in DIRECT_TILES:
+    `elem_bytes`-byte elements (4 to 16), each uncapped and at the register caps; with a
+    `short_side` of at most DIRECT_NARROW[-1], the narrow tiles too, for every element size
+    (padded: a short side of 2-8 elements unpadded puts a warp's column reads on a few
+    banks)."""
+    for tm in DIRECT_TILES if elem_bytes in DIRECT_SIZES else ():
         for tn in DIRECT_TILES:
             for pt in PER_THREAD:
                 for pad in (0, 1):
@@ -825,6 +839,15 @@ def direct_space(elem_bytes: int, limits: DeviceLimits, conjugate: bool = False)
                         for cache in CACHE_HINTS:
                             yield from _launchable(limits, elem_bytes, tm, tn, 1, pt, pad, "pad",
                                                    raster, cache, conjugate, direct=True)  # fmt: skip
+    if short_side is None or short_side > DIRECT_NARROW[-1]:
+        return
+    tiles = [(a, b) for a in DIRECT_NARROW for b in DIRECT_LONG]
+    for tm, tn in tiles + [(b, a) for a, b in tiles]:
+        for pt in PER_THREAD:
+            for raster in RASTERS:
+                for cache in CACHE_HINTS:
+                    yield from _launchable(limits, elem_bytes, tm, tn, 1, pt, 1, "pad", raster,
+                                           cache, conjugate, direct=True)  # fmt: skip
 
 
 def prmt_space(elem_bytes: int, limits: DeviceLimits) -> Iterator[KernelConfig]:

@@ -18,7 +18,9 @@ import autotranspose as at
 from autotranspose.codegen import kernel_source, render_outer
 from autotranspose.config import (
     DIRECT_CAPS,
+    DIRECT_LONG,
     DIRECT_MAX_PER_THREAD,
+    DIRECT_NARROW,
     DIRECT_SIZES,
     MAX_GRID_YZ,
     NEWEST,
@@ -48,7 +50,7 @@ def seed_direct(elem_bytes: int, **kw) -> KernelConfig:
     [({"vec": 2}, "vec=1"), ({"layout": "swizzle", "pad": 0}, "layout='pad'"),
      ({"persistent": 2}, "persistent=0"), ({"staged": True}, "staged=False"),
      ({"realign": True}, "realign=False"), ({"per_thread": 2, "tile_m": 64, "tile_n": 64}, "threads"),
-     ({"per_thread": 16, "tile_m": 8}, "tile_m"), ({"tile_m": 16, "tile_n": 16, "per_thread": 32}, "per_thread"),
+     ({"per_thread": 4, "tile_m": 12}, "tile_m"), ({"tile_m": 16, "tile_n": 16, "per_thread": 32}, "per_thread"),
      ({"conjugate": True, "elem_bytes": 4}, "complex64"), ({"min_blocks": 9}, "2048")],
 )  # fmt: skip
 def test_invalid_direct_configs_say_what_to_change(change, says):
@@ -103,6 +105,38 @@ def test_the_space_holds_direct_configs_for_4_to_16_byte_elements_only():
     assert conj and all(c.conjugate for c in conj)
 
 
+def _narrow(c: KernelConfig) -> bool:
+    return min(c.tile_m, c.tile_n) in DIRECT_NARROW
+
+
+def narrow_space(elem_bytes: int, limits) -> list[KernelConfig]:
+    """The narrow direct tiles (a short side of 2-8) of every element size."""
+    return [c for c in direct_space(elem_bytes, limits, short_side=DIRECT_NARROW[-1]) if _narrow(c)]
+
+
+@pytest.mark.parametrize("s", [1, 2, 4, 8, 16])
+def test_narrow_tiles_join_the_space_for_a_short_side_of_at_most_8(s):
+    dtype = {1: "uint8", 2: "float16", **DTYPES}[s]
+    for short in (1, 2, 5, DIRECT_NARROW[-1]):
+        found = [c for c in config_space(dtype, short_side=short) if c.direct and _narrow(c)]
+        assert found and all(c.pad == 1 and c.fits(NEWEST) and c.threads % 32 == 0 for c in found)
+        assert {max(c.tile_m, c.tile_n) for c in found} == set(DIRECT_LONG)
+        assert {(c.tile_m < c.tile_n) for c in found} == {True, False}  # few rows and few columns
+    assert not any(_narrow(c) for c in config_space(dtype, short_side=DIRECT_NARROW[-1] + 1) if c.direct)
+    assert not any(_narrow(c) for c in config_space(dtype) if c.direct)
+
+
+@pytest.mark.parametrize(("tm", "tn", "pt", "walks"), [(256, 4, 8, "store"), (2, 256, 4, "load"), (8, 64, 2, None)])
+def test_a_block_with_fewer_threads_than_a_tile_side_walks_it(tm, tn, pt, walks):
+    c = KernelConfig(4, tm, tn, 1, pt, 1, "pad", "col", direct=True)
+    src = kernel_source(c)
+    assert c.smem_bytes == tm * (tn + 1) * 4 and f"tile[{tm}][{tn + 1}]" in src
+    load_walks = f"columns t + {c.threads} (j % " in src
+    store_walks = f"elements t + {c.threads} (j % " in src
+    assert (load_walks, store_walks) == (walks == "load", walks == "store")
+    assert c.threads < max(tm, tn) or walks is None
+
+
 def test_caps_reach_the_seed_kernel_s_registers():
     c = seed_direct(8)
     assert cap_steps(c) == occupancy_steps(256, DIRECT_CAPS) and 8 in cap_steps(c)
@@ -148,6 +182,8 @@ def test_direct_kernels_compile_without_spills(arch):
     # every config served by default (`direct_default` by shape), capped as served
     picks += [direct_default(s, m, n) for s in DIRECT_SIZES
               for m, n in ((5, 10**6), (20, 10**6), (47, 10**6), (100, 10**6), (10**6, 20), (5000, 5000))]  # fmt: skip
+    for s in (1, 2, *DIRECT_SIZES):  # narrow tiles, every element size
+        picks += rng.sample(narrow_space(s, NEWEST), 8)
     assert_compile_without_spills(picks, arch)
 
 
@@ -165,6 +201,32 @@ def test_direct_kernels_match_the_reference(rng, s):
     """Odd sizes, 1xN, Nx1, batches; fresh data, a poisoned output and a guard region after
     it (measure.Bench.check); random configs of the space and the seed's."""
     assert_kind_matches_reference(rng, s, direct_space, seed_direct(s))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", [1, 2, *DIRECT_SIZES])
+def test_narrow_direct_tiles_match_the_reference(rng, s):
+    """Narrow tiles (a short side of 2-8) on odd sizes, 1xN, Nx1, batches, and on few rows
+    and few columns of 1 to 9 (an edge tile in the short side too)."""
+    from autotranspose.compiler import activate
+
+    assert_kind_matches_reference(rng, s, narrow_space, KernelConfig(s, 256, 4, 1, 8, 1, "pad", "col", direct=True))
+    state = activate(0)
+    picks = [narrow_space(s, state.info.limits)[i] for i in rng.choice(len(narrow_space(s, NEWEST)), 6, replace=False)]
+    for short in (1, 2, 3, 4, 5, 8, 9):
+        long = int(rng.integers(1000, 300_000))
+        batch = int(rng.integers(1, 4))
+        assert_match_reference(state, s, (batch, long, short), picks)
+        assert_match_reference(state, s, (batch, short, long), picks)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", [1, 2, *DIRECT_SIZES])
+def test_narrow_tiles_at_every_pointer_offset_and_pitched_views(rng, s):
+    pytest.importorskip("cupy")
+    dtype = np.dtype({1: "uint8", 2: "float16", **DTYPES}[s])
+    configs = narrow_space(s, NEWEST)
+    assert_kind_at_every_offset(rng, s, dtype, configs, configs[0])
 
 
 @pytest.mark.gpu

@@ -1103,6 +1103,38 @@ def few_cols_default(
     return None
 
 
+def _narrow_direct(c: KernelConfig) -> bool:
+    """A direct tile with a side of DIRECT_NARROW (the other one of DIRECT_LONG)."""
+    return c.direct and min(c.tile_m, c.tile_n) in DIRECT_NARROW
+
+
+# A narrow tile of few long rows has this many elements: the long side is this over the
+# short one (within DIRECT_LONG). The H200 whole-space bests of 4 such calls (session 24).
+NARROW_TILE_ELEMENTS = 512
+
+
+def narrow_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> KernelConfig | None:
+    """The narrow direct tile for an m x n call with a side of 2 to DIRECT_NARROW[-1]
+    elements (any element size): the short side the smallest of DIRECT_NARROW that spans the
+    call's, the long one NARROW_TILE_ELEMENTS over it (few rows) or DIRECT_LONG's longest
+    (few columns), 8 elements a thread (4 of 8 and 16 bytes). Why: a warp's loads of few columns (or stores of few rows) are then one
+    contiguous run of 8-32 rows, where a tiled or flat tile leaves most of its lanes past the
+    last column, and 1- and 2-byte rows at odd offsets need no vector (H200 session 24:
+    the whole space's best was such a tile on 8 of 8 such calls, 46-104% of copy against
+    22-92 served, e.g. float16 2x261136885 83.5 against 22.0). None for other shapes."""
+    short = min(m, n)
+    if not 2 <= short <= DIRECT_NARROW[-1]:
+        return None
+    side = next(t for t in DIRECT_NARROW if t >= short)
+    if m <= n:  # few long rows: 512 elements (their best held 512 on 4 of 4)
+        long = min(max(NARROW_TILE_ELEMENTS // side, DIRECT_LONG[0]), DIRECT_LONG[-1])
+        tm, tn, raster = side, long, "col"
+    else:  # few columns: output rows as long as the list goes (256 on 3 of 4)
+        tm, tn, raster = DIRECT_LONG[-1], side, "row"
+    pt = 8 if elem_bytes <= 4 else 4
+    return KernelConfig(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, direct=True)
+
+
 def few_rows_default(
     elem_bytes: int, rows: int, cols: int, vec: int, conjugate: bool = False
 ) -> KernelConfig | None:
@@ -1252,6 +1284,10 @@ def neighbours(config: KernelConfig) -> list[KernelConfig]:
     for name, values in _STEPPED:
         if name == "tile_m" and config.flat:
             values = FLAT_LONG
+        if name in ("tile_m", "tile_n") and _narrow_direct(config):
+            # a narrow tile's sides step within their own lists: the short one in DIRECT_NARROW
+            # (it covers the call's few rows or columns), the long one in DIRECT_LONG
+            values = DIRECT_NARROW if getattr(config, name) in DIRECT_NARROW else DIRECT_LONG
         if name == "persistent" and config.min_blocks:
             continue  # a persistent grid sets its own blocks per SM: not with a register cap
         here = getattr(config, name)

@@ -45,6 +45,7 @@ from .config import (
     direct_default,
     few_cols_default,
     few_rows_default,
+    narrow_default,
     neighbours,
     pair_steps,
     prmt_alternative,
@@ -488,6 +489,8 @@ def known_good(
         direct_default(elem_bytes, *sides, conjugate) if sides else None,
         # few columns: the narrow tiled tile
         few_cols_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
+        # a side of 2-8 elements: the narrow direct tile
+        narrow_default(elem_bytes, *sides, conjugate) if sides else None,
     ]
     if store is not None:
         try:

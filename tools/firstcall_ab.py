@@ -2,11 +2,13 @@
 
     python tools/firstcall_ab.py --without few_cols_default \
         --cases float32:2266934x4,int32:2500000x6 --out $OUT
+    python tools/firstcall_ab.py --without narrow_default,lookup.narrow_default --cases ...
 
 For each case, `bench_case` serves the call three times with the lookup cache cleared in
 between (no database, so every time is a first call): without the candidate that the named
-`firstcall` module function supplies (it returns None), with it, and without it again. The
-two runs without it show how much the race itself scatters. Results go to `<out>/ab.json`.
+functions supply (each returns None; a bare name is `firstcall`'s, `lookup.f` replaces what
+lookup's default reads), with it, and without it again. The two runs without it show how
+much the race itself scatters. Results go to `<out>/ab.json`.
 """
 
 from __future__ import annotations
@@ -27,25 +29,33 @@ from autotranspose.shapes import parse_shape
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True, help="a firstcall candidate function, e.g. few_cols_default")
+    ap.add_argument("--without", required=True,
+                    help="candidate functions, e.g. few_cols_default or narrow_default,lookup.narrow_default")
     ap.add_argument("--cases", required=True, help="dtype:shape,...")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
     os.environ["AUTOTRANSPOSE_DB"] = f"sqlite:///{tempfile.mkdtemp()}/none.db"  # never created
-    real = getattr(firstcall, args.without)
+    modules = {"firstcall": firstcall, "lookup": lookup}
+    patched = []
+    for name in args.without.split(","):
+        module, _, func = name.rpartition(".")
+        patched.append((modules[module or "firstcall"], func))
+    real = [getattr(mod, func) for mod, func in patched]
     rows = []
     for item in args.cases.split(","):
         dtype, _, text = item.partition(":")
         shape = parse_shape(text)
         for variant in ("old", "new", "old2"):
             lookup.clear_cache()
-            setattr(firstcall, args.without, real if variant == "new" else (lambda *a, **k: None))
+            for (mod, func), f in zip(patched, real):
+                setattr(mod, func, f if variant == "new" else (lambda *a, **k: None))
             found = bench_case(shape, dtype, peers=("copy", "autotranspose"), repeats=args.repeat)
             r = next(x for x in found if x.peer == "autotranspose")
             rows.append({"dtype": dtype, "shape": shape, "variant": variant, "ratio": r.of_copy, "note": r.note})
             print(f"{dtype:10} {'x'.join(map(str, shape)):>16} {variant:4} {100 * r.of_copy:5.1f} {r.note}", flush=True)
-    setattr(firstcall, args.without, real)
+    for (mod, func), f in zip(patched, real):
+        setattr(mod, func, f)
     Path(args.out, "ab.json").write_text(json.dumps(rows, indent=1))
 
 

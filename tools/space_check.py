@@ -95,14 +95,17 @@ def finalists_measured(bench: Bench, configs: list[Any], copy_gbps: float) -> di
 
 
 def whole_space(state: Any, dtype: str, shape: tuple[int, int, int], extra: dict[str, Any],
-                finalists: int, screen_s: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Screen every config of the case's space (or a random sample of it, `screen_s`), then
-    measure the top `finalists` and the `extra` configs (by role) in full. Returns the
-    figures of the report row."""
+                finalists: int, screen_s: float | None = None, only: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Screen every config of the case's space (or a random sample of it, `screen_s`; or the
+    configs of one kind, `only`: a flag field such as "direct"), then measure the top
+    `finalists` and the `extra` configs (by role) in full. Returns the figures of the
+    report row."""
     et = element_type(dtype)
     cls = shape_class(*shape, max_vec(et.size, shape[1], shape[2]))
     space = list(config_space(et.name, state.info.limits, max_vector=cls.vec,
                               short_side=min(cls.m, cls.n)))  # fmt: skip
+    if only:
+        space = [c for c in space if getattr(c, only)]
     t0 = time.monotonic()
     failed = precompile(state, space)
     compiled = time.monotonic() - t0
@@ -185,7 +188,7 @@ def check_tuner(state: Any, dtype: str, shape: tuple[int, int, int], args: Any) 
         row["baseline_tune_s"] = round(old.elapsed_s, 1)
         extra["baseline"] = old.config
     lookup.clear_cache()  # shipped files come back whole
-    return {**row, **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s)}
+    return {**row, **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s, args.only)}
 
 
 def check_serving(state: Any, dtype: str, shape: tuple[int, int, int], args: Any) -> dict[str, Any]:
@@ -203,7 +206,7 @@ def check_serving(state: Any, dtype: str, shape: tuple[int, int, int], args: Any
     default = lookup.default_choice(et.size, cls, state.info.limits).config
     extra = {"served": choice.config, "default": default, "seed": seed_config(et.size)}
     row = {"source": choice.source, "first_call_wall_s": round(first_call_s, 2)}
-    return {**row, **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s)}
+    return {**row, **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s, args.only)}
 
 
 def _cases(args: Any, state: Any) -> list[tuple[str, tuple[int, int, int]]]:
@@ -237,6 +240,8 @@ def main() -> None:
     ap.add_argument("--finalists", type=int, default=32)
     ap.add_argument("--screen-s", type=float, help="screen a random sample for this long (s) "
                     "instead of the whole space: for cases of a GB and more")  # fmt: skip
+    ap.add_argument("--only", choices=("direct", "flat", "staged", "prmt", "realign", "persistent"),
+                    help="screen the configs of this kind only (the case's served and default still timed)")
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--no-shipped", action="store_true",
                     help="serving: hide this GPU's shipped results (a model nothing ships for)")

@@ -272,6 +272,20 @@ def test_direct_past_2_31_elements():
 
 
 @pytest.mark.gpu
+def test_narrow_past_2_31_elements():
+    """What a call of 2**31 + 1 int8 elements in three columns is served (the narrow tile)."""
+    from autotranspose.api import choose_config
+    from autotranspose.compiler import activate
+
+    shape = (1, 715_827_883, 3)
+    assert shape[1] * shape[2] > 2**31
+    state = activate(0)
+    cfg = choose_config(state, 1, *shape, 1, False)
+    assert cfg.direct and _narrow(cfg), cfg.key
+    assert_match_reference(state, 1, shape, [cfg])
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("s", DIRECT_SIZES)
 def test_outer_variants_walk_two_more_batch_dims(rng, s):
     """permute()'s transpose passes: the direct kernel's outer variant on a (b2, b1, batch, m,
@@ -283,7 +297,9 @@ def test_outer_variants_walk_two_more_batch_dims(rng, s):
 
     state = activate(0)
     dtype = np.dtype({4: "uint32", 8: "uint64", 16: "complex128"}[s])
-    for cfg in (seed_direct(s), seed_direct(s, tile_m=16, tile_n=64, per_thread=8, raster="col")):
+    narrow = (KernelConfig(s, 256, 4, 1, 8, 1, "pad", "row", direct=True),
+              KernelConfig(s, 2, 256, 1, 4, 1, "pad", "col", direct=True))  # fmt: skip
+    for cfg in (seed_direct(s), seed_direct(s, tile_m=16, tile_n=64, per_thread=8, raster="col"), *narrow):
         b2, b1, bt = (int(v) for v in rng.integers(1, 5, 3))
         m, n = int(rng.integers(1, 150)), int(rng.integers(1, 150))
         host = rng.integers(0, 2**31, size=b2 * b1 * bt * m * n * s // 4, dtype=np.uint32).view(dtype)

@@ -48,13 +48,13 @@ def main() -> None:
         shape = parse_shape(text)
         for variant in ("old", "new", "old2"):
             lookup.clear_cache()
-            for (mod, func), f in zip(patched, real):
+            for (mod, func), f in zip(patched, real, strict=True):
                 setattr(mod, func, f if variant == "new" else (lambda *a, **k: None))
             found = bench_case(shape, dtype, peers=("copy", "autotranspose"), repeats=args.repeat)
             r = next(x for x in found if x.peer == "autotranspose")
             rows.append({"dtype": dtype, "shape": shape, "variant": variant, "ratio": r.of_copy, "note": r.note})
             print(f"{dtype:10} {'x'.join(map(str, shape)):>16} {variant:4} {100 * r.of_copy:5.1f} {r.note}", flush=True)
-    for (mod, func), f in zip(patched, real):
+    for (mod, func), f in zip(patched, real, strict=True):
         setattr(mod, func, f)
     Path(args.out, "ab.json").write_text(json.dumps(rows, indent=1))
 

@@ -829,8 +829,9 @@ def direct_space(
     """The direct configs (one element an access, the seed documents' strategy) for
     `elem_bytes`-byte elements (4 to 16), each uncapped and at the register caps; with a
     `short_side` of at most DIRECT_NARROW[-1], the narrow tiles too, for every element size
-    (padded: a short side of 2-8 elements unpadded puts a warp's column reads on a few
-    banks)."""
+    (padded or not: padding spreads a warp's reads down a 2-8 wide column over the banks,
+    but a first call's refinement found float16 20000003x2 faster unpadded, H200 session
+    24)."""
     for tm in DIRECT_TILES if elem_bytes in DIRECT_SIZES else ():
         for tn in DIRECT_TILES:
             for pt in PER_THREAD:
@@ -844,10 +845,11 @@ def direct_space(
     tiles = [(a, b) for a in DIRECT_NARROW for b in DIRECT_LONG]
     for tm, tn in tiles + [(b, a) for a, b in tiles]:
         for pt in PER_THREAD:
-            for raster in RASTERS:
-                for cache in CACHE_HINTS:
-                    yield from _launchable(limits, elem_bytes, tm, tn, 1, pt, 1, "pad", raster,
-                                           cache, conjugate, direct=True)  # fmt: skip
+            for pad in (0, 1):
+                for raster in RASTERS:
+                    for cache in CACHE_HINTS:
+                        yield from _launchable(limits, elem_bytes, tm, tn, 1, pt, pad, "pad", raster,
+                                               cache, conjugate, direct=True)  # fmt: skip
 
 
 def prmt_space(elem_bytes: int, limits: DeviceLimits) -> Iterator[KernelConfig]:
@@ -1115,24 +1117,50 @@ NARROW_TILE_ELEMENTS = 512
 
 def narrow_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> KernelConfig | None:
     """The narrow direct tile for an m x n call with a side of 2 to DIRECT_NARROW[-1]
-    elements (any element size): the short side the smallest of DIRECT_NARROW that spans the
-    call's, the long one NARROW_TILE_ELEMENTS over it (few rows) or DIRECT_LONG's longest
-    (few columns), 8 elements a thread (4 of 8 and 16 bytes). Why: a warp's loads of few columns (or stores of few rows) are then one
-    contiguous run of 8-32 rows, where a tiled or flat tile leaves most of its lanes past the
-    last column, and 1- and 2-byte rows at odd offsets need no vector (H200 session 24:
-    the whole space's best was such a tile on 8 of 8 such calls, 46-104% of copy against
-    22-92 served, e.g. float16 2x261136885 83.5 against 22.0). None for other shapes."""
+    elements (any element size): the first of `narrow_configs`. None for other shapes."""
+    found = narrow_configs(elem_bytes, m, n, conjugate)
+    return found[0] if found else None
+
+
+def narrow_configs(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> list[KernelConfig]:
+    """The narrow direct tiles a first call races for an m x n call with a side of 2 to
+    DIRECT_NARROW[-1] elements, the likelier first: the short side spanning the call's
+    (`_narrow_sides` for which first), the long one NARROW_TILE_ELEMENTS over it (few rows)
+    or DIRECT_LONG's longest (few columns), 8 elements a thread (4 of 8 and 16 bytes). Why:
+    a warp's loads of few columns (or stores of few rows) are then one contiguous run of 8-32
+    rows, where a tiled or flat tile leaves most of its lanes past the last column, and 1-
+    and 2-byte rows at odd offsets need no vector (H200 session 24: the whole space's best
+    was such a tile on 24 of 24 such calls, 44-104% of copy against 22-97 served before,
+    e.g. float16 2x261136885 83.5 against 22.0). Empty for other shapes."""
     short = min(m, n)
     if not 2 <= short <= DIRECT_NARROW[-1]:
-        return None
-    side = next(t for t in DIRECT_NARROW if t >= short)
-    if m <= n:  # few long rows: 512 elements (their best held 512 on 4 of 4)
-        long = min(max(NARROW_TILE_ELEMENTS // side, DIRECT_LONG[0]), DIRECT_LONG[-1])
-        tm, tn, raster = side, long, "col"
-    else:  # few columns: output rows as long as the list goes (256 on 3 of 4)
-        tm, tn, raster = DIRECT_LONG[-1], side, "row"
+        return []
+    few_columns = m > n
     pt = 8 if elem_bytes <= 4 else 4
-    return KernelConfig(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, direct=True)
+    found = []
+    for side in _narrow_sides(elem_bytes, short, few_columns):
+        if few_columns:  # output rows as long as the list goes (256 on 3 of 4)
+            tm, tn, raster = DIRECT_LONG[-1], side, "row"
+        else:  # few long rows: 512 elements (the best on 4 of 4)
+            long = min(max(NARROW_TILE_ELEMENTS // side, DIRECT_LONG[0]), DIRECT_LONG[-1])
+            tm, tn, raster = side, long, "col"
+        found.append(KernelConfig(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, direct=True))
+    return found
+
+
+def _narrow_sides(elem_bytes: int, short: int, few_columns: bool) -> tuple[int, ...]:
+    """The narrow sides for a call's `short` side, the likelier first: the smallest that
+    spans it, and the one whose tiles leave the fewest lanes idle past the last column (the
+    wider of a tie: 2 for 5 and 6, 4 for 3, 8 for 7) where that differs. The idle rule first
+    for few columns of 1- and 2-byte elements: it held the best of 6 of 6 such calls (H200
+    session 24: float16 11000003x6 81.1 at 2 columns a tile against 59.7 served, int8
+    24000007x5 43.9); the spanning tile first elsewhere: it won float32 5000003x6, float64
+    4000037x5 and complex64 3000017x6 by 3-6 points over 2 columns a tile, and few rows of
+    2 to 4 bytes (float16 6 and 7 rows, float32 6)."""
+    span = next(t for t in DIRECT_NARROW if t >= short)
+    idle = min(DIRECT_NARROW, key=lambda t: ((-short) % t, -t))
+    first = idle if few_columns and elem_bytes <= 2 else span
+    return tuple(dict.fromkeys((first, idle, span)))
 
 
 def few_rows_default(

@@ -13,7 +13,7 @@ the call's own buffers and stream:
   strategy, for 4- to 16-byte elements) and the seed documents' config (32x32 tile, +1
   padding) as a tiled kernel, robust on every shape;
 - for few columns, a tiled tile of 16 or 32 columns (`config.few_cols_default`);
-- for a side of 2 to 8 elements, the narrow direct tile (`config.narrow_default`);
+- for a side of 2 to 8 elements, the narrow direct tiles (`config.narrow_configs`);
 
 then up to `REFINE_ROUNDS` rounds of the winner's one-step neighbours (`config.neighbours`),
 while the winner keeps changing and the budget lasts: on the H200 the best config of an
@@ -48,7 +48,7 @@ from .config import (
     few_cols_default,
     few_rows_default,
     flat_default,
-    narrow_default,
+    narrow_configs,
     neighbours,
     pair_steps,
     prmt_alternative,
@@ -129,9 +129,9 @@ def candidates(
     cols = few_cols_default(elem_bytes, m, n, vec, conjugate)
     # a side of 2-8 elements: the narrow direct tile (H200 session 24: the whole space's best
     # on 8 of 8 such calls, float16 2x261136885 83.5% of copy where 22.0 was served)
-    narrow = narrow_default(elem_bytes, m, n, conjugate)
+    narrow = narrow_configs(elem_bytes, m, n, conjugate)
     picked: list[KernelConfig] = []
-    for c in (guess, narrow, rows, direct, cols, *neighbours, *kinds):
+    for c in (guess, *narrow, rows, direct, cols, *neighbours, *kinds):
         if c is None:
             continue
         c = c if c.conjugate == conjugate else c.replace(conjugate=conjugate)

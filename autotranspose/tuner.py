@@ -45,7 +45,7 @@ from .config import (
     direct_default,
     few_cols_default,
     few_rows_default,
-    narrow_default,
+    narrow_configs,
     neighbours,
     pair_steps,
     prmt_alternative,
@@ -490,7 +490,7 @@ def known_good(
         # few columns: the narrow tiled tile
         few_cols_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
         # a side of 2-8 elements: the narrow direct tile
-        narrow_default(elem_bytes, *sides, conjugate) if sides else None,
+        *(narrow_configs(elem_bytes, *sides, conjugate) if sides else ()),
     ]
     if store is not None:
         try:

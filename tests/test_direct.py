@@ -15,6 +15,7 @@ from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, ass
 from _nvcc import assert_compile_without_spills
 
 import autotranspose as at
+from autotranspose import firstcall, lookup
 from autotranspose.codegen import kernel_source, render_outer
 from autotranspose.config import (
     DIRECT_CAPS,
@@ -29,12 +30,15 @@ from autotranspose.config import (
     config_space,
     direct_default,
     direct_space,
+    narrow_configs,
+    narrow_default,
     neighbours,
     occupancy_steps,
     register_budget,
     seed_config,
 )
 from autotranspose.errors import ConfigError
+from autotranspose.shapes import shape_class
 
 DTYPES = {4: "float32", 8: "float64", 16: "complex128"}
 
@@ -119,11 +123,95 @@ def test_narrow_tiles_join_the_space_for_a_short_side_of_at_most_8(s):
     dtype = {1: "uint8", 2: "float16", **DTYPES}[s]
     for short in (1, 2, 5, DIRECT_NARROW[-1]):
         found = [c for c in config_space(dtype, short_side=short) if c.direct and _narrow(c)]
-        assert found and all(c.pad == 1 and c.fits(NEWEST) and c.threads % 32 == 0 for c in found)
+        assert found and all(c.fits(NEWEST) and c.threads % 32 == 0 for c in found)
+        assert {c.pad for c in found} == {0, 1}
         assert {max(c.tile_m, c.tile_n) for c in found} == set(DIRECT_LONG)
         assert {(c.tile_m < c.tile_n) for c in found} == {True, False}  # few rows and few columns
     assert not any(_narrow(c) for c in config_space(dtype, short_side=DIRECT_NARROW[-1] + 1) if c.direct)
     assert not any(_narrow(c) for c in config_space(dtype) if c.direct)
+
+
+ANY_DTYPE = {1: "uint8", 2: "float16", **DTYPES}
+
+
+def _spans_or_idles_least(side: int, short: int) -> bool:
+    """`side` is the smallest narrow side spanning `short`, or the one leaving the fewest
+    idle lanes past the last column (the wider of a tie)."""
+    span = min(t for t in DIRECT_NARROW if t >= short)
+    idle = min(DIRECT_NARROW, key=lambda t: ((-short) % t, -t))
+    return side in (span, idle)
+
+
+@pytest.mark.parametrize("s", [1, 2, 4, 8, 16])
+def test_narrow_configs_for_a_side_of_2_to_8(s):
+    rng = random.Random()
+    dtype = {8: "complex64", 16: "complex128"}.get(s, ANY_DTYPE[s])  # conjugable where 8, 16
+    spaces: dict[tuple[int, bool], set[KernelConfig]] = {}
+    for _ in range(40):
+        short, long = rng.randrange(2, DIRECT_NARROW[-1] + 1), rng.randrange(1000, 10**8)
+        conj = s >= 8 and rng.random() < 0.5
+        if (short, conj) not in spaces:
+            spaces[short, conj] = {c for c in config_space(dtype, short_side=short, conjugate=conj) if c.direct}
+        space = spaces[short, conj]
+        for m, n in ((long, short), (short, long)):
+            found = narrow_configs(s, m, n, conj)
+            assert found and found[0] == narrow_default(s, m, n, conj) and len(set(found)) == len(found)
+            for c in found:
+                assert c.direct and _narrow(c) and c.conjugate == conj and c in space, c.key
+                side = c.tile_n if m > n else c.tile_m
+                assert _spans_or_idles_least(side, short), (short, c.key)
+                assert max(c.tile_m, c.tile_n) in DIRECT_LONG and c.per_thread == (8 if s <= 4 else 4)
+            first = found[0].tile_n if m > n else found[0].tile_m
+            spans = first >= short
+            # few columns of 1 and 2 bytes: the fewest idle lanes first; elsewhere spanning
+            assert spans or (m > n and s <= 2), (s, m, n, found[0].key)
+
+
+@pytest.mark.parametrize(("short", "sides"), [(2, (2,)), (3, (4,)), (4, (4,)), (5, (8, 2)), (6, (8, 2)), (7, (8,)), (8, (8,))])
+def test_narrow_sides_by_the_call_s_short_side(short, sides):
+    assert tuple(c.tile_m for c in narrow_configs(4, short, 10**6)) == sides  # few rows: spanning first
+    assert tuple(c.tile_n for c in narrow_configs(4, 10**6, short)) == sides
+    assert set(c.tile_n for c in narrow_configs(2, 10**6, short)) == set(sides)
+    assert narrow_configs(2, 10**6, short)[0].tile_n == (2 if short in (5, 6) else sides[0])
+
+
+@pytest.mark.parametrize(("m", "n"), [(1, 10**6), (10**6, 1), (9, 10**6), (10**6, 9), (5000, 5000)])
+def test_no_narrow_configs_outside_a_side_of_2_to_8(m, n):
+    for s in (1, 2, 4, 8, 16):
+        assert narrow_configs(s, m, n) == [] and narrow_default(s, m, n) is None
+
+
+@pytest.mark.parametrize("s", [1, 2, 4, 8, 16])
+def test_a_class_with_a_side_of_at_most_8_gets_the_narrow_tile_by_default(s):
+    rng = random.Random()
+    long = rng.randrange(10**5, 10**8)
+    for short in (2, 3, 5, 8):
+        for m, n in ((long, short), (short, long)):
+            cls = shape_class(1, m, n, 1)
+            choice = lookup.default_choice(s, cls, NEWEST)
+            assert choice.source == "default" and choice.config == narrow_default(s, cls.m, cls.n)
+    assert lookup.default_choice(s, shape_class(1, long, 9, 1), NEWEST).config.tile_n not in DIRECT_NARROW
+
+
+@pytest.mark.parametrize("s", [1, 2, 4, 8, 16])
+def test_the_first_call_races_the_narrow_tiles_right_after_the_guess(s):
+    rng = random.Random()
+    guess, *near = rng.sample(list(config_space(ANY_DTYPE[s])), 4)
+    short, long = rng.randrange(2, 9), rng.randrange(10**5, 10**8)
+    for m, n in ((long, short), (short, long)):
+        got = firstcall.candidates(guess, near, s, m, n, 1, False, lambda c: True)
+        want = narrow_configs(s, m, n)
+        assert got[0] == guess and got[1 : 1 + len(want)] == want
+    got = firstcall.candidates(guess, near, s, long, 9, 1, False, lambda c: True)
+    assert not any(c.direct and _narrow(c) for c in got)
+
+
+def test_a_narrow_tile_s_neighbours_step_its_sides_within_their_lists():
+    c = KernelConfig(4, 256, 4, 1, 8, 1, "pad", "row", direct=True)
+    near = set(neighbours(c))
+    assert {c.replace(tile_m=128), c.replace(tile_n=2), c.replace(tile_n=8)} <= near
+    assert all(x.direct and _narrow(x) for x in near)
+    assert set(neighbours(seed_direct(4))).isdisjoint(narrow_space(4, NEWEST))  # not into them
 
 
 @pytest.mark.parametrize(("tm", "tn", "pt", "walks"), [(256, 4, 8, "store"), (2, 256, 4, "load"), (8, 64, 2, None)])

@@ -32,6 +32,7 @@ from autotranspose.config import (
     default_config,
     direct_default,
     max_vec,
+    narrow_configs,
     seed_config,
 )
 from autotranspose.device import DeviceInfo
@@ -241,6 +242,16 @@ def test_known_good_configs_are_measured_first(db: Store) -> None:
     objective = SyntheticObjective()
     _tune(db, objective, trials=len(good), seed=0)
     assert objective.calls == good
+
+
+@pytest.mark.parametrize("shape", [(1, 3_000_017, 5), (1, 6, 20_000_003)])
+def test_known_good_configs_hold_the_narrow_tiles_for_a_side_of_at_most_8(shape) -> None:
+    cls = shape_class(*shape, max_vec(4, *shape[1:]))
+    # the tuner's space for the class (its short side brings the narrow tiles)
+    space = SearchSpace(config_space("float32", DEVICE.limits, max_vector=cls.vec, short_side=min(cls.m, cls.n)))
+    good = known_good(4, cls, space, device=DEVICE, sides=shape[1:])
+    narrow = narrow_configs(4, *shape[1:])
+    assert len(narrow) == 2 and set(narrow) <= set(good)
 
 
 def test_warm_starts_take_other_gpu_models_results(db: Store) -> None:

@@ -2,7 +2,7 @@
 
     python tools/firstcall_ab.py --without few_cols_default \
         --cases float32:2266934x4,int32:2500000x6 --out $OUT
-    python tools/firstcall_ab.py --without narrow_default,lookup.narrow_default --cases ...
+    python tools/firstcall_ab.py --without narrow_configs,lookup.narrow_default --cases ...
 
 For each case, `bench_case` serves the call three times with the lookup cache cleared in
 between (no database, so every time is a first call): without the candidate that the named
@@ -14,17 +14,25 @@ much the race itself scatters. Results go to `<out>/ab.json`.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotranspose import firstcall, lookup
 from autotranspose.bench import bench_case
 from autotranspose.shapes import parse_shape
+
+
+def _nothing(f: Any) -> Any:
+    """A stand-in for candidate function `f` that supplies nothing: [] or None, as `f` would."""
+    empty = [] if str(inspect.signature(f).return_annotation).startswith("list") else None
+    return lambda *a, **k: empty
 
 
 def main() -> None:
@@ -49,7 +57,7 @@ def main() -> None:
         for variant in ("old", "new", "old2"):
             lookup.clear_cache()
             for (mod, func), f in zip(patched, real, strict=True):
-                setattr(mod, func, f if variant == "new" else (lambda *a, **k: None))
+                setattr(mod, func, f if variant == "new" else _nothing(f))
             found = bench_case(shape, dtype, peers=("copy", "autotranspose"), repeats=args.repeat)
             r = next(x for x in found if x.peer == "autotranspose")
             rows.append({"dtype": dtype, "shape": shape, "variant": variant, "ratio": r.of_copy, "note": r.note})

@@ -135,7 +135,7 @@ def whole_space(state: Any, dtype: str, shape: tuple[int, int, int], extra: dict
         "class": str(cls), "space": len(space), "screened": len(times), "compile_failed": len(failed),
         "compile_s": round(compiled, 1), "screen_s": round(screened, 1),
         "copy_gbps": copy_gbps, "best": fig(best),
-        "best_screen_rank": ranked.index(best) + 1,
+        "best_screen_rank": ranked.index(best) + 1 if best in times else None,  # served, unscreened
         "wrong_in_finalists": [c.key for c in picked if not full[c].ok],
         **{role: fig(c) for role, c in extra.items()},
     }  # fmt: skip
@@ -266,7 +266,7 @@ def main() -> None:
         rows.append(row)
         under = row.get("tuner") or row.get("served")
         print(f"{dtype:>10} {'x'.join(map(str, shape)):>16}  best {100 * row['best']['ratio']:5.1f}% "
-              f"{row['best']['config']} (screen rank {row['best_screen_rank']})  "
+              f"{row['best']['config']} (screen rank {row['best_screen_rank'] or '-'})  "
               f"{args.mode} {100 * under['ratio']:5.1f}% = {100 * under['of_best']:5.1f}% of best "
               f"{under['config']}  [{row['case_s']} s: compile {row['compile_s']}, "
               f"screen {row['screen_s']} ({row['screened']} of {row['space']})]", flush=True)  # fmt: skip

@@ -496,7 +496,10 @@ def test_packed_funnel_into_poisoned_windows(rng, e, own_pass):
     outputs at a word's offset, with poison before and after: equal to np.transpose."""
     cupy = pytest.importorskip("cupy")
     dtype, k = DTYPES[e], 4 // e
-    for case in range(12):
+    done = 0
+    for case in range(100):
+        if done == 12:
+            break
         shape, axes = _funnel_problem(rng, e)
         host = random_array(rng, shape, dtype)
         lead_in = case % k
@@ -508,10 +511,15 @@ def test_packed_funnel_into_poisoned_windows(rng, e, own_pass):
         raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)
         out = raw[lead * e : lead * e + want.nbytes].view(dtype).reshape(want.shape)
         p = plan_permute(shape, axes, e, in_ptr=x.data.ptr, out_ptr=out.data.ptr).passes[0]
-        assert p.kind == PACKED and packed_args(e, p.dims, p.box, x.data.ptr, out.data.ptr).kernel.funnel
+        # the plan depends on the pointers: at this offset a problem drawn as a packed pass
+        # can be a row copy (one run of the GPU suite drew one); draw another
+        if not (p.kind == PACKED and packed_args(e, p.dims, p.box, x.data.ptr, out.data.ptr).kernel.funnel):
+            continue
+        done += 1
         assert at.permute(x, axes, out) is out
         assert same_bits(cupy.asnumpy(out), want), (shape, axes, p.box, lead_in)
         assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+    assert done == 12, f"only {done} of 100 drawn problems were funnel passes at their pointers"
 
 
 def _pipelined_problem(rng, e: int, big: bool):

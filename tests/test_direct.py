@@ -272,7 +272,12 @@ def test_direct_kernels_compile_without_spills(arch):
               for m, n in ((5, 10**6), (20, 10**6), (47, 10**6), (100, 10**6), (10**6, 20), (5000, 5000))]  # fmt: skip
     for s in (1, 2, *DIRECT_SIZES):  # narrow tiles, every element size
         picks += rng.sample(narrow_space(s, NEWEST), 8)
-    assert_compile_without_spills(picks, arch)
+        # the tiles a first call races, and lookup's defaults (every side of 2-8, both ways)
+        picks += [c for short in range(2, 9) for m, n in ((short, 10**6), (10**6, short))
+                  for c in narrow_configs(s, m, n)]  # fmt: skip
+    # every shipped direct result, as served (the narrow ones came from whole-space searches)
+    picks += [e.config for e in lookup.shipped_everywhere() if e.config.direct]
+    assert_compile_without_spills(list(dict.fromkeys(picks)), arch)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

@@ -21,6 +21,7 @@ from autotranspose.config import (
     direct_default,
     flat_default,
     flat_space,
+    narrow_default,
     tall_default,
     wide_default,
     wide_rows,
@@ -91,6 +92,8 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
     expect = flat_default(s, bucket)
     if tall_default(s, bucket) is not None:  # tall rows of 1-, 2- and 4-byte elements
         expect = tall_default(s, bucket)
+    if narrow_default(s, cls.m, cls.n) is not None:  # a side of 2-8: the narrow direct tile
+        expect = narrow_default(s, cls.m, cls.n)
     if expect is None:
         assert not choice.config.flat
     else:
@@ -101,7 +104,9 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
             continue
         wide = ShapeClass(1, bucket, 1 << 20, vec)
         got = lookup.choose("no GPU we ship results for", s, wide, store=None).config
-        if vec * s < 8 and wide_rows(s, bucket, 1 << 20) and s == 4:  # a direct tile spanning the rows
+        if narrow_default(s, bucket, 1 << 20) is not None:  # 2-8 rows: the narrow direct tile
+            assert got == narrow_default(s, bucket, 1 << 20), (s, vec, got.key)
+        elif vec * s < 8 and wide_rows(s, bucket, 1 << 20) and s == 4:  # a direct tile spanning the rows
             assert got == direct_default(s, bucket, 1 << 20) and got.tile_m >= bucket, (vec, got.key)
         elif vec * s < 8 and wide_rows(s, bucket, 1 << 20):  # the wide byte-permute kernel
             assert got == wide_default(s, bucket, exact=False), (s, vec, got.key)

@@ -832,18 +832,11 @@ def direct_space(
     (padded or not: padding spreads a warp's reads down a 2-8 wide column over the banks,
     but a first call's refinement found float16 20000003x2 faster unpadded, H200 session
     24)."""
-    for tm in DIRECT_TILES if elem_bytes in DIRECT_SIZES else ():
-        for tn in DIRECT_TILES:
-            for pt in PER_THREAD:
-                for pad in (0, 1):
-                    for raster in RASTERS:
-                        for cache in CACHE_HINTS:
-                            yield from _launchable(limits, elem_bytes, tm, tn, 1, pt, pad, "pad",
-                                                   raster, cache, conjugate, direct=True)  # fmt: skip
-    if short_side is None or short_side > DIRECT_NARROW[-1]:
-        return
-    tiles = [(a, b) for a in DIRECT_NARROW for b in DIRECT_LONG]
-    for tm, tn in tiles + [(b, a) for a, b in tiles]:
+    tiles = [(tm, tn) for tm in DIRECT_TILES for tn in DIRECT_TILES] if elem_bytes in DIRECT_SIZES else []
+    if short_side is not None and short_side <= DIRECT_NARROW[-1]:
+        narrow = [(a, b) for a in DIRECT_NARROW for b in DIRECT_LONG]
+        tiles += narrow + [(b, a) for a, b in narrow]
+    for tm, tn in tiles:
         for pt in PER_THREAD:
             for pad in (0, 1):
                 for raster in RASTERS:

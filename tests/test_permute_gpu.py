@@ -455,21 +455,30 @@ def test_packed_words_into_poisoned_windows(rng, e, own_pass):
     cupy = pytest.importorskip("cupy")
     dtype, k = DTYPES[e], 4 // e
     seen = {True: 0, False: 0}
-    for case in range(14):
+    done = 0
+    for _ in range(100):
+        if done == 14:
+            break
         shape, axes = _words_problem(rng, e)
         x = cupy.asarray(random_array(rng, shape, dtype))
         want = np.transpose(cupy.asnumpy(x), axes)
-        lead = int(rng.integers(1, 5)) * k + (int(rng.integers(1, k)) if case % 4 == 3 else 0)
+        lead = int(rng.integers(1, 5)) * k + (int(rng.integers(1, k)) if done % 4 == 3 else 0)
         raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)
         out = raw[lead * e : lead * e + want.nbytes].view(dtype).reshape(want.shape)
         p = plan_permute(shape, axes, e, in_ptr=x.data.ptr, out_ptr=out.data.ptr).passes[0]
-        assert p.kind == PACKED, (shape, axes)
+        # the plan depends on the pointers: at an output offset off the word, a problem drawn
+        # as a packed pass can be a row copy (the H200 suite drew (2, 4, 6, 12, 1, 8), axes
+        # (1, 3, 2, 4, 0, 5) of 2-byte elements); draw another
+        if p.kind != PACKED:
+            continue
+        done += 1
         words = packed_args(e, p.dims, p.box, x.data.ptr, out.data.ptr).kernel.words
         assert words == (lead % k == 0), (shape, axes, lead)
         seen[words] += 1
         assert at.permute(x, axes, out) is out
         assert same_bits(cupy.asnumpy(out), want), (shape, axes, p.box, lead, words)
         assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+    assert done == 14, f"only {done} of 100 drawn problems were packed passes at their pointers"
     assert seen[True] >= 8 and seen[False] >= 2, seen
 
 

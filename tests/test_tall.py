@@ -110,6 +110,27 @@ def test_tall_kernels_compile_without_spills_or_warnings(arch):
     assert_nvcc_silent(render_many(picks), arch)
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_ordered_wide_kernels_with_wide_segments_keep_to_64_registers(arch, rng):
+    """Ordered wide kernels of 1- and 2-byte elements whose row segments are 128 bytes or
+    more run one more block an SM at 64 registers (session 25); a random sample of them, both
+    cache hints, compiles to at most 64 without spills, while run-store wide kernels keep the
+    80 their store needs (and their launch bounds say so)."""
+    from autotranspose.codegen import prmt_registers
+    from autotranspose.compiler import nvcc_resources
+
+    wide = [c for s in (1, 2) for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.persistent]
+    capped = [c for c in wide if prmt_registers(c) == 64]
+    assert capped and all(c.ordered and c.tile_n * c.elem_bytes >= 128 for c in capped)
+    assert all(prmt_registers(c) == 80 for c in wide if not c.ordered)
+    picks = [capped[i] for i in rng.choice(len(capped), 12, replace=False)]
+    report = nvcc_resources(picks, arch)
+    for c in picks:
+        assert report[c.kernel_name].registers <= 64 and report[c.kernel_name].spill_bytes == 0, c.key
+        assert f"__launch_bounds__({c.threads}, {65536 // (c.threads * 64)})" in kernel_source(c)
+
+
 # --- on the GPU ----------------------------------------------------------------------------------
 def _tall_shapes(rng, tn: int) -> list[tuple[int, int, int]]:
     """Rows of 1 to tn elements: many rows, a batch, fewer rows than a tile, one row."""

@@ -55,6 +55,12 @@ ROWS_THREADS, ROWS_UNROLL = 256, 4
 # no padding, as C lays it out; the template asserts the size.
 ROWS_ARG_FORMAT = "<10q6I"
 ROWS_ARG_BYTES = struct.calcsize(ROWS_ARG_FORMAT)
+# the realigning row copy's `at_runs_args` (templates/rows.cu.j2): n, in0, in1, rin_i,
+# rout_i, rin_b, rout_b, os_in, os_out, os2_in, os2_out (bytes); run, s0, ri, rb, outer2,
+# lanes, per_block, chunk, words, n_magic, n_shift, s0_magic, s0_shift and a pad word.
+RUNS_ARG_FORMAT = "<11q14I"
+RUNS_ARG_BYTES = struct.calcsize(RUNS_ARG_FORMAT)
+RUNS_KERNEL = "at_copy_runs"
 # permute()'s gathers: threads per block, elements each thread loads before it stores, and
 # the blocks per SM the registers must allow (__launch_bounds__; the grid is that many per
 # SM, `launch.make_gather`): 4 x 256 threads is half an SM's 2048, with 4 loads in flight each.
@@ -384,7 +390,7 @@ def row_kernel_name(elem_bytes: int, skew: bool = False) -> str:
     return f"at_copy_rows_s{elem_bytes}" + ("_skew" if skew else "")
 
 
-ROW_KERNELS = tuple(row_kernel_name(s, k) for s, _ in _ELEMENT_TYPES for k in (False, True))
+ROW_KERNELS = (*(row_kernel_name(s, k) for s, _ in _ELEMENT_TYPES for k in (False, True)), RUNS_KERNEL)
 
 
 def gather_kernel_name(elem_bytes: int) -> str:
@@ -396,10 +402,11 @@ GATHER_KERNELS = tuple(gather_kernel_name(s) for s, _ in _ELEMENT_TYPES)
 
 
 def render_rows() -> str:
-    """permute()'s strided row copies, two kernels per element size (ROW_KERNELS)."""
+    """permute()'s strided row copies, two kernels per element size and the realigning one
+    (ROW_KERNELS)."""
     return _environment().get_template("rows.cu.j2").render(
         element_types=_ELEMENT_TYPES, version=__version__, threads=ROWS_THREADS,
-        unroll=ROWS_UNROLL, args_bytes=ROWS_ARG_BYTES,
+        unroll=ROWS_UNROLL, args_bytes=ROWS_ARG_BYTES, runs_args_bytes=RUNS_ARG_BYTES,
     )  # fmt: skip
 
 

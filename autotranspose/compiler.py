@@ -27,6 +27,7 @@ from .codegen import (
     GATHER_KERNELS,
     NVCC_OPTIONS,
     ROW_KERNELS,
+    RUNS_KERNEL,
     gather_kernel_name,
     kernel_name,
     render_gather,
@@ -247,6 +248,12 @@ def get_row_kernel(state: DeviceState, elem_bytes: int, skew: bool = False) -> K
     """permute()'s strided row copy of `elem_bytes`-byte words, skewed or not, on `state`'s
     architecture (every row kernel compiled and loaded together, on first use)."""
     return _untuned_kernel(state, row_kernel_name(elem_bytes, skew), render_rows, ROW_KERNELS)
+
+
+def get_runs_kernel(state: DeviceState) -> Kernel:
+    """permute()'s realigning row copy on `state`'s architecture (compiled and loaded with
+    the row kernels)."""
+    return _untuned_kernel(state, RUNS_KERNEL, render_rows, ROW_KERNELS)
 
 
 def get_gather_kernel(state: DeviceState, elem_bytes: int) -> Kernel:

@@ -23,6 +23,7 @@ from .codegen import (
     ROWS_ARG_FORMAT,
     ROWS_THREADS,
     ROWS_UNROLL,
+    RUNS_ARG_FORMAT,
 )
 from .compiler import (
     ARG_FORMAT,
@@ -32,14 +33,15 @@ from .compiler import (
     get_kernel,
     get_packed_kernel,
     get_row_kernel,
+    get_runs_kernel,
 )
 from .config import KernelConfig
 from .errors import ShapeError
 from .gather import ARG_FORMAT as GATHER_FORMAT
 from .gather import MAX_STRIDE, gather_args
 from .packed import ARG_FORMAT as PACKED_FORMAT
-from .packed import packed_args
-from .plan import NO_DIM, Dim
+from .packed import divisor, packed_args
+from .plan import NO_DIM, REALIGN_MAX_RUN_BYTES, Dim, runs_of
 
 _MAX_GRID_X = 2**31 - 1
 _MAX_GRID_Y = 65535
@@ -253,6 +255,99 @@ def make_row_copy(
     kernel = get_row_kernel(state, elem_bytes, skew=line > 0)
     return Launch(None, kernel, (g.blocks, g.chunks, outer * outer2), (ROWS_THREADS, 1, 1), scalars,
                   state, ROWS_ARG_FORMAT)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunsGeometry:
+    """A realigned copy's runs and grid (`runs_geometry`): runs of `run` bytes, each `s0` x
+    `s1` rows, `ri` x `rb` of them in a launch; `words` 16-byte output words a run at most
+    (its first may be cut), `lanes` threads a run, `per_block` runs a block, runs cut into
+    `chunks` chunks of `chunk` words (blockIdx.y), `blocks` blocks along blockIdx.x."""
+
+    run: int
+    s0: int
+    s1: int
+    ri: int
+    rb: int
+    words: int
+    lanes: int
+    per_block: int
+    chunk: int
+    chunks: int
+    blocks: int
+    walked: int  # blockIdx.z: the two outer dims' indices
+
+
+def runs_geometry(
+    m: int, n: int, ld_out: int, batch: int, bs_out: int, multiprocessors: int, walked: int = 1
+) -> RunsGeometry:
+    """The runs and grid of a realigned copy of `batch` x `m` rows of `n` bytes (pure:
+    tests/test_realign.py walks the kernel's threads over it). Runs take the row copy's
+    lanes and chunks rule (`row_lanes`, ROWS_WAVES) over their 16-byte words."""
+    run, s0, s1 = runs_of(m, n, ld_out, batch, bs_out)
+    # runs: a row each (ri rows of rb matrices), a matrix each, or one
+    ri, rb = (m, batch) if s0 == 1 else (batch // s1, 1)
+    words = -(-run // 16) + 1
+    lanes = row_lanes(words)
+    per_block = ROWS_THREADS // lanes
+    runs = ri * rb
+    blocks = max(1, -(-runs // per_block))
+    want = 1 if words <= ROWS_THREADS else -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
+    chunk = max(lanes * ROWS_MIN_STEPS, -(-words // want), -(-words // _MAX_GRID_Y))
+    chunk = -(-chunk // lanes) * lanes
+    chunks = max(1, -(-words // chunk))
+    return RunsGeometry(run, s0, s1, ri, rb, words, lanes, per_block, chunk, chunks, blocks, walked)
+
+
+def _magic(d: int) -> tuple[int, int]:
+    """The kernel's (magic, shift) for dividing by `d`; (0, 0) for 1 (no division)."""
+    return (0, 0) if d == 1 else divisor(d)
+
+
+def runs_args(
+    batch: int, m: int, n: int, ld_in: int, ld_out: int, bs_in: int, bs_out: int,
+    outer: int = 1, os_in: int = 0, os_out: int = 0, outer2: int = 1, os2_in: int = 0,
+    os2_out: int = 0, *, multiprocessors: int,
+) -> tuple[RunsGeometry, tuple[int, ...]]:  # fmt: skip
+    """The geometry and `at_runs_args` (by RUNS_ARG_FORMAT) of a realigned copy of `outer` x
+    `outer2` x `batch` x `m` rows of `n` bytes, strides in bytes (pure: tests/test_realign.py
+    runs the kernel's threads on them). Raises ShapeError past what one launch takes."""
+    walked = max(1, outer * outer2)
+    g = runs_geometry(m, n, ld_out, batch, bs_out, multiprocessors, walked)
+    if (
+        g.run > REALIGN_MAX_RUN_BYTES or g.ri >= 2**32 or g.rb >= 2**32 or g.words >= 2**32
+        or g.blocks > _MAX_GRID_X or min(outer, outer2) < 1 or walked > _MAX_GRID_Y
+    ):  # fmt: skip
+        raise ShapeError(
+            f"a realigned copy of {outer} x {outer2} x {batch} x {m} rows of {n} bytes is more "
+            f"than one launch takes ({g.blocks} x {g.chunks} x {walked} blocks, runs of {g.run} "
+            "bytes); split the array"
+        )
+    if g.s0 > 1:  # rows side by side in a run: runs are the batch's matrices (or one run)
+        in0, in1 = ld_in, (bs_in if g.s1 > 1 else 0)
+        rin_i, rout_i, rin_b, rout_b = (0, 0, 0, 0) if g.s1 > 1 else (bs_in, bs_out, 0, 0)
+    else:  # a run is a row
+        in0 = in1 = 0
+        rin_i, rout_i, rin_b, rout_b = ld_in, ld_out, bs_in, bs_out
+    nm, ns = _magic(n)
+    sm, ss = _magic(g.s0)
+    scalars = (n, in0, in1, rin_i, rout_i, rin_b, rout_b, os_in, os_out, os2_in, os2_out,
+               g.run, g.s0, g.ri, g.rb, outer2, g.lanes, g.per_block, g.chunk, g.words,
+               nm, ns, sm, ss, 0)  # fmt: skip
+    return g, scalars
+
+
+def make_runs_copy(state: DeviceState, elem_bytes: int, *args: int) -> Launch:
+    """A prepared launch of permute()'s realigned row copy (`plan.realigned`): the row copy's
+    contract (`make_row_copy`'s arguments) in bytes (`elem_bytes` must be 1), moved in
+    aligned 16-byte output words whatever the rows' offsets (templates/rows.cu.j2,
+    `at_copy_runs`)."""
+    if elem_bytes != 1:
+        raise ShapeError(f"a realigned row copy counts bytes, not {elem_bytes}-byte words")
+    g, scalars = runs_args(*args, multiprocessors=state.info.multiprocessors)
+    kernel = get_runs_kernel(state)
+    return Launch(None, kernel, (g.blocks, g.chunks, g.walked), (ROWS_THREADS, 1, 1), scalars,
+                  state, RUNS_ARG_FORMAT)  # fmt: skip
 
 
 def make_packed(

@@ -12,7 +12,8 @@ call's stream, in the array's context, exactly as transpose() chooses them:
   once per index of the plan's host loops;
 - a copy of one contiguous block is one ``cuMemcpyDtoDAsync``;
 - a copy of rows is `launch.make_row_copy` (a generated kernel: its docstring says why not
-  the driver's 2-D copy), once per host-loop index;
+  the driver's 2-D copy), or `launch.make_runs_copy` where the plan realigns it into 16-byte
+  words (`plan.realigned`), once per host-loop index;
 - a packed or gather pass (the plan's choice where those would be many small launches or
   tiny tiles) is `launch.make_packed` or `launch.make_gather`: the whole fused problem in
   one launch.
@@ -52,7 +53,7 @@ from .api import (
 from .arrays import NDView, allocate, check_permute_output, nd_view
 from .compiler import DeviceState
 from .errors import AutotransposeError
-from .launch import Launch, make_gather, make_packed, make_row_copy
+from .launch import Launch, make_gather, make_packed, make_row_copy, make_runs_copy
 from .plan import (
     COPY,
     GATHER,
@@ -99,7 +100,7 @@ MakeTranspose = Callable[
     [int, tuple[int, int, int], tuple[int, int, int, int], int, int, tuple[Dim, Dim]], Any
 ]
 # make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out, outer, os_in, os_out,
-#           outer2, os2_in, os2_out)
+#           outer2, os2_in, os2_out, realign=False)
 MakeCopy = Callable[..., Any]
 # make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box, src, dst, pipelined)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
@@ -146,7 +147,7 @@ def build_steps(
             o, o2 = p.outer, p.outer2
             launch = make_copy(p.elem_bytes, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out,
                                o.extent, o.in_stride, o.out_stride,
-                               o2.extent, o2.in_stride, o2.out_stride)  # fmt: skip
+                               o2.extent, o2.in_stride, o2.out_stride, realign=p.realign)  # fmt: skip
         steps.append(Step(launch, 0, offsets))
     return tuple(steps)
 
@@ -277,8 +278,8 @@ def build(
     def make_transpose(e: int, shape: Any, strides: Any, s: int, d: int, outer: Any) -> Launch:
         return batched_launch(state, e, shape, strides, s, d, stream, ctx, tuple(outer))
 
-    def make_copy(*args: int) -> Launch:
-        return make_row_copy(state, *args)
+    def make_copy(*args: int, realign: bool = False) -> Launch:
+        return (make_runs_copy if realign else make_row_copy)(state, *args)
 
     def gather(e: int, dims: tuple[Dim, ...]) -> Launch:
         return make_gather(state, e, dims)

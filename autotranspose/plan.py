@@ -148,6 +148,18 @@ ALT_MAX_LAUNCHES = 64
 ALT_ROW_BYTES = 1024
 ALT_GATHER_ROW_BYTES = 256
 ALT_SIDE_BYTES = 512
+# A row copy whose rows, strides or pointers leave no word of 16 bytes moves in narrower
+# words (`_copy`): 1-2 bytes a thread for odd rows, which is 8-16x the instructions and
+# requests a byte of 16-byte accesses (session 25's random permute mix: bool rows of 29034
+# bytes in 2-byte words 56.0% of copy, uint8 rows of 21 bytes 15.6%, behind PyTorch). Such a
+# copy runs realigned (`realigned`, templates/rows.cu.j2 `at_copy_runs`): the output cut into
+# runs of contiguous bytes (a row, or the rows that lie side by side in the output), each
+# written in aligned 16-byte words whose bytes are funnel-shifted out of aligned 16-byte
+# loads, where its runs are REALIGN_MIN_RUN_BYTES or longer (shorter runs are mostly the
+# head and tail words a run's ends cut, stored bytewise). A run's bytes are counted in 32
+# bits (REALIGN_MAX_RUN_BYTES). The word copy stays a first call's alternative.
+REALIGN_MIN_RUN_BYTES = 128
+REALIGN_MAX_RUN_BYTES = 2**32 - 1
 
 
 def max_tiles(m: int, n: int) -> int:
@@ -201,6 +213,7 @@ class Pass:
     dims: tuple[Dim, ...] = ()  # gather, packed: the problem, output memory order, outermost first
     box: tuple[int, ...] = ()  # packed: the box's extent along each of `dims`
     pipelined: bool = False  # packed: the pipelined kernel (`can_pipeline`, PACKED_PIPELINE_*)
+    realign: bool = False  # copy: in bytes, realigned into 16-byte words (`realigned`)
     # copy and transpose: up to two more batch dims that the launch itself walks (the row
     # kernel's blockIdx.z, outer's index times outer2's extent plus outer2's index; a tile
     # kernel's batch index, `batch` innermost, then outer2, then outer)
@@ -262,6 +275,12 @@ class Pass:
             return text
         if self.contiguous:
             text = f"copy {self.n * e} contiguous bytes"
+        elif self.kind == COPY and self.realign:
+            text = (
+                f"copy {self.batch} x {self.m} rows of {self.n} bytes realigned into 16-byte "
+                f"words (runs of {self.run_bytes} bytes; ld_in {self.ld_in}, ld_out "
+                f"{self.ld_out}, bs_in {self.bs_in}, bs_out {self.bs_out} bytes)"
+            )
         elif self.kind == COPY:
             text = (
                 f"copy {self.batch} x {self.m} rows of {self.n * e} bytes ({self.n} {e}-byte "
@@ -273,7 +292,7 @@ class Pass:
                 f"transpose {self.batch} x {self.m}x{self.n} of {e}-byte elements (ld_in "
                 f"{self.ld_in}, ld_out {self.ld_out}, bs_in {self.bs_in}, bs_out {self.bs_out})"
             )
-        unit = " words" if self.kind == COPY else ""
+        unit = (" bytes" if self.realign else " words") if self.kind == COPY else ""
         for o in (self.outer, self.outer2):
             if o.extent > 1:
                 text += f" x {o.extent} in the launch (in +{o.in_stride}, out +{o.out_stride}{unit})"
@@ -281,8 +300,15 @@ class Pass:
             text += "; host loops " + ", ".join(
                 f"{d.extent} (in +{d.in_stride}, out +{d.out_stride})" for d in self.loops
             )
-            text += " words" if self.kind == COPY else " elements"
+            text += (" bytes" if self.realign else " words") if self.kind == COPY else " elements"
         return text
+
+    @property
+    def run_bytes(self) -> int:
+        """A realigned copy's runs: its rows, times m where the output's rows lie side by
+        side (ld_out == n), times the batch where its matrices do too (bs_out == m n);
+        the same rule as `launch.make_runs_copy`'s."""
+        return runs_of(self.m, self.n, self.ld_out, self.batch, self.bs_out)[0]
 
 
 @dataclass(frozen=True)
@@ -420,6 +446,8 @@ def plan_permute(
     case, one = _classify(fused, elem_bytes, in_ptr, out_ptr)
     why = gather_reason(one)
     chosen = (one_launch(one, PACKED) or one_launch(one, GATHER) or one) if why else one
+    if chosen is one:
+        chosen = realigned(one) or one
     alts = alternatives(one, chosen)
     return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (chosen,), why, alts)
 
@@ -467,10 +495,14 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
             found.append(one_launch(chosen, PACKED, PACKED_WORDS_BYTES // e))
         if batched.loops and batched.launches <= ALT_MAX_LAUNCHES:
             found.append(batched)
-    elif chosen.kind == COPY and not chosen.contiguous and chosen.n * e < ALT_ROW_BYTES:
-        found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
-        if chosen.n * e < ALT_GATHER_ROW_BYTES:
-            found.append(one_launch(chosen, GATHER))
+    elif chosen.kind == COPY and not chosen.contiguous:
+        if chosen.realign:  # its word copy, and the rest in words, not bytes
+            found.append(batched)
+            e = batched.elem_bytes
+        if batched.n * e < ALT_ROW_BYTES:
+            found += [one_launch(batched, PACKED), one_launch(batched, PACKED, PACKED_BIG_ELEMS)]
+        if batched.n * e < ALT_GATHER_ROW_BYTES:
+            found.append(one_launch(batched, GATHER))
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
         found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
     picked: list[Pass] = []
@@ -755,6 +787,52 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
         b.in_stride if b else m.extent * m.in_stride,
         b.out_stride if b else m.extent * m.out_stride,
         tuple(loops), outer=o, outer2=o2,
+    )  # fmt: skip
+
+
+def runs_of(m: int, n: int, ld_out: int, batch: int, bs_out: int) -> tuple[int, int, int]:
+    """(run bytes, rows fused into a run, matrices fused into a run) of a realigned copy of
+    `batch` x `m` rows of `n` bytes: m rows where the output's rows lie side by side, then
+    the batch where its matrices do too, while the run stays within REALIGN_MAX_RUN_BYTES."""
+    s0 = m if m > 1 and ld_out == n and m * n <= REALIGN_MAX_RUN_BYTES else 1
+    s1 = batch if s0 == m and batch > 1 and bs_out == m * n and batch * m * n <= REALIGN_MAX_RUN_BYTES else 1
+    return s1 * s0 * n, s0, s1
+
+
+def realigned(p: Pass) -> Pass | None:
+    """Copy pass `p` in bytes, realigned into 16-byte words (REALIGN_*), or None where it
+    keeps its words: a word of 16 bytes already, runs under REALIGN_MIN_RUN_BYTES, or a row
+    over REALIGN_MAX_RUN_BYTES. The rows' dims are re-picked so that those the output lays
+    side by side fuse into runs: m the dim whose rows are adjacent (out stride n), the batch
+    the one whose matrices then are (out stride m n); the launch walks two more, as
+    `_copy`'s does."""
+    if p.kind != COPY or p.contiguous or p.realign or p.elem_bytes == 16:
+        return None
+    w = p.elem_bytes
+    *words, row = p.problem()
+    rows = [Dim(d.extent, d.in_stride * w, d.out_stride * w) for d in words]
+    n = row.extent * w
+    if row.in_stride != 1 or row.out_stride != 1 or n > REALIGN_MAX_RUN_BYTES:
+        return None
+    m = next((d for d in rows if d.out_stride == n), None)
+    if m is None:
+        m, rest = _largest(rows)
+    else:
+        rest = [d for d in rows if d is not m]
+    b = next((d for d in rest if m is not None and d.out_stride == m.extent * n), None)
+    if b is None:
+        b, rest = _largest(rest)
+    else:
+        rest = [d for d in rest if d is not b]
+    m, b = m or Dim(1, n, n), b or Dim(1, 0, 0)
+    if b.extent == 1:
+        b = Dim(1, m.extent * m.in_stride, m.extent * m.out_stride)
+    if runs_of(m.extent, n, m.out_stride, b.extent, b.out_stride)[0] < REALIGN_MIN_RUN_BYTES:
+        return None
+    o, o2, loops = _walked(rest, ROWS_MAX_OUTER)
+    return Pass(
+        COPY, 1, m.extent, n, m.in_stride, m.out_stride, b.extent, b.in_stride, b.out_stride,
+        tuple(loops), outer=o, outer2=o2, realign=True,
     )  # fmt: skip
 
 

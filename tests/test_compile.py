@@ -89,6 +89,9 @@ def test_permute_kernels_compile_without_spills(arch):
             assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{name} spills on {arch}: {res}"
             assert res.smem_bytes == 0, f"{name}: {res}"
             assert res.registers * threads * blocks <= 65536, f"{name} on {arch}: {res}"
+    res = report["at_copy_runs"]  # the realigning row copy: no local memory, a full SM of threads
+    assert res.spill_bytes == 0 and res.stack_bytes == 0 and res.smem_bytes == 0, res
+    assert res.registers <= 40, f"at_copy_runs on {arch}: {res}"
 
 
 def test_a_struct_the_host_packs_differently_does_not_compile(monkeypatch):

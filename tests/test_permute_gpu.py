@@ -105,18 +105,28 @@ def test_random_views_into_poisoned_outputs_with_a_guard(rng, e):
             assert bool((raw[whole.nbytes :] == POISON).all())
 
 
-@pytest.mark.parametrize("skewed", [False, True])
+@pytest.mark.parametrize("kernel", ["words", "words_skewed", "realigned"])
 @pytest.mark.parametrize("e", [1, 2, 4, 8])
-def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, skewed):
+def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypatch):
     """Row copies of long rows of words under 16 bytes (odd lengths and pitches), inputs and
     outputs at random element offsets, so each row starts at its own alignment; the poison
-    around the output window survives. `skewed`: chunks long enough that the kernel skews
-    the rows' stores to start on a line (`launch.row_store_line`), else the unskewed one."""
+    around the output window survives. Each through one kernel: the realigning one
+    (`plan.realigned`, what the plan serves such rows), or the word copy (realigning off),
+    its chunks long enough that it skews the rows' stores to start on a line
+    (`launch.row_store_line`, "words_skewed") or not."""
     cupy = pytest.importorskip("cupy")
+    from autotranspose import permuter
+    from autotranspose import plan as plan_module
+    from autotranspose.compiler import device_state
+
+    if kernel != "realigned":
+        monkeypatch.setattr(plan_module, "REALIGN_MIN_RUN_BYTES", 2**62)
+    state = device_state(0)
+    stream = cupy.cuda.get_current_stream().ptr
     dtype = DTYPES[e]
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     for _ in range(3):
-        if skewed:
+        if kernel == "words_skewed":
             b, m, n = int(rng.integers(45, 60)), int(rng.integers(45, 60)), int(rng.integers(6000, 9000)) | 1
         else:
             b, m, n = int(rng.integers(1, 40)), int(rng.integers(1, 40)), int(rng.integers(512 // e, 900)) | 1
@@ -124,19 +134,74 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, skewed):
         big = cupy.asarray(random_array(rng, (b, m, n + pad + 8), dtype))
         start = int(rng.integers(0, 8))
         x = big[:, :, start : start + n]
-        plan = plan_permute(x.shape, (1, 0, 2), e, tuple(st // e for st in x.strides), None,
-                            in_ptr=x.data.ptr)  # fmt: skip
-        p = plan.passes[0]
-        assert p.kind == "copy" and p.elem_bytes * p.n >= 512
-        g = launch.row_geometry(p.batch * p.m, p.n, sms, p.outer.extent * p.outer2.extent)
-        assert (launch.row_store_line(p.n, g.chunk, g.lanes) > 0) == skewed, (b, m, n, g)
         want = np.transpose(cupy.asnumpy(x), (1, 0, 2))
         lead = int(rng.integers(1, 16))
         raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)
         out = raw[lead * e : lead * e + want.nbytes].view(dtype).reshape(want.shape)
-        assert at.permute(x, (1, 0, 2), out) is out
+        plan = plan_permute(x.shape, (1, 0, 2), e, tuple(st // e for st in x.strides), None,
+                            in_ptr=x.data.ptr, out_ptr=out.data.ptr)  # fmt: skip
+        p = plan.passes[0]
+        assert p.kind == "copy" and p.elem_bytes * p.n >= 512 and p.realign == (kernel == "realigned")
+        if kernel != "realigned":
+            g = launch.row_geometry(p.batch * p.m, p.n, sms, p.outer.extent * p.outer2.extent)
+            assert (launch.row_store_line(p.n, g.chunk, g.lanes) > 0) == (kernel == "words_skewed"), (b, m, n, g)
+        for step in permuter.build(plan, state, x.data.ptr, out.data.ptr, stream, state.ctx):
+            step.run(x.data.ptr, out.data.ptr, stream, state.ctx)
+        cupy.cuda.get_current_stream().synchronize()
         assert same_bits(cupy.asnumpy(out), want), (x.shape, x.strides, start, lead)
         assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+
+
+@pytest.mark.parametrize("e", [1, 2, 4, 8])
+def test_realigned_short_rows_into_poisoned_windows(rng, e):
+    """Permutes that keep the innermost axis innermost with short odd rows (1 to 40 elements)
+    of sliced inputs at any element offset, into a contiguous or row-padded out window at
+    any offset: the realigned copy (rows side by side fused into runs, or runs of one row)
+    through permute() and through its own pass, against NumPy; the poison around the window
+    survives."""
+    cupy = pytest.importorskip("cupy")
+    from autotranspose import permuter
+    from autotranspose.compiler import device_state
+
+    state = device_state(0)
+    stream = cupy.cuda.get_current_stream().ptr
+    dtype = DTYPES[e]
+    done = 0
+    while done < 6:
+        nd = int(rng.integers(3, 6))
+        shape = [int(v) for v in rng.integers(2, 40 if nd == 3 else 14, nd)]
+        shape[-1] = int(rng.integers(1, 41))
+        axes = (*(int(a) for a in rng.permutation(nd - 1)), nd - 1)
+        start = int(rng.integers(0, 8))
+        big = cupy.asarray(random_array(rng, (*shape[:-1], shape[-1] + start + 3), dtype))
+        x = big[..., start : start + shape[-1]]
+        want = np.transpose(cupy.asnumpy(x), axes)
+        lead, gap = int(rng.integers(0, 16)), int(rng.integers(0, 3)) * int(rng.integers(1, 7))
+        rows = (*want.shape[:-1], want.shape[-1] + gap)  # gap > 0: the output's rows apart
+        raw = cupy.full((int(np.prod(rows)) + lead + 64) * e, POISON, np.uint8)
+        whole = raw[lead * e : (lead + int(np.prod(rows))) * e].view(dtype).reshape(rows)
+        out = whole[..., : want.shape[-1]]
+        plan = plan_permute(x.shape, axes, e, tuple(st // e for st in x.strides),
+                            tuple(st // e for st in out.strides), in_ptr=x.data.ptr, out_ptr=out.data.ptr)  # fmt: skip
+        if not plan.passes or not plan.passes[0].realign:
+            continue
+        done += 1
+        for how in ("pass", "permute"):
+            raw.fill(POISON)
+            if how == "pass":
+                for step in permuter.build(plan, state, x.data.ptr, out.data.ptr, stream, state.ctx):
+                    step.run(x.data.ptr, out.data.ptr, stream, state.ctx)
+            else:
+                assert at.permute(x, axes, out) is out
+            cupy.cuda.get_current_stream().synchronize()
+            case = f"{how}: {x.shape} by {axes}, x strides {x.strides}, out strides {out.strides}, lead {lead}"
+            assert same_bits(cupy.asnumpy(out), want), case
+            host = cupy.asnumpy(raw)
+            written = np.zeros(host.size, bool)
+            idx = np.lib.stride_tricks.as_strided(np.arange(host.size), shape=(*want.shape, e),
+                                                  strides=(*(st // e * 8 * e for st in out.strides), 8))  # fmt: skip
+            written[(idx + lead * e).ravel()] = True
+            assert bool((host[~written] == POISON).all()), f"poison overwritten: {case}"
 
 
 @pytest.mark.parametrize(

@@ -152,12 +152,24 @@ ALT_SIDE_BYTES = 512
 # words (`_copy`): 1-2 bytes a thread for odd rows, which is 8-16x the instructions and
 # requests a byte of 16-byte accesses (session 25's random permute mix: bool rows of 29034
 # bytes in 2-byte words 56.0% of copy, uint8 rows of 21 bytes 15.6%, behind PyTorch). Such a
-# copy runs realigned (`realigned`, templates/rows.cu.j2 `at_copy_runs`): the output cut into
-# runs of contiguous bytes (a row, or the rows that lie side by side in the output), each
+# copy can run realigned (`realigned`, templates/rows.cu.j2 `at_copy_runs`): the output cut
+# into runs of contiguous bytes (a row, or the rows that lie side by side in the output), each
 # written in aligned 16-byte words whose bytes are funnel-shifted out of aligned 16-byte
-# loads, where its runs are REALIGN_MIN_RUN_BYTES or longer (shorter runs are mostly the
-# head and tail words a run's ends cut, stored bytewise). A run's bytes are counted in 32
-# bits (REALIGN_MAX_RUN_BYTES). The word copy stays a first call's alternative.
+# loads. Session 26, word copy against realigned in one process (tools/realign_check.py, %
+# of copy): uint8 rows of 21 bytes 9.5 -> 78.4, of 333 bytes 21.0 -> 77.3, bool 29034 56.2 ->
+# 87.0, int16 222 29.9 -> 81.8, uint16 108 57.0 -> 81.5, float32 4004 81.3 -> 93.4, float16
+# rows of 24 bytes in 8-byte words 20.7 -> 83.3; but rows under REALIGN_MIN_ROW_BYTES lost or
+# stayed low (uint8 3 bytes 17.8 -> 6.5, uint16 6 bytes 29.6 -> 9.0, uint8 5 bytes 13.3 ->
+# 18.6: a word then takes 3-16 rows, one loop turn each), and rows of 8-byte words from
+# REALIGN_WORDS_FIRST_BYTES up kept the word copy's pace or lost (float64 6216 bytes 87.1 ->
+# 87.9, complex64 104 bytes 91.0 -> 73.1). So the realigned copy is the plan's pass for rows
+# of REALIGN_MIN_ROW_BYTES or more in words under 8 bytes, or in 8-byte words under
+# REALIGN_WORDS_FIRST_BYTES; for longer rows of 8-byte words it is a first call's
+# alternative; either way the other one is too. Runs under REALIGN_MIN_RUN_BYTES (output rows
+# apart and short: mostly the head and tail words a run's ends cut, stored bytewise) keep the
+# word copy. A run's bytes are counted in 32 bits (REALIGN_MAX_RUN_BYTES).
+REALIGN_MIN_ROW_BYTES = 16
+REALIGN_WORDS_FIRST_BYTES = 64
 REALIGN_MIN_RUN_BYTES = 128
 REALIGN_MAX_RUN_BYTES = 2**32 - 1
 
@@ -446,7 +458,7 @@ def plan_permute(
     case, one = _classify(fused, elem_bytes, in_ptr, out_ptr)
     why = gather_reason(one)
     chosen = (one_launch(one, PACKED) or one_launch(one, GATHER) or one) if why else one
-    if chosen is one:
+    if chosen is one and realign_first(one):
         chosen = realigned(one) or one
     alts = alternatives(one, chosen)
     return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (chosen,), why, alts)
@@ -496,12 +508,13 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         if batched.loops and batched.launches <= ALT_MAX_LAUNCHES:
             found.append(batched)
     elif chosen.kind == COPY and not chosen.contiguous:
-        if chosen.realign:  # its word copy, and the rest in words, not bytes
-            found.append(batched)
-            e = batched.elem_bytes
-        if batched.n * e < ALT_ROW_BYTES:
+        # the word copy and the realigned one race each other (REALIGN_*); the one-launch
+        # passes take the word copy's elements, not bytes
+        found.append(batched if chosen.realign else realigned(batched))
+        row = batched.n * batched.elem_bytes
+        if row < ALT_ROW_BYTES:
             found += [one_launch(batched, PACKED), one_launch(batched, PACKED, PACKED_BIG_ELEMS)]
-        if batched.n * e < ALT_GATHER_ROW_BYTES:
+        if row < ALT_GATHER_ROW_BYTES:
             found.append(one_launch(batched, GATHER))
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
         found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
@@ -799,10 +812,17 @@ def runs_of(m: int, n: int, ld_out: int, batch: int, bs_out: int) -> tuple[int, 
     return s1 * s0 * n, s0, s1
 
 
+def realign_first(p: Pass) -> bool:
+    """Whether word copy `p` should run realigned as the plan's own pass, not only as an
+    alternative: rows of words under 8 bytes, or of 8-byte words under
+    REALIGN_WORDS_FIRST_BYTES (the measurements at REALIGN_*)."""
+    return p.elem_bytes < 8 or p.n * p.elem_bytes < REALIGN_WORDS_FIRST_BYTES
+
+
 def realigned(p: Pass) -> Pass | None:
     """Copy pass `p` in bytes, realigned into 16-byte words (REALIGN_*), or None where it
-    keeps its words: a word of 16 bytes already, runs under REALIGN_MIN_RUN_BYTES, or a row
-    over REALIGN_MAX_RUN_BYTES. The rows' dims are re-picked so that those the output lays
+    keeps its words: a word of 16 bytes already, rows under REALIGN_MIN_ROW_BYTES, runs
+    under REALIGN_MIN_RUN_BYTES, or a row over REALIGN_MAX_RUN_BYTES. The rows' dims are re-picked so that those the output lays
     side by side fuse into runs: m the dim whose rows are adjacent (out stride n), the batch
     the one whose matrices then are (out stride m n); the launch walks two more, as
     `_copy`'s does."""
@@ -812,7 +832,7 @@ def realigned(p: Pass) -> Pass | None:
     *words, row = p.problem()
     rows = [Dim(d.extent, d.in_stride * w, d.out_stride * w) for d in words]
     n = row.extent * w
-    if row.in_stride != 1 or row.out_stride != 1 or n > REALIGN_MAX_RUN_BYTES:
+    if row.in_stride != 1 or row.out_stride != 1 or not REALIGN_MIN_ROW_BYTES <= n <= REALIGN_MAX_RUN_BYTES:
         return None
     m = next((d for d in rows if d.out_stride == n), None)
     if m is None:

@@ -224,3 +224,19 @@ def test_runs_geometry_covers_every_word():
         assert g.chunks * g.chunk >= g.words and g.chunk % g.lanes == 0
         assert g.per_block * g.lanes <= ROWS_THREADS
         assert g.blocks * g.per_block >= g.ri * g.rb
+
+
+def test_short_rows_and_long_rows_of_8_byte_words_keep_the_word_copy():
+    """Rows under REALIGN_MIN_ROW_BYTES keep the word copy; rows of 8-byte words from
+    REALIGN_WORDS_FIRST_BYTES up keep it as the plan's pass, the realigned copy racing it."""
+    from autotranspose.plan import REALIGN_MIN_ROW_BYTES, REALIGN_WORDS_FIRST_BYTES
+
+    short = plan_permute((20000, 100, REALIGN_MIN_ROW_BYTES - 1), (1, 0, 2), 1)
+    assert not short.passes[0].realign and not any(a.realign for a in short.alternatives)
+    rows = REALIGN_WORDS_FIRST_BYTES // 8 + 1  # odd: 8-byte words at most
+    long8 = plan_permute((3000, 400, rows), (1, 0, 2), 8)
+    p = long8.passes[0]
+    assert p.kind == COPY and p.elem_bytes == 8 and not p.realign
+    assert realigned(p) in long8.alternatives
+    short8 = plan_permute((3000, 400, 3), (1, 0, 2), 8)  # 24-byte rows in 8-byte words
+    assert short8.passes[0].realign

@@ -121,6 +121,8 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
 
     if kernel != "realigned":
         monkeypatch.setattr(plan_module, "REALIGN_MIN_RUN_BYTES", 2**62)
+    else:  # long rows of 8-byte words too (the plan serves those the word copy first)
+        monkeypatch.setattr(plan_module, "REALIGN_WORDS_FIRST_BYTES", 2**62)
     state = device_state(0)
     stream = cupy.cuda.get_current_stream().ptr
     dtype = DTYPES[e]
@@ -154,8 +156,8 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
 
 @pytest.mark.parametrize("e", [1, 2, 4, 8])
 def test_realigned_short_rows_into_poisoned_windows(rng, e):
-    """Permutes that keep the innermost axis innermost with short odd rows (1 to 40 elements)
-    of sliced inputs at any element offset, into a contiguous or row-padded out window at
+    """Permutes that keep the innermost axis innermost with short rows (16 to 63 bytes, or to
+    40 elements: the realigned copy's shortest) of sliced inputs at any element offset, into a contiguous or row-padded out window at
     any offset: the realigned copy (rows side by side fused into runs, or runs of one row)
     through permute() and through its own pass, against NumPy; the poison around the window
     survives."""
@@ -170,7 +172,7 @@ def test_realigned_short_rows_into_poisoned_windows(rng, e):
     while done < 6:
         nd = int(rng.integers(3, 6))
         shape = [int(v) for v in rng.integers(2, 40 if nd == 3 else 14, nd)]
-        shape[-1] = int(rng.integers(1, 41))
+        shape[-1] = int(rng.integers(-(-16 // e), max(-(-16 // e), min(40, 63 // e)) + 1))
         axes = (*(int(a) for a in rng.permutation(nd - 1)), nd - 1)
         start = int(rng.integers(0, 8))
         big = cupy.asarray(random_array(rng, (*shape[:-1], shape[-1] + start + 3), dtype))

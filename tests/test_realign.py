@@ -19,6 +19,7 @@ from autotranspose.plan import (
     REALIGN_MIN_RUN_BYTES,
     Dim,
     Pass,
+    contiguous_strides,
     plan_permute,
     realigned,
     runs_of,
@@ -180,7 +181,7 @@ def test_realigned_passes_of_random_permutes_match_numpy(rng, e):
         mem_bytes = dst + int(np.prod(shape)) * e + 64
         mem = np.random.default_rng(done).integers(0, 256, mem_bytes, dtype=np.uint8)
         x = np.lib.stride_tricks.as_strided(mem[src:], shape=(*shape, e),
-                                            strides=(*(s * e for s in _strides(shape)), 1)).copy()  # fmt: skip
+                                            strides=(*(s * e for s in contiguous_strides(shape)), 1)).copy()  # fmt: skip
         _check(p, src, dst, mem_bytes, np.random.default_rng(done))
         # _check compared against the pass's own contract; the contract against NumPy:
         got = mem.copy()
@@ -190,14 +191,6 @@ def test_realigned_passes_of_random_permutes_match_numpy(rng, e):
         out_shape = tuple(shape[a] for a in axes)
         y = got[dst : dst + int(np.prod(shape)) * e].reshape(*out_shape, e)
         np.testing.assert_array_equal(y, np.transpose(x, (*axes, nd)))
-
-
-def _strides(shape):
-    acc, out = 1, []
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(reversed(out))
 
 
 def test_sixteen_byte_words_and_short_runs_keep_the_word_copy():

@@ -46,6 +46,38 @@ def runnable_tiles(s: int, m: int, n: int, fields: Any) -> list[Any]:
     return out
 
 
+def permute_cases_parser(default_seeds: list[int]) -> argparse.ArgumentParser:
+    """The options of the tools that time permute cases of random mixes: --seeds, --count,
+    --shapes (DTYPE:AxBxC/I,J,K cases added), --repeats, --json, --budget."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="*", default=default_seeds)
+    ap.add_argument("--count", type=int, default=40)
+    ap.add_argument("--shapes", nargs="*", default=[], help="DTYPE:AxBxC/I,J,K cases to add")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json")
+    ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
+    return ap
+
+
+def permute_cases(args: Any, keep: Any) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
+    """The --shapes cases, then each case of `random_permute_cases(args.count, seed)` for the
+    --seeds whose plan `keep(plan)` accepts."""
+    from autotranspose.bench import random_permute_cases
+    from autotranspose.dtypes import element_type
+    from autotranspose.plan import plan_permute
+
+    out = []
+    for text in args.shapes:
+        dtype, rest = text.split(":")
+        shape, axes = rest.split("/")
+        out.append((tuple(map(int, shape.split("x"))), tuple(map(int, axes.split(","))), dtype))
+    for seed in args.seeds:
+        for shape, axes, dtype in random_permute_cases(args.count, seed):
+            if keep(plan_permute(shape, axes, element_type(dtype).size)):
+                out.append((shape, axes, dtype))
+    return out
+
+
 def within_budget(cases: Any, budget_s: float) -> Any:
     """The cases, one at a time, until `budget_s` seconds have passed since the first (the
     rest are named as not measured): a device call has a hard time limit."""

@@ -14,39 +14,26 @@ history.)
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 
-def _cases(args) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
-    from autotranspose.bench import random_permute_cases
-    from autotranspose.dtypes import element_type
-    from autotranspose.plan import COPY, plan_permute
+def _row_copy(plan) -> bool:
+    from autotranspose.plan import COPY
 
-    out = []
-    for text in args.shapes:
-        dtype, rest = text.split(":")
-        shape, axes = rest.split("/")
-        out.append((tuple(map(int, shape.split("x"))), tuple(map(int, axes.split(","))), dtype))
-    for seed in args.seeds:
-        for shape, axes, dtype in random_permute_cases(args.count, seed):
-            p = plan_permute(shape, axes, element_type(dtype).size).passes[0]
-            if p.kind == COPY and not p.contiguous:
-                out.append((shape, axes, dtype))
-    return out
+    return plan.passes[0].kind == COPY and not plan.passes[0].contiguous
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, nargs="*", default=[7])
-    ap.add_argument("--count", type=int, default=40)
-    ap.add_argument("--shapes", nargs="*", default=[], help="DTYPE:AxBxC/I,J,K cases to add")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--json")
-    ap.add_argument("--budget", type=float, default=1e9, help="stop after this many seconds")
-    args = ap.parse_args()
+    from _sweep import (
+        permute_case,
+        permute_cases,
+        permute_cases_parser,
+        print_summaries,
+        time_steps,
+        within_budget,
+    )
 
-    from _sweep import permute_case, print_summaries, time_steps, within_budget
+    args = permute_cases_parser([7]).parse_args()
 
     from autotranspose import launch
     from autotranspose.bench import _PermuteCheck
@@ -56,7 +43,7 @@ def main() -> int:
     state = activate(0)
     rows = []
     line, passes = launch.ROWS_STORE_LINE, launch.ROWS_SKEW_PASSES
-    for shape, axes, dtype in within_budget(_cases(args), args.budget):
+    for shape, axes, dtype in within_budget(permute_cases(args, _row_copy), args.budget):
         with permute_case(state, shape, axes, dtype, "") as (bench, plan, src0, dst0):
             p = plan.passes[0]
             runs = {"rows": build(plan, state, src0, dst0, 0, state.ctx)}

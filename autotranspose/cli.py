@@ -634,6 +634,7 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
 
     from . import lookup
     from .codegen import (
+        RUNS_KERNEL,
         gather_kernel_name,
         render_gather,
         render_packed,
@@ -671,7 +672,7 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
         spec = packed_args(p.elem_bytes, p.dims, p.box).kernel
         kernel, source = spec.name, render_packed([spec])
     else:
-        kernel, source = row_kernel_name(p.elem_bytes), render_rows()
+        kernel, source = RUNS_KERNEL if p.realign else row_kernel_name(p.elem_bytes), render_rows()
     info["kernel"] = kernel
     if args.json:
         if args.source:

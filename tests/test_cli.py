@@ -588,6 +588,19 @@ def test_lookup_axes_of_a_row_copy_needs_no_device(tmp_path: Path) -> None:
     assert alt["kind"] == "packed" and alt["box"] == [1, 8, 8, 16]
 
 
+def test_lookup_axes_of_a_realigned_row_copy_names_its_kernel(tmp_path: Path) -> None:
+    """Rows of 21 bytes (no word over 1 byte): the copy runs realigned, and lookup names the
+    realigning kernel, whose source --source prints."""
+    rc, out, err = run("lookup", "--shape", "11618x18x232x21", "--axes", "0,2,1,3", "--dtype",
+                       "uint8", "--db", str(tmp_path / "none.db"))  # fmt: skip
+    assert rc == 0, err
+    assert "rows of 21 bytes realigned into 16-byte words (runs of 87696 bytes" in out
+    assert "a first call also times: copy 232 x 11618 rows of 21 bytes (21 1-byte words" in out
+    assert out.splitlines()[-1] == "kernel  at_copy_runs"
+    rc, src, _ = run("lookup", "--shape", "11618x18x232x21", "--axes", "0,2,1,3", "--dtype", "uint8", "--source")
+    assert rc == 0 and "at_copy_runs(" in src and "__global__" in src
+
+
 def test_lookup_axes_of_a_packed_pass_needs_no_device(tmp_path: Path) -> None:
     """Six small launches become one packed launch: the plan says so and why, and --source
     prints the kernel for its box."""

@@ -90,11 +90,19 @@ def row_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1) -> Ro
     lanes = row_lanes(n)
     per_block = ROWS_THREADS // lanes
     blocks = max(1, -(-rows // (per_block * ROWS_UNROLL)))
-    # chunks wanted: none for rows no longer than a block, else enough for ROWS_WAVES waves
+    chunk, chunks = _row_chunks(n, lanes, blocks, multiprocessors, walked)
+    return RowGeometry(lanes, per_block, chunk, chunks, blocks)
+
+
+def _row_chunks(n: int, lanes: int, blocks: int, multiprocessors: int, walked: int) -> tuple[int, int]:
+    """(chunk, chunks): rows of `n` words over `lanes` threads cut along blockIdx.y, for a
+    launch of `blocks` x `walked` blocks otherwise (the row copy's and the realigned copy's
+    rule): no cut for rows no longer than a block, else enough chunks for ROWS_WAVES waves,
+    each at least ROWS_MIN_STEPS words a lane and a whole number of passes."""
     want = 1 if n <= ROWS_THREADS else -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
     chunk = max(lanes * ROWS_MIN_STEPS, -(-n // want), -(-n // _MAX_GRID_Y))
     chunk = -(-chunk // lanes) * lanes
-    return RowGeometry(lanes, per_block, chunk, max(1, -(-n // chunk)), blocks)
+    return chunk, max(1, -(-n // chunk))
 
 
 def row_store_line(n: int, chunk: int, lanes: int) -> int:
@@ -290,12 +298,8 @@ def runs_geometry(
     words = -(-run // 16) + 1
     lanes = row_lanes(words)
     per_block = ROWS_THREADS // lanes
-    runs = ri * rb
-    blocks = max(1, -(-runs // per_block))
-    want = 1 if words <= ROWS_THREADS else -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
-    chunk = max(lanes * ROWS_MIN_STEPS, -(-words // want), -(-words // _MAX_GRID_Y))
-    chunk = -(-chunk // lanes) * lanes
-    chunks = max(1, -(-words // chunk))
+    blocks = max(1, -(-(ri * rb) // per_block))
+    chunk, chunks = _row_chunks(words, lanes, blocks, multiprocessors, walked)
     return RunsGeometry(run, s0, s1, ri, rb, words, lanes, per_block, chunk, chunks, blocks, walked)
 
 

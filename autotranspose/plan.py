@@ -822,8 +822,8 @@ def realign_first(p: Pass) -> bool:
 def realigned(p: Pass) -> Pass | None:
     """Copy pass `p` in bytes, realigned into 16-byte words (REALIGN_*), or None where it
     keeps its words: a word of 16 bytes already, rows under REALIGN_MIN_ROW_BYTES, runs
-    under REALIGN_MIN_RUN_BYTES, or a row over REALIGN_MAX_RUN_BYTES. The rows' dims are re-picked so that those the output lays
-    side by side fuse into runs: m the dim whose rows are adjacent (out stride n), the batch
+    under REALIGN_MIN_RUN_BYTES, or a row over REALIGN_MAX_RUN_BYTES. The rows' dims are
+    re-picked so that those the output lays side by side fuse into runs: m the dim whose rows are adjacent (out stride n), the batch
     the one whose matrices then are (out stride m n); the launch walks two more, as
     `_copy`'s does."""
     if p.kind != COPY or p.contiguous or p.realign or p.elem_bytes == 16:
@@ -837,15 +837,15 @@ def realigned(p: Pass) -> Pass | None:
     m = next((d for d in rows if d.out_stride == n), None)
     if m is None:
         m, rest = _largest(rows)
+        assert m is not None  # a copy that is not one contiguous block has rows
     else:
         rest = [d for d in rows if d is not m]
-    b = next((d for d in rest if m is not None and d.out_stride == m.extent * n), None)
+    b = next((d for d in rest if d.out_stride == m.extent * n), None)
     if b is None:
         b, rest = _largest(rest)
     else:
         rest = [d for d in rest if d is not b]
-    m, b = m or Dim(1, n, n), b or Dim(1, 0, 0)
-    if b.extent == 1:
+    if b is None:
         b = Dim(1, m.extent * m.in_stride, m.extent * m.out_stride)
     if runs_of(m.extent, n, m.out_stride, b.extent, b.out_stride)[0] < REALIGN_MIN_RUN_BYTES:
         return None

@@ -823,9 +823,10 @@ def realigned(p: Pass) -> Pass | None:
     """Copy pass `p` in bytes, realigned into 16-byte words (REALIGN_*), or None where it
     keeps its words: a word of 16 bytes already, rows under REALIGN_MIN_ROW_BYTES, runs
     under REALIGN_MIN_RUN_BYTES, or a row over REALIGN_MAX_RUN_BYTES. The rows' dims are
-    re-picked so that those the output lays side by side fuse into runs: m the dim whose rows are adjacent (out stride n), the batch
-    the one whose matrices then are (out stride m n); the launch walks two more, as
-    `_copy`'s does."""
+    re-picked so that those the output lays side by side fuse into runs: m the dim whose rows
+    are adjacent (out stride n), the batch the one whose matrices then are (out stride m n);
+    the launch walks two more, as `_copy`'s does. Where that would leave more host loops
+    than `p` has (its large dims over blockIdx.z's limit), the dims are `p`'s own."""
     if p.kind != COPY or p.contiguous or p.realign or p.elem_bytes == 16:
         return None
     w = p.elem_bytes
@@ -834,26 +835,35 @@ def realigned(p: Pass) -> Pass | None:
     n = row.extent * w
     if row.in_stride != 1 or row.out_stride != 1 or not REALIGN_MIN_ROW_BYTES <= n <= REALIGN_MAX_RUN_BYTES:
         return None
-    m = next((d for d in rows if d.out_stride == n), None)
+    for fuse in (True, False):  # unfused, the word copy's own dims: never more launches
+        m, b, rest = _run_dims(rows, n, fuse)
+        o, o2, loops = _walked(rest, ROWS_MAX_OUTER)
+        if math.prod(d.extent for d in loops) <= p.launches:
+            break
+    if runs_of(m.extent, n, m.out_stride, b.extent, b.out_stride)[0] < REALIGN_MIN_RUN_BYTES:
+        return None
+    return Pass(
+        COPY, 1, m.extent, n, m.in_stride, m.out_stride, b.extent, b.in_stride, b.out_stride,
+        tuple(loops), outer=o, outer2=o2, realign=True,
+    )  # fmt: skip
+
+
+def _run_dims(rows: list[Dim], n: int, fuse: bool) -> tuple[Dim, Dim, list[Dim]]:
+    """A realigned copy's m and batch dims (bytes) and the rest: with `fuse`, the dim whose
+    rows of `n` bytes lie side by side in the output and then the one whose matrices do (or
+    the largest, where none does), else the largest two, as `_copy` picks them."""
+    m = next((d for d in rows if d.out_stride == n), None) if fuse else None
     if m is None:
         m, rest = _largest(rows)
         assert m is not None  # a copy that is not one contiguous block has rows
     else:
         rest = [d for d in rows if d is not m]
-    b = next((d for d in rest if d.out_stride == m.extent * n), None)
+    b = next((d for d in rest if d.out_stride == m.extent * n), None) if fuse else None
     if b is None:
         b, rest = _largest(rest)
     else:
         rest = [d for d in rest if d is not b]
-    if b is None:
-        b = Dim(1, m.extent * m.in_stride, m.extent * m.out_stride)
-    if runs_of(m.extent, n, m.out_stride, b.extent, b.out_stride)[0] < REALIGN_MIN_RUN_BYTES:
-        return None
-    o, o2, loops = _walked(rest, ROWS_MAX_OUTER)
-    return Pass(
-        COPY, 1, m.extent, n, m.in_stride, m.out_stride, b.extent, b.in_stride, b.out_stride,
-        tuple(loops), outer=o, outer2=o2, realign=True,
-    )  # fmt: skip
+    return m, b or Dim(1, m.extent * m.in_stride, m.extent * m.out_stride), rest
 
 
 def _walked(loops: list[Dim], room: int) -> tuple[Dim, Dim, list[Dim]]:

@@ -233,3 +233,19 @@ def test_short_rows_and_long_rows_of_8_byte_words_keep_the_word_copy():
     assert realigned(p) in long8.alternatives
     short8 = plan_permute((3000, 400, 3), (1, 0, 2), 8)  # 24-byte rows in 8-byte words
     assert short8.passes[0].realign
+
+
+@pytest.mark.parametrize("e", [2, 4])
+def test_fusing_runs_never_costs_host_loops(e):
+    """Rows side by side in the output along two small dims (9 and 2), two large dims
+    (386 x 254, over blockIdx.z's 65535 together): fusing the small ones into runs would
+    leave a host loop of 254 launches where the word copy walks everything in one, so the
+    realigned copy takes the word copy's dims instead: runs of one row, kept where a row is
+    REALIGN_MIN_RUN_BYTES or more (4-byte: 168 bytes, an alternative), else not realigned
+    (2-byte: 84 bytes)."""
+    plan = plan_permute((9, 2, 386, 254, 42), (3, 2, 1, 0, 4), e)
+    passes = (*plan.passes, *plan.alternatives)
+    assert plan.passes[0].kind == COPY and all(p.launches == 1 for p in passes), plan.describe()
+    realigns = [p for p in passes if p.realign]
+    assert len(realigns) == (1 if 42 * e >= REALIGN_MIN_RUN_BYTES else 0), plan.describe()
+    assert all(p.run_bytes == 42 * e for p in realigns)

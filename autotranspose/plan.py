@@ -71,6 +71,14 @@ GATHER_MAX_EXTENT = 2**31 - 1
 # all): the (8, 4096, 32, 128) bfloat16 head swap was 8 launches of 32 MiB and reached 79.6% of
 # copy on an H200, each launch paying its ramp-up and drain; in one launch they overlap.
 ROWS_MAX_OUTER = 65535
+# A row copy's blocks take consecutive rows along m, so of its two largest dims m is the one
+# whose rows lie side by side in the output (out stride = the row), where either does: a
+# block's stores are then one contiguous run. Measured on an H200 (session 27, the same two
+# dims walked the other way round): float64 36x3359x7x29 by (2,1,0,3) 74.4 -> 85.3, int64
+# 8x8x4x8x10320x4 by (2,4,3,0,1,5) 77.9 -> 84.1, int64 rows of 17280 bytes 90.2 -> 94.2;
+# where m's rows were already side by side in the output, turning the walk to make the input
+# side contiguous gained nothing (head swap 96.2 -> 95.8, complex128 2944-byte rows 92.1 ->
+# 92.3).
 # A transpose pass's launch walks two more batch dims in the same way (a tuned kernel's outer
 # variant, templates/tiled/outer.cu.j2: the batch index split into three dims per tile):
 # host loops of many small launches had made such permutes gathers, e.g. float32
@@ -781,7 +789,8 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
     """Rows of `row_bytes` contiguous bytes at the places `rows` (array elements) say, moved
     as the widest word that the row length, every stride and both pointers allow. The launch
     walks four dims of rows (m, batch, and outer and outer2 over blockIdx.z: the largest ones
-    that fit); any others are host loops."""
+    that fit); any others are host loops. Of the two largest, m (the one a block's rows run
+    along) is the one whose rows lie side by side in the output, if either does."""
     strides = [s * eb for d in rows for s in (d.in_stride, d.out_stride)]
     w = next(
         w for w in reversed(ELEMENT_SIZES)
@@ -793,6 +802,8 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
     if m is None:
         return Pass(COPY, w, 1, n, n, n, 1, n, n)
     b, loops = _largest(rest)
+    if b is not None and b.out_stride == n and m.out_stride != n and m.extent < 2**32:
+        m, b = b, m  # the same two dims walked, so the same launches (at ROWS_MAX_OUTER)
     o, o2, loops = _walked(loops, ROWS_MAX_OUTER)
     return Pass(
         COPY, w, m.extent, n, m.in_stride, m.out_stride,

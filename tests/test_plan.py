@@ -398,6 +398,44 @@ def test_row_copies_walk_more_dims_in_the_launch(no_gather, shape, outer, loops)
     assert [d.extent for d in q.loops] == loops and p.launches == math.prod(loops)
 
 
+@pytest.mark.parametrize(
+    ("shape", "axes", "e"),
+    [((36, 3359, 7, 29), (2, 1, 0, 3), 8),  # the 36 rows are side by side: m, not the 3359
+     ((8, 8, 4, 8, 10320, 4), (2, 4, 3, 0, 1, 5), 8),
+     ((12, 20, 1, 76, 1, 2160), (1, 3, 2, 4, 0, 5), 8),
+     ((8, 4096, 32, 128), (0, 2, 1, 3), 2)],  # the head swap: already along them
+)  # fmt: skip
+def test_row_copies_run_along_the_outputs_side_by_side_rows(no_gather, shape, axes, e):
+    """A block's rows (m) are the output's side-by-side rows where one of the two largest
+    dims has them, so its stores are one run (plan.ROWS_MAX_OUTER's note: +4 to +11 points
+    on an H200); the two dims walked are still the largest two."""
+    p = plan_permute(shape, axes, e)
+    (q,) = p.passes
+    assert q.kind == COPY and not q.realign and q.ld_out == q.n, p.describe()
+    *rows, _ = q.problem()
+    assert sorted((q.m, q.batch)) == sorted(d.extent for d in rows)[-2:], p.describe()
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_random_row_copies_walk_the_two_largest_dims_along_the_output(case: int):
+    """Random permutes that keep the innermost axis: every word row copy walks its two
+    largest dims (so no more launches than the largest-first pick), m the one with the
+    output's side-by-side rows where either has them."""
+    rng = _rng("row walk", case)
+    nd = int(rng.integers(3, 6))
+    shape = tuple(int(v) for v in rng.integers(1, 40, nd))
+    axes = (*(int(a) for a in rng.permutation(nd - 1)), nd - 1)
+    e = int(rng.choice(SIZES))
+    p = plan_permute(shape, axes, e)
+    what = f"seed {SEED} case {case}: {shape} by {axes}, {e}-byte elements: {p.describe()}"
+    for q in p.passes:
+        if q.kind != COPY or q.contiguous or q.realign:
+            continue
+        *rows, _ = q.problem()
+        assert sorted((q.m, q.batch)) == sorted(d.extent for d in rows)[-2:], what
+        assert q.ld_out == q.n or q.bs_out != q.n or q.batch == 1, what
+
+
 def test_host_loops_take_what_the_kernel_batch_does_not(no_gather):
     """Four batch axes: the largest (7) is the kernel's batch, the next two (5, 3) its outer
     dims, walked in the launch; the last is launches. Matrices with a side under

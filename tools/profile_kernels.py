@@ -10,7 +10,8 @@ off` records exactly the kernel a user's call gets. Run on a GPU machine:
 Each case is DTYPE:MxN or DTYPE:BxMxN, optionally @KEY to run that config instead of the
 served one (e.g. to profile the same config before and after a template change; @seed runs
 the seed documents' kernel); the config is printed before its profile. DTYPE:AxBxC/I,J,K profiles permute() by those axes instead
-(every launch of the steps it serves after its first call).
+(every launch of the steps it serves after its first call); DTYPE:AxBxC/I,J,K@torch profiles
+PyTorch's `out.copy_(x.permute(axes))` on the same case instead (the peer's kernel).
 """
 
 from __future__ import annotations
@@ -83,10 +84,14 @@ def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
     import autotranspose as at
     from autotranspose import permuter
 
+    case, _, key = case.partition("@")
     name, rest = case.split(":")
     dims, axes_text = rest.split("/")
     shape = tuple(int(v) for v in dims.split("x"))
     axes = tuple(int(v) for v in axes_text.split(","))
+    if key == "torch":
+        _profile_torch(cuda, case, name, shape, axes)
+        return
     x = cupy.random.default_rng(1).integers(0, 100, shape).astype(np.dtype(name))
     out = cupy.empty(tuple(shape[a] for a in axes), x.dtype)
     for _ in range(3):  # the first call chooses between passes; later calls serve its choice
@@ -98,6 +103,24 @@ def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
     permuter.clear_caches()
     del x, out
     cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _profile_torch(
+    cuda: ctypes.CDLL, case: str, name: str, shape: tuple[int, ...], axes: tuple[int, ...]
+) -> None:
+    import torch
+
+    x = torch.randint(0, 100, shape, device="cuda").to(getattr(torch, name))
+    out = torch.empty(tuple(shape[a] for a in axes), dtype=x.dtype, device="cuda")
+    for _ in range(3):
+        out.copy_(x.permute(axes))
+    torch.cuda.synchronize()
+    print(f"case {case}@torch: {x.nbytes} bytes each way", flush=True)
+    cuda.cuProfilerStart()
+    out.copy_(x.permute(axes))
+    torch.cuda.synchronize()
+    cuda.cuProfilerStop()
+    assert torch.equal(out, x.permute(axes).contiguous()), case
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ as permute() builds it ("rows"), with blocks of exactly `lanes * per_block` thre
 today's block is always ROWS_THREADS, the leftover threads return at once), with rows over a
 warp on the warp multiple over them instead of the power of two, in such tight blocks
 ("warp"), and with 2 or 8 rows a thread instead of ROWS_UNROLL ("u2", "u8": the kernel
-rendered again), and with the row copy's two row dims swapped ("swap": a block's rows then
+rendered again), under a register cap ("lb6", "lb8": `__launch_bounds__(256, 6 or 8)`), and with the row copy's two row dims swapped ("swap": a block's rows then
 run along the batch dim, so whichever side was strided at the row length becomes contiguous
 and the other strided), each checked against np.transpose first, each as % of a copy of the same
 bytes.
@@ -68,23 +68,32 @@ def _swapped(steps, state, word: int):
     return tuple(out)
 
 
-def _unrolled(plan, state, src0, dst0, unroll: int):
-    """permute()'s steps for `plan` with the row kernels rendered for `unroll` rows a thread."""
+def _rerendered(plan, state, src0, dst0, unroll: int | None = None, min_blocks: int | None = None):
+    """permute()'s steps for `plan` with the row kernels rendered again: for `unroll` rows a
+    thread, or with `__launch_bounds__(ROWS_THREADS, min_blocks)` (a register cap)."""
     from autotranspose import codegen, compiler, launch
     from autotranspose.permuter import build
 
-    keep = codegen.ROWS_UNROLL
+    keep, render = codegen.ROWS_UNROLL, codegen.render_rows
 
     def drop() -> None:
         for name in codegen.ROW_KERNELS:
             compiler._kernels.pop((state.arch, name), None)
 
+    def capped() -> str:
+        bounds = f"__launch_bounds__({codegen.ROWS_THREADS})"
+        return render().replace(bounds, f"__launch_bounds__({codegen.ROWS_THREADS}, {min_blocks})")
+
     try:
-        codegen.ROWS_UNROLL = launch.ROWS_UNROLL = unroll
+        if unroll:
+            codegen.ROWS_UNROLL = launch.ROWS_UNROLL = unroll
+        if min_blocks:
+            codegen.render_rows = compiler.render_rows = capped
         drop()
         return build(plan, state, src0, dst0, 0, state.ctx)
     finally:
         codegen.ROWS_UNROLL = launch.ROWS_UNROLL = keep
+        codegen.render_rows = compiler.render_rows = render
         drop()
 
 
@@ -97,7 +106,9 @@ def _variant(name: str, base, plan, state, src0: int, dst0: int):
     if name == "warp":
         return _regrid(base, lambda n: n if n <= 32 else min(launch.ROWS_THREADS, -(-n // 32) * 32))
     if name in ("u2", "u8"):
-        return _unrolled(plan, state, src0, dst0, int(name[1:]))
+        return _rerendered(plan, state, src0, dst0, unroll=int(name[1:]))
+    if name.startswith("lb"):
+        return _rerendered(plan, state, src0, dst0, min_blocks=int(name[2:]))
     if name == "swap":
         return _swapped(base, state, plan.passes[0].elem_bytes)
     raise ValueError(f"unknown variant {name!r}")

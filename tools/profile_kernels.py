@@ -116,10 +116,7 @@ def _profile_torch(
         out.copy_(x.permute(axes))
     torch.cuda.synchronize()
     print(f"case {case}@torch: {x.nbytes} bytes each way", flush=True)
-    cuda.cuProfilerStart()
-    out.copy_(x.permute(axes))
-    torch.cuda.synchronize()
-    cuda.cuProfilerStop()
+    _profiled(cuda, out.copy_, x.permute(axes))
     assert torch.equal(out, x.permute(axes).contiguous()), case
 
 

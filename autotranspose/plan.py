@@ -862,7 +862,8 @@ def realigned(p: Pass) -> Pass | None:
 def _run_dims(rows: list[Dim], n: int, fuse: bool) -> tuple[Dim, Dim, list[Dim]]:
     """A realigned copy's m and batch dims (bytes) and the rest: with `fuse`, the dim whose
     rows of `n` bytes lie side by side in the output and then the one whose matrices do (or
-    the largest, where none does), else the largest two, as `_copy` picks them."""
+    the largest, where none does), else the largest two, largest first: the same two dims as
+    `_copy`'s (which may walk them the other way round), so the same launches."""
     m = next((d for d in rows if d.out_stride == n), None) if fuse else None
     if m is None:
         m, rest = _largest(rows)

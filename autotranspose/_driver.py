@@ -19,6 +19,7 @@ import ctypes
 import functools
 import struct
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from . import _native
@@ -385,28 +386,84 @@ def _entry_points() -> tuple[int, int, int]:
     return get, set_, launch_
 
 
+class Program:
+    """The steps of one call made ready in one context: each a prepared launch at its
+    (input, output) byte offsets, or (no launch) a device-to-device copy of `nbytes` there.
+
+    With the compiled launcher the whole call is one C call (`_native`'s `at_run`), so a plan
+    of several launches costs the host no Python per launch; without it, a loop here."""
+
+    __slots__ = ("address", "c", "c_steps", "ctx", "steps")
+
+    def __init__(self, ctx: int, steps: Sequence[tuple[Prepared | None, int, int, int]]) -> None:
+        self.ctx = ctx
+        self.steps = tuple(steps)
+        for prep, *_ in self.steps:
+            if prep is not None and prep.ctx != ctx:
+                raise KernelLaunchError("a program's launches must be prepared in its context")
+        self.address = 0
+        self.c: Any = None
+        self.c_steps: Any = None
+        if _native_launch() is not None and all(p is None or p.address for p, *_ in self.steps):
+            arr = (_native.Step * max(1, len(self.steps)))()
+            for k, (prep, i, o, nbytes) in enumerate(self.steps):
+                arr[k].launch = prep.address if prep is not None else None
+                arr[k].in_off, arr[k].out_off, arr[k].nbytes = i, o, nbytes
+            prog = _native.Program()
+            prog.get, prog.set, _ = _entry_points()
+            prog.copy = ctypes.cast(lib().dll["cuMemcpyDtoDAsync_v2"], c_void_p).value
+            prog.ctx, prog.count = ctx, len(self.steps)
+            prog.steps = ctypes.cast(arr, ctypes.POINTER(_native.Step))
+            self.c, self.c_steps, self.address = prog, arr, ctypes.addressof(prog)
+
+    def run(self, src: int, dst: int, stream: int | None, restore: Any = _SAME) -> None:
+        """Every step on `stream` in the program's context, from any thread; the thread's
+        own context (or `restore`) is current again afterwards."""
+        if self.address:
+            err = _at_run(self.address, src, dst, stream, _native.SAME if restore is _SAME else restore)
+            if err:
+                raise KernelLaunchError(f"a launch of the call failed: {error_name(err)}")
+            return
+        prev = current() if restore is _SAME else restore
+        try:
+            for prep, i, o, nbytes in self.steps:
+                if prep is None:
+                    memcpy_dtod_async(dst + o, src + i, nbytes, stream, self.ctx)
+                else:
+                    launch_transpose(prep, src + i, dst + o, stream, prev)
+        finally:
+            if current() != prev:
+                set_current(prev)
+
+
 def _native_launch() -> Any:
     """The compiled launch function, or None (then the ctypes path below). The module form
     also takes over :func:`current`, which the hot path calls before allocating an output."""
-    global _at_transpose, current
+    global _at_transpose, _at_run, current
     native = _native.launcher()
     if native is None:
-        _at_transpose = None
+        _at_transpose = _at_run = None
         return None
     if native.current is not None and current is _ctypes_current:
         native.bind(_entry_points()[0])
         current = native.current
-    _at_transpose = native.transpose
+    _at_transpose, _at_run = native.transpose, native.run
     return _at_transpose
 
 
 _at_transpose: Any = None
+_at_run: Any = None
 
 
-def launch_transpose(prep: Prepared, src: int, dst: int, stream: int | None, restore: Any = _SAME) -> None:
-    """The hot path: launch a prepared kernel (`src` -> `dst`) in its context from any
-    thread, then make current again the context the thread had (or `restore`, what it had
-    before the caller's own work changed it)."""
+def launch_transpose(
+    prep: Prepared | Program, src: int, dst: int, stream: int | None, restore: Any = _SAME
+) -> None:
+    """The hot path: launch a prepared kernel, or run a program of several (`src` -> `dst`),
+    in its context from any thread, then make current again the context the thread had (or
+    `restore`, what it had before the caller's own work changed it)."""
+    if type(prep) is Program:
+        prep.run(src, dst, stream, restore)
+        return
     if prep.address:
         err = _at_transpose(prep.address, src, dst, stream, _native.SAME if restore is _SAME else restore)
         if err:

@@ -77,22 +77,28 @@ typedef struct {
     uint64_t params[CAPACITY / 8];  /* argument block; src and dst filled per call */
 } at_launch;
 
-int at_transpose(const at_launch *L, uint64_t src, uint64_t dst, void *stream, void *restore)
+/* Launch in whichever context is current (the caller made L->ctx current). */
+static int at_launch_here(const at_launch *L, uint64_t src, uint64_t dst, void *stream)
 {
     uint64_t p[CAPACITY / 8];
     void *kp[NARGS];
-    void *cur = 0;
-    int err;
     memcpy(p, L->params, L->nbytes);
     p[0] = src;
     p[1] = dst;
     for (int i = 0; i < NARGS; i++)
         kp[i] = (char *)p + L->offsets[i];
+    return L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
+                     L->dims[5], L->dims[6], stream, kp, 0);
+}
+
+int at_transpose(const at_launch *L, uint64_t src, uint64_t dst, void *stream, void *restore)
+{
+    void *cur = 0;
+    int err;
     L->get(&cur);
     if (cur != L->ctx && (err = L->set(L->ctx)) != 0)
         return err;
-    err = L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
-                    L->dims[5], L->dims[6], stream, kp, 0);
+    err = at_launch_here(L, src, dst, stream);
     if (restore == (void *)1)
         restore = cur;
     if (restore != L->ctx)
@@ -100,8 +106,46 @@ int at_transpose(const at_launch *L, uint64_t src, uint64_t dst, void *stream, v
     return err;
 }
 
+/* A whole call of several steps (a permute plan's launches at their host-loop offsets, or
+   device-to-device copies), run in one C call: the host loop costs no Python per step. */
+typedef int (*memcpy_t)(uint64_t, uint64_t, size_t, void *);
+
+typedef struct {
+    const at_launch *launch;  /* NULL: cuMemcpyDtoDAsync of `nbytes` */
+    uint64_t in_off, out_off, nbytes;
+} at_step;
+
+typedef struct {
+    get_t get;
+    set_t set;
+    memcpy_t copy;           /* cuMemcpyDtoDAsync_v2 */
+    void *ctx;               /* every step's context */
+    uint64_t count;
+    const at_step *steps;
+} at_program;
+
+int at_run(const at_program *P, uint64_t src, uint64_t dst, void *stream, void *restore)
+{
+    void *cur = 0;
+    int err = 0;
+    P->get(&cur);
+    if (cur != P->ctx && (err = P->set(P->ctx)) != 0)
+        return err;
+    for (uint64_t i = 0; i < P->count && !err; i++) {
+        const at_step *s = &P->steps[i];
+        err = s->launch ? at_launch_here(s->launch, src + s->in_off, dst + s->out_off, stream)
+                        : P->copy(dst + s->out_off, src + s->in_off, (size_t)s->nbytes, stream);
+    }
+    if (restore == (void *)1)
+        restore = cur;
+    if (restore != P->ctx)
+        P->set(restore);
+    return err;
+}
+
 unsigned at_layout(void) { return (NARGS << 16) | CAPACITY; }
 unsigned at_struct_size(void) { return sizeof(at_launch); }
+unsigned at_program_size(void) { return (unsigned)(sizeof(at_program) << 8 | sizeof(at_step)); }
 
 #ifdef AT_PYTHON
 /* The same launcher as a CPython module: a METH_FASTCALL call costs a fraction of a ctypes
@@ -131,6 +175,19 @@ static PyObject *py_transpose(PyObject *self, PyObject *const *args, Py_ssize_t 
                                         (void *)(uintptr_t)w[3], (void *)(uintptr_t)w[4]));
 }
 
+static PyObject *py_run(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    uint64_t w[5];
+    if (n != 5) {
+        PyErr_SetString(PyExc_TypeError, "run(program, src, dst, stream, restore)");
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++)
+        if (as_word(args[i], &w[i])) return NULL;
+    return PyLong_FromLong(at_run((const at_program *)(uintptr_t)w[0], w[1], w[2],
+                                  (void *)(uintptr_t)w[3], (void *)(uintptr_t)w[4]));
+}
+
 static PyObject *py_bind(PyObject *self, PyObject *arg)
 {
     uint64_t get;
@@ -154,14 +211,15 @@ static PyObject *py_current(PyObject *self, PyObject *unused)
 
 static PyObject *py_layout(PyObject *self, PyObject *unused)
 {
-    return Py_BuildValue("(II)", at_layout(), at_struct_size());
+    return Py_BuildValue("(III)", at_layout(), at_struct_size(), at_program_size());
 }
 
 static PyMethodDef methods[] = {
     {"transpose", (PyCFunction)(void (*)(void))py_transpose, METH_FASTCALL, "launch a prepared transpose"},
+    {"run", (PyCFunction)(void (*)(void))py_run, METH_FASTCALL, "run a prepared program"},
     {"bind", py_bind, METH_O, "the address of cuCtxGetCurrent, for current()"},
     {"current", py_current, METH_NOARGS, "the thread's current context, or None"},
-    {"layout", py_layout, METH_NOARGS, "(NARGS << 16 | CAPACITY, sizeof(at_launch))"},
+    {"layout", py_layout, METH_NOARGS, "(NARGS << 16 | CAPACITY, sizeof(at_launch), sizeof(at_program) << 8 | sizeof(at_step))"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -188,6 +246,32 @@ class Spec(ctypes.Structure):
     ]
 
 
+class Step(ctypes.Structure):
+    """The C `at_step` struct: a launch (or, NULL, a copy of `nbytes`) at byte offsets."""
+
+    _fields_ = [
+        ("launch", ctypes.c_void_p),
+        ("in_off", ctypes.c_uint64),
+        ("out_off", ctypes.c_uint64),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+class Program(ctypes.Structure):
+    """The C `at_program` struct: the steps of one call, run by `at_run` in one C call."""
+
+    _fields_ = [
+        ("get", ctypes.c_void_p),
+        ("set", ctypes.c_void_p),
+        ("copy", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+        ("count", ctypes.c_uint64),
+        ("steps", ctypes.POINTER(Step)),
+    ]
+
+
+PROGRAM_SIZES = ctypes.sizeof(Program) << 8 | ctypes.sizeof(Step)
+
 # at_transpose(spec, src, dst, stream, restore); PYFUNCTYPE keeps the GIL: the call takes
 # about a microsecond, less than releasing and re-taking the GIL would cost (PyTorch and CuPy
 # launch with the GIL held too).
@@ -200,11 +284,13 @@ KINDS = ("module", "ctypes")  # the forms tried, fastest first
 
 
 class Launcher(NamedTuple):
-    """A built launcher. `transpose(spec_address, src, dst, stream, restore)` returns the
-    CUresult; `bind(get_address)` then `current()` read the thread's context (module form only)."""
+    """A built launcher. `transpose(spec_address, src, dst, stream, restore)` and
+    `run(program_address, src, dst, stream, restore)` return the CUresult; `bind(get_address)`
+    then `current()` read the thread's context (module form only)."""
 
     kind: str
     transpose: Callable[..., int]
+    run: Callable[..., int]
     bind: Callable[[int], None] | None = None
     current: Callable[[], int | None] | None = None
 
@@ -264,8 +350,8 @@ def build(path: Path, cc: str, kind: str = "ctypes") -> Path:
     return path
 
 
-def _check_layout(path: Path, layout: int, size: int) -> None:
-    if layout != (NARGS << 16 | CAPACITY) or size != ctypes.sizeof(Spec):
+def _check_layout(path: Path, layout: int, size: int, program: int) -> None:
+    if layout != (NARGS << 16 | CAPACITY) or size != ctypes.sizeof(Spec) or program != PROGRAM_SIZES:
         raise RuntimeError(f"{path} does not match this autotranspose")
 
 
@@ -279,12 +365,14 @@ def load(path: Path, kind: str = "ctypes") -> Launcher:
         except ImportError as e:
             raise OSError(str(e)) from e
         _check_layout(path, *mod.layout())
-        return Launcher("module", mod.transpose, mod.bind, mod.current)
+        return Launcher("module", mod.transpose, mod.run, mod.bind, mod.current)
     lib = ctypes.CDLL(str(path))
-    lib.at_layout.restype = ctypes.c_uint
-    lib.at_struct_size.restype = ctypes.c_uint
-    _check_layout(path, lib.at_layout(), lib.at_struct_size())
-    return Launcher("ctypes", TRANSPOSE_TYPE(("at_transpose", lib)))
+    for name in ("at_layout", "at_struct_size", "at_program_size"):
+        getattr(lib, name).restype = ctypes.c_uint
+    _check_layout(path, lib.at_layout(), lib.at_struct_size(), lib.at_program_size())
+    return Launcher(
+        "ctypes", TRANSPOSE_TYPE(("at_transpose", lib)), TRANSPOSE_TYPE(("at_run", lib))
+    )
 
 
 def enabled() -> bool:

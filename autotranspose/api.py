@@ -394,8 +394,10 @@ def _exported_view(xv: View, result: Any) -> View:
 # A call signature validated once (shapes, strides, dtypes, devices, alignment, lookup
 # generation) goes straight to its launch; anything else takes the full path above.
 class _Hit(NamedTuple):
-    launch: Launch
-    prep: _driver.Prepared  # the launch made ready in its context: handed to the driver as is
+    ordinal: int  # the device, for the library's current stream
+    # the call made ready in its context, handed to the driver as is: one launch, or a
+    # permute's steps (`_driver.Program`)
+    prep: _driver.Prepared | _driver.Program
     x_extent: int  # bytes from x's pointer to its end, for the overlap check
     o_extent: int
     out_shape: tuple[int, ...]
@@ -410,50 +412,56 @@ def _disjoint(px: int, po: int, hit: _Hit) -> bool:
 
 
 # Signature keys: one flat tuple (building nested ones costs measurably on the fast path).
-def _torch_key(x: Any, out: Any, px: int, po: int) -> tuple[Any, ...]:
+# `tag` tells the calls apart: None for transpose(), the axes as given for permute().
+def _torch_key(x: Any, out: Any, px: int, po: int, tag: Any = None) -> tuple[Any, ...]:
     if out is None:
-        return ("torch", x.shape, x.stride(), x.dtype, x.get_device(), px & 15, lookup.generation)
+        return ("torch", x.shape, x.stride(), x.dtype, x.get_device(), px & 15, lookup.generation, tag)
     return ("torch", x.shape, x.stride(), x.dtype, x.get_device(), type(out), out.shape, out.stride(),
-            out.dtype, out.get_device(), (px | po) & 15, lookup.generation)  # fmt: skip
+            out.dtype, out.get_device(), (px | po) & 15, lookup.generation, tag)  # fmt: skip
 
 
-def _fast_torch(x: Any, out: Any) -> Any:
+def _lazy(t: Any) -> bool:
+    """A PyTorch view whose values are its memory's conjugated or negated (`x.conj()`)."""
+    return t.is_conj() or t.is_neg()
+
+
+def _fast_torch(x: Any, out: Any, tag: Any = None) -> Any:
     px = x.data_ptr()
     if out is None:
-        hit = _fast.get(_torch_key(x, None, px, 0))
-        if hit is None:
+        hit = _fast.get(_torch_key(x, None, px, 0, tag))
+        if hit is None or x.is_neg() or x.is_conj():  # lazy views: resolved on the full path
             return None
         prev = _driver.current()  # a first CUDA call in this thread may bind a context
         out = x.new_empty(hit.out_shape)
         po = out.data_ptr()
         if po & 15:  # the caching allocator aligns to 512 bytes; never seen otherwise
             return None
-        _launch(hit.prep, px, po, streams.torch_current(hit.launch.state.ordinal), prev)
+        _launch(hit.prep, px, po, streams.torch_current(hit.ordinal), prev)
         return out
     else:
         po = out.data_ptr()
-        hit = _fast.get(_torch_key(x, out, px, po))
-        if hit is None or not _disjoint(px, po, hit):
+        hit = _fast.get(_torch_key(x, out, px, po, tag))
+        if hit is None or not _disjoint(px, po, hit) or _lazy(x) or _lazy(out):
             return None
-    _launch(hit.prep, px, po, streams.torch_current(hit.launch.state.ordinal))
+    _launch(hit.prep, px, po, streams.torch_current(hit.ordinal))
     return out
 
 
-def _cupy_key(x: Any, out: Any, px: int, po: int) -> tuple[Any, ...]:
+def _cupy_key(x: Any, out: Any, px: int, po: int, tag: Any = None) -> tuple[Any, ...]:
     if out is None:
-        return ("cupy", x.shape, x.strides, x.dtype, x.data.device_id, px & 15, lookup.generation)
+        return ("cupy", x.shape, x.strides, x.dtype, x.data.device_id, px & 15, lookup.generation, tag)
     return ("cupy", x.shape, x.strides, x.dtype, x.data.device_id, type(out), out.shape, out.strides,
-            out.dtype, out.data.device_id, (px | po) & 15, lookup.generation)  # fmt: skip
+            out.dtype, out.data.device_id, (px | po) & 15, lookup.generation, tag)  # fmt: skip
 
 
-def _fast_cupy(x: Any, out: Any) -> Any:
+def _fast_cupy(x: Any, out: Any, tag: Any = None) -> Any:
     px = x.data.ptr
     if out is None:
-        hit = _fast.get(_cupy_key(x, None, px, 0))
+        hit = _fast.get(_cupy_key(x, None, px, 0, tag))
         if hit is None:
             return None
         cupy = sys.modules["cupy"]  # x is a CuPy array: imported (the import statement costs)
-        dev = hit.launch.state.ordinal
+        dev = hit.ordinal
         prev = _driver.current()
         if cupy.cuda.runtime.getDevice() == dev:
             out = cupy.empty(hit.out_shape, x.dtype)
@@ -467,29 +475,29 @@ def _fast_cupy(x: Any, out: Any) -> Any:
         return out
     else:
         po = out.data.ptr
-        hit = _fast.get(_cupy_key(x, out, px, po))
+        hit = _fast.get(_cupy_key(x, out, px, po, tag))
         if hit is None or not _disjoint(px, po, hit):
             return None
-    _launch(hit.prep, px, po, streams.cupy_current(hit.launch.state.ordinal))
+    _launch(hit.prep, px, po, streams.cupy_current(hit.ordinal))
     return out
 
 
-def _gpuarray_key(x: Any, out: Any, px: int, po: int) -> tuple[Any, ...]:
+def _gpuarray_key(x: Any, out: Any, px: int, po: int, tag: Any = None) -> tuple[Any, ...]:
     # The owning context identifies the device (and the context) of a GPUArray on any machine.
     ctx = _driver.pointer_context(px)
     if out is None:
-        return ("gpuarray", x.shape, x.strides, x.dtype, ctx, px & 15, lookup.generation)
+        return ("gpuarray", x.shape, x.strides, x.dtype, ctx, px & 15, lookup.generation, tag)
     return ("gpuarray", x.shape, x.strides, x.dtype, ctx, type(out), out.shape, out.strides, out.dtype,
-            _driver.pointer_context(po), (px | po) & 15, lookup.generation)  # fmt: skip
+            _driver.pointer_context(po), (px | po) & 15, lookup.generation, tag)  # fmt: skip
 
 
-def _fast_gpuarray(x: Any, out: Any) -> Any:
+def _fast_gpuarray(x: Any, out: Any, tag: Any = None) -> Any:
     data = x.gpudata
     if data is None or (out is not None and out.gpudata is None):
         return None  # an empty GPUArray has no memory (its .ptr raises): the full path
     px = int(data)
     if out is None:
-        hit = _fast.get(_gpuarray_key(x, None, px, 0))
+        hit = _fast.get(_gpuarray_key(x, None, px, 0, tag))
         if hit is None:
             return None
         import pycuda.gpuarray as gpuarray
@@ -503,7 +511,7 @@ def _fast_gpuarray(x: Any, out: Any) -> Any:
         po = out.ptr
     else:
         po = int(out.gpudata)
-        hit = _fast.get(_gpuarray_key(x, out, px, po))
+        hit = _fast.get(_gpuarray_key(x, out, px, po, tag))
         if hit is None or not _disjoint(px, po, hit):
             return None
     _launch(hit.prep, px, po, streams.LEGACY)
@@ -520,17 +528,26 @@ _FAST: dict[type, Callable[[Any, Any], Any]] = {}
 
 def _remember(x: Any, out: Any, xv: View, ov: View, launch: Launch, ctx: int) -> None:
     """After a validated call: let the next call of this signature skip to its launch."""
+    remember(x, out, xv, ov, launch.prepared(ctx), transposed_shape(xv), None)
+
+
+def remember(
+    x: Any, out: Any, xv: View | NDView, ov: View | NDView,
+    prep: _driver.Prepared | _driver.Program, out_shape: tuple[int, ...], tag: Any,
+) -> None:  # fmt: skip
+    """After a validated call of `x` (into `out`, or a new array `ov`): the next call of its
+    signature (with `tag`: permute's axes as given) runs `prep` straight away."""
     kind = _KINDS.get(xv.kind)
-    if kind is None or (out is not None and ov.kind != xv.kind):
+    if kind is None or (out is not None and ov.kind != xv.kind) or xv.device is None:
         return
-    if xv.kind == "torch" and (xv.et.complex or x.is_neg()):
+    if xv.kind == "torch" and (_lazy(x) or (out is not None and _lazy(out))):
         return  # lazily conjugated/negated views are resolved on the full path only
     fast, key = kind
     (x0, x1), (o0, o1) = xv.extent(), ov.extent()
     if len(_fast) > 4096:
         _fast.clear()
-    _fast[key(x, out, xv.ptr, ov.ptr if out is not None else 0)] = _Hit(
-        launch, launch.prepared(ctx), x1 - x0, o1 - o0, transposed_shape(xv)
+    _fast[key(x, out, xv.ptr, ov.ptr if out is not None else 0, tag)] = _Hit(
+        xv.device, prep, x1 - x0, o1 - o0, out_shape
     )
     _FAST[type(x)] = fast
 

@@ -50,7 +50,7 @@ def registered(monkeypatch):
     monkeypatch.setattr(streams, "cupy_current", lambda device: STREAM + device)
     x, out = FakeCupyArray(1 << 20, (64, 32)), FakeCupyArray(1 << 24, (32, 64))
     key = api._cupy_key(x, out, x.data.ptr, out.data.ptr)
-    api._fast[key] = api._Hit(rec, types.SimpleNamespace(ctx=CTX), 8192, 8192, (32, 64))
+    api._fast[key] = api._Hit(0, types.SimpleNamespace(ctx=CTX), 8192, 8192, (32, 64))
     return rec, x, out
 
 

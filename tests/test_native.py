@@ -303,3 +303,71 @@ def test_a_damaged_cached_library_is_built_again(monkeypatch, tmp_path):
         assert _native.library_path().read_bytes()[:4] == b"\x7fELF"
     finally:
         _native.reset()
+
+
+COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+
+
+def make_program(fake: FakeDriver, ctx: int, steps, copies: list) -> tuple[_native.Program, object]:
+    """An at_program of `steps` [(spec or None, in_off, out_off, nbytes)], copies recorded."""
+
+    def copy(dst, src, nbytes, stream):
+        copies.append((dst, src, nbytes, stream, fake.current))
+        return 0
+
+    arr = (_native.Step * len(steps))()
+    for k, (spec, i, o, nbytes) in enumerate(steps):
+        arr[k].launch = ctypes.addressof(spec) if spec is not None else None
+        arr[k].in_off, arr[k].out_off, arr[k].nbytes = i, o, nbytes
+    prog = _native.Program()
+    cb = COPY(copy)
+    prog.get, prog.set, prog.copy = (
+        ctypes.cast(f, ctypes.c_void_p).value for f in (fake.get, fake.set, cb)
+    )
+    prog.ctx, prog.count = ctx, len(steps)
+    prog.steps = ctypes.cast(arr, ctypes.POINTER(_native.Step))
+    return prog, (arr, cb)
+
+
+def test_a_program_runs_every_step_at_its_offsets_in_one_context_switch(built):
+    """A permute of several launches (host-loop offsets) and copies is one C call: the
+    context is made current once, each launch gets its own scalars and shifted pointers,
+    copies go to the driver's async copy on the same stream, and the context is restored."""
+    rng = random.Random()
+    had, ctx = rng.randrange(2, 2**47), rng.randrange(2, 2**47)
+    fake = FakeDriver(had)
+    specs = [make_spec(fake, ctx, rng) for _ in range(rng.randrange(2, 6))]
+    steps, want = [], []
+    for spec, (func, _dims, scalars) in specs:
+        i, o = rng.randrange(0, 2**30), rng.randrange(0, 2**30)
+        steps.append((spec, i, o, 0))
+        want.append(("launch", func, i, o, scalars))
+    i, o, nbytes = rng.randrange(0, 2**30), rng.randrange(0, 2**30), rng.randrange(1, 2**30)
+    at = rng.randrange(len(steps) + 1)
+    steps.insert(at, (None, i, o, nbytes))
+    want.insert(at, ("copy", i, o, nbytes))
+    copies: list = []
+    prog, _keep = make_program(fake, ctx, steps, copies)
+    src, dst, stream = rng.randrange(2**48), rng.randrange(2**48), rng.randrange(3, 2**47)
+    assert built.run(ctypes.addressof(prog), src, dst, stream, _native.SAME) == 0
+    assert fake.sets == [ctx, had]
+    launches = iter(fake.launches)
+    for w in want:
+        if w[0] == "copy":
+            assert copies.pop(0) == (dst + w[2], src + w[1], w[3], stream, ctx)
+            continue
+        call = next(launches)
+        _, func, i, o, scalars = w
+        assert call["func"] == func and call["ctx"] == ctx and call["stream"] == stream
+        assert call["values"] == [src + i, dst + o, *scalars]
+    assert next(launches, None) is None and copies == []
+
+
+def test_a_program_stops_at_the_first_failed_step_and_restores(built):
+    rng = random.Random()
+    had, ctx = rng.randrange(2, 2**47), rng.randrange(2, 2**47)
+    fake = FakeDriver(had, launch_error=719)
+    steps = [(make_spec(fake, ctx, rng)[0], 0, 0, 0) for _ in range(3)]
+    prog, _keep = make_program(fake, ctx, steps, [])
+    assert built.run(ctypes.addressof(prog), 1 << 20, 2 << 20, 0, _native.SAME) == 719
+    assert len(fake.launches) == 1 and fake.current == had

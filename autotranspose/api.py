@@ -32,6 +32,7 @@ from .dtypes import ElementType
 from .errors import (
     ConfigError,
     LayoutError,
+    ShapeError,
     UnsupportedDtypeError,
 )
 from .launch import Launch, make_launch, run_copy
@@ -217,6 +218,22 @@ def batched_launch(
     x = View("device", None, src, 3, b, m, n, ld_in, bs_in, None, et, state.ordinal)
     o = x._replace(ptr=dst, m=n, n=m, ld=ld_out, bs=bs_out)
     return _get_launch(x, o, None, False, state, stream, ctx, outer)
+
+
+def conjugate_launch(
+    state: DeviceState, shape: tuple[int, ...], et: ElementType, src: int, dst: int
+) -> Launch:
+    """The launch transpose(x, conjugate=True) makes for a contiguous 2-D or batched 3-D
+    `shape` of complex `et` from `src` into `dst` (the JAX FFI's conjugate transpose)."""
+    if len(shape) not in (2, 3):
+        raise ShapeError(
+            f"x has {len(shape)} dimension(s) {tuple(shape)}; autotranspose takes a 2-D "
+            "matrix (M, N) or a batch (B, M, N); reshape it first"
+        )
+    b, m, n = (1, *shape) if len(shape) == 2 else shape
+    x = View("device", None, src, len(shape), b, m, n, n, m * n, None, et, state.ordinal)
+    o = x._replace(ptr=dst, m=n, n=m, ld=m)
+    return _get_launch(x, o, None, True, state, streams.LEGACY, state.ctx)
 
 
 def _flat_fits(cfg: KernelConfig, x: View, o: View) -> bool:

@@ -30,10 +30,11 @@ captured into a CUDA graph (timing needs a synchronisation, which capture forbid
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -90,7 +91,27 @@ def set_enabled(on: bool | None) -> None:
 
 
 def enabled() -> bool:
+    return _switch.on() and not getattr(_held, "off", False)
+
+
+def globally_enabled() -> bool:
+    """Whether first calls measure in this process (whatever this thread holds off)."""
     return _switch.on()
+
+
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def held_off() -> Iterator[None]:
+    """No first-call measurement in this thread while inside (a call prepared without
+    buffers to measure on); other threads are not affected."""
+    before = getattr(_held, "off", False)
+    _held.off = True
+    try:
+        yield
+    finally:
+        _held.off = before
 
 
 def candidates(

@@ -31,7 +31,9 @@ alignment, lookup generation) are built once and kept, as transpose() keeps its 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -277,8 +279,10 @@ def served(
     into a graph, or with first-call measurement off, the plan's own pass runs (captured: not
     final, a later call measures). The bench times what this returns."""
     own = build(plan, state, src, dst, stream, ctx)
-    if not plan.alternatives or not firstcall.enabled():
+    if not plan.alternatives:
         return plan, own, True
+    if not firstcall.enabled():  # held off for this thread only: a later call may measure
+        return plan, own, firstcall.globally_enabled() is False
     if _driver.is_capturing(stream):
         return plan, own, False
     guess = plan.passes[0]
@@ -356,3 +360,61 @@ def _on_host(
         return run
 
     return through_device(host, want, out, ctx, handle, prepare)
+
+
+def device_program(
+    device: int, shape: tuple[int, ...], axes: Sequence[int], dtype: Any, *, conjugate: bool = False
+) -> _driver.Prepared | _driver.Program:
+    """What permute(x, axes) (or, with `conjugate`, transpose(x, conjugate=True): `axes` then
+    swap the last two) runs for a contiguous `shape` of `dtype` on GPU `device`, between
+    16-byte aligned buffers, made ready in the device's primary context: for callers that
+    launch it later on buffers and a stream they get from elsewhere (JAX's FFI handler gets
+    XLA's). Chosen as an eager call's first call chooses: the kernels are measured on
+    scratch buffers of the call's size where the device has room for them, else served as
+    looked up. Bad input raises what the eager call raises, before any GPU use."""
+    from .arrays import NDView
+    from .compiler import device_state
+    from .dtypes import element_type
+
+    et = element_type(dtype)
+    order = normalize_axes(axes, len(shape))
+    if conjugate and not et.conjugable:
+        from .errors import UnsupportedDtypeError
+
+        raise UnsupportedDtypeError(
+            f"conjugate=True needs complex64 or complex128 elements; x is {et.name} "
+            "(for real types the transpose is already the conjugate transpose)"
+        )
+    strides = contiguous_strides(shape)
+    plan = _planned(tuple(shape), order, et.size, strides, None, 0, 0)
+    state = device_state(device)
+    ctx, nbytes = state.ctx, max(1, math.prod(shape)) * et.size
+    try:
+        src, dst = _driver.Allocation(nbytes, ctx), _driver.Allocation(nbytes, ctx)
+    except AutotransposeError:  # no room beside the caller's arrays: served unmeasured
+        src = dst = None
+    held = contextlib.nullcontext() if src is not None else firstcall.held_off()
+    s, d = (src.ptr, dst.ptr) if src is not None else (256, 512)  # aligned, never touched
+    try:
+        with held, _driver.on_context(ctx):
+            if conjugate:
+                launch = _conjugate_launch(state, tuple(shape), et, s, d)
+                _driver.synchronize_stream(streams.LEGACY)
+                return launch.prepared(ctx)
+            xv = NDView("device", None, s, tuple(shape), strides, None, et, device, ctx)
+            steps = _cached_steps(plan, xv, d, state, streams.LEGACY, ctx)
+            _driver.synchronize_stream(streams.LEGACY)
+            return program(steps, ctx)
+    finally:
+        if src is not None:
+            src.free()
+            dst.free()
+
+
+def _conjugate_launch(
+    state: DeviceState, shape: tuple[int, ...], et: Any, src: int, dst: int
+) -> Launch:
+    """transpose(x, conjugate=True)'s launch for a contiguous 2-D or batched 3-D `shape`."""
+    from .api import conjugate_launch
+
+    return conjugate_launch(state, shape, et, src, dst)

@@ -282,7 +282,7 @@ def served(
     if not plan.alternatives:
         return plan, own, True
     if not firstcall.enabled():  # held off for this thread only: a later call may measure
-        return plan, own, firstcall.globally_enabled() is False
+        return plan, own, not firstcall.globally_enabled()
     if _driver.is_capturing(stream):
         return plan, own, False
     guess = plan.passes[0]

@@ -9,9 +9,8 @@ from .config import KernelConfig, config_space, default_config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from .api import transpose
+    from .entry import permute, transpose
     from .multigpu import tune_devices
-    from .permuter import permute
     from .tuner import tune_gpu
 
 
@@ -20,16 +19,11 @@ def __getattr__(name: str) -> object:
     # CUDA side (compiler, driver, array adapters): the store and lookup, which import this
     # package first, run without it. The tuner brings Optuna and SQLAlchemy, which a process that only
     # calls transpose() need not load.
-    if name == "transpose":
-        from .api import transpose
+    if name in ("transpose", "permute"):
+        from . import entry  # loads the PyTorch and JAX integrations where those are imported
 
-        globals()["transpose"] = transpose
-        return transpose
-    if name == "permute":
-        from .permuter import permute
-
-        globals()["permute"] = permute
-        return permute
+        globals().update(transpose=entry.transpose, permute=entry.permute)
+        return globals()[name]
     if name == "tune_gpu":
         from .tuner import tune_gpu
 

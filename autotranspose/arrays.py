@@ -59,7 +59,7 @@ def _module(x: Any) -> str:
     return type(x).__module__.split(".", 1)[0]
 
 
-def _layout(
+def matrix_layout(
     what: str, shape: tuple[int, ...], strides_bytes: tuple[int, ...], itemsize: int
 ) -> tuple[int, int, int, int, int]:
     """(batch, m, n, ld, bs) in elements, checking the innermost stride is one element."""
@@ -112,6 +112,13 @@ class _Source(NamedTuple):
     keep: Any = None
 
 
+def torch_not_on_gpu(what: str, device: Any) -> DeviceError:
+    return DeviceError(
+        f"{what} is a PyTorch tensor on {device}; move it to the GPU with .cuda(), "
+        "or pass x.numpy() to have autotranspose copy it"
+    )
+
+
 def _source(x: Any, what: str, stream: int | None) -> _Source:
     """Describe `x` without judging its layout: shared by `view` (2-D/3-D, transpose) and
     `nd_view` (any number of dimensions, permute). The layout is checked by the caller
@@ -120,10 +127,7 @@ def _source(x: Any, what: str, stream: int | None) -> _Source:
     if mod == "torch" and hasattr(x, "data_ptr"):
         et = element_type(x.dtype)
         if not x.is_cuda:
-            raise DeviceError(
-                f"{what} is a PyTorch tensor on {x.device}; move it to the GPU with .cuda(), "
-                "or pass x.numpy() to have autotranspose copy it"
-            )
+            raise torch_not_on_gpu(what, x.device)
         strides = tuple(s * et.size for s in x.stride())
         return _Source("torch", x.data_ptr(), tuple(x.shape), strides, x.dtype, et, x.device.index)
     if mod == "cupy" and hasattr(x, "data") and hasattr(x, "device"):
@@ -178,7 +182,7 @@ def view(x: Any, what: str = "x", stream: int | None = None) -> View:
     """Describe `x` (any supported array) as a :class:`View`. `stream` is the stream the call
     will run on, for producers that make their data ready on a stream we name (JAX)."""
     s = _source(x, what, stream)
-    b, m, n, ld, bs = _layout(what, s.shape, s.strides, s.et.size)
+    b, m, n, ld, bs = matrix_layout(what, s.shape, s.strides, s.et.size)
     dev, ctx = _owner(s, what)
     return View(s.kind, x, s.ptr, len(s.shape), b, m, n, ld, bs, s.dtype, s.et, dev, ctx, s.stream, s.keep)
 

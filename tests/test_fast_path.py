@@ -156,3 +156,21 @@ def test_the_launch_argument_offsets_match_the_kernel_signature():
         at += size
     assert tuple(offsets) == _driver.TRANSPOSE_OFFSETS
     assert struct.calcsize(ARG_FORMAT) == at == _driver.TRANSPOSE_BYTES
+
+
+def test_permute_takes_the_fast_path_only_for_its_own_axes(registered, monkeypatch):
+    """permute()'s signatures share transpose()'s table, told apart by the axes as given."""
+    from autotranspose import permuter
+
+    rec, x, out = registered
+    x3 = FakeCupyArray(1 << 20, (64, 32))
+    key = api._cupy_key(x3, out, x3.data.ptr, out.data.ptr, (1, 0))
+    api._fast[key] = api._Hit(0, types.SimpleNamespace(ctx=CTX + 1), 8192, 8192, (32, 64))
+    assert permuter.permute(x3, (1, 0), out) is out
+    assert permuter.permute(x3, [1, 0], out) is out  # a list of the same axes: the same call
+    assert rec.calls == [(x3.data.ptr, out.data.ptr, STREAM, CTX + 1)] * 2
+    for other in ((-1, 0), (0, 1)):  # another spelling or another permute: full validation
+        with pytest.raises(TypeError):
+            permuter.permute(x3, other, out)
+    assert api.transpose(x, out) is out  # transpose's own entry is untouched
+    assert rec.calls[-1] == (x.data.ptr, out.data.ptr, STREAM, CTX)

@@ -1,0 +1,1 @@
+"""Framework integrations: PyTorch custom operators and JAX foreign-function calls."""

@@ -1,0 +1,253 @@
+"""PyTorch operators: transpose() and permute() as `torch.library` custom ops.
+
+Through the ops, `torch.compile` traces our calls into its graph (a fake implementation gives
+the output's shape, so `fullgraph=True`, `torch.export` and CUDA-graph capture see through
+them), autograd differentiates them (the backward of a permute is the inverse permute of the
+gradient, run by us; of a conjugate transpose, the conjugate transpose), and
+`torch.library.opcheck` checks them. The dispatcher costs host time of its own, so an eager
+call that nothing traces and that needs no gradient skips it: `permute()` and `transpose()`
+go straight to their fast path (a dictionary hit and one native launch) as for any array.
+
+Loaded by `autotranspose.entry` once PyTorch is imported; the ops are `autotranspose::
+permute`, `permute_out`, `transpose` and `transpose_out`.
+"""
+
+# No `from __future__ import annotations`: the op schemas are given explicitly, and the
+# functions below are called by the dispatcher with real or fake tensors.
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .. import api, permuter
+from ..arrays import matrix_layout, torch_not_on_gpu
+from ..dtypes import element_type
+from ..errors import AutotransposeError, OutputError, UnsupportedDtypeError
+from ..plan import normalize_axes, plan_permute
+
+_Tensor = torch.Tensor
+_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+# --- the entry points (called by autotranspose.entry for torch tensors) ----------------------
+def permute(x: torch.Tensor, axes: Sequence[int], out: Any, stream: Any) -> torch.Tensor:
+    """permute() of a PyTorch tensor: eager calls straight to the kernels, anything traced
+    or differentiated through the registered op."""
+    if not _compiling() and _plain(x, out):
+        return permuter.permute(x, axes, out, stream=stream)
+    order = list(axes)
+    if out is None:
+        return _on_stream(stream, torch.ops.autotranspose.permute, x, order)
+    _check_no_grad(x, out)
+    _on_stream(stream, torch.ops.autotranspose.permute_out, x, order, out)
+    return out
+
+
+def transpose(x: torch.Tensor, out: Any, stream: Any, config: Any, conjugate: bool) -> torch.Tensor:
+    """transpose() of a PyTorch tensor, as `permute` above (a forced `config` is an eager
+    tuning tool: it takes the plain path and is refused where a graph or gradient needs it)."""
+    if not _compiling() and (_plain(x, out) or config is not None):
+        if config is not None and not _plain(x, out):
+            raise AutotransposeError(
+                "config= forces a kernel on the eager path only; under torch.compile or for a "
+                "tensor that requires grad, leave config=None (the tuned kernel is used)"
+            )
+        return api.transpose(x, out, stream=stream, config=config, conjugate=conjugate)
+    if out is None:
+        return _on_stream(stream, torch.ops.autotranspose.transpose, x, conjugate)
+    _check_no_grad(x, out)
+    _on_stream(stream, torch.ops.autotranspose.transpose_out, x, out, conjugate)
+    return out
+
+
+def _plain(x: torch.Tensor, out: Any) -> bool:
+    """Nothing records this call: no gradient to track, no tracing mode, no tensor subclass.
+    Lazily conjugated or negated views are materialised by the kernels' own full path."""
+    if type(x) is not _Tensor and not isinstance(x, torch.nn.Parameter):
+        return False
+    if x.requires_grad and _grad_enabled():
+        return False
+    return not _dispatch_modes() and (out is None or type(out) is _Tensor)
+
+
+def _check_no_grad(x: torch.Tensor, out: torch.Tensor) -> None:
+    if _grad_enabled() and (x.requires_grad or out.requires_grad):
+        raise OutputError(
+            "out= does not support automatic differentiation (as PyTorch's own out= "
+            "functions): x or out requires grad; leave out=None to get a differentiable "
+            "result, or call under torch.no_grad()"
+        )
+
+
+def _on_stream(stream: Any, op: Any, *args: Any) -> Any:
+    if stream is None:
+        return op(*args)
+    if _compiling():
+        raise AutotransposeError(
+            "stream= is not supported under torch.compile: the compiled graph runs on "
+            "PyTorch's current stream; use `with torch.cuda.stream(s):` around the call"
+        )
+    from .. import streams
+
+    given = streams.explicit(stream)
+    with torch.cuda.stream(torch.cuda.ExternalStream(given.handle, device=given.device)):
+        return op(*args)
+
+
+# --- the ops ---------------------------------------------------------------------------------
+def _resolved(x: torch.Tensor) -> torch.Tensor:
+    """The values of x in memory: lazy conjugation or negation made real (a copy)."""
+    return x.resolve_conj().resolve_neg() if x.is_conj() or x.is_neg() else x
+
+
+def _writable_out(out: torch.Tensor) -> None:
+    if out.is_conj() or out.is_neg():
+        raise OutputError(
+            "out is a lazily conjugated or negated view (e.g. t.conj()); its memory holds "
+            "other values than it shows: pass a plain tensor (t.resolve_conj())"
+        )
+
+
+@torch.library.custom_op(
+    "autotranspose::permute", mutates_args=(), schema="(Tensor x, int[] axes) -> Tensor"
+)
+def _permute(x, axes):
+    return permuter.permute(_resolved(x), axes)
+
+
+@torch.library.custom_op(
+    "autotranspose::permute_out",
+    mutates_args=("out",),
+    schema="(Tensor x, int[] axes, Tensor(a!) out) -> ()",
+)
+def _permute_out(x, axes, out):
+    _writable_out(out)
+    permuter.permute(_resolved(x), axes, out)
+
+
+@torch.library.custom_op(
+    "autotranspose::transpose", mutates_args=(), schema="(Tensor x, bool conjugate) -> Tensor"
+)
+def _transpose(x, conjugate):
+    return api.transpose(_resolved(x), conjugate=conjugate)
+
+
+@torch.library.custom_op(
+    "autotranspose::transpose_out",
+    mutates_args=("out",),
+    schema="(Tensor x, Tensor(a!) out, bool conjugate) -> ()",
+)
+def _transpose_out(x, out, conjugate):
+    _writable_out(out)
+    api.transpose(_resolved(x), out, conjugate=conjugate)
+
+
+# --- fake implementations: shapes, and the eager call's errors at trace time -----------------
+def _concrete(values: Sequence[Any]) -> bool:
+    return all(type(v) is int for v in values)
+
+
+def _check_tensor(x: torch.Tensor) -> Any:
+    et = element_type(x.dtype)
+    if x.device.type not in ("cuda", "meta"):
+        raise torch_not_on_gpu("x", x.device)
+    return et
+
+
+def _check_layout(t: torch.Tensor, order: Sequence[int]) -> None:
+    """The layouts the kernels read, as the eager call checks them (`plan.plan_permute`);
+    symbolic shapes or strides are left to the call itself."""
+    shape, strides = tuple(t.shape), tuple(t.stride())
+    if _concrete(shape) and _concrete(strides):
+        moving = tuple(s if n > 1 else 0 for n, s in zip(shape, strides, strict=True))
+        plan_permute(shape, tuple(order), t.element_size(), moving)
+
+
+def _permuted(x: torch.Tensor, axes: Sequence[int]) -> list[Any]:
+    _check_tensor(x)
+    order = normalize_axes(axes, x.dim())
+    _check_layout(x, order)
+    return [x.shape[a] for a in order]
+
+
+def _transposed(x: torch.Tensor, conjugate: bool) -> list[Any]:
+    et = _check_tensor(x)
+    if conjugate and not et.conjugable:
+        raise UnsupportedDtypeError(
+            f"conjugate=True needs complex64 or complex128 elements; x is {et.name} "
+            "(for real types the transpose is already the conjugate transpose)"
+        )
+    shape, strides = tuple(x.shape), tuple(x.stride())
+    if x.dim() not in (2, 3) or (_concrete(shape) and _concrete(strides)):
+        matrix_layout("x", shape, tuple(s * et.size for s in strides), et.size)
+    return [*x.shape[:-2], x.shape[-1], x.shape[-2]]
+
+
+def _check_out(out: torch.Tensor, want: list[Any], x: torch.Tensor) -> None:
+    if list(out.shape) != list(want):
+        raise OutputError(f"out has shape {tuple(out.shape)}; x of shape {tuple(x.shape)} needs {tuple(want)}")
+    if out.dtype != x.dtype:
+        raise OutputError(f"out has dtype {out.dtype}; x has {x.dtype}: they must match")
+
+
+@_permute.register_fake
+def _(x, axes):
+    return x.new_empty(_permuted(x, axes))
+
+
+@_permute_out.register_fake
+def _(x, axes, out):
+    _check_out(out, _permuted(x, axes), x)
+
+
+@_transpose.register_fake
+def _(x, conjugate):
+    return x.new_empty(_transposed(x, conjugate))
+
+
+@_transpose_out.register_fake
+def _(x, out, conjugate):
+    _check_out(out, _transposed(x, conjugate), x)
+
+
+# --- autograd --------------------------------------------------------------------------------
+def _readable(g: torch.Tensor) -> torch.Tensor:
+    """A gradient the kernels can read: PyTorch hands broadcast (stride-0) or otherwise
+    unreadable gradients to a backward, e.g. the expanded ones of `.sum()`."""
+    if not (_concrete(g.shape) and _concrete(g.stride())):
+        return g.contiguous()
+    try:
+        _check_layout(g, range(g.dim()))
+    except AutotransposeError:
+        return g.contiguous()
+    return g
+
+
+def _permute_setup(ctx, inputs, output):
+    x, axes = inputs
+    ctx.inverse = _inverse(normalize_axes(axes, x.dim()))
+
+
+def _permute_backward(ctx, grad):
+    return torch.ops.autotranspose.permute(_readable(grad), ctx.inverse), None
+
+
+def _transpose_setup(ctx, inputs, output):
+    ctx.conjugate = inputs[1]
+
+
+def _transpose_backward(ctx, grad):
+    return torch.ops.autotranspose.transpose(_readable(grad), ctx.conjugate), None
+
+
+def _inverse(order: Sequence[int]) -> list[int]:
+    inv = [0] * len(order)
+    for k, a in enumerate(order):
+        inv[a] = k
+    return inv
+
+
+_permute.register_autograd(_permute_backward, setup_context=_permute_setup)
+_transpose.register_autograd(_transpose_backward, setup_context=_transpose_setup)

@@ -33,7 +33,6 @@ from .errors import (
     ConfigError,
     LayoutError,
     ShapeError,
-    UnsupportedDtypeError,
 )
 from .launch import Launch, make_launch, run_copy
 from .plan import NO_DIM, Dim
@@ -298,11 +297,8 @@ def transpose(
 def _transpose(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> Any:
     given = None if stream is None else streams.explicit(stream)
     xv = view(x, "x", given.handle if given is not None else None)
-    if conjugate and not xv.et.conjugable:
-        raise UnsupportedDtypeError(
-            f"conjugate=True needs complex64 or complex128 elements; x is {xv.et.name} "
-            "(for real types the transpose is already the conjugate transpose)"
-        )
+    if conjugate:
+        xv.et.check_conjugable()
     if config is not None:
         _check_config_type(config, xv)
     if xv.kind == "numpy":

@@ -37,6 +37,14 @@ class ElementType:
         """True for complex64/complex128, whose conjugate is a sign flip of the imaginary half."""
         return self.complex and self.size in (8, 16)
 
+    def check_conjugable(self) -> None:
+        """Refuse conjugate=True for an element type that has no conjugate to take."""
+        if not self.conjugable:
+            raise UnsupportedDtypeError(
+                f"conjugate=True needs complex64 or complex128 elements; x is {self.name} "
+                "(for real types the transpose is already the conjugate transpose)"
+            )
+
 
 def _torch_dtype_name(dtype: Any) -> str | None:
     if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":

@@ -378,13 +378,8 @@ def device_program(
 
     et = element_type(dtype)
     order = normalize_axes(axes, len(shape))
-    if conjugate and not et.conjugable:
-        from .errors import UnsupportedDtypeError
-
-        raise UnsupportedDtypeError(
-            f"conjugate=True needs complex64 or complex128 elements; x is {et.name} "
-            "(for real types the transpose is already the conjugate transpose)"
-        )
+    if conjugate:
+        et.check_conjugable()
     strides = contiguous_strides(shape)
     plan = _planned(tuple(shape), order, et.size, strides, None, 0, 0)
     state = device_state(device)

@@ -17,6 +17,12 @@ pytestmark = pytest.mark.gpu
 DTYPES = ["float32", "bfloat16", "float16", "int8", "float64"]
 
 
+def torch_module():
+    import torch
+
+    return torch
+
+
 @pytest.fixture(scope="module")
 def torch():
     torch = pytest.importorskip("torch")
@@ -153,7 +159,9 @@ def test_opcheck_passes(torch, rng):
         (lambda x: at.permute(x, (0, 0, 1)), errors.AxesError),
         (lambda x: at.permute(x, (0, 1)), errors.AxesError),
         (lambda x: at.transpose(x.reshape(-1)), errors.ShapeError),
-        (lambda x: at.transpose(x[:, :, 0], conjugate=True), errors.UnsupportedDtypeError),
+        (lambda x: at.transpose(x.sum(-1), conjugate=True), errors.UnsupportedDtypeError),
+        (lambda x: at.transpose(x[:, :, 0]), errors.LayoutError),
+        (lambda x: at.permute(x.to(torch_module().complex32), (1, 0, 2)), errors.UnsupportedDtypeError),
     ],
 )
 def test_errors_are_raised_at_trace_time_with_the_eager_message(torch, call, error):

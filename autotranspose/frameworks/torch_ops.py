@@ -22,7 +22,7 @@ import torch
 from .. import api, permuter
 from ..arrays import matrix_layout, torch_not_on_gpu
 from ..dtypes import element_type
-from ..errors import AutotransposeError, OutputError, UnsupportedDtypeError
+from ..errors import AutotransposeError, OutputError
 from ..plan import normalize_axes, plan_permute
 
 _Tensor = torch.Tensor
@@ -173,15 +173,14 @@ def _permuted(x: torch.Tensor, axes: Sequence[int]) -> list[Any]:
 
 
 def _transposed(x: torch.Tensor, conjugate: bool) -> list[Any]:
+    """The transposed shape, after the eager call's checks in its order: the layout, then
+    whether the dtype has a conjugate."""
     et = _check_tensor(x)
-    if conjugate and not et.conjugable:
-        raise UnsupportedDtypeError(
-            f"conjugate=True needs complex64 or complex128 elements; x is {et.name} "
-            "(for real types the transpose is already the conjugate transpose)"
-        )
     shape, strides = tuple(x.shape), tuple(x.stride())
     if x.dim() not in (2, 3) or (_concrete(shape) and _concrete(strides)):
         matrix_layout("x", shape, tuple(s * et.size for s in strides), et.size)
+    if conjugate:
+        et.check_conjugable()
     return [*x.shape[:-2], x.shape[-1], x.shape[-2]]
 
 

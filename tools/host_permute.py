@@ -30,6 +30,7 @@ def main() -> None:
 
     import autotranspose as at
 
+    first_calls(torch, at)
     cases = [
         ((64, 64), (1, 0), torch.float32),
         ((25, 1024), (1, 0), torch.float16),
@@ -48,6 +49,23 @@ def main() -> None:
     at.transpose(x, out)
     print(f"transpose 64x64 out: {per_call(lambda: at.transpose(x, out)):.2f}  torch: "
           f"{per_call(lambda: out.copy_(x.t())):.2f}")
+
+
+def first_calls(torch, at) -> None:
+    """What the first call of a signature costs (lookup, compile or disk-cache load, the
+    first-call measurement), then the second call, in this process."""
+    for shape, axes, dtype in [((4096, 4096), (1, 0), torch.float32),
+                               ((33, 1021, 517), (2, 0, 1), torch.bfloat16),
+                               ((8, 3, 224, 224), (0, 2, 3, 1), torch.uint8)]:  # fmt: skip
+        x = torch.randn(shape, device="cuda").to(dtype)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            at.permute(x, axes)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        print(f"first call {str(dtype)[6:]} {shape} {axes}: {times[0]:.1f} ms, then {times[1]:.2f} ms")
 
 
 def _row(torch, at, shape, axes, dtype) -> str:

@@ -1,14 +1,21 @@
-"""autotranspose: generated, autotuned CUDA matrix-transpose kernels."""
+"""autotranspose: generated, autotuned CUDA transpose and permute kernels.
+
+The public names: `transpose`, `permute` (PyTorch, JAX, CuPy, pycuda, CUDA Array Interface
+and NumPy arrays), `tune_gpu` and `tune_devices` (offline tuning), `KernelConfig`,
+`config_space`, `default_config`, `render` and `template_version` (the kernels themselves),
+and the process switches `set_first_call_measurement`, `set_keep_winners` and
+`clear_caches`. Everything else is internal.
+"""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .codegen import render, template_version
 from .config import KernelConfig, config_space, default_config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ._switches import clear_caches, set_first_call_measurement, set_keep_winners
     from .entry import permute, transpose
     from .multigpu import tune_devices
     from .tuner import tune_gpu
@@ -24,6 +31,10 @@ def __getattr__(name: str) -> object:
 
         globals().update(transpose=entry.transpose, permute=entry.permute)
         return globals()[name]
+    if name in ("set_first_call_measurement", "set_keep_winners", "clear_caches"):
+        from . import _switches
+
+        return getattr(_switches, name)
     if name == "tune_gpu":
         from .tuner import tune_gpu
 
@@ -38,10 +49,13 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "KernelConfig",
     "__version__",
+    "clear_caches",
     "config_space",
     "default_config",
     "permute",
     "render",
+    "set_first_call_measurement",
+    "set_keep_winners",
     "template_version",
     "transpose",
     "tune_devices",

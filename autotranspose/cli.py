@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
-from . import __version__
+from ._version import __version__
 from .config import max_vec
 from .device import check_name
 from .dtypes import element_type

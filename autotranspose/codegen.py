@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__
+from ._version import __version__
 from .config import (
     CONFIG_SCHEMA,
     FLAT_WORD,

@@ -68,3 +68,18 @@ def test_traced_jax_calls_refuse_what_xla_decides(fresh_entry, monkeypatch):
         at.transpose(t, stream=1)
     with pytest.raises(errors.InputTypeError, match="config= cannot be used"):
         at.transpose(t, config=at.KernelConfig(4))
+
+
+def test_the_process_switches_reach_their_modules(monkeypatch):
+    from autotranspose import firstcall, winners
+
+    monkeypatch.delenv(firstcall.ENV_VAR, raising=False)
+    try:
+        at.set_first_call_measurement(False)
+        at.set_keep_winners(False)
+        assert not firstcall.enabled() and not winners.enabled()
+    finally:
+        at.set_first_call_measurement(None)
+        at.set_keep_winners(None)
+    assert firstcall.enabled()
+    at.clear_caches()  # nothing prepared yet: no error

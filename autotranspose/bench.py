@@ -219,8 +219,8 @@ RANDOM_KINDS = ("square", "rectangular", "skinny", "batched")
 
 
 def draw_dtypes(names: Sequence[str]) -> tuple[str, ...]:
-    """The element types a random draw may take (`bench --dtypes` with --random or
-    --random-permute), as canonical names, each once. A name that is not one of
+    """The element types a random draw may take (`bench --dtypes` with --random,
+    --random-permute or --small), as canonical names, each once. A name that is not one of
     SUPPORTED_NAMES raises UnsupportedDtypeError naming the accepted ones: a draw must not
     reach a type no peer was written for (float128, say, which NumPy has)."""
     found: list[str] = []
@@ -863,6 +863,10 @@ def run_from_args(args: Any) -> int:
 
     if getattr(args, "db", None):  # the tuned results to serve, as transpose() would
         os.environ["AUTOTRANSPOSE_DB"] = args.db
+    if getattr(args, "small", None):
+        from .bench_small import run_small
+
+        return run_small(args)
     repeats = getattr(args, "repeat", None) or 7
     if getattr(args, "random_permute", None) or getattr(args, "axes", None):
         return _run_permutes(args, repeats)
@@ -887,8 +891,8 @@ def run_from_args(args: Any) -> int:
 
 def _drawn_dtypes(args: Any) -> list[str] | None:
     """The dtypes a random draw is limited to (`--dtypes` given with --random,
-    --random-permute), or None: every type of the stated distribution."""
-    drawing = any(getattr(args, k, None) for k in ("random", "random_permute"))
+    --random-permute or --small), or None: every type of the stated distribution."""
+    drawing = any(getattr(args, k, None) for k in ("random", "random_permute", "small"))
     dtypes = getattr(args, "dtypes", None)
     return list(dtypes) if drawing and dtypes is not None else None
 

@@ -402,7 +402,7 @@ def test_the_command_draws_only_the_dtypes_given(monkeypatch, capsys, tmp_path):
 def test_an_unknown_dtype_for_a_draw_is_one_line_naming_the_accepted_ones(capsys):
     from autotranspose import cli
 
-    for option in ("--random", "--random-permute"):
+    for option in ("--random", "--random-permute", "--small"):
         rc = cli.run(["bench", option, "3", "--dtypes", "int8", "float128"])
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1

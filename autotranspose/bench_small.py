@@ -406,8 +406,9 @@ def _cupy_peer(
 
 
 def _start(device: int) -> dict[str, Any]:
-    """Make `device`'s primary context current (PyTorch's and CuPy's too), then peer -> its
-    module, or a string saying why it is skipped."""
+    """Make `device`'s primary context current, and `device` each library's current device
+    (the peers' own new arrays are made there), then peer -> its module, or a string saying
+    why it is skipped."""
     from .compiler import activate
 
     activate(device)
@@ -415,15 +416,20 @@ def _start(device: int) -> dict[str, Any]:
     try:
         import torch
 
-        found["torch"] = torch if torch.cuda.is_available() else "PyTorch sees no CUDA GPU"
+        if torch.cuda.is_available():
+            torch.cuda.set_device(device)
+            found["torch"] = torch
+        else:
+            found["torch"] = "PyTorch sees no CUDA GPU"
     except Exception as exc:  # not installed, or its CUDA libraries do not load
         found["torch"] = f"PyTorch not importable ({type(exc).__name__}: {str(exc)[:80]})"
     try:
         import cupy
 
+        cupy.cuda.Device(device).use()
         found["cupy"] = cupy
     except Exception as exc:
-        found["cupy"] = f"CuPy not importable ({type(exc).__name__}: {str(exc)[:80]})"
+        found["cupy"] = f"CuPy not usable ({type(exc).__name__}: {str(exc)[:80]})"
     return found
 
 

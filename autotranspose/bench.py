@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import element_type
+from .dtypes import SUPPORTED_NAMES, element_type
+from .errors import UnsupportedDtypeError
 from .shapes import parse_shape
 
 PEERS = ("copy", "autotranspose", "geam", "cupy", "torch", "seed")
@@ -217,14 +218,51 @@ RANDOM_BYTES = (32 << 20, 1 << 30)
 RANDOM_KINDS = ("square", "rectangular", "skinny", "batched")
 
 
-def random_cases(count: int, seed: int) -> list[tuple[tuple[int, int, int], str]]:
-    """`count` (shape (batch, m, n), dtype) cases drawn from the stated distribution; the
-    same seed gives the same cases on any machine."""
+def draw_dtypes(names: Sequence[str]) -> tuple[str, ...]:
+    """The element types a random draw may take (`bench --dtypes` with --random,
+    --random-permute or --small), as canonical names, each once. A name that is not one of
+    SUPPORTED_NAMES raises UnsupportedDtypeError naming the accepted ones: a draw must not
+    reach a type no peer was written for (float128, say, which NumPy has)."""
+    found: list[str] = []
+    for name in names:
+        try:
+            canonical: str | None = element_type(name).name
+        except UnsupportedDtypeError:
+            canonical = None
+        if canonical not in SUPPORTED_NAMES:
+            raise UnsupportedDtypeError(
+                f"{name!r:.40} is not a dtype the random cases can draw; accepted: "
+                f"{', '.join(SUPPORTED_NAMES)}"
+            )
+        found.append(str(canonical))
+    if not found:
+        raise UnsupportedDtypeError(f"no dtype given; accepted: {', '.join(SUPPORTED_NAMES)}")
+    return tuple(dict.fromkeys(found))
+
+
+def dtype_pool(dtypes: Sequence[str] | None) -> dict[int, tuple[str, ...]]:
+    """element size -> the dtypes a draw picks among: RANDOM_DTYPES when `dtypes` is None
+    (so a seed draws what it always drew), else `dtypes` grouped by size. The draws pick a
+    size uniformly, then a dtype of that size."""
+    if dtypes is None:
+        return RANDOM_DTYPES
+    pool: dict[int, list[str]] = {}
+    for name in draw_dtypes(dtypes):
+        pool.setdefault(element_type(name).size, []).append(name)
+    return {size: tuple(pool[size]) for size in sorted(pool)}
+
+
+def random_cases(
+    count: int, seed: int, dtypes: Sequence[str] | None = None
+) -> list[tuple[tuple[int, int, int], str]]:
+    """`count` (shape (batch, m, n), dtype) cases drawn from the stated distribution, of
+    `dtypes` only where given; the same seed gives the same cases on any machine."""
     rng = np.random.default_rng(seed)
+    pool = dtype_pool(dtypes)
     cases = []
     for _ in range(count):
-        size = int(rng.choice(sorted(RANDOM_DTYPES)))
-        dtype = str(rng.choice(RANDOM_DTYPES[size]))
+        size = int(rng.choice(sorted(pool)))
+        dtype = str(rng.choice(pool[size]))
         lo, hi = (np.log(v / size) for v in RANDOM_BYTES)
         elems = float(np.exp(rng.uniform(lo, hi)))
         kind = str(rng.choice(RANDOM_KINDS))
@@ -259,22 +297,26 @@ def _side(rng: np.random.Generator, x: float) -> int:
 # 16 bytes (then a dtype of that size); total bytes log-uniform in [32 MB, 1 GB], shared out
 # over the sides at random (a side log-uniform share of the total); each side a multiple of 8
 # half the time and any length otherwise; any permutation but the identity (a plain copy).
-PERMUTE_PEERS = ("copy", "autotranspose", "cupy", "torch", "cutensor")
+# Peers: the copy of the same bytes, CuPy, PyTorch, cuTENSOR and torch.compile's kernel.
+PERMUTE_PEERS = ("copy", "autotranspose", "cupy", "torch", "cutensor", "compile")
 PERMUTE_DIMS = (3, 6)
 # cuTENSOR computes (D = 1*A + 0*C): it moves floats. Each size is timed as the float type
 # of that size (bit patterns kept finite by the check's fill); 1-byte elements it has none for.
 _CUTENSOR_AS = {2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 
 
-def random_permute_cases(count: int, seed: int) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
-    """`count` (shape, axes, dtype) permute cases drawn from the stated distribution; the same
-    seed gives the same cases on any machine."""
+def random_permute_cases(
+    count: int, seed: int, dtypes: Sequence[str] | None = None
+) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
+    """`count` (shape, axes, dtype) permute cases drawn from the stated distribution, of
+    `dtypes` only where given; the same seed gives the same cases on any machine."""
     rng = np.random.default_rng([seed, 0x9E3])  # a stream of its own: not --random's cases
+    pool = dtype_pool(dtypes)
     cases = []
     for _ in range(count):
         nd = int(rng.integers(PERMUTE_DIMS[0], PERMUTE_DIMS[1] + 1))
-        size = int(rng.choice(sorted(RANDOM_DTYPES)))
-        dtype = str(rng.choice(RANDOM_DTYPES[size]))
+        size = int(rng.choice(sorted(pool)))
+        dtype = str(rng.choice(pool[size]))
         lo, hi = (np.log(v / size) for v in RANDOM_BYTES)
         elems = float(np.exp(rng.uniform(lo, hi)))
         share = rng.dirichlet(np.full(nd, 1.5)) * np.log(elems)
@@ -375,9 +417,62 @@ def _permute_launches(
 
         note = "out.copy_(a.permute(axes)): .contiguous()'s kernel"
         peers["torch"] = (torch_p, note) if wrap else (None, why)
+        peers["compile"] = compile_peer(torch, shape, axes, dtype)
     except ImportError:
         peers["torch"] = (None, "PyTorch not installed")
+        peers["compile"] = (None, "PyTorch not installed")
     return peers
+
+
+# Inductor generates no kernels for complex tensors (it falls back to aten's copy, or fails
+# in Triton's type table): the compiled peer moves them as pairs of floats of half the size,
+# a trailing axis of 2 that stays innermost, the same bytes to the same places.
+_COMPILE_AS_PAIRS = {"complex64": "float32", "complex128": "float64"}
+
+
+def compile_peer(
+    torch: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str
+) -> tuple[Callable | None, str]:
+    """torch.compile's generated kernel for this permute, as launch(src, dst, stream), or None
+    and why not. `out.copy_(x.permute(axes))` is compiled once per case (fullgraph, static
+    shapes) after dynamo's caches are reset: every case's function shares one code object,
+    and past dynamo's recompile limit it would run eagerly, not the compiled kernel, without
+    a word. Compilation itself happens on the first call (the check), where a failure is a
+    note like any peer's."""
+    compile_fn = getattr(torch, "compile", None)
+    if compile_fn is None:
+        return None, f"PyTorch {torch.__version__} has no torch.compile"
+    as_dtype = _COMPILE_AS_PAIRS.get(element_type(dtype).name, dtype)
+    pairs = as_dtype != dtype
+    wrap, why = _torch_wrapper(torch, as_dtype)
+    if wrap is None:
+        return None, why
+    out_shape = tuple(shape[a] for a in axes)
+    if pairs:
+        shape, out_shape, axes = (*shape, 2), (*out_shape, 2), (*axes, len(axes))
+    order = tuple(axes)
+    dynamo = getattr(torch, "_dynamo", None)
+    if dynamo is not None and hasattr(dynamo, "reset"):
+        dynamo.reset()
+
+    def move(x: Any, out: Any) -> None:
+        out.copy_(x.permute(order))
+
+    try:
+        compiled = compile_fn(move, fullgraph=True, dynamic=False)
+    except Exception as exc:  # a build without a compiler backend, say
+        return None, f"torch.compile: {type(exc).__name__}: {exc}"[:200]
+    views: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+    def run(src: int, dst: int, _s: Any) -> None:
+        v = views.get((src, dst))
+        if v is None:  # wrapped once per buffer pair: the host's share stays the compiled call's
+            assert wrap is not None
+            v = views[(src, dst)] = (wrap(src, shape), wrap(dst, out_shape))
+        compiled(*v)
+
+    note = "torch.compile(out.copy_(a.permute(axes)))"
+    return run, f"{note} as {as_dtype} pairs" if pairs else note
 
 
 def _cutensor_peer(cupy_views: Callable, axes: tuple[int, ...], e: int) -> tuple[Callable | None, str]:
@@ -683,13 +778,18 @@ def _case_text(shape: Sequence[int], axes: Sequence[int] | None) -> str:
 
 def markdown_table(rows: Sequence[Row]) -> str:
     """One Markdown row per (shape, dtype): copy and our GB/s, every peer as % of the same
-    run's copy, and our speed over geam and over the best other peer (BENCHMARKS.md)."""
-    shown = [p for p in PEERS if p != "copy"]
+    run's copy, and our speed over geam and over the best other peer (BENCHMARKS.md).
+    The columns are the peers the rows name (a transpose run's PEERS, a permute run's
+    cuTENSOR and compile too)."""
+    named = {r.peer for r in rows}
+    shown = [p for p in _peers(rows) if p != "copy" and p in named]
     cells: dict[tuple[tuple[int, ...], tuple[int, ...] | None, str], dict[str, Row]] = {}
     for r in rows:  # a permute case is its shape and its axes: one row each
         cells.setdefault((r.shape, r.axes, r.dtype), {})[r.peer] = r
+    geam = "geam" in shown
     head = ["shape", "dtype", "copy GB/s", "autotranspose GB/s",
-            *(f"{p} % copy" for p in shown), "vs geam", "vs best other"]  # fmt: skip
+            *(f"{p} % copy" for p in shown), *(["vs geam"] if geam else []),
+            "vs best other"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (shape, axes, dtype), row in cells.items():
         pct = {p: r.of_copy for p, r in row.items() if p in shown and r.of_copy}
@@ -700,7 +800,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
             _case_text(shape, axes), dtype, gbps.get("copy", "-"), gbps.get("autotranspose", "-"),
             *(("**{:.1f}**" if p == "autotranspose" else "{:.1f}").format(100 * pct[p])
               if p in pct else "-" for p in shown),
-            f"{ours / pct['geam']:.3f}x" if ours and "geam" in pct else "-",
+            *([f"{ours / pct['geam']:.3f}x" if ours and "geam" in pct else "-"] if geam else []),
             f"{ours / max(others):.2f}x" if ours and others else "-",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cols) + " |")
@@ -763,12 +863,17 @@ def run_from_args(args: Any) -> int:
 
     if getattr(args, "db", None):  # the tuned results to serve, as transpose() would
         os.environ["AUTOTRANSPOSE_DB"] = args.db
+    if getattr(args, "small", None):
+        from .bench_small import run_small
+
+        return run_small(args)
     repeats = getattr(args, "repeat", None) or 7
     if getattr(args, "random_permute", None) or getattr(args, "axes", None):
         return _run_permutes(args, repeats)
     if getattr(args, "random", None):
-        cases = random_cases(args.random, args.seed)
-        print(f"{len(cases)} random cases, seed {args.seed}", flush=True)
+        drawn = _drawn_dtypes(args)
+        cases = random_cases(args.random, args.seed, drawn)
+        print(f"{len(cases)} random cases, seed {args.seed}{_of(drawn)}", flush=True)
     else:
         cases = [(parse_shape(s), d) for s in args.shapes for d in args.dtypes]
     rows, summary = _measure_cases(
@@ -779,8 +884,21 @@ def run_from_args(args: Any) -> int:
     print()
     print(format_host_costs(costs))
     _write(args, rows, {"summary": summary, "call_us": costs, "random": getattr(args, "random", None),
-                        "seed": getattr(args, "seed", None)})  # fmt: skip
+                        "seed": getattr(args, "seed", None),
+                        "dtypes": _drawn_dtypes(args)})  # fmt: skip
     return 0
+
+
+def _drawn_dtypes(args: Any) -> list[str] | None:
+    """The dtypes a random draw is limited to (`--dtypes` given with --random,
+    --random-permute or --small), or None: every type of the stated distribution."""
+    drawing = any(getattr(args, k, None) for k in ("random", "random_permute", "small"))
+    dtypes = getattr(args, "dtypes", None)
+    return list(dtypes) if drawing and dtypes is not None else None
+
+
+def _of(dtypes: Sequence[str] | None) -> str:
+    return "" if dtypes is None else f", dtypes {' '.join(dtypes)}"
 
 
 def _measure_cases(cases: list[Callable[[], list[Row]]]) -> tuple[list[Row], dict[str, Any]]:
@@ -812,8 +930,9 @@ def _run_permutes(args: Any, repeats: int) -> int:
     """`bench --random-permute N` or `bench --shapes ... --axes ...`: every case against copy,
     CuPy, PyTorch and cuTENSOR, then the summary."""
     if getattr(args, "random_permute", None):
-        cases = random_permute_cases(args.random_permute, args.seed)
-        print(f"{len(cases)} random permute cases, seed {args.seed}", flush=True)
+        drawn = _drawn_dtypes(args)
+        cases = random_permute_cases(args.random_permute, args.seed, drawn)
+        print(f"{len(cases)} random permute cases, seed {args.seed}{_of(drawn)}", flush=True)
     else:
         cases = [(tuple(s), tuple(args.axes), d) for s in args.shapes for d in args.dtypes]
     rows, summary = _measure_cases(
@@ -821,5 +940,5 @@ def _run_permutes(args: Any, repeats: int) -> int:
             shape, axes, dtype, device=args.device, repeats=repeats) for shape, axes, dtype in cases]
     )  # fmt: skip
     _write(args, rows, {"summary": summary, "random_permute": getattr(args, "random_permute", None),
-                        "seed": args.seed})  # fmt: skip
+                        "seed": args.seed, "dtypes": _drawn_dtypes(args)})  # fmt: skip
     return 0

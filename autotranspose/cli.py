@@ -759,21 +759,39 @@ def cmd_db_upgrade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .bench import run_from_args
+_DRAWS = ("random", "random_permute", "small")  # the options that draw bench's cases
 
-    args.dtypes = _dtypes(args.dtypes)
+
+def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .bench import draw_dtypes, run_from_args
+
+    drawing = [f"--{k.replace('_', '-')}" for k in _DRAWS if getattr(args, k) is not None]
+    if len(drawing) > 1:
+        raise UsageError(
+            f"--random N (transposes), --random-permute N (permutes) and --small N (the host "
+            f"cost of small calls) each draw the cases: give one, not both {' and '.join(drawing)}"
+        )
+    if not drawing:
+        args.dtypes = _dtypes(args.dtypes if args.dtypes is not None else ["float32"])
+    elif args.dtypes is not None:  # only these types are drawn; without --dtypes, every type
+        try:
+            args.dtypes = list(draw_dtypes([v.strip() for v in _split(args.dtypes)]))
+        except UnsupportedDtypeError as exc:
+            raise UsageError(f"argument --dtypes: {exc}") from None
+    if args.small is not None and args.png:
+        raise UsageError("--png charts GB/s per shape; --small writes --json and --markdown")
     if args.axes is not None:
-        if args.random is not None or args.random_permute is not None:
-            raise UsageError("--axes permutes the --shapes given: leave out --random/--random-permute")
+        if drawing:
+            raise UsageError(
+                f"--axes permutes the --shapes given: leave out {drawing[0]} "
+                "(--random, --random-permute and --small draw their own cases)"
+            )
         args.shapes = [_option("--shapes", parse_dims, v) for v in _split(args.shapes)]
         args.axes = _axes(args.axes)
         for shape in args.shapes:  # every shape must take these axes, before any GPU work
             normalize_axes(args.axes, len(shape))
     else:
         args.shapes = [_shape_text(s) for s in _shapes(args.shapes)]
-    if args.random is not None and args.random_permute is not None:
-        raise UsageError("give --random N (transposes) or --random-permute N (permutes), not both")
     return int(run_from_args(args) or 0)
 
 
@@ -864,14 +882,19 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="compare against copy, cuBLAS, CuPy, PyTorch and the seed")
     b.add_argument("--shapes", nargs="+", default=["8192x8192"], metavar="SHAPE",
                    help="e.g. 8192x8192 64x1024x1024 (default 8192x8192)")  # fmt: skip
-    b.add_argument("--dtypes", nargs="+", default=["float32"], metavar="DTYPE",
-                   help="e.g. float32,int8 (default float32)")  # fmt: skip
+    b.add_argument("--dtypes", nargs="+", default=None, metavar="DTYPE",
+                   help="e.g. float32,int8 (default float32); with --random, --random-permute "
+                        "or --small, the only types drawn (default: every type)")  # fmt: skip
     b.add_argument("--random", type=_positive_int, default=None, metavar="N",
-                   help="instead of --shapes/--dtypes: N random (shape, dtype) cases, 32 MB to "
+                   help="instead of --shapes: N random (shape, dtype) cases, 32 MB to "
                         "1 GB, square, rectangular, skinny and batched, odd and aligned")  # fmt: skip
     b.add_argument("--random-permute", type=_positive_int, default=None, metavar="N",
                    help="N random permutes: 3- to 6-D shapes, 32 MB to 1 GB, every element "
-                        "size, against copy, CuPy, PyTorch and cuTENSOR")  # fmt: skip
+                        "size, against copy, CuPy, PyTorch, cuTENSOR, torch.compile")  # fmt: skip
+    b.add_argument("--small", type=_positive_int, default=None, metavar="N",
+                   help="N random small permutes and transposes (4 KB to 16 MB, 2- to 6-D, "
+                        "every dtype), each into out= and new: host-included us per call "
+                        "of ours against PyTorch's and CuPy's own on the same arrays")  # fmt: skip
     b.add_argument("--axes", metavar="I,J,...",
                    help="permute each of --shapes (1 to 8 sides) by these axes, e.g. "
                         "--shapes 64x256x56x56 --axes 0,2,3,1")  # fmt: skip
@@ -880,7 +903,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", metavar="PATH", help="write results as JSON")
     b.add_argument("--png", metavar="PATH", help="write a chart")
     b.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    b.add_argument("--repeat", type=_positive_int, default=None, metavar="N")
+    b.add_argument("--repeat", type=_positive_int, default=None, metavar="N",
+                   help="timed repeats, the median kept (default 7; --small: 5 runs of 300 "
+                        "calls)")  # fmt: skip
     b.add_argument("--device", type=_nonnegative_int, default=0, metavar="INDEX")
     db_option(b)
     return p

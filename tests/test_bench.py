@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import json
 import types
+from collections import Counter
 from dataclasses import asdict
 
 import numpy as np
@@ -323,3 +324,177 @@ def test_peers_that_move_values_are_checked_on_valid_bools(rng):
     assert np.array_equal(filled.view(np.bool_).astype(np.uint8), filled)  # valid bools
     for dtype in ("int8", "float16", "bfloat16", "float32", "complex128"):
         assert bench.peer_mask(dtype) == Bench.FINITE_MASK
+
+
+# --- --dtypes with the random draws --------------------------------------------------------------
+def test_random_cases_of_given_dtypes_draw_only_those(rng):
+    seed = int(rng.integers(0, 2**31))
+    chosen = ["int8", "float16", "bfloat16", "bool", "uint16"]
+    for draw in (bench.random_cases, bench.random_permute_cases):
+        cases = draw(400, seed, chosen)
+        assert cases == draw(400, seed, chosen), "a seed must give the same cases"
+        assert {c[-1] for c in cases} == set(chosen)
+        sizes = Counter(np.dtype("int16" if c[-1] == "bfloat16" else c[-1]).itemsize for c in cases)
+        assert set(sizes) == {1, 2} and 0.4 < sizes[1] / len(cases) < 0.6  # a size, then a type
+        assert draw(50, seed, ["complex128"]) != draw(50, seed)
+
+
+def test_the_draw_without_dtypes_is_the_stated_one(rng):
+    """No --dtypes: every type of RANDOM_DTYPES, drawn as before the filter existed (a seed
+    of an earlier run draws the same cases); naming them all in that order is the same."""
+    seed = int(rng.integers(0, 2**31))
+    every = [d for size in sorted(bench.RANDOM_DTYPES) for d in bench.RANDOM_DTYPES[size]]
+    assert bench.dtype_pool(None) is bench.RANDOM_DTYPES
+    assert bench.dtype_pool(every) == bench.RANDOM_DTYPES
+    assert bench.random_cases(60, seed, every) == bench.random_cases(60, seed)
+    assert bench.random_permute_cases(60, seed, every) == bench.random_permute_cases(60, seed)
+
+
+def test_draw_dtypes_names_the_accepted_ones():
+    assert bench.draw_dtypes(["f2", "float16", "bfloat16", "?"]) == ("float16", "bfloat16", "bool")
+    for bad in ("float128", "object", "nonsense", "(-1,)i4"):
+        with pytest.raises(dtypes.UnsupportedDtypeError, match="accepted: bool, int8, uint8"):
+            bench.draw_dtypes([bad])
+
+
+def _fake_random_run(monkeypatch) -> list:
+    seen: list = []
+
+    def fake_case(shape, dtype, *, device, repeats):
+        seen.append((shape, dtype))
+        return [Row(shape, dtype, "copy", 1.0, 1.0, 1.0),
+                Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9)]  # fmt: skip
+
+    def fake_permute(shape, axes, dtype, *, device, repeats):
+        seen.append((shape, axes, dtype))
+        return [Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
+                Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9, "", axes)]  # fmt: skip
+
+    monkeypatch.setattr(bench, "bench_case", fake_case)
+    monkeypatch.setattr(bench, "bench_permute_case", fake_permute)
+    monkeypatch.setattr(bench, "host_costs", lambda: {})
+    return seen
+
+
+def test_the_command_draws_only_the_dtypes_given(monkeypatch, capsys, tmp_path):
+    from autotranspose import cli
+
+    seen = _fake_random_run(monkeypatch)
+    path = tmp_path / "r.json"
+    rc = cli.run(["bench", "--random", "12", "--seed", "3", "--dtypes", "int8", "bfloat16",
+                  "--json", str(path)])  # fmt: skip
+    assert rc == 0 and seen == bench.random_cases(12, 3, ["int8", "bfloat16"])
+    assert {d for _, d in seen} <= {"int8", "bfloat16"}
+    assert json.loads(path.read_text())["dtypes"] == ["int8", "bfloat16"]
+    assert "dtypes int8 bfloat16" in capsys.readouterr().out
+    seen.clear()
+    rc = cli.run(["bench", "--random-permute", "5", "--seed", "3", "--dtypes", "uint16,bool"])
+    assert rc == 0
+    assert seen == bench.random_permute_cases(5, 3, ["uint16", "bool"])
+    seen.clear()
+    assert cli.run(["bench", "--random", "4", "--seed", "3"]) == 0  # no --dtypes: every type
+    assert seen == bench.random_cases(4, 3)
+    seen.clear()
+    assert cli.run(["bench", "--shapes", "64x64"]) == 0  # --shapes alone: float32 as before
+    assert seen == [((1, 64, 64), "float32")]
+
+
+def test_an_unknown_dtype_for_a_draw_is_one_line_naming_the_accepted_ones(capsys):
+    from autotranspose import cli
+
+    for option in ("--random", "--random-permute", "--small"):
+        rc = cli.run(["bench", option, "3", "--dtypes", "int8", "float128"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1
+        assert err.startswith("autotranspose: error: argument --dtypes: 'float128' is not")
+        assert "accepted: " + ", ".join(dtypes.SUPPORTED_NAMES) in err
+
+
+# --- the torch.compile peer of --random-permute ---------------------------------------------------
+class _CompilingTorch(_FakeTorch):
+    """_FakeTorch with torch.compile (recording what it compiled, then calling it) and
+    dynamo's reset."""
+
+    def __init__(self, *names: str, fails: Exception | None = None) -> None:
+        super().__init__(*names)
+        self.compiled: list[tuple] = []
+        self.resets = 0
+        self.fails = fails
+        self._dynamo = types.SimpleNamespace(reset=self._reset)
+
+    def _reset(self) -> None:
+        self.resets += 1
+
+    def compile(self, fn, **kwargs):
+        if self.fails:
+            raise self.fails
+        calls: list[tuple] = []
+        self.compiled.append((fn, kwargs, calls))
+        return lambda *args: calls.append(args)
+
+
+class _Tensor:
+    """What the compiled function is handed: records permute and copy_."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple] = []
+
+    def permute(self, order):
+        return ("permuted", order)
+
+    def copy_(self, src):
+        self.done.append(src)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "as_dtype", "pairs"),
+    [("float16", "float16", False), ("bool", "bool", False), ("complex64", "float32", True),
+     ("complex128", "float64", True)],
+)  # fmt: skip
+def test_the_compile_peer_compiles_the_permute_once_per_case(rng, dtype, as_dtype, pairs):
+    torch = _CompilingTorch("float16", "bool", "float32", "float64")
+    shape, axes = (3, 5, 7, 2), (2, 0, 3, 1)
+    run, note = bench.compile_peer(torch, shape, axes, dtype)
+    assert run is not None and torch.resets == 1 and len(torch.compiled) == 1
+    fn, kwargs, calls = torch.compiled[0]
+    assert kwargs == {"fullgraph": True, "dynamic": False}
+    assert note.startswith("torch.compile(out.copy_(a.permute(axes)))")
+    assert note.endswith(f"as {as_dtype} pairs") is pairs
+    src, dst = (int(v) * 256 for v in rng.integers(1, 1 << 30, 2))
+    run(src, dst, None)
+    run(src, dst, None)
+    (x_cai, x_as), (out_cai, _) = calls[0]
+    assert len(calls) == 2 and calls[1] == calls[0]  # wrapped once per buffer pair
+    assert len(torch.made) == 2  # two tensors made, once
+    out_shape = tuple(shape[a] for a in axes)
+    assert x_cai["shape"] == ((*shape, 2) if pairs else shape)
+    assert out_cai["shape"] == ((*out_shape, 2) if pairs else out_shape)
+    assert (x_cai["data"][0], out_cai["data"][0]) == (src, dst)
+    assert x_as is getattr(torch, as_dtype)
+    x, out = _Tensor(), _Tensor()
+    fn(x, out)  # what was compiled: out.copy_(x.permute(order)), a pair's halves kept innermost
+    assert out.done == [("permuted", (*axes, 4) if pairs else axes)]
+
+
+def test_a_compile_peer_that_cannot_run_is_a_note():
+    run, note = bench.compile_peer(_FakeTorch("float16"), (4, 5, 6), (2, 1, 0), "float16")
+    assert run is None and note == "PyTorch 0.0-fake has no torch.compile"
+    torch = _CompilingTorch("float16")
+    run, note = bench.compile_peer(torch, (4, 5, 6), (2, 1, 0), "bfloat16")
+    assert run is None and note == "PyTorch 0.0-fake has no bfloat16"
+    torch = _CompilingTorch("float16", fails=RuntimeError("no backend"))
+    run, note = bench.compile_peer(torch, (4, 5, 6), (2, 1, 0), "float16")
+    assert run is None and note == "torch.compile: RuntimeError: no backend"
+
+
+def test_permute_rows_show_compile_and_cutensor_and_count_them(rng):
+    rows, _ = _permute_rows(rng, 4)
+    rows += [Row(r.shape, r.dtype, "compile", 1.0, 1.0, r.of_copy * 0.9, "", r.axes)
+             for r in rows if r.peer == "autotranspose"]  # fmt: skip
+    s = bench.summarize(rows)
+    assert s["compile_cases"] == 4 and s["compile_faster"] == 0
+    assert "compile faster in 0 of 4" in bench.format_summary(s)
+    head = bench.markdown_table(rows).splitlines()[0]
+    assert "cutensor % copy" in head and "compile % copy" in head and "cupy % copy" in head
+    assert "geam" not in head and "seed" not in head  # peers a permute run does not have
+    assert bench.PERMUTE_PEERS[-1] == "compile"

@@ -345,8 +345,7 @@ class _Peer:
 
 
 def _torch_peer(torch: Any, case: SmallCase, data: np.ndarray, device: int) -> _Peer:
-    from .api import transpose
-    from .permuter import permute
+    from .entry import permute, transpose  # what users call
 
     dev = f"cuda:{device}"
     x = torch.from_numpy(np.ascontiguousarray(data)).to(dev)
@@ -377,8 +376,7 @@ def _cupy_peer(
 ) -> _Peer:
     """CuPy's arrays: views of the PyTorch peer's tensors where there is one (the same
     buffers), else its own copy of `data`."""
-    from .api import transpose
-    from .permuter import permute
+    from .entry import permute, transpose  # what users call
 
     with cupy.cuda.Device(device):
         if shared is not None:

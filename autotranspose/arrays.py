@@ -128,8 +128,17 @@ def _source(x: Any, what: str, stream: int | None) -> _Source:
         et = element_type(x.dtype)
         if not x.is_cuda:
             raise torch_not_on_gpu(what, x.device)
+        keep = None
+        if x.is_conj() or x.is_neg():  # a lazy view: its values are not its memory's
+            if what == "out":
+                raise OutputError(
+                    "out is a lazily conjugated or negated view (e.g. t.conj()); its memory "
+                    "holds other values than it shows: pass a plain tensor (t.resolve_conj())"
+                )
+            x = keep = x.resolve_conj().resolve_neg()  # on the current stream, before ours
         strides = tuple(s * et.size for s in x.stride())
-        return _Source("torch", x.data_ptr(), tuple(x.shape), strides, x.dtype, et, x.device.index)
+        return _Source("torch", x.data_ptr(), tuple(x.shape), strides, x.dtype, et, x.device.index,
+                       keep=keep)  # fmt: skip
     if mod == "cupy" and hasattr(x, "data") and hasattr(x, "device"):
         et = element_type(x.dtype)
         return _Source("cupy", x.data.ptr, x.shape, x.strides, x.dtype, et, x.device.id)

@@ -234,10 +234,10 @@ def _on_device(
         ov = nd_view(out, "out")
         check_permute_output(xv, ov, want, axes)
         plan = _plan(xv, axes, ov.strides, ov.ptr)
-    steps = _cached_steps(plan, xv, ov.ptr, state, handle, ctx)
+    steps, final = _steps_of(plan, xv, ov.ptr, state, handle, ctx)
     for step in steps:
         step.run(xv.ptr, ov.ptr, handle, ctx)
-    if given is None and xv.kind in _FAST_KINDS:
+    if given is None and final and xv.kind in _FAST_KINDS:
         remember(x, out, xv, ov, program(steps, ctx), want, tuple(as_given))
     return delivered(xv.kind, result)
 
@@ -261,13 +261,22 @@ def _cached_steps(
     plan: Plan, xv: NDView, ov_ptr: int, state: DeviceState, stream: int | None, ctx: int
 ) -> tuple[Step, ...]:
     """The steps of `plan` for this call signature, built on first use."""
+    return _steps_of(plan, xv, ov_ptr, state, stream, ctx)[0]
+
+
+def _steps_of(
+    plan: Plan, xv: NDView, ov_ptr: int, state: DeviceState, stream: int | None, ctx: int
+) -> tuple[tuple[Step, ...], bool]:
+    """`_cached_steps`, and whether they are final for the signature (not while a choice
+    waits for a call outside graph capture)."""
     key = (xv.device, plan, xv.ptr & 15, ov_ptr & 15, lookup.generation)
     steps = _steps.get(key)
-    if steps is None:
-        _, steps, final = served(plan, state, xv.ptr, ov_ptr, stream, ctx)
-        if final:
-            _keep(key, steps)
-    return steps
+    if steps is not None:
+        return steps, True
+    _, steps, final = served(plan, state, xv.ptr, ov_ptr, stream, ctx)
+    if final:
+        _keep(key, steps)
+    return steps, final
 
 
 def served(

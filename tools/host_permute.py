@@ -31,6 +31,7 @@ def main() -> None:
     import autotranspose as at
 
     first_calls(torch, at)
+    layers(torch, at)
     cases = [
         ((64, 64), (1, 0), torch.float32),
         ((25, 1024), (1, 0), torch.float16),
@@ -66,6 +67,32 @@ def first_calls(torch, at) -> None:
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
         print(f"first call {str(dtype)[6:]} {shape} {axes}: {times[0]:.1f} ms, then {times[1]:.2f} ms")
+
+
+def layers(torch, at) -> None:
+    """Each layer of a small eager permute without out, timed alone (host µs a call)."""
+    from autotranspose import _driver, api, permuter, streams
+
+    x = torch.randn(8, 56, 56, device="cuda", dtype=torch.float16)
+    axes = (0, 2, 1)
+    at.permute(x, axes)
+    hit = api._fast[api._torch_key(x, None, x.data_ptr(), 0, axes)]
+    stream = streams.torch_current(0)
+    out = x.new_empty(hit.out_shape)
+    po = out.data_ptr()
+    rows = {
+        "at.permute (entry)": lambda: at.permute(x, axes),
+        "permuter.permute": lambda: permuter.permute(x, axes),
+        "api._fast_torch": lambda: api._fast_torch(x, None, axes),
+        "torch x.permute().contiguous()": lambda: x.permute(axes).contiguous(),
+        "x.new_empty": lambda: x.new_empty(hit.out_shape),
+        "key + dict": lambda: api._fast.get(api._torch_key(x, None, x.data_ptr(), 0, axes)),
+        "torch_current": lambda: streams.torch_current(0),
+        "launch only": lambda: _driver.launch_transpose(hit.prep, x.data_ptr(), po, stream),
+        "compiler.is_compiling": torch.compiler.is_compiling,
+    }
+    for name, fn in rows.items():
+        print(f"layer {name:32} {per_call(fn):6.2f} us")
 
 
 def _row(torch, at, shape, axes, dtype) -> str:

@@ -63,22 +63,29 @@ def transpose(x: torch.Tensor, out: Any, stream: Any, config: Any, conjugate: bo
 
 
 def _plain(x: torch.Tensor, out: Any) -> bool:
-    """Nothing records this call: no gradient to track, no tracing mode, no tensor subclass.
-    Lazily conjugated or negated views are materialised by the kernels' own full path."""
+    """Nothing records this call: no gradient to track, no tracing mode, no tensor subclass
+    (an `out` of another library is written by the kernels' own path). Lazily conjugated or
+    negated views are materialised on that path (`arrays`)."""
     if type(x) is not _Tensor and not isinstance(x, torch.nn.Parameter):
         return False
     if x.requires_grad and _grad_enabled():
-        return False
-    return not _dispatch_modes() and (out is None or type(out) is _Tensor)
+        return out is not None and not isinstance(out, _Tensor) and _refuse_grad_out()
+    return not _dispatch_modes() and (
+        out is None or type(out) is _Tensor or not isinstance(out, _Tensor)
+    )
+
+
+def _refuse_grad_out() -> bool:
+    raise OutputError(
+        "out= does not support automatic differentiation (as PyTorch's own out= "
+        "functions): x or out requires grad; leave out=None to get a differentiable "
+        "result, or call under torch.no_grad()"
+    )
 
 
 def _check_no_grad(x: torch.Tensor, out: torch.Tensor) -> None:
     if _grad_enabled() and (x.requires_grad or out.requires_grad):
-        raise OutputError(
-            "out= does not support automatic differentiation (as PyTorch's own out= "
-            "functions): x or out requires grad; leave out=None to get a differentiable "
-            "result, or call under torch.no_grad()"
-        )
+        _refuse_grad_out()
 
 
 def _on_stream(stream: Any, op: Any, *args: Any) -> Any:
@@ -97,24 +104,11 @@ def _on_stream(stream: Any, op: Any, *args: Any) -> Any:
 
 
 # --- the ops ---------------------------------------------------------------------------------
-def _resolved(x: torch.Tensor) -> torch.Tensor:
-    """The values of x in memory: lazy conjugation or negation made real (a copy)."""
-    return x.resolve_conj().resolve_neg() if x.is_conj() or x.is_neg() else x
-
-
-def _writable_out(out: torch.Tensor) -> None:
-    if out.is_conj() or out.is_neg():
-        raise OutputError(
-            "out is a lazily conjugated or negated view (e.g. t.conj()); its memory holds "
-            "other values than it shows: pass a plain tensor (t.resolve_conj())"
-        )
-
-
 @torch.library.custom_op(
     "autotranspose::permute", mutates_args=(), schema="(Tensor x, int[] axes) -> Tensor"
 )
 def _permute(x, axes):
-    return permuter.permute(_resolved(x), axes)
+    return permuter.permute(x, axes)  # lazy views resolved there (arrays)
 
 
 @torch.library.custom_op(
@@ -123,15 +117,14 @@ def _permute(x, axes):
     schema="(Tensor x, int[] axes, Tensor(a!) out) -> ()",
 )
 def _permute_out(x, axes, out):
-    _writable_out(out)
-    permuter.permute(_resolved(x), axes, out)
+    permuter.permute(x, axes, out)
 
 
 @torch.library.custom_op(
     "autotranspose::transpose", mutates_args=(), schema="(Tensor x, bool conjugate) -> Tensor"
 )
 def _transpose(x, conjugate):
-    return api.transpose(_resolved(x), conjugate=conjugate)
+    return api.transpose(x, conjugate=conjugate)
 
 
 @torch.library.custom_op(
@@ -140,8 +133,7 @@ def _transpose(x, conjugate):
     schema="(Tensor x, Tensor(a!) out, bool conjugate) -> ()",
 )
 def _transpose_out(x, out, conjugate):
-    _writable_out(out)
-    api.transpose(_resolved(x), out, conjugate=conjugate)
+    api.transpose(x, out, conjugate=conjugate)
 
 
 # --- fake implementations: shapes, and the eager call's errors at trace time -----------------

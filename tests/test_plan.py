@@ -24,7 +24,7 @@ import pytest
 from _plan_ref import byte_index, execute
 
 from autotranspose import errors, plan
-from autotranspose.arrays import _layout
+from autotranspose.arrays import matrix_layout
 from autotranspose.config import TILE_SIZES
 from autotranspose.plan import (
     CONTIGUOUS,
@@ -471,8 +471,8 @@ def test_the_outer_dims_keep_a_launch_within_one_grid(no_gather):
 def _transpose_args(x: np.ndarray, out: np.ndarray) -> tuple[int, ...]:
     """(batch, m, n, ld_in, ld_out, bs_in, bs_out) as api.transpose() hands them to
     launch.make_launch for these arrays."""
-    b, m, n, ld, bs = _layout("x", x.shape, x.strides, x.itemsize)
-    _, _, _, old, obs = _layout("out", out.shape, out.strides, out.itemsize)
+    b, m, n, ld, bs = matrix_layout("x", x.shape, x.strides, x.itemsize)
+    _, _, _, old, obs = matrix_layout("out", out.shape, out.strides, out.itemsize)
     return (b, m, n, ld, old, bs, obs)
 
 

@@ -34,7 +34,7 @@ CASES = [
     ("float16", "32x1048576"), ("int8", "32x1048576"), ("float16", "4099x6007"),
     ("float64", "4099x6007"), ("float32", "64x1024x1024"), ("int8", "64x1024x1024"),
 ]  # fmt: skip
-# Session 5 (issue 9 item 4): odd and skinny shapes for every element size (issue 8's targets).
+# Odd and skinny shapes for every element size (the fixed list of BENCHMARKS.md).
 _SIZES = ("int8", "float16", "float32", "float64", "complex64", "complex128")
 CASES += [(d, s) for d in ("complex64", "complex128") for s in ("4099x6007", "8192x8192")
           if (d, s) not in CASES]  # fmt: skip

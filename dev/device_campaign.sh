@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call of the tuning campaign (issue 9 item 4): the shipped file of this GPU is
+# One device call of the tuning campaign: the shipped file of this GPU is
 # imported into a fresh database first (so nothing shipped is lost and the tuner warm-starts
 # from it), then `dev/campaign.py tune` runs CASES, then the database is exported.
 #   run: source .whl/activate && CASES=28-59 bash dev/device_campaign.sh

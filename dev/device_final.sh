@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call at the end of a session: every GPU test, then `bench --random` on a new seed
+# One device call after a change: every GPU test, then `bench --random` on a new seed
 # and on an earlier one (host costs included), logs in $OUT.
 #   run: source .whl/activate && SEEDS="31337 77123" bash dev/device_final.sh
 set -uo pipefail

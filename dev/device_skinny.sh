@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: GPU tests, the skinny targets of issue "any shape", then `bench --random`.
+# One device call: GPU tests, the skinny shapes of the fixed list, then `bench --random`.
 #   run: source .whl/activate && SEED=... bash dev/device_skinny.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}

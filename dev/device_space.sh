@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: dev/space_check.py (issue 9: the tuner and serving against the whole
+# One device call: dev/space_check.py (the tuner and serving against the whole
 # space), logs in $OUT.  run: source .whl/activate && MODE=tuner CASES=... bash dev/device_space.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}

@@ -1,6 +1,6 @@
 """Developer tool: direct kernels (`KernelConfig.direct`, the seed documents' strategy with
 the tiled kernel's parameters) against the seed kernel and what `transpose()` serves, on the
-cases where the seed kernel won (docs/perf-notes.md, session 22): few long rows, few columns
+cases where the seed kernel won (docs/perf-notes.md, "Direct tiles"): few long rows, few columns
 and odd squares of 4- to 16-byte elements.
 
     python dev/direct_sweep.py --out DIR [--budget SECONDS] [--cases 1x21x7536398:float64 ...]

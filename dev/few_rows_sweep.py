@@ -1,6 +1,6 @@
 """Developer tool: few long rows of 4-, 8- and 16-byte elements (the random mixes' m x n with
 m from 9 to 200 and n in the hundreds of thousands), where the seed documents' kernel beat
-what `transpose()` serves (session 14: complex64 16x548100 97.1 against 79.6).
+what `transpose()` served (H200: complex64 16x548100 97.1 against 79.6).
 
     python dev/few_rows_sweep.py --out DIR [--budget SECONDS] [--columns]
 

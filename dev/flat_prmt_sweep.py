@@ -1,5 +1,5 @@
 """Developer tool: flat byte-permute kernels (flat and prmt) against what `transpose()`
-serves today, on tall and wide matrices of 1-, 2- and 4-byte elements (issue 8's
+serves today, on tall and wide matrices of 1-, 2- and 4-byte elements (the fixed list's
 7081411x20, 20x7081411, 1048576x32, 32x1048576, and the skinny cases of the random mixes).
 
     python dev/flat_prmt_sweep.py --out DIR [--budget SECONDS] [--sizes 1 2 4] [--wide]

@@ -2,7 +2,7 @@
 
     python dev/flat_sweep.py --out DIR [--sizes 1 2 4 8 16]
 
-Per case (issue 8's skinny targets and a few skinny cases of random mixes): copy, the served
+Per case (the fixed list's skinny shapes and a few skinny cases of random mixes): copy, the served
 config (lookup's answer, no first-call measurement), the seed kernel, the flat default and
 every flat config of the narrowest tile that spans the short side (each checked on fresh data,
 then timed), as % of copy. Writes flat_sweep.json to DIR.

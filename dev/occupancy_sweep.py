@@ -41,7 +41,7 @@ from autotranspose.config import (
 )
 
 DT = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
-# (batch, m, n), element bytes: issue 8's few long rows and tall targets first, then the odd
+# (batch, m, n), element bytes: the fixed list's few long rows and tall shapes first, then the odd
 # and aligned squares that the whole mix holds most of
 CASES = [((1, 20, 7081411), 4), ((1, 20, 7081411), 8), ((1, 24, 2000003), 8), ((1, 18, 1267567), 4),
          ((1, 116, 259791), 4), ((1, 20, 7081411), 16), ((1, 7081411, 20), 8), ((1, 7081411, 20), 4),

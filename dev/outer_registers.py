@@ -8,7 +8,7 @@ the device).
 Why a tool and not a unit test: ptxas reallocates each variant's registers anew under the
 kernels' "1 block per SM" launch bounds, and a few configs (8 micro-blocks per thread,
 persistent grids) grow by 34-40 registers where most move by -32 to +24; a bound on that in
-CI failed at random on whichever configs a run sampled (docs/perf-notes.md, session 10).
+CI failed at random on whichever configs a run sampled (docs/perf-notes.md, "Permute: transpose passes with outer dims").
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ def main() -> int:
     @contextlib.contextmanager
     def kernel_off(**off):
         """Launches made inside take packed kernels with `off` (words=False: the element
-        kernel, session 18's words kernel off), to time both on the same box. (Session 19's
-        pipelined kernel is a plan alternative of its own: `Pass.pipelined`.)"""
+        kernel, the words kernel off), to time both on the same box. (The pipelined kernel
+        is a plan alternative of its own: `Pass.pipelined`.)"""
         launch.packed_args = functools.partial(packed_args, **off)
         try:
             yield

@@ -7,7 +7,7 @@ on the same box, in one process (device only):
 A case is the plan's packed pass where the plan packs it, else the whole problem as one
 packed launch (`plan.one_launch`). Variants: pipelined (two shared buffers, cp.async) and
 sync (one buffer), each checked against np.transpose and timed as % of a device-to-device
-copy of the same bytes. What it is for: session 19's pipeline lost on some boxes and won on
+copy of the same bytes. What it is for: the pipelined kernel loses on some boxes and wins on
 others; this shows both on the same box, and their counters side by side.
 """
 

@@ -6,8 +6,8 @@ each checked against np.transpose first, each as % of a copy of the same bytes.
 
     python3 dev/realign_check.py --seeds 20262601 --count 40 [--shapes uint8:11618x18x232x21/0,2,1,3]
 
-What it is for: session 26's realigned row copies (docs/perf-notes.md), old and new in one
-process.
+What it is for: the realigned row copies (docs/perf-notes.md, "Permute: realigned row
+copies"), old and new in one process.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ bytes.
     python3 dev/rowgrid_check.py --seeds 20262621 7 --count 40 \
         --shapes bfloat16:8x4096x32x128/0,2,1,3
 
-What it is for: session 27's question of docs/perf-notes.md (are the idle lanes of 33-255
+What it is for: a question of docs/perf-notes.md, "Permute: row copies" (are the idle lanes of 33-255
 word rows and the short blocks of 16-word rows what keeps complex128 rows of 184 words and
 the head swap under 97?).
 """

@@ -1,15 +1,15 @@
 """Time permute's row copies (device only): for each case of `bench --random-permute` mixes
 whose plan is a strided row copy (plus --shapes cases), the copy pass as permute() builds it
 ("rows": stores skewed to start on a line where `launch.row_store_line` says so), unskewed
-("rows_16": session 16's kernel), skewed wherever rows are whole warps ("rows_skew"), and
+("rows_16": the row kernel without the skew), skewed wherever rows are whole warps ("rows_skew"), and
 what permute() serves after its first call ("served"), each checked against np.transpose
 first, each as % of a copy of the same bytes.
 
     python3 dev/rows_check.py --seeds 7 11 23 --count 40 [--shapes float64:10x144x15x5695/0,2,1,3]
 
-What it is for: the row-copy changes of docs/perf-notes.md (sessions 16 and 17), old and new
-in one process. (Session 16's lane and chunk rules against the ones before: this file's
-history.)
+What it is for: the row-copy changes of docs/perf-notes.md ("Permute: row copies"), old
+and new in one process. (The lane and chunk rules against the ones before them: this
+file's history.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Static SASS instruction counts of kernel configs, per phase (nvcc and cuobjdump only, no
 GPU): what a kernel change does to the instructions a thread executes, before spending device
-time on it (docs/perf-notes.md, session 13: the static count times the threads per tile bytes
+time on it (docs/perf-notes.md, "Methods": the static count times the threads per tile bytes
 matched Nsight Compute's executed count within 1% for the byte-permute kernel).
 
     python3 dev/sass_count.py s1_m64_n128_v4_t2_pad0_col_default_pm [KEY ...] [--arch sm_90]

@@ -1,4 +1,4 @@
-"""Developer tool (issue 9): what the tuner finds and what a call is served, against the best
+"""Developer tool: what the tuner finds and what a call is served, against the best
 config of the whole search space, measured on the device in one process.
 
     python dev/space_check.py tuner --cases float32:8192x8192,int8:4099x6007 --out $OUT
@@ -16,7 +16,7 @@ random sample for S seconds instead (cases of a GB and more take minutes in full
 - `tuner`: the tuner (40 trials, fresh database) runs first, leave-one-out: the shipped
   entry of the case's own class on this GPU is hidden, so the tuner must find the config
   rather than read it back. `--baseline` also runs the tuner without warm starts from other
-  classes and without the local search (the session-5 tuner), for the comparison.
+  classes and without the local search (the tuner before those two), for the comparison.
 - `serving`: what `transpose()` serves a call of a class nobody tuned on this GPU (no
   database; a first call measures as a user's would), and the robust default for it;
   `--no-shipped` hides this GPU's shipped results too, as for a GPU model nothing ships for.
@@ -154,8 +154,8 @@ def _leave_one_out(device_name: str, elem_bytes: int, cls: Any) -> None:
 
 def run_tuner(dtype: str, shape: tuple[int, int, int], seed: int, baseline: bool,
               device_name: str) -> Any:  # fmt: skip
-    """One 40-trial tune into a fresh database, leave-one-out; `baseline`: the session-5
-    tuner."""
+    """One 40-trial tune into a fresh database, leave-one-out; `baseline`: the tuner
+    without warm starts from other classes and without the local search."""
     saved = (tuner.LOCAL_SEARCH, lookup.warm_starts)
     if baseline:
         tuner.LOCAL_SEARCH = 0

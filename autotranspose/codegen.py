@@ -249,7 +249,7 @@ def prmt_registers(c: KernelConfig) -> int:
     64 (with 80, as shared memory alone would allow for the biggest tiles, ptxas 13 spilled
     120-190 bytes); 80 for a wide kernel (its run store spilled at 64), but 64 again for an
     ordered wide kernel of 1- or 2-byte elements with row segments of 128 bytes or more: one
-    more block an SM (H200 session 25, best config uncapped -> capped in one device call:
+    more block an SM (H200, best config uncapped -> capped in one process:
     int8 20 / 100 rows 76.4 / 77.0 -> 82.0 / 82.7, float16 9 / 20 / 43 rows 64.0 / 79.1 /
     70.8 -> 69.5 / 84.4 / 74.5; 64-byte segments lost up to 7 on int8 100 rows, and 4-byte
     elements moved within noise)."""

@@ -36,14 +36,14 @@ PERSISTENT: tuple[int, ...] = (0, 1, 2, 4, 8)
 # 2..MAX_BLOCKS_PER_SM). 0 (the default) says one block, which only stops ptxas capping
 # registers: it took 80 for the staged 4-byte default, 3 blocks of 256 threads an SM, where
 # 4 blocks (64 registers, no spill) ran float32 4099x6007 at 88.0% of copy against 82.3
-# (H200, docs/perf-notes.md session 20).
+# (H200, docs/perf-notes.md, "Register caps").
 MAX_BLOCKS_PER_SM = 32
 MAX_THREADS_PER_SM = 2048
 REGISTERS_PER_SM = 65536
 # the register caps the search space and a neighbour step try, as blocks per SM for a block's
 # threads (`occupancy_steps`). Capped variants are searched and measured like any config, and
 # some spill (ptxas: the staged defaults under 64, 64-thread tiles of 16-byte elements under
-# 80); a cap of 40 spilled in most configs of the session 20 sweep and won none.
+# 80); a cap of 40 spilled in most configs of the H200 sweep (dev/occupancy_sweep.py) and won none.
 OCCUPANCY_CAPS: tuple[int, ...] = (80, 64)
 PADS: tuple[int, ...] = (0, 1, 2, 3, 4)
 LAYOUTS: tuple[str, ...] = ("pad", "swizzle")
@@ -414,7 +414,7 @@ def cap_steps(c: KernelConfig) -> tuple[int, ...]:
     steps = occupancy_steps(c.threads, tuple(cap for cap in DIRECT_CAPS if cap >= 2 * data))
     if c.elem_bytes == 16 and c.cache == "stream" and c.raster == "row":
         # ptxas 13 spilled 8 bytes (sm_90) in these where it had exactly twice the elements'
-        # registers, 32 (5 of the 2992 capped direct configs; session 23)
+        # registers, 32 (5 of the 2992 capped direct configs)
         steps = tuple(b for b in steps if register_budget(c.threads, b) > 2 * data)
     return steps
 
@@ -594,13 +594,13 @@ PRMT_SEGMENTS = (64, 128, 256)  # bytes of a tile's row segment, in (tile_n) and
 # a flat byte-permute kernel's (flat=True) tile sides in bytes: tall, output windows (tile_m)
 # and rows (tile_n); wide, rows (tile_m) and row segments (tile_n). Its shared memory grows
 # with their product, so narrow rows afford wide windows, and wide windows with narrow rows
-# keep more bytes in flight on an SM (H200, session 14)
+# keep more bytes in flight on an SM (H200, docs/perf-notes.md, "Skinny matrices")
 TALL_WINDOWS = (16, 32, 64, 128, 256, 512, 1024)
 TALL_ROWS = TALL_WINDOWS
 TALL_PER_THREAD = (1, 2, 4)
 WIDE_MIN_ROW_BYTES = 4  # a wide kernel's output word spans at most two output rows
 # an ordered wide tile's tile_m x tile_n x elem_bytes: the best ordered tile of every few-rows
-# case of the H200 sweep (1, 2 and 4 bytes, 9 to 82 rows) held 8 KiB (session 21)
+# case of the H200 sweep (1, 2 and 4 bytes, 9 to 82 rows) held 8 KiB (dev/flat_prmt_sweep.py --wide)
 WIDE_ORDERED_TILE_BYTES = 8192
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
@@ -618,7 +618,7 @@ def wide_rows(elem_bytes: int, m: int, n: int) -> bool:
     wide byte-permute kernel serves by default: transposed rows of 16 to 256 bytes, more
     columns than rows (fewer rows went to the flat kernel on the H200: int16 3x53414884 29
     against 21%; bool 5x23148327 34 against 22-25). 4-byte rows since the ordered buffer
-    (session 21: float32 20x7081411 82.5 against the staged kernel's 64.4)."""
+    (H200: float32 20x7081411 82.5 against the staged kernel's 64.4)."""
     return elem_bytes in PRMT_SIZES and 16 <= m * elem_bytes <= 256 and n > m
 
 
@@ -830,8 +830,7 @@ def direct_space(
     `elem_bytes`-byte elements (4 to 16), each uncapped and at the register caps; with a
     `short_side` of at most DIRECT_NARROW[-1], the narrow tiles too, for every element size
     (padded or not: padding spreads a warp's reads down a 2-8 wide column over the banks,
-    but a first call's refinement found float16 20000003x2 faster unpadded, H200 session
-    24)."""
+    but a first call's refinement found float16 20000003x2 faster unpadded on an H200)."""
     tiles = [(tm, tn) for tm in DIRECT_TILES for tn in DIRECT_TILES] if elem_bytes in DIRECT_SIZES else []
     if short_side is not None and short_side <= DIRECT_NARROW[-1]:
         narrow = [(a, b) for a in DIRECT_NARROW for b in DIRECT_LONG]
@@ -879,8 +878,8 @@ def _prmt_pick(elem_bytes: int, conjugate: bool, i: int) -> KernelConfig | None:
 
 # elem_bytes -> (default, alternative) as (tile_m, tile_n, per_thread, raster): of every
 # non-persistent prmt config, the best and the best of the rest by geometric mean over 7
-# 1-byte, 6 2-byte and 5 4-byte odd cases on the H200 (tools/prmt_sweep.py,
-# docs/perf-notes.md, session 13): 128-byte output windows and 128- (1 byte) or 256-byte
+# 1-byte, 6 2-byte and 5 4-byte odd cases on the H200 (dev/prmt_sweep.py,
+# docs/perf-notes.md, "Byte permutes"): 128-byte output windows and 128- (1 byte) or 256-byte
 # (2 bytes) input segments; 256 bytes both ways for 4 bytes
 _PRMT_DEFAULTS: dict[int, tuple[tuple[Any, ...], ...]] = {
     1: ((64, 128, 2, "col"), (128, 128, 2, "col")),
@@ -942,8 +941,8 @@ def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
     """The untuned tall byte-permute config for rows of `short_side` elements: the narrowest
     tile that spans them, 256-byte output windows (narrower where they do not fit), 128
     threads for tiles of rows up to 128 bytes and 256 for wider ones: the best tall config on
-    9 of the 11 unaligned tall cases of the H200 sweeps (tools/flat_prmt_sweep.py,
-    docs/perf-notes.md session 14); float16 23079386x15 did best with 512-byte windows (88.9
+    9 of the 11 unaligned tall cases of the H200 sweeps (dev/flat_prmt_sweep.py,
+    docs/perf-notes.md, "Skinny matrices"); float16 23079386x15 did best with 512-byte windows (88.9
     against 80.6), uint8 4957161x157 with 128 threads (by about 1). None for wider elements
     or rows over 256 bytes."""
     if elem_bytes not in PRMT_SIZES:
@@ -974,7 +973,7 @@ def wide_default(elem_bytes: int, short_side: int, exact: bool = True) -> Kernel
     class's largest): the fewest rows that span them, 128 threads, and the output in order
     (`ordered`) where its words are whole or element-sized (2 and 4 bytes; 1-byte rows of a
     call whose rows are a multiple of 4 bytes), with tiles of 8 KiB
-    (H200 session 21: int8 / float16 / float32 20x7081411 63.0 / 64.0 / 64.4 -> 76.6 / 79.2
+    (H200: int8 / float16 / float32 20x7081411 63.0 / 64.0 / 64.4 -> 76.6 / 79.2
     / 82.5, float16 43x618881 60.0 -> 70.1; int8 21 rows lost 5 to the run store). Else the
     run store with the widest row segments up to 512 bytes that fit (H200: float16 9x5303956
     53.8% with 512 bytes against 38.4% with 256). None for wider elements, more than 256
@@ -1007,7 +1006,7 @@ def wide_default(elem_bytes: int, short_side: int, exact: bool = True) -> Kernel
 def for_rows(c: KernelConfig, m: int) -> KernelConfig:
     """A served (not forced) config as a call of `m` rows runs it: an ordered wide config of
     1-byte elements on rows that are not whole words runs as its run-store twin, where the
-    ordered buffer would be written byte by byte (H200 session 21, int8 21x7536398: 60.3
+    ordered buffer would be written byte by byte (H200, int8 21x7536398: 60.3
     against 55.4); every other config as it is."""
     if c.ordered and c.elem_bytes == 1 and m % 4 and m >= WIDE_MIN_ROW_BYTES:
         return c.replace(ordered=False)
@@ -1021,7 +1020,7 @@ DIRECT_FEW_ROWS_MIN = 4  # direct tiles serve few long rows of 8- and 16-byte el
 def direct_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> KernelConfig | None:
     """The direct config for an m x n call of 4-, 8- or 16-byte elements (None for others),
     by the call's shape: the best geometric mean of each group of the H200 sweep
-    (tools/direct_sweep.py, docs/perf-notes.md session 22):
+    (dev/direct_sweep.py, docs/perf-notes.md, "Direct tiles"):
     - few long rows (m < n, under FEW_ROWS_MAX): 32x64 tiles, 8 elements a thread, walking
       the output rows; 16-row tiles under 16 rows. 8 and 16 bytes: float64 21x7536398 95
       (66.9 served before), 9x5303956 97.6 (75.9), complex128 5x10000019 94.2 (83.5);
@@ -1050,7 +1049,7 @@ def direct_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
 
 
 # 4-byte few rows: (most rows, the tile spanning them as direct_default's fields), H200
-# session 22 sweep (the ordered wide kernel in brackets): float32 15x16642555 91.4 (93.8),
+# sweep (dev/direct_sweep.py; the ordered wide kernel in brackets): float32 15x16642555 91.4 (93.8),
 # 9x5303956 86.0 (80.7); 20x7081411 88.9 (81.4), 18x1267567 86.2 (78.2); 47x1060938 85.3
 # (84.1), 64x2000003 90.2 (63.1); more rows 91.9 with 32x64 tiles
 _DIRECT_FOUR_BYTE_ROWS: tuple[tuple[int, tuple[Any, ...]], ...] = (
@@ -1071,7 +1070,7 @@ def few_cols_default(
     (64 of 8- and 16-byte elements) of the class's widest words, 8 rows a thread, streaming
     stores. Why: the flat kernel (lookup's skinny default) wastes most of its 16-column tile
     on 4 columns, and nothing else in a first call's portfolio was near the whole space's
-    best there (H200 session 23: float32 2266934x4 was served the flat kernel at 52.9% of
+    best there (H200: float32 2266934x4 was served the flat kernel at 52.9% of
     copy; the space's best, this tile with registers capped at 16 blocks an SM, which spills
     24 bytes on sm_90, reached 85.5); the tuned H200 classes of 20 and 32 columns all hold
     tiled tiles of 16 or 32 columns. None where it does not apply: more than FEW_COLS_MAX
@@ -1104,7 +1103,7 @@ def _narrow_direct(c: KernelConfig) -> bool:
 
 
 # A narrow tile of few long rows has this many elements: the long side is this over the
-# short one (within DIRECT_LONG). The H200 whole-space bests of 4 such calls (session 24).
+# short one (within DIRECT_LONG). The H200 whole-space bests of 4 such calls (dev/space_check.py).
 NARROW_TILE_ELEMENTS = 512
 
 
@@ -1122,7 +1121,7 @@ def narrow_configs(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
     or DIRECT_LONG's longest (few columns), 8 elements a thread (4 of 8 and 16 bytes). Why:
     a warp's loads of few columns (or stores of few rows) are then one contiguous run of 8-32
     rows, where a tiled or flat tile leaves most of its lanes past the last column, and 1-
-    and 2-byte rows at odd offsets need no vector (H200 session 24: the whole space's best
+    and 2-byte rows at odd offsets need no vector (H200: the whole space's best
     was such a tile on 24 of 24 such calls, 44-104% of copy against 22-97 served before,
     e.g. float16 2x261136885 83.5 against 22.0). Empty for other shapes."""
     short = min(m, n)
@@ -1145,8 +1144,8 @@ def _narrow_sides(elem_bytes: int, short: int, few_columns: bool) -> tuple[int, 
     """The narrow sides for a call's `short` side, the likelier first: the smallest that
     spans it, and the one whose tiles leave the fewest lanes idle past the last column (the
     wider of a tie: 2 for 5 and 6, 4 for 3, 8 for 7) where that differs. The idle rule first
-    for few columns of 1- and 2-byte elements: it held the best of 6 of 6 such calls (H200
-    session 24: float16 11000003x6 81.1 at 2 columns a tile against 59.7 served, int8
+    for few columns of 1- and 2-byte elements: it held the best of 6 of 6 such calls (H200:
+    float16 11000003x6 81.1 at 2 columns a tile against 59.7 served, int8
     24000007x5 43.9); the spanning tile first elsewhere: it won float32 5000003x6, float64
     4000037x5 and complex64 3000017x6 by 3-6 points over 2 columns a tile, and few rows of
     2 to 4 bytes (float16 6 and 7 rows, float32 6)."""
@@ -1163,7 +1162,7 @@ def few_rows_default(
     (`direct_default`: every tile is an edge tile and costs no more; from DIRECT_FEW_ROWS_MIN
     rows, any alignment); for 4-byte elements in words of 8 bytes, tiles no taller than the
     rows (a taller tiled tile is all edge: element-wise loads and stores), 64 rows of
-    2-element words, walking down the tile columns (H200 session 15: float32 140x1843254 89.1
+    2-element words, walking down the tile columns (H200: float32 140x1843254 89.1
     against 78.6). `rows` and `cols` are the call's (a class's fewest). None where the rule
     does not apply: no fewer rows than columns, rows of at least FEW_ROWS_MAX, fewer than
     DIRECT_FEW_ROWS_MIN (8 and 16 bytes) or 16 (4 bytes), 4-byte words."""
@@ -1211,11 +1210,11 @@ def staged_default(elem_bytes: int, conjugate: bool = False) -> KernelConfig | N
 
 
 # elem_bytes -> (tile_m, tile_n, vec, per_thread, raster, min_blocks): of 5-6 candidates each,
-# the best geometric mean over 3-5 odd-row cases on the H200 (docs/perf-notes.md, 2026-11-23
-# run 4). 2, 4 and 8 bytes: 4 blocks an SM (64 registers) instead of 3 (80), H200 session
-# 20: float32 4099x6007 82.3 -> 88.0, 6x3603x3603 82.2 -> 89.0, 116x259791 81.8 -> 87.0;
-# float64 10923x10923 80.9 -> 86.6; float16 11407x11407 74.3 -> 79.3, 2125x14695 81.9 ->
-# 85.8 (tools/occupancy_sweep.py). 1 byte (128 threads): no cap gained.
+# the best geometric mean over 3-5 odd-row cases on the H200 (dev/staged_sweep.py,
+# docs/perf-notes.md, "Rows at odd offsets"). 2, 4 and 8 bytes: 4 blocks an SM (64 registers)
+# instead of 3 (80), H200: float32 4099x6007 82.3 -> 88.0, 6x3603x3603 82.2 -> 89.0,
+# 116x259791 81.8 -> 87.0; float64 10923x10923 80.9 -> 86.6; float16 11407x11407 74.3 ->
+# 79.3, 2125x14695 81.9 -> 85.8 (dev/occupancy_sweep.py). 1 byte (128 threads): no cap gained.
 _STAGED_DEFAULTS: dict[int, tuple[Any, ...]] = {
     1: (128, 64, 16, 4, "col", 0),
     2: (128, 64, 8, 4, "col", 4),
@@ -1265,7 +1264,7 @@ def default_config(elem_bytes: int, max_vector: int = 16, conjugate: bool = Fals
 
 
 # (elem_bytes, vec) -> (tile_m, tile_n, vec, per_thread, pad, layout, raster, cache, persistent),
-# widest first: the best of tools/sweep.py on an H100 (docs/perf-notes.md).
+# widest first: the best of dev/sweep.py on an H100 (docs/perf-notes.md).
 _DEFAULTS: dict[tuple[int, int], tuple[Any, ...]] = {
     (1, 8): (128, 256, 8, 2, 1, "pad", "col", "default", 0),
     (1, 4): (64, 64, 4, 2, 0, "swizzle", "row", "default", 0),
@@ -1319,7 +1318,7 @@ def neighbours(config: KernelConfig) -> list[KernelConfig]:
             if 0 <= j < len(values):
                 add(**{name: values[j]})
         if name == "per_thread":
-            # the raster before the rest: it decided float32 471466x129 (H200 session 20:
+            # the raster before the rest: it decided float32 471466x129 (H200:
             # staged col 69 against row 82 at the same cap), and a first call's refinement
             # times only the first REFINE_STEPS neighbours
             add(raster="col" if config.raster == "row" else "row")

@@ -2,7 +2,7 @@
 
 Lookup answers every call, but for a class nobody tuned on this GPU its answer is a guess (the
 nearest class's result, a kernel kind's default) that can lose tens of points to another
-config the space holds (issue 9: complex128 32x1048576 served 67.8% of copy where the space
+config the space holds (H200: complex128 32x1048576 was served 67.8% of copy where the space
 holds 98%). So the first call of such a class, before its launch, times a few candidates on
 the call's own buffers and stream:
 
@@ -130,7 +130,7 @@ def candidates(
         default_config(elem_bytes, max_vector=vec, conjugate=conjugate),
         staged_default(elem_bytes, conjugate),
         # rows at any offset (not 4-byte words): the byte-permute default and the shape that
-        # won where it lost (H200, docs/perf-notes.md session 13); the staged kernel above won
+        # won where it lost (H200, docs/perf-notes.md, "Byte permutes"); the staged kernel above won
         # 3 of 6 2-byte cases by 1-2 points
         *((prmt_default(elem_bytes, conjugate), prmt_alternative(elem_bytes, conjugate))
           if rows_at_any_offset(elem_bytes, vec) else ()),
@@ -140,15 +140,15 @@ def candidates(
         seed_config(elem_bytes).replace(conjugate=conjugate),
     ]
     # few long rows: the rule's tiles, and the direct kernel for the call's shape, before
-    # other classes' results (H200 session 22: the direct kernel beat what was served on
+    # other classes' results (H200: the direct kernel beat what was served on
     # few rows and columns of 4- to 16-byte elements by up to 30 points, lost elsewhere by
     # up to 12: a race decides)
     rows = few_rows_default(elem_bytes, m, n, vec, conjugate)
     direct = direct_default(elem_bytes, m, n, conjugate)
-    # few columns: the narrow tiled tile (H200 session 23: float32 2266934x4 85.5% of copy,
+    # few columns: the narrow tiled tile (H200: float32 2266934x4 85.5% of copy,
     # where the portfolio's best, a flat kernel, ran 52.9)
     cols = few_cols_default(elem_bytes, m, n, vec, conjugate)
-    # a side of 2-8 elements: the narrow direct tile (H200 session 24: the whole space's best
+    # a side of 2-8 elements: the narrow direct tile (H200: the whole space's best
     # on 8 of 8 such calls, float16 2x261136885 83.5% of copy where 22.0 was served)
     narrow = narrow_configs(elem_bytes, m, n, conjugate)
     picked: list[KernelConfig] = []

@@ -49,12 +49,12 @@ _MAX_GRID_Y = 65535
 # launch has ROWS_WAVES waves of the GPU's resident blocks (ROWS_BLOCKS_PER_SM each), each
 # chunk at least ROWS_MIN_STEPS words a thread: 96 rows of 2.1 MB in chunks of 16 steps were
 # 792 blocks, under one wave of an H200's 1056, at 84.3% of copy, 91.9% in 172 chunks (bool
-# 48x2x2109936 by (1, 0, 2), session 16); a launch of enough blocks already is not cut (cut
+# 48x2x2109936 by (1, 0, 2), H200); a launch of enough blocks already is not cut (cut
 # in two, float64 944x10x1758 by (1, 0, 2) lost 2 points). A row takes `row_lanes` threads.
 ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS = 2, 2048 // ROWS_THREADS, 2
 # A row copy whose chunks are ROWS_SKEW_PASSES passes of whole warps or more skews each row's
 # words across the lanes so that its stores start on a line of ROWS_STORE_LINE bytes (0: off;
-# `row_store_line`). Session 17: rows of 8-byte words at an 8-byte offset wrote 8% more L2
+# `row_store_line`). On an H200, rows of 8-byte words at an 8-byte offset wrote 8% more L2
 # sectors than their bytes in 1.4x the requests, at 3.4 TB/s against 4.1 for aligned 16-byte
 # rows; skewed, float64 10x144x15x5695 by (0,2,1,3) went 78.7 -> 85.7% of copy, complex64
 # 173x15x17787 by (1,0,2) 81.2 -> 87.1. Rows of 1-2 passes lost 2-6 points to the skew's
@@ -78,7 +78,7 @@ class RowGeometry:
 def row_lanes(n: int) -> int:
     """Threads per row of `n` words: a row under a warp, its words (a warp then spans rows:
     19-word rows are 13 rows of 19 busy lanes a block, not 8 of 32); a longer row the power
-    of two over it, up to the block, in one pass (run 3: whole warps in several passes lost
+    of two over it, up to the block, in one pass (H200: whole warps in several passes lost
     5-10 points to idle lanes in one pass, e.g. complex64 rows of 155 words 89.6 -> 80.1)."""
     return n if n <= 32 else min(ROWS_THREADS, 1 << (n - 1).bit_length())
 

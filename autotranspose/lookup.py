@@ -182,8 +182,7 @@ def default_choice(
     byte-permute (1- and 2-byte elements) or staged kernel for an unaligned one, else the
     default tiled config; for a side of 2-8 elements, the narrow direct tile."""
     # a side of 2-8 elements (any element size): the narrow direct tile, the whole space's
-    # best on 8 of 8 such calls, 46-104% of copy against 23-81 for these defaults (H200
-    # session 24)
+    # best on 8 of 8 such calls, 46-104% of copy against 23-81 for these defaults (H200)
     narrow = narrow_default(elem_bytes, cls.m, cls.n, conjugate)
     if narrow is not None and narrow.fits(limits):
         return Choice(narrow, "default")
@@ -199,7 +198,7 @@ def default_choice(
         # bytes: the wide byte-permute kernel beat the flat and tiled ones by 8-24 points on 6
         # of 7 cases (H200), a class's 1-byte rows on the run store. 4 bytes: the direct tile
         # that spans the class's rows beat the ordered wide kernel on 5 of 6 float32 cases of
-        # 9-64 rows by 2.5-29 points, lost one by 2.4 (session 22); a first call races both
+        # 9-64 rows by 2.5-29 points, lost one by 2.4 (H200); a first call races both
         if elem_bytes in DIRECT_SIZES:
             long_rows = direct_default(elem_bytes, cls.m, cls.n)
         else:
@@ -227,9 +226,9 @@ def _few_rows(elem_bytes: int, cls: ShapeClass, conjugate: bool) -> KernelConfig
     """For few long rows, `few_rows_default` of the class's fewest rows and columns; None for
     other classes. Such a class is served its own results, else these: for 8- and 16-byte
     elements the direct kernel, whose edge tiles cost no more than full ones, so a class's
-    rows need not fill its tiles (H200 session 22: float64 21x7536398 95 against 66.9,
+    rows need not fill its tiles (H200: float64 21x7536398 95 against 66.9,
     complex64 24x2000003 95.8 where the staged kernel had 91.9); for 4-byte rows in 8-byte
-    words, tiled tiles no taller than the rows (session 15)."""
+    words, tiled tiles no taller than the rows (H200: float32 140x1843254 89 against 79)."""
     return few_rows_default(elem_bytes, cls.m // 2 + 1, cls.n // 2 + 1, cls.vec, conjugate)
 
 

@@ -13,7 +13,7 @@ them need an edge check are compile-time constants (a division by a constant is 
 while every stride is a runtime argument, so one kernel serves every problem with that box.
 
 1- and 2-byte elements move one at a time through global memory in that walk (instruction
-bound: 15-50 instructions a byte, session 18's profile). Where both sides' innermost dims
+bound: 15-50 instructions a byte by Nsight Compute on an H200). Where both sides' innermost dims
 and every offset allow 4-byte words (`word_aligned`), the `words` kernel moves K x K blocks
 instead (K = 4 / element bytes): K aligned words of K input rows are transposed in registers
 by byte permutes and stored as K words of the output's innermost dim, and the output moves
@@ -78,7 +78,7 @@ WORD_BYTES = 4
 WORDS_TABLE_READS, WORDS_TABLE_WRITES, WORDS_LOAD_BATCH = 8, 16, 2
 # The pipelined element kernel (4- to 16-byte elements): a block's next box streams into a
 # second shared buffer (cp.async, no registers) while the block writes the current one.
-# Session 19's profile: the element kernel waited on its loads (long-scoreboard stalls half
+# Profiled on an H200, the element kernel waited on its loads (long-scoreboard stalls half
 # its cycles, DRAM 55-73%), and a block had no load in flight while it wrote a box. Two
 # buffers of a box up to PIPELINE_MAX_BYTES fit the 48 KB of static shared memory. It wins
 # on some boxes and loses on others, so a first call races it (plan.PACKED_PIPELINE_*; the

@@ -73,8 +73,8 @@ GATHER_MAX_EXTENT = 2**31 - 1
 ROWS_MAX_OUTER = 65535
 # A row copy's blocks take consecutive rows along m, so of its two largest dims m is the one
 # whose rows lie side by side in the output (out stride = the row), where either does: a
-# block's stores are then one contiguous run. Measured on an H200 (session 27, the same two
-# dims walked the other way round): float64 36x3359x7x29 by (2,1,0,3) 74.4 -> 85.3, int64
+# block's stores are then one contiguous run. Measured on an H200 (dev/rowgrid_check.py, the same
+# two dims walked the other way round): float64 36x3359x7x29 by (2,1,0,3) 74.4 -> 85.3, int64
 # 8x8x4x8x10320x4 by (2,4,3,0,1,5) 77.9 -> 84.1, int64 rows of 17280 bytes 90.2 -> 94.2;
 # where m's rows were already side by side in the output, turning the walk to make the input
 # side contiguous gained nothing (head swap 96.2 -> 95.8, complex128 2944-byte rows 92.1 ->
@@ -113,7 +113,7 @@ PACKED_MAX_BOX_DIMS = 6
 PACKED_MAX_TILES = 2**32 - 1  # the kernel counts boxes in 32 bits
 # Other passes that move the same problem, which the first call of a call signature times
 # against the plan's own pass, keeping the fastest (`Plan.alternatives`, `permuter`). No rule
-# of sizes ranked these right on an H200 (session 9, tools/packed_check.py, seeds 7 and 11,
+# of sizes ranked these right on an H200 (dev/packed_check.py, random permute seeds 7 and 11,
 # % of copy): the winner depends on how much of the array sits in L2 and on the box's
 # shape. So the plan names the candidates and a measurement picks:
 # - where the plan runs one packed launch: the gather (faster in 7 of 22 such cases, e.g.
@@ -126,9 +126,9 @@ PACKED_MAX_TILES = 2**32 - 1  # the kernel counts boxes in 32 bits
 #   guesses that no run has calibrated);
 # - a row copy of rows under ALT_ROW_BYTES: a packed launch (int32 4x225440x72 78.7 -> 92.4,
 #   float64 96x8x5120x1x8 85.0 -> 92.6; but int16 25x3x8x1276x42 54.1 -> 40.4), and for rows
-#   under ALT_GATHER_ROW_BYTES the gather too (session 18, seed 20261818: uint8 12x25121x184,
-#   rows of 184 bytes, copy 70.0, packed 74.5, gather 92.1; complex128 rows of 48 bytes
-#   54.0 / 83.2 / 78.9; but rows of 128 bytes 93.0 / 94.8 / 84.8);
+#   under ALT_GATHER_ROW_BYTES the gather too (H200, random permute seed 20261818: uint8
+#   12x25121x184, rows of 184 bytes, copy 70.0, packed 74.5, gather 92.1; complex128 rows of
+#   48 bytes 54.0 / 83.2 / 78.9; but rows of 128 bytes 93.0 / 94.8 / 84.8);
 # - a transpose with a side under ALT_SIDE_BYTES: a packed launch (complex128
 #   13x11x218x28x16 73.9 -> 92.5, complex64 8x3x181x15x865 36.9 -> 66.8; most others lose).
 # A plan whose pass is a contiguous copy, a wide row copy or a transpose of two wide sides
@@ -144,8 +144,8 @@ PACKED_WORDS_BYTES = 16 << 10
 # ... and where the plan's own pass is packed, the same box through the pipelined kernel
 # (`Pass.pipelined`: the next box streams into a second shared buffer while a block writes
 # this one; elements of PACKED_PIPELINE_MIN_ELEM_BYTES or more, boxes of at most
-# PACKED_PIPELINE_MAX_BYTES so that two fit 48 KB of shared memory). Session 19, the same box
-# both ways in one process (tools/packed_variants.py): it won on the multi-dim boxes plans make
+# PACKED_PIPELINE_MAX_BYTES so that two fit 48 KB of shared memory). On an H200, the same
+# box both ways in one process (dev/packed_variants.py): it won on the multi-dim boxes plans make
 # (float32 16x8x3x38608 79.1 -> 87.6, float64 16x336x1x72x8x3 71.9 -> 78.9, float32
 # 5x16x288x8x40x3 69.4 -> 76.2, complex64 72x176x1344x4 86.1 -> 89.4) and lost on others
 # (int32 304x8x61288 in 32x32 boxes 76.7 -> 66.7, int32 2x3808x32x2x32x8 85.8 -> 78.8,
@@ -158,12 +158,12 @@ ALT_GATHER_ROW_BYTES = 256
 ALT_SIDE_BYTES = 512
 # A row copy whose rows, strides or pointers leave no word of 16 bytes moves in narrower
 # words (`_copy`): 1-2 bytes a thread for odd rows, which is 8-16x the instructions and
-# requests a byte of 16-byte accesses (session 25's random permute mix: bool rows of 29034
+# requests a byte of 16-byte accesses (H200, a random permute mix: bool rows of 29034
 # bytes in 2-byte words 56.0% of copy, uint8 rows of 21 bytes 15.6%, behind PyTorch). Such a
 # copy can run realigned (`realigned`, templates/rows.cu.j2 `at_copy_runs`): the output cut
 # into runs of contiguous bytes (a row, or the rows that lie side by side in the output), each
 # written in aligned 16-byte words whose bytes are funnel-shifted out of aligned 16-byte
-# loads. Session 26, word copy against realigned in one process (tools/realign_check.py, %
+# loads. H200, word copy against realigned in one process (dev/realign_check.py, %
 # of copy): uint8 rows of 21 bytes 9.5 -> 78.4, of 333 bytes 21.0 -> 77.3, bool 29034 56.2 ->
 # 87.0, int16 222 29.9 -> 81.8, uint16 108 57.0 -> 81.5, float32 4004 81.3 -> 93.4, float16
 # rows of 24 bytes in 8-byte words 20.7 -> 83.3; but rows under REALIGN_MIN_ROW_BYTES lost or

@@ -1,5 +1,5 @@
 """`autotranspose import` on bad input: one line naming the problem and the fix, nothing
-written (issue 10: special files, numbers beyond any GPU, several files at once)."""
+written (special files, numbers beyond any GPU, several files at once)."""
 
 from __future__ import annotations
 

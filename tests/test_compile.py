@@ -64,7 +64,7 @@ def test_outer_variants_compile_like_their_configs(arch, elem_bytes, rng):
     a block launch, under the names the launch asks for. How many registers more than the
     plain kernel a variant takes is ptxas's choice under the "1 block per SM" bounds (-32
     to +40 seen; +40 for some kernels of 8 micro-blocks per thread): a bandwidth question
-    for the device, listed by tools/outer_registers.py, not a property to assert here (a
+    for the device, listed by dev/outer_registers.py, not a property to assert here (a
     bound on it failed CI at random on whichever configs a run drew)."""
     configs = sample(elem_bytes, rng, n_random=4)
     plain = nvcc_resources(configs, arch)

@@ -237,7 +237,7 @@ def test_register_budget_splits_the_sm_in_four_partitions(threads, blocks, budge
 
 
 def test_no_streaming_16_byte_row_tile_is_capped_at_twice_its_elements_registers():
-    # ptxas 13 spilled 8 bytes on sm_90 in exactly these (session 23)
+    # ptxas 13 spilled 8 bytes on sm_90 in exactly these (5 of the 2992 capped direct configs)
     for c in direct_space(16, NEWEST):
         if c.min_blocks and c.cache == "stream" and c.raster == "row":
             assert register_budget(c.threads, c.min_blocks) > 2 * c.per_thread * 4, c.key

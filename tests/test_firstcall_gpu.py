@@ -62,9 +62,9 @@ def test_an_untuned_class_is_measured_once_then_served_its_winner(rng):
     outcome = found[3]
     timed = {c: t for c, t in outcome.seconds.items() if t is not None}
     assert len(outcome.seconds) >= 2 and outcome.best in timed
-    # How good the pick is, is a timing: the benchmarks measure it (tools/packed_check.py,
-    # bench), not this test (a 10% bound across rounds of ~10 us launches failed on an H200
-    # in session 12: 10.4 against 8.4 us, rounds apart).
+    # How good the pick is, is a timing: the benchmarks measure it (dev/packed_check.py,
+    # bench), not this test (a 10% bound across rounds of ~10 us launches failed on an H200:
+    # 10.4 against 8.4 us, rounds apart).
     assert 0 < outcome.gpu_s
     choice = lookup.choose(api.device_state(0).info, 4, cls)
     assert (choice.source, choice.config) == ("measured", outcome.best)

@@ -290,12 +290,12 @@ def test_the_shipped_results_are_found_in_a_checkout():
 )  # fmt: skip
 def test_shipped_results_are_from_the_running_templates(path, monkeypatch):
     """A template edit makes the shipped results stale and lookup stops serving them: re-run
-    tools/campaign.py on the device and commit the new file together with the edit."""
+    dev/campaign.py on the device and commit the new file together with the edit."""
     monkeypatch.setattr(lookup, "tuning_db_dir", _REAL_TUNING_DB_DIR)
     tf = textio.load(path)
     assert tf.entries, f"{path.name} ships no entries"
     stale = [str(e.shape_class) for e in tf.entries if e.stale]
-    assert not stale, f"{path.name}: stale entries {stale}; re-tune with tools/campaign.py"
+    assert not stale, f"{path.name}: stale entries {stale}; re-tune with dev/campaign.py"
     for e in tf.entries:
         choice = lookup.choose(tf.device.name, e.elem_bytes, e.shape_class, store=None)
         assert choice.source == "shipped" and choice.config == e.config, e.shape_class

@@ -78,7 +78,7 @@ def test_concurrent_writers_lose_nothing(db_url, rng, fresh):
             assert best.gbps == pytest.approx(top[3]) and best.config.key == top[1]
 
 
-# --- a large import beside a recorder (issue 10, item 9) --------------------------------------------
+# --- a large import beside a recorder -----------------------------------------------------------
 IMPORTED = 20_000  # entries: about 20 s of per-entry statements, holding the write lock
 PATIENCE_S = 5  # how long the recorder waits for a lock (SQLite busy timeout, PostgreSQL's)
 

@@ -196,7 +196,7 @@ BAD_DOCUMENTS = {
     "unknown entry key": (_set("entries.1.source", "x"), "entry 1"),
     "missing key": (_delete("entries.2.config"), "entry 2"),
     "missing elem_bytes": (_delete("entries.0.elem_bytes"), "entry 0"),
-    # numbers beyond what any GPU does (issue 10, items 4 and 5)
+    # numbers beyond what any GPU does
     "l2_bytes beyond int64": (_set("device.l2_bytes", 2**70), "l2_bytes"),
     "negative threads per block": (_set("device.max_threads_per_block", -5), "max_threads_per_block"),
     "zero threads per block": (_set("device.max_threads_per_block", 0), "max_threads_per_block"),
@@ -303,7 +303,7 @@ def test_a_file_larger_than_the_cap_is_refused(tmp_path):
 
 def test_import_files_validates_every_file_before_writing(tmp_path, rng, db_url):
     """`import good.json bad.json` writes nothing: the second file is checked before the first
-    is written (issue 10, item 6)."""
+    is written."""
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text(json.dumps(_valid_doc(rng)))
     doc = _valid_doc(rng)

@@ -114,7 +114,7 @@ def test_tall_kernels_compile_without_spills_or_warnings(arch):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ordered_wide_kernels_with_wide_segments_keep_to_64_registers(arch, rng):
     """Ordered wide kernels of 1- and 2-byte elements whose row segments are 128 bytes or
-    more run one more block an SM at 64 registers (session 25); a random sample of them, both
+    more run one more block an SM at 64 registers (H200: +4 to +6 points); a random sample of them, both
     cache hints, compiles to at most 64 without spills, while run-store wide kernels keep the
     80 their store needs (and their launch bounds say so)."""
     from autotranspose.codegen import prmt_registers

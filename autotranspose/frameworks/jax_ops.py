@@ -124,7 +124,21 @@ def _define() -> Any:
     batching.primitive_batchers[p] = _batch
     mlir.register_lowering(p, _reference_lowering())
     mlir.register_lowering(p, _cuda_lowering, platform="cuda")
+    _lowered_per_device(p)
     return p
+
+
+def _lowered_per_device(p: Any) -> None:
+    """Ask jit to lower a computation holding `p` once per device assignment, with the devices
+    in the lowering context (as JAX's own cuDNN primitives do): then launches are made ready
+    for those devices only. Private in JAX: where it is missing, jit lowers once for any
+    device, and `lowering_devices` makes the call ready on every local GPU instead."""
+    try:
+        from jax._src import dispatch
+
+        dispatch.prim_requires_devices_during_lowering.add(p)
+    except (ImportError, AttributeError):
+        pass
 
 
 def _impl(x: Any, *, axes: tuple[int, ...], conjugate: bool) -> Any:

@@ -70,13 +70,15 @@ _DLManagedTensor._fields_ = [
     ("deleter", _DELETER),
 ]
 
-_api = ctypes.pythonapi
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_IsValid.restype = ctypes.c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+# The capsule functions through prototypes of our own: the attributes of ctypes.pythonapi's
+# function objects are shared by every library in the process, and others set them their
+# own way (jax.ffi.pycapsule gives PyCapsule_New's destructor a CFUNCTYPE type).
+_capsule_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
 _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
@@ -94,7 +96,7 @@ class Tensor(NamedTuple):
 def read(capsule: Any) -> Tensor:
     """The tensor a legacy ("dltensor") DLPack capsule describes. The capsule keeps ownership:
     when it is collected unconsumed, its producer's destructor releases the buffer."""
-    addr = _api.PyCapsule_GetPointer(capsule, b"dltensor")
+    addr = _capsule_get_pointer(capsule, b"dltensor")
     t = _DLManagedTensor.from_address(addr).dl_tensor
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else None
@@ -352,7 +354,7 @@ def export_capsule(
         setattr(e, name, value)
     with _live_lock:
         _live[addr] = owner
-    return _api.PyCapsule_New(addr, b"dltensor", lib.destructor)
+    return _capsule_new(addr, b"dltensor", lib.destructor)
 
 
 # The Python deleter and destructor, where nothing could be compiled: they read no module
@@ -400,8 +402,9 @@ def _python_callbacks() -> tuple[Any, Any]:
 
 
 _deleter, _capsule_destructor = _python_callbacks()
+_incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
 for _kept in (_deleter, _capsule_destructor, _live):
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_kept))
+    _incref(_kept)
 
 
 class Exported:
@@ -458,7 +461,7 @@ class Exported:
         addr = ctypes.addressof(m)
         with _live_lock:
             _live[addr] = self
-        return _api.PyCapsule_New(addr, b"dltensor", ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+        return _capsule_new(addr, b"dltensor", ctypes.cast(_capsule_destructor, ctypes.c_void_p))
 
     def release(self) -> None:
         """The consumer is done (Python callbacks only): wait for our kernel, then free the

@@ -6,6 +6,7 @@ and exit status 0, through the compiled release and through the Python fallback.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import subprocess
@@ -58,7 +59,7 @@ class Host:
         with D._live_lock:
             D._live[ctypes.addressof(m)] = self
         destructor = ctypes.cast(D._capsule_destructor, ctypes.c_void_p)
-        return D._api.PyCapsule_New(ctypes.addressof(m), b"dltensor", destructor)
+        return D._capsule_new(ctypes.addressof(m), b"dltensor", destructor)
 
     def release(self):
         libc.free(ctypes.c_void_p(self.ptr))
@@ -95,6 +96,19 @@ def test_compiled_release_in_process():
     assert _dlpack.sweep(lib) == 1 and unconsumed.keep is None
 
 
+@needs_cc
+def test_exports_survive_other_libraries_retyping_pythonapi():
+    """jax.ffi.pycapsule sets ctypes.pythonapi.PyCapsule_New's argument types for its own use;
+    our capsules are made through prototypes of our own."""
+    jax = pytest.importorskip("jax")
+    scope: dict = {}
+    exec(compile(HOST_EXPORT, "host_export", "exec"), scope)
+    scope["COMPILED"] = True
+    jax.ffi.pycapsule(ctypes.CDLL(None).free)
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(np.asarray(jax.dlpack.from_dlpack(scope["Host"](values))), values)
+
+
 @pytest.mark.parametrize("release", [pytest.param("compiled", marks=needs_cc), "python"])
 def test_exit_with_exports_alive_is_clean(release):
     pytest.importorskip("jax")
@@ -119,4 +133,4 @@ def test_python_callbacks_outlive_the_module():
     code = _dlpack._python_callbacks.__code__
     nested = [c for c in code.co_consts if isinstance(c, type(code))]
     for fn in nested:
-        assert not set(fn.co_names) & {"_live", "_live_lock", "_exiting", "ctypes", "_api"}, fn.co_name
+        assert not set(fn.co_names) & {"_live", "_live_lock", "_exiting", "ctypes", "_capsule_new"}, fn.co_name

@@ -251,7 +251,7 @@ _programs: dict[tuple[Any, ...], Any] = {}
 _programs_lock = threading.Lock()
 # One reference more than the module holds: the structs outlive the interpreter's teardown of
 # module globals (a jitted call on a daemon thread at exit still finds them).
-ctypes.pythonapi.Py_IncRef(ctypes.py_object(_programs))
+ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))(_programs)
 
 
 def _entry(

@@ -16,8 +16,10 @@ memory Python frees. So the exported tensor, its deleter and the capsule's destr
 (`RELEASE_SOURCE`, built once per machine with the system C compiler, like the launcher):
 the tensor is malloc'ed, the deleter waits for our kernel's event and frees the device
 memory through driver entry points it was handed, then puts the tensor on a list of
-released exports; the next export takes that list and drops what Python still held for
-them (the input's capsule). Without a C compiler, Python callbacks do the same, made to
+released exports and asks the interpreter, while it runs, for a pending call
+(``Py_AddPendingCall``: any thread, no GIL needed) that takes that list in the main thread
+and drops what Python still held for them (the input's capsule); each new export takes it
+too. Without a C compiler, Python callbacks do the same, made to
 outlive the module's teardown and to do nothing once the interpreter is exiting (the
 process's memory goes with it): safe while Python runs, best effort after.
 """
@@ -79,6 +81,7 @@ _capsule_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctyp
 _capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
     ("PyCapsule_New", ctypes.pythonapi)
 )
+_incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
 _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
@@ -164,6 +167,56 @@ typedef struct at_export {
 
 static at_export *g_released;
 
+/* Python learns of released exports through Py_AddPendingCall (callable from any thread,
+   with or without the GIL): the interpreter's main thread runs the sweeper at its next
+   bytecode boundary, which drops what Python held for them. Only while Python runs: the
+   process's exit switches it off (at_export_python_gone) before the teardown begins. The
+   Python C API is handed over by address, so no Python headers are needed. */
+typedef int (*pending_t)(void *);
+typedef int (*add_pending_t)(pending_t, void *);
+typedef void *(*call_t)(void *);
+typedef void (*decref_t)(void *);
+typedef void (*err_clear_t)(void);
+static add_pending_t g_add_pending;
+static call_t g_call;
+static decref_t g_decref;
+static err_clear_t g_err_clear;
+static void *g_sweeper;
+static int g_python_alive;
+static int g_pending;
+
+static int at_export_run_sweeper(void *unused)
+{
+    (void)unused;
+    __atomic_store_n(&g_pending, 0, __ATOMIC_RELEASE);
+    if (!__atomic_load_n(&g_python_alive, __ATOMIC_ACQUIRE)) return 0;
+    void *r = g_call(g_sweeper);
+    if (r) g_decref(r);
+    else g_err_clear();
+    return 0;
+}
+
+static void at_export_wake_python(void)
+{
+    if (!__atomic_load_n(&g_python_alive, __ATOMIC_ACQUIRE)) return;
+    if (__atomic_exchange_n(&g_pending, 1, __ATOMIC_ACQ_REL)) return;  /* one is queued */
+    if (g_add_pending(at_export_run_sweeper, 0) != 0)
+        __atomic_store_n(&g_pending, 0, __ATOMIC_RELEASE);  /* queue full: the next export sweeps */
+}
+
+void at_export_bind_sweeper(void *add_pending, void *call, void *decref, void *err_clear,
+                            void *sweeper)
+{
+    g_add_pending = (add_pending_t)add_pending;
+    g_call = (call_t)call;
+    g_decref = (decref_t)decref;
+    g_err_clear = (err_clear_t)err_clear;
+    g_sweeper = sweeper;
+    __atomic_store_n(&g_python_alive, sweeper != 0, __ATOMIC_RELEASE);
+}
+
+void at_export_python_gone(void) { __atomic_store_n(&g_python_alive, 0, __ATOMIC_RELEASE); }
+
 /* The DLPack deleter: any thread, Python or not, running or gone. */
 static void at_export_release(at_dl_managed *m)
 {
@@ -185,6 +238,7 @@ static void at_export_release(at_dl_managed *m)
         e->next = head;
     } while (!__atomic_compare_exchange_n(&g_released, &head, e, 0, __ATOMIC_ACQ_REL,
                                           __ATOMIC_ACQUIRE));
+    at_export_wake_python();
 }
 
 at_export *at_export_new(void)
@@ -280,6 +334,16 @@ def load_helpers(path: Any) -> Any:
     address = lambda name: ctypes.cast(getattr(api, name), ctypes.c_void_p).value  # noqa: E731
     lib.at_export_bind(address("PyCapsule_IsValid"), address("PyCapsule_GetPointer"))
     lib.destructor = ctypes.cast(lib.at_export_capsule_destructor, ctypes.c_void_p).value
+    lib.at_export_python_gone.restype = None
+    lib.at_export_bind_sweeper.restype = None
+    lib.at_export_bind_sweeper.argtypes = [ctypes.c_void_p] * 5
+    lib.sweeper = _sweeper(lib)
+    _incref(lib.sweeper)  # the C side holds its address for the process's life
+    atexit.register(lib.at_export_python_gone)  # before the teardown: no Python after it
+    lib.at_export_bind_sweeper(
+        address("Py_AddPendingCall"), address("PyObject_CallNoArgs"), address("Py_DecRef"),
+        address("PyErr_Clear"), id(lib.sweeper),
+    )  # fmt: skip
     return lib
 
 
@@ -315,20 +379,39 @@ _live: dict[int, Exported] = {}
 _live_lock = threading.Lock()
 
 
-def sweep(lib: Any) -> int:
+def sweep(lib: Any, wait: bool = True) -> int:
     """Drop what Python held for the exports the consumers released (their inputs' capsules)
-    and free their structs; how many there were."""
-    count = 0
-    e = lib.at_export_take_released()
-    while e:
-        after = lib.at_export_next(e)
-        with _live_lock:
-            owner = _live.pop(e, None)
+    and free their structs; how many there were. With `wait=False` (the pending call, which
+    may interrupt a thread holding the lock) nothing is done while another holds it: the
+    released ones stay listed for the next sweep."""
+    if not _live_lock.acquire(blocking=wait):
+        return 0
+    owners, count = [], 0
+    try:
+        e = lib.at_export_take_released()
+        while e:
+            after = lib.at_export_next(e)
+            owners.append(_live.pop(e, None))
+            lib.at_export_free(e)
+            e, count = after, count + 1
+    finally:
+        _live_lock.release()
+    for owner in owners:  # outside the lock: dropping an input's capsule runs its producer's code
         if owner is not None:
             owner.keep = None
-        lib.at_export_free(e)
-        e, count = after, count + 1
     return count
+
+
+def _sweeper(lib: Any) -> Any:
+    """What the pending call runs: a sweep that never waits and never raises."""
+
+    def sweeper() -> None:
+        try:
+            sweep(lib, wait=False)
+        except Exception:
+            pass
+
+    return sweeper
 
 
 def export_capsule(
@@ -402,7 +485,6 @@ def _python_callbacks() -> tuple[Any, Any]:
 
 
 _deleter, _capsule_destructor = _python_callbacks()
-_incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
 for _kept in (_deleter, _capsule_destructor, _live):
     _incref(_kept)
 

@@ -11,6 +11,7 @@ import gc
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -89,11 +90,27 @@ def test_compiled_release_in_process():
     assert _dlpack.sweep(lib) == 0 and host.keep is not None  # JAX still holds it
     del y
     gc.collect()
-    assert _dlpack.sweep(lib) == 1 and host.keep is None and address not in _dlpack._live
+    _until(lambda: host.keep is None)  # the pending call swept it, unasked
+    assert address not in _dlpack._live and _dlpack.sweep(lib) == 0
     unconsumed = scope["Host"](values)
     capsule = unconsumed.__dlpack__()
     del capsule  # never consumed: the capsule's destructor releases it
-    assert _dlpack.sweep(lib) == 1 and unconsumed.keep is None
+    _until(lambda: unconsumed.keep is None)
+    held = scope["Host"](values)
+    y = jax.dlpack.from_dlpack(held)
+    with _dlpack._live_lock:  # a pending call that finds the lock taken leaves the list
+        del y
+        gc.collect()
+        time.sleep(0.05)
+        assert held.keep is not None
+    assert _dlpack.sweep(lib) == 1 and held.keep is None  # for the next sweep
+
+
+def _until(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not released in time"
+        time.sleep(0.01)
 
 
 @needs_cc

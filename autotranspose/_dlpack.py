@@ -196,12 +196,16 @@ static int at_export_run_sweeper(void *unused)
     return 0;
 }
 
+static int g_waking;  /* threads between the check of g_python_alive and their call */
+
 static void at_export_wake_python(void)
 {
-    if (!__atomic_load_n(&g_python_alive, __ATOMIC_ACQUIRE)) return;
-    if (__atomic_exchange_n(&g_pending, 1, __ATOMIC_ACQ_REL)) return;  /* one is queued */
-    if (g_add_pending(at_export_run_sweeper, 0) != 0)
+    __atomic_add_fetch(&g_waking, 1, __ATOMIC_ACQ_REL);
+    if (__atomic_load_n(&g_python_alive, __ATOMIC_ACQUIRE) &&
+        !__atomic_exchange_n(&g_pending, 1, __ATOMIC_ACQ_REL) &&  /* else one is queued */
+        g_add_pending(at_export_run_sweeper, 0) != 0)
         __atomic_store_n(&g_pending, 0, __ATOMIC_RELEASE);  /* queue full: the next export sweeps */
+    __atomic_sub_fetch(&g_waking, 1, __ATOMIC_ACQ_REL);
 }
 
 void at_export_bind_sweeper(void *add_pending, void *call, void *decref, void *err_clear,
@@ -215,7 +219,14 @@ void at_export_bind_sweeper(void *add_pending, void *call, void *decref, void *e
     __atomic_store_n(&g_python_alive, sweeper != 0, __ATOMIC_RELEASE);
 }
 
-void at_export_python_gone(void) { __atomic_store_n(&g_python_alive, 0, __ATOMIC_RELEASE); }
+/* At exit (atexit, main thread): no pending call is asked for after this returns, so none
+   reaches an interpreter being finalized. Py_AddPendingCall takes no lock the caller holds. */
+void at_export_python_gone(void)
+{
+    __atomic_store_n(&g_python_alive, 0, __ATOMIC_RELEASE);
+    while (__atomic_load_n(&g_waking, __ATOMIC_ACQUIRE))
+        ;
+}
 
 /* The DLPack deleter: any thread, Python or not, running or gone. */
 static void at_export_release(at_dl_managed *m)

@@ -126,6 +126,25 @@ def test_exports_survive_other_libraries_retyping_pythonapi():
     np.testing.assert_array_equal(np.asarray(jax.dlpack.from_dlpack(scope["Host"](values))), values)
 
 
+@needs_cc
+def test_consumer_releases_after_python_let_go():
+    """What the interpreter's teardown does: Python's side of an export (the owner, and with
+    the old Python-owned tensor, the tensor itself) is gone before JAX releases the array.
+    The compiled export's tensor is not Python's: the release still finds it."""
+    pytest.importorskip("jax")
+    script = HOST_EXPORT + (
+        "import gc, jax\n"
+        "y = jax.dlpack.from_dlpack(Host(np.arange(12, dtype=np.float32)))\n"
+        "D._live.clear()\n"
+        "gc.collect()\n"
+        "del y\n"
+        "gc.collect()\n"
+        "print('released')\n"
+    )
+    run = _run(script, "compiled")
+    assert run.returncode == 0 and run.stdout.strip() == "released", run.stderr
+
+
 @pytest.mark.parametrize("release", [pytest.param("compiled", marks=needs_cc), "python"])
 def test_exit_with_exports_alive_is_clean(release):
     pytest.importorskip("jax")

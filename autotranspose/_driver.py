@@ -15,6 +15,7 @@ pushed, so nothing can be left on a stack when a thread or the interpreter exits
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import struct
@@ -26,6 +27,14 @@ from . import _native
 from .errors import DeviceError, KernelLaunchError
 
 c_void_p, c_uint, c_int, c_size_t = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
+
+# Not empty once the interpreter is exiting (atexit: before the teardown of modules): then
+# objects that free GPU resources when collected leave them to the driver, which reclaims
+# everything at process exit. Freeing then could touch a context already destroyed (pycuda
+# destroys its own at exit) or a driver already shut down. Read through a class attribute,
+# which outlives the module's globals during teardown.
+_EXITING: list[bool] = []
+atexit.register(_EXITING.append, True)
 
 POINTER_ATTRIBUTE_CONTEXT = 1
 POINTER_ATTRIBUTE_MEMORY_TYPE = 2
@@ -491,6 +500,8 @@ _POINTERS = struct.Struct("PP")
 class Event:
     """A CUDA event in the current context (timing enabled unless `timing=False`)."""
 
+    _at_exit = _EXITING
+
     def __init__(self, timing: bool = True) -> None:
         h = c_void_p()
         check(lib().cuEventCreate(ctypes.byref(h), 0 if timing else EVENT_DISABLE_TIMING), "cuEventCreate")
@@ -509,10 +520,35 @@ class Event:
         return ms.value
 
     def __del__(self) -> None:
+        if self._at_exit:  # the process is ending: the driver reclaims it, maybe already has
+            return
         try:
             lib().cuEventDestroy_v2(self.handle)
         except Exception:  # interpreter shutdown
             pass
+
+
+def recorded_event(stream: int | None) -> int:
+    """A raw event (no timing) recorded on `stream` in the current context, owned by the
+    caller: for the C side that waits on it and destroys it (`_dlpack`'s release)."""
+    h = c_void_p()
+    check(lib().cuEventCreate(ctypes.byref(h), EVENT_DISABLE_TIMING), "cuEventCreate")
+    err = lib().cuEventRecord(h.value, stream)
+    if err:
+        lib().cuEventDestroy_v2(h.value)
+        check(err, "cuEventRecord")
+    return h.value
+
+
+@functools.cache
+def release_entry_points() -> tuple[int, int, int, int, int]:
+    """Addresses of cuCtxGetCurrent, cuCtxSetCurrent, cuMemFree_v2, cuEventSynchronize and
+    cuEventDestroy_v2: what C code that frees our memory outside Python calls."""
+    dll = lib().dll
+    names = ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuMemFree_v2", "cuEventSynchronize",
+             "cuEventDestroy_v2")  # fmt: skip
+    get, set_, free, sync, destroy = (ctypes.cast(dll[n], c_void_p).value for n in names)
+    return get, set_, free, sync, destroy
 
 
 def join(waiter: int | None, producer: int | None) -> None:
@@ -576,6 +612,7 @@ class Allocation(int):
     ptr: int
     ctx: int
     nbytes: int
+    _at_exit = _EXITING
 
     def __new__(cls, nbytes: int, ctx: int) -> Allocation:
         with on_context(ctx):
@@ -590,7 +627,15 @@ class Allocation(int):
             with on_context(self.ctx):
                 mem_free(ptr)
 
+    def disown(self) -> int:
+        """Hand the memory to another owner (C code that frees it): this object no longer
+        frees it. Returns the pointer."""
+        ptr, self.ptr = self.ptr, 0
+        return ptr
+
     def __del__(self) -> None:
+        if self._at_exit:  # the process is ending: the driver reclaims the memory, and the
+            return  # context may already be gone (pycuda destroys its own at exit)
         try:
             self.free()
         except Exception:  # interpreter shutdown, or the context is gone

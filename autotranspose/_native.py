@@ -31,7 +31,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -337,15 +337,28 @@ def build(path: Path, cc: str, kind: str = "ctypes") -> Path:
     """Compile SOURCE into the shared library `path` (atomically: concurrent builders each
     write their own file and rename it into place)."""
     flags = ["-DAT_PYTHON", f"-I{python_headers()}"] if kind == "module" else []
+    return build_files(
+        path, {"launcher.c": SOURCE},
+        lambda tmp, so: [[cc, "-O2", "-shared", "-fPIC", *flags, "-o", str(so), str(tmp / "launcher.c")]],
+    )  # fmt: skip
+
+
+def build_files(
+    path: Path, files: Mapping[str, str], commands: Callable[[Path, Path], Sequence[Sequence[str]]],
+    timeout: float = 120,
+) -> Path:  # fmt: skip
+    """Write `files` (name -> text) into a fresh folder beside `path`, run the compiler command
+    lines `commands(folder, library)` there in turn, and move the library they made to `path`
+    (atomically: concurrent builders each write their own and rename it into place). A failed
+    command raises subprocess.CalledProcessError carrying the compiler's output."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        src = Path(tmp) / "launcher.c"
-        src.write_text(SOURCE)
-        so = Path(tmp) / path.name
-        subprocess.run(
-            [cc, "-O2", "-shared", "-fPIC", *flags, "-o", str(so), str(src)],
-            check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+        folder = Path(tmp)
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        so = folder / path.name
+        for argv in commands(folder, so):
+            subprocess.run(list(argv), check=True, capture_output=True, timeout=timeout, cwd=folder)
         os.replace(so, path)
     return path
 

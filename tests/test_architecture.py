@@ -235,3 +235,19 @@ def test_no_cuda_behind(module: str):
     loaded = set(run.stdout.split())
     bad = sorted(m for m in loaded if m.startswith("pycuda") or m in {f"{PKG}.{a}" for a in avoid})
     assert not bad, f"import {module} loaded {bad}"
+
+
+def test_frameworks_sit_on_top():
+    """The framework adapters (JAX's primitive, PyTorch's ops) call api and permuter; nothing
+    below them imports them, so the core runs without any framework's tracing machinery. Only
+    the orchestrators and the top-level dispatch (`entry`) may reach them."""
+    above = ORCHESTRATORS | {f"{PKG}.entry"}
+    wrong = [
+        str(e)
+        for m, edges in GRAPH.items()
+        if m not in above and not _under(m, ["frameworks"])
+        for e in edges
+        if _under(e.target, ["frameworks"])
+    ]
+    assert not wrong, "modules below the framework adapters import them: " + "; ".join(wrong)
+    assert f"{PKG}.frameworks.jax_ops" in MODULES

@@ -74,3 +74,15 @@ def test_installed_console_script_answers(installed: Path, tmp_path: Path):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert '"source": "shipped"' in run.stdout
+
+
+def test_installed_wheel_ships_the_jax_handler_source(installed: Path, tmp_path: Path):
+    script = (
+        "from autotranspose.frameworks import _jax_handler as h\n"
+        "assert h.HANDLER_SOURCE.is_file(), h.HANDLER_SOURCE\n"
+        "assert 'XLA_FFI_DEFINE_HANDLER_SYMBOL' in h.HANDLER_SOURCE.read_text()\n"
+        "print(h.HANDLER_SOURCE)\n"
+    )
+    run = subprocess.run([str(installed), "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().startswith(str(installed.parent.parent))

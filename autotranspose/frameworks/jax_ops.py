@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import _layout
+from ..arrays import matrix_layout
 from ..dtypes import element_type
 from ..errors import AutotransposeError, InputTypeError, KernelLaunchError, UnsupportedDtypeError
 from ..plan import contiguous_strides, normalize_axes, plan_permute
@@ -61,7 +61,7 @@ def transpose(x: Any, *, conjugate: bool = False) -> Any:
     JAX operation: traceable, differentiable and batchable. `conjugate=True` gives the
     conjugate transpose of complex64/complex128. Returns a JAX array (or tracer)."""
     shape, et = _checked(x)
-    _layout("x", shape, tuple(s * et.size for s in contiguous_strides(shape)), et.size)
+    matrix_layout("x", shape, tuple(s * et.size for s in contiguous_strides(shape)), et.size)
     if conjugate and not et.conjugable:
         raise UnsupportedDtypeError(
             f"conjugate=True needs complex64 or complex128 elements; x is {et.name} "

@@ -7,6 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
+# JAX takes 75% of the GPU's memory at its first use unless told otherwise: the GPU tests of
+# PyTorch, CuPy and the kernels share the process (and the card) with the JAX tests.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 
 def _gpu_reason() -> str | None:
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -477,7 +478,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             warnings.simplefilter("ignore", BadRowWarning)  # listed below, once each
             entries = [(e.source, e) for e in store.entries(device_name=args.device, include_stale=True)]
         for problem in store.problems(args.device):
-            print(f"{PROG}: skipped a bad row: {problem}", file=err)
+            print(f"{PROG}: skipped a bad row: {problem}; {problem.fix}", file=err)
     entries += [("shipped", e) for e in _shipped_entries(args.device)]
     tuned_devices = {e.device for source, e in entries if source != "shipped"}
     entries.sort(key=lambda se: (
@@ -697,10 +698,23 @@ def cmd_export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.output in (None, "-"):
         out.write(text)
     else:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            raise _unwritable(args.output, exc, "a file") from exc
         print(f"wrote {args.output}", file=err)
     return 0
+
+
+def _unwritable(output: str, exc: OSError, what: str) -> StoreError:
+    """An export that could not be written: which path, why, and what to give instead."""
+    path = exc.filename if exc.filename is not None else output
+    stdout = ", or leave out -o to write to stdout" if what == "a file" else ""
+    return StoreError(
+        f"cannot write {path}: {exc.strerror or exc}; nothing was exported: give -o {what} "
+        f"you can write, on a disk with room{stdout}"
+    )
 
 
 def _export_all(args: argparse.Namespace, err: TextIO) -> int:
@@ -709,12 +723,20 @@ def _export_all(args: argparse.Namespace, err: TextIO) -> int:
 
     if args.device is not None:
         raise UsageError("give --all-devices or --device NAME, not both")
-    if args.output in (None, "-") or os.path.isfile(args.output):
+    if args.output in (None, "-"):
         raise UsageError(
             "--all-devices writes one file per GPU model: name a directory with -o DIR"
         )
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise UsageError(
+            f"--all-devices writes one file per GPU model: {args.output} is not a directory; "
+            "name a directory with -o DIR"
+        )
     store = _open_store(args.db, readonly=True)
-    written = textio.dump(store, args.output)
+    try:
+        written = textio.dump(store, args.output)
+    except OSError as exc:
+        raise _unwritable(args.output, exc, "a directory") from exc
     if not written:
         raise StoreError(f"no tuned results in {store.display} to export; run `autotranspose tune`")
     for path in written:
@@ -802,8 +824,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def db_option(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--db", metavar="URL", help="tuning database (SQLAlchemy URL); default: "
-                       "$AUTOTRANSPOSE_DB, else a SQLite file in the user data directory")  # fmt: skip
+        q.add_argument("--db", metavar="URL", type=_db_location,
+                       help="tuning database: a SQLite file path or a SQLAlchemy URL (SQLite or "
+                            "PostgreSQL); default: $AUTOTRANSPOSE_DB, else a SQLite file in the "
+                            "user data directory")  # fmt: skip
 
     t = sub.add_parser("tune", help="tune kernels for shapes and dtypes on a local GPU",
                        description="Tune kernels on a local GPU; an interrupted run resumes.")  # fmt: skip
@@ -924,6 +948,11 @@ def _bounded(
             v = kind(text)
         except ValueError:  # also int()'s refusal of thousands of digits: echo only the start
             raise argparse.ArgumentTypeError(f"{text!r:.40} is not {noun}") from None
+        if kind is float and not math.isfinite(v):  # float() takes inf, nan, 1e999
+            raise argparse.ArgumentTypeError(
+                f"{text!r:.40} is not a finite number; give one such as 60, or leave the "
+                "option out"
+            )
         shown = str(v)[:40]
         if not (v >= least if inclusive else v > least):
             raise argparse.ArgumentTypeError(f"{shown} must be {words} {least:g}")
@@ -932,6 +961,17 @@ def _bounded(
         return v
 
     return parse
+
+
+def _db_location(text: str) -> str:
+    """An argparse type: `--db PATH|URL`, not blank (an empty path is the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r:.20} names no database (as a path it is the current directory); give a "
+            "file (such as --db tuning.db) or a URL, or leave out --db to use $AUTOTRANSPOSE_DB "
+            "or the default file"
+        )
+    return text
 
 
 def _device_spec(text: str) -> Any:

@@ -310,7 +310,9 @@ def test_bench_random_rejects_bad_counts(bad, says) -> None:
     ("option", "value", "says"),
     [("--seed", "-1", "at least 0"), ("--seed", str(2**32), "at most 4294967295"),
      ("--seed", "9" * 5000, "not an integer"), ("--trials", "7" * 5000, "not an integer"),
-     ("--trials", "-" + "7" * 4000, "at least 1")],
+     ("--trials", "-" + "7" * 4000, "at least 1"), ("--timeout", "inf", "not a finite number"),
+     ("--timeout", "nan", "not a finite number"), ("--timeout", "1e999", "not a finite number"),
+     ("--timeout", "Infinity", "give one such as 60")],
 )  # fmt: skip
 def test_bad_numbers_are_one_short_line(option: str, value: str, says: str, db: str) -> None:
     """A seed NumPy cannot take was a ValueError traceback; a huge number was echoed whole."""
@@ -488,6 +490,72 @@ def test_control_characters_in_any_error_are_shown_escaped(tmp_path: Path, db: s
     rc, _, err = run("import", str(tmp_path / "results\x1b[2J.json"), "--db", db)
     _one_clear_line(rc, err, rc_wanted=1)
     assert err[:-1].isprintable() and "\\x1b[2J" in err
+
+
+def test_a_bandwidth_beyond_any_gpu_in_the_database_is_never_printed(tuned: str) -> None:
+    """A best's GB/s set to 1e308 straight in SQLite was printed as 300 digits: the row is
+    bounded as an import is, skipped with one line naming it and the fix, and not served."""
+    import re
+    import sqlite3
+
+    with sqlite3.connect(tuned) as conn:
+        conn.execute("UPDATE at_best SET gbps = 1e308 WHERE shape_class = '1x2048x2048/v4'")
+        (row_id,) = conn.execute(
+            "SELECT id FROM at_best WHERE shape_class = '1x2048x2048/v4'"
+        ).fetchone()
+    conn.close()
+    fix = f"DELETE FROM at_best WHERE id = {row_id}"
+    rc, out, err = run("lookup", "--shape", "2048x2048", "--device", NAME, "--db", tuned)
+    (line,) = err.splitlines()
+    assert rc == 0 and line.startswith(f"autotranspose: warning: skipping at_best row {row_id}: ")
+    assert "gbps 1e+308 is outside what any GPU moves" in line
+    assert "tune its class again" in line and fix in line
+    assert "tuned for this class" not in out and not re.search(r"\d{12}", out)
+    rc, out, err = run("show", "--db", tuned)
+    (line,) = err.splitlines()
+    assert rc == 0 and line.startswith(f"autotranspose: skipped a bad row: at_best row {row_id}")
+    assert fix in line and not re.search(r"\d{12}", out) and "1x2048x2048/v4" not in out
+    rc, out, err = run("export", "--db", tuned)
+    assert rc == 0 and len(err.splitlines()) == 1 and fix in err
+    assert len(json.loads(out)["entries"]) == 3
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [(["-o", "/dev/full"], "cannot write /dev/full: No space left on device"),
+     (["--all-devices", "-o", "/dev/full"], "/dev/full is not a directory")],
+)  # fmt: skip
+def test_an_export_to_a_full_disk_names_the_path_and_why(argv, says, tuned: str) -> None:
+    """`export -o /dev/full` printed a bare `[Errno 28] No space left on device`."""
+    rc, _, err = run("export", *argv, "--db", tuned)
+    _one_clear_line(rc, err, rc_wanted=1 if "-o" in argv[0] else 2)
+    assert says in err and "-o" in err and "[Errno" not in err
+
+
+def test_an_export_into_a_missing_directory_names_the_path_and_why(tuned: str, tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "results.json"
+    rc, _, err = run("export", "-o", str(target), "--db", tuned)
+    _one_clear_line(rc, err, rc_wanted=1)
+    assert f"cannot write {target}: No such file or directory" in err and "leave out -o" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["import", "results.json"], ["tune", "--shapes", "64x64"], ["show"],
+     ["lookup", "--shape", "64x64", "--device", NAME], ["export"], ["db", "upgrade"]],
+    ids=lambda argv: argv[0] if argv[0] != "db" else "db-upgrade",
+)  # fmt: skip
+@pytest.mark.parametrize("empty", ["", " "], ids=["empty", "blank"])
+def test_an_empty_db_is_refused_not_read_as_the_current_directory(
+    argv: list[str], empty: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(*argv, "--db", empty)
+    _one_clear_line(rc, err)
+    assert "argument --db: " in err and "names no database" in err and out == ""
+    assert "--db tuning.db" in err and "$AUTOTRANSPOSE_DB" in err
+    assert list(tmp_path.iterdir()) == []  # nothing made in the current directory
 
 
 def _two_device_db(db: str) -> tuple[str, str]:

@@ -110,3 +110,14 @@ def test_import_of_a_good_and_a_bad_file_writes_nothing(tmp_path: Path, db_url: 
         f"imported 7 entries of {H100.name} from {good}",
         f"imported 4 entries of {H100.name} from {other}",
     ]
+
+
+def test_a_file_with_a_utf8_byte_order_mark_imports(tmp_path: Path, rng) -> None:
+    """A results file saved by an editor that writes a BOM was refused as not JSON."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(tuning_doc(rng, 3)).encode("utf-8"))
+    db = str(tmp_path / "tuning.db")
+    rc, _, err = run("import", str(path), "--db", db)
+    assert rc == 0 and err == f"imported 3 entries of {H100.name} from {path}\n", err
+    with Store.open(db) as store:
+        assert len(store.entries()) == 3

@@ -95,6 +95,20 @@ def test_bad_url_is_a_store_error():
         resolve_url("nonsense://a:b:c:d")
 
 
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_path_is_refused_not_read_as_the_current_directory(empty, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match=r"names no tuning database.*file path.*or a URL"):
+        Store.open(empty)
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", empty)
+    if empty:  # set but blank: refused, naming the variable
+        with pytest.raises(StoreError, match=r"AUTOTRANSPOSE_DB=.*unset it"):
+            resolve_url()
+    else:  # empty: unset, as the shell's `AUTOTRANSPOSE_DB= cmd` means
+        assert resolve_url() == database._sqlite_url(database.default_path())
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_default_database_goes_to_the_user_data_dir(isolated_home):
     assert not isolated_home.parent.exists()
     with Store.open() as s:
@@ -470,6 +484,68 @@ def test_bad_numbers_and_versions_are_skipped(store):
     with pytest.warns(BadRowWarning):
         assert store.entries() == []
     assert sorted(p.row_id for p in store.problems()) == sorted(ids)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "says"),
+    [("gbps", 1e308, "gbps 1e+308 is outside"), ("copy_gbps", 5e6, "copy_gbps 5000000.0 is outside"),
+     ("ratio", 0.25, "is not gbps / copy_gbps")],
+)  # fmt: skip
+def test_numbers_beyond_any_gpu_are_skipped_like_an_import_and_replaced(store, column, value, says):
+    """A stored row is as untrusted as a file: numbers an import refuses are never served; the
+    warning names the row and what to do, and the next valid result takes its place."""
+    cls = ShapeClass(1, 1024, 1024, 4)
+    config = valid_config(4, 4)
+    store.record(None, H100, "float32", 4, (1, 1024, 1024), cls, config, ok(2000.0))
+    with store.engine.begin() as conn:
+        conn.execute(sa.text(f"UPDATE at_best SET {column} = :v"), {"v": value})
+        row_id = conn.execute(sa.text("SELECT id FROM at_best")).scalar_one()
+    with pytest.warns(BadRowWarning) as caught:
+        assert store.entries() == []
+    (message,) = [str(w.message) for w in caught]
+    assert f"at_best row {row_id}" in message and says in message
+    assert "tune its class again" in message and f"DELETE FROM at_best WHERE id = {row_id}" in message
+    with pytest.raises(StoreError, match=f"at_best row {row_id}.*DELETE FROM at_best"):
+        store.best(H100.name, 4, cls)
+    # nothing deleted behind the user's back; a slower valid result replaces the bad best
+    assert store.record(None, H100, "float32", 4, (1, 1024, 1024), cls, config, ok(1500.0))
+    (entry,) = store.entries()
+    assert entry.gbps == 1500.0 and entry.ratio == pytest.approx(0.5)
+
+
+def test_an_import_replaces_a_best_beyond_any_gpu(store, tmp_path):
+    from autotranspose.store import textio
+
+    cls = ShapeClass(1, 1024, 1024, 4)
+    with Store.open("sqlite://") as scratch:
+        scratch.record(None, H100, "float32", 4, (1, 1024, 1024), cls, valid_config(4, 4), ok(1800.0))
+        doc = textio.export(scratch)
+    store.record(None, H100, "float32", 4, (1, 1024, 1024), cls, valid_config(4, 4), ok(2000.0))
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE at_best SET gbps = 1e308"))
+    textio.import_into(store, doc)
+    assert [e.gbps for e in store.entries()] == [1800.0]
+
+
+def test_a_device_row_beyond_any_gpu_is_skipped(store):
+    store.upsert_device(H100)
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE at_devices SET multiprocessors = 1000000"))
+    with pytest.warns(BadRowWarning, match="multiprocessors 1000000 is outside.*import its tuning"):
+        assert store.devices() == []
+    store.upsert_device(H100)  # tuning on that GPU rewrites the row
+    assert store.devices() == [H100]
+
+
+def test_a_measurement_beyond_any_gpu_is_never_reused(store):
+    cls = ShapeClass(1, 1024, 1024, 4)
+    config = valid_config(4, 4)
+    store.record(None, H100, "float32", 4, (1, 1024, 1024), cls, config, ok(2000.0))
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE at_measurements SET gbps = 1e308"))
+        row_id = conn.execute(sa.text("SELECT id FROM at_measurements")).scalar_one()
+    with pytest.raises(StoreError, match=f"at_measurements row {row_id}: gbps 1e\\+308 is outside.*DELETE FROM at_measurements WHERE id = {row_id}"):  # fmt: skip
+        store.measured(H100.name, 4, (1, 1024, 1024), config)
 
 
 def test_sqlite_type_confusion_is_skipped(tmp_path):

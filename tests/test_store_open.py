@@ -342,6 +342,34 @@ def test_writing_in_a_read_only_directory_is_one_line(read_only_dir):
     assert done.stderr.startswith("autotranspose: error: ") and str(directory) in done.stderr
 
 
+@pytest.mark.parametrize("command", [["import", "RESULTS"], ["tune", "--shapes", "64x64"]])
+def test_a_home_that_is_not_a_directory_names_the_path_and_the_fix(command, tmp_path):
+    """HOME=/dev/null (a service account's) printed a bare `[Errno 20] Not a directory`."""
+    argv = [str(tuning_json(tmp_path)) if a == "RESULTS" else a for a in command]
+    env = {k: v for k, v in subprocess_env(HOME="/dev/null").items() if k != "XDG_DATA_HOME"}
+    done = subprocess.run([sys.executable, "-m", "autotranspose", *argv], capture_output=True,
+                          text=True, env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("autotranspose: error: cannot create the default tuning database")
+    assert "cannot create /dev/null/.local" in done.stderr and "(Not a directory)" in done.stderr
+    assert "--db PATH" in done.stderr and "AUTOTRANSPOSE_DB=PATH" in done.stderr
+
+
+@pytest.mark.parametrize("command", [["import", "RESULTS"], ["tune", "--shapes", "64x64"]])
+def test_a_read_only_home_names_the_path_and_the_fix(command, read_only_dir, tmp_path):
+    """A HOME where .local cannot be created printed a bare `[Errno 13] Permission denied`."""
+    home, preexec = read_only_dir
+    argv = [str(tuning_json(tmp_path)) if a == "RESULTS" else a for a in command]
+    _make_read_only(home, preexec)
+    env = {k: v for k, v in subprocess_env(HOME=str(home)).items() if k != "XDG_DATA_HOME"}
+    done = subprocess.run([sys.executable, "-m", "autotranspose", *argv], capture_output=True,
+                          text=True, env=env, timeout=120, preexec_fn=preexec)  # fmt: skip
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"cannot create {home / '.local'} (Permission denied)" in done.stderr
+    assert "--db PATH" in done.stderr and "AUTOTRANSPOSE_DB=PATH" in done.stderr
+    assert list(home.iterdir()) == []
+
+
 # --- a PostgreSQL server that never answers -------------------------------------------------------
 @pytest.fixture
 def silent_server() -> Iterator[int]:
@@ -454,18 +482,37 @@ def test_an_unknown_url_scheme_lists_the_supported_ones():
 
 
 def test_a_missing_driver_names_the_package_to_install():
-    pytest.importorskip("sqlalchemy.dialects.mysql")
     try:
-        import MySQLdb  # noqa: F401
+        import pg8000  # noqa: F401
     except ImportError:
         pass
     else:
-        pytest.skip("mysqlclient is installed")
-    rc, _, err = run("show", "--db", "mysql://u@h/x")
+        pytest.skip("pg8000 is installed")
+    rc, _, err = run("show", "--db", "postgresql+pg8000://u@h/x")
     message = one_line_error(rc, err)
-    assert "pip install mysqlclient" in message and "MySQLdb" in message
-    with pytest.raises(StoreError, match="pip install mysqlclient"):
-        Store.open("mysql://u@h/x", readonly=True)
+    assert "pip install pg8000" in message and "postgresql+psycopg://" in message
+    with pytest.raises(StoreError, match="pip install pg8000"):
+        Store.open("postgresql+pg8000://u@h/x", readonly=True)
+
+
+@pytest.mark.parametrize(
+    "url", ["mysql://u@h/x", "mysql+pymysql://u@h/x", "mariadb://u@h/x", "oracle://u@h/x",
+            "mssql+pyodbc://u@h/x", "postgres://u@h/x"],
+)  # fmt: skip
+def test_an_unsupported_kind_of_database_names_the_supported_ones(url):
+    """A mysql:// URL was told to `pip install mysqlclient`, for a database no other message
+    lists: every kind but SQLite and PostgreSQL gets the same line, and no driver to install."""
+    rc, _, err = run("show", "--db", url)
+    message = one_line_error(rc, err)
+    backend = url.split(":")[0].split("+")[0]
+    assert f"{backend!r} in " in message and "(SQLite, PostgreSQL)" in message
+    assert "sqlite:///" in message and "postgresql+psycopg://" in message
+    assert "pip install mysqlclient" not in message and "PyMySQL" not in message
+    for command in (["import", str(REPO / "tuning_db" / "NVIDIA_H100_80GB_HBM3.json")],
+                    ["tune", "--shapes", "64x64"], ["db", "upgrade"]):  # fmt: skip
+        assert run(*command, "--db", url)[2] == err
+    with pytest.raises(StoreError, match=r"not a kind of database autotranspose supports"):
+        Store.open(url)
 
 
 def test_transpose_lookup_warns_about_a_bad_url(monkeypatch):

@@ -63,6 +63,24 @@ def test_dump_writes_one_sorted_file_per_gpu(tmp_path, rng, template_version):
         assert len(stale) == len(textio.export(src, H100.name)["entries"]) + 1
 
 
+def test_dump_on_a_full_disk_leaves_no_half_file(tmp_path, rng, template_version, monkeypatch):
+    import errno
+
+    with Store.open(tmp_path / "src.db") as src:
+        _populate(src, rng, template_version, results=3)
+
+        real = Path.write_text
+
+        def full(self, data, *args, **kwargs):  # half the file fits
+            real(self, data[: len(data) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+        monkeypatch.setattr(Path, "write_text", full)
+        with pytest.raises(OSError, match="No space left"):
+            textio.dump(src, tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 @pytest.mark.parametrize("direction", ["sqlite-to-target-and-back"])
 def test_round_trip_through_files_is_exact(tmp_path, rng, template_version, db_url, direction):
     """SQLite -> files -> target database (SQLite or PostgreSQL) -> files -> SQLite: same bytes."""

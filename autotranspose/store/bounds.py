@@ -1,4 +1,5 @@
-"""What hardware can do: the range every number of an imported tuning file must lie in.
+"""What hardware can do: the range every number of an imported tuning file must lie in, and
+every number read back from the database (a row is as untrusted as a file).
 
 A tuning file is untrusted input whose numbers compete with measured ones: a bandwidth no GPU
 reaches would become a best that no real run ever beats, and a nonsense device field would

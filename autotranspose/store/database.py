@@ -16,11 +16,14 @@ runs in WAL mode with a busy timeout and takes its write lock at BEGIN (``BEGIN 
 so several processes on one machine can share a file.
 
 Rows are untrusted on the way out: configs go through ``KernelConfig.from_dict``, devices
-through ``DeviceInfo.from_dict``, shape classes through ``ShapeClass.parse``. A bad row is
-never served: :meth:`Store.entries` and :meth:`Store.devices` (used by lookup and listings)
-skip it with a :class:`BadRowWarning` naming it, so one bad row cannot break a user's
-``transpose()``; :meth:`Store.problems` lists such rows for ``show``; :meth:`Store.best` and
-:meth:`Store.measured`, which ask for one row, raise :class:`StoreError` naming it.
+through ``DeviceInfo.from_dict``, shape classes through ``ShapeClass.parse``, and every number
+must lie within the bounds an imported file's must (`bounds`). A bad row is never served:
+:meth:`Store.entries` and :meth:`Store.devices` (used by lookup and listings) skip it with a
+:class:`BadRowWarning` naming it and what to do about it (:attr:`RowProblem.fix`), so one bad
+row cannot break a user's ``transpose()``; :meth:`Store.problems` lists such rows for
+``show``; :meth:`Store.best` and :meth:`Store.measured`, which ask for one row, raise
+:class:`StoreError` naming it. A bad row is never deleted for the user; a best whose numbers
+are out of bounds counts as stale, so the next valid result of its class replaces it.
 """
 
 from __future__ import annotations
@@ -135,6 +138,19 @@ class RowProblem:
     def __str__(self) -> str:
         return f"{self.table} row {self.row_id}: {self.reason}"
 
+    @property
+    def fix(self) -> str:
+        """What the user can do about the row: a bad row is never served, and stays in the
+        database until they act (nothing tuned is deleted behind their back)."""
+        if self.table == "at_best":
+            return (
+                "tune its class again with more --trials (any valid result replaces it) or "
+                f"delete the row (DELETE FROM at_best WHERE id = {self.row_id})"
+            )
+        if self.table == "at_devices":
+            return "tune on that GPU or import its tuning file (either rewrites the row)"
+        return f"delete the row (DELETE FROM {self.table} WHERE id = {self.row_id})"
+
 
 # --- where the database is --------------------------------------------------------------------
 def default_path() -> Path:
@@ -146,13 +162,25 @@ def resolve_url(url: str | os.PathLike[str] | None = None) -> str:
     """The database URL to use: `url`, else $AUTOTRANSPOSE_DB, else the per-user SQLite file.
 
     A plain file path (no ``://``) means a SQLite file. An URL must name a kind of database
-    SQLAlchemy knows (its driver is checked when the database is opened).
+    autotranspose supports, SQLite or PostgreSQL (its driver is checked when the database is
+    opened). An empty $AUTOTRANSPOSE_DB counts as unset; an empty `url` is refused: as a path
+    it would be the current directory.
     """
+    given = url is not None
     if url is None:
         url = os.environ.get(ENV_VAR) or None
     if url is None:
         return _sqlite_url(default_path())
     text = os.fspath(url)
+    if not text.strip():
+        raise StoreError(
+            f"{text!r:.20} names no tuning database (as a path it is the current directory); "
+            f"give a file path (such as tuning.db) or a URL, or none to use ${ENV_VAR} or the "
+            "default file"
+            if given
+            else f"${ENV_VAR}={text!r:.20} names no tuning database; set it to a file path (such "
+            "as tuning.db) or a URL, or unset it to use the default file"
+        )
     if "://" not in text:
         return _sqlite_url(Path(text).expanduser())
     try:
@@ -169,27 +197,29 @@ _SUPPORTED_URLS = (
     "a file path, sqlite:///PATH, or postgresql+psycopg://USER@HOST[:PORT]/DB "
     "(with pip install 'autotranspose[postgres]')"
 )
+# The kinds of database autotranspose is built and tested for (ON CONFLICT, row locks,
+# advisory locks, timeouts); any other is refused by name before a driver is looked for.
+SUPPORTED_BACKENDS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
 
 def _check_dialect(u: sa.URL) -> None:
-    """Refuse an URL whose kind of database (or driver) SQLAlchemy does not know, in one line."""
+    """Refuse an URL of a kind of database we do not support, or whose driver SQLAlchemy does
+    not know, in one line naming what to use instead."""
+    shown = u.render_as_string(hide_password=True)
+    backend = u.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        raise StoreError(
+            f"{backend!r:.40} in {shown!r:.200} is not a kind of database autotranspose supports "
+            f"({', '.join(SUPPORTED_BACKENDS.values())}); use {_SUPPORTED_URLS}"
+        )
     try:
         u.get_dialect()
         return
     except sa.exc.NoSuchModuleError:
         pass
-    shown = u.render_as_string(hide_password=True)
-    backend = u.get_backend_name()
-    try:
-        sa.make_url(f"{backend}://").get_dialect()
-    except sa.exc.NoSuchModuleError:
-        raise StoreError(
-            f"{backend!r:.40} in {shown!r:.200} is not a kind of database autotranspose can use; "
-            f"use {_SUPPORTED_URLS}"
-        ) from None
     raise StoreError(
-        f"{backend} has no driver {u.get_driver_name()!r:.40} (in {shown!r:.200}); use "
-        f"{_SUPPORTED_URLS}"
+        f"{SUPPORTED_BACKENDS[backend]} has no driver {u.get_driver_name()!r:.40} (in "
+        f"{shown!r:.200}); use {_SUPPORTED_URLS}"
     ) from None
 
 
@@ -327,26 +357,30 @@ def _reason(exc: sa.exc.SQLAlchemyError, url: str | None = None) -> str:
 
 
 # --- engine and schema ------------------------------------------------------------------------
-_DRIVER_PACKAGES = {
-    "psycopg": "'psycopg[binary]'", "psycopg2": "psycopg2-binary", "pg8000": "pg8000",
-    "mysqldb": "mysqlclient", "pymysql": "PyMySQL", "mysqlconnector": "mysql-connector-python",
-    "mariadbconnector": "mariadb", "pyodbc": "pyodbc", "pymssql": "pymssql",
-    "oracledb": "oracledb", "cx_oracle": "cx_Oracle",
-}  # fmt: skip
+# The synchronous PostgreSQL drivers and what to install for each (SQLite's ships with Python).
+_DRIVER_PACKAGES = {"psycopg": "'psycopg[binary]'", "psycopg2": "psycopg2-binary", "pg8000": "pg8000"}
+_PLAIN_URLS = {
+    "postgresql": "postgresql+psycopg:// (pip install 'autotranspose[postgres]')",
+    "sqlite": "a file path or sqlite:///PATH",
+}
 
 
 def _create_engine(u: sa.URL, display: str, **kwargs: Any) -> Engine:
     try:
         return sa.create_engine(u, **kwargs)
     except ImportError as exc:  # SQLAlchemy imports the driver here
-        driver = u.get_driver_name()
+        backend, driver = u.get_backend_name(), u.get_driver_name()
         module = exc.name or driver
-        hint = f"pip install {_DRIVER_PACKAGES.get(driver, module)}"
-        if u.get_backend_name() == "postgresql" and driver != "psycopg":
-            hint += ", or use postgresql+psycopg:// (pip install 'autotranspose[postgres]')"
+        plain = _PLAIN_URLS.get(backend, _SUPPORTED_URLS)
+        if driver == "psycopg":
+            hint = f"pip install {_DRIVER_PACKAGES[driver]}"
+        elif driver in _DRIVER_PACKAGES:
+            hint = f"pip install {_DRIVER_PACKAGES[driver]}, or use {plain}"
+        else:
+            hint = f"use {plain}"
         raise StoreError(
-            f"the tuning database {display} needs the {u.get_backend_name()} driver {driver}, "
-            f"whose module {module} cannot be imported ({exc}); {hint}"
+            f"the tuning database {display} needs the {SUPPORTED_BACKENDS.get(backend, backend)} "
+            f"driver {driver}, whose module {module} cannot be imported ({exc}); {hint}"
         ) from exc
 
 
@@ -529,7 +563,10 @@ def _opening(display: str, url: str, *, writing: bool) -> Iterator[None]:
         why = _reason(exc, url)
         path = sqlite_path(url)
         if writing and path is not None and not os.access(path.parent, os.W_OK):
-            why += f" ({path.parent} is not writable: tune, import and db upgrade write there)"
+            why += (
+                f" ({path.parent} is not writable: tune, import and db upgrade write there); "
+                f"give a database in a writable directory with --db PATH or {ENV_VAR}=PATH"
+            )
         raise StoreError(f"cannot open the tuning database {display}: {why}") from exc
     except sa.exc.DatabaseError as exc:  # SQLite: "file is not a database", corrupt pages
         raise _foreign(display, f"the database cannot be read ({_reason(exc, url)})") from exc
@@ -626,9 +663,22 @@ def upgrade(url: str | os.PathLike[str] | None = None, revision: str = "head") -
 
 
 def _ensure_default_dir(url: object) -> None:
-    """The per-user data directory is ours to create; any other directory is the user's."""
+    """The per-user data directory is ours to create; any other directory is the user's.
+
+    It lies under $HOME (or $XDG_DATA_HOME), which can be read-only or not a directory at
+    all (a service account's HOME=/dev/null): say so, and how to name another database.
+    """
     if url is None and not os.environ.get(ENV_VAR):
-        default_path().parent.mkdir(parents=True, exist_ok=True)
+        path = default_path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            where = exc.filename or path.parent
+            raise StoreError(
+                f"cannot create the default tuning database {path}: cannot create {where} "
+                f"({exc.strerror or exc}); give another with --db PATH or {ENV_VAR}=PATH (a "
+                "file in a writable directory)"
+            ) from exc
 
 
 def _invalidate_lookup() -> None:
@@ -935,22 +985,21 @@ class Store:
         try:
             return Measurement(
                 status=row.status,
-                gbps=_number(row.gbps, "gbps"),
-                copy_gbps=_number(row.copy_gbps, "copy_gbps"),
+                gbps=bounds.check_bandwidth("gbps", row.gbps),
+                copy_gbps=bounds.check_bandwidth("copy_gbps", row.copy_gbps),
                 time_us=math.inf if row.time_us is None else _number(row.time_us, "time_us"),
                 error=row.error if isinstance(row.error, str) else None,
             )
         except (ValueError, TypeError) as exc:
-            raise StoreError(
-                f"{self.display}: at_measurements row {row.id} is invalid: {exc}"
-            ) from exc
+            problem = RowProblem("at_measurements", row.id, str(exc))
+            raise StoreError(f"{self.display}: {problem} is invalid; {problem.fix}") from exc
 
     def best(self, device_name: str, elem_bytes: int, shape_class: ShapeClass) -> TunedEntry | None:
         """The current (not stale) best entry of exactly this class, or None; raises
         StoreError if that row is invalid."""
         entries, problems = self._scan(device_name, elem_bytes, str(shape_class))
         if problems:
-            raise StoreError(f"{self.display}: {problems[0]}")
+            raise StoreError(f"{self.display}: {problems[0]}; {problems[0].fix}")
         for e in entries:
             if not e.stale:
                 return e
@@ -967,14 +1016,14 @@ class Store:
         size and class. Invalid rows are skipped with a BadRowWarning naming them."""
         entries, problems = self._scan(device_name, elem_bytes, None)
         for p in problems:
-            warnings.warn(f"skipping {p} in {self.display}", BadRowWarning, stacklevel=2)
+            warnings.warn(f"skipping {p} in {self.display}; {p.fix}", BadRowWarning, stacklevel=2)
         return [e for e in entries if include_stale or not e.stale]
 
     def devices(self) -> list[DeviceInfo]:
         """Every recorded GPU model (invalid rows skipped with a BadRowWarning)."""
         infos, problems = self._scan_devices()
         for p in problems:
-            warnings.warn(f"skipping {p} in {self.display}", BadRowWarning, stacklevel=2)
+            warnings.warn(f"skipping {p} in {self.display}; {p.fix}", BadRowWarning, stacklevel=2)
         return sorted(infos.values(), key=lambda d: d.name)
 
     def problems(self, device_name: str | None = None) -> list[RowProblem]:
@@ -1195,10 +1244,11 @@ def _offer_best(
         Best.device_id == device_id, Best.elem_bytes == elem_bytes, Best.shape_class == shape_class
     )
     q = (
-        sa.select(Best.id, Best.gbps, Best.template_version, Best.config_id, Best.source)
+        sa.select(Best.id, Best.gbps, Best.copy_gbps, Best.ratio, Best.template_version,
+                  Best.config_id, Best.source)
         .where(key)
         .with_for_update()
-    )
+    )  # fmt: skip
     row = conn.execute(q).first()
     if row is None:
         try:
@@ -1207,12 +1257,20 @@ def _offer_best(
             return True
         except sa.exc.IntegrityError:  # another writer inserted it meanwhile
             row = conn.execute(q).one()
-    stale_best = row.template_version != _version_of_config_id(conn, row.config_id)
+    stale_best = _unservable(row) or row.template_version != _version_of_config_id(
+        conn, row.config_id
+    )
     if not _replaces(current, gbps, stale_best, row.gbps, source, row.source):
         return False
     changes = {k: v for k, v in values.items() if k not in key_names}
     conn.execute(sa.update(Best).where(Best.id == row.id).values(**changes))
     return True
+
+
+def _unservable(row: Any) -> bool:
+    """A best whose numbers are out of bounds is never served (see `_bounded`): it counts as
+    stale, so that any valid result of its class takes its place."""
+    return not _in_bounds(row.gbps, row.copy_gbps, row.ratio)
 
 
 def _version_of_config_id(conn: Connection, config_id: int) -> str | None:
@@ -1388,8 +1446,8 @@ def _offer_bests(
     of the device's bests (locked: FOR UPDATE on PostgreSQL; SQLite's write lock is held), one
     update of those beaten and one insert of the new keys."""
     q = (
-        sa.select(Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.template_version,
-                  Best.source, Config.config_json)
+        sa.select(Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.copy_gbps,
+                  Best.ratio, Best.template_version, Best.source, Config.config_json)
         .join(Config, Config.id == Best.config_id)
         .where(Best.device_id == device_id)
         .with_for_update(of=Best)
@@ -1414,7 +1472,7 @@ def _offer_bests(
             else _version_of_json(row.config_json)
         )  # fmt: skip
         current = e.template_version == versions[e.config]
-        stale_best = row.template_version != version
+        stale_best = _unservable(row) or row.template_version != version
         if _replaces(current, e.gbps, stale_best, row.gbps, e.source, row.source):
             changes = {k: v for k, v in values.items() if k not in key_names}
             beaten.append({"best_id": row.id, **changes})
@@ -1503,6 +1561,22 @@ def _number(value: Any, name: str) -> float:
     return x
 
 
+def _bounded(gbps: Any, copy_gbps: Any, ratio: Any) -> tuple[float, float, float]:
+    """A stored result's numbers, within what an imported file's may be (`bounds`): a row
+    is as untrusted as a file, and a bandwidth no GPU reaches must not be served or shown."""
+    g = bounds.check_bandwidth("gbps", gbps)
+    c = bounds.check_bandwidth("copy_gbps", copy_gbps)
+    return g, c, bounds.check_ratio(ratio, g, c)
+
+
+def _in_bounds(gbps: Any, copy_gbps: Any, ratio: Any) -> bool:
+    try:
+        _bounded(gbps, copy_gbps, ratio)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _timestamp(value: Any, name: str) -> datetime:
     if isinstance(value, str) and len(value) <= 40:
         value = datetime.fromisoformat(value)
@@ -1516,7 +1590,8 @@ def _timestamp(value: Any, name: str) -> datetime:
 
 
 def _device_from_row(r: Any) -> DeviceInfo:
-    return DeviceInfo.from_dict(
+    """A device row, checked as an imported file's device is (`bounds.check_device`)."""
+    device = DeviceInfo.from_dict(
         {
             "name": r.dev_name,
             "compute_capability": [r.dev_cc_major, r.dev_cc_minor],
@@ -1530,6 +1605,8 @@ def _device_from_row(r: Any) -> DeviceInfo:
             "max_shared_per_block": r.dev_max_shared_per_block,
         }
     )
+    bounds.check_device(device)
+    return device
 
 
 def parse_config_json(text: Any) -> KernelConfig:
@@ -1571,15 +1648,17 @@ def _entry_from_row(r: Any) -> TunedEntry:
         shape = (r.batch, r.m, r.n)
         if not all(type(x) is int and x >= 1 for x in shape):
             raise ValueError(f"measured shape {shape!r:.60} is not three positive ints")
+        bounds.check_shape(shape, r.elem_bytes)
+    gbps, copy_gbps, ratio = _bounded(r.gbps, r.copy_gbps, r.ratio)
     dtype = r.dtype if isinstance(r.dtype, str) and _DTYPE.fullmatch(r.dtype) else None
     return TunedEntry(
         device=device.name,
         elem_bytes=r.elem_bytes,
         shape_class=cls,
         config=config,
-        gbps=_number(r.gbps, "gbps"),
-        copy_gbps=_number(r.copy_gbps, "copy_gbps"),
-        ratio=_number(r.ratio, "ratio"),
+        gbps=gbps,
+        copy_gbps=copy_gbps,
+        ratio=ratio,
         template_version=r.template_version,
         stale=r.template_version != _current_version(config),
         updated_at=_timestamp(r.updated_at, "updated_at"),

@@ -24,6 +24,7 @@ none, and :func:`import_files` all files or none.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -159,8 +160,13 @@ def dump(
     for name, doc in docs.items():
         path = out / name
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(dumps(doc), encoding="utf-8")
-        tmp.replace(path)  # a reader never sees half a file
+        try:
+            tmp.write_text(dumps(doc), encoding="utf-8")
+            tmp.replace(path)  # a reader never sees half a file
+        except OSError:
+            with contextlib.suppress(OSError):  # a full disk leaves no half file of ours behind
+                tmp.unlink()
+            raise
         written.append(path)
     return written
 
@@ -202,7 +208,7 @@ def _read(p: Path) -> str:
         too_large = f"larger than {MAX_FILE_BYTES >> 20} MiB, not a tuning file"
         raise _refused(str(p), too_large, _GIVE_A_FILE)
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # editors on Windows save UTF-8 with a byte-order mark
     except UnicodeDecodeError as exc:
         problem = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
         raise _refused(str(p), problem, _GIVE_A_FILE) from exc

@@ -183,7 +183,7 @@ def permute(x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None)
     if stream is None:  # a signature seen before: a dictionary hit and one native call
         fast = _FAST.get(type(x))
         if fast is not None and (out is None or type(out) is type(x)):
-            tag = axes if type(axes) is tuple else tuple(axes) if type(axes) is list else None
+            tag = axes_tag(axes)
             result = fast(x, out, tag) if tag is not None else None
             if result is not None:
                 return result
@@ -198,6 +198,12 @@ def permute(x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None)
             check_permute_output(xv, nd_view(out, "out"), want, order)
         return empty_result(xv, want, out, given)
     return keeping_context(_on_device, x, axes, xv, order, want, out, given)
+
+
+def axes_tag(axes: Any) -> tuple[int, ...] | None:
+    """The axes as the fast path keys a call by: a tuple or list as given (no other iterable:
+    reading a generator here would consume it before the full path sees it)."""
+    return axes if type(axes) is tuple else tuple(axes) if type(axes) is list else None
 
 
 def _plan(xv: NDView, axes: tuple[int, ...], out_strides: tuple[int, ...] | None, out_ptr: int) -> Plan:

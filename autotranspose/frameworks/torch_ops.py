@@ -23,12 +23,14 @@ from .. import api, permuter
 from ..arrays import matrix_layout, torch_not_on_gpu
 from ..dtypes import element_type
 from ..errors import AutotransposeError, OutputError
+from ..permuter import axes_tag
 from ..plan import normalize_axes, plan_permute
 
 _Tensor = torch.Tensor
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
+_fast = api._fast_torch  # the kernels' fast path for torch tensors (a dictionary hit)
 
 
 # --- the entry points (called by autotranspose.entry for torch tensors) ----------------------
@@ -36,6 +38,11 @@ def permute(x: torch.Tensor, axes: Sequence[int], out: Any, stream: Any) -> torc
     """permute() of a PyTorch tensor: eager calls straight to the kernels, anything traced
     or differentiated through the registered op."""
     if not _compiling() and _plain(x, out):
+        if stream is None and (out is None or type(out) is _Tensor):  # a signature seen before
+            tag = axes_tag(axes)
+            result = _fast(x, out, tag) if tag is not None else None
+            if result is not None:
+                return result
         return permuter.permute(x, axes, out, stream=stream)
     order = list(axes)
     if out is None:
@@ -54,6 +61,10 @@ def transpose(x: torch.Tensor, out: Any, stream: Any, config: Any, conjugate: bo
                 "config= forces a kernel on the eager path only; under torch.compile or for a "
                 "tensor that requires grad, leave config=None (the tuned kernel is used)"
             )
+        if stream is None and config is None and not conjugate and (out is None or type(out) is _Tensor):
+            result = _fast(x, out)
+            if result is not None:
+                return result
         return api.transpose(x, out, stream=stream, config=config, conjugate=conjugate)
     if out is None:
         return _on_stream(stream, torch.ops.autotranspose.transpose, x, conjugate)

@@ -13,7 +13,10 @@ from autotranspose.codegen import GATHER_BLOCKS_PER_SM, GATHER_THREADS, ROWS_THR
 from autotranspose.compiler import nvcc_resources, untuned_resources
 from autotranspose.config import KernelConfig, config_space
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH"),
+    pytest.mark.slow,
+]
 
 DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}
 FIELDS = [f.name for f in dataclasses.fields(KernelConfig) if f.init and f.name not in ("elem_bytes", "min_blocks")]

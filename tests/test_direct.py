@@ -259,6 +259,7 @@ def test_the_seed_config_s_source_divides_no_tile_index():
     assert "__launch_bounds__(256, 1)" in src and "tile[32][33]" in src
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_direct_kernels_compile_without_spills(arch):

@@ -6,6 +6,7 @@ serves, fresh data, poisoned output and a guard region."""
 
 from __future__ import annotations
 
+import functools
 import random
 import shutil
 
@@ -38,6 +39,13 @@ SIZES = (4, 8, 16)
 DTYPES = {4: "float32", 8: "complex64", 16: "complex128"}
 
 
+@functools.cache
+def _space(elem_bytes: int, vec: int, short_side: int | None = None) -> frozenset:
+    """The tuner's space for these calls, built once per key: the rule tests ask hundreds of
+    times, and building it is most of what they cost."""
+    return frozenset(config_space(DTYPES[elem_bytes], max_vector=vec, short_side=short_side))
+
+
 def _every_rule_config() -> list:
     found = {few_rows_default(s, rows, 10 * rows, vec, conj)
              for s in SIZES for vec in (1, 2, 4, 8) for rows in range(1, FEW_ROWS_MAX + 2)
@@ -58,7 +66,7 @@ def test_eight_and_sixteen_byte_rows_get_direct_tiles_at_any_alignment(elem_byte
         assert c == direct_default(elem_bytes, rows, 10 * rows) and c.direct
         assert c.tile_m == (16 if rows < 16 else 32) and c.min_blocks in cap_steps(c)
         assert c.applies(rows, 10 * rows) and c.fits(NEWEST)
-        assert c in set(config_space(DTYPES[elem_bytes], max_vector=vec))  # the tuner's space
+        assert c in _space(elem_bytes, vec)  # the tuner's space
 
 
 def test_four_byte_rows_in_8_byte_words_get_tiles_no_taller_than_the_rows() -> None:
@@ -71,7 +79,7 @@ def test_four_byte_rows_in_8_byte_words_get_tiles_no_taller_than_the_rows() -> N
             continue
         assert c is not None and not (c.flat or c.staged or c.prmt or c.realign or c.direct)
         assert c.tile_m <= rows and c.vec == 2 and c.raster == "col" and c.fits(NEWEST)
-        assert c in set(config_space(DTYPES[4], max_vector=vec))
+        assert c in _space(4, vec)
 
 
 @pytest.mark.parametrize("rows", [0, 1, DIRECT_FEW_ROWS_MIN - 1, FEW_ROWS_MAX, 10 * FEW_ROWS_MAX])
@@ -116,7 +124,7 @@ def test_few_columns_get_a_tiled_tile_barely_wider_than_them(elem_bytes: int) ->
         assert c.vec <= vec and c.vec * elem_bytes <= 16 and c.cache == "stream"
         assert c.min_blocks in (0, *occupancy_steps(c.threads)) and c.fits(NEWEST)
         # in the space the tuner searches for the class (it is a warm start there)
-        assert c in set(config_space(DTYPES[elem_bytes], max_vector=vec, short_side=cols))
+        assert c in _space(elem_bytes, vec, cols)
 
 
 @pytest.mark.parametrize(("elem_bytes", "rows", "cols"), [
@@ -127,6 +135,7 @@ def test_no_few_columns_tile_where_it_does_not_apply(elem_bytes: int, rows: int,
     assert few_cols_default(elem_bytes, rows, cols, 1) is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_rule_config_compiles_without_spills(arch: str) -> None:

@@ -122,6 +122,7 @@ def test_a_square_class_keeps_the_tiled_default():
 
 
 # --- nvcc ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("s", SIZES)

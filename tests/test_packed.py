@@ -512,6 +512,7 @@ def test_packed_kernels_compile_without_warnings():
     assert_nvcc_silent(render_packed(specs), "sm_90")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_packed_kernels_compile_without_spills(arch: str):

@@ -291,6 +291,7 @@ def test_template_renders_the_selectors_the_model_runs():
     assert "0x5410" in kernel_source(prmt_default(2)) and "0x5140" not in kernel_source(prmt_default(2))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_prmt_kernels_compile_without_spills_or_warnings(arch):

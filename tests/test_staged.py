@@ -73,6 +73,7 @@ def test_tiles_cover_the_windows_that_start_early(rng, s):
     assert tn == -(-n // cfg.tile_n)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_staged_kernels_compile_without_spills(arch, rng):
@@ -103,6 +104,7 @@ def test_a_full_block_holds_at_most_the_words_its_registers_allow():
     assert full and max(map(_words_in_flight, full)) <= STAGED_WORDS_AT_MAX_THREADS
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 def test_full_blocks_with_the_most_words_in_flight_compile_without_spills(rng):
     from autotranspose.compiler import nvcc_resources

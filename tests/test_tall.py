@@ -99,6 +99,7 @@ def test_key_round_trip():
             assert KernelConfig.from_dict(c.to_dict()) == c
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_tall_kernels_compile_without_spills_or_warnings(arch):
@@ -110,6 +111,7 @@ def test_tall_kernels_compile_without_spills_or_warnings(arch):
     assert_nvcc_silent(render_many(picks), arch)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ordered_wide_kernels_with_wide_segments_keep_to_64_registers(arch, rng):

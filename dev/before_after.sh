@@ -9,7 +9,7 @@ ARGS=${ARGS:---shapes 8192x8192 4099x6007 7081411x20 --dtypes int8 float16 float
 for round in 1 2; do
   for tree in old new; do
     if [ $tree = old ]; then root=$PWD/.old; else root=$PWD; fi
-    (cd "$root" && PYTHONPATH="$root:/tmp/site" timeout 200 python3 -m autotranspose bench $ARGS \
+    (cd "$root" && AUTOTRANSPOSE_DB=/tmp/at-$tree.db PYTHONPATH="$root:/tmp/site" timeout 200 python3 -m autotranspose bench $ARGS \
       --json "$OUT/$tree.$round.json") > "$OUT/$tree.$round.txt" 2>&1
     echo "== $tree round $round: $(grep -c '' "$OUT/$tree.$round.txt") lines"
   done

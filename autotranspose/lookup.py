@@ -413,7 +413,7 @@ def _forget_stores_in_child() -> None:
     _lock = threading.Lock()  # in case a parent thread held it at the fork
     for store in _stores.values():
         if store is not None:
-            store.engine.dispose(close=False)
+            store.forget_connections()
     _stores.clear()
 
 

@@ -197,7 +197,7 @@ def _forget_in_child() -> None:
     _lock = threading.RLock()
     for store in _writers.values():
         if store is not None:
-            store.engine.dispose(close=False)
+            store.forget_connections()
     _writers.clear()
     _owner[0] = ""
 

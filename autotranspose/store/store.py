@@ -90,6 +90,11 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def forget_connections(self) -> None:
+        """Drop the pooled connections without closing them: for a forked child, whose parent
+        still uses them (SQLite forbids carrying one across fork); the next use reconnects."""
+        self.engine.dispose(close=False)
+
     def __enter__(self) -> Store:
         return self
 

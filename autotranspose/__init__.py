@@ -9,9 +9,15 @@ and the process switches `set_first_call_measurement`, `set_keep_winners` and
 
 from __future__ import annotations
 
+from . import codegen as _codegen
 from ._version import __version__
 from .codegen import render, template_version
 from .config import KernelConfig, config_space, default_config
+from .store import hooks as _store_hooks
+
+# The store judges stored results by the running code's kernel versions but renders no kernels:
+# it is handed codegen's functions here, before any caller can open a database.
+_store_hooks.use_kernel_versions(_codegen.kernel_version, _codegen.template_version)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

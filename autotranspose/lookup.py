@@ -20,9 +20,10 @@ byte-permute kernel for 1- and 2-byte elements (``prmt_default``), the staged ke
 Only entries whose kernel the running code renders identically are served, and only configs the call can run:
 no wider vectors than the class allows, within the device's block limits. A choice is cached
 in-process per (device model and limits, element size, class, conjugate, database), so
-after the first call for a key no database is queried; the store clears the
-cache when it records a new best, and :func:`clear_cache` does so explicitly (another process
-writing the database is seen after a restart or a ``clear_cache()``).
+after the first call for a key no database is queried; the store clears the cache when it
+records a new best (lookup registers :func:`clear_cache` with it, `store.hooks`), and
+:func:`clear_cache` does so explicitly (another process writing the database is seen after a
+restart or a ``clear_cache()``).
 
 Lookup must never break a user's ``transpose()``: the default database is opened read-only (it
 is not created, migrated or written just to be read), and an unreadable or foreign one is
@@ -62,6 +63,7 @@ from .config import (
 from .device import DeviceInfo
 from .errors import AutotransposeError, StoreError
 from .shapes import ShapeClass
+from .store import hooks as store_hooks
 
 if TYPE_CHECKING:
     from .config import KernelConfig
@@ -108,6 +110,9 @@ def clear_cache() -> None:
         _choices.clear()
         _shipped.clear()
         generation += 1
+
+
+store_hooks.on_best_changed(clear_cache)  # a best recorded in this process reaches lookup
 
 
 def choose(
@@ -408,7 +413,7 @@ def _forget_stores_in_child() -> None:
     _lock = threading.Lock()  # in case a parent thread held it at the fork
     for store in _stores.values():
         if store is not None:
-            store.engine.dispose(close=False)
+            store.forget_connections()
     _stores.clear()
 
 

@@ -300,16 +300,10 @@ def open_storage(
     that looks and enqueued again, so its config is retried; a live process's trials keep
     beating and are left alone.
     """
-    from .store.database import connect_args
+    from .store.engine import shared_engine_kwargs
 
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        # Several processes share one file: wait for a writer rather than fail at once.
-        engine_kwargs["connect_args"] = {"timeout": 60}
-    else:
-        # The store's connect timeout (PostgreSQL): a server that never answers fails, not hangs.
-        engine_kwargs["pool_pre_ping"] = True
-        engine_kwargs["connect_args"] = connect_args(url)
+    # Several processes share one SQLite file; a PostgreSQL server that never answers fails.
+    engine_kwargs = shared_engine_kwargs(url)
     # Optuna creates its tables on first use without a lock: of two processes starting on a
     # new database, one may fail ("already exists"); it succeeds once the other is done.
     for attempt in range(8):

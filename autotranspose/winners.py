@@ -18,7 +18,7 @@ What is written, and where (the policy):
 - ``AUTOTRANSPOSE_FIRST_CALL_STORE=0`` or :func:`set_enabled` switch the database off: each
   process then measures for itself (first-call measurement itself has its own switch).
 - A measured result never takes a tuned result's place, even a stale one (the store's rule,
-  `database._replaces`); `tune` replaces measured results of its class. A class whose tuned
+  `store.writes.replaces`); `tune` replaces measured results of its class. A class whose tuned
   result is stale is therefore measured once per process, until it is tuned again.
 
 Processes racing for a new class (`claim` rows of study ``first-call``, one per device, element
@@ -197,7 +197,7 @@ def _forget_in_child() -> None:
     _lock = threading.RLock()
     for store in _writers.values():
         if store is not None:
-            store.engine.dispose(close=False)
+            store.forget_connections()
     _writers.clear()
     _owner[0] = ""
 

@@ -115,7 +115,7 @@ def tuning_doc(rng: Any, count: int, device: DeviceInfo = H100, configs_per_kind
 
     Entries draw from a few configs per (element size, vector width), so that even tens of
     thousands of entries need few kernel versions (each one renders a kernel)."""
-    from autotranspose.store import database, textio
+    from autotranspose.store import hooks, textio
 
     kinds = [(eb, v) for eb in (1, 2, 4, 8, 16) for v in (1, 2, 4, 8, 16) if eb * v <= 16]
     pools = {
@@ -138,7 +138,7 @@ def tuning_doc(rng: Any, count: int, device: DeviceInfo = H100, configs_per_kind
             "elem_bytes": eb, "shape_class": str(cls), "shape": [b, m, n],
             "config": config.to_dict(), "gbps": round(gbps, 3), "copy_gbps": round(copy_gbps, 3),
             "ratio": round(gbps / copy_gbps, 4), "dtype": f"uint{8 * eb}" if eb <= 8 else "complex128",
-            "template_version": database._current_version(config),
+            "template_version": hooks.kernel_version(config),
             "measured_at": "2025-01-02T03:04:05.123456+00:00",
         })  # fmt: skip
     return {"format": textio.FORMAT, "device": device.to_dict(), "entries": entries}

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from autotranspose.store import Store, database
+from autotranspose.store import Store, hooks, urls
 
 PG_ENV = "AUTOTRANSPOSE_TEST_PG_URL"
 
@@ -81,8 +81,8 @@ def store(db_url: str) -> Iterator[Store]:
 def isolated_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Point the default database into tmp_path: tests never touch the user's data dir."""
     path = tmp_path / "home" / "autotranspose" / "tuning.db"
-    monkeypatch.setattr(database, "default_path", lambda: path)
-    monkeypatch.delenv(database.ENV_VAR, raising=False)
+    monkeypatch.setattr(urls, "default_path", lambda: path)
+    monkeypatch.delenv(urls.ENV_VAR, raising=False)
     return path
 
 
@@ -90,9 +90,9 @@ def isolated_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def template_version(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Call with a string to pretend every kernel of the running code has that version; with
     nothing, to go back to the real per-kernel versions."""
-    real = database._current_version
+    real = hooks._kernel_version
 
     def set_version(version: str | None = None) -> None:
-        monkeypatch.setattr(database, "_current_version", (lambda config: version) if version else real)
+        monkeypatch.setattr(hooks, "_kernel_version", (lambda config: version) if version else real)
 
     return set_version

@@ -18,7 +18,16 @@ from autotranspose.config import flat_default
 from autotranspose.errors import ForeignDatabaseError, StoreError
 from autotranspose.measurement import Measurement
 from autotranspose.shapes import ShapeClass, shape_class
-from autotranspose.store import BadRowWarning, Store, database, migrations, resolve_url, upgrade
+from autotranspose.store import (
+    BadRowWarning,
+    Store,
+    hooks,
+    migrations,
+    resolve_url,
+    upgrade,
+    urls,
+    writes,
+)
 from autotranspose.store.models import Base
 
 pytest_plugins = ("store_fixtures",)
@@ -105,7 +114,7 @@ def test_an_empty_path_is_refused_not_read_as_the_current_directory(empty, tmp_p
         with pytest.raises(StoreError, match=r"AUTOTRANSPOSE_DB=.*unset it"):
             resolve_url()
     else:  # empty: unset, as the shell's `AUTOTRANSPOSE_DB= cmd` means
-        assert resolve_url() == database._sqlite_url(database.default_path())
+        assert resolve_url() == urls.sqlite_url(urls.default_path())
     assert list(tmp_path.iterdir()) == []
 
 
@@ -221,7 +230,7 @@ def test_shares_the_database_with_optuna(db_url, first):
 def upsert(request, monkeypatch):
     """Run with the dialect's ON CONFLICT upserts, and with the portable SELECT FOR UPDATE path."""
     if request.param == "generic":
-        monkeypatch.setattr(database, "_dialect_insert", lambda conn: None)
+        monkeypatch.setattr(writes, "on_conflict_insert", lambda conn: None)
     return request.param
 
 
@@ -424,7 +433,7 @@ MALICIOUS_CONFIGS = [
 def _insert_best(store, *, config_json=None, shape_class="1x1024x1024/v4", device=H100, gbps=1.0, tv=None):  # fmt: skip
     """A best row written with raw SQL, as a tampered or damaged database would hold it."""
     device_id = store.upsert_device(device)
-    tv = tv or database._current_version(valid_config(4, 4))
+    tv = tv or hooks.kernel_version(valid_config(4, 4))
     config_json = config_json or json.dumps(valid_config(4, 4).to_dict())
     with store.engine.begin() as conn:
         key = f"raw{conn.exec_driver_sql('SELECT COUNT(*) FROM at_configs').scalar()}"
@@ -436,7 +445,7 @@ def _insert_best(store, *, config_json=None, shape_class="1x1024x1024/v4", devic
                 " ratio, template_version, updated_at) VALUES (:d, 4, :c, :cfg, :g, 1.0, 1.0, :tv, :at)"
             ),
             {"d": device_id, "c": shape_class, "cfg": config_id, "g": gbps, "tv": tv,
-             "at": database._now()},
+             "at": writes.now()},
         )  # fmt: skip
         return conn.execute(sa.text("SELECT MAX(id) FROM at_best")).scalar()
 
@@ -571,7 +580,7 @@ def test_malicious_device_rows_are_skipped(store):
                 " bus_width_bits, l2_bytes, driver_version, cuda_version, max_threads_per_block,"
                 " max_shared_per_block, updated_at) VALUES (:n, 9, 0, 1, 1, 1, 1, 1, 1, 1024, 1, :at)"
             ),
-            {"n": 'GPU"; rm -rf / #', "at": database._now()},
+            {"n": 'GPU"; rm -rf / #', "at": writes.now()},
         )
     with pytest.warns(BadRowWarning, match="at_devices row"):
         assert store.devices() == [H100]

@@ -19,7 +19,7 @@ from store_data import H100, import_file, tuning_doc, write_results
 from autotranspose.config import KernelConfig
 from autotranspose.measurement import Measurement
 from autotranspose.shapes import ShapeClass
-from autotranspose.store import Store, database, textio
+from autotranspose.store import Store, ingest, textio
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")
@@ -200,7 +200,7 @@ def test_an_import_meets_a_best_written_meanwhile(pg_url, rng, monkeypatch, reco
     tf = textio.parse(doc)
     target = tf.entries[int(rng.integers(len(tf.entries)))]
     gbps = target.gbps * (1.5 if recorded_faster else 0.5)
-    real = database._insert_bests
+    real = ingest.insert_bests
     with Store.open(pg_url) as store, Store.open(pg_url) as recorder:
         run = recorder.begin_run(H100, {})  # the device row exists: record() will not wait on it
         shape = target.shape
@@ -216,7 +216,7 @@ def test_an_import_meets_a_best_written_meanwhile(pg_url, rng, monkeypatch, reco
         with store.engine.connect() as conn:  # the first record made the key: start afresh
             conn.exec_driver_sql("DELETE FROM at_best")
             conn.commit()
-        monkeypatch.setattr(database, "_insert_bests", meanwhile)
+        monkeypatch.setattr(ingest, "insert_bests", meanwhile)
         assert textio.import_into(store, tf) == 50
         best = store.best(H100.name, target.elem_bytes, target.shape_class)
         assert best.gbps == pytest.approx(max(gbps, target.gbps))

@@ -15,7 +15,7 @@ from autotranspose import cli, lookup
 from autotranspose.errors import StoreError
 from autotranspose.measurement import Measurement
 from autotranspose.shapes import Layout, ShapeClass
-from autotranspose.store import Store, database, migrations, resolve_url, upgrade
+from autotranspose.store import Store, hooks, migrations, resolve_url, sqlite_path, upgrade, writes
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")
@@ -34,8 +34,8 @@ def _fill_revision_0001(url: str, rng) -> dict:
     """Rows as autotranspose with schema 0001 wrote them (raw SQL: no current models)."""
     config = valid_config(4, 4)
     gbps = float(rng.uniform(500, 3000))
-    tv = database._current_version(config)
-    now = database._now()
+    tv = hooks.kernel_version(config)
+    now = writes.now()
     engine = sa.create_engine(resolve_url(url))
     with engine.begin() as conn:
         conn.execute(
@@ -188,7 +188,7 @@ def test_unknown_target_revision_is_a_store_error(db_url):
 def _fingerprint(url: str) -> object:
     """What a migration would change: a SQLite file's bytes, a PostgreSQL database's revision
     and columns."""
-    path = database.sqlite_path(resolve_url(url))
+    path = sqlite_path(resolve_url(url))
     if path is not None:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     engine = sa.create_engine(resolve_url(url))

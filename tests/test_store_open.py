@@ -29,7 +29,8 @@ from store_data import H100, ok, valid_config
 from autotranspose import cli, lookup, tuner
 from autotranspose.errors import ForeignDatabaseError, StoreError
 from autotranspose.shapes import ShapeClass
-from autotranspose.store import Store, database, textio, upgrade
+from autotranspose.store import Store, textio, upgrade
+from autotranspose.store.engine import connect_args
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")
@@ -442,11 +443,11 @@ def test_postgres_sessions_carry_the_timeouts(pg_url, monkeypatch):
 
 def test_optuna_gets_the_connect_timeout_too(monkeypatch):
     url = "postgresql+psycopg://u@db.example/tuning"
-    assert database.connect_args(url) == {"connect_timeout": 5}
+    assert connect_args(url) == {"connect_timeout": 5}
     monkeypatch.setenv("AUTOTRANSPOSE_DB_CONNECT_TIMEOUT", "0.5")
-    assert database.connect_args(url) == {"connect_timeout": 2}  # libpq's least
-    assert database.connect_args(url + "?connect_timeout=30") == {}  # the URL's own
-    assert database.connect_args("sqlite:///x.db") == {}
+    assert connect_args(url) == {"connect_timeout": 2}  # libpq's least
+    assert connect_args(url + "?connect_timeout=30") == {}  # the URL's own
+    assert connect_args("sqlite:///x.db") == {}
     calls = []
     monkeypatch.setattr(
         optuna.storages, "RDBStorage", lambda url, **kw: calls.append(kw["engine_kwargs"])

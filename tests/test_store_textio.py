@@ -12,7 +12,7 @@ from store_data import A100, H100, ok, random_config, sample_shape
 from autotranspose.config import KernelConfig
 from autotranspose.errors import StoreError
 from autotranspose.shapes import ShapeClass
-from autotranspose.store import Store, database, textio
+from autotranspose.store import Store, hooks, ingest, textio, writes
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")
@@ -54,7 +54,7 @@ def test_dump_writes_one_sorted_file_per_gpu(tmp_path, rng, template_version):
             keys = [(e["elem_bytes"], ShapeClass.parse(e["shape_class"])) for e in doc["entries"]]
             assert keys == sorted(keys) and len(set(keys)) == len(keys)
             assert all(
-                e["template_version"] == database._current_version(KernelConfig.from_dict(e["config"]))
+                e["template_version"] == hooks.kernel_version(KernelConfig.from_dict(e["config"]))
                 for e in doc["entries"]
             )
             assert list(doc["entries"][0]) == sorted(doc["entries"][0])
@@ -149,7 +149,7 @@ def _valid_doc(rng) -> dict:
         entries.append({
             "elem_bytes": 4, "shape_class": str(cls), "shape": list(shape), "config": config.to_dict(),
             "gbps": 1500.5, "copy_gbps": 3000.0, "ratio": 0.5002, "dtype": "float32",
-            "template_version": database._current_version(config),
+            "template_version": hooks.kernel_version(config),
             "measured_at": "2025-01-02T03:04:05.123456+00:00",
         })  # fmt: skip
     return {"format": textio.FORMAT, "device": H100.to_dict(), "entries": entries}
@@ -263,17 +263,17 @@ def test_non_json_is_rejected(text):
 def test_import_is_one_transaction(tmp_path, rng, monkeypatch):
     """A failure after every entry was written rolls all of them back."""
     doc = _valid_doc(rng)
-    real = database._offer_bests
+    real = ingest.offer_bests
 
     def failing(*args, **kwargs):
         real(*args, **kwargs)
         raise RuntimeError("disk on fire")
 
     with Store.open(tmp_path / "t.db") as store:
-        monkeypatch.setattr(database, "_offer_bests", failing)
+        monkeypatch.setattr(ingest, "offer_bests", failing)
         with pytest.raises(RuntimeError, match="disk on fire"):
             textio.import_into(store, doc)
-        monkeypatch.setattr(database, "_offer_bests", real)
+        monkeypatch.setattr(ingest, "offer_bests", real)
         assert store.entries() == [] and store.devices() == []
         with store.engine.connect() as conn:
             for table in ("at_runs", "at_measurements", "at_configs", "at_best"):
@@ -338,7 +338,7 @@ def test_import_files_is_one_transaction(tmp_path, rng, db_url, monkeypatch):
     """A failure while writing the second file rolls the first back too."""
     docs = [_valid_doc(rng), _valid_doc(rng)]
     docs[1]["device"] = A100.to_dict()
-    real = database._upsert_device
+    real = writes.upsert_device
 
     def failing(conn, info):
         if info == A100:
@@ -346,10 +346,10 @@ def test_import_files_is_one_transaction(tmp_path, rng, db_url, monkeypatch):
         return real(conn, info)
 
     with Store.open(db_url) as store:
-        monkeypatch.setattr(database, "_upsert_device", failing)
+        monkeypatch.setattr(writes, "upsert_device", failing)
         with pytest.raises(RuntimeError, match="disk on fire"):
             textio.import_files(store, docs)
-        monkeypatch.setattr(database, "_upsert_device", real)
+        monkeypatch.setattr(writes, "upsert_device", real)
         assert store.entries() == [] and store.devices() == []
         assert textio.import_files(store, docs) == [3, 3]
         assert {e.device for e in store.entries()} == {H100.name, A100.name}
@@ -394,7 +394,7 @@ def test_import_offers_every_entry_by_the_rule_of_record(db_url, rng, template_v
                              ok(1000.0, 3000.0))  # fmt: skip
                 template_version()
             config = random_config(rng, 4, 4)
-            current = database._current_version(config)
+            current = hooks.kernel_version(config)
             doc["entries"].append({
                 "elem_bytes": 4, "shape_class": str(cls), "shape": list(shape),
                 "config": config.to_dict(), "gbps": gbps, "copy_gbps": 3000.0,

@@ -32,8 +32,9 @@ from test_store_open import _make_read_only, foreign_db, read_only_dir, snapshot
 
 from autotranspose import cli, codegen, lookup, winners
 from autotranspose.config import default_config, max_vec, staged_default
+from autotranspose.errors import StoreError
 from autotranspose.shapes import shape_class
-from autotranspose.store import Store, database, textio, upgrade
+from autotranspose.store import Store, resolve_url, sqlite_path, textio, upgrade, writes
 from autotranspose.store.models import Claim
 from autotranspose.tuner import tune
 
@@ -200,9 +201,9 @@ def test_processes_racing_for_a_new_class_measure_it_once(ours, log):
 
 def _age_claims(url: str, seconds: float) -> None:
     """Make every claim look `seconds` old (as if its process had died that long ago)."""
-    engine = sa.create_engine(database.resolve_url(url))
+    engine = sa.create_engine(resolve_url(url))
     with engine.begin() as conn:
-        conn.execute(sa.update(Claim).values(created_at=database._now() - timedelta(seconds=seconds)))
+        conn.execute(sa.update(Claim).values(created_at=writes.now() - timedelta(seconds=seconds)))
     engine.dispose()
 
 
@@ -385,7 +386,7 @@ def test_a_foreign_database_is_left_byte_identical(foreign_db, log, monkeypatch)
 def test_an_older_schema_is_not_migrated_and_says_so_once(db_url, log, monkeypatch):
     upgrade(db_url, revision="0003")
     monkeypatch.setenv("AUTOTRANSPOSE_DB", db_url)
-    path = database.sqlite_path(database.resolve_url(db_url))
+    path = sqlite_path(resolve_url(db_url))
     before = _sha(path) if path is not None else None
     with pytest.warns(RuntimeWarning, match="db upgrade") as caught:
         winners.settle(CALL, logging_measure(log))
@@ -472,7 +473,7 @@ def test_a_file_with_an_unknown_source_is_refused():
         s.record(None, DEVICE, "float32", 4, SHAPE, CLS, GUESS, ok(1000.0))
         doc = textio.export(s)
     doc["entries"][0]["source"] = "guessed"
-    with pytest.raises(database.StoreError, match="source 'guessed'"):
+    with pytest.raises(StoreError, match="source 'guessed'"):
         textio.parse(doc)
 
 
@@ -483,6 +484,6 @@ def test_claims_expire_only_when_asked(store):
     assert not store.claim("s", "k", "b")  # no expiry asked: kept
     assert store.claim("s", "k", "b", expire_s=0.2)  # stale: taken over
     owner, since = store.claim_holder("s", "k")
-    assert owner == "b" and (database._now() - since).total_seconds() < 5
+    assert owner == "b" and (writes.now() - since).total_seconds() < 5
     assert store.claim_holder("s", "other") is None
 

@@ -149,7 +149,7 @@ class Best(Base):
     template_version: Mapped[str] = mapped_column(String(64))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     # Added by revision 0004: where the result came from ("tuned" or "measured"); a tuned
-    # result always outranks a measured one (`database._replaces`).
+    # result always outranks a measured one (`writes.replaces`).
     source: Mapped[str] = mapped_column(String(16), default="tuned", server_default="tuned")
 
     __table_args__ = (

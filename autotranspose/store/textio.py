@@ -39,16 +39,10 @@ from ..device import DeviceInfo
 from ..errors import AutotransposeError, StoreError
 from ..shapes import ShapeClass
 from ..shapes import shape_class as classify
-from . import bounds
-from .database import (
-    _DTYPE,
-    Store,
-    TunedEntry,
-    _current_version,
-    _source,
-    _timestamp,
-    check_entry_fields,
-)
+from . import bounds, hooks
+from .entries import TunedEntry
+from .store import Store
+from .untrusted import DTYPE, check_entry_fields, check_source, timestamp
 
 FORMAT = "autotranspose-tuning/1"
 MAX_FILE_BYTES = 64 << 20
@@ -299,9 +293,9 @@ def _entry(item: Any, device_name: str) -> TunedEntry:
         raise ValueError(f"shape {shape} is not in class {cls}")
     bounds.check_shape((shape[0], shape[1], shape[2]), item["elem_bytes"])
     dtype = item.get("dtype")
-    if dtype is not None and (not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype)):
+    if dtype is not None and (not isinstance(dtype, str) or not DTYPE.fullmatch(dtype)):
         raise ValueError(f"dtype {dtype!r:.40} is not a dtype name")
-    measured_at = _timestamp(item["measured_at"], "measured_at")
+    measured_at = timestamp(item["measured_at"], "measured_at")
     gbps = bounds.check_bandwidth("gbps", item["gbps"])
     copy_gbps = bounds.check_bandwidth("copy_gbps", item["copy_gbps"])
     return TunedEntry(
@@ -313,12 +307,12 @@ def _entry(item: Any, device_name: str) -> TunedEntry:
         copy_gbps=copy_gbps,
         ratio=bounds.check_ratio(item["ratio"], gbps, copy_gbps),
         template_version=item["template_version"],
-        stale=item["template_version"] != _current_version(config),
+        stale=item["template_version"] != hooks.kernel_version(config),
         updated_at=measured_at,
         shape=(shape[0], shape[1], shape[2]),
         dtype=dtype,
         measured_at=measured_at,
-        source=_source(item.get("source", "tuned")),
+        source=check_source(item.get("source", "tuned")),
     )
 
 

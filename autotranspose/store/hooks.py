@@ -1,0 +1,72 @@
+"""What the code above the store hands it: how to version a kernel, and whom to tell when a
+best changes.
+
+The store judges a result stale by comparing its stored kernel version with the running
+code's version of the same config, but it renders no kernels: ``autotranspose/__init__.py``
+hands it ``codegen.kernel_version`` and ``codegen.template_version`` once, when the package
+is imported (:func:`use_kernel_versions`), so every store opened in the process, by any
+caller, judges by them. Likewise it knows nothing of lookup: a module that caches what the
+store holds registers a callback (:func:`on_best_changed`), called after every write that may
+have changed a best (lookup registers its ``clear_cache`` when it is imported).
+
+This module imports nothing of SQLAlchemy, so the package can hand over its functions without
+loading the database code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..errors import StoreError
+
+if TYPE_CHECKING:
+    from ..config import KernelConfig
+
+_kernel_version: Callable[[KernelConfig], str] | None = None
+_template_version: Callable[[], str] | None = None
+_listeners: list[Callable[[], None]] = []
+
+
+def use_kernel_versions(
+    kernel_version: Callable[[KernelConfig], str], template_version: Callable[[], str]
+) -> None:
+    """Judge staleness by `kernel_version(config)` (the running code's version of a config's
+    kernel) and record `template_version()` (all kernel templates) with each run."""
+    global _kernel_version, _template_version
+    _kernel_version, _template_version = kernel_version, template_version
+
+
+def on_best_changed(callback: Callable[[], None]) -> None:
+    """Call `callback()` after each write that may have changed a best (once per callback,
+    however often it is registered)."""
+    if callback not in _listeners:
+        _listeners.append(callback)
+
+
+def kernel_version(config: KernelConfig) -> str:
+    """The running code's version of `config`'s kernel: a stored result is current only while
+    its version equals this."""
+    if _kernel_version is None:
+        raise StoreError(_NOT_GIVEN)
+    return _kernel_version(config)
+
+
+def template_version() -> str:
+    """The running code's kernel templates, recorded with each run (for the record only)."""
+    if _template_version is None:
+        raise StoreError(_NOT_GIVEN)
+    return _template_version()
+
+
+def best_changed() -> None:
+    """Tell every registered callback that a best may have changed."""
+    for callback in list(_listeners):
+        callback()
+
+
+_NOT_GIVEN = (
+    "the tuning database was given no kernel versions to judge results by; import "
+    "autotranspose (its __init__ hands them over) or call autotranspose.store.hooks."
+    "use_kernel_versions(codegen.kernel_version, codegen.template_version)"
+)

@@ -785,7 +785,8 @@ _DRAWS = ("random", "random_permute", "small")  # the options that draw bench's 
 
 
 def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .bench import draw_dtypes, run_from_args
+    from .bench.cases import draw_dtypes
+    from .bench.command import run_from_args
 
     drawing = [f"--{k.replace('_', '-')}" for k in _DRAWS if getattr(args, k) is not None]
     if len(drawing) > 1:

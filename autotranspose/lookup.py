@@ -62,7 +62,8 @@ from .config import (
 )
 from .device import DeviceInfo
 from .errors import AutotransposeError, StoreError
-from .shapes import ShapeClass
+from .plan import GATHER, PACKED, TRANSPOSE, Pass, Plan
+from .shapes import ShapeClass, pass_vec, shape_class
 from .store import hooks as store_hooks
 
 if TYPE_CHECKING:
@@ -303,6 +304,68 @@ def is_guess(choice: Choice, cls: ShapeClass) -> bool:
     if choice.source in ("tuned", "measured"):
         return False
     return choice.source != "shipped" or choice.shape_class != cls
+
+
+@dataclass(frozen=True)
+class PermuteKernel:
+    """The kernel that serves a permute plan's pass (`permute_kernel`): `kernel` names it (a
+    transpose pass's config key; "cuMemcpyDtoDAsync" for one contiguous block; "none" when
+    there is no pass); a transpose pass carries its class and lookup's `choice` for it."""
+
+    pass_: Pass | None
+    kernel: str
+    shape_class: ShapeClass | None = None
+    choice: Choice | None = None
+
+    def source(self) -> str:
+        """The kernel's CUDA source ("" for the driver's copy, or when there is no pass)."""
+        from .codegen import render, render_gather, render_packed, render_rows
+        from .packed import packed_args
+
+        p = self.pass_
+        if self.choice is not None:
+            return render(self.choice.config)
+        if p is None or p.contiguous:
+            return ""
+        if p.kind == GATHER:
+            return render_gather()
+        if p.kind == PACKED:
+            return render_packed([packed_args(p.elem_bytes, p.dims, p.box).kernel])
+        return render_rows()
+
+
+def chooses_per_device(plan: Plan) -> bool:
+    """Whether the kernel of `plan`'s pass is chosen per GPU model (a transpose pass: a tuned
+    config); every other pass's kernel is fixed by the plan alone."""
+    return bool(plan.passes) and plan.passes[0].kind == TRANSPOSE
+
+
+def permute_kernel(
+    plan: Plan, device: DeviceInfo | str | None = None, *, store: Any = DEFAULT_STORE
+) -> PermuteKernel:
+    """The kernel permute() runs for `plan`'s pass on `device` (a GPU model's name will do),
+    before any first-call measurement: for a transpose pass, the config `choose` picks for
+    the class permute() and `tune --axes` key it by (`shapes.pass_vec`), from `store`; for
+    any other pass, the untuned kernel the plan names (`device` may then be None)."""
+    from .codegen import RUNS_KERNEL, gather_kernel_name, row_kernel_name
+    from .packed import packed_args
+
+    p = plan.passes[0] if plan.passes else None
+    if p is None:
+        return PermuteKernel(None, "none")
+    if p.kind == TRANSPOSE:
+        if device is None:
+            raise ValueError("a transpose pass's config is chosen per GPU model: give device")
+        cls = shape_class(p.batch, p.m, p.n, pass_vec(p))
+        choice = choose(device, p.elem_bytes, cls, store=store)
+        return PermuteKernel(p, choice.config.key, cls, choice)
+    if p.contiguous:
+        return PermuteKernel(p, "cuMemcpyDtoDAsync")
+    if p.kind == GATHER:
+        return PermuteKernel(p, gather_kernel_name(p.elem_bytes))
+    if p.kind == PACKED:
+        return PermuteKernel(p, packed_args(p.elem_bytes, p.dims, p.box).kernel.name)
+    return PermuteKernel(p, RUNS_KERNEL if p.realign else row_kernel_name(p.elem_bytes))
 
 
 def neighbours(

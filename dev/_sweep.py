@@ -62,7 +62,7 @@ def permute_cases_parser(default_seeds: list[int]) -> argparse.ArgumentParser:
 def permute_cases(args: Any, keep: Any) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
     """The --shapes cases, then each case of `random_permute_cases(args.count, seed)` for the
     --seeds whose plan `keep(plan)` accepts."""
-    from autotranspose.bench import random_permute_cases
+    from autotranspose.bench.cases import random_permute_cases
     from autotranspose.dtypes import element_type
     from autotranspose.plan import plan_permute
 

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from autotranspose.bench import markdown_table, rows_from_json
+from autotranspose.bench.reports import markdown_table, rows_from_json
 
 if __name__ == "__main__":
     print(markdown_table(rows_from_json(json.loads(Path(sys.argv[1]).read_text()))))

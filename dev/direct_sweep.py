@@ -21,7 +21,8 @@ from pathlib import Path
 from _sweep import measure_ranked, print_ranked, results_log, start, sweep_parser, within_budget
 
 from autotranspose.api import choose_config
-from autotranspose.bench import bench_case, format_table
+from autotranspose.bench.reports import format_table
+from autotranspose.bench.runners import bench_case
 from autotranspose.compiler import precompile
 from autotranspose.config import (
     DIRECT_TILES,

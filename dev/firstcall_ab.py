@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autotranspose import firstcall, lookup
-from autotranspose.bench import bench_case
+from autotranspose.bench.runners import bench_case
 from autotranspose.shapes import parse_shape
 
 

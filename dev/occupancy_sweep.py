@@ -28,7 +28,8 @@ from _sweep import (
 )
 
 from autotranspose.api import choose_config
-from autotranspose.bench import bench_case, format_table
+from autotranspose.bench.reports import format_table
+from autotranspose.bench.runners import bench_case
 from autotranspose.compiler import precompile
 from autotranspose.config import (
     MAX_THREADS_PER_SM,

@@ -32,7 +32,8 @@ def main() -> int:
     from _sweep import permute_case, print_summaries, time_steps, within_budget
 
     from autotranspose import launch
-    from autotranspose.bench import _PermuteCheck, random_permute_cases
+    from autotranspose.bench.cases import random_permute_cases
+    from autotranspose.bench.runners import PermuteCheck
     from autotranspose.packed import packed_args
 
     @contextlib.contextmanager
@@ -66,7 +67,7 @@ def main() -> int:
                     variants[kind] = dataclasses.replace(plan, passes=(q,), alternatives=())
             box = next((v.passes[0].box for v in variants.values() if v.passes[0].kind == PACKED), None)
             copy_s = bench.copy_time(repeats=args.repeats)
-            check = _PermuteCheck(bench, shape, axes, dtype)
+            check = PermuteCheck(bench, shape, axes, dtype)
             row = {"seed": seed, "shape": list(shape), "axes": list(axes), "dtype": dtype,
                    "kind": p.kind, "box": list(box) if box else None, "plan_text": p.describe()}
             served_plan, served_steps, _ = served(plan, state, src0, dst0, 0, state.ctx)

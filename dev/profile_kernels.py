@@ -72,10 +72,10 @@ def _served_key(x, out, config) -> str:
 
 
 def _seed_call(elem_bytes: int, shape: tuple[int, ...]):
-    from autotranspose.bench import _seed_kernel
+    from autotranspose.bench.peers import seed_kernel
     from autotranspose.compiler import activate
 
-    kernel = _seed_kernel(activate(0), elem_bytes)
+    kernel = seed_kernel(activate(0), elem_bytes)
     m, n = shape[-2:]
     grid = (-(-n // 32), -(-m // 32), 1)
     return lambda src, dst: kernel.call(grid, (32, 8, 1), "PPqq", src, dst, m, n)

@@ -27,7 +27,7 @@ def main() -> int:
 
     args = permute_cases_parser([]).parse_args()
 
-    from autotranspose.bench import _PermuteCheck
+    from autotranspose.bench.runners import PermuteCheck
     from autotranspose.compiler import activate
     from autotranspose.permuter import build, served
     from autotranspose.plan import COPY
@@ -45,7 +45,7 @@ def main() -> int:
                 runs["words" if p.realign else "realigned"] = build(plan.taking(other), state, src0, dst0, 0, state.ctx)
             served_plan, runs["served"], _ = served(plan, state, src0, dst0, 0, state.ctx)
             copy_s = bench.copy_time(repeats=args.repeats)
-            check = _PermuteCheck(bench, shape, axes, dtype)
+            check = PermuteCheck(bench, shape, axes, dtype)
             row = {"shape": list(shape), "axes": list(axes), "dtype": dtype, "plan_text": p.describe(),
                    "word": word.elem_bytes if word else None, "row_bytes": p.n * p.elem_bytes,
                    "run_bytes": p.run_bytes if p.realign else None,

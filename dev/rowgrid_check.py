@@ -129,7 +129,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from autotranspose import launch
-    from autotranspose.bench import _PermuteCheck
+    from autotranspose.bench.runners import PermuteCheck
     from autotranspose.compiler import activate
     from autotranspose.permuter import build
 
@@ -145,7 +145,7 @@ def main() -> int:
                 **{k: _variant(k, base, plan, state, src0, dst0) for k in args.variants},
             }
             copy_s = bench.copy_time(repeats=args.repeats)
-            check = _PermuteCheck(bench, shape, axes, dtype)
+            check = PermuteCheck(bench, shape, axes, dtype)
             lanes = launch.row_lanes(p.n)
             row = {"shape": list(shape), "axes": list(axes), "dtype": dtype, "plan_text": p.describe(),
                    "word": p.elem_bytes, "row_words": p.n, "lanes": lanes}  # fmt: skip

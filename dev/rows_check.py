@@ -36,7 +36,7 @@ def main() -> int:
     args = permute_cases_parser([7]).parse_args()
 
     from autotranspose import launch
-    from autotranspose.bench import _PermuteCheck
+    from autotranspose.bench.runners import PermuteCheck
     from autotranspose.compiler import activate
     from autotranspose.permuter import build, served
 
@@ -56,7 +56,7 @@ def main() -> int:
                 launch.ROWS_STORE_LINE, launch.ROWS_SKEW_PASSES = line, passes
             served_plan, runs["served"], _ = served(plan, state, src0, dst0, 0, state.ctx)
             copy_s = bench.copy_time(repeats=args.repeats)
-            check = _PermuteCheck(bench, shape, axes, dtype)
+            check = PermuteCheck(bench, shape, axes, dtype)
             g = launch.row_geometry(p.batch * p.m, p.n, state.info.multiprocessors,
                                     p.outer.extent * p.outer2.extent)  # fmt: skip
             skew = runs["rows"][0].launch.scalars[-1]

@@ -37,7 +37,7 @@ from typing import Any
 
 from autotranspose import lookup, tuner
 from autotranspose.api import served
-from autotranspose.bench import random_cases
+from autotranspose.bench.cases import random_cases
 from autotranspose.compiler import activate, precompile
 from autotranspose.config import config_space, max_vec, seed_config
 from autotranspose.dtypes import element_type

@@ -13,7 +13,8 @@ import json
 import time
 from pathlib import Path
 
-from autotranspose.bench import bench_case, format_table
+from autotranspose.bench.reports import format_table
+from autotranspose.bench.runners import bench_case
 from autotranspose.compiler import activate
 from autotranspose.config import NEWEST, ConfigError, KernelConfig, max_vec
 from autotranspose.measure import Bench, measure_configs

@@ -12,8 +12,37 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from autotranspose import bench, dtypes
-from autotranspose.bench import Row
+from autotranspose import dtypes
+from autotranspose.bench import command
+from autotranspose.bench.cases import (
+    PERMUTE_DIMS,
+    RANDOM_BYTES,
+    RANDOM_DTYPES,
+    RANDOM_KINDS,
+    draw_dtypes,
+    dtype_pool,
+    random_cases,
+    random_permute_cases,
+)
+from autotranspose.bench.peers import (
+    PEERS,
+    PERMUTE_PEERS,
+    _torch_wrapper,
+    compile_peer,
+    numpy_typestr,
+    peer_mask,
+    torch_wrapping,
+)
+from autotranspose.bench.reports import (
+    format_summary,
+    format_table,
+    markdown_table,
+    plot,
+    rows_from_json,
+    summarize,
+)
+from autotranspose.bench.runners import Row
+from autotranspose.shapes import parse_shape
 
 SHAPES = [(1, 8192, 8192), (64, 1024, 1024), (1, 4099, 6007)]
 DTYPES = ["int8", "float32"]
@@ -26,7 +55,7 @@ def synthetic_rows(rng: np.random.Generator) -> list[Row]:
         for dtype in DTYPES:
             copy = float(rng.uniform(2000, 3000))
             nbytes = 2 * int(np.prod(shape)) * np.dtype(dtype).itemsize
-            for peer in bench.PEERS:
+            for peer in PEERS:
                 skipped = (peer == "geam" and (dtype != "float32" or shape[0] > 1)) or (
                     peer == "seed" and shape[0] > 1
                 )
@@ -45,7 +74,7 @@ def _md_row(table: str, shape: str, dtype: str) -> list[str]:
 
 def test_markdown_table_reports_every_case_against_the_same_runs_copy(rng):
     rows = synthetic_rows(rng)
-    table = bench.markdown_table(rows)
+    table = markdown_table(rows)
     assert len(table.splitlines()) == 2 + len(SHAPES) * len(DTYPES)
     by = {(r.shape, r.dtype, r.peer): r for r in rows}
     for shape in SHAPES:
@@ -74,7 +103,7 @@ def test_markdown_rows_of_permutes_keep_their_axes(rng):
         for peer in ("copy", "autotranspose", "torch"):
             gbps = float(rng.uniform(500, 3000))
             rows.append(Row((1, 64, 96), "float16", peer, 1.0, gbps, gbps / 3000, axes=axes))
-    table = bench.markdown_table(rows)
+    table = markdown_table(rows)
     for axes in [(0, 2, 1), (2, 1, 0)]:
         ours = next(r for r in rows if r.axes == axes and r.peer == "autotranspose")
         cells = _md_row(table, "1x64x96/" + ",".join(map(str, axes)), "float16")
@@ -84,7 +113,7 @@ def test_markdown_rows_of_permutes_keep_their_axes(rng):
 
 def test_text_table_shows_skipped_peers_with_their_reason(rng):
     rows = synthetic_rows(rng)
-    text = bench.format_table(rows)
+    text = format_table(rows)
     assert len(text.splitlines()) == 1 + len(rows)
     skipped = [ln for ln in text.splitlines() if "not for this case" in ln]
     assert len(skipped) == sum(r.us is None for r in rows) and all(" - " in ln for ln in skipped)
@@ -95,13 +124,13 @@ def test_text_table_shows_skipped_peers_with_their_reason(rng):
 def test_json_rows_round_trip(rng):
     rows = synthetic_rows(rng)
     doc = json.loads(json.dumps({"rows": [asdict(r) for r in rows]}))
-    assert bench.rows_from_json(doc) == rows
+    assert rows_from_json(doc) == rows
 
 
 def test_chart_has_a_panel_per_shape(rng, tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "bench.png"
-    assert bench.plot(synthetic_rows(rng), path)
+    assert plot(synthetic_rows(rng), path)
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
@@ -117,36 +146,36 @@ def test_chart_without_matplotlib_says_so(rng, tmp_path, monkeypatch):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    assert bench.plot(synthetic_rows(rng), tmp_path / "x.png") is False
+    assert plot(synthetic_rows(rng), tmp_path / "x.png") is False
     assert not (tmp_path / "x.png").exists()
 
 
 @pytest.mark.parametrize("text", ["8192", "0x5", "2x3x4x5", "axb"])
 def test_bad_shapes_are_rejected(text):
     with pytest.raises(ValueError):
-        bench.parse_shape(text)
+        parse_shape(text)
 
 
 # --- bench --random ------------------------------------------------------------------------------
 def test_random_cases_follow_the_stated_distribution(rng):
     seed = int(rng.integers(0, 2**31))
-    cases = bench.random_cases(400, seed)
-    assert cases == bench.random_cases(400, seed), "a seed must give the same cases"
-    assert cases != bench.random_cases(400, seed + 1)
-    lo, hi = bench.RANDOM_BYTES
+    cases = random_cases(400, seed)
+    assert cases == random_cases(400, seed), "a seed must give the same cases"
+    assert cases != random_cases(400, seed + 1)
+    lo, hi = RANDOM_BYTES
     sizes, kinds, odd = set(), set(), 0
     for (b, m, n), dtype in cases:
         s = np.dtype(dtype).itemsize
         sizes.add(s)
-        assert dtype in bench.RANDOM_DTYPES[s]
+        assert dtype in RANDOM_DTYPES[s]
         assert min(b, m, n) >= 1
         nbytes = b * m * n * s
         assert lo * 0.7 <= nbytes <= hi * 1.3, ((b, m, n), dtype)  # sides rounded to 64
         kinds.add("batched" if b > 1 else "skinny" if min(m, n) <= 200 else
                   "square" if m == n else "rectangular")  # fmt: skip
         odd += m % 2 == 1 or n % 2 == 1
-    assert sizes == set(bench.RANDOM_DTYPES)
-    assert kinds == set(bench.RANDOM_KINDS)
+    assert sizes == set(RANDOM_DTYPES)
+    assert kinds == set(RANDOM_KINDS)
     assert 0.2 * len(cases) < odd < 0.9 * len(cases)
 
 
@@ -166,7 +195,7 @@ def test_summary_counts_what_each_peer_won(rng):
             rows.append(Row(shape, dtype, peer, 1.0, 1.0, theirs))
             faster[peer] = faster.get(peer, 0) + (theirs > ours)
             faster1[peer] = faster1.get(peer, 0) + (theirs > 1.01 * ours)
-    s = bench.summarize(rows)
+    s = summarize(rows)
     assert s["measured"] == len(ours_all)
     assert s["median"] == pytest.approx(float(np.median(ours_all)))
     assert s["p10"] == pytest.approx(float(np.percentile(ours_all, 10)))
@@ -174,31 +203,31 @@ def test_summary_counts_what_each_peer_won(rng):
     for peer in ("geam", "seed"):
         assert s[f"{peer}_faster"] == faster.get(peer, 0)
         assert s[f"{peer}_faster_1pct"] == faster1.get(peer, 0)
-    text = bench.format_summary(s)
+    text = format_summary(s)
     assert f"median {100 * np.median(ours_all):.1f}" in text
 
 
 # --- bench --random-permute ----------------------------------------------------------------------
 def test_random_permute_cases_follow_the_stated_distribution(rng):
     seed = int(rng.integers(0, 2**31))
-    cases = bench.random_permute_cases(300, seed)
-    assert cases == bench.random_permute_cases(300, seed), "a seed must give the same cases"
-    assert cases != bench.random_permute_cases(300, seed + 1)
-    lo, hi = bench.RANDOM_BYTES
+    cases = random_permute_cases(300, seed)
+    assert cases == random_permute_cases(300, seed), "a seed must give the same cases"
+    assert cases != random_permute_cases(300, seed + 1)
+    lo, hi = RANDOM_BYTES
     sizes, dims, multiples = set(), set(), 0
     for shape, axes, dtype in cases:
         s = np.dtype(dtype).itemsize
         sizes.add(s)
         dims.add(len(shape))
-        assert dtype in bench.RANDOM_DTYPES[s]
+        assert dtype in RANDOM_DTYPES[s]
         assert len(axes) == len(shape) and sorted(axes) == list(range(len(shape)))
         assert axes != tuple(range(len(shape))), "the identity is a copy, not a permute"
         assert min(shape) >= 1 and all(type(v) is int for v in (*shape, *axes))
         nbytes = int(np.prod(shape)) * s
         assert lo * 0.7 <= nbytes <= hi * 1.3, (shape, dtype)
         multiples += all(v % 8 == 0 for v in shape if v >= 8)
-    assert sizes == set(bench.RANDOM_DTYPES)
-    assert dims == set(range(bench.PERMUTE_DIMS[0], bench.PERMUTE_DIMS[1] + 1))
+    assert sizes == set(RANDOM_DTYPES)
+    assert dims == set(range(PERMUTE_DIMS[0], PERMUTE_DIMS[1] + 1))
     assert 0.3 * len(cases) < multiples < 0.95 * len(cases)
 
 
@@ -217,16 +246,16 @@ def _permute_rows(rng, n: int) -> tuple[list[Row], list[float]]:
 
 def test_permute_summary_counts_cutensor_and_names_the_case(rng):
     rows, ours = _permute_rows(rng, int(rng.integers(3, 12)))
-    s = bench.summarize(rows)
+    s = summarize(rows)
     assert s["measured"] == len(ours) and s["min"] == pytest.approx(min(ours))
     assert s["cutensor_cases"] == s["cutensor_faster"] == len(ours) and s["cupy_cases"] == 0
-    text = bench.format_summary(s)
+    text = format_summary(s)
     assert "cutensor faster in" in text
     assert s["worst"].split()[1].split("/")[1] in ("2,0,1", "1,0,2")
-    table = bench.format_table(rows)
+    table = format_table(rows)
     assert "2x3x5/1,0,2" in table and "CuPy not installed" in table
     doc = json.loads(json.dumps({"rows": [asdict(r) for r in rows]}))
-    assert bench.rows_from_json(doc) == rows
+    assert rows_from_json(doc) == rows
 
 
 def test_run_from_args_permutes_each_case_and_summarizes(monkeypatch, capsys, rng):
@@ -237,11 +266,11 @@ def test_run_from_args_permutes_each_case_and_summarizes(monkeypatch, capsys, rn
         return [Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
                 Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9, "", axes)]  # fmt: skip
 
-    monkeypatch.setattr(bench, "bench_permute_case", fake_case)
+    monkeypatch.setattr(command, "bench_permute_case", fake_case)
     from autotranspose import cli
 
     rc = cli.run(["bench", "--random-permute", "3", "--seed", "5", "--device", "0"])
-    assert rc == 0 and [c[:3] for c in seen] == bench.random_permute_cases(3, 5)
+    assert rc == 0 and [c[:3] for c in seen] == random_permute_cases(3, 5)
     assert "median 90.0" in capsys.readouterr().out
     seen.clear()
     rc = cli.run(["bench", "--shapes", "64x256x56x56", "8x4x2x2", "--axes", "0,2,3,1",
@@ -260,12 +289,12 @@ def test_run_from_args_permutes_each_case_and_summarizes(monkeypatch, capsys, rn
 def test_the_torch_peer_wraps_each_dtype_as_a_typestr_torch_reads(dtype, typestr, name):
     """torch.as_tensor reads the typestr through NumPy: NumPy's own where it has one (bool
     '|b1'), the same-size integer for bfloat16 (no NumPy type), then viewed as the type."""
-    assert bench.torch_wrapping(dtype) == (typestr, name)
+    assert torch_wrapping(dtype) == (typestr, name)
 
 
 @pytest.mark.parametrize("dtype", dtypes.SUPPORTED_NAMES)
 def test_every_supported_dtype_wraps_at_its_own_element_size(dtype):
-    typestr, name = bench.torch_wrapping(dtype)
+    typestr, name = torch_wrapping(dtype)
     assert np.dtype(typestr).itemsize == dtypes.element_type(dtype).size
     assert np.dtype(typestr).kind in "biufc" and name == dtypes.element_type(dtype).name
 
@@ -293,7 +322,7 @@ class _FakeTorch:
 @pytest.mark.parametrize(("dtype", "typestr"), [("bfloat16", "<i2"), ("bool", "|b1"), ("int16", "<i2")])
 def test_the_torch_peer_hands_torch_the_buffer_and_views_it_as_the_dtype(rng, dtype, typestr):
     torch = _FakeTorch("bfloat16", "bool", "int16")
-    wrap, why = bench._torch_wrapper(torch, dtype)
+    wrap, why = _torch_wrapper(torch, dtype)
     assert wrap is not None and why == ""
     ptr = int(rng.integers(1, 1 << 40)) * 256
     shape = tuple(int(v) for v in rng.integers(1, 500, int(rng.integers(2, 5))))
@@ -304,13 +333,13 @@ def test_the_torch_peer_hands_torch_the_buffer_and_views_it_as_the_dtype(rng, dt
 
 
 def test_a_dtype_this_torch_lacks_is_a_note_not_a_failure():
-    wrap, why = bench._torch_wrapper(_FakeTorch("float32"), "bfloat16")
+    wrap, why = _torch_wrapper(_FakeTorch("float32"), "bfloat16")
     assert wrap is None and why == "PyTorch 0.0-fake has no bfloat16"
 
 
 def test_no_numpy_type_for_bfloat16():
-    assert bench.numpy_typestr("bfloat16") is None
-    assert bench.numpy_typestr("bool") == "|b1" and bench.numpy_typestr("complex64") == "<c8"
+    assert numpy_typestr("bfloat16") is None
+    assert numpy_typestr("bool") == "|b1" and numpy_typestr("complex64") == "<c8"
 
 
 def test_peers_that_move_values_are_checked_on_valid_bools(rng):
@@ -319,18 +348,18 @@ def test_peers_that_move_values_are_checked_on_valid_bools(rng):
     from autotranspose.measure import Bench
 
     words = rng.integers(0, 1 << 32, size=4096, dtype=np.uint64).astype(np.uint32)
-    filled = (words & np.uint32(bench.peer_mask("bool"))).view(np.uint8)
+    filled = (words & np.uint32(peer_mask("bool"))).view(np.uint8)
     assert set(np.unique(filled)) == {0, 1}
     assert np.array_equal(filled.view(np.bool_).astype(np.uint8), filled)  # valid bools
     for dtype in ("int8", "float16", "bfloat16", "float32", "complex128"):
-        assert bench.peer_mask(dtype) == Bench.FINITE_MASK
+        assert peer_mask(dtype) == Bench.FINITE_MASK
 
 
 # --- --dtypes with the random draws --------------------------------------------------------------
 def test_random_cases_of_given_dtypes_draw_only_those(rng):
     seed = int(rng.integers(0, 2**31))
     chosen = ["int8", "float16", "bfloat16", "bool", "uint16"]
-    for draw in (bench.random_cases, bench.random_permute_cases):
+    for draw in (random_cases, random_permute_cases):
         cases = draw(400, seed, chosen)
         assert cases == draw(400, seed, chosen), "a seed must give the same cases"
         assert {c[-1] for c in cases} == set(chosen)
@@ -343,18 +372,18 @@ def test_the_draw_without_dtypes_is_the_stated_one(rng):
     """No --dtypes: every type of RANDOM_DTYPES, drawn as before the filter existed (a seed
     of an earlier run draws the same cases); naming them all in that order is the same."""
     seed = int(rng.integers(0, 2**31))
-    every = [d for size in sorted(bench.RANDOM_DTYPES) for d in bench.RANDOM_DTYPES[size]]
-    assert bench.dtype_pool(None) is bench.RANDOM_DTYPES
-    assert bench.dtype_pool(every) == bench.RANDOM_DTYPES
-    assert bench.random_cases(60, seed, every) == bench.random_cases(60, seed)
-    assert bench.random_permute_cases(60, seed, every) == bench.random_permute_cases(60, seed)
+    every = [d for size in sorted(RANDOM_DTYPES) for d in RANDOM_DTYPES[size]]
+    assert dtype_pool(None) is RANDOM_DTYPES
+    assert dtype_pool(every) == RANDOM_DTYPES
+    assert random_cases(60, seed, every) == random_cases(60, seed)
+    assert random_permute_cases(60, seed, every) == random_permute_cases(60, seed)
 
 
 def test_draw_dtypes_names_the_accepted_ones():
-    assert bench.draw_dtypes(["f2", "float16", "bfloat16", "?"]) == ("float16", "bfloat16", "bool")
+    assert draw_dtypes(["f2", "float16", "bfloat16", "?"]) == ("float16", "bfloat16", "bool")
     for bad in ("float128", "object", "nonsense", "(-1,)i4"):
         with pytest.raises(dtypes.UnsupportedDtypeError, match="accepted: bool, int8, uint8"):
-            bench.draw_dtypes([bad])
+            draw_dtypes([bad])
 
 
 def _fake_random_run(monkeypatch) -> list:
@@ -370,9 +399,9 @@ def _fake_random_run(monkeypatch) -> list:
         return [Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
                 Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9, "", axes)]  # fmt: skip
 
-    monkeypatch.setattr(bench, "bench_case", fake_case)
-    monkeypatch.setattr(bench, "bench_permute_case", fake_permute)
-    monkeypatch.setattr(bench, "host_costs", lambda: {})
+    monkeypatch.setattr(command, "bench_case", fake_case)
+    monkeypatch.setattr(command, "bench_permute_case", fake_permute)
+    monkeypatch.setattr(command, "host_costs", lambda: {})
     return seen
 
 
@@ -383,17 +412,17 @@ def test_the_command_draws_only_the_dtypes_given(monkeypatch, capsys, tmp_path):
     path = tmp_path / "r.json"
     rc = cli.run(["bench", "--random", "12", "--seed", "3", "--dtypes", "int8", "bfloat16",
                   "--json", str(path)])  # fmt: skip
-    assert rc == 0 and seen == bench.random_cases(12, 3, ["int8", "bfloat16"])
+    assert rc == 0 and seen == random_cases(12, 3, ["int8", "bfloat16"])
     assert {d for _, d in seen} <= {"int8", "bfloat16"}
     assert json.loads(path.read_text())["dtypes"] == ["int8", "bfloat16"]
     assert "dtypes int8 bfloat16" in capsys.readouterr().out
     seen.clear()
     rc = cli.run(["bench", "--random-permute", "5", "--seed", "3", "--dtypes", "uint16,bool"])
     assert rc == 0
-    assert seen == bench.random_permute_cases(5, 3, ["uint16", "bool"])
+    assert seen == random_permute_cases(5, 3, ["uint16", "bool"])
     seen.clear()
     assert cli.run(["bench", "--random", "4", "--seed", "3"]) == 0  # no --dtypes: every type
-    assert seen == bench.random_cases(4, 3)
+    assert seen == random_cases(4, 3)
     seen.clear()
     assert cli.run(["bench", "--shapes", "64x64"]) == 0  # --shapes alone: float32 as before
     assert seen == [((1, 64, 64), "float32")]
@@ -454,7 +483,7 @@ class _Tensor:
 def test_the_compile_peer_compiles_the_permute_once_per_case(rng, dtype, as_dtype, pairs):
     torch = _CompilingTorch("float16", "bool", "float32", "float64")
     shape, axes = (3, 5, 7, 2), (2, 0, 3, 1)
-    run, note = bench.compile_peer(torch, shape, axes, dtype)
+    run, note = compile_peer(torch, shape, axes, dtype)
     assert run is not None and torch.resets == 1 and len(torch.compiled) == 1
     fn, kwargs, calls = torch.compiled[0]
     assert kwargs == {"fullgraph": True, "dynamic": False}
@@ -477,13 +506,13 @@ def test_the_compile_peer_compiles_the_permute_once_per_case(rng, dtype, as_dtyp
 
 
 def test_a_compile_peer_that_cannot_run_is_a_note():
-    run, note = bench.compile_peer(_FakeTorch("float16"), (4, 5, 6), (2, 1, 0), "float16")
+    run, note = compile_peer(_FakeTorch("float16"), (4, 5, 6), (2, 1, 0), "float16")
     assert run is None and note == "PyTorch 0.0-fake has no torch.compile"
     torch = _CompilingTorch("float16")
-    run, note = bench.compile_peer(torch, (4, 5, 6), (2, 1, 0), "bfloat16")
+    run, note = compile_peer(torch, (4, 5, 6), (2, 1, 0), "bfloat16")
     assert run is None and note == "PyTorch 0.0-fake has no bfloat16"
     torch = _CompilingTorch("float16", fails=RuntimeError("no backend"))
-    run, note = bench.compile_peer(torch, (4, 5, 6), (2, 1, 0), "float16")
+    run, note = compile_peer(torch, (4, 5, 6), (2, 1, 0), "float16")
     assert run is None and note == "torch.compile: RuntimeError: no backend"
 
 
@@ -491,10 +520,10 @@ def test_permute_rows_show_compile_and_cutensor_and_count_them(rng):
     rows, _ = _permute_rows(rng, 4)
     rows += [Row(r.shape, r.dtype, "compile", 1.0, 1.0, r.of_copy * 0.9, "", r.axes)
              for r in rows if r.peer == "autotranspose"]  # fmt: skip
-    s = bench.summarize(rows)
+    s = summarize(rows)
     assert s["compile_cases"] == 4 and s["compile_faster"] == 0
-    assert "compile faster in 0 of 4" in bench.format_summary(s)
-    head = bench.markdown_table(rows).splitlines()[0]
+    assert "compile faster in 0 of 4" in format_summary(s)
+    head = markdown_table(rows).splitlines()[0]
     assert "cutensor % copy" in head and "compile % copy" in head and "cupy % copy" in head
     assert "geam" not in head and "seed" not in head  # peers a permute run does not have
-    assert bench.PERMUTE_PEERS[-1] == "compile"
+    assert PERMUTE_PEERS[-1] == "compile"

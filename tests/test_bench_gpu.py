@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotranspose import bench
+from autotranspose.bench.peers import _torch_wrapper
+from autotranspose.bench.runners import bench_case, bench_permute_case
 
 pytestmark = pytest.mark.gpu
 
@@ -33,7 +34,7 @@ def test_the_wrapper_sees_the_very_tensor(rng, dtype):
     torch = _torch()
     shape = tuple(int(v) for v in rng.integers(1, 300, 3))
     x = _random_tensor(torch, rng, shape, dtype)
-    wrap, why = bench._torch_wrapper(torch, dtype)
+    wrap, why = _torch_wrapper(torch, dtype)
     assert wrap is not None, why
     y = wrap(x.data_ptr(), shape)
     assert y.dtype == x.dtype and tuple(y.shape) == shape and y.data_ptr() == x.data_ptr()
@@ -45,7 +46,7 @@ def test_the_wrapper_sees_the_very_tensor(rng, dtype):
 def test_the_torch_peer_is_timed_on_bool_and_bfloat16(dtype, shape):
     """Checked bit for bit on fresh random input (bools 0 or 1), then timed."""
     _torch()
-    rows = {r.peer: r for r in bench.bench_case(shape, dtype, peers=("copy", "torch"), repeats=3)}
+    rows = {r.peer: r for r in bench_case(shape, dtype, peers=("copy", "torch"), repeats=3)}
     torch_row = rows["torch"]
     assert torch_row.gbps is not None and torch_row.gbps > 0, torch_row.note
     assert torch_row.note == "out.copy_(a.transpose(-1, -2))"
@@ -56,6 +57,6 @@ def test_the_torch_permute_peer_is_timed_on_bool_and_bfloat16(rng, dtype):
     _torch()
     shape = tuple(int(v) for v in rng.integers(2, 40, 4))
     axes = tuple(int(a) for a in rng.permutation(4))
-    rows = bench.bench_permute_case(shape, axes, dtype, peers=("copy", "torch"), repeats=3)
+    rows = bench_permute_case(shape, axes, dtype, peers=("copy", "torch"), repeats=3)
     torch_row = {r.peer: r for r in rows}["torch"]
     assert torch_row.gbps is not None and torch_row.gbps > 0, torch_row.note

@@ -11,8 +11,10 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from autotranspose import bench_small, cli
-from autotranspose.bench_small import SmallCase, SmallRow
+from autotranspose import cli
+from autotranspose.bench import small
+from autotranspose.bench.cases import SMALL_BYTES, SMALL_DTYPES, SmallCase, small_cases
+from autotranspose.bench.small import SmallRow
 from autotranspose.dtypes import SUPPORTED_NAMES, element_type
 
 
@@ -27,10 +29,10 @@ def _run(*argv: str) -> tuple[int, str, str]:
 # --- the draw ------------------------------------------------------------------------------------
 def test_small_cases_follow_the_stated_distribution(rng):
     seed = int(rng.integers(0, 2**31))
-    cases = bench_small.small_cases(3000, seed)
-    assert cases == bench_small.small_cases(3000, seed), "a seed must give the same cases"
-    assert cases != bench_small.small_cases(3000, seed + 1)
-    lo, hi = bench_small.SMALL_BYTES
+    cases = small_cases(3000, seed)
+    assert cases == small_cases(3000, seed), "a seed must give the same cases"
+    assert cases != small_cases(3000, seed + 1)
+    lo, hi = SMALL_BYTES
     ranks, ops = Counter(), Counter()
     for c in cases:
         nd = len(c.shape)
@@ -54,14 +56,14 @@ def test_small_cases_follow_the_stated_distribution(rng):
     assert 0.15 < odd / sum(sides.values()) < 0.6  # odd sides and powers of two, mixed
     # total bytes log-uniform: each quarter of the log range holds about a quarter
     logs = np.log([c.nbytes for c in cases])
-    quarters, _ = np.histogram(logs, bins=4, range=np.log(bench_small.SMALL_BYTES))
+    quarters, _ = np.histogram(logs, bins=4, range=np.log(SMALL_BYTES))
     assert all(0.17 * len(cases) < n < 0.33 * len(cases) for n in quarters), quarters
 
 
 def test_small_cases_draw_every_dtype_and_the_narrow_ones_at_least_as_often(rng):
-    cases = bench_small.small_cases(3000, int(rng.integers(0, 2**31)))
+    cases = small_cases(3000, int(rng.integers(0, 2**31)))
     counts = Counter(c.dtype for c in cases)
-    assert set(counts) == set(bench_small.SMALL_DTYPES)
+    assert set(counts) == set(SMALL_DTYPES)
     narrow = [n for d, n in counts.items() if element_type(d).size <= 2]
     wide = [n for d, n in counts.items() if element_type(d).size > 2]
     assert len(narrow) == 6 and len(wide) == 6
@@ -72,13 +74,13 @@ def test_small_cases_draw_every_dtype_and_the_narrow_ones_at_least_as_often(rng)
 
 def test_small_cases_of_given_dtypes_draw_only_those(rng):
     seed = int(rng.integers(0, 2**31))
-    cases = bench_small.small_cases(400, seed, ["bool", "bfloat16", "f4"])
+    cases = small_cases(400, seed, ["bool", "bfloat16", "f4"])
     assert {c.dtype for c in cases} == {"bool", "bfloat16", "float32"}
-    assert bench_small.small_cases(400, seed, ["bool", "bfloat16", "f4"]) == cases
+    assert small_cases(400, seed, ["bool", "bfloat16", "f4"]) == cases
     from autotranspose.errors import UnsupportedDtypeError
 
     with pytest.raises(UnsupportedDtypeError, match="accepted: bool, int8"):
-        bench_small.small_cases(3, seed, ["float128"])
+        small_cases(3, seed, ["float128"])
 
 
 def test_case_text_and_bytes():
@@ -91,12 +93,12 @@ def test_case_text_and_bytes():
 def test_host_data_holds_valid_values_of_each_type(rng):
     for name in SUPPORTED_NAMES:
         case = SmallCase("permute", (3, 5, 7), (2, 0, 1), name)
-        a = bench_small.host_data(case, [1, 2])
+        a = small.host_data(case, [1, 2])
         assert a.shape == case.shape and a.flags.c_contiguous
         assert a.dtype == np.dtype("float32" if name == "bfloat16" else name)
         if a.dtype.kind in "fc":
             assert np.all(np.isfinite(a))
-        assert np.array_equal(a, bench_small.host_data(case, [1, 2]))
+        assert np.array_equal(a, small.host_data(case, [1, 2]))
 
 
 # --- the summary ---------------------------------------------------------------------------------
@@ -106,7 +108,7 @@ def _rows(speedups: dict[str, list[float | None]], ours_us: float = 10.0) -> lis
     rows = []
     for peer, values in speedups.items():
         for i, s in enumerate(values):
-            form = bench_small.FORMS[i % 2]
+            form = small.FORMS[i % 2]
             if s is None:
                 note = "ours: wrong result: 3 of 20 bytes differ"
                 rows.append(SmallRow(i // 2, "permute", (4, 5), (1, 0), "int8", form, 20, peer,
@@ -122,7 +124,7 @@ def test_summary_arithmetic_on_made_up_timings(rng):
     torch_sp[5] = 0.25  # the least, a new-form call
     cupy_sp = [1.5, 0.979, 0.98, None, 3.0, 1.0]
     rows = _rows({"torch": torch_sp, "cupy": cupy_sp})
-    s = bench_small.summarize_small(rows)
+    s = small.summarize_small(rows)
     assert s["cases"] == 6
     t = s["peers"]["torch"]
     assert t["measured"] == 12 and t["ours_failed"] == 0
@@ -138,7 +140,7 @@ def test_summary_arithmetic_on_made_up_timings(rng):
         f = s["forms"][f"torch/{form}"]
         assert f["measured"] == 6 and f["median"] == pytest.approx(float(np.median(picked)))
         assert f["slower"] == sum(v < 1.0 for v in picked)
-    text = bench_small.format_small_summary(s)
+    text = small.format_small_summary(s)
     assert f"median {np.median(torch_sp):.2f}x, min 0.25x" in text
     assert "ours failed (not timed) in 1" in text
 
@@ -146,25 +148,25 @@ def test_summary_arithmetic_on_made_up_timings(rng):
 def test_a_skipped_peer_is_a_note_in_the_summary():
     rows = _rows({"torch": [1.2, 0.9]})
     rows += [SmallRow(0, "permute", (4, 5), (1, 0), "bfloat16", f, 20, "cupy", None, None,
-                      "CuPy has no bfloat16") for f in bench_small.FORMS]  # fmt: skip
-    s = bench_small.summarize_small(rows)
+                      "CuPy has no bfloat16") for f in small.FORMS]  # fmt: skip
+    s = small.summarize_small(rows)
     skipped = {"measured": 0, "ours_failed": 0, "skipped": "CuPy has no bfloat16"}
     assert s["peers"]["cupy"] == skipped
-    assert "cupy: not measured (CuPy has no bfloat16)" in bench_small.format_small_summary(s)
+    assert "cupy: not measured (CuPy has no bfloat16)" in small.format_small_summary(s)
 
 
 def test_tables_show_every_call_and_round_trip_through_json(rng):
     rows = _rows({"torch": [1.5, 0.5, 1.1, 0.9], "cupy": [2.0, None, 1.0, 1.0]})
-    text = bench_small.format_small_table(rows)
+    text = small.format_small_table(rows)
     lines = text.splitlines()
     assert len(lines) == 1 + 4  # a header, then one line per case and form
     assert "ours/torch" in lines[0] and "cupy us" in lines[0]
     assert "0.50x" in lines[2] and "cupy: ours: wrong result" in lines[2]
-    md = bench_small.markdown_small_table(rows, bench_small.summarize_small(rows))
+    md = small.markdown_small_table(rows, small.summarize_small(rows))
     assert md.splitlines()[0].startswith("| # | case | dtype | form | bytes | ours us (torch) |")
     assert "**0.50x**" in md and "1.50x" in md and "torch:" in md
     doc = json.loads(json.dumps({"rows": [{**asdict(r), "speedup": r.speedup} for r in rows]}))
-    assert bench_small.small_rows_from_json(doc) == rows
+    assert small.small_rows_from_json(doc) == rows
 
 
 # --- one case's checks and timing, on NumPy stand-ins ---------------------------------------------
@@ -205,7 +207,7 @@ def _numpy_peer(mem: _Memory, name: str, case: SmallCase, data: np.ndarray, wron
     calls = {("ours", "out"): ours_out, ("ours", "new"): ours_new,
              ("peer", "out"): lambda: np.copyto(out, np.transpose(x, case.axes)),
              ("peer", "new"): lambda: np.ascontiguousarray(np.transpose(x, case.axes))}  # fmt: skip
-    return bench_small._Peer(name, x, out, lambda: None, mem.ptr, calls)
+    return small._Peer(name, x, out, lambda: None, mem.ptr, calls)
 
 
 @pytest.mark.parametrize("wrong", ["", "out", "new", "raise"])
@@ -213,14 +215,14 @@ def test_a_case_is_checked_before_it_is_timed(monkeypatch, wrong):
     from autotranspose import _driver
 
     mem = _Memory()
-    monkeypatch.setattr(bench_small, "_device_bytes", mem.read)
+    monkeypatch.setattr(small, "_device_bytes", mem.read)
     monkeypatch.setattr(_driver, "memset_d8", mem.memset)
-    monkeypatch.setattr(bench_small, "_torch_peer",
+    monkeypatch.setattr(small, "_torch_peer",
                         lambda _, case, data, dev: _numpy_peer(mem, "torch", case, data, wrong))
-    monkeypatch.setattr(bench_small, "_cupy_peer",
+    monkeypatch.setattr(small, "_cupy_peer",
                         lambda _, case, data, dev, shared: _numpy_peer(mem, "cupy", case, data))
     case = SmallCase("permute", (3, 14, 7, 4), (2, 0, 3, 1), "float16")
-    rows = bench_small.time_small_case(0, case, {"torch": object(), "cupy": object()}, seed=[1, 0],
+    rows = small.time_small_case(0, case, {"torch": object(), "cupy": object()}, seed=[1, 0],
                                        calls=7, repeats=3, warmup=2)  # fmt: skip
     assert [(r.peer, r.form) for r in rows] == [("torch", "out"), ("torch", "new"),
                                                 ("cupy", "out"), ("cupy", "new")]  # fmt: skip
@@ -235,22 +237,22 @@ def test_a_case_is_checked_before_it_is_timed(monkeypatch, wrong):
             assert ("wrong result" if wrong == "out" else "ours returned ndarray") in r.note
         else:
             assert r.note == "" and r.ours_us > 0
-    s = bench_small.summarize_small(rows)
+    s = small.summarize_small(rows)
     assert s["peers"]["cupy"]["measured"] == 2 and s["peers"]["cupy"]["ours_failed"] == 0
     assert s["peers"]["torch"]["ours_failed"] == {"": 0, "out": 1, "new": 1, "raise": 2}[wrong]
 
 
 def test_a_missing_library_or_type_is_a_skipped_peer(monkeypatch):
     mem = _Memory()
-    monkeypatch.setattr(bench_small, "_device_bytes", mem.read)
-    monkeypatch.setattr(bench_small, "_torch_peer",
+    monkeypatch.setattr(small, "_device_bytes", mem.read)
+    monkeypatch.setattr(small, "_torch_peer",
                         lambda torch, case, data, device: _numpy_peer(mem, "torch", case, data))
     case = SmallCase("transpose", (6, 5), (1, 0), "bfloat16")
-    rows = bench_small.time_small_case(0, case, {"torch": object(), "cupy": object()},
+    rows = small.time_small_case(0, case, {"torch": object(), "cupy": object()},
                                        calls=3, repeats=1, warmup=1)  # fmt: skip
     cupy_rows = [r for r in rows if r.peer == "cupy"]
     assert all(r.note == "CuPy has no bfloat16" and r.ours_us is None for r in cupy_rows)
-    rows = bench_small.time_small_case(0, case, {"torch": "PyTorch not importable", "cupy": "x"},
+    rows = small.time_small_case(0, case, {"torch": "PyTorch not importable", "cupy": "x"},
                                        calls=3, repeats=1, warmup=1)  # fmt: skip
     assert {r.note for r in rows if r.peer == "torch"} == {"PyTorch not importable"}
 
@@ -289,16 +291,16 @@ def test_run_small_times_each_case_and_writes_the_files(monkeypatch, capsys, tmp
         seen.append((index, case, device, repeats))
         return [SmallRow(index, case.op, case.shape, case.axes, case.dtype, form, case.nbytes,
                          peer, 10.0, 10.0 * (1.1 if peer == "torch" else 0.9))
-                for peer in bench_small.SMALL_PEERS for form in bench_small.FORMS]  # fmt: skip
+                for peer in small.SMALL_PEERS for form in small.FORMS]  # fmt: skip
 
-    monkeypatch.setattr(bench_small, "_start", lambda device: {"torch": object(), "cupy": object()})
-    monkeypatch.setattr(bench_small, "time_small_case", fake_time)
+    monkeypatch.setattr(small, "_start", lambda device: {"torch": object(), "cupy": object()})
+    monkeypatch.setattr(small, "time_small_case", fake_time)
     seed = int(rng.integers(0, 2**31))
     js, md = tmp_path / "s.json", tmp_path / "s.md"
     rc, _, err = _run("bench", "--small", "4", "--seed", str(seed), "--repeat", "3", "--dtypes",
                       "int8,bfloat16", "--json", str(js), "--markdown", str(md))  # fmt: skip
     assert rc == 0, err
-    assert [c for _, c, _, _ in seen] == bench_small.small_cases(4, seed, ["int8", "bfloat16"])
+    assert [c for _, c, _, _ in seen] == small_cases(4, seed, ["int8", "bfloat16"])
     assert all(r == 3 and d == 0 for _, _, d, r in seen)
     printed = capsys.readouterr().out  # the bench prints as it goes, on sys.stdout
     assert "4 small cases" in printed and "dtypes int8 bfloat16" in printed
@@ -307,7 +309,7 @@ def test_run_small_times_each_case_and_writes_the_files(monkeypatch, capsys, tmp
     s = doc["summary"]
     assert s["peers"]["torch"]["slower"] == 0 and s["peers"]["cupy"]["slower_2pct"] == 8
     assert s["peers"]["torch"]["median"] == pytest.approx(1.1)
-    assert len(bench_small.small_rows_from_json(doc)) == 16
+    assert len(small.small_rows_from_json(doc)) == 16
     assert md.read_text().startswith("| # | case |")
 
 
@@ -320,7 +322,7 @@ def test_small_runs_end_to_end_on_the_gpu(tmp_path, capsys):
     doc = json.loads(js.read_text())
     s = doc["summary"]
     assert s["cases"] == 3 and set(s) == {"cases", "peers", "forms"}
-    assert set(s["peers"]) == set(bench_small.SMALL_PEERS)
+    assert set(s["peers"]) == set(small.SMALL_PEERS)
     for stats in s["peers"].values():
         if stats["measured"]:
             assert {"median", "min", "worst", "slower", "slower_2pct"} <= set(stats)
@@ -328,5 +330,5 @@ def test_small_runs_end_to_end_on_the_gpu(tmp_path, capsys):
         else:
             assert stats["skipped"]
     assert any(stats["measured"] for stats in s["peers"].values()), "no peer was timed"
-    assert len(doc["rows"]) == 3 * len(bench_small.SMALL_PEERS) * len(bench_small.FORMS)
+    assert len(doc["rows"]) == 3 * len(small.SMALL_PEERS) * len(small.FORMS)
     assert "speedup median" in capsys.readouterr().out

@@ -13,9 +13,11 @@ import pytest
 from _synthetic import DEVICE, SyntheticObjective, make_objective
 
 from autotranspose import cli
+from autotranspose.cli.tune import ProgressBar
 from autotranspose.config import KernelConfig, seed_config
 from autotranspose.errors import ShapeError
 from autotranspose.measurement import Measurement
+from autotranspose.shapes import parse_shape
 from autotranspose.store import Store
 from autotranspose.tuner import TrialReport
 
@@ -47,13 +49,13 @@ def tuned(db: str) -> str:
     [("8192x8192", (1, 8192, 8192)), ("64x1024x1024", (64, 1024, 1024)), ("7X9", (1, 7, 9))],
 )
 def test_shapes_parse(text: str, shape: tuple[int, int, int]) -> None:
-    assert cli.parse_shape(text) == shape
+    assert parse_shape(text) == shape
 
 
 @pytest.mark.parametrize("text", ["8192", "0x5", "2x3x4x5", "ax4", "-1x4", ""])
 def test_bad_shapes_are_rejected(text: str) -> None:
     with pytest.raises(ShapeError, match="not a shape"):
-        cli.parse_shape(text)
+        parse_shape(text)
 
 
 def test_tune_prints_a_table_and_stores_every_result(tuned: str) -> None:
@@ -343,7 +345,7 @@ def test_the_progress_bar_draws_on_a_terminal() -> None:
             return True
 
     stream = Tty()
-    bar = cli.ProgressBar(stream, "float32 1x64x64")
+    bar = ProgressBar(stream, "float32 1x64x64")
     config = seed_config(4)
     m = Measurement("ok", 1000.0, 2000.0, 1.0)
     for done in (1, 2):
@@ -353,7 +355,7 @@ def test_the_progress_bar_draws_on_a_terminal() -> None:
     assert "\rfloat32 1x64x64 [############------------] 2/4 best 1000 GB/s" in text
     assert text.endswith("\n")
     quiet = io.StringIO()
-    cli.ProgressBar(quiet, "x")(TrialReport(1, config, m, False, 1, 4, 1.0))
+    ProgressBar(quiet, "x")(TrialReport(1, config, m, False, 1, 4, 1.0))
     assert quiet.getvalue() == ""
 
 
@@ -393,18 +395,18 @@ def test_non_ascii_digits_in_a_shape_are_rejected(rng) -> None:
     digit = str(rng.choice(["²", "³", "¹", "٣", "８", "⑤"]))
     for text in (f"{digit}x3", f"3x{digit}", f"2x3x{digit}"):
         with pytest.raises(ShapeError, match="not a shape"):
-            cli.parse_shape(text)
+            parse_shape(text)
 
 
 def test_a_dimension_beyond_64_bit_is_rejected_without_converting_it(rng) -> None:
     with pytest.raises(ShapeError, match="too large"):
-        cli.parse_shape(f"{_long_number(rng)}x3")
+        parse_shape(f"{_long_number(rng)}x3")
     with pytest.raises(ShapeError, match="too large"):
-        cli.parse_shape(f"{2**63}x1")
+        parse_shape(f"{2**63}x1")
     with pytest.raises(ShapeError, match="too large"):
-        cli.parse_shape(f"{2**32}x{2**32}")  # each side fits, the whole does not
+        parse_shape(f"{2**32}x{2**32}")  # each side fits, the whole does not
     side = int(rng.integers(1, 2**20))
-    assert cli.parse_shape(f"{side}x{2**40}") == (1, side, 2**40)
+    assert parse_shape(f"{side}x{2**40}") == (1, side, 2**40)
 
 
 @pytest.mark.parametrize(

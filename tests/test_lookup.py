@@ -419,3 +419,40 @@ def test_few_long_rows_get_their_own_result_else_tiles_that_fit_not_the_nearest(
     _record(store, H100, own, mine, 2000.0, elem_bytes=elem_bytes)
     lookup.clear_cache()
     assert lookup.choose(H100, elem_bytes, own, store=store).config == mine
+
+
+# --- permute_kernel: what serves a permute's pass ------------------------------------------------
+def test_permute_kernel_of_a_transpose_pass_is_lookups_choice_for_its_class():
+    from autotranspose.plan import plan_permute
+    from autotranspose.shapes import pass_vec
+
+    plan = plan_permute((64, 256, 56, 56), (0, 2, 3, 1), 4)
+    assert lookup.chooses_per_device(plan)
+    got = lookup.permute_kernel(plan, H100.name, store=None)
+    p = plan.passes[0]
+    cls = shape_class(p.batch, p.m, p.n, pass_vec(p))
+    want = lookup.choose(H100.name, 4, cls, store=None)
+    assert (got.pass_, got.shape_class, got.choice, got.kernel) == (p, cls, want, want.config.key)
+    assert got.kernel in got.source()
+    with pytest.raises(ValueError, match="give device"):
+        lookup.permute_kernel(plan)
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes", "elem_bytes", "kernel", "in_source"),
+    [((8, 4096, 32, 128), (0, 2, 1, 3), 2, "rows", "__global__"),  # a row copy
+     ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, "packed", "__global__"),
+     ((2,) * 8, (7, 6, 5, 4, 3, 2, 1, 0), 4, "gather", "__global__"),
+     ((3, 1, 5), (1, 0, 2), 4, "cuMemcpyDtoDAsync", None),  # an identity in memory
+     ((3, 0, 5), (2, 1, 0), 4, "none", None)],  # an empty array: no pass
+)  # fmt: skip
+def test_permute_kernel_of_another_pass_needs_no_device(shape, axes, elem_bytes, kernel, in_source):
+    from autotranspose.plan import plan_permute
+
+    plan = plan_permute(shape, axes, elem_bytes)
+    assert not lookup.chooses_per_device(plan)
+    got = lookup.permute_kernel(plan)
+    assert got.choice is None and got.shape_class is None
+    assert kernel in got.kernel or got.kernel == kernel, got.kernel
+    source = got.source()
+    assert (source == "") if in_source is None else (in_source in source and got.kernel in source)

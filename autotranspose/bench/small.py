@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -23,26 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .bench import draw_dtypes
-from .dtypes import element_type
-
-# --- the cases -----------------------------------------------------------------------------------
-# The stated distribution: total bytes log-uniform in [4 KB, 16 MB]; 2 to 6 dimensions
-# (uniform); the dtypes below, a 1- or 2-byte type twice as likely as a wider one (halves,
-# bfloat16 and bytes are what models move most); sides drawn as real tensors have them: a
-# power of two, a common odd or small side (3 channels, 7x7 and 14x14 patches, 197 tokens,
-# 768 features, ...) or any length, the largest side taking what the total leaves (a multiple
-# of 8 half the time); a 2- or 3-D case is autotranspose.transpose() half the time (the last
-# two axes swapped), everything else autotranspose.permute() by random axes, never the
-# identity.
-SMALL_BYTES = (4 << 10, 16 << 20)
-SMALL_DIMS = (2, 6)
-SMALL_DTYPES = (
-    "float16", "bfloat16", "int8", "uint8", "bool", "int16",
-    "float32", "int32", "float64", "int64", "complex64", "complex128",
-)  # fmt: skip
-NARROW_WEIGHT = 2.0  # a 1- or 2-byte type's weight in the draw; a wider one's is 1
-TYPICAL_SIDES = (3, 5, 7, 12, 14, 24, 28, 49, 56, 96, 112, 196, 197, 384, 768, 1000, 1536, 3072)
+from ..dtypes import element_type
+from .cases import SmallCase, small_cases
 
 SMALL_CALLS = 300  # calls timed back to back, then one synchronize
 SMALL_REPEATS = 5  # timed runs of SMALL_CALLS; the median is kept
@@ -51,84 +32,6 @@ SMALL_PEERS = ("torch", "cupy")
 FORMS = ("out", "new")
 SLOWER = 1.0  # a speedup under this: ours slower
 SLOWER_2PCT = 0.98  # under this: ours more than 2% slower
-
-
-@dataclass(frozen=True)
-class SmallCase:
-    """One call: `op` is "transpose" (autotranspose.transpose, the last two axes swapped) or
-    "permute" (autotranspose.permute by `axes`)."""
-
-    op: str
-    shape: tuple[int, ...]
-    axes: tuple[int, ...]
-    dtype: str
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * element_type(self.dtype).size
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        return tuple(self.shape[a] for a in self.axes)
-
-    def text(self) -> str:
-        """'transpose 64x197' or 'permute 8x12x197x64/0,2,1,3'."""
-        shape = "x".join(map(str, self.shape))
-        if self.op == "transpose":
-            return f"transpose {shape}"
-        return f"permute {shape}/{','.join(map(str, self.axes))}"
-
-
-def small_cases(count: int, seed: int, dtypes: Sequence[str] | None = None) -> list[SmallCase]:
-    """`count` cases drawn from the stated distribution, of `dtypes` only where given; the
-    same seed gives the same cases on any machine."""
-    rng = np.random.default_rng([seed, 0x5A11])  # a stream of its own: not --random's cases
-    names = SMALL_DTYPES if dtypes is None else draw_dtypes(dtypes)
-    weights = np.array([NARROW_WEIGHT if element_type(d).size <= 2 else 1.0 for d in names])
-    weights /= weights.sum()
-    cases = []
-    for _ in range(count):
-        dtype = str(names[int(rng.choice(len(names), p=weights))])
-        nd = int(rng.integers(SMALL_DIMS[0], SMALL_DIMS[1] + 1))
-        op = "transpose" if nd <= 3 and rng.random() < 0.5 else "permute"
-        shape = _small_shape(rng, nd, element_type(dtype).size)
-        if op == "transpose":
-            axes = (*range(nd - 2), nd - 1, nd - 2)
-        else:
-            axes = tuple(range(nd))
-            while axes == tuple(range(nd)):
-                axes = tuple(int(a) for a in rng.permutation(nd))
-        cases.append(SmallCase(op, shape, axes, dtype))
-    return cases
-
-
-def _small_shape(rng: np.random.Generator, nd: int, size: int) -> tuple[int, ...]:
-    """`nd` sides of at least 2 whose total lies in SMALL_BYTES: a log-uniform total shared
-    out at random, each side made a real one, the largest taking what the others leave
-    (redrawn in the rare case it cannot)."""
-    lo, hi = SMALL_BYTES
-    for _ in range(1000):
-        elems = float(np.exp(rng.uniform(np.log(lo), np.log(hi)))) / size
-        share = rng.dirichlet(np.full(nd, 2.0)) * np.log(elems)
-        sides = [_real_side(rng, float(np.exp(v))) for v in share]
-        big = int(np.argmax(sides))
-        rest = math.prod(v for k, v in enumerate(sides) if k != big)
-        sides[big] = max(2, round(elems / rest))
-        if sides[big] >= 16 and rng.random() < 0.5:
-            sides[big] = round(sides[big] / 8) * 8
-        if lo <= math.prod(sides) * size <= hi:
-            return tuple(sides)
-    raise RuntimeError(f"no {nd}-D shape of {size}-byte elements fits {SMALL_BYTES} bytes")
-
-
-def _real_side(rng: np.random.Generator, x: float) -> int:
-    """A side near `x` as tensors have them: a power of two, a typical side, or any length."""
-    r = rng.random()
-    if r < 0.4:
-        return max(2, 2 ** round(math.log2(max(x, 1.0))))
-    if r < 0.75:
-        return min(TYPICAL_SIDES, key=lambda v: abs(math.log(v / max(x, 1.0))))
-    return max(2, round(x))
 
 
 # --- the rows and their summary ------------------------------------------------------------------
@@ -345,7 +248,7 @@ class _Peer:
 
 
 def _torch_peer(torch: Any, case: SmallCase, data: np.ndarray, device: int) -> _Peer:
-    from .entry import permute, transpose  # what users call
+    from ..entry import permute, transpose  # what users call
 
     dev = f"cuda:{device}"
     x = torch.from_numpy(np.ascontiguousarray(data)).to(dev)
@@ -376,7 +279,7 @@ def _cupy_peer(
 ) -> _Peer:
     """CuPy's arrays: views of the PyTorch peer's tensors where there is one (the same
     buffers), else its own copy of `data`."""
-    from .entry import permute, transpose  # what users call
+    from ..entry import permute, transpose  # what users call
 
     with cupy.cuda.Device(device):
         if shared is not None:
@@ -407,7 +310,7 @@ def _start(device: int) -> dict[str, Any]:
     """Make `device`'s primary context current, and `device` each library's current device
     (the peers' own new arrays are made there), then peer -> its module, or a string saying
     why it is skipped."""
-    from .compiler import activate
+    from ..compiler import activate
 
     activate(device)
     found: dict[str, Any] = {}
@@ -435,7 +338,7 @@ POISON = 0xA5
 
 
 def _device_bytes(ptr: int, nbytes: int) -> np.ndarray:
-    from . import _driver
+    from .. import _driver
 
     got = np.empty(nbytes, np.uint8)
     _driver.memcpy_dtoh(got.ctypes.data, ptr, nbytes)
@@ -445,7 +348,7 @@ def _device_bytes(ptr: int, nbytes: int) -> np.ndarray:
 def _check(peer: _Peer, case: SmallCase, form: str) -> str | None:
     """Ours in `form` against the peer's new array, byte for byte (into a poisoned `out` for
     the out form); None when equal, else what is wrong."""
-    from . import _driver
+    from .. import _driver
 
     nbytes = case.nbytes
     want = peer.calls[("peer", "new")]()

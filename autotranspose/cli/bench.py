@@ -1,0 +1,51 @@
+"""`autotranspose bench`'s command line: which of --random, --random-permute and --small draws
+the cases, the dtypes they may draw, the shapes and axes given, all checked before the bench
+(`autotranspose.bench.command`) touches a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from ..errors import UnsupportedDtypeError
+from ..plan import normalize_axes
+from ..shapes import parse_dims
+from .output import UsageError, shape_text
+from .parser import parse_axes, parse_dtypes, parse_option, parse_shapes, split_items
+
+_DRAWS = ("random", "random_permute", "small")  # the options that draw bench's cases
+
+
+def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ..bench.cases import draw_dtypes
+    from ..bench.command import run_from_args
+
+    drawing = [f"--{k.replace('_', '-')}" for k in _DRAWS if getattr(args, k) is not None]
+    if len(drawing) > 1:
+        raise UsageError(
+            f"--random N (transposes), --random-permute N (permutes) and --small N (the host "
+            f"cost of small calls) each draw the cases: give one, not both {' and '.join(drawing)}"
+        )
+    if not drawing:
+        args.dtypes = parse_dtypes(args.dtypes if args.dtypes is not None else ["float32"])
+    elif args.dtypes is not None:  # only these types are drawn; without --dtypes, every type
+        try:
+            args.dtypes = list(draw_dtypes([v.strip() for v in split_items(args.dtypes)]))
+        except UnsupportedDtypeError as exc:
+            raise UsageError(f"argument --dtypes: {exc}") from None
+    if args.small is not None and args.png:
+        raise UsageError("--png charts GB/s per shape; --small writes --json and --markdown")
+    if args.axes is not None:
+        if drawing:
+            raise UsageError(
+                f"--axes permutes the --shapes given: leave out {drawing[0]} "
+                "(--random, --random-permute and --small draw their own cases)"
+            )
+        args.shapes = [parse_option("--shapes", parse_dims, v) for v in split_items(args.shapes)]
+        args.axes = parse_axes(args.axes)
+        for shape in args.shapes:  # every shape must take these axes, before any GPU work
+            normalize_axes(args.axes, len(shape))
+    else:
+        args.shapes = [shape_text(s) for s in parse_shapes(args.shapes)]
+    return int(run_from_args(args) or 0)

@@ -1,0 +1,309 @@
+"""`autotranspose tune`: each (dtype, shape) tuned on one GPU with a progress bar, permutes'
+transpose passes (--axes), or every case on several GPUs at once (--devices); then the
+table of results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ..dtypes import element_type
+from ..errors import TuningError
+from ..plan import normalize_axes
+from ..shapes import Layout, parse_dims
+from .output import PROG, UsageError, gbps_text, one_line, pct_text, shape_text, table
+from .parser import parse_axes, parse_dtypes, parse_option, parse_shapes, split_items
+from .stores import open_store
+
+if TYPE_CHECKING:
+    from ..store import Store
+    from ..tuner import PermuteTarget, TrialReport, TuneResult
+
+
+# make_objective(dtype, shape, device_index, conjugate), and layout=Layout for a permute's
+# strided pass (`tune --axes`; only then, so a factory for plain shapes need not take it)
+ObjectiveFactory = Callable[..., Any]
+
+
+class ProgressBar:
+    """A one-line bar on a terminal; on anything else, nothing until the summary."""
+
+    def __init__(self, stream: TextIO, label: str, width: int = 24) -> None:
+        self.stream = stream
+        self.label = label
+        self.width = width
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+        self._drawn = False
+
+    def __call__(self, report: TrialReport) -> None:
+        if not self.live:
+            return
+        total = max(report.total, 1)
+        done = min(report.done, total)
+        fill = round(self.width * done / total)
+        mark = "r" if report.reused else ("." if report.measurement.ok else "x")
+        line = (
+            f"\r{self.label} [{'#' * fill}{'-' * (self.width - fill)}] {done}/{total} "
+            f"best {report.best_gbps:.0f} GB/s  {mark} {report.config.key}"
+        )
+        self.stream.write(line[:160].ljust(100))
+        self.stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def gpu_objective(
+    dtype: str, shape: tuple[int, int, int], device: int, conjugate: bool,
+    layout: Layout | None = None,
+) -> Any:  # fmt: skip
+    from ..worker import GpuObjective
+
+    return GpuObjective(dtype, shape, device, conjugate=conjugate, layout=layout)
+
+
+def cmd_tune(
+    args: argparse.Namespace, out: TextIO, err: TextIO, make_objective: ObjectiveFactory
+) -> int:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the bar and the table say it all
+    if args.axes is not None:
+        return _tune_permutes(args, out, err, make_objective)
+    shapes = parse_shapes(args.shapes)
+    dtypes = parse_dtypes(args.dtypes)
+    if args.conjugate:
+        bad = [d for d in dtypes if not element_type(d).conjugable]
+        if bad:
+            raise UsageError(f"--conjugate needs complex64 or complex128, not {', '.join(bad)}")
+    if args.devices is not None and args.device is not None:
+        raise UsageError(
+            "--device and --devices cannot be used together: --device 2 tunes on GPU 2, "
+            "--devices 0,2 or --devices all tune on several GPUs at once"
+        )
+    device = args.device if args.device is not None else 0
+    if args.devices is not None:
+        from .. import multigpu
+
+        indices = multigpu.resolve_devices(args.devices, multigpu.local_device_count())
+        if len(indices) > 1:
+            return _tune_devices(args, indices, shapes, dtypes, out, err, make_objective)
+        device = indices[0]
+    store = open_store(args.db)
+    results: list[TuneResult] = []
+    failed = 0
+    started = time.monotonic()
+    for dtype in dtypes:
+        for shape in shapes:
+            label = f"{dtype} {shape_text(shape)}"
+            result = _tune_case(args, store, device, dtype, shape, label, err, make_objective)
+            if result is None:
+                failed += 1
+            else:
+                results.append(result)
+    if results:
+        print(table(_RESULT_HEADERS, [_result_row(r) for r in results]), file=out)
+    print(f"tuned {len(results)} of {len(results) + failed} in "
+          f"{time.monotonic() - started:.1f}s; database {store.display}", file=err)  # fmt: skip
+    return 1 if failed else 0
+
+
+def _tune_case(
+    args: argparse.Namespace, store: Store, device: int, dtype: str, shape: tuple[int, int, int],
+    label: str, err: TextIO, make_objective: ObjectiveFactory, layout: Layout | None = None,
+    max_vector: int | None = None,
+) -> TuneResult | None:  # fmt: skip
+    """Tune one case on GPU `device` with a progress bar; None (and a line saying why) when
+    no config ran correctly."""
+    from ..tuner import tune
+
+    extra = {"layout": layout} if layout is not None else {}
+    objective = make_objective(dtype, shape, device, args.conjugate, **extra)
+    bar = ProgressBar(err, label)
+    try:
+        result = tune(
+            dtype, shape, objective=objective, store=store, device=objective.device,
+            trials=args.trials, timeout=args.timeout, patience=args.patience,
+            sampler=args.sampler, seed=args.seed, batch=args.batch, conjugate=args.conjugate,
+            progress=bar, device_index=device, layout=layout, max_vector=max_vector,
+        )  # fmt: skip
+    except TuningError as exc:
+        bar.close()
+        print(f"{PROG}: {label}: {one_line(exc)}", file=err)
+        return None
+    finally:
+        close = getattr(objective, "close", None)
+        if close is not None:
+            close()
+    bar.close()
+    if not bar.live:
+        print(_result_line(result, label), file=err)
+    return result
+
+
+def _tune_permutes(
+    args: argparse.Namespace, out: TextIO, err: TextIO, make_objective: ObjectiveFactory
+) -> int:
+    """`tune --shapes 64x256x56x56 --axes 0,2,3,1`: plan each permute (contiguous input) and
+    tune its transpose pass like a transpose of its class, measured on the pass's strides;
+    a copy, packed or gather pass gets one line saying there is nothing to tune. Everything is
+    checked, and every permute planned, before any GPU work."""
+    targets = _permute_targets(args)
+    device = args.device if args.device is not None else 0
+    store = open_store(args.db) if any(t.shape is not None for _, _, t in targets) else None
+    axes = ",".join(map(str, targets[0][2].plan.axes)) if targets else ""
+    rows: list[list[str]] = []
+    failed = skipped = 0
+    started = time.monotonic()
+    for dtype, shape, target in targets:
+        label = f"{dtype} {shape_text(shape)} axes {axes}"
+        if target.shape is None or store is None:
+            print(f"{label}: {target.describe()}; {target.untuned}", file=out)
+            skipped += 1
+            continue
+        max_vector = target.shape_class.vec if target.shape_class is not None else None
+        result = _tune_case(args, store, device, target.dtype, target.shape, label, err,
+                            make_objective, target.layout, max_vector)  # fmt: skip
+        if result is None:
+            failed += 1
+            continue
+        strides = result.layout.text if result.layout is not None else "contiguous"
+        rows.append([dtype, shape_text(shape), axes, f"s{element_type(result.dtype).size}",
+                     shape_text(result.shape), strides, *_result_row(result)[2:]])  # fmt: skip
+    if rows:
+        print(table(_PERMUTE_HEADERS, rows), file=out)
+    where = f"; database {store.display}" if store is not None else ""
+    print(f"tuned {len(rows)} of {len(rows) + failed} transpose passes ({skipped} of "
+          f"{len(targets)} permutes had nothing to tune) in "
+          f"{time.monotonic() - started:.1f}s{where}", file=err)  # fmt: skip
+    return 1 if failed else 0
+
+
+def _permute_targets(
+    args: argparse.Namespace,
+) -> list[tuple[str, tuple[int, ...], PermuteTarget]]:
+    """What `tune --axes` tunes, per dtype and shape; every refusal before any GPU work."""
+    from ..tuner import permute_target
+
+    if args.conjugate:
+        raise UsageError("--conjugate is for transposes; permute (--axes) has none")
+    if args.devices is not None:
+        raise UsageError(
+            "--axes tunes a permute's pass on one GPU: give --device INDEX, not --devices"
+        )
+    shapes = [parse_option("--shapes", parse_dims, v) for v in split_items(args.shapes)]
+    dtypes = parse_dtypes(args.dtypes)
+    axes = parse_axes(args.axes)
+    for shape in shapes:  # every shape must take these axes
+        normalize_axes(axes, len(shape))
+    return [(d, s, permute_target(d, s, axes)) for d in dtypes for s in shapes]
+
+
+_RESULT_HEADERS = ["dtype", "shape", "class", "config", "GB/s", "% copy",
+                   "trials/meas/reuse/fail", "time", "stop"]  # fmt: skip
+# tune --axes: the permute, its pass's element size and (batch, m, n) ("shape"), and its
+# strides (ld_in,ld_out,bs_in,bs_out in elements, or contiguous)
+_PERMUTE_HEADERS = ["dtype", "permute", "axes", "elem", "shape", "strides",
+                    *_RESULT_HEADERS[2:]]  # fmt: skip
+
+
+def _result_row(r: TuneResult) -> list[str]:
+    return [
+        r.dtype, shape_text(r.shape), str(r.shape_class), r.config.key,
+        gbps_text(r.measurement.gbps), pct_text(r.measurement.ratio),
+        f"{r.trials}/{r.measured}/{r.reused}/{r.failed}", f"{r.elapsed_s:.1f}s", r.stopped_by,
+    ]  # fmt: skip
+
+
+def _result_line(r: TuneResult, label: str = "") -> str:
+    """One case's summary, after `label` (a permute's) where that is not its own case."""
+    case = f"{r.dtype} {shape_text(r.shape)}"
+    return (
+        f"{case if label in ('', case) else f'{label}: {case}'}: {r.trials} trials "
+        f"({r.measured} measured, "
+        f"{r.reused} reused, {r.failed} failed), best {r.measurement.gbps:.1f} GB/s, "
+        f"stopped by {r.stopped_by}"
+    )
+
+
+def _tune_devices(
+    args: argparse.Namespace,
+    indices: tuple[int, ...],
+    shapes: list[tuple[int, int, int]],
+    dtypes: list[str],
+    out: TextIO,
+    err: TextIO,
+    make_objective: ObjectiveFactory,
+) -> int:
+    """`tune --devices`: one process per GPU, a line per case and GPU as each ends, then
+    the table and which GPUs failed."""
+    from ..multigpu import CaseFailure, tune_devices
+    from ..tuner import TrialReport
+
+    store = open_store(args.db)
+    status = _DevicesLine(err, indices)
+    started = time.monotonic()
+
+    def progress(index: int, event: Any) -> None:
+        if isinstance(event, TrialReport):
+            status.update(index, event)
+            return
+        status.clear()
+        if isinstance(event, CaseFailure):
+            print(f"{PROG}: GPU {index}: {event.dtype} {shape_text(event.shape)}: "
+                  f"{event.error}", file=err)  # fmt: skip
+        else:
+            print(f"GPU {index}: {_result_line(event)}", file=err)
+
+    runs = tune_devices(
+        [(d, s) for d in dtypes for s in shapes], devices=indices, db=store.url,
+        trials=args.trials, timeout=args.timeout, patience=args.patience, sampler=args.sampler,
+        seed=args.seed, batch=args.batch, conjugate=args.conjugate,
+        make_objective=None if make_objective is gpu_objective else make_objective,
+        progress=progress,
+    )  # fmt: skip
+    status.clear()
+    rows = [[str(run.index), *_result_row(r)] for run in runs for r in run.results]
+    if rows:
+        print(table(["gpu", *_RESULT_HEADERS], rows), file=out)
+    for run in runs:
+        if run.error is not None:
+            name = f" ({run.device})" if run.device else ""
+            print(f"{PROG}: GPU {run.index}{name} failed: {run.error}", file=err)
+    done = sum(len(run.results) for run in runs)
+    print(f"tuned {done} of {len(dtypes) * len(shapes) * len(runs)} (case, GPU) pairs on GPUs "
+          f"{', '.join(map(str, indices))} in {time.monotonic() - started:.1f}s; "
+          f"database {store.display}", file=err)  # fmt: skip
+    return 0 if all(run.ok for run in runs) else 1
+
+
+class _DevicesLine:
+    """On a terminal, one line with every GPU's progress; on anything else, nothing."""
+
+    def __init__(self, stream: TextIO, indices: Sequence[int]) -> None:
+        self.stream = stream
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+        self.parts = {i: f"GPU {i} starting" for i in indices}
+        self._drawn = False
+
+    def update(self, index: int, r: TrialReport) -> None:
+        if not self.live:
+            return
+        self.parts[index] = (
+            f"GPU {index} {r.config.elem_bytes}B {r.done}/{r.total} best {r.best_gbps:.0f}"
+        )
+        self.stream.write("\r" + " | ".join(self.parts.values())[:160].ljust(100))
+        self.stream.flush()
+        self._drawn = True
+
+    def clear(self) -> None:
+        if self._drawn:
+            self.stream.write("\r" + " " * 160 + "\r")
+            self.stream.flush()
+            self._drawn = False

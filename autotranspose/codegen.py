@@ -11,26 +11,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import jinja2
 
+from . import kinds
 from ._version import __version__
-from .config import (
-    CONFIG_SCHEMA,
-    FLAT_WORD,
-    KernelConfig,
-    prmt_halo,
-    prmt_k,
-    prmt_layout,
-    staged_loads,
-    staged_pitch,
-    staged_rows,
-    staged_words,
-)
+from .config import CONFIG_SCHEMA, KernelConfig
 from .gather import ARG_BYTES as GATHER_ARG_BYTES
 from .gather import MAX_DIMS as GATHER_MAX_DIMS
+from .kinds.base import WORD_TYPES
 from .packed import ARG_BYTES as PACKED_ARG_BYTES
 from .packed import MAX_BOX_DIMS, MAX_GRID_DIMS, WORDS_LOAD_BATCH, PackedKernel
 from .packed import THREADS as PACKED_THREADS
@@ -38,12 +29,7 @@ from .packed import THREADS as PACKED_THREADS
 # What nvcc is told besides the architecture: part of what a kernel is (compiler.py compiles
 # with these), so part of its version.
 NVCC_OPTIONS: tuple[str, ...] = ("-O3", "-lineinfo")
-# The template of each kind of tuned kernel (one file each; its pieces are included from it).
-TILED_TEMPLATE = "transpose.cu.j2"
-FLAT_TEMPLATE = "flat.cu.j2"
-STAGED_TEMPLATE = "staged.cu.j2"
-PRMT_TEMPLATE = "prmt.cu.j2"
-DIRECT_TEMPLATE = "direct.cu.j2"
+# The template of each kind of tuned kernel is its policy's (`Kind.template`, autotranspose/kinds/).
 # Kernels that are not tuned configs: a peer, the measuring helpers, permute's row copies
 # and gathers (outside template_version: editing them starts no tuning study over).
 UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2", "packed.cu.j2")
@@ -77,7 +63,6 @@ OUTER_ARG_FORMAT = "<2I4q2I"
 OUTER_ARG_BYTES = struct.calcsize(OUTER_ARG_FORMAT)
 OUTER_SUFFIX = "_o"  # the variant's kernel name: the config's own, and this
 
-_WORD_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "u32", 8: "uint2", 16: "uint4"}
 _DTYPES_BY_SIZE = {
     1: "int8, uint8, bool",
     2: "float16, bfloat16, int16, uint16",
@@ -144,7 +129,7 @@ def _common_params(c: KernelConfig) -> dict[str, object]:
         "threads": c.threads,
         "cache": c.cache,
         "conjugate": c.conjugate,
-        "elem_t": _WORD_TYPES[c.elem_bytes],
+        "elem_t": WORD_TYPES[c.elem_bytes],
         "dtypes": _DTYPES_BY_SIZE[c.elem_bytes],
         "outer": False,
         "outer_bytes": OUTER_ARG_BYTES,
@@ -156,164 +141,8 @@ def _common_params(c: KernelConfig) -> dict[str, object]:
 
 def kernel_params(c: KernelConfig) -> dict[str, object]:
     """Everything the template needs about one config, derived here so the template only lays
-    out code."""
-    w = c.word_bytes
-    a = c.chunk_bytes
-    iw, ow = c.tile_n // c.vec, c.tile_m // c.vec
-    rows = iw
-    plane = rows * c.smem_pitch
-    return {
-        **_common_params(c),
-        "v": c.vec,
-        "w": w,
-        "ww": max(w // 4, 1),
-        "e": max(c.elem_bytes // 4, 1),
-        "narrow": w < 4,
-        "tm": c.tile_m,
-        "tn": c.tile_n,
-        "pt": c.per_thread,
-        "word_t": _WORD_TYPES[w],
-        "chunk_t": _WORD_TYPES[a],
-        "a": a,
-        "cw": max(a // 4, 1),
-        "planes": c.planes,
-        "rows": rows,
-        "pitch": c.smem_pitch,
-        "plane": plane,
-        "smem_chunks": c.planes * plane,
-        "smem": c.smem_bytes,
-        "iw": iw,
-        "ow": ow,
-        "lstep": c.threads // iw,
-        "ostep": c.threads // ow,
-        "layout": c.layout,
-        "pad": c.pad,
-        "swz_mask": min(ow, 128 // a) - 1,
-        "swz_rows": max(1, 128 // (ow * a)),
-        "raster": c.raster,
-        "realign": c.realign,
-    }
-
-
-def flat_params(c: KernelConfig) -> dict[str, object]:
-    """What templates/flat.cu.j2 needs about one flat config."""
-    wb = max(FLAT_WORD, c.elem_bytes)
-    return {
-        **_common_params(c),
-        "tl": c.tile_m,
-        "tw": c.tile_n,
-        "unroll": c.per_thread,
-        "words": c.smem_bytes // 4,
-        # the element-wise side moves aligned units: 32-bit words of 1- and 2-byte elements
-        # (a row can start mid-word: one unit more per row), or the element itself
-        "wb": wb,
-        "epu": wb // c.elem_bytes,
-        "units": c.tile_m * c.elem_bytes // wb,  # whole units per row segment of a tile
-        "unit_t": _WORD_TYPES[wb],
-        # Blocks per SM the registers must allow: as many as threads (2048 per SM), shared
-        # memory (160 KiB, the A100's) and the registers a thread needs (its `per_thread` words
-        # in flight and about 24 more, rounded up to 32 or 64) allow. Without it nvcc took 52-99
-        # registers where 32 do, and one 512-thread block per SM kept a quarter of the bytes in
-        # flight (H200: 80% -> 32% of copy).
-        "min_blocks": max(1, min(65536 // (c.threads * (32 if c.per_thread <= 8 else 64)),
-                                 160 * 1024 // (c.smem_bytes + 1024), 32)),
-    }
-
-
-def staged_params(c: KernelConfig) -> dict[str, object]:
-    """What templates/staged.cu.j2 needs about one staged config."""
-    return {
-        **_common_params(c),
-        "v": c.vec,
-        "w": c.word_bytes,
-        "ww": c.word_bytes // 4,
-        "tm": c.tile_m,
-        "tn": c.tile_n,
-        "pt": c.per_thread,
-        "rows": staged_rows(c),
-        "pitch": staged_pitch(c),
-        "nw": staged_words(c),
-        "nwo": c.tile_m // c.vec,
-        "lu": staged_loads(c),
-        "lpr": c.tile_m // c.vec // c.per_thread,  # threads per output row of a tile
-        "vstep": c.vec * staged_pitch(c) + 4,  # shared-memory bytes between rows vec apart
-        "smem": c.smem_bytes,
-        "raster": c.raster,
-        "word_t": _WORD_TYPES[c.word_bytes],
-    }
-
-
-def prmt_registers(c: KernelConfig) -> int:
-    """Registers a thread a byte-permute kernel is capped at (through its launch bounds).
-
-    64 (with 80, as shared memory alone would allow for the biggest tiles, ptxas 13 spilled
-    120-190 bytes); 80 for a wide kernel (its run store spilled at 64), but 64 again for an
-    ordered wide kernel of 1- or 2-byte elements with row segments of 128 bytes or more: one
-    more block an SM (H200, best config uncapped -> capped in one process:
-    int8 20 / 100 rows 76.4 / 77.0 -> 82.0 / 82.7, float16 9 / 20 / 43 rows 64.0 / 79.1 /
-    70.8 -> 69.5 / 84.4 / 74.5; 64-byte segments lost up to 7 on int8 100 rows, and 4-byte
-    elements moved within noise)."""
-    if not c.wide:
-        return 64
-    if c.ordered and c.elem_bytes <= 2 and c.tile_n * c.elem_bytes >= 128:
-        return 64
-    return 80
-
-
-def prmt_params(c: KernelConfig) -> dict[str, object]:
-    """What templates/prmt.cu.j2 needs about one byte-permute config."""
-    return {
-        **_common_params(c),
-        **prmt_layout(c),
-        "kk": prmt_k(c),
-        "h": prmt_halo(c),
-        "flat": c.flat,  # one tile spans the short side: tall, or wide
-        "wide": c.wide,
-        "ordered": c.ordered,  # wide: the transposed buffer holds the output run in order
-        "tm": c.tile_m,
-        "tn": c.tile_n,
-        "smem": c.smem_bytes,
-        "raster": c.raster,
-        "min_blocks": max(1, 65536 // (c.threads * prmt_registers(c))),
-    }
-
-
-def direct_params(c: KernelConfig) -> dict[str, object]:
-    """What templates/direct.cu.j2 needs about one direct config."""
-    return {
-        **_common_params(c),
-        "tm": c.tile_m,
-        "tn": c.tile_n,
-        "pt": c.per_thread,
-        "pad": c.pad,
-        "e": max(c.elem_bytes // 4, 1),  # 32-bit words an element (the last holds a sign)
-        "lstep": c.threads // c.tile_n,  # input rows apart a thread's loads are
-        "sstep": c.threads // c.tile_m,  # output rows apart its stores are
-        # a narrow tile's long side with more elements than the block has threads: a thread's
-        # loads (lq) or stores (sq) walk it, this many a row (0: the tile's other mapping)
-        "lq": c.tile_n // c.threads if c.threads < c.tile_n else 0,
-        "sq": c.tile_m // c.threads if c.threads < c.tile_m else 0,
-        "raster": c.raster,
-        "smem": c.smem_bytes,
-    }
-
-
-def _kinds() -> dict[str, tuple[str, Callable[[KernelConfig], dict[str, object]]]]:
-    """Kind of kernel -> (its template, the parameters it needs): the one place a new kind
-    plugs in."""
-    return {
-        "tiled": (TILED_TEMPLATE, kernel_params),
-        "flat": (FLAT_TEMPLATE, flat_params),
-        "staged": (STAGED_TEMPLATE, staged_params),
-        "prmt": (PRMT_TEMPLATE, prmt_params),
-        "direct": (DIRECT_TEMPLATE, direct_params),
-    }
-
-
-def _kind(c: KernelConfig) -> str:
-    if c.direct:
-        return "direct"
-    return "prmt" if c.prmt else "flat" if c.flat else "staged" if c.staged else "tiled"
+    out code: what every kind's template needs, and the kind's own (`Kind.params`)."""
+    return {**_common_params(c), **c.policy.params(c)}
 
 
 def _render_kernels(template: str, kernels: list[dict[str, object]]) -> str:
@@ -323,8 +152,7 @@ def _render_kernels(template: str, kernels: list[dict[str, object]]) -> str:
 def kernel_source(config: KernelConfig) -> str:
     """The CUDA C of `config`'s kernel alone, without the file header: what `kernel_version`
     hashes. (`persistent` is a launch parameter: configs differing only there share it.)"""
-    template, params = _kinds()[_kind(config)]
-    return _render_kernels(template, [params(config)])
+    return _render_kernels(config.policy.template, [kernel_params(config)])
 
 
 def kernel_name(config: KernelConfig, outer: bool = False) -> str:
@@ -336,33 +164,31 @@ def _outer_params(c: KernelConfig) -> dict[str, object]:
     """The outer variant of a config's kernel: the same tile code, its batch index walked as
     three dims (templates/tiled/outer.cu.j2). Not hashed into `kernel_version`: it runs the
     tuned kernel's tiles on the matrices permute's plan finds, as host loops did before."""
-    _, params = _kinds()[_kind(c)]
-    return {**params(c), "outer": True, "name": kernel_name(c, True)}
+    return {**kernel_params(c), "outer": True, "name": kernel_name(c, True)}
 
 
 def render_outer(configs: Iterable[KernelConfig]) -> str:
     """One translation unit of the configs' outer variants (`_outer_params`)."""
     unique = list({c.kernel_name: c for c in configs}.values())
     parts = [f"// Generated by autotranspose {__version__}: outer variants. Do not edit."]
-    for kind, (template, _) in _kinds().items():
-        group = [_outer_params(c) for c in unique if _kind(c) == kind]
+    for kind in kinds.all_kinds():
+        group = [_outer_params(c) for c in unique if c.policy is kind]
         if group:
-            parts.append(_render_kernels(template, group))
+            parts.append(_render_kernels(kind.template, group))
     return "\n".join(parts)
 
 
 def render_many(configs: Iterable[KernelConfig]) -> str:
     """One translation unit holding a kernel per distinct kernel name (compiled in a single nvcc
     call); configs that differ only in launch parameters (`persistent`) share their kernel.
-    Each kind of kernel has its own template: tiled kernels (transpose.cu.j2 and the access
-    strategies it includes), flat kernels for skinny matrices (flat.cu.j2), staged kernels
-    for rows at any offset (staged.cu.j2)."""
+    Each kind of kernel has its own template (`Kind.template`), rendered in the kinds'
+    registration order (an empty file: the tiled template's preamble)."""
     unique = list({c.kernel_name: c for c in configs}.values())
     parts = [f"// Generated by autotranspose {__version__}. Do not edit."]
-    for kind, (template, params) in _kinds().items():
-        group = [params(c) for c in unique if _kind(c) == kind]
-        if group or (kind == "tiled" and not unique):
-            parts.append(_render_kernels(template, group))
+    for kind in kinds.all_kinds():
+        group = [kernel_params(c) for c in unique if c.policy is kind]
+        if group or (kind.name == "tiled" and not unique):
+            parts.append(_render_kernels(kind.template, group))
     return "\n".join(parts)
 
 

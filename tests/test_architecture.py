@@ -31,6 +31,8 @@ FROM_PACKAGE_OK = {"__version__"}  # names a layer may read from the package's _
 CUDA = ["compiler", "_driver", "_native", "_dlpack", "arrays", "streams", "launch", "api"]
 FORBIDDEN: dict[str, list[str]] = {
     "measurement": ["*"],
+    # the kernel kinds' policies: below config (it dispatches to them), pure, no CUDA
+    "kinds": [*CUDA, "config", "codegen", "measure", "tuner", "store", "lookup", "worker", "device"],
     "config": ["codegen", "compiler", "launch", "api", "measure", "tuner", "store", "lookup"],
     "codegen": ["compiler", "launch", "api", "measure", "tuner", "store", "lookup"],
     "compiler": ["launch", "api", "measure", "tuner", "store", "lookup"],

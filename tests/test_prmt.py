@@ -15,7 +15,8 @@ import pytest
 from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, assert_match_reference
 from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
-from autotranspose.codegen import kernel_source, prmt_params, render_many
+from autotranspose.codegen import kernel_params as prmt_params
+from autotranspose.codegen import kernel_source, render_many
 from autotranspose.config import (
     NEWEST,
     PRMT_SIZES,

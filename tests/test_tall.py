@@ -119,8 +119,8 @@ def test_ordered_wide_kernels_with_wide_segments_keep_to_64_registers(arch, rng)
     more run one more block an SM at 64 registers (H200: +4 to +6 points); a random sample of them, both
     cache hints, compiles to at most 64 without spills, while run-store wide kernels keep the
     80 their store needs (and their launch bounds say so)."""
-    from autotranspose.codegen import prmt_registers
     from autotranspose.compiler import nvcc_resources
+    from autotranspose.kinds.prmt import prmt_registers
 
     wide = [c for s in (1, 2) for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.persistent]
     capped = [c for c in wide if prmt_registers(c) == 64]

@@ -1,0 +1,231 @@
+"""What every kernel kind shares: the field values and hardware limits, and `Kind`, the
+interface each kind implements (its policy: rules, shape, template parameters, search).
+
+Kinds know nothing of `KernelConfig`'s class (config.py builds on them): a kind reads a
+config's fields and derived sizes (`Config`), and builds configs only through the constructor
+it is handed (`New`), so config.py can dispatch to the kinds and the kinds can build configs
+without an import circle.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+TILE_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
+VEC_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
+PER_THREAD: tuple[int, ...] = (1, 2, 4, 8, 16)
+PERSISTENT: tuple[int, ...] = (0, 1, 2, 4, 8)
+# `__launch_bounds__` blocks per SM a tiled or staged kernel asks for (`min_blocks`, 0 or
+# 2..MAX_BLOCKS_PER_SM). 0 (the default) says one block, which only stops ptxas capping
+# registers: it took 80 for the staged 4-byte default, 3 blocks of 256 threads an SM, where
+# 4 blocks (64 registers, no spill) ran float32 4099x6007 at 88.0% of copy against 82.3
+# (H200, docs/perf-notes.md, "Register caps").
+MAX_BLOCKS_PER_SM = 32
+MAX_THREADS_PER_SM = 2048
+REGISTERS_PER_SM = 65536
+# the register caps the search space and a neighbour step try, as blocks per SM for a block's
+# threads (`occupancy_steps`). Capped variants are searched and measured like any config, and
+# some spill (ptxas: the staged defaults under 64, 64-thread tiles of 16-byte elements under
+# 80); a cap of 40 spilled in most configs of the H200 sweep (dev/occupancy_sweep.py) and won none.
+OCCUPANCY_CAPS: tuple[int, ...] = (80, 64)
+PADS: tuple[int, ...] = (0, 1, 2, 3, 4)
+LAYOUTS: tuple[str, ...] = ("pad", "swizzle")
+RASTERS: tuple[str, ...] = ("row", "col")
+CACHE_HINTS: tuple[str, ...] = ("default", "stream")
+WARP = 32
+# a flat kernel's tile's long side (flat.py); also a flat byte-permute tile's (prmt.py)
+FLAT_LONG: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
+# The C type of a word of each width, as the templates name it.
+WORD_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "u32", 8: "uint2", 16: "uint4"}
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """The per-block limits a config must fit: from the device, or the newest architecture."""
+
+    max_threads_per_block: int = 1024
+    max_shared_per_block: int = 48 * 1024  # static __shared__ arrays stop at 48 KiB
+    name: str = "any"
+    compute_capability: tuple[int, int] = (9, 0)
+
+
+NEWEST = DeviceLimits()
+
+
+class Config(Protocol):
+    """What a kind reads of a config (config.KernelConfig): its fields and derived sizes."""
+
+    elem_bytes: int
+    tile_m: int
+    tile_n: int
+    vec: int
+    per_thread: int
+    pad: int
+    layout: str
+    raster: str
+    cache: str
+    conjugate: bool
+    persistent: int
+    realign: bool
+    flat: bool
+    staged: bool
+    prmt: bool
+    wide: bool
+    min_blocks: int
+    ordered: bool
+    direct: bool
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def smem_bytes(self) -> int: ...
+    @property
+    def word_bytes(self) -> int: ...
+    @property
+    def registers(self) -> int: ...
+    def fits(self, limits: DeviceLimits) -> bool: ...
+    def replace(self, **changes: Any) -> Any: ...
+
+
+# Builds a config from KernelConfig's fields (positional or named), raising ConfigError if
+# they are not a valid kernel: config.KernelConfig itself.
+New = Callable[..., Any]
+# Yields a config built from these fields, then its variants (persistent grids, register
+# caps), if it is valid and the limits can run it (config._launchable): what a search walks.
+Launchable = Callable[..., Iterator[Any]]
+
+
+@dataclass(frozen=True)
+class SpaceCall:
+    """What one config_space() call asks for: the element size, the limits, whether the
+    call conjugates, its widest vector (None: any) and short side (None: not skinny), and
+    whether its rows are restricted to vectors narrower than 16 bytes (unaligned)."""
+
+    elem_bytes: int
+    limits: DeviceLimits
+    conjugate: bool
+    max_vector: int | None
+    short_side: int | None
+
+    @property
+    def restricted(self) -> bool:
+        return self.max_vector is not None and self.max_vector < 16 // self.elem_bytes
+
+
+# A search: (its place in config_space's order, a function of the call's launchable builder
+# and the call that yields the kind's configs for it).
+Search = tuple[int, Callable[[Launchable, SpaceCall], Iterator[Any]]]
+
+
+class Kind(ABC):
+    """A kernel kind's policy: how its configs are validated and sized, which tiles and grid
+    they launch, which parameters their template renders, and the configs it adds to the
+    search space. One instance per kind, registered in `autotranspose.kinds` by `name`.
+
+    A config's kind follows from its kind flag (`flag`, a KernelConfig bool field; None for
+    the tiled kernels, which have none); where several flags are set the kind of the highest
+    `precedence` wins (a flat byte-permute config, flat=True and prmt=True, is a byte-permute
+    one; other combinations are invalid, and that kind's rules say why).
+    Methods take the config (`Config`); KernelConfig validates the fields all kinds share
+    (types, value lists, flags that belong together) before it asks `errors`.
+    """
+
+    name: ClassVar[str]
+    flag: ClassVar[str | None]
+    precedence: ClassVar[int]
+    template: ClassVar[str]  # its template file under templates/ (pieces included from it)
+    persistent: ClassVar[bool] = True  # the space holds its persistent-grid variants
+    capped: ClassVar[bool] = True  # the space and the neighbours hold register-capped variants
+
+    @abstractmethod
+    def errors(self, c: Config) -> Iterator[str]:
+        """Every reason `c` is not a kernel of this kind, each naming the field and the fix."""
+
+    @abstractmethod
+    def derive(self, c: Config) -> dict[str, int]:
+        """`threads` per block and static shared memory (`smem`, bytes) of a valid config."""
+
+    @abstractmethod
+    def params(self, c: Config) -> dict[str, object]:
+        """What the template needs about `c` besides what every kind's does (codegen's
+        common parameters: name, element, threads, hints, min_blocks, which this may override)."""
+
+    def searches(self) -> tuple[Search, ...]:
+        """The kind's parts of config_space(), each with its place in the order."""
+        return ()
+
+    def tile_m_values(self, c: Config) -> tuple[int, ...]:
+        return self.tile_n_values(c)
+
+    def tile_n_values(self, c: Config) -> tuple[int, ...]:
+        return TILE_SIZES
+
+    def tiles(self, c: Config, m: int, n: int) -> tuple[int, int]:
+        """Tiles along the input's rows and columns of an m x n matrix."""
+        return (-(-m // c.tile_m), -(-n // c.tile_n))
+
+    def applies(self, c: Config, m: int, n: int) -> bool:
+        """Whether the kernel handles an m x n matrix."""
+        return True
+
+    def grid(self, c: Config, m: int, n: int, batch: int, multiprocessors: int) -> tuple[int, int, int]:
+        """One block per tile (batches folded in), or with `persistent` = k, k blocks per
+        multiprocessor that loop over the tiles."""
+        tm, tn = self.tiles(c, m, n)
+        total = tm * tn * batch
+        if c.persistent:
+            total = min(total, c.persistent * multiprocessors)
+        return (total, 1, 1)
+
+    def any_offset(self, c: Config) -> bool:
+        """Whether the kernel runs on rows at any offset (else `vec` must fit the call)."""
+        return False
+
+    def cap_steps(self, c: Config) -> tuple[int, ...]:
+        """The register caps (as min_blocks) for `c`'s threads (searched where `capped`)."""
+        return occupancy_steps(c.threads, OCCUPANCY_CAPS)
+
+    def step_values(self, c: Config, name: str, values: tuple[int, ...], pair: bool) -> tuple[int, ...]:
+        """The list a neighbour steps `name` along (`pair`: two fields at once); `values` is
+        the shared one."""
+        return values
+
+    def __repr__(self) -> str:
+        return f"<kind {self.name}>"
+
+
+def fixed_field_errors(c: Config, kind: str, fixed: Mapping[str, Any], why: str) -> Iterator[str]:
+    """A kernel kind's fields that have one value only: each other value, named with the fix."""
+    for name, want in fixed.items():
+        if getattr(c, name) != want:
+            yield f"{kind}=True takes {name}={want!r} (got {getattr(c, name)!r}): {why}"
+
+
+def min_blocks_errors(c: Config, threads: int) -> Iterator[str]:
+    if c.min_blocks * threads > MAX_THREADS_PER_SM:
+        yield (
+            f"min_blocks={c.min_blocks} blocks of {threads} threads exceed the {MAX_THREADS_PER_SM} "
+            f"threads an SM runs; use 0 or 2 to {MAX_THREADS_PER_SM // threads}"
+        )
+
+
+def occupancy_steps(threads: int, caps: tuple[int, ...] = OCCUPANCY_CAPS) -> tuple[int, ...]:
+    """The min_blocks values the space holds for blocks of `threads`: those that cap registers
+    at each of `caps` (fewest blocks first), at least 2 blocks, at most what an SM runs."""
+    most = min(MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM // threads)
+    steps = (min(most, REGISTERS_PER_SM // (threads * cap)) for cap in caps)
+    return tuple(sorted({b for b in steps if b >= 2}))
+
+
+def register_budget(threads: int, blocks: int) -> int:
+    """The registers a thread gets when `blocks` blocks of `threads` share an SM, as ptxas
+    caps them under `__launch_bounds__(threads, blocks)`: the SM's four partitions each hold
+    a quarter of the register file and of the warps, allocated 8 registers a thread at a
+    time. So 25 blocks of 64 threads get 32, not the 40 that the SM's total suggests."""
+    warps = -(-(blocks * threads // WARP) // 4)  # a partition's share, rounded up
+    return REGISTERS_PER_SM // 4 // (warps * WARP) // 8 * 8

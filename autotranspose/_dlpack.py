@@ -78,9 +78,9 @@ _DLManagedTensor._fields_ = [
 _capsule_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi)
 )
-_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
-    ("PyCapsule_New", ctypes.pythonapi)
-)
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", ctypes.pythonapi))
 _incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
 _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
@@ -104,9 +104,13 @@ def read(capsule: Any) -> Tensor:
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else None
     return Tensor(
-        (t.data or 0) + t.byte_offset, shape, strides, t.device.device_type, t.device.device_id,
+        (t.data or 0) + t.byte_offset,
+        shape,
+        strides,
+        t.device.device_type,
+        t.device.device_id,
         capsule,
-    )  # fmt: skip
+    )
 
 
 def dl_dtype(name: str, size: int) -> tuple[int, int]:
@@ -323,9 +327,10 @@ def helpers_path() -> Any:
 def build_helpers(path: Any, cc: str) -> Any:
     """Compile RELEASE_SOURCE into the shared library `path` (atomically) and load it."""
     _native.build_files(
-        path, {"release.c": RELEASE_SOURCE},
+        path,
+        {"release.c": RELEASE_SOURCE},
         lambda tmp, so: [[cc, "-O2", "-shared", "-fPIC", "-o", str(so), str(tmp / "release.c")]],
-    )  # fmt: skip
+    )
     return load_helpers(path)
 
 
@@ -352,9 +357,12 @@ def load_helpers(path: Any) -> Any:
     _incref(lib.sweeper)  # the C side holds its address for the process's life
     atexit.register(lib.at_export_python_gone)  # before the teardown: no Python after it
     lib.at_export_bind_sweeper(
-        address("Py_AddPendingCall"), address("PyObject_CallNoArgs"), address("Py_DecRef"),
-        address("PyErr_Clear"), id(lib.sweeper),
-    )  # fmt: skip
+        address("Py_AddPendingCall"),
+        address("PyObject_CallNoArgs"),
+        address("Py_DecRef"),
+        address("PyErr_Clear"),
+        id(lib.sweeper),
+    )
     return lib
 
 
@@ -426,9 +434,14 @@ def _sweeper(lib: Any) -> Any:
 
 
 def export_capsule(
-    lib: Any, owner: Any, data: int, shape: tuple[int, ...], dtype: tuple[int, int],
-    device: tuple[int, int], release: dict[str, int | None],
-) -> Any:  # fmt: skip
+    lib: Any,
+    owner: Any,
+    data: int,
+    shape: tuple[int, ...],
+    dtype: tuple[int, int],
+    device: tuple[int, int],
+    release: dict[str, int | None],
+) -> Any:
     """A "dltensor" capsule of a C export of `data` (row-major `shape`), kept in `_live` with
     `owner` until released. `release` names the C fields that free it (get, set, mem_free,
     event_sync, event_destroy, ctx, ptr, event); the export owns `ptr` and `event` from here."""
@@ -507,9 +520,14 @@ class Exported:
     input cannot reuse that memory before our kernel has read it."""
 
     def __init__(
-        self, alloc: _driver.Allocation, shape: tuple[int, ...], dtype: tuple[int, int],
-        device: int, stream: int | None, keep: Any = None,
-    ) -> None:  # fmt: skip
+        self,
+        alloc: _driver.Allocation,
+        shape: tuple[int, ...],
+        dtype: tuple[int, int],
+        device: int,
+        stream: int | None,
+        keep: Any = None,
+    ) -> None:
         self.alloc, self.shape, self.dtype, self.device = alloc, shape, dtype, device
         self.stream, self.keep = stream, keep
         self._managed: Any = None
@@ -530,10 +548,23 @@ class Exported:
             return self._python_capsule()
         get, set_, free, sync, destroy = _driver.release_entry_points()
         capsule = export_capsule(
-            lib, self, self.alloc.ptr, self.shape, self.dtype, (KDL_CUDA, self.device),
-            dict(get=get, set=set_, mem_free=free, event_sync=sync, event_destroy=destroy,
-                 ctx=ctx, ptr=self.alloc.ptr, event=event),
-        )  # fmt: skip
+            lib,
+            self,
+            self.alloc.ptr,
+            self.shape,
+            self.dtype,
+            (KDL_CUDA, self.device),
+            dict(
+                get=get,
+                set=set_,
+                mem_free=free,
+                event_sync=sync,
+                event_destroy=destroy,
+                ctx=ctx,
+                ptr=self.alloc.ptr,
+                event=event,
+            ),
+        )
         self.alloc.disown()  # the export frees it now
         self._managed = True
         return capsule

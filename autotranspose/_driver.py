@@ -62,13 +62,28 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuCtxSynchronize": [],
     "cuPointerGetAttribute": [c_void_p, c_int, ctypes.c_uint64],
     "cuLibraryLoadData": [
-        ctypes.POINTER(c_void_p), ctypes.c_char_p, c_void_p, c_void_p, c_uint, c_void_p,
-        c_void_p, c_uint,
+        ctypes.POINTER(c_void_p),
+        ctypes.c_char_p,
+        c_void_p,
+        c_void_p,
+        c_uint,
+        c_void_p,
+        c_void_p,
+        c_uint,
     ],
     "cuLibraryGetKernel": [ctypes.POINTER(c_void_p), c_void_p, ctypes.c_char_p],
     "cuKernelGetFunction": [ctypes.POINTER(c_void_p), c_void_p],
     "cuLaunchKernel": [
-        c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_void_p, c_void_p,
+        c_void_p,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_void_p,
+        c_void_p,
         c_void_p,
     ],
     "cuStreamGetCtx": [c_void_p, ctypes.POINTER(c_void_p)],
@@ -88,7 +103,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuMemcpyDtoH_v2": [c_void_p, ctypes.c_uint64, c_size_t],
     "cuMemcpyDtoD_v2": [ctypes.c_uint64, ctypes.c_uint64, c_size_t],
     "cuMemcpyDtoDAsync_v2": [ctypes.c_uint64, ctypes.c_uint64, c_size_t, c_void_p],
-}  # fmt: skip
+}
 
 
 class _Lib:
@@ -163,7 +178,9 @@ class _Scratch(threading.local):
         # the driver reads only as many as the kernel has, so the gathers' three (in, out and
         # their struct at offset 16) use the first three
         base = ctypes.addressof(cbuf)
-        self.kernel_params = (c_void_p * len(TRANSPOSE_OFFSETS))(*(base + o for o in TRANSPOSE_OFFSETS))
+        self.kernel_params = (c_void_p * len(TRANSPOSE_OFFSETS))(
+            *(base + o for o in TRANSPOSE_OFFSETS)
+        )
         self.kernel_params_ref = c_void_p(ctypes.addressof(self.kernel_params))
 
 
@@ -363,7 +380,9 @@ class Prepared:
 
     __slots__ = ("address", "args", "ctx", "nbytes", "spec", "tail")
 
-    def __init__(self, func: int, ctx: int, grid: tuple[int, ...], block: tuple[int, ...], tail: bytes) -> None:
+    def __init__(
+        self, func: int, ctx: int, grid: tuple[int, ...], block: tuple[int, ...], tail: bytes
+    ) -> None:
         self.ctx = ctx
         self.args = launch_args(func, grid, block)
         self.tail = tail
@@ -429,7 +448,9 @@ class Program:
         """Every step on `stream` in the program's context, from any thread; the thread's
         own context (or `restore`) is current again afterwards."""
         if self.address:
-            err = _at_run(self.address, src, dst, stream, _native.SAME if restore is _SAME else restore)
+            err = _at_run(
+                self.address, src, dst, stream, _native.SAME if restore is _SAME else restore
+            )
             if err:
                 raise KernelLaunchError(f"a launch of the call failed: {error_name(err)}")
             return
@@ -474,7 +495,9 @@ def launch_transpose(
         prep.run(src, dst, stream, restore)
         return
     if prep.address:
-        err = _at_transpose(prep.address, src, dst, stream, _native.SAME if restore is _SAME else restore)
+        err = _at_transpose(
+            prep.address, src, dst, stream, _native.SAME if restore is _SAME else restore
+        )
         if err:
             raise KernelLaunchError(f"cuLaunchKernel failed: {error_name(err)}")
         return
@@ -504,7 +527,10 @@ class Event:
 
     def __init__(self, timing: bool = True) -> None:
         h = c_void_p()
-        check(lib().cuEventCreate(ctypes.byref(h), 0 if timing else EVENT_DISABLE_TIMING), "cuEventCreate")
+        check(
+            lib().cuEventCreate(ctypes.byref(h), 0 if timing else EVENT_DISABLE_TIMING),
+            "cuEventCreate",
+        )
         self.handle = h.value
 
     def record(self, stream: int | None = 0) -> Event:
@@ -516,7 +542,10 @@ class Event:
 
     def ms_since(self, start: Event) -> float:
         ms = ctypes.c_float(0)
-        check(lib().cuEventElapsedTime(ctypes.byref(ms), start.handle, self.handle), "cuEventElapsedTime")
+        check(
+            lib().cuEventElapsedTime(ctypes.byref(ms), start.handle, self.handle),
+            "cuEventElapsedTime",
+        )
         return ms.value
 
     def __del__(self) -> None:
@@ -545,8 +574,13 @@ def release_entry_points() -> tuple[int, int, int, int, int]:
     """Addresses of cuCtxGetCurrent, cuCtxSetCurrent, cuMemFree_v2, cuEventSynchronize and
     cuEventDestroy_v2: what C code that frees our memory outside Python calls."""
     dll = lib().dll
-    names = ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuMemFree_v2", "cuEventSynchronize",
-             "cuEventDestroy_v2")  # fmt: skip
+    names = (
+        "cuCtxGetCurrent",
+        "cuCtxSetCurrent",
+        "cuMemFree_v2",
+        "cuEventSynchronize",
+        "cuEventDestroy_v2",
+    )
     get, set_, free, sync, destroy = (ctypes.cast(dll[n], c_void_p).value for n in names)
     return get, set_, free, sync, destroy
 

@@ -276,9 +276,13 @@ PROGRAM_SIZES = ctypes.sizeof(Program) << 8 | ctypes.sizeof(Step)
 # about a microsecond, less than releasing and re-taking the GIL would cost (PyTorch and CuPy
 # launch with the GIL held too).
 TRANSPOSE_TYPE = ctypes.PYFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
+    ctypes.c_int,
     ctypes.c_void_p,
-)  # fmt: skip
+    ctypes.c_uint64,
+    ctypes.c_uint64,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+)
 
 KINDS = ("module", "ctypes")  # the forms tried, fastest first
 
@@ -338,15 +342,20 @@ def build(path: Path, cc: str, kind: str = "ctypes") -> Path:
     write their own file and rename it into place)."""
     flags = ["-DAT_PYTHON", f"-I{python_headers()}"] if kind == "module" else []
     return build_files(
-        path, {"launcher.c": SOURCE},
-        lambda tmp, so: [[cc, "-O2", "-shared", "-fPIC", *flags, "-o", str(so), str(tmp / "launcher.c")]],
-    )  # fmt: skip
+        path,
+        {"launcher.c": SOURCE},
+        lambda tmp, so: [
+            [cc, "-O2", "-shared", "-fPIC", *flags, "-o", str(so), str(tmp / "launcher.c")]
+        ],
+    )
 
 
 def build_files(
-    path: Path, files: Mapping[str, str], commands: Callable[[Path, Path], Sequence[Sequence[str]]],
+    path: Path,
+    files: Mapping[str, str],
+    commands: Callable[[Path, Path], Sequence[Sequence[str]]],
     timeout: float = 120,
-) -> Path:  # fmt: skip
+) -> Path:
     """Write `files` (name -> text) into a fresh folder beside `path`, run the compiler command
     lines `commands(folder, library)` there in turn, and move the library they made to `path`
     (atomically: concurrent builders each write their own and rename it into place). A failed
@@ -364,7 +373,11 @@ def build_files(
 
 
 def _check_layout(path: Path, layout: int, size: int, program: int) -> None:
-    if layout != (NARGS << 16 | CAPACITY) or size != ctypes.sizeof(Spec) or program != PROGRAM_SIZES:
+    if (
+        layout != (NARGS << 16 | CAPACITY)
+        or size != ctypes.sizeof(Spec)
+        or program != PROGRAM_SIZES
+    ):
         raise RuntimeError(f"{path} does not match this autotranspose")
 
 

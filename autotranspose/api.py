@@ -93,9 +93,15 @@ NO_OUTER: Outer = (NO_DIM, NO_DIM)
 
 
 def _prepare(
-    x: View, o: View, config: Any, conjugate: bool, state: DeviceState,
-    stream: int | None = None, ctx: int | None = None, outer: Outer = NO_OUTER,
-) -> Launch:  # fmt: skip
+    x: View,
+    o: View,
+    config: Any,
+    conjugate: bool,
+    state: DeviceState,
+    stream: int | None = None,
+    ctx: int | None = None,
+    outer: Outer = NO_OUTER,
+) -> Launch:
     s = x.et.size
     if (x.ptr | o.ptr) % s:
         raise LayoutError(
@@ -133,15 +139,27 @@ def _call_vec(x: View, o: View, outer: Outer = NO_OUTER) -> int:
     permute pass's `outer` dims, at the pointers of every matrix the launch walks (each
     outer dim moves both by its strides)."""
     s = x.et.size
-    walked = [p + s * st for d in outer if d.extent > 1
-              for p, st in ((x.ptr, d.in_stride), (o.ptr, d.out_stride))]  # fmt: skip
+    walked = [
+        p + s * st
+        for d in outer
+        if d.extent > 1
+        for p, st in ((x.ptr, d.in_stride), (o.ptr, d.out_stride))
+    ]
     return call_vec(s, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, (x.ptr, o.ptr, *walked))
 
 
 def _first_call(
-    x: View, o: View, guess: KernelConfig, cls: ShapeClass, vec: int, conjugate: bool,
-    state: DeviceState, stream: int | None, ctx: int, outer: Outer,
-) -> KernelConfig:  # fmt: skip
+    x: View,
+    o: View,
+    guess: KernelConfig,
+    cls: ShapeClass,
+    vec: int,
+    conjugate: bool,
+    state: DeviceState,
+    stream: int | None,
+    ctx: int,
+    outer: Outer,
+) -> KernelConfig:
     """Time a small portfolio on this call's buffers (see `firstcall`); the winner serves every
     later call of the class, and is kept in the database for other processes (`winners`:
     a class another process measured or is measuring is not measured here). Returns the
@@ -182,9 +200,13 @@ def _first_call(
 
 
 def served(
-    state: DeviceState, et: ElementType, shape: tuple[int, int, int], src: int, dst: int,
+    state: DeviceState,
+    et: ElementType,
+    shape: tuple[int, int, int],
+    src: int,
+    dst: int,
     stream: int | None = 0,
-) -> lookup.Choice | None:  # fmt: skip
+) -> lookup.Choice | None:
     """What transpose() serves a contiguous (batch, m, n) call from `src` into `dst`, and why,
     measuring a class nobody tuned on these buffers as its first call would (the bench).
     None: the call is a copy (one column or one row a matrix)."""
@@ -201,10 +223,16 @@ def served(
 
 
 def batched_launch(
-    state: DeviceState, elem_bytes: int, shape: tuple[int, int, int],
-    strides: tuple[int, int, int, int], src: int, dst: int, stream: int | None, ctx: int,
+    state: DeviceState,
+    elem_bytes: int,
+    shape: tuple[int, int, int],
+    strides: tuple[int, int, int, int],
+    src: int,
+    dst: int,
+    stream: int | None,
+    ctx: int,
     outer: Outer = NO_OUTER,
-) -> Launch:  # fmt: skip
+) -> Launch:
     """The launch transpose() would make for a (batch, m, n) call of `elem_bytes`-byte
     elements with strides (ld_in, ld_out, bs_in, bs_out) from `src` into `dst`: the same
     lookup, flat-fit and first-call choice, and the same cache (permute's transpose passes).
@@ -242,15 +270,32 @@ def _flat_fits(cfg: KernelConfig, x: View, o: View) -> bool:
 
 def _key(x: View, o: View, config: Any, conjugate: bool, outer: Outer) -> tuple[Any, ...]:
     return (
-        x.device, x.et.size, conjugate, config, x.batch, x.m, x.n, x.ld, x.bs, o.ld, o.bs,
-        (x.ptr | o.ptr) & 15, outer,
-    )  # fmt: skip
+        x.device,
+        x.et.size,
+        conjugate,
+        config,
+        x.batch,
+        x.m,
+        x.n,
+        x.ld,
+        x.bs,
+        o.ld,
+        o.bs,
+        (x.ptr | o.ptr) & 15,
+        outer,
+    )
 
 
 def _get_launch(
-    xv: View, ov: View, config: Any, conjugate: bool, state: DeviceState,
-    stream: int | None = None, ctx: int | None = None, outer: Outer = NO_OUTER,
-) -> Launch:  # fmt: skip
+    xv: View,
+    ov: View,
+    config: Any,
+    conjugate: bool,
+    state: DeviceState,
+    stream: int | None = None,
+    ctx: int | None = None,
+    outer: Outer = NO_OUTER,
+) -> Launch:
     """The prepared launch for a call signature. With the call's `stream` and `ctx`, a class
     nobody tuned is measured on the call's buffers first (`firstcall`)."""
     if _generation[0] != lookup.generation:  # new tuning results: choose again
@@ -362,7 +407,9 @@ def call_target(
 def host_target(given: streams.Explicit | None) -> tuple[DeviceState, int, int | None]:
     """(device state, context, stream) a NumPy call runs in: the given stream's device, else
     the thread's current context's, else the first."""
-    state = device_state(given.device if given is not None and given.device is not None else _host_device())
+    state = device_state(
+        given.device if given is not None and given.device is not None else _host_device()
+    )
     ctx = (given.ctx if given is not None else None) or state.ctx
     handle = given.handle if given is not None else streams.LEGACY
     return state, ctx, handle
@@ -428,9 +475,31 @@ def _disjoint(px: int, po: int, hit: _Hit) -> bool:
 # `tag` tells the calls apart: None for transpose(), the axes as given for permute().
 def _torch_key(x: Any, out: Any, px: int, po: int, tag: Any = None) -> tuple[Any, ...]:
     if out is None:
-        return ("torch", x.shape, x.stride(), x.dtype, x.get_device(), px & 15, lookup.generation, tag)
-    return ("torch", x.shape, x.stride(), x.dtype, x.get_device(), type(out), out.shape, out.stride(),
-            out.dtype, out.get_device(), (px | po) & 15, lookup.generation, tag)  # fmt: skip
+        return (
+            "torch",
+            x.shape,
+            x.stride(),
+            x.dtype,
+            x.get_device(),
+            px & 15,
+            lookup.generation,
+            tag,
+        )
+    return (
+        "torch",
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.get_device(),
+        type(out),
+        out.shape,
+        out.stride(),
+        out.dtype,
+        out.get_device(),
+        (px | po) & 15,
+        lookup.generation,
+        tag,
+    )
 
 
 def _lazy(t: Any) -> bool:
@@ -462,9 +531,31 @@ def _fast_torch(x: Any, out: Any, tag: Any = None) -> Any:
 
 def _cupy_key(x: Any, out: Any, px: int, po: int, tag: Any = None) -> tuple[Any, ...]:
     if out is None:
-        return ("cupy", x.shape, x.strides, x.dtype, x.data.device_id, px & 15, lookup.generation, tag)
-    return ("cupy", x.shape, x.strides, x.dtype, x.data.device_id, type(out), out.shape, out.strides,
-            out.dtype, out.data.device_id, (px | po) & 15, lookup.generation, tag)  # fmt: skip
+        return (
+            "cupy",
+            x.shape,
+            x.strides,
+            x.dtype,
+            x.data.device_id,
+            px & 15,
+            lookup.generation,
+            tag,
+        )
+    return (
+        "cupy",
+        x.shape,
+        x.strides,
+        x.dtype,
+        x.data.device_id,
+        type(out),
+        out.shape,
+        out.strides,
+        out.dtype,
+        out.data.device_id,
+        (px | po) & 15,
+        lookup.generation,
+        tag,
+    )
 
 
 def _fast_cupy(x: Any, out: Any, tag: Any = None) -> Any:
@@ -500,8 +591,21 @@ def _gpuarray_key(x: Any, out: Any, px: int, po: int, tag: Any = None) -> tuple[
     ctx = _driver.pointer_context(px)
     if out is None:
         return ("gpuarray", x.shape, x.strides, x.dtype, ctx, px & 15, lookup.generation, tag)
-    return ("gpuarray", x.shape, x.strides, x.dtype, ctx, type(out), out.shape, out.strides, out.dtype,
-            _driver.pointer_context(po), (px | po) & 15, lookup.generation, tag)  # fmt: skip
+    return (
+        "gpuarray",
+        x.shape,
+        x.strides,
+        x.dtype,
+        ctx,
+        type(out),
+        out.shape,
+        out.strides,
+        out.dtype,
+        _driver.pointer_context(po),
+        (px | po) & 15,
+        lookup.generation,
+        tag,
+    )
 
 
 def _fast_gpuarray(x: Any, out: Any, tag: Any = None) -> Any:
@@ -518,9 +622,7 @@ def _fast_gpuarray(x: Any, out: Any, tag: Any = None) -> Any:
         nbytes = x.size * x.dtype.itemsize
         ctx = hit.prep.ctx
         with _driver.on_context(ctx):  # pycuda's GPUArray() asks the current context
-            out = gpuarray.GPUArray(
-                hit.out_shape, x.dtype, gpudata=_driver.Allocation(nbytes, ctx)
-            )
+            out = gpuarray.GPUArray(hit.out_shape, x.dtype, gpudata=_driver.Allocation(nbytes, ctx))
         po = out.ptr
     else:
         po = int(out.gpudata)
@@ -545,9 +647,14 @@ def _remember(x: Any, out: Any, xv: View, ov: View, launch: Launch, ctx: int) ->
 
 
 def remember(
-    x: Any, out: Any, xv: View | NDView, ov: View | NDView,
-    prep: _driver.Prepared | _driver.Program, out_shape: tuple[int, ...], tag: Any,
-) -> None:  # fmt: skip
+    x: Any,
+    out: Any,
+    xv: View | NDView,
+    ov: View | NDView,
+    prep: _driver.Prepared | _driver.Program,
+    out_shape: tuple[int, ...],
+    tag: Any,
+) -> None:
     """After a validated call of `x` (into `out`, or a new array `ov`): the next call of its
     signature (with `tag`: permute's axes as given) runs `prep` straight away."""
     kind = _KINDS.get(xv.kind)
@@ -594,9 +701,13 @@ def _host_transpose(
 
 
 def through_device(
-    host: np.ndarray, want: tuple[int, ...], out: Any, ctx: int, handle: int | None,
+    host: np.ndarray,
+    want: tuple[int, ...],
+    out: Any,
+    ctx: int,
+    handle: int | None,
     prepare: Callable[[int, int], Callable[[], None]],
-) -> Any:  # fmt: skip
+) -> Any:
     """NumPy calls (transpose and permute): a contiguous host array copied to `ctx`'s device
     into a scratch buffer, what `prepare(src, dst)` returns run there, and the result (shape
     `want`) copied back into `out` or a new array; synchronous, and the scratch buffers are

@@ -137,8 +137,9 @@ def _source(x: Any, what: str, stream: int | None) -> _Source:
                 )
             x = keep = x.resolve_conj().resolve_neg()  # on the current stream, before ours
         strides = tuple(s * et.size for s in x.stride())
-        return _Source("torch", x.data_ptr(), tuple(x.shape), strides, x.dtype, et, x.device.index,
-                       keep=keep)  # fmt: skip
+        return _Source(
+            "torch", x.data_ptr(), tuple(x.shape), strides, x.dtype, et, x.device.index, keep=keep
+        )
     if mod == "cupy" and hasattr(x, "data") and hasattr(x, "device"):
         et = element_type(x.dtype)
         return _Source("cupy", x.data.ptr, x.shape, x.strides, x.dtype, et, x.device.id)
@@ -193,7 +194,9 @@ def view(x: Any, what: str = "x", stream: int | None = None) -> View:
     s = _source(x, what, stream)
     b, m, n, ld, bs = matrix_layout(what, s.shape, s.strides, s.et.size)
     dev, ctx = _owner(s, what)
-    return View(s.kind, x, s.ptr, len(s.shape), b, m, n, ld, bs, s.dtype, s.et, dev, ctx, s.stream, s.keep)
+    return View(
+        s.kind, x, s.ptr, len(s.shape), b, m, n, ld, bs, s.dtype, s.et, dev, ctx, s.stream, s.keep
+    )
 
 
 class NDView(NamedTuple):
@@ -245,7 +248,9 @@ def nd_view(x: Any, what: str = "x", stream: int | None = None) -> NDView:
         )
     strides = tuple(st // e if n > 1 else 0 for st, n in zip(s.strides, s.shape, strict=True))
     dev, ctx = _owner(s, what)
-    return NDView(s.kind, x, s.ptr, tuple(s.shape), strides, s.dtype, s.et, dev, ctx, s.stream, s.keep)
+    return NDView(
+        s.kind, x, s.ptr, tuple(s.shape), strides, s.dtype, s.et, dev, ctx, s.stream, s.keep
+    )
 
 
 def jax_device(x: Any) -> Any:
@@ -323,9 +328,13 @@ def allocate(v: View | NDView, shape: tuple[int, ...], ctx: int) -> Any:
     nbytes = v.size * v.et.size
     if v.kind == "jax":
         return _dlpack.Exported(
-            _driver.Allocation(nbytes, ctx), shape, _dlpack.dl_dtype(v.et.name, v.et.size),
-            v.device, v.stream, keep=v.keep,
-        )  # fmt: skip
+            _driver.Allocation(nbytes, ctx),
+            shape,
+            _dlpack.dl_dtype(v.et.name, v.et.size),
+            v.device,
+            v.stream,
+            keep=v.keep,
+        )
     import pycuda.gpuarray as gpuarray  # a GPUArray for GPUArray, NumPy and unknown CAI inputs
 
     # Our own allocation in `ctx`: pycuda's allocator would need its context stack, which
@@ -346,7 +355,9 @@ def check_output(x: View, out: View) -> None:
     _check_pair(x, out)
 
 
-def check_permute_output(x: NDView, out: NDView, want: tuple[int, ...], axes: tuple[int, ...]) -> None:
+def check_permute_output(
+    x: NDView, out: NDView, want: tuple[int, ...], axes: tuple[int, ...]
+) -> None:
     """`check_output` for permute(): `want` is the permuted shape."""
     _check_not_jax(out, "permute")
     if out.shape != want:

@@ -192,20 +192,30 @@ def render_many(configs: Iterable[KernelConfig]) -> str:
     return "\n".join(parts)
 
 
-_ELEMENT_TYPES = [(1, "unsigned char"), (2, "unsigned short"), (4, "u32"), (8, "uint2"), (16, "uint4")]
+_ELEMENT_TYPES = [
+    (1, "unsigned char"),
+    (2, "unsigned short"),
+    (4, "u32"),
+    (8, "uint2"),
+    (16, "uint4"),
+]
 
 
 def render_support() -> str:
     """Measurement helpers: random fill, naive reference transpose, mismatch count."""
-    return _environment().get_template("support.cu.j2").render(
-        element_types=_ELEMENT_TYPES, version=__version__
+    return (
+        _environment()
+        .get_template("support.cu.j2")
+        .render(element_types=_ELEMENT_TYPES, version=__version__)
     )
 
 
 def render_seed() -> str:
     """The seed documents' kernel for every element size (a peer in `autotranspose bench`)."""
-    source = _environment().get_template("seed.cu.j2").render(
-        element_types=_ELEMENT_TYPES, version=__version__
+    source = (
+        _environment()
+        .get_template("seed.cu.j2")
+        .render(element_types=_ELEMENT_TYPES, version=__version__)
     )
     return "typedef unsigned int u32;\n" + source
 
@@ -216,7 +226,10 @@ def row_kernel_name(elem_bytes: int, skew: bool = False) -> str:
     return f"at_copy_rows_s{elem_bytes}" + ("_skew" if skew else "")
 
 
-ROW_KERNELS = (*(row_kernel_name(s, k) for s, _ in _ELEMENT_TYPES for k in (False, True)), RUNS_KERNEL)
+ROW_KERNELS = (
+    *(row_kernel_name(s, k) for s, _ in _ELEMENT_TYPES for k in (False, True)),
+    RUNS_KERNEL,
+)
 
 
 def gather_kernel_name(elem_bytes: int) -> str:
@@ -230,19 +243,36 @@ GATHER_KERNELS = tuple(gather_kernel_name(s) for s, _ in _ELEMENT_TYPES)
 def render_rows() -> str:
     """permute()'s strided row copies, two kernels per element size and the realigning one
     (ROW_KERNELS)."""
-    return _environment().get_template("rows.cu.j2").render(
-        element_types=_ELEMENT_TYPES, version=__version__, threads=ROWS_THREADS,
-        unroll=ROWS_UNROLL, args_bytes=ROWS_ARG_BYTES, runs_args_bytes=RUNS_ARG_BYTES,
-    )  # fmt: skip
+    return (
+        _environment()
+        .get_template("rows.cu.j2")
+        .render(
+            element_types=_ELEMENT_TYPES,
+            version=__version__,
+            threads=ROWS_THREADS,
+            unroll=ROWS_UNROLL,
+            args_bytes=ROWS_ARG_BYTES,
+            runs_args_bytes=RUNS_ARG_BYTES,
+        )
+    )
 
 
 def render_gather() -> str:
     """permute()'s one-launch gathers, one kernel per element size (GATHER_KERNELS)."""
-    return _environment().get_template("gather.cu.j2").render(
-        element_types=_ELEMENT_TYPES, version=__version__, threads=GATHER_THREADS,
-        unroll=GATHER_UNROLL, min_blocks=GATHER_BLOCKS_PER_SM, max_dims=GATHER_MAX_DIMS,
-        args_bytes=GATHER_ARG_BYTES, dtypes=_DTYPES_BY_SIZE,
-    )  # fmt: skip
+    return (
+        _environment()
+        .get_template("gather.cu.j2")
+        .render(
+            element_types=_ELEMENT_TYPES,
+            version=__version__,
+            threads=GATHER_THREADS,
+            unroll=GATHER_UNROLL,
+            min_blocks=GATHER_BLOCKS_PER_SM,
+            max_dims=GATHER_MAX_DIMS,
+            args_bytes=GATHER_ARG_BYTES,
+            dtypes=_DTYPES_BY_SIZE,
+        )
+    )
 
 
 def render_packed(kernels: Iterable[PackedKernel]) -> str:
@@ -250,10 +280,18 @@ def render_packed(kernels: Iterable[PackedKernel]) -> str:
     specs = list(kernels)
     if not all(isinstance(k, PackedKernel) for k in specs):  # checked specs only reach CUDA
         raise TypeError("render_packed() takes PackedKernel specs")
-    return _environment().get_template("packed.cu.j2").render(
-        kernels=[_packed_vars(k) for k in specs], version=__version__, threads=PACKED_THREADS,
-        max_box=MAX_BOX_DIMS, max_grid=MAX_GRID_DIMS, args_bytes=PACKED_ARG_BYTES,
-    )  # fmt: skip
+    return (
+        _environment()
+        .get_template("packed.cu.j2")
+        .render(
+            kernels=[_packed_vars(k) for k in specs],
+            version=__version__,
+            threads=PACKED_THREADS,
+            max_box=MAX_BOX_DIMS,
+            max_grid=MAX_GRID_DIMS,
+            args_bytes=PACKED_ARG_BYTES,
+        )
+    )
 
 
 def _packed_vars(k: PackedKernel) -> dict[str, object]:
@@ -320,10 +358,14 @@ def _packed_word_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
     i0_lim = f"lim{i0}" if k.checked[i0] else f"{k.box[i0]}u"
 
     def inside(ext_scale: dict[int, int]) -> str:
-        return " && ".join(
-            f"d{d} * {ext_scale.get(d, 1)}u < lim{d}" if d in ext_scale else f"d{d} < lim{d}"
-            for d in dims if k.checked[d]
-        ) or "true"  # fmt: skip
+        return (
+            " && ".join(
+                f"d{d} * {ext_scale.get(d, 1)}u < lim{d}" if d in ext_scale else f"d{d} < lim{d}"
+                for d in dims
+                if k.checked[d]
+            )
+            or "true"
+        )
 
     def scaled(d: int, by: dict[int, int]) -> str:
         return f"d{d} * {by[d]}u" if d in by else f"d{d}"

@@ -91,7 +91,9 @@ class Kernel:
         stream: int | None = 0,
     ) -> None:
         """Launch in the current context with `args` packed as struct format `fmt`."""
-        _driver.launch(_driver.launch_args(self.handle, grid, block), stream, struct.pack(fmt, *args))
+        _driver.launch(
+            _driver.launch_args(self.handle, grid, block), stream, struct.pack(fmt, *args)
+        )
 
 
 @dataclass(frozen=True)
@@ -266,9 +268,10 @@ def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
     """permute()'s packed-box kernel `spec` on `state`'s architecture, compiled on first use
     (one per box shape; pycuda's disk cache keeps it across processes)."""
     return _cached(
-        state.arch, spec.name,
+        state.arch,
+        spec.name,
         lambda: load_source(state.arch, render_packed([spec]), [spec.name])[spec.name],
-    )  # fmt: skip
+    )
 
 
 def _untuned_kernel(
@@ -363,8 +366,10 @@ def untuned_resources(arch: str, nvcc: str = "nvcc") -> dict[str, Resources]:
             tail = "\n".join(str(exc).strip().splitlines()[-8:])
             raise KernelCompileError(
                 f"nvcc could not compile permute()'s {what} kernels for {arch}; the rendered "
-                f"source is in {path}; nvcc said:\n{tail}", source_path=str(path), log=str(exc),
-            ) from None  # fmt: skip
+                f"source is in {path}; nvcc said:\n{tail}",
+                source_path=str(path),
+                log=str(exc),
+            ) from None
     return report
 
 
@@ -380,7 +385,17 @@ def source_resources(source: str, arch: str, nvcc: str = "nvcc") -> dict[str, Re
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "kernels.cu"
         src.write_text(source)
-        cmd = [nvcc, "-cubin", f"-arch={arch}", *NVCC_OPTIONS, "-Xptxas", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")]
+        cmd = [
+            nvcc,
+            "-cubin",
+            f"-arch={arch}",
+            *NVCC_OPTIONS,
+            "-Xptxas",
+            "-v",
+            str(src),
+            "-o",
+            str(Path(tmp) / "k.cubin"),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             raise _NvccFailed(proc.stderr)
@@ -390,10 +405,14 @@ def source_resources(source: str, arch: str, nvcc: str = "nvcc") -> dict[str, Re
     for line in proc.stderr.splitlines():
         if m := re.search(r"Compiling entry function '(\w+)'", line):
             name = m.group(1)
-        elif m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line):
+        elif m := re.search(
+            r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line
+        ):
             stack, spill = int(m.group(1)), int(m.group(2)) + int(m.group(3))
         elif (m := re.search(r"Used (\d+) registers", line)) and name:
             smem = re.search(r"(\d+) bytes smem", line)
-            report[name] = Resources(int(m.group(1)), int(smem.group(1)) if smem else 0, stack, spill)
+            report[name] = Resources(
+                int(m.group(1)), int(smem.group(1)) if smem else 0, stack, spill
+            )
             name = None
     return report

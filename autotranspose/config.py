@@ -251,7 +251,9 @@ class KernelConfig:
         transposes are at least 4 bytes long, of any length when `ordered`)."""
         return self.policy.applies(self, m, n)
 
-    def grid(self, m: int, n: int, batch: int = 1, multiprocessors: int = 132) -> tuple[int, int, int]:
+    def grid(
+        self, m: int, n: int, batch: int = 1, multiprocessors: int = 132
+    ) -> tuple[int, int, int]:
         """Launch grid: one block per tile (batches folded in), or with `persistent` = k,
         k blocks per multiprocessor that loop over the tiles. A direct kernel's grid has the
         raster's fast tiles on x, the others on y and the batch on z (each capped at what a
@@ -269,8 +271,11 @@ class KernelConfig:
     def to_dict(self) -> dict[str, Any]:
         # fields that came later (OPTIONAL_FIELDS) are left out at their default, so every
         # other config's stored form (and what earlier versions read) is what it was
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.init and OPTIONAL_FIELDS.get(f.name, _ABSENT) != getattr(self, f.name)}  # fmt: skip
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.init and OPTIONAL_FIELDS.get(f.name, _ABSENT) != getattr(self, f.name)
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KernelConfig:
@@ -312,13 +317,24 @@ OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType(
     {"wide": False, "min_blocks": 0, "ordered": False, "direct": False}
 )
 _ABSENT = object()
-_BOOL_FIELDS = frozenset({"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct"})
+_BOOL_FIELDS = frozenset(
+    {"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct"}
+)
 
 
 def _field_errors(c: KernelConfig) -> Iterator[str]:
     """Every reason a config is invalid, each naming the field and what is allowed: the
     fields every kind shares here, then the kind's own rules (`Kind.errors`)."""
-    ints = ("elem_bytes", "tile_m", "tile_n", "vec", "per_thread", "pad", "persistent", "min_blocks")
+    ints = (
+        "elem_bytes",
+        "tile_m",
+        "tile_n",
+        "vec",
+        "per_thread",
+        "pad",
+        "persistent",
+        "min_blocks",
+    )
     for name in ints:
         v = getattr(c, name)
         if type(v) is not int:
@@ -338,28 +354,50 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     # config with contradictory flags is told about its tile as it always was)
     m_kind = kinds.get("prmt" if c.prmt else "flat") if c.flat else kind
     checks = (
-        (c.elem_bytes in ELEMENT_SIZES, f"elem_bytes={c.elem_bytes} must be one of {list(ELEMENT_SIZES)}"),
-        (c.tile_m in m_kind.tile_m_values(c), f"tile_m={c.tile_m} must be one of {list(m_kind.tile_m_values(c))}"),
-        (c.tile_n in kind.tile_n_values(c), f"tile_n={c.tile_n} must be one of {list(kind.tile_n_values(c))}"),
+        (
+            c.elem_bytes in ELEMENT_SIZES,
+            f"elem_bytes={c.elem_bytes} must be one of {list(ELEMENT_SIZES)}",
+        ),
+        (
+            c.tile_m in m_kind.tile_m_values(c),
+            f"tile_m={c.tile_m} must be one of {list(m_kind.tile_m_values(c))}",
+        ),
+        (
+            c.tile_n in kind.tile_n_values(c),
+            f"tile_n={c.tile_n} must be one of {list(kind.tile_n_values(c))}",
+        ),
         (c.vec in VEC_SIZES, f"vec={c.vec} must be one of {list(VEC_SIZES)}"),
-        (c.per_thread in PER_THREAD, f"per_thread={c.per_thread} must be one of {list(PER_THREAD)}"),
+        (
+            c.per_thread in PER_THREAD,
+            f"per_thread={c.per_thread} must be one of {list(PER_THREAD)}",
+        ),
         (c.pad in PADS, f"pad={c.pad} must be one of {list(PADS)}"),
-        (c.persistent in PERSISTENT, f"persistent={c.persistent} must be one of {list(PERSISTENT)}"),
-        (c.min_blocks == 0 or 2 <= c.min_blocks <= MAX_BLOCKS_PER_SM,
-         f"min_blocks={c.min_blocks} must be 0 (one block per SM, registers uncapped) or 2 to {MAX_BLOCKS_PER_SM}"),
-    )  # fmt: skip
+        (
+            c.persistent in PERSISTENT,
+            f"persistent={c.persistent} must be one of {list(PERSISTENT)}",
+        ),
+        (
+            c.min_blocks == 0 or 2 <= c.min_blocks <= MAX_BLOCKS_PER_SM,
+            f"min_blocks={c.min_blocks} must be 0 (one block per SM, registers uncapped) or 2 to {MAX_BLOCKS_PER_SM}",
+        ),
+    )
     bad = [msg for ok, msg in checks if not ok]
     if c.min_blocks and (c.flat or c.prmt):
-        bad.append("min_blocks is a tiled or staged kernel's (flat and byte-permute kernels set their own): set min_blocks=0")
+        bad.append(
+            "min_blocks is a tiled or staged kernel's (flat and byte-permute kernels set their own): set min_blocks=0"
+        )
     if c.wide and not (c.flat and c.prmt):
-        bad.append("wide=True is a flat byte-permute kernel's (few long rows): set flat=True and prmt=True, or wide=False")
+        bad.append(
+            "wide=True is a flat byte-permute kernel's (few long rows): set flat=True and prmt=True, or wide=False"
+        )
     if c.ordered and not c.wide:
-        bad.append("ordered=True is a wide kernel's output buffer (few long rows): set flat=True, prmt=True and wide=True, or ordered=False")
+        bad.append(
+            "ordered=True is a wide kernel's output buffer (few long rows): set flat=True, prmt=True and wide=True, or ordered=False"
+        )
     yield from bad
     if bad:
         return
     yield from kind.errors(c)
-
 
 
 def cap_steps(c: KernelConfig) -> tuple[int, ...]:
@@ -422,7 +460,6 @@ def _check_count(name: str, value: Any, meaning: str) -> None:
         )
 
 
-
 def _launchable(limits: DeviceLimits, *fields: Any, **named: Any) -> Iterator[KernelConfig]:
     """The config with these fields, then its persistent variants (where its kind has them)
     and its register-capped ones (where its kind is `capped`), if it is valid and `limits`
@@ -443,7 +480,9 @@ def _launchable(limits: DeviceLimits, *fields: Any, **named: Any) -> Iterator[Ke
 
 # Each kind's part of the space on its own, for element size and limits (config_space
 # composes them for a call).
-def staged_space(elem_bytes: int, limits: DeviceLimits, conjugate: bool = False) -> Iterator[KernelConfig]:
+def staged_space(
+    elem_bytes: int, limits: DeviceLimits, conjugate: bool = False
+) -> Iterator[KernelConfig]:
     """The staged configs (rows at any offset) for `elem_bytes`-byte elements."""
     return _staged.staged_space(_launchable, SpaceCall(elem_bytes, limits, conjugate, None, None))
 
@@ -453,7 +492,9 @@ def direct_space(
 ) -> Iterator[KernelConfig]:
     """The direct configs for `elem_bytes`-byte elements (4 to 16), and with a `short_side`
     of at most DIRECT_NARROW[-1], the narrow tiles for every element size."""
-    return _direct.direct_space(_launchable, SpaceCall(elem_bytes, limits, conjugate, None, short_side))
+    return _direct.direct_space(
+        _launchable, SpaceCall(elem_bytes, limits, conjugate, None, short_side)
+    )
 
 
 def prmt_space(elem_bytes: int, limits: DeviceLimits) -> Iterator[KernelConfig]:
@@ -468,9 +509,13 @@ def flat_space(
     return _flat.flat_space(_launchable, SpaceCall(elem_bytes, limits, conjugate, None, short_side))
 
 
-def flat_prmt_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> Iterator[KernelConfig]:
+def flat_prmt_space(
+    elem_bytes: int, limits: DeviceLimits, short_side: int
+) -> Iterator[KernelConfig]:
     """The flat byte-permute configs whose tile spans a short side of `short_side` elements."""
-    return _prmt.flat_prmt_space(_launchable, SpaceCall(elem_bytes, limits, False, None, short_side))
+    return _prmt.flat_prmt_space(
+        _launchable, SpaceCall(elem_bytes, limits, False, None, short_side)
+    )
 
 
 def few_rows_default(
@@ -487,7 +532,11 @@ def few_rows_default(
     if not rows < min(FEW_ROWS_MAX, cols):
         return None
     if elem_bytes in (8, 16):
-        return direct_default(elem_bytes, rows, cols, conjugate) if rows >= DIRECT_FEW_ROWS_MIN else None
+        return (
+            direct_default(elem_bytes, rows, cols, conjugate)
+            if rows >= DIRECT_FEW_ROWS_MIN
+            else None
+        )
     v = min(vec, 2) if elem_bytes == 4 else 0
     if v * elem_bytes < 8 or rows < TILE_SIZES[0]:
         return None
@@ -496,7 +545,6 @@ def few_rows_default(
         return KernelConfig(elem_bytes, tm, 64, v, 4, 1, "pad", "col", conjugate=conjugate)
     except ConfigError:
         return None
-
 
 
 # The kinds' defaults and serving rules, building KernelConfigs (see each kind's module).
@@ -582,9 +630,12 @@ def device_limits(device: Any) -> DeviceLimits:
 # Fields a neighbour steps along, most often decisive first (H200 space checks: the best
 # config of a class nobody tuned was mostly a tile or per_thread step from the served one).
 _STEPPED: tuple[tuple[str, tuple[int, ...]], ...] = (
-    ("tile_m", TILE_SIZES), ("tile_n", TILE_SIZES), ("per_thread", PER_THREAD),
-    ("vec", VEC_SIZES), ("persistent", PERSISTENT),
-)  # fmt: skip
+    ("tile_m", TILE_SIZES),
+    ("tile_n", TILE_SIZES),
+    ("per_thread", PER_THREAD),
+    ("vec", VEC_SIZES),
+    ("persistent", PERSISTENT),
+)
 _SMEM_LAYOUTS: tuple[tuple[str, int], ...] = (("pad", 0), ("pad", 1), ("swizzle", 0))
 
 

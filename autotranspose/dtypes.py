@@ -19,9 +19,22 @@ ELEMENT_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
 
 # dtypes named in the docs; any other plain numeric dtype of a supported size works too.
 SUPPORTED_NAMES: tuple[str, ...] = (
-    "bool", "int8", "uint8", "int16", "uint16", "float16", "bfloat16", "int32", "uint32",
-    "float32", "int64", "uint64", "float64", "complex64", "complex128",
-)  # fmt: skip
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "float16",
+    "bfloat16",
+    "int32",
+    "uint32",
+    "float32",
+    "int64",
+    "uint64",
+    "float64",
+    "complex64",
+    "complex128",
+)
 
 
 @dataclass(frozen=True)
@@ -100,11 +113,24 @@ def _resolve(dtype: Any) -> ElementType:
 
 
 _TORCH_SIZES = {
-    "bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
-    "int32": 4, "uint32": 4, "float32": 4,
-    "int64": 8, "uint64": 8, "float64": 8, "complex64": 8, "complex128": 16,
-}  # fmt: skip
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+}
 
 
 def _from_torch_name(name: str) -> ElementType:

@@ -132,8 +132,11 @@ def candidates(
         # rows at any offset (not 4-byte words): the byte-permute default and the shape that
         # won where it lost (H200, docs/perf-notes.md, "Byte permutes"); the staged kernel above won
         # 3 of 6 2-byte cases by 1-2 points
-        *((prmt_default(elem_bytes, conjugate), prmt_alternative(elem_bytes, conjugate))
-          if rows_at_any_offset(elem_bytes, vec) else ()),
+        *(
+            (prmt_default(elem_bytes, conjugate), prmt_alternative(elem_bytes, conjugate))
+            if rows_at_any_offset(elem_bytes, vec)
+            else ()
+        ),
         flat_default(elem_bytes, min(m, n), conjugate) if min(m, n) <= FLAT_SHORT_SIDE else None,
         tall_default(elem_bytes, n) if tall_rows(elem_bytes, m, n) and not conjugate else None,
         wide_default(elem_bytes, m) if m < n and not conjugate else None,
@@ -295,8 +298,9 @@ def search(
         steps = [c for c in near if c not in seconds and runnable(c)]
         if not steps or budget_s - spent < budget_s / 4:
             break
-        more = measure(state, [best, *steps[:REFINE_STEPS]], make, src, dst, stream, ctx,
-                       budget_s - spent)  # fmt: skip
+        more = measure(
+            state, [best, *steps[:REFINE_STEPS]], make, src, dst, stream, ctx, budget_s - spent
+        )
         if more is None:
             break
         spent += more.gpu_s

@@ -48,9 +48,18 @@ class GatherArgs:
     def values(self) -> tuple[int, ...]:
         """The struct's fields, flat, in ARG_FORMAT's order."""
         return (
-            self.total, self.in_step, self.out_step, *self.in_stride, *self.out_stride,
-            *self.in_carry, *self.out_carry, *self.extent, *self.step, self.ndim, 0,
-        )  # fmt: skip
+            self.total,
+            self.in_step,
+            self.out_step,
+            *self.in_stride,
+            *self.out_stride,
+            *self.in_carry,
+            *self.out_carry,
+            *self.extent,
+            *self.step,
+            self.ndim,
+            0,
+        )
 
     def pack(self) -> bytes:
         return struct.pack(ARG_FORMAT, *self.values())

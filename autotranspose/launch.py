@@ -94,12 +94,18 @@ def row_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1) -> Ro
     return RowGeometry(lanes, per_block, chunk, chunks, blocks)
 
 
-def _row_chunks(n: int, lanes: int, blocks: int, multiprocessors: int, walked: int) -> tuple[int, int]:
+def _row_chunks(
+    n: int, lanes: int, blocks: int, multiprocessors: int, walked: int
+) -> tuple[int, int]:
     """(chunk, chunks): rows of `n` words over `lanes` threads cut along blockIdx.y, for a
     launch of `blocks` x `walked` blocks otherwise (the row copy's and the realigned copy's
     rule): no cut for rows no longer than a block, else enough chunks for ROWS_WAVES waves,
     each at least ROWS_MIN_STEPS words a lane and a whole number of passes."""
-    want = 1 if n <= ROWS_THREADS else -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
+    want = (
+        1
+        if n <= ROWS_THREADS
+        else -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
+    )
     chunk = max(lanes * ROWS_MIN_STEPS, -(-n // want), -(-n // _MAX_GRID_Y))
     chunk = -(-chunk // lanes) * lanes
     return chunk, max(1, -(-n // chunk))
@@ -129,7 +135,9 @@ class Launch:
     kernel: Kernel
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    scalars: tuple[int, ...]  # packed by `arg_format` (the transpose kernels': M, N, strides, tiles)
+    scalars: tuple[
+        int, ...
+    ]  # packed by `arg_format` (the transpose kernels': M, N, strides, tiles)
     state: DeviceState
     # how `scalars` are laid out after the two pointers: the transpose kernels' arguments,
     # the row copies' struct (`codegen.ROWS_ARG_FORMAT`), a gather's (`gather.ARG_FORMAT`) or a
@@ -160,9 +168,10 @@ class Launch:
         prep = self.in_context.get(ctx)
         if prep is None:
             fn = _driver.kernel_function(self.kernel.handle, ctx)
-            prep = self.in_context[ctx] = _driver.Prepared(fn, ctx, self.grid, self.block, self.tail)
+            prep = self.in_context[ctx] = _driver.Prepared(
+                fn, ctx, self.grid, self.block, self.tail
+            )
         return prep
-
 
 
 def make_launch(
@@ -198,10 +207,25 @@ def make_launch(
     scalars = (m, n, ld_in // v, ld_out // v, bs_in // v, bs_out // v, fast, slow)
     if walked == 1:
         return Launch(cfg, get_kernel(state, cfg), grid, cfg.block, (*scalars, total), state)
-    more = (total, batch, outer.in_stride // v, outer.out_stride // v, outer2.in_stride // v,
-            outer2.out_stride // v, outer2.extent, 0)  # fmt: skip
-    return Launch(cfg, get_kernel(state, cfg, outer=True), grid, cfg.block, (*scalars, *more),
-                  state, ARG_FORMAT[2:-1] + OUTER_ARG_FORMAT[1:])  # fmt: skip
+    more = (
+        total,
+        batch,
+        outer.in_stride // v,
+        outer.out_stride // v,
+        outer2.in_stride // v,
+        outer2.out_stride // v,
+        outer2.extent,
+        0,
+    )
+    return Launch(
+        cfg,
+        get_kernel(state, cfg, outer=True),
+        grid,
+        cfg.block,
+        (*scalars, *more),
+        state,
+        ARG_FORMAT[2:-1] + OUTER_ARG_FORMAT[1:],
+    )
 
 
 def contiguous_launch(state: DeviceState, cfg: KernelConfig, batch: int, m: int, n: int) -> Launch:
@@ -258,11 +282,34 @@ def make_row_copy(
             "the array"
         )
     line = row_store_line(n, g.chunk, g.lanes)
-    scalars = (m, n, ld_in, ld_out, bs_in, bs_out, os_in, os_out, os2_in, os2_out,
-               g.lanes, batch, g.chunk, outer2, g.per_block, line)  # fmt: skip
+    scalars = (
+        m,
+        n,
+        ld_in,
+        ld_out,
+        bs_in,
+        bs_out,
+        os_in,
+        os_out,
+        os2_in,
+        os2_out,
+        g.lanes,
+        batch,
+        g.chunk,
+        outer2,
+        g.per_block,
+        line,
+    )
     kernel = get_row_kernel(state, elem_bytes, skew=line > 0)
-    return Launch(None, kernel, (g.blocks, g.chunks, outer * outer2), (ROWS_THREADS, 1, 1), scalars,
-                  state, ROWS_ARG_FORMAT)  # fmt: skip
+    return Launch(
+        None,
+        kernel,
+        (g.blocks, g.chunks, outer * outer2),
+        (ROWS_THREADS, 1, 1),
+        scalars,
+        state,
+        ROWS_ARG_FORMAT,
+    )
 
 
 @dataclass(frozen=True)
@@ -309,19 +356,36 @@ def _magic(d: int) -> tuple[int, int]:
 
 
 def runs_args(
-    batch: int, m: int, n: int, ld_in: int, ld_out: int, bs_in: int, bs_out: int,
-    outer: int = 1, os_in: int = 0, os_out: int = 0, outer2: int = 1, os2_in: int = 0,
-    os2_out: int = 0, *, multiprocessors: int,
-) -> tuple[RunsGeometry, tuple[int, ...]]:  # fmt: skip
+    batch: int,
+    m: int,
+    n: int,
+    ld_in: int,
+    ld_out: int,
+    bs_in: int,
+    bs_out: int,
+    outer: int = 1,
+    os_in: int = 0,
+    os_out: int = 0,
+    outer2: int = 1,
+    os2_in: int = 0,
+    os2_out: int = 0,
+    *,
+    multiprocessors: int,
+) -> tuple[RunsGeometry, tuple[int, ...]]:
     """The geometry and `at_runs_args` (by RUNS_ARG_FORMAT) of a realigned copy of `outer` x
     `outer2` x `batch` x `m` rows of `n` bytes, strides in bytes (pure: tests/test_realign.py
     runs the kernel's threads on them). Raises ShapeError past what one launch takes."""
     walked = max(1, outer * outer2)
     g = runs_geometry(m, n, ld_out, batch, bs_out, multiprocessors, walked)
     if (
-        g.run > REALIGN_MAX_RUN_BYTES or g.ri >= 2**32 or g.rb >= 2**32 or g.words >= 2**32
-        or g.blocks > _MAX_GRID_X or min(outer, outer2) < 1 or walked > _MAX_GRID_Y
-    ):  # fmt: skip
+        g.run > REALIGN_MAX_RUN_BYTES
+        or g.ri >= 2**32
+        or g.rb >= 2**32
+        or g.words >= 2**32
+        or g.blocks > _MAX_GRID_X
+        or min(outer, outer2) < 1
+        or walked > _MAX_GRID_Y
+    ):
         raise ShapeError(
             f"a realigned copy of {outer} x {outer2} x {batch} x {m} rows of {n} bytes is more "
             f"than one launch takes ({g.blocks} x {g.chunks} x {walked} blocks, runs of {g.run} "
@@ -335,9 +399,33 @@ def runs_args(
         rin_i, rout_i, rin_b, rout_b = ld_in, ld_out, bs_in, bs_out
     nm, ns = _magic(n)
     sm, ss = _magic(g.s0)
-    scalars = (n, in0, in1, rin_i, rout_i, rin_b, rout_b, os_in, os_out, os2_in, os2_out,
-               g.run, g.s0, g.ri, g.rb, outer2, g.lanes, g.per_block, g.chunk, g.words,
-               nm, ns, sm, ss, 0)  # fmt: skip
+    scalars = (
+        n,
+        in0,
+        in1,
+        rin_i,
+        rout_i,
+        rin_b,
+        rout_b,
+        os_in,
+        os_out,
+        os2_in,
+        os2_out,
+        g.run,
+        g.s0,
+        g.ri,
+        g.rb,
+        outer2,
+        g.lanes,
+        g.per_block,
+        g.chunk,
+        g.words,
+        nm,
+        ns,
+        sm,
+        ss,
+        0,
+    )
     return g, scalars
 
 
@@ -350,14 +438,26 @@ def make_runs_copy(state: DeviceState, elem_bytes: int, *args: int) -> Launch:
         raise ShapeError(f"a realigned row copy counts bytes, not {elem_bytes}-byte words")
     g, scalars = runs_args(*args, multiprocessors=state.info.multiprocessors)
     kernel = get_runs_kernel(state)
-    return Launch(None, kernel, (g.blocks, g.chunks, g.walked), (ROWS_THREADS, 1, 1), scalars,
-                  state, RUNS_ARG_FORMAT)  # fmt: skip
+    return Launch(
+        None,
+        kernel,
+        (g.blocks, g.chunks, g.walked),
+        (ROWS_THREADS, 1, 1),
+        scalars,
+        state,
+        RUNS_ARG_FORMAT,
+    )
 
 
 def make_packed(
-    state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...], box: tuple[int, ...],
-    src: int = 0, dst: int = 0, pipelined: bool = False,
-) -> Launch:  # fmt: skip
+    state: DeviceState,
+    elem_bytes: int,
+    dims: tuple[Dim, ...],
+    box: tuple[int, ...],
+    src: int = 0,
+    dst: int = 0,
+    pipelined: bool = False,
+) -> Launch:
     """A prepared launch of permute()'s packed pass: the gather's contract (every index of
     `dims`), moved in boxes of `box` through shared memory (a plan's PACKED pass), for
     pointers aligned as `src` and `dst` (the words kernel needs both word-aligned), through
@@ -369,8 +469,9 @@ def make_packed(
     args = packed_args(elem_bytes, dims, box, src, dst, pipelined=pipelined)
     blocks = max(1, min(args.tiles, state.info.multiprocessors * args.kernel.blocks_per_sm * 4))
     kernel = get_packed_kernel(state, args.kernel)
-    return Launch(None, kernel, (blocks, 1, 1), (PACKED_THREADS, 1, 1), args.values(), state,
-                  PACKED_FORMAT)  # fmt: skip
+    return Launch(
+        None, kernel, (blocks, 1, 1), (PACKED_THREADS, 1, 1), args.values(), state, PACKED_FORMAT
+    )
 
 
 def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> Launch:
@@ -383,9 +484,16 @@ def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> L
     so its one decomposition by division is paid once per many elements."""
     total = math.prod(d.extent for d in dims)
     per_block = GATHER_THREADS * GATHER_UNROLL
-    blocks = max(1, min(-(-total // per_block), state.info.multiprocessors * GATHER_BLOCKS_PER_SM,
-                        MAX_STRIDE // GATHER_THREADS))  # fmt: skip
+    blocks = max(
+        1,
+        min(
+            -(-total // per_block),
+            state.info.multiprocessors * GATHER_BLOCKS_PER_SM,
+            MAX_STRIDE // GATHER_THREADS,
+        ),
+    )
     args = gather_args(dims, blocks * GATHER_THREADS)
     kernel = get_gather_kernel(state, elem_bytes)
-    return Launch(None, kernel, (blocks, 1, 1), (GATHER_THREADS, 1, 1), args.values(), state,
-                  GATHER_FORMAT)  # fmt: skip
+    return Launch(
+        None, kernel, (blocks, 1, 1), (GATHER_THREADS, 1, 1), args.values(), state, GATHER_FORMAT
+    )

@@ -40,8 +40,12 @@ def _support(state: Any) -> _Support:
         from .compiler import load_source
 
         sizes = (1, 2, 4, 8, 16)
-        names = ["at_fill_random", "at_count_mismatch", *(f"at_naive_s{s}" for s in sizes),
-                 *(f"at_naive_strided_s{s}" for s in sizes)]  # fmt: skip
+        names = [
+            "at_fill_random",
+            "at_count_mismatch",
+            *(f"at_naive_s{s}" for s in sizes),
+            *(f"at_naive_strided_s{s}" for s in sizes),
+        ]
         k = load_source(state.arch, render_support(), names)
         naive = {s: k[f"at_naive_s{s}"] for s in sizes}
         strided = {s: k[f"at_naive_strided_s{s}"] for s in sizes}
@@ -130,15 +134,28 @@ class Bench:
         total = self.batch * self.m * self.n
         if self.strided is None:
             self.sup.naive[self.elem_bytes].call(
-                _grid_for(total), (_THREADS, 1, 1), "PPqqq", int(self.src), int(self.ref),
-                self.batch, self.m, self.n,
-            )  # fmt: skip
+                _grid_for(total),
+                (_THREADS, 1, 1),
+                "PPqqq",
+                int(self.src),
+                int(self.ref),
+                self.batch,
+                self.m,
+                self.n,
+            )
             return
         self.drv.memset_d8(int(self.ref), self.POISON, self.out_bytes)  # the gaps stay poisoned
         self.sup.naive_strided[self.elem_bytes].call(
-            _grid_for(total), (_THREADS, 1, 1), "PPqqqqqqq", int(self.src), int(self.ref),
-            self.batch, self.m, self.n, *self.layout,
-        )  # fmt: skip
+            _grid_for(total),
+            (_THREADS, 1, 1),
+            "PPqqqqqqq",
+            int(self.src),
+            int(self.ref),
+            self.batch,
+            self.m,
+            self.n,
+            *self.layout,
+        )
 
     def check(self, launch: Any, *, mask: int = ALL_BITS) -> str | None:
         """Run `launch(src, dst, stream)` on fresh data (`refill(mask)`) into a poisoned
@@ -154,9 +171,14 @@ class Bench:
         words = nbytes // 4
         if words:
             self.sup.count.call(
-                _grid_for(words), (_THREADS, 1, 1), "PPqP", int(self.dst), int(self.ref), words,
+                _grid_for(words),
+                (_THREADS, 1, 1),
+                "PPqP",
+                int(self.dst),
+                int(self.ref),
+                words,
                 int(self.counter),
-            )  # fmt: skip
+            )
         bad = np.zeros(1, np.uint32)
         drv.memcpy_dtoh(bad.ctypes.data, int(self.counter), 4)
         tail = nbytes - words * 4

@@ -82,7 +82,7 @@ def local_device_count() -> int:
 
 
 def device_spec(spec: Devices) -> str | tuple[int, ...]:
-    """"all", or the GPU indices `spec` names ("0,2", 3, [0, 2]); a bad spec is an error."""
+    """ "all", or the GPU indices `spec` names ("0,2", 3, [0, 2]); a bad spec is an error."""
     if isinstance(spec, str):
         text = spec.strip()
         if text.lower() == "all":
@@ -177,12 +177,16 @@ def tune_devices(
     try:
         for position, index in enumerate(indices):
             settings = {
-                "trials": trials, "timeout": timeout, "patience": patience,
-                "sampler": sampler, "batch": batch, "conjugate": conjugate,
+                "trials": trials,
+                "timeout": timeout,
+                "patience": patience,
+                "sampler": sampler,
+                "batch": batch,
+                "conjugate": conjugate,
                 # one seed per process: the same seed would propose the same trials twice
                 # (wrapping: the samplers take seeds below 2**32)
                 "seed": None if seed is None else (int(seed) + position) % SEED_LIMIT,
-            }  # fmt: skip
+            }
             parent, child = _CTX.Pipe(duplex=False)
             proc = _CTX.Process(
                 target=_child_main,
@@ -206,9 +210,7 @@ def tune_devices(
         code = children[index].exitcode
         if error is None and (code != 0 or not s.finished):
             error = _exit_reason(code)
-        runs.append(
-            DeviceRun(index, s.device, tuple(s.results), tuple(s.failures), error)
-        )
+        runs.append(DeviceRun(index, s.device, tuple(s.results), tuple(s.failures), error))
     return tuple(runs)
 
 
@@ -350,9 +352,16 @@ def _run_cases(
             objective = make_objective(dtype, shape, index, settings["conjugate"])
             try:
                 conn.send(("device", objective.device.name))
-                result = tune(dtype, shape, objective=objective, store=store,
-                              device=objective.device, device_index=index, progress=report,
-                              **settings)  # fmt: skip
+                result = tune(
+                    dtype,
+                    shape,
+                    objective=objective,
+                    store=store,
+                    device=objective.device,
+                    device_index=index,
+                    progress=report,
+                    **settings,
+                )
             except TuningError as exc:
                 message = " ".join(str(exc).split())
                 conn.send(("failed", CaseFailure(dtype, shape, message)))

@@ -83,7 +83,10 @@ WORDS_TABLE_READS, WORDS_TABLE_WRITES, WORDS_LOAD_BATCH = 8, 16, 2
 # buffers of a box up to PIPELINE_MAX_BYTES fit the 48 KB of static shared memory. It wins
 # on some boxes and loses on others, so a first call races it (plan.PACKED_PIPELINE_*; the
 # plan's rule is the one rule: `pipelines`).
-PIPELINE_MIN_ELEM_BYTES, PIPELINE_MAX_BYTES = PACKED_PIPELINE_MIN_ELEM_BYTES, PACKED_PIPELINE_MAX_BYTES
+PIPELINE_MIN_ELEM_BYTES, PIPELINE_MAX_BYTES = (
+    PACKED_PIPELINE_MIN_ELEM_BYTES,
+    PACKED_PIPELINE_MAX_BYTES,
+)
 pipelines = pipeline_fits
 
 
@@ -129,11 +132,17 @@ class PackedKernel:
     def __post_init__(self) -> None:
         n = len(self.box)
         if self.elem_bytes not in ELEMENT_SIZES:
-            raise ShapeError(f"a packed kernel of {self.elem_bytes}-byte elements; sizes are {ELEMENT_SIZES}")
+            raise ShapeError(
+                f"a packed kernel of {self.elem_bytes}-byte elements; sizes are {ELEMENT_SIZES}"
+            )
         if not 1 <= n <= MAX_BOX_DIMS or not all(type(b) is int and b >= 1 for b in self.box):
             raise ShapeError(f"a packed box {self.box!r}: 1 to {MAX_BOX_DIMS} positive int extents")
-        if sorted(self.in_order) != list(range(n)) or not all(type(k) is int for k in self.in_order):
-            raise ShapeError(f"packed box order {self.in_order!r} is not a permutation of range({n})")
+        if sorted(self.in_order) != list(range(n)) or not all(
+            type(k) is int for k in self.in_order
+        ):
+            raise ShapeError(
+                f"packed box order {self.in_order!r} is not a permutation of range({n})"
+            )
         if len(self.checked) != n or not all(type(c) is bool for c in self.checked):
             raise ShapeError(f"packed box checks {self.checked!r}: one bool per box dim")
         if type(self.wide) is not bool or self.volume * self.elem_bytes > PACKED_MAX_BYTES:
@@ -150,11 +159,19 @@ class PackedKernel:
                 f"{PIPELINE_MAX_BYTES} bytes, not the words kernel"
             )
         if type(self.funnel) is not bool or (self.funnel and not self.words):
-            raise ShapeError(f"packed funnel {self.funnel!r}: a bool, and only for the words kernel")
+            raise ShapeError(
+                f"packed funnel {self.funnel!r}: a bool, and only for the words kernel"
+            )
         if self.words:
             k = self.block
             i0_odd = self.box[self.in_order[0]] % k if n >= 2 else 1
-            if k < 2 or n < 2 or self.in_order[0] == 0 or self.box[0] % k or (i0_odd and not self.funnel):
+            if (
+                k < 2
+                or n < 2
+                or self.in_order[0] == 0
+                or self.box[0] % k
+                or (i0_odd and not self.funnel)
+            ):
                 raise ShapeError(
                     f"a packed words kernel of {self.elem_bytes}-byte elements in boxes of {self.box}: "
                     f"1- or 2-byte elements, the output's and the input's innermost box dims "
@@ -175,7 +192,9 @@ class PackedKernel:
         """Words kernel: the K x K blocks of a box (the input's innermost dim in K-element
         words, its last one part-filled where the box extent is not a multiple of K)."""
         k, i0 = self.block, self.in_order[0]
-        return math.prod(-(-b // k) if d == i0 else b // k if d == 0 else b for d, b in enumerate(self.box))
+        return math.prod(
+            -(-b // k) if d == i0 else b // k if d == 0 else b for d, b in enumerate(self.box)
+        )
 
     @property
     def steps(self) -> int:
@@ -190,7 +209,9 @@ class PackedKernel:
     @property
     def table(self) -> bool:
         """Whether whole boxes move by the table of a thread's offsets (registers allowing)."""
-        if self.words:  # funnel with 64-bit offsets: its table and realigning loads spill at 80 registers
+        if (
+            self.words
+        ):  # funnel with 64-bit offsets: its table and realigning loads spill at 80 registers
             fits = self.steps <= WORDS_TABLE_READS and self.write_steps <= WORDS_TABLE_WRITES
             return fits and not (self.funnel and self.wide)
         return self.steps <= (TABLE_STEPS_WIDE if self.wide else TABLE_STEPS)
@@ -198,7 +219,11 @@ class PackedKernel:
     @property
     def blocks_per_sm(self) -> int:
         """Resident blocks the kernel is compiled and launched for: FLIGHT_BYTES of boxes."""
-        small = self.write_steps <= TABLE_STEPS_AT_MAX if self.words else self.steps <= TABLE_STEPS_AT_MAX
+        small = (
+            self.write_steps <= TABLE_STEPS_AT_MAX
+            if self.words
+            else self.steps <= TABLE_STEPS_AT_MAX
+        )
         most = MAX_BLOCKS if self.table and small else MIN_BLOCKS
         return min(most, max(MIN_BLOCKS, -(-FLIGHT_BYTES // (self.volume * self.elem_bytes))))
 
@@ -231,9 +256,17 @@ class PackedArgs:
     def values(self) -> tuple[int, ...]:
         """The struct's fields, flat, in ARG_FORMAT's order."""
         return (
-            *self.in_stride, *self.out_stride, *self.tile_in, *self.tile_out, *self.tiles_of,
-            *self.div_magic, *self.div_shift, *self.extent, self.tiles, self.ngrid,
-        )  # fmt: skip
+            *self.in_stride,
+            *self.out_stride,
+            *self.tile_in,
+            *self.tile_out,
+            *self.tiles_of,
+            *self.div_magic,
+            *self.div_shift,
+            *self.extent,
+            self.tiles,
+            self.ngrid,
+        )
 
     def pack(self) -> bytes:
         return struct.pack(ARG_FORMAT, *self.values())
@@ -270,16 +303,24 @@ def words_mode(
     return True, not in_aligned
 
 
-def word_aligned(elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int, out_ptr: int) -> bool:
+def word_aligned(
+    elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int, out_ptr: int
+) -> bool:
     """Whether the words kernel moves `dims` in boxes of `box` with every load and store an
     aligned word (`words_mode` without funnel: both sides word-aligned)."""
     return words_mode(elem_bytes, dims, box, in_ptr, out_ptr) == (True, False)
 
 
 def packed_args(
-    elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int = 0, out_ptr: int = 0,
-    *, words: bool | None = None, pipelined: bool = False,
-) -> PackedArgs:  # fmt: skip
+    elem_bytes: int,
+    dims: Sequence[Dim],
+    box: Sequence[int],
+    in_ptr: int = 0,
+    out_ptr: int = 0,
+    *,
+    words: bool | None = None,
+    pipelined: bool = False,
+) -> PackedArgs:
     """The kernel and arguments that move `dims` (output memory order, outermost first, the
     innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass)
     between pointers of addresses `in_ptr` and `out_ptr` (only their alignment is read). The
@@ -292,7 +333,9 @@ def packed_args(
     the other box dims, then the dims outside the box. Raises ShapeError for what the kernel
     cannot take (the plan never makes such a box)."""
     if len(box) != len(dims) or not 1 <= len(dims) <= MAX_GRID_DIMS:
-        raise ShapeError(f"a packed box {tuple(box)} for {len(dims)} dims: one extent per dim, at most {MAX_GRID_DIMS}")
+        raise ShapeError(
+            f"a packed box {tuple(box)} for {len(dims)} dims: one extent per dim, at most {MAX_GRID_DIMS}"
+        )
     if any(not 1 <= b <= d.extent for b, d in zip(box, dims, strict=True)):
         raise ShapeError(f"packed box {tuple(box)} does not fit dims {[d.extent for d in dims]}")
     inside = sorted((k for k, b in enumerate(box) if b > 1), key=lambda k: dims[k].out_stride)
@@ -300,7 +343,10 @@ def packed_args(
         raise ShapeError("a packed box of one element; use a gather")
     outside = [k for k in reversed(range(len(dims))) if box[k] == 1 and dims[k].extent > 1]
     in_order = tuple(sorted(range(len(inside)), key=lambda j: (dims[inside[j]].in_stride, j)))
-    span = [sum((box[k] - 1) * abs(getattr(dims[k], s)) for k in inside) for s in ("in_stride", "out_stride")]
+    span = [
+        sum((box[k] - 1) * abs(getattr(dims[k], s)) for k in inside)
+        for s in ("in_stride", "out_stride")
+    ]
     cut = [k for k in inside if dims[k].extent % box[k]]
     can_words, funnel = words_mode(elem_bytes, dims, box, in_ptr, out_ptr)
     if words is None:
@@ -331,7 +377,9 @@ def packed_args(
     tiles_of = [-(-dims[k].extent // box[k]) for k in grid]
     tiles = math.prod(tiles_of)
     if tiles > PACKED_MAX_TILES:
-        raise ShapeError(f"{tiles} packed boxes: at most {PACKED_MAX_TILES} (32-bit box index); use a gather")
+        raise ShapeError(
+            f"{tiles} packed boxes: at most {PACKED_MAX_TILES} (32-bit box index); use a gather"
+        )
     magic = [divisor(t) for t in tiles_of]
     pad_b, pad_g = MAX_BOX_DIMS - len(inside), MAX_GRID_DIMS - len(grid)
     return PackedArgs(

@@ -123,9 +123,14 @@ class Steps:
 
 
 def build_steps(
-    plan: Plan, src: int, dst: int, make_transpose: MakeTranspose, make_copy: MakeCopy,
-    make_gather: MakeGather, make_packed: MakePacked,
-) -> tuple[Step, ...]:  # fmt: skip
+    plan: Plan,
+    src: int,
+    dst: int,
+    make_transpose: MakeTranspose,
+    make_copy: MakeCopy,
+    make_gather: MakeGather,
+    make_packed: MakePacked,
+) -> tuple[Step, ...]:
     """The steps that run `plan` from `src` into `dst` (device pointers). A launch serves
     every host-loop index, so it is made at the least aligned of their pointer pairs: a
     real launch's start, since a first-call measurement runs that whole launch on it. A
@@ -141,17 +146,35 @@ def build_steps(
         i, o = weakest(offsets, src, dst)
         if p.kind == TRANSPOSE:  # its outer dims' pointers: the api derives the vector from them
             shape, strides = (p.batch, p.m, p.n), (p.ld_in, p.ld_out, p.bs_in, p.bs_out)
-            launch = make_transpose(p.elem_bytes, shape, strides, src + i, dst + o, (p.outer, p.outer2))
+            launch = make_transpose(
+                p.elem_bytes, shape, strides, src + i, dst + o, (p.outer, p.outer2)
+            )
         elif p.kind == GATHER:
             launch = make_gather(p.elem_bytes, p.dims)
         elif p.kind == PACKED:
-            launch = make_packed(p.elem_bytes, p.dims, p.box, src + i, dst + o, p.pipelined)  # words if aligned
+            launch = make_packed(
+                p.elem_bytes, p.dims, p.box, src + i, dst + o, p.pipelined
+            )  # words if aligned
         else:
             assert p.kind == COPY, p.kind
             o, o2 = p.outer, p.outer2
-            launch = make_copy(p.elem_bytes, p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out,
-                               o.extent, o.in_stride, o.out_stride,
-                               o2.extent, o2.in_stride, o2.out_stride, realign=p.realign)  # fmt: skip
+            launch = make_copy(
+                p.elem_bytes,
+                p.batch,
+                p.m,
+                p.n,
+                p.ld_in,
+                p.ld_out,
+                p.bs_in,
+                p.bs_out,
+                o.extent,
+                o.in_stride,
+                o.out_stride,
+                o2.extent,
+                o2.in_stride,
+                o2.out_stride,
+                realign=p.realign,
+            )
         steps.append(Step(launch, 0, offsets))
     return tuple(steps)
 
@@ -206,31 +229,48 @@ def axes_tag(axes: Any) -> tuple[int, ...] | None:
     return axes if type(axes) is tuple else tuple(axes) if type(axes) is list else None
 
 
-def _plan(xv: NDView, axes: tuple[int, ...], out_strides: tuple[int, ...] | None, out_ptr: int) -> Plan:
+def _plan(
+    xv: NDView, axes: tuple[int, ...], out_strides: tuple[int, ...] | None, out_ptr: int
+) -> Plan:
     return _planned(xv.shape, axes, xv.et.size, xv.strides, out_strides, xv.ptr & 15, out_ptr & 15)
 
 
 @functools.lru_cache(maxsize=4096)
 def _planned(
-    shape: tuple[int, ...], axes: tuple[int, ...], e: int, in_strides: tuple[int, ...],
-    out_strides: tuple[int, ...] | None, in_align: int, out_align: int,
-) -> Plan:  # fmt: skip
+    shape: tuple[int, ...],
+    axes: tuple[int, ...],
+    e: int,
+    in_strides: tuple[int, ...],
+    out_strides: tuple[int, ...] | None,
+    in_align: int,
+    out_align: int,
+) -> Plan:
     """plan_permute, once per signature (it reads only the pointers' alignment; a refused
     call raises every time: exceptions are not cached)."""
     return plan_permute(shape, axes, e, in_strides, out_strides, in_ptr=in_align, out_ptr=out_align)
 
 
 def _on_device(
-    x: Any, as_given: Sequence[int], xv: NDView, axes: tuple[int, ...], want: tuple[int, ...],
-    out: Any, given: streams.Explicit | None,
-) -> Any:  # fmt: skip
+    x: Any,
+    as_given: Sequence[int],
+    xv: NDView,
+    axes: tuple[int, ...],
+    want: tuple[int, ...],
+    out: Any,
+    given: streams.Explicit | None,
+) -> Any:
     state, ctx, handle = call_target(xv, given)
     if out is None:
         plan = _plan(xv, axes, None, 0)  # x's layout is refused before allocating
         result = allocate(xv, want, ctx)
         if xv.kind == "jax":  # our export, not yet an array
-            ov = xv._replace(obj=result, ptr=result.alloc.ptr, shape=want,
-                             strides=contiguous_strides(want), keep=None)  # fmt: skip
+            ov = xv._replace(
+                obj=result,
+                ptr=result.alloc.ptr,
+                shape=want,
+                strides=contiguous_strides(want),
+                keep=None,
+            )
         else:
             ov = nd_view(result, "out")
         if ov.ptr & 15:  # never seen (allocators align to 256 bytes): plan for this pointer
@@ -257,10 +297,14 @@ def program(steps: Sequence[Step], ctx: int) -> _driver.Prepared | _driver.Progr
     (and copy) at its offsets, run in one native call."""
     if len(steps) == 1 and steps[0].launch is not None and steps[0].offsets == ((0, 0),):
         return steps[0].launch.prepared(ctx)
-    return _driver.Program(ctx, [
-        (None if st.launch is None else st.launch.prepared(ctx), i, o, st.nbytes)
-        for st in steps for i, o in st.offsets
-    ])  # fmt: skip
+    return _driver.Program(
+        ctx,
+        [
+            (None if st.launch is None else st.launch.prepared(ctx), i, o, st.nbytes)
+            for st in steps
+            for i, o in st.offsets
+        ],
+    )
 
 
 def _cached_steps(
@@ -321,6 +365,7 @@ def build(
 ) -> tuple[Step, ...]:
     """The steps of `plan` on `state`'s device, as permute() runs them (the bench times these
     very steps)."""
+
     def make_transpose(e: int, shape: Any, strides: Any, s: int, d: int, outer: Any) -> Launch:
         return batched_launch(state, e, shape, strides, s, d, stream, ctx, tuple(outer))
 
@@ -330,7 +375,9 @@ def build(
     def gather(e: int, dims: tuple[Dim, ...]) -> Launch:
         return make_gather(state, e, dims)
 
-    def packed(e: int, dims: tuple[Dim, ...], box: tuple[int, ...], s: int, d: int, pipelined: bool) -> Launch:
+    def packed(
+        e: int, dims: tuple[Dim, ...], box: tuple[int, ...], s: int, d: int, pipelined: bool
+    ) -> Launch:
         return make_packed(state, e, dims, box, s, d, pipelined)
 
     return build_steps(plan, src, dst, make_transpose, make_copy, gather, packed)
@@ -351,9 +398,12 @@ def clear_caches() -> None:
 
 
 def _on_host(
-    xv: NDView, axes: tuple[int, ...], want: tuple[int, ...], out: Any,
+    xv: NDView,
+    axes: tuple[int, ...],
+    want: tuple[int, ...],
+    out: Any,
     given: streams.Explicit | None,
-) -> Any:  # fmt: skip
+) -> Any:
     """NumPy in, NumPy out: copied contiguously to the GPU, permuted, copied back."""
     if out is not None:
         check_permute_output(xv, nd_view(out, "out"), want, axes)

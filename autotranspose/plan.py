@@ -253,7 +253,9 @@ class Pass:
     @property
     def launch_bytes(self) -> int:
         """Bytes one launch moves (each read once and written once)."""
-        return self.outer.extent * self.outer2.extent * self.batch * self.m * self.n * self.elem_bytes
+        return (
+            self.outer.extent * self.outer2.extent * self.batch * self.m * self.n * self.elem_bytes
+        )
 
     def problem(self) -> tuple[Dim, ...]:
         """Everything the pass moves as dims of its elements, in output memory order
@@ -265,8 +267,13 @@ class Pass:
             sides = [Dim(self.n, 1, self.ld_out), Dim(self.m, self.ld_in, 1)]
         else:
             sides = [Dim(self.m, self.ld_in, self.ld_out), Dim(self.n, 1, 1)]
-        every = [*self.loops, self.outer, self.outer2, Dim(self.batch, self.bs_in, self.bs_out),
-                 *sides]  # fmt: skip
+        every = [
+            *self.loops,
+            self.outer,
+            self.outer2,
+            Dim(self.batch, self.bs_in, self.bs_out),
+            *sides,
+        ]
         return tuple(_fuse(sorted((d for d in every if d.extent > 1), key=lambda d: -d.out_stride)))
 
     def offsets(self) -> Iterator[tuple[int, int]]:
@@ -290,7 +297,8 @@ class Pass:
                 runs = packed_runs(self.dims, self.box)
                 text += (
                     f" in boxes of {' x '.join(map(str, self.box))} (runs of {runs[0] * e} "
-                    f"bytes read, {runs[1] * e} written)" + (", pipelined" if self.pipelined else "")
+                    f"bytes read, {runs[1] * e} written)"
+                    + (", pipelined" if self.pipelined else "")
                 )
             return text
         if self.contiguous:
@@ -315,7 +323,9 @@ class Pass:
         unit = (" bytes" if self.realign else " words") if self.kind == COPY else ""
         for o in (self.outer, self.outer2):
             if o.extent > 1:
-                text += f" x {o.extent} in the launch (in +{o.in_stride}, out +{o.out_stride}{unit})"
+                text += (
+                    f" x {o.extent} in the launch (in +{o.in_stride}, out +{o.out_stride}{unit})"
+                )
         if self.loops:
             text += "; host loops " + ", ".join(
                 f"{d.extent} (in +{d.in_stride}, out +{d.out_stride})" for d in self.loops
@@ -490,7 +500,10 @@ def one_launch(p: Pass, kind: str, min_elems: int | None = None) -> Pass | None:
 def pipeline_fits(elem_bytes: int, volume: int) -> bool:
     """Whether boxes of `volume` `elem_bytes`-byte elements can take the pipelined kernel
     (PACKED_PIPELINE_*; `packed.pipelines` is this rule)."""
-    return elem_bytes >= PACKED_PIPELINE_MIN_ELEM_BYTES and volume * elem_bytes <= PACKED_PIPELINE_MAX_BYTES
+    return (
+        elem_bytes >= PACKED_PIPELINE_MIN_ELEM_BYTES
+        and volume * elem_bytes <= PACKED_PIPELINE_MAX_BYTES
+    )
 
 
 def can_pipeline(p: Pass) -> bool:
@@ -542,7 +555,11 @@ def _chain(dims: Sequence[Dim], side: str) -> list[int]:
     chain = [] if k is None else [k]
     while chain:
         last = dims[chain[-1]]
-        nxt = [j for j, d in enumerate(dims) if j not in chain and stride(d) == stride(last) * last.extent]
+        nxt = [
+            j
+            for j, d in enumerate(dims)
+            if j not in chain and stride(d) == stride(last) * last.extent
+        ]
         if not nxt:
             break
         chain.append(nxt[0])
@@ -777,12 +794,19 @@ def _transpose(dims: list[Dim], e: int) -> Pass | None:
         room = 1  # narrow matrices: host loops (or, by gather_reason, the gather) as before
     o, o2, loops = _walked(loops, room)
     return Pass(
-        TRANSPOSE, e, i.extent, j.extent, i.in_stride, j.out_stride,
+        TRANSPOSE,
+        e,
+        i.extent,
+        j.extent,
+        i.in_stride,
+        j.out_stride,
         b.extent if b else 1,
         b.in_stride if b else i.extent * i.in_stride,
         b.out_stride if b else j.extent * j.out_stride,
-        tuple(loops), outer=o, outer2=o2,
-    )  # fmt: skip
+        tuple(loops),
+        outer=o,
+        outer2=o2,
+    )
 
 
 def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -> Pass:
@@ -793,9 +817,10 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
     along) is the one whose rows lie side by side in the output, if either does."""
     strides = [s * eb for d in rows for s in (d.in_stride, d.out_stride)]
     w = next(
-        w for w in reversed(ELEMENT_SIZES)
+        w
+        for w in reversed(ELEMENT_SIZES)
         if row_bytes % w == 0 and (in_ptr | out_ptr) % w == 0 and all(s % w == 0 for s in strides)
-    )  # fmt: skip
+    )
     n = row_bytes // w
     words = [Dim(d.extent, d.in_stride * eb // w, d.out_stride * eb // w) for d in rows]
     m, rest = _largest(words)
@@ -806,12 +831,19 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
         m, b = b, m  # the same two dims walked, so the same launches (at ROWS_MAX_OUTER)
     o, o2, loops = _walked(loops, ROWS_MAX_OUTER)
     return Pass(
-        COPY, w, m.extent, n, m.in_stride, m.out_stride,
+        COPY,
+        w,
+        m.extent,
+        n,
+        m.in_stride,
+        m.out_stride,
         b.extent if b else 1,
         b.in_stride if b else m.extent * m.in_stride,
         b.out_stride if b else m.extent * m.out_stride,
-        tuple(loops), outer=o, outer2=o2,
-    )  # fmt: skip
+        tuple(loops),
+        outer=o,
+        outer2=o2,
+    )
 
 
 def runs_of(m: int, n: int, ld_out: int, batch: int, bs_out: int) -> tuple[int, int, int]:
@@ -819,7 +851,11 @@ def runs_of(m: int, n: int, ld_out: int, batch: int, bs_out: int) -> tuple[int, 
     `batch` x `m` rows of `n` bytes: m rows where the output's rows lie side by side, then
     the batch where its matrices do too, while the run stays within REALIGN_MAX_RUN_BYTES."""
     s0 = m if m > 1 and ld_out == n and m * n <= REALIGN_MAX_RUN_BYTES else 1
-    s1 = batch if s0 == m and batch > 1 and bs_out == m * n and batch * m * n <= REALIGN_MAX_RUN_BYTES else 1
+    s1 = (
+        batch
+        if s0 == m and batch > 1 and bs_out == m * n and batch * m * n <= REALIGN_MAX_RUN_BYTES
+        else 1
+    )
     return s1 * s0 * n, s0, s1
 
 
@@ -844,7 +880,11 @@ def realigned(p: Pass) -> Pass | None:
     *words, row = p.problem()
     rows = [Dim(d.extent, d.in_stride * w, d.out_stride * w) for d in words]
     n = row.extent * w
-    if row.in_stride != 1 or row.out_stride != 1 or not REALIGN_MIN_ROW_BYTES <= n <= REALIGN_MAX_RUN_BYTES:
+    if (
+        row.in_stride != 1
+        or row.out_stride != 1
+        or not REALIGN_MIN_ROW_BYTES <= n <= REALIGN_MAX_RUN_BYTES
+    ):
         return None
     for fuse in (True, False):  # unfused, the word copy's own dims: never more launches
         m, b, rest = _run_dims(rows, n, fuse)
@@ -854,9 +894,20 @@ def realigned(p: Pass) -> Pass | None:
     if runs_of(m.extent, n, m.out_stride, b.extent, b.out_stride)[0] < REALIGN_MIN_RUN_BYTES:
         return None
     return Pass(
-        COPY, 1, m.extent, n, m.in_stride, m.out_stride, b.extent, b.in_stride, b.out_stride,
-        tuple(loops), outer=o, outer2=o2, realign=True,
-    )  # fmt: skip
+        COPY,
+        1,
+        m.extent,
+        n,
+        m.in_stride,
+        m.out_stride,
+        b.extent,
+        b.in_stride,
+        b.out_stride,
+        tuple(loops),
+        outer=o,
+        outer2=o2,
+        realign=True,
+    )
 
 
 def _run_dims(rows: list[Dim], n: int, fuse: bool) -> tuple[Dim, Dim, list[Dim]]:

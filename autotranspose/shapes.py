@@ -72,9 +72,16 @@ def shape_class(batch: int, m: int, n: int, max_vec: int) -> ShapeClass:
 
 
 def call_vec(
-    elem_bytes: int, batch: int, m: int, n: int, ld_in: int, ld_out: int, bs_in: int,
-    bs_out: int, pointers: tuple[int, ...] = (),
-) -> int:  # fmt: skip
+    elem_bytes: int,
+    batch: int,
+    m: int,
+    n: int,
+    ld_in: int,
+    ld_out: int,
+    bs_in: int,
+    bs_out: int,
+    pointers: tuple[int, ...] = (),
+) -> int:
     """The widest vector (in elements) a (batch, m, n) call with these strides (elements) and
     pointers allows: what transpose() keys its class and kernel choice by, and what
     `autotranspose lookup --axes` shows for a permute's transpose pass."""
@@ -196,9 +203,11 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 def parse_dims(text: str, most: int = 8) -> tuple[int, ...]:
     """'64x256x56x56' -> (64, 256, 56, 56): an array's shape for permute, 1 to `most` sides."""
     return _sides(
-        text, tuple(range(1, most + 1)), f"1 to {most} sides like AxBxC",
+        text,
+        tuple(range(1, most + 1)),
+        f"1 to {most} sides like AxBxC",
         "64x256x56x56 or 8x4096x32x128",
-    )  # fmt: skip
+    )
 
 
 def _sides(text: str, counts: tuple[int, ...], form: str, example: str) -> tuple[int, ...]:

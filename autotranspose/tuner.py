@@ -418,9 +418,13 @@ SEED_LIMIT = 2**32  # NumPy's RandomState, under Optuna's samplers, takes seeds 
 
 
 def _check_settings(
-    trials: int, timeout: float | None, patience: int | None, batch: int, sampler: str,
+    trials: int,
+    timeout: float | None,
+    patience: int | None,
+    batch: int,
+    sampler: str,
     seed: int | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Refuse bad settings before a study, a worker or a process starts (a bad seed failed
     only deep inside NumPy, once the sampler was made)."""
     if type(trials) is not int or trials < 1:
@@ -434,7 +438,9 @@ def _check_settings(
     if sampler not in SAMPLERS:
         raise TuningError(f"unknown sampler {sampler!r}; choose one of: {', '.join(SAMPLERS)}")
     if seed is not None and (
-        isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < SEED_LIMIT
+        isinstance(seed, bool)
+        or not isinstance(seed, (int, np.integer))
+        or not 0 <= seed < SEED_LIMIT
     ):
         raise TuningError(
             f"seed must be an int from 0 to 2**32-1 (what the samplers' NumPy generator "
@@ -582,26 +588,42 @@ def tune(
         )
         # no more than the budget: queued trials nobody asks would outlive the run
         run.enqueue(
-            known_good(et.size, cls, space, device=device, store=store, conjugate=conjugate,
-                       sides=(dims[1], dims[2]))[
-                :trials
-            ]
+            known_good(
+                et.size,
+                cls,
+                space,
+                device=device,
+                store=store,
+                conjugate=conjugate,
+                sides=(dims[1], dims[2]),
+            )[:trials]
         )
         settings = {
-            "study": name, "dtype": et.name, "shape": list(dims), "shape_class": str(cls),
-            "trials": trials, "timeout": timeout, "patience": patience, "sampler": sampler,
-            "seed": seed, "batch": batch, "conjugate": conjugate, "space": len(space),
-            "device_index": device_index, "layout": list(lay) if lay is not None else None,
+            "study": name,
+            "dtype": et.name,
+            "shape": list(dims),
+            "shape_class": str(cls),
+            "trials": trials,
+            "timeout": timeout,
+            "patience": patience,
+            "sampler": sampler,
+            "seed": seed,
+            "batch": batch,
+            "conjugate": conjugate,
+            "space": len(space),
+            "device_index": device_index,
+            "layout": list(lay) if lay is not None else None,
             "max_vector": max_vector,
-        }  # fmt: skip
+        }
         run_id = store.begin_run(device, settings)
         run.run_id = run_id
         status = "failed"
         try:
             with _Heartbeat(storage, heartbeat_interval) as heartbeat:
                 run.heartbeat = heartbeat
-                stopped_by = run.loop(trials=trials, timeout=timeout, patience=patience,
-                                      batch=batch, started=started)  # fmt: skip
+                stopped_by = run.loop(
+                    trials=trials, timeout=timeout, patience=patience, batch=batch, started=started
+                )
             status = "done"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -632,13 +654,18 @@ def _tuned_class(
 
 
 def _configs(
-    dtype: str, device: DeviceInfo, cls: ShapeClass, conjugate: bool, dims: tuple[int, int, int],
+    dtype: str,
+    device: DeviceInfo,
+    cls: ShapeClass,
+    conjugate: bool,
+    dims: tuple[int, int, int],
     layout: Layout | None,
-) -> list[KernelConfig]:  # fmt: skip
+) -> list[KernelConfig]:
     """The study's search space: the class's configs, less the flat ones whose rows the
     layout's strides break (a strided call never runs them: `api._flat_fits`)."""
-    configs = config_space(dtype, device.limits, conjugate=conjugate, max_vector=cls.vec,
-                           short_side=min(cls.m, cls.n))  # fmt: skip
+    configs = config_space(
+        dtype, device.limits, conjugate=conjugate, max_vector=cls.vec, short_side=min(cls.m, cls.n)
+    )
     if layout is None:
         return list(configs)
     _, m, n = dims
@@ -765,7 +792,9 @@ class _Run:
                 time.sleep(_POLL_S)
                 continue
             if best is not None and trials - self.done <= min(LOCAL_SEARCH, trials // 2):
-                self._step_from(best, min(k, trials - self.done - len(running)), tried.union(running))
+                self._step_from(
+                    best, min(k, trials - self.done - len(running)), tried.union(running)
+                )
             self._batch(k, taken={key for key in tried.union(running) if key is not None})
 
     def _step_from(self, best: FrozenTrial, k: int, tried: set[str | None]) -> None:
@@ -830,7 +859,9 @@ class _Run:
                     trial.set_user_attr("shape", self.shape_text)
                     every = self.study.get_trials(deepcopy=False)
                     if not self._within_budget(trial.number, every):
-                        self._abandon(trial, "over the trial budget: other processes filled it first")
+                        self._abandon(
+                            trial, "over the trial budget: other processes filled it first"
+                        )
                         self.heartbeat.discard([_trial_id(trial)])
                         break
                     # What other processes started since this batch began is taken too.
@@ -919,7 +950,9 @@ class _Run:
                 continue
             shape = t.user_attrs.get("shape")
             if t.state in (TrialState.RUNNING, TrialState.WAITING):
-                ahead += shape == self.shape_text or (shape is None and t.state == TrialState.RUNNING)
+                ahead += shape == self.shape_text or (
+                    shape is None and t.state == TrialState.RUNNING
+                )
             elif t.state in (TrialState.COMPLETE, TrialState.FAIL):
                 ahead += shape == self.shape_text and "status" in t.user_attrs
         return ahead < self.total
@@ -1213,11 +1246,24 @@ def tune_gpu(
             return None
         et = element_type(target.dtype)
         dims, layout, max_vector = target.shape, target.layout, target.shape_class.vec
-    _check_settings(trials, timeout, patience, DEFAULT_BATCH, sampler, seed)  # before a worker starts
+    _check_settings(
+        trials, timeout, patience, DEFAULT_BATCH, sampler, seed
+    )  # before a worker starts
     store = Store.open(db)
     with GpuObjective(et.name, dims, device, conjugate=conjugate, layout=layout) as objective:
         return tune(
-            et.name, dims, objective=objective, store=store, device=objective.device,
-            trials=trials, timeout=timeout, patience=patience, sampler=sampler, seed=seed,
-            conjugate=conjugate, device_index=device, layout=layout, max_vector=max_vector,
-        )  # fmt: skip
+            et.name,
+            dims,
+            objective=objective,
+            store=store,
+            device=objective.device,
+            trials=trials,
+            timeout=timeout,
+            patience=patience,
+            sampler=sampler,
+            seed=seed,
+            conjugate=conjugate,
+            device_index=device,
+            layout=layout,
+            max_vector=max_vector,
+        )

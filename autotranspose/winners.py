@@ -150,9 +150,7 @@ def _open_writer(url: str, path: Path | None) -> Store | None:
             f"`autotranspose db upgrade --db {display}` (or set {ENV_VAR}=0 to silence this)",
         )
         return None
-    if path is not None and not (
-        os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-    ):
+    if path is not None and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         return None  # a read-only database (shared, or mounted so) is read, not written
     try:
         return Store.open(url)  # at the head revision already: no migration, no write
@@ -242,9 +240,7 @@ def _shared(
             config = entry.config.replace(conjugate=call.conjugate)
             if not runnable(config):
                 return _remember(call, measure())
-            choice = lookup.Choice(
-                config, entry.source, call.cls, entry.gbps, entry.ratio or None
-            )
+            choice = lookup.Choice(config, entry.source, call.cls, entry.gbps, entry.ratio or None)
             _remember_choice(call, choice)
             return choice
         if _free(store, key) and store.claim(STUDY, key, owner(), expire_s=CLAIM_EXPIRE_S):
@@ -302,9 +298,16 @@ def record(store: Store, call: Call, winner: Winner) -> bool:
     )
     b, rows, cols = call.shape
     return store.record(
-        None, call.device, call.dtype, call.elem_bytes, (b, rows, cols), call.cls,
-        winner.config, m, source="measured",
-    )  # fmt: skip
+        None,
+        call.device,
+        call.dtype,
+        call.elem_bytes,
+        (b, rows, cols),
+        call.cls,
+        winner.config,
+        m,
+        source="measured",
+    )
 
 
 def _remember(call: Call, winner: Winner | None) -> lookup.Choice | None:

@@ -41,9 +41,12 @@ def refuse_unguarded_main() -> None:
 
 
 def _worker_main(
-    conn: Any, dtype: str, shape: tuple[int, int, int], device_index: int,
+    conn: Any,
+    dtype: str,
+    shape: tuple[int, int, int],
+    device_index: int,
     layout: Layout | None = None,
-) -> None:  # fmt: skip
+) -> None:
     from .compiler import activate, precompile
     from .measure import Bench, context_is_dead, measure_one
 

@@ -14,7 +14,9 @@ def sweep_parser() -> argparse.ArgumentParser:
     """The options every sweep takes: where its log goes, and how long it may start cases."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
-    ap.add_argument("--budget", type=float, default=1e9, help="stop starting cases after this many seconds")
+    ap.add_argument(
+        "--budget", type=float, default=1e9, help="stop starting cases after this many seconds"
+    )
     return ap
 
 
@@ -91,8 +93,9 @@ def within_budget(cases: Any, budget_s: float) -> Any:
         yield case
 
 
-def measure_ranked(state: Any, elem_bytes: int, shape: tuple[int, int, int],
-                   cands: list[Any]) -> list[tuple[Any, Any]]:  # fmt: skip
+def measure_ranked(
+    state: Any, elem_bytes: int, shape: tuple[int, int, int], cands: list[Any]
+) -> list[tuple[Any, Any]]:
     """Each candidate checked on fresh data and timed on one Bench of `shape`; fastest first."""
     bench = Bench(state, elem_bytes, shape)
     try:
@@ -112,8 +115,16 @@ def print_ranked(ranked: list[tuple[Any, Any]], top: int) -> None:
 
 def results_log(ranked: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
     """The ranked results as JSON-ready rows."""
-    return [{"config": c.to_dict(), "status": r.status, "ratio": r.ratio, "gbps": r.gbps,
-             "error": r.error} for c, r in ranked]  # fmt: skip
+    return [
+        {
+            "config": c.to_dict(),
+            "status": r.status,
+            "ratio": r.ratio,
+            "gbps": r.gbps,
+            "error": r.error,
+        }
+        for c, r in ranked
+    ]
 
 
 def case_ratio(case: dict[str, Any], key: str) -> float:
@@ -142,13 +153,20 @@ def config_by_key(key: str, dtype: Any) -> Any:
 
     capped = re.search(r"_b(\d+)(?=_p\d+$|$)", key)  # a register cap the space does not hold
     if capped:
-        base = config_by_key(key[: capped.start()] + key[capped.end():], dtype)
+        base = config_by_key(key[: capped.start()] + key[capped.end() :], dtype)
         return base.replace(min_blocks=int(capped.group(1)))
     raise SystemExit(f"no config {key} for {dtype}")
 
 
-def time_steps(state: Any, bench: Any, check: Any, copy_s: float, runs: dict[str, Any], row: dict[str, Any],
-               repeats: int) -> None:  # fmt: skip
+def time_steps(
+    state: Any,
+    bench: Any,
+    check: Any,
+    copy_s: float,
+    runs: dict[str, Any],
+    row: dict[str, Any],
+    repeats: int,
+) -> None:
     """Each runner of `runs` (name: permute steps) checked against NumPy, then timed into
     `row[name]` as % of copy (None and `row[name + '_error']` when it moved wrong bytes)."""
     for name, steps in runs.items():
@@ -172,21 +190,26 @@ def print_summaries(rows: list[dict[str, Any]], keys: Any, path: str | None) -> 
 
     for key in keys:
         if key == "best":  # the best pass measured for each case: what a perfect choice gets
-            best = (max((r[k] for k in r["timed"] if r.get(k) is not None), default=None) for r in rows)
+            best = (
+                max((r[k] for k in r["timed"] if r.get(k) is not None), default=None) for r in rows
+            )
             vals = [b for b in best if b is not None]
         else:
             vals = [r[key] for r in rows if r.get(key) is not None]
         if vals:
-            print(f"{key}: n={len(vals)} median {np.median(vals):.1f} p10 {np.percentile(vals, 10):.1f} "
-                  f"min {min(vals):.1f}")
+            print(
+                f"{key}: n={len(vals)} median {np.median(vals):.1f} p10 {np.percentile(vals, 10):.1f} "
+                f"min {min(vals):.1f}"
+            )
     if path:
         with open(path, "w") as f:
             json.dump(rows, f, indent=1)
 
 
 @contextmanager
-def permute_case(state: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str,
-                 label: str = "") -> Iterator[tuple[Any, Any, int, int]]:  # fmt: skip
+def permute_case(
+    state: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str, label: str = ""
+) -> Iterator[tuple[Any, Any, int, int]]:
     """(bench, plan, src, dst) of a contiguous permute of `shape` by `axes`: a Bench of its
     bytes and the plan at the Bench's first pointers, the Bench closed after. A failure in the
     body (or the plan) is printed after `label`, not raised: one case's failure is a line, not
@@ -200,7 +223,14 @@ def permute_case(state: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtyp
     bench = Bench(state, e, (1, 1, math.prod(shape)))
     try:
         src0, dst0 = bench.pointers(0)
-        yield bench, plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0), src0, dst0
+        yield (
+            bench,
+            plan_permute(
+                shape, axes, e, contiguous_strides(shape), None, in_ptr=src0, out_ptr=dst0
+            ),
+            src0,
+            dst0,
+        )
     except Exception as exc:
         print(f"{label}{dtype} {shape} {axes}: {type(exc).__name__}: {exc}", flush=True)
     finally:

@@ -23,21 +23,43 @@ from autotranspose.tuner import DEFAULT_BATCH, tune
 from autotranspose.worker import GpuObjective
 
 CASES = [
-    ("int8", "8192x8192"), ("float16", "8192x8192"), ("float32", "8192x8192"),
-    ("float64", "8192x8192"), ("complex128", "8192x8192"),
-    ("int8", "16384x16384"), ("float16", "16384x16384"), ("float32", "16384x16384"),
-    ("float64", "16384x16384"), ("complex128", "16384x16384"),
-    ("float32", "4099x6007"), ("int8", "4099x6007"), ("float32", "1048576x32"),
-    ("float32", "32x1048576"), ("float16", "64x1024x1024"), ("float32", "4096x4096"),
-    ("complex64", "8192x8192"), ("float32", "1024x1024"), ("int8", "4096x4096"),
-    ("int8", "1048576x32"), ("float16", "1048576x32"), ("complex128", "1048576x32"),
-    ("float16", "32x1048576"), ("int8", "32x1048576"), ("float16", "4099x6007"),
-    ("float64", "4099x6007"), ("float32", "64x1024x1024"), ("int8", "64x1024x1024"),
-]  # fmt: skip
+    ("int8", "8192x8192"),
+    ("float16", "8192x8192"),
+    ("float32", "8192x8192"),
+    ("float64", "8192x8192"),
+    ("complex128", "8192x8192"),
+    ("int8", "16384x16384"),
+    ("float16", "16384x16384"),
+    ("float32", "16384x16384"),
+    ("float64", "16384x16384"),
+    ("complex128", "16384x16384"),
+    ("float32", "4099x6007"),
+    ("int8", "4099x6007"),
+    ("float32", "1048576x32"),
+    ("float32", "32x1048576"),
+    ("float16", "64x1024x1024"),
+    ("float32", "4096x4096"),
+    ("complex64", "8192x8192"),
+    ("float32", "1024x1024"),
+    ("int8", "4096x4096"),
+    ("int8", "1048576x32"),
+    ("float16", "1048576x32"),
+    ("complex128", "1048576x32"),
+    ("float16", "32x1048576"),
+    ("int8", "32x1048576"),
+    ("float16", "4099x6007"),
+    ("float64", "4099x6007"),
+    ("float32", "64x1024x1024"),
+    ("int8", "64x1024x1024"),
+]
 # Odd and skinny shapes for every element size (the fixed list of BENCHMARKS.md).
 _SIZES = ("int8", "float16", "float32", "float64", "complex64", "complex128")
-CASES += [(d, s) for d in ("complex64", "complex128") for s in ("4099x6007", "8192x8192")
-          if (d, s) not in CASES]  # fmt: skip
+CASES += [
+    (d, s)
+    for d in ("complex64", "complex128")
+    for s in ("4099x6007", "8192x8192")
+    if (d, s) not in CASES
+]
 CASES += [(d, "6007x4099") for d in _SIZES]
 CASES += [(d, s) for s in ("7081411x20", "20x7081411") for d in _SIZES]
 CASES += [(d, s) for s in ("1048576x32", "32x1048576") for d in _SIZES if (d, s) not in CASES]
@@ -61,18 +83,37 @@ def cmd_tune(args: argparse.Namespace) -> None:
         t0 = time.monotonic()
         with GpuObjective(dtype, shape) as obj:
             started = time.monotonic() - t0
-            res = tune(dtype, shape, objective=obj, store=store, device=obj.device,
-                       trials=args.trials, batch=args.batch, seed=args.seed)  # fmt: skip
+            res = tune(
+                dtype,
+                shape,
+                objective=obj,
+                store=store,
+                device=obj.device,
+                trials=args.trials,
+                batch=args.batch,
+                seed=args.seed,
+            )
         m = res.measurement
         row = {
-            "dtype": dtype, "shape": shape, "class": str(res.shape_class), "config": res.config.key,
-            "ratio": m.ratio, "gbps": m.gbps, "tune_s": res.elapsed_s, "worker_start_s": started,
-            "trials": res.trials, "measured": res.measured, "failed": res.failed,
-        }  # fmt: skip
+            "dtype": dtype,
+            "shape": shape,
+            "class": str(res.shape_class),
+            "config": res.config.key,
+            "ratio": m.ratio,
+            "gbps": m.gbps,
+            "tune_s": res.elapsed_s,
+            "worker_start_s": started,
+            "trials": res.trials,
+            "measured": res.measured,
+            "failed": res.failed,
+        }
         log.append(row)
-        print(f"{dtype:>10} {text:>14}  {100 * m.ratio:5.1f}% of copy  {m.gbps:6.0f} GB/s  "
-              f"tuned in {res.elapsed_s:5.1f} s (+{started:.1f} s worker start), "
-              f"{res.measured} measured, {res.failed} failed  {res.config.key}", flush=True)  # fmt: skip
+        print(
+            f"{dtype:>10} {text:>14}  {100 * m.ratio:5.1f}% of copy  {m.gbps:6.0f} GB/s  "
+            f"tuned in {res.elapsed_s:5.1f} s (+{started:.1f} s worker start), "
+            f"{res.measured} measured, {res.failed} failed  {res.config.key}",
+            flush=True,
+        )
         Path(args.out, "tune.json").write_text(json.dumps(log, indent=1))
 
 
@@ -94,23 +135,39 @@ def cmd_exhaustive(args: argparse.Namespace) -> None:
             results += measured
             for cfg, m in measured if store else ():  # the tuner reuses these; best is kept
                 store.record(None, obj.device, args.dtype, s, shape, cls, cfg, m)
-            print(f"  {i + len(chunk)}/{len(space)} configs, {time.monotonic() - t0:.0f} s", flush=True)
+            print(
+                f"  {i + len(chunk)}/{len(space)} configs, {time.monotonic() - t0:.0f} s",
+                flush=True,
+            )
             _exhaustive_report(args, shape, len(space), results, time.monotonic() - t0)
 
 
-def _exhaustive_report(args: argparse.Namespace, shape: tuple[int, int, int], total: int,
-                       results: list, seconds: float) -> None:  # fmt: skip
+def _exhaustive_report(
+    args: argparse.Namespace, shape: tuple[int, int, int], total: int, results: list, seconds: float
+) -> None:
     """Written after every chunk, so a run cut short still leaves what it measured."""
     ok = sorted((r for r in results if r[1].ok), key=lambda r: -r[1].gbps)
     best_cfg, best = ok[0]
-    print(f"exhaustive {args.dtype} {args.shape}: {len(results)} of {total} configs, {len(ok)} ok, "
-          f"best {100 * best.ratio:.1f}% of copy ({best.gbps:.0f} GB/s) {best_cfg.key}; "
-          f"{seconds:.0f} s", flush=True)  # fmt: skip
-    Path(args.out, "exhaustive.json").write_text(json.dumps({
-        "dtype": args.dtype, "shape": shape, "configs": total, "measured": len(results),
-        "ok": len(ok), "seconds": seconds,
-        "top": [{"config": c.key, "gbps": m.gbps, "ratio": m.ratio} for c, m in ok[:20]],
-    }, indent=1))  # fmt: skip
+    print(
+        f"exhaustive {args.dtype} {args.shape}: {len(results)} of {total} configs, {len(ok)} ok, "
+        f"best {100 * best.ratio:.1f}% of copy ({best.gbps:.0f} GB/s) {best_cfg.key}; "
+        f"{seconds:.0f} s",
+        flush=True,
+    )
+    Path(args.out, "exhaustive.json").write_text(
+        json.dumps(
+            {
+                "dtype": args.dtype,
+                "shape": shape,
+                "configs": total,
+                "measured": len(results),
+                "ok": len(ok),
+                "seconds": seconds,
+                "top": [{"config": c.key, "gbps": m.gbps, "ratio": m.ratio} for c, m in ok[:20]],
+            },
+            indent=1,
+        )
+    )
 
 
 def cmd_export(args: argparse.Namespace) -> None:

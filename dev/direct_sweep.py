@@ -35,23 +35,43 @@ from autotranspose.config import (
 from autotranspose.dtypes import element_type
 
 CASES = [
-    ((1, 20, 7081411), "float64"), ((1, 21, 7536398), "float64"), ((1, 18, 1267567), "float64"),
-    ((1, 40, 1500007), "float64"), ((1, 100, 600011), "float64"), ((1, 140, 400009), "float64"),
-    ((1, 200, 300007), "float64"), ((1, 9, 5303956), "float64"), ((1, 13, 3000017), "float64"),
-    ((1, 7081411, 20), "float64"), ((1, 574153, 13), "complex64"), ((1, 16, 548100), "complex64"),
-    ((1, 21, 3768199), "complex128"), ((1, 5, 10000019), "complex128"), ((1, 2304, 2304), "int64"),
-    ((1, 7040, 777), "float64"), ((1, 81288, 116), "int64"), ((1, 10923, 10923), "float64"),
-    ((1, 20, 7081411), "float32"), ((1, 18, 1267567), "float32"), ((1, 15, 16642555), "float32"),
-    ((1, 47, 1060938), "float32"), ((1, 9, 5303956), "float32"), ((1, 64, 2000003), "float32"),
-    ((1, 7081411, 20), "float32"), ((1, 1048576, 32), "float32"), ((1, 32, 1048576), "float32"),
-]  # fmt: skip
+    ((1, 20, 7081411), "float64"),
+    ((1, 21, 7536398), "float64"),
+    ((1, 18, 1267567), "float64"),
+    ((1, 40, 1500007), "float64"),
+    ((1, 100, 600011), "float64"),
+    ((1, 140, 400009), "float64"),
+    ((1, 200, 300007), "float64"),
+    ((1, 9, 5303956), "float64"),
+    ((1, 13, 3000017), "float64"),
+    ((1, 7081411, 20), "float64"),
+    ((1, 574153, 13), "complex64"),
+    ((1, 16, 548100), "complex64"),
+    ((1, 21, 3768199), "complex128"),
+    ((1, 5, 10000019), "complex128"),
+    ((1, 2304, 2304), "int64"),
+    ((1, 7040, 777), "float64"),
+    ((1, 81288, 116), "int64"),
+    ((1, 10923, 10923), "float64"),
+    ((1, 20, 7081411), "float32"),
+    ((1, 18, 1267567), "float32"),
+    ((1, 15, 16642555), "float32"),
+    ((1, 47, 1060938), "float32"),
+    ((1, 9, 5303956), "float32"),
+    ((1, 64, 2000003), "float32"),
+    ((1, 7081411, 20), "float32"),
+    ((1, 1048576, 32), "float32"),
+    ((1, 32, 1048576), "float32"),
+]
 
 
 def direct_grid(s: int, conjugate: bool = False) -> list[KernelConfig]:
     """Direct configs: every tile of DIRECT_TILES, per_thread 2-8, pad 1, both rasters,
     uncapped and at each register cap."""
     out = []
-    for tm, tn, pt, raster in itertools.product(DIRECT_TILES, DIRECT_TILES, (2, 4, 8), ("row", "col")):
+    for tm, tn, pt, raster in itertools.product(
+        DIRECT_TILES, DIRECT_TILES, (2, 4, 8), ("row", "col")
+    ):
         try:
             c = KernelConfig(s, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, direct=True)
         except ConfigError:
@@ -94,13 +114,24 @@ def main() -> None:
         def pct(c: KernelConfig, by: dict = by) -> str:
             return f"{by[c].ratio * 100:.1f}" if c in by else "-"
 
-        print(f"=== {m}x{n} {dtype} ({len(cands)} configs, {time.time() - t0:.0f} s): seed kernel "
-              f"{seed_pct if seed_pct is None else f'{seed_pct:.1f}'}, served {served.key} {pct(served)}, "
-              f"tiled seed config {pct(seed_tiled)}, direct seed config {pct(seed_direct)}, best direct "
-              f"{best_c.key if best_c else '-'} {best_r.ratio * 100 if best_r else 0:.1f}", flush=True)  # fmt: skip
+        print(
+            f"=== {m}x{n} {dtype} ({len(cands)} configs, {time.time() - t0:.0f} s): seed kernel "
+            f"{seed_pct if seed_pct is None else f'{seed_pct:.1f}'}, served {served.key} {pct(served)}, "
+            f"tiled seed config {pct(seed_tiled)}, direct seed config {pct(seed_direct)}, best direct "
+            f"{best_c.key if best_c else '-'} {best_r.ratio * 100 if best_r else 0:.1f}",
+            flush=True,
+        )
         print_ranked(ranked, 6)
-        log.append({"shape": shape, "dtype": dtype, "served": served.key, "seed": seed_pct,
-                    "bench": [str(r) for r in rows], "results": results_log(ranked)})  # fmt: skip
+        log.append(
+            {
+                "shape": shape,
+                "dtype": dtype,
+                "served": served.key,
+                "seed": seed_pct,
+                "bench": [str(r) for r in rows],
+                "results": results_log(ranked),
+            }
+        )
         Path(args.out, "direct_sweep.json").write_text(json.dumps(log, default=str))
 
 

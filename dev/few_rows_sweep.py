@@ -43,8 +43,16 @@ from autotranspose.config import (
 )
 
 DT = {4: "float32", 8: "complex64", 16: "complex128"}
-CASES = [((1, 16, 548100), 8), ((1, 18, 1267567), 4), ((1, 44, 240408), 16), ((1, 115, 81771), 8),
-         ((1, 140, 1843254), 4), ((1, 24, 2000003), 8), ((1, 16, 1048576), 16), ((1, 60, 1988362), 8)]  # fmt: skip
+CASES = [
+    ((1, 16, 548100), 8),
+    ((1, 18, 1267567), 4),
+    ((1, 44, 240408), 16),
+    ((1, 115, 81771), 8),
+    ((1, 140, 1843254), 4),
+    ((1, 24, 2000003), 8),
+    ((1, 16, 1048576), 16),
+    ((1, 60, 1988362), 8),
+]
 
 
 def grid(s: int, m: int, n: int, vmax: int) -> list[KernelConfig]:
@@ -52,15 +60,19 @@ def grid(s: int, m: int, n: int, vmax: int) -> list[KernelConfig]:
     few columns (at least the smallest tile)."""
     tms = [t for t in TILE_SIZES if t <= max(min(m, n), TILE_SIZES[0])][-2:]
     vecs = sorted({v for v in (vmax, max(1, vmax // 2)) if v == 1 or v * s >= 4})
-    fields = itertools.product(tms, (32, 64, 128, 256), vecs, PER_THREAD,
-                               (("pad", 1), ("swizzle", 0)), ("row", "col"))  # fmt: skip
-    return runnable_tiles(s, m, n, ((tm, tn, v, pt, pad, lay, ras)
-                                    for tm, tn, v, pt, (lay, pad), ras in fields))  # fmt: skip
+    fields = itertools.product(
+        tms, (32, 64, 128, 256), vecs, PER_THREAD, (("pad", 1), ("swizzle", 0)), ("row", "col")
+    )
+    return runnable_tiles(
+        s, m, n, ((tm, tn, v, pt, pad, lay, ras) for tm, tn, v, pt, (lay, pad), ras in fields)
+    )
 
 
 def main() -> None:
     ap = sweep_parser()
-    ap.add_argument("--columns", action="store_true", help="few columns instead: each case transposed")
+    ap.add_argument(
+        "--columns", action="store_true", help="few columns instead: each case transposed"
+    )
     args = ap.parse_args()
     state = start()
     log = []
@@ -72,20 +84,33 @@ def main() -> None:
         print(format_table(rows), flush=True)
         vmax = max_vec(s, m, n)
         served = choose_config(state, s, b, m, n, vmax, False)
-        cands = [served, seed_config(s), *grid(s, m, n, vmax),
-                 *(c for c in (flat_default(s, min(m, n)), staged_default(s)) if c is not None)]
+        cands = [
+            served,
+            seed_config(s),
+            *grid(s, m, n, vmax),
+            *(c for c in (flat_default(s, min(m, n)), staged_default(s)) if c is not None),
+        ]
         cands = [c for c in dict.fromkeys(cands) if c.applies(m, n)]
         failed = precompile(state, cands)
         cands = [c for c in cands if c not in failed]
         ranked = measure_ranked(state, s, shape, cands)
         by = {c: r for c, r in ranked}
-        print(f"=== {m}x{n} {DT[s]} ({len(cands)} configs, {time.time() - t0:.0f} s): served "
-              f"{served.key} {by[served].ratio * 100:.1f}%, tiled seed config "
-              f"{by[seed_config(s)].ratio * 100:.1f}%", flush=True)
+        print(
+            f"=== {m}x{n} {DT[s]} ({len(cands)} configs, {time.time() - t0:.0f} s): served "
+            f"{served.key} {by[served].ratio * 100:.1f}%, tiled seed config "
+            f"{by[seed_config(s)].ratio * 100:.1f}%",
+            flush=True,
+        )
         print_ranked(ranked, 8)
-        log.append({"shape": shape, "elem_bytes": s, "served": served.key,
-                    "bench": [str(r) for r in rows],
-                    "results": results_log(ranked)})  # fmt: skip
+        log.append(
+            {
+                "shape": shape,
+                "elem_bytes": s,
+                "served": served.key,
+                "bench": [str(r) for r in rows],
+                "results": results_log(ranked),
+            }
+        )
         name = "few_columns_sweep.json" if args.columns else "few_rows_sweep.json"
         Path(args.out, name).write_text(json.dumps(log, default=str))
 

@@ -34,8 +34,11 @@ def _nothing(f: Any) -> Any:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--without", required=True,
-                    help="candidate functions, e.g. few_cols_default or narrow_default,lookup.narrow_default")
+    ap.add_argument(
+        "--without",
+        required=True,
+        help="candidate functions, e.g. few_cols_default or narrow_default,lookup.narrow_default",
+    )
     ap.add_argument("--cases", required=True, help="dtype:shape,...")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", default=".")
@@ -57,8 +60,19 @@ def main() -> None:
                 setattr(mod, func, f if variant == "new" else _nothing(f))
             found = bench_case(shape, dtype, peers=("copy", "autotranspose"), repeats=args.repeat)
             r = next(x for x in found if x.peer == "autotranspose")
-            rows.append({"dtype": dtype, "shape": shape, "variant": variant, "ratio": r.of_copy, "note": r.note})
-            print(f"{dtype:10} {'x'.join(map(str, shape)):>16} {variant:4} {100 * r.of_copy:5.1f} {r.note}", flush=True)
+            rows.append(
+                {
+                    "dtype": dtype,
+                    "shape": shape,
+                    "variant": variant,
+                    "ratio": r.of_copy,
+                    "note": r.note,
+                }
+            )
+            print(
+                f"{dtype:10} {'x'.join(map(str, shape)):>16} {variant:4} {100 * r.of_copy:5.1f} {r.note}",
+                flush=True,
+            )
     for (mod, func), f in zip(patched, real, strict=True):
         setattr(mod, func, f)
     Path(args.out, "ab.json").write_text(json.dumps(rows, indent=1))

@@ -22,8 +22,14 @@ from autotranspose.compiler import activate
 from autotranspose.config import flat_default, flat_space, max_vec, seed_config
 
 SHAPES = [(1, 7081411, 20), (1, 20, 7081411), (1, 1048576, 32), (1, 32, 1048576)]
-EXTRA = [((1, 21, 7536398), 1), ((1, 1642055, 47), 1), ((1, 138102664, 6), 1),
-         ((1, 10803978, 5), 2), ((1, 1199100, 61), 2), ((4, 9, 8585044), 2)]  # fmt: skip
+EXTRA = [
+    ((1, 21, 7536398), 1),
+    ((1, 1642055, 47), 1),
+    ((1, 138102664, 6), 1),
+    ((1, 10803978, 5), 2),
+    ((1, 1199100, 61), 2),
+    ((4, 9, 8585044), 2),
+]
 
 
 def main() -> None:
@@ -43,20 +49,33 @@ def main() -> None:
         served = choose_config(state, s, b, m, n, max_vec(s, m, n), False)
         default = flat_default(s, short)
         tw = default.tile_n if default else short
-        space = [c for c in flat_space(s, state.info.limits, short)
-                 if c.tile_n == tw and not c.persistent and c.cache == "default"]  # fmt: skip
-        cands = list(dict.fromkeys([served, seed_config(s), *([default] if default else []), *space]))
+        space = [
+            c
+            for c in flat_space(s, state.info.limits, short)
+            if c.tile_n == tw and not c.persistent and c.cache == "default"
+        ]
+        cands = list(
+            dict.fromkeys([served, seed_config(s), *([default] if default else []), *space])
+        )
         ranked = measure_ranked(state, s, shape, cands)
         by = dict(ranked)
 
-        print(f"\n=== {'x'.join(map(str, shape))} {s} B: served {_pct(by, served)} ({served.key}), "
-              f"seed {_pct(by, seed_config(s))}, flat default {_pct(by, default)}, best "
-              f"{ranked[0][1].ratio * 100:.1f}% ({ranked[0][0].key}) [{time.time() - t0:.0f}s]",
-              flush=True)  # fmt: skip
+        print(
+            f"\n=== {'x'.join(map(str, shape))} {s} B: served {_pct(by, served)} ({served.key}), "
+            f"seed {_pct(by, seed_config(s))}, flat default {_pct(by, default)}, best "
+            f"{ranked[0][1].ratio * 100:.1f}% ({ranked[0][0].key}) [{time.time() - t0:.0f}s]",
+            flush=True,
+        )
         print_ranked(ranked, 5)
-        log.append({"shape": shape, "elem_bytes": s, "served": served.key,
-                    "default": default.key if default else None,
-                    "results": results_log(ranked)})  # fmt: skip
+        log.append(
+            {
+                "shape": shape,
+                "elem_bytes": s,
+                "served": served.key,
+                "default": default.key if default else None,
+                "results": results_log(ranked),
+            }
+        )
         Path(args.out, "flat_sweep.json").write_text(json.dumps(log))
 
 

@@ -42,22 +42,28 @@ def main() -> None:
         ((3, 7, 14, 14, 5), (4, 2, 0, 3, 1), torch.int8),
         ((512, 1024, 8), (1, 0, 2), torch.float32),
     ]
-    print(f"{'case':40} {'ours out':>9} {'torch out':>9} {'ours new':>9} {'torch new':>9} {'op path':>8}")
+    print(
+        f"{'case':40} {'ours out':>9} {'torch out':>9} {'ours new':>9} {'torch new':>9} {'op path':>8}"
+    )
     for shape, axes, dtype in cases:
         print(_row(torch, at, shape, axes, dtype))
     x = torch.randn(64, 64, device="cuda")
     out = torch.empty(64, 64, device="cuda")
     at.transpose(x, out)
-    print(f"transpose 64x64 out: {per_call(lambda: at.transpose(x, out)):.2f}  torch: "
-          f"{per_call(lambda: out.copy_(x.t())):.2f}")
+    print(
+        f"transpose 64x64 out: {per_call(lambda: at.transpose(x, out)):.2f}  torch: "
+        f"{per_call(lambda: out.copy_(x.t())):.2f}"
+    )
 
 
 def first_calls(torch, at) -> None:
     """What the first call of a signature costs (lookup, compile or disk-cache load, the
     first-call measurement), then the second call, in this process."""
-    for shape, axes, dtype in [((4096, 4096), (1, 0), torch.float32),
-                               ((33, 1021, 517), (2, 0, 1), torch.bfloat16),
-                               ((8, 3, 224, 224), (0, 2, 3, 1), torch.uint8)]:  # fmt: skip
+    for shape, axes, dtype in [
+        ((4096, 4096), (1, 0), torch.float32),
+        ((33, 1021, 517), (2, 0, 1), torch.bfloat16),
+        ((8, 3, 224, 224), (0, 2, 3, 1), torch.uint8),
+    ]:
         x = torch.randn(shape, device="cuda").to(dtype)
         torch.cuda.synchronize()
         times = []
@@ -66,7 +72,9 @@ def first_calls(torch, at) -> None:
             at.permute(x, axes)
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
-        print(f"first call {str(dtype)[6:]} {shape} {axes}: {times[0]:.1f} ms, then {times[1]:.2f} ms")
+        print(
+            f"first call {str(dtype)[6:]} {shape} {axes}: {times[0]:.1f} ms, then {times[1]:.2f} ms"
+        )
 
 
 def layers(torch, at) -> None:

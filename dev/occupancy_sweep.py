@@ -44,10 +44,22 @@ from autotranspose.config import (
 DT = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 # (batch, m, n), element bytes: the fixed list's few long rows and tall shapes first, then the odd
 # and aligned squares that the whole mix holds most of
-CASES = [((1, 20, 7081411), 4), ((1, 20, 7081411), 8), ((1, 24, 2000003), 8), ((1, 18, 1267567), 4),
-         ((1, 116, 259791), 4), ((1, 20, 7081411), 16), ((1, 7081411, 20), 8), ((1, 7081411, 20), 4),
-         ((1, 471466, 129), 4), ((1, 4099, 6007), 4), ((1, 10923, 10923), 8), ((6, 3603, 3603), 4),
-         ((1, 8192, 8192), 8), ((1, 8192, 8192), 4)]  # fmt: skip
+CASES = [
+    ((1, 20, 7081411), 4),
+    ((1, 20, 7081411), 8),
+    ((1, 24, 2000003), 8),
+    ((1, 18, 1267567), 4),
+    ((1, 116, 259791), 4),
+    ((1, 20, 7081411), 16),
+    ((1, 7081411, 20), 8),
+    ((1, 7081411, 20), 4),
+    ((1, 471466, 129), 4),
+    ((1, 4099, 6007), 4),
+    ((1, 10923, 10923), 8),
+    ((6, 3603, 3603), 4),
+    ((1, 8192, 8192), 8),
+    ((1, 8192, 8192), 4),
+]
 
 
 LADDER = (2, 3, 4, 5, 6, 8, 12, 16)  # min_blocks tried besides 0
@@ -70,18 +82,24 @@ def small_tiles(s: int, m: int, n: int, v: int) -> list[KernelConfig]:
     short = min(m, n)
     tms = [t for t in (16, 32, 64) if t <= max(short, 16)][-1:] if short < 64 else [32, 64]
     tn = 32 if s >= 8 else 64
-    return runnable_tiles(s, m, n, ((tm, tn, v, pt, 1, "pad", "col")
-                                    for tm, pt in itertools.product(tms, (1, 2, 4))))  # fmt: skip
+    return runnable_tiles(
+        s, m, n, ((tm, tn, v, pt, 1, "pad", "col") for tm, pt in itertools.product(tms, (1, 2, 4)))
+    )
 
 
 def main() -> None:
     ap = sweep_parser()
     ap.add_argument("--first", type=int, default=len(CASES), help="only the first N cases")
-    ap.add_argument("--cases", nargs="*", help="instead of CASES: element bytes and shape, e.g. 2:1x11407x11407")
+    ap.add_argument(
+        "--cases", nargs="*", help="instead of CASES: element bytes and shape, e.g. 2:1x11407x11407"
+    )
     args = ap.parse_args()
     cases = CASES[: args.first]
     if args.cases:
-        cases = [(tuple(int(x) for x in shape.split("x")), int(s)) for s, shape in (c.split(":") for c in args.cases)]
+        cases = [
+            (tuple(int(x) for x in shape.split("x")), int(s))
+            for s, shape in (c.split(":") for c in args.cases)
+        ]
     state = start()
     log = []
     for shape, s in within_budget(cases, args.budget):
@@ -93,10 +111,22 @@ def main() -> None:
         served = choose_config(state, s, b, m, n, vmax, False)
         v1 = min(vmax, 16 // s)
         staged = staged_default(s) if vmax * s < 16 else None
-        near = [staged.replace(**f) for f in ({"tile_m": 64}, {"tile_n": 32}, {"per_thread": 2},
-                                              {"raster": "row"})] if staged else []  # fmt: skip
-        base = [served, seed_config(s), few_rows_default(s, min(m, n), max(m, n), vmax),
-                staged, *near, *small_tiles(s, m, n, v1)]
+        near = (
+            [
+                staged.replace(**f)
+                for f in ({"tile_m": 64}, {"tile_n": 32}, {"per_thread": 2}, {"raster": "row"})
+            ]
+            if staged
+            else []
+        )
+        base = [
+            served,
+            seed_config(s),
+            few_rows_default(s, min(m, n), max(m, n), vmax),
+            staged,
+            *near,
+            *small_tiles(s, m, n, v1),
+        ]
         base = [c for c in dict.fromkeys(base) if c is not None and not (c.flat or c.prmt)]
         cands = [c for c in dict.fromkeys(x for c in base for x in ladder(c)) if c.applies(m, n)]
         if served not in cands:
@@ -105,14 +135,26 @@ def main() -> None:
         cands = [c for c in cands if c not in failed]
         ranked = measure_ranked(state, s, shape, cands)
         by = {c.key: r.ratio * 100 for c, r in ranked}
-        print(f"=== {b}x{m}x{n} {DT[s]} ({len(cands)} configs, {time.time() - t0:.0f} s): served "
-              f"{served.key} {by.get(served.key, 0):.1f}%", flush=True)
+        print(
+            f"=== {b}x{m}x{n} {DT[s]} ({len(cands)} configs, {time.time() - t0:.0f} s): served "
+            f"{served.key} {by.get(served.key, 0):.1f}%",
+            flush=True,
+        )
         for c in base:
-            lad = "  ".join(f"b{x.min_blocks}:{by.get(x.key, 0):.1f}" for x in ladder(c) if x.key in by)
+            lad = "  ".join(
+                f"b{x.min_blocks}:{by.get(x.key, 0):.1f}" for x in ladder(c) if x.key in by
+            )
             print(f"  {c.key:50s} {lad}", flush=True)
         print_ranked(ranked, 5)
-        log.append({"shape": shape, "elem_bytes": s, "served": served.key,
-                    "bench": [str(r) for r in rows], "results": results_log(ranked)})  # fmt: skip
+        log.append(
+            {
+                "shape": shape,
+                "elem_bytes": s,
+                "served": served.key,
+                "bench": [str(r) for r in rows],
+                "results": results_log(ranked),
+            }
+        )
         Path(args.out, "occupancy_sweep.json").write_text(json.dumps(log, default=str))
 
 

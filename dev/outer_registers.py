@@ -52,13 +52,19 @@ def main() -> int:
             for c in space:
                 p, o = plain[c.kernel_name].registers, outer[kernel_name(c, True)].registers
                 growth.append(o - p)
-                before, after = resident(p, c.threads, c.smem_bytes), resident(o, c.threads, c.smem_bytes)
+                before, after = (
+                    resident(p, c.threads, c.smem_bytes),
+                    resident(o, c.threads, c.smem_bytes),
+                )
                 if after < before:
                     lost.append(f"{c.key}: {p} -> {o} registers, {before} -> {after} blocks per SM")
             growth.sort()
-            print(f"{e}-byte {arch}: {len(space)} configs, outer - plain registers min "
-                  f"{growth[0]} median {growth[len(growth) // 2]} max {growth[-1]}; "
-                  f"{len(lost)} lose a resident block", flush=True)
+            print(
+                f"{e}-byte {arch}: {len(space)} configs, outer - plain registers min "
+                f"{growth[0]} median {growth[len(growth) // 2]} max {growth[-1]}; "
+                f"{len(lost)} lose a resident block",
+                flush=True,
+            )
             for line in lost:
                 print("   ", line)
     return 0

@@ -46,6 +46,7 @@ def main() -> int:
             yield
         finally:
             launch.packed_args = packed_args
+
     from autotranspose.compiler import activate
     from autotranspose.permuter import build, served
     from autotranspose.plan import GATHER, PACKED, one_launch
@@ -58,23 +59,42 @@ def main() -> int:
             p = plan.passes[0]
             variants = {"plan": plan}
             for q in plan.alternatives:
-                name = q.kind + ("x".join(map(str, q.box)) if q.box else "") + ("/pipe" if q.pipelined else "")
+                name = (
+                    q.kind
+                    + ("x".join(map(str, q.box)) if q.box else "")
+                    + ("/pipe" if q.pipelined else "")
+                )
                 variants[name] = plan.taking(q)
             named = {q.kind for q in (p, *plan.alternatives)}
             for kind in (PACKED, GATHER):  # the one-launch passes the plan names neither of
                 q = one_launch(p, kind) if kind not in named else None
                 if q is not None:
                     variants[kind] = dataclasses.replace(plan, passes=(q,), alternatives=())
-            box = next((v.passes[0].box for v in variants.values() if v.passes[0].kind == PACKED), None)
+            box = next(
+                (v.passes[0].box for v in variants.values() if v.passes[0].kind == PACKED), None
+            )
             copy_s = bench.copy_time(repeats=args.repeats)
             check = PermuteCheck(bench, shape, axes, dtype)
-            row = {"seed": seed, "shape": list(shape), "axes": list(axes), "dtype": dtype,
-                   "kind": p.kind, "box": list(box) if box else None, "plan_text": p.describe()}
+            row = {
+                "seed": seed,
+                "shape": list(shape),
+                "axes": list(axes),
+                "dtype": dtype,
+                "kind": p.kind,
+                "box": list(box) if box else None,
+                "plan_text": p.describe(),
+            }
             served_plan, served_steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
             runs = {name: build(v, state, src0, dst0, 0, state.ctx) for name, v in variants.items()}
             for name, v in list(variants.items()):  # the same box without the words kernel
                 q = v.passes[0]
-                k = packed_args(q.elem_bytes, q.dims, q.box, src0, dst0, pipelined=q.pipelined).kernel if q.kind == PACKED else None
+                k = (
+                    packed_args(
+                        q.elem_bytes, q.dims, q.box, src0, dst0, pipelined=q.pipelined
+                    ).kernel
+                    if q.kind == PACKED
+                    else None
+                )
                 if k is not None and k.words:
                     with kernel_off(words=False):
                         runs[name + "/elem"] = build(v, state, src0, dst0, 0, state.ctx)
@@ -85,9 +105,12 @@ def main() -> int:
             row["timed"] = list(runs)
             rows.append(row)
             others = " ".join(f"{k} {row[k]}" for k in runs if k not in ("plan", "served"))
-            print(f"{seed:>3} {dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} "
-                  f"{p.kind:>9} plan {row['plan']!s:>6} served {row['served']!s:>6} "
-                  f"({row['served_kind']}) | {others}", flush=True)
+            print(
+                f"{seed:>3} {dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} "
+                f"{p.kind:>9} plan {row['plan']!s:>6} served {row['served']!s:>6} "
+                f"({row['served_kind']}) | {others}",
+                flush=True,
+            )
     print_summaries(rows, ("plan", "served", "best"), args.json)
     return 0
 

@@ -26,7 +26,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cases", nargs="+")
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--profile", action="store_true", help="one launch of each variant between cuProfilerStart/Stop")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="one launch of each variant between cuProfilerStart/Stop",
+    )
     args = ap.parse_args()
 
     import cupy
@@ -74,18 +78,26 @@ def _one_case(case: str, args: argparse.Namespace, state, cuda) -> None:
     if p is None or not can_pipeline(p):
         print(f"{case}: no packed pass the pipelined kernel takes", flush=True)
         return
-    copy_s = _timed(lambda: cupy.cuda.runtime.memcpyAsync(out.data.ptr, x.data.ptr, x.nbytes, 3, 0), args.repeats)
+    copy_s = _timed(
+        lambda: cupy.cuda.runtime.memcpyAsync(out.data.ptr, x.data.ptr, x.nbytes, 3, 0),
+        args.repeats,
+    )
     for variant, pipelined in (("pipelined", True), ("sync", False)):
-        lc = launch.make_packed(state, p.elem_bytes, p.dims, p.box, x.data.ptr, out.data.ptr, pipelined)
+        lc = launch.make_packed(
+            state, p.elem_bytes, p.dims, p.box, x.data.ptr, out.data.ptr, pipelined
+        )
         out.fill(0)
         run = functools.partial(lc.run, x.data.ptr, out.data.ptr, 0, state.ctx)
         run()
         ok = bool(cupy.array_equal(out, want))
         s = _timed(run, args.repeats)
-        print(f"{case} box {'x'.join(map(str, p.box))} {lc.kernel.name} ({variant}): "
-              f"{100 * copy_s / s:.1f}% of copy, {2 * x.nbytes / s / 1e9:.0f} GB/s, "
-              f"grid {lc.grid[0]}, {math.prod(shape) * dtype.itemsize >> 20} MB, "
-              f"{'ok' if ok else 'WRONG'}", flush=True)
+        print(
+            f"{case} box {'x'.join(map(str, p.box))} {lc.kernel.name} ({variant}): "
+            f"{100 * copy_s / s:.1f}% of copy, {2 * x.nbytes / s / 1e9:.0f} GB/s, "
+            f"grid {lc.grid[0]}, {math.prod(shape) * dtype.itemsize >> 20} MB, "
+            f"{'ok' if ok else 'WRONG'}",
+            flush=True,
+        )
         if args.profile:
             cupy.cuda.runtime.deviceSynchronize()
             cuda.cuProfilerStart()

@@ -21,12 +21,26 @@ from _sweep import measure_ranked, print_ranked, results_log, start, sweep_parse
 from autotranspose.api import choose_config
 from autotranspose.config import KernelConfig, max_vec, prmt_space, staged_default
 
-CASES = [((1, 4099, 6007), 1), ((1, 20647, 20647), 1), ((1, 39552, 17095), 1), ((67, 768, 1173), 1),
-         ((1, 6007, 4099), 1), ((46, 342, 16751), 1), ((1, 26085, 26085), 1),
-         ((1, 4099, 6007), 2), ((1, 11407, 11407), 2), ((7, 138, 110387), 2), ((2, 12639, 12639), 2),
-         ((1, 6007, 4099), 2), ((1, 15001, 777), 2),
-         ((1, 4099, 6007), 4), ((1, 6007, 4099), 4), ((1, 26085, 26085), 4), ((1, 11049, 11049), 4),
-         ((25, 189, 8313), 4)]  # fmt: skip
+CASES = [
+    ((1, 4099, 6007), 1),
+    ((1, 20647, 20647), 1),
+    ((1, 39552, 17095), 1),
+    ((67, 768, 1173), 1),
+    ((1, 6007, 4099), 1),
+    ((46, 342, 16751), 1),
+    ((1, 26085, 26085), 1),
+    ((1, 4099, 6007), 2),
+    ((1, 11407, 11407), 2),
+    ((7, 138, 110387), 2),
+    ((2, 12639, 12639), 2),
+    ((1, 6007, 4099), 2),
+    ((1, 15001, 777), 2),
+    ((1, 4099, 6007), 4),
+    ((1, 6007, 4099), 4),
+    ((1, 26085, 26085), 4),
+    ((1, 11049, 11049), 4),
+    ((25, 189, 8313), 4),
+]
 
 
 def main() -> None:
@@ -43,11 +57,16 @@ def main() -> None:
         ranked = measure_ranked(state, s, shape, cands)
         by = dict(ranked)
         best_pm = next((c, r) for c, r in ranked if c.prmt)
-        print(f"\n=== {shape} {s} B: served {by[served].ratio * 100:.1f}% ({served.key}), "
-              f"staged default {by[staged_default(s)].ratio * 100:.1f}%, best prmt "
-              f"{best_pm[1].ratio * 100:.1f}% ({best_pm[0].key}) [{time.time() - t0:.0f}s]", flush=True)
+        print(
+            f"\n=== {shape} {s} B: served {by[served].ratio * 100:.1f}% ({served.key}), "
+            f"staged default {by[staged_default(s)].ratio * 100:.1f}%, best prmt "
+            f"{best_pm[1].ratio * 100:.1f}% ({best_pm[0].key}) [{time.time() - t0:.0f}s]",
+            flush=True,
+        )
         print_ranked(ranked, 8)
-        log.append({"shape": shape, "elem_bytes": s, "served": served.key, "results": results_log(ranked)})
+        log.append(
+            {"shape": shape, "elem_bytes": s, "served": served.key, "results": results_log(ranked)}
+        )
         Path(args.out, "prmt_sweep.json").write_text(json.dumps(log))
     print("\n=== prmt configs: geometric mean % of copy over each element size's cases (top 8)")
     for s in (1, 2, 4):

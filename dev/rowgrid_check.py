@@ -45,8 +45,9 @@ def _regrid(steps, lanes_of):
         blocks = max(1, -(-(batch * m) // (per_block * launch.ROWS_UNROLL)))
         sc = list(lc.scalars)
         sc[10], sc[14] = lanes, per_block
-        lc = dataclasses.replace(lc, scalars=tuple(sc), grid=(blocks, *lc.grid[1:]),
-                                 block=(lanes * per_block, 1, 1))  # fmt: skip
+        lc = dataclasses.replace(
+            lc, scalars=tuple(sc), grid=(blocks, *lc.grid[1:]), block=(lanes * per_block, 1, 1)
+        )
         out.append(dataclasses.replace(s, launch=lc))
     return tuple(out)
 
@@ -62,8 +63,23 @@ def _swapped(steps, state, word: int):
         m, n, ld_in, ld_out, bs_in, bs_out, os_in, os_out, os2_in, os2_out = lc.scalars[:10]
         batch, outer2 = lc.scalars[11], lc.scalars[13]
         outer = lc.grid[2] // outer2
-        lc = launch.make_row_copy(state, word, m, batch, n, bs_in, bs_out, ld_in, ld_out, outer, os_in,
-                                  os_out, outer2, os2_in, os2_out)  # fmt: skip
+        lc = launch.make_row_copy(
+            state,
+            word,
+            m,
+            batch,
+            n,
+            bs_in,
+            bs_out,
+            ld_in,
+            ld_out,
+            outer,
+            os_in,
+            os_out,
+            outer2,
+            os2_in,
+            os2_out,
+        )
         out.append(dataclasses.replace(s, launch=lc))
     return tuple(out)
 
@@ -147,8 +163,15 @@ def main() -> int:
             copy_s = bench.copy_time(repeats=args.repeats)
             check = PermuteCheck(bench, shape, axes, dtype)
             lanes = launch.row_lanes(p.n)
-            row = {"shape": list(shape), "axes": list(axes), "dtype": dtype, "plan_text": p.describe(),
-                   "word": p.elem_bytes, "row_words": p.n, "lanes": lanes}  # fmt: skip
+            row = {
+                "shape": list(shape),
+                "axes": list(axes),
+                "dtype": dtype,
+                "plan_text": p.describe(),
+                "word": p.elem_bytes,
+                "row_words": p.n,
+                "lanes": lanes,
+            }
             time_steps(state, bench, check, copy_s, runs, row, args.repeats)
             rows.append(row)
             print(

@@ -57,19 +57,32 @@ def main() -> int:
             served_plan, runs["served"], _ = served(plan, state, src0, dst0, 0, state.ctx)
             copy_s = bench.copy_time(repeats=args.repeats)
             check = PermuteCheck(bench, shape, axes, dtype)
-            g = launch.row_geometry(p.batch * p.m, p.n, state.info.multiprocessors,
-                                    p.outer.extent * p.outer2.extent)  # fmt: skip
+            g = launch.row_geometry(
+                p.batch * p.m, p.n, state.info.multiprocessors, p.outer.extent * p.outer2.extent
+            )
             skew = runs["rows"][0].launch.scalars[-1]
-            row = {"shape": list(shape), "axes": list(axes), "dtype": dtype, "plan_text": p.describe(),
-                   "word": p.elem_bytes, "row_bytes": p.n * p.elem_bytes, "lanes": g.lanes,
-                   "chunks": g.chunks, "blocks": g.blocks, "line": skew,
-                   "served_kind": served_plan.passes[0].kind}  # fmt: skip
+            row = {
+                "shape": list(shape),
+                "axes": list(axes),
+                "dtype": dtype,
+                "plan_text": p.describe(),
+                "word": p.elem_bytes,
+                "row_bytes": p.n * p.elem_bytes,
+                "lanes": g.lanes,
+                "chunks": g.chunks,
+                "blocks": g.blocks,
+                "line": skew,
+                "served_kind": served_plan.passes[0].kind,
+            }
             time_steps(state, bench, check, copy_s, runs, row, args.repeats)
             rows.append(row)
-            print(f"{dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} word {p.elem_bytes:>2} "
-                  f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} line {skew:>3} | "
-                  f"rows_16 {row['rows_16']!s:>6} rows_skew {row['rows_skew']!s:>6} rows {row['rows']!s:>6} "
-                  f"served {row['served']!s:>6} ({row['served_kind']})", flush=True)
+            print(
+                f"{dtype:>10} {'x'.join(map(str, shape)):>22} {axes!s:>20} word {p.elem_bytes:>2} "
+                f"row {row['row_bytes']:>8} B lanes {g.lanes:>3} chunks {g.chunks:>4} line {skew:>3} | "
+                f"rows_16 {row['rows_16']!s:>6} rows_skew {row['rows_skew']!s:>6} rows {row['rows']!s:>6} "
+                f"served {row['served']!s:>6} ({row['served_kind']})",
+                flush=True,
+            )
     print_summaries(rows, ("rows_16", "rows_skew", "rows", "served"), args.json)
     return 0
 

@@ -69,14 +69,19 @@ def kernels(sass: str) -> dict[str, str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("keys", nargs="+", help="config keys, as `autotranspose lookup` prints them")
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
     args = ap.parse_args()
     if not args.cuobjdump:
-        print("cuobjdump not found: pip download nvidia-cuda-cuobjdump, unzip the wheel and pass "
-              "--cuobjdump PATH/nvidia/cu13/bin/cuobjdump", file=sys.stderr)  # fmt: skip
+        print(
+            "cuobjdump not found: pip download nvidia-cuda-cuobjdump, unzip the wheel and pass "
+            "--cuobjdump PATH/nvidia/cu13/bin/cuobjdump",
+            file=sys.stderr,
+        )
         return 2
 
     from _sweep import config_by_key
@@ -89,10 +94,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         src, cubin = Path(tmp) / "k.cu", Path(tmp) / "k.cubin"
         src.write_text(render_many(configs))
-        subprocess.run(["nvcc", "-cubin", f"-arch={args.arch}", *NVCC_OPTIONS, str(src), "-o", str(cubin)],
-                       check=True)  # fmt: skip
-        sass = subprocess.run([args.cuobjdump, "-sass", str(cubin)], check=True, capture_output=True,
-                              text=True).stdout  # fmt: skip
+        subprocess.run(
+            ["nvcc", "-cubin", f"-arch={args.arch}", *NVCC_OPTIONS, str(src), "-o", str(cubin)],
+            check=True,
+        )
+        sass = subprocess.run(
+            [args.cuobjdump, "-sass", str(cubin)], check=True, capture_output=True, text=True
+        ).stdout
     per_kernel = kernels(sass)
     for c in configs:
         body = per_kernel.get(c.kernel_name)

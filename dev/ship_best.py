@@ -46,12 +46,15 @@ def main() -> None:
                 old = entries.get((et.size, str(cls)))
                 if old is not None and best["ratio"] <= old.ratio * (1 + args.margin):
                     continue
-                space = config_space(et.name, shipped.device.limits, max_vector=cls.vec,
-                                     short_side=min(cls.m, cls.n))  # fmt: skip
+                space = config_space(
+                    et.name, shipped.device.limits, max_vector=cls.vec, short_side=min(cls.m, cls.n)
+                )
                 config = next((c for c in space if c.key == best["config"]), None)
                 if config is None:  # a report from other code: its config is not a kernel here
-                    raise SystemExit(f"{report}: {best['config']} is not in the {et.name} {cls} "
-                                     "space of this code; re-run space_check on it")  # fmt: skip
+                    raise SystemExit(
+                        f"{report}: {best['config']} is not in the {et.name} {cls} "
+                        "space of this code; re-run space_check on it"
+                    )
                 moved = 2 * shape[0] * shape[1] * shape[2] * et.size  # bytes read + written
                 m = Measurement("ok", best["gbps"], row["copy_gbps"], moved / best["gbps"] / 1e3)
                 if store.record(None, shipped.device, et.name, et.size, shape, cls, config, m):

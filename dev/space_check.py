@@ -91,16 +91,24 @@ def finalists_measured(bench: Bench, configs: list[Any], copy_gbps: float) -> di
     return out
 
 
-def whole_space(state: Any, dtype: str, shape: tuple[int, int, int], extra: dict[str, Any],
-                finalists: int, screen_s: float | None = None, only: str | None = None) -> dict[str, Any]:  # fmt: skip
+def whole_space(
+    state: Any,
+    dtype: str,
+    shape: tuple[int, int, int],
+    extra: dict[str, Any],
+    finalists: int,
+    screen_s: float | None = None,
+    only: str | None = None,
+) -> dict[str, Any]:
     """Screen every config of the case's space (or a random sample of it, `screen_s`; or the
     configs of one kind, `only`: a flag field such as "direct"), then measure the top
     `finalists` and the `extra` configs (by role) in full. Returns the figures of the
     report row."""
     et = element_type(dtype)
     cls = shape_class(*shape, max_vec(et.size, shape[1], shape[2]))
-    space = list(config_space(et.name, state.info.limits, max_vector=cls.vec,
-                              short_side=min(cls.m, cls.n)))  # fmt: skip
+    space = list(
+        config_space(et.name, state.info.limits, max_vector=cls.vec, short_side=min(cls.m, cls.n))
+    )
     if only:
         space = [c for c in space if getattr(c, only)]
     t0 = time.monotonic()
@@ -125,17 +133,28 @@ def whole_space(state: Any, dtype: str, shape: tuple[int, int, int], extra: dict
             return None
         m = full[c]
         rank = ranked.index(c) + 1 if c in times else None
-        return {"config": c.key, "status": m.status, "ratio": m.ratio, "gbps": m.gbps,
-                "of_best": m.gbps / full[best].gbps if m.ok else 0.0, "screen_rank": rank}  # fmt: skip
+        return {
+            "config": c.key,
+            "status": m.status,
+            "ratio": m.ratio,
+            "gbps": m.gbps,
+            "of_best": m.gbps / full[best].gbps if m.ok else 0.0,
+            "screen_rank": rank,
+        }
 
     return {
-        "class": str(cls), "space": len(space), "screened": len(times), "compile_failed": len(failed),
-        "compile_s": round(compiled, 1), "screen_s": round(screened, 1),
-        "copy_gbps": copy_gbps, "best": fig(best),
+        "class": str(cls),
+        "space": len(space),
+        "screened": len(times),
+        "compile_failed": len(failed),
+        "compile_s": round(compiled, 1),
+        "screen_s": round(screened, 1),
+        "copy_gbps": copy_gbps,
+        "best": fig(best),
         "best_screen_rank": ranked.index(best) + 1 if best in times else None,  # served, unscreened
         "wrong_in_finalists": [c.key for c in picked if not full[c].ok],
         **{role: fig(c) for role, c in extra.items()},
-    }  # fmt: skip
+    }
 
 
 def _hide_shipped(device_name: str, hidden: Any) -> None:
@@ -152,8 +171,9 @@ def _leave_one_out(device_name: str, elem_bytes: int, cls: Any) -> None:
     _hide_shipped(device_name, lambda e: e.elem_bytes == elem_bytes and e.shape_class == cls)
 
 
-def run_tuner(dtype: str, shape: tuple[int, int, int], seed: int, baseline: bool,
-              device_name: str) -> Any:  # fmt: skip
+def run_tuner(
+    dtype: str, shape: tuple[int, int, int], seed: int, baseline: bool, device_name: str
+) -> Any:
     """One 40-trial tune into a fresh database, leave-one-out; `baseline`: the tuner
     without warm starts from other classes and without the local search."""
     saved = (tuner.LOCAL_SEARCH, lookup.warm_starts)
@@ -167,8 +187,9 @@ def run_tuner(dtype: str, shape: tuple[int, int, int], seed: int, baseline: bool
             started = time.monotonic() - t0
             et = element_type(dtype)
             _leave_one_out(device_name, et.size, shape_class(*shape, max_vec(et.size, *shape[1:])))
-            res = tuner.tune(dtype, shape, objective=obj, store=store, device=obj.device,
-                             trials=40, seed=seed)  # fmt: skip
+            res = tuner.tune(
+                dtype, shape, objective=obj, store=store, device=obj.device, trials=40, seed=seed
+            )
         return res, started
     finally:
         tuner.LOCAL_SEARCH, lookup.warm_starts = saved
@@ -177,15 +198,22 @@ def run_tuner(dtype: str, shape: tuple[int, int, int], seed: int, baseline: bool
 def check_tuner(state: Any, dtype: str, shape: tuple[int, int, int], args: Any) -> dict[str, Any]:
     et = element_type(dtype)
     res, started = run_tuner(dtype, shape, args.seed, False, state.info.name)
-    row: dict[str, Any] = {"tune_s": round(res.elapsed_s, 1), "worker_start_s": round(started, 1),
-                           "tuner_own_ratio": res.measurement.ratio, "trials": res.trials}  # fmt: skip
+    row: dict[str, Any] = {
+        "tune_s": round(res.elapsed_s, 1),
+        "worker_start_s": round(started, 1),
+        "tuner_own_ratio": res.measurement.ratio,
+        "trials": res.trials,
+    }
     extra = {"tuner": res.config, "seed": seed_config(et.size)}
     if args.baseline:
         old, _ = run_tuner(dtype, shape, args.seed, True, state.info.name)
         row["baseline_tune_s"] = round(old.elapsed_s, 1)
         extra["baseline"] = old.config
     lookup.clear_cache()  # shipped files come back whole
-    return {**row, **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s, args.only)}
+    return {
+        **row,
+        **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s, args.only),
+    }
 
 
 def check_serving(state: Any, dtype: str, shape: tuple[int, int, int], args: Any) -> dict[str, Any]:
@@ -199,11 +227,16 @@ def check_serving(state: Any, dtype: str, shape: tuple[int, int, int], args: Any
     finally:
         bench.close()
     if choice is None:  # one column or row a matrix: transpose() copies it
-        raise SystemExit(f"{dtype} {shape} is served as a copy, not a kernel config: pick another shape")
+        raise SystemExit(
+            f"{dtype} {shape} is served as a copy, not a kernel config: pick another shape"
+        )
     default = lookup.default_choice(et.size, cls, state.info.limits).config
     extra = {"served": choice.config, "default": default, "seed": seed_config(et.size)}
     row = {"source": choice.source, "first_call_wall_s": round(first_call_s, 2)}
-    return {**row, **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s, args.only)}
+    return {
+        **row,
+        **whole_space(state, dtype, shape, extra, args.finalists, args.screen_s, args.only),
+    }
 
 
 def _cases(args: Any, state: Any) -> list[tuple[str, tuple[int, int, int]]]:
@@ -235,13 +268,23 @@ def main() -> None:
     ap.add_argument("--random", type=int, default=12, help="serving: random untuned classes")
     ap.add_argument("--seed", type=int, default=8675309)
     ap.add_argument("--finalists", type=int, default=32)
-    ap.add_argument("--screen-s", type=float, help="screen a random sample for this long (s) "
-                    "instead of the whole space: for cases of a GB and more")  # fmt: skip
-    ap.add_argument("--only", choices=("direct", "flat", "staged", "prmt", "realign", "persistent"),
-                    help="screen the configs of this kind only (the case's served and default still timed)")
+    ap.add_argument(
+        "--screen-s",
+        type=float,
+        help="screen a random sample for this long (s) "
+        "instead of the whole space: for cases of a GB and more",
+    )
+    ap.add_argument(
+        "--only",
+        choices=("direct", "flat", "staged", "prmt", "realign", "persistent"),
+        help="screen the configs of this kind only (the case's served and default still timed)",
+    )
     ap.add_argument("--baseline", action="store_true")
-    ap.add_argument("--no-shipped", action="store_true",
-                    help="serving: hide this GPU's shipped results (a model nothing ships for)")
+    ap.add_argument(
+        "--no-shipped",
+        action="store_true",
+        help="serving: hide this GPU's shipped results (a model nothing ships for)",
+    )
     ap.add_argument("--deadline", type=float, default=540, help="start no case after this (s)")
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
@@ -262,11 +305,14 @@ def main() -> None:
         row["case_s"] = round(time.monotonic() - t0, 1)
         rows.append(row)
         under = row.get("tuner") or row.get("served")
-        print(f"{dtype:>10} {'x'.join(map(str, shape)):>16}  best {100 * row['best']['ratio']:5.1f}% "
-              f"{row['best']['config']} (screen rank {row['best_screen_rank'] or '-'})  "
-              f"{args.mode} {100 * under['ratio']:5.1f}% = {100 * under['of_best']:5.1f}% of best "
-              f"{under['config']}  [{row['case_s']} s: compile {row['compile_s']}, "
-              f"screen {row['screen_s']} ({row['screened']} of {row['space']})]", flush=True)  # fmt: skip
+        print(
+            f"{dtype:>10} {'x'.join(map(str, shape)):>16}  best {100 * row['best']['ratio']:5.1f}% "
+            f"{row['best']['config']} (screen rank {row['best_screen_rank'] or '-'})  "
+            f"{args.mode} {100 * under['ratio']:5.1f}% = {100 * under['of_best']:5.1f}% of best "
+            f"{under['config']}  [{row['case_s']} s: compile {row['compile_s']}, "
+            f"screen {row['screen_s']} ({row['screened']} of {row['space']})]",
+            flush=True,
+        )
         Path(args.out, "space_check.json").write_text(json.dumps(rows, indent=1))
 
 

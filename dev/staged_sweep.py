@@ -24,24 +24,52 @@ from autotranspose.config import KernelConfig, max_vec, staged_default, staged_s
 
 CASES = [((1, 4099, 6007), s) for s in (1, 2, 4, 8)]
 CASES += [((1, 6007, 4099), s) for s in (1, 2, 4, 8)]
-CASES += [((1, 26085, 26085), 1), ((1, 26085, 26085), 2), ((1, 68451, 4969), 1), ((46, 342, 16751), 1)]
+CASES += [
+    ((1, 26085, 26085), 1),
+    ((1, 26085, 26085), 2),
+    ((1, 68451, 4969), 1),
+    ((46, 342, 16751), 1),
+]
 CASES += [((1, 10923, 10923), 8), ((1, 12001, 9001), 4), ((7, 1531, 2047), 2)]
 
 
-def _c(s: int, tm: int, tn: int, v: int, pt: int, raster: str, cache: str = "default") -> KernelConfig:
+def _c(
+    s: int, tm: int, tn: int, v: int, pt: int, raster: str, cache: str = "default"
+) -> KernelConfig:
     return KernelConfig(s, tm, tn, v, pt, 0, "pad", raster, cache, staged=True)
 
 
 CANDIDATES = {
-    1: [_c(1, 128, 64, 16, 2, "col"), _c(1, 128, 64, 16, 4, "col"), _c(1, 256, 32, 16, 4, "col"),
-        _c(1, 128, 32, 16, 2, "col"), _c(1, 64, 64, 16, 2, "col"), _c(1, 256, 64, 16, 4, "col")],
-    2: [_c(2, 128, 64, 8, 4, "col", "stream"), _c(2, 128, 64, 8, 2, "col"), _c(2, 64, 32, 8, 2, "col"),
-        _c(2, 128, 32, 8, 2, "col", "stream"), _c(2, 128, 64, 8, 4, "col")],
-    4: [_c(4, 128, 32, 4, 4, "col"), _c(4, 64, 16, 4, 4, "col"), _c(4, 128, 16, 4, 2, "col", "stream"),
-        _c(4, 128, 32, 4, 4, "row", "stream"), _c(4, 64, 64, 4, 2, "col")],
-    8: [_c(8, 64, 16, 2, 4, "row"), _c(8, 128, 16, 2, 4, "col", "stream"), _c(8, 64, 32, 2, 4, "col"),
-        _c(8, 32, 64, 2, 2, "col"), _c(8, 64, 16, 2, 2, "row")],
-}  # fmt: skip
+    1: [
+        _c(1, 128, 64, 16, 2, "col"),
+        _c(1, 128, 64, 16, 4, "col"),
+        _c(1, 256, 32, 16, 4, "col"),
+        _c(1, 128, 32, 16, 2, "col"),
+        _c(1, 64, 64, 16, 2, "col"),
+        _c(1, 256, 64, 16, 4, "col"),
+    ],
+    2: [
+        _c(2, 128, 64, 8, 4, "col", "stream"),
+        _c(2, 128, 64, 8, 2, "col"),
+        _c(2, 64, 32, 8, 2, "col"),
+        _c(2, 128, 32, 8, 2, "col", "stream"),
+        _c(2, 128, 64, 8, 4, "col"),
+    ],
+    4: [
+        _c(4, 128, 32, 4, 4, "col"),
+        _c(4, 64, 16, 4, 4, "col"),
+        _c(4, 128, 16, 4, 2, "col", "stream"),
+        _c(4, 128, 32, 4, 4, "row", "stream"),
+        _c(4, 64, 64, 4, 2, "col"),
+    ],
+    8: [
+        _c(8, 64, 16, 2, 4, "row"),
+        _c(8, 128, 16, 2, 4, "col", "stream"),
+        _c(8, 64, 32, 2, 4, "col"),
+        _c(8, 32, 64, 2, 2, "col"),
+        _c(8, 64, 16, 2, 2, "row"),
+    ],
+}
 
 
 def main() -> None:
@@ -63,13 +91,16 @@ def main() -> None:
         cands = list(dict.fromkeys([served, staged_default(s), *CANDIDATES[s], *picks]))
         ranked = measure_ranked(state, s, shape, cands)
         by = dict(ranked)
-        print(f"\n=== {shape} {s} B: served {by[served].ratio * 100:.1f}% ({served.key}), "
-              f"staged default {by[staged_default(s)].ratio * 100:.1f}%, "
-              f"best {ranked[0][1].ratio * 100:.1f}% ({ranked[0][0].key}) [{time.time() - t0:.0f}s]",
-              flush=True)  # fmt: skip
+        print(
+            f"\n=== {shape} {s} B: served {by[served].ratio * 100:.1f}% ({served.key}), "
+            f"staged default {by[staged_default(s)].ratio * 100:.1f}%, "
+            f"best {ranked[0][1].ratio * 100:.1f}% ({ranked[0][0].key}) [{time.time() - t0:.0f}s]",
+            flush=True,
+        )
         print_ranked(ranked, 6)
-        log.append({"shape": shape, "elem_bytes": s, "served": served.key,
-                    "results": results_log(ranked)})  # fmt: skip
+        log.append(
+            {"shape": shape, "elem_bytes": s, "served": served.key, "results": results_log(ranked)}
+        )
         Path(args.out, "staged_sweep.json").write_text(json.dumps(log))
     print("\n=== candidate defaults: geometric mean % of copy over each element size's cases")
     for s, cands in CANDIDATES.items():

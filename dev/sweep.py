@@ -27,11 +27,25 @@ def candidates(s: int, vmax: int, quick: bool) -> list[KernelConfig]:
     vecs = [(v, False) for v in (vmax, vmax // 2) if v >= 1 and (v == 1 or v * s >= 4)]
     if vmax < 16 // s:  # rows not aligned to the widest vectors: try realigning kernels
         vecs += [(v, True) for v in (16 // s, 8 // s, 4 // s) if v >= 2]
-    tiles = [(32, 32), (64, 64), (32, 64), (64, 32), (128, 64), (64, 128), (128, 128), (32, 128), (128, 32), (256, 128), (128, 256)]
+    tiles = [
+        (32, 32),
+        (64, 64),
+        (32, 64),
+        (64, 32),
+        (128, 64),
+        (64, 128),
+        (128, 128),
+        (32, 128),
+        (128, 32),
+        (256, 128),
+        (128, 256),
+    ]
     pts = [1, 2, 4, 8] if quick else [1, 2, 4, 8, 16, 32]
     layouts = [("pad", 1), ("swizzle", 0)]
     out = []
-    for (v, ra), (tm, tn), pt, (lay, pad), ras in itertools.product(vecs, tiles, pts, layouts, ("row", "col")):
+    for (v, ra), (tm, tn), pt, (lay, pad), ras in itertools.product(
+        vecs, tiles, pts, layouts, ("row", "col")
+    ):
         try:
             c = KernelConfig(s, tm, tn, v, pt, pad, lay, ras, realign=ra)
         except ConfigError:
@@ -59,7 +73,13 @@ def main() -> None:
     state = activate(0)
     print(state.info, flush=True)
     cases = [((1, 8192, 8192), s) for s in (1, 2, 4, 8, 16)]
-    cases += [((1, 4099, 6007), 4), ((1, 4099, 6007), 1), ((1, 1048576, 32), 4), ((1, 32, 1048576), 4), ((64, 1024, 1024), 2)]
+    cases += [
+        ((1, 4099, 6007), 4),
+        ((1, 4099, 6007), 1),
+        ((1, 1048576, 32), 4),
+        ((1, 32, 1048576), 4),
+        ((64, 1024, 1024), 2),
+    ]
     cases += [((1, 16384, 16384), s) for s in (1, 2, 4, 8, 16)]
     if args.cases != "all":
         cases = [cases[int(i)] for i in args.cases.split(",")]
@@ -97,11 +117,14 @@ def main() -> None:
         for c, r in bad[:5]:
             print(f"  {r.status}: {c.key}: {r.error}")
         print(format_table(rows), flush=True)
-        log.append({
-            "shape": shape, "dtype": DT[s],
-            "results": [{"config": c.to_dict(), **r.to_dict()} for c, r in ranked],
-            "peers": [r.__dict__ for r in rows],
-        })
+        log.append(
+            {
+                "shape": shape,
+                "dtype": DT[s],
+                "results": [{"config": c.to_dict(), **r.to_dict()} for c, r in ranked],
+                "peers": [r.__dict__ for r in rows],
+            }
+        )
         Path(args.out, "sweep.json").write_text(json.dumps(log, default=str))
 
 

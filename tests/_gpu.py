@@ -32,15 +32,26 @@ def odd_shapes(rng: Any) -> list[tuple[int, int, int]]:
     """(batch, m, n) shapes whose rows start at odd offsets: odd sizes, 1xN, Nx1, thin,
     batched, tiny, one even side; fresh sizes each time."""
     odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
-    return [(1, odd(1000, 5000), odd(1000, 5000)), (1, 1, odd(3000, 9000)), (1, odd(3000, 9000), 1),
-            (3, odd(100, 700), odd(100, 700)), (1, 17, odd(2000, 4000)), (1, odd(2000, 4000), 15),
-            (2, 5, 3), (1, odd(200, 400) + 1, odd(200, 400))]  # fmt: skip
+    return [
+        (1, odd(1000, 5000), odd(1000, 5000)),
+        (1, 1, odd(3000, 9000)),
+        (1, odd(3000, 9000), 1),
+        (3, odd(100, 700), odd(100, 700)),
+        (1, 17, odd(2000, 4000)),
+        (1, odd(2000, 4000), 15),
+        (2, 5, 3),
+        (1, odd(200, 400) + 1, odd(200, 400)),
+    ]
 
 
 def assert_views_at_every_offset(
-    rng: Any, elem_bytes: int, dtype: Any, pick: Any, n_max: int | None = None,
+    rng: Any,
+    elem_bytes: int,
+    dtype: Any,
+    pick: Any,
+    n_max: int | None = None,
     m_max: int | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """transpose() with config `pick()` (a fresh pick per offset) from an input at every byte
     offset the element size allows (0-15) into an output at a random one, both rows of
     pitched views; the output's bytes around and between its rows stay as they were. With

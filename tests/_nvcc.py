@@ -17,7 +17,9 @@ def assert_compile_without_spills(configs: Iterable[Any], arch: str) -> None:
     for cfg in picks.values():
         res = report[cfg.kernel_name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
+        assert res.smem_bytes == cfg.smem_bytes, (
+            f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
+        )
         assert res.registers * cfg.threads <= 65536
 
 
@@ -33,6 +35,17 @@ def assert_nvcc_silent(source: str, arch: str = "sm_90") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "kernels.cu"
         src.write_text(source)
-        proc = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", *NVCC_OPTIONS, str(src), "-o", str(Path(tmp) / "k.cubin")],
-                              capture_output=True, text=True)  # fmt: skip
+        proc = subprocess.run(
+            [
+                "nvcc",
+                "-cubin",
+                f"-arch={arch}",
+                *NVCC_OPTIONS,
+                str(src),
+                "-o",
+                str(Path(tmp) / "k.cubin"),
+            ],
+            capture_output=True,
+            text=True,
+        )
     assert proc.returncode == 0 and "warning" not in proc.stderr.lower(), proc.stderr

@@ -28,8 +28,13 @@ def score(c: KernelConfig) -> Measurement:
     if c.per_thread == 32:
         return Measurement("fail", error=f"launch failed for {c.key}: too many resources requested")
     if c.layout == "swizzle" and c.tile_m == 16:
-        return Measurement("wrong", gbps=9000.0, copy_gbps=COPY_GBPS, time_us=1.0,
-                           error="output differs from the reference at [0, 1]")  # fmt: skip
+        return Measurement(
+            "wrong",
+            gbps=9000.0,
+            copy_gbps=COPY_GBPS,
+            time_us=1.0,
+            error="output differs from the reference at [0, 1]",
+        )
     # Each field costs bandwidth by its distance from the optimum (one clearly best region).
     penalty = 150 * abs(math.log2(c.tile_m) - 6) + 150 * abs(math.log2(c.tile_n) - 6)
     penalty += 150 * abs(math.log2(c.per_thread) - 2) + 100 * (4 - math.log2(c.word_bytes))
@@ -184,9 +189,18 @@ def tune_process(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with Store.open(url) as store:
-        tune("float32", shape, objective=SyntheticObjective(log_path=log_path, delay=delay),
-             store=store, device=DEVICE, trials=trials, seed=seed, batch=batch,
-             heartbeat_interval=1, grace_period=grace_period)  # fmt: skip
+        tune(
+            "float32",
+            shape,
+            objective=SyntheticObjective(log_path=log_path, delay=delay),
+            store=store,
+            device=DEVICE,
+            trials=trials,
+            seed=seed,
+            batch=batch,
+            heartbeat_interval=1,
+            grace_period=grace_period,
+        )
 
 
 def logged(log_path: str | os.PathLike[str]) -> list[tuple[int, str]]:

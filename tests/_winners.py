@@ -26,9 +26,11 @@ WINNER = seed_config(4)  # the measurement's winner, a real config of the space
 
 
 def logging_measure(
-    log: str | os.PathLike[str], config: KernelConfig = WINNER, gbps: float = 2500.0,
+    log: str | os.PathLike[str],
+    config: KernelConfig = WINNER,
+    gbps: float = 2500.0,
     delay: float = 0.0,
-):  # fmt: skip
+):
     """A measurement stand-in: logs that it ran, takes `delay` seconds, finds `config`."""
 
     def measure() -> winners.Winner:

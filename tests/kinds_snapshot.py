@@ -30,11 +30,27 @@ DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 # (conjugate, max_vector, short_side) for config_space: aligned, unaligned (the any-offset
 # kinds), skinny (flat, flat byte-permute) and narrow (direct narrow tiles)
 SPACE_CASES = (
-    (False, None, None), (False, 1, None), (False, 2, None), (False, None, 4), (False, 1, 64),
-    (True, None, None), (True, 1, 16),
-)  # fmt: skip
-SHAPES = ((1, 1), (3, 40000003), (7081411, 20), (4099, 6007), (64, 64), (255, 100003),
-          (100003, 31), (2, 261136885), (11000003, 6), (20, 7081411), (8192, 8192))  # fmt: skip
+    (False, None, None),
+    (False, 1, None),
+    (False, 2, None),
+    (False, None, 4),
+    (False, 1, 64),
+    (True, None, None),
+    (True, 1, 16),
+)
+SHAPES = (
+    (1, 1),
+    (3, 40000003),
+    (7081411, 20),
+    (4099, 6007),
+    (64, 64),
+    (255, 100003),
+    (100003, 31),
+    (2, 261136885),
+    (11000003, 6),
+    (20, 7081411),
+    (8192, 8192),
+)
 SAMPLE_EVERY = 97  # a space's every 97th config is rendered (all of each kind's defaults too)
 
 
@@ -60,12 +76,21 @@ def _call(f: Any, *args: Any) -> Any:
 
 
 def space_cases() -> list[tuple[int, bool, int | None, int | None]]:
-    return [(s, conj, mv, ss) for s in SIZES for conj, mv, ss in SPACE_CASES if not conj or s in (8, 16)]
+    return [
+        (s, conj, mv, ss) for s in SIZES for conj, mv, ss in SPACE_CASES if not conj or s in (8, 16)
+    ]
 
 
 @functools.cache
 def space(s: int, conj: bool, mv: int | None, ss: int | None) -> tuple[C.KernelConfig, ...]:
-    return tuple(C.config_space(("complex64" if conj and s == 8 else DTYPES[s]), conjugate=conj, max_vector=mv, short_side=ss))
+    return tuple(
+        C.config_space(
+            ("complex64" if conj and s == 8 else DTYPES[s]),
+            conjugate=conj,
+            max_vector=mv,
+            short_side=ss,
+        )
+    )
 
 
 def space_snapshot(s: int, conj: bool, mv: int | None, ss: int | None) -> dict[str, Any]:
@@ -94,8 +119,12 @@ def defaults() -> dict[str, Any]:
                 out[f"narrow_configs/{s}/{m}x{n}/{conj}"] = _call(C.narrow_configs, s, m, n, conj)
                 out[f"narrow_default/{s}/{m}x{n}/{conj}"] = _call(C.narrow_default, s, m, n, conj)
                 for vec in (1, 2, 4, 8, 16):
-                    out[f"few_rows_default/{s}/{m}x{n}/{vec}/{conj}"] = _call(C.few_rows_default, s, m, n, vec, conj)
-                    out[f"few_cols_default/{s}/{m}x{n}/{vec}/{conj}"] = _call(C.few_cols_default, s, m, n, vec, conj)
+                    out[f"few_rows_default/{s}/{m}x{n}/{vec}/{conj}"] = _call(
+                        C.few_rows_default, s, m, n, vec, conj
+                    )
+                    out[f"few_cols_default/{s}/{m}x{n}/{vec}/{conj}"] = _call(
+                        C.few_cols_default, s, m, n, vec, conj
+                    )
         out[f"seed_config/{s}"] = _call(C.seed_config, s)
         for side in (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 20, 21, 33, 64, 100, 128, 129, 200, 256, 257):
             out[f"tall_default/{s}/{side}"] = _call(C.tall_default, s, side)
@@ -117,16 +146,29 @@ def samples() -> list[C.KernelConfig]:
             found.setdefault(c.key, c)
     for s in SIZES:
         for side in (4, 16, 20, 64, 100, 200):
-            for c in (C.tall_default(s, side), C.wide_default(s, side), C.wide_default(s, side, False),
-                      C.flat_default(s, side)):  # fmt: skip
+            for c in (
+                C.tall_default(s, side),
+                C.wide_default(s, side),
+                C.wide_default(s, side, False),
+                C.flat_default(s, side),
+            ):
                 if c is not None:
                     found.setdefault(c.key, c)
         for m, n in SHAPES:
-            for c in [C.direct_default(s, m, n), *C.narrow_configs(s, m, n), C.few_rows_default(s, m, n, 2),
-                      C.few_cols_default(s, m, n, 4)]:  # fmt: skip
+            for c in [
+                C.direct_default(s, m, n),
+                *C.narrow_configs(s, m, n),
+                C.few_rows_default(s, m, n, 2),
+                C.few_cols_default(s, m, n, 4),
+            ]:
                 if c is not None:
                     found.setdefault(c.key, c)
-        for c in (C.staged_default(s), C.prmt_default(s), C.prmt_alternative(s), C.default_config(s)):
+        for c in (
+            C.staged_default(s),
+            C.prmt_default(s),
+            C.prmt_alternative(s),
+            C.default_config(s),
+        ):
             if c is not None:
                 found.setdefault(c.key, c)
     return list(found.values())
@@ -151,7 +193,9 @@ def config_facts(c: C.KernelConfig) -> dict[str, Any]:
     shapes = []
     for m, n in SHAPES:
         ok = c.applies(m, n)
-        shapes.append([ok, list(c.tiles(m, n)) if ok else None, list(c.grid(m, n, 3, 132)) if ok else None])
+        shapes.append(
+            [ok, list(c.tiles(m, n)) if ok else None, list(c.grid(m, n, 3, 132)) if ok else None]
+        )
     facts["shapes"] = shapes
     return facts
 
@@ -162,14 +206,26 @@ def facts_digest(c: C.KernelConfig) -> str:
 
 
 FIELDS = {
-    "elem_bytes": (1, 2, 4, 8, 16, 3), "tile_m": (2, 16, 32, 64, 128, 256, 512, 1024, 2048, 48),
-    "tile_n": (2, 4, 8, 16, 32, 64, 128, 256, 512), "vec": (1, 2, 4, 8, 16),
-    "per_thread": (1, 2, 4, 8, 16, 3), "pad": (0, 1, 2, 5), "layout": ("pad", "swizzle"),
-    "raster": ("row", "col"), "cache": ("default", "stream"), "conjugate": (False, True),
-    "persistent": (0, 1, 8), "realign": (False, True), "flat": (False, True),
-    "staged": (False, True), "prmt": (False, True), "wide": (False, True),
-    "min_blocks": (0, 2, 4, 1, 33), "ordered": (False, True), "direct": (False, True),
-}  # fmt: skip
+    "elem_bytes": (1, 2, 4, 8, 16, 3),
+    "tile_m": (2, 16, 32, 64, 128, 256, 512, 1024, 2048, 48),
+    "tile_n": (2, 4, 8, 16, 32, 64, 128, 256, 512),
+    "vec": (1, 2, 4, 8, 16),
+    "per_thread": (1, 2, 4, 8, 16, 3),
+    "pad": (0, 1, 2, 5),
+    "layout": ("pad", "swizzle"),
+    "raster": ("row", "col"),
+    "cache": ("default", "stream"),
+    "conjugate": (False, True),
+    "persistent": (0, 1, 8),
+    "realign": (False, True),
+    "flat": (False, True),
+    "staged": (False, True),
+    "prmt": (False, True),
+    "wide": (False, True),
+    "min_blocks": (0, 2, 4, 1, 33),
+    "ordered": (False, True),
+    "direct": (False, True),
+}
 RANDOM_FIELDS = 6000
 
 

@@ -15,13 +15,25 @@ from autotranspose.shapes import ShapeClass, shape_class
 from autotranspose.store import Store
 
 H100 = DeviceInfo(
-    "NVIDIA H100 80GB HBM3", (9, 0), multiprocessors=132, memory_clock_khz=2_619_000,
-    bus_width_bits=5120, l2_bytes=52_428_800, driver_version=12040, cuda_version=12040,
-)  # fmt: skip
+    "NVIDIA H100 80GB HBM3",
+    (9, 0),
+    multiprocessors=132,
+    memory_clock_khz=2_619_000,
+    bus_width_bits=5120,
+    l2_bytes=52_428_800,
+    driver_version=12040,
+    cuda_version=12040,
+)
 A100 = DeviceInfo(
-    "NVIDIA A100-SXM4-40GB", (8, 0), multiprocessors=108, memory_clock_khz=1_215_000,
-    bus_width_bits=5120, l2_bytes=41_943_040, driver_version=12020, cuda_version=12020,
-)  # fmt: skip
+    "NVIDIA A100-SXM4-40GB",
+    (8, 0),
+    multiprocessors=108,
+    memory_clock_khz=1_215_000,
+    bus_width_bits=5120,
+    l2_bytes=41_943_040,
+    driver_version=12020,
+    cuda_version=12020,
+)
 
 
 @functools.cache
@@ -83,8 +95,16 @@ def write_results(url: str, seed: int, count: int, classes: int, start: Any, out
             gbps = float(rng.uniform(100, 3000))
             if status != "ok":
                 gbps *= 10  # faster than anything correct: must never become best
-            store.record(run_id, H100, "float32", 4, shape, cls, config,
-                         Measurement(status, gbps, 3000.0, 10.0))  # fmt: skip
+            store.record(
+                run_id,
+                H100,
+                "float32",
+                4,
+                shape,
+                cls,
+                config,
+                Measurement(status, gbps, 3000.0, 10.0),
+            )
             sent.append((str(cls), config.key, status, gbps))
             # A writer that never pauses keeps SQLite's write lock to itself (the others sleep
             # in the busy handler); the tuner pauses to measure, and so do we, to interleave.
@@ -103,8 +123,16 @@ def write_forever(url: str, progress: Any) -> None:
         run_id = store.begin_run(H100, {})
         i = 0
         while True:
-            store.record(run_id, H100, "float32", 4, shape, cls, random_config(rng, 4, 4),
-                         ok(float(rng.uniform(100, 3000))))  # fmt: skip
+            store.record(
+                run_id,
+                H100,
+                "float32",
+                4,
+                shape,
+                cls,
+                random_config(rng, 4, 4),
+                ok(float(rng.uniform(100, 3000))),
+            )
             i += 1
             progress.value = i
 
@@ -118,9 +146,7 @@ def tuning_doc(rng: Any, count: int, device: DeviceInfo = H100, configs_per_kind
     from autotranspose.store import hooks, textio
 
     kinds = [(eb, v) for eb in (1, 2, 4, 8, 16) for v in (1, 2, 4, 8, 16) if eb * v <= 16]
-    pools = {
-        k: [random_config(rng, k[0], k[1]) for _ in range(configs_per_kind)] for k in kinds
-    }
+    pools = {k: [random_config(rng, k[0], k[1]) for _ in range(configs_per_kind)] for k in kinds}
     seen: set[tuple[int, str]] = set()
     entries = []
     while len(entries) < count:
@@ -134,13 +160,20 @@ def tuning_doc(rng: Any, count: int, device: DeviceInfo = H100, configs_per_kind
         pool = pools[(eb, vec)]
         config = pool[int(rng.integers(len(pool)))]
         gbps, copy_gbps = float(rng.uniform(100, 3000)), float(rng.uniform(3000, 3300))
-        entries.append({
-            "elem_bytes": eb, "shape_class": str(cls), "shape": [b, m, n],
-            "config": config.to_dict(), "gbps": round(gbps, 3), "copy_gbps": round(copy_gbps, 3),
-            "ratio": round(gbps / copy_gbps, 4), "dtype": f"uint{8 * eb}" if eb <= 8 else "complex128",
-            "template_version": hooks.kernel_version(config),
-            "measured_at": "2025-01-02T03:04:05.123456+00:00",
-        })  # fmt: skip
+        entries.append(
+            {
+                "elem_bytes": eb,
+                "shape_class": str(cls),
+                "shape": [b, m, n],
+                "config": config.to_dict(),
+                "gbps": round(gbps, 3),
+                "copy_gbps": round(copy_gbps, 3),
+                "ratio": round(gbps / copy_gbps, 4),
+                "dtype": f"uint{8 * eb}" if eb <= 8 else "complex128",
+                "template_version": hooks.kernel_version(config),
+                "measured_at": "2025-01-02T03:04:05.123456+00:00",
+            }
+        )
     return {"format": textio.FORMAT, "device": device.to_dict(), "entries": entries}
 
 

@@ -66,7 +66,9 @@ def test_bad_stream_object():
 )
 def test_not_an_array(x):
     """What the README promises: an autotranspose.errors exception (still a TypeError)."""
-    with pytest.raises(errors.InputTypeError, match=r"takes a pycuda GPUArray.*np\.asarray") as caught:
+    with pytest.raises(
+        errors.InputTypeError, match=r"takes a pycuda GPUArray.*np\.asarray"
+    ) as caught:
         at.transpose(x)
     assert isinstance(caught.value, TypeError)
 
@@ -127,9 +129,12 @@ def test_out_overlapping_x():
 class _Cai:
     def __init__(self, shape, strides, typestr="<f4", ptr=0x7000_0000):
         self.__cuda_array_interface__ = {
-            "shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False),
+            "shape": shape,
+            "strides": strides,
+            "typestr": typestr,
+            "data": (ptr, False),
             "version": 3,
-        }  # fmt: skip
+        }
 
 
 def test_cuda_array_interface_layouts_are_checked_before_any_driver_call():
@@ -198,5 +203,9 @@ def test_no_gpu_stack_says_what_to_install():
 def test_every_error_is_an_autotranspose_error():
     for name in dir(errors):
         obj = getattr(errors, name)
-        if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == errors.__name__:
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, Exception)
+            and obj.__module__ == errors.__name__
+        ):
             assert issubclass(obj, errors.AutotransposeError)

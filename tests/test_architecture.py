@@ -32,7 +32,17 @@ CUDA = ["compiler", "_driver", "_native", "_dlpack", "arrays", "streams", "launc
 FORBIDDEN: dict[str, list[str]] = {
     "measurement": ["*"],
     # the kernel kinds' policies: below config (it dispatches to them), pure, no CUDA
-    "kinds": [*CUDA, "config", "codegen", "measure", "tuner", "store", "lookup", "worker", "device"],
+    "kinds": [
+        *CUDA,
+        "config",
+        "codegen",
+        "measure",
+        "tuner",
+        "store",
+        "lookup",
+        "worker",
+        "device",
+    ],
     "config": ["codegen", "compiler", "launch", "api", "measure", "tuner", "store", "lookup"],
     "codegen": ["compiler", "launch", "api", "measure", "tuner", "store", "lookup"],
     "compiler": ["launch", "api", "measure", "tuner", "store", "lookup"],
@@ -230,13 +240,29 @@ def test_layer_order(layer: str):
 
 @pytest.mark.parametrize(
     "module",
-    ["autotranspose.store", "autotranspose.lookup", "autotranspose.plan", "autotranspose.gather",
-     "autotranspose.winners"],
+    [
+        "autotranspose.store",
+        "autotranspose.lookup",
+        "autotranspose.plan",
+        "autotranspose.gather",
+        "autotranspose.winners",
+    ],
 )
 def test_no_cuda_behind(module: str):
     """Importing the store (or lookup) loads no CUDA code, no measuring and no public call."""
-    avoid = ["measure", "compiler", "_driver", "_native", "_dlpack", "arrays", "streams", "api",
-             "launch", "tuner", "worker"]  # fmt: skip
+    avoid = [
+        "measure",
+        "compiler",
+        "_driver",
+        "_native",
+        "_dlpack",
+        "arrays",
+        "streams",
+        "api",
+        "launch",
+        "tuner",
+        "worker",
+    ]
     script = (
         f"import sys, {module}\n"
         "print('\\n'.join(m for m in sys.modules if m.startswith(('autotranspose', 'pycuda'))))"

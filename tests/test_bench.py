@@ -171,8 +171,15 @@ def test_random_cases_follow_the_stated_distribution(rng):
         assert min(b, m, n) >= 1
         nbytes = b * m * n * s
         assert lo * 0.7 <= nbytes <= hi * 1.3, ((b, m, n), dtype)  # sides rounded to 64
-        kinds.add("batched" if b > 1 else "skinny" if min(m, n) <= 200 else
-                  "square" if m == n else "rectangular")  # fmt: skip
+        kinds.add(
+            "batched"
+            if b > 1
+            else "skinny"
+            if min(m, n) <= 200
+            else "square"
+            if m == n
+            else "rectangular"
+        )
         odd += m % 2 == 1 or n % 2 == 1
     assert sizes == set(RANDOM_DTYPES)
     assert kinds == set(RANDOM_KINDS)
@@ -237,10 +244,12 @@ def _permute_rows(rng, n: int) -> tuple[list[Row], list[float]]:
         shape, axes = (2, 3 + i, 5), (2, 0, 1) if i % 2 else (1, 0, 2)
         ours = float(rng.uniform(0.5, 1.0))
         ours_all.append(ours)
-        rows += [Row(shape, "float16", "copy", 1.0, 1.0, 1.0, "", axes),
-                 Row(shape, "float16", "autotranspose", 1.0, 1.0, ours, "", axes),
-                 Row(shape, "float16", "cutensor", 1.0, 1.0, ours * 1.2, "", axes),
-                 Row(shape, "float16", "cupy", None, None, None, "CuPy not installed", axes)]  # fmt: skip
+        rows += [
+            Row(shape, "float16", "copy", 1.0, 1.0, 1.0, "", axes),
+            Row(shape, "float16", "autotranspose", 1.0, 1.0, ours, "", axes),
+            Row(shape, "float16", "cutensor", 1.0, 1.0, ours * 1.2, "", axes),
+            Row(shape, "float16", "cupy", None, None, None, "CuPy not installed", axes),
+        ]
     return rows, ours_all
 
 
@@ -263,8 +272,10 @@ def test_run_from_args_permutes_each_case_and_summarizes(monkeypatch, capsys, rn
 
     def fake_case(shape, axes, dtype, *, device, repeats):
         seen.append((shape, axes, dtype, device))
-        return [Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
-                Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9, "", axes)]  # fmt: skip
+        return [
+            Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
+            Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9, "", axes),
+        ]
 
     monkeypatch.setattr(command, "bench_permute_case", fake_case)
     from autotranspose import cli
@@ -273,8 +284,18 @@ def test_run_from_args_permutes_each_case_and_summarizes(monkeypatch, capsys, rn
     assert rc == 0 and [c[:3] for c in seen] == random_permute_cases(3, 5)
     assert "median 90.0" in capsys.readouterr().out
     seen.clear()
-    rc = cli.run(["bench", "--shapes", "64x256x56x56", "8x4x2x2", "--axes", "0,2,3,1",
-                  "--dtypes", "float16,float32"])  # fmt: skip
+    rc = cli.run(
+        [
+            "bench",
+            "--shapes",
+            "64x256x56x56",
+            "8x4x2x2",
+            "--axes",
+            "0,2,3,1",
+            "--dtypes",
+            "float16,float32",
+        ]
+    )
     assert rc == 0 and len(seen) == 4
     assert seen[0] == ((64, 256, 56, 56), (0, 2, 3, 1), "float16", 0)
 
@@ -282,10 +303,17 @@ def test_run_from_args_permutes_each_case_and_summarizes(monkeypatch, capsys, rn
 # --- how peers wrap the buffers ------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("dtype", "typestr", "name"),
-    [("bool", "|b1", "bool"), ("bfloat16", "<i2", "bfloat16"), ("float16", "<f2", "float16"),
-     ("int8", "|i1", "int8"), ("uint16", "<u2", "uint16"), ("float32", "<f4", "float32"),
-     ("f8", "<f8", "float64"), ("complex128", "<c16", "complex128")],
-)  # fmt: skip
+    [
+        ("bool", "|b1", "bool"),
+        ("bfloat16", "<i2", "bfloat16"),
+        ("float16", "<f2", "float16"),
+        ("int8", "|i1", "int8"),
+        ("uint16", "<u2", "uint16"),
+        ("float32", "<f4", "float32"),
+        ("f8", "<f8", "float64"),
+        ("complex128", "<c16", "complex128"),
+    ],
+)
 def test_the_torch_peer_wraps_each_dtype_as_a_typestr_torch_reads(dtype, typestr, name):
     """torch.as_tensor reads the typestr through NumPy: NumPy's own where it has one (bool
     '|b1'), the same-size integer for bfloat16 (no NumPy type), then viewed as the type."""
@@ -319,7 +347,9 @@ class _FakeTorch:
         return types.SimpleNamespace(cai=cai, device=device, view=lambda t: (cai, t))
 
 
-@pytest.mark.parametrize(("dtype", "typestr"), [("bfloat16", "<i2"), ("bool", "|b1"), ("int16", "<i2")])
+@pytest.mark.parametrize(
+    ("dtype", "typestr"), [("bfloat16", "<i2"), ("bool", "|b1"), ("int16", "<i2")]
+)
 def test_the_torch_peer_hands_torch_the_buffer_and_views_it_as_the_dtype(rng, dtype, typestr):
     torch = _FakeTorch("bfloat16", "bool", "int16")
     wrap, why = _torch_wrapper(torch, dtype)
@@ -327,8 +357,13 @@ def test_the_torch_peer_hands_torch_the_buffer_and_views_it_as_the_dtype(rng, dt
     ptr = int(rng.integers(1, 1 << 40)) * 256
     shape = tuple(int(v) for v in rng.integers(1, 500, int(rng.integers(2, 5))))
     cai, viewed_as = wrap(ptr, shape)
-    assert cai == {"shape": shape, "typestr": typestr, "data": (ptr, False), "strides": None,
-                   "version": 3}  # fmt: skip
+    assert cai == {
+        "shape": shape,
+        "typestr": typestr,
+        "data": (ptr, False),
+        "strides": None,
+        "version": 3,
+    }
     assert viewed_as is getattr(torch, dtype)
 
 
@@ -391,13 +426,17 @@ def _fake_random_run(monkeypatch) -> list:
 
     def fake_case(shape, dtype, *, device, repeats):
         seen.append((shape, dtype))
-        return [Row(shape, dtype, "copy", 1.0, 1.0, 1.0),
-                Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9)]  # fmt: skip
+        return [
+            Row(shape, dtype, "copy", 1.0, 1.0, 1.0),
+            Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9),
+        ]
 
     def fake_permute(shape, axes, dtype, *, device, repeats):
         seen.append((shape, axes, dtype))
-        return [Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
-                Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9, "", axes)]  # fmt: skip
+        return [
+            Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
+            Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9, "", axes),
+        ]
 
     monkeypatch.setattr(command, "bench_case", fake_case)
     monkeypatch.setattr(command, "bench_permute_case", fake_permute)
@@ -410,8 +449,20 @@ def test_the_command_draws_only_the_dtypes_given(monkeypatch, capsys, tmp_path):
 
     seen = _fake_random_run(monkeypatch)
     path = tmp_path / "r.json"
-    rc = cli.run(["bench", "--random", "12", "--seed", "3", "--dtypes", "int8", "bfloat16",
-                  "--json", str(path)])  # fmt: skip
+    rc = cli.run(
+        [
+            "bench",
+            "--random",
+            "12",
+            "--seed",
+            "3",
+            "--dtypes",
+            "int8",
+            "bfloat16",
+            "--json",
+            str(path),
+        ]
+    )
     assert rc == 0 and seen == random_cases(12, 3, ["int8", "bfloat16"])
     assert {d for _, d in seen} <= {"int8", "bfloat16"}
     assert json.loads(path.read_text())["dtypes"] == ["int8", "bfloat16"]
@@ -477,9 +528,13 @@ class _Tensor:
 
 @pytest.mark.parametrize(
     ("dtype", "as_dtype", "pairs"),
-    [("float16", "float16", False), ("bool", "bool", False), ("complex64", "float32", True),
-     ("complex128", "float64", True)],
-)  # fmt: skip
+    [
+        ("float16", "float16", False),
+        ("bool", "bool", False),
+        ("complex64", "float32", True),
+        ("complex128", "float64", True),
+    ],
+)
 def test_the_compile_peer_compiles_the_permute_once_per_case(rng, dtype, as_dtype, pairs):
     torch = _CompilingTorch("float16", "bool", "float32", "float64")
     shape, axes = (3, 5, 7, 2), (2, 0, 3, 1)
@@ -518,8 +573,11 @@ def test_a_compile_peer_that_cannot_run_is_a_note():
 
 def test_permute_rows_show_compile_and_cutensor_and_count_them(rng):
     rows, _ = _permute_rows(rng, 4)
-    rows += [Row(r.shape, r.dtype, "compile", 1.0, 1.0, r.of_copy * 0.9, "", r.axes)
-             for r in rows if r.peer == "autotranspose"]  # fmt: skip
+    rows += [
+        Row(r.shape, r.dtype, "compile", 1.0, 1.0, r.of_copy * 0.9, "", r.axes)
+        for r in rows
+        if r.peer == "autotranspose"
+    ]
     s = summarize(rows)
     assert s["compile_cases"] == 4 and s["compile_faster"] == 0
     assert "compile faster in 0 of 4" in format_summary(s)

@@ -26,7 +26,9 @@ def _random_tensor(torch, rng, shape: tuple[int, ...], dtype: str):
     """Fresh random values of `dtype` on the GPU (bools 0 or 1, bfloat16 any finite value)."""
     if dtype == "bool":
         return torch.as_tensor(rng.integers(0, 2, size=shape).astype(np.bool_), device="cuda")
-    return torch.as_tensor(rng.standard_normal(shape).astype(np.float32), device="cuda").to(torch.bfloat16)
+    return torch.as_tensor(rng.standard_normal(shape).astype(np.float32), device="cuda").to(
+        torch.bfloat16
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -68,8 +68,20 @@ def test_small_cases_draw_every_dtype_and_the_narrow_ones_at_least_as_often(rng)
     wide = [n for d, n in counts.items() if element_type(d).size > 2]
     assert len(narrow) == 6 and len(wide) == 6
     assert min(narrow) >= max(wide), counts
-    assert {"float16", "bfloat16", "int8", "uint8", "bool", "int16", "float32", "float64",
-            "int32", "int64", "complex64", "complex128"} == set(counts)  # fmt: skip
+    assert {
+        "float16",
+        "bfloat16",
+        "int8",
+        "uint8",
+        "bool",
+        "int16",
+        "float32",
+        "float64",
+        "int32",
+        "int64",
+        "complex64",
+        "complex128",
+    } == set(counts)
 
 
 def test_small_cases_of_given_dtypes_draw_only_those(rng):
@@ -111,11 +123,26 @@ def _rows(speedups: dict[str, list[float | None]], ours_us: float = 10.0) -> lis
             form = small.FORMS[i % 2]
             if s is None:
                 note = "ours: wrong result: 3 of 20 bytes differ"
-                rows.append(SmallRow(i // 2, "permute", (4, 5), (1, 0), "int8", form, 20, peer,
-                                     None, 7.0, note))  # fmt: skip
+                rows.append(
+                    SmallRow(
+                        i // 2, "permute", (4, 5), (1, 0), "int8", form, 20, peer, None, 7.0, note
+                    )
+                )
             else:
-                rows.append(SmallRow(i // 2, "permute", (4, 5), (1, 0), "int8", form, 20, peer,
-                                     ours_us, ours_us * s))  # fmt: skip
+                rows.append(
+                    SmallRow(
+                        i // 2,
+                        "permute",
+                        (4, 5),
+                        (1, 0),
+                        "int8",
+                        form,
+                        20,
+                        peer,
+                        ours_us,
+                        ours_us * s,
+                    )
+                )
     return rows
 
 
@@ -147,8 +174,22 @@ def test_summary_arithmetic_on_made_up_timings(rng):
 
 def test_a_skipped_peer_is_a_note_in_the_summary():
     rows = _rows({"torch": [1.2, 0.9]})
-    rows += [SmallRow(0, "permute", (4, 5), (1, 0), "bfloat16", f, 20, "cupy", None, None,
-                      "CuPy has no bfloat16") for f in small.FORMS]  # fmt: skip
+    rows += [
+        SmallRow(
+            0,
+            "permute",
+            (4, 5),
+            (1, 0),
+            "bfloat16",
+            f,
+            20,
+            "cupy",
+            None,
+            None,
+            "CuPy has no bfloat16",
+        )
+        for f in small.FORMS
+    ]
     s = small.summarize_small(rows)
     skipped = {"measured": 0, "ours_failed": 0, "skipped": "CuPy has no bfloat16"}
     assert s["peers"]["cupy"] == skipped
@@ -204,9 +245,12 @@ def _numpy_peer(mem: _Memory, name: str, case: SmallCase, data: np.ndarray, wron
             raise ValueError("not for this case")
         return x.copy() if wrong == "new" else np.ascontiguousarray(np.transpose(x, case.axes))
 
-    calls = {("ours", "out"): ours_out, ("ours", "new"): ours_new,
-             ("peer", "out"): lambda: np.copyto(out, np.transpose(x, case.axes)),
-             ("peer", "new"): lambda: np.ascontiguousarray(np.transpose(x, case.axes))}  # fmt: skip
+    calls = {
+        ("ours", "out"): ours_out,
+        ("ours", "new"): ours_new,
+        ("peer", "out"): lambda: np.copyto(out, np.transpose(x, case.axes)),
+        ("peer", "new"): lambda: np.ascontiguousarray(np.transpose(x, case.axes)),
+    }
     return small._Peer(name, x, out, lambda: None, mem.ptr, calls)
 
 
@@ -217,15 +261,24 @@ def test_a_case_is_checked_before_it_is_timed(monkeypatch, wrong):
     mem = _Memory()
     monkeypatch.setattr(small, "_device_bytes", mem.read)
     monkeypatch.setattr(_driver, "memset_d8", mem.memset)
-    monkeypatch.setattr(small, "_torch_peer",
-                        lambda _, case, data, dev: _numpy_peer(mem, "torch", case, data, wrong))
-    monkeypatch.setattr(small, "_cupy_peer",
-                        lambda _, case, data, dev, shared: _numpy_peer(mem, "cupy", case, data))
+    monkeypatch.setattr(
+        small,
+        "_torch_peer",
+        lambda _, case, data, dev: _numpy_peer(mem, "torch", case, data, wrong),
+    )
+    monkeypatch.setattr(
+        small, "_cupy_peer", lambda _, case, data, dev, shared: _numpy_peer(mem, "cupy", case, data)
+    )
     case = SmallCase("permute", (3, 14, 7, 4), (2, 0, 3, 1), "float16")
-    rows = small.time_small_case(0, case, {"torch": object(), "cupy": object()}, seed=[1, 0],
-                                       calls=7, repeats=3, warmup=2)  # fmt: skip
-    assert [(r.peer, r.form) for r in rows] == [("torch", "out"), ("torch", "new"),
-                                                ("cupy", "out"), ("cupy", "new")]  # fmt: skip
+    rows = small.time_small_case(
+        0, case, {"torch": object(), "cupy": object()}, seed=[1, 0], calls=7, repeats=3, warmup=2
+    )
+    assert [(r.peer, r.form) for r in rows] == [
+        ("torch", "out"),
+        ("torch", "new"),
+        ("cupy", "out"),
+        ("cupy", "new"),
+    ]
     for r in rows:
         assert r.peer_us is not None and r.peer_us > 0 and r.nbytes == case.nbytes
         broken = r.peer == "torch" and wrong in (r.form, "raise")
@@ -245,30 +298,37 @@ def test_a_case_is_checked_before_it_is_timed(monkeypatch, wrong):
 def test_a_missing_library_or_type_is_a_skipped_peer(monkeypatch):
     mem = _Memory()
     monkeypatch.setattr(small, "_device_bytes", mem.read)
-    monkeypatch.setattr(small, "_torch_peer",
-                        lambda torch, case, data, device: _numpy_peer(mem, "torch", case, data))
+    monkeypatch.setattr(
+        small,
+        "_torch_peer",
+        lambda torch, case, data, device: _numpy_peer(mem, "torch", case, data),
+    )
     case = SmallCase("transpose", (6, 5), (1, 0), "bfloat16")
-    rows = small.time_small_case(0, case, {"torch": object(), "cupy": object()},
-                                       calls=3, repeats=1, warmup=1)  # fmt: skip
+    rows = small.time_small_case(
+        0, case, {"torch": object(), "cupy": object()}, calls=3, repeats=1, warmup=1
+    )
     cupy_rows = [r for r in rows if r.peer == "cupy"]
     assert all(r.note == "CuPy has no bfloat16" and r.ours_us is None for r in cupy_rows)
-    rows = small.time_small_case(0, case, {"torch": "PyTorch not importable", "cupy": "x"},
-                                       calls=3, repeats=1, warmup=1)  # fmt: skip
+    rows = small.time_small_case(
+        0, case, {"torch": "PyTorch not importable", "cupy": "x"}, calls=3, repeats=1, warmup=1
+    )
     assert {r.note for r in rows if r.peer == "torch"} == {"PyTorch not importable"}
 
 
 # --- the command line ----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("argv", "says"),
-    [(["--small", "0"], "argument --small: 0 must be at least 1"),
-     (["--small", "x"], "argument --small: 'x' is not an integer"),
-     (["--small", "3", "--random", "3"], "not both --random and --small"),
-     (["--small", "3", "--random-permute", "3"], "not both --random-permute and --small"),
-     (["--small", "3", "--shapes", "4x5x6", "--axes", "2,1,0"], "leave out --small"),
-     (["--small", "3", "--png", "x.png"], "--small writes --json and --markdown"),
-     (["--small", "3", "--dtypes", "float128"], "accepted: bool, int8, uint8"),
-     (["--small", "3", "--dtypes", "object"], "argument --dtypes: ")],
-)  # fmt: skip
+    [
+        (["--small", "0"], "argument --small: 0 must be at least 1"),
+        (["--small", "x"], "argument --small: 'x' is not an integer"),
+        (["--small", "3", "--random", "3"], "not both --random and --small"),
+        (["--small", "3", "--random-permute", "3"], "not both --random-permute and --small"),
+        (["--small", "3", "--shapes", "4x5x6", "--axes", "2,1,0"], "leave out --small"),
+        (["--small", "3", "--png", "x.png"], "--small writes --json and --markdown"),
+        (["--small", "3", "--dtypes", "float128"], "accepted: bool, int8, uint8"),
+        (["--small", "3", "--dtypes", "object"], "argument --dtypes: "),
+    ],
+)
 def test_small_refusals_are_one_line_before_any_gpu_work(argv, says):
     rc, out, err = _run("bench", *argv)
     assert rc == 2 and out == ""
@@ -289,16 +349,42 @@ def test_run_small_times_each_case_and_writes_the_files(monkeypatch, capsys, tmp
 
     def fake_time(index, case, libs, *, device, seed, repeats):
         seen.append((index, case, device, repeats))
-        return [SmallRow(index, case.op, case.shape, case.axes, case.dtype, form, case.nbytes,
-                         peer, 10.0, 10.0 * (1.1 if peer == "torch" else 0.9))
-                for peer in small.SMALL_PEERS for form in small.FORMS]  # fmt: skip
+        return [
+            SmallRow(
+                index,
+                case.op,
+                case.shape,
+                case.axes,
+                case.dtype,
+                form,
+                case.nbytes,
+                peer,
+                10.0,
+                10.0 * (1.1 if peer == "torch" else 0.9),
+            )
+            for peer in small.SMALL_PEERS
+            for form in small.FORMS
+        ]
 
     monkeypatch.setattr(small, "_start", lambda device: {"torch": object(), "cupy": object()})
     monkeypatch.setattr(small, "time_small_case", fake_time)
     seed = int(rng.integers(0, 2**31))
     js, md = tmp_path / "s.json", tmp_path / "s.md"
-    rc, _, err = _run("bench", "--small", "4", "--seed", str(seed), "--repeat", "3", "--dtypes",
-                      "int8,bfloat16", "--json", str(js), "--markdown", str(md))  # fmt: skip
+    rc, _, err = _run(
+        "bench",
+        "--small",
+        "4",
+        "--seed",
+        str(seed),
+        "--repeat",
+        "3",
+        "--dtypes",
+        "int8,bfloat16",
+        "--json",
+        str(js),
+        "--markdown",
+        str(md),
+    )
     assert rc == 0, err
     assert [c for _, c, _, _ in seen] == small_cases(4, seed, ["int8", "bfloat16"])
     assert all(r == 3 and d == 0 for _, _, d, r in seen)
@@ -316,8 +402,17 @@ def test_run_small_times_each_case_and_writes_the_files(monkeypatch, capsys, tmp
 @pytest.mark.gpu
 def test_small_runs_end_to_end_on_the_gpu(tmp_path, capsys):
     js = tmp_path / "small.json"
-    rc, _, err = _run("bench", "--small", "3", "--seed", "11", "--json", str(js),
-                        "--markdown", str(tmp_path / "small.md"))  # fmt: skip
+    rc, _, err = _run(
+        "bench",
+        "--small",
+        "3",
+        "--seed",
+        "11",
+        "--json",
+        str(js),
+        "--markdown",
+        str(tmp_path / "small.md"),
+    )
     assert rc == 0, err
     doc = json.loads(js.read_text())
     s = doc["summary"]

@@ -38,8 +38,20 @@ def db(tmp_path: Path) -> str:
 
 @pytest.fixture
 def tuned(db: str) -> str:
-    rc, _, err = run("tune", "--shapes", "2048x2048", "4x512x512", "--dtypes", "float32,int8",
-                       "--trials", "10", "--seed", "1", "--db", db)  # fmt: skip
+    rc, _, err = run(
+        "tune",
+        "--shapes",
+        "2048x2048",
+        "4x512x512",
+        "--dtypes",
+        "float32,int8",
+        "--trials",
+        "10",
+        "--seed",
+        "1",
+        "--db",
+        db,
+    )
     assert rc == 0, err
     return db
 
@@ -62,8 +74,11 @@ def test_tune_prints_a_table_and_stores_every_result(tuned: str) -> None:
     with Store.open(tuned) as store:
         entries = store.entries(NAME)
     assert sorted((e.elem_bytes, str(e.shape_class)) for e in entries) == [
-        (1, "1x2048x2048/v16"), (1, "4x512x512/v16"), (4, "1x2048x2048/v4"), (4, "4x512x512/v4"),
-    ]  # fmt: skip
+        (1, "1x2048x2048/v16"),
+        (1, "4x512x512/v16"),
+        (4, "1x2048x2048/v4"),
+        (4, "4x512x512/v4"),
+    ]
 
 
 def test_tune_output(db: str) -> None:
@@ -85,8 +100,9 @@ def test_tune_again_resumes_and_measures_nothing_new(tuned: str) -> None:
         measured.append(SyntheticObjective())
         return measured[-1]
 
-    rc, out, _ = run("tune", "--shapes", "2048x2048", "--trials", "10", "--db", tuned,
-                     objective=objective)  # fmt: skip
+    rc, out, _ = run(
+        "tune", "--shapes", "2048x2048", "--trials", "10", "--db", tuned, objective=objective
+    )
     assert rc == 0 and "0/0/0/0" in out
     assert measured[0].calls == [] and measured[0].closed
 
@@ -95,8 +111,19 @@ def test_tune_reports_a_shape_where_nothing_worked_and_goes_on(db: str) -> None:
     def objective(dtype, shape, device, conjugate):
         return SyntheticObjective(fail=_AllFail() if dtype == "int8" else None)
 
-    rc, out, err = run("tune", "--shapes", "256x256", "--dtypes", "int8", "float32",
-                       "--trials", "3", "--db", db, objective=objective)  # fmt: skip
+    rc, out, err = run(
+        "tune",
+        "--shapes",
+        "256x256",
+        "--dtypes",
+        "int8",
+        "float32",
+        "--trials",
+        "3",
+        "--db",
+        db,
+        objective=objective,
+    )
     assert rc == 1
     assert "int8 1x256x256: no config ran correctly" in err
     assert "float32" in out and "int8" not in out
@@ -124,7 +151,12 @@ def test_show_lists_entries_per_device(tuned: str) -> None:
     assert lines[0] == NAME
     assert lines[1].split() == ["source", "elem", "dtypes", "class", "config", "GB/s", "%", "copy"]
     rows = [line.split() for line in lines[3:7]]
-    assert [r[:2] for r in rows] == [["tuned", "s1"], ["tuned", "s1"], ["tuned", "s4"], ["tuned", "s4"]]
+    assert [r[:2] for r in rows] == [
+        ["tuned", "s1"],
+        ["tuned", "s1"],
+        ["tuned", "s4"],
+        ["tuned", "s4"],
+    ]
     assert all(r[6].endswith("%") and float(r[5]) > 0 for r in rows)
 
 
@@ -167,8 +199,9 @@ def test_show_marks_stale_entries(tuned: str, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_lookup_says_what_a_call_would_use(tuned: str) -> None:
-    rc, out, _ = run("lookup", "--shape", "2048x2048", "--dtype", "float32", "--device", NAME,
-                     "--db", tuned)  # fmt: skip
+    rc, out, _ = run(
+        "lookup", "--shape", "2048x2048", "--dtype", "float32", "--device", NAME, "--db", tuned
+    )
     assert rc == 0
     fields = dict(line.split(None, 1) for line in out.splitlines())
     assert fields["from"] == "tuned for this class"
@@ -177,8 +210,18 @@ def test_lookup_says_what_a_call_would_use(tuned: str) -> None:
 
 
 def test_lookup_json(tuned: str) -> None:
-    rc, out, _ = run("lookup", "--shape", "1000x2048", "--dtype", "int32", "--device", NAME,
-                     "--db", tuned, "--json")  # fmt: skip
+    rc, out, _ = run(
+        "lookup",
+        "--shape",
+        "1000x2048",
+        "--dtype",
+        "int32",
+        "--device",
+        NAME,
+        "--db",
+        tuned,
+        "--json",
+    )
     data = json.loads(out)
     assert rc == 0
     assert data["source"] == "nearest" and data["shape_class"] == "1x1024x2048/v4"
@@ -187,14 +230,14 @@ def test_lookup_json(tuned: str) -> None:
 
 
 def test_lookup_of_an_untuned_gpu_gives_the_default(tuned: str) -> None:
-    rc, out, _ = run("lookup", "--shape", "4096x4096", "--device", "Some Other GPU", "--db",
-                     tuned, "--json")  # fmt: skip
+    rc, out, _ = run(
+        "lookup", "--shape", "4096x4096", "--device", "Some Other GPU", "--db", tuned, "--json"
+    )
     assert rc == 0 and json.loads(out)["source"] == "default"
 
 
 def test_lookup_prints_the_cuda_source(tuned: str) -> None:
-    rc, out, _ = run("lookup", "--shape", "2048x2048", "--device", NAME, "--db", tuned,
-                     "--source")  # fmt: skip
+    rc, out, _ = run("lookup", "--shape", "2048x2048", "--device", NAME, "--db", tuned, "--source")
     rc2, js, _ = run("lookup", "--shape", "2048x2048", "--device", NAME, "--db", tuned, "--json")
     config = KernelConfig.from_dict(json.loads(js)["config"])
     assert rc == rc2 == 0
@@ -282,13 +325,36 @@ def test_errors_are_one_line_and_exit_non_zero(argv: list[str], db: str) -> None
 
 def test_bench_options_parse() -> None:
     args = cli.build_parser().parse_args(
-        ["bench", "--shapes", "8192x8192", "64x1024x1024", "--dtypes", "float32,int8",
-         "--json", "b.json", "--png", "b.png", "--markdown", "b.md", "--repeat", "5", "--device", "1",
-         "--db", "x.db"]
-    )  # fmt: skip
+        [
+            "bench",
+            "--shapes",
+            "8192x8192",
+            "64x1024x1024",
+            "--dtypes",
+            "float32,int8",
+            "--json",
+            "b.json",
+            "--png",
+            "b.png",
+            "--markdown",
+            "b.md",
+            "--repeat",
+            "5",
+            "--device",
+            "1",
+            "--db",
+            "x.db",
+        ]
+    )
     assert args.shapes == ["8192x8192", "64x1024x1024"] and args.dtypes == ["float32,int8"]
-    assert (args.json, args.png, args.markdown, args.repeat, args.device, args.db) == ("b.json", "b.png", "b.md", 5, 1,
-                                                                      "x.db")  # fmt: skip
+    assert (args.json, args.png, args.markdown, args.repeat, args.device, args.db) == (
+        "b.json",
+        "b.png",
+        "b.md",
+        5,
+        1,
+        "x.db",
+    )
 
 
 def test_bench_random_options_parse(rng) -> None:
@@ -300,9 +366,12 @@ def test_bench_random_options_parse(rng) -> None:
 
 @pytest.mark.parametrize(
     "bad, says",
-    [(["--random", "0"], "at least 1"), (["--random", "x"], "not an integer"),
-     (["--seed", "-1"], "at least 0")],
-)  # fmt: skip
+    [
+        (["--random", "0"], "at least 1"),
+        (["--random", "x"], "not an integer"),
+        (["--seed", "-1"], "at least 0"),
+    ],
+)
 def test_bench_random_rejects_bad_counts(bad, says) -> None:
     with pytest.raises(cli.UsageError, match=says):
         cli.build_parser().parse_args(["bench", *bad])
@@ -310,12 +379,18 @@ def test_bench_random_rejects_bad_counts(bad, says) -> None:
 
 @pytest.mark.parametrize(
     ("option", "value", "says"),
-    [("--seed", "-1", "at least 0"), ("--seed", str(2**32), "at most 4294967295"),
-     ("--seed", "9" * 5000, "not an integer"), ("--trials", "7" * 5000, "not an integer"),
-     ("--trials", "-" + "7" * 4000, "at least 1"), ("--timeout", "inf", "not a finite number"),
-     ("--timeout", "nan", "not a finite number"), ("--timeout", "1e999", "not a finite number"),
-     ("--timeout", "Infinity", "give one such as 60")],
-)  # fmt: skip
+    [
+        ("--seed", "-1", "at least 0"),
+        ("--seed", str(2**32), "at most 4294967295"),
+        ("--seed", "9" * 5000, "not an integer"),
+        ("--trials", "7" * 5000, "not an integer"),
+        ("--trials", "-" + "7" * 4000, "at least 1"),
+        ("--timeout", "inf", "not a finite number"),
+        ("--timeout", "nan", "not a finite number"),
+        ("--timeout", "1e999", "not a finite number"),
+        ("--timeout", "Infinity", "give one such as 60"),
+    ],
+)
 def test_bad_numbers_are_one_short_line(option: str, value: str, says: str, db: str) -> None:
     """A seed NumPy cannot take was a ValueError traceback; a huge number was echoed whole."""
     rc, _, err = run("tune", "--shapes", "64x64", option, value, "--db", db)
@@ -329,7 +404,9 @@ def test_tune_takes_the_seeds_the_tuner_takes() -> None:
     from autotranspose.tuner import SEED_LIMIT
 
     def parse(seed: int) -> int:
-        return cli.build_parser().parse_args(["tune", "--shapes", "64x64", "--seed", str(seed)]).seed
+        return (
+            cli.build_parser().parse_args(["tune", "--shapes", "64x64", "--seed", str(seed)]).seed
+        )
 
     for seed in (0, SEED_LIMIT - 1):
         assert parse(seed) == seed
@@ -361,8 +438,14 @@ def test_the_progress_bar_draws_on_a_terminal() -> None:
 
 def _subprocess(*argv: str, **kw) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "autotranspose", *argv], capture_output=True,
-                          text=True, env=env, timeout=120, **kw)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "autotranspose", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        **kw,
+    )
 
 
 def test_python_dash_m_help() -> None:
@@ -429,7 +512,9 @@ def test_a_bad_shape_is_one_line_naming_the_option(command: str, option: str, db
     "bad",
     ["(-1,)i4", "(99999999999999,)f8", pytest.param("x" * 5000, id="5000-letters"), "object"],
 )
-def test_a_bad_dtype_is_one_line_naming_the_option(command: str, option: str, bad: str, db: str) -> None:
+def test_a_bad_dtype_is_one_line_naming_the_option(
+    command: str, option: str, bad: str, db: str
+) -> None:
     shape_option = "--shape" if command == "lookup" else "--shapes"
     extra = ["--device", NAME] if command == "lookup" else []
     rc, out, err = run(command, shape_option, "64x64", option, bad, *extra, "--db", db)
@@ -476,9 +561,14 @@ def test_the_command_line_takes_exactly_the_device_names_the_database_takes(db: 
 
 @pytest.mark.parametrize(
     "argv",
-    [["show", "--device=--"], ["export", "--output=--"], ["lookup", "--shape=--"],
-     ["tune", "--shapes=--"], ["tune", "--shapes", "64x64", "--trials=--"]],
-)  # fmt: skip
+    [
+        ["show", "--device=--"],
+        ["export", "--output=--"],
+        ["lookup", "--shape=--"],
+        ["tune", "--shapes=--"],
+        ["tune", "--shapes", "64x64", "--trials=--"],
+    ],
+)
 def test_a_double_dash_value_is_refused(argv: list[str], db: str) -> None:
     """argparse before 3.13 drops '--' from `--opt=--` and skips the option's check."""
     if sys.version_info >= (3, 13) and argv[1] in ("--device=--", "--output=--"):
@@ -525,9 +615,11 @@ def test_a_bandwidth_beyond_any_gpu_in_the_database_is_never_printed(tuned: str)
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize(
     ("argv", "says"),
-    [(["-o", "/dev/full"], "cannot write /dev/full: No space left on device"),
-     (["--all-devices", "-o", "/dev/full"], "/dev/full is not a directory")],
-)  # fmt: skip
+    [
+        (["-o", "/dev/full"], "cannot write /dev/full: No space left on device"),
+        (["--all-devices", "-o", "/dev/full"], "/dev/full is not a directory"),
+    ],
+)
 def test_an_export_to_a_full_disk_names_the_path_and_why(argv, says, tuned: str) -> None:
     """`export -o /dev/full` printed a bare `[Errno 28] No space left on device`."""
     rc, _, err = run("export", *argv, "--db", tuned)
@@ -535,7 +627,9 @@ def test_an_export_to_a_full_disk_names_the_path_and_why(argv, says, tuned: str)
     assert says in err and "-o" in err and "[Errno" not in err
 
 
-def test_an_export_into_a_missing_directory_names_the_path_and_why(tuned: str, tmp_path: Path) -> None:
+def test_an_export_into_a_missing_directory_names_the_path_and_why(
+    tuned: str, tmp_path: Path
+) -> None:
     target = tmp_path / "no" / "such" / "results.json"
     rc, _, err = run("export", "-o", str(target), "--db", tuned)
     _one_clear_line(rc, err, rc_wanted=1)
@@ -544,10 +638,16 @@ def test_an_export_into_a_missing_directory_names_the_path_and_why(tuned: str, t
 
 @pytest.mark.parametrize(
     "argv",
-    [["import", "results.json"], ["tune", "--shapes", "64x64"], ["show"],
-     ["lookup", "--shape", "64x64", "--device", NAME], ["export"], ["db", "upgrade"]],
+    [
+        ["import", "results.json"],
+        ["tune", "--shapes", "64x64"],
+        ["show"],
+        ["lookup", "--shape", "64x64", "--device", NAME],
+        ["export"],
+        ["db", "upgrade"],
+    ],
     ids=lambda argv: argv[0] if argv[0] != "db" else "db-upgrade",
-)  # fmt: skip
+)
 @pytest.mark.parametrize("empty", ["", " "], ids=["empty", "blank"])
 def test_an_empty_db_is_refused_not_read_as_the_current_directory(
     argv: list[str], empty: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -567,8 +667,18 @@ def _two_device_db(db: str) -> tuple[str, str]:
     other = DeviceInfo("Other GPU 7 (PCIe)", (8, 9), multiprocessors=84)
     rc, _, err = run("tune", "--shapes", "1024x1024", "--trials", "4", "--db", db)
     assert rc == 0, err
-    rc, _, err = run("tune", "--shapes", "512x2048", "--dtypes", "int8", "--trials", "4", "--db",
-                     db, objective=lambda *a: SyntheticObjective(other))  # fmt: skip
+    rc, _, err = run(
+        "tune",
+        "--shapes",
+        "512x2048",
+        "--dtypes",
+        "int8",
+        "--trials",
+        "4",
+        "--db",
+        db,
+        objective=lambda *a: SyntheticObjective(other),
+    )
     assert rc == 0, err
     return NAME, other.name
 
@@ -595,17 +705,23 @@ def test_export_of_all_devices_writes_one_file_each_that_imports_back(
 
     def tuned_entries(url: str) -> list[tuple]:
         entries = json.loads(run("show", "--db", url, "--json")[1])
-        return sorted((e["device"], e["elem_bytes"], e["shape_class"], e["config_key"])
-                      for e in entries if e["source"] == "tuned")  # fmt: skip
+        return sorted(
+            (e["device"], e["elem_bytes"], e["shape_class"], e["config_key"])
+            for e in entries
+            if e["source"] == "tuned"
+        )
 
     assert len(tuned_entries(db)) == 2 and tuned_entries(other) == tuned_entries(db)
 
 
 @pytest.mark.parametrize(
     ("argv", "says"),
-    [(["--all-devices"], "-o DIR"), (["--all-devices", "--device", NAME, "-o", "x"], "not both"),
-     (["--all-devices", "-o", "-"], "-o DIR")],
-)  # fmt: skip
+    [
+        (["--all-devices"], "-o DIR"),
+        (["--all-devices", "--device", NAME, "-o", "x"], "not both"),
+        (["--all-devices", "-o", "-"], "-o DIR"),
+    ],
+)
 def test_export_all_devices_needs_a_directory_and_no_device(argv, says, db: str) -> None:
     rc, _, err = run("export", *argv, "--db", db)
     _one_clear_line(rc, err)
@@ -631,29 +747,60 @@ def test_warnings_print_as_one_line(tuned: str) -> None:
 
 # --- lookup --axes: permute plans ------------------------------------------------------------------
 def test_lookup_axes_shows_the_plan_and_the_kernel_of_its_transpose(tuned: str) -> None:
-    rc, out, err = run("lookup", "--shape", "64x256x56x56", "--axes", "0,2,3,1", "--dtype",
-                       "float16", "--device", NAME, "--db", tuned)  # fmt: skip
+    rc, out, err = run(
+        "lookup",
+        "--shape",
+        "64x256x56x56",
+        "--axes",
+        "0,2,3,1",
+        "--dtype",
+        "float16",
+        "--device",
+        NAME,
+        "--db",
+        tuned,
+    )
     assert rc == 0, err
     lines = out.splitlines()
-    assert lines[0] == "permute (64, 256, 56, 56) by (0, 2, 3, 1), 2-byte elements -> (64, 56, 56, 256)"
+    assert (
+        lines[0]
+        == "permute (64, 256, 56, 56) by (0, 2, 3, 1), 2-byte elements -> (64, 56, 56, 256)"
+    )
     assert any(line.startswith("transpose 64 x 256x3136 of 2-byte elements") for line in lines)
     assert "1 pass, 1 launch" in lines
-    fields = dict(line.split(None, 1) for line in lines if line.split(None, 1)[0] in ("call", "config"))
+    fields = dict(
+        line.split(None, 1) for line in lines if line.split(None, 1)[0] in ("call", "config")
+    )
     assert fields["call"] == "2-byte 64x256x3136 -> class 64x256x4096/v8"
     assert fields["config"].startswith("s2_")
 
 
 def test_lookup_axes_of_a_row_copy_needs_no_device(tmp_path: Path) -> None:
-    rc, out, err = run("lookup", "--shape", "8x4096x32x128", "--axes", "0,-2,1,3", "--dtype",
-                       "bfloat16", "--db", str(tmp_path / "none.db"))  # fmt: skip
+    rc, out, err = run(
+        "lookup",
+        "--shape",
+        "8x4096x32x128",
+        "--axes",
+        "0,-2,1,3",
+        "--dtype",
+        "bfloat16",
+        "--db",
+        str(tmp_path / "none.db"),
+    )
     assert rc == 0, err
-    assert "copy 32 x 4096 rows of 256 bytes" in out and "x 8 in the launch" in out and "1 launch" in out
+    assert (
+        "copy 32 x 4096 rows of 256 bytes" in out
+        and "x 8 in the launch" in out
+        and "1 launch" in out
+    )
     assert out.splitlines()[-1] == "kernel  at_copy_rows_s16"
     rc, src, _ = run("lookup", "--shape", "8x4096x32x128", "--axes", "0,2,1,3", "--source")
     assert rc == 0 and "at_copy_rows_s16" in src and "__global__" in src
     # rows of 256 bytes: a first call also times one packed launch of the same bytes
     assert "a first call also times: packed 8 x 32 x 4096 x 16 of 16-byte elements" in out
-    rc, out, _ = run("lookup", "--shape", "8x4096x32x128", "--axes", "0,2,1,3", "--dtype", "bfloat16", "--json")
+    rc, out, _ = run(
+        "lookup", "--shape", "8x4096x32x128", "--axes", "0,2,1,3", "--dtype", "bfloat16", "--json"
+    )
     (alt,) = json.loads(out)["alternatives"]
     assert alt["kind"] == "packed" and alt["box"] == [1, 8, 8, 16]
 
@@ -661,21 +808,41 @@ def test_lookup_axes_of_a_row_copy_needs_no_device(tmp_path: Path) -> None:
 def test_lookup_axes_of_a_realigned_row_copy_names_its_kernel(tmp_path: Path) -> None:
     """Rows of 21 bytes (no word over 1 byte): the copy runs realigned, and lookup names the
     realigning kernel, whose source --source prints."""
-    rc, out, err = run("lookup", "--shape", "11618x18x232x21", "--axes", "0,2,1,3", "--dtype",
-                       "uint8", "--db", str(tmp_path / "none.db"))  # fmt: skip
+    rc, out, err = run(
+        "lookup",
+        "--shape",
+        "11618x18x232x21",
+        "--axes",
+        "0,2,1,3",
+        "--dtype",
+        "uint8",
+        "--db",
+        str(tmp_path / "none.db"),
+    )
     assert rc == 0, err
     assert "rows of 21 bytes realigned into 16-byte words (runs of 87696 bytes" in out
     assert "a first call also times: copy 232 x 11618 rows of 21 bytes (21 1-byte words" in out
     assert out.splitlines()[-1] == "kernel  at_copy_runs"
-    rc, src, _ = run("lookup", "--shape", "11618x18x232x21", "--axes", "0,2,1,3", "--dtype", "uint8", "--source")
+    rc, src, _ = run(
+        "lookup", "--shape", "11618x18x232x21", "--axes", "0,2,1,3", "--dtype", "uint8", "--source"
+    )
     assert rc == 0 and "at_copy_runs(" in src and "__global__" in src
 
 
 def test_lookup_axes_of_a_packed_pass_needs_no_device(tmp_path: Path) -> None:
     """Six small launches become one packed launch: the plan says so and why, and --source
     prints the kernel for its box."""
-    rc, out, err = run("lookup", "--shape", "2x7x3x5x11", "--axes", "0,2,1,4,3", "--dtype",
-                       "float32", "--db", str(tmp_path / "none.db"))  # fmt: skip
+    rc, out, err = run(
+        "lookup",
+        "--shape",
+        "2x7x3x5x11",
+        "--axes",
+        "0,2,1,4,3",
+        "--dtype",
+        "float32",
+        "--db",
+        str(tmp_path / "none.db"),
+    )
     assert rc == 0, err
     assert "packed 2 x 3 x 7 x 11 x 5 of 4-byte elements in one launch" in out
     assert "in boxes of 1 x 3 x 7 x 11 x 5 (runs of 4620 bytes read, 4620 written)" in out
@@ -705,24 +872,29 @@ def test_lookup_axes_of_a_gather_needs_no_device(tmp_path: Path) -> None:
 
 
 def test_lookup_axes_json(tuned: str) -> None:
-    rc, out, _ = run("lookup", "--shape", "6x10", "--axes", "1,0", "--device", NAME, "--db",
-                     tuned, "--json")  # fmt: skip
+    rc, out, _ = run(
+        "lookup", "--shape", "6x10", "--axes", "1,0", "--device", NAME, "--db", tuned, "--json"
+    )
     data = json.loads(out)
     assert rc == 0 and data["case"] == "transpose" and data["out_shape"] == [10, 6]
     assert data["passes"][0]["kind"] == "transpose" and data["passes"][0]["m"] == 6
-    assert data["plan"].startswith("permute (6, 10) by (1, 0)") and data["config_key"].startswith("s4_")
+    assert data["plan"].startswith("permute (6, 10) by (1, 0)") and data["config_key"].startswith(
+        "s4_"
+    )
     rc, out, _ = run("lookup", "--shape", "3x5", "--axes", "0,1", "--json")
     assert rc == 0 and json.loads(out)["kernel"] == "cuMemcpyDtoDAsync"
 
 
 @pytest.mark.parametrize(
     ("argv", "says", "code"),
-    [(["--shape", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
-     (["--shape", "4x5x6", "--axes", "0,1,1"], "repeat axis 1", 1),
-     (["--shape", "4x5x6", "--axes", "0,one,2"], "argument --axes: ", 2),
-     (["--shape", "4x5x6x7x8x9x2x2x2", "--axes", "0"], "argument --shape: ", 2),
-     (["--shape", "4x5", "--axes", "1,0", "--conjugate", "--dtype", "complex64"], "--axes", 2)],
-)  # fmt: skip
+    [
+        (["--shape", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
+        (["--shape", "4x5x6", "--axes", "0,1,1"], "repeat axis 1", 1),
+        (["--shape", "4x5x6", "--axes", "0,one,2"], "argument --axes: ", 2),
+        (["--shape", "4x5x6x7x8x9x2x2x2", "--axes", "0"], "argument --shape: ", 2),
+        (["--shape", "4x5", "--axes", "1,0", "--conjugate", "--dtype", "complex64"], "--axes", 2),
+    ],
+)
 def test_lookup_axes_errors_are_one_line(argv: list[str], says: str, code: int, db: str) -> None:
     rc, out, err = run("lookup", *argv, "--db", db)
     assert rc == code and out == ""
@@ -738,13 +910,15 @@ def test_bench_permute_options_parse() -> None:
 
 @pytest.mark.parametrize(
     ("argv", "says", "code"),
-    [(["--random-permute", "0"], "at least 1", 2),
-     (["--shapes", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
-     (["--shapes", "4x5x6", "4x5", "--axes", "2,1,0"], "name 3 axes but the array has 2", 1),
-     (["--shapes", "4x5x6", "--axes", "0,1,2", "--random", "3"], "--axes", 2),
-     (["--random", "3", "--random-permute", "3"], "not both", 2),
-     (["--shapes", "4x5x6x7x1x1x1x1x1", "--axes", "0"], "argument --shapes: ", 2)],
-)  # fmt: skip
+    [
+        (["--random-permute", "0"], "at least 1", 2),
+        (["--shapes", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
+        (["--shapes", "4x5x6", "4x5", "--axes", "2,1,0"], "name 3 axes but the array has 2", 1),
+        (["--shapes", "4x5x6", "--axes", "0,1,2", "--random", "3"], "--axes", 2),
+        (["--random", "3", "--random-permute", "3"], "not both", 2),
+        (["--shapes", "4x5x6x7x1x1x1x1x1", "--axes", "0"], "argument --shapes: ", 2),
+    ],
+)
 def test_bench_permute_errors_are_one_line_before_any_gpu_work(argv, says, code) -> None:
     rc, out, err = run("bench", *argv)
     assert rc == code and out == ""
@@ -774,25 +948,55 @@ def test_tune_axes_tunes_a_contiguous_pass_in_its_class_study(db: str) -> None:
     """NCHW -> NHWC is a batched transpose of contiguous matrices: the plain class's study,
     measured without strides, as `tune --shapes 64x256x3136` would."""
     factory = _Factory()
-    rc, out, err = run("tune", "--shapes", "64x256x56x56", "--axes", "0,2,3,1", "--dtypes",
-                       "float16", "--trials", "4", "--db", db, objective=factory)  # fmt: skip
+    rc, out, err = run(
+        "tune",
+        "--shapes",
+        "64x256x56x56",
+        "--axes",
+        "0,2,3,1",
+        "--dtypes",
+        "float16",
+        "--trials",
+        "4",
+        "--db",
+        db,
+        objective=factory,
+    )
     assert rc == 0, err
     assert factory.asked == [("float16", (64, 256, 3136), 0, False, None)]
     (row,) = _permute_rows(out)
-    assert row[:7] == ["float16", "64x256x56x56", "0,2,3,1", "s2", "64x256x3136", "contiguous",
-                       "64x256x4096/v8"]  # fmt: skip
+    assert row[:7] == [
+        "float16",
+        "64x256x56x56",
+        "0,2,3,1",
+        "s2",
+        "64x256x3136",
+        "contiguous",
+        "64x256x4096/v8",
+    ]
     assert "float16 64x256x56x56 axes 0,2,3,1: float16 64x256x3136: 4 trials" in err
     assert "tuned 1 of 1 transpose passes (0 of 1 permutes had nothing to tune)" in err
-    rc, out, _ = run("tune", "--shapes", "64x256x3136", "--dtypes", "float16", "--trials", "4",
-                     "--db", db)  # fmt: skip
+    rc, out, _ = run(
+        "tune", "--shapes", "64x256x3136", "--dtypes", "float16", "--trials", "4", "--db", db
+    )
     assert rc == 0 and "0/0/0/0" in out  # the same study, done already
 
 
 def test_tune_axes_measures_a_strided_pass_on_its_strides_and_lookup_serves_it(db: str) -> None:
     factory = _Factory()
     argv = ["--shape", "512x64x1024", "--axes", "2,1,0", "--device", NAME, "--db", db, "--json"]
-    rc, out, err = run("tune", "--shapes", "512x64x1024", "--axes", "2,1,0", "--trials", "6",
-                       "--db", db, objective=factory)  # fmt: skip
+    rc, out, err = run(
+        "tune",
+        "--shapes",
+        "512x64x1024",
+        "--axes",
+        "2,1,0",
+        "--trials",
+        "6",
+        "--db",
+        db,
+        objective=factory,
+    )
     assert rc == 0, err
     assert factory.asked == [("float32", (64, 512, 1024), 0, False, (65536, 32768, 1024, 512))]
     (row,) = _permute_rows(out)
@@ -801,31 +1005,68 @@ def test_tune_axes_measures_a_strided_pass_on_its_strides_and_lookup_serves_it(d
     info = json.loads(out)
     assert rc == 0, err
     assert (info["source"], info["shape_class"], info["config_key"]) == (
-        "tuned", "64x512x1024/v4", row[7])  # fmt: skip
+        "tuned",
+        "64x512x1024/v4",
+        row[7],
+    )
     # run again: the strided study resumes, nothing is measured
     factory = _Factory()
-    rc, out, _ = run("tune", "--shapes", "512x64x1024", "--axes", "2,1,0", "--trials", "6",
-                     "--db", db, objective=factory)  # fmt: skip
+    rc, out, _ = run(
+        "tune",
+        "--shapes",
+        "512x64x1024",
+        "--axes",
+        "2,1,0",
+        "--trials",
+        "6",
+        "--db",
+        db,
+        objective=factory,
+    )
     assert rc == 0 and _permute_rows(out)[0][10] == "0/0/0/0"
 
 
 @pytest.mark.parametrize(
     ("shape", "axes", "dtype", "says"),
-    [("8x4096x32x128", "0,2,1,3", "float16",
-      "float16 8x4096x32x128 axes 0,2,1,3: copy 32 x 4096 rows of 256 bytes"),
-     ("2x7x3x5x11", "0,2,1,4,3", "float32",
-      "float32 2x7x3x5x11 axes 0,2,1,4,3: packed 2 x 3 x 7 x 11 x 5 of 4-byte elements"),
-     ("2x2x2x2x2x2x2x2", "7,6,5,4,3,2,1,0", "float32",
-      "float32 2x2x2x2x2x2x2x2 axes 7,6,5,4,3,2,1,0: gather 2 x 2 x 2 x 2 x 2 x 2 x 2 x 2"),
-     ("3x5", "0,1", "int8", "int8 3x5 axes 0,1: copy 15 contiguous bytes")],
-)  # fmt: skip
+    [
+        (
+            "8x4096x32x128",
+            "0,2,1,3",
+            "float16",
+            "float16 8x4096x32x128 axes 0,2,1,3: copy 32 x 4096 rows of 256 bytes",
+        ),
+        (
+            "2x7x3x5x11",
+            "0,2,1,4,3",
+            "float32",
+            "float32 2x7x3x5x11 axes 0,2,1,4,3: packed 2 x 3 x 7 x 11 x 5 of 4-byte elements",
+        ),
+        (
+            "2x2x2x2x2x2x2x2",
+            "7,6,5,4,3,2,1,0",
+            "float32",
+            "float32 2x2x2x2x2x2x2x2 axes 7,6,5,4,3,2,1,0: gather 2 x 2 x 2 x 2 x 2 x 2 x 2 x 2",
+        ),
+        ("3x5", "0,1", "int8", "int8 3x5 axes 0,1: copy 15 contiguous bytes"),
+    ],
+)
 def test_tune_axes_says_a_copy_or_gather_has_nothing_to_tune(
     shape: str, axes: str, dtype: str, says: str, tmp_path: Path
 ) -> None:
     factory = _Factory()
     db = tmp_path / "tuning.db"
-    rc, out, err = run("tune", "--shapes", shape, "--axes", axes, "--dtypes", dtype, "--db",
-                       str(db), objective=factory)  # fmt: skip
+    rc, out, err = run(
+        "tune",
+        "--shapes",
+        shape,
+        "--axes",
+        axes,
+        "--dtypes",
+        dtype,
+        "--db",
+        str(db),
+        objective=factory,
+    )
     assert rc == 0, err
     (line,) = out.splitlines()
     kind = next(k for k in ("packed", "gather", "copy") if f": {k} " in says)
@@ -838,38 +1079,77 @@ def test_tune_axes_of_several_shapes_and_dtypes(db: str) -> None:
     """Per dtype and shape: one head swap is a transpose, tuned; the other a copy, said; a
     swap of pairs of float16 is a transpose of 4-byte words, tuned as uint32."""
     factory = _Factory()
-    rc, out, err = run("tune", "--shapes", "8x4096x32x128", "--axes", "0,2,3,1", "--dtypes",
-                       "float16,int8", "--trials", "3", "--db", db, objective=factory)  # fmt: skip
+    rc, out, err = run(
+        "tune",
+        "--shapes",
+        "8x4096x32x128",
+        "--axes",
+        "0,2,3,1",
+        "--dtypes",
+        "float16,int8",
+        "--trials",
+        "3",
+        "--db",
+        db,
+        objective=factory,
+    )
     assert rc == 0, err
     pass_shape = (8, 4096, 4096)
     assert [a[:2] for a in factory.asked] == [("float16", pass_shape), ("int8", pass_shape)]
     assert [r[:4] for r in _permute_rows(out)] == [
-        ["float16", "8x4096x32x128", "0,2,3,1", "s2"], ["int8", "8x4096x32x128", "0,2,3,1", "s1"],
-    ]  # fmt: skip
-    rc, out, err = run("tune", "--shapes", "8x4096x32x128", "16x1024x512x2", "--axes",
-                       "0,2,1,3", "--dtypes", "float16", "--trials", "3", "--db", db,
-                       objective=factory)  # fmt: skip
+        ["float16", "8x4096x32x128", "0,2,3,1", "s2"],
+        ["int8", "8x4096x32x128", "0,2,3,1", "s1"],
+    ]
+    rc, out, err = run(
+        "tune",
+        "--shapes",
+        "8x4096x32x128",
+        "16x1024x512x2",
+        "--axes",
+        "0,2,1,3",
+        "--dtypes",
+        "float16",
+        "--trials",
+        "3",
+        "--db",
+        db,
+        objective=factory,
+    )
     assert rc == 0, err
     assert out.splitlines()[0].endswith("nothing to tune: copy pass")
     (row,) = _permute_rows(out)
-    assert row[1:7] == ["16x1024x512x2", "0,2,1,3", "s4", "16x1024x512", "contiguous",
-                        "16x1024x512/v4"]  # fmt: skip
+    assert row[1:7] == [
+        "16x1024x512x2",
+        "0,2,1,3",
+        "s4",
+        "16x1024x512",
+        "contiguous",
+        "16x1024x512/v4",
+    ]
     assert factory.asked[-1][:2] == ("uint32", (16, 1024, 512))
 
 
 @pytest.mark.parametrize(
     ("argv", "says", "code"),
-    [(["--shapes", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
-     (["--shapes", "4x5x6", "--axes", "0,1,1"], "repeat axis 1", 1),
-     (["--shapes", "4x5x6", "4x5", "--axes", "2,1,0"], "name 3 axes but the array has 2", 1),
-     (["--shapes", "4x5x6", "--axes", "0,one,2"], "argument --axes: ", 2),
-     (["--shapes", "4x5x6x7x1x1x1x1x1", "--axes", "0"], "argument --shapes: ", 2),
-     (["--shapes", "4x5x6", "--axes", "2,1,0", "--dtypes", "object"], "argument --dtypes: ", 2),
-     (["--shapes", "64x32", "--axes", "1,0", "--dtypes", "complex64", "--conjugate"],
-      "--conjugate is for transposes; permute (--axes) has none", 2),
-     (["--shapes", "64x32", "--axes", "1,0", "--devices", "0,1"],
-      "give --device INDEX, not --devices", 2)],
-)  # fmt: skip
+    [
+        (["--shapes", "4x5x6", "--axes", "0,1"], "name 2 axes but the array has 3", 1),
+        (["--shapes", "4x5x6", "--axes", "0,1,1"], "repeat axis 1", 1),
+        (["--shapes", "4x5x6", "4x5", "--axes", "2,1,0"], "name 3 axes but the array has 2", 1),
+        (["--shapes", "4x5x6", "--axes", "0,one,2"], "argument --axes: ", 2),
+        (["--shapes", "4x5x6x7x1x1x1x1x1", "--axes", "0"], "argument --shapes: ", 2),
+        (["--shapes", "4x5x6", "--axes", "2,1,0", "--dtypes", "object"], "argument --dtypes: ", 2),
+        (
+            ["--shapes", "64x32", "--axes", "1,0", "--dtypes", "complex64", "--conjugate"],
+            "--conjugate is for transposes; permute (--axes) has none",
+            2,
+        ),
+        (
+            ["--shapes", "64x32", "--axes", "1,0", "--devices", "0,1"],
+            "give --device INDEX, not --devices",
+            2,
+        ),
+    ],
+)
 def test_tune_axes_errors_are_one_line_before_any_gpu_work(argv, says, code, db: str) -> None:
     factory = _Factory()
     rc, out, err = run("tune", *argv, "--db", db, objective=factory)

@@ -50,8 +50,12 @@ def test_import_of_a_special_file_is_refused_at_once(tmp_path: Path, kind: str) 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "autotranspose", "import", str(path), "--db", str(db)],
-        capture_output=True, text=True, env=env, timeout=60, preexec_fn=_limited_memory,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        preexec_fn=_limited_memory,
+    )
     assert done.returncode == 1 and done.stdout == "", done.stderr[-2000:]
     assert done.stderr.startswith(PREFIX) and done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert f"{path} is a " in done.stderr and "not a regular file" in done.stderr
@@ -79,7 +83,9 @@ def test_import_of_numbers_beyond_any_gpu_is_one_line(
     """The stored device and results stay as they were; the line names field and fix."""
     with Store.open(db_url) as store:
         shape, cls = sample_shape(rng)
-        store.record(None, H100, "float32", 4, shape, cls, random_config(rng, 4, cls.vec), ok(500.0))
+        store.record(
+            None, H100, "float32", 4, shape, cls, random_config(rng, 4, cls.vec), ok(500.0)
+        )
         before = (store.devices(), store.entries())
     doc = tuning_doc(rng, 5)
     part, field = where.split(".")

@@ -17,7 +17,11 @@ DTYPES = ["int8", "float16", "float32", "float64", "complex128"]
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_kernel_of_the_space_renders(dtype):
     kernels = {c.kernel_name: c for c in config_space(dtype)}
-    kernels.update({c.kernel_name: c for c in config_space(dtype, conjugate=True)} if dtype == "complex128" else {})
+    kernels.update(
+        {c.kernel_name: c for c in config_space(dtype, conjugate=True)}
+        if dtype == "complex128"
+        else {}
+    )
     source = render_many(kernels.values())
     for name in kernels:
         assert f"{name}(" in source
@@ -28,7 +32,10 @@ def test_every_kernel_of_the_space_renders(dtype):
 def test_one_kernel_has_its_config_in_the_header():
     cfg = KernelConfig(2, 128, 64, 4, 2, 0, "swizzle", "col", "stream")
     src = at.render(cfg)
-    assert re.search(rf'extern "C" __global__ void __launch_bounds__\({cfg.threads}, 1\)\s*\n{cfg.kernel_name}\(', src)
+    assert re.search(
+        rf'extern "C" __global__ void __launch_bounds__\({cfg.threads}, 1\)\s*\n{cfg.kernel_name}\(',
+        src,
+    )
     assert "128x64 tile of 2-byte elements" in src
     assert "XOR-swizzled" in src and "__ldcs" in src and "__stcs" in src
     assert f"sm[{cfg.smem_bytes // cfg.chunk_bytes}]" in src
@@ -47,8 +54,11 @@ def test_no_dead_branches_in_generated_source():
 def test_a_capped_kernel_differs_from_its_uncapped_twin_only_in_its_bounds(staged):
     """`min_blocks` changes the launch bounds (and the name) and nothing else, and a config
     without it renders as before the field existed: its stored results stay current."""
-    base = (KernelConfig(4, 128, 32, 4, 4, 0, "pad", "col", staged=True) if staged
-            else KernelConfig(8, 16, 32, 1, 8, 1, "pad", "col"))  # fmt: skip
+    base = (
+        KernelConfig(4, 128, 32, 4, 4, 0, "pad", "col", staged=True)
+        if staged
+        else KernelConfig(8, 16, 32, 1, 8, 1, "pad", "col")
+    )
     blocks = random.choice([b for b in range(2, 33) if b * base.threads <= 2048])
     capped = base.replace(min_blocks=blocks)
     assert capped.key == f"{base.key}_b{blocks}" and "min_blocks" not in base.to_dict()

@@ -19,7 +19,11 @@ pytestmark = [
 ]
 
 DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}
-FIELDS = [f.name for f in dataclasses.fields(KernelConfig) if f.init and f.name not in ("elem_bytes", "min_blocks")]
+FIELDS = [
+    f.name
+    for f in dataclasses.fields(KernelConfig)
+    if f.init and f.name not in ("elem_bytes", "min_blocks")
+]
 
 
 def sample(elem_bytes: int, rng: np.random.Generator, n_random: int = 12) -> list[KernelConfig]:
@@ -28,7 +32,11 @@ def sample(elem_bytes: int, rng: np.random.Generator, n_random: int = 12) -> lis
     uncapped (`min_blocks` variants may spill by design: test_capped_* below)."""
     space = [c for c in config_space(DTYPES[elem_bytes]) if not c.min_blocks]
     if elem_bytes < 16:  # realigning and staged kernels exist for calls whose rows are not aligned
-        space += [c for c in config_space(DTYPES[elem_bytes], max_vector=1) if c.any_offset and not c.min_blocks]
+        space += [
+            c
+            for c in config_space(DTYPES[elem_bytes], max_vector=1)
+            if c.any_offset and not c.min_blocks
+        ]
     picks: dict[str, KernelConfig] = {}
     for field in FIELDS:
         values = sorted({getattr(c, field) for c in space}, key=str)
@@ -36,7 +44,10 @@ def sample(elem_bytes: int, rng: np.random.Generator, n_random: int = 12) -> lis
             cfg = next(c for c in space if getattr(c, field) == v)
             picks[cfg.kernel_name] = cfg
     for key in ("threads", "smem_bytes", "registers"):
-        for cfg in (min(space, key=lambda c: getattr(c, key)), max(space, key=lambda c: getattr(c, key))):
+        for cfg in (
+            min(space, key=lambda c: getattr(c, key)),
+            max(space, key=lambda c: getattr(c, key)),
+        ):
             picks[cfg.kernel_name] = cfg
     for i in rng.choice(len(space), n_random, replace=False):
         picks[space[i].kernel_name] = space[i]
@@ -55,8 +66,12 @@ def test_sample_compiles_without_spills_and_with_predicted_smem(arch, elem_bytes
     for cfg in configs:
         res = report[cfg.kernel_name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == cfg.smem_bytes, f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
-        assert res.registers * cfg.threads <= 65536, f"{cfg.key} cannot launch: {res.registers} registers x {cfg.threads} threads"
+        assert res.smem_bytes == cfg.smem_bytes, (
+            f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
+        )
+        assert res.registers * cfg.threads <= 65536, (
+            f"{cfg.key} cannot launch: {res.registers} registers x {cfg.threads} threads"
+        )
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -75,7 +90,9 @@ def test_outer_variants_compile_like_their_configs(arch, elem_bytes, rng):
     for cfg in configs:
         res = report[kernel_name(cfg, outer=True)]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == cfg.smem_bytes == plain[cfg.kernel_name].smem_bytes, f"{cfg.key}: {res}"
+        assert res.smem_bytes == cfg.smem_bytes == plain[cfg.kernel_name].smem_bytes, (
+            f"{cfg.key}: {res}"
+        )
         assert res.registers * cfg.threads <= 65536, f"{cfg.key} cannot launch: {res}"
 
 
@@ -86,8 +103,10 @@ def test_permute_kernels_compile_without_spills(arch):
     registers that let GATHER_BLOCKS_PER_SM gather blocks reside on an SM."""
     report = untuned_resources(arch)
     for s in (1, 2, 4, 8, 16):
-        for name, threads, blocks in [(f"at_gather_s{s}", GATHER_THREADS, GATHER_BLOCKS_PER_SM),
-                                      (f"at_copy_rows_s{s}", ROWS_THREADS, 1)]:  # fmt: skip
+        for name, threads, blocks in [
+            (f"at_gather_s{s}", GATHER_THREADS, GATHER_BLOCKS_PER_SM),
+            (f"at_copy_rows_s{s}", ROWS_THREADS, 1),
+        ]:
             res = report[name]
             assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{name} spills on {arch}: {res}"
             assert res.smem_bytes == 0, f"{name}: {res}"
@@ -114,13 +133,21 @@ def test_capped_defaults_compile_within_their_cap_without_spills(arch):
     for, with no spill (other capped configs of the space may spill: the tuner measures them)."""
     from autotranspose.config import few_rows_default, staged_default
 
-    capped = [staged_default(2), staged_default(4), staged_default(8), staged_default(8, conjugate=True),
-              few_rows_default(8, 20, 10**6, 1), few_rows_default(16, 20, 10**6, 1),
-              few_rows_default(16, 20, 10**6, 1, conjugate=True)]  # fmt: skip
+    capped = [
+        staged_default(2),
+        staged_default(4),
+        staged_default(8),
+        staged_default(8, conjugate=True),
+        few_rows_default(8, 20, 10**6, 1),
+        few_rows_default(16, 20, 10**6, 1),
+        few_rows_default(16, 20, 10**6, 1, conjugate=True),
+    ]
     report = nvcc_resources(capped, arch)
     outer = nvcc_resources(capped, arch, outer=True)  # as permute()'s passes compile them
     for cfg in capped:
         assert cfg.min_blocks >= 2, cfg.key
         for res in (report[cfg.kernel_name], outer[kernel_name(cfg, outer=True)]):
-            assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
+            assert res.spill_bytes == 0 and res.stack_bytes == 0, (
+                f"{cfg.key} spills on {arch}: {res}"
+            )
             assert res.registers * cfg.threads * cfg.min_blocks <= 65536, f"{cfg.key}: {res}"

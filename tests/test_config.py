@@ -123,7 +123,9 @@ def test_space_for_conjugate_needs_complex():
         list(config_space("float32", conjugate=True))
 
 
-@pytest.mark.parametrize("dtype", ["object", "U3", "S5", np.dtype([("a", "i4"), ("b", "f4")]), "complex256"])
+@pytest.mark.parametrize(
+    "dtype", ["object", "U3", "S5", np.dtype([("a", "i4"), ("b", "f4")]), "complex256"]
+)
 def test_unsupported_dtypes(dtype):
     with pytest.raises(UnsupportedDtypeError):
         list(config_space(dtype))
@@ -131,9 +133,15 @@ def test_unsupported_dtypes(dtype):
 
 @pytest.mark.parametrize(
     "dtype",
-    ["(-1,)i4", "(99999999999999,)f8", "(2,)i4", "i4,i4", pytest.param("x" * 5000, id="x*5000"),
-     "\x1b[31m"],
-)  # fmt: skip
+    [
+        "(-1,)i4",
+        "(99999999999999,)f8",
+        "(2,)i4",
+        "i4,i4",
+        pytest.param("x" * 5000, id="x*5000"),
+        "\x1b[31m",
+    ],
+)
 def test_malformed_dtype_strings_are_unsupported_dtype_errors(dtype):
     """NumPy raises ValueError for some dtype strings; every bad one is our error, short."""
     with pytest.raises(UnsupportedDtypeError, match="float32") as caught:
@@ -221,15 +229,35 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
     )
 
     space = list(config_space(dtype, max_vector=4, short_side=32))
-    steps = {"tile_m": TILE_SIZES, "tile_n": TILE_SIZES, "vec": VEC_SIZES,
-             "per_thread": PER_THREAD, "persistent": PERSISTENT}  # fmt: skip
+    steps = {
+        "tile_m": TILE_SIZES,
+        "tile_n": TILE_SIZES,
+        "vec": VEC_SIZES,
+        "per_thread": PER_THREAD,
+        "persistent": PERSISTENT,
+    }
     for config in random.sample(space, 30):
         near = neighbours(config)
         assert near and config not in near and len(set(near)) == len(near)
         for other in near:
-            moved = [f for f in ("tile_m", "tile_n", "vec", "per_thread", "persistent", "raster",
-                                 "cache", "flat", "staged", "realign", "elem_bytes", "min_blocks")
-                     if getattr(other, f) != getattr(config, f)]  # fmt: skip
+            moved = [
+                f
+                for f in (
+                    "tile_m",
+                    "tile_n",
+                    "vec",
+                    "per_thread",
+                    "persistent",
+                    "raster",
+                    "cache",
+                    "flat",
+                    "staged",
+                    "realign",
+                    "elem_bytes",
+                    "min_blocks",
+                )
+                if getattr(other, f) != getattr(config, f)
+            ]
             smem = (other.layout, other.pad) != (config.layout, config.pad)
             assert len(moved) + smem == 1, (config.key, other.key)
             if moved == ["min_blocks"]:  # from uncapped: any cap; else the next cap either way
@@ -239,5 +267,8 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
                     assert abs(caps.index(config.min_blocks) - caps.index(other.min_blocks)) == 1
             elif moved and moved[0] in steps:
                 values = FLAT_LONG if moved[0] == "tile_m" and config.flat else steps[moved[0]]
-                i, j = values.index(getattr(config, moved[0])), values.index(getattr(other, moved[0]))
+                i, j = (
+                    values.index(getattr(config, moved[0])),
+                    values.index(getattr(other, moved[0])),
+                )
                 assert abs(i - j) == 1

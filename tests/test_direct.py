@@ -51,12 +51,19 @@ def seed_direct(elem_bytes: int, **kw) -> KernelConfig:
 # --- the config --------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "change, says",
-    [({"vec": 2}, "vec=1"), ({"layout": "swizzle", "pad": 0}, "layout='pad'"),
-     ({"persistent": 2}, "persistent=0"), ({"staged": True}, "staged=False"),
-     ({"realign": True}, "realign=False"), ({"per_thread": 2, "tile_m": 64, "tile_n": 64}, "threads"),
-     ({"per_thread": 4, "tile_m": 12}, "tile_m"), ({"tile_m": 16, "tile_n": 16, "per_thread": 32}, "per_thread"),
-     ({"conjugate": True, "elem_bytes": 4}, "complex64"), ({"min_blocks": 9}, "2048")],
-)  # fmt: skip
+    [
+        ({"vec": 2}, "vec=1"),
+        ({"layout": "swizzle", "pad": 0}, "layout='pad'"),
+        ({"persistent": 2}, "persistent=0"),
+        ({"staged": True}, "staged=False"),
+        ({"realign": True}, "realign=False"),
+        ({"per_thread": 2, "tile_m": 64, "tile_n": 64}, "threads"),
+        ({"per_thread": 4, "tile_m": 12}, "tile_m"),
+        ({"tile_m": 16, "tile_n": 16, "per_thread": 32}, "per_thread"),
+        ({"conjugate": True, "elem_bytes": 4}, "complex64"),
+        ({"min_blocks": 9}, "2048"),
+    ],
+)
 def test_invalid_direct_configs_say_what_to_change(change, says):
     fields = {**seed_direct(8).to_dict(), **change}
     with pytest.raises(ConfigError, match=says):
@@ -127,7 +134,9 @@ def test_narrow_tiles_join_the_space_for_a_short_side_of_at_most_8(s):
         assert {c.pad for c in found} == {0, 1}
         assert {max(c.tile_m, c.tile_n) for c in found} == set(DIRECT_LONG)
         assert {(c.tile_m < c.tile_n) for c in found} == {True, False}  # few rows and few columns
-    assert not any(_narrow(c) for c in config_space(dtype, short_side=DIRECT_NARROW[-1] + 1) if c.direct)
+    assert not any(
+        _narrow(c) for c in config_space(dtype, short_side=DIRECT_NARROW[-1] + 1) if c.direct
+    )
     assert not any(_narrow(c) for c in config_space(dtype) if c.direct)
 
 
@@ -151,25 +160,38 @@ def test_narrow_configs_for_a_side_of_2_to_8(s):
         short, long = rng.randrange(2, DIRECT_NARROW[-1] + 1), rng.randrange(1000, 10**8)
         conj = s >= 8 and rng.random() < 0.5
         if (short, conj) not in spaces:
-            spaces[short, conj] = {c for c in config_space(dtype, short_side=short, conjugate=conj) if c.direct}
+            spaces[short, conj] = {
+                c for c in config_space(dtype, short_side=short, conjugate=conj) if c.direct
+            }
         space = spaces[short, conj]
         for m, n in ((long, short), (short, long)):
             found = narrow_configs(s, m, n, conj)
-            assert found and found[0] == narrow_default(s, m, n, conj) and len(set(found)) == len(found)
+            assert (
+                found
+                and found[0] == narrow_default(s, m, n, conj)
+                and len(set(found)) == len(found)
+            )
             for c in found:
                 assert c.direct and _narrow(c) and c.conjugate == conj and c in space, c.key
                 side = c.tile_n if m > n else c.tile_m
                 assert _spans_or_idles_least(side, short), (short, c.key)
-                assert max(c.tile_m, c.tile_n) in DIRECT_LONG and c.per_thread == (8 if s <= 4 else 4)
+                assert max(c.tile_m, c.tile_n) in DIRECT_LONG and c.per_thread == (
+                    8 if s <= 4 else 4
+                )
             first = found[0].tile_n if m > n else found[0].tile_m
             spans = first >= short
             # few columns of 1 and 2 bytes: the fewest idle lanes first; elsewhere spanning
             assert spans or (m > n and s <= 2), (s, m, n, found[0].key)
 
 
-@pytest.mark.parametrize(("short", "sides"), [(2, (2,)), (3, (4,)), (4, (4,)), (5, (8, 2)), (6, (8, 2)), (7, (8,)), (8, (8,))])
+@pytest.mark.parametrize(
+    ("short", "sides"),
+    [(2, (2,)), (3, (4,)), (4, (4,)), (5, (8, 2)), (6, (8, 2)), (7, (8,)), (8, (8,))],
+)
 def test_narrow_sides_by_the_call_s_short_side(short, sides):
-    assert tuple(c.tile_m for c in narrow_configs(4, short, 10**6)) == sides  # few rows: spanning first
+    assert (
+        tuple(c.tile_m for c in narrow_configs(4, short, 10**6)) == sides
+    )  # few rows: spanning first
     assert tuple(c.tile_n for c in narrow_configs(4, 10**6, short)) == sides
     assert set(c.tile_n for c in narrow_configs(2, 10**6, short)) == set(sides)
     assert narrow_configs(2, 10**6, short)[0].tile_n == (2 if short in (5, 6) else sides[0])
@@ -190,7 +212,10 @@ def test_a_class_with_a_side_of_at_most_8_gets_the_narrow_tile_by_default(s):
             cls = shape_class(1, m, n, 1)
             choice = lookup.default_choice(s, cls, NEWEST)
             assert choice.source == "default" and choice.config == narrow_default(s, cls.m, cls.n)
-    assert lookup.default_choice(s, shape_class(1, long, 9, 1), NEWEST).config.tile_n not in DIRECT_NARROW
+    assert (
+        lookup.default_choice(s, shape_class(1, long, 9, 1), NEWEST).config.tile_n
+        not in DIRECT_NARROW
+    )
 
 
 @pytest.mark.parametrize("s", [1, 2, 4, 8, 16])
@@ -214,7 +239,9 @@ def test_a_narrow_tile_s_neighbours_step_its_sides_within_their_lists():
     assert set(neighbours(seed_direct(4))).isdisjoint(narrow_space(4, NEWEST))  # not into them
 
 
-@pytest.mark.parametrize(("tm", "tn", "pt", "walks"), [(256, 4, 8, "store"), (2, 256, 4, "load"), (8, 64, 2, None)])
+@pytest.mark.parametrize(
+    ("tm", "tn", "pt", "walks"), [(256, 4, 8, "store"), (2, 256, 4, "load"), (8, 64, 2, None)]
+)
 def test_a_block_with_fewer_threads_than_a_tile_side_walks_it(tm, tn, pt, walks):
     c = KernelConfig(4, tm, tn, 1, pt, 1, "pad", "col", direct=True)
     src = kernel_source(c)
@@ -228,10 +255,24 @@ def test_a_block_with_fewer_threads_than_a_tile_side_walks_it(tm, tn, pt, walks)
 def test_caps_reach_the_seed_kernel_s_registers():
     c = seed_direct(8)
     assert cap_steps(c) == occupancy_steps(256, DIRECT_CAPS) and 8 in cap_steps(c)
-    assert {x.min_blocks for x in direct_space(8, NEWEST) if x.replace(min_blocks=0) == c} == {0, *cap_steps(c)}
+    assert {x.min_blocks for x in direct_space(8, NEWEST) if x.replace(min_blocks=0) == c} == {
+        0,
+        *cap_steps(c),
+    }
 
 
-@pytest.mark.parametrize(("threads", "blocks", "budget"), [(64, 25, 32), (64, 32, 32), (256, 8, 32), (256, 6, 40), (512, 4, 32), (1024, 2, 32), (128, 6, 80)])
+@pytest.mark.parametrize(
+    ("threads", "blocks", "budget"),
+    [
+        (64, 25, 32),
+        (64, 32, 32),
+        (256, 8, 32),
+        (256, 6, 40),
+        (512, 4, 32),
+        (1024, 2, 32),
+        (128, 6, 80),
+    ],
+)
 def test_register_budget_splits_the_sm_in_four_partitions(threads, blocks, budget):
     assert register_budget(threads, blocks) == budget
 
@@ -241,20 +282,26 @@ def test_no_streaming_16_byte_row_tile_is_capped_at_twice_its_elements_registers
     for c in direct_space(16, NEWEST):
         if c.min_blocks and c.cache == "stream" and c.raster == "row":
             assert register_budget(c.threads, c.min_blocks) > 2 * c.per_thread * 4, c.key
-    assert KernelConfig(16, 16, 16, 1, 4, 1, "pad", "row", "stream", direct=True, min_blocks=25) not in set(direct_space(16, NEWEST))
+    assert KernelConfig(
+        16, 16, 16, 1, 4, 1, "pad", "row", "stream", direct=True, min_blocks=25
+    ) not in set(direct_space(16, NEWEST))
 
 
 def test_neighbours_stay_direct_and_step_one_field():
     c = seed_direct(8)
     near = neighbours(c)
     assert near and all(x.direct for x in near)
-    assert c.replace(tile_m=64) in near and c.replace(per_thread=8) in near and c.replace(raster="col") in near
+    assert (
+        c.replace(tile_m=64) in near
+        and c.replace(per_thread=8) in near
+        and c.replace(raster="col") in near
+    )
     assert c.replace(min_blocks=8) in near
 
 
 def test_the_seed_config_s_source_divides_no_tile_index():
     src = kernel_source(seed_direct(8))
-    body = src[src.index("for (unsigned int ts"):]
+    body = src[src.index("for (unsigned int ts") :]
     assert " / " not in body and " % " not in body  # the tile's place comes from the grid
     assert "__launch_bounds__(256, 1)" in src and "tile[32][33]" in src
 
@@ -269,13 +316,20 @@ def test_direct_kernels_compile_without_spills(arch):
         picks += rng.sample(list(direct_space(s, NEWEST)), 12)
     picks += [seed_direct(8, conjugate=True), seed_direct(16, conjugate=True, min_blocks=8)]
     # every config served by default (`direct_default` by shape), capped as served
-    picks += [direct_default(s, m, n) for s in DIRECT_SIZES
-              for m, n in ((5, 10**6), (20, 10**6), (47, 10**6), (100, 10**6), (10**6, 20), (5000, 5000))]  # fmt: skip
+    picks += [
+        direct_default(s, m, n)
+        for s in DIRECT_SIZES
+        for m, n in ((5, 10**6), (20, 10**6), (47, 10**6), (100, 10**6), (10**6, 20), (5000, 5000))
+    ]
     for s in (1, 2, *DIRECT_SIZES):  # narrow tiles, every element size
         picks += rng.sample(narrow_space(s, NEWEST), 8)
         # the tiles a first call races, and lookup's defaults (every side of 2-8, both ways)
-        picks += [c for short in range(2, 9) for m, n in ((short, 10**6), (10**6, short))
-                  for c in narrow_configs(s, m, n)]  # fmt: skip
+        picks += [
+            c
+            for short in range(2, 9)
+            for m, n in ((short, 10**6), (10**6, short))
+            for c in narrow_configs(s, m, n)
+        ]
     # every shipped direct result, as served (the narrow ones came from whole-space searches)
     picks += [e.config for e in lookup.shipped_everywhere() if e.config.direct]
     assert_compile_without_spills(list(dict.fromkeys(picks)), arch)
@@ -285,7 +339,9 @@ def test_direct_kernels_compile_without_spills(arch):
 def test_outer_variants_compile():
     from _nvcc import assert_nvcc_silent
 
-    assert_nvcc_silent(render_outer([seed_direct(8), seed_direct(16, conjugate=True, raster="col")]))
+    assert_nvcc_silent(
+        render_outer([seed_direct(8), seed_direct(16, conjugate=True, raster="col")])
+    )
 
 
 # --- on the GPU ----------------------------------------------------------------------------------
@@ -304,9 +360,14 @@ def test_narrow_direct_tiles_match_the_reference(rng, s):
     and few columns of 1 to 9 (an edge tile in the short side too)."""
     from autotranspose.compiler import activate
 
-    assert_kind_matches_reference(rng, s, narrow_space, KernelConfig(s, 256, 4, 1, 8, 1, "pad", "col", direct=True))
+    assert_kind_matches_reference(
+        rng, s, narrow_space, KernelConfig(s, 256, 4, 1, 8, 1, "pad", "col", direct=True)
+    )
     state = activate(0)
-    picks = [narrow_space(s, state.info.limits)[i] for i in rng.choice(len(narrow_space(s, NEWEST)), 6, replace=False)]
+    picks = [
+        narrow_space(s, state.info.limits)[i]
+        for i in rng.choice(len(narrow_space(s, NEWEST)), 6, replace=False)
+    ]
     for short in (1, 2, 3, 4, 5, 8, 9):
         long = int(rng.integers(1000, 300_000))
         batch = int(rng.integers(1, 4))
@@ -329,7 +390,9 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
     """Input and output at every offset the element size allows, rows of pitched views; the
     bytes around and between the output rows are left as they were."""
     pytest.importorskip("cupy")
-    assert_kind_at_every_offset(rng, s, np.dtype(DTYPES[s]), list(direct_space(s, NEWEST)), seed_direct(s))
+    assert_kind_at_every_offset(
+        rng, s, np.dtype(DTYPES[s]), list(direct_space(s, NEWEST)), seed_direct(s)
+    )
 
 
 @pytest.mark.gpu
@@ -337,7 +400,10 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
 def test_conjugate_direct(rng, dtype):
     cupy = pytest.importorskip("cupy")
     s = np.dtype(dtype).itemsize
-    for cfg in (seed_direct(s, conjugate=True), seed_direct(s, conjugate=True, tile_m=16, raster="col")):
+    for cfg in (
+        seed_direct(s, conjugate=True),
+        seed_direct(s, conjugate=True, tile_m=16, raster="col"),
+    ):
         for m, n in ((3001, 1777), (1, 999), (999, 1), (21, 4097)):
             host = (rng.standard_normal((m, n)) + 1j * rng.standard_normal((m, n))).astype(dtype)
             y = at.transpose(cupy.asarray(host), conjugate=True, config=cfg)
@@ -353,7 +419,9 @@ def test_grids_loop_past_65535_tiles_and_matrices(rng):
     m = 16 * MAX_GRID_YZ + int(rng.integers(1, 40))  # row tiles past y with raster row
     assert_match_reference(state, 8, (1, m, 3), [seed_direct(8, tile_m=16)])
     assert_match_reference(state, 4, (1, 5, m), [seed_direct(4, tile_n=16, raster="col")])
-    assert_match_reference(state, 8, (MAX_GRID_YZ + int(rng.integers(1, 999)), 3, 5), [seed_direct(8)])
+    assert_match_reference(
+        state, 8, (MAX_GRID_YZ + int(rng.integers(1, 999)), 3, 5), [seed_direct(8)]
+    )
 
 
 @pytest.mark.gpu
@@ -391,17 +459,36 @@ def test_outer_variants_walk_two_more_batch_dims(rng, s):
 
     state = activate(0)
     dtype = np.dtype({4: "uint32", 8: "uint64", 16: "complex128"}[s])
-    narrow = (KernelConfig(s, 256, 4, 1, 8, 1, "pad", "row", direct=True),
-              KernelConfig(s, 2, 256, 1, 4, 1, "pad", "col", direct=True))  # fmt: skip
-    for cfg in (seed_direct(s), seed_direct(s, tile_m=16, tile_n=64, per_thread=8, raster="col"), *narrow):
+    narrow = (
+        KernelConfig(s, 256, 4, 1, 8, 1, "pad", "row", direct=True),
+        KernelConfig(s, 2, 256, 1, 4, 1, "pad", "col", direct=True),
+    )
+    for cfg in (
+        seed_direct(s),
+        seed_direct(s, tile_m=16, tile_n=64, per_thread=8, raster="col"),
+        *narrow,
+    ):
         b2, b1, bt = (int(v) for v in rng.integers(1, 5, 3))
         m, n = int(rng.integers(1, 150)), int(rng.integers(1, 150))
-        host = rng.integers(0, 2**31, size=b2 * b1 * bt * m * n * s // 4, dtype=np.uint32).view(dtype)
+        host = rng.integers(0, 2**31, size=b2 * b1 * bt * m * n * s // 4, dtype=np.uint32).view(
+            dtype
+        )
         x = cupy.asarray(host.reshape(b2, b1, bt, m, n))
         raw = cupy.full(x.nbytes + 256, 0xA5, dtype=np.uint8)
         mat = m * n
-        launch = make_launch(state, cfg, bt, m, n, n, m, mat, mat, outer=Dim(b2, b1 * bt * mat, b1 * bt * mat),
-                             outer2=Dim(b1, bt * mat, bt * mat))  # fmt: skip
+        launch = make_launch(
+            state,
+            cfg,
+            bt,
+            m,
+            n,
+            n,
+            m,
+            mat,
+            mat,
+            outer=Dim(b2, b1 * bt * mat, b1 * bt * mat),
+            outer2=Dim(b1, bt * mat, bt * mat),
+        )
         launch(x.data.ptr, raw.data.ptr)
         cupy.cuda.runtime.deviceSynchronize()
         got = cupy.asnumpy(raw[: x.nbytes])  # compared as bytes: random bits hold NaNs

@@ -24,7 +24,7 @@ needs_cc = pytest.mark.skipif(_native.compiler() is None, reason="no C compiler"
 
 # A host-memory stand-in for _dlpack.Exported: exported through the same capsule, deleter and
 # destructor (compiled, or the Python fallback), with libc's free as the memory's release.
-HOST_EXPORT = r'''
+HOST_EXPORT = r"""
 import builtins, ctypes, sys
 import numpy as np
 from autotranspose import _dlpack as D
@@ -64,13 +64,21 @@ class Host:
 
     def release(self):
         libc.free(ctypes.c_void_p(self.ptr))
-'''
+"""
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300)  # fmt: skip
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
 
 
 @needs_cc
@@ -169,4 +177,10 @@ def test_python_callbacks_outlive_the_module():
     code = _dlpack._python_callbacks.__code__
     nested = [c for c in code.co_consts if isinstance(c, type(code))]
     for fn in nested:
-        assert not set(fn.co_names) & {"_live", "_live_lock", "_exiting", "ctypes", "_capsule_new"}, fn.co_name
+        assert not set(fn.co_names) & {
+            "_live",
+            "_live_lock",
+            "_exiting",
+            "ctypes",
+            "_capsule_new",
+        }, fn.co_name

@@ -28,7 +28,9 @@ def fresh_entry(monkeypatch):
     return entry
 
 
-def test_a_framework_without_the_needed_api_warns_once_and_calls_run_eagerly(fresh_entry, monkeypatch):
+def test_a_framework_without_the_needed_api_warns_once_and_calls_run_eagerly(
+    fresh_entry, monkeypatch
+):
     fake = types.ModuleType("torch")  # imported, but no torch.library: the integration fails
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.delitem(sys.modules, "autotranspose.frameworks.torch_ops", raising=False)
@@ -40,8 +42,12 @@ def test_a_framework_without_the_needed_api_warns_once_and_calls_run_eagerly(fre
 
 def test_arrays_of_no_framework_take_the_kernels_path(fresh_entry, monkeypatch):
     seen = []
-    monkeypatch.setattr(entry.permuter, "permute", lambda *a, **k: seen.append(("permute", a)) or "p")
-    monkeypatch.setattr(entry.api, "transpose", lambda *a, **k: seen.append(("transpose", a)) or "t")
+    monkeypatch.setattr(
+        entry.permuter, "permute", lambda *a, **k: seen.append(("permute", a)) or "p"
+    )
+    monkeypatch.setattr(
+        entry.api, "transpose", lambda *a, **k: seen.append(("transpose", a)) or "t"
+    )
     monkeypatch.setattr(entry, "_load_frameworks", lambda x: False)
     x = np.zeros((2, 3))
     assert at.permute(x, (1, 0)) == "p" and at.transpose(x) == "t"

@@ -43,7 +43,8 @@ if not any(d.platform in ("gpu", "cuda") for d in jax.devices()):
 """
 
 PROGRAMS = {
-    "jax-eager": JAX_GPU + """
+    "jax-eager": JAX_GPU
+    + """
 import autotranspose as at
 x = jnp.asarray(np.random.default_rng().standard_normal((197, 7)), jnp.float32)
 y = at.transpose(x)
@@ -54,7 +55,8 @@ w = jax.jit(lambda a: a * 2)(y)  # JAX keeps using our export
 builtins.kept = at.transpose(x)
 Cycle(at.transpose(x))
 """,
-    "jax-jit": JAX_GPU + """
+    "jax-jit": JAX_GPU
+    + """
 from autotranspose.frameworks import jax_ops
 x = jnp.asarray(np.random.default_rng().standard_normal((3, 197, 7)), jnp.float32)
 f = jax.jit(lambda a: jax_ops.permute(a, (2, 0, 1)))
@@ -64,7 +66,8 @@ assert (np.asarray(y) == np.transpose(np.asarray(x), (2, 0, 1))).all()
 builtins.kept = f(x)
 Cycle(y, g)
 """,
-    "jax-eager-and-jit": JAX_GPU + """
+    "jax-eager-and-jit": JAX_GPU
+    + """
 import autotranspose as at
 from autotranspose.frameworks import jax_ops
 x = jnp.asarray(np.random.default_rng().standard_normal((197, 7)), jnp.float32)
@@ -135,7 +138,8 @@ y = at.transpose(host)
 z = at.permute(host.reshape(197, 7, 1), (2, 1, 0))
 assert (y == host.T).all()
 """,
-    "everything": JAX_GPU + """
+    "everything": JAX_GPU
+    + """
 need("torch")
 need("cupy")
 import torch, cupy
@@ -160,8 +164,14 @@ def _run(body: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     script = textwrap.dedent(PRELUDE) + textwrap.dedent(body)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=540)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=540,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

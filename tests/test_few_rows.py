@@ -47,12 +47,20 @@ def _space(elem_bytes: int, vec: int, short_side: int | None = None) -> frozense
 
 
 def _every_rule_config() -> list:
-    found = {few_rows_default(s, rows, 10 * rows, vec, conj)
-             for s in SIZES for vec in (1, 2, 4, 8) for rows in range(1, FEW_ROWS_MAX + 2)
-             for conj in ((False, True) if s >= 8 else (False,))}  # fmt: skip
-    found |= {few_cols_default(s, 10**6, cols, vec, conj)
-              for s in SIZES for vec in (1, 2, 4) for cols in (4, 16, 17, FEW_COLS_MAX)
-              for conj in ((False, True) if s >= 8 else (False,))}  # fmt: skip
+    found = {
+        few_rows_default(s, rows, 10 * rows, vec, conj)
+        for s in SIZES
+        for vec in (1, 2, 4, 8)
+        for rows in range(1, FEW_ROWS_MAX + 2)
+        for conj in ((False, True) if s >= 8 else (False,))
+    }
+    found |= {
+        few_cols_default(s, 10**6, cols, vec, conj)
+        for s in SIZES
+        for vec in (1, 2, 4)
+        for cols in (4, 16, 17, FEW_COLS_MAX)
+        for conj in ((False, True) if s >= 8 else (False,))
+    }
     return sorted((c for c in found if c is not None), key=lambda c: c.key)
 
 
@@ -99,7 +107,9 @@ def test_none_for_narrow_elements_and_words() -> None:
 
 def test_direct_defaults_follow_the_call_s_shape() -> None:
     for s in DIRECT_SIZES:
-        rows, cols, square = (direct_default(s, *mn) for mn in ((20, 10**6), (10**6, 20), (5000, 5001)))
+        rows, cols, square = (
+            direct_default(s, *mn) for mn in ((20, 10**6), (10**6, 20), (5000, 5001))
+        )
         assert rows.raster == "col" and rows.per_thread == 8 and cols.tile_m == 64
         assert square.tile_m == square.tile_n == 32 and square.per_thread == 4
         assert all(c.direct and c.min_blocks in cap_steps(c) for c in (rows, cols, square))
@@ -127,10 +137,15 @@ def test_few_columns_get_a_tiled_tile_barely_wider_than_them(elem_bytes: int) ->
         assert c in _space(elem_bytes, vec, cols)
 
 
-@pytest.mark.parametrize(("elem_bytes", "rows", "cols"), [
-    (1, 10**6, 4), (2, 10**6, 4),  # the tall byte-permute kernels' calls
-    (4, 10**6, FEW_COLS_MAX + 1), (8, FEW_COLS_RATIO * 10 - 1, 10),  # not few columns
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("elem_bytes", "rows", "cols"),
+    [
+        (1, 10**6, 4),
+        (2, 10**6, 4),  # the tall byte-permute kernels' calls
+        (4, 10**6, FEW_COLS_MAX + 1),
+        (8, FEW_COLS_RATIO * 10 - 1, 10),  # not few columns
+    ],
+)
 def test_no_few_columns_tile_where_it_does_not_apply(elem_bytes: int, rows: int, cols: int) -> None:
     assert few_cols_default(elem_bytes, rows, cols, 1) is None
 
@@ -158,7 +173,12 @@ def test_the_first_call_races_it_right_after_the_guess(elem_bytes: int) -> None:
     # classes' results
     got = firstcall.candidates(guess, near, elem_bytes, n, m, 1, False, lambda c: True)
     cols = few_cols_default(elem_bytes, n, m, 1)  # and, for at most 32 columns, the narrow tile
-    assert got[:4 if cols else 3] == [guess, direct_default(elem_bytes, n, m), *([cols] if cols else []), near[0]]
+    assert got[: 4 if cols else 3] == [
+        guess,
+        direct_default(elem_bytes, n, m),
+        *([cols] if cols else []),
+        near[0],
+    ]
 
 
 @pytest.mark.parametrize("elem_bytes", SIZES)
@@ -180,8 +200,9 @@ def test_a_class_nobody_tuned_gets_it_for_its_fewest_rows(elem_bytes: int) -> No
         # direct tiles cost the same full or edge; tiled ones fit the class's fewest rows
         assert choice.config.direct or choice.config.tile_m <= cls.m // 2 + 1
     # many rows: the default tiled config as before
-    assert lookup.default_choice(elem_bytes, shape_class(1, n, n, 2), NEWEST).config == \
-        default_config(elem_bytes, max_vector=2)  # fmt: skip
+    assert lookup.default_choice(
+        elem_bytes, shape_class(1, n, n, 2), NEWEST
+    ).config == default_config(elem_bytes, max_vector=2)
 
 
 # --- on the GPU --------------------------------------------------------------------------------

@@ -38,8 +38,12 @@ def test_the_portfolio_starts_with_the_guess_and_holds_every_kind_once(elem_byte
     assert got[0] == guess.replace(conjugate=conjugate)
     assert len(got) == len(set(got)) <= firstcall.MAX_CANDIDATES
     assert all(c.conjugate == conjugate for c in got)
-    wanted = [default_config(elem_bytes, max_vector=1), staged_default(elem_bytes),
-              flat_default(elem_bytes, m), seed_config(elem_bytes)]  # fmt: skip
+    wanted = [
+        default_config(elem_bytes, max_vector=1),
+        staged_default(elem_bytes),
+        flat_default(elem_bytes, m),
+        seed_config(elem_bytes),
+    ]
     for c in wanted:
         if c is not None and len(got) < firstcall.MAX_CANDIDATES:
             assert c.replace(conjugate=conjugate) in got
@@ -59,7 +63,9 @@ def test_the_portfolio_keeps_only_what_can_run_the_call():
     assert not any(c.flat for c in firstcall.candidates(guess, [], 4, 5000, 7000, 1, False, _any))
 
 
-@pytest.mark.parametrize("value, on", [("0", False), ("off", False), ("no", False), ("1", True), ("", True)])
+@pytest.mark.parametrize(
+    "value, on", [("0", False), ("off", False), ("no", False), ("1", True), ("", True)]
+)
 def test_switched_by_the_environment_and_the_api(monkeypatch, value, on):
     monkeypatch.setenv(firstcall.ENV_VAR, value)
     assert firstcall.enabled() is (on or value == "")
@@ -124,7 +130,9 @@ def test_refinement_takes_two_fields_at_once_when_no_single_step_helps(monkeypat
     better = pair_steps(guess)[0]
     calls = []
     rates = {guess: 2000.0, better: 2600.0}
-    monkeypatch.setattr(firstcall, "measure", _fake_measure(calls, gbps=lambda c: rates.get(c, 1000.0)))
+    monkeypatch.setattr(
+        firstcall, "measure", _fake_measure(calls, gbps=lambda c: rates.get(c, 1000.0))
+    )
     out = firstcall.search(None, [guess], None, 0, 0, None, 0, _any)
     assert out is not None and out.best == better
     assert len(calls) == 1 + firstcall.REFINE_ROUNDS

@@ -164,12 +164,19 @@ def test_a_winner_is_stored_and_the_next_process_does_not_measure(rng, tmp_path)
     m, n = _odd_shape(rng)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTRANSPOSE_")}
     root = str(Path(__file__).resolve().parents[1])  # ahead of the caller's path (wheels there)
-    env.update(AUTOTRANSPOSE_DB=str(db),
-               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    env.update(
+        AUTOTRANSPOSE_DB=str(db),
+        PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+    )
     runs = []
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", _FIRST_CALL, str(m), str(n)], env=env,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", _FIRST_CALL, str(m), str(n)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     first, second = runs

@@ -25,7 +25,7 @@ from autotranspose.config import (
     tall_default,
     wide_default,
     wide_rows,
-)  # fmt: skip
+)
 from autotranspose.errors import ConfigError
 from autotranspose.shapes import ShapeClass
 
@@ -40,10 +40,15 @@ def flat(elem_bytes: int, tl: int = 256, tw: int = 32, pt: int = 16, **kw) -> Ke
 # --- the config --------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "change, says",
-    [({"vec": 2}, "vec=1"), ({"pad": 1}, "pad=0"), ({"raster": "col"}, "raster='row'"),
-     ({"layout": "swizzle"}, "layout='pad'"), ({"per_thread": 1, "tile_m": 2048}, "threads"),
-     ({"tile_m": 32}, "tile_m=32 must be one of")],
-)  # fmt: skip
+    [
+        ({"vec": 2}, "vec=1"),
+        ({"pad": 1}, "pad=0"),
+        ({"raster": "col"}, "raster='row'"),
+        ({"layout": "swizzle"}, "layout='pad'"),
+        ({"per_thread": 1, "tile_m": 2048}, "threads"),
+        ({"tile_m": 32}, "tile_m=32 must be one of"),
+    ],
+)
 def test_invalid_flat_configs_say_what_to_change(change, says):
     fields = {**flat(4).to_dict(), **change}
     with pytest.raises(ConfigError, match=says):
@@ -106,18 +111,29 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
         got = lookup.choose("no GPU we ship results for", s, wide, store=None).config
         if narrow_default(s, bucket, 1 << 20) is not None:  # 2-8 rows: the narrow direct tile
             assert got == narrow_default(s, bucket, 1 << 20), (s, vec, got.key)
-        elif vec * s < 8 and wide_rows(s, bucket, 1 << 20) and s == 4:  # a direct tile spanning the rows
-            assert got == direct_default(s, bucket, 1 << 20) and got.tile_m >= bucket, (vec, got.key)
+        elif (
+            vec * s < 8 and wide_rows(s, bucket, 1 << 20) and s == 4
+        ):  # a direct tile spanning the rows
+            assert got == direct_default(s, bucket, 1 << 20) and got.tile_m >= bucket, (
+                vec,
+                got.key,
+            )
         elif vec * s < 8 and wide_rows(s, bucket, 1 << 20):  # the wide byte-permute kernel
             assert got == wide_default(s, bucket, exact=False), (s, vec, got.key)
         else:
-            assert got.flat == (vec * s < 8 and flat_default(s, bucket) is not None), (s, vec, got.key)
+            assert got.flat == (vec * s < 8 and flat_default(s, bucket) is not None), (
+                s,
+                vec,
+                got.key,
+            )
             assert not got.prmt  # few long rows: never the tall kernel
 
 
 def test_a_square_class_keeps_the_tiled_default():
     lookup.clear_cache()
-    choice = lookup.choose("no GPU we ship results for", 4, ShapeClass(1, 8192, 8192, 4), store=None)
+    choice = lookup.choose(
+        "no GPU we ship results for", 4, ShapeClass(1, 8192, 8192, 4), store=None
+    )
     assert not choice.config.flat
 
 
@@ -128,8 +144,14 @@ def test_a_square_class_keeps_the_tiled_default():
 @pytest.mark.parametrize("s", SIZES)
 def test_flat_kernels_compile_without_spills(arch, s, rng):
     space = [c for c in flat_space(s, NEWEST, 1) if not c.persistent]
-    picks = {c.kernel_name: c for c in (max(space, key=lambda c: c.threads), min(space, key=lambda c: c.threads),
-                                        max(space, key=lambda c: c.smem_bytes))}  # fmt: skip
+    picks = {
+        c.kernel_name: c
+        for c in (
+            max(space, key=lambda c: c.threads),
+            min(space, key=lambda c: c.threads),
+            max(space, key=lambda c: c.smem_bytes),
+        )
+    }
     for i in rng.choice(len(space), min(10, len(space)), replace=False):
         picks[space[i].kernel_name] = space[i]
     if s in (8, 16):
@@ -191,7 +213,9 @@ def test_every_pointer_offset(rng, s):
             assert y is out
             got = cupy.asnumpy(buf_out)
             want = fill.copy()
-            want[offset_out : offset_out + m * n * s] = np.ascontiguousarray(host.T).view(np.uint8).ravel()
+            want[offset_out : offset_out + m * n * s] = (
+                np.ascontiguousarray(host.T).view(np.uint8).ravel()
+            )
             assert np.array_equal(got, want), (s, offset_in, offset_out, m, n)
 
 

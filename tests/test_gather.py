@@ -111,8 +111,9 @@ def test_the_walk_takes_strided_views():
     dims = [Dim(4, 3, 200), Dim(5, 1000, 40), Dim(3, 50, 13), Dim(6, 7000, 2), Dim(2, 1, 1)]
     got = sorted(walk(gather_args(dims, 37), 37))
     idx = np.indices([d.extent for d in dims]).reshape(len(dims), -1).T
-    want = sorted((int(k @ [d.out_stride for d in dims]), int(k @ [d.in_stride for d in dims]))
-                  for k in idx)  # fmt: skip
+    want = sorted(
+        (int(k @ [d.out_stride for d in dims]), int(k @ [d.in_stride for d in dims])) for k in idx
+    )
     assert got == want
 
 
@@ -159,10 +160,14 @@ def test_arguments_of_a_known_problem():
 
 @pytest.mark.parametrize(
     "dims, stride, words",
-    [([], 1, "1 to 8 dims"), ([Dim(2, 1, 1)] * 9, 1, "1 to 8 dims"),
-     ([Dim(2, 1, 1)], 0, "grid of 0"), ([Dim(2, 1, 1)], 2**31, "grid of"),
-     ([Dim(GATHER_MAX_EXTENT + 1, 1, 1)], 5, "32-bit")],
-)  # fmt: skip
+    [
+        ([], 1, "1 to 8 dims"),
+        ([Dim(2, 1, 1)] * 9, 1, "1 to 8 dims"),
+        ([Dim(2, 1, 1)], 0, "grid of 0"),
+        ([Dim(2, 1, 1)], 2**31, "grid of"),
+        ([Dim(GATHER_MAX_EXTENT + 1, 1, 1)], 5, "32-bit"),
+    ],
+)
 def test_what_the_kernel_cannot_take_is_refused(dims, stride, words):
     with pytest.raises(errors.ShapeError, match=words):
         gather_args(dims, stride)
@@ -182,7 +187,13 @@ def test_the_struct_matches_the_template():
 
 def test_one_kernel_per_element_size():
     src = render_gather()
-    for s, t in [(1, "unsigned char"), (2, "unsigned short"), (4, "u32"), (8, "uint2"), (16, "uint4")]:
+    for s, t in [
+        (1, "unsigned char"),
+        (2, "unsigned short"),
+        (4, "u32"),
+        (8, "uint2"),
+        (16, "uint4"),
+    ]:
         assert f"at_gather_s{s}(const {t}* __restrict__ in, {t}* __restrict__ out," in src
     assert src.count("__global__") == 5
 

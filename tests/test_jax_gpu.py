@@ -53,7 +53,11 @@ def _host(rng, shape, dtype) -> np.ndarray:
 
     dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
     if dt.kind in "iu":
-        return rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8).view(dt).reshape(shape)
+        return (
+            rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8)
+            .view(dt)
+            .reshape(shape)
+        )
     if dt.kind == "c":
         return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
     return rng.standard_normal(shape).astype(dt)
@@ -193,7 +197,9 @@ def test_launches_are_made_once_per_signature(jax, ops, rng):
 
 def test_public_api_under_transformations(jax, rng):
     if importlib.util.find_spec("autotranspose.entry") is None:
-        pytest.skip("autotranspose.transpose does not dispatch tracers yet (no autotranspose.entry)")
+        pytest.skip(
+            "autotranspose.transpose does not dispatch tracers yet (no autotranspose.entry)"
+        )
     jnp = jax.numpy
     host = _host(rng, (3, 197, 7), "float32")
     x = jnp.asarray(host)

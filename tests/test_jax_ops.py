@@ -40,12 +40,16 @@ def _eqns(jaxpr) -> list:
 
 
 def _ours(jaxpr) -> list[tuple[tuple[int, ...], bool]]:
-    return [(e.params["axes"], e.params["conjugate"]) for e in _eqns(jaxpr) if e.primitive.name == NAME]
+    return [
+        (e.params["axes"], e.params["conjugate"]) for e in _eqns(jaxpr) if e.primitive.name == NAME
+    ]
 
 
 def _random(rng, shape, dtype):
     if np.dtype(dtype).kind == "c":
-        return jnp.asarray(rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+        return jnp.asarray(rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(
+            dtype
+        )
     if np.dtype(dtype).kind in "iu":
         return jnp.asarray(rng.integers(-100, 100, shape)).astype(dtype)
     return jnp.asarray(rng.standard_normal(shape)).astype(dtype)
@@ -79,7 +83,9 @@ def test_jit_holds_the_primitive_with_normalised_axes():
     assert _ours(jax.make_jaxpr(jax.jit(lambda a: jax_ops.permute(a, [-1, 0, 2, 1])))(x)) == [
         ((3, 0, 2, 1), False)
     ]
-    assert _ours(jax.make_jaxpr(lambda a: jax_ops.transpose(a))(jnp.ones((3, 4)))) == [((1, 0), False)]
+    assert _ours(jax.make_jaxpr(lambda a: jax_ops.transpose(a))(jnp.ones((3, 4)))) == [
+        ((1, 0), False)
+    ]
     c = jnp.ones((2, 3, 4), jnp.complex64)
     assert _ours(jax.make_jaxpr(lambda a: jax_ops.transpose(a, conjugate=True))(c)) == [
         ((0, 2, 1), True)
@@ -168,13 +174,21 @@ DTYPES = ["float32", "bfloat16", "float16", "int8", "complex64"]
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_values_under_jit_vmap_and_grad(rng, dtype):
-    for shape, axes in [((3, 7), (1, 0)), ((3, 7, 197), (2, 0, 1)), ((2, 3, 5, 7), (3, 1, 0, 2)),
-                        ((1, 3, 1, 5, 2), (4, 0, 3, 2, 1))]:  # fmt: skip
+    for shape, axes in [
+        ((3, 7), (1, 0)),
+        ((3, 7, 197), (2, 0, 1)),
+        ((2, 3, 5, 7), (3, 1, 0, 2)),
+        ((1, 3, 1, 5, 2), (4, 0, 3, 2, 1)),
+    ]:
         x = _random(rng, shape, dtype)
-        np.testing.assert_array_equal(jax.jit(lambda a, ax=axes: jax_ops.permute(a, ax))(x), jnp.transpose(x, axes))
+        np.testing.assert_array_equal(
+            jax.jit(lambda a, ax=axes: jax_ops.permute(a, ax))(x), jnp.transpose(x, axes)
+        )
         batched = jnp.stack([x, x + 1])
         got = jax.vmap(lambda a, ax=axes: jax_ops.permute(a, ax), in_axes=0, out_axes=1)(batched)
-        np.testing.assert_array_equal(got, jax.vmap(lambda a, ax=axes: jnp.transpose(a, ax), out_axes=1)(batched))
+        np.testing.assert_array_equal(
+            got, jax.vmap(lambda a, ax=axes: jnp.transpose(a, ax), out_axes=1)(batched)
+        )
     if np.dtype(dtype).kind == "f" or dtype == "bfloat16":
         x = _random(rng, (3, 7, 5), dtype)
         w = _random(rng, (5, 3, 7), dtype)
@@ -185,8 +199,9 @@ def test_values_under_jit_vmap_and_grad(rng, dtype):
 
 def test_values_of_the_conjugate_transpose(rng):
     c = _random(rng, (4, 7, 3), "complex64")
-    np.testing.assert_array_equal(jax.jit(lambda a: jax_ops.transpose(a, conjugate=True))(c),
-                                  jnp.conj(jnp.swapaxes(c, 1, 2)))  # fmt: skip
+    np.testing.assert_array_equal(
+        jax.jit(lambda a: jax_ops.transpose(a, conjugate=True))(c), jnp.conj(jnp.swapaxes(c, 1, 2))
+    )
     w = _random(rng, (4, 3, 7), "complex64")
     f = lambda a: jnp.abs(jax_ops.transpose(a, conjugate=True) * w).sum() ** 2  # noqa: E731
     g = lambda a: jnp.abs(jnp.conj(jnp.swapaxes(a, 1, 2)) * w).sum() ** 2  # noqa: E731
@@ -298,7 +313,10 @@ def test_cuda_lowering_is_one_custom_call_per_permute(cuda_lowering):
     assert "devices = dense<[0, 1]> : tensor<2xi32>" in text
     assert "launches = dense<0> : tensor<2xi32>" in text
     assert "nbytes = 48 : ui64" in text
-    assert made == [(0, (2, 3, 4), (0, 2, 1), "bfloat16", False), (1, (2, 3, 4), (0, 2, 1), "bfloat16", False)]
+    assert made == [
+        (0, (2, 3, 4), (0, 2, 1), "bfloat16", False),
+        (1, (2, 3, 4), (0, 2, 1), "bfloat16", False),
+    ]
 
 
 def test_cuda_lowering_fuses_and_reuses(cuda_lowering):
@@ -306,7 +324,10 @@ def test_cuda_lowering_fuses_and_reuses(cuda_lowering):
     x = jnp.zeros((6, 1, 5, 7, 2))
     lower(lambda a: jax_ops.permute(a, (3, 4, 1, 0, 2)), x)  # (6*5, 7*2) swapped
     lower(lambda a: jax_ops.permute(a, (3, 4, 0, 1, 2)), x)  # the same bytes, the same launches
-    assert made == [(0, (30, 14), (1, 0), "float32", False), (1, (30, 14), (1, 0), "float32", False)]
+    assert made == [
+        (0, (30, 14), (1, 0), "float32", False),
+        (1, (30, 14), (1, 0), "float32", False),
+    ]
 
 
 def test_cuda_lowering_of_the_conjugate_transpose(cuda_lowering):
@@ -336,7 +357,9 @@ def test_cuda_lowering_without_the_compiled_launcher(cuda_lowering, monkeypatch)
 
 def test_cuda_export_is_refused(cuda_lowering):
     with pytest.raises(errors.InputTypeError, match="cannot be exported"):
-        jax.export.export(jax.jit(lambda a: jax_ops.transpose(a)), platforms=["cuda"])(jnp.zeros((3, 4)))
+        jax.export.export(jax.jit(lambda a: jax_ops.transpose(a)), platforms=["cuda"])(
+            jnp.zeros((3, 4))
+        )
 
 
 def test_fused():
@@ -377,11 +400,17 @@ def test_handler_build_failure_names_the_compiler_output(tmp_path, monkeypatch):
 
 GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
 SET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+COPY = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p
+)
 LAUNCH = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
-)  # fmt: skip
+    ctypes.c_int,
+    ctypes.c_void_p,
+    *[ctypes.c_uint] * 7,
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.c_void_p,
+)
 
 
 class HostDriver:
@@ -423,7 +452,9 @@ class HostDriver:
 
 def _launch_struct(driver: HostDriver, m: int, n: int) -> _native.Spec:
     spec = _native.Spec()
-    spec.get, spec.set, spec.launch = (driver.address(f) for f in (driver.get, driver.set, driver.launch))
+    spec.get, spec.set, spec.launch = (
+        driver.address(f) for f in (driver.get, driver.set, driver.launch)
+    )
     spec.func, spec.ctx = 0xF00, 0xC7C
     spec.dims[:] = [1] * 7
     spec.nbytes = 32
@@ -438,7 +469,9 @@ def _copy_program(driver: HostDriver, nbytes: int) -> tuple[_native.Program, obj
     for k, (off, size) in enumerate([(half, nbytes - half), (0, half)]):  # two copies, out of order
         steps[k].launch, steps[k].in_off, steps[k].out_off, steps[k].nbytes = None, off, off, size
     prog = _native.Program()
-    prog.get, prog.set, prog.copy = (driver.address(f) for f in (driver.get, driver.set, driver.copy))
+    prog.get, prog.set, prog.copy = (
+        driver.address(f) for f in (driver.get, driver.set, driver.copy)
+    )
     prog.ctx, prog.count = 0xC7C, 2
     prog.steps = ctypes.cast(steps, ctypes.POINTER(_native.Step))
     return prog, steps
@@ -495,6 +528,9 @@ def test_handler_names_a_failed_launch(host_handler):
 def test_handler_needs_a_stream_to_choose_between_devices(host_handler):
     driver = HostDriver()
     a, b = _launch_struct(driver, 5, 7), _launch_struct(driver, 5, 7)
-    entries = [jax_ops.Entry(0, ctypes.addressof(a), True), jax_ops.Entry(1, ctypes.addressof(b), True)]
+    entries = [
+        jax_ops.Entry(0, ctypes.addressof(a), True),
+        jax_ops.Entry(1, ctypes.addressof(b), True),
+    ]
     with pytest.raises(Exception, match=r"several \(CUDA devices \[0, 1\]\)"):
         _host_call((7, 5), entries, 140)(jnp.zeros((5, 7), jnp.float32)).block_until_ready()

@@ -17,7 +17,9 @@ from autotranspose.store import textio
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "tuning_db").glob("*.json"))
-EXPECTED = json.loads((Path(__file__).resolve().parent / "data" / "kinds_snapshot.json").read_text())
+EXPECTED = json.loads(
+    (Path(__file__).resolve().parent / "data" / "kinds_snapshot.json").read_text()
+)
 
 
 def test_both_shipped_files_are_checked():
@@ -33,7 +35,9 @@ def test_every_shipped_config_keeps_its_kernel_version(path):
     for item in raw:
         config = KernelConfig.from_dict(item["config"])
         assert codegen.kernel_version(config) == item["template_version"], config.key
-        assert config.to_dict() == item["config"] or _optional_defaults_left_out(config, item["config"])
+        assert config.to_dict() == item["config"] or _optional_defaults_left_out(
+            config, item["config"]
+        )
     # and the store's reader agrees (the test_lookup check: nothing stale)
     assert not [str(e.shape_class) for e in textio.load(path).entries if e.stale]
 
@@ -44,7 +48,11 @@ def _optional_defaults_left_out(config: KernelConfig, stored: dict) -> bool:
 
 
 def test_every_shipped_kind_is_registered():
-    found = {KernelConfig.from_dict(i["config"]).kind for p in SHIPPED for i in json.loads(p.read_text())["entries"]}
+    found = {
+        KernelConfig.from_dict(i["config"]).kind
+        for p in SHIPPED
+        for i in json.loads(p.read_text())["entries"]
+    }
     assert found <= set(kinds.names())
     assert found >= {"tiled", "staged", "prmt", "direct"}
 
@@ -80,8 +88,14 @@ def test_sampled_configs_render_and_size_as_before():
 
 def test_files_of_many_kernels_render_as_before():
     samples = snap.samples()
-    assert snap.hashlib.sha256(codegen.render_many(samples).encode()).hexdigest()[:24] == EXPECTED["render_many"]
-    assert snap.hashlib.sha256(codegen.render_outer(samples).encode()).hexdigest()[:24] == EXPECTED["render_outer"]
+    assert (
+        snap.hashlib.sha256(codegen.render_many(samples).encode()).hexdigest()[:24]
+        == EXPECTED["render_many"]
+    )
+    assert (
+        snap.hashlib.sha256(codegen.render_outer(samples).encode()).hexdigest()[:24]
+        == EXPECTED["render_outer"]
+    )
 
 
 def test_validation_messages_are_unchanged():

@@ -285,9 +285,10 @@ def test_the_shipped_results_are_found_in_a_checkout():
 
 
 @pytest.mark.parametrize(
-    "path", sorted((Path(__file__).resolve().parent.parent / "tuning_db").glob("*.json")),
+    "path",
+    sorted((Path(__file__).resolve().parent.parent / "tuning_db").glob("*.json")),
     ids=lambda p: p.stem,
-)  # fmt: skip
+)
 def test_shipped_results_are_from_the_running_templates(path, monkeypatch):
     """A template edit makes the shipped results stale and lookup stops serving them: re-run
     dev/campaign.py on the device and commit the new file together with the edit."""
@@ -323,7 +324,11 @@ def test_untuned_unaligned_calls_get_a_kernel_for_any_offset(rng, elem_bytes):
 # --- first-call measurement support (neighbours, remember, is_guess) ------------------------------
 def test_neighbours_are_the_nearest_usable_configs_tuned_and_shipped(store, rng, fresh_lookup):
     a, b, c, d = _configs(rng, count=4)
-    near, mid, far = ShapeClass(1, 4096, 8192, 4), ShapeClass(1, 2048, 2048, 4), ShapeClass(1, 256, 256, 4)
+    near, mid, far = (
+        ShapeClass(1, 4096, 8192, 4),
+        ShapeClass(1, 2048, 2048, 4),
+        ShapeClass(1, 256, 256, 4),
+    )
     _ship(fresh_lookup, H100, [(mid, b, 900.0), (far, c, 800.0)])
     _record(store, H100, near, a, 1500.0)
     _record(store, H100, ShapeClass(1, 4096, 4096, 4), d, 1500.0, elem_bytes=4)
@@ -331,22 +336,33 @@ def test_neighbours_are_the_nearest_usable_configs_tuned_and_shipped(store, rng,
     assert got[0] in (a, d) and set(got) <= {a, b, c, d} and len(got) == len(set(got)) == 3
     assert lookup.neighbours(H100, 4, CLS, k=1, store=store) == [d]  # its own class first
     # a class allowing no vector gets only configs that run at any offset
-    assert all(cfg.vec == 1 or cfg.any_offset for cfg in lookup.neighbours(H100, 4, shape_class(1, 4099, 6007, 1), store=store))
+    assert all(
+        cfg.vec == 1 or cfg.any_offset
+        for cfg in lookup.neighbours(H100, 4, shape_class(1, 4099, 6007, 1), store=store)
+    )
     assert lookup.neighbours(A100, 4, CLS, store=store) == []  # nothing for another GPU
 
 
 @pytest.mark.parametrize(
     "source, own, guess",
-    [("tuned", True, False), ("measured", True, False), ("shipped", True, False),
-     ("shipped", False, True), ("nearest", False, True), ("default", False, True)],
-)  # fmt: skip
+    [
+        ("tuned", True, False),
+        ("measured", True, False),
+        ("shipped", True, False),
+        ("shipped", False, True),
+        ("nearest", False, True),
+        ("default", False, True),
+    ],
+)
 def test_only_results_measured_for_the_class_itself_are_not_guesses(source, own, guess):
     other = ShapeClass(1, 256, 256, 4)
     c = lookup.Choice(default_config(4), source, CLS if own else other)
     assert lookup.is_guess(c, CLS) is guess
 
 
-def test_a_remembered_choice_serves_its_class_until_the_cache_is_cleared(rng, monkeypatch, tmp_path):
+def test_a_remembered_choice_serves_its_class_until_the_cache_is_cleared(
+    rng, monkeypatch, tmp_path
+):
     monkeypatch.setenv("AUTOTRANSPOSE_DB", str(tmp_path / "none.db"))
     (cfg,) = _configs(rng, count=1)
     cls = shape_class(1, 3000, 5000, 4)
@@ -364,8 +380,9 @@ def test_a_measured_result_serves_its_class_and_a_tuned_one_outranks_it(store, r
     tuned, measured = _configs(rng, count=2)
     near = ShapeClass(1, 4096, 8192, 4)
     _record(store, H100, near, tuned, 1500.0)
-    store.record(None, H100, "float32", 4, (1, 4096, 4096), CLS, measured, ok(2000.0, 0.0),
-                 source="measured")  # fmt: skip
+    store.record(
+        None, H100, "float32", 4, (1, 4096, 4096), CLS, measured, ok(2000.0, 0.0), source="measured"
+    )
     c = lookup.choose(H100, 4, CLS, store=store)
     assert (c.source, c.config, c.shape_class, c.ratio) == ("measured", measured, CLS, 0.0)
     assert not lookup.is_guess(c, CLS)
@@ -381,7 +398,9 @@ def test_a_measured_result_serves_its_class_and_a_tuned_one_outranks_it(store, r
     assert (c.source, c.config, c.gbps) == ("tuned", tuned, 100.0)
 
 
-def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vectors(store, fresh_lookup):
+def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vectors(
+    store, fresh_lookup
+):
     """A wide byte-permute result (tuned for few long odd rows) is not served to a nearby class
     whose rows allow 16-byte vectors (the tiled kernels win there); it still serves its own
     class and other unaligned ones."""
@@ -440,12 +459,14 @@ def test_permute_kernel_of_a_transpose_pass_is_lookups_choice_for_its_class():
 
 @pytest.mark.parametrize(
     ("shape", "axes", "elem_bytes", "kernel", "in_source"),
-    [((8, 4096, 32, 128), (0, 2, 1, 3), 2, "rows", "__global__"),  # a row copy
-     ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, "packed", "__global__"),
-     ((2,) * 8, (7, 6, 5, 4, 3, 2, 1, 0), 4, "gather", "__global__"),
-     ((3, 1, 5), (1, 0, 2), 4, "cuMemcpyDtoDAsync", None),  # an identity in memory
-     ((3, 0, 5), (2, 1, 0), 4, "none", None)],  # an empty array: no pass
-)  # fmt: skip
+    [
+        ((8, 4096, 32, 128), (0, 2, 1, 3), 2, "rows", "__global__"),  # a row copy
+        ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, "packed", "__global__"),
+        ((2,) * 8, (7, 6, 5, 4, 3, 2, 1, 0), 4, "gather", "__global__"),
+        ((3, 1, 5), (1, 0, 2), 4, "cuMemcpyDtoDAsync", None),  # an identity in memory
+        ((3, 0, 5), (2, 1, 0), 4, "none", None),
+    ],  # an empty array: no pass
+)
 def test_permute_kernel_of_another_pass_needs_no_device(shape, axes, elem_bytes, kernel, in_source):
     from autotranspose.plan import plan_permute
 

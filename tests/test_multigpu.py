@@ -43,8 +43,7 @@ def two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _objective(*models: str, delay: float = 0.05, fail_dtypes: tuple[str, ...] = ()):
-    return functools.partial(device_objective, models=models, delay=delay,
-                             fail_dtypes=fail_dtypes)  # fmt: skip
+    return functools.partial(device_objective, models=models, delay=delay, fail_dtypes=fail_dtypes)
 
 
 def _trials(url: str, device=DEVICE) -> list[optuna.trial.FrozenTrial]:
@@ -60,22 +59,36 @@ def _counted(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.Frozen
 # --- which GPUs ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("spec", "parsed"),
-    [("all", "all"), (" ALL ", "all"), ("0,2", (0, 2)), ("1", (1,)), (" 3, 1 ", (3, 1)),
-     (2, (2,)), ([0, 2], (0, 2)), ((1,), (1,))],
-)  # fmt: skip
+    [
+        ("all", "all"),
+        (" ALL ", "all"),
+        ("0,2", (0, 2)),
+        ("1", (1,)),
+        (" 3, 1 ", (3, 1)),
+        (2, (2,)),
+        ([0, 2], (0, 2)),
+        ((1,), (1,)),
+    ],
+)
 def test_device_specs_parse(spec, parsed) -> None:
     assert multigpu.device_spec(spec) == parsed
 
 
 @pytest.mark.parametrize(
     ("spec", "message"),
-    [("", "not a list of GPU indices: give all, or indices like 0,2"),
-     ("gpu0", "not a list of GPU indices"), ("0,,1", "not a list of GPU indices"),
-     ("-1", "not a list of GPU indices"), ("1.5", "not a list of GPU indices"),
-     ("0,1,0", "names GPU 0 more than once: list each GPU once"),
-     ([], "devices is empty"), ([-1], "start at 0"), (1.0, "an index or a list"),
-     (True, "an index or a list")],
-)  # fmt: skip
+    [
+        ("", "not a list of GPU indices: give all, or indices like 0,2"),
+        ("gpu0", "not a list of GPU indices"),
+        ("0,,1", "not a list of GPU indices"),
+        ("-1", "not a list of GPU indices"),
+        ("1.5", "not a list of GPU indices"),
+        ("0,1,0", "names GPU 0 more than once: list each GPU once"),
+        ([], "devices is empty"),
+        ([-1], "start at 0"),
+        (1.0, "an index or a list"),
+        (True, "an index or a list"),
+    ],
+)
 def test_bad_device_specs_say_what_to_give(spec, message: str) -> None:
     with pytest.raises(TuningError, match=message):
         multigpu.device_spec(spec)
@@ -91,10 +104,16 @@ def test_device_specs_resolve_on_a_machine(spec, count: int, indices) -> None:
 
 @pytest.mark.parametrize(
     ("spec", "count", "message"),
-    [("0,2", 2, "GPU 2 is not on this machine, which has 2 .indices 0 to 1.; "
-                "`autotranspose devices` lists them"),
-     ("all", 0, "sees no GPU; check `nvidia-smi`")],
-)  # fmt: skip
+    [
+        (
+            "0,2",
+            2,
+            "GPU 2 is not on this machine, which has 2 .indices 0 to 1.; "
+            "`autotranspose devices` lists them",
+        ),
+        ("all", 0, "sees no GPU; check `nvidia-smi`"),
+    ],
+)
 def test_gpus_the_machine_lacks_are_errors(spec, count: int, message: str) -> None:
     with pytest.raises(DeviceError, match=message):
         multigpu.resolve_devices(spec, count)
@@ -106,11 +125,20 @@ def test_gpus_of_one_model_share_one_study_and_spend_its_budget_once(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'tuning.db'}"
     heard: list[tuple[int, object]] = []
-    runs = multigpu.tune_devices([CASE], devices="all", db=url, trials=12, batch=2, seed=5,
-                                 make_objective=_objective(), progress=lambda i, e: heard.append((i, e)))  # fmt: skip
+    runs = multigpu.tune_devices(
+        [CASE],
+        devices="all",
+        db=url,
+        trials=12,
+        batch=2,
+        seed=5,
+        make_objective=_objective(),
+        progress=lambda i, e: heard.append((i, e)),
+    )
     assert [(r.index, r.device, r.error, r.ok) for r in runs] == [
-        (0, DEVICE.name, None, True), (1, DEVICE.name, None, True),
-    ]  # fmt: skip
+        (0, DEVICE.name, None, True),
+        (1, DEVICE.name, None, True),
+    ]
     measured = logged(log)
     counts = Counter(key for _, key in measured)
     assert max(counts.values()) == 1, "a config was measured twice"
@@ -144,8 +172,14 @@ def test_gpus_of_different_models_get_a_study_and_a_budget_each(
     tmp_path: Path, log: Path, two_gpus: None
 ) -> None:
     url = f"sqlite:///{tmp_path / 'tuning.db'}"
-    runs = multigpu.tune_devices([CASE], devices=[0, 1], db=url, trials=6, batch=3,
-                                 make_objective=_objective("same", "other", delay=0.0))  # fmt: skip
+    runs = multigpu.tune_devices(
+        [CASE],
+        devices=[0, 1],
+        db=url,
+        trials=6,
+        batch=3,
+        make_objective=_objective("same", "other", delay=0.0),
+    )
     assert [r.device for r in runs] == [DEVICE.name, OTHER_DEVICE.name]
     assert all(r.ok for r in runs)
     for device, run in ((DEVICE, runs[0]), (OTHER_DEVICE, runs[1])):
@@ -157,9 +191,11 @@ def test_gpus_of_different_models_get_a_study_and_a_budget_each(
 # --- failures -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("model", "error"),
-    [("broken", "the measuring process could not start: CUDA_ERROR_NO_DEVICE"),
-     ("crash", "its process ended with exit code 3 before finishing its cases")],
-)  # fmt: skip
+    [
+        ("broken", "the measuring process could not start: CUDA_ERROR_NO_DEVICE"),
+        ("crash", "its process ended with exit code 3 before finishing its cases"),
+    ],
+)
 def test_a_failed_gpu_is_reported_and_the_others_finish(
     tmp_path: Path, log: Path, two_gpus: None, model: str, error: str
 ) -> None:
@@ -167,8 +203,14 @@ def test_a_failed_gpu_is_reported_and_the_others_finish(
     # GPU 0 measures slowly enough that GPU 1 reaches its first measurement before the shared
     # budget is spent (with no delay, a loaded CI machine once let GPU 0 take all 6 trials
     # while GPU 1's process was still starting: it never crashed)
-    runs = multigpu.tune_devices([CASE], devices="all", db=url, trials=6, batch=2,
-                                 make_objective=_objective("same", model, delay=0.5))  # fmt: skip
+    runs = multigpu.tune_devices(
+        [CASE],
+        devices="all",
+        db=url,
+        trials=6,
+        batch=2,
+        make_objective=_objective("same", model, delay=0.5),
+    )
     assert runs[0].ok and runs[0].results[0].measurement.ok
     assert not runs[1].ok and error in runs[1].error and runs[1].results == ()
     assert len(_counted(_trials(url))) == 6  # GPU 0 took over the whole budget
@@ -178,9 +220,13 @@ def test_a_case_no_config_ran_on_is_a_failure_of_that_case_only(
     tmp_path: Path, log: Path, two_gpus: None
 ) -> None:
     url = f"sqlite:///{tmp_path / 'tuning.db'}"
-    runs = multigpu.tune_devices([("int8", (256, 256)), CASE], devices="0,1", db=url, trials=3,
-                                 make_objective=_objective("same", "other", delay=0.0,
-                                                           fail_dtypes=("int8",)))  # fmt: skip
+    runs = multigpu.tune_devices(
+        [("int8", (256, 256)), CASE],
+        devices="0,1",
+        db=url,
+        trials=3,
+        make_objective=_objective("same", "other", delay=0.0, fail_dtypes=("int8",)),
+    )
     for run in runs:
         assert run.error is None and not run.ok
         assert [f.dtype for f in run.failures] == ["int8"]
@@ -204,8 +250,15 @@ def test_the_largest_seed_wraps_for_the_next_process(tmp_path: Path, two_gpus) -
     """Each process tunes with seed + its position: from 2**32-1 the second one's seed wraps
     to 0 (it was 2**32, which NumPy refuses, and that GPU's cases failed)."""
     url = f"sqlite:///{tmp_path / 'tuning.db'}"
-    runs = multigpu.tune_devices([CASE], devices="all", db=url, trials=4, batch=2,
-                                 seed=2**32 - 1, make_objective=_objective())  # fmt: skip
+    runs = multigpu.tune_devices(
+        [CASE],
+        devices="all",
+        db=url,
+        trials=4,
+        batch=2,
+        seed=2**32 - 1,
+        make_objective=_objective(),
+    )
     assert [(r.error, r.failures, r.ok) for r in runs] == [(None, (), True)] * 2
 
 
@@ -239,11 +292,28 @@ def _start_driver(tmp_path: Path, log: Path) -> tuple[subprocess.Popen, str, lis
     url = f"sqlite:///{tmp_path / 'tuning.db'}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
     proc = subprocess.Popen(
-        [sys.executable, "-c", _DRIVER, "tune", "--shapes", "2048x2048", "--trials", "200",
-         "--batch", "2", "--devices", "all", "--db", url],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            _DRIVER,
+            "tune",
+            "--shapes",
+            "2048x2048",
+            "--trials",
+            "200",
+            "--batch",
+            "2",
+            "--devices",
+            "all",
+            "--db",
+            url,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=_default_ctrl_c,
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:
         pids = sorted({pid for pid, _ in logged(log)})
@@ -291,8 +361,9 @@ def test_gpu_processes_stop_when_the_command_is_killed(tmp_path: Path, log: Path
 # --- the command line -----------------------------------------------------------------------------
 def _cli(*argv: str, objective=None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    rc = cli.run(list(argv), make_objective=objective or _objective(delay=0.0), stdout=out,
-                 stderr=err)  # fmt: skip
+    rc = cli.run(
+        list(argv), make_objective=objective or _objective(delay=0.0), stdout=out, stderr=err
+    )
     return rc, out.getvalue(), err.getvalue()
 
 
@@ -300,14 +371,29 @@ def test_tune_devices_all_prints_a_line_per_case_and_gpu_then_the_table(
     tmp_path: Path, log: Path, two_gpus: None
 ) -> None:
     db = str(tmp_path / "tuning.db")
-    rc, out, err = _cli("tune", "--shapes", "2048x2048", "512x512", "--trials", "6",
-                        "--batch", "2", "--devices", "all", "--db", db)  # fmt: skip
+    rc, out, err = _cli(
+        "tune",
+        "--shapes",
+        "2048x2048",
+        "512x512",
+        "--trials",
+        "6",
+        "--batch",
+        "2",
+        "--devices",
+        "all",
+        "--db",
+        db,
+    )
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["gpu", "dtype", "shape"]
     assert sorted(line.split()[0] + " " + line.split()[2] for line in lines[2:]) == [
-        "0 1x2048x2048", "0 1x512x512", "1 1x2048x2048", "1 1x512x512",
-    ]  # fmt: skip
+        "0 1x2048x2048",
+        "0 1x512x512",
+        "1 1x2048x2048",
+        "1 1x512x512",
+    ]
     for gpu in (0, 1):
         for shape in ("1x2048x2048", "1x512x512"):
             assert f"GPU {gpu}: float32 {shape}: " in err
@@ -322,9 +408,18 @@ def test_tune_devices_all_prints_a_line_per_case_and_gpu_then_the_table(
 def test_tune_devices_names_the_gpu_that_failed_and_exits_non_zero(
     tmp_path: Path, log: Path, two_gpus: None
 ) -> None:
-    rc, out, err = _cli("tune", "--shapes", "1024x1024", "--trials", "4", "--devices", "0,1",
-                        "--db", str(tmp_path / "tuning.db"),
-                        objective=_objective("same", "broken", delay=0.0))  # fmt: skip
+    rc, out, err = _cli(
+        "tune",
+        "--shapes",
+        "1024x1024",
+        "--trials",
+        "4",
+        "--devices",
+        "0,1",
+        "--db",
+        str(tmp_path / "tuning.db"),
+        objective=_objective("same", "broken", delay=0.0),
+    )
     assert rc == 1
     assert "autotranspose: GPU 1 failed: the measuring process could not start" in err
     assert [line.split()[0] for line in out.splitlines()[2:]] == ["0"]
@@ -341,8 +436,18 @@ def test_tune_devices_with_one_gpu_is_tune_on_that_gpu(
         return device_objective(dtype, shape, device, conjugate)
 
     db = str(tmp_path / "tuning.db")
-    rc, out, err = _cli("tune", "--shapes", "1024x1024", "--trials", "3", "--devices", "1",
-                        "--db", db, objective=objective)  # fmt: skip
+    rc, out, err = _cli(
+        "tune",
+        "--shapes",
+        "1024x1024",
+        "--trials",
+        "3",
+        "--devices",
+        "1",
+        "--db",
+        db,
+        objective=objective,
+    )
     assert rc == 0, err
     assert asked == [1] and out.splitlines()[0].split()[0] == "dtype"
     assert {t.user_attrs["device_index"] for t in _trials(f"sqlite:///{db}")} == {1}
@@ -350,14 +455,22 @@ def test_tune_devices_with_one_gpu_is_tune_on_that_gpu(
 
 @pytest.mark.parametrize(
     ("argv", "rc", "message"),
-    [(["--device", "1", "--devices", "all"], 2,
-      "--device and --devices cannot be used together: --device 2 tunes on GPU 2, "
-      "--devices 0,2 or --devices all tune on several GPUs at once"),
-     (["--devices", "gpu1"], 2,
-      "argument --devices: 'gpu1' is not a list of GPU indices: give all, or indices like 0,2"),
-     (["--devices", "1,1"], 2, "argument --devices: '1,1' names GPU 1 more than once"),
-     (["--devices", "0,5"], 1, "GPU 5 is not on this machine, which has 2")],
-)  # fmt: skip
+    [
+        (
+            ["--device", "1", "--devices", "all"],
+            2,
+            "--device and --devices cannot be used together: --device 2 tunes on GPU 2, "
+            "--devices 0,2 or --devices all tune on several GPUs at once",
+        ),
+        (
+            ["--devices", "gpu1"],
+            2,
+            "argument --devices: 'gpu1' is not a list of GPU indices: give all, or indices like 0,2",
+        ),
+        (["--devices", "1,1"], 2, "argument --devices: '1,1' names GPU 1 more than once"),
+        (["--devices", "0,5"], 1, "GPU 5 is not on this machine, which has 2"),
+    ],
+)
 def test_bad_device_options_are_one_line_errors(
     tmp_path: Path, two_gpus: None, argv: list[str], rc: int, message: str
 ) -> None:
@@ -367,7 +480,8 @@ def test_bad_device_options_are_one_line_errors(
 
 
 def test_tune_help_says_the_budget_is_shared() -> None:
-    text = " ".join(cli.build_parser()._subparsers._group_actions[0].choices["tune"]
-                    .format_help().split())  # fmt: skip
+    text = " ".join(
+        cli.build_parser()._subparsers._group_actions[0].choices["tune"].format_help().split()
+    )
     assert "--devices all|I,J,..." in text
     assert "with --devices, in total over the GPUs of one model" in text

@@ -47,9 +47,27 @@ def test_tune_devices_all_spends_one_budget_over_every_gpu_and_transpose_serves_
 
     url = f"sqlite:///{tmp_path / 'tuning.db'}"
     out, err = io.StringIO(), io.StringIO()
-    rc = cli.run(["tune", "--shapes", "2048x2048", "--dtypes", "float32", "--trials", str(TRIALS),
-                  "--batch", "2", "--seed", "1", "--devices", "all", "--db", url],
-                 stdout=out, stderr=err)  # fmt: skip
+    rc = cli.run(
+        [
+            "tune",
+            "--shapes",
+            "2048x2048",
+            "--dtypes",
+            "float32",
+            "--trials",
+            str(TRIALS),
+            "--batch",
+            "2",
+            "--seed",
+            "1",
+            "--devices",
+            "all",
+            "--db",
+            url,
+        ],
+        stdout=out,
+        stderr=err,
+    )
     assert rc == 0, err.getvalue()
     n = _gpu_count()
     for i in range(n):
@@ -58,11 +76,13 @@ def test_tune_devices_all_spends_one_budget_over_every_gpu_and_transpose_serves_
     # Each GPU's process measured configs, recorded under its own run, and no config twice.
     engine = sa.create_engine(url)
     with engine.connect() as conn:
-        rows = conn.execute(sa.text(
-            "SELECT r.settings_json, d.name, c.key FROM at_measurements m "
-            "JOIN at_runs r ON r.id = m.run_id JOIN at_devices d ON d.id = r.device_id "
-            "JOIN at_configs c ON c.id = m.config_id"
-        )).all()  # fmt: skip
+        rows = conn.execute(
+            sa.text(
+                "SELECT r.settings_json, d.name, c.key FROM at_measurements m "
+                "JOIN at_runs r ON r.id = m.run_id JOIN at_devices d ON d.id = r.device_id "
+                "JOIN at_configs c ON c.id = m.config_id"
+            )
+        ).all()
     engine.dispose()
     by_gpu = Counter(json.loads(settings)["device_index"] for settings, _, _ in rows)
     assert sorted(by_gpu) == list(range(n)), f"measurements per GPU: {dict(by_gpu)}"
@@ -100,6 +120,7 @@ def test_tune_devices_all_spends_one_budget_over_every_gpu_and_transpose_serves_
             bests[i] = best.config
     host = np.random.default_rng().standard_normal(SHAPE[1:]).astype(np.float32)
     assert np.array_equal(at.transpose(host), host.T)  # on GPU 0
-    used = [launch.config for key, launch in api._launches.items()
-            if key[1] == 4 and key[4:7] == SHAPE]  # fmt: skip
+    used = [
+        launch.config for key, launch in api._launches.items() if key[1] == 4 and key[4:7] == SHAPE
+    ]
     assert used == [bests[0]]

@@ -21,9 +21,13 @@ pytestmark = pytest.mark.skipif(_native.compiler() is None, reason="no C compile
 GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
 SET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 LAUNCH = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
-)  # fmt: skip
+    ctypes.c_int,
+    ctypes.c_void_p,
+    *[ctypes.c_uint] * 7,
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.c_void_p,
+)
 
 
 class FakeDriver:
@@ -58,9 +62,15 @@ class FakeDriver:
         ]
         assert len(values) == len(offsets)
         self.launches.append(
-            dict(func=func, dims=(gx, gy, gz, bx, by, bz, smem), stream=stream, ctx=self.current,
-                 values=values, extra=extra)
-        )  # fmt: skip
+            dict(
+                func=func,
+                dims=(gx, gy, gz, bx, by, bz, smem),
+                stream=stream,
+                ctx=self.current,
+                values=values,
+                extra=extra,
+            )
+        )
         return self.launch_error
 
 
@@ -122,12 +132,21 @@ def _parameters(source: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize(
-    "render", [codegen.render_rows, codegen.render_gather, codegen.render_seed,
-               lambda: codegen.render_many(
-                   [c for dt in ("int8", "float16", "complex128")
-                    for c in config_space(dt, short_side=16)][::61])],
+    "render",
+    [
+        codegen.render_rows,
+        codegen.render_gather,
+        codegen.render_seed,
+        lambda: codegen.render_many(
+            [
+                c
+                for dt in ("int8", "float16", "complex128")
+                for c in config_space(dt, short_side=16)
+            ][::61]
+        ),
+    ],
     ids=["rows", "gather", "seed", "tuned"],
-)  # fmt: skip
+)
 def test_every_kernel_takes_the_arguments_the_launcher_hands_over(render):
     """The launcher hands a kernel NARGS parameters at TRANSPOSE_OFFSETS, and the driver reads
     as many as the kernel declares: a kernel with more would read garbage pointers (a row
@@ -157,7 +176,9 @@ def test_a_gather_launch_hands_its_whole_struct_over(at_transpose):
     fake.launch = LAUNCH(launch)
     # strides under 2**30: the grid stride's outermost digit (up to 2**31) times a stride
     # must fit the struct's 64-bit step (strides of 2**40 overflowed it now and then)
-    dims = [Dim(rng.randrange(2, 9), rng.randrange(1, 2**30), rng.randrange(1, 2**30)) for _ in range(5)]
+    dims = [
+        Dim(rng.randrange(2, 9), rng.randrange(1, 2**30), rng.randrange(1, 2**30)) for _ in range(5)
+    ]
     tail = gather.gather_args(dims, rng.randrange(1, 2**31)).pack()
     spec = _native.Spec()
     spec.get, spec.set, spec.launch = (
@@ -189,8 +210,12 @@ def test_launch_switches_to_the_arrays_context_and_restores(
     at_transpose, had, restore, expect_sets
 ):
     rng = random.Random()
-    names = {"ctx": rng.randrange(2, 2**47), "other": rng.randrange(2, 2**47),
-             "prev": rng.randrange(2, 2**47), "none": None}  # fmt: skip
+    names = {
+        "ctx": rng.randrange(2, 2**47),
+        "other": rng.randrange(2, 2**47),
+        "prev": rng.randrange(2, 2**47),
+        "none": None,
+    }
     fake = FakeDriver(names[had])
     spec, (func, dims, scalars) = make_spec(fake, names["ctx"], rng)
     src, dst, stream = rng.randrange(2**48), rng.randrange(2**48), rng.randrange(3, 2**47)
@@ -305,7 +330,9 @@ def test_a_damaged_cached_library_is_built_again(monkeypatch, tmp_path):
         _native.reset()
 
 
-COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+COPY = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p
+)
 
 
 def make_program(fake: FakeDriver, ctx: int, steps, copies: list) -> tuple[_native.Program, object]:

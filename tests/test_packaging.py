@@ -37,10 +37,19 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         else:
             shutil.copy(ROOT / name, src / name)
     build = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
-         str(tmp / "dist"), str(src)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(tmp / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     return next((tmp / "dist").glob("autotranspose-*.whl")), build.stdout + build.stderr
 
@@ -58,10 +67,20 @@ def installed(built: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory)
     # are (their own .pth files, an editable autotranspose's among them, are not run).
     (site_packages / "deps.pth").write_text("\n".join(_dependency_dirs()) + "\n")
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site_packages),
-         str(wheel), "-q"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--target",
+            str(site_packages),
+            str(wheel),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert install.returncode == 0, install.stderr
     return python
 
@@ -72,7 +91,8 @@ def test_the_build_prints_no_packaging_warnings(built: tuple[Path, str]) -> None
     lines = [
         line.strip()
         for line in built[1].splitlines()
-        if re.search(r"warn|deprecat", line, re.IGNORECASE) and not any(n in line for n in _NOT_OURS)
+        if re.search(r"warn|deprecat", line, re.IGNORECASE)
+        and not any(n in line for n in _NOT_OURS)
     ]
     assert not lines, "\n".join(lines)
 
@@ -80,10 +100,12 @@ def test_the_build_prints_no_packaging_warnings(built: tuple[Path, str]) -> None
 def test_the_wheel_carries_every_template_and_shipped_file(built: tuple[Path, str]) -> None:
     """Every kernel template (in any folder of templates/), shipped result and migration."""
     names = set(zipfile.ZipFile(built[0]).namelist())
-    wanted = [("templates", "**/*.j2", "autotranspose/templates"),
-              ("tuning_db", "*.json", "autotranspose/tuning_db"),
-              ("autotranspose/store/migrations", "**/*.py", "autotranspose/store/migrations"),
-              ("autotranspose/store/migrations", "*.mako", "autotranspose/store/migrations")]  # fmt: skip
+    wanted = [
+        ("templates", "**/*.j2", "autotranspose/templates"),
+        ("tuning_db", "*.json", "autotranspose/tuning_db"),
+        ("autotranspose/store/migrations", "**/*.py", "autotranspose/store/migrations"),
+        ("autotranspose/store/migrations", "*.mako", "autotranspose/store/migrations"),
+    ]
     for folder, pattern, package in wanted:
         files = sorted((ROOT / folder).glob(pattern))
         assert files, (folder, pattern)
@@ -107,7 +129,9 @@ def test_installed_wheel_renders_a_kernel_from_its_own_templates(installed: Path
         "print(at.__file__); print(cg.template_dir()); print(lk.tuning_db_dir())\n"
         "print(len(lk.shipped('NVIDIA H100 80GB HBM3')))\n"
     )
-    run = subprocess.run([str(installed), "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    run = subprocess.run(
+        [str(installed), "-c", script], capture_output=True, text=True, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr
     module, templates, shipped, count = run.stdout.split()
     venv_dir = str(installed.parent.parent)
@@ -117,10 +141,24 @@ def test_installed_wheel_renders_a_kernel_from_its_own_templates(installed: Path
 
 def test_installed_console_script_answers(installed: Path, tmp_path: Path):
     run = subprocess.run(
-        [str(installed), "-m", "autotranspose", "lookup", "--device", "NVIDIA H100 80GB HBM3",
-         "--shape", "8192x8192", "--dtype", "float32", "--json"],
-        capture_output=True, text=True, cwd=tmp_path, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        [
+            str(installed),
+            "-m",
+            "autotranspose",
+            "lookup",
+            "--device",
+            "NVIDIA H100 80GB HBM3",
+            "--shape",
+            "8192x8192",
+            "--dtype",
+            "float32",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert run.returncode == 0, run.stderr
     assert '"source": "shipped"' in run.stdout
 
@@ -132,6 +170,8 @@ def test_installed_wheel_ships_the_jax_handler_source(installed: Path, tmp_path:
         "assert 'XLA_FFI_DEFINE_HANDLER_SYMBOL' in h.HANDLER_SOURCE.read_text()\n"
         "print(h.HANDLER_SOURCE)\n"
     )
-    run = subprocess.run([str(installed), "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    run = subprocess.run(
+        [str(installed), "-c", script], capture_output=True, text=True, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().startswith(str(installed.parent.parent))

@@ -60,7 +60,9 @@ def _boxes(a: PackedArgs):
     """The kernel's walk over boxes: each box's input and output corner and, per box dim, how
     much of it is inside the problem (the multiply-shift split checked against //)."""
     k = a.kernel
-    checked = [kk for kk in range(len(k.box)) if k.checked[kk]]  # the grid's first dims, in this order
+    checked = [
+        kk for kk in range(len(k.box)) if k.checked[kk]
+    ]  # the grid's first dims, in this order
     assert a.ngrid <= MAX_GRID_DIMS and all(t >= 2 for t in a.tiles_of[: a.ngrid])
     for tile in range(a.tiles):
         rest, ib, ob, lim = tile, 0, 0, list(k.box)
@@ -72,7 +74,9 @@ def _boxes(a: PackedArgs):
             ib += r * a.tile_in[g]
             ob += r * a.tile_out[g]
             if g < len(checked):
-                lim[checked[g]] = min(k.box[checked[g]], a.extent[checked[g]] - r * k.box[checked[g]])
+                lim[checked[g]] = min(
+                    k.box[checked[g]], a.extent[checked[g]] - r * k.box[checked[g]]
+                )
         assert rest == 0, "the box index has digits left over"
         yield ib, ob, lim
 
@@ -88,7 +92,11 @@ def _digits(index: np.ndarray, order: Sequence[int], ext: Sequence[int]) -> list
 
 
 def model_words(
-    a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None, lead: int = 0
+    a: PackedArgs,
+    src: np.ndarray,
+    out: np.ndarray,
+    paths: dict[str, int] | None = None,
+    lead: int = 0,
 ) -> np.ndarray:
     """The words kernel's walk (`PackedKernel.words`): per box, each K x K block's K word loads
     (aligned: element index a multiple of K, the arrays starting at a word; funnel: `lead`
@@ -100,7 +108,9 @@ def model_words(
     v = _packed_vars(k)
     kk, i0, nb, sh = v["K"], v["i0"], len(k.box), v["wshift"]
     words = [1] + [int(np.prod(k.box[:d])) // kk for d in range(1, nb)]
-    shared_index = [v["mstep"] * kk if d == i0 else words[d] for d in range(nb)]  # a block's word, per digit
+    shared_index = [
+        v["mstep"] * kk if d == i0 else words[d] for d in range(nb)
+    ]  # a block's word, per digit
     rscale = [kk if d in (0, i0) else 1 for d in range(nb)]
     b = np.arange(v["nblocks"], dtype=np.int64)
     w = np.arange(v["nwords"], dtype=np.int64)
@@ -125,18 +135,29 @@ def model_words(
                 first = (row + lead) // kk
                 second = (row + lead) % kk + nv > kk
                 words_read = np.concatenate([first, first[second] + 1]) * kk - lead
-                assert (words_read + kk > 0).all() and (words_read < src.size).all(), "a word outside x"
+                assert (words_read + kk > 0).all() and (words_read < src.size).all(), (
+                    "a word outside x"
+                )
             else:
                 assert (row % kk == 0).all() and lead == 0, "an unaligned word load"
-            assert row.min(initial=0) >= 0 and (row + nv).max(initial=0) <= src.size, "a read outside x"
+            assert row.min(initial=0) >= 0 and (row + nv).max(initial=0) <= src.size, (
+                "a read outside x"
+            )
             for q in range(kk):  # after the byte permute: word q holds the K rows' element q
                 has = nv > q
                 slot = (w0 + q * v["mstep"])[has]
                 slot = slot + (slot >> sh)
                 box[slot, m] = src[row[has] + q]
                 loaded[slot] = True
-        slots = np.concatenate([(w0 + q * v["mstep"])[nv > q] + ((w0 + q * v["mstep"])[nv > q] >> sh) for q in range(kk)])
-        assert slots.max(initial=0) < v["wsmem"] and np.unique(slots).size == slots.size, "shared words collide"
+        slots = np.concatenate(
+            [
+                (w0 + q * v["mstep"])[nv > q] + ((w0 + q * v["mstep"])[nv > q] >> sh)
+                for q in range(kk)
+            ]
+        )
+        assert slots.max(initial=0) < v["wsmem"] and np.unique(slots).size == slots.size, (
+            "shared words collide"
+        )
         ok = np.ones(w.size, dtype=bool)
         for d in range(nb):
             ok &= d_out[d] * (kk if d == 0 else 1) < lim[d]
@@ -155,7 +176,11 @@ def model_words(
 
 
 def model(
-    a: PackedArgs, src: np.ndarray, out: np.ndarray, paths: dict[str, int] | None = None, lead: int = 0
+    a: PackedArgs,
+    src: np.ndarray,
+    out: np.ndarray,
+    paths: dict[str, int] | None = None,
+    lead: int = 0,
 ) -> np.ndarray:
     """Run the kernel's walk: every block's box, every thread's elements (vectorised over the
     box's indices), from `src` into `out` (flat arrays of elements). Returns how often each
@@ -186,7 +211,9 @@ def model(
         s = sum(d_in[kk] * int(dense[kk]) for kk in range(nb))[ok]
         at = ib + sum(d_in[kk] * a.in_stride[kk] for kk in range(nb))[ok]
         slot = s + (s >> shift) * pad
-        assert slot.max(initial=0) < smem and np.unique(slot).size == slot.size, "shared slots collide"
+        assert slot.max(initial=0) < smem and np.unique(slot).size == slot.size, (
+            "shared slots collide"
+        )
         assert at.min(initial=0) >= 0 and at.max(initial=0) < src.size, "a read outside x"
         box[slot], loaded[slot] = src[at], True
         ok = np.ones(k.volume, dtype=bool)
@@ -276,25 +303,83 @@ def test_the_words_walk_moves_what_np_transpose_moves(e: int, seed: int, min_ele
     "e, dims, box, ptrs, words, funnel",
     [
         (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 0), True, False),  # a 12x8 byte transpose
-        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (2, 0), True, True),  # the input pointer is not a word's
-        (1, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 6), False, False),  # nor the output's: no words
-        (1, (Dim(8, 1, 14), Dim(14, 8, 1)), (8, 14), (0, 0), False, False),  # 14 output rows: not a multiple of 4
-        (1, (Dim(7, 1, 12), Dim(12, 7, 1)), (7, 12), (0, 0), True, True),  # input rows of 7: the last block part-filled
-        (1, (Dim(8, 1, 12), Dim(12, 9, 1)), (8, 12), (0, 0), True, True),  # input rows 9 apart: unaligned
+        (
+            1,
+            (Dim(8, 1, 12), Dim(12, 8, 1)),
+            (8, 12),
+            (2, 0),
+            True,
+            True,
+        ),  # the input pointer is not a word's
+        (
+            1,
+            (Dim(8, 1, 12), Dim(12, 8, 1)),
+            (8, 12),
+            (0, 6),
+            False,
+            False,
+        ),  # nor the output's: no words
+        (
+            1,
+            (Dim(8, 1, 14), Dim(14, 8, 1)),
+            (8, 14),
+            (0, 0),
+            False,
+            False,
+        ),  # 14 output rows: not a multiple of 4
+        (
+            1,
+            (Dim(7, 1, 12), Dim(12, 7, 1)),
+            (7, 12),
+            (0, 0),
+            True,
+            True,
+        ),  # input rows of 7: the last block part-filled
+        (
+            1,
+            (Dim(8, 1, 12), Dim(12, 9, 1)),
+            (8, 12),
+            (0, 0),
+            True,
+            True,
+        ),  # input rows 9 apart: unaligned
         (1, (Dim(8, 1, 13), Dim(12, 8, 1)), (8, 12), (0, 0), False, False),  # output rows 13 apart
         (2, (Dim(3, 200, 200), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (4, 8), True, False),
-        (2, (Dim(3, 201, 200), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (0, 0), True, True),  # odd input batch stride
-        (2, (Dim(3, 200, 201), Dim(8, 1, 10), Dim(10, 8, 1)), (1, 8, 10), (0, 0), False, False),  # odd output one
-        (4, (Dim(8, 1, 12), Dim(12, 8, 1)), (8, 12), (0, 0), False, False),  # 4-byte elements: words already
+        (
+            2,
+            (Dim(3, 201, 200), Dim(8, 1, 10), Dim(10, 8, 1)),
+            (1, 8, 10),
+            (0, 0),
+            True,
+            True,
+        ),  # odd input batch stride
+        (
+            2,
+            (Dim(3, 200, 201), Dim(8, 1, 10), Dim(10, 8, 1)),
+            (1, 8, 10),
+            (0, 0),
+            False,
+            False,
+        ),  # odd output one
+        (
+            4,
+            (Dim(8, 1, 12), Dim(12, 8, 1)),
+            (8, 12),
+            (0, 0),
+            False,
+            False,
+        ),  # 4-byte elements: words already
     ],
-)  # fmt: skip
+)
 def test_the_words_kernel_only_where_every_word_is_aligned(e, dims, box, ptrs, words, funnel):
     """Aligned words on both sides, or (funnel) on the output's only: the words kernel;
     otherwise the element kernel, and asking for words there is a clear error."""
     assert word_aligned(e, dims, box, *ptrs) is (words and not funnel)
     assert words_mode(e, dims, box, *ptrs) == (words, words and funnel)
     k = packed_args(e, dims, box, *ptrs).kernel
-    assert (k.words, k.funnel) == (words, funnel) and k.name.endswith("_kf" if funnel else "_k" if words else "n")
+    assert (k.words, k.funnel) == (words, funnel) and k.name.endswith(
+        "_kf" if funnel else "_k" if words else "n"
+    )
     assert packed_args(e, dims, box, *ptrs, words=False).kernel.words is False
     if not words:
         with pytest.raises(errors.ShapeError, match="word-aligned"):
@@ -316,7 +401,11 @@ def test_the_funnel_walk_moves_what_np_transpose_moves(e: int, seed: int):
         o = axes[-1]  # the output's innermost axis: a multiple of K, like every output stride
         shape = tuple(s * kk if j == o or rng.random() < 0.3 else s for j, s in enumerate(shape))
         dims = plan_permute(shape, axes, e).dims
-        box = packed_box(dims, e, int(rng.choice([PACKED_MIN_ELEMS, PACKED_BIG_ELEMS]))) if len(dims) <= MAX_GRID_DIMS else None
+        box = (
+            packed_box(dims, e, int(rng.choice([PACKED_MIN_ELEMS, PACKED_BIG_ELEMS])))
+            if len(dims) <= MAX_GRID_DIMS
+            else None
+        )
         lead = int(rng.integers(0, kk))
         if box is None or words_mode(e, dims, box, lead * e, 0) != (True, True):
             continue
@@ -404,8 +493,12 @@ def test_the_plan_packs_what_would_be_small_launches():
     assert q.box == (8, 1, 2, 112) and packed_runs(q.dims, q.box) == (896, 224)
     a = packed_args(4, q.dims, q.box)
     assert a.kernel == PackedKernel(4, (112, 2, 8), (2, 0, 1), (False, False, False))
-    assert packed_args(4, q.dims, q.box, pipelined=True).kernel == dataclasses.replace(a.kernel, pipelined=True)
-    assert a.tiles == 64 * 100 and a.ngrid == 2 and a.tiles_of[:2] == (100, 64)  # dims of one box: not walked
+    assert packed_args(4, q.dims, q.box, pipelined=True).kernel == dataclasses.replace(
+        a.kernel, pipelined=True
+    )
+    assert (
+        a.tiles == 64 * 100 and a.ngrid == 2 and a.tiles_of[:2] == (100, 64)
+    )  # dims of one box: not walked
 
 
 @pytest.mark.parametrize(
@@ -415,8 +508,14 @@ def test_the_plan_packs_what_would_be_small_launches():
         ({"box": ()}, "positive int"),
         ({"box": (4, 0)}, "positive int"),
         ({"box": (4, "8); evil(")}, "positive int"),
-        ({"box": (2,) * (MAX_BOX_DIMS + 1), "in_order": tuple(range(MAX_BOX_DIMS + 1)),
-          "checked": (False,) * (MAX_BOX_DIMS + 1)}, "positive int"),
+        (
+            {
+                "box": (2,) * (MAX_BOX_DIMS + 1),
+                "in_order": tuple(range(MAX_BOX_DIMS + 1)),
+                "checked": (False,) * (MAX_BOX_DIMS + 1),
+            },
+            "positive int",
+        ),
         ({"in_order": (0, 0)}, "permutation"),
         ({"in_order": (0, 1.0)}, "permutation"),
         ({"checked": (True,)}, "one bool per box dim"),
@@ -426,7 +525,10 @@ def test_the_plan_packs_what_would_be_small_launches():
         ({"words": 1}, "bools"),
         ({"pipelined": "no"}, "bools"),
         ({"pipelined": True, "elem_bytes": 2}, "4 bytes or more"),
-        ({"pipelined": True, "box": (128, 64)}, "at most 16384 bytes"),  # 32 KB: two buffers overflow
+        (
+            {"pipelined": True, "box": (128, 64)},
+            "at most 16384 bytes",
+        ),  # 32 KB: two buffers overflow
         ({"words": True}, "1- or 2-byte"),  # 4-byte elements
         ({"words": True, "elem_bytes": 1, "box": (30, 32)}, "output's a multiple of 4"),
         ({"words": True, "elem_bytes": 2, "box": (32, 31)}, "input's too unless funnel"),
@@ -434,7 +536,7 @@ def test_the_plan_packs_what_would_be_small_launches():
         ({"funnel": 1, "words": True, "elem_bytes": 1}, "only for the words kernel"),
         ({"words": True, "elem_bytes": 1, "in_order": (0, 1)}, "different"),
     ],
-)  # fmt: skip
+)
 def test_a_kernel_spec_is_checked_before_it_becomes_source(fields, words):
     good = {"elem_bytes": 4, "box": (32, 32), "in_order": (1, 0), "checked": (False, True)}
     with pytest.raises(errors.ShapeError, match=words):
@@ -479,7 +581,9 @@ def _specs() -> list[PackedKernel]:
                 if box is not None:
                     k = packed_args(e, dims, box).kernel
                     specs.setdefault(k.name, k)
-                    if pipelines(e, k.volume) and not k.words:  # the pipelined twin a first call races
+                    if (
+                        pipelines(e, k.volume) and not k.words
+                    ):  # the pipelined twin a first call races
                         specs.setdefault(k.name + "_p", dataclasses.replace(k, pipelined=True))
     specs["wide"] = PackedKernel(8, (16, 64), (1, 0), (True, True), wide=True)
     for k in _SMALL:
@@ -507,8 +611,12 @@ _SMALL = (
 def test_packed_kernels_compile_without_warnings():
     """nvcc says nothing about the generated source (pycuda turns what it says into a
     warning at every user's first call), small and big boxes alike."""
-    specs = [*_SMALL, PackedKernel(4, (32, 32), (1, 0), (False, True)), PackedKernel(1, (128, 128), (1, 0), (True, True)),
-             PackedKernel(1, (128, 128), (1, 0), (True, True), words=True)]  # fmt: skip
+    specs = [
+        *_SMALL,
+        PackedKernel(4, (32, 32), (1, 0), (False, True)),
+        PackedKernel(1, (128, 128), (1, 0), (True, True)),
+        PackedKernel(1, (128, 128), (1, 0), (True, True), words=True),
+    ]
     assert_nvcc_silent(render_packed(specs), "sm_90")
 
 
@@ -529,11 +637,19 @@ def test_packed_kernels_compile_without_spills(arch: str):
         assert res.registers * PACKED_THREADS * k.blocks_per_sm <= 65536, f"{k.name}: {res}"
     assert any(k.table for k in specs) and not all(k.table for k in specs)
     words = [k for k in specs if k.words]
-    assert {k.elem_bytes for k in words} == {1, 2} and any(k.table for k in words) and any(any(k.checked) for k in words)
+    assert (
+        {k.elem_bytes for k in words} == {1, 2}
+        and any(k.table for k in words)
+        and any(any(k.checked) for k in words)
+    )
     funnel = [k for k in specs if k.funnel]
-    assert {k.elem_bytes for k in funnel} == {1, 2} and any(k.table and _packed_vars(k)["table_partial"] for k in funnel)
+    assert {k.elem_bytes for k in funnel} == {1, 2} and any(
+        k.table and _packed_vars(k)["table_partial"] for k in funnel
+    )
     piped = [k for k in specs if k.pipelined]
-    assert {k.elem_bytes for k in piped} == {4, 8, 16} and any(k.table and any(k.checked) for k in piped)
+    assert {k.elem_bytes for k in piped} == {4, 8, 16} and any(
+        k.table and any(k.checked) for k in piped
+    )
     assert any(k.elem_bytes >= 4 and not k.pipelined for k in specs)  # boxes over 16 KB: one buffer
 
 
@@ -552,7 +668,11 @@ def test_only_one_launch_plans_pack(e: int, monkeypatch: pytest.MonkeyPatch):
     for p, g in zip(packed, gathered, strict=True):
         (q,), (h,) = p.passes, g.passes
         if q.kind == PACKED:
-            assert h.kind == "gather" and h.dims == q.dims and q.box == packed_box(q.dims, q.elem_bytes)
+            assert (
+                h.kind == "gather"
+                and h.dims == q.dims
+                and q.box == packed_box(q.dims, q.elem_bytes)
+            )
         else:
             assert p.passes == g.passes, p.describe()
     assert sum(p.passes[0].kind == PACKED for p in packed) > 20
@@ -564,11 +684,23 @@ def test_the_box_split_divides_exactly(seed: int):
     32-bit index and every divisor the grid can have, the extremes included."""
     rng = np.random.default_rng([seed, 99])
     ds = [2, 3, 7, 641, 65537, 2**31, 2**31 + 1, 2**32 - 2, 2**32 - 1]
-    ds += [int(d) for d in rng.integers(2, 2**32, 300)] + [int(d) for d in rng.integers(2, 5000, 300)]
+    ds += [int(d) for d in rng.integers(2, 2**32, 300)] + [
+        int(d) for d in rng.integers(2, 5000, 300)
+    ]
     for d in ds:
         magic, shift = divisor(d)
         assert 0 < magic < 2**32 and 0 <= shift < 32
-        ns = [0, 1, d - 1, d, d + 1, 2**31, 2**32 - 1, (2**32 - 1) // d * d, (2**32 - 1) // d * d - 1]
+        ns = [
+            0,
+            1,
+            d - 1,
+            d,
+            d + 1,
+            2**31,
+            2**32 - 1,
+            (2**32 - 1) // d * d,
+            (2**32 - 1) // d * d - 1,
+        ]
         ns += [int(n) for n in rng.integers(0, 2**32, 50)]
         for n in ns:
             assert divide(n, magic, shift) == n // d, (n, d)
@@ -608,9 +740,18 @@ def test_the_pipelined_source_waits_before_it_reads():
     the buffer is reused; the async helpers are in a source only where a kernel needs them."""
     k = PackedKernel(4, (32, 32), (1, 0), (False, True), pipelined=True)
     src = render_packed([k])
-    body = src[src.index("for (u32 n = 0;"):]
-    order = [body.index(s) for s in ("at_async_copy(&next", "at_async_commit()", "at_async_wait_prior()",
-                                     "__syncthreads()", "out[ob", "__syncthreads();  // the box is written")]  # fmt: skip
+    body = src[src.index("for (u32 n = 0;") :]
+    order = [
+        body.index(s)
+        for s in (
+            "at_async_copy(&next",
+            "at_async_commit()",
+            "at_async_wait_prior()",
+            "__syncthreads()",
+            "out[ob",
+            "__syncthreads();  // the box is written",
+        )
+    ]
     assert order == sorted(order)
     assert "cp.async.wait_group 1" in src and "AT_ASYNC_COPY" in src
     assert "cp.async" not in render_packed([dataclasses.replace(k, pipelined=False)])
@@ -622,4 +763,6 @@ def test_blocks_per_sm_follow_the_box():
     big = PackedKernel(4, (64, 64), (1, 0), (False, False))  # 16 KB
     assert small.blocks_per_sm > big.blocks_per_sm >= 3
     assert PackedKernel(1, (32, 32), (1, 0), (False, False)).blocks_per_sm == MAX_BLOCKS
-    assert PackedKernel(1, (128, 128), (1, 0), (False, False)).blocks_per_sm == MIN_BLOCKS  # no table
+    assert (
+        PackedKernel(1, (128, 128), (1, 0), (False, False)).blocks_per_sm == MIN_BLOCKS
+    )  # no table

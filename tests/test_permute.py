@@ -49,9 +49,14 @@ SIZES = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 # --- refusals, before any GPU use --------------------------------------------------------------
 @pytest.mark.parametrize(
     ("axes", "words"),
-    [((0, 1), "name 2 axes but the array has 3"), ((0, 1, 1), "repeat axis 1"),
-     ((0, 1, 3), "out of range"), ((0, 1, "2"), "sequence of ints"), (None, "sequence of ints")],
-)  # fmt: skip
+    [
+        ((0, 1), "name 2 axes but the array has 3"),
+        ((0, 1, 1), "repeat axis 1"),
+        ((0, 1, 3), "out of range"),
+        ((0, 1, "2"), "sequence of ints"),
+        (None, "sequence of ints"),
+    ],
+)
 def test_axes_that_are_not_a_permutation(axes, words):
     with pytest.raises(errors.AxesError, match=words) as caught:
         at.permute(np.zeros((2, 3, 4), np.float32), axes)
@@ -60,11 +65,13 @@ def test_axes_that_are_not_a_permutation(axes, words):
 
 @pytest.mark.parametrize(
     ("out", "words"),
-    [(np.zeros((2, 3, 4), np.float32), r"needs out of shape \(2, 4, 3\)"),
-     (np.zeros((2, 4, 3), np.float64), "dtype float64; x has float32"),
-     (np.zeros((2, 4), np.float32), "shape"),
-     ([[0.0]], r"out is a builtins\.list")],
-)  # fmt: skip
+    [
+        (np.zeros((2, 3, 4), np.float32), r"needs out of shape \(2, 4, 3\)"),
+        (np.zeros((2, 4, 3), np.float64), "dtype float64; x has float32"),
+        (np.zeros((2, 4), np.float32), "shape"),
+        ([[0.0]], r"out is a builtins\.list"),
+    ],
+)
 def test_a_wrong_out_is_refused_and_left_untouched(out, words):
     x = np.ones((2, 3, 4), np.float32)
     before = np.array(out, copy=True)
@@ -117,9 +124,12 @@ def test_empty_arrays_need_no_gpu(rng, shape):
 class _Cai:
     def __init__(self, shape, strides, typestr="<f4", ptr=0x7000_0000):
         self.__cuda_array_interface__ = {
-            "shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False),
+            "shape": shape,
+            "strides": strides,
+            "typestr": typestr,
+            "data": (ptr, False),
             "version": 3,
-        }  # fmt: skip
+        }
 
 
 @pytest.mark.parametrize("shape", [(0,), (2, 0, 3), (0, 5, 1, 7), (3, 0), (4, 1, 0, 2, 3)])
@@ -193,11 +203,13 @@ def test_device_outputs_are_checked_for_device_context_and_overlap():
 
 @pytest.mark.parametrize(
     ("x", "out_strides", "words"),
-    [(_dev((4, 6), (-6, 1), ptr=0x10000 + 18 * 4), None, "negative strides"),
-     (_dev((4, 6), (12, 2)), None, "no axis of stride 1"),
-     (_dev((4, 6), (6, 1)), (2, 12), "innermost stride is not 1"),
-     (_dev((4, 6), (6, 1)), (2, 1), "overlap")],
-)  # fmt: skip
+    [
+        (_dev((4, 6), (-6, 1), ptr=0x10000 + 18 * 4), None, "negative strides"),
+        (_dev((4, 6), (12, 2)), None, "no axis of stride 1"),
+        (_dev((4, 6), (6, 1)), (2, 12), "innermost stride is not 1"),
+        (_dev((4, 6), (6, 1)), (2, 1), "overlap"),
+    ],
+)
 def test_layouts_the_kernels_cannot_take_are_refused_by_the_plan(x, out_strides, words):
     with pytest.raises(errors.LayoutError, match=words):
         permuter._plan(x, (1, 0), out_strides, 0x40000)
@@ -242,8 +254,22 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
         return mem.launch(Pass(TRANSPOSE, e, m, n, li, lo, b, bi, bo, outer=o, outer2=o2))
 
     def make_copy(e, b, m, n, li, lo, bi, bo, outer, oi, oo, outer2, o2i, o2o, realign=False):
-        return mem.launch(Pass(COPY, e, m, n, li, lo, b, bi, bo, outer=Dim(outer, oi, oo),
-                               outer2=Dim(outer2, o2i, o2o), realign=realign))  # fmt: skip
+        return mem.launch(
+            Pass(
+                COPY,
+                e,
+                m,
+                n,
+                li,
+                lo,
+                b,
+                bi,
+                bo,
+                outer=Dim(outer, oi, oo),
+                outer2=Dim(outer2, o2i, o2o),
+                realign=realign,
+            )
+        )
 
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
@@ -253,7 +279,9 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
         return mem.launch(Pass(PACKED, e, 1, 0, 0, 0, dims=dims, box=box, pipelined=pipelined))
 
     monkeypatch.setattr(permuter._driver, "memcpy_dtod_async", mem.memcpy)
-    steps = permuter.build_steps(plan, src, dst, make_transpose, make_copy, make_gather, make_packed)
+    steps = permuter.build_steps(
+        plan, src, dst, make_transpose, make_copy, make_gather, make_packed
+    )
     for step in steps:
         step.run(src, dst, "s", "c")
     return steps
@@ -275,15 +303,26 @@ def _random_case(rng, e: int):
         parent = tuple(p * 2 if i == k else p for i, p in enumerate(parent))
     xs = np.array(_strides(parent))
     in_strides = tuple(int(s * st) for s, st in zip(xs, step, strict=True))
-    start = sum(int(rng.integers(0, p - s * st + 1)) * int(x)
-                for p, s, st, x in zip(parent, shape, step, xs, strict=True))  # fmt: skip
+    start = sum(
+        int(rng.integers(0, p - s * st + 1)) * int(x)
+        for p, s, st, x in zip(parent, shape, step, xs, strict=True)
+    )
     want = tuple(shape[a] for a in axes)
     if rng.random() < 0.5:
         out_parent = tuple(w + int(rng.integers(0, 3)) for w in want)
     else:
         out_parent = want
     out_strides = _strides(out_parent)
-    return shape, axes, in_strides, start, int(np.prod(parent)), want, out_strides, int(np.prod(out_parent))
+    return (
+        shape,
+        axes,
+        in_strides,
+        start,
+        int(np.prod(parent)),
+        want,
+        out_strides,
+        int(np.prod(out_parent)),
+    )
 
 
 def _strides(shape):
@@ -329,7 +368,9 @@ def test_steps_match_numpy_for_random_views(rng, e, monkeypatch, gathers):
         assert np.array_equal(got, np.transpose(x, (*axes, len(axes)))), case
         touched = np.zeros(mem.bytes.size, bool)
         idx = np.lib.stride_tricks.as_strided(
-            np.arange(mem.bytes.size)[dst:], shape=(*want, e), strides=(*(s * e * 8 for s in ost), 8)
+            np.arange(mem.bytes.size)[dst:],
+            shape=(*want, e),
+            strides=(*(s * e * 8 for s in ost), 8),
         )
         touched[idx.ravel()] = True
         assert np.array_equal(mem.bytes[~touched], before[~touched]), f"{case}: wrote outside out"
@@ -397,8 +438,20 @@ def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gathe
     starts = list(p.offsets())
     assert (s, d - (1 << 19)) in starts, "a launch is made at a real launch's pointers"
     assert alignment(s | d) == min(alignment(i | (o + (1 << 19))) for i, o in starts)
-    x = api.View("device", None, s, 3, p.batch, p.m, p.n, p.ld_in, p.bs_in, None,
-                 ElementType("4-byte word", 4, False), 0)  # fmt: skip
+    x = api.View(
+        "device",
+        None,
+        s,
+        3,
+        p.batch,
+        p.m,
+        p.n,
+        p.ld_in,
+        p.bs_in,
+        None,
+        ElementType("4-byte word", 4, False),
+        0,
+    )
     o = x._replace(ptr=d, m=p.n, n=p.m, ld=p.ld_out, bs=p.bs_out)
     got = api._call_vec(x, o, (p.outer, p.outer2))
     if not p.loops:
@@ -445,29 +498,57 @@ def test_an_outer_launch_finds_every_matrix_once(tile_launch, e, vec, rng):
     assert more[0] == plain.scalars[-1] * o.extent * o2.extent  # tiles_total
     bs_in, bs_out = plain.scalars[4:6]
     seen = {_outer_offsets(more, b, bs_in, bs_out) for b in range(batch * o.extent * o2.extent)}
-    want = {((k * o.in_stride + j * o2.in_stride) // v + i * bs_in,
-             (k * o.out_stride + j * o2.out_stride) // v + i * bs_out)
-            for k in range(o.extent) for j in range(o2.extent) for i in range(batch)}  # fmt: skip
+    want = {
+        (
+            (k * o.in_stride + j * o2.in_stride) // v + i * bs_in,
+            (k * o.out_stride + j * o2.out_stride) // v + i * bs_out,
+        )
+        for k in range(o.extent)
+        for j in range(o2.extent)
+        for i in range(batch)
+    }
     assert seen == want and len(want) == batch * o.extent * o2.extent
 
 
 # --- the row copy kernel --------------------------------------------------------------------------
 @pytest.fixture
 def row_copy(monkeypatch):
-    monkeypatch.setattr(launch, "get_row_kernel",
-                        lambda state, e, skew=False: Kernel(row_kernel_name(e, skew), 1, 1))  # fmt: skip
+    monkeypatch.setattr(
+        launch,
+        "get_row_kernel",
+        lambda state, e, skew=False: Kernel(row_kernel_name(e, skew), 1, 1),
+    )
 
     state = SimpleNamespace(info=SimpleNamespace(multiprocessors=132))
     return lambda *args: launch.make_row_copy(state, *args)
 
 
-def _emulate(lc, batch: int, m: int, n: int, out_base: int = 0, starts: list | None = None) -> np.ndarray:
+def _emulate(
+    lc, batch: int, m: int, n: int, out_base: int = 0, starts: list | None = None
+) -> np.ndarray:
     """How many times each (z, b, i, j) is copied by the launch's threads (the kernel's index
     arithmetic, thread by thread; z is blockIdx.z, the outer dims), with `out` at word
     `out_base` of the address space (the stores' skew depends on where the rows fall).
     `starts` collects, for each warp, pass and row, the word address of its first store and
     whether that store is the first of its chunk."""
-    m_, n_, _, ld_out, _, bs_out, _, os_out, _, os2_out, lanes, b_, chunk, outer2, per_block, line = lc.scalars
+    (
+        m_,
+        n_,
+        _,
+        ld_out,
+        _,
+        bs_out,
+        _,
+        os_out,
+        _,
+        os2_out,
+        lanes,
+        b_,
+        chunk,
+        outer2,
+        per_block,
+        line,
+    ) = lc.scalars
     assert (m_, n_, b_) == (m, n, batch) and per_block == lc.block[0] // lanes
     word = int(re.fullmatch(r"at_copy_rows_s(\d+)(_skew)?", lc.kernel.name)[1])
     assert lc.kernel.name.endswith("_skew") == (line > 0)  # the unskewed kernel reads no line
@@ -482,7 +563,11 @@ def _emulate(lc, batch: int, m: int, n: int, out_base: int = 0, starts: list | N
             if slot >= per_block:
                 continue
             first = block * per_block * ROWS_UNROLL + slot
-            rows = [(u, *divmod(r, m)) for u in range(ROWS_UNROLL) if (r := first + u * per_block) < batch * m]
+            rows = [
+                (u, *divmod(r, m))
+                for u in range(ROWS_UNROLL)
+                if (r := first + u * per_block) < batch * m
+            ]
             skew = {u: (base + b * bs_out + i * ld_out + j0) & mask for u, b, i in rows}
             for jj in range(j0 + lane, j1 + max(skew.values(), default=0), lanes):
                 for u, b, i in rows:
@@ -495,9 +580,20 @@ def _emulate(lc, batch: int, m: int, n: int, out_base: int = 0, starts: list | N
 
 @pytest.mark.parametrize(
     ("batch", "m", "n"),
-    [(1, 1, 1), (1, 7, 3), (3, 5, 16), (2, 9, 300), (1, 70, 33), (4, 1, 1), (2, 3, 9000), (5, 13, 19),
-     (3, 4, 129), (1, 2, 200), (2, 1, 70001)],
-)  # fmt: skip
+    [
+        (1, 1, 1),
+        (1, 7, 3),
+        (3, 5, 16),
+        (2, 9, 300),
+        (1, 70, 33),
+        (4, 1, 1),
+        (2, 3, 9000),
+        (5, 13, 19),
+        (3, 4, 129),
+        (1, 2, 200),
+        (2, 1, 70001),
+    ],
+)
 def test_row_copy_covers_every_word_once(row_copy, batch, m, n):
     lc = row_copy(4, batch, m, n, n + 1, n + 2, m * (n + 1), m * (n + 2))
     assert lc.config is None and lc.block == (ROWS_THREADS, 1, 1) and lc.grid[2] == 1
@@ -536,9 +632,17 @@ def test_rows_under_a_warp_or_four_passes_are_not_skewed(row_copy, n):
 
 @pytest.mark.parametrize(
     ("n", "chunk", "lanes", "line"),
-    [(100000, 4096, 256, 128), (300, 512, 256, 0), (1024, 1024, 256, 128), (1023, 2048, 256, 0),
-     (5000, 512, 256, 0), (40, 64, 64, 0), (124, 124, 31, 0), (2000, 1024, 128, 128)],
-)  # fmt: skip
+    [
+        (100000, 4096, 256, 128),
+        (300, 512, 256, 0),
+        (1024, 1024, 256, 128),
+        (1023, 2048, 256, 0),
+        (5000, 512, 256, 0),
+        (40, 64, 64, 0),
+        (124, 124, 31, 0),
+        (2000, 1024, 128, 128),
+    ],
+)
 def test_chunks_of_four_passes_of_whole_warps_are_skewed(n, chunk, lanes, line):
     assert launch.row_store_line(n, chunk, lanes) == line
 
@@ -546,9 +650,15 @@ def test_chunks_of_four_passes_of_whole_warps_are_skewed(n, chunk, lanes, line):
 @pytest.mark.parametrize("outer", [2, 3])
 def test_row_copy_walks_the_outer_dim_in_one_launch(row_copy, outer):
     batch, m, n = 2, 5, 16
-    lc = row_copy(4, batch, m, n, n, n, m * n, m * n, outer, batch * m * n + 7, batch * m * n + 9,
-                  3, 5, 6)  # fmt: skip
-    assert lc.grid[2] == outer * 3 and lc.scalars[6:10] == (batch * m * n + 7, batch * m * n + 9, 5, 6)
+    lc = row_copy(
+        4, batch, m, n, n, n, m * n, m * n, outer, batch * m * n + 7, batch * m * n + 9, 3, 5, 6
+    )
+    assert lc.grid[2] == outer * 3 and lc.scalars[6:10] == (
+        batch * m * n + 7,
+        batch * m * n + 9,
+        5,
+        6,
+    )
     assert lc.scalars[13] == 3
     assert np.all(_emulate(lc, batch, m, n) == 1)
 
@@ -562,21 +672,30 @@ def test_row_lanes_keep_the_block_busy(n):
     if n <= 32:
         assert lanes == n
     else:
-        assert lanes % 32 == 0 and lanes & (lanes - 1) == 0 and (lanes >= n or lanes == ROWS_THREADS)
+        assert (
+            lanes % 32 == 0 and lanes & (lanes - 1) == 0 and (lanes >= n or lanes == ROWS_THREADS)
+        )
 
 
-@pytest.mark.parametrize(("rows", "n"), [(96, 131871), (768, 16052), (21600, 5695), (10**6, 16), (3, 10**8)])
+@pytest.mark.parametrize(
+    ("rows", "n"), [(96, 131871), (768, 16052), (21600, 5695), (10**6, 16), (3, 10**8)]
+)
 def test_row_geometry_fills_the_gpu(rows, n):
     """Long rows are cut until the launch has several waves of blocks (or chunks are at
     their shortest), and never into more chunks than blockIdx.y takes."""
     sms = 132
     g = launch.row_geometry(rows, n, sms)
-    assert launch.row_geometry(rows, n, sms, 10**4).chunks == 1 or n > 65535 * g.lanes  # enough blocks over z
+    assert (
+        launch.row_geometry(rows, n, sms, 10**4).chunks == 1 or n > 65535 * g.lanes
+    )  # enough blocks over z
     assert g.chunk % g.lanes == 0 and (g.chunks - 1) * g.chunk < n <= g.chunks * g.chunk
     assert g.chunks <= 65535 and g.blocks * g.per_block * ROWS_UNROLL >= rows
     waves = launch.ROWS_WAVES * sms * launch.ROWS_BLOCKS_PER_SM
     # (chunks are whole passes of the lanes: the count may fall short of the waves by a pass)
-    assert g.blocks * g.chunks * (g.chunk + g.lanes) >= waves * g.chunk or g.chunk <= g.lanes * launch.ROWS_MIN_STEPS
+    assert (
+        g.blocks * g.chunks * (g.chunk + g.lanes) >= waves * g.chunk
+        or g.chunk <= g.lanes * launch.ROWS_MIN_STEPS
+    )
 
 
 @pytest.mark.parametrize("args", [(2**32, 2, 1, 1, 1, 2, 2), (2, 2, 1, 1, 1, 2, 2, 2**16, 4, 4)])
@@ -591,9 +710,20 @@ def test_row_copy_compiles_without_spills(tmp_path: Path, arch):
     src = tmp_path / "rows.cu"
     src.write_text(render_rows())
     run = subprocess.run(
-        ["nvcc", "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", str(src), "-o",
-         str(tmp_path / "rows.cubin")], capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            "nvcc",
+            "-cubin",
+            f"-arch={arch}",
+            "-O3",
+            "-Xptxas",
+            "-v",
+            str(src),
+            "-o",
+            str(tmp_path / "rows.cubin"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     for name in ROW_KERNELS:
         assert f"'{name}'" in run.stderr
@@ -612,17 +742,23 @@ class _GatherState:
 
 @pytest.mark.parametrize(
     ("dims", "sms", "blocks"),
-    [((Dim(3, 1, 5), Dim(5, 3, 1)), 132, 1),  # 15 elements: one block
-     ((Dim(300, 1, 300), Dim(300, 300, 1)), 132, -(-90000 // (GATHER_THREADS * GATHER_UNROLL))),
-     ((Dim(10**5, 1, 10**5), Dim(10**5, 10**5, 1)), 132, 132 * GATHER_BLOCKS_PER_SM),
-     ((Dim(10**5, 1, 10**5), Dim(10**5, 10**5, 1)), 16, 16 * GATHER_BLOCKS_PER_SM)],
-)  # fmt: skip
+    [
+        ((Dim(3, 1, 5), Dim(5, 3, 1)), 132, 1),  # 15 elements: one block
+        ((Dim(300, 1, 300), Dim(300, 300, 1)), 132, -(-90000 // (GATHER_THREADS * GATHER_UNROLL))),
+        ((Dim(10**5, 1, 10**5), Dim(10**5, 10**5, 1)), 132, 132 * GATHER_BLOCKS_PER_SM),
+        ((Dim(10**5, 1, 10**5), Dim(10**5, 10**5, 1)), 16, 16 * GATHER_BLOCKS_PER_SM),
+    ],
+)
 def test_make_gather_sizes_the_grid_and_packs_the_struct(monkeypatch, dims, sms, blocks):
     """One block per GATHER_THREADS x GATHER_UNROLL elements, at most GATHER_BLOCKS_PER_SM per
     SM (then the threads loop); the arguments are the struct for that grid's stride, after
     the two pointers."""
-    monkeypatch.setattr(launch, "get_gather_kernel", lambda state, e: Kernel(f"at_gather_s{e}", 1, 1))
+    monkeypatch.setattr(
+        launch, "get_gather_kernel", lambda state, e: Kernel(f"at_gather_s{e}", 1, 1)
+    )
     lc = launch.make_gather(_GatherState(sms), 4, dims)
     assert lc.config is None and lc.kernel.name == "at_gather_s4"
     assert lc.grid == (blocks, 1, 1) and lc.block == (GATHER_THREADS, 1, 1)
-    assert lc.tail == gather_args(dims, blocks * GATHER_THREADS).pack() and len(lc.tail) == ARG_BYTES
+    assert (
+        lc.tail == gather_args(dims, blocks * GATHER_THREADS).pack() and len(lc.tail) == ARG_BYTES
+    )

@@ -76,7 +76,9 @@ def test_random_views_into_poisoned_outputs_with_a_guard(rng, e):
         shape, axes = _random_problem(rng, nd)
         shape = (*shape[:-1], max(2, shape[-1]))  # x keeps an axis of stride 1
         pad = tuple(int(v) for v in rng.integers(0, 4, nd))
-        big = cupy.asarray(random_array(rng, tuple(s + p for s, p in zip(shape, pad, strict=True)), dtype))
+        big = cupy.asarray(
+            random_array(rng, tuple(s + p for s, p in zip(shape, pad, strict=True)), dtype)
+        )
         starts = [int(rng.integers(0, p + 1)) for p in pad]
         x = big[tuple(slice(a, a + s) for a, s in zip(starts, shape, strict=True))]
         if nd > 2 and rng.random() < 0.3:  # a step on an outer axis
@@ -93,7 +95,9 @@ def test_random_views_into_poisoned_outputs_with_a_guard(rng, e):
             # no padding after the innermost axis of more than one element: padded trailing
             # size-1 axes would leave out without an axis of stride 1 (refused, LayoutError)
             opad = tuple(int(v) if k <= inner else 0 for k, v in enumerate(rng.integers(0, 3, nd)))
-            raw, whole = _poisoned(cupy, tuple(w + p for w, p in zip(want.shape, opad, strict=True)), dtype)
+            raw, whole = _poisoned(
+                cupy, tuple(w + p for w, p in zip(want.shape, opad, strict=True)), dtype
+            )
             out = whole[tuple(slice(p, p + w) for p, w in zip(opad, want.shape, strict=True))]
             assert at.permute(x, axes, out) is out
             host = cupy.asnumpy(whole)
@@ -129,9 +133,17 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     for _ in range(3):
         if kernel == "words_skewed":
-            b, m, n = int(rng.integers(45, 60)), int(rng.integers(45, 60)), int(rng.integers(6000, 9000)) | 1
+            b, m, n = (
+                int(rng.integers(45, 60)),
+                int(rng.integers(45, 60)),
+                int(rng.integers(6000, 9000)) | 1,
+            )
         else:
-            b, m, n = int(rng.integers(1, 40)), int(rng.integers(1, 40)), int(rng.integers(512 // e, 900)) | 1
+            b, m, n = (
+                int(rng.integers(1, 40)),
+                int(rng.integers(1, 40)),
+                int(rng.integers(512 // e, 900)) | 1,
+            )
         pad = int(rng.integers(0, 5))
         big = cupy.asarray(random_array(rng, (b, m, n + pad + 8), dtype))
         start = int(rng.integers(0, 8))
@@ -140,18 +152,31 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
         lead = int(rng.integers(1, 16))
         raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)
         out = raw[lead * e : lead * e + want.nbytes].view(dtype).reshape(want.shape)
-        plan = plan_permute(x.shape, (1, 0, 2), e, tuple(st // e for st in x.strides), None,
-                            in_ptr=x.data.ptr, out_ptr=out.data.ptr)  # fmt: skip
+        plan = plan_permute(
+            x.shape,
+            (1, 0, 2),
+            e,
+            tuple(st // e for st in x.strides),
+            None,
+            in_ptr=x.data.ptr,
+            out_ptr=out.data.ptr,
+        )
         p = plan.passes[0]
-        assert p.kind == "copy" and p.elem_bytes * p.n >= 512 and p.realign == (kernel == "realigned")
+        assert (
+            p.kind == "copy" and p.elem_bytes * p.n >= 512 and p.realign == (kernel == "realigned")
+        )
         if kernel != "realigned":
             g = launch.row_geometry(p.batch * p.m, p.n, sms, p.outer.extent * p.outer2.extent)
-            assert (launch.row_store_line(p.n, g.chunk, g.lanes) > 0) == (kernel == "words_skewed"), (b, m, n, g)
+            assert (launch.row_store_line(p.n, g.chunk, g.lanes) > 0) == (
+                kernel == "words_skewed"
+            ), (b, m, n, g)
         for step in permuter.build(plan, state, x.data.ptr, out.data.ptr, stream, state.ctx):
             step.run(x.data.ptr, out.data.ptr, stream, state.ctx)
         cupy.cuda.get_current_stream().synchronize()
         assert same_bits(cupy.asnumpy(out), want), (x.shape, x.strides, start, lead)
-        assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+        assert bool((raw[: lead * e] == POISON).all()) and bool(
+            (raw[lead * e + want.nbytes :] == POISON).all()
+        )
 
 
 @pytest.mark.parametrize("e", [1, 2, 4, 8])
@@ -183,15 +208,24 @@ def test_realigned_short_rows_into_poisoned_windows(rng, e):
         raw = cupy.full((int(np.prod(rows)) + lead + 64) * e, POISON, np.uint8)
         whole = raw[lead * e : (lead + int(np.prod(rows))) * e].view(dtype).reshape(rows)
         out = whole[..., : want.shape[-1]]
-        plan = plan_permute(x.shape, axes, e, tuple(st // e for st in x.strides),
-                            tuple(st // e for st in out.strides), in_ptr=x.data.ptr, out_ptr=out.data.ptr)  # fmt: skip
+        plan = plan_permute(
+            x.shape,
+            axes,
+            e,
+            tuple(st // e for st in x.strides),
+            tuple(st // e for st in out.strides),
+            in_ptr=x.data.ptr,
+            out_ptr=out.data.ptr,
+        )
         if not plan.passes or not plan.passes[0].realign:
             continue
         done += 1
         for how in ("pass", "permute"):
             raw.fill(POISON)
             if how == "pass":
-                for step in permuter.build(plan, state, x.data.ptr, out.data.ptr, stream, state.ctx):
+                for step in permuter.build(
+                    plan, state, x.data.ptr, out.data.ptr, stream, state.ctx
+                ):
                     step.run(x.data.ptr, out.data.ptr, stream, state.ctx)
             else:
                 assert at.permute(x, axes, out) is out
@@ -200,18 +234,29 @@ def test_realigned_short_rows_into_poisoned_windows(rng, e):
             assert same_bits(cupy.asnumpy(out), want), case
             host = cupy.asnumpy(raw)
             written = np.zeros(host.size, bool)
-            idx = np.lib.stride_tricks.as_strided(np.arange(host.size), shape=(*want.shape, e),
-                                                  strides=(*(st // e * 8 * e for st in out.strides), 8))  # fmt: skip
+            idx = np.lib.stride_tricks.as_strided(
+                np.arange(host.size),
+                shape=(*want.shape, e),
+                strides=(*(st // e * 8 * e for st in out.strides), 8),
+            )
             written[(idx + lead * e).ravel()] = True
             assert bool((host[~written] == POISON).all()), f"poison overwritten: {case}"
 
 
 @pytest.mark.parametrize(
     ("shape", "axes"),
-    [((3, 5, 7), (2, 0, 1)), ((1, 1, 1), (2, 1, 0)), ((2, 3, 5, 7), (3, 1, 0, 2)),
-     ((4099, 3), (1, 0)), ((7, 1, 9, 1, 11), (4, 3, 2, 1, 0)), ((2, 2, 2, 2, 2, 2), (5, 0, 4, 1, 3, 2)),
-     ((257, 129, 3), (0, 2, 1)), ((5, 6007), (1, 0)), ((6, 4, 3), (0, 1, 2))],
-)  # fmt: skip
+    [
+        ((3, 5, 7), (2, 0, 1)),
+        ((1, 1, 1), (2, 1, 0)),
+        ((2, 3, 5, 7), (3, 1, 0, 2)),
+        ((4099, 3), (1, 0)),
+        ((7, 1, 9, 1, 11), (4, 3, 2, 1, 0)),
+        ((2, 2, 2, 2, 2, 2), (5, 0, 4, 1, 3, 2)),
+        ((257, 129, 3), (0, 2, 1)),
+        ((5, 6007), (1, 0)),
+        ((6, 4, 3), (0, 1, 2)),
+    ],
+)
 @pytest.mark.parametrize("e", sorted(DTYPES))
 def test_odd_sizes(rng, shape, axes, e):
     cupy = pytest.importorskip("cupy")
@@ -223,11 +268,13 @@ def test_odd_sizes(rng, shape, axes, e):
 
 @pytest.mark.parametrize(
     ("shape", "axes"),
-    [((200, 6, 112, 64), (3, 1, 0, 2)),  # 6 outer x 200 matrices of 112x64
-     ((9, 5, 130, 67), (1, 0, 3, 2)),  # odd rows (staged and realigning kernels)
-     ((3, 4, 5, 96, 64), (2, 1, 0, 4, 3)),  # two outer dims
-     ((2, 3, 5, 7, 256, 160), (3, 2, 1, 0, 5, 4))],  # two outer dims and a host loop
-)  # fmt: skip
+    [
+        ((200, 6, 112, 64), (3, 1, 0, 2)),  # 6 outer x 200 matrices of 112x64
+        ((9, 5, 130, 67), (1, 0, 3, 2)),  # odd rows (staged and realigning kernels)
+        ((3, 4, 5, 96, 64), (2, 1, 0, 4, 3)),  # two outer dims
+        ((2, 3, 5, 7, 256, 160), (3, 2, 1, 0, 5, 4)),
+    ],  # two outer dims and a host loop
+)
 @pytest.mark.parametrize("e", sorted(DTYPES))
 def test_transpose_launches_walk_their_outer_dims(rng, shape, axes, e):
     """A transpose pass whose launch walks outer batch dims itself (the tuned kernel's outer
@@ -321,9 +368,12 @@ class _Cai:
 
     def __init__(self, ptr, shape, typestr):
         self.__cuda_array_interface__ = {
-            "shape": shape, "strides": None, "typestr": typestr, "data": (ptr, False),
+            "shape": shape,
+            "strides": None,
+            "typestr": typestr,
+            "data": (ptr, False),
             "version": 3,
-        }  # fmt: skip
+        }
 
 
 @pytest.mark.parametrize("shape", [(0,), (3, 0), (2, 0, 5), (0, 4, 1, 6), (4, 1, 0, 2, 3)])
@@ -379,8 +429,11 @@ def test_wide_and_runs_cases_and_a_second_call_from_the_cache(rng):
     """(B, M, N, 2) float32 by (0, 2, 1, 3) is a transpose of 8-byte words; (B, M, N, 3) int8
     is rows of 3 bytes; each called twice (the second from the cached steps)."""
     cupy = pytest.importorskip("cupy")
-    for shape, dtype in [((4, 300, 200, 2), "float32"), ((4, 300, 200, 3), "int8"),
-                         ((2, 64, 48, 33), "float16")]:  # fmt: skip
+    for shape, dtype in [
+        ((4, 300, 200, 2), "float32"),
+        ((4, 300, 200, 3), "int8"),
+        ((2, 64, 48, 33), "float16"),
+    ]:
         for _ in range(2):
             x = cupy.asarray(random_array(rng, shape, dtype))
             y = at.permute(x, (0, 2, 1, 3))
@@ -414,8 +467,15 @@ def _takes(kind: str, x, axes, out=None) -> bool:
     """Does permute(x, axes, out) of these CuPy arrays plan one `kind` launch?"""
     e = x.dtype.itemsize
     os_ = None if out is None else tuple(s // e for s in out.strides)
-    p = plan_permute(x.shape, axes, e, tuple(s // e for s in x.strides), os_,
-                     in_ptr=x.data.ptr, out_ptr=0 if out is None else out.data.ptr)  # fmt: skip
+    p = plan_permute(
+        x.shape,
+        axes,
+        e,
+        tuple(s // e for s in x.strides),
+        os_,
+        in_ptr=x.data.ptr,
+        out_ptr=0 if out is None else out.data.ptr,
+    )
     return bool(p.passes) and p.passes[0].kind == kind
 
 
@@ -437,11 +497,18 @@ def test_gather_random_permutes(rng, e, one_launch):
 
 @pytest.mark.parametrize(
     ("shape", "axes"),
-    [((2, 3, 5, 7, 11, 13), (5, 0, 4, 1, 3, 2)), ((100003, 3, 5), (0, 2, 1)), ((7, 6), (1, 0)),
-     ((3,) * 8, (7, 5, 3, 1, 0, 2, 4, 6)), ((2,) * 8, (1, 0, 3, 2, 5, 4, 7, 6)),
-     ((1, 7, 1, 5, 3, 1), (5, 4, 3, 2, 1, 0)), ((9, 11, 13, 2, 3), (4, 2, 0, 3, 1)),
-     ((4099, 3, 2, 5), (2, 0, 3, 1)), ((33, 65, 3, 5, 2), (0, 4, 2, 3, 1))],
-)  # fmt: skip
+    [
+        ((2, 3, 5, 7, 11, 13), (5, 0, 4, 1, 3, 2)),
+        ((100003, 3, 5), (0, 2, 1)),
+        ((7, 6), (1, 0)),
+        ((3,) * 8, (7, 5, 3, 1, 0, 2, 4, 6)),
+        ((2,) * 8, (1, 0, 3, 2, 5, 4, 7, 6)),
+        ((1, 7, 1, 5, 3, 1), (5, 4, 3, 2, 1, 0)),
+        ((9, 11, 13, 2, 3), (4, 2, 0, 3, 1)),
+        ((4099, 3, 2, 5), (2, 0, 3, 1)),
+        ((33, 65, 3, 5, 2), (0, 4, 2, 3, 1)),
+    ],
+)
 @pytest.mark.parametrize("e", sorted(DTYPES))
 def test_gather_odd_sizes(rng, shape, axes, e, one_launch):
     cupy = pytest.importorskip("cupy")
@@ -463,8 +530,10 @@ def _view_layout(rng, shape: tuple[int, ...], kind: str) -> tuple[list[int], tup
     big = [k for k in range(nd) if shape[k] > 1] or [nd - 1]
     kept = big[-(3 if kind == PACKED else 1) :]
     steps = [2 if k < kept[0] and rng.random() < 0.4 else 1 for k in range(nd)]
-    pad = tuple(int(v) if k <= big[-1] and (k == kept[0] or k not in kept) else 0
-                for k, v in enumerate(rng.integers(0, 3, nd)))  # fmt: skip
+    pad = tuple(
+        int(v) if k <= big[-1] and (k == kept[0] or k not in kept) else 0
+        for k, v in enumerate(rng.integers(0, 3, nd))
+    )
     return steps, pad
 
 
@@ -481,11 +550,15 @@ def test_gather_views_into_strided_poisoned_outputs(rng, e, one_launch):
         ext = tuple(s * st + p for s, st, p in zip(shape, steps, pad, strict=True))
         big = cupy.asarray(random_array(rng, ext, dtype))
         starts = [int(rng.integers(0, p + 1)) for p in pad]
-        x = big[tuple(slice(a, a + s * st, st) for a, s, st in zip(starts, shape, steps, strict=True))]
+        x = big[
+            tuple(slice(a, a + s * st, st) for a, s, st in zip(starts, shape, steps, strict=True))
+        ]
         assert x.shape == shape
         want = np.transpose(cupy.asnumpy(x), axes)
         _, opad = _view_layout(rng, want.shape, one_launch)
-        raw, whole = _poisoned(cupy, tuple(w + p for w, p in zip(want.shape, opad, strict=True)), dtype)
+        raw, whole = _poisoned(
+            cupy, tuple(w + p for w, p in zip(want.shape, opad, strict=True)), dtype
+        )
         window = tuple(slice(p, p + w) for p, w in zip(opad, want.shape, strict=True))
         out = whole[window]
         gathered += _takes(one_launch, x, axes, out)
@@ -506,7 +579,9 @@ def _words_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     while True:
         nd = int(rng.integers(3, 7))
         cap = max(2, round((2e6 if rng.random() < 0.5 else 2e5) ** (1 / nd) / 2))
-        shape = tuple(int(v) * (k if rng.random() < 0.85 else 1) for v in rng.integers(1, cap + 1, nd))
+        shape = tuple(
+            int(v) * (k if rng.random() < 0.85 else 1) for v in rng.integers(1, cap + 1, nd)
+        )
         axes = tuple(int(a) for a in rng.permutation(nd))
         p = plan_permute(shape, axes, e).passes[0]
         if p.kind == PACKED and packed_args(e, p.dims, p.box).kernel.words:
@@ -544,7 +619,9 @@ def test_packed_words_into_poisoned_windows(rng, e, own_pass):
         seen[words] += 1
         assert at.permute(x, axes, out) is out
         assert same_bits(cupy.asnumpy(out), want), (shape, axes, p.box, lead, words)
-        assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+        assert bool((raw[: lead * e] == POISON).all()) and bool(
+            (raw[lead * e + want.nbytes :] == POISON).all()
+        )
     assert done == 14, f"only {done} of 100 drawn problems were packed passes at their pointers"
     assert seen[True] >= 8 and seen[False] >= 2, seen
 
@@ -558,8 +635,10 @@ def _funnel_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         nd = int(rng.integers(3, 7))
         cap = max(2, round((2e6 if rng.random() < 0.5 else 2e5) ** (1 / nd) / 2))
         axes = tuple(int(a) for a in rng.permutation(nd))
-        shape = tuple(int(v) * (k if j == axes[-1] or rng.random() < 0.3 else 1)
-                      for j, v in enumerate(rng.integers(1, cap + 1, nd)))  # fmt: skip
+        shape = tuple(
+            int(v) * (k if j == axes[-1] or rng.random() < 0.3 else 1)
+            for j, v in enumerate(rng.integers(1, cap + 1, nd))
+        )
         p = plan_permute(shape, axes, e).passes[0]
         if p.kind == PACKED and packed_args(e, p.dims, p.box).kernel.funnel:
             return shape, axes
@@ -589,12 +668,17 @@ def test_packed_funnel_into_poisoned_windows(rng, e, own_pass):
         p = plan_permute(shape, axes, e, in_ptr=x.data.ptr, out_ptr=out.data.ptr).passes[0]
         # the plan depends on the pointers: at this offset a problem drawn as a packed pass
         # can be a row copy (one run of the GPU suite drew one); draw another
-        if not (p.kind == PACKED and packed_args(e, p.dims, p.box, x.data.ptr, out.data.ptr).kernel.funnel):
+        if not (
+            p.kind == PACKED
+            and packed_args(e, p.dims, p.box, x.data.ptr, out.data.ptr).kernel.funnel
+        ):
             continue
         done += 1
         assert at.permute(x, axes, out) is out
         assert same_bits(cupy.asnumpy(out), want), (shape, axes, p.box, lead_in)
-        assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+        assert bool((raw[: lead * e] == POISON).all()) and bool(
+            (raw[lead * e + want.nbytes :] == POISON).all()
+        )
     assert done == 12, f"only {done} of 100 drawn problems were funnel passes at their pointers"
 
 
@@ -642,7 +726,9 @@ def test_packed_pipelined_into_poisoned_windows(rng, e):
             lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
             cupy.cuda.get_current_stream().synchronize()
             assert same_bits(cupy.asnumpy(out), want), (shape, axes, p.box, pipelined)
-            assert bool((raw[: lead * e] == POISON).all()) and bool((raw[lead * e + want.nbytes :] == POISON).all())
+            assert bool((raw[: lead * e] == POISON).all()) and bool(
+                (raw[lead * e + want.nbytes :] == POISON).all()
+            )
     assert cut >= 2, "too few problems with cut boxes"
 
 
@@ -676,7 +762,9 @@ def test_one_launch_through_both_launchers(rng, monkeypatch, one_launch, shape, 
                 lc = launch.make_packed(state, 4, p.dims, box)
             out = cupy.full(want.shape, np.nan, np.float32)
             lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
-            assert bool(lc.prepared(state.ctx).address) == (setting == "1" and _native.launcher() is not None)
+            assert bool(lc.prepared(state.ctx).address) == (
+                setting == "1" and _native.launcher() is not None
+            )
             assert same_bits(cupy.asnumpy(out), want), f"native launcher {setting}, box {box}"
         finally:
             _native.reset()
@@ -700,7 +788,9 @@ def test_gather_past_2_32_elements(no_packed):
     x = cupy.empty(shape, cupy.uint8)
     chunk = 1 << 24  # rows at a time: random bytes without a temporary the size of x
     for i in range(0, shape[0], chunk):
-        x[i : i + chunk] = cupy.random.randint(0, 256, (min(chunk, shape[0] - i), 3, 5), dtype=cupy.uint8)
+        x[i : i + chunk] = cupy.random.randint(
+            0, 256, (min(chunk, shape[0] - i), 3, 5), dtype=cupy.uint8
+        )
     y = at.permute(x, axes)
     cupy.cuda.get_current_stream().synchronize()
     assert y.shape == (shape[0], 5, 3)

@@ -56,7 +56,9 @@ SIZES = (1, 2, 4, 8, 16)
 
 
 def _rng(*salt: int | str) -> np.random.Generator:
-    return np.random.default_rng([SEED, *(s if isinstance(s, int) else zlib.crc32(s.encode()) for s in salt)])
+    return np.random.default_rng(
+        [SEED, *(s if isinstance(s, int) else zlib.crc32(s.encode()) for s in salt)]
+    )
 
 
 @dataclass
@@ -122,9 +124,14 @@ def run(x: Buf, axes: tuple[int, ...], out: Buf, what: str = "") -> Plan:
     """Plan, execute on the reference, compare with np.transpose; returns the plan."""
     e = x.view.itemsize
     p = plan_permute(
-        x.view.shape, axes, e, x.strides, out.strides,
-        in_ptr=x.view.ctypes.data, out_ptr=out.view.ctypes.data,
-    )  # fmt: skip
+        x.view.shape,
+        axes,
+        e,
+        x.strides,
+        out.strides,
+        in_ptr=x.view.ctypes.data,
+        out_ptr=out.view.ctypes.data,
+    )
     ctx = (
         f"seed {SEED} {what}: shape {x.view.shape} axes {axes} e {e} in strides {x.strides} "
         f"out strides {out.strides}\n{p.describe()}"
@@ -234,7 +241,9 @@ def test_random_plans_cover_every_case(e: int, gathers: str):
     assert {COPY, TRANSPOSE} <= set(kinds), f"seed {SEED}: {kinds}"
     one = kinds[GATHER] + kinds[PACKED]
     if gathers == "packed":
-        assert one > 40 and kinds[PACKED] > 10, f"seed {SEED}: {kinds}"  # 75-180 and 25-120 (1- to 16-byte)
+        assert one > 40 and kinds[PACKED] > 10, (
+            f"seed {SEED}: {kinds}"
+        )  # 75-180 and 25-120 (1- to 16-byte)
     elif gathers == "gather":
         assert kinds[GATHER] > 40 and PACKED not in kinds, f"seed {SEED}: {kinds}"
     else:
@@ -276,9 +285,11 @@ def test_attention_heads_swap_copies_rows_of_whole_head_vectors(e: int):
     w = 128 * e // 16
     assert p.case == RUNS
     assert p.dims == (
-        Dim(8, 4096 * 32 * 128, 32 * 4096 * 128), Dim(32, 128, 4096 * 128),
-        Dim(4096, 32 * 128, 128), Dim(128, 1, 1),
-    )  # fmt: skip
+        Dim(8, 4096 * 32 * 128, 32 * 4096 * 128),
+        Dim(32, 128, 4096 * 128),
+        Dim(4096, 32 * 128, 128),
+        Dim(128, 1, 1),
+    )
     (q,) = p.passes
     assert q == Pass(
         COPY, 16, 4096, w, 32 * w, w, 32, w, 4096 * w, outer=Dim(8, 4096 * 32 * w, 32 * 4096 * w)
@@ -302,8 +313,12 @@ def test_innermost_axis_that_stays_matches_numpy(run_len: int, e: int):
     for strided in (False, True, True):
         x = make(rng, (3, 5, run_len), e, strided)
         p = run(x, (1, 0, 2), make(rng, (5, 3, run_len), e, strided), f"strided={strided}")
-        run(make(rng, (2, 3, 5, run_len), e, strided), (2, 0, 1, 3),
-            make(rng, (5, 2, 3, run_len), e, strided), f"4-D strided={strided}")  # fmt: skip
+        run(
+            make(rng, (2, 3, 5, run_len), e, strided),
+            (2, 0, 1, 3),
+            make(rng, (5, 2, 3, run_len), e, strided),
+            f"4-D strided={strided}",
+        )
         if not strided and run_len > 1:
             assert p.case == (WIDE if run_len * e in SIZES else RUNS)
 
@@ -381,12 +396,14 @@ def test_overlapping_input_windows_are_read_in_place():
 
 @pytest.mark.parametrize(
     ("shape", "outer", "loops"),
-    [((9, 5, 3, 7, 16), (5, 3), []),  # rows 9, batch 7, then 5 and 3 over blockIdx.z
-     ((2, 9, 5, 3, 7, 16), (5, 3), [2]),  # the fifth dim is a host loop
-     ((2, 70000, 70001, 70002, 8), (2, 1), [70000]),  # over 65535 in all: never over z
-     ((300, 400, 500, 299, 16), (300, 1), [299]),  # 300 x 299 would pass 65535: a loop
-     ((2, 3, 16), (1, 1), [])],
-)  # fmt: skip
+    [
+        ((9, 5, 3, 7, 16), (5, 3), []),  # rows 9, batch 7, then 5 and 3 over blockIdx.z
+        ((2, 9, 5, 3, 7, 16), (5, 3), [2]),  # the fifth dim is a host loop
+        ((2, 70000, 70001, 70002, 8), (2, 1), [70000]),  # over 65535 in all: never over z
+        ((300, 400, 500, 299, 16), (300, 1), [299]),  # 300 x 299 would pass 65535: a loop
+        ((2, 3, 16), (1, 1), []),
+    ],
+)
 def test_row_copies_walk_more_dims_in_the_launch(no_gather, shape, outer, loops):
     """Rows (the innermost axis stays innermost) over several dims: the kernel takes the
     largest as its rows, the next as its batch and the next two (at most 65535 together) over
@@ -400,11 +417,13 @@ def test_row_copies_walk_more_dims_in_the_launch(no_gather, shape, outer, loops)
 
 @pytest.mark.parametrize(
     ("shape", "axes", "e"),
-    [((36, 3359, 7, 29), (2, 1, 0, 3), 8),  # the 36 rows are side by side: m, not the 3359
-     ((8, 8, 4, 8, 10320, 4), (2, 4, 3, 0, 1, 5), 8),
-     ((12, 20, 1, 76, 1, 2160), (1, 3, 2, 4, 0, 5), 8),
-     ((8, 4096, 32, 128), (0, 2, 1, 3), 2)],  # the head swap: already along them
-)  # fmt: skip
+    [
+        ((36, 3359, 7, 29), (2, 1, 0, 3), 8),  # the 36 rows are side by side: m, not the 3359
+        ((8, 8, 4, 8, 10320, 4), (2, 4, 3, 0, 1, 5), 8),
+        ((12, 20, 1, 76, 1, 2160), (1, 3, 2, 4, 0, 5), 8),
+        ((8, 4096, 32, 128), (0, 2, 1, 3), 2),
+    ],  # the head swap: already along them
+)
 def test_row_copies_run_along_the_outputs_side_by_side_rows(no_gather, shape, axes, e):
     """A block's rows (m) are the output's side-by-side rows where one of the two largest
     dims has them, so its stores are one run (plan.ROWS_MAX_OUTER's note: +4 to +11 points
@@ -535,13 +554,17 @@ def test_axes_that_are_not_a_permutation_are_refused(axes: Any, words: str):
     with pytest.raises(errors.AxesError, match=words) as info:
         plan_permute((2, 3, 4), axes, 4)
     assert isinstance(info.value, ValueError)
-    assert "permutation of (0, 1, 2)" in str(info.value) or "permutation of range" in str(info.value)
+    assert "permutation of (0, 1, 2)" in str(info.value) or "permutation of range" in str(
+        info.value
+    )
 
 
 @pytest.mark.parametrize("axes", [(0, 1, 2), (-3, -2, -1), (2, 0, 1), (-1, 0, -2)])
 def test_negative_axes_mean_what_numpy_means(axes: tuple[int, ...]):
     assert normalize_axes(axes, 3) == tuple(a % 3 for a in axes)
-    assert np.transpose(np.empty((2, 3, 4)), axes).shape == plan_permute((2, 3, 4), axes, 1).out_shape
+    assert (
+        np.transpose(np.empty((2, 3, 4)), axes).shape == plan_permute((2, 3, 4), axes, 1).out_shape
+    )
 
 
 @pytest.mark.parametrize(
@@ -569,7 +592,9 @@ def test_bad_calls_say_what_to_do(call: dict[str, Any], error: type, words: str)
 # --- describe -----------------------------------------------------------------------------------
 def test_describe_names_the_problem_the_pass_and_the_launches(no_gather):
     text = plan_permute((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4).describe()
-    assert "permute (2, 7, 3, 5, 11) by (0, 2, 1, 4, 3), 4-byte elements -> (2, 3, 7, 11, 5)" in text
+    assert (
+        "permute (2, 7, 3, 5, 11) by (0, 2, 1, 4, 3), 4-byte elements -> (2, 3, 7, 11, 5)" in text
+    )
     assert "transpose 7 x 5x11 of 4-byte elements" in text
     assert "host loops 2 (in +1155, out +1155), 3 (in +55, out +385) elements" in text
     assert text.endswith("1 pass, 6 launches")
@@ -600,7 +625,12 @@ MiB = 1 << 20
 @pytest.mark.parametrize(
     "shape, axes, e, kind",
     [
-        ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, PACKED),  # 7 x 2 x 3 matrices of 5x11: a side under 8
+        (
+            (2, 7, 3, 5, 11),
+            (0, 2, 1, 4, 3),
+            4,
+            PACKED,
+        ),  # 7 x 2 x 3 matrices of 5x11: a side under 8
         ((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4, PACKED),  # 2 launches of 1.7 MB
         ((100000, 3, 5), (0, 2, 1), 4, PACKED),  # one launch, but 3x5 tiles
         ((3, 5, 7, 2), (0, 2, 1, 3), 4, PACKED),  # wide 8-byte elements in 5x7 tiles
@@ -679,9 +709,12 @@ def test_gather_thresholds_are_module_constants(monkeypatch):
 
 @pytest.mark.parametrize(
     "p",
-    [_pass(TRANSPOSE, 5, 7, loops=3, batch=4), _pass(COPY, 5, 7, loops=3, batch=4),
-     Pass(TRANSPOSE, 2, 2, 3, 33, 40, 4, 1000, 2, (Dim(5, 5000, 8), Dim(6, 3, 120)))],
-)  # fmt: skip
+    [
+        _pass(TRANSPOSE, 5, 7, loops=3, batch=4),
+        _pass(COPY, 5, 7, loops=3, batch=4),
+        Pass(TRANSPOSE, 2, 2, 3, 33, 40, 4, 1000, 2, (Dim(5, 5000, 8), Dim(6, 3, 120))),
+    ],
+)
 def test_a_pass_as_a_gather_moves_the_same_bytes(p: Pass):
     """`Pass.problem()`, the dims a gather takes, covers exactly what the launches write,
     reading from the same places."""
@@ -711,8 +744,12 @@ def test_one_launch_plans_of_views_match_numpy(e: int, kind: str, request: pytes
     if kind == GATHER:
         request.getfixturevalue("no_packed")
     rng = _rng(23, e)
-    for shape, axes in [((2, 3, 5, 7, 2, 3), (5, 1, 3, 0, 4, 2)), ((50, 3, 5), (0, 2, 1)),
-                        ((2,) * 8, (7, 0, 6, 1, 5, 2, 4, 3)), ((3, 4, 5, 6), (3, 1, 2, 0))]:  # fmt: skip
+    for shape, axes in [
+        ((2, 3, 5, 7, 2, 3), (5, 1, 3, 0, 4, 2)),
+        ((50, 3, 5), (0, 2, 1)),
+        ((2,) * 8, (7, 0, 6, 1, 5, 2, 4, 3)),
+        ((3, 4, 5, 6), (3, 1, 2, 0)),
+    ]:
         for strided in (False, True):
             x = make(rng, shape, e, strided)
             out = make(rng, tuple(shape[a] for a in axes), e, strided)
@@ -728,7 +765,10 @@ def test_describe_says_why_a_gather(no_packed):
     assert "out strides (1155, 385, 55, 5, 1)" in text
     assert "why gather: the batched pass would be 6 launches of 1540 bytes" in text
     text = plan_permute((2, 3, 5, 7, 64, 64), (3, 2, 1, 0, 5, 4), 4).describe()
-    assert "why gather: the batched pass would be 2 launches of 1720320 bytes (transpose 7 x 64x64)" in text
+    assert (
+        "why gather: the batched pass would be 2 launches of 1720320 bytes (transpose 7 x 64x64)"
+        in text
+    )
     assert text.endswith("1 pass, 1 launch")
     text = plan_permute((100000, 3, 5), (0, 2, 1), 4).describe()
     assert "transpose 100000 x 3x5 (both sides under 8" in text
@@ -741,7 +781,13 @@ def test_describe_says_why_a_gather(no_packed):
         # 64 launches of 0.7 MB: packed, with its box pipelined, the gather, a bigger box and
         # the batched pass
         ((200, 64, 112, 8), (3, 1, 0, 2), 4, PACKED, [PACKED, GATHER, PACKED, TRANSPOSE]),
-        ((8, 696, 1, 312, 3), (1, 4, 0, 3, 2), 8, PACKED, [PACKED, GATHER, TRANSPOSE]),  # 8 launches
+        (
+            (8, 696, 1, 312, 3),
+            (1, 4, 0, 3, 2),
+            8,
+            PACKED,
+            [PACKED, GATHER, TRANSPOSE],
+        ),  # 8 launches
         ((8, 4096, 32, 128), (0, 2, 1, 3), 2, COPY, [PACKED]),  # heads: rows of 256 bytes
         ((1000, 1000, 8), (1, 0, 2), 4, COPY, [PACKED, GATHER]),  # rows of 32 bytes: the gather too
         ((32, 64, 224, 224), (0, 2, 3, 1), 2, TRANSPOSE, [PACKED]),  # a side of 128 bytes
@@ -752,7 +798,7 @@ def test_describe_says_why_a_gather(no_packed):
         ((64, 3, 1000), (1, 0, 2), 4, COPY, []),  # rows of 4000 bytes
         ((4096, 4096), (0, 1), 4, COPY, []),  # one contiguous block
     ],
-)  # fmt: skip
+)
 def test_the_alternatives_a_first_call_times(shape, axes, e, kind, alternatives, monkeypatch):
     monkeypatch.setattr(plan, "ALT_MIN_BYTES", 8 << 20)  # as shipped
     p = plan_permute(shape, axes, e)
@@ -765,7 +811,9 @@ def test_the_alternatives_a_first_call_times(shape, axes, e, kind, alternatives,
     boxes = [(a.box, a.pipelined) for a in (q, *p.alternatives) if a.kind == PACKED]
     assert len(set(boxes)) == len(boxes), "each box once, each way"
     twins = [a for a in p.alternatives if a.pipelined]  # only the plan's own box, and where it fits
-    assert twins == ([dataclasses.replace(q, pipelined=True)] if can_pipeline(q) else []), p.describe()
+    assert twins == ([dataclasses.replace(q, pipelined=True)] if can_pipeline(q) else []), (
+        p.describe()
+    )
 
 
 def test_small_arrays_have_no_alternatives(monkeypatch):

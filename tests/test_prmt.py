@@ -110,8 +110,12 @@ def block(s: int, r: list[np.ndarray]) -> list[np.ndarray]:
     if s == 1:
         lo01, hi01 = byte_perm(r[0], r[1], 0x5140), byte_perm(r[0], r[1], 0x7362)
         lo23, hi23 = byte_perm(r[2], r[3], 0x5140), byte_perm(r[2], r[3], 0x7362)
-        return [byte_perm(lo01, lo23, 0x5410), byte_perm(lo01, lo23, 0x7632),
-                byte_perm(hi01, hi23, 0x5410), byte_perm(hi01, hi23, 0x7632)]  # fmt: skip
+        return [
+            byte_perm(lo01, lo23, 0x5410),
+            byte_perm(lo01, lo23, 0x7632),
+            byte_perm(hi01, hi23, 0x5410),
+            byte_perm(hi01, hi23, 0x7632),
+        ]
     if s == 2:
         return [byte_perm(r[0], r[1], 0x5410), byte_perm(r[0], r[1], 0x7632)]
     return [r[0]]
@@ -140,9 +144,21 @@ def conflicts(words: np.ndarray, active: np.ndarray, width: int = 4) -> int:
     return extra
 
 
-def model(c: KernelConfig, mem: np.ndarray, off_in: int, out: np.ndarray, off_out: int,
-          batch: int, m: int, n: int, ld_in: int, ld_out: int, bs_in: int, bs_out: int,
-          stats: dict[str, int]) -> np.ndarray:  # fmt: skip
+def model(
+    c: KernelConfig,
+    mem: np.ndarray,
+    off_in: int,
+    out: np.ndarray,
+    off_out: int,
+    batch: int,
+    m: int,
+    n: int,
+    ld_in: int,
+    ld_out: int,
+    bs_in: int,
+    bs_out: int,
+    stats: dict[str, int],
+) -> np.ndarray:
     """Run every tile of the kernel on byte buffers `mem` (input) and `out`; the matrices
     start at byte offsets off_in and off_out, strides in elements. Returns how often each
     byte of `out` was written; adds each phase's extra shared-memory wavefronts to `stats`."""
@@ -181,11 +197,16 @@ def model(c: KernelConfig, mem: np.ndarray, off_in: int, out: np.ndarray, off_ou
                     ok = (t < r1 * nc1) & (q >= qlo) & (q < qhi) & (lw * 16 < lead + in_bytes)
                     assert np.all(ok <= ((row >= 0) & (row < m) & (q < sr)))
                     addr = ib + row * ld_in * s - lead + lw * 16
-                    assert np.all((addr[ok] >= lo_in) & (addr[ok] + 16 <= hi_in)), "a load outside the input's chunks"
+                    assert np.all((addr[ok] >= lo_in) & (addr[ok] + 16 <= hi_in)), (
+                        "a load outside the input's chunks"
+                    )
                     dst = row_base(q) + lw * 4
                     stats["load"] += conflicts(dst, ok, 16)
                     for x in range(4):
-                        word = sum(mem[addr[ok] + 4 * x + y].astype(np.uint32) << np.uint32(8 * y) for y in range(4))
+                        word = sum(
+                            mem[addr[ok] + 4 * x + y].astype(np.uint32) << np.uint32(8 * y)
+                            for y in range(4)
+                        )
                         sa[dst[ok] + x] = word
                 xg, xp = t // 8, t % 8
                 for u in range(v["lu2"]):
@@ -195,11 +216,15 @@ def model(c: KernelConfig, mem: np.ndarray, off_in: int, out: np.ndarray, off_ou
                     for e in range(kk):
                         q = g * kk + e
                         lead = (lead_rs + q * step) & 15
-                        rows.append((np.where(act, row_base(q) + xp + (lead >> 2), 0), 8 * (lead & 3)))
+                        rows.append(
+                            (np.where(act, row_base(q) + xp + (lead >> 2), 0), 8 * (lead & 3))
+                        )
                     for x in range(v["x"]):
                         rw = []
                         for p, sh in rows:
-                            stats["exchange"] += conflicts(p + 8 * x, act) + conflicts(p + 8 * x + 1, act)
+                            stats["exchange"] += conflicts(p + 8 * x, act) + conflicts(
+                                p + 8 * x + 1, act
+                            )
                             rw.append(funnel_r(sa[p + 8 * x], sa[p + 8 * x + 1], sh))
                         o = block(s, rw)
                         for f in range(kk):
@@ -243,17 +268,24 @@ def _run_model(rng, c: KernelConfig, batch: int, m: int, n: int, stats: dict[str
     written = model(c, src, off_in, out, off_out, batch, m, n, ld_in, ld_out, bs_in, bs_out, stats)
     x = np.lib.stride_tricks.as_strided(
         src[off_in:].view(np.uint8)[: batch * bs_in * s].view(dtype),
-        (batch, m, n), (bs_in * s, ld_in * s, s))  # fmt: skip
+        (batch, m, n),
+        (bs_in * s, ld_in * s, s),
+    )
     want = fill.copy()
     region = np.lib.stride_tricks.as_strided(
         want[off_out:].view(np.uint8)[: batch * bs_out * s].view(dtype),
-        (batch, n, m), (bs_out * s, ld_out * s, s), writeable=True)  # fmt: skip
+        (batch, n, m),
+        (bs_out * s, ld_out * s, s),
+        writeable=True,
+    )
     region[...] = np.swapaxes(x, 1, 2)
     mask = np.zeros(out.size, dtype=bool)
     bi, i, j, k = np.ix_(range(batch), range(n), range(m), range(s))
     mask[(off_out + (bi * bs_out + i * ld_out + j) * s + k).ravel()] = True
     assert np.array_equal(out, want), (c.key, batch, m, n, off_in, off_out)
-    assert np.all(written[mask] == 1) and not written[~mask].any(), "each output byte is written once, no other"
+    assert np.all(written[mask] == 1) and not written[~mask].any(), (
+        "each output byte is written once, no other"
+    )
 
 
 @pytest.mark.parametrize("s", PRMT_SIZES)
@@ -264,8 +296,13 @@ def test_model_matches_numpy_at_any_offset(rng, s):
     space = [c for c in prmt_space(s, NEWEST) if not c.persistent and c.cache == "default"]
     picks = [prmt_default(s)] + [space[i] for i in rng.choice(len(space), 3, replace=False)]
     odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
-    shapes = [(1, odd(100, 300), odd(100, 300)), (2, odd(3, 70), odd(60, 200)), (1, 1, odd(50, 300)),
-              (1, odd(50, 300), 1), (1, int(rng.integers(64, 200)) * 2, int(rng.integers(64, 200)) * 2)]  # fmt: skip
+    shapes = [
+        (1, odd(100, 300), odd(100, 300)),
+        (2, odd(3, 70), odd(60, 200)),
+        (1, 1, odd(50, 300)),
+        (1, odd(50, 300), 1),
+        (1, int(rng.integers(64, 200)) * 2, int(rng.integers(64, 200)) * 2),
+    ]
     for c in picks:
         stats = {"load": 0, "exchange": 0, "store": 0}
         for shape in shapes:
@@ -278,7 +315,9 @@ def test_byte_perm_model_is_a_transpose(rng):
     for s in PRMT_SIZES:
         k = 4 // s
         a = rng.integers(0, 256, size=(k, 4), dtype=np.uint8)
-        r = [np.array([int.from_bytes(a[e].tobytes(), "little")], dtype=np.uint32) for e in range(k)]
+        r = [
+            np.array([int.from_bytes(a[e].tobytes(), "little")], dtype=np.uint32) for e in range(k)
+        ]
         o = block(s, r)
         elems = a.view(f"u{s}")  # k rows of k elements
         got = np.stack([np.frombuffer(int(x[0]).to_bytes(4, "little"), dtype=f"u{s}") for x in o])
@@ -289,7 +328,9 @@ def test_template_renders_the_selectors_the_model_runs():
     src = kernel_source(prmt_default(1))
     for sel in ("0x5140", "0x7362", "0x5410", "0x7632"):
         assert sel in src
-    assert "0x5410" in kernel_source(prmt_default(2)) and "0x5140" not in kernel_source(prmt_default(2))
+    assert "0x5410" in kernel_source(prmt_default(2)) and "0x5140" not in kernel_source(
+        prmt_default(2)
+    )
 
 
 @pytest.mark.slow
@@ -298,8 +339,12 @@ def test_template_renders_the_selectors_the_model_runs():
 def test_prmt_kernels_compile_without_spills_or_warnings(arch):
     """Every tile shape and per_thread of both element sizes (rasters and cache hints add no
     registers to speak of: one of each)."""
-    picks = [c for s in PRMT_SIZES for c in prmt_space(s, NEWEST)
-             if not c.persistent and (c.raster, c.cache) in (("row", "default"), ("col", "stream"))]  # fmt: skip
+    picks = [
+        c
+        for s in PRMT_SIZES
+        for c in prmt_space(s, NEWEST)
+        if not c.persistent and (c.raster, c.cache) in (("row", "default"), ("col", "stream"))
+    ]
     assert_compile_without_spills(picks, arch)
     assert_nvcc_silent(render_many(picks), arch)
 

@@ -25,16 +25,24 @@ from autotranspose.plan import (
     runs_of,
 )
 
-FIELDS = ("n in0 in1 rin_i rout_i rin_b rout_b os_in os_out os2_in os2_out run s0 ri rb outer2 "
-          "lanes per_block chunk words n_magic n_shift s0_magic s0_shift pad").split()  # fmt: skip
+FIELDS = (
+    "n in0 in1 rin_i rout_i rin_b rout_b os_in os_out os2_in os2_out run s0 ri rb outer2 "
+    "lanes per_block chunk words n_magic n_shift s0_magic s0_shift pad"
+).split()
 
 
 def _div(x: int, magic: int, shift: int) -> int:
     return x if magic == 0 else divide(x, magic, shift)
 
 
-def run_model(mem: np.ndarray, src: int, dst: int, g: RunsGeometry, scalars: tuple[int, ...],
-              wanted: np.ndarray) -> np.ndarray:  # fmt: skip
+def run_model(
+    mem: np.ndarray,
+    src: int,
+    dst: int,
+    g: RunsGeometry,
+    scalars: tuple[int, ...],
+    wanted: np.ndarray,
+) -> np.ndarray:
     """Run the kernel's threads on flat byte memory `mem` (pointers are indices); returns how
     many times each byte was written. Asserts every aligned input word read holds a byte of
     `wanted` (the rows' input bytes)."""
@@ -43,7 +51,9 @@ def run_model(mem: np.ndarray, src: int, dst: int, g: RunsGeometry, scalars: tup
     before = mem.copy()  # the kernel reads only input, which no launch writes
 
     def load(at: int) -> np.ndarray:
-        assert at % 16 == 0 and wanted[at : at + 16].any(), f"read a word holding no wanted byte at {at}"
+        assert at % 16 == 0 and wanted[at : at + 16].any(), (
+            f"read a word holding no wanted byte at {at}"
+        )
         return before[at : at + 16]
 
     for bz in range(g.walked):
@@ -56,8 +66,16 @@ def run_model(mem: np.ndarray, src: int, dst: int, g: RunsGeometry, scalars: tup
                     if slot >= a["per_block"] or r >= a["ri"] * a["rb"]:
                         continue
                     rb, ri = divmod(r, a["ri"])
-                    s_at = src + z * a["os_in"] + y * a["os2_in"] + rb * a["rin_b"] + ri * a["rin_i"]
-                    o = dst + z * a["os_out"] + y * a["os2_out"] + rb * a["rout_b"] + ri * a["rout_i"]
+                    s_at = (
+                        src + z * a["os_in"] + y * a["os2_in"] + rb * a["rin_b"] + ri * a["rin_i"]
+                    )
+                    o = (
+                        dst
+                        + z * a["os_out"]
+                        + y * a["os2_out"]
+                        + rb * a["rout_b"]
+                        + ri * a["rout_i"]
+                    )
                     base, end = o & ~15, o + a["run"]
                     k0 = by * a["chunk"]
                     for k in range(k0 + lane, min(a["words"], k0 + a["chunk"]), a["lanes"]):
@@ -110,9 +128,22 @@ def _check(p: Pass, src: int, dst: int, mem_bytes: int, rng: np.random.Generator
     assert expect.max() == 1, "the contract writes a byte twice: not a valid test case"
     writes = np.zeros(mem_bytes, np.int64)
     o, o2 = p.outer, p.outer2
-    g, scalars = runs_args(p.batch, p.m, p.n, p.ld_in, p.ld_out, p.bs_in, p.bs_out,
-                           o.extent, o.in_stride, o.out_stride, o2.extent, o2.in_stride,
-                           o2.out_stride, multiprocessors=2)  # fmt: skip
+    g, scalars = runs_args(
+        p.batch,
+        p.m,
+        p.n,
+        p.ld_in,
+        p.ld_out,
+        p.bs_in,
+        p.bs_out,
+        o.extent,
+        o.in_stride,
+        o.out_stride,
+        o2.extent,
+        o2.in_stride,
+        o2.out_stride,
+        multiprocessors=2,
+    )
     for i0, o0 in p.offsets():  # one launch, made once, at each host-loop index
         writes += run_model(mem, src + i0, dst + o0, g, scalars, wanted)
     np.testing.assert_array_equal(writes, expect)  # each output byte once, nothing else
@@ -141,14 +172,28 @@ def test_row_copies_at_every_offset_match_numpy(rng, fused):
         m = max(m, 2)
         ld_in, bs_in, os_in, os2_in = _layout(rng, [m, batch, outer, outer2], n)
         if fused == "none":
-            ld_out, bs_out, os_out, os2_out = _layout(rng, [m, batch, outer, outer2], n + 1 + int(rng.integers(0, 20)))
+            ld_out, bs_out, os_out, os2_out = _layout(
+                rng, [m, batch, outer, outer2], n + 1 + int(rng.integers(0, 20))
+            )
         else:
             ld_out = n
             bs_out = m * n + (0 if fused == "matrices" else 1 + int(rng.integers(0, 20)))
             os_out = bs_out * batch + int(rng.integers(0, 9))
             os2_out = os_out * outer
-        p = Pass(COPY, 1, m, n, ld_in, ld_out, batch, bs_in, bs_out,
-                 outer=Dim(outer, os_in, os_out), outer2=Dim(outer2, os2_in, os2_out), realign=True)  # fmt: skip
+        p = Pass(
+            COPY,
+            1,
+            m,
+            n,
+            ld_in,
+            ld_out,
+            batch,
+            bs_in,
+            bs_out,
+            outer=Dim(outer, os_in, os_out),
+            outer2=Dim(outer2, os2_in, os2_out),
+            realign=True,
+        )
         run, s0, s1 = runs_of(m, n, ld_out, batch, bs_out)
         assert run == s0 * s1 * n
         assert (s0 > 1) == (fused != "none") and (s1 > 1) == (fused == "matrices" and batch > 1)
@@ -180,8 +225,9 @@ def test_realigned_passes_of_random_permutes_match_numpy(rng, e):
         assert p.elem_bytes == 1 and p.run_bytes >= REALIGN_MIN_RUN_BYTES
         mem_bytes = dst + int(np.prod(shape)) * e + 64
         mem = np.random.default_rng(done).integers(0, 256, mem_bytes, dtype=np.uint8)
-        x = np.lib.stride_tricks.as_strided(mem[src:], shape=(*shape, e),
-                                            strides=(*(s * e for s in contiguous_strides(shape)), 1)).copy()  # fmt: skip
+        x = np.lib.stride_tricks.as_strided(
+            mem[src:], shape=(*shape, e), strides=(*(s * e for s in contiguous_strides(shape)), 1)
+        ).copy()
         _check(p, src, dst, mem_bytes, np.random.default_rng(done))
         # _check compared against the pass's own contract; the contract against NumPy:
         got = mem.copy()
@@ -211,7 +257,11 @@ def test_sixteen_byte_words_and_short_runs_keep_the_word_copy():
 
 def test_runs_geometry_covers_every_word():
     """A run's words (its cut first one included) fall in the chunks and lanes exactly."""
-    for m, n, ld_out, batch, bs_out in [(7, 21, 21, 5, 147), (7, 21, 30, 5, 400), (1000, 29034, 29034, 3, 29034000)]:
+    for m, n, ld_out, batch, bs_out in [
+        (7, 21, 21, 5, 147),
+        (7, 21, 30, 5, 400),
+        (1000, 29034, 29034, 3, 29034000),
+    ]:
         g = runs_geometry(m, n, ld_out, batch, bs_out, 132)
         assert g.words == -(-g.run // 16) + 1
         assert g.chunks * g.chunk >= g.words and g.chunk % g.lanes == 0

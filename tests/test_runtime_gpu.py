@@ -338,9 +338,13 @@ def test_cuda_array_interface_v3_stream_is_honoured(rng):
 
     class Producer:  # a library that says: my data is ready on stream s
         __cuda_array_interface__ = {  # noqa: RUF012
-            "shape": (4096, 4096), "typestr": "<f4", "data": (x.data_ptr(), False),
-            "strides": None, "version": 3, "stream": s.cuda_stream,
-        }  # fmt: skip
+            "shape": (4096, 4096),
+            "typestr": "<f4",
+            "data": (x.data_ptr(), False),
+            "strides": None,
+            "version": 3,
+            "stream": s.cuda_stream,
+        }
 
     y = at.transpose(Producer())
     s.synchronize()

@@ -22,7 +22,7 @@ from autotranspose.config import (
     staged_default,
     staged_loads,
     staged_space,
-)  # fmt: skip
+)
 from autotranspose.errors import ConfigError
 
 DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "complex64"}
@@ -35,10 +35,15 @@ def staged(elem_bytes: int, **kw) -> KernelConfig:
 # --- the config --------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "change, says",
-    [({"layout": "swizzle"}, "layout='pad'"), ({"pad": 1}, "pad=0"), ({"realign": True}, "realign=False"),
-     ({"vec": 2}, "words of 4, 8 or 16 bytes"), ({"per_thread": 16}, "lower per_thread"),
-     ({"conjugate": True}, "complex64")],
-)  # fmt: skip
+    [
+        ({"layout": "swizzle"}, "layout='pad'"),
+        ({"pad": 1}, "pad=0"),
+        ({"realign": True}, "realign=False"),
+        ({"vec": 2}, "words of 4, 8 or 16 bytes"),
+        ({"per_thread": 16}, "lower per_thread"),
+        ({"conjugate": True}, "complex64"),
+    ],
+)
 def test_invalid_staged_configs_say_what_to_change(change, says):
     fields = {**staged(1).to_dict(), **change}
     with pytest.raises(ConfigError, match=says):
@@ -82,7 +87,10 @@ def test_staged_kernels_compile_without_spills(arch, rng):
     for s in STAGED_SIZES:
         space = [c for c in staged_space(s, NEWEST) if not c.persistent and not c.min_blocks]
         for key in ("threads", "smem_bytes", "per_thread", "tile_m", "tile_n", "vec"):
-            for cfg in (min(space, key=lambda c: getattr(c, key)), max(space, key=lambda c: getattr(c, key))):
+            for cfg in (
+                min(space, key=lambda c: getattr(c, key)),
+                max(space, key=lambda c: getattr(c, key)),
+            ):
                 picks[cfg.kernel_name] = cfg
         for i in rng.choice(len(space), 3, replace=False):
             picks[space[i].kernel_name] = space[i]
@@ -100,7 +108,9 @@ def test_a_full_block_holds_at_most_the_words_its_registers_allow():
     """At 512 threads (128 registers a thread) 16 output plus 17 loaded words spilled on sm_90."""
     with pytest.raises(ConfigError, match="lower per_thread"):
         KernelConfig(1, 256, 128, 4, 16, 0, "pad", "col", staged=True)
-    full = [c for s in STAGED_SIZES for c in staged_space(s, NEWEST) if c.threads == STAGED_MAX_THREADS]
+    full = [
+        c for s in STAGED_SIZES for c in staged_space(s, NEWEST) if c.threads == STAGED_MAX_THREADS
+    ]
     assert full and max(map(_words_in_flight, full)) <= STAGED_WORDS_AT_MAX_THREADS
 
 
@@ -109,8 +119,12 @@ def test_a_full_block_holds_at_most_the_words_its_registers_allow():
 def test_full_blocks_with_the_most_words_in_flight_compile_without_spills(rng):
     from autotranspose.compiler import nvcc_resources
 
-    full = [c for s in STAGED_SIZES for c in staged_space(s, NEWEST)
-            if c.threads == STAGED_MAX_THREADS and not c.persistent and not c.min_blocks]  # fmt: skip
+    full = [
+        c
+        for s in STAGED_SIZES
+        for c in staged_space(s, NEWEST)
+        if c.threads == STAGED_MAX_THREADS and not c.persistent and not c.min_blocks
+    ]
     most = max(map(_words_in_flight, full))
     edge = [c for c in full if _words_in_flight(c) == most]
     picks = [edge[i] for i in rng.choice(len(edge), min(24, len(edge)), replace=False)]

@@ -33,8 +33,16 @@ from autotranspose.store.models import Base
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")
 
-AT_TABLES = {"at_meta", "at_devices", "at_configs", "at_runs", "at_measurements", "at_best",
-             "at_claims", "at_alembic_version"}  # fmt: skip
+AT_TABLES = {
+    "at_meta",
+    "at_devices",
+    "at_configs",
+    "at_runs",
+    "at_measurements",
+    "at_best",
+    "at_claims",
+    "at_alembic_version",
+}
 
 
 # --- schema ------------------------------------------------------------------------------------
@@ -335,7 +343,9 @@ def test_keys_are_separate(store, rng):
     store.record(run, H100, "float16", 2, shape, cls, random_config(rng, 2, cls.vec), ok(800.0))
     b, m, n = shape
     other = shape_class(b * 16, m, n, cls.vec)
-    store.record(run, H100, "float32", 4, (b * 16, m, n), other, random_config(rng, 4, cls.vec), ok(700.0))  # fmt: skip
+    store.record(
+        run, H100, "float32", 4, (b * 16, m, n), other, random_config(rng, 4, cls.vec), ok(700.0)
+    )
     assert store.best(H100.name, 4, cls).gbps == 100.0
     assert store.best(A100.name, 4, cls).gbps == 900.0
     assert store.best(H100.name, 2, cls).gbps == 800.0
@@ -358,7 +368,9 @@ def test_runs_begin_and_finish(store):
     run = store.begin_run(H100, {"trials": 10, "path": Path("/x")})
     store.finish_run(run, "done")
     with store.engine.connect() as conn:
-        row = conn.exec_driver_sql(f"SELECT status, finished_at, settings_json, tool_version, template_version FROM at_runs WHERE id = {run}").one()  # fmt: skip
+        row = conn.exec_driver_sql(
+            f"SELECT status, finished_at, settings_json, tool_version, template_version FROM at_runs WHERE id = {run}"
+        ).one()
     assert row[0] == "done" and row[1] is not None
     assert json.loads(row[2]) == {"trials": 10, "path": "/x"}
     with pytest.raises(StoreError, match="no tuning run"):
@@ -430,23 +442,36 @@ MALICIOUS_CONFIGS = [
 ]
 
 
-def _insert_best(store, *, config_json=None, shape_class="1x1024x1024/v4", device=H100, gbps=1.0, tv=None):  # fmt: skip
+def _insert_best(
+    store, *, config_json=None, shape_class="1x1024x1024/v4", device=H100, gbps=1.0, tv=None
+):
     """A best row written with raw SQL, as a tampered or damaged database would hold it."""
     device_id = store.upsert_device(device)
     tv = tv or hooks.kernel_version(valid_config(4, 4))
     config_json = config_json or json.dumps(valid_config(4, 4).to_dict())
     with store.engine.begin() as conn:
         key = f"raw{conn.exec_driver_sql('SELECT COUNT(*) FROM at_configs').scalar()}"
-        conn.execute(sa.text("INSERT INTO at_configs (key, elem_bytes, config_json) VALUES (:k, 4, :j)"), {"k": key, "j": config_json})  # fmt: skip
-        config_id = conn.execute(sa.text("SELECT id FROM at_configs WHERE key = :k"), {"k": key}).scalar()  # fmt: skip
+        conn.execute(
+            sa.text("INSERT INTO at_configs (key, elem_bytes, config_json) VALUES (:k, 4, :j)"),
+            {"k": key, "j": config_json},
+        )
+        config_id = conn.execute(
+            sa.text("SELECT id FROM at_configs WHERE key = :k"), {"k": key}
+        ).scalar()
         conn.execute(
             sa.text(
                 "INSERT INTO at_best (device_id, elem_bytes, shape_class, config_id, gbps, copy_gbps,"
                 " ratio, template_version, updated_at) VALUES (:d, 4, :c, :cfg, :g, 1.0, 1.0, :tv, :at)"
             ),
-            {"d": device_id, "c": shape_class, "cfg": config_id, "g": gbps, "tv": tv,
-             "at": writes.now()},
-        )  # fmt: skip
+            {
+                "d": device_id,
+                "c": shape_class,
+                "cfg": config_id,
+                "g": gbps,
+                "tv": tv,
+                "at": writes.now(),
+            },
+        )
         return conn.execute(sa.text("SELECT MAX(id) FROM at_best")).scalar()
 
 
@@ -473,10 +498,16 @@ def test_malicious_config_rows_are_skipped_and_named(store, config_json, monkeyp
 
 @pytest.mark.parametrize(
     "shape_class",
-    ["1x2x3/v4;DROP TABLE at_best", "{{ 7*7 }}", "1x1024x1024/v32", "1x1024x1024", "-1x2x2/v1",
-     "1x" + "9" * 50 + "x2/v1"],
+    [
+        "1x2x3/v4;DROP TABLE at_best",
+        "{{ 7*7 }}",
+        "1x1024x1024/v32",
+        "1x1024x1024",
+        "-1x2x2/v1",
+        "1x" + "9" * 50 + "x2/v1",
+    ],
     ids=lambda c: c[:24],
-)  # fmt: skip
+)
 def test_malicious_shape_class_rows_are_skipped(store, shape_class):
     row_id = _insert_best(store, shape_class=shape_class)
     with pytest.warns(BadRowWarning, match=f"at_best row {row_id}"):
@@ -497,9 +528,12 @@ def test_bad_numbers_and_versions_are_skipped(store):
 
 @pytest.mark.parametrize(
     ("column", "value", "says"),
-    [("gbps", 1e308, "gbps 1e+308 is outside"), ("copy_gbps", 5e6, "copy_gbps 5000000.0 is outside"),
-     ("ratio", 0.25, "is not gbps / copy_gbps")],
-)  # fmt: skip
+    [
+        ("gbps", 1e308, "gbps 1e+308 is outside"),
+        ("copy_gbps", 5e6, "copy_gbps 5000000.0 is outside"),
+        ("ratio", 0.25, "is not gbps / copy_gbps"),
+    ],
+)
 def test_numbers_beyond_any_gpu_are_skipped_like_an_import_and_replaced(store, column, value, says):
     """A stored row is as untrusted as a file: numbers an import refuses are never served; the
     warning names the row and what to do, and the next valid result takes its place."""
@@ -513,7 +547,9 @@ def test_numbers_beyond_any_gpu_are_skipped_like_an_import_and_replaced(store, c
         assert store.entries() == []
     (message,) = [str(w.message) for w in caught]
     assert f"at_best row {row_id}" in message and says in message
-    assert "tune its class again" in message and f"DELETE FROM at_best WHERE id = {row_id}" in message
+    assert (
+        "tune its class again" in message and f"DELETE FROM at_best WHERE id = {row_id}" in message
+    )
     with pytest.raises(StoreError, match=f"at_best row {row_id}.*DELETE FROM at_best"):
         store.best(H100.name, 4, cls)
     # nothing deleted behind the user's back; a slower valid result replaces the bad best
@@ -527,7 +563,9 @@ def test_an_import_replaces_a_best_beyond_any_gpu(store, tmp_path):
 
     cls = ShapeClass(1, 1024, 1024, 4)
     with Store.open("sqlite://") as scratch:
-        scratch.record(None, H100, "float32", 4, (1, 1024, 1024), cls, valid_config(4, 4), ok(1800.0))
+        scratch.record(
+            None, H100, "float32", 4, (1, 1024, 1024), cls, valid_config(4, 4), ok(1800.0)
+        )
         doc = textio.export(scratch)
     store.record(None, H100, "float32", 4, (1, 1024, 1024), cls, valid_config(4, 4), ok(2000.0))
     with store.engine.begin() as conn:
@@ -553,7 +591,10 @@ def test_a_measurement_beyond_any_gpu_is_never_reused(store):
     with store.engine.begin() as conn:
         conn.execute(sa.text("UPDATE at_measurements SET gbps = 1e308"))
         row_id = conn.execute(sa.text("SELECT id FROM at_measurements")).scalar_one()
-    with pytest.raises(StoreError, match=f"at_measurements row {row_id}: gbps 1e\\+308 is outside.*DELETE FROM at_measurements WHERE id = {row_id}"):  # fmt: skip
+    with pytest.raises(
+        StoreError,
+        match=f"at_measurements row {row_id}: gbps 1e\\+308 is outside.*DELETE FROM at_measurements WHERE id = {row_id}",
+    ):
         store.measured(H100.name, 4, (1, 1024, 1024), config)
 
 
@@ -562,7 +603,9 @@ def test_sqlite_type_confusion_is_skipped(tmp_path):
     with Store.open(tmp_path / "t.db") as store:
         row_id = _insert_best(store)
         with store.engine.begin() as conn:
-            conn.exec_driver_sql(f"UPDATE at_best SET gbps = 'fast', updated_at = 'soon' WHERE id = {row_id}")  # fmt: skip
+            conn.exec_driver_sql(
+                f"UPDATE at_best SET gbps = 'fast', updated_at = 'soon' WHERE id = {row_id}"
+            )
         good = _insert_best(store, shape_class="1x64x64/v4")
         with store.engine.begin() as conn:
             conn.exec_driver_sql(f"UPDATE at_best SET updated_at = 'not a date' WHERE id = {good}")

@@ -125,10 +125,19 @@ def test_a_recorder_beside_a_large_import_succeeds(db_url, rng):
                     config = KernelConfig.from_dict(e["config"])
                     gbps = float(speeds.uniform(100, 3000))
                     began = time.monotonic()
-                    store.record(None, H100, e["dtype"], e["elem_bytes"], tuple(e["shape"]),
-                                 ShapeClass.parse(e["shape_class"]), config,
-                                 Measurement("ok", gbps, e["copy_gbps"], 1.0))  # fmt: skip
-                    recorded.append(((e["elem_bytes"], e["shape_class"]), gbps, began, time.monotonic()))
+                    store.record(
+                        None,
+                        H100,
+                        e["dtype"],
+                        e["elem_bytes"],
+                        tuple(e["shape"]),
+                        ShapeClass.parse(e["shape_class"]),
+                        config,
+                        Measurement("ok", gbps, e["copy_gbps"], 1.0),
+                    )
+                    recorded.append(
+                        ((e["elem_bytes"], e["shape_class"]), gbps, began, time.monotonic())
+                    )
                     recording.set()
                     time.sleep(0.01)  # the tuner measures between records
         except BaseException as exc:  # reported by the main thread
@@ -153,7 +162,9 @@ def test_a_recorder_beside_a_large_import_succeeds(db_url, rng):
         assert not errors, f"a record failed beside the import: {errors[0]!r}"
         # a record overlapped the import: it began before the import ended and ended after it
         # began (one that waited for the import's lock ends after the import)
-        assert any(b <= finished and t >= started for _, _, b, t in recorded), "no record overlapped"
+        assert any(b <= finished and t >= started for _, _, b, t in recorded), (
+            "no record overlapped"
+        )
         best = {(e["elem_bytes"], e["shape_class"]): e["gbps"] for e in doc["entries"]}
         for key, gbps, _, _ in recorded:
             best[key] = max(best[key], gbps)
@@ -192,7 +203,9 @@ def test_a_killed_import_leaves_all_or_nothing(db_url, rng, tmp_path, attempt):
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("recorded_faster", [True, False], ids=["recorded-faster", "imported-faster"])
+@pytest.mark.parametrize(
+    "recorded_faster", [True, False], ids=["recorded-faster", "imported-faster"]
+)
 def test_an_import_meets_a_best_written_meanwhile(pg_url, rng, monkeypatch, recorded_faster):
     """PostgreSQL lets a recorder write a new key between the import's read of the bests and
     its insert: the import then offers its entry against that row, and the faster one stays."""
@@ -204,13 +217,29 @@ def test_an_import_meets_a_best_written_meanwhile(pg_url, rng, monkeypatch, reco
     with Store.open(pg_url) as store, Store.open(pg_url) as recorder:
         run = recorder.begin_run(H100, {})  # the device row exists: record() will not wait on it
         shape = target.shape
-        recorder.record(run, H100, target.dtype, target.elem_bytes, shape, target.shape_class,
-                        target.config, Measurement("ok", 1.0, target.copy_gbps, 1.0))  # fmt: skip
+        recorder.record(
+            run,
+            H100,
+            target.dtype,
+            target.elem_bytes,
+            shape,
+            target.shape_class,
+            target.config,
+            Measurement("ok", 1.0, target.copy_gbps, 1.0),
+        )
 
         def meanwhile(conn, device_id, new):
             assert any(e.shape_class == target.shape_class for e, _ in new)
-            recorder.record(run, H100, target.dtype, target.elem_bytes, shape, target.shape_class,
-                            target.config, Measurement("ok", gbps, target.copy_gbps, 1.0))  # fmt: skip
+            recorder.record(
+                run,
+                H100,
+                target.dtype,
+                target.elem_bytes,
+                shape,
+                target.shape_class,
+                target.config,
+                Measurement("ok", gbps, target.copy_gbps, 1.0),
+            )
             return real(conn, device_id, new)
 
         with store.engine.connect() as conn:  # the first record made the key: start afresh

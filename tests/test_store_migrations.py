@@ -108,15 +108,26 @@ def test_explicit_upgrade_goes_one_revision_at_a_time(db_url):
     assert "at_claims" not in _tables(db_url)
     assert upgrade(db_url) == migrations.head()
     assert "at_claims" in _tables(db_url)
-    assert "source" in _columns(db_url, "at_best") and "source" in _columns(db_url, "at_measurements")
+    assert "source" in _columns(db_url, "at_best") and "source" in _columns(
+        db_url, "at_measurements"
+    )
 
 
 def test_revision_0004_downgrades_and_upgrades_with_sources_intact(db_url):
     """The source column goes and comes back (every row then reads "tuned" again)."""
     cls = ShapeClass(1, 4096, 4096, 4)
     with Store.open(db_url) as store:
-        store.record(None, H100, "float32", 4, (1, 4096, 4096), cls, valid_config(4, 4),
-                     Measurement("ok", 2000.0, 0.0, 10.0), source="measured")  # fmt: skip
+        store.record(
+            None,
+            H100,
+            "float32",
+            4,
+            (1, 4096, 4096),
+            cls,
+            valid_config(4, 4),
+            Measurement("ok", 2000.0, 0.0, 10.0),
+            source="measured",
+        )
         assert [e.source for e in store.entries()] == ["measured"]
     engine = sa.create_engine(resolve_url(db_url))
     try:
@@ -138,11 +149,21 @@ def test_revision_0005_keeps_layouts_apart_and_reads_older_rows_as_contiguous(db
     shape, cls, config = (4, 2048, 1024), ShapeClass(4, 2048, 1024, 4), valid_config(4, 4)
     strided = Layout(1024, 8192, 4194304, 2048)
     with Store.open(db_url) as store:
-        store.record(None, H100, "float32", 4, shape, cls, config,
-                     Measurement("ok", 2000.0, 3000.0, 10.0))  # fmt: skip
+        store.record(
+            None, H100, "float32", 4, shape, cls, config, Measurement("ok", 2000.0, 3000.0, 10.0)
+        )
         assert store.measured(H100.name, 4, shape, config, strided) is None
-        store.record(None, H100, "float32", 4, shape, cls, config,
-                     Measurement("ok", 1500.0, 3000.0, 12.0), layout=strided)  # fmt: skip
+        store.record(
+            None,
+            H100,
+            "float32",
+            4,
+            shape,
+            cls,
+            config,
+            Measurement("ok", 1500.0, 3000.0, 12.0),
+            layout=strided,
+        )
         assert store.measured(H100.name, 4, shape, config).gbps == 2000.0
         assert store.measured(H100.name, 4, shape, config, strided).gbps == 1500.0
         # the contiguous layout, given explicitly, is the contiguous row
@@ -223,8 +244,9 @@ def test_reads_of_an_older_schema_do_not_migrate_it(db_url, rng, monkeypatch):
     assert rc == 0, err
     (shown,) = [e for e in json.loads(out) if e["source"] == "tuned"]
     assert shown["gbps"] == pytest.approx(old["gbps"])
-    rc, out, err = _cli("lookup", "--shape", "4096x4096", "--device", H100.name, "--json",
-                        "--db", db_url)  # fmt: skip
+    rc, out, err = _cli(
+        "lookup", "--shape", "4096x4096", "--device", H100.name, "--json", "--db", db_url
+    )
     assert rc == 0 and json.loads(out)["source"] == "tuned", err
     rc, out, err = _cli("export", "--db", db_url)
     assert rc == 0 and len(json.loads(out)["entries"]) == 1, err

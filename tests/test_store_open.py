@@ -70,9 +70,13 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def cli_subprocess(*argv: str, timeout: float = 120, preexec_fn=None, **env: str):
     return subprocess.run(
-        [sys.executable, "-m", "autotranspose", *argv], capture_output=True, text=True,
-        env=subprocess_env(**env), timeout=timeout, preexec_fn=preexec_fn,
-    )  # fmt: skip
+        [sys.executable, "-m", "autotranspose", *argv],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(**env),
+        timeout=timeout,
+        preexec_fn=preexec_fn,
+    )
 
 
 def snapshot(directory: Path) -> dict[str, tuple[str, int]]:
@@ -123,12 +127,16 @@ def foreign_db(request, tmp_path) -> Path:
 @pytest.mark.parametrize(
     "argv",
     [
-        ["show"], ["show", "--json"], ["lookup", "--shape", "4096x4096", "--device", H100.name],
-        ["export"], ["db", "upgrade"], ["import", "{json}"],
+        ["show"],
+        ["show", "--json"],
+        ["lookup", "--shape", "4096x4096", "--device", H100.name],
+        ["export"],
+        ["db", "upgrade"],
+        ["import", "{json}"],
         ["tune", "--shapes", "256x256", "--trials", "2"],
     ],
     ids=["show", "show-json", "lookup", "export", "db-upgrade", "import", "tune"],
-)  # fmt: skip
+)
 def test_commands_leave_a_foreign_sqlite_file_untouched(foreign_db, argv, tmp_path):
     before = snapshot(foreign_db.parent)
     argv = [a.replace("{json}", str(tuning_json(tmp_path))) for a in argv]
@@ -277,8 +285,10 @@ def _make_read_only(directory: Path, preexec) -> None:
     directory.chmod(0o555)
     probe = subprocess.run(
         [sys.executable, "-c", f"open({str(directory / 'probe')!r}, 'w')"],
-        capture_output=True, text=True, preexec_fn=preexec,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        preexec_fn=preexec,
+    )
     if probe.returncode == 0:
         directory.chmod(0o755)
         (directory / "probe").unlink()
@@ -297,8 +307,17 @@ def test_a_database_in_a_read_only_directory_can_be_read(read_only_dir):
     done = cli_subprocess("show", "--json", "--db", str(path), preexec_fn=preexec)
     assert done.returncode == 0, done.stderr
     assert [e["gbps"] for e in json.loads(done.stdout) if e["source"] == "tuned"] == [2000.0]
-    done = cli_subprocess("lookup", "--shape", "4096x4096", "--device", H100.name, "--json",
-                          "--db", str(path), preexec_fn=preexec)  # fmt: skip
+    done = cli_subprocess(
+        "lookup",
+        "--shape",
+        "4096x4096",
+        "--device",
+        H100.name,
+        "--json",
+        "--db",
+        str(path),
+        preexec_fn=preexec,
+    )
     assert done.returncode == 0 and json.loads(done.stdout)["source"] == "tuned", done.stderr
     done = cli_subprocess("export", "--db", str(path), preexec_fn=preexec)
     assert done.returncode == 0 and json.loads(done.stdout)["entries"], done.stderr
@@ -310,9 +329,14 @@ def test_a_database_in_a_read_only_directory_can_be_read(read_only_dir):
         from autotranspose.shapes import ShapeClass
         print(lookup.choose({H100.name!r}, 4, ShapeClass(1, 4096, 4096, 4)).source)
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=subprocess_env(AUTOTRANSPOSE_DB=str(path)), preexec_fn=preexec,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(AUTOTRANSPOSE_DB=str(path)),
+        preexec_fn=preexec,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "tuned", done.stderr
     assert snapshot(directory) == before
 
@@ -348,8 +372,13 @@ def test_a_home_that_is_not_a_directory_names_the_path_and_the_fix(command, tmp_
     """HOME=/dev/null (a service account's) printed a bare `[Errno 20] Not a directory`."""
     argv = [str(tuning_json(tmp_path)) if a == "RESULTS" else a for a in command]
     env = {k: v for k, v in subprocess_env(HOME="/dev/null").items() if k != "XDG_DATA_HOME"}
-    done = subprocess.run([sys.executable, "-m", "autotranspose", *argv], capture_output=True,
-                          text=True, env=env, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "autotranspose", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("autotranspose: error: cannot create the default tuning database")
     assert "cannot create /dev/null/.local" in done.stderr and "(Not a directory)" in done.stderr
@@ -363,8 +392,14 @@ def test_a_read_only_home_names_the_path_and_the_fix(command, read_only_dir, tmp
     argv = [str(tuning_json(tmp_path)) if a == "RESULTS" else a for a in command]
     _make_read_only(home, preexec)
     env = {k: v for k, v in subprocess_env(HOME=str(home)).items() if k != "XDG_DATA_HOME"}
-    done = subprocess.run([sys.executable, "-m", "autotranspose", *argv], capture_output=True,
-                          text=True, env=env, timeout=120, preexec_fn=preexec)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "autotranspose", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=preexec,
+    )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert f"cannot create {home / '.local'} (Permission denied)" in done.stderr
     assert "--db PATH" in done.stderr and "AUTOTRANSPOSE_DB=PATH" in done.stderr
@@ -412,8 +447,13 @@ def test_the_connect_timeout_is_configurable(silent_server, how):
         except StoreError as exc:
             print(round(time.monotonic() - t, 1), exc)
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=subprocess_env(**env), timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(**env),
+        timeout=60,
+    )
     elapsed, _, message = done.stdout.partition(" ")
     assert done.returncode == 0 and elapsed, done.stderr
     assert 1.5 <= float(elapsed) < 6, done.stdout
@@ -497,9 +537,16 @@ def test_a_missing_driver_names_the_package_to_install():
 
 
 @pytest.mark.parametrize(
-    "url", ["mysql://u@h/x", "mysql+pymysql://u@h/x", "mariadb://u@h/x", "oracle://u@h/x",
-            "mssql+pyodbc://u@h/x", "postgres://u@h/x"],
-)  # fmt: skip
+    "url",
+    [
+        "mysql://u@h/x",
+        "mysql+pymysql://u@h/x",
+        "mariadb://u@h/x",
+        "oracle://u@h/x",
+        "mssql+pyodbc://u@h/x",
+        "postgres://u@h/x",
+    ],
+)
 def test_an_unsupported_kind_of_database_names_the_supported_ones(url):
     """A mysql:// URL was told to `pip install mysqlclient`, for a database no other message
     lists: every kind but SQLite and PostgreSQL gets the same line, and no driver to install."""
@@ -509,8 +556,11 @@ def test_an_unsupported_kind_of_database_names_the_supported_ones(url):
     assert f"{backend!r} in " in message and "(SQLite, PostgreSQL)" in message
     assert "sqlite:///" in message and "postgresql+psycopg://" in message
     assert "pip install mysqlclient" not in message and "PyMySQL" not in message
-    for command in (["import", str(REPO / "tuning_db" / "NVIDIA_H100_80GB_HBM3.json")],
-                    ["tune", "--shapes", "64x64"], ["db", "upgrade"]):  # fmt: skip
+    for command in (
+        ["import", str(REPO / "tuning_db" / "NVIDIA_H100_80GB_HBM3.json")],
+        ["tune", "--shapes", "64x64"],
+        ["db", "upgrade"],
+    ):
         assert run(*command, "--db", url)[2] == err
     with pytest.raises(StoreError, match=r"not a kind of database autotranspose supports"):
         Store.open(url)

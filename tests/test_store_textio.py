@@ -28,8 +28,16 @@ def _populate(store: Store, rng, template_version, results: int = 40) -> None:
             shape, cls = sample_shape(rng, vec)
             dtype = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
             config = random_config(rng, elem_bytes, vec)
-            store.record(run, device, dtype[elem_bytes], elem_bytes, shape, cls, config,
-                         ok(float(rng.uniform(100, 3000)), float(rng.uniform(3000, 3300))))  # fmt: skip
+            store.record(
+                run,
+                device,
+                dtype[elem_bytes],
+                elem_bytes,
+                shape,
+                cls,
+                config,
+                ok(float(rng.uniform(100, 3000)), float(rng.uniform(3000, 3300))),
+            )
         store.finish_run(run, "done")
     template_version("0123456789abcdef")  # an entry from older kernels
     cls = ShapeClass(4, 4, 4, 1)
@@ -146,12 +154,20 @@ def _valid_doc(rng) -> dict:
     for vec in (1, 2, 4):
         shape, cls = sample_shape(rng, vec)
         config = random_config(rng, 4, vec)
-        entries.append({
-            "elem_bytes": 4, "shape_class": str(cls), "shape": list(shape), "config": config.to_dict(),
-            "gbps": 1500.5, "copy_gbps": 3000.0, "ratio": 0.5002, "dtype": "float32",
-            "template_version": hooks.kernel_version(config),
-            "measured_at": "2025-01-02T03:04:05.123456+00:00",
-        })  # fmt: skip
+        entries.append(
+            {
+                "elem_bytes": 4,
+                "shape_class": str(cls),
+                "shape": list(shape),
+                "config": config.to_dict(),
+                "gbps": 1500.5,
+                "copy_gbps": 3000.0,
+                "ratio": 0.5002,
+                "dtype": "float32",
+                "template_version": hooks.kernel_version(config),
+                "measured_at": "2025-01-02T03:04:05.123456+00:00",
+            }
+        )
     return {"format": textio.FORMAT, "device": H100.to_dict(), "entries": entries}
 
 
@@ -216,7 +232,10 @@ BAD_DOCUMENTS = {
     "missing elem_bytes": (_delete("entries.0.elem_bytes"), "entry 0"),
     # numbers beyond what any GPU does
     "l2_bytes beyond int64": (_set("device.l2_bytes", 2**70), "l2_bytes"),
-    "negative threads per block": (_set("device.max_threads_per_block", -5), "max_threads_per_block"),
+    "negative threads per block": (
+        _set("device.max_threads_per_block", -5),
+        "max_threads_per_block",
+    ),
     "zero threads per block": (_set("device.max_threads_per_block", 0), "max_threads_per_block"),
     "negative multiprocessors": (_set("device.multiprocessors", -1), "multiprocessors"),
     "memory clock beyond int32": (_set("device.memory_clock_khz", 2**31), "memory_clock_khz"),
@@ -289,8 +308,16 @@ def test_shipped_and_exported_numbers_are_within_bounds(tmp_path, rng, template_
     with Store.open(tmp_path / "t.db") as store:
         _populate(store, rng, template_version)
         # tiny shapes move a few bytes in microseconds: bandwidths round to a few digits
-        store.record(None, H100, "int8", 1, (1, 1, 3), ShapeClass(1, 1, 4, 1),
-                     random_config(rng, 1, 1), ok(0.0123, 0.0171))  # fmt: skip
+        store.record(
+            None,
+            H100,
+            "int8",
+            1,
+            (1, 1, 3),
+            ShapeClass(1, 1, 4, 1),
+            random_config(rng, 1, 1),
+            ok(0.0123, 0.0171),
+        )
         for doc in textio.export_all(store, include_stale=True).values():
             assert textio.parse(json.loads(textio.dumps(doc))).entries
 
@@ -299,7 +326,9 @@ def test_a_bad_device_never_overwrites_the_stored_one(db_url, rng):
     """A refused file leaves the device row and the results as they were."""
     with Store.open(db_url) as store:
         shape, cls = sample_shape(rng)
-        store.record(None, H100, "float32", 4, shape, cls, random_config(rng, 4, cls.vec), ok(999.0))
+        store.record(
+            None, H100, "float32", 4, shape, cls, random_config(rng, 4, cls.vec), ok(999.0)
+        )
         before = (store.devices(), store.entries())
         for field, value in (("max_threads_per_block", -5), ("l2_bytes", 2**70)):
             doc = textio.export(store)
@@ -390,18 +419,33 @@ def test_import_offers_every_entry_by_the_rule_of_record(db_url, rng, template_v
             cls = ShapeClass(1, 64 << i, 64, 4)
             if stored is not None:
                 template_version("0123456789abcdef" if stored == "stale" else None)
-                store.record(None, H100, "float32", 4, shape, cls, random_config(rng, 4, 4),
-                             ok(1000.0, 3000.0))  # fmt: skip
+                store.record(
+                    None,
+                    H100,
+                    "float32",
+                    4,
+                    shape,
+                    cls,
+                    random_config(rng, 4, 4),
+                    ok(1000.0, 3000.0),
+                )
                 template_version()
             config = random_config(rng, 4, 4)
             current = hooks.kernel_version(config)
-            doc["entries"].append({
-                "elem_bytes": 4, "shape_class": str(cls), "shape": list(shape),
-                "config": config.to_dict(), "gbps": gbps, "copy_gbps": 3000.0,
-                "ratio": round(gbps / 3000.0, 4), "dtype": "float32",
-                "template_version": current if imported == "current" else "feedfeedfeedfeed",
-                "measured_at": "2025-01-02T03:04:05+00:00",
-            })  # fmt: skip
+            doc["entries"].append(
+                {
+                    "elem_bytes": 4,
+                    "shape_class": str(cls),
+                    "shape": list(shape),
+                    "config": config.to_dict(),
+                    "gbps": gbps,
+                    "copy_gbps": 3000.0,
+                    "ratio": round(gbps / 3000.0, 4),
+                    "dtype": "float32",
+                    "template_version": current if imported == "current" else "feedfeedfeedfeed",
+                    "measured_at": "2025-01-02T03:04:05+00:00",
+                }
+            )
             want[cls] = gbps if winner == "imported" else 1000.0
         assert textio.import_into(store, doc) == len(RULE)
         assert {e.shape_class: e.gbps for e in store.entries()} == want

@@ -62,8 +62,13 @@ def test_negative_handles_are_refused():
 
 @pytest.mark.parametrize(
     ("kind", "named", "expected"),
-    [("cai", 0x1234, 0x1234), ("cai", None, streams.LEGACY), ("jax", 0x99, 0x99),
-     ("gpuarray", None, streams.LEGACY), ("gpuarray", 0x77, streams.LEGACY)],
-)  # fmt: skip
+    [
+        ("cai", 0x1234, 0x1234),
+        ("cai", None, streams.LEGACY),
+        ("jax", 0x99, 0x99),
+        ("gpuarray", None, streams.LEGACY),
+        ("gpuarray", 0x77, streams.LEGACY),
+    ],
+)
 def test_default_stream_per_kind(kind, named, expected):
     assert streams.default(kind, 0, named) == expected

@@ -69,10 +69,14 @@ def test_flat_prmt_configs_run_calls_whose_short_side_they_span_with_contiguous_
     assert flat_fits(w, 20, 1000, 1024, 20)  # wide: input pitched, output rows one run
     assert not flat_fits(w, 20, 1000, 1000, 24) and not flat_fits(c, 20, 1000, 1000, 20)
     run = w.replace(elem_bytes=1, tile_m=64, tile_n=64, vec=4, ordered=False)
-    assert not wide_default(1, 3) and not run.applies(3, 1000)  # a run store's words span two rows at most
+    assert not wide_default(1, 3) and not run.applies(
+        3, 1000
+    )  # a run store's words span two rows at most
     assert run.replace(ordered=True).applies(3, 1000) and run.replace(ordered=True).applies(1, 1000)
     assert wide_default(2, 2).applies(2, 1000) and wide_default(2, 2).ordered
-    assert wide_default(1, 20).ordered and not wide_default(1, 21).ordered  # 1 byte: whole words only
+    assert (
+        wide_default(1, 20).ordered and not wide_default(1, 21).ordered
+    )  # 1 byte: whole words only
     assert not wide_default(1, 32, exact=False).ordered  # a class's 1-byte rows may end mid-word
     assert wide_default(2, 32, exact=False).ordered and wide_default(4, 32, exact=False).ordered
     with pytest.raises(ConfigError, match="wide=True is a flat byte-permute"):
@@ -89,7 +93,9 @@ def test_the_space_has_them_for_short_rows_only(s):
     tall = [c for c in config_space(DTYPES[s], max_vector=1, short_side=20) if c.flat and c.prmt]
     assert tall and all((c.tile_m if c.wide else c.tile_n) >= 20 for c in tall)
     assert {c.wide for c in tall} == {False, True}
-    assert not [c for c in config_space(DTYPES[s], max_vector=1, short_side=4096) if c.flat and c.prmt]
+    assert not [
+        c for c in config_space(DTYPES[s], max_vector=1, short_side=4096) if c.flat and c.prmt
+    ]
     assert not [c for c in config_space("complex64", short_side=3) if c.flat and c.prmt]
 
 
@@ -105,8 +111,12 @@ def test_key_round_trip():
 def test_tall_kernels_compile_without_spills_or_warnings(arch):
     """Every tile shape and per_thread of every element size (the cache hint adds no
     registers to speak of: the default only)."""
-    picks = [c for s in PRMT_SIZES for c in flat_prmt_space(s, NEWEST, 1)
-             if not c.persistent and c.cache == "default"]  # fmt: skip
+    picks = [
+        c
+        for s in PRMT_SIZES
+        for c in flat_prmt_space(s, NEWEST, 1)
+        if not c.persistent and c.cache == "default"
+    ]
     assert_compile_without_spills(picks, arch)
     assert_nvcc_silent(render_many(picks), arch)
 
@@ -129,7 +139,9 @@ def test_ordered_wide_kernels_with_wide_segments_keep_to_64_registers(arch, rng)
     picks = [capped[i] for i in rng.choice(len(capped), 12, replace=False)]
     report = nvcc_resources(picks, arch)
     for c in picks:
-        assert report[c.kernel_name].registers <= 64 and report[c.kernel_name].spill_bytes == 0, c.key
+        assert report[c.kernel_name].registers <= 64 and report[c.kernel_name].spill_bytes == 0, (
+            c.key
+        )
         assert f"__launch_bounds__({c.threads}, {65536 // (c.threads * 64)})" in kernel_source(c)
 
 
@@ -138,8 +150,15 @@ def _tall_shapes(rng, tn: int) -> list[tuple[int, int, int]]:
     """Rows of 1 to tn elements: many rows, a batch, fewer rows than a tile, one row."""
     n = lambda: int(rng.integers(1, tn + 1))  # noqa: E731
     odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
-    return [(1, odd(20000, 90000), n()), (1, odd(2000, 9000), tn), (1, odd(2000, 9000), 1),
-            (3, odd(100, 700), n()), (2, 5, n()), (1, 1, n()), (1, odd(300, 900) + 1, n())]  # fmt: skip
+    return [
+        (1, odd(20000, 90000), n()),
+        (1, odd(2000, 9000), tn),
+        (1, odd(2000, 9000), 1),
+        (3, odd(100, 700), n()),
+        (2, 5, n()),
+        (1, 1, n()),
+        (1, odd(300, 900) + 1, n()),
+    ]
 
 
 @pytest.mark.gpu
@@ -168,8 +187,9 @@ def test_tall_kernels_at_every_pointer_offset(rng, s):
     space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and not c.wide]
     tn = min(c.tile_n for c in space)
     narrow = [c for c in space if c.tile_n == tn]
-    assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),
-                                 lambda: narrow[int(rng.integers(len(narrow)))], n_max=tn)  # fmt: skip
+    assert_views_at_every_offset(
+        rng, s, np.dtype(DTYPES[s]), lambda: narrow[int(rng.integers(len(narrow)))], n_max=tn
+    )
 
 
 def _wide_shapes(rng, tm: int, s: int, ordered: bool = False) -> list[tuple[int, int, int]]:
@@ -178,8 +198,15 @@ def _wide_shapes(rng, tm: int, s: int, ordered: bool = False) -> list[tuple[int,
     lo = 1 if ordered else -(-4 // s)
     m = lambda: int(rng.integers(lo, tm + 1))  # noqa: E731
     odd = lambda a, b: int(rng.integers(a, b)) | 1  # noqa: E731
-    return [(1, m(), odd(20000, 90000)), (1, tm, odd(2000, 9000)), (1, lo, odd(2000, 9000)),
-            (3, m(), odd(100, 700)), (2, m(), 5), (1, m(), 1), (1, m(), odd(300, 900) + 1)]  # fmt: skip
+    return [
+        (1, m(), odd(20000, 90000)),
+        (1, tm, odd(2000, 9000)),
+        (1, lo, odd(2000, 9000)),
+        (3, m(), odd(100, 700)),
+        (2, m(), 5),
+        (1, m(), 1),
+        (1, m(), odd(300, 900) + 1),
+    ]
 
 
 @pytest.mark.gpu
@@ -211,8 +238,9 @@ def test_wide_kernels_at_every_pointer_offset(rng, s):
     tm = min(c.tile_m for c in space if c.tile_m * s >= 16)
     narrow = [c for c in space if c.tile_m == tm]
     assert {c.ordered for c in narrow} == {False, True}
-    assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),
-                                 lambda: narrow[int(rng.integers(len(narrow)))], m_max=tm)  # fmt: skip
+    assert_views_at_every_offset(
+        rng, s, np.dtype(DTYPES[s]), lambda: narrow[int(rng.integers(len(narrow)))], m_max=tm
+    )
 
 
 @pytest.mark.gpu
@@ -224,8 +252,9 @@ def test_ordered_wide_kernels_take_rows_of_any_length(rng, s):
     space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.ordered]
     tm = min(c.tile_m for c in space)
     narrow = [c for c in space if c.tile_m == tm]
-    assert_views_at_every_offset(rng, s, np.dtype(DTYPES[s]),
-                                 lambda: narrow[int(rng.integers(len(narrow)))], m_max=7)  # fmt: skip
+    assert_views_at_every_offset(
+        rng, s, np.dtype(DTYPES[s]), lambda: narrow[int(rng.integers(len(narrow)))], m_max=7
+    )
 
 
 @pytest.mark.gpu
@@ -308,7 +337,9 @@ def test_the_wide_store_writes_each_byte_of_the_run_once(rng, s):
     is the right row's byte, written exactly once, and nothing outside it is written."""
     from autotranspose.config import prmt_layout
 
-    space = [c for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.ordered and not c.persistent]
+    space = [
+        c for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.ordered and not c.persistent
+    ]
     for c in [space[i] for i in rng.choice(len(space), 4, replace=False)]:
         lay = prmt_layout(c)
         for _ in range(6):
@@ -318,7 +349,11 @@ def test_the_wide_store_writes_each_byte_of_the_run_once(rng, s):
             sb = rng.integers(0, 256, size=lay["sb_words"] * 4 + 16, dtype=np.uint8)
             rowb = m * s
             got, count = _store_run_model(sb, lay["p2w"], rowb, ncols, lead, lay["threads"])
-            want = {j * rowb + b: int(sb[j * lay["p2w"] * 4 + b]) for j in range(ncols) for b in range(rowb)}
+            want = {
+                j * rowb + b: int(sb[j * lay["p2w"] * 4 + b])
+                for j in range(ncols)
+                for b in range(rowb)
+            }
             assert got == want, (c.key, m, ncols, lead)
             assert set(count.values()) == {1}
 
@@ -367,7 +402,9 @@ def test_the_ordered_buffer_holds_each_run_byte_once_where_the_store_reads_it(rn
             m = int(rng.integers(1, c.tile_m + 1))
             ncols = int(rng.integers(1, c.tile_n + 1))
             lead = int(rng.integers(0, 16 // s)) * s
-            put, count, reads = _ordered_model(m, s, ncols, lead, lay["threads"], lay["sb_words"] * 4)
+            put, count, reads = _ordered_model(
+                m, s, ncols, lead, lay["threads"], lay["sb_words"] * 4
+            )
             rowb = m * s
             assert set(count.values()) == {1}
             assert all(put[a][0] >= ncols for a in put if not lead <= a < lead + ncols * rowb)
@@ -380,7 +417,12 @@ def test_an_ordered_config_is_a_wide_one_and_named_so():
     w = wide_default(1, 20).replace(ordered=False)
     o = w.replace(ordered=True)
     assert o.key == w.key + "_or" and "lead_o" not in kernel_source(w)
-    assert "in order" in kernel_source(o) and "lead_o" in kernel_source(o) and o.applies(1, 1000) and not w.applies(1, 1000)
+    assert (
+        "in order" in kernel_source(o)
+        and "lead_o" in kernel_source(o)
+        and o.applies(1, 1000)
+        and not w.applies(1, 1000)
+    )
     assert "ordered" not in w.to_dict() and KernelConfig.from_dict(o.to_dict()) == o
     with pytest.raises(ConfigError, match="ordered=True is a wide kernel's"):
         tall_default(1, 20).replace(ordered=True)

@@ -92,7 +92,9 @@ def test_reduce_overhead_replays_the_cuda_graph_on_refilled_input(torch, rng):
             static.copy_(_random(torch, static.shape, "float16", rng))
             got = compiled(static).clone()
             assert torch.equal(got, static.permute(0, 2, 3, 1) * 3)
-    assert not [w for w in seen if "empty" in str(w.message).lower()], [str(w.message) for w in seen]
+    assert not [w for w in seen if "empty" in str(w.message).lower()], [
+        str(w.message) for w in seen
+    ]
 
 
 def test_torch_export_captures_the_op(torch, rng):
@@ -144,11 +146,15 @@ def test_opcheck_passes(torch, rng):
     ops = torch.ops.autotranspose
     x = _random(torch, (3, 14, 5), "float32", rng)
     torch.library.opcheck(ops.permute.default, (x, [2, 0, 1]))
-    torch.library.opcheck(ops.permute_out.default, (x, [2, 0, 1], torch.empty(5, 3, 14, device="cuda")))
+    torch.library.opcheck(
+        ops.permute_out.default, (x, [2, 0, 1], torch.empty(5, 3, 14, device="cuda"))
+    )
     torch.library.opcheck(ops.transpose.default, (x, False))
     c = torch.randn(2, 7, 3, device="cuda", dtype=torch.complex64)
     torch.library.opcheck(ops.transpose.default, (c, True))
-    torch.library.opcheck(ops.transpose_out.default, (c, torch.empty(2, 3, 7, device="cuda", dtype=c.dtype), True))
+    torch.library.opcheck(
+        ops.transpose_out.default, (c, torch.empty(2, 3, 7, device="cuda", dtype=c.dtype), True)
+    )
     g = torch.randn(3, 14, 5, device="cuda", dtype=torch.float64, requires_grad=True)
     torch.library.opcheck(ops.permute.default, (g, [1, 2, 0]))
 
@@ -161,7 +167,10 @@ def test_opcheck_passes(torch, rng):
         (lambda x: at.transpose(x.reshape(-1)), errors.ShapeError),
         (lambda x: at.transpose(x.sum(-1), conjugate=True), errors.UnsupportedDtypeError),
         (lambda x: at.transpose(x[:, :, 0]), errors.LayoutError),
-        (lambda x: at.permute(x.to(torch_module().complex32), (1, 0, 2)), errors.UnsupportedDtypeError),
+        (
+            lambda x: at.permute(x.to(torch_module().complex32), (1, 0, 2)),
+            errors.UnsupportedDtypeError,
+        ),
     ],
 )
 def test_errors_are_raised_at_trace_time_with_the_eager_message(torch, call, error):
@@ -181,7 +190,9 @@ def test_out_with_grad_is_refused_and_eager_no_grad_skips_the_dispatcher(torch):
         y = at.transpose(x)
     assert y.grad_fn is None and torch.equal(y, x.t())
     z = at.transpose(x)
-    assert z.grad_fn is not None and "autotranspose" in type(z.grad_fn).__name__.lower() + str(z.grad_fn)
+    assert z.grad_fn is not None and "autotranspose" in type(z.grad_fn).__name__.lower() + str(
+        z.grad_fn
+    )
 
 
 def test_lazily_conjugated_and_negated_views_give_their_values(torch, rng):
@@ -205,4 +216,6 @@ def test_eager_permute_of_many_shapes_is_exact(torch, rng):
             assert torch.equal(at.permute(x, axes), x.permute(axes))
             assert at.permute(x, list(axes), out) is out
             assert torch.equal(out, x.permute(axes))
-        np.testing.assert_array_equal(at.permute(x, axes).float().cpu().numpy(), x.permute(axes).float().cpu().numpy())
+        np.testing.assert_array_equal(
+            at.permute(x, axes).float().cpu().numpy(), x.permute(axes).float().cpu().numpy()
+        )

@@ -13,9 +13,21 @@ from autotranspose.config import KernelConfig, config_space
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
 DTYPES = [
-    "bool", "int8", "uint8", "int16", "uint16", "float16", "int32", "uint32", "float32",
-    "int64", "uint64", "float64", "complex64", "complex128",
-]  # fmt: skip
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "float16",
+    "int32",
+    "uint32",
+    "float32",
+    "int64",
+    "uint64",
+    "float64",
+    "complex64",
+    "complex128",
+]
 
 
 def random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -36,7 +48,11 @@ def expected(x: np.ndarray, conj: bool = False) -> np.ndarray:
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Bitwise equality: NaN payloads and -0.0 must survive a transpose."""
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.shape == b.shape and a.dtype == b.dtype and a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -115,9 +131,12 @@ class _Cai:
 
     def __init__(self, ptr, shape, strides, typestr):
         self.__cuda_array_interface__ = {
-            "shape": shape, "strides": strides, "typestr": typestr, "data": (ptr, False),
+            "shape": shape,
+            "strides": strides,
+            "typestr": typestr,
+            "data": (ptr, False),
             "version": 3,
-        }  # fmt: skip
+        }
 
 
 def test_cuda_array_interface_input(rng):
@@ -202,7 +221,9 @@ def test_empty_torch_arrays(shape):
     out = torch.empty(want, dtype=torch.bfloat16, device="cuda")
     assert at.transpose(x, out) is out
     with pytest.raises(at.errors.OutputError, match="shape"):
-        at.transpose(x, torch.empty((*want[:-2], want[-2] + 1, 0), dtype=torch.bfloat16, device="cuda"))
+        at.transpose(
+            x, torch.empty((*want[:-2], want[-2] + 1, 0), dtype=torch.bfloat16, device="cuda")
+        )
     g = gpuarray.empty(want, np.float32)
     assert at.transpose(torch.empty(shape, device="cuda"), g) is g
 
@@ -309,8 +330,11 @@ def test_one_column_or_row_is_moved_as_a_copy(rng, dtype):
     from autotranspose import api
 
     m = int(rng.integers(1000, 90000)) | 1
-    for host in (random_array(rng, (m, 1), dtype), random_array(rng, (1, m), dtype),
-                 random_array(rng, (3, m, 1), dtype)):  # fmt: skip
+    for host in (
+        random_array(rng, (m, 1), dtype),
+        random_array(rng, (1, m), dtype),
+        random_array(rng, (3, m, 1), dtype),
+    ):
         y = at.transpose(cupy.asarray(host))
         assert same_bits(cupy.asnumpy(y), expected(host))
     copies = [lc for lc in api._launches.values() if lc.config is None]

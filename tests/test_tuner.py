@@ -71,8 +71,9 @@ def _trials(store: Store, result: TuneResult) -> list[optuna.trial.FrozenTrial]:
 def _tune(store: Store, objective: SyntheticObjective, **kw) -> TuneResult:
     kw.setdefault("device", objective.device)
     kw.setdefault("trials", 16)
-    return tune(kw.pop("dtype", "float32"), kw.pop("shape", SHAPE), objective=objective,
-                store=store, **kw)  # fmt: skip
+    return tune(
+        kw.pop("dtype", "float32"), kw.pop("shape", SHAPE), objective=objective, store=store, **kw
+    )
 
 
 # --- the search space ---------------------------------------------------------------------------
@@ -229,12 +230,26 @@ def test_known_good_configs_are_measured_first(db: Store) -> None:
     tuned = KernelConfig(4, 32, 64, 2, 2, 1, "pad", "col", "stream")
     # A tuned result of a nearby class: lookup serves it, so the study measures it early.
     run = db.begin_run(DEVICE, {})
-    db.record(run, DEVICE, "float32", 4, (1, 4096, 4096), shape_class(1, 4096, 4096, 4), tuned,
-              score(tuned))  # fmt: skip
+    db.record(
+        run,
+        DEVICE,
+        "float32",
+        4,
+        (1, 4096, 4096),
+        shape_class(1, 4096, 4096, 4),
+        tuned,
+        score(tuned),
+    )
     # the direct kernel for the tuned shape before it (the seed documents' strategy, capped)
-    expected = [seed_config(4), default_config(4, max_vector=cls.vec), direct_default(4, *SHAPE[1:]), tuned]
-    good = known_good(4, cls, SearchSpace(_space("float32", DEVICE)), device=DEVICE, store=db,
-                      sides=SHAPE[1:])  # fmt: skip
+    expected = [
+        seed_config(4),
+        default_config(4, max_vector=cls.vec),
+        direct_default(4, *SHAPE[1:]),
+        tuned,
+    ]
+    good = known_good(
+        4, cls, SearchSpace(_space("float32", DEVICE)), device=DEVICE, store=db, sides=SHAPE[1:]
+    )
     assert good[:4] == expected
     # then the nearest classes' bests of the GPU models that ship results (H100, H200)
     shipped = {e.config for e in lookup.shipped_everywhere() if e.elem_bytes == 4}
@@ -248,7 +263,9 @@ def test_known_good_configs_are_measured_first(db: Store) -> None:
 def test_known_good_configs_hold_the_narrow_tiles_for_a_side_of_at_most_8(shape) -> None:
     cls = shape_class(*shape, max_vec(4, *shape[1:]))
     # the tuner's space for the class (its short side brings the narrow tiles)
-    space = SearchSpace(config_space("float32", DEVICE.limits, max_vector=cls.vec, short_side=min(cls.m, cls.n)))
+    space = SearchSpace(
+        config_space("float32", DEVICE.limits, max_vector=cls.vec, short_side=min(cls.m, cls.n))
+    )
     good = known_good(4, cls, space, device=DEVICE, sides=shape[1:])
     narrow = narrow_configs(4, *shape[1:])
     assert len(narrow) == 2 and set(narrow) <= set(good)
@@ -261,8 +278,9 @@ def test_warm_starts_take_other_gpu_models_results(db: Store) -> None:
     db.record(run, other, "float32", 4, SHAPE, shape_class(*SHAPE, 4), theirs, score(theirs))
     cls = shape_class(*SHAPE, 4)
     assert theirs in lookup.warm_starts(DEVICE, 4, cls, store=db)
-    assert theirs in known_good(4, cls, SearchSpace(_space("float32", DEVICE)), device=DEVICE,
-                                store=db)  # fmt: skip
+    assert theirs in known_good(
+        4, cls, SearchSpace(_space("float32", DEVICE)), device=DEVICE, store=db
+    )
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float32", "complex128"])
@@ -292,8 +310,9 @@ def test_the_last_trials_step_from_the_best_to_the_optimum(db: Store) -> None:
     best = best_in(space)
     near = next(c for c in SearchSpace(space).neighbours(best) if score(c).ok)
     run = db.begin_run(DEVICE, {})
-    db.record(run, DEVICE, "float32", 4, (1, 4096, 4096), shape_class(1, 4096, 4096, 4), near,
-              score(near))  # fmt: skip
+    db.record(
+        run, DEVICE, "float32", 4, (1, 4096, 4096), shape_class(1, 4096, 4096, 4), near, score(near)
+    )
     result = _tune(db, SyntheticObjective(space=space), trials=40, seed=5)
     assert result.config == best
 
@@ -308,8 +327,16 @@ def test_the_local_search_takes_two_fields_at_once_past_a_local_optimum(db: Stor
     assert pairs
     top = pairs[0]
     run = db.begin_run(DEVICE, {})
-    db.record(run, DEVICE, "float32", 4, (1, 4096, 4096), shape_class(1, 4096, 4096, 4), local,
-              score(local))  # fmt: skip
+    db.record(
+        run,
+        DEVICE,
+        "float32",
+        4,
+        (1, 4096, 4096),
+        shape_class(1, 4096, 4096, 4),
+        local,
+        score(local),
+    )
     objective = SyntheticObjective(space=space, gbps={top.key: 3300.0})
     result = _tune(db, objective, trials=40, seed=3)
     assert result.config == top
@@ -538,14 +565,23 @@ def test_tune_gpu_at_the_top_level_of_a_script_says_to_add_a_main_guard(
     guard = 'if __name__ == "__main__":\n    ' if guarded else ""
     script.write_text(_SCRIPT.format(guard=guard, db=f"sqlite:///{tmp_path / 't.db'}"))
     env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     if guarded:  # here: no GPU, so the worker's own error; never the guard advice
         assert "__main__" not in done.stderr
         return
-    assert last.startswith("autotranspose.errors.TuningError: ") and 'if __name__ == "__main__":' in last
+    assert (
+        last.startswith("autotranspose.errors.TuningError: ")
+        and 'if __name__ == "__main__":' in last
+    )
     assert done.stderr.count("Traceback") == 1  # the script's own; the child printed one line
     assert "bootstrapping phase" not in done.stderr and "EOFError" not in done.stderr
 
@@ -666,8 +702,9 @@ def test_processes_share_a_study_without_measuring_a_config_twice(
         assert not odd, f"trials ended without a measurement for another reason: {odd}"
         assert len(trials) - len(uncounted) == 40
         best = store.best(DEVICE.name, 4, shape_class(1, 2048, 2048, 4))
-        assert best is not None and best.gbps == max(score(space.by_key(k)).gbps for k in counts
-                                                     if score(space.by_key(k)).ok)  # fmt: skip
+        assert best is not None and best.gbps == max(
+            score(space.by_key(k)).gbps for k in counts if score(space.by_key(k)).ok
+        )
 
 
 def test_steps_queued_for_a_spent_budget_do_not_wait_in_the_study(db: Store) -> None:
@@ -680,8 +717,9 @@ def test_steps_queued_for_a_spent_budget_do_not_wait_in_the_study(db: Store) -> 
     rng = np.random.default_rng()
     picks = [space.configs[i] for i in rng.choice(len(space), size=3, replace=False)]
     for config, shape in zip(picks, ["1x2048x2048", "1x2048x2048", "1x2048x2080"], strict=True):
-        study.enqueue_trial(space.params_of(config), user_attrs={"config": config.key,
-                                                                  "shape": shape})  # fmt: skip
+        study.enqueue_trial(
+            space.params_of(config), user_attrs={"config": config.key, "shape": shape}
+        )
     again = _tune(db, SyntheticObjective(), trials=8, seed=1)
     assert again.stopped_by == "trials"
     left = optuna.load_study(study_name=first.study_name, storage=db.url).trials[-3:]

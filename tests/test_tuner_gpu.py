@@ -26,7 +26,11 @@ def store(tmp_path):
 def test_worker_measures_and_survives_a_killed_process():
     from autotranspose.worker import GpuObjective
 
-    configs = [KernelConfig(4, 32, 32), KernelConfig(4, 64, 64, 2, 4), KernelConfig(4, 64, 128, 2, 4, 0, "swizzle")]
+    configs = [
+        KernelConfig(4, 32, 32),
+        KernelConfig(4, 64, 64, 2, 4),
+        KernelConfig(4, 64, 128, 2, 4, 0, "swizzle"),
+    ]
     with GpuObjective("float32", (1, 1024, 2048)) as obj:
         assert obj.device.name and obj.device.multiprocessors > 0
         first = obj(configs)
@@ -37,17 +41,25 @@ def test_worker_measures_and_survives_a_killed_process():
         assert all(m.ok for m in second[1:]) and obj.restarts == 1
 
 
-@pytest.mark.parametrize(("dtype", "shape"), [("float32", (1, 2048, 4096)), ("int8", (1, 4096, 4096))])
-def test_short_real_tune_lands_in_the_database_and_transpose_uses_it(store, dtype, shape, monkeypatch):
+@pytest.mark.parametrize(
+    ("dtype", "shape"), [("float32", (1, 2048, 4096)), ("int8", (1, 4096, 4096))]
+)
+def test_short_real_tune_lands_in_the_database_and_transpose_uses_it(
+    store, dtype, shape, monkeypatch
+):
     from autotranspose import lookup
     from autotranspose.tuner import tune
     from autotranspose.worker import GpuObjective
 
     with GpuObjective(dtype, shape) as obj:
-        result = tune(dtype, shape, objective=obj, store=store, device=obj.device, trials=12, batch=6, seed=1)
+        result = tune(
+            dtype, shape, objective=obj, store=store, device=obj.device, trials=12, batch=6, seed=1
+        )
     assert result.measurement.ok and result.measurement.ratio > 0.5
     entries = store.entries(obj.device.name)
-    assert [e.config for e in entries if e.elem_bytes == np.dtype(dtype).itemsize] == [result.config]
+    assert [e.config for e in entries if e.elem_bytes == np.dtype(dtype).itemsize] == [
+        result.config
+    ]
 
     # transpose() now serves the tuned kernel from the default database
     monkeypatch.setenv("AUTOTRANSPOSE_DB", store.url)

@@ -36,8 +36,15 @@ pytestmark = pytest.mark.usefixtures("quiet_optuna")
 
 def _tune(store: Store, objective: SyntheticObjective, shape=STRIDED, **kw):
     kw.setdefault("trials", 8)
-    return tune(kw.pop("dtype", "float32"), shape, objective=objective, store=store,
-                device=DEVICE, seed=1, **kw)  # fmt: skip
+    return tune(
+        kw.pop("dtype", "float32"),
+        shape,
+        objective=objective,
+        store=store,
+        device=DEVICE,
+        seed=1,
+        **kw,
+    )
 
 
 # --- what gets tuned ----------------------------------------------------------------------------
@@ -52,12 +59,18 @@ def _tune(store: Store, objective: SyntheticObjective, shape=STRIDED, **kw):
         # a reversed 3-D array: the batch interleaves with both sides' rows
         ("float32", (512, 64, 1024), (2, 1, 0), STRIDED, STRIDED_LAYOUT, str(STRIDED_CLASS)),
         # a strided pass with a host loop: one launch is measured, on its strides
-        ("float32", (4, 2, 2048, 1024), (1, 3, 0, 2), (4, 2048, 1024),
-         Layout(1024, 8192, 4194304, 2048), "4x2048x1024/v4"),
+        (
+            "float32",
+            (4, 2, 2048, 1024),
+            (1, 3, 0, 2),
+            (4, 2048, 1024),
+            Layout(1024, 8192, 4194304, 2048),
+            "4x2048x1024/v4",
+        ),
         # the innermost axis stays: pairs of float16 move as 4-byte words
         ("float16", (4096, 2048, 2), (1, 0, 2), (1, 4096, 2048), None, "1x4096x2048/v4"),
     ],
-)  # fmt: skip
+)
 def test_a_transpose_pass_is_tuned_on_its_class_and_strides(
     dtype, shape, axes, tuned, layout, cls
 ) -> None:
@@ -83,7 +96,7 @@ def test_a_transpose_pass_is_tuned_on_its_class_and_strides(
         ("float32", (100000, 3, 5), (0, 2, 1), "packed"),  # tiles too small for a tile kernel
         ("float32", (2,) * 8, (7, 6, 5, 4, 3, 2, 1, 0), "gather"),  # a box would span all 8 dims
     ],
-)  # fmt: skip
+)
 def test_copy_packed_and_gather_passes_have_nothing_to_tune(dtype, shape, axes, kind) -> None:
     target = permute_target(dtype, shape, axes)
     assert target.shape is target.layout is target.shape_class is None
@@ -101,7 +114,9 @@ def test_a_batched_transpose_alternative_is_tuned() -> None:
     (alt,) = [q for q in target.plan.alternatives if q.kind == TRANSPOSE]
     assert own.kind == "packed" and target.untuned == "" and target.tuned == alt
     assert target.shape == (alt.batch, alt.m, alt.n) and target.dtype == "float32"
-    assert target.layout == check_layout(target.shape, (alt.ld_in, alt.ld_out, alt.bs_in, alt.bs_out))
+    assert target.layout == check_layout(
+        target.shape, (alt.ld_in, alt.ld_out, alt.bs_in, alt.bs_out)
+    )
     assert target.shape_class == shape_class(*target.shape, pass_vec(alt))
     assert target.describe() == f"{own.describe()}; tuned: its alternative {alt.describe()}"
 
@@ -114,10 +129,12 @@ def test_an_empty_permute_has_nothing_to_move() -> None:
 
 @pytest.mark.parametrize(
     ("shape", "axes", "error", "says"),
-    [((4, 5, 6), (0, 1), AxesError, "name 2 axes but the array has 3"),
-     ((4, 5, 6), (0, 1, 1), AxesError, "repeat axis 1"),
-     ((4, 5, 6), (0, 1, 3), AxesError, "out of range")],
-)  # fmt: skip
+    [
+        ((4, 5, 6), (0, 1), AxesError, "name 2 axes but the array has 3"),
+        ((4, 5, 6), (0, 1, 1), AxesError, "repeat axis 1"),
+        ((4, 5, 6), (0, 1, 3), AxesError, "out of range"),
+    ],
+)
 def test_bad_axes_are_refused_with_the_fix(shape, axes, error, says) -> None:
     with pytest.raises(error, match=says):
         permute_target("float32", shape, axes)
@@ -140,9 +157,14 @@ def test_host_loop_offsets_cap_the_vector_as_permute_launches_them() -> None:
 # --- layouts ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("shape", "axes"),
-    [((40, 12, 9), (2, 1, 0)), ((32, 8, 64), (2, 1, 0)), ((6, 10), (1, 0)),
-     ((3, 40, 5, 24), (2, 3, 0, 1)), ((9, 16, 40), (1, 2, 0))],
-)  # fmt: skip
+    [
+        ((40, 12, 9), (2, 1, 0)),
+        ((32, 8, 64), (2, 1, 0)),
+        ((6, 10), (1, 0)),
+        ((3, 40, 5, 24), (2, 3, 0, 1)),
+        ((9, 16, 40), (1, 2, 0)),
+    ],
+)
 def test_a_layouts_spans_hold_exactly_the_elements_one_launch_moves(shape, axes) -> None:
     """What the measuring buffers must hold: every element one launch of the pass reads and
     writes lies within the spans, the last ones at their ends, each written once."""
@@ -168,16 +190,18 @@ def test_the_contiguous_layout_is_none() -> None:
 
 @pytest.mark.parametrize(
     ("layout", "says"),
-    [((32, 64, 2048), "must be 4 ints"),
-     ((32.0, 64, 2048, 2048), "must be 4 ints"),
-     ("32,64,2048,2048", "must be 4 ints"),
-     ((True, 64, 2048, 2048), "must be 4 ints"),
-     ((16, 64, 2048, 2048), r"ld_in >= n = 32"),
-     ((32, 63, 2048, 2048), r"ld_out >= m = 64"),
-     ((32, 64, 1024, 2048), "batches of the input overlap"),
-     ((32, 64, 2048, 0), "batches of the output overlap"),
-     ((32, 64, 2**62, 2048), "past 2\\*\\*63-1")],
-)  # fmt: skip
+    [
+        ((32, 64, 2048), "must be 4 ints"),
+        ((32.0, 64, 2048, 2048), "must be 4 ints"),
+        ("32,64,2048,2048", "must be 4 ints"),
+        ((True, 64, 2048, 2048), "must be 4 ints"),
+        ((16, 64, 2048, 2048), r"ld_in >= n = 32"),
+        ((32, 63, 2048, 2048), r"ld_out >= m = 64"),
+        ((32, 64, 1024, 2048), "batches of the input overlap"),
+        ((32, 64, 2048, 0), "batches of the output overlap"),
+        ((32, 64, 2**62, 2048), "past 2\\*\\*63-1"),
+    ],
+)
 def test_bad_layouts_are_refused_with_the_fix(layout, says) -> None:
     with pytest.raises(LayoutError, match=says):
         check_layout((4, 64, 32), layout)
@@ -284,8 +308,9 @@ def test_the_strided_reference_compiles(tmp_path: Path) -> None:
     src.write_text(render_support())
     run = subprocess.run(
         ["nvcc", "-cubin", "-arch=sm_80", str(src), "-o", str(tmp_path / "support.cubin")],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     cubin = (tmp_path / "support.cubin").read_bytes()
     for s in (1, 2, 4, 8, 16):
@@ -298,4 +323,7 @@ def test_outer_dim_offsets_cap_the_vector_as_the_launch_walks_them(which: str) -
     of 2 float32 elements (8 bytes) allows vectors of 2, like a host loop's."""
     p = Pass(TRANSPOSE, 4, 64, 64, 64, 64, 4, 4096, 4096, **{which: Dim(3, 16386, 16384)})
     assert pass_vec(p) == 2
-    assert pass_vec(Pass(TRANSPOSE, 4, 64, 64, 64, 64, 4, 4096, 4096, **{which: Dim(3, 16384, 16384)})) == 4
+    assert (
+        pass_vec(Pass(TRANSPOSE, 4, 64, 64, 64, 64, 4, 4096, 4096, **{which: Dim(3, 16384, 16384)}))
+        == 4
+    )

@@ -102,8 +102,12 @@ def test_a_winner_is_stored_like_a_tuning_result(ours, log):
     assert len(measured(log)) == 1
     e = _best(ours)
     assert (e.source, e.config, e.shape_class, e.shape, e.dtype) == (
-        "measured", WINNER, CLS, SHAPE, "float32"
-    )  # fmt: skip
+        "measured",
+        WINNER,
+        CLS,
+        SHAPE,
+        "float32",
+    )
     assert e.gbps == pytest.approx(2500.0) and e.copy_gbps == 0 and e.ratio == 0  # no copy timed
     assert e.template_version == codegen.kernel_version(WINNER) and not e.stale
     assert e.measured_at is not None
@@ -140,14 +144,21 @@ def test_conjugate_or_not_one_row_serves_both(ours, log):
 
 def test_another_process_serves_the_stored_winner_without_measuring(ours, log):
     winners.settle(CALL, logging_measure(log))
-    done = subprocess.run([sys.executable, "-c", _SETTLE, str(log)], capture_output=True,
-                          text=True, env=_child_env(AUTOTRANSPOSE_DB=ours), timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _SETTLE, str(log)],
+        capture_output=True,
+        text=True,
+        env=_child_env(AUTOTRANSPOSE_DB=ours),
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["measured", WINNER.key]
     assert measured(log) == [str(os.getpid())]
 
 
-def test_a_winner_recorded_just_before_our_claim_is_served_not_measured_again(ours, log, monkeypatch):
+def test_a_winner_recorded_just_before_our_claim_is_served_not_measured_again(
+    ours, log, monkeypatch
+):
     """The interleaving the process race hits under load: another process records its
     winner and releases its claim between our read of the best and our claim."""
     store = winners.writer()
@@ -250,8 +261,9 @@ def test_a_loser_waits_for_the_winner_bounded_then_serves_the_guess(ours, log, m
         assert measured(log) == []
         assert lookup.choose(DEVICE, 4, CLS).source == "default"  # nothing remembered
         # the other process records and releases: the next first call serves its row
-        other.record(None, DEVICE, "float32", 4, SHAPE, CLS, WINNER, ok(2000.0, 0.0),
-                     source="measured")  # fmt: skip
+        other.record(
+            None, DEVICE, "float32", 4, SHAPE, CLS, WINNER, ok(2000.0, 0.0), source="measured"
+        )
         other.release(winners.STUDY, key, "other-host:7:abc")
     choice = winners.settle(CALL, logging_measure(log))
     assert (choice.source, choice.config) == ("measured", WINNER) and measured(log) == []
@@ -408,9 +420,14 @@ def test_a_read_only_database_is_read_not_written(read_only_dir, tmp_path):  # n
     before = snapshot(directory)
     log = tmp_path / "measured.log"
     code = "import warnings; warnings.simplefilter('error')\n" + _SETTLE
-    done = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True,
-                          env=_child_env(AUTOTRANSPOSE_DB=str(path)), preexec_fn=preexec,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(log)],
+        capture_output=True,
+        text=True,
+        env=_child_env(AUTOTRANSPOSE_DB=str(path)),
+        preexec_fn=preexec,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["measured", WINNER.key] and len(measured(log)) == 1
     assert snapshot(directory) == before
@@ -463,7 +480,10 @@ def test_export_and_import_keep_the_source(ours, tmp_path):
         flipped = json.loads(json.dumps(doc))
         for e in flipped["entries"]:
             e["source"] = "measured"
-            e["gbps"], e["ratio"] = 2999.0, round(2999.0 / e["copy_gbps"], 4) if e["copy_gbps"] else 0
+            e["gbps"], e["ratio"] = (
+                2999.0,
+                round(2999.0 / e["copy_gbps"], 4) if e["copy_gbps"] else 0,
+            )
         textio.import_into(copy, flipped)
         assert {str(e.shape_class): e.source for e in copy.entries()}[str(other.cls)] == "tuned"
 
@@ -486,4 +506,3 @@ def test_claims_expire_only_when_asked(store):
     owner, since = store.claim_holder("s", "k")
     assert owner == "b" and (writes.now() - since).total_seconds() < 5
     assert store.claim_holder("s", "other") is None
-

@@ -21,9 +21,12 @@ from ..errors import UnsupportedDtypeError
 # (batch log-uniform in 2..512, matrices square, rectangular or skinny); each side is a
 # multiple of 64 half the time and any length (mostly odd) otherwise.
 RANDOM_DTYPES: dict[int, tuple[str, ...]] = {
-    1: ("int8", "uint8", "bool"), 2: ("float16", "int16", "uint16"), 4: ("float32", "int32"),
-    8: ("float64", "complex64", "int64"), 16: ("complex128",),
-}  # fmt: skip
+    1: ("int8", "uint8", "bool"),
+    2: ("float16", "int16", "uint16"),
+    4: ("float32", "int32"),
+    8: ("float64", "complex64", "int64"),
+    16: ("complex128",),
+}
 RANDOM_BYTES = (32 << 20, 1 << 30)
 RANDOM_KINDS = ("square", "rectangular", "skinny", "batched")
 
@@ -155,9 +158,19 @@ def random_permute_cases(
 SMALL_BYTES = (4 << 10, 16 << 20)
 SMALL_DIMS = (2, 6)
 SMALL_DTYPES = (
-    "float16", "bfloat16", "int8", "uint8", "bool", "int16",
-    "float32", "int32", "float64", "int64", "complex64", "complex128",
-)  # fmt: skip
+    "float16",
+    "bfloat16",
+    "int8",
+    "uint8",
+    "bool",
+    "int16",
+    "float32",
+    "int32",
+    "float64",
+    "int64",
+    "complex64",
+    "complex128",
+)
 NARROW_WEIGHT = 2.0  # a 1- or 2-byte type's weight in the draw; a wider one's is 1
 TYPICAL_SIDES = (3, 5, 7, 12, 14, 24, 28, 49, 56, 96, 112, 196, 197, 384, 768, 1000, 1536, 3072)
 

@@ -44,15 +44,27 @@ def run_from_args(args: Any) -> int:
     else:
         cases = [(parse_shape(s), d) for s in args.shapes for d in args.dtypes]
     rows, summary = _measure_cases(
-        [lambda shape=shape, dtype=dtype: bench_case(shape, dtype, device=args.device, repeats=repeats)
-         for shape, dtype in cases]
-    )  # fmt: skip
+        [
+            lambda shape=shape, dtype=dtype: bench_case(
+                shape, dtype, device=args.device, repeats=repeats
+            )
+            for shape, dtype in cases
+        ]
+    )
     costs = host_costs()
     print()
     print(format_host_costs(costs))
-    _write(args, rows, {"summary": summary, "call_us": costs, "random": getattr(args, "random", None),
-                        "seed": getattr(args, "seed", None),
-                        "dtypes": _drawn_dtypes(args)})  # fmt: skip
+    _write(
+        args,
+        rows,
+        {
+            "summary": summary,
+            "call_us": costs,
+            "random": getattr(args, "random", None),
+            "seed": getattr(args, "seed", None),
+            "dtypes": _drawn_dtypes(args),
+        },
+    )
     return 0
 
 
@@ -86,7 +98,9 @@ def _measure_cases(cases: list[Callable[[], list[Row]]]) -> tuple[list[Row], dic
 def _write(args: Any, rows: list[Row], extra: dict[str, Any]) -> None:
     """The files `--json`, `--markdown` and `--png` ask for."""
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": [asdict(r) for r in rows], **extra}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"rows": [asdict(r) for r in rows], **extra}, indent=1)
+        )
     if getattr(args, "markdown", None):
         Path(args.markdown).write_text(markdown_table(rows) + "\n")
     if getattr(args, "png", None) and not plot(rows, args.png):
@@ -103,9 +117,21 @@ def _run_permutes(args: Any, repeats: int) -> int:
     else:
         cases = [(tuple(s), tuple(args.axes), d) for s in args.shapes for d in args.dtypes]
     rows, summary = _measure_cases(
-        [lambda shape=shape, axes=axes, dtype=dtype: bench_permute_case(
-            shape, axes, dtype, device=args.device, repeats=repeats) for shape, axes, dtype in cases]
-    )  # fmt: skip
-    _write(args, rows, {"summary": summary, "random_permute": getattr(args, "random_permute", None),
-                        "seed": args.seed, "dtypes": _drawn_dtypes(args)})  # fmt: skip
+        [
+            lambda shape=shape, axes=axes, dtype=dtype: bench_permute_case(
+                shape, axes, dtype, device=args.device, repeats=repeats
+            )
+            for shape, axes, dtype in cases
+        ]
+    )
+    _write(
+        args,
+        rows,
+        {
+            "summary": summary,
+            "random_permute": getattr(args, "random_permute", None),
+            "seed": args.seed,
+            "dtypes": _drawn_dtypes(args),
+        },
+    )
     return 0

@@ -23,9 +23,12 @@ class _Raw:
 
     def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str) -> None:
         self.__cuda_array_interface__ = {
-            "shape": shape, "typestr": typestr, "data": (ptr, False),
-            "strides": None, "version": 3,
-        }  # fmt: skip
+            "shape": shape,
+            "typestr": typestr,
+            "data": (ptr, False),
+            "strides": None,
+            "version": 3,
+        }
 
 
 def numpy_typestr(dtype: str) -> str | None:
@@ -55,7 +58,9 @@ def torch_wrapping(dtype: str) -> tuple[str, str]:
     return typestr, et.name
 
 
-def _torch_wrapper(torch: Any, dtype: str) -> tuple[Callable[[int, tuple[int, ...]], Any] | None, str]:
+def _torch_wrapper(
+    torch: Any, dtype: str
+) -> tuple[Callable[[int, tuple[int, ...]], Any] | None, str]:
     """wrap(ptr, shape) making a PyTorch tensor of `dtype` on that memory, or None and why."""
     typestr, name = torch_wrapping(dtype)
     as_type = getattr(torch, name, None)
@@ -303,7 +308,9 @@ def compile_peer(
     return run, f"{note} as {as_dtype} pairs" if pairs else note
 
 
-def _cutensor_peer(cupy_views: Callable, axes: tuple[int, ...], e: int) -> tuple[Callable | None, str]:
+def _cutensor_peer(
+    cupy_views: Callable, axes: tuple[int, ...], e: int
+) -> tuple[Callable | None, str]:
     """cuTENSOR's permutation through CuPy (D = 1*A[modes in] + 0*C[modes out], C = D = out),
     or None and why not."""
     try:
@@ -324,9 +331,12 @@ def _cutensor_peer(cupy_views: Callable, axes: tuple[int, ...], e: int) -> tuple
 
 
 HOST_COST_CASES = (
-    ("autotranspose", "gpuarray"), ("autotranspose", "cupy"), ("autotranspose", "torch"),
-    ("own", "cupy"), ("own", "torch"),
-)  # fmt: skip
+    ("autotranspose", "gpuarray"),
+    ("autotranspose", "cupy"),
+    ("autotranspose", "torch"),
+    ("own", "cupy"),
+    ("own", "torch"),
+)
 
 
 def host_cost_calls(who: str, lib: str, shape: tuple[int, int]) -> tuple[Any, Any, Any] | None:

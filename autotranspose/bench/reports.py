@@ -25,8 +25,9 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
     ours = [c["autotranspose"] for c in cases.values() if "autotranspose" in c]
     out: dict[str, Any] = {"cases": len(cases), "measured": len(ours)}
     if ours:
-        out.update(median=float(np.median(ours)), p10=float(np.percentile(ours, 10)),
-                   min=float(min(ours)))  # fmt: skip
+        out.update(
+            median=float(np.median(ours)), p10=float(np.percentile(ours, 10)), min=float(min(ours))
+        )
         worst = min(cases.items(), key=lambda kv: kv[1].get("autotranspose", 9.0))
         (shape, dtype, axes), ratio = worst[0], worst[1]["autotranspose"]
         out["worst"] = f"{ratio * 100:.1f}% {_case_text(shape, axes)} {dtype}"
@@ -68,10 +69,14 @@ def format_host_costs(costs: dict[str, float | None], shape: tuple[int, int] = (
         f"  {'':36} {'into out=':>10} {'new output':>11}",
     ]
     for who, lib in HOST_COST_CASES:
-        label = f"autotranspose.transpose({lib})" if who == "autotranspose" else {
-            "cupy": "CuPy copyto / ascontiguousarray(a.T)",
-            "torch": "PyTorch out.copy_(a.t()) / a.t().contiguous()",
-        }.get(lib, lib)  # fmt: skip
+        label = (
+            f"autotranspose.transpose({lib})"
+            if who == "autotranspose"
+            else {
+                "cupy": "CuPy copyto / ascontiguousarray(a.T)",
+                "torch": "PyTorch out.copy_(a.t()) / a.t().contiguous()",
+            }.get(lib, lib)
+        )
         vals = [costs.get(f"{who}/{lib}/{m}") for m in ("out", "new")]
         cells = ["-" if v is None else f"{v:.2f}" for v in vals]
         lines.append(f"  {label:36} {cells[0]:>10} {cells[1]:>11}")
@@ -116,9 +121,15 @@ def markdown_table(rows: Sequence[Row]) -> str:
     for r in rows:  # a permute case is its shape and its axes: one row each
         cells.setdefault((r.shape, r.axes, r.dtype), {})[r.peer] = r
     geam = "geam" in shown
-    head = ["shape", "dtype", "copy GB/s", "autotranspose GB/s",
-            *(f"{p} % copy" for p in shown), *(["vs geam"] if geam else []),
-            "vs best other"]  # fmt: skip
+    head = [
+        "shape",
+        "dtype",
+        "copy GB/s",
+        "autotranspose GB/s",
+        *(f"{p} % copy" for p in shown),
+        *(["vs geam"] if geam else []),
+        "vs best other",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (shape, axes, dtype), row in cells.items():
         pct = {p: r.of_copy for p, r in row.items() if p in shown and r.of_copy}
@@ -126,12 +137,19 @@ def markdown_table(rows: Sequence[Row]) -> str:
         others = [v for p, v in pct.items() if p != "autotranspose"]
         gbps = {p: f"{r.gbps:.0f}" if r.gbps else "-" for p, r in row.items()}
         cols = [
-            _case_text(shape, axes), dtype, gbps.get("copy", "-"), gbps.get("autotranspose", "-"),
-            *(("**{:.1f}**" if p == "autotranspose" else "{:.1f}").format(100 * pct[p])
-              if p in pct else "-" for p in shown),
+            _case_text(shape, axes),
+            dtype,
+            gbps.get("copy", "-"),
+            gbps.get("autotranspose", "-"),
+            *(
+                ("**{:.1f}**" if p == "autotranspose" else "{:.1f}").format(100 * pct[p])
+                if p in pct
+                else "-"
+                for p in shown
+            ),
             *([f"{ours / pct['geam']:.3f}x" if ours and "geam" in pct else "-"] if geam else []),
             f"{ours / max(others):.2f}x" if ours and others else "-",
-        ]  # fmt: skip
+        ]
         lines.append("| " + " | ".join(cols) + " |")
     return "\n".join(lines)
 
@@ -139,10 +157,15 @@ def markdown_table(rows: Sequence[Row]) -> str:
 def rows_from_json(doc: Any) -> list[Row]:
     """The rows of a `bench --json` file."""
     return [
-        Row(**{**r, "shape": tuple(r["shape"]),
-               "axes": tuple(r["axes"]) if r.get("axes") is not None else None})
+        Row(
+            **{
+                **r,
+                "shape": tuple(r["shape"]),
+                "axes": tuple(r["axes"]) if r.get("axes") is not None else None,
+            }
+        )
         for r in doc["rows"]
-    ]  # fmt: skip
+    ]
 
 
 def plot(rows: Sequence[Row], path: str | Path) -> bool:

@@ -42,7 +42,9 @@ class PermuteCheck:
     """Correctness of a permute peer on `bench`'s buffers: input set 0 and the output (with
     its guard region) read back and compared with np.transpose, bit for bit."""
 
-    def __init__(self, bench: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str) -> None:
+    def __init__(
+        self, bench: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str
+    ) -> None:
         self.bench, self.shape, self.axes, self.dtype = bench, shape, axes, dtype
 
     def __call__(self, fn: Callable, mask: int) -> str | None:
@@ -108,7 +110,9 @@ def bench_permute_case(
             if problem:
                 rows.append(row(peer, None, f"{note}: {problem}"))
                 continue
-            rows.append(row(peer, copy_s if peer == "copy" else bench.time(fn, repeats=repeats), note))
+            rows.append(
+                row(peer, copy_s if peer == "copy" else bench.time(fn, repeats=repeats), note)
+            )
     finally:
         bench.close()
     return rows

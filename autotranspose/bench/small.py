@@ -72,9 +72,12 @@ def speedup_stats(pairs: Sequence[tuple[float, str]]) -> dict[str, Any]:
     values = [v for v, _ in pairs]
     least = min(pairs, key=lambda p: p[0])
     out.update(
-        median=float(np.median(values)), min=float(least[0]), worst=least[1],
-        slower=sum(v < SLOWER for v in values), slower_2pct=sum(v < SLOWER_2PCT for v in values),
-    )  # fmt: skip
+        median=float(np.median(values)),
+        min=float(least[0]),
+        worst=least[1],
+        slower=sum(v < SLOWER for v in values),
+        slower_2pct=sum(v < SLOWER_2PCT for v in values),
+    )
     return out
 
 
@@ -200,10 +203,15 @@ def small_rows_from_json(doc: Any) -> list[SmallRow]:
     """The rows of a `bench --small --json` file."""
     keys = set(SmallRow.__dataclass_fields__)
     return [
-        SmallRow(**{**{k: v for k, v in r.items() if k in keys},
-                    "shape": tuple(r["shape"]), "axes": tuple(r["axes"])})
+        SmallRow(
+            **{
+                **{k: v for k, v in r.items() if k in keys},
+                "shape": tuple(r["shape"]),
+                "axes": tuple(r["axes"]),
+            }
+        )
         for r in doc["rows"]
-    ]  # fmt: skip
+    ]
 
 
 # --- timing (on the device) ----------------------------------------------------------------------
@@ -377,10 +385,16 @@ def _problem(exc: Exception) -> str:
 
 
 def time_small_case(
-    index: int, case: SmallCase, libs: dict[str, Any], *, device: int = 0,
+    index: int,
+    case: SmallCase,
+    libs: dict[str, Any],
+    *,
+    device: int = 0,
     seed: int | Sequence[int] = 0,
-    calls: int = SMALL_CALLS, repeats: int = SMALL_REPEATS, warmup: int = SMALL_WARMUP,
-) -> list[SmallRow]:  # fmt: skip
+    calls: int = SMALL_CALLS,
+    repeats: int = SMALL_REPEATS,
+    warmup: int = SMALL_WARMUP,
+) -> list[SmallRow]:
     """One row per peer and form: each call checked, warmed up, then timed `repeats` times
     (ours and the peers' interleaved, run by run), the median kept."""
     data = host_data(case, seed)
@@ -451,10 +465,27 @@ def time_small_case(
         for form in FORMS:
             peer = peers[name]
             note = peer if isinstance(peer, str) else notes.get((name, form), "")
-            us = {who: float(np.median(samples[(name, form, who)])) if (name, form, who) in samples
-                  else None for who in ("ours", "peer")}  # fmt: skip
-            rows.append(SmallRow(index, case.op, case.shape, case.axes, case.dtype, form,
-                                 case.nbytes, name, us["ours"], us["peer"], note))  # fmt: skip
+            us = {
+                who: float(np.median(samples[(name, form, who)]))
+                if (name, form, who) in samples
+                else None
+                for who in ("ours", "peer")
+            }
+            rows.append(
+                SmallRow(
+                    index,
+                    case.op,
+                    case.shape,
+                    case.axes,
+                    case.dtype,
+                    form,
+                    case.nbytes,
+                    name,
+                    us["ours"],
+                    us["peer"],
+                    note,
+                )
+            )
     return rows
 
 
@@ -470,8 +501,9 @@ def run_small(args: Any) -> int:
     of = "" if dtypes is None else f", dtypes {' '.join(dtypes)}"
     print(
         f"{len(cases)} small cases, seed {seed}{of}: host-included us per call, "
-        f"{SMALL_CALLS} calls then one synchronize, median of {repeats} runs", flush=True,
-    )  # fmt: skip
+        f"{SMALL_CALLS} calls then one synchronize, median of {repeats} runs",
+        flush=True,
+    )
     for name, lib in libs.items():
         if isinstance(lib, str):
             print(f"  {name} skipped: {lib}", flush=True)
@@ -485,14 +517,21 @@ def run_small(args: Any) -> int:
     print(format_small_table(rows))
     print()
     print(format_small_summary(summary))
-    versions = {n: getattr(lib, "__version__", "?") if not isinstance(lib, str) else lib
-                for n, lib in libs.items()}  # fmt: skip
+    versions = {
+        n: getattr(lib, "__version__", "?") if not isinstance(lib, str) else lib
+        for n, lib in libs.items()
+    }
     if getattr(args, "json", None):
         doc = {
-            "rows": [{**asdict(r), "speedup": r.speedup} for r in rows], "summary": summary,
-            "small": args.small, "seed": seed, "dtypes": dtypes, "calls": SMALL_CALLS,
-            "repeats": repeats, "peers": versions,
-        }  # fmt: skip
+            "rows": [{**asdict(r), "speedup": r.speedup} for r in rows],
+            "summary": summary,
+            "small": args.small,
+            "seed": seed,
+            "dtypes": dtypes,
+            "calls": SMALL_CALLS,
+            "repeats": repeats,
+            "peers": versions,
+        }
         Path(args.json).write_text(json.dumps(doc, indent=1))
     if getattr(args, "markdown", None):
         Path(args.markdown).write_text(markdown_small_table(rows, summary) + "\n")

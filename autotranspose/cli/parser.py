@@ -83,60 +83,114 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def db_option(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--db", metavar="URL", type=_db_location,
-                       help="tuning database: a SQLite file path or a SQLAlchemy URL (SQLite or "
-                            "PostgreSQL); default: $AUTOTRANSPOSE_DB, else a SQLite file in the "
-                            "user data directory")  # fmt: skip
+        q.add_argument(
+            "--db",
+            metavar="URL",
+            type=_db_location,
+            help="tuning database: a SQLite file path or a SQLAlchemy URL (SQLite or "
+            "PostgreSQL); default: $AUTOTRANSPOSE_DB, else a SQLite file in the "
+            "user data directory",
+        )
 
-    t = sub.add_parser("tune", help="tune kernels for shapes and dtypes on a local GPU",
-                       description="Tune kernels on a local GPU; an interrupted run resumes.")  # fmt: skip
-    t.add_argument("--shapes", nargs="+", required=True, metavar="SHAPE",
-                   help="MxN or BATCHxMxN, e.g. 8192x8192 64x1024x1024 (commas work too); "
-                        "with --axes, 1 to 8 sides")  # fmt: skip
-    t.add_argument("--axes", metavar="I,J,...",
-                   help="tune the permute of each of --shapes by these axes, e.g. --shapes "
-                        "64x256x56x56 --axes 0,2,3,1: its transpose pass, measured on the "
-                        "pass's own strides, into the pass's shape class (or the batched "
-                        "transpose a first call times against a packed or gather pass; a copy, "
-                        "packed or gather pass without one: nothing to tune)")  # fmt: skip
-    t.add_argument("--dtypes", nargs="+", default=["float32"], metavar="DTYPE",
-                   help="e.g. float32,int8 (default float32)")  # fmt: skip
-    t.add_argument("--trials", type=_positive_int, default=40,
-                   help="finished trials per shape and dtype, counting earlier runs; with "
-                        "--devices, in total over the GPUs of one model (default 40)")  # fmt: skip
-    t.add_argument("--timeout", type=_positive_float, metavar="SECONDS",
-                   help="stop each study after this long")  # fmt: skip
-    t.add_argument("--patience", type=_positive_int, metavar="K",
-                   help="stop when K trials in a row did not beat the best")  # fmt: skip
+    t = sub.add_parser(
+        "tune",
+        help="tune kernels for shapes and dtypes on a local GPU",
+        description="Tune kernels on a local GPU; an interrupted run resumes.",
+    )
+    t.add_argument(
+        "--shapes",
+        nargs="+",
+        required=True,
+        metavar="SHAPE",
+        help="MxN or BATCHxMxN, e.g. 8192x8192 64x1024x1024 (commas work too); "
+        "with --axes, 1 to 8 sides",
+    )
+    t.add_argument(
+        "--axes",
+        metavar="I,J,...",
+        help="tune the permute of each of --shapes by these axes, e.g. --shapes "
+        "64x256x56x56 --axes 0,2,3,1: its transpose pass, measured on the "
+        "pass's own strides, into the pass's shape class (or the batched "
+        "transpose a first call times against a packed or gather pass; a copy, "
+        "packed or gather pass without one: nothing to tune)",
+    )
+    t.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=["float32"],
+        metavar="DTYPE",
+        help="e.g. float32,int8 (default float32)",
+    )
+    t.add_argument(
+        "--trials",
+        type=_positive_int,
+        default=40,
+        help="finished trials per shape and dtype, counting earlier runs; with "
+        "--devices, in total over the GPUs of one model (default 40)",
+    )
+    t.add_argument(
+        "--timeout", type=_positive_float, metavar="SECONDS", help="stop each study after this long"
+    )
+    t.add_argument(
+        "--patience",
+        type=_positive_int,
+        metavar="K",
+        help="stop when K trials in a row did not beat the best",
+    )
     t.add_argument("--sampler", choices=("tpe", "random", "gp"), default="tpe")
-    t.add_argument("--seed", type=_sampler_seed,
-                   help="seed of the sampler (0 to 2**32-1), for reproducible runs")  # fmt: skip
-    t.add_argument("--batch", type=_positive_int, default=8,
-                   help="trials compiled and measured together (default 8)")  # fmt: skip
-    t.add_argument("--device", type=_nonnegative_int, default=None, metavar="INDEX",
-                   help="local GPU index (default 0)")  # fmt: skip
-    t.add_argument("--devices", type=_device_spec, metavar="all|I,J,...",
-                   help="tune on several local GPUs at once, one process each: all, or "
-                        "indices like 0,2; GPUs of one model share each study and its "
-                        "--trials, so the budget is spent once, not once per GPU")  # fmt: skip
+    t.add_argument(
+        "--seed",
+        type=_sampler_seed,
+        help="seed of the sampler (0 to 2**32-1), for reproducible runs",
+    )
+    t.add_argument(
+        "--batch",
+        type=_positive_int,
+        default=8,
+        help="trials compiled and measured together (default 8)",
+    )
+    t.add_argument(
+        "--device",
+        type=_nonnegative_int,
+        default=None,
+        metavar="INDEX",
+        help="local GPU index (default 0)",
+    )
+    t.add_argument(
+        "--devices",
+        type=_device_spec,
+        metavar="all|I,J,...",
+        help="tune on several local GPUs at once, one process each: all, or "
+        "indices like 0,2; GPUs of one model share each study and its "
+        "--trials, so the budget is spent once, not once per GPU",
+    )
     t.add_argument("--conjugate", action="store_true", help="tune the conjugate transpose")
     db_option(t)
 
     s = sub.add_parser("show", help="tuned results per device")
-    s.add_argument("--device", type=_device_name, metavar="NAME",
-                   help="only this GPU model, e.g. 'NVIDIA H100 80GB HBM3'")  # fmt: skip
+    s.add_argument(
+        "--device",
+        type=_device_name,
+        metavar="NAME",
+        help="only this GPU model, e.g. 'NVIDIA H100 80GB HBM3'",
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     db_option(s)
 
     lk = sub.add_parser("lookup", help="the kernel a call would use, and where it comes from")
-    lk.add_argument("--shape", required=True,
-                    help="MxN or BATCHxMxN, e.g. 4096x4096; with --axes, 1 to 8 sides")  # fmt: skip
-    lk.add_argument("--axes", metavar="I,J,...",
-                    help="a permute of --shape by these axes (e.g. 0,2,3,1): show its plan and "
-                         "the kernel that serves it")  # fmt: skip
+    lk.add_argument(
+        "--shape", required=True, help="MxN or BATCHxMxN, e.g. 4096x4096; with --axes, 1 to 8 sides"
+    )
+    lk.add_argument(
+        "--axes",
+        metavar="I,J,...",
+        help="a permute of --shape by these axes (e.g. 0,2,3,1): show its plan and "
+        "the kernel that serves it",
+    )
     lk.add_argument("--dtype", default="float32")
-    lk.add_argument("--device", type=_device_name, metavar="NAME",
-                    help="GPU model name (default: local GPU 0)")  # fmt: skip
+    lk.add_argument(
+        "--device", type=_device_name, metavar="NAME", help="GPU model name (default: local GPU 0)"
+    )
     lk.add_argument("--conjugate", action="store_true")
     lk.add_argument("--source", action="store_true", help="print the kernel's CUDA source")
     lk.add_argument("--json", action="store_true", help="machine-readable output")
@@ -144,10 +198,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write tuned results as JSON")
     e.add_argument("--device", type=_device_name, metavar="NAME", help="only this GPU model")
-    e.add_argument("--all-devices", action="store_true",
-                   help="every GPU model in the database: one <model>.json each into -o DIR")  # fmt: skip
-    e.add_argument("-o", "--output", metavar="PATH",
-                   help="file to write (default stdout); with --all-devices, a directory")  # fmt: skip
+    e.add_argument(
+        "--all-devices",
+        action="store_true",
+        help="every GPU model in the database: one <model>.json each into -o DIR",
+    )
+    e.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="file to write (default stdout); with --all-devices, a directory",
+    )
     db_option(e)
 
     i = sub.add_parser("import", help="read tuned results from JSON files")
@@ -163,32 +224,69 @@ def build_parser() -> argparse.ArgumentParser:
     db_option(up)
 
     b = sub.add_parser("bench", help="compare against copy, cuBLAS, CuPy, PyTorch and the seed")
-    b.add_argument("--shapes", nargs="+", default=["8192x8192"], metavar="SHAPE",
-                   help="e.g. 8192x8192 64x1024x1024 (default 8192x8192)")  # fmt: skip
-    b.add_argument("--dtypes", nargs="+", default=None, metavar="DTYPE",
-                   help="e.g. float32,int8 (default float32); with --random, --random-permute "
-                        "or --small, the only types drawn (default: every type)")  # fmt: skip
-    b.add_argument("--random", type=_positive_int, default=None, metavar="N",
-                   help="instead of --shapes: N random (shape, dtype) cases, 32 MB to "
-                        "1 GB, square, rectangular, skinny and batched, odd and aligned")  # fmt: skip
-    b.add_argument("--random-permute", type=_positive_int, default=None, metavar="N",
-                   help="N random permutes: 3- to 6-D shapes, 32 MB to 1 GB, every element "
-                        "size, against copy, CuPy, PyTorch, cuTENSOR, torch.compile")  # fmt: skip
-    b.add_argument("--small", type=_positive_int, default=None, metavar="N",
-                   help="N random small permutes and transposes (4 KB to 16 MB, 2- to 6-D, "
-                        "every dtype), each into out= and new: host-included us per call "
-                        "of ours against PyTorch's and CuPy's own on the same arrays")  # fmt: skip
-    b.add_argument("--axes", metavar="I,J,...",
-                   help="permute each of --shapes (1 to 8 sides) by these axes, e.g. "
-                        "--shapes 64x256x56x56 --axes 0,2,3,1")  # fmt: skip
-    b.add_argument("--seed", type=_nonnegative_int, default=0, metavar="S",
-                   help="the random cases' seed (default 0)")  # fmt: skip
+    b.add_argument(
+        "--shapes",
+        nargs="+",
+        default=["8192x8192"],
+        metavar="SHAPE",
+        help="e.g. 8192x8192 64x1024x1024 (default 8192x8192)",
+    )
+    b.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=None,
+        metavar="DTYPE",
+        help="e.g. float32,int8 (default float32); with --random, --random-permute "
+        "or --small, the only types drawn (default: every type)",
+    )
+    b.add_argument(
+        "--random",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="instead of --shapes: N random (shape, dtype) cases, 32 MB to "
+        "1 GB, square, rectangular, skinny and batched, odd and aligned",
+    )
+    b.add_argument(
+        "--random-permute",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="N random permutes: 3- to 6-D shapes, 32 MB to 1 GB, every element "
+        "size, against copy, CuPy, PyTorch, cuTENSOR, torch.compile",
+    )
+    b.add_argument(
+        "--small",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="N random small permutes and transposes (4 KB to 16 MB, 2- to 6-D, "
+        "every dtype), each into out= and new: host-included us per call "
+        "of ours against PyTorch's and CuPy's own on the same arrays",
+    )
+    b.add_argument(
+        "--axes",
+        metavar="I,J,...",
+        help="permute each of --shapes (1 to 8 sides) by these axes, e.g. "
+        "--shapes 64x256x56x56 --axes 0,2,3,1",
+    )
+    b.add_argument(
+        "--seed",
+        type=_nonnegative_int,
+        default=0,
+        metavar="S",
+        help="the random cases' seed (default 0)",
+    )
     b.add_argument("--json", metavar="PATH", help="write results as JSON")
     b.add_argument("--png", metavar="PATH", help="write a chart")
     b.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    b.add_argument("--repeat", type=_positive_int, default=None, metavar="N",
-                   help="timed repeats, the median kept (default 7; --small: 5 runs of 300 "
-                        "calls)")  # fmt: skip
+    b.add_argument(
+        "--repeat",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="timed repeats, the median kept (default 7; --small: 5 runs of 300 calls)",
+    )
     b.add_argument("--device", type=_nonnegative_int, default=0, metavar="INDEX")
     db_option(b)
     return p
@@ -209,8 +307,7 @@ def _bounded(
             raise argparse.ArgumentTypeError(f"{text!r:.40} is not {noun}") from None
         if kind is float and not math.isfinite(v):  # float() takes inf, nan, 1e999
             raise argparse.ArgumentTypeError(
-                f"{text!r:.40} is not a finite number; give one such as 60, or leave the "
-                "option out"
+                f"{text!r:.40} is not a finite number; give one such as 60, or leave the option out"
             )
         shown = str(v)[:40]
         if not (v >= least if inclusive else v > least):

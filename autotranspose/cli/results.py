@@ -68,7 +68,9 @@ def _shipped_entries(device: str | None) -> list[Any]:
         try:
             names.append(textio.load(path).device.name)
         except AutotransposeError as exc:
-            warnings.warn(f"ignoring shipped results {path.name}: {exc}", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"ignoring shipped results {path.name}: {exc}", RuntimeWarning, stacklevel=2
+            )
     return [e for name in names for e in lookup.shipped(name)]
 
 
@@ -80,15 +82,22 @@ def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if store is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", BadRowWarning)  # listed below, once each
-            entries = [(e.source, e) for e in store.entries(device_name=args.device, include_stale=True)]
+            entries = [
+                (e.source, e) for e in store.entries(device_name=args.device, include_stale=True)
+            ]
         for problem in store.problems(args.device):
             print(f"{PROG}: skipped a bad row: {problem}; {problem.fix}", file=err)
     entries += [("shipped", e) for e in _shipped_entries(args.device)]
     tuned_devices = {e.device for source, e in entries if source != "shipped"}
-    entries.sort(key=lambda se: (
-        se[1].device not in tuned_devices, se[1].device, se[0] == "shipped", se[1].elem_bytes,
-        se[1].shape_class,
-    ))  # fmt: skip
+    entries.sort(
+        key=lambda se: (
+            se[1].device not in tuned_devices,
+            se[1].device,
+            se[0] == "shipped",
+            se[1].elem_bytes,
+            se[1].shape_class,
+        )
+    )
     if args.json:
         json.dump([_entry_dict(e, source) for source, e in entries], out, indent=2)
         out.write("\n")
@@ -104,19 +113,30 @@ def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for device in dict.fromkeys(e.device for _, e in entries):
         rows = []
         for source, e in ((s, x) for s, x in entries if x.device == device):
-            rows.append([
-                source, f"s{e.elem_bytes}", DTYPES_BY_SIZE.get(e.elem_bytes, ""),
-                str(e.shape_class), e.config.key, gbps_text(e.gbps), pct_text(e.ratio),
-            ] + (["stale" if e.stale else ""] if stale else []))  # fmt: skip
+            rows.append(
+                [
+                    source,
+                    f"s{e.elem_bytes}",
+                    DTYPES_BY_SIZE.get(e.elem_bytes, ""),
+                    str(e.shape_class),
+                    e.config.key,
+                    gbps_text(e.gbps),
+                    pct_text(e.ratio),
+                ]
+                + (["stale" if e.stale else ""] if stale else [])
+            )
         print(device, file=out)
         print(table(headers, rows), file=out)
         print(file=out)
     if stale:
-        print("stale: measured with other kernel templates; not served; tune again to refresh",
-              file=out)  # fmt: skip
+        print(
+            "stale: measured with other kernel templates; not served; tune again to refresh",
+            file=out,
+        )
     if any(source == "measured" for source, _ in entries):
-        print("measured: a first call's winner among a few candidates; `tune` replaces it",
-              file=out)  # fmt: skip
+        print(
+            "measured: a first call's winner among a few candidates; `tune` replaces it", file=out
+        )
     return 0
 
 
@@ -172,9 +192,14 @@ def _choice_info(cls: Any, choice: Any) -> dict[str, Any]:
 
 
 def _print_choice(
-    args: argparse.Namespace, out: TextIO, info: dict[str, Any], device_name: str, call: str,
-    choice: Any, head: Sequence[str] = (),
-) -> int:  # fmt: skip
+    args: argparse.Namespace,
+    out: TextIO,
+    info: dict[str, Any],
+    device_name: str,
+    call: str,
+    choice: Any,
+    head: Sequence[str] = (),
+) -> int:
     """`lookup`'s answer: JSON, the CUDA source, or a few aligned lines after `head`."""
     from ..codegen import render
 
@@ -201,7 +226,9 @@ def _print_choice(
         ["from", where],
         [
             "speed",
-            f"{gbps_text(choice.gbps)} GB/s, {pct_text(choice.ratio)} of copy" if choice.gbps else "-",
+            f"{gbps_text(choice.gbps)} GB/s, {pct_text(choice.ratio)} of copy"
+            if choice.gbps
+            else "-",
         ],
     ]
     for line in head:
@@ -226,11 +253,17 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--conjugate is for transposes; permute (--axes) has none")
     plan = plan_permute(shape, parse_axes(args.axes), et.size)
     info: dict[str, Any] = {
-        "dtype": et.name, "elem_bytes": et.size, "shape": list(shape), "axes": list(plan.axes),
-        "out_shape": list(plan.out_shape), "case": plan.case, "launches": plan.launches,
-        "plan": plan.describe(), "passes": [asdict(p) for p in plan.passes],
+        "dtype": et.name,
+        "elem_bytes": et.size,
+        "shape": list(shape),
+        "axes": list(plan.axes),
+        "out_shape": list(plan.out_shape),
+        "case": plan.case,
+        "launches": plan.launches,
+        "plan": plan.describe(),
+        "passes": [asdict(p) for p in plan.passes],
         "alternatives": [asdict(p) for p in plan.alternatives],  # a first call times them too
-    }  # fmt: skip
+    }
     if lookup.chooses_per_device(plan):
         store = existing_store(args.db)
         device, device_name = _lookup_device(args, store)
@@ -239,7 +272,9 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
         assert p is not None and choice is not None
         info.update(device=device_name, **_choice_info(cls, choice))
         call = f"{p.elem_bytes}-byte {shape_text((p.batch, p.m, p.n))} -> class {cls}"
-        return _print_choice(args, out, info, device_name, call, choice, plan.describe().splitlines())
+        return _print_choice(
+            args, out, info, device_name, call, choice, plan.describe().splitlines()
+        )
     served = lookup.permute_kernel(plan)
     info["kernel"] = served.kernel
     if args.json:

@@ -60,9 +60,12 @@ class ProgressBar:
 
 
 def gpu_objective(
-    dtype: str, shape: tuple[int, int, int], device: int, conjugate: bool,
+    dtype: str,
+    shape: tuple[int, int, int],
+    device: int,
+    conjugate: bool,
     layout: Layout | None = None,
-) -> Any:  # fmt: skip
+) -> Any:
     from ..worker import GpuObjective
 
     return GpuObjective(dtype, shape, device, conjugate=conjugate, layout=layout)
@@ -109,16 +112,26 @@ def cmd_tune(
                 results.append(result)
     if results:
         print(table(_RESULT_HEADERS, [_result_row(r) for r in results]), file=out)
-    print(f"tuned {len(results)} of {len(results) + failed} in "
-          f"{time.monotonic() - started:.1f}s; database {store.display}", file=err)  # fmt: skip
+    print(
+        f"tuned {len(results)} of {len(results) + failed} in "
+        f"{time.monotonic() - started:.1f}s; database {store.display}",
+        file=err,
+    )
     return 1 if failed else 0
 
 
 def _tune_case(
-    args: argparse.Namespace, store: Store, device: int, dtype: str, shape: tuple[int, int, int],
-    label: str, err: TextIO, make_objective: ObjectiveFactory, layout: Layout | None = None,
+    args: argparse.Namespace,
+    store: Store,
+    device: int,
+    dtype: str,
+    shape: tuple[int, int, int],
+    label: str,
+    err: TextIO,
+    make_objective: ObjectiveFactory,
+    layout: Layout | None = None,
     max_vector: int | None = None,
-) -> TuneResult | None:  # fmt: skip
+) -> TuneResult | None:
     """Tune one case on GPU `device` with a progress bar; None (and a line saying why) when
     no config ran correctly."""
     from ..tuner import tune
@@ -128,11 +141,23 @@ def _tune_case(
     bar = ProgressBar(err, label)
     try:
         result = tune(
-            dtype, shape, objective=objective, store=store, device=objective.device,
-            trials=args.trials, timeout=args.timeout, patience=args.patience,
-            sampler=args.sampler, seed=args.seed, batch=args.batch, conjugate=args.conjugate,
-            progress=bar, device_index=device, layout=layout, max_vector=max_vector,
-        )  # fmt: skip
+            dtype,
+            shape,
+            objective=objective,
+            store=store,
+            device=objective.device,
+            trials=args.trials,
+            timeout=args.timeout,
+            patience=args.patience,
+            sampler=args.sampler,
+            seed=args.seed,
+            batch=args.batch,
+            conjugate=args.conjugate,
+            progress=bar,
+            device_index=device,
+            layout=layout,
+            max_vector=max_vector,
+        )
     except TuningError as exc:
         bar.close()
         print(f"{PROG}: {label}: {one_line(exc)}", file=err)
@@ -168,20 +193,42 @@ def _tune_permutes(
             skipped += 1
             continue
         max_vector = target.shape_class.vec if target.shape_class is not None else None
-        result = _tune_case(args, store, device, target.dtype, target.shape, label, err,
-                            make_objective, target.layout, max_vector)  # fmt: skip
+        result = _tune_case(
+            args,
+            store,
+            device,
+            target.dtype,
+            target.shape,
+            label,
+            err,
+            make_objective,
+            target.layout,
+            max_vector,
+        )
         if result is None:
             failed += 1
             continue
         strides = result.layout.text if result.layout is not None else "contiguous"
-        rows.append([dtype, shape_text(shape), axes, f"s{element_type(result.dtype).size}",
-                     shape_text(result.shape), strides, *_result_row(result)[2:]])  # fmt: skip
+        rows.append(
+            [
+                dtype,
+                shape_text(shape),
+                axes,
+                f"s{element_type(result.dtype).size}",
+                shape_text(result.shape),
+                strides,
+                *_result_row(result)[2:],
+            ]
+        )
     if rows:
         print(table(_PERMUTE_HEADERS, rows), file=out)
     where = f"; database {store.display}" if store is not None else ""
-    print(f"tuned {len(rows)} of {len(rows) + failed} transpose passes ({skipped} of "
-          f"{len(targets)} permutes had nothing to tune) in "
-          f"{time.monotonic() - started:.1f}s{where}", file=err)  # fmt: skip
+    print(
+        f"tuned {len(rows)} of {len(rows) + failed} transpose passes ({skipped} of "
+        f"{len(targets)} permutes had nothing to tune) in "
+        f"{time.monotonic() - started:.1f}s{where}",
+        file=err,
+    )
     return 1 if failed else 0
 
 
@@ -205,20 +252,34 @@ def _permute_targets(
     return [(d, s, permute_target(d, s, axes)) for d in dtypes for s in shapes]
 
 
-_RESULT_HEADERS = ["dtype", "shape", "class", "config", "GB/s", "% copy",
-                   "trials/meas/reuse/fail", "time", "stop"]  # fmt: skip
+_RESULT_HEADERS = [
+    "dtype",
+    "shape",
+    "class",
+    "config",
+    "GB/s",
+    "% copy",
+    "trials/meas/reuse/fail",
+    "time",
+    "stop",
+]
 # tune --axes: the permute, its pass's element size and (batch, m, n) ("shape"), and its
 # strides (ld_in,ld_out,bs_in,bs_out in elements, or contiguous)
-_PERMUTE_HEADERS = ["dtype", "permute", "axes", "elem", "shape", "strides",
-                    *_RESULT_HEADERS[2:]]  # fmt: skip
+_PERMUTE_HEADERS = ["dtype", "permute", "axes", "elem", "shape", "strides", *_RESULT_HEADERS[2:]]
 
 
 def _result_row(r: TuneResult) -> list[str]:
     return [
-        r.dtype, shape_text(r.shape), str(r.shape_class), r.config.key,
-        gbps_text(r.measurement.gbps), pct_text(r.measurement.ratio),
-        f"{r.trials}/{r.measured}/{r.reused}/{r.failed}", f"{r.elapsed_s:.1f}s", r.stopped_by,
-    ]  # fmt: skip
+        r.dtype,
+        shape_text(r.shape),
+        str(r.shape_class),
+        r.config.key,
+        gbps_text(r.measurement.gbps),
+        pct_text(r.measurement.ratio),
+        f"{r.trials}/{r.measured}/{r.reused}/{r.failed}",
+        f"{r.elapsed_s:.1f}s",
+        r.stopped_by,
+    ]
 
 
 def _result_line(r: TuneResult, label: str = "") -> str:
@@ -256,18 +317,27 @@ def _tune_devices(
             return
         status.clear()
         if isinstance(event, CaseFailure):
-            print(f"{PROG}: GPU {index}: {event.dtype} {shape_text(event.shape)}: "
-                  f"{event.error}", file=err)  # fmt: skip
+            print(
+                f"{PROG}: GPU {index}: {event.dtype} {shape_text(event.shape)}: {event.error}",
+                file=err,
+            )
         else:
             print(f"GPU {index}: {_result_line(event)}", file=err)
 
     runs = tune_devices(
-        [(d, s) for d in dtypes for s in shapes], devices=indices, db=store.url,
-        trials=args.trials, timeout=args.timeout, patience=args.patience, sampler=args.sampler,
-        seed=args.seed, batch=args.batch, conjugate=args.conjugate,
+        [(d, s) for d in dtypes for s in shapes],
+        devices=indices,
+        db=store.url,
+        trials=args.trials,
+        timeout=args.timeout,
+        patience=args.patience,
+        sampler=args.sampler,
+        seed=args.seed,
+        batch=args.batch,
+        conjugate=args.conjugate,
         make_objective=None if make_objective is gpu_objective else make_objective,
         progress=progress,
-    )  # fmt: skip
+    )
     status.clear()
     rows = [[str(run.index), *_result_row(r)] for run in runs for r in run.results]
     if rows:
@@ -277,9 +347,12 @@ def _tune_devices(
             name = f" ({run.device})" if run.device else ""
             print(f"{PROG}: GPU {run.index}{name} failed: {run.error}", file=err)
     done = sum(len(run.results) for run in runs)
-    print(f"tuned {done} of {len(dtypes) * len(shapes) * len(runs)} (case, GPU) pairs on GPUs "
-          f"{', '.join(map(str, indices))} in {time.monotonic() - started:.1f}s; "
-          f"database {store.display}", file=err)  # fmt: skip
+    print(
+        f"tuned {done} of {len(dtypes) * len(shapes) * len(runs)} (case, GPU) pairs on GPUs "
+        f"{', '.join(map(str, indices))} in {time.monotonic() - started:.1f}s; "
+        f"database {store.display}",
+        file=err,
+    )
     return 0 if all(run.ok for run in runs) else 1
 
 

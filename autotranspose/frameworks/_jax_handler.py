@@ -89,9 +89,17 @@ def build(path: Path, compiler: str | None = None) -> Path:
         obj = str(tmp / "launcher.o")
         return [
             [compiler, "-x", "c", "-O2", "-fPIC", "-c", str(tmp / "launcher.c"), "-o", obj],
-            [compiler, *CXX_FLAGS, "-shared", f"-I{include}", str(tmp / "handler.cc"), obj,
-             "-o", str(so)],
-        ]  # fmt: skip
+            [
+                compiler,
+                *CXX_FLAGS,
+                "-shared",
+                f"-I{include}",
+                str(tmp / "handler.cc"),
+                obj,
+                "-o",
+                str(so),
+            ],
+        ]
 
     try:
         return _native.build_files(path, sources(), commands, timeout=300)
@@ -102,8 +110,9 @@ def build(path: Path, compiler: str | None = None) -> Path:
             f"headers in {include} failed (exit {exc.returncode}): {log.strip()[-2000:]}\n"
             "Check that the compiler supports C++17 and that jaxlib is installed completely; "
             "set CXX to pick another compiler",
-            source_path=str(HANDLER_SOURCE), log=log,
-        ) from exc  # fmt: skip
+            source_path=str(HANDLER_SOURCE),
+            log=log,
+        ) from exc
     except (OSError, subprocess.SubprocessError) as exc:
         raise KernelCompileError(
             f"building autotranspose's XLA FFI handler with {compiler} failed: {exc}; set CXX "

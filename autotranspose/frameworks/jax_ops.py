@@ -312,7 +312,11 @@ def lowering_devices(ctx: Any) -> list[int]:
         me = jax.process_index()
         for d in np.asarray(devices, dtype=object).flat:
             hw = getattr(d, "local_hardware_id", None)
-            if hw is not None and getattr(d, "process_index", me) == me and d.platform in ("gpu", "cuda"):
+            if (
+                hw is not None
+                and getattr(d, "process_index", me) == me
+                and d.platform in ("gpu", "cuda")
+            ):
                 found.add(int(hw))
     if not found:
         found = {int(d.local_hardware_id) for d in _local_gpus()}

@@ -61,7 +61,12 @@ def transpose(x: torch.Tensor, out: Any, stream: Any, config: Any, conjugate: bo
                 "config= forces a kernel on the eager path only; under torch.compile or for a "
                 "tensor that requires grad, leave config=None (the tuned kernel is used)"
             )
-        if stream is None and config is None and not conjugate and (out is None or type(out) is _Tensor):
+        if (
+            stream is None
+            and config is None
+            and not conjugate
+            and (out is None or type(out) is _Tensor)
+        ):
             result = _fast(x, out)
             if result is not None:
                 return result
@@ -189,7 +194,9 @@ def _transposed(x: torch.Tensor, conjugate: bool) -> list[Any]:
 
 def _check_out(out: torch.Tensor, want: list[Any], x: torch.Tensor) -> None:
     if list(out.shape) != list(want):
-        raise OutputError(f"out has shape {tuple(out.shape)}; x of shape {tuple(x.shape)} needs {tuple(want)}")
+        raise OutputError(
+            f"out has shape {tuple(out.shape)}; x of shape {tuple(x.shape)} needs {tuple(want)}"
+        )
     if out.dtype != x.dtype:
         raise OutputError(f"out has dtype {out.dtype}; x has {x.dtype}: they must match")
 

@@ -59,5 +59,7 @@ def get(name: str) -> Kind:
 def kind_of(c: Any) -> Kind:
     """A config's kind, from its kind flags: of the kinds whose flag is set (the tiled kind
     has none: always), the one of the highest precedence."""
-    return max((k for k in _REGISTRY.values() if k.flag is None or getattr(c, k.flag)),
-               key=lambda k: k.precedence)  # fmt: skip
+    return max(
+        (k for k in _REGISTRY.values() if k.flag is None or getattr(c, k.flag)),
+        key=lambda k: k.precedence,
+    )

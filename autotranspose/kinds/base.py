@@ -173,7 +173,9 @@ class Kind(ABC):
         """Whether the kernel handles an m x n matrix."""
         return True
 
-    def grid(self, c: Config, m: int, n: int, batch: int, multiprocessors: int) -> tuple[int, int, int]:
+    def grid(
+        self, c: Config, m: int, n: int, batch: int, multiprocessors: int
+    ) -> tuple[int, int, int]:
         """One block per tile (batches folded in), or with `persistent` = k, k blocks per
         multiprocessor that loop over the tiles."""
         tm, tn = self.tiles(c, m, n)
@@ -190,7 +192,9 @@ class Kind(ABC):
         """The register caps (as min_blocks) for `c`'s threads (searched where `capped`)."""
         return occupancy_steps(c.threads, OCCUPANCY_CAPS)
 
-    def step_values(self, c: Config, name: str, values: tuple[int, ...], pair: bool) -> tuple[int, ...]:
+    def step_values(
+        self, c: Config, name: str, values: tuple[int, ...], pair: bool
+    ) -> tuple[int, ...]:
         """The list a neighbour steps `name` along (`pair`: two fields at once); `values` is
         the shared one."""
         return values

@@ -48,16 +48,30 @@ DIRECT_MAX_PER_THREAD = 8
 
 def _direct_errors(c: Config) -> Iterator[str]:
     yield from fixed_field_errors(
-        c, "direct", {"vec": 1, "layout": "pad", "realign": False, "flat": False, "staged": False,
-                      "prmt": False, "persistent": 0},
-        "a direct kernel moves one element an access, through a padded tile, one block a tile")  # fmt: skip
+        c,
+        "direct",
+        {
+            "vec": 1,
+            "layout": "pad",
+            "realign": False,
+            "flat": False,
+            "staged": False,
+            "prmt": False,
+            "persistent": 0,
+        },
+        "a direct kernel moves one element an access, through a padded tile, one block a tile",
+    )
     if c.per_thread > DIRECT_MAX_PER_THREAD:
-        yield (f"direct=True: per_thread={c.per_thread} elements in flight a thread; at most "
-               f"{DIRECT_MAX_PER_THREAD} (ptxas spilled 16 under the register caps): lower per_thread")  # fmt: skip
+        yield (
+            f"direct=True: per_thread={c.per_thread} elements in flight a thread; at most "
+            f"{DIRECT_MAX_PER_THREAD} (ptxas spilled 16 under the register caps): lower per_thread"
+        )
     threads = c.tile_m * c.tile_n // c.per_thread
     if threads % WARP or threads > 1024:
-        yield (f"direct tile {c.tile_m}x{c.tile_n} with per_thread={c.per_thread} gives {threads} "
-               f"threads; a block takes a multiple of {WARP} up to 1024: change per_thread")  # fmt: skip
+        yield (
+            f"direct tile {c.tile_m}x{c.tile_n} with per_thread={c.per_thread} gives {threads} "
+            f"threads; a block takes a multiple of {WARP} up to 1024: change per_thread"
+        )
     if c.conjugate and c.elem_bytes not in (8, 16):
         yield "conjugate=True needs complex64 or complex128 elements (elem_bytes 8 or 16)"
     yield from min_blocks_errors(c, threads)
@@ -70,7 +84,11 @@ def direct_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
     (padded or not: padding spreads a warp's reads down a 2-8 wide column over the banks,
     but a first call's refinement found float16 20000003x2 faster unpadded on an H200)."""
     elem_bytes, short_side = call.elem_bytes, call.short_side
-    tiles = [(tm, tn) for tm in DIRECT_TILES for tn in DIRECT_TILES] if elem_bytes in DIRECT_SIZES else []
+    tiles = (
+        [(tm, tn) for tm in DIRECT_TILES for tn in DIRECT_TILES]
+        if elem_bytes in DIRECT_SIZES
+        else []
+    )
     if short_side is not None and short_side <= DIRECT_NARROW[-1]:
         narrow = [(a, b) for a in DIRECT_NARROW for b in DIRECT_LONG]
         tiles += narrow + [(b, a) for a, b in narrow]
@@ -79,8 +97,20 @@ def direct_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
             for pad in (0, 1):
                 for raster in RASTERS:
                     for cache in CACHE_HINTS:
-                        yield from launchable(call.limits, elem_bytes, tm, tn, 1, pt, pad, "pad",
-                                              raster, cache, call.conjugate, direct=True)  # fmt: skip
+                        yield from launchable(
+                            call.limits,
+                            elem_bytes,
+                            tm,
+                            tn,
+                            1,
+                            pt,
+                            pad,
+                            "pad",
+                            raster,
+                            cache,
+                            call.conjugate,
+                            direct=True,
+                        )
 
 
 FEW_ROWS_MAX = 256  # an m x n call with fewer rows than this (and than columns) has few rows
@@ -125,8 +155,10 @@ class Direct(Kind):
 
     def derive(self, c: Config) -> dict[str, int]:
         # a tile_m x (tile_n + pad) array of elements
-        return {"threads": c.tile_m * c.tile_n // c.per_thread,
-                "smem": c.tile_m * (c.tile_n + c.pad) * c.elem_bytes}  # fmt: skip
+        return {
+            "threads": c.tile_m * c.tile_n // c.per_thread,
+            "smem": c.tile_m * (c.tile_n + c.pad) * c.elem_bytes,
+        }
 
     def params(self, c: Config) -> dict[str, object]:
         return _params(c)
@@ -137,7 +169,9 @@ class Direct(Kind):
     def tile_n_values(self, c: Config) -> tuple[int, ...]:
         return DIRECT_SIDES  # narrow ones too
 
-    def grid(self, c: Config, m: int, n: int, batch: int, multiprocessors: int) -> tuple[int, int, int]:
+    def grid(
+        self, c: Config, m: int, n: int, batch: int, multiprocessors: int
+    ) -> tuple[int, int, int]:
         """The raster's fast tiles on x, the others on y and the batch on z (each capped at
         what a launch allows: the kernel loops over the rest)."""
         tm, tn = self.tiles(c, m, n)
@@ -156,7 +190,9 @@ class Direct(Kind):
             steps = tuple(b for b in steps if register_budget(c.threads, b) > 2 * data)
         return steps
 
-    def step_values(self, c: Config, name: str, values: tuple[int, ...], pair: bool) -> tuple[int, ...]:
+    def step_values(
+        self, c: Config, name: str, values: tuple[int, ...], pair: bool
+    ) -> tuple[int, ...]:
         if not pair and name in ("tile_m", "tile_n") and _narrow_direct(c):
             # a narrow tile's sides step within their own lists: the short one in DIRECT_NARROW
             # (it covers the call's few rows or columns), the long one in DIRECT_LONG
@@ -167,7 +203,9 @@ class Direct(Kind):
 KIND = Direct()
 
 
-def direct_default(new: New, elem_bytes: int, m: int, n: int, conjugate: bool = False) -> Any | None:
+def direct_default(
+    new: New, elem_bytes: int, m: int, n: int, conjugate: bool = False
+) -> Any | None:
     """The direct config for an m x n call of 4-, 8- or 16-byte elements (None for others),
     by the call's shape: the best geometric mean of each group of the H200 sweep
     (dev/direct_sweep.py, docs/perf-notes.md, "Direct tiles"):
@@ -194,8 +232,19 @@ def direct_default(new: New, elem_bytes: int, m: int, n: int, conjugate: bool = 
     else:
         fields = (32, 32, 4, "col", 6)
     tm, tn, pt, raster, blocks = fields
-    return new(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate,
-               direct=True, min_blocks=blocks)  # fmt: skip
+    return new(
+        elem_bytes,
+        tm,
+        tn,
+        1,
+        pt,
+        1,
+        "pad",
+        raster,
+        conjugate=conjugate,
+        direct=True,
+        min_blocks=blocks,
+    )
 
 
 # 4-byte few rows: (most rows, the tile spanning them as direct_default's fields), H200
@@ -203,7 +252,9 @@ def direct_default(new: New, elem_bytes: int, m: int, n: int, conjugate: bool = 
 # 9x5303956 86.0 (80.7); 20x7081411 88.9 (81.4), 18x1267567 86.2 (78.2); 47x1060938 85.3
 # (84.1), 64x2000003 90.2 (63.1); more rows 91.9 with 32x64 tiles
 _DIRECT_FOUR_BYTE_ROWS: tuple[tuple[int, tuple[Any, ...]], ...] = (
-    (16, (16, 64, 8, "col", 16)), (32, (32, 32, 8, "col", 12)), (64, (64, 32, 8, "col", 8)),
+    (16, (16, 64, 8, "col", 16)),
+    (32, (32, 32, 8, "col", 12)),
+    (64, (64, 32, 8, "col", 8)),
     (FEW_ROWS_MAX, (32, 64, 8, "col", 8)),
 )
 
@@ -218,7 +269,9 @@ def _narrow_direct(c: Config) -> bool:
 NARROW_TILE_ELEMENTS = 512
 
 
-def narrow_default(new: New, elem_bytes: int, m: int, n: int, conjugate: bool = False) -> Any | None:
+def narrow_default(
+    new: New, elem_bytes: int, m: int, n: int, conjugate: bool = False
+) -> Any | None:
     """The narrow direct tile for an m x n call with a side of 2 to DIRECT_NARROW[-1]
     elements (any element size): the first of `narrow_configs`. None for other shapes."""
     found = narrow_configs(new, elem_bytes, m, n, conjugate)
@@ -247,7 +300,9 @@ def narrow_configs(new: New, elem_bytes: int, m: int, n: int, conjugate: bool = 
         else:  # few long rows: 512 elements (the best on 4 of 4)
             long = min(max(NARROW_TILE_ELEMENTS // side, DIRECT_LONG[0]), DIRECT_LONG[-1])
             tm, tn, raster = side, long, "col"
-        found.append(new(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, direct=True))
+        found.append(
+            new(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, direct=True)
+        )
     return found
 
 
@@ -264,5 +319,3 @@ def _narrow_sides(elem_bytes: int, short: int, few_columns: bool) -> tuple[int, 
     idle = min(DIRECT_NARROW, key=lambda t: ((-short) % t, -t))
     first = idle if few_columns and elem_bytes <= 2 else span
     return tuple(dict.fromkeys((first, idle, span)))
-
-

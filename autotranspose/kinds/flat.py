@@ -39,8 +39,11 @@ def _threads(c: Config) -> int:
 
 def _errors(c: Config) -> Iterator[str]:
     yield from fixed_field_errors(
-        c, "flat", {"vec": 1, "pad": 0, "layout": "pad", "raster": "row", "realign": False},
-        "a flat kernel has no vectors, padding or raster of its own")  # fmt: skip
+        c,
+        "flat",
+        {"vec": 1, "pad": 0, "layout": "pad", "raster": "row", "realign": False},
+        "a flat kernel has no vectors, padding or raster of its own",
+    )
     threads = _threads(c)
     if threads > FLAT_MAX_THREADS:  # 1024 threads cap registers at 64 and ptxas spilled
         yield f"flat tile {c.tile_m}x{c.tile_n} with per_thread={c.per_thread} needs {threads} threads; at most {FLAT_MAX_THREADS}: raise per_thread"
@@ -72,8 +75,14 @@ def _params(c: Config) -> dict[str, object]:
         # in flight and about 24 more, rounded up to 32 or 64) allow. Without it nvcc took 52-99
         # registers where 32 do, and one 512-thread block per SM kept a quarter of the bytes in
         # flight (H200: 80% -> 32% of copy).
-        "min_blocks": max(1, min(65536 // (c.threads * (32 if c.per_thread <= 8 else 64)),
-                                 160 * 1024 // (c.smem_bytes + 1024), 32)),
+        "min_blocks": max(
+            1,
+            min(
+                65536 // (c.threads * (32 if c.per_thread <= 8 else 64)),
+                160 * 1024 // (c.smem_bytes + 1024),
+                32,
+            ),
+        ),
     }
 
 
@@ -87,8 +96,20 @@ def flat_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
         for tl in FLAT_LONG:
             for pt in PER_THREAD:
                 for cache in CACHE_HINTS:
-                    yield from launchable(call.limits, call.elem_bytes, tl, tw, 1, pt, 0, "pad",
-                                          "row", cache, call.conjugate, flat=True)  # fmt: skip
+                    yield from launchable(
+                        call.limits,
+                        call.elem_bytes,
+                        tl,
+                        tw,
+                        1,
+                        pt,
+                        0,
+                        "pad",
+                        "row",
+                        cache,
+                        call.conjugate,
+                        flat=True,
+                    )
 
 
 class Flat(Kind):
@@ -125,7 +146,9 @@ class Flat(Kind):
     def applies(self, c: Config, m: int, n: int) -> bool:
         return min(m, n) <= c.tile_n
 
-    def step_values(self, c: Config, name: str, values: tuple[int, ...], pair: bool) -> tuple[int, ...]:
+    def step_values(
+        self, c: Config, name: str, values: tuple[int, ...], pair: bool
+    ) -> tuple[int, ...]:
         return FLAT_LONG if name == "tile_m" else values
 
 
@@ -141,7 +164,9 @@ def flat_default(new: New, elem_bytes: int, short_side: int, conjugate: bool = F
     for tl in sorted(FLAT_LONG, key=lambda tl: abs(tl * tw * elem_bytes - 16384)):
         for pt in (8, 16, 4):
             try:
-                cfg = new(elem_bytes, tl, tw, 1, pt, 0, "pad", "row", "default", conjugate, flat=True)
+                cfg = new(
+                    elem_bytes, tl, tw, 1, pt, 0, "pad", "row", "default", conjugate, flat=True
+                )
             except ConfigError:
                 continue
             if cfg.fits(NEWEST):

@@ -105,18 +105,40 @@ def prmt_layout(c: Config) -> dict[str, int]:
         sa = -(-(sr * c.tile_n * c.elem_bytes) // CHUNK) * 4 + 8
     lr = min(PRMT_THREAD_BYTES // CHUNK, -(-(sa // 4) // t))  # tall: chunks a thread has in flight
     # ordered (wide): the tile's output bytes in order, from the output's offset from alignment
-    sb = -(-(c.tile_n * c.tile_m * c.elem_bytes + CHUNK) // CHUNK) * 4 if c.ordered else c.tile_n * p2w
-    return {"threads": t, "sr": sr, "nc1": nc1, "p1w": p1w, "ng": ng, "cw": cw, "p2w": p2w,
-            "ncw": ncw, "sa_words": sa, "sb_words": sb, "lr": lr,
-            "r1": r1, "g2": g2, "r3": r3, "x": -(-cw // 8),
-            "lu1": -(-sr // r1), "lu2": -(-ng // g2), "lu3": -(-c.tile_n // r3)}  # fmt: skip
+    sb = (
+        -(-(c.tile_n * c.tile_m * c.elem_bytes + CHUNK) // CHUNK) * 4
+        if c.ordered
+        else c.tile_n * p2w
+    )
+    return {
+        "threads": t,
+        "sr": sr,
+        "nc1": nc1,
+        "p1w": p1w,
+        "ng": ng,
+        "cw": cw,
+        "p2w": p2w,
+        "ncw": ncw,
+        "sa_words": sa,
+        "sb_words": sb,
+        "lr": lr,
+        "r1": r1,
+        "g2": g2,
+        "r3": r3,
+        "x": -(-cw // 8),
+        "lu1": -(-sr // r1),
+        "lu2": -(-ng // g2),
+        "lu3": -(-c.tile_n // r3),
+    }
 
 
 def _prmt_errors(c: Config) -> Iterator[str]:
     yield from fixed_field_errors(
-        c, "prmt", {"pad": 0, "layout": "pad", "realign": False, "staged": False,
-                    "conjugate": False},
-        "a byte-permute kernel has its own shared-memory layout")  # fmt: skip
+        c,
+        "prmt",
+        {"pad": 0, "layout": "pad", "realign": False, "staged": False, "conjugate": False},
+        "a byte-permute kernel has its own shared-memory layout",
+    )
     if c.flat and c.raster != "row":  # one tile across the rows: the raster changes nothing
         yield "prmt=True with flat=True takes raster='row' (one tile spans the short side: its tiles form one line)"
     if c.elem_bytes not in PRMT_SIZES:
@@ -130,7 +152,9 @@ def _prmt_errors(c: Config) -> Iterator[str]:
         nbytes = getattr(c, name) * c.elem_bytes
         if nbytes not in sizes:
             bad = True
-            allowed = [b // c.elem_bytes for b in sizes if b // c.elem_bytes in TILE_SIZES + FLAT_LONG]
+            allowed = [
+                b // c.elem_bytes for b in sizes if b // c.elem_bytes in TILE_SIZES + FLAT_LONG
+            ]
             yield f"prmt=True: {name}={getattr(c, name)} makes {nbytes}-byte row segments; use {name} in {allowed}"
     if c.per_thread > (4 if c.flat else 2):  # 128 threads: ptxas 13 spilled the tiled ones
         allowed_pt = list(TALL_PER_THREAD if c.flat else (1, 2))
@@ -199,8 +223,19 @@ def prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
             for pt in PER_THREAD:
                 for raster in RASTERS:
                     for cache in CACHE_HINTS:
-                        yield from launchable(limits, elem_bytes, tm, tn, 4 // elem_bytes, pt, 0,
-                                              "pad", raster, cache, prmt=True)  # fmt: skip
+                        yield from launchable(
+                            limits,
+                            elem_bytes,
+                            tm,
+                            tn,
+                            4 // elem_bytes,
+                            pt,
+                            0,
+                            "pad",
+                            raster,
+                            cache,
+                            prmt=True,
+                        )
 
 
 def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
@@ -266,7 +301,9 @@ class Prmt(Kind):
     def any_offset(self, c: Config) -> bool:
         return True
 
-    def step_values(self, c: Config, name: str, values: tuple[int, ...], pair: bool) -> tuple[int, ...]:
+    def step_values(
+        self, c: Config, name: str, values: tuple[int, ...], pair: bool
+    ) -> tuple[int, ...]:
         return FLAT_LONG if name == "tile_m" and c.flat else values
 
 
@@ -299,7 +336,10 @@ def _prmt_pick(new: New, elem_bytes: int, conjugate: bool, i: int) -> Any | None
 _PRMT_DEFAULTS: dict[int, tuple[tuple[Any, ...], ...]] = {
     1: ((64, 128, 2, "col"), (128, 128, 2, "col")),
     2: ((64, 128, 2, "col"), (32, 128, 2, "col")),
-    4: ((64, 64, 2, "col"), (32, 64, 2, "col")),  # 256-byte segments: staged still serves by default
+    4: (
+        (64, 64, 2, "col"),
+        (32, 64, 2, "col"),
+    ),  # 256-byte segments: staged still serves by default
 }
 
 
@@ -318,9 +358,22 @@ def flat_prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                     continue
                 for pt in TALL_PER_THREAD:
                     for cache in CACHE_HINTS:
-                        yield from launchable(limits, elem_bytes, tm, tn, 4 // elem_bytes, pt, 0,
-                                              "pad", "row", cache, flat=True, prmt=True, wide=wide,
-                                              ordered=ordered)  # fmt: skip
+                        yield from launchable(
+                            limits,
+                            elem_bytes,
+                            tm,
+                            tn,
+                            4 // elem_bytes,
+                            pt,
+                            0,
+                            "pad",
+                            "row",
+                            cache,
+                            flat=True,
+                            prmt=True,
+                            wide=wide,
+                            ordered=ordered,
+                        )
 
 
 def tall_default(new: New, elem_bytes: int, short_side: int) -> Any | None:
@@ -340,8 +393,18 @@ def tall_default(new: New, elem_bytes: int, short_side: int) -> Any | None:
     # with 256); 256 bytes: 256 threads (float16 4791597x102 and 611077x122: +7-10)
     pt = 4 if tn * elem_bytes <= 128 else 2
     for window in (256, 128, 64):  # the first that static shared memory allows
-        cfg = new(elem_bytes, window // elem_bytes, tn, 4 // elem_bytes, pt, 0, "pad",
-                  "row", flat=True, prmt=True)  # fmt: skip
+        cfg = new(
+            elem_bytes,
+            window // elem_bytes,
+            tn,
+            4 // elem_bytes,
+            pt,
+            0,
+            "pad",
+            "row",
+            flat=True,
+            prmt=True,
+        )
         if cfg.fits(NEWEST):
             return cfg
     return None
@@ -350,8 +413,10 @@ def tall_default(new: New, elem_bytes: int, short_side: int) -> Any | None:
 def _spanning_side(elem_bytes: int, short_side: int) -> int | None:
     """The narrowest flat byte-permute tile side (elements, at least 16, at most 256 bytes)
     that spans a short side of `short_side` elements; None if none does."""
-    return next((b // elem_bytes for b in TALL_ROWS
-                 if b // elem_bytes >= max(short_side, 16) and b <= 256), None)  # fmt: skip
+    return next(
+        (b // elem_bytes for b in TALL_ROWS if b // elem_bytes >= max(short_side, 16) and b <= 256),
+        None,
+    )
 
 
 def wide_default(new: New, elem_bytes: int, short_side: int, exact: bool = True) -> Any | None:
@@ -373,8 +438,20 @@ def wide_default(new: New, elem_bytes: int, short_side: int, exact: bool = True)
         want = WIDE_ORDERED_TILE_BYTES // (tm * elem_bytes)
         tn = max((t for t in TILE_SIZES if t <= want and t * elem_bytes in TALL_ROWS), default=0)
         if tn:
-            cfg = new(elem_bytes, tm, tn, 4 // elem_bytes, 4, 0, "pad", "row", flat=True,
-                      prmt=True, wide=True, ordered=True)  # fmt: skip
+            cfg = new(
+                elem_bytes,
+                tm,
+                tn,
+                4 // elem_bytes,
+                4,
+                0,
+                "pad",
+                "row",
+                flat=True,
+                prmt=True,
+                wide=True,
+                ordered=True,
+            )
             if cfg.fits(NEWEST):
                 return cfg
     if short_side * elem_bytes < WIDE_MIN_ROW_BYTES:
@@ -382,8 +459,19 @@ def wide_default(new: New, elem_bytes: int, short_side: int, exact: bool = True)
     for segment in (512, 256, 128, 64):  # the first that is a tile side and fits
         if segment // elem_bytes not in TILE_SIZES:
             continue
-        cfg = new(elem_bytes, tm, segment // elem_bytes, 4 // elem_bytes, 4, 0, "pad",
-                  "row", flat=True, prmt=True, wide=True)  # fmt: skip
+        cfg = new(
+            elem_bytes,
+            tm,
+            segment // elem_bytes,
+            4 // elem_bytes,
+            4,
+            0,
+            "pad",
+            "row",
+            flat=True,
+            prmt=True,
+            wide=True,
+        )
         if cfg.fits(NEWEST):
             return cfg
     return None
@@ -397,5 +485,3 @@ def for_rows(c: Config, m: int) -> Any:
     if c.ordered and c.elem_bytes == 1 and m % 4 and m >= WIDE_MIN_ROW_BYTES:
         return c.replace(ordered=False)
     return c
-
-

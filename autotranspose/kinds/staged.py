@@ -58,8 +58,11 @@ def staged_words(c: Config) -> int:
 
 def _errors(c: Config) -> Iterator[str]:
     yield from fixed_field_errors(
-        c, "staged", {"pad": 0, "layout": "pad", "realign": False, "flat": False},
-        "a staged kernel has its own shared-memory layout")  # fmt: skip
+        c,
+        "staged",
+        {"pad": 0, "layout": "pad", "realign": False, "flat": False},
+        "a staged kernel has its own shared-memory layout",
+    )
     if c.elem_bytes not in STAGED_SIZES:
         yield f"staged=True needs elem_bytes in {list(STAGED_SIZES)} (16-byte rows are always aligned: use a tiled config)"
         return
@@ -138,8 +141,20 @@ def staged_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                 for pt in PER_THREAD:
                     for raster in RASTERS:
                         for cache in CACHE_HINTS:
-                            yield from launchable(call.limits, elem_bytes, tm, tn, vec, pt, 0, "pad",
-                                                  raster, cache, call.conjugate, staged=True)  # fmt: skip
+                            yield from launchable(
+                                call.limits,
+                                elem_bytes,
+                                tm,
+                                tn,
+                                vec,
+                                pt,
+                                0,
+                                "pad",
+                                raster,
+                                cache,
+                                call.conjugate,
+                                staged=True,
+                            )
 
 
 def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
@@ -161,8 +176,10 @@ class Staged(Kind):
     def derive(self, c: Config) -> dict[str, int]:
         rows = staged_rows(c)
         smem = rows * staged_pitch(c) + (rows - 1) // c.vec * 4
-        return {"threads": c.tile_n * (c.tile_m // c.vec) // c.per_thread,
-                "smem": -(-smem // 16) * 16}  # fmt: skip
+        return {
+            "threads": c.tile_n * (c.tile_m // c.vec) // c.per_thread,
+            "smem": -(-smem // 16) * 16,
+        }
 
     def params(self, c: Config) -> dict[str, object]:
         return _params(c)
@@ -188,8 +205,20 @@ def staged_default(new: New, elem_bytes: int, conjugate: bool = False) -> Any | 
     if fields is None or (conjugate and elem_bytes != 8):
         return None
     tm, tn, vec, pt, raster, blocks = fields
-    return new(elem_bytes, tm, tn, vec, pt, 0, "pad", raster, "default", conjugate,
-               staged=True, min_blocks=blocks)  # fmt: skip
+    return new(
+        elem_bytes,
+        tm,
+        tn,
+        vec,
+        pt,
+        0,
+        "pad",
+        raster,
+        "default",
+        conjugate,
+        staged=True,
+        min_blocks=blocks,
+    )
 
 
 # elem_bytes -> (tile_m, tile_n, vec, per_thread, raster, min_blocks): of 5-6 candidates each,

@@ -152,9 +152,19 @@ def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                         for raster in RASTERS:
                             for cache in CACHE_HINTS:
                                 yield from launchable(
-                                    call.limits, call.elem_bytes, tm, tn, vec, pt, pad, layout,
-                                    raster, cache, call.conjugate, realign=realign,
-                                )  # fmt: skip
+                                    call.limits,
+                                    call.elem_bytes,
+                                    tm,
+                                    tn,
+                                    vec,
+                                    pt,
+                                    pad,
+                                    layout,
+                                    raster,
+                                    cache,
+                                    call.conjugate,
+                                    realign=realign,
+                                )
 
 
 class Tiled(Kind):

@@ -119,7 +119,11 @@ def reason(exc: sa.exc.SQLAlchemyError, url: str | None = None) -> str:
 
 # --- engines and transactions ---------------------------------------------------------------------
 # The synchronous PostgreSQL drivers and what to install for each (SQLite's ships with Python).
-_DRIVER_PACKAGES = {"psycopg": "'psycopg[binary]'", "psycopg2": "psycopg2-binary", "pg8000": "pg8000"}
+_DRIVER_PACKAGES = {
+    "psycopg": "'psycopg[binary]'",
+    "psycopg2": "psycopg2-binary",
+    "pg8000": "pg8000",
+}
 _PLAIN_URLS = {
     "postgresql": "postgresql+psycopg:// (pip install 'autotranspose[postgres]')",
     "sqlite": "a file path or sqlite:///PATH",

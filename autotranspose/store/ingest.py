@@ -94,8 +94,9 @@ def import_file(
 ) -> int:
     """One file's entries as one "imported" run: a measurement each, each offered as best."""
     settings_json = json.dumps({"source": source})
-    run_id = writes.start_run(conn, device_id, settings_json, now=now, status="imported",
-                              finished=True)  # fmt: skip
+    run_id = writes.start_run(
+        conn, device_id, settings_json, now=now, status="imported", finished=True
+    )
     if not entries:
         return 0
     config_ids = _config_ids(conn, {e.config for e in entries})
@@ -133,14 +134,27 @@ def _insert_measurements(
     rows = []
     for e in entries:
         b, m, n = e.shape or (e.shape_class.batch, e.shape_class.m, e.shape_class.n)
-        rows.append({
-            "run_id": run_id, "device_id": device_id, "config_id": config_ids[e.config],
-            "dtype": e.dtype or "", "elem_bytes": e.elem_bytes, "batch": b, "m": m, "n": n,
-            "shape_class": str(e.shape_class), "status": "ok", "gbps": e.gbps,
-            "copy_gbps": e.copy_gbps, "time_us": None, "error": None,
-            "template_version": e.template_version, "created_at": e.measured_at or e.updated_at,
-            "source": e.source,
-        })  # fmt: skip
+        rows.append(
+            {
+                "run_id": run_id,
+                "device_id": device_id,
+                "config_id": config_ids[e.config],
+                "dtype": e.dtype or "",
+                "elem_bytes": e.elem_bytes,
+                "batch": b,
+                "m": m,
+                "n": n,
+                "shape_class": str(e.shape_class),
+                "status": "ok",
+                "gbps": e.gbps,
+                "copy_gbps": e.copy_gbps,
+                "time_us": None,
+                "error": None,
+                "template_version": e.template_version,
+                "created_at": e.measured_at or e.updated_at,
+                "source": e.source,
+            }
+        )
     conn.execute(sa.insert(MeasurementRow), rows)
     # New ids are above every id that was there (SQLite: max + 1; PostgreSQL: its sequence),
     # so the primary key finds ours without scanning the table.
@@ -164,31 +178,48 @@ def offer_bests(
     read of the device's bests (locked: FOR UPDATE on PostgreSQL; SQLite's write lock is held),
     one update of those beaten and one insert of the new keys."""
     q = (
-        sa.select(Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.copy_gbps,
-                  Best.ratio, Best.template_version, Best.source, Config.config_json)
+        sa.select(
+            Best.id,
+            Best.elem_bytes,
+            Best.shape_class,
+            Best.gbps,
+            Best.copy_gbps,
+            Best.ratio,
+            Best.template_version,
+            Best.source,
+            Config.config_json,
+        )
         .join(Config, Config.id == Best.config_id)
         .where(Best.device_id == device_id)
         .with_for_update(of=Best)
-    )  # fmt: skip
+    )
     existing = {(r.elem_bytes, r.shape_class): r for r in conn.execute(q)}
     key_names = ("device_id", "elem_bytes", "shape_class")
     new, beaten = [], []
     for e in entries:
         key = (e.elem_bytes, str(e.shape_class))
         values = {
-            "device_id": device_id, "elem_bytes": e.elem_bytes, "shape_class": key[1],
-            "config_id": config_ids[e.config], "measurement_id": measurement_ids[key],
-            "gbps": e.gbps, "copy_gbps": e.copy_gbps, "ratio": e.ratio,
-            "template_version": e.template_version, "updated_at": now, "source": e.source,
-        }  # fmt: skip
+            "device_id": device_id,
+            "elem_bytes": e.elem_bytes,
+            "shape_class": key[1],
+            "config_id": config_ids[e.config],
+            "measurement_id": measurement_ids[key],
+            "gbps": e.gbps,
+            "copy_gbps": e.copy_gbps,
+            "ratio": e.ratio,
+            "template_version": e.template_version,
+            "updated_at": now,
+            "source": e.source,
+        }
         row = existing.get(key)
         if row is None:
             new.append((e, values))
             continue
         version = (
-            stored[row.config_json] if row.config_json in stored
+            stored[row.config_json]
+            if row.config_json in stored
             else version_of_json(row.config_json)
-        )  # fmt: skip
+        )
         current = e.template_version == versions[e.config]
         stale_best = writes.unservable(row) or row.template_version != version
         if writes.replaces(current, e.gbps, stale_best, row.gbps, e.source, row.source):
@@ -199,10 +230,21 @@ def offer_bests(
     for e, values in insert_bests(conn, device_id, new):
         # another writer made this key since the read above (PostgreSQL), or a database
         # without ON CONFLICT: offered one by one, under a row lock
-        writes.offer_best(conn, device_id, e.elem_bytes, values["shape_class"],
-                          values["config_id"], values["measurement_id"], e.gbps, e.copy_gbps,
-                          e.template_version, e.template_version == versions[e.config], now,
-                          ratio=e.ratio, source=e.source)  # fmt: skip
+        writes.offer_best(
+            conn,
+            device_id,
+            e.elem_bytes,
+            values["shape_class"],
+            values["config_id"],
+            values["measurement_id"],
+            e.gbps,
+            e.copy_gbps,
+            e.template_version,
+            e.template_version == versions[e.config],
+            now,
+            ratio=e.ratio,
+            source=e.source,
+        )
 
 
 def insert_bests(

@@ -35,12 +35,21 @@ from .urls import ENV_VAR, resolve_url, sqlite_path
 # add our tables to, since the tuner keeps its Optuna study beside our results.
 OPTUNA_TABLES = frozenset(
     {
-        "alembic_version", "version_info", "studies", "study_directions",
-        "study_user_attributes", "study_system_attributes", "trials", "trial_params",
-        "trial_values", "trial_intermediate_values", "trial_user_attributes",
-        "trial_system_attributes", "trial_heartbeats",
+        "alembic_version",
+        "version_info",
+        "studies",
+        "study_directions",
+        "study_user_attributes",
+        "study_system_attributes",
+        "trials",
+        "trial_params",
+        "trial_values",
+        "trial_intermediate_values",
+        "trial_user_attributes",
+        "trial_system_attributes",
+        "trial_heartbeats",
     }
-)  # fmt: skip
+)
 
 _MIGRATION_LOCK = 0x6174_7472  # pg_advisory_xact_lock key: serialises concurrent first opens
 _SQLITE_HEADER = b"SQLite format 3\x00"

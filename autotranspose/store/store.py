@@ -83,9 +83,13 @@ class Store:
         """
         engine, resolved, display, columns, source = schema.connect(url, readonly=readonly)
         return cls(
-            engine, resolved, display, readonly=readonly, device_columns=columns,
+            engine,
+            resolved,
+            display,
+            readonly=readonly,
+            device_columns=columns,
             best_source=source,
-        )  # fmt: skip
+        )
 
     def close(self) -> None:
         self.engine.dispose()
@@ -185,9 +189,21 @@ class Store:
         now = writes.now()
         with self._write() as conn:
             device_id = self._device_id(conn, device)
-            best = writes.record(conn, run_id, device_id, dtype, elem_bytes, shape, shape_class,
-                                 config, m, source=source, layout_text=layout_text, tv=tv,
-                                 now=now)  # fmt: skip
+            best = writes.record(
+                conn,
+                run_id,
+                device_id,
+                dtype,
+                elem_bytes,
+                shape,
+                shape_class,
+                config,
+                m,
+                source=source,
+                layout_text=layout_text,
+                tv=tv,
+                now=now,
+            )
         self._device_ids[device] = device_id
         if best:
             hooks.best_changed()
@@ -283,28 +299,43 @@ class Store:
 
     # --- reads ------------------------------------------------------------------------------
     def measured(
-        self, device_name: str, elem_bytes: int, shape: tuple[int, int, int], config: KernelConfig,
+        self,
+        device_name: str,
+        elem_bytes: int,
+        shape: tuple[int, int, int],
+        config: KernelConfig,
         layout: Layout | None = None,
-    ) -> Measurement | None:  # fmt: skip
+    ) -> Measurement | None:
         """The latest measurement of exactly `config` on this shape and layout (None:
         contiguous) with the current templates (any status), or None: the tuner's "already
         measured?" question on resume. A first call's rough timing ("measured" source) is not
         one: the tuner measures for itself."""
         b, rows, cols = shape
         q = (
-            sa.select(MeasurementRow.id, MeasurementRow.status, MeasurementRow.gbps,
-                      MeasurementRow.copy_gbps, MeasurementRow.time_us, MeasurementRow.error)
+            sa.select(
+                MeasurementRow.id,
+                MeasurementRow.status,
+                MeasurementRow.gbps,
+                MeasurementRow.copy_gbps,
+                MeasurementRow.time_us,
+                MeasurementRow.error,
+            )
             .join(Device, Device.id == MeasurementRow.device_id)
             .join(Config, Config.id == MeasurementRow.config_id)
-            .where(Device.name == device_name, Config.key == config.key,
-                   MeasurementRow.elem_bytes == elem_bytes, MeasurementRow.batch == b,
-                   MeasurementRow.m == rows, MeasurementRow.n == cols,
-                   MeasurementRow.template_version == hooks.kernel_version(config),
-                   MeasurementRow.source == "tuned",
-                   MeasurementRow.layout == writes.layout_text(shape, layout))
+            .where(
+                Device.name == device_name,
+                Config.key == config.key,
+                MeasurementRow.elem_bytes == elem_bytes,
+                MeasurementRow.batch == b,
+                MeasurementRow.m == rows,
+                MeasurementRow.n == cols,
+                MeasurementRow.template_version == hooks.kernel_version(config),
+                MeasurementRow.source == "tuned",
+                MeasurementRow.layout == writes.layout_text(shape, layout),
+            )
             .order_by(MeasurementRow.id.desc())
             .limit(1)
-        )  # fmt: skip
+        )
         with self._read() as conn:
             row = conn.execute(q).first()
         if row is None:
@@ -382,16 +413,28 @@ class Store:
     ) -> tuple[list[TunedEntry], list[RowProblem]]:
         q = (
             sa.select(
-                Best.id, Best.elem_bytes, Best.shape_class, Best.gbps, Best.copy_gbps, Best.ratio,
-                Best.template_version, as_text(Best.updated_at), Config.config_json,
-                MeasurementRow.batch, MeasurementRow.m, MeasurementRow.n, MeasurementRow.dtype,
-                as_text(MeasurementRow.created_at), self._best_source, *self._device_columns,
+                Best.id,
+                Best.elem_bytes,
+                Best.shape_class,
+                Best.gbps,
+                Best.copy_gbps,
+                Best.ratio,
+                Best.template_version,
+                as_text(Best.updated_at),
+                Config.config_json,
+                MeasurementRow.batch,
+                MeasurementRow.m,
+                MeasurementRow.n,
+                MeasurementRow.dtype,
+                as_text(MeasurementRow.created_at),
+                self._best_source,
+                *self._device_columns,
             )
             .join(Config, Config.id == Best.config_id)
             .join(Device, Device.id == Best.device_id)
             .outerjoin(MeasurementRow, MeasurementRow.id == Best.measurement_id)
             .order_by(Best.id)
-        )  # fmt: skip
+        )
         if device_name is not None:
             q = q.where(Device.name == device_name)
         if elem_bytes is not None:

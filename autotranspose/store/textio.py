@@ -47,9 +47,20 @@ from .untrusted import DTYPE, check_entry_fields, check_source, timestamp
 FORMAT = "autotranspose-tuning/1"
 MAX_FILE_BYTES = 64 << 20
 _ENTRY_KEYS = frozenset(
-    {"elem_bytes", "shape_class", "shape", "config", "gbps", "copy_gbps", "ratio",
-     "template_version", "measured_at", "dtype", "source"}
-)  # fmt: skip
+    {
+        "elem_bytes",
+        "shape_class",
+        "shape",
+        "config",
+        "gbps",
+        "copy_gbps",
+        "ratio",
+        "template_version",
+        "measured_at",
+        "dtype",
+        "source",
+    }
+)
 _OPTIONAL_KEYS = frozenset({"dtype", "source"})
 
 
@@ -209,10 +220,12 @@ def _read(p: Path) -> str:
 
 
 _KINDS = (
-    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
-)  # fmt: skip
+)
 
 
 def _check_regular(p: Path, mode: int) -> None:

@@ -187,22 +187,35 @@ def offer_best(
     so concurrent writers never lose the faster one.
     """
     values = {
-        "device_id": device_id, "elem_bytes": elem_bytes, "shape_class": shape_class,
-        "config_id": config_id, "measurement_id": measurement_id, "gbps": gbps,
+        "device_id": device_id,
+        "elem_bytes": elem_bytes,
+        "shape_class": shape_class,
+        "config_id": config_id,
+        "measurement_id": measurement_id,
+        "gbps": gbps,
         "copy_gbps": copy_gbps,
         "ratio": ratio if ratio is not None else (gbps / copy_gbps if copy_gbps > 0 else 0.0),
-        "template_version": tv, "updated_at": now, "source": source,
-    }  # fmt: skip
+        "template_version": tv,
+        "updated_at": now,
+        "source": source,
+    }
     key_names = ("device_id", "elem_bytes", "shape_class")
     key = sa.and_(
         Best.device_id == device_id, Best.elem_bytes == elem_bytes, Best.shape_class == shape_class
     )
     q = (
-        sa.select(Best.id, Best.gbps, Best.copy_gbps, Best.ratio, Best.template_version,
-                  Best.config_id, Best.source)
+        sa.select(
+            Best.id,
+            Best.gbps,
+            Best.copy_gbps,
+            Best.ratio,
+            Best.template_version,
+            Best.config_id,
+            Best.source,
+        )
         .where(key)
         .with_for_update()
-    )  # fmt: skip
+    )
     row = conn.execute(q).first()
     if row is None:
         try:
@@ -257,13 +270,27 @@ def replaces(
 
 
 # --- the store's writes, each inside its transaction ----------------------------------------------
-def start_run(conn: Connection, device_id: int, settings_json: str, *, now: datetime,
-              status: str = "running", finished: bool = False) -> int:  # fmt: skip
+def start_run(
+    conn: Connection,
+    device_id: int,
+    settings_json: str,
+    *,
+    now: datetime,
+    status: str = "running",
+    finished: bool = False,
+) -> int:
     """Insert a tuning run ("running"; or an import's, "imported" and finished); its id."""
-    return insert(conn, Run, device_id=device_id, started_at=now,
-                  finished_at=now if finished else None, tool_version=__version__,
-                  template_version=hooks.template_version(), settings_json=settings_json,
-                  status=status)  # fmt: skip
+    return insert(
+        conn,
+        Run,
+        device_id=device_id,
+        started_at=now,
+        finished_at=now if finished else None,
+        tool_version=__version__,
+        template_version=hooks.template_version(),
+        settings_json=settings_json,
+        status=status,
+    )
 
 
 def end_run(conn: Connection, run_id: int, status: str) -> bool:
@@ -294,19 +321,41 @@ def record(
     correct; returns whether it is the best now."""
     config_row = config_id(conn, config)
     measurement_id = insert(
-        conn, MeasurementRow, run_id=run_id, device_id=device_id, config_id=config_row,
-        dtype=dtype, elem_bytes=elem_bytes, batch=shape[0], m=shape[1], n=shape[2],
-        shape_class=str(shape_class), status=m.status, gbps=float(m.gbps),
+        conn,
+        MeasurementRow,
+        run_id=run_id,
+        device_id=device_id,
+        config_id=config_row,
+        dtype=dtype,
+        elem_bytes=elem_bytes,
+        batch=shape[0],
+        m=shape[1],
+        n=shape[2],
+        shape_class=str(shape_class),
+        status=m.status,
+        gbps=float(m.gbps),
         copy_gbps=float(m.copy_gbps),
         time_us=float(m.time_us) if math.isfinite(m.time_us) else None,
         error=None if m.error is None else str(m.error)[:4000],
-        template_version=tv, created_at=now, source=source,
+        template_version=tv,
+        created_at=now,
+        source=source,
         layout=layout_text,
-    )  # fmt: skip
+    )
     return m.ok and offer_best(
-        conn, device_id, elem_bytes, str(shape_class), config_row, measurement_id,
-        float(m.gbps), float(m.copy_gbps), tv, True, now, source=source,
-    )  # fmt: skip
+        conn,
+        device_id,
+        elem_bytes,
+        str(shape_class),
+        config_row,
+        measurement_id,
+        float(m.gbps),
+        float(m.copy_gbps),
+        tv,
+        True,
+        now,
+        source=source,
+    )
 
 
 def claim(conn: Connection, study: str, key: str, owner: str, expire_s: float | None) -> str:

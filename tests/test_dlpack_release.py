@@ -33,7 +33,9 @@ libc = ctypes.CDLL(None)
 libc.aligned_alloc.restype = ctypes.c_void_p
 libc.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
 FREE = ctypes.cast(libc.free, ctypes.c_void_p).value
-COMPILED = sys.argv[1] == "compiled"
+# the mode: a subprocess is told on its command line; a test that runs this in its own
+# process (where argv is pytest's, or an xdist worker's with no arguments) sets COMPILED itself
+COMPILED = sys.argv[1:2] == ["compiled"]
 
 
 class Host:

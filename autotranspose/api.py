@@ -9,6 +9,7 @@ current for the launch only, and the thread's own context is put back (see `_dri
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -23,17 +24,14 @@ from .arrays import (
     allocate,
     allocate_like,
     check_output,
+    matrix_layout,
     transposed_shape,
     view,
 )
 from .compiler import DeviceState, device_state
 from .config import KernelConfig, default_config, for_rows
 from .dtypes import ElementType
-from .errors import (
-    ConfigError,
-    LayoutError,
-    ShapeError,
-)
+from .errors import ConfigError, LayoutError
 from .launch import Launch, make_launch, run_copy
 from .plan import NO_DIM, Dim
 from .shapes import ShapeClass, call_vec, flat_fits, shape_class
@@ -211,8 +209,7 @@ def served(
     measuring a class nobody tuned on these buffers as its first call would (the bench).
     None: the call is a copy (one column or one row a matrix)."""
     b, m, n = shape
-    x = View("device", None, src, 3, b, m, n, n, m * n, None, et, state.ordinal)
-    o = x._replace(ptr=dst, m=n, n=m, ld=m)
+    x, o = _device_views(state, et, 3, shape, (n, m, m * n, m * n), src, dst)
     cfg = _prepare(x, o, None, False, state, stream, state.ctx).config
     if cfg is None:
         return None
@@ -239,11 +236,8 @@ def batched_launch(
     Only the pointers' alignment is kept (a first call measures on these very buffers).
     `outer` (a permute pass's two outer batch dims) makes it the config's outer variant,
     walking them in the same launch (`launch.make_launch`)."""
-    b, m, n = shape
-    ld_in, ld_out, bs_in, bs_out = strides
     et = ElementType(f"{elem_bytes}-byte word", elem_bytes, False)
-    x = View("device", None, src, 3, b, m, n, ld_in, bs_in, None, et, state.ordinal)
-    o = x._replace(ptr=dst, m=n, n=m, ld=ld_out, bs=bs_out)
+    x, o = _device_views(state, et, 3, shape, strides, src, dst)
     return _get_launch(x, o, None, False, state, stream, ctx, outer)
 
 
@@ -252,15 +246,27 @@ def conjugate_launch(
 ) -> Launch:
     """The launch transpose(x, conjugate=True) makes for a contiguous 2-D or batched 3-D
     `shape` of complex `et` from `src` into `dst` (the JAX FFI's conjugate transpose)."""
-    if len(shape) not in (2, 3):
-        raise ShapeError(
-            f"x has {len(shape)} dimension(s) {tuple(shape)}; autotranspose takes a 2-D "
-            "matrix (M, N) or a batch (B, M, N); reshape it first"
-        )
-    b, m, n = (1, *shape) if len(shape) == 2 else shape
-    x = View("device", None, src, len(shape), b, m, n, n, m * n, None, et, state.ordinal)
-    o = x._replace(ptr=dst, m=n, n=m, ld=m)
+    row_major = [et.size * math.prod(shape[k + 1 :]) for k in range(len(shape))]
+    b, m, n, ld, bs = matrix_layout("x", tuple(shape), tuple(row_major), et.size)  # 2-D or 3-D
+    x, o = _device_views(state, et, len(shape), (b, m, n), (ld, m, bs, m * n), src, dst)
     return _get_launch(x, o, None, True, state, streams.LEGACY, state.ctx)
+
+
+def _device_views(
+    state: DeviceState,
+    et: ElementType,
+    ndim: int,
+    shape: tuple[int, int, int],
+    strides: tuple[int, int, int, int],
+    src: int,
+    dst: int,
+) -> tuple[View, View]:
+    """The views of a (batch, m, n) call on raw device pointers, with strides (ld_in, ld_out,
+    bs_in, bs_out) in elements: what the calls without an array of their own look up by."""
+    b, m, n = shape
+    ld_in, ld_out, bs_in, bs_out = strides
+    x = View("device", None, src, ndim, b, m, n, ld_in, bs_in, None, et, state.ordinal)
+    return x, x._replace(ptr=dst, m=n, n=m, ld=ld_out, bs=bs_out)
 
 
 def _flat_fits(cfg: KernelConfig, x: View, o: View) -> bool:

@@ -4,15 +4,15 @@ The public names: `transpose`, `permute` (PyTorch, JAX, CuPy, pycuda, CUDA Array
 and NumPy arrays), `tune_gpu` and `tune_devices` (offline tuning), `KernelConfig`,
 `config_space`, `default_config`, `render` and `template_version` (the kernels themselves),
 and the process switches `set_first_call_measurement`, `set_keep_winners` and
-`clear_caches`. Everything else is internal.
+`clear_caches`. Modules named with a leading `_` are internal (see ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
-from . import codegen as _codegen
+from . import _codegen
+from ._codegen import render, template_version
+from ._config import KernelConfig, config_space, default_config
 from ._version import __version__
-from .codegen import render, template_version
-from .config import KernelConfig, config_space, default_config
 from .store import hooks as _store_hooks
 
 # The store judges stored results by the running code's kernel versions but renders no kernels:
@@ -21,10 +21,10 @@ _store_hooks.use_kernel_versions(_codegen.kernel_version, _codegen.template_vers
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ._entry import permute, transpose
+    from ._multigpu import tune_devices
     from ._switches import clear_caches, set_first_call_measurement, set_keep_winners
-    from .entry import permute, transpose
-    from .multigpu import tune_devices
-    from .tuner import tune_gpu
+    from ._tuner import tune_gpu
 
 
 def __getattr__(name: str) -> object:
@@ -33,7 +33,9 @@ def __getattr__(name: str) -> object:
     # package first, run without it. The tuner brings Optuna and SQLAlchemy, which a process that only
     # calls transpose() need not load.
     if name in ("transpose", "permute"):
-        from . import entry  # loads the PyTorch and JAX integrations where those are imported
+        from . import (
+            _entry as entry,
+        )  # loads the PyTorch and JAX integrations where those are imported
 
         globals().update(transpose=entry.transpose, permute=entry.permute)
         return globals()[name]
@@ -42,11 +44,11 @@ def __getattr__(name: str) -> object:
 
         return getattr(_switches, name)
     if name == "tune_gpu":
-        from .tuner import tune_gpu
+        from ._tuner import tune_gpu
 
         return tune_gpu
     if name == "tune_devices":
-        from .multigpu import tune_devices
+        from ._multigpu import tune_devices
 
         return tune_devices
     raise AttributeError(f"module 'autotranspose' has no attribute {name!r}")

@@ -20,11 +20,9 @@ from pathlib import Path
 
 from _sweep import measure_ranked, print_ranked, results_log, start, sweep_parser, within_budget
 
-from autotranspose.api import choose_config
-from autotranspose.bench.reports import format_table
-from autotranspose.bench.runners import bench_case
-from autotranspose.compiler import precompile
-from autotranspose.config import (
+from autotranspose._api import choose_config
+from autotranspose._compiler import precompile
+from autotranspose._config import (
     DIRECT_TILES,
     ConfigError,
     KernelConfig,
@@ -32,7 +30,9 @@ from autotranspose.config import (
     max_vec,
     seed_config,
 )
-from autotranspose.dtypes import element_type
+from autotranspose._dtypes import element_type
+from autotranspose.bench.reports import format_table
+from autotranspose.bench.runners import bench_case
 
 CASES = [
     ((1, 20, 7081411), "float64"),

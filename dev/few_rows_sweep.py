@@ -28,11 +28,9 @@ from _sweep import (
     within_budget,
 )
 
-from autotranspose.api import choose_config
-from autotranspose.bench.reports import format_table
-from autotranspose.bench.runners import bench_case
-from autotranspose.compiler import precompile
-from autotranspose.config import (
+from autotranspose._api import choose_config
+from autotranspose._compiler import precompile
+from autotranspose._config import (
     PER_THREAD,
     TILE_SIZES,
     KernelConfig,
@@ -41,6 +39,8 @@ from autotranspose.config import (
     seed_config,
     staged_default,
 )
+from autotranspose.bench.reports import format_table
+from autotranspose.bench.runners import bench_case
 
 DT = {4: "float32", 8: "complex64", 16: "complex128"}
 CASES = [

@@ -21,9 +21,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from autotranspose import firstcall, lookup
+from autotranspose import _firstcall as firstcall
+from autotranspose import _lookup as lookup
+from autotranspose._shapes import parse_shape
 from autotranspose.bench.runners import bench_case
-from autotranspose.shapes import parse_shape
 
 
 def _nothing(f: Any) -> Any:

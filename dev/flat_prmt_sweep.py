@@ -21,9 +21,9 @@ from pathlib import Path
 
 from _sweep import measure_ranked, print_ranked, results_log, within_budget
 
-from autotranspose.api import choose_config
-from autotranspose.compiler import activate
-from autotranspose.config import (
+from autotranspose._api import choose_config
+from autotranspose._compiler import activate
+from autotranspose._config import (
     TALL_PER_THREAD,
     TALL_ROWS,
     TALL_WINDOWS,

@@ -32,7 +32,9 @@ def main() -> None:
     import torch
 
     import autotranspose as at
-    from autotranspose import _driver, api, streams
+    from autotranspose import _api as api
+    from autotranspose import _driver
+    from autotranspose import _streams as streams
 
     a = np.random.default_rng().standard_normal((64, 64)).astype(np.float32)
     tx, tout = torch.as_tensor(a, device="cuda"), torch.empty(64, 64, device="cuda")
@@ -43,9 +45,9 @@ def main() -> None:
     import ctypes
     import struct
 
-    from autotranspose.compiler import activate
-    from autotranspose.dtypes import element_type
-    from autotranspose.launch import contiguous_launch
+    from autotranspose._compiler import activate
+    from autotranspose._dtypes import element_type
+    from autotranspose._launch import contiguous_launch
 
     state = activate(0)
     # the launch transpose() prepared for these calls: the config it serves them, bound to

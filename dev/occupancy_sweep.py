@@ -27,11 +27,9 @@ from _sweep import (
     within_budget,
 )
 
-from autotranspose.api import choose_config
-from autotranspose.bench.reports import format_table
-from autotranspose.bench.runners import bench_case
-from autotranspose.compiler import precompile
-from autotranspose.config import (
+from autotranspose._api import choose_config
+from autotranspose._compiler import precompile
+from autotranspose._config import (
     MAX_THREADS_PER_SM,
     ConfigError,
     KernelConfig,
@@ -40,6 +38,8 @@ from autotranspose.config import (
     seed_config,
     staged_default,
 )
+from autotranspose.bench.reports import format_table
+from autotranspose.bench.runners import bench_case
 
 DT = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 # (batch, m, n), element bytes: the fixed list's few long rows and tall shapes first, then the odd

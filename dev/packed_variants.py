@@ -35,7 +35,7 @@ def main() -> int:
 
     import cupy
 
-    from autotranspose.compiler import activate
+    from autotranspose._compiler import activate
 
     state = activate(0)
     cuda = ctypes.CDLL("libcuda.so.1")
@@ -62,8 +62,8 @@ def _timed(fn, n: int) -> float:
 def _one_case(case: str, args: argparse.Namespace, state, cuda) -> None:
     import cupy
 
-    from autotranspose import launch
-    from autotranspose.plan import PACKED, can_pipeline, one_launch, plan_permute
+    from autotranspose import _launch as launch
+    from autotranspose._plan import PACKED, can_pipeline, one_launch, plan_permute
 
     name, rest = case.split(":")
     dims_text, axes_text = rest.split("/")

@@ -18,8 +18,8 @@ import numpy as np
 from _sweep import case_ratio as _ratio
 from _sweep import measure_ranked, print_ranked, results_log, start, sweep_parser, within_budget
 
-from autotranspose.api import choose_config
-from autotranspose.config import KernelConfig, max_vec, prmt_space, staged_default
+from autotranspose._api import choose_config
+from autotranspose._config import KernelConfig, max_vec, prmt_space, staged_default
 
 CASES = [
     ((1, 4099, 6007), 1),

@@ -27,7 +27,7 @@ def main(cases: list[str]) -> None:
     from _sweep import config_by_key
 
     import autotranspose as at
-    from autotranspose import api
+    from autotranspose import _api as api
 
     cuda = ctypes.CDLL("libcuda.so.1")
     for case in cases:
@@ -62,9 +62,9 @@ def _served_key(x, out, config) -> str:
     transpose() serves the call (`api.served`, the question the bench asks)."""
     if config is not None:
         return config.key
-    from autotranspose.api import served
-    from autotranspose.compiler import activate
-    from autotranspose.dtypes import element_type
+    from autotranspose._api import served
+    from autotranspose._compiler import activate
+    from autotranspose._dtypes import element_type
 
     b, m, n = (1, *x.shape) if x.ndim == 2 else x.shape
     choice = served(activate(0), element_type(x.dtype), (b, m, n), x.data.ptr, out.data.ptr)
@@ -72,8 +72,8 @@ def _served_key(x, out, config) -> str:
 
 
 def _seed_call(elem_bytes: int, shape: tuple[int, ...]):
+    from autotranspose._compiler import activate
     from autotranspose.bench.peers import seed_kernel
-    from autotranspose.compiler import activate
 
     kernel = seed_kernel(activate(0), elem_bytes)
     m, n = shape[-2:]
@@ -95,7 +95,7 @@ def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
     import cupy
 
     import autotranspose as at
-    from autotranspose import permuter
+    from autotranspose import _permuter as permuter
 
     case, _, key = case.partition("@")
     name, rest = case.split(":")

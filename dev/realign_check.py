@@ -27,10 +27,10 @@ def main() -> int:
 
     args = permute_cases_parser([]).parse_args()
 
+    from autotranspose._compiler import activate
+    from autotranspose._permuter import build, served
+    from autotranspose._plan import COPY
     from autotranspose.bench.runners import PermuteCheck
-    from autotranspose.compiler import activate
-    from autotranspose.permuter import build, served
-    from autotranspose.plan import COPY
 
     state = activate(0)
     rows = []

@@ -18,7 +18,7 @@ import sys
 
 
 def _row_copy(plan) -> bool:
-    from autotranspose.plan import COPY
+    from autotranspose._plan import COPY
 
     return plan.passes[0].kind == COPY and not plan.passes[0].contiguous
 
@@ -35,10 +35,10 @@ def main() -> int:
 
     args = permute_cases_parser([7]).parse_args()
 
-    from autotranspose import launch
+    from autotranspose import _launch as launch
+    from autotranspose._compiler import activate
+    from autotranspose._permuter import build, served
     from autotranspose.bench.runners import PermuteCheck
-    from autotranspose.compiler import activate
-    from autotranspose.permuter import build, served
 
     state = activate(0)
     rows = []

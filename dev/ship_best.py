@@ -18,10 +18,10 @@ import json
 import tempfile
 from pathlib import Path
 
-from autotranspose.config import config_space, max_vec
-from autotranspose.dtypes import element_type
-from autotranspose.measurement import Measurement
-from autotranspose.shapes import shape_class
+from autotranspose._config import config_space, max_vec
+from autotranspose._dtypes import element_type
+from autotranspose._measurement import Measurement
+from autotranspose._shapes import shape_class
 from autotranspose.store import Store, textio
 
 

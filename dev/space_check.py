@@ -35,17 +35,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotranspose import lookup, tuner
-from autotranspose.api import served
+from autotranspose import _lookup as lookup
+from autotranspose import _tuner as tuner
+from autotranspose._api import served
+from autotranspose._compiler import activate, precompile
+from autotranspose._config import config_space, max_vec, seed_config
+from autotranspose._dtypes import element_type
+from autotranspose._launch import contiguous_launch
+from autotranspose._measure import Bench, measure_one
+from autotranspose._shapes import parse_shape, shape_class
+from autotranspose._worker import GpuObjective
 from autotranspose.bench.cases import random_cases
-from autotranspose.compiler import activate, precompile
-from autotranspose.config import config_space, max_vec, seed_config
-from autotranspose.dtypes import element_type
-from autotranspose.launch import contiguous_launch
-from autotranspose.measure import Bench, measure_one
-from autotranspose.shapes import parse_shape, shape_class
 from autotranspose.store import Store
-from autotranspose.worker import GpuObjective
 
 
 def screen(bench: Bench, configs: list[Any], budget_s: float | None = None) -> dict[Any, float]:

@@ -18,9 +18,9 @@ import numpy as np
 from _sweep import case_ratio as _ratio
 from _sweep import measure_ranked, print_ranked, results_log
 
-from autotranspose.api import choose_config
-from autotranspose.compiler import activate
-from autotranspose.config import KernelConfig, max_vec, staged_default, staged_space
+from autotranspose._api import choose_config
+from autotranspose._compiler import activate
+from autotranspose._config import KernelConfig, max_vec, staged_default, staged_space
 
 CASES = [((1, 4099, 6007), s) for s in (1, 2, 4, 8)]
 CASES += [((1, 6007, 4099), s) for s in (1, 2, 4, 8)]

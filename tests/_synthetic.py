@@ -15,9 +15,9 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from autotranspose.config import KernelConfig
-from autotranspose.device import DeviceInfo
-from autotranspose.measurement import Measurement
+from autotranspose._config import KernelConfig
+from autotranspose._device import DeviceInfo
+from autotranspose._measurement import Measurement
 
 DEVICE = DeviceInfo("Synthetic GPU 9000", (9, 0), multiprocessors=132)
 COPY_GBPS = 3300.0
@@ -184,8 +184,8 @@ def tune_process(
     """Run one tuning process (the entry point of the multi-process and kill tests)."""
     import optuna
 
+    from autotranspose._tuner import tune
     from autotranspose.store import Store
-    from autotranspose.tuner import tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with Store.open(url) as store:

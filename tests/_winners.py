@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotranspose import winners
-from autotranspose.config import KernelConfig, default_config, seed_config
-from autotranspose.device import DeviceInfo
-from autotranspose.shapes import shape_class
+from autotranspose import _winners as winners
+from autotranspose._config import KernelConfig, default_config, seed_config
+from autotranspose._device import DeviceInfo
+from autotranspose._shapes import shape_class
 
 DEVICE = DeviceInfo("Test GPU 4242", (9, 0), multiprocessors=132)
 SHAPE = (1, 3000, 5000)

@@ -14,7 +14,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 def _gpu_reason() -> str | None:
     try:
-        from autotranspose.compiler import driver
+        from autotranspose._compiler import driver
 
         driver()
     except Exception as exc:  # no pycuda, no driver, no device
@@ -95,7 +95,7 @@ def db(tmp_path):
 def no_gather(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plans keep their batched transpose or row copy whatever it costs (no gather pass): for
     the tests of what those passes are, on shapes small enough that a gather would take them."""
-    from autotranspose import plan
+    from autotranspose import _plan as plan
 
     monkeypatch.setattr(plan, "GATHER_MAX_LAUNCHES", float("inf"))
     monkeypatch.setattr(plan, "GATHER_MIN_LAUNCH_BYTES", 0)
@@ -107,7 +107,9 @@ def own_pass() -> Iterator[None]:
     """permute() runs each plan's own pass, not the fastest of its alternatives (first-call
     measurement off): for the tests of one kind of pass, on arrays large enough to have
     alternatives. Cached steps and launches are dropped before and after."""
-    from autotranspose import api, firstcall, permuter
+    from autotranspose import _api as api
+    from autotranspose import _firstcall as firstcall
+    from autotranspose import _permuter as permuter
 
     firstcall.set_enabled(False)
     permuter.clear_caches()
@@ -123,7 +125,8 @@ def no_packed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Plans that would run one packed launch run one gather launch instead: for the tests
     of the gather, on shapes where a box would take them. permute()'s cached plans and steps
     are dropped before and after, so no call sees a plan made the other way."""
-    from autotranspose import permuter, plan
+    from autotranspose import _permuter as permuter
+    from autotranspose import _plan as plan
 
     monkeypatch.setattr(plan, "packed_box", lambda *args: None)
     permuter.clear_caches()

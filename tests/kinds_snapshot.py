@@ -21,8 +21,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from autotranspose import codegen
-from autotranspose import config as C
+from autotranspose import _codegen as codegen
+from autotranspose import _config as C
 from autotranspose.errors import ConfigError
 
 SIZES = (1, 2, 4, 8, 16)

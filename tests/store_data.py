@@ -8,10 +8,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from autotranspose.config import KernelConfig, config_space
-from autotranspose.device import DeviceInfo
-from autotranspose.measurement import Measurement
-from autotranspose.shapes import ShapeClass, shape_class
+from autotranspose._config import KernelConfig, config_space
+from autotranspose._device import DeviceInfo
+from autotranspose._measurement import Measurement
+from autotranspose._shapes import ShapeClass, shape_class
 from autotranspose.store import Store
 
 H100 = DeviceInfo(

@@ -28,40 +28,40 @@ FROM_PACKAGE_OK = {"__version__"}  # names a layer may read from the package's _
 
 # module -> modules it must not reach, directly or through others (a name stands for a
 # module and, for a package, everything in it)
-CUDA = ["compiler", "_driver", "_native", "_dlpack", "arrays", "streams", "launch", "api"]
+CUDA = ["_compiler", "_driver", "_native", "_dlpack", "_arrays", "_streams", "_launch", "_api"]
 FORBIDDEN: dict[str, list[str]] = {
-    "measurement": ["*"],
+    "_measurement": ["*"],
     # the kernel kinds' policies: below config (it dispatches to them), pure, no CUDA
     "kinds": [
         *CUDA,
-        "config",
-        "codegen",
-        "measure",
-        "tuner",
+        "_config",
+        "_codegen",
+        "_measure",
+        "_tuner",
         "store",
-        "lookup",
-        "worker",
-        "device",
+        "_lookup",
+        "_worker",
+        "_device",
     ],
-    "config": ["codegen", "compiler", "launch", "api", "measure", "tuner", "store", "lookup"],
-    "codegen": ["compiler", "launch", "api", "measure", "tuner", "store", "lookup"],
-    "compiler": ["launch", "api", "measure", "tuner", "store", "lookup"],
-    "launch": ["api", "measure", "tuner", "store", "lookup", "worker"],
-    "measure": ["api", "tuner", "store", "lookup", "worker"],
-    "worker": ["api", "tuner", "store", "lookup"],
-    "lookup": [*CUDA, "measure", "worker", "tuner"],
-    "firstcall": ["api", "measure", "tuner", "worker", "store"],
+    "_config": ["_codegen", "_compiler", "_launch", "_api", "_measure", "_tuner", "store", "_lookup"],
+    "_codegen": ["_compiler", "_launch", "_api", "_measure", "_tuner", "store", "_lookup"],
+    "_compiler": ["_launch", "_api", "_measure", "_tuner", "store", "_lookup"],
+    "_launch": ["_api", "_measure", "_tuner", "store", "_lookup", "_worker"],
+    "_measure": ["_api", "_tuner", "store", "_lookup", "_worker"],
+    "_worker": ["_api", "_tuner", "store", "_lookup"],
+    "_lookup": [*CUDA, "_measure", "_worker", "_tuner"],
+    "_firstcall": ["_api", "_measure", "_tuner", "_worker", "store"],
     # keeps first-call winners in the database: testable on machines without a GPU
-    "winners": [*CUDA, "firstcall", "measure", "tuner", "worker"],
+    "_winners": [*CUDA, "_firstcall", "_measure", "_tuner", "_worker"],
     # the store runs SQL and nothing else: kernel versions and the "best changed" notice are
     # handed to it (store.hooks), so it renders no kernel and knows no lookup
-    "store": [*CUDA, "codegen", "measure", "tuner", "worker", "lookup", "firstcall", "winners"],
+    "store": [*CUDA, "_codegen", "_measure", "_tuner", "_worker", "_lookup", "_firstcall", "_winners"],
     # permute's planner: shapes and strides in, a Plan out; the executor lives above it
-    "plan": [*CUDA, "config", "codegen", "measure", "tuner", "store", "lookup", "worker"],
+    "_plan": [*CUDA, "_config", "_codegen", "_measure", "_tuner", "store", "_lookup", "_worker"],
     # the gather kernels' arguments: pure, so their index walk is modelled without a GPU
-    "gather": [*CUDA, "config", "codegen", "measure", "tuner", "store", "lookup", "worker"],
+    "_gather": [*CUDA, "_config", "_codegen", "_measure", "_tuner", "store", "_lookup", "_worker"],
     # permute(): validate, plan, launch what transpose() would; it measures and tunes nothing
-    "permuter": ["measure", "tuner", "worker", "multigpu"],
+    "_permuter": ["_measure", "_tuner", "_worker", "_multigpu"],
 }
 
 
@@ -189,12 +189,12 @@ def _under(module: str, names: list[str]) -> bool:
 
 def test_the_graph_is_read():
     """The parser sees what it should (a guard against a test that checks an empty graph)."""
-    assert {f"{PKG}.api", f"{PKG}.launch", f"{PKG}.store.store"} <= set(MODULES)
-    targets = {e.target for e in GRAPH[f"{PKG}.api"]}
-    assert {f"{PKG}.launch", f"{PKG}.lookup", f"{PKG}.compiler"} <= targets
+    assert {f"{PKG}._api", f"{PKG}._launch", f"{PKG}.store.store"} <= set(MODULES)
+    targets = {e.target for e in GRAPH[f"{PKG}._api"]}
+    assert {f"{PKG}._launch", f"{PKG}._lookup", f"{PKG}._compiler"} <= targets
     # a lazy import inside a function, and `from . import module`
-    assert f"{PKG}.launch" in {e.target for e in GRAPH[f"{PKG}.measure"]}
-    assert f"{PKG}.store.textio" in {e.target for e in GRAPH[f"{PKG}.lookup"]}
+    assert f"{PKG}._launch" in {e.target for e in GRAPH[f"{PKG}._measure"]}
+    assert f"{PKG}.store.textio" in {e.target for e in GRAPH[f"{PKG}._lookup"]}
     # the orchestrators' packages and their modules
     assert {f"{PKG}.cli", f"{PKG}.bench", f"{PKG}.bench.runners"} <= ORCHESTRATORS
 
@@ -242,26 +242,26 @@ def test_layer_order(layer: str):
     "module",
     [
         "autotranspose.store",
-        "autotranspose.lookup",
-        "autotranspose.plan",
-        "autotranspose.gather",
-        "autotranspose.winners",
+        "autotranspose._lookup",
+        "autotranspose._plan",
+        "autotranspose._gather",
+        "autotranspose._winners",
     ],
 )
 def test_no_cuda_behind(module: str):
     """Importing the store (or lookup) loads no CUDA code, no measuring and no public call."""
     avoid = [
-        "measure",
-        "compiler",
+        "_measure",
+        "_compiler",
         "_driver",
         "_native",
         "_dlpack",
-        "arrays",
-        "streams",
-        "api",
-        "launch",
-        "tuner",
-        "worker",
+        "_arrays",
+        "_streams",
+        "_api",
+        "_launch",
+        "_tuner",
+        "_worker",
     ]
     script = (
         f"import sys, {module}\n"
@@ -278,7 +278,7 @@ def test_frameworks_sit_on_top():
     """The framework adapters (JAX's primitive, PyTorch's ops) call api and permuter; nothing
     below them imports them, so the core runs without any framework's tracing machinery. Only
     the orchestrators and the top-level dispatch (`entry`) may reach them."""
-    above = ORCHESTRATORS | {f"{PKG}.entry"}
+    above = ORCHESTRATORS | {f"{PKG}._entry"}
     wrong = [
         str(e)
         for m, edges in GRAPH.items()

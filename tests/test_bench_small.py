@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from autotranspose import cli
+from autotranspose._dtypes import SUPPORTED_NAMES, element_type
 from autotranspose.bench import small
 from autotranspose.bench.cases import SMALL_BYTES, SMALL_DTYPES, SmallCase, small_cases
 from autotranspose.bench.small import SmallRow
-from autotranspose.dtypes import SUPPORTED_NAMES, element_type
 
 
 def _run(*argv: str) -> tuple[int, str, str]:

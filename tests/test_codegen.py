@@ -8,8 +8,8 @@ import re
 import pytest
 
 import autotranspose as at
-from autotranspose.codegen import render_many, render_seed, render_support, template_version
-from autotranspose.config import KernelConfig, config_space
+from autotranspose._codegen import render_many, render_seed, render_support, template_version
+from autotranspose._config import KernelConfig, config_space
 
 DTYPES = ["int8", "float16", "float32", "float64", "complex128"]
 
@@ -115,7 +115,7 @@ def test_edge_path_and_vector_path_agree_on_shared_memory(cfg):
     """The element-by-element edge path computes each element's shared-memory byte address
     itself; evaluated for every element of the tile it must equal where the vector path's
     micro-block transpose puts that element, and no two elements may share a byte."""
-    from autotranspose.codegen import kernel_params
+    from autotranspose._codegen import kernel_params
 
     k = kernel_params(cfg)
     lines = at.render(cfg).splitlines()
@@ -138,7 +138,7 @@ def test_edge_path_and_vector_path_agree_on_shared_memory(cfg):
 def test_kernel_version_is_the_kernels_own_source(monkeypatch):
     """Versions follow each kernel's rendered source: not the tool version, not other
     kernels, not launch parameters; different kernels get different versions."""
-    from autotranspose import codegen
+    from autotranspose import _codegen as codegen
 
     space = list(at.config_space("float32"))
     rng = random.Random()
@@ -162,7 +162,7 @@ def test_an_edit_to_one_access_strategy_changes_only_its_kernels(tmp_path, monke
     realigning piece changes the version of realigning kernels and of no other."""
     import shutil
 
-    from autotranspose import codegen
+    from autotranspose import _codegen as codegen
 
     rng = random.Random()
     picked = rng.sample(list(config_space("int8", max_vector=1)), 60)  # realigning and not

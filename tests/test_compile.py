@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from autotranspose.codegen import GATHER_BLOCKS_PER_SM, GATHER_THREADS, ROWS_THREADS, kernel_name
-from autotranspose.compiler import nvcc_resources, untuned_resources
-from autotranspose.config import KernelConfig, config_space
+from autotranspose._codegen import GATHER_BLOCKS_PER_SM, GATHER_THREADS, ROWS_THREADS, kernel_name
+from autotranspose._compiler import nvcc_resources, untuned_resources
+from autotranspose._config import KernelConfig, config_space
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH"),
@@ -118,7 +118,7 @@ def test_permute_kernels_compile_without_spills(arch):
 
 def test_a_struct_the_host_packs_differently_does_not_compile(monkeypatch):
     """The gather template asserts its struct's size is the host's ARG_BYTES."""
-    from autotranspose import codegen
+    from autotranspose import _codegen as codegen
     from autotranspose.errors import KernelCompileError
 
     monkeypatch.setattr(codegen, "GATHER_ARG_BYTES", codegen.GATHER_ARG_BYTES + 8)
@@ -131,7 +131,7 @@ def test_capped_defaults_compile_within_their_cap_without_spills(arch):
     """The served configs whose registers are capped (`min_blocks`): the staged 2-, 4- and
     8-byte defaults and the few-rows tiles of 16 rows. ptxas keeps them within the cap the bounds ask
     for, with no spill (other capped configs of the space may spill: the tuner measures them)."""
-    from autotranspose.config import few_rows_default, staged_default
+    from autotranspose._config import few_rows_default, staged_default
 
     capped = [
         staged_default(2),

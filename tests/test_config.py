@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose.config import (
+from autotranspose._config import (
     NEWEST,
     DeviceLimits,
     KernelConfig,
@@ -195,7 +195,7 @@ def test_public_names_work_without_a_gpu():
 def test_pair_steps_move_two_size_fields_one_step_each(dtype):
     import random
 
-    from autotranspose.config import FLAT_LONG, PER_THREAD, TILE_SIZES, VEC_SIZES, pair_steps
+    from autotranspose._config import FLAT_LONG, PER_THREAD, TILE_SIZES, VEC_SIZES, pair_steps
 
     steps = {"tile_m": TILE_SIZES, "tile_n": TILE_SIZES, "vec": VEC_SIZES, "per_thread": PER_THREAD}
     space = list(config_space(dtype, max_vector=4, short_side=32))
@@ -218,7 +218,7 @@ def test_pair_steps_move_two_size_fields_one_step_each(dtype):
 def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
     import random
 
-    from autotranspose.config import (
+    from autotranspose._config import (
         FLAT_LONG,
         PER_THREAD,
         PERSISTENT,

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import entry, errors
+from autotranspose import _entry as entry
+from autotranspose import errors
 
 
 def test_the_package_exports_the_entry_points():
@@ -77,7 +78,8 @@ def test_traced_jax_calls_refuse_what_xla_decides(fresh_entry, monkeypatch):
 
 
 def test_the_process_switches_reach_their_modules(monkeypatch):
-    from autotranspose import firstcall, winners
+    from autotranspose import _firstcall as firstcall
+    from autotranspose import _winners as winners
 
     monkeypatch.delenv(firstcall.ENV_VAR, raising=False)
     try:

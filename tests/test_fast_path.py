@@ -10,7 +10,10 @@ import types
 import numpy as np
 import pytest
 
-from autotranspose import api, errors, lookup, streams
+from autotranspose import _api as api
+from autotranspose import _lookup as lookup
+from autotranspose import _streams as streams
+from autotranspose import errors
 
 
 class _Mem:
@@ -93,7 +96,7 @@ def test_anything_validated_that_changes_misses(registered, monkeypatch, change)
 
 def test_streams_configs_and_conjugates_take_the_full_path(registered):
     rec, x, out = registered
-    from autotranspose.config import KernelConfig
+    from autotranspose._config import KernelConfig
 
     for kwargs in ({"stream": object()}, {"config": KernelConfig(4)}, {"conjugate": True}):
         with pytest.raises(TypeError):  # the full path rejects the fake stream or array
@@ -146,7 +149,7 @@ def test_the_launch_argument_offsets_match_the_kernel_signature():
     import struct
 
     from autotranspose import _driver
-    from autotranspose.compiler import ARG_FORMAT
+    from autotranspose._compiler import ARG_FORMAT
 
     offsets, at = [], 0
     for code in ARG_FORMAT:
@@ -160,7 +163,7 @@ def test_the_launch_argument_offsets_match_the_kernel_signature():
 
 def test_permute_takes_the_fast_path_only_for_its_own_axes(registered, monkeypatch):
     """permute()'s signatures share transpose()'s table, told apart by the axes as given."""
-    from autotranspose import permuter
+    from autotranspose import _permuter as permuter
 
     rec, x, out = registered
     x3 = FakeCupyArray(1 << 20, (64, 32))

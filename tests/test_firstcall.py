@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from autotranspose import firstcall
-from autotranspose.config import (
+from autotranspose import _firstcall as firstcall
+from autotranspose._config import (
     FLAT_SHORT_SIDE,
     config_space,
     default_config,
@@ -124,7 +124,7 @@ def test_refinement_climbs_from_the_portfolio_winner_through_its_neighbours(monk
 def test_refinement_takes_two_fields_at_once_when_no_single_step_helps(monkeypatch):
     """A winner every single step from which is slower, and a better config a tile step and a
     per_thread step away together: the second round times the two-field steps."""
-    from autotranspose.config import pair_steps
+    from autotranspose._config import pair_steps
 
     guess = default_config(4, max_vector=4)
     better = pair_steps(guess)[0]

@@ -1,5 +1,5 @@
 """The first call of a class nobody tuned measures a small portfolio on its own buffers, once,
-and later calls of the class get the winner (see autotranspose.firstcall)."""
+and later calls of the class get the winner (see autotranspose._firstcall)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import api, firstcall, lookup
-from autotranspose.config import max_vec
-from autotranspose.shapes import shape_class
+from autotranspose import _api as api
+from autotranspose import _firstcall as firstcall
+from autotranspose import _lookup as lookup
+from autotranspose._config import max_vec
+from autotranspose._shapes import shape_class
 from autotranspose.store import Store
 
 pytestmark = pytest.mark.gpu
@@ -141,9 +143,9 @@ _FIRST_CALL = textwrap.dedent("""
     import json, sys
     import cupy, numpy as np
     import autotranspose as at
-    from autotranspose import api, firstcall, lookup
-    from autotranspose.config import max_vec
-    from autotranspose.shapes import shape_class
+    from autotranspose import _api as api, _firstcall as firstcall, _lookup as lookup
+    from autotranspose._config import max_vec
+    from autotranspose._shapes import shape_class
     lookup.tuning_db_dir = lambda: None  # nothing shipped: a class nobody tuned
     m, n = int(sys.argv[1]), int(sys.argv[2])
     a = np.random.default_rng().standard_normal((m, n)).astype(np.float32)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from autotranspose import errors
-from autotranspose.codegen import GATHER_UNROLL, render_gather
-from autotranspose.gather import ARG_BYTES, ARG_FORMAT, MAX_DIMS, GatherArgs, gather_args
-from autotranspose.plan import GATHER_MAX_EXTENT, Dim, contiguous_strides, plan_permute
+from autotranspose._codegen import GATHER_UNROLL, render_gather
+from autotranspose._gather import ARG_BYTES, ARG_FORMAT, MAX_DIMS, GatherArgs, gather_args
+from autotranspose._plan import GATHER_MAX_EXTENT, Dim, contiguous_strides, plan_permute
 
 U32 = 2**32
 

@@ -196,9 +196,9 @@ def test_launches_are_made_once_per_signature(jax, ops, rng):
 
 
 def test_public_api_under_transformations(jax, rng):
-    if importlib.util.find_spec("autotranspose.entry") is None:
+    if importlib.util.find_spec("autotranspose._entry") is None:
         pytest.skip(
-            "autotranspose.transpose does not dispatch tracers yet (no autotranspose.entry)"
+            "autotranspose.transpose does not dispatch tracers yet (no autotranspose._entry)"
         )
     jnp = jax.numpy
     host = _host(rng, (3, 197, 7), "float32")

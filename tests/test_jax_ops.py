@@ -19,7 +19,8 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 import autotranspose as at  # noqa: E402
-from autotranspose import _native, errors, permuter  # noqa: E402
+from autotranspose import _native, errors  # noqa: E402
+from autotranspose import _permuter as permuter  # noqa: E402
 from autotranspose.frameworks import _jax_handler, jax_ops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,9 +13,9 @@ import pytest
 import sqlalchemy as sa
 from store_data import A100, H100, count_queries, ok, space, valid_config
 
-from autotranspose import lookup
-from autotranspose.config import PRMT_SERVED, default_config, prmt_default, staged_default
-from autotranspose.shapes import ShapeClass, shape_class
+from autotranspose import _lookup as lookup
+from autotranspose._config import PRMT_SERVED, default_config, prmt_default, staged_default
+from autotranspose._shapes import ShapeClass, shape_class
 from autotranspose.store import BadRowWarning, Store, hooks, textio
 
 pytest_plugins = ("store_fixtures",)
@@ -244,7 +244,7 @@ def test_unusable_default_database_warns_once_and_falls_through(tmp_path, monkey
 
 def test_bad_rows_never_reach_a_kernel(store, rng, monkeypatch):
     """A tampered best row is skipped (with a warning); the call gets a sound config."""
-    from autotranspose import codegen
+    from autotranspose import _codegen as codegen
 
     rendered = []
     real = codegen.kernel_params
@@ -404,7 +404,7 @@ def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vector
     """A wide byte-permute result (tuned for few long odd rows) is not served to a nearby class
     whose rows allow 16-byte vectors (the tiled kernels win there); it still serves its own
     class and other unaligned ones."""
-    from autotranspose.config import tall_default, wide_default
+    from autotranspose._config import tall_default, wide_default
 
     wide, tall = wide_default(1, 20), tall_default(1, 20)
     _record(store, H100, ShapeClass(1, 32, 8388608, 1), wide, 2500.0, elem_bytes=1)
@@ -424,7 +424,7 @@ def test_few_long_rows_get_their_own_result_else_tiles_that_fit_not_the_nearest(
     """Another class's result (its tiles taller than these rows: all edge) is not served to a
     class of few long rows in 8- or 16-byte words; the class's own result is, and without
     one the tiles that fit its fewest rows."""
-    from autotranspose.config import KernelConfig, few_rows_default
+    from autotranspose._config import KernelConfig, few_rows_default
 
     rows = int(rng.choice([64, 128, 256]))
     near, own = ShapeClass(1, rows * 2, 1048576, 2), ShapeClass(1, rows, 1048576, 2)
@@ -442,8 +442,8 @@ def test_few_long_rows_get_their_own_result_else_tiles_that_fit_not_the_nearest(
 
 # --- permute_kernel: what serves a permute's pass ------------------------------------------------
 def test_permute_kernel_of_a_transpose_pass_is_lookups_choice_for_its_class():
-    from autotranspose.plan import plan_permute
-    from autotranspose.shapes import pass_vec
+    from autotranspose._plan import plan_permute
+    from autotranspose._shapes import pass_vec
 
     plan = plan_permute((64, 256, 56, 56), (0, 2, 3, 1), 4)
     assert lookup.chooses_per_device(plan)
@@ -468,7 +468,7 @@ def test_permute_kernel_of_a_transpose_pass_is_lookups_choice_for_its_class():
     ],  # an empty array: no pass
 )
 def test_permute_kernel_of_another_pass_needs_no_device(shape, axes, elem_bytes, kernel, in_source):
-    from autotranspose.plan import plan_permute
+    from autotranspose._plan import plan_permute
 
     plan = plan_permute(shape, axes, elem_bytes)
     assert not lookup.chooses_per_device(plan)

@@ -20,10 +20,11 @@ import sqlalchemy as sa
 from _synthetic import DEVICE, OTHER_DEVICE, device_objective, logged
 from optuna.trial import TrialState
 
-from autotranspose import cli, multigpu
+from autotranspose import _multigpu as multigpu
+from autotranspose import cli
+from autotranspose._tuner import TrialReport
 from autotranspose.errors import DeviceError, TuningError
 from autotranspose.store import Store
-from autotranspose.tuner import TrialReport
 
 TESTS = Path(__file__).resolve().parent
 CASE = ("float32", (2048, 2048))
@@ -265,7 +266,7 @@ def test_the_largest_seed_wraps_for_the_next_process(tmp_path: Path, two_gpus) -
 # --- Ctrl-C, and a parent that dies ------------------------------------------------------------------
 _DRIVER = """
 import sys
-from autotranspose import cli, multigpu
+from autotranspose import cli, _multigpu as multigpu
 from _synthetic import device_objective
 import functools
 multigpu.local_device_count = lambda: 2

@@ -39,10 +39,12 @@ def test_tune_devices_all_spends_one_budget_over_every_gpu_and_transpose_serves_
     tmp_path, monkeypatch
 ):
     import autotranspose as at
-    from autotranspose import api, cli, lookup
-    from autotranspose.compiler import device_info
-    from autotranspose.config import max_vec
-    from autotranspose.shapes import shape_class
+    from autotranspose import _api as api
+    from autotranspose import _lookup as lookup
+    from autotranspose import cli
+    from autotranspose._compiler import device_info
+    from autotranspose._config import max_vec
+    from autotranspose._shapes import shape_class
     from autotranspose.store import Store
 
     url = f"sqlite:///{tmp_path / 'tuning.db'}"

@@ -11,10 +11,12 @@ import struct
 
 import pytest
 
-from autotranspose import _driver, _native, codegen, gather
-from autotranspose.compiler import ARG_FORMAT
-from autotranspose.config import config_space
-from autotranspose.plan import Dim
+from autotranspose import _codegen as codegen
+from autotranspose import _driver, _native
+from autotranspose import _gather as gather
+from autotranspose._compiler import ARG_FORMAT
+from autotranspose._config import config_space
+from autotranspose._plan import Dim
 
 pytestmark = pytest.mark.skipif(_native.compiler() is None, reason="no C compiler")
 

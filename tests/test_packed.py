@@ -19,9 +19,9 @@ import pytest
 from _nvcc import assert_nvcc_silent
 
 from autotranspose import errors
-from autotranspose.codegen import PACKED_THREADS, _packed_vars, render_packed
-from autotranspose.compiler import source_resources
-from autotranspose.packed import (
+from autotranspose._codegen import PACKED_THREADS, _packed_vars, render_packed
+from autotranspose._compiler import source_resources
+from autotranspose._packed import (
     ARG_BYTES,
     MAX_BLOCKS,
     MAX_BOX_DIMS,
@@ -38,7 +38,7 @@ from autotranspose.packed import (
     word_aligned,
     words_mode,
 )
-from autotranspose.plan import (
+from autotranspose._plan import (
     PACKED,
     PACKED_BIG_ELEMS,
     PACKED_MAX_BOX_DIMS,
@@ -658,7 +658,7 @@ def test_only_one_launch_plans_pack(e: int, monkeypatch: pytest.MonkeyPatch):
     """A box replaces the gather and nothing else: over random permutes, a plan is packed
     exactly where, with boxes turned off, it is a gather that a box takes; every other plan
     is the same with and without boxes."""
-    from autotranspose import plan as plan_module
+    from autotranspose import _plan as plan_module
 
     rng = np.random.default_rng([e, 31337])
     problems = [_random_problem(rng, e) for _ in range(300)]

@@ -20,9 +20,12 @@ import pytest
 from _plan_ref import _indices
 
 import autotranspose as at
-from autotranspose import api, errors, launch, permuter
-from autotranspose.arrays import NDView, check_permute_output, nd_view
-from autotranspose.codegen import (
+from autotranspose import _api as api
+from autotranspose import _launch as launch
+from autotranspose import _permuter as permuter
+from autotranspose import errors
+from autotranspose._arrays import NDView, check_permute_output, nd_view
+from autotranspose._codegen import (
     GATHER_BLOCKS_PER_SM,
     GATHER_THREADS,
     GATHER_UNROLL,
@@ -36,12 +39,12 @@ from autotranspose.codegen import (
     render_rows,
     row_kernel_name,
 )
-from autotranspose.compiler import Kernel
-from autotranspose.config import default_config
-from autotranspose.dtypes import ElementType, element_type
-from autotranspose.gather import ARG_BYTES, gather_args
-from autotranspose.plan import COPY, GATHER, PACKED, TRANSPOSE, Dim, Pass, plan_permute
-from autotranspose.shapes import pass_vec
+from autotranspose._compiler import Kernel
+from autotranspose._config import default_config
+from autotranspose._dtypes import ElementType, element_type
+from autotranspose._gather import ARG_BYTES, gather_args
+from autotranspose._plan import COPY, GATHER, PACKED, TRANSPOSE, Dim, Pass, plan_permute
+from autotranspose._shapes import pass_vec
 
 SIZES = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 

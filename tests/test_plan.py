@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 from _plan_ref import byte_index, execute
 
-from autotranspose import errors, plan
-from autotranspose.arrays import matrix_layout
-from autotranspose.config import TILE_SIZES
-from autotranspose.plan import (
+from autotranspose import _plan as plan
+from autotranspose import errors
+from autotranspose._arrays import matrix_layout
+from autotranspose._config import TILE_SIZES
+from autotranspose._plan import (
     CONTIGUOUS,
     COPY,
     ELEMENTS,

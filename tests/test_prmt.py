@@ -15,9 +15,9 @@ import pytest
 from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, assert_match_reference
 from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
-from autotranspose.codegen import kernel_params as prmt_params
-from autotranspose.codegen import kernel_source, render_many
-from autotranspose.config import (
+from autotranspose._codegen import kernel_params as prmt_params
+from autotranspose._codegen import kernel_source, render_many
+from autotranspose._config import (
     NEWEST,
     PRMT_SIZES,
     KernelConfig,
@@ -370,7 +370,7 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
 
 @pytest.mark.gpu
 def test_prmt_past_2_31_elements():
-    from autotranspose.compiler import activate
+    from autotranspose._compiler import activate
 
     shape = (1, 46349, 46337)  # 2**31 + about 1.5M int8 elements, odd rows
     assert shape[1] * shape[2] > 2**31

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from _plan_ref import _indices
 
-from autotranspose.codegen import ROWS_THREADS
-from autotranspose.launch import RunsGeometry, runs_args, runs_geometry
-from autotranspose.packed import divide
-from autotranspose.plan import (
+from autotranspose._codegen import ROWS_THREADS
+from autotranspose._launch import RunsGeometry, runs_args, runs_geometry
+from autotranspose._packed import divide
+from autotranspose._plan import (
     COPY,
     REALIGN_MIN_RUN_BYTES,
     Dim,
@@ -272,7 +272,7 @@ def test_runs_geometry_covers_every_word():
 def test_short_rows_and_long_rows_of_8_byte_words_keep_the_word_copy():
     """Rows under REALIGN_MIN_ROW_BYTES keep the word copy; rows of 8-byte words from
     REALIGN_WORDS_FIRST_BYTES up keep it as the plan's pass, the realigned copy racing it."""
-    from autotranspose.plan import REALIGN_MIN_ROW_BYTES, REALIGN_WORDS_FIRST_BYTES
+    from autotranspose._plan import REALIGN_MIN_ROW_BYTES, REALIGN_WORDS_FIRST_BYTES
 
     short = plan_permute((20000, 100, REALIGN_MIN_ROW_BYTES - 1), (1, 0, 2), 1)
     assert not short.passes[0].realign and not any(a.realign for a in short.alternatives)

@@ -16,9 +16,9 @@ import pytest
 import sqlalchemy as sa
 from store_data import H100, import_file, tuning_doc, write_results
 
-from autotranspose.config import KernelConfig
-from autotranspose.measurement import Measurement
-from autotranspose.shapes import ShapeClass
+from autotranspose._config import KernelConfig
+from autotranspose._measurement import Measurement
+from autotranspose._shapes import ShapeClass
 from autotranspose.store import Store, ingest, textio
 
 pytest_plugins = ("store_fixtures",)

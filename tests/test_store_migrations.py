@@ -11,10 +11,11 @@ import sqlalchemy as sa
 from alembic import command
 from store_data import H100, valid_config
 
-from autotranspose import cli, lookup
+from autotranspose import _lookup as lookup
+from autotranspose import cli
+from autotranspose._measurement import Measurement
+from autotranspose._shapes import Layout, ShapeClass
 from autotranspose.errors import StoreError
-from autotranspose.measurement import Measurement
-from autotranspose.shapes import Layout, ShapeClass
 from autotranspose.store import Store, hooks, migrations, resolve_url, sqlite_path, upgrade, writes
 
 pytest_plugins = ("store_fixtures",)

@@ -26,9 +26,11 @@ import sqlalchemy as sa
 from _synthetic import make_objective
 from store_data import H100, ok, valid_config
 
-from autotranspose import cli, lookup, tuner
+from autotranspose import _lookup as lookup
+from autotranspose import _tuner as tuner
+from autotranspose import cli
+from autotranspose._shapes import ShapeClass
 from autotranspose.errors import ForeignDatabaseError, StoreError
-from autotranspose.shapes import ShapeClass
 from autotranspose.store import Store, textio, upgrade
 from autotranspose.store.engine import connect_args
 
@@ -324,9 +326,9 @@ def test_a_database_in_a_read_only_directory_can_be_read(read_only_dir):
     # transpose()'s path: the default store through $AUTOTRANSPOSE_DB
     code = textwrap.dedent(f"""
         import warnings; warnings.simplefilter("error")
-        from autotranspose import lookup
-        from autotranspose.device import DeviceInfo
-        from autotranspose.shapes import ShapeClass
+        from autotranspose import _lookup as lookup
+        from autotranspose._device import DeviceInfo
+        from autotranspose._shapes import ShapeClass
         print(lookup.choose({H100.name!r}, 4, ShapeClass(1, 4096, 4096, 4)).source)
     """)
     done = subprocess.run(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotranspose import streams
+from autotranspose import _streams as streams
 from autotranspose.errors import DeviceError
 
 

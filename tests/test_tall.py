@@ -15,8 +15,8 @@ import pytest
 from _gpu import assert_match_reference, assert_views_at_every_offset
 from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
-from autotranspose.codegen import kernel_source, render_many
-from autotranspose.config import (
+from autotranspose._codegen import kernel_source, render_many
+from autotranspose._config import (
     NEWEST,
     PRMT_SEGMENTS,
     PRMT_SIZES,
@@ -27,8 +27,8 @@ from autotranspose.config import (
     tall_default,
     wide_default,
 )
+from autotranspose._shapes import flat_fits
 from autotranspose.errors import ConfigError
-from autotranspose.shapes import flat_fits
 
 DTYPES = {1: "uint8", 2: "float16", 4: "float32"}
 
@@ -129,7 +129,7 @@ def test_ordered_wide_kernels_with_wide_segments_keep_to_64_registers(arch, rng)
     more run one more block an SM at 64 registers (H200: +4 to +6 points); a random sample of them, both
     cache hints, compiles to at most 64 without spills, while run-store wide kernels keep the
     80 their store needs (and their launch bounds say so)."""
-    from autotranspose.compiler import nvcc_resources
+    from autotranspose._compiler import nvcc_resources
     from autotranspose.kinds.prmt import prmt_registers
 
     wide = [c for s in (1, 2) for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.persistent]
@@ -166,7 +166,7 @@ def _tall_shapes(rng, tn: int) -> list[tuple[int, int, int]]:
 def test_tall_kernels_match_the_reference(rng, s):
     """Fresh data, a poisoned output and a guard region after it (measure.Bench.check):
     random configs of the space, the default and the default on a persistent grid."""
-    from autotranspose.compiler import activate, precompile
+    from autotranspose._compiler import activate, precompile
 
     state = activate(0)
     space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and not c.wide]
@@ -213,7 +213,7 @@ def _wide_shapes(rng, tm: int, s: int, ordered: bool = False) -> list[tuple[int,
 @pytest.mark.parametrize("s", PRMT_SIZES)
 def test_wide_kernels_match_the_reference(rng, s):
     """As above, for few long rows (the wide path)."""
-    from autotranspose.compiler import activate, precompile
+    from autotranspose._compiler import activate, precompile
 
     state = activate(0)
     space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and c.wide]
@@ -259,7 +259,7 @@ def test_ordered_wide_kernels_take_rows_of_any_length(rng, s):
 
 @pytest.mark.gpu
 def test_wide_past_2_31_elements():
-    from autotranspose.compiler import activate
+    from autotranspose._compiler import activate
 
     shape = (1, 21, 2**31 // 21 + 4099)  # int8, 21 rows
     assert shape[1] * shape[2] > 2**31
@@ -268,7 +268,7 @@ def test_wide_past_2_31_elements():
 
 @pytest.mark.gpu
 def test_tall_past_2_31_elements():
-    from autotranspose.compiler import activate
+    from autotranspose._compiler import activate
 
     shape = (1, 2**31 // 21 + 4099, 21)  # int8, rows of 21 bytes
     assert shape[1] * shape[2] > 2**31
@@ -335,7 +335,7 @@ def test_the_wide_store_writes_each_byte_of_the_run_once(rng, s):
     """Random configs' transposed buffers (random bytes, garbage in the padding words), random
     row counts (at least 4 bytes a row), tile widths and run offsets: every byte of the run
     is the right row's byte, written exactly once, and nothing outside it is written."""
-    from autotranspose.config import prmt_layout
+    from autotranspose._config import prmt_layout
 
     space = [
         c for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.ordered and not c.persistent
@@ -393,7 +393,7 @@ def test_the_ordered_buffer_holds_each_run_byte_once_where_the_store_reads_it(rn
     and rows ending mid-word), tile widths and run offsets: every run byte is put once, by the
     right output row's word, inside the buffer, and the store reads it from there once; what
     the rows' last word holds past the tile's columns lands past the run, inside the buffer."""
-    from autotranspose.config import prmt_layout
+    from autotranspose._config import prmt_layout
 
     space = [c for c in flat_prmt_space(s, NEWEST, 1) if c.ordered and not c.persistent]
     for c in [space[i] for i in rng.choice(len(space), 4, replace=False)]:
@@ -431,7 +431,7 @@ def test_an_ordered_config_is_a_wide_one_and_named_so():
 def test_a_served_1_byte_ordered_config_runs_whole_words_only():
     """for_rows: a 1-byte ordered wide config serves calls whose rows are whole words as it
     is, and others as its run-store twin; 2- and 4-byte ones and other configs as they are."""
-    from autotranspose.config import for_rows
+    from autotranspose._config import for_rows
 
     o1, o2 = wide_default(1, 20), wide_default(2, 20)
     assert for_rows(o1, 20) == o1 and for_rows(o1, 32) == o1

@@ -24,8 +24,8 @@ from _synthetic import (
 )
 from optuna.trial import TrialState
 
-from autotranspose import lookup
-from autotranspose.config import (
+from autotranspose import _lookup as lookup
+from autotranspose._config import (
     KernelConfig,
     cap_steps,
     config_space,
@@ -35,13 +35,13 @@ from autotranspose.config import (
     narrow_configs,
     seed_config,
 )
-from autotranspose.device import DeviceInfo
-from autotranspose.dtypes import element_type
+from autotranspose._device import DeviceInfo
+from autotranspose._dtypes import element_type
+from autotranspose._measurement import Measurement
+from autotranspose._shapes import shape_class
+from autotranspose._tuner import SearchSpace, TuneResult, known_good, make_sampler, study_name, tune
 from autotranspose.errors import ShapeError, TuningError
-from autotranspose.measurement import Measurement
-from autotranspose.shapes import shape_class
 from autotranspose.store import Store
-from autotranspose.tuner import SearchSpace, TuneResult, known_good, make_sampler, study_name, tune
 
 pytest_plugins = ("store_fixtures",)
 
@@ -173,7 +173,7 @@ def test_a_bad_seed_is_refused_before_any_study(db: Store, seed) -> None:
 def test_tune_gpu_refuses_a_bad_seed_before_opening_anything(tmp_path: Path, seed) -> None:
     """No GPU is needed to be told: the settings are checked before the database and the
     measuring process."""
-    from autotranspose.tuner import tune_gpu
+    from autotranspose._tuner import tune_gpu
 
     with pytest.raises(TuningError, match="seed must be an int from 0 to"):
         tune_gpu("float32", (64, 64), db=f"sqlite:///{tmp_path / 'tuning.db'}", seed=seed)
@@ -511,7 +511,7 @@ def test_ctrl_c_while_a_trial_is_asked_leaves_no_running_trial(
     trial RUNNING, owned by nobody, until a later run failed it as stale. (The first trials
     are the queued known-good configs, which are not sampled: 40 trials reach the sampler.)"""
     sampler = _CtrlCSampler(at)
-    monkeypatch.setattr("autotranspose.tuner.make_sampler", lambda name, seed=None: sampler)
+    monkeypatch.setattr("autotranspose._tuner.make_sampler", lambda name, seed=None: sampler)
     with pytest.raises(KeyboardInterrupt):
         _tune(db, SyntheticObjective(), trials=40, batch=2, seed=0)
     assert sampler.calls >= at
@@ -766,7 +766,7 @@ def test_a_trial_another_process_ended_right_after_the_ask_is_skipped(
     """Injected interleaving: another process ends a trial between this run's ask and its
     first write to it (a queued trial two processes popped at once, or one failed as
     stale). The run skips it and still spends its whole budget on trials of its own."""
-    from autotranspose import tuner as tuner_mod
+    from autotranspose import _tuner as tuner_mod
 
     ended: list[int] = []
     own = tuner_mod._Run._own

@@ -1,4 +1,4 @@
-"""First-call winners kept in the tuning database (`autotranspose.winners`), without a GPU.
+"""First-call winners kept in the tuning database (`autotranspose._winners`), without a GPU.
 
 The measurement is a stand-in that logs each run (`_winners.logging_measure`); everything else
 is real: SQLite files and PostgreSQL databases, real configs, real processes racing for a
@@ -30,13 +30,16 @@ from _winners import CALL, CLS, DEVICE, GUESS, SHAPE, WINNER, logging_measure, m
 from store_data import ok
 from test_store_open import _make_read_only, foreign_db, read_only_dir, snapshot  # noqa: F401
 
-from autotranspose import cli, codegen, lookup, winners
-from autotranspose.config import default_config, max_vec, staged_default
+from autotranspose import _codegen as codegen
+from autotranspose import _lookup as lookup
+from autotranspose import _winners as winners
+from autotranspose import cli
+from autotranspose._config import default_config, max_vec, staged_default
+from autotranspose._shapes import shape_class
+from autotranspose._tuner import tune
 from autotranspose.errors import StoreError
-from autotranspose.shapes import shape_class
 from autotranspose.store import Store, resolve_url, sqlite_path, textio, upgrade, writes
 from autotranspose.store.models import Claim
-from autotranspose.tuner import tune
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")
@@ -88,7 +91,7 @@ def _child_env(**extra: str) -> dict[str, str]:
 
 _SETTLE = textwrap.dedent("""
     import sys
-    from autotranspose import winners
+    from autotranspose import _winners as winners
     from _winners import CALL, logging_measure
     choice = winners.settle(CALL, logging_measure(sys.argv[1]))
     print(choice.source, choice.config.key)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import SUPPORTED_NAMES, element_type
+from .._dtypes import SUPPORTED_NAMES, element_type
 from ..errors import UnsupportedDtypeError
 
 # --- random workloads (`bench --random N --seed S`) ---------------------------------------------

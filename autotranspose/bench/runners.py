@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import element_type
+from .._dtypes import element_type
 from .peers import (
     HOST_COST_CASES,
     PEERS,
@@ -80,8 +80,8 @@ def bench_permute_case(
     """Time every peer on one permute (shape, axes, dtype) against the copy of the same
     bytes; each is checked against np.transpose first (a peer that fails is a note, not a
     time)."""
-    from ..compiler import activate
-    from ..measure import Bench
+    from .._compiler import activate
+    from .._measure import Bench
 
     state = activate(device)
     total = int(np.prod(shape))
@@ -129,9 +129,9 @@ def bench_case(
 ) -> list[Row]:
     """Time every peer on one (shape, dtype); each is checked against the reference first.
     Without `config`, autotranspose runs what transpose() would choose for this call."""
-    from ..api import served
-    from ..compiler import activate
-    from ..measure import Bench
+    from .._api import served
+    from .._compiler import activate
+    from .._measure import Bench
 
     state = activate(device)
     s = element_type(dtype).size
@@ -184,7 +184,7 @@ def host_costs(
     Only the host's time is counted: calls run in chunks of HOST_COST_CHUNK and the GPU
     drains between chunks, outside the clock. Back-to-back calls without that would measure
     the GPU's rate of tiny kernels instead, once the launch queue fills."""
-    from ..compiler import activate
+    from .._compiler import activate
 
     activate(0)
     fns: dict[str, tuple[Any, Any]] = {}

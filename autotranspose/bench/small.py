@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import element_type
+from .._dtypes import element_type
 from .cases import SmallCase, small_cases
 
 SMALL_CALLS = 300  # calls timed back to back, then one synchronize
@@ -256,7 +256,7 @@ class _Peer:
 
 
 def _torch_peer(torch: Any, case: SmallCase, data: np.ndarray, device: int) -> _Peer:
-    from ..entry import permute, transpose  # what users call
+    from .._entry import permute, transpose  # what users call
 
     dev = f"cuda:{device}"
     x = torch.from_numpy(np.ascontiguousarray(data)).to(dev)
@@ -287,7 +287,7 @@ def _cupy_peer(
 ) -> _Peer:
     """CuPy's arrays: views of the PyTorch peer's tensors where there is one (the same
     buffers), else its own copy of `data`."""
-    from ..entry import permute, transpose  # what users call
+    from .._entry import permute, transpose  # what users call
 
     with cupy.cuda.Device(device):
         if shared is not None:
@@ -318,7 +318,7 @@ def _start(device: int) -> dict[str, Any]:
     """Make `device`'s primary context current, and `device` each library's current device
     (the peers' own new arrays are made there), then peer -> its module, or a string saying
     why it is skipped."""
-    from ..compiler import activate
+    from .._compiler import activate
 
     activate(device)
     found: dict[str, Any] = {}

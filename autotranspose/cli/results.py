@@ -13,11 +13,11 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..config import max_vec
-from ..dtypes import element_type
+from .._config import max_vec
+from .._dtypes import element_type
+from .._plan import plan_permute
+from .._shapes import parse_dims, parse_shape, shape_class
 from ..errors import AutotransposeError, StoreError
-from ..plan import plan_permute
-from ..shapes import parse_dims, parse_shape, shape_class
 from .devices import local_device
 from .output import PROG, UsageError, gbps_text, one_line, pct_text, shape_text, table
 from .parser import parse_axes, parse_option
@@ -57,7 +57,7 @@ def _entry_dict(e: Any, source: str) -> dict[str, Any]:
 
 def _shipped_entries(device: str | None) -> list[Any]:
     """Results shipped in the package's tuning_db/ (for `device`, or for every GPU model)."""
-    from .. import lookup
+    from .. import _lookup as lookup
     from ..store import textio
 
     if device is not None:
@@ -156,7 +156,7 @@ def _lookup_device(args: argparse.Namespace, store: Store | None) -> tuple[Any, 
 
 
 def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .. import lookup
+    from .. import _lookup as lookup
 
     if args.axes is not None:
         return _lookup_permute(args, out)
@@ -201,7 +201,7 @@ def _print_choice(
     head: Sequence[str] = (),
 ) -> int:
     """`lookup`'s answer: JSON, the CUDA source, or a few aligned lines after `head`."""
-    from ..codegen import render
+    from .._codegen import render
 
     if args.json:
         if args.source:
@@ -245,7 +245,7 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
     it on --device)."""
     from dataclasses import asdict
 
-    from .. import lookup
+    from .. import _lookup as lookup
 
     shape = parse_option("--shape", parse_dims, args.shape)
     et = parse_option("--dtype", element_type, args.dtype)

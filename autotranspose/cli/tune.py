@@ -10,17 +10,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..dtypes import element_type
+from .._dtypes import element_type
+from .._plan import normalize_axes
+from .._shapes import Layout, parse_dims
 from ..errors import TuningError
-from ..plan import normalize_axes
-from ..shapes import Layout, parse_dims
 from .output import PROG, UsageError, gbps_text, one_line, pct_text, shape_text, table
 from .parser import parse_axes, parse_dtypes, parse_option, parse_shapes, split_items
 from .stores import open_store
 
 if TYPE_CHECKING:
+    from .._tuner import PermuteTarget, TrialReport, TuneResult
     from ..store import Store
-    from ..tuner import PermuteTarget, TrialReport, TuneResult
 
 
 # make_objective(dtype, shape, device_index, conjugate), and layout=Layout for a permute's
@@ -66,7 +66,7 @@ def gpu_objective(
     conjugate: bool,
     layout: Layout | None = None,
 ) -> Any:
-    from ..worker import GpuObjective
+    from .._worker import GpuObjective
 
     return GpuObjective(dtype, shape, device, conjugate=conjugate, layout=layout)
 
@@ -92,7 +92,7 @@ def cmd_tune(
         )
     device = args.device if args.device is not None else 0
     if args.devices is not None:
-        from .. import multigpu
+        from .. import _multigpu as multigpu
 
         indices = multigpu.resolve_devices(args.devices, multigpu.local_device_count())
         if len(indices) > 1:
@@ -134,7 +134,7 @@ def _tune_case(
 ) -> TuneResult | None:
     """Tune one case on GPU `device` with a progress bar; None (and a line saying why) when
     no config ran correctly."""
-    from ..tuner import tune
+    from .._tuner import tune
 
     extra = {"layout": layout} if layout is not None else {}
     objective = make_objective(dtype, shape, device, args.conjugate, **extra)
@@ -236,7 +236,7 @@ def _permute_targets(
     args: argparse.Namespace,
 ) -> list[tuple[str, tuple[int, ...], PermuteTarget]]:
     """What `tune --axes` tunes, per dtype and shape; every refusal before any GPU work."""
-    from ..tuner import permute_target
+    from .._tuner import permute_target
 
     if args.conjugate:
         raise UsageError("--conjugate is for transposes; permute (--axes) has none")
@@ -304,8 +304,8 @@ def _tune_devices(
 ) -> int:
     """`tune --devices`: one process per GPU, a line per case and GPU as each ends, then
     the table and which GPUs failed."""
-    from ..multigpu import CaseFailure, tune_devices
-    from ..tuner import TrialReport
+    from .._multigpu import CaseFailure, tune_devices
+    from .._tuner import TrialReport
 
     store = open_store(args.db)
     status = _DevicesLine(err, indices)

@@ -41,10 +41,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import matrix_layout
-from ..dtypes import element_type
+from .._arrays import matrix_layout
+from .._dtypes import element_type
+from .._plan import contiguous_strides, normalize_axes, plan_permute
 from ..errors import AutotransposeError, InputTypeError, KernelLaunchError, UnsupportedDtypeError
-from ..plan import contiguous_strides, normalize_axes, plan_permute
 
 NAME = "autotranspose_permute"
 
@@ -257,7 +257,8 @@ ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))(_prog
 def _entry(
     device: int, shape: tuple[int, ...], axes: tuple[int, ...], dtype: Any, conjugate: bool
 ) -> Entry:
-    from .. import _driver, permuter
+    from .. import _driver
+    from .. import _permuter as permuter
 
     key = (device, shape, axes, element_type(dtype).name, conjugate)
     prog = _programs.get(key)

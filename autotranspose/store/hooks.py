@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..errors import StoreError
 
 if TYPE_CHECKING:
-    from ..config import KernelConfig
+    from .._config import KernelConfig
 
 _kernel_version: Callable[[KernelConfig], str] | None = None
 _template_version: Callable[[], str] | None = None

@@ -18,11 +18,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..config import KernelConfig
-from ..device import DeviceInfo
+from .._config import KernelConfig
+from .._device import DeviceInfo
+from .._shapes import ShapeClass
+from .._shapes import shape_class as classify
 from ..errors import AutotransposeError, StoreError
-from ..shapes import ShapeClass
-from ..shapes import shape_class as classify
 from . import bounds, writes
 from .entries import TunedEntry
 from .models import Best, Config, MeasurementRow

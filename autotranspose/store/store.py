@@ -30,11 +30,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from ..config import KernelConfig
-from ..device import DeviceInfo
+from .._config import KernelConfig
+from .._device import DeviceInfo
+from .._measurement import Measurement
+from .._shapes import Layout, ShapeClass
 from ..errors import StoreError
-from ..measurement import Measurement
-from ..shapes import Layout, ShapeClass
 from . import bounds, hooks, ingest, schema, writes
 from .engine import reason, transaction
 from .entries import BadRowWarning, ImportedFile, RowProblem, TunedEntry

@@ -10,7 +10,7 @@
                   "dtype": "float32", "source": "measured"}, ...]}
 
 ``dtype`` and ``source`` are optional; ``source`` is written only for a first call's result
-("measured", see ``autotranspose.winners``): an entry without it is a tuned one, so files of
+("measured", see ``autotranspose._winners``): an entry without it is a tuned one, so files of
 tuned results read and write as they always did.
 
 Keys are sorted, entries sorted by (element size, shape class) and numbers rounded, so
@@ -34,11 +34,11 @@ from datetime import timezone
 from pathlib import Path
 from typing import Any
 
-from ..config import KernelConfig
-from ..device import DeviceInfo
+from .._config import KernelConfig
+from .._device import DeviceInfo
+from .._shapes import ShapeClass
+from .._shapes import shape_class as classify
 from ..errors import AutotransposeError, StoreError
-from ..shapes import ShapeClass
-from ..shapes import shape_class as classify
 from . import bounds, hooks
 from .entries import TunedEntry
 from .store import Store

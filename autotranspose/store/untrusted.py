@@ -20,11 +20,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..config import KernelConfig
-from ..device import DeviceInfo
-from ..dtypes import ELEMENT_SIZES
+from .._config import KernelConfig
+from .._device import DeviceInfo
+from .._dtypes import ELEMENT_SIZES
+from .._shapes import ShapeClass
 from ..errors import AutotransposeError
-from ..shapes import ShapeClass
 from . import bounds, hooks
 from .entries import SOURCES, TunedEntry
 

@@ -20,12 +20,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from .. import __version__
-from ..config import KernelConfig
-from ..device import DeviceInfo
+from .._config import KernelConfig
+from .._device import DeviceInfo
+from .._measurement import Measurement
+from .._shapes import Layout, ShapeClass, check_layout
+from .._shapes import shape_class as classify
 from ..errors import AutotransposeError, StoreError
-from ..measurement import Measurement
-from ..shapes import Layout, ShapeClass, check_layout
-from ..shapes import shape_class as classify
 from . import hooks
 from .entries import SOURCES
 from .models import Best, Claim, Config, Device, MeasurementRow, Run

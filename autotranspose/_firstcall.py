@@ -39,9 +39,8 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from . import _driver
-from ._env import Switch
-from .compiler import DeviceState, precompile
-from .config import (
+from ._compiler import DeviceState, precompile
+from ._config import (
     FLAT_SHORT_SIDE,
     KernelConfig,
     default_config,
@@ -61,8 +60,9 @@ from .config import (
     tall_rows,
     wide_default,
 )
+from ._env import Switch
+from ._launch import Launch
 from .errors import AutotransposeError, KernelLaunchError
-from .launch import Launch
 
 ENV_VAR = "AUTOTRANSPOSE_FIRST_CALL"
 BUDGET_S = 0.2  # GPU seconds one first call may spend measuring

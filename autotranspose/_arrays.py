@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _dlpack, _driver
-from .dtypes import ElementType, element_type
+from ._dtypes import ElementType, element_type
 from .errors import DeviceError, InputTypeError, LayoutError, OutputError, ShapeError
 
 

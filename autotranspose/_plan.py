@@ -40,7 +40,7 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from .dtypes import ELEMENT_SIZES
+from ._dtypes import ELEMENT_SIZES
 from .errors import AxesError, LayoutError, ShapeError, UnsupportedDtypeError
 
 MAX_NDIM = 8  # what permute() promises, and what a gather pass takes in one launch

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .config import KernelConfig, max_vec
+from ._config import KernelConfig, max_vec
+from ._plan import Pass, disjoint
 from .errors import LayoutError, ShapeError
-from .plan import Pass, disjoint
 
 _MAX_BUCKET = 1 << 24
 _PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/v(\d+)")

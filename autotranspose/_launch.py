@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _driver
-from .codegen import (
+from ._codegen import (
     GATHER_BLOCKS_PER_SM,
     GATHER_THREADS,
     GATHER_UNROLL,
@@ -25,7 +25,7 @@ from .codegen import (
     ROWS_UNROLL,
     RUNS_ARG_FORMAT,
 )
-from .compiler import (
+from ._compiler import (
     ARG_FORMAT,
     DeviceState,
     Kernel,
@@ -35,13 +35,13 @@ from .compiler import (
     get_row_kernel,
     get_runs_kernel,
 )
-from .config import KernelConfig
+from ._config import KernelConfig
+from ._gather import ARG_FORMAT as GATHER_FORMAT
+from ._gather import MAX_STRIDE, gather_args
+from ._packed import ARG_FORMAT as PACKED_FORMAT
+from ._packed import divisor, packed_args
+from ._plan import NO_DIM, REALIGN_MAX_RUN_BYTES, Dim, runs_of
 from .errors import ShapeError
-from .gather import ARG_FORMAT as GATHER_FORMAT
-from .gather import MAX_STRIDE, gather_args
-from .packed import ARG_FORMAT as PACKED_FORMAT
-from .packed import divisor, packed_args
-from .plan import NO_DIM, REALIGN_MAX_RUN_BYTES, Dim, runs_of
 
 _MAX_GRID_X = 2**31 - 1
 _MAX_GRID_Y = 65535

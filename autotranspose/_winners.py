@@ -44,13 +44,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-from . import lookup
+from . import _lookup as lookup
+from ._config import KernelConfig
+from ._device import DeviceInfo
 from ._env import Switch
-from .config import KernelConfig
-from .device import DeviceInfo
+from ._measurement import Measurement
+from ._shapes import ShapeClass
 from .errors import StoreError
-from .measurement import Measurement
-from .shapes import ShapeClass
 from .store import Store, migrations, resolve_url, sqlite_path
 
 ENV_VAR = "AUTOTRANSPOSE_FIRST_CALL_STORE"

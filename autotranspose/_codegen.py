@@ -17,14 +17,14 @@ from pathlib import Path
 import jinja2
 
 from . import kinds
+from ._config import CONFIG_SCHEMA, KernelConfig
+from ._gather import ARG_BYTES as GATHER_ARG_BYTES
+from ._gather import MAX_DIMS as GATHER_MAX_DIMS
+from ._packed import ARG_BYTES as PACKED_ARG_BYTES
+from ._packed import MAX_BOX_DIMS, MAX_GRID_DIMS, WORDS_LOAD_BATCH, PackedKernel
+from ._packed import THREADS as PACKED_THREADS
 from ._version import __version__
-from .config import CONFIG_SCHEMA, KernelConfig
-from .gather import ARG_BYTES as GATHER_ARG_BYTES
-from .gather import MAX_DIMS as GATHER_MAX_DIMS
 from .kinds.base import WORD_TYPES
-from .packed import ARG_BYTES as PACKED_ARG_BYTES
-from .packed import MAX_BOX_DIMS, MAX_GRID_DIMS, WORDS_LOAD_BATCH, PackedKernel
-from .packed import THREADS as PACKED_THREADS
 
 # What nvcc is told besides the architecture: part of what a kernel is (compiler.py compiles
 # with these), so part of its version.

@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import kinds
-from .dtypes import ELEMENT_SIZES, element_type
+from ._dtypes import ELEMENT_SIZES, element_type
 from .errors import ConfigError
 from .kinds import direct as _direct
 from .kinds import flat as _flat

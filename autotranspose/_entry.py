@@ -18,8 +18,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import api, permuter
-from .config import KernelConfig
+from . import _api as api
+from . import _permuter as permuter
+from ._config import KernelConfig
 from .errors import InputTypeError, OutputError
 
 _TorchTensor: Any = ()  # torch.Tensor once PyTorch is loaded

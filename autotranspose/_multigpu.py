@@ -1,7 +1,7 @@
 """Tuning on several local GPUs at once: one process per GPU, GPUs of one model sharing studies.
 
 Each GPU gets its own process, spawned (never forked: a child must not inherit the parent's
-CUDA state), which runs the ordinary tuning path, :func:`autotranspose.tuner.tune` with its own
+CUDA state), which runs the ordinary tuning path, :func:`autotranspose._tuner.tune` with its own
 measuring worker, over the same list of (dtype, shape) cases. Studies are named by GPU model,
 so the processes of GPUs of one model work on one study per case and together spend its trial
 budget once (the claims and the budget check in the tuner split the trials); a GPU of another
@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from .dtypes import element_type
-from .errors import DeviceError, TuningError
-from .tuner import (
+from ._dtypes import element_type
+from ._tuner import (
     DEFAULT_BATCH,
     SEED_LIMIT,
     TrialReport,
@@ -36,6 +35,7 @@ from .tuner import (
     _check_settings,
     _check_shape,
 )
+from .errors import DeviceError, TuningError
 
 _CTX = mp.get_context("spawn")
 _STOP_WAIT_S = 30.0  # after a Ctrl-C, how long children get to put their trials in order
@@ -159,8 +159,8 @@ def tune_devices(
     module-level function, since it runs in each GPU's process. The processes are spawned:
     in a script, call this under ``if __name__ == "__main__":``, as for any multiprocessing.
     """
+    from ._tuner import open_storage
     from .store import Store
-    from .tuner import open_storage
 
     indices = resolve_devices(devices, local_device_count())
     todo = [(element_type(dtype).name, _check_shape(shape)) for dtype, shape in cases]
@@ -295,7 +295,7 @@ def _exit_reason(code: int | None) -> str:
 
 # --- a child: one GPU ---------------------------------------------------------------------------
 def _gpu_objective(dtype: str, shape: tuple[int, int, int], device: int, conjugate: bool) -> Any:
-    from .worker import GpuObjective
+    from ._worker import GpuObjective
 
     return GpuObjective(dtype, shape, device, conjugate=conjugate)
 
@@ -339,8 +339,8 @@ def _run_cases(
 ) -> None:
     import optuna
 
+    from ._tuner import tune
     from .store import Store
-    from .tuner import tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 

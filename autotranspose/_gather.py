@@ -18,8 +18,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ._plan import GATHER_MAX_EXTENT, MAX_NDIM, Dim
 from .errors import ShapeError
-from .plan import GATHER_MAX_EXTENT, MAX_NDIM, Dim
 
 MAX_DIMS = MAX_NDIM  # the struct's arrays: any plan of an 8-D array fits
 MAX_STRIDE = 2**31 - 1  # the grid's threads: a first index must fit 32 bits (one u32 division)

@@ -32,9 +32,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .dtypes import ELEMENT_SIZES
-from .errors import ShapeError
-from .plan import (
+from ._dtypes import ELEMENT_SIZES
+from ._plan import (
     MAX_NDIM,
     PACKED_MAX_BOX_DIMS,
     PACKED_MAX_BYTES,
@@ -44,6 +43,7 @@ from .plan import (
     Dim,
     pipeline_fits,
 )
+from .errors import ShapeError
 
 MAX_BOX_DIMS = PACKED_MAX_BOX_DIMS
 MAX_GRID_DIMS = MAX_NDIM  # every dim of the problem walks boxes, box dims included

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _driver
-from .codegen import (
+from ._codegen import (
     GATHER_KERNELS,
     NVCC_OPTIONS,
     ROW_KERNELS,
@@ -37,10 +37,10 @@ from .codegen import (
     render_rows,
     row_kernel_name,
 )
-from .config import KernelConfig
-from .device import DeviceInfo, query_device
+from ._config import KernelConfig
+from ._device import DeviceInfo, query_device
+from ._packed import PackedKernel
 from .errors import CudaUnavailableError, DeviceError, KernelCompileError
-from .packed import PackedKernel
 
 # Kernel arguments: in, out, M, N, ld_in, ld_out, bs_in, bs_out, tiles_fast, tiles_slow, total.
 ARG_FORMAT = "PPqqqqqqIII"

@@ -17,8 +17,22 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _driver, firstcall, lookup, streams, winners
-from .arrays import (
+from . import (
+    _driver,
+)
+from . import (
+    _firstcall as firstcall,
+)
+from . import (
+    _lookup as lookup,
+)
+from . import (
+    _streams as streams,
+)
+from . import (
+    _winners as winners,
+)
+from ._arrays import (
     NDView,
     View,
     allocate,
@@ -28,13 +42,13 @@ from .arrays import (
     transposed_shape,
     view,
 )
-from .compiler import DeviceState, device_state
-from .config import KernelConfig, default_config, for_rows
-from .dtypes import ElementType
+from ._compiler import DeviceState, device_state
+from ._config import KernelConfig, default_config, for_rows
+from ._dtypes import ElementType
+from ._launch import Launch, make_launch, run_copy
+from ._plan import NO_DIM, Dim
+from ._shapes import ShapeClass, call_vec, flat_fits, shape_class
 from .errors import ConfigError, LayoutError
-from .launch import Launch, make_launch, run_copy
-from .plan import NO_DIM, Dim
-from .shapes import ShapeClass, call_vec, flat_fits, shape_class
 
 _launches: dict[tuple[Any, ...], Launch] = {}
 _generation = [0]  # lookup.generation when _launches was filled
@@ -332,7 +346,7 @@ def transpose(
     with `__cuda_array_interface__`, or a NumPy array (copied to the GPU and back). The result
     is the same kind of array, or `out` when given (then nothing is allocated). With no
     `stream`, the call runs on the caller's current stream for x's library and device (see
-    :mod:`autotranspose.streams`); `stream` may be a PyTorch, CuPy or pycuda stream, an object
+    :mod:`autotranspose._streams`); `stream` may be a PyTorch, CuPy or pycuda stream, an object
     with `__cuda_stream__`, or a raw handle. `config` forces a kernel; `conjugate=True` gives
     the conjugate transpose of a complex array. Safe to call from any thread.
     """

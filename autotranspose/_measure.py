@@ -1,6 +1,6 @@
 """Measuring a config on the GPU: correctness first, then CUDA-event timing against a copy.
 
-The results are :class:`~autotranspose.measurement.Measurement` records (a module of their
+The results are :class:`~autotranspose._measurement.Measurement` records (a module of their
 own, so the store and the tuner need none of this). The GPU work lives in functions and the
 Bench class, which run in a context the caller made current (`compiler.activate`); this
 module's top level touches no GPU.
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .measurement import Measurement
-from .shapes import Layout, check_layout
+from ._measurement import Measurement
+from ._shapes import Layout, check_layout
 
 # --- on the GPU -------------------------------------------------------------------------------
 
@@ -36,8 +36,8 @@ def _support(state: Any) -> _Support:
     """The measuring helpers for `state`'s architecture, compiled and loaded once."""
     sup = _support_cache.get(state.arch)
     if sup is None:
-        from .codegen import render_support
-        from .compiler import load_source
+        from ._codegen import render_support
+        from ._compiler import load_source
 
         sizes = (1, 2, 4, 8, 16)
         names = [
@@ -239,7 +239,7 @@ def measure_one(bench: Bench, cfg: Any, copy_gbps: float) -> Measurement:
     """Check `cfg` on fresh data, then time it, on the bench's layout (one launch, as
     transpose() or a permute's transpose pass makes it). A kernel that fails to compile or
     launch is a "fail", one that writes wrong data is "wrong": results, not exceptions."""
-    from .launch import make_launch
+    from ._launch import make_launch
 
     try:
         launch = make_launch(bench.state, cfg, bench.batch, bench.m, bench.n, *bench.layout)
@@ -256,7 +256,7 @@ def measure_configs(
     bench: Bench, configs: list[Any], copy_seconds: float | None = None
 ) -> list[Measurement]:
     """Compile ahead (batched, parallel), then check and time each config on `bench`."""
-    from .compiler import precompile
+    from ._compiler import precompile
 
     failed = precompile(bench.state, configs)
     copy_gbps = bench.gbps(copy_seconds if copy_seconds is not None else bench.copy_time())

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import (
+from ._config import (
     DIRECT_SIZES,
     FLAT_SHORT_SIDE,
     NEWEST,
@@ -60,14 +60,14 @@ from .config import (
     wide_default,
     wide_rows,
 )
-from .device import DeviceInfo
+from ._device import DeviceInfo
+from ._plan import GATHER, PACKED, TRANSPOSE, Pass, Plan
+from ._shapes import ShapeClass, pass_vec, shape_class
 from .errors import AutotransposeError, StoreError
-from .plan import GATHER, PACKED, TRANSPOSE, Pass, Plan
-from .shapes import ShapeClass, pass_vec, shape_class
 from .store import hooks as store_hooks
 
 if TYPE_CHECKING:
-    from .config import KernelConfig
+    from ._config import KernelConfig
     from .store import Store, TunedEntry
 
 SOURCES = ("tuned", "nearest", "shipped", "default", "measured")
@@ -319,8 +319,8 @@ class PermuteKernel:
 
     def source(self) -> str:
         """The kernel's CUDA source ("" for the driver's copy, or when there is no pass)."""
-        from .codegen import render, render_gather, render_packed, render_rows
-        from .packed import packed_args
+        from ._codegen import render, render_gather, render_packed, render_rows
+        from ._packed import packed_args
 
         p = self.pass_
         if self.choice is not None:
@@ -347,8 +347,8 @@ def permute_kernel(
     before any first-call measurement: for a transpose pass, the config `choose` picks for
     the class permute() and `tune --axes` key it by (`shapes.pass_vec`), from `store`; for
     any other pass, the untuned kernel the plan names (`device` may then be None)."""
-    from .codegen import RUNS_KERNEL, gather_kernel_name, row_kernel_name
-    from .packed import packed_args
+    from ._codegen import RUNS_KERNEL, gather_kernel_name, row_kernel_name
+    from ._packed import packed_args
 
     p = plan.passes[0] if plan.passes else None
     if p is None:

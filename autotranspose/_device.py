@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .config import DeviceLimits
+from ._config import DeviceLimits
 from .errors import DeviceError
 
 

@@ -9,7 +9,7 @@ time well spent:
   measured for this shape is answered from the store, never measured again;
 - a claim row in the store (unique per study and config) lets exactly one process measure a
   config at a time; the others wait for its result;
-- only configs from :func:`~autotranspose.config.config_space` reach the objective: Optuna's
+- only configs from :func:`~autotranspose._config.config_space` reach the objective: Optuna's
   parameters are mapped to the nearest valid config, so nothing invalid is ever launched.
 
 Trials are asked in batches so that the objective can compile a whole batch in one nvcc call
@@ -36,8 +36,8 @@ import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from .codegen import template_version
-from .config import (
+from ._codegen import template_version
+from ._config import (
     OPTIONAL_FIELDS,
     KernelConfig,
     config_space,
@@ -55,12 +55,12 @@ from .config import (
     tall_default,
     wide_default,
 )
-from .device import DeviceInfo
-from .dtypes import element_type
+from ._device import DeviceInfo
+from ._dtypes import element_type
+from ._measurement import Measurement
+from ._plan import TRANSPOSE, Pass, Plan, plan_permute
+from ._shapes import Layout, ShapeClass, call_vec, check_layout, flat_fits, pass_vec, shape_class
 from .errors import AutotransposeError, ShapeError, StoreError, TuningError
-from .measurement import Measurement
-from .plan import TRANSPOSE, Pass, Plan, plan_permute
-from .shapes import Layout, ShapeClass, call_vec, check_layout, flat_fits, pass_vec, shape_class
 
 if TYPE_CHECKING:
     from .store import Store
@@ -463,7 +463,7 @@ def known_good(
     tuned shape's rows, from its `sides` (m, n)), what the lookup would serve today, and
     the bests of the nearest classes of this and every other GPU model we have results for
     (`lookup.warm_starts`), if this study can run them."""
-    from . import lookup
+    from . import _lookup as lookup
 
     seed = seed_config(elem_bytes)
     if conjugate:
@@ -631,7 +631,7 @@ def tune(
         finally:
             store.finish_run(run_id, status)
             storage.remove_session()
-            from . import lookup
+            from . import _lookup as lookup
 
             lookup.clear_cache()
         return run.result(stopped_by, time.monotonic() - started)
@@ -1229,8 +1229,8 @@ def tune_gpu(
     transpose() of that class) uses. Returns None when the permute's pass is a copy or a
     gather: those kernels are not tuned (`permute_target` says which).
     """
+    from ._worker import GpuObjective, refuse_unguarded_main
     from .store import Store
-    from .worker import GpuObjective, refuse_unguarded_main
 
     refuse_unguarded_main()  # before the database is opened again by a re-imported script
     et = element_type(dtype)

@@ -42,8 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from . import _driver, firstcall, lookup, streams
-from .api import (
+from . import _driver
+from . import _firstcall as firstcall
+from . import _lookup as lookup
+from . import _streams as streams
+from ._api import (
     _FAST,
     batched_launch,
     call_target,
@@ -54,11 +57,10 @@ from .api import (
     remember,
     through_device,
 )
-from .arrays import NDView, allocate, check_permute_output, nd_view
-from .compiler import DeviceState
-from .errors import AutotransposeError
-from .launch import Launch, make_gather, make_packed, make_row_copy, make_runs_copy
-from .plan import (
+from ._arrays import NDView, allocate, check_permute_output, nd_view
+from ._compiler import DeviceState
+from ._launch import Launch, make_gather, make_packed, make_row_copy, make_runs_copy
+from ._plan import (
     COPY,
     GATHER,
     PACKED,
@@ -70,6 +72,7 @@ from .plan import (
     normalize_axes,
     plan_permute,
 )
+from .errors import AutotransposeError
 
 _steps: dict[tuple[Any, ...], tuple[Step, ...]] = {}
 _lock = threading.Lock()
@@ -437,9 +440,9 @@ def device_program(
     XLA's). Chosen as an eager call's first call chooses: the kernels are measured on
     scratch buffers of the call's size where the device has room for them, else served as
     looked up. Bad input raises what the eager call raises, before any GPU use."""
-    from .arrays import NDView
-    from .compiler import device_state
-    from .dtypes import element_type
+    from ._arrays import NDView
+    from ._compiler import device_state
+    from ._dtypes import element_type
 
     et = element_type(dtype)
     order = normalize_axes(axes, len(shape))
@@ -475,6 +478,6 @@ def _conjugate_launch(
     state: DeviceState, shape: tuple[int, ...], et: Any, src: int, dst: int
 ) -> Launch:
     """transpose(x, conjugate=True)'s launch for a contiguous 2-D or batched 3-D `shape`."""
-    from .api import conjugate_launch
+    from ._api import conjugate_launch
 
     return conjugate_launch(state, shape, et, src, dst)

@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .config import KernelConfig
-from .device import DeviceInfo
-from .dtypes import element_type
+from ._config import KernelConfig
+from ._device import DeviceInfo
+from ._dtypes import element_type
+from ._measurement import Measurement
+from ._shapes import Layout, check_layout
 from .errors import TuningError
-from .measurement import Measurement
-from .shapes import Layout, check_layout
 
 _CTX = mp.get_context("spawn")
 # The exit status of a measuring process that found itself re-running the caller's script.
@@ -47,8 +47,8 @@ def _worker_main(
     device_index: int,
     layout: Layout | None = None,
 ) -> None:
-    from .compiler import activate, precompile
-    from .measure import Bench, context_is_dead, measure_one
+    from ._compiler import activate, precompile
+    from ._measure import Bench, context_is_dead, measure_one
 
     try:
         state = activate(device_index)

@@ -19,17 +19,9 @@ import numpy as np
 
 from . import (
     _driver,
-)
-from . import (
     _firstcall as firstcall,
-)
-from . import (
     _lookup as lookup,
-)
-from . import (
     _streams as streams,
-)
-from . import (
     _winners as winners,
 )
 from ._arrays import (

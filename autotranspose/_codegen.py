@@ -18,11 +18,15 @@ import jinja2
 
 from . import kinds
 from ._config import CONFIG_SCHEMA, KernelConfig
-from ._gather import ARG_BYTES as GATHER_ARG_BYTES
-from ._gather import MAX_DIMS as GATHER_MAX_DIMS
-from ._packed import ARG_BYTES as PACKED_ARG_BYTES
-from ._packed import MAX_BOX_DIMS, MAX_GRID_DIMS, WORDS_LOAD_BATCH, PackedKernel
-from ._packed import THREADS as PACKED_THREADS
+from ._gather import ARG_BYTES as GATHER_ARG_BYTES, MAX_DIMS as GATHER_MAX_DIMS
+from ._packed import (
+    ARG_BYTES as PACKED_ARG_BYTES,
+    MAX_BOX_DIMS,
+    MAX_GRID_DIMS,
+    THREADS as PACKED_THREADS,
+    WORDS_LOAD_BATCH,
+    PackedKernel,
+)
 from ._version import __version__
 from .kinds.base import WORD_TYPES
 

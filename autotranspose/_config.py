@@ -30,11 +30,13 @@ from typing import Any
 from . import kinds
 from ._dtypes import ELEMENT_SIZES, element_type
 from .errors import ConfigError
-from .kinds import direct as _direct
-from .kinds import flat as _flat
-from .kinds import prmt as _prmt
-from .kinds import staged as _staged
-from .kinds import tiled as _tiled
+from .kinds import (
+    direct as _direct,
+    flat as _flat,
+    prmt as _prmt,
+    staged as _staged,
+    tiled as _tiled,
+)
 from .kinds.base import (  # noqa: F401  (the shared values, under their established names)
     CACHE_HINTS,
     FLAT_LONG,

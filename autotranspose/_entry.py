@@ -18,8 +18,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _api as api
-from . import _permuter as permuter
+from . import _api as api, _permuter as permuter
 from ._config import KernelConfig
 from .errors import InputTypeError, OutputError
 

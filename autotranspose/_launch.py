@@ -36,10 +36,8 @@ from ._compiler import (
     get_runs_kernel,
 )
 from ._config import KernelConfig
-from ._gather import ARG_FORMAT as GATHER_FORMAT
-from ._gather import MAX_STRIDE, gather_args
-from ._packed import ARG_FORMAT as PACKED_FORMAT
-from ._packed import divisor, packed_args
+from ._gather import ARG_FORMAT as GATHER_FORMAT, MAX_STRIDE, gather_args
+from ._packed import ARG_FORMAT as PACKED_FORMAT, divisor, packed_args
 from ._plan import NO_DIM, REALIGN_MAX_RUN_BYTES, Dim, runs_of
 from .errors import ShapeError
 

@@ -42,10 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _driver
-from . import _firstcall as firstcall
-from . import _lookup as lookup
-from . import _streams as streams
+from . import _driver, _firstcall as firstcall, _lookup as lookup, _streams as streams
 from ._api import (
     _FAST,
     batched_launch,

@@ -3,10 +3,7 @@ the database, and the caches of prepared calls."""
 
 from __future__ import annotations
 
-from . import _api as api
-from . import _firstcall as firstcall
-from . import _permuter as permuter
-from . import _winners as winners
+from . import _api as api, _firstcall as firstcall, _permuter as permuter, _winners as winners
 
 
 def set_first_call_measurement(on: bool | None) -> None:

@@ -21,8 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from autotranspose import _firstcall as firstcall
-from autotranspose import _lookup as lookup
+from autotranspose import _firstcall as firstcall, _lookup as lookup
 from autotranspose._shapes import parse_shape
 from autotranspose.bench.runners import bench_case
 

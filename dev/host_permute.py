@@ -79,10 +79,7 @@ def first_calls(torch, at) -> None:
 
 def layers(torch, at) -> None:
     """Each layer of a small eager permute without out, timed alone (host µs a call)."""
-    from autotranspose import _api as api
-    from autotranspose import _driver
-    from autotranspose import _permuter as permuter
-    from autotranspose import _streams as streams
+    from autotranspose import _api as api, _driver, _permuter as permuter, _streams as streams
 
     x = torch.randn(8, 56, 56, device="cuda", dtype=torch.float16)
     axes = (0, 2, 1)

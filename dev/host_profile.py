@@ -32,9 +32,7 @@ def main() -> None:
     import torch
 
     import autotranspose as at
-    from autotranspose import _api as api
-    from autotranspose import _driver
-    from autotranspose import _streams as streams
+    from autotranspose import _api as api, _driver, _streams as streams
 
     a = np.random.default_rng().standard_normal((64, 64)).astype(np.float32)
     tx, tout = torch.as_tensor(a, device="cuda"), torch.empty(64, 64, device="cuda")

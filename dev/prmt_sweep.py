@@ -15,8 +15,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _sweep import case_ratio as _ratio
-from _sweep import measure_ranked, print_ranked, results_log, start, sweep_parser, within_budget
+from _sweep import (
+    case_ratio as _ratio,
+    measure_ranked,
+    print_ranked,
+    results_log,
+    start,
+    sweep_parser,
+    within_budget,
+)
 
 from autotranspose._api import choose_config
 from autotranspose._config import KernelConfig, max_vec, prmt_space, staged_default

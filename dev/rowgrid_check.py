@@ -87,9 +87,7 @@ def _swapped(steps, state, word: int):
 def _rerendered(plan, state, src0, dst0, unroll: int | None = None, min_blocks: int | None = None):
     """permute()'s steps for `plan` with the row kernels rendered again: for `unroll` rows a
     thread, or with `__launch_bounds__(ROWS_THREADS, min_blocks)` (a register cap)."""
-    from autotranspose import _codegen as codegen
-    from autotranspose import _compiler as compiler
-    from autotranspose import _launch as launch
+    from autotranspose import _codegen as codegen, _compiler as compiler, _launch as launch
     from autotranspose._permuter import build
 
     keep, render = codegen.ROWS_UNROLL, codegen.render_rows

@@ -35,8 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotranspose import _lookup as lookup
-from autotranspose import _tuner as tuner
+from autotranspose import _lookup as lookup, _tuner as tuner
 from autotranspose._api import served
 from autotranspose._compiler import activate, precompile
 from autotranspose._config import config_space, max_vec, seed_config

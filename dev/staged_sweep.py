@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _sweep import case_ratio as _ratio
-from _sweep import measure_ranked, print_ranked, results_log
+from _sweep import case_ratio as _ratio, measure_ranked, print_ranked, results_log
 
 from autotranspose._api import choose_config
 from autotranspose._compiler import activate

@@ -107,9 +107,7 @@ def own_pass() -> Iterator[None]:
     """permute() runs each plan's own pass, not the fastest of its alternatives (first-call
     measurement off): for the tests of one kind of pass, on arrays large enough to have
     alternatives. Cached steps and launches are dropped before and after."""
-    from autotranspose import _api as api
-    from autotranspose import _firstcall as firstcall
-    from autotranspose import _permuter as permuter
+    from autotranspose import _api as api, _firstcall as firstcall, _permuter as permuter
 
     firstcall.set_enabled(False)
     permuter.clear_caches()
@@ -125,8 +123,7 @@ def no_packed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Plans that would run one packed launch run one gather launch instead: for the tests
     of the gather, on shapes where a box would take them. permute()'s cached plans and steps
     are dropped before and after, so no call sees a plan made the other way."""
-    from autotranspose import _permuter as permuter
-    from autotranspose import _plan as plan
+    from autotranspose import _permuter as permuter, _plan as plan
 
     monkeypatch.setattr(plan, "packed_box", lambda *args: None)
     permuter.clear_caches()

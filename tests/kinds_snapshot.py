@@ -21,8 +21,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from autotranspose import _codegen as codegen
-from autotranspose import _config as C
+from autotranspose import _codegen as codegen, _config as C
 from autotranspose.errors import ConfigError
 
 SIZES = (1, 2, 4, 8, 16)

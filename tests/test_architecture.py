@@ -43,7 +43,16 @@ FORBIDDEN: dict[str, list[str]] = {
         "_worker",
         "_device",
     ],
-    "_config": ["_codegen", "_compiler", "_launch", "_api", "_measure", "_tuner", "store", "_lookup"],
+    "_config": [
+        "_codegen",
+        "_compiler",
+        "_launch",
+        "_api",
+        "_measure",
+        "_tuner",
+        "store",
+        "_lookup",
+    ],
     "_codegen": ["_compiler", "_launch", "_api", "_measure", "_tuner", "store", "_lookup"],
     "_compiler": ["_launch", "_api", "_measure", "_tuner", "store", "_lookup"],
     "_launch": ["_api", "_measure", "_tuner", "store", "_lookup", "_worker"],
@@ -55,7 +64,16 @@ FORBIDDEN: dict[str, list[str]] = {
     "_winners": [*CUDA, "_firstcall", "_measure", "_tuner", "_worker"],
     # the store runs SQL and nothing else: kernel versions and the "best changed" notice are
     # handed to it (store.hooks), so it renders no kernel and knows no lookup
-    "store": [*CUDA, "_codegen", "_measure", "_tuner", "_worker", "_lookup", "_firstcall", "_winners"],
+    "store": [
+        *CUDA,
+        "_codegen",
+        "_measure",
+        "_tuner",
+        "_worker",
+        "_lookup",
+        "_firstcall",
+        "_winners",
+    ],
     # permute's planner: shapes and strides in, a Plan out; the executor lives above it
     "_plan": [*CUDA, "_config", "_codegen", "_measure", "_tuner", "store", "_lookup", "_worker"],
     # the gather kernels' arguments: pure, so their index walk is modelled without a GPU

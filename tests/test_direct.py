@@ -15,8 +15,7 @@ from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, ass
 from _nvcc import assert_compile_without_spills
 
 import autotranspose as at
-from autotranspose import _firstcall as firstcall
-from autotranspose import _lookup as lookup
+from autotranspose import _firstcall as firstcall, _lookup as lookup
 from autotranspose._codegen import kernel_source, render_outer
 from autotranspose._config import (
     DIRECT_CAPS,

@@ -10,10 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from autotranspose import _api as api
-from autotranspose import _lookup as lookup
-from autotranspose import _streams as streams
-from autotranspose import errors
+from autotranspose import _api as api, _lookup as lookup, _streams as streams, errors
 
 
 class _Mem:

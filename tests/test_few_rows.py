@@ -15,8 +15,7 @@ import pytest
 from _gpu import assert_match_reference
 from _nvcc import assert_compile_without_spills
 
-from autotranspose import _firstcall as firstcall
-from autotranspose import _lookup as lookup
+from autotranspose import _firstcall as firstcall, _lookup as lookup
 from autotranspose._config import (
     DIRECT_FEW_ROWS_MIN,
     DIRECT_SIZES,

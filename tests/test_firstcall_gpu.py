@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import _api as api
-from autotranspose import _firstcall as firstcall
-from autotranspose import _lookup as lookup
+from autotranspose import _api as api, _firstcall as firstcall, _lookup as lookup
 from autotranspose._config import max_vec
 from autotranspose._shapes import shape_class
 from autotranspose.store import Store

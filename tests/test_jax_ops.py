@@ -19,8 +19,11 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 import autotranspose as at  # noqa: E402
-from autotranspose import _native, errors  # noqa: E402
-from autotranspose import _permuter as permuter  # noqa: E402
+from autotranspose import (  # noqa: E402
+    _native,
+    _permuter as permuter,
+    errors,
+)
 from autotranspose.frameworks import _jax_handler, jax_ops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,8 +11,7 @@ from pathlib import Path
 import kinds_snapshot as snap
 import pytest
 
-from autotranspose import _codegen as codegen
-from autotranspose import kinds
+from autotranspose import _codegen as codegen, kinds
 from autotranspose._config import KernelConfig, config_space
 from autotranspose.store import textio
 

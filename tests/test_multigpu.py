@@ -20,8 +20,7 @@ import sqlalchemy as sa
 from _synthetic import DEVICE, OTHER_DEVICE, device_objective, logged
 from optuna.trial import TrialState
 
-from autotranspose import _multigpu as multigpu
-from autotranspose import cli
+from autotranspose import _multigpu as multigpu, cli
 from autotranspose._tuner import TrialReport
 from autotranspose.errors import DeviceError, TuningError
 from autotranspose.store import Store

@@ -39,9 +39,7 @@ def test_tune_devices_all_spends_one_budget_over_every_gpu_and_transpose_serves_
     tmp_path, monkeypatch
 ):
     import autotranspose as at
-    from autotranspose import _api as api
-    from autotranspose import _lookup as lookup
-    from autotranspose import cli
+    from autotranspose import _api as api, _lookup as lookup, cli
     from autotranspose._compiler import device_info
     from autotranspose._config import max_vec
     from autotranspose._shapes import shape_class

@@ -11,9 +11,7 @@ import struct
 
 import pytest
 
-from autotranspose import _codegen as codegen
-from autotranspose import _driver, _native
-from autotranspose import _gather as gather
+from autotranspose import _codegen as codegen, _driver, _gather as gather, _native
 from autotranspose._compiler import ARG_FORMAT
 from autotranspose._config import config_space
 from autotranspose._plan import Dim

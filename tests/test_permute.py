@@ -20,10 +20,7 @@ import pytest
 from _plan_ref import _indices
 
 import autotranspose as at
-from autotranspose import _api as api
-from autotranspose import _launch as launch
-from autotranspose import _permuter as permuter
-from autotranspose import errors
+from autotranspose import _api as api, _launch as launch, _permuter as permuter, errors
 from autotranspose._arrays import NDView, check_permute_output, nd_view
 from autotranspose._codegen import (
     GATHER_BLOCKS_PER_SM,

@@ -16,8 +16,14 @@ import pytest
 import autotranspose as at
 from autotranspose import _launch as launch
 from autotranspose._packed import packed_args
-from autotranspose._plan import GATHER, PACKED, can_pipeline, contiguous_strides, plan_permute
-from autotranspose._plan import one_launch as one_launch_pass
+from autotranspose._plan import (
+    GATHER,
+    PACKED,
+    can_pipeline,
+    contiguous_strides,
+    one_launch as one_launch_pass,
+    plan_permute,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
@@ -119,8 +125,7 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
     its chunks long enough that it skews the rows' stores to start on a line
     (`launch.row_store_line`, "words_skewed") or not."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _permuter as permuter
-    from autotranspose import _plan as plan_module
+    from autotranspose import _permuter as permuter, _plan as plan_module
     from autotranspose._compiler import device_state
 
     if kernel != "realigned":
@@ -741,8 +746,7 @@ def test_one_launch_through_both_launchers(rng, monkeypatch, one_launch, shape, 
     edges), through the compiled launcher and through the ctypes path
     (AUTOTRANSPOSE_NATIVE_LAUNCH=0)."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _launch as launch
-    from autotranspose import _native
+    from autotranspose import _launch as launch, _native
     from autotranspose._compiler import device_state
 
     state = device_state(0)
@@ -844,9 +848,7 @@ def test_every_alternative_moves_the_same_bytes(rng, e):
 @pytest.fixture
 def fresh_choices():
     """No steps cached and no choices recorded; first-call measurement as the user has it."""
-    from autotranspose import _api as api
-    from autotranspose import _firstcall as firstcall
-    from autotranspose import _permuter as permuter
+    from autotranspose import _api as api, _firstcall as firstcall, _permuter as permuter
 
     firstcall.set_enabled(None)
     permuter.clear_caches()
@@ -907,9 +909,7 @@ def test_no_choice_is_timed_while_the_stream_is_captured(rng, fresh_choices):
     """Capture forbids the timing's synchronisation: the plan's own pass is captured, and a
     later call outside capture makes the choice."""
     torch = pytest.importorskip("torch")
-    from autotranspose import _api as api
-    from autotranspose import _firstcall as firstcall
-    from autotranspose import _permuter as permuter
+    from autotranspose import _api as api, _firstcall as firstcall, _permuter as permuter
 
     shape, axes = _CHOICE
     x = torch.empty(shape, device="cuda")

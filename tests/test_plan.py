@@ -23,8 +23,7 @@ import numpy as np
 import pytest
 from _plan_ref import byte_index, execute
 
-from autotranspose import _plan as plan
-from autotranspose import errors
+from autotranspose import _plan as plan, errors
 from autotranspose._arrays import matrix_layout
 from autotranspose._config import TILE_SIZES
 from autotranspose._plan import (

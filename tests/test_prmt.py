@@ -15,8 +15,7 @@ import pytest
 from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, assert_match_reference
 from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
-from autotranspose._codegen import kernel_params as prmt_params
-from autotranspose._codegen import kernel_source, render_many
+from autotranspose._codegen import kernel_params as prmt_params, kernel_source, render_many
 from autotranspose._config import (
     NEWEST,
     PRMT_SIZES,

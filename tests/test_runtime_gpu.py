@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import _api as api
-from autotranspose import _driver, _native
+from autotranspose import _api as api, _driver, _native
 from autotranspose.errors import DeviceError
 
 pytestmark = pytest.mark.gpu

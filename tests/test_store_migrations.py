@@ -11,8 +11,7 @@ import sqlalchemy as sa
 from alembic import command
 from store_data import H100, valid_config
 
-from autotranspose import _lookup as lookup
-from autotranspose import cli
+from autotranspose import _lookup as lookup, cli
 from autotranspose._measurement import Measurement
 from autotranspose._shapes import Layout, ShapeClass
 from autotranspose.errors import StoreError

@@ -26,9 +26,7 @@ import sqlalchemy as sa
 from _synthetic import make_objective
 from store_data import H100, ok, valid_config
 
-from autotranspose import _lookup as lookup
-from autotranspose import _tuner as tuner
-from autotranspose import cli
+from autotranspose import _lookup as lookup, _tuner as tuner, cli
 from autotranspose._shapes import ShapeClass
 from autotranspose.errors import ForeignDatabaseError, StoreError
 from autotranspose.store import Store, textio, upgrade

@@ -120,8 +120,7 @@ def test_tune_gpu_of_a_strided_permute_is_what_permute_then_runs(tmp_path, monke
     """A permute whose transpose pass is strided (a reversed 3-D array): the worker measures
     the pass on its own strides, the result lands in the pass's class, and permute() then
     runs the tuned kernel and matches NumPy."""
-    from autotranspose import _lookup as lookup
-    from autotranspose import _permuter as permuter
+    from autotranspose import _lookup as lookup, _permuter as permuter
     from autotranspose._tuner import permute_target
     from autotranspose._worker import GpuObjective
 

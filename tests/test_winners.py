@@ -24,16 +24,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from _synthetic import DEVICE as SYNTHETIC
-from _synthetic import SyntheticObjective
+from _synthetic import DEVICE as SYNTHETIC, SyntheticObjective
 from _winners import CALL, CLS, DEVICE, GUESS, SHAPE, WINNER, logging_measure, measured
 from store_data import ok
 from test_store_open import _make_read_only, foreign_db, read_only_dir, snapshot  # noqa: F401
 
-from autotranspose import _codegen as codegen
-from autotranspose import _lookup as lookup
-from autotranspose import _winners as winners
-from autotranspose import cli
+from autotranspose import _codegen as codegen, _lookup as lookup, _winners as winners, cli
 from autotranspose._config import default_config, max_vec, staged_default
 from autotranspose._shapes import shape_class
 from autotranspose._tuner import tune

@@ -257,8 +257,7 @@ ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))(_prog
 def _entry(
     device: int, shape: tuple[int, ...], axes: tuple[int, ...], dtype: Any, conjugate: bool
 ) -> Entry:
-    from .. import _driver
-    from .. import _permuter as permuter
+    from .. import _driver, _permuter as permuter
 
     key = (device, shape, axes, element_type(dtype).name, conjugate)
     prog = _programs.get(key)

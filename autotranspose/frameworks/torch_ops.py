@@ -19,8 +19,7 @@ from typing import Any
 
 import torch
 
-from .. import _api as api
-from .. import _permuter as permuter
+from .. import _api as api, _permuter as permuter
 from .._arrays import matrix_layout, torch_not_on_gpu
 from .._dtypes import element_type
 from .._permuter import axes_tag

@@ -20,8 +20,7 @@ from sqlalchemy.engine import Connection
 
 from .._config import KernelConfig
 from .._device import DeviceInfo
-from .._shapes import ShapeClass
-from .._shapes import shape_class as classify
+from .._shapes import ShapeClass, shape_class as classify
 from ..errors import AutotransposeError, StoreError
 from . import bounds, writes
 from .entries import TunedEntry

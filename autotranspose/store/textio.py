@@ -36,8 +36,7 @@ from typing import Any
 
 from .._config import KernelConfig
 from .._device import DeviceInfo
-from .._shapes import ShapeClass
-from .._shapes import shape_class as classify
+from .._shapes import ShapeClass, shape_class as classify
 from ..errors import AutotransposeError, StoreError
 from . import bounds, hooks
 from .entries import TunedEntry

@@ -23,8 +23,7 @@ from .. import __version__
 from .._config import KernelConfig
 from .._device import DeviceInfo
 from .._measurement import Measurement
-from .._shapes import Layout, ShapeClass, check_layout
-from .._shapes import shape_class as classify
+from .._shapes import Layout, ShapeClass, check_layout, shape_class as classify
 from ..errors import AutotransposeError, StoreError
 from . import hooks
 from .entries import SOURCES

@@ -93,7 +93,7 @@ def call_vec(
 
 def pass_vec(p: Pass) -> int:
     """The widest vector permute()'s launches of the transpose pass `p` allow, as
-    `permuter.build_steps` and `api.batched_launch` derive it for a contiguous input: the
+    `_dispatch.permute.build_steps` and `_dispatch.transpose.batched_launch` derive it for a contiguous input: the
     pass's sizes and strides, and the pointers of its least aligned host-loop launch or
     outer matrix
     (allocations are 256-byte aligned, so a launch's pointers are as aligned as its byte

@@ -3,7 +3,7 @@ the database, and the caches of prepared calls."""
 
 from __future__ import annotations
 
-from . import _api as api, _firstcall as firstcall, _permuter as permuter, _winners as winners
+from . import _dispatch as dispatch, _firstcall as firstcall, _winners as winners
 
 
 def set_first_call_measurement(on: bool | None) -> None:
@@ -20,6 +20,6 @@ def set_keep_winners(on: bool | None) -> None:
 
 def clear_caches() -> None:
     """Forget every prepared call of this process (transpose's and permute's), so the next
-    call of each signature chooses again, e.g. after new tuning results were imported."""
-    api.clear_caches()
-    permuter.clear_caches()
+    call of each signature chooses again, reading the tuning database and shipped files anew
+    (e.g. after another process imported or tuned results)."""
+    dispatch.clear()

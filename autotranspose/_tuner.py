@@ -662,7 +662,7 @@ def _configs(
     layout: Layout | None,
 ) -> list[KernelConfig]:
     """The study's search space: the class's configs, less the flat ones whose rows the
-    layout's strides break (a strided call never runs them: `api._flat_fits`)."""
+    layout's strides break (a strided call never runs them: `_dispatch.transpose.flat_fits_call`)."""
     configs = config_space(
         dtype, device.limits, conjugate=conjugate, max_vector=cls.vec, short_side=min(cls.m, cls.n)
     )
@@ -1192,7 +1192,7 @@ def permute_target(dtype: Any, shape: Sequence[int], axes: Sequence[int]) -> Per
     """Plan the permute of a contiguous `dtype` array of `shape` by `axes` (`plan_permute`;
     its errors name the fix) and say what tuning it means: the transpose pass's (batch, m,
     n), strides (None when contiguous: the NCHW <-> NHWC permutes are plain batched
-    transposes) and class, whose vec is what `api.batched_launch` derives for permute()'s
+    transposes) and class, whose vec is what `_dispatch.transpose.batched_launch` derives for permute()'s
     launches (`shapes.pass_vec`)."""
     et = element_type(dtype)
     plan = plan_permute(tuple(shape), axes, et.size)

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from _sweep import measure_ranked, print_ranked, results_log, start, sweep_parser, within_budget
 
-from autotranspose._api import choose_config
 from autotranspose._compiler import precompile
 from autotranspose._config import (
     DIRECT_TILES,
@@ -30,6 +29,7 @@ from autotranspose._config import (
     max_vec,
     seed_config,
 )
+from autotranspose._dispatch.transpose import choose_config
 from autotranspose._dtypes import element_type
 from autotranspose.bench.reports import format_table
 from autotranspose.bench.runners import bench_case

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from _sweep import measure_ranked, print_ranked, results_log, within_budget
 
-from autotranspose._api import choose_config
 from autotranspose._compiler import activate
 from autotranspose._config import (
     TALL_PER_THREAD,
@@ -38,6 +37,7 @@ from autotranspose._config import (
     tall_default,
     wide_default,
 )
+from autotranspose._dispatch.transpose import choose_config
 
 CASES = [
     ((1, 7081411, 20), 1),

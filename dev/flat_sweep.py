@@ -17,9 +17,9 @@ from pathlib import Path
 
 from _sweep import measure_ranked, print_ranked, results_log
 
-from autotranspose._api import choose_config
 from autotranspose._compiler import activate
 from autotranspose._config import flat_default, flat_space, max_vec, seed_config
+from autotranspose._dispatch.transpose import choose_config
 
 SHAPES = [(1, 7081411, 20), (1, 20, 7081411), (1, 1048576, 32), (1, 32, 1048576)]
 EXTRA = [

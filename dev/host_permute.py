@@ -79,22 +79,29 @@ def first_calls(torch, at) -> None:
 
 def layers(torch, at) -> None:
     """Each layer of a small eager permute without out, timed alone (host µs a call)."""
-    from autotranspose import _api as api, _driver, _permuter as permuter, _streams as streams
+    from autotranspose import (
+        _driver,
+        _fastpath as fastpath,
+        _permuter as permuter,
+        _streams as streams,
+    )
 
     x = torch.randn(8, 56, 56, device="cuda", dtype=torch.float16)
     axes = (0, 2, 1)
     at.permute(x, axes)
-    hit = api._fast[api._torch_key(x, None, x.data_ptr(), 0, axes)]
+    hit = fastpath._fast[fastpath.torch_key(x, None, x.data_ptr(), 0, axes)]
     stream = streams.torch_current(0)
     out = x.new_empty(hit.out_shape)
     po = out.data_ptr()
     rows = {
         "at.permute (entry)": lambda: at.permute(x, axes),
         "permuter.permute": lambda: permuter.permute(x, axes),
-        "api._fast_torch": lambda: api._fast_torch(x, None, axes),
+        "fastpath.fast_torch": lambda: fastpath.fast_torch(x, None, axes),
         "torch x.permute().contiguous()": lambda: x.permute(axes).contiguous(),
         "x.new_empty": lambda: x.new_empty(hit.out_shape),
-        "key + dict": lambda: api._fast.get(api._torch_key(x, None, x.data_ptr(), 0, axes)),
+        "key + dict": lambda: fastpath._fast.get(
+            fastpath.torch_key(x, None, x.data_ptr(), 0, axes)
+        ),
         "torch_current": lambda: streams.torch_current(0),
         "launch only": lambda: _driver.launch_transpose(hit.prep, x.data_ptr(), po, stream),
         "compiler.is_compiling": torch.compiler.is_compiling,

@@ -32,7 +32,12 @@ def main() -> None:
     import torch
 
     import autotranspose as at
-    from autotranspose import _api as api, _driver, _streams as streams
+    from autotranspose import (
+        _dispatch as dispatch,
+        _driver,
+        _fastpath as fastpath,
+        _streams as streams,
+    )
 
     a = np.random.default_rng().standard_normal((64, 64)).astype(np.float32)
     tx, tout = torch.as_tensor(a, device="cuda"), torch.empty(64, 64, device="cuda")
@@ -50,7 +55,7 @@ def main() -> None:
     state = activate(0)
     # the launch transpose() prepared for these calls: the config it serves them, bound to
     # the same contiguous 64x64 problem
-    choice = api.served(state, element_type("float32"), (1, 64, 64), px, po)
+    choice = dispatch.transpose.served(state, element_type("float32"), (1, 64, 64), px, po)
     launch = contiguous_launch(state, choice.config, 1, 64, 64)
     fn = _driver.kernel_function(launch.kernel.handle, launch.state.ctx)
     fargs = _driver.launch_args(fn, launch.grid, launch.block)
@@ -70,8 +75,8 @@ def main() -> None:
         "driver: cuCtxGetCurrent": _driver.current,
         "torch: raw current stream": lambda: streams.torch_current(0),
         "cupy: current stream": lambda: streams.cupy_current(0),
-        "torch: signature key": lambda: api._torch_key(tx, tout, px, po),
-        "cupy: signature key": lambda: api._cupy_key(cx, cout, cx.data.ptr, cout.data.ptr),
+        "torch: signature key": lambda: fastpath.torch_key(tx, tout, px, po),
+        "cupy: signature key": lambda: fastpath.cupy_key(cx, cout, cx.data.ptr, cout.data.ptr),
         "launch only, CUkernel handle": lambda: launch(px, po, 0),
         "launch only, CUfunction handle": lambda: _driver.launch(fargs, 0, params),
         "launch only, CUfunction, kernelParams": lambda: raw(*fargs, None, kp, None),

@@ -27,7 +27,6 @@ from _sweep import (
     within_budget,
 )
 
-from autotranspose._api import choose_config
 from autotranspose._compiler import precompile
 from autotranspose._config import (
     MAX_THREADS_PER_SM,
@@ -38,6 +37,7 @@ from autotranspose._config import (
     seed_config,
     staged_default,
 )
+from autotranspose._dispatch.transpose import choose_config
 from autotranspose.bench.reports import format_table
 from autotranspose.bench.runners import bench_case
 

@@ -2,7 +2,7 @@
 `bench --random-permute N --seed S`, the plan's own pass, each alternative a first call
 times against it (`Plan.alternatives`: the gather, another box, the batched pass, a packed
 launch), the whole problem as one packed launch and as one gather where the plan names
-neither, and what permute() serves after its first call (`permuter.served`), each checked
+neither, and what permute() serves after its first call (`_dispatch.permute.served`), each checked
 against np.transpose first, each as % of a copy of the same bytes.
 
     python3 dev/packed_check.py --seeds 7 11 --count 40 [--json out.json]
@@ -48,7 +48,7 @@ def main() -> int:
             launch.packed_args = packed_args
 
     from autotranspose._compiler import activate
-    from autotranspose._permuter import build, served
+    from autotranspose._dispatch.permute import build, served
     from autotranspose._plan import GATHER, PACKED, one_launch
 
     state = activate(0)

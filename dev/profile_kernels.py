@@ -27,7 +27,7 @@ def main(cases: list[str]) -> None:
     from _sweep import config_by_key
 
     import autotranspose as at
-    from autotranspose import _api as api
+    from autotranspose import _dispatch as dispatch
 
     cuda = ctypes.CDLL("libcuda.so.1")
     for case in cases:
@@ -52,18 +52,18 @@ def main(cases: list[str]) -> None:
         print(f"case {case}: served {_served_key(x, out, config)}", flush=True)
         _profiled(cuda, at.transpose, x, out, config=config)
         assert cupy.array_equal(out, cupy.swapaxes(x, -1, -2)), case
-        api.clear_caches()
+        dispatch.clear()
         del x, out
         cupy.get_default_memory_pool().free_all_blocks()
 
 
 def _served_key(x, out, config) -> str:
     """The config a call of `x` into `out` runs: `config` where one is given, else what
-    transpose() serves the call (`api.served`, the question the bench asks)."""
+    transpose() serves the call (`_dispatch.transpose.served`, the question the bench asks)."""
     if config is not None:
         return config.key
-    from autotranspose._api import served
     from autotranspose._compiler import activate
+    from autotranspose._dispatch.transpose import served
     from autotranspose._dtypes import element_type
 
     b, m, n = (1, *x.shape) if x.ndim == 2 else x.shape
@@ -95,7 +95,7 @@ def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
     import cupy
 
     import autotranspose as at
-    from autotranspose import _permuter as permuter
+    from autotranspose import _dispatch as dispatch
 
     case, _, key = case.partition("@")
     name, rest = case.split(":")
@@ -113,7 +113,7 @@ def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
     print(f"case {case}: {x.nbytes} bytes each way", flush=True)
     _profiled(cuda, at.permute, x, axes, out)
     assert cupy.array_equal(out, cupy.transpose(x, axes)), case
-    permuter.clear_caches()
+    dispatch.clear()
     del x, out
     cupy.get_default_memory_pool().free_all_blocks()
 

@@ -28,7 +28,7 @@ def main() -> int:
     args = permute_cases_parser([]).parse_args()
 
     from autotranspose._compiler import activate
-    from autotranspose._permuter import build, served
+    from autotranspose._dispatch.permute import build, served
     from autotranspose._plan import COPY
     from autotranspose.bench.runners import PermuteCheck
 

@@ -88,7 +88,7 @@ def _rerendered(plan, state, src0, dst0, unroll: int | None = None, min_blocks: 
     """permute()'s steps for `plan` with the row kernels rendered again: for `unroll` rows a
     thread, or with `__launch_bounds__(ROWS_THREADS, min_blocks)` (a register cap)."""
     from autotranspose import _codegen as codegen, _compiler as compiler, _launch as launch
-    from autotranspose._permuter import build
+    from autotranspose._dispatch.permute import build
 
     keep, render = codegen.ROWS_UNROLL, codegen.render_rows
 
@@ -146,7 +146,7 @@ def main() -> int:
 
     from autotranspose import _launch as launch
     from autotranspose._compiler import activate
-    from autotranspose._permuter import build
+    from autotranspose._dispatch.permute import build
     from autotranspose.bench.runners import PermuteCheck
 
     state = activate(0)

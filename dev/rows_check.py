@@ -37,7 +37,7 @@ def main() -> int:
 
     from autotranspose import _launch as launch
     from autotranspose._compiler import activate
-    from autotranspose._permuter import build, served
+    from autotranspose._dispatch.permute import build, served
     from autotranspose.bench.runners import PermuteCheck
 
     state = activate(0)

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from autotranspose import _lookup as lookup, _tuner as tuner
-from autotranspose._api import served
 from autotranspose._compiler import activate, precompile
 from autotranspose._config import config_space, max_vec, seed_config
+from autotranspose._dispatch.transpose import served
 from autotranspose._dtypes import element_type
 from autotranspose._launch import contiguous_launch
 from autotranspose._measure import Bench, measure_one

@@ -107,15 +107,13 @@ def own_pass() -> Iterator[None]:
     """permute() runs each plan's own pass, not the fastest of its alternatives (first-call
     measurement off): for the tests of one kind of pass, on arrays large enough to have
     alternatives. Cached steps and launches are dropped before and after."""
-    from autotranspose import _api as api, _firstcall as firstcall, _permuter as permuter
+    from autotranspose import _dispatch as dispatch, _firstcall as firstcall
 
     firstcall.set_enabled(False)
-    permuter.clear_caches()
-    api.clear_caches()
+    dispatch.clear()
     yield
     firstcall.set_enabled(None)
-    permuter.clear_caches()
-    api.clear_caches()
+    dispatch.clear()
 
 
 @pytest.fixture
@@ -123,9 +121,9 @@ def no_packed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Plans that would run one packed launch run one gather launch instead: for the tests
     of the gather, on shapes where a box would take them. permute()'s cached plans and steps
     are dropped before and after, so no call sees a plan made the other way."""
-    from autotranspose import _permuter as permuter, _plan as plan
+    from autotranspose import _dispatch as dispatch, _plan as plan
 
     monkeypatch.setattr(plan, "packed_box", lambda *args: None)
-    permuter.clear_caches()
+    dispatch.clear()
     yield
-    permuter.clear_caches()
+    dispatch.clear()

@@ -28,7 +28,19 @@ FROM_PACKAGE_OK = {"__version__"}  # names a layer may read from the package's _
 
 # module -> modules it must not reach, directly or through others (a name stands for a
 # module and, for a package, everything in it)
-CUDA = ["_compiler", "_driver", "_native", "_dlpack", "_arrays", "_streams", "_launch", "_api"]
+CUDA = [
+    "_compiler",
+    "_driver",
+    "_native",
+    "_dlpack",
+    "_arrays",
+    "_streams",
+    "_launch",
+    "_calls",
+    "_dispatch",
+    "_fastpath",
+    "_api",
+]
 FORBIDDEN: dict[str, list[str]] = {
     "_measurement": ["*"],
     # the kernel kinds' policies: below config (it dispatches to them), pure, no CUDA
@@ -78,6 +90,20 @@ FORBIDDEN: dict[str, list[str]] = {
     "_plan": [*CUDA, "_config", "_codegen", "_measure", "_tuner", "store", "_lookup", "_worker"],
     # the gather kernels' arguments: pure, so their index walk is modelled without a GPU
     "_gather": [*CUDA, "_config", "_codegen", "_measure", "_tuner", "store", "_lookup", "_worker"],
+    # the one place that picks a kernel: nothing above it (the entry points, the fast path)
+    "_dispatch": [
+        "_api",
+        "_permuter",
+        "_fastpath",
+        "_calls",
+        "_entry",
+        "_measure",
+        "_tuner",
+        "_worker",
+    ],
+    # the fast path runs what dispatch kept; it picks nothing
+    "_fastpath": ["_api", "_permuter", "_measure", "_tuner", "_worker"],
+    "_calls": ["_dispatch", "_fastpath", "_lookup", "_firstcall", "_winners", "_api", "_permuter"],
     # permute(): validate, plan, launch what transpose() would; it measures and tunes nothing
     "_permuter": ["_measure", "_tuner", "_worker", "_multigpu"],
 }
@@ -208,8 +234,9 @@ def _under(module: str, names: list[str]) -> bool:
 def test_the_graph_is_read():
     """The parser sees what it should (a guard against a test that checks an empty graph)."""
     assert {f"{PKG}._api", f"{PKG}._launch", f"{PKG}.store.store"} <= set(MODULES)
-    targets = {e.target for e in GRAPH[f"{PKG}._api"]}
+    targets = {e.target for e in GRAPH[f"{PKG}._dispatch.transpose"]}
     assert {f"{PKG}._launch", f"{PKG}._lookup", f"{PKG}._compiler"} <= targets
+    assert f"{PKG}._dispatch" in {e.target for e in GRAPH[f"{PKG}._api"]}
     # a lazy import inside a function, and `from . import module`
     assert f"{PKG}._launch" in {e.target for e in GRAPH[f"{PKG}._measure"]}
     assert f"{PKG}.store.textio" in {e.target for e in GRAPH[f"{PKG}._lookup"]}
@@ -306,3 +333,13 @@ def test_frameworks_sit_on_top():
     ]
     assert not wrong, "modules below the framework adapters import them: " + "; ".join(wrong)
     assert f"{PKG}.frameworks.jax_ops" in MODULES
+
+
+@pytest.mark.parametrize("entry", ["_api", "_permuter"])
+def test_entry_points_leave_the_choice_to_dispatch(entry: str):
+    """transpose() and permute() validate calls and run what `_dispatch` picks: neither
+    imports lookup, the first-call measurement, the winners or the launches itself."""
+    picking = {f"{PKG}.{m}" for m in ("_lookup", "_firstcall", "_winners", "_launch")}
+    direct = {e.target: e for e in GRAPH[f"{PKG}.{entry}"]}
+    wrong = sorted(f"{e} imports {t}" for t, e in direct.items() if t in picking)
+    assert not wrong, "\n".join(wrong)

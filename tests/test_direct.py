@@ -436,8 +436,8 @@ def test_direct_past_2_31_elements():
 @pytest.mark.gpu
 def test_narrow_past_2_31_elements():
     """What a call of 2**31 + 1 int8 elements in three columns is served (the narrow tile)."""
-    from autotranspose._api import choose_config
     from autotranspose._compiler import activate
+    from autotranspose._dispatch.transpose import choose_config
 
     shape = (1, 715_827_883, 3)
     assert shape[1] * shape[2] > 2**31

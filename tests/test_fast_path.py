@@ -10,7 +10,13 @@ import types
 import numpy as np
 import pytest
 
-from autotranspose import _api as api, _lookup as lookup, _streams as streams, errors
+from autotranspose import (
+    _api as api,
+    _fastpath as fastpath,
+    _lookup as lookup,
+    _streams as streams,
+    errors,
+)
 
 
 class _Mem:
@@ -44,13 +50,13 @@ STREAM = 0x5EED
 @pytest.fixture
 def registered(monkeypatch):
     rec = _RecordingLaunch()
-    monkeypatch.setitem(api._FAST, FakeCupyArray, api._fast_cupy)
-    monkeypatch.setattr(api, "_fast", {})
-    monkeypatch.setattr(api, "_launch", rec)
+    monkeypatch.setitem(fastpath.BY_TYPE, FakeCupyArray, fastpath.fast_cupy)
+    monkeypatch.setattr(fastpath, "_fast", {})
+    monkeypatch.setattr(fastpath, "_launch", rec)
     monkeypatch.setattr(streams, "cupy_current", lambda device: STREAM + device)
     x, out = FakeCupyArray(1 << 20, (64, 32)), FakeCupyArray(1 << 24, (32, 64))
-    key = api._cupy_key(x, out, x.data.ptr, out.data.ptr)
-    api._fast[key] = api._Hit(0, types.SimpleNamespace(ctx=CTX), 8192, 8192, (32, 64))
+    key = fastpath.cupy_key(x, out, x.data.ptr, out.data.ptr)
+    fastpath._fast[key] = fastpath.Hit(0, types.SimpleNamespace(ctx=CTX), 8192, 8192, (32, 64))
     return rec, x, out
 
 
@@ -131,8 +137,8 @@ def test_an_empty_gpuarray_takes_the_full_path(monkeypatch, shape):
     """An empty GPUArray's .ptr raises: once GPUArrays have a fast path, the empty one must
     still reach the full path (which moves nothing and returns out untouched)."""
     rec = _RecordingLaunch()
-    monkeypatch.setitem(api._FAST, FakeGPUArray, api._fast_gpuarray)
-    monkeypatch.setattr(api, "_launch", rec)
+    monkeypatch.setitem(fastpath.BY_TYPE, FakeGPUArray, fastpath.fast_gpuarray)
+    monkeypatch.setattr(fastpath, "_launch", rec)
     x, out = FakeGPUArray(shape), FakeGPUArray(shape[::-1])
     assert api.transpose(x, out) is out
     with pytest.raises(errors.OutputError, match="shape"):
@@ -164,8 +170,8 @@ def test_permute_takes_the_fast_path_only_for_its_own_axes(registered, monkeypat
 
     rec, x, out = registered
     x3 = FakeCupyArray(1 << 20, (64, 32))
-    key = api._cupy_key(x3, out, x3.data.ptr, out.data.ptr, (1, 0))
-    api._fast[key] = api._Hit(0, types.SimpleNamespace(ctx=CTX + 1), 8192, 8192, (32, 64))
+    key = fastpath.cupy_key(x3, out, x3.data.ptr, out.data.ptr, (1, 0))
+    fastpath._fast[key] = fastpath.Hit(0, types.SimpleNamespace(ctx=CTX + 1), 8192, 8192, (32, 64))
     assert permuter.permute(x3, (1, 0), out) is out
     assert permuter.permute(x3, [1, 0], out) is out  # a list of the same axes: the same call
     assert rec.calls == [(x3.data.ptr, out.data.ptr, STREAM, CTX + 1)] * 2

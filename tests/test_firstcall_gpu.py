@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import _api as api, _firstcall as firstcall, _lookup as lookup
+from autotranspose import (
+    _dispatch as dispatch,
+    _firstcall as firstcall,
+    _lookup as lookup,
+)
+from autotranspose._compiler import device_state
 from autotranspose._config import max_vec
 from autotranspose._shapes import shape_class
 from autotranspose.store import Store
@@ -30,12 +35,12 @@ def nothing_tuned(monkeypatch, tmp_path):
     monkeypatch.setattr(lookup, "tuning_db_dir", lambda: None)
     monkeypatch.delenv(firstcall.ENV_VAR, raising=False)
     lookup.clear_cache()
-    api.clear_caches()
+    dispatch.clear()
     firstcall.history.clear()
     yield
     firstcall.set_enabled(None)
     lookup.clear_cache()
-    api.clear_caches()
+    dispatch.clear()
 
 
 def _cupy():
@@ -66,7 +71,7 @@ def test_an_untuned_class_is_measured_once_then_served_its_winner(rng):
     # bench), not this test (a 10% bound across rounds of ~10 us launches failed on an H200:
     # 10.4 against 8.4 us, rounds apart).
     assert 0 < outcome.gpu_s
-    choice = lookup.choose(api.device_state(0).info, 4, cls)
+    choice = lookup.choose(device_state(0).info, 4, cls)
     assert (choice.source, choice.config) == ("measured", outcome.best)
     # a later call of the class, other data and other buffers: no second measurement
     b = rng.standard_normal(shape).astype(np.float32)
@@ -88,7 +93,7 @@ def test_switched_off_serves_lookups_guess(rng, monkeypatch, how):
     assert np.array_equal(cupy.asnumpy(at.transpose(cupy.asarray(a))), a.T)
     measured, cls = _measured(shape)
     assert measured == []
-    assert lookup.choose(api.device_state(0).info, 4, cls).source == "default"
+    assert lookup.choose(device_state(0).info, 4, cls).source == "default"
 
 
 def test_threads_hitting_a_new_class_measure_it_once(rng):
@@ -149,7 +154,7 @@ _FIRST_CALL = textwrap.dedent("""
     a = np.random.default_rng().standard_normal((m, n)).astype(np.float32)
     assert np.array_equal(cupy.asnumpy(at.transpose(cupy.asarray(a))), a.T)
     cls = shape_class(1, m, n, max_vec(4, n, m, n, m))
-    choice = lookup.choose(api.device_state(0).info, 4, cls)
+    choice = lookup.choose(device_state(0).info, 4, cls)
     print(json.dumps({"measured": len(firstcall.history), "source": choice.source,
                       "config": choice.config.key}))
 """)

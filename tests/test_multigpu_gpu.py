@@ -39,7 +39,7 @@ def test_tune_devices_all_spends_one_budget_over_every_gpu_and_transpose_serves_
     tmp_path, monkeypatch
 ):
     import autotranspose as at
-    from autotranspose import _api as api, _lookup as lookup, cli
+    from autotranspose import _dispatch as dispatch, _lookup as lookup, cli
     from autotranspose._compiler import device_info
     from autotranspose._config import max_vec
     from autotranspose._shapes import shape_class
@@ -121,6 +121,8 @@ def test_tune_devices_all_spends_one_budget_over_every_gpu_and_transpose_serves_
     host = np.random.default_rng().standard_normal(SHAPE[1:]).astype(np.float32)
     assert np.array_equal(at.transpose(host), host.T)  # on GPU 0
     used = [
-        launch.config for key, launch in api._launches.items() if key[1] == 4 and key[4:7] == SHAPE
+        launch.config
+        for key, launch in dispatch.caches.launches.items()
+        if key[1] == 4 and key[4:7] == SHAPE
     ]
     assert used == [bests[0]]

@@ -20,8 +20,8 @@ import pytest
 from _plan_ref import _indices
 
 import autotranspose as at
-from autotranspose import _api as api, _launch as launch, _permuter as permuter, errors
-from autotranspose._arrays import NDView, check_permute_output, nd_view
+from autotranspose import _dispatch as dispatch, _launch as launch, errors
+from autotranspose._arrays import NDView, View, check_permute_output, nd_view
 from autotranspose._codegen import (
     GATHER_BLOCKS_PER_SM,
     GATHER_THREADS,
@@ -212,7 +212,7 @@ def test_device_outputs_are_checked_for_device_context_and_overlap():
 )
 def test_layouts_the_kernels_cannot_take_are_refused_by_the_plan(x, out_strides, words):
     with pytest.raises(errors.LayoutError, match=words):
-        permuter._plan(x, (1, 0), out_strides, 0x40000)
+        dispatch.permute.plan_of(x, (1, 0), out_strides, 0x40000)
 
 
 # --- the executor on the NumPy stand-in ------------------------------------------------------------
@@ -278,8 +278,8 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
         mem.made.append((s, d))
         return mem.launch(Pass(PACKED, e, 1, 0, 0, 0, dims=dims, box=box, pipelined=pipelined))
 
-    monkeypatch.setattr(permuter._driver, "memcpy_dtod_async", mem.memcpy)
-    steps = permuter.build_steps(
+    monkeypatch.setattr(dispatch.permute._driver, "memcpy_dtod_async", mem.memcpy)
+    steps = dispatch.permute.build_steps(
         plan, src, dst, make_transpose, make_copy, make_gather, make_packed
     )
     for step in steps:
@@ -438,7 +438,7 @@ def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gathe
     starts = list(p.offsets())
     assert (s, d - (1 << 19)) in starts, "a launch is made at a real launch's pointers"
     assert alignment(s | d) == min(alignment(i | (o + (1 << 19))) for i, o in starts)
-    x = api.View(
+    x = View(
         "device",
         None,
         s,
@@ -453,11 +453,13 @@ def test_the_kernel_is_chosen_for_the_least_aligned_launch(monkeypatch, no_gathe
         0,
     )
     o = x._replace(ptr=d, m=p.n, n=p.m, ld=p.ld_out, bs=p.bs_out)
-    got = api._call_vec(x, o, (p.outer, p.outer2))
+    got = dispatch.transpose.vec_of(x, o, (p.outer, p.outer2))
     if not p.loops:
         assert got == pass_vec(p), "the launch's vector is the pass's"
-    assert got < 4 and got <= api._call_vec(x, o), "the outer dims' strides cap the vector"
-    assert permuter.weakest([(0, 0), (4, 8), (16, 32)], 0, 0) == (4, 8)
+    assert got < 4 and got <= dispatch.transpose.vec_of(x, o), (
+        "the outer dims' strides cap the vector"
+    )
+    assert dispatch.permute.weakest([(0, 0), (4, 8), (16, 32)], 0, 0) == (4, 8)
 
 
 # --- a transpose launch that walks outer dims ----------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import _launch as launch
+from autotranspose import _dispatch as dispatch, _launch as launch
 from autotranspose._packed import packed_args
 from autotranspose._plan import (
     GATHER,
@@ -125,7 +125,7 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
     its chunks long enough that it skews the rows' stores to start on a line
     (`launch.row_store_line`, "words_skewed") or not."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _permuter as permuter, _plan as plan_module
+    from autotranspose import _plan as plan_module
     from autotranspose._compiler import device_state
 
     if kernel != "realigned":
@@ -175,7 +175,9 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
             assert (launch.row_store_line(p.n, g.chunk, g.lanes) > 0) == (
                 kernel == "words_skewed"
             ), (b, m, n, g)
-        for step in permuter.build(plan, state, x.data.ptr, out.data.ptr, stream, state.ctx):
+        for step in dispatch.permute.build(
+            plan, state, x.data.ptr, out.data.ptr, stream, state.ctx
+        ):
             step.run(x.data.ptr, out.data.ptr, stream, state.ctx)
         cupy.cuda.get_current_stream().synchronize()
         assert same_bits(cupy.asnumpy(out), want), (x.shape, x.strides, start, lead)
@@ -192,7 +194,6 @@ def test_realigned_short_rows_into_poisoned_windows(rng, e):
     through permute() and through its own pass, against NumPy; the poison around the window
     survives."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _permuter as permuter
     from autotranspose._compiler import device_state
 
     state = device_state(0)
@@ -228,7 +229,7 @@ def test_realigned_short_rows_into_poisoned_windows(rng, e):
         for how in ("pass", "permute"):
             raw.fill(POISON)
             if how == "pass":
-                for step in permuter.build(
+                for step in dispatch.permute.build(
                     plan, state, x.data.ptr, out.data.ptr, stream, state.ctx
                 ):
                     step.run(x.data.ptr, out.data.ptr, stream, state.ctx)
@@ -824,7 +825,6 @@ def test_every_alternative_moves_the_same_bytes(rng, e):
     batched pass), run on its own into a poisoned out with a guard region after it, equals
     np.transpose on fresh random bits."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _permuter as permuter
     from autotranspose._compiler import device_state
 
     state = device_state(0)
@@ -838,7 +838,7 @@ def test_every_alternative_moves_the_same_bytes(rng, e):
         plan = plan_permute(shape, axes, e, in_ptr=src, out_ptr=dst)
         for p in (plan.passes[0], *plan.alternatives):
             raw.fill(POISON)
-            for step in permuter.build(plan.taking(p), state, src, dst, stream, state.ctx):
+            for step in dispatch.permute.build(plan.taking(p), state, src, dst, stream, state.ctx):
                 step.run(src, dst, stream, state.ctx)
             cupy.cuda.get_current_stream().synchronize()
             assert same_bits(cupy.asnumpy(out), want), f"{shape} by {axes}: {p.describe()}"
@@ -848,14 +848,13 @@ def test_every_alternative_moves_the_same_bytes(rng, e):
 @pytest.fixture
 def fresh_choices():
     """No steps cached and no choices recorded; first-call measurement as the user has it."""
-    from autotranspose import _api as api, _firstcall as firstcall, _permuter as permuter
+    from autotranspose import _firstcall as firstcall
 
     firstcall.set_enabled(None)
-    permuter.clear_caches()
-    api.clear_caches()
-    permuter.history.clear()
-    yield permuter.history
-    permuter.clear_caches()
+    dispatch.clear()
+    dispatch.permute.history.clear()
+    yield dispatch.permute.history
+    dispatch.clear()
 
 
 _CHOICE = ((200, 64, 112, 8), (3, 1, 0, 2))  # float32, 46 MB: packed; the gather, a bigger box
@@ -909,7 +908,7 @@ def test_no_choice_is_timed_while_the_stream_is_captured(rng, fresh_choices):
     """Capture forbids the timing's synchronisation: the plan's own pass is captured, and a
     later call outside capture makes the choice."""
     torch = pytest.importorskip("torch")
-    from autotranspose import _api as api, _firstcall as firstcall, _permuter as permuter
+    from autotranspose import _firstcall as firstcall
 
     shape, axes = _CHOICE
     x = torch.empty(shape, device="cuda")
@@ -919,8 +918,7 @@ def test_no_choice_is_timed_while_the_stream_is_captured(rng, fresh_choices):
         at.permute(x, axes, out)
     finally:
         firstcall.set_enabled(None)
-    permuter.clear_caches()
-    api.clear_caches()
+    dispatch.clear()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         at.permute(x, axes, out)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import _api as api, _driver, _native
+from autotranspose import _dispatch as dispatch, _driver, _native
 from autotranspose.errors import DeviceError
 
 pytestmark = pytest.mark.gpu
@@ -158,7 +158,7 @@ def test_both_launch_paths_are_correct_and_restore_the_context(rng, monkeypatch,
     cupy = pytest.importorskip("cupy")
     monkeypatch.setenv(_native.ENV_VAR, "1" if native else "0")
     _native.reset()
-    api.clear_caches()
+    dispatch.clear()
     try:
         for k in range(12):
             shape = _random_shape(rng, batch=k % 4 == 0)
@@ -176,11 +176,13 @@ def test_both_launch_paths_are_correct_and_restore_the_context(rng, monkeypatch,
             assert _driver.current() == before
             got = y.cpu().numpy() if k % 2 else cupy.asnumpy(y)
             assert np.array_equal(got, np.swapaxes(host, -1, -2)), shape
-        preps = [p for launch in api._launches.values() for p in launch.in_context.values()]
+        preps = [
+            p for launch in dispatch.caches.launches.values() for p in launch.in_context.values()
+        ]
         assert preps and all(bool(p.address) == native for p in preps)
     finally:
         _native.reset()
-        api.clear_caches()
+        dispatch.clear()
 
 
 def test_the_callers_own_context_is_left_current(rng):

@@ -310,9 +310,9 @@ def test_forced_config_and_default_agree(rng):
 
 def test_past_2_31_elements():
     """int8 40000 x 53700 = 2.148e9 elements: offsets need 64-bit indexing."""
-    from autotranspose._api import choose_config
     from autotranspose._compiler import activate
     from autotranspose._config import max_vec
+    from autotranspose._dispatch.transpose import choose_config
 
     shape = (1, 40000, 53700)
     assert shape[1] * shape[2] > 2**31
@@ -327,7 +327,7 @@ def test_one_column_or_row_is_moved_as_a_copy(rng, dtype):
     by the row copy (no transpose kernel); a strided column still goes through a transpose
     kernel. Batches, fresh data, the poisoned rest of a bigger output left alone."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _api as api
+    from autotranspose import _dispatch as dispatch
 
     m = int(rng.integers(1000, 90000)) | 1
     for host in (
@@ -337,7 +337,7 @@ def test_one_column_or_row_is_moved_as_a_copy(rng, dtype):
     ):
         y = at.transpose(cupy.asarray(host))
         assert same_bits(cupy.asnumpy(y), expected(host))
-    copies = [lc for lc in api._launches.values() if lc.config is None]
+    copies = [lc for lc in dispatch.caches.launches.values() if lc.config is None]
     assert copies, "no row copy was prepared"
     wide = cupy.asarray(random_array(rng, (m, 3), dtype))
     col = wide[:, 1:2]  # a column 3 elements apart: not a copy

@@ -68,13 +68,13 @@ def test_short_real_tune_lands_in_the_database_and_transpose_uses_it(
     assert choice.source == "tuned" and choice.config == result.config
     import pycuda.gpuarray as gpuarray
 
-    from autotranspose import _api as api
+    from autotranspose import _dispatch as dispatch
 
     host = np.random.default_rng().integers(-100, 100, size=shape[1:]).astype(dtype)
     x = gpuarray.to_gpu(host)
     y = at.transpose(x)
     assert np.array_equal(y.get(), host.T)
-    used = [launch.config for key, launch in api._launches.items() if key[4:7] == shape]
+    used = [launch.config for key, launch in dispatch.caches.launches.items() if key[4:7] == shape]
     assert used == [result.config]
 
 
@@ -120,7 +120,7 @@ def test_tune_gpu_of_a_strided_permute_is_what_permute_then_runs(tmp_path, monke
     """A permute whose transpose pass is strided (a reversed 3-D array): the worker measures
     the pass on its own strides, the result lands in the pass's class, and permute() then
     runs the tuned kernel and matches NumPy."""
-    from autotranspose import _lookup as lookup, _permuter as permuter
+    from autotranspose import _dispatch as dispatch, _lookup as lookup
     from autotranspose._tuner import permute_target
     from autotranspose._worker import GpuObjective
 
@@ -138,11 +138,10 @@ def test_tune_gpu_of_a_strided_permute_is_what_permute_then_runs(tmp_path, monke
     assert at.tune_gpu("float16", (8, 4096, 32, 128), axes=(0, 2, 1, 3), db=url) is None
 
     monkeypatch.setenv("AUTOTRANSPOSE_DB", url)
-    lookup.clear_cache()
-    permuter.clear_caches()
+    dispatch.clear()
     choice = lookup.choose(obj.device, 4, target.shape_class)
     assert (choice.source, choice.config) == ("tuned", result.config)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     assert np.array_equal(at.permute(x, axes), np.transpose(x, axes))
-    used = [s.launch.config for steps in permuter._steps.values() for s in steps if s.launch]
+    used = [s.launch.config for steps in dispatch.caches.steps.values() for s in steps if s.launch]
     assert used == [result.config]

@@ -147,8 +147,8 @@ def test_host_loop_offsets_cap_the_vector_as_permute_launches_them() -> None:
     p = Pass(TRANSPOSE, 4, 64, 64, 64, 64, 4, 4096, 4096, loops)
     assert call_vec(4, 4, 64, 64, 64, 64, 4096, 4096) == 4
     assert pass_vec(p) == 2
-    # what permuter.build_steps asks api for: the least aligned launch's pointers
-    from autotranspose._permuter import weakest
+    # what dispatch.permute.build_steps asks for: the least aligned launch's pointers
+    from autotranspose._dispatch.permute import weakest
 
     i, o = weakest(tuple(p.offsets()), 256, 512)
     assert call_vec(4, 4, 64, 64, 64, 64, 4096, 4096, pointers=(256 + i, 512 + o)) == 2
@@ -254,7 +254,7 @@ def test_a_contiguous_layout_given_is_the_plain_study(db: Store) -> None:
 
 def test_flat_configs_whose_rows_a_layout_breaks_are_not_tried(db: Store) -> None:
     """A skinny class starts from the flat default; with input rows pitched wider than the
-    short side no flat kernel can run the pass (`api._flat_fits`), so none is measured."""
+    short side no flat kernel can run the pass (`_dispatch.transpose.flat_fits_call`), so none is measured."""
     shape = (64, 512, 32)
     contiguous, strided = SyntheticObjective(), SyntheticObjective()
     _tune(db, contiguous, shape, trials=6)

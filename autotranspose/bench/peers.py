@@ -201,7 +201,7 @@ def permute_peers(
     bench: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str
 ) -> dict[str, tuple[Callable | None, str]]:
     """peer -> (launch(src, dst, stream) or None, note), for a permute case."""
-    from .._permuter import served
+    from .._dispatch.permute import served
     from .._plan import contiguous_strides, plan_permute
 
     e = element_type(dtype).size

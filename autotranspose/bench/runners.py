@@ -129,8 +129,8 @@ def bench_case(
 ) -> list[Row]:
     """Time every peer on one (shape, dtype); each is checked against the reference first.
     Without `config`, autotranspose runs what transpose() would choose for this call."""
-    from .._api import served
     from .._compiler import activate
+    from .._dispatch.transpose import served
     from .._measure import Bench
 
     state = activate(device)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .. import _api as api, _permuter as permuter
+from .. import _api as api, _fastpath as fastpath, _permuter as permuter
 from .._arrays import matrix_layout, torch_not_on_gpu
 from .._dtypes import element_type
 from .._permuter import axes_tag
@@ -30,7 +30,7 @@ _Tensor = torch.Tensor
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
-_fast = api._fast_torch  # the kernels' fast path for torch tensors (a dictionary hit)
+_fast = fastpath.fast_torch  # the kernels' fast path for torch tensors (a dictionary hit)
 
 
 # --- the entry points (called by autotranspose._entry for torch tensors) ----------------------

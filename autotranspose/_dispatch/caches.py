@@ -1,0 +1,61 @@
+"""Every cache between a call and its kernel, and when each is dropped.
+
+A call signature maps to what runs it: a transpose's prepared `Launch` (`launches`), a
+permute plan's steps (`steps`), the plan of a permute signature (`planned`, in permute.py),
+and a whole call made ready for the driver, keyed by the array's own attributes (`hits`: the
+fast path, `_fastpath`). They are dropped together by `clear()` (the user's
+`clear_caches()`); the launches and steps also when lookup's generation moves (new tuning
+results in this process), and the hits carry that generation in their keys.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .. import _lookup as lookup
+
+V = TypeVar("V")
+
+LIMIT = 4096  # entries a cache holds before it starts over (a service with ever-new shapes)
+
+launches: dict[tuple[Any, ...], Any] = {}
+steps: dict[tuple[Any, ...], Any] = {}
+hits: dict[tuple[Any, ...], Any] = {}
+lock = threading.Lock()  # held while a launch or a plan's steps are built: one build a key
+_generation = [lookup.generation]
+_also: list[Callable[[], None]] = []  # memoised functions cleared with the rest
+
+
+def fresh() -> None:
+    """Drop the launches and steps an older lookup generation chose (a tuning run finished,
+    or results were imported, in this process)."""
+    if _generation[0] != lookup.generation:
+        launches.clear()
+        steps.clear()
+        _generation[0] = lookup.generation
+
+
+def keep(cache: dict[tuple[Any, ...], V], key: tuple[Any, ...], value: V) -> None:
+    """cache[key] = value, starting the cache over past LIMIT entries."""
+    if len(cache) > LIMIT:
+        cache.clear()
+    cache[key] = value
+
+
+def also_clear(fn: Callable[[], None]) -> None:
+    """Register a memoised function's cache_clear with `clear()`."""
+    _also.append(fn)
+
+
+def clear() -> None:
+    """Forget every prepared call and lookup's cached choices: the next call of each
+    signature chooses again (and reads the tuning database and shipped files again)."""
+    lookup.clear_cache()
+    with lock:
+        launches.clear()
+        steps.clear()
+        hits.clear()
+        for fn in _also:
+            fn()

@@ -69,6 +69,7 @@ def pick(
     ctx: int | None = None,
     outer: Outer = NO_OUTER,
 ) -> Launch:
+    """Choose and build the launch of one signature (the order is the module's docstring)."""
     s = x.et.size
     if (x.ptr | o.ptr) % s:
         raise LayoutError(

@@ -43,7 +43,16 @@ FORBIDDEN: dict[str, list[str]] = {
         "_worker",
         "_device",
     ],
-    "_config": ["_codegen", "_compiler", "_launch", "_api", "_measure", "_tuner", "store", "_lookup"],
+    "_config": [
+        "_codegen",
+        "_compiler",
+        "_launch",
+        "_api",
+        "_measure",
+        "_tuner",
+        "store",
+        "_lookup",
+    ],
     "_codegen": ["_compiler", "_launch", "_api", "_measure", "_tuner", "store", "_lookup"],
     "_compiler": ["_launch", "_api", "_measure", "_tuner", "store", "_lookup"],
     "_launch": ["_api", "_measure", "_tuner", "store", "_lookup", "_worker"],
@@ -55,7 +64,16 @@ FORBIDDEN: dict[str, list[str]] = {
     "_winners": [*CUDA, "_firstcall", "_measure", "_tuner", "_worker"],
     # the store runs SQL and nothing else: kernel versions and the "best changed" notice are
     # handed to it (store.hooks), so it renders no kernel and knows no lookup
-    "store": [*CUDA, "_codegen", "_measure", "_tuner", "_worker", "_lookup", "_firstcall", "_winners"],
+    "store": [
+        *CUDA,
+        "_codegen",
+        "_measure",
+        "_tuner",
+        "_worker",
+        "_lookup",
+        "_firstcall",
+        "_winners",
+    ],
     # permute's planner: shapes and strides in, a Plan out; the executor lives above it
     "_plan": [*CUDA, "_config", "_codegen", "_measure", "_tuner", "store", "_lookup", "_worker"],
     # the gather kernels' arguments: pure, so their index walk is modelled without a GPU
@@ -272,6 +290,26 @@ def test_no_cuda_behind(module: str):
     loaded = set(run.stdout.split())
     bad = sorted(m for m in loaded if m.startswith("pycuda") or m in {f"{PKG}.{a}" for a in avoid})
     assert not bad, f"import {module} loaded {bad}"
+
+
+def test_only_the_store_speaks_sql():
+    """The store is the only code of ours that makes an engine or runs SQL: no module outside
+    it imports SQLAlchemy or Alembic (the tuner reaches Optuna's storage through
+    `store.studies`)."""
+    wrong = []
+    for m, (path, _) in MODULES.items():
+        if _under(m, ["store"]):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n.split(".")[0] in ("sqlalchemy", "alembic") for n in names):
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not wrong, "SQL outside the store: " + "; ".join(wrong)
 
 
 def test_frameworks_sit_on_top():

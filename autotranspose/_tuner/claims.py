@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import optuna
-from optuna.trial import Trial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 from .._config import KernelConfig
 from .storage import trial_id
@@ -39,7 +39,7 @@ class Claims:
         steps at the same moment: duplicates would outlive the budget, or spend it twice)."""
         return self.store.claim(self.study.study_name, f"queued:{self.key(config_key)}", owner)
 
-    def trial(self, trial: Trial | optuna.trial.FrozenTrial, owner: str) -> bool:
+    def trial(self, trial: Trial | FrozenTrial, owner: str) -> bool:
         """Whether `owner` keeps a queued trial (two processes may pop the same one)."""
         return self.store.claim(self.study.study_name, f"trial-{trial_id(trial)}", owner)
 

@@ -27,14 +27,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ._dtypes import element_type
-from ._tuner import (
-    DEFAULT_BATCH,
-    SEED_LIMIT,
-    TrialReport,
-    TuneResult,
-    _check_settings,
-    _check_shape,
-)
+from ._tuner import DEFAULT_BATCH, TrialReport, TuneResult, TuneSettings, check_shape
 from .errors import DeviceError, TuningError
 
 _CTX = mp.get_context("spawn")
@@ -146,6 +139,7 @@ def tune_devices(
     conjugate: bool = False,
     make_objective: ObjectiveFactory | None = None,
     progress: Callable[[int, Event], None] | None = None,
+    settings: TuneSettings | None = None,
 ) -> tuple[DeviceRun, ...]:
     """Tune every (dtype, shape) of `cases` on each GPU of `devices` ("all", "0,2", [0, 2]) in
     parallel, one process per GPU, into the tuning database (`db` URL, else AUTOTRANSPOSE_DB,
@@ -158,15 +152,25 @@ def tune_devices(
     replaces the GPU worker (tests: a synthetic objective); it must be picklable, a
     module-level function, since it runs in each GPU's process. The processes are spawned:
     in a script, call this under ``if __name__ == "__main__":``, as for any multiprocessing.
+    `settings` gives trials, timeout, patience, sampler, seed and batch as one `TuneSettings`
+    instead of as keywords; each process searches from a seed of its own.
     """
     from ._tuner import open_storage
     from .store import Store
 
     indices = resolve_devices(devices, local_device_count())
-    todo = [(element_type(dtype).name, _check_shape(shape)) for dtype, shape in cases]
+    todo = [(element_type(dtype).name, check_shape(shape)) for dtype, shape in cases]
     if not todo:
         raise TuningError("no cases to tune: give at least one (dtype, shape)")
-    _check_settings(trials, timeout, patience, batch, sampler, seed)
+    settings = TuneSettings.of(
+        settings,
+        trials=trials,
+        timeout=timeout,
+        patience=patience,
+        sampler=sampler,
+        seed=seed,
+        batch=batch,
+    )
     with Store.open(db) as store:  # creates or upgrades the schema once, before the children
         url = store.url
     open_storage(url).remove_session()  # Optuna's tables too
@@ -176,21 +180,11 @@ def tune_devices(
     state = {i: _State() for i in indices}
     try:
         for position, index in enumerate(indices):
-            settings = {
-                "trials": trials,
-                "timeout": timeout,
-                "patience": patience,
-                "sampler": sampler,
-                "batch": batch,
-                "conjugate": conjugate,
-                # one seed per process: the same seed would propose the same trials twice
-                # (wrapping: the samplers take seeds below 2**32)
-                "seed": None if seed is None else (int(seed) + position) % SEED_LIMIT,
-            }
+            own = settings.for_process(position)
             parent, child = _CTX.Pipe(duplex=False)
             proc = _CTX.Process(
                 target=_child_main,
-                args=(child, index, todo, settings, url, factory, os.getpid()),
+                args=(child, index, todo, own, conjugate, url, factory, os.getpid()),
                 name=f"autotranspose-tune-gpu{index}",
             )
             proc.start()
@@ -304,7 +298,8 @@ def _child_main(
     conn: Connection,
     index: int,
     cases: list[tuple[str, tuple[int, int, int]]],
-    settings: dict[str, Any],
+    settings: TuneSettings,
+    conjugate: bool,
     url: str,
     make_objective: ObjectiveFactory,
     parent_pid: int,
@@ -314,7 +309,7 @@ def _child_main(
         os.setpgrp()  # Ctrl-C at the terminal reaches the parent, which passes it on
     _watch_parent(parent_pid)
     try:
-        _run_cases(conn, index, cases, settings, url, make_objective)
+        _run_cases(conn, index, cases, settings, conjugate, url, make_objective)
         last, code = ("finished", None), 0
     except KeyboardInterrupt:
         last, code = ("error", "interrupted"), 130
@@ -333,7 +328,8 @@ def _run_cases(
     conn: Connection,
     index: int,
     cases: list[tuple[str, tuple[int, int, int]]],
-    settings: dict[str, Any],
+    settings: TuneSettings,
+    conjugate: bool,
     url: str,
     make_objective: ObjectiveFactory,
 ) -> None:
@@ -349,7 +345,7 @@ def _run_cases(
 
     with Store.open(url) as store:
         for dtype, shape in cases:
-            objective = make_objective(dtype, shape, index, settings["conjugate"])
+            objective = make_objective(dtype, shape, index, conjugate)
             try:
                 conn.send(("device", objective.device.name))
                 result = tune(
@@ -358,9 +354,10 @@ def _run_cases(
                     objective=objective,
                     store=store,
                     device=objective.device,
+                    settings=settings,
+                    conjugate=conjugate,
                     device_index=index,
                     progress=report,
-                    **settings,
                 )
             except TuningError as exc:
                 message = " ".join(str(exc).split())

@@ -43,6 +43,7 @@ from autotranspose._dtypes import element_type
 from autotranspose._launch import contiguous_launch
 from autotranspose._measure import Bench, measure_one
 from autotranspose._shapes import parse_shape, shape_class
+from autotranspose._tuner import loop as tuner_loop
 from autotranspose._worker import GpuObjective
 from autotranspose.bench.cases import random_cases
 from autotranspose.store import Store
@@ -176,9 +177,9 @@ def run_tuner(
 ) -> Any:
     """One 40-trial tune into a fresh database, leave-one-out; `baseline`: the tuner
     without warm starts from other classes and without the local search."""
-    saved = (tuner.LOCAL_SEARCH, lookup.warm_starts)
+    saved = (tuner_loop.LOCAL_SEARCH, lookup.warm_starts)
     if baseline:
-        tuner.LOCAL_SEARCH = 0
+        tuner_loop.LOCAL_SEARCH = 0
         lookup.warm_starts = lambda *a, **k: []  # type: ignore[assignment]
     try:
         store = Store.open(f"sqlite:///{tempfile.mkdtemp()}/tune.db")
@@ -192,7 +193,7 @@ def run_tuner(
             )
         return res, started
     finally:
-        tuner.LOCAL_SEARCH, lookup.warm_starts = saved
+        tuner_loop.LOCAL_SEARCH, lookup.warm_starts = saved
 
 
 def check_tuner(state: Any, dtype: str, shape: tuple[int, int, int], args: Any) -> dict[str, Any]:

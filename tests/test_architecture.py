@@ -319,6 +319,26 @@ def test_no_cuda_behind(module: str):
     assert not bad, f"import {module} loaded {bad}"
 
 
+def test_only_the_store_speaks_sql():
+    """The store is the only code of ours that makes an engine or runs SQL: no module outside
+    it imports SQLAlchemy or Alembic (the tuner reaches Optuna's storage through
+    `store.studies`)."""
+    wrong = []
+    for m, (path, _) in MODULES.items():
+        if _under(m, ["store"]):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n.split(".")[0] in ("sqlalchemy", "alembic") for n in names):
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not wrong, "SQL outside the store: " + "; ".join(wrong)
+
+
 def test_frameworks_sit_on_top():
     """The framework adapters (JAX's primitive, PyTorch's ops) call api and permuter; nothing
     below them imports them, so the core runs without any framework's tracing machinery. Only

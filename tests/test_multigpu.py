@@ -21,7 +21,7 @@ from _synthetic import DEVICE, OTHER_DEVICE, device_objective, logged
 from optuna.trial import TrialState
 
 from autotranspose import _multigpu as multigpu, cli
-from autotranspose._tuner import TrialReport
+from autotranspose._tuner import TrialReport, TuneSettings
 from autotranspose.errors import DeviceError, TuningError
 from autotranspose.store import Store
 
@@ -244,6 +244,19 @@ def test_bad_settings_are_refused_before_any_process_starts(tmp_path: Path, two_
         multigpu.tune_devices([CASE], db=db, seed=-1, make_objective=_objective())
     with pytest.raises(DeviceError, match="GPU 3 is not on this machine"):
         multigpu.tune_devices([CASE], devices="0,3", db=db, make_objective=_objective())
+
+
+def test_settings_come_as_keywords_or_as_one_value_not_both(tmp_path: Path, two_gpus) -> None:
+    db = tmp_path / "tuning.db"
+    with pytest.raises(TuningError, match=r"not both \(settings and trials were given\)"):
+        multigpu.tune_devices(
+            [CASE],
+            db=str(db),
+            trials=4,
+            settings=TuneSettings(trials=4),
+            make_objective=_objective(),
+        )
+    assert not db.exists()
 
 
 def test_the_largest_seed_wraps_for_the_next_process(tmp_path: Path, two_gpus) -> None:

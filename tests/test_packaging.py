@@ -98,9 +98,12 @@ def test_the_build_prints_no_packaging_warnings(built: tuple[Path, str]) -> None
 
 
 def test_the_wheel_carries_every_template_and_shipped_file(built: tuple[Path, str]) -> None:
-    """Every kernel template (in any folder of templates/), shipped result and migration."""
+    """Every kernel template (in any folder of templates/), shipped result, migration and
+    module: `packages` is an explicit list, and a package folder left out of it is left out of
+    the wheel without a warning."""
     names = set(zipfile.ZipFile(built[0]).namelist())
     wanted = [
+        ("autotranspose", "**/*.py", "autotranspose"),
         ("templates", "**/*.j2", "autotranspose/templates"),
         ("tuning_db", "*.json", "autotranspose/tuning_db"),
         ("autotranspose/store/migrations", "**/*.py", "autotranspose/store/migrations"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
+import sqlalchemy as sa
 from _synthetic import (
     DEVICE,
     SyntheticObjective,
@@ -39,7 +41,15 @@ from autotranspose._device import DeviceInfo
 from autotranspose._dtypes import element_type
 from autotranspose._measurement import Measurement
 from autotranspose._shapes import shape_class
-from autotranspose._tuner import SearchSpace, TuneResult, known_good, make_sampler, study_name, tune
+from autotranspose._tuner import (
+    SearchSpace,
+    TuneResult,
+    TuneSettings,
+    known_good,
+    make_sampler,
+    study_name,
+    tune,
+)
 from autotranspose.errors import ShapeError, TuningError
 from autotranspose.store import Store
 
@@ -511,7 +521,7 @@ def test_ctrl_c_while_a_trial_is_asked_leaves_no_running_trial(
     trial RUNNING, owned by nobody, until a later run failed it as stale. (The first trials
     are the queued known-good configs, which are not sampled: 40 trials reach the sampler.)"""
     sampler = _CtrlCSampler(at)
-    monkeypatch.setattr("autotranspose._tuner.make_sampler", lambda name, seed=None: sampler)
+    monkeypatch.setattr("autotranspose._tuner.study.make_sampler", lambda name, seed=None: sampler)
     with pytest.raises(KeyboardInterrupt):
         _tune(db, SyntheticObjective(), trials=40, batch=2, seed=0)
     assert sampler.calls >= at
@@ -541,6 +551,46 @@ def test_an_objective_returning_the_wrong_count_is_an_error(db: Store) -> None:
 def test_bad_settings_are_errors(db: Store, kw: dict) -> None:
     with pytest.raises(TuningError):
         _tune(db, SyntheticObjective(), **kw)
+
+
+def test_settings_come_as_keywords_or_as_one_value_not_both() -> None:
+    settings = TuneSettings(trials=8, seed=3)
+    assert TuneSettings.of(None, trials=8, seed=3) == settings
+    assert TuneSettings.of(settings, trials=40) is settings  # keywords at their defaults
+    with pytest.raises(TuningError, match=r"not both \(settings and trials, batch were given\)"):
+        TuneSettings.of(settings, trials=9, batch=2)
+    with pytest.raises(TuningError, match="settings must be a TuneSettings"):
+        TuneSettings.of({"trials": 8})  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        settings.trials = 1  # type: ignore[misc]
+
+
+def test_each_process_of_a_shared_study_gets_a_seed_of_its_own() -> None:
+    assert TuneSettings().for_process(3).seed is None
+    assert TuneSettings(seed=5).for_process(0) == TuneSettings(seed=5)
+    assert TuneSettings(seed=2**32 - 2, trials=7).for_process(3) == TuneSettings(seed=1, trials=7)
+
+
+def test_tune_takes_its_settings_as_one_value(db: Store) -> None:
+    objective = SyntheticObjective()
+    settings = TuneSettings(trials=6, batch=3, seed=0)
+    result = tune("float32", SHAPE, objective=objective, store=db, device=DEVICE, settings=settings)
+    assert result.trials == 6 and max(len(batch) for batch in objective.batches) <= 3
+    engine = sa.create_engine(db.url)
+    with engine.connect() as conn:
+        (text,) = conn.execute(sa.text("SELECT settings_json FROM at_runs")).scalars().all()
+    engine.dispose()
+    recorded = json.loads(text)
+    assert {
+        k: recorded[k] for k in ("trials", "timeout", "patience", "sampler", "seed", "batch")
+    } == {
+        "trials": 6,
+        "timeout": None,
+        "patience": None,
+        "sampler": "tpe",
+        "seed": 0,
+        "batch": 3,
+    }
 
 
 def test_bad_shapes_are_errors(db: Store) -> None:
@@ -766,18 +816,19 @@ def test_a_trial_another_process_ended_right_after_the_ask_is_skipped(
     """Injected interleaving: another process ends a trial between this run's ask and its
     first write to it (a queued trial two processes popped at once, or one failed as
     stale). The run skips it and still spends its whole budget on trials of its own."""
-    from autotranspose import _tuner as tuner_mod
+    from autotranspose._tuner.run import Run
+    from autotranspose._tuner.storage import trial_id
 
     ended: list[int] = []
-    own = tuner_mod._Run._own
+    owns = Run.owns
 
     def ended_by_another(self, trial):  # type: ignore[no-untyped-def]
         if len(ended) < 3 and trial.number % 2 == 1:
-            self.storage.set_trial_state_values(tuner_mod._trial_id(trial), TrialState.FAIL)
+            self.storage.set_trial_state_values(trial_id(trial), TrialState.FAIL)
             ended.append(trial.number)
-        return own(self, trial)
+        return owns(self, trial)
 
-    monkeypatch.setattr(tuner_mod._Run, "_own", ended_by_another)
+    monkeypatch.setattr(Run, "owns", ended_by_another)
     result = _tune(db, SyntheticObjective(), trials=8, batch=2)
     assert len(ended) == 3
     trials = _trials(db, result)

@@ -15,6 +15,7 @@ changes, are handed to it (`hooks`). One idea a module:
 - `untrusted`: the checks every row read back passes (a row is as untrusted as a file);
 - `bounds`: what an imported or stored number may be;
 - `textio`: the shipped JSON files;
+- `studies`: Optuna's storage on the same database, for the tuner's studies;
 - `hooks`: what the code above hands the store (kernel versions, best-changed callbacks).
 
 The public names below load on first use, so that `hooks` can be imported (by the package,

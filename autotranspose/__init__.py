@@ -1,7 +1,7 @@
 """autotranspose: generated, autotuned CUDA transpose and permute kernels.
 
 The public names: `transpose`, `permute` (PyTorch, JAX, CuPy, pycuda, CUDA Array Interface
-and NumPy arrays), `tune_gpu` and `tune_devices` (offline tuning), `KernelConfig`,
+and NumPy arrays), `tune_gpu` and `tune_devices` (offline tuning, `TuneSettings` their search), `KernelConfig`,
 `config_space`, `default_config`, `render` and `template_version` (the kernels themselves),
 and the process switches `set_first_call_measurement`, `set_keep_winners` and
 `clear_caches`. Modules named with a leading `_` are internal (see ARCHITECTURE.md).
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ._entry import permute, transpose
     from ._multigpu import tune_devices
     from ._switches import clear_caches, set_first_call_measurement, set_keep_winners
-    from ._tuner import tune_gpu
+    from ._tuner import TuneSettings, tune_gpu
 
 
 def __getattr__(name: str) -> object:
@@ -43,10 +43,10 @@ def __getattr__(name: str) -> object:
         from . import _switches
 
         return getattr(_switches, name)
-    if name == "tune_gpu":
-        from ._tuner import tune_gpu
+    if name in ("tune_gpu", "TuneSettings"):
+        from . import _tuner
 
-        return tune_gpu
+        return getattr(_tuner, name)
     if name == "tune_devices":
         from ._multigpu import tune_devices
 
@@ -56,6 +56,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "KernelConfig",
+    "TuneSettings",
     "__version__",
     "clear_caches",
     "config_space",

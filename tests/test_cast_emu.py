@@ -1,0 +1,155 @@
+"""The cast kernels' own CUDA code run on the CPU (tests/_cast_emu.py): every pair, odd
+shapes, pitched rows and pointer offsets at every alignment, batches, the same-order output,
+permutes, scales and amax, against NumPy's cast bit for bit, with the bytes around every
+output untouched. The kernels' device-only parts (hardware float8 conversion on sm_89+) are
+checked by tests/test_cast_gpu.py."""
+
+from __future__ import annotations
+
+import _cast_data as data
+import _cast_emu as emu
+import numpy as np
+import pytest
+
+from autotranspose._config import KernelConfig
+from autotranspose.kinds import cast
+
+pytestmark = pytest.mark.skipif(emu.gxx() is None, reason="needs g++ and CUDA's headers")
+
+POISON = 0xA5
+PAIRS = sorted(cast.PAIRS)
+
+
+class Guarded:
+    """A strided view placed `offset` elements into a poisoned byte buffer."""
+
+    def __init__(self, shape, fmt, strides=None, offset=0, margin=64):
+        itemsize = fmt.size
+        if strides is None:
+            strides = [1] * len(shape)
+            for k in range(len(shape) - 2, -1, -1):
+                strides[k] = strides[k + 1] * max(shape[k + 1], 1)
+        span = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + 1 if shape else 1
+        self.start = margin + offset * itemsize
+        self.buf = emu.shared(self.start + span * itemsize + margin)
+        self.buf[...] = POISON
+        self.view = np.ndarray(
+            tuple(shape),
+            data.np_type(fmt),
+            self.buf,
+            self.start,
+            tuple(s * itemsize for s in strides),
+        )
+        touched = np.zeros(self.buf.size, dtype=bool)
+        idx = np.lib.stride_tricks.as_strided(
+            np.arange(self.buf.size - self.start, dtype=np.int64),
+            shape=tuple(shape),
+            strides=tuple(s * itemsize * 8 for s in strides),
+        )
+        for b in range(itemsize):
+            touched[self.start + idx.ravel() + b] = True
+        self.touched = touched
+
+    def untouched_ok(self) -> bool:
+        return bool((self.buf[~self.touched] == POISON).all())
+
+
+def _check(cfg, shape, axes=None, *, x_strides=None, x_off=0, y_pad=0, y_off=0, both=False,
+           z_off=0, scale=1.0, scale_on_device=False, amax_prior=None, seed=0):  # fmt: skip
+    src, dst = cast.PAIRS[cfg.cast]
+    rng = np.random.default_rng(seed)
+    ndim = len(shape)
+    axes = tuple(axes) if axes is not None else (*range(ndim - 2), ndim - 1, ndim - 2)
+    xg = Guarded(shape, src, x_strides, x_off)
+    xg.view[...] = data.make_input(rng, shape, src, dst, scale)
+    out_shape = tuple(shape[a] for a in axes)
+    strides = [1] * len(out_shape)
+    for k in range(len(out_shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * (out_shape[k + 1] + (y_pad if k == len(out_shape) - 2 else 0))
+    yg = Guarded(out_shape, dst, strides, y_off)
+    zg = Guarded(shape, dst, None, z_off) if both else None
+    sc = scale
+    if scale_on_device:
+        sc = emu.shared(4).view(np.float32)
+        sc[0] = scale
+    amax = None
+    if amax_prior is not None:
+        amax = emu.shared(4).view(np.float32)
+        amax[0] = amax_prior
+    x_before = xg.buf.copy()
+    emu.cast_call(cfg, xg.view, axes, yg.view, zg.view if zg else None, sc, amax)
+    want = data.reference(np.transpose(xg.view, axes), scale, dst)
+    data.assert_same_bits(yg.view, want, dst, "y")
+    assert yg.untouched_ok(), "a byte outside y changed"
+    assert (xg.buf == x_before).all(), "x changed"
+    if zg is not None:
+        data.assert_same_bits(zg.view, data.reference(xg.view, scale, dst), dst, "z")
+        assert zg.untouched_ok(), "a byte outside z changed"
+    if amax is not None:
+        want_amax = data.amax_reference(xg.view, amax_prior)
+        if np.isnan(want_amax):
+            assert np.isnan(amax[0])
+        else:
+            assert amax[0] == want_amax, (amax[0], want_amax)
+
+
+@pytest.mark.parametrize("code", PAIRS)
+def test_every_pair_casts_odd_shapes_bit_for_bit(code):
+    """Rows and pitches at every alignment (odd sides), full and cut tiles, in one call."""
+    src, dst = cast.PAIRS[code]
+    cfg = cast.default(KernelConfig, src, dst, aligned_out=False)
+    _check(cfg, (131, 70), scale=2.0, amax_prior=0.0, both=True)
+
+
+@pytest.mark.parametrize("code", ["f32_e4m3", "bf16_e5m2", "f16_bf16", "bf16_f16"])
+@pytest.mark.parametrize(
+    "shape, kw",
+    [
+        ((7, 197), {}),
+        ((64, 128), {}),  # whole aligned tiles: the vector paths alone
+        ((3, 33, 40), {}),  # a batch
+        ((2, 20, 37), {"x_strides": (1500, 41, 1), "x_off": 3, "y_pad": 5, "y_off": 1}),
+        ((45, 66), {"x_off": 1, "y_off": 7, "both": True, "z_off": 3}),
+        ((30, 50), {"scale": 0.0078125, "scale_on_device": True, "amax_prior": 1e30}),
+        ((30, 50), {"scale": 3.7, "amax_prior": -1.0}),
+    ],
+    ids=["odd", "aligned", "batch", "strided", "offsets-both", "scale-tensor", "scale-float"],
+)
+def test_layouts(code, shape, kw):
+    src, dst = cast.PAIRS[code]
+    _check(cast.default(KernelConfig, src, dst), shape, **kw)
+
+
+def test_nan_in_the_prior_amax_stays():
+    cfg = cast.default(KernelConfig, cast.FLOAT32, cast.E4M3)
+    _check(cfg, (9, 9), amax_prior=float("nan"))
+
+
+@pytest.mark.parametrize(
+    "shape, axes",
+    [
+        ((4, 6, 5, 33), (0, 2, 1, 3)),  # the innermost axis stays: a strided cast
+        ((3, 4, 37), (2, 0, 1)),  # fused to a transpose of (12, 37)
+        ((2, 3, 5, 7), (3, 1, 2, 0)),  # host loops
+        ((5, 7), (0, 1)),  # a plain cast
+    ],
+)
+def test_permutes(shape, axes):
+    cfg = cast.default(KernelConfig, cast.BFLOAT16, cast.E4M3)
+    _check(cfg, shape, axes, amax_prior=0.0)
+    _check(cfg, shape, axes, both=True, x_off=1)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tile_m": 64, "tile_n": 32, "per_thread": 2},
+        {"tile_m": 32, "tile_n": 128, "per_thread": 8, "pad": 1, "raster": "col"},
+        {"tile_m": 256, "tile_n": 64, "per_thread": 8, "vec": 4, "cache": "stream"},
+    ],
+)
+def test_other_configs(fields):
+    base = cast.default(KernelConfig, cast.BFLOAT16, cast.BFLOAT16)
+    cfg = base.replace(**fields)
+    _check(cfg, (300, 150), x_off=3, y_off=2, both=True, amax_prior=0.0)
+    _check(cfg, (2, 64, 64))

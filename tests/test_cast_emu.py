@@ -112,8 +112,18 @@ def test_every_pair_casts_odd_shapes_bit_for_bit(code):
         ((45, 66), {"x_off": 1, "y_off": 7, "both": True, "z_off": 3}),
         ((30, 50), {"scale": 0.0078125, "scale_on_device": True, "amax_prior": 1e30}),
         ((30, 50), {"scale": 3.7, "amax_prior": -1.0}),
+        ((37, 20), {"x_strides": (1, 37), "both": True}),  # x is a transposed view
     ],
-    ids=["odd", "aligned", "batch", "strided", "offsets-both", "scale-tensor", "scale-float"],
+    ids=[
+        "odd",
+        "aligned",
+        "batch",
+        "strided",
+        "offsets-both",
+        "scale-tensor",
+        "scale-float",
+        "x-transposed",
+    ],
 )
 def test_layouts(code, shape, kw):
     src, dst = cast.PAIRS[code]

@@ -272,3 +272,24 @@ def test_a_forced_config_of_another_pair_is_refused():
 
     with pytest.raises(errors.ConfigError, match="for the pair 'f32_e4m3'"):
         cast_transpose(FakeCuda((4, 4)), "e4m3", config=cfg)
+
+
+# --- bench --cast ------------------------------------------------------------------------------
+def test_bench_cases_are_seeded_large_and_mixed():
+    from autotranspose.bench.cast import MIN_BYTES, PAIRS as BENCH_PAIRS, cast_cases
+
+    cases = cast_cases(40, 3)
+    assert cases == cast_cases(40, 3) and cases != cast_cases(40, 4)
+    assert all((c.src, c.dst) in BENCH_PAIRS for c in cases)
+    assert all(
+        c.shape[0] * c.shape[1] * (4 if c.src == "float32" else 2) >= MIN_BYTES for c in cases
+    )
+    assert any(c.both for c in cases) and not all(c.both for c in cases)
+    assert any(s % 2 for c in cases for s in c.shape) and any(c.shape[0] % 1024 == 0 for c in cases)
+
+
+def test_bench_cast_command_line_is_checked_first(capsys):
+    from autotranspose.cli import main
+
+    assert main(["bench", "--cast", "2", "--random", "3"]) != 0
+    assert "--cast N draws its own" in capsys.readouterr().err

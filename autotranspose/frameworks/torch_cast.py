@@ -82,6 +82,10 @@ def cast_transpose(
 
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
+    """A torch dtype as given (what a traced call passes: no string work to trace), else the
+    one its spelling names."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
     return getattr(torch, format_of(dtype).name)
 
 

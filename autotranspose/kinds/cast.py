@@ -23,7 +23,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .base import CACHE_HINTS, PADS, RASTERS, WARP, Config, Kind, New, fixed_field_errors
+from .base import (
+    CACHE_HINTS,
+    NEWEST,
+    PADS,
+    RASTERS,
+    WARP,
+    Config,
+    Kind,
+    New,
+    fixed_field_errors,
+)
 
 
 @dataclass(frozen=True)
@@ -252,9 +262,11 @@ def space(new: New, src: Format, dst: Format) -> Iterator[Any]:
                         for raster in RASTERS:
                             for cache in CACHE_HINTS:
                                 try:
-                                    yield new(
+                                    c = new(
                                         src.size, tm, tn, vec, pt, pad, "pad", raster, cache,
                                         cast=code,
                                     )  # fmt: skip
                                 except ValueError:  # ConfigError: not a kernel of this pair
                                     continue
+                                if c.fits(NEWEST):  # static shared memory stops at 48 KiB
+                                    yield c

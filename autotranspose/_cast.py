@@ -21,7 +21,7 @@ import numpy as np
 from . import _driver, _streams as streams
 from ._api import call_target, keeping_context
 from ._arrays import NDView, _source, nd_view
-from ._castplan import CastPlan, format_of, pack_args, pair, plan_cast
+from ._castplan import MAX_LOOP_LAUNCHES, CastPlan, format_of, pack_args, pair, plan_cast
 from ._compiler import DeviceState, Kernel, get_kernel
 from ._config import KernelConfig
 from ._plan import contiguous_strides, normalize_axes
@@ -49,6 +49,7 @@ class _Prepared:
     plan: CastPlan
     src: Format
     dst: Format
+    z_plan: CastPlan | None = None  # two passes: z's own launches where x's buffer is not z
 
 
 _prepared: dict[tuple[Any, ...], _Prepared] = {}
@@ -270,7 +271,7 @@ def _output(arr: Any, what: str, xv: NDView, want: tuple[int, ...], dst: Format)
         )
     if v.shape != want:
         raise OutputError(f"{what} has shape {v.shape}; this call writes shape {want}")
-    raw = v.kind != "torch" and np.dtype(getattr(v.dtype, "name", v.dtype)) == _RAW[dst.size]
+    raw = v.kind != "torch" and v.et.name == _RAW[dst.size].name
     if v.et.name != dst.name and not raw:
         hint = f" or {_RAW[dst.size]} (its bits)" if v.kind != "torch" else ""
         raise OutputError(f"{what} has dtype {v.et.name}; this call writes {dst.name}{hint}")
@@ -330,9 +331,22 @@ def _prepare(
     plan = plan_cast(
         xv.shape, order, xv.strides, yv.strides, zv.strides if zv is not None else None
     )
+    z_plan = None
     if plan.two_pass:  # cast into a contiguous buffer, then permute() it
-        plan = plan_cast(xv.shape, order, xv.strides, None, contiguous_strides(xv.shape))
-        plan = CastPlan(plan.launches, True, plan.why)
+        first = plan_cast(xv.shape, order, xv.strides, None, contiguous_strides(xv.shape))
+        if first.two_pass:
+            raise LayoutError(
+                f"x's strides {xv.strides} (elements) fuse into no fewer than "
+                f"{MAX_LOOP_LAUNCHES} launches; make x contiguous first (e.g. .contiguous())"
+            )
+        plan = CastPlan(first.launches, True, plan.why)
+        if zv is not None and zv.strides != contiguous_strides(xv.shape):
+            z_plan = plan_cast(xv.shape, order, xv.strides, None, zv.strides)
+            if z_plan.two_pass:
+                raise LayoutError(
+                    f"out's strides {zv.strides} (elements) need more than {MAX_LOOP_LAUNCHES} "
+                    "launches; pass a contiguous out (or leave it None)"
+                )
     cfg = config
     if cfg is None:
         aligned = all(
@@ -350,7 +364,8 @@ def _prepare(
     with _lock:
         prep = _prepared.get(key)
         if prep is None:
-            prep = _prepared[key] = _Prepared(cfg, get_kernel(state, cfg), plan, src, dst)
+            kernel = get_kernel(state, cfg)
+            prep = _prepared[key] = _Prepared(cfg, kernel, plan, src, dst, z_plan)
     return prep
 
 
@@ -379,9 +394,8 @@ def _run(
         buf = tmp.obj if tmp is not None else _allocate(xv, xv.shape, dst, ctx)
         tv = tmp if tmp is not None else nd_view(buf, "out")
         _launch_all(prep, head, block, ctx, stream, xv, 0, tv.ptr, scale_ptr, scale_value, amax_ptr)
-        if zv is not None and tmp is None:  # z was asked for in another layout
-            z_plan = plan_cast(xv.shape, order, xv.strides, None, zv.strides)
-            z_prep = _Prepared(cfg, prep.kernel, z_plan, src, dst)
+        if prep.z_plan is not None and tmp is None:  # z was asked for in another layout
+            z_prep = _Prepared(cfg, prep.kernel, prep.z_plan, src, dst)
             _launch_all(z_prep, head, block, ctx, stream, xv, 0, zv.ptr, scale_ptr, scale_value, 0)
         from ._permuter import permute
 

@@ -163,3 +163,137 @@ def test_other_configs(fields):
     cfg = base.replace(**fields)
     _check(cfg, (300, 150), x_off=3, y_off=2, both=True, amax_prior=0.0)
     _check(cfg, (2, 64, 64))
+
+
+# --- the whole call, its GPU standing in for the emulator ---------------------------------------
+class HostCuda:
+    """A NumPy view (in shared memory) presented as a GPU array by __cuda_array_interface__."""
+
+    def __init__(self, view: np.ndarray, typestr: str | None = None):
+        self.view = view
+        self.__cuda_array_interface__ = {
+            "shape": view.shape,
+            "typestr": typestr or view.dtype.str,
+            "data": (emu.address(view), False),
+            "strides": view.strides,
+            "version": 3,
+        }
+
+
+@pytest.fixture
+def emulated_gpu(monkeypatch):
+    """cast_transpose() with its driver calls answered here and its launches run by the
+    emulator: what it validates, plans, chooses and packs is the real code's."""
+    import contextlib
+    import types
+
+    from autotranspose import _arrays, _cast, _driver
+    from autotranspose.kinds.base import NEWEST
+
+    info = types.SimpleNamespace(limits=NEWEST, name="emulated GPU")
+    state = types.SimpleNamespace(info=info, ordinal=0, arch="sm_90")
+    kernels: dict[int, KernelConfig] = {}
+    ran: list[tuple[str, int]] = []
+
+    def get_kernel(_state, cfg):
+        kernels[id(cfg)] = cfg
+        return types.SimpleNamespace(handle=id(cfg))
+
+    def launch(args, stream, params):
+        cfg = kernels[args[0].value]
+        ran.append((cfg.key, args[1].value))
+        emu.run(cfg, params, args[1].value)
+
+    monkeypatch.setattr(_arrays, "_owner", lambda s, what: (0, None))
+    monkeypatch.setattr(_cast, "call_target", lambda xv, given: (state, 1, None))
+    monkeypatch.setattr(_cast, "get_kernel", get_kernel)
+    monkeypatch.setattr(_driver, "kernel_function", lambda handle, ctx: handle)
+    monkeypatch.setattr(_driver, "on_context", lambda ctx: contextlib.nullcontext())
+    monkeypatch.setattr(_driver, "launch", launch)
+    monkeypatch.setattr(_driver, "current", lambda: None)
+    monkeypatch.setattr(_cast, "_prepared", {})
+    return ran
+
+
+def _shared_like(shape, dtype, fill=POISON):
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = emu.shared(n)
+    buf[...] = fill
+    return buf[:n].view(dtype).reshape(shape) if n else np.empty(shape, dtype)
+
+
+@pytest.mark.parametrize("src", [cast.FLOAT32, cast.FLOAT16])
+@pytest.mark.parametrize("dst", [cast.E4M3, cast.E5M2, cast.BFLOAT16, cast.FLOAT16])
+def test_the_call_end_to_end(emulated_gpu, src, dst):
+    import autotranspose as at
+
+    rng = np.random.default_rng()
+    x = _shared_like((2, 45, 70), data.np_type(src))
+    x[...] = data.make_input(rng, x.shape, src, dst, 4.0)
+    bits = data.BITS[dst.size]
+    y = _shared_like((2, 70, 45), bits)
+    z = _shared_like((2, 45, 70), bits)
+    amax = _shared_like((1,), np.float32, 0)
+    amax[...] = 0
+    scale = _shared_like((1,), np.float32, 0)
+    scale[...] = 4.0
+    got = at.cast_transpose(
+        HostCuda(x), dst.name, scale=HostCuda(scale), amax=HostCuda(amax),
+        out_t=HostCuda(y), out=HostCuda(z), both=True,
+    )  # fmt: skip
+    assert got[1].view is y and got[0].view is z
+    want = data.reference(x, 4.0, dst)
+    data.assert_same_bits(z, want, dst, "z")
+    data.assert_same_bits(y, np.transpose(want, (0, 2, 1)), dst, "y")
+    want_amax = data.amax_reference(x)
+    assert (np.isnan(amax[0]) and np.isnan(want_amax)) or amax[0] == want_amax
+    assert len(emulated_gpu) == 1  # one pass
+
+
+def test_a_permute_of_many_loops_takes_two_passes(emulated_gpu, monkeypatch):
+    import autotranspose as at
+    from autotranspose import _cast
+
+    seen = []
+    monkeypatch.setattr(_cast, "_allocate", lambda xv, shape, dst, ctx: seen.append(shape))
+    x = _shared_like((3, 70, 5, 7), np.float32)
+    x[...] = np.random.default_rng().standard_normal(x.shape)
+    y = _shared_like((70, 3, 7, 5), np.uint8)
+    z = _shared_like(x.shape, np.uint8)
+    import autotranspose._permuter as permuter
+
+    permuted = []
+    monkeypatch.setattr(permuter, "permute", lambda *a, **k: permuted.append(a))
+    at.cast_transpose(HostCuda(x), "e4m3", axes=(1, 0, 3, 2), out_t=HostCuda(y), out=HostCuda(z), both=True)  # fmt: skip
+    # the cast into z (contiguous) in one launch, then z permuted into y by permute()
+    assert len(emulated_gpu) == 1 and not seen and permuted[0][1] == (1, 0, 3, 2)
+    data.assert_same_bits(z, data.reference(x, 1.0, cast.E4M3), cast.E4M3, "z")
+
+
+def test_a_forced_config_runs_and_a_bad_out_is_refused_before_any_launch(emulated_gpu):
+    import autotranspose as at
+    from autotranspose import errors
+    from autotranspose._cast import cast_transpose
+
+    x = _shared_like((33, 65), np.float16)
+    x[...] = 1.5
+    y = _shared_like((65, 33), np.uint16)
+    cfg = cast.default(KernelConfig, cast.FLOAT16, cast.BFLOAT16).replace(
+        tile_m=32, tile_n=32, per_thread=1
+    )
+    cast_transpose(HostCuda(x), "bf16", out_t=HostCuda(y), config=cfg)
+    assert emulated_gpu[0][0] == cfg.key and (y == 0x3FC0).all()  # 1.5 in bfloat16
+    with pytest.raises(errors.OutputError, match="shape"):
+        at.cast_transpose(HostCuda(x), "bf16", out_t=HostCuda(y.T))
+    with pytest.raises(errors.OutputError, match="dtype"):
+        at.cast_transpose(HostCuda(x), "bf16", out_t=HostCuda(_shared_like((65, 33), np.uint8)))
+    with pytest.raises(errors.OutputError, match="overlaps x"):
+        at.cast_transpose(HostCuda(x), "f16", out_t=HostCuda(_alias(x)))
+    with pytest.raises(errors.InputTypeError, match="one float32"):
+        at.cast_transpose(HostCuda(x), "bf16", amax=HostCuda(_shared_like((2,), np.float32)))
+    assert len(emulated_gpu) == 1
+
+
+def _alias(x: np.ndarray) -> np.ndarray:
+    """A (65, 33) uint16 view of x's own memory."""
+    return np.ndarray((65, 33), np.uint16, x, 0, (66, 2))

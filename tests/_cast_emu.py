@@ -73,9 +73,9 @@ def _library(config: KernelConfig) -> ctypes.CDLL:
     _BUILD.mkdir(parents=True, exist_ok=True)
     lib = _BUILD / f"{name}_{digest}.so"
     if not lib.is_file():
-        src = _BUILD / f"{name}_{digest}.cpp"
+        src = _BUILD / f"{name}_{digest}.{os.getpid()}.cpp"  # per process: xdist workers
         src.write_text(text)
-        tmp = lib.with_suffix(".tmp.so")
+        tmp = lib.with_suffix(f".{os.getpid()}.tmp.so")
         subprocess.run(
             [
                 gxx() or "g++",

@@ -1,7 +1,8 @@
 """autotranspose: generated, autotuned CUDA transpose and permute kernels.
 
 The public names: `transpose`, `permute` (PyTorch, JAX, CuPy, pycuda, CUDA Array Interface
-and NumPy arrays), `tune_gpu` and `tune_devices` (offline tuning, `TuneSettings` their search), `KernelConfig`,
+and NumPy arrays), `cast_transpose` (cast and transpose in one pass), `tune_gpu` and
+`tune_devices` (offline tuning; `TuneSettings`, their search), `KernelConfig`,
 `config_space`, `default_config`, `render` and `template_version` (the kernels themselves),
 and the process switches `set_first_call_measurement`, `set_keep_winners` and
 `clear_caches`. Modules named with a leading `_` are internal (see ARCHITECTURE.md).
@@ -21,7 +22,7 @@ _store_hooks.use_kernel_versions(_codegen.kernel_version, _codegen.template_vers
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._entry import permute, transpose
+    from ._entry import cast_transpose, permute, transpose
     from ._multigpu import tune_devices
     from ._switches import clear_caches, set_first_call_measurement, set_keep_winners
     from ._tuner import TuneSettings, tune_gpu
@@ -39,6 +40,10 @@ def __getattr__(name: str) -> object:
 
         globals().update(transpose=entry.transpose, permute=entry.permute)
         return globals()[name]
+    if name == "cast_transpose":
+        from ._entry import cast_transpose
+
+        return cast_transpose
     if name in ("set_first_call_measurement", "set_keep_winners", "clear_caches"):
         from . import _switches
 
@@ -58,6 +63,7 @@ __all__ = [
     "KernelConfig",
     "TuneSettings",
     "__version__",
+    "cast_transpose",
     "clear_caches",
     "config_space",
     "default_config",

@@ -139,6 +139,7 @@ class KernelConfig:
     min_blocks: int = 0  # blocks per SM the registers must allow (0: one, ptxas uncapped)
     ordered: bool = False  # wide: the transposed buffer holds the output bytes in order
     direct: bool = False  # one element an access, tile indices from a 2-D grid (the seed's way)
+    cast: str = ""  # a cast-transpose kernel's pair, "<in>_<out>" (kinds/cast.py); "" for none
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -216,6 +217,7 @@ class KernelConfig:
         k += "_wd" if self.wide else ""
         k += "_or" if self.ordered else ""
         k += "_dr" if self.direct else ""
+        k += f"_x{self.cast}" if self.cast else ""
         k += f"_b{self.min_blocks}" if self.min_blocks else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
@@ -312,11 +314,11 @@ class KernelConfig:
         return self.key
 
 
-_STR_FIELDS = frozenset({"layout", "raster", "cache"})
+_STR_FIELDS = frozenset({"layout", "raster", "cache", "cast"})
 # Fields added after configs were first stored, with the default `to_dict` leaves out: a
 # reader that needs every field (the tuner's search space) fills them back in from here.
 OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType(
-    {"wide": False, "min_blocks": 0, "ordered": False, "direct": False}
+    {"wide": False, "min_blocks": 0, "ordered": False, "direct": False, "cast": ""}
 )
 _ABSENT = object()
 _BOOL_FIELDS = frozenset(
@@ -344,6 +346,9 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name, allowed in (("layout", LAYOUTS), ("raster", RASTERS), ("cache", CACHE_HINTS)):
         if getattr(c, name) not in allowed:
             yield f"{name}={getattr(c, name)!r} is not one of {list(allowed)}"
+    if type(c.cast) is not str:
+        yield f"cast must be a str (a cast pair such as 'bf16_e4m3', or ''), got {type(c.cast).__name__}"
+        return
     for name in _BOOL_FIELDS:
         if type(getattr(c, name)) is not bool:
             yield f"{name} must be a bool"

@@ -95,8 +95,8 @@ def _resolve(dtype: Any) -> ElementType:
             f"{dtype!r:.60} is not a dtype autotranspose understands; pass a NumPy dtype or "
             f"one of: {', '.join(SUPPORTED_NAMES)}"
         ) from exc
-    if dt.name == "bfloat16":  # ml_dtypes registers bfloat16 as a 2-byte NumPy dtype
-        return ElementType("bfloat16", 2, False)
+    if dt.name in _ML_DTYPES:  # ml_dtypes' floats: NumPy dtypes of kind 'V' for some
+        return ElementType(dt.name, dt.itemsize, False)
     if dt.hasobject or dt.kind in "OSUV" or dt.fields is not None:
         raise UnsupportedDtypeError(
             f"dtype {dt!s:.60} cannot be transposed on the GPU: only plain numeric element "
@@ -111,6 +111,9 @@ def _resolve(dtype: Any) -> ElementType:
         )
     return ElementType(dt.name, dt.itemsize, dt.kind == "c")
 
+
+# ml_dtypes' float types (bfloat16, and the float8 formats cast_transpose() writes)
+_ML_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 
 _TORCH_SIZES = {
     "bool": 1,

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _api as api, _permuter as permuter
+from . import _api as api, _cast, _permuter as permuter
 from ._config import KernelConfig
 from .errors import InputTypeError, OutputError
 
@@ -35,6 +35,7 @@ def transpose(
     stream: Any = None,
     config: KernelConfig | None = None,
     conjugate: bool = False,
+    dtype: Any = None,
 ) -> Any:
     """Transpose a matrix (M, N) -> (N, M), or a batch (B, M, N) -> (B, N, M), on the GPU.
 
@@ -46,7 +47,12 @@ def transpose(
     pycuda stream, an object with `__cuda_stream__`, or a raw handle. `config` forces a
     kernel; `conjugate=True` gives the conjugate transpose of a complex array. PyTorch calls
     are differentiable and trace under `torch.compile`. Safe to call from any thread.
+    `dtype` casts as it transposes (`cast_transpose` with no scale: float32, bfloat16 or
+    float16 to float8 e4m3 or e5m2, bfloat16 or float16).
     """
+    if dtype is not None:
+        _no_cast_options(config, conjugate)
+        return _cast_call(x, dtype, axes=None, out_t=out, stream=stream)
     if isinstance(x, _TorchTensor):
         return _torch_ops.transpose(x, out, stream, config, conjugate)
     if isinstance(x, _JaxTracer):
@@ -57,7 +63,9 @@ def transpose(
     return api.transpose(x, out, stream=stream, config=config, conjugate=conjugate)
 
 
-def permute(x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None) -> Any:
+def permute(
+    x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None, dtype: Any = None
+) -> Any:
     """Permute the axes of `x`: ``out[i_0, ..., i_k] = x[...]`` with out's axis k being x's
     axis ``axes[k]``, like ``np.transpose(x, axes)`` but materialised, on the GPU.
 
@@ -67,8 +75,11 @@ def permute(x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None)
     has stride 1. The result is the same kind of array, or `out` when given (contiguous or a
     view whose innermost stride is 1). Streams, threads, autograd, `torch.compile` and JAX
     transformations as for transpose(). Bad input raises an `autotranspose.errors`
-    exception before anything is launched or written.
+    exception before anything is launched or written. `dtype` casts as it permutes
+    (`cast_transpose` with no scale).
     """
+    if dtype is not None:
+        return _cast_call(x, dtype, axes=axes, out_t=out, stream=stream)
     if isinstance(x, _TorchTensor):
         return _torch_ops.permute(x, axes, out, stream)
     if isinstance(x, _JaxTracer):
@@ -77,6 +88,18 @@ def permute(x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None)
     if _load_frameworks(x):
         return permute(x, axes, out, stream=stream)
     return permuter.permute(x, axes, out, stream=stream)
+
+
+def _cast_call(x: Any, dtype: Any, **kw: Any) -> Any:
+    return cast_transpose(x, dtype, **kw)
+
+
+def _no_cast_options(config: Any, conjugate: bool) -> None:
+    if config is not None or conjugate:
+        raise InputTypeError(
+            "transpose(dtype=...) casts with the cast kernels: config= and conjugate= do not "
+            "apply; leave them unset (or call without dtype=)"
+        )
 
 
 def _traced_jax_call(out: Any, stream: Any, config: Any, call: str) -> None:
@@ -142,3 +165,71 @@ def _integration(load: Callable[[], Any], framework: str) -> Any:
 
 
 _load_frameworks(None)
+
+
+# --- cast_transpose(): its own PyTorch operators (frameworks/torch_cast.py) -------------------
+_TorchTensorCast: Any = ()  # torch.Tensor once the PyTorch cast operators are loaded
+_torch_cast: Any = None
+
+
+def cast_transpose(
+    x: Any,
+    dtype: Any,
+    *,
+    scale: Any = None,
+    amax: Any = None,
+    axes: Sequence[int] | None = None,
+    out: Any = None,
+    out_t: Any = None,
+    both: bool = False,
+    stream: Any = None,
+) -> Any:
+    """Cast `x` to `dtype` and transpose it in one pass: ``cast(x * scale)`` permuted by
+    `axes` (default: the last two axes swapped), or with ``both=True`` the pair (cast in x's
+    own order, cast permuted), both written by the same pass.
+
+    - `x`: float32, bfloat16 or float16 on the GPU (a PyTorch tensor, CuPy array, pycuda
+      GPUArray or any `__cuda_array_interface__` array); `dtype`: float8 e4m3
+      (``torch.float8_e4m3fn``), float8 e5m2 (``torch.float8_e5m2``), bfloat16 or float16
+      (torch, NumPy or ml_dtypes dtypes, or their names).
+    - The cast rounds to nearest even; magnitudes beyond the output's largest finite value
+      (infinities included) saturate to it; NaN stays NaN: bit for bit
+      ``torch.clamp(x.float() * scale, -max, max).to(dtype)``.
+    - `scale`: a Python float (rounded to float32) or a 1-element float32 array on x's GPU
+      (read by the kernel: no host synchronisation). `amax`: a 1-element float32 array on
+      x's GPU, raised in place to max(amax, max |x|) (NaN if any element is NaN).
+    - `out_t` / `out`: buffers for the permuted / same-order cast (`out` only with both=True).
+    - Runs on the array's current stream (or `stream`), returns arrays of x's kind. PyTorch
+      calls trace under `torch.compile` (custom ops `autotranspose::cast_transpose*`) and are
+      not differentiable.
+    """
+    if isinstance(x, _TorchTensorCast):
+        return _torch_cast.cast_transpose(x, dtype, scale, amax, axes, out, out_t, both, stream)
+    if _load_torch_cast(x):
+        return _torch_cast.cast_transpose(x, dtype, scale, amax, axes, out, out_t, both, stream)
+    return _cast.cast_transpose(
+        x, dtype, scale=scale, amax=amax, axes=axes, out=out, out_t=out_t, both=both, stream=stream
+    )
+
+
+def _load_torch_cast(x: Any) -> bool:
+    """Load the PyTorch integration once PyTorch is imported; True if `x` is a tensor."""
+    global _TorchTensorCast, _torch_cast
+    if _torch_cast is None and "torch" in sys.modules:
+        try:
+            from .frameworks import torch_cast
+        except (ImportError, AttributeError) as exc:
+            warnings.warn(
+                f"autotranspose: the PyTorch cast_transpose operators could not be loaded "
+                f"({exc}); tensors are cast eagerly only, not under torch.compile",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            _torch_cast = False
+            return False
+        _torch_cast = torch_cast
+        _TorchTensorCast = sys.modules["torch"].Tensor
+    return bool(_torch_cast) and isinstance(x, _TorchTensorCast)
+
+
+_load_torch_cast(None)

@@ -22,6 +22,15 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..bench.command import run_from_args
 
     drawing = [f"--{k.replace('_', '-')}" for k in _DRAWS if getattr(args, k) is not None]
+    if getattr(args, "cast", None) is not None:  # cast-transposes: cases of their own
+        if drawing or args.axes is not None or args.png:
+            raise UsageError(
+                "--cast N draws its own cast-transposes and writes --markdown and --json: "
+                f"leave out {(drawing or ['--axes' if args.axes is not None else '--png'])[0]}"
+            )
+        from ..bench.cast import run_cast
+
+        return int(run_cast(args) or 0)
     if len(drawing) > 1:
         raise UsageError(
             f"--random N (transposes), --random-permute N (permutes) and --small N (the host "

@@ -265,6 +265,15 @@ def build_parser() -> argparse.ArgumentParser:
         "of ours against PyTorch's and CuPy's own on the same arrays",
     )
     b.add_argument(
+        "--cast",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="N random cast-transposes (float32/bfloat16 to float8 e4m3/e5m2 or bfloat16, "
+        "32 MB+, odd and aligned sides, with and without the same-order output) against "
+        "copy, torch.compile and eager PyTorch (needs PyTorch)",
+    )
+    b.add_argument(
         "--axes",
         metavar="I,J,...",
         help="permute each of --shapes (1 to 8 sides) by these axes, e.g. "

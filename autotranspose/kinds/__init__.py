@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import direct, flat, prmt, staged, tiled
+from . import cast, direct, flat, prmt, staged, tiled
 from .base import Kind
 
 _REGISTRY: dict[str, Kind] = {}
@@ -37,6 +37,7 @@ register(flat.KIND)
 register(staged.KIND)
 register(prmt.KIND)
 register(direct.KIND)
+register(cast.KIND)
 
 
 def names() -> tuple[str, ...]:

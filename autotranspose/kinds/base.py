@@ -77,6 +77,7 @@ class Config(Protocol):
     min_blocks: int
     ordered: bool
     direct: bool
+    cast: str
 
     @property
     def key(self) -> str: ...

@@ -1,0 +1,437 @@
+"""cast_transpose(): validate the call, plan its launches (`_castplan`), launch the pair's
+cast kernel (templates/cast/cast.cu.j2) on the caller's stream.
+
+The first call of a signature (devices, dtypes, shapes, strides, axes, pointer alignment,
+what is written) compiles or loads the kernel and plans the launches; later calls pack the
+pointers and launch. Calls run from any thread: the array's context is made current for the
+launches only, and the thread's own is put back.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _driver, _streams as streams
+from ._api import call_target, keeping_context
+from ._arrays import NDView, _source, nd_view
+from ._castplan import MAX_LOOP_LAUNCHES, CastPlan, format_of, pack_args, pair, plan_cast
+from ._compiler import DeviceState, Kernel, get_kernel
+from ._config import KernelConfig
+from ._plan import contiguous_strides, normalize_axes
+from .errors import (
+    ConfigError,
+    InputTypeError,
+    LayoutError,
+    OutputError,
+    ShapeError,
+    UnsupportedDtypeError,
+)
+from .kinds import cast as cast_kind
+from .kinds.cast import Format
+
+# raw-bits dtypes that hold a format in arrays of libraries that lack it (CuPy, pycuda)
+_RAW = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16)}
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What a signature's calls share: the config, its loaded kernel and the launches."""
+
+    config: KernelConfig
+    kernel: Kernel
+    plan: CastPlan
+    src: Format
+    dst: Format
+    z_plan: CastPlan | None = None  # two passes: z's own launches where x's buffer is not z
+
+
+_prepared: dict[tuple[Any, ...], _Prepared] = {}
+_functions: dict[tuple[int, int], Any] = {}  # (kernel handle, context) -> launch arguments' head
+_lock = threading.Lock()
+
+
+def clear_caches() -> None:
+    _prepared.clear()
+    _functions.clear()
+
+
+def cast_transpose(
+    x: Any,
+    dtype: Any,
+    *,
+    scale: Any = None,
+    amax: Any = None,
+    axes: Sequence[int] | None = None,
+    out: Any = None,
+    out_t: Any = None,
+    both: bool = False,
+    stream: Any = None,
+    config: KernelConfig | None = None,
+) -> Any:
+    """The cast of `x` (times `scale`) to `dtype`, permuted by `axes` (default: the last two
+    swapped); with `both`, the pair (cast in x's order, cast permuted) from one pass. `amax`
+    (a 1-element float32 array on x's GPU) is raised in place to max |x|. See
+    autotranspose.cast_transpose for the rules."""
+    if type(both) is not bool:
+        raise InputTypeError(f"both must be True or False, got {type(both).__name__}")
+    if out is not None and not both:
+        raise OutputError(
+            "out= is the cast in x's own order, written only with both=True; pass the "
+            "transposed buffer as out_t=, or set both=True to have both written"
+        )
+    given = None if stream is None else streams.explicit(stream)
+    handle = given.handle if given is not None else None
+    # what needs no driver first: x's kind, dtype and shape, the pair, the axes, the scale's type
+    s = _source(x, "x", handle)
+    if s.kind in ("numpy", "jax"):
+        raise InputTypeError(
+            f"cast_transpose() takes arrays on the GPU from PyTorch, CuPy, pycuda or any "
+            f"__cuda_array_interface__ producer; x is a {'NumPy' if s.kind == 'numpy' else 'JAX'} "
+            "array: move it to the GPU as a PyTorch tensor or CuPy array first"
+        )
+    src = input_format(s.et.name)
+    dst = format_of(dtype)
+    code = pair(src, dst)
+    if config is not None:
+        _check_config(config, code)
+    ndim = len(s.shape)
+    if axes is None:
+        if ndim < 2:
+            raise ShapeError(
+                f"x has shape {tuple(s.shape)}; the default axes swap the last two of at least "
+                f"two: pass axes= (e.g. axes={tuple(range(ndim))} for a plain cast)"
+            )
+        order = (*range(ndim - 2), ndim - 1, ndim - 2)
+    else:
+        order = normalize_axes(axes, ndim)
+    _check_scale_type(scale)
+    xv = nd_view(x, "x", handle)
+    scale_ptr, scale_value = _scale(scale, xv)
+    amax_ptr = _amax(amax, xv)
+    want = tuple(xv.shape[a] for a in order)
+    return keeping_context(
+        _on_device, xv, src, dst, order, want, out, out_t, both, given, config,
+        scale_ptr, scale_value, amax_ptr,
+    )  # fmt: skip
+
+
+def input_format(name: str) -> Format:
+    """The format of an input dtype's name, or UnsupportedDtypeError naming those read."""
+    fmt = cast_kind.FORMATS.get(name)
+    if fmt is None or fmt not in cast_kind.INPUTS:
+        raise UnsupportedDtypeError(
+            f"cast_transpose() reads {', '.join(f.name for f in cast_kind.INPUTS)}; x is "
+            f"{name}: cast it to one of those first (e.g. x.float())"
+        )
+    return fmt
+
+
+def _check_config(config: Any, code: str) -> None:
+    if not isinstance(config, KernelConfig) or config.cast != code:
+        got = config.key if isinstance(config, KernelConfig) else type(config).__name__
+        raise ConfigError(
+            f"config must be a cast KernelConfig for the pair {code!r} (e.g. "
+            f"autotranspose.kinds.cast.default(KernelConfig, ...)); got {got}"
+        )
+
+
+def _operand(obj: Any, what: str, xv: NDView) -> NDView:
+    """A 1-element float32 array on x's GPU (scale, amax)."""
+    try:
+        v = nd_view(obj, what)
+    except InputTypeError:
+        raise InputTypeError(
+            f"{what} must be a 1-element float32 array on x's GPU (e.g. torch.zeros(1, "
+            f"device='cuda')){' or a Python float' if what == 'scale' else ''}; got "
+            f"{type(obj).__name__}"
+        ) from None
+    if v.et.name != "float32" or v.size != 1:
+        raise InputTypeError(
+            f"{what} has dtype {v.et.name} and {v.size} element(s); it must be one float32 "
+            f"element (e.g. torch.zeros(1, dtype=torch.float32, device=x.device))"
+        )
+    if v.kind in ("numpy", "jax") or v.device != xv.device:
+        where = "the host" if v.kind == "numpy" else f"GPU {v.device}"
+        if v.kind == "jax":
+            where = "a JAX array (immutable, of another library)"
+        raise InputTypeError(
+            f"{what} is on {where}; it must be on x's GPU ({xv.device}): allocate it there, "
+            "e.g. torch.zeros(1, device=x.device)"
+        )
+    return v
+
+
+def _check_scale_type(scale: Any) -> None:
+    if isinstance(scale, (bool, np.bool_, str, bytes)):
+        raise InputTypeError(
+            f"scale must be a Python float or a 1-element float32 array on x's GPU, got "
+            f"{type(scale).__name__} {scale!r:.20}"
+        )
+
+
+def _scale(scale: Any, xv: NDView) -> tuple[int, float]:
+    """(device pointer or 0, value): a Python number is rounded to float32 as torch does."""
+    if scale is None:
+        return 0, 1.0
+    if isinstance(scale, numbers.Real) and not isinstance(scale, (bool, np.bool_)):
+        return 0, float(np.float32(scale))
+    return _operand(scale, "scale", xv).ptr, 1.0
+
+
+def _amax(amax: Any, xv: NDView) -> int:
+    if amax is None:
+        return 0
+    v = _operand(amax, "amax", xv)
+    (a0, a1), (x0, x1) = v.extent(), xv.extent()
+    if a0 < x1 and x0 < a1:
+        raise OutputError("amax overlaps x in memory; pass a separate 1-element buffer")
+    return v.ptr
+
+
+def _on_device(
+    xv: NDView,
+    src: Format,
+    dst: Format,
+    order: tuple[int, ...],
+    want: tuple[int, ...],
+    out: Any,
+    out_t: Any,
+    both: bool,
+    given: streams.Explicit | None,
+    config: KernelConfig | None,
+    scale_ptr: int,
+    scale_value: float,
+    amax_ptr: int,
+) -> Any:
+    state, ctx, handle = call_target(xv, given)
+    y = out_t if out_t is not None else _allocate(xv, want, dst, ctx)
+    yv = _output(y, "out_t", xv, want, dst)
+    z = zv = None
+    if both:
+        z = out if out is not None else _allocate(xv, xv.shape, dst, ctx)
+        zv = _output(z, "out", xv, xv.shape, dst)
+        (a0, a1), (b0, b1) = yv.extent(), zv.extent()
+        if xv.size and a0 < b1 and b0 < a1:
+            raise OutputError("out and out_t overlap in memory; pass separate buffers")
+    if xv.size:
+        prep = _prepare(state, xv, yv, zv, order, src, dst, config)
+        _run(prep, state, ctx, handle, xv, yv, zv, order, scale_ptr, scale_value, amax_ptr)
+    return (z, y) if both else y
+
+
+def _allocate(xv: NDView, shape: tuple[int, ...], dst: Format, ctx: int) -> Any:
+    """A new row-major array of `shape` in `dst`, of x's kind and device: a torch tensor of
+    that dtype; for CuPy and pycuda, the ml_dtypes dtype where the library takes it, else
+    the unsigned integers of its size holding the bits."""
+    if xv.kind == "torch":
+        import torch
+
+        return xv.obj.new_empty(shape, dtype=getattr(torch, dst.name))
+    np_dtype = _numpy_dtype(dst)
+    if xv.kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(xv.device):
+            try:
+                return cupy.empty(shape, dtype=np_dtype)
+            except (TypeError, ValueError):
+                return cupy.empty(shape, dtype=_RAW[dst.size])
+    import pycuda.gpuarray as gpuarray
+
+    nbytes = math.prod(shape) * dst.size
+    with _driver.on_context(ctx):
+        data = _driver.Allocation(nbytes, ctx) if nbytes else None
+        return gpuarray.GPUArray(shape, np_dtype, gpudata=data)
+
+
+def _numpy_dtype(dst: Format) -> np.dtype:
+    if dst.name == "float16":
+        return np.dtype(np.float16)
+    try:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, dst.name))
+    except ImportError:
+        return _RAW[dst.size]
+
+
+def _output(arr: Any, what: str, xv: NDView, want: tuple[int, ...], dst: Format) -> NDView:
+    v = nd_view(arr, what)
+    if v.kind in ("numpy", "jax"):
+        raise OutputError(
+            f"{what} is a {'NumPy' if v.kind == 'numpy' else 'JAX'} array; it must be a writable "
+            "GPU array of x's library (or leave it None)"
+        )
+    if v.shape != want:
+        raise OutputError(f"{what} has shape {v.shape}; this call writes shape {want}")
+    raw = v.kind != "torch" and v.et.name == _RAW[dst.size].name
+    if v.et.name != dst.name and not raw:
+        hint = f" or {_RAW[dst.size]} (its bits)" if v.kind != "torch" else ""
+        raise OutputError(f"{what} has dtype {v.et.name}; this call writes {dst.name}{hint}")
+    if v.size and not any(s == 1 for n, s in zip(v.shape, v.strides, strict=True) if n > 1):
+        if v.size > 1:
+            raise LayoutError(
+                f"{what} has strides {v.strides} (elements) and no axis of stride 1; pass a "
+                "contiguous buffer or a view whose innermost stride is 1"
+            )
+    if v.device != xv.device or (v.ctx is not None and xv.ctx is not None and v.ctx != xv.ctx):
+        raise OutputError(
+            f"{what} is on GPU {v.device} but x is on GPU {xv.device} (or in another context); "
+            f"allocate {what} where x is, or leave it None"
+        )
+    (a0, a1), (b0, b1) = v.extent(), xv.extent()
+    if xv.size and a0 < b1 and b0 < a1:
+        raise OutputError(f"{what} overlaps x in memory; pass a separate buffer")
+    return v
+
+
+def _key(
+    xv: NDView,
+    yv: NDView,
+    zv: NDView | None,
+    order: tuple[int, ...],
+    dst: Format,
+    config: KernelConfig | None,
+) -> tuple[Any, ...]:
+    return (
+        xv.device,
+        xv.et.name,
+        dst.name,
+        xv.shape,
+        xv.strides,
+        order,
+        yv.strides,
+        zv.strides if zv is not None else None,
+        (xv.ptr & 15, yv.ptr & 15, zv.ptr & 15 if zv is not None else 0),
+        config,
+    )
+
+
+def _prepare(
+    state: DeviceState,
+    xv: NDView,
+    yv: NDView,
+    zv: NDView | None,
+    order: tuple[int, ...],
+    src: Format,
+    dst: Format,
+    config: KernelConfig | None,
+) -> _Prepared:
+    key = _key(xv, yv, zv, order, dst, config)
+    prep = _prepared.get(key)
+    if prep is not None:
+        return prep
+    plan = plan_cast(
+        xv.shape, order, xv.strides, yv.strides, zv.strides if zv is not None else None
+    )
+    z_plan = None
+    if plan.two_pass:  # cast into a contiguous buffer, then permute() it
+        first = plan_cast(xv.shape, order, xv.strides, None, contiguous_strides(xv.shape))
+        if first.two_pass:
+            raise LayoutError(
+                f"x's strides {xv.strides} (elements) fuse into no fewer than "
+                f"{MAX_LOOP_LAUNCHES} launches; make x contiguous first (e.g. .contiguous())"
+            )
+        plan = CastPlan(first.launches, True, plan.why)
+        if zv is not None and zv.strides != contiguous_strides(xv.shape):
+            z_plan = plan_cast(xv.shape, order, xv.strides, None, zv.strides)
+            if z_plan.two_pass:
+                raise LayoutError(
+                    f"out's strides {zv.strides} (elements) need more than {MAX_LOOP_LAUNCHES} "
+                    "launches; pass a contiguous out (or leave it None)"
+                )
+    cfg = config
+    if cfg is None:
+        aligned = all(
+            not lc.transpose
+            or ((yv.ptr + lc.o0 * dst.size) | lc.ld_o * dst.size | lc.bs_o * dst.size) % 16 == 0
+            for lc in plan.launches
+        )
+        cfg = cast_kind.default(KernelConfig, src, dst, aligned)
+    if not cfg.fits(state.info.limits):
+        raise ConfigError(
+            f"config {cfg.key} needs {cfg.threads} threads and {cfg.smem_bytes} bytes of shared "
+            f"memory a block; {state.info.name} allows {state.info.limits.max_threads_per_block} "
+            f"and {state.info.limits.max_shared_per_block}"
+        )
+    with _lock:
+        prep = _prepared.get(key)
+        if prep is None:
+            kernel = get_kernel(state, cfg)
+            prep = _prepared[key] = _Prepared(cfg, kernel, plan, src, dst, z_plan)
+    return prep
+
+
+def _run(
+    prep: _Prepared,
+    state: DeviceState,
+    ctx: int,
+    stream: int | None,
+    xv: NDView,
+    yv: NDView,
+    zv: NDView | None,
+    order: tuple[int, ...],
+    scale_ptr: int,
+    scale_value: float,
+    amax_ptr: int,
+) -> None:
+    cfg, src, dst = prep.config, prep.src, prep.dst
+    head = _functions.get((prep.kernel.handle, ctx))
+    if head is None:
+        head = _functions[(prep.kernel.handle, ctx)] = _driver.kernel_function(
+            prep.kernel.handle, ctx
+        )
+    block = (cfg.threads, 1, 1)
+    if prep.plan.two_pass:
+        tmp = zv if zv is not None and zv.strides == contiguous_strides(xv.shape) else None
+        buf = tmp.obj if tmp is not None else _allocate(xv, xv.shape, dst, ctx)
+        tv = tmp if tmp is not None else nd_view(buf, "out")
+        _launch_all(prep, head, block, ctx, stream, xv, 0, tv.ptr, scale_ptr, scale_value, amax_ptr)
+        if prep.z_plan is not None and tmp is None:  # z was asked for in another layout
+            z_prep = _Prepared(cfg, prep.kernel, prep.z_plan, src, dst)
+            _launch_all(z_prep, head, block, ctx, stream, xv, 0, zv.ptr, scale_ptr, scale_value, 0)
+        from ._permuter import permute
+
+        permute(buf, order, yv.obj, stream=stream if stream is not None else streams.LEGACY)
+        return
+    z_ptr = zv.ptr if zv is not None else 0
+    _launch_all(prep, head, block, ctx, stream, xv, yv.ptr, z_ptr, scale_ptr, scale_value, amax_ptr)
+
+
+def _launch_all(
+    prep: _Prepared,
+    func: int,
+    block: tuple[int, int, int],
+    ctx: int,
+    stream: int | None,
+    xv: NDView,
+    y: int,
+    z: int,
+    scale_ptr: int,
+    scale_value: float,
+    amax_ptr: int,
+) -> None:
+    cfg = prep.config
+    with _driver.on_context(ctx):
+        for lc in prep.plan.launches:
+            args, grid = pack_args(
+                lc,
+                cfg.tile_m,
+                cfg.tile_n,
+                prep.src,
+                prep.dst,
+                xv.ptr,
+                y,
+                z,
+                scale_ptr,
+                amax_ptr,  # every launch: a max taken twice is the same max
+                scale_value,
+            )
+            _driver.launch(_driver.launch_args(func, (grid, 1, 1), block), stream, args)

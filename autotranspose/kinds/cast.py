@@ -1,0 +1,272 @@
+"""Cast-transpose kernels (cast="<in>_<out>", templates/cast/cast.cu.j2): a batched transpose
+that converts each element on the way, from float32, bfloat16 or float16 to float8 (e4m3 or
+e5m2), bfloat16 or float16, times a scale, saturating to the output's largest finite value,
+and that folds max |x| into an amax on the device. The same pass can also write the cast in
+the input's own order (`both`), or only that (a strided cast with no transpose).
+
+A block takes a `tile_m` x `tile_n` tile of the input. Its threads load `vec`-element words
+(16 bytes at `vec` = 16 / input bytes) at each row's own alignment, convert them in registers,
+write the same-order output from there, and put the cast tile in shared memory (`tile_n`
+output elements a row, `pad` 4-byte words after each); after a barrier they read the tile's
+columns and store 16-byte words of the transposed output at each output row's own
+alignment. Words that a tile's edge (or the call's) cuts go element by element, so any shape,
+pitch and offset runs.
+
+These kernels are not in the transpose search space (`searches` is empty): a cast call
+serves `default` (or a config it is given) for its pair; `space` lists the variants worth
+timing for a pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .base import (
+    CACHE_HINTS,
+    NEWEST,
+    PADS,
+    RASTERS,
+    WARP,
+    Config,
+    Kind,
+    New,
+    fixed_field_errors,
+)
+
+
+@dataclass(frozen=True)
+class Format:
+    """A floating-point format a cast reads or writes."""
+
+    name: str  # the dtype's name, as torch and ml_dtypes spell it
+    code: str  # its short name in a cast pair and a kernel's name
+    size: int  # bytes
+    max: float  # largest finite value: what larger magnitudes saturate to
+    fp8: str = ""  # cuda_fp8.h's interpretation (__NV_E4M3, __NV_E5M2), "" for others
+
+
+FLOAT32 = Format("float32", "f32", 4, 3.4028234663852886e38)
+BFLOAT16 = Format("bfloat16", "bf16", 2, 3.3895313892515355e38)
+FLOAT16 = Format("float16", "f16", 2, 65504.0)
+E4M3 = Format("float8_e4m3fn", "e4m3", 1, 448.0, "__NV_E4M3")
+E5M2 = Format("float8_e5m2", "e5m2", 1, 57344.0, "__NV_E5M2")
+
+INPUTS: tuple[Format, ...] = (FLOAT32, BFLOAT16, FLOAT16)
+OUTPUTS: tuple[Format, ...] = (E4M3, E5M2, BFLOAT16, FLOAT16)
+FORMATS = {f.name: f for f in (*INPUTS, *OUTPUTS)}
+# every (input, output) pair; a pair's code ("bf16_e4m3") is a cast config's `cast` field
+PAIRS: dict[str, tuple[Format, Format]] = {
+    f"{i.code}_{o.code}": (i, o) for i in INPUTS for o in OUTPUTS
+}
+
+CAST_TILE_M: tuple[int, ...] = (32, 64, 128, 256)
+CAST_TILE_N: tuple[int, ...] = (32, 64, 128)
+CAST_MAX_THREADS = 1024
+STORE_BYTES = 16  # the transposed output moves in 16-byte words (at each row's alignment)
+_WORDS = {1: "unsigned char", 2: "unsigned short", 4: "u32", 8: "uint2", 16: "uint4"}
+
+
+def pair_code(src: Format, dst: Format) -> str:
+    return f"{src.code}_{dst.code}"
+
+
+def pair_of(c: Config) -> tuple[Format, Format]:
+    return PAIRS[c.cast]
+
+
+def _threads(c: Config) -> int:
+    """Each thread loads `per_thread` words of `vec` elements of a full tile."""
+    return c.tile_m * c.tile_n // (c.vec * c.per_thread)
+
+
+def _pitch(c: Config, out: Format) -> int:
+    """Bytes a shared-memory row takes: `tile_n` output elements and `pad` 4-byte words."""
+    return c.tile_n * out.size + 4 * c.pad
+
+
+def _errors(c: Config) -> Iterator[str]:
+    if c.cast not in PAIRS:
+        yield f"cast={c.cast!r} is not a cast pair; the pairs are {sorted(PAIRS)}"
+        return
+    src, dst = PAIRS[c.cast]
+    yield from fixed_field_errors(
+        c,
+        "cast",
+        {
+            "layout": "pad",
+            "conjugate": False,
+            "persistent": 0,
+            "realign": False,
+            "flat": False,
+            "staged": False,
+            "prmt": False,
+            "wide": False,
+            "ordered": False,
+            "direct": False,
+        },
+        "a cast kernel takes one tile a block, padded rows, and no other kind's flags",
+    )
+    if c.elem_bytes != src.size:
+        yield (
+            f"cast={c.cast!r} reads {src.size}-byte {src.name}: set elem_bytes={src.size} "
+            f"(got {c.elem_bytes})"
+        )
+        return
+    word = c.vec * src.size
+    if word not in (4, 8, 16):
+        yield (
+            f"cast: vec={c.vec} loads {word}-byte words of {src.name}; a word is 4, 8 or 16 "
+            f"bytes: use vec={16 // src.size} (16 bytes) or {8 // src.size}"
+        )
+        return
+    if c.tile_m % (STORE_BYTES // dst.size):
+        yield (
+            f"cast: tile_m={c.tile_m} must be a multiple of the {STORE_BYTES // dst.size} "
+            f"{dst.name} elements of a 16-byte store"
+        )
+    if c.tile_n % c.vec:
+        yield f"cast: tile_n={c.tile_n} must be a multiple of vec={c.vec}"
+        return
+    threads = _threads(c)
+    if c.tile_m * c.tile_n % (c.vec * c.per_thread) or threads % WARP or threads > 1024:
+        yield (
+            f"cast tile {c.tile_m}x{c.tile_n} with vec={c.vec} and per_thread={c.per_thread} "
+            f"gives {c.tile_m * c.tile_n / (c.vec * c.per_thread):g} threads; a block takes a "
+            f"multiple of {WARP} up to {CAST_MAX_THREADS}: change per_thread"
+        )
+    elif c.min_blocks * threads > 2048:
+        yield (
+            f"min_blocks={c.min_blocks} blocks of {threads} threads exceed the 2048 threads an "
+            f"SM runs; use 0 or 2 to {2048 // threads}"
+        )
+
+
+def _smem(c: Config) -> int:
+    """The cast tile, then one word per warp for the block's amax."""
+    _, dst = PAIRS[c.cast]
+    return c.tile_m * _pitch(c, dst) + 4 * (_threads(c) // WARP)
+
+
+def _params(c: Config) -> dict[str, Any]:
+    """What templates/cast/cast.cu.j2 needs about one cast config."""
+    src, dst = PAIRS[c.cast]
+    threads = _threads(c)
+    ki, ko = c.vec, STORE_BYTES // dst.size
+    words_m = c.tile_m // ko + 1  # a tile's output row spans at most this many 16-byte words
+    return {
+        "src": src,
+        "dst": dst,
+        "tm": c.tile_m,
+        "tn": c.tile_n,
+        "ki": ki,
+        "ko": ko,
+        "pt": c.per_thread,
+        "pad": c.pad,
+        "g": c.tile_n // ki,  # input words a tile row spans (aligned)
+        "pitch": _pitch(c, dst),
+        "tile_bytes": c.tile_m * _pitch(c, dst),
+        "smem": _smem(c),
+        "warps": threads // WARP,
+        "words_m": words_m,
+        "stores": -(-c.tile_n * words_m // threads),  # store passes of the block
+        "raster": c.raster,
+        "min_blocks": c.min_blocks or 1,
+        "extra": -(-c.tile_m // threads),  # passes over the rows' one word more
+        "in_word_bytes": ki * src.size,
+        "in_t": _WORDS[ki * src.size],
+        "n_in32": ki * src.size // 4,
+        "out_word_bytes": ki * dst.size,
+        "out_t": _WORDS[ki * dst.size],
+        "n_out32": max(1, ki * dst.size // 4),
+        "elem_t": _WORDS[dst.size],
+        "log_ib": src.size.bit_length() - 1,
+        "log_ob": dst.size.bit_length() - 1,
+        # whole words go to shared memory in one store where every row keeps their alignment
+        "vector_sts": _pitch(c, dst) % (ki * dst.size) == 0,
+    }
+
+
+class CastKind(Kind):
+    name = "cast"
+    flag = "cast"
+    precedence = 5
+    template = "cast/cast.cu.j2"
+    persistent = False
+    capped = False
+
+    def errors(self, c: Config) -> Iterator[str]:
+        return _errors(c)
+
+    def derive(self, c: Config) -> dict[str, int]:
+        return {"threads": _threads(c), "smem": _smem(c)}
+
+    def params(self, c: Config) -> dict[str, object]:
+        return _params(c)
+
+    def tile_m_values(self, c: Config) -> tuple[int, ...]:
+        return CAST_TILE_M
+
+    def tile_n_values(self, c: Config) -> tuple[int, ...]:
+        return CAST_TILE_N
+
+    def grid(
+        self, c: Config, m: int, n: int, batch: int, multiprocessors: int
+    ) -> tuple[int, int, int]:
+        tm, tn = self.tiles(c, m, n)
+        return (tm * tn * batch, 1, 1)
+
+
+KIND = CastKind()
+
+
+def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any:
+    """The config a pair runs untuned: tiles of 128 input rows (a 16-byte store of float8
+    covers 16 of them, so an output row's piece is a whole 128-byte line) by 64 columns,
+    16-byte loads, 4 words a thread, registers capped for 1024 threads an SM (ptxas, nvcc 13:
+    no spills on sm_80 and sm_90; uncapped, float32 inputs took 109-116 registers, 2 blocks
+    of 256 threads an SM). Rows of the transposed output that start off a 16-byte boundary
+    (`aligned_out` False) read shared memory down columns at other rows lane by lane: a
+    4-byte pad spreads those reads over the banks, where aligned rows need none."""
+    vec = 16 // src.size
+    per_thread = 4
+    threads = 128 * 64 // (vec * per_thread)
+    return new(
+        src.size,
+        128,
+        64,
+        vec,
+        per_thread,
+        0 if aligned_out else 1,
+        "pad",
+        "row",
+        "default",
+        min_blocks=1024 // threads,
+        cast=pair_code(src, dst),
+    )
+
+
+def space(new: New, src: Format, dst: Format) -> Iterator[Any]:
+    """The variants worth timing for a pair: tiles, vector width, words a thread, padding,
+    raster and cache hints, each a valid config of 64 to 1024 threads."""
+    code = pair_code(src, dst)
+    for tm in CAST_TILE_M:
+        for tn in CAST_TILE_N:
+            for vec in sorted({16 // src.size, 8 // src.size}, reverse=True):
+                for pt in (1, 2, 4, 8, 16):
+                    threads = tm * tn // (vec * pt)
+                    if not 64 <= threads <= CAST_MAX_THREADS or tm * tn % (vec * pt):
+                        continue
+                    for pad in (p for p in PADS if p in (0, 1)):
+                        for raster in RASTERS:
+                            for cache in CACHE_HINTS:
+                                try:
+                                    c = new(
+                                        src.size, tm, tn, vec, pt, pad, "pad", raster, cache,
+                                        cast=code,
+                                    )  # fmt: skip
+                                except ValueError:  # ConfigError: not a kernel of this pair
+                                    continue
+                                if c.fits(NEWEST):  # static shared memory stops at 48 KiB
+                                    yield c

@@ -1,0 +1,185 @@
+"""Run a cast kernel's own CUDA source on the CPU (tests/emu/cuda_emu.h): its threads as
+fibers, its barriers and warp reductions honoured, cuda_fp8.h's host conversions. Slow (a
+block of 256 threads switches 256 fibers at each barrier), so tests keep to small shapes;
+what it checks is the kernel's indexing, edges, alignment paths, amax and conversions.
+
+Buffers are NumPy byte arrays; an array's "pointer" is its address, so pointer offsets,
+pitches and misalignments are those of real views into them."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from autotranspose import _codegen as codegen
+from autotranspose._castplan import ARGS
+from autotranspose._config import KernelConfig
+
+HERE = Path(__file__).resolve().parent
+_BUILD = Path(tempfile.gettempdir()) / "autotranspose-cast-emu"
+
+
+def gxx() -> str | None:
+    """The host C++ compiler and CUDA's headers, or None where either is missing."""
+    import shutil
+
+    cxx = shutil.which("g++")
+    if cxx is None or _cuda_include() is None:
+        return None
+    return cxx
+
+
+@functools.cache
+def _cuda_include() -> str | None:
+    import shutil
+
+    for base in ("/usr/local/cuda/include",):
+        if (Path(base) / "cuda_fp8.h").is_file():
+            return base
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        inc = Path(nvcc).resolve().parent.parent / "include"
+        if (inc / "cuda_fp8.h").is_file():
+            return str(inc)
+    return None
+
+
+@functools.cache
+def _library(config: KernelConfig) -> ctypes.CDLL:
+    source = codegen._render_kernels(config.policy.template, [codegen.kernel_params(config)])
+    name = config.kernel_name
+    text = (
+        f'#include "{HERE / "emu" / "cuda_emu.h"}"\n{source}\n'
+        "static at_cast_args emu_args;\n"
+        f"static void emu_one() {{ {name}(emu_args); }}\n"
+        'extern "C" int emu_launch(const at_cast_args* a, unsigned grid, unsigned threads) {\n'
+        "    emu_args = *a; emu_body = emu_one; blockDim.x = threads; gridDim.x = grid;\n"
+        "    for (unsigned b = 0; b < grid; ++b) {\n"
+        "        blockIdx.x = b;\n"
+        "        const int e = emu_block(threads);\n"
+        "        if (e) return e;\n"
+        "    }\n"
+        "    return 0;\n"
+        "}\n"
+    )
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    _BUILD.mkdir(parents=True, exist_ok=True)
+    lib = _BUILD / f"{name}_{digest}.so"
+    if not lib.is_file():
+        src = _BUILD / f"{name}_{digest}.{os.getpid()}.cpp"  # per process: xdist workers
+        src.write_text(text)
+        tmp = lib.with_suffix(f".{os.getpid()}.tmp.so")
+        subprocess.run(
+            [
+                gxx() or "g++",
+                "-std=c++17",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-Wno-unknown-pragmas",
+                # a vector access off its alignment faults on the GPU: here it is reported
+                "-fsanitize=alignment",
+                "-fno-sanitize-recover=alignment",
+                f"-I{_cuda_include()}",
+                str(src),
+                "-o",
+                str(tmp),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        tmp.rename(lib)
+    so = ctypes.CDLL(str(lib))
+    so.emu_launch.restype = ctypes.c_int
+    so.emu_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
+    return so
+
+
+def run(config: KernelConfig, args: bytes, grid: int) -> None:
+    """Launch `config`'s kernel on the CPU with packed `at_cast_args` (autotranspose._castplan)
+    in a forked process, so that a misaligned vector access (UBSan aborts) or an access
+    outside memory fails the test instead of the test run: the arrays it writes must live in
+    memory shared with the child (`shared`)."""
+    assert len(args) == ARGS.size
+    lib = _library(config)
+    pid = os.fork()
+    if pid == 0:  # the child: run, and say how it went through the exit status
+        code = 1
+        try:
+            code = lib.emu_launch(args, grid, config.threads)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise AssertionError(
+            f"{config.key}: the kernel died of signal {os.WTERMSIG(status)} (SIGABRT: UBSan "
+            "found a misaligned access, see stderr; SIGSEGV: an access outside memory)"
+        )
+    if os.WEXITSTATUS(status):
+        raise AssertionError(f"{config.key}: a barrier some threads never reach")
+
+
+def shared(nbytes: int) -> np.ndarray:
+    """Bytes the forked kernel's writes reach (an anonymous shared mapping)."""
+    import mmap
+
+    return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=np.uint8)[:nbytes]
+
+
+def address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def elements(a: np.ndarray) -> tuple[int, ...]:
+    """A view's strides in elements."""
+    return tuple(s // a.itemsize for s in a.strides)
+
+
+def cast_call(
+    config: KernelConfig,
+    x: np.ndarray,
+    axes: tuple[int, ...],
+    y: np.ndarray | None,
+    z: np.ndarray | None = None,
+    scale: float | np.ndarray = 1.0,
+    amax: np.ndarray | None = None,
+) -> None:
+    """What cast_transpose() launches for these views, run on the CPU: y = cast(x * scale)
+    permuted by `axes`, z = cast(x * scale), amax folded with max |x|."""
+    from autotranspose._castplan import pack_args, plan_cast
+    from autotranspose.kinds.cast import PAIRS
+
+    src, dst = PAIRS[config.cast]
+    plan = plan_cast(
+        x.shape,
+        axes,
+        elements(x),
+        elements(y) if y is not None else None,
+        elements(z) if z is not None else None,
+    )
+    assert not plan.two_pass, plan.why
+    scale_ptr = address(scale) if isinstance(scale, np.ndarray) else 0
+    value = 1.0 if isinstance(scale, np.ndarray) else float(np.float32(scale))
+    for launch in plan.launches:
+        args, grid = pack_args(
+            launch,
+            config.tile_m,
+            config.tile_n,
+            src,
+            dst,
+            address(x),
+            address(y) if y is not None else 0,
+            address(z) if z is not None else 0,
+            scale_ptr,
+            address(amax) if amax is not None else 0,
+            value,
+        )
+        run(config, args, grid)

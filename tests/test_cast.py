@@ -1,0 +1,295 @@
+"""cast_transpose() without a GPU: the cast kind's configs and validation, every pair's
+kernel rendered and compiled (sm_80, sm_90: no spills, the predicted shared memory), how
+axes reduce to launches, the argument block, and the errors a bad call gets before anything
+touches a GPU."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+
+import numpy as np
+import pytest
+from _nvcc import assert_compile_without_spills, assert_nvcc_silent
+
+import autotranspose as at
+from autotranspose import _codegen as codegen, errors, kinds
+from autotranspose._castplan import (
+    ARGS,
+    MAX_LOOP_LAUNCHES,
+    format_of,
+    pack_args,
+    pair,
+    plan_cast,
+)
+from autotranspose._config import KernelConfig
+from autotranspose.kinds import cast
+
+PAIRS = sorted(cast.PAIRS)
+nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+
+
+def defaults() -> list[KernelConfig]:
+    return [
+        cast.default(KernelConfig, s, d, aligned)
+        for s, d in cast.PAIRS.values()
+        for aligned in (True, False)
+    ]
+
+
+# --- the kind --------------------------------------------------------------------------------
+def test_the_cast_kind_is_registered_and_named_by_its_pair():
+    cfg = cast.default(KernelConfig, cast.BFLOAT16, cast.E4M3)
+    assert kinds.get("cast") is cast.KIND and cfg.kind == "cast"
+    assert "_xbf16_e4m3" in cfg.key and cfg.kernel_name.startswith("autotranspose_s2_")
+    assert KernelConfig.from_dict(cfg.to_dict()) == cfg
+    assert "cast" not in KernelConfig(4).to_dict()  # other configs are stored as they were
+
+
+def test_cast_kernels_are_not_in_the_transpose_space():
+    assert not any(c.cast for c in at.config_space("float32"))
+
+
+@pytest.mark.parametrize("code", PAIRS)
+def test_every_pair_has_twelve_pairs_worth_of_defaults(code):
+    src, dst = cast.PAIRS[code]
+    cfg = cast.default(KernelConfig, src, dst)
+    assert (cfg.elem_bytes, cfg.vec * src.size, cfg.tile_m, cfg.tile_n) == (src.size, 16, 128, 64)
+    assert cfg.threads * cfg.min_blocks == 1024 and cfg.smem_bytes <= 48 * 1024
+    assert len(PAIRS) == 12
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"cast": "f64_e4m3"}, "not a cast pair"),
+        ({"elem_bytes": 4}, "set elem_bytes=2"),
+        ({"vec": 1}, "2-byte words"),
+        ({"tile_m": 32, "cast": "bf16_bf16", "per_thread": 1}, None),
+        ({"per_thread": 16, "tile_m": 32, "tile_n": 32}, "threads"),
+        ({"persistent": 2}, "persistent=0"),
+        ({"realign": True}, "realign=False"),
+        ({"min_blocks": 16}, "exceed the 2048 threads"),
+    ],
+)
+def test_config_validation_names_the_field_and_the_fix(fields, message):
+    base = cast.default(KernelConfig, cast.BFLOAT16, cast.E4M3)
+    if message is None:
+        assert base.replace(**fields).kind == "cast"
+        return
+    with pytest.raises(errors.ConfigError, match=message):
+        base.replace(**fields)
+
+
+def test_the_space_is_small_valid_and_holds_the_default():
+    for code in ("f32_e4m3", "bf16_e5m2", "f16_f16"):
+        src, dst = cast.PAIRS[code]
+        space = list(cast.space(KernelConfig, src, dst))
+        assert 50 < len(space) < 2000 and all(c.cast == code for c in space)
+        assert cast.default(KernelConfig, src, dst).replace(min_blocks=0) in space
+
+
+# --- rendering and compiling -------------------------------------------------------------------
+@pytest.mark.parametrize("code", PAIRS)
+def test_every_pair_renders_its_conversion(code):
+    src, dst = cast.PAIRS[code]
+    text = at.render(cast.default(KernelConfig, src, dst))
+    assert "#include <cuda_fp8.h>" in text and "sizeof(at_cast_args) == 120" in text
+    if dst.fp8:
+        assert f"__NV_SATFINITE, {dst.fp8}" in text
+    else:
+        assert f"at_cast_clamp_{dst.code}(__fmul_rn(" in text
+    assert ARGS.size == 120
+
+
+@nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_pair_s_defaults_compile_without_spills(arch):
+    assert_compile_without_spills(defaults(), arch)
+
+
+@nvcc
+def test_the_kernels_compile_silently():
+    assert_nvcc_silent(codegen.render_many(defaults()[:6]), "sm_90")
+
+
+@nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_a_sample_of_every_pair_s_space_compiles_without_spills(arch):
+    rng = np.random.default_rng()
+    picks = []
+    for src, dst in cast.PAIRS.values():
+        space = [c for c in cast.space(KernelConfig, src, dst) if c.threads <= 512]
+        picks += [space[i] for i in rng.choice(len(space), 3, replace=False)]
+    assert_compile_without_spills(picks, arch)
+
+
+# --- formats, pairs and launches ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "spelling, name",
+    [
+        ("e4m3", "float8_e4m3fn"),
+        ("float8_e5m2", "float8_e5m2"),
+        ("BF16", "bfloat16"),
+        (np.float16, "float16"),
+        ("float32", "float32"),
+    ],
+)
+def test_formats_by_any_spelling(spelling, name):
+    assert format_of(spelling).name == name
+
+
+def test_unsupported_formats_and_pairs():
+    with pytest.raises(errors.UnsupportedDtypeError, match="float32/bfloat16/float16 to"):
+        format_of("int8")
+    with pytest.raises(errors.UnsupportedDtypeError, match="writes float8_e4m3fn"):
+        pair(cast.BFLOAT16, cast.FLOAT32)
+    with pytest.raises(errors.UnsupportedDtypeError, match="reads float32"):
+        pair(cast.E4M3, cast.BFLOAT16)
+
+
+def test_a_matrix_is_one_launch_and_z_rides_along():
+    (lc,) = plan_cast((4, 5), (1, 0), (5, 1), (4, 1), (5, 1)).launches
+    assert (lc.batch, lc.m, lc.n, lc.ld_x, lc.ld_o, lc.transpose, lc.rides) == (
+        1, 4, 5, 5, 4, True, True,
+    )  # fmt: skip
+
+
+def test_axes_that_stay_together_fuse_into_a_batched_transpose():
+    (lc,) = plan_cast((3, 4, 37), (2, 0, 1), (148, 37, 1), (12, 4, 1), None).launches
+    assert (lc.batch, lc.m, lc.n, lc.transpose) == (1, 12, 37, True)
+    (lc,) = plan_cast((8, 30, 50), (0, 2, 1), (1500, 50, 1), (1500, 30, 1), None).launches
+    assert (lc.batch, lc.bs_x, lc.bs_o) == (8, 1500, 1500)
+
+
+def test_the_innermost_axis_staying_is_a_strided_cast_and_z_gets_its_own_launch():
+    plan = plan_cast(
+        (4, 6, 5, 33), (0, 2, 1, 3), (990, 165, 33, 1), (990, 198, 33, 1), (990, 165, 33, 1)
+    )
+    y = [lc for lc in plan.launches if lc.target == "y"]
+    z = [lc for lc in plan.launches if lc.target == "z"]
+    assert len(y) == 4 and not any(lc.transpose for lc in y)  # 4 host loops over the batch
+    assert len(z) == 1 and z[0].m * z[0].n * z[0].batch == 4 * 6 * 5 * 33
+
+
+def test_too_many_host_loops_take_two_passes():
+    shape = (3, MAX_LOOP_LAUNCHES + 1, 5, 7)  # out (65, 3, 7, 5): 65 loops of 3 transposes
+    y = (3 * 35, 35, 5, 1)
+    plan = plan_cast(shape, (1, 0, 3, 2), (35 * 65, 35, 7, 1), y, None)
+    assert plan.two_pass and not plan.launches
+    plan = plan_cast(shape[1:], (0, 2, 1), (35, 7, 1), y[1:], None)
+    assert len(plan.launches) == 1 and plan.launches[0].batch == MAX_LOOP_LAUNCHES + 1
+
+
+def test_a_transposed_view_of_x_is_read_through_its_stride_1_axis():
+    # x is the .T of a contiguous (5, 4): its transpose is that memory in order, one run
+    (lc,) = plan_cast((4, 5), (1, 0), (1, 4), (4, 1), None).launches
+    assert not lc.transpose and lc.m * lc.n * lc.batch == 20
+    (lc,) = plan_cast((4, 5), (0, 1), (1, 4), (5, 1), None).launches  # a plain cast of it
+    assert lc.transpose and (lc.m, lc.n, lc.ld_x, lc.ld_o) == (5, 4, 4, 5)
+
+
+def test_x_with_no_stride_1_axis_is_refused():
+    with pytest.raises(errors.LayoutError, match="no axis of stride 1"):
+        plan_cast((4, 5), (1, 0), (10, 2), (4, 1), None)
+
+
+def test_the_argument_block():
+    (lc,) = plan_cast(
+        (2, 300, 70), (0, 2, 1), (21000, 70, 1), (21000, 300, 1), (21000, 70, 1)
+    ).launches
+    args, grid = pack_args(lc, 128, 64, cast.BFLOAT16, cast.E4M3, 1000, 2000, 3000, 0, 4000, 0.5)
+    f = struct.unpack(ARGS.format, args)
+    assert grid == 2 * 3 * 2 and f[:5] == (1000, 2000, 3000, 0, 4000)
+    assert f[5:13] == (300, 70, 70, 300, 70, 21000, 21000, 21000) and f[13:16] == (3, 2, 0.5)
+
+
+# --- the call's errors, before any GPU use ------------------------------------------------------
+class FakeCuda:
+    """A GPU array by the CUDA Array Interface: its checks need no driver until the pointer."""
+
+    def __init__(self, shape, typestr="<f4", strides=None):
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (0x10000, False),
+            "strides": strides,
+            "version": 3,
+        }
+
+
+def test_numpy_input_is_refused_with_the_fix():
+    with pytest.raises(errors.InputTypeError, match="PyTorch tensor or CuPy array"):
+        at.cast_transpose(np.zeros((4, 4), np.float32), "e4m3")
+
+
+@pytest.mark.parametrize("typestr", ["<f8", "<i4", "|u1"])
+def test_unsupported_inputs(typestr):
+    with pytest.raises(errors.UnsupportedDtypeError, match="cast_transpose\\(\\) reads"):
+        at.cast_transpose(FakeCuda((4, 4), typestr), "e4m3")
+
+
+def test_unsupported_outputs():
+    with pytest.raises(errors.UnsupportedDtypeError, match="is not a format"):
+        at.cast_transpose(FakeCuda((4, 4)), np.int8)
+    with pytest.raises(errors.UnsupportedDtypeError, match="writes"):
+        at.cast_transpose(FakeCuda((4, 4)), "float32")
+
+
+def test_bad_axes_and_shapes():
+    with pytest.raises(errors.AxesError, match="repeat"):
+        at.cast_transpose(FakeCuda((4, 4)), "e4m3", axes=(0, 0))
+    with pytest.raises(errors.ShapeError, match="swap the last two"):
+        at.cast_transpose(FakeCuda((4,)), "e4m3")
+
+
+def test_out_without_both_and_bad_flags():
+    with pytest.raises(errors.OutputError, match="only with both=True"):
+        at.cast_transpose(FakeCuda((4, 4)), "e4m3", out=FakeCuda((4, 4), "|u1"))
+    with pytest.raises(errors.InputTypeError, match="both must be"):
+        at.cast_transpose(FakeCuda((4, 4)), "e4m3", both=1)
+
+
+@pytest.mark.parametrize("scale", [True, "2.0"])
+def test_a_scale_of_the_wrong_type(scale):
+    with pytest.raises(errors.InputTypeError, match="scale must be"):
+        at.cast_transpose(FakeCuda((4, 4)), "e4m3", scale=scale)
+
+
+def test_transpose_and_permute_take_a_dtype():
+    with pytest.raises(errors.InputTypeError, match="PyTorch tensor or CuPy array"):
+        at.transpose(np.zeros((4, 4), np.float32), dtype="e4m3")
+    with pytest.raises(errors.UnsupportedDtypeError, match="reads"):
+        at.permute(FakeCuda((2, 4, 4), "<f8"), (1, 0, 2), dtype="bfloat16")
+    with pytest.raises(errors.InputTypeError, match="config= and conjugate="):
+        at.transpose(FakeCuda((4, 4)), dtype="e4m3", conjugate=True)
+
+
+def test_a_forced_config_of_another_pair_is_refused():
+    cfg = cast.default(KernelConfig, cast.FLOAT32, cast.E5M2)
+    from autotranspose._cast import cast_transpose
+
+    with pytest.raises(errors.ConfigError, match="for the pair 'f32_e4m3'"):
+        cast_transpose(FakeCuda((4, 4)), "e4m3", config=cfg)
+
+
+# --- bench --cast ------------------------------------------------------------------------------
+def test_bench_cases_are_seeded_large_and_mixed():
+    from autotranspose.bench.cast import MIN_BYTES, PAIRS as BENCH_PAIRS, cast_cases
+
+    cases = cast_cases(40, 3)
+    assert cases == cast_cases(40, 3) and cases != cast_cases(40, 4)
+    assert all((c.src, c.dst) in BENCH_PAIRS for c in cases)
+    assert all(
+        c.shape[0] * c.shape[1] * (4 if c.src == "float32" else 2) >= MIN_BYTES for c in cases
+    )
+    assert any(c.both for c in cases) and not all(c.both for c in cases)
+    assert any(s % 2 for c in cases for s in c.shape) and any(c.shape[0] % 1024 == 0 for c in cases)
+
+
+def test_bench_cast_command_line_is_checked_first(capsys):
+    from autotranspose.cli import main
+
+    assert main(["bench", "--cast", "2", "--random", "3"]) != 0
+    assert "--cast N draws its own" in capsys.readouterr().err

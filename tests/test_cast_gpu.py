@@ -1,0 +1,259 @@
+"""cast_transpose() on a GPU: every pair bit for bit against
+``torch.clamp(x.float() * scale, -max, max).to(dtype)`` on fresh data holding infinities,
+NaN, subnormals and rounding midpoints; odd shapes, batches, pitched and offset inputs,
+poisoned outputs with guard regions, amax against torch.amax, scales as tensors and floats,
+both=True, permutes (fused, host loops, two passes), torch.compile(fullgraph=True), CuPy and
+pycuda arrays."""
+
+from __future__ import annotations
+
+import _cast_data as data
+import numpy as np
+import pytest
+
+import autotranspose as at
+from autotranspose import errors
+from autotranspose.kinds import cast
+
+pytestmark = pytest.mark.gpu
+
+PAIRS = sorted(cast.PAIRS)
+POISON = 0x5A
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device")
+    return torch
+
+
+def _input(torch, rng, shape, src, dst, scale):
+    """x on the GPU in `src`: half special values, half random magnitudes (the values of
+    tests/_cast_data.py, made in float32 and cast by PyTorch to x's dtype)."""
+    vals = data.make_input(rng, shape, cast.FLOAT32, dst, scale)
+    t = torch.from_numpy(np.ascontiguousarray(vals)).cuda()
+    return t.to(getattr(torch, src.name))
+
+
+def _reference(torch, x, scale, dst):
+    dt = getattr(torch, dst.name)
+    return torch.clamp(x.float() * scale, -dst.max, dst.max).to(dt)
+
+
+def _assert_same(torch, got, want, what="y"):
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
+    bits = torch.uint8 if got.element_size() == 1 else torch.int16
+    g, w = got.contiguous().view(bits), want.contiguous().view(bits)
+    nan = torch.isnan(got.float()) & torch.isnan(want.float())
+    bad = (g != w) & ~nan
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.numel()} differ; first at {idx}: got "
+            f"{int(g[idx]) & 0xFFFF:#x} want {int(w[idx]) & 0xFFFF:#x}"
+        )
+
+
+def _amax_ref(torch, x, prior):
+    return torch.maximum(prior, torch.amax(x.float().abs()).reshape(1))
+
+
+def _same_amax(torch, got, want):
+    assert (torch.isnan(got) & torch.isnan(want)).all() or torch.equal(got, want), (got, want)
+
+
+def _guarded(torch, shape, dtype, offset=0, pitch_pad=0, margin=512):
+    """A (rows, cols) output view into a poisoned byte buffer: `offset` elements in, rows
+    `pitch_pad` elements longer; with the buffer and the view's byte span."""
+    rows, cols = shape
+    pitch, size = cols + pitch_pad, dtype.itemsize
+    raw = torch.full(((2 * margin + offset + rows * pitch) * size,), POISON, dtype=torch.uint8)
+    raw = raw.cuda()
+    start = margin + offset
+    view = raw.view(dtype)[start : start + rows * pitch].view(rows, pitch)[:, :cols]
+    return raw, view, (start * size, (start + rows * pitch) * size, pitch * size, cols * size)
+
+
+def _guard_intact(torch, raw, span):
+    lo, hi, pitch, row = span
+    assert (raw[:lo] == POISON).all() and (raw[hi:] == POISON).all(), "a byte outside out changed"
+    gaps = raw[lo:hi].view(-1, pitch)[:, row:]
+    assert (gaps == POISON).all(), "a byte in out's row gaps changed"
+
+
+@pytest.mark.parametrize("code", PAIRS)
+@pytest.mark.parametrize("shape", [(4099, 6007), (3000, 7001), (7, 197), (2048, 4096)])
+def test_every_pair_is_bit_exact(torch, rng, code, shape):
+    src, dst = cast.PAIRS[code]
+    scale = 2.0 if dst.fp8 else 1.0
+    x = _input(torch, rng, shape, src, dst, scale)
+    amax = torch.zeros(1, device="cuda")
+    y = at.cast_transpose(x, getattr(torch, dst.name), scale=scale, amax=amax)
+    _assert_same(torch, y, _reference(torch, x, scale, dst).t())
+    _same_amax(torch, amax, _amax_ref(torch, x, torch.zeros(1, device="cuda")))
+
+
+@pytest.mark.parametrize("code", ["f32_e4m3", "bf16_e4m3", "bf16_e5m2", "f16_bf16", "f32_bf16"])
+def test_both_outputs_come_from_one_pass(torch, rng, code):
+    src, dst = cast.PAIRS[code]
+    x = _input(torch, rng, (2, 1031, 517), src, dst, 0.5)
+    s = torch.tensor([0.5], device="cuda")
+    amax = torch.full((1,), 3.0, device="cuda")
+    z, y = at.cast_transpose(x, dst.name, scale=s, amax=amax, both=True)
+    ref = _reference(torch, x, 0.5, dst)
+    _assert_same(torch, z, ref, "z")
+    _assert_same(torch, y, ref.transpose(-1, -2), "y")
+    _same_amax(torch, amax, _amax_ref(torch, x, torch.full((1,), 3.0, device="cuda")))
+
+
+@pytest.mark.parametrize("code", ["f32_e4m3", "bf16_e5m2", "f16_f16"])
+@pytest.mark.parametrize(
+    "x_offset, x_pad, y_offset, y_pad", [(3, 5, 1, 7), (1, 0, 0, 0), (0, 3, 5, 0), (8, 8, 16, 16)]
+)
+def test_pitched_and_offset_views_into_guarded_outputs(torch, rng, code, x_offset, x_pad, y_offset, y_pad):  # fmt: skip
+    src, dst = cast.PAIRS[code]
+    m, n = 389, 1203
+    big = _input(torch, rng, (x_offset + m * (n + x_pad),), src, dst, 1.0)
+    x = big[x_offset:].view(m, n + x_pad)[:, :n]
+    dt = getattr(torch, dst.name)
+    buf, out_t, span = _guarded(torch, (n, m), dt, y_offset, y_pad)
+    zbuf, out, zspan = _guarded(torch, (m, n), dt, y_offset + 1, 0)
+    z, y = at.cast_transpose(x, dt, out=out, out_t=out_t, both=True)
+    assert y is out_t and z is out
+    ref = _reference(torch, x, 1.0, dst)
+    _assert_same(torch, y, ref.t())
+    _assert_same(torch, z, ref, "z")
+    _guard_intact(torch, buf, span)
+    _guard_intact(torch, zbuf, zspan)
+
+
+@pytest.mark.parametrize(
+    "shape, axes",
+    [
+        ((8, 197, 12, 64), (0, 2, 1, 3)),  # the head swap: the innermost axis stays
+        ((16, 3, 56, 56), (0, 2, 3, 1)),  # NCHW -> NHWC: fused to a batched transpose
+        ((5, 6, 7, 33), (3, 1, 0, 2)),  # host loops
+        ((3, 70, 5, 7), (1, 0, 3, 2)),  # 70 loops: two passes
+        ((31, 4099), (0, 1)),  # a plain cast
+    ],
+)
+def test_permutes(torch, rng, shape, axes):
+    x = _input(torch, rng, shape, cast.BFLOAT16, cast.E4M3, 1.0)
+    amax = torch.zeros(1, device="cuda")
+    y = at.permute(x, axes, dtype=torch.float8_e4m3fn)
+    _assert_same(torch, y, _reference(torch, x, 1.0, cast.E4M3).permute(axes).contiguous())
+    z, y = at.cast_transpose(x, "e4m3", axes=axes, both=True, amax=amax)
+    _assert_same(torch, z, _reference(torch, x, 1.0, cast.E4M3), "z")
+    _same_amax(torch, amax, _amax_ref(torch, x, torch.zeros(1, device="cuda")))
+
+
+def test_transpose_with_dtype_and_strided_x(torch, rng):
+    x = _input(torch, rng, (300, 500), cast.FLOAT32, cast.BFLOAT16, 1.0)
+    xt = x.t()  # a transposed view: its stride-1 axis is axis 0
+    _assert_same(torch, at.transpose(xt, dtype=torch.bfloat16), x.to(torch.bfloat16).contiguous())
+    _assert_same(torch, at.transpose(x, dtype="bf16"), _reference(torch, x, 1.0, cast.BFLOAT16).t())
+
+
+def test_nan_and_negative_priors_of_amax(torch):
+    x = torch.tensor([[1.0, -7.0], [float("nan"), 2.0]], device="cuda")
+    amax = torch.zeros(1, device="cuda")
+    at.cast_transpose(x, "e4m3", amax=amax)
+    assert torch.isnan(amax).all()
+    amax = torch.full((1,), -5.0, device="cuda")
+    at.cast_transpose(torch.zeros(3, 3, device="cuda"), "e4m3", amax=amax)
+    assert amax.item() == 0.0
+    amax = torch.full((1,), float("nan"), device="cuda")
+    at.cast_transpose(torch.ones(3, 3, device="cuda"), "e4m3", amax=amax)
+    assert torch.isnan(amax).all()
+
+
+def test_compile_fullgraph_traces_the_op(torch, rng):
+    torch._dynamo.reset()
+    x = _input(torch, rng, (257, 1031), cast.BFLOAT16, cast.E4M3, 4.0)
+
+    def f(x, s, amax):
+        y = at.cast_transpose(x * 1, torch.float8_e4m3fn, scale=s, amax=amax)
+        z, y2 = at.cast_transpose(x, torch.float8_e5m2, scale=2.0, both=True)
+        return y, z, y2
+
+    s = torch.tensor([4.0], device="cuda")
+    a1, a2 = torch.zeros(1, device="cuda"), torch.zeros(1, device="cuda")
+    compiled = torch.compile(f, fullgraph=True)
+    y, z, y2 = compiled(x, s, a1)
+    ey, ez, ey2 = f(x, s, a2)
+    _assert_same(torch, y, ey)
+    _assert_same(torch, z, ez, "z")
+    _assert_same(torch, y2, ey2)
+    _same_amax(torch, a1, a2)
+    _assert_same(torch, y, _reference(torch, x, 4.0, cast.E4M3).t())
+    explained = torch._dynamo.explain(f)(x, s, a1)
+    assert explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_compile_with_out_buffers(torch, rng):
+    torch._dynamo.reset()
+    x = _input(torch, rng, (130, 70), cast.FLOAT32, cast.E4M3, 1.0)
+    out_t = torch.empty(70, 130, dtype=torch.float8_e4m3fn, device="cuda")
+
+    @torch.compile(fullgraph=True)
+    def f(x, out_t):
+        return at.cast_transpose(x, torch.float8_e4m3fn, out_t=out_t)
+
+    f(x, out_t)
+    _assert_same(torch, out_t, _reference(torch, x, 1.0, cast.E4M3).t())
+
+
+def test_errors_at_trace_time_and_eagerly(torch):
+    x = torch.zeros(4, 4, device="cuda", dtype=torch.float64)
+    with pytest.raises(errors.UnsupportedDtypeError, match="reads"):
+        at.cast_transpose(x, torch.float8_e4m3fn)
+    with pytest.raises(errors.UnsupportedDtypeError, match="reads"):
+        torch.compile(lambda x: at.cast_transpose(x, torch.float8_e4m3fn), fullgraph=True)(x)
+    x = torch.zeros(4, 4, device="cuda")
+    with pytest.raises(errors.InputTypeError, match="one float32"):
+        at.cast_transpose(x, "e4m3", amax=torch.zeros(2, device="cuda"))
+    with pytest.raises(errors.InputTypeError, match="one float32"):
+        at.cast_transpose(x, "e4m3", scale=torch.zeros(1, device="cuda", dtype=torch.float16))
+    with pytest.raises(errors.InputTypeError, match="x's GPU"):
+        at.cast_transpose(x, "e4m3", amax=torch.zeros(1))
+    with pytest.raises(errors.OutputError, match="shape"):
+        at.cast_transpose(
+            x, "e4m3", out_t=torch.empty(4, 5, device="cuda", dtype=torch.float8_e4m3fn)
+        )
+    with pytest.raises(errors.OutputError, match="dtype"):
+        at.cast_transpose(x, "e4m3", out_t=torch.empty(4, 4, device="cuda", dtype=torch.uint8))
+
+
+def test_empty_arrays_launch_nothing(torch):
+    amax = torch.full((1,), 2.0, device="cuda")
+    y = at.cast_transpose(torch.zeros(0, 5, device="cuda"), "e5m2", amax=amax)
+    assert y.shape == (5, 0) and amax.item() == 2.0
+
+
+def test_cupy_and_pycuda_arrays(rng, pycuda_primary):
+    cupy = pytest.importorskip("cupy")
+    import ml_dtypes
+    import pycuda.gpuarray as gpuarray
+
+    vals = data.make_input(rng, (333, 517), cast.FLOAT32, cast.E4M3, 1.0)
+    want = data.reference(vals, 1.0, cast.E4M3).T
+    y = at.cast_transpose(cupy.asarray(vals), "e4m3")
+    assert isinstance(y, cupy.ndarray)
+    data.assert_same_bits(cupy.asnumpy(y).view(np.uint8), want, cast.E4M3)
+    g = gpuarray.to_gpu(vals.astype(np.float16))
+    amax = gpuarray.to_gpu(np.zeros(1, np.float32))
+    y = at.cast_transpose(g, ml_dtypes.bfloat16, amax=amax)
+    assert isinstance(y, gpuarray.GPUArray)
+    want = data.reference(vals.astype(np.float16), 1.0, cast.BFLOAT16).T
+    data.assert_same_bits(y.get().view(np.uint16), want, cast.BFLOAT16)
+    assert amax.get()[0] == data.amax_reference(vals.astype(np.float16)) or np.isnan(amax.get()[0])
+
+
+@pytest.mark.parametrize("code", PAIRS)
+def test_batched_odd_sides(torch, rng, code):
+    src, dst = cast.PAIRS[code]
+    x = _input(torch, rng, (3, 67, 131), src, dst, 1.0)
+    y = at.cast_transpose(x, dst.name, scale=1.0)
+    _assert_same(torch, y, _reference(torch, x, 1.0, dst).transpose(1, 2))

@@ -146,7 +146,8 @@ _FIRST_CALL = textwrap.dedent("""
     import json, sys
     import cupy, numpy as np
     import autotranspose as at
-    from autotranspose import _api as api, _firstcall as firstcall, _lookup as lookup
+    from autotranspose import _firstcall as firstcall, _lookup as lookup
+    from autotranspose._compiler import device_state
     from autotranspose._config import max_vec
     from autotranspose._shapes import shape_class
     lookup.tuning_db_dir = lambda: None  # nothing shipped: a class nobody tuned

@@ -120,7 +120,11 @@ def bench_cast_case(torch: Any, case: CastCase, repeats: int) -> list[CastRow]:
     def ours() -> Any:
         return at.cast_transpose(x, dt, scale=s, amax=amax, both=case.both)
 
-    compiled = torch.compile(eager, fullgraph=True)
+    # every case's `eager` shares one code object: past dynamo's recompile limit a
+    # fullgraph compile fails (and without fullgraph would run eagerly without a word), so
+    # its caches start over for each case, compiled for this case's static shapes
+    torch._dynamo.reset()
+    compiled = torch.compile(eager, fullgraph=True, dynamic=False)
     want = eager(x, s)
     got = ours()
     got = got if case.both else (got,)

@@ -41,13 +41,13 @@ PACKED_TEMPLATE = "packed/packed.cu.j2"
 UNTUNED_TEMPLATES = ("seed", SUPPORT_TEMPLATE, "rows", "gather", "packed")
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
-# the row kernels' `at_rows_args` struct (templates/rows/rows.cu.j2): M, N, ld_in, ld_out, bs_in,
+# the row kernels' `at_rows_args` struct (templates/rows/): M, N, ld_in, ld_out, bs_in,
 # bs_out, os_in, os_out, os2_in, os2_out; lanes, batch, chunk, outer2, per_block and line (the
 # skewed kernel's store line, launch.row_store_line; 0 for the unskewed one). Standard sizes,
 # no padding, as C lays it out; the template asserts the size.
 ROWS_ARG_FORMAT = "<10q6I"
 ROWS_ARG_BYTES = struct.calcsize(ROWS_ARG_FORMAT)
-# the realigning row copy's `at_runs_args` (templates/rows/rows.cu.j2): n, in0, in1, rin_i,
+# the realigning row copy's `at_runs_args` (templates/rows/): n, in0, in1, rin_i,
 # rout_i, rin_b, rout_b, os_in, os_out, os2_in, os2_out (bytes); run, s0, ri, rb, outer2,
 # lanes, per_block, chunk, words, n_magic, n_shift, s0_magic, s0_shift and a pad word.
 RUNS_ARG_FORMAT = "<11q14I"

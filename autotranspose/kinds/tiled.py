@@ -1,6 +1,6 @@
-"""Tiled kernels (no kind flag; templates/tiled/): a `tile_m` x
-`tile_n` tile through shared memory in `vec` x `vec` micro-blocks, each thread moving
-`per_thread` of them; `realign` ones use their vectors at any offset.
+"""Tiled kernels (no kind flag; templates/tiled/): a `tile_m` x `tile_n` tile through shared
+memory in `vec` x `vec` micro-blocks, each thread moving `per_thread` of them; `realign` ones
+use their vectors at any offset.
 
 Shared memory is split into planes of `chunk_bytes`-wide entries (the widest shared-memory
 access, at most 16 bytes), so both phases access it at full width; bank conflicts are avoided

@@ -33,26 +33,26 @@ from .kinds.base import WORD_TYPES
 # What nvcc is told besides the architecture: part of what a kernel is (compiler.py compiles
 # with these), so part of its version.
 NVCC_OPTIONS: tuple[str, ...] = ("-O3", "-lineinfo")
-# The template of each kind of tuned kernel is its policy's (`Kind.template`, autotranspose/kinds/).
-# Kernels that are not tuned configs: a peer, the measuring helpers, permute's row copies
-# and gathers (outside template_version: editing them starts no tuning study over).
-UNTUNED_TEMPLATES = (
-    "seed.cu.j2",
-    "support.cu.j2",
-    "rows.cu.j2",
-    "gather.cu.j2",
-    "packed.cu.j2",
-    "cast.cu.j2",  # cast-transposes: served by their pair's default, not tuned (kinds/cast.py)
-)
+# The template of each kind of tuned kernel is its policy's (`Kind.template`, autotranspose/kinds/),
+# in the kind's folder of templates/. Kernels that are not tuned configs, as folders or files
+# of templates/: a peer, the measuring helpers, permute's row copies, gathers and packed
+# boxes (outside template_version: editing them starts no tuning study over).
+SEED_TEMPLATE = "seed/seed.cu.j2"
+SUPPORT_TEMPLATE = "common/support.cu.j2"
+ROWS_TEMPLATE = "rows/rows.cu.j2"
+GATHER_TEMPLATE = "gather/gather.cu.j2"
+PACKED_TEMPLATE = "packed/packed.cu.j2"
+UNTUNED_TEMPLATES = ("seed", SUPPORT_TEMPLATE, "rows", "gather", "packed", "cast")
+# cast-transposes (cast/) are served by their pair's default, not tuned (kinds/cast.py)
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
-# the row kernels' `at_rows_args` struct (templates/rows.cu.j2): M, N, ld_in, ld_out, bs_in,
+# the row kernels' `at_rows_args` struct (templates/rows/): M, N, ld_in, ld_out, bs_in,
 # bs_out, os_in, os_out, os2_in, os2_out; lanes, batch, chunk, outer2, per_block and line (the
 # skewed kernel's store line, launch.row_store_line; 0 for the unskewed one). Standard sizes,
 # no padding, as C lays it out; the template asserts the size.
 ROWS_ARG_FORMAT = "<10q6I"
 ROWS_ARG_BYTES = struct.calcsize(ROWS_ARG_FORMAT)
-# the realigning row copy's `at_runs_args` (templates/rows.cu.j2): n, in0, in1, rin_i,
+# the realigning row copy's `at_runs_args` (templates/rows/): n, in0, in1, rin_i,
 # rout_i, rin_b, rout_b, os_in, os_out, os2_in, os2_out (bytes); run, s0, ri, rb, outer2,
 # lanes, per_block, chunk, words, n_magic, n_shift, s0_magic, s0_shift and a pad word.
 RUNS_ARG_FORMAT = "<11q14I"
@@ -67,7 +67,7 @@ GATHER_THREADS, GATHER_UNROLL, GATHER_BLOCKS_PER_SM = 256, 4, 4
 # thread issues before it stores them to shared memory (up to 8 loads: more bytes in flight)
 # (threads per block, the table path and the blocks per SM: autotranspose/packed.py)
 PACKED_UNROLL, PACKED_LOAD_BYTES = 4, 64
-# A tuned kernel's "outer" variant (templates/tiled/outer.cu.j2), for permute's transpose
+# A tuned kernel's "outer" variant (templates/common/outer.cu.j2), for permute's transpose
 # passes: its last argument is an `at_outer_args` struct of tiles_total, batch; os_in, os_out,
 # os2_in, os2_out; outer2 and one unused word. Standard sizes, no padding, as C lays it out.
 OUTER_ARG_FORMAT = "<2I4q2I"
@@ -86,10 +86,10 @@ _DTYPES_BY_SIZE = {
 def template_dir() -> Path:
     """The templates: inside the installed package, or `templates/` of a source checkout."""
     packaged = Path(__file__).resolve().parent / "templates"
-    if (packaged / "transpose.cu.j2").is_file():
+    if (packaged / "common" / "outer.cu.j2").is_file():
         return packaged
     checkout = Path(__file__).resolve().parent.parent / "templates"
-    if (checkout / "transpose.cu.j2").is_file():
+    if (checkout / "common" / "outer.cu.j2").is_file():
         return checkout
     raise FileNotFoundError(
         f"autotranspose's CUDA templates are missing (looked in {packaged} and {checkout}); "
@@ -107,16 +107,23 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def _tuned_template(relative: str) -> bool:
+    """Whether a template file (its path under templates/) is a tuned kernel's: any file but
+    those of UNTUNED_TEMPLATES (a file, or a folder and everything in it)."""
+    return not any(relative == u or relative.startswith(u + "/") for u in UNTUNED_TEMPLATES)
+
+
 @functools.cache
 def template_version() -> str:
-    """Hash of every tuned kernel's template files and the config schema: names an Optuna study
-    (its search state starts over when the kernels change). Stored results are versioned per
-    kernel instead (`kernel_version`)."""
+    """Hash of every tuned kernel's template files, in every folder of templates/ (new ones
+    included), and the config schema: names an Optuna study (its search state starts over when
+    the kernels change). Stored results are versioned per kernel instead (`kernel_version`)."""
     h = hashlib.sha256(f"schema={CONFIG_SCHEMA}".encode())
     root = template_dir()
     for path in sorted(root.rglob("*.j2")):
-        if path.name not in UNTUNED_TEMPLATES:
-            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        relative = path.relative_to(root).as_posix()
+        if _tuned_template(relative):
+            h.update(relative.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -173,7 +180,7 @@ def kernel_name(config: KernelConfig, outer: bool = False) -> str:
 
 def _outer_params(c: KernelConfig) -> dict[str, object]:
     """The outer variant of a config's kernel: the same tile code, its batch index walked as
-    three dims (templates/tiled/outer.cu.j2). Not hashed into `kernel_version`: it runs the
+    three dims (templates/common/outer.cu.j2). Not hashed into `kernel_version`: it runs the
     tuned kernel's tiles on the matrices permute's plan finds, as host loops did before."""
     return {**kernel_params(c), "outer": True, "name": kernel_name(c, True)}
 
@@ -216,7 +223,7 @@ def render_support() -> str:
     """Measurement helpers: random fill, naive reference transpose, mismatch count."""
     return (
         _environment()
-        .get_template("support.cu.j2")
+        .get_template(SUPPORT_TEMPLATE)
         .render(element_types=_ELEMENT_TYPES, version=__version__)
     )
 
@@ -225,7 +232,7 @@ def render_seed() -> str:
     """The seed documents' kernel for every element size (a peer in `autotranspose bench`)."""
     source = (
         _environment()
-        .get_template("seed.cu.j2")
+        .get_template(SEED_TEMPLATE)
         .render(element_types=_ELEMENT_TYPES, version=__version__)
     )
     return "typedef unsigned int u32;\n" + source
@@ -256,7 +263,7 @@ def render_rows() -> str:
     (ROW_KERNELS)."""
     return (
         _environment()
-        .get_template("rows.cu.j2")
+        .get_template(ROWS_TEMPLATE)
         .render(
             element_types=_ELEMENT_TYPES,
             version=__version__,
@@ -272,7 +279,7 @@ def render_gather() -> str:
     """permute()'s one-launch gathers, one kernel per element size (GATHER_KERNELS)."""
     return (
         _environment()
-        .get_template("gather.cu.j2")
+        .get_template(GATHER_TEMPLATE)
         .render(
             element_types=_ELEMENT_TYPES,
             version=__version__,
@@ -293,7 +300,7 @@ def render_packed(kernels: Iterable[PackedKernel]) -> str:
         raise TypeError("render_packed() takes PackedKernel specs")
     return (
         _environment()
-        .get_template("packed.cu.j2")
+        .get_template(PACKED_TEMPLATE)
         .render(
             kernels=[_packed_vars(k) for k in specs],
             version=__version__,
@@ -346,7 +353,7 @@ def _packed_vars(k: PackedKernel) -> dict[str, object]:
 
 
 def _packed_word_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
-    """The words kernel's index arithmetic (templates/packed.cu.j2: words_kernel). A read step
+    """The words kernel's index arithmetic (templates/packed/words.cu.j2). A read step
     is a K x K block: digit 0 counts K rows of dim 0, digit i0 K elements of the input's
     innermost dim; a write step is a word of dim 0. Shared memory holds the box in output
     order in words (dense[j] / K words a step of dim j >= 1), one word skipped every 2**wshift

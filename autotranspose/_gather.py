@@ -1,4 +1,4 @@
-"""The gather kernels' arguments (templates/gather.cu.j2): a fused permute of up to 8 dims,
+"""The gather kernels' arguments (templates/gather/): a fused permute of up to 8 dims,
 and the grid stride of its launch, as the `at_gather_dims` struct the kernel takes by value.
 
 Pure (no CUDA): `launch.make_gather` packs these, and tests/test_gather.py walks the same

@@ -189,7 +189,7 @@ def make_launch(
 
     With `outer` or `outer2` (permute's transpose passes: `plan.Pass`), the launch also walks
     those two batch dims, outermost first, through the config's outer variant: the same tiles,
-    the batch index split into three dims once per tile (templates/tiled/outer.cu.j2)."""
+    the batch index split into three dims once per tile (templates/common/outer.cu.j2)."""
     walked = outer.extent * outer2.extent
     tiles_m, tiles_n = cfg.tiles(m, n)
     total = tiles_m * tiles_n * batch * walked
@@ -430,7 +430,7 @@ def runs_args(
 def make_runs_copy(state: DeviceState, elem_bytes: int, *args: int) -> Launch:
     """A prepared launch of permute()'s realigned row copy (`plan.realigned`): the row copy's
     contract (`make_row_copy`'s arguments) in bytes (`elem_bytes` must be 1), moved in
-    aligned 16-byte output words whatever the rows' offsets (templates/rows.cu.j2,
+    aligned 16-byte output words whatever the rows' offsets (templates/rows/,
     `at_copy_runs`)."""
     if elem_bytes != 1:
         raise ShapeError(f"a realigned row copy counts bytes, not {elem_bytes}-byte words")

@@ -1,4 +1,4 @@
-"""Packed passes (templates/packed.cu.j2, cuTT's Packed method): the kernel a box shape
+"""Packed passes (templates/packed/, cuTT's Packed method): the kernel a box shape
 needs, and the `at_packed_args` struct a launch passes it.
 
 Pure (no CUDA): `launch.make_packed` packs these, `codegen.render_packed` renders a

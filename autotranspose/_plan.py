@@ -22,9 +22,9 @@ says what we took from cuTT's planner and what not):
 4. if that pass would be many small launches, or a transpose of tiles too small for any
    tile kernel (`gather_reason`), run the whole fused problem in ONE launch instead: a packed
    pass where a box of the problem's dims holds runs long enough on both sides
-   (`packed_box`; templates/packed.cu.j2: cuTT's Packed method, a shared-memory tile that
+   (`packed_box`; templates/packed/: cuTT's Packed method, a shared-memory tile that
    spans several small dims, read and written in whole runs), else a gather
-   (templates/gather.cu.j2: an element-wise kernel over up to 8 dims, stores coalesced along
+   (templates/gather/: an element-wise kernel over up to 8 dims, stores coalesced along
    the output, reads gathered);
 5. name the alternatives (`alternatives`, ALT_*): other passes of the same bytes that no rule
    of sizes ranks against the chosen one, which permute()'s first call times and chooses
@@ -80,7 +80,7 @@ ROWS_MAX_OUTER = 65535
 # side contiguous gained nothing (head swap 96.2 -> 95.8, complex128 2944-byte rows 92.1 ->
 # 92.3).
 # A transpose pass's launch walks two more batch dims in the same way (a tuned kernel's outer
-# variant, templates/tiled/outer.cu.j2: the batch index split into three dims per tile):
+# variant, templates/common/outer.cu.j2: the batch index split into three dims per tile):
 # host loops of many small launches had made such permutes gathers, e.g. float32
 # (200, 64, 112, 8) by (3, 1, 0, 2), 64 launches of 0.7 MB, 32.7% of copy as a gather on an
 # H200. The launch's tiles must fit one grid (2**31 - 1) for any config: a matrix has at most
@@ -160,7 +160,7 @@ ALT_SIDE_BYTES = 512
 # words (`_copy`): 1-2 bytes a thread for odd rows, which is 8-16x the instructions and
 # requests a byte of 16-byte accesses (H200, a random permute mix: bool rows of 29034
 # bytes in 2-byte words 56.0% of copy, uint8 rows of 21 bytes 15.6%, behind PyTorch). Such a
-# copy can run realigned (`realigned`, templates/rows.cu.j2 `at_copy_runs`): the output cut
+# copy can run realigned (`realigned`, templates/rows/ `at_copy_runs`): the output cut
 # into runs of contiguous bytes (a row, or the rows that lie side by side in the output), each
 # written in aligned 16-byte words whose bytes are funnel-shifted out of aligned 16-byte
 # loads. H200, word copy against realigned in one process (dev/realign_check.py, %

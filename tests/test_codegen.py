@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +95,57 @@ def test_names_and_version_are_stable():
     cfg = KernelConfig(8, 64, 32, 2, 2, 1, "pad", "col", "default", True)
     assert cfg.kernel_name == "autotranspose_s8_m64_n32_v2_t2_pad1_col_default_conj"
     assert template_version() == template_version() and len(template_version()) == 16
+
+
+def test_each_kind_renders_from_its_own_template_folder():
+    """A kind's skeleton lies in a folder of templates/, its pieces beside it."""
+    from autotranspose import _codegen as codegen
+    from autotranspose import kinds
+
+    root = codegen.template_dir()
+    for kind in kinds.all_kinds():
+        path = Path(kind.template)
+        assert path.parent != Path("."), kind.template
+        assert (root / path).is_file(), kind.template
+
+
+def test_template_version_covers_every_tuned_template_file(tmp_path, monkeypatch):
+    """template_version (an Optuna study's name) changes with every template file of the tuned
+    kernels, in any folder of templates/ (a folder added later included), and with none of
+    the untuned kernels' (seed/, rows/, gather/, packed/, common/support.cu.j2)."""
+    import shutil
+
+    from autotranspose import _codegen as codegen
+
+    work = tmp_path / "templates"
+    shutil.copytree(codegen.template_dir(), work)
+    monkeypatch.setattr(codegen, "template_dir", lambda: work)
+
+    def version() -> str:
+        codegen.template_version.cache_clear()
+        return codegen.template_version()
+
+    untuned = {"seed", "rows", "gather", "packed", "common/support.cu.j2"}
+    try:
+        before = version()
+        files = sorted(work.rglob("*.j2"))
+        assert {f.parent.name for f in files} >= {"common", "tiled", "prmt", "packed", "seed"}
+        for f in files:
+            relative = f.relative_to(work).as_posix()
+            text = f.read_text()
+            f.write_text(text + "{#- an edit -#}\n")
+            tuned = relative not in untuned and relative.split("/")[0] not in untuned
+            assert (version() != before) == tuned, relative
+            f.write_text(text)
+        assert version() == before
+        (work / "newkind").mkdir()
+        (work / "newkind" / "newkind.cu.j2").write_text("// a kind added later\n")
+        assert version() != before
+        (work / "packed" / "another.cu.j2").write_text("// an untuned piece\n")
+        (work / "newkind" / "newkind.cu.j2").unlink()
+        assert version() == before
+    finally:
+        codegen.template_version.cache_clear()
 
 
 def test_support_and_seed_kernels_render():

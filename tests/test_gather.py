@@ -1,4 +1,4 @@
-"""The gather kernel (templates/gather.cu.j2) without a GPU: a Python model of its index walk,
+"""The gather kernel (templates/gather/) without a GPU: a Python model of its index walk,
 thread by thread (the first index decomposed by 32-bit division, then the grid stride added
 by the mixed-radix carry, UNROLL indices per round), run on the very arguments the host packs
 (`gather.gather_args`) and checked against np.transpose for random permutes and grid sizes;

@@ -1,4 +1,4 @@
-"""The packed kernels (templates/packed.cu.j2) without a GPU: a Python model of a block's walk
+"""The packed kernels (templates/packed/) without a GPU: a Python model of a block's walk
 (the box index split over the grid dims by the kernel's multiply-shift division, the edge
 limits, the box read in the input's order into skewed shared memory and written in the
 output's, by the table of per-thread offsets or by splitting each index), run on the very

@@ -474,7 +474,7 @@ def tile_launch(monkeypatch):
 
 
 def _outer_offsets(more: tuple[int, ...], b: int, bs_in: int, bs_out: int) -> tuple[int, int]:
-    """templates/tiled/outer.cu.j2's at_outer_offsets, in Python (32-bit unsigned division)."""
+    """templates/common/outer.cu.j2's at_outer_offsets, in Python (32-bit unsigned division)."""
     _, batch, os_in, os_out, os2_in, os2_out, outer2, _ = more
     q, b0 = divmod(b, batch)
     b2, b1 = divmod(q, outer2)

@@ -1,4 +1,4 @@
-"""Byte-permute kernels (config.prmt, templates/prmt.cu.j2): validation and the space; a
+"""Byte-permute kernels (config.prmt, templates/prmt/): validation and the space; a
 Python model of a block's work (aligned word loads, the shuffle and funnel shift that absorb
 a row's offset, the byte permutes, the swizzled shared memory, the shifted word stores with
 byte-wise ends) run against np.transpose at random offsets and pitches, which also checks

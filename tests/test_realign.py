@@ -1,4 +1,4 @@
-"""The realigning row copy (templates/rows.cu.j2 `at_copy_runs`) without a GPU: a Python model
+"""The realigning row copy (templates/rows/ `at_copy_runs`) without a GPU: a Python model
 of every thread of the launch, run on the very arguments the host packs
 (`launch.runs_args`), for random row copies at every byte offset and for the passes
 `plan.realigned` makes of random permutes, against NumPy. The model also checks the kernel's

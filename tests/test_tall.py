@@ -1,4 +1,4 @@
-"""Flat byte-permute kernels (config flat=True with prmt=True, templates/prmt.cu.j2): one
+"""Flat byte-permute kernels (config flat=True with prmt=True, templates/prmt/): one
 tile spans the short side. Tall: rows of at most tile_n elements, contiguous, at any offset,
 staged as the one contiguous run they are. Wide: at most tile_m rows, whose output rows (at
 least 4 bytes) are one contiguous run, written as its aligned chunks. Validation, the space
@@ -275,7 +275,7 @@ def test_tall_past_2_31_elements():
     assert_match_reference(activate(0), 1, shape, [tall_default(1, 21)])
 
 
-# --- a model of the wide store (templates/prmt.cu.j2 `store_run`), on the CPU ------------------
+# --- a model of the wide store (templates/prmt/wide.cu.j2 `store_run`), on the CPU ------------
 M32 = 0xFFFFFFFF
 
 
@@ -358,7 +358,7 @@ def test_the_wide_store_writes_each_byte_of_the_run_once(rng, s):
             assert set(count.values()) == {1}
 
 
-# --- a model of the ordered buffer (templates/prmt.cu.j2 `put_ordered`, `store_copy`) -------------
+# --- a model of the ordered buffer (templates/prmt/wide.cu.j2 `put_ordered`, `store_copy`) -------
 def _ordered_model(m: int, s: int, ncols: int, lead: int, threads: int, sb_bytes: int):
     """Where the exchange puts each word of an ordered buffer ({buffer byte: (output row, input
     row, byte)}, and how often each byte is written), and which buffer bytes the store reads

@@ -4,8 +4,9 @@ template parameters, search space, defaults and serving rules. config.KernelConf
 fields every kind shares and asks its kind (`kind_of`) for the rest; codegen renders a
 config with its kind's template and parameters.
 
-Adding a kind: its module here (a `Kind` subclass and its instance), its template under
-templates/, its flag field on KernelConfig, and one `register` line below. The registration
+Adding a kind: its module here (a `Kind` subclass and its instance), its template folder
+templates/<name>/ (the skeleton its `template` names and its pieces; template_version covers
+it unasked), its flag field on KernelConfig, and one `register` line below. The registration
 order is the order kernels of several kinds are rendered in one file; where several kind
 flags are set, the kind of the highest `precedence` is the config's (flat=True with prmt=True
 is prmt).

@@ -139,7 +139,7 @@ class Kind(ABC):
     name: ClassVar[str]
     flag: ClassVar[str | None]
     precedence: ClassVar[int]
-    template: ClassVar[str]  # its template file under templates/ (pieces included from it)
+    template: ClassVar[str]  # its skeleton under templates/, in the kind's folder with its pieces
     persistent: ClassVar[bool] = True  # the space holds its persistent-grid variants
     capped: ClassVar[bool] = True  # the space and the neighbours hold register-capped variants
 

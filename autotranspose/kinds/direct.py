@@ -1,4 +1,4 @@
-"""Direct kernels (direct=True, templates/direct.cu.j2): the seed documents' strategy with the
+"""Direct kernels (direct=True, templates/direct/): the seed documents' strategy with the
 tiled kernel's parameters: one element an access, tile indices from a 2-D grid (the batch on
 z). Square tiles of 4- to 16-byte elements, and narrow tiles (a side of 2-8 elements) of any
 element size for calls with a side that short.
@@ -33,7 +33,7 @@ DIRECT_TILES = (16, 32, 64)
 # columns of one-element words, interleaves of a few rows): a short side of 2-8 elements
 # and a long side of 64-256, so a warp's loads (few columns) or stores (few rows) are one
 # contiguous run. A block with fewer threads than a tile side walks that side in steps of
-# the block (templates/direct.cu.j2).
+# the block (templates/direct/).
 DIRECT_NARROW = (2, 4, 8)
 DIRECT_LONG = (64, 128, 256)
 DIRECT_SIDES = tuple(sorted(set(TILE_SIZES + DIRECT_NARROW)))
@@ -125,7 +125,7 @@ def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
 
 
 def _params(c: Config) -> dict[str, object]:
-    """What templates/direct.cu.j2 needs about one direct config."""
+    """What templates/direct/ needs about one direct config."""
     return {
         "tm": c.tile_m,
         "tn": c.tile_n,
@@ -147,7 +147,7 @@ class Direct(Kind):
     name = "direct"
     flag = "direct"
     precedence = 4
-    template = "direct.cu.j2"
+    template = "direct/direct.cu.j2"
     persistent = False  # a direct grid is the tiles
 
     def errors(self, c: Config) -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""Flat kernels (flat=True, templates/flat.cu.j2): for skinny matrices, one tile spans the
+"""Flat kernels (flat=True, templates/flat/): for skinny matrices, one tile spans the
 whole short side (`tile_n` at most) and `tile_m` elements of the long one; the contiguous side
 moves in aligned 32-bit words. (flat=True with prmt=True is a byte-permute kind: prmt.py.)
 """
@@ -57,7 +57,7 @@ def flat_tiles(c: Config, m: int, n: int) -> tuple[int, int]:
 
 
 def _params(c: Config) -> dict[str, object]:
-    """What templates/flat.cu.j2 needs about one flat config."""
+    """What templates/flat/ needs about one flat config."""
     wb = max(FLAT_WORD, c.elem_bytes)
     return {
         "tl": c.tile_m,
@@ -116,7 +116,7 @@ class Flat(Kind):
     name = "flat"
     flag = "flat"
     precedence = 2
-    template = "flat.cu.j2"
+    template = "flat/flat.cu.j2"
     capped = False  # it sets its own blocks per SM (`_params`)
 
     def errors(self, c: Config) -> Iterator[str]:

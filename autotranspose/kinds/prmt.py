@@ -1,4 +1,4 @@
-"""Byte-permute kernels (prmt=True, templates/prmt.cu.j2): 1-, 2- and 4-byte rows at any
+"""Byte-permute kernels (prmt=True, templates/prmt/): 1-, 2- and 4-byte rows at any
 offset, moved as aligned 16-byte chunks and transposed K x K elements a 32-bit word at a time
 (K = 4 / elem_bytes) with byte permutes. Tiled ones stage a tile with a halo of rows (output
 windows start 16-byte aligned); flat ones (flat=True) span a skinny matrix's short side: tall
@@ -84,7 +84,7 @@ def prmt_halo(c: Config) -> int:
 
 def prmt_layout(c: Config) -> dict[str, int]:
     """The threads, shared-memory layout and per-thread work of a byte-permute config (see
-    templates/prmt.cu.j2), from its fields alone: `sr` staged rows of `nc1` chunks at a pitch
+    templates/prmt/), from its fields alone: `sr` staged rows of `nc1` chunks at a pitch
     of `p1w` words; `ng` row groups of K; `cw` column words; transposed rows of `p2w` words
     (K * p2w / 4 odd, so the exchange's K-apart rows fall in different banks); `ncw` chunks
     per window. Each thread's part is the same in every tile: it loads one chunk of rows
@@ -196,7 +196,7 @@ def prmt_registers(c: Config) -> int:
 
 
 def _params(c: Config) -> dict[str, object]:
-    """What templates/prmt.cu.j2 needs about one byte-permute config."""
+    """What templates/prmt/ needs about one byte-permute config."""
     return {
         **prmt_layout(c),
         "kk": prmt_k(c),
@@ -254,7 +254,7 @@ class Prmt(Kind):
     name = "prmt"
     flag = "prmt"
     precedence = 3
-    template = "prmt.cu.j2"
+    template = "prmt/prmt.cu.j2"
     capped = False  # it sets its own blocks per SM (`prmt_registers`)
 
     def errors(self, c: Config) -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""Staged kernels (staged=True, templates/staged.cu.j2): rows at any offset. A tile's input
+"""Staged kernels (staged=True, templates/staged/): rows at any offset. A tile's input
 rows are staged in shared memory as aligned words of 4, 8 or 16 bytes; output windows start
 up to `vec` - 1 rows before a tile, so a tile holds that many rows more.
 """
@@ -109,7 +109,7 @@ def _errors(c: Config) -> Iterator[str]:
 
 
 def _params(c: Config) -> dict[str, object]:
-    """What templates/staged.cu.j2 needs about one staged config."""
+    """What templates/staged/ needs about one staged config."""
     return {
         "v": c.vec,
         "w": c.word_bytes,
@@ -168,7 +168,7 @@ class Staged(Kind):
     name = "staged"
     flag = "staged"
     precedence = 1
-    template = "staged.cu.j2"
+    template = "staged/staged.cu.j2"
 
     def errors(self, c: Config) -> Iterator[str]:
         return _errors(c)

@@ -1,6 +1,6 @@
-"""Tiled kernels (no kind flag; templates/transpose.cu.j2 and templates/tiled/): a `tile_m` x
-`tile_n` tile through shared memory in `vec` x `vec` micro-blocks, each thread moving
-`per_thread` of them; `realign` ones use their vectors at any offset.
+"""Tiled kernels (no kind flag; templates/tiled/): a `tile_m` x `tile_n` tile through shared
+memory in `vec` x `vec` micro-blocks, each thread moving `per_thread` of them; `realign` ones
+use their vectors at any offset.
 
 Shared memory is split into planes of `chunk_bytes`-wide entries (the widest shared-memory
 access, at most 16 bytes), so both phases access it at full width; bank conflicts are avoided
@@ -98,7 +98,7 @@ def smem_pitch(c: Config) -> int:
 
 
 def _params(c: Config) -> dict[str, object]:
-    """Everything templates/transpose.cu.j2 needs about one tiled config, derived here so the
+    """Everything templates/tiled/ needs about one tiled config, derived here so the
     template only lays out code."""
     w = c.word_bytes
     a = _chunk_bytes(c)
@@ -171,7 +171,7 @@ class Tiled(Kind):
     name = "tiled"
     flag = None
     precedence = 0
-    template = "transpose.cu.j2"
+    template = "tiled/tiled.cu.j2"
 
     def errors(self, c: Config) -> Iterator[str]:
         return _errors(c)

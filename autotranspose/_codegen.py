@@ -32,7 +32,14 @@ NVCC_OPTIONS: tuple[str, ...] = ("-O3", "-lineinfo")
 # The template of each kind of tuned kernel is its policy's (`Kind.template`, autotranspose/kinds/).
 # Kernels that are not tuned configs: a peer, the measuring helpers, permute's row copies
 # and gathers (outside template_version: editing them starts no tuning study over).
-UNTUNED_TEMPLATES = ("seed.cu.j2", "support.cu.j2", "rows.cu.j2", "gather.cu.j2", "packed.cu.j2")
+UNTUNED_TEMPLATES = (
+    "seed.cu.j2",
+    "support.cu.j2",
+    "rows.cu.j2",
+    "gather.cu.j2",
+    "packed.cu.j2",
+    "vbox.cu.j2",
+)
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
 # the row kernels' `at_rows_args` struct (templates/rows.cu.j2): M, N, ld_in, ld_out, bs_in,

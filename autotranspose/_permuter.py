@@ -15,8 +15,8 @@ call's stream, in the array's context, exactly as transpose() chooses them:
   the driver's 2-D copy), or `launch.make_runs_copy` where the plan realigns it into 16-byte
   words (`plan.realigned`), once per host-loop index;
 - a packed or gather pass (the plan's choice where those would be many small launches or
-  tiny tiles) is `launch.make_packed` or `launch.make_gather`: the whole fused problem in
-  one launch.
+  tiny tiles) is `launch.make_packed` (`vbox.make_vbox` for a box the plan moves in
+  vectors) or `launch.make_gather`: the whole fused problem in one launch.
 
 Where the plan names alternatives (other passes that move the same bytes: `plan.ALT_*` says
 which and why no rule ranks them), the first call of the signature builds each and times
@@ -72,6 +72,7 @@ from ._plan import (
     normalize_axes,
     plan_permute,
 )
+from ._vbox import make_vbox
 from .errors import AutotransposeError
 
 _steps: dict[tuple[Any, ...], tuple[Step, ...]] = {}
@@ -109,9 +110,10 @@ MakeTranspose = Callable[
 # make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out, outer, os_in, os_out,
 #           outer2, os2_in, os2_out, realign=False)
 MakeCopy = Callable[..., Any]
-# make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box, src, dst, pipelined)
+# make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box, src, dst, pipelined,
+# vectors)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
-MakePacked = Callable[[int, tuple[Dim, ...], tuple[int, ...], int, int, bool], Any]
+MakePacked = Callable[[int, tuple[Dim, ...], tuple[int, ...], int, int, bool, tuple[int, int]], Any]
 
 
 @dataclass(frozen=True)
@@ -156,8 +158,8 @@ def build_steps(
             launch = make_gather(p.elem_bytes, p.dims)
         elif p.kind == PACKED:
             launch = make_packed(
-                p.elem_bytes, p.dims, p.box, src + i, dst + o, p.pipelined
-            )  # words if aligned
+                p.elem_bytes, p.dims, p.box, src + i, dst + o, p.pipelined, p.vectors
+            )  # words if aligned; the vector box (`_vbox`) where the plan gave vectors
         else:
             assert p.kind == COPY, p.kind
             o, o2 = p.outer, p.outer2
@@ -379,8 +381,16 @@ def build(
         return make_gather(state, e, dims)
 
     def packed(
-        e: int, dims: tuple[Dim, ...], box: tuple[int, ...], s: int, d: int, pipelined: bool
+        e: int,
+        dims: tuple[Dim, ...],
+        box: tuple[int, ...],
+        s: int,
+        d: int,
+        pipelined: bool,
+        vectors: tuple[int, int],
     ) -> Launch:
+        if vectors[0]:
+            return make_vbox(state, e, dims, box, vectors, s, d)
         return make_packed(state, e, dims, box, s, d, pipelined)
 
     return build_steps(plan, src, dst, make_transpose, make_copy, gather, packed)

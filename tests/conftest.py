@@ -129,6 +129,7 @@ def no_packed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from autotranspose import _plan as plan
 
     monkeypatch.setattr(plan, "packed_box", lambda *args: None)
+    monkeypatch.setattr(plan, "vector_box", lambda *args: None)
     permuter.clear_caches()
     yield
     permuter.clear_caches()

@@ -3,19 +3,31 @@
 # the copy, PyTorch and torch.compile, with every pass the plan could run; which first call
 # serves the int8 weight (permute first, transpose first); a random permute mix against the
 # peers (SEED, N); Nsight Compute on the plans' own kernels of PROFILE (comma-separated
-# workload names), the random mix last in the time left before DEADLINE seconds. STEPS picks
-# the parts (default: all). Logs in $OUT.
+# workload names), the random mix last in the time left before DEADLINE seconds; GPU tests
+# (TESTS, TESTS_K a -k expression) first and the first call's race from an idle GPU (RACE:
+# workload names). STEPS picks the parts (default: all). Logs in $OUT.
 #   run: source .whl/activate && SEED=5150 N=24 bash dev/device_ceiling.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export AUTOTRANSPOSE_DB=/tmp/no-such-db.sqlite AUTOTRANSPOSE_FIRST_CALL_STORE=0
-STEPS=${STEPS:-tests,ml,int8,random,profile}
+STEPS=${STEPS:-tests,race,ml,int8,random,profile}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/log.txt"
 t0=$(date +%s)
 if [[ $STEPS == *tests* && -n "${TESTS:-}" ]]; then
-  timeout ${TEST_TIMEOUT:-150} python3 -m pytest -m gpu -q -x -p no:cacheprovider $TESTS > "$OUT/pytest.txt" 2>&1
-  echo "pytest rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/log.txt"; tail -5 "$OUT/pytest.txt"
+  timeout ${TEST_TIMEOUT:-150} python3 -m pytest -m gpu -q -p no:cacheprovider $TESTS ${TESTS_K:+-k "$TESTS_K"} > "$OUT/pytest.txt" 2>&1
+  echo "pytest rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/log.txt"; tail -8 "$OUT/pytest.txt"
+fi
+if [[ $STEPS == *race* && -n "${RACE:-}" ]]; then
+  timeout ${RACE_TIMEOUT:-90} python3 dev/ml_permutes.py --race "$RACE" --json "$OUT/race.json" >> "$OUT/log.txt" 2>&1
+  echo "race rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/log.txt"
+  python3 -c "
+import json
+for r in json.load(open('$OUT/race.json')):
+    print(r['name'], 'steady', r['steady'])
+    for x in r['races']: print('   ramp', x['ramp'], 'best', x['best'], x['pct'])
+    print('   curve', r['ramp_curve'][:12], '...', r['ramp_curve'][-4:])
+" 2>&1 | tail -40
 fi
 if [[ $STEPS == *ml* ]]; then
   timeout ${ML_TIMEOUT:-150} python3 dev/ml_permutes.py ${ML_ARGS:-} --json "$OUT/ml.json" > "$OUT/ml.txt" 2>&1

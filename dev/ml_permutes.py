@@ -41,6 +41,9 @@ def cases(only: set[str]) -> list[tuple[str, str, tuple[int, ...], tuple[int, ..
     for c in (1, 2, 3, 4):
         out.append(("img", f"img hwc->chw c{c}", (8, 1080, 1920, c), (0, 3, 1, 2), "uint8"))
         out.append(("img", f"img chw->hwc c{c}", (8, c, 1080, 1920), (0, 2, 3, 1), "uint8"))
+    out.append(("rand", "rand uint8 25x655x15x147", (25, 655, 15, 147), (3, 2, 1, 0), "uint8"))
+    out.append(("rand", "rand int8 4676x2x987x58", (4676, 2, 987, 58), (3, 0, 2, 1), "int8"))
+    out.append(("rand", "rand int32 258x830x15x15", (258, 830, 15, 15), (3, 0, 2, 1), "int32"))
     return [c for c in out if not only or c[0] in only]
 
 
@@ -53,6 +56,7 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--int8-order", choices=("permute", "transpose"))
     ap.add_argument("--budget", type=float, default=1e9)
+    ap.add_argument("--race", default="", help="names: the first call's race from idle")
     ap.add_argument(
         "--profile",
         default="",
@@ -69,6 +73,9 @@ def main() -> int:
     from autotranspose._plan import GATHER, PACKED, one_launch, plan_permute
 
     torch.manual_seed(0)
+    for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):  # one compiled function a case, not eager after 8
+            setattr(torch._dynamo.config, knob, 4096)
     state = activate(0)
     dev = torch.device("cuda", 0)
     print(f"device {torch.cuda.get_device_name(0)}", flush=True)
@@ -122,6 +129,76 @@ def main() -> int:
         for key, launch in list(_api._launches.items()):
             cfg = launch.config
             print(f"launch {key[4:11]}: {cfg.key if cfg else None} grid {launch.grid}")
+        return 0
+
+    if args.race:  # the first call's race from an idle GPU, with and without the clock ramp
+        from autotranspose import _firstcall as firstcall
+
+        names = set(args.race.split(","))
+        out_rows = []
+        for _, name, shape, axes, dtype in cases(set()):
+            if name not in names:
+                continue
+            x = torch.randint(0, 100, shape, device=dev).to(getattr(torch, dtype))
+            out = torch.empty(tuple(shape[a] for a in axes), dtype=x.dtype, device=dev)
+            src, dst = x.data_ptr(), out.data_ptr()
+            stream = torch.cuda.current_stream().cuda_stream
+            plan = plan_permute(shape, axes, x.element_size(), in_ptr=src, out_ptr=dst)
+            runners = {
+                q: _permuter.Steps(
+                    _permuter.build(plan.taking(q), state, src, dst, stream, state.ctx)
+                )
+                for q in (plan.passes[0], *plan.alternatives)
+            }
+            tag = {
+                q: f"{k}:{q.kind}{'/v' if q.vectors[0] else ''}{q.box}"
+                for k, q in enumerate(runners)
+            }
+            cp = torch.empty_like(x)
+            copy_s = timed(lambda cp=cp, x=x: cp.copy_(x), 50)
+            steady = {
+                tag[q]: round(
+                    100
+                    * copy_s
+                    / timed(lambda r=r, s=src, d=dst, h=stream: r.run(s, d, h, state.ctx), 50),
+                    1,
+                )
+                for q, r in runners.items()
+            }
+            row = {"name": name, "steady": steady, "races": []}
+            guess = plan.passes[0]
+            for ramp in (0.0, firstcall.RAMP_S, 0.0, firstcall.RAMP_S):
+                time.sleep(1.5)  # an idle GPU, as after compiling a first call's kernels
+                old_ramp, firstcall.RAMP_S = firstcall.RAMP_S, ramp
+                try:
+                    oc = firstcall.race(runners, guess, src, dst, stream, state.ctx)
+                finally:
+                    firstcall.RAMP_S = old_ramp
+                row["races"].append(
+                    {
+                        "ramp": ramp,
+                        "best": tag[oc.best],
+                        "pct": {
+                            tag[q]: round(100 * copy_s / t, 1) for q, t in oc.seconds.items() if t
+                        },
+                    }
+                )
+            time.sleep(1.5)
+            r0 = runners[guess]
+            curve = []
+            for _ in range(48):  # each call of the guess timed alone, from idle
+                a_, b_ = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a_.record()
+                r0.run(src, dst, stream, state.ctx)
+                b_.record()
+                b_.synchronize()
+                curve.append(round(100 * copy_s / (a_.elapsed_time(b_) / 1e3), 1))
+            row["ramp_curve"] = curve
+            out_rows.append(row)
+            print(json.dumps(row), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out_rows, f, indent=1)
         return 0
 
     if args.profile:  # each named case's permute twice (under ncu: AUTOTRANSPOSE_FIRST_CALL=0)
@@ -201,6 +278,7 @@ def main() -> int:
                         + ("x".join(map(str, q.box)) if q.box else "")
                         + ("/pipe" if q.pipelined else "")
                         + ("/realign" if q.realign else "")
+                        + (f"/v{q.vectors[0]}x{q.vectors[1]}" if q.vectors[0] else "")
                     )
                     variants[tag] = plan.taking(q)
                 named = {q.kind for q in (p, *plan.alternatives)}

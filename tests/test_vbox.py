@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _nvcc import assert_nvcc_silent
 from test_packed import _boxes
 
 from autotranspose import _plan as plan
@@ -317,13 +318,19 @@ def test_the_kernels_compile_without_spills():
     for shape, axes, e in [
         ((64, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2),
         ((64, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2),
-        ((8, 3, 1080, 1920), (0, 2, 3, 1), 1),
+        ((8, 3, 1080, 1920), (0, 2, 3, 1), 1),  # edge boxes
         ((8, 1080, 1920, 3), (0, 3, 1, 2), 1),
+        ((200, 64, 112, 8), (3, 1, 0, 2), 4),
+        ((8, 696, 1, 312, 3), (1, 4, 0, 3, 2), 8),
     ]:
-        q = plan_permute(shape, axes, e).passes[0]
+        p = plan_permute(shape, axes, e)
+        q = next(a for a in (*p.passes, *p.alternatives) if a.vectors[0])
         spec, _ = vbox_spec(e, q.dims, q.box, q.vectors)
         specs[spec.name] = spec
+    assert {k.elem_bytes for k in specs.values()} == {1, 2, 4, 8}
+    assert any(any(k.checked) for k in specs.values())
     for spec in specs.values():
+        assert_nvcc_silent(render_vbox(spec))
         res = source_resources(render_vbox(spec), "sm_90")[spec.name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{spec.name}: {res}"
         assert res.smem_bytes == spec.smem_bytes, f"{spec.name}: {res}"

@@ -72,11 +72,6 @@ MIN_TIMED_S = 200e-6  # a timing covers at least this much GPU time (small calls
 # event timings of one short call scatter by several microseconds
 REFINE_ROUNDS = 2  # rounds of the winner's neighbours after the portfolio
 REFINE_STEPS = 8  # neighbours timed per round (with the winner again, as the new guess)
-RAMP_S = 0.01  # GPU seconds of the guess run, untimed, before a race times anything: a
-# first call follows host work (compiling its candidates, seconds of it) that leaves the GPU
-# idle and its clocks low, and they climb during the first milliseconds of work; without
-# it the first rounds of a race ran slower than the steady state (H200, docs/perf-notes.md,
-# "Permute: choosing a pass on the first call")
 MARGIN = 0.01  # another candidate replaces the guess only when faster by more than this:
 # the guess was chosen for a reason, and noise must not trade it for a slower config
 
@@ -228,9 +223,8 @@ def race(
     ctx: int,
     budget_s: float = BUDGET_S,
 ) -> Outcome[K] | None:
-    """Time each of `runners` on the call's buffers and stream (CUDA events; RAMP_S of the
-    guess untimed, a warm-up, then up to ROUNDS medians of calls repeated to MIN_TIMED_S,
-    every other round in reverse order, within `budget_s` of GPU time)
+    """Time each of `runners` on the call's buffers and stream (CUDA events; a warm-up, then
+    up to ROUNDS medians of calls repeated to MIN_TIMED_S, within `budget_s` of GPU time)
     and return the fastest; `guess` stays unless another is faster by more than MARGIN.
     A runner whose launch fails is left out; None when none ran. The caller checks that
     the stream is not being captured (timing synchronises)."""
@@ -251,13 +245,6 @@ def race(
             end.synchronize()
             return end.ms_since(start) / 1e3
 
-        calls = 1
-        while guess in runners and spent < min(RAMP_S, budget_s / 4):  # clocks up first
-            try:
-                spent += timed(runners[guess], calls)
-            except KernelLaunchError:
-                break
-            calls = min(2 * calls, 256)
         for c, runner in runners.items():  # warm-up; sets how often a timing repeats the call
             try:
                 warm[c] = t = timed(runner, 1)
@@ -267,12 +254,10 @@ def race(
             reps[c] = max(1, min(64, int(MIN_TIMED_S / max(t, 1e-7))))
             times[c] = []
         round_s = sum(reps[c] * warm[c] for c in times)
-        for r in range(ROUNDS):
+        for _ in range(ROUNDS):
             if spent + round_s > budget_s:
                 break
-            # every other round backwards: a drift within a round (clocks, the L2 that the
-            # candidate before left) favours no candidate by its place in the order
-            for c in list(times)[:: -1 if r % 2 else 1]:
+            for c in times:
                 t = timed(runners[c], reps[c])
                 spent += t
                 times[c].append(t / reps[c])

@@ -25,7 +25,7 @@ if [[ $STEPS == *race* && -n "${RACE:-}" ]]; then
 import json
 for r in json.load(open('$OUT/race.json')):
     print(r['name'], 'steady', r['steady'])
-    for x in r['races']: print('   ramp', x['ramp'], 'best', x['best'], x['pct'])
+    for x in r['races']: print('   race: best', x['best'], x['pct'])
     print('   curve', r['ramp_curve'][:12], '...', r['ramp_curve'][-4:])
 " 2>&1 | tail -40
 fi

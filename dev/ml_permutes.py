@@ -131,7 +131,7 @@ def main() -> int:
             print(f"launch {key[4:11]}: {cfg.key if cfg else None} grid {launch.grid}")
         return 0
 
-    if args.race:  # the first call's race from an idle GPU, with and without the clock ramp
+    if args.race:  # the first call's race from an idle GPU against each pass's steady state
         from autotranspose import _firstcall as firstcall
 
         names = set(args.race.split(","))
@@ -167,16 +167,11 @@ def main() -> int:
             }
             row = {"name": name, "steady": steady, "races": []}
             guess = plan.passes[0]
-            for ramp in (0.0, firstcall.RAMP_S, 0.0, firstcall.RAMP_S):
+            for _ in range(3):
                 time.sleep(1.5)  # an idle GPU, as after compiling a first call's kernels
-                old_ramp, firstcall.RAMP_S = firstcall.RAMP_S, ramp
-                try:
-                    oc = firstcall.race(runners, guess, src, dst, stream, state.ctx)
-                finally:
-                    firstcall.RAMP_S = old_ramp
+                oc = firstcall.race(runners, guess, src, dst, stream, state.ctx)
                 row["races"].append(
                     {
-                        "ramp": ramp,
                         "best": tag[oc.best],
                         "pct": {
                             tag[q]: round(100 * copy_s / t, 1) for q, t in oc.seconds.items() if t

@@ -189,12 +189,14 @@ REALIGN_MAX_RUN_BYTES = 2**32 - 1
 # in those vectors on both sides: loads land in shared memory in the input's order, and each
 # output vector gathers its elements there through a table of shared offsets built once per
 # block (2 bytes an element), so an element costs a shared load and a share of a pack.
-# Boxes of at least VECTOR_MIN_BOX_BYTES (a block's loads in flight), at most
-# VECTOR_MAX_SMEM_BYTES of elements and table together (static shared memory), and at most
-# VECTOR_MAX_STEPS vectors a thread on either side (its offsets stay in registers).
+# Boxes of at least VECTOR_MIN_BOX_BYTES (every thread moves a 16-byte vector), preferably
+# VECTOR_GOOD_BOX_BYTES (a block's loads in flight), at most VECTOR_MAX_SMEM_BYTES of
+# elements and table together (static shared memory), and at most VECTOR_MAX_STEPS vectors
+# a thread on either side (its offsets stay in registers).
 VECTOR_WIDTHS = (16, 8, 4)
 VECTOR_MIN_BYTES = 4
-VECTOR_MIN_BOX_BYTES = 8 << 10
+VECTOR_MIN_BOX_BYTES = 4 << 10
+VECTOR_GOOD_BOX_BYTES = 8 << 10
 VECTOR_MAX_SMEM_BYTES = 40 << 10
 VECTOR_TABLE_BYTES = 2  # a table entry: an element's byte offset in the box (under 64 KiB)
 VECTOR_MAX_STEPS = 8
@@ -202,6 +204,14 @@ VECTOR_THREADS = 256
 # The vector box is the plan's pass for elements up to this size (where the packed kernels
 # move bytes and halves one at a time) and an alternative for wider ones.
 VECTOR_OWN_MAX_ELEM_BYTES = 2
+# A vector box's gather from shared memory conflicting more ways than this loses to the
+# packed kernels (H100, uint8 HWC -> CHW: 2 channels 8 ways 50.2% of copy, 3 channels 4 ways
+# 74.9, 4 channels 16 ways 29.8, where the words kernel ran at 99-103; the ViT patchify's
+# 2.75 ways ran at 88-93); and boxes with at least this share of them whole are preferred
+# (an edge box moves element by element), then runs of VECTOR_GOOD_RUN_BYTES.
+VECTOR_MAX_CONFLICTS = 3.5
+VECTOR_MIN_WHOLE = 0.9
+VECTOR_GOOD_RUN_BYTES = 512
 
 
 def max_tiles(m: int, n: int) -> int:
@@ -634,37 +644,114 @@ def vector_box(
     dims: Sequence[Dim], elem_bytes: int, in_ptr: int = 0, out_ptr: int = 0
 ) -> tuple[tuple[int, ...], tuple[int, int]] | None:
     """The box and vector widths of a vector box pass (VECTOR_*) for `dims` (output memory
-    order, outermost first), or None where none is worth one: boxes grow along both sides'
-    contiguous chains as `packed_box`'s do (run targets from 128 bytes up), each kept if
-    both sides take vectors of VECTOR_MIN_BYTES and two elements or more, runs of whole
-    sectors (PACKED_MIN_RUN_BYTES) and at most VECTOR_MAX_STEPS vectors a thread; the first
-    of VECTOR_MIN_BOX_BYTES, else the largest within VECTOR_MAX_SMEM_BYTES."""
+    order, outermost first), or None where none is worth one. Boxes grow along both sides'
+    contiguous chains as `packed_box`'s do (run targets from 128 bytes up); a dim the box
+    takes in part is also tried at the largest divisor of its extent under that part and
+    taken whole (an edge box moves element by element: ViT's 14-element rows cut in boxes
+    of 8 left half the boxes on that path, 21% of copy on an H100). A box is kept if both
+    sides take vectors of VECTOR_MIN_BYTES and two elements or more, its runs are whole
+    sectors (PACKED_MIN_RUN_BYTES), it holds VECTOR_MIN_BOX_BYTES, a thread moves at most
+    VECTOR_MAX_STEPS vectors, and the output's gather conflicts in shared memory at most
+    VECTOR_MAX_CONFLICTS ways (`gather_conflicts`). Of those: the most boxes whole (at least
+    VECTOR_MIN_WHOLE of them), then the widest vectors, then VECTOR_GOOD_BOX_BYTES, then
+    runs of VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box."""
     e = elem_bytes
     chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
     if not all(chains) or any(d.extent > GATHER_MAX_EXTENT for d in dims):
         return None
     cap = VECTOR_MAX_SMEM_BYTES // (e + VECTOR_TABLE_BYTES)
-    best = None
+    best, best_key = None, None
+    seen: set[tuple[int, ...]] = set()
     for target in PACKED_RUN_BYTES:
-        box = [1] * len(dims)
+        grown = [1] * len(dims)
         for chain in chains:
-            _grow(dims, chain, box, -(-target // e))
-        volume = math.prod(box)
-        if volume > cap:
+            _grow(dims, chain, grown, -(-target // e))
+        if math.prod(grown) > cap:
             break
-        widths = vector_widths(dims, box, e, in_ptr, out_ptr)
-        tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, box, strict=True))
-        if (
-            min(widths) >= max(VECTOR_MIN_BYTES, 2 * e)
-            and min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
-            and sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
-            and tiles <= PACKED_MAX_TILES
-            and all(-(-volume * e // w) <= VECTOR_MAX_STEPS * VECTOR_THREADS for w in widths)
-        ):
-            best = (tuple(box), widths)
-            if volume * e >= VECTOR_MIN_BOX_BYTES:
-                break
+        cut = [k for k, d in enumerate(dims) if d.extent % grown[k]]
+        options = [
+            sorted({grown[k], _divisor_under(dims[k].extent, grown[k]), dims[k].extent})
+            for k in cut
+        ]
+        for choice in itertools.product(*options):
+            box = list(grown)
+            for k, b in zip(cut, choice, strict=True):
+                box[k] = b
+            volume = math.prod(box)
+            if tuple(box) in seen or volume > cap:
+                continue
+            seen.add(tuple(box))
+            widths = vector_widths(dims, box, e, in_ptr, out_ptr)
+            tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, box, strict=True))
+            if not (
+                volume * e >= VECTOR_MIN_BOX_BYTES
+                and min(widths) >= max(VECTOR_MIN_BYTES, 2 * e)
+                and min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
+                and sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
+                and tiles <= PACKED_MAX_TILES
+                and all(-(-volume * e // w) <= VECTOR_MAX_STEPS * VECTOR_THREADS for w in widths)
+            ):
+                continue
+            conflicts = gather_conflicts(dims, box, e, widths[1])
+            if conflicts > VECTOR_MAX_CONFLICTS:
+                continue
+            whole = math.prod(
+                d.extent // b / -(-d.extent // b) for d, b in zip(dims, box, strict=True)
+            )
+            key = (
+                whole >= VECTOR_MIN_WHOLE,
+                min(widths),
+                min(volume * e, VECTOR_GOOD_BOX_BYTES),
+                whole,
+                min(min(packed_runs(dims, box)) * e, VECTOR_GOOD_RUN_BYTES),
+                -conflicts,
+                -volume,
+            )
+            if best_key is None or key > best_key:
+                best, best_key = (tuple(box), widths), key
     return best
+
+
+def _divisor_under(extent: int, part: int) -> int:
+    """The largest divisor of `extent` of at most `part` (1 at worst)."""
+    return max(d for d in range(1, part + 1) if extent % d == 0)
+
+
+def gather_conflicts(dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vout: int) -> float:
+    """How many ways a warp's shared loads of the vector box's output gather conflict, on
+    average over a vector's elements and the first warps of a box: lane w gathers output
+    vector w, element k of each lane at its offset in the box held in the input's order
+    (templates/vbox.cu.j2); lanes reading one 4-byte word share it, words in one of the 32
+    banks take a pass each. A box whose output order walks the input's order in long
+    strides (uint8 HWC -> CHW: 16 pixels of one channel, 4 bytes apart, a lane 64 bytes
+    from the next: 16 ways) waits on its shared loads."""
+    e = elem_bytes
+    inside = [k for k, b in enumerate(box) if b > 1]
+    out_order = sorted(inside, key=lambda k: (dims[k].out_stride, k))
+    in_order = sorted(inside, key=lambda k: (dims[k].in_stride, k))
+    dense, step = {}, 1
+    for k in in_order:
+        dense[k] = step
+        step *= box[k]
+    volume, per = math.prod(box), vout // e
+
+    def offset(i: int) -> int:
+        at = 0
+        for k in out_order:
+            at += (i % box[k]) * dense[k]
+            i //= box[k]
+        return at * e
+
+    ways, count = 0, 0
+    for first in range(0, min(volume // per, 4 * 32), 32):
+        for j in range(per):
+            banks: dict[int, set[int]] = {}
+            for w in range(first, min(first + 32, volume // per)):
+                word = offset(w * per + j) // 4
+                banks.setdefault(word % 32, set()).add(word)
+            ways += max(len(v) for v in banks.values())
+            count += 1
+    return ways / max(count, 1)
 
 
 def vector_launch(p: Pass, in_ptr: int = 0, out_ptr: int = 0) -> Pass | None:

@@ -180,6 +180,38 @@ REALIGN_MIN_ROW_BYTES = 16
 REALIGN_WORDS_FIRST_BYTES = 64
 REALIGN_MIN_RUN_BYTES = 128
 REALIGN_MAX_RUN_BYTES = 2**32 - 1
+# A packed box of 1- or 2-byte elements moved element by element costs 20-50 instructions a
+# byte (Nsight Compute on an H200: the ViT patchify (B, 3, 14, 16, 14, 16) -> (B, 14, 14, 16,
+# 16, 3) in float16 40.8, uint8 images CHW -> HWC 19.0), where the copy ceiling leaves about
+# 15 at full issue: 21-40% of copy. Where both sides of a box are runs that whole vectors of
+# VECTOR_MIN_BYTES or more tile (`vector_widths`: the runs, their starts, the box corners and
+# the pointers all aligned), the vector box (templates/vbox/vbox.cu.j2, `Pass.vectors`) moves it
+# in those vectors on both sides: loads land in shared memory in the input's order, and each
+# output vector gathers its elements there through a table of shared offsets built once per
+# block (2 bytes an element), so an element costs a shared load and a share of a pack.
+# Boxes of at least VECTOR_MIN_BOX_BYTES (every thread moves a 16-byte vector), preferably
+# VECTOR_GOOD_BOX_BYTES (a block's loads in flight), at most VECTOR_MAX_SMEM_BYTES of
+# elements and table together (static shared memory), and at most VECTOR_MAX_STEPS vectors
+# a thread on either side (its offsets stay in registers).
+VECTOR_WIDTHS = (16, 8, 4)
+VECTOR_MIN_BYTES = 4
+VECTOR_MIN_BOX_BYTES = 4 << 10
+VECTOR_GOOD_BOX_BYTES = 8 << 10
+VECTOR_MAX_SMEM_BYTES = 40 << 10
+VECTOR_TABLE_BYTES = 2  # a table entry: an element's byte offset in the box (under 64 KiB)
+VECTOR_MAX_STEPS = 8
+VECTOR_THREADS = 256
+# The vector box is the plan's pass for elements up to this size (where the packed kernels
+# move bytes and halves one at a time) and an alternative for wider ones.
+VECTOR_OWN_MAX_ELEM_BYTES = 2
+# A vector box's gather from shared memory conflicting more ways than this loses to the
+# packed kernels (H100, uint8 HWC -> CHW: 2 channels 8 ways 50.2% of copy, 3 channels 4 ways
+# 74.9, 4 channels 16 ways 29.8, where the words kernel ran at 99-103; the ViT patchify's
+# 2.75 ways ran at 88-93); and boxes with at least this share of them whole are preferred
+# (an edge box moves element by element), then runs of VECTOR_GOOD_RUN_BYTES.
+VECTOR_MAX_CONFLICTS = 3.5
+VECTOR_MIN_WHOLE = 0.9
+VECTOR_GOOD_RUN_BYTES = 512
 
 
 def max_tiles(m: int, n: int) -> int:
@@ -234,6 +266,9 @@ class Pass:
     box: tuple[int, ...] = ()  # packed: the box's extent along each of `dims`
     pipelined: bool = False  # packed: the pipelined kernel (`can_pipeline`, PACKED_PIPELINE_*)
     realign: bool = False  # copy: in bytes, realigned into 16-byte words (`realigned`)
+    # packed: the vector box's (input, output) vector bytes (`vector_widths`); (0, 0): the
+    # packed kernels of templates/packed.cu.j2
+    vectors: tuple[int, int] = (0, 0)
     # copy and transpose: up to two more batch dims that the launch itself walks (the row
     # kernel's blockIdx.z, outer's index times outer2's extent plus outer2's index; a tile
     # kernel's batch index, `batch` innermost, then outer2, then outer)
@@ -299,6 +334,11 @@ class Pass:
                     f" in boxes of {' x '.join(map(str, self.box))} (runs of {runs[0] * e} "
                     f"bytes read, {runs[1] * e} written)"
                     + (", pipelined" if self.pipelined else "")
+                    + (
+                        f", in {self.vectors[0]}-byte vectors in and {self.vectors[1]}-byte out"
+                        if self.vectors[0]
+                        else ""
+                    )
                 )
             return text
         if self.contiguous:
@@ -479,7 +519,22 @@ def plan_permute(
     if chosen is one and realign_first(one):
         chosen = realigned(one) or one
     alts = alternatives(one, chosen)
+    vector = vector_launch(one, in_ptr, out_ptr) if why else None
+    if vector is not None:  # VECTOR_*: the plan's pass for 1- and 2-byte elements
+        if vector.elem_bytes <= VECTOR_OWN_MAX_ELEM_BYTES:
+            chosen, alts = vector, _distinct(vector, (chosen, *alts))
+        elif math.prod(d.extent for d in vector.dims) * vector.elem_bytes >= ALT_MIN_BYTES:
+            alts = _distinct(chosen, (*alts, vector))
     return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (chosen,), why, alts)
+
+
+def _distinct(chosen: Pass, found: Iterable[Pass | None]) -> tuple[Pass, ...]:
+    """`found` without None, `chosen` and repeats, in order."""
+    picked: list[Pass] = []
+    for p in found:
+        if p is not None and p != chosen and p not in picked:
+            picked.append(p)
+    return tuple(picked)
 
 
 def one_launch(p: Pass, kind: str, min_elems: int | None = None) -> Pass | None:
@@ -539,11 +594,177 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
             found.append(one_launch(batched, GATHER))
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
         found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
-    picked: list[Pass] = []
-    for p in found:
-        if p is not None and p != chosen and p not in picked:
-            picked.append(p)
-    return tuple(picked)
+    return _distinct(chosen, found)
+
+
+def vector_widths(
+    dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, in_ptr: int = 0, out_ptr: int = 0
+) -> tuple[int, int]:
+    """The widest vectors (bytes, of VECTOR_WIDTHS; 0 for none) that move boxes of `box` of
+    `dims` on the input and on the output side, between pointers of these addresses (only
+    their value mod 16 is read): a vector is consecutive elements of the box in that side's
+    memory order, so it must lie in one contiguous run and start aligned. On each side: the
+    box's dims in the side's order (strides ascending) form a run while each stride is the
+    run so far (a dim cut short ends it); the vector's elements must divide the run, every
+    other box dim's stride and every dim's step from one box to the next (box extent x
+    stride, where a dim has more than one box), and the pointer must be aligned to it.
+    The vector box kernel (templates/vbox/vbox.cu.j2) relies on exactly this; tests/test_plan.py
+    checks it against every vector's addresses."""
+    e = elem_bytes
+    found = []
+    for side, ptr in (("in_stride", in_ptr), ("out_stride", out_ptr)):
+        stride = operator.attrgetter(side)
+        inside = sorted((k for k, b in enumerate(box) if b > 1), key=lambda k: (stride(dims[k]), k))
+        run, prefix = 1, set()
+        for k in inside:
+            if stride(dims[k]) != run:
+                break
+            prefix.add(k)
+            run *= box[k]
+        width = 0
+        for w in VECTOR_WIDTHS:
+            n = w // e
+            if w % e or n < 1 or ptr % w or run % n:
+                continue
+            if any(stride(dims[k]) % n for k in inside if k not in prefix):
+                continue
+            if any(
+                box[k] * stride(d) % n
+                for k, d in enumerate(dims)
+                if 1 < d.extent and box[k] < d.extent
+            ):
+                continue
+            width = w
+            break
+        found.append(width)
+    return found[0], found[1]
+
+
+def vector_box(
+    dims: Sequence[Dim], elem_bytes: int, in_ptr: int = 0, out_ptr: int = 0
+) -> tuple[tuple[int, ...], tuple[int, int]] | None:
+    """The box and vector widths of a vector box pass (VECTOR_*) for `dims` (output memory
+    order, outermost first), or None where none is worth one. Boxes grow along both sides'
+    contiguous chains as `packed_box`'s do (run targets from 128 bytes up); a dim the box
+    takes in part is also tried at the largest divisor of its extent under that part and
+    taken whole (an edge box moves element by element: ViT's 14-element rows cut in boxes
+    of 8 left half the boxes on that path, 21% of copy on an H100). A box is kept if both
+    sides take vectors of VECTOR_MIN_BYTES and two elements or more, its runs are whole
+    sectors (PACKED_MIN_RUN_BYTES), it holds VECTOR_MIN_BOX_BYTES, a thread moves at most
+    VECTOR_MAX_STEPS vectors, and the output's gather conflicts in shared memory at most
+    VECTOR_MAX_CONFLICTS ways (`gather_conflicts`). Of those: the most boxes whole (at least
+    VECTOR_MIN_WHOLE of them), then the widest vectors, then VECTOR_GOOD_BOX_BYTES, then
+    runs of VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box."""
+    e = elem_bytes
+    chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
+    if not all(chains) or any(d.extent > GATHER_MAX_EXTENT for d in dims):
+        return None
+    cap = VECTOR_MAX_SMEM_BYTES // (e + VECTOR_TABLE_BYTES)
+    best, best_key = None, None
+    seen: set[tuple[int, ...]] = set()
+    for target in PACKED_RUN_BYTES:
+        grown = [1] * len(dims)
+        for chain in chains:
+            _grow(dims, chain, grown, -(-target // e))
+        if math.prod(grown) > cap:
+            break
+        cut = [k for k, d in enumerate(dims) if d.extent % grown[k]]
+        options = [
+            sorted({grown[k], _divisor_under(dims[k].extent, grown[k]), dims[k].extent})
+            for k in cut
+        ]
+        for choice in itertools.product(*options):
+            box = list(grown)
+            for k, b in zip(cut, choice, strict=True):
+                box[k] = b
+            volume = math.prod(box)
+            if tuple(box) in seen or volume > cap:
+                continue
+            seen.add(tuple(box))
+            widths = vector_widths(dims, box, e, in_ptr, out_ptr)
+            tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, box, strict=True))
+            if not (
+                volume * e >= VECTOR_MIN_BOX_BYTES
+                and min(widths) >= max(VECTOR_MIN_BYTES, 2 * e)
+                and min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
+                and sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
+                and tiles <= PACKED_MAX_TILES
+                and all(-(-volume * e // w) <= VECTOR_MAX_STEPS * VECTOR_THREADS for w in widths)
+            ):
+                continue
+            conflicts = gather_conflicts(dims, box, e, widths[1])
+            if conflicts > VECTOR_MAX_CONFLICTS:
+                continue
+            whole = math.prod(
+                d.extent // b / -(-d.extent // b) for d, b in zip(dims, box, strict=True)
+            )
+            key = (
+                whole >= VECTOR_MIN_WHOLE,
+                min(widths),
+                min(volume * e, VECTOR_GOOD_BOX_BYTES),
+                whole,
+                min(min(packed_runs(dims, box)) * e, VECTOR_GOOD_RUN_BYTES),
+                -conflicts,
+                -volume,
+            )
+            if best_key is None or key > best_key:
+                best, best_key = (tuple(box), widths), key
+    return best
+
+
+def _divisor_under(extent: int, part: int) -> int:
+    """The largest divisor of `extent` of at most `part` (1 at worst)."""
+    return max(d for d in range(1, part + 1) if extent % d == 0)
+
+
+def gather_conflicts(dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vout: int) -> float:
+    """How many ways a warp's shared loads of the vector box's output gather conflict, on
+    average over a vector's elements and the first warps of a box: lane w gathers output
+    vector w, element k of each lane at its offset in the box held in the input's order
+    (templates/vbox/vbox.cu.j2); lanes reading one 4-byte word share it, words in one of the 32
+    banks take a pass each. A box whose output order walks the input's order in long
+    strides (uint8 HWC -> CHW: 16 pixels of one channel, 4 bytes apart, a lane 64 bytes
+    from the next: 16 ways) waits on its shared loads."""
+    e = elem_bytes
+    inside = [k for k, b in enumerate(box) if b > 1]
+    out_order = sorted(inside, key=lambda k: (dims[k].out_stride, k))
+    in_order = sorted(inside, key=lambda k: (dims[k].in_stride, k))
+    dense, step = {}, 1
+    for k in in_order:
+        dense[k] = step
+        step *= box[k]
+    volume, per = math.prod(box), vout // e
+
+    def offset(i: int) -> int:
+        at = 0
+        for k in out_order:
+            at += (i % box[k]) * dense[k]
+            i //= box[k]
+        return at * e
+
+    ways, count = 0, 0
+    for first in range(0, min(volume // per, 4 * 32), 32):
+        for j in range(per):
+            banks: dict[int, set[int]] = {}
+            for w in range(first, min(first + 32, volume // per)):
+                word = offset(w * per + j) // 4
+                banks.setdefault(word % 32, set()).add(word)
+            ways += max(len(v) for v in banks.values())
+            count += 1
+    return ways / max(count, 1)
+
+
+def vector_launch(p: Pass, in_ptr: int = 0, out_ptr: int = 0) -> Pass | None:
+    """`p`'s whole problem as one vector box launch (`vector_box`), or None."""
+    problem = p.problem()
+    if not 1 <= len(problem) <= MAX_NDIM:
+        return None
+    found = vector_box(problem, p.elem_bytes, in_ptr, out_ptr)
+    if found is None:
+        return None
+    box, widths = found
+    total = math.prod(d.extent for d in problem)
+    return Pass(PACKED, p.elem_bytes, 1, total, total, total, dims=problem, box=box, vectors=widths)
 
 
 def _chain(dims: Sequence[Dim], side: str) -> list[int]:

@@ -124,6 +124,7 @@ def no_packed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from autotranspose import _dispatch as dispatch, _plan as plan
 
     monkeypatch.setattr(plan, "packed_box", lambda *args: None)
+    monkeypatch.setattr(plan, "vector_box", lambda *args: None)
     dispatch.clear()
     yield
     dispatch.clear()

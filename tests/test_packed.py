@@ -656,23 +656,27 @@ def test_packed_kernels_compile_without_spills(arch: str):
 @pytest.mark.parametrize("e", SIZES)
 def test_only_one_launch_plans_pack(e: int, monkeypatch: pytest.MonkeyPatch):
     """A box replaces the gather and nothing else: over random permutes, a plan is packed
-    exactly where, with boxes turned off, it is a gather that a box takes; every other plan
+    exactly where, with boxes turned off, it is a gather that a box takes (in vectors where
+    `vector_box` finds one, for elements up to VECTOR_OWN_MAX_ELEM_BYTES); every other plan
     is the same with and without boxes."""
     from autotranspose import _plan as plan_module
 
     rng = np.random.default_rng([e, 31337])
     problems = [_random_problem(rng, e) for _ in range(300)]
     packed = [plan_permute(s, a, e) for s, a in problems]
+    vector_box = plan_module.vector_box
     monkeypatch.setattr(plan_module, "packed_box", lambda *args: None)
+    monkeypatch.setattr(plan_module, "vector_box", lambda *args: None)
     gathered = [plan_permute(s, a, e) for s, a in problems]
     for p, g in zip(packed, gathered, strict=True):
         (q,), (h,) = p.passes, g.passes
         if q.kind == PACKED:
-            assert (
-                h.kind == "gather"
-                and h.dims == q.dims
-                and q.box == packed_box(q.dims, q.elem_bytes)
-            )
+            box = packed_box(q.dims, q.elem_bytes)
+            if q.vectors[0]:
+                assert q.elem_bytes <= plan_module.VECTOR_OWN_MAX_ELEM_BYTES
+                box, vectors = vector_box(q.dims, q.elem_bytes)
+                assert q.vectors == vectors
+            assert h.kind == "gather" and h.dims == q.dims and q.box == box
         else:
             assert p.passes == g.passes, p.describe()
     assert sum(p.passes[0].kind == PACKED for p in packed) > 20

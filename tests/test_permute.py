@@ -274,9 +274,11 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
 
-    def make_packed(e, dims, box, s, d, pipelined):
+    def make_packed(e, dims, box, s, d, pipelined, vectors):
         mem.made.append((s, d))
-        return mem.launch(Pass(PACKED, e, 1, 0, 0, 0, dims=dims, box=box, pipelined=pipelined))
+        return mem.launch(
+            Pass(PACKED, e, 1, 0, 0, 0, dims=dims, box=box, pipelined=pipelined, vectors=vectors)
+        )
 
     monkeypatch.setattr(dispatch.permute._driver, "memcpy_dtod_async", mem.memcpy)
     steps = dispatch.permute.build_steps(

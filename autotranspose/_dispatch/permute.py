@@ -21,6 +21,7 @@ from .._arrays import NDView
 from .._compiler import DeviceState
 from .._launch import Launch, make_gather, make_packed, make_row_copy, make_runs_copy
 from .._plan import COPY, GATHER, PACKED, TRANSPOSE, Dim, Pass, Plan, plan_permute
+from .._vbox import make_vbox
 from ..errors import AutotransposeError
 from . import caches
 from .transpose import batched_launch
@@ -58,9 +59,10 @@ MakeTranspose = Callable[
 # make_copy(elem_bytes, batch, m, n, ld_in, ld_out, bs_in, bs_out, outer, os_in, os_out,
 #           outer2, os2_in, os2_out, realign=False)
 MakeCopy = Callable[..., Any]
-# make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box, src, dst, pipelined)
+# make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box, src, dst, pipelined,
+# vectors)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
-MakePacked = Callable[[int, tuple[Dim, ...], tuple[int, ...], int, int, bool], Any]
+MakePacked = Callable[[int, tuple[Dim, ...], tuple[int, ...], int, int, bool, tuple[int, int]], Any]
 
 
 @dataclass(frozen=True)
@@ -105,8 +107,8 @@ def build_steps(
             launch = make_gather(p.elem_bytes, p.dims)
         elif p.kind == PACKED:
             launch = make_packed(
-                p.elem_bytes, p.dims, p.box, src + i, dst + o, p.pipelined
-            )  # words if aligned
+                p.elem_bytes, p.dims, p.box, src + i, dst + o, p.pipelined, p.vectors
+            )  # words if aligned; the vector box (`_vbox`) where the plan gave vectors
         else:
             assert p.kind == COPY, p.kind
             o, o2 = p.outer, p.outer2
@@ -249,8 +251,16 @@ def build(
         return make_gather(state, e, dims)
 
     def packed(
-        e: int, dims: tuple[Dim, ...], box: tuple[int, ...], s: int, d: int, pipelined: bool
+        e: int,
+        dims: tuple[Dim, ...],
+        box: tuple[int, ...],
+        s: int,
+        d: int,
+        pipelined: bool,
+        vectors: tuple[int, int],
     ) -> Launch:
+        if vectors[0]:
+            return make_vbox(state, e, dims, box, vectors, s, d)
         return make_packed(state, e, dims, box, s, d, pipelined)
 
     return build_steps(plan, src, dst, make_transpose, make_copy, gather, packed)

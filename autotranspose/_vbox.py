@@ -1,0 +1,291 @@
+"""The vector box pass (templates/vbox/vbox.cu.j2): a packed pass whose boxes move in whole vectors
+on both sides, for the boxes `plan.vector_box` finds (plan.VECTOR_* says why and when).
+
+A block loads its box in the input's vectors into shared memory, where it lies in the input's
+order, then writes it in the output's vectors, gathering each vector's elements from shared
+memory at the offsets of a table (one 2-byte entry per element, in output order). The table
+depends only on the box's shape and orders, so it is computed here and compiled into the
+kernel; a block copies it into shared memory once. Boxes an edge cuts move element by element.
+
+The kernel takes the packed kernels' `at_packed_args` (`packed.packed_args` computes them),
+so the grid walk, the box corners and the edge limits are theirs. `render_vbox` and
+`make_vbox` turn a spec into source and a launch; tests/test_vbox.py runs the rendered kernel
+on the CPU against NumPy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._codegen import _ELEMENT_TYPES, VBOX_TEMPLATE, _environment
+from ._compiler import DeviceState, Kernel, _cached, load_source
+from ._launch import Launch
+from ._packed import ARG_BYTES, ARG_FORMAT, MAX_BOX_DIMS, MAX_GRID_DIMS, packed_args
+from ._plan import (
+    VECTOR_MAX_SMEM_BYTES,
+    VECTOR_MAX_STEPS,
+    VECTOR_TABLE_BYTES,
+    VECTOR_THREADS,
+    VECTOR_WIDTHS,
+    Dim,
+    vector_widths,
+)
+from ._version import __version__
+from .errors import ShapeError
+
+THREADS = VECTOR_THREADS
+# Resident blocks a kernel is compiled for (__launch_bounds__: at most 64 registers a thread)
+# and the grid is made of: a box of up to VECTOR_MAX_SMEM_BYTES with its table leaves room for
+# five an SM, and four keep about 40 KB of loads in flight an SM.
+BLOCKS_PER_SM = 4
+_VECTOR_TYPES = {4: "u32", 8: "uint2", 16: "uint4"}
+_ROW = 16  # the table is copied in 16-byte rows
+
+
+@dataclass(frozen=True)
+class VBoxKernel:
+    """What a vector box kernel is compiled for: `elem_bytes`-byte elements in boxes of `box`
+    (the output's memory order, innermost first), read in `in_order` (the box dims in the
+    input's order, innermost first), `checked` dims cut at an edge, `wide` 64-bit offsets in
+    a box, `vin` / `vout` bytes a vector on the input / output side. Everything here flows
+    into CUDA source: `__post_init__` checks it all."""
+
+    elem_bytes: int
+    box: tuple[int, ...]
+    in_order: tuple[int, ...]
+    checked: tuple[bool, ...]
+    wide: bool
+    vin: int
+    vout: int
+
+    def __post_init__(self) -> None:
+        n, e = len(self.box), self.elem_bytes
+        if e not in (1, 2, 4, 8):
+            raise ShapeError(f"a vector box of {e!r}-byte elements: 1, 2, 4 or 8")
+        if not 1 <= n <= MAX_BOX_DIMS or not all(type(b) is int and b >= 1 for b in self.box):
+            raise ShapeError(f"a vector box {self.box!r}: 1 to {MAX_BOX_DIMS} positive extents")
+        if sorted(self.in_order) != list(range(n)) or not all(
+            type(k) is int for k in self.in_order
+        ):
+            raise ShapeError(
+                f"vector box order {self.in_order!r} is not a permutation of range({n})"
+            )
+        if len(self.checked) != n or not all(type(c) is bool for c in (*self.checked, self.wide)):
+            raise ShapeError(f"vector box checks {self.checked!r}, wide {self.wide!r}: bools")
+        for w in (self.vin, self.vout):
+            if w not in VECTOR_WIDTHS or w < 2 * e or self.volume % (w // e):
+                raise ShapeError(
+                    f"{w!r}-byte vectors of {e}-byte elements in a box of {self.volume}: "
+                    f"one of {VECTOR_WIDTHS} bytes, two elements or more, dividing the box"
+                )
+        if self.smem_bytes > VECTOR_MAX_SMEM_BYTES or self.volume * e >= 1 << 16:
+            raise ShapeError(
+                f"a vector box of {self.volume} {e}-byte elements: its elements and table take "
+                f"{self.smem_bytes} bytes of shared memory, at most {VECTOR_MAX_SMEM_BYTES}"
+            )
+        if max(self.steps) > VECTOR_MAX_STEPS:
+            raise ShapeError(
+                f"a vector box of {self.volume} {e}-byte elements in {self.vin}- and "
+                f"{self.vout}-byte vectors: {max(self.steps)} vectors a thread, at most "
+                f"{VECTOR_MAX_STEPS}"
+            )
+
+    @property
+    def volume(self) -> int:
+        return math.prod(self.box)
+
+    @property
+    def vectors(self) -> tuple[int, int]:
+        """Vectors of a box on the input side and on the output side."""
+        v = self.volume * self.elem_bytes
+        return v // self.vin, v // self.vout
+
+    @property
+    def steps(self) -> tuple[int, int]:
+        """Vectors a thread moves per box, in and out."""
+        return -(-self.vectors[0] // THREADS), -(-self.vectors[1] // THREADS)
+
+    @property
+    def table_entries(self) -> int:
+        return -(-self.volume // (_ROW // VECTOR_TABLE_BYTES)) * (_ROW // VECTOR_TABLE_BYTES)
+
+    @property
+    def smem_bytes(self) -> int:
+        data = -(-self.volume * self.elem_bytes // _ROW) * _ROW
+        return data + self.table_entries * VECTOR_TABLE_BYTES
+
+    @property
+    def name(self) -> str:
+        """The kernel's `extern "C"` name: everything it is compiled for."""
+        box = "x".join(map(str, self.box))
+        order = "".join(map(str, self.in_order))
+        checks = "".join("c" if c else "f" for c in self.checked)
+        return (
+            f"at_vbox_s{self.elem_bytes}_b{box}_i{order}_{checks}_"
+            f"{'w' if self.wide else 'n'}_v{self.vin}x{self.vout}"
+        )
+
+
+def table(k: VBoxKernel) -> list[int]:
+    """The kernel's table: for each element of a box in output order, its byte offset in the
+    box as shared memory holds it (dense, in the input's order); zeros pad it to whole rows."""
+    dense = [0] * len(k.box)
+    step = 1
+    for d in k.in_order:
+        dense[d] = step
+        step *= k.box[d]
+    out = []
+    for i in range(k.volume):
+        offset = 0
+        for d, b in enumerate(k.box):  # output order, innermost first
+            offset += (i % b) * dense[d]
+            i //= b
+        out.append(offset * k.elem_bytes)
+    return out + [0] * (k.table_entries - len(out))
+
+
+def vbox_spec(
+    elem_bytes: int,
+    dims: Sequence[Dim],
+    box: Sequence[int],
+    vectors: tuple[int, int],
+    in_ptr: int = 0,
+    out_ptr: int = 0,
+) -> tuple[VBoxKernel, tuple[int, ...]]:
+    """The kernel and the `at_packed_args` values that move `dims` (output memory order,
+    outermost first) in boxes of `box` in vectors of `vectors` bytes (in, out) between
+    pointers of these addresses. Raises ShapeError where the vectors do not fit the box or
+    the pointers (`plan.vector_widths`: each width must divide the widest that does)."""
+    widest = vector_widths(dims, box, elem_bytes, in_ptr, out_ptr)
+    if any(not w or m % w for w, m in zip(vectors, widest, strict=True)):
+        raise ShapeError(
+            f"{vectors[0]}- and {vectors[1]}-byte vectors for dims "
+            f"{[(d.extent, d.in_stride, d.out_stride) for d in dims]} in boxes {tuple(box)} at "
+            f"pointers {in_ptr % 16} and {out_ptr % 16} (mod 16): at most {widest}"
+        )
+    args = packed_args(elem_bytes, dims, box, in_ptr, out_ptr, words=False)
+    p = args.kernel
+    spec = VBoxKernel(elem_bytes, p.box, p.in_order, p.checked, p.wide, *vectors)
+    return spec, args.values()
+
+
+def _gather_lines(e: int, nout: int, vout: int) -> list[str]:
+    """C statements that gather output vector `w`'s `nout` elements from shared memory at
+    the table's offsets into `r` (a `vout`-byte vector)."""
+    lines = []
+    entries = []  # C expressions of the table's entries, as 16-bit halves of 32-bit words
+    if nout >= 8:
+        for q in range(nout // 8):
+            lines.append(f"const uint4 q{q} = *(const uint4*)(tab + w * {nout}u + {8 * q}u);")
+            entries += [f"q{q}.{c}" for c in "xyzw"]
+    elif nout == 4:
+        lines.append("const uint2 q0 = *(const uint2*)(tab + w * 4u);")
+        entries += ["q0.x", "q0.y"]
+    else:
+        lines.append(f"const u32 q0 = *(const u32*)(tab + w * {nout}u);")
+        entries.append("q0")
+    offs = [f"({entries[k // 2]} {'& 0xffffu' if k % 2 == 0 else '>> 16'})" for k in range(nout)]
+    words = []
+    if e == 1:
+        lines += [f"const u32 b{k} = box[{o}];" for k, o in enumerate(offs)]
+        for m in range(nout // 4):
+            b = [f"b{4 * m + j}" for j in range(4)]
+            words.append(
+                f"__byte_perm(__byte_perm({b[0]}, {b[1]}, 0x0040), "
+                f"__byte_perm({b[2]}, {b[3]}, 0x0040), 0x5410)"
+            )
+    elif e == 2:
+        lines += [
+            f"const u32 h{k} = *(const unsigned short*)(box + {o});" for k, o in enumerate(offs)
+        ]
+        words = [f"__byte_perm(h{2 * m}, h{2 * m + 1}, 0x5410)" for m in range(nout // 2)]
+    elif e == 4:
+        lines += [f"const u32 u{k} = *(const u32*)(box + {o});" for k, o in enumerate(offs)]
+        words = [f"u{k}" for k in range(nout)]
+    else:
+        lines += [f"const uint2 u{k} = *(const uint2*)(box + {o});" for k, o in enumerate(offs)]
+        words = [f"u{k}.{c}" for k in range(nout) for c in "xy"]
+    if vout == 4:
+        lines.append(f"const u32 r = {words[0]};")
+    else:
+        lines.append(f"{_VECTOR_TYPES[vout]} r;")
+        lines += [f"r.{c} = {w};" for c, w in zip("xyzw", words, strict=False)]
+    return lines
+
+
+def render_vbox(k: VBoxKernel) -> str:
+    """The CUDA source of vector box kernel `k` (`k.name`)."""
+    if not isinstance(k, VBoxKernel):  # checked specs only reach CUDA
+        raise TypeError("render_vbox() takes a VBoxKernel")
+    e, n = k.elem_bytes, len(k.box)
+    dims = list(range(n))
+    nin, nout = k.vin // e, k.vout // e
+    sin, sout = k.steps
+    nvin, nvout = k.vectors
+    tab = table(k)
+    return (
+        _environment()
+        .get_template(VBOX_TEMPLATE)
+        .render(
+            k=k,
+            version=__version__,
+            threads=THREADS,
+            min_blocks=BLOCKS_PER_SM,
+            max_box=MAX_BOX_DIMS,
+            max_grid=MAX_GRID_DIMS,
+            args_bytes=ARG_BYTES,
+            etype=dict(_ELEMENT_TYPES)[e],
+            vin_type=_VECTOR_TYPES[k.vin],
+            vout_type=_VECTOR_TYPES[k.vout],
+            dims=dims,
+            checked=[d for d in dims if k.checked[d]],
+            inside=" && ".join(f"d{d} < lim{d}" for d in dims if k.checked[d]) or "true",
+            full=" && ".join(f"lim{d} == {k.box[d]}u" for d in dims if k.checked[d]) or "true",
+            in_offset=" + ".join(f"(off_t)d{d} * is{d}" for d in dims),
+            out_offset=" + ".join(f"(off_t)d{d} * os{d}" for d in dims),
+            nin=nin,
+            nout=nout,
+            sin=sin,
+            sout=sout,
+            nvin=nvin,
+            nvout=nvout,
+            in_ragged=sin * THREADS != nvin,
+            out_ragged=sout * THREADS != nvout,
+            table=tab,
+            table_rows=len(tab) * VECTOR_TABLE_BYTES // _ROW,
+            data_bytes=k.smem_bytes - len(tab) * VECTOR_TABLE_BYTES,
+            gather=_gather_lines(e, nout, k.vout),
+        )
+    )
+
+
+def get_vbox_kernel(state: DeviceState, spec: VBoxKernel) -> Kernel:
+    """Vector box kernel `spec` on `state`'s architecture, compiled on first use (one per
+    box shape and widths; pycuda's disk cache keeps it across processes)."""
+    return _cached(
+        state.arch,
+        spec.name,
+        lambda: load_source(state.arch, render_vbox(spec), [spec.name])[spec.name],
+    )
+
+
+def make_vbox(
+    state: DeviceState,
+    elem_bytes: int,
+    dims: tuple[Dim, ...],
+    box: tuple[int, ...],
+    vectors: tuple[int, int],
+    src: int = 0,
+    dst: int = 0,
+) -> Launch:
+    """A prepared launch of a vector box pass (a plan's PACKED pass with `vectors`): every
+    index of `dims` moved in boxes of `box`, for pointers aligned as `src` and `dst`. The
+    grid is the resident blocks (BLOCKS_PER_SM an SM), each walking boxes by the grid stride,
+    so a block copies its table once for many boxes."""
+    spec, values = vbox_spec(elem_bytes, dims, box, vectors, src, dst)
+    tiles = values[-2]
+    blocks = max(1, min(tiles, state.info.multiprocessors * BLOCKS_PER_SM))
+    kernel = get_vbox_kernel(state, spec)
+    return Launch(None, kernel, (blocks, 1, 1), (THREADS, 1, 1), values, state, ARG_FORMAT)

@@ -1,0 +1,389 @@
+"""The vector box kernel (templates/vbox/vbox.cu.j2) without a GPU: the vectors' promise (every
+vector the kernel moves lies in one contiguous run and starts aligned, for the boxes and
+widths `plan.vector_box` picks, at the pointers the plan saw), the table, the spec's checks,
+the rendered kernel run on the CPU (tests/_cuda_emulator.h: a block's threads are OS threads,
+misaligned vector accesses abort) against np.transpose with poisoned outputs and guard bytes,
+and nvcc's resource report."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _nvcc import assert_nvcc_silent
+from test_packed import _boxes
+
+from autotranspose import _plan as plan
+from autotranspose._codegen import _ELEMENT_TYPES
+from autotranspose._packed import packed_args
+from autotranspose._plan import (
+    PACKED,
+    VECTOR_MAX_SMEM_BYTES,
+    VECTOR_MIN_BYTES,
+    Pass,
+    contiguous_strides,
+    gather_conflicts,
+    plan_permute,
+    vector_box,
+    vector_launch,
+    vector_widths,
+)
+from autotranspose._vbox import THREADS, VBoxKernel, render_vbox, table, vbox_spec
+from autotranspose.errors import ShapeError
+
+HERE = Path(__file__).resolve().parent
+
+
+def _offsets(order: tuple[int, ...], box: tuple[int, ...], strides) -> np.ndarray:
+    """Each element's offset from its box's corner, the box's elements taken in `order`
+    (innermost first): what the kernel's `split` of an index and its strides give."""
+    idx = np.arange(math.prod(box))
+    off = np.zeros(idx.size, dtype=np.int64)
+    for k in order:
+        off += (idx % box[k]) * strides[k]
+        idx //= box[k]
+    return off
+
+
+def _vector_walk(p: Pass, in_ptr: int, out_ptr: int) -> int:
+    """Every vector of every whole box, as the kernel addresses it (its first element's
+    offset from the split of its index, the rest the next addresses), against each
+    element's own offset, and each vector's alignment. Returns the vectors checked."""
+    e = p.elem_bytes
+    spec, _ = vbox_spec(e, p.dims, p.box, p.vectors, in_ptr, out_ptr)
+    a = packed_args(e, p.dims, p.box, in_ptr, out_ptr, words=False)
+    n = len(spec.box)
+    corners = np.array([(ib, ob) for ib, ob, lim in _boxes(a) if list(lim) == list(spec.box)])
+    checked = 0
+    for side, order, strides, ptr, w in (
+        (0, spec.in_order, a.in_stride[:n], in_ptr, spec.vin),
+        (1, tuple(range(n)), a.out_stride[:n], out_ptr, spec.vout),
+    ):
+        per = w // e
+        vec = _offsets(order, spec.box, strides).reshape(-1, per)
+        assert (vec - vec[:, :1] == np.arange(per)).all(), (
+            f"a vector is not one run: {p.describe()}"
+        )
+        assert ptr % w == 0 and (vec[:, 0] % per == 0).all(), p.describe()
+        if corners.size:
+            assert (corners[:, side] % per == 0).all(), (
+                f"a box corner is misaligned: {p.describe()}"
+            )
+        checked += vec.shape[0] * len(corners)
+    return checked
+
+
+@pytest.fixture
+def any_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Vector boxes wherever their vectors fit, whatever their shared-memory conflicts or
+    size: the kernel's correctness on every shape, not the plan's taste."""
+    monkeypatch.setattr(plan, "VECTOR_MAX_CONFLICTS", float("inf"))
+    monkeypatch.setattr(plan, "VECTOR_MIN_BOX_BYTES", 0)
+    monkeypatch.setattr(plan, "ALT_MIN_BYTES", 0)
+
+
+def _random_problem(rng: np.random.Generator, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A random 2- to 6-D permute whose sides are often multiples of 4 or 8 (vectors need
+    aligned runs), a few thousand to a hundred thousand elements."""
+    nd = int(rng.integers(2, 7))
+    top = max(2, round(20000 ** (1 / nd)))
+    shape = []
+    for _ in range(nd):
+        v = int(rng.integers(1, top + 1))
+        shape.append(v * int(rng.choice([1, 2, 4, 8])) if rng.random() < 0.7 else v)
+    return tuple(shape), tuple(int(a) for a in rng.permutation(nd))
+
+
+@pytest.mark.parametrize("e", [1, 2, 4, 8])
+def test_every_vector_is_one_aligned_run(e: int, any_vectors):
+    """Random permutes at random pointer offsets: wherever the plan finds a vector box, each
+    vector the kernel would load or store is contiguous and aligned to its width."""
+    rng = np.random.default_rng([e, 777])
+    found = 0
+    for _ in range(300):
+        shape, axes = _random_problem(rng, e)
+        in_ptr, out_ptr = (int(v) * e for v in rng.integers(0, 16 // e + 1, 2))
+        dims = plan_permute(shape, axes, e).dims
+        if not 1 <= len(dims) <= 8:
+            continue
+        p = Pass(PACKED, e, 1, 0, 0, 0, dims=dims)
+        q = vector_launch(p, in_ptr, out_ptr)
+        if q is None:
+            continue
+        assert min(q.vectors) >= max(VECTOR_MIN_BYTES, 2 * e)
+        found += bool(_vector_walk(q, in_ptr, out_ptr))
+    assert found > 15, found
+
+
+@pytest.mark.parametrize(
+    "shape, axes, e, box, vectors",
+    [
+        # ViT patchify, p = 16: the input's rows of 14 patches, the output's patches
+        ((64, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2, (1, 1, 14, 8, 16, 3), (16, 16)),
+        # p = 14: rows of 14 patches cut in 8 left half the boxes at an edge; whole rows
+        # of patches make 16-byte vectors on both sides
+        ((64, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2, (1, 1, 16, 14, 14, 3), (16, 16)),
+        ((8, 3, 1080, 1920), (0, 2, 3, 1), 1, (1, 4096, 3), (16, 16)),  # CHW -> HWC
+        ((8, 2, 1080, 1920), (0, 2, 3, 1), 1, (1, 4096, 2), (16, 16)),
+        ((8, 4, 1080, 1920), (0, 2, 3, 1), 1, (1, 2048, 4), (16, 16)),
+    ],
+)
+def test_the_workloads_boxes(shape, axes, e, box, vectors):
+    """The plan's pass for the ML workloads of docs/perf-notes.md is the vector box."""
+    p = plan_permute(shape, axes, e)
+    q = p.passes[0]
+    assert (q.kind, q.box, q.vectors) == (PACKED, box, vectors), p.describe()
+    assert "16-byte vectors in" in p.describe()
+    assert any(a.kind == PACKED and not a.vectors[0] for a in p.alternatives), p.describe()
+
+
+@pytest.mark.parametrize("c, ways", [(2, 8.0), (3, 4.0), (4, 16.0)])
+def test_no_vectors_where_the_gather_would_conflict(c: int, ways: float):
+    """uint8 HWC -> CHW: a vector of one channel's 16 pixels gathers bytes c apart, a lane
+    16 c bytes from the next, so its shared loads conflict `ways` ways; the packed kernels
+    keep the plan (their words kernel ran at 99-103% of copy on an H100, the vector box at
+    30-75)."""
+    shape, axes = (8, 1080, 1920, c), (0, 3, 1, 2)
+    dims = plan_permute(shape, axes, 1).dims
+    box = (1, c, 4096)
+    assert gather_conflicts(dims, box, 1, vector_widths(dims, box, 1)[1]) == ways
+    assert plan_permute(shape, axes, 1).passes[0].vectors == (0, 0)
+    back = plan_permute((8, c, 1080, 1920), (0, 2, 3, 1), 1)  # CHW -> HWC: a byte apart
+    q = back.passes[0]
+    assert gather_conflicts(q.dims, q.box, 1, q.vectors[1]) <= plan.VECTOR_MAX_CONFLICTS
+
+
+def test_boxes_cut_at_an_edge_give_way_to_whole_ones():
+    """ViT's p = 14 rows of patches: growing to runs cuts the 14 patch rows in 8 (half the
+    boxes at the edge); the divisor-rounded, whole choice takes all 14."""
+    dims = plan_permute((64, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2).dims
+    box, _ = vector_box(dims, 2)
+    assert all(d.extent % b == 0 for d, b in zip(dims, box, strict=True)), box
+
+
+def test_no_vectors_where_a_side_is_misaligned():
+    """An odd pointer or an odd run leaves no vectors (the packed kernels keep the plan)."""
+    shape, axes = (8, 3, 1080, 1920), (0, 2, 3, 1)
+    assert plan_permute(shape, axes, 1, in_ptr=1).passes[0].vectors == (0, 0)
+    assert plan_permute((8, 3, 1081, 1921), axes, 1).passes[0].vectors == (0, 0)
+    assert plan_permute(shape, axes, 1, out_ptr=8).passes[0].vectors == (16, 8)
+    dims = plan_permute(shape, axes, 1).dims
+    assert vector_widths(dims, (1, 4096, 3), 1, 4, 0) == (4, 16)
+    assert vector_widths(dims, (1, 4095, 3), 1) == (0, 0)
+
+
+def test_the_table_is_the_output_order_in_the_input_layout():
+    k = VBoxKernel(2, (3, 4, 2), (1, 2, 0), (False,) * 3, False, 8, 8)
+    t = table(k)
+    assert len(t) == 24 and len(t) % 8 == 0
+    box = np.arange(24).reshape(3, 2, 4)  # shared memory: dims 0, 2, 1, outermost first
+    want = box.transpose(1, 2, 0).ravel() * 2  # output order: dims 2, 1, 0, outermost first
+    assert t == list(want)
+    assert table(VBoxKernel(1, (3, 7, 4), (1, 2, 0), (False,) * 3, False, 4, 4))[84:] == [0] * 4
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        (dict(elem_bytes=16), "1, 2, 4 or 8"),
+        (dict(vin=2), "two elements or more"),
+        (dict(vout=32), r"one of \(16, 8, 4\)"),
+        (dict(box=(3, 5)), "dividing the box"),
+        (dict(in_order=(0, 0)), "not a permutation"),
+        (dict(box=(8, 4096), checked=(False, True)), "shared memory"),
+    ],
+)
+def test_bad_specs_never_reach_cuda(fields, words):
+    base = dict(
+        elem_bytes=2,
+        box=(8, 64),
+        in_order=(1, 0),
+        checked=(False, False),
+        wide=False,
+        vin=16,
+        vout=16,
+    )
+    with pytest.raises(ShapeError, match=words):
+        VBoxKernel(**{**base, **fields})
+
+
+def test_vectors_the_pointers_do_not_allow_are_refused():
+    dims = plan_permute((8, 3, 1080, 1920), (0, 2, 3, 1), 1).dims
+    with pytest.raises(ShapeError, match="at most"):
+        vbox_spec(1, dims, (1, 4096, 3), (16, 16), in_ptr=4)
+    vbox_spec(1, dims, (1, 2048, 3), (4, 16), in_ptr=4)
+
+
+def test_boxes_fit_shared_memory_and_steps():
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        e = int(rng.choice([1, 2, 4, 8]))
+        shape, axes = _random_problem(rng, e)
+        dims = plan_permute(shape, axes, e).dims
+        found = vector_box(dims, e) if len(dims) <= 8 else None
+        if found:
+            box, _ = found
+            assert math.prod(box) * (e + 2) <= VECTOR_MAX_SMEM_BYTES, box
+
+
+# --- the kernel itself, on the CPU -------------------------------------------------------------
+_CXX = shutil.which("g++")
+
+
+def _library(spec: VBoxKernel, tmp: Path) -> ctypes.CDLL:
+    """The rendered kernel and a launcher, built with the emulator (cached per source)."""
+    etype = dict(_ELEMENT_TYPES)[spec.elem_bytes]
+    src = (
+        '#include "_cuda_emulator.h"\n'
+        + render_vbox(spec)
+        + f"""
+extern "C" void at_emu_run(unsigned grid, const void* in, void* out, const void* args) {{
+    const at_packed_args a = *(const at_packed_args*)args;
+    at_emu_launch(grid, {THREADS}, [&] {{ {spec.name}((const {etype}*)in, ({etype}*)out, a); }});
+}}
+"""
+    )
+    digest = hashlib.sha256(src.encode()).hexdigest()[:16]
+    lib = tmp / f"vbox_{digest}.so"
+    if not lib.exists():
+        cpp = tmp / f"vbox_{digest}.cpp"
+        cpp.write_text(src)
+        subprocess.run(
+            [
+                _CXX,
+                "-std=c++20",
+                "-O1",
+                "-fno-strict-aliasing",
+                "-fsanitize=alignment",
+                "-fno-sanitize-recover=all",
+                "-Wno-unknown-pragmas",
+                "-shared",
+                "-fPIC",
+                "-pthread",
+                f"-I{HERE}",
+                str(cpp),
+                "-o",
+                str(lib),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    return ctypes.CDLL(str(lib))
+
+
+def _strided(rng, shape, e, pad_last):
+    """A view of `shape` whose rows are `pad_last` elements longer (16-byte multiples keep
+    vectors), at a 16-byte offset into its buffer."""
+    full = (*shape[:-1], shape[-1] + pad_last)
+    base = rng.integers(0, 256, 16 + math.prod(full) * e + 64, dtype=np.uint8)
+    arr = base[16 : 16 + math.prod(full) * e].view(f"V{e}").reshape(full)
+    return base, arr[..., : shape[-1]]
+
+
+def _cut(q: Pass) -> Pass:
+    """`q` with one box dim cut short so that an edge cuts it (the same vector widths): the
+    element path of the boxes the edge cuts, on a box the plan would not pick."""
+    for k, (d, b) in enumerate(zip(q.dims, q.box, strict=True)):
+        for part in range(b - 1, 1, -1):
+            box = (*q.box[:k], part, *q.box[k + 1 :])
+            if d.extent % part and vector_widths(q.dims, box, q.elem_bytes) == q.vectors:
+                return dataclasses.replace(q, box=box)
+    raise AssertionError(f"no box of {q.describe()} can be cut")
+
+
+CASES = [
+    ((1, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2, 0),  # ViT p = 16
+    ((2, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2, 0),  # ViT p = 14
+    ((2, 3, 40, 104), (0, 2, 3, 1), 1, 0),  # CHW -> HWC, an edge box
+    ((2, 40, 104, 3), (0, 3, 1, 2), 1, 0),  # HWC -> CHW
+    ((3, 2, 48, 96), (0, 2, 3, 1), 1, 0),
+    ((2, 4, 24, 200), (0, 2, 3, 1), 1, 16),  # padded rows in
+    ((3, 64, 20, 8), (3, 1, 0, 2), 2, 0),
+    ((40, 16, 36, 4), (3, 1, 0, 2), 4, 0),  # 4-byte elements: the vectors an alternative
+    ((24, 18, 32, 2), (3, 0, 2, 1), 8, 0),
+]
+
+
+@pytest.mark.skipif(_CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
+@pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut"])
+@pytest.mark.parametrize("shape, axes, e, pad", CASES)
+def test_the_kernel_on_the_cpu_matches_numpy(
+    shape, axes, e, pad, cut, tmp_path_factory, any_vectors
+):
+    """The rendered kernel, run by the emulator on a small grid (each block walks several
+    boxes), moves every element where np.transpose puts it, writes nothing else (poison and
+    guard bytes intact), and never touches a vector at an address its type forbids."""
+    rng = np.random.default_rng([e, *shape])
+    base, x = _strided(rng, shape, e, pad)
+    want = np.ascontiguousarray(np.transpose(x, axes))
+    out_base = np.full(16 + want.nbytes + 64, 0xA5, dtype=np.uint8)
+    out = out_base[16 : 16 + want.nbytes].view(f"V{e}").reshape(want.shape)
+    strides = tuple(s // e for s in x.strides)
+    p = plan_permute(
+        shape,
+        axes,
+        e,
+        strides,
+        contiguous_strides(want.shape),
+        in_ptr=x.ctypes.data,
+        out_ptr=out.ctypes.data,
+    )
+    q = next((a for a in (*p.passes, *p.alternatives) if a.vectors[0]), None)
+    assert q is not None, p.describe()
+    if cut:
+        q = _cut(q)
+    spec, values = vbox_spec(e, q.dims, q.box, q.vectors, x.ctypes.data, out.ctypes.data)
+    assert any(spec.checked) == cut, spec
+    import struct
+
+    from autotranspose._packed import ARG_FORMAT
+
+    args = struct.pack(ARG_FORMAT, *values)
+    tiles = values[-2]
+    lib = _library(spec, tmp_path_factory.getbasetemp())
+    lib.at_emu_run(
+        ctypes.c_uint(min(tiles, 3)),
+        ctypes.c_void_p(x.ctypes.data),
+        ctypes.c_void_p(out.ctypes.data),
+        ctypes.c_char_p(args),
+    )
+    assert out.tobytes() == want.tobytes(), f"{spec.name}\n{p.describe()}"
+    assert (out_base[:16] == 0xA5).all() and (out_base[16 + want.nbytes :] == 0xA5).all()
+    del base
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_kernels_compile_without_spills(any_vectors):
+    """Each workload's kernel on sm_90: no local memory, the shared memory the spec counts,
+    registers for BLOCKS_PER_SM blocks of THREADS (the launch bounds hold it to 64)."""
+    from autotranspose._compiler import source_resources
+    from autotranspose._vbox import BLOCKS_PER_SM
+
+    specs = {}
+    for shape, axes, e in [
+        ((64, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2),
+        ((64, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2),
+        ((8, 3, 1080, 1920), (0, 2, 3, 1), 1),  # edge boxes
+        ((8, 1080, 1920, 3), (0, 3, 1, 2), 1),
+        ((200, 64, 112, 8), (3, 1, 0, 2), 4),
+        ((8, 696, 1, 312, 3), (1, 4, 0, 3, 2), 8),
+    ]:
+        p = plan_permute(shape, axes, e)
+        q = next(a for a in (*p.passes, *p.alternatives) if a.vectors[0])
+        spec, _ = vbox_spec(e, q.dims, q.box, q.vectors)
+        specs[spec.name] = spec
+    assert {k.elem_bytes for k in specs.values()} == {1, 2, 4, 8}
+    assert any(any(k.checked) for k in specs.values())
+    for spec in specs.values():
+        assert_nvcc_silent(render_vbox(spec))
+        res = source_resources(render_vbox(spec), "sm_90")[spec.name]
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{spec.name}: {res}"
+        assert res.smem_bytes == spec.smem_bytes, f"{spec.name}: {res}"
+        assert res.registers * THREADS * BLOCKS_PER_SM <= 65536, f"{spec.name}: {res}"

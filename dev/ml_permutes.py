@@ -67,8 +67,9 @@ def main() -> int:
     import torch
 
     import autotranspose as at
-    from autotranspose import _firstcall, _permuter
+    from autotranspose import _firstcall
     from autotranspose._compiler import activate
+    from autotranspose._dispatch import permute as _permuter
     from autotranspose._dtypes import element_type
     from autotranspose._plan import GATHER, PACKED, one_launch, plan_permute
 
@@ -124,9 +125,9 @@ def main() -> int:
             print(f"first call {e}-byte {cls}: best {outcome.best.key}", flush=True)
             for c, sec in sorted(outcome.seconds.items(), key=lambda kv: kv[1] or 1e9):
                 print(f"   {c.key}: {'failed' if sec is None else f'{100 * copy_s / sec:.1f}%'}")
-        from autotranspose import _api
+        from autotranspose._dispatch import caches as _caches
 
-        for key, launch in list(_api._launches.items()):
+        for key, launch in list(_caches.launches.items()):
             cfg = launch.config
             print(f"launch {key[4:11]}: {cfg.key if cfg else None} grid {launch.grid}")
         return 0

@@ -89,7 +89,7 @@ def build_steps(
     every host-loop index, so it is made at the least aligned of their pointer pairs: a
     real launch's start, since a first-call measurement runs that whole launch on it. A
     transpose launch also walks its outer dims, whose matrices start at further pointers;
-    `api.batched_launch` derives its vector from those as well (a measurement started at one
+    `transpose.batched_launch` derives its vector from those as well (a measurement started at one
     of them would write past the end of out)."""
     steps = []
     for p in plan.passes:

@@ -1,0 +1,83 @@
+"""Static SASS instruction counts of cast kernels (nvcc and cuobjdump only, no GPU): per
+config, the instructions of the compiled kernel, per phase (between barriers), and that count
+times the block's threads over the bytes a full tile moves (read + written): the static
+instructions a byte (docs/perf-notes.md, "Methods"; edge paths are counted too, so it is an
+upper bound on what an interior tile executes).
+
+    python3 dev/cast_sass.py [f32_e4m3 bf16_e4m3 ...] [--both] [--arch sm_90]
+        [--cuobjdump PATH]
+
+Configs: each named pair's defaults (aligned and unaligned output rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from sass_count import kernels, phases
+
+from autotranspose._codegen import render_many
+from autotranspose._compiler import NVCC_OPTIONS
+from autotranspose._config import KernelConfig
+from autotranspose.kinds import cast
+
+
+def configs(codes: list[str]) -> list[KernelConfig]:
+    out = []
+    for code in codes:
+        src, dst = cast.PAIRS[code]
+        for aligned in (True, False):
+            c = cast.default(KernelConfig, src, dst, aligned)
+            if c not in out:
+                out.append(c)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("codes", nargs="*", default=["f32_e4m3", "bf16_e4m3", "f32_bf16"])
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
+    args = ap.parse_args()
+    if not args.cuobjdump:
+        print("cuobjdump not found (see dev/sass_count.py)", file=sys.stderr)
+        return 2
+    cfgs = configs(args.codes)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, cubin = Path(tmp) / "k.cu", Path(tmp) / "k.cubin"
+        src.write_text(render_many(cfgs))
+        subprocess.run(
+            ["nvcc", "-cubin", f"-arch={args.arch}", *NVCC_OPTIONS, "-Xptxas", "-v", str(src),
+             "-o", str(cubin)],
+            check=True,
+        )  # fmt: skip
+        sass = subprocess.run(
+            [args.cuobjdump, "-sass", str(cubin)], check=True, capture_output=True, text=True
+        ).stdout
+    per_kernel = kernels(sass)
+    for c in cfgs:
+        s, d = cast.PAIRS[c.cast]
+        ph = phases(per_kernel[c.kernel_name])
+        total = sum(int(p["instructions"]) for p in ph)  # type: ignore[call-overload]
+        elems = c.tile_m * c.tile_n
+        for both in (False, True):
+            traffic = elems * (s.size + d.size * (2 if both else 1))
+            print(
+                f"{c.key}: {total} instructions x {c.threads} threads / {traffic} bytes"
+                f"{' (both)' if both else ''} = {total * c.threads / traffic:.2f} a byte"
+            )
+        for i, p in enumerate(ph):
+            mem = " ".join(f"{k} {v}" for k, v in sorted(p["memory"].items()))  # type: ignore[union-attr]
+            print(f"  phase {i}: {p['instructions']:5d}{' (loop)' if p['loop'] else ''}  {mem}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -297,3 +297,17 @@ def test_a_forced_config_runs_and_a_bad_out_is_refused_before_any_launch(emulate
 def _alias(x: np.ndarray) -> np.ndarray:
     """A (65, 33) uint16 view of x's own memory."""
     return np.ndarray((65, 33), np.uint16, x, 0, (66, 2))
+
+
+@pytest.mark.parametrize("code", ["f32_e4m3", "bf16_e4m3", "f32_bf16", "f16_f16"])
+@pytest.mark.parametrize("off", range(16))
+def test_every_byte_offset_of_x_and_y_realigns_in_the_exchange_and_store(code, off):
+    """x and y start 0-15 bytes off a 16-byte boundary (as many elements as the format allows),
+    odd pitches, a batch and tiles the matrix's edge cuts: every row's funnel shift in the
+    exchange and every output row's in the store; off 0 with y's pitch a multiple of 16 bytes
+    takes the aligned store path, partial last words included."""
+    src, dst = cast.PAIRS[code]
+    cfg = cast.default(KernelConfig, src, dst)
+    m = 16 // dst.size * 9 if off == 0 else 133  # aligned y rows: M a multiple of 16 bytes
+    _check(cfg, (2, m, 75), x_off=off // src.size, y_off=off // dst.size, amax_prior=0.0,
+           x_strides=(m * 77 + 5, 77, 1), y_pad=0 if off == 0 else 3, both=off % 3 == 0)  # fmt: skip

@@ -7,12 +7,17 @@ upper bound on what an interior tile executes).
     python3 dev/cast_sass.py [f32_e4m3 bf16_e4m3 ...] [--both] [--arch sm_90]
         [--cuobjdump PATH]
 
-Configs: each named pair's defaults (aligned and unaligned output rows).
+Configs: each named pair's defaults. `--hot` counts instead the path an interior tile takes
+on aligned rows: the copy compiled here (only) has the tile's extent as constants, every row's
+offset 0, y's rows aligned and z not written (`--both`: written), so the edge and realignment
+branches fold away; `--hot odd` keeps the rows' offsets and takes the store's funnel path for
+y's rows (its count still holds the realignment branches an interior tile may skip).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -38,12 +43,43 @@ def configs(codes: list[str]) -> list[KernelConfig]:
     return out
 
 
+def specialise(text: str, hot: str, both: bool) -> str:
+    """The source made into an interior tile's hot path (see the module's doc): the copy
+    compiled here has the tile's extent as constants, and for `aligned` every row's offset 0,
+    y's rows aligned and z written or not (`both`); `odd` keeps the offsets and takes y's
+    funnel-shifted store path."""
+    subs = [
+        (r"const int rows = \(int\)min\(\(i64\)(\d+), a\.M - m0\);", r"const int rows = \1;"),
+        (r"const int cols = \(int\)min\(\(i64\)(\d+), a\.N - n0\);", r"const int cols = \1;"),
+        (r"unsigned char\* const z = a\.z \?", "unsigned char* const z = %s ?" % (
+            "a.z" if both else "false")),
+    ]  # fmt: skip
+    if hot == "aligned":
+        subs += [
+            (r"const int sft = sfts\[i\] = \(int\)\(.*?\);", "const int sft = sfts[i] = 0;"),
+            (r"const int sft = \(int\)\(.*?\);", "const int sft = 0;"),
+            (r"const int zs = \(int\)\(.*?\);", "const int zs = 0;"),
+            (r"const u32 xlo = \(u32\)\(u64\)x, ldl = \(u32\)ld_x;", "const u32 xlo = 0, ldl = 0;"),
+            (r"if \(\(\(u32\)\(u64\)y & 15u\) == 0 && \(\(u32\)ld_y & 15u\) == 0\)", "if (true)"),
+        ]  # fmt: skip
+    else:
+        subs.append(
+            (r"if \(\(\(u32\)\(u64\)y & 15u\) == 0 && \(\(u32\)ld_y & 15u\) == 0\)", "if (false)")
+        )  # fmt: skip
+    for pattern, repl in subs:
+        text, n = re.subn(pattern, repl, text)
+        assert n, f"the template changed: {pattern} not found"
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("codes", nargs="*", default=["f32_e4m3", "bf16_e4m3", "f32_bf16"])
     ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--hot", nargs="?", const="aligned", choices=["aligned", "odd"])
+    ap.add_argument("--both", action="store_true", help="with --hot: z written too")
     ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
     args = ap.parse_args()
     if not args.cuobjdump:
@@ -52,7 +88,10 @@ def main() -> int:
     cfgs = configs(args.codes)
     with tempfile.TemporaryDirectory() as tmp:
         src, cubin = Path(tmp) / "k.cu", Path(tmp) / "k.cubin"
-        src.write_text(render_many(cfgs))
+        text = render_many(cfgs)
+        if args.hot:
+            text = specialise(text, args.hot, args.both)
+        src.write_text(text)
         subprocess.run(
             ["nvcc", "-cubin", f"-arch={args.arch}", *NVCC_OPTIONS, "-Xptxas", "-v", str(src),
              "-o", str(cubin)],

@@ -202,6 +202,8 @@ def _params(c: Config) -> dict[str, Any]:
         "raster": c.raster,
         "min_blocks": c.min_blocks or 1,
         "extra": -(-c.tile_m // threads),  # passes over the rows' one word more
+        "zwords": c.tile_n * dst.size // 16 + 1,  # 16-byte words a tile row of z spans at most
+        "zstores": -(-c.tile_m * (c.tile_n * dst.size // 16 + 1) // threads),
         "in_word_bytes": ki * src.size,
         "in_t": _WORDS[ki * src.size],
         "n_in32": ki * src.size // 4,

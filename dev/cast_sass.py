@@ -7,7 +7,7 @@ upper bound on what an interior tile executes).
     python3 dev/cast_sass.py [f32_e4m3 bf16_e4m3 ...] [--both] [--arch sm_90]
         [--cuobjdump PATH]
 
-Configs: each named pair's defaults. `--hot` counts instead the path an interior tile takes
+Configs: each named pair's defaults (`--set`: with fields replaced). `--hot` counts instead the path an interior tile takes
 on aligned rows: the copy compiled here (only) has the tile's extent as constants, every row's
 offset 0, y's rows aligned and z not written (`--both`: written), so the edge and realignment
 branches fold away; `--hot odd` keeps the rows' offsets and takes the store's funnel path for
@@ -32,14 +32,16 @@ from autotranspose._config import KernelConfig
 from autotranspose.kinds import cast
 
 
-def configs(codes: list[str]) -> list[KernelConfig]:
+def configs(codes: list[str], fields: dict[str, int]) -> list[KernelConfig]:
+    """Each pair's default, with `fields` replaced (--set)."""
     out = []
     for code in codes:
         src, dst = cast.PAIRS[code]
-        for aligned in (True, False):
-            c = cast.default(KernelConfig, src, dst, aligned)
-            if c not in out:
-                out.append(c)
+        c = cast.default(KernelConfig, src, dst).replace(**fields)
+        if c.smem_bytes > 48 * 1024:
+            print(f"{c.key}: {c.smem_bytes} bytes of shared memory, past 48 KiB", file=sys.stderr)
+        elif c not in out:
+            out.append(c)
     return out
 
 
@@ -80,12 +82,14 @@ def main() -> int:
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--hot", nargs="?", const="aligned", choices=["aligned", "odd"])
     ap.add_argument("--both", action="store_true", help="with --hot: z written too")
+    ap.add_argument("--set", default="", help="fields to replace, e.g. tile_n=128,per_thread=8")
     ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
     args = ap.parse_args()
     if not args.cuobjdump:
         print("cuobjdump not found (see dev/sass_count.py)", file=sys.stderr)
         return 2
-    cfgs = configs(args.codes)
+    fields = {k: int(v) for k, v in (f.split("=") for f in args.set.split(",") if f)}
+    cfgs = configs(args.codes, fields)
     with tempfile.TemporaryDirectory() as tmp:
         src, cubin = Path(tmp) / "k.cu", Path(tmp) / "k.cubin"
         text = render_many(cfgs)

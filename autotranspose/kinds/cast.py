@@ -253,10 +253,10 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
     """The config a pair runs untuned: tiles of 128 input rows (a 16-byte store of float8
     covers 16 of them, so an output row's piece is a whole 128-byte line) by 64 columns,
     16-byte loads, 4 words a thread, registers capped for 1024 threads an SM (ptxas, nvcc 13:
-    no spills on sm_80 and sm_90; uncapped, float32 inputs took 109-116 registers, 2 blocks
-    of 256 threads an SM). `aligned_out` (whether the transposed rows start on 16-byte
-    boundaries) no longer changes the config: the kernel tests it once a block, and its
-    shared-memory padding is derived (`pad` is 0)."""
+    no spills on sm_80 and sm_90; uncapped, the three-phase kernels take 61-64 registers on
+    sm_90). `aligned_out` (whether the transposed rows start on 16-byte boundaries) no longer
+    changes the config: the kernel tests it once a block, and its shared-memory padding is
+    derived (`pad` is 0)."""
     vec = 16 // src.size
     per_thread = 4
     threads = 128 * 64 // (vec * per_thread)

@@ -89,16 +89,22 @@ def _row_bytes(c: Config) -> int:
     return (c.tile_n // c.vec + 1) * c.vec * dst.size
 
 
+def _exchange_blocks(dst: Format) -> int:
+    """Blocks side by side a thread of the exchange takes: two of 2x2 halves (a row's offset
+    is computed once for 4 elements, as for the 4x4 bytes of float8)."""
+    return 1 if dst.size == 1 else 2
+
+
 def _out_words(c: Config) -> int:
     """4-byte words a transposed row takes in shared memory: 16 bytes before and after the
     tile's `tile_m` elements (a 16-byte word at the output row's alignment reaches that far),
-    padded so that the exchange's warp (8 row groups x 4 column blocks) writes 32 distinct
-    banks: 4 rows apart (float8) at 8 banks, 2 rows apart (16-bit) at 8 banks."""
+    padded so that the exchange's warp (8 row groups x 4 column units, units 4 transposed rows
+    apart) writes 32 distinct banks: 4 rows' pitch at 8 banks (an even pitch, for the aligned
+    store's 8-byte reads)."""
     _, dst = PAIRS[c.cast]
     words = (c.tile_m * dst.size + 32) // 4
-    kk = 4 // dst.size
-    step, want = (8, 2) if kk == 4 else (16, 4)
-    return words + (want - words) % step
+    assert (4 // dst.size) * _exchange_blocks(dst) == 4
+    return words + (2 - words) % 8
 
 
 def _errors(c: Config) -> Iterator[str]:
@@ -171,7 +177,8 @@ def _params(c: Config) -> dict[str, Any]:
     threads = _threads(c)
     ki, ko = c.vec, STORE_BYTES // dst.size
     kk = 4 // dst.size  # the exchange's blocks: kk x kk elements, a 4-byte word a row
-    nb = c.tile_n // kk  # column blocks of a tile row
+    xq = _exchange_blocks(dst)
+    nb = c.tile_n // (kk * xq)  # column units of a tile row
     units = c.tile_m // kk * nb
     words_m = c.tile_m // ko + 1  # a tile's output row spans at most this many 16-byte words
     row_bytes = _row_bytes(c)
@@ -183,6 +190,7 @@ def _params(c: Config) -> dict[str, Any]:
         "ki": ki,
         "ko": ko,
         "kk": kk,
+        "xq": xq,
         "nb": nb,
         "xu": -(-units // threads),  # exchange passes of the block
         "units": units,

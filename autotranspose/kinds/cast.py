@@ -212,6 +212,9 @@ def _params(c: Config) -> dict[str, Any]:
         "extra": -(-c.tile_m // threads),  # passes over the rows' one word more
         "zwords": c.tile_n * dst.size // 16 + 1,  # 16-byte words a tile row of z spans at most
         "zstores": -(-c.tile_m * (c.tile_n * dst.size // 16 + 1) // threads),
+        # passes of 16 lanes a row over the words a tile's edge cuts (cut_words)
+        "ycut": -(-c.tile_n * 16 // threads),
+        "zcut": -(-c.tile_m * 16 // threads),
         "in_word_bytes": ki * src.size,
         "in_t": _WORDS[ki * src.size],
         "n_in32": ki * src.size // 4,

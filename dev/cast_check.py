@@ -54,6 +54,7 @@ def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig
         ("n128", {"tile_n": 128, "per_thread": 8, "min_blocks": 0}),
         ("m256", {"tile_m": 256, "per_thread": 8, "min_blocks": 0}),
         ("t2", {"per_thread": 2, "min_blocks": 0}),
+        ("t8", {"per_thread": 8, "min_blocks": 0}),
     ]:
         try:
             c = base.replace(**fields)

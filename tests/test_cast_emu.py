@@ -311,3 +311,15 @@ def test_every_byte_offset_of_x_and_y_realigns_in_the_exchange_and_store(code, o
     m = 16 // dst.size * 9 if off == 0 else 133  # aligned y rows: M a multiple of 16 bytes
     _check(cfg, (2, m, 75), x_off=off // src.size, y_off=off // dst.size, amax_prior=0.0,
            x_strides=(m * 77 + 5, 77, 1), y_pad=0 if off == 0 else 3, both=off % 3 == 0)  # fmt: skip
+
+
+@pytest.mark.parametrize("code", ["f32_e4m3", "bf16_e5m2", "f32_f16"])
+@pytest.mark.parametrize("shape", [(50, 5), (3, 300), (17, 15), (1, 1), (2, 129, 33)])
+def test_rows_shorter_than_a_word_cut_at_both_ends(code, shape):
+    """Output rows (y's and z's) of fewer than 16 bytes, at offsets that put a 16-byte boundary
+    inside them or not: the cut words' head and tail in one word."""
+    src, dst = cast.PAIRS[code]
+    cfg = cast.default(KernelConfig, src, dst)
+    _check(cfg, shape, x_off=1, y_off=5 // dst.size, both=True, z_off=11 // dst.size,
+           amax_prior=0.0)  # fmt: skip
+    _check(cfg, shape, both=True, z_off=14 // dst.size)

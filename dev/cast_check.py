@@ -47,14 +47,17 @@ L2_SETS_BYTES = 400 << 20  # rotating buffers: several times any L2
 
 
 def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig]]:
-    """The default and the variants worth timing beside it (those that compile and fit)."""
+    """The default and the variants worth timing beside it (those that fit 48 KiB): more words
+    a thread (n128, m256, t8: the block's prologue over twice the bytes) or more, smaller
+    blocks an SM (m64)."""
     base = cast.default(KernelConfig, src, dst)
     out = [("default", base)]
     for name, fields in [
         ("n128", {"tile_n": 128, "per_thread": 8, "min_blocks": 0}),
         ("m256", {"tile_m": 256, "per_thread": 8, "min_blocks": 0}),
-        ("t2", {"per_thread": 2, "min_blocks": 0}),
         ("t8", {"per_thread": 8, "min_blocks": 0}),
+        # half the tile, half the threads: twice the blocks an SM, their phases overlapping
+        ("m64", {"tile_m": 64, "min_blocks": 2 * base.min_blocks}),
     ]:
         try:
             c = base.replace(**fields)

@@ -13,6 +13,7 @@ launch per index. `plan_cast` says which launches run a call.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -269,6 +270,7 @@ def _offsets(loops: list[Axis]) -> list[tuple[int, int, int]]:
     return offsets
 
 
+@functools.lru_cache(maxsize=1024)
 def divisor(d: int) -> tuple[int, int]:
     """(magic, shift) with n // d == umulhi(2 n, magic) >> shift for every n < 2**31 (d from 1
     to 2**31): the kernel divides its block index by the tile counts with them. magic =
@@ -304,6 +306,7 @@ def pack_args(
             f"a batch of {launch.batch} {launch.m}x{launch.n} matrices needs {grid} tiles of "
             f"{tile_m}x{tile_n}, more than a launch allows ({MAX_GRID}); split the batch"
         )
+    (magic_m, shift_m), (magic_n, shift_n) = divisor(tm), divisor(tn)
     out = (y if launch.target == "y" else z) + launch.o0 * dst.size
     if launch.transpose:
         ky, ld_y, bs_y = out, launch.ld_o, launch.bs_o
@@ -328,8 +331,8 @@ def pack_args(
         tm,
         tn,
         scale,
-        divisor(tm)[0],
-        divisor(tn)[0],
-        divisor(tn)[1] | divisor(tm)[1] << 8,
+        magic_m,
+        magic_n,
+        shift_n | shift_m << 8,
     )
     return args, grid

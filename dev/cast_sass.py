@@ -61,7 +61,7 @@ def specialise(text: str, hot: str, both: bool) -> str:
             (r"const int sft = sfts\[i\] = \(int\)\(.*?\);", "const int sft = sfts[i] = 0;"),
             (r"const int sft = extra_sft\[i\] = \(int\)\(.*?\);", "const int sft = extra_sft[i] = 0;"),
             (r"const u32 xlo = \(u32\)\(u64\)x, ldl = \(u32\)ld_x;", "const u32 xlo = 0, ldl = 0;"),
-            (r"\(int\)\(\(u32\)\(u64\)zr & 15u\)", "0"),
+            (r"\(int\)\(\(16u - \(\(u32\)\(u64\)zr & 15u\)\) & 15u\)", "0"),
             (r"if \(\(\(\(u32\)\(u64\)z \| \(u32\)ld_z\) & 15u\) != 0 \|\| \(zbytes & 15\) != 0\)", "if (false)"),
             (r"if \(\(\(u32\)\(u64\)y & 15u\) == 0 && \(\(u32\)ld_y & 15u\) == 0\)", "if (true)"),
         ]  # fmt: skip

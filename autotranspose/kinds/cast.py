@@ -205,13 +205,14 @@ def _params(c: Config) -> dict[str, Any]:
         "threads": threads,
         "warps": threads // WARP,
         "words_m": words_m,
-        "stores": -(-c.tile_n * words_m // threads),  # store passes (rows off alignment)
-        "stores_a": -(-c.tile_n * (words_m - 1) // threads),  # store passes (aligned rows)
+        # store passes: whole words from each row's first 16-byte boundary
+        "stores_a": -(-c.tile_n * (words_m - 1) // threads),
         "raster": c.raster,
         "min_blocks": c.min_blocks or 1,
         "extra": -(-c.tile_m // threads),  # passes over the rows' one word more
-        "zwords": c.tile_n * dst.size // 16 + 1,  # 16-byte words a tile row of z spans at most
-        "zstores": -(-c.tile_m * (c.tile_n * dst.size // 16 + 1) // threads),
+        # whole 16-byte words a tile row of z holds at most (from its first 16-byte boundary)
+        "zwords": c.tile_n * dst.size // 16,
+        "zstores": -(-c.tile_m * (c.tile_n * dst.size // 16) // threads),
         # passes of 16 lanes a row over the words a tile's edge cuts (cut_words)
         "ycut": -(-c.tile_n * 16 // threads),
         "zcut": -(-c.tile_m * 16 // threads),

@@ -13,6 +13,7 @@ launch per index. `plan_cast` says which launches run a call.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -24,8 +25,9 @@ from .errors import LayoutError, UnsupportedDtypeError
 from .kinds.cast import FORMATS, INPUTS, OUTPUTS, PAIRS, Format, pair_code
 
 # the kernel's `at_cast_args`: x, y, z, scale_ptr, amax; M, N, ld_x, ld_y, ld_z, bs_x, bs_y,
-# bs_z; tiles_m, tiles_n; scale; one unused word (standard sizes, no padding, as C lays it out)
-ARG_FORMAT = "<5Q8q2IfI"
+# bs_z; tiles_m, tiles_n; scale; the magic numbers of tiles_m and tiles_n and their shifts
+# (`divisor`; standard sizes, no padding, as C lays it out)
+ARG_FORMAT = "<5Q8q2If3I"
 ARGS = struct.Struct(ARG_FORMAT)
 # host loops a call may take before it is run as two passes (a cast into a contiguous
 # buffer, then permute()): each loop index is a launch
@@ -268,6 +270,16 @@ def _offsets(loops: list[Axis]) -> list[tuple[int, int, int]]:
     return offsets
 
 
+@functools.lru_cache(maxsize=1024)
+def divisor(d: int) -> tuple[int, int]:
+    """(magic, shift) with n // d == umulhi(2 n, magic) >> shift for every n < 2**31 (d from 1
+    to 2**31): the kernel divides its block index by the tile counts with them. magic =
+    ceil(2**(31 + s) / d), s = ceil(log2 d), is below 2**32, and the error it adds to n / d is
+    under n / 2**(31 + s) < 1 / d, so the floor is exact."""
+    s = (d - 1).bit_length()
+    return -(-(1 << (31 + s)) // d), s
+
+
 def tiles(launch: Launch, tile_m: int, tile_n: int) -> tuple[int, int]:
     return (-(-launch.m // tile_m), -(-launch.n // tile_n))
 
@@ -294,6 +306,7 @@ def pack_args(
             f"a batch of {launch.batch} {launch.m}x{launch.n} matrices needs {grid} tiles of "
             f"{tile_m}x{tile_n}, more than a launch allows ({MAX_GRID}); split the batch"
         )
+    (magic_m, shift_m), (magic_n, shift_n) = divisor(tm), divisor(tn)
     out = (y if launch.target == "y" else z) + launch.o0 * dst.size
     if launch.transpose:
         ky, ld_y, bs_y = out, launch.ld_o, launch.bs_o
@@ -318,6 +331,8 @@ def pack_args(
         tm,
         tn,
         scale,
-        0,
+        magic_m,
+        magic_n,
+        shift_n | shift_m << 8,
     )
     return args, grid

@@ -17,6 +17,7 @@ from autotranspose import _codegen as codegen, errors, kinds
 from autotranspose._castplan import (
     ARGS,
     MAX_LOOP_LAUNCHES,
+    divisor,
     format_of,
     pack_args,
     pair,
@@ -94,12 +95,12 @@ def test_the_space_is_small_valid_and_holds_the_default():
 def test_every_pair_renders_its_conversion(code):
     src, dst = cast.PAIRS[code]
     text = at.render(cast.default(KernelConfig, src, dst))
-    assert "#include <cuda_fp8.h>" in text and "sizeof(at_cast_args) == 120" in text
+    assert "#include <cuda_fp8.h>" in text and "sizeof(at_cast_args) == 128" in text
     if dst.fp8:
         assert f"__NV_SATFINITE, {dst.fp8}" in text
     else:
         assert f"at_cast_clamp_{dst.code}(__fmul_rn(" in text
-    assert ARGS.size == 120
+    assert ARGS.size == 128
 
 
 @nvcc
@@ -203,6 +204,17 @@ def test_the_argument_block():
     f = struct.unpack(ARGS.format, args)
     assert grid == 2 * 3 * 2 and f[:5] == (1000, 2000, 3000, 0, 4000)
     assert f[5:13] == (300, 70, 70, 300, 70, 21000, 21000, 21000) and f[13:16] == (3, 2, 0.5)
+    assert f[16:19] == (*divisor(3)[:1], *divisor(2)[:1], divisor(2)[1] | divisor(3)[1] << 8)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 7, 64, 100, 927, 65535, 2**20 + 1, 2**30 + 3, 2**31])
+def test_the_tile_divisors_are_exact_below_2_to_the_31(d):
+    magic, shift = divisor(d)
+    assert magic < 2**32
+    rng = np.random.default_rng(d)
+    ns = [0, 1, d - 1, d, d + 1, 2**31 - 1, *rng.integers(0, 2**31, 2000).tolist()]
+    for n in ns:
+        assert ((2 * n * magic) >> 32) >> shift == n // d, (n, d)
 
 
 # --- the call's errors, before any GPU use ------------------------------------------------------

@@ -154,7 +154,7 @@ def test_permutes(shape, axes):
     "fields",
     [
         {"tile_m": 64, "tile_n": 32, "per_thread": 2},
-        {"tile_m": 32, "tile_n": 128, "per_thread": 8, "pad": 1, "raster": "col"},
+        {"tile_m": 32, "tile_n": 128, "per_thread": 8, "raster": "col"},
         {"tile_m": 256, "tile_n": 64, "per_thread": 8, "vec": 4, "cache": "stream"},
     ],
 )
@@ -297,3 +297,29 @@ def test_a_forced_config_runs_and_a_bad_out_is_refused_before_any_launch(emulate
 def _alias(x: np.ndarray) -> np.ndarray:
     """A (65, 33) uint16 view of x's own memory."""
     return np.ndarray((65, 33), np.uint16, x, 0, (66, 2))
+
+
+@pytest.mark.parametrize("code", ["f32_e4m3", "bf16_e4m3", "f32_bf16", "f16_f16"])
+@pytest.mark.parametrize("off", range(16))
+def test_every_byte_offset_of_x_and_y_realigns_in_the_exchange_and_store(code, off):
+    """x and y start 0-15 bytes off a 16-byte boundary (as many elements as the format allows),
+    odd pitches, a batch and tiles the matrix's edge cuts: every row's funnel shift in the
+    exchange and every output row's in the store; off 0 with y's pitch a multiple of 16 bytes
+    takes the aligned store path, partial last words included."""
+    src, dst = cast.PAIRS[code]
+    cfg = cast.default(KernelConfig, src, dst)
+    m = 16 // dst.size * 9 if off == 0 else 133  # aligned y rows: M a multiple of 16 bytes
+    _check(cfg, (2, m, 75), x_off=off // src.size, y_off=off // dst.size, amax_prior=0.0,
+           x_strides=(m * 77 + 5, 77, 1), y_pad=0 if off == 0 else 3, both=off % 3 == 0)  # fmt: skip
+
+
+@pytest.mark.parametrize("code", ["f32_e4m3", "bf16_e5m2", "f32_f16"])
+@pytest.mark.parametrize("shape", [(50, 5), (3, 300), (17, 15), (1, 1), (2, 129, 33)])
+def test_rows_shorter_than_a_word_cut_at_both_ends(code, shape):
+    """Output rows (y's and z's) of fewer than 16 bytes, at offsets that put a 16-byte boundary
+    inside them or not: the cut words' head and tail in one word."""
+    src, dst = cast.PAIRS[code]
+    cfg = cast.default(KernelConfig, src, dst)
+    _check(cfg, shape, x_off=1, y_off=5 // dst.size, both=True, z_off=11 // dst.size,
+           amax_prior=0.0)  # fmt: skip
+    _check(cfg, shape, both=True, z_off=14 // dst.size)

@@ -6,11 +6,13 @@ the input's own order (`both`), or only that (a strided cast with no transpose).
 
 A block takes a `tile_m` x `tile_n` tile of the input. Its threads load `vec`-element words
 (16 bytes at `vec` = 16 / input bytes) at each row's own alignment, convert them in registers,
-write the same-order output from there, and put the cast tile in shared memory (`tile_n`
-output elements a row, `pad` 4-byte words after each); after a barrier they read the tile's
-columns and store 16-byte words of the transposed output at each output row's own
-alignment. Words that a tile's edge (or the call's) cuts go element by element, so any shape,
-pitch and offset runs.
+write the same-order output from there, and stage each converted word whole in shared memory
+at its row's own offset; after a barrier they transpose 4x4-byte (2x2-half) blocks of it in
+registers by byte permutes (each row realigned by a funnel shift) into transposed rows, and
+after another store 16-byte words of the transposed output at each output row's own
+alignment (funnel shifts of shared-memory words). Words that a tile's edge (or the call's)
+cuts go byte by byte (16 lanes a row), so any shape, pitch and offset runs. `pad` is 0: the
+padding of the transposed rows is derived.
 
 These kernels are not in the transpose search space (`searches` is empty): a cast call
 serves `default` (or a config it is given) for its pair; `space` lists the variants worth
@@ -26,7 +28,6 @@ from typing import Any
 from .base import (
     CACHE_HINTS,
     NEWEST,
-    PADS,
     RASTERS,
     WARP,
     Config,
@@ -81,9 +82,29 @@ def _threads(c: Config) -> int:
     return c.tile_m * c.tile_n // (c.vec * c.per_thread)
 
 
-def _pitch(c: Config, out: Format) -> int:
-    """Bytes a shared-memory row takes: `tile_n` output elements and `pad` 4-byte words."""
-    return c.tile_n * out.size + 4 * c.pad
+def _row_bytes(c: Config) -> int:
+    """Bytes a staged row takes in shared memory: its `tile_n / vec` words and the one more a
+    row off its word boundary reaches into, each converted (`vec` output elements)."""
+    _, dst = PAIRS[c.cast]
+    return (c.tile_n // c.vec + 1) * c.vec * dst.size
+
+
+def _exchange_blocks(dst: Format) -> int:
+    """Blocks side by side a thread of the exchange takes: two of 2x2 halves (a row's offset
+    is computed once for 4 elements, as for the 4x4 bytes of float8)."""
+    return 1 if dst.size == 1 else 2
+
+
+def _out_words(c: Config) -> int:
+    """4-byte words a transposed row takes in shared memory: 16 bytes before and after the
+    tile's `tile_m` elements (a 16-byte word at the output row's alignment reaches that far),
+    padded so that the exchange's warp (8 row groups x 4 column units, units 4 transposed rows
+    apart) writes 32 distinct banks: 4 rows' pitch at 8 banks (an even pitch, for the aligned
+    store's 8-byte reads)."""
+    _, dst = PAIRS[c.cast]
+    words = (c.tile_m * dst.size + 32) // 4
+    assert (4 // dst.size) * _exchange_blocks(dst) == 4
+    return words + (2 - words) % 8
 
 
 def _errors(c: Config) -> Iterator[str]:
@@ -97,6 +118,7 @@ def _errors(c: Config) -> Iterator[str]:
         {
             "layout": "pad",
             "conjugate": False,
+            "pad": 0,
             "persistent": 0,
             "realign": False,
             "flat": False,
@@ -106,7 +128,7 @@ def _errors(c: Config) -> Iterator[str]:
             "ordered": False,
             "direct": False,
         },
-        "a cast kernel takes one tile a block, padded rows, and no other kind's flags",
+        "a cast kernel takes one tile a block, its own padding, and no other kind's flags",
     )
     if c.elem_bytes != src.size:
         yield (
@@ -144,9 +166,9 @@ def _errors(c: Config) -> Iterator[str]:
 
 
 def _smem(c: Config) -> int:
-    """The cast tile, then one word per warp for the block's amax."""
-    _, dst = PAIRS[c.cast]
-    return c.tile_m * _pitch(c, dst) + 4 * (_threads(c) // WARP)
+    """The staged rows (and 16 bytes a last row's funnel shift reads past them), the
+    transposed rows, then one word per warp for the block's amax."""
+    return c.tile_m * _row_bytes(c) + 16 + 4 * c.tile_n * _out_words(c) + 4 * (_threads(c) // WARP)
 
 
 def _params(c: Config) -> dict[str, Any]:
@@ -154,7 +176,12 @@ def _params(c: Config) -> dict[str, Any]:
     src, dst = PAIRS[c.cast]
     threads = _threads(c)
     ki, ko = c.vec, STORE_BYTES // dst.size
+    kk = 4 // dst.size  # the exchange's blocks: kk x kk elements, a 4-byte word a row
+    xq = _exchange_blocks(dst)
+    nb = c.tile_n // (kk * xq)  # column units of a tile row
+    units = c.tile_m // kk * nb
     words_m = c.tile_m // ko + 1  # a tile's output row spans at most this many 16-byte words
+    row_bytes = _row_bytes(c)
     return {
         "src": src,
         "dst": dst,
@@ -162,18 +189,33 @@ def _params(c: Config) -> dict[str, Any]:
         "tn": c.tile_n,
         "ki": ki,
         "ko": ko,
+        "kk": kk,
+        "xq": xq,
+        "nb": nb,
+        "xu": -(-units // threads),  # exchange passes of the block
+        "units": units,
         "pt": c.per_thread,
         "pad": c.pad,
         "g": c.tile_n // ki,  # input words a tile row spans (aligned)
-        "pitch": _pitch(c, dst),
-        "tile_bytes": c.tile_m * _pitch(c, dst),
+        "sa_pitch": row_bytes,
+        "sa_bytes": c.tile_m * row_bytes + 16,
+        "sb_words": _out_words(c),
+        "sb_bytes": 4 * c.tile_n * _out_words(c),
         "smem": _smem(c),
+        "threads": threads,
         "warps": threads // WARP,
         "words_m": words_m,
-        "stores": -(-c.tile_n * words_m // threads),  # store passes of the block
+        # store passes: whole words from each row's first 16-byte boundary
+        "stores_a": -(-c.tile_n * (words_m - 1) // threads),
         "raster": c.raster,
         "min_blocks": c.min_blocks or 1,
         "extra": -(-c.tile_m // threads),  # passes over the rows' one word more
+        # whole 16-byte words a tile row of z holds at most (from its first 16-byte boundary)
+        "zwords": c.tile_n * dst.size // 16,
+        "zstores": -(-c.tile_m * (c.tile_n * dst.size // 16) // threads),
+        # passes of 16 lanes a row over the words a tile's edge cuts (cut_words)
+        "ycut": -(-c.tile_n * 16 // threads),
+        "zcut": -(-c.tile_m * 16 // threads),
         "in_word_bytes": ki * src.size,
         "in_t": _WORDS[ki * src.size],
         "n_in32": ki * src.size // 4,
@@ -183,8 +225,6 @@ def _params(c: Config) -> dict[str, Any]:
         "elem_t": _WORDS[dst.size],
         "log_ib": src.size.bit_length() - 1,
         "log_ob": dst.size.bit_length() - 1,
-        # whole words go to shared memory in one store where every row keeps their alignment
-        "vector_sts": _pitch(c, dst) % (ki * dst.size) == 0,
     }
 
 
@@ -225,10 +265,10 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
     """The config a pair runs untuned: tiles of 128 input rows (a 16-byte store of float8
     covers 16 of them, so an output row's piece is a whole 128-byte line) by 64 columns,
     16-byte loads, 4 words a thread, registers capped for 1024 threads an SM (ptxas, nvcc 13:
-    no spills on sm_80 and sm_90; uncapped, float32 inputs took 109-116 registers, 2 blocks
-    of 256 threads an SM). Rows of the transposed output that start off a 16-byte boundary
-    (`aligned_out` False) read shared memory down columns at other rows lane by lane: a
-    4-byte pad spreads those reads over the banks, where aligned rows need none."""
+    no spills on sm_80 and sm_90; uncapped, the three-phase kernels take 61-64 registers on
+    sm_90). `aligned_out` (whether the transposed rows start on 16-byte boundaries) no longer
+    changes the config: the kernel tests it once a block, and its shared-memory padding is
+    derived (`pad` is 0)."""
     vec = 16 // src.size
     per_thread = 4
     threads = 128 * 64 // (vec * per_thread)
@@ -238,7 +278,7 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
         64,
         vec,
         per_thread,
-        0 if aligned_out else 1,
+        0,
         "pad",
         "row",
         "default",
@@ -258,7 +298,7 @@ def space(new: New, src: Format, dst: Format) -> Iterator[Any]:
                     threads = tm * tn // (vec * pt)
                     if not 64 <= threads <= CAST_MAX_THREADS or tm * tn % (vec * pt):
                         continue
-                    for pad in (p for p in PADS if p in (0, 1)):
+                    for pad in (0,):
                         for raster in RASTERS:
                             for cache in CACHE_HINTS:
                                 try:

@@ -1,0 +1,168 @@
+"""Time the cast-transpose kernels on the GPU: each pair's default config and the variants
+proposed beside it, on the shapes of the bench's cast mix, after checking each result bit for
+bit against PyTorch (`torch.clamp(x.float() * s, -max, max).to(dtype)`, amax included).
+
+    python3 dev/cast_check.py [--reps 20] [--only f32_e4m3,bf16_e4m3]
+
+Speed is bytes read + written per second as a percentage of a device-to-device copy of the
+same total bytes, both timed with CUDA events over `--reps` calls captured in a CUDA graph
+(the host's cost of a call left out), L2-cold: each call reads and writes its own buffers out
+of enough rotating sets (at least two) to exceed the L2. Run it on
+the current checkout (PYTHONPATH=. where another copy is installed); one table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from autotranspose._cast import cast_transpose
+from autotranspose._config import KernelConfig
+from autotranspose.errors import ConfigError
+from autotranspose.kinds import cast
+
+# (input, output, M, N, both): the bench's cast mix (bench --cast, seed 4177) and odd sides
+SHAPES = [
+    ("f32", "e4m3", 4096, 17808, False),
+    ("f32", "e4m3", 4096, 10592, False),
+    ("f32", "e5m2", 5120, 7488, False),
+    ("f32", "e4m3", 12288, 4209, True),
+    ("f32", "e4m3", 34069, 3072, False),
+    ("f32", "bf16", 1024, 15552, False),
+    ("f32", "bf16", 4096, 14765, True),
+    ("bf16", "e4m3", 7295, 9280, False),
+    ("bf16", "e5m2", 15223, 4096, False),
+    ("bf16", "e4m3", 118549, 2048, False),
+    ("bf16", "e4m3", 8711, 14529, True),
+    ("bf16", "e4m3", 4099, 6007, True),
+]
+TORCH = {
+    "f32": torch.float32,
+    "bf16": torch.bfloat16,
+    "f16": torch.float16,
+    "e4m3": torch.float8_e4m3fn,
+    "e5m2": torch.float8_e5m2,
+}
+L2_SETS_BYTES = 400 << 20  # rotating buffers: several times any L2
+
+
+def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig]]:
+    """The default and the variants worth timing beside it (those that fit 48 KiB): more words
+    a thread (n128, m256, t8: the block's prologue over twice the bytes) or more, smaller
+    blocks an SM (m64)."""
+    base = cast.default(KernelConfig, src, dst)
+    out = [("default", base)]
+    for name, fields in [
+        ("n128", {"tile_n": 128, "per_thread": 8, "min_blocks": 0}),
+        ("m256", {"tile_m": 256, "per_thread": 8, "min_blocks": 0}),
+        ("t8", {"per_thread": 8, "min_blocks": 0}),
+        # half the tile, half the threads: twice the blocks an SM, their phases overlapping
+        ("m64", {"tile_m": 64, "min_blocks": 2 * base.min_blocks}),
+    ]:
+        try:
+            c = base.replace(**fields)
+        except (ConfigError, ValueError):
+            continue
+        if c.smem_bytes <= 48 * 1024 and c.threads <= 1024:
+            out.append((name, c))
+    return out
+
+
+def reference(x: torch.Tensor, dst: cast.Format, scale: float) -> torch.Tensor:
+    return torch.clamp(x.float() * scale, -dst.max, dst.max).to(TORCH[dst.code])
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int16)
+
+
+def time_it(fn, reps: int) -> float:
+    """Seconds a call: `reps` calls captured in one CUDA graph, its replay timed with CUDA events
+    (the median of 5), so the host's cost of a call is not in it; plain launches where the
+    capture fails."""
+    fn(0)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for i in range(reps):
+                fn(i)
+        run = graph.replay
+    except RuntimeError as e:  # not capturable: time the launches themselves
+        print(f"  (no CUDA graph: {e}; host time may be in the numbers)")
+
+        def run() -> None:
+            for i in range(reps):
+                fn(i)
+
+    run()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3 / reps)
+    return sorted(times)[2]
+
+
+def run_case(s_code: str, d_code: str, m: int, n: int, both: bool, reps: int) -> None:
+    """One shape: the copy, then each config checked and timed; one line each."""
+    src, dst = cast.PAIRS[f"{s_code}_{d_code}"]
+    scale = 2.0
+    moved = m * n * (src.size + dst.size * (2 if both else 1))
+    sets = max(2, min(16, L2_SETS_BYTES // moved + 1))
+    xs = [torch.randn(m, n, device="cuda").to(TORCH[s_code]) for _ in range(sets)]
+    ys = [torch.empty(n, m, device="cuda", dtype=TORCH[d_code]) for _ in range(sets)]
+    zs = [torch.empty(m, n, device="cuda", dtype=TORCH[d_code]) for _ in range(sets)]
+    amax = torch.zeros(1, device="cuda")
+    cp_a = [torch.empty(moved // 2, dtype=torch.uint8, device="cuda") for _ in range(sets)]
+    cp_b = [torch.empty(moved // 2, dtype=torch.uint8, device="cuda") for _ in range(sets)]
+    copy_s = time_it(lambda i: cp_b[i % sets].copy_(cp_a[i % sets]), reps)
+    want = reference(xs[0], dst, scale)
+    want_amax = xs[0].float().abs().max()
+    case = f"{s_code}->{d_code}{' both' if both else ''} {m}x{n}"
+    for name, cfg in variants(src, dst):
+
+        def call(i: int, cfg: KernelConfig = cfg) -> None:
+            k = i % sets
+            cast_transpose(xs[k], TORCH[d_code], scale=scale, amax=amax, out_t=ys[k],
+                           out=zs[k] if both else None, both=both, config=cfg)  # fmt: skip
+
+        for t in (*ys, *zs):
+            bits(t).fill_(0x5A)
+        amax.zero_()
+        call(0)
+        torch.cuda.synchronize()
+        ok = torch.equal(bits(ys[0]), bits(want.t().contiguous()))
+        if both:
+            ok = ok and torch.equal(bits(zs[0]), bits(want))
+        ok = ok and bool(amax[0] == want_amax)
+        sec = time_it(call, reps)
+        print(
+            f"{case:34s} {name:8s} {sec * 1e6:9.1f} {moved / sec / 1e9:7.1f} "
+            f"{100 * copy_s / sec:6.1f}  {'ok' if ok else 'WRONG'}",
+            flush=True,
+        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--only", default="", help="comma-separated pairs, e.g. f32_e4m3")
+    args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    print(f"device: {torch.cuda.get_device_name()}")
+    print(f"{'case':34s} {'config':8s} {'us':>9s} {'GB/s':>7s} {'copy%':>6s}  check")
+    for s_code, d_code, m, n, both in SHAPES:
+        if not only or f"{s_code}_{d_code}" in only:
+            run_case(s_code, d_code, m, n, both, args.reps)
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

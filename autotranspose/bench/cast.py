@@ -79,11 +79,12 @@ def _traffic(case: CastCase) -> int:
 
 
 def _time(torch: Any, fn: Any, repeats: int) -> float:
-    """Median seconds of one call, timed with CUDA events over several calls a repeat."""
+    """Median seconds of one call, timed with CUDA events over several calls a repeat (enough
+    that the first call's host latency, which the GPU waits for, is a small part)."""
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    calls = 5
+    calls = 20
     times = []
     for _ in range(repeats):
         start.record()

@@ -14,3 +14,23 @@ for round in 1 2; do
     echo "== $tree round $round: $(grep -c '' "$OUT/$tree.$round.txt") lines"
   done
 done
+# One line a case: autotranspose's % of copy from each tree and round, and the config it ran.
+python3 - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+runs = {}
+for tree in ("old", "new"):
+    for rnd in (1, 2):
+        f = out / f"{tree}.{rnd}.json"
+        if f.exists():
+            for r in json.loads(f.read_text())["rows"]:
+                if r["peer"] == "autotranspose" and r["of_copy"]:
+                    key = ("x".join(map(str, r["shape"])), r["dtype"])
+                    runs.setdefault(key, {})[f"{tree}{rnd}"] = (100 * r["of_copy"], r["note"])
+print(f"{'case':26s} {'old 1':>7s} {'new 1':>7s} {'old 2':>7s} {'new 2':>7s}  same config")
+for (shape, dtype), v in runs.items():
+    cells = [f"{v[k][0]:6.1f}%" if k in v else "      -" for k in ("old1", "new1", "old2", "new2")]
+    same = len({n.split(" ")[0] for _, n in v.values()}) == 1
+    print(f"{shape + ' ' + dtype:26s} {' '.join(cells)}  {same}")
+PY

@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 
 from . import _driver, _streams as streams
-from ._api import call_target, keeping_context
 from ._arrays import NDView, _source, nd_view
+from ._calls import call_target, keeping_context
 from ._castplan import MAX_LOOP_LAUNCHES, CastPlan, format_of, pack_args, pair, plan_cast
 from ._compiler import DeviceState, Kernel, get_kernel
 from ._config import KernelConfig
+from ._dispatch import caches
 from ._plan import contiguous_strides, normalize_axes
 from .errors import (
     ConfigError,
@@ -58,8 +59,12 @@ _lock = threading.Lock()
 
 
 def clear_caches() -> None:
+    """Forget the prepared cast launches (with every other cache: `_dispatch.caches.clear`)."""
     _prepared.clear()
     _functions.clear()
+
+
+caches.also_clear(clear_caches)
 
 
 def cast_transpose(

@@ -260,3 +260,37 @@ def test_batched_odd_sides(torch, rng, code):
     x = _input(torch, rng, (3, 67, 131), src, dst, 1.0)
     y = at.cast_transpose(x, dst.name, scale=1.0)
     _assert_same(torch, y, _reference(torch, x, 1.0, dst).transpose(1, 2))
+
+
+@pytest.mark.parametrize("both", [False, True])
+def test_a_repeated_eager_call_takes_the_fast_path_and_matches(torch, rng, both):
+    """The second eager call of a signature launches from `_cast._hits` (no validation on the
+    way) and writes what the first wrote, on fresh data; an amax inside x, or another scale
+    kind, goes the full way again."""
+    from autotranspose import _cast
+
+    _cast.clear_caches()
+    m, n = int(rng.integers(100, 700)), int(rng.integers(100, 700))
+    dst = cast.E4M3
+    dt = torch.float8_e4m3fn
+    s = torch.tensor([2.5], device="cuda")
+    for round_ in range(3):
+        x = _input(torch, rng, (m, n), cast.BFLOAT16, dst, 2.5)
+        amax = torch.full((1,), 0.5, device="cuda")
+        got = at.cast_transpose(x, dt, scale=s, amax=amax, both=both)
+        y = got[1] if both else got
+        _assert_same(torch, y, _reference(torch, x, 2.5, dst).t().contiguous())
+        if both:
+            _assert_same(torch, got[0], _reference(torch, x, 2.5, dst), "z")
+        want = _amax_ref(torch, x, torch.tensor([0.5], device="cuda"))  # NaN where x has one
+        torch.testing.assert_close(amax, want, rtol=0, atol=0, equal_nan=True)
+        assert len(_cast._hits) == 1, round_  # kept after the first call, used after
+    y = at.cast_transpose(x, dt, scale=2.5, both=both)  # a float scale: a signature of its own
+    _assert_same(torch, y[1] if both else y, _reference(torch, x, 2.5, dst).t().contiguous())
+    assert len(_cast._hits) == 2
+    flat = torch.zeros(m * n + 4, device="cuda", dtype=torch.bfloat16)
+    x2 = flat[: m * n].view(m, n)
+    start = (m * n - 2) // 2 * 2  # a 4-byte aligned pair of x's last elements
+    inside = flat[start : start + 2].view(torch.float32)  # an amax over x's own memory
+    with pytest.raises(errors.OutputError, match="amax overlaps x"):
+        at.cast_transpose(x2, dt, scale=s, amax=inside, both=both)

@@ -25,6 +25,7 @@ from ..errors import AutotransposeError, InputTypeError, OutputError, ShapeError
 _compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _Tensor = torch.Tensor
+_fast = _cast.fast_torch
 
 
 def cast_transpose(
@@ -41,6 +42,10 @@ def cast_transpose(
     """cast_transpose() of a PyTorch tensor: eager calls straight to the kernels, traced ones
     (torch.compile, torch.export, tensor subclasses and modes) through the ops."""
     if not _compiling() and not _dispatch_modes() and type(x) in (_Tensor, torch.nn.Parameter):
+        if stream is None and out is None and out_t is None:  # seen before: straight to it
+            result = _fast(x, dtype, scale, amax, axes, both)
+            if result is not None:
+                return result
         return _cast.cast_transpose(
             x, dtype, scale=scale, amax=amax, axes=axes, out=out, out_t=out_t, both=both,
             stream=stream,

@@ -144,14 +144,19 @@ def cast_transpose(
         and out is None
         and out_t is None
         and config is None
-        and type(dtype) is not str
-        and type(axes) in (tuple, list, type(None))
+        and _keyable(dtype, axes)
     ):
         remember = torch_key(x, dtype, scale, amax, axes, both)
     return keeping_context(
         _on_device, xv, src, dst, order, want, out, out_t, both, given, config,
         scale_ptr, scale_value, amax_ptr, remember,
     )  # fmt: skip
+
+
+def _keyable(dtype: Any, axes: Any) -> bool:
+    """Whether a call's dtype and axes enter its signature as given (other iterables of axes
+    and dtype spellings go the full way every time)."""
+    return type(dtype) is not str and type(axes) in (tuple, list, type(None))
 
 
 def _operand_key(obj: Any) -> Any:
@@ -185,10 +190,10 @@ def torch_key(x: Any, dtype: Any, scale: Any, amax: Any, axes: Any, both: bool) 
 def fast_torch(x: Any, dtype: Any, scale: Any, amax: Any, axes: Any, both: bool) -> Any:
     """An eager PyTorch call whose signature was validated before, into new outputs: its
     launches straight away (None: take the full path)."""
-    if type(axes) not in (tuple, list, type(None)) or type(dtype) is str or type(both) is not bool:
-        return None  # other iterables, and dtype spellings, go the full way
+    if not _keyable(dtype, axes) or type(both) is not bool:
+        return None
     hit = _hits.get(torch_key(x, dtype, scale, amax, axes, both))
-    if hit is None:
+    if hit is None or x.is_neg():  # a lazily negated view is resolved on the full path
         return None
     px = x.data_ptr()
     amax_ptr = amax.data_ptr() if amax is not None else 0
@@ -319,9 +324,7 @@ def _on_device(
             block = (prep.config.threads, 1, 1)
             hit = _Hit(prep, head, block, ctx, xv.device, want, y.dtype, xv.extent()[1] - xv.ptr)
             with _lock:
-                if len(_hits) > 4096:
-                    _hits.clear()
-                _hits[remember] = hit
+                caches.keep(_hits, remember, hit)
     return (z, y) if both else y
 
 

@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/tuning_db"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 DB="sqlite:///$OUT/campaign.db"
-slug=$(python3 -c "from autotranspose.compiler import activate; print(activate(0).info.slug)")
+slug=$(python3 -c "from autotranspose._compiler import activate; print(activate(0).info.slug)")
 if [ -f "tuning_db/$slug.json" ]; then
   python3 -m autotranspose import --db "$DB" "tuning_db/$slug.json" || exit 1
 fi

@@ -50,6 +50,7 @@ from .kinds.base import (  # noqa: F401  (the shared values, under their establi
     PERSISTENT,
     RASTERS,
     REGISTERS_PER_SM,
+    STATIC_SHARED_MAX,
     TILE_SIZES,
     VEC_SIZES,
     WARP,
@@ -58,6 +59,7 @@ from .kinds.base import (  # noqa: F401  (the shared values, under their establi
     SpaceCall,
     occupancy_steps,
     register_budget,
+    shared_optin,
 )
 from .kinds.direct import (  # noqa: F401
     DIRECT_CAPS,
@@ -196,8 +198,21 @@ class KernelConfig:
 
     @property
     def smem_bytes(self) -> int:
-        """Static shared memory per block, exactly as the compiler reports it."""
+        """Shared memory per block: static, exactly as the compiler reports it, or past
+        STATIC_SHARED_MAX dynamic (`dynamic_smem`), for kinds that allow it."""
         return self._derived["smem"]
+
+    @property
+    def dynamic_smem(self) -> int:
+        """Bytes of dynamic shared memory a launch passes (0: the kernel's is static): a
+        kind with `dynamic_shared` declares its shared memory extern past the static limit."""
+        smem = self._derived["smem"]
+        return smem if smem > STATIC_SHARED_MAX and self.policy.dynamic_shared else 0
+
+    @property
+    def static_smem_bytes(self) -> int:
+        """Static shared memory per block, as ptxas reports it."""
+        return 0 if self.dynamic_smem else self._derived["smem"]
 
     @property
     def elements_per_thread(self) -> int:
@@ -266,10 +281,10 @@ class KernelConfig:
 
     def fits(self, limits: DeviceLimits) -> bool:
         """Whether a device with these limits can run the kernel."""
-        return (
-            self.threads <= limits.max_threads_per_block
-            and self.smem_bytes <= limits.max_shared_per_block
-        )
+        room = limits.max_shared_per_block
+        if self.policy.dynamic_shared:
+            room = max(room, limits.max_shared_optin)
+        return self.threads <= limits.max_threads_per_block and self.smem_bytes <= room
 
     # --- (de)serialisation: a config read from a database is untrusted input ----------------
     def to_dict(self) -> dict[str, Any]:
@@ -628,9 +643,10 @@ def device_limits(device: Any) -> DeviceLimits:
     a = drv.device_attribute
     return DeviceLimits(
         max_threads_per_block=get(a.MAX_THREADS_PER_BLOCK),
-        max_shared_per_block=min(get(a.MAX_SHARED_MEMORY_PER_BLOCK), 48 * 1024),
+        max_shared_per_block=min(get(a.MAX_SHARED_MEMORY_PER_BLOCK), STATIC_SHARED_MAX),
         name=device.name(),
         compute_capability=device.compute_capability(),
+        max_shared_optin=shared_optin(device.compute_capability()),
     )
 
 

@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ._config import DeviceLimits
+from ._config import STATIC_SHARED_MAX, DeviceLimits, shared_optin
 from .errors import DeviceError
 
 
@@ -52,9 +52,10 @@ class DeviceInfo:
     def limits(self) -> DeviceLimits:
         return DeviceLimits(
             self.max_threads_per_block,
-            min(self.max_shared_per_block, 48 * 1024),
+            min(self.max_shared_per_block, STATIC_SHARED_MAX),
             self.name,
             self.compute_capability,
+            shared_optin(self.compute_capability),
         )
 
     def to_dict(self) -> dict[str, Any]:

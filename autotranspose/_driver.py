@@ -41,6 +41,7 @@ POINTER_ATTRIBUTE_MEMORY_TYPE = 2
 POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
 MEMORYTYPE_HOST = 1
 EVENT_DISABLE_TIMING = 2
+FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute
 # Stream handles with a meaning of their own: NULL and CU_STREAM_LEGACY are the legacy default
 # stream, CU_STREAM_PER_THREAD the per-thread default stream, of whichever context is current.
 SPECIAL_STREAMS = (0, 1, 2)
@@ -73,6 +74,8 @@ _SIGNATURES: dict[str, list[Any]] = {
     ],
     "cuLibraryGetKernel": [ctypes.POINTER(c_void_p), c_void_p, ctypes.c_char_p],
     "cuKernelGetFunction": [ctypes.POINTER(c_void_p), c_void_p],
+    "cuKernelSetAttribute": [c_int, c_int, c_void_p, c_int],
+    "cuFuncSetAttribute": [c_void_p, c_int, c_int],
     "cuLaunchKernel": [
         c_void_p,
         c_uint,
@@ -348,10 +351,24 @@ def kernel_function(kernel: int, ctx: int) -> int:
     return handle.value
 
 
-def launch_args(kernel: int, grid: tuple[int, ...], block: tuple[int, ...]) -> tuple[Any, ...]:
+def allow_dynamic_shared(kernel: int, nbytes: int, device: int) -> None:
+    """Let library kernel `kernel` launch with `nbytes` of dynamic shared memory on `device`
+    (past the 48 KiB every kernel may use, a kernel must opt in)."""
+    check(
+        lib().cuKernelSetAttribute(
+            FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes, kernel, device
+        ),
+        "cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+    )
+
+
+def launch_args(
+    kernel: int, grid: tuple[int, ...], block: tuple[int, ...], shared: int = 0
+) -> tuple[Any, ...]:
     """cuLaunchKernel's leading arguments, converted to C once per prepared launch: the hot
-    path then hands ctypes objects straight through, with no per-argument conversion."""
-    return (c_void_p(kernel), *(c_uint(v) for v in (*grid, *block)), c_uint(0))
+    path then hands ctypes objects straight through, with no per-argument conversion.
+    `shared`: dynamic shared memory bytes (the kernel opted in: `allow_dynamic_shared`)."""
+    return (c_void_p(kernel), *(c_uint(v) for v in (*grid, *block)), c_uint(shared))
 
 
 def launch(args: tuple[Any, ...], stream: int | None, params: bytes) -> None:
@@ -381,10 +398,24 @@ class Prepared:
     __slots__ = ("address", "args", "ctx", "nbytes", "spec", "tail")
 
     def __init__(
-        self, func: int, ctx: int, grid: tuple[int, ...], block: tuple[int, ...], tail: bytes
+        self,
+        func: int,
+        ctx: int,
+        grid: tuple[int, ...],
+        block: tuple[int, ...],
+        tail: bytes,
+        shared: int = 0,
     ) -> None:
         self.ctx = ctx
-        self.args = launch_args(func, grid, block)
+        if shared:  # the context's function of a kernel that opted in: say so for it too
+            with on_context(ctx):
+                check(
+                    lib().cuFuncSetAttribute(
+                        func, FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared
+                    ),
+                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                )
+        self.args = launch_args(func, grid, block, shared)
         self.tail = tail
         self.nbytes = 16 + len(tail)
         if self.nbytes > _PARAM_CAPACITY:
@@ -398,7 +429,7 @@ class Prepared:
             spec = _native.Spec()
             spec.get, spec.set, spec.launch = _entry_points()
             spec.func, spec.ctx = func, ctx
-            spec.dims[:] = [*grid, *block, 0]
+            spec.dims[:] = [*grid, *block, shared]
             spec.nbytes = self.nbytes
             spec.offsets[:] = list(TRANSPOSE_OFFSETS)
             ctypes.memmove(ctypes.addressof(spec.params), bytes(16) + tail, self.nbytes)

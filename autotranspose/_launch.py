@@ -148,9 +148,18 @@ class Launch:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tail", struct.pack(self.arg_format, *self.scalars))
+        if self.shared:
+            _driver.allow_dynamic_shared(self.kernel.handle, self.shared, self.state.ordinal)
         object.__setattr__(
-            self, "args", _driver.launch_args(self.kernel.handle, self.grid, self.block)
+            self,
+            "args",
+            _driver.launch_args(self.kernel.handle, self.grid, self.block, self.shared),
         )
+
+    @property
+    def shared(self) -> int:
+        """Dynamic shared memory bytes of each launch (a config's past the static limit)."""
+        return self.config.dynamic_smem if self.config is not None else 0
 
     def __call__(self, src: int, dst: int, stream: int | None = 0) -> None:
         """Launch in the thread's current context (tools that made it current themselves)."""
@@ -167,7 +176,7 @@ class Launch:
         if prep is None:
             fn = _driver.kernel_function(self.kernel.handle, ctx)
             prep = self.in_context[ctx] = _driver.Prepared(
-                fn, ctx, self.grid, self.block, self.tail
+                fn, ctx, self.grid, self.block, self.tail, self.shared
             )
         return prep
 

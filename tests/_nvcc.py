@@ -17,8 +17,8 @@ def assert_compile_without_spills(configs: Iterable[Any], arch: str) -> None:
     for cfg in picks.values():
         res = report[cfg.kernel_name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == cfg.smem_bytes, (
-            f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
+        assert res.smem_bytes == cfg.static_smem_bytes, (
+            f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.static_smem_bytes} B"
         )
         assert res.registers * cfg.threads <= 65536
 

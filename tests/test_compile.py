@@ -66,8 +66,8 @@ def test_sample_compiles_without_spills_and_with_predicted_smem(arch, elem_bytes
     for cfg in configs:
         res = report[cfg.kernel_name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == cfg.smem_bytes, (
-            f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.smem_bytes} B"
+        assert res.smem_bytes == cfg.static_smem_bytes, (
+            f"{cfg.key}: ptxas {res.smem_bytes} B, predicted {cfg.static_smem_bytes} B"
         )
         assert res.registers * cfg.threads <= 65536, (
             f"{cfg.key} cannot launch: {res.registers} registers x {cfg.threads} threads"
@@ -90,7 +90,7 @@ def test_outer_variants_compile_like_their_configs(arch, elem_bytes, rng):
     for cfg in configs:
         res = report[kernel_name(cfg, outer=True)]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == cfg.smem_bytes == plain[cfg.kernel_name].smem_bytes, (
+        assert res.smem_bytes == cfg.static_smem_bytes == plain[cfg.kernel_name].smem_bytes, (
             f"{cfg.key}: {res}"
         )
         assert res.registers * cfg.threads <= 65536, f"{cfg.key} cannot launch: {res}"

@@ -19,13 +19,16 @@ from autotranspose._codegen import kernel_params as prmt_params, kernel_source, 
 from autotranspose._config import (
     NEWEST,
     PRMT_SIZES,
+    DeviceLimits,
     KernelConfig,
     config_space,
+    flat_prmt_space,
     neighbours,
     prmt_default,
     prmt_space,
 )
 from autotranspose.errors import ConfigError
+from autotranspose.kinds.base import STATIC_SHARED_MAX, shared_optin
 
 DTYPES = {1: "uint8", 2: "float16", 4: "float32"}
 M32 = 0xFFFFFFFF
@@ -348,7 +351,119 @@ def test_prmt_kernels_compile_without_spills_or_warnings(arch):
     assert_nvcc_silent(render_many(picks), arch)
 
 
+# --- tiles past 48 KiB: dynamic shared memory ------------------------------------------------------
+def _limits(cc: tuple[int, int]) -> DeviceLimits:
+    return DeviceLimits(1024, STATIC_SHARED_MAX, f"sm_{cc[0]}{cc[1]}", cc, shared_optin(cc))
+
+
+def _dynamic(elem_bytes: int, cc: tuple[int, int] = (9, 0)) -> list[KernelConfig]:
+    """The byte-permute configs past the static limit that a GPU of `cc` runs: tiled, and
+    flat for a short side of 150 bytes (tall and wide)."""
+    limits = _limits(cc)
+    flat = flat_prmt_space(elem_bytes, limits, 150 // elem_bytes)
+    return [
+        c
+        for c in [*prmt_space(elem_bytes, limits), *flat]
+        if c.dynamic_smem and not c.persistent and c.cache == "default"
+    ]
+
+
+@pytest.mark.parametrize("s", [1, 2])
+def test_tiles_past_the_static_limit_take_dynamic_shared_memory(s):
+    """Wider segments and windows than 48 KiB allow: the space of an sm_90 GPU holds them
+    (tiled, tall and wide), the newest-GPU limits the defaults are chosen by do not, and an
+    sm_86 GPU (99 KiB) only those that fit it. Their kernel declares its shared memory extern
+    and the launch passes its size; every other config's is static."""
+    dyn = _dynamic(s)
+    assert {c.flat for c in dyn} == {False, True} and any(c.wide for c in dyn)
+    assert all(STATIC_SHARED_MAX < c.smem_bytes <= shared_optin((9, 0)) for c in dyn)
+    assert all(c.dynamic_smem == c.smem_bytes and c.static_smem_bytes == 0 for c in dyn)
+    assert not any(c.fits(NEWEST) for c in dyn)
+    small = _limits((8, 6))
+    assert {c.fits(small) for c in dyn} == {True, False}
+    assert all(c.fits(small) == (c.smem_bytes <= shared_optin((8, 6))) for c in dyn)
+    for c in dyn[:3]:
+        src = kernel_source(c)
+        assert "extern __shared__" in src and "u32 sa[" not in src
+    plain = prmt_default(s)
+    assert plain.dynamic_smem == 0 and plain.static_smem_bytes == plain.smem_bytes
+    assert "extern __shared__" not in kernel_source(plain)
+
+
+def test_other_kinds_keep_to_static_shared_memory():
+    """Kinds without dynamic shared memory never get past 48 KiB, whatever the GPU offers."""
+    limits = _limits((9, 0))
+    for dtype in ("uint8", "float32", "complex128"):
+        for c in config_space(dtype, limits):
+            if not c.prmt:
+                assert c.smem_bytes <= STATIC_SHARED_MAX and c.dynamic_smem == 0, c.key
+
+
+def test_unknown_architectures_get_no_opt_in():
+    assert shared_optin((9, 0)) == 227 * 1024 and shared_optin((8, 0)) == 163 * 1024
+    assert shared_optin((42, 0)) == STATIC_SHARED_MAX
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.parametrize("arch, cc", [("sm_80", (8, 0)), ("sm_90", (9, 0))])
+def test_dynamic_tiles_compile_without_spills(arch, cc):
+    """No spills, no static shared memory (ptxas reports 0: it is all the launch's)."""
+    picks = [c for s in (1, 2) for c in _dynamic(s, cc)]
+    assert picks
+    assert_compile_without_spills(picks, arch)
+
+
 # --- on the GPU ----------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", [1, 2])
+def test_dynamic_tiles_match_the_reference(rng, s):
+    """Tiles past 48 KiB on this GPU (tiled, tall, wide): fresh data, a poisoned output and
+    a guard region, odd and batched shapes the config applies to, and a persistent grid."""
+    from autotranspose._compiler import activate, precompile
+
+    state = activate(0)
+    limits = state.info.limits
+    dyn = [
+        c
+        for c in [*prmt_space(s, limits), *flat_prmt_space(s, limits, 150 // s)]
+        if c.dynamic_smem and not c.persistent
+    ]
+    if not dyn:
+        pytest.skip(f"{state.info.name} offers no shared memory past 48 KiB")
+    picks = [dyn[i] for i in rng.choice(len(dyn), min(8, len(dyn)), replace=False)]
+    picks.append(picks[0].replace(persistent=2))
+    assert not precompile(state, picks)
+    odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
+    short = 150 // s
+    shapes = [
+        (1, odd(1000, 3000), odd(1000, 3000)),
+        (2, odd(300, 700), odd(300, 700)),
+        (1, odd(20000, 60000), short),
+        (3, odd(2000, 6000), odd(60, short)),
+        (1, short, odd(20000, 60000)),
+        (2, odd(60, short), odd(2000, 6000)),
+        (1, 7, odd(3000, 9000)),
+    ]
+    for c in picks:
+        for shape in shapes:
+            if c.applies(shape[1], shape[2]):
+                assert_match_reference(state, s, shape, [c])
+
+
+@pytest.mark.gpu
+def test_dynamic_tiles_at_every_pointer_offset(rng):
+    """A dynamic tile through transpose(config=...) at every input offset, pitched output."""
+    pytest.importorskip("cupy")
+    from autotranspose._compiler import activate
+
+    limits = activate(0).info.limits
+    dyn = [c for c in prmt_space(1, limits) if c.dynamic_smem and not c.persistent]
+    if not dyn:
+        pytest.skip("no shared memory past 48 KiB on this GPU")
+    assert_kind_at_every_offset(rng, 1, np.dtype("uint8"), dyn, dyn[0])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("s", PRMT_SIZES)
 def test_prmt_kernels_match_the_reference(rng, s):

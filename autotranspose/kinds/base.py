@@ -42,14 +42,40 @@ FLAT_LONG: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
 WORD_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "u32", 8: "uint2", 16: "uint4"}
 
 
+STATIC_SHARED_MAX = 48 * 1024  # static __shared__ arrays stop here; past it, dynamic by opt-in
+# The shared memory a block may opt in to (dynamic, past STATIC_SHARED_MAX) by compute
+# capability: the CUDA C++ Programming Guide's "maximum amount of shared memory per thread
+# block" (cudaFuncAttributeMaxDynamicSharedMemorySize); unknown architectures get none.
+SHARED_OPTIN: dict[tuple[int, int], int] = {
+    (7, 0): 96 * 1024,
+    (7, 5): 64 * 1024,
+    (8, 0): 163 * 1024,
+    (8, 6): 99 * 1024,
+    (8, 7): 163 * 1024,
+    (8, 9): 99 * 1024,
+    (9, 0): 227 * 1024,
+    (10, 0): 227 * 1024,
+    (12, 0): 99 * 1024,
+}
+
+
+def shared_optin(compute_capability: tuple[int, int]) -> int:
+    """Bytes of shared memory a block of this architecture may opt in to."""
+    return SHARED_OPTIN.get(tuple(compute_capability), STATIC_SHARED_MAX)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class DeviceLimits:
-    """The per-block limits a config must fit: from the device, or the newest architecture."""
+    """The per-block limits a config must fit: from the device, or the newest architecture.
+    `max_shared_optin` is what a kind that declares its shared memory dynamic
+    (`Kind.dynamic_shared`) may use; NEWEST allows none past the static limit, so the
+    untuned defaults run on every GPU."""
 
     max_threads_per_block: int = 1024
-    max_shared_per_block: int = 48 * 1024  # static __shared__ arrays stop at 48 KiB
+    max_shared_per_block: int = STATIC_SHARED_MAX  # static __shared__ arrays stop at 48 KiB
     name: str = "any"
     compute_capability: tuple[int, int] = (9, 0)
+    max_shared_optin: int = STATIC_SHARED_MAX
 
 
 NEWEST = DeviceLimits()
@@ -85,6 +111,8 @@ class Config(Protocol):
     def threads(self) -> int: ...
     @property
     def smem_bytes(self) -> int: ...
+    @property
+    def dynamic_smem(self) -> int: ...
     @property
     def word_bytes(self) -> int: ...
     @property
@@ -142,6 +170,9 @@ class Kind(ABC):
     template: ClassVar[str]  # its skeleton under templates/, in the kind's folder with its pieces
     persistent: ClassVar[bool] = True  # the space holds its persistent-grid variants
     capped: ClassVar[bool] = True  # the space and the neighbours hold register-capped variants
+    # its kernels declare shared memory past STATIC_SHARED_MAX dynamic (extern) and the
+    # launch opts in to it, so its configs may use up to `DeviceLimits.max_shared_optin`
+    dynamic_shared: ClassVar[bool] = False
 
     @abstractmethod
     def errors(self, c: Config) -> Iterator[str]:

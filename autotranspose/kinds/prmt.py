@@ -207,6 +207,7 @@ def _params(c: Config) -> dict[str, object]:
         "tm": c.tile_m,
         "tn": c.tile_n,
         "smem": c.smem_bytes,
+        "dynamic": c.dynamic_smem > 0,  # shared memory past the static limit: extern, opted in
         "raster": c.raster,
         "min_blocks": max(1, 65536 // (c.threads * prmt_registers(c))),
     }
@@ -256,6 +257,8 @@ class Prmt(Kind):
     precedence = 3
     template = "prmt/prmt.cu.j2"
     capped = False  # it sets its own blocks per SM (`prmt_registers`)
+    # tiles past 48 KiB (wider row segments and output windows) take dynamic shared memory
+    dynamic_shared = True
 
     def errors(self, c: Config) -> Iterator[str]:
         return _prmt_errors(c)

@@ -281,10 +281,12 @@ class KernelConfig:
 
     def fits(self, limits: DeviceLimits) -> bool:
         """Whether a device with these limits can run the kernel."""
-        room = limits.max_shared_per_block
-        if self.policy.dynamic_shared:
-            room = max(room, limits.max_shared_optin)
-        return self.threads <= limits.max_threads_per_block and self.smem_bytes <= room
+        smem = self.smem_bytes
+        if smem <= STATIC_SHARED_MAX:  # static: within what the device gives every block
+            room = limits.max_shared_per_block
+        else:  # dynamic, for kinds that declare it so, within what a block may opt in to
+            room = limits.max_shared_optin if self.policy.dynamic_shared else 0
+        return self.threads <= limits.max_threads_per_block and smem <= room
 
     # --- (de)serialisation: a config read from a database is untrusted input ----------------
     def to_dict(self) -> dict[str, Any]:
@@ -588,6 +590,10 @@ def tall_default(elem_bytes: int, short_side: int) -> KernelConfig | None:
 
 def wide_default(elem_bytes: int, short_side: int, exact: bool = True) -> KernelConfig | None:
     return _prmt.wide_default(KernelConfig, elem_bytes, short_side, exact)
+
+
+def wider_tiles(elem_bytes: int, m: int, n: int) -> list[KernelConfig]:
+    return _prmt.wider_tiles(KernelConfig, elem_bytes, m, n)
 
 
 def flat_default(elem_bytes: int, short_side: int, conjugate: bool = False) -> KernelConfig | None:

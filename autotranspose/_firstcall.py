@@ -59,6 +59,7 @@ from ._config import (
     tall_default,
     tall_rows,
     wide_default,
+    wider_tiles,
 )
 from ._env import Switch
 from ._launch import Launch
@@ -154,8 +155,10 @@ def candidates(
     # a side of 2-8 elements: the narrow direct tile (H200: the whole space's best
     # on 8 of 8 such calls, float16 2x261136885 83.5% of copy where 22.0 was served)
     narrow = narrow_configs(elem_bytes, m, n, conjugate)
+    # byte-permute tiles past 48 KiB, where this GPU has the shared memory (`runnable`)
+    wider = wider_tiles(elem_bytes, m, n) if rows_at_any_offset(elem_bytes, vec) else []
     picked: list[KernelConfig] = []
-    for c in (guess, *narrow, rows, direct, cols, *neighbours, *kinds):
+    for c in (guess, *narrow, rows, direct, cols, *wider, *neighbours, *kinds):
         if c is None:
             continue
         c = c if c.conjugate == conjugate else c.replace(conjugate=conjugate)

@@ -27,7 +27,7 @@ def candidates(state, elem_bytes: int, m: int, n: int) -> list:
 
 
 def main() -> None:
-    import numpy as np
+    from autotranspose._dtypes import element_type
 
     ap = sweep_parser()
     ap.add_argument("cases", nargs="+", help="DTYPE:MxN or DTYPE:BxMxN")
@@ -38,7 +38,7 @@ def main() -> None:
         name, dims = case.split(":")
         shape = tuple(int(v) for v in dims.split("x"))
         shape = (1, *shape) if len(shape) == 2 else shape
-        s = np.dtype(name).itemsize
+        s = element_type(name).size  # bfloat16 too
         cands = candidates(state, s, shape[1], shape[2])
         ranked = measure_ranked(state, s, shape, cands)
         ok = [(c, r) for c, r in ranked if r.ok]

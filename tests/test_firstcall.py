@@ -11,6 +11,7 @@ import pytest
 from autotranspose import _firstcall as firstcall
 from autotranspose._config import (
     FLAT_SHORT_SIDE,
+    NEWEST,
     config_space,
     default_config,
     flat_default,
@@ -61,6 +62,27 @@ def test_the_portfolio_keeps_only_what_can_run_the_call():
     assert got and all(runnable(c) for c in got)
     # no flat default for a call with no short side
     assert not any(c.flat for c in firstcall.candidates(guess, [], 4, 5000, 7000, 1, False, _any))
+
+
+@pytest.mark.parametrize(
+    "m, n", [(2528978, 182), (1069425, 162), (130, 4304117), (28881, 28881), (20001, 20001)]
+)
+def test_byte_permute_tiles_past_48_kib_are_raced_where_the_gpu_has_the_room(m, n):
+    """1-byte rows at odd offsets: a tile past the static limit joins the race right after
+    the rules' picks on a GPU that can run it (an H100's 227 KiB), and not on one that
+    cannot; the guess stays first."""
+    from autotranspose._config import DeviceLimits, prmt_default
+    from autotranspose.kinds.base import STATIC_SHARED_MAX, shared_optin
+
+    h100 = DeviceLimits(1024, STATIC_SHARED_MAX, "H100", (9, 0), shared_optin((9, 0)))
+    guess = prmt_default(1)
+    got = firstcall.candidates(guess, [], 1, m, n, 1, False, lambda c: c.fits(h100))
+    wider = [c for c in got if c.dynamic_smem]
+    assert got[0] == guess and len(wider) == 1 and wider[0].prmt
+    static = firstcall.candidates(guess, [], 1, m, n, 1, False, lambda c: c.fits(NEWEST))
+    assert static and not any(c.dynamic_smem for c in static)
+    aligned = firstcall.candidates(default_config(1), [], 1, m, n, 16, False, _any)
+    assert not any(c.dynamic_smem for c in aligned)  # whole 4-byte words: no byte permutes
 
 
 @pytest.mark.parametrize(

@@ -413,6 +413,31 @@ def tall_default(new: New, elem_bytes: int, short_side: int) -> Any | None:
     return None
 
 
+def wider_tiles(new: New, elem_bytes: int, m: int, n: int) -> list[Any]:
+    """Byte-permute tiles past 48 KiB (dynamic shared memory) for an m x n call, raced at
+    its first call where the GPU has the shared memory; the defaults stay static, so they
+    run on every GPU. What won on an H100 (dev/dynamic_sweep.py, best static against best
+    dynamic config): tall rows of 129-256 bytes with 128-byte output windows (bool
+    2528978x182 66.4 -> 82.4, uint8 1069425x162 67.6 -> 78.2), few rows in 128-byte
+    segments (uint8 130x4304117 61.7 -> 67.2), 1-byte tiles of 256-byte output windows and
+    128-byte segments (int8 28881x28881 81.7 -> 85.4). 2-byte tiles of 256 bytes both ways
+    lost (float16 3x251585x191 81.5 against 86.8): none for them."""
+    out = []
+    if elem_bytes not in PRMT_SIZES:
+        return out
+    if tall_rows(elem_bytes, m, n):
+        tall = tall_default(new, elem_bytes, n)
+        if tall is not None and tall.tile_m * elem_bytes < 128:
+            out.append(tall.replace(tile_m=128 // elem_bytes))
+    elif m < n and m * elem_bytes <= 256:
+        wide = wide_default(new, elem_bytes, m)
+        if wide is not None and wide.tile_n * elem_bytes < 128:
+            out.append(wide.replace(tile_n=128 // elem_bytes, per_thread=1))
+    elif elem_bytes == 1:
+        out.append(new(1, 256, 128, 4, 1, 0, "pad", "col", prmt=True))
+    return out
+
+
 def _spanning_side(elem_bytes: int, short_side: int) -> int | None:
     """The narrowest flat byte-permute tile side (elements, at least 16, at most 256 bytes)
     that spans a short side of `short_side` elements; None if none does."""

@@ -3,6 +3,10 @@ proposed beside it, on the shapes of the bench's cast mix, after checking each r
 bit against PyTorch (`torch.clamp(x.float() * s, -max, max).to(dtype)`, amax included).
 
     python3 dev/cast_check.py [--reps 20] [--only f32_e4m3,bf16_e4m3]
+        [--cases bf16_e4m3:8192x8192:both,f32_e4m3:4099x6007] [--variants default,b0]
+
+Run it under another checkout's PYTHONPATH (e.g. `git archive REV autotranspose templates`
+unpacked) for that version's kernels and defaults: old and new, each against its own copy.
 
 Speed is bytes read + written per second as a percentage of a device-to-device copy of the
 same total bytes, both timed with CUDA events over `--reps` calls captured in a CUDA graph
@@ -59,12 +63,13 @@ def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig
         ("t8", {"per_thread": 8, "min_blocks": 0}),
         # half the tile, half the threads: twice the blocks an SM, their phases overlapping
         ("m64", {"tile_m": 64, "min_blocks": 2 * base.min_blocks}),
+        ("b0", {"min_blocks": 0}),  # the default's registers uncapped
     ]:
         try:
             c = base.replace(**fields)
         except (ConfigError, ValueError):
             continue
-        if c.smem_bytes <= 48 * 1024 and c.threads <= 1024:
+        if c.smem_bytes <= 48 * 1024 and c.threads <= 1024 and c not in dict(out).values():
             out.append((name, c))
     return out
 
@@ -153,11 +158,27 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", default="", help="comma-separated pairs, e.g. f32_e4m3")
+    ap.add_argument("--cases", default="", help="pair:MxN[:both],... instead of the mix")
+    ap.add_argument("--variants", default="", help="the variants to time, e.g. default,b0")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
-    print(f"device: {torch.cuda.get_device_name()}")
+    shapes = SHAPES
+    if args.cases:
+        shapes = []
+        for item in args.cases.split(","):
+            code, mn, *flag = item.split(":")
+            s_code, d_code = code.split("_")
+            m, n = (int(v) for v in mn.split("x"))
+            shapes.append((s_code, d_code, m, n, flag == ["both"]))
+    if args.variants:
+        global variants
+        names, full = args.variants.split(","), variants
+        variants = lambda src, dst: [v for v in full(src, dst) if v[0] in names]  # noqa: E731
+    import autotranspose
+
+    print(f"device: {torch.cuda.get_device_name()}; {autotranspose.__file__}")
     print(f"{'case':34s} {'config':8s} {'us':>9s} {'GB/s':>7s} {'copy%':>6s}  check")
-    for s_code, d_code, m, n, both in SHAPES:
+    for s_code, d_code, m, n, both in shapes:
         if not only or f"{s_code}_{d_code}" in only:
             run_case(s_code, d_code, m, n, both, args.reps)
             torch.cuda.empty_cache()

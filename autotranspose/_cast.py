@@ -231,7 +231,11 @@ def fast_torch(
     """An eager PyTorch call whose signature was validated before: its launches straight away,
     into new outputs or the given ones (None: take the full path, which validates the call
     and raises what it finds, such as outputs overlapping x, each other or amax)."""
-    if not _keyable(dtype, axes) or type(both) is not bool:
+    if (
+        not _keyable(dtype, axes)
+        or type(both) is not bool
+        or not (_plain_tensor(out) and _plain_tensor(out_t))
+    ):
         return None
     hit = _hits.get(torch_key(x, dtype, scale, amax, axes, both, out, out_t))
     if hit is None or x.is_neg():  # a lazily negated view is resolved on the full path

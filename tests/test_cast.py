@@ -374,7 +374,7 @@ def test_the_fast_path_runs_given_outputs_only_where_nothing_overlaps(monkeypatc
     strided = _Tensor(0x20000, (32, 64), "e4m3", stride=(128, 1))
     odd = _Tensor(0x20000 + 8, (32, 64), "e4m3")
     sub = _Subclass(0x20000, (32, 64), "e4m3")
-    for other in (strided, odd, sub):
+    for other in (strided, odd, sub, np.zeros((32, 64), np.uint8)):  # a NumPy array too
         assert _cast.fast_torch(x, dt, 2.0, amax, None, True, z, other) is None
     assert len(launched) == 1
     assert _cast._plain_tensor(y) and _cast._plain_tensor(None) and not _cast._plain_tensor(sub)

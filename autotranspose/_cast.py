@@ -64,6 +64,8 @@ class _Hit(NamedTuple):
     y_shape: tuple[int, ...]
     dtype: Any  # the outputs' torch dtype
     x_extent: int  # bytes from x's pointer to its end (amax may not overlap it)
+    y_extent: int = 0  # the same for a given out_t and out (0: allocated by the call)
+    z_extent: int = 0
 
 
 _prepared: dict[tuple[Any, ...], _Prepared] = {}
@@ -137,20 +139,26 @@ def cast_transpose(
     scale_ptr, scale_value = _scale(scale, xv)
     amax_ptr = _amax(amax, xv)
     want = tuple(xv.shape[a] for a in order)
-    remember = None  # an eager PyTorch call into new outputs: its next call skips to the launch
+    remember = None  # an eager PyTorch call: its next call skips to the launch
     if (
         s.kind == "torch"
         and given is None
-        and out is None
-        and out_t is None
         and config is None
         and _keyable(dtype, axes)
+        and _plain_tensor(out)
+        and _plain_tensor(out_t)
     ):
-        remember = torch_key(x, dtype, scale, amax, axes, both)
+        remember = torch_key(x, dtype, scale, amax, axes, both, out, out_t)
     return keeping_context(
         _on_device, xv, src, dst, order, want, out, out_t, both, given, config,
         scale_ptr, scale_value, amax_ptr, remember,
     )  # fmt: skip
+
+
+def _plain_tensor(out: Any) -> bool:
+    """Whether a given output may enter a signature: None (allocated by the call) or a plain
+    torch.Tensor (subclasses, and other arrays, go the full way every time)."""
+    return out is None or (type(out).__name__ == "Tensor" and type(out).__module__ == "torch")
 
 
 def _keyable(dtype: Any, axes: Any) -> bool:
@@ -169,10 +177,27 @@ def _operand_key(obj: Any) -> Any:
     return float if isinstance(obj, float) else type(obj)
 
 
-def torch_key(x: Any, dtype: Any, scale: Any, amax: Any, axes: Any, both: bool) -> tuple[Any, ...]:
-    """The signature of an eager PyTorch call into new outputs: x's shape, strides, dtype,
-    device and alignment, the output dtype and axes as given, `both`, and the kinds of scale
-    and amax."""
+def _output_key(out: Any) -> Any:
+    """How a given output enters a PyTorch call's signature: None (allocated by the call), or
+    its type, shape, strides, dtype, device and alignment (what `_output` validated)."""
+    if out is None:
+        return None
+    return (type(out), out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() & 15)
+
+
+def torch_key(
+    x: Any,
+    dtype: Any,
+    scale: Any,
+    amax: Any,
+    axes: Any,
+    both: bool,
+    out: Any = None,
+    out_t: Any = None,
+) -> tuple[Any, ...]:
+    """The signature of an eager PyTorch call: x's shape, strides, dtype, device and
+    alignment, the output dtype and axes as given, `both`, the kinds of scale and amax, and
+    each given output's layout (`_output_key`)."""
     return (
         x.shape,
         x.stride(),
@@ -184,20 +209,40 @@ def torch_key(x: Any, dtype: Any, scale: Any, amax: Any, axes: Any, both: bool) 
         both,
         _operand_key(scale),
         _operand_key(amax),
+        _output_key(out_t),
+        _output_key(out),
     )
 
 
-def fast_torch(x: Any, dtype: Any, scale: Any, amax: Any, axes: Any, both: bool) -> Any:
-    """An eager PyTorch call whose signature was validated before, into new outputs: its
-    launches straight away (None: take the full path)."""
-    if not _keyable(dtype, axes) or type(both) is not bool:
+def _overlap(a: int, a_len: int, b: int, b_len: int) -> bool:
+    return a < b + b_len and b < a + a_len
+
+
+def fast_torch(
+    x: Any,
+    dtype: Any,
+    scale: Any,
+    amax: Any,
+    axes: Any,
+    both: bool,
+    out: Any = None,
+    out_t: Any = None,
+) -> Any:
+    """An eager PyTorch call whose signature was validated before: its launches straight away,
+    into new outputs or the given ones (None: take the full path, which validates the call
+    and raises what it finds, such as outputs overlapping x, each other or amax)."""
+    if (
+        not _keyable(dtype, axes)
+        or type(both) is not bool
+        or not (_plain_tensor(out) and _plain_tensor(out_t))
+    ):
         return None
-    hit = _hits.get(torch_key(x, dtype, scale, amax, axes, both))
+    hit = _hits.get(torch_key(x, dtype, scale, amax, axes, both, out, out_t))
     if hit is None or x.is_neg():  # a lazily negated view is resolved on the full path
         return None
     px = x.data_ptr()
     amax_ptr = amax.data_ptr() if amax is not None else 0
-    if amax_ptr and px - 4 < amax_ptr < px + hit.x_extent:
+    if amax_ptr and _overlap(px, hit.x_extent, amax_ptr, 4):
         return None  # overlapping: the full path says so
     if scale is None:
         scale_ptr, scale_value = 0, 1.0
@@ -205,11 +250,36 @@ def fast_torch(x: Any, dtype: Any, scale: Any, amax: Any, axes: Any, both: bool)
         scale_ptr, scale_value = scale.data_ptr(), 1.0
     else:
         scale_ptr, scale_value = 0, float(np.float32(scale))
-    y = x.new_empty(hit.y_shape, dtype=hit.dtype)
-    z = x.new_empty(x.shape, dtype=hit.dtype) if both else None
-    py, pz = y.data_ptr(), z.data_ptr() if z is not None else 0
-    if (py | pz) & 15:
-        return None  # the allocator aligns to 512 bytes; never seen otherwise
+    if out_t is None:
+        y = x.new_empty(hit.y_shape, dtype=hit.dtype)
+        py = y.data_ptr()
+        if py & 15:
+            return None  # the allocator aligns to 512 bytes; never seen otherwise
+    else:
+        y, py = out_t, out_t.data_ptr()
+        if (
+            y.is_neg()
+            or _overlap(px, hit.x_extent, py, hit.y_extent)
+            or (amax_ptr and _overlap(py, hit.y_extent, amax_ptr, 4))
+        ):
+            return None
+    z, pz = None, 0
+    if both:
+        if out is None:
+            z = x.new_empty(x.shape, dtype=hit.dtype)
+            pz = z.data_ptr()
+            if pz & 15:
+                return None
+        else:
+            z, pz = out, out.data_ptr()
+            if (
+                z.is_neg()
+                or _overlap(px, hit.x_extent, pz, hit.z_extent)
+                or (amax_ptr and _overlap(pz, hit.z_extent, amax_ptr, 4))
+            ):
+                return None
+        if out_t is not None and _overlap(py, hit.y_extent, pz, hit.z_extent):
+            return None
     stream = streams.torch_current(hit.device)
     _launch_all(
         hit.prep, hit.head, hit.block, hit.ctx, stream, px, py, pz, scale_ptr, scale_value, amax_ptr
@@ -316,16 +386,39 @@ def _on_device(
         (a0, a1), (b0, b1) = yv.extent(), zv.extent()
         if xv.size and a0 < b1 and b0 < a1:
             raise OutputError("out and out_t overlap in memory; pass separate buffers")
+    if amax_ptr and xv.size:
+        for what, v in (("out_t", yv), ("out", zv)):
+            if v is not None and v.size and _overlap(*_span(v), amax_ptr, 4):
+                raise OutputError(
+                    f"amax overlaps {what} in memory; pass a separate 1-element buffer"
+                )
     if xv.size:
         prep = _prepare(state, xv, yv, zv, order, src, dst, config)
         _run(prep, state, ctx, handle, xv, yv, zv, order, scale_ptr, scale_value, amax_ptr)
         if remember is not None and not prep.plan.two_pass and xv.device is not None:
             head = _functions[(prep.kernel.handle, ctx)]
             block = (prep.config.threads, 1, 1)
-            hit = _Hit(prep, head, block, ctx, xv.device, want, y.dtype, xv.extent()[1] - xv.ptr)
+            hit = _Hit(
+                prep,
+                head,
+                block,
+                ctx,
+                xv.device,
+                want,
+                y.dtype,
+                _span(xv)[1],
+                _span(yv)[1] if out_t is not None else 0,
+                _span(zv)[1] if zv is not None and out is not None else 0,
+            )
             with _lock:
                 caches.keep(_hits, remember, hit)
     return (z, y) if both else y
+
+
+def _span(v: NDView) -> tuple[int, int]:
+    """(first byte, bytes to the view's end) of a view's memory."""
+    lo, hi = v.extent()
+    return lo, hi - lo
 
 
 def _allocate(xv: NDView, shape: tuple[int, ...], dst: Format, ctx: int) -> Any:

@@ -3,6 +3,10 @@ proposed beside it, on the shapes of the bench's cast mix, after checking each r
 bit against PyTorch (`torch.clamp(x.float() * s, -max, max).to(dtype)`, amax included).
 
     python3 dev/cast_check.py [--reps 20] [--only f32_e4m3,bf16_e4m3]
+        [--cases bf16_e4m3:8192x8192:both,f32_e4m3:4099x6007:both:zpad] [--variants default,b0]
+
+Run it under another checkout's PYTHONPATH (e.g. `git archive REV autotranspose templates`
+unpacked) for that version's kernels and defaults: old and new, each against its own copy.
 
 Speed is bytes read + written per second as a percentage of a device-to-device copy of the
 same total bytes, both timed with CUDA events over `--reps` calls captured in a CUDA graph
@@ -59,12 +63,18 @@ def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig
         ("t8", {"per_thread": 8, "min_blocks": 0}),
         # half the tile, half the threads: twice the blocks an SM, their phases overlapping
         ("m64", {"tile_m": 64, "min_blocks": 2 * base.min_blocks}),
+        ("b0", {"min_blocks": 0}),  # the default's registers uncapped
+        # z's rows written 128 columns a tile (half the tile boundaries inside z's rows)
+        ("m128n128", {"tile_m": 128, "tile_n": 128, "per_thread": 8, "min_blocks": 0}),
+        ("m64n128", {"tile_m": 64, "tile_n": 128, "per_thread": 4, "min_blocks": 0}),
     ]:
         try:
             c = base.replace(**fields)
+            if name.endswith("n128") and c.threads == 256:
+                c = c.replace(min_blocks=3)  # 80 registers, as the 256-row default
         except (ConfigError, ValueError):
             continue
-        if c.smem_bytes <= 48 * 1024 and c.threads <= 1024:
+        if c.smem_bytes <= 48 * 1024 and c.threads <= 1024 and c not in dict(out).values():
             out.append((name, c))
     return out
 
@@ -109,22 +119,41 @@ def time_it(fn, reps: int) -> float:
     return sorted(times)[2]
 
 
-def run_case(s_code: str, d_code: str, m: int, n: int, both: bool, reps: int) -> None:
-    """One shape: the copy, then each config checked and timed; one line each."""
+def _rows(m: int, n: int, dtype: torch.dtype, padded: bool) -> torch.Tensor:
+    """An (m, n) matrix, contiguous or (`padded`) with rows 64 elements apart at most, so
+    that every row starts on a 64-byte boundary."""
+    if not padded:
+        return torch.empty(m, n, device="cuda", dtype=dtype)
+    return torch.empty(m, -(-n // 64) * 64, device="cuda", dtype=dtype)[:, :n]
+
+
+def run_case(
+    s_code: str,
+    d_code: str,
+    m: int,
+    n: int,
+    both: bool,
+    reps: int,
+    flags: frozenset[str] = frozenset(),
+) -> None:
+    """One shape: the copy, then each config checked and timed; one line each. `flags`:
+    xpad, zpad: x's or z's rows padded to 64-element pitches (aligned rows in an odd shape)."""
     src, dst = cast.PAIRS[f"{s_code}_{d_code}"]
     scale = 2.0
     moved = m * n * (src.size + dst.size * (2 if both else 1))
     sets = max(2, min(16, L2_SETS_BYTES // moved + 1))
-    xs = [torch.randn(m, n, device="cuda").to(TORCH[s_code]) for _ in range(sets)]
+    xs = [_rows(m, n, TORCH[s_code], "xpad" in flags) for _ in range(sets)]
+    for x in xs:
+        x.copy_(torch.randn(m, n, device="cuda"))
     ys = [torch.empty(n, m, device="cuda", dtype=TORCH[d_code]) for _ in range(sets)]
-    zs = [torch.empty(m, n, device="cuda", dtype=TORCH[d_code]) for _ in range(sets)]
+    zs = [_rows(m, n, TORCH[d_code], "zpad" in flags) for _ in range(sets)]
     amax = torch.zeros(1, device="cuda")
     cp_a = [torch.empty(moved // 2, dtype=torch.uint8, device="cuda") for _ in range(sets)]
     cp_b = [torch.empty(moved // 2, dtype=torch.uint8, device="cuda") for _ in range(sets)]
     copy_s = time_it(lambda i: cp_b[i % sets].copy_(cp_a[i % sets]), reps)
     want = reference(xs[0], dst, scale)
     want_amax = xs[0].float().abs().max()
-    case = f"{s_code}->{d_code}{' both' if both else ''} {m}x{n}"
+    case = f"{s_code}->{d_code}{' both' if both else ''} {m}x{n} {' '.join(sorted(flags))}"
     for name, cfg in variants(src, dst):
 
         def call(i: int, cfg: KernelConfig = cfg) -> None:
@@ -143,7 +172,7 @@ def run_case(s_code: str, d_code: str, m: int, n: int, both: bool, reps: int) ->
         ok = ok and bool(amax[0] == want_amax)
         sec = time_it(call, reps)
         print(
-            f"{case:34s} {name:8s} {sec * 1e6:9.1f} {moved / sec / 1e9:7.1f} "
+            f"{case:44s} {name:8s} {sec * 1e6:9.1f} {moved / sec / 1e9:7.1f} "
             f"{100 * copy_s / sec:6.1f}  {'ok' if ok else 'WRONG'}",
             flush=True,
         )
@@ -153,13 +182,29 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", default="", help="comma-separated pairs, e.g. f32_e4m3")
+    ap.add_argument("--cases", default="", help="pair:MxN[:both],... instead of the mix")
+    ap.add_argument("--variants", default="", help="the variants to time, e.g. default,b0")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
-    print(f"device: {torch.cuda.get_device_name()}")
-    print(f"{'case':34s} {'config':8s} {'us':>9s} {'GB/s':>7s} {'copy%':>6s}  check")
-    for s_code, d_code, m, n, both in SHAPES:
+    shapes = SHAPES
+    if args.cases:
+        shapes = []
+        for item in args.cases.split(","):
+            code, mn, *flag = item.split(":")
+            s_code, d_code = code.split("_")
+            m, n = (int(v) for v in mn.split("x"))
+            shapes.append((s_code, d_code, m, n, "both" in flag, frozenset(flag) - {"both"}))
+    if args.variants:
+        global variants
+        names, full = args.variants.split(","), variants
+        variants = lambda src, dst: [v for v in full(src, dst) if v[0] in names]  # noqa: E731
+    import autotranspose
+
+    print(f"device: {torch.cuda.get_device_name()}; {autotranspose.__file__}")
+    print(f"{'case':44s} {'config':8s} {'us':>9s} {'GB/s':>7s} {'copy%':>6s}  check")
+    for s_code, d_code, m, n, both, *flags in shapes:
         if not only or f"{s_code}_{d_code}" in only:
-            run_case(s_code, d_code, m, n, both, args.reps)
+            run_case(s_code, d_code, m, n, both, args.reps, *flags)
             torch.cuda.empty_cache()
     return 0
 

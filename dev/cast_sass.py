@@ -55,14 +55,20 @@ def specialise(text: str, hot: str, both: bool) -> str:
         (r"const int cols = \(int\)min\(\(i64\)(\d+), a\.N - n0\);", r"const int cols = \1;"),
         (r"unsigned char\* const z = a\.z \?", "unsigned char* const z = %s ?" % (
             "a.z" if both else "false")),
+        # an interior tile: z's words whole in the matrix, none cut by its first or last column
+        (r"const int zend = \(int\)min\(\(i64\)(\d+), a\.N - n0\);", r"const int zend = \1;"),
+        (r"if \(zd && \(n0 == 0 \|\| zend < \d+\)\)", "if (false)"),
     ]  # fmt: skip
     if hot == "aligned":
         subs += [
-            (r"const int sft = sfts\[i\] = \(int\)\(.*?\);", "const int sft = sfts[i] = 0;"),
+            (r"const int sft = \(int\)\(\(\(u32\)\(u64\)row >> .*?\);", "const int sft = 0;"),
+            (r"const int sft = \(int\)\(\(\(\(u32\)\(u64\)x \+ .*?\), c0", "const int sft = 0, c0"),
             (r"const int sft = extra_sft\[i\] = \(int\)\(.*?\);", "const int sft = extra_sft[i] = 0;"),
             (r"const u32 xlo = \(u32\)\(u64\)x, ldl = \(u32\)ld_x;", "const u32 xlo = 0, ldl = 0;"),
             (r"\(int\)\(\(16u - \(\(u32\)\(u64\)zr & 15u\)\) & 15u\)", "0"),
             (r"if \(\(\(\(u32\)\(u64\)z \| \(u32\)ld_z\) & 15u\) != 0 \|\| \(zbytes & 15\) != 0\)", "if (false)"),
+            # z's rows at x's offsets: written from the registers
+            (r"const bool zd = z && \([\s\S]*?\) == 0;", "const bool zd = z;"),
             (r"if \(\(\(u32\)\(u64\)y & 15u\) == 0 && \(\(u32\)ld_y & 15u\) == 0\)", "if (true)"),
         ]  # fmt: skip
     else:

@@ -113,6 +113,9 @@ def test_every_pair_casts_odd_shapes_bit_for_bit(code):
         ((30, 50), {"scale": 0.0078125, "scale_on_device": True, "amax_prior": 1e30}),
         ((30, 50), {"scale": 3.7, "amax_prior": -1.0}),
         ((37, 20), {"x_strides": (1, 37), "both": True}),  # x is a transposed view
+        ((45, 67), {"both": True}),  # z from registers, rows at every offset
+        ((33, 130), {"x_off": 3, "z_off": 3, "y_off": 1, "both": True}),  # the same, shifted
+        ((40, 5), {"x_off": 2, "z_off": 2, "both": True}),  # rows shorter than a word
     ],
     ids=[
         "odd",
@@ -123,6 +126,9 @@ def test_every_pair_casts_odd_shapes_bit_for_bit(code):
         "scale-tensor",
         "scale-float",
         "x-transposed",
+        "odd-both",
+        "z-at-x-offsets",
+        "narrow-both",
     ],
 )
 def test_layouts(code, shape, kw):
@@ -323,3 +329,19 @@ def test_rows_shorter_than_a_word_cut_at_both_ends(code, shape):
     _check(cfg, shape, x_off=1, y_off=5 // dst.size, both=True, z_off=11 // dst.size,
            amax_prior=0.0)  # fmt: skip
     _check(cfg, shape, both=True, z_off=14 // dst.size)
+
+
+def test_an_amax_inside_an_output_is_refused_before_any_launch(emulated_gpu):
+    import autotranspose as at
+    from autotranspose import errors
+
+    x = _shared_like((33, 65), np.float32)
+    x[...] = 1.0
+    y = _shared_like((65, 33), np.uint8)
+    z = _shared_like((33, 65), np.uint8)
+    for what, buf in (("out_t", y), ("out", z)):
+        inside = np.ndarray((1,), np.float32, buf, 8)
+        with pytest.raises(errors.OutputError, match=f"amax overlaps {what}"):
+            at.cast_transpose(HostCuda(x), "e4m3", amax=HostCuda(inside), out_t=HostCuda(y),
+                              out=HostCuda(z), both=True)  # fmt: skip
+    assert not emulated_gpu

@@ -294,3 +294,102 @@ def test_a_repeated_eager_call_takes_the_fast_path_and_matches(torch, rng, both)
     inside = flat[start : start + 2].view(torch.float32)  # an amax over x's own memory
     with pytest.raises(errors.OutputError, match="amax overlaps x"):
         at.cast_transpose(x2, dt, scale=s, amax=inside, both=both)
+
+
+@pytest.mark.parametrize(
+    "code, both, given",
+    [
+        ("bf16_e4m3", False, "out_t"),
+        ("bf16_e5m2", True, "both"),
+        ("f16_e4m3", True, "out"),
+        ("f32_e4m3", True, "both"),
+        ("f32_bf16", False, "out_t"),
+    ],
+)
+def test_repeated_eager_calls_into_given_outputs_take_the_fast_path(
+    torch, rng, monkeypatch, code, both, given
+):
+    """Calls into given buffers (pitched and offset views in poisoned memory) are validated
+    once per signature, then launch from `_cast._hits`: each repeat, on fresh data into
+    re-poisoned buffers, writes what torch's cast does, bit for bit, and nothing around it."""
+    from autotranspose import _cast
+
+    _cast.clear_caches()
+    full = []
+    on_device = _cast._on_device
+    monkeypatch.setattr(_cast, "_on_device", lambda *a: full.append(1) or on_device(*a))
+    src, dst = cast.PAIRS[code]
+    dt = getattr(torch, dst.name)
+    m, n = int(rng.integers(300, 900)), int(rng.integers(300, 900))
+    s = torch.tensor([2.0], device="cuda")
+    ybuf, out_t, yspan = _guarded(torch, (n, m), dt, 16 // dst.size, 3)
+    zbuf, out, zspan = _guarded(torch, (m, n), dt, 0, 5)
+    kw = {"out_t": out_t if given in ("out_t", "both") else None}
+    if both:
+        kw["out"] = out if given in ("out", "both") else None
+    for round_ in range(4):
+        x = _input(torch, rng, (m, n), src, dst, 2.0)
+        ybuf.fill_(POISON)
+        zbuf.fill_(POISON)
+        amax = torch.full((1,), 0.25, device="cuda")
+        got = at.cast_transpose(x, dt, scale=s, amax=amax, both=both, **kw)
+        y, z = (got[1], got[0]) if both else (got, None)
+        ref = _reference(torch, x, 2.0, dst)
+        _assert_same(torch, y, ref.t())
+        if kw["out_t"] is not None:
+            assert y is out_t
+            _guard_intact(torch, ybuf, yspan)
+        if both:
+            _assert_same(torch, z, ref, "z")
+            if kw.get("out") is not None:
+                assert z is out
+                _guard_intact(torch, zbuf, zspan)
+        _same_amax(torch, amax, _amax_ref(torch, x, torch.full((1,), 0.25, device="cuda")))
+        assert len(full) == 1 and len(_cast._hits) == 1, round_  # validated once, then hits
+
+
+def test_calls_into_given_outputs_that_differ_or_overlap_are_validated_again(torch, rng):
+    """A signature seen before does not excuse a call: outputs overlapping x, each other or
+    amax raise as on the first call; another dtype or layout is a signature of its own and
+    is checked (and raises) in full."""
+    from autotranspose import _cast
+
+    _cast.clear_caches()
+    m, n = 256, 384
+    dt = torch.float8_e4m3fn
+    x = _input(torch, rng, (m, n), cast.BFLOAT16, cast.E4M3, 1.0)
+    out_t, out = (
+        torch.empty(n, m, device="cuda", dtype=dt),
+        torch.empty(m, n, device="cuda", dtype=dt),
+    )
+    at.cast_transpose(x, dt, out_t=out_t, out=out, both=True)
+    at.cast_transpose(x, dt, out_t=out_t)
+    at.cast_transpose(x, dt, out_t=out_t, amax=torch.zeros(1, device="cuda"))
+    assert len(_cast._hits) == 3
+    # the same signatures (shapes, strides, dtypes, 16-byte alignment), memory shared
+    raw = torch.empty(4 * m * n, device="cuda", dtype=torch.uint8)
+    x2 = raw[: 2 * m * n].view(torch.bfloat16).view(m, n)
+    x2.copy_(x)
+    inside_x = raw[m * n : 2 * m * n].view(dt).view(n, m)
+    with pytest.raises(errors.OutputError, match="overlaps x"):
+        at.cast_transpose(x2, dt, out_t=inside_x)
+    spare = raw[2 * m * n :].view(dt)
+    with pytest.raises(errors.OutputError, match="out and out_t overlap"):
+        at.cast_transpose(x, dt, out_t=spare[: m * n].view(n, m), out=spare[m * n // 2 :][: m * n].view(m, n), both=True)  # fmt: skip
+    amax_in_out = spare[:4].view(torch.float32)
+    with pytest.raises(errors.OutputError, match="amax overlaps out_t"):
+        at.cast_transpose(x, dt, out_t=spare[: m * n].view(n, m), amax=amax_in_out)
+    with pytest.raises(errors.OutputError, match="dtype"):
+        at.cast_transpose(x, dt, out_t=torch.empty(n, m, device="cuda", dtype=torch.float8_e5m2))
+    with pytest.raises(errors.LayoutError, match="no axis of stride 1"):
+        at.cast_transpose(x, dt, out_t=torch.empty(n, 2 * m, device="cuda", dtype=dt)[:, ::2])
+    # a transposed view as out_t: a signature of its own, right on every call
+    for _ in range(2):
+        x3 = _input(torch, rng, (m, n), cast.BFLOAT16, cast.E4M3, 1.0)
+        t_view = torch.empty(m, n, device="cuda", dtype=dt).t()
+        y = at.cast_transpose(x3, dt, out_t=t_view)
+        assert y is t_view
+        _assert_same(torch, y, _reference(torch, x3, 1.0, cast.E4M3).t())
+    # and the calls seen first still run straight through
+    at.cast_transpose(x, dt, out_t=out_t)
+    _assert_same(torch, out_t, _reference(torch, x, 1.0, cast.E4M3).t())

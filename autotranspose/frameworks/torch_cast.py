@@ -42,8 +42,8 @@ def cast_transpose(
     """cast_transpose() of a PyTorch tensor: eager calls straight to the kernels, traced ones
     (torch.compile, torch.export, tensor subclasses and modes) through the ops."""
     if not _compiling() and not _dispatch_modes() and type(x) in (_Tensor, torch.nn.Parameter):
-        if stream is None and out is None and out_t is None:  # seen before: straight to it
-            result = _fast(x, dtype, scale, amax, axes, both)
+        if stream is None:  # seen before: straight to it
+            result = _fast(x, dtype, scale, amax, axes, both, out, out_t)
             if result is not None:
                 return result
         return _cast.cast_transpose(

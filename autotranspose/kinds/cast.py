@@ -271,11 +271,12 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
     derived (`pad` is 0)."""
     vec = 16 // src.size
     if src.size == 2 and dst.size == 1:
-        # 16-bit inputs to float8: 256-row tiles, 8 words a thread, no register cap (16-bit
-        # outputs would need 72 KB of shared memory, past a static array's 48). On an H100 (CUDA
-        # graphs, L2-cold) bf16 -> float8 ran at 97-101% of copy this way against 80-84% with
-        # the 128-row tiles, and with `both` at 60-64% against 55-61
-        tile_m, per_thread, min_blocks = 256, 8, 0
+        # 16-bit inputs to float8: 256-row tiles, 8 words a thread, registers capped for 3
+        # blocks an SM (80; uncapped, 77-95 with z written from registers, sm_90, nvcc 13; 16-bit
+        # outputs would need 72 KB of shared memory, past a static array's 48). On an H100
+        # (CUDA graphs, L2-cold) bf16 -> float8 ran at 97-101% of copy this way against 80-84%
+        # with the 128-row tiles
+        tile_m, per_thread, min_blocks = 256, 8, 3
     else:
         tile_m, per_thread = 128, 4
         min_blocks = 1024 // (tile_m * 64 // (vec * per_thread))

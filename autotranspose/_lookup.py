@@ -159,7 +159,7 @@ def _choose(
     db = _default_store() if store is DEFAULT_STORE else store
     if db is not None:
         try:
-            tuned = db.entries(name, include_stale=False, elem_bytes=elem_bytes)
+            tuned = db.entries(name, include_stale=False, elem_bytes=elem_bytes, problem="")
         except StoreError as exc:
             _warn_once(db.url, f"autotranspose: not using tuning database {db.display}: {exc}")
             tuned = []
@@ -178,6 +178,74 @@ def _choose(
     if found is not None and (found[1] or not own_only):
         return _choice(found[0], "shipped", conjugate)
     return default_choice(elem_bytes, cls, limits, conjugate)
+
+
+def cast_choice(
+    device: DeviceInfo | str,
+    code: str,
+    cls: ShapeClass,
+    *,
+    both: bool = False,
+    aligned_out: bool = True,
+    store: Store | None = DEFAULT_STORE,
+) -> Choice:
+    """The config for a cast-transpose of the pair `code` ("bf16_e4m3", `kinds.cast.PAIRS`)
+    in class `cls` (its launch's (batch, m, n) and input vector, as `_shapes.call_vec`
+    derives it), writing the same-order output too where `both`.
+
+    The same steps as a transpose's, over the results of this pair and output set (the
+    problem, `kinds.cast.problem`): this device's tuned (or measured) result of exactly
+    `cls`, else its nearest class's; then the shipped file's; then the same over the pair's
+    results with the other output set (`both` or not: the same kernel, the same loads); else
+    `kinds.cast.default` (`aligned_out`: whether the transposed rows start on 16-byte
+    boundaries). Cached per (device model and limits, problem, class, database) like
+    `choose`'s choices, and cleared with them."""
+    from ._config import KernelConfig
+    from .kinds import cast as cast_kind
+
+    name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
+    key = ("cast", name, limits, code, both, cls, aligned_out, _store_key(store))
+    hit = _choices.get(key)
+    if hit is not None:
+        return hit
+    src, dst = cast_kind.PAIRS[code]
+    db = _default_store() if store is DEFAULT_STORE else store
+    choice = None
+    for problem in (cast_kind.problem(code, both), cast_kind.problem(code, not both)):
+        stored = _stored(db, name, src.size, problem)
+        found = _pick_cast(stored, problem, cls, limits)
+        if found is not None and found[0].source != "tuned" and found[1]:
+            ship = _pick_cast(shipped(name), problem, cls, limits)
+            if ship is not None and ship[1] and ship[0].source == "tuned":
+                found = None  # a tuned shipped result of exactly this class outranks it
+        if found is not None:
+            entry, exact = found
+            kind = ("tuned" if entry.source == "tuned" else "measured") if exact else "nearest"
+            choice = _choice(entry, kind, False)
+            break
+        found = _pick_cast(shipped(name), problem, cls, limits)
+        if found is not None:
+            choice = _choice(found[0], "shipped", False)
+            break
+    if choice is None:
+        choice = Choice(cast_kind.default(KernelConfig, src, dst, aligned_out), "default")
+    with _lock:
+        _choices[key] = choice
+    return choice
+
+
+def _pick_cast(
+    entries: Iterable[TunedEntry], problem: str, cls: ShapeClass, limits: DeviceLimits
+) -> tuple[TunedEntry, bool] | None:
+    """The cast entry of `problem` of exactly `cls`, else of the nearest class; (entry,
+    exact) or None. Cast kernels load at any alignment: every class's config runs the call."""
+    usable = [e for e in entries if not e.stale and e.problem == problem and e.config.fits(limits)]
+    for e in usable:
+        if e.shape_class == cls:
+            return e, True
+    if not usable:
+        return None
+    return min(usable, key=_nearness(cls)), False
 
 
 def default_choice(
@@ -260,6 +328,7 @@ def _usable(
         e
         for e in entries
         if not e.stale
+        and not e.problem  # a transpose's result (a cast's is served by `cast_choice`)
         and e.elem_bytes == elem_bytes
         and (e.config.vec <= cls.vec or e.config.any_offset)  # these fit any call
         and e.config.applies(cls.m, cls.n)  # a flat kernel's tile must span the short side
@@ -395,11 +464,13 @@ def warm_starts(
     return list(dict.fromkeys(found))
 
 
-def _stored(db: Store | None, device_name: str | None, elem_bytes: int) -> list[TunedEntry]:
+def _stored(
+    db: Store | None, device_name: str | None, elem_bytes: int, problem: str = ""
+) -> list[TunedEntry]:
     if db is None:
         return []
     try:
-        return db.entries(device_name, include_stale=False, elem_bytes=elem_bytes)
+        return db.entries(device_name, include_stale=False, elem_bytes=elem_bytes, problem=problem)
     except StoreError:
         return []  # choose() has warned about this database already
 

@@ -183,9 +183,7 @@ def tune_cast_gpu(
     target = cast_target(src, dst, shape, both)
     settings = TuneSettings.of(settings)
     store = Store.open(db)
-    with GpuObjective(
-        src.name, target.shape, device, cast=(target.code, target.both)
-    ) as objective:
+    with GpuObjective(src.name, target.shape, device, cast=(target.code, target.both)) as objective:
         return tune_cast(
             src,
             dst,

@@ -349,3 +349,51 @@ def test_a_cast_study_runs_on_the_gpu(tmp_path, quiet_optuna):
     assert result.measurement.ok and result.config.cast == "bf16_e4m3"
     with Store.open(tmp_path / "t.db") as store:
         assert store.best(store.devices()[0].name, 2, result.shape_class, "cast:bf16_e4m3")
+
+
+# --- the command line -------------------------------------------------------------------------
+def _cli(*argv: str) -> tuple[int, str, str]:
+    import io
+
+    from _synthetic import DEVICE
+
+    from autotranspose import cli
+
+    def factory(dtype, shape, device, conjugate, layout=None, cast=None):
+        objective = _CastObjective()
+        objective.device = DEVICE
+        objective.cast = cast
+        return objective
+
+    out, err = io.StringIO(), io.StringIO()
+    rc = cli.run(list(argv), make_objective=factory, stdout=out, stderr=err)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_tune_cast_stores_each_pair_and_shape_under_its_problem(tmp_path, quiet_optuna):
+    from _synthetic import DEVICE
+
+    db = str(tmp_path / "t.db")
+    rc, out, err = _cli(
+        "tune", "--cast", "bf16:e4m3", "float32:float8_e5m2", "--both",
+        "--shapes", "2048x4096", "--trials", "3", "--seed", "5", "--db", db,
+    )  # fmt: skip
+    assert rc == 0, err
+    assert "bf16_e4m3+both" in out and "f32_e5m2+both" in out
+    with Store.open(db) as store:
+        problems = {e.problem for e in store.entries(DEVICE.name)}
+    assert problems == {"cast:bf16_e4m3+both", "cast:f32_e5m2+both"}
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--cast", "bf16:int8"), "argument --cast"),
+        (("--cast", "bf16:e4m3", "--conjugate"), "--conjugate is not for them"),
+        (("--cast", "bf16:e4m3", "--dtypes", "float32"), "--dtypes is not for them"),
+        (("--both",), "--both is for cast-transposes"),
+    ],
+)
+def test_tune_cast_refuses_what_is_not_for_casts(tmp_path, extra, message):
+    rc, _, err = _cli("tune", "--shapes", "1024x1024", "--db", str(tmp_path / "t.db"), *extra)
+    assert rc != 0 and message in err

@@ -193,13 +193,14 @@ def cast_choice(
     in class `cls` (its launch's (batch, m, n) and input vector, as `_shapes.call_vec`
     derives it), writing the same-order output too where `both`.
 
-    The same steps as a transpose's, over the results of this pair and output set (the
-    problem, `kinds.cast.problem`): this device's tuned (or measured) result of exactly
-    `cls`, else its nearest class's; then the shipped file's; else `kinds.cast.default`
-    (`aligned_out`: whether the transposed rows start on 16-byte boundaries). Results of the
-    pair's other output set are not taken: on the H100 the bfloat16 -> float8 configs tuned
-    without the same-order output (column raster) served calls with it at 47-56% of copy
-    where the default got 68-71%. Cached per (device model and limits, problem, class,
+    Over the results of this pair and output set (the problem, `kinds.cast.problem`): this
+    device's tuned (or measured) result of exactly `cls`, else the shipped file's of exactly
+    `cls`, else `kinds.cast.default` (`aligned_out`: whether the transposed rows start on
+    16-byte boundaries). Unlike a transpose's, no nearest class and no result of the pair's
+    other output set: on the H100 (docs/perf-notes.md) winners of 10-trial studies that beat
+    the default by 3-8% on their own class ran 0.89-1.18x the default on neighbouring
+    classes, and bfloat16 -> float8 configs tuned without the same-order output lost to the
+    default on calls with it. Cached per (device model and limits, problem, class,
     database) like `choose`'s choices, and cleared with them."""
     from ._config import KernelConfig
     from .kinds import cast as cast_kind
@@ -212,17 +213,15 @@ def cast_choice(
     src, dst = cast_kind.PAIRS[code]
     db = _default_store() if store is DEFAULT_STORE else store
     problem = cast_kind.problem(code, both)
-    found = _pick_cast(_stored(db, name, src.size, problem), problem, cls, limits)
-    if found is not None and found[0].source != "tuned" and found[1]:
-        ship = _pick_cast(shipped(name), problem, cls, limits)
-        if ship is not None and ship[1] and ship[0].source == "tuned":
-            found = None  # a tuned shipped result of exactly this class outranks it
+    found = _exact_cast(_stored(db, name, src.size, problem), problem, cls, limits)
+    ship = _exact_cast(shipped(name), problem, cls, limits)
+    if found is not None and found.source != "tuned" and ship is not None:
+        if ship.source == "tuned":
+            found = None  # a tuned shipped result outranks a first call's
     if found is not None:
-        entry, exact = found
-        kind = ("tuned" if entry.source == "tuned" else "measured") if exact else "nearest"
-        choice = _choice(entry, kind, False)
-    elif (ship := _pick_cast(shipped(name), problem, cls, limits)) is not None:
-        choice = _choice(ship[0], "shipped", False)
+        choice = _choice(found, "tuned" if found.source == "tuned" else "measured", False)
+    elif ship is not None:
+        choice = _choice(ship, "shipped", False)
     else:
         choice = Choice(cast_kind.default(KernelConfig, src, dst, aligned_out), "default")
     with _lock:
@@ -230,18 +229,14 @@ def cast_choice(
     return choice
 
 
-def _pick_cast(
+def _exact_cast(
     entries: Iterable[TunedEntry], problem: str, cls: ShapeClass, limits: DeviceLimits
-) -> tuple[TunedEntry, bool] | None:
-    """The cast entry of `problem` of exactly `cls`, else of the nearest class; (entry,
-    exact) or None. Cast kernels load at any alignment: every class's config runs the call."""
-    usable = [e for e in entries if not e.stale and e.problem == problem and e.config.fits(limits)]
-    for e in usable:
-        if e.shape_class == cls:
-            return e, True
-    if not usable:
-        return None
-    return min(usable, key=_nearness(cls)), False
+) -> TunedEntry | None:
+    """The current cast entry of `problem` and exactly `cls` this device can run, or None."""
+    for e in entries:
+        if not e.stale and e.problem == problem and e.shape_class == cls and e.config.fits(limits):
+            return e
+    return None
 
 
 def default_choice(

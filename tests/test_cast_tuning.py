@@ -398,3 +398,47 @@ def test_tune_cast_stores_each_pair_and_shape_under_its_problem(tmp_path, quiet_
 def test_tune_cast_refuses_what_is_not_for_casts(tmp_path, extra, message):
     rc, _, err = _cli("tune", "--shapes", "1024x1024", "--db", str(tmp_path / "t.db"), *extra)
     assert rc != 0 and message in err
+
+
+def test_show_names_each_casts_problem(tmp_path, rng):
+    db = str(tmp_path / "t.db")
+    cfg = _variant(rng)
+    with Store.open(db) as store:
+        for both in (False, True):
+            problem = cast_kind.problem(cfg.cast, both)
+            store.record(
+                None, H100, "bfloat16", 2, (1, 8192, 8192), CLS, cfg, _ok(rng), problem=problem
+            )
+    rc, out, _ = _cli("show", "--db", db, "--device", H100.name, "--json")
+    assert rc == 0
+    rows = json.loads(out)
+    assert sorted(r["problem"] for r in rows) == ["cast:bf16_e4m3", "cast:bf16_e4m3+both"]
+    rc, out, _ = _cli("show", "--db", db, "--device", H100.name)
+    assert "cast:bf16_e4m3+both" in out and "cast:bf16_e4m3 " in out
+
+
+def test_a_cast_study_starts_from_the_default_and_its_problems_neighbours(db, rng):
+    """Warm starts: the default, then the pair's results (same output set) of other classes,
+    nearest first; never another pair's or another output set's."""
+    from autotranspose._tuner.cast import cast_known_good
+
+    target = cast_target(BF16, E4M3, (8192, 8192))
+    space = cast_space(H100, target)
+    default = cast_kind.default(KernelConfig, BF16, E4M3)
+    configs = [c for c in space.configs if c != default]
+    near, far, other_set = (configs[i] for i in rng.choice(len(configs), 3, replace=False))
+    problem = target.problem
+    db.record(
+        None, H100, "bfloat16", 2, (1, 4096, 8192), ShapeClass(1, 4096, 8192, 8), near,
+        _ok(rng), problem=problem,
+    )  # fmt: skip
+    db.record(
+        None, H100, "bfloat16", 2, (1, 256, 256), ShapeClass(1, 256, 256, 8), far, _ok(rng),
+        problem=problem,
+    )  # fmt: skip
+    db.record(
+        None, H100, "bfloat16", 2, (1, 8192, 8192), target.shape_class, other_set, _ok(rng),
+        problem=cast_kind.problem("bf16_e4m3", True),
+    )  # fmt: skip
+    lookup.clear_cache()
+    assert cast_known_good(H100, target, space, db) == [default, near, far]

@@ -27,6 +27,7 @@ from .results import Objective, TrialReport, TuneResult
 from .settings import TuneSettings
 from .space import SearchSpace, check_shape, tuned_class
 from .storage import GRACE_PERIOD, HEARTBEAT_INTERVAL
+from .warm import WARM_STARTS
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -103,16 +104,31 @@ def cast_study_name(device: DeviceInfo, target: CastTarget, space: SearchSpace) 
 def cast_known_good(
     device: DeviceInfo, target: CastTarget, space: SearchSpace, store: Store | None
 ) -> list[KernelConfig]:
-    """The configs a cast study measures first: the pair's default, and what lookup serves
-    the class today (a stored or shipped result of this or the nearest class)."""
+    """The configs a cast study measures first: the pair's default, what lookup serves the
+    class today, then the results of the same problem for the `WARM_STARTS` nearest other
+    classes (stored or shipped, this GPU model's first): lookup serves none of them to this
+    class, but they are measured winners of the pair's neighbours."""
     from .. import _lookup as lookup
+    from ..errors import StoreError
 
     found = [cast_kind.default(KernelConfig, target.src, target.dst)]
     choice = lookup.cast_choice(
         device, target.code, target.shape_class, both=target.both, store=store
     )
     found.append(choice.config)
-    return [c for c in dict.fromkeys(found) if c in space]
+    entries = list(lookup.shipped(device.name))
+    if store is not None:
+        try:
+            entries += store.entries(None, include_stale=False, problem=target.problem)
+        except StoreError:
+            pass
+    cls = target.shape_class
+    near = sorted(
+        (e for e in entries if e.problem == target.problem and not e.stale),
+        key=lambda e: (e.device != device.name, cls.distance(e.shape_class), e.shape_class),
+    )
+    found += [e.config for e in near[: 2 * WARM_STARTS]]
+    return [c for c in dict.fromkeys(found) if c in space][: 2 + WARM_STARTS]
 
 
 def tune_cast(

@@ -25,8 +25,8 @@ rm -f /tmp/cast_campaign.db*
 seed="tuning_db/$slug.json"
 [ -f "cast_seed/$slug.json" ] && seed="cast_seed/$slug.json"
 [ -f "$seed" ] && python3 -m autotranspose import --db "$DB" "$seed" | tee -a "$LOG"
-timeout ${TUNE_TIMEOUT:-175} python3 dev/cast_campaign.py tune --db "$DB" \
-  --budget ${BUDGET:-140} ${CAMPAIGN_ARGS:-} > "$OUT/campaign.txt" 2>&1
+timeout ${TUNE_TIMEOUT:-195} python3 dev/cast_campaign.py tune --db "$DB" \
+  --budget ${BUDGET:-165} ${CAMPAIGN_ARGS:-} > "$OUT/campaign.txt" 2>&1
 echo "campaign rc=$?"
 grep -v "^\[I" "$OUT/campaign.txt" | tail -25
 python3 dev/campaign.py export --db "$DB" --out /tmp/cast_export >> "$LOG" 2>&1

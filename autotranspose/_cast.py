@@ -24,7 +24,7 @@ from ._calls import call_target, keeping_context
 from ._castplan import MAX_LOOP_LAUNCHES, CastPlan, format_of, pack_args, pair, plan_cast
 from ._compiler import DeviceState, Kernel, get_kernel
 from ._config import KernelConfig
-from ._dispatch import caches
+from ._dispatch import caches, cast as cast_dispatch
 from ._plan import contiguous_strides, normalize_axes
 from .errors import (
     ConfigError,
@@ -549,7 +549,7 @@ def _prepare(
             or ((yv.ptr + lc.o0 * dst.size) | lc.ld_o * dst.size | lc.bs_o * dst.size) % 16 == 0
             for lc in plan.launches
         )
-        cfg = cast_kind.default(KernelConfig, src, dst, aligned)
+        cfg = cast_dispatch.choose_config(state, plan, src, dst, xv.ptr, zv is not None, aligned)
     if not cfg.fits(state.info.limits):
         raise ConfigError(
             f"config {cfg.key} needs {cfg.threads} threads and {cfg.smem_bytes} bytes of shared "

@@ -159,7 +159,7 @@ def _choose(
     db = _default_store() if store is DEFAULT_STORE else store
     if db is not None:
         try:
-            tuned = db.entries(name, include_stale=False, elem_bytes=elem_bytes)
+            tuned = db.entries(name, include_stale=False, elem_bytes=elem_bytes, problem="")
         except StoreError as exc:
             _warn_once(db.url, f"autotranspose: not using tuning database {db.display}: {exc}")
             tuned = []
@@ -178,6 +178,65 @@ def _choose(
     if found is not None and (found[1] or not own_only):
         return _choice(found[0], "shipped", conjugate)
     return default_choice(elem_bytes, cls, limits, conjugate)
+
+
+def cast_choice(
+    device: DeviceInfo | str,
+    code: str,
+    cls: ShapeClass,
+    *,
+    both: bool = False,
+    aligned_out: bool = True,
+    store: Store | None = DEFAULT_STORE,
+) -> Choice:
+    """The config for a cast-transpose of the pair `code` ("bf16_e4m3", `kinds.cast.PAIRS`)
+    in class `cls` (its launch's (batch, m, n) and input vector, as `_shapes.call_vec`
+    derives it), writing the same-order output too where `both`.
+
+    Over the results of this pair and output set (the problem, `kinds.cast.problem`): this
+    device's tuned (or measured) result of exactly `cls`, else the shipped file's of exactly
+    `cls`, else `kinds.cast.default` (`aligned_out`: whether the transposed rows start on
+    16-byte boundaries). Unlike a transpose's, no nearest class and no result of the pair's
+    other output set: on the H100 (docs/perf-notes.md) winners of 10-trial studies that beat
+    the default by 3-8% on their own class ran 0.89-1.18x the default on neighbouring
+    classes, and bfloat16 -> float8 configs tuned without the same-order output lost to the
+    default on calls with it. Cached per (device model and limits, problem, class,
+    database) like `choose`'s choices, and cleared with them."""
+    from ._config import KernelConfig
+    from .kinds import cast as cast_kind
+
+    name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
+    key = ("cast", name, limits, code, both, cls, aligned_out, _store_key(store))
+    hit = _choices.get(key)
+    if hit is not None:
+        return hit
+    src, dst = cast_kind.PAIRS[code]
+    db = _default_store() if store is DEFAULT_STORE else store
+    problem = cast_kind.problem(code, both)
+    found = _exact_cast(_stored(db, name, src.size, problem), problem, cls, limits)
+    ship = _exact_cast(shipped(name), problem, cls, limits)
+    if found is not None and found.source != "tuned" and ship is not None:
+        if ship.source == "tuned":
+            found = None  # a tuned shipped result outranks a first call's
+    if found is not None:
+        choice = _choice(found, "tuned" if found.source == "tuned" else "measured", False)
+    elif ship is not None:
+        choice = _choice(ship, "shipped", False)
+    else:
+        choice = Choice(cast_kind.default(KernelConfig, src, dst, aligned_out), "default")
+    with _lock:
+        _choices[key] = choice
+    return choice
+
+
+def _exact_cast(
+    entries: Iterable[TunedEntry], problem: str, cls: ShapeClass, limits: DeviceLimits
+) -> TunedEntry | None:
+    """The current cast entry of `problem` and exactly `cls` this device can run, or None."""
+    for e in entries:
+        if not e.stale and e.problem == problem and e.shape_class == cls and e.config.fits(limits):
+            return e
+    return None
 
 
 def default_choice(
@@ -260,6 +319,7 @@ def _usable(
         e
         for e in entries
         if not e.stale
+        and not e.problem  # a transpose's result (a cast's is served by `cast_choice`)
         and e.elem_bytes == elem_bytes
         and (e.config.vec <= cls.vec or e.config.any_offset)  # these fit any call
         and e.config.applies(cls.m, cls.n)  # a flat kernel's tile must span the short side
@@ -395,11 +455,13 @@ def warm_starts(
     return list(dict.fromkeys(found))
 
 
-def _stored(db: Store | None, device_name: str | None, elem_bytes: int) -> list[TunedEntry]:
+def _stored(
+    db: Store | None, device_name: str | None, elem_bytes: int, problem: str = ""
+) -> list[TunedEntry]:
     if db is None:
         return []
     try:
-        return db.entries(device_name, include_stale=False, elem_bytes=elem_bytes)
+        return db.entries(device_name, include_stale=False, elem_bytes=elem_bytes, problem=problem)
     except StoreError:
         return []  # choose() has warned about this database already
 

@@ -46,13 +46,17 @@ def _worker_main(
     shape: tuple[int, int, int],
     device_index: int,
     layout: Layout | None = None,
+    cast: tuple[str, bool] | None = None,
 ) -> None:
     from ._compiler import activate, precompile
     from ._measure import Bench, context_is_dead, measure_one
 
     try:
         state = activate(device_index)
-        bench = Bench(state, element_type(dtype).size, shape, layout)
+        if cast is None:
+            bench: Any = Bench(state, element_type(dtype).size, shape, layout)
+        else:
+            measure = _CastMeasure(state, shape, *cast)
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -69,17 +73,43 @@ def _worker_main(
         if kind == "compile":
             conn.send(("compiled", {c.key: str(e)[:2000] for c, e in failed.items()}))
             continue
-        copy_gbps = bench.gbps(bench.copy_time())
+        if cast is None:
+            copy_gbps = bench.gbps(bench.copy_time())
+        else:
+            copy_gbps = measure.copy_gbps()
         for cfg in configs:
             if cfg in failed:
                 m = Measurement("fail", copy_gbps=copy_gbps, error=str(failed[cfg])[:2000])
-            else:
+            elif cast is None:
                 m = measure_one(bench, cfg, copy_gbps)
+            else:
+                m = measure(cfg, copy_gbps)
             dead = m.status == "fail" and context_is_dead(state)
             conn.send(("result", cfg.key, m.to_dict(), dead))
             if dead:  # the context is gone: let the parent start a fresh worker
                 conn.close()
                 os._exit(3)
+
+
+class _CastMeasure:
+    """A cast-transpose case's measuring (`_castmeasure`): its bench and the pair's default
+    config, the reference every candidate's bytes must equal."""
+
+    def __init__(self, state: Any, shape: tuple[int, int, int], code: str, both: bool) -> None:
+        from ._castmeasure import CastBench
+        from .kinds import cast as cast_kind
+
+        self.bench = CastBench(state, code, shape, both)
+        src, dst = cast_kind.PAIRS[code]
+        self.reference = cast_kind.default(KernelConfig, src, dst)
+
+    def copy_gbps(self) -> float:
+        return self.bench.gbps(self.bench.copy_time())
+
+    def __call__(self, cfg: KernelConfig, copy_gbps: float) -> Measurement:
+        from ._castmeasure import measure_cast
+
+        return measure_cast(self.bench, cfg, self.reference, copy_gbps)
 
 
 class GpuObjective:
@@ -90,7 +120,9 @@ class GpuObjective:
     With a `layout` (ld_in, ld_out, bs_in, bs_out in elements; None: contiguous) it measures
     one launch with those strides, in buffers as large as their extent: a permute's strided
     transpose pass as permute() runs it. A bad layout is a LayoutError before any process
-    starts.
+    starts. With `cast` (a pair's code and whether the same-order output is written) it
+    measures cast-transposes of a contiguous (batch, m, n) input instead (`_castmeasure`):
+    each config's bytes against the pair's default config's, then its time.
     """
 
     def __init__(
@@ -102,8 +134,10 @@ class GpuObjective:
         conjugate: bool = False,
         timeout_s: float = 120.0,
         layout: Layout | tuple[int, int, int, int] | None = None,
+        cast: tuple[str, bool] | None = None,
     ) -> None:
         self.dtype, self.shape, self.device_index = dtype, tuple(shape), device_index
+        self.cast = cast
         self.layout = check_layout(self.shape, layout)  # type: ignore[arg-type]
         self.conjugate = conjugate
         self.timeout_s = timeout_s
@@ -117,7 +151,7 @@ class GpuObjective:
         parent, child = _CTX.Pipe()
         proc = _CTX.Process(
             target=_worker_main,
-            args=(child, self.dtype, self.shape, self.device_index, self.layout),
+            args=(child, self.dtype, self.shape, self.device_index, self.layout, self.cast),
             daemon=True,
         )
         proc.start()

@@ -50,7 +50,7 @@ def test_open_creates_schema_at_head(store):
     with store.engine.connect() as conn:
         tables = set(sa.inspect(conn).get_table_names())
     assert tables == AT_TABLES
-    assert store.schema_revision() == migrations.head() == "0005"
+    assert store.schema_revision() == migrations.head() == "0006"
 
 
 def test_models_match_migrations(store):

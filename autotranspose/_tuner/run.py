@@ -52,6 +52,7 @@ class Run:
         grace_period: int,
         device_index: int | None = None,
         layout: Layout | None = None,
+        problem: str = "",
     ) -> None:
         self.study = study
         self.storage = storage
@@ -68,6 +69,7 @@ class Run:
         self.grace_period = grace_period
         self.device_index = device_index
         self.layout = layout
+        self.problem = problem  # "": a transpose; a cast-transpose's `kinds.cast.problem`
         self.run_id: int | None = None
         self.heartbeat: Heartbeat | None = None
         self.claims = Claims(store, study, self.shape_text)
@@ -139,7 +141,7 @@ class Run:
     def measured(self, config: KernelConfig) -> Measurement | None:
         """The store's measurement of `config` on this shape and layout, if any."""
         return self.store.measured(
-            self.device.name, self.elem_bytes, self.shape, config, self.layout
+            self.device.name, self.elem_bytes, self.shape, config, self.layout, self.problem
         )
 
     def record(self, config: KernelConfig, m: Measurement) -> None:
@@ -155,6 +157,7 @@ class Run:
             config,
             m,
             layout=self.layout,
+            problem=self.problem,
         )
         self.counts["measured"] += 1
 

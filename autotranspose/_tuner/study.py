@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from .._config import KernelConfig
 from .._device import DeviceInfo
 from .._dtypes import element_type
-from .._shapes import Layout, check_layout
+from .._shapes import Layout, ShapeClass, check_layout
 from ..errors import TuningError
 from .loop import search
 from .results import Objective, TrialReport, TuneResult
@@ -90,6 +91,64 @@ def tune(
     cls = tuned_class(et.size, dims, lay, max_vector)
     space = SearchSpace(study_configs(et.name, device, cls, conjugate, dims, lay))
     name = study_name(device, et.size, cls, space, conjugate, lay)
+    return run_study(
+        name=name,
+        space=space,
+        store=store,
+        objective=objective,
+        device=device,
+        dtype=et.name,
+        dims=dims,
+        cls=cls,
+        settings=settings,
+        started=started,
+        warm=lambda: known_good(
+            et.size,
+            cls,
+            space,
+            device=device,
+            store=store,
+            conjugate=conjugate,
+            sides=(dims[1], dims[2]),
+        ),
+        recorded={
+            "conjugate": conjugate,
+            "layout": list(lay) if lay is not None else None,
+            "max_vector": max_vector,
+        },
+        progress=progress,
+        heartbeat_interval=heartbeat_interval,
+        grace_period=grace_period,
+        device_index=device_index,
+        layout=lay,
+    )
+
+
+def run_study(
+    *,
+    name: str,
+    space: SearchSpace,
+    store: Store,
+    objective: Objective,
+    device: DeviceInfo,
+    dtype: str,
+    dims: tuple[int, int, int],
+    cls: ShapeClass,
+    settings: TuneSettings,
+    started: float,
+    warm: Callable[[], Sequence[KernelConfig]],
+    recorded: dict[str, Any],
+    progress: Callable[[TrialReport], None] | None = None,
+    heartbeat_interval: int = HEARTBEAT_INTERVAL,
+    grace_period: int = GRACE_PERIOD,
+    device_index: int | None = None,
+    layout: Layout | None = None,
+    problem: str = "",
+) -> TuneResult:
+    """One case's study opened (or resumed), its `warm` configs queued, searched within
+    `settings`, every measurement recorded under (device, element size, `cls`, `problem`):
+    what `tune` and `cast.tune_cast` share. `recorded`: what the run's settings add."""
+    elem_bytes = space.configs[0].elem_bytes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # ask() warns that the heartbeat expects optimize(): the tuner beats itself.
@@ -110,41 +169,32 @@ def tune(
             store=store,
             objective=objective,
             device=device,
-            dtype=et.name,
-            elem_bytes=et.size,
+            dtype=dtype,
+            elem_bytes=elem_bytes,
             shape=dims,
             cls=cls,
             space=space,
             progress=progress,
             grace_period=grace_period,
             device_index=device_index,
-            layout=lay,
+            layout=layout,
+            problem=problem,
         )
         # no more than the budget: queued trials nobody asks would outlive the run
-        run.enqueue(
-            known_good(
-                et.size,
-                cls,
-                space,
-                device=device,
-                store=store,
-                conjugate=conjugate,
-                sides=(dims[1], dims[2]),
-            )[: settings.trials]
+        run.enqueue(list(warm())[: settings.trials])
+        run_id = store.begin_run(
+            device,
+            {
+                "study": name,
+                "dtype": dtype,
+                "shape": list(dims),
+                "shape_class": str(cls),
+                **settings.record(),
+                "space": len(space),
+                "device_index": device_index,
+                **recorded,
+            },
         )
-        recorded = {
-            "study": name,
-            "dtype": et.name,
-            "shape": list(dims),
-            "shape_class": str(cls),
-            **settings.record(),
-            "conjugate": conjugate,
-            "space": len(space),
-            "device_index": device_index,
-            "layout": list(lay) if lay is not None else None,
-            "max_vector": max_vector,
-        }
-        run_id = store.begin_run(device, recorded)
         run.run_id = run_id
         status = "failed"
         try:

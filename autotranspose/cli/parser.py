@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--dtypes",
         nargs="+",
-        default=["float32"],
+        default=None,
         metavar="DTYPE",
         help="e.g. float32,int8 (default float32)",
     )
@@ -165,6 +165,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--trials, so the budget is spent once, not once per GPU",
     )
     t.add_argument("--conjugate", action="store_true", help="tune the conjugate transpose")
+    t.add_argument(
+        "--cast",
+        nargs="+",
+        metavar="IN:OUT",
+        help="tune cast-transposes of these pairs instead of transposes, e.g. "
+        "bfloat16:float8_e4m3fn f32:e5m2 (short names work): each of --shapes "
+        "(contiguous input), with a device scale and amax, its results keyed by "
+        "the pair and shape class (cast_transpose() uses them)",
+    )
+    t.add_argument(
+        "--both",
+        action="store_true",
+        help="with --cast: tune the calls that also write the cast in the input's order",
+    )
     db_option(t)
 
     s = sub.add_parser("show", help="tuned results per device")

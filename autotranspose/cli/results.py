@@ -37,12 +37,19 @@ DTYPES_BY_SIZE = {
 }
 
 
+def _dtypes(e: Any) -> str:
+    """What an entry serves: the dtypes of its element size, or a cast's problem (its pair,
+    "+both" where the same-order output is written too)."""
+    return e.problem or DTYPES_BY_SIZE.get(e.elem_bytes, "")
+
+
 def _entry_dict(e: Any, source: str) -> dict[str, Any]:
     return {
         "device": e.device,
         "source": source,
         "elem_bytes": e.elem_bytes,
-        "dtypes": DTYPES_BY_SIZE.get(e.elem_bytes, ""),
+        "dtypes": _dtypes(e),
+        "problem": e.problem,
         "shape_class": str(e.shape_class),
         "config_key": e.config.key,
         "config": e.config.to_dict(),
@@ -95,6 +102,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             se[1].device,
             se[0] == "shipped",
             se[1].elem_bytes,
+            se[1].problem,
             se[1].shape_class,
         )
     )
@@ -117,7 +125,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 [
                     source,
                     f"s{e.elem_bytes}",
-                    DTYPES_BY_SIZE.get(e.elem_bytes, ""),
+                    _dtypes(e),
                     str(e.shape_class),
                     e.config.key,
                     gbps_text(e.gbps),

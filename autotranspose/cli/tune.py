@@ -65,10 +65,11 @@ def gpu_objective(
     device: int,
     conjugate: bool,
     layout: Layout | None = None,
+    cast: tuple[str, bool] | None = None,
 ) -> Any:
     from .._worker import GpuObjective
 
-    return GpuObjective(dtype, shape, device, conjugate=conjugate, layout=layout)
+    return GpuObjective(dtype, shape, device, conjugate=conjugate, layout=layout, cast=cast)
 
 
 def cmd_tune(
@@ -77,10 +78,14 @@ def cmd_tune(
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the bar and the table say it all
+    if args.cast is not None:
+        return _tune_casts(args, out, err, make_objective)
+    if args.both:
+        raise UsageError("--both is for cast-transposes: give the pairs with --cast IN:OUT")
     if args.axes is not None:
         return _tune_permutes(args, out, err, make_objective)
     shapes = parse_shapes(args.shapes)
-    dtypes = parse_dtypes(args.dtypes)
+    dtypes = parse_dtypes(args.dtypes or ["float32"])
     if args.conjugate:
         bad = [d for d in dtypes if not element_type(d).conjugable]
         if bad:
@@ -245,11 +250,82 @@ def _permute_targets(
             "--axes tunes a permute's pass on one GPU: give --device INDEX, not --devices"
         )
     shapes = [parse_option("--shapes", parse_dims, v) for v in split_items(args.shapes)]
-    dtypes = parse_dtypes(args.dtypes)
+    dtypes = parse_dtypes(args.dtypes or ["float32"])
     axes = parse_axes(args.axes)
     for shape in shapes:  # every shape must take these axes
         normalize_axes(axes, len(shape))
     return [(d, s, permute_target(d, s, axes)) for d in dtypes for s in shapes]
+
+
+def _tune_casts(
+    args: argparse.Namespace, out: TextIO, err: TextIO, make_objective: ObjectiveFactory
+) -> int:
+    """`tune --cast bf16:e4m3 --shapes 8192x8192`: each pair and shape tuned on one GPU like
+    a transpose, results under the pair's problem; every refusal before any GPU work."""
+    from .._tuner.cast import cast_target, parse_pair, tune_cast
+    from .._tuner.settings import TuneSettings
+
+    for flag, given in (
+        ("--axes", args.axes is not None),
+        ("--conjugate", args.conjugate),
+        ("--dtypes", args.dtypes is not None),
+        ("--devices", args.devices is not None),
+    ):
+        if given:
+            raise UsageError(
+                f"--cast tunes cast-transposes of contiguous inputs on one GPU; {flag} is not "
+                "for them (the pair gives the dtypes; --device INDEX picks the GPU)"
+            )
+    try:
+        pairs = [parse_pair(v) for v in split_items(args.cast)]
+        settings = TuneSettings(
+            trials=args.trials,
+            timeout=args.timeout,
+            patience=args.patience,
+            sampler=args.sampler,
+            seed=args.seed,
+            batch=args.batch,
+        )
+    except TuningError as exc:
+        raise UsageError(f"argument --cast: {one_line(exc)}") from None
+    shapes = parse_shapes(args.shapes)
+    targets = [cast_target(s, d, shape, args.both) for s, d in pairs for shape in shapes]
+    device = args.device if args.device is not None else 0
+    store = open_store(args.db)
+    rows: list[list[str]] = []
+    failed = 0
+    started = time.monotonic()
+    for t in targets:
+        label = f"{t.src.name}->{t.dst.name}{' both' if t.both else ''} {shape_text(t.shape)}"
+        objective = make_objective(t.src.name, t.shape, device, False, cast=(t.code, t.both))
+        bar = ProgressBar(err, label)
+        try:
+            result = tune_cast(
+                t.src, t.dst, t.shape, objective=objective, store=store,
+                device=objective.device, both=t.both, settings=settings, progress=bar,
+                device_index=device,
+            )  # fmt: skip
+        except TuningError as exc:
+            bar.close()
+            print(f"{PROG}: {label}: {one_line(exc)}", file=err)
+            failed += 1
+            continue
+        finally:
+            close = getattr(objective, "close", None)
+            if close is not None:
+                close()
+        bar.close()
+        if not bar.live:
+            print(_result_line(result, label), file=err)
+        rows.append([t.problem.removeprefix("cast:"), *_result_row(result)[1:]])
+    if rows:
+        print(table(["cast", *_RESULT_HEADERS[1:]], rows), file=out)
+    print(
+        f"tuned {len(rows)} of {len(targets)} cast-transposes in "
+        f"{time.monotonic() - started:.1f}s; database {store.display}",
+        file=err,
+    )
+    return 1 if failed else 0
 
 
 _RESULT_HEADERS = [

@@ -73,6 +73,38 @@ def pair_code(src: Format, dst: Format) -> str:
     return f"{src.code}_{dst.code}"
 
 
+# How tuned results of cast-transposes are keyed beside the transposes' (whose problem is ""):
+# the pair, and whether the same-order output is written too (`both` adds a third of the
+# traffic, written from the same registers, so a tile's best trade of loads against stores
+# can differ). amax is not in the key: it adds one warp reduction and one atomic a block.
+PROBLEM_PREFIX = "cast:"
+BOTH_SUFFIX = "+both"
+
+
+def problem(code: str, both: bool = False) -> str:
+    """The store's key of a pair's cast-transposes: "cast:bf16_e4m3", "cast:bf16_e4m3+both"."""
+    if code not in PAIRS:
+        raise ValueError(f"{code!r:.40} is not a cast pair; the pairs are {sorted(PAIRS)}")
+    return f"{PROBLEM_PREFIX}{code}{BOTH_SUFFIX if both else ''}"
+
+
+def parse_problem(text: object) -> tuple[str, bool] | None:
+    """(pair code, both) of a stored problem, None for "" (a transpose); anything else (it is
+    read from files and databases) is a ValueError naming the form."""
+    if text == "":
+        return None
+    if isinstance(text, str) and text.startswith(PROBLEM_PREFIX) and len(text) <= 40:
+        body = text[len(PROBLEM_PREFIX) :]
+        both = body.endswith(BOTH_SUFFIX)
+        code = body[: -len(BOTH_SUFFIX)] if both else body
+        if code in PAIRS:
+            return code, both
+    raise ValueError(
+        f"problem {text!r:.60} is neither '' (a transpose) nor a cast-transpose's "
+        f"'cast:<in>_<out>' or 'cast:<in>_<out>+both' with a pair of {sorted(PAIRS)}"
+    )
+
+
 def pair_of(c: Config) -> tuple[Format, Format]:
     return PAIRS[c.cast]
 
@@ -238,6 +270,10 @@ class CastKind(Kind):
 
     def errors(self, c: Config) -> Iterator[str]:
         return _errors(c)
+
+    def any_offset(self, c: Config) -> bool:
+        """Words are loaded and stored at each row's own alignment: any offset runs."""
+        return True
 
     def derive(self, c: Config) -> dict[str, int]:
         return {"threads": _threads(c), "smem": _smem(c)}

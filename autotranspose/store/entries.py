@@ -25,7 +25,9 @@ class BadRowWarning(UserWarning):
 
 @dataclass(frozen=True)
 class TunedEntry:
-    """The best known config of one (device, element size, shape class), as lookup serves it.
+    """The best known config of one (device, element size, shape class, problem), as lookup
+    serves it. `problem` is "" for a transpose, else a cast-transpose's
+    (`kinds.cast.problem`: its pair, and whether the same-order output is written).
 
     `stale` is true when the entry was measured with another template version than the running
     code's: it describes kernels that no longer exist and is listed but never served. `source`
@@ -46,6 +48,12 @@ class TunedEntry:
     dtype: str | None = None
     measured_at: datetime | None = None
     source: str = "tuned"
+    problem: str = ""
+
+    @property
+    def key(self) -> tuple[int, str, str]:
+        """What makes an entry one of a kind in a file or a device's bests."""
+        return (self.elem_bytes, str(self.shape_class), self.problem)
 
 
 ImportedFile = tuple[DeviceInfo, Sequence[TunedEntry], str]  # device, entries, file name

@@ -41,13 +41,14 @@ def check_import(device: DeviceInfo, entries: Sequence[TunedEntry], source: str)
         raise StoreError(
             f"{source}: device: {exc}; nothing was imported: correct the device"
         ) from exc
-    seen: set[tuple[int, str]] = set()
+    seen: set[tuple[int, str, str]] = set()
     for i, e in enumerate(entries):
         try:
             _check_imported_entry(e)
-            key = (e.elem_bytes, str(e.shape_class))
+            key = e.key
             if key in seen:
-                raise ValueError(f"a second entry of {e.shape_class}, {e.elem_bytes} B")
+                what = f", {e.problem}" if e.problem else ""
+                raise ValueError(f"a second entry of {e.shape_class}, {e.elem_bytes} B{what}")
             seen.add(key)
         except (AutotransposeError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(
@@ -61,7 +62,7 @@ def _check_imported_entry(e: TunedEntry) -> None:
         raise TypeError(f"an entry must be a TunedEntry, got {type(e).__name__}")
     if not isinstance(e.config, KernelConfig) or not isinstance(e.shape_class, ShapeClass):
         raise TypeError("config must be a KernelConfig and shape_class a ShapeClass")
-    check_entry_fields(e.elem_bytes, e.shape_class, e.config, e.template_version)
+    check_entry_fields(e.elem_bytes, e.shape_class, e.config, e.template_version, e.problem)
     check_source(e.source)
     cls = e.shape_class
     shape = e.shape or (cls.batch, cls.m, cls.n)
@@ -127,8 +128,9 @@ def _insert_measurements(
     device_id: int,
     entries: Sequence[TunedEntry],
     config_ids: Mapping[KernelConfig, int],
-) -> dict[tuple[int, str], int]:
-    """One measurement row per entry, in one statement; their ids by (elem_bytes, class)."""
+) -> dict[tuple[int, str, str], int]:
+    """One measurement row per entry, in one statement; their ids by (elem_bytes, class,
+    problem)."""
     before = conn.execute(sa.select(sa.func.max(MeasurementRow.id))).scalar() or 0
     rows = []
     for e in entries:
@@ -152,15 +154,19 @@ def _insert_measurements(
                 "template_version": e.template_version,
                 "created_at": e.measured_at or e.updated_at,
                 "source": e.source,
+                "problem": e.problem,
             }
         )
     conn.execute(sa.insert(MeasurementRow), rows)
     # New ids are above every id that was there (SQLite: max + 1; PostgreSQL: its sequence),
     # so the primary key finds ours without scanning the table.
-    q = sa.select(MeasurementRow.id, MeasurementRow.elem_bytes, MeasurementRow.shape_class).where(
-        MeasurementRow.id > before, MeasurementRow.run_id == run_id
-    )
-    return {(r.elem_bytes, r.shape_class): r.id for r in conn.execute(q)}
+    q = sa.select(
+        MeasurementRow.id,
+        MeasurementRow.elem_bytes,
+        MeasurementRow.shape_class,
+        MeasurementRow.problem,
+    ).where(MeasurementRow.id > before, MeasurementRow.run_id == run_id)
+    return {(r.elem_bytes, r.shape_class, r.problem): r.id for r in conn.execute(q)}
 
 
 def offer_bests(
@@ -168,7 +174,7 @@ def offer_bests(
     device_id: int,
     entries: Sequence[TunedEntry],
     config_ids: Mapping[KernelConfig, int],
-    measurement_ids: Mapping[tuple[int, str], int],
+    measurement_ids: Mapping[tuple[int, str, str], int],
     versions: Mapping[KernelConfig, str],
     stored: Mapping[str, str | None],
     now: datetime,
@@ -186,17 +192,17 @@ def offer_bests(
             Best.ratio,
             Best.template_version,
             Best.source,
+            Best.problem,
             Config.config_json,
         )
         .join(Config, Config.id == Best.config_id)
         .where(Best.device_id == device_id)
         .with_for_update(of=Best)
     )
-    existing = {(r.elem_bytes, r.shape_class): r for r in conn.execute(q)}
-    key_names = ("device_id", "elem_bytes", "shape_class")
+    existing = {(r.elem_bytes, r.shape_class, r.problem): r for r in conn.execute(q)}
     new, beaten = [], []
     for e in entries:
-        key = (e.elem_bytes, str(e.shape_class))
+        key = e.key
         values = {
             "device_id": device_id,
             "elem_bytes": e.elem_bytes,
@@ -209,6 +215,7 @@ def offer_bests(
             "template_version": e.template_version,
             "updated_at": now,
             "source": e.source,
+            "problem": e.problem,
         }
         row = existing.get(key)
         if row is None:
@@ -222,7 +229,7 @@ def offer_bests(
         current = e.template_version == versions[e.config]
         stale_best = writes.unservable(row) or row.template_version != version
         if writes.replaces(current, e.gbps, stale_best, row.gbps, e.source, row.source):
-            changes = {k: v for k, v in values.items() if k not in key_names}
+            changes = {k: v for k, v in values.items() if k not in writes.BEST_KEY}
             beaten.append({"best_id": row.id, **changes})
     if beaten:
         conn.execute(sa.update(Best).where(Best.id == sa.bindparam("best_id")), beaten)
@@ -243,6 +250,7 @@ def offer_bests(
             now,
             ratio=e.ratio,
             source=e.source,
+            problem=e.problem,
         )
 
 
@@ -254,9 +262,7 @@ def insert_bests(
     if not new or dialect_insert is None:
         return new
     before = conn.execute(sa.select(sa.func.max(Best.id))).scalar() or 0
-    ins = dialect_insert(Best).on_conflict_do_nothing(
-        index_elements=["device_id", "elem_bytes", "shape_class"]
-    )
+    ins = dialect_insert(Best).on_conflict_do_nothing(index_elements=list(writes.BEST_KEY))
     conn.execute(ins, [v for _, v in new])
     made = set(
         conn.execute(

@@ -123,6 +123,9 @@ class MeasurementRow(Base):
     # bs_in,bs_out", a permute's strided pass), or "" for contiguous; the tuner's resume
     # reuses only rows of the same layout.
     layout: Mapped[str] = mapped_column(String(100), default="", server_default="")
+    # Added by revision 0006: what the kernel solves, "" for a transpose (every row before),
+    # else a cast-transpose's `kinds.cast.problem` ("cast:bf16_e4m3", "cast:bf16_e4m3+both").
+    problem: Mapped[str] = mapped_column(String(40), default="", server_default="")
 
     # Added by revision 0002: the tuner's "measured already?" query on resume.
     __table_args__ = (
@@ -133,7 +136,8 @@ class MeasurementRow(Base):
 
 
 class Best(Base):
-    """The fastest correct config per (device, element size, shape class): what lookup serves."""
+    """The fastest correct config per (device, element size, shape class, problem): what
+    lookup serves."""
 
     __tablename__ = "at_best"
 
@@ -151,9 +155,14 @@ class Best(Base):
     # Added by revision 0004: where the result came from ("tuned" or "measured"); a tuned
     # result always outranks a measured one (`writes.replaces`).
     source: Mapped[str] = mapped_column(String(16), default="tuned", server_default="tuned")
+    # Added by revision 0006, and part of the key: "" for a transpose, else a cast-transpose's
+    # problem (`kinds.cast.problem`): its pair, and whether the same-order output is written.
+    problem: Mapped[str] = mapped_column(String(40), default="", server_default="")
 
     __table_args__ = (
-        UniqueConstraint("device_id", "elem_bytes", "shape_class", name="uq_at_best_key"),
+        UniqueConstraint(
+            "device_id", "elem_bytes", "shape_class", "problem", name="uq_at_best_key"
+        ),
     )
 
 

@@ -237,14 +237,14 @@ def _readable(engine: Engine, url: str, display: str) -> tuple[str, tuple[Any, .
             best = {c["name"] for c in sa.inspect(conn).get_columns("at_best")}
     if not rev:
         raise _not_created(display, f"{display} has no autotranspose tables yet")
-    return rev, _device_columns(present, display), _best_source(best)
+    return rev, _device_columns(present, display), _best_columns(best)
 
 
 def connect(
     url: str | os.PathLike[str] | None, *, readonly: bool, revision: str = "head"
 ) -> tuple[Engine, str, str, tuple[Any, ...], Any]:
     """Open the database at `url` (see resolve_url): (engine, resolved URL, display, at_devices
-    columns, at_best's source column). A writer creates the database and creates or upgrades
+    columns, at_best's source and problem columns). A writer creates the database and creates or upgrades
     our schema; a reader (`readonly`) changes nothing and refuses a database that does not
     exist. Neither writes to a database before it is known to be ours, or new."""
     resolved = resolve_url(url)
@@ -275,7 +275,7 @@ def connect(
             _, columns, source = _readable(engine, resolved, display)
         else:
             _prepare(engine, resolved, display, revision)
-            columns, source = DEVICE_COLUMNS, Best.source
+            columns, source = DEVICE_COLUMNS, (Best.source, Best.problem)
     except BaseException:
         engine.dispose()
         raise
@@ -337,8 +337,17 @@ def _device_columns(present: set[str] | None, display: str) -> tuple[Any, ...]:
     return tuple(columns)
 
 
-def _best_source(present: set[str] | None) -> Any:
-    """at_best's source column, or what every row was before revision 0004 added it."""
-    if present is None or "source" in present:
-        return Best.source
-    return sa.literal("tuned", Best.source.type).label("source")
+# Columns added to at_best after revision 0001, and what every row was before: "tuned"
+# (0004's source), "" (0006's problem: a transpose).
+_LATER_BEST_COLUMNS = {"source": "tuned", "problem": ""}
+
+
+def _best_columns(present: set[str] | None) -> tuple[Any, ...]:
+    """at_best's source and problem columns, or what every row was before the revisions
+    that added them (`_LATER_BEST_COLUMNS`)."""
+    return tuple(
+        getattr(Best, name)
+        if present is None or name in present
+        else sa.literal(value, getattr(Best, name).type).label(name)
+        for name, value in _LATER_BEST_COLUMNS.items()
+    )

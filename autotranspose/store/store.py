@@ -63,14 +63,16 @@ class Store:
         *,
         readonly: bool = False,
         device_columns: tuple[Any, ...] | None = None,
-        best_source: Any = None,
+        best_columns: tuple[Any, ...] | None = None,
     ) -> None:
         self.engine = engine
         self.url = url
         self.display = display
         self.readonly = readonly
         self._device_columns = device_columns or DEVICE_COLUMNS
-        self._best_source = Best.source if best_source is None else best_source
+        # at_best's source and problem, or what an older revision's rows were (`schema`)
+        self._best_columns = best_columns or (Best.source, Best.problem)
+        self._has_problem = self._best_columns[1] is Best.problem
         self._device_ids: dict[DeviceInfo, int] = {}
 
     @classmethod
@@ -88,7 +90,7 @@ class Store:
             display,
             readonly=readonly,
             device_columns=columns,
-            best_source=source,
+            best_columns=source,
         )
 
     def close(self) -> None:
@@ -176,14 +178,18 @@ class Store:
         *,
         source: str = "tuned",
         layout: Layout | None = None,
+        problem: str = "",
     ) -> bool:
         """Store one measurement and, in the same transaction, make it the best of its
-        (device, elem_bytes, shape class) if it is correct and faster than the current best,
+        (device, elem_bytes, shape class, problem: "" for a transpose, a cast-transpose's
+        `kinds.cast.problem`) if it is correct and faster than the current best,
         or if the current best came from another template version (see `writes.replaces`: a
         "measured" result, a first call's, never takes a tuned result's place). Returns
         whether it is the best now. `layout`: the strides it was measured on (None:
         contiguous); the measurement row keeps them, the best's key does not."""
-        writes.check_record(dtype, elem_bytes, shape, shape_class, config, m, source, layout)
+        writes.check_record(
+            dtype, elem_bytes, shape, shape_class, config, m, source, layout, problem
+        )
         layout_text = writes.layout_text(shape, layout)
         tv = hooks.kernel_version(config)
         now = writes.now()
@@ -203,6 +209,7 @@ class Store:
                 layout_text=layout_text,
                 tv=tv,
                 now=now,
+                problem=problem,
             )
         self._device_ids[device] = device_id
         if best:
@@ -305,9 +312,11 @@ class Store:
         shape: tuple[int, int, int],
         config: KernelConfig,
         layout: Layout | None = None,
+        problem: str = "",
     ) -> Measurement | None:
         """The latest measurement of exactly `config` on this shape and layout (None:
-        contiguous) with the current templates (any status), or None: the tuner's "already
+        contiguous), for `problem` ("": a transpose; a cast's, with or without its same-order
+        output), with the current templates (any status), or None: the tuner's "already
         measured?" question on resume. A first call's rough timing ("measured" source) is not
         one: the tuner measures for itself."""
         b, rows, cols = shape
@@ -332,6 +341,7 @@ class Store:
                 MeasurementRow.template_version == hooks.kernel_version(config),
                 MeasurementRow.source == "tuned",
                 MeasurementRow.layout == writes.layout_text(shape, layout),
+                MeasurementRow.problem == problem,
             )
             .order_by(MeasurementRow.id.desc())
             .limit(1)
@@ -352,10 +362,12 @@ class Store:
             problem = RowProblem("at_measurements", row.id, str(exc))
             raise StoreError(f"{self.display}: {problem} is invalid; {problem.fix}") from exc
 
-    def best(self, device_name: str, elem_bytes: int, shape_class: ShapeClass) -> TunedEntry | None:
-        """The current (not stale) best entry of exactly this class, or None; raises
-        StoreError if that row is invalid."""
-        entries, problems = self._scan(device_name, elem_bytes, str(shape_class))
+    def best(
+        self, device_name: str, elem_bytes: int, shape_class: ShapeClass, problem: str = ""
+    ) -> TunedEntry | None:
+        """The current (not stale) best entry of exactly this class and problem ("": a
+        transpose), or None; raises StoreError if that row is invalid."""
+        entries, problems = self._scan(device_name, elem_bytes, str(shape_class), problem)
         if problems:
             raise StoreError(f"{self.display}: {problems[0]}; {problems[0].fix}")
         for e in entries:
@@ -369,10 +381,12 @@ class Store:
         include_stale: bool = True,
         *,
         elem_bytes: int | None = None,
+        problem: str | None = None,
     ) -> list[TunedEntry]:
-        """Every best entry (of one device, of one element size), sorted by device, element
-        size and class. Invalid rows are skipped with a BadRowWarning naming them."""
-        entries, problems = self._scan(device_name, elem_bytes, None)
+        """Every best entry (of one device, of one element size, of one problem: "" for the
+        transposes', a cast's `kinds.cast.problem`; None: all), sorted by device, element
+        size, class and problem. Invalid rows are skipped with a BadRowWarning naming them."""
+        entries, problems = self._scan(device_name, elem_bytes, None, problem)
         for p in problems:
             warnings.warn(f"skipping {p} in {self.display}; {p.fix}", BadRowWarning, stacklevel=2)
         return [e for e in entries if include_stale or not e.stale]
@@ -409,8 +423,14 @@ class Store:
         return infos, problems
 
     def _scan(
-        self, device_name: str | None, elem_bytes: int | None, shape_class: str | None
+        self,
+        device_name: str | None,
+        elem_bytes: int | None,
+        shape_class: str | None,
+        problem: str | None = None,
     ) -> tuple[list[TunedEntry], list[RowProblem]]:
+        if problem and not self._has_problem:
+            return [], []  # a database from before revision 0006 holds transposes only
         q = (
             sa.select(
                 Best.id,
@@ -427,7 +447,7 @@ class Store:
                 MeasurementRow.n,
                 MeasurementRow.dtype,
                 as_text(MeasurementRow.created_at),
-                self._best_source,
+                *self._best_columns,
                 *self._device_columns,
             )
             .join(Config, Config.id == Best.config_id)
@@ -441,6 +461,8 @@ class Store:
             q = q.where(Best.elem_bytes == elem_bytes)
         if shape_class is not None:
             q = q.where(Best.shape_class == shape_class)
+        if problem is not None and self._has_problem:
+            q = q.where(Best.problem == problem)
         with self._read() as conn:
             rows = conn.execute(q).all()
         entries: list[TunedEntry] = []
@@ -450,5 +472,5 @@ class Store:
                 entries.append(entry_from_row(r))
             except ROW_ERRORS as exc:
                 problems.append(RowProblem("at_best", r.id, why(exc)))
-        entries.sort(key=lambda e: (e.device, e.elem_bytes, e.shape_class))
+        entries.sort(key=lambda e: (e.device, e.elem_bytes, e.shape_class, e.problem))
         return entries, problems

@@ -7,13 +7,17 @@
      "entries": [{"elem_bytes": 4, "shape_class": "1x8192x8192/v4", "shape": [1, 8192, 8192],
                   "config": {...KernelConfig.to_dict()...}, "gbps": ..., "copy_gbps": ...,
                   "ratio": ..., "template_version": "...", "measured_at": "ISO 8601",
-                  "dtype": "float32", "source": "measured"}, ...]}
+                  "dtype": "float32", "source": "measured",
+                  "problem": "cast:bf16_e4m3"}, ...]}
 
-``dtype`` and ``source`` are optional; ``source`` is written only for a first call's result
-("measured", see ``autotranspose._winners``): an entry without it is a tuned one, so files of
-tuned results read and write as they always did.
+``dtype``, ``source`` and ``problem`` are optional; ``source`` is written only for a first
+call's result ("measured", see ``autotranspose._winners``): an entry without it is a tuned
+one, so files of tuned results read and write as they always did. ``problem`` is written only
+for a cast-transpose's result (`kinds.cast.problem`: its pair, "+both" where the same-order
+output is written too): an entry without it is a transpose's, and its config must be no cast
+kernel; a cast's config must be its problem's pair.
 
-Keys are sorted, entries sorted by (element size, shape class) and numbers rounded, so
+Keys are sorted, entries sorted by (element size, shape class, problem) and numbers rounded, so
 re-exporting unchanged results gives the same bytes. A file is untrusted input: :func:`load`
 reads only a regular file, and no more than MAX_FILE_BYTES of it; :func:`parse` checks every
 field (configs through ``KernelConfig.from_dict``, the device through ``DeviceInfo.from_dict``,
@@ -58,9 +62,10 @@ _ENTRY_KEYS = frozenset(
         "measured_at",
         "dtype",
         "source",
+        "problem",
     }
 )
-_OPTIONAL_KEYS = frozenset({"dtype", "source"})
+_OPTIONAL_KEYS = frozenset({"dtype", "source", "problem"})
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ class TuningFile:
 def document(device: DeviceInfo, entries: Iterable[TunedEntry]) -> dict[str, Any]:
     """The JSON document (a dict) of one device's entries."""
     rows = []
-    for e in sorted(entries, key=lambda e: (e.elem_bytes, e.shape_class)):
+    for e in sorted(entries, key=lambda e: (e.elem_bytes, e.shape_class, e.problem)):
         if e.device != device.name:
             raise StoreError(f"entry {e.shape_class} belongs to {e.device!r}, not {device.name!r}")
         shape = e.shape or (e.shape_class.batch, e.shape_class.m, e.shape_class.n)
@@ -95,6 +100,8 @@ def document(device: DeviceInfo, entries: Iterable[TunedEntry]) -> dict[str, Any
             row["dtype"] = e.dtype
         if e.source != "tuned":
             row["source"] = e.source
+        if e.problem:
+            row["problem"] = e.problem
         rows.append(row)
     return {"format": FORMAT, "device": device.to_dict(), "entries": rows}
 
@@ -266,15 +273,16 @@ def parse(doc: Any, source: str = "<document>") -> TuningFile:
     if not isinstance(raw, list):
         raise _refused(source, "entries must be a list", _GIVE_A_FILE)
     entries = []
-    seen: dict[tuple[int, ShapeClass], int] = {}
+    seen: dict[tuple[int, str, str], int] = {}
     for i, item in enumerate(raw):
         try:
             e = _entry(item, device.name)
         except (AutotransposeError, TypeError, ValueError, RecursionError) as exc:
             raise _refused(source, f"entry {i}: {exc}", _FIX_ENTRY) from exc
-        k = (e.elem_bytes, e.shape_class)
+        k = e.key
         if k in seen:
-            repeats = f"entry {i} repeats entry {seen[k]} ({e.shape_class}, {e.elem_bytes} B)"
+            what = f", {e.problem}" if e.problem else ""
+            repeats = f"entry {i} repeats entry {seen[k]} ({e.shape_class}, {e.elem_bytes} B{what})"
             raise _refused(source, repeats, "delete one of them")
         seen[k] = i
         entries.append(e)
@@ -293,7 +301,8 @@ def _entry(item: Any, device_name: str) -> TunedEntry:
     if not isinstance(item["config"], dict):
         raise TypeError("config must be a JSON object")
     config = KernelConfig.from_dict(item["config"])
-    check_entry_fields(item["elem_bytes"], cls, config, item["template_version"])
+    problem = item.get("problem", "")
+    check_entry_fields(item["elem_bytes"], cls, config, item["template_version"], problem)
     shape = item["shape"]
     if (
         not isinstance(shape, list)
@@ -325,6 +334,7 @@ def _entry(item: Any, device_name: str) -> TunedEntry:
         dtype=dtype,
         measured_at=measured_at,
         source=check_source(item.get("source", "tuned")),
+        problem=problem,
     )
 
 

@@ -25,6 +25,7 @@ from .._device import DeviceInfo
 from .._dtypes import ELEMENT_SIZES
 from .._shapes import ShapeClass
 from ..errors import AutotransposeError
+from ..kinds import cast as cast_kind
 from . import bounds, hooks
 from .entries import SOURCES, TunedEntry
 
@@ -113,8 +114,32 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid number here")
 
 
+def check_problem(problem: Any, config: KernelConfig) -> str:
+    """A stored problem ("" or a cast-transpose's, `kinds.cast.parse_problem`) that matches
+    its config: a transpose's entry holds no cast kernel and a cast's holds its own pair's,
+    so a config read back can only ever reach the call it was tuned for."""
+    parsed = cast_kind.parse_problem(problem)
+    if parsed is None:
+        if config.cast:
+            raise ValueError(
+                f"config {config.key} is a cast-transpose kernel ({config.cast}) stored as a "
+                "transpose's result (problem ''); a cast's result names its problem, e.g. "
+                f"{cast_kind.problem(config.cast)!r}"
+            )
+    elif parsed[0] != config.cast:
+        raise ValueError(
+            f"problem {problem!r} is the cast {parsed[0]}, but config {config.key} is "
+            f"{'the cast ' + config.cast if config.cast else 'no cast kernel'}"
+        )
+    return problem
+
+
 def check_entry_fields(
-    elem_bytes: Any, cls: ShapeClass, config: KernelConfig, template_version: Any
+    elem_bytes: Any,
+    cls: ShapeClass,
+    config: KernelConfig,
+    template_version: Any,
+    problem: Any = "",
 ) -> None:
     """What every entry must satisfy, from a database row or a file."""
     if type(elem_bytes) is not int or elem_bytes not in ELEMENT_SIZES:
@@ -129,13 +154,14 @@ def check_entry_fields(
         )
     if not isinstance(template_version, str) or not _TEMPLATE_VERSION.fullmatch(template_version):
         raise ValueError(f"template_version {template_version!r:.40} is not a template version")
+    check_problem(problem, config)
 
 
 def entry_from_row(r: Any) -> TunedEntry:
     device = device_from_row(r)
     cls = ShapeClass.parse(r.shape_class)
     config = parse_config_json(r.config_json)
-    check_entry_fields(r.elem_bytes, cls, config, r.template_version)
+    check_entry_fields(r.elem_bytes, cls, config, r.template_version, r.problem)
     shape = None
     if r.batch is not None:
         shape = (r.batch, r.m, r.n)
@@ -159,6 +185,7 @@ def entry_from_row(r: Any) -> TunedEntry:
         dtype=dtype,
         measured_at=None if r.created_at is None else timestamp(r.created_at, "measured_at"),
         source=check_source(r.source),
+        problem=r.problem,
     )
 
 

@@ -28,9 +28,10 @@ from ..errors import AutotransposeError, StoreError
 from . import hooks
 from .entries import SOURCES
 from .models import Best, Claim, Config, Device, MeasurementRow, Run
-from .untrusted import DTYPE, in_bounds, version_of_json
+from .untrusted import DTYPE, check_problem, in_bounds, version_of_json
 
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "imported")
+BEST_KEY = ("device_id", "elem_bytes", "shape_class", "problem")  # at_best's unique key
 
 
 def now() -> datetime:
@@ -47,9 +48,15 @@ def check_record(
     m: Measurement,
     source: str = "tuned",
     layout: Layout | None = None,
+    problem: str = "",
 ) -> None:
     """Refuse to store what could not be served correctly later."""
     problems = []
+    if isinstance(config, KernelConfig):
+        try:
+            check_problem(problem, config)
+        except ValueError as exc:
+            problems.append(str(exc))
     if layout is not None and not isinstance(layout, Layout):
         problems.append(f"layout must be a shapes.Layout or None, got {type(layout).__name__}")
     if source not in SOURCES:
@@ -175,6 +182,7 @@ def offer_best(
     now: datetime,
     ratio: float | None = None,
     source: str = "tuned",
+    problem: str = "",
 ) -> bool:
     """Make this result the best of its key if it beats the current best (`replaces`),
     atomically; returns whether it did. `current`: whether `tv` is the running code's version
@@ -197,10 +205,13 @@ def offer_best(
         "template_version": tv,
         "updated_at": now,
         "source": source,
+        "problem": problem,
     }
-    key_names = ("device_id", "elem_bytes", "shape_class")
     key = sa.and_(
-        Best.device_id == device_id, Best.elem_bytes == elem_bytes, Best.shape_class == shape_class
+        Best.device_id == device_id,
+        Best.elem_bytes == elem_bytes,
+        Best.shape_class == shape_class,
+        Best.problem == problem,
     )
     q = (
         sa.select(
@@ -228,7 +239,7 @@ def offer_best(
     )
     if not replaces(current, gbps, stale_best, row.gbps, source, row.source):
         return False
-    changes = {k: v for k, v in values.items() if k not in key_names}
+    changes = {k: v for k, v in values.items() if k not in BEST_KEY}
     conn.execute(sa.update(Best).where(Best.id == row.id).values(**changes))
     return True
 
@@ -315,6 +326,7 @@ def record(
     layout_text: str,
     tv: str,
     now: datetime,
+    problem: str = "",
 ) -> bool:
     """Insert one measurement and offer it as the best of its key (`offer_best`) if it is
     correct; returns whether it is the best now."""
@@ -340,6 +352,7 @@ def record(
         created_at=now,
         source=source,
         layout=layout_text,
+        problem=problem,
     )
     return m.ok and offer_best(
         conn,
@@ -354,6 +367,7 @@ def record(
         True,
         now,
         source=source,
+        problem=problem,
     )
 
 

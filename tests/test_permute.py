@@ -274,10 +274,22 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
 
-    def make_packed(e, dims, box, s, d, pipelined, vectors):
+    def make_packed(e, dims, box, s, d, pipelined, vectors, scatter):
         mem.made.append((s, d))
         return mem.launch(
-            Pass(PACKED, e, 1, 0, 0, 0, dims=dims, box=box, pipelined=pipelined, vectors=vectors)
+            Pass(
+                PACKED,
+                e,
+                1,
+                0,
+                0,
+                0,
+                dims=dims,
+                box=box,
+                pipelined=pipelined,
+                vectors=vectors,
+                scatter=scatter,
+            )
         )
 
     monkeypatch.setattr(dispatch.permute._driver, "memcpy_dtod_async", mem.memcpy)

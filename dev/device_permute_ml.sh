@@ -18,13 +18,12 @@ t0=$(date +%s)
 log() { echo "$* ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/log.txt"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/log.txt"
 if [[ $STEPS == *tests* ]]; then
-  timeout ${TEST_TIMEOUT:-90} python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_vbox_gpu.py \
-    tests/test_permute_gpu.py -k "${TESTS_K:-vbox or scatter or vector or image or vit or choice or alternative or attention or packed_words}" \
-    > "$OUT/pytest.txt" 2>&1
+  timeout ${TEST_TIMEOUT:-90} python3 -m pytest -m gpu -q -x -p no:cacheprovider \
+    ${TESTS:-tests/test_vbox_gpu.py tests/test_permute_gpu.py} ${TESTS_K:+-k "$TESTS_K"} > "$OUT/pytest.txt" 2>&1
   log "pytest rc=$?"; tail -30 "$OUT/pytest.txt"
 fi
 if [[ $STEPS == *ml* ]]; then
-  python3 dev/ml_permutes.py --only "$ONLY" --no-compile --budget ${ML_BUDGET:-70} --json "$OUT/ml_new.json" > "$OUT/ml_new.txt" 2>&1
+  python3 dev/ml_permutes.py --only "$ONLY" --no-compile ${ML_ARGS:-} --budget ${ML_BUDGET:-70} --json "$OUT/ml_new.json" > "$OUT/ml_new.txt" 2>&1
   log "ml new rc=$?"; grep -A40 "^case " "$OUT/ml_new.txt"
 fi
 if [[ $STEPS == *old* && -n "${OLD:-}" ]]; then

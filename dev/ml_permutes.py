@@ -66,6 +66,11 @@ def main() -> int:
     )
     ap.add_argument("--host", action="store_true", help="host cost of head-swap h=1 calls")
     ap.add_argument(
+        "--scatter-blocks",
+        default="",
+        help="e.g. 4,6: a scattering vector box pass also timed at these blocks an SM",
+    )
+    ap.add_argument(
         "--profile",
         default="",
         help="names (comma-separated): run each twice, no timing (under ncu)",
@@ -387,6 +392,27 @@ def main() -> int:
                         passes[tag] = round(100 * copy_s / timed(run, calls), 1)
                     except Exception as exc:
                         passes[tag] = f"{type(exc).__name__}: {exc}"[:160]
+                if args.scatter_blocks and getattr(p, "scatter", 0):
+                    from autotranspose import _vbox
+
+                    keep = _vbox.SCATTER_BLOCKS_PER_SM
+                    for k in map(int, args.scatter_blocks.split(",")):
+                        _vbox.SCATTER_BLOCKS_PER_SM = k
+                        try:
+                            steps = _permuter.build(plan, state, src, dst, stream, state.ctx)
+
+                            def run(steps=steps):
+                                for st in steps:
+                                    st.run(src, dst, stream, state.ctx)
+
+                            raw(out).fill_(0x5A)
+                            run()
+                            ok = torch.equal(raw(out), raw(want))
+                            passes[f"plan/k{k}"] = (
+                                round(100 * copy_s / timed(run, calls), 1) if ok else "WRONG"
+                            )
+                        finally:
+                            _vbox.SCATTER_BLOCKS_PER_SM = keep
                 row["passes"] = passes
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]

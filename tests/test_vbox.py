@@ -407,10 +407,9 @@ def test_the_kernel_on_the_cpu_matches_numpy(
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_the_kernels_compile_without_spills(any_vectors):
     """Each workload's kernel on sm_90: no local memory, the shared memory the spec counts,
-    registers for BLOCKS_PER_SM blocks of THREADS (the launch bounds hold it to 64)."""
+    registers for its blocks an SM of THREADS (the launch bounds hold them: 64 for the
+    gather's four, 40 for the scatter's six)."""
     from autotranspose._compiler import source_resources
-    from autotranspose._vbox import BLOCKS_PER_SM
-
     specs = {}
     for shape, axes, e in [
         ((64, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2),
@@ -436,4 +435,4 @@ def test_the_kernels_compile_without_spills(any_vectors):
         res = source_resources(render_vbox(spec), "sm_90")[spec.name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{spec.name}: {res}"
         assert res.smem_bytes == spec.smem_bytes, f"{spec.name}: {res}"
-        assert res.registers * THREADS * BLOCKS_PER_SM <= 65536, f"{spec.name}: {res}"
+        assert res.registers * THREADS * spec.blocks_per_sm <= 65536, f"{spec.name}: {res}"

@@ -410,6 +410,7 @@ def test_the_kernels_compile_without_spills(any_vectors):
     registers for its blocks an SM of THREADS (the launch bounds hold them: 64 for the
     gather's four, 40 for the scatter's six)."""
     from autotranspose._compiler import source_resources
+
     specs = {}
     for shape, axes, e in [
         ((64, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2),

@@ -51,10 +51,11 @@ THREADS = VECTOR_THREADS
 # five an SM, and four keep about 40 KB of loads in flight an SM.
 BLOCKS_PER_SM = 4
 # The scatter has no table: its box alone in shared memory (at most 12 KB for the images) and
-# 26-40 registers a thread leave room for six blocks an SM, whose loads overlap the other
-# blocks' stores (a block loads its box, waits, scatters, waits, stores). H100, uint8 HWC ->
-# CHW, the plan's pass at four blocks: 88.3 / 84.8 / 94.3% of copy for 2 / 3 / 4 channels.
-SCATTER_BLOCKS_PER_SM = 6
+# 26-40 registers a thread leave room for six or eight blocks an SM, whose loads would overlap
+# the other blocks' stores. Tried on an H100 (uint8 HWC -> CHW, the plan's pass, 2 / 3 / 4
+# channels, % of copy): four blocks 85.6 / 84.2 / 94.0, six 85.9 / 83.3 / 90.6, eight 86.8 /
+# 83.1 / 92.2; so four, as the gather.
+SCATTER_BLOCKS_PER_SM = 4
 _VECTOR_TYPES = {4: "u32", 8: "uint2", 16: "uint4"}
 _ROW = 16  # the table is copied in 16-byte rows
 

@@ -873,3 +873,17 @@ def test_a_runner_that_fails_to_launch_is_left_out(gpu_clock):
     assert out.best == alt and out.seconds[guess] is None
     runners = {guess: gpu_clock.runner(10e-6, fails=True)}
     assert dp.race(runners, guess, None, 0, 0, None, 0) is None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_races_spin_kernel_compiles_silently():
+    """`at_spin` (the race's wait, in the support kernels): one thread, no local memory, and
+    nvcc says nothing (pycuda turns what it says into a warning at a user's first call)."""
+    from _nvcc import assert_nvcc_silent
+
+    from autotranspose._codegen import render_support
+    from autotranspose._compiler import source_resources
+
+    assert_nvcc_silent(render_support())
+    res = source_resources(render_support(), "sm_90")["at_spin"]
+    assert res.spill_bytes == 0 and res.stack_bytes == 0 and res.smem_bytes == 0, res

@@ -212,6 +212,20 @@ VECTOR_OWN_MAX_ELEM_BYTES = 2
 VECTOR_MAX_CONFLICTS = 3.5
 VECTOR_MIN_WHOLE = 0.9
 VECTOR_GOOD_RUN_BYTES = 512
+# Where the gather conflicts (uint8 HWC -> CHW: a lane's 16 pixels of one channel lie c bytes
+# apart), the box can be scattered on the load side instead (`scatter_chunk`,
+# templates/vbox/scatter.cu.j2, `Pass.scatter`): shared memory holds the box in the output's
+# order, each thread loads a chunk of the input run (`scatter` indices of the output's
+# innermost dim times every element the input holds inside it: c channels of 16 pixels),
+# turns it into the output's words by byte permutes in registers and stores each row's
+# 4-16 bytes whole, consecutive lanes side by side (no conflicts); the output then leaves
+# shared memory in whole vectors, without a table. A chunk is at most
+# VECTOR_SCATTER_MAX_CHUNK bytes (its words stay in registers), a thread holds at most
+# VECTOR_SCATTER_MAX_STEPS of them, and a warp's chunks lie in one row of the box (its
+# innermost extent at least 32 chunks).
+VECTOR_SCATTER_MAX_CHUNK = 64
+VECTOR_SCATTER_MAX_STEPS = 2
+VECTOR_SCATTER_ROW_BYTES = (4, 8, 16)
 
 
 def max_tiles(m: int, n: int) -> int:
@@ -269,6 +283,10 @@ class Pass:
     # packed: the vector box's (input, output) vector bytes (`vector_widths`); (0, 0): the
     # packed kernels of templates/packed.cu.j2
     vectors: tuple[int, int] = (0, 0)
+    # packed with vectors: the vector box scatters on the load side, this many of the
+    # output's innermost indices a thread's chunk (`scatter_chunk`); 0: it gathers on the
+    # store side through its table
+    scatter: int = 0
     # copy and transpose: up to two more batch dims that the launch itself walks (the row
     # kernel's blockIdx.z, outer's index times outer2's extent plus outer2's index; a tile
     # kernel's batch index, `batch` innermost, then outer2, then outer)
@@ -337,6 +355,11 @@ class Pass:
                     + (
                         f", in {self.vectors[0]}-byte vectors in and {self.vectors[1]}-byte out"
                         if self.vectors[0]
+                        else ""
+                    )
+                    + (
+                        f", scattered in chunks of {self.scatter} output-innermost indices"
+                        if self.scatter
                         else ""
                     )
                 )
@@ -642,7 +665,7 @@ def vector_widths(
 
 def vector_box(
     dims: Sequence[Dim], elem_bytes: int, in_ptr: int = 0, out_ptr: int = 0
-) -> tuple[tuple[int, ...], tuple[int, int]] | None:
+) -> tuple[tuple[int, ...], tuple[int, int], int] | None:
     """The box and vector widths of a vector box pass (VECTOR_*) for `dims` (output memory
     order, outermost first), or None where none is worth one. Boxes grow along both sides'
     contiguous chains as `packed_box`'s do (run targets from 128 bytes up); a dim the box
@@ -652,9 +675,13 @@ def vector_box(
     sides take vectors of VECTOR_MIN_BYTES and two elements or more, its runs are whole
     sectors (PACKED_MIN_RUN_BYTES), it holds VECTOR_MIN_BOX_BYTES, a thread moves at most
     VECTOR_MAX_STEPS vectors, and the output's gather conflicts in shared memory at most
-    VECTOR_MAX_CONFLICTS ways (`gather_conflicts`). Of those: the most boxes whole (at least
-    VECTOR_MIN_WHOLE of them), then the widest vectors, then VECTOR_GOOD_BOX_BYTES, then
-    runs of VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box."""
+    VECTOR_MAX_CONFLICTS ways (`gather_conflicts`), unless the box can be scattered on the
+    load side instead (`scatter_chunk`: where the gather conflicts at all, the scatter takes
+    it, without conflicts). Of those: the most boxes whole (at least VECTOR_MIN_WHOLE of
+    them), then the widest vectors, then VECTOR_GOOD_BOX_BYTES, then runs of
+    VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box. Returns the box,
+    the vector widths (for a scattered box, its chunk's loads and the output's vectors) and
+    the scatter's chunk (0: the gather)."""
     e = elem_bytes
     chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
     if not all(chains) or any(d.extent > GATHER_MAX_EXTENT for d in dims):
@@ -693,7 +720,10 @@ def vector_box(
             ):
                 continue
             conflicts = gather_conflicts(dims, box, e, widths[1])
-            if conflicts > VECTOR_MAX_CONFLICTS:
+            scatter, loads = scatter_chunk(dims, box, e, widths[0]) if conflicts > 1 else (0, 0)
+            if scatter:
+                widths, conflicts = (loads, widths[1]), 1.0
+            elif conflicts > VECTOR_MAX_CONFLICTS:
                 continue
             whole = math.prod(
                 d.extent // b / -(-d.extent // b) for d, b in zip(dims, box, strict=True)
@@ -708,8 +738,68 @@ def vector_box(
                 -volume,
             )
             if best_key is None or key > best_key:
-                best, best_key = (tuple(box), widths), key
+                best, best_key = (tuple(box), widths, scatter), key
     return best
+
+
+def scatter_chunk(
+    dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vin: int
+) -> tuple[int, int]:
+    """(q, loads): a thread's chunk of the scattering vector box (VECTOR_SCATTER_*) for boxes
+    of `box` of `dims` whose input side takes `vin`-byte vectors (`vector_widths`), or (0, 0)
+    where it cannot scatter (`scatter_options`). Of the chunks that fit: the widest loads,
+    then enough chunks for every thread of a block, then the longest rows (the fewest shared
+    stores)."""
+    options = scatter_options(dims, box, elem_bytes, vin)
+    if not options:
+        return 0, 0
+    volume = math.prod(box)
+
+    def key(option: tuple[int, int, int]) -> tuple[int, bool, int]:
+        q, loads, chunk = option
+        return loads, volume * elem_bytes // chunk >= VECTOR_THREADS, q
+
+    q, loads, _ = max(options, key=key)
+    return q, loads
+
+
+def scatter_options(
+    dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vin: int
+) -> list[tuple[int, int, int]]:
+    """Every (q, loads, chunk bytes) the scattering vector box can move boxes of `box` of
+    `dims` in. The output's innermost box dim x must lie in the input's run right after the
+    dims before it there (the inner block: a pixel's channels), and not first; a chunk is q
+    indices of x times the inner block, contiguous in the input, loaded in `loads`-byte
+    vectors (dividing the chunk and `vin`); each of its rows (q elements of one inner
+    index) is a whole 4-, 8- or 16-byte word of the box in the output's order; a warp's
+    chunks lie in one row of the box (x's extent is 32 chunks or more)."""
+    e = elem_bytes
+    inside = [k for k, b in enumerate(box) if b > 1]
+    if e > 2 or len(inside) < 2 or not vin:
+        return []
+    x = min(inside, key=lambda k: (dims[k].out_stride, k))
+    in_order = sorted(inside, key=lambda k: (dims[k].in_stride, k))
+    at = in_order.index(x)
+    if at == 0:
+        return []
+    run = 1
+    for k in in_order[: at + 1]:
+        if dims[k].in_stride != run:
+            return []
+        run *= box[k]
+    inner, volume = run // box[x], math.prod(box)
+    found = []
+    for row in VECTOR_SCATTER_ROW_BYTES:
+        q = row // e
+        chunk = q * inner * e
+        if box[x] % q or box[x] < 32 * q or chunk > VECTOR_SCATTER_MAX_CHUNK:
+            continue
+        if -(-(volume * e // chunk) // VECTOR_THREADS) > VECTOR_SCATTER_MAX_STEPS:
+            continue
+        loads = next((w for w in VECTOR_WIDTHS if chunk % w == 0 and vin % w == 0), 0)
+        if loads:
+            found.append((q, loads, chunk))
+    return found
 
 
 def _divisor_under(extent: int, part: int) -> int:
@@ -762,9 +852,20 @@ def vector_launch(p: Pass, in_ptr: int = 0, out_ptr: int = 0) -> Pass | None:
     found = vector_box(problem, p.elem_bytes, in_ptr, out_ptr)
     if found is None:
         return None
-    box, widths = found
+    box, widths, scatter = found
     total = math.prod(d.extent for d in problem)
-    return Pass(PACKED, p.elem_bytes, 1, total, total, total, dims=problem, box=box, vectors=widths)
+    return Pass(
+        PACKED,
+        p.elem_bytes,
+        1,
+        total,
+        total,
+        total,
+        dims=problem,
+        box=box,
+        vectors=widths,
+        scatter=scatter,
+    )
 
 
 def _chain(dims: Sequence[Dim], side: str) -> list[int]:

@@ -9,6 +9,8 @@ timing is the median of `--rounds` event-timed batches of calls.
 
     python3 dev/ml_permutes.py [--only vit,gqa,int8,img] [--no-compile] [--json out.json]
     python3 dev/ml_permutes.py --int8-order transpose   # transpose() first, then permute()
+    python3 dev/ml_permutes.py --race-ab --only gqa      # first calls: old race / new / old / new
+    python3 dev/ml_permutes.py --host                    # host cost of a contiguous-copy call
 
 What it is for: docs/perf-notes.md ("Permute: ML workloads"); every figure as % of the copy.
 """
@@ -57,6 +59,17 @@ def main() -> int:
     ap.add_argument("--int8-order", choices=("permute", "transpose"))
     ap.add_argument("--budget", type=float, default=1e9)
     ap.add_argument("--race", default="", help="names: the first call's race from idle")
+    ap.add_argument(
+        "--race-ab",
+        action="store_true",
+        help="each case's first call served by firstcall.race, the permute race, again each",
+    )
+    ap.add_argument("--host", action="store_true", help="host cost of head-swap h=1 calls")
+    ap.add_argument(
+        "--scatter-blocks",
+        default="",
+        help="e.g. 4,6: a scattering vector box pass also timed at these blocks an SM",
+    )
     ap.add_argument(
         "--profile",
         default="",
@@ -197,6 +210,88 @@ def main() -> int:
                 json.dump(out_rows, f, indent=1)
         return 0
 
+    def tag_of(q) -> str:
+        return (
+            q.kind
+            + ("x".join(map(str, q.box)) if q.box else "")
+            + ("/pipe" if q.pipelined else "")
+            + ("/realign" if q.realign else "")
+            + (f"/v{q.vectors[0]}x{q.vectors[1]}" if q.vectors[0] else "")
+            + (f"/s{q.scatter}" if getattr(q, "scatter", 0) else "")
+        )
+
+    if args.race_ab:  # the same first call served by the old race and the new, in turn
+        from autotranspose._dispatch import caches as _caches
+
+        new_race = _permuter.race
+
+        def old_race(runners, guess, state, src, dst, stream, ctx, budget_s=0.2):
+            return _firstcall.race(runners, guess, src, dst, stream, ctx, budget_s)
+
+        only = set(filter(None, args.only.split(",")))
+        for _, name, shape, axes, dtype in cases(only):
+            tdt = getattr(torch, dtype)
+            x = torch.randint(0, 100, shape, device=dev).to(tdt)
+            want = x.permute(axes).contiguous()
+            out = torch.empty_like(want)
+            cp = torch.empty_like(x)
+            nbytes = x.numel() * x.element_size()
+            calls = max(3, min(200, int(2e9 // (4 * nbytes)) + 1))
+            copy_s = timed(lambda cp=cp, x=x: cp.copy_(x), calls)
+            row = {"name": name, "variants": []}
+            for variant in ("old", "new", "old2", "new2", "old3", "new3"):
+                _caches.clear()
+                _permuter.race = new_race if variant.startswith("new") else old_race
+                before = len(_permuter.history)
+                at.permute(x, axes, out=out)
+                torch.cuda.synchronize()
+                ok = bool(torch.equal(raw(out), raw(want)))
+                run = lambda x=x, a=axes, o=out: at.permute(x, a, out=o)  # noqa: E731
+                pct = round(100 * copy_s / timed(run, calls), 1)
+                v = {"variant": variant, "ok": ok, "served_pct": pct}
+                if len(_permuter.history) > before:
+                    oc = _permuter.history[-1][2]
+                    v["served"] = tag_of(oc.best)
+                    v["race"] = {
+                        tag_of(q): round(100 * copy_s / t, 1) for q, t in oc.seconds.items() if t
+                    }
+                    v["race_ms"] = round(oc.gpu_s * 1e3, 1)
+                else:
+                    v["served"] = "plan (no race)"
+                row["variants"].append(v)
+            _permuter.race = new_race
+            print(json.dumps(row), flush=True)
+        return 0
+
+    if args.host:  # what a contiguous-copy call costs the host, against PyTorch's copy
+        for shape in ((8, 4096, 1, 128), (1, 16, 1, 128)):
+            x = torch.randn(shape, device=dev).to(torch.bfloat16)
+            out = torch.empty((shape[0], 1, shape[1], 128), dtype=x.dtype, device=dev)
+            cp = torch.empty_like(x)
+            fns = {
+                "permute out=": lambda x=x, out=out: at.permute(x, (0, 2, 1, 3), out=out),
+                "permute new": lambda x=x: at.permute(x, (0, 2, 1, 3)),
+                "torch copy_": lambda cp=cp, x=x: cp.copy_(x),
+                "torch permute": lambda x=x: x.permute(0, 2, 1, 3).contiguous(),
+            }
+            res = {}
+            for k, fn in fns.items():
+                for _ in range(50):
+                    fn()
+                torch.cuda.synchronize()
+                ts = []
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    for _ in range(200):
+                        fn()
+                    t1 = time.perf_counter()
+                    torch.cuda.synchronize()
+                    ts.append((t1 - t0) / 200)
+                res[k] = round(statistics.median(ts) * 1e6, 2)
+            gpu = round(timed(fns["permute out="], 200) * 1e6, 2)
+            print(json.dumps({"shape": shape, "host_us": res, "event_us_permute": gpu}))
+        return 0
+
     if args.profile:  # each named case's permute twice (under ncu: AUTOTRANSPOSE_FIRST_CALL=0)
         names = set(args.profile.split(","))
         for _, name, shape, axes, dtype in cases(set()):
@@ -265,18 +360,14 @@ def main() -> int:
             if served:
                 oc = served[-1][2]
                 row["served"] = oc.best.describe()
+                row["race"] = {
+                    tag_of(q): round(100 * copy_s / t, 1) for q, t in oc.seconds.items() if t
+                }
             if not args.no_passes:
                 p = plan.passes[0]
                 variants = {"plan": plan}
                 for q in plan.alternatives:
-                    tag = (
-                        q.kind
-                        + ("x".join(map(str, q.box)) if q.box else "")
-                        + ("/pipe" if q.pipelined else "")
-                        + ("/realign" if q.realign else "")
-                        + (f"/v{q.vectors[0]}x{q.vectors[1]}" if q.vectors[0] else "")
-                    )
-                    variants[tag] = plan.taking(q)
+                    variants[tag_of(q)] = plan.taking(q)
                 named = {q.kind for q in (p, *plan.alternatives)}
                 for kind in (PACKED, GATHER):
                     q = one_launch(p, kind) if kind not in named else None
@@ -301,6 +392,27 @@ def main() -> int:
                         passes[tag] = round(100 * copy_s / timed(run, calls), 1)
                     except Exception as exc:
                         passes[tag] = f"{type(exc).__name__}: {exc}"[:160]
+                if args.scatter_blocks and getattr(p, "scatter", 0):
+                    from autotranspose import _vbox
+
+                    keep = _vbox.SCATTER_BLOCKS_PER_SM
+                    for k in map(int, args.scatter_blocks.split(",")):
+                        _vbox.SCATTER_BLOCKS_PER_SM = k
+                        try:
+                            steps = _permuter.build(plan, state, src, dst, stream, state.ctx)
+
+                            def run(steps=steps):
+                                for st in steps:
+                                    st.run(src, dst, stream, state.ctx)
+
+                            raw(out).fill_(0x5A)
+                            run()
+                            ok = torch.equal(raw(out), raw(want))
+                            passes[f"plan/k{k}"] = (
+                                round(100 * copy_s / timed(run, calls), 1) if ok else "WRONG"
+                            )
+                        finally:
+                            _vbox.SCATTER_BLOCKS_PER_SM = keep
                 row["passes"] = passes
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]

@@ -274,10 +274,22 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
 
-    def make_packed(e, dims, box, s, d, pipelined, vectors):
+    def make_packed(e, dims, box, s, d, pipelined, vectors, scatter):
         mem.made.append((s, d))
         return mem.launch(
-            Pass(PACKED, e, 1, 0, 0, 0, dims=dims, box=box, pipelined=pipelined, vectors=vectors)
+            Pass(
+                PACKED,
+                e,
+                1,
+                0,
+                0,
+                0,
+                dims=dims,
+                box=box,
+                pipelined=pipelined,
+                vectors=vectors,
+                scatter=scatter,
+            )
         )
 
     monkeypatch.setattr(dispatch.permute._driver, "memcpy_dtod_async", mem.memcpy)
@@ -766,3 +778,112 @@ def test_make_gather_sizes_the_grid_and_packs_the_struct(monkeypatch, dims, sms,
     assert (
         lc.tail == gather_args(dims, blocks * GATHER_THREADS).pack() and len(lc.tail) == ARG_BYTES
     )
+
+
+# --- the first call's race, on a simulated GPU clock ------------------------------------------
+class _Clock:
+    """A GPU that runs what is queued at once: each runner adds its seconds (and noise) to
+    the clock; events read it; a spin adds its wait."""
+
+    def __init__(self, rng: np.random.Generator, noise: float) -> None:
+        self.t, self.rng, self.noise, self.spins = 0.0, rng, noise, []
+
+    def event(self):
+        clock = self
+
+        class Event:
+            def record(self, stream=None):
+                self.t = clock.t
+                return self
+
+            def synchronize(self):
+                pass
+
+            def ms_since(self, start):
+                return (self.t - start.t) * 1e3
+
+        return Event()
+
+    def runner(self, seconds: float, fails: bool = False):
+        clock = self
+
+        class Runner:
+            def run(self, src, dst, stream, ctx):
+                if fails:
+                    raise errors.KernelLaunchError("launch failed")
+                clock.t += seconds * (1 + clock.noise * clock.rng.standard_normal())
+
+        return Runner()
+
+
+@pytest.fixture
+def gpu_clock(monkeypatch: pytest.MonkeyPatch):
+    import contextlib
+
+    from autotranspose._dispatch import permute as dp
+
+    clock = _Clock(np.random.default_rng(7), 0.0)
+    monkeypatch.setattr(dp._driver, "Event", clock.event)
+    monkeypatch.setattr(dp._driver, "on_context", lambda ctx: contextlib.nullcontext())
+    monkeypatch.setattr(dp._driver, "synchronize", lambda ctx: None)
+    spin = SimpleNamespace(call=lambda grid, block, fmt, ns, stream: clock.spins.append(ns))
+    monkeypatch.setattr(dp, "spinner", lambda state: spin)
+    return clock
+
+
+def _passes(k: int) -> list[Pass]:
+    return [Pass(GATHER, 1, 1, n + 1, n + 1, n + 1) for n in range(k)]
+
+
+@pytest.mark.parametrize(
+    "rival, noise, wins",
+    [
+        (0.995, 0.002, False),  # 0.5% faster: within the confirmation's margin, the plan's stays
+        (0.98, 0.002, True),  # 2% faster, every time: it replaces the plan's pass
+        (0.90, 0.01, True),
+        (1.05, 0.02, False),  # slower
+        (1.0, 0.04, False),  # equal, noisy: noise alone never replaces the plan's pass
+    ],
+)
+def test_the_race_keeps_the_plans_pass_unless_beaten_clearly(gpu_clock, rival, noise, wins):
+    from autotranspose._dispatch import permute as dp
+
+    gpu_clock.noise = noise
+    guess, alt, slow = _passes(3)
+    runners = {
+        guess: gpu_clock.runner(10e-6),
+        alt: gpu_clock.runner(10e-6 * rival),
+        slow: gpu_clock.runner(14e-6),
+    }
+    out = dp.race(runners, guess, None, 0, 0, None, 0)
+    assert out.best == (alt if wins else guess), out.seconds
+    assert set(out.seconds) == set(runners) and all(out.seconds.values())
+    # every timed batch waited behind a spin (warm-ups do not): rounds, then pairs if a rival
+    # led the rounds
+    assert len(gpu_clock.spins) >= dp.ROUNDS * len(runners)
+    assert all(dp.SPIN_MIN_S * 1e9 <= ns <= dp.SPIN_MAX_S * 1e9 for ns in gpu_clock.spins)
+
+
+def test_a_runner_that_fails_to_launch_is_left_out(gpu_clock):
+    from autotranspose._dispatch import permute as dp
+
+    guess, alt = _passes(2)
+    runners = {guess: gpu_clock.runner(10e-6, fails=True), alt: gpu_clock.runner(12e-6)}
+    out = dp.race(runners, guess, None, 0, 0, None, 0)
+    assert out.best == alt and out.seconds[guess] is None
+    runners = {guess: gpu_clock.runner(10e-6, fails=True)}
+    assert dp.race(runners, guess, None, 0, 0, None, 0) is None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_races_spin_kernel_compiles_silently():
+    """`at_spin` (the race's wait, in the support kernels): one thread, no local memory, and
+    nvcc says nothing (pycuda turns what it says into a warning at a user's first call)."""
+    from _nvcc import assert_nvcc_silent
+
+    from autotranspose._codegen import render_support
+    from autotranspose._compiler import source_resources
+
+    assert_nvcc_silent(render_support())
+    res = source_resources(render_support(), "sm_90")["at_spin"]
+    assert res.spill_bytes == 0 and res.stack_bytes == 0 and res.smem_bytes == 0, res

@@ -31,6 +31,8 @@ from autotranspose._plan import (
     contiguous_strides,
     gather_conflicts,
     plan_permute,
+    scatter_chunk,
+    scatter_options,
     vector_box,
     vector_launch,
     vector_widths,
@@ -57,7 +59,7 @@ def _vector_walk(p: Pass, in_ptr: int, out_ptr: int) -> int:
     offset from the split of its index, the rest the next addresses), against each
     element's own offset, and each vector's alignment. Returns the vectors checked."""
     e = p.elem_bytes
-    spec, _ = vbox_spec(e, p.dims, p.box, p.vectors, in_ptr, out_ptr)
+    spec, _ = vbox_spec(e, p.dims, p.box, p.vectors, in_ptr, out_ptr, p.scatter)
     a = packed_args(e, p.dims, p.box, in_ptr, out_ptr, words=False)
     n = len(spec.box)
     corners = np.array([(ib, ob) for ib, ob, lim in _boxes(a) if list(lim) == list(spec.box)])
@@ -144,27 +146,53 @@ def test_the_workloads_boxes(shape, axes, e, box, vectors):
     assert any(a.kind == PACKED and not a.vectors[0] for a in p.alternatives), p.describe()
 
 
+@pytest.mark.parametrize("e", [1, 2])
 @pytest.mark.parametrize("c, ways", [(2, 8.0), (3, 4.0), (4, 16.0)])
-def test_no_vectors_where_the_gather_would_conflict(c: int, ways: float):
-    """uint8 HWC -> CHW: a vector of one channel's 16 pixels gathers bytes c apart, a lane
-    16 c bytes from the next, so its shared loads conflict `ways` ways; the packed kernels
-    keep the plan (their words kernel ran at 99-103% of copy on an H100, the vector box at
-    30-75)."""
+def test_boxes_whose_gather_would_conflict_scatter(c: int, ways: float, e: int):
+    """Images HWC -> CHW: a vector of one channel's 16 pixels would gather bytes c apart, a
+    lane 16 c bytes from the next, so its shared loads would conflict `ways` ways (uint8;
+    the vector box ran at 30-75% of copy on an H100): the box scatters on the load side
+    instead, a chunk of whole pixels a thread, rows of 8-16 bytes, 16-byte loads. The packed
+    kernels stay a first call's alternative. CHW -> HWC keeps the gather: its output's
+    innermost dim is the input's outermost, so no chunk of the input holds an output word."""
     shape, axes = (8, 1080, 1920, c), (0, 3, 1, 2)
     dims = plan_permute(shape, axes, 1).dims
     box = (1, c, 4096)
     assert gather_conflicts(dims, box, 1, vector_widths(dims, box, 1)[1]) == ways
-    assert plan_permute(shape, axes, 1).passes[0].vectors == (0, 0)
-    back = plan_permute((8, c, 1080, 1920), (0, 2, 3, 1), 1)  # CHW -> HWC: a byte apart
-    q = back.passes[0]
-    assert gather_conflicts(q.dims, q.box, 1, q.vectors[1]) <= plan.VECTOR_MAX_CONFLICTS
+    p = plan_permute(shape, axes, e)
+    q = p.passes[0]
+    assert q.scatter and q.vectors == (16, 16), p.describe()
+    assert q.scatter * e in (8, 16) and c * q.scatter * e <= plan.VECTOR_SCATTER_MAX_CHUNK
+    assert (q.scatter, q.vectors[0]) == scatter_chunk(q.dims, q.box, e, 16)
+    assert "scattered in chunks" in p.describe()
+    assert any(a.kind == PACKED and not a.vectors[0] for a in p.alternatives), p.describe()
+    back = plan_permute((8, c, 1080, 1920), (0, 2, 3, 1), e).passes[0]  # CHW -> HWC
+    assert back.vectors[0] and not back.scatter
+    assert scatter_options(back.dims, back.box, e, back.vectors[0]) == []
+    assert gather_conflicts(back.dims, back.box, e, back.vectors[1]) <= plan.VECTOR_MAX_CONFLICTS
+
+
+def test_no_scatter_where_a_chunk_is_not_one_run():
+    """A chunk must be one contiguous piece of the input: channels padded apart (a view of
+    a wider array) or an inner block the box cuts leave the gather's rule (no box here: its
+    gather would conflict)."""
+    dims = plan_permute(
+        (8, 1080, 1920, 3), (0, 3, 1, 2), 1, (8 * 1080 * 1920 * 4, 1920 * 4, 4, 1)
+    ).dims
+    assert scatter_options(dims, (1, 3, 4096), 1, 16) == []
+    dims = plan_permute((8, 1080, 1920, 3), (0, 3, 1, 2), 1).dims
+    assert scatter_options(dims, (1, 3, 4096), 1, 16)
+    # a row of 256 pixels holds 32 chunks of 8 or 4, not of 16: 8-byte and 4-byte loads
+    assert scatter_options(dims, (1, 3, 256), 1, 16) == [(4, 4, 12), (8, 8, 24)]
+    assert scatter_chunk(dims, (1, 3, 256), 1, 16) == (8, 8)
+    assert scatter_options(dims, (1, 3, 4096), 4, 16) == []  # 4-byte elements: the gather
 
 
 def test_boxes_cut_at_an_edge_give_way_to_whole_ones():
     """ViT's p = 14 rows of patches: growing to runs cuts the 14 patch rows in 8 (half the
     boxes at the edge); the divisor-rounded, whole choice takes all 14."""
     dims = plan_permute((64, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2).dims
-    box, _ = vector_box(dims, 2)
+    box, _, _ = vector_box(dims, 2)
     assert all(d.extent % b == 0 for d, b in zip(dims, box, strict=True)), box
 
 
@@ -229,7 +257,7 @@ def test_boxes_fit_shared_memory_and_steps():
         dims = plan_permute(shape, axes, e).dims
         found = vector_box(dims, e) if len(dims) <= 8 else None
         if found:
-            box, _ = found
+            box, _, _ = found
             assert math.prod(box) * (e + 2) <= VECTOR_MAX_SMEM_BYTES, box
 
 
@@ -288,34 +316,50 @@ def _strided(rng, shape, e, pad_last):
 
 
 def _cut(q: Pass) -> Pass:
-    """`q` with one box dim cut short so that an edge cuts it (the same vector widths): the
-    element path of the boxes the edge cuts, on a box the plan would not pick."""
+    """`q` with one box dim cut short so that an edge cuts it (the same vectors and the same
+    strategy): the element path of the boxes the edge cuts, on a box the plan would not
+    pick."""
     for k, (d, b) in enumerate(zip(q.dims, q.box, strict=True)):
         for part in range(b - 1, 1, -1):
             box = (*q.box[:k], part, *q.box[k + 1 :])
-            if d.extent % part and vector_widths(q.dims, box, q.elem_bytes) == q.vectors:
+            if not d.extent % part:
+                continue
+            if q.scatter:
+                try:
+                    vbox_spec(q.elem_bytes, q.dims, box, q.vectors, scatter=q.scatter)
+                except ShapeError:
+                    continue
+                return dataclasses.replace(q, box=box)
+            if vector_widths(q.dims, box, q.elem_bytes) == q.vectors:
                 return dataclasses.replace(q, box=box)
     raise AssertionError(f"no box of {q.describe()} can be cut")
 
 
+# (shape, axes, element bytes, padding of the input's rows, whether the box scatters)
 CASES = [
-    ((1, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2, 0),  # ViT p = 16
-    ((2, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2, 0),  # ViT p = 14
-    ((2, 3, 40, 104), (0, 2, 3, 1), 1, 0),  # CHW -> HWC, an edge box
-    ((2, 40, 104, 3), (0, 3, 1, 2), 1, 0),  # HWC -> CHW
-    ((3, 2, 48, 96), (0, 2, 3, 1), 1, 0),
-    ((2, 4, 24, 200), (0, 2, 3, 1), 1, 16),  # padded rows in
-    ((3, 64, 20, 8), (3, 1, 0, 2), 2, 0),
-    ((40, 16, 36, 4), (3, 1, 0, 2), 4, 0),  # 4-byte elements: the vectors an alternative
-    ((24, 18, 32, 2), (3, 0, 2, 1), 8, 0),
+    ((1, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2, 0, False),  # ViT p = 16
+    ((2, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2, 0, False),  # ViT p = 14
+    ((2, 3, 40, 104), (0, 2, 3, 1), 1, 0, False),  # CHW -> HWC, an edge box
+    ((3, 2, 48, 96), (0, 2, 3, 1), 1, 0, False),
+    ((2, 4, 24, 200), (0, 2, 3, 1), 1, 16, False),  # padded rows in
+    ((3, 64, 20, 8), (3, 1, 0, 2), 2, 0, False),
+    ((40, 16, 36, 4), (3, 1, 0, 2), 4, 0, False),  # 4-byte elements: the vectors an alternative
+    ((24, 18, 32, 2), (3, 0, 2, 1), 8, 0, False),
+    # HWC -> CHW: the gather would conflict, the box scatters on the load side
+    ((3, 40, 104, 3), (0, 3, 1, 2), 1, 0, True),
+    ((3, 40, 104, 2), (0, 3, 1, 2), 1, 0, True),
+    ((3, 40, 104, 4), (0, 3, 1, 2), 1, 0, True),
+    ((3, 40, 104, 3), (0, 3, 1, 2), 2, 0, True),
+    ((3, 40, 104, 4), (0, 3, 1, 2), 2, 0, True),
+    ((3, 40, 104, 2, 3), (0, 4, 3, 1, 2), 1, 0, True),  # an inner block of two dims
 ]
 
 
 @pytest.mark.skipif(_CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
 @pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut"])
-@pytest.mark.parametrize("shape, axes, e, pad", CASES)
+@pytest.mark.parametrize("shape, axes, e, pad, scatter", CASES)
 def test_the_kernel_on_the_cpu_matches_numpy(
-    shape, axes, e, pad, cut, tmp_path_factory, any_vectors
+    shape, axes, e, pad, scatter, cut, tmp_path_factory, any_vectors
 ):
     """The rendered kernel, run by the emulator on a small grid (each block walks several
     boxes), moves every element where np.transpose puts it, writes nothing else (poison and
@@ -339,8 +383,9 @@ def test_the_kernel_on_the_cpu_matches_numpy(
     assert q is not None, p.describe()
     if cut:
         q = _cut(q)
-    spec, values = vbox_spec(e, q.dims, q.box, q.vectors, x.ctypes.data, out.ctypes.data)
+    spec, values = vbox_spec(e, q.dims, q.box, q.vectors, x.ctypes.data, out.ctypes.data, q.scatter)
     assert any(spec.checked) == cut, spec
+    assert bool(spec.scatter) == scatter, p.describe()
     import struct
 
     from autotranspose._packed import ARG_FORMAT
@@ -362,28 +407,33 @@ def test_the_kernel_on_the_cpu_matches_numpy(
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_the_kernels_compile_without_spills(any_vectors):
     """Each workload's kernel on sm_90: no local memory, the shared memory the spec counts,
-    registers for BLOCKS_PER_SM blocks of THREADS (the launch bounds hold it to 64)."""
+    registers for its blocks an SM of THREADS (the launch bounds hold them: 64 for the
+    gather's four, 40 for the scatter's six)."""
     from autotranspose._compiler import source_resources
-    from autotranspose._vbox import BLOCKS_PER_SM
 
     specs = {}
     for shape, axes, e in [
         ((64, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2),
         ((64, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2),
         ((8, 3, 1080, 1920), (0, 2, 3, 1), 1),  # edge boxes
-        ((8, 1080, 1920, 3), (0, 3, 1, 2), 1),
+        ((8, 1080, 1920, 3), (0, 3, 1, 2), 1),  # the scatter from here on
+        ((8, 1080, 1920, 2), (0, 3, 1, 2), 1),
+        ((8, 1080, 1920, 4), (0, 3, 1, 2), 1),
+        ((8, 1080, 1920, 3), (0, 3, 1, 2), 2),
+        ((8, 1080, 1920, 4), (0, 3, 1, 2), 2),
         ((200, 64, 112, 8), (3, 1, 0, 2), 4),
         ((8, 696, 1, 312, 3), (1, 4, 0, 3, 2), 8),
     ]:
         p = plan_permute(shape, axes, e)
         q = next(a for a in (*p.passes, *p.alternatives) if a.vectors[0])
-        spec, _ = vbox_spec(e, q.dims, q.box, q.vectors)
+        spec, _ = vbox_spec(e, q.dims, q.box, q.vectors, scatter=q.scatter)
         specs[spec.name] = spec
     assert {k.elem_bytes for k in specs.values()} == {1, 2, 4, 8}
+    assert sum(bool(k.scatter) for k in specs.values()) == 5
     assert any(any(k.checked) for k in specs.values())
     for spec in specs.values():
         assert_nvcc_silent(render_vbox(spec))
         res = source_resources(render_vbox(spec), "sm_90")[spec.name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{spec.name}: {res}"
         assert res.smem_bytes == spec.smem_bytes, f"{spec.name}: {res}"
-        assert res.registers * THREADS * BLOCKS_PER_SM <= 65536, f"{spec.name}: {res}"
+        assert res.registers * THREADS * spec.blocks_per_sm <= 65536, f"{spec.name}: {res}"

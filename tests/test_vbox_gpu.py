@@ -135,3 +135,68 @@ def test_images_hwc_chw_both_ways_through_torch(c, hw):
     assert torch.equal(chw, hwc.permute(0, 3, 1, 2).contiguous())
     back = at.permute(chw, (0, 2, 3, 1))
     assert torch.equal(back, hwc)
+
+
+@pytest.mark.parametrize("e", [1, 2])
+@pytest.mark.parametrize("c", [2, 3, 4])
+def test_scattered_boxes_into_poisoned_windows(rng, c, e):
+    """The scatter (images HWC -> CHW, `plan.scatter_chunk`) on its own: an odd number of
+    images of fresh random bits whose sizes leave boxes an edge cuts, at input and output
+    offsets of 0, 4 and 8 bytes past 16 (loads and stores of 16, 8 and 4 bytes where the
+    offsets allow them), equal to np.transpose, the poison before and after the output
+    untouched. Offsets that leave only narrow vectors may take a gather box instead: those
+    are skipped (the test above covers them)."""
+    cupy = pytest.importorskip("cupy")
+    from autotranspose._compiler import device_state
+    from autotranspose._vbox import make_vbox
+
+    state, dtype = device_state(0), DTYPES[e]
+    stream = cupy.cuda.get_current_stream()
+    shape, axes = (3, 136, 248, c), (0, 3, 1, 2)
+    host = random_array(rng, shape, dtype)
+    want = np.transpose(host, axes)
+    scattered, cut = 0, 0
+    for lead_in, lead_out in ((0, 0), (4, 0), (8, 4), (0, 8)):
+        big = cupy.zeros(host.nbytes + 64, np.uint8)
+        x = big[16 + lead_in : 16 + lead_in + host.nbytes].view(dtype).reshape(shape)
+        x[...] = cupy.asarray(host)
+        raw = cupy.full(want.nbytes + 64, POISON, np.uint8)
+        out = raw[16 + lead_out : 16 + lead_out + want.nbytes].view(dtype).reshape(want.shape)
+        plan = plan_permute(shape, axes, e, in_ptr=x.data.ptr, out_ptr=out.data.ptr)
+        p = vector_launch(Pass(PACKED, e, 1, 0, 0, 0, dims=plan.dims), x.data.ptr, out.data.ptr)
+        assert p is not None, plan.describe()
+        if not p.scatter:
+            continue
+        lc = make_vbox(state, e, p.dims, p.box, p.vectors, x.data.ptr, out.data.ptr, p.scatter)
+        lc.run(x.data.ptr, out.data.ptr, stream.ptr, state.ctx)
+        stream.synchronize()
+        scattered += 1
+        cut += any(d.extent % b for d, b in zip(p.dims, p.box, strict=True))
+        assert same_bits(cupy.asnumpy(out), want), (lead_in, lead_out, p.describe())
+        assert bool((raw[: 16 + lead_out] == POISON).all()), (lead_in, lead_out)
+        assert bool((raw[16 + lead_out + want.nbytes :] == POISON).all()), (lead_in, lead_out)
+    assert scattered >= 2 and cut >= 1, (scattered, cut)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float16"])
+@pytest.mark.parametrize("c", [2, 3, 4])
+def test_images_hwc_to_chw_scatter_through_torch(c, dtype):
+    """permute() of PyTorch images HWC -> CHW: the plan's pass scatters; into a new tensor
+    and into a window of a poisoned buffer, equal to PyTorch's own permute, twice (the
+    first call's choice, then the kept steps)."""
+    torch = pytest.importorskip("torch")
+    tdt = getattr(torch, dtype)
+    x = torch.randint(0, 256, (3, 540, 960, c), device="cuda").to(tdt)
+    axes = (0, 3, 1, 2)
+    plan = plan_permute(tuple(x.shape), axes, x.element_size(), in_ptr=x.data_ptr())
+    assert plan.passes[0].scatter, plan.describe()
+    want = x.permute(axes).contiguous()
+    view = torch.int16 if x.element_size() == 2 else torch.uint8
+    for _ in range(2):
+        assert torch.equal(at.permute(x, axes).view(view), want.view(view))
+    raw = torch.full((want.numel() + 64,), 0x5A, dtype=tdt, device="cuda")
+    out = raw[8 : 8 + want.numel()].view(want.shape)
+    for _ in range(2):
+        at.permute(x, axes, out=out)
+        assert torch.equal(out.view(view), want.view(view))
+    assert bool((raw[:8] == 0x5A).all()) and bool((raw[8 + want.numel() :] == 0x5A).all())

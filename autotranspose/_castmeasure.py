@@ -156,25 +156,9 @@ class CastBench:
 
     def time(self, run: Any, *, repeats: int = 7, min_ms: float = 2.0) -> float:
         """Median seconds per call of `run(k)` over rotating sets, by CUDA events."""
-        drv = self.drv
-        start, end = drv.Event(), drv.Event()
-        for k in range(3):
-            run(k)
-        start.record()
-        run(0)
-        end.record()
-        end.synchronize()
-        one = max(end.ms_since(start), 1e-3)
-        reps = max(3, min(10000, int(min_ms / one) + 1))
-        samples = []
-        for _ in range(repeats):
-            start.record()
-            for k in range(reps):
-                run(k)
-            end.record()
-            end.synchronize()
-            samples.append(end.ms_since(start) / 1e3 / reps)
-        return float(np.median(samples))
+        from ._measure import time_rotating
+
+        return time_rotating(self.drv, run, repeats=repeats, min_ms=min_ms)
 
     def copy_time(self) -> float:
         """Median seconds of a device-to-device copy of half the bytes a call moves (read +

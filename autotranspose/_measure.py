@@ -197,25 +197,9 @@ class Bench:
     def time(self, launch: Any, *, repeats: int = 7, min_ms: float = 2.0) -> float:
         """Median seconds per call of `launch(src, dst, stream)`, rotating buffers, timed
         with CUDA events after a warm-up."""
-        drv = self.drv
-        start, end = drv.Event(), drv.Event()
-        for k in range(3):
-            launch(*self.pointers(k), None)
-        start.record()
-        launch(*self.pointers(0), None)
-        end.record()
-        end.synchronize()
-        one = max(end.ms_since(start), 1e-3)
-        reps = max(3, min(10000, int(min_ms / one) + 1))
-        samples = []
-        for _ in range(repeats):
-            start.record()
-            for k in range(reps):
-                launch(*self.pointers(k), None)
-            end.record()
-            end.synchronize()
-            samples.append(end.ms_since(start) / 1e3 / reps)
-        return float(np.median(samples))
+        return time_rotating(
+            self.drv, lambda k: launch(*self.pointers(k), None), repeats=repeats, min_ms=min_ms
+        )
 
     def copy_time(self, **kwargs: Any) -> float:
         """Median seconds of a device-to-device copy of the same bytes: the ceiling."""
@@ -224,6 +208,29 @@ class Bench:
 
     def gbps(self, seconds: float) -> float:
         return self.bytes_moved / seconds / 1e9
+
+
+def time_rotating(drv: Any, run: Any, *, repeats: int = 7, min_ms: float = 2.0) -> float:
+    """Median seconds per call of `run(k)` (k: the rotating buffer set), by CUDA events: a
+    warm-up, one call to size a repeat to at least `min_ms`, then `repeats` repeats."""
+    start, end = drv.Event(), drv.Event()
+    for k in range(3):
+        run(k)
+    start.record()
+    run(0)
+    end.record()
+    end.synchronize()
+    one = max(end.ms_since(start), 1e-3)
+    reps = max(3, min(10000, int(min_ms / one) + 1))
+    samples = []
+    for _ in range(repeats):
+        start.record()
+        for k in range(reps):
+            run(k)
+        end.record()
+        end.synchronize()
+        samples.append(end.ms_since(start) / 1e3 / reps)
+    return float(np.median(samples))
 
 
 def context_is_dead(state: Any) -> bool:

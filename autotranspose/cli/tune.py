@@ -143,9 +143,11 @@ def _tune_case(
 
     extra = {"layout": layout} if layout is not None else {}
     objective = make_objective(dtype, shape, device, args.conjugate, **extra)
-    bar = ProgressBar(err, label)
-    try:
-        result = tune(
+    return _with_bar(
+        err,
+        label,
+        objective,
+        lambda bar: tune(
             dtype,
             shape,
             objective=objective,
@@ -162,7 +164,18 @@ def _tune_case(
             device_index=device,
             layout=layout,
             max_vector=max_vector,
-        )
+        ),
+    )
+
+
+def _with_bar(
+    err: TextIO, label: str, objective: Any, run: Callable[[ProgressBar], TuneResult]
+) -> TuneResult | None:
+    """`run(bar)`, one tuning run shown by a progress bar, with its objective closed after;
+    None (and a line saying why) when no config ran correctly."""
+    bar = ProgressBar(err, label)
+    try:
+        result = run(bar)
     except TuningError as exc:
         bar.close()
         print(f"{PROG}: {label}: {one_line(exc)}", file=err)
@@ -298,25 +311,26 @@ def _tune_casts(
     for t in targets:
         label = f"{t.src.name}->{t.dst.name}{' both' if t.both else ''} {shape_text(t.shape)}"
         objective = make_objective(t.src.name, t.shape, device, False, cast=(t.code, t.both))
-        bar = ProgressBar(err, label)
-        try:
-            result = tune_cast(
-                t.src, t.dst, t.shape, objective=objective, store=store,
-                device=objective.device, both=t.both, settings=settings, progress=bar,
+        result = _with_bar(
+            err,
+            label,
+            objective,
+            lambda bar, t=t, objective=objective: tune_cast(
+                t.src,
+                t.dst,
+                t.shape,
+                objective=objective,
+                store=store,
+                device=objective.device,
+                both=t.both,
+                settings=settings,
+                progress=bar,
                 device_index=device,
-            )  # fmt: skip
-        except TuningError as exc:
-            bar.close()
-            print(f"{PROG}: {label}: {one_line(exc)}", file=err)
+            ),
+        )
+        if result is None:
             failed += 1
             continue
-        finally:
-            close = getattr(objective, "close", None)
-            if close is not None:
-                close()
-        bar.close()
-        if not bar.live:
-            print(_result_line(result, label), file=err)
         rows.append([t.problem.removeprefix("cast:"), *_result_row(result)[1:]])
     if rows:
         print(table(["cast", *_RESULT_HEADERS[1:]], rows), file=out)

@@ -18,8 +18,10 @@ echo "slug $slug" | tee -a "$LOG"
 timeout ${SMOKE_TIMEOUT:-45} python3 -m pytest -q -p no:cacheprovider -m gpu \
   tests/test_cast_tuning.py >> "$LOG" 2>&1
 echo "smoke rc=$?: $(tail -1 "$LOG")"
-timeout ${BENCH_TIMEOUT:-105} $BENCH > "$OUT/before.txt" 2>&1
-echo "before rc=$?: $(tail -1 "$OUT/before.txt")"
+if [ -z "${SKIP_BEFORE:-}" ]; then  # SKIP_BEFORE=1: no bench before the campaign
+  timeout ${BENCH_TIMEOUT:-105} $BENCH > "$OUT/before.txt" 2>&1
+  echo "before rc=$?: $(tail -1 "$OUT/before.txt")"
+fi
 DB="sqlite:////tmp/cast_campaign.db"
 rm -f /tmp/cast_campaign.db*
 seed="tuning_db/$slug.json"
@@ -39,7 +41,7 @@ fi
 cp "$OUT/tuning_db/$slug.json" "tuning_db/$slug.json"
 timeout ${BENCH_TIMEOUT:-105} $BENCH > "$OUT/after.txt" 2>&1
 echo "after rc=$?: $(tail -1 "$OUT/after.txt")"
-grep -h "median" "$OUT/before.txt" "$OUT/after.txt"
+grep -h "median" "$OUT"/before.txt "$OUT/after.txt" 2>/dev/null
 timeout ${AB_TIMEOUT:-60} python3 dev/cast_ab.py --cast 16 --seed 77801 > "$OUT/ab.txt" 2>&1
 echo "ab rc=$?"; tail -18 "$OUT/ab.txt"
 timeout ${TEST_TIMEOUT:-80} python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_cast_gpu.py \

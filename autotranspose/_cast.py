@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _driver, _streams as streams
+from . import _driver, _lookup as lookup, _streams as streams
 from ._arrays import NDView, _source, nd_view
 from ._calls import call_target, keeping_context
 from ._castplan import MAX_LOOP_LAUNCHES, CastPlan, format_of, pack_args, pair, plan_cast
@@ -73,6 +73,7 @@ _prepared: dict[tuple[Any, ...], _Prepared] = {}
 _hits: dict[tuple[Any, ...], _Hit] = {}
 _functions: dict[tuple[int, int], Any] = {}  # (kernel handle, context) -> launch arguments' head
 _lock = threading.Lock()
+_generation = [lookup.generation]  # the lookup generation _prepared's configs were chosen in
 
 
 def clear_caches() -> None:
@@ -83,6 +84,17 @@ def clear_caches() -> None:
 
 
 caches.also_clear(clear_caches)
+
+
+def _fresh() -> None:
+    """Drop the launches an older lookup generation chose (results tuned, measured or
+    imported in this process since), so the next call of each signature is served them.
+    The fast path's signatures carry the generation, so its hits miss from then on."""
+    if _generation[0] != lookup.generation:
+        with _lock:
+            _prepared.clear()
+            _hits.clear()
+            _generation[0] = lookup.generation
 
 
 def cast_transpose(
@@ -197,8 +209,10 @@ def torch_key(
 ) -> tuple[Any, ...]:
     """The signature of an eager PyTorch call: x's shape, strides, dtype, device and
     alignment, the output dtype and axes as given, `both`, the kinds of scale and amax, and
-    each given output's layout (`_output_key`)."""
+    each given output's layout (`_output_key`); and lookup's generation, so that a call
+    seen before a tuning result arrived is chosen again."""
     return (
+        lookup.generation,
         x.shape,
         x.stride(),
         x.dtype,
@@ -393,9 +407,10 @@ def _on_device(
                     f"amax overlaps {what} in memory; pass a separate 1-element buffer"
                 )
     if xv.size:
-        prep = _prepare(state, xv, yv, zv, order, src, dst, config)
+        operands = (scale_ptr, scale_value, amax_ptr)
+        prep, settled = _prepare(state, xv, yv, zv, order, src, dst, config, ctx, handle, operands)
         _run(prep, state, ctx, handle, xv, yv, zv, order, scale_ptr, scale_value, amax_ptr)
-        if remember is not None and not prep.plan.two_pass and xv.device is not None:
+        if remember is not None and settled and not prep.plan.two_pass and xv.device is not None:
             head = _functions[(prep.kernel.handle, ctx)]
             block = (prep.config.threads, 1, 1)
             hit = _Hit(
@@ -518,11 +533,17 @@ def _prepare(
     src: Format,
     dst: Format,
     config: KernelConfig | None,
-) -> _Prepared:
+    ctx: int,
+    stream: int | None,
+    operands: tuple[int, float, int],
+) -> tuple[_Prepared, bool]:
+    """The signature's config, kernel and launches, and whether they are settled (kept for
+    its later calls; not while a first call cannot measure under graph capture)."""
+    _fresh()
     key = _key(xv, yv, zv, order, dst, config)
     prep = _prepared.get(key)
     if prep is not None:
-        return prep
+        return prep, True
     plan = plan_cast(
         xv.shape, order, xv.strides, yv.strides, zv.strides if zv is not None else None
     )
@@ -549,7 +570,14 @@ def _prepare(
             or ((yv.ptr + lc.o0 * dst.size) | lc.ld_o * dst.size | lc.bs_o * dst.size) % 16 == 0
             for lc in plan.launches
         )
-        cfg = cast_dispatch.choose_config(state, plan, src, dst, xv.ptr, zv is not None, aligned)
+        race = None
+        if not plan.two_pass and xv.device is not None:
+            race = _race(state, plan, src, dst, xv, yv, zv, ctx, stream, operands)
+        cfg, settled = cast_dispatch.choose_config(
+            state, plan, src, dst, xv.ptr, zv is not None, aligned, race
+        )
+        if not settled:
+            return _Prepared(cfg, get_kernel(state, cfg), plan, src, dst, z_plan), False
     if not cfg.fits(state.info.limits):
         raise ConfigError(
             f"config {cfg.key} needs {cfg.threads} threads and {cfg.smem_bytes} bytes of shared "
@@ -561,7 +589,41 @@ def _prepare(
         if prep is None:
             kernel = get_kernel(state, cfg)
             prep = _prepared[key] = _Prepared(cfg, kernel, plan, src, dst, z_plan)
-    return prep
+    return prep, True
+
+
+def _race(
+    state: DeviceState,
+    plan: CastPlan,
+    src: Format,
+    dst: Format,
+    xv: NDView,
+    yv: NDView,
+    zv: NDView | None,
+    ctx: int,
+    stream: int | None,
+    operands: tuple[int, float, int],
+) -> cast_dispatch.Race:
+    """How a first call times a config: the call's own launches into its own outputs, with
+    its scale and amax (a max taken again is the same max)."""
+    scale_ptr, scale_value, amax_ptr = operands
+    z_ptr = zv.ptr if zv is not None else 0
+    nbytes = xv.size * (src.size + dst.size * (2 if zv is not None else 1))
+
+    class Runner:
+        def __init__(self, cfg: KernelConfig) -> None:
+            self.prep = _Prepared(cfg, get_kernel(state, cfg), plan, src, dst)
+            self.head = _driver.kernel_function(self.prep.kernel.handle, ctx)
+            self.block = (cfg.threads, 1, 1)
+
+        def run(self, _src: int, _dst: int, stream: int | None, ctx: int) -> None:
+            p = self.prep
+            _launch_all(
+                p, self.head, self.block, ctx, stream, xv.ptr, yv.ptr, z_ptr, scale_ptr,
+                scale_value, amax_ptr,
+            )  # fmt: skip
+
+    return cast_dispatch.Race(Runner, stream, ctx, nbytes)
 
 
 def _run(

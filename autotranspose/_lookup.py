@@ -206,7 +206,7 @@ def cast_choice(
     from .kinds import cast as cast_kind
 
     name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
-    key = ("cast", name, limits, code, both, cls, aligned_out, _store_key(store))
+    key = _cast_key(name, limits, code, both, cls, aligned_out, store)
     hit = _choices.get(key)
     if hit is not None:
         return hit
@@ -227,6 +227,33 @@ def cast_choice(
     with _lock:
         _choices[key] = choice
     return choice
+
+
+def _cast_key(
+    name: str,
+    limits: DeviceLimits,
+    code: str,
+    both: bool,
+    cls: ShapeClass,
+    aligned_out: bool,
+    store: Store | None,
+) -> tuple[Any, ...]:
+    return ("cast", name, limits, code, both, cls, aligned_out, _store_key(store))
+
+
+def remember_cast(device: DeviceInfo, problem: str, cls: ShapeClass, choice: Choice) -> None:
+    """Serve `choice` to every later cast-transpose of `problem` (`kinds.cast.problem`) and
+    class `cls` in this process, whatever its output's alignment (a first call's winner)."""
+    from .kinds import cast as cast_kind
+
+    parsed = cast_kind.parse_problem(problem)
+    if parsed is None:
+        raise ValueError(f"not a cast-transpose problem: {problem!r}")
+    code, both = parsed
+    with _lock:
+        for aligned_out in (True, False):
+            key = _cast_key(device.name, device.limits, code, both, cls, aligned_out, DEFAULT_STORE)
+            _choices[key] = choice
 
 
 def _exact_cast(

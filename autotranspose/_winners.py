@@ -78,6 +78,7 @@ class Call(NamedTuple):
     shape: tuple[int, int, int]
     cls: ShapeClass
     conjugate: bool
+    problem: str = ""  # a cast-transpose's (`kinds.cast.problem`); "" for a transpose
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ def owner() -> str:
 def claim_key(call: Call) -> str:
     """The claim of a class: one per (device, element size, class), as the best row."""
     key = f"{call.device.name}|{call.elem_bytes}|{call.cls}"
+    if call.problem:
+        key += f"|{call.problem}"
     return key if len(key) <= 255 else hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -235,7 +238,7 @@ def _shared(
     key = claim_key(call)
     deadline = time.monotonic() + WAIT_S
     while True:
-        entry = store.best(call.device.name, call.elem_bytes, call.cls)
+        entry = store.best(call.device.name, call.elem_bytes, call.cls, call.problem)
         if entry is not None:
             config = entry.config.replace(conjugate=call.conjugate)
             if not runnable(config):
@@ -246,7 +249,7 @@ def _shared(
         if _free(store, key) and store.claim(STUDY, key, owner(), expire_s=CLAIM_EXPIRE_S):
             # the holder before us may have recorded its winner and released the claim
             # between our read of the best and our claim: read again before measuring
-            if store.best(call.device.name, call.elem_bytes, call.cls) is None:
+            if store.best(call.device.name, call.elem_bytes, call.cls, call.problem) is None:
                 return _measure_and_record(store, call, key, measure)
             _release(store, key)
             continue
@@ -307,6 +310,7 @@ def record(store: Store, call: Call, winner: Winner) -> bool:
         winner.config,
         m,
         source="measured",
+        problem=call.problem,
     )
 
 
@@ -320,4 +324,7 @@ def _remember(call: Call, winner: Winner | None) -> lookup.Choice | None:
 
 
 def _remember_choice(call: Call, choice: lookup.Choice) -> None:
-    lookup.remember(call.device, call.elem_bytes, call.cls, call.conjugate, choice)
+    if call.problem:
+        lookup.remember_cast(call.device, call.problem, call.cls, choice)
+    else:
+        lookup.remember(call.device, call.elem_bytes, call.cls, call.conjugate, choice)

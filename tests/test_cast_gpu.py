@@ -393,3 +393,99 @@ def test_calls_into_given_outputs_that_differ_or_overlap_are_validated_again(tor
     # and the calls seen first still run straight through
     at.cast_transpose(x, dt, out_t=out_t)
     _assert_same(torch, out_t, _reference(torch, x, 1.0, cast.E4M3).t())
+
+
+@pytest.fixture
+def own_store(monkeypatch, tmp_path):
+    """The default tuning database in tmp_path (created: first calls record their winners
+    there), and every cache dropped before and after."""
+    from autotranspose.store import Store, urls
+
+    path = tmp_path / "tuning.db"
+    Store.open(path).close()
+    monkeypatch.setenv(urls.ENV_VAR, f"sqlite:///{path}")
+    at.clear_caches()
+    yield path
+    at.clear_caches()
+
+
+def test_a_result_recorded_in_this_process_serves_the_next_call(torch, rng, own_store):
+    """A cast signature prepared before a tuning result for its class arrives (a `tune
+    --cast` or a record in this process) is chosen again: the next call, fast path or not,
+    runs the recorded config, and still writes the right bits."""
+    from autotranspose import _cast
+    from autotranspose._compiler import activate
+    from autotranspose._config import KernelConfig
+    from autotranspose._dispatch import cast as cast_dispatch
+    from autotranspose._measurement import Measurement
+    from autotranspose.store import Store
+
+    at.set_first_call_measurement(False)
+    try:
+        src, dst = cast.BFLOAT16, cast.E4M3
+        m, n = int(rng.integers(300, 900)), int(rng.integers(300, 900))
+        x = _input(torch, rng, (m, n), src, dst, 1.0)
+        want = _reference(torch, x, 1.0, dst).t().contiguous()
+        _assert_same(torch, at.cast_transpose(x, torch.float8_e4m3fn), want)
+        (first,) = _cast._prepared.values()
+        assert first.config == cast.default(KernelConfig, src, dst)
+        info = activate(torch.cuda.current_device()).info
+        variants = [
+            c for c in cast.space(KernelConfig, src, dst)
+            if c != first.config and c.fits(info.limits)
+        ]  # fmt: skip
+        tuned = variants[int(rng.integers(len(variants)))]
+        cls = cast_dispatch.cast_class(first.plan, src, x.data_ptr())
+        copy = float(rng.uniform(2000, 3000))
+        with Store.open(own_store) as store:
+            store.record(
+                None, info, "bfloat16", 2, (1, m, n), cls, tuned,
+                Measurement("ok", 0.9 * copy, copy, 10.0), problem=cast.problem(tuned.cast),
+            )  # fmt: skip
+        for _ in range(2):  # the full path once, then the fast path
+            x = _input(torch, rng, (m, n), src, dst, 1.0)
+            got = at.cast_transpose(x, torch.float8_e4m3fn)
+            _assert_same(torch, got, _reference(torch, x, 1.0, dst).t().contiguous())
+            assert [p.config for p in _cast._prepared.values()] == [tuned]
+        assert len(_cast._hits) == 1
+    finally:
+        at.set_first_call_measurement(None)
+
+
+@pytest.mark.parametrize("code, both", [("f32_e4m3", True), ("bf16_e5m2", False)])
+def test_a_first_call_measures_keeps_and_records_its_winner(torch, rng, own_store, code, both):
+    """The first call of an untuned cast class times the default and its candidates on the
+    call's own buffers: the winner is one of them, serves the class's later calls in this
+    process, is recorded under the pair's problem as measured, and every call writes the
+    right bits and amax."""
+    from autotranspose import _cast, _lookup as lookup
+    from autotranspose._compiler import activate
+    from autotranspose._config import KernelConfig
+    from autotranspose._dispatch import cast as cast_dispatch
+    from autotranspose.store import Store
+
+    at.set_first_call_measurement(True)
+    try:
+        src, dst = cast.PAIRS[code]
+        dt = getattr(torch, dst.name)
+        m, n = int(rng.integers(1500, 3000)) | 1, int(rng.integers(1500, 3000)) | 1
+        for _ in range(2):
+            x = _input(torch, rng, (m, n), src, dst, 2.0)
+            amax = torch.zeros(1, device="cuda")
+            got = at.cast_transpose(x, dt, scale=2.0, amax=amax, both=both)
+            y = got[1] if both else got
+            _assert_same(torch, y, _reference(torch, x, 2.0, dst).t().contiguous())
+            if both:
+                _assert_same(torch, got[0], _reference(torch, x, 2.0, dst), "z")
+            _same_amax(torch, amax, _amax_ref(torch, x, torch.zeros(1, device="cuda")))
+            (prep,) = _cast._prepared.values()
+        assert prep.config in cast.race_candidates(KernelConfig, src, dst)
+        info = activate(torch.cuda.current_device()).info
+        cls = cast_dispatch.cast_class(prep.plan, src, x.data_ptr())
+        choice = lookup.cast_choice(info, code, cls, both=both, aligned_out=False)
+        assert (choice.source, choice.config) == ("measured", prep.config)
+        with Store.open(own_store) as store:
+            best = store.best(info.name, src.size, cls, cast.problem(code, both))
+        assert best is not None and best.source == "measured" and best.config == prep.config
+    finally:
+        at.set_first_call_measurement(None)

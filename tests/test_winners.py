@@ -141,6 +141,39 @@ def test_conjugate_or_not_one_row_serves_both(ours, log):
     assert len(measured(log)) == 1
 
 
+@pytest.mark.parametrize("both", [False, True])
+def test_a_cast_winner_is_kept_under_its_problem_apart_from_the_transposes(ours, log, both):
+    from autotranspose._config import KernelConfig
+    from autotranspose.kinds import cast as cast_kind
+
+    src, dst = cast_kind.BFLOAT16, cast_kind.E4M3
+    code = cast_kind.pair_code(src, dst)
+    problem = cast_kind.problem(code, both)
+    cfg = cast_kind.race_candidates(KernelConfig, src, dst)[-1]
+    cls = shape_class(1, 3001, 5003, 1)
+    call = winners.Call(DEVICE, "bfloat16", 2, (1, 3001, 5003), cls, False, problem=problem)
+    assert winners.claim_key(call) != winners.claim_key(call._replace(problem=""))
+    choice = winners.settle(call, logging_measure(log, cfg))
+    assert (choice.source, choice.config) == ("measured", cfg)
+    with Store.open(ours, readonly=True) as s:
+        e = s.best(DEVICE.name, 2, cls, problem)
+        assert (e.source, e.config, e.problem) == ("measured", cfg, problem)
+        assert s.best(DEVICE.name, 2, cls) is None  # a transpose of the class: nothing
+        assert s.best(DEVICE.name, 2, cls, cast_kind.problem(code, not both)) is None
+    # served in this process whatever the output's alignment, and from the database after
+    for aligned in (True, False):
+        assert lookup.cast_choice(DEVICE, code, cls, both=both, aligned_out=aligned) == choice
+    other = lookup.cast_choice(DEVICE, code, cls, both=not both)
+    assert other.source == "default"
+    lookup.clear_cache()
+    got = lookup.cast_choice(DEVICE, code, cls, both=both)
+    assert (got.source, got.config) == ("measured", cfg)
+    # settled again, the stored winner is served without measuring
+    lookup.clear_cache()
+    assert winners.settle(call, logging_measure(log, cfg)).config == cfg
+    assert len(measured(log)) == 1
+
+
 def test_another_process_serves_the_stored_winner_without_measuring(ours, log):
     winners.settle(CALL, logging_measure(log))
     done = subprocess.run(

@@ -1,5 +1,10 @@
-"""Which config a cast-transpose runs: its pair's tuned result for the call's class
-(`lookup.cast_choice`: tuned, nearest tuned, shipped, else `kinds.cast.default`).
+"""Which config a cast-transpose runs: its pair's result for the call's class
+(`lookup.cast_choice`: tuned or measured here, shipped, else `kinds.cast.default`), and for
+a class with no result, the first call's measurement: the default and
+`kinds.cast.race_candidates` timed on the call's own buffers (`firstcall.race`, the
+default staying unless another is faster by more than its margin), the winner kept for the
+class in this process and in the tuning database (`winners`, under the pair's problem), as
+a transpose's first call does.
 
 `_cast` asks once per signature, when it prepares the signature's launches; a hit of its
 fast path runs what was prepared (no lookup). The class is the first launch's (batch, m, n)
@@ -9,11 +14,16 @@ elements, `shapes.call_vec`), as `autotranspose tune --cast` keys what it measur
 
 from __future__ import annotations
 
-from .. import _lookup as lookup
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import _driver, _firstcall as firstcall, _lookup as lookup, _winners as winners
 from .._castplan import CastPlan
-from .._compiler import DeviceState
+from .._compiler import DeviceState, precompile
 from .._config import KernelConfig
 from .._shapes import ShapeClass, call_vec, shape_class
+from ..errors import AutotransposeError
+from ..kinds import cast as cast_kind
 from ..kinds.cast import Format, pair_code
 
 
@@ -34,14 +44,60 @@ def choose_config(
     x_ptr: int,
     both: bool,
     aligned_out: bool,
-) -> KernelConfig:
-    """The config a cast call with no config given runs. A call whose launches do not
-    transpose (a strided cast of the same order) runs the default: what is tuned and keyed
-    are transposing launches."""
-    from ..kinds.cast import default
-
+    race: Race | None = None,
+) -> tuple[KernelConfig, bool]:
+    """The config a cast call with no config given runs, and whether it is settled for the
+    signature (False: a first call that could not measure, under graph capture: ask again
+    next call). A call whose launches do not transpose (a strided cast of the same order)
+    runs the default: what is tuned and keyed are transposing launches. `race` (None: no
+    measurement) times the call's launches for a config on its own buffers."""
     if not plan.launches[0].transpose:
-        return default(KernelConfig, src, dst, aligned_out)
+        return cast_kind.default(KernelConfig, src, dst, aligned_out), True
     cls = cast_class(plan, src, x_ptr)
     code = pair_code(src, dst)
-    return lookup.cast_choice(state.info, code, cls, both=both, aligned_out=aligned_out).config
+    choice = lookup.cast_choice(state.info, code, cls, both=both, aligned_out=aligned_out)
+    if race is None or not firstcall.enabled() or not lookup.is_guess(choice, cls):
+        return choice.config, True
+    if _driver.is_capturing(race.stream):
+        return choice.config, False
+    lc = plan.launches[0]
+    call = winners.Call(
+        state.info, src.name, src.size, (lc.batch, lc.m, lc.n), cls, False,
+        problem=cast_kind.problem(code, both),
+    )  # fmt: skip
+
+    def runnable(c: KernelConfig) -> bool:
+        return c.cast == code and c.fits(state.info.limits)
+
+    def measure() -> winners.Winner | None:
+        guess = choice.config
+        configs = [guess, *cast_kind.race_candidates(KernelConfig, src, dst)]
+        configs = [c for i, c in enumerate(configs) if runnable(c) and c not in configs[:i]]
+        failed = precompile(state, configs)
+        runners = {}
+        for c in configs:
+            if c not in failed:
+                try:
+                    runners[c] = race.runner(c)
+                except AutotransposeError:
+                    continue
+        outcome = firstcall.race(runners, guess, 0, 0, race.stream, race.ctx)
+        if outcome is None:
+            return None
+        seconds = outcome.seconds[outcome.best]
+        gbps = race.nbytes / seconds / 1e9 if seconds else 0.0
+        return winners.Winner(outcome.best, gbps, seconds=seconds)
+
+    settled = winners.settle(call, measure, runnable)
+    return (choice.config if settled is None else settled.config), True
+
+
+@dataclass(frozen=True)
+class Race:
+    """What a cast's first call times: `runner(config)` launches the call for a config on its
+    own buffers (a `firstcall.Runner`), on `stream` in `ctx`; `nbytes` read and written."""
+
+    runner: Callable[[KernelConfig], firstcall.Runner]
+    stream: int | None
+    ctx: int
+    nbytes: int

@@ -354,3 +354,22 @@ def space(new: New, src: Format, dst: Format) -> Iterator[Any]:
                                     continue
                                 if c.fits(NEWEST):  # static shared memory stops at 48 KiB
                                     yield c
+
+
+def race_candidates(new: New, src: Format, dst: Format) -> list[Any]:
+    """What a cast's first call times after the default (which stays unless beaten): tiles of
+    64, 128 and 256 input rows with 4 or 8 words a thread, and the default's tile walked by
+    columns of blocks (uncapped registers where the default caps them). The pair's tuned winners on the H100 came from these (docs/perf-notes.md:
+    float32 -> float8 with `both` on odd shapes 68.7 -> 76.4% of copy with 256-row tiles and
+    8 words a thread; bfloat16 -> float8 aligned, 64-row tiles, +1-3 points)."""
+    first = default(new, src, dst)
+    picks = [first]
+    for c in space(new, src, dst):
+        if c.tile_n != 64 or c.vec != 16 // src.size or c.cache != "default" or c in picks:
+            continue
+        same = (c.tile_m, c.per_thread) == (first.tile_m, first.per_thread)
+        rows = c.raster == "row" and c.tile_m in (64, 128, 256) and c.per_thread in (4, 8)
+        if (rows and not same) or (c.raster == "col" and same):
+            picks.append(c)
+    return picks
+

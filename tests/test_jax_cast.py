@@ -150,7 +150,7 @@ def test_amax_is_returned_as_the_new_amax(rng, prior):
 def test_amax_propagates_nan_and_keeps_its_shape(rng):
     x = np.asarray(rng.standard_normal((4, 6)), np.float32)
     x[2, 3] = np.nan
-    z, y, new = at.cast_transpose(jnp.asarray(x), "bf16", both=True, amax=jnp.zeros(()))
+    *_, new = at.cast_transpose(jnp.asarray(x), "bf16", both=True, amax=jnp.zeros(()))
     assert new.shape == () and np.isnan(float(new))
 
 
@@ -229,7 +229,7 @@ def test_vmap_of_a_batched_scale_with_a_shared_x(rng):
 # --- not differentiable; errors -------------------------------------------------------------------------
 def test_grad_raises_a_clear_error():
     f = lambda x: at.cast_transpose(x, "bf16").astype(jnp.float32).sum()  # noqa: E731
-    with pytest.raises(errors.InputTypeError, match="not differentiable.*stop_gradient"):
+    with pytest.raises(errors.InputTypeError, match=r"not differentiable.*stop_gradient"):
         jax.grad(f)(jnp.ones((3, 4)))
     g = lambda s: at.cast_transpose(jnp.ones((3, 4)), "bf16", scale=s).astype(float).sum()  # noqa: E731
     with pytest.raises(errors.InputTypeError, match="not differentiable"):
@@ -240,7 +240,7 @@ def test_grad_raises_a_clear_error():
 
 def test_out_and_out_t_are_refused_with_the_fix():
     x = jnp.zeros((3, 4))
-    with pytest.raises(errors.OutputError, match="immutable.*new amax is returned"):
+    with pytest.raises(errors.OutputError, match=r"immutable.*new amax is returned"):
         at.cast_transpose(x, "bf16", out_t=jnp.zeros((4, 3), jnp.bfloat16))
     with pytest.raises(errors.OutputError, match="out= is given"):
         jax.jit(lambda a: at.cast_transpose(a, "bf16", both=True, out=a))(x)

@@ -27,7 +27,10 @@ and the new one returned). Operands: x, [scale], [amax]; results: [z], y, [new a
   buffers and launches them on XLA's stream. A plan of two passes is lowered as the eager
   call runs it: a cast in x's order, then the permute primitive (`jax_ops`);
 - lowering elsewhere (CPU, or an empty x): XLA's ops, bit for bit
-  ``clamp(x.astype(float32) * scale, -max, max).astype(dtype)`` permuted.
+  ``clamp(x.astype(float32) * scale, -max, max).astype(dtype)`` permuted, except that XLA's
+  CPU backend flushes float32 subnormals to zero in a product: with a scale other than 1,
+  a product below 2**-126 in magnitude is taken as zero, which only a bfloat16 output can
+  tell (every other output rounds it to zero anyway; the CUDA lowering keeps it).
 
 Bad dtypes, axes and scales raise at trace time, with the eager call's exceptions and
 messages (`_cast.checked`). Nothing here imports JAX until it is used.
@@ -244,10 +247,18 @@ def _reference(
 
     fmt = FORMATS[dtype]
     rest = list(ops)
-    s = rest.pop(0).reshape(()) if scale is None else np.float32(scale)
-    v = x.astype(jnp.float32) * s
-    top = np.float32(fmt.max)
-    c = jnp.clip(v, -top, top).astype(out_dtype(dtype))  # clip keeps NaN
+    v = x.astype(jnp.float32)
+    if scale is None:
+        v = v * rest.pop(0).reshape(())
+    elif np.float32(scale) != 1:
+        v = v * np.float32(scale)
+    # the clamp on the bits, so that NaN and float32 subnormals pass unchanged (XLA's CPU
+    # backend flushes subnormal operands of min / max and of products to zero)
+    bits = lax.bitcast_convert_type(v, jnp.uint32)
+    size, top = bits & np.uint32(0x7FFFFFFF), np.float32(fmt.max).view(np.uint32)
+    over = (size > top) & (size <= np.uint32(0x7F800000))  # beyond the largest finite, not NaN
+    bits = jnp.where(over, (bits & np.uint32(0x80000000)) | top, bits)
+    c = lax.bitcast_convert_type(bits, jnp.float32).astype(out_dtype(dtype))
     outs = [c] if both else []
     outs.append(lax.transpose(c, axes))
     if amax:

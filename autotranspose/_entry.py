@@ -202,6 +202,9 @@ def cast_transpose(
     - Runs on the array's current stream (or `stream`), returns arrays of x's kind. PyTorch
       calls trace under `torch.compile` (custom ops `autotranspose::cast_transpose*`) and are
       not differentiable.
+    - JAX arrays (also inside `jax.jit` and `jax.vmap`): immutable, so with `amax` the new
+      amax is returned as an extra last result instead, and `out` / `out_t` are refused;
+      `scale` a Python float or a 1-element float32 JAX array (frameworks/jax_cast.py).
     """
     if isinstance(x, _TorchTensorCast):
         return _torch_cast.cast_transpose(x, dtype, scale, amax, axes, out, out_t, both, stream)

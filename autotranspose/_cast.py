@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,15 +102,7 @@ def cast_transpose(
     swapped); with `both`, the pair (cast in x's order, cast permuted) from one pass. `amax`
     (a 1-element float32 array on x's GPU) is raised in place to max |x|. See
     autotranspose.cast_transpose for the rules."""
-    if type(both) is not bool:
-        raise InputTypeError(f"both must be True or False, got {type(both).__name__}")
-    if is_jax(x):  # eager arrays and tracers alike: through the JAX primitive
-        from .frameworks import jax_cast
-
-        return jax_cast.cast_transpose(
-            x, dtype, scale=scale, amax=amax, axes=axes, out=out, out_t=out_t, both=both,
-            stream=stream, config=config,
-        )  # fmt: skip
+    check_both(both)
     if out is not None and not both:
         raise OutputError(
             "out= is the cast in x's own order, written only with both=True; pass the "
@@ -148,10 +139,10 @@ def cast_transpose(
     )  # fmt: skip
 
 
-def is_jax(x: Any) -> bool:
-    """Whether `x` is a JAX array or tracer (False without importing JAX)."""
-    jax = sys.modules.get("jax")
-    return jax is not None and isinstance(x, (jax.Array, jax.core.Tracer))
+def check_both(both: Any) -> None:
+    """both= is a bool (a truthy object would hide a mistaken positional argument)."""
+    if type(both) is not bool:
+        raise InputTypeError(f"both must be True or False, got {type(both).__name__}")
 
 
 def checked(

@@ -259,7 +259,7 @@ def test_stream_and_config_are_refused():
     with pytest.raises(errors.InputTypeError, match="stream= cannot be used with JAX"):
         at.cast_transpose(x, "bf16", stream=0)
     with pytest.raises(errors.InputTypeError, match="config= cannot be used with JAX"):
-        _cast.cast_transpose(x, "bf16", config=object())
+        jax_cast.cast_transpose(x, "bf16", config=object())
 
 
 @pytest.mark.parametrize(

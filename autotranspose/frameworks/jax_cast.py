@@ -73,6 +73,7 @@ def cast_transpose(
     """cast_transpose() of a JAX array or tracer, as a JAX operation: the permuted cast (with
     `both`, the pair (same order, permuted)), and where `amax` is given the new amax as an
     extra last result."""
+    _cast.check_both(both)
     if out is not None or out_t is not None:
         raise OutputError(
             f"{'out=' if out is not None else 'out_t='} is given, and JAX arrays are "

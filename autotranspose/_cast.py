@@ -114,8 +114,7 @@ def cast_transpose(
     swapped); with `both`, the pair (cast in x's order, cast permuted) from one pass. `amax`
     (a 1-element float32 array on x's GPU) is raised in place to max |x|. See
     autotranspose.cast_transpose for the rules."""
-    if type(both) is not bool:
-        raise InputTypeError(f"both must be True or False, got {type(both).__name__}")
+    check_both(both)
     if out is not None and not both:
         raise OutputError(
             "out= is the cast in x's own order, written only with both=True; pass the "
@@ -131,22 +130,7 @@ def cast_transpose(
             f"__cuda_array_interface__ producer; x is a {'NumPy' if s.kind == 'numpy' else 'JAX'} "
             "array: move it to the GPU as a PyTorch tensor or CuPy array first"
         )
-    src = input_format(s.et.name)
-    dst = format_of(dtype)
-    code = pair(src, dst)
-    if config is not None:
-        _check_config(config, code)
-    ndim = len(s.shape)
-    if axes is None:
-        if ndim < 2:
-            raise ShapeError(
-                f"x has shape {tuple(s.shape)}; the default axes swap the last two of at least "
-                f"two: pass axes= (e.g. axes={tuple(range(ndim))} for a plain cast)"
-            )
-        order = (*range(ndim - 2), ndim - 1, ndim - 2)
-    else:
-        order = normalize_axes(axes, ndim)
-    _check_scale_type(scale)
+    src, dst, order = checked(tuple(s.shape), s.et.name, dtype, axes, scale, config)
     xv = nd_view(x, "x", handle)
     scale_ptr, scale_value = _scale(scale, xv)
     amax_ptr = _amax(amax, xv)
@@ -165,6 +149,42 @@ def cast_transpose(
         _on_device, xv, src, dst, order, want, out, out_t, both, given, config,
         scale_ptr, scale_value, amax_ptr, remember,
     )  # fmt: skip
+
+
+def check_both(both: Any) -> None:
+    """both= is a bool (a truthy object would hide a mistaken positional argument)."""
+    if type(both) is not bool:
+        raise InputTypeError(f"both must be True or False, got {type(both).__name__}")
+
+
+def checked(
+    shape: tuple[int, ...],
+    x_dtype: str,
+    dtype: Any,
+    axes: Sequence[int] | None,
+    scale: Any,
+    config: KernelConfig | None = None,
+) -> tuple[Format, Format, tuple[int, ...]]:
+    """(input format, output format, axes) of a call on x of `shape` and dtype name
+    `x_dtype`: what needs no driver, checked alike for every kind of x (the pair, a forced
+    config's pair, the axes, the scale's type)."""
+    src = input_format(x_dtype)
+    dst = format_of(dtype)
+    code = pair(src, dst)
+    if config is not None:
+        _check_config(config, code)
+    ndim = len(shape)
+    if axes is None:
+        if ndim < 2:
+            raise ShapeError(
+                f"x has shape {shape}; the default axes swap the last two of at least "
+                f"two: pass axes= (e.g. axes={tuple(range(ndim))} for a plain cast)"
+            )
+        order = (*range(ndim - 2), ndim - 1, ndim - 2)
+    else:
+        order = normalize_axes(axes, ndim)
+    _check_scale_type(scale)
+    return src, dst, order
 
 
 def _plain_tensor(out: Any) -> bool:
@@ -535,10 +555,12 @@ def _prepare(
     config: KernelConfig | None,
     ctx: int,
     stream: int | None,
-    operands: tuple[int, float, int],
+    operands: tuple[int, float, int] | None,
 ) -> tuple[_Prepared, bool]:
     """The signature's config, kernel and launches, and whether they are settled (kept for
-    its later calls; not while a first call cannot measure under graph capture)."""
+    its later calls; not while a first call cannot measure under graph capture). `operands`
+    (scale pointer, scale value, amax pointer) let a first call measure on the call's own
+    buffers; None: no buffers to measure on, lookup's choice."""
     _fresh()
     key = _key(xv, yv, zv, order, dst, config)
     prep = _prepared.get(key)
@@ -571,7 +593,7 @@ def _prepare(
             for lc in plan.launches
         )
         race = None
-        if not plan.two_pass and xv.device is not None:
+        if operands is not None and not plan.two_pass and xv.device is not None:
             race = _race(state, plan, src, dst, xv, yv, zv, ctx, stream, operands)
         cfg, settled = cast_dispatch.choose_config(
             state, plan, src, dst, xv.ptr, zv is not None, aligned, race
@@ -640,11 +662,7 @@ def _run(
     amax_ptr: int,
 ) -> None:
     cfg, src, dst = prep.config, prep.src, prep.dst
-    head = _functions.get((prep.kernel.handle, ctx))
-    if head is None:
-        head = _functions[(prep.kernel.handle, ctx)] = _driver.kernel_function(
-            prep.kernel.handle, ctx
-        )
+    head = _function(prep, ctx)
     block = (cfg.threads, 1, 1)
     if prep.plan.two_pass:
         tmp = zv if zv is not None and zv.strides == contiguous_strides(xv.shape) else None
@@ -666,6 +684,78 @@ def _run(
     _launch_all(
         prep, head, block, ctx, stream, xv.ptr, yv.ptr, z_ptr, scale_ptr, scale_value, amax_ptr
     )
+
+
+def _function(prep: _Prepared, ctx: int) -> int:
+    """The prepared kernel's function in `ctx` (loaded there on first use)."""
+    head = _functions.get((prep.kernel.handle, ctx))
+    if head is None:
+        head = _functions[(prep.kernel.handle, ctx)] = _driver.kernel_function(
+            prep.kernel.handle, ctx
+        )
+    return head
+
+
+def contiguous_plan(shape: tuple[int, ...], order: tuple[int, ...], both: bool) -> CastPlan:
+    """The plan of a call on a contiguous x into new contiguous outputs (`two_pass` says
+    whether it is one pass of the cast kernel)."""
+    want = tuple(shape[a] for a in order)
+    strides = contiguous_strides(shape)
+    return plan_cast(shape, order, strides, contiguous_strides(want), strides if both else None)
+
+
+def device_launches(
+    device: int,
+    shape: tuple[int, ...],
+    order: tuple[int, ...],
+    src: Format,
+    dst: Format,
+    *,
+    both: bool,
+    scale_value: float,
+    pointers: tuple[int, int, int, int, int],
+) -> list[_driver.Prepared]:
+    """The launches cast_transpose() runs for a contiguous, non-empty x of `shape` on GPU
+    `device` into new outputs, made ready in the device's primary context: for callers that
+    launch them later on buffers and a stream of their own (JAX's FFI handler gets XLA's).
+    `pointers` (x, y, z, scale, amax) are the words the argument blocks hold for them (0: no
+    such array); the caller replaces them. The config is lookup's for 16-byte aligned
+    buffers (tuned, measured by an earlier eager first call, shipped, or the default): with
+    no buffers yet, nothing is measured here. A plan of two passes (`contiguous_plan`) is the caller's to
+    split into a cast and a permute."""
+    from ._compiler import device_state
+    from ._dtypes import element_type
+
+    state = device_state(device)
+    ctx = state.ctx
+    want = tuple(shape[a] for a in order)
+    xv = NDView(
+        "device", None, 0, shape, contiguous_strides(shape), None, element_type(src.name),
+        device, ctx,
+    )  # fmt: skip
+    yv = xv._replace(shape=want, strides=contiguous_strides(want), et=element_type(dst.name))
+    zv = xv._replace(et=yv.et) if both else None
+    with _driver.on_context(ctx):
+        prep, _ = _prepare(state, xv, yv, zv, order, src, dst, None, ctx, None, None)
+        if prep.plan.two_pass:
+            raise LayoutError(
+                f"casting shape {shape} by axes {order} takes two passes ({prep.plan.why}): "
+                "cast in x's order, then permute the result"
+            )
+        head = _function(prep, ctx)
+    cfg = prep.config
+    x, y, z, scale_ptr, amax_ptr = pointers
+    launches = []
+    for lc in prep.plan.launches:
+        args, grid = pack_args(
+            lc, cfg.tile_m, cfg.tile_n, src, dst, x, y, z, scale_ptr, amax_ptr, scale_value
+        )
+        launches.append(
+            _driver.Prepared(
+                head, ctx, (grid, 1, 1), (cfg.threads, 1, 1), args[16:], head=args[:16]
+            )
+        )
+    return launches
 
 
 def _launch_all(

@@ -390,7 +390,9 @@ class Prepared:
     """One launch made ready for one context: the kernel's function there, its grid and
     block, and the argument block with everything but the two pointers (`tail`: the
     transpose kernels' scalars, or a row copy's, gather's or packed launch's struct; their
-    first arguments sit at the same offsets, TRANSPOSE_OFFSETS).
+    first arguments sit at the same offsets, TRANSPOSE_OFFSETS). `head`: the two pointers'
+    words as the native struct holds them until a call fills them in (a relocated program's
+    codes, `frameworks._jax_handler`; zeros otherwise).
 
     With the compiled launcher (:mod:`._native`) the whole launch is a C struct handed over by
     address; without it, the ctypes objects for ``cuLaunchKernel``."""
@@ -405,6 +407,7 @@ class Prepared:
         block: tuple[int, ...],
         tail: bytes,
         shared: int = 0,
+        head: bytes = bytes(16),
     ) -> None:
         self.ctx = ctx
         if shared:  # the context's function of a kernel that opted in: say so for it too
@@ -432,7 +435,7 @@ class Prepared:
             spec.dims[:] = [*grid, *block, shared]
             spec.nbytes = self.nbytes
             spec.offsets[:] = list(TRANSPOSE_OFFSETS)
-            ctypes.memmove(ctypes.addressof(spec.params), bytes(16) + tail, self.nbytes)
+            ctypes.memmove(ctypes.addressof(spec.params), head + tail, self.nbytes)
             self.spec, self.address = spec, ctypes.addressof(spec)
 
 

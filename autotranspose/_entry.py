@@ -202,11 +202,19 @@ def cast_transpose(
     - Runs on the array's current stream (or `stream`), returns arrays of x's kind. PyTorch
       calls trace under `torch.compile` (custom ops `autotranspose::cast_transpose*`) and are
       not differentiable.
+    - JAX arrays (also inside `jax.jit` and `jax.vmap`): immutable, so with `amax` the new
+      amax is returned as an extra last result instead, and `out` / `out_t` are refused;
+      `scale` a Python float or a 1-element float32 JAX array (frameworks/jax_cast.py).
     """
     if isinstance(x, _TorchTensorCast):
         return _torch_cast.cast_transpose(x, dtype, scale, amax, axes, out, out_t, both, stream)
     if _load_torch_cast(x):
         return _torch_cast.cast_transpose(x, dtype, scale, amax, axes, out, out_t, both, stream)
+    if isinstance(x, _JaxValue) or _load_jax_cast(x):  # eager arrays and tracers alike
+        return _jax_cast.cast_transpose(
+            x, dtype, scale=scale, amax=amax, axes=axes, out=out, out_t=out_t, both=both,
+            stream=stream,
+        )  # fmt: skip
     return _cast.cast_transpose(
         x, dtype, scale=scale, amax=amax, axes=axes, out=out, out_t=out_t, both=both, stream=stream
     )
@@ -233,3 +241,27 @@ def _load_torch_cast(x: Any) -> bool:
 
 
 _load_torch_cast(None)
+
+# --- cast_transpose() of JAX arrays: a JAX primitive (frameworks/jax_cast.py) ------------------
+_JaxValue: Any = ()  # (jax.Array, jax.core.Tracer) once the JAX cast is loaded
+_jax_cast: Any = None
+
+
+def _import_jax_cast() -> Any:
+    from .frameworks import jax_cast
+
+    return jax_cast
+
+
+def _load_jax_cast(x: Any) -> bool:
+    """Load the JAX cast once JAX is imported; True if `x` is a JAX array or tracer."""
+    global _JaxValue, _jax_cast
+    if _jax_cast is None and "jax" in sys.modules:
+        _jax_cast = _integration(_import_jax_cast, "JAX")
+        if _jax_cast:
+            jax = sys.modules["jax"]
+            _JaxValue = (jax.Array, jax.core.Tracer)
+    return bool(_jax_cast) and isinstance(x, _JaxValue)
+
+
+_load_jax_cast(None)

@@ -13,6 +13,12 @@
 //   launches: s32[]  1: the entry is one at_launch (at_transpose), 0: an at_program (at_run)
 //   devices:  s32[]  the CUDA ordinal each entry was made for (for error messages)
 //   nbytes:   u64    bytes of the input and of the output the entries were made for
+//
+// cast_transpose's target (frameworks/jax_cast.py) takes any number of operands and results:
+// its entries are programs whose addresses are codes for them (at_run_relocated: buffer k is
+// the k-th operand, then the results), with the same programs, launches and devices, and
+//   sizes:    u64[]  bytes of each operand, then of each result, the program was made for
+//   align:    u64[]  the alignment in bytes each of their addresses must have
 
 #include <atomic>
 #include <cstddef>
@@ -27,6 +33,8 @@ extern "C" {
 // From the launcher (_native.SOURCE); the structs are opaque here.
 int at_transpose(const void *launch, uint64_t src, uint64_t dst, void *stream, void *restore);
 int at_run(const void *program, uint64_t src, uint64_t dst, void *stream, void *restore);
+int at_run_relocated(const void *program, const uint64_t *bases, uint64_t nbases, void *stream,
+                     void *restore);
 void *at_launch_context(const void *launch);
 void *at_program_context(const void *program);
 }
@@ -65,14 +73,15 @@ const char kName[] = "autotranspose_permute";
 // or where the driver cannot say which context the stream is in, a single entry is taken as
 // it is: launching it on a stream of another context fails in the driver, and that error is
 // reported.
-ffi::Error Pick(void *stream, ffi::Span<const uint64_t> programs, ffi::Span<const int32_t> launches,
-                ffi::Span<const int32_t> devices, size_t *picked) {
+ffi::Error Pick(const char *name, void *stream, ffi::Span<const uint64_t> programs,
+                ffi::Span<const int32_t> launches, ffi::Span<const int32_t> devices,
+                size_t *picked) {
   stream_context_t get = g_stream_context.load(std::memory_order_acquire);
   void *ctx = nullptr;
   if (stream == nullptr || get == nullptr || get(stream, &ctx) != 0 || ctx == nullptr) {
     *picked = 0;
     if (programs.size() == 1) return ffi::Error::Success();
-    return ffi::Error::Internal(std::string(kName) +
+    return ffi::Error::Internal(std::string(name) +
                                 ": cannot tell which device XLA's stream belongs to, and the "
                                 "call was made ready on several (CUDA devices " +
                                 Devices(devices) + ")");
@@ -86,7 +95,7 @@ ffi::Error Pick(void *stream, ffi::Span<const uint64_t> programs, ffi::Span<cons
     }
   }
   return ffi::Error::Internal(
-      std::string(kName) + ": XLA runs this call on a device it was not made ready for (made "
+      std::string(name) + ": XLA runs this call on a device it was not made ready for (made "
       "for CUDA devices " + Devices(devices) + ", in their primary contexts; XLA's stream is "
       "in another context). Lower the function again for this device (jax.jit traces per "
       "device assignment), or report this with the device list");
@@ -118,7 +127,7 @@ ffi::Error Permute(void *stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y
   }
   if (nbytes == 0) return ffi::Error::Success();
   size_t i = 0;
-  ffi::Error picked = Pick(stream, programs, launches, devices, &i);
+  ffi::Error picked = Pick(kName, stream, programs, launches, devices, &i);
   if (picked.failure()) return picked;
   const void *p = reinterpret_cast<const void *>(static_cast<uintptr_t>(programs[i]));
   int err = launches[i] ? at_transpose(p, src, dst, stream, kRestoreCallers)
@@ -143,6 +152,83 @@ ffi::Error PermuteOnHost(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                          ffi::Span<const uint64_t> programs, ffi::Span<const int32_t> launches,
                          ffi::Span<const int32_t> devices, uint64_t nbytes) {
   return Permute(nullptr, x, y, programs, launches, devices, nbytes);
+}
+
+const char kCastName[] = "autotranspose_cast_transpose";
+
+// A program whose addresses are codes for the call's buffers: the operands, then the results
+// (cast_transpose: x, the scale and the amax given; the casts and the new amax).
+ffi::Error Relocated(void *stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                     ffi::Span<const uint64_t> programs, ffi::Span<const int32_t> launches,
+                     ffi::Span<const int32_t> devices, ffi::Span<const uint64_t> sizes,
+                     ffi::Span<const uint64_t> align) {
+  constexpr size_t kMaxBuffers = 16;
+  const size_t n = args.size() + rets.size();
+  if (programs.size() == 0 || launches.size() != programs.size() ||
+      devices.size() != programs.size() || sizes.size() != n || align.size() != n ||
+      n > kMaxBuffers) {
+    return ffi::Error::InvalidArgument(
+        std::string(kCastName) + ": malformed attributes (programs, launches and devices must "
+        "be equally long and not empty, sizes and align one per operand and result); this call "
+        "was not lowered by autotranspose's jax_cast");
+  }
+  uint64_t bases[kMaxBuffers];
+  // Buffer k's address, after checking its size and alignment against what was made ready.
+  auto take = [&](size_t k, const std::string &what, void *data, size_t bytes) -> ffi::Error {
+    bases[k] = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(data));
+    if (bytes != sizes[k]) {
+      return ffi::Error::InvalidArgument(
+          std::string(kCastName) + ": XLA passed " + what + " of " + std::to_string(bytes) +
+          " bytes; the kernels were made for " + std::to_string(sizes[k]) + " bytes. The "
+          "element type may be stored packed or padded by XLA: convert the array to a plain "
+          "numeric dtype first");
+    }
+    if (align[k] > 1 && bases[k] % align[k] != 0) {
+      return ffi::Error::InvalidArgument(
+          std::string(kCastName) + ": XLA passed " + what + " at an address that is not " +
+          std::to_string(align[k]) + "-byte aligned; the kernels were chosen for aligned "
+          "buffers (XLA's allocations are): report this with the jitted function");
+    }
+    return ffi::Error::Success();
+  };
+  for (size_t k = 0; k < args.size(); ++k) {
+    ffi::ErrorOr<ffi::AnyBuffer> arg = args.get<ffi::AnyBuffer>(k);
+    if (arg.has_error()) return arg.error();
+    ffi::Error e = take(k, "operand " + std::to_string(k), arg->untyped_data(), arg->size_bytes());
+    if (e.failure()) return e;
+  }
+  for (size_t k = 0; k < rets.size(); ++k) {
+    ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> ret = rets.get<ffi::AnyBuffer>(k);
+    if (ret.has_error()) return ret.error();
+    ffi::Error e = take(args.size() + k, "result " + std::to_string(k), (*ret)->untyped_data(),
+                        (*ret)->size_bytes());
+    if (e.failure()) return e;
+  }
+  size_t i = 0;
+  ffi::Error picked = Pick(kCastName, stream, programs, launches, devices, &i);
+  if (picked.failure()) return picked;
+  const void *p = reinterpret_cast<const void *>(static_cast<uintptr_t>(programs[i]));
+  int err = at_run_relocated(p, bases, n, stream, kRestoreCallers);
+  if (err != 0) {
+    return ffi::Error::Internal(std::string(kCastName) + ": launching on CUDA device " +
+                                std::to_string(devices[i]) + " failed: " + CudaError(err));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error RelocatedOnStream(void *stream, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                             ffi::Span<const uint64_t> programs, ffi::Span<const int32_t> launches,
+                             ffi::Span<const int32_t> devices, ffi::Span<const uint64_t> sizes,
+                             ffi::Span<const uint64_t> align) {
+  return Relocated(stream, args, rets, programs, launches, devices, sizes, align);
+}
+
+// The same without a stream, for XLA's CPU backend (tests, as PermuteOnHost).
+ffi::Error RelocatedOnHost(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                           ffi::Span<const uint64_t> programs, ffi::Span<const int32_t> launches,
+                           ffi::Span<const int32_t> devices, ffi::Span<const uint64_t> sizes,
+                           ffi::Span<const uint64_t> align) {
+  return Relocated(nullptr, args, rets, programs, launches, devices, sizes, align);
 }
 
 }  // namespace
@@ -171,3 +257,24 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AtJaxPermuteHost, PermuteOnHost,
                                   .Attr<ffi::Span<const int32_t>>("launches")
                                   .Attr<ffi::Span<const int32_t>>("devices")
                                   .Attr<uint64_t>("nbytes"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AtJaxRelocated, RelocatedOnStream,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void *>>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<ffi::Span<const uint64_t>>("programs")
+                                  .Attr<ffi::Span<const int32_t>>("launches")
+                                  .Attr<ffi::Span<const int32_t>>("devices")
+                                  .Attr<ffi::Span<const uint64_t>>("sizes")
+                                  .Attr<ffi::Span<const uint64_t>>("align"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AtJaxRelocatedHost, RelocatedOnHost,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<ffi::Span<const uint64_t>>("programs")
+                                  .Attr<ffi::Span<const int32_t>>("launches")
+                                  .Attr<ffi::Span<const int32_t>>("devices")
+                                  .Attr<ffi::Span<const uint64_t>>("sizes")
+                                  .Attr<ffi::Span<const uint64_t>>("align"));

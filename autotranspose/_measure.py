@@ -194,11 +194,17 @@ class Bench:
         return None
 
     # timing --------------------------------------------------------------------------------
-    def time(self, launch: Any, *, repeats: int = 7, min_ms: float = 2.0) -> float:
-        """Median seconds per call of `launch(src, dst, stream)`, rotating buffers, timed
-        with CUDA events after a warm-up."""
+    def time(
+        self, launch: Any, *, repeats: int = 7, min_ms: float = 2.0, warm: bool = False
+    ) -> float:
+        """Median seconds per call of `launch(src, dst, stream)`, timed with CUDA events after
+        a warm-up: on rotating buffers (L2-cold), or with `warm` on the same buffers every
+        call, as a program repeats a call (L2-warm where input and output fit the L2)."""
         return time_rotating(
-            self.drv, lambda k: launch(*self.pointers(k), None), repeats=repeats, min_ms=min_ms
+            self.drv,
+            lambda k: launch(*self.pointers(0 if warm else k), None),
+            repeats=repeats,
+            min_ms=min_ms,
         )
 
     def copy_time(self, **kwargs: Any) -> float:

@@ -270,7 +270,7 @@ def test_permute_summary_counts_cutensor_and_names_the_case(rng):
 def test_run_from_args_permutes_each_case_and_summarizes(monkeypatch, capsys, rng):
     seen = []
 
-    def fake_case(shape, axes, dtype, *, device, repeats):
+    def fake_case(shape, axes, dtype, *, device, repeats, warm):
         seen.append((shape, axes, dtype, device))
         return [
             Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
@@ -424,15 +424,15 @@ def test_draw_dtypes_names_the_accepted_ones():
 def _fake_random_run(monkeypatch) -> list:
     seen: list = []
 
-    def fake_case(shape, dtype, *, device, repeats):
-        seen.append((shape, dtype))
+    def fake_case(shape, dtype, *, device, repeats, warm=False):
+        seen.append((shape, dtype, warm) if warm else (shape, dtype))
         return [
             Row(shape, dtype, "copy", 1.0, 1.0, 1.0),
             Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9),
         ]
 
-    def fake_permute(shape, axes, dtype, *, device, repeats):
-        seen.append((shape, axes, dtype))
+    def fake_permute(shape, axes, dtype, *, device, repeats, warm=False):
+        seen.append((shape, axes, dtype, warm) if warm else (shape, axes, dtype))
         return [
             Row(shape, dtype, "copy", 1.0, 1.0, 1.0, "", axes),
             Row(shape, dtype, "autotranspose", 1.0, 1.0, 0.9, "", axes),
@@ -585,3 +585,26 @@ def test_permute_rows_show_compile_and_cutensor_and_count_them(rng):
     assert "cutensor % copy" in head and "compile % copy" in head and "cupy % copy" in head
     assert "geam" not in head and "seed" not in head  # peers a permute run does not have
     assert PERMUTE_PEERS[-1] == "compile"
+
+
+@pytest.mark.parametrize("draw", ["--random", "--random-permute"])
+def test_warm_times_every_case_on_the_same_buffers_and_says_so(monkeypatch, capsys, tmp_path, draw):
+    from autotranspose import cli
+
+    seen = _fake_random_run(monkeypatch)
+    path = tmp_path / "w.json"
+    rc = cli.run([
+        "bench", draw, "5", "--seed", str(np.random.default_rng().integers(1 << 30)),
+        "--warm", "--json", str(path),
+    ])  # fmt: skip
+    assert rc == 0 and len(seen) == 5 and all(case[-1] is True for case in seen)
+    assert "L2-warm" in capsys.readouterr().out
+    assert json.loads(path.read_text())["warm"] is True
+
+
+@pytest.mark.parametrize("argv", [["--small", "3"], ["--cast", "3"]])
+def test_warm_is_refused_where_calls_repeat_on_the_same_buffers_already(capsys, argv):
+    from autotranspose import cli
+
+    assert cli.run(["bench", *argv, "--warm"]) == 2
+    assert "leave out --warm" in capsys.readouterr().err

@@ -62,3 +62,16 @@ def test_the_torch_permute_peer_is_timed_on_bool_and_bfloat16(rng, dtype):
     rows = bench_permute_case(shape, axes, dtype, peers=("copy", "torch"), repeats=3)
     torch_row = {r.peer: r for r in rows}["torch"]
     assert torch_row.gbps is not None and torch_row.gbps > 0, torch_row.note
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_cases_are_checked_then_timed_cold_or_warm(rng, warm):
+    """--warm times the same checked peers on the same buffers every call: every row a time."""
+    shape = (1, int(rng.integers(100, 900)), int(rng.integers(100, 900)))
+    rows = bench_case(shape, "int8", peers=("copy", "autotranspose", "seed"), repeats=3, warm=warm)
+    assert [r.peer for r in rows] == ["copy", "autotranspose", "seed"]
+    assert all(r.gbps is not None and r.gbps > 0 and r.of_copy > 0 for r in rows), rows
+    axes = tuple(int(a) for a in rng.permutation(3))
+    prow = bench_permute_case((7, 33, 129), axes, "bfloat16", peers=("copy", "autotranspose"),
+                              repeats=3, warm=warm)  # fmt: skip
+    assert all(r.gbps is not None and r.gbps > 0 for r in prow), prow

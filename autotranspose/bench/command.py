@@ -35,18 +35,19 @@ def run_from_args(args: Any) -> int:
 
         return run_small(args)
     repeats = getattr(args, "repeat", None) or 7
+    warm = bool(getattr(args, "warm", False))
     if getattr(args, "random_permute", None) or getattr(args, "axes", None):
-        return _run_permutes(args, repeats)
+        return _run_permutes(args, repeats, warm)
     if getattr(args, "random", None):
         drawn = _drawn_dtypes(args)
         cases = random_cases(args.random, args.seed, drawn)
-        print(f"{len(cases)} random cases, seed {args.seed}{_of(drawn)}", flush=True)
+        print(f"{len(cases)} random cases, seed {args.seed}{_of(drawn)}{_warm(warm)}", flush=True)
     else:
         cases = [(parse_shape(s), d) for s in args.shapes for d in args.dtypes]
     rows, summary = _measure_cases(
         [
             lambda shape=shape, dtype=dtype: bench_case(
-                shape, dtype, device=args.device, repeats=repeats
+                shape, dtype, device=args.device, repeats=repeats, warm=warm
             )
             for shape, dtype in cases
         ]
@@ -63,6 +64,7 @@ def run_from_args(args: Any) -> int:
             "random": getattr(args, "random", None),
             "seed": getattr(args, "seed", None),
             "dtypes": _drawn_dtypes(args),
+            "warm": warm,
         },
     )
     return 0
@@ -78,6 +80,10 @@ def _drawn_dtypes(args: Any) -> list[str] | None:
 
 def _of(dtypes: Sequence[str] | None) -> str:
     return "" if dtypes is None else f", dtypes {' '.join(dtypes)}"
+
+
+def _warm(warm: bool) -> str:
+    return ", L2-warm (every call on the same buffers)" if warm else ""
 
 
 def _measure_cases(cases: list[Callable[[], list[Row]]]) -> tuple[list[Row], dict[str, Any]]:
@@ -107,19 +113,22 @@ def _write(args: Any, rows: list[Row], extra: dict[str, Any]) -> None:
         print("matplotlib is not installed: no chart written")
 
 
-def _run_permutes(args: Any, repeats: int) -> int:
+def _run_permutes(args: Any, repeats: int, warm: bool = False) -> int:
     """`bench --random-permute N` or `bench --shapes ... --axes ...`: every case against copy,
     CuPy, PyTorch and cuTENSOR, then the summary."""
     if getattr(args, "random_permute", None):
         drawn = _drawn_dtypes(args)
         cases = random_permute_cases(args.random_permute, args.seed, drawn)
-        print(f"{len(cases)} random permute cases, seed {args.seed}{_of(drawn)}", flush=True)
+        print(
+            f"{len(cases)} random permute cases, seed {args.seed}{_of(drawn)}{_warm(warm)}",
+            flush=True,
+        )
     else:
         cases = [(tuple(s), tuple(args.axes), d) for s in args.shapes for d in args.dtypes]
     rows, summary = _measure_cases(
         [
             lambda shape=shape, axes=axes, dtype=dtype: bench_permute_case(
-                shape, axes, dtype, device=args.device, repeats=repeats
+                shape, axes, dtype, device=args.device, repeats=repeats, warm=warm
             )
             for shape, axes, dtype in cases
         ]
@@ -132,6 +141,7 @@ def _run_permutes(args: Any, repeats: int) -> int:
             "random_permute": getattr(args, "random_permute", None),
             "seed": args.seed,
             "dtypes": _drawn_dtypes(args),
+            "warm": warm,
         },
     )
     return 0

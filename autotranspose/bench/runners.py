@@ -76,10 +76,11 @@ def bench_permute_case(
     device: int = 0,
     peers: Sequence[str] = PERMUTE_PEERS,
     repeats: int = 7,
+    warm: bool = False,
 ) -> list[Row]:
     """Time every peer on one permute (shape, axes, dtype) against the copy of the same
     bytes; each is checked against np.transpose first (a peer that fails is a note, not a
-    time)."""
+    time). `warm`: every call on the same buffers (`Bench.time`)."""
     from .._compiler import activate
     from .._measure import Bench
 
@@ -96,7 +97,7 @@ def bench_permute_case(
 
     try:
         launches = permute_peers(bench, shape, axes, dtype)
-        copy_s = bench.copy_time(repeats=repeats)
+        copy_s = bench.copy_time(repeats=repeats, warm=warm)
         for peer in peers:
             fn, note = launches.get(peer, (None, "unknown peer"))
             if fn is None:
@@ -110,9 +111,8 @@ def bench_permute_case(
             if problem:
                 rows.append(row(peer, None, f"{note}: {problem}"))
                 continue
-            rows.append(
-                row(peer, copy_s if peer == "copy" else bench.time(fn, repeats=repeats), note)
-            )
+            t = copy_s if peer == "copy" else bench.time(fn, repeats=repeats, warm=warm)
+            rows.append(row(peer, t, note))
     finally:
         bench.close()
     return rows
@@ -126,9 +126,11 @@ def bench_case(
     config: Any = None,
     peers: Sequence[str] = PEERS,
     repeats: int = 7,
+    warm: bool = False,
 ) -> list[Row]:
     """Time every peer on one (shape, dtype); each is checked against the reference first.
-    Without `config`, autotranspose runs what transpose() would choose for this call."""
+    Without `config`, autotranspose runs what transpose() would choose for this call.
+    `warm`: every call on the same buffers (`Bench.time`)."""
     from .._compiler import activate
     from .._dispatch.transpose import served
     from .._measure import Bench
@@ -145,7 +147,7 @@ def bench_case(
         launches = transpose_peers(bench, dtype, config)
         name = config.key if config is not None else "row copy (one column or row a matrix)"
         launches["autotranspose"] = (launches["autotranspose"][0], f"{name} ({source})")
-        copy_s = bench.copy_time(repeats=repeats)
+        copy_s = bench.copy_time(repeats=repeats, warm=warm)
         for peer in peers:
             fn, note = launches.get(peer, (None, "unknown peer"))
             if fn is None:
@@ -163,7 +165,7 @@ def bench_case(
                 if problem:
                     rows.append(Row(shape, dtype, peer, None, None, None, f"{note}: {problem}"))
                     continue
-            t = copy_s if peer == "copy" else bench.time(fn, repeats=repeats)
+            t = copy_s if peer == "copy" else bench.time(fn, repeats=repeats, warm=warm)
             rows.append(Row(shape, dtype, peer, t * 1e6, bench.gbps(t), copy_s / t, note))
     finally:
         bench.close()

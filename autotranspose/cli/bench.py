@@ -22,6 +22,12 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..bench.command import run_from_args
 
     drawing = [f"--{k.replace('_', '-')}" for k in _DRAWS if getattr(args, k) is not None]
+    if getattr(args, "warm", False) and (args.small is not None or args.cast is not None):
+        other = "--small" if args.small is not None else "--cast"
+        raise UsageError(
+            f"--warm times transposes and permutes on the same buffers; {other} already "
+            "repeats each call on the same buffers: leave out --warm"
+        )
     if getattr(args, "cast", None) is not None:  # cast-transposes: cases of their own
         if drawing or args.axes is not None or args.png:
             raise UsageError(

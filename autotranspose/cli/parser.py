@@ -310,6 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="timed repeats, the median kept (default 7; --small: 5 runs of 300 calls)",
     )
+    b.add_argument(
+        "--warm",
+        action="store_true",
+        help="time every call on the same buffers, as a program repeats a call (L2-warm "
+        "where input and output fit the L2; default: rotated buffers, L2-cold)",
+    )
     b.add_argument("--device", type=_nonnegative_int, default=0, metavar="INDEX")
     db_option(b)
     return p

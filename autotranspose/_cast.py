@@ -604,7 +604,7 @@ def _prepare(
         raise ConfigError(
             f"config {cfg.key} needs {cfg.threads} threads and {cfg.smem_bytes} bytes of shared "
             f"memory a block; {state.info.name} allows {state.info.limits.max_threads_per_block} "
-            f"and {state.info.limits.max_shared_per_block}"
+            f"and {state.info.limits.max_shared_optin} (past 48 KiB, as dynamic shared memory)"
         )
     with _lock:
         prep = _prepared.get(key)
@@ -635,7 +635,7 @@ def _race(
     class Runner:
         def __init__(self, cfg: KernelConfig) -> None:
             self.prep = _Prepared(cfg, get_kernel(state, cfg), plan, src, dst)
-            self.head = _driver.kernel_function(self.prep.kernel.handle, ctx)
+            self.head = _function(self.prep, ctx)
             self.block = (cfg.threads, 1, 1)
 
         def run(self, _src: int, _dst: int, stream: int | None, ctx: int) -> None:
@@ -687,12 +687,15 @@ def _run(
 
 
 def _function(prep: _Prepared, ctx: int) -> int:
-    """The prepared kernel's function in `ctx` (loaded there on first use)."""
+    """The prepared kernel's function in `ctx` (loaded there on first use; opted in to its
+    dynamic shared memory, if its tile is past the static limit)."""
     head = _functions.get((prep.kernel.handle, ctx))
     if head is None:
-        head = _functions[(prep.kernel.handle, ctx)] = _driver.kernel_function(
-            prep.kernel.handle, ctx
-        )
+        head = _driver.kernel_function(prep.kernel.handle, ctx)
+        shared = prep.config.dynamic_smem
+        if shared:
+            _driver.allow_function_dynamic_shared(head, shared, ctx)
+        _functions[(prep.kernel.handle, ctx)] = head
     return head
 
 
@@ -752,7 +755,13 @@ def device_launches(
         )
         launches.append(
             _driver.Prepared(
-                head, ctx, (grid, 1, 1), (cfg.threads, 1, 1), args[16:], head=args[:16]
+                head,
+                ctx,
+                (grid, 1, 1),
+                (cfg.threads, 1, 1),
+                args[16:],
+                shared=cfg.dynamic_smem,
+                head=args[:16],
             )
         )
     return launches
@@ -787,4 +796,6 @@ def _launch_all(
                 amax_ptr,  # every launch: a max taken twice is the same max
                 scale_value,
             )
-            _driver.launch(_driver.launch_args(func, (grid, 1, 1), block), stream, args)
+            _driver.launch(
+                _driver.launch_args(func, (grid, 1, 1), block, cfg.dynamic_smem), stream, args
+            )

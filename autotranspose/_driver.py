@@ -362,6 +362,16 @@ def allow_dynamic_shared(kernel: int, nbytes: int, device: int) -> None:
     )
 
 
+def allow_function_dynamic_shared(func: int, nbytes: int, ctx: int) -> None:
+    """The same for a context's function of a library kernel (`kernel_function`): the
+    attribute set on the kernel covers functions loaded after it, this one those before."""
+    with on_context(ctx):
+        check(
+            lib().cuFuncSetAttribute(func, FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+        )
+
+
 def launch_args(
     kernel: int, grid: tuple[int, ...], block: tuple[int, ...], shared: int = 0
 ) -> tuple[Any, ...]:
@@ -411,13 +421,7 @@ class Prepared:
     ) -> None:
         self.ctx = ctx
         if shared:  # the context's function of a kernel that opted in: say so for it too
-            with on_context(ctx):
-                check(
-                    lib().cuFuncSetAttribute(
-                        func, FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared
-                    ),
-                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-                )
+            allow_function_dynamic_shared(func, shared, ctx)
         self.args = launch_args(func, grid, block, shared)
         self.tail = tail
         self.nbytes = 16 + len(tail)

@@ -52,7 +52,8 @@ L2_SETS_BYTES = 400 << 20  # rotating buffers: several times any L2
 
 
 def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig]]:
-    """The default and the variants worth timing beside it (those that fit 48 KiB): more words
+    """The default and the variants worth timing beside it (within 48 KiB, and the wide tiles
+    past it): more words
     a thread (n128, m256, t8: the block's prologue over twice the bytes) or more, smaller
     blocks an SM (m64)."""
     base = cast.default(KernelConfig, src, dst)
@@ -76,6 +77,9 @@ def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig
             continue
         if c.smem_bytes <= 48 * 1024 and c.threads <= 1024 and c not in dict(out).values():
             out.append((name, c))
+    # tiles past 48 KiB (dynamic shared memory, opted in): "w<tile_n>t<per_thread>"
+    for c in cast.wide_tiles(KernelConfig, src, dst):
+        out.append((f"w{c.tile_n}t{c.per_thread}", c))
     return out
 
 

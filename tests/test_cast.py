@@ -130,6 +130,30 @@ def test_a_sample_of_every_pair_s_space_compiles_without_spills(arch):
     assert_compile_without_spills(picks, arch)
 
 
+@nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_wide_tiles_past_48_kib_compile_without_spills_and_declare_it_dynamic(arch):
+    wide = [c for src, dst in cast.PAIRS.values() for c in cast.wide_tiles(KernelConfig, src, dst)]
+    assert wide and all(c.dynamic_smem > 48 * 1024 and c.static_smem_bytes == 0 for c in wide)
+    assert all("extern __shared__" in at.render(c) for c in wide[:3])
+    assert_compile_without_spills(wide, arch)
+
+
+def test_a_first_call_races_the_wide_tiles_only_where_a_block_may_opt_in():
+    import dataclasses
+
+    from autotranspose.kinds.base import NEWEST, shared_optin
+
+    h100 = dataclasses.replace(NEWEST, max_shared_optin=shared_optin((9, 0)))
+    for src, dst in cast.PAIRS.values():
+        static = cast.race_candidates(KernelConfig, src, dst)
+        opted = cast.race_candidates(KernelConfig, src, dst, h100)
+        assert static[0] == opted[0] == cast.default(KernelConfig, src, dst)
+        assert not any(c.dynamic_smem for c in static)
+        assert opted[: len(static)] == static and len(set(opted)) == len(opted)
+        assert set(opted[len(static) :]) == set(cast.wide_tiles(KernelConfig, src, dst))
+
+
 # --- formats, pairs and launches ----------------------------------------------------------------
 @pytest.mark.parametrize(
     "spelling, name",

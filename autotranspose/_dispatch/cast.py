@@ -70,12 +70,14 @@ def choose_config(
         problem=cast_kind.problem(code, both),
     )  # fmt: skip
 
+    limits = state.info.limits
+
     def runnable(c: KernelConfig) -> bool:
-        return c.cast == code and c.fits(state.info.limits)
+        return c.cast == code and c.fits(limits)
 
     def measure() -> winners.Winner | None:
         guess = choice.config
-        configs = [guess, *cast_kind.race_candidates(KernelConfig, src, dst)]
+        configs = [guess, *cast_kind.race_candidates(KernelConfig, src, dst, limits)]
         configs = [c for i, c in enumerate(configs) if runnable(c) and c not in configs[:i]]
         failed = precompile(state, configs)
         runners = {}

@@ -257,6 +257,7 @@ def _params(c: Config) -> dict[str, Any]:
         "elem_t": _WORDS[dst.size],
         "log_ib": src.size.bit_length() - 1,
         "log_ob": dst.size.bit_length() - 1,
+        "dynamic": c.dynamic_smem > 0,  # shared memory past the static limit: extern, opted in
     }
 
 
@@ -267,6 +268,9 @@ class CastKind(Kind):
     template = "cast/cast.cu.j2"
     persistent = False
     capped = False
+    # tiles past 48 KiB (256 input rows by 128 columns: wider pieces of odd output rows, fewer
+    # 32-byte sectors shared between blocks) declare their shared memory dynamic
+    dynamic_shared = True
 
     def errors(self, c: Config) -> Iterator[str]:
         return _errors(c)
@@ -356,12 +360,14 @@ def space(new: New, src: Format, dst: Format) -> Iterator[Any]:
                                     yield c
 
 
-def race_candidates(new: New, src: Format, dst: Format) -> list[Any]:
+def race_candidates(new: New, src: Format, dst: Format, limits: Any = NEWEST) -> list[Any]:
     """What a cast's first call times after the default (which stays unless beaten): tiles of
-    64, 128 and 256 input rows with 4 or 8 words a thread, and the default's tile walked by
-    columns of blocks (uncapped registers where the default caps them). The pair's tuned winners on the H100 came from these (docs/perf-notes.md:
-    float32 -> float8 with `both` on odd shapes 68.7 -> 76.4% of copy with 256-row tiles and
-    8 words a thread; bfloat16 -> float8 aligned, 64-row tiles, +1-3 points)."""
+    64, 128 and 256 input rows with 4 or 8 words a thread, the default's tile walked by
+    columns of blocks (uncapped registers where the default caps them), and where `limits`
+    lets a block opt in past 48 KiB, `wide_tiles`. The pair's tuned winners on the H100 came
+    from these (docs/perf-notes.md: float32 -> float8 with `both` on odd shapes 68.7 -> 76.4%
+    of copy with 256-row tiles and 8 words a thread; bfloat16 -> float8 aligned, 64-row
+    tiles, +1-3 points)."""
     first = default(new, src, dst)
     picks = [first]
     for c in space(new, src, dst):
@@ -371,5 +377,22 @@ def race_candidates(new: New, src: Format, dst: Format) -> list[Any]:
         rows = c.raster == "row" and c.tile_m in (64, 128, 256) and c.per_thread in (4, 8)
         if (rows and not same) or (c.raster == "col" and same):
             picks.append(c)
-    return picks
+    return picks + [c for c in wide_tiles(new, src, dst) if c.fits(limits) and c not in picks]
 
+
+def wide_tiles(new: New, src: Format, dst: Format) -> list[Any]:
+    """Tiles past 48 KiB (dynamic shared memory): 256 input rows by 128 columns, so that a
+    tile writes 128 columns of each same-order row and 256 of each transposed one (on odd
+    rows, the 32-byte sectors two blocks share are what `both` loses to: a 64-column piece
+    of a float8 row touches 3 sectors, 2 of them shared; docs/perf-notes.md), and for 16-bit
+    outputs the 256-row tile that float8 outputs have within 48 KiB."""
+    first = default(new, src, dst)
+    out = []
+    for tile_n, per_thread in ((128, 8), (128, 16), (64, 8)):
+        try:
+            c = first.replace(tile_m=256, tile_n=tile_n, per_thread=per_thread, min_blocks=0)
+        except ValueError:  # ConfigError: not a block this pair's tile allows
+            continue
+        if c.dynamic_smem and c not in out:
+            out.append(c)
+    return out

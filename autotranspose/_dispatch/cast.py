@@ -17,6 +17,7 @@ elements, `shapes.call_vec`), as `autotranspose tune --cast` keys what it measur
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +30,11 @@ from ..errors import AutotransposeError
 from ..kinds import cast as cast_kind
 from ..kinds.cast import Format, pair_code
 from .permute import race as gpu_race
+
+# What the first calls of this process timed, newest last: (device name, problem, class,
+# Outcome: the chosen config and each candidate's median seconds). For looking into a choice
+# (dev/cast_race.py); bounded, so a long-running service does not grow it.
+history: deque[tuple[str, str, ShapeClass, firstcall.Outcome[KernelConfig]]] = deque(maxlen=256)
 
 
 def cast_class(plan: CastPlan, src: Format, x_ptr: int) -> ShapeClass:
@@ -90,6 +96,7 @@ def choose_config(
         outcome = gpu_race(runners, guess, state, 0, 0, race.stream, race.ctx)
         if outcome is None:
             return None
+        history.append((state.info.name, call.problem, cls, outcome))
         seconds = outcome.seconds[outcome.best]
         gbps = race.nbytes / seconds / 1e9 if seconds else 0.0
         return winners.Winner(outcome.best, gbps, seconds=seconds)

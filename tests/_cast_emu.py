@@ -54,6 +54,11 @@ def _cuda_include() -> str | None:
 @functools.cache
 def _library(config: KernelConfig) -> ctypes.CDLL:
     source = codegen._render_kernels(config.policy.template, [codegen.kernel_params(config)])
+    if config.dynamic_smem:  # what a launch would pass: the block's bytes, as one array
+        dynamic = "extern __shared__ __align__(16) unsigned char smem[];"
+        assert dynamic in source, "a tile past 48 KiB declares its shared memory extern"
+        sized = f"__shared__ __align__(16) unsigned char smem[{config.dynamic_smem}];"
+        source = source.replace(dynamic, sized)
     name = config.kernel_name
     text = (
         f'#include "{HERE / "emu" / "cuda_emu.h"}"\n{source}\n'

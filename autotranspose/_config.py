@@ -432,7 +432,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         )
     if c.wide and not (c.flat and (c.prmt or c.regt)):
         bad.append(
-            "wide=True is a flat byte-permute or register transpose kernel's (few long rows): set flat=True and prmt=True (or regt=True), or wide=False"
+            "wide=True is a flat byte-permute kernel's (few long rows): set flat=True and prmt=True, or wide=False"
         )
     if c.ordered and not c.wide:
         bad.append(

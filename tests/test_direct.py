@@ -438,16 +438,15 @@ def test_direct_past_2_31_elements():
 
 @pytest.mark.gpu
 def test_narrow_past_2_31_elements():
-    """What a call of 2**31 + 1 int8 elements in three columns is served (the narrow tile)."""
+    """A call of 2**31 + 1 int8 elements in three columns: the narrow tile for them (the call
+    itself is served the register transpose: tests/test_regt.py)."""
     from autotranspose._compiler import activate
-    from autotranspose._dispatch.transpose import choose_config
 
     shape = (1, 715_827_883, 3)
     assert shape[1] * shape[2] > 2**31
-    state = activate(0)
-    cfg = choose_config(state, 1, *shape, 1, False)
+    cfg = narrow_default(1, shape[1], shape[2])
     assert cfg.direct and _narrow(cfg), cfg.key
-    assert_match_reference(state, 1, shape, [cfg])
+    assert_match_reference(activate(0), 1, shape, [cfg])
 
 
 @pytest.mark.gpu

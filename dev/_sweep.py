@@ -140,9 +140,11 @@ def case_ratio(case: dict[str, Any], key: str) -> float:
 
 def config_by_key(key: str, dtype: Any) -> Any:
     """The config of `dtype`'s spaces (unaligned and skinny, then aligned) whose key is `key`."""
+    import re
+
     from autotranspose._config import config_space
 
-    if key.split("_p")[0].endswith("_rg"):  # a register transpose: rendered for its exact side
+    if re.search(r"_rg(_p\d+)?$", key):  # a register transpose: rendered for its exact side
         from autotranspose._config import NEWEST, regt_space
         from autotranspose._dtypes import element_type
 

@@ -632,8 +632,8 @@ def narrow_configs(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
     return _direct.narrow_configs(KernelConfig, elem_bytes, m, n, conjugate)
 
 
-def regt_default(elem_bytes: int, m: int, n: int) -> KernelConfig | None:
-    return _regt.regt_default(KernelConfig, elem_bytes, m, n)
+def regt_default(elem_bytes: int, m: int, n: int, exact: bool = True) -> KernelConfig | None:
+    return _regt.regt_default(KernelConfig, elem_bytes, m, n, exact)
 
 
 def for_call(c: KernelConfig, m: int, n: int) -> KernelConfig:

@@ -247,11 +247,13 @@ def default_choice(
     """What a call of `cls` gets with no tuned or shipped result at all (the robust default
     the serving promise is measured against): the flat kernel for a skinny class, the
     byte-permute (1- and 2-byte elements) or staged kernel for an unaligned one, else the
-    default tiled config; for a side of 2-8 elements, the narrow direct tile; for a side of
-    2 to 16 bytes of 1- and 2-byte elements, the register transpose."""
-    # a side of 2 to 16 bytes of 1- and 2-byte elements: the register transpose, rendered
-    # here for the class's bound (dispatch's `for_call` renders it for the call's own side)
-    regt = None if conjugate else regt_default(elem_bytes, cls.m, cls.n)
+    default tiled config; for a side of 2-8 elements, the narrow direct tile; for the short
+    sides of 1- and 2-byte elements where it won, the register transpose."""
+    # a side of 1- and 2-byte elements where the register transpose won (kinds/regt.py,
+    # REGT_DEFAULT_SIDES; H100: int8 5x16000001 96 against 50, float16 8000001x5 101 against
+    # 77), rendered here for the class's bound (dispatch's `for_call` renders it for the call's
+    # own side)
+    regt = None if conjugate else regt_default(elem_bytes, cls.m, cls.n, exact=False)
     if regt is not None and regt.fits(limits):
         return Choice(regt, "default")
     # a side of 2-8 elements (any element size): the narrow direct tile, the whole space's

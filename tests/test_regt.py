@@ -158,7 +158,7 @@ def test_the_space_holds_regt_configs_for_the_exact_short_side():
     [
         (1, 5, 20000003, True),
         (1, 20000003, 5, False),
-        (1, 12, 8000001, True),
+        (1, 8, 8000001, True),
         (2, 3, 16777216, True),
     ],
 )
@@ -176,6 +176,28 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
     assert regt_default(4, 3, 10**6) is None
     assert not lookup.default_choice(1, shape_class(1, 20, 10**6, 1)).config.regt
     assert not lookup.default_choice(4, shape_class(1, 3, 10**6, 1)).config.regt
+
+
+# (element bytes, few rows): the most rows or columns a first call races it for, and the
+# largest class bound lookup serves it by default (the H100 sweep, kinds/regt.py)
+RACED = {(1, True): 7, (1, False): 10, (2, True): 6, (2, False): 8}
+DEFAULT = {(1, True): 8, (1, False): 8, (2, True): 4, (2, False): 8}
+
+
+@pytest.mark.parametrize("s, side", SIDES)
+@pytest.mark.parametrize("wide", [True, False])
+def test_served_where_it_won(s, side, wide):
+    m, n = (side, 10**7 + 1) if wide else (10**7 + 1, side)
+    raced = regt_default(s, m, n)
+    assert (raced is not None) == (side <= RACED[(s, wide)])
+    if raced is not None:
+        assert raced.wide == wide and raced.applies(m, n)
+        assert raced.threads == (64 if wide and side * s <= 6 else 256)
+    cls = shape_class(1, m, n, 1)
+    served = lookup.default_choice(s, cls).config
+    assert served.regt == (min(cls.m, cls.n) <= DEFAULT[(s, wide)]), (s, side, wide, served.key)
+    found = candidates(served, [], s, m, n, 1, False, lambda c: c.applies(m, n))
+    assert any(c.regt for c in found) == (side <= RACED[(s, wide)] or served.regt)
 
 
 def test_for_call_keeps_what_it_cannot_render():
@@ -459,8 +481,8 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
 
 @pytest.mark.gpu
 def test_served_calls_run_the_regt_kernel_of_their_side(rng):
-    """What transpose() serves untuned calls with a side of 2-16 bytes (first calls off):
-    the regt kernel rendered for the call's side; the results are right."""
+    """What lookup serves untuned calls whose short side the register transpose won: the
+    regt kernel rendered for the call's side; the results are right."""
     cupy = pytest.importorskip("cupy")
     import autotranspose as at
     from autotranspose._compiler import activate
@@ -469,7 +491,7 @@ def test_served_calls_run_the_regt_kernel_of_their_side(rng):
     state = activate(0)
     for dtype, m, n in (
         ("int8", 5, 200003),
-        ("uint8", 100003, 12),
+        ("uint8", 100003, 7),
         ("float16", 3, 70001),
         ("bool", 7, 99991),
     ):

@@ -294,16 +294,38 @@ class Regt(Kind):
 KIND = Regt()
 
 
-def regt_default(new: New, elem_bytes: int, m: int, n: int) -> Any | None:
-    """The regt config for an m x n call (or class: its bounds; `for_call` sets the call's
-    own side) with a side of 2 to 16 bytes: few rows where the rows are that side (and no more
-    than the columns), else few columns; 256 threads, default caching. None for other calls."""
+# Where a register transpose is served (H100 sweep, dev/regt_sweep.py: every side of 1- and
+# 2-byte elements both ways against the narrow direct tiles and the flat, tall and wide
+# defaults; docs/perf-notes.md, "Register transposes"), by (element bytes, few rows): the most
+# rows or columns of a call whose first call races it (it won every side up to these, by
+# 5-50 points, and lost 4-45 beyond them: 1-byte rows of 8 and 11-16, where the ordered wide
+# kernel's whole words win, 2-byte rows of 7-8, 1-byte columns of 11-16) ...
+REGT_RACED_SIDES = {(1, True): 7, (1, False): 10, (2, True): 6, (2, False): 8}
+# ... and the largest class bound (a power of two) whose calls lookup serves it by default:
+# 1-byte rows of 5-8 (8 rows lost 60 to 65, 5-7 won 69-96 against 50-55), 2-byte rows of at
+# most 4 (5-8: two won by 32 and 5, two lost by 4 and 30).
+REGT_DEFAULT_SIDES = {(1, True): 8, (1, False): 8, (2, True): 4, (2, False): 8}
+# few rows of at most this many bytes: 64 threads (the sweep's best or within 0.5 of it on 9
+# of 10; 256 threads lost 1-5 there), else 256
+REGT_FEW_THREADS_BYTES = 6
+
+
+def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) -> Any | None:
+    """The regt config for an m x n call (`exact`) or class (its bounds; `for_call` sets the
+    call's own side) with a short side that a register transpose serves: few rows where the
+    rows are the short side, else few columns, up to REGT_RACED_SIDES (a call's) or
+    REGT_DEFAULT_SIDES (a class's bound); 64 threads for few rows of at most
+    REGT_FEW_THREADS_BYTES bytes, else 256, default caching. None for other calls."""
     if fits_side(elem_bytes, m) and m <= n:
         wide, side = True, m
     elif fits_side(elem_bytes, n):
         wide, side = False, n
     else:
         return None
-    long = REGT_DEFAULT_THREADS * regt_window(elem_bytes)
+    most = (REGT_RACED_SIDES if exact else REGT_DEFAULT_SIDES)[(elem_bytes, wide)]
+    if side > most:
+        return None
+    few = wide and side * elem_bytes <= REGT_FEW_THREADS_BYTES
+    long = (64 if few else REGT_DEFAULT_THREADS) * regt_window(elem_bytes)
     tm, tn = (side, long) if wide else (long, side)
     return new(elem_bytes, tm, tn, 1, 1, 0, "pad", "row", flat=True, wide=wide, regt=True)

@@ -536,3 +536,35 @@ def test_outer_variants_walk_two_more_batch_dims(rng):
         launch(x.data.ptr, out.data.ptr)
         cupy.cuda.Device().synchronize()
         assert np.array_equal(cupy.asnumpy(out), host.swapaxes(-1, -2)), cfg.key
+
+
+# --- the store ---------------------------------------------------------------------------------
+def test_a_stored_regt_result_round_trips_and_serves_its_class_at_any_side(tmp_path):
+    """No schema change: the config is stored as its JSON (regt left out where False), read
+    back through KernelConfig.from_dict, served to its class, and rendered for each call's
+    side by dispatch (`for_call`)."""
+    from store_data import H100, ok
+
+    from autotranspose.store import Store
+
+    lookup.clear_cache()
+    cls = shape_class(1, 5, 20000003, 1)  # rows 5-8
+    tuned = rg(1, 5, long=2048, cache="stream")
+    with Store.open(tmp_path / "t.db") as store:
+        store.record(None, H100, "int8", 1, (1, 5, 20000003), cls, tuned, ok(2500.0))
+        (entry,) = store.entries(H100.name, elem_bytes=1)
+        assert entry.config == tuned
+        choice = lookup.choose(H100, 1, cls, store=store)
+        assert choice.source == "tuned" and choice.config == tuned
+        for rows in (5, 6, 7, 8):
+            cfg = for_call(choice.config, rows, 20000003)
+            assert cfg.applies(rows, 20000003) and cfg.threads == 128 and cfg.cache == "stream"
+    lookup.clear_cache()
+
+
+def test_a_tampered_regt_row_is_not_a_config():
+    bad = {**rg(1, 5).to_dict(), "tile_m": 40}
+    with pytest.raises(ConfigError):
+        KernelConfig.from_dict(bad)
+    with pytest.raises(ConfigError):
+        KernelConfig.from_dict({**rg(1, 5).to_dict(), "elem_bytes": 4})

@@ -568,3 +568,21 @@ def test_a_tampered_regt_row_is_not_a_config():
         KernelConfig.from_dict(bad)
     with pytest.raises(ConfigError):
         KernelConfig.from_dict({**rg(1, 5).to_dict(), "elem_bytes": 4})
+
+
+def test_a_study_s_space_renders_them_for_the_tuned_shape_s_side():
+    """The class's bound (8 rows) is not the call's side (5): the study's regt configs are the
+    call's, and its warm starts hold the call's regt default."""
+    pytest.importorskip("optuna")
+    from store_data import H100
+
+    from autotranspose._tuner.space import SearchSpace, study_configs
+    from autotranspose._tuner.warm import known_good
+
+    cls = shape_class(1, 5, 20000003, 1)
+    configs = study_configs("int8", H100, cls, False, (1, 5, 20000003), None)
+    regt = [c for c in configs if c.regt]
+    assert regt and {c.tile_m for c in regt if c.wide} == {5}
+    assert not [c for c in regt if not c.wide]  # 20000003 columns: no few-columns kernel
+    good = known_good(1, cls, SearchSpace(configs), device=H100, sides=(5, 20000003))
+    assert regt_default(1, 5, 20000003) in good

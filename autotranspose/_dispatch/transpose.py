@@ -4,8 +4,8 @@ A call's signature (device, element size, shape, strides, pointer alignment, con
 or not, conjugation, a permute pass's outer dims) goes in; a prepared `Launch` comes out,
 chosen once and kept (`caches.launches`). The choice, in order: a forced config checked
 against the call; a copy where each matrix is one contiguous run; the tuned or shipped
-config `lookup` serves for the call's class (`for_call`: as the call's exact sides run it), the tiled
-default where a flat config cannot run the call's strides; and, for a class nobody tuned,
+config `lookup` serves for the call's class (`for_call`: as the call's own sides run it),
+the tiled default where a flat config cannot run the call's strides; and, for a class nobody tuned,
 the first call's measurement on the call's own buffers (`firstcall`), whose winner is kept
 in the database for other processes (`winners`).
 """

@@ -34,6 +34,7 @@ from .kinds import (
     direct as _direct,
     flat as _flat,
     prmt as _prmt,
+    regt as _regt,
     staged as _staged,
     tiled as _tiled,
 )
@@ -95,6 +96,15 @@ from .kinds.prmt import (  # noqa: F401
     tall_rows,
     wide_rows,
 )
+from .kinds.regt import (  # noqa: F401
+    REGT_BYTES,
+    REGT_LANES,
+    REGT_LONG,
+    REGT_SIZES,
+    fits_side as regt_fits_side,
+    regt_side,
+    regt_window,
+)
 from .kinds.staged import (  # noqa: F401
     STAGED_MAX_THREADS,
     STAGED_SIZES,
@@ -142,6 +152,7 @@ class KernelConfig:
     ordered: bool = False  # wide: the transposed buffer holds the output bytes in order
     direct: bool = False  # one element an access, tile indices from a 2-D grid (the seed's way)
     cast: str = ""  # a cast-transpose kernel's pair, "<in>_<out>" (kinds/cast.py); "" for none
+    regt: bool = False  # a register transpose of a side of at most 16 bytes (kinds/regt.py)
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -232,6 +243,7 @@ class KernelConfig:
         k += "_wd" if self.wide else ""
         k += "_or" if self.ordered else ""
         k += "_dr" if self.direct else ""
+        k += "_rg" if self.regt else ""
         k += f"_x{self.cast}" if self.cast else ""
         k += f"_b{self.min_blocks}" if self.min_blocks else ""
         k += f"_p{self.persistent}" if self.persistent else ""
@@ -335,11 +347,18 @@ _STR_FIELDS = frozenset({"layout", "raster", "cache", "cast"})
 # Fields added after configs were first stored, with the default `to_dict` leaves out: a
 # reader that needs every field (the tuner's search space) fills them back in from here.
 OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType(
-    {"wide": False, "min_blocks": 0, "ordered": False, "direct": False, "cast": ""}
+    {
+        "wide": False,
+        "min_blocks": 0,
+        "ordered": False,
+        "direct": False,
+        "cast": "",
+        "regt": False,
+    }
 )
 _ABSENT = object()
 _BOOL_FIELDS = frozenset(
-    {"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct"}
+    {"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct", "regt"}
 )
 
 
@@ -369,14 +388,15 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name in _BOOL_FIELDS:
         if type(getattr(c, name)) is not bool:
             yield f"{name} must be a bool"
-    if any(type(getattr(c, n)) is not bool for n in ("flat", "staged", "prmt", "direct")):
+    if any(type(getattr(c, n)) is not bool for n in ("flat", "staged", "prmt", "direct", "regt")):
         return
     if any(type(getattr(c, n)) is not int for n in ints):
         return
     kind = kinds.kind_of(c)
     # tile_m's list is a flat tile's wherever flat=True, whatever other kind flag is set (a
     # config with contradictory flags is told about its tile as it always was)
-    m_kind = kinds.get("prmt" if c.prmt else "flat") if c.flat else kind
+    # (a register transpose's tiles are its own: the short side and the block's long side)
+    m_kind = kinds.get("prmt" if c.prmt else "flat") if c.flat and not c.regt else kind
     checks = (
         (
             c.elem_bytes in ELEMENT_SIZES,
@@ -410,7 +430,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         bad.append(
             "min_blocks is a tiled or staged kernel's (flat and byte-permute kernels set their own): set min_blocks=0"
         )
-    if c.wide and not (c.flat and c.prmt):
+    if c.wide and not (c.flat and (c.prmt or c.regt)):
         bad.append(
             "wide=True is a flat byte-permute kernel's (few long rows): set flat=True and prmt=True, or wide=False"
         )
@@ -610,6 +630,22 @@ def narrow_default(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> 
 
 def narrow_configs(elem_bytes: int, m: int, n: int, conjugate: bool = False) -> list[KernelConfig]:
     return _direct.narrow_configs(KernelConfig, elem_bytes, m, n, conjugate)
+
+
+def regt_default(elem_bytes: int, m: int, n: int, exact: bool = True) -> KernelConfig | None:
+    return _regt.regt_default(KernelConfig, elem_bytes, m, n, exact)
+
+
+def for_call(c: KernelConfig, m: int, n: int) -> KernelConfig:
+    """A served (not forced) config as an m x n call runs it (`Kind.for_call`): a register
+    transpose rendered for the call's side, an ordered wide config of 1-byte rows that end
+    mid-word as its run-store twin (`for_rows`), every other config as it is."""
+    return c.policy.for_call(c, m, n)
+
+
+def regt_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> Iterator[KernelConfig]:
+    """The register transposes for a short side of exactly `short_side` elements."""
+    return _regt.regt_space(_launchable, SpaceCall(elem_bytes, limits, False, None, short_side))
 
 
 def few_cols_default(

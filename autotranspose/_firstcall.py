@@ -14,6 +14,8 @@ the call's own buffers and stream:
   padding) as a tiled kernel, robust on every shape;
 - for few columns, a tiled tile of 16 or 32 columns (`config.few_cols_default`);
 - for a side of 2 to 8 elements, the narrow direct tiles (`config.narrow_configs`);
+- for the short sides of 1- and 2-byte elements where it won, the register transpose
+  rendered for the call's side (`config.regt_default`);
 
 then up to `REFINE_ROUNDS` rounds of the winner's one-step neighbours (`config.neighbours`),
 while the winner keeps changing and the budget lasts: on the H200 the best config of an
@@ -53,6 +55,7 @@ from ._config import (
     pair_steps,
     prmt_alternative,
     prmt_default,
+    regt_default,
     rows_at_any_offset,
     seed_config,
     staged_default,
@@ -155,10 +158,13 @@ def candidates(
     # a side of 2-8 elements: the narrow direct tile (H200: the whole space's best
     # on 8 of 8 such calls, float16 2x261136885 83.5% of copy where 22.0 was served)
     narrow = narrow_configs(elem_bytes, m, n, conjugate)
+    # the short sides of 1- and 2-byte elements where the register transpose won: it, rendered
+    # for the call's side (docs/perf-notes.md, "Register transposes")
+    regt = regt_default(elem_bytes, m, n) if not conjugate else None
     # byte-permute tiles past 48 KiB, where this GPU has the shared memory (`runnable`)
     wider = wider_tiles(elem_bytes, m, n) if rows_at_any_offset(elem_bytes, vec) else []
     picked: list[KernelConfig] = []
-    for c in (guess, *narrow, rows, direct, cols, *wider, *neighbours, *kinds):
+    for c in (guess, regt, *narrow, rows, direct, cols, *wider, *neighbours, *kinds):
         if c is None:
             continue
         c = c if c.conjugate == conjugate else c.replace(conjugate=conjugate)

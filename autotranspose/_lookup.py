@@ -51,8 +51,10 @@ from ._config import (
     direct_default,
     few_rows_default,
     flat_default,
+    for_call,
     narrow_default,
     prmt_default,
+    regt_default,
     rows_at_any_offset,
     staged_default,
     tall_default,
@@ -272,7 +274,15 @@ def default_choice(
     """What a call of `cls` gets with no tuned or shipped result at all (the robust default
     the serving promise is measured against): the flat kernel for a skinny class, the
     byte-permute (1- and 2-byte elements) or staged kernel for an unaligned one, else the
-    default tiled config; for a side of 2-8 elements, the narrow direct tile."""
+    default tiled config; for a side of 2-8 elements, the narrow direct tile; for the short
+    sides of 1- and 2-byte elements where it won, the register transpose."""
+    # a side of 1- and 2-byte elements where the register transpose won (kinds/regt.py,
+    # REGT_DEFAULT_SIDES; H100: int8 5x16000001 96 against 50, float16 8000001x5 101 against
+    # 77), rendered here for the class's bound (dispatch's `for_call` renders it for the call's
+    # own side)
+    regt = None if conjugate else regt_default(elem_bytes, cls.m, cls.n, exact=False)
+    if regt is not None and regt.fits(limits):
+        return Choice(regt, "default")
     # a side of 2-8 elements (any element size): the narrow direct tile, the whole space's
     # best on 8 of 8 such calls, 46-104% of copy against 23-81 for these defaults (H200)
     narrow = narrow_default(elem_bytes, cls.m, cls.n, conjugate)
@@ -349,7 +359,9 @@ def _usable(
         and not e.problem  # a transpose's result (a cast's is served by `cast_choice`)
         and e.elem_bytes == elem_bytes
         and (e.config.vec <= cls.vec or e.config.any_offset)  # these fit any call
-        and e.config.applies(cls.m, cls.n)  # a flat kernel's tile must span the short side
+        # a flat kernel's tile must span the short side; a register transpose runs as the
+        # call's side renders it (`for_call`)
+        and for_call(e.config, cls.m, cls.n).applies(cls.m, cls.n)
         and e.config.fits(limits)
         and not _aligned_transfer_of_flat_prmt(e, elem_bytes, cls)
     ]

@@ -140,8 +140,19 @@ def case_ratio(case: dict[str, Any], key: str) -> float:
 
 def config_by_key(key: str, dtype: Any) -> Any:
     """The config of `dtype`'s spaces (unaligned and skinny, then aligned) whose key is `key`."""
+    import re
+
     from autotranspose._config import config_space
 
+    if re.search(r"_rg(_p\d+)?$", key):  # a register transpose: rendered for its exact side
+        from autotranspose._config import NEWEST, regt_space
+        from autotranspose._dtypes import element_type
+
+        size = element_type(dtype).size
+        for side in range(2, 17):
+            for c in regt_space(size, NEWEST, side):
+                if c.key == key:
+                    return c
     for side in (64, 32, 16):  # a flat tile's short side spans the call's
         for c in config_space(dtype, max_vector=1, short_side=side):
             if c.key == key:

@@ -11,7 +11,7 @@ import pytest
 
 from autotranspose._codegen import GATHER_BLOCKS_PER_SM, GATHER_THREADS, ROWS_THREADS, kernel_name
 from autotranspose._compiler import nvcc_resources, untuned_resources
-from autotranspose._config import KernelConfig, config_space
+from autotranspose._config import REGT_SIZES, KernelConfig, config_space
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH"),
@@ -55,6 +55,15 @@ def sample(elem_bytes: int, rng: np.random.Generator, n_random: int = 12) -> lis
         conj = [c for c in config_space(DTYPES[elem_bytes], conjugate=True) if not c.min_blocks]
         for i in rng.choice(len(conj), 4, replace=False):
             picks[conj[i].kernel_name] = conj[i]
+    if elem_bytes in REGT_SIZES:  # register transposes: a kernel per side, in a space per side
+        for side in (2, 16 // elem_bytes):
+            regt = list(config_space(DTYPES[elem_bytes], short_side=side))
+            regt = [c for c in regt if c.regt and not c.persistent]
+            for cfg in (min(regt, key=lambda c: c.threads), max(regt, key=lambda c: c.threads)):
+                picks[cfg.kernel_name] = cfg
+            for cfg in (c for c in regt if not c.wide):  # few columns too
+                picks[cfg.kernel_name] = cfg
+                break
     return list(picks.values())
 
 

@@ -35,6 +35,7 @@ from autotranspose._config import (
     neighbours,
     occupancy_steps,
     register_budget,
+    regt_default,
     seed_config,
 )
 from autotranspose._shapes import shape_class
@@ -211,7 +212,9 @@ def test_a_class_with_a_side_of_at_most_8_gets_the_narrow_tile_by_default(s):
         for m, n in ((long, short), (short, long)):
             cls = shape_class(1, m, n, 1)
             choice = lookup.default_choice(s, cls, NEWEST)
-            assert choice.source == "default" and choice.config == narrow_default(s, cls.m, cls.n)
+            # 1- and 2-byte sides of at most 16 bytes: the register transpose first
+            want = regt_default(s, cls.m, cls.n, exact=False) or narrow_default(s, cls.m, cls.n)
+            assert choice.source == "default" and choice.config == want
     assert (
         lookup.default_choice(s, shape_class(1, long, 9, 1), NEWEST).config.tile_n
         not in DIRECT_NARROW
@@ -225,7 +228,7 @@ def test_the_first_call_races_the_narrow_tiles_right_after_the_guess(s):
     short, long = rng.randrange(2, 9), rng.randrange(10**5, 10**8)
     for m, n in ((long, short), (short, long)):
         got = firstcall.candidates(guess, near, s, m, n, 1, False, lambda c: True)
-        want = narrow_configs(s, m, n)
+        want = [c for c in (regt_default(s, m, n), *narrow_configs(s, m, n)) if c is not None]
         assert got[0] == guess and got[1 : 1 + len(want)] == want
     got = firstcall.candidates(guess, near, s, long, 9, 1, False, lambda c: True)
     assert not any(c.direct and _narrow(c) for c in got)
@@ -435,16 +438,15 @@ def test_direct_past_2_31_elements():
 
 @pytest.mark.gpu
 def test_narrow_past_2_31_elements():
-    """What a call of 2**31 + 1 int8 elements in three columns is served (the narrow tile)."""
+    """A call of 2**31 + 1 int8 elements in three columns: the narrow tile for them (the call
+    itself is served the register transpose: tests/test_regt.py)."""
     from autotranspose._compiler import activate
-    from autotranspose._dispatch.transpose import choose_config
 
     shape = (1, 715_827_883, 3)
     assert shape[1] * shape[2] > 2**31
-    state = activate(0)
-    cfg = choose_config(state, 1, *shape, 1, False)
+    cfg = narrow_default(1, shape[1], shape[2])
     assert cfg.direct and _narrow(cfg), cfg.key
-    assert_match_reference(state, 1, shape, [cfg])
+    assert_match_reference(activate(0), 1, shape, [cfg])
 
 
 @pytest.mark.gpu

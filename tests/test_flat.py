@@ -22,6 +22,7 @@ from autotranspose._config import (
     flat_default,
     flat_space,
     narrow_default,
+    regt_default,
     tall_default,
     wide_default,
     wide_rows,
@@ -99,6 +100,8 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
         expect = tall_default(s, bucket)
     if narrow_default(s, cls.m, cls.n) is not None:  # a side of 2-8: the narrow direct tile
         expect = narrow_default(s, cls.m, cls.n)
+    if regt_default(s, cls.m, cls.n, exact=False) is not None:  # where the register transpose won
+        expect = regt_default(s, cls.m, cls.n, exact=False)
     if expect is None:
         assert not choice.config.flat
     else:
@@ -109,7 +112,9 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
             continue
         wide = ShapeClass(1, bucket, 1 << 20, vec)
         got = lookup.choose("no GPU we ship results for", s, wide, store=None).config
-        if narrow_default(s, bucket, 1 << 20) is not None:  # 2-8 rows: the narrow direct tile
+        if regt_default(s, bucket, 1 << 20, exact=False) is not None:  # the register transpose
+            assert got == regt_default(s, bucket, 1 << 20, exact=False), (s, vec, got.key)
+        elif narrow_default(s, bucket, 1 << 20) is not None:  # 2-8 rows: the narrow direct tile
             assert got == narrow_default(s, bucket, 1 << 20), (s, vec, got.key)
         elif (
             vec * s < 8 and wide_rows(s, bucket, 1 << 20) and s == 4

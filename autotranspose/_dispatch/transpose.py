@@ -4,8 +4,8 @@ A call's signature (device, element size, shape, strides, pointer alignment, con
 or not, conjugation, a permute pass's outer dims) goes in; a prepared `Launch` comes out,
 chosen once and kept (`caches.launches`). The choice, in order: a forced config checked
 against the call; a copy where each matrix is one contiguous run; the tuned or shipped
-config `lookup` serves for the call's class (`for_rows` for its row count), the tiled
-default where a flat config cannot run the call's strides; and, for a class nobody tuned,
+config `lookup` serves for the call's class (`for_call`: as the call's own sides run it),
+the tiled default where a flat config cannot run the call's strides; and, for a class nobody tuned,
 the first call's measurement on the call's own buffers (`firstcall`), whose winner is kept
 in the database for other processes (`winners`).
 """
@@ -19,7 +19,7 @@ from typing import Any
 from .. import _firstcall as firstcall, _lookup as lookup, _streams as streams, _winners as winners
 from .._arrays import View, matrix_layout
 from .._compiler import DeviceState
-from .._config import KernelConfig, default_config, for_rows
+from .._config import KernelConfig, default_config, for_call, regt_side
 from .._dtypes import ElementType
 from .._launch import Launch, make_launch, run_copy
 from .._plan import NO_DIM, Dim
@@ -33,7 +33,7 @@ def choose_config(
 ) -> KernelConfig:
     """The config a call uses: tuned, nearest tuned, shipped, else the default."""
     cls = shape_class(batch, m, n, vec)
-    return for_rows(lookup.choose(state.info, elem_bytes, cls, conjugate=conjugate).config, m)
+    return for_call(lookup.choose(state.info, elem_bytes, cls, conjugate=conjugate).config, m, n)
 
 
 def check_forced(
@@ -86,7 +86,7 @@ def pick(
     if config is None:
         cls = shape_class(x.batch, x.m, x.n, vec)
         choice = lookup.choose(state.info, s, cls, conjugate=conjugate)
-        cfg = for_rows(choice.config, x.m)
+        cfg = for_call(choice.config, x.m, x.n)
         if cfg.flat and not flat_fits_call(cfg, x, o):  # strided rows: the tiled default
             cfg = default_config(s, max_vector=vec, conjugate=conjugate)
         if ctx is not None and firstcall.enabled() and lookup.is_guess(choice, cls):
@@ -94,6 +94,14 @@ def pick(
     else:
         cfg = check_forced(config, x, vec, conjugate, state)
         if cfg.flat and not flat_fits_call(cfg, x, o):
+            if cfg.regt:
+                raise ConfigError(
+                    f"register transpose {cfg.key} takes exactly {regt_side(cfg)} "
+                    f"{'rows' if cfg.wide else 'columns'}, contiguous "
+                    f"{'output' if cfg.wide else 'input'} rows; this call is {x.m}x{x.n} with "
+                    f"row pitches {x.ld} (in) and {o.ld} (out): use the config of the call's "
+                    "side (config.replace(tile_m=...) or tile_n=...) or another kind"
+                )
             raise ConfigError(
                 f"flat config {cfg.key} needs a side of at most {cfg.tile_n} elements whose "
                 f"rows are contiguous; this call is {x.m}x{x.n} with row pitches {x.ld} (in) "
@@ -184,7 +192,7 @@ def served(
     if cfg is None:
         return None
     choice = lookup.choose(state.info, et.size, shape_class(b, m, n, vec_of(x, o)))
-    if cfg in (choice.config, for_rows(choice.config, m)):  # the result, as m rows run it
+    if cfg in (choice.config, for_call(choice.config, m, n)):  # the result, as the call runs it
         return dataclasses.replace(choice, config=cfg)
     return lookup.Choice(cfg, "default")
 

@@ -12,7 +12,14 @@ import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from .._codegen import template_version
-from .._config import OPTIONAL_FIELDS, KernelConfig, config_space, neighbours, pair_steps
+from .._config import (
+    OPTIONAL_FIELDS,
+    KernelConfig,
+    config_space,
+    for_call,
+    neighbours,
+    pair_steps,
+)
 from .._device import DeviceInfo
 from .._shapes import Layout, ShapeClass, call_vec, flat_fits, shape_class
 from ..errors import ShapeError, TuningError
@@ -200,11 +207,16 @@ def study_configs(
     layout: Layout | None,
 ) -> list[KernelConfig]:
     """The study's search space: the class's configs, less the flat ones whose rows the
-    layout's strides break (a strided call never runs them: `_dispatch.transpose.flat_fits_call`)."""
+    layout's strides break (a strided call never runs them: `_dispatch.transpose.flat_fits_call`);
+    register transposes rendered for the tuned shape's own side, of its own direction
+    (`for_call`: the class's bound is not the call's side; their results serve the class's
+    other sides the same way)."""
+    _, m, n = dims
     configs = config_space(
         dtype, device.limits, conjugate=conjugate, max_vector=cls.vec, short_side=min(cls.m, cls.n)
     )
+    configs = [for_call(c, m, n) if c.regt else c for c in configs]
+    configs = list(dict.fromkeys(c for c in configs if not c.regt or c.applies(m, n)))
     if layout is None:
-        return list(configs)
-    _, m, n = dims
+        return configs
     return [c for c in configs if not c.flat or flat_fits(c, m, n, layout.ld_in, layout.ld_out)]

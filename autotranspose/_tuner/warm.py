@@ -18,6 +18,7 @@ from .._config import (
     narrow_configs,
     prmt_alternative,
     prmt_default,
+    regt_default,
     seed_config,
     staged_default,
     tall_default,
@@ -77,6 +78,8 @@ def known_good(
         few_cols_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
         # a side of 2-8 elements: the narrow direct tile
         *(narrow_configs(elem_bytes, *sides, conjugate) if sides else ()),
+        # a short side of 1- and 2-byte elements where it won: the register transpose
+        regt_default(elem_bytes, *sides) if sides and not conjugate else None,
     ]
     if store is not None:
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import cast, direct, flat, prmt, staged, tiled
+from . import cast, direct, flat, prmt, regt, staged, tiled
 from .base import Kind
 
 _REGISTRY: dict[str, Kind] = {}
@@ -38,6 +38,7 @@ register(flat.KIND)
 register(staged.KIND)
 register(prmt.KIND)
 register(direct.KIND)
+register(regt.KIND)
 register(cast.KIND)
 
 

@@ -104,6 +104,7 @@ class Config(Protocol):
     ordered: bool
     direct: bool
     cast: str
+    regt: bool
 
     @property
     def key(self) -> str: ...
@@ -219,6 +220,11 @@ class Kind(ABC):
     def any_offset(self, c: Config) -> bool:
         """Whether the kernel runs on rows at any offset (else `vec` must fit the call)."""
         return False
+
+    def for_call(self, c: Config, m: int, n: int) -> Any:
+        """A served config as an m x n call runs it (a kernel rendered for the call's exact
+        side takes that side); most kinds run every config as it is."""
+        return c
 
     def cap_steps(self, c: Config) -> tuple[int, ...]:
         """The register caps (as min_blocks) for `c`'s threads (searched where `capped`)."""

@@ -309,6 +309,9 @@ class Prmt(Kind):
     ) -> tuple[int, ...]:
         return FLAT_LONG if name == "tile_m" and c.flat else values
 
+    def for_call(self, c: Config, m: int, n: int) -> Any:
+        return for_rows(c, m)
+
 
 KIND = Prmt()
 

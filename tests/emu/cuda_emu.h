@@ -80,6 +80,15 @@ static inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
     emu_wait(2);
     return emu_warp_result[emu_current / 32];
 }
+// A warp shuffle down by `d` lanes (a lane past the warp's last gets its own value back). The
+// lanes resume in order once all 32 have arrived, so a lane reads the higher lanes' values
+// before they run on and offer their next.
+static inline unsigned __shfl_down_sync(unsigned mask, unsigned v, unsigned d) {
+    if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial warp mask\n"); std::abort(); }
+    emu_fibers[emu_current].value = v;
+    emu_wait(2);
+    return emu_current % 32 + d < 32 ? emu_fibers[emu_current + d].value : v;
+}
 static void emu_entry() {
     emu_body();
     emu_fibers[emu_current].state = 3;

@@ -1,0 +1,331 @@
+"""Register transposes (regt=True, templates/regt/): 1- and 2-byte matrices with a side of at
+most 16 bytes, transposed in registers, no shared memory. The short side `side` is the
+kernel's own (rendered into it; the call must have exactly that side), so the byte permutes
+that regroup a thread's bytes are compile-time selectors.
+
+- Few rows (`wide=True`, tile_m = the rows, 2 to 16 bytes of them): a thread loads a 16-byte
+  column of every row (two aligned 16-byte loads and a byte shift a row, rows at any
+  offset), regroups the bytes into its `side` x 16 bytes of the output, one contiguous run,
+  and stores it as aligned 16-byte words.
+- Few columns (`wide=False`, tile_n = the columns): a thread loads 16 / elem_bytes whole
+  input rows, one contiguous run of `side` 16-byte words (aligned loads and a shift), and
+  writes 16 bytes to each of the `side` output rows, realigned to each row's offset with the
+  next lane's bytes (a warp shuffle).
+
+Both need the run side contiguous (the output rows of few rows, the input rows of few
+columns): regt configs are flat (flat=True), and `shapes.flat_fits` checks the strides. A
+warp's 32 lanes each hold one 16-byte window of the long side; the stores realigned to the
+output are made by lanes 0-30 (each joins its bytes with the next lane's), so a warp moves 31
+windows and the next warp starts at the 32nd. Windows the long side does not fill, and the
+bytes before a matrix's first aligned store, go element by element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import ConfigError
+from .base import (
+    CACHE_HINTS,
+    WARP,
+    Config,
+    Kind,
+    Launchable,
+    New,
+    Search,
+    SpaceCall,
+    fixed_field_errors,
+)
+
+REGT_SIZES = (1, 2)  # element sizes (bytes)
+REGT_BYTES = 16  # a thread's window: 16 bytes of the long side, and the most bytes of a side
+# the long side a block's threads span (elements): 16 bytes of it a thread
+REGT_LONG = (512, 1024, 2048, 4096, 8192)
+REGT_MIN_THREADS, REGT_MAX_THREADS = 64, 512
+REGT_LANES = WARP - 1  # lanes of a warp whose windows it stores (the last one's the next warp's)
+# the default: 256 threads, one block a tile (the grid walks warp tiles)
+REGT_DEFAULT_THREADS = 256
+# few rows of more bytes than this hold too many registers for 512 threads (a thread keeps two
+# loaded words of every row in flight: 1-byte rows of 14-16 bytes spilled under the 128
+# registers that 512 threads leave, nvcc 13, sm_80 and sm_90)
+REGT_WIDE_512_BYTES = 12
+
+
+def regt_window(elem_bytes: int) -> int:
+    """Elements of the long side in a thread's 16-byte window."""
+    return REGT_BYTES // elem_bytes
+
+
+def regt_side(c: Config) -> int:
+    """The short side a regt kernel is rendered for: the rows (wide) or the columns."""
+    return c.tile_m if c.wide else c.tile_n
+
+
+def regt_long(c: Config) -> int:
+    return c.tile_n if c.wide else c.tile_m
+
+
+def fits_side(elem_bytes: int, side: int) -> bool:
+    """Whether a short side of `side` elements is one a regt kernel takes: 2 to 16 bytes."""
+    return elem_bytes in REGT_SIZES and 2 <= side and side * elem_bytes <= REGT_BYTES
+
+
+def _threads(c: Config) -> int:
+    return regt_long(c) // regt_window(c.elem_bytes)
+
+
+def _errors(c: Config) -> Iterator[str]:
+    yield from fixed_field_errors(
+        c,
+        "regt",
+        {
+            "vec": 1,
+            "per_thread": 1,
+            "pad": 0,
+            "layout": "pad",
+            "raster": "row",
+            "realign": False,
+            "flat": True,
+            "staged": False,
+            "prmt": False,
+            "ordered": False,
+            "direct": False,
+            "conjugate": False,
+            "min_blocks": 0,
+        },
+        "a register transpose holds one 16-byte window a thread, spans the short side "
+        "(flat) and sets its own launch bounds",
+    )
+    if c.elem_bytes not in REGT_SIZES:
+        yield f"regt=True takes 1- or 2-byte elements (got elem_bytes={c.elem_bytes})"
+        return
+    side = regt_side(c)
+    if not fits_side(c.elem_bytes, side):
+        which = "tile_m (the rows)" if c.wide else "tile_n (the columns)"
+        yield (
+            f"regt=True: {which}={side} must be a short side of 2 to "
+            f"{REGT_BYTES // c.elem_bytes} elements ({REGT_BYTES} bytes)"
+        )
+    long = regt_long(c)
+    which = "tile_n" if c.wide else "tile_m"
+    if long not in REGT_LONG:
+        yield f"regt=True: {which}={long} (the long side a block spans) must be one of {list(REGT_LONG)}"
+        return
+    threads = _threads(c)
+    if not REGT_MIN_THREADS <= threads <= REGT_MAX_THREADS:
+        lo = REGT_MIN_THREADS * regt_window(c.elem_bytes)
+        hi = REGT_MAX_THREADS * regt_window(c.elem_bytes)
+        yield (
+            f"regt=True: {which}={long} gives {threads} threads of {REGT_BYTES} bytes; "
+            f"{REGT_MIN_THREADS} to {REGT_MAX_THREADS}: use {lo} to {hi}"
+        )
+    elif c.wide and side * c.elem_bytes > REGT_WIDE_512_BYTES and threads > 256:
+        yield (
+            f"regt=True: {side} rows of {side * c.elem_bytes} bytes hold too many registers for "
+            f"{threads} threads (ptxas spilled): at most 256, tile_n={256 * regt_window(c.elem_bytes)}"
+        )
+
+
+def byte_sources(elem_bytes: int, side: int, wide: bool) -> list[list[tuple[int, int]]]:
+    """For each 32-bit word a thread stores (in order), the (source word, byte) of each of its
+    4 bytes, the source words being what the thread loaded, 16 bytes at a time. Few rows:
+    row i's window is words 4i..4i+3, and the output is the run of `side` x 16 bytes of its
+    window's columns (column-major). Few columns: the loaded run is 16 / elem_bytes rows of
+    `side` elements, and output row r takes element r of each of those rows."""
+    s = elem_bytes
+    words = []
+    for w in range(4 * side):
+        sources = []
+        for k in range(4 * w, 4 * w + 4):
+            if wide:
+                e, p = divmod(k, s)  # the run's element, and the byte in it
+                col, row = divmod(e, side)
+                src = REGT_BYTES * row + col * s + p
+            else:
+                r, k16 = divmod(k, REGT_BYTES)  # output row r, its byte k16
+                e, p = divmod(k16, s)  # input row e of the window
+                src = e * side * s + r * s + p
+            sources.append(divmod(src, 4))
+        words.append(sources)
+    return words
+
+
+def prmt_expression(sources: list[tuple[int, int]], name: str = "x") -> str:
+    """A C expression of the 32-bit word whose bytes 0-3 are bytes `sources` ((word, byte))
+    of `name`[]: the word itself, one byte permute of one or two source words, or three for
+    three or four (two pairs, then the pair's bytes merged)."""
+    regs = list(dict.fromkeys(w for w, _ in sources))
+    if len(regs) == 1 and [b for _, b in sources] == [0, 1, 2, 3]:
+        return f"{name}[{regs[0]}]"
+
+    def perm(pair: list[int], picks: list[tuple[int, int] | None]) -> str:
+        sel = 0
+        for i, pick in enumerate(picks):
+            if pick is not None:
+                sel |= (4 * pair.index(pick[0]) + pick[1]) << (4 * i)
+        second = f"{name}[{pair[1]}]" if len(pair) > 1 else "0u"
+        return f"__byte_perm({name}[{pair[0]}], {second}, 0x{sel:04x}u)"
+
+    if len(regs) <= 2:
+        return perm(regs, list(sources))
+    first, second = regs[:2], regs[2:]
+    a = perm(first, [p if p[0] in first else None for p in sources])
+    b = perm(second, [p if p[0] in second else None for p in sources])
+    sel = sum((i if p[0] in first else 4 + i) << (4 * i) for i, p in enumerate(sources))
+    return f"__byte_perm({a}, {b}, 0x{sel:04x}u)"
+
+
+def permutes(elem_bytes: int, side: int, wide: bool) -> int:
+    """Byte permutes a thread's regrouping takes (what the template renders)."""
+    return sum(
+        e.count("__byte_perm")
+        for e in (prmt_expression(w) for w in byte_sources(elem_bytes, side, wide))
+    )
+
+
+def _params(c: Config) -> dict[str, object]:
+    side = regt_side(c)
+    return {
+        "side": side,
+        "wide": c.wide,
+        "w": regt_window(c.elem_bytes),  # elements of a window
+        "warps": c.threads // WARP,
+        "lanes": REGT_LANES,
+        "words": [prmt_expression(w) for w in byte_sources(c.elem_bytes, side, c.wide)],
+        "min_blocks": 1,
+    }
+
+
+def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
+    """A call with a side of 2 to 16 bytes (the exact side: `short_side`): both directions."""
+    side = call.short_side
+    if side is None or call.conjugate or not fits_side(call.elem_bytes, side):
+        return
+    yield from regt_space(launchable, call)
+
+
+def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
+    """The regt configs for a short side of exactly `short_side` elements: few rows and few
+    columns, every block size, both cache hints (and persistent grids)."""
+    s, side = call.elem_bytes, call.short_side
+    if side is None or not fits_side(s, side):
+        return
+    for wide in (True, False):
+        for long in REGT_LONG:
+            for cache in CACHE_HINTS:
+                tm, tn = (side, long) if wide else (long, side)
+                yield from launchable(
+                    call.limits, s, tm, tn, 1, 1, 0, "pad", "row", cache,
+                    flat=True, wide=wide, regt=True,
+                )  # fmt: skip
+
+
+class Regt(Kind):
+    name = "regt"
+    flag = "regt"
+    precedence = 5
+    template = "regt/regt.cu.j2"
+    capped = False  # one block a tile of warps, its own launch bounds
+
+    def errors(self, c: Config) -> Iterator[str]:
+        return _errors(c)
+
+    def derive(self, c: Config) -> dict[str, int]:
+        return {"threads": _threads(c), "smem": 0}
+
+    def params(self, c: Config) -> dict[str, object]:
+        return _params(c)
+
+    def searches(self) -> tuple[Search, ...]:
+        return ((15, _search),)
+
+    def tile_m_values(self, c: Config) -> tuple[int, ...]:
+        return tuple(range(2, REGT_BYTES + 1)) + REGT_LONG
+
+    def tile_n_values(self, c: Config) -> tuple[int, ...]:
+        return tuple(range(2, REGT_BYTES + 1)) + REGT_LONG
+
+    def applies(self, c: Config, m: int, n: int) -> bool:
+        """Exactly the side it was rendered for (`for_call` makes a served config's)."""
+        return (m if c.wide else n) == regt_side(c)
+
+    def tiles(self, c: Config, m: int, n: int) -> tuple[int, int]:
+        """Warp tiles (31 windows each) along the long side."""
+        if not self.applies(c, m, n):
+            raise ConfigError(
+                f"regt config {c.key} is rendered for {regt_side(c)} "
+                f"{'rows' if c.wide else 'columns'}; the matrix is {m}x{n}"
+            )
+        per = REGT_LANES * regt_window(c.elem_bytes)
+        return (1, -(-n // per)) if c.wide else (-(-m // per), 1)
+
+    def grid(
+        self, c: Config, m: int, n: int, batch: int, multiprocessors: int
+    ) -> tuple[int, int, int]:
+        """A warp a tile, or `persistent` blocks an SM that walk them."""
+        tm, tn = self.tiles(c, m, n)
+        blocks = -(-(tm * tn * batch) // (c.threads // WARP))
+        if c.persistent:
+            blocks = min(blocks, c.persistent * multiprocessors)
+        return (max(blocks, 1), 1, 1)
+
+    def any_offset(self, c: Config) -> bool:
+        return True
+
+    def for_call(self, c: Config, m: int, n: int) -> Any:
+        """The config rendered for this call's side (the same block and hints), or `c` where
+        the call's side is not one it takes."""
+        side = m if c.wide else n
+        if side == regt_side(c) or not fits_side(c.elem_bytes, side):
+            return c
+        return c.replace(**({"tile_m": side} if c.wide else {"tile_n": side}))
+
+    def step_values(
+        self, c: Config, name: str, values: tuple[int, ...], pair: bool
+    ) -> tuple[int, ...]:
+        """The long side steps along REGT_LONG (the block's threads); the short side is the
+        call's and stays."""
+        if name == ("tile_n" if c.wide else "tile_m"):
+            return REGT_LONG
+        return (regt_side(c),) if name in ("tile_m", "tile_n") else values
+
+
+KIND = Regt()
+
+
+# Where a register transpose is served (H100 sweep, dev/regt_sweep.py: every side of 1- and
+# 2-byte elements both ways against the narrow direct tiles and the flat, tall and wide
+# defaults; docs/perf-notes.md, "Register transposes"), by (element bytes, few rows): the most
+# rows or columns of a call whose first call races it (it won every side up to these, by
+# 5-50 points, and lost 4-45 beyond them: 1-byte rows of 8 and 11-16, where the ordered wide
+# kernel's whole words win, 2-byte rows of 7-8, 1-byte columns of 11-16) ...
+REGT_RACED_SIDES = {(1, True): 7, (1, False): 10, (2, True): 6, (2, False): 8}
+# ... and the largest class bound (a power of two) whose calls lookup serves it by default:
+# 1-byte rows of 5-8 (8 rows lost 60 to 65, 5-7 won 69-96 against 50-55), 2-byte rows of at
+# most 4 (5-8: two won by 32 and 5, two lost by 4 and 30).
+REGT_DEFAULT_SIDES = {(1, True): 8, (1, False): 8, (2, True): 4, (2, False): 8}
+# few rows of at most this many bytes: 64 threads (the sweep's best or within 0.5 of it on 9
+# of 10; 256 threads lost 1-5 there), else 256
+REGT_FEW_THREADS_BYTES = 6
+
+
+def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) -> Any | None:
+    """The regt config for an m x n call (`exact`) or class (its bounds; `for_call` sets the
+    call's own side) with a short side that a register transpose serves: few rows where the
+    rows are the short side, else few columns, up to REGT_RACED_SIDES (a call's) or
+    REGT_DEFAULT_SIDES (a class's bound); 64 threads for few rows of at most
+    REGT_FEW_THREADS_BYTES bytes, else 256, default caching. None for other calls."""
+    if fits_side(elem_bytes, m) and m <= n:
+        wide, side = True, m
+    elif fits_side(elem_bytes, n):
+        wide, side = False, n
+    else:
+        return None
+    most = (REGT_RACED_SIDES if exact else REGT_DEFAULT_SIDES)[(elem_bytes, wide)]
+    if side > most:
+        return None
+    few = wide and side * elem_bytes <= REGT_FEW_THREADS_BYTES
+    long = (64 if few else REGT_DEFAULT_THREADS) * regt_window(elem_bytes)
+    tm, tn = (side, long) if wide else (long, side)
+    return new(elem_bytes, tm, tn, 1, 1, 0, "pad", "row", flat=True, wide=wide, regt=True)

@@ -3,16 +3,15 @@
 # the first call's race; dev/ml_permutes.py on the K/V head swaps and uint8 images both ways
 # (and the ViT patchify: no regression), the new package and the old one (OLD: a copy of an
 # earlier commit's autotranspose/ and templates/, run in its own process) on the same machine;
-# the first call served by the old race and the new in turn (--race-ab); the host cost of a
-# contiguous-copy call; a random permute mix (SEED, N). STEPS picks the parts; each part has
+# the host cost of a contiguous-copy call; a random permute mix (SEED, N). STEPS picks the parts; each part has
 # a time budget so that the call ends within its limit. Logs in $OUT.
 #   run: source .whl/activate && cd .dev-permute && export PYTHONPATH=/tmp/site:$PWD &&
-#        OLD=old88 STEPS=tests,ml,old,ab,host bash dev/device_permute_ml.sh
+#        OLD=old88 STEPS=tests,ml,old,host bash dev/device_permute_ml.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export AUTOTRANSPOSE_DB=/tmp/no-such-db.sqlite AUTOTRANSPOSE_FIRST_CALL_STORE=0
-STEPS=${STEPS:-tests,ml,old,ab,host,random}
+STEPS=${STEPS:-tests,ml,old,host,random}
 ONLY=${ONLY:-gqa,img}
 t0=$(date +%s)
 log() { echo "$* ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/log.txt"; }
@@ -30,17 +29,6 @@ if [[ $STEPS == *old* && -n "${OLD:-}" ]]; then
   PYTHONPATH=/tmp/site:$PWD/$OLD python3 dev/ml_permutes.py --only "${OLD_ONLY:-$ONLY}" --no-compile --no-passes \
     --budget ${OLD_BUDGET:-30} --json "$OUT/ml_old.json" > "$OUT/ml_old.txt" 2>&1
   log "ml old rc=$?"; grep -A40 "^case " "$OUT/ml_old.txt"
-fi
-if [[ $STEPS == *ab* ]]; then
-  timeout ${AB_TIMEOUT:-50} python3 dev/ml_permutes.py --race-ab --only "${AB_ONLY:-gqa}" > "$OUT/ab.txt" 2>&1
-  log "race ab rc=$?"
-  python3 -c "
-import json
-for line in open('$OUT/ab.txt'):
-    if not line.startswith('{'): continue
-    r = json.loads(line)
-    print(r['name'], ' | '.join(f\"{v['variant']} {v['served_pct']} {v['served']}{'' if v['ok'] else ' WRONG'}\" for v in r['variants']))
-" 2>&1 | tail -20
 fi
 if [[ $STEPS == *host* ]]; then
   timeout 30 python3 dev/ml_permutes.py --host > "$OUT/host.txt" 2>&1

@@ -9,7 +9,6 @@ timing is the median of `--rounds` event-timed batches of calls.
 
     python3 dev/ml_permutes.py [--only vit,gqa,int8,img] [--no-compile] [--json out.json]
     python3 dev/ml_permutes.py --int8-order transpose   # transpose() first, then permute()
-    python3 dev/ml_permutes.py --race-ab --only gqa      # first calls: old race / new / old / new
     python3 dev/ml_permutes.py --host                    # host cost of a contiguous-copy call
 
 What it is for: docs/perf-notes.md ("Permute: ML workloads"); every figure as % of the copy.
@@ -59,11 +58,6 @@ def main() -> int:
     ap.add_argument("--int8-order", choices=("permute", "transpose"))
     ap.add_argument("--budget", type=float, default=1e9)
     ap.add_argument("--race", default="", help="names: the first call's race from idle")
-    ap.add_argument(
-        "--race-ab",
-        action="store_true",
-        help="each case's first call served by firstcall.race, the permute race, again each",
-    )
     ap.add_argument("--host", action="store_true", help="host cost of head-swap h=1 calls")
     ap.add_argument(
         "--scatter-blocks",
@@ -183,7 +177,7 @@ def main() -> int:
             guess = plan.passes[0]
             for _ in range(3):
                 time.sleep(1.5)  # an idle GPU, as after compiling a first call's kernels
-                oc = firstcall.race(runners, guess, src, dst, stream, state.ctx)
+                oc = firstcall.race(runners, guess, state, src, dst, stream, state.ctx)
                 row["races"].append(
                     {
                         "best": tag[oc.best],
@@ -219,49 +213,6 @@ def main() -> int:
             + (f"/v{q.vectors[0]}x{q.vectors[1]}" if q.vectors[0] else "")
             + (f"/s{q.scatter}" if getattr(q, "scatter", 0) else "")
         )
-
-    if args.race_ab:  # the same first call served by the old race and the new, in turn
-        from autotranspose._dispatch import caches as _caches
-
-        new_race = _permuter.race
-
-        def old_race(runners, guess, state, src, dst, stream, ctx, budget_s=0.2):
-            return _firstcall.race(runners, guess, src, dst, stream, ctx, budget_s)
-
-        only = set(filter(None, args.only.split(",")))
-        for _, name, shape, axes, dtype in cases(only):
-            tdt = getattr(torch, dtype)
-            x = torch.randint(0, 100, shape, device=dev).to(tdt)
-            want = x.permute(axes).contiguous()
-            out = torch.empty_like(want)
-            cp = torch.empty_like(x)
-            nbytes = x.numel() * x.element_size()
-            calls = max(3, min(200, int(2e9 // (4 * nbytes)) + 1))
-            copy_s = timed(lambda cp=cp, x=x: cp.copy_(x), calls)
-            row = {"name": name, "variants": []}
-            for variant in ("old", "new", "old2", "new2", "old3", "new3"):
-                _caches.clear()
-                _permuter.race = new_race if variant.startswith("new") else old_race
-                before = len(_permuter.history)
-                at.permute(x, axes, out=out)
-                torch.cuda.synchronize()
-                ok = bool(torch.equal(raw(out), raw(want)))
-                run = lambda x=x, a=axes, o=out: at.permute(x, a, out=o)  # noqa: E731
-                pct = round(100 * copy_s / timed(run, calls), 1)
-                v = {"variant": variant, "ok": ok, "served_pct": pct}
-                if len(_permuter.history) > before:
-                    oc = _permuter.history[-1][2]
-                    v["served"] = tag_of(oc.best)
-                    v["race"] = {
-                        tag_of(q): round(100 * copy_s / t, 1) for q, t in oc.seconds.items() if t
-                    }
-                    v["race_ms"] = round(oc.gpu_s * 1e3, 1)
-                else:
-                    v["served"] = "plan (no race)"
-                row["variants"].append(v)
-            _permuter.race = new_race
-            print(json.dumps(row), flush=True)
-        return 0
 
     if args.host:  # what a contiguous-copy call costs the host, against PyTorch's copy
         for shape in ((8, 4096, 1, 128), (1, 16, 1, 128)):

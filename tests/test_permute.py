@@ -820,14 +820,14 @@ class _Clock:
 def gpu_clock(monkeypatch: pytest.MonkeyPatch):
     import contextlib
 
-    from autotranspose._dispatch import permute as dp
+    from autotranspose import _firstcall as firstcall
 
     clock = _Clock(np.random.default_rng(7), 0.0)
-    monkeypatch.setattr(dp._driver, "Event", clock.event)
-    monkeypatch.setattr(dp._driver, "on_context", lambda ctx: contextlib.nullcontext())
-    monkeypatch.setattr(dp._driver, "synchronize", lambda ctx: None)
+    monkeypatch.setattr(firstcall._driver, "Event", clock.event)
+    monkeypatch.setattr(firstcall._driver, "on_context", lambda ctx: contextlib.nullcontext())
+    monkeypatch.setattr(firstcall._driver, "synchronize", lambda ctx: None)
     spin = SimpleNamespace(call=lambda grid, block, fmt, ns, stream: clock.spins.append(ns))
-    monkeypatch.setattr(dp, "spinner", lambda state: spin)
+    monkeypatch.setattr(firstcall, "spinner", lambda state: spin)
     return clock
 
 
@@ -846,7 +846,7 @@ def _passes(k: int) -> list[Pass]:
     ],
 )
 def test_the_race_keeps_the_plans_pass_unless_beaten_clearly(gpu_clock, rival, noise, wins):
-    from autotranspose._dispatch import permute as dp
+    from autotranspose import _firstcall as firstcall
 
     gpu_clock.noise = noise
     guess, alt, slow = _passes(3)
@@ -855,24 +855,24 @@ def test_the_race_keeps_the_plans_pass_unless_beaten_clearly(gpu_clock, rival, n
         alt: gpu_clock.runner(10e-6 * rival),
         slow: gpu_clock.runner(14e-6),
     }
-    out = dp.race(runners, guess, None, 0, 0, None, 0)
+    out = firstcall.race(runners, guess, None, 0, 0, None, 0)
     assert out.best == (alt if wins else guess), out.seconds
     assert set(out.seconds) == set(runners) and all(out.seconds.values())
     # every timed batch waited behind a spin (warm-ups do not): rounds, then pairs if a rival
     # led the rounds
-    assert len(gpu_clock.spins) >= dp.ROUNDS * len(runners)
-    assert all(dp.SPIN_MIN_S * 1e9 <= ns <= dp.SPIN_MAX_S * 1e9 for ns in gpu_clock.spins)
+    assert len(gpu_clock.spins) >= firstcall.ROUNDS * len(runners)
+    assert all(firstcall.SPIN_MIN_S * 1e9 <= ns <= firstcall.SPIN_MAX_S * 1e9 for ns in gpu_clock.spins)
 
 
 def test_a_runner_that_fails_to_launch_is_left_out(gpu_clock):
-    from autotranspose._dispatch import permute as dp
+    from autotranspose import _firstcall as firstcall
 
     guess, alt = _passes(2)
     runners = {guess: gpu_clock.runner(10e-6, fails=True), alt: gpu_clock.runner(12e-6)}
-    out = dp.race(runners, guess, None, 0, 0, None, 0)
+    out = firstcall.race(runners, guess, None, 0, 0, None, 0)
     assert out.best == alt and out.seconds[guess] is None
     runners = {guess: gpu_clock.runner(10e-6, fails=True)}
-    assert dp.race(runners, guess, None, 0, 0, None, 0) is None
+    assert firstcall.race(runners, guess, None, 0, 0, None, 0) is None
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

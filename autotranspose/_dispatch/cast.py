@@ -3,11 +3,11 @@
 a class with no result, the first call's measurement: the default and
 `kinds.cast.race_candidates` timed on the call's own buffers, the winner kept for the class
 in this process and in the tuning database (`winners`, under the pair's problem), as a
-transpose's first call does. The timing is permute's race (the GPU's time alone, behind a
-spin kernel, in rounds of changing order, the default staying unless another beats it again
-head to head): timed by events around host-queued calls, as transposes' races are, it served
-configs 5-15 points slower than the default to 4 of 40 calls of 58-150 MB (H100), where a
-call takes the GPU about as long as the host takes to queue it.
+transpose's first call does, timed by `firstcall.race` (the GPU's time alone, behind a spin
+kernel, the default staying unless another beats it again head to head: timed by events
+around host-queued calls, the race served configs 5-15 points slower than the default to 4
+of 40 calls of 58-150 MB on the H100, where a call takes the GPU about as long as the host
+takes to queue it).
 
 `_cast` asks once per signature, when it prepares the signature's launches; a hit of its
 fast path runs what was prepared (no lookup). The class is the first launch's (batch, m, n)
@@ -29,7 +29,6 @@ from .._shapes import ShapeClass, call_vec, shape_class
 from ..errors import AutotransposeError
 from ..kinds import cast as cast_kind
 from ..kinds.cast import Format, pair_code
-from .permute import race as gpu_race
 
 # What the first calls of this process timed, newest last: (device name, problem, class,
 # Outcome: the chosen config and each candidate's median seconds). For looking into a choice
@@ -93,7 +92,7 @@ def choose_config(
                     runners[c] = race.runner(c)
                 except AutotransposeError:
                     continue
-        outcome = gpu_race(runners, guess, state, 0, 0, race.stream, race.ctx)
+        outcome = firstcall.race(runners, guess, state, 0, 0, race.stream, race.ctx)
         if outcome is None:
             return None
         history.append((state.info.name, call.problem, cls, outcome))

@@ -11,41 +11,20 @@ own buffers and stream (`race`) and keeps the fastest for this process.
 from __future__ import annotations
 
 import functools
-import statistics
-import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import _driver, _firstcall as firstcall, _lookup as lookup
 from .._arrays import NDView
-from .._codegen import render_support
-from .._compiler import DeviceState, Kernel, _cached, load_source
+from .._compiler import DeviceState
 from .._launch import Launch, make_gather, make_packed, make_row_copy, make_runs_copy
 from .._plan import COPY, GATHER, PACKED, TRANSPOSE, Dim, Pass, Plan, plan_permute
 from .._vbox import make_vbox
-from ..errors import AutotransposeError, KernelLaunchError
+from ..errors import AutotransposeError
 from . import caches
 from .transpose import batched_launch
-
-# The race of a first call (`race`). Timing a few microseconds of kernels by events around
-# calls queued from Python measures the host's launch rate where the host is the slower
-# side: the K/V head swap (16 MB, L2-resident, ~6 us a call) ranked its passes 2-6 points
-# apart by noise and served a packed box at 77.9% of copy where the row copy ran at 95.2 (an
-# H100). So each timed batch waits behind a spin of the GPU (`at_spin`, twice the host's time
-# to queue the batch, at most SPIN_MAX_S) and times the GPU alone; the candidates are timed
-# in ROUNDS rounds, each round in another order; and the fastest alternative replaces the
-# plan's pass only if it then wins again head to head: CONFIRM_ROUNDS pairs of batches, the
-# order alternating, its median faster by CONFIRM_MARGIN and faster in CONFIRM_WINS of the
-# pairs (the plan's pass was chosen for a reason; the outcome's seconds for the two are
-# those of the pairs). Timed so, one pass's figure repeated within 0.7 points over three
-# first calls (H100: the h = 2 swap's row copy 110.8 / 110.1 / 110.4% of copy), while the
-# packed box beat the row copy of h = 4-7 by 1.6-2.4 points in the steady state: a 2%
-# margin kept the row copy in 9 of 12 such first calls, so the margin is 1%.
-ROUNDS = firstcall.ROUNDS
-CONFIRM_ROUNDS, CONFIRM_WINS, CONFIRM_MARGIN = 8, 6, 0.01
-SPIN_MAX_S, SPIN_MIN_S = 2e-3, 20e-6
 
 # What the first calls of this process chose between, newest last: (device name, the plan,
 # Outcome: the chosen pass and each pass's median seconds). For looking into a choice;
@@ -249,111 +228,13 @@ def served(
             runners[p] = Steps(build(plan.taking(p), state, src, dst, stream, ctx))
         except AutotransposeError:  # e.g. a kernel that does not fit this device: not a candidate
             continue
-    outcome = race(runners, guess, state, src, dst, stream, ctx)
+    outcome = firstcall.race(runners, guess, state, src, dst, stream, ctx)
     if outcome is None:  # nothing ran (each launch failed): the plan's own pass, as before
         return plan, own, True
     history.append((state.info.name, plan, outcome))
     if outcome.best == guess:
         return plan, own, True
     return plan.taking(outcome.best), runners[outcome.best].steps, True
-
-
-def spinner(state: DeviceState) -> Kernel:
-    """`at_spin` (templates/common/support.cu.j2) on `state`'s architecture, loaded once."""
-    return _cached(
-        state.arch,
-        "at_spin",
-        lambda: load_source(state.arch, render_support(), ["at_spin"])["at_spin"],
-    )
-
-
-def race(
-    runners: Mapping[Pass, firstcall.Runner],
-    guess: Pass,
-    state: DeviceState,
-    src: int,
-    dst: int,
-    stream: int | None,
-    ctx: int,
-    budget_s: float = firstcall.BUDGET_S,
-) -> firstcall.Outcome[Pass] | None:
-    """Time each of `runners` (the plan's pass `guess` and its alternatives) on the call's
-    buffers and stream and return the fastest, the GPU's time only (ROUNDS, CONFIRM_*,
-    SPIN_*: why and how). A runner whose launch fails is left out; None when none ran. The
-    caller checks that the stream is not being captured (timing synchronises)."""
-    if not runners:
-        return None
-    spin = spinner(state)
-    gpu: dict[Pass, float] = {}
-    host: dict[Pass, float] = {}
-    reps: dict[Pass, int] = {}
-    spent = 0.0
-    with firstcall._measuring, _driver.on_context(ctx):
-        start, end = _driver.Event(), _driver.Event()
-
-        def waits(p: Pass) -> float:
-            """The spin before a batch of `p`: twice the host's time to queue the batch."""
-            return min(SPIN_MAX_S, max(SPIN_MIN_S, 2 * reps[p] * host[p]))
-
-        def timed(p: Pass) -> float:
-            """Seconds a call of `p` takes the GPU: a batch of reps[p] calls behind a spin."""
-            nonlocal spent
-            wait = waits(p)
-            spin.call((1, 1, 1), (1, 1, 1), "<Q", int(wait * 1e9), stream=stream)
-            start.record(stream)
-            for _ in range(reps[p]):
-                runners[p].run(src, dst, stream, ctx)
-            end.record(stream)
-            end.synchronize()
-            t = end.ms_since(start) / 1e3
-            spent += t + wait
-            return t / reps[p]
-
-        for p, runner in runners.items():  # warm-up: what a call costs the host and the GPU
-            try:
-                runner.run(src, dst, stream, ctx)
-                _driver.synchronize(ctx)
-                t0 = time.perf_counter()
-                start.record(stream)
-                runner.run(src, dst, stream, ctx)
-                end.record(stream)
-                host[p] = time.perf_counter() - t0
-                end.synchronize()
-            except KernelLaunchError:
-                continue
-            gpu[p] = end.ms_since(start) / 1e3
-            spent += 2 * gpu[p]
-            reps[p] = max(1, min(64, int(firstcall.MIN_TIMED_S / max(gpu[p], 1e-7))))
-        if not gpu:
-            return None
-        order = list(gpu)
-        times: dict[Pass, list[float]] = {p: [] for p in order}
-        round_s = sum(reps[p] * gpu[p] + waits(p) for p in order)
-        for r in range(ROUNDS):
-            if spent + round_s > budget_s:
-                break
-            for p in order[r % len(order) :] + order[: r % len(order)]:
-                times[p].append(timed(p))
-        medians = {p: statistics.median(v) if v else gpu[p] for p, v in times.items()}
-        best = min(medians, key=medians.__getitem__)
-        if guess in medians and best != guess:
-            best, rival = guess, best
-            if medians[rival] * (1 + firstcall.MARGIN) < medians[guess]:
-                pair_s = sum(reps[p] * gpu[p] + waits(p) for p in (guess, rival))
-                head: dict[Pass, list[float]] = {guess: [], rival: []}
-                for r in range(CONFIRM_ROUNDS):
-                    if spent + pair_s > budget_s:
-                        break
-                    for p in (guess, rival) if r % 2 == 0 else (rival, guess):
-                        head[p].append(timed(p))
-                if len(head[rival]) == CONFIRM_ROUNDS:
-                    wins = sum(a < g for a, g in zip(head[rival], head[guess], strict=True))
-                    medians = {**medians, **{p: statistics.median(v) for p, v in head.items()}}
-                    if wins >= CONFIRM_WINS and medians[rival] < medians[guess] * (
-                        1 - CONFIRM_MARGIN
-                    ):
-                        best = rival
-    return firstcall.Outcome(best, {p: medians.get(p) for p in runners}, spent)
 
 
 def build(

@@ -80,14 +80,6 @@ def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig
     # tiles past 48 KiB (dynamic shared memory, opted in): "w<tile_n>t<per_thread>"
     for c in cast.wide_tiles(KernelConfig, src, dst):
         out.append((f"w{c.tile_n}t{c.per_thread}", c))
-    # 256 columns: z's row pieces of 256 bytes (float8); 128 or 256 rows
-    for name, tm, pt in (("w256m128t8", 128, 8), ("w256t16", 256, 16)):
-        try:
-            c = base.replace(tile_m=tm, tile_n=256, per_thread=pt, min_blocks=0)
-        except (ConfigError, ValueError):
-            continue
-        if c.threads <= 1024 and c.dynamic_smem:
-            out.append((name, c))
     return out
 
 

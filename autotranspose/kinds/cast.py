@@ -64,8 +64,6 @@ PAIRS: dict[str, tuple[Format, Format]] = {
 
 CAST_TILE_M: tuple[int, ...] = (32, 64, 128, 256)
 CAST_TILE_N: tuple[int, ...] = (32, 64, 128)
-# columns a tile may also have past 48 KiB of shared memory (dynamic; not in `space`)
-CAST_TILE_N_WIDE: tuple[int, ...] = (256,)
 CAST_MAX_THREADS = 1024
 STORE_BYTES = 16  # the transposed output moves in 16-byte words (at each row's alignment)
 _WORDS = {1: "unsigned char", 2: "unsigned short", 4: "u32", 8: "uint2", 16: "uint4"}
@@ -291,7 +289,7 @@ class CastKind(Kind):
         return CAST_TILE_M
 
     def tile_n_values(self, c: Config) -> tuple[int, ...]:
-        return CAST_TILE_N + CAST_TILE_N_WIDE
+        return CAST_TILE_N
 
     def grid(
         self, c: Config, m: int, n: int, batch: int, multiprocessors: int

@@ -167,3 +167,19 @@ def test_refinement_stops_when_the_budget_is_spent(monkeypatch):
     monkeypatch.setattr(firstcall, "measure", _fake_measure(calls, spent_each=firstcall.BUDGET_S))
     firstcall.search(None, [default_config(4, max_vector=4)], None, 0, 0, None, 0, _any)
     assert len(calls) == 1
+
+
+def test_a_shipped_tile_taller_than_the_call_s_rows_is_raced_like_a_guess():
+    """A class spans sides up to twice apart: a shipped tiled or direct tile that overhangs
+    the call (a 32-row tile on 17-31 rows) is raced; one that fits, or a flat kernel, is not."""
+    from autotranspose._config import flat_default
+    from autotranspose._dispatch.transpose import overhangs
+
+    rng = random.Random()
+    tile = default_config(16).replace(tile_m=32, tile_n=64, per_thread=8)
+    assert tile.kind == "tiled"
+    assert overhangs(tile, rng.randint(17, 31), 977100)
+    assert overhangs(tile, 977100, rng.randint(33, 63))
+    assert not overhangs(tile, 32, 1048576) and not overhangs(tile, rng.randint(64, 9999), 64)
+    flat = flat_default(4, 9)
+    assert flat is not None and flat.kind == "flat" and not overhangs(flat, 9, 2000000)

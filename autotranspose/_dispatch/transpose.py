@@ -89,7 +89,10 @@ def pick(
         cfg = for_call(choice.config, x.m, x.n)
         if cfg.flat and not flat_fits_call(cfg, x, o):  # strided rows: the tiled default
             cfg = default_config(s, max_vector=vec, conjugate=conjugate)
-        if ctx is not None and firstcall.enabled() and lookup.is_guess(choice, cls):
+        guess = lookup.is_guess(choice, cls) or (
+            choice.source == "shipped" and overhangs(cfg, x.m, x.n)
+        )
+        if ctx is not None and firstcall.enabled() and guess:
             cfg = _first_call(x, o, cfg, cls, vec, conjugate, state, stream, ctx, outer)
     else:
         cfg = check_forced(config, x, vec, conjugate, state)
@@ -108,6 +111,16 @@ def pick(
                 f"and {o.ld} (out): use a tiled config (flat=False) or contiguous arrays"
             )
     return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, *outer)
+
+
+def overhangs(cfg: KernelConfig, m: int, n: int) -> bool:
+    """Whether a tiled or direct tile is taller than the call's rows or wider than its
+    columns. A class spans sides up to twice apart, so a shipped result of the call's own
+    class may have been tuned on a side its tile fits and the call's does not: then part of
+    every block idles, and the first call races it like a guess (H100: complex128 21x977100
+    was served the 32x1048576 class's 32-row tile at 86.6% of copy, the seed kernel ran
+    97.1)."""
+    return cfg.kind in ("tiled", "direct") and (cfg.tile_m > m or cfg.tile_n > n)
 
 
 def vec_of(x: View, o: View, outer: Outer = NO_OUTER) -> int:

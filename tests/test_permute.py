@@ -861,7 +861,9 @@ def test_the_race_keeps_the_plans_pass_unless_beaten_clearly(gpu_clock, rival, n
     # every timed batch waited behind a spin (warm-ups do not): rounds, then pairs if a rival
     # led the rounds
     assert len(gpu_clock.spins) >= firstcall.ROUNDS * len(runners)
-    assert all(firstcall.SPIN_MIN_S * 1e9 <= ns <= firstcall.SPIN_MAX_S * 1e9 for ns in gpu_clock.spins)
+    assert all(
+        firstcall.SPIN_MIN_S * 1e9 <= ns <= firstcall.SPIN_MAX_S * 1e9 for ns in gpu_clock.spins
+    )
 
 
 def test_a_runner_that_fails_to_launch_is_left_out(gpu_clock):

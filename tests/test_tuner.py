@@ -835,3 +835,30 @@ def test_a_trial_another_process_ended_right_after_the_ask_is_skipped(
     measured = [t for t in trials if "status" in t.user_attrs]  # measured: ok or failing
     assert len(measured) == 8 and not {t.number for t in measured} & set(ended)
     assert all(t.state == TrialState.FAIL for t in trials if t.number in ended)
+
+
+def test_a_queued_trial_another_process_ended_during_the_ask_is_skipped(
+    db: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Injected interleaving: two processes popped the same queued trial (SQLite has no row
+    locks) and the other one measured and told it while this ask was still writing its
+    parameters, so the ask itself raises. The run asks again and spends its whole budget."""
+    ended: list[int] = []
+    ask = optuna.Study.ask
+
+    def ended_during_the_ask(self, fixed_distributions=None):  # type: ignore[no-untyped-def]
+        if len(ended) < 2:
+            trial = ask(self, fixed_distributions)
+            self._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            ended.append(trial.number)
+            raise optuna.exceptions.UpdateFinishedTrialError(
+                f"Trial#{trial.number} has already finished and can not be updated."
+            )
+        return ask(self, fixed_distributions)
+
+    monkeypatch.setattr(optuna.Study, "ask", ended_during_the_ask)
+    result = _tune(db, SyntheticObjective(), trials=8, batch=2)
+    assert len(ended) == 2
+    trials = _trials(db, result)
+    measured = [t for t in trials if "status" in t.user_attrs]
+    assert len(measured) == 8 and not {t.number for t in measured} & set(ended)

@@ -79,7 +79,12 @@ class Batch:
         assert heartbeat is not None
         for _ in range(k):
             with holding_ctrl_c():  # ask writes the RUNNING row before it returns it
-                trial = run.study.ask(run.space.distributions)
+                try:
+                    trial = run.study.ask(run.space.distributions)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    # a queued trial another process popped too (SQLite has no row locks),
+                    # measured and told before this ask had written its parameters: ask again
+                    continue
                 if not run.owns(trial):
                     continue
                 self.current = trial  # an interrupt from here on abandons it too

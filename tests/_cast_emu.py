@@ -51,20 +51,13 @@ def _cuda_include() -> str | None:
     return None
 
 
-@functools.cache
-def _library(config: KernelConfig) -> ctypes.CDLL:
-    source = codegen._render_kernels(config.policy.template, [codegen.kernel_params(config)])
-    if config.dynamic_smem:  # what a launch would pass: the block's bytes, as one array
-        dynamic = "extern __shared__ __align__(16) unsigned char smem[];"
-        assert dynamic in source, "a tile past 48 KiB declares its shared memory extern"
-        sized = f"__shared__ __align__(16) unsigned char smem[{config.dynamic_smem}];"
-        source = source.replace(dynamic, sized)
-    name = config.kernel_name
+def emulated(name: str, source: str, args_type: str, glue: str) -> ctypes.CDLL:
+    """Kernel `source` built for the CPU (cached by its text): `glue` defines `emu_args` (of
+    `args_type`) and `emu_one()`, which calls kernel `name` on them; the library's
+    `emu_launch(args, grid, threads)` runs every block and returns the first error."""
     text = (
-        f'#include "{HERE / "emu" / "cuda_emu.h"}"\n{source}\n'
-        "static at_cast_args emu_args;\n"
-        f"static void emu_one() {{ {name}(emu_args); }}\n"
-        'extern "C" int emu_launch(const at_cast_args* a, unsigned grid, unsigned threads) {\n'
+        f'#include "{HERE / "emu" / "cuda_emu.h"}"\n{source}\n{glue}'
+        f'extern "C" int emu_launch(const {args_type}* a, unsigned grid, unsigned threads) {{\n'
         "    emu_args = *a; emu_body = emu_one; blockDim.x = threads; gridDim.x = grid;\n"
         "    for (unsigned b = 0; b < grid; ++b) {\n"
         "        blockIdx.x = b;\n"
@@ -104,6 +97,20 @@ def _library(config: KernelConfig) -> ctypes.CDLL:
         tmp.rename(lib)
     so = ctypes.CDLL(str(lib))
     so.emu_launch.restype = ctypes.c_int
+    return so
+
+
+@functools.cache
+def _library(config: KernelConfig) -> ctypes.CDLL:
+    source = codegen._render_kernels(config.policy.template, [codegen.kernel_params(config)])
+    if config.dynamic_smem:  # what a launch would pass: the block's bytes, as one array
+        dynamic = "extern __shared__ __align__(16) unsigned char smem[];"
+        assert dynamic in source, "a tile past 48 KiB declares its shared memory extern"
+        sized = f"__shared__ __align__(16) unsigned char smem[{config.dynamic_smem}];"
+        source = source.replace(dynamic, sized)
+    name = config.kernel_name
+    glue = f"static at_cast_args emu_args;\nstatic void emu_one() {{ {name}(emu_args); }}\n"
+    so = emulated(name, source, "at_cast_args", glue)
     so.emu_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
     return so
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
-from _cast_emu import _BUILD, HERE, _cuda_include, address, gxx, shared
+from _cast_emu import address, emulated, gxx, shared
 from _gpu import assert_match_reference
 
 from autotranspose import _lookup as lookup
@@ -259,40 +257,15 @@ def _emu(config: KernelConfig) -> ctypes.CDLL:
 
     source = codegen._render_kernels(config.policy.template, [codegen.kernel_params(config)])
     t = {1: "unsigned char", 2: "unsigned short"}[config.elem_bytes]
-    text = (
-        f'#include "{HERE / "emu" / "cuda_emu.h"}"\n{source}\n'
+    glue = (
         "struct emu_a { const void* in; void* out; long long M, N, ldi, ldo, bsi, bso; "
         "unsigned f, s, total; };\n"
-        "static emu_a A;\n"
-        f"static void emu_one() {{ {config.kernel_name}((const {t}*)A.in, ({t}*)A.out, A.M, A.N, "
-        "A.ldi, A.ldo, A.bsi, A.bso, A.f, A.s, A.total); }\n"
-        'extern "C" int emu_launch(const emu_a* a, unsigned grid, unsigned threads) {\n'
-        "    A = *a; emu_body = emu_one; blockDim.x = threads; gridDim.x = grid;\n"
-        "    for (unsigned b = 0; b < grid; ++b) {\n"
-        "        blockIdx.x = b;\n"
-        "        const int e = emu_block(threads);\n"
-        "        if (e) return e;\n"
-        "    }\n"
-        "    return 0;\n"
-        "}\n"
+        "static emu_a emu_args;\n"
+        f"static void emu_one() {{ const emu_a& A = emu_args; {config.kernel_name}("
+        f"(const {t}*)A.in, ({t}*)A.out, A.M, A.N, A.ldi, A.ldo, A.bsi, A.bso, A.f, A.s, "
+        "A.total); }\n"
     )
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    _BUILD.mkdir(parents=True, exist_ok=True)
-    lib = _BUILD / f"{config.kernel_name}_{digest}.so"
-    if not lib.is_file():
-        src = _BUILD / f"{config.kernel_name}_{digest}.{os.getpid()}.cpp"
-        src.write_text(text)
-        tmp = lib.with_suffix(f".{os.getpid()}.tmp.so")
-        subprocess.run(
-            [gxx() or "g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas",
-             "-fsanitize=alignment", "-fno-sanitize-recover=alignment", f"-I{_cuda_include()}",
-             str(src), "-o", str(tmp)],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
-        tmp.rename(lib)
-    so = ctypes.CDLL(str(lib))
-    so.emu_launch.restype = ctypes.c_int
-    return so
+    return emulated(config.kernel_name, source, "emu_a", glue)
 
 
 class _Args(ctypes.Structure):

@@ -310,7 +310,6 @@ def cuda_lowering(monkeypatch):
     monkeypatch.setattr(jax_cast, "device_program", device_program)
     monkeypatch.setattr(_jax_handler, "register", lambda: None)
     monkeypatch.setattr(jax_ops, "lowering_devices", lambda ctx: [0, 1])
-    monkeypatch.setattr(jax_cast, "_programs", {})
     monkeypatch.setattr(jax_ops, "_programs", {})
 
     def lower(fn, *args):

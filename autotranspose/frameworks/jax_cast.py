@@ -38,7 +38,6 @@ messages (`_cast.checked`). Nothing here imports JAX until it is used.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
 import numbers
@@ -305,14 +304,6 @@ def _ffi_lowering() -> Any:
     return jax.ffi.ffi_lowering(_jax_handler.CAST_TARGET)
 
 
-# (device, shape, axes, pair, both, scale bits, amax) -> the program. Never dropped: compiled
-# XLA executables hold the addresses (and, as jax_ops._programs, one reference more than the
-# module's, for calls at the interpreter's exit).
-_programs: dict[tuple[Any, ...], Any] = {}
-_programs_lock = threading.Lock()
-ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))(_programs)
-
-
 def buffers(both: bool, scale: Any, amax: bool) -> dict[str, int]:
     """The call's buffers by name, numbered from 1 as the handler counts them: the operands
     (x, scale, amax_in), then the results (z, y, amax); the absent ones left out."""
@@ -359,16 +350,11 @@ def _entry(
     scale: Any,
     amax: bool,
 ) -> jax_ops.Entry:
-    key = (device, shape, axes, src.name, dst.name, both, _scale_key(scale), amax)
-    prog = _programs.get(key)
-    if prog is None:
-        with _programs_lock:
-            prog = _programs.get(key)
-            if prog is None:
-                prog = device_program(device, shape, axes, src, dst, both, scale, amax)
-                if not prog.address:
-                    raise KernelLaunchError(jax_ops._no_launcher_reason())
-                _programs[key] = prog
+    # kept with permute's programs (jax_ops.kept_program), never dropped
+    key = ("cast", device, shape, axes, src.name, dst.name, both, _scale_key(scale), amax)
+    prog = jax_ops.kept_program(
+        key, lambda: device_program(device, shape, axes, src, dst, both, scale, amax)
+    )
     return jax_ops.Entry(device, prog.address, False)
 
 

@@ -36,7 +36,7 @@ import functools
 import math
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -245,8 +245,9 @@ class Entry(NamedTuple):
     is_launch: bool  # one prepared launch (at_transpose), else a program (at_run)
 
 
-# (device, fused shape, fused axes, dtype name, conjugate) -> the launches' owner. Never
-# dropped: compiled XLA executables hold the addresses.
+# A call signature -> the launches' owner: ("permute", device, fused shape, fused axes, dtype
+# name, conjugate), or jax_cast's ("cast", ...). Never dropped: compiled XLA executables hold
+# the addresses.
 _programs: dict[tuple[Any, ...], Any] = {}
 _programs_lock = threading.Lock()
 # One reference more than the module holds: the structs outlive the interpreter's teardown of
@@ -259,17 +260,26 @@ def _entry(
 ) -> Entry:
     from .. import _driver, _permuter as permuter
 
-    key = (device, shape, axes, element_type(dtype).name, conjugate)
+    key = ("permute", device, shape, axes, element_type(dtype).name, conjugate)
+    prog = kept_program(
+        key, lambda: permuter.device_program(device, shape, axes, dtype, conjugate=conjugate)
+    )
+    return Entry(device, prog.address, isinstance(prog, _driver.Prepared))
+
+
+def kept_program(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+    """The program (or prepared launch) of a call signature, made once by `make` and kept for
+    the process's life (`_programs`); KernelLaunchError where no native launcher can run it."""
     prog = _programs.get(key)
     if prog is None:
         with _programs_lock:
             prog = _programs.get(key)
             if prog is None:
-                prog = permuter.device_program(device, shape, axes, dtype, conjugate=conjugate)
+                prog = make()
                 if not prog.address:
                     raise KernelLaunchError(_no_launcher_reason())
                 _programs[key] = prog
-    return Entry(device, prog.address, isinstance(prog, _driver.Prepared))
+    return prog
 
 
 def _no_launcher_reason() -> str:

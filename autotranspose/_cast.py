@@ -73,7 +73,6 @@ _prepared: dict[tuple[Any, ...], _Prepared] = {}
 _hits: dict[tuple[Any, ...], _Hit] = {}
 _functions: dict[tuple[int, int], Any] = {}  # (kernel handle, context) -> launch arguments' head
 _lock = threading.Lock()
-_generation = [lookup.generation]  # the lookup generation _prepared's configs were chosen in
 
 
 def clear_caches() -> None:
@@ -86,15 +85,16 @@ def clear_caches() -> None:
 caches.also_clear(clear_caches)
 
 
-def _fresh() -> None:
-    """Drop the launches an older lookup generation chose (results tuned, measured or
-    imported in this process since), so the next call of each signature is served them.
-    The fast path's signatures carry the generation, so its hits miss from then on."""
-    if _generation[0] != lookup.generation:
-        with _lock:
-            _prepared.clear()
-            _hits.clear()
-            _generation[0] = lookup.generation
+def _drop_chosen() -> None:
+    """Forget what an older lookup generation chose (results tuned, measured or imported in
+    this process since): the next call of each signature is served them. The fast path's
+    signatures carry the generation too, so its hits miss from then on."""
+    with _lock:
+        _prepared.clear()
+        _hits.clear()
+
+
+caches.also_fresh(_drop_chosen)
 
 
 def cast_transpose(
@@ -561,7 +561,7 @@ def _prepare(
     its later calls; not while a first call cannot measure under graph capture). `operands`
     (scale pointer, scale value, amax pointer) let a first call measure on the call's own
     buffers; None: no buffers to measure on, lookup's choice."""
-    _fresh()
+    caches.fresh()
     key = _key(xv, yv, zv, order, dst, config)
     prep = _prepared.get(key)
     if prep is not None:

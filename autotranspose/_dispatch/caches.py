@@ -26,15 +26,24 @@ hits: dict[tuple[Any, ...], Any] = {}
 lock = threading.Lock()  # held while a launch or a plan's steps are built: one build a key
 _generation = [lookup.generation]
 _also: list[Callable[[], None]] = []  # memoised functions cleared with the rest
+_chosen: list[Callable[[], None]] = []  # other caches of what lookup chose (cast_transpose's)
 
 
 def fresh() -> None:
     """Drop the launches and steps an older lookup generation chose (a tuning run finished,
-    or results were imported, in this process)."""
+    or results were imported, in this process), and the caches registered by `also_fresh`."""
     if _generation[0] != lookup.generation:
         launches.clear()
         steps.clear()
+        for fn in _chosen:
+            fn()
         _generation[0] = lookup.generation
+
+
+def also_fresh(fn: Callable[[], None]) -> None:
+    """Register a cache of lookup's choices to be dropped by `fresh` (and `clear`: register it
+    with `also_clear` too where it is not already cleared there)."""
+    _chosen.append(fn)
 
 
 def keep(cache: dict[tuple[Any, ...], V], key: tuple[Any, ...], value: V) -> None:

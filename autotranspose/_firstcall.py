@@ -214,20 +214,21 @@ _measuring = threading.Lock()  # one measurement at a time per process: they sha
 def measure(
     state: DeviceState,
     configs: Sequence[KernelConfig],
-    make: Callable[[KernelConfig], Launch],
+    make: Callable[[KernelConfig], Runner],
     src: int,
     dst: int,
     stream: int | None,
     ctx: int,
     budget_s: float = BUDGET_S,
 ) -> Outcome[KernelConfig] | None:
-    """Time `configs` (prepared by `make`) on the call's buffers and stream; None when the
-    stream is being captured into a graph or nothing could run. The first config is the
+    """Time `configs` (prepared by `make`: a transpose's Launch, a cast's launches) on the
+    call's buffers and stream; None when the stream is being captured into a graph or
+    nothing could run. The first config is the
     guess: another must beat it by more than MARGIN."""
     if _driver.is_capturing(stream):
         return None
     failed = precompile(state, configs)
-    launches: dict[KernelConfig, Launch] = {}
+    launches: dict[KernelConfig, Runner] = {}
     for c in configs:
         if c in failed:
             continue

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 from .. import _driver, _firstcall as firstcall, _lookup as lookup, _winners as winners
 from .._castplan import CastPlan
-from .._compiler import DeviceState, precompile
+from .._compiler import DeviceState
 from .._config import KernelConfig
 from .._shapes import ShapeClass, call_vec, shape_class
-from ..errors import AutotransposeError
 from ..kinds import cast as cast_kind
 from ..kinds.cast import Format, pair_code
 
@@ -83,16 +82,8 @@ def choose_config(
     def measure() -> winners.Winner | None:
         guess = choice.config
         configs = [guess, *cast_kind.race_candidates(KernelConfig, src, dst, limits)]
-        configs = [c for i, c in enumerate(configs) if runnable(c) and c not in configs[:i]]
-        failed = precompile(state, configs)
-        runners = {}
-        for c in configs:
-            if c not in failed:
-                try:
-                    runners[c] = race.runner(c)
-                except AutotransposeError:
-                    continue
-        outcome = firstcall.race(runners, guess, state, 0, 0, race.stream, race.ctx)
+        configs = list(dict.fromkeys(c for c in configs if runnable(c)))
+        outcome = firstcall.measure(state, configs, race.runner, 0, 0, race.stream, race.ctx)
         if outcome is None:
             return None
         history.append((state.info.name, call.problem, cls, outcome))

@@ -153,6 +153,9 @@ class KernelConfig:
     direct: bool = False  # one element an access, tile indices from a 2-D grid (the seed's way)
     cast: str = ""  # a cast-transpose kernel's pair, "<in>_<out>" (kinds/cast.py); "" for none
     regt: bool = False  # a register transpose of a side of at most 16 bytes (kinds/regt.py)
+    walk: bool = (
+        False  # byte-permute tiles: a block walks its tiles down a column strip (kinds/prmt.py)
+    )
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -244,6 +247,7 @@ class KernelConfig:
         k += "_or" if self.ordered else ""
         k += "_dr" if self.direct else ""
         k += "_rg" if self.regt else ""
+        k += "_wk" if self.walk else ""
         k += f"_x{self.cast}" if self.cast else ""
         k += f"_b{self.min_blocks}" if self.min_blocks else ""
         k += f"_p{self.persistent}" if self.persistent else ""
@@ -252,7 +256,10 @@ class KernelConfig:
     @property
     def kernel_name(self) -> str:
         """The `extern "C"` name: the key without launch-only fields (`persistent`), so
-        configs that differ only in how they are launched share one compiled kernel."""
+        configs that differ only in how they are launched share one compiled kernel (a
+        walking byte-permute kernel has no config without it: its key's part is cut)."""
+        if self.walk:
+            return "autotranspose_" + self.key.replace(f"_p{self.persistent}", "", 1)
         return f"autotranspose_{self.replace(persistent=0).key}"
 
     @property
@@ -354,11 +361,12 @@ OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType(
         "direct": False,
         "cast": "",
         "regt": False,
+        "walk": False,
     }
 )
 _ABSENT = object()
 _BOOL_FIELDS = frozenset(
-    {"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct", "regt"}
+    {"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct", "regt", "walk"}
 )
 
 
@@ -388,7 +396,10 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name in _BOOL_FIELDS:
         if type(getattr(c, name)) is not bool:
             yield f"{name} must be a bool"
-    if any(type(getattr(c, n)) is not bool for n in ("flat", "staged", "prmt", "direct", "regt")):
+    if any(
+        type(getattr(c, n)) is not bool
+        for n in ("flat", "staged", "prmt", "direct", "regt", "walk")
+    ):
         return
     if any(type(getattr(c, n)) is not int for n in ints):
         return
@@ -437,6 +448,10 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     if c.ordered and not c.wide:
         bad.append(
             "ordered=True is a wide kernel's output buffer (few long rows): set flat=True, prmt=True and wide=True, or ordered=False"
+        )
+    if c.walk and not (c.prmt and not c.flat):
+        bad.append(
+            "walk=True is a tiled byte-permute kernel's (its blocks walk a column strip): set prmt=True and flat=False, or walk=False"
         )
     yield from bad
     if bad:

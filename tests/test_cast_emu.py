@@ -1,4 +1,4 @@
-"""The cast kernels' own CUDA code run on the CPU (tests/_cast_emu.py): every pair, odd
+"""The cast kernels' own CUDA code run on the CPU (tests/_emu.py): every pair, odd
 shapes, pitched rows and pointer offsets at every alignment, batches, the same-order output,
 permutes, scales and amax, against NumPy's cast bit for bit, with the bytes around every
 output untouched. The kernels' device-only parts (hardware float8 conversion on sm_89+) are
@@ -7,7 +7,7 @@ checked by tests/test_cast_gpu.py."""
 from __future__ import annotations
 
 import _cast_data as data
-import _cast_emu as emu
+import _emu as emu
 import numpy as np
 import pytest
 

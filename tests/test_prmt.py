@@ -12,7 +12,13 @@ import shutil
 
 import numpy as np
 import pytest
-from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, assert_match_reference
+from _emu import gxx, transpose
+from _gpu import (
+    assert_kind_at_every_offset,
+    assert_kind_matches_reference,
+    assert_match_reference,
+    odd_shapes,
+)
 from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
 from autotranspose._codegen import kernel_params as prmt_params, kernel_source, render_many
@@ -414,6 +420,108 @@ def test_dynamic_tiles_compile_without_spills(arch, cc):
     assert_compile_without_spills(picks, arch)
 
 
+# --- walking tiles: a block's consecutive tiles down a column strip --------------------------------
+def walking(s: int, tm_bytes: int = 64, tn_bytes: int = 64, **kw) -> KernelConfig:
+    fields = {"tile_m": tm_bytes // s, "tile_n": tn_bytes // s, "per_thread": 2}
+    fields |= {"raster": "col", "persistent": 1, "walk": True}
+    return prmt(s, **(fields | kw))
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"raster": "row"}, "takes raster='col' and persistent in \\[1, 2, 4, 8\\]"),
+        ({"persistent": 0}, "got raster='col', persistent=0"),
+        ({"prmt": False, "vec": 1}, "walk=True is a tiled byte-permute kernel's"),
+        ({"flat": True}, "walk=True is a tiled byte-permute kernel's"),
+    ],
+)
+def test_invalid_walks_say_what_to_change(change, says):
+    with pytest.raises(ConfigError, match=says):
+        walking(1, **change)
+
+
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_walks_align_windows_to_sectors_and_share_a_kernel_across_grids(s):
+    """A walking tile's halo is 32 bytes of rows (windows start at a sector), so its tiles
+    cover windows that start up to 31 bytes early; its grid sizes run one kernel, named
+    without them; every other config's halo and source are as before."""
+    c = walking(s)
+    assert c.key.endswith("_pm_wk_p1") and "_p1" not in c.kernel_name
+    assert c.replace(persistent=8).kernel_name == c.kernel_name
+    assert kernel_source(c.replace(persistent=4)) == kernel_source(c)
+    assert prmt_params(c)["h"] == 32 // s and prmt_params(c)["align"] == 32
+    assert prmt_params(c.replace(walk=False, persistent=0))["h"] == 16 // s
+    for m in (1, c.tile_m, c.tile_m + 1, 12345):
+        tm, _ = c.tiles(m, 100)
+        assert (tm - 1) * c.tile_m < m + 32 // s - 1 <= tm * c.tile_m
+    src = kernel_source(c)
+    assert "& 31)" in src and "carried" in src and "& 15)" in kernel_source(prmt_default(s))
+    assert "carried" not in kernel_source(prmt_default(s))
+
+
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_the_space_walks_column_rasters_on_persistent_grids(s):
+    space = list(prmt_space(s, NEWEST))
+    walks = [c for c in space if c.walk]
+    assert len(walks) == len(set(walks)) and len(space) == len(set(space))
+    assert {c.raster for c in walks} == {"col"} and {c.persistent for c in walks} == {1, 2, 4, 8}
+    assert {(c.tile_m, c.tile_n) for c in walks} <= {(c.tile_m, c.tile_n) for c in space}
+    assert walking(s) in walks
+
+
+needs_gxx = pytest.mark.skipif(gxx() is None, reason="needs g++ and CUDA's headers")
+
+
+@needs_gxx
+@pytest.mark.parametrize("s", PRMT_SIZES)
+@pytest.mark.parametrize("walk", [False, True])
+def test_the_kernel_on_the_cpu_at_offsets_pitches_batches_and_grids(s, walk):
+    """The kernel's own source on the CPU (tests/emu/cuda_emu.h): odd sides over several tiles
+    each way, batches, random pitches and pointer offsets; one block walking every tile
+    (strips and batches end inside its run) and three whose runs start inside a strip. The
+    output matches np.transpose and no byte around or between the output rows changes."""
+    rng = np.random.default_rng(100 * s + walk)
+    c = walking(s) if walk else prmt(s, tile_m=64 // s, tile_n=64 // s, per_thread=2)
+    for trial, blocks in enumerate((1, 3, 3)):
+        b = 1 + trial % 2
+        m = c.tile_m * int(rng.integers(2, 4)) + int(rng.integers(0, c.tile_m)) | 1
+        n = c.tile_n * int(rng.integers(1, 3)) + int(rng.integers(0, c.tile_n)) | 1
+        ld_in, ld_out = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))
+        strides = (ld_in, ld_out, m * ld_in + int(rng.integers(0, 5)), n * ld_out + 3)
+        offsets = tuple(int(rng.integers(0, 16 // s)) * s for _ in range(2))
+        got, want = transpose(c, b, m, n, strides, offsets, rng, grid_max=blocks, multiprocessors=3)
+        assert np.array_equal(got, want), (c.key, b, m, n, strides, offsets, blocks)
+
+
+@needs_gxx
+def test_a_walking_tile_past_48_kib_on_the_cpu():
+    """The 1-byte walking tile of 128-byte windows and 256-byte segments: its shared memory
+    dynamic, one block walking two strips."""
+    c = walking(1, 128, 256, per_thread=1)
+    assert c.dynamic_smem
+    rng = np.random.default_rng(7)
+    got, want = transpose(c, 1, 301, 389, (391, 303, 0, 0), (5, 11), rng, grid_max=1)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
+@pytest.mark.parametrize("arch, cc", [("sm_80", (8, 0)), ("sm_90", (9, 0))])
+def test_walking_tiles_compile_without_spills(arch, cc):
+    """Every walking tile shape and per_thread of each element size (one grid, one cache
+    hint: neither changes the kernel's registers), static and dynamic."""
+    picks = [
+        c
+        for s in PRMT_SIZES
+        for c in prmt_space(s, _limits(cc))
+        if c.walk and c.persistent == 1 and c.cache == "default"
+    ]
+    assert any(c.dynamic_smem for c in picks) and any(not c.dynamic_smem for c in picks)
+    assert_compile_without_spills(picks, arch)
+    assert_nvcc_silent(render_many(picks), arch)
+
+
 # --- on the GPU ----------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("s", [1, 2])
@@ -489,3 +597,22 @@ def test_prmt_past_2_31_elements():
     shape = (1, 46349, 46337)  # 2**31 + about 1.5M int8 elements, odd rows
     assert shape[1] * shape[2] > 2**31
     assert_match_reference(activate(0), 1, shape, [prmt_default(1)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", PRMT_SIZES)
+def test_walking_tiles_match_the_reference(rng, s):
+    """Walking tiles (static and, where the GPU has it, dynamic shared memory) on every grid
+    size: odd sizes, 1xN, Nx1, batches, fresh data, poisoned output and a guard region; and
+    through transpose(config=...) at every pointer offset, pitched."""
+    from autotranspose._compiler import activate, precompile
+
+    state = activate(0)
+    walks = [c for c in prmt_space(s, state.info.limits) if c.walk]
+    picks = [walks[i] for i in rng.choice(len(walks), 6, replace=False)] + [walking(s)]
+    assert not precompile(state, picks)
+    for shape in odd_shapes(rng):
+        assert_match_reference(state, s, shape, picks)
+    if s == 1:
+        pytest.importorskip("cupy")
+        assert_kind_at_every_offset(rng, s, np.dtype(DTYPES[s]), walks, walking(s))

@@ -6,14 +6,11 @@ nvcc for sm_80 and sm_90 without spills; on the GPU against the reference."""
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import os
 import shutil
 
 import numpy as np
 import pytest
-from _cast_emu import address, emulated, gxx, shared
+from _emu import gxx, transpose
 from _gpu import assert_match_reference
 
 from autotranspose import _lookup as lookup
@@ -251,70 +248,6 @@ def test_the_source_names_its_side_and_permutes():
 
 
 # --- the kernel's own source on the CPU ------------------------------------------------------------
-@functools.cache
-def _emu(config: KernelConfig) -> ctypes.CDLL:
-    from autotranspose import _codegen as codegen
-
-    source = codegen._render_kernels(config.policy.template, [codegen.kernel_params(config)])
-    t = {1: "unsigned char", 2: "unsigned short"}[config.elem_bytes]
-    glue = (
-        "struct emu_a { const void* in; void* out; long long M, N, ldi, ldo, bsi, bso; "
-        "unsigned f, s, total; };\n"
-        "static emu_a emu_args;\n"
-        f"static void emu_one() {{ const emu_a& A = emu_args; {config.kernel_name}("
-        f"(const {t}*)A.in, ({t}*)A.out, A.M, A.N, A.ldi, A.ldo, A.bsi, A.bso, A.f, A.s, "
-        "A.total); }\n"
-    )
-    return emulated(config.kernel_name, source, "emu_a", glue)
-
-
-class _Args(ctypes.Structure):
-    _fields_ = [
-        ("inp", ctypes.c_void_p),
-        ("out", ctypes.c_void_p),
-        *[(f, ctypes.c_longlong) for f in ("M", "N", "ldi", "ldo", "bsi", "bso")],
-        *[(f, ctypes.c_uint) for f in ("f", "s", "total")],
-    ]
-
-
-def emu_transpose(cfg, b, m, n, ld_in, ld_out, bs_in, bs_out, off_in, off_out, rng, grid_max=3):
-    """Run `cfg` on the CPU for a (b, m, n) problem with these strides (elements), its input and
-    output at byte offsets `off_in` and `off_out` into their buffers; returns (got, want)
-    output buffers (want: the reference written into the same poisoned bytes)."""
-    s = cfg.elem_bytes
-    dt = {1: np.uint8, 2: np.uint16}[s]
-    in_elems = (b - 1) * bs_in + (m - 1) * ld_in + n
-    out_elems = (b - 1) * bs_out + (n - 1) * ld_out + m
-    src = shared(off_in + in_elems * s + 48)
-    src[:] = rng.integers(0, 256, src.size, dtype=np.uint8)
-    dst = shared(off_out + out_elems * s + 48)
-    dst[:] = rng.integers(0, 256, dst.size, dtype=np.uint8)
-    want = dst.copy()
-    x = np.lib.stride_tricks.as_strided(
-        src[off_in:].view(dt)[:in_elems], (b, m, n), (bs_in * s, ld_in * s, s)
-    )
-    wv = np.lib.stride_tricks.as_strided(
-        want[off_out:].view(dt)[:out_elems], (b, n, m), (bs_out * s, ld_out * s, s)
-    )
-    wv[...] = x.transpose(0, 2, 1)
-    tm, tn = cfg.tiles(m, n)
-    grid = min(cfg.grid(m, n, b, 1)[0], grid_max)
-    args = _Args(address(src) + off_in, address(dst) + off_out, m, n, ld_in, ld_out, bs_in, bs_out,
-                 tn, tm, tm * tn * b)  # fmt: skip
-    lib = _emu(cfg)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = lib.emu_launch(ctypes.byref(args), grid, cfg.threads)
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert not os.WIFSIGNALED(status), f"{cfg.key}: died of signal {os.WTERMSIG(status)}"
-    assert not os.WEXITSTATUS(status), f"{cfg.key}: a warp collective some lanes never reach"
-    return dst, want
-
-
 needs_gxx = pytest.mark.skipif(gxx() is None, reason="needs g++ and CUDA's headers")
 
 
@@ -341,7 +274,7 @@ def test_the_kernel_on_the_cpu_at_pointer_offsets_pitches_and_batches(s, side, w
             ld_in, ld_out = n, m + int(rng.integers(0, 9))
         bs_in = m * ld_in + int(rng.integers(0, 5))
         bs_out = n * ld_out + int(rng.integers(0, 5))
-        got, want = emu_transpose(cfg, b, m, n, ld_in, ld_out, bs_in, bs_out, off_in, off_out, rng)
+        got, want = transpose(cfg, b, m, n, (ld_in, ld_out, bs_in, bs_out), (off_in, off_out), rng)
         assert np.array_equal(got, want), (cfg.key, trial, b, m, n, off_in, off_out)
 
 
@@ -354,7 +287,7 @@ def test_the_kernel_on_the_cpu_on_short_long_sides_and_many_matrices(wide):
         cfg = rg(1, 7, wide, long=1024)
         m, n = (7, long) if wide else (long, 7)
         for b in (1, 3):
-            got, want = emu_transpose(cfg, b, m, n, n, m, m * n, m * n, 3, 5, rng, grid_max=2)
+            got, want = transpose(cfg, b, m, n, (n, m, m * n, m * n), (3, 5), rng, grid_max=2)
             assert np.array_equal(got, want), (cfg.key, long, b)
 
 

@@ -105,6 +105,7 @@ class Config(Protocol):
     direct: bool
     cast: str
     regt: bool
+    walk: bool
 
     @property
     def key(self) -> str: ...

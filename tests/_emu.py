@@ -1,7 +1,9 @@
-"""Run a cast kernel's own CUDA source on the CPU (tests/emu/cuda_emu.h): its threads as
-fibers, its barriers and warp reductions honoured, cuda_fp8.h's host conversions. Slow (a
-block of 256 threads switches 256 fibers at each barrier), so tests keep to small shapes;
-what it checks is the kernel's indexing, edges, alignment paths, amax and conversions.
+"""Run a kernel's own CUDA source on the CPU (tests/emu/cuda_emu.h): its threads as fibers,
+its barriers and warp reductions honoured, cuda_fp8.h's host conversions. Slow (a block of 256
+threads switches 256 fibers at each barrier), so tests keep to small shapes; what it checks is
+the kernel's indexing, edges, alignment paths and (casts) amax and conversions: the cast
+kernels (`run`, `cast_call`) and the transposes that take the tiled kernels' arguments
+(`transpose`: register transposes, byte permutes).
 
 Buffers are NumPy byte arrays; an array's "pointer" is its address, so pointer offsets,
 pitches and misalignments are those of real views into them."""
@@ -12,6 +14,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -100,14 +103,21 @@ def emulated(name: str, source: str, args_type: str, glue: str) -> ctypes.CDLL:
     return so
 
 
+def _source(config: KernelConfig) -> str:
+    """The config's kernel source; shared memory past 48 KiB, declared extern for the bytes a
+    launch passes, as one array of those bytes."""
+    source = codegen._render_kernels(config.policy.template, [codegen.kernel_params(config)])
+    if config.dynamic_smem:
+        dynamic = re.compile(r"extern __shared__ __align__\((\d+)\) ([\w ]+?) smem\[\];")
+        assert dynamic.search(source), "a tile past 48 KiB declares its shared memory extern"
+        sized = rf"__shared__ __align__(\1) \2 smem[{config.dynamic_smem} / sizeof(\2)];"
+        source = dynamic.sub(sized, source, count=1)
+    return source
+
+
 @functools.cache
 def _library(config: KernelConfig) -> ctypes.CDLL:
-    source = codegen._render_kernels(config.policy.template, [codegen.kernel_params(config)])
-    if config.dynamic_smem:  # what a launch would pass: the block's bytes, as one array
-        dynamic = "extern __shared__ __align__(16) unsigned char smem[];"
-        assert dynamic in source, "a tile past 48 KiB declares its shared memory extern"
-        sized = f"__shared__ __align__(16) unsigned char smem[{config.dynamic_smem}];"
-        source = source.replace(dynamic, sized)
+    source = _source(config)
     name = config.kernel_name
     glue = f"static at_cast_args emu_args;\nstatic void emu_one() {{ {name}(emu_args); }}\n"
     so = emulated(name, source, "at_cast_args", glue)
@@ -195,3 +205,85 @@ def cast_call(
             value,
         )
         run(config, args, grid)
+
+
+# --- transposes: (in, out, M, N, ld_in, ld_out, bs_in, bs_out, tiles_fast, tiles_slow, total)
+_TRANSPOSE_GLUE = """struct emu_a { const void* in; void* out; long long M, N, ldi, ldo, bsi, bso;
+    unsigned fast, slow, total; };
+static emu_a emu_args;
+template <class I, class O, class... R> static void emu_call(void (*k)(I, O, R...)) {
+    const emu_a& A = emu_args;
+    k((I)A.in, (O)A.out, A.M, A.N, A.ldi, A.ldo, A.bsi, A.bso, A.fast, A.slow, A.total);
+}
+"""
+
+
+class _TransposeArgs(ctypes.Structure):
+    _fields_ = [
+        ("inp", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        *[(f, ctypes.c_longlong) for f in ("M", "N", "ldi", "ldo", "bsi", "bso")],
+        *[(f, ctypes.c_uint) for f in ("fast", "slow", "total")],
+    ]
+
+
+@functools.cache
+def _transpose_library(config: KernelConfig) -> ctypes.CDLL:
+    glue = _TRANSPOSE_GLUE + f"static void emu_one() {{ emu_call({config.kernel_name}); }}\n"
+    return emulated(config.kernel_name, _source(config), "emu_a", glue)
+
+
+def transpose(
+    cfg: KernelConfig,
+    b: int,
+    m: int,
+    n: int,
+    strides: tuple[int, int, int, int],
+    offsets: tuple[int, int],
+    rng: np.random.Generator,
+    grid_max: int = 3,
+    multiprocessors: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run `cfg` on the CPU for a (b, m, n) problem with strides (ld_in, ld_out, bs_in,
+    bs_out) in elements, input and output at byte `offsets` into their buffers, on the grid
+    a launch makes for `multiprocessors` SMs, at most `grid_max` blocks (a kernel loops over
+    the rest). Returns (got, want): the output buffer and the reference written into the same
+    poisoned bytes."""
+    s = cfg.elem_bytes
+    dt = np.dtype(f"u{s}")
+    ld_in, ld_out, bs_in, bs_out = strides
+    off_in, off_out = offsets
+    in_elems = (b - 1) * bs_in + (m - 1) * ld_in + n
+    out_elems = (b - 1) * bs_out + (n - 1) * ld_out + m
+    src = shared(off_in + in_elems * s + 48)
+    src[:] = rng.integers(0, 256, src.size, dtype=np.uint8)
+    dst = shared(off_out + out_elems * s + 48)
+    dst[:] = rng.integers(0, 256, dst.size, dtype=np.uint8)
+    want = dst.copy()
+    x = np.lib.stride_tricks.as_strided(
+        src[off_in:].view(dt)[:in_elems], (b, m, n), (bs_in * s, ld_in * s, s)
+    )
+    wv = np.lib.stride_tricks.as_strided(
+        want[off_out:].view(dt)[:out_elems], (b, n, m), (bs_out * s, ld_out * s, s)
+    )
+    wv[...] = x.transpose(0, 2, 1)
+    tm, tn = cfg.tiles(m, n)
+    fast, slow = (tn, tm) if cfg.raster == "row" else (tm, tn)
+    grid = min(cfg.grid(m, n, b, multiprocessors)[0], grid_max)
+    args = _TransposeArgs(address(src) + off_in, address(dst) + off_out, m, n, *strides,
+                          fast, slow, tm * tn * b)  # fmt: skip
+    lib = _transpose_library(cfg)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = lib.emu_launch(ctypes.byref(args), grid, cfg.threads)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert not os.WIFSIGNALED(status), (
+        f"{cfg.key}: died of signal {os.WTERMSIG(status)} (SIGABRT: a misaligned access, "
+        "see stderr; SIGSEGV: an access outside memory)"
+    )
+    assert not os.WEXITSTATUS(status), f"{cfg.key}: a barrier or warp collective not all reach"
+    return dst, want

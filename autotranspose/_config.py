@@ -153,9 +153,7 @@ class KernelConfig:
     direct: bool = False  # one element an access, tile indices from a 2-D grid (the seed's way)
     cast: str = ""  # a cast-transpose kernel's pair, "<in>_<out>" (kinds/cast.py); "" for none
     regt: bool = False  # a register transpose of a side of at most 16 bytes (kinds/regt.py)
-    walk: bool = (
-        False  # byte-permute tiles: a block walks its tiles down a column strip (kinds/prmt.py)
-    )
+    walk: int = 0  # tiles a byte-permute block walks down a column strip; 0: one (kinds/prmt.py)
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -247,7 +245,7 @@ class KernelConfig:
         k += "_or" if self.ordered else ""
         k += "_dr" if self.direct else ""
         k += "_rg" if self.regt else ""
-        k += "_wk" if self.walk else ""
+        k += f"_wk{self.walk}" if self.walk else ""
         k += f"_x{self.cast}" if self.cast else ""
         k += f"_b{self.min_blocks}" if self.min_blocks else ""
         k += f"_p{self.persistent}" if self.persistent else ""
@@ -256,10 +254,7 @@ class KernelConfig:
     @property
     def kernel_name(self) -> str:
         """The `extern "C"` name: the key without launch-only fields (`persistent`), so
-        configs that differ only in how they are launched share one compiled kernel (a
-        walking byte-permute kernel has no config without it: its key's part is cut)."""
-        if self.walk:
-            return "autotranspose_" + self.key.replace(f"_p{self.persistent}", "", 1)
+        configs that differ only in how they are launched share one compiled kernel."""
         return f"autotranspose_{self.replace(persistent=0).key}"
 
     @property
@@ -361,12 +356,12 @@ OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType(
         "direct": False,
         "cast": "",
         "regt": False,
-        "walk": False,
+        "walk": 0,
     }
 )
 _ABSENT = object()
 _BOOL_FIELDS = frozenset(
-    {"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct", "regt", "walk"}
+    {"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct", "regt"}
 )
 
 
@@ -382,6 +377,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         "pad",
         "persistent",
         "min_blocks",
+        "walk",
     )
     for name in ints:
         v = getattr(c, name)
@@ -396,10 +392,7 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name in _BOOL_FIELDS:
         if type(getattr(c, name)) is not bool:
             yield f"{name} must be a bool"
-    if any(
-        type(getattr(c, n)) is not bool
-        for n in ("flat", "staged", "prmt", "direct", "regt", "walk")
-    ):
+    if any(type(getattr(c, n)) is not bool for n in ("flat", "staged", "prmt", "direct", "regt")):
         return
     if any(type(getattr(c, n)) is not int for n in ints):
         return
@@ -451,7 +444,8 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         )
     if c.walk and not (c.prmt and not c.flat):
         bad.append(
-            "walk=True is a tiled byte-permute kernel's (its blocks walk a column strip): set prmt=True and flat=False, or walk=False"
+            f"walk={c.walk} is a tiled byte-permute kernel's (its blocks walk a column strip): "
+            "set prmt=True and flat=False, or walk=0"
         )
     yield from bad
     if bad:
@@ -530,7 +524,7 @@ def _launchable(limits: DeviceLimits, *fields: Any, **named: Any) -> Iterator[Ke
     if cfg.fits(limits):
         yield cfg
         kind = cfg.policy
-        for p in PERSISTENT[1:] if kind.persistent else ():
+        for p in PERSISTENT[1:] if kind.persistent_grids(cfg) else ():
             yield cfg.replace(persistent=p)
         if kind.capped:
             for b in kind.cap_steps(cfg):
@@ -715,6 +709,7 @@ _STEPPED: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("per_thread", PER_THREAD),
     ("vec", VEC_SIZES),
     ("persistent", PERSISTENT),
+    ("walk", (0, *_prmt.WALKS)),
 )
 _SMEM_LAYOUTS: tuple[tuple[str, int], ...] = (("pad", 0), ("pad", 1), ("swizzle", 0))
 
@@ -775,7 +770,7 @@ def pair_steps(config: KernelConfig) -> list[KernelConfig]:
     optimum at t4/n32; int64 1403597x77 and complex64 182x132834 likewise). Most decisive
     pairs first."""
     found: list[KernelConfig] = []
-    fields = [(name, values) for name, values in _STEPPED if name != "persistent"]
+    fields = [(name, values) for name, values in _STEPPED if name not in ("persistent", "walk")]
     kind = config.policy
     for (a, av), (b, bv) in itertools.combinations(fields, 2):
         av = kind.step_values(config, a, av, pair=True) if a == "tile_m" else av

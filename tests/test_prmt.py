@@ -8,6 +8,7 @@ nvcc's resource report (CPU); correctness on the GPU at every pointer offset, od
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -85,7 +86,7 @@ def test_keys_round_trip_and_neighbours_stay_in_the_kind(rng):
     space = list(prmt_space(1, NEWEST))
     for i in rng.choice(len(space), 5, replace=False):
         c = space[i]
-        assert c.key.endswith("_pm") or "_pm_p" in c.key
+        assert re.search(r"_pm(_wk\d+|_p\d+)?$", c.key), c.key
         assert KernelConfig.from_dict(c.to_dict()) == c
         assert all(n.prmt for n in neighbours(c) if n.elem_bytes == c.elem_bytes and n.vec == c.vec)
 
@@ -301,7 +302,9 @@ def test_model_matches_numpy_at_any_offset(rng, s):
     """Random configs of the space on odd, even, thin and batched shapes, random pointer
     offsets and pitches: the model's output is np.transpose's, each output byte written once,
     and no warp's shared-memory store or load has a bank conflict."""
-    space = [c for c in prmt_space(s, NEWEST) if not c.persistent and c.cache == "default"]
+    space = [
+        c for c in prmt_space(s, NEWEST) if not (c.persistent or c.walk) and c.cache == "default"
+    ]
     picks = [prmt_default(s)] + [space[i] for i in rng.choice(len(space), 3, replace=False)]
     odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
     shapes = [
@@ -423,17 +426,18 @@ def test_dynamic_tiles_compile_without_spills(arch, cc):
 # --- walking tiles: a block's consecutive tiles down a column strip --------------------------------
 def walking(s: int, tm_bytes: int = 64, tn_bytes: int = 64, **kw) -> KernelConfig:
     fields = {"tile_m": tm_bytes // s, "tile_n": tn_bytes // s, "per_thread": 2}
-    fields |= {"raster": "col", "persistent": 1, "walk": True}
+    fields |= {"raster": "col", "walk": 4}
     return prmt(s, **(fields | kw))
 
 
 @pytest.mark.parametrize(
     "change, says",
     [
-        ({"raster": "row"}, "takes raster='col' and persistent in \\[1, 2, 4, 8\\]"),
-        ({"persistent": 0}, "got raster='col', persistent=0"),
-        ({"prmt": False, "vec": 1}, "walk=True is a tiled byte-permute kernel's"),
-        ({"flat": True}, "walk=True is a tiled byte-permute kernel's"),
+        ({"raster": "row"}, "takes walk in \\[2, 4, 8, 16\\], raster='col' and persistent=0"),
+        ({"persistent": 2}, "got raster='col', persistent=2"),
+        ({"walk": 3}, "with walk=3 takes walk in"),
+        ({"prmt": False, "vec": 1}, "walk=4 is a tiled byte-permute kernel's"),
+        ({"flat": True}, "walk=4 is a tiled byte-permute kernel's"),
     ],
 )
 def test_invalid_walks_say_what_to_change(change, says):
@@ -442,16 +446,16 @@ def test_invalid_walks_say_what_to_change(change, says):
 
 
 @pytest.mark.parametrize("s", PRMT_SIZES)
-def test_walks_align_windows_to_sectors_and_share_a_kernel_across_grids(s):
+def test_walks_align_windows_to_sectors_and_launch_a_block_a_run(s):
     """A walking tile's halo is 32 bytes of rows (windows start at a sector), so its tiles
-    cover windows that start up to 31 bytes early; its grid sizes run one kernel, named
-    without them; every other config's halo and source are as before."""
+    cover windows that start up to 31 bytes early; its grid is a block for each run of
+    `walk` tiles down each strip of each matrix; every other config's halo is as before."""
     c = walking(s)
-    assert c.key.endswith("_pm_wk_p1") and "_p1" not in c.kernel_name
-    assert c.replace(persistent=8).kernel_name == c.kernel_name
-    assert kernel_source(c.replace(persistent=4)) == kernel_source(c)
+    assert c.key.endswith("_pm_wk4") and c.kernel_name.endswith("_wk4")
     assert prmt_params(c)["h"] == 32 // s and prmt_params(c)["align"] == 32
-    assert prmt_params(c.replace(walk=False, persistent=0))["h"] == 16 // s
+    assert prmt_params(c.replace(walk=0))["h"] == 16 // s
+    tm, tn = c.tiles(1000, 1000)
+    assert c.grid(1000, 1000, 3, 132) == (3 * tn * -(-tm // 4), 1, 1)
     for m in (1, c.tile_m, c.tile_m + 1, 12345):
         tm, _ = c.tiles(m, 100)
         assert (tm - 1) * c.tile_m < m + 32 // s - 1 <= tm * c.tile_m
@@ -465,7 +469,8 @@ def test_the_space_walks_column_rasters_on_persistent_grids(s):
     space = list(prmt_space(s, NEWEST))
     walks = [c for c in space if c.walk]
     assert len(walks) == len(set(walks)) and len(space) == len(set(space))
-    assert {c.raster for c in walks} == {"col"} and {c.persistent for c in walks} == {1, 2, 4, 8}
+    assert {c.raster for c in walks} == {"col"} and {c.persistent for c in walks} == {0}
+    assert {c.walk for c in walks} == {2, 4, 8, 16}
     assert {(c.tile_m, c.tile_n) for c in walks} <= {(c.tile_m, c.tile_n) for c in space}
     assert walking(s) in walks
 
@@ -478,30 +483,31 @@ needs_gxx = pytest.mark.skipif(gxx() is None, reason="needs g++ and CUDA's heade
 @pytest.mark.parametrize("walk", [False, True])
 def test_the_kernel_on_the_cpu_at_offsets_pitches_batches_and_grids(s, walk):
     """The kernel's own source on the CPU (tests/emu/cuda_emu.h): odd sides over several tiles
-    each way, batches, random pitches and pointer offsets; one block walking every tile
-    (strips and batches end inside its run) and three whose runs start inside a strip. The
-    output matches np.transpose and no byte around or between the output rows changes."""
+    each way, batches, random pitches and pointer offsets, runs that end inside a strip and
+    at its end, and a grid with blocks to spare. The output matches np.transpose and no byte
+    around or between the output rows changes."""
     rng = np.random.default_rng(100 * s + walk)
     c = walking(s) if walk else prmt(s, tile_m=64 // s, tile_n=64 // s, per_thread=2)
-    for trial, blocks in enumerate((1, 3, 3)):
+    for trial, extra in enumerate((0, 0, 2)):
         b = 1 + trial % 2
         m = c.tile_m * int(rng.integers(2, 4)) + int(rng.integers(0, c.tile_m)) | 1
         n = c.tile_n * int(rng.integers(1, 3)) + int(rng.integers(0, c.tile_n)) | 1
         ld_in, ld_out = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))
         strides = (ld_in, ld_out, m * ld_in + int(rng.integers(0, 5)), n * ld_out + 3)
         offsets = tuple(int(rng.integers(0, 16 // s)) * s for _ in range(2))
-        got, want = transpose(c, b, m, n, strides, offsets, rng, grid_max=blocks, multiprocessors=3)
+        blocks = c.grid(m, n, b, 1)[0] + extra if walk else 3  # a walking grid is its runs
+        got, want = transpose(c, b, m, n, strides, offsets, rng, grid_max=blocks)
         assert np.array_equal(got, want), (c.key, b, m, n, strides, offsets, blocks)
 
 
 @needs_gxx
 def test_a_walking_tile_past_48_kib_on_the_cpu():
     """The 1-byte walking tile of 128-byte windows and 256-byte segments: its shared memory
-    dynamic, one block walking two strips."""
-    c = walking(1, 128, 256, per_thread=1)
+    dynamic, runs of two tiles in two strips."""
+    c = walking(1, 128, 256, per_thread=1, walk=2)
     assert c.dynamic_smem
     rng = np.random.default_rng(7)
-    got, want = transpose(c, 1, 301, 389, (391, 303, 0, 0), (5, 11), rng, grid_max=1)
+    got, want = transpose(c, 1, 301, 389, (391, 303, 0, 0), (5, 11), rng, grid_max=4)
     assert np.array_equal(got, want)
 
 
@@ -515,7 +521,7 @@ def test_walking_tiles_compile_without_spills(arch, cc):
         c
         for s in PRMT_SIZES
         for c in prmt_space(s, _limits(cc))
-        if c.walk and c.persistent == 1 and c.cache == "default"
+        if c.walk == 4 and c.cache == "default"
     ]
     assert any(c.dynamic_smem for c in picks) and any(not c.dynamic_smem for c in picks)
     assert_compile_without_spills(picks, arch)

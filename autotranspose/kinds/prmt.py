@@ -17,7 +17,6 @@ from .base import (
     FLAT_LONG,
     NEWEST,
     PER_THREAD,
-    PERSISTENT,
     RASTERS,
     TILE_SIZES,
     Config,
@@ -45,6 +44,8 @@ WIDE_MIN_ROW_BYTES = 4  # a wide kernel's output word spans at most two output r
 # an ordered wide tile's tile_m x tile_n x elem_bytes: the best ordered tile of every few-rows
 # case of the H200 sweep (1, 2 and 4 bytes, 9 to 82 rows) held 8 KiB (dev/flat_prmt_sweep.py --wide)
 WIDE_ORDERED_TILE_BYTES = 8192
+# tiles a walking block (walk > 0) takes down a column strip: its halo rows are read once a run
+WALKS = (2, 4, 8, 16)
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
@@ -166,10 +167,10 @@ def _prmt_errors(c: Config) -> Iterator[str]:
                 b // c.elem_bytes for b in sizes if b // c.elem_bytes in TILE_SIZES + FLAT_LONG
             ]
             yield f"prmt=True: {name}={getattr(c, name)} makes {nbytes}-byte row segments; use {name} in {allowed}"
-    if c.walk and (c.raster != "col" or not c.persistent):
+    if c.walk and (c.walk not in WALKS or c.raster != "col" or c.persistent):
         yield (
-            "prmt=True with walk=True takes raster='col' and persistent in "
-            f"{list(PERSISTENT[1:])}: a block walks consecutive tiles down a column strip "
+            f"prmt=True with walk={c.walk} takes walk in {list(WALKS)}, raster='col' and "
+            "persistent=0: a block walks that many tiles down a column strip, its own grid "
             f"(got raster={c.raster!r}, persistent={c.persistent})"
         )
     if c.per_thread > (4 if c.flat else 2):  # 128 threads: ptxas 13 spilled the tiled ones
@@ -247,11 +248,8 @@ def prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                     for cache in CACHE_HINTS:
                         fields = (elem_bytes, tm, tn, 4 // elem_bytes, pt, 0, "pad", raster, cache)
                         yield from launchable(limits, *fields, prmt=True)
-                        if raster == "col":  # walking blocks: a persistent grid, its variants
-                            walks = launchable(
-                                limits, *fields, persistent=PERSISTENT[1], prmt=True, walk=True
-                            )
-                            yield from dict.fromkeys(walks)  # the first twice: as built, varied
+                        for walk in WALKS if raster == "col" else ():
+                            yield from launchable(limits, *fields, prmt=True, walk=walk)
 
 
 def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
@@ -318,6 +316,20 @@ class Prmt(Kind):
 
     def any_offset(self, c: Config) -> bool:
         return True
+
+    def persistent_grids(self, c: Config) -> bool:
+        return not c.walk  # a walking grid is its runs
+
+    def grid(
+        self, c: Config, m: int, n: int, batch: int, multiprocessors: int
+    ) -> tuple[int, int, int]:
+        """A walking kernel's grid: a block for each run of `walk` tiles down a column strip;
+        consecutive blocks take the same rows of neighbouring strips, so the blocks on the
+        GPU at once read whole input rows, as one block a tile does."""
+        if not c.walk:
+            return super().grid(c, m, n, batch, multiprocessors)
+        tm, tn = self.tiles(c, m, n)
+        return (tn * batch * -(-tm // c.walk), 1, 1)
 
     def step_values(
         self, c: Config, name: str, values: tuple[int, ...], pair: bool

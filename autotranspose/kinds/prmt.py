@@ -278,7 +278,8 @@ class Prmt(Kind):
 
     def derive(self, c: Config) -> dict[str, int]:
         lay = prmt_layout(c)
-        return {"threads": lay["threads"], "smem": 4 * (lay["sa_words"] + lay["sb_words"])}
+        staged = lay["sa_words"] * (2 if c.walk else 1)  # a walk stages the next tile too
+        return {"threads": lay["threads"], "smem": 4 * (staged + lay["sb_words"])}
 
     def params(self, c: Config) -> dict[str, object]:
         return _params(c)

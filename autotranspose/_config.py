@@ -153,7 +153,6 @@ class KernelConfig:
     direct: bool = False  # one element an access, tile indices from a 2-D grid (the seed's way)
     cast: str = ""  # a cast-transpose kernel's pair, "<in>_<out>" (kinds/cast.py); "" for none
     regt: bool = False  # a register transpose of a side of at most 16 bytes (kinds/regt.py)
-    walk: int = 0  # tiles a byte-permute block walks down a column strip; 0: one (kinds/prmt.py)
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -245,7 +244,6 @@ class KernelConfig:
         k += "_or" if self.ordered else ""
         k += "_dr" if self.direct else ""
         k += "_rg" if self.regt else ""
-        k += f"_wk{self.walk}" if self.walk else ""
         k += f"_x{self.cast}" if self.cast else ""
         k += f"_b{self.min_blocks}" if self.min_blocks else ""
         k += f"_p{self.persistent}" if self.persistent else ""
@@ -356,7 +354,6 @@ OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType(
         "direct": False,
         "cast": "",
         "regt": False,
-        "walk": 0,
     }
 )
 _ABSENT = object()
@@ -377,7 +374,6 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         "pad",
         "persistent",
         "min_blocks",
-        "walk",
     )
     for name in ints:
         v = getattr(c, name)
@@ -441,11 +437,6 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     if c.ordered and not c.wide:
         bad.append(
             "ordered=True is a wide kernel's output buffer (few long rows): set flat=True, prmt=True and wide=True, or ordered=False"
-        )
-    if c.walk and not (c.prmt and not c.flat):
-        bad.append(
-            f"walk={c.walk} is a tiled byte-permute kernel's (its blocks walk a column strip): "
-            "set prmt=True and flat=False, or walk=0"
         )
     yield from bad
     if bad:
@@ -524,7 +515,7 @@ def _launchable(limits: DeviceLimits, *fields: Any, **named: Any) -> Iterator[Ke
     if cfg.fits(limits):
         yield cfg
         kind = cfg.policy
-        for p in PERSISTENT[1:] if kind.persistent_grids(cfg) else ():
+        for p in PERSISTENT[1:] if kind.persistent else ():
             yield cfg.replace(persistent=p)
         if kind.capped:
             for b in kind.cap_steps(cfg):
@@ -709,7 +700,6 @@ _STEPPED: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("per_thread", PER_THREAD),
     ("vec", VEC_SIZES),
     ("persistent", PERSISTENT),
-    ("walk", (0, *_prmt.WALKS)),
 )
 _SMEM_LAYOUTS: tuple[tuple[str, int], ...] = (("pad", 0), ("pad", 1), ("swizzle", 0))
 
@@ -770,7 +760,7 @@ def pair_steps(config: KernelConfig) -> list[KernelConfig]:
     optimum at t4/n32; int64 1403597x77 and complex64 182x132834 likewise). Most decisive
     pairs first."""
     found: list[KernelConfig] = []
-    fields = [(name, values) for name, values in _STEPPED if name not in ("persistent", "walk")]
+    fields = [(name, values) for name, values in _STEPPED if name != "persistent"]
     kind = config.policy
     for (a, av), (b, bv) in itertools.combinations(fields, 2):
         av = kind.step_values(config, a, av, pair=True) if a == "tile_m" else av

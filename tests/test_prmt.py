@@ -3,23 +3,18 @@ Python model of a block's work (aligned word loads, the shuffle and funnel shift
 a row's offset, the byte permutes, the swizzled shared memory, the shifted word stores with
 byte-wise ends) run against np.transpose at random offsets and pitches, which also checks
 that every output byte is written once and that no warp's shared-memory access conflicts;
-nvcc's resource report (CPU); correctness on the GPU at every pointer offset, odd sizes,
-1xN and Nx1, batches, pitched views, past 2**31 elements, poisoned output."""
+nvcc's resource report and the kernels' own source run on the CPU (tests/_emu.py);
+correctness on the GPU at every pointer offset, odd sizes, 1xN and Nx1, batches, pitched
+views, past 2**31 elements, poisoned output."""
 
 from __future__ import annotations
 
-import re
 import shutil
 
 import numpy as np
 import pytest
 from _emu import gxx, transpose
-from _gpu import (
-    assert_kind_at_every_offset,
-    assert_kind_matches_reference,
-    assert_match_reference,
-    odd_shapes,
-)
+from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, assert_match_reference
 from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
 from autotranspose._codegen import kernel_params as prmt_params, kernel_source, render_many
@@ -86,7 +81,7 @@ def test_keys_round_trip_and_neighbours_stay_in_the_kind(rng):
     space = list(prmt_space(1, NEWEST))
     for i in rng.choice(len(space), 5, replace=False):
         c = space[i]
-        assert re.search(r"_pm(_wk\d+|_p\d+)?$", c.key), c.key
+        assert c.key.endswith("_pm") or "_pm_p" in c.key
         assert KernelConfig.from_dict(c.to_dict()) == c
         assert all(n.prmt for n in neighbours(c) if n.elem_bytes == c.elem_bytes and n.vec == c.vec)
 
@@ -302,9 +297,7 @@ def test_model_matches_numpy_at_any_offset(rng, s):
     """Random configs of the space on odd, even, thin and batched shapes, random pointer
     offsets and pitches: the model's output is np.transpose's, each output byte written once,
     and no warp's shared-memory store or load has a bank conflict."""
-    space = [
-        c for c in prmt_space(s, NEWEST) if not (c.persistent or c.walk) and c.cache == "default"
-    ]
+    space = [c for c in prmt_space(s, NEWEST) if not c.persistent and c.cache == "default"]
     picks = [prmt_default(s)] + [space[i] for i in rng.choice(len(space), 3, replace=False)]
     odd = lambda lo, hi: int(rng.integers(lo, hi)) | 1  # noqa: E731
     shapes = [
@@ -423,109 +416,38 @@ def test_dynamic_tiles_compile_without_spills(arch, cc):
     assert_compile_without_spills(picks, arch)
 
 
-# --- walking tiles: a block's consecutive tiles down a column strip --------------------------------
-def walking(s: int, tm_bytes: int = 64, tn_bytes: int = 64, **kw) -> KernelConfig:
-    fields = {"tile_m": tm_bytes // s, "tile_n": tn_bytes // s, "per_thread": 2}
-    fields |= {"raster": "col", "walk": 4}
-    return prmt(s, **(fields | kw))
-
-
-@pytest.mark.parametrize(
-    "change, says",
-    [
-        ({"raster": "row"}, "takes walk in \\[2, 4, 8, 16\\], raster='col' and persistent=0"),
-        ({"persistent": 2}, "got raster='col', persistent=2"),
-        ({"walk": 3}, "with walk=3 takes walk in"),
-        ({"prmt": False, "vec": 1}, "walk=4 is a tiled byte-permute kernel's"),
-        ({"flat": True}, "walk=4 is a tiled byte-permute kernel's"),
-    ],
-)
-def test_invalid_walks_say_what_to_change(change, says):
-    with pytest.raises(ConfigError, match=says):
-        walking(1, **change)
-
-
-@pytest.mark.parametrize("s", PRMT_SIZES)
-def test_walks_align_windows_to_sectors_and_launch_a_block_a_run(s):
-    """A walking tile's halo is 32 bytes of rows (windows start at a sector), so its tiles
-    cover windows that start up to 31 bytes early; its grid is a block for each run of
-    `walk` tiles down each strip of each matrix; every other config's halo is as before."""
-    c = walking(s)
-    assert c.key.endswith("_pm_wk4") and c.kernel_name.endswith("_wk4")
-    assert prmt_params(c)["h"] == 32 // s and prmt_params(c)["align"] == 32
-    assert prmt_params(c.replace(walk=0))["h"] == 16 // s
-    tm, tn = c.tiles(1000, 1000)
-    assert c.grid(1000, 1000, 3, 132) == (3 * tn * -(-tm // 4), 1, 1)
-    for m in (1, c.tile_m, c.tile_m + 1, 12345):
-        tm, _ = c.tiles(m, 100)
-        assert (tm - 1) * c.tile_m < m + 32 // s - 1 <= tm * c.tile_m
-    src = kernel_source(c)
-    assert "& 31)" in src and "carried" in src and "& 15)" in kernel_source(prmt_default(s))
-    assert "carried" not in kernel_source(prmt_default(s))
-
-
-@pytest.mark.parametrize("s", PRMT_SIZES)
-def test_the_space_walks_column_rasters_on_persistent_grids(s):
-    space = list(prmt_space(s, NEWEST))
-    walks = [c for c in space if c.walk]
-    assert len(walks) == len(set(walks)) and len(space) == len(set(space))
-    assert {c.raster for c in walks} == {"col"} and {c.persistent for c in walks} == {0}
-    assert {c.walk for c in walks} == {2, 4, 8, 16}
-    assert {(c.tile_m, c.tile_n) for c in walks} <= {(c.tile_m, c.tile_n) for c in space}
-    assert walking(s) in walks
-
-
+# --- the kernel's own source on the CPU ---------------------------------------------------------
 needs_gxx = pytest.mark.skipif(gxx() is None, reason="needs g++ and CUDA's headers")
 
 
 @needs_gxx
 @pytest.mark.parametrize("s", PRMT_SIZES)
-@pytest.mark.parametrize("walk", [False, True])
-def test_the_kernel_on_the_cpu_at_offsets_pitches_batches_and_grids(s, walk):
+@pytest.mark.parametrize("raster", ["col", "row"])
+def test_the_kernel_on_the_cpu_at_offsets_pitches_batches_and_grids(s, raster):
     """The kernel's own source on the CPU (tests/emu/cuda_emu.h): odd sides over several tiles
-    each way, batches, random pitches and pointer offsets, runs that end inside a strip and
-    at its end, and a grid with blocks to spare. The output matches np.transpose and no byte
-    around or between the output rows changes."""
-    rng = np.random.default_rng(100 * s + walk)
-    c = walking(s) if walk else prmt(s, tile_m=64 // s, tile_n=64 // s, per_thread=2)
-    for trial, extra in enumerate((0, 0, 2)):
+    each way, batches, random pitches and pointer offsets, blocks looping over the tiles.
+    The output matches np.transpose and no byte around or between the output rows changes."""
+    rng = np.random.default_rng(100 * s + len(raster))
+    c = prmt(s, tile_m=64 // s, tile_n=64 // s, per_thread=2, raster=raster)
+    for trial in range(3):
         b = 1 + trial % 2
         m = c.tile_m * int(rng.integers(2, 4)) + int(rng.integers(0, c.tile_m)) | 1
         n = c.tile_n * int(rng.integers(1, 3)) + int(rng.integers(0, c.tile_n)) | 1
         ld_in, ld_out = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))
         strides = (ld_in, ld_out, m * ld_in + int(rng.integers(0, 5)), n * ld_out + 3)
         offsets = tuple(int(rng.integers(0, 16 // s)) * s for _ in range(2))
-        blocks = c.grid(m, n, b, 1)[0] + extra if walk else 3  # a walking grid is its runs
-        got, want = transpose(c, b, m, n, strides, offsets, rng, grid_max=blocks)
-        assert np.array_equal(got, want), (c.key, b, m, n, strides, offsets, blocks)
+        got, want = transpose(c, b, m, n, strides, offsets, rng, grid_max=3)
+        assert np.array_equal(got, want), (c.key, b, m, n, strides, offsets)
 
 
 @needs_gxx
-def test_a_walking_tile_past_48_kib_on_the_cpu():
-    """The 1-byte walking tile of 128-byte windows and 256-byte segments: its shared memory
-    dynamic, runs of two tiles in two strips."""
-    c = walking(1, 128, 256, per_thread=1, walk=2)
+def test_a_tile_past_48_kib_on_the_cpu():
+    """The 1-byte tile of 128-byte windows and 256-byte segments: its shared memory dynamic."""
+    c = prmt(1, tile_m=128, tile_n=256, per_thread=1)
     assert c.dynamic_smem
     rng = np.random.default_rng(7)
-    got, want = transpose(c, 1, 301, 389, (391, 303, 0, 0), (5, 11), rng, grid_max=4)
+    got, want = transpose(c, 1, 301, 389, (391, 303, 0, 0), (5, 11), rng, grid_max=2)
     assert np.array_equal(got, want)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
-@pytest.mark.parametrize("arch, cc", [("sm_80", (8, 0)), ("sm_90", (9, 0))])
-def test_walking_tiles_compile_without_spills(arch, cc):
-    """Every walking tile shape and per_thread of each element size (one grid, one cache
-    hint: neither changes the kernel's registers), static and dynamic."""
-    picks = [
-        c
-        for s in PRMT_SIZES
-        for c in prmt_space(s, _limits(cc))
-        if c.walk == 4 and c.cache == "default"
-    ]
-    assert any(c.dynamic_smem for c in picks) and any(not c.dynamic_smem for c in picks)
-    assert_compile_without_spills(picks, arch)
-    assert_nvcc_silent(render_many(picks), arch)
 
 
 # --- on the GPU ----------------------------------------------------------------------------------
@@ -603,22 +525,3 @@ def test_prmt_past_2_31_elements():
     shape = (1, 46349, 46337)  # 2**31 + about 1.5M int8 elements, odd rows
     assert shape[1] * shape[2] > 2**31
     assert_match_reference(activate(0), 1, shape, [prmt_default(1)])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("s", PRMT_SIZES)
-def test_walking_tiles_match_the_reference(rng, s):
-    """Walking tiles (static and, where the GPU has it, dynamic shared memory) on every grid
-    size: odd sizes, 1xN, Nx1, batches, fresh data, poisoned output and a guard region; and
-    through transpose(config=...) at every pointer offset, pitched."""
-    from autotranspose._compiler import activate, precompile
-
-    state = activate(0)
-    walks = [c for c in prmt_space(s, state.info.limits) if c.walk]
-    picks = [walks[i] for i in rng.choice(len(walks), 6, replace=False)] + [walking(s)]
-    assert not precompile(state, picks)
-    for shape in odd_shapes(rng):
-        assert_match_reference(state, s, shape, picks)
-    if s == 1:
-        pytest.importorskip("cupy")
-        assert_kind_at_every_offset(rng, s, np.dtype(DTYPES[s]), walks, walking(s))

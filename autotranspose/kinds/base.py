@@ -105,7 +105,6 @@ class Config(Protocol):
     direct: bool
     cast: str
     regt: bool
-    walk: int
 
     @property
     def key(self) -> str: ...
@@ -221,10 +220,6 @@ class Kind(ABC):
     def any_offset(self, c: Config) -> bool:
         """Whether the kernel runs on rows at any offset (else `vec` must fit the call)."""
         return False
-
-    def persistent_grids(self, c: Config) -> bool:
-        """Whether the space holds `c`'s persistent-grid variants."""
-        return self.persistent
 
     def for_call(self, c: Config, m: int, n: int) -> Any:
         """A served config as an m x n call runs it (a kernel rendered for the call's exact

@@ -44,8 +44,6 @@ WIDE_MIN_ROW_BYTES = 4  # a wide kernel's output word spans at most two output r
 # an ordered wide tile's tile_m x tile_n x elem_bytes: the best ordered tile of every few-rows
 # case of the H200 sweep (1, 2 and 4 bytes, 9 to 82 rows) held 8 KiB (dev/flat_prmt_sweep.py --wide)
 WIDE_ORDERED_TILE_BYTES = 8192
-# tiles a walking block (walk > 0) takes down a column strip: its halo rows are read once a run
-WALKS = (2, 4, 8, 16)
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
@@ -79,18 +77,9 @@ def prmt_k(c: Config) -> int:
 
 
 def prmt_halo(c: Config) -> int:
-    """Rows a byte-permute tile stages before its first: output windows start aligned (to
-    `prmt_align` bytes), up to that many bytes less one early."""
-    return prmt_align(c) // c.elem_bytes
-
-
-def prmt_align(c: Config) -> int:
-    """Bytes a byte-permute tile's output windows are aligned to: 16-byte chunks, or whole
-    32-byte L2 sectors for a walking tile (`walk`), whose halo rows cost no reads. Windows of
-    two tiles then share no sector: on the H200 these kernels are bound by L2 traffic, where
-    16-byte windows of 128 bytes wrote 1.15x the output's bytes in sectors (Nsight Compute,
-    uint8 4862x41353) and the halo rows read again made the reads 1.25x."""
-    return 2 * CHUNK if c.walk else CHUNK
+    """Rows a byte-permute tile stages before its first: output windows start 16-byte
+    aligned, up to 16 / elem_bytes - 1 elements early."""
+    return CHUNK // c.elem_bytes
 
 
 def prmt_layout(c: Config) -> dict[str, int]:
@@ -167,12 +156,6 @@ def _prmt_errors(c: Config) -> Iterator[str]:
                 b // c.elem_bytes for b in sizes if b // c.elem_bytes in TILE_SIZES + FLAT_LONG
             ]
             yield f"prmt=True: {name}={getattr(c, name)} makes {nbytes}-byte row segments; use {name} in {allowed}"
-    if c.walk and (c.walk not in WALKS or c.raster != "col" or c.persistent):
-        yield (
-            f"prmt=True with walk={c.walk} takes walk in {list(WALKS)}, raster='col' and "
-            "persistent=0: a block walks that many tiles down a column strip, its own grid "
-            f"(got raster={c.raster!r}, persistent={c.persistent})"
-        )
     if c.per_thread > (4 if c.flat else 2):  # 128 threads: ptxas 13 spilled the tiled ones
         allowed_pt = list(TALL_PER_THREAD if c.flat else (1, 2))
         yield f"prmt=True: per_thread={c.per_thread} must be one of {allowed_pt} (threads = {PRMT_THREADS} / per_thread)"
@@ -180,13 +163,10 @@ def _prmt_errors(c: Config) -> Iterator[str]:
     if bad:
         return
     lay = prmt_layout(c)
-    # a walking tile keeps its run's bounds live too: 8 chunks spilled (ptxas 13, sm_80/90)
-    most = PRMT_THREAD_BYTES - (CHUNK if c.walk else 0)
-    if not c.flat and lay["lu1"] * CHUNK > most:
+    if not c.flat and lay["lu1"] * CHUNK > PRMT_THREAD_BYTES:
         yield (
-            f"prmt tile {c.tile_m}x{c.tile_n}{' (walk)' if c.walk else ''} loads {lay['lu1']} "
-            f"chunks of {CHUNK} bytes per thread ({lay['threads']} threads); at most {most} "
-            "bytes: "
+            f"prmt tile {c.tile_m}x{c.tile_n} loads {lay['lu1']} chunks of {CHUNK} bytes per "
+            f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: "
             + ("lower per_thread" if c.per_thread > 1 else "use a smaller tile_m or tile_n")
         )
 
@@ -229,8 +209,6 @@ def _params(c: Config) -> dict[str, object]:
         "smem": c.smem_bytes,
         "dynamic": c.dynamic_smem > 0,  # shared memory past the static limit: extern, opted in
         "raster": c.raster,
-        "walk": c.walk,  # consecutive tiles a block down a strip, the halo carried
-        "align": prmt_align(c),
         "min_blocks": max(1, 65536 // (c.threads * prmt_registers(c))),
     }
 
@@ -246,10 +224,19 @@ def prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
             for pt in PER_THREAD:
                 for raster in RASTERS:
                     for cache in CACHE_HINTS:
-                        fields = (elem_bytes, tm, tn, 4 // elem_bytes, pt, 0, "pad", raster, cache)
-                        yield from launchable(limits, *fields, prmt=True)
-                        for walk in WALKS if raster == "col" else ():
-                            yield from launchable(limits, *fields, prmt=True, walk=walk)
+                        yield from launchable(
+                            limits,
+                            elem_bytes,
+                            tm,
+                            tn,
+                            4 // elem_bytes,
+                            pt,
+                            0,
+                            "pad",
+                            raster,
+                            cache,
+                            prmt=True,
+                        )
 
 
 def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
@@ -278,8 +265,7 @@ class Prmt(Kind):
 
     def derive(self, c: Config) -> dict[str, int]:
         lay = prmt_layout(c)
-        staged = lay["sa_words"] * (2 if c.walk else 1)  # a walk stages the next tile too
-        return {"threads": lay["threads"], "smem": 4 * (staged + lay["sb_words"])}
+        return {"threads": lay["threads"], "smem": 4 * (lay["sa_words"] + lay["sb_words"])}
 
     def params(self, c: Config) -> dict[str, object]:
         return _params(c)
@@ -317,20 +303,6 @@ class Prmt(Kind):
 
     def any_offset(self, c: Config) -> bool:
         return True
-
-    def persistent_grids(self, c: Config) -> bool:
-        return not c.walk  # a walking grid is its runs
-
-    def grid(
-        self, c: Config, m: int, n: int, batch: int, multiprocessors: int
-    ) -> tuple[int, int, int]:
-        """A walking kernel's grid: a block for each run of `walk` tiles down a column strip;
-        consecutive blocks take the same rows of neighbouring strips, so the blocks on the
-        GPU at once read whole input rows, as one block a tile does."""
-        if not c.walk:
-            return super().grid(c, m, n, batch, multiprocessors)
-        tm, tn = self.tiles(c, m, n)
-        return (tn * batch * -(-tm // c.walk), 1, 1)
 
     def step_values(
         self, c: Config, name: str, values: tuple[int, ...], pair: bool

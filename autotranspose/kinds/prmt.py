@@ -44,6 +44,12 @@ WIDE_MIN_ROW_BYTES = 4  # a wide kernel's output word spans at most two output r
 # an ordered wide tile's tile_m x tile_n x elem_bytes: the best ordered tile of every few-rows
 # case of the H200 sweep (1, 2 and 4 bytes, 9 to 82 rows) held 8 KiB (dev/flat_prmt_sweep.py --wide)
 WIDE_ORDERED_TILE_BYTES = 8192
+# 1-byte rows that are not whole words: from this many rows the ordered buffer (written a byte
+# at a time where a row ends mid-word) beat the run store on the H200, below it lost
+# (int8 21x7536398: 55.4 against 60.3); its tile then has 128-byte segments and 512 threads
+# a 256-row tile (dev/flat_prmt_sweep.py --wide: 37, 50, 75, 101, 137 and 190 rows, ordered
+# against run store 63.2 / 59.4, 70.7 / 63.5, 57.1 / 57.1, 67.4 / 58.2, 56.3 / 53.8, 60.5 / 57.0)
+WIDE_ORDERED_ODD_ROWS = 33
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
@@ -435,7 +441,10 @@ def wider_tiles(new: New, elem_bytes: int, m: int, n: int) -> list[Any]:
     elif m < n and m * elem_bytes <= 256:
         wide = wide_default(new, elem_bytes, m)
         if wide is not None and wide.tile_n * elem_bytes < 128:
-            out.append(wide.replace(tile_n=128 // elem_bytes, per_thread=1))
+            wider = wide.replace(tile_n=128 // elem_bytes, per_thread=1)
+            if elem_bytes == 1 and m >= WIDE_ORDERED_ODD_ROWS:  # 137 / 190 rows: ordered
+                wider = wider.replace(ordered=True)  # 56.3 / 60.5, run store 53.8 / 57.0
+            out.append(wider)
     elif elem_bytes == 1:
         out.append(new(1, 256, 128, 4, 1, 0, "pad", "col", prmt=True))
     return out
@@ -456,7 +465,8 @@ def wide_default(new: New, elem_bytes: int, short_side: int, exact: bool = True)
     (`ordered`) where its words are whole or element-sized (2 and 4 bytes; 1-byte rows of a
     call whose rows are a multiple of 4 bytes), with tiles of 8 KiB
     (H200: int8 / float16 / float32 20x7081411 63.0 / 64.0 / 64.4 -> 76.6 / 79.2
-    / 82.5, float16 43x618881 60.0 -> 70.1; int8 21 rows lost 5 to the run store). Else the
+    / 82.5, float16 43x618881 60.0 -> 70.1; int8 21 rows lost 5 to the run store); 1-byte
+    rows of any length from WIDE_ORDERED_ODD_ROWS: ordered, 128-byte segments. Else the
     run store with the widest row segments up to 512 bytes that fit (H200: float16 9x5303956
     53.8% with 512 bytes against 38.4% with 256). None for wider elements, more than 256
     bytes of rows, or (run store) output rows under 4 bytes."""
@@ -465,6 +475,18 @@ def wide_default(new: New, elem_bytes: int, short_side: int, exact: bool = True)
     tm = _spanning_side(elem_bytes, short_side)
     if tm is None:
         return None
+    if (
+        elem_bytes == 1
+        and short_side >= WIDE_ORDERED_ODD_ROWS
+        and not (exact and short_side % 4 == 0)
+    ):
+        # rows that are not whole words (or a class's, which may be either): 128-byte
+        # segments, threads from the rows' span (128 for 64 rows, 512 for 256)
+        cfg = new(
+            1, tm, 128, 4, 256 // tm, 0, "pad", "row", flat=True, prmt=True, wide=True, ordered=True
+        )
+        if cfg.fits(NEWEST):
+            return cfg
     if elem_bytes > 1 or (exact and short_side % 4 == 0):
         want = WIDE_ORDERED_TILE_BYTES // (tm * elem_bytes)
         tn = max((t for t in TILE_SIZES if t <= want and t * elem_bytes in TALL_ROWS), default=0)
@@ -510,9 +532,14 @@ def wide_default(new: New, elem_bytes: int, short_side: int, exact: bool = True)
 
 def for_rows(c: Config, m: int) -> Any:
     """A served (not forced) config as a call of `m` rows runs it: an ordered wide config of
-    1-byte elements on rows that are not whole words runs as its run-store twin, where the
-    ordered buffer would be written byte by byte (H200, int8 21x7536398: 60.3
-    against 55.4); every other config as it is."""
-    if c.ordered and c.elem_bytes == 1 and m % 4 and m >= WIDE_MIN_ROW_BYTES:
+    1-byte elements on fewer rows than WIDE_ORDERED_ODD_ROWS that are not whole words runs as
+    its run-store twin, where the ordered buffer would be written byte by byte (H200, int8
+    21x7536398: 60.3 against 55.4); every other config as it is."""
+    if (
+        c.ordered
+        and c.elem_bytes == 1
+        and m % 4
+        and WIDE_MIN_ROW_BYTES <= m < WIDE_ORDERED_ODD_ROWS
+    ):
         return c.replace(ordered=False)
     return c

@@ -571,10 +571,10 @@ def few_rows_default(
     rows (a taller tiled tile is all edge: element-wise loads and stores), 64 rows of
     2-element words, walking down the tile columns (H200: float32 140x1843254 89.1
     against 78.6); for 2-byte elements in 4-byte words, tiles of up to 128 rows of 2-element
-    words, 8 a thread, capped for 4 blocks an SM. `rows` and `cols` are the call's
+    words, 8 a thread, capped at 64 registers. `rows` and `cols` are the call's
     (a class's fewest). None where the rule does not apply: no fewer rows than columns, rows
     of at least FEW_ROWS_MAX, fewer than DIRECT_FEW_ROWS_MIN (8 and 16 bytes), 16 (4 bytes)
-    or 32 (2 bytes), 4-byte words of 4-byte elements, 2-byte elements in 2- or 8-byte words,
+    or 64 (2 bytes), 4-byte words of 4-byte elements, 2-byte elements in 2- or 8-byte words,
     1-byte elements."""
     if not rows < min(FEW_ROWS_MAX, cols):
         return None
@@ -584,14 +584,17 @@ def few_rows_default(
             if rows >= DIRECT_FEW_ROWS_MIN
             else None
         )
-    if elem_bytes == 2 and vec == 2 and rows >= TILE_SIZES[1]:
+    if elem_bytes == 2 and vec == 2 and rows >= TILE_SIZES[2]:  # 32 rows spilled at 64 registers
         # 2-byte rows in 4-byte words (not 8: there the tiled default ran uint16 100x1000000
-        # at 97.1): 128 rows at most, 8 elements a thread and 4 blocks an SM (H200: int16
-        # 134x777624 79.0 against 61.6 served, bfloat16 190x600000 82.1 against 71.0,
-        # float16 66x2000000 82.3 against 70.2: the whole space's best or next to it)
+        # at 97.1): 128 rows at most, 8 elements a thread, 64 registers (H200: int16
+        # 134x777624 79.0 against 61.6 served, bfloat16 190x600000 82.1 against 71.0 with
+        # 128 rows and 4 blocks, float16 66x2000000 82.3 against 70.2 with 64 rows and 8
+        # blocks: the whole space's best or next to it)
         tm = max(t for t in TILE_SIZES if t <= min(rows, 128))
         try:
-            return KernelConfig(2, tm, 64, 2, 8, 1, "pad", "col", conjugate=conjugate, min_blocks=4)
+            c = KernelConfig(2, tm, 64, 2, 8, 1, "pad", "col", conjugate=conjugate)
+            # 64 registers a thread: 4 blocks of 256 threads an SM (128 rows), 8 of 128 (64)
+            return c.replace(min_blocks=REGISTER_FILE // (64 * c.threads))
         except ConfigError:
             return None
     v = min(vec, 2) if elem_bytes == 4 else 0

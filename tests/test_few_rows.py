@@ -31,12 +31,13 @@ from autotranspose._config import (
     few_cols_default,
     few_rows_default,
     occupancy_steps,
+    prmt_default,
     wide_rows,
 )
 from autotranspose._shapes import shape_class
 
 SIZES = (4, 8, 16)
-DTYPES = {4: "float32", 8: "complex64", 16: "complex128"}
+DTYPES = {2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}
 
 
 @functools.cache
@@ -54,6 +55,7 @@ def _every_rule_config() -> list:
         for rows in range(1, FEW_ROWS_MAX + 2)
         for conj in ((False, True) if s >= 8 else (False,))
     }
+    found |= {few_rows_default(2, rows, 10 * rows, 2) for rows in range(1, FEW_ROWS_MAX + 2)}
     found |= {
         few_cols_default(s, 10**6, cols, vec, conj)
         for s in SIZES
@@ -88,6 +90,23 @@ def test_four_byte_rows_in_8_byte_words_get_tiles_no_taller_than_the_rows() -> N
         assert c is not None and not (c.flat or c.staged or c.prmt or c.realign or c.direct)
         assert c.tile_m <= rows and c.vec == 2 and c.raster == "col" and c.fits(NEWEST)
         assert c in _space(4, vec)
+
+
+def test_two_byte_rows_in_4_byte_words_get_tiles_of_up_to_128_rows() -> None:
+    """The tallest tile that fits the rows, up to 128, of 2-element words, 8 a thread and a
+    cap of 64 registers; none in 2- or 8-byte words or for fewer than 64 rows."""
+    rng = random.Random()
+    for _ in range(200):
+        rows = rng.randrange(64, FEW_ROWS_MAX)
+        c = few_rows_default(2, rows, 10 * rows, 2)
+        assert c is not None and not (c.flat or c.staged or c.prmt or c.realign or c.direct)
+        assert c.tile_m <= min(rows, 128) < 2 * c.tile_m and c.vec == 2 and c.fits(NEWEST)
+        assert (c.per_thread, c.raster, c.pad) == (8, "col", 1) and c.min_blocks * c.threads == 1024
+        assert c in _space(2, 2)
+    assert few_rows_default(2, 63, 1000, 2) is None
+    assert few_rows_default(2, 100, 1000, 1) is None and few_rows_default(2, 100, 1000, 4) is None
+    got = firstcall.candidates(prmt_default(2), [], 2, 134, 777624, 2, False, lambda c: True)
+    assert few_rows_default(2, 134, 777624, 2) in got[:3]
 
 
 @pytest.mark.parametrize("rows", [0, 1, DIRECT_FEW_ROWS_MIN - 1, FEW_ROWS_MAX, 10 * FEW_ROWS_MAX])

@@ -23,9 +23,11 @@ from autotranspose._config import (
     KernelConfig,
     config_space,
     flat_prmt_space,
+    for_rows,
     prmt_default,
     tall_default,
     wide_default,
+    wider_tiles,
 )
 from autotranspose._shapes import flat_fits
 from autotranspose.errors import ConfigError
@@ -81,6 +83,27 @@ def test_flat_prmt_configs_run_calls_whose_short_side_they_span_with_contiguous_
     assert wide_default(2, 32, exact=False).ordered and wide_default(4, 32, exact=False).ordered
     with pytest.raises(ConfigError, match="wide=True is a flat byte-permute"):
         prmt_default(1).replace(wide=True)
+
+
+def test_one_byte_rows_from_33_get_the_ordered_buffer_whole_words_or_not():
+    """From WIDE_ORDERED_ODD_ROWS rows the ordered buffer serves 1-byte rows that end
+    mid-word too (a call's or a class's), in 128-byte segments and 512 / span threads; the
+    256-row span's tile is past 48 KiB, so its static default stays the run store and the
+    first call races the ordered tile. A served ordered config keeps its buffer from there,
+    and runs as its run-store twin below."""
+    for m in (33, 37, 50, 64, 75, 101, 127):
+        for exact in (True, False):
+            c = wide_default(1, m, exact)
+            assert c.ordered and c.tile_n == 128 and c.threads == 2 * c.tile_m, (m, c.key)
+            assert c.applies(m, 10**6) and for_rows(c, m) == c
+    assert wide_default(1, 128).ordered  # whole words: the 8 KiB tile as before
+    assert not wide_default(1, 190).ordered and not wide_default(1, 137, exact=False).ordered
+    assert any(c.ordered and c.tile_n == 128 for c in wider_tiles(1, 137, 334774))
+    ordered = wide_default(1, 32)  # whole words
+    assert (
+        ordered.ordered and not for_rows(ordered, 21).ordered and not for_rows(ordered, 31).ordered
+    )
+    assert for_rows(ordered, 24).ordered
 
 
 def test_tall_configs_take_the_row_raster_only():

@@ -593,8 +593,8 @@ def few_rows_default(
         tm = max(t for t in TILE_SIZES if t <= min(rows, 128))
         try:
             c = KernelConfig(2, tm, 64, 2, 8, 1, "pad", "col", conjugate=conjugate)
-            # 64 registers a thread: 4 blocks of 256 threads an SM (128 rows), 8 of 128 (64)
-            return c.replace(min_blocks=REGISTER_FILE // (64 * c.threads))
+            # the space's cap of 64 registers: 4 blocks of 256 threads (128 rows), 8 of 128 (64)
+            return c.replace(min_blocks=occupancy_steps(c.threads, (64,))[0])
         except ConfigError:
             return None
     v = min(vec, 2) if elem_bytes == 4 else 0

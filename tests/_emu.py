@@ -18,6 +18,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -131,7 +132,12 @@ def run(config: KernelConfig, args: bytes, grid: int) -> None:
     outside memory fails the test instead of the test run: the arrays it writes must live in
     memory shared with the child (`shared`)."""
     assert len(args) == ARGS.size
-    lib = _library(config)
+    _forked(_library(config), config, args, grid)
+
+
+def _forked(lib: ctypes.CDLL, config: KernelConfig, args: Any, grid: int) -> None:
+    """`lib.emu_launch(args, grid, threads)` in a forked child; its death or failure raised
+    here as an AssertionError naming the config."""
     pid = os.fork()
     if pid == 0:  # the child: run, and say how it went through the exit status
         code = 1
@@ -146,7 +152,7 @@ def run(config: KernelConfig, args: bytes, grid: int) -> None:
             "found a misaligned access, see stderr; SIGSEGV: an access outside memory)"
         )
     if os.WEXITSTATUS(status):
-        raise AssertionError(f"{config.key}: a barrier some threads never reach")
+        raise AssertionError(f"{config.key}: a barrier or warp collective not all threads reach")
 
 
 def shared(nbytes: int) -> np.ndarray:
@@ -242,12 +248,10 @@ def transpose(
     offsets: tuple[int, int],
     rng: np.random.Generator,
     grid_max: int = 3,
-    multiprocessors: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run `cfg` on the CPU for a (b, m, n) problem with strides (ld_in, ld_out, bs_in,
     bs_out) in elements, input and output at byte `offsets` into their buffers, on the grid
-    a launch makes for `multiprocessors` SMs, at most `grid_max` blocks (a kernel loops over
-    the rest). Returns (got, want): the output buffer and the reference written into the same
+    a launch makes, at most `grid_max` blocks (a kernel loops over the rest). Returns (got, want): the output buffer and the reference written into the same
     poisoned bytes."""
     s = cfg.elem_bytes
     dt = np.dtype(f"u{s}")
@@ -269,21 +273,8 @@ def transpose(
     wv[...] = x.transpose(0, 2, 1)
     tm, tn = cfg.tiles(m, n)
     fast, slow = (tn, tm) if cfg.raster == "row" else (tm, tn)
-    grid = min(cfg.grid(m, n, b, multiprocessors)[0], grid_max)
+    grid = min(cfg.grid(m, n, b, 1)[0], grid_max)
     args = _TransposeArgs(address(src) + off_in, address(dst) + off_out, m, n, *strides,
                           fast, slow, tm * tn * b)  # fmt: skip
-    lib = _transpose_library(cfg)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = lib.emu_launch(ctypes.byref(args), grid, cfg.threads)
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert not os.WIFSIGNALED(status), (
-        f"{cfg.key}: died of signal {os.WTERMSIG(status)} (SIGABRT: a misaligned access, "
-        "see stderr; SIGSEGV: an access outside memory)"
-    )
-    assert not os.WEXITSTATUS(status), f"{cfg.key}: a barrier or warp collective not all reach"
+    _forked(_transpose_library(cfg), cfg, ctypes.byref(args), grid)
     return dst, want

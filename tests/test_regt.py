@@ -255,11 +255,11 @@ needs_gxx = pytest.mark.skipif(gxx() is None, reason="needs g++ and CUDA's heade
 @pytest.mark.parametrize(
     "s, side", [(1, 2), (1, 3), (1, 5), (1, 8), (1, 13), (1, 16), (2, 3), (2, 8)]
 )
-@pytest.mark.parametrize("wide", [True, False])
-def test_the_kernel_on_the_cpu_at_pointer_offsets_pitches_and_batches(s, side, wide):
-    rng = np.random.default_rng(1000 * s + side + wide)
+@pytest.mark.parametrize("wide, staged", [(True, False), (True, True), (False, False)])
+def test_the_kernel_on_the_cpu_at_pointer_offsets_pitches_and_batches(s, side, wide, staged):
+    rng = np.random.default_rng(1000 * s + side + wide + 2 * staged)
     w = 16 // s
-    cfg = rg(s, side, wide, long=64 * w)  # 64 threads: two warps a block
+    cfg = rg(s, side, wide, long=64 * w, staged=staged)  # 64 threads: two warps a block
     for trial in range(4):
         long = int(rng.integers(2 * 32 * w, 5 * 32 * w)) | int(trial == 0)
         b = 1 + trial % 2
@@ -279,12 +279,13 @@ def test_the_kernel_on_the_cpu_at_pointer_offsets_pitches_and_batches(s, side, w
 
 
 @needs_gxx
-@pytest.mark.parametrize("wide", [True, False])
-def test_the_kernel_on_the_cpu_on_short_long_sides_and_many_matrices(wide):
-    """Long sides under one warp tile (all edge), exactly one, and a batch of small matrices."""
+@pytest.mark.parametrize("wide, staged", [(True, False), (True, True), (False, False)])
+def test_the_kernel_on_the_cpu_on_short_long_sides_and_many_matrices(wide, staged):
+    """Long sides under one warp tile (all edge), exactly one, and a batch of small matrices
+    (staged: under one block tile, one, and past it)."""
     rng = np.random.default_rng(7)
-    for long in (1, 17, 495, 496, 497, 512, 1008):
-        cfg = rg(1, 7, wide, long=1024)
+    for long in (1, 17, 495, 496, 497, 512, 1008, 1024, 1025):
+        cfg = rg(1, 7, wide, long=1024, staged=staged)
         m, n = (7, long) if wide else (long, 7)
         for b in (1, 3):
             got, want = transpose(cfg, b, m, n, (n, m, m * n, m * n), (3, 5), rng, grid_max=2)
@@ -337,14 +338,13 @@ def test_regt_kernels_match_the_reference(rng, s):
     state = activate(0)
     configs = []
     for side in range(2, 16 // s + 1):
-        for wide in (True, False):
+        for wide, staged in ((True, False), (True, True), (False, False)):
             long = REGT_LONG[int(rng.integers(0, len(REGT_LONG)))]
+            cache = str(rng.choice(["default", "stream"]))
             try:
-                configs.append(
-                    rg(s, side, wide, long=long, cache=str(rng.choice(["default", "stream"])))
-                )
+                configs.append(rg(s, side, wide, long=long, cache=cache, staged=staged))
             except ConfigError:
-                configs.append(rg(s, side, wide))
+                configs.append(rg(s, side, wide, long=REGT_LONG[1] // s, staged=staged))
     assert not precompile(state, configs)
     for cfg in configs:
         side = min(cfg.tile_m, cfg.tile_n)
@@ -366,6 +366,7 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
         offset_out = int(rng.integers(0, 16 // s)) * s
         side = int(rng.integers(2, 16 // s + 1))
         wide = bool(rng.integers(0, 2))
+        staged = wide and bool(rng.integers(0, 2))
         long = int(rng.integers(2000, 90000)) | 1
         m, n = (side, long) if wide else (long, side)
         pin = n + (int(rng.integers(0, 9)) if wide else 0)
@@ -377,7 +378,7 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
         fill = rng.integers(0, 256, size=n * pout * s + 64, dtype=np.uint8)
         buf_out = cupy.asarray(fill)
         out = buf_out[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)[:, :m]
-        cfg = rg(s, side, wide)
+        cfg = rg(s, side, wide, long=128 * 16 // s, staged=staged)
         assert at.transpose(x, out, config=cfg) is out
         want = fill.copy()
         region = want[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)
@@ -416,7 +417,7 @@ def test_regt_past_2_31_elements():
 
     state = activate(0)
     long = 2**31 // 5 + 1001
-    assert_match_reference(state, 1, (1, 5, long), [rg(1, 5)])
+    assert_match_reference(state, 1, (1, 5, long), [rg(1, 5), rg(1, 5, staged=True)])
     assert_match_reference(state, 1, (1, long, 5), [rg(1, 5, wide=False)])
 
 

@@ -12,6 +12,13 @@ that regroup a thread's bytes are compile-time selectors.
   writes 16 bytes to each of the `side` output rows, realigned to each row's offset with the
   next lane's bytes (a warp shuffle).
 
+- Few rows staged (`wide=True`, `staged=True`): a block is the tile, its threads' windows side
+  by side. The rows come in as they lie in memory (coalesced aligned 16-byte words) to shared
+  memory; each thread realigns its window of every row from there, regroups it as above and
+  writes its run back; the tile's run goes out as coalesced aligned words. No row's loaded
+  words stay in registers across the loads, so 8-16 bytes of rows do not run out of them, and
+  the output's sectors are written whole.
+
 Both need the run side contiguous (the output rows of few rows, the input rows of few
 columns): regt configs are flat (flat=True), and `shapes.flat_fits` checks the strides. A
 warp's 32 lanes each hold one 16-byte window of the long side; the stores realigned to the
@@ -28,6 +35,7 @@ from typing import Any
 from ..errors import ConfigError
 from .base import (
     CACHE_HINTS,
+    STATIC_SHARED_MAX,
     WARP,
     Config,
     Kind,
@@ -87,7 +95,6 @@ def _errors(c: Config) -> Iterator[str]:
             "raster": "row",
             "realign": False,
             "flat": True,
-            "staged": False,
             "prmt": False,
             "ordered": False,
             "direct": False,
@@ -120,11 +127,42 @@ def _errors(c: Config) -> Iterator[str]:
             f"regt=True: {which}={long} gives {threads} threads of {REGT_BYTES} bytes; "
             f"{REGT_MIN_THREADS} to {REGT_MAX_THREADS}: use {lo} to {hi}"
         )
-    elif c.wide and side * c.elem_bytes > REGT_WIDE_512_BYTES and threads > 256:
+    elif c.staged and not c.wide:
+        yield "regt=True with staged=True stages few rows (wide=True); few columns take staged=False"
+    elif c.staged and stage_words(c) * 16 > STATIC_SHARED_MAX:
+        most = max(
+            t
+            for t in (REGT_MIN_THREADS, 128, 256)
+            if _stage_words(side, t) * 16 <= STATIC_SHARED_MAX
+        )
+        yield (
+            f"regt=True, staged=True: {threads} threads stage {stage_words(c) * 16} bytes of "
+            f"{side} rows, past the {STATIC_SHARED_MAX} a block holds statically; at most "
+            f"{most} threads, tile_n={most * regt_window(c.elem_bytes)}"
+        )
+    elif c.wide and not c.staged and side * c.elem_bytes > REGT_WIDE_512_BYTES and threads > 256:
         yield (
             f"regt=True: {side} rows of {side * c.elem_bytes} bytes hold too many registers for "
             f"{threads} threads (ptxas spilled): at most 256, tile_n={256 * regt_window(c.elem_bytes)}"
         )
+
+
+def stage_pitch(side: int) -> int:
+    """16-byte words between two threads' runs in a staged kernel's shared memory: the run's
+    `side` words, made odd so that 8 threads' 16-byte writes (a shared-memory wavefront) fall
+    on distinct banks."""
+    return side | 1
+
+
+def _stage_words(side: int, threads: int) -> int:
+    # the rows' words (and the word past each row's) or the runs, whichever is more: the
+    # runs overwrite the rows once every thread has read its windows
+    return max(side * (threads + 1), stage_pitch(side) * threads)
+
+
+def stage_words(c: Config) -> int:
+    """16-byte words of a staged kernel's shared memory."""
+    return _stage_words(regt_side(c), _threads(c))
 
 
 def byte_sources(elem_bytes: int, side: int, wide: bool) -> list[list[tuple[int, int]]]:
@@ -194,6 +232,9 @@ def _params(c: Config) -> dict[str, object]:
         "lanes": REGT_LANES,
         "words": [prmt_expression(w) for w in byte_sources(c.elem_bytes, side, c.wide)],
         "min_blocks": 1,
+        "staged": c.staged,
+        "stage_words": stage_words(c) if c.staged else 0,
+        "pitch": stage_pitch(side),
     }
 
 
@@ -211,13 +252,15 @@ def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
     s, side = call.elem_bytes, call.short_side
     if side is None or not fits_side(s, side):
         return
-    for wide in (True, False):
+    for wide, staged in ((True, False), (True, True), (False, False)):
         for long in REGT_LONG:
+            if staged and _stage_words(side, long // regt_window(s)) * 16 > STATIC_SHARED_MAX:
+                continue
             for cache in CACHE_HINTS:
                 tm, tn = (side, long) if wide else (long, side)
                 yield from launchable(
                     call.limits, s, tm, tn, 1, 1, 0, "pad", "row", cache,
-                    flat=True, wide=wide, regt=True,
+                    flat=True, wide=wide, regt=True, staged=staged,
                 )  # fmt: skip
 
 
@@ -232,7 +275,7 @@ class Regt(Kind):
         return _errors(c)
 
     def derive(self, c: Config) -> dict[str, int]:
-        return {"threads": _threads(c), "smem": 0}
+        return {"threads": _threads(c), "smem": 16 * stage_words(c) if c.staged else 0}
 
     def params(self, c: Config) -> dict[str, object]:
         return _params(c)
@@ -251,21 +294,24 @@ class Regt(Kind):
         return (m if c.wide else n) == regt_side(c)
 
     def tiles(self, c: Config, m: int, n: int) -> tuple[int, int]:
-        """Warp tiles (31 windows each) along the long side."""
+        """Warp tiles (31 windows each) along the long side; staged: block tiles (a window a
+        thread)."""
         if not self.applies(c, m, n):
             raise ConfigError(
                 f"regt config {c.key} is rendered for {regt_side(c)} "
                 f"{'rows' if c.wide else 'columns'}; the matrix is {m}x{n}"
             )
+        if c.staged:
+            return (1, -(-n // regt_long(c)))
         per = REGT_LANES * regt_window(c.elem_bytes)
         return (1, -(-n // per)) if c.wide else (-(-m // per), 1)
 
     def grid(
         self, c: Config, m: int, n: int, batch: int, multiprocessors: int
     ) -> tuple[int, int, int]:
-        """A warp a tile, or `persistent` blocks an SM that walk them."""
+        """A warp a tile (staged: a block), or `persistent` blocks an SM that walk them."""
         tm, tn = self.tiles(c, m, n)
-        blocks = -(-(tm * tn * batch) // (c.threads // WARP))
+        blocks = tm * tn * batch if c.staged else -(-(tm * tn * batch) // (c.threads // WARP))
         if c.persistent:
             blocks = min(blocks, c.persistent * multiprocessors)
         return (max(blocks, 1), 1, 1)

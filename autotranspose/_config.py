@@ -426,9 +426,9 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         ),
     )
     bad = [msg for ok, msg in checks if not ok]
-    if c.min_blocks and (c.flat or c.prmt):
+    if c.min_blocks and (c.flat or c.prmt) and not (c.regt and c.staged):
         bad.append(
-            "min_blocks is a tiled or staged kernel's (flat and byte-permute kernels set their own): set min_blocks=0"
+            "min_blocks is a tiled, staged or staged register-transpose kernel's (flat and byte-permute kernels set their own): set min_blocks=0"
         )
     if c.wide and not (c.flat and (c.prmt or c.regt)):
         bad.append(

@@ -85,7 +85,7 @@ def main() -> None:
             if best:
                 line += f" | {label} {100 * best[1].ratio:5.1f}% {best[0].key}"
         regt_all = " ".join(
-            f"{'sg' if c.staged else ''}{c.threads}:{100 * r.ratio:.1f}"
+            f"{'sg' if c.staged else ''}{c.threads}{f'b{c.min_blocks}' if c.min_blocks else ''}:{100 * r.ratio:.1f}"
             for c, r in ranked
             if c.regt
         )

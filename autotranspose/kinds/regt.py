@@ -29,6 +29,7 @@ bytes before a matrix's first aligned store, go element by element.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,6 +45,7 @@ from .base import (
     Search,
     SpaceCall,
     fixed_field_errors,
+    occupancy_steps,
 )
 
 REGT_SIZES = (1, 2)  # element sizes (bytes)
@@ -99,7 +101,6 @@ def _errors(c: Config) -> Iterator[str]:
             "ordered": False,
             "direct": False,
             "conjugate": False,
-            "min_blocks": 0,
         },
         "a register transpose holds one 16-byte window a thread, spans the short side "
         "(flat) and sets its own launch bounds",
@@ -127,6 +128,8 @@ def _errors(c: Config) -> Iterator[str]:
             f"regt=True: {which}={long} gives {threads} threads of {REGT_BYTES} bytes; "
             f"{REGT_MIN_THREADS} to {REGT_MAX_THREADS}: use {lo} to {hi}"
         )
+    elif c.min_blocks and not c.staged:
+        yield f"regt=True takes min_blocks=0 (got {c.min_blocks}) unless staged=True: its own launch bounds"
     elif c.staged and not c.wide:
         yield "regt=True with staged=True stages few rows (wide=True); few columns take staged=False"
     elif c.staged and stage_words(c) * 16 > STATIC_SHARED_MAX:
@@ -155,13 +158,14 @@ def stage_pitch(side: int) -> int:
 
 
 def _stage_words(side: int, threads: int) -> int:
-    # the rows' words (and the word past each row's) or the runs, whichever is more: the
-    # runs overwrite the rows once every thread has read its windows
-    return max(side * (threads + 1), stage_pitch(side) * threads)
+    # the rows' words (and the word past each row's), then the runs: two buffers, so that a
+    # thread writes each run word as soon as its permutes make it (no registers holding the
+    # whole run across a barrier) and a tile takes two barriers
+    return side * (threads + 1) + stage_pitch(side) * threads
 
 
 def stage_words(c: Config) -> int:
-    """16-byte words of a staged kernel's shared memory."""
+    """16-byte words of a staged kernel's shared memory (both buffers)."""
     return _stage_words(regt_side(c), _threads(c))
 
 
@@ -231,9 +235,10 @@ def _params(c: Config) -> dict[str, object]:
         "warps": c.threads // WARP,
         "lanes": REGT_LANES,
         "words": [prmt_expression(w) for w in byte_sources(c.elem_bytes, side, c.wide)],
-        "min_blocks": 1,
+        "min_blocks": c.min_blocks or 1,
         "staged": c.staged,
-        "stage_words": stage_words(c) if c.staged else 0,
+        "stage_words": side * (_threads(c) + 1),
+        "run_words": stage_pitch(side) * _threads(c),
         "pitch": stage_pitch(side),
     }
 
@@ -256,11 +261,15 @@ def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
         for long in REGT_LONG:
             if staged and _stage_words(side, long // regt_window(s)) * 16 > STATIC_SHARED_MAX:
                 continue
-            for cache in CACHE_HINTS:
+            threads = long // regt_window(s)
+            # staged: its registers capped as the other kinds' are (more blocks an SM hide
+            # the barriers between a tile's loads and its stores)
+            caps = (0, *occupancy_steps(threads)) if staged else (0,)
+            for cache, blocks in itertools.product(CACHE_HINTS, caps):
                 tm, tn = (side, long) if wide else (long, side)
                 yield from launchable(
                     call.limits, s, tm, tn, 1, 1, 0, "pad", "row", cache,
-                    flat=True, wide=wide, regt=True, staged=staged,
+                    flat=True, wide=wide, regt=True, staged=staged, min_blocks=blocks,
                 )  # fmt: skip
 
 

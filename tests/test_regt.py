@@ -174,9 +174,9 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
 
 
 # (element bytes, few rows): the most rows or columns a first call races it for, and the
-# largest class bound lookup serves it by default (the H100 sweep, kinds/regt.py)
-RACED = {(1, True): 7, (1, False): 10, (2, True): 6, (2, False): 8}
-DEFAULT = {(1, True): 8, (1, False): 8, (2, True): 4, (2, False): 8}
+# largest class bound lookup serves it by default (the sweeps, kinds/regt.py)
+RACED = {(1, True): 16, (1, False): 10, (2, True): 8, (2, False): 8}
+DEFAULT = {(1, True): 16, (1, False): 8, (2, True): 8, (2, False): 8}
 
 
 @pytest.mark.parametrize("s, side", SIDES)
@@ -187,7 +187,12 @@ def test_served_where_it_won(s, side, wide):
     assert (raced is not None) == (side <= RACED[(s, wide)])
     if raced is not None:
         assert raced.wide == wide and raced.applies(m, n)
-        assert raced.threads == (64 if wide and side * s <= 6 else 256)
+        assert raced.staged == (wide and side >= 3)
+        if raced.staged:  # 128 threads where the static shared memory holds them, capped on few rows
+            assert raced.threads == (128 if side <= 11 else 64) and raced.fits(NEWEST)
+            assert raced.min_blocks == (8 if side <= 5 else 0)
+        else:
+            assert raced.threads == (64 if wide and side * s <= 6 else 256)
     cls = shape_class(1, m, n, 1)
     served = lookup.default_choice(s, cls).config
     assert served.regt == (min(cls.m, cls.n) <= DEFAULT[(s, wide)]), (s, side, wide, served.key)
@@ -198,6 +203,11 @@ def test_served_where_it_won(s, side, wide):
 def test_for_call_keeps_what_it_cannot_render():
     c = rg(1, 8)
     assert for_call(c, 5, 10**6).tile_m == 5
+    # staged: the block and the register cap follow the rows (shared memory, registers)
+    staged = regt_default(1, 8, 10**6)
+    assert for_call(staged, 16, 10**6) == regt_default(1, 16, 10**6)
+    assert for_call(staged, 4, 10**6) == regt_default(1, 4, 10**6)
+    assert for_call(staged.replace(cache="stream"), 4, 10**6).cache == "stream"
     assert for_call(c, 20, 10**6) is c  # no regt kernel for 20 rows: not applicable, unchanged
     assert not c.applies(20, 10**6) and not c.applies(5, 10**6)
     tall = rg(2, 4, wide=False)
@@ -298,7 +308,7 @@ def test_the_kernel_on_the_cpu_on_short_long_sides_and_many_matrices(wide, stage
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_regt_kernels_compile_without_spills(arch):
     """Every side of both directions and element sizes at the default block, the largest and
-    smallest blocks of each, streaming hints, and the outer variants."""
+    smallest blocks of each, streaming hints, and the staged configs served for few rows."""
     from autotranspose._compiler import nvcc_resources
 
     picks = []
@@ -311,12 +321,15 @@ def test_regt_kernels_compile_without_spills(arch):
                         picks.append(rg(s, side, wide, long=long, cache="stream"))
                     except ConfigError:  # too many registers for 512 threads
                         assert wide and side * s > 12 and long // (16 // s) == 512
+        picks.append(regt_default(s, side, 10**6))  # few rows: staged from 3 rows, as served
+        if side in (3, 16 // s):
+            picks.append(regt_default(s, side, 10**6).replace(cache="stream"))
     picks = list(dict.fromkeys(picks))
     report = nvcc_resources(picks, arch)
     for cfg in picks:
         res = report[cfg.kernel_name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, f"{cfg.key} spills on {arch}: {res}"
-        assert res.smem_bytes == 0
+        assert res.smem_bytes == cfg.smem_bytes
         assert res.registers * cfg.threads <= 65536, f"{cfg.key} cannot launch: {res}"
 
 
@@ -378,7 +391,7 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
         fill = rng.integers(0, 256, size=n * pout * s + 64, dtype=np.uint8)
         buf_out = cupy.asarray(fill)
         out = buf_out[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)[:, :m]
-        cfg = rg(s, side, wide, long=128 * 16 // s, staged=staged)
+        cfg = rg(s, side, wide, long=64 * 16 // s, staged=staged)
         assert at.transpose(x, out, config=cfg) is out
         want = fill.copy()
         region = want[offset_out : offset_out + n * pout * s].view(dtype).reshape(n, pout)

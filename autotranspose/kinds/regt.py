@@ -329,11 +329,15 @@ class Regt(Kind):
         return True
 
     def for_call(self, c: Config, m: int, n: int) -> Any:
-        """The config rendered for this call's side (the same block and hints), or `c` where
-        the call's side is not one it takes."""
+        """The config rendered for this call's side (the same block and hints; staged: the
+        block and register cap of `staged_block` for the side), or `c` where the call's side
+        is not one it takes."""
         side = m if c.wide else n
         if side == regt_side(c) or not fits_side(c.elem_bytes, side):
             return c
+        if c.staged:  # the block and the register cap follow the rows (shared memory, registers)
+            long, blocks = staged_block(c.elem_bytes, side)
+            return c.replace(tile_m=side, tile_n=long, min_blocks=blocks)
         return c.replace(**({"tile_m": side} if c.wide else {"tile_n": side}))
 
     def step_values(
@@ -349,20 +353,34 @@ class Regt(Kind):
 KIND = Regt()
 
 
-# Where a register transpose is served (H100 sweep, dev/regt_sweep.py: every side of 1- and
+# Where a register transpose is served (sweeps with dev/regt_sweep.py: every side of 1- and
 # 2-byte elements both ways against the narrow direct tiles and the flat, tall and wide
 # defaults; docs/perf-notes.md, "Register transposes"), by (element bytes, few rows): the most
-# rows or columns of a call whose first call races it (it won every side up to these, by
-# 5-50 points, and lost 4-45 beyond them: 1-byte rows of 8 and 11-16, where the ordered wide
-# kernel's whole words win, 2-byte rows of 7-8, 1-byte columns of 11-16) ...
-REGT_RACED_SIDES = {(1, True): 7, (1, False): 10, (2, True): 6, (2, False): 8}
-# ... and the largest class bound (a power of two) whose calls lookup serves it by default:
-# 1-byte rows of 5-8 (8 rows lost 60 to 65, 5-7 won 69-96 against 50-55), 2-byte rows of at
-# most 4 (5-8: two won by 32 and 5, two lost by 4 and 30).
-REGT_DEFAULT_SIDES = {(1, True): 8, (1, False): 8, (2, True): 4, (2, False): 8}
-# few rows of at most this many bytes: 64 threads (the sweep's best or within 0.5 of it on 9
-# of 10; 256 threads lost 1-5 there), else 256
+# rows or columns of a call whose first call races it. Few columns (H100): it won every side
+# up to these by 5-50 points and lost 1-byte columns of 11-16 to the tall byte-permute kernel.
+# Few rows: the staged kernel (H200) won every side of 4-16 bytes, 1-byte rows of 4-16 at
+# 85-102% of copy against 36-87 for the unstaged one and 45-76 for the others ...
+REGT_RACED_SIDES = {(1, True): 16, (1, False): 10, (2, True): 8, (2, False): 8}
+# ... and the largest class bound (a power of two) whose calls lookup serves it by default
+REGT_DEFAULT_SIDES = {(1, True): 16, (1, False): 8, (2, True): 8, (2, False): 8}
+# few rows of at least this many rows go through shared memory (staged=True); fewer: one
+# window a thread in registers, 64 threads for rows of at most REGT_FEW_THREADS_BYTES bytes
+# (the H100 sweep's best or within 0.5 of it on 9 of 10; 256 threads lost 1-5 there), else 256
+STAGED_MIN_ROWS = 3
 REGT_FEW_THREADS_BYTES = 6
+# staged: 128 threads where the rows and runs fit the static shared memory (at most 11 rows),
+# else 64; registers capped at 64 (8 blocks of 128 threads) for at most this many rows (H200:
+# int8 4 rows 101.9 capped against 87.6, float16 4 and 5 rows 102.3 and 103.2 against
+# 89.1 and 102.0), uncapped above (int8 8 rows capped 94.0 against 100.8)
+STAGED_CAPPED_ROWS = 5
+STAGED_THREADS = (128, REGT_MIN_THREADS)
+
+
+def staged_block(elem_bytes: int, side: int) -> tuple[int, int]:
+    """(tile_n, min_blocks) of the staged config for `side` rows of `elem_bytes`-byte elements."""
+    threads = next(t for t in STAGED_THREADS if _stage_words(side, t) * 16 <= STATIC_SHARED_MAX)
+    blocks = occupancy_steps(threads)[-1] if side <= STAGED_CAPPED_ROWS else 0
+    return threads * regt_window(elem_bytes), blocks
 
 
 def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) -> Any | None:
@@ -380,6 +398,12 @@ def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) 
     most = (REGT_RACED_SIDES if exact else REGT_DEFAULT_SIDES)[(elem_bytes, wide)]
     if side > most:
         return None
+    if wide and side >= STAGED_MIN_ROWS:
+        long, blocks = staged_block(elem_bytes, side)
+        return new(
+            elem_bytes, side, long, 1, 1, 0, "pad", "row",
+            flat=True, wide=True, regt=True, staged=True, min_blocks=blocks,
+        )  # fmt: skip
     few = wide and side * elem_bytes <= REGT_FEW_THREADS_BYTES
     long = (64 if few else REGT_DEFAULT_THREADS) * regt_window(elem_bytes)
     tm, tn = (side, long) if wide else (long, side)

@@ -277,7 +277,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--only",
-        choices=("direct", "flat", "staged", "prmt", "realign", "persistent"),
+        choices=("direct", "flat", "staged", "prmt", "realign", "persistent", "regt"),
         help="screen the configs of this kind only (the case's served and default still timed)",
     )
     ap.add_argument("--baseline", action="store_true")

@@ -174,7 +174,11 @@ def _choose(
                 return _choice(entry, "tuned", conjugate)
             ship = _pick(shipped(name), elem_bytes, cls, limits)
             if ship is not None and ship[1] and ship[0].source == "tuned":
-                return _choice(ship[0], "shipped", conjugate)
+                shipped_choice = _choice(ship[0], "shipped", conjugate)
+                # a first call's winner over a shipped result far below the ceiling (which
+                # the first call races: `far_below`) serves where it ran faster
+                if not (far_below(shipped_choice) and entry.ratio > ship[0].ratio):
+                    return shipped_choice
             return _choice(entry, "measured", conjugate)
     found = _pick(shipped(name), elem_bytes, cls, limits)
     if found is not None and (found[1] or not own_only):
@@ -395,6 +399,24 @@ def _pick(
     if not usable:
         return None
     return min(usable, key=_nearness(cls)), False
+
+
+# a shipped result that ran at less than this share of a copy where it was tuned is raced on
+# a first call like a guess (the race keeps it unless a candidate beats it)
+SHIPPED_RACED_BELOW = 0.8
+
+
+def far_below(choice: Choice) -> bool:
+    """Whether a shipped result ran far below the copy ceiling when it was tuned. Kernels
+    come after the results shipped for a GPU: the H200's uint8 3x40000003 was shipped a narrow
+    direct tile at 48% of copy, tuned before the register transposes existed, and the staged
+    one runs the same call at 102. A first call's race costs milliseconds once; a shipped
+    result that is far from the ceiling is worth checking against what the code has now."""
+    return (
+        choice.source == "shipped"
+        and choice.ratio is not None
+        and 0 < choice.ratio < SHIPPED_RACED_BELOW
+    )
 
 
 def is_guess(choice: Choice, cls: ShapeClass) -> bool:

@@ -403,6 +403,31 @@ def test_a_measured_result_serves_its_class_and_a_tuned_one_outranks_it(store, r
     assert (c.source, c.config, c.gbps) == ("tuned", tuned, 100.0)
 
 
+@pytest.mark.parametrize("shipped_gbps, raced", [(1000.0, True), (2300.0, True), (2500.0, False)])
+def test_a_shipped_result_far_below_the_ceiling_is_raced_and_its_winner_serves(
+    store, rng, fresh_lookup, shipped_gbps, raced
+):
+    """A shipped result that ran under 80% of copy (kernels came after it was tuned) is raced
+    on a first call like a guess, and a first call's winner that ran faster serves the class
+    after it; a shipped result near the ceiling still outranks a measured one."""
+    from autotranspose._dispatch import transpose as dispatch
+
+    shipped, winner = _configs(rng, count=2)
+    _ship(fresh_lookup, H100, [(CLS, shipped, shipped_gbps)])  # copy 3000 GB/s: ratio gbps/3000
+    c = lookup.choose(H100, 4, CLS, store=store)
+    assert (c.source, c.config) == ("shipped", shipped)
+    assert not lookup.is_guess(c, CLS)  # its own class: a guess only by the ratio
+    assert lookup.far_below(c) is raced
+    assert dispatch.lookup.far_below is lookup.far_below
+    assert not lookup.far_below(dataclasses.replace(c, source="tuned"))
+    store.record(
+        None, H100, "float32", 4, (1, 4096, 4096), CLS, winner, ok(2700.0), source="measured"
+    )
+    lookup.clear_cache()
+    c = lookup.choose(H100, 4, CLS, store=store)
+    assert (c.source, c.config) == (("measured", winner) if raced else ("shipped", shipped))
+
+
 def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vectors(
     store, fresh_lookup
 ):

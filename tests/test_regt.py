@@ -188,7 +188,9 @@ def test_served_where_it_won(s, side, wide):
     if raced is not None:
         assert raced.wide == wide and raced.applies(m, n)
         assert raced.staged == (wide and side >= 3)
-        if raced.staged:  # 128 threads where the static shared memory holds them, capped on few rows
+        if (
+            raced.staged
+        ):  # 128 threads where the static shared memory holds them, capped on few rows
             assert raced.threads == (128 if side <= 11 else 64) and raced.fits(NEWEST)
             assert raced.min_blocks == (8 if side <= 5 else 0)
         else:

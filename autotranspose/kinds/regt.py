@@ -60,6 +60,13 @@ REGT_DEFAULT_THREADS = 256
 # loaded words of every row in flight: 1-byte rows of 14-16 bytes spilled under the 128
 # registers that 512 threads leave, nvcc 13, sm_80 and sm_90)
 REGT_WIDE_512_BYTES = 12
+# staged few rows of more than 16 bytes (up to STAGED_MAX_BYTES): a thread's window is one
+# 4-byte word of every row (templates/regt/staged_words.cu.j2), the block 64 or 128 threads
+# (a row's 16-byte words over the tile are one warp's lanes at most)
+STAGED_MAX_BYTES = 64
+STAGED_WORD = 4
+STAGED_WORD_THREADS = (64, 128)
+_WORD_LONGS = (128, 256)  # their long sides under REGT_LONG (2-byte 64 and 128, 1-byte 64 threads)
 
 
 def regt_window(elem_bytes: int) -> int:
@@ -81,8 +88,31 @@ def fits_side(elem_bytes: int, side: int) -> bool:
     return elem_bytes in REGT_SIZES and 2 <= side and side * elem_bytes <= REGT_BYTES
 
 
+def fits_staged_side(elem_bytes: int, side: int) -> bool:
+    """Whether `side` rows are few rows a staged regt kernel takes: 2 to 64 bytes."""
+    return elem_bytes in REGT_SIZES and 2 <= side and side * elem_bytes <= STAGED_MAX_BYTES
+
+
+def window_bytes(elem_bytes: int, side: int, staged: bool) -> int:
+    """A thread's window of the long side (bytes): one 4-byte word for staged rows of more
+    than 16 bytes, else 16 bytes."""
+    return STAGED_WORD if staged and side * elem_bytes > REGT_BYTES else REGT_BYTES
+
+
+def _window(c: Config) -> int:
+    """Elements of the long side in a thread's window."""
+    return window_bytes(c.elem_bytes, regt_side(c), c.staged) // c.elem_bytes
+
+
 def _threads(c: Config) -> int:
-    return regt_long(c) // regt_window(c.elem_bytes)
+    return regt_long(c) // _window(c)
+
+
+def _longs(c: Config) -> tuple[int, ...]:
+    """The long sides (elements) a config's block may span."""
+    if _window(c) * c.elem_bytes == STAGED_WORD:
+        return tuple(t * STAGED_WORD // c.elem_bytes for t in STAGED_WORD_THREADS)
+    return REGT_LONG
 
 
 def _errors(c: Config) -> Iterator[str]:
@@ -109,23 +139,26 @@ def _errors(c: Config) -> Iterator[str]:
         yield f"regt=True takes 1- or 2-byte elements (got elem_bytes={c.elem_bytes})"
         return
     side = regt_side(c)
-    if not fits_side(c.elem_bytes, side):
+    most = STAGED_MAX_BYTES if c.staged and c.wide else REGT_BYTES
+    if not (2 <= side and side * c.elem_bytes <= most):
         which = "tile_m (the rows)" if c.wide else "tile_n (the columns)"
         yield (
             f"regt=True: {which}={side} must be a short side of 2 to "
-            f"{REGT_BYTES // c.elem_bytes} elements ({REGT_BYTES} bytes)"
+            f"{most // c.elem_bytes} elements ({most} bytes"
+            + (", staged few rows 64)" if most == REGT_BYTES else ")")
         )
+        return
     long = regt_long(c)
     which = "tile_n" if c.wide else "tile_m"
-    if long not in REGT_LONG:
-        yield f"regt=True: {which}={long} (the long side a block spans) must be one of {list(REGT_LONG)}"
+    if long not in _longs(c):
+        yield f"regt=True: {which}={long} (the long side a block spans) must be one of {list(_longs(c))}"
         return
     threads = _threads(c)
     if not REGT_MIN_THREADS <= threads <= REGT_MAX_THREADS:
-        lo = REGT_MIN_THREADS * regt_window(c.elem_bytes)
-        hi = REGT_MAX_THREADS * regt_window(c.elem_bytes)
+        lo = REGT_MIN_THREADS * _window(c)
+        hi = REGT_MAX_THREADS * _window(c)
         yield (
-            f"regt=True: {which}={long} gives {threads} threads of {REGT_BYTES} bytes; "
+            f"regt=True: {which}={long} gives {threads} threads of {_window(c) * c.elem_bytes} bytes; "
             f"{REGT_MIN_THREADS} to {REGT_MAX_THREADS}: use {lo} to {hi}"
         )
     elif c.min_blocks and not c.staged:
@@ -133,15 +166,15 @@ def _errors(c: Config) -> Iterator[str]:
     elif c.staged and not c.wide:
         yield "regt=True with staged=True stages few rows (wide=True); few columns take staged=False"
     elif c.staged and stage_words(c) * 16 > STATIC_SHARED_MAX:
-        most = max(
+        fit = max(
             t
             for t in (REGT_MIN_THREADS, 128, 256)
-            if _stage_words(side, t) * 16 <= STATIC_SHARED_MAX
+            if _stage_bytes(c.elem_bytes, side, t) <= STATIC_SHARED_MAX
         )
         yield (
             f"regt=True, staged=True: {threads} threads stage {stage_words(c) * 16} bytes of "
             f"{side} rows, past the {STATIC_SHARED_MAX} a block holds statically; at most "
-            f"{most} threads, tile_n={most * regt_window(c.elem_bytes)}"
+            f"{fit} threads, tile_n={fit * _window(c)}"
         )
     elif c.wide and not c.staged and side * c.elem_bytes > REGT_WIDE_512_BYTES and threads > 256:
         yield (
@@ -157,33 +190,39 @@ def stage_pitch(side: int) -> int:
     return side | 1
 
 
-def _stage_words(side: int, threads: int) -> int:
-    # the rows' words (and the word past each row's), then the runs: two buffers, so that a
-    # thread writes each run word as soon as its permutes make it (no registers holding the
-    # whole run across a barrier) and a tile takes two barriers
-    return side * (threads + 1) + stage_pitch(side) * threads
+def _stage_bytes(elem_bytes: int, side: int, threads: int) -> int:
+    # the rows' 16-byte words (and the word past each row's), then the runs: two buffers, so
+    # that a thread writes each run word as soon as its permutes make it (no registers holding
+    # the whole run across a barrier) and a tile takes two barriers. Runs of 16-byte windows
+    # are 16-byte words (side of them a thread), of 4-byte windows 4-byte words, plus each
+    # row's offset
+    window = window_bytes(elem_bytes, side, True)
+    rows = 16 * side * (threads * window // 16 + 1)
+    return rows + window * stage_pitch(side) * threads + (4 * side if window == STAGED_WORD else 0)
 
 
 def stage_words(c: Config) -> int:
-    """16-byte words of a staged kernel's shared memory (both buffers)."""
-    return _stage_words(regt_side(c), _threads(c))
+    """Shared memory of a staged kernel, in 16-byte words (both buffers)."""
+    return -(-_stage_bytes(c.elem_bytes, regt_side(c), _threads(c)) // 16)
 
 
-def byte_sources(elem_bytes: int, side: int, wide: bool) -> list[list[tuple[int, int]]]:
+def byte_sources(
+    elem_bytes: int, side: int, wide: bool, window: int = REGT_BYTES
+) -> list[list[tuple[int, int]]]:
     """For each 32-bit word a thread stores (in order), the (source word, byte) of each of its
-    4 bytes, the source words being what the thread loaded, 16 bytes at a time. Few rows:
-    row i's window is words 4i..4i+3, and the output is the run of `side` x 16 bytes of its
-    window's columns (column-major). Few columns: the loaded run is 16 / elem_bytes rows of
-    `side` elements, and output row r takes element r of each of those rows."""
+    4 bytes, the source words being what the thread loaded, `window` bytes a row. Few rows:
+    row i's window is words (window / 4) i.., and the output is the run of `side` x `window`
+    bytes of its window's columns (column-major). Few columns (16-byte windows): the loaded run
+    is 16 / elem_bytes rows of `side` elements, and output row r takes element r of each."""
     s = elem_bytes
     words = []
-    for w in range(4 * side):
+    for w in range(window * side // 4):
         sources = []
         for k in range(4 * w, 4 * w + 4):
             if wide:
                 e, p = divmod(k, s)  # the run's element, and the byte in it
                 col, row = divmod(e, side)
-                src = REGT_BYTES * row + col * s + p
+                src = window * row + col * s + p
             else:
                 r, k16 = divmod(k, REGT_BYTES)  # output row r, its byte k16
                 e, p = divmod(k16, s)  # input row e of the window
@@ -228,16 +267,19 @@ def permutes(elem_bytes: int, side: int, wide: bool) -> int:
 
 def _params(c: Config) -> dict[str, object]:
     side = regt_side(c)
+    window = _window(c) * c.elem_bytes
     return {
         "side": side,
         "wide": c.wide,
-        "w": regt_window(c.elem_bytes),  # elements of a window
+        "w": _window(c),  # elements of a window
+        "window": window,
         "warps": c.threads // WARP,
         "lanes": REGT_LANES,
-        "words": [prmt_expression(w) for w in byte_sources(c.elem_bytes, side, c.wide)],
+        "words": [prmt_expression(w) for w in byte_sources(c.elem_bytes, side, c.wide, window)],
         "min_blocks": c.min_blocks or 1,
         "staged": c.staged,
-        "stage_words": side * (_threads(c) + 1),
+        # the rows' 16-byte words, and the runs' words (16 or 4 bytes: the window's)
+        "stage_words": side * (_threads(c) * window // 16 + 1),
         "run_words": stage_pitch(side) * _threads(c),
         "pitch": stage_pitch(side),
     }
@@ -246,7 +288,7 @@ def _params(c: Config) -> dict[str, object]:
 def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
     """A call with a side of 2 to 16 bytes (the exact side: `short_side`): both directions."""
     side = call.short_side
-    if side is None or call.conjugate or not fits_side(call.elem_bytes, side):
+    if side is None or call.conjugate or not fits_staged_side(call.elem_bytes, side):
         return
     yield from regt_space(launchable, call)
 
@@ -255,13 +297,17 @@ def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
     """The regt configs for a short side of exactly `short_side` elements: few rows and few
     columns, every block size, both cache hints (and persistent grids)."""
     s, side = call.elem_bytes, call.short_side
-    if side is None or not fits_side(s, side):
+    if side is None or not fits_staged_side(s, side):
         return
     for wide, staged in ((True, False), (True, True), (False, False)):
-        for long in REGT_LONG:
-            if staged and _stage_words(side, long // regt_window(s)) * 16 > STATIC_SHARED_MAX:
+        if not (fits_staged_side if staged else fits_side)(s, side):
+            continue
+        per = window_bytes(s, side, staged) // s
+        longs = REGT_LONG if per * s == REGT_BYTES else tuple(t * per for t in STAGED_WORD_THREADS)
+        for long in longs:
+            threads = long // per
+            if staged and _stage_bytes(s, side, threads) > STATIC_SHARED_MAX:
                 continue
-            threads = long // regt_window(s)
             # staged: its registers capped as the other kinds' are (more blocks an SM hide
             # the barriers between a tile's loads and its stores)
             caps = (0, *occupancy_steps(threads)) if staged else (0,)
@@ -293,10 +339,10 @@ class Regt(Kind):
         return ((15, _search),)
 
     def tile_m_values(self, c: Config) -> tuple[int, ...]:
-        return tuple(range(2, REGT_BYTES + 1)) + REGT_LONG
+        return tuple(range(2, STAGED_MAX_BYTES + 1)) + _WORD_LONGS + REGT_LONG
 
     def tile_n_values(self, c: Config) -> tuple[int, ...]:
-        return tuple(range(2, REGT_BYTES + 1)) + REGT_LONG
+        return tuple(range(2, REGT_BYTES + 1)) + _WORD_LONGS + REGT_LONG
 
     def applies(self, c: Config, m: int, n: int) -> bool:
         """Exactly the side it was rendered for (`for_call` makes a served config's)."""
@@ -333,7 +379,8 @@ class Regt(Kind):
         block and register cap of `staged_block` for the side), or `c` where the call's side
         is not one it takes."""
         side = m if c.wide else n
-        if side == regt_side(c) or not fits_side(c.elem_bytes, side):
+        fits = fits_staged_side if c.staged else fits_side
+        if side == regt_side(c) or not fits(c.elem_bytes, side):
             return c
         if c.staged:  # the block and the register cap follow the rows (shared memory, registers)
             long, blocks = staged_block(c.elem_bytes, side)
@@ -343,10 +390,10 @@ class Regt(Kind):
     def step_values(
         self, c: Config, name: str, values: tuple[int, ...], pair: bool
     ) -> tuple[int, ...]:
-        """The long side steps along REGT_LONG (the block's threads); the short side is the
-        call's and stays."""
+        """The long side steps along its block sizes (the block's threads); the short side is
+        the call's and stays."""
         if name == ("tile_n" if c.wide else "tile_m"):
-            return REGT_LONG
+            return _longs(c)
         return (regt_side(c),) if name in ("tile_m", "tile_n") else values
 
 
@@ -360,7 +407,7 @@ KIND = Regt()
 # up to these by 5-50 points and lost 1-byte columns of 11-16 to the tall byte-permute kernel.
 # Few rows: the staged kernel (H200) won every side of 4-16 bytes, 1-byte rows of 4-16 at
 # 85-102% of copy against 36-87 for the unstaged one and 45-76 for the others ...
-REGT_RACED_SIDES = {(1, True): 16, (1, False): 10, (2, True): 8, (2, False): 8}
+REGT_RACED_SIDES = {(1, True): 64, (1, False): 10, (2, True): 32, (2, False): 8}
 # ... and the largest class bound (a power of two) whose calls lookup serves it by default
 REGT_DEFAULT_SIDES = {(1, True): 16, (1, False): 8, (2, True): 8, (2, False): 8}
 # few rows of at least this many rows go through shared memory (staged=True); fewer: one
@@ -378,9 +425,11 @@ STAGED_THREADS = (128, REGT_MIN_THREADS)
 
 def staged_block(elem_bytes: int, side: int) -> tuple[int, int]:
     """(tile_n, min_blocks) of the staged config for `side` rows of `elem_bytes`-byte elements."""
-    threads = next(t for t in STAGED_THREADS if _stage_words(side, t) * 16 <= STATIC_SHARED_MAX)
+    threads = next(
+        t for t in STAGED_THREADS if _stage_bytes(elem_bytes, side, t) <= STATIC_SHARED_MAX
+    )
     blocks = occupancy_steps(threads)[-1] if side <= STAGED_CAPPED_ROWS else 0
-    return threads * regt_window(elem_bytes), blocks
+    return threads * window_bytes(elem_bytes, side, True) // elem_bytes, blocks
 
 
 def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) -> Any | None:
@@ -389,7 +438,7 @@ def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) 
     rows are the short side, else few columns, up to REGT_RACED_SIDES (a call's) or
     REGT_DEFAULT_SIDES (a class's bound); 64 threads for few rows of at most
     REGT_FEW_THREADS_BYTES bytes, else 256, default caching. None for other calls."""
-    if fits_side(elem_bytes, m) and m <= n:
+    if fits_staged_side(elem_bytes, m) and m <= n:
         wide, side = True, m
     elif fits_side(elem_bytes, n):
         wide, side = False, n

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._config import (
     DIRECT_SIZES,
+    FEW_ROWS_MAX,
     FLAT_SHORT_SIDE,
     NEWEST,
     PRMT_SERVED,
@@ -84,6 +85,7 @@ class Choice:
     shape_class: ShapeClass | None = None
     gbps: float | None = None
     ratio: float | None = None
+    shape: tuple[int, int, int] | None = None  # (batch, m, n) it was measured on, where known
 
 
 class _DefaultStore:
@@ -419,6 +421,17 @@ def far_below(choice: Choice) -> bool:
     )
 
 
+def other_rows(shape: tuple[int, int, int] | None, m: int, n: int) -> bool:
+    """Whether a result measured on `shape` serves an m x n call of few rows (fewer than
+    FEW_ROWS_MAX, and than columns) with other rows than it was measured on. A class spans
+    rows up to twice apart, and what serves few rows depends on the exact rows: kernels
+    rendered for them (the register transposes), tiles that leave another edge. Measured on
+    one row count and served to another it lost up to 12 points (H100: int8 50 rows served
+    37 rows' staged register transpose at 80% of copy, where the ordered wide kernel runs 90;
+    H200: bfloat16 190 rows served 134 rows' 64-row tile, 70.7 -> 65.3)."""
+    return shape is not None and m < n and m < FEW_ROWS_MAX and shape[1] != m
+
+
 def is_guess(choice: Choice, cls: ShapeClass) -> bool:
     """Was `choice` measured for another class than `cls`, or not measured at all? Then a
     first-call measurement (`firstcall`) may find better."""
@@ -557,6 +570,7 @@ def _choice(entry: TunedEntry, source: str, conjugate: bool) -> Choice:
         shape_class=entry.shape_class,
         gbps=entry.gbps,
         ratio=entry.ratio,
+        shape=entry.shape,
     )
 
 

@@ -241,9 +241,14 @@ def _shared(
         entry = store.best(call.device.name, call.elem_bytes, call.cls, call.problem)
         if entry is not None:
             config = entry.config.replace(conjugate=call.conjugate)
-            if not runnable(config):
+            _, rows, cols = call.shape
+            if not runnable(config) or lookup.other_rows(entry.shape, rows, cols):
+                # measured here for this call (kept in-process): the stored result cannot run
+                # it, or was measured on other few rows than this call's
                 return _remember(call, measure())
-            choice = lookup.Choice(config, entry.source, call.cls, entry.gbps, entry.ratio or None)
+            choice = lookup.Choice(
+                config, entry.source, call.cls, entry.gbps, entry.ratio or None, entry.shape
+            )
             _remember_choice(call, choice)
             return choice
         if _free(store, key) and store.claim(STUDY, key, owner(), expire_s=CLAIM_EXPIRE_S):
@@ -318,7 +323,9 @@ def _remember(call: Call, winner: Winner | None) -> lookup.Choice | None:
     if winner is None:
         return None
     ratio = winner.gbps / winner.copy_gbps if winner.copy_gbps > 0 else None
-    choice = lookup.Choice(winner.config, "measured", call.cls, winner.gbps or None, ratio)
+    choice = lookup.Choice(
+        winner.config, "measured", call.cls, winner.gbps or None, ratio, tuple(call.shape)
+    )
     _remember_choice(call, choice)
     return choice
 

@@ -428,6 +428,22 @@ def test_a_shipped_result_far_below_the_ceiling_is_raced_and_its_winner_serves(
     assert (c.source, c.config) == (("measured", winner) if raced else ("shipped", shipped))
 
 
+def test_few_rows_measured_on_other_rows_are_raced_again():
+    """`other_rows`: a result measured on other few rows than the call's (fewer than 256, and
+    than columns) is raced on the call's first call; the same rows, few columns, many rows or
+    an unknown shape are not."""
+    import random
+
+    m = random.randint(3, 254)
+    assert lookup.other_rows((1, m + 1, 10**6), m, 10**6)
+    assert lookup.other_rows((7, m, 10**6), m + 1, 5 * 10**6)
+    assert not lookup.other_rows((3, m, 10**6), m, 2 * 10**6)  # the same rows, any batch or columns
+    assert not lookup.other_rows((1, 10**6, m + 1), 10**6, m)  # few columns
+    assert not lookup.other_rows((1, 300, 10**6), 400, 10**6)  # not few rows
+    assert not lookup.other_rows(None, m, 10**6)
+    assert not lookup.other_rows((1, m + 1, m), m, m)  # a square
+
+
 def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vectors(
     store, fresh_lookup
 ):

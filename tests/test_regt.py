@@ -6,6 +6,7 @@ nvcc for sm_80 and sm_90 without spills; on the GPU against the reference."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -55,7 +56,10 @@ def test_key_kind_and_stored_form():
     "change, says",
     [
         ({"elem_bytes": 4, "tile_m": 3, "tile_n": 1024}, "1- or 2-byte"),
-        ({"tile_m": 17}, "tile_m=17 must be one of"),
+        ({"tile_m": 65}, "tile_m=65 must be one of"),
+        ({"tile_m": 17}, "2 to 16 elements (16 bytes, staged few rows 64)"),
+        ({"tile_m": 17, "staged": True, "tile_n": 1024}, "must be one of [256, 512]"),
+        ({"tile_m": 33, "elem_bytes": 2, "staged": True, "tile_n": 256}, "2 to 32 elements"),
         ({"tile_m": 9, "elem_bytes": 2, "tile_n": 2048}, "2 to 8 elements"),
         ({"tile_n": 256}, "tile_n=256"),
         ({"tile_n": 512}, "32 threads"),
@@ -67,7 +71,7 @@ def test_key_kind_and_stored_form():
     ],
 )
 def test_invalid_regt_configs_say_what_to_change(change, says):
-    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=re.escape(says)):
         rg(1, 5).replace(**change)
 
 
@@ -142,8 +146,13 @@ def test_the_space_holds_regt_configs_for_the_exact_short_side():
         assert found == [c for c in regt_space(s, NEWEST, 5)]
     wide13 = {c.threads for c in config_space("int8", short_side=13) if c.regt and c.wide}
     assert wide13 == {64, 128, 256}  # 512 threads spilled
-    assert not [c for c in config_space("int8", short_side=17) if c.regt]
-    assert not [c for c in config_space("float16", short_side=9) if c.regt]
+    # 17-64 bytes of rows: staged only, a 4-byte word a thread (64 and 128 threads)
+    for dtype, side in (("int8", 17), ("int8", 64), ("float16", 9), ("float16", 32)):
+        found = [c for c in config_space(dtype, short_side=side) if c.regt]
+        assert found and all(c.staged and c.wide and c.tile_m == side for c in found)
+        assert {c.threads for c in found} <= {64, 128} and 64 in {c.threads for c in found}
+    assert not [c for c in config_space("int8", short_side=65) if c.regt]
+    assert not [c for c in config_space("float16", short_side=33) if c.regt]
     assert not [c for c in config_space("float32", short_side=3) if c.regt]
     assert not [c for c in config_space("int8") if c.regt]
 
@@ -167,7 +176,12 @@ def test_lookup_serves_the_class_a_regt_default_dispatch_renders_for_the_call(s,
 
 
 def test_no_regt_default_past_16_bytes_or_for_wider_elements():
-    assert regt_default(1, 17, 10**6) is None and regt_default(2, 9, 10**6) is None
+    # few rows of 17-64 bytes: raced (staged, a word a thread), not lookup's default
+    assert regt_default(1, 17, 10**6).staged and regt_default(2, 32, 10**6).staged
+    assert regt_default(1, 17, 10**6, exact=False) is None
+    assert regt_default(2, 9, 10**6, exact=False) is None
+    assert regt_default(1, 65, 10**6) is None and regt_default(2, 33, 10**6) is None
+    assert regt_default(1, 10**6, 17) is None  # few columns: at most 16 bytes
     assert regt_default(4, 3, 10**6) is None
     assert not lookup.default_choice(1, shape_class(1, 20, 10**6, 1)).config.regt
     assert not lookup.default_choice(4, shape_class(1, 3, 10**6, 1)).config.regt
@@ -175,7 +189,7 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
 
 # (element bytes, few rows): the most rows or columns a first call races it for, and the
 # largest class bound lookup serves it by default (the sweeps, kinds/regt.py)
-RACED = {(1, True): 16, (1, False): 10, (2, True): 8, (2, False): 8}
+RACED = {(1, True): 64, (1, False): 10, (2, True): 32, (2, False): 8}
 DEFAULT = {(1, True): 16, (1, False): 8, (2, True): 8, (2, False): 8}
 
 
@@ -304,6 +318,33 @@ def test_the_kernel_on_the_cpu_on_short_long_sides_and_many_matrices(wide, stage
             assert np.array_equal(got, want), (cfg.key, long, b)
 
 
+@needs_gxx
+@pytest.mark.parametrize("s, side", [(1, 17), (1, 40), (1, 64), (2, 9), (2, 32)])
+@pytest.mark.parametrize("threads", [64, 128])
+def test_staged_rows_of_17_to_64_bytes_on_the_cpu(s, side, threads):
+    """A word of every row a thread: odd long sides over several tiles, batches, pitches and
+    pointer offsets, and a last tile of a few columns."""
+    rng = np.random.default_rng(100 * s + side + threads)
+    w = 4 // s
+    try:
+        cfg = rg(s, side, long=threads * w, staged=True)
+    except ConfigError:  # 128 threads: past the static shared memory for the most rows
+        assert threads == 128 and side * s > 40
+        return
+    for trial in range(3):
+        long = int(rng.integers(2 * threads * w, 4 * threads * w)) | 1
+        if trial == 2:
+            long = threads * w + 3
+        b = 1 + trial % 2
+        off_in, off_out = (int(rng.integers(0, 16 // s)) * s for _ in range(2))
+        ld_in = long + int(rng.integers(0, 9))
+        bs_in = side * ld_in + int(rng.integers(0, 5))
+        bs_out = long * side + int(rng.integers(0, 5))
+        strides = (ld_in, side, bs_in, bs_out)
+        got, want = transpose(cfg, b, side, long, strides, (off_in, off_out), rng)
+        assert np.array_equal(got, want), (cfg.key, trial, b, long, off_in, off_out)
+
+
 # --- nvcc ------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -326,6 +367,9 @@ def test_regt_kernels_compile_without_spills(arch):
         picks.append(regt_default(s, side, 10**6))  # few rows: staged from 3 rows, as served
         if side in (3, 16 // s):
             picks.append(regt_default(s, side, 10**6).replace(cache="stream"))
+    # few rows of 17-64 bytes, a word a thread, as raced
+    picks += [regt_default(1, side, 10**6) for side in (17, 24, 33, 48, 64)]
+    picks += [regt_default(2, side, 10**6) for side in (9, 16, 32)]
     picks = list(dict.fromkeys(picks))
     report = nvcc_resources(picks, arch)
     for cfg in picks:
@@ -352,14 +396,18 @@ def test_regt_kernels_match_the_reference(rng, s):
 
     state = activate(0)
     configs = []
-    for side in range(2, 16 // s + 1):
+    for side in [*range(2, 16 // s + 1), 20 // s, 64 // s]:
         for wide, staged in ((True, False), (True, True), (False, False)):
+            if side * s > 16 and not staged:
+                continue
             long = REGT_LONG[int(rng.integers(0, len(REGT_LONG)))]
             cache = str(rng.choice(["default", "stream"]))
             try:
                 configs.append(rg(s, side, wide, long=long, cache=cache, staged=staged))
-            except ConfigError:
-                configs.append(rg(s, side, wide, long=REGT_LONG[1] // s, staged=staged))
+            except ConfigError:  # a block the side does not take: the served one
+                configs.append(
+                    regt_default(s, side, 10**6) if staged else rg(s, side, wide, REGT_LONG[1] // s)
+                )
     assert not precompile(state, configs)
     for cfg in configs:
         side = min(cfg.tile_m, cfg.tile_n)

@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import queue
+import random
 import signal
 import subprocess
 import sys
@@ -337,6 +338,27 @@ def test_a_stored_config_this_call_cannot_run_is_not_served(ours, log):
     choice = winners.settle(CALL, logging_measure(log, own), runnable=lambda c: c != WINNER)
     assert (choice.source, choice.config) == ("measured", own) and len(measured(log)) == 1
     assert _best(ours).config == WINNER  # the stored one stays (this one was not faster)
+
+
+def test_a_winner_measured_on_other_few_rows_is_measured_again_for_these_rows(ours, log):
+    """A class of few rows spans rows up to twice apart: a stored winner measured on other
+    rows is not served to this call's rows, which measure their own (kept in-process); the
+    same rows, or a class of many rows, are served the stored winner."""
+    rng = random.Random()
+    m = rng.randint(100, 127)
+    cls = shape_class(1, m, 2000003, 1)
+    first = winners.Call(DEVICE, "float32", 4, (1, m, 2000003), cls, False)
+    winners.record(winners.writer(), first, winners.Winner(WINNER, 2000.0))
+    lookup.clear_cache()
+    other = winners.Call(DEVICE, "float32", 4, (1, m + 1, 2000003), cls, False)
+    own = staged_default(4)
+    choice = winners.settle(other, logging_measure(log, own))
+    assert (choice.source, choice.config, choice.shape) == ("measured", own, other.shape)
+    assert len(measured(log)) == 1
+    assert _best(ours, cls).shape == first.shape  # the stored one stays
+    lookup.clear_cache()
+    again = winners.settle(first, logging_measure(log, own))
+    assert (again.config, again.shape) == (WINNER, first.shape) and len(measured(log)) == 1
 
 
 # --- tuned outranks measured ----------------------------------------------------------------------

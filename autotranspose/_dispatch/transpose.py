@@ -89,8 +89,13 @@ def pick(
         cfg = for_call(choice.config, x.m, x.n)
         if cfg.flat and not flat_fits_call(cfg, x, o):  # strided rows: the tiled default
             cfg = default_config(s, max_vector=vec, conjugate=conjugate)
-        guess = lookup.is_guess(choice, cls) or (
-            choice.source == "shipped" and (overhangs(cfg, x.m, x.n) or lookup.far_below(choice))
+        guess = (
+            lookup.is_guess(choice, cls)
+            or (
+                choice.source == "shipped"
+                and (overhangs(cfg, x.m, x.n) or lookup.far_below(choice))
+            )
+            or lookup.other_rows(choice.shape, x.m, x.n)
         )
         if ctx is not None and firstcall.enabled() and guess:
             cfg = _first_call(x, o, cfg, cls, vec, conjugate, state, stream, ctx, outer)

@@ -165,14 +165,15 @@ def _errors(c: Config) -> Iterator[str]:
         yield f"regt=True takes min_blocks=0 (got {c.min_blocks}) unless staged=True: its own launch bounds"
     elif c.staged and not c.wide:
         yield "regt=True with staged=True stages few rows (wide=True); few columns take staged=False"
-    elif c.staged and stage_words(c) * 16 > STATIC_SHARED_MAX:
+    elif c.staged and _stage_bytes(c.elem_bytes, side, threads) > STATIC_SHARED_MAX:
         fit = max(
             t
             for t in (REGT_MIN_THREADS, 128, 256)
             if _stage_bytes(c.elem_bytes, side, t) <= STATIC_SHARED_MAX
         )
         yield (
-            f"regt=True, staged=True: {threads} threads stage {stage_words(c) * 16} bytes of "
+            f"regt=True, staged=True: {threads} threads stage "
+            f"{_stage_bytes(c.elem_bytes, side, threads)} bytes of "
             f"{side} rows, past the {STATIC_SHARED_MAX} a block holds statically; at most "
             f"{fit} threads, tile_n={fit * _window(c)}"
         )
@@ -199,11 +200,6 @@ def _stage_bytes(elem_bytes: int, side: int, threads: int) -> int:
     window = window_bytes(elem_bytes, side, True)
     rows = 16 * side * (threads * window // 16 + 1)
     return rows + window * stage_pitch(side) * threads + (4 * side if window == STAGED_WORD else 0)
-
-
-def stage_words(c: Config) -> int:
-    """Shared memory of a staged kernel, in 16-byte words (both buffers)."""
-    return -(-_stage_bytes(c.elem_bytes, regt_side(c), _threads(c)) // 16)
 
 
 def byte_sources(
@@ -330,7 +326,8 @@ class Regt(Kind):
         return _errors(c)
 
     def derive(self, c: Config) -> dict[str, int]:
-        return {"threads": _threads(c), "smem": 16 * stage_words(c) if c.staged else 0}
+        smem = _stage_bytes(c.elem_bytes, regt_side(c), _threads(c)) if c.staged else 0
+        return {"threads": _threads(c), "smem": smem}
 
     def params(self, c: Config) -> dict[str, object]:
         return _params(c)

@@ -403,8 +403,12 @@ KIND = Regt()
 # rows or columns of a call whose first call races it. Few columns (H100): it won every side
 # up to these by 5-50 points and lost 1-byte columns of 11-16 to the tall byte-permute kernel.
 # Few rows: the staged kernel (H200) won every side of 4-16 bytes, 1-byte rows of 4-16 at
-# 85-102% of copy against 36-87 for the unstaged one and 45-76 for the others ...
-REGT_RACED_SIDES = {(1, True): 64, (1, False): 10, (2, True): 32, (2, False): 8}
+# 85-102% of copy against 36-87 for the unstaged one and 45-76 for the others. Rows of 17-64
+# bytes (a word a thread; H100): with 128 threads it won 1-byte rows of 17, 32 and 37 and
+# 2-byte rows of 9, 16 and 32 by 5-27 points and lost 24 bytes by 3-4 (the race keeps the
+# ordered wide kernel there); with 64 threads, all that fit past 47 rows of bytes, it lost 48
+# and 58 rows by 12-14 points, so it is raced only where 128 threads fit ...
+REGT_RACED_SIDES = {(1, True): 47, (1, False): 10, (2, True): 32, (2, False): 8}
 # ... and the largest class bound (a power of two) whose calls lookup serves it by default
 REGT_DEFAULT_SIDES = {(1, True): 16, (1, False): 8, (2, True): 8, (2, False): 8}
 # few rows of at least this many rows go through shared memory (staged=True); fewer: one

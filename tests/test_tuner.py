@@ -100,7 +100,8 @@ def test_tall_and_wide_flat_configs_are_distinct_points_of_a_space(dtype: str) -
     from the wide one with the same other fields (the known-good wide default must be the
     config a trial measures)."""
     space = SearchSpace(config_space(dtype, max_vector=1, short_side=20))
-    wide = [c for c in space.configs if c.wide and not c.ordered]
+    # the flat byte-permute ones (a staged register transpose is few rows only: no tall twin)
+    wide = [c for c in space.configs if c.wide and not c.ordered and c.prmt]
     assert wide and "wide" in space.params_of(wide[0])
     pairs = [(c, c.replace(wide=False)) for c in wide if c.replace(wide=False) in space]
     assert pairs  # a tall config with the same other fields

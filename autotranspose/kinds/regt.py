@@ -416,8 +416,8 @@ REGT_DEFAULT_SIDES = {(1, True): 16, (1, False): 8, (2, True): 8, (2, False): 8}
 # (the H100 sweep's best or within 0.5 of it on 9 of 10; 256 threads lost 1-5 there), else 256
 STAGED_MIN_ROWS = 3
 REGT_FEW_THREADS_BYTES = 6
-# staged: 128 threads where the rows and runs fit the static shared memory (at most 11 rows),
-# else 64; registers capped at 64 (8 blocks of 128 threads) for at most this many rows (H200:
+# staged: 128 threads where the rows and runs fit the static shared memory (16-byte windows:
+# up to 11 rows; a word a thread: 1-byte rows up to 47), else 64; registers capped at 64 (8 blocks of 128 threads) for at most this many rows (H200:
 # int8 4 rows 101.9 capped against 87.6, float16 4 and 5 rows 102.3 and 103.2 against
 # 89.1 and 102.0), uncapped above (int8 8 rows capped 94.0 against 100.8)
 STAGED_CAPPED_ROWS = 5
@@ -437,8 +437,9 @@ def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) 
     """The regt config for an m x n call (`exact`) or class (its bounds; `for_call` sets the
     call's own side) with a short side that a register transpose serves: few rows where the
     rows are the short side, else few columns, up to REGT_RACED_SIDES (a call's) or
-    REGT_DEFAULT_SIDES (a class's bound); 64 threads for few rows of at most
-    REGT_FEW_THREADS_BYTES bytes, else 256, default caching. None for other calls."""
+    REGT_DEFAULT_SIDES (a class's bound); few rows of STAGED_MIN_ROWS or more staged through
+    shared memory (`staged_block`), fewer in registers with 64 threads for rows of at most
+    REGT_FEW_THREADS_BYTES bytes, else 256; default caching. None for other calls."""
     if fits_staged_side(elem_bytes, m) and m <= n:
         wide, side = True, m
     elif fits_side(elem_bytes, n):

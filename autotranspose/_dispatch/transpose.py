@@ -91,10 +91,8 @@ def pick(
             cfg = default_config(s, max_vector=vec, conjugate=conjugate)
         guess = (
             lookup.is_guess(choice, cls)
-            or (
-                choice.source == "shipped"
-                and (overhangs(cfg, x.m, x.n) or lookup.far_below(choice))
-            )
+            or (choice.source == "shipped" and overhangs(cfg, x.m, x.n))
+            or lookup.far_below(choice)
             or lookup.other_rows(choice.shape, x.m, x.n)
         )
         if ctx is not None and firstcall.enabled() and guess:

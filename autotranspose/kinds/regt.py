@@ -66,7 +66,10 @@ REGT_WIDE_512_BYTES = 12
 STAGED_MAX_BYTES = 64
 STAGED_WORD = 4
 STAGED_WORD_THREADS = (64, 128)
-_WORD_LONGS = (128, 256)  # their long sides under REGT_LONG (2-byte 64 and 128, 1-byte 64 threads)
+# their long sides (elements) that REGT_LONG lacks, for the tile lists
+_WORD_LONGS = tuple(
+    sorted({t * STAGED_WORD // s for s in REGT_SIZES for t in STAGED_WORD_THREADS} - set(REGT_LONG))
+)
 
 
 def regt_window(elem_bytes: int) -> int:
@@ -108,11 +111,16 @@ def _threads(c: Config) -> int:
     return regt_long(c) // _window(c)
 
 
-def _longs(c: Config) -> tuple[int, ...]:
-    """The long sides (elements) a config's block may span."""
-    if _window(c) * c.elem_bytes == STAGED_WORD:
-        return tuple(t * STAGED_WORD // c.elem_bytes for t in STAGED_WORD_THREADS)
+def block_longs(elem_bytes: int, side: int, staged: bool) -> tuple[int, ...]:
+    """The long sides (elements) a block may span: REGT_LONG for 16-byte windows, those of
+    STAGED_WORD_THREADS for a word a thread."""
+    if window_bytes(elem_bytes, side, staged) == STAGED_WORD:
+        return tuple(t * STAGED_WORD // elem_bytes for t in STAGED_WORD_THREADS)
     return REGT_LONG
+
+
+def _longs(c: Config) -> tuple[int, ...]:
+    return block_longs(c.elem_bytes, regt_side(c), c.staged)
 
 
 def _errors(c: Config) -> Iterator[str]:
@@ -139,8 +147,9 @@ def _errors(c: Config) -> Iterator[str]:
         yield f"regt=True takes 1- or 2-byte elements (got elem_bytes={c.elem_bytes})"
         return
     side = regt_side(c)
-    most = STAGED_MAX_BYTES if c.staged and c.wide else REGT_BYTES
-    if not (2 <= side and side * c.elem_bytes <= most):
+    staged_rows = c.staged and c.wide
+    most = STAGED_MAX_BYTES if staged_rows else REGT_BYTES
+    if not (fits_staged_side if staged_rows else fits_side)(c.elem_bytes, side):
         which = "tile_m (the rows)" if c.wide else "tile_n (the columns)"
         yield (
             f"regt=True: {which}={side} must be a short side of 2 to "
@@ -185,20 +194,25 @@ def _errors(c: Config) -> Iterator[str]:
 
 
 def stage_pitch(side: int) -> int:
-    """16-byte words between two threads' runs in a staged kernel's shared memory: the run's
-    `side` words, made odd so that 8 threads' 16-byte writes (a shared-memory wavefront) fall
-    on distinct banks."""
+    """Run words (of the window's size) between two threads' runs in a staged kernel's shared
+    memory: the run's `side` words, made odd so that a wavefront of threads' writes falls on
+    distinct banks."""
     return side | 1
 
 
+def _row_words(side: int, threads: int, window: int) -> int:
+    """16-byte words of the rows a staged tile brings in: each row's over the tile, and the
+    word past them."""
+    return side * (threads * window // 16 + 1)
+
+
 def _stage_bytes(elem_bytes: int, side: int, threads: int) -> int:
-    # the rows' 16-byte words (and the word past each row's), then the runs: two buffers, so
-    # that a thread writes each run word as soon as its permutes make it (no registers holding
-    # the whole run across a barrier) and a tile takes two barriers. Runs of 16-byte windows
-    # are 16-byte words (side of them a thread), of 4-byte windows 4-byte words, plus each
-    # row's offset
+    # the rows, then the runs: two buffers, so that a thread writes each run word as soon as
+    # its permutes make it (no registers holding the whole run across a barrier) and a tile
+    # takes two barriers. Runs of 16-byte windows are 16-byte words (side of them a thread),
+    # of 4-byte windows 4-byte words, plus each row's offset
     window = window_bytes(elem_bytes, side, True)
-    rows = 16 * side * (threads * window // 16 + 1)
+    rows = 16 * _row_words(side, threads, window)
     return rows + window * stage_pitch(side) * threads + (4 * side if window == STAGED_WORD else 0)
 
 
@@ -275,7 +289,7 @@ def _params(c: Config) -> dict[str, object]:
         "min_blocks": c.min_blocks or 1,
         "staged": c.staged,
         # the rows' 16-byte words, and the runs' words (16 or 4 bytes: the window's)
-        "stage_words": side * (_threads(c) * window // 16 + 1),
+        "stage_words": _row_words(side, _threads(c), window),
         "run_words": stage_pitch(side) * _threads(c),
         "pitch": stage_pitch(side),
     }
@@ -299,8 +313,7 @@ def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
         if not (fits_staged_side if staged else fits_side)(s, side):
             continue
         per = window_bytes(s, side, staged) // s
-        longs = REGT_LONG if per * s == REGT_BYTES else tuple(t * per for t in STAGED_WORD_THREADS)
-        for long in longs:
+        for long in block_longs(s, side, staged):
             threads = long // per
             if staged and _stage_bytes(s, side, threads) > STATIC_SHARED_MAX:
                 continue
@@ -417,9 +430,10 @@ REGT_DEFAULT_SIDES = {(1, True): 16, (1, False): 8, (2, True): 8, (2, False): 8}
 STAGED_MIN_ROWS = 3
 REGT_FEW_THREADS_BYTES = 6
 # staged: 128 threads where the rows and runs fit the static shared memory (16-byte windows:
-# up to 11 rows; a word a thread: 1-byte rows up to 47), else 64; registers capped at 64 (8 blocks of 128 threads) for at most this many rows (H200:
-# int8 4 rows 101.9 capped against 87.6, float16 4 and 5 rows 102.3 and 103.2 against
-# 89.1 and 102.0), uncapped above (int8 8 rows capped 94.0 against 100.8)
+# up to 11 rows; a word a thread: 1-byte rows up to 47), else 64; registers capped at 64 (8
+# blocks of 128 threads) for at most this many rows (H200: int8 4 rows 101.9 capped against
+# 87.6, float16 4 and 5 rows 102.3 and 103.2 against 89.1 and 102.0), uncapped above (int8 8
+# rows capped 94.0 against 100.8)
 STAGED_CAPPED_ROWS = 5
 STAGED_THREADS = (128, REGT_MIN_THREADS)
 

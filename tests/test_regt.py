@@ -56,10 +56,12 @@ def test_key_kind_and_stored_form():
     "change, says",
     [
         ({"elem_bytes": 4, "tile_m": 3, "tile_n": 1024}, "1- or 2-byte"),
-        ({"tile_m": 65}, "tile_m=65 must be one of"),
-        ({"tile_m": 17}, "2 to 16 elements (16 bytes, staged few rows 64)"),
+        ({"tile_m": 65}, "2 to 16 elements (16 bytes, staged few rows 256)"),
+        ({"tile_m": 257, "staged": True, "tile_n": 128}, "tile_m=257 must be one of"),
+        ({"tile_m": 65, "staged": True, "tile_n": 256}, "must be one of [64, 128]"),
+        ({"tile_m": 17}, "2 to 16 elements (16 bytes, staged few rows 256)"),
         ({"tile_m": 17, "staged": True, "tile_n": 1024}, "must be one of [256, 512]"),
-        ({"tile_m": 33, "elem_bytes": 2, "staged": True, "tile_n": 256}, "2 to 32 elements"),
+        ({"tile_m": 129, "elem_bytes": 2, "staged": True, "tile_n": 64}, "2 to 128 elements"),
         ({"tile_m": 9, "elem_bytes": 2, "tile_n": 2048}, "2 to 8 elements"),
         ({"tile_n": 256}, "tile_n=256"),
         ({"tile_n": 512}, "32 threads"),
@@ -151,8 +153,13 @@ def test_the_space_holds_regt_configs_for_the_exact_short_side():
         found = [c for c in config_space(dtype, short_side=side) if c.regt]
         assert found and all(c.staged and c.wide and c.tile_m == side for c in found)
         assert {c.threads for c in found} <= {64, 128} and 64 in {c.threads for c in found}
-    assert not [c for c in config_space("int8", short_side=65) if c.regt]
-    assert not [c for c in config_space("float16", short_side=33) if c.regt]
+    # 65-256 bytes of rows: staged tiles, a byte of columns a thread (64 and 128 threads)
+    for dtype, side in (("int8", 65), ("int8", 256), ("float16", 33), ("float16", 128)):
+        found = [c for c in config_space(dtype, short_side=side) if c.regt]
+        assert found and all(c.staged and c.wide and c.tile_m == side for c in found)
+        assert {c.threads for c in found} <= {64, 128} and 64 in {c.threads for c in found}
+    assert not [c for c in config_space("int8", short_side=257) if c.regt]
+    assert not [c for c in config_space("float16", short_side=129) if c.regt]
     assert not [c for c in config_space("float32", short_side=3) if c.regt]
     assert not [c for c in config_space("int8") if c.regt]
 
@@ -180,7 +187,11 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
     assert regt_default(1, 17, 10**6).staged and regt_default(2, 32, 10**6).staged
     assert regt_default(1, 17, 10**6, exact=False) is None
     assert regt_default(2, 9, 10**6, exact=False) is None
-    assert regt_default(1, 65, 10**6) is None and regt_default(2, 33, 10**6) is None
+    # few rows of 65-256 bytes: raced (staged tiles), not lookup's default
+    assert regt_default(1, 65, 10**6).staged and regt_default(2, 128, 10**6).staged
+    assert regt_default(1, 65, 10**6, exact=False) is None
+    assert regt_default(2, 33, 10**6, exact=False) is None
+    assert regt_default(1, 257, 10**6) is None and regt_default(2, 129, 10**6) is None
     # raced where 128 threads fit the shared memory (64 lost on 48-58 rows of bytes)
     assert regt_default(1, 47, 10**6).threads == 128 and regt_default(1, 48, 10**6) is None
     assert regt_default(1, 10**6, 17) is None  # few columns: at most 16 bytes
@@ -347,6 +358,34 @@ def test_staged_rows_of_17_to_64_bytes_on_the_cpu(s, side, threads):
         assert np.array_equal(got, want), (cfg.key, trial, b, long, off_in, off_out)
 
 
+@needs_gxx
+@pytest.mark.parametrize("s, side", [(1, 65), (1, 101), (1, 139), (1, 256), (2, 33), (2, 51), (2, 128)])
+@pytest.mark.parametrize("threads", [64, 128])
+def test_staged_rows_of_65_to_256_bytes_on_the_cpu(s, side, threads):
+    """Units of 4x4 bytes a thread (every row count modulo 4, so every store alignment and
+    last unit): odd long sides over several tiles, batches, pitches, pointer offsets, and a
+    last tile of a few columns."""
+    rng = np.random.default_rng(1000 * s + side + threads)
+    try:
+        cfg = rg(s, side, long=threads // s, staged=True)
+    except ConfigError:  # 128 threads: past the static shared memory for the most rows
+        assert threads == 128 and side * s > 180
+        return
+    assert cfg.threads == threads
+    for trial in range(3):
+        long = int(rng.integers(2 * threads // s, 4 * threads // s)) | 1
+        if trial == 2:
+            long = threads // s + 3
+        b = 1 + trial % 2
+        off_in, off_out = (int(rng.integers(0, 16 // s)) * s for _ in range(2))
+        ld_in = long + int(rng.integers(0, 9))
+        bs_in = side * ld_in + int(rng.integers(0, 5))
+        bs_out = long * side + int(rng.integers(0, 5))
+        strides = (ld_in, side, bs_in, bs_out)
+        got, want = transpose(cfg, b, side, long, strides, (off_in, off_out), rng)
+        assert np.array_equal(got, want), (cfg.key, trial, b, long, off_in, off_out)
+
+
 # --- nvcc ------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -399,7 +438,7 @@ def test_regt_kernels_match_the_reference(rng, s):
 
     state = activate(0)
     configs = []
-    for side in [*range(2, 16 // s + 1), 20 // s, 64 // s]:
+    for side in [*range(2, 16 // s + 1), 20 // s, 64 // s, 68 // s + 1, 139 // s, 256 // s]:
         for wide, staged in ((True, False), (True, True), (False, False)):
             if side * s > 16 and not staged:
                 continue
@@ -480,12 +519,14 @@ def test_served_calls_run_the_regt_kernel_of_their_side(rng):
 
 @pytest.mark.gpu
 def test_regt_past_2_31_elements():
-    """A call of more than 2**31 int8 elements in five rows and in five columns."""
+    """A call of more than 2**31 int8 elements in five rows and in five columns, and in 67
+    rows (a staged tile)."""
     from autotranspose._compiler import activate
 
     state = activate(0)
     long = 2**31 // 5 + 1001
     assert_match_reference(state, 1, (1, 5, long), [rg(1, 5), rg(1, 5, staged=True)])
+    assert_match_reference(state, 1, (1, 67, 2**31 // 67 + 1001), [regt_default(1, 67, 10**9)])
     assert_match_reference(state, 1, (1, long, 5), [rg(1, 5, wide=False)])
 
 

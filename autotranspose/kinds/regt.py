@@ -63,12 +63,25 @@ REGT_WIDE_512_BYTES = 12
 # staged few rows of more than 16 bytes (up to STAGED_MAX_BYTES): a thread's window is one
 # 4-byte word of every row (templates/regt/staged_words.cu.j2), the block 64 or 128 threads
 # (a row's 16-byte words over the tile are one warp's lanes at most)
-STAGED_MAX_BYTES = 64
+STAGED_WORDS_MAX_BYTES = 64
 STAGED_WORD = 4
 STAGED_WORD_THREADS = (64, 128)
+# staged few rows of more bytes (up to STAGED_MAX_BYTES): too many for a thread to hold a word
+# of each, so a block's tile is a byte of columns a thread (STAGED_TILE, the window marker)
+# across all rows, its threads regrouping units of 4 bytes of rows x 4 bytes of columns
+# (templates/regt/staged_tile.cu.j2), the block 64 or 128 threads
+STAGED_MAX_BYTES = 256
+STAGED_TILE = 1
+STAGED_TILE_THREADS = (64, 128)
 # their long sides (elements) that REGT_LONG lacks, for the tile lists
 _WORD_LONGS = tuple(
-    sorted({t * STAGED_WORD // s for s in REGT_SIZES for t in STAGED_WORD_THREADS} - set(REGT_LONG))
+    sorted(
+        (
+            {t * STAGED_WORD // s for s in REGT_SIZES for t in STAGED_WORD_THREADS}
+            | {t // s for s in REGT_SIZES for t in STAGED_TILE_THREADS}
+        )
+        - set(REGT_LONG)
+    )
 )
 
 
@@ -92,13 +105,16 @@ def fits_side(elem_bytes: int, side: int) -> bool:
 
 
 def fits_staged_side(elem_bytes: int, side: int) -> bool:
-    """Whether `side` rows are few rows a staged regt kernel takes: 2 to 64 bytes."""
+    """Whether `side` rows are few rows a staged regt kernel takes: 2 to 256 bytes."""
     return elem_bytes in REGT_SIZES and 2 <= side and side * elem_bytes <= STAGED_MAX_BYTES
 
 
 def window_bytes(elem_bytes: int, side: int, staged: bool) -> int:
-    """A thread's window of the long side (bytes): one 4-byte word for staged rows of more
-    than 16 bytes, else 16 bytes."""
+    """A thread's window of the long side (bytes): staged rows of more than 64 bytes a byte
+    (STAGED_TILE: the tile is a byte of columns a thread), of more than 16 one 4-byte word,
+    else 16 bytes."""
+    if staged and side * elem_bytes > STAGED_WORDS_MAX_BYTES:
+        return STAGED_TILE
     return STAGED_WORD if staged and side * elem_bytes > REGT_BYTES else REGT_BYTES
 
 
@@ -108,14 +124,17 @@ def _window(c: Config) -> int:
 
 
 def _threads(c: Config) -> int:
-    return regt_long(c) // _window(c)
+    return regt_long(c) * c.elem_bytes // window_bytes(c.elem_bytes, regt_side(c), c.staged)
 
 
 def block_longs(elem_bytes: int, side: int, staged: bool) -> tuple[int, ...]:
     """The long sides (elements) a block may span: REGT_LONG for 16-byte windows, those of
-    STAGED_WORD_THREADS for a word a thread."""
-    if window_bytes(elem_bytes, side, staged) == STAGED_WORD:
+    STAGED_WORD_THREADS for a word a thread, of STAGED_TILE_THREADS for a byte."""
+    window = window_bytes(elem_bytes, side, staged)
+    if window == STAGED_WORD:
         return tuple(t * STAGED_WORD // elem_bytes for t in STAGED_WORD_THREADS)
+    if window == STAGED_TILE:
+        return tuple(t // elem_bytes for t in STAGED_TILE_THREADS)
     return REGT_LONG
 
 
@@ -154,7 +173,7 @@ def _errors(c: Config) -> Iterator[str]:
         yield (
             f"regt=True: {which}={side} must be a short side of 2 to "
             f"{most // c.elem_bytes} elements ({most} bytes"
-            + (", staged few rows 64)" if most == REGT_BYTES else ")")
+            + (f", staged few rows {STAGED_MAX_BYTES})" if most == REGT_BYTES else ")")
         )
         return
     long = regt_long(c)
@@ -164,10 +183,11 @@ def _errors(c: Config) -> Iterator[str]:
         return
     threads = _threads(c)
     if not REGT_MIN_THREADS <= threads <= REGT_MAX_THREADS:
-        lo = REGT_MIN_THREADS * _window(c)
-        hi = REGT_MAX_THREADS * _window(c)
+        window = window_bytes(c.elem_bytes, side, c.staged)
+        lo = REGT_MIN_THREADS * window // c.elem_bytes
+        hi = REGT_MAX_THREADS * window // c.elem_bytes
         yield (
-            f"regt=True: {which}={long} gives {threads} threads of {_window(c) * c.elem_bytes} bytes; "
+            f"regt=True: {which}={long} gives {threads} threads of {window} bytes; "
             f"{REGT_MIN_THREADS} to {REGT_MAX_THREADS}: use {lo} to {hi}"
         )
     elif c.min_blocks and not c.staged:
@@ -184,7 +204,7 @@ def _errors(c: Config) -> Iterator[str]:
             f"regt=True, staged=True: {threads} threads stage "
             f"{_stage_bytes(c.elem_bytes, side, threads)} bytes of "
             f"{side} rows, past the {STATIC_SHARED_MAX} a block holds statically; at most "
-            f"{fit} threads, tile_n={fit * _window(c)}"
+            f"{fit} threads, tile_n={fit * window_bytes(c.elem_bytes, side, True) // c.elem_bytes}"
         )
     elif c.wide and not c.staged and side * c.elem_bytes > REGT_WIDE_512_BYTES and threads > 256:
         yield (
@@ -200,9 +220,18 @@ def stage_pitch(side: int) -> int:
     return side | 1
 
 
-def _row_words(side: int, threads: int, window: int) -> int:
+def unit_rows(elem_bytes: int) -> int:
+    """Rows of a staged tile's unit (templates/regt/staged_tile.cu.j2): 4 bytes of them."""
+    return 4 // elem_bytes
+
+
+def _row_words(side: int, threads: int, window: int, elem_bytes: int = 1) -> int:
     """16-byte words of the rows a staged tile brings in: each row's over the tile, and the
-    word past them."""
+    word past them; a byte a thread: each row's over the tile realigned, the rows made whole
+    units."""
+    if window == STAGED_TILE:
+        unit = unit_rows(elem_bytes)
+        return -(-side // unit) * unit * threads // 16
     return side * (threads * window // 16 + 1)
 
 
@@ -211,8 +240,11 @@ def _stage_bytes(elem_bytes: int, side: int, threads: int) -> int:
     # its permutes make it (no registers holding the whole run across a barrier) and a tile
     # takes two barriers. Runs of 16-byte windows are 16-byte words (side of them a thread),
     # of 4-byte windows 4-byte words, plus each row's offset
+    # (a byte a thread: the runs of 4-byte column words, `side` words each)
     window = window_bytes(elem_bytes, side, True)
-    rows = 16 * _row_words(side, threads, window)
+    rows = 16 * _row_words(side, threads, window, elem_bytes)
+    if window == STAGED_TILE:
+        return rows + stage_pitch(side) * threads
     return rows + window * stage_pitch(side) * threads + (4 * side if window == STAGED_WORD else 0)
 
 
@@ -277,20 +309,26 @@ def permutes(elem_bytes: int, side: int, wide: bool) -> int:
 
 def _params(c: Config) -> dict[str, object]:
     side = regt_side(c)
-    window = _window(c) * c.elem_bytes
+    window = window_bytes(c.elem_bytes, side, c.staged)
+    # (a byte a thread: the template's own two-step permutes of a unit)
+    sources = [] if window == STAGED_TILE else byte_sources(c.elem_bytes, side, c.wide, window)
     return {
         "side": side,
         "wide": c.wide,
         "w": _window(c),  # elements of a window
         "window": window,
+        "long": regt_long(c),  # the long side a block (staged) or a warp tile spans
+        "tb": regt_long(c) * c.elem_bytes,  # bytes of it
+        "unit": unit_rows(c.elem_bytes),
         "warps": c.threads // WARP,
         "lanes": REGT_LANES,
-        "words": [prmt_expression(w) for w in byte_sources(c.elem_bytes, side, c.wide, window)],
+        "words": [prmt_expression(w) for w in sources],
         "min_blocks": c.min_blocks or 1,
         "staged": c.staged,
         # the rows' 16-byte words, and the runs' words (16 or 4 bytes: the window's)
-        "stage_words": _row_words(side, _threads(c), window),
-        "run_words": stage_pitch(side) * _threads(c),
+        "stage_words": _row_words(side, _threads(c), window, c.elem_bytes),
+        # (a byte a thread: a run of `pitch` words for each 4-byte column word of the tile)
+        "run_words": stage_pitch(side) * _threads(c) // (4 if window == STAGED_TILE else 1),
         "pitch": stage_pitch(side),
     }
 
@@ -312,9 +350,9 @@ def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
     for wide, staged in ((True, False), (True, True), (False, False)):
         if not (fits_staged_side if staged else fits_side)(s, side):
             continue
-        per = window_bytes(s, side, staged) // s
+        window = window_bytes(s, side, staged)
         for long in block_longs(s, side, staged):
-            threads = long // per
+            threads = long * s // window
             if staged and _stage_bytes(s, side, threads) > STATIC_SHARED_MAX:
                 continue
             # staged: its registers capped as the other kinds' are (more blocks an SM hide
@@ -424,6 +462,9 @@ KIND = Regt()
 REGT_RACED_SIDES = {(1, True): 47, (1, False): 10, (2, True): 32, (2, False): 8}
 # ... and the largest class bound (a power of two) whose calls lookup serves it by default
 REGT_DEFAULT_SIDES = {(1, True): 16, (1, False): 8, (2, True): 8, (2, False): 8}
+# staged tiles (rows of more than STAGED_WORDS_MAX_BYTES, units of 4x4 bytes) are raced up to
+# this many bytes of rows, never lookup's default
+STAGED_TILE_RACED_BYTES = STAGED_MAX_BYTES
 # few rows of at least this many rows go through shared memory (staged=True); fewer: one
 # window a thread in registers, 64 threads for rows of at most REGT_FEW_THREADS_BYTES bytes
 # (the H100 sweep's best or within 0.5 of it on 9 of 10; 256 threads lost 1-5 there), else 256
@@ -460,8 +501,10 @@ def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) 
         wide, side = False, n
     else:
         return None
-    most = (REGT_RACED_SIDES if exact else REGT_DEFAULT_SIDES)[(elem_bytes, wide)]
-    if side > most:
+    if wide and side * elem_bytes > STAGED_WORDS_MAX_BYTES:
+        if not exact or side * elem_bytes > STAGED_TILE_RACED_BYTES:
+            return None
+    elif side > (REGT_RACED_SIDES if exact else REGT_DEFAULT_SIDES)[(elem_bytes, wide)]:
         return None
     if wide and side >= STAGED_MIN_ROWS:
         long, blocks = staged_block(elem_bytes, side)

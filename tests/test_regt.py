@@ -359,7 +359,9 @@ def test_staged_rows_of_17_to_64_bytes_on_the_cpu(s, side, threads):
 
 
 @needs_gxx
-@pytest.mark.parametrize("s, side", [(1, 65), (1, 101), (1, 139), (1, 256), (2, 33), (2, 51), (2, 128)])
+@pytest.mark.parametrize(
+    "s, side", [(1, 65), (1, 101), (1, 139), (1, 256), (2, 33), (2, 51), (2, 128)]
+)
 @pytest.mark.parametrize("threads", [64, 128])
 def test_staged_rows_of_65_to_256_bytes_on_the_cpu(s, side, threads):
     """Units of 4x4 bytes a thread (every row count modulo 4, so every store alignment and

@@ -414,6 +414,9 @@ def test_regt_kernels_compile_without_spills(arch):
     picks += [regt_default(1, side, 10**6) for side in (17, 24, 33, 47)]
     picks += [rg(1, side, long=256, staged=True) for side in (48, 64)]
     picks += [regt_default(2, side, 10**6) for side in (9, 16, 32)]
+    # few rows of 65-256 bytes, staged tiles, as raced (every row count modulo 4)
+    picks += [regt_default(1, side, 10**6) for side in (65, 101, 139, 190, 255, 256)]
+    picks += [regt_default(2, side, 10**6) for side in (33, 95, 128)]
     picks = list(dict.fromkeys(picks))
     report = nvcc_resources(picks, arch)
     for cfg in picks:
@@ -456,7 +459,7 @@ def test_regt_kernels_match_the_reference(rng, s):
                     configs.append(rg(s, side, wide, REGT_LONG[1] // s))
     assert not precompile(state, configs)
     for cfg in configs:
-        side = min(cfg.tile_m, cfg.tile_n)
+        side = cfg.tile_m if cfg.wide else cfg.tile_n
         for b, long in ((1, int(rng.integers(20000, 300000)) | 1), (3, int(rng.integers(1, 3000)))):
             shape = (b, side, long) if cfg.wide else (b, long, side)
             assert_match_reference(state, s, shape, [cfg, cfg.replace(persistent=2)])

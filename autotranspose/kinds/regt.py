@@ -244,7 +244,7 @@ def _stage_bytes(elem_bytes: int, side: int, threads: int) -> int:
     window = window_bytes(elem_bytes, side, True)
     rows = 16 * _row_words(side, threads, window, elem_bytes)
     if window == STAGED_TILE:
-        return rows + stage_pitch(side) * threads
+        return rows + stage_pitch(side) * threads + 16
     return rows + window * stage_pitch(side) * threads + (4 * side if window == STAGED_WORD else 0)
 
 
@@ -328,7 +328,10 @@ def _params(c: Config) -> dict[str, object]:
         # the rows' 16-byte words, and the runs' words (16 or 4 bytes: the window's)
         "stage_words": _row_words(side, _threads(c), window, c.elem_bytes),
         # (a byte a thread: a run of `pitch` words for each 4-byte column word of the tile)
-        "run_words": stage_pitch(side) * _threads(c) // (4 if window == STAGED_TILE else 1),
+        # and 16 bytes past them, read with the last word out)
+        "run_words": stage_pitch(side) * _threads(c) // 4 + 4
+        if window == STAGED_TILE
+        else stage_pitch(side) * _threads(c),
         "pitch": stage_pitch(side),
     }
 
@@ -479,12 +482,23 @@ STAGED_CAPPED_ROWS = 5
 STAGED_THREADS = (128, REGT_MIN_THREADS)
 
 
+# the shared memory of an SM that blocks share (Hopper and Ampere's A100: 228 KiB, 1 KiB of
+# it reserved a block), for the blocks a staged tile's shared memory lets an SM run
+SM_SHARED = 228 * 1024
+BLOCK_RESERVED_SHARED = 1024
+
+
 def staged_block(elem_bytes: int, side: int) -> tuple[int, int]:
-    """(tile_n, min_blocks) of the staged config for `side` rows of `elem_bytes`-byte elements."""
+    """(tile_n, min_blocks) of the staged config for `side` rows of `elem_bytes`-byte elements:
+    staged tiles (rows of more than STAGED_WORDS_MAX_BYTES) capped to the most blocks their
+    shared memory lets an SM run, so that registers do not run fewer."""
     threads = next(
         t for t in STAGED_THREADS if _stage_bytes(elem_bytes, side, t) <= STATIC_SHARED_MAX
     )
     blocks = occupancy_steps(threads)[-1] if side <= STAGED_CAPPED_ROWS else 0
+    if window_bytes(elem_bytes, side, True) == STAGED_TILE:
+        fit = SM_SHARED // (_stage_bytes(elem_bytes, side, threads) + BLOCK_RESERVED_SHARED)
+        blocks = max((b for b in occupancy_steps(threads) if b <= fit), default=0)
     return threads * window_bytes(elem_bytes, side, True) // elem_bytes, blocks
 
 

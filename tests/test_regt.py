@@ -192,6 +192,8 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
     assert regt_default(1, 65, 10**6, exact=False) is None
     assert regt_default(2, 33, 10**6, exact=False) is None
     assert regt_default(1, 257, 10**6) is None and regt_default(2, 129, 10**6) is None
+    # raced where 128 threads fit their shared memory (64 lost to the ordered wide kernel)
+    assert regt_default(1, 191, 10**6).threads == 128 and regt_default(1, 192, 10**6) is None
     # raced where 128 threads fit the shared memory (64 lost on 48-58 rows of bytes)
     assert regt_default(1, 47, 10**6).threads == 128 and regt_default(1, 48, 10**6) is None
     assert regt_default(1, 10**6, 17) is None  # few columns: at most 16 bytes
@@ -415,7 +417,8 @@ def test_regt_kernels_compile_without_spills(arch):
     picks += [rg(1, side, long=256, staged=True) for side in (48, 64)]
     picks += [regt_default(2, side, 10**6) for side in (9, 16, 32)]
     # few rows of 65-256 bytes, staged tiles, as raced (every row count modulo 4)
-    picks += [regt_default(1, side, 10**6) for side in (65, 101, 139, 190, 255, 256)]
+    picks += [regt_default(1, side, 10**6) for side in (65, 101, 139, 190, 191)]
+    picks += [rg(1, side, long=64, staged=True) for side in (192, 255, 256)]  # 64 threads
     picks += [regt_default(2, side, 10**6) for side in (33, 95, 128)]
     picks = list(dict.fromkeys(picks))
     report = nvcc_resources(picks, arch)

@@ -465,9 +465,11 @@ KIND = Regt()
 REGT_RACED_SIDES = {(1, True): 47, (1, False): 10, (2, True): 32, (2, False): 8}
 # ... and the largest class bound (a power of two) whose calls lookup serves it by default
 REGT_DEFAULT_SIDES = {(1, True): 16, (1, False): 8, (2, True): 8, (2, False): 8}
-# staged tiles (rows of more than STAGED_WORDS_MAX_BYTES, units of 4x4 bytes) are raced up to
-# this many bytes of rows, never lookup's default
-STAGED_TILE_RACED_BYTES = STAGED_MAX_BYTES
+# staged tiles (rows of more than STAGED_WORDS_MAX_BYTES, units of 4x4 bytes; H200,
+# dev/regt_sweep.py: int8 65-190 rows 69-89% of copy against 48-70 for the other kinds,
+# float16 33-128 rows 66-94 against 54-79) are raced where a block of this many threads fits
+# their shared memory (up to 190 rows), never lookup's default
+STAGED_TILE_RACED_THREADS = 128
 # few rows of at least this many rows go through shared memory (staged=True); fewer: one
 # window a thread in registers, 64 threads for rows of at most REGT_FEW_THREADS_BYTES bytes
 # (the H100 sweep's best or within 0.5 of it on 9 of 10; 256 threads lost 1-5 there), else 256
@@ -482,6 +484,11 @@ STAGED_CAPPED_ROWS = 5
 STAGED_THREADS = (128, REGT_MIN_THREADS)
 
 
+# staged tiles: registers capped where the shared memory lets an SM run this many blocks (H200,
+# dev/regt_sweep.py: int8 65 and 80 rows, float16 33 and 51 rows, 10-16 blocks: capped 87-93%
+# of copy against 81-88 uncapped; int8 101 rows and float16 95 rows, 8-9 blocks: uncapped
+# 86.6 and 79.1 against 72 capped; past them within a point)
+STAGED_TILE_CAP_FIT = 10
 # the shared memory of an SM that blocks share (Hopper and Ampere's A100: 228 KiB, 1 KiB of
 # it reserved a block), for the blocks a staged tile's shared memory lets an SM run
 SM_SHARED = 228 * 1024
@@ -490,15 +497,16 @@ BLOCK_RESERVED_SHARED = 1024
 
 def staged_block(elem_bytes: int, side: int) -> tuple[int, int]:
     """(tile_n, min_blocks) of the staged config for `side` rows of `elem_bytes`-byte elements:
-    staged tiles (rows of more than STAGED_WORDS_MAX_BYTES) capped to the most blocks their
-    shared memory lets an SM run, so that registers do not run fewer."""
+    staged tiles (rows of more than STAGED_WORDS_MAX_BYTES) capped to 64 registers (8 blocks of
+    128 threads) where their shared memory lets an SM run STAGED_TILE_CAP_FIT blocks or more."""
     threads = next(
         t for t in STAGED_THREADS if _stage_bytes(elem_bytes, side, t) <= STATIC_SHARED_MAX
     )
     blocks = occupancy_steps(threads)[-1] if side <= STAGED_CAPPED_ROWS else 0
     if window_bytes(elem_bytes, side, True) == STAGED_TILE:
         fit = SM_SHARED // (_stage_bytes(elem_bytes, side, threads) + BLOCK_RESERVED_SHARED)
-        blocks = max((b for b in occupancy_steps(threads) if b <= fit), default=0)
+        steps = [b for b in occupancy_steps(threads) if b <= fit]
+        blocks = max(steps) if fit >= STAGED_TILE_CAP_FIT and steps else 0
     return threads * window_bytes(elem_bytes, side, True) // elem_bytes, blocks
 
 
@@ -516,7 +524,9 @@ def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) 
     else:
         return None
     if wide and side * elem_bytes > STAGED_WORDS_MAX_BYTES:
-        if not exact or side * elem_bytes > STAGED_TILE_RACED_BYTES:
+        # staged tiles: raced where 128 threads fit their shared memory (64 lost to the
+        # ordered wide kernel: int8 220 rows 53.0 against 60.2, H200)
+        if not exact or staged_block(elem_bytes, side)[0] * elem_bytes < STAGED_TILE_RACED_THREADS:
             return None
     elif side > (REGT_RACED_SIDES if exact else REGT_DEFAULT_SIDES)[(elem_bytes, wide)]:
         return None

@@ -457,7 +457,8 @@ def test_regt_kernels_match_the_reference(rng, s):
             except ConfigError:  # a block the side does not take: the served one
                 if staged:  # the served block, else 64 threads of words
                     served = regt_default(s, side, 10**6)
-                    configs.append(served or rg(s, side, long=256 // s, staged=True))
+                    long = (64 if side * s > 64 else 256) // s  # 64 threads
+                    configs.append(served or rg(s, side, long=long, staged=True))
                 else:
                     configs.append(rg(s, side, wide, REGT_LONG[1] // s))
     assert not precompile(state, configs)

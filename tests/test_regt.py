@@ -56,12 +56,12 @@ def test_key_kind_and_stored_form():
     "change, says",
     [
         ({"elem_bytes": 4, "tile_m": 3, "tile_n": 1024}, "1- or 2-byte"),
-        ({"tile_m": 65}, "2 to 16 elements (16 bytes, staged few rows 256)"),
+        ({"tile_m": 65}, "2 to 16 elements (16 bytes; staged few rows 256)"),
         ({"tile_m": 257, "staged": True, "tile_n": 128}, "tile_m=257 must be one of"),
         ({"tile_m": 65, "staged": True, "tile_n": 256}, "must be one of [64, 128]"),
-        ({"tile_m": 17}, "2 to 16 elements (16 bytes, staged few rows 256)"),
+        ({"tile_m": 17}, "2 to 16 elements (16 bytes; staged few rows 256)"),
         ({"tile_m": 17, "staged": True, "tile_n": 1024}, "must be one of [256, 512]"),
-        ({"tile_m": 129, "elem_bytes": 2, "staged": True, "tile_n": 64}, "2 to 128 elements"),
+        ({"tile_m": 257, "elem_bytes": 2, "staged": True, "tile_n": 64}, "tile_m=257 must be one"),
         ({"tile_m": 9, "elem_bytes": 2, "tile_n": 2048}, "2 to 8 elements"),
         ({"tile_n": 256}, "tile_n=256"),
         ({"tile_n": 512}, "32 threads"),
@@ -159,7 +159,8 @@ def test_the_space_holds_regt_configs_for_the_exact_short_side():
         assert found and all(c.staged and c.wide and c.tile_m == side for c in found)
         assert {c.threads for c in found} <= {64, 128} and 64 in {c.threads for c in found}
     assert not [c for c in config_space("int8", short_side=257) if c.regt]
-    assert not [c for c in config_space("float16", short_side=129) if c.regt]
+    assert [c for c in config_space("float16", short_side=129) if c.regt]  # 258 bytes
+    assert not [c for c in config_space("float16", short_side=257) if c.regt]
     assert not [c for c in config_space("float32", short_side=3) if c.regt]
     assert not [c for c in config_space("int8") if c.regt]
 
@@ -191,7 +192,8 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
     assert regt_default(1, 65, 10**6).staged and regt_default(2, 128, 10**6).staged
     assert regt_default(1, 65, 10**6, exact=False) is None
     assert regt_default(2, 33, 10**6, exact=False) is None
-    assert regt_default(1, 257, 10**6) is None and regt_default(2, 129, 10**6) is None
+    assert regt_default(1, 257, 10**6) is None and regt_default(2, 192, 10**6) is None
+    assert regt_default(2, 131, 10**6).threads == 128  # rows, not bytes: 262 bytes
     # raced where 128 threads fit their shared memory (64 lost to the ordered wide kernel)
     assert regt_default(1, 191, 10**6).threads == 128 and regt_default(1, 192, 10**6) is None
     # raced where 128 threads fit the shared memory (64 lost on 48-58 rows of bytes)
@@ -362,7 +364,8 @@ def test_staged_rows_of_17_to_64_bytes_on_the_cpu(s, side, threads):
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "s, side", [(1, 65), (1, 101), (1, 139), (1, 256), (2, 33), (2, 51), (2, 128)]
+    "s, side",
+    [(1, 65), (1, 101), (1, 139), (1, 256), (2, 33), (2, 51), (2, 128), (2, 131), (2, 191)],
 )
 @pytest.mark.parametrize("threads", [64, 128])
 def test_staged_rows_of_65_to_256_bytes_on_the_cpu(s, side, threads):
@@ -419,7 +422,7 @@ def test_regt_kernels_compile_without_spills(arch):
     # few rows of 65-256 bytes, staged tiles, as raced (every row count modulo 4)
     picks += [regt_default(1, side, 10**6) for side in (65, 101, 139, 190, 191)]
     picks += [rg(1, side, long=64, staged=True) for side in (192, 255, 256)]  # 64 threads
-    picks += [regt_default(2, side, 10**6) for side in (33, 95, 128)]
+    picks += [regt_default(2, side, 10**6) for side in (33, 95, 128, 131, 191)]
     picks = list(dict.fromkeys(picks))
     report = nvcc_resources(picks, arch)
     for cfg in picks:

@@ -60,17 +60,17 @@ REGT_DEFAULT_THREADS = 256
 # loaded words of every row in flight: 1-byte rows of 14-16 bytes spilled under the 128
 # registers that 512 threads leave, nvcc 13, sm_80 and sm_90)
 REGT_WIDE_512_BYTES = 12
-# staged few rows of more than 16 bytes (up to STAGED_MAX_BYTES): a thread's window is one
+# staged few rows of more than 16 bytes (up to STAGED_WORDS_MAX_BYTES): a thread's window is one
 # 4-byte word of every row (templates/regt/staged_words.cu.j2), the block 64 or 128 threads
 # (a row's 16-byte words over the tile are one warp's lanes at most)
 STAGED_WORDS_MAX_BYTES = 64
 STAGED_WORD = 4
 STAGED_WORD_THREADS = (64, 128)
-# staged few rows of more bytes (up to STAGED_MAX_BYTES): too many for a thread to hold a word
+# staged few rows of more bytes (up to STAGED_MAX_ROWS rows): too many for a thread to hold a word
 # of each, so a block's tile is a byte of columns a thread (STAGED_TILE, the window marker)
 # across all rows, its threads regrouping units of 4 bytes of rows x 4 bytes of columns
 # (templates/regt/staged_tile.cu.j2), the block 64 or 128 threads
-STAGED_MAX_BYTES = 256
+STAGED_MAX_ROWS = 256
 STAGED_TILE = 1
 STAGED_TILE_THREADS = (64, 128)
 # their long sides (elements) that REGT_LONG lacks, for the tile lists
@@ -105,8 +105,8 @@ def fits_side(elem_bytes: int, side: int) -> bool:
 
 
 def fits_staged_side(elem_bytes: int, side: int) -> bool:
-    """Whether `side` rows are few rows a staged regt kernel takes: 2 to 256 bytes."""
-    return elem_bytes in REGT_SIZES and 2 <= side and side * elem_bytes <= STAGED_MAX_BYTES
+    """Whether `side` rows are few rows a staged regt kernel takes: 2 to STAGED_MAX_ROWS."""
+    return elem_bytes in REGT_SIZES and 2 <= side <= STAGED_MAX_ROWS
 
 
 def window_bytes(elem_bytes: int, side: int, staged: bool) -> int:
@@ -167,13 +167,12 @@ def _errors(c: Config) -> Iterator[str]:
         return
     side = regt_side(c)
     staged_rows = c.staged and c.wide
-    most = STAGED_MAX_BYTES if staged_rows else REGT_BYTES
     if not (fits_staged_side if staged_rows else fits_side)(c.elem_bytes, side):
         which = "tile_m (the rows)" if c.wide else "tile_n (the columns)"
+        most = STAGED_MAX_ROWS if staged_rows else REGT_BYTES // c.elem_bytes
         yield (
-            f"regt=True: {which}={side} must be a short side of 2 to "
-            f"{most // c.elem_bytes} elements ({most} bytes"
-            + (f", staged few rows {STAGED_MAX_BYTES})" if most == REGT_BYTES else ")")
+            f"regt=True: {which}={side} must be a short side of 2 to {most} elements"
+            + ("" if staged_rows else f" (16 bytes; staged few rows {STAGED_MAX_ROWS})")
         )
         return
     long = regt_long(c)
@@ -390,7 +389,7 @@ class Regt(Kind):
         return ((15, _search),)
 
     def tile_m_values(self, c: Config) -> tuple[int, ...]:
-        return tuple(range(2, STAGED_MAX_BYTES + 1)) + _WORD_LONGS + REGT_LONG
+        return tuple(range(2, STAGED_MAX_ROWS + 1)) + _WORD_LONGS + REGT_LONG
 
     def tile_n_values(self, c: Config) -> tuple[int, ...]:
         return tuple(range(2, REGT_BYTES + 1)) + _WORD_LONGS + REGT_LONG

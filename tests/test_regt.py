@@ -335,23 +335,13 @@ def test_the_kernel_on_the_cpu_on_short_long_sides_and_many_matrices(wide, stage
             assert np.array_equal(got, want), (cfg.key, long, b)
 
 
-@needs_gxx
-@pytest.mark.parametrize("s, side", [(1, 17), (1, 40), (1, 64), (2, 9), (2, 32)])
-@pytest.mark.parametrize("threads", [64, 128])
-def test_staged_rows_of_17_to_64_bytes_on_the_cpu(s, side, threads):
-    """A word of every row a thread: odd long sides over several tiles, batches, pitches and
-    pointer offsets, and a last tile of a few columns."""
-    rng = np.random.default_rng(100 * s + side + threads)
-    w = 4 // s
-    try:
-        cfg = rg(s, side, long=threads * w, staged=True)
-    except ConfigError:  # 128 threads: past the static shared memory for the most rows
-        assert threads == 128 and side * s > 40
-        return
+def _staged_trials(cfg: KernelConfig, s: int, side: int, per_block: int, rng) -> None:
+    """A staged config on the CPU: odd long sides over several tiles, batches, pitches and
+    pointer offsets, and a last tile of a few columns (`per_block`: the columns of a tile)."""
     for trial in range(3):
-        long = int(rng.integers(2 * threads * w, 4 * threads * w)) | 1
+        long = int(rng.integers(2 * per_block, 4 * per_block)) | 1
         if trial == 2:
-            long = threads * w + 3
+            long = per_block + 3
         b = 1 + trial % 2
         off_in, off_out = (int(rng.integers(0, 16 // s)) * s for _ in range(2))
         ld_in = long + int(rng.integers(0, 9))
@@ -360,6 +350,20 @@ def test_staged_rows_of_17_to_64_bytes_on_the_cpu(s, side, threads):
         strides = (ld_in, side, bs_in, bs_out)
         got, want = transpose(cfg, b, side, long, strides, (off_in, off_out), rng)
         assert np.array_equal(got, want), (cfg.key, trial, b, long, off_in, off_out)
+
+
+@needs_gxx
+@pytest.mark.parametrize("s, side", [(1, 17), (1, 40), (1, 64), (2, 9), (2, 32)])
+@pytest.mark.parametrize("threads", [64, 128])
+def test_staged_rows_of_17_to_64_bytes_on_the_cpu(s, side, threads):
+    """A word of every row a thread."""
+    rng = np.random.default_rng(100 * s + side + threads)
+    try:
+        cfg = rg(s, side, long=threads * 4 // s, staged=True)
+    except ConfigError:  # 128 threads: past the static shared memory for the most rows
+        assert threads == 128 and side * s > 40
+        return
+    _staged_trials(cfg, s, side, threads * 4 // s, rng)
 
 
 @needs_gxx
@@ -368,29 +372,17 @@ def test_staged_rows_of_17_to_64_bytes_on_the_cpu(s, side, threads):
     [(1, 65), (1, 101), (1, 139), (1, 256), (2, 33), (2, 51), (2, 128), (2, 131), (2, 191)],
 )
 @pytest.mark.parametrize("threads", [64, 128])
-def test_staged_rows_of_65_to_256_bytes_on_the_cpu(s, side, threads):
-    """Units of 4x4 bytes a thread (every row count modulo 4, so every store alignment and
-    last unit): odd long sides over several tiles, batches, pitches, pointer offsets, and a
-    last tile of a few columns."""
+def test_staged_rows_of_more_than_64_bytes_on_the_cpu(s, side, threads):
+    """Units of 4x4 bytes a thread: every row count modulo 4, so every store alignment and
+    last unit."""
     rng = np.random.default_rng(1000 * s + side + threads)
     try:
         cfg = rg(s, side, long=threads // s, staged=True)
     except ConfigError:  # 128 threads: past the static shared memory for the most rows
-        assert threads == 128 and side * s > 180
+        assert threads == 128 and side > 191
         return
     assert cfg.threads == threads
-    for trial in range(3):
-        long = int(rng.integers(2 * threads // s, 4 * threads // s)) | 1
-        if trial == 2:
-            long = threads // s + 3
-        b = 1 + trial % 2
-        off_in, off_out = (int(rng.integers(0, 16 // s)) * s for _ in range(2))
-        ld_in = long + int(rng.integers(0, 9))
-        bs_in = side * ld_in + int(rng.integers(0, 5))
-        bs_out = long * side + int(rng.integers(0, 5))
-        strides = (ld_in, side, bs_in, bs_out)
-        got, want = transpose(cfg, b, side, long, strides, (off_in, off_out), rng)
-        assert np.array_equal(got, want), (cfg.key, trial, b, long, off_in, off_out)
+    _staged_trials(cfg, s, side, threads // s, rng)
 
 
 # --- nvcc ------------------------------------------------------------------------------------------

@@ -226,11 +226,9 @@ def unit_rows(elem_bytes: int) -> int:
 
 def _row_words(side: int, threads: int, window: int, elem_bytes: int = 1) -> int:
     """16-byte words of the rows a staged tile brings in: each row's over the tile, and the
-    word past them; a byte a thread: each row's over the tile realigned, the rows made whole
-    units."""
+    word past them; none for a byte a thread (its units are loaded from the rows)."""
     if window == STAGED_TILE:
-        unit = unit_rows(elem_bytes)
-        return -(-side // unit) * unit * threads // 16
+        return 0
     return side * (threads * window // 16 + 1)
 
 
@@ -239,7 +237,7 @@ def _stage_bytes(elem_bytes: int, side: int, threads: int) -> int:
     # its permutes make it (no registers holding the whole run across a barrier) and a tile
     # takes two barriers. Runs of 16-byte windows are 16-byte words (side of them a thread),
     # of 4-byte windows 4-byte words, plus each row's offset
-    # (a byte a thread: the runs of 4-byte column words, `side` words each)
+    # (a byte a thread: only the runs of 4-byte column words, `side` words each)
     window = window_bytes(elem_bytes, side, True)
     rows = 16 * _row_words(side, threads, window, elem_bytes)
     if window == STAGED_TILE:

@@ -652,6 +652,10 @@ def regt_default(elem_bytes: int, m: int, n: int, exact: bool = True) -> KernelC
     return _regt.regt_default(KernelConfig, elem_bytes, m, n, exact)
 
 
+def regt_alternative(elem_bytes: int, m: int, n: int) -> KernelConfig | None:
+    return _regt.regt_alternative(KernelConfig, elem_bytes, m, n)
+
+
 def for_call(c: KernelConfig, m: int, n: int) -> KernelConfig:
     """A served (not forced) config as an m x n call runs it (`Kind.for_call`): a register
     transpose rendered for the call's side, an ordered wide config of 1-byte rows that end

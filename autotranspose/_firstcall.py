@@ -57,6 +57,7 @@ from ._config import (
     pair_steps,
     prmt_alternative,
     prmt_default,
+    regt_alternative,
     regt_default,
     rows_at_any_offset,
     seed_config,
@@ -179,10 +180,11 @@ def candidates(
     # the short sides of 1- and 2-byte elements where the register transpose won: it, rendered
     # for the call's side (docs/perf-notes.md, "Register transposes")
     regt = regt_default(elem_bytes, m, n) if not conjugate else None
+    regt_other = regt_alternative(elem_bytes, m, n) if not conjugate else None
     # byte-permute tiles past 48 KiB, where this GPU has the shared memory (`runnable`)
     wider = wider_tiles(elem_bytes, m, n) if rows_at_any_offset(elem_bytes, vec) else []
     picked: list[KernelConfig] = []
-    for c in (guess, regt, *narrow, rows, direct, cols, *wider, *neighbours, *kinds):
+    for c in (guess, regt, regt_other, *narrow, rows, direct, cols, *wider, *neighbours, *kinds):
         if c is None:
             continue
         c = c if c.conjugate == conjugate else c.replace(conjugate=conjugate)

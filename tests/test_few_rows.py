@@ -106,7 +106,7 @@ def test_two_byte_rows_in_4_byte_words_get_tiles_of_up_to_128_rows() -> None:
     assert few_rows_default(2, 63, 1000, 2) is None
     assert few_rows_default(2, 100, 1000, 1) is None and few_rows_default(2, 100, 1000, 4) is None
     got = firstcall.candidates(prmt_default(2), [], 2, 134, 777624, 2, False, lambda c: True)
-    assert few_rows_default(2, 134, 777624, 2) in got[:3]
+    assert few_rows_default(2, 134, 777624, 2) in got[:5]  # after the guess and staged tiles
 
 
 @pytest.mark.parametrize("rows", [0, 1, DIRECT_FEW_ROWS_MIN - 1, FEW_ROWS_MAX, 10 * FEW_ROWS_MAX])

@@ -24,6 +24,7 @@ from autotranspose._config import (
     config_space,
     for_call,
     neighbours,
+    regt_alternative,
     regt_default,
     regt_space,
     regt_window,
@@ -192,10 +193,18 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
     assert regt_default(1, 65, 10**6).staged and regt_default(2, 128, 10**6).staged
     assert regt_default(1, 65, 10**6, exact=False) is None
     assert regt_default(2, 33, 10**6, exact=False) is None
-    assert regt_default(1, 257, 10**6) is None and regt_default(2, 192, 10**6) is None
+    assert regt_default(1, 257, 10**6) is None and regt_default(2, 257, 10**6) is None
     assert regt_default(2, 131, 10**6).threads == 128  # rows, not bytes: 262 bytes
     # raced where 128 threads fit their shared memory (64 lost to the ordered wide kernel)
-    assert regt_default(1, 191, 10**6).threads == 128 and regt_default(1, 192, 10**6) is None
+    assert regt_default(1, 191, 10**6).threads == 128 and not regt_default(1, 191, 10**6).realign
+    # ... past it, the tile that loads its units straight from the rows (128 threads fit)
+    assert regt_default(1, 192, 10**6).realign and regt_default(1, 256, 10**6).threads == 128
+    # where both are raced: the same tile, its units straight from the rows
+    other = regt_alternative(1, 139, 10**6)
+    assert other.realign and other.tile_m == 139 and other.smem_bytes < 20000
+    assert regt_alternative(1, 192, 10**6) is None and regt_alternative(1, 40, 10**6) is None
+    with pytest.raises(ConfigError, match="realign=True"):
+        rg(1, 40, long=512, staged=True, realign=True)
     # raced where 128 threads fit the shared memory (64 lost on 48-58 rows of bytes)
     assert regt_default(1, 47, 10**6).threads == 128 and regt_default(1, 48, 10**6) is None
     assert regt_default(1, 10**6, 17) is None  # few columns: at most 16 bytes
@@ -372,14 +381,15 @@ def test_staged_rows_of_17_to_64_bytes_on_the_cpu(s, side, threads):
     [(1, 65), (1, 101), (1, 139), (1, 256), (2, 33), (2, 51), (2, 128), (2, 131), (2, 191)],
 )
 @pytest.mark.parametrize("threads", [64, 128])
-def test_staged_rows_of_more_than_64_bytes_on_the_cpu(s, side, threads):
-    """Units of 4x4 bytes a thread: every row count modulo 4, so every store alignment and
-    last unit."""
-    rng = np.random.default_rng(1000 * s + side + threads)
+@pytest.mark.parametrize("direct", [False, True])
+def test_staged_rows_of_more_than_64_bytes_on_the_cpu(s, side, threads, direct):
+    """Units of 4x4 bytes a thread, from shared memory and straight from the rows (`direct`):
+    every row count modulo 4, so every store alignment and last unit."""
+    rng = np.random.default_rng(1000 * s + side + threads + direct)
     try:
-        cfg = rg(s, side, long=threads // s, staged=True)
+        cfg = rg(s, side, long=threads // s, staged=True, realign=direct)
     except ConfigError:  # 128 threads: past the static shared memory for the most rows
-        assert threads == 128 and side > 191
+        assert threads == 128 and side > 191 and not direct
         return
     assert cfg.threads == threads
     _staged_trials(cfg, s, side, threads // s, rng)
@@ -415,6 +425,7 @@ def test_regt_kernels_compile_without_spills(arch):
     picks += [regt_default(1, side, 10**6) for side in (65, 101, 139, 190, 191)]
     picks += [rg(1, side, long=64, staged=True) for side in (192, 255, 256)]  # 64 threads
     picks += [regt_default(2, side, 10**6) for side in (33, 95, 128, 131, 191)]
+    picks += [regt_alternative(s, side, 10**6) for s, side in ((1, 65), (1, 139), (2, 191))]
     picks = list(dict.fromkeys(picks))
     report = nvcc_resources(picks, arch)
     for cfg in picks:
@@ -454,6 +465,8 @@ def test_regt_kernels_match_the_reference(rng, s):
                     served = regt_default(s, side, 10**6)
                     long = (64 if side * s > 64 else 256) // s  # 64 threads
                     configs.append(served or rg(s, side, long=long, staged=True))
+                    other = regt_alternative(s, side, 10**6)  # from the rows
+                    configs += [other] if other else []
                 else:
                     configs.append(rg(s, side, wide, REGT_LONG[1] // s))
     assert not precompile(state, configs)

@@ -152,7 +152,6 @@ def _errors(c: Config) -> Iterator[str]:
             "pad": 0,
             "layout": "pad",
             "raster": "row",
-            "realign": False,
             "flat": True,
             "prmt": False,
             "ordered": False,
@@ -189,19 +188,24 @@ def _errors(c: Config) -> Iterator[str]:
             f"regt=True: {which}={long} gives {threads} threads of {window} bytes; "
             f"{REGT_MIN_THREADS} to {REGT_MAX_THREADS}: use {lo} to {hi}"
         )
+    elif c.realign and not (c.staged and window_bytes(c.elem_bytes, side, True) == STAGED_TILE):
+        yield (
+            "regt=True takes realign=True (units loaded straight from the rows) only for staged "
+            f"few rows of more than {STAGED_WORDS_MAX_BYTES} bytes; set realign=False"
+        )
     elif c.min_blocks and not c.staged:
         yield f"regt=True takes min_blocks=0 (got {c.min_blocks}) unless staged=True: its own launch bounds"
     elif c.staged and not c.wide:
         yield "regt=True with staged=True stages few rows (wide=True); few columns take staged=False"
-    elif c.staged and _stage_bytes(c.elem_bytes, side, threads) > STATIC_SHARED_MAX:
+    elif c.staged and _stage_bytes(c.elem_bytes, side, threads, c.realign) > STATIC_SHARED_MAX:
         fit = max(
             t
             for t in (REGT_MIN_THREADS, 128, 256)
-            if _stage_bytes(c.elem_bytes, side, t) <= STATIC_SHARED_MAX
+            if _stage_bytes(c.elem_bytes, side, t, c.realign) <= STATIC_SHARED_MAX
         )
         yield (
             f"regt=True, staged=True: {threads} threads stage "
-            f"{_stage_bytes(c.elem_bytes, side, threads)} bytes of "
+            f"{_stage_bytes(c.elem_bytes, side, threads, c.realign)} bytes of "
             f"{side} rows, past the {STATIC_SHARED_MAX} a block holds statically; at most "
             f"{fit} threads, tile_n={fit * window_bytes(c.elem_bytes, side, True) // c.elem_bytes}"
         )
@@ -224,22 +228,26 @@ def unit_rows(elem_bytes: int) -> int:
     return 4 // elem_bytes
 
 
-def _row_words(side: int, threads: int, window: int, elem_bytes: int = 1) -> int:
+def _row_words(
+    side: int, threads: int, window: int, elem_bytes: int = 1, direct: bool = False
+) -> int:
     """16-byte words of the rows a staged tile brings in: each row's over the tile, and the
-    word past them; none for a byte a thread (its units are loaded from the rows)."""
+    word past them; a byte a thread: each row's over the tile realigned, the rows made whole
+    units, or none where its units are loaded straight from the rows (`direct`)."""
     if window == STAGED_TILE:
-        return 0
+        unit = unit_rows(elem_bytes)
+        return 0 if direct else -(-side // unit) * unit * threads // 16
     return side * (threads * window // 16 + 1)
 
 
-def _stage_bytes(elem_bytes: int, side: int, threads: int) -> int:
+def _stage_bytes(elem_bytes: int, side: int, threads: int, direct: bool = False) -> int:
     # the rows, then the runs: two buffers, so that a thread writes each run word as soon as
     # its permutes make it (no registers holding the whole run across a barrier) and a tile
     # takes two barriers. Runs of 16-byte windows are 16-byte words (side of them a thread),
     # of 4-byte windows 4-byte words, plus each row's offset
-    # (a byte a thread: only the runs of 4-byte column words, `side` words each)
+    # (a byte a thread: the runs of 4-byte column words, `side` words each)
     window = window_bytes(elem_bytes, side, True)
-    rows = 16 * _row_words(side, threads, window, elem_bytes)
+    rows = 16 * _row_words(side, threads, window, elem_bytes, direct)
     if window == STAGED_TILE:
         return rows + stage_pitch(side) * threads + 16
     return rows + window * stage_pitch(side) * threads + (4 * side if window == STAGED_WORD else 0)
@@ -323,7 +331,8 @@ def _params(c: Config) -> dict[str, object]:
         "min_blocks": c.min_blocks or 1,
         "staged": c.staged,
         # the rows' 16-byte words, and the runs' words (16 or 4 bytes: the window's)
-        "stage_words": _row_words(side, _threads(c), window, c.elem_bytes),
+        "stage_words": _row_words(side, _threads(c), window, c.elem_bytes, c.realign),
+        "direct": c.realign,  # a staged tile's units straight from the rows
         # (a byte a thread: a run of `pitch` words for each 4-byte column word of the tile)
         # and 16 bytes past them, read with the last word out)
         "run_words": stage_pitch(side) * _threads(c) // 4 + 4
@@ -351,9 +360,12 @@ def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
         if not (fits_staged_side if staged else fits_side)(s, side):
             continue
         window = window_bytes(s, side, staged)
-        for long in block_longs(s, side, staged):
+        # staged tiles: their units from shared memory and straight from the rows
+        for long, direct in itertools.product(
+            block_longs(s, side, staged), (False, True) if window == STAGED_TILE else (False,)
+        ):
             threads = long * s // window
-            if staged and _stage_bytes(s, side, threads) > STATIC_SHARED_MAX:
+            if staged and _stage_bytes(s, side, threads, direct) > STATIC_SHARED_MAX:
                 continue
             # staged: its registers capped as the other kinds' are (more blocks an SM hide
             # the barriers between a tile's loads and its stores)
@@ -361,7 +373,7 @@ def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
             for cache, blocks in itertools.product(CACHE_HINTS, caps):
                 tm, tn = (side, long) if wide else (long, side)
                 yield from launchable(
-                    call.limits, s, tm, tn, 1, 1, 0, "pad", "row", cache,
+                    call.limits, s, tm, tn, 1, 1, 0, "pad", "row", cache, realign=direct,
                     flat=True, wide=wide, regt=True, staged=staged, min_blocks=blocks,
                 )  # fmt: skip
 
@@ -377,7 +389,7 @@ class Regt(Kind):
         return _errors(c)
 
     def derive(self, c: Config) -> dict[str, int]:
-        smem = _stage_bytes(c.elem_bytes, regt_side(c), _threads(c)) if c.staged else 0
+        smem = _stage_bytes(c.elem_bytes, regt_side(c), _threads(c), c.realign) if c.staged else 0
         return {"threads": _threads(c), "smem": smem}
 
     def params(self, c: Config) -> dict[str, object]:
@@ -430,8 +442,10 @@ class Regt(Kind):
         fits = fits_staged_side if c.staged else fits_side
         if side == regt_side(c) or not fits(c.elem_bytes, side):
             return c
+        if c.realign and window_bytes(c.elem_bytes, side, True) != STAGED_TILE:
+            return c  # units straight from the rows are a staged tile's only
         if c.staged:  # the block and the register cap follow the rows (shared memory, registers)
-            long, blocks = staged_block(c.elem_bytes, side)
+            long, blocks = staged_block(c.elem_bytes, side, c.realign)
             return c.replace(tile_m=side, tile_n=long, min_blocks=blocks)
         return c.replace(**({"tile_m": side} if c.wide else {"tile_n": side}))
 
@@ -492,15 +506,19 @@ SM_SHARED = 228 * 1024
 BLOCK_RESERVED_SHARED = 1024
 
 
-def staged_block(elem_bytes: int, side: int) -> tuple[int, int]:
+def staged_block(elem_bytes: int, side: int, direct: bool = False) -> tuple[int, int]:
     """(tile_n, min_blocks) of the staged config for `side` rows of `elem_bytes`-byte elements:
     staged tiles (rows of more than STAGED_WORDS_MAX_BYTES) capped to 64 registers (8 blocks of
-    128 threads) where their shared memory lets an SM run STAGED_TILE_CAP_FIT blocks or more."""
+    128 threads) where their shared memory lets an SM run STAGED_TILE_CAP_FIT blocks or more;
+    those that load their units straight from the rows (`direct`) uncapped (40-48 registers;
+    capped, float16 33 and 191 rows lost 9-11 points, H200)."""
     threads = next(
-        t for t in STAGED_THREADS if _stage_bytes(elem_bytes, side, t) <= STATIC_SHARED_MAX
+        t for t in STAGED_THREADS if _stage_bytes(elem_bytes, side, t, direct) <= STATIC_SHARED_MAX
     )
     blocks = occupancy_steps(threads)[-1] if side <= STAGED_CAPPED_ROWS else 0
-    if window_bytes(elem_bytes, side, True) == STAGED_TILE:
+    if direct:
+        blocks = 0
+    elif window_bytes(elem_bytes, side, True) == STAGED_TILE:
         fit = SM_SHARED // (_stage_bytes(elem_bytes, side, threads) + BLOCK_RESERVED_SHARED)
         steps = [b for b in occupancy_steps(threads) if b <= fit]
         blocks = max(steps) if fit >= STAGED_TILE_CAP_FIT and steps else 0
@@ -520,20 +538,37 @@ def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) 
         wide, side = False, n
     else:
         return None
+    direct = False
     if wide and side * elem_bytes > STAGED_WORDS_MAX_BYTES:
-        # staged tiles: raced where 128 threads fit their shared memory (64 lost to the
-        # ordered wide kernel: int8 220 rows 53.0 against 60.2, H200)
-        if not exact or staged_block(elem_bytes, side)[0] * elem_bytes < STAGED_TILE_RACED_THREADS:
+        # staged tiles: from shared memory where 128 threads fit it (64 lost to the ordered
+        # wide kernel: int8 220 rows 53.0 against 60.2, H200), else straight from the rows
+        if not exact:
             return None
+        direct = staged_block(elem_bytes, side)[0] * elem_bytes < STAGED_TILE_RACED_THREADS
     elif side > (REGT_RACED_SIDES if exact else REGT_DEFAULT_SIDES)[(elem_bytes, wide)]:
         return None
     if wide and side >= STAGED_MIN_ROWS:
-        long, blocks = staged_block(elem_bytes, side)
+        long, blocks = staged_block(elem_bytes, side, direct)
         return new(
-            elem_bytes, side, long, 1, 1, 0, "pad", "row",
+            elem_bytes, side, long, 1, 1, 0, "pad", "row", realign=direct,
             flat=True, wide=True, regt=True, staged=True, min_blocks=blocks,
         )  # fmt: skip
     few = wide and side * elem_bytes <= REGT_FEW_THREADS_BYTES
     long = (64 if few else REGT_DEFAULT_THREADS) * regt_window(elem_bytes)
     tm, tn = (side, long) if wide else (long, side)
     return new(elem_bytes, tm, tn, 1, 1, 0, "pad", "row", flat=True, wide=wide, regt=True)
+
+
+def regt_alternative(new: New, elem_bytes: int, m: int, n: int) -> Any | None:
+    """For an m x n call whose first call races a staged tile from shared memory, the same
+    tile loading its units straight from the rows (realign=True), raced beside it: neither
+    won everywhere (H200: int8 139x6878879 82 against 72 and float16 128 rows 75 against 66,
+    but int8 65 and 101 rows 65-68 against 88-90 and float16 33 rows 62 against 88); None for
+    other calls."""
+    c = regt_default(new, elem_bytes, m, n)
+    if c is None or c.realign or not c.staged:
+        return None
+    if window_bytes(elem_bytes, c.tile_m, True) != STAGED_TILE:
+        return None
+    long, blocks = staged_block(elem_bytes, c.tile_m, True)
+    return c.replace(realign=True, tile_n=long, min_blocks=blocks)

@@ -320,7 +320,7 @@ def _params(c: Config) -> dict[str, object]:
     return {
         "side": side,
         "wide": c.wide,
-        "w": _window(c),  # elements of a window
+        "w": _window(c),  # elements of a window (not the staged tiles': a byte a thread)
         "window": window,
         "long": regt_long(c),  # the long side a block (staged) or a warp tile spans
         "tb": regt_long(c) * c.elem_bytes,  # bytes of it

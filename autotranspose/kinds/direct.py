@@ -184,9 +184,10 @@ class Direct(Kind):
         sm_90)."""
         data = c.per_thread * max(c.elem_bytes // 4, 1)  # registers of elements in flight
         steps = occupancy_steps(c.threads, tuple(cap for cap in DIRECT_CAPS if cap >= 2 * data))
-        if c.elem_bytes == 16 and c.cache == "stream" and c.raster == "row":
-            # ptxas 13 spilled 8 bytes (sm_90) in these where it had exactly twice the elements'
-            # registers, 32 (5 of the 2992 capped direct configs)
+        if c.elem_bytes == 16 and c.raster == "row":
+            # ptxas 13 spilled 8-16 bytes (sm_90) in these where it had exactly twice the
+            # elements' registers, 32 (5 of the 2992 capped direct configs streaming, and
+            # s16_m128_n2_v1_t4_pad0_row_default_dr_b32 with the default hint)
             steps = tuple(b for b in steps if register_budget(c.threads, b) > 2 * data)
         return steps
 

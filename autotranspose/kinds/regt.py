@@ -73,10 +73,6 @@ STAGED_WORD_THREADS = (64, 128)
 STAGED_MAX_ROWS = 256
 STAGED_TILE = 1
 STAGED_TILE_THREADS = (64, 128)
-# staged few columns (more than 16 bytes of them, up to STAGED_MAX_ROWS): a block's tile is
-# this many bytes of output rows (a warp's 32 lanes a word each) across all the columns, the
-# input one contiguous run (templates/regt/staged_cols.cu.j2), 128 threads
-STAGED_COLS_BYTES = 128
 # their long sides (elements) that REGT_LONG lacks, for the tile lists
 _WORD_LONGS = tuple(
     sorted(
@@ -108,22 +104,16 @@ def fits_side(elem_bytes: int, side: int) -> bool:
     return elem_bytes in REGT_SIZES and 2 <= side and side * elem_bytes <= REGT_BYTES
 
 
-def fits_staged_cols(elem_bytes: int, side: int) -> bool:
-    """Whether `side` columns are few columns a staged regt kernel takes: more than 16 bytes
-    (fewer: the unstaged one), up to STAGED_MAX_ROWS of them."""
-    return elem_bytes in REGT_SIZES and side * elem_bytes > REGT_BYTES and side <= STAGED_MAX_ROWS
-
-
 def fits_staged_side(elem_bytes: int, side: int) -> bool:
     """Whether `side` rows are few rows a staged regt kernel takes: 2 to STAGED_MAX_ROWS."""
     return elem_bytes in REGT_SIZES and 2 <= side <= STAGED_MAX_ROWS
 
 
-def window_bytes(elem_bytes: int, side: int, staged: bool, wide: bool = True) -> int:
-    """A thread's window of the long side (bytes): staged rows of more than 64 bytes, and
-    staged columns, a byte (STAGED_TILE: the tile is a byte of the long side a thread), staged
-    rows of more than 16 one 4-byte word, else 16 bytes."""
-    if staged and (side * elem_bytes > STAGED_WORDS_MAX_BYTES or not wide):
+def window_bytes(elem_bytes: int, side: int, staged: bool) -> int:
+    """A thread's window of the long side (bytes): staged rows of more than 64 bytes a byte
+    (STAGED_TILE: the tile is a byte of columns a thread), of more than 16 one 4-byte word,
+    else 16 bytes."""
+    if staged and side * elem_bytes > STAGED_WORDS_MAX_BYTES:
         return STAGED_TILE
     return STAGED_WORD if staged and side * elem_bytes > REGT_BYTES else REGT_BYTES
 
@@ -134,15 +124,12 @@ def _window(c: Config) -> int:
 
 
 def _threads(c: Config) -> int:
-    return regt_long(c) * c.elem_bytes // window_bytes(c.elem_bytes, regt_side(c), c.staged, c.wide)
+    return regt_long(c) * c.elem_bytes // window_bytes(c.elem_bytes, regt_side(c), c.staged)
 
 
-def block_longs(elem_bytes: int, side: int, staged: bool, wide: bool = True) -> tuple[int, ...]:
+def block_longs(elem_bytes: int, side: int, staged: bool) -> tuple[int, ...]:
     """The long sides (elements) a block may span: REGT_LONG for 16-byte windows, those of
-    STAGED_WORD_THREADS for a word a thread, of STAGED_TILE_THREADS for a byte (staged
-    columns: 128 bytes of rows, a warp's lanes a word each)."""
-    if staged and not wide:
-        return (STAGED_COLS_BYTES // elem_bytes,)
+    STAGED_WORD_THREADS for a word a thread, of STAGED_TILE_THREADS for a byte."""
     window = window_bytes(elem_bytes, side, staged)
     if window == STAGED_WORD:
         return tuple(t * STAGED_WORD // elem_bytes for t in STAGED_WORD_THREADS)
@@ -152,7 +139,7 @@ def block_longs(elem_bytes: int, side: int, staged: bool, wide: bool = True) -> 
 
 
 def _longs(c: Config) -> tuple[int, ...]:
-    return block_longs(c.elem_bytes, regt_side(c), c.staged, c.wide)
+    return block_longs(c.elem_bytes, regt_side(c), c.staged)
 
 
 def _errors(c: Config) -> Iterator[str]:
@@ -179,15 +166,8 @@ def _errors(c: Config) -> Iterator[str]:
         return
     side = regt_side(c)
     staged_rows = c.staged and c.wide
-    fits = fits_staged_side if staged_rows else fits_staged_cols if c.staged else fits_side
-    if not fits(c.elem_bytes, side):
+    if not (fits_staged_side if staged_rows else fits_side)(c.elem_bytes, side):
         which = "tile_m (the rows)" if c.wide else "tile_n (the columns)"
-        if c.staged and not c.wide:
-            yield (
-                f"regt=True, staged=True: {which}={side} must be few columns of more than "
-                f"{REGT_BYTES} bytes, at most {STAGED_MAX_ROWS} (fewer: staged=False)"
-            )
-            return
         most = STAGED_MAX_ROWS if staged_rows else REGT_BYTES // c.elem_bytes
         yield (
             f"regt=True: {which}={side} must be a short side of 2 to {most} elements"
@@ -215,10 +195,9 @@ def _errors(c: Config) -> Iterator[str]:
         )
     elif c.min_blocks and not c.staged:
         yield f"regt=True takes min_blocks=0 (got {c.min_blocks}) unless staged=True: its own launch bounds"
-    elif (
-        c.staged
-        and _stage_bytes(c.elem_bytes, side, threads, c.realign, c.wide) > STATIC_SHARED_MAX
-    ):
+    elif c.staged and not c.wide:
+        yield "regt=True with staged=True stages few rows (wide=True); few columns take staged=False"
+    elif c.staged and _stage_bytes(c.elem_bytes, side, threads, c.realign) > STATIC_SHARED_MAX:
         fit = max(
             t
             for t in (REGT_MIN_THREADS, 128, 256)
@@ -261,16 +240,12 @@ def _row_words(
     return side * (threads * window // 16 + 1)
 
 
-def _stage_bytes(
-    elem_bytes: int, side: int, threads: int, direct: bool = False, wide: bool = True
-) -> int:
+def _stage_bytes(elem_bytes: int, side: int, threads: int, direct: bool = False) -> int:
     # the rows, then the runs: two buffers, so that a thread writes each run word as soon as
     # its permutes make it (no registers holding the whole run across a barrier) and a tile
     # takes two barriers. Runs of 16-byte windows are 16-byte words (side of them a thread),
     # of 4-byte windows 4-byte words, plus each row's offset
     # (a byte a thread: the runs of 4-byte column words, `side` words each)
-    if not wide:  # staged columns: the input's run over the tile, and 32 bytes past it
-        return threads * side + 32
     window = window_bytes(elem_bytes, side, True)
     rows = 16 * _row_words(side, threads, window, elem_bytes, direct)
     if window == STAGED_TILE:
@@ -339,7 +314,7 @@ def permutes(elem_bytes: int, side: int, wide: bool) -> int:
 
 def _params(c: Config) -> dict[str, object]:
     side = regt_side(c)
-    window = window_bytes(c.elem_bytes, side, c.staged, c.wide)
+    window = window_bytes(c.elem_bytes, side, c.staged)
     # (a byte a thread: the template's own two-step permutes of a unit)
     sources = [] if window == STAGED_TILE else byte_sources(c.elem_bytes, side, c.wide, window)
     return {
@@ -356,9 +331,7 @@ def _params(c: Config) -> dict[str, object]:
         "min_blocks": c.min_blocks or 1,
         "staged": c.staged,
         # the rows' 16-byte words, and the runs' words (16 or 4 bytes: the window's)
-        "stage_words": _row_words(side, _threads(c), window, c.elem_bytes, c.realign)
-        if c.wide
-        else _stage_bytes(c.elem_bytes, side, _threads(c), wide=False) // 16,
+        "stage_words": _row_words(side, _threads(c), window, c.elem_bytes, c.realign),
         "direct": c.realign,  # a staged tile's units straight from the rows
         # (a byte a thread: a run of `pitch` words for each 4-byte column word of the tile)
         # and 16 bytes past them, read with the last word out)
@@ -383,18 +356,16 @@ def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
     s, side = call.elem_bytes, call.short_side
     if side is None or not fits_staged_side(s, side):
         return
-    for wide, staged in ((True, False), (True, True), (False, False), (False, True)):
-        fits = (fits_staged_side if wide else fits_staged_cols) if staged else fits_side
-        if not fits(s, side):
+    for wide, staged in ((True, False), (True, True), (False, False)):
+        if not (fits_staged_side if staged else fits_side)(s, side):
             continue
-        window = window_bytes(s, side, staged, wide)
-        # staged tiles of rows: their units from shared memory and straight from the rows
+        window = window_bytes(s, side, staged)
+        # staged tiles: their units from shared memory and straight from the rows
         for long, direct in itertools.product(
-            block_longs(s, side, staged, wide),
-            (False, True) if window == STAGED_TILE and wide else (False,),
+            block_longs(s, side, staged), (False, True) if window == STAGED_TILE else (False,)
         ):
             threads = long * s // window
-            if staged and _stage_bytes(s, side, threads, direct, wide) > STATIC_SHARED_MAX:
+            if staged and _stage_bytes(s, side, threads, direct) > STATIC_SHARED_MAX:
                 continue
             # staged: its registers capped as the other kinds' are (more blocks an SM hide
             # the barriers between a tile's loads and its stores)
@@ -418,11 +389,7 @@ class Regt(Kind):
         return _errors(c)
 
     def derive(self, c: Config) -> dict[str, int]:
-        smem = (
-            _stage_bytes(c.elem_bytes, regt_side(c), _threads(c), c.realign, c.wide)
-            if c.staged
-            else 0
-        )
+        smem = _stage_bytes(c.elem_bytes, regt_side(c), _threads(c), c.realign) if c.staged else 0
         return {"threads": _threads(c), "smem": smem}
 
     def params(self, c: Config) -> dict[str, object]:
@@ -435,7 +402,7 @@ class Regt(Kind):
         return tuple(range(2, STAGED_MAX_ROWS + 1)) + _WORD_LONGS + REGT_LONG
 
     def tile_n_values(self, c: Config) -> tuple[int, ...]:
-        return tuple(range(2, STAGED_MAX_ROWS + 1)) + _WORD_LONGS + REGT_LONG
+        return tuple(range(2, REGT_BYTES + 1)) + _WORD_LONGS + REGT_LONG
 
     def applies(self, c: Config, m: int, n: int) -> bool:
         """Exactly the side it was rendered for (`for_call` makes a served config's)."""
@@ -450,7 +417,7 @@ class Regt(Kind):
                 f"{'rows' if c.wide else 'columns'}; the matrix is {m}x{n}"
             )
         if c.staged:
-            return (1, -(-n // regt_long(c))) if c.wide else (-(-m // regt_long(c)), 1)
+            return (1, -(-n // regt_long(c)))
         per = REGT_LANES * regt_window(c.elem_bytes)
         return (1, -(-n // per)) if c.wide else (-(-m // per), 1)
 
@@ -472,11 +439,9 @@ class Regt(Kind):
         block and register cap of `staged_block` for the side), or `c` where the call's side
         is not one it takes."""
         side = m if c.wide else n
-        fits = (fits_staged_side if c.wide else fits_staged_cols) if c.staged else fits_side
+        fits = fits_staged_side if c.staged else fits_side
         if side == regt_side(c) or not fits(c.elem_bytes, side):
             return c
-        if c.staged and not c.wide:  # staged columns: the same block for any of them
-            return c.replace(tile_n=side)
         if c.realign and window_bytes(c.elem_bytes, side, True) != STAGED_TILE:
             return c  # units straight from the rows are a staged tile's only
         if c.staged:  # the block and the register cap follow the rows (shared memory, registers)
@@ -571,12 +536,6 @@ def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) 
         wide, side = True, m
     elif fits_side(elem_bytes, n):
         wide, side = False, n
-    elif exact and fits_staged_cols(elem_bytes, n) and n < m:
-        # staged few columns: raced, never lookup's default
-        return new(
-            elem_bytes, STAGED_COLS_BYTES // elem_bytes, n, 1, 1, 0, "pad", "row",
-            flat=True, wide=False, regt=True, staged=True,
-        )  # fmt: skip
     else:
         return None
     direct = False

@@ -65,7 +65,6 @@ static size_t emu_stacks_bytes;
 static ucontext_t emu_sched;
 static unsigned emu_current;
 static unsigned emu_warp_result[32];
-static unsigned emu_offer[1024];  // each lane's value at its warp's last shuffle, all 32 arrived
 static void (*emu_body)(void);
 static int emu_error;
 
@@ -81,20 +80,14 @@ static inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
     emu_wait(2);
     return emu_warp_result[emu_current / 32];
 }
-// A warp shuffle down (up) by `d` lanes (a lane past the warp's last (first) gets its own value
-// back). The values are those the lanes offered when all 32 had arrived (`emu_offer`), so a
-// lane that resumed first and offers its next does not change what the others read.
+// A warp shuffle down by `d` lanes (a lane past the warp's last gets its own value back). The
+// lanes resume in order once all 32 have arrived, so a lane reads the higher lanes' values
+// before they run on and offer their next.
 static inline unsigned __shfl_down_sync(unsigned mask, unsigned v, unsigned d) {
     if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial warp mask\n"); std::abort(); }
     emu_fibers[emu_current].value = v;
     emu_wait(2);
-    return emu_current % 32 + d < 32 ? emu_offer[emu_current + d] : v;
-}
-static inline unsigned __shfl_up_sync(unsigned mask, unsigned v, unsigned d) {
-    if (mask != 0xffffffffu) { std::fprintf(stderr, "emu: partial warp mask\n"); std::abort(); }
-    emu_fibers[emu_current].value = v;
-    emu_wait(2);
-    return emu_current % 32 >= d ? emu_offer[emu_current - d] : v;
+    return emu_current % 32 + d < 32 ? emu_fibers[emu_current + d].value : v;
 }
 static void emu_entry() {
     emu_body();
@@ -147,7 +140,6 @@ static int emu_block(unsigned threads) {
             }
             if (at == 32) {
                 emu_warp_result[w] = m;
-                for (unsigned i = w * 32; i < w * 32 + 32; ++i) emu_offer[i] = emu_fibers[i].value;
                 for (unsigned i = w * 32; i < w * 32 + 32; ++i) emu_fibers[i].state = 0;
                 released = true;
             }

@@ -186,9 +186,11 @@ class Direct(Kind):
         steps = occupancy_steps(c.threads, tuple(cap for cap in DIRECT_CAPS if cap >= 2 * data))
         if c.elem_bytes == 16 and c.raster == "row":
             # ptxas 13 spilled 8-16 bytes (sm_90) in these where it had exactly twice the
-            # elements' registers, 32 (5 of the 2992 capped direct configs streaming, and
-            # s16_m128_n2_v1_t4_pad0_row_default_dr_b32 with the default hint)
-            steps = tuple(b for b in steps if register_budget(c.threads, b) > 2 * data)
+            # elements' registers, 32: 5 of the 2992 capped direct configs streaming, and
+            # s16_m128_n2_v1_t4_pad0_row_default_dr_b32 with the default hint (which kept 64
+            # registers for 32 of elements without a spill: the served few-rows tiles)
+            least = 2 * data if c.cache == "stream" else 32
+            steps = tuple(b for b in steps if register_budget(c.threads, b) > min(2 * data, least))
         return steps
 
     def step_values(

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import jinja2
@@ -350,6 +351,191 @@ def _packed_vars(k: PackedKernel) -> dict[str, object]:
         "wstride": PACKED_THREADS + (PACKED_THREADS >> shift) * pad,
         "full": " && ".join(f"lim{d} == {k.box[d]}u" for d in dims if k.checked[d]) or "true",
         **(_packed_word_vars(k, dense) if k.words else {}),
+        **(_packed_spread_vars(k, dense) if k.spread else {}),
+    }
+
+
+def spread_layout(k: PackedKernel) -> tuple[int, int | None]:
+    """(pitch, sh): the spread kernel's shared layout (templates/packed/spread.cu.j2). Slab t
+    of the input's innermost box dim i0 (the elements before it in output order) starts at
+    t * pitch + 4 * (t >> sh) bytes (sh None: no extra word). Dense (pitch = the slab's bytes)
+    where the output's run spans i0 and its words would cross slabs; else, of dense and pitches of an
+    odd count of words with a word more every 2**sh slabs, the one whose first warp's spread
+    stores and word loads conflict least (then the least shared memory), within the static
+    48 KiB."""
+    e, kk, i0 = k.elem_bytes, k.block, k.in_order[0]
+    slab = math.prod(k.box[:i0]) * e
+    dense = (slab, None)
+    if i0 < k.out_run and slab % 4:
+        return dense
+    odd = -(-slab // 4) | 1
+    options = [dense] + [(4 * odd, sh) for sh in range((kk - 1).bit_length(), 9)]
+    best, best_key = dense, None
+    for pitch, sh in options:
+        size = _spread_bytes(k, pitch, sh)
+        if size > SPREAD_MAX_SHARED:
+            continue
+        key = (_spread_conflicts(k, pitch, sh), size)
+        if best_key is None or key < best_key:
+            best, best_key = (pitch, sh), key
+    return best
+
+
+SPREAD_MAX_SHARED = 48 << 10
+
+
+def _spread_base(t: int, pitch: int, sh: int | None) -> int:
+    return t * pitch + (4 * (t >> sh) if sh is not None else 0)
+
+
+def _spread_strides(k: PackedKernel, pitch: int, sh: int | None) -> list[int]:
+    """Bytes between consecutive indices of each box dim after i0 in shared memory."""
+    i0, out = k.in_order[0], []
+    step = _spread_base(k.box[i0], pitch, sh)  # dense or whole words: never rounded
+    for d in range(len(k.box)):
+        if d > i0:
+            out.append(step)
+            step *= k.box[d]
+        else:
+            out.append(0)
+    out.append(step)  # the whole box
+    return out
+
+
+def _spread_bytes(k: PackedKernel, pitch: int, sh: int | None) -> int:
+    return -(-_spread_strides(k, pitch, sh)[-1] // 16) * 16
+
+
+def _spread_address(k: PackedKernel, digits: Sequence[int], pitch: int, sh: int | None) -> int:
+    e, i0 = k.elem_bytes, k.in_order[0]
+    strides = _spread_strides(k, pitch, sh)
+    a, dense = 0, 1
+    for d, x in enumerate(digits):
+        if d < i0:
+            a += x * dense * e
+            dense *= k.box[d]
+        elif d == i0:
+            a += _spread_base(x, pitch, sh)
+        else:
+            a += x * strides[d]
+    return a
+
+
+def _digits_of(i: int, order: Sequence[int], ext: Sequence[int]) -> dict[int, int]:
+    out = {}
+    for d in order:
+        out[d] = i % ext[d]
+        i //= ext[d]
+    return out
+
+
+def _spread_conflicts(k: PackedKernel, pitch: int, sh: int | None) -> int:
+    """Shared wavefronts of the first warp's spread stores (each of a word's K elements) and
+    of its word loads on the output side."""
+    kk, i0, n = k.block, k.in_order[0], len(k.box)
+    rext = [-(-b // kk) if d == i0 else b for d, b in enumerate(k.box)]
+    total = 0
+    for m in range(kk):
+        banks: dict[int, set[int]] = {}
+        for lane in range(32):
+            g = _digits_of(lane, k.in_order, rext)
+            digits = [g[d] * kk + m if d == i0 else g[d] for d in range(n)]
+            if any(x >= b for x, b in zip(digits, k.box, strict=True)):
+                continue
+            w = _spread_address(k, digits, pitch, sh) // 4
+            banks.setdefault(w % 32, set()).add(w)
+        total += max((len(v) for v in banks.values()), default=0)
+    banks = {}
+    run = math.prod(k.box[: k.out_run])
+    for lane in range(32):
+        p = lane * kk
+        rest = p // run
+        digits = list(_digits_of(p % run, range(k.out_run), k.box).values())
+        for d in range(k.out_run, n):
+            digits.append(rest % k.box[d])
+            rest //= k.box[d]
+        w = _spread_address(k, digits, pitch, sh) // 4
+        banks.setdefault(w % 32, set()).add(w)
+    return total + max((len(v) for v in banks.values()), default=0)
+
+
+def _packed_spread_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
+    """The spread kernel's index arithmetic (templates/packed/spread.cu.j2): a read step is
+    a word of K elements along i0 (digit i0 counts words), a write step a word of the output's
+    run (digit 0 counts words of the run's `run` elements, digits out_run.. the other box
+    dims); shared addresses in bytes by `spread_layout`."""
+    e, kk, i0, t = k.elem_bytes, k.block, k.in_order[0], k.out_run
+    n = len(k.box)
+    pitch, sh = spread_layout(k)
+    strides = _spread_strides(k, pitch, sh)
+    run = math.prod(k.box[:t])
+
+    def slot(d: int, x: str) -> str:
+        if d < i0:
+            return f"{x} * {dense[d] * e}u"
+        if d == i0:
+            return f"{x} * {pitch}u" + (f" + (({x}) >> {sh}) * 4u" if sh is not None else "")
+        return f"{x} * {strides[d]}u"
+
+    rext = [-(-b // kk) if d == i0 else b for d, b in enumerate(k.box)]
+    word_order = [0, *range(t, n)]
+    wext = [run // kk, *[1] * (t - 1), *k.box[t:]]
+    word_terms = [f"d0 * {kk * e}u"] + [slot(d, f"d{d}") for d in range(t, n)]
+    if i0 < t:  # the run spans i0: a word's position in it split at i0's slabs
+        pos = f"d0 * {kk}u"
+        word_terms = [f"({pos}) % {dense[i0]}u * {e}u"]
+        word_terms += [slot(d, f"(({pos}) / {dense[d]}u % {k.box[d]}u)") for d in range(i0, t)]
+        word_terms += [slot(d, f"d{d}") for d in range(t, n)]
+    prefix_checked = [d for d in range(t) if k.checked[d]]
+    inner = math.prod(k.box[: t - 1])
+    word_edges = not prefix_checked or (prefix_checked == [t - 1] and inner % kk == 0)
+    out_inside = [
+        f"d0 * {kk}u < lim{d} * {inner}u" if d == t - 1 else f"d{d} < lim{d}"
+        for d in range(n)
+        if k.checked[d] and (d >= t or d == t - 1)
+    ]
+    partial = k.funnel and (k.box[i0] % kk != 0 or k.checked[i0])
+    nblocks = k.read_blocks
+    nwords = k.volume // kk
+    batch = min(k.steps, WORDS_LOAD_BATCH * 2)
+    return {
+        "K": kk,
+        "i0": i0,
+        "pitch": pitch,
+        "sh": sh,
+        "run": run,
+        "sbytes": _spread_bytes(k, pitch, sh),
+        "smem_bytes": _spread_bytes(k, pitch, sh),
+        "rext": rext,
+        "wext": wext,
+        "word_order": word_order,
+        "partial": partial,
+        "table_partial": k.funnel and k.box[i0] % kk != 0,
+        "i0_lim": f"lim{i0}" if k.checked[i0] else f"{k.box[i0]}u",
+        "nblocks": nblocks,
+        "nwords": nwords,
+        "rragged": k.steps * PACKED_THREADS != nblocks,
+        "wragged": k.write_steps * PACKED_THREADS != nwords,
+        "sbatch": batch,
+        "sdsteps": -(-k.steps // batch) * batch,
+        "s_in_offset": " + ".join(
+            f"(off_t)(d{d}{f' * {kk}u' if d == i0 else ''}) * is{d}" for d in range(n)
+        ),
+        "s_slot": " + ".join(slot(d, f"d{d} * {kk}u" if d == i0 else f"d{d}") for d in range(n)),
+        "s_in_inside": " && ".join(
+            f"d{d} * {kk}u < lim{d}" if d == i0 else f"d{d} < lim{d}"
+            for d in range(n)
+            if k.checked[d]
+        )
+        or "true",
+        "s_word": " + ".join(word_terms),
+        "s_out_offset": " + ".join(
+            [f"(off_t)(d0 * {kk}u)"] + [f"(off_t)d{d} * os{d}" for d in range(t, n)]
+        ),
+        "s_out_inside": " && ".join(out_inside) or "true",
+        "word_edges": word_edges,
+        "s_elem": " + ".join(slot(d, f"d{d}") for d in range(n)),
+        "unroll": min(k.write_steps, PACKED_UNROLL),
     }
 
 

@@ -128,6 +128,8 @@ class PackedKernel:
     words: bool = False
     pipelined: bool = False
     funnel: bool = False
+    spread: bool = False
+    out_run: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.box)
@@ -158,10 +160,12 @@ class PackedKernel:
                 f"elements of {PIPELINE_MIN_ELEM_BYTES} bytes or more, boxes of at most "
                 f"{PIPELINE_MAX_BYTES} bytes, not the words kernel"
             )
-        if type(self.funnel) is not bool or (self.funnel and not self.words):
+        if type(self.funnel) is not bool or (self.funnel and not (self.words or self.spread)):
             raise ShapeError(
-                f"packed funnel {self.funnel!r}: a bool, and only for the words kernel"
+                f"packed funnel {self.funnel!r}: a bool, and only for the words or spread kernel"
             )
+        if self.spread is not False or self.out_run != 0:
+            self._check_spread()
         if self.words:
             k = self.block
             i0_odd = self.box[self.in_order[0]] % k if n >= 2 else 1
@@ -178,6 +182,29 @@ class PackedKernel:
                     f"different, the output's a multiple of {max(k, 2)} (the input's too unless funnel)"
                 )
 
+    def _check_spread(self) -> None:
+        k, n = self.block, len(self.box)
+        run = math.prod(self.box[: self.out_run]) if type(self.out_run) is int else 0
+        if (
+            self.spread is not True
+            or self.words
+            or self.pipelined
+            or k < 2
+            or n < 2
+            or type(self.out_run) is not int
+            or not 1 <= self.out_run <= n
+            or run % k
+            or self.box[self.in_order[0]] < 2
+            or (self.box[self.in_order[0]] % k and not self.funnel)
+        ):
+            raise ShapeError(
+                f"a packed spread kernel of {self.elem_bytes}-byte elements in boxes of {self.box} "
+                f"(output run of {self.out_run} box dims): 1- or 2-byte elements, not words or "
+                f"pipelined, the output run's leading 1 to {n} box dims holding a multiple of "
+                f"{max(k, 2)} elements, the input's innermost box extent 2 or more (a multiple "
+                f"of {max(k, 2)} unless funnel)"
+            )
+
     @property
     def volume(self) -> int:
         return math.prod(self.box)
@@ -193,24 +220,25 @@ class PackedKernel:
         words, its last one part-filled where the box extent is not a multiple of K)."""
         k, i0 = self.block, self.in_order[0]
         return math.prod(
-            -(-b // k) if d == i0 else b // k if d == 0 else b for d, b in enumerate(self.box)
+            -(-b // k) if d == i0 else b // k if d == 0 and self.words else b
+            for d, b in enumerate(self.box)
         )
 
     @property
     def steps(self) -> int:
         """Elements a thread moves per box (words: K x K blocks a thread reads per box)."""
-        return -(-(self.read_blocks if self.words else self.volume) // THREADS)
+        return -(-(self.read_blocks if self.words or self.spread else self.volume) // THREADS)
 
     @property
     def write_steps(self) -> int:
         """Elements (words: words) a thread writes per box."""
-        return -(-self.volume // (THREADS * (self.block if self.words else 1)))
+        return -(-self.volume // (THREADS * (self.block if self.words or self.spread else 1)))
 
     @property
     def table(self) -> bool:
         """Whether whole boxes move by the table of a thread's offsets (registers allowing)."""
         if (
-            self.words
+            self.words or self.spread
         ):  # funnel with 64-bit offsets: its table and realigning loads spill at 80 registers
             fits = self.steps <= WORDS_TABLE_READS and self.write_steps <= WORDS_TABLE_WRITES
             return fits and not (self.funnel and self.wide)
@@ -221,7 +249,7 @@ class PackedKernel:
         """Resident blocks the kernel is compiled and launched for: FLIGHT_BYTES of boxes."""
         small = (
             self.write_steps <= TABLE_STEPS_AT_MAX
-            if self.words
+            if self.words or self.spread
             else self.steps <= TABLE_STEPS_AT_MAX
         )
         most = MAX_BLOCKS if self.table and small else MIN_BLOCKS
@@ -233,7 +261,15 @@ class PackedKernel:
         box = "x".join(map(str, self.box))
         order = "".join(map(str, self.in_order))
         checks = "".join("c" if c else "f" for c in self.checked)
-        words = ("_kf" if self.funnel else "_k") if self.words else "_p" if self.pipelined else ""
+        words = (
+            ("_kf" if self.funnel else "_k")
+            if self.words
+            else f"_r{self.out_run}{'f' if self.funnel else ''}"
+            if self.spread
+            else "_p"
+            if self.pipelined
+            else ""
+        )
         return f"at_packed_s{self.elem_bytes}_b{box}_i{order}_{checks}_{'w' if self.wide else 'n'}{words}"
 
 
@@ -311,6 +347,54 @@ def word_aligned(
     return words_mode(elem_bytes, dims, box, in_ptr, out_ptr) == (True, False)
 
 
+def spread_mode(
+    elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int, out_ptr: int
+) -> tuple[int, bool]:
+    """(out_run, funnel) of the spread kernel for `dims` in boxes of `box` between pointers of
+    these addresses (only their value mod WORD_BYTES is read); out_run 0 where it cannot take
+    them. The spread kernel (templates/packed/spread.cu.j2) is for 1- and 2-byte boxes the words
+    kernel cannot move because the output's innermost dim is not whole words (extents of 2, 3,
+    5, 25, ...): it loads K-element words along the input's innermost dim (funnel-shifted where
+    the input side is not word-aligned), stores their elements one by one to shared memory in
+    the output's order, and writes the output in aligned words. So the output side must take
+    words: the box's leading dims in the output's order form one contiguous run (each one's
+    stride the product of the box extents before it, from stride 1; `out_run` of them) of a
+    multiple of K elements, and every other box dim's stride, every box step along a dim of more
+    than one box and the output pointer are multiples of K (`plan.vector_widths`' rule)."""
+    k = word_elems(elem_bytes)
+    if k < 2 or out_ptr % WORD_BYTES:
+        return 0, False
+    i0 = next((j for j, d in enumerate(dims) if d.in_stride == 1 and box[j] > 1), None)
+    if i0 is None or box[i0] < 2:
+        return 0, False
+    inside = sorted((j for j, b in enumerate(box) if b > 1), key=lambda j: (dims[j].out_stride, j))
+    if len(inside) < 2:  # one run both sides: a copy, not a box
+        return 0, False
+    run, t = 1, 0
+    for j in inside:
+        if dims[j].out_stride != run:
+            break
+        run *= box[j]
+        t += 1
+    if t == 0 or run % k:
+        return 0, False
+    if any(dims[j].out_stride % k for j in inside[t:]):
+        return 0, False
+    if any(
+        b * d.out_stride % k
+        for d, b in zip(dims, box, strict=True)
+        if 1 < d.extent and b < d.extent
+    ):
+        return 0, False
+    in_aligned = (
+        in_ptr % WORD_BYTES == 0
+        and dims[i0].extent % k == 0
+        and box[i0] % k == 0
+        and all(j == i0 or d.extent == 1 or d.in_stride % k == 0 for j, d in enumerate(dims))
+    )
+    return t, not in_aligned
+
+
 def packed_args(
     elem_bytes: int,
     dims: Sequence[Dim],
@@ -320,12 +404,14 @@ def packed_args(
     *,
     words: bool | None = None,
     pipelined: bool = False,
+    spread: bool | None = None,
 ) -> PackedArgs:
     """The kernel and arguments that move `dims` (output memory order, outermost first, the
     innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass)
     between pointers of addresses `in_ptr` and `out_ptr` (only their alignment is read). The
-    words kernel where `word_aligned` allows it (`words`: None for that rule, False never);
-    the pipelined element kernel if `pipelined` (a plan's `Pass.pipelined`; `pipelines` must
+    words kernel where `words_mode` allows it (`words`: None for that rule, False never),
+    else for 1- and 2-byte elements the spread kernel where `spread_mode` allows it (`spread`
+    likewise); the pipelined element kernel if `pipelined` (a plan's `Pass.pipelined`; `pipelines` must
     allow it).
 
     The grid walks the dims of more than one box: first the box dims the edge cuts, in the
@@ -356,6 +442,16 @@ def packed_args(
             f"packed words for dims {[(d.extent, d.in_stride, d.out_stride) for d in dims]} in boxes {tuple(box)} at pointers "
             f"{in_ptr} and {out_ptr}: the output side is not word-aligned (packed.words_mode); leave words=None"
         )
+    out_run, spread_funnel = (
+        (0, False) if words or pipelined else spread_mode(elem_bytes, dims, box, in_ptr, out_ptr)
+    )
+    if spread is None:
+        spread = out_run > 0
+    elif spread and not out_run:
+        raise ShapeError(
+            f"a packed spread kernel for dims {[(d.extent, d.in_stride, d.out_stride) for d in dims]} in boxes "
+            f"{tuple(box)} at pointers {in_ptr} and {out_ptr}: packed.spread_mode says no; leave spread=None"
+        )
     volume = math.prod(box[k] for k in inside)
     if pipelined and (words or not pipelines(elem_bytes, volume)):
         raise ShapeError(
@@ -370,7 +466,9 @@ def packed_args(
         max(span) > OFFSET_LIMIT,
         words,
         pipelined,
-        bool(words and funnel),
+        bool(words and funnel) or bool(spread and spread_funnel),
+        bool(spread),
+        out_run if spread else 0,
     )
     whole = [k for k in inside if k not in cut and dims[k].extent > box[k]]
     grid = [*cut, *whole, *outside]

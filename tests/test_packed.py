@@ -376,7 +376,7 @@ def test_the_words_kernel_only_where_every_word_is_aligned(e, dims, box, ptrs, w
     otherwise the element kernel, and asking for words there is a clear error."""
     assert word_aligned(e, dims, box, *ptrs) is (words and not funnel)
     assert words_mode(e, dims, box, *ptrs) == (words, words and funnel)
-    k = packed_args(e, dims, box, *ptrs).kernel
+    k = packed_args(e, dims, box, *ptrs, spread=False).kernel
     assert (k.words, k.funnel) == (words, funnel) and k.name.endswith(
         "_kf" if funnel else "_k" if words else "n"
     )
@@ -532,8 +532,8 @@ def test_the_plan_packs_what_would_be_small_launches():
         ({"words": True}, "1- or 2-byte"),  # 4-byte elements
         ({"words": True, "elem_bytes": 1, "box": (30, 32)}, "output's a multiple of 4"),
         ({"words": True, "elem_bytes": 2, "box": (32, 31)}, "input's too unless funnel"),
-        ({"funnel": True}, "only for the words kernel"),
-        ({"funnel": 1, "words": True, "elem_bytes": 1}, "only for the words kernel"),
+        ({"funnel": True}, "only for the words"),
+        ({"funnel": 1, "words": True, "elem_bytes": 1}, "only for the words"),
         ({"words": True, "elem_bytes": 1, "in_order": (0, 1)}, "different"),
     ],
 )
@@ -616,6 +616,19 @@ def test_packed_kernels_compile_without_warnings():
         PackedKernel(4, (32, 32), (1, 0), (False, True)),
         PackedKernel(1, (128, 128), (1, 0), (True, True)),
         PackedKernel(1, (128, 128), (1, 0), (True, True), words=True),
+        PackedKernel(
+            1,
+            (2, 34, 2, 128),
+            (3, 2, 1, 0),
+            (False,) * 3 + (True,),
+            funnel=True,
+            spread=True,
+            out_run=3,
+        ),
+        PackedKernel(1, (5, 32, 128), (2, 1, 0), (False, True, True), spread=True, out_run=2),
+        PackedKernel(
+            2, (3, 8, 64), (1, 0, 2), (False, False, True), funnel=True, spread=True, out_run=3
+        ),
     ]
     assert_nvcc_silent(render_packed(specs), "sm_90")
 
@@ -645,6 +658,13 @@ def test_packed_kernels_compile_without_spills(arch: str):
     funnel = [k for k in specs if k.funnel]
     assert {k.elem_bytes for k in funnel} == {1, 2} and any(
         k.table and _packed_vars(k)["table_partial"] for k in funnel
+    )
+    spread = [k for k in specs if k.spread]
+    assert (
+        {k.elem_bytes for k in spread} == {1, 2}
+        and any(k.table for k in spread)
+        and any(any(k.checked) for k in spread)
+        and any(k.funnel for k in spread)
     )
     piped = [k for k in specs if k.pipelined]
     assert {k.elem_bytes for k in piped} == {4, 8, 16} and any(

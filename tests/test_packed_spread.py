@@ -1,0 +1,174 @@
+"""The spread kernel (templates/packed/spread.cu.j2) without a GPU: where `packed_args` picks
+it (1- and 2-byte boxes whose output side takes words but whose output innermost dim is not
+whole words), its shared layout's bank spread, and the rendered kernel itself run on the CPU
+(tests/_cuda_emulator.h) against np.transpose: whole boxes by the table and boxes an edge cuts
+by digits, input rows at every alignment (the funnel), padded rows, poisoned output and guard
+bytes."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotranspose._codegen import _ELEMENT_TYPES, render_packed, spread_layout
+from autotranspose._codegen import _spread_conflicts as spread_conflicts
+from autotranspose._packed import THREADS, PackedKernel, packed_args, spread_mode
+from autotranspose._plan import Dim, contiguous_strides, plan_permute
+from autotranspose.errors import ShapeError
+
+HERE = Path(__file__).resolve().parent
+_CXX = shutil.which("g++")
+
+
+def _pass(shape, axes, e, strides=None, in_ptr=0, out_ptr=0):
+    out_shape = tuple(shape[a] for a in axes)
+    p = plan_permute(
+        shape, axes, e, strides, contiguous_strides(out_shape), in_ptr=in_ptr, out_ptr=out_ptr
+    )
+    return next(q for q in (*p.passes, *p.alternatives) if q.kind == "packed" and not q.vectors[0])
+
+
+# (shape, axes, element bytes): the output's innermost extent is 2, 3, 5 or 25, so the words
+# kernel cannot take them; in random permute mixes these ran element by element
+CASES = [
+    ((2, 5, 6, 3, 130), (4, 2, 3, 1, 0), 1),  # innermost out extent 2, a fused run of 2 x 5 x ...
+    ((3, 4, 2, 2, 300), (4, 0, 1, 3, 2), 1),  # 2 x 2 x 12 rows of 300 bytes
+    ((6, 7, 3, 98), (3, 1, 0, 2), 1),  # innermost out extent 3 (7 x 3 = 21 rows: partial words)
+    ((5, 8, 7, 260), (3, 1, 2, 0), 1),  # innermost out extent 5
+    ((3, 6, 5, 2, 70), (4, 2, 3, 1, 0), 2),  # 2-byte elements
+    ((4, 3, 10, 66), (3, 0, 2, 1), 2),
+]
+# the output's run spans the input's innermost dim (the box holds whole dims: no padded rows,
+# no edge), in slabs of 3 and 10 bytes: a dense layout
+SPANS = [((40, 9, 3, 8), (0, 1, 3, 2), 1), ((6, 1, 6, 5, 9), (0, 2, 4, 3, 1), 2)]
+RUNS = [
+    (*c, pad, offset, cut)
+    for c in CASES
+    for pad in (0, 5)
+    for offset in (0, 1, 3)
+    for cut in (False, True)
+] + [(*c, 0, offset, False) for c in SPANS for offset in (0, 1, 3)]
+
+
+def test_spread_where_the_output_takes_words_but_not_k_by_k_blocks():
+    """The int8 and bool cases of a random permute mix that ran element by element get the
+    spread kernel; a box whose output's run is not whole words does not."""
+    dims = (Dim(1554, 1, 25296), Dim(372, 1554, 68), Dim(34, 578088, 2), Dim(2, 19654992, 1))
+    assert spread_mode(1, dims, (128, 2, 34, 2), 0, 0) == (3, True)
+    a = packed_args(1, dims, (128, 2, 34, 2))
+    assert a.kernel.spread and a.kernel.out_run == 3 and a.kernel.funnel and not a.kernel.words
+    # output runs of 25 x 8 = 200 bytes at odd box corners (16375 apart): no words
+    dims = (Dim(147, 1, 245625), Dim(15, 147, 16375), Dim(655, 2205, 25), Dim(25, 1444275, 1))
+    assert spread_mode(1, dims, (128, 1, 8, 25), 0, 0) == (0, False)
+    assert not packed_args(1, dims, (128, 1, 8, 25)).kernel.spread
+    # 4-byte elements, an output pointer off a word: never
+    assert spread_mode(4, dims, (128, 1, 8, 25), 0, 0) == (0, False)
+    assert spread_mode(1, (Dim(64, 1, 4), Dim(4, 64, 1)), (64, 4), 0, 2) == (0, False)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(out_run=0),
+        dict(out_run=4),
+        dict(words=True, out_run=1),
+        dict(elem_bytes=4, out_run=1),
+        dict(box=(3, 7, 64), out_run=1),  # a run of 3 bytes: not whole words
+        dict(box=(4, 7, 63), out_run=1),  # 63 along the input's innermost without funnel
+    ],
+)
+def test_a_spread_spec_is_checked_before_it_becomes_source(fields):
+    base = dict(elem_bytes=1, box=(4, 7, 64), in_order=(2, 1, 0), checked=(False,) * 3)
+    base.update(spread=True, out_run=1)
+    base.update(fields)
+    with pytest.raises(ShapeError, match="spread"):
+        PackedKernel(**base)
+
+
+@pytest.mark.parametrize("shape, axes, e", CASES + SPANS)
+def test_the_layout_spreads_a_warps_stores_over_the_banks(shape, axes, e):
+    """The first warp's spread stores and word loads cost at most twice the conflict-free
+    wavefronts (K stores and one load)."""
+    q = _pass(shape, axes, e)
+    k = packed_args(e, q.dims, q.box).kernel
+    assert k.spread, k
+    pitch, sh = spread_layout(k)
+    assert spread_conflicts(k, pitch, sh) <= 2 * (4 // e + 1), (k, pitch, sh)
+
+
+def _library(spec: PackedKernel, tmp: Path) -> ctypes.CDLL:
+    etype = dict(_ELEMENT_TYPES)[spec.elem_bytes]
+    src = (
+        '#include "_cuda_emulator.h"\n'
+        + render_packed([spec])
+        + f"""
+extern "C" void at_emu_run(unsigned grid, const void* in, void* out, const void* args) {{
+    const at_packed_args a = *(const at_packed_args*)args;
+    at_emu_launch(grid, {THREADS}, [&] {{ {spec.name}((const {etype}*)in, ({etype}*)out, a); }});
+}}
+"""
+    )
+    digest = hashlib.sha256(src.encode()).hexdigest()[:16]
+    lib = tmp / f"spread_{digest}.so"
+    if not lib.exists():
+        cpp = tmp / f"spread_{digest}.cpp"
+        cpp.write_text(src)
+        flags = ["-std=c++20", "-O1", "-fno-strict-aliasing", "-fsanitize=alignment"]
+        flags += ["-fno-sanitize-recover=all", "-Wno-unknown-pragmas", "-shared", "-fPIC"]
+        subprocess.run(
+            [_CXX, *flags, "-pthread", f"-I{HERE}", str(cpp), "-o", str(lib)],
+            check=True,
+            capture_output=True,
+        )
+    return ctypes.CDLL(str(lib))
+
+
+@pytest.mark.skipif(_CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
+@pytest.mark.parametrize("shape, axes, e, pad, offset, cut", RUNS)
+def test_the_kernel_on_the_cpu_matches_numpy(shape, axes, e, pad, offset, cut, tmp_path_factory):
+    """The rendered kernel on a small grid (each block walks several boxes) moves every
+    element where np.transpose puts it and writes nothing else, for input rows padded by
+    `pad` elements at `offset` elements from a word (funnel loads), with the plan's box or one
+    an edge cuts."""
+    rng = np.random.default_rng([e, pad, offset, *shape])
+    full = (*shape[:-1], shape[-1] + pad)
+    base = rng.integers(0, 256, 16 + (offset + math.prod(full)) * e + 64, dtype=np.uint8)
+    start = 16 + offset * e
+    x = base[start : start + math.prod(full) * e].view(f"V{e}").reshape(full)[..., : shape[-1]]
+    want = np.ascontiguousarray(np.transpose(x, axes))
+    out_base = np.full(16 + want.nbytes + 64, 0xA5, dtype=np.uint8)
+    out = out_base[16 : 16 + want.nbytes].view(f"V{e}").reshape(want.shape)
+    strides = tuple(s // e for s in x.strides)
+    q = _pass(shape, axes, e, strides, x.ctypes.data, out.ctypes.data)
+    box = q.box
+    if cut:  # the innermost input dim's box cut short, so that an edge cuts it
+        i0 = next(j for j, d in enumerate(q.dims) if d.in_stride == 1)
+        box = next(
+            c
+            for b in range(q.box[i0] - 1, 1, -1)
+            if q.dims[i0].extent % b
+            and spread_mode(
+                e, q.dims, c := (*q.box[:i0], b, *q.box[i0 + 1 :]), x.ctypes.data, out.ctypes.data
+            )[0]
+        )
+    a = packed_args(e, q.dims, box, x.ctypes.data, out.ctypes.data)
+    assert a.kernel.spread, (a.kernel, q.describe())
+    assert a.kernel.funnel == bool(offset or pad or cut or shape[-1] % (4 // e)), a.kernel
+    assert any(a.kernel.checked) or not cut
+    lib = _library(a.kernel, tmp_path_factory.getbasetemp())
+    lib.at_emu_run(
+        ctypes.c_uint(min(a.tiles, 3)),
+        ctypes.c_void_p(x.ctypes.data),
+        ctypes.c_void_p(out.ctypes.data),
+        ctypes.c_char_p(a.pack()),
+    )
+    assert out.tobytes() == want.tobytes(), f"{a.kernel.name}\n{q.describe()}"
+    assert (out_base[:16] == 0xA5).all() and (out_base[16 + want.nbytes :] == 0xA5).all()
+    del base

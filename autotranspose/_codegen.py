@@ -375,7 +375,7 @@ def spread_layout(k: PackedKernel) -> tuple[int, int | None]:
         size = _spread_bytes(k, pitch, sh)
         if size > SPREAD_MAX_SHARED:
             continue
-        key = (_spread_conflicts(k, pitch, sh), size)
+        key = (spread_conflicts(k, pitch, sh), size)
         if best_key is None or key < best_key:
             best, best_key = (pitch, sh), key
     return best
@@ -429,7 +429,7 @@ def _digits_of(i: int, order: Sequence[int], ext: Sequence[int]) -> dict[int, in
     return out
 
 
-def _spread_conflicts(k: PackedKernel, pitch: int, sh: int | None) -> int:
+def spread_conflicts(k: PackedKernel, pitch: int, sh: int | None) -> int:
     """Shared wavefronts of the first warp's spread stores (each of a word's K elements) and
     of its word loads on the output side."""
     kk, i0, n = k.block, k.in_order[0], len(k.box)
@@ -486,14 +486,13 @@ def _packed_spread_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
         word_terms = [f"({pos}) % {dense[i0]}u * {e}u"]
         word_terms += [slot(d, f"(({pos}) / {dense[d]}u % {k.box[d]}u)") for d in range(i0, t)]
         word_terms += [slot(d, f"d{d}") for d in range(t, n)]
-    prefix_checked = [d for d in range(t) if k.checked[d]]
+    # only the run's last dim can be cut (the others are whole dims of the problem)
     inner = math.prod(k.box[: t - 1])
-    word_edges = not prefix_checked or (prefix_checked == [t - 1] and inner % kk == 0)
-    out_inside = [
-        f"d0 * {kk}u < lim{d} * {inner}u" if d == t - 1 else f"d{d} < lim{d}"
-        for d in range(n)
-        if k.checked[d] and (d >= t or d == t - 1)
-    ]
+    run_cut = k.checked[t - 1]
+    out_inside = [f"d{d} < lim{d}" for d in range(t, n) if k.checked[d]]
+    if run_cut and inner % kk == 0:  # the cut run is whole words
+        out_inside.append(f"d0 * {kk}u < lim{t - 1} * {inner}u")
+        run_cut = False
     partial = k.funnel and (k.box[i0] % kk != 0 or k.checked[i0])
     nblocks = k.read_blocks
     nwords = k.volume // kk
@@ -533,8 +532,8 @@ def _packed_spread_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
             [f"(off_t)(d0 * {kk}u)"] + [f"(off_t)d{d} * os{d}" for d in range(t, n)]
         ),
         "s_out_inside": " && ".join(out_inside) or "true",
-        "word_edges": word_edges,
-        "s_elem": " + ".join(slot(d, f"d{d}") for d in range(n)),
+        "run_cut": run_cut,
+        "inner": inner,
         "unroll": min(k.write_steps, PACKED_UNROLL),
     }
 

@@ -17,8 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotranspose._codegen import _ELEMENT_TYPES, render_packed, spread_layout
-from autotranspose._codegen import _spread_conflicts as spread_conflicts
+from autotranspose._codegen import (
+    _ELEMENT_TYPES,
+    _packed_vars,
+    render_packed,
+    spread_conflicts,
+    spread_layout,
+)
 from autotranspose._packed import THREADS, PackedKernel, packed_args, spread_mode
 from autotranspose._plan import Dim, contiguous_strides, plan_permute
 from autotranspose.errors import ShapeError
@@ -130,14 +135,21 @@ extern "C" void at_emu_run(unsigned grid, const void* in, void* out, const void*
     return ctypes.CDLL(str(lib))
 
 
-@pytest.mark.skipif(_CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
-@pytest.mark.parametrize("shape, axes, e, pad, offset, cut", RUNS)
-def test_the_kernel_on_the_cpu_matches_numpy(shape, axes, e, pad, offset, cut, tmp_path_factory):
-    """The rendered kernel on a small grid (each block walks several boxes) moves every
-    element where np.transpose puts it and writes nothing else, for input rows padded by
-    `pad` elements at `offset` elements from a word (funnel loads), with the plan's box or one
-    an edge cuts."""
-    rng = np.random.default_rng([e, pad, offset, *shape])
+def _run(e, q, box, x, out, tmp) -> PackedKernel:
+    """The spread kernel of pass `q` in boxes of `box`, run on a small grid from x to out."""
+    a = packed_args(e, q.dims, box, x.ctypes.data, out.ctypes.data)
+    assert a.kernel.spread, (a.kernel, q.describe())
+    lib = _library(a.kernel, tmp)
+    lib.at_emu_run(
+        ctypes.c_uint(min(a.tiles, 3)),
+        ctypes.c_void_p(x.ctypes.data),
+        ctypes.c_void_p(out.ctypes.data),
+        ctypes.c_char_p(a.pack()),
+    )
+    return a.kernel
+
+
+def _arrays(rng, shape, axes, e, pad, offset):
     full = (*shape[:-1], shape[-1] + pad)
     base = rng.integers(0, 256, 16 + (offset + math.prod(full)) * e + 64, dtype=np.uint8)
     start = 16 + offset * e
@@ -145,10 +157,22 @@ def test_the_kernel_on_the_cpu_matches_numpy(shape, axes, e, pad, offset, cut, t
     want = np.ascontiguousarray(np.transpose(x, axes))
     out_base = np.full(16 + want.nbytes + 64, 0xA5, dtype=np.uint8)
     out = out_base[16 : 16 + want.nbytes].view(f"V{e}").reshape(want.shape)
+    return base, x, want, out_base, out
+
+
+@pytest.mark.skipif(_CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
+@pytest.mark.parametrize("shape, axes, e, pad, offset, cut", RUNS)
+def test_the_kernel_on_the_cpu_matches_numpy(shape, axes, e, pad, offset, cut, tmp_path_factory):
+    """The rendered kernel on a small grid (each block walks several boxes) moves every
+    element where np.transpose puts it and writes nothing else, for input rows padded by
+    `pad` elements at `offset` elements from a word (funnel loads), with the plan's box or one
+    an edge cuts along the input's innermost dim."""
+    rng = np.random.default_rng([e, pad, offset, *shape])
+    base, x, want, out_base, out = _arrays(rng, shape, axes, e, pad, offset)
     strides = tuple(s // e for s in x.strides)
     q = _pass(shape, axes, e, strides, x.ctypes.data, out.ctypes.data)
     box = q.box
-    if cut:  # the innermost input dim's box cut short, so that an edge cuts it
+    if cut:
         i0 = next(j for j, d in enumerate(q.dims) if d.in_stride == 1)
         box = next(
             c
@@ -158,17 +182,32 @@ def test_the_kernel_on_the_cpu_matches_numpy(shape, axes, e, pad, offset, cut, t
                 e, q.dims, c := (*q.box[:i0], b, *q.box[i0 + 1 :]), x.ctypes.data, out.ctypes.data
             )[0]
         )
+    k = _run(e, q, box, x, out, tmp_path_factory.getbasetemp())
+    assert k.funnel == bool(offset or pad or cut or shape[-1] % (4 // e)), k
+    assert any(k.checked) or not cut
+    assert out.tobytes() == want.tobytes(), f"{k.name}\n{q.describe()}"
+    assert (out_base[:16] == 0xA5).all() and (out_base[16 + want.nbytes :] == 0xA5).all()
+    del base
+
+
+@pytest.mark.skipif(_CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
+@pytest.mark.parametrize(
+    "shape, axes, e, box",
+    [
+        ((13, 2, 51), (0, 2, 1), 1, (4, 51, 2)),  # runs of 102 bytes, 4 a box: the edge's one
+        ((9, 3, 35), (0, 2, 1), 2, (2, 35, 3)),  # runs of 105 halves, 2 a box
+        ((7, 2, 3, 45), (0, 3, 1, 2), 1, (2, 45, 6)),
+    ],
+)
+def test_an_edge_that_cuts_the_output_run_mid_word(shape, axes, e, box, tmp_path_factory):
+    """A box cut along the output run's outermost dim where the cut run is not whole words:
+    the word the edge cuts goes out element by element (`run_cut`), the others whole."""
+    rng = np.random.default_rng([e, *shape])
+    base, x, want, out_base, out = _arrays(rng, shape, axes, e, 0, 1)
+    q = _pass(shape, axes, e, tuple(s // e for s in x.strides), x.ctypes.data, out.ctypes.data)
     a = packed_args(e, q.dims, box, x.ctypes.data, out.ctypes.data)
-    assert a.kernel.spread, (a.kernel, q.describe())
-    assert a.kernel.funnel == bool(offset or pad or cut or shape[-1] % (4 // e)), a.kernel
-    assert any(a.kernel.checked) or not cut
-    lib = _library(a.kernel, tmp_path_factory.getbasetemp())
-    lib.at_emu_run(
-        ctypes.c_uint(min(a.tiles, 3)),
-        ctypes.c_void_p(x.ctypes.data),
-        ctypes.c_void_p(out.ctypes.data),
-        ctypes.c_char_p(a.pack()),
-    )
-    assert out.tobytes() == want.tobytes(), f"{a.kernel.name}\n{q.describe()}"
+    assert a.kernel.spread and _packed_vars(a.kernel)["run_cut"], (a.kernel, q.describe())
+    k = _run(e, q, box, x, out, tmp_path_factory.getbasetemp())
+    assert out.tobytes() == want.tobytes(), f"{k.name}\n{q.describe()}"
     assert (out_base[:16] == 0xA5).all() and (out_base[16 + want.nbytes :] == 0xA5).all()
     del base

@@ -19,6 +19,10 @@ instead (K = 4 / element bytes): K aligned words of K input rows are transposed 
 by byte permutes and stored as K words of the output's innermost dim, and the output moves
 in aligned words from shared memory. Where only the output side allows words (`words_mode`),
 the `funnel` variant takes each load's 4 bytes from the one or two aligned words holding them.
+Where the output's innermost dim is not whole words but the box's output run is
+(`spread_mode`), the `spread` kernel loads words along the input's innermost dim (funnel-shifted
+where needed), stores their elements one by one into shared memory in output order, and writes
+the output's run in aligned words, where the element kernel would move them one at a time.
 
 4- to 16-byte boxes of up to PIPELINE_MAX_BYTES also have a `pipelined` kernel: two shared
 buffers, the next box's elements copied into one by cp.async while the block writes the box

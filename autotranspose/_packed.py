@@ -334,13 +334,7 @@ def words_mode(
         return False, False
     if any(j != o0 and d.extent > 1 and d.out_stride % k for j, d in enumerate(dims)):
         return False, False
-    in_aligned = (
-        in_ptr % WORD_BYTES == 0
-        and dims[i0].extent % k == 0
-        and box[i0] % k == 0
-        and all(j == i0 or d.extent == 1 or d.in_stride % k == 0 for j, d in enumerate(dims))
-    )
-    return True, not in_aligned
+    return True, not _input_in_words(k, dims, box, i0, in_ptr)
 
 
 def word_aligned(
@@ -390,13 +384,19 @@ def spread_mode(
         if 1 < d.extent and b < d.extent
     ):
         return 0, False
-    in_aligned = (
+    return t, not _input_in_words(k, dims, box, i0, in_ptr)
+
+
+def _input_in_words(k: int, dims: Sequence[Dim], box: Sequence[int], i0: int, in_ptr: int) -> bool:
+    """Whether every K-element load along the input's innermost dim `i0` is an aligned word
+    (else the words and spread kernels funnel-shift each from the aligned words holding it):
+    the pointer, i0's extent and box extent, and every other input stride whole words."""
+    return (
         in_ptr % WORD_BYTES == 0
         and dims[i0].extent % k == 0
         and box[i0] % k == 0
         and all(j == i0 or d.extent == 1 or d.in_stride % k == 0 for j, d in enumerate(dims))
     )
-    return t, not in_aligned
 
 
 def packed_args(

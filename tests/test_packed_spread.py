@@ -8,14 +8,12 @@ bytes."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _packed_emu import CXX, library
 
 from autotranspose._codegen import (
     _ELEMENT_TYPES,
@@ -29,7 +27,7 @@ from autotranspose._plan import Dim, contiguous_strides, plan_permute
 from autotranspose.errors import ShapeError
 
 HERE = Path(__file__).resolve().parent
-_CXX = shutil.which("g++")
+_CXX = CXX
 
 
 def _pass(shape, axes, e, strides=None, in_ptr=0, out_ptr=0):
@@ -109,30 +107,9 @@ def test_the_layout_spreads_a_warps_stores_over_the_banks(shape, axes, e):
 
 
 def _library(spec: PackedKernel, tmp: Path) -> ctypes.CDLL:
-    etype = dict(_ELEMENT_TYPES)[spec.elem_bytes]
-    src = (
-        '#include "_cuda_emulator.h"\n'
-        + render_packed([spec])
-        + f"""
-extern "C" void at_emu_run(unsigned grid, const void* in, void* out, const void* args) {{
-    const at_packed_args a = *(const at_packed_args*)args;
-    at_emu_launch(grid, {THREADS}, [&] {{ {spec.name}((const {etype}*)in, ({etype}*)out, a); }});
-}}
-"""
+    return library(
+        render_packed([spec]), spec.name, dict(_ELEMENT_TYPES)[spec.elem_bytes], THREADS, tmp
     )
-    digest = hashlib.sha256(src.encode()).hexdigest()[:16]
-    lib = tmp / f"spread_{digest}.so"
-    if not lib.exists():
-        cpp = tmp / f"spread_{digest}.cpp"
-        cpp.write_text(src)
-        flags = ["-std=c++20", "-O1", "-fno-strict-aliasing", "-fsanitize=alignment"]
-        flags += ["-fno-sanitize-recover=all", "-Wno-unknown-pragmas", "-shared", "-fPIC"]
-        subprocess.run(
-            [_CXX, *flags, "-pthread", f"-I{HERE}", str(cpp), "-o", str(lib)],
-            check=True,
-            capture_output=True,
-        )
-    return ctypes.CDLL(str(lib))
 
 
 def _run(e, q, box, x, out, tmp) -> PackedKernel:

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import hashlib
 import math
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 from _nvcc import assert_nvcc_silent
+from _packed_emu import CXX, library
 from test_packed import _boxes
 
 from autotranspose import _plan as plan
@@ -262,48 +261,14 @@ def test_boxes_fit_shared_memory_and_steps():
 
 
 # --- the kernel itself, on the CPU -------------------------------------------------------------
-_CXX = shutil.which("g++")
+_CXX = CXX
 
 
 def _library(spec: VBoxKernel, tmp: Path) -> ctypes.CDLL:
     """The rendered kernel and a launcher, built with the emulator (cached per source)."""
-    etype = dict(_ELEMENT_TYPES)[spec.elem_bytes]
-    src = (
-        '#include "_cuda_emulator.h"\n'
-        + render_vbox(spec)
-        + f"""
-extern "C" void at_emu_run(unsigned grid, const void* in, void* out, const void* args) {{
-    const at_packed_args a = *(const at_packed_args*)args;
-    at_emu_launch(grid, {THREADS}, [&] {{ {spec.name}((const {etype}*)in, ({etype}*)out, a); }});
-}}
-"""
+    return library(
+        render_vbox(spec), spec.name, dict(_ELEMENT_TYPES)[spec.elem_bytes], THREADS, tmp
     )
-    digest = hashlib.sha256(src.encode()).hexdigest()[:16]
-    lib = tmp / f"vbox_{digest}.so"
-    if not lib.exists():
-        cpp = tmp / f"vbox_{digest}.cpp"
-        cpp.write_text(src)
-        subprocess.run(
-            [
-                _CXX,
-                "-std=c++20",
-                "-O1",
-                "-fno-strict-aliasing",
-                "-fsanitize=alignment",
-                "-fno-sanitize-recover=all",
-                "-Wno-unknown-pragmas",
-                "-shared",
-                "-fPIC",
-                "-pthread",
-                f"-I{HERE}",
-                str(cpp),
-                "-o",
-                str(lib),
-            ],
-            check=True,
-            capture_output=True,
-        )
-    return ctypes.CDLL(str(lib))
 
 
 def _strided(rng, shape, e, pad_last):

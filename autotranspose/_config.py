@@ -652,8 +652,8 @@ def regt_default(elem_bytes: int, m: int, n: int, exact: bool = True) -> KernelC
     return _regt.regt_default(KernelConfig, elem_bytes, m, n, exact)
 
 
-def regt_alternative(elem_bytes: int, m: int, n: int) -> KernelConfig | None:
-    return _regt.regt_alternative(KernelConfig, elem_bytes, m, n)
+def regt_alternative(c: KernelConfig | None) -> KernelConfig | None:
+    return _regt.regt_alternative(c)
 
 
 def for_call(c: KernelConfig, m: int, n: int) -> KernelConfig:

@@ -180,7 +180,7 @@ def candidates(
     # the short sides of 1- and 2-byte elements where the register transpose won: it, rendered
     # for the call's side (docs/perf-notes.md, "Register transposes")
     regt = regt_default(elem_bytes, m, n) if not conjugate else None
-    regt_other = regt_alternative(elem_bytes, m, n) if not conjugate else None
+    regt_other = regt_alternative(regt)
     # byte-permute tiles past 48 KiB, where this GPU has the shared memory (`runnable`)
     wider = wider_tiles(elem_bytes, m, n) if rows_at_any_offset(elem_bytes, vec) else []
     picked: list[KernelConfig] = []

@@ -200,9 +200,12 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
     # ... past it, the tile that loads its units straight from the rows (128 threads fit)
     assert regt_default(1, 192, 10**6).realign and regt_default(1, 256, 10**6).threads == 128
     # where both are raced: the same tile, its units straight from the rows
-    other = regt_alternative(1, 139, 10**6)
+    other = regt_alternative(regt_default(1, 139, 10**6))
     assert other.realign and other.tile_m == 139 and other.smem_bytes < 20000
-    assert regt_alternative(1, 192, 10**6) is None and regt_alternative(1, 40, 10**6) is None
+    assert (
+        regt_alternative(regt_default(1, 192, 10**6)) is None
+        and regt_alternative(regt_default(1, 40, 10**6)) is None
+    )
     with pytest.raises(ConfigError, match="realign=True"):
         rg(1, 40, long=512, staged=True, realign=True)
     # raced where 128 threads fit the shared memory (64 lost on 48-58 rows of bytes)
@@ -425,7 +428,9 @@ def test_regt_kernels_compile_without_spills(arch):
     picks += [regt_default(1, side, 10**6) for side in (65, 101, 139, 190, 191)]
     picks += [rg(1, side, long=64, staged=True) for side in (192, 255, 256)]  # 64 threads
     picks += [regt_default(2, side, 10**6) for side in (33, 95, 128, 131, 191)]
-    picks += [regt_alternative(s, side, 10**6) for s, side in ((1, 65), (1, 139), (2, 191))]
+    picks += [
+        regt_alternative(regt_default(s, side, 10**6)) for s, side in ((1, 65), (1, 139), (2, 191))
+    ]
     picks = list(dict.fromkeys(picks))
     report = nvcc_resources(picks, arch)
     for cfg in picks:
@@ -465,7 +470,7 @@ def test_regt_kernels_match_the_reference(rng, s):
                     served = regt_default(s, side, 10**6)
                     long = (64 if side * s > 64 else 256) // s  # 64 threads
                     configs.append(served or rg(s, side, long=long, staged=True))
-                    other = regt_alternative(s, side, 10**6)  # from the rows
+                    other = regt_alternative(regt_default(s, side, 10**6))  # from the rows
                     configs += [other] if other else []
                 else:
                     configs.append(rg(s, side, wide, REGT_LONG[1] // s))

@@ -228,9 +228,7 @@ def unit_rows(elem_bytes: int) -> int:
     return 4 // elem_bytes
 
 
-def _row_words(
-    side: int, threads: int, window: int, elem_bytes: int = 1, direct: bool = False
-) -> int:
+def _row_words(side: int, threads: int, window: int, elem_bytes: int, direct: bool = False) -> int:
     """16-byte words of the rows a staged tile brings in: each row's over the tile, and the
     word past them; a byte a thread: each row's over the tile realigned, the rows made whole
     units, or none where its units are loaded straight from the rows (`direct`)."""
@@ -559,16 +557,15 @@ def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) 
     return new(elem_bytes, tm, tn, 1, 1, 0, "pad", "row", flat=True, wide=wide, regt=True)
 
 
-def regt_alternative(new: New, elem_bytes: int, m: int, n: int) -> Any | None:
-    """For an m x n call whose first call races a staged tile from shared memory, the same
-    tile loading its units straight from the rows (realign=True), raced beside it: neither
-    won everywhere (H200: int8 139x6878879 82 against 72 and float16 128 rows 75 against 66,
-    but int8 65 and 101 rows 65-68 against 88-90 and float16 33 rows 62 against 88); None for
-    other calls."""
-    c = regt_default(new, elem_bytes, m, n)
+def regt_alternative(c: Any | None) -> Any | None:
+    """For a call whose first call races `c` (its `regt_default`), a staged tile from shared
+    memory, the same tile loading its units straight from the rows (realign=True), raced
+    beside it: neither won everywhere (H200: int8 139x6878879 82 against 72 and float16 128
+    rows 75 against 66, but int8 65 and 101 rows 65-68 against 88-90 and float16 33 rows 62
+    against 88); None for other calls."""
     if c is None or c.realign or not c.staged:
         return None
-    if window_bytes(elem_bytes, c.tile_m, True) != STAGED_TILE:
+    if window_bytes(c.elem_bytes, c.tile_m, True) != STAGED_TILE:
         return None
-    long, blocks = staged_block(elem_bytes, c.tile_m, True)
+    long, blocks = staged_block(c.elem_bytes, c.tile_m, True)
     return c.replace(realign=True, tile_n=long, min_blocks=blocks)

@@ -234,7 +234,7 @@ def vbox_spec(
             f"{scatter}: plan.scatter_options allows "
             f"{[q for q, *_ in scatter_options(dims, box, elem_bytes, widest[0])]}"
         )
-    args = packed_args(elem_bytes, dims, box, in_ptr, out_ptr, words=False)
+    args = packed_args(elem_bytes, dims, box, in_ptr, out_ptr, words=False, spread=False)
     p = args.kernel
     spec = VBoxKernel(elem_bytes, p.box, p.in_order, p.checked, p.wide, *vectors, scatter)
     return spec, args.values()

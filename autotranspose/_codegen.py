@@ -406,9 +406,11 @@ def _spread_bytes(k: PackedKernel, pitch: int, sh: int | None) -> int:
     return -(-_spread_strides(k, pitch, sh)[-1] // 16) * 16
 
 
-def _spread_address(k: PackedKernel, digits: Sequence[int], pitch: int, sh: int | None) -> int:
+def _spread_address(
+    k: PackedKernel, digits: Sequence[int], pitch: int, sh: int | None, strides: Sequence[int]
+) -> int:
+    """The shared byte address of the box element of `digits` (`strides`: `_spread_strides`)."""
     e, i0 = k.elem_bytes, k.in_order[0]
-    strides = _spread_strides(k, pitch, sh)
     a, dense = 0, 1
     for d, x in enumerate(digits):
         if d < i0:
@@ -419,6 +421,12 @@ def _spread_address(k: PackedKernel, digits: Sequence[int], pitch: int, sh: int 
         else:
             a += x * strides[d]
     return a
+
+
+def _spread_read_ext(k: PackedKernel) -> list[int]:
+    """A read step's digit extents: words of K along i0, elements along the other box dims."""
+    i0 = k.in_order[0]
+    return [-(-b // k.block) if d == i0 else b for d, b in enumerate(k.box)]
 
 
 def _digits_of(i: int, order: Sequence[int], ext: Sequence[int]) -> dict[int, int]:
@@ -433,7 +441,7 @@ def spread_conflicts(k: PackedKernel, pitch: int, sh: int | None) -> int:
     """Shared wavefronts of the first warp's spread stores (each of a word's K elements) and
     of its word loads on the output side."""
     kk, i0, n = k.block, k.in_order[0], len(k.box)
-    rext = [-(-b // kk) if d == i0 else b for d, b in enumerate(k.box)]
+    rext, strides = _spread_read_ext(k), _spread_strides(k, pitch, sh)
     total = 0
     for m in range(kk):
         banks: dict[int, set[int]] = {}
@@ -442,7 +450,7 @@ def spread_conflicts(k: PackedKernel, pitch: int, sh: int | None) -> int:
             digits = [g[d] * kk + m if d == i0 else g[d] for d in range(n)]
             if any(x >= b for x, b in zip(digits, k.box, strict=True)):
                 continue
-            w = _spread_address(k, digits, pitch, sh) // 4
+            w = _spread_address(k, digits, pitch, sh, strides) // 4
             banks.setdefault(w % 32, set()).add(w)
         total += max((len(v) for v in banks.values()), default=0)
     banks = {}
@@ -454,7 +462,7 @@ def spread_conflicts(k: PackedKernel, pitch: int, sh: int | None) -> int:
         for d in range(k.out_run, n):
             digits.append(rest % k.box[d])
             rest //= k.box[d]
-        w = _spread_address(k, digits, pitch, sh) // 4
+        w = _spread_address(k, digits, pitch, sh, strides) // 4
         banks.setdefault(w % 32, set()).add(w)
     return total + max((len(v) for v in banks.values()), default=0)
 
@@ -477,7 +485,7 @@ def _packed_spread_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
             return f"{x} * {pitch}u" + (f" + (({x}) >> {sh}) * 4u" if sh is not None else "")
         return f"{x} * {strides[d]}u"
 
-    rext = [-(-b // kk) if d == i0 else b for d, b in enumerate(k.box)]
+    rext = _spread_read_ext(k)
     word_order = [0, *range(t, n)]
     wext = [run // kk, *[1] * (t - 1), *k.box[t:]]
     word_terms = [f"d0 * {kk * e}u"] + [slot(d, f"d{d}") for d in range(t, n)]
@@ -503,7 +511,6 @@ def _packed_spread_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
         "pitch": pitch,
         "sh": sh,
         "run": run,
-        "sbytes": _spread_bytes(k, pitch, sh),
         "smem_bytes": _spread_bytes(k, pitch, sh),
         "rext": rext,
         "wext": wext,

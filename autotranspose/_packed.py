@@ -46,6 +46,7 @@ from ._plan import (
     PACKED_PIPELINE_MIN_ELEM_BYTES,
     Dim,
     pipeline_fits,
+    vector_widths,
 )
 from .errors import ShapeError
 
@@ -358,9 +359,10 @@ def spread_mode(
     words: the box's leading dims in the output's order form one contiguous run (each one's
     stride the product of the box extents before it, from stride 1; `out_run` of them) of a
     multiple of K elements, and every other box dim's stride, every box step along a dim of more
-    than one box and the output pointer are multiples of K (`plan.vector_widths`' rule)."""
+    than one box and the output pointer are multiples of K: `plan.vector_widths` allows
+    words on the output side."""
     k = word_elems(elem_bytes)
-    if k < 2 or out_ptr % WORD_BYTES:
+    if k < 2 or vector_widths(dims, box, elem_bytes, 0, out_ptr)[1] < WORD_BYTES:
         return 0, False
     i0 = next((j for j, d in enumerate(dims) if d.in_stride == 1 and box[j] > 1), None)
     if i0 is None or box[i0] < 2:
@@ -368,22 +370,12 @@ def spread_mode(
     inside = sorted((j for j, b in enumerate(box) if b > 1), key=lambda j: (dims[j].out_stride, j))
     if len(inside) < 2:  # one run both sides: a copy, not a box
         return 0, False
-    run, t = 1, 0
+    run, t = 1, 0  # the output's run: its leading box dims (whole words, by the rule above)
     for j in inside:
         if dims[j].out_stride != run:
             break
         run *= box[j]
         t += 1
-    if t == 0 or run % k:
-        return 0, False
-    if any(dims[j].out_stride % k for j in inside[t:]):
-        return 0, False
-    if any(
-        b * d.out_stride % k
-        for d, b in zip(dims, box, strict=True)
-        if 1 < d.extent and b < d.extent
-    ):
-        return 0, False
     return t, not _input_in_words(k, dims, box, i0, in_ptr)
 
 

@@ -189,8 +189,8 @@ class Direct(Kind):
             # elements' registers, 32: 5 of the 2992 capped direct configs streaming, and
             # s16_m128_n2_v1_t4_pad0_row_default_dr_b32 with the default hint (which kept 64
             # registers for 32 of elements without a spill: the served few-rows tiles)
-            least = 2 * data if c.cache == "stream" else 32
-            steps = tuple(b for b in steps if register_budget(c.threads, b) > min(2 * data, least))
+            least = 2 * data if c.cache == "stream" else min(2 * data, 32)
+            steps = tuple(b for b in steps if register_budget(c.threads, b) > least)
         return steps
 
     def step_values(

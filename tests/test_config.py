@@ -195,7 +195,7 @@ def test_public_names_work_without_a_gpu():
 def test_pair_steps_move_two_size_fields_one_step_each(dtype):
     import random
 
-    from autotranspose._config import FLAT_LONG, PER_THREAD, TILE_SIZES, VEC_SIZES, pair_steps
+    from autotranspose._config import PER_THREAD, TILE_SIZES, VEC_SIZES, pair_steps
 
     steps = {"tile_m": TILE_SIZES, "tile_n": TILE_SIZES, "vec": VEC_SIZES, "per_thread": PER_THREAD}
     space = list(config_space(dtype, max_vector=4, short_side=32))
@@ -209,7 +209,12 @@ def test_pair_steps_move_two_size_fields_one_step_each(dtype):
             moved = [f for f in fields if getattr(other, f) != getattr(config, f)]
             assert len(moved) == 2 and set(moved) <= set(steps), (config.key, other.key)
             for f in moved:
-                values = FLAT_LONG if f == "tile_m" and config.flat else steps[f]
+                # the long side of a flat or regt tile steps along its kind's list
+                values = (
+                    config.policy.step_values(config, f, steps[f], pair=True)
+                    if f == "tile_m"
+                    else steps[f]
+                )
                 assert abs(values.index(getattr(config, f)) - values.index(getattr(other, f))) == 1
     assert seen, "no config of the sample had a valid two-field step"
 
@@ -219,7 +224,6 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
     import random
 
     from autotranspose._config import (
-        FLAT_LONG,
         PER_THREAD,
         PERSISTENT,
         TILE_SIZES,
@@ -266,7 +270,8 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
                 if config.min_blocks:
                     assert abs(caps.index(config.min_blocks) - caps.index(other.min_blocks)) == 1
             elif moved and moved[0] in steps:
-                values = FLAT_LONG if moved[0] == "tile_m" and config.flat else steps[moved[0]]
+                # each kind steps its sides along its own lists (flat and regt long sides)
+                values = config.policy.step_values(config, moved[0], steps[moved[0]], pair=False)
                 i, j = (
                     values.index(getattr(config, moved[0])),
                     values.index(getattr(other, moved[0])),

@@ -27,7 +27,14 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ._dtypes import element_type
-from ._tuner import DEFAULT_BATCH, TrialReport, TuneResult, TuneSettings, check_shape
+from ._tuner import (
+    DEFAULT_BATCH,
+    TrialReport,
+    TuneResult,
+    TuneSettings,
+    check_shape,
+    remember_ctrl_c,
+)
 from .errors import DeviceError, TuningError
 
 _CTX = mp.get_context("spawn")
@@ -307,6 +314,7 @@ def _child_main(
     """Tune every case on GPU `index`, telling the parent what happens."""
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # Ctrl-C at the terminal reaches the parent, which passes it on
+    remember_ctrl_c()  # the parent's one SIGINT must stop this process, wherever it lands
     _watch_parent(parent_pid)
     try:
         _run_cases(conn, index, cases, settings, conjugate, url, make_objective)

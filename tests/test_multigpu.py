@@ -364,6 +364,43 @@ def test_ctrl_c_stops_every_gpu_and_leaves_the_study_resumable(tmp_path: Path, l
             assert store.claim(name, claim, "another process"), f"{claim} is still claimed"
 
 
+_SWALLOWED = """
+import os, signal, sys, time
+from autotranspose._tuner import remember_ctrl_c
+from autotranspose._tuner.batch import check_ctrl_c
+
+remember_ctrl_c()
+
+
+class Collected:
+    def __del__(self):  # Python only prints what a __del__ raises
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the handler runs here, inside __del__
+
+
+Collected()
+print("ran on", flush=True)  # the KeyboardInterrupt was swallowed
+try:
+    check_ctrl_c()
+except KeyboardInterrupt:
+    print("raised again", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_a_ctrl_c_python_swallowed_is_raised_again_between_trials() -> None:
+    """A KeyboardInterrupt raised inside a __del__ or a weakref callback is only printed, so
+    a GPU's process told once to stop kept tuning (the Ctrl-C test above, under load, left
+    trials RUNNING): each GPU's process remembers the Ctrl-C and raises it again at the next
+    check between trials."""
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", _SWALLOWED], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split("\n")[:2] == ["ran on", "raised again"], done.stdout + done.stderr
+    assert "KeyboardInterrupt" in done.stderr and done.returncode == 130
+
+
 def test_gpu_processes_stop_when_the_command_is_killed(tmp_path: Path, log: Path) -> None:
     proc, _, children = _start_driver(tmp_path, log)
     proc.kill()

@@ -21,7 +21,8 @@ One idea a module, in import order:
 - `storage`: Optuna's storage (opened by the store) and the heartbeat of running trials;
 - `claims`: the store's claims that let one process act on a config or trial;
 - `warm`: `known_good`, the configs a study measures first;
-- `run`: `Run`, one call's trials, budget and answers; `batch`: one round of trials;
+- `run`: `Run`, one call's trials, budget and answers; `batch`: one round of trials (and
+  `remember_ctrl_c`: a Ctrl-C that Python swallowed raised again between trials);
 - `loop`: `search`, the rounds until a stop, with the local search at the end;
 - `targets`: `permute_target`, what tuning a permute means;
 - `study`: `tune` and `tune_gpu`, the entry points.
@@ -29,6 +30,7 @@ One idea a module, in import order:
 
 from __future__ import annotations
 
+from .batch import remember_ctrl_c
 from .results import Objective, TrialReport, TuneResult
 from .sampler import SAMPLERS, make_sampler
 from .settings import DEFAULT_BATCH, SEED_LIMIT, TuneSettings
@@ -55,6 +57,7 @@ __all__ = [
     "make_sampler",
     "open_storage",
     "permute_target",
+    "remember_ctrl_c",
     "study_name",
     "tune",
     "tune_gpu",

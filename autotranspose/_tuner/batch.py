@@ -25,6 +25,29 @@ from .run import POLL_S, Run
 from .storage import HEARTBEAT_INTERVAL, trial_id
 
 Pair = tuple[Trial, KernelConfig]
+_CTRL_C = threading.Event()  # a Ctrl-C reached a process that `remember_ctrl_c` set up
+
+
+def remember_ctrl_c() -> None:
+    """In a tuning process's main thread: a Ctrl-C raises KeyboardInterrupt as Python's own
+    handler does, and is remembered, so that `check_ctrl_c` raises it again where Python
+    swallowed it. Raised inside a weakref callback or a __del__ (the garbage collector runs
+    those anywhere), a KeyboardInterrupt is only printed: a GPU's process of `tune --devices`,
+    told once by its parent, kept tuning until the parent killed it, its trials left RUNNING
+    and its claims held (tests/test_multigpu.py's Ctrl-C test, under load)."""
+
+    def interrupted(signum: int, frame: object) -> None:
+        _CTRL_C.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+
+
+def check_ctrl_c() -> None:
+    """Raise the KeyboardInterrupt of a remembered Ctrl-C (`remember_ctrl_c`), at a point
+    where it unwinds the run: every trial then abandoned, every claim released."""
+    if _CTRL_C.is_set():
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -78,6 +101,7 @@ class Batch:
         heartbeat = run.heartbeat
         assert heartbeat is not None
         for _ in range(k):
+            check_ctrl_c()
             with holding_ctrl_c():  # ask writes the RUNNING row before it returns it
                 try:
                     trial = run.study.ask(run.space.distributions)
@@ -190,6 +214,7 @@ class Batch:
             self.recorded.add(config.key)
             self.run.finish(trial, config, m, reused=False)
             self.finished.add(trial.number)
+        check_ctrl_c()  # an interrupt the measuring swallowed: what it measured is kept
 
     def _wait_for_others(self, waiting: list[Pair]) -> None:
         """Configs another process claimed: take its result when it is stored; if that process
@@ -216,6 +241,7 @@ class Batch:
                 return
             if waiting:
                 time.sleep(POLL_S)
+                check_ctrl_c()
 
     # --- an interrupt ---------------------------------------------------------------------------
     def _undo(self, reason: str) -> None:

@@ -10,7 +10,7 @@ import time
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .batch import Batch
+from .batch import Batch, check_ctrl_c
 from .run import POLL_S, Run
 from .settings import TuneSettings
 from .storage import trial_id
@@ -28,6 +28,7 @@ def search(run: Run, settings: TuneSettings, started: float) -> str:
     trials, timeout, patience = settings.trials, settings.timeout, settings.patience
     run.total = trials
     while True:
+        check_ctrl_c()
         optuna.storages.fail_stale_trials(run.study)
         every = run.study.get_trials(deepcopy=False)
         mine = run.mine(every)

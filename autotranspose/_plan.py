@@ -130,7 +130,14 @@ PACKED_MAX_TILES = 2**32 - 1  # the kernel counts boxes in 32 bits
 #   12x25121x184, rows of 184 bytes, copy 70.0, packed 74.5, gather 92.1; complex128 rows of
 #   48 bytes 54.0 / 83.2 / 78.9; but rows of 128 bytes 93.0 / 94.8 / 84.8);
 # - a transpose with a side under ALT_SIDE_BYTES: a packed launch (complex128
-#   13x11x218x28x16 73.9 -> 92.5, complex64 8x3x181x15x865 36.9 -> 66.8; most others lose).
+#   13x11x218x28x16 73.9 -> 92.5, complex64 8x3x181x15x865 36.9 -> 66.8; most others lose);
+# - where a one-launch pass replaced a batch of matrices with a side under GATHER_MIN_SIDE
+#   whose other side is at least ALT_NARROW_LONG_BYTES: that batched transpose, in its own
+#   launch. Its few-rows and few-columns kernels (kinds/regt.py) move a single such matrix
+#   near the copy ceiling, and a batch of a few long matrices is the same work (uint8 images
+#   (8, 1080, 1920, c) HWC <-> CHW: the vector box ran c = 2 and 3 at 64-84% of copy on an
+#   H200, where one 2073600 x c image runs at 90+); short long sides keep the rule above
+#   (int64 696 x 312x3: 23% of copy in that batched pass).
 # A plan whose pass is a contiguous copy, a wide row copy or a transpose of two wide sides
 # has none: the tuned kernels run those near the copy ceiling, and a first call there costs
 # nothing extra. Nor has an array under ALT_MIN_BYTES: it moves in a few microseconds, about
@@ -156,6 +163,7 @@ ALT_MAX_LAUNCHES = 64
 ALT_ROW_BYTES = 1024
 ALT_GATHER_ROW_BYTES = 256
 ALT_SIDE_BYTES = 512
+ALT_NARROW_LONG_BYTES = 64 << 10
 # A row copy whose rows, strides or pointers leave no word of 16 bytes moves in narrower
 # words (`_copy`): 1-2 bytes a thread for odd rows, which is 8-16x the instructions and
 # requests a byte of 16-byte accesses (H200, a random permute mix: bool rows of 29034
@@ -604,7 +612,7 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
         if e <= 2:
             found.append(one_launch(chosen, PACKED, PACKED_WORDS_BYTES // e))
-        if batched.loops and batched.launches <= ALT_MAX_LAUNCHES:
+        if (batched.loops or narrow_batch(batched)) and batched.launches <= ALT_MAX_LAUNCHES:
             found.append(batched)
     elif chosen.kind == COPY and not chosen.contiguous:
         # the word copy and the realigned one race each other (REALIGN_*); the one-launch
@@ -618,6 +626,18 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
         found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
     return _distinct(chosen, found)
+
+
+def narrow_batch(p: Pass) -> bool:
+    """Whether `p` is a batch of matrices with one side under GATHER_MIN_SIDE and the other
+    of ALT_NARROW_LONG_BYTES or more: the one-launch pass that replaces it races it."""
+    matrices = p.batch * p.outer.extent * p.outer2.extent * p.launches
+    return (
+        p.kind == TRANSPOSE
+        and matrices > 1
+        and min(p.m, p.n) < GATHER_MIN_SIDE
+        and max(p.m, p.n) * p.elem_bytes >= ALT_NARROW_LONG_BYTES
+    )
 
 
 def vector_widths(

@@ -845,6 +845,38 @@ def test_every_alternative_moves_the_same_bytes(rng, e):
             assert bool((raw[out.nbytes :] == POISON).all()), f"guard written: {p.describe()}"
 
 
+@pytest.mark.parametrize("e", [1, 2])
+@pytest.mark.parametrize("c", [2, 3, 5, 7])
+def test_image_batches_by_every_alternative_and_the_batched_transpose(rng, e, c, monkeypatch):
+    """Batches of images HWC <-> CHW (matrices with a side under 8 and a long one): the plan's
+    one-launch pass, its alternatives and the batched transpose it races (`narrow_batch`), each
+    on its own into a poisoned out with a guard region, at odd sizes and an odd batch, equal
+    np.transpose on fresh random bits."""
+    cupy = pytest.importorskip("cupy")
+    from autotranspose import _plan
+    from autotranspose._compiler import device_state
+
+    monkeypatch.setattr(_plan, "ALT_MIN_BYTES", 0)  # race at a test's size
+    state = device_state(0)
+    stream = cupy.cuda.get_current_stream().ptr
+    n, h, w = int(rng.integers(2, 4)), int(rng.integers(230, 260)) | 1, int(rng.integers(300, 340))
+    for shape, axes in (((n, h, w, c), (0, 3, 1, 2)), ((n, c, h, w), (0, 2, 3, 1))):
+        x = cupy.asarray(random_array(rng, shape, DTYPES[e]))
+        want = np.transpose(cupy.asnumpy(x), axes)
+        raw, out = _poisoned(cupy, want.shape, DTYPES[e])
+        src, dst = x.data.ptr, out.data.ptr
+        plan = plan_permute(shape, axes, e, in_ptr=src, out_ptr=dst)
+        batched = [p for p in plan.alternatives if p.kind == "transpose"]
+        assert len(batched) == 1 and batched[0].batch == n, plan.describe()
+        for p in (plan.passes[0], *plan.alternatives):
+            raw.fill(POISON)
+            for step in dispatch.permute.build(plan.taking(p), state, src, dst, stream, state.ctx):
+                step.run(src, dst, stream, state.ctx)
+            cupy.cuda.get_current_stream().synchronize()
+            assert same_bits(cupy.asnumpy(out), want), f"{shape} by {axes}: {p.describe()}"
+            assert bool((raw[out.nbytes :] == POISON).all()), f"guard written: {p.describe()}"
+
+
 @pytest.fixture
 def fresh_choices():
     """No steps cached and no choices recorded; first-call measurement as the user has it."""

@@ -789,6 +789,12 @@ def test_describe_says_why_a_gather(no_packed):
             [PACKED, GATHER, TRANSPOSE],
         ),  # 8 launches
         ((8, 4096, 32, 128), (0, 2, 1, 3), 2, COPY, [PACKED]),  # heads: rows of 256 bytes
+        # uint8 images HWC <-> CHW: the vector box, its other boxes and the gather, and the
+        # batch of 2073600 x 3 matrices it replaced (narrow_batch)
+        ((8, 1080, 1920, 3), (0, 3, 1, 2), 1, PACKED, [PACKED, GATHER, PACKED, PACKED, TRANSPOSE]),
+        ((8, 3, 1080, 1920), (0, 2, 3, 1), 1, PACKED, [PACKED, GATHER, PACKED, PACKED, TRANSPOSE]),
+        # ... but not where the long side is short: 3 x 2000 bytes
+        ((2000, 1000, 3), (0, 2, 1), 1, PACKED, [PACKED]),
         ((1000, 1000, 8), (1, 0, 2), 4, COPY, [PACKED, GATHER]),  # rows of 32 bytes: the gather too
         ((32, 64, 224, 224), (0, 2, 3, 1), 2, TRANSPOSE, [PACKED]),  # a side of 128 bytes
         ((4, 225440, 72), (0, 2, 1), 4, TRANSPOSE, [PACKED, PACKED]),  # 288 bytes, two boxes

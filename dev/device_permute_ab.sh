@@ -18,7 +18,7 @@ for round in 1 2; do
   for tree in old new; do
     root=$here; [ $tree = old ] && root=$here/.old
     log="$OUT/ab.$tree.$round.txt"
-    (cd "$root" && AUTOTRANSPOSE_DB=/tmp/at-ab-$tree.db PYTHONPATH="$root" \
+    (cd "$root" && AUTOTRANSPOSE_DB=/tmp/at-ab-$tree.db PYTHONPATH="$root:${PYTHONPATH:-}" \
       timeout "${AB_TIMEOUT:-150}" python3 "$here/dev/permute_ab.py" --peers ${PEERS:-copy autotranspose torch} \
       --json "$OUT/ab.$tree.$round.json" $CASES) > "$log" 2>&1
     echo "== $tree, round $round (rc $?)"

@@ -590,7 +590,7 @@ def _words_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         )
         axes = tuple(int(a) for a in rng.permutation(nd))
         p = plan_permute(shape, axes, e).passes[0]
-        if p.kind == PACKED and packed_args(e, p.dims, p.box).kernel.words:
+        if p.kind == PACKED and p.elem_bytes == e and packed_args(e, p.dims, p.box).kernel.words:
             return shape, axes
 
 
@@ -616,8 +616,10 @@ def test_packed_words_into_poisoned_windows(rng, e, own_pass):
         p = plan_permute(shape, axes, e, in_ptr=x.data.ptr, out_ptr=out.data.ptr).passes[0]
         # the plan depends on the pointers: at an output offset off the word, a problem drawn
         # as a packed pass can be a row copy (the H200 suite drew (2, 4, 6, 12, 1, 8), axes
-        # (1, 3, 2, 4, 0, 5) of 2-byte elements); draw another
-        if p.kind != PACKED:
+        # (1, 3, 2, 4, 0, 5) of 2-byte elements), or a pass of wider elements where the
+        # innermost axis stays innermost and the offset allows them (2, 8, 8, 6, 4, 4) by
+        # (2, 4, 3, 1, 0, 5) at 12 bytes: 4-byte elements); draw another
+        if p.kind != PACKED or p.elem_bytes != e:
             continue
         done += 1
         words = packed_args(e, p.dims, p.box, x.data.ptr, out.data.ptr).kernel.words
@@ -646,7 +648,7 @@ def _funnel_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
             for j, v in enumerate(rng.integers(1, cap + 1, nd))
         )
         p = plan_permute(shape, axes, e).passes[0]
-        if p.kind == PACKED and packed_args(e, p.dims, p.box).kernel.funnel:
+        if p.kind == PACKED and p.elem_bytes == e and packed_args(e, p.dims, p.box).kernel.funnel:
             return shape, axes
 
 
@@ -676,6 +678,7 @@ def test_packed_funnel_into_poisoned_windows(rng, e, own_pass):
         # can be a row copy (one run of the GPU suite drew one); draw another
         if not (
             p.kind == PACKED
+            and p.elem_bytes == e
             and packed_args(e, p.dims, p.box, x.data.ptr, out.data.ptr).kernel.funnel
         ):
             continue

@@ -12,7 +12,6 @@ and Numba) uses, so their arrays work here with no context juggling.
 
 from __future__ import annotations
 
-import functools
 import os
 import struct
 import tempfile
@@ -95,13 +94,6 @@ class Kernel:
         _driver.launch(
             _driver.launch_args(self.handle, grid, block), stream, struct.pack(fmt, *args)
         )
-
-
-@functools.lru_cache(maxsize=4096)
-def resident_blocks(kernel: Kernel, ctx: int, threads: int) -> int:
-    """Blocks of `threads` threads of `kernel` that one SM holds at once (its registers and
-    static shared memory decide; at least 1), asked of the driver once per kernel and context."""
-    return max(1, _driver.resident_blocks(kernel.handle, ctx, threads))
 
 
 @dataclass(frozen=True)

@@ -76,12 +76,6 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuKernelGetFunction": [ctypes.POINTER(c_void_p), c_void_p],
     "cuKernelSetAttribute": [c_int, c_int, c_void_p, c_int],
     "cuFuncSetAttribute": [c_void_p, c_int, c_int],
-    "cuOccupancyMaxActiveBlocksPerMultiprocessor": [
-        ctypes.POINTER(c_int),
-        c_void_p,
-        c_int,
-        c_size_t,
-    ],
     "cuLaunchKernel": [
         c_void_p,
         c_uint,
@@ -355,22 +349,6 @@ def kernel_function(kernel: int, ctx: int) -> int:
     with on_context(ctx):
         check(lib().cuKernelGetFunction(ctypes.byref(handle), kernel), "cuKernelGetFunction")
     return handle.value
-
-
-def resident_blocks(kernel: int, ctx: int, threads: int, shared: int = 0) -> int:
-    """How many blocks of `threads` threads (and `shared` dynamic shared bytes) of library
-    kernel `kernel` one SM of `ctx`'s device holds at once: what the kernel's registers and
-    shared memory leave room for."""
-    n = c_int()
-    func = kernel_function(kernel, ctx)
-    with on_context(ctx):
-        check(
-            lib().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                ctypes.byref(n), func, threads, shared
-            ),
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-        )
-    return n.value
 
 
 def allow_dynamic_shared(kernel: int, nbytes: int, device: int) -> None:

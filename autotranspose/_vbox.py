@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._codegen import _ELEMENT_TYPES, VBOX_TEMPLATE, _environment
-from ._compiler import DeviceState, Kernel, _cached, load_source, resident_blocks
+from ._compiler import DeviceState, Kernel, _cached, load_source
 from ._launch import Launch
 from ._packed import ARG_BYTES, ARG_FORMAT, MAX_BOX_DIMS, MAX_GRID_DIMS, packed_args
 from ._plan import (
@@ -56,12 +56,6 @@ BLOCKS_PER_SM = 4
 # channels, % of copy): four blocks 85.6 / 84.2 / 94.0, six 85.9 / 83.3 / 90.6, eight 86.8 /
 # 83.1 / 92.2; so four, as the gather.
 SCATTER_BLOCKS_PER_SM = 4
-# ... the least: the grid is what an SM holds of the compiled kernel (`resident_blocks`),
-# which for boxes of 4- to 16-byte elements (26-32 registers) is up to 8 blocks. The grid
-# of BLOCKS_PER_SM alone held 4 on an H200 where 8 fit, 49% of warps active, DRAM 72.8%
-# (int32 62x5x4x38578 by (1, 0, 3, 2), Nsight Compute), against torch.compile's kernel at
-# 91% and 83.7.
-RESIDENT_GRID = True
 _VECTOR_TYPES = {4: "u32", 8: "uint2", 16: "uint4"}
 _ROW = 16  # the table is copied in 16-byte rows
 
@@ -474,14 +468,10 @@ def make_vbox(
 ) -> Launch:
     """A prepared launch of a vector box pass (a plan's PACKED pass with `vectors`): every
     index of `dims` moved in boxes of `box`, for pointers aligned as `src` and `dst`. The
-    grid is the blocks an SM holds at once (at least `blocks_per_sm`, more where the compiled
-    kernel's registers and shared memory leave room: RESIDENT_GRID), each walking boxes by
-    the grid stride, so a block copies its table once for many boxes."""
+    grid is the resident blocks (`blocks_per_sm` an SM), each walking boxes by the grid stride,
+    so a block copies its table once for many boxes."""
     spec, values = vbox_spec(elem_bytes, dims, box, vectors, src, dst, scatter)
     tiles = values[-2]
+    blocks = max(1, min(tiles, state.info.multiprocessors * spec.blocks_per_sm))
     kernel = get_vbox_kernel(state, spec)
-    per_sm = spec.blocks_per_sm
-    if RESIDENT_GRID:
-        per_sm = max(per_sm, resident_blocks(kernel, state.ctx, THREADS))
-    blocks = max(1, min(tiles, state.info.multiprocessors * per_sm))
     return Launch(None, kernel, (blocks, 1, 1), (THREADS, 1, 1), values, state, ARG_FORMAT)

@@ -40,6 +40,7 @@ from ._codegen import (
 from ._config import KernelConfig
 from ._device import DeviceInfo, query_device
 from ._packed import PackedKernel
+from ._vbox import VBoxKernel, render_vbox
 from .errors import CudaUnavailableError, DeviceError, KernelCompileError
 
 # Kernel arguments: in, out, M, N, ld_in, ld_out, bs_in, bs_out, tiles_fast, tiles_slow, total.
@@ -271,6 +272,16 @@ def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
         state.arch,
         spec.name,
         lambda: load_source(state.arch, render_packed([spec]), [spec.name])[spec.name],
+    )
+
+
+def get_vbox_kernel(state: DeviceState, spec: VBoxKernel) -> Kernel:
+    """Vector box kernel `spec` on `state`'s architecture, compiled on first use (one per
+    box shape and widths; pycuda's disk cache keeps it across processes)."""
+    return _cached(
+        state.arch,
+        spec.name,
+        lambda: load_source(state.arch, render_vbox(spec), [spec.name])[spec.name],
     )
 
 

@@ -34,11 +34,13 @@ from ._compiler import (
     get_packed_kernel,
     get_row_kernel,
     get_runs_kernel,
+    get_vbox_kernel,
 )
 from ._config import KernelConfig
 from ._gather import ARG_FORMAT as GATHER_FORMAT, MAX_STRIDE, gather_args
 from ._packed import ARG_FORMAT as PACKED_FORMAT, divisor, packed_args
 from ._plan import NO_DIM, REALIGN_MAX_RUN_BYTES, Dim, runs_of
+from ._vbox import THREADS as VBOX_THREADS, vbox_spec
 from .errors import ShapeError
 
 _MAX_GRID_X = 2**31 - 1
@@ -479,6 +481,27 @@ def make_packed(
     return Launch(
         None, kernel, (blocks, 1, 1), (PACKED_THREADS, 1, 1), args.values(), state, PACKED_FORMAT
     )
+
+
+def make_vbox(
+    state: DeviceState,
+    elem_bytes: int,
+    dims: tuple[Dim, ...],
+    box: tuple[int, ...],
+    vectors: tuple[int, int],
+    src: int = 0,
+    dst: int = 0,
+    scatter: int = 0,
+) -> Launch:
+    """A prepared launch of a vector box pass (a plan's PACKED pass with `vectors`,
+    `_vbox`): every index of `dims` moved in boxes of `box`, for pointers aligned as `src`
+    and `dst`. The grid is the resident blocks (`blocks_per_sm` an SM), each walking boxes by
+    the grid stride, so a block copies its table once for many boxes."""
+    spec, values = vbox_spec(elem_bytes, dims, box, vectors, src, dst, scatter)
+    tiles = values[-2]
+    blocks = max(1, min(tiles, state.info.multiprocessors * spec.blocks_per_sm))
+    kernel = get_vbox_kernel(state, spec)
+    return Launch(None, kernel, (blocks, 1, 1), (VBOX_THREADS, 1, 1), values, state, PACKED_FORMAT)
 
 
 def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> Launch:

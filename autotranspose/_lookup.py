@@ -454,7 +454,7 @@ class PermuteKernel:
     def source(self) -> str:
         """The kernel's CUDA source ("" for the driver's copy, or when there is no pass)."""
         from ._codegen import render, render_gather, render_packed, render_rows
-        from ._packed import packed_args
+        from ._vbox import VBoxKernel, render_vbox
 
         p = self.pass_
         if self.choice is not None:
@@ -464,8 +464,21 @@ class PermuteKernel:
         if p.kind == GATHER:
             return render_gather()
         if p.kind == PACKED:
-            return render_packed([packed_args(p.elem_bytes, p.dims, p.box).kernel])
+            spec = _packed_kernel(p)
+            return render_vbox(spec) if isinstance(spec, VBoxKernel) else render_packed([spec])
         return render_rows()
+
+
+def _packed_kernel(p: Pass) -> Any:
+    """The kernel spec packed pass `p` runs at pointers of any 16-byte alignment (as a plan
+    made without pointers assumes): the vector box's where the plan gave vectors, else the
+    packed kernels' (`_dispatch.permute.build`'s choice)."""
+    from ._packed import packed_args
+    from ._vbox import vbox_spec
+
+    if p.vectors[0]:
+        return vbox_spec(p.elem_bytes, p.dims, p.box, p.vectors, scatter=p.scatter)[0]
+    return packed_args(p.elem_bytes, p.dims, p.box, pipelined=p.pipelined).kernel
 
 
 def chooses_per_device(plan: Plan) -> bool:
@@ -482,7 +495,6 @@ def permute_kernel(
     the class permute() and `tune --axes` key it by (`shapes.pass_vec`), from `store`; for
     any other pass, the untuned kernel the plan names (`device` may then be None)."""
     from ._codegen import RUNS_KERNEL, gather_kernel_name, row_kernel_name
-    from ._packed import packed_args
 
     p = plan.passes[0] if plan.passes else None
     if p is None:
@@ -498,7 +510,7 @@ def permute_kernel(
     if p.kind == GATHER:
         return PermuteKernel(p, gather_kernel_name(p.elem_bytes))
     if p.kind == PACKED:
-        return PermuteKernel(p, packed_args(p.elem_bytes, p.dims, p.box).kernel.name)
+        return PermuteKernel(p, _packed_kernel(p).name)
     return PermuteKernel(p, RUNS_KERNEL if p.realign else row_kernel_name(p.elem_bytes))
 
 

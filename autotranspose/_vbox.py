@@ -13,9 +13,9 @@ them whole into shared memory, which then holds the box in the output's order; o
 leave it as they lie. Boxes an edge cuts move element by element.
 
 The kernel takes the packed kernels' `at_packed_args` (`packed.packed_args` computes them),
-so the grid walk, the box corners and the edge limits are theirs. `render_vbox` and
-`make_vbox` turn a spec into source and a launch; tests/test_vbox.py runs the rendered kernel
-on the CPU against NumPy.
+so the grid walk, the box corners and the edge limits are theirs. Pure (no CUDA), as
+`_packed` is: `render_vbox` turns a spec into source, `launch.make_vbox` into a launch, and
+tests/test_vbox.py runs the rendered kernel on the CPU against NumPy.
 """
 
 from __future__ import annotations
@@ -26,9 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._codegen import _ELEMENT_TYPES, VBOX_TEMPLATE, _environment
-from ._compiler import DeviceState, Kernel, _cached, load_source
-from ._launch import Launch
-from ._packed import ARG_BYTES, ARG_FORMAT, MAX_BOX_DIMS, MAX_GRID_DIMS, packed_args
+from ._packed import ARG_BYTES, MAX_BOX_DIMS, MAX_GRID_DIMS, packed_args
 from ._plan import (
     VECTOR_MAX_SMEM_BYTES,
     VECTOR_MAX_STEPS,
@@ -444,34 +442,3 @@ def render_vbox(k: VBoxKernel) -> str:
             edge_dense=" + ".join(f"d{d} * {dense[d]}u" for d in dims),
         )
     )
-
-
-def get_vbox_kernel(state: DeviceState, spec: VBoxKernel) -> Kernel:
-    """Vector box kernel `spec` on `state`'s architecture, compiled on first use (one per
-    box shape and widths; pycuda's disk cache keeps it across processes)."""
-    return _cached(
-        state.arch,
-        spec.name,
-        lambda: load_source(state.arch, render_vbox(spec), [spec.name])[spec.name],
-    )
-
-
-def make_vbox(
-    state: DeviceState,
-    elem_bytes: int,
-    dims: tuple[Dim, ...],
-    box: tuple[int, ...],
-    vectors: tuple[int, int],
-    src: int = 0,
-    dst: int = 0,
-    scatter: int = 0,
-) -> Launch:
-    """A prepared launch of a vector box pass (a plan's PACKED pass with `vectors`): every
-    index of `dims` moved in boxes of `box`, for pointers aligned as `src` and `dst`. The
-    grid is the resident blocks (`blocks_per_sm` an SM), each walking boxes by the grid stride,
-    so a block copies its table once for many boxes."""
-    spec, values = vbox_spec(elem_bytes, dims, box, vectors, src, dst, scatter)
-    tiles = values[-2]
-    blocks = max(1, min(tiles, state.info.multiprocessors * spec.blocks_per_sm))
-    kernel = get_vbox_kernel(state, spec)
-    return Launch(None, kernel, (blocks, 1, 1), (THREADS, 1, 1), values, state, ARG_FORMAT)

@@ -90,6 +90,10 @@ FORBIDDEN: dict[str, list[str]] = {
     "_plan": [*CUDA, "_config", "_codegen", "_measure", "_tuner", "store", "_lookup", "_worker"],
     # the gather kernels' arguments: pure, so their index walk is modelled without a GPU
     "_gather": [*CUDA, "_config", "_codegen", "_measure", "_tuner", "store", "_lookup", "_worker"],
+    # the packed and vector box kernels' specs, arguments and sources: pure, so lookup names
+    # and prints the kernel a pass runs and the tests run it on the CPU
+    "_packed": [*CUDA, "_measure", "_tuner", "store", "_lookup", "_worker"],
+    "_vbox": [*CUDA, "_measure", "_tuner", "store", "_lookup", "_worker"],
     # the one place that picks a kernel: nothing above it (the entry points, the fast path)
     "_dispatch": [
         "_api",

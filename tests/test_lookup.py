@@ -508,6 +508,8 @@ def test_permute_kernel_of_a_transpose_pass_is_lookups_choice_for_its_class():
     [
         ((8, 4096, 32, 128), (0, 2, 1, 3), 2, "rows", "__global__"),  # a row copy
         ((2, 7, 3, 5, 11), (0, 2, 1, 4, 3), 4, "packed", "__global__"),
+        ((16, 109, 120, 4), (0, 3, 1, 2), 1, "at_vbox", "__global__"),  # a vector box
+        ((16, 3, 14, 16, 14, 16), (0, 2, 4, 3, 5, 1), 2, "at_vbox", "__global__"),
         ((2,) * 8, (7, 6, 5, 4, 3, 2, 1, 0), 4, "gather", "__global__"),
         ((3, 1, 5), (1, 0, 2), 4, "cuMemcpyDtoDAsync", None),  # an identity in memory
         ((3, 0, 5), (2, 1, 0), 4, "none", None),

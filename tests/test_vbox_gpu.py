@@ -67,7 +67,7 @@ def test_vector_boxes_into_poisoned_windows(rng, e):
     output untouched."""
     cupy = pytest.importorskip("cupy")
     from autotranspose._compiler import device_state
-    from autotranspose._vbox import make_vbox
+    from autotranspose._launch import make_vbox
 
     state, dtype = device_state(0), DTYPES[e]
     stream = cupy.cuda.get_current_stream()
@@ -148,7 +148,7 @@ def test_scattered_boxes_into_poisoned_windows(rng, c, e):
     are skipped (the test above covers them)."""
     cupy = pytest.importorskip("cupy")
     from autotranspose._compiler import device_state
-    from autotranspose._vbox import make_vbox
+    from autotranspose._launch import make_vbox
 
     state, dtype = device_state(0), DTYPES[e]
     stream = cupy.cuda.get_current_stream()

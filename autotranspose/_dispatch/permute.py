@@ -19,9 +19,8 @@ from typing import Any
 from .. import _driver, _firstcall as firstcall, _lookup as lookup
 from .._arrays import NDView
 from .._compiler import DeviceState
-from .._launch import Launch, make_gather, make_packed, make_row_copy, make_runs_copy
+from .._launch import Launch, make_gather, make_packed, make_row_copy, make_runs_copy, make_vbox
 from .._plan import COPY, GATHER, PACKED, TRANSPOSE, Dim, Pass, Plan, plan_permute
-from .._vbox import make_vbox
 from ..errors import AutotransposeError
 from . import caches
 from .transpose import batched_launch

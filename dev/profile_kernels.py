@@ -11,7 +11,8 @@ Each case is DTYPE:MxN or DTYPE:BxMxN, optionally @KEY to run that config instea
 served one (e.g. to profile the same config before and after a template change; @seed runs
 the seed documents' kernel); the config is printed before its profile. DTYPE:AxBxC/I,J,K profiles permute() by those axes instead
 (every launch of the steps it serves after its first call); DTYPE:AxBxC/I,J,K@torch profiles
-PyTorch's `out.copy_(x.permute(axes))` on the same case instead (the peer's kernel).
+PyTorch's `out.copy_(x.permute(axes))` on the same case instead (the peer's kernel), and
+@compile torch.compile's kernel of the same (its generated code printed first).
 """
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
     dims, axes_text = rest.split("/")
     shape = tuple(int(v) for v in dims.split("x"))
     axes = tuple(int(v) for v in axes_text.split(","))
-    if key == "torch":
-        _profile_torch(cuda, case, name, shape, axes)
+    if key in ("torch", "compile"):
+        _profile_torch(cuda, case, name, shape, axes, compiled=key == "compile")
         return
     x = cupy.random.default_rng(1).integers(0, 100, shape).astype(np.dtype(name))
     out = cupy.empty(tuple(shape[a] for a in axes), x.dtype)
@@ -119,17 +120,33 @@ def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
 
 
 def _profile_torch(
-    cuda: ctypes.CDLL, case: str, name: str, shape: tuple[int, ...], axes: tuple[int, ...]
+    cuda: ctypes.CDLL,
+    case: str,
+    name: str,
+    shape: tuple[int, ...],
+    axes: tuple[int, ...],
+    compiled: bool = False,
 ) -> None:
     import torch
 
     x = torch.randint(0, 100, shape, device="cuda").to(getattr(torch, name))
     out = torch.empty(tuple(shape[a] for a in axes), dtype=x.dtype, device="cuda")
-    for _ in range(3):
+
+    def move(x, out):
         out.copy_(x.permute(axes))
+
+    if compiled:  # as the bench's peer compiles it; Inductor's code printed on the first call
+        torch._dynamo.reset()
+        torch._logging.set_logs(output_code=True)
+        move = torch.compile(move, fullgraph=True, dynamic=False)
+    for _ in range(3):
+        move(x, out)
+    torch._logging.set_logs()
     torch.cuda.synchronize()
-    print(f"case {case}@torch: {x.nbytes} bytes each way", flush=True)
-    _profiled(cuda, out.copy_, x.permute(axes))
+    print(
+        f"case {case}@{'compile' if compiled else 'torch'}: {x.nbytes} bytes each way", flush=True
+    )
+    _profiled(cuda, move, x, out)
     assert torch.equal(out, x.permute(axes).contiguous()), case
 
 

@@ -71,6 +71,8 @@ from .store import hooks as store_hooks
 
 if TYPE_CHECKING:
     from ._config import KernelConfig
+    from ._packed import PackedKernel
+    from ._vbox import VBoxKernel
     from .store import Store, TunedEntry
 
 SOURCES = ("tuned", "nearest", "shipped", "default", "measured")
@@ -469,7 +471,7 @@ class PermuteKernel:
         return render_rows()
 
 
-def _packed_kernel(p: Pass) -> Any:
+def _packed_kernel(p: Pass) -> PackedKernel | VBoxKernel:
     """The kernel spec packed pass `p` runs at pointers of any 16-byte alignment (as a plan
     made without pointers assumes): the vector box's where the plan gave vectors, else the
     packed kernels' (`_dispatch.permute.build`'s choice)."""

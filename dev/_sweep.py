@@ -169,6 +169,21 @@ def config_by_key(key: str, dtype: Any) -> Any:
     raise SystemExit(f"no config {key} for {dtype}")
 
 
+def event_seconds(fn: Any, n: int) -> float:
+    """Seconds per call of `fn`, over `n` calls after one warm-up, by CUDA events on the
+    current stream (a launch's whole time on the GPU, the host's share overlapped)."""
+    import cupy
+
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    fn()
+    start.record()
+    for _ in range(n):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cupy.cuda.get_elapsed_time(start, stop) / n / 1e3
+
+
 def time_steps(
     state: Any,
     bench: Any,

@@ -25,6 +25,7 @@ import math
 import sys
 
 import numpy as np
+from _sweep import event_seconds
 
 # (threads, unroll, min_blocks, full grid): the shipped gather first
 VARIANTS = (
@@ -62,44 +63,15 @@ def _source(threads: int, unroll: int, blocks: int) -> str:
 
 def render_only(arch: str) -> int:
     """Registers and spills of every variant's kernels (nvcc's report, no GPU)."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    from autotranspose._compiler import NVCC_OPTIONS
+    from autotranspose._compiler import source_resources
 
     for v in VARIANTS:
-        with tempfile.TemporaryDirectory() as tmp:
-            src = Path(tmp) / "g.cu"
-            src.write_text(_source(*v[:3]))
-            proc = subprocess.run(
-                [
-                    "nvcc",
-                    "-cubin",
-                    f"-arch={arch}",
-                    *NVCC_OPTIONS,
-                    "-Xptxas",
-                    "-v",
-                    str(src),
-                    "-o",
-                    str(Path(tmp) / "g.cubin"),
-                ],
-                capture_output=True,
-                text=True,
-            )
-        regs = [
-            int(line.split("Used", 1)[1].split("registers")[0])
-            for line in proc.stderr.splitlines()
-            if "Used" in line and "registers" in line
-        ]
-        spills = [
-            line.strip()
-            for line in proc.stderr.splitlines()
-            if "spill" in line and " 0 bytes spill" not in line
-        ]
+        report = source_resources(_source(*v[:3]), arch)
+        regs = sorted(r.registers for r in report.values())
+        spills = {k: r.spill_bytes for k, r in report.items() if r.spill_bytes or r.stack_bytes}
         print(
-            f"{_name(v)} rc={proc.returncode}: {min(regs, default=0)}-{max(regs, default=0)} "
-            f"registers over the 1- to 16-byte kernels, {spills or 'no spills'}"
+            f"{_name(v)}: {regs[0]}-{regs[-1]} registers over the 1- to 16-byte kernels, "
+            f"{spills or 'no spills'}"
         )
     return 0
 
@@ -123,20 +95,6 @@ def main() -> int:
         _one_case(case, args, state)
         cupy.get_default_memory_pool().free_all_blocks()
     return 0
-
-
-def _timed(fn, n: int) -> float:
-    """Seconds per call of `fn`, over `n` calls after one warm-up (CUDA events)."""
-    import cupy
-
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    fn()
-    start.record()
-    for _ in range(n):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return cupy.cuda.get_elapsed_time(start, stop) / n / 1e3
 
 
 def _one_case(case: str, args: argparse.Namespace, state) -> None:
@@ -163,13 +121,13 @@ def _one_case(case: str, args: argparse.Namespace, state) -> None:
         print(f"{case}: no gather takes it", flush=True)
         return
     total = math.prod(d.extent for d in g.dims)
-    copy_s = _timed(
+    copy_s = event_seconds(
         lambda: cupy.cuda.runtime.memcpyAsync(out.data.ptr, x.data.ptr, x.nbytes, 3, 0),
         args.repeats,
     )
     line = f"{case} ({x.nbytes >> 20} MB, {len(g.dims)} dims):"
     served = functools.partial(at.permute, x, axes, out)
-    line += f" served {100 * copy_s / _timed(served, args.repeats):.1f}"
+    line += f" served {100 * copy_s / event_seconds(served, args.repeats):.1f}"
     try:
         import torch
 
@@ -178,7 +136,7 @@ def _one_case(case: str, args: argparse.Namespace, state) -> None:
         run, _note = compile_peer(torch, shape, axes, name)
         if run is not None:
             stream = cupy.cuda.get_current_stream().ptr
-            line += f" compile {100 * copy_s / _timed(lambda: run(x.data.ptr, out.data.ptr, stream), args.repeats):.1f}"
+            line += f" compile {100 * copy_s / event_seconds(lambda: run(x.data.ptr, out.data.ptr, stream), args.repeats):.1f}"
     except ImportError:
         pass
     for v in VARIANTS:
@@ -198,7 +156,7 @@ def _one_case(case: str, args: argparse.Namespace, state) -> None:
         out.fill(0)
         launch()
         ok = bool(cupy.array_equal(out, want))
-        s = _timed(launch, args.repeats)
+        s = event_seconds(launch, args.repeats)
         line += f" | {_name(v)} {100 * copy_s / s:.1f}{'' if ok else ' WRONG'} (grid {grid})"
     print(line, flush=True)
 

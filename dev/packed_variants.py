@@ -20,6 +20,7 @@ import math
 import sys
 
 import numpy as np
+from _sweep import event_seconds
 
 
 def main() -> int:
@@ -45,20 +46,6 @@ def main() -> int:
     return 0
 
 
-def _timed(fn, n: int) -> float:
-    """Seconds per call of `fn`, over `n` calls after one warm-up (CUDA events)."""
-    import cupy
-
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    fn()
-    start.record()
-    for _ in range(n):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return cupy.cuda.get_elapsed_time(start, stop) / n / 1e3
-
-
 def _one_case(case: str, args: argparse.Namespace, state, cuda) -> None:
     import cupy
 
@@ -78,7 +65,7 @@ def _one_case(case: str, args: argparse.Namespace, state, cuda) -> None:
     if p is None or not can_pipeline(p):
         print(f"{case}: no packed pass the pipelined kernel takes", flush=True)
         return
-    copy_s = _timed(
+    copy_s = event_seconds(
         lambda: cupy.cuda.runtime.memcpyAsync(out.data.ptr, x.data.ptr, x.nbytes, 3, 0),
         args.repeats,
     )
@@ -90,7 +77,7 @@ def _one_case(case: str, args: argparse.Namespace, state, cuda) -> None:
         run = functools.partial(lc.run, x.data.ptr, out.data.ptr, 0, state.ctx)
         run()
         ok = bool(cupy.array_equal(out, want))
-        s = _timed(run, args.repeats)
+        s = event_seconds(run, args.repeats)
         print(
             f"{case} box {'x'.join(map(str, p.box))} {lc.kernel.name} ({variant}): "
             f"{100 * copy_s / s:.1f}% of copy, {2 * x.nbytes / s / 1e9:.0f} GB/s, "

@@ -277,17 +277,22 @@ def render_rows() -> str:
     )
 
 
-def render_gather() -> str:
-    """permute()'s one-launch gathers, one kernel per element size (GATHER_KERNELS)."""
+def render_gather(
+    threads: int = GATHER_THREADS,
+    unroll: int = GATHER_UNROLL,
+    min_blocks: int = GATHER_BLOCKS_PER_SM,
+) -> str:
+    """permute()'s one-launch gathers, one kernel per element size (GATHER_KERNELS); other
+    launch shapes than the served one for measuring them (dev/gather_variants.py)."""
     return (
         _environment()
         .get_template(GATHER_TEMPLATE)
         .render(
             element_types=_ELEMENT_TYPES,
             version=__version__,
-            threads=GATHER_THREADS,
-            unroll=GATHER_UNROLL,
-            min_blocks=GATHER_BLOCKS_PER_SM,
+            threads=threads,
+            unroll=unroll,
+            min_blocks=min_blocks,
             max_dims=GATHER_MAX_DIMS,
             args_bytes=GATHER_ARG_BYTES,
             dtypes=_DTYPES_BY_SIZE,

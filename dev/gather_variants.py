@@ -43,22 +43,9 @@ def _name(v: tuple[int, int, int, bool]) -> str:
 
 
 def _source(threads: int, unroll: int, blocks: int) -> str:
-    from autotranspose import _codegen as codegen
+    from autotranspose._codegen import render_gather
 
-    return (
-        codegen._environment()
-        .get_template(codegen.GATHER_TEMPLATE)
-        .render(
-            element_types=codegen._ELEMENT_TYPES,
-            version="dev",
-            threads=threads,
-            unroll=unroll,
-            min_blocks=blocks,
-            max_dims=codegen.GATHER_MAX_DIMS,
-            args_bytes=codegen.GATHER_ARG_BYTES,
-            dtypes=codegen._DTYPES_BY_SIZE,
-        )
-    )
+    return render_gather(threads, unroll, blocks)
 
 
 def render_only(arch: str) -> int:

@@ -631,13 +631,7 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
 def narrow_batch(p: Pass) -> bool:
     """Whether `p` is a batch of matrices with one side under GATHER_MIN_SIDE and the other
     of ALT_NARROW_LONG_BYTES or more: the one-launch pass that replaces it races it."""
-    matrices = p.batch * p.outer.extent * p.outer2.extent * p.launches
-    return (
-        p.kind == TRANSPOSE
-        and matrices > 1
-        and min(p.m, p.n) < GATHER_MIN_SIDE
-        and max(p.m, p.n) * p.elem_bytes >= ALT_NARROW_LONG_BYTES
-    )
+    return _narrow_matrices(p) and max(p.m, p.n) * p.elem_bytes >= ALT_NARROW_LONG_BYTES
 
 
 def vector_widths(
@@ -1002,10 +996,18 @@ def gather_reason(p: Pass) -> str:
         return f"{p.launches} launches of {p.launch_bytes} bytes ({what})"
     if p.kind == TRANSPOSE and p.m < GATHER_MIN_SIDE and p.n < GATHER_MIN_SIDE:
         return f"{what} (both sides under {GATHER_MIN_SIDE}: tiles too small)"
-    matrices = p.batch * p.outer.extent * p.outer2.extent
-    if p.kind == TRANSPOSE and min(p.m, p.n) < GATHER_MIN_SIDE and (matrices > 1 or p.loops):
+    if _narrow_matrices(p):
         return f"{what} (a batch of matrices with a side under {GATHER_MIN_SIDE})"
     return ""
+
+
+def _narrow_matrices(p: Pass) -> bool:
+    """Whether `p` transposes a batch of matrices (in the launch or by host loops) with a side
+    under GATHER_MIN_SIDE."""
+    matrices = p.batch * p.outer.extent * p.outer2.extent
+    return (
+        p.kind == TRANSPOSE and min(p.m, p.n) < GATHER_MIN_SIDE and (matrices > 1 or bool(p.loops))
+    )
 
 
 def _shape(shape: Sequence[int]) -> tuple[int, ...]:

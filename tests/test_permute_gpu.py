@@ -822,6 +822,20 @@ def _alternatives_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]
             return shape, axes
 
 
+def _each_pass_into_poison(cupy, state, stream, plan, src, dst, raw, out, want) -> None:
+    """`plan`'s own pass and each alternative, run on its own from `src` into `out` (at
+    `dst`, inside the poisoned `raw` with a guard region after it): equal to `want`, the
+    guard untouched."""
+    for p in (plan.passes[0], *plan.alternatives):
+        raw.fill(POISON)
+        for step in dispatch.permute.build(plan.taking(p), state, src, dst, stream, state.ctx):
+            step.run(src, dst, stream, state.ctx)
+        cupy.cuda.get_current_stream().synchronize()
+        where = f"{plan.shape} by {plan.axes}: {p.describe()}"
+        assert same_bits(cupy.asnumpy(out), want), where
+        assert bool((raw[out.nbytes :] == POISON).all()), f"guard written: {where}"
+
+
 @pytest.mark.parametrize("e", sorted(DTYPES))
 def test_every_alternative_moves_the_same_bytes(rng, e):
     """Each pass a first call may choose (the plan's, the gather, boxes of both sizes, the
@@ -839,13 +853,7 @@ def test_every_alternative_moves_the_same_bytes(rng, e):
         raw, out = _poisoned(cupy, want.shape, DTYPES[e])
         src, dst = x.data.ptr, out.data.ptr
         plan = plan_permute(shape, axes, e, in_ptr=src, out_ptr=dst)
-        for p in (plan.passes[0], *plan.alternatives):
-            raw.fill(POISON)
-            for step in dispatch.permute.build(plan.taking(p), state, src, dst, stream, state.ctx):
-                step.run(src, dst, stream, state.ctx)
-            cupy.cuda.get_current_stream().synchronize()
-            assert same_bits(cupy.asnumpy(out), want), f"{shape} by {axes}: {p.describe()}"
-            assert bool((raw[out.nbytes :] == POISON).all()), f"guard written: {p.describe()}"
+        _each_pass_into_poison(cupy, state, stream, plan, src, dst, raw, out, want)
 
 
 @pytest.mark.parametrize("e", [1, 2])
@@ -871,13 +879,7 @@ def test_image_batches_by_every_alternative_and_the_batched_transpose(rng, e, c,
         plan = plan_permute(shape, axes, e, in_ptr=src, out_ptr=dst)
         batched = [p for p in plan.alternatives if p.kind == "transpose"]
         assert len(batched) == 1 and batched[0].batch == n, plan.describe()
-        for p in (plan.passes[0], *plan.alternatives):
-            raw.fill(POISON)
-            for step in dispatch.permute.build(plan.taking(p), state, src, dst, stream, state.ctx):
-                step.run(src, dst, stream, state.ctx)
-            cupy.cuda.get_current_stream().synchronize()
-            assert same_bits(cupy.asnumpy(out), want), f"{shape} by {axes}: {p.describe()}"
-            assert bool((raw[out.nbytes :] == POISON).all()), f"guard written: {p.describe()}"
+        _each_pass_into_poison(cupy, state, stream, plan, src, dst, raw, out, want)
 
 
 @pytest.fixture

@@ -12,16 +12,26 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _driver, _lookup as lookup, _streams as streams
+from . import _driver, _lookup as lookup, _native, _streams as streams
 from ._arrays import NDView, _source, nd_view
 from ._calls import call_target, keeping_context
-from ._castplan import MAX_LOOP_LAUNCHES, CastPlan, format_of, pack_args, pair, plan_cast
+from ._castplan import (
+    ARG_WORDS,
+    MAX_LOOP_LAUNCHES,
+    CastPlan,
+    Launch,
+    coded_args,
+    format_of,
+    pack_args,
+    pair,
+    plan_cast,
+)
 from ._compiler import DeviceState, Kernel, get_kernel
 from ._config import KernelConfig
 from ._dispatch import caches, cast as cast_dispatch
@@ -66,6 +76,9 @@ class _Hit(NamedTuple):
     x_extent: int  # bytes from x's pointer to its end (amax may not overlap it)
     y_extent: int = 0  # the same for a given out_t and out (0: allocated by the call)
     z_extent: int = 0
+    # the launches as one program of coded addresses (`_relocated_program`), run in one C call;
+    # None without the compiled launcher (then `_launch_all` packs each launch's arguments)
+    program: _driver.Program | None = None
 
 
 _prepared: dict[tuple[Any, ...], _Prepared] = {}
@@ -282,8 +295,8 @@ def fast_torch(
         scale_ptr, scale_value = 0, 1.0
     elif hasattr(scale, "data_ptr"):
         scale_ptr, scale_value = scale.data_ptr(), 1.0
-    else:
-        scale_ptr, scale_value = 0, float(np.float32(scale))
+    else:  # the launcher rounds a float to float32 as NumPy does
+        scale_ptr, scale_value = 0, float(scale)
     if out_t is None:
         y = x.new_empty(hit.y_shape, dtype=hit.dtype)
         py = y.data_ptr()
@@ -315,9 +328,15 @@ def fast_torch(
         if out_t is not None and _overlap(py, hit.y_extent, pz, hit.z_extent):
             return None
     stream = streams.torch_current(hit.device)
-    _launch_all(
-        hit.prep, hit.head, hit.block, hit.ctx, stream, px, py, pz, scale_ptr, scale_value, amax_ptr
-    )
+    if hit.program is not None:
+        _driver.run_relocated(
+            hit.program, stream, _driver.SAME, px, py, pz, scale_ptr, amax_ptr, scale_value
+        )
+    else:
+        _launch_all(
+            hit.prep, hit.head, hit.block, hit.ctx, stream, px, py, pz, scale_ptr,
+            float(np.float32(scale_value)), amax_ptr,
+        )  # fmt: skip
     return (z, y) if both else y
 
 
@@ -444,6 +463,7 @@ def _on_device(
                 _span(xv)[1],
                 _span(yv)[1] if out_t is not None else 0,
                 _span(zv)[1] if zv is not None and out is not None else 0,
+                _relocated_program(prep, head, ctx),
             )
             with _lock:
                 caches.keep(_hits, remember, hit)
@@ -699,6 +719,45 @@ def _function(prep: _Prepared, ctx: int) -> int:
     return head
 
 
+# the buffers of a relocated program's call, in the order `fast_torch` passes them
+_CODES = tuple(k << _native.RELOC_SHIFT for k in range(1, ARG_WORDS + 1))
+
+
+def _prepared_launches(
+    prep: _Prepared, head: int, ctx: int, pack: Callable[[Launch], tuple[bytes, int]]
+) -> list[_driver.Prepared]:
+    """The prepared signature's launches made ready in `ctx`, each with the argument block
+    and grid `pack` gives it (`pack_args` on pointers, or `coded_args` on codes)."""
+    cfg = prep.config
+    launches = []
+    for lc in prep.plan.launches:
+        args, grid = pack(lc)
+        launches.append(
+            _driver.Prepared(
+                head,
+                ctx,
+                (grid, 1, 1),
+                (cfg.threads, 1, 1),
+                args[16:],
+                shared=cfg.dynamic_smem,
+                head=args[:16],
+            )
+        )
+    return launches
+
+
+def _relocated_program(prep: _Prepared, head: int, ctx: int) -> _driver.Program | None:
+    """The signature's launches as one program whose leading argument words are codes for a
+    call's x, y, z, scale pointer, amax and scale (`_CODES`), or None without the compiled
+    launcher: a call is then one C call, not a Python packing and ctypes launch each."""
+    cfg, src, dst = prep.config, prep.src, prep.dst
+    launches = _prepared_launches(
+        prep, head, ctx, lambda lc: coded_args(lc, cfg.tile_m, cfg.tile_n, src, dst, _CODES)
+    )
+    program = _driver.Program(ctx, [(lc, 0, 0, 8 * ARG_WORDS) for lc in launches])
+    return program if program.address else None
+
+
 def contiguous_plan(shape: tuple[int, ...], order: tuple[int, ...], both: bool) -> CastPlan:
     """The plan of a call on a contiguous x into new contiguous outputs (`two_pass` says
     whether it is one pass of the cast kernel)."""
@@ -747,24 +806,12 @@ def device_launches(
             )
         head = _function(prep, ctx)
     cfg = prep.config
-    x, y, z, scale_ptr, amax_ptr = pointers
-    launches = []
-    for lc in prep.plan.launches:
-        args, grid = pack_args(
-            lc, cfg.tile_m, cfg.tile_n, src, dst, x, y, z, scale_ptr, amax_ptr, scale_value
-        )
-        launches.append(
-            _driver.Prepared(
-                head,
-                ctx,
-                (grid, 1, 1),
-                (cfg.threads, 1, 1),
-                args[16:],
-                shared=cfg.dynamic_smem,
-                head=args[:16],
-            )
-        )
-    return launches
+    return _prepared_launches(
+        prep,
+        head,
+        ctx,
+        lambda lc: pack_args(lc, cfg.tile_m, cfg.tile_n, src, dst, *pointers, scale_value),
+    )
 
 
 def _launch_all(

@@ -24,11 +24,15 @@ from ._plan import normalize_axes
 from .errors import LayoutError, UnsupportedDtypeError
 from .kinds.cast import FORMATS, INPUTS, OUTPUTS, PAIRS, Format, pair_code
 
-# the kernel's `at_cast_args`: x, y, z, scale_ptr, amax; M, N, ld_x, ld_y, ld_z, bs_x, bs_y,
-# bs_z; tiles_m, tiles_n; scale; the magic numbers of tiles_m and tiles_n and their shifts
-# (`divisor`; standard sizes, no padding, as C lays it out)
-ARG_FORMAT = "<5Q8q2If3I"
+# the kernel's `at_cast_args`: x, y, z, scale_ptr, amax; scale (a word of its own, so that the
+# eager fast path can write it as one of a call's coded addresses, `_driver.run_relocated`); M,
+# N, ld_x, ld_y, ld_z, bs_x, bs_y, bs_z; tiles_m, tiles_n; the magic numbers of tiles_m and
+# tiles_n and their shifts (`divisor`); standard sizes, laid out as C does (the struct's
+# size a multiple of its 8-byte alignment)
+ARG_FORMAT = "<5QfI8q2I3I4x"
+ARG_WORDS = 6  # the leading 8-byte words a call fills in: five pointers and the scale
 ARGS = struct.Struct(ARG_FORMAT)
+_WORD = struct.Struct("<Q")
 # host loops a call may take before it is run as two passes (a cast into a contiguous
 # buffer, then permute()): each loop index is a launch
 MAX_LOOP_LAUNCHES = 64
@@ -320,6 +324,8 @@ def pack_args(
         kz,
         scale_ptr,
         amax,
+        scale,
+        0,
         launch.m,
         launch.n,
         launch.ld_x,
@@ -330,9 +336,24 @@ def pack_args(
         bs_z,
         tm,
         tn,
-        scale,
         magic_m,
         magic_n,
         shift_n | shift_m << 8,
     )
     return args, grid
+
+
+def coded_args(
+    launch: Launch,
+    tile_m: int,
+    tile_n: int,
+    src: Format,
+    dst: Format,
+    codes: tuple[int, int, int, int, int, int],
+) -> tuple[bytes, int]:
+    """`pack_args` for a program whose leading `ARG_WORDS` words are codes for a call's
+    buffers (`_driver.run_relocated`): x, y, z, the scale's pointer, amax, and the scale
+    itself, whose code stands for its float32 bits. The launch's offsets are added to the
+    pointers' codes here, as to pointers."""
+    args, grid = pack_args(launch, tile_m, tile_n, src, dst, *codes[:5], 0.0)
+    return args[:40] + _WORD.pack(codes[5]) + args[48:], grid

@@ -394,6 +394,7 @@ def launch(args: tuple[Any, ...], stream: int | None, params: bytes) -> None:
 
 
 _SAME: Any = object()
+SAME = _SAME  # `restore`: the context the thread had when the launch was made
 
 
 class Prepared:
@@ -507,20 +508,33 @@ class Program:
 def _native_launch() -> Any:
     """The compiled launch function, or None (then the ctypes path below). The module form
     also takes over :func:`current`, which the hot path calls before allocating an output."""
-    global _at_transpose, _at_run, current
+    global _at_transpose, _at_run, _at_relocated, current
     native = _native.launcher()
     if native is None:
-        _at_transpose = _at_run = None
+        _at_transpose = _at_run = _at_relocated = None
         return None
     if native.current is not None and current is _ctypes_current:
         native.bind(_entry_points()[0])
         current = native.current
-    _at_transpose, _at_run = native.transpose, native.run
+    _at_transpose, _at_run, _at_relocated = native.transpose, native.run, native.relocated
     return _at_transpose
 
 
 _at_transpose: Any = None
 _at_run: Any = None
+_at_relocated: Any = None
+
+
+def run_relocated(program: Program, stream: int | None, restore: Any, *bases: int | float) -> None:
+    """Run a program whose argument words are codes for the call's buffers (`_native`'s
+    `at_run_relocated`: code k << RELOC_SHIFT | offset is bases[k - 1] + offset; a float base
+    is its float32's bits) on `stream`, then make `restore` current (`_SAME`: what the thread
+    had). The program needs the compiled launcher (`program.address`)."""
+    err = _at_relocated(
+        program.address, stream, _native.SAME if restore is _SAME else restore, *bases
+    )
+    if err:
+        raise KernelLaunchError(f"a launch of the call failed: {error_name(err)}")
 
 
 def launch_transpose(

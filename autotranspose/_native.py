@@ -26,6 +26,7 @@ import importlib.machinery
 import importlib.util
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -33,7 +34,9 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from ._env import flag
 
@@ -47,6 +50,9 @@ SAME = 1  # `restore` value meaning "the context the thread had" (never a contex
 # block has, up to CAPACITY.
 NARGS, NBYTES = 11, 76
 CAPACITY = 384
+# a coded address (`at_run_relocated`) is (buffer number << RELOC_SHIFT) | byte offset
+RELOC_SHIFT = 40
+MAX_BASES = 8  # buffers a relocated program's call may name
 
 SOURCE = r"""
 #ifdef AT_PYTHON
@@ -143,6 +149,59 @@ int at_run(const at_program *P, uint64_t src, uint64_t dst, void *stream, void *
     return err;
 }
 
+/* A program whose addresses are codes for the call's buffers: a word k << @SHIFT@ | offset,
+   k from 1 to nbases, stands for bases[k - 1] + offset; 0 stays 0. A launch step's first
+   `nbytes` / 8 argument words are codes (cast_transpose's launches take five pointers and a
+   scale, not the two at_run fills in); a copy step's in_off and out_off are, and it copies
+   `nbytes`. Returns CUDA_ERROR_INVALID_VALUE (1) for a code of no buffer, before anything of
+   that step runs. The eager PyTorch fast path and JAX's FFI handler both run these. */
+static int at_relocate(uint64_t code, const uint64_t *bases, uint64_t nbases, uint64_t *out)
+{
+    uint64_t k = code >> @SHIFT@;
+    if (code == 0) { *out = 0; return 0; }
+    if (k == 0 || k > nbases) return 1;
+    *out = bases[k - 1] + (code & ((1ull << @SHIFT@) - 1));
+    return 0;
+}
+
+int at_run_relocated(const at_program *P, const uint64_t *bases, uint64_t nbases, void *stream,
+                     void *restore)
+{
+    void *cur = 0;
+    int err = 0;
+    P->get(&cur);
+    if (cur != P->ctx && (err = P->set(P->ctx)) != 0)
+        return err;
+    for (uint64_t i = 0; i < P->count && !err; i++) {
+        const at_step *s = &P->steps[i];
+        if (s->launch) {
+            const at_launch *L = s->launch;
+            uint64_t p[CAPACITY / 8];
+            void *kp[NARGS];
+            memcpy(p, L->params, L->nbytes);
+            for (uint64_t w = 0; w < s->nbytes / 8 && w < L->nbytes / 8 && !err; w++)
+                err = at_relocate(p[w], bases, nbases, &p[w]);
+            for (int a = 0; a < NARGS; a++)
+                kp[a] = (char *)p + L->offsets[a];
+            if (!err)
+                err = L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3],
+                                L->dims[4], L->dims[5], L->dims[6], stream, kp, 0);
+        } else {
+            uint64_t src = 0, dst = 0;
+            err = at_relocate(s->in_off, bases, nbases, &src);
+            if (!err)
+                err = at_relocate(s->out_off, bases, nbases, &dst);
+            if (!err)
+                err = P->copy(dst, src, (size_t)s->nbytes, stream);
+        }
+    }
+    if (restore == (void *)1)
+        restore = cur;
+    if (restore != P->ctx)
+        P->set(restore);
+    return err;
+}
+
 unsigned at_layout(void) { return (NARGS << 16) | CAPACITY; }
 unsigned at_struct_size(void) { return sizeof(at_launch); }
 unsigned at_program_size(void) { return (unsigned)(sizeof(at_program) << 8 | sizeof(at_step)); }
@@ -188,6 +247,34 @@ static PyObject *py_run(PyObject *self, PyObject *const *args, Py_ssize_t n)
                                   (void *)(uintptr_t)w[3], (void *)(uintptr_t)w[4]));
 }
 
+/* relocated(program, stream, restore, base, ...): at_run_relocated with up to MAX_BASES
+   bases; a Python float base is its float32's bits (the cast kernels' scale word). */
+#define MAX_BASES @MAX_BASES@
+static PyObject *py_relocated(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    uint64_t w[3], bases[MAX_BASES];
+    if (n < 3 || n > 3 + MAX_BASES) {
+        PyErr_SetString(PyExc_TypeError, "relocated(program, stream, restore, base, ...): at most MAX_BASES bases");
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        if (as_word(args[i], &w[i])) return NULL;
+    for (Py_ssize_t i = 3; i < n; i++) {
+        if (PyFloat_Check(args[i])) {
+            /* round to float32 as NumPy does (IEEE conversion, overflow to infinity) */
+            float f = (float)PyFloat_AS_DOUBLE(args[i]);
+            uint32_t b;
+            memcpy(&b, &f, 4);
+            bases[i - 3] = b;
+        } else if (as_word(args[i], &bases[i - 3])) {
+            return NULL;
+        }
+    }
+    return PyLong_FromLong(at_run_relocated((const at_program *)(uintptr_t)w[0], bases,
+                                            (uint64_t)(n - 3), (void *)(uintptr_t)w[1],
+                                            (void *)(uintptr_t)w[2]));
+}
+
 static PyObject *py_bind(PyObject *self, PyObject *arg)
 {
     uint64_t get;
@@ -217,6 +304,7 @@ static PyObject *py_layout(PyObject *self, PyObject *unused)
 static PyMethodDef methods[] = {
     {"transpose", (PyCFunction)(void (*)(void))py_transpose, METH_FASTCALL, "launch a prepared transpose"},
     {"run", (PyCFunction)(void (*)(void))py_run, METH_FASTCALL, "run a prepared program"},
+    {"relocated", (PyCFunction)(void (*)(void))py_relocated, METH_FASTCALL, "run a program of coded addresses"},
     {"bind", py_bind, METH_O, "the address of cuCtxGetCurrent, for current()"},
     {"current", py_current, METH_NOARGS, "the thread's current context, or None"},
     {"layout", py_layout, METH_NOARGS, "(NARGS << 16 | CAPACITY, sizeof(at_launch), sizeof(at_program) << 8 | sizeof(at_step))"},
@@ -227,7 +315,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_at_launch", NULL, -
 
 PyMODINIT_FUNC PyInit__at_launch(void) { return PyModule_Create(&module); }
 #endif
-""".replace("@NARGS@", str(NARGS)).replace("@CAPACITY@", str(CAPACITY))
+"""
+for _name, _value in (
+    ("NARGS", NARGS),
+    ("CAPACITY", CAPACITY),
+    ("SHIFT", RELOC_SHIFT),
+    ("MAX_BASES", MAX_BASES),
+):
+    SOURCE = SOURCE.replace(f"@{_name}@", str(_value))
 
 
 class Spec(ctypes.Structure):
@@ -284,17 +379,50 @@ TRANSPOSE_TYPE = ctypes.PYFUNCTYPE(
     ctypes.c_void_p,
 )
 
+# at_run_relocated(program, bases, nbases, stream, restore)
+RELOCATED_TYPE = ctypes.PYFUNCTYPE(
+    ctypes.c_int,
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.c_uint64,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+)
+_F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+
+
+def _ctypes_relocated(fn: Callable[..., int]) -> Callable[..., int]:
+    """The module form's `relocated(program, stream, restore, *bases)` over the plain C
+    function (floats to their float32 bits here)."""
+
+    def relocated(program: int, stream: int | None, restore: int | None, *bases: Any) -> int:
+        if len(bases) > MAX_BASES:
+            raise TypeError(f"relocated() takes at most {MAX_BASES} bases")
+        words = [
+            _U32.unpack(_F32.pack(float(np.float32(b))))[0] if isinstance(b, float) else b or 0
+            for b in bases
+        ]
+        arr = (ctypes.c_uint64 * max(1, len(words)))(*words)
+        return fn(program, arr, len(words), stream, restore)
+
+    return relocated
+
+
 KINDS = ("module", "ctypes")  # the forms tried, fastest first
 
 
 class Launcher(NamedTuple):
-    """A built launcher. `transpose(spec_address, src, dst, stream, restore)` and
-    `run(program_address, src, dst, stream, restore)` return the CUresult; `bind(get_address)`
-    then `current()` read the thread's context (module form only)."""
+    """A built launcher. `transpose(spec_address, src, dst, stream, restore)`,
+    `run(program_address, src, dst, stream, restore)` and `relocated(program_address, stream,
+    restore, *bases)` (a program of coded addresses; a float base is its float32's bits)
+    return the CUresult; `bind(get_address)` then `current()` read the thread's context
+    (module form only)."""
 
     kind: str
     transpose: Callable[..., int]
     run: Callable[..., int]
+    relocated: Callable[..., int]
     bind: Callable[[int], None] | None = None
     current: Callable[[], int | None] | None = None
 
@@ -391,13 +519,16 @@ def load(path: Path, kind: str = "ctypes") -> Launcher:
         except ImportError as e:
             raise OSError(str(e)) from e
         _check_layout(path, *mod.layout())
-        return Launcher("module", mod.transpose, mod.run, mod.bind, mod.current)
+        return Launcher("module", mod.transpose, mod.run, mod.relocated, mod.bind, mod.current)
     lib = ctypes.CDLL(str(path))
     for name in ("at_layout", "at_struct_size", "at_program_size"):
         getattr(lib, name).restype = ctypes.c_uint
     _check_layout(path, lib.at_layout(), lib.at_struct_size(), lib.at_program_size())
     return Launcher(
-        "ctypes", TRANSPOSE_TYPE(("at_transpose", lib)), TRANSPOSE_TYPE(("at_run", lib))
+        "ctypes",
+        TRANSPOSE_TYPE(("at_transpose", lib)),
+        TRANSPOSE_TYPE(("at_run", lib)),
+        _ctypes_relocated(RELOCATED_TYPE(("at_run_relocated", lib))),
     )
 
 

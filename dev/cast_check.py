@@ -9,8 +9,9 @@ Run it under another checkout's PYTHONPATH (e.g. `git archive REV autotranspose 
 unpacked) for that version's kernels and defaults: old and new, each against its own copy.
 
 Speed is bytes read + written per second as a percentage of a device-to-device copy of the
-same total bytes, both timed with CUDA events over `--reps` calls captured in a CUDA graph
-(the host's cost of a call left out), L2-cold: each call reads and writes its own buffers out
+same total bytes, timed with CUDA events over `--reps` calls, the casts captured in a CUDA graph
+(the host's cost of a call left out), the copy launched (in a graph it is a slower memcpy node),
+L2-cold: each call reads and writes its own buffers out
 of enough rotating sets (at least two) to exceed the L2. Run it on
 the current checkout (PYTHONPATH=. where another copy is installed); one table is printed.
 """
@@ -91,20 +92,24 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int16)
 
 
-def time_it(fn, reps: int) -> float:
+def time_it(fn, reps: int, graph: bool = True) -> float:
     """Seconds a call: `reps` calls captured in one CUDA graph, its replay timed with CUDA events
     (the median of 5), so the host's cost of a call is not in it; plain launches where the
-    capture fails."""
+    capture fails or `graph` is off (the copy: a device-to-device copy captured in a graph
+    is a memcpy node, which the H200 ran a third slower than the same copy launched)."""
     fn(0)
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
+    g = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph):
+        if not graph:
+            raise RuntimeError("not asked for")
+        with torch.cuda.graph(g):
             for i in range(reps):
                 fn(i)
-        run = graph.replay
+        run = g.replay
     except RuntimeError as e:  # not capturable: time the launches themselves
-        print(f"  (no CUDA graph: {e}; host time may be in the numbers)")
+        if graph:
+            print(f"  (no CUDA graph: {e}; host time may be in the numbers)")
 
         def run() -> None:
             for i in range(reps):
@@ -154,7 +159,7 @@ def run_case(
     amax = torch.zeros(1, device="cuda")
     cp_a = [torch.empty(moved // 2, dtype=torch.uint8, device="cuda") for _ in range(sets)]
     cp_b = [torch.empty(moved // 2, dtype=torch.uint8, device="cuda") for _ in range(sets)]
-    copy_s = time_it(lambda i: cp_b[i % sets].copy_(cp_a[i % sets]), reps)
+    copy_s = time_it(lambda i: cp_b[i % sets].copy_(cp_a[i % sets]), reps, graph=False)
     want = reference(xs[0], dst, scale)
     want_amax = xs[0].float().abs().max()
     case = f"{s_code}->{d_code}{' both' if both else ''} {m}x{n} {' '.join(sorted(flags))}"

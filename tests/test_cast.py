@@ -5,6 +5,7 @@ touches a GPU."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import struct
 
@@ -15,8 +16,10 @@ from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 import autotranspose as at
 from autotranspose import _codegen as codegen, errors, kinds
 from autotranspose._castplan import (
+    ARG_WORDS,
     ARGS,
     MAX_LOOP_LAUNCHES,
+    coded_args,
     divisor,
     format_of,
     pack_args,
@@ -99,12 +102,12 @@ def test_the_space_is_small_valid_and_holds_the_default():
 def test_every_pair_renders_its_conversion(code):
     src, dst = cast.PAIRS[code]
     text = at.render(cast.default(KernelConfig, src, dst))
-    assert "#include <cuda_fp8.h>" in text and "sizeof(at_cast_args) == 128" in text
+    assert "#include <cuda_fp8.h>" in text and f"sizeof(at_cast_args) == {ARGS.size}" in text
     if dst.fp8:
         assert f"__NV_SATFINITE, {dst.fp8}" in text
     else:
         assert f"at_cast_clamp_{dst.code}(__fmul_rn(" in text
-    assert ARGS.size == 128
+    assert ARGS.size == 136  # the C struct's size: a multiple of its 8-byte alignment
 
 
 @nvcc
@@ -230,9 +233,14 @@ def test_the_argument_block():
     ).launches
     args, grid = pack_args(lc, 128, 64, cast.BFLOAT16, cast.E4M3, 1000, 2000, 3000, 0, 4000, 0.5)
     f = struct.unpack(ARGS.format, args)
-    assert grid == 2 * 3 * 2 and f[:5] == (1000, 2000, 3000, 0, 4000)
-    assert f[5:13] == (300, 70, 70, 300, 70, 21000, 21000, 21000) and f[13:16] == (3, 2, 0.5)
-    assert f[16:19] == (*divisor(3)[:1], *divisor(2)[:1], divisor(2)[1] | divisor(3)[1] << 8)
+    assert grid == 2 * 3 * 2 and f[:7] == (1000, 2000, 3000, 0, 4000, 0.5, 0)
+    assert f[7:15] == (300, 70, 70, 300, 70, 21000, 21000, 21000) and f[15:17] == (3, 2)
+    assert f[17:20] == (*divisor(3)[:1], *divisor(2)[:1], divisor(2)[1] | divisor(3)[1] << 8)
+    # the same block with the leading words coded for a relocated program's call
+    codes = tuple(random.randrange(1, 2**48) for _ in range(ARG_WORDS))
+    coded, same = coded_args(lc, 128, 64, cast.BFLOAT16, cast.E4M3, codes)
+    assert same == grid and coded[48:] == args[48:]
+    assert struct.unpack("<6Q", coded[:48]) == codes  # no offsets: this launch starts at 0
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 5, 7, 64, 100, 927, 65535, 2**20 + 1, 2**30 + 3, 2**31])

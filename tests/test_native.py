@@ -398,3 +398,48 @@ def test_a_program_stops_at_the_first_failed_step_and_restores(built):
     prog, _keep = make_program(fake, ctx, steps, [])
     assert built.run(ctypes.addressof(prog), 1 << 20, 2 << 20, 0, _native.SAME) == 719
     assert len(fake.launches) == 1 and fake.current == had
+
+
+def _coded(k: int, offset: int = 0) -> int:
+    return k << _native.RELOC_SHIFT | offset
+
+
+def test_a_relocated_program_fills_each_coded_word_from_the_calls_buffers(built):
+    """cast_transpose's launches take five pointers and a scale: each leading word a step
+    names is a code (buffer k << RELOC_SHIFT | offset) for bases[k - 1] + offset, 0 stays 0,
+    a float base is its float32's bits; the words after them, and a copy step's coded
+    addresses, come through as the driver needs them, in one context switch."""
+    rng = random.Random()
+    had, ctx = rng.randrange(2, 2**47), rng.randrange(2, 2**47)
+    fake = FakeDriver(had)
+    spec, (func, _dims, scalars) = make_spec(fake, ctx, rng)
+    offs = [rng.randrange(0, 2**30) for _ in range(3)]
+    codes = [_coded(1, offs[0]), _coded(2, offs[1]), 0, _coded(4), _coded(5, offs[2]), _coded(6)]
+    ctypes.memmove(ctypes.addressof(spec.params), struct.pack("<6Q", *codes), 48)
+    copies: list = []
+    nbytes = rng.randrange(1, 2**20)
+    steps = [(None, _coded(3, 8), _coded(2), nbytes), (spec, 0, 0, 48)]
+    prog, _keep = make_program(fake, ctx, steps, copies)
+    bases = [rng.randrange(2**20, 2**47) for _ in range(5)]
+    scale = rng.uniform(-1e3, 1e3)
+    stream = rng.randrange(3, 2**47)
+    assert built.relocated(ctypes.addressof(prog), stream, _native.SAME, *bases, scale) == 0
+    assert fake.sets == [ctx, had]
+    assert copies == [(bases[1], bases[2] + 8, nbytes, stream, ctx)]
+    (call,) = fake.launches
+    bits = struct.unpack("<I", struct.pack("<f", scale))[0]  # rounded to nearest, as NumPy
+    want = [bases[0] + offs[0], bases[1] + offs[1], 0, bases[3], bases[4] + offs[2], bits]
+    assert call["func"] == func and call["ctx"] == ctx and call["stream"] == stream
+    assert call["values"] == [*want, *scalars[4:]]
+
+
+@pytest.mark.parametrize("code", [_coded(3), _coded(0, 16)])
+def test_a_code_of_no_buffer_launches_nothing_and_restores(built, code):
+    rng = random.Random()
+    had, ctx = rng.randrange(2, 2**47), rng.randrange(2, 2**47)
+    fake = FakeDriver(had)
+    spec, _ = make_spec(fake, ctx, rng)
+    ctypes.memmove(ctypes.addressof(spec.params), struct.pack("<2Q", _coded(1), code), 16)
+    prog, _keep = make_program(fake, ctx, [(spec, 0, 0, 16)], [])
+    assert built.relocated(ctypes.addressof(prog), 0, _native.SAME, 1 << 20, 2 << 20) == 1
+    assert fake.launches == [] and fake.current == had

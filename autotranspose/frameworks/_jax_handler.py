@@ -32,66 +32,14 @@ HOST_TARGET = "autotranspose_permute_host"  # the same handler on XLA's CPU back
 CAST_TARGET = "autotranspose_cast_transpose"  # cast_transpose's CUDA target (jax_cast)
 HOST_CAST_TARGET = "autotranspose_cast_transpose_host"  # the same on XLA's CPU backend (tests)
 HANDLER_SOURCE = Path(__file__).with_name("jax_handler.cc")
-# Read the launcher's structs' contexts (the handler picks the entry made for XLA's stream),
-# and run a program whose addresses are codes for the call's buffers (`at_run_relocated`:
-# cast_transpose's launches take five pointers, not the two at_run fills in).
-RELOC_SHIFT = 40  # a code is (buffer number << RELOC_SHIFT) | byte offset
+# Read the launcher's structs' contexts (the handler picks the entry made for XLA's stream);
+# it runs programs whose addresses are codes for the call's buffers with the launcher's own
+# `at_run_relocated` (cast_transpose's launches take five pointers, not the two at_run fills in).
+RELOC_SHIFT = _native.RELOC_SHIFT  # a code is (buffer number << RELOC_SHIFT) | byte offset
 LAUNCHER_EXTRA = r"""
 void *at_launch_context(const at_launch *L) { return L->ctx; }
 void *at_program_context(const at_program *P) { return P->ctx; }
-
-/* A program of launches and copies whose addresses are codes: a word k << @SHIFT@ | offset,
-   k from 1 to nbases, stands for bases[k - 1] + offset; 0 stays a null pointer. A launch
-   step's first `nbytes` / 8 argument words are codes (the kernel's pointers); a copy step's
-   in_off and out_off are, and it copies `nbytes`. Returns CUDA_ERROR_INVALID_VALUE (1) for a
-   code of no buffer, before anything of that step runs. */
-static int at_relocate(uint64_t code, const uint64_t *bases, uint64_t nbases, uint64_t *out)
-{
-    uint64_t k = code >> @SHIFT@;
-    if (code == 0) { *out = 0; return 0; }
-    if (k == 0 || k > nbases) return 1;
-    *out = bases[k - 1] + (code & ((1ull << @SHIFT@) - 1));
-    return 0;
-}
-
-int at_run_relocated(const at_program *P, const uint64_t *bases, uint64_t nbases, void *stream,
-                     void *restore)
-{
-    void *cur = 0;
-    int err = 0;
-    P->get(&cur);
-    if (cur != P->ctx && (err = P->set(P->ctx)) != 0)
-        return err;
-    for (uint64_t i = 0; i < P->count && !err; i++) {
-        const at_step *s = &P->steps[i];
-        if (s->launch) {
-            const at_launch *L = s->launch;
-            uint64_t p[CAPACITY / 8];
-            void *kp[NARGS];
-            memcpy(p, L->params, L->nbytes);
-            for (uint64_t w = 0; w < s->nbytes / 8 && w < L->nbytes / 8 && !err; w++)
-                err = at_relocate(p[w], bases, nbases, &p[w]);
-            for (int a = 0; a < NARGS; a++)
-                kp[a] = (char *)p + L->offsets[a];
-            if (!err)
-                err = L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3],
-                                L->dims[4], L->dims[5], L->dims[6], stream, kp, 0);
-        } else {
-            uint64_t src = 0, dst = 0;
-            err = at_relocate(s->in_off, bases, nbases, &src);
-            if (!err)
-                err = at_relocate(s->out_off, bases, nbases, &dst);
-            if (!err)
-                err = P->copy(dst, src, (size_t)s->nbytes, stream);
-        }
-    }
-    if (restore == (void *)1)
-        restore = cur;
-    if (restore != P->ctx)
-        P->set(restore);
-    return err;
-}
-""".replace("@SHIFT@", str(RELOC_SHIFT))
+"""
 CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC")
 
 _lock = threading.Lock()

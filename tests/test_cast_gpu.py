@@ -297,6 +297,41 @@ def test_a_repeated_eager_call_takes_the_fast_path_and_matches(torch, rng, both)
 
 
 @pytest.mark.parametrize(
+    "shape, axes", [((3, 4, 50, 60), (1, 0, 3, 2)), ((5, 6, 7, 40), (2, 0, 3, 1))]
+)
+@pytest.mark.parametrize("both", [False, True])
+def test_repeated_permutes_of_several_launches_with_a_float_scale(
+    torch, rng, monkeypatch, shape, axes, both
+):
+    """A permute whose plan is several launches at offsets, with a Python float scale that
+    float32 rounds and an amax: validated once, then every repeat runs the launches as one
+    program of coded addresses (the offsets added to each call's pointers, the scale written
+    as its float32 bits, rounded as NumPy rounds it) and writes what torch's cast does."""
+    from autotranspose import _cast, _native
+
+    _cast.clear_caches()
+    full = []
+    on_device = _cast._on_device
+    monkeypatch.setattr(_cast, "_on_device", lambda *a: full.append(1) or on_device(*a))
+    dst, dt = cast.E5M2, torch.float8_e5m2
+    for round_ in range(3):
+        scale = float(rng.uniform(0.5, 4.0))  # a double: its float32 is what multiplies
+        x = _input(torch, rng, shape, cast.FLOAT32, dst, scale)
+        amax = torch.full((1,), 0.125, device="cuda")
+        got = at.cast_transpose(x, dt, scale=scale, amax=amax, axes=axes, both=both)
+        z, y = got if both else (None, got)
+        ref = _reference(torch, x, float(np.float32(scale)), dst)
+        _assert_same(torch, y, ref.permute(axes).contiguous())
+        if both:
+            _assert_same(torch, z, ref, "z")
+        _same_amax(torch, amax, _amax_ref(torch, x, torch.full((1,), 0.125, device="cuda")))
+        assert len(full) == 1 and len(_cast._hits) == 1, round_
+        hit = next(iter(_cast._hits.values()))
+        assert len(hit.prep.plan.launches) > 1
+        assert (hit.program is not None) == (_native.launcher() is not None)
+
+
+@pytest.mark.parametrize(
     "code, both, given",
     [
         ("bf16_e4m3", False, "out_t"),

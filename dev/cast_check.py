@@ -69,6 +69,10 @@ def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig
         # z's rows written 128 columns a tile (half the tile boundaries inside z's rows)
         ("m128n128", {"tile_m": 128, "tile_n": 128, "per_thread": 8, "min_blocks": 0}),
         ("m64n128", {"tile_m": 64, "tile_n": 128, "per_thread": 4, "min_blocks": 0}),
+        # more warps an SM (registers capped at 64): for calls bound by memory latency
+        ("b4", {"min_blocks": 4}),
+        ("m128b4", {"tile_m": 128, "per_thread": 4, "min_blocks": 4}),
+        ("m64b8", {"tile_m": 64, "per_thread": 4, "min_blocks": 8}),
     ]:
         try:
             c = base.replace(**fields)
@@ -76,6 +80,8 @@ def variants(src: cast.Format, dst: cast.Format) -> list[tuple[str, KernelConfig
                 c = c.replace(min_blocks=3)  # 80 registers, as the 256-row default
         except (ConfigError, ValueError):
             continue
+        if c.min_blocks * c.threads > 1024:
+            continue  # capped under 64 registers: spills
         if c.smem_bytes <= 48 * 1024 and c.threads <= 1024 and c not in dict(out).values():
             out.append((name, c))
     # tiles past 48 KiB (dynamic shared memory, opted in): "w<tile_n>t<per_thread>"

@@ -142,6 +142,18 @@ def test_the_wide_tiles_past_48_kib_compile_without_spills_and_declare_it_dynami
     assert_compile_without_spills(wide, arch)
 
 
+@nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_capped_race_candidates_compile_without_spills(arch):
+    capped = [c for src, dst in cast.PAIRS.values() for c in cast.capped(KernelConfig, src, dst)]
+    assert capped and all(c.min_blocks * c.threads <= 1024 for c in capped)
+    for c in capped:  # each is its pair's default with one block more an SM
+        src, dst = cast.PAIRS[c.cast]
+        assert c.replace(min_blocks=c.min_blocks - 1) == cast.default(KernelConfig, src, dst)
+        assert c in cast.race_candidates(KernelConfig, src, dst)
+    assert_compile_without_spills(capped, arch)
+
+
 def test_a_first_call_races_the_wide_tiles_only_where_a_block_may_opt_in():
     import dataclasses
 

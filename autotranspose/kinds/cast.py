@@ -363,11 +363,12 @@ def space(new: New, src: Format, dst: Format) -> Iterator[Any]:
 def race_candidates(new: New, src: Format, dst: Format, limits: Any = NEWEST) -> list[Any]:
     """What a cast's first call times after the default (which stays unless beaten): tiles of
     64, 128 and 256 input rows with 4 or 8 words a thread, the default's tile walked by
-    columns of blocks (uncapped registers where the default caps them), and where `limits`
-    lets a block opt in past 48 KiB, `wide_tiles`. The pair's tuned winners on the H100 came
-    from these (docs/perf-notes.md: float32 -> float8 with `both` on odd shapes 68.7 -> 76.4%
-    of copy with 256-row tiles and 8 words a thread; bfloat16 -> float8 aligned, 64-row
-    tiles, +1-3 points)."""
+    columns of blocks (uncapped registers where the default caps them), the default with
+    registers capped for one block more an SM where that leaves 64 or more (`capped`), and
+    where `limits` lets a block opt in past 48 KiB, `wide_tiles`. The pair's tuned winners on
+    the H100 came from these (docs/perf-notes.md: float32 -> float8 with `both` on odd shapes
+    68.7 -> 76.4% of copy with 256-row tiles and 8 words a thread; bfloat16 -> float8
+    aligned, 64-row tiles, +1-3 points)."""
     first = default(new, src, dst)
     picks = [first]
     for c in space(new, src, dst):
@@ -377,7 +378,21 @@ def race_candidates(new: New, src: Format, dst: Format, limits: Any = NEWEST) ->
         rows = c.raster == "row" and c.tile_m in (64, 128, 256) and c.per_thread in (4, 8)
         if (rows and not same) or (c.raster == "col" and same):
             picks.append(c)
+    picks += [c for c in capped(new, src, dst) if c not in picks]
     return picks + [c for c in wide_tiles(new, src, dst) if c.fits(limits) and c not in picks]
+
+
+def capped(new: New, src: Format, dst: Format) -> list[Any]:
+    """The default with registers capped for one block more an SM, where the cap stays at 64
+    or more (no spills on sm_80 and sm_90, nvcc 13): 16-bit inputs to float8, 4 blocks of 256
+    threads. On an H200 (L2-cold, % of copy) that ran bfloat16 -> e5m2 15143x5745 68.4 ->
+    74.4 and bfloat16 -> e4m3 8016x18625 75.3 -> 81.3 (odd rows, memory latency exposed),
+    aligned calls and `both` on odd shapes within 2 points (docs/perf-notes.md)."""
+    first = default(new, src, dst)
+    blocks = (first.min_blocks or 1) + 1
+    if blocks * first.threads > 1024:  # under 64 registers a thread: spills
+        return []
+    return [first.replace(min_blocks=blocks)]
 
 
 def wide_tiles(new: New, src: Format, dst: Format) -> list[Any]:

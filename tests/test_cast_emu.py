@@ -136,6 +136,21 @@ def test_layouts(code, shape, kw):
     _check(cast.default(KernelConfig, src, dst), shape, **kw)
 
 
+@pytest.mark.parametrize("code", ["f32_e4m3", "bf16_e5m2", "f16_bf16", "f32_f16"])
+@pytest.mark.parametrize("odd_m", [False, True])
+def test_interior_tiles_of_aligned_rows_beside_edge_tiles(code, odd_m):
+    """Two tiles each way whole and a cut third: the whole ones of x's word-aligned rows run
+    the specialised branch (the tile's extent and the rows' offsets constants), the cut ones
+    the general one, in one launch; the transposed rows aligned or odd, z written too."""
+    src, dst = cast.PAIRS[code]
+    cfg = cast.default(KernelConfig, src, dst)
+    m = 2 * cfg.tile_m + (3 if odd_m else 16)
+    n = 2 * cfg.tile_n + 16 // src.size + 8  # aligned rows: 16-byte pitches
+    assert n * src.size % 16 == 0
+    _check(cfg, (m, n), scale=2.0, amax_prior=0.0, both=True)
+    _check(cfg, (2, m, n), scale=0.5)
+
+
 def test_nan_in_the_prior_amax_stays():
     cfg = cast.default(KernelConfig, cast.FLOAT32, cast.E4M3)
     _check(cfg, (9, 9), amax_prior=float("nan"))

@@ -19,12 +19,14 @@
 #undef __global__
 #undef __device__
 #undef __forceinline__
+#undef __noinline__
 #undef __launch_bounds__
 #undef __shared__
 #undef __align__
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))

@@ -59,22 +59,17 @@ def specialise(text: str, hot: str, both: bool) -> str:
         (r"const int zend = \(int\)min\(\(i64\)(\d+), a\.N - n0\);", r"const int zend = \1;"),
         (r"if \(zd && \(n0 == 0 \|\| zend < \d+\)\)", "if (false)"),
     ]  # fmt: skip
-    if hot == "aligned":
+    # the kernel's own test for an interior tile of word-aligned rows (the `_whole` function)
+    whole = r"if \(a\.M - m0 >= \d+ && a\.N - n0 >= \d+\n\s*&& .*?\) == 0\)"
+    y_aligned = r"if \(\(\(u32\)\(u64\)y & 15u\) == 0 && \(\(u32\)ld_y & 15u\) == 0\)"
+    if hot == "aligned":  # the template's own path for such a tile, inlined, y's rows aligned
         subs += [
-            (r"const int sft = \(int\)\(\(\(u32\)\(u64\)row >> .*?\);", "const int sft = 0;"),
-            (r"const int sft = \(int\)\(\(\(\(u32\)\(u64\)x \+ .*?\), c0", "const int sft = 0, c0"),
-            (r"const int sft = extra_sft\[i\] = \(int\)\(.*?\);", "const int sft = extra_sft[i] = 0;"),
-            (r"const u32 xlo = \(u32\)\(u64\)x, ldl = \(u32\)ld_x;", "const u32 xlo = 0, ldl = 0;"),
-            (r"\(int\)\(\(16u - \(\(u32\)\(u64\)zr & 15u\)\) & 15u\)", "0"),
-            (r"if \(\(\(\(u32\)\(u64\)z \| \(u32\)ld_z\) & 15u\) != 0 \|\| \(zbytes & 15\) != 0\)", "if (false)"),
-            # z's rows at x's offsets: written from the registers
-            (r"const bool zd = z && \([\s\S]*?\) == 0;", "const bool zd = z;"),
-            (r"if \(\(\(u32\)\(u64\)y & 15u\) == 0 && \(\(u32\)ld_y & 15u\) == 0\)", "if (true)"),
+            (whole, "if (true)"),
+            (r"__device__ __noinline__ void", "__device__ __forceinline__ void"),
+            (y_aligned, "if (true)"),
         ]  # fmt: skip
-    else:
-        subs.append(
-            (r"if \(\(\(u32\)\(u64\)y & 15u\) == 0 && \(\(u32\)ld_y & 15u\) == 0\)", "if (false)")
-        )  # fmt: skip
+    else:  # the general path with the rows' offsets at run time, y's funnel path
+        subs += [(whole, "if (false)"), (y_aligned, "if (false)")]
     for pattern, repl in subs:
         text, n = re.subn(pattern, repl, text)
         assert n, f"the template changed: {pattern} not found"

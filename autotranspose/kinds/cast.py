@@ -11,7 +11,9 @@ at its row's own offset; after a barrier they transpose 4x4-byte (2x2-half) bloc
 registers by byte permutes (each row realigned by a funnel shift) into transposed rows, and
 after another store 16-byte words of the transposed output at each output row's own
 alignment (funnel shifts of shared-memory words). Words that a tile's edge (or the call's)
-cuts go byte by byte (16 lanes a row), so any shape, pitch and offset runs. `pad` is 0: the
+cuts go byte by byte (16 lanes a row), so any shape, pitch and offset runs. A whole tile whose
+rows of x all start on a word boundary runs the same phases in a function of its own with its
+extent and the rows' offsets as constants (about half the instructions). `pad` is 0: the
 padding of the transposed rows is derived.
 
 These kernels are not in the transpose search space (`searches` is empty): a cast call

@@ -83,32 +83,51 @@ typedef struct {
     uint64_t params[CAPACITY / 8];  /* argument block; src and dst filled per call */
 } at_launch;
 
-/* Launch in whichever context is current (the caller made L->ctx current). */
-static int at_launch_here(const at_launch *L, uint64_t src, uint64_t dst, void *stream)
+/* Launch with the argument block `p`, filled in by the caller, in whichever context is current
+   (the caller made L->ctx current). */
+static int at_launch_block(const at_launch *L, uint64_t *p, void *stream)
 {
-    uint64_t p[CAPACITY / 8];
     void *kp[NARGS];
-    memcpy(p, L->params, L->nbytes);
-    p[0] = src;
-    p[1] = dst;
     for (int i = 0; i < NARGS; i++)
         kp[i] = (char *)p + L->offsets[i];
     return L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3], L->dims[4],
                      L->dims[5], L->dims[6], stream, kp, 0);
 }
 
-int at_transpose(const at_launch *L, uint64_t src, uint64_t dst, void *stream, void *restore)
+static int at_launch_here(const at_launch *L, uint64_t src, uint64_t dst, void *stream)
 {
-    void *cur = 0;
-    int err;
-    L->get(&cur);
-    if (cur != L->ctx && (err = L->set(L->ctx)) != 0)
-        return err;
-    err = at_launch_here(L, src, dst, stream);
+    uint64_t p[CAPACITY / 8];
+    memcpy(p, L->params, L->nbytes);
+    p[0] = src;
+    p[1] = dst;
+    return at_launch_block(L, p, stream);
+}
+
+/* Make `ctx` current, the thread's own context read into *cur first ... */
+static int at_enter(get_t get, set_t set, void *ctx, void **cur)
+{
+    *cur = 0;
+    get(cur);
+    return *cur != ctx ? set(ctx) : 0;
+}
+
+/* ... and afterwards `restore` (1: the thread's own, *cur) current again. */
+static void at_leave(set_t set, void *ctx, void *cur, void *restore)
+{
     if (restore == (void *)1)
         restore = cur;
-    if (restore != L->ctx)
-        L->set(restore);
+    if (restore != ctx)
+        set(restore);
+}
+
+int at_transpose(const at_launch *L, uint64_t src, uint64_t dst, void *stream, void *restore)
+{
+    void *cur;
+    int err = at_enter(L->get, L->set, L->ctx, &cur);
+    if (err)
+        return err;
+    err = at_launch_here(L, src, dst, stream);
+    at_leave(L->set, L->ctx, cur, restore);
     return err;
 }
 
@@ -132,20 +151,16 @@ typedef struct {
 
 int at_run(const at_program *P, uint64_t src, uint64_t dst, void *stream, void *restore)
 {
-    void *cur = 0;
-    int err = 0;
-    P->get(&cur);
-    if (cur != P->ctx && (err = P->set(P->ctx)) != 0)
+    void *cur;
+    int err = at_enter(P->get, P->set, P->ctx, &cur);
+    if (err)
         return err;
     for (uint64_t i = 0; i < P->count && !err; i++) {
         const at_step *s = &P->steps[i];
         err = s->launch ? at_launch_here(s->launch, src + s->in_off, dst + s->out_off, stream)
                         : P->copy(dst + s->out_off, src + s->in_off, (size_t)s->nbytes, stream);
     }
-    if (restore == (void *)1)
-        restore = cur;
-    if (restore != P->ctx)
-        P->set(restore);
+    at_leave(P->set, P->ctx, cur, restore);
     return err;
 }
 
@@ -167,25 +182,20 @@ static int at_relocate(uint64_t code, const uint64_t *bases, uint64_t nbases, ui
 int at_run_relocated(const at_program *P, const uint64_t *bases, uint64_t nbases, void *stream,
                      void *restore)
 {
-    void *cur = 0;
-    int err = 0;
-    P->get(&cur);
-    if (cur != P->ctx && (err = P->set(P->ctx)) != 0)
+    void *cur;
+    int err = at_enter(P->get, P->set, P->ctx, &cur);
+    if (err)
         return err;
     for (uint64_t i = 0; i < P->count && !err; i++) {
         const at_step *s = &P->steps[i];
         if (s->launch) {
             const at_launch *L = s->launch;
             uint64_t p[CAPACITY / 8];
-            void *kp[NARGS];
             memcpy(p, L->params, L->nbytes);
             for (uint64_t w = 0; w < s->nbytes / 8 && w < L->nbytes / 8 && !err; w++)
                 err = at_relocate(p[w], bases, nbases, &p[w]);
-            for (int a = 0; a < NARGS; a++)
-                kp[a] = (char *)p + L->offsets[a];
             if (!err)
-                err = L->launch(L->func, L->dims[0], L->dims[1], L->dims[2], L->dims[3],
-                                L->dims[4], L->dims[5], L->dims[6], stream, kp, 0);
+                err = at_launch_block(L, p, stream);
         } else {
             uint64_t src = 0, dst = 0;
             err = at_relocate(s->in_off, bases, nbases, &src);
@@ -195,10 +205,7 @@ int at_run_relocated(const at_program *P, const uint64_t *bases, uint64_t nbases
                 err = P->copy(dst, src, (size_t)s->nbytes, stream);
         }
     }
-    if (restore == (void *)1)
-        restore = cur;
-    if (restore != P->ctx)
-        P->set(restore);
+    at_leave(P->set, P->ctx, cur, restore);
     return err;
 }
 

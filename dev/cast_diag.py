@@ -20,25 +20,14 @@ import torch
 
 import autotranspose as at
 from autotranspose import _cast
-from autotranspose.bench.cast import _describe, _traffic, cast_cases
+from autotranspose.bench.cast import _describe, _time, _traffic, cast_cases
 
 CALLS = 20
 
 
 def queued(fn, repeats: int = 5) -> float:
     """Seconds a call, as `bench --cast` times it."""
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeats):
-        start.record()
-        for _ in range(CALLS):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / CALLS)
-    return statistics.median(times)
+    return _time(torch, fn, repeats)
 
 
 def replayed(fn, repeats: int = 5) -> float:

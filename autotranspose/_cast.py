@@ -329,9 +329,7 @@ def fast_torch(
             return None
     stream = streams.torch_current(hit.device)
     if hit.program is not None:
-        _driver.run_relocated(
-            hit.program, stream, _driver.SAME, px, py, pz, scale_ptr, amax_ptr, scale_value
-        )
+        _driver.run_relocated(hit.program, stream, px, py, pz, scale_ptr, amax_ptr, scale_value)
     else:
         _launch_all(
             hit.prep, hit.head, hit.block, hit.ctx, stream, px, py, pz, scale_ptr,

@@ -394,7 +394,6 @@ def launch(args: tuple[Any, ...], stream: int | None, params: bytes) -> None:
 
 
 _SAME: Any = object()
-SAME = _SAME  # `restore`: the context the thread had when the launch was made
 
 
 class Prepared:
@@ -525,11 +524,13 @@ _at_run: Any = None
 _at_relocated: Any = None
 
 
-def run_relocated(program: Program, stream: int | None, restore: Any, *bases: int | float) -> None:
+def run_relocated(
+    program: Program, stream: int | None, *bases: int | float, restore: Any = _SAME
+) -> None:
     """Run a program whose argument words are codes for the call's buffers (`_native`'s
     `at_run_relocated`: code k << RELOC_SHIFT | offset is bases[k - 1] + offset; a float base
-    is its float32's bits) on `stream`, then make `restore` current (`_SAME`: what the thread
-    had). The program needs the compiled launcher (`program.address`)."""
+    is its float32's bits) on `stream`, then make `restore` current (by default what the
+    thread had). The program needs the compiled launcher (`program.address`)."""
     err = _at_relocated(
         program.address, stream, _native.SAME if restore is _SAME else restore, *bases
     )

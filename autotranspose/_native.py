@@ -261,8 +261,9 @@ static PyObject *py_relocated(PyObject *self, PyObject *const *args, Py_ssize_t 
 {
     uint64_t w[3], bases[MAX_BASES];
     if (n < 3 || n > 3 + MAX_BASES) {
-        PyErr_SetString(PyExc_TypeError, "relocated(program, stream, restore, base, ...): at most MAX_BASES bases");
-        return NULL;
+        return PyErr_Format(PyExc_TypeError,
+                            "relocated(program, stream, restore, base, ...) takes at most %d "
+                            "bases, got %zd", MAX_BASES, n < 3 ? (Py_ssize_t)0 : n - 3);
     }
     for (int i = 0; i < 3; i++)
         if (as_word(args[i], &w[i])) return NULL;

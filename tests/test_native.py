@@ -443,3 +443,27 @@ def test_a_code_of_no_buffer_launches_nothing_and_restores(built, code):
     prog, _keep = make_program(fake, ctx, [(spec, 0, 0, 16)], [])
     assert built.relocated(ctypes.addressof(prog), 0, _native.SAME, 1 << 20, 2 << 20) == 1
     assert fake.launches == [] and fake.current == had
+
+
+def test_more_bases_than_the_launcher_holds_are_refused(built):
+    with pytest.raises(TypeError, match=f"at most {_native.MAX_BASES}"):
+        built.relocated(0, 0, _native.SAME, *range(1, _native.MAX_BASES + 2))
+
+
+def test_the_driver_runs_a_relocated_program_and_restores_the_threads_context(built, monkeypatch):
+    """`_driver.run_relocated` (the eager cast's fast path) hands its bases to the launcher
+    as given and, unless told otherwise, leaves the thread's own context current."""
+    import types
+
+    rng = random.Random()
+    had, ctx = rng.randrange(2, 2**47), rng.randrange(2, 2**47)
+    fake = FakeDriver(had)
+    spec, _ = make_spec(fake, ctx, rng)
+    ctypes.memmove(ctypes.addressof(spec.params), struct.pack("<2Q", _coded(2, 8), _coded(1)), 16)
+    prog, _keep = make_program(fake, ctx, [(spec, 0, 0, 16)], [])
+    monkeypatch.setattr(_driver, "_at_relocated", built.relocated)
+    program = types.SimpleNamespace(address=ctypes.addressof(prog))
+    _driver.run_relocated(program, 7, 1 << 20, 3 << 20)
+    (call,) = fake.launches
+    assert call["values"][:2] == [(3 << 20) + 8, 1 << 20] and call["stream"] == 7
+    assert fake.current == had

@@ -59,6 +59,13 @@ class ElementType:
             )
 
 
+def word_type(size: int) -> ElementType:
+    """The element type of a pass that moves `size`-byte words whatever the caller's dtype (a
+    permute's passes, whose elements the pointers may widen). Its name is what the tuning
+    database records as the dtype measured, so it is a plain name like the dtypes' own."""
+    return ElementType(f"word{size}", size, False)
+
+
 def _torch_dtype_name(dtype: Any) -> str | None:
     if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":
         return str(dtype).removeprefix("torch.")

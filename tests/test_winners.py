@@ -32,6 +32,7 @@ from test_store_open import _make_read_only, foreign_db, read_only_dir, snapshot
 
 from autotranspose import _codegen as codegen, _lookup as lookup, _winners as winners, cli
 from autotranspose._config import default_config, max_vec, staged_default
+from autotranspose._dtypes import ELEMENT_SIZES, word_type
 from autotranspose._shapes import shape_class
 from autotranspose._tuner import tune
 from autotranspose.errors import StoreError
@@ -121,6 +122,22 @@ def test_a_winner_is_stored_like_a_tuning_result(ours, log):
     got = lookup.choose(DEVICE, 4, CLS)
     assert (got.source, got.config, got.shape_class) == ("measured", WINNER, CLS)
     assert not lookup.is_guess(got, CLS)
+
+
+@pytest.mark.parametrize("size", ELEMENT_SIZES)
+def test_a_permute_pass_of_words_is_stored_under_its_word_type(ours, log, size):
+    """A permute's transpose pass moves words whatever the caller's dtype: its winner is
+    recorded under the word type's name (a dtype name the store accepts), not refused."""
+    shape = (1, 3000, 5000)
+    cls = shape_class(*shape, size)
+    call = winners.Call(DEVICE, word_type(size).name, size, shape, cls, False)
+    config = default_config(size, max_vector=cls.vec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a refused row is a RuntimeWarning
+        choice = winners.settle(call, logging_measure(log, config=config))
+    assert choice.source == "measured"
+    e = _best(ours, cls, size)
+    assert (e.source, e.dtype, e.config) == ("measured", f"word{size}", config)
 
 
 def test_a_copy_ratio_is_kept_when_known(ours):

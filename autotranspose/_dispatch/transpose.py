@@ -20,7 +20,7 @@ from .. import _firstcall as firstcall, _lookup as lookup, _streams as streams, 
 from .._arrays import View, matrix_layout
 from .._compiler import DeviceState
 from .._config import KernelConfig, default_config, for_call, regt_side
-from .._dtypes import ElementType
+from .._dtypes import ElementType, word_type
 from .._launch import Launch, make_launch, run_copy
 from .._plan import NO_DIM, Dim
 from .._shapes import ShapeClass, call_vec, flat_fits, shape_class
@@ -230,7 +230,7 @@ def batched_launch(
     Only the pointers' alignment is kept (a first call measures on these very buffers).
     `outer` (a permute pass's two outer batch dims) makes it the config's outer variant,
     walking them in the same launch (`launch.make_launch`)."""
-    et = ElementType(f"{elem_bytes}-byte word", elem_bytes, False)
+    et = word_type(elem_bytes)
     x, o = device_views(state, et, 3, shape, strides, src, dst)
     return launch_for(x, o, None, False, state, stream, ctx, outer)
 

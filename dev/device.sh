@@ -42,9 +42,14 @@ pack() {
   mapfile -t files < <(find . -type f ! -name 'rest-*.tar.gz' ! -name log.txt ! -path './tuning_db/*' | sed 's|^\./||')
   n=$(find . -type f | wc -l)
   if [ "$n" -gt 8 ] && [ ${#files[@]} -gt 0 ]; then
-    tar -czf "rest-$RECIPE.tar.gz" "${files[@]}" && rm -f "${files[@]}"
+    local tarball="rest-$RECIPE.tar.gz" i=1
+    while [ -e "$tarball" ]; do # a recipe run twice in one call keeps both archives
+      i=$((i + 1))
+      tarball="rest-$RECIPE-$i.tar.gz"
+    done
+    tar -czf "$tarball" "${files[@]}" && rm -f "${files[@]}"
     find . -mindepth 1 -type d -empty -delete
-    echo "packed ${#files[@]} files into rest-$RECIPE.tar.gz (log.txt and tuning_db/ kept out)" >>"$LOG"
+    echo "packed ${#files[@]} files into $tarball (log.txt and tuning_db/ kept out)" >>"$LOG"
   fi
   cd - >/dev/null || return
 }

@@ -11,7 +11,7 @@ shape (classes v8/v4 and v1), without and with the same-order output (`--both`: 
 with it are served only their own results, `lookup.cast_choice`). Cases stop starting once
 `--budget` seconds have passed. `merge` puts the export's cast entries into the shipped file
 (its transposes' entries left byte for byte). Import the GPU's shipped file into the database first, so the
-export keeps every shipped transpose result (dev/device_cast_campaign.sh does).
+export keeps every shipped transpose result (`bash dev/device.sh cast-campaign` does).
 """
 
 from __future__ import annotations

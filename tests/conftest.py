@@ -27,7 +27,7 @@ _REASON: list[str | None] = []
 
 def _shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     """AUTOTRANSPOSE_TEST_SHARD=k/N keeps every N-th test from the k-th: N processes split a
-    suite that one device call cannot run serially (dev/device_diag.sh)."""
+    suite that one device call cannot run serially (`bash dev/device.sh tests`)."""
     spec = os.environ.get("AUTOTRANSPOSE_TEST_SHARD")
     if not spec:
         return

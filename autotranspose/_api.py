@@ -15,8 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _dispatch as dispatch, _fastpath as fastpath, _streams as streams
-from ._arrays import View, allocate_like, check_output, transposed_shape, view
+from . import (
+    _dispatch as dispatch,
+    _fastpath as fastpath,
+    _permuter as permuter,
+    _streams as streams,
+)
+from ._arrays import View, allocate_like, check_output, ndim_of, transposed_shape, view
 from ._calls import (
     call_target,
     delivered,
@@ -26,7 +31,7 @@ from ._calls import (
     through_device,
 )
 from ._config import KernelConfig
-from .errors import ConfigError
+from .errors import ConfigError, LayoutError
 
 
 def _check_config_type(config: Any, x: View) -> None:
@@ -58,6 +63,10 @@ def transpose(
     :mod:`autotranspose._streams`); `stream` may be a PyTorch, CuPy or pycuda stream, an object
     with `__cuda_stream__`, or a raw handle. `config` forces a kernel; `conjugate=True` gives
     the conjugate transpose of a complex array. Safe to call from any thread.
+
+    `x` may have any strides (whole elements, not negative): layouts whose rows are not runs
+    of consecutive elements, and such an `out`, are moved as permute() moves them (without
+    `conjugate` or `config`, which take the matrix kernels: their x has innermost stride 1).
     """
     if stream is None and config is None and not conjugate:
         fast = fastpath.BY_TYPE.get(type(x))
@@ -70,7 +79,17 @@ def transpose(
 
 def _transpose(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> Any:
     given = None if stream is None else streams.explicit(stream)
-    xv = view(x, "x", given.handle if given is not None else None)
+    try:
+        xv = view(x, "x", given.handle if given is not None else None)
+        if out is not None:
+            view(out, "out")  # its layout, before anything runs
+    except LayoutError:
+        if conjugate or config is not None:
+            raise  # the conjugating kernels and forced configs are matrix kernels
+        # rows that are not runs of consecutive elements (a column-major matrix, a stride-2
+        # view, a broadcast), or such an out: permute()'s plan takes any strides
+        axes = (1, 0) if ndim_of(x) == 2 else (0, 2, 1)
+        return permuter.permute(x, axes, out, stream=stream)
     if conjugate:
         xv.et.check_conjugable()
     if config is not None:

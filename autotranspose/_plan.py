@@ -11,7 +11,8 @@ says what we took from cuTT's planner and what not):
 2. fuse axes that stay adjacent and in order in the output *and* whose strides chain on both
    sides (outer stride = inner stride x inner extent): the problem shrinks to the fewest dims,
    and views of any strides fuse exactly where their memory allows;
-3. classify the fused problem, always as ONE pass:
+3. classify the fused problem, always as ONE pass (a layout with no input axis of stride 1,
+   or an output innermost stride other than 1, is STRIDED: one gather launch, below):
    - the output's innermost axis is also the input's stride-1 axis: its run of R bytes moves
      as a whole. One contiguous block is a plain copy. If R is 1, 2, 4, 8 or 16 bytes and the
      pointers and strides are whole R-byte elements, the rest is a transpose of R-byte

@@ -196,9 +196,10 @@ def _owner(s: _Source, what: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-def ndim_of(x: Any) -> int:
-    """The number of dimensions of any supported array."""
-    return len(_source(x, "x", None).shape)
+def shape_and_type(x: Any) -> tuple[int, ElementType]:
+    """(number of dimensions, element type) of any supported array."""
+    s = _source(x, "x", None)
+    return len(s.shape), s.et
 
 
 def view(x: Any, what: str = "x", stream: int | None = None) -> View:

@@ -28,21 +28,23 @@ def test_unsupported_dtype(dtype):
 
 
 def test_column_major_layout_names_the_free_alternative():
-    """A conjugate transpose runs the matrix kernels, whose rows are runs of consecutive
-    elements (a plain transpose of any layout is permute()'s: tests/test_strided_gpu.py)."""
+    """A forced config is a matrix kernel, whose rows are runs of consecutive elements (any
+    other layout is served through permute(): tests/test_strided_gpu.py)."""
     x = _Cai((8, 6), (8, 64), "<c8")
     with pytest.raises(errors.LayoutError, match=r"innermost stride .*\.T view"):
-        at.transpose(x, conjugate=True)
+        at.transpose(x, config=at.KernelConfig(8))
 
 
 def test_strided_columns():
     with pytest.raises(errors.LayoutError, match="innermost stride 2"):
-        at.transpose(_Cai((8, 4), (128, 16), "<c8"), conjugate=True)
+        at.transpose(_Cai((8, 4), (128, 16), "<c8"), config=at.KernelConfig(8))
 
 
 def test_negative_row_stride():
     with pytest.raises(errors.LayoutError, match="negative"):
-        at.transpose(_Cai((8, 8), (-64, 8), "<c8", ptr=0x7000_0000 + 7 * 64), conjugate=True)
+        at.transpose(
+            _Cai((8, 8), (-64, 8), "<c8", ptr=0x7000_0000 + 7 * 64), config=at.KernelConfig(8)
+        )
 
 
 def test_numpy_arrays_of_any_layout_pass_the_matrix_checks():

@@ -188,10 +188,8 @@ def _transposed(x: torch.Tensor, conjugate: bool) -> list[Any]:
     if x.dim() not in (2, 3) or (_concrete(shape) and _concrete(strides)):
         try:
             matrix_layout("x", shape, tuple(s * et.size for s in strides), et.size)
-        except LayoutError:
-            if conjugate:
-                raise
-            _check_layout(x, (1, 0) if x.dim() == 2 else (0, 2, 1))  # permute()'s, as the call
+        except LayoutError:  # the eager call's permute() takes the layout (api._any_layout)
+            _check_layout(x, (1, 0) if x.dim() == 2 else (0, 2, 1))
     if conjugate:
         et.check_conjugable()
     return [*x.shape[:-2], x.shape[-1], x.shape[-2]]
@@ -228,10 +226,10 @@ def _(x, out, conjugate):
 
 # --- autograd --------------------------------------------------------------------------------
 def _readable(g: torch.Tensor, matrix: bool = False) -> torch.Tensor:
-    """A gradient the kernels can read: PyTorch hands broadcast (stride-0) or otherwise
-    strided gradients to a backward, e.g. the expanded ones of `.sum()`. permute() reads any
-    of them (the gather); a conjugate transpose (`matrix`) needs rows of consecutive
-    elements."""
+    """A gradient the kernels can read in one pass: PyTorch hands broadcast (stride-0) or
+    otherwise strided gradients to a backward, e.g. the expanded ones of `.sum()`. permute()
+    reads any of them (the gather); a conjugate transpose (`matrix`) of rows that are not
+    runs would copy them first, which PyTorch's own copy does as well."""
     if not (_concrete(g.shape) and _concrete(g.stride())):
         return g.contiguous()
     try:

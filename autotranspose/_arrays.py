@@ -305,7 +305,7 @@ def _source_jax(x: Any, stream: int | None) -> _Source:
     try:
         capsule = x.__dlpack__(stream=stream if stream is not None else 1)
     except Exception as exc:  # a dtype this jaxlib's DLPack has no code for (older float8)
-        if isinstance(exc, AutotransposeError):
+        if isinstance(exc, AutotransposeError) or "DLPack" not in str(exc):
             raise
         raise UnsupportedDtypeError(
             f"JAX cannot hand over this {et.name} array through DLPack ({exc}); call "

@@ -140,6 +140,9 @@ def test_backward_of_a_sum_reads_a_broadcast_gradient(torch):
     x = torch.randn(4, 6, 5, device="cuda", requires_grad=True)
     at.permute(x, (2, 0, 1)).sum().backward()  # the gradient arrives with stride 0
     assert torch.equal(x.grad, torch.ones_like(x))
+    m = torch.randn(6, 9, device="cuda", requires_grad=True)
+    at.transpose(m).sum().backward()  # read in place by the gather, no copy first
+    assert torch.equal(m.grad, torch.ones_like(m))
 
 
 def test_opcheck_passes(torch, rng):

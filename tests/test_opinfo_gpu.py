@@ -9,6 +9,7 @@ refuses (a conjugate transpose of complex32); JAX arrays likewise against jnp.tr
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -109,8 +110,7 @@ def _axes(torch, op, sample) -> tuple[int, ...]:
     """The permutation `op` applies with the sample's arguments: found on a tensor of the
     same shape whose elements are their own indices."""
     shape = tuple(sample.input.shape)
-    marks = torch.arange(max(1, int(np.prod(shape))), dtype=torch.int64)[: int(np.prod(shape))]
-    marks = marks.reshape(shape)
+    marks = torch.arange(math.prod(shape), dtype=torch.int64).reshape(shape)
     y = op(marks, *sample.args, **sample.kwargs)
     y = y.resolve_conj() if y.is_conj() else y
     free = list(range(marks.dim()))
@@ -138,10 +138,10 @@ def _ours(torch, x, axes: tuple[int, ...], conjugate: bool) -> Any:
     # a conjugate transpose: transpose(conjugate=True) of the last two axes (of a 2-D or
     # batched 3-D view; a vector as one row)
     if x.dim() < 2:
-        return at.transpose(x.reshape(1, -1), conjugate=True).reshape(x.shape)
+        return at.transpose(x.reshape(1, x.numel()), conjugate=True).reshape(x.shape)
     assert axes == (*range(x.dim() - 2), x.dim() - 1, x.dim() - 2), axes
     m, n = x.shape[-2:]
-    y = at.transpose(x.reshape(-1, m, n), conjugate=True)
+    y = at.transpose(x.reshape(math.prod(x.shape[:-2]), m, n), conjugate=True)
     return y.reshape(*x.shape[:-2], n, m)
 
 

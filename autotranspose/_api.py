@@ -66,8 +66,9 @@ def transpose(
     the conjugate transpose of a complex array. Safe to call from any thread.
 
     `x` may have any strides (whole elements, not negative): layouts whose rows are not runs
-    of consecutive elements, and such an `out`, are moved as permute() moves them (without
-    `conjugate` or `config`, which take the matrix kernels: their x has innermost stride 1).
+    of consecutive elements, and such an `out`, are moved as permute() moves them (with
+    `conjugate=True`, the conjugating kernels run between permute()'s contiguous copies; a
+    forced `config`, a matrix kernel, refuses them).
     """
     if stream is None and config is None and not conjugate:
         fast = fastpath.BY_TYPE.get(type(x))
@@ -120,10 +121,11 @@ def _any_layout(
     else:
         done = _transpose(src, None, stream, None, True)
         result = permuter.permute(done, same, out, stream=stream)
-    if given is not None and view(src).size:
+    sv = view(src)
+    if given is not None and sv.size:
         # the copies are freed on their library's current stream, which may run ahead of the
         # given one: wait until the given stream has read them
-        _, ctx, handle = call_target(view(src), given)
+        _, ctx, handle = call_target(sv, given)
         with _driver.on_context(ctx):
             _driver.synchronize_stream(handle if handle is not None else streams.LEGACY)
     return result

@@ -1061,7 +1061,7 @@ def _strided(
         side = (
             "x has no axis of stride 1"
             if all(d.in_stride != 1 for d in fused)
-            else ("out's innermost stride is not 1")
+            else "out's innermost stride is not 1"
         )
         raise LayoutError(
             f"{side} (x strides {xs} for shape {shape}, out strides {os_} for shape "

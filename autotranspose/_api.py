@@ -15,8 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _dispatch as dispatch, _fastpath as fastpath, _streams as streams
-from ._arrays import View, allocate_like, check_output, transposed_shape, view
+from . import (
+    _dispatch as dispatch,
+    _driver,
+    _fastpath as fastpath,
+    _permuter as permuter,
+    _streams as streams,
+)
+from ._arrays import View, allocate_like, check_output, shape_and_type, transposed_shape, view
 from ._calls import (
     call_target,
     delivered,
@@ -26,7 +32,7 @@ from ._calls import (
     through_device,
 )
 from ._config import KernelConfig
-from .errors import ConfigError
+from .errors import ConfigError, LayoutError
 
 
 def _check_config_type(config: Any, x: View) -> None:
@@ -58,6 +64,11 @@ def transpose(
     :mod:`autotranspose._streams`); `stream` may be a PyTorch, CuPy or pycuda stream, an object
     with `__cuda_stream__`, or a raw handle. `config` forces a kernel; `conjugate=True` gives
     the conjugate transpose of a complex array. Safe to call from any thread.
+
+    `x` may have any strides (whole elements, not negative): layouts whose rows are not runs
+    of consecutive elements, and such an `out`, are moved as permute() moves them (with
+    `conjugate=True`, the conjugating kernels run between permute()'s contiguous copies; a
+    forced `config`, a matrix kernel, refuses them).
     """
     if stream is None and config is None and not conjugate:
         fast = fastpath.BY_TYPE.get(type(x))
@@ -70,7 +81,14 @@ def transpose(
 
 def _transpose(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> Any:
     given = None if stream is None else streams.explicit(stream)
-    xv = view(x, "x", given.handle if given is not None else None)
+    try:
+        xv = view(x, "x", given.handle if given is not None else None)
+        if out is not None:
+            view(out, "out")  # its layout, before anything runs
+    except LayoutError:
+        if config is not None:
+            raise  # a forced config is a matrix kernel
+        return _any_layout(x, out, stream, given, conjugate)
     if conjugate:
         xv.et.check_conjugable()
     if config is not None:
@@ -82,6 +100,44 @@ def _transpose(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> A
             check_output(xv, view(out, "out"))
         return empty_result(xv, transposed_shape(xv), out, given)
     return keeping_context(_on_device, x, out, xv, given, config, conjugate)
+
+
+def _any_layout(
+    x: Any, out: Any, stream: Any, given: streams.Explicit | None, conjugate: bool
+) -> Any:
+    """Layouts the matrix kernels do not read or write (rows that are not runs of consecutive
+    elements: a column-major matrix, a stride-2 view, a broadcast; or such an `out`):
+    permute()'s plan takes any strides. A conjugate transpose runs the conjugating matrix
+    kernels between contiguous copies that permute() makes (two or three launches)."""
+    nd, et = shape_and_type(x)
+    swap = (1, 0) if nd == 2 else (0, 2, 1)
+    if not conjugate:
+        return permuter.permute(x, swap, out, stream=stream)
+    et.check_conjugable()
+    same = tuple(range(nd))
+    src = x if _matrix(x) else permuter.permute(x, same, stream=stream)
+    if out is None or _matrix(out):
+        result = _transpose(src, out, stream, None, True)
+    else:
+        done = _transpose(src, None, stream, None, True)
+        result = permuter.permute(done, same, out, stream=stream)
+    sv = view(src)
+    if given is not None and sv.size:
+        # the copies are freed on their library's current stream, which may run ahead of the
+        # given one: wait until the given stream has read them
+        _, ctx, handle = call_target(sv, given)
+        with _driver.on_context(ctx):
+            _driver.synchronize_stream(handle if handle is not None else streams.LEGACY)
+    return result
+
+
+def _matrix(a: Any) -> bool:
+    """Whether the matrix kernels take `a`'s layout (rows of consecutive elements)."""
+    try:
+        view(a)
+    except LayoutError:
+        return False
+    return True
 
 
 def _on_device(

@@ -15,7 +15,15 @@ import numpy as np
 
 from . import _dlpack, _driver
 from ._dtypes import ElementType, element_type
-from .errors import DeviceError, InputTypeError, LayoutError, OutputError, ShapeError
+from .errors import (
+    AutotransposeError,
+    DeviceError,
+    InputTypeError,
+    LayoutError,
+    OutputError,
+    ShapeError,
+    UnsupportedDtypeError,
+)
 
 
 class View(NamedTuple):
@@ -188,11 +196,20 @@ def _owner(s: _Source, what: str) -> tuple[int | None, int | None]:
     return None, None
 
 
+def shape_and_type(x: Any) -> tuple[int, ElementType]:
+    """(number of dimensions, element type) of any supported array."""
+    s = _source(x, "x", None)
+    return len(s.shape), s.et
+
+
 def view(x: Any, what: str = "x", stream: int | None = None) -> View:
     """Describe `x` (any supported array) as a :class:`View`. `stream` is the stream the call
     will run on, for producers that make their data ready on a stream we name (JAX)."""
     s = _source(x, what, stream)
-    b, m, n, ld, bs = matrix_layout(what, s.shape, s.strides, s.et.size)
+    # NumPy arrays are copied contiguously to the GPU and written back with `out[...] =`:
+    # any layout goes, as the row-major one
+    strides = s.strides if s.kind != "numpy" else _c_strides(s.shape, s.et.size)
+    b, m, n, ld, bs = matrix_layout(what, s.shape, strides, s.et.size)
     dev, ctx = _owner(s, what)
     return View(
         s.kind, x, s.ptr, len(s.shape), b, m, n, ld, bs, s.dtype, s.et, dev, ctx, s.stream, s.keep
@@ -281,10 +298,21 @@ def jax_stream(device: Any) -> int | None:
 def _source_jax(x: Any, stream: int | None) -> _Source:
     device = jax_device(x)
     et = element_type(x.dtype)
+    et.check_whole_values("JAX")
     if stream is None:
         stream = jax_stream(device)
     # JAX makes the data ready on `stream` and keeps the buffer alive while the capsule lives.
-    t = _dlpack.read(x.__dlpack__(stream=stream if stream is not None else 1))
+    try:
+        capsule = x.__dlpack__(stream=stream if stream is not None else 1)
+    except Exception as exc:  # a dtype this jaxlib's DLPack has no code for (older float8)
+        if isinstance(exc, AutotransposeError) or "DLPack" not in str(exc):
+            raise
+        raise UnsupportedDtypeError(
+            f"JAX cannot hand over this {et.name} array through DLPack ({exc}); call "
+            "autotranspose inside jax.jit (its primitive takes any dtype of 1 to 16 bytes), "
+            "or upgrade jax"
+        ) from exc
+    t = _dlpack.read(capsule)
     strides = tuple(s * et.size for s in t.strides) if t.strides else _c_strides(t.shape, et.size)
     dev = int(device.local_hardware_id)
     return _Source("jax", t.ptr, tuple(t.shape), strides, x.dtype, et, dev, None, stream, t.capsule)

@@ -114,13 +114,30 @@ def read(capsule: Any) -> Tensor:
 
 
 def dl_dtype(name: str, size: int) -> tuple[int, int]:
-    """(DLPack type code, bits) of one of our element type names."""
+    """(DLPack type code, bits) of one of our element type names: DLPack 1.1's own code where
+    it has one (the float8/6/4 formats: what JAX exports and imports them as), else the
+    unsigned integer of the element's size (raw bytes)."""
+    if name in _DL_NAMED:
+        return _DL_NAMED[name], size * 8
     if name == "bool":
         return _DL_CODES["bool"], 8
     for prefix in ("complex", "bfloat", "float", "uint", "int"):
-        if name.startswith(prefix):
+        if name.startswith(prefix) and name.removeprefix(prefix).isdigit():
             return _DL_CODES[prefix], size * 8
-    return _DL_CODES["uint"], size * 8  # any other plain type moves as raw bytes
+    return _DL_CODES["uint"], size * 8  # any other type moves as raw bytes
+
+
+# DLPack 1.1's codes of the 8-bit float formats (dlpack.h, DLDataTypeCode)
+_DL_NAMED = {
+    "float8_e3m4": 7,
+    "float8_e4m3": 8,
+    "float8_e4m3b11fnuz": 9,
+    "float8_e4m3fn": 10,
+    "float8_e4m3fnuz": 11,
+    "float8_e5m2": 12,
+    "float8_e5m2fnuz": 13,
+    "float8_e8m0fnu": 14,
+}
 
 
 # --- exports ----------------------------------------------------------------------------------

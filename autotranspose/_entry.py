@@ -71,9 +71,9 @@ def permute(
 
     `x` is any array transpose() takes, of 0 to 8 dimensions and any supported dtype; `axes`
     a permutation of its dimensions (negative ones count from the end). x may be a strided
-    view: strides are whole elements, not negative, and some axis of more than one element
-    has stride 1. The result is the same kind of array, or `out` when given (contiguous or a
-    view whose innermost stride is 1). Streams, threads, autograd, `torch.compile` and JAX
+    view: strides are whole elements and not negative, 0 (broadcast) included. The result is
+    the same kind of array, or `out` when given (contiguous or a view whose elements do not
+    overlap). Streams, threads, autograd, `torch.compile` and JAX
     transformations as for transpose(). Bad input raises an `autotranspose.errors`
     exception before anything is launched or written. `dtype` casts as it permutes
     (`cast_transpose` with no scale).

@@ -67,7 +67,9 @@ class GatherArgs:
 
 def gather_args(dims: Sequence[Dim], stride: int) -> GatherArgs:
     """The arguments for moving `dims` (output memory order, outermost first, strides in
-    elements, the innermost output stride 1) on a grid of `stride` threads.
+    elements: any that do not overlap on the output side, 0 and gaps included on the input
+    side; the stores coalesce where the innermost output stride is 1) on a grid of `stride`
+    threads.
 
     Raises ShapeError for what the kernel cannot take; the plan never hands it such dims
     (`plan.gather_reason` checks the same limits)."""

@@ -46,10 +46,10 @@ def permute(x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None)
     `x` is any array transpose() takes (pycuda GPUArray, CuPy, PyTorch CUDA tensor, JAX,
     `__cuda_array_interface__`, or NumPy, copied to the GPU and back), of 0 to 8 dimensions
     and any supported dtype; `axes` a permutation of its dimensions (negative ones count
-    from the end). x may be a strided view: strides are whole elements, not negative, and
-    some axis of more than one element has stride 1 (NumPy arrays: any layout, they are
-    copied contiguously first). The result is the same kind of array, or `out` when given
-    (contiguous or a view whose innermost stride is 1; nothing is allocated). Streams,
+    from the end). x may be a strided view: strides are whole elements and not negative, 0
+    (broadcast) included (NumPy arrays: any layout, they are copied contiguously first).
+    The result is the same kind of array, or `out` when given (contiguous or a view whose
+    elements do not overlap; nothing is allocated). Streams,
     contexts and threads as for transpose(). Bad input raises an `autotranspose.errors`
     exception before anything is launched or written.
     """

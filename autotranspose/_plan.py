@@ -11,7 +11,8 @@ says what we took from cuTT's planner and what not):
 2. fuse axes that stay adjacent and in order in the output *and* whose strides chain on both
    sides (outer stride = inner stride x inner extent): the problem shrinks to the fewest dims,
    and views of any strides fuse exactly where their memory allows;
-3. classify the fused problem, always as ONE pass:
+3. classify the fused problem, always as ONE pass (a layout with no input axis of stride 1,
+   or an output innermost stride other than 1, is STRIDED: one gather launch, below):
    - the output's innermost axis is also the input's stride-1 axis: its run of R bytes moves
      as a whole. One contiguous block is a plain copy. If R is 1, 2, 4, 8 or 16 bytes and the
      pointers and strides are whole R-byte elements, the rest is a transpose of R-byte
@@ -47,6 +48,12 @@ MAX_NDIM = 8  # what permute() promises, and what a gather pass takes in one lau
 COPY, TRANSPOSE, GATHER, PACKED = "copy", "transpose", "gather", "packed"
 # Plan.case: why the pass is what it is (the pass kind alone does not say)
 EMPTY, CONTIGUOUS, RUNS, WIDE, ELEMENTS = "empty", "copy", "runs", "wide", "transpose"
+# Plan.case of a layout the tile and row kernels cannot read or write: an input with no axis
+# of stride 1 (a 1-D stride-2 view, z.real of a complex array, x[..., ::2], a broadcast
+# scalar) or an output whose innermost stride is not 1. The gather takes any element strides
+# (its offsets are 64-bit sums of index x stride, per dim, on both sides), so it moves these in
+# one launch; its stores stay coalesced where the output's innermost stride is 1.
+STRIDED = "strided"
 
 # When a transpose or row-copy pass becomes one gather launch (`gather_reason`). First guesses,
 # to be calibrated with `autotranspose bench --random-permute` on the GPU:
@@ -421,7 +428,7 @@ class Plan:
     elem_bytes: int
     in_strides: tuple[int, ...]  # elements
     out_strides: tuple[int, ...]  # elements, of the output (out_shape)
-    case: str  # EMPTY, CONTIGUOUS, RUNS, WIDE or ELEMENTS
+    case: str  # EMPTY, CONTIGUOUS, RUNS, WIDE, ELEMENTS or STRIDED
     dims: tuple[Dim, ...]  # the fused problem, outermost output axis first (array elements)
     passes: tuple[Pass, ...]  # () for an empty array, else one
     why_one_launch: str = ""  # a gather or packed pass: what the pass it replaced would have been
@@ -461,6 +468,7 @@ class Plan:
         why = {
             RUNS: "runs (a strided copy, or the innermost axis stays innermost): ",
             WIDE: "wide elements (the innermost axis stays innermost): ",
+            STRIDED: "strided (no input axis of stride 1, or no output one): ",
         }.get(self.case, "")
         lines += [why + p.describe() for p in self.passes]
         if self.why_one_launch:
@@ -544,6 +552,9 @@ def plan_permute(
     dims = [Dim(shape[a], xs[a], os_[k]) for k, a in enumerate(axes) if shape[a] > 1]
     _check_layout(dims, shape, xs, out_shape, os_, elem_bytes, in_ptr, out_ptr)
     fused = _fuse(sorted(dims, key=lambda d: -d.out_stride))  # output memory order
+    if fused and (all(d.in_stride != 1 for d in fused) or min(d.out_stride for d in fused) != 1):
+        strided = _strided(fused, elem_bytes, shape, xs, out_shape, os_)
+        return Plan(shape, axes, elem_bytes, xs, os_, STRIDED, tuple(fused), (strided,))
     case, one = _classify(fused, elem_bytes, in_ptr, out_ptr)
     why = gather_reason(one)
     chosen = (one_launch(one, PACKED) or one_launch(one, GATHER) or one) if why else one
@@ -1034,6 +1045,33 @@ def _strides(strides: Sequence[int] | None, shape: tuple[int, ...], what: str) -
     return got
 
 
+def _strided(
+    fused: list[Dim],
+    eb: int,
+    shape: tuple[int, ...],
+    xs: tuple[int, ...],
+    out_shape: tuple[int, ...],
+    os_: tuple[int, ...],
+) -> Pass:
+    """The STRIDED case's pass: the whole fused problem as one gather launch (the only kernel
+    whose reads and writes both take any element strides). LayoutError where a fused dim is
+    longer than its 32-bit digits take (GATHER_MAX_EXTENT)."""
+    pass_ = one_launch(Pass(GATHER, eb, 1, 1, 1, 1, dims=tuple(fused)), GATHER)
+    if pass_ is None:
+        side = (
+            "x has no axis of stride 1"
+            if all(d.in_stride != 1 for d in fused)
+            else "out's innermost stride is not 1"
+        )
+        raise LayoutError(
+            f"{side} (x strides {xs} for shape {shape}, out strides {os_} for shape "
+            f"{out_shape}, in elements), and such layouts are moved by the gather kernel, "
+            f"whose dims hold at most {GATHER_MAX_EXTENT} elements each; make the array "
+            "contiguous first (e.g. ascontiguousarray / .contiguous())"
+        )
+    return pass_
+
+
 def _check_layout(
     dims: list[Dim],
     shape: tuple[int, ...],
@@ -1044,10 +1082,11 @@ def _check_layout(
     in_ptr: int,
     out_ptr: int,
 ) -> None:
-    """The README's rule for transpose(), for every axis of size > 1: strides are not
-    negative, the input reads runs of consecutive elements (an axis of stride 1), and the
-    output is non-overlapping with its innermost stride 1. An input may overlap itself
-    (stride 0: broadcast): reading twice is harmless."""
+    """The layouts permute() takes (docs/api.md, strides), for every axis of size > 1: strides
+    are not negative, and the output's elements do not overlap (no stride 0 either: two
+    threads would write one place). An input may overlap itself (stride 0: broadcast):
+    reading twice is harmless. Layouts without an input axis of stride 1, or with an output
+    innermost stride other than 1, are the gather's (STRIDED)."""
     if (in_ptr | out_ptr) % eb:
         raise LayoutError(
             f"the {'input' if in_ptr % eb else 'output'} pointer is not aligned to its "
@@ -1059,18 +1098,12 @@ def _check_layout(
                 f"{what} has negative strides {strides} (elements) for shape {ext}; make it "
                 "contiguous first (e.g. ascontiguousarray / .contiguous())"
             )
-    if dims and all(d.in_stride != 1 for d in dims):
+    if not disjoint((d.extent, d.out_stride) for d in dims):
         raise LayoutError(
-            f"x has no axis of stride 1 (strides {xs} elements, shape {shape}); the kernels "
-            "read runs of consecutive elements: make it contiguous first (e.g. "
-            "ascontiguousarray / .contiguous())"
-        )
-    innermost = min((d.out_stride for d in dims), default=1)
-    if innermost != 1 or not disjoint((d.extent, d.out_stride) for d in dims):
-        raise LayoutError(
-            f"out has strides {os_} (elements) for shape {out_shape}: "
-            + ("its innermost stride is not 1" if innermost != 1 else "its elements overlap")
-            + "; pass a contiguous out (or leave out=None)"
+            f"out has strides {os_} (elements) for shape {out_shape}: its elements overlap "
+            "(a stride 0, or strides that put two indices at one place), so writes would "
+            "race; pass an out whose elements are distinct, e.g. a contiguous one (or leave "
+            "out=None)"
         )
 
 

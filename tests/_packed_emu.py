@@ -16,15 +16,18 @@ FLAGS = ["-std=c++20", "-O1", "-fno-strict-aliasing", "-fsanitize=alignment"]
 FLAGS += ["-fno-sanitize-recover=all", "-Wno-unknown-pragmas", "-shared", "-fPIC", "-pthread"]
 
 
-def library(source: str, name: str, etype: str, threads: int, tmp: Path) -> ctypes.CDLL:
+def library(
+    source: str, name: str, etype: str, threads: int, tmp: Path, args_type: str = "at_packed_args"
+) -> ctypes.CDLL:
     """Kernel `name` of `source` and `at_emu_run(grid, in, out, args)`, which runs it on a grid
-    of `grid` blocks of `threads` (cached per source under `tmp`)."""
+    of `grid` blocks of `threads` (cached per source under `tmp`); `args` is the kernel's
+    by-value struct `args_type` (the gather's is at_gather_dims)."""
     src = (
         '#include "_cuda_emulator.h"\n'
         + source
         + f"""
 extern "C" void at_emu_run(unsigned grid, const void* in, void* out, const void* args) {{
-    const at_packed_args a = *(const at_packed_args*)args;
+    const {args_type} a = *(const {args_type}*)args;
     at_emu_launch(grid, {threads}, [&] {{ {name}((const {etype}*)in, ({etype}*)out, a); }});
 }}
 """

@@ -27,20 +27,30 @@ def test_unsupported_dtype(dtype):
         at.transpose(np.zeros((4, 4), dtype=dtype))
 
 
-def test_column_major_layout_names_the_free_alternative(rng):
-    x = np.asfortranarray(rng.standard_normal((8, 6)))
+def test_column_major_layout_names_the_free_alternative():
+    """A forced config is a matrix kernel, whose rows are runs of consecutive elements (any
+    other layout is served through permute(): tests/test_strided_gpu.py)."""
+    x = _Cai((8, 6), (8, 64), "<c8")
     with pytest.raises(errors.LayoutError, match=r"innermost stride .*\.T view"):
-        at.transpose(x)
+        at.transpose(x, config=at.KernelConfig(8))
 
 
 def test_strided_columns():
     with pytest.raises(errors.LayoutError, match="innermost stride 2"):
-        at.transpose(np.zeros((8, 8), np.float32)[:, ::2])
+        at.transpose(_Cai((8, 4), (128, 16), "<c8"), config=at.KernelConfig(8))
 
 
 def test_negative_row_stride():
     with pytest.raises(errors.LayoutError, match="negative"):
-        at.transpose(np.zeros((8, 8), np.float32)[::-1])
+        at.transpose(
+            _Cai((8, 8), (-64, 8), "<c8", ptr=0x7000_0000 + 7 * 64), config=at.KernelConfig(8)
+        )
+
+
+def test_numpy_arrays_of_any_layout_pass_the_matrix_checks():
+    """NumPy arrays are copied contiguously to the GPU: their strides are never read."""
+    for x in (np.zeros((8, 6), order="F"), np.zeros((8, 8))[:, ::2], np.zeros((8, 8))[::-1]):
+        assert view(x).ld == x.shape[1]
 
 
 def test_conjugate_of_a_real_array():

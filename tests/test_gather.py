@@ -6,15 +6,17 @@ the arguments' layout against the template's struct; and the rendered source."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import math
 import re
 
 import numpy as np
 import pytest
+from _packed_emu import CXX, library
 
 from autotranspose import errors
-from autotranspose._codegen import GATHER_UNROLL, render_gather
+from autotranspose._codegen import _ELEMENT_TYPES, GATHER_THREADS, GATHER_UNROLL, render_gather
 from autotranspose._gather import ARG_BYTES, ARG_FORMAT, MAX_DIMS, GatherArgs, gather_args
 from autotranspose._plan import GATHER_MAX_EXTENT, Dim, contiguous_strides, plan_permute
 
@@ -117,6 +119,40 @@ def test_the_walk_takes_strided_views():
     assert got == want
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_walk_takes_any_strides(seed: int):
+    """What permute() now hands the gather for layouts with no stride-1 axis (plan.STRIDED):
+    input strides of any size, 0 (broadcast) included, and an output whose innermost
+    stride is not 1. Each output place is written once, from the input place its index
+    names, whatever the grid."""
+    rng = np.random.default_rng([seed, 4242])
+    for _ in range(15):
+        nd = int(rng.integers(1, MAX_DIMS + 1))
+        shape = tuple(int(v) for v in rng.integers(1, max(2, round(2000 ** (1 / nd))) + 1, nd))
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        xs = tuple(int(rng.choice([0, 2, 3, 7, 1000])) for _ in range(nd))
+        out_shape = tuple(shape[a] for a in axes)
+        os_, acc = [0] * nd, int(rng.integers(2, 4))  # out: row-major with gaps, inner step 2-3
+        for k in reversed(range(nd)):
+            os_[k] = acc
+            acc *= out_shape[k] + int(rng.integers(0, 2))
+        plan = plan_permute(shape, axes, 4, xs, tuple(os_))
+        if not plan.dims:
+            continue
+        assert plan.passes[0].kind == "gather", plan.describe()
+        dims = list(plan.passes[0].dims)
+        total = math.prod(d.extent for d in dims)
+        idx = np.indices([d.extent for d in dims]).reshape(len(dims), -1).T
+        want = sorted(
+            (int(k @ [d.out_stride for d in dims]), int(k @ [d.in_stride for d in dims]))
+            for k in idx
+        )
+        for stride in {1, 5, 33, total, total + 3}:
+            got = walk(gather_args(dims, stride), stride)
+            assert len({o for o, _ in got}) == total, plan.describe()
+            assert sorted(got) == want, plan.describe()
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_thread_of_a_huge_problem_walks_exactly(seed: int):
     """Past 2**31 (and 2**32) elements: one thread's first hundred elements, carried, equal
@@ -206,3 +242,65 @@ def test_contiguous_permutes_have_stride_one_output_inner_dims():
         if dims:
             assert dims[-1].out_stride == 1
             assert contiguous_strides(tuple(shape[a] for a in axes))[-1] == 1
+
+
+# (shape, axes, element bytes, x's strides (elements), out's strides (None: contiguous))
+STRIDED_CASES = [
+    ((37,), (0,), 4, (2,), None),  # a 1-D stride-2 view
+    ((6, 9), (1, 0), 4, (20, 2), None),  # z.real of a complex64 (6, 10) array, transposed
+    ((5, 7), (1, 0), 2, (0, 0), None),  # a broadcast scalar
+    ((3, 4, 5), (2, 0, 1), 8, (0, 15, 3), None),  # broadcast and gaps
+    ((4, 6), (1, 0), 16, (6, 1), (2, 12)),  # out's innermost stride 2
+    ((3, 5, 2), (1, 2, 0), 1, (33, 3, 1000), (13, 6, 2)),  # gaps on both sides
+]
+
+
+@pytest.mark.skipif(CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
+@pytest.mark.parametrize("shape, axes, e, xs, os_", STRIDED_CASES)
+def test_the_kernel_on_the_cpu_moves_any_strides(shape, axes, e, xs, os_, tmp_path_factory):
+    """The rendered gather, run by the emulator (tests/_cuda_emulator.h) on grids smaller
+    and larger than the problem, for the layouts permute() gives it that no other kernel
+    takes: every output element from where np.transpose reads it, nothing else written."""
+    rng = np.random.default_rng([e, *shape])
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, xs, strict=True))
+    src = rng.integers(0, 256, 64 + span * e, dtype=np.uint8)
+    x = np.lib.stride_tricks.as_strided(
+        src[16 : 16 + span * e].view(f"V{e}"), shape, tuple(s * e for s in xs)
+    )
+    out_shape = tuple(shape[a] for a in axes)
+    os_ = os_ or contiguous_strides(out_shape)
+    out_span = 1 + sum((n - 1) * s for n, s in zip(out_shape, os_, strict=True))
+    plan = plan_permute(shape, axes, e, xs, os_)
+    (p,) = plan.passes
+    assert p.kind == "gather", plan.describe()
+    source = render_gather()
+    lib = library(
+        source,
+        f"at_gather_s{e}",
+        dict(_ELEMENT_TYPES)[e],
+        GATHER_THREADS,
+        tmp_path_factory.getbasetemp(),
+        "at_gather_dims",
+    )
+    want = np.ascontiguousarray(np.transpose(x, axes)).view(np.uint8).reshape(*out_shape, e)
+    for grid in (1, 2):
+        dst = np.full(64 + out_span * e, 0xA5, dtype=np.uint8)
+        out = np.lib.stride_tricks.as_strided(
+            dst[16 : 16 + out_span * e].view(f"V{e}"), out_shape, tuple(s * e for s in os_)
+        )
+        args = gather_args(p.dims, grid * GATHER_THREADS).pack()
+        lib.at_emu_run(
+            ctypes.c_uint(grid),
+            ctypes.c_void_p(x.ctypes.data),
+            ctypes.c_void_p(out.ctypes.data),
+            ctypes.c_char_p(args),
+        )
+        got = np.ascontiguousarray(out).view(np.uint8).reshape(*out_shape, e)
+        assert np.array_equal(got, want), plan.describe()
+        touched = np.zeros(dst.size, bool)
+        places = np.lib.stride_tricks.as_strided(
+            np.arange(dst.size)[16:], out_shape, tuple(s * e * 8 for s in os_)
+        )
+        for b in range(e):
+            touched[places.ravel() + b] = True
+        assert (dst[~touched] == 0xA5).all(), "bytes outside out were written"

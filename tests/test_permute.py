@@ -205,14 +205,26 @@ def test_device_outputs_are_checked_for_device_context_and_overlap():
     ("x", "out_strides", "words"),
     [
         (_dev((4, 6), (-6, 1), ptr=0x10000 + 18 * 4), None, "negative strides"),
-        (_dev((4, 6), (12, 2)), None, "no axis of stride 1"),
-        (_dev((4, 6), (6, 1)), (2, 12), "innermost stride is not 1"),
         (_dev((4, 6), (6, 1)), (2, 1), "overlap"),
+        (_dev((4, 6), (6, 1)), (0, 1), "overlap"),
     ],
 )
 def test_layouts_the_kernels_cannot_take_are_refused_by_the_plan(x, out_strides, words):
     with pytest.raises(errors.LayoutError, match=words):
         dispatch.permute.plan_of(x, (1, 0), out_strides, 0x40000)
+
+
+@pytest.mark.parametrize(
+    ("x", "out_strides"),
+    [
+        (_dev((4, 6), (12, 2)), None),  # no axis of stride 1
+        (_dev((4, 6), (0, 0)), None),  # a broadcast scalar
+        (_dev((4, 6), (6, 1)), (2, 12)),  # out's innermost stride is 2
+    ],
+)
+def test_layouts_without_a_stride_one_axis_are_one_gather(x, out_strides):
+    plan = dispatch.permute.plan_of(x, (1, 0), out_strides, 0x40000)
+    assert [p.kind for p in plan.passes] == ["gather"]
 
 
 # --- the executor on the NumPy stand-in ------------------------------------------------------------

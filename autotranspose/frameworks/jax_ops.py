@@ -44,7 +44,7 @@ import numpy as np
 from .._arrays import matrix_layout
 from .._dtypes import element_type
 from .._plan import contiguous_strides, normalize_axes, plan_permute
-from ..errors import AutotransposeError, InputTypeError, KernelLaunchError, UnsupportedDtypeError
+from ..errors import AutotransposeError, InputTypeError, KernelLaunchError
 
 NAME = "autotranspose_permute"
 
@@ -62,11 +62,8 @@ def transpose(x: Any, *, conjugate: bool = False) -> Any:
     conjugate transpose of complex64/complex128. Returns a JAX array (or tracer)."""
     shape, et = _checked(x)
     matrix_layout("x", shape, tuple(s * et.size for s in contiguous_strides(shape)), et.size)
-    if conjugate and not et.conjugable:
-        raise UnsupportedDtypeError(
-            f"conjugate=True needs complex64 or complex128 elements; x is {et.name} "
-            "(for real types the transpose is already the conjugate transpose)"
-        )
+    if conjugate:
+        et.check_conjugable()
     axes = (1, 0) if len(shape) == 2 else (0, 2, 1)
     return primitive().bind(x, axes=axes, conjugate=bool(conjugate))
 
@@ -90,7 +87,9 @@ def _checked(x: Any) -> tuple[tuple[int, ...], Any]:
             "arrays and tracers: pass jnp.asarray(x), or call autotranspose.transpose / "
             "permute, which take any supported array"
         )
-    return tuple(x.shape), element_type(x.dtype)
+    et = element_type(x.dtype)
+    et.check_whole_values("JAX")
+    return tuple(x.shape), et
 
 
 @functools.lru_cache(maxsize=1024)

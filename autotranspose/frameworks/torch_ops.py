@@ -24,7 +24,7 @@ from .._arrays import matrix_layout, torch_not_on_gpu
 from .._dtypes import element_type
 from .._permuter import axes_tag
 from .._plan import normalize_axes, plan_permute
-from ..errors import AutotransposeError, OutputError
+from ..errors import AutotransposeError, LayoutError, OutputError
 
 _Tensor = torch.Tensor
 _compiling = torch.compiler.is_compiling
@@ -186,7 +186,10 @@ def _transposed(x: torch.Tensor, conjugate: bool) -> list[Any]:
     et = _check_tensor(x)
     shape, strides = tuple(x.shape), tuple(x.stride())
     if x.dim() not in (2, 3) or (_concrete(shape) and _concrete(strides)):
-        matrix_layout("x", shape, tuple(s * et.size for s in strides), et.size)
+        try:
+            matrix_layout("x", shape, tuple(s * et.size for s in strides), et.size)
+        except LayoutError:  # the eager call's permute() takes the layout (api._any_layout)
+            _check_layout(x, (1, 0) if x.dim() == 2 else (0, 2, 1))
     if conjugate:
         et.check_conjugable()
     return [*x.shape[:-2], x.shape[-1], x.shape[-2]]
@@ -222,13 +225,19 @@ def _(x, out, conjugate):
 
 
 # --- autograd --------------------------------------------------------------------------------
-def _readable(g: torch.Tensor) -> torch.Tensor:
-    """A gradient the kernels can read: PyTorch hands broadcast (stride-0) or otherwise
-    unreadable gradients to a backward, e.g. the expanded ones of `.sum()`."""
+def _readable(g: torch.Tensor, matrix: bool = False) -> torch.Tensor:
+    """A gradient the kernels can read in one pass: PyTorch hands broadcast (stride-0) or
+    otherwise strided gradients to a backward, e.g. the expanded ones of `.sum()`. permute()
+    reads any of them (the gather); a conjugate transpose (`matrix`) of rows that are not
+    runs would copy them first, which PyTorch's own copy does as well."""
     if not (_concrete(g.shape) and _concrete(g.stride())):
         return g.contiguous()
     try:
-        _check_layout(g, range(g.dim()))
+        if matrix:
+            e = g.element_size()
+            matrix_layout("grad", tuple(g.shape), tuple(s * e for s in g.stride()), e)
+        else:
+            _check_layout(g, range(g.dim()))
     except AutotransposeError:
         return g.contiguous()
     return g
@@ -248,7 +257,7 @@ def _transpose_setup(ctx, inputs, output):
 
 
 def _transpose_backward(ctx, grad):
-    return torch.ops.autotranspose.transpose(_readable(grad), ctx.conjugate), None
+    return torch.ops.autotranspose.transpose(_readable(grad, ctx.conjugate), ctx.conjugate), None
 
 
 def _inverse(order: Sequence[int]) -> list[int]:

@@ -241,12 +241,17 @@ def _readable(engine: Engine, url: str, display: str) -> tuple[str, tuple[Any, .
 
 
 def connect(
-    url: str | os.PathLike[str] | None, *, readonly: bool, revision: str = "head"
+    url: str | os.PathLike[str] | None,
+    *,
+    readonly: bool,
+    revision: str = "head",
+    busy_timeout_s: float | None = None,
 ) -> tuple[Engine, str, str, tuple[Any, ...], Any]:
     """Open the database at `url` (see resolve_url): (engine, resolved URL, display, at_devices
     columns, at_best's source and problem columns). A writer creates the database and creates or upgrades
     our schema; a reader (`readonly`) changes nothing and refuses a database that does not
-    exist. Neither writes to a database before it is known to be ours, or new."""
+    exist. Neither writes to a database before it is known to be ours, or new. The engine's
+    statements wait `busy_timeout_s` for a lock (`engine.make_engine`)."""
     resolved = resolve_url(url)
     display = urls.display(resolved)
     path = sqlite_path(resolved)
@@ -269,7 +274,9 @@ def connect(
             gate(resolved, path, header, display)
         if readonly:
             uri = _readonly_uri(path, header or b"", display)
-    engine = make_engine(resolved, display, readonly=readonly, uri=uri)
+    engine = make_engine(
+        resolved, display, readonly=readonly, uri=uri, busy_timeout_s=busy_timeout_s
+    )
     try:
         if readonly:
             _, columns, source = _readable(engine, resolved, display)

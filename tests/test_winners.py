@@ -717,7 +717,7 @@ def test_eight_processes_first_calls_at_once_measure_each_class_once(db, tmp_pat
         for r in reports:
             call = r["calls"][k]
             own = delay if call["measured"] else 0.0
-            assert call["s"] - own < winners.WAIT_S + 1.0, (k, call)  # about a second
+            assert call["s"] - own < 2.0, (k, call)  # about a second (WAIT_S), a loaded machine
             if call["served"] is None:  # stopped waiting: a later call serves the winner
                 assert r["later"][str(k)] == ["measured", winner.config.key], (k, r)
                 assert r["generation_moved"] and r["pending"] == 0

@@ -345,22 +345,31 @@ def pending() -> list[Call]:
 
 def _poll() -> None:
     """The poller thread: reads the pending classes again, less and less often, and ends when
-    none is left (a fork's child has none)."""
-    delay = RECHECK_S[0]
-    while True:
-        time.sleep(delay)
-        delay = min(2 * delay, RECHECK_S[1])
+    none is left (a fork's child has none). Should it fail, the next pending class starts
+    another."""
+    me = threading.current_thread()
+    try:
+        delay = RECHECK_S[0]
+        while True:
+            time.sleep(delay)
+            delay = min(2 * delay, RECHECK_S[1])
+            with _lock:
+                calls = list(_pending.items())
+                if not calls:  # under the lock that adds one: none is left unread
+                    _poller.remove(me)
+                    return
+            for key, call in calls:
+                if _decided(call):
+                    with _lock:
+                        if _pending.get(key) is call:
+                            del _pending[key]
+                    lookup.renew(
+                        call.device, call.elem_bytes, call.cls, call.conjugate, call.problem
+                    )
+    finally:
         with _lock:
-            calls = list(_pending.items())
-            if not calls:
-                _poller.clear()
-                return
-        for key, call in calls:
-            if _decided(call):
-                with _lock:
-                    if _pending.get(key) is call:
-                        del _pending[key]
-                lookup.renew(call.device, call.elem_bytes, call.cls, call.conjugate, call.problem)
+            if me in _poller:
+                _poller.remove(me)
 
 
 def _decided(call: Call) -> bool:

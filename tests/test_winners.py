@@ -326,7 +326,8 @@ def test_a_loser_waits_for_the_winner_bounded_then_serves_the_guess(ours, log):
 def test_a_pending_class_whose_claimant_died_is_measured_by_a_later_call(ours, log, monkeypatch):
     """The claimant dies measuring: once its claim is stale the class is not pending any
     more, and the next first call of the class measures it (once)."""
-    monkeypatch.setattr(winners, "CLAIM_EXPIRE_S", 1.5)
+    monkeypatch.setattr(winners, "CLAIM_EXPIRE_S", 3.0)  # past WAIT_S: the call stops waiting
+    winners.writer()
     with Store.open(ours) as other:
         assert other.claim(winners.STUDY, winners.claim_key(CALL), "dead-host:7:abc")
     assert winners.settle(CALL, logging_measure(log)) is None and winners.pending() == [CALL]

@@ -49,6 +49,7 @@ ARG_FORMAT = "PPqqqqqqIII"
 
 def driver() -> Any:
     """pycuda.driver, initialised; a clear error when pycuda or the driver is missing."""
+    _driver.check_not_forked()  # pycuda's own error would not say why
     try:
         import pycuda.driver as drv
     except ImportError as exc:

@@ -323,6 +323,37 @@ def test_a_loser_waits_for_the_winner_bounded_then_serves_the_guess(ours, log):
     assert (choice.source, choice.config) == ("measured", WINNER) and measured(log) == []
 
 
+def test_a_pending_cast_class_is_served_the_other_process_winner(ours, log):
+    """As a transpose's: a cast-transpose's first call stops waiting for another process's
+    measurement, and once its winner is recorded, lookup serves it to the class's problem,
+    whatever the output's alignment."""
+    from autotranspose._config import KernelConfig
+    from autotranspose.kinds import cast as cast_kind
+
+    src, dst = cast_kind.BFLOAT16, cast_kind.E4M3
+    code = cast_kind.pair_code(src, dst)
+    problem = cast_kind.problem(code, False)
+    cfg = cast_kind.race_candidates(KernelConfig, src, dst)[-1]
+    cls = shape_class(1, 3001, 5003, 1)
+    call = winners.Call(DEVICE, "bfloat16", 2, (1, 3001, 5003), cls, False, problem=problem)
+    key = winners.claim_key(call)
+    with Store.open(ours) as other:
+        assert other.claim(winners.STUDY, key, "other-host:8:abc")
+        for aligned in (True, False):
+            assert lookup.cast_choice(DEVICE, code, cls, aligned_out=aligned).source == "default"
+        assert winners.settle(call, logging_measure(log, cfg)) is None
+        assert winners.pending() == [call] and measured(log) == []
+        other.record(
+            None, DEVICE, "bfloat16", 2, call.shape, cls, cfg, ok(2000.0, 0.0),
+            source="measured", problem=problem,
+        )  # fmt: skip
+        other.release(winners.STUDY, key, "other-host:8:abc")
+    _until(lambda: not winners.pending())
+    for aligned in (True, False):
+        got = lookup.cast_choice(DEVICE, code, cls, aligned_out=aligned)
+        assert (got.source, got.config) == ("measured", cfg)
+
+
 def test_a_pending_class_whose_claimant_died_is_measured_by_a_later_call(ours, log, monkeypatch):
     """The claimant dies measuring: once its claim is stale the class is not pending any
     more, and the next first call of the class measures it (once)."""

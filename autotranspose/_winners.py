@@ -395,7 +395,7 @@ def _measure_and_record(
         winner = measure()
         if winner is not None:
             try:
-                record(store, call, winner)
+                _patient(record, store, call, winner)
             except StoreError as exc:
                 _give_up(store, exc)
         return _remember(call, winner)
@@ -406,7 +406,7 @@ def _measure_and_record(
 def _release(store: Store, key: str) -> None:
     if _writers.get(store.url) is store:  # not given up on (closed) meanwhile
         try:
-            store.release(STUDY, key, owner())
+            _patient(store.release, STUDY, key, owner())
         except StoreError as exc:  # the claim expires by itself
             _give_up(store, exc)
 

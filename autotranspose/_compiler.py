@@ -49,6 +49,7 @@ ARG_FORMAT = "PPqqqqqqIII"
 
 def driver() -> Any:
     """pycuda.driver, initialised; a clear error when pycuda or the driver is missing."""
+    _driver.check_not_forked()  # pycuda's own error would not say why
     try:
         import pycuda.driver as drv
     except ImportError as exc:
@@ -145,6 +146,7 @@ def device_state(ordinal: int = 0) -> DeviceState:
     is left as it is (the library call makes the context current only for its launch)."""
     state = _states.get(ordinal)
     if state is None:
+        _driver.check_not_forked()  # a forked child's states are gone: every call comes here
         with _states_lock:
             state = _states.get(ordinal)
             if state is None:
@@ -153,6 +155,20 @@ def device_state(ordinal: int = 0) -> DeviceState:
                     ordinal, _driver.primary_context(ordinal), info
                 )
     return state
+
+
+def _after_fork_in_child() -> None:
+    # Locks a parent thread may have held; and after the parent used the GPU, its contexts
+    # and loaded kernels, which the child cannot use (`_driver` refuses every call there).
+    global _states_lock, _kernels_lock
+    _states_lock, _kernels_lock = threading.Lock(), threading.Lock()
+    if _driver.forked():
+        _states.clear()
+        _kernels.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def activate(ordinal: int = 0) -> DeviceState:

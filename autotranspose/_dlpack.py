@@ -614,3 +614,20 @@ class Exported:
             pass
         self.alloc.free()
         self.keep = None
+
+
+def _after_fork_in_child() -> None:
+    """After the parent used the GPU, the exports a consumer still holds are the parent's
+    memory, in its context: released in the child (collected, or at exit), they free nothing
+    there, and no driver call is made (`_driver` refuses them in a forked child; the C
+    release is handed no entry points)."""
+    if not _driver.forked():
+        return
+    for address, owner in list(_live.items()):
+        if owner._managed is True:  # a C export (Python ones call `_driver`, which refuses)
+            e = _Export.from_address(address)
+            e.get = e.set = e.mem_free = e.event_sync = e.event_destroy = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -11,6 +11,12 @@ whose kernel handles launch in whichever context is current; a call makes the ar
 current with ``cuCtxSetCurrent`` (as the CUDA runtime, and so PyTorch and CuPy, do), launches
 on the caller's stream, and puts back whatever context the thread had before. Nothing is ever
 pushed, so nothing can be left on a stack when a thread or the interpreter exits.
+
+CUDA contexts do not survive fork: a process forked after this one initialised the driver
+(a DataLoader worker, a `multiprocessing` fork) gets CudaForkError, naming the 'spawn' start
+method, from every entry into the driver (`_after_fork_in_child` swaps the hot path's bound
+calls for one that raises: no check per call); a process forked before any GPU use is free to
+initialise CUDA itself.
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
+import os
 import struct
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from . import _native
-from .errors import DeviceError, KernelLaunchError
+from .errors import CudaForkError, DeviceError, KernelLaunchError
 
 c_void_p, c_uint, c_int, c_size_t = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
 
@@ -135,6 +142,7 @@ class _Lib:
 @functools.cache
 def lib() -> Any:
     """libcuda, loaded and initialised once per process."""
+    check_not_forked()
     found = _Lib()
     err = found.cuInit(0)
     if err:
@@ -142,6 +150,7 @@ def lib() -> Any:
             f"the CUDA driver failed to initialise ({error_name(err, found)}); check "
             "`nvidia-smi` and that CUDA_VISIBLE_DEVICES names a GPU"
         )
+    _INITIALISED.append(True)
     return found
 
 
@@ -508,6 +517,7 @@ def _native_launch() -> Any:
     """The compiled launch function, or None (then the ctypes path below). The module form
     also takes over :func:`current`, which the hot path calls before allocating an output."""
     global _at_transpose, _at_run, _at_relocated, current
+    check_not_forked()  # in a forked child, the refusals stay bound
     native = _native.launcher()
     if native is None:
         _at_transpose = _at_run = _at_relocated = None
@@ -763,3 +773,63 @@ def ready() -> None:
     """Load and initialise the driver and bind the hot-path calls (idempotent)."""
     lib()
     _bind()
+
+
+# --- fork ------------------------------------------------------------------------------------------
+# Not empty once `lib` initialised the driver in this process (or in an ancestor before a fork).
+_INITIALISED: list[bool] = []
+# The parent's pid, in a process forked after the driver was initialised (in its parent, or an
+# ancestor): there every entry into the driver raises CudaForkError.
+_FORKED_FROM: list[int] = []
+
+
+def fork_error() -> CudaForkError:
+    return CudaForkError(
+        f"autotranspose used the GPU in this process's parent (pid {_FORKED_FROM[0]}) before "
+        "this process was forked from it, and CUDA cannot be used in a forked child; start the "
+        "worker processes with the 'spawn' start method instead: "
+        "multiprocessing.set_start_method('spawn') (or multiprocessing.get_context('spawn')), "
+        "torch.multiprocessing.set_start_method('spawn'), or "
+        "DataLoader(..., multiprocessing_context='spawn')"
+    )
+
+
+def forked() -> bool:
+    """Whether this process was forked after the driver was initialised (it cannot use CUDA)."""
+    return bool(_FORKED_FROM)
+
+
+def check_not_forked() -> None:
+    """CudaForkError in a process forked after the driver was initialised: what the full
+    path of a call meets first (the hot path meets the refusals bound in its place)."""
+    if _FORKED_FROM:
+        raise fork_error()
+
+
+def _refuse(*_args: Any) -> Any:
+    raise fork_error()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: a lock the parent's threads held stays free; and where the parent
+    had initialised the driver, every call the hot path binds (the launcher's included) now
+    raises CudaForkError, and the parent's contexts are forgotten. Nothing in the child then
+    reaches the driver: collected Allocations and Events, and exit, touch no context."""
+    global _primary_lock, current, _at_transpose, _at_run, _at_relocated
+    global _cuCtxGetCurrent, _cuCtxSetCurrent, _cuLaunchKernelRaw, _cuPointerGetAttribute
+    _primary_lock = threading.Lock()
+    if not _FORKED_FROM and not _INITIALISED:
+        return  # no GPU use before the fork: this process may initialise CUDA itself
+    if not _FORKED_FROM:
+        _FORKED_FROM.append(os.getppid())
+    _primary.clear()
+    current = _refuse
+    _at_transpose = _at_run = _at_relocated = _refuse
+    _cuCtxGetCurrent = _cuCtxSetCurrent = _cuLaunchKernelRaw = _cuPointerGetAttribute = _refuse
+    lib.cache_clear()
+    _entry_points.cache_clear()
+    release_entry_points.cache_clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

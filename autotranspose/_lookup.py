@@ -577,6 +577,33 @@ def remember(
         _choices[key] = choice
 
 
+def renew(
+    device: DeviceInfo, elem_bytes: int, cls: ShapeClass, conjugate: bool, problem: str = ""
+) -> None:
+    """Forget the choice cached for one class of transposes (`problem` ""), or of a
+    cast-transpose's `problem`, and move the generation: the next call of the class asks the
+    database again, where another process has since recorded its first call's winner
+    (`winners`), while the other classes keep theirs."""
+    global generation
+    if problem:
+        from .kinds import cast as cast_kind
+
+        parsed = cast_kind.parse_problem(problem)
+        if parsed is None:
+            raise ValueError(f"not a cast-transpose problem: {problem!r}")
+        code, both = parsed
+        keys = [
+            _cast_key(device.name, device.limits, code, both, cls, aligned, DEFAULT_STORE)
+            for aligned in (True, False)
+        ]
+    else:
+        keys = [(device.name, device.limits, elem_bytes, cls, conjugate, _store_key(DEFAULT_STORE))]
+    with _lock:
+        for key in keys:
+            _choices.pop(key, None)
+        generation += 1
+
+
 def _choice(entry: TunedEntry, source: str, conjugate: bool) -> Choice:
     return Choice(
         config=entry.config.replace(conjugate=conjugate),

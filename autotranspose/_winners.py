@@ -23,10 +23,21 @@ What is written, and where (the policy):
 
 Processes racing for a new class (`claim` rows of study ``first-call``, one per device, element
 size and class: conjugate or not, one best row serves both): the first to claim measures and
-records, then drops its claim. The others do not measure: they wait for its row, polling, and
-serve it. A claim older than CLAIM_EXPIRE_S is stale (its process died measuring) and the next
-process takes it over; so a loser waits at most WAIT_S, and past that serves lookup's guess for
-this call. Threads of one process never race here: `api` prepares one launch at a time.
+records, then drops its claim; no transaction is open while it measures. The others do not
+measure: each waits for its row, polling, at most WAIT_S (a second), and serves it. Past that
+(the claimant is still compiling or timing) it serves lookup's guess for this call, records
+nothing, and leaves the class pending: a thread of its own reads the database again after
+RECHECK_S, then less and less often, until the claimant's row is there or its claim is gone
+or stale; then lookup forgets that class's guess (`lookup.renew`, which moves its generation)
+and the next call of the class serves the row, or measures where nobody does. The calls in
+between stay on the fast path: nothing is checked per call. A claim older than CLAIM_EXPIRE_S
+is stale (its process died measuring) and the next first call takes it over.
+
+No first call waits long on the database: its writer's statements wait BUSY_S at most for a
+lock (SQLite's busy timeout, PostgreSQL's lock timeout), and one SQLite refuses at once is
+tried again within that time; a lock not had in time is a StoreBusyError, handled as any
+failure to write (one RuntimeWarning, the winner kept in this process). Threads of one process
+never race here: `api` prepares one launch at a time.
 """
 
 from __future__ import annotations
@@ -42,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from . import _lookup as lookup
 from ._config import KernelConfig
@@ -50,23 +61,32 @@ from ._device import DeviceInfo
 from ._env import Switch
 from ._measurement import Measurement
 from ._shapes import ShapeClass
-from .errors import StoreError
-from .store import Store, migrations, resolve_url, sqlite_path
+from .errors import StoreBusyError, StoreError
+from .store import Store, TunedEntry, migrations, resolve_url, sqlite_path
+
+T = TypeVar("T")
 
 ENV_VAR = "AUTOTRANSPOSE_FIRST_CALL_STORE"
 STUDY = "first-call"  # the claims' study name (the tuner's studies are named after shapes)
 # A claim older than this is stale: a measurement takes well under it (at most 0.2 s of GPU
-# time, plus compiling eight kernels in parallel when nvcc's cache is cold). Taking over a
-# live claim only costs a second measurement: both winners are offered, the faster stays.
-CLAIM_EXPIRE_S = 10.0
-WAIT_S = CLAIM_EXPIRE_S + 1.0  # a loser waits this long at most: past a stale claim's expiry
+# time, plus compiling a few dozen kernels in parallel when nvcc's cache is cold). Taking over
+# a live claim only costs a second measurement: both winners are offered, the faster stays.
+# Nobody waits for it: while a claim is live, the other processes serve lookup's guess.
+CLAIM_EXPIRE_S = 30.0
+WAIT_S = 1.0  # a loser waits this long at most for the claimant's row
+BUSY_S = 1.0  # a first call's statement waits this long at most for a lock
 POLL_S = 0.02
+RECHECK_S = (0.1, 1.0)  # a pending class is read again after 0.1 s, then 0.2, ... up to 1 s
 
 _switch = Switch(ENV_VAR)  # set_enabled() overrides the environment
 _writers: dict[str, Store | None] = {}
 _warned: set[str] = set()
 _lock = threading.RLock()  # writer() warns (under it) when it cannot open one
 _owner = [""]
+# Classes another process was still measuring when a first call stopped waiting: (claim key,
+# conjugate) -> the call. Read again by the one thread in `_poller` while there are any.
+_pending: dict[tuple[str, bool], Call] = {}
+_poller: list[threading.Thread] = []
 
 
 class Call(NamedTuple):
@@ -140,7 +160,8 @@ def writer() -> Store | None:
 
 def _open_writer(url: str, path: Path | None) -> Store | None:
     try:
-        with Store.open(url, readonly=True) as reader:  # creates and migrates nothing
+        # creates and migrates nothing
+        with Store.open(url, readonly=True, busy_timeout_s=BUSY_S) as reader:
             revision = reader.schema_revision()
             display = reader.display
     except StoreError:
@@ -156,7 +177,8 @@ def _open_writer(url: str, path: Path | None) -> Store | None:
     if path is not None and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         return None  # a read-only database (shared, or mounted so) is read, not written
     try:
-        return Store.open(url)  # at the head revision already: no migration, no write
+        # at the head revision already: no migration, no write; statements wait BUSY_S
+        return Store.open(url, busy_timeout_s=BUSY_S)
     except StoreError as exc:
         _warn_once(url, f"autotranspose: first-call results are not kept: {exc}")
         return None
@@ -183,17 +205,20 @@ def _warn_once(key: str, message: str) -> None:
 
 
 def forget() -> None:
-    """Close the writers (a later first call opens them again) and forget the warnings."""
+    """Close the writers (a later first call opens them again), forget the warnings and the
+    pending classes."""
     with _lock:
         for store in _writers.values():
             if store is not None:
                 store.close()
         _writers.clear()
         _warned.clear()
+        _pending.clear()
 
 
 def _forget_in_child() -> None:
-    # A forked child must not use its parent's connections, nor its parent's claim name.
+    # A forked child must not use its parent's connections, nor its parent's claim name; the
+    # parent's poller thread is not in the child (its pending classes stay the parent's).
     global _lock
     _lock = threading.RLock()
     for store in _writers.values():
@@ -201,6 +226,8 @@ def _forget_in_child() -> None:
             store.forget_connections()
     _writers.clear()
     _owner[0] = ""
+    _pending.clear()
+    _poller.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -215,7 +242,8 @@ def settle(
 ) -> lookup.Choice | None:
     """The config for every later call of `call`'s class in this process (also remembered by
     lookup), measured by `measure` here, or by another process; None: serve lookup's guess
-    (`measure` found nothing, or another process is still measuring after WAIT_S).
+    (`measure` found nothing, or another process is still measuring after WAIT_S: then a
+    later call serves its winner, see the module docstring).
 
     `runnable`: whether a config another process stored can run this call (else this process
     measures for itself, and keeps its winner in-process)."""
@@ -238,7 +266,7 @@ def _shared(
     key = claim_key(call)
     deadline = time.monotonic() + WAIT_S
     while True:
-        entry = store.best(call.device.name, call.elem_bytes, call.cls, call.problem)
+        entry = _best(store, call)
         if entry is not None:
             config = entry.config.replace(conjugate=call.conjugate)
             _, rows, cols = call.shape
@@ -251,25 +279,113 @@ def _shared(
             )
             _remember_choice(call, choice)
             return choice
-        if _free(store, key) and store.claim(STUDY, key, owner(), expire_s=CLAIM_EXPIRE_S):
+        if _free(store, key) and _patient(
+            store.claim, STUDY, key, owner(), expire_s=CLAIM_EXPIRE_S
+        ):
             # the holder before us may have recorded its winner and released the claim
             # between our read of the best and our claim: read again before measuring
-            if store.best(call.device.name, call.elem_bytes, call.cls, call.problem) is None:
+            if _best(store, call) is None:
                 return _measure_and_record(store, call, key, measure)
             _release(store, key)
             continue
         if time.monotonic() >= deadline:
+            _wait_in_background(call)
             return None
         time.sleep(POLL_S)
+
+
+def _best(store: Store, call: Call) -> TunedEntry | None:
+    return _patient(store.best, call.device.name, call.elem_bytes, call.cls, call.problem)
+
+
+def _patient(op: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """op(...), tried again while the database says it is busy, for BUSY_S at most: a
+    statement waits that long for a lock by itself (the writer's busy timeout), but SQLite
+    refuses some at once (a reader's snapshot that a writer moved past)."""
+    deadline = time.monotonic() + BUSY_S
+    while True:
+        try:
+            return op(*args, **kwargs)
+        except StoreBusyError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(POLL_S)
 
 
 def _free(store: Store, key: str) -> bool:
     """Worth a claim: nobody holds `key`, we do, or its holder's claim is stale (a read first,
     so that waiting processes do not queue for the write lock)."""
-    held = store.claim_holder(STUDY, key)
+    held = _patient(store.claim_holder, STUDY, key)
     if held is None or held[0] == owner():
         return True
-    return (datetime.now(timezone.utc) - held[1]).total_seconds() > CLAIM_EXPIRE_S
+    return _stale(held[1])
+
+
+def _stale(since: datetime) -> bool:
+    return (datetime.now(timezone.utc) - since).total_seconds() > CLAIM_EXPIRE_S
+
+
+# --- pending classes: another process measures them ----------------------------------------------
+def _wait_in_background(call: Call) -> None:
+    """Leave `call`'s class pending: the poller reads the database again until the claimant's
+    winner is there or its claim is gone, then lookup forgets this process's guess."""
+    with _lock:
+        _pending[(claim_key(call), call.conjugate)] = call
+        if not _poller:
+            thread = threading.Thread(target=_poll, name="autotranspose-winners", daemon=True)
+            _poller.append(thread)
+            thread.start()
+
+
+def pending() -> list[Call]:
+    """The classes this process serves lookup's guess for while another process measures."""
+    with _lock:
+        return list(_pending.values())
+
+
+def _poll() -> None:
+    """The poller thread: reads the pending classes again, less and less often, and ends when
+    none is left (a fork's child has none). Should it fail, the next pending class starts
+    another."""
+    me = threading.current_thread()
+    try:
+        delay = RECHECK_S[0]
+        while True:
+            time.sleep(delay)
+            delay = min(2 * delay, RECHECK_S[1])
+            with _lock:
+                calls = list(_pending.items())
+                if not calls:  # under the lock that adds one: none is left unread
+                    _poller.remove(me)
+                    return
+            for key, call in calls:
+                if _decided(call):
+                    with _lock:
+                        if _pending.get(key) is call:
+                            del _pending[key]
+                    lookup.renew(
+                        call.device, call.elem_bytes, call.cls, call.conjugate, call.problem
+                    )
+    finally:
+        with _lock:
+            if me in _poller:
+                _poller.remove(me)
+
+
+def _decided(call: Call) -> bool:
+    """Whether the next call of a pending class should ask again: the claimant's row is
+    there, or nobody measures the class any more (its claim released or stale), or the
+    database cannot tell (then the next call's own first call finds out)."""
+    store = writer()
+    if store is None:
+        return True
+    try:
+        if _best(store, call) is not None:
+            return True
+        held = _patient(store.claim_holder, STUDY, claim_key(call))
+    except StoreError:
+        return True
+    return held is None or _stale(held[1])
 
 
 def _measure_and_record(
@@ -279,7 +395,7 @@ def _measure_and_record(
         winner = measure()
         if winner is not None:
             try:
-                record(store, call, winner)
+                _patient(record, store, call, winner)
             except StoreError as exc:
                 _give_up(store, exc)
         return _remember(call, winner)
@@ -290,7 +406,7 @@ def _measure_and_record(
 def _release(store: Store, key: str) -> None:
     if _writers.get(store.url) is store:  # not given up on (closed) meanwhile
         try:
-            store.release(STUDY, key, owner())
+            _patient(store.release, STUDY, key, owner())
         except StoreError as exc:  # the claim expires by itself
             _give_up(store, exc)
 

@@ -70,3 +70,13 @@ class ForeignDatabaseError(StoreError):
 
 class TuningError(AutotransposeError, RuntimeError):
     """A tuning run could not go on (no valid config, no device, bad settings)."""
+
+
+class StoreBusyError(StoreError):
+    """Another connection held the tuning database's write lock longer than this operation
+    waits (SQLite's busy timeout, PostgreSQL's lock timeout)."""
+
+
+class CudaForkError(DeviceError):
+    """This process was forked after autotranspose used CUDA in its parent: CUDA contexts do
+    not survive fork, so the child cannot use the GPU; start workers with 'spawn'."""

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from autotranspose import (
     _firstcall as firstcall,
     _lookup as lookup,
 )
-from autotranspose._compiler import device_state
+from autotranspose._compiler import device_state, get_kernel
 from autotranspose._config import max_vec
 from autotranspose._shapes import shape_class
 from autotranspose.store import Store
@@ -147,7 +148,7 @@ _FIRST_CALL = textwrap.dedent("""
     import cupy, numpy as np
     import autotranspose as at
     from autotranspose import _firstcall as firstcall, _lookup as lookup
-    from autotranspose._compiler import device_state
+    from autotranspose._compiler import device_state, get_kernel
     from autotranspose._config import max_vec
     from autotranspose._shapes import shape_class
     lookup.tuning_db_dir = lambda: None  # nothing shipped: a class nobody tuned
@@ -193,3 +194,134 @@ def test_a_winner_is_stored_and_the_next_process_does_not_measure(rng, tmp_path)
         (entry,) = s.entries()
     assert (entry.source, entry.config.key, entry.dtype) == ("measured", first["config"], "float32")
     assert entry.shape == (1, m, n) and entry.gbps > 0
+
+
+_RACER = textwrap.dedent("""
+    import json, os, sys, time, warnings
+    import cupy, numpy as np
+    import autotranspose as at
+    from autotranspose import _compiler, _dispatch as dispatch, _firstcall as firstcall
+    from autotranspose import _lookup as lookup, _winners as winners
+    from autotranspose._config import max_vec
+    from autotranspose._shapes import shape_class
+    lookup.tuning_db_dir = lambda: None  # nothing shipped: classes nobody tuned
+    index, barrier = int(sys.argv[1]), sys.argv[2]
+    shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[3:]]
+    rng = np.random.default_rng()
+    state = _compiler.device_state(0)
+    classes = [shape_class(1, m, n, max_vec(4, n, m, n, m)) for m, n in shapes]
+    for m, n in shapes:  # the guess's kernel compiled and loaded, as in a warm process
+        _compiler.get_kernel(state, dispatch.choose_config(state, 4, 1, m, n, max_vec(4, n, m, n, m), False))
+    settled = []
+    real_settle = winners.settle
+    def timed_settle(call, *args):
+        started = time.monotonic()
+        try:
+            return real_settle(call, *args)
+        finally:
+            settled.append([str(call.cls), time.monotonic() - started])
+    winners.settle = timed_settle
+    data = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    xs = [cupy.asarray(a) for a in data]
+    cupy.cuda.runtime.deviceSynchronize()
+    open(os.path.join(barrier, f"ready-{index}"), "w").close()
+    while not os.path.exists(os.path.join(barrier, "go")):
+        time.sleep(0.005)
+    report = {"first": [], "settled": settled}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for a, x in zip(data, xs):
+            started = time.monotonic()
+            y = at.transpose(x)
+            cupy.cuda.runtime.deviceSynchronize()
+            report["first"].append(time.monotonic() - started)
+            assert np.array_equal(cupy.asnumpy(y), a.T)
+        report["measured"] = [sum(h[2] == c for h in firstcall.history) for c in classes]
+        deadline = time.monotonic() + 60
+        while winners.pending() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        report["later"] = []
+        for (m, n), c in zip(shapes, classes):  # later calls: the stored winner
+            b = rng.standard_normal((m, n)).astype(np.float32)
+            assert np.array_equal(cupy.asnumpy(at.transpose(cupy.asarray(b))), b.T)
+            choice = lookup.choose(state.info, 4, c)
+            report["later"].append([choice.source, choice.config.key])
+    report["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
+    print(json.dumps(report))
+""")
+
+
+def test_eight_processes_first_calls_of_the_same_new_classes(rng, tmp_path):
+    """Eight processes (a multi-GPU job's or a test runner's workers, here on one GPU) make
+    the first calls of the same two new classes at once, against one fresh database: every
+    result is right, each class is measured by one process and its winner written once, a
+    process that did not measure waited about a second at most for the other's winner (then
+    served lookup's guess), every process serves the stored winner afterwards, and nothing
+    says the database was locked."""
+    _cupy()
+    db = tmp_path / "tuning.db"
+    Store.open(db).close()
+    shapes = [_odd_shape(rng)]
+    while len(shapes) < 2:  # two classes, not two shapes of one
+        shape = _odd_shape(rng)
+        if _measured(shape)[1] != _measured(shapes[0])[1]:
+            shapes.append(shape)
+    state = device_state(0)
+    for m, n in shapes:  # the guesses compiled once, here: pycuda's cache files are not
+        vec = max_vec(4, n, m, n, m)  # written atomically for eight compilers at once
+        get_kernel(state, dispatch.choose_config(state, 4, 1, m, n, vec, False))
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTRANSPOSE_")}
+    root = str(Path(__file__).resolve().parents[1])
+    env.update(
+        AUTOTRANSPOSE_DB=str(db),
+        PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+    )
+    args = [f"{m}x{n}" for m, n in shapes]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(i), str(barrier), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(barrier.glob("ready-*"))) < 8:
+            assert time.monotonic() < deadline, "the processes were not ready within 180 s"
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.01)
+        (barrier / "go").touch()
+        outputs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err
+        assert "locked" not in err, err
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    with Store.open(db, readonly=True) as s:
+        entries = {str(e.shape_class): e for e in s.entries()}
+        with s.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT shape_class, source, COUNT(*) FROM at_measurements GROUP BY 1, 2"
+            ).all()
+    classes = [str(_measured(shape)[1]) for shape in shapes]
+    assert sorted(rows) == sorted((c, "measured", 1) for c in classes), rows  # written once
+    for k, c in enumerate(classes):
+        assert sum(r["measured"][k] for r in reports) == 1, reports  # measured by one process
+        winner = entries[c]
+        assert winner.source == "measured" and winner.shape == (1, *shapes[k])
+        for r in reports:
+            assert r["later"][k] == ["measured", winner.config.key], r
+            if not r["measured"][k]:
+                waited = [t for cls, t in r["settled"] if cls == c]
+                assert waited and max(waited) < 2.5, (c, r)  # about a second (WAIT_S) at most
+                assert r["first"][k] < 30, r
+    for r in reports:
+        assert not [w for w in r["warnings"] if "locked" in w or "first-call" in w], r

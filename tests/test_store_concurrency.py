@@ -250,3 +250,32 @@ def test_an_import_meets_a_best_written_meanwhile(pg_url, rng, monkeypatch, reco
         best = store.best(H100.name, target.elem_bytes, target.shape_class)
         assert best.gbps == pytest.approx(max(gbps, target.gbps))
         assert len(store.entries()) == 50
+
+
+def test_a_lock_held_elsewhere_is_a_busy_error_after_the_engines_wait(db_url):
+    """A store opened with a busy timeout waits that long for another connection's lock (a
+    write lock on SQLite, a row another transaction is inserting on PostgreSQL), then raises
+    StoreBusyError, the StoreError a first call handles without waiting longer."""
+    from autotranspose.errors import StoreBusyError
+    from autotranspose.store import engine as store_engine
+
+    Store.open(db_url).close()
+    other = sa.create_engine(db_url if "://" in db_url else f"sqlite:///{db_url}")
+    with other.connect() as conn, Store.open(db_url, busy_timeout_s=0.3) as store:
+        if conn.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # pysqlite's own BEGIN is deferred
+        else:
+            conn.begin()
+        conn.exec_driver_sql(
+            "INSERT INTO at_claims (study, key, owner, created_at) "
+            "VALUES ('s', 'k', 'other', CURRENT_TIMESTAMP)"
+        )
+        started = time.monotonic()
+        with pytest.raises(StoreBusyError, match="cannot write") as caught:
+            store.claim("s", "k", "me")
+        took = time.monotonic() - started
+        assert store_engine.busy(caught.value.__cause__)
+        assert 0.25 < took < 3, took
+        conn.rollback()
+        assert store.claim("s", "k", "me")  # free again: claimed at once
+    other.dispose()

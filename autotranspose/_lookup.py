@@ -20,10 +20,13 @@ byte-permute kernel for 1- and 2-byte elements (``prmt_default``), the staged ke
 Only entries whose kernel the running code renders identically are served, and only configs the call can run:
 no wider vectors than the class allows, within the device's block limits. A choice is cached
 in-process per (device model and limits, element size, class, conjugate, database), so
-after the first call for a key no database is queried; the store clears the cache when it
-records a new best (lookup registers :func:`clear_cache` with it, `store.hooks`), and
-:func:`clear_cache` does so explicitly (another process writing the database is seen after a
-restart or a ``clear_cache()``).
+after the first call for a key no database is queried. When this process records a new best
+the store tells lookup (:func:`best_changed`, registered with `store.hooks`): a tuning result
+or an import clears the cache and moves :data:`generation` (every prepared call chooses
+again, `_dispatch.caches`); a first call's winner drops only its own class's cached choice,
+which `winners` then sets to the winner itself (the calls this process prepared stay as they
+are). :func:`clear_cache` clears it explicitly (another process writing the database is seen
+after a restart or a ``clear_cache()``).
 
 Lookup must never break a user's ``transpose()``: the default database is opened read-only (it
 is not created, migrated or written just to be read), and an unreadable or foreign one is
@@ -105,8 +108,8 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-# Bumped by clear_cache(): transpose() keeps prepared launches per call signature and drops
-# them when this changes, so a finished tuning run is used by the next call.
+# Bumped by clear_cache(): the dispatch keeps prepared calls per signature and drops them
+# when this changes (`_dispatch.caches`), so a finished tuning run is used by the next call.
 generation = 0
 
 
@@ -119,7 +122,38 @@ def clear_cache() -> None:
         generation += 1
 
 
-store_hooks.on_best_changed(clear_cache)  # a best recorded in this process reaches lookup
+def best_changed(change: store_hooks.FirstCallBest | None) -> None:
+    """A best recorded in this process (`store.hooks`). A tuning result or an import (None)
+    may change any choice: everything is chosen again. A first call's winner changes its own
+    class's best only, and the process that measured it serves it already (`winners`
+    remembers it right after the write): only that class's cached choices are dropped, and
+    the generation stays, so no prepared call of another class is dropped."""
+    if change is None:
+        clear_cache()
+        return
+    with _lock:
+        for key in [k for k in _choices if _of_class(k, change)]:
+            del _choices[key]
+
+
+def _of_class(key: tuple[Any, ...], change: store_hooks.FirstCallBest) -> bool:
+    """Whether a cached choice's key is of `change`'s device, class and problem."""
+    if key[0] == "cast":  # ("cast", name, limits, code, both, cls, aligned_out, store)
+        from .kinds import cast as cast_kind
+
+        _, name, _, code, both, cls, _, _ = key
+        return (name, cls) == (change.device, change.shape_class) and cast_kind.problem(
+            code, both
+        ) == change.problem
+    name, _, elem_bytes, cls, _, _ = key  # a transpose's: (name, limits, e, cls, conj, store)
+    return not change.problem and (name, elem_bytes, cls) == (
+        change.device,
+        change.elem_bytes,
+        change.shape_class,
+    )
+
+
+store_hooks.on_best_changed(best_changed)  # a best recorded in this process reaches lookup
 
 
 def choose(

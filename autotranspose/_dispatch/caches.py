@@ -3,9 +3,22 @@
 A call signature maps to what runs it: a transpose's prepared `Launch` (`launches`), a
 permute plan's steps (`steps`), the plan of a permute signature (`planned`, in permute.py),
 and a whole call made ready for the driver, keyed by the array's own attributes (`hits`: the
-fast path, `_fastpath`). They are dropped together by `clear()` (the user's
-`clear_caches()`); the launches and steps also when lookup's generation moves (new tuning
-results in this process), and the hits carry that generation in their keys.
+fast path, `_fastpath`; `_cast` keeps its own prepared launches and hits likewise).
+
+The one invalidation rule: what a signature was prepared with stays until lookup's
+generation moves or `clear()` is called.
+
+- `clear()` (the user's `clear_caches()`) drops everything, lookup's choices included.
+- Lookup's generation moves when this process records a tuning result or imports results
+  (`tune`, `tune_gpu`, `import` in-process: `store.hooks` tells `lookup.best_changed`):
+  `fresh()` then drops the launches, steps and cast launches (and every cache registered
+  with `also_fresh`), and the fast paths' keys carry the generation, so the next call of
+  every signature is chosen again and runs the new results.
+- A first call's winner recorded in this process does not move it: the process serves that
+  winner already (`winners` keeps it in lookup), and the signatures prepared before it, of
+  other classes, are served what they were. Dropping them would put every prepared signature
+  back on the full path each time any new class is measured.
+- Results another process writes are seen after a restart or `clear()`.
 """
 
 from __future__ import annotations

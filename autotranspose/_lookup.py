@@ -67,6 +67,7 @@ from ._config import (
     wide_rows,
 )
 from ._device import DeviceInfo
+from ._lru import LRU
 from ._plan import GATHER, PACKED, TRANSPOSE, Pass, Plan
 from ._shapes import ShapeClass, pass_vec, shape_class
 from .errors import AutotransposeError, StoreError
@@ -100,7 +101,13 @@ class _DefaultStore:
 
 DEFAULT_STORE: Any = _DefaultStore()
 
-_choices: dict[tuple[Any, ...], Choice] = {}
+# Cached choices, one per (device, element size, class, conjugate, database) or cast
+# problem's class: classes are buckets of a call's sides, so a real program has tens to
+# hundreds; 8192 keeps them all while a service of ever-new shapes stays bounded (`_lru`). A
+# first call's winner dropped here is read again from the database where one keeps it,
+# else measured again when its class comes back.
+CHOICES_LIMIT = 8192
+_choices: LRU[tuple[Any, ...], Choice] = LRU(CHOICES_LIMIT)
 _shipped: dict[str, tuple[TunedEntry, ...]] = {}
 _models: dict[Path, str] = {}  # shipped file -> its GPU model (shipped_everywhere)
 _stores: dict[str, Store | None] = {}
@@ -132,8 +139,8 @@ def best_changed(change: store_hooks.FirstCallBest | None) -> None:
         clear_cache()
         return
     with _lock:
-        for key in [k for k in _choices if _of_class(k, change)]:
-            del _choices[key]
+        for key in [k for k in list(_choices) if _of_class(k, change)]:  # list(): one C call
+            _choices.pop(key, None)
 
 
 def _of_class(key: tuple[Any, ...], change: store_hooks.FirstCallBest) -> bool:
@@ -171,12 +178,12 @@ def choose(
     """
     name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
     key = (name, limits, elem_bytes, cls, conjugate, _store_key(store))
-    hit = _choices.get(key)
+    hit = _choices.recent(key)
     if hit is not None:
         return hit
     choice = _choose(name, limits, elem_bytes, cls, store, conjugate)
     with _lock:
-        _choices[key] = choice
+        _choices.keep(key, choice)
     return choice
 
 
@@ -251,7 +258,7 @@ def cast_choice(
 
     name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
     key = _cast_key(name, limits, code, both, cls, aligned_out, store)
-    hit = _choices.get(key)
+    hit = _choices.recent(key)
     if hit is not None:
         return hit
     src, dst = cast_kind.PAIRS[code]
@@ -269,7 +276,7 @@ def cast_choice(
     else:
         choice = Choice(cast_kind.default(KernelConfig, src, dst, aligned_out), "default")
     with _lock:
-        _choices[key] = choice
+        _choices.keep(key, choice)
     return choice
 
 
@@ -297,7 +304,7 @@ def remember_cast(device: DeviceInfo, problem: str, cls: ShapeClass, choice: Cho
     with _lock:
         for aligned_out in (True, False):
             key = _cast_key(device.name, device.limits, code, both, cls, aligned_out, DEFAULT_STORE)
-            _choices[key] = choice
+            _choices.keep(key, choice)
 
 
 def _exact_cast(
@@ -608,7 +615,7 @@ def remember(
     measurement's winner); cleared with the rest of the cache."""
     key = (device.name, device.limits, elem_bytes, cls, conjugate, _store_key(DEFAULT_STORE))
     with _lock:
-        _choices[key] = choice
+        _choices.keep(key, choice)
 
 
 def _choice(entry: TunedEntry, source: str, conjugate: bool) -> Choice:

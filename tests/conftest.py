@@ -32,10 +32,10 @@ def _isolate() -> None:
     own directory, so that no test reads or writes the user's state: the default tuning
     database and its first-call winners (``$AUTOTRANSPOSE_DB``, and the per-user data dir
     ``platformdirs`` gives, `store.urls.default_path`: ``$XDG_DATA_HOME``), the compiled
-    launcher, DLPack and JAX handler libraries (`_native.cache_dir`) and pycuda's cubin cache
-    (both the per-user cache dir: ``$XDG_CACHE_HOME``), and sources that failed to compile
-    (``$AUTOTRANSPOSE_FAILED_DIR``). The user's switches of what a call does are dropped
-    too (`_SWITCHES`: tests set what they test).
+    launcher, DLPack and JAX handler libraries (`_native.cache_dir`: the per-user cache dir,
+    ``$XDG_CACHE_HOME``), pycuda's cubin cache (``$PYCUDA_CACHE_DIR``), and sources that
+    failed to compile (``$AUTOTRANSPOSE_FAILED_DIR``). The user's switches of what a call
+    does are dropped too (`_SWITCHES`: tests set what they test).
 
     Done once per run, before any test and before pytest-xdist starts its workers: they
     inherit the environment, so they share the directory, and kernels compiled by one serve
@@ -53,6 +53,9 @@ def _isolate() -> None:
     os.environ["XDG_CACHE_HOME"] = str(root / "cache")
     os.environ["AUTOTRANSPOSE_DB"] = str(root / "data" / "autotranspose" / "tuning.db")
     os.environ["AUTOTRANSPOSE_FAILED_DIR"] = str(root / "failed")
+    cubins = root / "cache" / "pycuda"  # pycuda reads this before its per-user cache dir
+    cubins.mkdir(parents=True, exist_ok=True)  # and, given it, makes none
+    os.environ["PYCUDA_CACHE_DIR"] = str(cubins)
 
 
 def _is_worker(config: pytest.Config) -> bool:

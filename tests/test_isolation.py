@@ -33,7 +33,8 @@ def test_first_call_winners_are_not_kept_in_a_database_nobody_made():
 
 def test_compiled_libraries_and_cubins_are_cached_in_the_run_dir():
     assert _inside(_native.cache_dir())
-    assert _inside(platformdirs.user_cache_dir("pycuda", "pycuda"))  # pycuda's compile cache
+    assert _inside(os.environ["PYCUDA_CACHE_DIR"])  # pycuda's compile cache, read first
+    assert _inside(platformdirs.user_cache_dir("pycuda", "pycuda"))  # and without it
     assert _inside(os.environ["AUTOTRANSPOSE_FAILED_DIR"])
 
 

@@ -19,6 +19,7 @@ from autotranspose import (
     _dispatch as dispatch,
     _firstcall as firstcall,
     _lookup as lookup,
+    _winners as winners,
 )
 from autotranspose._compiler import device_state
 from autotranspose._config import max_vec
@@ -240,3 +241,4 @@ def test_first_calls_recorded_into_a_database_keep_every_prepared_signature(
             assert best.config == outcome.best
     served = {launch.config for launch in launches.values()}
     assert {h[3].best for h in firstcall.history} <= served
+    winners.forget()  # the writer of this test's database closed

@@ -35,6 +35,7 @@ from ._castplan import (
 from ._compiler import DeviceState, Kernel, get_kernel
 from ._config import KernelConfig
 from ._dispatch import caches, cast as cast_dispatch
+from ._lru import LRU
 from ._plan import contiguous_strides, normalize_axes
 from .errors import (
     ConfigError,
@@ -81,10 +82,14 @@ class _Hit(NamedTuple):
     program: _driver.Program | None = None
 
 
-_prepared: dict[tuple[Any, ...], _Prepared] = {}
+# Bounded like the dispatch's caches (`_dispatch.caches`: the same bounds and reasons); a hit
+# is read with the dict's own `get` (not reordered), the prepared launches as recently used.
+_prepared: LRU[tuple[Any, ...], _Prepared] = LRU(caches.LIMIT)
 # eager PyTorch calls seen before: their signature (`torch_key`) -> what the call launches
-_hits: dict[tuple[Any, ...], _Hit] = {}
-_functions: dict[tuple[int, int], Any] = {}  # (kernel handle, context) -> launch arguments' head
+_hits: LRU[tuple[Any, ...], _Hit] = LRU(caches.HITS_LIMIT)
+# (kernel handle, context) -> launch arguments' head: one per cast kernel and context, so far
+# fewer than signatures; a dropped one is looked up again (`_function`)
+_functions: LRU[tuple[int, int], Any] = LRU(1024)
 _lock = threading.Lock()
 
 
@@ -99,8 +104,8 @@ caches.also_clear(clear_caches)
 
 
 def _drop_chosen() -> None:
-    """Forget what an older lookup generation chose (results tuned, measured or imported in
-    this process since): the next call of each signature is served them. The fast path's
+    """Forget what an older lookup generation chose (results tuned or imported in this
+    process since: `_dispatch.caches`): the next call of each signature is served them. The fast path's
     signatures carry the generation too, so its hits miss from then on."""
     with _lock:
         _prepared.clear()
@@ -448,7 +453,7 @@ def _on_device(
         prep, settled = _prepare(state, xv, yv, zv, order, src, dst, config, ctx, handle, operands)
         _run(prep, state, ctx, handle, xv, yv, zv, order, scale_ptr, scale_value, amax_ptr)
         if remember is not None and settled and not prep.plan.two_pass and xv.device is not None:
-            head = _functions[(prep.kernel.handle, ctx)]
+            head = _function(prep, ctx)
             block = (prep.config.threads, 1, 1)
             hit = _Hit(
                 prep,
@@ -464,7 +469,7 @@ def _on_device(
                 _relocated_program(prep, head, ctx),
             )
             with _lock:
-                caches.keep(_hits, remember, hit)
+                _hits.keep(remember, hit)
     return (z, y) if both else y
 
 
@@ -581,7 +586,7 @@ def _prepare(
     buffers; None: no buffers to measure on, lookup's choice."""
     caches.fresh()
     key = _key(xv, yv, zv, order, dst, config)
-    prep = _prepared.get(key)
+    prep = _prepared.recent(key)
     if prep is not None:
         return prep, True
     plan = plan_cast(
@@ -628,7 +633,7 @@ def _prepare(
         prep = _prepared.get(key)
         if prep is None:
             kernel = get_kernel(state, cfg)
-            prep = _prepared[key] = _Prepared(cfg, kernel, plan, src, dst, z_plan)
+            prep = _prepared.keep(key, _Prepared(cfg, kernel, plan, src, dst, z_plan))
     return prep, True
 
 
@@ -713,7 +718,7 @@ def _function(prep: _Prepared, ctx: int) -> int:
         shared = prep.config.dynamic_smem
         if shared:
             _driver.allow_function_dynamic_shared(head, shared, ctx)
-        _functions[(prep.kernel.handle, ctx)] = head
+        _functions.keep((prep.kernel.handle, ctx), head)
     return head
 
 

@@ -18,6 +18,7 @@ from . import _driver, _lookup as lookup, _streams as streams
 from ._arrays import NDView, View, transposed_shape
 from ._dispatch import caches
 from ._launch import Launch
+from ._lru import LRU
 
 
 class Hit(NamedTuple):
@@ -30,7 +31,9 @@ class Hit(NamedTuple):
     out_shape: tuple[int, ...]
 
 
-_fast: dict[tuple[Any, ...], Hit] = caches.hits  # the same dict: cleared with every cache
+# the same cache: cleared with every cache, bounded (its `get` is the dict's own: a hit does
+# not reorder it, so the least recently prepared signature goes first)
+_fast: LRU[tuple[Any, ...], Hit] = caches.hits
 _launch = _driver.launch_transpose
 
 
@@ -232,5 +235,5 @@ def remember(
     fast, key = kind
     (x0, x1), (o0, o1) = xv.extent(), ov.extent()
     hit = Hit(xv.device, prep, x1 - x0, o1 - o0, out_shape)
-    caches.keep(_fast, key(x, out, xv.ptr, ov.ptr if out is not None else 0, tag), hit)
+    _fast.keep(key(x, out, xv.ptr, ov.ptr if out is not None else 0, tag), hit)
     BY_TYPE[type(x)] = fast

@@ -20,10 +20,13 @@ byte-permute kernel for 1- and 2-byte elements (``prmt_default``), the staged ke
 Only entries whose kernel the running code renders identically are served, and only configs the call can run:
 no wider vectors than the class allows, within the device's block limits. A choice is cached
 in-process per (device model and limits, element size, class, conjugate, database), so
-after the first call for a key no database is queried; the store clears the cache when it
-records a new best (lookup registers :func:`clear_cache` with it, `store.hooks`), and
-:func:`clear_cache` does so explicitly (another process writing the database is seen after a
-restart or a ``clear_cache()``).
+after the first call for a key no database is queried. When this process records a new best
+the store tells lookup (:func:`best_changed`, registered with `store.hooks`): a tuning result
+or an import clears the cache and moves :data:`generation` (every prepared call chooses
+again, `_dispatch.caches`); a first call's winner drops only its own class's cached choice,
+which `winners` then sets to the winner itself (the calls this process prepared stay as they
+are). :func:`clear_cache` clears it explicitly (another process writing the database is seen
+after a restart or a ``clear_cache()``).
 
 Lookup must never break a user's ``transpose()``: the default database is opened read-only (it
 is not created, migrated or written just to be read), and an unreadable or foreign one is
@@ -64,6 +67,7 @@ from ._config import (
     wide_rows,
 )
 from ._device import DeviceInfo
+from ._lru import LRU
 from ._plan import GATHER, PACKED, TRANSPOSE, Pass, Plan
 from ._shapes import ShapeClass, pass_vec, shape_class
 from .errors import AutotransposeError, StoreError
@@ -97,7 +101,13 @@ class _DefaultStore:
 
 DEFAULT_STORE: Any = _DefaultStore()
 
-_choices: dict[tuple[Any, ...], Choice] = {}
+# Cached choices, one per (device, element size, class, conjugate, database) or cast
+# problem's class: classes are buckets of a call's sides, so a real program has tens to
+# hundreds; 8192 keeps them all while a service of ever-new shapes stays bounded (`_lru`). A
+# first call's winner dropped here is read again from the database where one keeps it,
+# else measured again when its class comes back.
+CHOICES_LIMIT = 8192
+_choices: LRU[tuple[Any, ...], Choice] = LRU(CHOICES_LIMIT)
 _shipped: dict[str, tuple[TunedEntry, ...]] = {}
 _models: dict[Path, str] = {}  # shipped file -> its GPU model (shipped_everywhere)
 _stores: dict[str, Store | None] = {}
@@ -105,8 +115,8 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-# Bumped by clear_cache(): transpose() keeps prepared launches per call signature and drops
-# them when this changes, so a finished tuning run is used by the next call.
+# Bumped by clear_cache(): the dispatch keeps prepared calls per signature and drops them
+# when this changes (`_dispatch.caches`), so a finished tuning run is used by the next call.
 generation = 0
 
 
@@ -119,7 +129,38 @@ def clear_cache() -> None:
         generation += 1
 
 
-store_hooks.on_best_changed(clear_cache)  # a best recorded in this process reaches lookup
+def best_changed(change: store_hooks.FirstCallBest | None) -> None:
+    """A best recorded in this process (`store.hooks`). A tuning result or an import (None)
+    may change any choice: everything is chosen again. A first call's winner changes its own
+    class's best only, and the process that measured it serves it already (`winners`
+    remembers it right after the write): only that class's cached choices are dropped, and
+    the generation stays, so no prepared call of another class is dropped."""
+    if change is None:
+        clear_cache()
+        return
+    with _lock:
+        for key in [k for k in list(_choices) if _of_class(k, change)]:  # list(): one C call
+            _choices.pop(key, None)
+
+
+def _of_class(key: tuple[Any, ...], change: store_hooks.FirstCallBest) -> bool:
+    """Whether a cached choice's key is of `change`'s device, class and problem."""
+    if key[0] == "cast":  # ("cast", name, limits, code, both, cls, aligned_out, store)
+        from .kinds import cast as cast_kind
+
+        _, name, _, code, both, cls, _, _ = key
+        return (name, cls) == (change.device, change.shape_class) and cast_kind.problem(
+            code, both
+        ) == change.problem
+    name, _, elem_bytes, cls, _, _ = key  # a transpose's: (name, limits, e, cls, conj, store)
+    return not change.problem and (name, elem_bytes, cls) == (
+        change.device,
+        change.elem_bytes,
+        change.shape_class,
+    )
+
+
+store_hooks.on_best_changed(best_changed)  # a best recorded in this process reaches lookup
 
 
 def choose(
@@ -137,12 +178,12 @@ def choose(
     """
     name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
     key = (name, limits, elem_bytes, cls, conjugate, _store_key(store))
-    hit = _choices.get(key)
+    hit = _choices.recent(key)
     if hit is not None:
         return hit
     choice = _choose(name, limits, elem_bytes, cls, store, conjugate)
     with _lock:
-        _choices[key] = choice
+        _choices.keep(key, choice)
     return choice
 
 
@@ -217,7 +258,7 @@ def cast_choice(
 
     name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
     key = _cast_key(name, limits, code, both, cls, aligned_out, store)
-    hit = _choices.get(key)
+    hit = _choices.recent(key)
     if hit is not None:
         return hit
     src, dst = cast_kind.PAIRS[code]
@@ -235,7 +276,7 @@ def cast_choice(
     else:
         choice = Choice(cast_kind.default(KernelConfig, src, dst, aligned_out), "default")
     with _lock:
-        _choices[key] = choice
+        _choices.keep(key, choice)
     return choice
 
 
@@ -263,7 +304,7 @@ def remember_cast(device: DeviceInfo, problem: str, cls: ShapeClass, choice: Cho
     with _lock:
         for aligned_out in (True, False):
             key = _cast_key(device.name, device.limits, code, both, cls, aligned_out, DEFAULT_STORE)
-            _choices[key] = choice
+            _choices.keep(key, choice)
 
 
 def _exact_cast(
@@ -574,7 +615,7 @@ def remember(
     measurement's winner); cleared with the rest of the cache."""
     key = (device.name, device.limits, elem_bytes, cls, conjugate, _store_key(DEFAULT_STORE))
     with _lock:
-        _choices[key] = choice
+        _choices.keep(key, choice)
 
 
 def renew(

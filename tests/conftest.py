@@ -3,13 +3,73 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 # JAX takes 75% of the GPU's memory at its first use unless told otherwise: the GPU tests of
 # PyTorch, CuPy and the kernels share the process (and the card) with the JAX tests.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+# The run's own directory (made once, by the controller of a pytest-xdist run): every place
+# autotranspose keeps state between processes points into it (`_isolate`).
+RUN_DIR = "AUTOTRANSPOSE_TEST_RUN_DIR"
+_made_here: list[Path] = []
+# what a user's shell may set that changes what a call does (first-call measurement, keeping
+# its winners, the native launcher): docs/serving.md
+_SWITCHES = (
+    "AUTOTRANSPOSE_FIRST_CALL",
+    "AUTOTRANSPOSE_FIRST_CALL_STORE",
+    "AUTOTRANSPOSE_NATIVE_LAUNCH",
+)
+
+
+def _isolate() -> None:
+    """Point everything autotranspose reads or writes outside a test's tmp_path into the run's
+    own directory, so that no test reads or writes the user's state: the default tuning
+    database and its first-call winners (``$AUTOTRANSPOSE_DB``, and the per-user data dir
+    ``platformdirs`` gives, `store.urls.default_path`: ``$XDG_DATA_HOME``), the compiled
+    launcher, DLPack and JAX handler libraries (`_native.cache_dir`: the per-user cache dir,
+    ``$XDG_CACHE_HOME``), pycuda's cubin cache (``$PYCUDA_CACHE_DIR``), and sources that
+    failed to compile (``$AUTOTRANSPOSE_FAILED_DIR``). The user's switches of what a call
+    does are dropped too (`_SWITCHES`: tests set what they test).
+
+    Done once per run, before any test and before pytest-xdist starts its workers: they
+    inherit the environment, so they share the directory, and kernels compiled by one serve
+    all for the whole run. The database there is not created: a test that wants one makes
+    its own in tmp_path. Set AUTOTRANSPOSE_TEST_RUN_DIR to a directory to keep compiled
+    kernels between runs (it is then not removed at the end)."""
+    given = os.environ.get(RUN_DIR)
+    for name in _SWITCHES:
+        os.environ.pop(name, None)
+    root = Path(given) if given else Path(tempfile.mkdtemp(prefix="autotranspose-tests-"))
+    if not given:
+        _made_here.append(root)
+    os.environ[RUN_DIR] = str(root)
+    os.environ["XDG_DATA_HOME"] = str(root / "data")
+    os.environ["XDG_CACHE_HOME"] = str(root / "cache")
+    os.environ["AUTOTRANSPOSE_DB"] = str(root / "data" / "autotranspose" / "tuning.db")
+    os.environ["AUTOTRANSPOSE_FAILED_DIR"] = str(root / "failed")
+    cubins = root / "cache" / "pycuda"  # pycuda reads this before its per-user cache dir
+    cubins.mkdir(parents=True, exist_ok=True)  # and, given it, makes none
+    os.environ["PYCUDA_CACHE_DIR"] = str(cubins)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput") or "PYTEST_XDIST_WORKER" in os.environ
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not _is_worker(config):  # a worker has its controller's environment already
+        _isolate()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _made_here:
+        shutil.rmtree(_made_here.pop(), ignore_errors=True)
 
 
 def _gpu_reason() -> str | None:

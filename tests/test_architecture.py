@@ -43,6 +43,7 @@ CUDA = [
 ]
 FORBIDDEN: dict[str, list[str]] = {
     "_measurement": ["*"],
+    "_lru": ["*"],  # the bounded cache every per-signature cache is: imports nothing of ours
     # the kernel kinds' policies: below config (it dispatches to them), pure, no CUDA
     "kinds": [
         *CUDA,

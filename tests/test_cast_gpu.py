@@ -514,13 +514,63 @@ def test_a_first_call_measures_keeps_and_records_its_winner(torch, rng, own_stor
                 _assert_same(torch, got[0], _reference(torch, x, 2.0, dst), "z")
             _same_amax(torch, amax, _amax_ref(torch, x, torch.zeros(1, device="cuda")))
             (prep,) = _cast._prepared.values()
-        assert prep.config in cast.race_candidates(KernelConfig, src, dst)
         info = activate(torch.cuda.current_device()).info
+        # what this GPU races: the default, the candidates and the wide tiles its limits allow
+        assert prep.config in cast.race_candidates(KernelConfig, src, dst, info.limits)
         cls = cast_dispatch.cast_class(prep.plan, src, x.data_ptr())
         choice = lookup.cast_choice(info, code, cls, both=both, aligned_out=False)
         assert (choice.source, choice.config) == ("measured", prep.config)
         with Store.open(own_store) as store:
             best = store.best(info.name, src.size, cls, cast.problem(code, both))
         assert best is not None and best.source == "measured" and best.config == prep.config
+    finally:
+        at.set_first_call_measurement(None)
+
+
+def test_first_calls_recorded_into_a_database_keep_every_prepared_signature(
+    torch, rng, own_store, monkeypatch
+):
+    """With a tuning database to record into (a user who ran `tune`), the first call of each
+    new cast class records its winner there. That drops nothing this process prepared: every
+    signature's full path runs once, its hit and its config are kept however many classes
+    are measured after it, and each class's recorded winner is what its calls run."""
+    from autotranspose import _cast, _lookup as lookup
+    from autotranspose._compiler import activate
+    from autotranspose._dispatch import cast as cast_dispatch
+    from autotranspose.store import Store
+
+    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: None)  # every class untuned
+    at.set_first_call_measurement(True)
+    full = []
+    on_device = _cast._on_device
+    monkeypatch.setattr(_cast, "_on_device", lambda *a: full.append(1) or on_device(*a))
+    try:
+        src, dst, dt = cast.BFLOAT16, cast.E4M3, torch.float8_e4m3fn
+        shapes = [  # three classes apart by their sides
+            (int(rng.integers(300, 500)) | 1, int(rng.integers(600, 1000)) | 1),
+            (int(rng.integers(1100, 1900)) | 1, int(rng.integers(300, 500)) | 1),
+            (int(rng.integers(2500, 3800)) | 1, int(rng.integers(2500, 3800)) | 1),
+        ]
+        generation = lookup.generation
+        prepared = {}
+        for round_ in range(3):
+            for shape in shapes:
+                scale = float(rng.uniform(0.5, 4.0))
+                x = _input(torch, rng, shape, src, dst, scale)
+                y = at.cast_transpose(x, dt, scale=scale)
+                want = _reference(torch, x, float(np.float32(scale)), dst).t().contiguous()
+                _assert_same(torch, y, want)
+            assert len(full) == len(shapes) and len(_cast._hits) == len(shapes), round_
+            now = {k: p.config for k, p in _cast._prepared.items()}
+            assert len(now) == len(shapes) and all(prepared.get(k, c) == c for k, c in now.items())
+            prepared = now
+        assert lookup.generation == generation
+        info = activate(torch.cuda.current_device()).info
+        with Store.open(own_store) as store:
+            for prep in _cast._prepared.values():
+                cls = cast_dispatch.cast_class(prep.plan, src, 0)
+                best = store.best(info.name, src.size, cls, cast.problem("bf16_e4m3", False))
+                assert best is not None and best.source == "measured"
+                assert best.config == prep.config
     finally:
         at.set_first_call_measurement(None)

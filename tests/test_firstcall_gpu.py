@@ -20,6 +20,7 @@ from autotranspose import (
     _dispatch as dispatch,
     _firstcall as firstcall,
     _lookup as lookup,
+    _winners as winners,
 )
 from autotranspose._compiler import device_state, get_kernel
 from autotranspose._config import max_vec
@@ -325,3 +326,51 @@ def test_eight_processes_first_calls_of_the_same_new_classes(rng, tmp_path):
                 assert r["first"][k] < 30, r
     for r in reports:
         assert not [w for w in r["warnings"] if "locked" in w or "first-call" in w], r
+
+
+def test_first_calls_recorded_into_a_database_keep_every_prepared_signature(
+    rng, tmp_path, monkeypatch
+):
+    """With a tuning database to record into (a user who ran `tune`), each new class's first
+    call records its winner there. That moves no lookup generation: every signature seen
+    before keeps its fast path and its config, so the full path runs once per signature
+    however many classes are measured after it."""
+    cupy = _cupy()
+    path = tmp_path / "tuning.db"
+    Store.open(path).close()
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", f"sqlite:///{path}")
+    lookup.clear_cache()
+    dispatch.clear()
+    full = []
+    launch_for = dispatch.launch_for
+    monkeypatch.setattr(dispatch, "launch_for", lambda *a: full.append(1) or launch_for(*a))
+    generation = lookup.generation
+    # three classes apart by their sides (odd: rows at odd offsets, no shipped class)
+    shapes = [
+        (int(rng.integers(150, 250)) * 2 + 1, int(rng.integers(300, 500)) * 2 + 1),
+        (int(rng.integers(550, 950)) * 2 + 1, int(rng.integers(150, 250)) * 2 + 1),
+        (int(rng.integers(1250, 1900)) * 2 + 1, int(rng.integers(1250, 1900)) * 2 + 1),
+    ]
+    launches = {}
+    for round_ in range(3):
+        for shape in shapes:
+            a = rng.standard_normal(shape).astype(np.float32)
+            y = at.transpose(cupy.asarray(a))
+            assert np.array_equal(cupy.asnumpy(y), a.T), (round_, shape)
+        assert len(full) == len(shapes), round_  # each signature's full path once
+        hits = {k: h for k, h in dispatch.caches.hits.items() if k[0] == "cupy"}
+        assert len(hits) == len(shapes), round_
+        now = dict(dispatch.caches.launches)
+        assert len(now) == len(shapes) and all(launches.get(k, v) is v for k, v in now.items())
+        launches = now
+    assert lookup.generation == generation
+    assert firstcall.history  # classes were measured (and recorded) after others were served
+    info = device_state(0).info
+    with Store.open(path, readonly=True) as store:
+        for _, _, cls, outcome in firstcall.history:
+            best = store.best(info.name, 4, cls)
+            assert best is not None and best.source == "measured", cls
+            assert best.config == outcome.best
+    served = {launch.config for launch in launches.values()}
+    assert {h[3].best for h in firstcall.history} <= served
+    winners.forget()  # the writer of this test's database closed

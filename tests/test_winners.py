@@ -140,6 +140,60 @@ def test_a_permute_pass_of_words_is_stored_under_its_word_type(ours, log, size):
     assert (e.source, e.dtype, e.config) == ("measured", f"word{size}", config)
 
 
+def test_a_winner_recorded_here_keeps_what_this_process_prepared(ours, log):
+    """Recording a first call's winner (as a user who ran `tune` has a database to record
+    into) moves no generation: the other classes' cached choices and the prepared calls of
+    every signature stay (their fast paths with them), and the winner serves its class. A
+    tuning result recorded in this process still reaches every next call."""
+    from autotranspose._dispatch import caches
+
+    other = shape_class(1, 700, 900, 4)
+    before = lookup.choose(DEVICE, 4, other)  # cached, as a prepared call's choice is
+    generation = lookup.generation
+    prepared = object()
+    caches.fresh()  # at this generation, as a call's preparation does first
+    caches.launches[("a signature prepared before",)] = prepared
+    try:
+        for _ in range(2):  # measured and recorded, then served from this process's cache
+            choice = winners.settle(CALL, logging_measure(log))
+            assert (choice.source, choice.config) == ("measured", WINNER)
+        assert _best(ours).source == "measured" and len(measured(log)) == 1
+        assert lookup.generation == generation
+        caches.fresh()
+        assert caches.launches[("a signature prepared before",)] is prepared
+        assert lookup.choose(DEVICE, 4, other) is before
+        assert lookup.choose(DEVICE, 4, CLS) == choice
+        # a tuning result in this process: every signature is chosen again
+        with Store.open(ours) as s:
+            s.record(None, DEVICE, "float32", 4, SHAPE, CLS, GUESS, ok(3000.0))
+        assert lookup.generation == generation + 1
+        caches.fresh()
+        assert ("a signature prepared before",) not in caches.launches
+        got = lookup.choose(DEVICE, 4, CLS)
+        assert (got.source, got.config) == ("tuned", GUESS)
+    finally:
+        caches.launches.pop(("a signature prepared before",), None)
+
+
+def test_a_winner_recorded_here_drops_only_its_own_class_and_problem(ours):
+    """A measured best written straight into the store (not through `settle`) reaches lookup
+    for its own class and problem only: that class's cached choice is read again, the other
+    class's and the other problem's stay."""
+    other = shape_class(1, 700, 900, 4)
+    mine, theirs = lookup.choose(DEVICE, 4, CLS), lookup.choose(DEVICE, 4, other)
+    assert mine.source == theirs.source == "default"
+    cast_key = lookup._cast_key(DEVICE.name, DEVICE.limits, "f32_e4m3", False, CLS, True, None)
+    lookup._choices[cast_key] = mine  # a cast choice of the same class, another problem
+    generation = lookup.generation
+    with Store.open(ours) as s:
+        s.record(None, DEVICE, "float32", 4, SHAPE, CLS, WINNER, ok(2500.0), source="measured")
+    assert lookup.generation == generation
+    assert lookup._choices[cast_key] is mine
+    assert lookup.choose(DEVICE, 4, other) is theirs
+    got = lookup.choose(DEVICE, 4, CLS)
+    assert (got.source, got.config) == ("measured", WINNER)
+
+
 def test_a_copy_ratio_is_kept_when_known(ours):
     winner = winners.Winner(WINNER, 2400.0, copy_gbps=3000.0, seconds=1e-4)
     assert winners.record(winners.writer(), CALL, winner)

@@ -195,13 +195,13 @@ def steps_final(
     waits for a call outside graph capture)."""
     caches.fresh()
     key = (xv.device, plan, xv.ptr & 15, ov_ptr & 15, lookup.generation)
-    steps = caches.steps.get(key)
+    steps = caches.steps.recent(key)
     if steps is not None:
         return steps, True
     _, steps, final = served(plan, state, xv.ptr, ov_ptr, stream, ctx)
     if final:
         with caches.lock:
-            caches.keep(caches.steps, key, steps)
+            caches.steps.keep(key, steps)
     return steps, final
 
 

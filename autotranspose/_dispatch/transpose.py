@@ -301,11 +301,11 @@ def launch_for(
     (`firstcall`)."""
     caches.fresh()
     key = _key(xv, ov, config, conjugate, outer)
-    launch = caches.launches.get(key)
+    launch = caches.launches.recent(key)
     if launch is None:
         with caches.lock:
             launch = caches.launches.get(key) or pick(
                 xv, ov, config, conjugate, state, stream, ctx, outer
             )
-            caches.keep(caches.launches, key, launch)
+            caches.launches.keep(key, launch)
     return launch

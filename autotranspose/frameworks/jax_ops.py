@@ -245,8 +245,11 @@ class Entry(NamedTuple):
 
 
 # A call signature -> the launches' owner: ("permute", device, fused shape, fused axes, dtype
-# name, conjugate), or jax_cast's ("cast", ...). Never dropped: compiled XLA executables hold
-# the addresses.
+# name, conjugate), or jax_cast's ("cast", ...). Never dropped, so not bounded like the eager
+# caches (`_lru`): compiled XLA executables hold the addresses as constants, JAX says nothing
+# when it drops an executable, and a program freed under a live one would be a launch from
+# freed memory. It grows only with what JAX lowers (one entry a signature, however often it
+# is lowered), each beside an XLA executable many times its size.
 _programs: dict[tuple[Any, ...], Any] = {}
 _programs_lock = threading.Lock()
 # One reference more than the module holds: the structs outlive the interpreter's teardown of

@@ -7,7 +7,10 @@ hands it ``codegen.kernel_version`` and ``codegen.template_version`` once, when 
 is imported (:func:`use_kernel_versions`), so every store opened in the process, by any
 caller, judges by them. Likewise it knows nothing of lookup: a module that caches what the
 store holds registers a callback (:func:`on_best_changed`), called after every write that may
-have changed a best (lookup registers its ``clear_cache`` when it is imported).
+have changed a best, with what changed: a :class:`FirstCallBest` where the write was a first
+call's winner (one class's best, which the process that measured it already serves), None for
+any other write (a tuning result, an import: any best may have changed). Lookup registers its
+``best_changed`` when it is imported.
 
 This module imports nothing of SQLAlchemy, so the package can hand over its functions without
 loading the database code.
@@ -16,16 +19,29 @@ loading the database code.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import StoreError
 
 if TYPE_CHECKING:
     from .._config import KernelConfig
+    from .._shapes import ShapeClass
+
+
+class FirstCallBest(NamedTuple):
+    """A first call's winner ("measured") became the best of one class: the class's key."""
+
+    device: str
+    elem_bytes: int
+    shape_class: ShapeClass
+    problem: str  # "" for a transpose, a cast-transpose's `kinds.cast.problem`
+
+
+Listener = Callable[["FirstCallBest | None"], None]
 
 _kernel_version: Callable[[KernelConfig], str] | None = None
 _template_version: Callable[[], str] | None = None
-_listeners: list[Callable[[], None]] = []
+_listeners: list[Listener] = []
 
 
 def use_kernel_versions(
@@ -37,9 +53,10 @@ def use_kernel_versions(
     _kernel_version, _template_version = kernel_version, template_version
 
 
-def on_best_changed(callback: Callable[[], None]) -> None:
-    """Call `callback()` after each write that may have changed a best (once per callback,
-    however often it is registered)."""
+def on_best_changed(callback: Listener) -> None:
+    """Call `callback(change)` after each write that may have changed a best (once per
+    callback, however often it is registered): `change` is the class a first call's winner
+    became the best of, or None (a tuning result or an import: any best)."""
     if callback not in _listeners:
         _listeners.append(callback)
 
@@ -59,10 +76,11 @@ def template_version() -> str:
     return _template_version()
 
 
-def best_changed() -> None:
-    """Tell every registered callback that a best may have changed."""
+def best_changed(change: FirstCallBest | None = None) -> None:
+    """Tell every registered callback that a best may have changed (`change`: only this
+    class's, to a first call's winner; None: any)."""
     for callback in list(_listeners):
-        callback()
+        callback(change)
 
 
 _NOT_GIVEN = (

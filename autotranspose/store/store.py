@@ -227,7 +227,12 @@ class Store:
             )
         self._device_ids[device] = device_id
         if best:
-            hooks.best_changed()
+            first_call = source == "measured"  # one class's best, not a tuning run's
+            hooks.best_changed(
+                hooks.FirstCallBest(device.name, elem_bytes, shape_class, problem)
+                if first_call
+                else None
+            )
         return best
 
     def import_entries(self, device: DeviceInfo, entries: Sequence[TunedEntry], source: str) -> int:

@@ -1,0 +1,112 @@
+"""The bound on every per-signature cache (`autotranspose._lru`): filled past it, a cache keeps
+its bound and drops the least recently used entries first."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from autotranspose import _cast, _fastpath, _lookup as lookup
+from autotranspose._dispatch import caches
+from autotranspose._lru import LRU
+from autotranspose._shapes import ShapeClass
+
+
+def test_past_its_bound_the_least_recently_used_goes_first(rng):
+    limit = int(rng.integers(3, 50))
+    cache: LRU[int, int] = LRU(limit)
+    keys = [int(k) for k in rng.permutation(10 * limit)]
+    for k in keys[:limit]:
+        assert cache.keep(k, -k) == -k
+    used = keys[: limit // 2]  # read (and marked) in this order: now the newest
+    for k in used:
+        assert cache.recent(k) == -k
+    unread = keys[limit // 2 : limit]
+    assert cache.get(keys[limit // 2]) == -keys[limit // 2]  # a plain get marks nothing
+    added = keys[limit : limit + len(unread)]
+    for k in added:
+        cache.keep(k, -k)
+    assert len(cache) == limit
+    assert list(cache) == used + added  # every unread one dropped, oldest first
+    assert all(k not in cache for k in unread)
+    assert cache.recent(unread[0]) is None
+    for k in keys:  # many more: still the bound, the newest kept
+        cache.keep(k, -k)
+    assert len(cache) == limit and list(cache) == keys[-limit:]
+
+
+def test_keeping_a_key_again_replaces_it_as_the_newest():
+    cache: LRU[str, int] = LRU(2)
+    cache.keep("a", 1)
+    cache.keep("b", 2)
+    cache.keep("a", 3)
+    cache.keep("c", 4)
+    assert dict(cache) == {"a": 3, "c": 4}
+
+
+def test_a_bound_below_one_is_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        LRU(0)
+
+
+@pytest.fixture
+def emptied():
+    """The process's caches emptied before and after (what filling them leaves is dropped)."""
+    for cache in _every_cache():
+        cache.clear()
+    yield
+    for cache in _every_cache():
+        cache.clear()
+    lookup.clear_cache()
+
+
+def _every_cache() -> list[LRU]:
+    return [
+        caches.launches,
+        caches.steps,
+        caches.hits,
+        _cast._prepared,
+        _cast._hits,
+        _cast._functions,
+    ]
+
+
+@pytest.mark.parametrize(
+    "cache, limit",
+    [
+        (caches.launches, caches.LIMIT),
+        (caches.steps, caches.LIMIT),
+        (caches.hits, caches.HITS_LIMIT),
+        (_cast._prepared, caches.LIMIT),
+        (_cast._hits, caches.HITS_LIMIT),
+        (_cast._functions, 1024),
+    ],
+    ids=["launches", "steps", "fast-path hits", "cast prepared", "cast hits", "cast functions"],
+)
+def test_each_per_signature_cache_holds_its_bound(emptied, cache, limit):
+    assert isinstance(cache, LRU) and cache.limit == limit
+    for i in range(limit + 100):
+        cache.keep(("signature", i), i)
+    assert len(cache) == limit
+    assert next(iter(cache)) == ("signature", 100) and ("signature", 99) not in cache
+
+
+def test_the_fast_path_reads_the_dispatchs_bounded_hits():
+    assert _fastpath._fast is caches.hits
+
+
+def test_lookups_cached_choices_hold_their_bound(emptied):
+    lookup.clear_cache()
+    classes = [
+        ShapeClass(1 << b, 1 << m, 1 << n, v)
+        for v, b, m, n in itertools.product((1, 2, 4), range(16), range(16), range(16))
+    ][: lookup.CHOICES_LIMIT + 50]
+    first = lookup.choose("NVIDIA H100 80GB HBM3", 4, classes[0], store=None)
+    for cls in classes[1:]:
+        lookup.choose("NVIDIA H100 80GB HBM3", 4, cls, store=None)
+        lookup.choose("NVIDIA H100 80GB HBM3", 4, classes[0], store=None)  # kept in use
+    assert len(lookup._choices) == lookup.CHOICES_LIMIT
+    assert lookup.choose("NVIDIA H100 80GB HBM3", 4, classes[0], store=None) is first
+    key = ("NVIDIA H100 80GB HBM3", lookup.NEWEST, 4, classes[1], False, None)
+    assert key not in lookup._choices  # the least recently used went first

@@ -709,7 +709,7 @@ def vector_box(
     the scatter's chunk (0: the gather)."""
     e = elem_bytes
     chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
-    if not all(chains) or any(d.extent > GATHER_MAX_EXTENT for d in dims):
+    if not all(chains) or any(d.extent > GATHER_MAX_EXTENT for d in dims) or _broadcast(dims):
         return None
     cap = VECTOR_MAX_SMEM_BYTES // (e + VECTOR_TABLE_BYTES)
     best, best_key = None, None
@@ -941,6 +941,13 @@ def packed_runs(dims: Sequence[Dim], box: Sequence[int]) -> tuple[int, int]:
     return runs[0], runs[1]
 
 
+def _broadcast(dims: Sequence[Dim]) -> bool:
+    """Whether an input dim is broadcast (stride 0): the box kernels' tables and runs assume
+    each box element is read from its own place, so such inputs keep the tile, row and gather
+    kernels, which take stride 0 as any other stride."""
+    return any(d.in_stride == 0 and d.extent > 1 for d in dims)
+
+
 def packed_box(
     dims: Sequence[Dim], elem_bytes: int, min_elems: int | None = None
 ) -> tuple[int, ...] | None:
@@ -955,7 +962,7 @@ def packed_box(
     e = elem_bytes
     min_elems = PACKED_MIN_ELEMS if min_elems is None else min_elems
     chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
-    if not all(chains):
+    if not all(chains) or _broadcast(dims):
         return None
     best = None
     for target in PACKED_RUN_BYTES:

@@ -72,7 +72,8 @@ def test_processes_compiling_one_kernel_at_once_each_get_a_whole_cubin(tmp_path)
     import time
 
     pytest.importorskip("pycuda.compiler")
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": path}
     env.pop("PYCUDA_DISABLE_CACHE", None)
     source = (
         'extern "C" __global__ void at_cache_probe(float* p) { p[threadIdx.x] += 1.f; }'

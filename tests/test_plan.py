@@ -388,6 +388,28 @@ def test_broadcast_input_is_read_in_place():
     assert p.case == ELEMENTS
 
 
+@pytest.mark.parametrize("e", SIZES)
+def test_broadcast_inputs_beside_a_stride_one_axis_take_no_box(e: int):
+    """A broadcast axis (stride 0) beside the input's stride-1 axis (x.expand of a tensor with
+    a size-1 axis) keeps the tile, row or gather kernels: no packed or vector box pass, whose
+    tables assume each element of a box is read from its own place; every plan and
+    alternative matches np.transpose."""
+    rng = _rng(e, "broadcast-box")
+    for case in range(30):
+        nd = int(rng.integers(2, 5))
+        shape = tuple(int(v) for v in rng.integers(2, 40, nd))
+        flat = [k for k in range(nd - 1) if rng.random() < 0.5] or [0]
+        base_shape = tuple(1 if k in flat else n for k, n in enumerate(shape))
+        base = _bytes(rng, base_shape, e)
+        buf = Buf(base, np.broadcast_to(base, shape), None)
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        out = make(rng, tuple(shape[a] for a in axes), e, strided=case % 2 == 0)
+        p = run(buf, axes, out, f"case {case}")
+        assert all(q.kind != PACKED and not q.box for q in (*p.passes, *p.alternatives)), (
+            p.describe()
+        )
+
+
 def gappy(rng: np.random.Generator, shape: tuple[int, ...], e: int, zeros: bool = False) -> Buf:
     """A view of `shape` with no axis of stride 1: every axis a step of 2 or 3 elements (or,
     with `zeros`, some axes broadcast: stride 0), in a random memory order, inside a padded

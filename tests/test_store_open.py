@@ -193,6 +193,34 @@ def test_read_only_open_of_a_missing_file_is_a_store_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_reading_a_path_in_a_missing_directory_says_to_create_it_not_to_upgrade(tmp_path):
+    """`db upgrade` cannot make a file in a directory that does not exist: the hint says so."""
+    path = tmp_path / "missing" / "tuning.db"
+    rc, _, err = run("show", "--db", str(path))
+    message = one_line_error(rc, err)
+    assert f"no tuning database at {path}" in message
+    assert f"its directory {path.parent} does not exist" in message
+    assert f"mkdir -p {path.parent}" in message and "--db (or AUTOTRANSPOSE_DB)" in message
+    assert "db upgrade --db" not in message
+    # the fix it names works
+    path.parent.mkdir()
+    rc, _, err = run("db", "upgrade", "--db", str(path))
+    assert rc == 0, err
+    rc, out, err = run("show", "--json", "--db", str(path))
+    assert rc == 0 and json.loads(out) == [], err
+
+
+def test_reading_a_path_under_a_file_says_it_is_not_a_directory(tmp_path):
+    blocker = tmp_path / "home"
+    blocker.write_text("")
+    for argv in (["show"], ["db", "upgrade"]):
+        rc, _, err = run(*argv, "--db", str(blocker / "tuning.db"))
+        message = one_line_error(rc, err)
+        assert f"{blocker} is not a directory" in message, message
+        assert "a file in a writable directory" in message and "db upgrade --db" not in message
+    assert blocker.read_text() == ""
+
+
 def test_writers_still_create_the_database(tmp_path):
     rc, _, err = run("db", "upgrade", "--db", str(tmp_path / "new.db"))
     assert rc == 0, err
@@ -365,6 +393,22 @@ def test_writing_in_a_read_only_directory_is_one_line(read_only_dir):
     done = cli_subprocess("db", "upgrade", "--db", str(path), preexec_fn=preexec)
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("autotranspose: error: ") and str(directory) in done.stderr
+
+
+def test_reading_a_missing_database_in_a_read_only_directory_names_it_and_the_fix(read_only_dir):
+    """There `db upgrade` cannot work: the hint names the directory and asks for another path."""
+    directory, preexec = read_only_dir
+    _make_read_only(directory, preexec)
+    path = directory / "tuning.db"
+    done = cli_subprocess("show", "--db", str(path), preexec_fn=preexec)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"no tuning database at {path}" in done.stderr
+    assert f"{directory} is not writable" in done.stderr
+    assert "give --db (or AUTOTRANSPOSE_DB) a file in a writable directory" in done.stderr
+    assert "db upgrade --db" not in done.stderr
+    done = cli_subprocess("db", "upgrade", "--db", str(path), preexec_fn=preexec)
+    assert done.returncode == 1 and f"{directory} is not writable" in done.stderr, done.stderr
+    assert list(directory.iterdir()) == []
 
 
 @pytest.mark.parametrize("command", [["import", "RESULTS"], ["tune", "--shapes", "64x64"]])

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -36,8 +38,10 @@ def db(tmp_path: Path) -> str:
     return str(tmp_path / "tuning.db")
 
 
-@pytest.fixture
-def tuned(db: str) -> str:
+@pytest.fixture(scope="module")
+def tuned_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tuning run per module (four Optuna studies: seconds each), for every test to copy."""
+    path = tmp_path_factory.mktemp("tuned") / "tuning.db"
     rc, _, err = run(
         "tune",
         "--shapes",
@@ -50,9 +54,18 @@ def tuned(db: str) -> str:
         "--seed",
         "1",
         "--db",
-        db,
+        str(path),
     )
     assert rc == 0, err
+    return path
+
+
+@pytest.fixture
+def tuned(db: str, tuned_once: Path) -> str:
+    """A database as `tune` leaves it, the test's own: a copy of the module's one run (SQLite's
+    backup: the whole database, its write-ahead log included)."""
+    with closing(sqlite3.connect(tuned_once)) as src, closing(sqlite3.connect(db)) as dst:
+        src.backup(dst)
     return db
 
 

@@ -57,8 +57,9 @@ def driver() -> Any:
     except ImportError as exc:
         if "pycuda" in str(exc) and "libcuda" not in str(exc):
             raise CudaUnavailableError(
-                "pycuda is not installed: install the CUDA extra with "
-                "`pip install 'autotranspose[cuda]'` (needs the CUDA toolkit's nvcc)"
+                "pycuda is not installed, and tuning, benchmarks and kernel launches need it: "
+                "install it with `python3 -m pip install 'autotranspose[cuda]'` (it needs an "
+                "NVIDIA GPU with its driver, and the CUDA toolkit's nvcc to build)"
             ) from exc
         raise CudaUnavailableError(
             f"pycuda is installed but cannot load the CUDA driver ({exc}); install the NVIDIA "

@@ -18,7 +18,7 @@ from ._device import DeviceInfo
 from ._dtypes import element_type
 from ._measurement import Measurement
 from ._shapes import Layout, check_layout
-from .errors import TuningError
+from .errors import AutotransposeError, CudaUnavailableError, DeviceError, TuningError
 
 _CTX = mp.get_context("spawn")
 # The exit status of a measuring process that found itself re-running the caller's script.
@@ -58,7 +58,7 @@ def _worker_main(
         else:
             measure = _CastMeasure(state, shape, *cast)
     except Exception as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        conn.send(("error", _startup_error(exc)))
         return
     conn.send(("ready", state.info.to_dict()))
     while True:
@@ -89,6 +89,28 @@ def _worker_main(
             if dead:  # the context is gone: let the parent start a fresh worker
                 conn.close()
                 os._exit(3)
+
+
+_DEVICE_ERRORS = {cls.__name__: cls for cls in (DeviceError, CudaUnavailableError)}
+
+
+def _startup_error(exc: Exception) -> tuple[str, str]:
+    """What a worker that could not start tells its parent: the class's name where the parent
+    raises the same (what this machine lacks: pycuda, a driver, a GPU), and the message. Our
+    own messages travel without their class's name, another library's with it (it says which
+    kind of failure it is)."""
+    if type(exc).__name__ in _DEVICE_ERRORS:
+        return type(exc).__name__, str(exc)
+    if isinstance(exc, AutotransposeError):
+        return "", str(exc)
+    return "", f"{type(exc).__name__}: {exc}"
+
+
+def _startup_failure(payload: tuple[str, str]) -> AutotransposeError:
+    name, message = payload
+    if name in _DEVICE_ERRORS:
+        return _DEVICE_ERRORS[name](message)  # as when measuring in this process
+    return TuningError(f"the measuring process could not start: {message}")
 
 
 class _CastMeasure:
@@ -175,7 +197,7 @@ class GpuObjective:
             ) from None
         if kind != "ready":
             self.close()
-            raise TuningError(f"the measuring process could not start: {payload}")
+            raise _startup_failure(payload)
         return DeviceInfo.from_dict(payload)
 
     def _recv(self) -> tuple[str, Any]:

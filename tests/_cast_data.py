@@ -47,11 +47,19 @@ def special_values(src: Format, dst: Format, scale: float) -> np.ndarray:
     cases.append(
         np.array([dmax, dmax * 1.0625, dmax * 1.03, dmax * 2, 1e30, 3.0e38, 6e4, 7e4, 65520.0])
     )
-    cases = [c / scale for c in cases]
+    cases = [_divided(c, scale) for c in cases]
     cases.append(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-40, -1e-45, 1e-39]))
     vals = np.concatenate([c.ravel() for c in cases] + [-c.ravel() for c in cases])
     with np.errstate(over="ignore"):
         return vals.astype(np_type(src)).astype(np.float64)
+
+
+def _divided(c: np.ndarray, scale: float) -> np.ndarray:
+    """`c / scale` in c's own precision (float32 steps by a float32 scale, as before), less the
+    quotients past that precision's range: each would be an overflow to infinity, a case
+    `special_values` has already."""
+    fits = np.abs(c.astype(np.float64) / scale) <= np.finfo(c.dtype).max
+    return c[fits] / scale
 
 
 def make_input(

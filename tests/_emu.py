@@ -60,7 +60,9 @@ def emulated(name: str, source: str, args_type: str, glue: str) -> ctypes.CDLL:
     `args_type`) and `emu_one()`, which calls kernel `name` on them; the library's
     `emu_launch(args, grid, threads)` runs every block and returns the first error."""
     text = (
-        f'#include "{HERE / "emu" / "cuda_emu.h"}"\n{source}\n{glue}'
+        f'#include "{HERE / "emu" / "cuda_emu.h"}"\n'
+        "#include <cerrno>\n#include <sys/wait.h>\n#include <unistd.h>\n"
+        f"{source}\n{glue}"
         f'extern "C" int emu_launch(const {args_type}* a, unsigned grid, unsigned threads) {{\n'
         "    emu_args = *a; emu_body = emu_one; blockDim.x = threads; gridDim.x = grid;\n"
         "    for (unsigned b = 0; b < grid; ++b) {\n"
@@ -69,6 +71,20 @@ def emulated(name: str, source: str, args_type: str, glue: str) -> ctypes.CDLL:
         "        if (e) return e;\n"
         "    }\n"
         "    return 0;\n"
+        "}\n"
+        # The launch in a child process, forked here in C: a misaligned access (UBSan aborts)
+        # or one outside memory kills the child, not the test run. os.fork() would run
+        # Python's fork hooks (JAX's warns of a deadlock: its threads do not follow); this
+        # child runs only the kernel's C code and leaves by _exit, never touching a lock of
+        # Python's or JAX's. Returns the launch's error, or -signal where the child died.
+        f'extern "C" int emu_launch_isolated(const {args_type}* a, unsigned grid,\n'
+        "                                    unsigned threads) {\n"
+        "    const pid_t pid = fork();\n"
+        "    if (pid < 0) return -1000;\n"
+        "    if (pid == 0) _exit(emu_launch(a, grid, threads));\n"
+        "    int status = 0;\n"
+        "    while (waitpid(pid, &status, 0) < 0) if (errno != EINTR) return -1000;\n"
+        "    return WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);\n"
         "}\n"
     )
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -100,7 +116,7 @@ def emulated(name: str, source: str, args_type: str, glue: str) -> ctypes.CDLL:
         )
         tmp.rename(lib)
     so = ctypes.CDLL(str(lib))
-    so.emu_launch.restype = ctypes.c_int
+    so.emu_launch.restype = so.emu_launch_isolated.restype = ctypes.c_int
     return so
 
 
@@ -122,36 +138,31 @@ def _library(config: KernelConfig) -> ctypes.CDLL:
     name = config.kernel_name
     glue = f"static at_cast_args emu_args;\nstatic void emu_one() {{ {name}(emu_args); }}\n"
     so = emulated(name, source, "at_cast_args", glue)
-    so.emu_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
+    so.emu_launch_isolated.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint]
     return so
 
 
 def run(config: KernelConfig, args: bytes, grid: int) -> None:
     """Launch `config`'s kernel on the CPU with packed `at_cast_args` (autotranspose._castplan)
-    in a forked process, so that a misaligned vector access (UBSan aborts) or an access
+    in a child process, so that a misaligned vector access (UBSan aborts) or an access
     outside memory fails the test instead of the test run: the arrays it writes must live in
     memory shared with the child (`shared`)."""
     assert len(args) == ARGS.size
-    _forked(_library(config), config, args, grid)
+    _isolated(_library(config), config, args, grid)
 
 
-def _forked(lib: ctypes.CDLL, config: KernelConfig, args: Any, grid: int) -> None:
-    """`lib.emu_launch(args, grid, threads)` in a forked child; its death or failure raised
-    here as an AssertionError naming the config."""
-    pid = os.fork()
-    if pid == 0:  # the child: run, and say how it went through the exit status
-        code = 1
-        try:
-            code = lib.emu_launch(args, grid, config.threads)
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
+def _isolated(lib: ctypes.CDLL, config: KernelConfig, args: Any, grid: int) -> None:
+    """`lib.emu_launch(args, grid, threads)` in a child the library forks (`emulated`); its
+    death or failure raised here as an AssertionError naming the config."""
+    code = lib.emu_launch_isolated(args, grid, config.threads)
+    if code == -1000:
+        raise OSError(f"{config.key}: fork() of the emulated launch failed")
+    if code < 0:
         raise AssertionError(
-            f"{config.key}: the kernel died of signal {os.WTERMSIG(status)} (SIGABRT: UBSan "
-            "found a misaligned access, see stderr; SIGSEGV: an access outside memory)"
+            f"{config.key}: the kernel died of signal {-code} (SIGABRT: UBSan found a "
+            "misaligned access, see stderr; SIGSEGV: an access outside memory)"
         )
-    if os.WEXITSTATUS(status):
+    if code:
         raise AssertionError(f"{config.key}: a barrier or warp collective not all threads reach")
 
 
@@ -276,5 +287,5 @@ def transpose(
     grid = min(cfg.grid(m, n, b, 1)[0], grid_max)
     args = _TransposeArgs(address(src) + off_in, address(dst) + off_out, m, n, *strides,
                           fast, slow, tm * tn * b)  # fmt: skip
-    _forked(_transpose_library(cfg), cfg, ctypes.byref(args), grid)
+    _isolated(_transpose_library(cfg), cfg, ctypes.byref(args), grid)
     return dst, want

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -36,8 +38,10 @@ def db(tmp_path: Path) -> str:
     return str(tmp_path / "tuning.db")
 
 
-@pytest.fixture
-def tuned(db: str) -> str:
+@pytest.fixture(scope="module")
+def tuned_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tuning run per module (four Optuna studies: seconds each), for every test to copy."""
+    path = tmp_path_factory.mktemp("tuned") / "tuning.db"
     rc, _, err = run(
         "tune",
         "--shapes",
@@ -50,9 +54,18 @@ def tuned(db: str) -> str:
         "--seed",
         "1",
         "--db",
-        db,
+        str(path),
     )
     assert rc == 0, err
+    return path
+
+
+@pytest.fixture
+def tuned(db: str, tuned_once: Path) -> str:
+    """A database as `tune` leaves it, the test's own: a copy of the module's one run (SQLite's
+    backup: the whole database, its write-ahead log included)."""
+    with closing(sqlite3.connect(tuned_once)) as src, closing(sqlite3.connect(db)) as dst:
+        src.backup(dst)
     return db
 
 
@@ -301,6 +314,75 @@ def test_devices_without_pycuda_is_one_clear_line() -> None:
     rc, out, err = run("devices")
     assert rc == 1 and out == ""
     assert err.startswith("autotranspose: error: pycuda is not installed") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tune", "--shapes", "64x64"],  # through the measuring process: its error, unwrapped
+        ["tune", "--shapes", "64x64", "--cast", "bf16:e4m3"],
+        ["devices"],
+        ["bench", "--shapes", "64x64"],
+        ["bench", "--small", "1"],
+    ],
+    ids=lambda argv: "-".join(a.strip("-") for a in argv[:3]),
+)
+def test_a_gpu_command_without_pycuda_says_what_to_install_in_user_words(
+    argv: list[str], db: str
+) -> None:
+    """`tune` printed `...could not start: CudaUnavailableError: pycuda is not installed`."""
+    try:
+        import pycuda  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("pycuda is installed")
+    rc, out, err = run(*argv, *(["--db", db] if argv[0] != "devices" else []), objective=None)
+    assert rc == 1 and out == "", err
+    assert err.startswith("autotranspose: error: pycuda is not installed") and err.count("\n") == 1
+    assert "python3 -m pip install 'autotranspose[cuda]'" in err and "NVIDIA GPU" in err
+    assert "Error" not in err and "could not start" not in err  # no class name, no wrapping
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tune", "--shapes", "-3x4"],
+        ["tune", "--shapes=-3x4"],
+        ["tune", "--shapes", "8x8", "-3x4"],
+        ["bench", "--shapes", "-3x4"],
+        ["lookup", "--device", NAME, "--shape", "-3x4"],
+    ],
+    ids=["tune", "tune-equals", "tune-second", "bench", "lookup"],
+)
+def test_a_negative_side_names_the_shape_and_how_to_write_one(argv: list[str], db: str) -> None:
+    """argparse took `-3x4` for an option: "expected at least one argument"."""
+    rc, out, err = run(*argv, "--db", db)
+    _one_clear_line(rc, err)
+    option = "--shape" if argv[0] == "lookup" else "--shapes"
+    assert f"argument {option}: '-3x4' is not a shape" in err and out == ""
+    assert "positive integers, e.g. 8192x8192" in err
+    assert "expected" not in err and not Path(db).exists()
+
+
+def test_a_negative_shape_from_the_shell_is_named_too(db: str) -> None:
+    done = _subprocess("tune", "--shapes", "-3x4", "--db", db)
+    _one_clear_line(done.returncode, done.stderr)
+    assert (
+        "argument --shapes: '-3x4' is not a shape" in done.stderr
+        and "e.g. 8192x8192" in done.stderr
+    )
+
+
+def test_negative_axes_can_be_written_after_the_option(db: str) -> None:
+    """`--axes -1,0,1` (counted from the end) is a value, as `--axes=-1,0,1` always was."""
+    assert run("db", "upgrade", "--db", db)[0] == 0
+    outs = []
+    for argv in (["--axes=-1,0,1"], ["--axes", "-1,0,1"], ["--axes", "2,0,1"]):
+        rc, out, err = run("lookup", "--shape", "4x5x6", *argv, "--device", NAME, "--db", db)
+        assert rc == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1] == outs[2] and "by (2, 0, 1)" in outs[0]
 
 
 @pytest.mark.parametrize(
@@ -658,6 +740,27 @@ def test_an_empty_db_is_refused_not_read_as_the_current_directory(
     assert "argument --db: " in err and "names no database" in err and out == ""
     assert "--db tuning.db" in err and "$AUTOTRANSPOSE_DB" in err
     assert list(tmp_path.iterdir()) == []  # nothing made in the current directory
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["show"], ["export"], ["lookup", "--shape", "64x64", "--device", NAME], ["db", "upgrade"]],
+    ids=lambda argv: argv[0] if argv[0] != "db" else "db-upgrade",
+)
+def test_a_directory_as_db_names_a_file_inside_it(argv: list[str], tmp_path: Path) -> None:
+    directory = tmp_path / "results"
+    directory.mkdir()
+    rc, out, err = run(*argv, "--db", str(directory))
+    assert rc == 1 and out == "" and err.count("\n") == 1, err
+    assert f"the tuning database {directory} is a directory, not a file" in err
+    assert f"give a file inside it, such as --db {directory / 'tuning.db'}" in err
+    assert list(directory.iterdir()) == []
+    # the fix it names works
+    rc, _, err = run("db", "upgrade", "--db", str(directory / "tuning.db"))
+    assert rc == 0, err
+    if argv[0] != "db":
+        rc, out, err = run(*argv, "--db", str(directory / "tuning.db"))
+        assert "is a directory" not in err and "no tuning database" not in err, err
 
 
 def _two_device_db(db: str) -> tuple[str, str]:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _child import prepared
 from store_data import H100, ok, random_config, sample_shape, tuning_doc
 
 from autotranspose import cli
@@ -29,11 +30,9 @@ def run(*argv: str) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
-def _limited_memory() -> None:
-    import resource
-
-    # Today's code read /dev/zero until memory ran out: a failing test must not take the host.
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+# Run in the child before its command (tests/_child.py). Today's code read /dev/zero until
+# memory ran out: a failing test must not take the host.
+_LIMITED_MEMORY = "import resource; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))"
 
 
 @pytest.mark.parametrize("kind", ["fifo", "char-device", "directory"])
@@ -49,12 +48,14 @@ def test_import_of_a_special_file_is_refused_at_once(tmp_path: Path, kind: str) 
     db = tmp_path / "t.db"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "autotranspose", "import", str(path), "--db", str(db)],
+        prepared(
+            _LIMITED_MEMORY,
+            [sys.executable, "-m", "autotranspose", "import", str(path), "--db", str(db)],
+        ),
         capture_output=True,
         text=True,
         env=env,
         timeout=60,
-        preexec_fn=_limited_memory,
     )
     assert done.returncode == 1 and done.stdout == "", done.stderr[-2000:]
     assert done.stderr.startswith(PREFIX) and done.stderr.count("\n") == 1, done.stderr[-2000:]

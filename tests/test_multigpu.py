@@ -17,6 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy as sa
+from _child import prepared
 from _synthetic import DEVICE, OTHER_DEVICE, device_objective, logged
 from optuna.trial import TrialState
 
@@ -294,38 +295,39 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _default_ctrl_c() -> None:
-    """In the driver's process before it starts: SIGINT as a terminal leaves it (a runner
-    started in the background, `cmd &` in a script, hands its children SIGINT ignored, which
-    Python keeps: the driver would never see the test's Ctrl-C)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# In the driver's process before it starts (tests/_child.py): SIGINT as a terminal leaves it
+# (a runner started in the background, `cmd &` in a script, hands its children SIGINT ignored,
+# which Python keeps: the driver would never see the test's Ctrl-C).
+_DEFAULT_CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.SIG_DFL)"
 
 
 def _start_driver(tmp_path: Path, log: Path) -> tuple[subprocess.Popen, str, list[int]]:
     url = f"sqlite:///{tmp_path / 'tuning.db'}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _DRIVER,
-            "tune",
-            "--shapes",
-            "2048x2048",
-            "--trials",
-            "200",
-            "--batch",
-            "2",
-            "--devices",
-            "all",
-            "--db",
-            url,
-        ],
+        prepared(
+            _DEFAULT_CTRL_C,
+            [
+                sys.executable,
+                "-c",
+                _DRIVER,
+                "tune",
+                "--shapes",
+                "2048x2048",
+                "--trials",
+                "200",
+                "--batch",
+                "2",
+                "--devices",
+                "all",
+                "--db",
+                url,
+            ],
+        ),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_default_ctrl_c,
     )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:

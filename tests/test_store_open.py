@@ -4,7 +4,6 @@ and bad URLs are one line. CLI errors are one line; the Python API raises StoreE
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import io
 import json
@@ -23,6 +22,7 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy as sa
+from _child import prepared
 from _synthetic import make_objective
 from store_data import H100, ok, valid_config
 
@@ -68,14 +68,14 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(REPO), **extra}
 
 
-def cli_subprocess(*argv: str, timeout: float = 120, preexec_fn=None, **env: str):
+def cli_subprocess(*argv: str, timeout: float = 120, setup: str | None = None, **env: str):
+    """The command line in a fresh process, run after the Python code `setup` (tests/_child.py)."""
     return subprocess.run(
-        [sys.executable, "-m", "autotranspose", *argv],
+        prepared(setup, [sys.executable, "-m", "autotranspose", *argv]),
         capture_output=True,
         text=True,
         env=subprocess_env(**env),
         timeout=timeout,
-        preexec_fn=preexec_fn,
     )
 
 
@@ -193,6 +193,34 @@ def test_read_only_open_of_a_missing_file_is_a_store_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_reading_a_path_in_a_missing_directory_says_to_create_it_not_to_upgrade(tmp_path):
+    """`db upgrade` cannot make a file in a directory that does not exist: the hint says so."""
+    path = tmp_path / "missing" / "tuning.db"
+    rc, _, err = run("show", "--db", str(path))
+    message = one_line_error(rc, err)
+    assert f"no tuning database at {path}" in message
+    assert f"its directory {path.parent} does not exist" in message
+    assert f"mkdir -p {path.parent}" in message and "--db (or AUTOTRANSPOSE_DB)" in message
+    assert "db upgrade --db" not in message
+    # the fix it names works
+    path.parent.mkdir()
+    rc, _, err = run("db", "upgrade", "--db", str(path))
+    assert rc == 0, err
+    rc, out, err = run("show", "--json", "--db", str(path))
+    assert rc == 0 and json.loads(out) == [], err
+
+
+def test_reading_a_path_under_a_file_says_it_is_not_a_directory(tmp_path):
+    blocker = tmp_path / "home"
+    blocker.write_text("")
+    for argv in (["show"], ["db", "upgrade"]):
+        rc, _, err = run(*argv, "--db", str(blocker / "tuning.db"))
+        message = one_line_error(rc, err)
+        assert f"{blocker} is not a directory" in message, message
+        assert "a file in a writable directory" in message and "db upgrade --db" not in message
+    assert blocker.read_text() == ""
+
+
 def test_writers_still_create_the_database(tmp_path):
     rc, _, err = run("db", "upgrade", "--db", str(tmp_path / "new.db"))
     assert rc == 0, err
@@ -258,36 +286,35 @@ def test_read_only_open_of_postgres_creates_nothing(pg_url):
 
 
 # --- a database in a read-only directory ----------------------------------------------------------
-_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH, _CAP_FOWNER = 1, 2, 3
-_PR_CAPBSET_DROP = 24
-
-
-def _drop_file_capabilities() -> None:
-    """In the child before exec: without these, root obeys file modes like anyone else."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH, _CAP_FOWNER):
-        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+# Run in the child before its command (tests/_child.py): without these capabilities, root obeys
+# file modes like anyone else.
+_DROP_FILE_CAPABILITIES = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for cap in (1, 2, 3):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+    if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+"""
 
 
 @pytest.fixture
-def read_only_dir(tmp_path) -> Iterator[tuple[Path, object]]:
-    """A directory that the child processes (`preexec_fn`) cannot write: chmod 555, and for root
-    a child without the capabilities that bypass file modes."""
+def read_only_dir(tmp_path) -> Iterator[tuple[Path, str | None]]:
+    """A directory that the child processes (run after the code given with it, see
+    tests/_child.py) cannot write: chmod 555, and for root a child without the capabilities
+    that bypass file modes."""
     directory = tmp_path / "ro"
     directory.mkdir()
-    preexec = _drop_file_capabilities if os.geteuid() == 0 else None
-    yield directory, preexec
+    setup = _DROP_FILE_CAPABILITIES if os.geteuid() == 0 else None
+    yield directory, setup
     directory.chmod(0o755)
 
 
-def _make_read_only(directory: Path, preexec) -> None:
+def _make_read_only(directory: Path, setup: str | None) -> None:
     directory.chmod(0o555)
     probe = subprocess.run(
-        [sys.executable, "-c", f"open({str(directory / 'probe')!r}, 'w')"],
+        prepared(setup, [sys.executable, "-c", f"open({str(directory / 'probe')!r}, 'w')"]),
         capture_output=True,
         text=True,
-        preexec_fn=preexec,
     )
     if probe.returncode == 0:
         directory.chmod(0o755)
@@ -296,15 +323,15 @@ def _make_read_only(directory: Path, preexec) -> None:
 
 
 def test_a_database_in_a_read_only_directory_can_be_read(read_only_dir):
-    directory, preexec = read_only_dir
+    directory, setup = read_only_dir
     path = tuned_file(directory / "tuning.db")
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
-    _make_read_only(directory, preexec)
+    _make_read_only(directory, setup)
     before = snapshot(directory)
 
-    done = cli_subprocess("show", "--json", "--db", str(path), preexec_fn=preexec)
+    done = cli_subprocess("show", "--json", "--db", str(path), setup=setup)
     assert done.returncode == 0, done.stderr
     assert [e["gbps"] for e in json.loads(done.stdout) if e["source"] == "tuned"] == [2000.0]
     done = cli_subprocess(
@@ -316,10 +343,10 @@ def test_a_database_in_a_read_only_directory_can_be_read(read_only_dir):
         "--json",
         "--db",
         str(path),
-        preexec_fn=preexec,
+        setup=setup,
     )
     assert done.returncode == 0 and json.loads(done.stdout)["source"] == "tuned", done.stderr
-    done = cli_subprocess("export", "--db", str(path), preexec_fn=preexec)
+    done = cli_subprocess("export", "--db", str(path), setup=setup)
     assert done.returncode == 0 and json.loads(done.stdout)["entries"], done.stderr
     # transpose()'s path: the default store through $AUTOTRANSPOSE_DB
     code = textwrap.dedent(f"""
@@ -330,11 +357,10 @@ def test_a_database_in_a_read_only_directory_can_be_read(read_only_dir):
         print(lookup.choose({H100.name!r}, 4, ShapeClass(1, 4096, 4096, 4)).source)
     """)
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        prepared(setup, [sys.executable, "-c", code]),
         capture_output=True,
         text=True,
         env=subprocess_env(AUTOTRANSPOSE_DB=str(path)),
-        preexec_fn=preexec,
         timeout=120,
     )
     assert done.returncode == 0 and done.stdout.strip() == "tuned", done.stderr
@@ -342,7 +368,7 @@ def test_a_database_in_a_read_only_directory_can_be_read(read_only_dir):
 
 
 def test_a_wal_database_with_unsaved_changes_in_a_read_only_directory_says_why(read_only_dir):
-    directory, preexec = read_only_dir
+    directory, setup = read_only_dir
     source = tuned_file(directory.parent / "live.db")
     writer = sqlite3.connect(source)  # holds the WAL open: the next commit stays in -wal
     writer.execute("PRAGMA wal_autocheckpoint = 0")
@@ -351,20 +377,36 @@ def test_a_wal_database_with_unsaved_changes_in_a_read_only_directory_says_why(r
     shutil.copy(source, directory / "tuning.db")
     shutil.copy(f"{source}-wal", directory / "tuning.db-wal")
     writer.close()
-    _make_read_only(directory, preexec)
-    done = cli_subprocess("show", "--db", str(directory / "tuning.db"), preexec_fn=preexec)
+    _make_read_only(directory, setup)
+    done = cli_subprocess("show", "--db", str(directory / "tuning.db"), setup=setup)
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("autotranspose: error: ") and "Traceback" not in done.stderr
     assert "tuning.db-shm" in done.stderr and "read-only" in done.stderr
 
 
 def test_writing_in_a_read_only_directory_is_one_line(read_only_dir):
-    directory, preexec = read_only_dir
+    directory, setup = read_only_dir
     path = tuned_file(directory / "tuning.db")
-    _make_read_only(directory, preexec)
-    done = cli_subprocess("db", "upgrade", "--db", str(path), preexec_fn=preexec)
+    _make_read_only(directory, setup)
+    done = cli_subprocess("db", "upgrade", "--db", str(path), setup=setup)
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("autotranspose: error: ") and str(directory) in done.stderr
+
+
+def test_reading_a_missing_database_in_a_read_only_directory_names_it_and_the_fix(read_only_dir):
+    """There `db upgrade` cannot work: the hint names the directory and asks for another path."""
+    directory, setup = read_only_dir
+    _make_read_only(directory, setup)
+    path = directory / "tuning.db"
+    done = cli_subprocess("show", "--db", str(path), setup=setup)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"no tuning database at {path}" in done.stderr
+    assert f"{directory} is not writable" in done.stderr
+    assert "give --db (or AUTOTRANSPOSE_DB) a file in a writable directory" in done.stderr
+    assert "db upgrade --db" not in done.stderr
+    done = cli_subprocess("db", "upgrade", "--db", str(path), setup=setup)
+    assert done.returncode == 1 and f"{directory} is not writable" in done.stderr, done.stderr
+    assert list(directory.iterdir()) == []
 
 
 @pytest.mark.parametrize("command", [["import", "RESULTS"], ["tune", "--shapes", "64x64"]])
@@ -388,17 +430,16 @@ def test_a_home_that_is_not_a_directory_names_the_path_and_the_fix(command, tmp_
 @pytest.mark.parametrize("command", [["import", "RESULTS"], ["tune", "--shapes", "64x64"]])
 def test_a_read_only_home_names_the_path_and_the_fix(command, read_only_dir, tmp_path):
     """A HOME where .local cannot be created printed a bare `[Errno 13] Permission denied`."""
-    home, preexec = read_only_dir
+    home, setup = read_only_dir
     argv = [str(tuning_json(tmp_path)) if a == "RESULTS" else a for a in command]
-    _make_read_only(home, preexec)
+    _make_read_only(home, setup)
     env = {k: v for k, v in subprocess_env(HOME=str(home)).items() if k != "XDG_DATA_HOME"}
     done = subprocess.run(
-        [sys.executable, "-m", "autotranspose", *argv],
+        prepared(setup, [sys.executable, "-m", "autotranspose", *argv]),
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
-        preexec_fn=preexec,
     )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert f"cannot create {home / '.local'} (Permission denied)" in done.stderr

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from _child import prepared
 from _synthetic import DEVICE as SYNTHETIC, SyntheticObjective
 from _winners import CALL, CLS, DEVICE, GUESS, SHAPE, WINNER, logging_measure, measured
 from store_data import ok
@@ -654,19 +655,18 @@ def test_an_older_schema_is_not_migrated_and_says_so_once(db_url, log, monkeypat
 
 
 def test_a_read_only_database_is_read_not_written(read_only_dir, tmp_path):  # noqa: F811
-    directory, preexec = read_only_dir
+    directory, setup = read_only_dir
     path = directory / "tuning.db"
     Store.open(path).close()
-    _make_read_only(directory, preexec)
+    _make_read_only(directory, setup)
     before = snapshot(directory)
     log = tmp_path / "measured.log"
     code = "import warnings; warnings.simplefilter('error')\n" + _SETTLE
     done = subprocess.run(
-        [sys.executable, "-c", code, str(log)],
+        prepared(setup, [sys.executable, "-c", code, str(log)]),
         capture_output=True,
         text=True,
         env=_child_env(AUTOTRANSPOSE_DB=str(path)),
-        preexec_fn=preexec,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr

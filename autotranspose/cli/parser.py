@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -22,6 +23,14 @@ _T = TypeVar("_T")
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # argparse reads `-3x4` and `-1,0` as options (only `-3` and `-.5` pass as negative
+        # numbers), so `--shapes -3x4` ended in "expected at least one argument" and
+        # `--axes -1,0` could not be written. No option of ours starts with a digit: read
+        # every `-<digit>...` as a value, which the value's own check then judges by name.
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
     def error(self, message: str) -> NoReturn:  # argparse would print usage and exit 2
         raise UsageError(message)
 

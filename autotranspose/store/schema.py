@@ -62,14 +62,38 @@ def _foreign(display: str, why: str) -> ForeignDatabaseError:
     )
 
 
-def _not_created(display: str, what: str) -> StoreError:
+def _not_created(display: str, what: str, path: Path | None = None) -> StoreError:
     """A read found no tuning database, or none of our tables: say how to make them (reads
-    never do)."""
+    never do), or, where no database can be made at `path`, why and what to give instead."""
+    unfit = _no_place_for(path) if path is not None else None
+    if unfit is not None:
+        return StoreError(f"{what}; {unfit}")
     db = shlex.quote(display)
     return StoreError(
         f"{what}; create it with `autotranspose tune --shapes ... --db {db}` or, empty, with "
         f"`autotranspose db upgrade --db {db}`, or check the path or URL"
     )
+
+
+def _no_place_for(path: Path) -> str | None:
+    """Why no SQLite database can be created at `path` and what to do instead, or None where
+    one can (its directory exists and is writable)."""
+    parent = path.parent
+    elsewhere = f"give --db (or {ENV_VAR}) a file in a writable directory"
+    existing = next(p for p in (parent, *parent.parents) if p.exists() or p == p.parent)
+    if existing.exists() and not existing.is_dir():
+        return f"{existing} is not a directory, so no database can be made there; {elsewhere}"
+    if existing != parent:
+        return (
+            f"its directory {parent} does not exist: create it (mkdir -p "
+            f"{shlex.quote(str(parent))}) or {elsewhere}, or check the path for a typo"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return (
+            f"{parent} is not writable, so neither tune nor db upgrade can create one there; "
+            f"{elsewhere}"
+        )
+    return None
 
 
 def _schema_state(conn: Connection, display: str) -> str:
@@ -120,8 +144,14 @@ def _sqlite_header(path: Path, display: str) -> bytes | None:
     try:
         with path.open("rb") as f:
             header = f.read(100)
-    except FileNotFoundError:
-        return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # no file (or none possible: the callers say why)
+    except IsADirectoryError:
+        inside = shlex.quote(str(path / "tuning.db"))
+        raise StoreError(
+            f"the tuning database {display} is a directory, not a file; give a file inside it, "
+            f"such as --db {inside}"
+        ) from None
     except OSError as exc:
         raise StoreError(f"cannot read the tuning database {display}: {exc}") from exc
     if header and not header.startswith(_SQLITE_HEADER):
@@ -265,13 +295,11 @@ def connect(
         if header is None:
             if readonly:
                 raise _not_created(
-                    display, f"no tuning database at {display} (reads never create one)"
+                    display, f"no tuning database at {display} (reads never create one)", path
                 )
-            if not path.parent.is_dir():
-                raise StoreError(
-                    f"cannot create the tuning database {display}: directory {path.parent} does "
-                    "not exist; create it or choose another path"
-                )
+            unfit = _no_place_for(path)
+            if unfit is not None:
+                raise StoreError(f"cannot create the tuning database {display}: {unfit}")
         elif header:  # an empty file is a new database
             gate(resolved, path, header, display, busy_timeout_s)
         if readonly:

@@ -218,3 +218,52 @@ if __name__ == "__main__":  # python _synthetic.py URL LOG TRIALS DELAY: the kil
     import sys
 
     tune_process(sys.argv[1], sys.argv[2], trials=int(sys.argv[3]), delay=float(sys.argv[4]))
+
+
+def ctrl_c_tune_process(url: str, at: int) -> None:
+    """Tune with a sampler that sends this process a Ctrl-C at its `at`-th sampled parameter
+    (Optuna's ask has made the trial's row, RUNNING, and not returned the trial yet); print
+    whether the KeyboardInterrupt came out of `tune` and how often the sampler ran. Run in a
+    process of its own: a signal sent to the test process may be handled in whatever Python
+    code runs there next (a garbage-collection callback of JAX's, say), not in the tune."""
+    import json
+    import signal
+
+    import optuna
+
+    from autotranspose._tuner import study, tune
+    from autotranspose.store import Store
+
+    class CtrlCSampler(optuna.samplers.RandomSampler):
+        def __init__(self) -> None:
+            super().__init__(seed=0)
+            self.calls = 0
+
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            self.calls += 1
+            if self.calls == at:
+                os.kill(os.getpid(), signal.SIGINT)
+            return super().sample_independent(study, trial, param_name, param_distribution)
+
+    # Python's own Ctrl-C handler, as in a terminal: a runner started in the background
+    # (`cmd &` in a script) hands its children SIGINT ignored, and then no KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = CtrlCSampler()
+    study.make_sampler = lambda name, seed=None: sampler
+    raised = False
+    with Store.open(url) as store:
+        try:
+            tune(
+                "float32",
+                (1, 2048, 2048),
+                objective=SyntheticObjective(),
+                store=store,
+                device=DEVICE,
+                trials=40,
+                batch=2,
+                seed=0,
+            )
+        except KeyboardInterrupt:
+            raised = True
+    print(json.dumps({"raised": raised, "calls": sampler.calls}))

@@ -10,10 +10,10 @@ and the process switches `set_first_call_measurement`, `set_keep_winners` and
 
 from __future__ import annotations
 
-from . import _codegen
-from ._codegen import render, template_version
-from ._config import KernelConfig, config_space, default_config
 from ._version import __version__
+from .kernels import codegen as _codegen
+from .kernels.codegen import render, template_version
+from .kernels.config import KernelConfig, config_space, default_config
 from .store import hooks as _store_hooks
 
 # The store judges stored results by the running code's kernel versions but renders no kernels:
@@ -22,10 +22,10 @@ _store_hooks.use_kernel_versions(_codegen.kernel_version, _codegen.template_vers
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._entry import cast_transpose, permute, transpose
-    from ._multigpu import tune_devices
-    from ._switches import clear_caches, set_first_call_measurement, set_keep_winners
-    from ._tuner import TuneSettings, tune_gpu
+    from ._api import cast_transpose, permute, transpose
+    from .dispatch.switches import clear_caches, set_first_call_measurement, set_keep_winners
+    from .tuner.multigpu import tune_devices
+    from .tuner.study import TuneSettings, tune_gpu
 
 
 def __getattr__(name: str) -> object:
@@ -35,25 +35,25 @@ def __getattr__(name: str) -> object:
     # calls transpose() need not load.
     if name in ("transpose", "permute"):
         from . import (
-            _entry as entry,
-        )  # loads the PyTorch and JAX integrations where those are imported
+            _api as entry,  # loads the PyTorch and JAX integrations where those are imported
+        )
 
         globals().update(transpose=entry.transpose, permute=entry.permute)
         return globals()[name]
     if name == "cast_transpose":
-        from ._entry import cast_transpose
+        from ._api import cast_transpose
 
         return cast_transpose
     if name in ("set_first_call_measurement", "set_keep_winners", "clear_caches"):
-        from . import _switches
+        from .dispatch import switches as _switches
 
         return getattr(_switches, name)
     if name in ("tune_gpu", "TuneSettings"):
-        from . import _tuner
+        from .tuner import study as _tuner
 
         return getattr(_tuner, name)
     if name == "tune_devices":
-        from ._multigpu import tune_devices
+        from .tuner.multigpu import tune_devices
 
         return tune_devices
     raise AttributeError(f"module 'autotranspose' has no attribute {name!r}")

@@ -1,50 +1,31 @@
-"""transpose(): validate the call, run the kernel `_dispatch` picks for it on the caller's
-stream.
+"""The public transpose() and permute(): each call goes to the path its array needs.
 
-The first call of a signature (device, element size, shape, strides, alignment, config) is
-validated here and its launch picked and kept by `_dispatch`; later calls of that signature
-from PyTorch, CuPy or pycuda arrays take `_fastpath` (a dict hit and one native call), with no
-database query, rendering or compilation on the way. Any thread may call: the array's context
-is made current for the launch only, and the thread's own context is put back (see `_driver`).
+- a PyTorch tensor: `frameworks.torch_ops` (eager calls straight to the kernels; under
+  `torch.compile`, `torch.export` or autograd, the registered custom ops);
+- a JAX tracer (inside `jax.jit`, `jax.grad`, `jax.vmap`): `frameworks.jax_ops` (a JAX
+  primitive lowered to an FFI call that launches the same kernels on XLA's stream);
+- anything else, and concrete JAX arrays: `api.transpose` / `permuter.permute`.
+
+The framework modules are loaded once their framework is: a program that never imports PyTorch
+or JAX never loads them. The checks are `isinstance` tests on module globals, which
+`torch.compile` traces as constants.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
+from .calls import cast as _cast, permute as permuter, transpose as api
+from .errors import InputTypeError, OutputError
+from .kernels.config import KernelConfig
 
-from . import (
-    _dispatch as dispatch,
-    _driver,
-    _fastpath as fastpath,
-    _permuter as permuter,
-    _streams as streams,
-)
-from ._arrays import View, allocate_like, check_output, shape_and_type, transposed_shape, view
-from ._calls import (
-    call_target,
-    delivered,
-    empty_result,
-    host_target,
-    keeping_context,
-    through_device,
-)
-from ._config import KernelConfig
-from .errors import ConfigError, LayoutError
-
-
-def _check_config_type(config: Any, x: View) -> None:
-    if not isinstance(config, KernelConfig):
-        raise ConfigError(
-            f"config must be an autotranspose.KernelConfig, got {type(config).__name__}"
-        )
-    if config.elem_bytes != x.et.size:
-        raise ConfigError(
-            f"config is for {config.elem_bytes}-byte elements but x holds {x.et.size}-byte "
-            f"{x.et.name}; use config.replace(elem_bytes={x.et.size}, ...)"
-        )
+_TorchTensor: Any = ()  # torch.Tensor once PyTorch is loaded
+_JaxTracer: Any = ()  # jax.core.Tracer once JAX is loaded
+_torch_ops: Any = None
+_jax_ops: Any = None
 
 
 def transpose(
@@ -54,134 +35,233 @@ def transpose(
     stream: Any = None,
     config: KernelConfig | None = None,
     conjugate: bool = False,
+    dtype: Any = None,
 ) -> Any:
     """Transpose a matrix (M, N) -> (N, M), or a batch (B, M, N) -> (B, N, M), on the GPU.
 
-    `x` may be a pycuda GPUArray, a CuPy array, a PyTorch CUDA tensor, a JAX array, any object
-    with `__cuda_array_interface__`, or a NumPy array (copied to the GPU and back). The result
-    is the same kind of array, or `out` when given (then nothing is allocated). With no
-    `stream`, the call runs on the caller's current stream for x's library and device (see
-    :mod:`autotranspose._streams`); `stream` may be a PyTorch, CuPy or pycuda stream, an object
-    with `__cuda_stream__`, or a raw handle. `config` forces a kernel; `conjugate=True` gives
-    the conjugate transpose of a complex array. Safe to call from any thread.
-
-    `x` may have any strides (whole elements, not negative): layouts whose rows are not runs
-    of consecutive elements, and such an `out`, are moved as permute() moves them (with
-    `conjugate=True`, the conjugating kernels run between permute()'s contiguous copies; a
-    forced `config`, a matrix kernel, refuses them).
+    `x` may be a PyTorch CUDA tensor, a JAX array (also inside `jax.jit`, `jax.grad` and
+    `jax.vmap`), a CuPy array, a pycuda GPUArray, any object with `__cuda_array_interface__`,
+    or a NumPy array (copied to the GPU and back). The result is the same kind of array, or
+    `out` when given (then nothing is allocated). With no `stream`, the call runs on the
+    caller's current stream for x's library and device; `stream` may be a PyTorch, CuPy or
+    pycuda stream, an object with `__cuda_stream__`, or a raw handle. `config` forces a
+    kernel; `conjugate=True` gives the conjugate transpose of a complex array. PyTorch calls
+    are differentiable and trace under `torch.compile`. Safe to call from any thread.
+    `dtype` casts as it transposes (`cast_transpose` with no scale: float32, bfloat16 or
+    float16 to float8 e4m3 or e5m2, bfloat16 or float16).
     """
-    if stream is None and config is None and not conjugate:
-        fast = fastpath.BY_TYPE.get(type(x))
-        if fast is not None and (out is None or type(out) is type(x)):  # mixed kinds: full path
-            result = fast(x, out)
-            if result is not None:
-                return result
-    return _transpose(x, out, stream, config, conjugate)
+    if dtype is not None:
+        _no_cast_options(config, conjugate)
+        return _cast_call(x, dtype, axes=None, out_t=out, stream=stream)
+    if isinstance(x, _TorchTensor):
+        return _torch_ops.transpose(x, out, stream, config, conjugate)
+    if isinstance(x, _JaxTracer):
+        _traced_jax_call(out, stream, config, "transpose")
+        return _jax_ops.transpose(x, conjugate=conjugate)
+    if _load_frameworks(x):
+        return transpose(x, out, stream=stream, config=config, conjugate=conjugate)
+    return api.transpose(x, out, stream=stream, config=config, conjugate=conjugate)
 
 
-def _transpose(x: Any, out: Any, stream: Any, config: Any, conjugate: bool) -> Any:
-    given = None if stream is None else streams.explicit(stream)
-    try:
-        xv = view(x, "x", given.handle if given is not None else None)
-        if out is not None:
-            view(out, "out")  # its layout, before anything runs
-    except LayoutError:
-        if config is not None:
-            raise  # a forced config is a matrix kernel
-        return _any_layout(x, out, stream, given, conjugate)
-    if conjugate:
-        xv.et.check_conjugable()
-    if config is not None:
-        _check_config_type(config, xv)
-    if xv.kind == "numpy":
-        return _host_transpose(xv, out, given, config, conjugate)
-    if not xv.size:
-        if out is not None:
-            check_output(xv, view(out, "out"))
-        return empty_result(xv, transposed_shape(xv), out, given)
-    return keeping_context(_on_device, x, out, xv, given, config, conjugate)
-
-
-def _any_layout(
-    x: Any, out: Any, stream: Any, given: streams.Explicit | None, conjugate: bool
+def permute(
+    x: Any, axes: Sequence[int], out: Any = None, *, stream: Any = None, dtype: Any = None
 ) -> Any:
-    """Layouts the matrix kernels do not read or write (rows that are not runs of consecutive
-    elements: a column-major matrix, a stride-2 view, a broadcast; or such an `out`):
-    permute()'s plan takes any strides. A conjugate transpose runs the conjugating matrix
-    kernels between contiguous copies that permute() makes (two or three launches)."""
-    nd, et = shape_and_type(x)
-    swap = (1, 0) if nd == 2 else (0, 2, 1)
-    if not conjugate:
-        return permuter.permute(x, swap, out, stream=stream)
-    et.check_conjugable()
-    same = tuple(range(nd))
-    src = x if _matrix(x) else permuter.permute(x, same, stream=stream)
-    if out is None or _matrix(out):
-        result = _transpose(src, out, stream, None, True)
-    else:
-        done = _transpose(src, None, stream, None, True)
-        result = permuter.permute(done, same, out, stream=stream)
-    sv = view(src)
-    if given is not None and sv.size:
-        # the copies are freed on their library's current stream, which may run ahead of the
-        # given one: wait until the given stream has read them
-        _, ctx, handle = call_target(sv, given)
-        with _driver.on_context(ctx):
-            _driver.synchronize_stream(handle if handle is not None else streams.LEGACY)
-    return result
+    """Permute the axes of `x`: ``out[i_0, ..., i_k] = x[...]`` with out's axis k being x's
+    axis ``axes[k]``, like ``np.transpose(x, axes)`` but materialised, on the GPU.
+
+    `x` is any array transpose() takes, of 0 to 8 dimensions and any supported dtype; `axes`
+    a permutation of its dimensions (negative ones count from the end). x may be a strided
+    view: strides are whole elements and not negative, 0 (broadcast) included. The result is
+    the same kind of array, or `out` when given (contiguous or a view whose elements do not
+    overlap). Streams, threads, autograd, `torch.compile` and JAX
+    transformations as for transpose(). Bad input raises an `autotranspose.errors`
+    exception before anything is launched or written. `dtype` casts as it permutes
+    (`cast_transpose` with no scale).
+    """
+    if dtype is not None:
+        return _cast_call(x, dtype, axes=axes, out_t=out, stream=stream)
+    if isinstance(x, _TorchTensor):
+        return _torch_ops.permute(x, axes, out, stream)
+    if isinstance(x, _JaxTracer):
+        _traced_jax_call(out, stream, None, "permute")
+        return _jax_ops.permute(x, axes)
+    if _load_frameworks(x):
+        return permute(x, axes, out, stream=stream)
+    return permuter.permute(x, axes, out, stream=stream)
 
 
-def _matrix(a: Any) -> bool:
-    """Whether the matrix kernels take `a`'s layout (rows of consecutive elements)."""
-    try:
-        view(a)
-    except LayoutError:
-        return False
-    return True
+def _cast_call(x: Any, dtype: Any, **kw: Any) -> Any:
+    return cast_transpose(x, dtype, **kw)
 
 
-def _on_device(
-    x: Any, out: Any, xv: View, given: streams.Explicit | None, config: Any, conjugate: bool
-) -> Any:
-    state, ctx, handle = call_target(xv, given)
-    if out is None:
-        result = allocate_like(xv, ctx)
-        ov = _exported_view(xv, result) if xv.kind == "jax" else view(result, "out")
-    else:
-        result = out
-        ov = view(out, "out")
-        check_output(xv, ov)
-    if xv.size:
-        launch = dispatch.launch_for(xv, ov, config, conjugate, state, handle, ctx)
-        launch.run(xv.ptr, ov.ptr, handle, ctx)
-        if given is None and config is None and not conjugate:
-            fastpath.remember_launch(x, out, xv, ov, launch, ctx)
-    return delivered(xv.kind, result)
+def _no_cast_options(config: Any, conjugate: bool) -> None:
+    if config is not None or conjugate:
+        raise InputTypeError(
+            "transpose(dtype=...) casts with the cast kernels: config= and conjugate= do not "
+            "apply; leave them unset (or call without dtype=)"
+        )
 
 
-def _exported_view(xv: View, result: Any) -> View:
-    """The view of a JAX output we allocated (not yet an array): row-major, transposed."""
-    m, n = xv.n, xv.m
-    return xv._replace(obj=result, ptr=result.alloc.ptr, m=m, n=n, ld=n, bs=m * n, keep=None)
-
-
-def _host_transpose(
-    xv: View, out: Any, given: streams.Explicit | None, config: Any, conjugate: bool
-) -> Any:
-    """NumPy in, NumPy out: through the GPU, synchronously."""
+def _traced_jax_call(out: Any, stream: Any, config: Any, call: str) -> None:
+    """What a call inside a JAX transformation cannot take, refused as the eager call would."""
     if out is not None:
-        ov = view(out, "out")
-        check_output(xv, ov)
-    if xv.size == 0:
-        return out if out is not None else np.empty(transposed_shape(xv), xv.dtype)
-    state, ctx, handle = host_target(given)
-    host = np.ascontiguousarray(xv.obj)
-    m, n = xv.m, xv.n
+        raise OutputError(
+            "out is given, and JAX arrays are immutable: leave out=None and use the JAX "
+            f"array {call}() returns"
+        )
+    if stream is not None or config is not None:
+        what = "stream=" if stream is not None else "config="
+        raise InputTypeError(
+            f"{what} cannot be used inside jax.jit, jax.grad or jax.vmap: XLA runs the call on "
+            f"its own stream with the tuned kernel; leave {what[:-1]} unset"
+        )
 
-    def prepare(src: int, dst: int) -> Callable[[], None]:
-        dx = xv._replace(kind="device", ptr=src, ld=n, bs=m * n, device=state.ordinal)
-        do = dx._replace(ptr=dst, m=n, n=m, ld=m)
-        launch = dispatch.launch_for(dx, do, config, conjugate, state, handle, ctx)
-        return lambda: launch(src, dst, handle)
 
-    return through_device(host, transposed_shape(xv), out, ctx, handle, prepare)
+def _load_frameworks(x: Any) -> bool:
+    """Load the integration of a framework imported since the last look, if `x` is one of
+    its arrays (True: call again). Costs two dictionary lookups for other arrays."""
+    global _TorchTensor, _JaxTracer, _torch_ops, _jax_ops
+    found = False
+    if _torch_ops is None and "torch" in sys.modules:
+        _torch_ops = _integration(_import_torch_ops, "PyTorch")
+        if _torch_ops:
+            _TorchTensor = sys.modules["torch"].Tensor
+            found = isinstance(x, _TorchTensor)
+    if _jax_ops is None and "jax" in sys.modules:
+        _jax_ops = _integration(_import_jax_ops, "JAX")
+        if _jax_ops:
+            _JaxTracer = sys.modules["jax"].core.Tracer
+            found = found or isinstance(x, _JaxTracer)
+    return found
+
+
+def _import_torch_ops() -> Any:
+    from .frameworks import torch_ops
+
+    return torch_ops
+
+
+def _import_jax_ops() -> Any:
+    from .frameworks import jax_ops
+
+    return jax_ops
+
+
+def _integration(load: Callable[[], Any], framework: str) -> Any:
+    """The framework's integration module, or False (once, with a warning) where this
+    version of the framework lacks what it needs: then calls take the plain path, untraced
+    and not differentiable."""
+    try:
+        return load()
+    except (ImportError, AttributeError) as exc:
+        warnings.warn(
+            f"autotranspose: the {framework} integration could not be loaded ({exc}); calls on "
+            f"{framework} arrays run eagerly only: no gradients, no compiled graphs. Update "
+            f"{framework} to a version with custom operators / foreign-function calls",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+
+
+_load_frameworks(None)
+
+
+# --- cast_transpose(): its own PyTorch operators (frameworks/torch_cast.py) -------------------
+_TorchTensorCast: Any = ()  # torch.Tensor once the PyTorch cast operators are loaded
+_torch_cast: Any = None
+
+
+def cast_transpose(
+    x: Any,
+    dtype: Any,
+    *,
+    scale: Any = None,
+    amax: Any = None,
+    axes: Sequence[int] | None = None,
+    out: Any = None,
+    out_t: Any = None,
+    both: bool = False,
+    stream: Any = None,
+) -> Any:
+    """Cast `x` to `dtype` and transpose it in one pass: ``cast(x * scale)`` permuted by
+    `axes` (default: the last two axes swapped), or with ``both=True`` the pair (cast in x's
+    own order, cast permuted), both written by the same pass.
+
+    - `x`: float32, bfloat16 or float16 on the GPU (a PyTorch tensor, CuPy array, pycuda
+      GPUArray or any `__cuda_array_interface__` array); `dtype`: float8 e4m3
+      (``torch.float8_e4m3fn``), float8 e5m2 (``torch.float8_e5m2``), bfloat16 or float16
+      (torch, NumPy or ml_dtypes dtypes, or their names).
+    - The cast rounds to nearest even; magnitudes beyond the output's largest finite value
+      (infinities included) saturate to it; NaN stays NaN: bit for bit
+      ``torch.clamp(x.float() * scale, -max, max).to(dtype)``.
+    - `scale`: a Python float (rounded to float32) or a 1-element float32 array on x's GPU
+      (read by the kernel: no host synchronisation). `amax`: a 1-element float32 array on
+      x's GPU, raised in place to max(amax, max |x|) (NaN if any element is NaN).
+    - `out_t` / `out`: buffers for the permuted / same-order cast (`out` only with both=True).
+    - Runs on the array's current stream (or `stream`), returns arrays of x's kind. PyTorch
+      calls trace under `torch.compile` (custom ops `autotranspose::cast_transpose*`) and are
+      not differentiable.
+    - JAX arrays (also inside `jax.jit` and `jax.vmap`): immutable, so with `amax` the new
+      amax is returned as an extra last result instead, and `out` / `out_t` are refused;
+      `scale` a Python float or a 1-element float32 JAX array (frameworks/jax_cast.py).
+    """
+    if isinstance(x, _TorchTensorCast):
+        return _torch_cast.cast_transpose(x, dtype, scale, amax, axes, out, out_t, both, stream)
+    if _load_torch_cast(x):
+        return _torch_cast.cast_transpose(x, dtype, scale, amax, axes, out, out_t, both, stream)
+    if isinstance(x, _JaxValue) or _load_jax_cast(x):  # eager arrays and tracers alike
+        return _jax_cast.cast_transpose(
+            x, dtype, scale=scale, amax=amax, axes=axes, out=out, out_t=out_t, both=both,
+            stream=stream,
+        )  # fmt: skip
+    return _cast.cast_transpose(
+        x, dtype, scale=scale, amax=amax, axes=axes, out=out, out_t=out_t, both=both, stream=stream
+    )
+
+
+def _load_torch_cast(x: Any) -> bool:
+    """Load the PyTorch integration once PyTorch is imported; True if `x` is a tensor."""
+    global _TorchTensorCast, _torch_cast
+    if _torch_cast is None and "torch" in sys.modules:
+        try:
+            from .frameworks import torch_cast
+        except (ImportError, AttributeError) as exc:
+            warnings.warn(
+                f"autotranspose: the PyTorch cast_transpose operators could not be loaded "
+                f"({exc}); tensors are cast eagerly only, not under torch.compile",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            _torch_cast = False
+            return False
+        _torch_cast = torch_cast
+        _TorchTensorCast = sys.modules["torch"].Tensor
+    return bool(_torch_cast) and isinstance(x, _TorchTensorCast)
+
+
+_load_torch_cast(None)
+
+# --- cast_transpose() of JAX arrays: a JAX primitive (frameworks/jax_cast.py) ------------------
+_JaxValue: Any = ()  # (jax.Array, jax.core.Tracer) once the JAX cast is loaded
+_jax_cast: Any = None
+
+
+def _import_jax_cast() -> Any:
+    from .frameworks import jax_cast
+
+    return jax_cast
+
+
+def _load_jax_cast(x: Any) -> bool:
+    """Load the JAX cast once JAX is imported; True if `x` is a JAX array or tracer."""
+    global _JaxValue, _jax_cast
+    if _jax_cast is None and "jax" in sys.modules:
+        _jax_cast = _integration(_import_jax_cast, "JAX")
+        if _jax_cast:
+            jax = sys.modules["jax"]
+            _JaxValue = (jax.Array, jax.core.Tracer)
+    return bool(_jax_cast) and isinstance(x, _JaxValue)
+
+
+_load_jax_cast(None)

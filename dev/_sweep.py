@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from autotranspose._measure import Bench, measure_configs
+from autotranspose.tuner.measure import Bench, measure_configs
 
 
 def sweep_parser() -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def sweep_parser() -> argparse.ArgumentParser:
 
 def start() -> Any:
     """The device the sweep measures on (its first GPU), named in the log."""
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     state = activate(0)
     print(state.info, flush=True)
@@ -33,7 +33,7 @@ def runnable_tiles(s: int, m: int, n: int, fields: Any) -> list[Any]:
     """Tiled configs of `s`-byte elements from (tile_m, tile_n, vec, per_thread, pad, layout,
     raster) tuples, tile sides swapped for few columns (n < m), that are valid and run on the
     newest GPUs."""
-    from autotranspose._config import NEWEST, ConfigError, KernelConfig
+    from autotranspose.kernels.config import NEWEST, ConfigError, KernelConfig
 
     out = []
     for tm, tn, v, pt, pad, lay, ras in fields:
@@ -64,9 +64,9 @@ def permute_cases_parser(default_seeds: list[int]) -> argparse.ArgumentParser:
 def permute_cases(args: Any, keep: Any) -> list[tuple[tuple[int, ...], tuple[int, ...], str]]:
     """The --shapes cases, then each case of `random_permute_cases(args.count, seed)` for the
     --seeds whose plan `keep(plan)` accepts."""
-    from autotranspose._dtypes import element_type
-    from autotranspose._plan import plan_permute
     from autotranspose.bench.cases import random_permute_cases
+    from autotranspose.plans.dtypes import element_type
+    from autotranspose.plans.permute import plan_permute
 
     out = []
     for text in args.shapes:
@@ -130,7 +130,7 @@ def results_log(ranked: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
 def case_ratio(case: dict[str, Any], key: str) -> float:
     """A logged case's ratio to copy for the config whose key is `key` (0 if it failed or
     was not measured)."""
-    from autotranspose._config import KernelConfig
+    from autotranspose.kernels.config import KernelConfig
 
     for r in case["results"]:
         if KernelConfig.from_dict(r["config"]).key == key:
@@ -142,11 +142,11 @@ def config_by_key(key: str, dtype: Any) -> Any:
     """The config of `dtype`'s spaces (unaligned and skinny, then aligned) whose key is `key`."""
     import re
 
-    from autotranspose._config import config_space
+    from autotranspose.kernels.config import config_space
 
     if re.search(r"_rg(_p\d+)?$", key):  # a register transpose: rendered for its exact side
-        from autotranspose._config import NEWEST, regt_space
-        from autotranspose._dtypes import element_type
+        from autotranspose.kernels.config import NEWEST, regt_space
+        from autotranspose.plans.dtypes import element_type
 
         size = element_type(dtype).size
         for side in range(2, 17):
@@ -242,8 +242,9 @@ def permute_case(
     the end of the run."""
     import math
 
-    from autotranspose._dtypes import element_type
-    from autotranspose._plan import contiguous_strides, plan_permute
+    from autotranspose.plans.dtypes import element_type
+    from autotranspose.plans.layout import contiguous_strides
+    from autotranspose.plans.permute import plan_permute
 
     e = element_type(dtype).size
     bench = Bench(state, e, (1, 1, math.prod(shape)))

@@ -16,11 +16,11 @@ import json
 import time
 from pathlib import Path
 
-from autotranspose._config import config_space, max_vec
-from autotranspose._shapes import parse_shape, shape_class
-from autotranspose._tuner import DEFAULT_BATCH, tune
-from autotranspose._worker import GpuObjective
+from autotranspose.kernels.config import config_space, max_vec
+from autotranspose.kernels.shapes import parse_shape, shape_class
 from autotranspose.store import Store, textio
+from autotranspose.tuner.study import DEFAULT_BATCH, tune
+from autotranspose.tuner.worker import GpuObjective
 
 CASES = [
     ("int8", "8192x8192"),
@@ -119,7 +119,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
 def cmd_exhaustive(args: argparse.Namespace) -> None:
     shape = parse_shape(args.shape)
-    from autotranspose._dtypes import element_type
+    from autotranspose.plans.dtypes import element_type
 
     s = element_type(args.dtype).size
     cls = shape_class(*shape, max_vec(s, shape[1], shape[2]))

@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from autotranspose import _lookup as lookup
-from autotranspose._castmeasure import CastBench
-from autotranspose._compiler import activate
-from autotranspose._config import KernelConfig
-from autotranspose._tuner.cast import cast_target, parse_pair
 from autotranspose.bench.cast import cast_cases
+from autotranspose.dispatch import lookup
+from autotranspose.kernels.config import KernelConfig
 from autotranspose.kinds import cast as cast_kind
+from autotranspose.runtime.compiler import activate
+from autotranspose.tuner.castmeasure import CastBench
+from autotranspose.tuner.study.cast import cast_target, parse_pair
 
 
 def main() -> None:

@@ -21,13 +21,13 @@ import json
 import time
 from pathlib import Path
 
-from autotranspose._config import KernelConfig
-from autotranspose._tuner.cast import cast_target, parse_pair, tune_cast
-from autotranspose._tuner.settings import TuneSettings
-from autotranspose._worker import GpuObjective
 from autotranspose.errors import TuningError
+from autotranspose.kernels.config import KernelConfig
 from autotranspose.kinds import cast as cast_kind
 from autotranspose.store import Store
+from autotranspose.tuner.study.cast import cast_target, parse_pair, tune_cast
+from autotranspose.tuner.study.settings import TuneSettings
+from autotranspose.tuner.worker import GpuObjective
 
 PAIRS = ("bf16:e4m3", "f32:e4m3", "bf16:e5m2", "f32:e5m2", "f32:bf16")
 SHAPES = ((1, 8192, 8192), (1, 4099, 6007))
@@ -75,7 +75,7 @@ def _tune_one(
 def cmd_merge(args: argparse.Namespace) -> None:
     """The shipped file as it is (its transposes' entries byte for byte) with the export's
     cast entries in place of its own, sorted as an export sorts them; checked by parsing."""
-    from autotranspose._shapes import ShapeClass
+    from autotranspose.kernels.shapes import ShapeClass
     from autotranspose.store import textio
 
     shipped = json.loads(Path(args.shipped).read_text())

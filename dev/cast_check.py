@@ -22,9 +22,9 @@ import argparse
 
 import torch
 
-from autotranspose._cast import cast_transpose
-from autotranspose._config import KernelConfig
+from autotranspose.calls.cast import cast_transpose
 from autotranspose.errors import ConfigError
+from autotranspose.kernels.config import KernelConfig
 from autotranspose.kinds import cast
 
 # (input, output, M, N, both): the bench's cast mix (bench --cast, seed 4177) and odd sides

@@ -19,8 +19,8 @@ import statistics
 import torch
 
 import autotranspose as at
-from autotranspose import _cast
 from autotranspose.bench.cast import _describe, _time, _traffic, cast_cases
+from autotranspose.calls import cast as _cast
 
 CALLS = 20
 

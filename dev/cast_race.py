@@ -15,7 +15,7 @@ os.environ.setdefault("AUTOTRANSPOSE_DB", "/tmp/none/user.db")  # nothing stored
 import torch
 
 import autotranspose as at
-from autotranspose._dispatch import cast as cast_dispatch
+from autotranspose.dispatch import cast as cast_dispatch
 from autotranspose.kinds import cast
 
 

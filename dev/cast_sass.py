@@ -26,10 +26,10 @@ from pathlib import Path
 
 from sass_count import kernels, phases
 
-from autotranspose._codegen import render_many
-from autotranspose._compiler import NVCC_OPTIONS
-from autotranspose._config import KernelConfig
+from autotranspose.kernels.codegen import render_many
+from autotranspose.kernels.config import KernelConfig
 from autotranspose.kinds import cast
+from autotranspose.runtime.compiler import NVCC_OPTIONS
 
 
 def configs(codes: list[str], fields: dict[str, int]) -> list[KernelConfig]:

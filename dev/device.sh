@@ -33,7 +33,7 @@ versions() {
 
 ncu_path() { command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1; }
 
-slug() { python3 -c "from autotranspose._compiler import activate; print(activate(0).info.slug)"; }
+slug() { python3 -c "from autotranspose.runtime.compiler import activate; print(activate(0).info.slug)"; }
 
 # Pack what is past 8 files into one archive, so that everything comes back.
 pack() {

@@ -20,8 +20,10 @@ from pathlib import Path
 
 from _sweep import measure_ranked, print_ranked, results_log, start, sweep_parser, within_budget
 
-from autotranspose._compiler import precompile
-from autotranspose._config import (
+from autotranspose.bench.reports import format_table
+from autotranspose.bench.runners import bench_case
+from autotranspose.dispatch.transpose import choose_config
+from autotranspose.kernels.config import (
     DIRECT_TILES,
     ConfigError,
     KernelConfig,
@@ -29,10 +31,8 @@ from autotranspose._config import (
     max_vec,
     seed_config,
 )
-from autotranspose._dispatch.transpose import choose_config
-from autotranspose._dtypes import element_type
-from autotranspose.bench.reports import format_table
-from autotranspose.bench.runners import bench_case
+from autotranspose.plans.dtypes import element_type
+from autotranspose.runtime.compiler import precompile
 
 CASES = [
     ((1, 20, 7081411), "float64"),

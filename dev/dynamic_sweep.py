@@ -16,7 +16,7 @@ from _sweep import measure_ranked, results_log, start, sweep_parser, within_budg
 
 
 def candidates(state, elem_bytes: int, m: int, n: int) -> list:
-    from autotranspose._config import flat_prmt_space, prmt_space
+    from autotranspose.kernels.config import flat_prmt_space, prmt_space
 
     limits = state.info.limits
     short = min(m, n)
@@ -27,7 +27,7 @@ def candidates(state, elem_bytes: int, m: int, n: int) -> list:
 
 
 def main() -> None:
-    from autotranspose._dtypes import element_type
+    from autotranspose.plans.dtypes import element_type
 
     ap = sweep_parser()
     ap.add_argument("cases", nargs="+", help="DTYPE:MxN or DTYPE:BxMxN")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from _sweep import measure_ranked, print_ranked, results_log, within_budget
 
-from autotranspose._compiler import activate
-from autotranspose._config import (
+from autotranspose.dispatch.transpose import choose_config
+from autotranspose.kernels.config import (
     TALL_PER_THREAD,
     TALL_ROWS,
     TALL_WINDOWS,
@@ -37,7 +37,7 @@ from autotranspose._config import (
     tall_default,
     wide_default,
 )
-from autotranspose._dispatch.transpose import choose_config
+from autotranspose.runtime.compiler import activate
 
 CASES = [
     ((1, 7081411, 20), 1),

@@ -43,14 +43,14 @@ def _name(v: tuple[int, int, int, bool]) -> str:
 
 
 def _source(threads: int, unroll: int, blocks: int) -> str:
-    from autotranspose._codegen import render_gather
+    from autotranspose.kernels.codegen import render_gather
 
     return render_gather(threads, unroll, blocks)
 
 
 def render_only(arch: str) -> int:
     """Registers and spills of every variant's kernels (nvcc's report, no GPU)."""
-    from autotranspose._compiler import source_resources
+    from autotranspose.runtime.compiler import source_resources
 
     for v in VARIANTS:
         report = source_resources(_source(*v[:3]), arch)
@@ -75,7 +75,7 @@ def main() -> int:
 
     import cupy
 
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     state = activate(0)
     for case in args.cases:
@@ -88,10 +88,10 @@ def _one_case(case: str, args: argparse.Namespace, state) -> None:
     import cupy
 
     import autotranspose as at
-    from autotranspose._compiler import load_source
-    from autotranspose._gather import ARG_FORMAT, MAX_STRIDE, gather_args
-    from autotranspose._launch import Launch
-    from autotranspose._plan import GATHER, one_launch, plan_permute
+    from autotranspose.kernels.gather import ARG_FORMAT, MAX_STRIDE, gather_args
+    from autotranspose.plans.permute import GATHER, one_launch, plan_permute
+    from autotranspose.runtime.compiler import load_source
+    from autotranspose.runtime.launch import Launch
 
     name, rest = case.split(":")
     dims_text, axes_text = rest.split("/")

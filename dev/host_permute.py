@@ -79,12 +79,9 @@ def first_calls(torch, at) -> None:
 
 def layers(torch, at) -> None:
     """Each layer of a small eager permute without out, timed alone (host µs a call)."""
-    from autotranspose import (
-        _driver,
-        _fastpath as fastpath,
-        _permuter as permuter,
-        _streams as streams,
-    )
+    from autotranspose.calls import permute as permuter
+    from autotranspose.dispatch import fastpath
+    from autotranspose.runtime import driver as _driver, streams
 
     x = torch.randn(8, 56, 56, device="cuda", dtype=torch.float16)
     axes = (0, 2, 1)

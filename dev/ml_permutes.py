@@ -74,11 +74,10 @@ def main() -> int:
     import torch
 
     import autotranspose as at
-    from autotranspose import _firstcall
-    from autotranspose._compiler import activate
-    from autotranspose._dispatch import permute as _permuter
-    from autotranspose._dtypes import element_type
-    from autotranspose._plan import GATHER, PACKED, one_launch, plan_permute
+    from autotranspose.dispatch import firstcall as _firstcall, permute as _permuter
+    from autotranspose.plans.dtypes import element_type
+    from autotranspose.plans.permute import GATHER, PACKED, one_launch, plan_permute
+    from autotranspose.runtime.compiler import activate
 
     torch.manual_seed(0)
     for knob in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
@@ -132,7 +131,7 @@ def main() -> int:
             print(f"first call {e}-byte {cls}: best {outcome.best.key}", flush=True)
             for c, sec in sorted(outcome.seconds.items(), key=lambda kv: kv[1] or 1e9):
                 print(f"   {c.key}: {'failed' if sec is None else f'{100 * copy_s / sec:.1f}%'}")
-        from autotranspose._dispatch import caches as _caches
+        from autotranspose.dispatch import caches as _caches
 
         for key, launch in list(_caches.launches.items()):
             cfg = launch.config
@@ -140,7 +139,7 @@ def main() -> int:
         return 0
 
     if args.race:  # the first call's race from an idle GPU against each pass's steady state
-        from autotranspose import _firstcall as firstcall
+        from autotranspose.dispatch import firstcall
 
         names = set(args.race.split(","))
         out_rows = []
@@ -344,7 +343,7 @@ def main() -> int:
                     except Exception as exc:
                         passes[tag] = f"{type(exc).__name__}: {exc}"[:160]
                 if args.scatter_blocks and getattr(p, "scatter", 0):
-                    from autotranspose import _vbox
+                    from autotranspose.kernels import vbox as _vbox
 
                     keep = _vbox.SCATTER_BLOCKS_PER_SM
                     for k in map(int, args.scatter_blocks.split(",")):

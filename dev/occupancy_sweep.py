@@ -27,8 +27,10 @@ from _sweep import (
     within_budget,
 )
 
-from autotranspose._compiler import precompile
-from autotranspose._config import (
+from autotranspose.bench.reports import format_table
+from autotranspose.bench.runners import bench_case
+from autotranspose.dispatch.transpose import choose_config
+from autotranspose.kernels.config import (
     MAX_THREADS_PER_SM,
     ConfigError,
     KernelConfig,
@@ -37,9 +39,7 @@ from autotranspose._config import (
     seed_config,
     staged_default,
 )
-from autotranspose._dispatch.transpose import choose_config
-from autotranspose.bench.reports import format_table
-from autotranspose.bench.runners import bench_case
+from autotranspose.runtime.compiler import precompile
 
 DT = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 # (batch, m, n), element bytes: the fixed list's few long rows and tall shapes first, then the odd

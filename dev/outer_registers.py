@@ -35,9 +35,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
 
-    from autotranspose._codegen import kernel_name
-    from autotranspose._compiler import nvcc_resources
-    from autotranspose._config import config_space
+    from autotranspose.kernels.codegen import kernel_name
+    from autotranspose.kernels.config import config_space
+    from autotranspose.runtime.compiler import nvcc_resources
 
     dtypes = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}
     rng = random.Random(args.seed)

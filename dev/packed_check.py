@@ -31,10 +31,10 @@ def main() -> int:
 
     from _sweep import permute_case, print_summaries, time_steps, within_budget
 
-    from autotranspose import _launch as launch
-    from autotranspose._packed import packed_args
     from autotranspose.bench.cases import random_permute_cases
     from autotranspose.bench.runners import PermuteCheck
+    from autotranspose.kernels.packed import packed_args
+    from autotranspose.runtime import launch
 
     @contextlib.contextmanager
     def kernel_off(**off):
@@ -47,9 +47,9 @@ def main() -> int:
         finally:
             launch.packed_args = packed_args
 
-    from autotranspose._compiler import activate
-    from autotranspose._dispatch.permute import build, served
-    from autotranspose._plan import GATHER, PACKED, one_launch
+    from autotranspose.dispatch.permute import build, served
+    from autotranspose.plans.permute import GATHER, PACKED, one_launch
+    from autotranspose.runtime.compiler import activate
 
     state = activate(0)
     rows = []

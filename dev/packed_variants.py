@@ -36,7 +36,7 @@ def main() -> int:
 
     import cupy
 
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     state = activate(0)
     cuda = ctypes.CDLL("libcuda.so.1")
@@ -49,8 +49,8 @@ def main() -> int:
 def _one_case(case: str, args: argparse.Namespace, state, cuda) -> None:
     import cupy
 
-    from autotranspose import _launch as launch
-    from autotranspose._plan import PACKED, can_pipeline, one_launch, plan_permute
+    from autotranspose.plans.permute import PACKED, can_pipeline, one_launch, plan_permute
+    from autotranspose.runtime import launch
 
     name, rest = case.split(":")
     dims_text, axes_text = rest.split("/")

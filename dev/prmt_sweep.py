@@ -25,8 +25,8 @@ from _sweep import (
     within_budget,
 )
 
-from autotranspose._config import KernelConfig, max_vec, prmt_space, staged_default
-from autotranspose._dispatch.transpose import choose_config
+from autotranspose.dispatch.transpose import choose_config
+from autotranspose.kernels.config import KernelConfig, max_vec, prmt_space, staged_default
 
 CASES = [
     ((1, 4099, 6007), 1),

@@ -28,7 +28,7 @@ def main(cases: list[str]) -> None:
     from _sweep import config_by_key
 
     import autotranspose as at
-    from autotranspose import _dispatch as dispatch
+    from autotranspose.dispatch import picker as dispatch
 
     cuda = ctypes.CDLL("libcuda.so.1")
     for case in cases:
@@ -63,9 +63,9 @@ def _served_key(x, out, config) -> str:
     transpose() serves the call (`_dispatch.transpose.served`, the question the bench asks)."""
     if config is not None:
         return config.key
-    from autotranspose._compiler import activate
-    from autotranspose._dispatch.transpose import served
-    from autotranspose._dtypes import element_type
+    from autotranspose.dispatch.transpose import served
+    from autotranspose.plans.dtypes import element_type
+    from autotranspose.runtime.compiler import activate
 
     b, m, n = (1, *x.shape) if x.ndim == 2 else x.shape
     choice = served(activate(0), element_type(x.dtype), (b, m, n), x.data.ptr, out.data.ptr)
@@ -73,8 +73,8 @@ def _served_key(x, out, config) -> str:
 
 
 def _seed_call(elem_bytes: int, shape: tuple[int, ...]):
-    from autotranspose._compiler import activate
     from autotranspose.bench.peers import seed_kernel
+    from autotranspose.runtime.compiler import activate
 
     kernel = seed_kernel(activate(0), elem_bytes)
     m, n = shape[-2:]
@@ -96,7 +96,7 @@ def _profile_permute(cuda: ctypes.CDLL, case: str) -> None:
     import cupy
 
     import autotranspose as at
-    from autotranspose import _dispatch as dispatch
+    from autotranspose.dispatch import picker as dispatch
 
     case, _, key = case.partition("@")
     name, rest = case.split(":")

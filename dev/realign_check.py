@@ -27,10 +27,10 @@ def main() -> int:
 
     args = permute_cases_parser([]).parse_args()
 
-    from autotranspose._compiler import activate
-    from autotranspose._dispatch.permute import build, served
-    from autotranspose._plan import COPY
     from autotranspose.bench.runners import PermuteCheck
+    from autotranspose.dispatch.permute import build, served
+    from autotranspose.plans.permute import COPY
+    from autotranspose.runtime.compiler import activate
 
     state = activate(0)
     rows = []

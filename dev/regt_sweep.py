@@ -19,7 +19,7 @@ LONG_BYTES = 80_000_000  # a case's bytes, about (its long side is odd)
 
 def candidates(state, s: int, m: int, n: int) -> tuple[list, list]:
     """(regt configs, others) for an m x n call of `s`-byte elements."""
-    from autotranspose._config import (
+    from autotranspose.kernels.config import (
         flat_default,
         narrow_configs,
         regt_space,
@@ -55,8 +55,8 @@ def cases_of(args) -> list[str]:
 
 
 def main() -> None:
-    from autotranspose._compiler import precompile
-    from autotranspose._dtypes import element_type
+    from autotranspose.plans.dtypes import element_type
+    from autotranspose.runtime.compiler import precompile
 
     ap = sweep_parser()
     ap.add_argument("cases", nargs="*", help="DTYPE:MxN or DTYPE:BxMxN")

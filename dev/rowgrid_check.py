@@ -24,7 +24,7 @@ import sys
 
 
 def _word_rows(plan) -> bool:
-    from autotranspose._plan import COPY
+    from autotranspose.plans.permute import COPY
 
     p = plan.passes[0]
     return p.kind == COPY and not p.contiguous and not p.realign
@@ -33,7 +33,7 @@ def _word_rows(plan) -> bool:
 def _regrid(steps, lanes_of):
     """`steps` with each launch's lanes (scalar 10), rows side by side (14) and blocks
     (grid x) remade by `lanes_of(n)` and its block cut to lanes * per_block threads."""
-    from autotranspose import _launch as launch
+    from autotranspose.runtime import launch
 
     out = []
     for s in steps:
@@ -55,7 +55,7 @@ def _regrid(steps, lanes_of):
 def _swapped(steps, state, word: int):
     """`steps` with each launch's rows walked the other way round: its M rows of each batch
     and its batch swapped (with their strides), the same bytes moved."""
-    from autotranspose import _launch as launch
+    from autotranspose.runtime import launch
 
     out = []
     for s in steps:
@@ -87,8 +87,9 @@ def _swapped(steps, state, word: int):
 def _rerendered(plan, state, src0, dst0, unroll: int | None = None, min_blocks: int | None = None):
     """permute()'s steps for `plan` with the row kernels rendered again: for `unroll` rows a
     thread, or with `__launch_bounds__(ROWS_THREADS, min_blocks)` (a register cap)."""
-    from autotranspose import _codegen as codegen, _compiler as compiler, _launch as launch
-    from autotranspose._dispatch.permute import build
+    from autotranspose.dispatch.permute import build
+    from autotranspose.kernels import codegen
+    from autotranspose.runtime import compiler, launch
 
     keep, render = codegen.ROWS_UNROLL, codegen.render_rows
 
@@ -115,7 +116,7 @@ def _rerendered(plan, state, src0, dst0, unroll: int | None = None, min_blocks: 
 
 def _variant(name: str, base, plan, state, src0: int, dst0: int):
     """The steps of variant `name` of the row copy `base` (permute()'s steps for `plan`)."""
-    from autotranspose import _launch as launch
+    from autotranspose.runtime import launch
 
     if name == "tight":
         return _regrid(base, launch.row_lanes)
@@ -144,10 +145,10 @@ def main() -> int:
     ap.add_argument("--variants", nargs="*", default=["tight", "warp", "u2", "u8", "swap"])
     args = ap.parse_args()
 
-    from autotranspose import _launch as launch
-    from autotranspose._compiler import activate
-    from autotranspose._dispatch.permute import build
     from autotranspose.bench.runners import PermuteCheck
+    from autotranspose.dispatch.permute import build
+    from autotranspose.runtime import launch
+    from autotranspose.runtime.compiler import activate
 
     state = activate(0)
     rows = []

@@ -86,8 +86,8 @@ def main() -> int:
 
     from _sweep import config_by_key
 
-    from autotranspose._codegen import render_many
-    from autotranspose._compiler import NVCC_OPTIONS
+    from autotranspose.kernels.codegen import render_many
+    from autotranspose.runtime.compiler import NVCC_OPTIONS
 
     sizes = {"1": "uint8", "2": "uint16", "4": "uint32", "8": "uint64", "16": "complex128"}
     configs = [config_by_key(k, sizes[k[1:].split("_")[0]]) for k in args.keys]

@@ -18,11 +18,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from autotranspose._config import config_space, max_vec
-from autotranspose._dtypes import element_type
-from autotranspose._measurement import Measurement
-from autotranspose._shapes import shape_class
+from autotranspose.kernels.config import config_space, max_vec
+from autotranspose.kernels.shapes import shape_class
+from autotranspose.plans.dtypes import element_type
 from autotranspose.store import Store, textio
+from autotranspose.store.measurement import Measurement
 
 
 def main() -> None:

@@ -35,18 +35,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotranspose import _lookup as lookup, _tuner as tuner
-from autotranspose._compiler import activate, precompile
-from autotranspose._config import config_space, max_vec, seed_config
-from autotranspose._dispatch.transpose import served
-from autotranspose._dtypes import element_type
-from autotranspose._launch import contiguous_launch
-from autotranspose._measure import Bench, measure_one
-from autotranspose._shapes import parse_shape, shape_class
-from autotranspose._tuner import loop as tuner_loop
-from autotranspose._worker import GpuObjective
 from autotranspose.bench.cases import random_cases
+from autotranspose.dispatch import lookup
+from autotranspose.dispatch.transpose import served
+from autotranspose.kernels.config import config_space, max_vec, seed_config
+from autotranspose.kernels.shapes import parse_shape, shape_class
+from autotranspose.plans.dtypes import element_type
+from autotranspose.runtime.compiler import activate, precompile
+from autotranspose.runtime.launch import contiguous_launch
 from autotranspose.store import Store
+from autotranspose.tuner import study as tuner
+from autotranspose.tuner.measure import Bench, measure_one
+from autotranspose.tuner.study import loop as tuner_loop
+from autotranspose.tuner.worker import GpuObjective
 
 
 def screen(bench: Bench, configs: list[Any], budget_s: float | None = None) -> dict[Any, float]:

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 from _sweep import case_ratio as _ratio, measure_ranked, print_ranked, results_log
 
-from autotranspose._compiler import activate
-from autotranspose._config import KernelConfig, max_vec, staged_default, staged_space
-from autotranspose._dispatch.transpose import choose_config
+from autotranspose.dispatch.transpose import choose_config
+from autotranspose.kernels.config import KernelConfig, max_vec, staged_default, staged_space
+from autotranspose.runtime.compiler import activate
 
 CASES = [((1, 4099, 6007), s) for s in (1, 2, 4, 8)]
 CASES += [((1, 6007, 4099), s) for s in (1, 2, 4, 8)]

@@ -13,11 +13,11 @@ import json
 import time
 from pathlib import Path
 
-from autotranspose._compiler import activate
-from autotranspose._config import NEWEST, ConfigError, KernelConfig, max_vec
-from autotranspose._measure import Bench, measure_configs
 from autotranspose.bench.reports import format_table
 from autotranspose.bench.runners import bench_case
+from autotranspose.kernels.config import NEWEST, ConfigError, KernelConfig, max_vec
+from autotranspose.runtime.compiler import activate
+from autotranspose.tuner.measure import Bench, measure_configs
 
 DT = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from autotranspose import _codegen as codegen
-from autotranspose._castplan import ARGS
-from autotranspose._config import KernelConfig
+from autotranspose.kernels import codegen
+from autotranspose.kernels.config import KernelConfig
+from autotranspose.plans.cast import ARGS
 
 HERE = Path(__file__).resolve().parent
 _BUILD = Path(tempfile.gettempdir()) / "autotranspose-cast-emu"
@@ -143,7 +143,7 @@ def _library(config: KernelConfig) -> ctypes.CDLL:
 
 
 def run(config: KernelConfig, args: bytes, grid: int) -> None:
-    """Launch `config`'s kernel on the CPU with packed `at_cast_args` (autotranspose._castplan)
+    """Launch `config`'s kernel on the CPU with packed `at_cast_args` (autotranspose.plans.cast)
     in a child process, so that a misaligned vector access (UBSan aborts) or an access
     outside memory fails the test instead of the test run: the arrays it writes must live in
     memory shared with the child (`shared`)."""
@@ -193,8 +193,8 @@ def cast_call(
 ) -> None:
     """What cast_transpose() launches for these views, run on the CPU: y = cast(x * scale)
     permuted by `axes`, z = cast(x * scale), amax folded with max |x|."""
-    from autotranspose._castplan import pack_args, plan_cast
     from autotranspose.kinds.cast import PAIRS
+    from autotranspose.plans.cast import pack_args, plan_cast
 
     src, dst = PAIRS[config.cast]
     plan = plan_cast(

@@ -11,8 +11,8 @@ def reference_problems(
     state: Any, elem_bytes: int, shape: tuple[int, int, int], configs: Iterable[Any]
 ) -> list[tuple[Any, str | None]]:
     """(config, what differed or None) for each config launched on a contiguous `shape`."""
-    from autotranspose._launch import contiguous_launch
-    from autotranspose._measure import Bench
+    from autotranspose.runtime.launch import contiguous_launch
+    from autotranspose.tuner.measure import Bench
 
     bench = Bench(state, elem_bytes, shape)
     try:
@@ -94,7 +94,7 @@ def assert_kind_matches_reference(rng: Any, elem_bytes: int, space: Any, default
     """One kernel kind on odd sizes, 1xN, Nx1 and batches (`odd_shapes`), fresh data, poisoned
     output and a guard region: 6 random non-persistent configs of `space(elem_bytes, limits)`,
     its `default` and the default on a persistent grid (where the kind has one)."""
-    from autotranspose._compiler import activate, precompile
+    from autotranspose.runtime.compiler import activate, precompile
 
     state = activate(0)
     configs = [c for c in space(elem_bytes, state.info.limits) if not c.persistent]

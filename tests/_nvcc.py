@@ -10,7 +10,7 @@ from typing import Any
 def assert_compile_without_spills(configs: Iterable[Any], arch: str) -> None:
     """Every config's kernel uses no local memory, exactly the shared memory the config
     predicts, and registers its block can have (64K a block)."""
-    from autotranspose._compiler import nvcc_resources
+    from autotranspose.runtime.compiler import nvcc_resources
 
     picks = {c.kernel_name: c for c in configs}
     report = nvcc_resources(list(picks.values()), arch)
@@ -30,7 +30,7 @@ def assert_nvcc_silent(source: str, arch: str = "sm_90") -> None:
     import tempfile
     from pathlib import Path
 
-    from autotranspose._compiler import NVCC_OPTIONS
+    from autotranspose.runtime.compiler import NVCC_OPTIONS
 
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "kernels.cu"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotranspose._plan import COPY, GATHER, PACKED, TRANSPOSE, Pass, Plan
+from autotranspose.plans.permute import COPY, GATHER, PACKED, TRANSPOSE, Pass, Plan
 
 
 def byte_index(at: int, elem_bytes: int, dims: list[tuple[int, int]]) -> np.ndarray:

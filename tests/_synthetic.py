@@ -15,9 +15,9 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from autotranspose._config import KernelConfig
-from autotranspose._device import DeviceInfo
-from autotranspose._measurement import Measurement
+from autotranspose.kernels.config import KernelConfig
+from autotranspose.runtime.device import DeviceInfo
+from autotranspose.store.measurement import Measurement
 
 DEVICE = DeviceInfo("Synthetic GPU 9000", (9, 0), multiprocessors=132)
 COPY_GBPS = 3300.0
@@ -184,8 +184,8 @@ def tune_process(
     """Run one tuning process (the entry point of the multi-process and kill tests)."""
     import optuna
 
-    from autotranspose._tuner import tune
     from autotranspose.store import Store
+    from autotranspose.tuner.study import tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with Store.open(url) as store:
@@ -231,8 +231,8 @@ def ctrl_c_tune_process(url: str, at: int) -> None:
 
     import optuna
 
-    from autotranspose._tuner import study, tune
     from autotranspose.store import Store
+    from autotranspose.tuner.study import study, tune
 
     class CtrlCSampler(optuna.samplers.RandomSampler):
         def __init__(self) -> None:

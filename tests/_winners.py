@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotranspose import _winners as winners
-from autotranspose._config import KernelConfig, default_config, seed_config
-from autotranspose._device import DeviceInfo
-from autotranspose._shapes import shape_class
+from autotranspose.dispatch import winners
+from autotranspose.kernels.config import KernelConfig, default_config, seed_config
+from autotranspose.kernels.shapes import shape_class
+from autotranspose.runtime.device import DeviceInfo
 
 DEVICE = DeviceInfo("Test GPU 4242", (9, 0), multiprocessors=132)
 SHAPE = (1, 3000, 5000)
@@ -83,7 +83,7 @@ def own_winner(index: int) -> KernelConfig:
     from another process's measurement is told apart from one measured here."""
     from itertools import islice
 
-    from autotranspose._config import config_space
+    from autotranspose.kernels.config import config_space
 
     return next(islice(config_space("float32"), 3 * index, None))
 
@@ -100,7 +100,8 @@ def race_child() -> None:
     import sys
     import warnings
 
-    from autotranspose import _codegen as codegen, _lookup as lookup
+    from autotranspose.dispatch import lookup
+    from autotranspose.kernels import codegen
 
     url, log, index, barrier = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     delays = [float(d) for d in sys.argv[5].split(",")]

@@ -74,7 +74,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def _gpu_reason() -> str | None:
     try:
-        from autotranspose._compiler import driver
+        from autotranspose.runtime.compiler import driver
 
         driver()
     except Exception as exc:  # no pycuda, no driver, no device
@@ -155,7 +155,7 @@ def db(tmp_path):
 def no_gather(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plans keep their batched transpose or row copy whatever it costs (no gather pass): for
     the tests of what those passes are, on shapes small enough that a gather would take them."""
-    from autotranspose import _plan as plan
+    from autotranspose.plans import permute as plan
 
     monkeypatch.setattr(plan, "GATHER_MAX_LAUNCHES", float("inf"))
     monkeypatch.setattr(plan, "GATHER_MIN_LAUNCH_BYTES", 0)
@@ -167,7 +167,7 @@ def own_pass() -> Iterator[None]:
     """permute() runs each plan's own pass, not the fastest of its alternatives (first-call
     measurement off): for the tests of one kind of pass, on arrays large enough to have
     alternatives. Cached steps and launches are dropped before and after."""
-    from autotranspose import _dispatch as dispatch, _firstcall as firstcall
+    from autotranspose.dispatch import firstcall, picker as dispatch
 
     firstcall.set_enabled(False)
     dispatch.clear()
@@ -181,7 +181,8 @@ def no_packed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Plans that would run one packed launch run one gather launch instead: for the tests
     of the gather, on shapes where a box would take them. permute()'s cached plans and steps
     are dropped before and after, so no call sees a plan made the other way."""
-    from autotranspose import _dispatch as dispatch, _plan as plan
+    from autotranspose.dispatch import picker as dispatch
+    from autotranspose.plans import permute as plan
 
     monkeypatch.setattr(plan, "packed_box", lambda *args: None)
     monkeypatch.setattr(plan, "vector_box", lambda *args: None)

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from autotranspose import _codegen as codegen, _config as C
 from autotranspose.errors import ConfigError
+from autotranspose.kernels import codegen, config as C
 
 SIZES = (1, 2, 4, 8, 16)
 DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}

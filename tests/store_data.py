@@ -8,11 +8,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from autotranspose._config import KernelConfig, config_space
-from autotranspose._device import DeviceInfo
-from autotranspose._measurement import Measurement
-from autotranspose._shapes import ShapeClass, shape_class
+from autotranspose.kernels.config import KernelConfig, config_space
+from autotranspose.kernels.shapes import ShapeClass, shape_class
+from autotranspose.runtime.device import DeviceInfo
 from autotranspose.store import Store
+from autotranspose.store.measurement import Measurement
 
 H100 = DeviceInfo(
     "NVIDIA H100 80GB HBM3",

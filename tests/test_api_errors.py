@@ -8,7 +8,7 @@ import pytest
 
 import autotranspose as at
 from autotranspose import errors
-from autotranspose._arrays import check_output, view
+from autotranspose.runtime.arrays import check_output, view
 
 
 def test_one_dimensional_input():

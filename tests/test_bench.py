@@ -12,8 +12,6 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from autotranspose import _dtypes as dtypes
-from autotranspose._shapes import parse_shape
 from autotranspose.bench import command
 from autotranspose.bench.cases import (
     PERMUTE_DIMS,
@@ -43,6 +41,8 @@ from autotranspose.bench.reports import (
     summarize,
 )
 from autotranspose.bench.runners import Row
+from autotranspose.kernels.shapes import parse_shape
+from autotranspose.plans import dtypes
 
 SHAPES = [(1, 8192, 8192), (64, 1024, 1024), (1, 4099, 6007)]
 DTYPES = ["int8", "float32"]
@@ -380,7 +380,7 @@ def test_no_numpy_type_for_bfloat16():
 def test_peers_that_move_values_are_checked_on_valid_bools(rng):
     """Random bytes are not bools (PyTorch's copy_ of them failed the check): bool peers get
     bytes 0 or 1, the rest finite floats; the fill ANDs every 32-bit word with the mask."""
-    from autotranspose._measure import Bench
+    from autotranspose.tuner.measure import Bench
 
     words = rng.integers(0, 1 << 32, size=4096, dtype=np.uint64).astype(np.uint32)
     filled = (words & np.uint32(peer_mask("bool"))).view(np.uint8)

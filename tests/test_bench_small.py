@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from autotranspose import cli
-from autotranspose._dtypes import SUPPORTED_NAMES, element_type
 from autotranspose.bench import small
 from autotranspose.bench.cases import SMALL_BYTES, SMALL_DTYPES, SmallCase, small_cases
 from autotranspose.bench.small import SmallRow
+from autotranspose.plans.dtypes import SUPPORTED_NAMES, element_type
 
 
 def _run(*argv: str) -> tuple[int, str, str]:
@@ -256,7 +256,7 @@ def _numpy_peer(mem: _Memory, name: str, case: SmallCase, data: np.ndarray, wron
 
 @pytest.mark.parametrize("wrong", ["", "out", "new", "raise"])
 def test_a_case_is_checked_before_it_is_timed(monkeypatch, wrong):
-    from autotranspose import _driver
+    from autotranspose.runtime import driver as _driver
 
     mem = _Memory()
     monkeypatch.setattr(small, "_device_bytes", mem.read)

@@ -11,7 +11,8 @@ import time
 import pytest
 
 import autotranspose as at
-from autotranspose import _cast, _dispatch as dispatch, _firstcall as firstcall, _lookup as lookup
+from autotranspose.calls import cast as _cast
+from autotranspose.dispatch import firstcall, lookup, picker as dispatch
 
 pytestmark = pytest.mark.gpu
 
@@ -68,7 +69,7 @@ def _shapes() -> list[tuple[int, int]]:
     shuffled order. Few classes, few kernels, but every (m, n) a signature of its own."""
     import numpy as np
 
-    from autotranspose._shapes import shape_class
+    from autotranspose.kernels.shapes import shape_class
 
     pairs = [(SIDE + STEP * i, SIDE + STEP * j) for i in range(SIDES) for j in range(SIDES)]
     firsts = list({shape_class(1, m, n, 4): (m, n) for m, n in reversed(pairs)}.values())

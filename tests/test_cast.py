@@ -14,8 +14,11 @@ import pytest
 from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
 import autotranspose as at
-from autotranspose import _codegen as codegen, errors, kinds
-from autotranspose._castplan import (
+from autotranspose import errors, kinds
+from autotranspose.kernels import codegen
+from autotranspose.kernels.config import KernelConfig
+from autotranspose.kinds import cast
+from autotranspose.plans.cast import (
     ARG_WORDS,
     ARGS,
     MAX_LOOP_LAUNCHES,
@@ -26,8 +29,6 @@ from autotranspose._castplan import (
     pair,
     plan_cast,
 )
-from autotranspose._config import KernelConfig
-from autotranspose.kinds import cast
 
 PAIRS = sorted(cast.PAIRS)
 nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
@@ -328,7 +329,7 @@ def test_transpose_and_permute_take_a_dtype():
 
 def test_a_forced_config_of_another_pair_is_refused():
     cfg = cast.default(KernelConfig, cast.FLOAT32, cast.E5M2)
-    from autotranspose._cast import cast_transpose
+    from autotranspose.calls.cast import cast_transpose
 
     with pytest.raises(errors.ConfigError, match="for the pair 'f32_e4m3'"):
         cast_transpose(FakeCuda((4, 4)), "e4m3", config=cfg)
@@ -391,7 +392,7 @@ def test_the_fast_path_runs_given_outputs_only_where_nothing_overlaps(monkeypatc
     """A hit for a signature with given outputs launches into them; a call of the same
     signature whose x, outputs and amax overlap, or whose output is a lazily negated view,
     goes the full way (None), as does another layout, alignment or tensor type."""
-    from autotranspose import _cast
+    from autotranspose.calls import cast as _cast
 
     launched = []
     monkeypatch.setattr(_cast, "_launch_all", lambda *a: launched.append(a[5:]))

@@ -11,7 +11,7 @@ import _emu as emu
 import numpy as np
 import pytest
 
-from autotranspose._config import KernelConfig
+from autotranspose.kernels.config import KernelConfig
 from autotranspose.kinds import cast
 
 pytestmark = pytest.mark.skipif(emu.gxx() is None, reason="needs g++ and CUDA's headers")
@@ -208,8 +208,10 @@ def emulated_gpu(monkeypatch):
     import contextlib
     import types
 
-    from autotranspose import _arrays, _cast, _driver, _firstcall as firstcall
+    from autotranspose.calls import cast as _cast
+    from autotranspose.dispatch import firstcall
     from autotranspose.kinds.base import NEWEST
+    from autotranspose.runtime import arrays as _arrays, driver as _driver
 
     info = types.SimpleNamespace(limits=NEWEST, name="emulated GPU")
     state = types.SimpleNamespace(info=info, ordinal=0, arch="sm_90")
@@ -275,7 +277,7 @@ def test_the_call_end_to_end(emulated_gpu, src, dst):
 
 def test_a_permute_of_many_loops_takes_two_passes(emulated_gpu, monkeypatch):
     import autotranspose as at
-    from autotranspose import _cast
+    from autotranspose.calls import cast as _cast
 
     seen = []
     monkeypatch.setattr(_cast, "_allocate", lambda xv, shape, dst, ctx: seen.append(shape))
@@ -283,7 +285,7 @@ def test_a_permute_of_many_loops_takes_two_passes(emulated_gpu, monkeypatch):
     x[...] = np.random.default_rng().standard_normal(x.shape)
     y = _shared_like((70, 3, 7, 5), np.uint8)
     z = _shared_like(x.shape, np.uint8)
-    import autotranspose._permuter as permuter
+    import autotranspose.calls.permute as permuter
 
     permuted = []
     monkeypatch.setattr(permuter, "permute", lambda *a, **k: permuted.append(a))
@@ -296,7 +298,7 @@ def test_a_permute_of_many_loops_takes_two_passes(emulated_gpu, monkeypatch):
 def test_a_forced_config_runs_and_a_bad_out_is_refused_before_any_launch(emulated_gpu):
     import autotranspose as at
     from autotranspose import errors
-    from autotranspose._cast import cast_transpose
+    from autotranspose.calls.cast import cast_transpose
 
     x = _shared_like((33, 65), np.float16)
     x[...] = 1.5

@@ -267,7 +267,7 @@ def test_a_repeated_eager_call_takes_the_fast_path_and_matches(torch, rng, both)
     """The second eager call of a signature launches from `_cast._hits` (no validation on the
     way) and writes what the first wrote, on fresh data; an amax inside x, or another scale
     kind, goes the full way again."""
-    from autotranspose import _cast
+    from autotranspose.calls import cast as _cast
 
     _cast.clear_caches()
     m, n = int(rng.integers(100, 700)), int(rng.integers(100, 700))
@@ -307,7 +307,8 @@ def test_repeated_permutes_of_several_launches_with_a_float_scale(
     float32 rounds and an amax: validated once, then every repeat runs the launches as one
     program of coded addresses (the offsets added to each call's pointers, the scale written
     as its float32 bits, rounded as NumPy rounds it) and writes what torch's cast does."""
-    from autotranspose import _cast, _native
+    from autotranspose.calls import cast as _cast
+    from autotranspose.runtime import native as _native
 
     _cast.clear_caches()
     full = []
@@ -347,7 +348,7 @@ def test_repeated_eager_calls_into_given_outputs_take_the_fast_path(
     """Calls into given buffers (pitched and offset views in poisoned memory) are validated
     once per signature, then launch from `_cast._hits`: each repeat, on fresh data into
     re-poisoned buffers, writes what torch's cast does, bit for bit, and nothing around it."""
-    from autotranspose import _cast
+    from autotranspose.calls import cast as _cast
 
     _cast.clear_caches()
     full = []
@@ -387,7 +388,7 @@ def test_calls_into_given_outputs_that_differ_or_overlap_are_validated_again(tor
     """A signature seen before does not excuse a call: outputs overlapping x, each other or
     amax raise as on the first call; another dtype or layout is a signature of its own and
     is checked (and raises) in full."""
-    from autotranspose import _cast
+    from autotranspose.calls import cast as _cast
 
     _cast.clear_caches()
     m, n = 256, 384
@@ -448,12 +449,12 @@ def test_a_result_recorded_in_this_process_serves_the_next_call(torch, rng, own_
     """A cast signature prepared before a tuning result for its class arrives (a `tune
     --cast` or a record in this process) is chosen again: the next call, fast path or not,
     runs the recorded config, and still writes the right bits."""
-    from autotranspose import _cast
-    from autotranspose._compiler import activate
-    from autotranspose._config import KernelConfig
-    from autotranspose._dispatch import cast as cast_dispatch
-    from autotranspose._measurement import Measurement
+    from autotranspose.calls import cast as _cast
+    from autotranspose.dispatch import cast as cast_dispatch
+    from autotranspose.kernels.config import KernelConfig
+    from autotranspose.runtime.compiler import activate
     from autotranspose.store import Store
+    from autotranspose.store.measurement import Measurement
 
     at.set_first_call_measurement(False)
     try:
@@ -493,10 +494,10 @@ def test_a_first_call_measures_keeps_and_records_its_winner(torch, rng, own_stor
     call's own buffers: the winner is one of them, serves the class's later calls in this
     process, is recorded under the pair's problem as measured, and every call writes the
     right bits and amax."""
-    from autotranspose import _cast, _lookup as lookup
-    from autotranspose._compiler import activate
-    from autotranspose._config import KernelConfig
-    from autotranspose._dispatch import cast as cast_dispatch
+    from autotranspose.calls import cast as _cast
+    from autotranspose.dispatch import cast as cast_dispatch, lookup
+    from autotranspose.kernels.config import KernelConfig
+    from autotranspose.runtime.compiler import activate
     from autotranspose.store import Store
 
     at.set_first_call_measurement(True)
@@ -534,9 +535,9 @@ def test_first_calls_recorded_into_a_database_keep_every_prepared_signature(
     new cast class records its winner there. That drops nothing this process prepared: every
     signature's full path runs once, its hit and its config are kept however many classes
     are measured after it, and each class's recorded winner is what its calls run."""
-    from autotranspose import _cast, _lookup as lookup
-    from autotranspose._compiler import activate
-    from autotranspose._dispatch import cast as cast_dispatch
+    from autotranspose.calls import cast as _cast
+    from autotranspose.dispatch import cast as cast_dispatch, lookup
+    from autotranspose.runtime.compiler import activate
     from autotranspose.store import Store
 
     monkeypatch.setattr(lookup, "tuning_db_dir", lambda: None)  # every class untuned

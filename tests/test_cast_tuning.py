@@ -12,24 +12,24 @@ import sqlalchemy as sa
 from alembic import command
 from store_data import H100 as _H100, valid_config
 
-from autotranspose import _lookup as lookup
-from autotranspose._castplan import plan_cast
-from autotranspose._config import KernelConfig
-from autotranspose._device import DeviceInfo
-from autotranspose._dispatch.cast import cast_class
-from autotranspose._measurement import Measurement
-from autotranspose._shapes import ShapeClass
-from autotranspose._tuner.cast import (
+from autotranspose.dispatch import lookup
+from autotranspose.dispatch.cast import cast_class
+from autotranspose.errors import StoreError, TuningError
+from autotranspose.kernels.config import KernelConfig
+from autotranspose.kernels.shapes import ShapeClass
+from autotranspose.kinds import cast as cast_kind
+from autotranspose.plans.cast import plan_cast
+from autotranspose.runtime.device import DeviceInfo
+from autotranspose.store import BadRowWarning, Store, migrations, resolve_url, textio, upgrade
+from autotranspose.store.measurement import Measurement
+from autotranspose.tuner.study.cast import (
     cast_space,
     cast_study_name,
     cast_target,
     parse_pair,
     tune_cast,
 )
-from autotranspose._tuner.settings import TuneSettings
-from autotranspose.errors import StoreError, TuningError
-from autotranspose.kinds import cast as cast_kind
-from autotranspose.store import BadRowWarning, Store, migrations, resolve_url, textio, upgrade
+from autotranspose.tuner.study.settings import TuneSettings
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")
@@ -339,7 +339,7 @@ def test_a_cast_study_stores_its_best_under_the_pairs_problem(db, quiet_optuna):
 
 @pytest.mark.gpu
 def test_a_cast_study_runs_on_the_gpu(tmp_path, quiet_optuna):
-    from autotranspose._tuner.cast import tune_cast_gpu
+    from autotranspose.tuner.study.cast import tune_cast_gpu
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -420,7 +420,7 @@ def test_show_names_each_casts_problem(tmp_path, rng):
 def test_a_cast_study_starts_from_the_default_and_its_problems_neighbours(db, rng):
     """Warm starts: the default, then the pair's results (same output set) of other classes,
     nearest first; never another pair's or another output set's."""
-    from autotranspose._tuner.cast import cast_known_good
+    from autotranspose.tuner.study.cast import cast_known_good
 
     target = cast_target(BF16, E4M3, (8192, 8192))
     space = cast_space(H100, target)

@@ -15,13 +15,13 @@ import pytest
 from _synthetic import DEVICE, SyntheticObjective, make_objective
 
 from autotranspose import cli
-from autotranspose._config import KernelConfig, seed_config
-from autotranspose._measurement import Measurement
-from autotranspose._shapes import parse_shape
-from autotranspose._tuner import TrialReport
 from autotranspose.cli.tune import ProgressBar
 from autotranspose.errors import ShapeError
+from autotranspose.kernels.config import KernelConfig, seed_config
+from autotranspose.kernels.shapes import parse_shape
 from autotranspose.store import Store
+from autotranspose.store.measurement import Measurement
+from autotranspose.tuner.study import TrialReport
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = DEVICE.name
@@ -259,7 +259,7 @@ def test_lookup_prints_the_cuda_source(tuned: str) -> None:
 
 
 def test_lookup_without_a_device_or_gpu_names_the_known_devices(tuned: str) -> None:
-    pytest.importorskip("autotranspose._compiler")
+    pytest.importorskip("autotranspose.runtime.compiler")
     try:
         import pycuda  # noqa: F401
     except ImportError:
@@ -483,7 +483,7 @@ def test_bad_numbers_are_one_short_line(option: str, value: str, says: str, db: 
 def test_tune_takes_the_seeds_the_tuner_takes() -> None:
     """`tune --seed` and the tuner's own check (tune(), tune_gpu(), tune_devices()) agree
     on the range; argparse refuses the rest before anything is opened."""
-    from autotranspose._tuner import SEED_LIMIT
+    from autotranspose.tuner.study import SEED_LIMIT
 
     def parse(seed: int) -> int:
         return (
@@ -622,8 +622,8 @@ def test_a_device_name_with_control_characters_is_refused_and_shown_escaped(
 
 
 def test_the_command_line_takes_exactly_the_device_names_the_database_takes(db: str, rng) -> None:
-    from autotranspose._device import DeviceInfo
     from autotranspose.errors import DeviceError
+    from autotranspose.runtime.device import DeviceInfo
 
     assert run("db", "upgrade", "--db", db)[0] == 0
     alphabet = [*"AZaz09 _-.()", "\t", "\x1b", "/", "'", "é", "\u202e", ":"]
@@ -765,7 +765,7 @@ def test_a_directory_as_db_names_a_file_inside_it(argv: list[str], tmp_path: Pat
 
 def _two_device_db(db: str) -> tuple[str, str]:
     """A SQLite file with results of two GPU models (the synthetic one and another)."""
-    from autotranspose._device import DeviceInfo
+    from autotranspose.runtime.device import DeviceInfo
 
     other = DeviceInfo("Other GPU 7 (PCIe)", (8, 9), multiprocessors=84)
     rc, _, err = run("tune", "--shapes", "1024x1024", "--trials", "4", "--db", db)

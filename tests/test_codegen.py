@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import autotranspose as at
-from autotranspose._codegen import render_many, render_seed, render_support, template_version
-from autotranspose._config import KernelConfig, config_space
+from autotranspose.kernels.codegen import render_many, render_seed, render_support, template_version
+from autotranspose.kernels.config import KernelConfig, config_space
 
 DTYPES = ["int8", "float16", "float32", "float64", "complex128"]
 
@@ -99,7 +99,8 @@ def test_names_and_version_are_stable():
 
 def test_each_kind_renders_from_its_own_template_folder():
     """A kind's skeleton lies in a folder of templates/, its pieces beside it."""
-    from autotranspose import _codegen as codegen, kinds
+    from autotranspose import kinds
+    from autotranspose.kernels import codegen
 
     root = codegen.template_dir()
     for kind in kinds.all_kinds():
@@ -114,7 +115,7 @@ def test_template_version_covers_every_tuned_template_file(tmp_path, monkeypatch
     the untuned kernels' (seed/, rows/, gather/, packed/, vbox/, cast/, common/support.cu.j2)."""
     import shutil
 
-    from autotranspose import _codegen as codegen
+    from autotranspose.kernels import codegen
 
     work = tmp_path / "templates"
     shutil.copytree(codegen.template_dir(), work)
@@ -166,7 +167,7 @@ def test_edge_path_and_vector_path_agree_on_shared_memory(cfg):
     """The element-by-element edge path computes each element's shared-memory byte address
     itself; evaluated for every element of the tile it must equal where the vector path's
     micro-block transpose puts that element, and no two elements may share a byte."""
-    from autotranspose._codegen import kernel_params
+    from autotranspose.kernels.codegen import kernel_params
 
     k = kernel_params(cfg)
     lines = at.render(cfg).splitlines()
@@ -189,7 +190,7 @@ def test_edge_path_and_vector_path_agree_on_shared_memory(cfg):
 def test_kernel_version_is_the_kernels_own_source(monkeypatch):
     """Versions follow each kernel's rendered source: not the tool version, not other
     kernels, not launch parameters; different kernels get different versions."""
-    from autotranspose import _codegen as codegen
+    from autotranspose.kernels import codegen
 
     space = list(at.config_space("float32"))
     rng = random.Random()
@@ -213,7 +214,7 @@ def test_an_edit_to_one_access_strategy_changes_only_its_kernels(tmp_path, monke
     realigning piece changes the version of realigning kernels and of no other."""
     import shutil
 
-    from autotranspose import _codegen as codegen
+    from autotranspose.kernels import codegen
 
     rng = random.Random()
     picked = rng.sample(list(config_space("int8", max_vector=1)), 60)  # realigning and not

@@ -9,9 +9,14 @@ import shutil
 import numpy as np
 import pytest
 
-from autotranspose._codegen import GATHER_BLOCKS_PER_SM, GATHER_THREADS, ROWS_THREADS, kernel_name
-from autotranspose._compiler import nvcc_resources, untuned_resources
-from autotranspose._config import REGT_SIZES, KernelConfig, config_space
+from autotranspose.kernels.codegen import (
+    GATHER_BLOCKS_PER_SM,
+    GATHER_THREADS,
+    ROWS_THREADS,
+    kernel_name,
+)
+from autotranspose.kernels.config import REGT_SIZES, KernelConfig, config_space
+from autotranspose.runtime.compiler import nvcc_resources, untuned_resources
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH"),
@@ -127,8 +132,8 @@ def test_permute_kernels_compile_without_spills(arch):
 
 def test_a_struct_the_host_packs_differently_does_not_compile(monkeypatch):
     """The gather template asserts its struct's size is the host's ARG_BYTES."""
-    from autotranspose import _codegen as codegen
     from autotranspose.errors import KernelCompileError
+    from autotranspose.kernels import codegen
 
     monkeypatch.setattr(codegen, "GATHER_ARG_BYTES", codegen.GATHER_ARG_BYTES + 8)
     with pytest.raises(KernelCompileError, match="gather kernels"):
@@ -140,7 +145,7 @@ def test_capped_defaults_compile_within_their_cap_without_spills(arch):
     """The served configs whose registers are capped (`min_blocks`): the staged 2-, 4- and
     8-byte defaults and the few-rows tiles of 16 rows. ptxas keeps them within the cap the bounds ask
     for, with no spill (other capped configs of the space may spill: the tuner measures them)."""
-    from autotranspose._config import few_rows_default, staged_default
+    from autotranspose.kernels.config import few_rows_default, staged_default
 
     capped = [
         staged_default(2),

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose._config import (
+from autotranspose.errors import ConfigError, UnsupportedDtypeError
+from autotranspose.kernels.config import (
     NEWEST,
     DeviceLimits,
     KernelConfig,
@@ -18,7 +19,6 @@ from autotranspose._config import (
     max_vec,
     seed_config,
 )
-from autotranspose.errors import ConfigError, UnsupportedDtypeError
 
 SIZES = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 
@@ -195,7 +195,7 @@ def test_public_names_work_without_a_gpu():
 def test_pair_steps_move_two_size_fields_one_step_each(dtype):
     import random
 
-    from autotranspose._config import PER_THREAD, TILE_SIZES, VEC_SIZES, pair_steps
+    from autotranspose.kernels.config import PER_THREAD, TILE_SIZES, VEC_SIZES, pair_steps
 
     steps = {"tile_m": TILE_SIZES, "tile_n": TILE_SIZES, "vec": VEC_SIZES, "per_thread": PER_THREAD}
     space = list(config_space(dtype, max_vector=4, short_side=32))
@@ -223,7 +223,7 @@ def test_pair_steps_move_two_size_fields_one_step_each(dtype):
 def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
     import random
 
-    from autotranspose._config import (
+    from autotranspose.kernels.config import (
         PER_THREAD,
         PERSISTENT,
         TILE_SIZES,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autotranspose import _compiler as compiler
+from autotranspose.runtime import compiler
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def test_the_cache_is_autotransposes_own_and_can_be_switched_off(monkeypatch, tm
 
 _COMPILE = textwrap.dedent("""
     import hashlib, sys, time
-    from autotranspose import _compiler as compiler
+    from autotranspose.runtime import compiler
     source, go = sys.argv[1], float(sys.argv[2])
     time.sleep(max(0.0, go - time.time()))  # all start together
     data = compiler.nvcc_cubin(source, "sm_90")

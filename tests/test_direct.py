@@ -15,9 +15,10 @@ from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, ass
 from _nvcc import assert_compile_without_spills
 
 import autotranspose as at
-from autotranspose import _firstcall as firstcall, _lookup as lookup
-from autotranspose._codegen import kernel_source, render_outer
-from autotranspose._config import (
+from autotranspose.dispatch import firstcall, lookup
+from autotranspose.errors import ConfigError
+from autotranspose.kernels.codegen import kernel_source, render_outer
+from autotranspose.kernels.config import (
     DIRECT_CAPS,
     DIRECT_LONG,
     DIRECT_MAX_PER_THREAD,
@@ -38,8 +39,7 @@ from autotranspose._config import (
     regt_default,
     seed_config,
 )
-from autotranspose._shapes import shape_class
-from autotranspose.errors import ConfigError
+from autotranspose.kernels.shapes import shape_class
 
 DTYPES = {4: "float32", 8: "float64", 16: "complex128"}
 
@@ -361,7 +361,7 @@ def test_direct_kernels_match_the_reference(rng, s):
 def test_narrow_direct_tiles_match_the_reference(rng, s):
     """Narrow tiles (a short side of 2-8) on odd sizes, 1xN, Nx1, batches, and on few rows
     and few columns of 1 to 9 (an edge tile in the short side too)."""
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     assert_kind_matches_reference(
         rng, s, narrow_space, KernelConfig(s, 256, 4, 1, 8, 1, "pad", "col", direct=True)
@@ -416,7 +416,7 @@ def test_conjugate_direct(rng, dtype):
 @pytest.mark.gpu
 def test_grids_loop_past_65535_tiles_and_matrices(rng):
     """More tiles along the slow side than grid y takes, more matrices than z takes."""
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     state = activate(0)
     m = 16 * MAX_GRID_YZ + int(rng.integers(1, 40))  # row tiles past y with raster row
@@ -429,7 +429,7 @@ def test_grids_loop_past_65535_tiles_and_matrices(rng):
 
 @pytest.mark.gpu
 def test_direct_past_2_31_elements():
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     shape = (1, 46349, 46337)  # 2**31 + about 1.5M float32 elements, odd rows
     assert shape[1] * shape[2] > 2**31
@@ -440,7 +440,7 @@ def test_direct_past_2_31_elements():
 def test_narrow_past_2_31_elements():
     """A call of 2**31 + 1 int8 elements in three columns: the narrow tile for them (the call
     itself is served the register transpose: tests/test_regt.py)."""
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     shape = (1, 715_827_883, 3)
     assert shape[1] * shape[2] > 2**31
@@ -455,9 +455,9 @@ def test_outer_variants_walk_two_more_batch_dims(rng, s):
     """permute()'s transpose passes: the direct kernel's outer variant on a (b2, b1, batch, m,
     n) input, every matrix at its place, nothing written past the output."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose._compiler import activate
-    from autotranspose._launch import make_launch
-    from autotranspose._plan import Dim
+    from autotranspose.plans.boxes import Dim
+    from autotranspose.runtime.compiler import activate
+    from autotranspose.runtime.launch import make_launch
 
     state = activate(0)
     dtype = np.dtype({4: "uint32", 8: "uint64", 16: "complex128"}[s])

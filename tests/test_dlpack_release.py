@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotranspose import _dlpack, _native
+from autotranspose.runtime import dlpack as _dlpack, native as _native
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_cc = pytest.mark.skipif(_native.compiler() is None, reason="no C compiler")
@@ -27,7 +27,7 @@ needs_cc = pytest.mark.skipif(_native.compiler() is None, reason="no C compiler"
 HOST_EXPORT = r"""
 import builtins, ctypes, sys
 import numpy as np
-from autotranspose import _dlpack as D
+from autotranspose.runtime import dlpack as D
 
 libc = ctypes.CDLL(None)
 libc.aligned_alloc.restype = ctypes.c_void_p

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from autotranspose import errors
-from autotranspose._dlpack import dl_dtype
-from autotranspose._dtypes import ELEMENT_SIZES, element_type
+from autotranspose.plans.dtypes import ELEMENT_SIZES, element_type
+from autotranspose.runtime.dlpack import dl_dtype
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -104,7 +104,7 @@ def test_dlpack_codes_of_our_exports():
 
 def test_jax_exports_the_codes_we_export():
     jnp = pytest.importorskip("jax.numpy")
-    from autotranspose._dlpack import _capsule_get_pointer, _DLManagedTensor
+    from autotranspose.runtime.dlpack import _capsule_get_pointer, _DLManagedTensor
 
     for name in ("float8_e4m3fn", "float8_e5m2", "bfloat16", "float16"):
         if not hasattr(jnp, name):

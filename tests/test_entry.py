@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import _entry as entry, errors
+from autotranspose import _api as entry, errors
 
 
 def test_the_package_exports_the_entry_points():
@@ -77,7 +77,7 @@ def test_traced_jax_calls_refuse_what_xla_decides(fresh_entry, monkeypatch):
 
 
 def test_the_process_switches_reach_their_modules(monkeypatch):
-    from autotranspose import _firstcall as firstcall, _winners as winners
+    from autotranspose.dispatch import firstcall, winners
 
     monkeypatch.delenv(firstcall.ENV_VAR, raising=False)
     try:

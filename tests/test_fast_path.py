@@ -10,13 +10,10 @@ import types
 import numpy as np
 import pytest
 
-from autotranspose import (
-    _api as api,
-    _fastpath as fastpath,
-    _lookup as lookup,
-    _streams as streams,
-    errors,
-)
+from autotranspose import errors
+from autotranspose.calls import transpose as api
+from autotranspose.dispatch import fastpath, lookup
+from autotranspose.runtime import streams
 
 
 class _Mem:
@@ -99,7 +96,7 @@ def test_anything_validated_that_changes_misses(registered, monkeypatch, change)
 
 def test_streams_configs_and_conjugates_take_the_full_path(registered):
     rec, x, out = registered
-    from autotranspose._config import KernelConfig
+    from autotranspose.kernels.config import KernelConfig
 
     for kwargs in ({"stream": object()}, {"config": KernelConfig(4)}, {"conjugate": True}):
         with pytest.raises(TypeError):  # the full path rejects the fake stream or array
@@ -151,8 +148,8 @@ def test_the_launch_argument_offsets_match_the_kernel_signature():
     compiler.ARG_FORMAT puts them, with natural alignment, as nvcc lays out parameters."""
     import struct
 
-    from autotranspose import _driver
-    from autotranspose._compiler import ARG_FORMAT
+    from autotranspose.runtime import driver as _driver
+    from autotranspose.runtime.compiler import ARG_FORMAT
 
     offsets, at = [], 0
     for code in ARG_FORMAT:
@@ -166,7 +163,7 @@ def test_the_launch_argument_offsets_match_the_kernel_signature():
 
 def test_permute_takes_the_fast_path_only_for_its_own_axes(registered, monkeypatch):
     """permute()'s signatures share transpose()'s table, told apart by the axes as given."""
-    from autotranspose import _permuter as permuter
+    from autotranspose.calls import permute as permuter
 
     rec, x, out = registered
     x3 = FakeCupyArray(1 << 20, (64, 32))

@@ -15,8 +15,8 @@ import pytest
 from _gpu import assert_match_reference
 from _nvcc import assert_compile_without_spills
 
-from autotranspose import _firstcall as firstcall, _lookup as lookup
-from autotranspose._config import (
+from autotranspose.dispatch import firstcall, lookup
+from autotranspose.kernels.config import (
     DIRECT_FEW_ROWS_MIN,
     DIRECT_SIZES,
     FEW_COLS_MAX,
@@ -34,7 +34,7 @@ from autotranspose._config import (
     prmt_default,
     wide_rows,
 )
-from autotranspose._shapes import shape_class
+from autotranspose.kernels.shapes import shape_class
 
 SIZES = (4, 8, 16)
 DTYPES = {2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}
@@ -236,7 +236,7 @@ def test_a_class_nobody_tuned_gets_it_for_its_fewest_rows(elem_bytes: int) -> No
 @pytest.mark.gpu
 @pytest.mark.parametrize("elem_bytes", SIZES)
 def test_rule_configs_match_the_reference_on_few_rows(elem_bytes: int) -> None:
-    from autotranspose._compiler import activate, precompile
+    from autotranspose.runtime.compiler import activate, precompile
 
     rng = np.random.default_rng()
     state = activate(0)

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from autotranspose import _firstcall as firstcall
-from autotranspose._config import (
+from autotranspose.dispatch import firstcall
+from autotranspose.kernels.config import (
     FLAT_SHORT_SIDE,
     NEWEST,
     config_space,
@@ -71,7 +71,7 @@ def test_byte_permute_tiles_past_48_kib_are_raced_where_the_gpu_has_the_room(m, 
     """1-byte rows at odd offsets: a tile past the static limit joins the race right after
     the rules' picks on a GPU that can run it (an H100's 227 KiB), and not on one that
     cannot; the guess stays first."""
-    from autotranspose._config import DeviceLimits, prmt_default
+    from autotranspose.kernels.config import DeviceLimits, prmt_default
     from autotranspose.kinds.base import STATIC_SHARED_MAX, shared_optin
 
     h100 = DeviceLimits(1024, STATIC_SHARED_MAX, "H100", (9, 0), shared_optin((9, 0)))
@@ -146,7 +146,7 @@ def test_refinement_climbs_from_the_portfolio_winner_through_its_neighbours(monk
 def test_refinement_takes_two_fields_at_once_when_no_single_step_helps(monkeypatch):
     """A winner every single step from which is slower, and a better config a tile step and a
     per_thread step away together: the second round times the two-field steps."""
-    from autotranspose._config import pair_steps
+    from autotranspose.kernels.config import pair_steps
 
     guess = default_config(4, max_vector=4)
     better = pair_steps(guess)[0]
@@ -172,8 +172,8 @@ def test_refinement_stops_when_the_budget_is_spent(monkeypatch):
 def test_a_shipped_tile_taller_than_the_call_s_rows_is_raced_like_a_guess():
     """A class spans sides up to twice apart: a shipped tiled or direct tile that overhangs
     the call (a 32-row tile on 17-31 rows) is raced; one that fits, or a flat kernel, is not."""
-    from autotranspose._config import flat_default
-    from autotranspose._dispatch.transpose import overhangs
+    from autotranspose.dispatch.transpose import overhangs
+    from autotranspose.kernels.config import flat_default
 
     rng = random.Random()
     tile = default_config(16).replace(tile_m=32, tile_n=64, per_thread=8)

@@ -1,5 +1,5 @@
 """The first call of a class nobody tuned measures a small portfolio on its own buffers, once,
-and later calls of the class get the winner (see autotranspose._firstcall)."""
+and later calls of the class get the winner (see autotranspose.dispatch.firstcall)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,10 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import (
-    _dispatch as dispatch,
-    _firstcall as firstcall,
-    _lookup as lookup,
-    _winners as winners,
-)
-from autotranspose._compiler import device_state, get_kernel
-from autotranspose._config import max_vec
-from autotranspose._shapes import shape_class
+from autotranspose.dispatch import firstcall, lookup, picker as dispatch, winners
+from autotranspose.kernels.config import max_vec
+from autotranspose.kernels.shapes import shape_class
+from autotranspose.runtime.compiler import device_state, get_kernel
 from autotranspose.store import Store
 
 pytestmark = pytest.mark.gpu
@@ -148,10 +143,10 @@ _FIRST_CALL = textwrap.dedent("""
     import json, sys
     import cupy, numpy as np
     import autotranspose as at
-    from autotranspose import _firstcall as firstcall, _lookup as lookup
-    from autotranspose._compiler import device_state, get_kernel
-    from autotranspose._config import max_vec
-    from autotranspose._shapes import shape_class
+    from autotranspose.dispatch import firstcall, lookup
+    from autotranspose.runtime.compiler import device_state, get_kernel
+    from autotranspose.kernels.config import max_vec
+    from autotranspose.kernels.shapes import shape_class
     lookup.tuning_db_dir = lambda: None  # nothing shipped: a class nobody tuned
     m, n = int(sys.argv[1]), int(sys.argv[2])
     a = np.random.default_rng().standard_normal((m, n)).astype(np.float32)
@@ -201,10 +196,11 @@ _RACER = textwrap.dedent("""
     import json, os, sys, time, warnings
     import cupy, numpy as np
     import autotranspose as at
-    from autotranspose import _compiler, _dispatch as dispatch, _firstcall as firstcall
-    from autotranspose import _lookup as lookup, _winners as winners
-    from autotranspose._config import max_vec
-    from autotranspose._shapes import shape_class
+    from autotranspose.runtime import compiler as _compiler
+    from autotranspose.dispatch import picker as dispatch, firstcall
+    from autotranspose.dispatch import lookup, winners
+    from autotranspose.kernels.config import max_vec
+    from autotranspose.kernels.shapes import shape_class
     lookup.tuning_db_dir = lambda: None  # nothing shipped: classes nobody tuned
     index, barrier = int(sys.argv[1]), sys.argv[2]
     shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[3:]]

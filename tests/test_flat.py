@@ -12,8 +12,9 @@ from _gpu import assert_match_reference
 from _nvcc import assert_compile_without_spills
 
 import autotranspose as at
-from autotranspose import _lookup as lookup
-from autotranspose._config import (
+from autotranspose.dispatch import lookup
+from autotranspose.errors import ConfigError
+from autotranspose.kernels.config import (
     FLAT_SHORT_SIDE,
     NEWEST,
     KernelConfig,
@@ -27,8 +28,7 @@ from autotranspose._config import (
     wide_default,
     wide_rows,
 )
-from autotranspose._shapes import ShapeClass
-from autotranspose.errors import ConfigError
+from autotranspose.kernels.shapes import ShapeClass
 
 SIZES = (1, 2, 4, 8, 16)
 DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}
@@ -180,7 +180,7 @@ def _skinny_shapes(rng) -> list[tuple[int, int, int]]:
 def test_flat_kernels_match_the_reference(rng, s):
     """Odd long sides, every short side class, batches, both orientations; fresh data, a
     poisoned output and a guard region after it (measure.Bench.check)."""
-    from autotranspose._compiler import activate, precompile
+    from autotranspose.runtime.compiler import activate, precompile
 
     state = activate(0)
     for shape in _skinny_shapes(rng):
@@ -245,7 +245,7 @@ def test_conjugate_flat(rng):
 
 @pytest.mark.gpu
 def test_skinny_past_2_31_elements():
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     shape = (1, 715_827_883, 3)  # 2**31 + 1 int8 elements
     assert shape[1] * shape[2] > 2**31

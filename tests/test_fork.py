@@ -21,8 +21,8 @@ PROGRAM = textwrap.dedent("""
     import json, os, sys, time
     import numpy as np
     import autotranspose as at
-    from autotranspose import _compiler, _driver
-    from autotranspose._dispatch import caches
+    from autotranspose.runtime import compiler as _compiler, driver as _driver
+    from autotranspose.dispatch.picker import caches
     from autotranspose.errors import CudaForkError, DeviceError
 
     used = sys.argv[1] == "used"
@@ -115,7 +115,7 @@ def test_a_child_forked_before_any_gpu_use_is_left_alone():
 
 EXPORT_IN_CHILD = textwrap.dedent("""
     import ctypes, gc, json, os, sys, time
-    from autotranspose import _dlpack as D, _driver
+    from autotranspose.runtime import dlpack as D, driver as _driver
 
     lib = D.helpers()
     if lib is None:

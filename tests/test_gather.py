@@ -16,9 +16,16 @@ import pytest
 from _packed_emu import CXX, library
 
 from autotranspose import errors
-from autotranspose._codegen import _ELEMENT_TYPES, GATHER_THREADS, GATHER_UNROLL, render_gather
-from autotranspose._gather import ARG_BYTES, ARG_FORMAT, MAX_DIMS, GatherArgs, gather_args
-from autotranspose._plan import GATHER_MAX_EXTENT, Dim, contiguous_strides, plan_permute
+from autotranspose.kernels.codegen import (
+    _ELEMENT_TYPES,
+    GATHER_THREADS,
+    GATHER_UNROLL,
+    render_gather,
+)
+from autotranspose.kernels.gather import ARG_BYTES, ARG_FORMAT, MAX_DIMS, GatherArgs, gather_args
+from autotranspose.plans.boxes import GATHER_MAX_EXTENT, Dim
+from autotranspose.plans.layout import contiguous_strides
+from autotranspose.plans.permute import plan_permute
 
 U32 = 2**32
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import platformdirs
 from conftest import RUN_DIR
 
-from autotranspose import _native, _winners as winners
+from autotranspose.dispatch import winners
+from autotranspose.runtime import native as _native
 from autotranspose.store import resolve_url, sqlite_path, urls
 
 

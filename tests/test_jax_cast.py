@@ -18,9 +18,11 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 import autotranspose as at  # noqa: E402
-from autotranspose import _cast, _native, errors  # noqa: E402
+from autotranspose import errors  # noqa: E402
+from autotranspose.calls import cast as _cast  # noqa: E402
 from autotranspose.frameworks import _jax_handler, jax_cast, jax_ops  # noqa: E402
 from autotranspose.kinds import cast  # noqa: E402
+from autotranspose.runtime import native as _native  # noqa: E402
 
 NAME = jax_cast.NAME
 PAIRS = sorted(cast.PAIRS)
@@ -351,7 +353,9 @@ def test_cuda_lowering_of_an_empty_x_is_xla(cuda_lowering):
 
 def test_cuda_lowering_of_two_passes_is_a_cast_then_a_permute(cuda_lowering, monkeypatch):
     made, lower = cuda_lowering
-    monkeypatch.setattr("autotranspose._permuter.device_program", lambda *a, **k: _Stand(0x30000))
+    monkeypatch.setattr(
+        "autotranspose.calls.permute.device_program", lambda *a, **k: _Stand(0x30000)
+    )
     shape, axes = (
         (3, 5, 3, 5, 3, 5, 2),
         (6, 4, 2, 0, 5, 3, 1),

@@ -196,10 +196,8 @@ def test_launches_are_made_once_per_signature(jax, ops, rng):
 
 
 def test_public_api_under_transformations(jax, rng):
-    if importlib.util.find_spec("autotranspose._entry") is None:
-        pytest.skip(
-            "autotranspose.transpose does not dispatch tracers yet (no autotranspose._entry)"
-        )
+    if importlib.util.find_spec("autotranspose._api") is None:
+        pytest.skip("autotranspose.transpose does not dispatch tracers yet (no autotranspose._api)")
     jnp = jax.numpy
     host = _host(rng, (3, 197, 7), "float32")
     x = jnp.asarray(host)
@@ -235,7 +233,7 @@ def test_eager_results_are_released(jax, rng):
     import gc
     import time
 
-    from autotranspose import _dlpack
+    from autotranspose.runtime import dlpack as _dlpack
 
     x = jax.numpy.asarray(_host(rng, (197, 7), "float32"))
     baseline = len(_dlpack._live)

@@ -19,13 +19,11 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 import autotranspose as at  # noqa: E402
-from autotranspose import (  # noqa: E402
-    _native,
-    _permuter as permuter,
-    errors,
-)
-from autotranspose._dtypes import element_type  # noqa: E402
+from autotranspose import errors  # noqa: E402
+from autotranspose.calls import permute as permuter  # noqa: E402
 from autotranspose.frameworks import _jax_handler, jax_ops  # noqa: E402
+from autotranspose.plans.dtypes import element_type  # noqa: E402
+from autotranspose.runtime import native as _native  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = jax_ops.NAME

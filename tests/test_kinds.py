@@ -11,8 +11,9 @@ from pathlib import Path
 import kinds_snapshot as snap
 import pytest
 
-from autotranspose import _codegen as codegen, kinds
-from autotranspose._config import KernelConfig, config_space
+from autotranspose import kinds
+from autotranspose.kernels import codegen
+from autotranspose.kernels.config import KernelConfig, config_space
 from autotranspose.store import textio
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 from store_data import A100, H100, count_queries, ok, space, valid_config
 
-from autotranspose import _lookup as lookup
-from autotranspose._config import PRMT_SERVED, default_config, prmt_default, staged_default
-from autotranspose._shapes import ShapeClass, shape_class
+from autotranspose.dispatch import lookup
+from autotranspose.kernels.config import PRMT_SERVED, default_config, prmt_default, staged_default
+from autotranspose.kernels.shapes import ShapeClass, shape_class
 from autotranspose.kinds import cast as cast_kind
 from autotranspose.store import BadRowWarning, Store, hooks, textio
 
@@ -211,8 +211,8 @@ def test_lookup_reads_an_existing_default_database(isolated_home, rng):
 _FORKING_PARENT = """
 import multiprocessing, sys
 from store_data import H100
-from autotranspose import _lookup as lookup
-from autotranspose._shapes import ShapeClass
+from autotranspose.dispatch import lookup
+from autotranspose.kernels.shapes import ShapeClass
 
 def choose_in_child(out):
     out.put(lookup.choose(H100, 4, ShapeClass(1, 2048, 2048, 4)).source)
@@ -273,7 +273,7 @@ def test_unusable_default_database_warns_once_and_falls_through(tmp_path, monkey
 
 def test_bad_rows_never_reach_a_kernel(store, rng, monkeypatch):
     """A tampered best row is skipped (with a warning); the call gets a sound config."""
-    from autotranspose import _codegen as codegen
+    from autotranspose.kernels import codegen
 
     rendered = []
     real = codegen.kernel_params
@@ -438,7 +438,7 @@ def test_a_shipped_result_far_below_the_ceiling_is_raced_and_its_winner_serves(
     """A shipped result that ran under 80% of copy (kernels came after it was tuned) is raced
     on a first call like a guess, and a first call's winner that ran faster serves the class
     after it; a shipped result near the ceiling still outranks a measured one."""
-    from autotranspose._dispatch import transpose as dispatch
+    from autotranspose.dispatch import transpose as dispatch
 
     shipped, winner = _configs(rng, count=2)
     _ship(fresh_lookup, H100, [(CLS, shipped, shipped_gbps)])  # copy 3000 GB/s: ratio gbps/3000
@@ -478,7 +478,7 @@ def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vector
     """A wide byte-permute result (tuned for few long odd rows) is not served to a nearby class
     whose rows allow 16-byte vectors (the tiled kernels win there); it still serves its own
     class and other unaligned ones."""
-    from autotranspose._config import tall_default, wide_default
+    from autotranspose.kernels.config import tall_default, wide_default
 
     wide, tall = wide_default(1, 20), tall_default(1, 20)
     _record(store, H100, ShapeClass(1, 32, 8388608, 1), wide, 2500.0, elem_bytes=1)
@@ -498,7 +498,7 @@ def test_few_long_rows_get_their_own_result_else_tiles_that_fit_not_the_nearest(
     """Another class's result (its tiles taller than these rows: all edge) is not served to a
     class of few long rows in 8- or 16-byte words; the class's own result is, and without
     one the tiles that fit its fewest rows."""
-    from autotranspose._config import KernelConfig, few_rows_default
+    from autotranspose.kernels.config import KernelConfig, few_rows_default
 
     rows = int(rng.choice([64, 128, 256]))
     near, own = ShapeClass(1, rows * 2, 1048576, 2), ShapeClass(1, rows, 1048576, 2)
@@ -516,8 +516,8 @@ def test_few_long_rows_get_their_own_result_else_tiles_that_fit_not_the_nearest(
 
 # --- permute_kernel: what serves a permute's pass ------------------------------------------------
 def test_permute_kernel_of_a_transpose_pass_is_lookups_choice_for_its_class():
-    from autotranspose._plan import plan_permute
-    from autotranspose._shapes import pass_vec
+    from autotranspose.kernels.shapes import pass_vec
+    from autotranspose.plans.permute import plan_permute
 
     plan = plan_permute((64, 256, 56, 56), (0, 2, 3, 1), 4)
     assert lookup.chooses_per_device(plan)
@@ -544,7 +544,7 @@ def test_permute_kernel_of_a_transpose_pass_is_lookups_choice_for_its_class():
     ],  # an empty array: no pass
 )
 def test_permute_kernel_of_another_pass_needs_no_device(shape, axes, elem_bytes, kernel, in_source):
-    from autotranspose._plan import plan_permute
+    from autotranspose.plans.permute import plan_permute
 
     plan = plan_permute(shape, axes, elem_bytes)
     assert not lookup.chooses_per_device(plan)

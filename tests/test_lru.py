@@ -1,4 +1,4 @@
-"""The bound on every per-signature cache (`autotranspose._lru`): filled past it, a cache keeps
+"""The bound on every per-signature cache (`autotranspose.dispatch.lru`): filled past it, a cache keeps
 its bound and drops the least recently used entries first."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from autotranspose import _cast, _fastpath, _lookup as lookup
-from autotranspose._dispatch import caches
-from autotranspose._lru import LRU
-from autotranspose._shapes import ShapeClass
+from autotranspose.calls import cast as _cast
+from autotranspose.dispatch import caches, fastpath as _fastpath, lookup
+from autotranspose.dispatch.lru import LRU
+from autotranspose.kernels.shapes import ShapeClass
 
 
 def test_past_its_bound_the_least_recently_used_goes_first(rng):

@@ -21,10 +21,11 @@ from _child import prepared
 from _synthetic import DEVICE, OTHER_DEVICE, device_objective, logged
 from optuna.trial import TrialState
 
-from autotranspose import _multigpu as multigpu, cli
-from autotranspose._tuner import TrialReport, TuneSettings
+from autotranspose import cli
 from autotranspose.errors import DeviceError, TuningError
 from autotranspose.store import Store
+from autotranspose.tuner import multigpu
+from autotranspose.tuner.study import TrialReport, TuneSettings
 
 TESTS = Path(__file__).resolve().parent
 CASE = ("float32", (2048, 2048))
@@ -279,7 +280,8 @@ def test_the_largest_seed_wraps_for_the_next_process(tmp_path: Path, two_gpus) -
 # --- Ctrl-C, and a parent that dies ------------------------------------------------------------------
 _DRIVER = """
 import sys
-from autotranspose import cli, _multigpu as multigpu
+from autotranspose import cli
+from autotranspose.tuner import multigpu
 from _synthetic import device_objective
 import functools
 multigpu.local_device_count = lambda: 2
@@ -382,8 +384,8 @@ def test_ctrl_c_stops_every_gpu_and_leaves_the_study_resumable(tmp_path: Path, l
 
 _SWALLOWED = """
 import os, signal, sys, time
-from autotranspose._tuner import remember_ctrl_c
-from autotranspose._tuner.batch import check_ctrl_c
+from autotranspose.tuner.study import remember_ctrl_c
+from autotranspose.tuner.study.batch import check_ctrl_c
 
 remember_ctrl_c()
 

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 def _gpu_count() -> int:
     try:
-        from autotranspose._driver import device_count
+        from autotranspose.runtime.driver import device_count
 
         return device_count()
     except Exception:
@@ -39,10 +39,11 @@ def test_tune_devices_all_spends_one_budget_over_every_gpu_and_transpose_serves_
     tmp_path, monkeypatch
 ):
     import autotranspose as at
-    from autotranspose import _dispatch as dispatch, _lookup as lookup, cli
-    from autotranspose._compiler import device_info
-    from autotranspose._config import max_vec
-    from autotranspose._shapes import shape_class
+    from autotranspose import cli
+    from autotranspose.dispatch import lookup, picker as dispatch
+    from autotranspose.kernels.config import max_vec
+    from autotranspose.kernels.shapes import shape_class
+    from autotranspose.runtime.compiler import device_info
     from autotranspose.store import Store
 
     url = f"sqlite:///{tmp_path / 'tuning.db'}"

@@ -1,4 +1,4 @@
-"""The compiled launcher (autotranspose._native), built with the system C compiler and driven
+"""The compiled launcher (autotranspose.runtime.native), built with the system C compiler and driven
 through stand-in driver entry points (C callbacks into Python), so its context handling and
 argument packing are checked on machines without a GPU."""
 
@@ -11,10 +11,11 @@ import struct
 
 import pytest
 
-from autotranspose import _codegen as codegen, _driver, _gather as gather, _native
-from autotranspose._compiler import ARG_FORMAT
-from autotranspose._config import config_space
-from autotranspose._plan import Dim
+from autotranspose.kernels import codegen, gather
+from autotranspose.kernels.config import config_space
+from autotranspose.plans.boxes import Dim
+from autotranspose.runtime import driver as _driver, native as _native
+from autotranspose.runtime.compiler import ARG_FORMAT
 
 pytestmark = pytest.mark.skipif(_native.compiler() is None, reason="no C compiler")
 

@@ -59,7 +59,7 @@ def op_db(torch):
 def served():
     """The kernels lookup serves, not a first-call race per shape: hundreds of tiny calls,
     each checked bit for bit (which kernel runs a class is test_firstcall_gpu's business)."""
-    from autotranspose import _dispatch as dispatch, _firstcall as firstcall
+    from autotranspose.dispatch import firstcall, picker as dispatch
 
     firstcall.set_enabled(False)
     dispatch.clear()

@@ -126,7 +126,7 @@ def _dependency_dirs() -> list[str]:
 
 def test_installed_wheel_renders_a_kernel_from_its_own_templates(installed: Path, tmp_path: Path):
     script = (
-        "import autotranspose as at, autotranspose._codegen as cg, autotranspose._lookup as lk\n"
+        "import autotranspose as at, autotranspose.kernels.codegen as cg, autotranspose.dispatch.lookup as lk\n"
         "src = at.render(at.KernelConfig(2, 64, 128, 4, 2))\n"
         "assert 'autotranspose_s2_m64_n128_v4_t2' in src\n"
         "print(at.__file__); print(cg.template_dir()); print(lk.tuning_db_dir())\n"

@@ -19,9 +19,8 @@ import pytest
 from _nvcc import assert_nvcc_silent
 
 from autotranspose import errors
-from autotranspose._codegen import PACKED_THREADS, _packed_vars, render_packed
-from autotranspose._compiler import source_resources
-from autotranspose._packed import (
+from autotranspose.kernels.codegen import PACKED_THREADS, _packed_vars, render_packed
+from autotranspose.kernels.packed import (
     ARG_BYTES,
     MAX_BLOCKS,
     MAX_BOX_DIMS,
@@ -38,20 +37,17 @@ from autotranspose._packed import (
     word_aligned,
     words_mode,
 )
-from autotranspose._plan import (
-    PACKED,
-    PACKED_BIG_ELEMS,
+from autotranspose.plans.boxes import (
     PACKED_MAX_BOX_DIMS,
     PACKED_MAX_BYTES,
     PACKED_MIN_ELEMS,
     PACKED_MIN_RUN_BYTES,
     Dim,
-    Pass,
-    can_pipeline,
     packed_box,
     packed_runs,
-    plan_permute,
 )
+from autotranspose.plans.permute import PACKED, PACKED_BIG_ELEMS, Pass, can_pipeline, plan_permute
+from autotranspose.runtime.compiler import source_resources
 
 SIZES = (1, 2, 4, 8, 16)
 
@@ -679,7 +675,7 @@ def test_only_one_launch_plans_pack(e: int, monkeypatch: pytest.MonkeyPatch):
     exactly where, with boxes turned off, it is a gather that a box takes (in vectors where
     `vector_box` finds one, for elements up to VECTOR_OWN_MAX_ELEM_BYTES); every other plan
     is the same with and without boxes."""
-    from autotranspose import _plan as plan_module
+    from autotranspose.plans import permute as plan_module
 
     rng = np.random.default_rng([e, 31337])
     problems = [_random_problem(rng, e) for _ in range(300)]

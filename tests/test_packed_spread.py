@@ -15,16 +15,18 @@ import numpy as np
 import pytest
 from _packed_emu import CXX, library
 
-from autotranspose._codegen import (
+from autotranspose.errors import ShapeError
+from autotranspose.kernels.codegen import (
     _ELEMENT_TYPES,
     _packed_vars,
     render_packed,
     spread_conflicts,
     spread_layout,
 )
-from autotranspose._packed import THREADS, PackedKernel, packed_args, spread_mode
-from autotranspose._plan import Dim, contiguous_strides, plan_permute
-from autotranspose.errors import ShapeError
+from autotranspose.kernels.packed import THREADS, PackedKernel, packed_args, spread_mode
+from autotranspose.plans.boxes import Dim
+from autotranspose.plans.layout import contiguous_strides
+from autotranspose.plans.permute import plan_permute
 
 HERE = Path(__file__).resolve().parent
 _CXX = CXX

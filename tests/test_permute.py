@@ -20,9 +20,9 @@ import pytest
 from _plan_ref import _indices
 
 import autotranspose as at
-from autotranspose import _dispatch as dispatch, _launch as launch, errors
-from autotranspose._arrays import NDView, View, check_permute_output, nd_view
-from autotranspose._codegen import (
+from autotranspose import errors
+from autotranspose.dispatch import picker as dispatch
+from autotranspose.kernels.codegen import (
     GATHER_BLOCKS_PER_SM,
     GATHER_THREADS,
     GATHER_UNROLL,
@@ -36,12 +36,15 @@ from autotranspose._codegen import (
     render_rows,
     row_kernel_name,
 )
-from autotranspose._compiler import Kernel
-from autotranspose._config import default_config
-from autotranspose._dtypes import ElementType, element_type
-from autotranspose._gather import ARG_BYTES, gather_args
-from autotranspose._plan import COPY, GATHER, PACKED, TRANSPOSE, Dim, Pass, plan_permute
-from autotranspose._shapes import pass_vec
+from autotranspose.kernels.config import default_config
+from autotranspose.kernels.gather import ARG_BYTES, gather_args
+from autotranspose.kernels.shapes import pass_vec
+from autotranspose.plans.boxes import Dim
+from autotranspose.plans.dtypes import ElementType, element_type
+from autotranspose.plans.permute import COPY, GATHER, PACKED, TRANSPOSE, Pass, plan_permute
+from autotranspose.runtime import launch
+from autotranspose.runtime.arrays import NDView, View, check_permute_output, nd_view
+from autotranspose.runtime.compiler import Kernel
 
 SIZES = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 
@@ -832,7 +835,7 @@ class _Clock:
 def gpu_clock(monkeypatch: pytest.MonkeyPatch):
     import contextlib
 
-    from autotranspose import _firstcall as firstcall
+    from autotranspose.dispatch import firstcall
 
     clock = _Clock(np.random.default_rng(7), 0.0)
     monkeypatch.setattr(firstcall._driver, "Event", clock.event)
@@ -858,7 +861,7 @@ def _passes(k: int) -> list[Pass]:
     ],
 )
 def test_the_race_keeps_the_plans_pass_unless_beaten_clearly(gpu_clock, rival, noise, wins):
-    from autotranspose import _firstcall as firstcall
+    from autotranspose.dispatch import firstcall
 
     gpu_clock.noise = noise
     guess, alt, slow = _passes(3)
@@ -879,7 +882,7 @@ def test_the_race_keeps_the_plans_pass_unless_beaten_clearly(gpu_clock, rival, n
 
 
 def test_a_runner_that_fails_to_launch_is_left_out(gpu_clock):
-    from autotranspose import _firstcall as firstcall
+    from autotranspose.dispatch import firstcall
 
     guess, alt = _passes(2)
     runners = {guess: gpu_clock.runner(10e-6, fails=True), alt: gpu_clock.runner(12e-6)}
@@ -895,8 +898,8 @@ def test_the_races_spin_kernel_compiles_silently():
     nvcc says nothing (pycuda turns what it says into a warning at a user's first call)."""
     from _nvcc import assert_nvcc_silent
 
-    from autotranspose._codegen import render_support
-    from autotranspose._compiler import source_resources
+    from autotranspose.kernels.codegen import render_support
+    from autotranspose.runtime.compiler import source_resources
 
     assert_nvcc_silent(render_support())
     res = source_resources(render_support(), "sm_90")["at_spin"]

@@ -14,16 +14,17 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import _dispatch as dispatch, _launch as launch
-from autotranspose._packed import packed_args
-from autotranspose._plan import (
+from autotranspose.dispatch import picker as dispatch
+from autotranspose.kernels.packed import packed_args
+from autotranspose.plans.layout import contiguous_strides
+from autotranspose.plans.permute import (
     GATHER,
     PACKED,
     can_pipeline,
-    contiguous_strides,
     one_launch as one_launch_pass,
     plan_permute,
 )
+from autotranspose.runtime import launch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
@@ -125,8 +126,8 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
     its chunks long enough that it skews the rows' stores to start on a line
     (`launch.row_store_line`, "words_skewed") or not."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _plan as plan_module
-    from autotranspose._compiler import device_state
+    from autotranspose.plans import permute as plan_module
+    from autotranspose.runtime.compiler import device_state
 
     if kernel != "realigned":
         monkeypatch.setattr(plan_module, "REALIGN_MIN_RUN_BYTES", 2**62)
@@ -194,7 +195,7 @@ def test_realigned_short_rows_into_poisoned_windows(rng, e):
     through permute() and through its own pass, against NumPy; the poison around the window
     survives."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose._compiler import device_state
+    from autotranspose.runtime.compiler import device_state
 
     state = device_state(0)
     stream = cupy.cuda.get_current_stream().ptr
@@ -719,7 +720,7 @@ def test_packed_pipelined_into_poisoned_windows(rng, e):
     permutes whose boxes are whole and cut, small and large enough for many boxes a block,
     into an output window with poison before and after: both equal to np.transpose."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose._compiler import device_state
+    from autotranspose.runtime.compiler import device_state
 
     state, dtype = device_state(0), DTYPES[e]
     cut = 0
@@ -753,8 +754,8 @@ def test_one_launch_through_both_launchers(rng, monkeypatch, one_launch, shape, 
     edges), through the compiled launcher and through the ctypes path
     (AUTOTRANSPOSE_NATIVE_LAUNCH=0)."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _launch as launch, _native
-    from autotranspose._compiler import device_state
+    from autotranspose.runtime import launch, native as _native
+    from autotranspose.runtime.compiler import device_state
 
     state = device_state(0)
     x = cupy.asarray(random_array(rng, shape, "float32"))
@@ -845,7 +846,7 @@ def test_every_alternative_moves_the_same_bytes(rng, e):
     batched pass), run on its own into a poisoned out with a guard region after it, equals
     np.transpose on fresh random bits."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose._compiler import device_state
+    from autotranspose.runtime.compiler import device_state
 
     state = device_state(0)
     stream = cupy.cuda.get_current_stream().ptr
@@ -867,8 +868,8 @@ def test_image_batches_by_every_alternative_and_the_batched_transpose(rng, e, c,
     on its own into a poisoned out with a guard region, at odd sizes and an odd batch, equal
     np.transpose on fresh random bits."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _plan
-    from autotranspose._compiler import device_state
+    from autotranspose.plans import permute as _plan
+    from autotranspose.runtime.compiler import device_state
 
     monkeypatch.setattr(_plan, "ALT_MIN_BYTES", 0)  # race at a test's size
     state = device_state(0)
@@ -888,7 +889,7 @@ def test_image_batches_by_every_alternative_and_the_batched_transpose(rng, e, c,
 @pytest.fixture
 def fresh_choices():
     """No steps cached and no choices recorded; first-call measurement as the user has it."""
-    from autotranspose import _firstcall as firstcall
+    from autotranspose.dispatch import firstcall
 
     firstcall.set_enabled(None)
     dispatch.clear()
@@ -907,7 +908,7 @@ def _choices(history, shape) -> list:
 
 def test_a_first_call_times_the_alternatives_once_and_keeps_the_fastest(rng, fresh_choices):
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _firstcall as firstcall
+    from autotranspose.dispatch import firstcall
 
     shape, axes = _CHOICE
     x = cupy.asarray(random_array(rng, shape, "float32"))
@@ -931,7 +932,7 @@ def test_a_first_call_times_the_alternatives_once_and_keeps_the_fastest(rng, fre
 
 def test_no_choice_is_timed_when_first_calls_are_off(rng, fresh_choices):
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _firstcall as firstcall
+    from autotranspose.dispatch import firstcall
 
     shape, axes = _CHOICE
     x = cupy.asarray(random_array(rng, shape, "float32"))
@@ -947,7 +948,7 @@ def test_no_choice_is_timed_while_the_stream_is_captured(rng, fresh_choices):
     """Capture forbids the timing's synchronisation: the plan's own pass is captured, and a
     later call outside capture makes the choice."""
     torch = pytest.importorskip("torch")
-    from autotranspose import _firstcall as firstcall
+    from autotranspose.dispatch import firstcall
 
     shape, axes = _CHOICE
     x = torch.empty(shape, device="cuda")

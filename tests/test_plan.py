@@ -23,17 +23,18 @@ import numpy as np
 import pytest
 from _plan_ref import byte_index, execute
 
-from autotranspose import _plan as plan, errors
-from autotranspose._arrays import matrix_layout
-from autotranspose._config import TILE_SIZES
-from autotranspose._plan import (
+from autotranspose import errors
+from autotranspose.kernels.config import TILE_SIZES
+from autotranspose.plans import permute as plan
+from autotranspose.plans.boxes import Dim
+from autotranspose.plans.layout import MAX_NDIM, normalize_axes
+from autotranspose.plans.permute import (
     CONTIGUOUS,
     COPY,
     ELEMENTS,
     EMPTY,
     GATHER,
     GRID_TILES,
-    MAX_NDIM,
     MIN_TILE_SIDE,
     OUTER_MIN_ROW_BYTES,
     PACKED,
@@ -41,16 +42,15 @@ from autotranspose._plan import (
     STRIDED,
     TRANSPOSE,
     WIDE,
-    Dim,
     Pass,
     Plan,
     can_pipeline,
     gather_reason,
     max_tiles,
-    normalize_axes,
     plan_permute,
     realigned,
 )
+from autotranspose.runtime.arrays import matrix_layout
 
 SEED = int(os.environ.get("AUTOTRANSPOSE_PLAN_SEED") or secrets.randbits(32))
 SIZES = (1, 2, 4, 8, 16)

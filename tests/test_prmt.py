@@ -17,8 +17,9 @@ from _emu import gxx, transpose
 from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, assert_match_reference
 from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
-from autotranspose._codegen import kernel_params as prmt_params, kernel_source, render_many
-from autotranspose._config import (
+from autotranspose.errors import ConfigError
+from autotranspose.kernels.codegen import kernel_params as prmt_params, kernel_source, render_many
+from autotranspose.kernels.config import (
     NEWEST,
     PRMT_SIZES,
     DeviceLimits,
@@ -29,7 +30,6 @@ from autotranspose._config import (
     prmt_default,
     prmt_space,
 )
-from autotranspose.errors import ConfigError
 from autotranspose.kinds.base import STATIC_SHARED_MAX, shared_optin
 
 DTYPES = {1: "uint8", 2: "float16", 4: "float32"}
@@ -456,7 +456,7 @@ def test_a_tile_past_48_kib_on_the_cpu():
 def test_dynamic_tiles_match_the_reference(rng, s):
     """Tiles past 48 KiB on this GPU (tiled, tall, wide): fresh data, a poisoned output and
     a guard region, odd and batched shapes the config applies to, and a persistent grid."""
-    from autotranspose._compiler import activate, precompile
+    from autotranspose.runtime.compiler import activate, precompile
 
     state = activate(0)
     limits = state.info.limits
@@ -491,7 +491,7 @@ def test_dynamic_tiles_match_the_reference(rng, s):
 def test_dynamic_tiles_at_every_pointer_offset(rng):
     """A dynamic tile through transpose(config=...) at every input offset, pitched output."""
     pytest.importorskip("cupy")
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     limits = activate(0).info.limits
     dyn = [c for c in prmt_space(1, limits) if c.dynamic_smem and not c.persistent]
@@ -520,7 +520,7 @@ def test_every_pointer_offset_and_pitched_views(rng, s):
 
 @pytest.mark.gpu
 def test_prmt_past_2_31_elements():
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     shape = (1, 46349, 46337)  # 2**31 + about 1.5M int8 elements, odd rows
     assert shape[1] * shape[2] > 2**31

@@ -11,19 +11,19 @@ import numpy as np
 import pytest
 from _plan_ref import _indices
 
-from autotranspose._codegen import ROWS_THREADS
-from autotranspose._launch import RunsGeometry, runs_args, runs_geometry
-from autotranspose._packed import divide
-from autotranspose._plan import (
+from autotranspose.kernels.codegen import ROWS_THREADS
+from autotranspose.kernels.packed import divide
+from autotranspose.plans.boxes import Dim
+from autotranspose.plans.layout import contiguous_strides
+from autotranspose.plans.permute import (
     COPY,
     REALIGN_MIN_RUN_BYTES,
-    Dim,
     Pass,
-    contiguous_strides,
     plan_permute,
     realigned,
     runs_of,
 )
+from autotranspose.runtime.launch import RunsGeometry, runs_args, runs_geometry
 
 FIELDS = (
     "n in0 in1 rin_i rout_i rin_b rout_b os_in os_out os2_in os2_out run s0 ri rb outer2 "
@@ -272,7 +272,7 @@ def test_runs_geometry_covers_every_word():
 def test_short_rows_and_long_rows_of_8_byte_words_keep_the_word_copy():
     """Rows under REALIGN_MIN_ROW_BYTES keep the word copy; rows of 8-byte words from
     REALIGN_WORDS_FIRST_BYTES up keep it as the plan's pass, the realigned copy racing it."""
-    from autotranspose._plan import REALIGN_MIN_ROW_BYTES, REALIGN_WORDS_FIRST_BYTES
+    from autotranspose.plans.permute import REALIGN_MIN_ROW_BYTES, REALIGN_WORDS_FIRST_BYTES
 
     short = plan_permute((20000, 100, REALIGN_MIN_ROW_BYTES - 1), (1, 0, 2), 1)
     assert not short.passes[0].realign and not any(a.realign for a in short.alternatives)

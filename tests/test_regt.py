@@ -14,9 +14,11 @@ import pytest
 from _emu import gxx, transpose
 from _gpu import assert_match_reference
 
-from autotranspose import _lookup as lookup
-from autotranspose._codegen import kernel_params, kernel_source, render_outer
-from autotranspose._config import (
+from autotranspose.dispatch import lookup
+from autotranspose.dispatch.firstcall import candidates
+from autotranspose.errors import ConfigError
+from autotranspose.kernels.codegen import kernel_params, kernel_source, render_outer
+from autotranspose.kernels.config import (
     NEWEST,
     REGT_LANES,
     REGT_LONG,
@@ -29,9 +31,7 @@ from autotranspose._config import (
     regt_space,
     regt_window,
 )
-from autotranspose._firstcall import candidates
-from autotranspose._shapes import flat_fits, shape_class
-from autotranspose.errors import ConfigError
+from autotranspose.kernels.shapes import flat_fits, shape_class
 from autotranspose.kinds.regt import byte_sources, permutes, prmt_expression
 
 SIDES = [(1, s) for s in range(2, 17)] + [(2, s) for s in range(2, 9)]
@@ -405,7 +405,7 @@ def test_staged_rows_of_more_than_64_bytes_on_the_cpu(s, side, threads, direct):
 def test_regt_kernels_compile_without_spills(arch):
     """Every side of both directions and element sizes at the default block, the largest and
     smallest blocks of each, streaming hints, and the staged configs served for few rows."""
-    from autotranspose._compiler import nvcc_resources
+    from autotranspose.runtime.compiler import nvcc_resources
 
     picks = []
     for s, side in SIDES:
@@ -453,7 +453,7 @@ def test_outer_variants_compile():
 def test_regt_kernels_match_the_reference(rng, s):
     """Every side, both directions, several blocks, batches and edges: fresh data, a poisoned
     output and a guard region (measure.Bench.check)."""
-    from autotranspose._compiler import activate, precompile
+    from autotranspose.runtime.compiler import activate, precompile
 
     state = activate(0)
     configs = []
@@ -521,8 +521,8 @@ def test_served_calls_run_the_regt_kernel_of_their_side(rng):
     regt kernel rendered for the call's side; the results are right."""
     cupy = pytest.importorskip("cupy")
     import autotranspose as at
-    from autotranspose._compiler import activate
-    from autotranspose._dispatch.transpose import choose_config
+    from autotranspose.dispatch.transpose import choose_config
+    from autotranspose.runtime.compiler import activate
 
     state = activate(0)
     for dtype, m, n in (
@@ -543,7 +543,7 @@ def test_served_calls_run_the_regt_kernel_of_their_side(rng):
 def test_regt_past_2_31_elements():
     """A call of more than 2**31 int8 elements in five rows and in five columns, and in 67
     rows (a staged tile)."""
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     state = activate(0)
     long = 2**31 // 5 + 1001
@@ -556,9 +556,9 @@ def test_regt_past_2_31_elements():
 def test_outer_variants_walk_two_more_batch_dims(rng):
     """permute()'s transpose passes with outer dims through the regt kernel's outer variant."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose._compiler import activate
-    from autotranspose._launch import make_launch
-    from autotranspose._plan import Dim
+    from autotranspose.plans.boxes import Dim
+    from autotranspose.runtime.compiler import activate
+    from autotranspose.runtime.launch import make_launch
 
     state = activate(0)
     for s, cfg, (m, n) in ((1, rg(1, 5), (5, 3001)), (2, rg(2, 3, wide=False), (2001, 3))):
@@ -614,8 +614,8 @@ def test_a_study_s_space_renders_them_for_the_tuned_shape_s_side():
     pytest.importorskip("optuna")
     from store_data import H100
 
-    from autotranspose._tuner.space import SearchSpace, study_configs
-    from autotranspose._tuner.warm import known_good
+    from autotranspose.tuner.study.space import SearchSpace, study_configs
+    from autotranspose.tuner.study.warm import known_good
 
     cls = shape_class(1, 5, 20000003, 1)
     configs = study_configs("int8", H100, cls, False, (1, 5, 20000003), None)

@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose import _dispatch as dispatch, _driver, _native
+from autotranspose.dispatch import picker as dispatch
 from autotranspose.errors import DeviceError
+from autotranspose.runtime import driver as _driver, native as _native
 
 pytestmark = pytest.mark.gpu
 
 
 def _gpus() -> int:
-    from autotranspose._compiler import driver
+    from autotranspose.runtime.compiler import driver
 
     return driver().Device.count()
 
@@ -121,8 +122,8 @@ def test_a_thread_that_calls_once_and_exits_then_the_interpreter_exits_cleanly(k
                 res["y"] = cupy.asnumpy(at.transpose(cupy.asarray(host)))
             elif kind == "gpuarray":
                 import pycuda.gpuarray as ga
-                from autotranspose import _driver
-                from autotranspose._compiler import device_state
+                from autotranspose.runtime import driver as _driver
+                from autotranspose.runtime.compiler import device_state
                 ctx = device_state(0).ctx
                 with _driver.on_context(ctx):  # pycuda's GPUArray() asks the current context
                     x = ga.GPUArray(host.shape, host.dtype, gpudata=_driver.Allocation(host.nbytes, ctx))
@@ -187,7 +188,7 @@ def test_both_launch_paths_are_correct_and_restore_the_context(rng, monkeypatch,
 
 def test_the_callers_own_context_is_left_current(rng):
     """A thread with another context current (a pycuda-made one, say) gets it back."""
-    from autotranspose._compiler import driver
+    from autotranspose.runtime.compiler import driver
 
     drv = driver()
     cupy = pytest.importorskip("cupy")
@@ -214,7 +215,7 @@ def test_the_callers_own_context_is_left_current(rng):
 def test_gpuarray_in_a_pycuda_context_of_its_own(rng):
     """GPUArrays made under pycuda.autoinit live in a context that is not the primary one:
     the kernel runs in the context that owns the memory."""
-    from autotranspose._compiler import driver
+    from autotranspose.runtime.compiler import driver
 
     drv = driver()
     import pycuda.gpuarray as gpuarray
@@ -423,7 +424,7 @@ def test_one_thread_per_gpu(rng):
 
 
 def test_gpuarray_on_every_gpu_and_on_the_fast_path(rng):
-    from autotranspose._compiler import driver
+    from autotranspose.runtime.compiler import driver
 
     drv = driver()
     import pycuda.gpuarray as gpuarray

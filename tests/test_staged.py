@@ -12,7 +12,8 @@ from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, ass
 from _nvcc import assert_compile_without_spills
 
 import autotranspose as at
-from autotranspose._config import (
+from autotranspose.errors import ConfigError
+from autotranspose.kernels.config import (
     NEWEST,
     STAGED_MAX_THREADS,
     STAGED_SIZES,
@@ -23,7 +24,6 @@ from autotranspose._config import (
     staged_loads,
     staged_space,
 )
-from autotranspose.errors import ConfigError
 
 DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "complex64"}
 
@@ -117,7 +117,7 @@ def test_a_full_block_holds_at_most_the_words_its_registers_allow():
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
 def test_full_blocks_with_the_most_words_in_flight_compile_without_spills(rng):
-    from autotranspose._compiler import nvcc_resources
+    from autotranspose.runtime.compiler import nvcc_resources
 
     full = [
         c
@@ -165,7 +165,7 @@ def test_conjugate_staged(rng):
 
 @pytest.mark.gpu
 def test_staged_past_2_31_elements():
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     shape = (1, 46349, 46337)  # 2**31 + about 1.5M int8 elements, odd rows
     assert shape[1] * shape[2] > 2**31

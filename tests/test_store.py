@@ -14,10 +14,9 @@ import pytest
 import sqlalchemy as sa
 from store_data import A100, H100, ok, random_config, sample_shape, valid_config
 
-from autotranspose._config import flat_default
-from autotranspose._measurement import Measurement
-from autotranspose._shapes import ShapeClass, shape_class
 from autotranspose.errors import ForeignDatabaseError, StoreError
+from autotranspose.kernels.config import flat_default
+from autotranspose.kernels.shapes import ShapeClass, shape_class
 from autotranspose.store import (
     BadRowWarning,
     Store,
@@ -28,6 +27,7 @@ from autotranspose.store import (
     urls,
     writes,
 )
+from autotranspose.store.measurement import Measurement
 from autotranspose.store.models import Base
 
 pytest_plugins = ("store_fixtures",)
@@ -290,7 +290,7 @@ def test_stale_best_is_replaced_even_by_a_slower_result(store, rng, template_ver
 def edited_templates(tmp_path, monkeypatch):
     """Call with (template file, text to add inside its kernel loop) to pretend the running
     code's templates were edited there; the real templates are untouched."""
-    from autotranspose import _codegen as codegen
+    from autotranspose.kernels import codegen
 
     work = tmp_path / "templates"
     shutil.copytree(codegen.template_dir(), work)
@@ -478,7 +478,7 @@ def _insert_best(
 @pytest.mark.parametrize("config_json", MALICIOUS_CONFIGS, ids=lambda j: j[:24])
 def test_malicious_config_rows_are_skipped_and_named(store, config_json, monkeypatch):
     rendered = []
-    from autotranspose import _codegen as codegen
+    from autotranspose.kernels import codegen
 
     real = codegen.kernel_params
     monkeypatch.setattr(codegen, "kernel_params", lambda c: rendered.append(c) or real(c))
@@ -664,10 +664,10 @@ def test_killed_writer_loses_at_most_the_write_in_flight(tmp_path):
 def test_realigning_configs_serve_classes_narrower_than_their_vector(store):
     """A realigning kernel uses vec-wide words on any alignment, so it is a valid best for a
     class whose rows allow only vec=1 (4099x6007 float32), and lookup serves it there."""
-    from autotranspose import _lookup as lookup
-    from autotranspose._config import KernelConfig
-    from autotranspose._device import DeviceInfo
-    from autotranspose._shapes import shape_class
+    from autotranspose.dispatch import lookup
+    from autotranspose.kernels.config import KernelConfig
+    from autotranspose.kernels.shapes import shape_class
+    from autotranspose.runtime.device import DeviceInfo
 
     dev = DeviceInfo("NVIDIA Test GPU", (9, 0), 132)
     cls = shape_class(1, 4099, 6007, 1)

@@ -16,10 +16,10 @@ import pytest
 import sqlalchemy as sa
 from store_data import H100, import_file, tuning_doc, write_results
 
-from autotranspose._config import KernelConfig
-from autotranspose._measurement import Measurement
-from autotranspose._shapes import ShapeClass
+from autotranspose.kernels.config import KernelConfig
+from autotranspose.kernels.shapes import ShapeClass
 from autotranspose.store import Store, ingest, textio
+from autotranspose.store.measurement import Measurement
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")

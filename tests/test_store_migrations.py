@@ -11,11 +11,12 @@ import sqlalchemy as sa
 from alembic import command
 from store_data import H100, valid_config
 
-from autotranspose import _lookup as lookup, cli
-from autotranspose._measurement import Measurement
-from autotranspose._shapes import Layout, ShapeClass
+from autotranspose import cli
+from autotranspose.dispatch import lookup
 from autotranspose.errors import StoreError
+from autotranspose.kernels.shapes import Layout, ShapeClass
 from autotranspose.store import Store, hooks, migrations, resolve_url, sqlite_path, upgrade, writes
+from autotranspose.store.measurement import Measurement
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")

@@ -26,11 +26,13 @@ from _child import prepared
 from _synthetic import make_objective
 from store_data import H100, ok, valid_config
 
-from autotranspose import _lookup as lookup, _tuner as tuner, cli
-from autotranspose._shapes import ShapeClass
+from autotranspose import cli
+from autotranspose.dispatch import lookup
 from autotranspose.errors import ForeignDatabaseError, StoreError
+from autotranspose.kernels.shapes import ShapeClass
 from autotranspose.store import Store, textio, upgrade
 from autotranspose.store.engine import connect_args
+from autotranspose.tuner import study as tuner
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")
@@ -351,9 +353,9 @@ def test_a_database_in_a_read_only_directory_can_be_read(read_only_dir):
     # transpose()'s path: the default store through $AUTOTRANSPOSE_DB
     code = textwrap.dedent(f"""
         import warnings; warnings.simplefilter("error")
-        from autotranspose import _lookup as lookup
-        from autotranspose._device import DeviceInfo
-        from autotranspose._shapes import ShapeClass
+        from autotranspose.dispatch import lookup
+        from autotranspose.runtime.device import DeviceInfo
+        from autotranspose.kernels.shapes import ShapeClass
         print(lookup.choose({H100.name!r}, 4, ShapeClass(1, 4096, 4096, 4)).source)
     """)
     done = subprocess.run(

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from store_data import A100, H100, ok, random_config, sample_shape
 
-from autotranspose._config import KernelConfig
-from autotranspose._shapes import ShapeClass
 from autotranspose.errors import StoreError
+from autotranspose.kernels.config import KernelConfig
+from autotranspose.kernels.shapes import ShapeClass
 from autotranspose.store import Store, hooks, ingest, textio, writes
 
 pytest_plugins = ("store_fixtures",)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotranspose import _streams as streams
 from autotranspose.errors import DeviceError
+from autotranspose.runtime import streams
 
 
 class FakeTorchStream:

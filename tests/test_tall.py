@@ -15,8 +15,9 @@ import pytest
 from _gpu import assert_match_reference, assert_views_at_every_offset
 from _nvcc import assert_compile_without_spills, assert_nvcc_silent
 
-from autotranspose._codegen import kernel_source, render_many
-from autotranspose._config import (
+from autotranspose.errors import ConfigError
+from autotranspose.kernels.codegen import kernel_source, render_many
+from autotranspose.kernels.config import (
     NEWEST,
     PRMT_SEGMENTS,
     PRMT_SIZES,
@@ -29,8 +30,7 @@ from autotranspose._config import (
     wide_default,
     wider_tiles,
 )
-from autotranspose._shapes import flat_fits
-from autotranspose.errors import ConfigError
+from autotranspose.kernels.shapes import flat_fits
 
 DTYPES = {1: "uint8", 2: "float16", 4: "float32"}
 
@@ -152,8 +152,8 @@ def test_ordered_wide_kernels_with_wide_segments_keep_to_64_registers(arch, rng)
     more run one more block an SM at 64 registers (H200: +4 to +6 points); a random sample of them, both
     cache hints, compiles to at most 64 without spills, while run-store wide kernels keep the
     80 their store needs (and their launch bounds say so)."""
-    from autotranspose._compiler import nvcc_resources
     from autotranspose.kinds.prmt import prmt_registers
+    from autotranspose.runtime.compiler import nvcc_resources
 
     wide = [c for s in (1, 2) for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.persistent]
     capped = [c for c in wide if prmt_registers(c) == 64]
@@ -189,7 +189,7 @@ def _tall_shapes(rng, tn: int) -> list[tuple[int, int, int]]:
 def test_tall_kernels_match_the_reference(rng, s):
     """Fresh data, a poisoned output and a guard region after it (measure.Bench.check):
     random configs of the space, the default and the default on a persistent grid."""
-    from autotranspose._compiler import activate, precompile
+    from autotranspose.runtime.compiler import activate, precompile
 
     state = activate(0)
     space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and not c.wide]
@@ -236,7 +236,7 @@ def _wide_shapes(rng, tm: int, s: int, ordered: bool = False) -> list[tuple[int,
 @pytest.mark.parametrize("s", PRMT_SIZES)
 def test_wide_kernels_match_the_reference(rng, s):
     """As above, for few long rows (the wide path)."""
-    from autotranspose._compiler import activate, precompile
+    from autotranspose.runtime.compiler import activate, precompile
 
     state = activate(0)
     space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and c.wide]
@@ -282,7 +282,7 @@ def test_ordered_wide_kernels_take_rows_of_any_length(rng, s):
 
 @pytest.mark.gpu
 def test_wide_past_2_31_elements():
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     shape = (1, 21, 2**31 // 21 + 4099)  # int8, 21 rows
     assert shape[1] * shape[2] > 2**31
@@ -291,7 +291,7 @@ def test_wide_past_2_31_elements():
 
 @pytest.mark.gpu
 def test_tall_past_2_31_elements():
-    from autotranspose._compiler import activate
+    from autotranspose.runtime.compiler import activate
 
     shape = (1, 2**31 // 21 + 4099, 21)  # int8, rows of 21 bytes
     assert shape[1] * shape[2] > 2**31
@@ -358,7 +358,7 @@ def test_the_wide_store_writes_each_byte_of_the_run_once(rng, s):
     """Random configs' transposed buffers (random bytes, garbage in the padding words), random
     row counts (at least 4 bytes a row), tile widths and run offsets: every byte of the run
     is the right row's byte, written exactly once, and nothing outside it is written."""
-    from autotranspose._config import prmt_layout
+    from autotranspose.kernels.config import prmt_layout
 
     space = [
         c for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.ordered and not c.persistent
@@ -416,7 +416,7 @@ def test_the_ordered_buffer_holds_each_run_byte_once_where_the_store_reads_it(rn
     and rows ending mid-word), tile widths and run offsets: every run byte is put once, by the
     right output row's word, inside the buffer, and the store reads it from there once; what
     the rows' last word holds past the tile's columns lands past the run, inside the buffer."""
-    from autotranspose._config import prmt_layout
+    from autotranspose.kernels.config import prmt_layout
 
     space = [c for c in flat_prmt_space(s, NEWEST, 1) if c.ordered and not c.persistent]
     for c in [space[i] for i in rng.choice(len(space), 4, replace=False)]:
@@ -454,7 +454,7 @@ def test_an_ordered_config_is_a_wide_one_and_named_so():
 def test_a_served_1_byte_ordered_config_runs_whole_words_only():
     """for_rows: a 1-byte ordered wide config serves calls whose rows are whole words as it
     is, and others as its run-store twin; 2- and 4-byte ones and other configs as they are."""
-    from autotranspose._config import for_rows
+    from autotranspose.kernels.config import for_rows
 
     o1, o2 = wide_default(1, 20), wide_default(2, 20)
     assert for_rows(o1, 20) == o1 and for_rows(o1, 32) == o1

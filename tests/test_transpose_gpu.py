@@ -8,7 +8,7 @@ import pytest
 from _gpu import assert_match_reference, reference_problems
 
 import autotranspose as at
-from autotranspose._config import KernelConfig, config_space
+from autotranspose.kernels.config import KernelConfig, config_space
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
@@ -255,7 +255,7 @@ def test_rejected_out_is_not_written(rng):
 def test_sample_of_the_config_space(rng, elem_bytes):
     """A random sample of every element size's space, checked on fresh data with a poisoned
     output and a guard region, on a batched shape with partial tiles."""
-    from autotranspose._compiler import activate, precompile
+    from autotranspose.runtime.compiler import activate, precompile
 
     dtype = {1: "int8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex128"}[elem_bytes]
     space = list(config_space(dtype))
@@ -277,7 +277,7 @@ def test_sample_of_the_config_space(rng, elem_bytes):
 def test_realigning_kernels_on_unaligned_rows(rng, elem_bytes):
     """Rows whose starts fall at every offset from vector alignment, odd extents, partial
     tiles: the realigning kernels against the reference, on fresh data each time."""
-    from autotranspose._compiler import activate, precompile
+    from autotranspose.runtime.compiler import activate, precompile
 
     dtype = {1: "int8", 2: "float16", 4: "float32", 8: "complex64"}[elem_bytes]
     space = [c for c in config_space(dtype, max_vector=1) if c.realign]
@@ -310,9 +310,9 @@ def test_forced_config_and_default_agree(rng):
 
 def test_past_2_31_elements():
     """int8 40000 x 53700 = 2.148e9 elements: offsets need 64-bit indexing."""
-    from autotranspose._compiler import activate
-    from autotranspose._config import max_vec
-    from autotranspose._dispatch.transpose import choose_config
+    from autotranspose.dispatch.transpose import choose_config
+    from autotranspose.kernels.config import max_vec
+    from autotranspose.runtime.compiler import activate
 
     shape = (1, 40000, 53700)
     assert shape[1] * shape[2] > 2**31
@@ -327,7 +327,7 @@ def test_one_column_or_row_is_moved_as_a_copy(rng, dtype):
     by the row copy (no transpose kernel); a strided column still goes through a transpose
     kernel. Batches, fresh data, the poisoned rest of a bigger output left alone."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose import _dispatch as dispatch
+    from autotranspose.dispatch import picker as dispatch
 
     m = int(rng.integers(1000, 90000)) | 1
     for host in (

@@ -26,8 +26,9 @@ from _synthetic import (
 )
 from optuna.trial import TrialState
 
-from autotranspose import _lookup as lookup
-from autotranspose._config import (
+from autotranspose.dispatch import lookup
+from autotranspose.errors import ShapeError, TuningError
+from autotranspose.kernels.config import (
     KernelConfig,
     cap_steps,
     config_space,
@@ -37,11 +38,12 @@ from autotranspose._config import (
     narrow_configs,
     seed_config,
 )
-from autotranspose._device import DeviceInfo
-from autotranspose._dtypes import element_type
-from autotranspose._measurement import Measurement
-from autotranspose._shapes import shape_class
-from autotranspose._tuner import (
+from autotranspose.kernels.shapes import shape_class
+from autotranspose.plans.dtypes import element_type
+from autotranspose.runtime.device import DeviceInfo
+from autotranspose.store import Store
+from autotranspose.store.measurement import Measurement
+from autotranspose.tuner.study import (
     SearchSpace,
     TuneResult,
     TuneSettings,
@@ -50,8 +52,6 @@ from autotranspose._tuner import (
     study_name,
     tune,
 )
-from autotranspose.errors import ShapeError, TuningError
-from autotranspose.store import Store
 
 pytest_plugins = ("store_fixtures",)
 
@@ -184,7 +184,7 @@ def test_a_bad_seed_is_refused_before_any_study(db: Store, seed) -> None:
 def test_tune_gpu_refuses_a_bad_seed_before_opening_anything(tmp_path: Path, seed) -> None:
     """No GPU is needed to be told: the settings are checked before the database and the
     measuring process."""
-    from autotranspose._tuner import tune_gpu
+    from autotranspose.tuner.study import tune_gpu
 
     with pytest.raises(TuningError, match="seed must be an int from 0 to"):
         tune_gpu("float32", (64, 64), db=f"sqlite:///{tmp_path / 'tuning.db'}", seed=seed)
@@ -793,8 +793,8 @@ def test_a_trial_another_process_ended_right_after_the_ask_is_skipped(
     """Injected interleaving: another process ends a trial between this run's ask and its
     first write to it (a queued trial two processes popped at once, or one failed as
     stale). The run skips it and still spends its whole budget on trials of its own."""
-    from autotranspose._tuner.run import Run
-    from autotranspose._tuner.storage import trial_id
+    from autotranspose.tuner.study.run import Run
+    from autotranspose.tuner.study.storage import trial_id
 
     ended: list[int] = []
     owns = Run.owns

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose._config import KernelConfig
+from autotranspose.kernels.config import KernelConfig
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
@@ -24,7 +24,7 @@ def store(tmp_path):
 
 
 def test_worker_measures_and_survives_a_killed_process():
-    from autotranspose._worker import GpuObjective
+    from autotranspose.tuner.worker import GpuObjective
 
     configs = [
         KernelConfig(4, 32, 32),
@@ -47,9 +47,9 @@ def test_worker_measures_and_survives_a_killed_process():
 def test_short_real_tune_lands_in_the_database_and_transpose_uses_it(
     store, dtype, shape, monkeypatch
 ):
-    from autotranspose import _lookup as lookup
-    from autotranspose._tuner import tune
-    from autotranspose._worker import GpuObjective
+    from autotranspose.dispatch import lookup
+    from autotranspose.tuner.study import tune
+    from autotranspose.tuner.worker import GpuObjective
 
     with GpuObjective(dtype, shape) as obj:
         result = tune(
@@ -68,7 +68,7 @@ def test_short_real_tune_lands_in_the_database_and_transpose_uses_it(
     assert choice.source == "tuned" and choice.config == result.config
     import pycuda.gpuarray as gpuarray
 
-    from autotranspose import _dispatch as dispatch
+    from autotranspose.dispatch import picker as dispatch
 
     host = np.random.default_rng().integers(-100, 100, size=shape[1:]).astype(dtype)
     x = gpuarray.to_gpu(host)
@@ -81,7 +81,7 @@ def test_short_real_tune_lands_in_the_database_and_transpose_uses_it(
 def test_tune_gpu_from_python_resumes_its_study(tmp_path, monkeypatch):
     """The Python entry point tunes into the database it is given; a second call with a
     larger trial budget resumes the same study instead of starting over."""
-    from autotranspose import _lookup as lookup
+    from autotranspose.dispatch import lookup
 
     url = f"sqlite:///{tmp_path / 'py.db'}"
     first = at.tune_gpu("float16", (1536, 2560), db=url, trials=6, seed=3)
@@ -98,10 +98,10 @@ def test_tune_gpu_from_python_resumes_its_study(tmp_path, monkeypatch):
 def test_the_strided_bench_checks_against_the_layouts_reference():
     """On a permute pass's strides the check passes the launch with those strides and catches
     one with the contiguous strides (wrong places, and writes into the layout's gaps)."""
-    from autotranspose._compiler import activate
-    from autotranspose._launch import contiguous_launch, make_launch
-    from autotranspose._measure import Bench
-    from autotranspose._tuner import permute_target
+    from autotranspose.runtime.compiler import activate
+    from autotranspose.runtime.launch import contiguous_launch, make_launch
+    from autotranspose.tuner.measure import Bench
+    from autotranspose.tuner.study import permute_target
 
     state = activate(0)
     target = permute_target("float32", (256, 32, 512), (2, 1, 0))
@@ -120,9 +120,9 @@ def test_tune_gpu_of_a_strided_permute_is_what_permute_then_runs(tmp_path, monke
     """A permute whose transpose pass is strided (a reversed 3-D array): the worker measures
     the pass on its own strides, the result lands in the pass's class, and permute() then
     runs the tuned kernel and matches NumPy."""
-    from autotranspose import _dispatch as dispatch, _lookup as lookup
-    from autotranspose._tuner import permute_target
-    from autotranspose._worker import GpuObjective
+    from autotranspose.dispatch import lookup, picker as dispatch
+    from autotranspose.tuner.study import permute_target
+    from autotranspose.tuner.worker import GpuObjective
 
     shape, axes = (256, 32, 512), (2, 1, 0)
     target = permute_target("float32", shape, axes)

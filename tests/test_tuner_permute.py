@@ -14,14 +14,22 @@ import optuna
 import pytest
 from _synthetic import DEVICE, SyntheticObjective
 
-from autotranspose import _lookup as lookup
-from autotranspose._codegen import render_support
-from autotranspose._plan import TRANSPOSE, Dim, Pass, plan_permute
-from autotranspose._shapes import Layout, ShapeClass, call_vec, check_layout, pass_vec, shape_class
-from autotranspose._tuner import PermuteTarget, permute_target, study_name, tune, tune_gpu
-from autotranspose._worker import GpuObjective
+from autotranspose.dispatch import lookup
 from autotranspose.errors import AxesError, LayoutError, TuningError
+from autotranspose.kernels.codegen import render_support
+from autotranspose.kernels.shapes import (
+    Layout,
+    ShapeClass,
+    call_vec,
+    check_layout,
+    pass_vec,
+    shape_class,
+)
+from autotranspose.plans.boxes import Dim
+from autotranspose.plans.permute import TRANSPOSE, Pass, plan_permute
 from autotranspose.store import Store
+from autotranspose.tuner.study import PermuteTarget, permute_target, study_name, tune, tune_gpu
+from autotranspose.tuner.worker import GpuObjective
 
 pytest_plugins = ("store_fixtures",)
 
@@ -148,7 +156,7 @@ def test_host_loop_offsets_cap_the_vector_as_permute_launches_them() -> None:
     assert call_vec(4, 4, 64, 64, 64, 64, 4096, 4096) == 4
     assert pass_vec(p) == 2
     # what dispatch.permute.build_steps asks for: the least aligned launch's pointers
-    from autotranspose._dispatch.permute import weakest
+    from autotranspose.dispatch.permute import weakest
 
     i, o = weakest(tuple(p.offsets()), 256, 512)
     assert call_vec(4, 4, 64, 64, 64, 64, 4096, 4096, pointers=(256 + i, 512 + o)) == 2
@@ -278,8 +286,8 @@ def test_a_bad_layout_is_refused_before_any_study(db: Store) -> None:
 
 
 def test_study_names_say_a_strided_layout() -> None:
-    from autotranspose._config import config_space
-    from autotranspose._tuner import SearchSpace
+    from autotranspose.kernels.config import config_space
+    from autotranspose.tuner.study import SearchSpace
 
     space = SearchSpace(config_space("float32", max_vector=4))
     plain = study_name(DEVICE, 4, STRIDED_CLASS, space)

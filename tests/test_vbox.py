@@ -19,25 +19,22 @@ from _nvcc import assert_nvcc_silent
 from _packed_emu import CXX, library
 from test_packed import _boxes
 
-from autotranspose import _plan as plan
-from autotranspose._codegen import _ELEMENT_TYPES
-from autotranspose._packed import packed_args
-from autotranspose._plan import (
-    PACKED,
+from autotranspose.errors import ShapeError
+from autotranspose.kernels.codegen import _ELEMENT_TYPES
+from autotranspose.kernels.packed import packed_args
+from autotranspose.kernels.vbox import THREADS, VBoxKernel, render_vbox, table, vbox_spec
+from autotranspose.plans import permute as plan
+from autotranspose.plans.boxes import (
     VECTOR_MAX_SMEM_BYTES,
     VECTOR_MIN_BYTES,
-    Pass,
-    contiguous_strides,
     gather_conflicts,
-    plan_permute,
     scatter_chunk,
     scatter_options,
     vector_box,
-    vector_launch,
     vector_widths,
 )
-from autotranspose._vbox import THREADS, VBoxKernel, render_vbox, table, vbox_spec
-from autotranspose.errors import ShapeError
+from autotranspose.plans.layout import contiguous_strides
+from autotranspose.plans.permute import PACKED, Pass, plan_permute, vector_launch
 
 HERE = Path(__file__).resolve().parent
 
@@ -85,8 +82,8 @@ def _vector_walk(p: Pass, in_ptr: int, out_ptr: int) -> int:
 def any_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
     """Vector boxes wherever their vectors fit, whatever their shared-memory conflicts or
     size: the kernel's correctness on every shape, not the plan's taste."""
-    monkeypatch.setattr(plan, "VECTOR_MAX_CONFLICTS", float("inf"))
-    monkeypatch.setattr(plan, "VECTOR_MIN_BOX_BYTES", 0)
+    monkeypatch.setattr("autotranspose.plans.boxes.VECTOR_MAX_CONFLICTS", float("inf"))
+    monkeypatch.setattr("autotranspose.plans.boxes.VECTOR_MIN_BOX_BYTES", 0)
     monkeypatch.setattr(plan, "ALT_MIN_BYTES", 0)
 
 
@@ -353,7 +350,7 @@ def test_the_kernel_on_the_cpu_matches_numpy(
     assert bool(spec.scatter) == scatter, p.describe()
     import struct
 
-    from autotranspose._packed import ARG_FORMAT
+    from autotranspose.kernels.packed import ARG_FORMAT
 
     args = struct.pack(ARG_FORMAT, *values)
     tiles = values[-2]
@@ -374,7 +371,7 @@ def test_the_kernels_compile_without_spills(any_vectors):
     """Each workload's kernel on sm_90: no local memory, the shared memory the spec counts,
     registers for its blocks an SM of THREADS (the launch bounds hold them: 64 for the
     gather's four, 40 for the scatter's six)."""
-    from autotranspose._compiler import source_resources
+    from autotranspose.runtime.compiler import source_resources
 
     specs = {}
     for shape, axes, e in [

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import autotranspose as at
-from autotranspose._plan import PACKED, Pass, plan_permute, vector_launch
+from autotranspose.plans.permute import PACKED, Pass, plan_permute, vector_launch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("pycuda_primary")]
 
@@ -66,8 +66,8 @@ def test_vector_boxes_into_poisoned_windows(rng, e):
     and big, boxes whole and cut; equal to np.transpose, the poison before and after the
     output untouched."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose._compiler import device_state
-    from autotranspose._launch import make_vbox
+    from autotranspose.runtime.compiler import device_state
+    from autotranspose.runtime.launch import make_vbox
 
     state, dtype = device_state(0), DTYPES[e]
     stream = cupy.cuda.get_current_stream()
@@ -147,8 +147,8 @@ def test_scattered_boxes_into_poisoned_windows(rng, c, e):
     untouched. Offsets that leave only narrow vectors may take a gather box instead: those
     are skipped (the test above covers them)."""
     cupy = pytest.importorskip("cupy")
-    from autotranspose._compiler import device_state
-    from autotranspose._launch import make_vbox
+    from autotranspose.runtime.compiler import device_state
+    from autotranspose.runtime.launch import make_vbox
 
     state, dtype = device_state(0), DTYPES[e]
     stream = cupy.cuda.get_current_stream()

@@ -1,4 +1,4 @@
-"""First-call winners kept in the tuning database (`autotranspose._winners`), without a GPU.
+"""First-call winners kept in the tuning database (`autotranspose.dispatch.winners`), without a GPU.
 
 The measurement is a stand-in that logs each run (`_winners.logging_measure`); everything else
 is real: SQLite files and PostgreSQL databases, real configs, real processes racing for a
@@ -31,14 +31,16 @@ from _winners import CALL, CLS, DEVICE, GUESS, SHAPE, WINNER, logging_measure, m
 from store_data import ok
 from test_store_open import _make_read_only, foreign_db, read_only_dir, snapshot  # noqa: F401
 
-from autotranspose import _codegen as codegen, _lookup as lookup, _winners as winners, cli
-from autotranspose._config import default_config, max_vec, staged_default
-from autotranspose._dtypes import ELEMENT_SIZES, word_type
-from autotranspose._shapes import shape_class
-from autotranspose._tuner import tune
+from autotranspose import cli
+from autotranspose.dispatch import lookup, winners
 from autotranspose.errors import StoreError
+from autotranspose.kernels import codegen
+from autotranspose.kernels.config import default_config, max_vec, staged_default
+from autotranspose.kernels.shapes import shape_class
+from autotranspose.plans.dtypes import ELEMENT_SIZES, word_type
 from autotranspose.store import Store, resolve_url, sqlite_path, textio, upgrade, writes
 from autotranspose.store.models import Claim
+from autotranspose.tuner.study import tune
 
 pytest_plugins = ("store_fixtures",)
 pytestmark = pytest.mark.usefixtures("isolated_home")
@@ -90,7 +92,7 @@ def _child_env(**extra: str) -> dict[str, str]:
 
 _SETTLE = textwrap.dedent("""
     import sys
-    from autotranspose import _winners as winners
+    from autotranspose.dispatch import winners
     from _winners import CALL, logging_measure
     choice = winners.settle(CALL, logging_measure(sys.argv[1]))
     print(choice.source, choice.config.key)
@@ -146,7 +148,7 @@ def test_a_winner_recorded_here_keeps_what_this_process_prepared(ours, log):
     into) moves no generation: the other classes' cached choices and the prepared calls of
     every signature stay (their fast paths with them), and the winner serves its class. A
     tuning result recorded in this process still reaches every next call."""
-    from autotranspose._dispatch import caches
+    from autotranspose.dispatch import caches
 
     other = shape_class(1, 700, 900, 4)
     before = lookup.choose(DEVICE, 4, other)  # cached, as a prepared call's choice is
@@ -216,7 +218,7 @@ def test_conjugate_or_not_one_row_serves_both(ours, log):
 
 @pytest.mark.parametrize("both", [False, True])
 def test_a_cast_winner_is_kept_under_its_problem_apart_from_the_transposes(ours, log, both):
-    from autotranspose._config import KernelConfig
+    from autotranspose.kernels.config import KernelConfig
     from autotranspose.kinds import cast as cast_kind
 
     src, dst = cast_kind.BFLOAT16, cast_kind.E4M3
@@ -399,7 +401,7 @@ def test_a_pending_cast_class_is_served_the_other_process_winner(ours, log):
     """As a transpose's: a cast-transpose's first call stops waiting for another process's
     measurement, and once its winner is recorded, lookup serves it to the class's problem,
     whatever the output's alignment."""
-    from autotranspose._config import KernelConfig
+    from autotranspose.kernels.config import KernelConfig
     from autotranspose.kinds import cast as cast_kind
 
     src, dst = cast_kind.BFLOAT16, cast_kind.E4M3

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._dtypes import SUPPORTED_NAMES, element_type
 from ..errors import UnsupportedDtypeError
+from ..plans.dtypes import SUPPORTED_NAMES, element_type
 
 # --- random workloads (`bench --random N --seed S`) ---------------------------------------------
 # The stated distribution: element size uniform over 1, 2, 4, 8, 16 bytes (then a dtype of that

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .._shapes import parse_shape
+from ..kernels.shapes import parse_shape
 from .cases import random_cases, random_permute_cases
 from .reports import (
     format_host_costs,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._dtypes import element_type
+from ..plans.dtypes import element_type
 
 PEERS = ("copy", "autotranspose", "geam", "cupy", "torch", "seed")
 GEAM_DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -76,7 +76,7 @@ def _torch_wrapper(
 def peer_mask(dtype: str) -> int:
     """The fill mask (`measure.Bench.refill`) for checking a peer that moves elements as
     values, not bytes: bytes 0 or 1 for bool, finite floats for the rest."""
-    from .._measure import Bench
+    from ..tuner.measure import Bench
 
     return Bench.BOOL_MASK if element_type(dtype).name == "bool" else Bench.FINITE_MASK
 
@@ -91,7 +91,7 @@ def _wrap_cupy(ptr: int, shape: tuple[int, ...], dtype: str) -> Any:
 
 def transpose_peers(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Callable | None, str]]:
     """peer -> (launch(src, dst, stream) or None, note)."""
-    from .._launch import contiguous_launch
+    from ..runtime.launch import contiguous_launch
 
     b, m, n = bench.batch, bench.m, bench.n
     s = element_type(dtype).size
@@ -101,7 +101,7 @@ def transpose_peers(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Call
     drv = bench.drv
     peers["copy"] = (lambda src, dst, _s: drv.memcpy_dtod(dst, src, bench.nbytes), "cuMemcpyDtoD")
     if config is None:  # transpose() moves one column or row a matrix as a copy
-        from .._launch import run_copy
+        from ..runtime.launch import run_copy
 
         launch = run_copy(bench.state, s, b, m, n, m * n, m * n)
         peers["autotranspose"] = (launch, "row copy")
@@ -177,8 +177,8 @@ def seed_kernel(state: Any, elem_bytes: int) -> Any:
     """The seed documents' kernel for `elem_bytes`, compiled for `state`'s architecture."""
     key = (state.arch, elem_bytes)
     if key not in _seed_kernels:
-        from .._codegen import render_seed
-        from .._compiler import load_source
+        from ..kernels.codegen import render_seed
+        from ..runtime.compiler import load_source
 
         sizes = (1, 2, 4, 8, 16)
         loaded = load_source(state.arch, render_seed(), [f"seed_transpose_s{s}" for s in sizes])
@@ -201,8 +201,9 @@ def permute_peers(
     bench: Any, shape: tuple[int, ...], axes: tuple[int, ...], dtype: str
 ) -> dict[str, tuple[Callable | None, str]]:
     """peer -> (launch(src, dst, stream) or None, note), for a permute case."""
-    from .._dispatch.permute import served
-    from .._plan import contiguous_strides, plan_permute
+    from ..dispatch.permute import served
+    from ..plans.layout import contiguous_strides
+    from ..plans.permute import plan_permute
 
     e = element_type(dtype).size
     out_shape = tuple(shape[a] for a in axes)
@@ -341,15 +342,15 @@ HOST_COST_CASES = (
 
 def host_cost_calls(who: str, lib: str, shape: tuple[int, int]) -> tuple[Any, Any, Any] | None:
     """(call into out, call making a new output, synchronize) for one library, or None."""
-    from .._api import transpose
+    from ..calls.transpose import transpose
 
     a = np.random.default_rng().standard_normal(shape).astype(np.float32)
     try:
         if lib == "gpuarray":
             import pycuda.gpuarray as gpuarray
 
-            from .. import _driver
-            from .._compiler import device_state
+            from ..runtime import driver as _driver
+            from ..runtime.compiler import device_state
 
             ctx = device_state(0).ctx
 

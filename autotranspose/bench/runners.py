@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._dtypes import element_type
+from ..plans.dtypes import element_type
 from .peers import (
     HOST_COST_CASES,
     PEERS,
@@ -81,8 +81,8 @@ def bench_permute_case(
     """Time every peer on one permute (shape, axes, dtype) against the copy of the same
     bytes; each is checked against np.transpose first (a peer that fails is a note, not a
     time). `warm`: every call on the same buffers (`Bench.time`)."""
-    from .._compiler import activate
-    from .._measure import Bench
+    from ..runtime.compiler import activate
+    from ..tuner.measure import Bench
 
     state = activate(device)
     total = int(np.prod(shape))
@@ -131,9 +131,9 @@ def bench_case(
     """Time every peer on one (shape, dtype); each is checked against the reference first.
     Without `config`, autotranspose runs what transpose() would choose for this call.
     `warm`: every call on the same buffers (`Bench.time`)."""
-    from .._compiler import activate
-    from .._dispatch.transpose import served
-    from .._measure import Bench
+    from ..dispatch.transpose import served
+    from ..runtime.compiler import activate
+    from ..tuner.measure import Bench
 
     state = activate(device)
     s = element_type(dtype).size
@@ -186,7 +186,7 @@ def host_costs(
     Only the host's time is counted: calls run in chunks of HOST_COST_CHUNK and the GPU
     drains between chunks, outside the clock. Back-to-back calls without that would measure
     the GPU's rate of tiny kernels instead, once the launch queue fills."""
-    from .._compiler import activate
+    from ..runtime.compiler import activate
 
     activate(0)
     fns: dict[str, tuple[Any, Any]] = {}

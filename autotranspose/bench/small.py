@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._dtypes import element_type
+from ..plans.dtypes import element_type
 from .cases import SmallCase, small_cases
 
 SMALL_CALLS = 300  # calls timed back to back, then one synchronize
@@ -256,7 +256,7 @@ class _Peer:
 
 
 def _torch_peer(torch: Any, case: SmallCase, data: np.ndarray, device: int) -> _Peer:
-    from .._entry import permute, transpose  # what users call
+    from .._api import permute, transpose  # what users call
 
     dev = f"cuda:{device}"
     x = torch.from_numpy(np.ascontiguousarray(data)).to(dev)
@@ -287,7 +287,7 @@ def _cupy_peer(
 ) -> _Peer:
     """CuPy's arrays: views of the PyTorch peer's tensors where there is one (the same
     buffers), else its own copy of `data`."""
-    from .._entry import permute, transpose  # what users call
+    from .._api import permute, transpose  # what users call
 
     with cupy.cuda.Device(device):
         if shared is not None:
@@ -318,7 +318,7 @@ def _start(device: int) -> dict[str, Any]:
     """Make `device`'s primary context current, and `device` each library's current device
     (the peers' own new arrays are made there), then peer -> its module, or a string saying
     why it is skipped."""
-    from .._compiler import activate
+    from ..runtime.compiler import activate
 
     activate(device)
     found: dict[str, Any] = {}
@@ -346,7 +346,7 @@ POISON = 0xA5
 
 
 def _device_bytes(ptr: int, nbytes: int) -> np.ndarray:
-    from .. import _driver
+    from ..runtime import driver as _driver
 
     got = np.empty(nbytes, np.uint8)
     _driver.memcpy_dtoh(got.ctypes.data, ptr, nbytes)
@@ -356,7 +356,7 @@ def _device_bytes(ptr: int, nbytes: int) -> np.ndarray:
 def _check(peer: _Peer, case: SmallCase, form: str) -> str | None:
     """Ours in `form` against the peer's new array, byte for byte (into a poisoned `out` for
     the out form); None when equal, else what is wrong."""
-    from .. import _driver
+    from ..runtime import driver as _driver
 
     nbytes = case.nbytes
     want = peer.calls[("peer", "new")]()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from .._plan import normalize_axes
-from .._shapes import parse_dims
 from ..errors import UnsupportedDtypeError
+from ..kernels.shapes import parse_dims
+from ..plans.layout import normalize_axes
 from .output import UsageError, shape_text
 from .parser import parse_axes, parse_dtypes, parse_option, parse_shapes, split_items
 

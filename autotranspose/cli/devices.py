@@ -11,7 +11,7 @@ from .output import UsageError, table
 
 def local_device(index: int) -> Any:
     """Local GPU `index` (a `DeviceInfo`); a usage error when this machine has no such GPU."""
-    from .._compiler import list_devices
+    from ..runtime.compiler import list_devices
 
     devices = list_devices()
     if not 0 <= index < len(devices):
@@ -20,7 +20,7 @@ def local_device(index: int) -> Any:
 
 
 def cmd_devices(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .._compiler import list_devices
+    from ..runtime.compiler import list_devices
 
     devices = list_devices()
     if args.json:

@@ -12,11 +12,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from .._device import check_name
-from .._dtypes import element_type
-from .._shapes import parse_shape
 from .._version import __version__
 from ..errors import DeviceError, ShapeError, TuningError, UnsupportedDtypeError
+from ..kernels.shapes import parse_shape
+from ..plans.dtypes import element_type
+from ..runtime.device import check_name
 from .output import PROG, UsageError
 
 _T = TypeVar("_T")
@@ -371,7 +371,7 @@ def _db_location(text: str) -> str:
 def _device_spec(text: str) -> Any:
     """An argparse type: `--devices all` or `--devices 0,2` (checked against the machine
     when the command runs)."""
-    from .._multigpu import device_spec
+    from ..tuner.multigpu import device_spec
 
     try:
         return device_spec(text)

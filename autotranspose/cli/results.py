@@ -13,11 +13,11 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .._config import max_vec
-from .._dtypes import element_type
-from .._plan import plan_permute
-from .._shapes import parse_dims, parse_shape, shape_class
 from ..errors import AutotransposeError, StoreError
+from ..kernels.config import max_vec
+from ..kernels.shapes import parse_dims, parse_shape, shape_class
+from ..plans.dtypes import element_type
+from ..plans.permute import plan_permute
 from .devices import local_device
 from .output import PROG, UsageError, gbps_text, one_line, pct_text, shape_text, table
 from .parser import parse_axes, parse_option
@@ -64,7 +64,7 @@ def _entry_dict(e: Any, source: str) -> dict[str, Any]:
 
 def _shipped_entries(device: str | None) -> list[Any]:
     """Results shipped in the package's tuning_db/ (for `device`, or for every GPU model)."""
-    from .. import _lookup as lookup
+    from ..dispatch import lookup
     from ..store import textio
 
     if device is not None:
@@ -164,7 +164,7 @@ def _lookup_device(args: argparse.Namespace, store: Store | None) -> tuple[Any, 
 
 
 def cmd_lookup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .. import _lookup as lookup
+    from ..dispatch import lookup
 
     if args.axes is not None:
         return _lookup_permute(args, out)
@@ -209,7 +209,7 @@ def _print_choice(
     head: Sequence[str] = (),
 ) -> int:
     """`lookup`'s answer: JSON, the CUDA source, or a few aligned lines after `head`."""
-    from .._codegen import render
+    from ..kernels.codegen import render
 
     if args.json:
         if args.source:
@@ -253,7 +253,7 @@ def _lookup_permute(args: argparse.Namespace, out: TextIO) -> int:
     it on --device)."""
     from dataclasses import asdict
 
-    from .. import _lookup as lookup
+    from ..dispatch import lookup
 
     shape = parse_option("--shape", parse_dims, args.shape)
     et = parse_option("--dtype", element_type, args.dtype)

@@ -10,17 +10,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .._dtypes import element_type
-from .._plan import normalize_axes
-from .._shapes import Layout, parse_dims
 from ..errors import TuningError
+from ..kernels.shapes import Layout, parse_dims
+from ..plans.dtypes import element_type
+from ..plans.layout import normalize_axes
 from .output import PROG, UsageError, gbps_text, one_line, pct_text, shape_text, table
 from .parser import parse_axes, parse_dtypes, parse_option, parse_shapes, split_items
 from .stores import open_store
 
 if TYPE_CHECKING:
-    from .._tuner import PermuteTarget, TrialReport, TuneResult
     from ..store import Store
+    from ..tuner.study import PermuteTarget, TrialReport, TuneResult
 
 
 # make_objective(dtype, shape, device_index, conjugate), and layout=Layout for a permute's
@@ -67,7 +67,7 @@ def gpu_objective(
     layout: Layout | None = None,
     cast: tuple[str, bool] | None = None,
 ) -> Any:
-    from .._worker import GpuObjective
+    from ..tuner.worker import GpuObjective
 
     return GpuObjective(dtype, shape, device, conjugate=conjugate, layout=layout, cast=cast)
 
@@ -97,7 +97,7 @@ def cmd_tune(
         )
     device = args.device if args.device is not None else 0
     if args.devices is not None:
-        from .. import _multigpu as multigpu
+        from ..tuner import multigpu
 
         indices = multigpu.resolve_devices(args.devices, multigpu.local_device_count())
         if len(indices) > 1:
@@ -139,7 +139,7 @@ def _tune_case(
 ) -> TuneResult | None:
     """Tune one case on GPU `device` with a progress bar; None (and a line saying why) when
     no config ran correctly."""
-    from .._tuner import tune
+    from ..tuner.study import tune
 
     extra = {"layout": layout} if layout is not None else {}
     objective = make_objective(dtype, shape, device, args.conjugate, **extra)
@@ -254,7 +254,7 @@ def _permute_targets(
     args: argparse.Namespace,
 ) -> list[tuple[str, tuple[int, ...], PermuteTarget]]:
     """What `tune --axes` tunes, per dtype and shape; every refusal before any GPU work."""
-    from .._tuner import permute_target
+    from ..tuner.study import permute_target
 
     if args.conjugate:
         raise UsageError("--conjugate is for transposes; permute (--axes) has none")
@@ -275,8 +275,8 @@ def _tune_casts(
 ) -> int:
     """`tune --cast bf16:e4m3 --shapes 8192x8192`: each pair and shape tuned on one GPU like
     a transpose, results under the pair's problem; every refusal before any GPU work."""
-    from .._tuner.cast import cast_target, parse_pair, tune_cast
-    from .._tuner.settings import TuneSettings
+    from ..tuner.study.cast import cast_target, parse_pair, tune_cast
+    from ..tuner.study.settings import TuneSettings
 
     for flag, given in (
         ("--axes", args.axes is not None),
@@ -394,8 +394,8 @@ def _tune_devices(
 ) -> int:
     """`tune --devices`: one process per GPU, a line per case and GPU as each ends, then
     the table and which GPUs failed."""
-    from .._multigpu import CaseFailure, tune_devices
-    from .._tuner import TrialReport
+    from ..tuner.multigpu import CaseFailure, tune_devices
+    from ..tuner.study import TrialReport
 
     store = open_store(args.db)
     status = _DevicesLine(err, indices)

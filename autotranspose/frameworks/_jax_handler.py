@@ -24,8 +24,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .. import _native
 from ..errors import KernelCompileError
+from ..runtime import native as _native
 
 TARGET = "autotranspose_permute"  # the CUDA target the lowering calls
 HOST_TARGET = "autotranspose_permute_host"  # the same handler on XLA's CPU backend (tests)
@@ -163,7 +163,7 @@ def register() -> None:
     lib = library()
     import jax.ffi
 
-    from .. import _driver
+    from ..runtime import driver as _driver
 
     with _lock:
         if TARGET in _loaded:

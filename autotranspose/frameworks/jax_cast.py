@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _cast
+from ..calls import cast as _cast
 from ..errors import InputTypeError, KernelLaunchError, OutputError
 from ..kinds.cast import FORMATS, Format
 from . import jax_ops
@@ -325,7 +325,7 @@ def device_program(
     """One device's program for the handler's cast target: the eager call's launches with
     their pointers coded for the call's buffers (`buffers`), after a copy of the given amax
     into the new one where amax is asked for."""
-    from .. import _driver
+    from ..runtime import driver as _driver
     from . import _jax_handler
 
     nums = buffers(both, scale, amax)

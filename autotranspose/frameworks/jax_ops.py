@@ -41,10 +41,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._arrays import matrix_layout
-from .._dtypes import element_type
-from .._plan import contiguous_strides, normalize_axes, plan_permute
 from ..errors import AutotransposeError, InputTypeError, KernelLaunchError
+from ..plans.dtypes import element_type
+from ..plans.layout import contiguous_strides, normalize_axes
+from ..plans.permute import plan_permute
+from ..runtime.arrays import matrix_layout
 
 NAME = "autotranspose_permute"
 
@@ -260,7 +261,8 @@ ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))(_prog
 def _entry(
     device: int, shape: tuple[int, ...], axes: tuple[int, ...], dtype: Any, conjugate: bool
 ) -> Entry:
-    from .. import _driver, _permuter as permuter
+    from ..calls import permute as permuter
+    from ..runtime import driver as _driver
 
     key = ("permute", device, shape, axes, element_type(dtype).name, conjugate)
     prog = kept_program(
@@ -285,7 +287,7 @@ def kept_program(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
 
 
 def _no_launcher_reason() -> str:
-    from .. import _native
+    from ..runtime import native as _native
 
     if not _native.enabled():
         return (

@@ -7,7 +7,7 @@ errors at trace time, so `torch.compile(fullgraph=True)` traces a call with no g
 An eager call that nothing traces goes straight to the kernels (`_cast`). The casts are not
 differentiable (float8 outputs have no gradient to give): no autograd is registered.
 
-Loaded by `autotranspose._castentry` once PyTorch is imported.
+Loaded by `autotranspose._api` once PyTorch is imported.
 """
 
 # No `from __future__ import annotations`: the op schemas are given explicitly, and the
@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from .. import _cast
-from .._castplan import format_of, pair
-from .._plan import normalize_axes
+from ..calls import cast as _cast
 from ..errors import AutotransposeError, InputTypeError, OutputError, ShapeError
+from ..plans.cast import format_of, pair
+from ..plans.layout import normalize_axes
 
 _compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack

@@ -8,7 +8,7 @@ gradient, run by us; of a conjugate transpose, the conjugate transpose), and
 call that nothing traces and that needs no gradient skips it: `permute()` and `transpose()`
 go straight to their fast path (a dictionary hit and one native launch) as for any array.
 
-Loaded by `autotranspose._entry` once PyTorch is imported; the ops are `autotranspose::
+Loaded by `autotranspose._api` once PyTorch is imported; the ops are `autotranspose::
 permute`, `permute_out`, `transpose` and `transpose_out`.
 """
 
@@ -19,12 +19,14 @@ from typing import Any
 
 import torch
 
-from .. import _api as api, _fastpath as fastpath, _permuter as permuter
-from .._arrays import matrix_layout, torch_not_on_gpu
-from .._dtypes import element_type
-from .._permuter import axes_tag
-from .._plan import normalize_axes, plan_permute
+from ..calls import permute as permuter, transpose as api
+from ..calls.permute import axes_tag
+from ..dispatch import fastpath
 from ..errors import AutotransposeError, LayoutError, OutputError
+from ..plans.dtypes import element_type
+from ..plans.layout import normalize_axes
+from ..plans.permute import plan_permute
+from ..runtime.arrays import matrix_layout, torch_not_on_gpu
 
 _Tensor = torch.Tensor
 _compiling = torch.compiler.is_compiling
@@ -33,7 +35,7 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _fast = fastpath.fast_torch  # the kernels' fast path for torch tensors (a dictionary hit)
 
 
-# --- the entry points (called by autotranspose._entry for torch tensors) ----------------------
+# --- the entry points (called by autotranspose._api for torch tensors) ----------------------
 def permute(x: torch.Tensor, axes: Sequence[int], out: Any, stream: Any) -> torch.Tensor:
     """permute() of a PyTorch tensor: eager calls straight to the kernels, anything traced
     or differentiated through the registered op."""
@@ -112,7 +114,7 @@ def _on_stream(stream: Any, op: Any, *args: Any) -> Any:
             "stream= is not supported under torch.compile: the compiled graph runs on "
             "PyTorch's current stream; use `with torch.cuda.stream(s):` around the call"
         )
-    from .. import _streams as streams
+    from ..runtime import streams
 
     given = streams.explicit(stream)
     with torch.cuda.stream(torch.cuda.ExternalStream(given.handle, device=given.device)):

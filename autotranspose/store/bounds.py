@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._device import DeviceInfo
+from ..runtime.device import DeviceInfo
 
 # Bandwidths count bytes read plus bytes written (see Measurement). The fastest memory today,
 # B200/B300's HBM3e, moves 8 TB/s: 100 TB/s leaves room for a dozen times that.

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from .._config import KernelConfig
-from .._device import DeviceInfo
-from .._shapes import ShapeClass
+from ..kernels.config import KernelConfig
+from ..kernels.shapes import ShapeClass
+from ..runtime.device import DeviceInfo
 
 # Where a result came from: a tuning run (or an import of one), or a first call's portfolio
-# (`autotranspose._winners`). A tuned result always outranks a measured one (`writes.replaces`).
+# (`autotranspose.dispatch.winners`). A tuned result always outranks a measured one (`writes.replaces`).
 SOURCES = ("tuned", "measured")
 
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..errors import StoreError
 
 if TYPE_CHECKING:
-    from .._config import KernelConfig
-    from .._shapes import ShapeClass
+    from ..kernels.config import KernelConfig
+    from ..kernels.shapes import ShapeClass
 
 
 class FirstCallBest(NamedTuple):

@@ -18,10 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .._config import KernelConfig
-from .._device import DeviceInfo
-from .._shapes import ShapeClass, shape_class as classify
 from ..errors import AutotransposeError, StoreError
+from ..kernels.config import KernelConfig
+from ..kernels.shapes import ShapeClass, shape_class as classify
+from ..runtime.device import DeviceInfo
 from . import bounds, writes
 from .entries import TunedEntry
 from .models import Best, Config, MeasurementRow

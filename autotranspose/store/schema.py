@@ -24,7 +24,7 @@ from alembic import command
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection, Engine
 
-from .. import __version__
+from .._version import __version__
 from ..errors import AutotransposeError, ForeignDatabaseError, StoreError
 from . import migrations, urls
 from .engine import make_engine, reason, transaction

@@ -30,14 +30,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from .._config import KernelConfig
-from .._device import DeviceInfo
-from .._measurement import Measurement
-from .._shapes import Layout, ShapeClass
 from ..errors import StoreBusyError, StoreError
+from ..kernels.config import KernelConfig
+from ..kernels.shapes import Layout, ShapeClass
+from ..runtime.device import DeviceInfo
 from . import bounds, hooks, ingest, schema, writes
 from .engine import busy, reason, transaction
 from .entries import BadRowWarning, ImportedFile, RowProblem, TunedEntry
+from .measurement import Measurement
 from .models import Best, Claim, Config, Device, MeasurementRow
 from .schema import DEVICE_COLUMNS
 from .untrusted import (

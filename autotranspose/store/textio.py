@@ -11,7 +11,7 @@
                   "problem": "cast:bf16_e4m3"}, ...]}
 
 ``dtype``, ``source`` and ``problem`` are optional; ``source`` is written only for a first
-call's result ("measured", see ``autotranspose._winners``): an entry without it is a tuned
+call's result ("measured", see ``autotranspose.dispatch.winners``): an entry without it is a tuned
 one, so files of tuned results read and write as they always did. ``problem`` is written only
 for a cast-transpose's result (`kinds.cast.problem`: its pair, "+both" where the same-order
 output is written too): an entry without it is a transpose's, and its config must be no cast
@@ -38,10 +38,10 @@ from datetime import timezone
 from pathlib import Path
 from typing import Any
 
-from .._config import KernelConfig
-from .._device import DeviceInfo
-from .._shapes import ShapeClass, shape_class as classify
 from ..errors import AutotransposeError, StoreError
+from ..kernels.config import KernelConfig
+from ..kernels.shapes import ShapeClass, shape_class as classify
+from ..runtime.device import DeviceInfo
 from . import bounds, hooks
 from .entries import TunedEntry
 from .store import Store

@@ -20,12 +20,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .._config import KernelConfig
-from .._device import DeviceInfo
-from .._dtypes import ELEMENT_SIZES
-from .._shapes import ShapeClass
 from ..errors import AutotransposeError
+from ..kernels.config import KernelConfig
+from ..kernels.shapes import ShapeClass
 from ..kinds import cast as cast_kind
+from ..plans.dtypes import ELEMENT_SIZES
+from ..runtime.device import DeviceInfo
 from . import bounds, hooks
 from .entries import SOURCES, TunedEntry
 

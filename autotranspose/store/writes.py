@@ -19,14 +19,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from .. import __version__
-from .._config import KernelConfig
-from .._device import DeviceInfo
-from .._measurement import Measurement
-from .._shapes import Layout, ShapeClass, check_layout, shape_class as classify
+from .._version import __version__
 from ..errors import AutotransposeError, StoreError
+from ..kernels.config import KernelConfig
+from ..kernels.shapes import Layout, ShapeClass, check_layout, shape_class as classify
+from ..runtime.device import DeviceInfo
 from . import hooks
 from .entries import SOURCES
+from .measurement import Measurement
 from .models import Best, Claim, Config, Device, MeasurementRow, Run
 from .untrusted import DTYPE, check_problem, in_bounds, version_of_json
 

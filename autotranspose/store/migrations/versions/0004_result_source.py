@@ -1,7 +1,7 @@
 """Results say where they came from: "tuned" (a tuning run) or "measured" (a first call).
 
 A first call of a class nobody tuned times a small portfolio and stores the winner like a
-tuning result (`autotranspose._winners`), so other processes and restarts do not measure it
+tuning result (`autotranspose.dispatch.winners`), so other processes and restarts do not measure it
 again. Such a result must never overwrite a tuned one, `tune` must replace it, `show` must
 mark it, and the tuner's resume must not take its rough timing for a measurement of its own:
 hence a column on at_best and on at_measurements. Every earlier row was tuned (or imported).

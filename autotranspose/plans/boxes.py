@@ -1,0 +1,467 @@
+"""A permute pass's dims and its boxes: the packed box (element runs of a box in shared memory) and the
+vector box (whole vectors, gathered through a table or scattered by byte permutes), their limits,
+and the bank conflicts of a gather. Pure; the planner (permute.py) decides when a box is used."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# - the kernel counts each dim's index in 32 bits (a digit plus a step digit plus a carry must
+#   fit): a fused dim longer than this keeps the transpose or copy pass.
+GATHER_MAX_EXTENT = 2**31 - 1
+
+
+# A packed pass (`packed_box`) moves the problem in boxes: a box takes whole or partial dims so
+# that the input's and the output's contiguous runs inside it are both long (cuTT's Packed
+# method). Run targets from 128 bytes (a full line on both sides, as a 32x32 tile of 4-byte
+# elements has) upwards are tried in turn until a box holds PACKED_MIN_ELEMS elements (a
+# 256-thread block with 4 each). A box takes at most PACKED_MAX_BYTES of shared memory (so 6
+# blocks fit an H100's or H200's 228 KB per SM) and spans at most PACKED_MAX_BOX_DIMS dims
+# (the kernel decomposes each element's box index once per dim, at compile-time extents).
+PACKED_RUN_BYTES = tuple(128 << k for k in range(9))
+
+
+# A box whose runs on either side are under one 32-byte sector moves no more whole sectors
+# than the gather does: the gather takes it.
+PACKED_MIN_RUN_BYTES = 32
+
+
+PACKED_MIN_ELEMS = 1024
+
+
+PACKED_MAX_BYTES = 32 << 10
+
+
+PACKED_MAX_BOX_DIMS = 6
+
+
+PACKED_MAX_TILES = 2**32 - 1  # the kernel counts boxes in 32 bits
+
+
+# ... and where the plan's own pass is packed, the same box through the pipelined kernel
+# (`Pass.pipelined`: the next box streams into a second shared buffer while a block writes
+# this one; elements of PACKED_PIPELINE_MIN_ELEM_BYTES or more, boxes of at most
+# PACKED_PIPELINE_MAX_BYTES so that two fit 48 KB of shared memory). On an H200, the same
+# box both ways in one process (dev/packed_variants.py): it won on the multi-dim boxes plans make
+# (float32 16x8x3x38608 79.1 -> 87.6, float64 16x336x1x72x8x3 71.9 -> 78.9, float32
+# 5x16x288x8x40x3 69.4 -> 76.2, complex64 72x176x1344x4 86.1 -> 89.4) and lost on others
+# (int32 304x8x61288 in 32x32 boxes 76.7 -> 66.7, int32 2x3808x32x2x32x8 85.8 -> 78.8,
+# complex128 192x48x329 92.9 -> 80.7), with no rule of box sizes that split them.
+PACKED_PIPELINE_MIN_ELEM_BYTES, PACKED_PIPELINE_MAX_BYTES = 4, 16 << 10
+
+
+# A packed box of 1- or 2-byte elements moved element by element costs 20-50 instructions a
+# byte (Nsight Compute on an H200: the ViT patchify (B, 3, 14, 16, 14, 16) -> (B, 14, 14, 16,
+# 16, 3) in float16 40.8, uint8 images CHW -> HWC 19.0), where the copy ceiling leaves about
+# 15 at full issue: 21-40% of copy. Where both sides of a box are runs that whole vectors of
+# VECTOR_MIN_BYTES or more tile (`vector_widths`: the runs, their starts, the box corners and
+# the pointers all aligned), the vector box (templates/vbox/vbox.cu.j2, `Pass.vectors`) moves it
+# in those vectors on both sides: loads land in shared memory in the input's order, and each
+# output vector gathers its elements there through a table of shared offsets built once per
+# block (2 bytes an element), so an element costs a shared load and a share of a pack.
+# Boxes of at least VECTOR_MIN_BOX_BYTES (every thread moves a 16-byte vector), preferably
+# VECTOR_GOOD_BOX_BYTES (a block's loads in flight), at most VECTOR_MAX_SMEM_BYTES of
+# elements and table together (static shared memory), and at most VECTOR_MAX_STEPS vectors
+# a thread on either side (its offsets stay in registers).
+VECTOR_WIDTHS = (16, 8, 4)
+
+
+VECTOR_MIN_BYTES = 4
+
+
+VECTOR_MIN_BOX_BYTES = 4 << 10
+
+
+VECTOR_GOOD_BOX_BYTES = 8 << 10
+
+
+VECTOR_MAX_SMEM_BYTES = 40 << 10
+
+
+VECTOR_TABLE_BYTES = 2  # a table entry: an element's byte offset in the box (under 64 KiB)
+
+
+VECTOR_MAX_STEPS = 8
+
+
+VECTOR_THREADS = 256
+
+
+# A vector box's gather from shared memory conflicting more ways than this loses to the
+# packed kernels (H100, uint8 HWC -> CHW: 2 channels 8 ways 50.2% of copy, 3 channels 4 ways
+# 74.9, 4 channels 16 ways 29.8, where the words kernel ran at 99-103; the ViT patchify's
+# 2.75 ways ran at 88-93); and boxes with at least this share of them whole are preferred
+# (an edge box moves element by element), then runs of VECTOR_GOOD_RUN_BYTES.
+VECTOR_MAX_CONFLICTS = 3.5
+
+
+VECTOR_MIN_WHOLE = 0.9
+
+
+VECTOR_GOOD_RUN_BYTES = 512
+
+
+# Where the gather conflicts (uint8 HWC -> CHW: a lane's 16 pixels of one channel lie c bytes
+# apart), the box can be scattered on the load side instead (`scatter_chunk`,
+# templates/vbox/scatter.cu.j2, `Pass.scatter`): shared memory holds the box in the output's
+# order, each thread loads a chunk of the input run (`scatter` indices of the output's
+# innermost dim times every element the input holds inside it: c channels of 16 pixels),
+# turns it into the output's words by byte permutes in registers and stores each row's
+# 4-16 bytes whole, consecutive lanes side by side (no conflicts); the output then leaves
+# shared memory in whole vectors, without a table. A chunk is at most
+# VECTOR_SCATTER_MAX_CHUNK bytes (its words stay in registers), a thread holds at most
+# VECTOR_SCATTER_MAX_STEPS of them, and a warp's chunks lie in one row of the box (its
+# innermost extent at least 32 chunks).
+VECTOR_SCATTER_MAX_CHUNK = 64
+
+
+VECTOR_SCATTER_MAX_STEPS = 2
+
+
+VECTOR_SCATTER_ROW_BYTES = (4, 8, 16)
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One axis of the problem: `extent` indices, `in_stride` and `out_stride` apart (in
+    elements of the plan or pass that holds it)."""
+
+    extent: int
+    in_stride: int
+    out_stride: int
+
+
+NO_DIM = Dim(1, 0, 0)  # an outer dim a launch does not walk
+
+
+def pipeline_fits(elem_bytes: int, volume: int) -> bool:
+    """Whether boxes of `volume` `elem_bytes`-byte elements can take the pipelined kernel
+    (PACKED_PIPELINE_*; `packed.pipelines` is this rule)."""
+    return (
+        elem_bytes >= PACKED_PIPELINE_MIN_ELEM_BYTES
+        and volume * elem_bytes <= PACKED_PIPELINE_MAX_BYTES
+    )
+
+
+def vector_widths(
+    dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, in_ptr: int = 0, out_ptr: int = 0
+) -> tuple[int, int]:
+    """The widest vectors (bytes, of VECTOR_WIDTHS; 0 for none) that move boxes of `box` of
+    `dims` on the input and on the output side, between pointers of these addresses (only
+    their value mod 16 is read): a vector is consecutive elements of the box in that side's
+    memory order, so it must lie in one contiguous run and start aligned. On each side: the
+    box's dims in the side's order (strides ascending) form a run while each stride is the
+    run so far (a dim cut short ends it); the vector's elements must divide the run, every
+    other box dim's stride and every dim's step from one box to the next (box extent x
+    stride, where a dim has more than one box), and the pointer must be aligned to it.
+    The vector box kernel (templates/vbox/vbox.cu.j2) relies on exactly this; tests/test_plan.py
+    checks it against every vector's addresses."""
+    e = elem_bytes
+    found = []
+    for side, ptr in (("in_stride", in_ptr), ("out_stride", out_ptr)):
+        stride = operator.attrgetter(side)
+        inside = sorted((k for k, b in enumerate(box) if b > 1), key=lambda k: (stride(dims[k]), k))
+        run, prefix = 1, set()
+        for k in inside:
+            if stride(dims[k]) != run:
+                break
+            prefix.add(k)
+            run *= box[k]
+        width = 0
+        for w in VECTOR_WIDTHS:
+            n = w // e
+            if w % e or n < 1 or ptr % w or run % n:
+                continue
+            if any(stride(dims[k]) % n for k in inside if k not in prefix):
+                continue
+            if any(
+                box[k] * stride(d) % n
+                for k, d in enumerate(dims)
+                if 1 < d.extent and box[k] < d.extent
+            ):
+                continue
+            width = w
+            break
+        found.append(width)
+    return found[0], found[1]
+
+
+def vector_box(
+    dims: Sequence[Dim], elem_bytes: int, in_ptr: int = 0, out_ptr: int = 0
+) -> tuple[tuple[int, ...], tuple[int, int], int] | None:
+    """The box and vector widths of a vector box pass (VECTOR_*) for `dims` (output memory
+    order, outermost first), or None where none is worth one. Boxes grow along both sides'
+    contiguous chains as `packed_box`'s do (run targets from 128 bytes up); a dim the box
+    takes in part is also tried at the largest divisor of its extent under that part and
+    taken whole (an edge box moves element by element: ViT's 14-element rows cut in boxes
+    of 8 left half the boxes on that path, 21% of copy on an H100). A box is kept if both
+    sides take vectors of VECTOR_MIN_BYTES and two elements or more, its runs are whole
+    sectors (PACKED_MIN_RUN_BYTES), it holds VECTOR_MIN_BOX_BYTES, a thread moves at most
+    VECTOR_MAX_STEPS vectors, and the output's gather conflicts in shared memory at most
+    VECTOR_MAX_CONFLICTS ways (`gather_conflicts`), unless the box can be scattered on the
+    load side instead (`scatter_chunk`: where the gather conflicts at all, the scatter takes
+    it, without conflicts). Of those: the most boxes whole (at least VECTOR_MIN_WHOLE of
+    them), then the widest vectors, then VECTOR_GOOD_BOX_BYTES, then runs of
+    VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box. Returns the box,
+    the vector widths (for a scattered box, its chunk's loads and the output's vectors) and
+    the scatter's chunk (0: the gather)."""
+    e = elem_bytes
+    chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
+    if not all(chains) or any(d.extent > GATHER_MAX_EXTENT for d in dims) or _broadcast(dims):
+        return None
+    cap = VECTOR_MAX_SMEM_BYTES // (e + VECTOR_TABLE_BYTES)
+    best, best_key = None, None
+    seen: set[tuple[int, ...]] = set()
+    for target in PACKED_RUN_BYTES:
+        grown = [1] * len(dims)
+        for chain in chains:
+            _grow(dims, chain, grown, -(-target // e))
+        if math.prod(grown) > cap:
+            break
+        cut = [k for k, d in enumerate(dims) if d.extent % grown[k]]
+        options = [
+            sorted({grown[k], _divisor_under(dims[k].extent, grown[k]), dims[k].extent})
+            for k in cut
+        ]
+        for choice in itertools.product(*options):
+            box = list(grown)
+            for k, b in zip(cut, choice, strict=True):
+                box[k] = b
+            volume = math.prod(box)
+            if tuple(box) in seen or volume > cap:
+                continue
+            seen.add(tuple(box))
+            widths = vector_widths(dims, box, e, in_ptr, out_ptr)
+            tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, box, strict=True))
+            if not (
+                volume * e >= VECTOR_MIN_BOX_BYTES
+                and min(widths) >= max(VECTOR_MIN_BYTES, 2 * e)
+                and min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
+                and sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
+                and tiles <= PACKED_MAX_TILES
+                and all(-(-volume * e // w) <= VECTOR_MAX_STEPS * VECTOR_THREADS for w in widths)
+            ):
+                continue
+            conflicts = gather_conflicts(dims, box, e, widths[1])
+            scatter, loads = scatter_chunk(dims, box, e, widths[0]) if conflicts > 1 else (0, 0)
+            if scatter:
+                widths, conflicts = (loads, widths[1]), 1.0
+            elif conflicts > VECTOR_MAX_CONFLICTS:
+                continue
+            whole = math.prod(
+                d.extent // b / -(-d.extent // b) for d, b in zip(dims, box, strict=True)
+            )
+            key = (
+                whole >= VECTOR_MIN_WHOLE,
+                min(widths),
+                min(volume * e, VECTOR_GOOD_BOX_BYTES),
+                whole,
+                min(min(packed_runs(dims, box)) * e, VECTOR_GOOD_RUN_BYTES),
+                -conflicts,
+                -volume,
+            )
+            if best_key is None or key > best_key:
+                best, best_key = (tuple(box), widths, scatter), key
+    return best
+
+
+def scatter_chunk(
+    dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vin: int
+) -> tuple[int, int]:
+    """(q, loads): a thread's chunk of the scattering vector box (VECTOR_SCATTER_*) for boxes
+    of `box` of `dims` whose input side takes `vin`-byte vectors (`vector_widths`), or (0, 0)
+    where it cannot scatter (`scatter_options`). Of the chunks that fit: the widest loads,
+    then enough chunks for every thread of a block, then the longest rows (the fewest shared
+    stores)."""
+    options = scatter_options(dims, box, elem_bytes, vin)
+    if not options:
+        return 0, 0
+    volume = math.prod(box)
+
+    def key(option: tuple[int, int, int]) -> tuple[int, bool, int]:
+        q, loads, chunk = option
+        return loads, volume * elem_bytes // chunk >= VECTOR_THREADS, q
+
+    q, loads, _ = max(options, key=key)
+    return q, loads
+
+
+def scatter_options(
+    dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vin: int
+) -> list[tuple[int, int, int]]:
+    """Every (q, loads, chunk bytes) the scattering vector box can move boxes of `box` of
+    `dims` in. The output's innermost box dim x must lie in the input's run right after the
+    dims before it there (the inner block: a pixel's channels), and not first; a chunk is q
+    indices of x times the inner block, contiguous in the input, loaded in `loads`-byte
+    vectors (dividing the chunk and `vin`); each of its rows (q elements of one inner
+    index) is a whole 4-, 8- or 16-byte word of the box in the output's order; a warp's
+    chunks lie in one row of the box (x's extent is 32 chunks or more)."""
+    e = elem_bytes
+    inside = [k for k, b in enumerate(box) if b > 1]
+    if e > 2 or len(inside) < 2 or not vin:
+        return []
+    x = min(inside, key=lambda k: (dims[k].out_stride, k))
+    in_order = sorted(inside, key=lambda k: (dims[k].in_stride, k))
+    at = in_order.index(x)
+    if at == 0:
+        return []
+    run = 1
+    for k in in_order[: at + 1]:
+        if dims[k].in_stride != run:
+            return []
+        run *= box[k]
+    inner, volume = run // box[x], math.prod(box)
+    found = []
+    for row in VECTOR_SCATTER_ROW_BYTES:
+        q = row // e
+        chunk = q * inner * e
+        if box[x] % q or box[x] < 32 * q or chunk > VECTOR_SCATTER_MAX_CHUNK:
+            continue
+        if -(-(volume * e // chunk) // VECTOR_THREADS) > VECTOR_SCATTER_MAX_STEPS:
+            continue
+        loads = next((w for w in VECTOR_WIDTHS if chunk % w == 0 and vin % w == 0), 0)
+        if loads:
+            found.append((q, loads, chunk))
+    return found
+
+
+def _divisor_under(extent: int, part: int) -> int:
+    """The largest divisor of `extent` of at most `part` (1 at worst)."""
+    return max(d for d in range(1, part + 1) if extent % d == 0)
+
+
+def gather_conflicts(dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vout: int) -> float:
+    """How many ways a warp's shared loads of the vector box's output gather conflict, on
+    average over a vector's elements and the first warps of a box: lane w gathers output
+    vector w, element k of each lane at its offset in the box held in the input's order
+    (templates/vbox/vbox.cu.j2); lanes reading one 4-byte word share it, words in one of the 32
+    banks take a pass each. A box whose output order walks the input's order in long
+    strides (uint8 HWC -> CHW: 16 pixels of one channel, 4 bytes apart, a lane 64 bytes
+    from the next: 16 ways) waits on its shared loads."""
+    e = elem_bytes
+    inside = [k for k, b in enumerate(box) if b > 1]
+    out_order = sorted(inside, key=lambda k: (dims[k].out_stride, k))
+    in_order = sorted(inside, key=lambda k: (dims[k].in_stride, k))
+    dense, step = {}, 1
+    for k in in_order:
+        dense[k] = step
+        step *= box[k]
+    volume, per = math.prod(box), vout // e
+
+    def offset(i: int) -> int:
+        at = 0
+        for k in out_order:
+            at += (i % box[k]) * dense[k]
+            i //= box[k]
+        return at * e
+
+    ways, count = 0, 0
+    for first in range(0, min(volume // per, 4 * 32), 32):
+        for j in range(per):
+            banks: dict[int, set[int]] = {}
+            for w in range(first, min(first + 32, volume // per)):
+                word = offset(w * per + j) // 4
+                banks.setdefault(word % 32, set()).add(word)
+            ways += max(len(v) for v in banks.values())
+            count += 1
+    return ways / max(count, 1)
+
+
+def _chain(dims: Sequence[Dim], side: str) -> list[int]:
+    """Indices of the dims that make one contiguous run on `side` ("in_stride" or
+    "out_stride"), innermost first: the stride-1 dim, then each dim whose stride is the run
+    so far, while there is one."""
+    stride = operator.attrgetter(side)
+    k = next((k for k, d in enumerate(dims) if stride(d) == 1 and d.extent > 1), None)
+    chain = [] if k is None else [k]
+    while chain:
+        last = dims[chain[-1]]
+        nxt = [
+            j
+            for j, d in enumerate(dims)
+            if j not in chain and stride(d) == stride(last) * last.extent
+        ]
+        if not nxt:
+            break
+        chain.append(nxt[0])
+    return chain
+
+
+def _grow(dims: Sequence[Dim], chain: list[int], box: list[int], need: int) -> None:
+    """Widen `box` along `chain` until its run there holds `need` elements (or the chain ends,
+    or a dim is taken only in part: the run stops at it). A dim taken in part is taken to a
+    power of two: its digit is then a shift and a mask, and boxes of many shapes share one
+    kernel."""
+    run = 1
+    for k in chain:
+        part = 1 << (-(-need // run) - 1).bit_length()
+        box[k] = max(box[k], min(dims[k].extent, part))
+        run *= box[k]
+        if run >= need or box[k] < dims[k].extent:
+            return
+
+
+def packed_runs(dims: Sequence[Dim], box: Sequence[int]) -> tuple[int, int]:
+    """The contiguous runs (elements) a box of `box` reads and writes: along each side's
+    chain, the box's extents while the dims are taken whole, times the first partial one."""
+    runs = []
+    for side in ("in_stride", "out_stride"):
+        run = 1
+        for k in _chain(dims, side):
+            run *= box[k]
+            if box[k] < dims[k].extent:
+                break
+        runs.append(run)
+    return runs[0], runs[1]
+
+
+def _broadcast(dims: Sequence[Dim]) -> bool:
+    """Whether an input dim is broadcast (stride 0): the box kernels' tables and runs assume
+    each box element is read from its own place, so such inputs keep the tile, row and gather
+    kernels, which take stride 0 as any other stride."""
+    return any(d.in_stride == 0 and d.extent > 1 for d in dims)
+
+
+def packed_box(
+    dims: Sequence[Dim], elem_bytes: int, min_elems: int | None = None
+) -> tuple[int, ...] | None:
+    """The box a packed pass moves `dims` (output memory order, outermost first) in: one
+    extent per dim, or None where no box is worth one (runs under PACKED_MIN_RUN_BYTES on
+    either side, more than PACKED_MAX_BOX_DIMS dims in it, or too many boxes to count).
+
+    For each run target in PACKED_RUN_BYTES, the box takes dims along the input's
+    contiguous chain until its read run is that long, and likewise along the output's; dims
+    on both chains count once (the larger extent). The first box of `min_elems` elements
+    (PACKED_MIN_ELEMS unless given) is taken, else the largest within PACKED_MAX_BYTES."""
+    e = elem_bytes
+    min_elems = PACKED_MIN_ELEMS if min_elems is None else min_elems
+    chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
+    if not all(chains) or _broadcast(dims):
+        return None
+    best = None
+    for target in PACKED_RUN_BYTES:
+        box = [1] * len(dims)
+        for chain in chains:
+            _grow(dims, chain, box, -(-target // e))
+        volume = math.prod(box)
+        if volume * e > PACKED_MAX_BYTES:
+            break
+        best = tuple(box)
+        if volume >= min_elems:
+            break
+    if best is None:
+        return None
+    runs = packed_runs(dims, best)
+    tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, best, strict=True))
+    if (
+        min(runs) * e < PACKED_MIN_RUN_BYTES
+        or sum(b > 1 for b in best) > PACKED_MAX_BOX_DIMS
+        or tiles > PACKED_MAX_TILES
+        or any(d.extent > GATHER_MAX_EXTENT for d in dims)
+    ):
+        return None
+    return best

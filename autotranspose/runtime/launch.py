@@ -1,0 +1,530 @@
+"""A prepared kernel launch: a config bound to a shape, strides and a loaded kernel.
+
+This sits between the compiler and the public call: `api.transpose()` builds one per call
+signature, and the measuring side (`measure`, `bench`) times the very same object, so what is
+tuned is what runs. It knows nothing of lookup, the store or the tuner: it launches the
+config it is given.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ShapeError
+from ..kernels.codegen import (
+    GATHER_BLOCKS_PER_SM,
+    GATHER_THREADS,
+    GATHER_UNROLL,
+    OUTER_ARG_FORMAT,
+    PACKED_THREADS,
+    ROWS_ARG_FORMAT,
+    ROWS_THREADS,
+    ROWS_UNROLL,
+    RUNS_ARG_FORMAT,
+)
+from ..kernels.config import KernelConfig
+from ..kernels.gather import ARG_FORMAT as GATHER_FORMAT, MAX_STRIDE, gather_args
+from ..kernels.packed import ARG_FORMAT as PACKED_FORMAT, divisor, packed_args
+from ..kernels.vbox import THREADS as VBOX_THREADS, vbox_spec
+from ..plans.boxes import NO_DIM, Dim
+from ..plans.permute import REALIGN_MAX_RUN_BYTES, runs_of
+from . import driver as _driver
+from .compiler import (
+    ARG_FORMAT,
+    DeviceState,
+    Kernel,
+    get_gather_kernel,
+    get_kernel,
+    get_packed_kernel,
+    get_row_kernel,
+    get_runs_kernel,
+    get_vbox_kernel,
+)
+
+_MAX_GRID_X = 2**31 - 1
+_MAX_GRID_Y = 65535
+# A row copy's grid (`row_geometry`): long rows are cut into chunks over blockIdx.y until the
+# launch has ROWS_WAVES waves of the GPU's resident blocks (ROWS_BLOCKS_PER_SM each), each
+# chunk at least ROWS_MIN_STEPS words a thread: 96 rows of 2.1 MB in chunks of 16 steps were
+# 792 blocks, under one wave of an H200's 1056, at 84.3% of copy, 91.9% in 172 chunks (bool
+# 48x2x2109936 by (1, 0, 2), H200); a launch of enough blocks already is not cut (cut
+# in two, float64 944x10x1758 by (1, 0, 2) lost 2 points). A row takes `row_lanes` threads.
+ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS = 2, 2048 // ROWS_THREADS, 2
+# A row copy whose chunks are ROWS_SKEW_PASSES passes of whole warps or more skews each row's
+# words across the lanes so that its stores start on a line of ROWS_STORE_LINE bytes (0: off;
+# `row_store_line`). On an H200, rows of 8-byte words at an 8-byte offset wrote 8% more L2
+# sectors than their bytes in 1.4x the requests, at 3.4 TB/s against 4.1 for aligned 16-byte
+# rows; skewed, float64 10x144x15x5695 by (0,2,1,3) went 78.7 -> 85.7% of copy, complex64
+# 173x15x17787 by (1,0,2) 81.2 -> 87.1. Rows of 1-2 passes lost 2-6 points to the skew's
+# arithmetic, and keep the unskewed kernel.
+ROWS_STORE_LINE, ROWS_SKEW_PASSES = 128, 4
+
+
+@dataclass(frozen=True)
+class RowGeometry:
+    """How a row copy's threads cover its rows: `lanes` threads a row (`per_block` rows side
+    by side in a block, ROWS_UNROLL rows a thread), rows cut into `chunks` chunks of `chunk`
+    words (blockIdx.y), and `blocks` blocks along blockIdx.x."""
+
+    lanes: int
+    per_block: int
+    chunk: int
+    chunks: int
+    blocks: int
+
+
+def row_lanes(n: int) -> int:
+    """Threads per row of `n` words: a row under a warp, its words (a warp then spans rows:
+    19-word rows are 13 rows of 19 busy lanes a block, not 8 of 32); a longer row the power
+    of two over it, up to the block, in one pass (H200: whole warps in several passes lost
+    5-10 points to idle lanes in one pass, e.g. complex64 rows of 155 words 89.6 -> 80.1)."""
+    return n if n <= 32 else min(ROWS_THREADS, 1 << (n - 1).bit_length())
+
+
+def row_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1) -> RowGeometry:
+    """The grid of a copy of `rows` rows of `n` words, `walked` times over blockIdx.z, on a
+    GPU of `multiprocessors` SMs (pure: tests/test_permute.py walks the kernel's threads
+    over it)."""
+    lanes = row_lanes(n)
+    per_block = ROWS_THREADS // lanes
+    blocks = max(1, -(-rows // (per_block * ROWS_UNROLL)))
+    chunk, chunks = _row_chunks(n, lanes, blocks, multiprocessors, walked)
+    return RowGeometry(lanes, per_block, chunk, chunks, blocks)
+
+
+def _row_chunks(
+    n: int, lanes: int, blocks: int, multiprocessors: int, walked: int
+) -> tuple[int, int]:
+    """(chunk, chunks): rows of `n` words over `lanes` threads cut along blockIdx.y, for a
+    launch of `blocks` x `walked` blocks otherwise (the row copy's and the realigned copy's
+    rule): no cut for rows no longer than a block, else enough chunks for ROWS_WAVES waves,
+    each at least ROWS_MIN_STEPS words a lane and a whole number of passes."""
+    want = (
+        1
+        if n <= ROWS_THREADS
+        else -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
+    )
+    chunk = max(lanes * ROWS_MIN_STEPS, -(-n // want), -(-n // _MAX_GRID_Y))
+    chunk = -(-chunk // lanes) * lanes
+    return chunk, max(1, -(-n // chunk))
+
+
+def row_store_line(n: int, chunk: int, lanes: int) -> int:
+    """The line (bytes) a row copy's stores are skewed to start on, 0 for none: chunks of
+    ROWS_SKEW_PASSES passes of whole warps or more (a row under a warp shares its warp with
+    other rows, which no skew lines up; on short rows the skew costs more than it gains)."""
+    if lanes < 32 or min(n, chunk) < ROWS_SKEW_PASSES * lanes:
+        return 0
+    return ROWS_STORE_LINE
+
+
+_POINTERS = struct.Struct("PP")
+_SAME = _driver._SAME
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A prepared launch: everything but the two pointers, the stream and the context.
+
+    The scalar arguments are packed once; a call packs two pointers and hands the argument
+    block to the driver."""
+
+    config: KernelConfig | None  # None: permute's row copy, gather or packed pass, not a config
+    kernel: Kernel
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    scalars: tuple[
+        int, ...
+    ]  # packed by `arg_format` (the transpose kernels': M, N, strides, tiles)
+    state: DeviceState
+    # how `scalars` are laid out after the two pointers: the transpose kernels' arguments,
+    # the row copies' struct (`codegen.ROWS_ARG_FORMAT`), a gather's (`gather.ARG_FORMAT`) or a
+    # packed launch's (`packed.ARG_FORMAT`)
+    arg_format: str = ARG_FORMAT[2:]
+    tail: bytes = b""
+    args: tuple[Any, ...] = ()  # cuLaunchKernel's kernel, grid, block and shared bytes, as C
+    # the launch made ready for a given context (one dict entry per context)
+    in_context: dict[int, _driver.Prepared] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tail", struct.pack(self.arg_format, *self.scalars))
+        if self.shared:
+            _driver.allow_dynamic_shared(self.kernel.handle, self.shared, self.state.ordinal)
+        object.__setattr__(
+            self,
+            "args",
+            _driver.launch_args(self.kernel.handle, self.grid, self.block, self.shared),
+        )
+
+    @property
+    def shared(self) -> int:
+        """Dynamic shared memory bytes of each launch (a config's past the static limit)."""
+        return self.config.dynamic_smem if self.config is not None else 0
+
+    def __call__(self, src: int, dst: int, stream: int | None = 0) -> None:
+        """Launch in the thread's current context (tools that made it current themselves)."""
+        _driver.launch(self.args, stream, _POINTERS.pack(src, dst) + self.tail)
+
+    def run(self, src: int, dst: int, stream: int | None, ctx: int, restore: Any = _SAME) -> None:
+        """Launch in `ctx` from any thread; the thread's own context (or `restore`) is made
+        current again afterwards."""
+        _driver.launch_transpose(self.prepared(ctx), src, dst, stream, restore)
+
+    def prepared(self, ctx: int) -> _driver.Prepared:
+        """This launch made ready in context `ctx` (once per context)."""
+        prep = self.in_context.get(ctx)
+        if prep is None:
+            fn = _driver.kernel_function(self.kernel.handle, ctx)
+            prep = self.in_context[ctx] = _driver.Prepared(
+                fn, ctx, self.grid, self.block, self.tail, self.shared
+            )
+        return prep
+
+
+def make_launch(
+    state: DeviceState,
+    cfg: KernelConfig,
+    batch: int,
+    m: int,
+    n: int,
+    ld_in: int,
+    ld_out: int,
+    bs_in: int,
+    bs_out: int,
+    outer: Dim = NO_DIM,
+    outer2: Dim = NO_DIM,
+) -> Launch:
+    """A prepared launch of `cfg` for a (batch, m, n) input with the given strides (elements).
+
+    With `outer` or `outer2` (permute's transpose passes: `plan.Pass`), the launch also walks
+    those two batch dims, outermost first, through the config's outer variant: the same tiles,
+    the batch index split into three dims once per tile (templates/common/outer.cu.j2)."""
+    walked = outer.extent * outer2.extent
+    tiles_m, tiles_n = cfg.tiles(m, n)
+    total = tiles_m * tiles_n * batch * walked
+    if total > _MAX_GRID_X:
+        raise ShapeError(
+            f"a batch of {batch * walked} {m}x{n} matrices needs {total} tiles of "
+            f"{cfg.tile_m}x{cfg.tile_n}, more than a launch allows ({_MAX_GRID_X}); use a "
+            "config with larger tiles or split the batch"
+        )
+    grid = cfg.grid(m, n, batch * walked, state.info.multiprocessors)
+    v = 1 if cfg.any_offset else cfg.vec  # realigning and staged kernels take strides in elements
+    fast, slow = (tiles_n, tiles_m) if cfg.raster == "row" else (tiles_m, tiles_n)
+    scalars = (m, n, ld_in // v, ld_out // v, bs_in // v, bs_out // v, fast, slow)
+    if walked == 1:
+        return Launch(cfg, get_kernel(state, cfg), grid, cfg.block, (*scalars, total), state)
+    more = (
+        total,
+        batch,
+        outer.in_stride // v,
+        outer.out_stride // v,
+        outer2.in_stride // v,
+        outer2.out_stride // v,
+        outer2.extent,
+        0,
+    )
+    return Launch(
+        cfg,
+        get_kernel(state, cfg, outer=True),
+        grid,
+        cfg.block,
+        (*scalars, *more),
+        state,
+        ARG_FORMAT[2:-1] + OUTER_ARG_FORMAT[1:],
+    )
+
+
+def contiguous_launch(state: DeviceState, cfg: KernelConfig, batch: int, m: int, n: int) -> Launch:
+    """A prepared launch for row-major contiguous input and output."""
+    return make_launch(state, cfg, batch, m, n, n, m, m * n, m * n)
+
+
+def run_copy(
+    state: DeviceState, elem_bytes: int, batch: int, m: int, n: int, bs_in: int, bs_out: int
+) -> Launch:
+    """transpose() of matrices that are one contiguous run in and out (m or n is 1, with a
+    contiguous column in or out): one row copy of max(m, n) elements a matrix."""
+    run = max(m, n)
+    return make_row_copy(state, elem_bytes, batch, 1, run, run, run, bs_in, bs_out)
+
+
+def make_row_copy(
+    state: DeviceState,
+    elem_bytes: int,
+    batch: int,
+    m: int,
+    n: int,
+    ld_in: int,
+    ld_out: int,
+    bs_in: int,
+    bs_out: int,
+    outer: int = 1,
+    os_in: int = 0,
+    os_out: int = 0,
+    outer2: int = 1,
+    os2_in: int = 0,
+    os2_out: int = 0,
+) -> Launch:
+    """A prepared launch of permute()'s row copy: ``out[z*os_out + b*bs_out + i*ld_out + j] =
+    in[z*os_in + b*bs_in + i*ld_in + j]`` for `outer` batches of `batch` x m rows of n
+    `elem_bytes`-byte words, and likewise for `outer2` more (os2_in, os2_out apart).
+
+    A generated kernel rather than the driver's 2-D copy (cuMemcpy2DAsync): a 2-D copy moves
+    one m-row matrix per call, so the batch would become host calls too, e.g. the
+    (8, 4096, 32, 128) float16 head swap would be 256 calls of 1 MB, bound by the host's
+    per-call cost rather than by memory; one launch here takes the whole batch. It also runs
+    through the same prepared launch and launcher as the transpose kernels (one C call,
+    the caller's stream, any context)."""
+    if batch >= 2**32:
+        raise ShapeError(
+            f"a row copy of {batch} batches of {m} rows is more than one launch takes (2**32 "
+            "batches); split the array"
+        )
+    g = row_geometry(batch * m, n, state.info.multiprocessors, max(1, outer * outer2))
+    if g.blocks > _MAX_GRID_X or min(outer, outer2) < 1 or outer * outer2 > _MAX_GRID_Y:
+        raise ShapeError(
+            f"a row copy of {outer} x {outer2} x {batch} x {m} rows of {n} words needs {g.blocks} "
+            f"x {outer * outer2} blocks, more than a launch allows ({_MAX_GRID_X} x {_MAX_GRID_Y}); split "
+            "the array"
+        )
+    line = row_store_line(n, g.chunk, g.lanes)
+    scalars = (
+        m,
+        n,
+        ld_in,
+        ld_out,
+        bs_in,
+        bs_out,
+        os_in,
+        os_out,
+        os2_in,
+        os2_out,
+        g.lanes,
+        batch,
+        g.chunk,
+        outer2,
+        g.per_block,
+        line,
+    )
+    kernel = get_row_kernel(state, elem_bytes, skew=line > 0)
+    return Launch(
+        None,
+        kernel,
+        (g.blocks, g.chunks, outer * outer2),
+        (ROWS_THREADS, 1, 1),
+        scalars,
+        state,
+        ROWS_ARG_FORMAT,
+    )
+
+
+@dataclass(frozen=True)
+class RunsGeometry:
+    """A realigned copy's runs and grid (`runs_geometry`): runs of `run` bytes, each `s0` x
+    `s1` rows, `ri` x `rb` of them in a launch; `words` 16-byte output words a run at most
+    (its first may be cut), `lanes` threads a run, `per_block` runs a block, runs cut into
+    `chunks` chunks of `chunk` words (blockIdx.y), `blocks` blocks along blockIdx.x."""
+
+    run: int
+    s0: int
+    s1: int
+    ri: int
+    rb: int
+    words: int
+    lanes: int
+    per_block: int
+    chunk: int
+    chunks: int
+    blocks: int
+    walked: int  # blockIdx.z: the two outer dims' indices
+
+
+def runs_geometry(
+    m: int, n: int, ld_out: int, batch: int, bs_out: int, multiprocessors: int, walked: int = 1
+) -> RunsGeometry:
+    """The runs and grid of a realigned copy of `batch` x `m` rows of `n` bytes (pure:
+    tests/test_realign.py walks the kernel's threads over it). Runs take the row copy's
+    lanes and chunks rule (`row_lanes`, ROWS_WAVES) over their 16-byte words."""
+    run, s0, s1 = runs_of(m, n, ld_out, batch, bs_out)
+    # runs: a row each (ri rows of rb matrices), a matrix each, or one
+    ri, rb = (m, batch) if s0 == 1 else (batch // s1, 1)
+    words = -(-run // 16) + 1
+    lanes = row_lanes(words)
+    per_block = ROWS_THREADS // lanes
+    blocks = max(1, -(-(ri * rb) // per_block))
+    chunk, chunks = _row_chunks(words, lanes, blocks, multiprocessors, walked)
+    return RunsGeometry(run, s0, s1, ri, rb, words, lanes, per_block, chunk, chunks, blocks, walked)
+
+
+def _magic(d: int) -> tuple[int, int]:
+    """The kernel's (magic, shift) for dividing by `d`; (0, 0) for 1 (no division)."""
+    return (0, 0) if d == 1 else divisor(d)
+
+
+def runs_args(
+    batch: int,
+    m: int,
+    n: int,
+    ld_in: int,
+    ld_out: int,
+    bs_in: int,
+    bs_out: int,
+    outer: int = 1,
+    os_in: int = 0,
+    os_out: int = 0,
+    outer2: int = 1,
+    os2_in: int = 0,
+    os2_out: int = 0,
+    *,
+    multiprocessors: int,
+) -> tuple[RunsGeometry, tuple[int, ...]]:
+    """The geometry and `at_runs_args` (by RUNS_ARG_FORMAT) of a realigned copy of `outer` x
+    `outer2` x `batch` x `m` rows of `n` bytes, strides in bytes (pure: tests/test_realign.py
+    runs the kernel's threads on them). Raises ShapeError past what one launch takes."""
+    walked = max(1, outer * outer2)
+    g = runs_geometry(m, n, ld_out, batch, bs_out, multiprocessors, walked)
+    if (
+        g.run > REALIGN_MAX_RUN_BYTES
+        or g.ri >= 2**32
+        or g.rb >= 2**32
+        or g.words >= 2**32
+        or g.blocks > _MAX_GRID_X
+        or min(outer, outer2) < 1
+        or walked > _MAX_GRID_Y
+    ):
+        raise ShapeError(
+            f"a realigned copy of {outer} x {outer2} x {batch} x {m} rows of {n} bytes is more "
+            f"than one launch takes ({g.blocks} x {g.chunks} x {walked} blocks, runs of {g.run} "
+            "bytes); split the array"
+        )
+    if g.s0 > 1:  # rows side by side in a run: runs are the batch's matrices (or one run)
+        in0, in1 = ld_in, (bs_in if g.s1 > 1 else 0)
+        rin_i, rout_i, rin_b, rout_b = (0, 0, 0, 0) if g.s1 > 1 else (bs_in, bs_out, 0, 0)
+    else:  # a run is a row
+        in0 = in1 = 0
+        rin_i, rout_i, rin_b, rout_b = ld_in, ld_out, bs_in, bs_out
+    nm, ns = _magic(n)
+    sm, ss = _magic(g.s0)
+    scalars = (
+        n,
+        in0,
+        in1,
+        rin_i,
+        rout_i,
+        rin_b,
+        rout_b,
+        os_in,
+        os_out,
+        os2_in,
+        os2_out,
+        g.run,
+        g.s0,
+        g.ri,
+        g.rb,
+        outer2,
+        g.lanes,
+        g.per_block,
+        g.chunk,
+        g.words,
+        nm,
+        ns,
+        sm,
+        ss,
+        0,
+    )
+    return g, scalars
+
+
+def make_runs_copy(state: DeviceState, elem_bytes: int, *args: int) -> Launch:
+    """A prepared launch of permute()'s realigned row copy (`plan.realigned`): the row copy's
+    contract (`make_row_copy`'s arguments) in bytes (`elem_bytes` must be 1), moved in
+    aligned 16-byte output words whatever the rows' offsets (templates/rows/,
+    `at_copy_runs`)."""
+    if elem_bytes != 1:
+        raise ShapeError(f"a realigned row copy counts bytes, not {elem_bytes}-byte words")
+    g, scalars = runs_args(*args, multiprocessors=state.info.multiprocessors)
+    kernel = get_runs_kernel(state)
+    return Launch(
+        None,
+        kernel,
+        (g.blocks, g.chunks, g.walked),
+        (ROWS_THREADS, 1, 1),
+        scalars,
+        state,
+        RUNS_ARG_FORMAT,
+    )
+
+
+def make_packed(
+    state: DeviceState,
+    elem_bytes: int,
+    dims: tuple[Dim, ...],
+    box: tuple[int, ...],
+    src: int = 0,
+    dst: int = 0,
+    pipelined: bool = False,
+) -> Launch:
+    """A prepared launch of permute()'s packed pass: the gather's contract (every index of
+    `dims`), moved in boxes of `box` through shared memory (a plan's PACKED pass), for
+    pointers aligned as `src` and `dst` (the words kernel needs both word-aligned), through
+    the pipelined kernel if `pipelined` (`plan.Pass.pipelined`).
+
+    The grid is at most 4 x the kernel's resident blocks per SM (`PackedKernel.blocks_per_sm`):
+    those beyond what fits at once wait their turn, and each block walks boxes by the grid
+    stride."""
+    args = packed_args(elem_bytes, dims, box, src, dst, pipelined=pipelined)
+    blocks = max(1, min(args.tiles, state.info.multiprocessors * args.kernel.blocks_per_sm * 4))
+    kernel = get_packed_kernel(state, args.kernel)
+    return Launch(
+        None, kernel, (blocks, 1, 1), (PACKED_THREADS, 1, 1), args.values(), state, PACKED_FORMAT
+    )
+
+
+def make_vbox(
+    state: DeviceState,
+    elem_bytes: int,
+    dims: tuple[Dim, ...],
+    box: tuple[int, ...],
+    vectors: tuple[int, int],
+    src: int = 0,
+    dst: int = 0,
+    scatter: int = 0,
+) -> Launch:
+    """A prepared launch of a vector box pass (a plan's PACKED pass with `vectors`,
+    `_vbox`): every index of `dims` moved in boxes of `box`, for pointers aligned as `src`
+    and `dst`. The grid is the resident blocks (`blocks_per_sm` an SM), each walking boxes by
+    the grid stride, so a block copies its table once for many boxes."""
+    spec, values = vbox_spec(elem_bytes, dims, box, vectors, src, dst, scatter)
+    tiles = values[-2]
+    blocks = max(1, min(tiles, state.info.multiprocessors * spec.blocks_per_sm))
+    kernel = get_vbox_kernel(state, spec)
+    return Launch(None, kernel, (blocks, 1, 1), (VBOX_THREADS, 1, 1), values, state, PACKED_FORMAT)
+
+
+def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> Launch:
+    """A prepared launch of permute()'s gather: ``out[sum k*out_stride] = in[sum k*in_stride]``
+    for every index of `dims` (output memory order, outermost first, strides in
+    `elem_bytes`-byte elements; a plan's GATHER pass), in one launch whatever the shape.
+
+    The grid is GATHER_BLOCKS_PER_SM blocks per SM (what the registers allow resident), or
+    fewer for a small problem: each thread then walks many elements by the mixed-radix carry,
+    so its one decomposition by division is paid once per many elements."""
+    total = math.prod(d.extent for d in dims)
+    per_block = GATHER_THREADS * GATHER_UNROLL
+    blocks = max(
+        1,
+        min(
+            -(-total // per_block),
+            state.info.multiprocessors * GATHER_BLOCKS_PER_SM,
+            MAX_STRIDE // GATHER_THREADS,
+        ),
+    )
+    args = gather_args(dims, blocks * GATHER_THREADS)
+    kernel = get_gather_kernel(state, elem_bytes)
+    return Launch(
+        None, kernel, (blocks, 1, 1), (GATHER_THREADS, 1, 1), args.values(), state, GATHER_FORMAT
+    )

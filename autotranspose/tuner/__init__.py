@@ -1,0 +1,1 @@
+"""Offline tuning: measuring configs, the worker process, the Optuna study (study/), several GPUs."""

@@ -1,0 +1,93 @@
+"""Optuna's storage for the tuner's studies, and the heartbeat that tells live trials from those of
+a killed process.
+
+The storage itself is opened by the store (`store.studies.optuna_storage`: our engine arguments,
+the retries while Optuna creates its tables); this module adds what the tuner wants of it.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterable
+
+import optuna
+from optuna.trial import FrozenTrial, Trial
+
+from ...store.studies import optuna_storage
+
+# A process's running trials are marked alive every HEARTBEAT_INTERVAL seconds; one silent for
+# GRACE_PERIOD seconds belongs to a killed process and is failed and retried. A batch may spend
+# a while in nvcc, but the heartbeat runs on its own thread, so the grace period need not
+# cover a batch, only a stalled process.
+HEARTBEAT_INTERVAL = 5
+GRACE_PERIOD = 30
+
+
+def open_storage(
+    url: str, *, heartbeat_interval: int = HEARTBEAT_INTERVAL, grace_period: int = GRACE_PERIOD
+) -> optuna.storages.RDBStorage:
+    """Optuna's storage on our database URL, with the heartbeat that finds dead trials.
+
+    A trial whose heartbeat stopped (its process was killed) is failed by the next process
+    that looks and enqueued again, so its config is retried; a live process's trials keep
+    beating and are left alone.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna_storage(
+            url,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            heartbeat_stale_trial_callback=(
+                optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2)
+            ),
+        )
+
+
+def trial_id(trial: Trial | FrozenTrial) -> int:
+    """The storage's id of a trial, unique across the whole database (unlike its number)."""
+    # Optuna has no public accessor for it, which the heartbeat and the claims need.
+    return trial._trial_id
+
+
+class Heartbeat:
+    """Marks this process's running trials alive. Optuna beats only inside study.optimize(),
+    and the tuner asks and tells trials itself."""
+
+    def __init__(self, storage: optuna.storages.RDBStorage, interval: int) -> None:
+        self._storage = storage
+        self._interval = interval
+        self._ids: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="autotranspose-heartbeat", daemon=True
+        )
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def add(self, trial_id: int) -> None:
+        self._storage.record_heartbeat(trial_id)  # at once: a trial with no beat is never stale
+        with self._lock:
+            self._ids.add(trial_id)
+
+    def discard(self, ids: Iterable[int]) -> None:
+        with self._lock:
+            self._ids.difference_update(ids)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            with self._lock:
+                ids = sorted(self._ids)
+            for trial_id in ids:
+                try:
+                    self._storage.record_heartbeat(trial_id)
+                except Exception:  # a missed beat is retried next interval
+                    pass

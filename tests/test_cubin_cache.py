@@ -67,8 +67,9 @@ _COMPILE = textwrap.dedent("""
 @pytest.mark.gpu
 def test_processes_compiling_one_kernel_at_once_each_get_a_whole_cubin(tmp_path):
     """Eight processes compile the same new source at once into one cache: each gets a whole
-    cubin, the same bytes; the cache holds one whole file and no temporary one; a ninth
-    process gets the same bytes."""
+    cubin; the cache holds one whole file, one of theirs, and no temporary one; a ninth
+    process gets that file's bytes (nvcc's cubins differ from run to run, so a compile
+    instead of the cache's file would show)."""
     import time
 
     pytest.importorskip("pycuda.compiler")
@@ -93,11 +94,12 @@ def test_processes_compiling_one_kernel_at_once_each_get_a_whole_cubin(tmp_path)
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
     got = {o.split()[0] for o, _ in outs}
-    assert len(got) == 1 and all(o.split()[1] == "True" for o, _ in outs), outs
+    assert all(o.split()[1] == "True" for o, _ in outs), outs
     files = list((tmp_path / "autotranspose" / compiler.CUBIN_CACHE).iterdir())
     assert [f.suffix for f in files] == [".cubin"], files
-    assert hashlib.sha256(files[0].read_bytes()).hexdigest() in got
+    cached = hashlib.sha256(files[0].read_bytes()).hexdigest()
+    assert compiler._whole_elf(files[0].read_bytes()) and cached in got
     ninth = subprocess.run(
         [sys.executable, "-c", _COMPILE, source, "0"], env=env, capture_output=True, text=True
     )
-    assert ninth.returncode == 0 and ninth.stdout.split()[0] in got, ninth.stderr
+    assert ninth.returncode == 0 and ninth.stdout.split()[0] == cached, ninth.stderr

@@ -34,7 +34,10 @@ def test_worker_measures_and_survives_a_killed_process():
     with GpuObjective("float32", (1, 1024, 2048)) as obj:
         assert obj.device.name and obj.device.multiprocessors > 0
         first = obj(configs)
-        assert all(m.ok and m.gbps > 0 and 0 < m.ratio < 1.5 for m in first), first
+        # no timing bound (a unit test's GPU may be shared): each result is whole and its
+        # ratio is its own GB/s over the copy's
+        assert all(m.ok and m.gbps > 0 and m.copy_gbps > 0 for m in first), first
+        assert all(m.ratio == pytest.approx(m.gbps / m.copy_gbps) for m in first), first
         os.kill(obj._proc.pid, signal.SIGKILL)  # as if a kernel had killed its context
         second = obj(configs)
         assert second[0].status == "fail" and "died" in second[0].error

@@ -88,6 +88,28 @@ recipe_tests() {
   grep -E "^(FAILED|ERROR)" "$OUT/pytest.txt" | head -30 | tee -a "$LOG"
 }
 
+# A new user's machine: the README's main job (`tune`, then `bench`) into a fresh HOME's
+# default tuning database, then the whole GPU suite with `pytest -n 8` (pytest-n8.txt), then
+# serially (the `tests` recipe's shards, one serial process each). Both runs share one test run
+# directory (AUTOTRANSPOSE_TEST_RUN_DIR): the second compiles nothing again, and its tests'
+# database carries the first run's results.
+recipe_user_machine() {
+  export HOME=${USER_HOME:-/tmp/userhome} AUTOTRANSPOSE_TEST_RUN_DIR=${TEST_RUN_DIR:-/tmp/atrun}
+  mkdir -p "$HOME" "$AUTOTRANSPOSE_TEST_RUN_DIR"
+  versions
+  timeout "${TUNE_TIMEOUT:-150}" python3 -m autotranspose tune --shapes 8192x8192 4099x6007 \
+    --dtypes float32 float16 int8 >"$OUT/tune.txt" 2>&1
+  log "tune rc=$?: $(tail -1 "$OUT/tune.txt")"
+  timeout "${BENCH_TIMEOUT:-120}" python3 -m autotranspose bench --shapes 8192x8192 \
+    --dtypes float32 float16 int8 >>"$OUT/tune.txt" 2>&1
+  log "bench rc=$?"
+  timeout "${N8_TIMEOUT:-300}" python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider \
+    >"$OUT/pytest-n8.txt" 2>&1
+  log "pytest -n 8 rc=$?: $(tail -1 "$OUT/pytest-n8.txt")"
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest-n8.txt" | head -30 | tee -a "$LOG"
+  SHARDS=${SHARDS:-8} recipe_tests
+}
+
 # One `autotranspose bench` run: NAME, then its arguments; NAME.txt, .json, .md in $OUT.
 bench() {
   local name=$1

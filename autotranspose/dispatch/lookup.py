@@ -139,8 +139,14 @@ def best_changed(change: store_hooks.FirstCallBest | None) -> None:
         clear_cache()
         return
     with _lock:
-        for key in [k for k in list(_choices) if _of_class(k, change)]:  # list(): one C call
-            _choices.pop(key, None)
+        _drop_class(change)
+
+
+def _drop_class(change: store_hooks.FirstCallBest) -> None:
+    """Drop every cached choice of `change`'s device, class and problem (both conjugate
+    flags: one best row serves both). Called under `_lock`."""
+    for key in [k for k in list(_choices) if _of_class(k, change)]:  # list(): one C call
+        _choices.pop(key, None)
 
 
 def _of_class(key: tuple[Any, ...], change: store_hooks.FirstCallBest) -> bool:
@@ -618,30 +624,14 @@ def remember(
         _choices.keep(key, choice)
 
 
-def renew(
-    device: DeviceInfo, elem_bytes: int, cls: ShapeClass, conjugate: bool, problem: str = ""
-) -> None:
-    """Forget the choice cached for one class of transposes (`problem` ""), or of a
+def renew(device: DeviceInfo, elem_bytes: int, cls: ShapeClass, problem: str = "") -> None:
+    """Forget the choices cached for one class of transposes (`problem` ""), or of a
     cast-transpose's `problem`, and move the generation: the next call of the class asks the
     database again, where another process has since recorded its first call's winner
     (`winners`), while the other classes keep theirs."""
     global generation
-    if problem:
-        from ..kinds import cast as cast_kind
-
-        parsed = cast_kind.parse_problem(problem)
-        if parsed is None:
-            raise ValueError(f"not a cast-transpose problem: {problem!r}")
-        code, both = parsed
-        keys = [
-            _cast_key(device.name, device.limits, code, both, cls, aligned, DEFAULT_STORE)
-            for aligned in (True, False)
-        ]
-    else:
-        keys = [(device.name, device.limits, elem_bytes, cls, conjugate, _store_key(DEFAULT_STORE))]
     with _lock:
-        for key in keys:
-            _choices.pop(key, None)
+        _drop_class(store_hooks.FirstCallBest(device.name, elem_bytes, cls, problem))
         generation += 1
 
 

@@ -363,9 +363,7 @@ def _poll() -> None:
                     with _lock:
                         if _pending.get(key) is call:
                             del _pending[key]
-                    lookup.renew(
-                        call.device, call.elem_bytes, call.cls, call.conjugate, call.problem
-                    )
+                    lookup.renew(call.device, call.elem_bytes, call.cls, call.problem)
     finally:
         with _lock:
             if me in _poller:

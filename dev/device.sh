@@ -107,7 +107,9 @@ recipe_user_machine() {
     >"$OUT/pytest-n8.txt" 2>&1
   log "pytest -n 8 rc=$?: $(tail -1 "$OUT/pytest-n8.txt")"
   grep -E "^(FAILED|ERROR)" "$OUT/pytest-n8.txt" | head -30 | tee -a "$LOG"
-  SHARDS=${SHARDS:-8} recipe_tests
+  # SERIAL=0 stops here: a second call on the still-warm machine runs the serial shards
+  # (`tests` with the same USER_HOME and TEST_RUN_DIR) when both do not fit one call
+  [ "${SERIAL:-1}" = 0 ] || SHARDS=${SHARDS:-8} recipe_tests
 }
 
 # One `autotranspose bench` run: NAME, then its arguments; NAME.txt, .json, .md in $OUT.

@@ -108,7 +108,7 @@ def main() -> int:
         ).stdout
     per_kernel = kernels(sass)
     for c in cfgs:
-        s, d = cast.PAIRS[c.cast]
+        s, d = cast.PAIRS[c.params.pair]
         ph = phases(per_kernel[c.kernel_name])
         total = sum(int(p["instructions"]) for p in ph)  # type: ignore[call-overload]
         elems = c.tile_m * c.tile_n

@@ -1,4 +1,4 @@
-"""Developer tool: direct kernels (`KernelConfig.direct`, the seed documents' strategy with
+"""Developer tool: direct kernels (`kind="direct"`, the seed documents' strategy with
 the tiled kernel's parameters) against the seed kernel and what `transpose()` serves, on the
 cases where the seed kernel won (docs/perf-notes.md, "Direct tiles"): few long rows, few columns
 and odd squares of 4- to 16-byte elements.
@@ -73,7 +73,7 @@ def direct_grid(s: int, conjugate: bool = False) -> list[KernelConfig]:
         DIRECT_TILES, DIRECT_TILES, (2, 4, 8), ("row", "col")
     ):
         try:
-            c = KernelConfig(s, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, direct=True)
+            c = KernelConfig(s, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, kind="direct")
         except ConfigError:
             continue
         out += [c, *(c.replace(min_blocks=b) for b in cap_steps(c))]
@@ -109,7 +109,7 @@ def main() -> None:
         cands = [c for c in cands if c not in failed]
         ranked = measure_ranked(state, s, shape, cands)
         by = {c: r for c, r in ranked}
-        best_c, best_r = next(((c, r) for c, r in ranked if c.direct), (None, None))
+        best_c, best_r = next(((c, r) for c, r in ranked if c.kind == "direct"), (None, None))
 
         def pct(c: KernelConfig, by: dict = by) -> str:
             return f"{by[c].ratio * 100:.1f}" if c in by else "-"

@@ -37,6 +37,7 @@ from autotranspose.kernels.config import (
     tall_default,
     wide_default,
 )
+from autotranspose.kinds.prmt import PrmtParams
 from autotranspose.runtime.compiler import activate
 
 CASES = [
@@ -95,10 +96,8 @@ def _wide_beyond(s: int, rows_to: int) -> list[KernelConfig]:
                                 0,
                                 "pad",
                                 "row",
-                                flat=True,
-                                prmt=True,
-                                wide=True,
-                                ordered=ordered,
+                                kind="prmt",
+                                params=PrmtParams(flat=True, wide=True, ordered=ordered),
                             )
                         )
                     except ConfigError:
@@ -165,7 +164,7 @@ def main() -> None:
         ranked = measure_ranked(state, s, shape, cands)
         by = dict(ranked)
         tall = tall_default(s, n) if n < m else wide_default(s, m)
-        best = next(((c, r) for c, r in ranked if c.flat and c.prmt), (None, None))
+        best = next(((c, r) for c, r in ranked if c.kind == "prmt" and c.params.flat), (None, None))
         print(
             f"\n=== {shape} {s} B: served {by[served].ratio * 100:.1f}% ({served.key}), flat prmt default "
             f"{by[tall].ratio * 100 if tall in by else 0:.1f}%, best flat prmt "
@@ -176,7 +175,8 @@ def main() -> None:
         if n > m:  # wide: the best with the run store and with the ordered buffer
             for label, want in (("run store", False), ("ordered", True)):
                 c, r = next(
-                    ((c, r) for c, r in ranked if c.wide and c.ordered == want), (None, None)
+                    ((c, r) for c, r in ranked if c.flag("wide") and c.flag("ordered") == want),
+                    (None, None),
                 )
                 print(
                     f"    best wide, {label}: {r.ratio * 100 if r else 0:.1f}% ({c.key if c else '-'})"

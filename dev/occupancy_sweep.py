@@ -127,7 +127,11 @@ def main() -> None:
             *near,
             *small_tiles(s, m, n, v1),
         ]
-        base = [c for c in dict.fromkeys(base) if c is not None and not (c.flat or c.prmt)]
+        base = [
+            c
+            for c in dict.fromkeys(base)
+            if c is not None and not (c.spans_short_side or c.kind == "prmt")
+        ]
         cands = [c for c in dict.fromkeys(x for c in base for x in ladder(c)) if c.applies(m, n)]
         if served not in cands:
             cands.insert(0, served)

@@ -63,7 +63,7 @@ def main() -> None:
         cands = list(dict.fromkeys([served, staged_default(s), *space]))
         ranked = measure_ranked(state, s, shape, cands)
         by = dict(ranked)
-        best_pm = next((c, r) for c, r in ranked if c.prmt)
+        best_pm = next((c, r) for c, r in ranked if c.kind == "prmt")
         print(
             f"\n=== {shape} {s} B: served {by[served].ratio * 100:.1f}% ({served.key}), "
             f"staged default {by[staged_default(s)].ratio * 100:.1f}%, best prmt "

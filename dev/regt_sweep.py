@@ -76,18 +76,18 @@ def main() -> None:
     for case, s, shape, regt, others in within_budget(parsed, args.budget):
         ranked = measure_ranked(state, s, shape, regt + others)
         ok = [(c, r) for c, r in ranked if r.ok]
-        best_r = next(((c, r) for c, r in ok if c.regt and not c.staged), None)
-        best_s = next(((c, r) for c, r in ok if c.regt and c.staged), None)
-        best_o = next(((c, r) for c, r in ok if not c.regt), None)
+        best_r = next(((c, r) for c, r in ok if c.kind == "regt" and not c.flag("staged")), None)
+        best_s = next(((c, r) for c, r in ok if c.kind == "regt" and c.flag("staged")), None)
+        best_o = next(((c, r) for c, r in ok if c.kind != "regt"), None)
         bad = [(c.key, r.status) for c, r in ranked if not r.ok]
         line = f"=== {case}"
         for label, best in (("regt", best_r), ("staged", best_s), ("other", best_o)):
             if best:
                 line += f" | {label} {100 * best[1].ratio:5.1f}% {best[0].key}"
         regt_all = " ".join(
-            f"{'sg' if c.staged else ''}{c.threads}{f'b{c.min_blocks}' if c.min_blocks else ''}:{100 * r.ratio:.1f}"
+            f"{'sg' if c.flag('staged') else ''}{c.threads}{f'b{c.min_blocks}' if c.min_blocks else ''}:{100 * r.ratio:.1f}"
             for c, r in ranked
-            if c.regt
+            if c.kind == "regt"
         )
         print(
             line + f" | regt by threads {regt_all}" + (f" | FAILED {bad[:3]}" if bad else ""),

@@ -35,7 +35,7 @@ CASES += [((1, 10923, 10923), 8), ((1, 12001, 9001), 4), ((7, 1531, 2047), 2)]
 def _c(
     s: int, tm: int, tn: int, v: int, pt: int, raster: str, cache: str = "default"
 ) -> KernelConfig:
-    return KernelConfig(s, tm, tn, v, pt, 0, "pad", raster, cache, staged=True)
+    return KernelConfig(s, tm, tn, v, pt, 0, "pad", raster, cache, kind="staged")
 
 
 CANDIDATES = {

@@ -196,7 +196,7 @@ def cast_call(
     from autotranspose.kinds.cast import PAIRS
     from autotranspose.plans.cast import pack_args, plan_cast
 
-    src, dst = PAIRS[config.cast]
+    src, dst = PAIRS[config.params.pair]
     plan = plan_cast(
         x.shape,
         axes,

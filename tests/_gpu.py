@@ -99,7 +99,7 @@ def assert_kind_matches_reference(rng: Any, elem_bytes: int, space: Any, default
     state = activate(0)
     configs = [c for c in space(elem_bytes, state.info.limits) if not c.persistent]
     picks = [configs[i] for i in rng.choice(len(configs), 6, replace=False)]
-    picks += [default] + ([] if default.direct else [default.replace(persistent=2)])
+    picks += [default] + ([] if default.kind == "direct" else [default.replace(persistent=2)])
     assert not precompile(state, picks)
     for shape in odd_shapes(rng):
         assert_match_reference(state, elem_bytes, shape, picks)

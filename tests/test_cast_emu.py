@@ -57,7 +57,7 @@ class Guarded:
 
 def _check(cfg, shape, axes=None, *, x_strides=None, x_off=0, y_pad=0, y_off=0, both=False,
            z_off=0, scale=1.0, scale_on_device=False, amax_prior=None, seed=0):  # fmt: skip
-    src, dst = cast.PAIRS[cfg.cast]
+    src, dst = cast.PAIRS[cfg.params.pair]
     rng = np.random.default_rng(seed)
     ndim = len(shape)
     axes = tuple(axes) if axes is not None else (*range(ndim - 2), ndim - 1, ndim - 2)

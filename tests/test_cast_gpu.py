@@ -478,7 +478,7 @@ def test_a_result_recorded_in_this_process_serves_the_next_call(torch, rng, own_
         with Store.open(own_store) as store:
             store.record(
                 None, info, "bfloat16", 2, (1, m, n), cls, tuned,
-                Measurement("ok", 0.9 * copy, copy, 10.0), problem=cast.problem(tuned.cast),
+                Measurement("ok", 0.9 * copy, copy, 10.0), problem=cast.problem(tuned.params.pair),
             )  # fmt: skip
         for _ in range(2):  # the full path once, then the fast path
             x = _input(torch, rng, (m, n), src, dst, 1.0)

@@ -76,8 +76,8 @@ def test_a_cast_and_a_transpose_of_one_class_keep_their_own_bests(store, rng):
     """Same device, element size and class: the problem keeps them apart, in the bests and
     in the tuner's "measured already?"."""
     cast_cfg, cast_m = _variant(rng), _ok(rng)
-    problem = cast_kind.problem(cast_cfg.cast)
-    both = cast_kind.problem(cast_cfg.cast, True)
+    problem = cast_kind.problem(cast_cfg.params.pair)
+    both = cast_kind.problem(cast_cfg.params.pair, True)
     shape = (1, 8192, 8192)
     store.record(None, H100, "bfloat16", 2, shape, CLS, cast_cfg, cast_m, problem=problem)
     plain = valid_config(2, 8)
@@ -110,7 +110,7 @@ def test_a_tampered_row_is_skipped_with_a_warning_naming_it(store, rng):
     cfg = _variant(rng)
     store.record(
         None, H100, "bfloat16", 2, (1, 8192, 8192), CLS, cfg, _ok(rng),
-        problem=cast_kind.problem(cfg.cast),
+        problem=cast_kind.problem(cfg.params.pair),
     )  # fmt: skip
     with store.engine.begin() as conn:
         conn.execute(sa.text("UPDATE at_best SET problem = ''"))
@@ -129,7 +129,7 @@ def _file(store) -> dict:
 def test_cast_entries_export_and_import_with_their_problem(tmp_path, rng):
     with Store.open(tmp_path / "a.db") as a:
         cfg = _variant(rng)
-        problem = cast_kind.problem(cfg.cast, True)
+        problem = cast_kind.problem(cfg.params.pair, True)
         a.record(None, H100, "bfloat16", 2, (1, 8192, 8192), CLS, cfg, _ok(rng), problem=problem)
         a.record(None, H100, "bfloat16", 2, (1, 8192, 8192), CLS, valid_config(2, 8), _ok(rng))
         doc = _file(a)
@@ -151,7 +151,7 @@ def test_cast_entries_export_and_import_with_their_problem(tmp_path, rng):
 def test_untrusted_cast_entries_are_refused_with_the_entry_named(tmp_path, rng, change, message):
     with Store.open(tmp_path / "a.db") as a:
         cfg = _variant(rng)
-        problem = cast_kind.problem(cfg.cast)
+        problem = cast_kind.problem(cfg.params.pair)
         a.record(None, H100, "bfloat16", 2, (1, 8192, 8192), CLS, cfg, _ok(rng), problem=problem)
         doc = _file(a)
     change(doc["entries"][0])
@@ -221,7 +221,7 @@ def test_revision_0006_keeps_every_row_and_keys_casts_apart(db_url, rng):
         assert store.measured(H100.name, 2, (1, 8192, 8192), plain).gbps == pytest.approx(m.gbps)
         store.record(
             None, H100, "bfloat16", 2, (1, 8192, 8192), CLS, cfg, _ok(rng),
-            problem=cast_kind.problem(cfg.cast),
+            problem=cast_kind.problem(cfg.params.pair),
         )  # fmt: skip
         assert len(store.entries()) == 2
     engine = sa.create_engine(resolve_url(db_url))
@@ -238,22 +238,24 @@ def test_revision_0006_keeps_every_row_and_keys_casts_apart(db_url, rng):
 # --- lookup -----------------------------------------------------------------------------------
 def test_lookup_serves_a_stored_cast_config_for_its_pair_and_class(store, rng):
     cfg = _variant(rng)
-    problem = cast_kind.problem(cfg.cast)
+    problem = cast_kind.problem(cfg.params.pair)
     lookup.clear_cache()
-    before = lookup.cast_choice(H100, cfg.cast, CLS, store=store)
+    before = lookup.cast_choice(H100, cfg.params.pair, CLS, store=store)
     assert before.source == "default"
     assert before.config == cast_kind.default(KernelConfig, BF16, E4M3)
     store.record(None, H100, "bfloat16", 2, (1, 8192, 8192), CLS, cfg, _ok(rng), problem=problem)
-    exact = lookup.cast_choice(H100, cfg.cast, CLS, store=store)
+    exact = lookup.cast_choice(H100, cfg.params.pair, CLS, store=store)
     assert (exact.config, exact.source, exact.shape_class) == (cfg, "tuned", CLS)
     # another class: the default (no nearest class for cast-transposes)
     other = ShapeClass(1, 4096, 16384, 1)
-    assert lookup.cast_choice(H100, cfg.cast, other, store=store).source == "default"
+    assert lookup.cast_choice(H100, cfg.params.pair, other, store=store).source == "default"
     # calls that also write the same-order output are served their own results only
-    assert lookup.cast_choice(H100, cfg.cast, CLS, both=True, store=store).source == "default"
+    assert (
+        lookup.cast_choice(H100, cfg.params.pair, CLS, both=True, store=store).source == "default"
+    )
     # another pair, and a transpose of the same size and class, never see it
     assert lookup.cast_choice(H100, "bf16_e5m2", CLS, store=store).source == "default"
-    assert lookup.choose(H100, 2, CLS, store=store).config.cast == ""
+    assert lookup.choose(H100, 2, CLS, store=store).config.kind != "cast"
 
 
 def test_the_cast_class_is_the_launchs_batch_sides_and_input_vector(rng):
@@ -292,7 +294,7 @@ def test_a_cast_study_searches_its_pairs_variants_and_defaults(code):
     src, dst = cast_kind.PAIRS[code]
     target = cast_target(src, dst, (4096, 8192), both=True)
     space = cast_space(H100, target)
-    assert all(c.cast == code for c in space.configs)
+    assert all(c.params.pair == code for c in space.configs)
     assert cast_kind.default(KernelConfig, src, dst) in space
     assert target.problem == cast_kind.problem(code, True)
     name = cast_study_name(H100, target, space)
@@ -347,7 +349,7 @@ def test_a_cast_study_runs_on_the_gpu(tmp_path, quiet_optuna):
             "bf16:e4m3", (1024, 3072), db=str(tmp_path / "t.db"),
             settings=TuneSettings(trials=4, seed=np.random.default_rng().integers(1000)),
         )  # fmt: skip
-    assert result.measurement.ok and result.config.cast == "bf16_e4m3"
+    assert result.measurement.ok and result.config.params.pair == "bf16_e4m3"
     with Store.open(tmp_path / "t.db") as store:
         assert store.best(store.devices()[0].name, 2, result.shape_class, "cast:bf16_e4m3")
 
@@ -405,7 +407,7 @@ def test_show_names_each_casts_problem(tmp_path, rng):
     cfg = _variant(rng)
     with Store.open(db) as store:
         for both in (False, True):
-            problem = cast_kind.problem(cfg.cast, both)
+            problem = cast_kind.problem(cfg.params.pair, both)
             store.record(
                 None, H100, "bfloat16", 2, (1, 8192, 8192), CLS, cfg, _ok(rng), problem=problem
             )

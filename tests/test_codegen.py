@@ -56,7 +56,7 @@ def test_a_capped_kernel_differs_from_its_uncapped_twin_only_in_its_bounds(stage
     """`min_blocks` changes the launch bounds (and the name) and nothing else, and a config
     without it renders as before the field existed: its stored results stay current."""
     base = (
-        KernelConfig(4, 128, 32, 4, 4, 0, "pad", "col", staged=True)
+        KernelConfig(4, 128, 32, 4, 4, 0, "pad", "col", kind="staged")
         if staged
         else KernelConfig(8, 16, 32, 1, 8, 1, "pad", "col")
     )
@@ -83,7 +83,7 @@ def test_min_blocks_past_the_threads_an_sm_runs_is_refused():
     with pytest.raises(at.errors.ConfigError, match="threads an SM runs; use 0 or 2 to 8"):
         KernelConfig(4, 32, 32, 1, 4, 1, "pad", "row", min_blocks=12)  # 256 threads
     with pytest.raises(at.errors.ConfigError, match="flat and byte-permute kernels set their own"):
-        KernelConfig(4, 64, 64, 1, 2, 0, "pad", "col", prmt=True, min_blocks=4)
+        KernelConfig(4, 64, 64, 1, 2, 0, "pad", "col", kind="prmt", min_blocks=4)
 
 
 def test_render_rejects_other_objects():

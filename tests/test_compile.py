@@ -63,10 +63,10 @@ def sample(elem_bytes: int, rng: np.random.Generator, n_random: int = 12) -> lis
     if elem_bytes in REGT_SIZES:  # register transposes: a kernel per side, in a space per side
         for side in (2, 16 // elem_bytes):
             regt = list(config_space(DTYPES[elem_bytes], short_side=side))
-            regt = [c for c in regt if c.regt and not c.persistent]
+            regt = [c for c in regt if c.kind == "regt" and not c.persistent]
             for cfg in (min(regt, key=lambda c: c.threads), max(regt, key=lambda c: c.threads)):
                 picks[cfg.kernel_name] = cfg
-            for cfg in (c for c in regt if not c.wide):  # few columns too
+            for cfg in (c for c in regt if not c.flag("wide")):  # few columns too
                 picks[cfg.kernel_name] = cfg
                 break
     return list(picks.values())

@@ -112,7 +112,7 @@ def test_space_respects_device_limits_and_vector_cap():
     assert all(c.threads <= 256 and c.smem_bytes <= 8 * 1024 for c in configs)
     assert all(c.vec == 1 or c.any_offset for c in configs)
     assert any(c.realign for c in configs)  # unaligned calls get the realigning kernels
-    assert any(c.staged for c in configs)  # and the staged ones
+    assert any(c.flag("staged") for c in configs)  # and the staged ones
     assert not any(c.any_offset for c in config_space("float32"))
     assert len(configs) < len(list(config_space("float32")))
 
@@ -254,8 +254,8 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
                     "persistent",
                     "raster",
                     "cache",
-                    "flat",
-                    "staged",
+                    "kind",
+                    "params",
                     "realign",
                     "elem_bytes",
                     "min_blocks",
@@ -266,7 +266,9 @@ def test_neighbours_are_valid_configs_one_field_one_step_away(dtype):
             assert len(moved) + smem == 1, (config.key, other.key)
             if moved == ["min_blocks"]:  # from uncapped: any cap; else the next cap either way
                 caps = (0, *cap_steps(config))
-                assert other.min_blocks in caps and not (config.flat or config.prmt)
+                assert other.min_blocks in caps and not (
+                    config.spans_short_side or config.kind == "prmt"
+                )
                 if config.min_blocks:
                     assert abs(caps.index(config.min_blocks) - caps.index(other.min_blocks)) == 1
             elif moved and moved[0] in steps:

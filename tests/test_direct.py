@@ -1,4 +1,4 @@
-"""Direct kernels (config.direct: the seed documents' strategy with the tiled kernel's
+"""Direct kernels (config.kind == "direct": the seed documents' strategy with the tiled kernel's
 parameters): validation, keys and stored form, the grid, the space, compiling without spills
 (CPU, nvcc), and correctness on the GPU: odd sizes, 1xN and Nx1, batches, every pointer
 offset, pitched views, conjugation, grids looped past 65535 tiles or matrices, past 2**31
@@ -56,7 +56,7 @@ def seed_direct(elem_bytes: int, **kw) -> KernelConfig:
         ({"vec": 2}, "vec=1"),
         ({"layout": "swizzle", "pad": 0}, "layout='pad'"),
         ({"persistent": 2}, "persistent=0"),
-        ({"staged": True}, "staged=False"),
+        ({"staged": True}, "spell no kernel kind"),
         ({"realign": True}, "realign=False"),
         ({"per_thread": 2, "tile_m": 64, "tile_n": 64}, "threads"),
         ({"per_thread": 4, "tile_m": 12}, "tile_m"),
@@ -68,7 +68,7 @@ def seed_direct(elem_bytes: int, **kw) -> KernelConfig:
 def test_invalid_direct_configs_say_what_to_change(change, says):
     fields = {**seed_direct(8).to_dict(), **change}
     with pytest.raises(ConfigError, match=says):
-        KernelConfig(**fields)
+        KernelConfig.from_dict(fields)
 
 
 def test_a_thread_holds_at_most_its_elements_in_flight():
@@ -109,11 +109,11 @@ def test_the_grid_puts_the_raster_s_fast_tiles_on_x_and_caps_y_and_z(raster):
 
 def test_the_space_holds_direct_configs_for_4_to_16_byte_elements_only():
     for dtype in ("uint8", "float16", "float32", "float64", "complex128"):
-        found = [c for c in config_space(dtype) if c.direct]
+        found = [c for c in config_space(dtype) if c.kind == "direct"]
         s = np.dtype(dtype).itemsize
         assert bool(found) == (s in DIRECT_SIZES), dtype
         assert all(c.fits(NEWEST) and not c.persistent for c in found)
-    conj = [c for c in config_space("complex64", conjugate=True) if c.direct]
+    conj = [c for c in config_space("complex64", conjugate=True) if c.kind == "direct"]
     assert conj and all(c.conjugate for c in conj)
 
 
@@ -130,15 +130,19 @@ def narrow_space(elem_bytes: int, limits) -> list[KernelConfig]:
 def test_narrow_tiles_join_the_space_for_a_short_side_of_at_most_8(s):
     dtype = {1: "uint8", 2: "float16", **DTYPES}[s]
     for short in (1, 2, 5, DIRECT_NARROW[-1]):
-        found = [c for c in config_space(dtype, short_side=short) if c.direct and _narrow(c)]
+        found = [
+            c for c in config_space(dtype, short_side=short) if c.kind == "direct" and _narrow(c)
+        ]
         assert found and all(c.fits(NEWEST) and c.threads % 32 == 0 for c in found)
         assert {c.pad for c in found} == {0, 1}
         assert {max(c.tile_m, c.tile_n) for c in found} == set(DIRECT_LONG)
         assert {(c.tile_m < c.tile_n) for c in found} == {True, False}  # few rows and few columns
     assert not any(
-        _narrow(c) for c in config_space(dtype, short_side=DIRECT_NARROW[-1] + 1) if c.direct
+        _narrow(c)
+        for c in config_space(dtype, short_side=DIRECT_NARROW[-1] + 1)
+        if c.kind == "direct"
     )
-    assert not any(_narrow(c) for c in config_space(dtype) if c.direct)
+    assert not any(_narrow(c) for c in config_space(dtype) if c.kind == "direct")
 
 
 ANY_DTYPE = {1: "uint8", 2: "float16", **DTYPES}
@@ -162,7 +166,9 @@ def test_narrow_configs_for_a_side_of_2_to_8(s):
         conj = s >= 8 and rng.random() < 0.5
         if (short, conj) not in spaces:
             spaces[short, conj] = {
-                c for c in config_space(dtype, short_side=short, conjugate=conj) if c.direct
+                c
+                for c in config_space(dtype, short_side=short, conjugate=conj)
+                if c.kind == "direct"
             }
         space = spaces[short, conj]
         for m, n in ((long, short), (short, long)):
@@ -173,7 +179,9 @@ def test_narrow_configs_for_a_side_of_2_to_8(s):
                 and len(set(found)) == len(found)
             )
             for c in found:
-                assert c.direct and _narrow(c) and c.conjugate == conj and c in space, c.key
+                assert c.kind == "direct" and _narrow(c) and c.conjugate == conj and c in space, (
+                    c.key
+                )
                 side = c.tile_n if m > n else c.tile_m
                 assert _spans_or_idles_least(side, short), (short, c.key)
                 assert max(c.tile_m, c.tile_n) in DIRECT_LONG and c.per_thread == (
@@ -231,14 +239,14 @@ def test_the_first_call_races_the_narrow_tiles_right_after_the_guess(s):
         want = [c for c in (regt_default(s, m, n), *narrow_configs(s, m, n)) if c is not None]
         assert got[0] == guess and got[1 : 1 + len(want)] == want
     got = firstcall.candidates(guess, near, s, long, 9, 1, False, lambda c: True)
-    assert not any(c.direct and _narrow(c) for c in got)
+    assert not any(c.kind == "direct" and _narrow(c) for c in got)
 
 
 def test_a_narrow_tile_s_neighbours_step_its_sides_within_their_lists():
-    c = KernelConfig(4, 256, 4, 1, 8, 1, "pad", "row", direct=True)
+    c = KernelConfig(4, 256, 4, 1, 8, 1, "pad", "row", kind="direct")
     near = set(neighbours(c))
     assert {c.replace(tile_m=128), c.replace(tile_n=2), c.replace(tile_n=8)} <= near
-    assert all(x.direct and _narrow(x) for x in near)
+    assert all(x.kind == "direct" and _narrow(x) for x in near)
     assert set(neighbours(seed_direct(4))).isdisjoint(narrow_space(4, NEWEST))  # not into them
 
 
@@ -246,7 +254,7 @@ def test_a_narrow_tile_s_neighbours_step_its_sides_within_their_lists():
     ("tm", "tn", "pt", "walks"), [(256, 4, 8, "store"), (2, 256, 4, "load"), (8, 64, 2, None)]
 )
 def test_a_block_with_fewer_threads_than_a_tile_side_walks_it(tm, tn, pt, walks):
-    c = KernelConfig(4, tm, tn, 1, pt, 1, "pad", "col", direct=True)
+    c = KernelConfig(4, tm, tn, 1, pt, 1, "pad", "col", kind="direct")
     src = kernel_source(c)
     assert c.smem_bytes == tm * (tn + 1) * 4 and f"tile[{tm}][{tn + 1}]" in src
     load_walks = f"columns t + {c.threads} (j % " in src
@@ -286,14 +294,14 @@ def test_no_streaming_16_byte_row_tile_is_capped_at_twice_its_elements_registers
         if c.min_blocks and c.cache == "stream" and c.raster == "row":
             assert register_budget(c.threads, c.min_blocks) > 2 * c.per_thread * 4, c.key
     assert KernelConfig(
-        16, 16, 16, 1, 4, 1, "pad", "row", "stream", direct=True, min_blocks=25
+        16, 16, 16, 1, 4, 1, "pad", "row", "stream", kind="direct", min_blocks=25
     ) not in set(direct_space(16, NEWEST))
 
 
 def test_neighbours_stay_direct_and_step_one_field():
     c = seed_direct(8)
     near = neighbours(c)
-    assert near and all(x.direct for x in near)
+    assert near and all(x.kind == "direct" for x in near)
     assert (
         c.replace(tile_m=64) in near
         and c.replace(per_thread=8) in near
@@ -334,7 +342,7 @@ def test_direct_kernels_compile_without_spills(arch):
             for c in narrow_configs(s, m, n)
         ]
     # every shipped direct result, as served (the narrow ones came from whole-space searches)
-    picks += [e.config for e in lookup.shipped_everywhere() if e.config.direct]
+    picks += [e.config for e in lookup.shipped_everywhere() if e.config.kind == "direct"]
     assert_compile_without_spills(list(dict.fromkeys(picks)), arch)
 
 
@@ -364,7 +372,7 @@ def test_narrow_direct_tiles_match_the_reference(rng, s):
     from autotranspose.runtime.compiler import activate
 
     assert_kind_matches_reference(
-        rng, s, narrow_space, KernelConfig(s, 256, 4, 1, 8, 1, "pad", "col", direct=True)
+        rng, s, narrow_space, KernelConfig(s, 256, 4, 1, 8, 1, "pad", "col", kind="direct")
     )
     state = activate(0)
     picks = [
@@ -445,7 +453,7 @@ def test_narrow_past_2_31_elements():
     shape = (1, 715_827_883, 3)
     assert shape[1] * shape[2] > 2**31
     cfg = narrow_default(1, shape[1], shape[2])
-    assert cfg.direct and _narrow(cfg), cfg.key
+    assert cfg.kind == "direct" and _narrow(cfg), cfg.key
     assert_match_reference(activate(0), 1, shape, [cfg])
 
 
@@ -462,8 +470,8 @@ def test_outer_variants_walk_two_more_batch_dims(rng, s):
     state = activate(0)
     dtype = np.dtype({4: "uint32", 8: "uint64", 16: "complex128"}[s])
     narrow = (
-        KernelConfig(s, 256, 4, 1, 8, 1, "pad", "row", direct=True),
-        KernelConfig(s, 2, 256, 1, 4, 1, "pad", "col", direct=True),
+        KernelConfig(s, 256, 4, 1, 8, 1, "pad", "row", kind="direct"),
+        KernelConfig(s, 2, 256, 1, 4, 1, "pad", "col", kind="direct"),
     )
     for cfg in (
         seed_direct(s),

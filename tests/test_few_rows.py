@@ -81,7 +81,7 @@ def test_eight_and_sixteen_byte_rows_get_direct_tiles_at_any_alignment(elem_byte
     for _ in range(200):
         rows, vec = rng.randrange(DIRECT_FEW_ROWS_MIN, FEW_ROWS_MAX), rng.choice((1, 2, 4, 8))
         c = few_rows_default(elem_bytes, rows, 10 * rows, vec)
-        assert c == direct_default(elem_bytes, rows, 10 * rows) and c.direct
+        assert c == direct_default(elem_bytes, rows, 10 * rows) and c.kind == "direct"
         assert c.tile_m == (16 if rows < 16 else 32) and c.min_blocks in cap_steps(c)
         assert c.applies(rows, 10 * rows) and c.fits(NEWEST)
         assert c in _space(elem_bytes, vec)  # the tuner's space
@@ -95,7 +95,13 @@ def test_four_byte_rows_in_8_byte_words_get_tiles_no_taller_than_the_rows() -> N
         if vec == 1:
             assert c is None, rows  # 4-byte words: the wide byte-permute kernel's
             continue
-        assert c is not None and not (c.flat or c.staged or c.prmt or c.realign or c.direct)
+        assert c is not None and not (
+            c.spans_short_side
+            or c.flag("staged")
+            or c.kind == "prmt"
+            or c.realign
+            or c.kind == "direct"
+        )
         assert c.tile_m <= rows and c.vec == 2 and c.raster == "col" and c.fits(NEWEST)
         assert c in _space(4, vec)
 
@@ -107,7 +113,13 @@ def test_two_byte_rows_in_4_byte_words_get_tiles_of_up_to_128_rows() -> None:
     for _ in range(200):
         rows = rng.randrange(64, FEW_ROWS_MAX)
         c = few_rows_default(2, rows, 10 * rows, 2)
-        assert c is not None and not (c.flat or c.staged or c.prmt or c.realign or c.direct)
+        assert c is not None and not (
+            c.spans_short_side
+            or c.flag("staged")
+            or c.kind == "prmt"
+            or c.realign
+            or c.kind == "direct"
+        )
         assert c.tile_m <= min(rows, 128) < 2 * c.tile_m and c.vec == 2 and c.fits(NEWEST)
         assert (c.per_thread, c.raster, c.pad) == (8, "col", 1) and c.min_blocks * c.threads == 1024
         assert c in _space(2, 2)
@@ -139,7 +151,9 @@ def test_direct_defaults_follow_the_call_s_shape() -> None:
         )
         assert rows.raster == "col" and rows.per_thread == 8 and cols.tile_m == 64
         assert square.tile_m == square.tile_n == 32 and square.per_thread == 4
-        assert all(c.direct and c.min_blocks in cap_steps(c) for c in (rows, cols, square))
+        assert all(
+            c.kind == "direct" and c.min_blocks in cap_steps(c) for c in (rows, cols, square)
+        )
     assert direct_default(2, 20, 10**6) is None and direct_default(1, 5000, 5000) is None
 
 
@@ -156,7 +170,13 @@ def test_few_columns_get_a_tiled_tile_barely_wider_than_them(elem_bytes: int) ->
         cols, vec = rng.randrange(1, FEW_COLS_MAX + 1), rng.choice((1, 2, 4, 8, 16))
         rows = rng.randrange(FEW_COLS_RATIO * cols, 10**7)
         c = few_cols_default(elem_bytes, rows, cols, vec)
-        assert c is not None and not (c.flat or c.staged or c.prmt or c.realign or c.direct)
+        assert c is not None and not (
+            c.spans_short_side
+            or c.flag("staged")
+            or c.kind == "prmt"
+            or c.realign
+            or c.kind == "direct"
+        )
         assert c.tile_n == (16 if cols <= 16 else 32) and c.tile_n >= cols
         assert c.vec <= vec and c.vec * elem_bytes <= 16 and c.cache == "stream"
         assert c.min_blocks in (0, *occupancy_steps(c.threads)) and c.fits(NEWEST)
@@ -221,11 +241,11 @@ def test_a_class_nobody_tuned_gets_it_for_its_fewest_rows(elem_bytes: int) -> No
             if wide_rows(4, cls.m, cls.n):
                 assert choice.config == direct_default(4, cls.m, cls.n)
             else:
-                assert not choice.config.direct
+                assert choice.config.kind != "direct"
             continue
         assert rule is not None and choice.config == rule and choice.source == "default"
         # direct tiles cost the same full or edge; tiled ones fit the class's fewest rows
-        assert choice.config.direct or choice.config.tile_m <= cls.m // 2 + 1
+        assert choice.config.kind == "direct" or choice.config.tile_m <= cls.m // 2 + 1
     # many rows: the default tiled config as before
     assert lookup.default_choice(
         elem_bytes, shape_class(1, n, n, 2), NEWEST

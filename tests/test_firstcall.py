@@ -56,12 +56,14 @@ def test_the_portfolio_keeps_only_what_can_run_the_call():
     near = rng.sample(list(config_space("float32", max_vector=4)), 6)
 
     def runnable(c):
-        return c.vec == 1 and not c.flat
+        return c.vec == 1 and not c.spans_short_side
 
     got = firstcall.candidates(guess, near, 4, 5000, 7000, 1, False, runnable)
     assert got and all(runnable(c) for c in got)
     # no flat default for a call with no short side
-    assert not any(c.flat for c in firstcall.candidates(guess, [], 4, 5000, 7000, 1, False, _any))
+    assert not any(
+        c.spans_short_side for c in firstcall.candidates(guess, [], 4, 5000, 7000, 1, False, _any)
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,7 +80,7 @@ def test_byte_permute_tiles_past_48_kib_are_raced_where_the_gpu_has_the_room(m, 
     guess = prmt_default(1)
     got = firstcall.candidates(guess, [], 1, m, n, 1, False, lambda c: c.fits(h100))
     wider = [c for c in got if c.dynamic_smem]
-    assert got[0] == guess and len(wider) == 1 and wider[0].prmt
+    assert got[0] == guess and len(wider) == 1 and wider[0].kind == "prmt"
     static = firstcall.candidates(guess, [], 1, m, n, 1, False, lambda c: c.fits(NEWEST))
     assert static and not any(c.dynamic_smem for c in static)
     aligned = firstcall.candidates(default_config(1), [], 1, m, n, 16, False, _any)

@@ -1,4 +1,4 @@
-"""Flat kernels for skinny matrices (config.flat): validation, rendering, compiling without
+"""Flat kernels for skinny matrices (config.spans_short_side): validation, rendering, compiling without
 spills (CPU, nvcc), which calls are served one (lookup), and correctness on the GPU at every
 pointer offset, odd sizes, batches, both orientations, past 2**31 elements, poisoned output."""
 
@@ -35,7 +35,7 @@ DTYPES = {1: "uint8", 2: "float16", 4: "float32", 8: "complex64", 16: "complex12
 
 
 def flat(elem_bytes: int, tl: int = 256, tw: int = 32, pt: int = 16, **kw) -> KernelConfig:
-    return KernelConfig(elem_bytes, tl, tw, 1, pt, 0, "pad", "row", flat=True, **kw)
+    return KernelConfig(elem_bytes, tl, tw, 1, pt, 0, "pad", "row", kind="flat", **kw)
 
 
 # --- the config --------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ def flat(elem_bytes: int, tl: int = 256, tw: int = 32, pt: int = 16, **kw) -> Ke
 def test_invalid_flat_configs_say_what_to_change(change, says):
     fields = {**flat(4).to_dict(), **change}
     with pytest.raises(ConfigError, match=says):
-        KernelConfig(**fields)
+        KernelConfig.from_dict(fields)
 
 
 def test_flat_configs_round_trip_and_are_keyed_apart(rng):
@@ -82,9 +82,9 @@ def test_tiles_span_the_short_side(rng, s):
 def test_space_includes_flat_configs_only_for_a_short_side(rng):
     short = int(rng.integers(1, 65))
     with_flat = list(config_space("float32", short_side=short))
-    flats = [c for c in with_flat if c.flat]
-    assert flats and all((c.tile_m if c.wide else c.tile_n) >= short for c in flats)
-    assert not any(c.flat for c in config_space("float32"))
+    flats = [c for c in with_flat if c.spans_short_side]
+    assert flats and all((c.tile_m if c.flag("wide") else c.tile_n) >= short for c in flats)
+    assert not any(c.spans_short_side for c in config_space("float32"))
 
 
 # --- which calls get one ------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
     if regt_default(s, cls.m, cls.n, exact=False) is not None:  # where the register transpose won
         expect = regt_default(s, cls.m, cls.n, exact=False)
     if expect is None:
-        assert not choice.config.flat
+        assert not choice.config.spans_short_side
     else:
         assert choice.config == expect and choice.source == "default"
     # few long rows: flat only when no 8-byte vector fits them
@@ -126,12 +126,12 @@ def test_an_untuned_skinny_class_gets_the_flat_or_tall_kernel(rng, s):
         elif vec * s < 8 and wide_rows(s, bucket, 1 << 20):  # the wide byte-permute kernel
             assert got == wide_default(s, bucket, exact=False), (s, vec, got.key)
         else:
-            assert got.flat == (vec * s < 8 and flat_default(s, bucket) is not None), (
+            assert got.spans_short_side == (vec * s < 8 and flat_default(s, bucket) is not None), (
                 s,
                 vec,
                 got.key,
             )
-            assert not got.prmt  # few long rows: never the tall kernel
+            assert got.kind != "prmt"  # few long rows: never the tall kernel
 
 
 def test_a_square_class_keeps_the_tiled_default():
@@ -139,7 +139,7 @@ def test_a_square_class_keeps_the_tiled_default():
     choice = lookup.choose(
         "no GPU we ship results for", 4, ShapeClass(1, 8192, 8192, 4), store=None
     )
-    assert not choice.config.flat
+    assert not choice.config.spans_short_side
 
 
 # --- nvcc ------------------------------------------------------------------------------------------
@@ -251,5 +251,5 @@ def test_skinny_past_2_31_elements():
     assert shape[1] * shape[2] > 2**31
     state = activate(0)
     cfg = flat_default(1, shape[2])  # three columns are served the narrow direct tile now
-    assert cfg.flat and cfg.applies(*shape[1:])
+    assert cfg.spans_short_side and cfg.applies(*shape[1:])
     assert_match_reference(state, 1, shape, [cfg])

@@ -488,7 +488,7 @@ def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vector
     assert lookup.choose(H100, 1, ShapeClass(1, 32, 8388608, 1), store=store).config == wide
     # another unaligned class of few long rows: its own result or its default, the wide kernel
     near = lookup.choose(H100, 1, ShapeClass(1, 32, 4194304, 1), store=store).config
-    assert near in (wide, wide_default(1, 32, exact=False)) and near.wide
+    assert near in (wide, wide_default(1, 32, exact=False)) and near.flag("wide")
 
 
 @pytest.mark.parametrize("elem_bytes", [4, 8])

@@ -1,4 +1,4 @@
-"""Byte-permute kernels (config.prmt, templates/prmt/): validation and the space; a
+"""Byte-permute kernels (config.kind == "prmt", templates/prmt/): validation and the space; a
 Python model of a block's work (aligned word loads, the shuffle and funnel shift that absorb
 a row's offset, the byte permutes, the swizzled shared memory, the shifted word stores with
 byte-wise ends) run against np.transpose at random offsets and pitches, which also checks
@@ -48,7 +48,7 @@ def prmt(elem_bytes: int, **kw) -> KernelConfig:
         (2, {"tile_m": 256}, "use tile_m in \\[32, 64, 128\\]"),
         (1, {"tile_n": 32}, "use tile_n in \\[64, 128, 256\\]"),
         (1, {"per_thread": 4}, "must be one of \\[1, 2\\]"),
-        (1, {"staged": True}, "prmt=True takes staged=False"),
+        (1, {"staged": True}, "spell no kernel kind"),
         (1, {"layout": "swizzle"}, "takes layout='pad'"),
     ],
 )
@@ -60,7 +60,7 @@ def test_invalid_prmt_configs_say_what_to_change(s, change, says):
 @pytest.mark.parametrize("s", [8, 16])
 def test_wider_elements_are_left_to_the_other_kernels(s):
     with pytest.raises(ConfigError, match="elem_bytes in \\[1, 2, 4\\]"):
-        KernelConfig(s, 64, 64, 1, 4, 0, "pad", prmt=True)
+        KernelConfig(s, 64, 64, 1, 4, 0, "pad", kind="prmt")
     assert prmt_default(s) is None and not list(prmt_space(s, NEWEST))
 
 
@@ -70,8 +70,8 @@ def test_conjugation_has_no_byte_permute_kernel():
 
 @pytest.mark.parametrize("s", PRMT_SIZES)
 def test_prmt_configs_come_with_unaligned_calls_only(s):
-    aligned = [c for c in config_space(DTYPES[s]) if c.prmt]
-    unaligned = [c for c in config_space(DTYPES[s], max_vector=1) if c.prmt]
+    aligned = [c for c in config_space(DTYPES[s]) if c.kind == "prmt"]
+    unaligned = [c for c in config_space(DTYPES[s], max_vector=1) if c.kind == "prmt"]
     assert not aligned and prmt_default(s) in unaligned
     assert all(c.any_offset and c.fits(NEWEST) for c in unaligned)
     assert len({c.key for c in unaligned}) == len(unaligned)
@@ -83,7 +83,11 @@ def test_keys_round_trip_and_neighbours_stay_in_the_kind(rng):
         c = space[i]
         assert c.key.endswith("_pm") or "_pm_p" in c.key
         assert KernelConfig.from_dict(c.to_dict()) == c
-        assert all(n.prmt for n in neighbours(c) if n.elem_bytes == c.elem_bytes and n.vec == c.vec)
+        assert all(
+            n.kind == "prmt"
+            for n in neighbours(c)
+            if n.elem_bytes == c.elem_bytes and n.vec == c.vec
+        )
 
 
 @pytest.mark.parametrize("s", PRMT_SIZES)
@@ -377,7 +381,7 @@ def test_tiles_past_the_static_limit_take_dynamic_shared_memory(s):
     sm_86 GPU (99 KiB) only those that fit it. Their kernel declares its shared memory extern
     and the launch passes its size; every other config's is static."""
     dyn = _dynamic(s)
-    assert {c.flat for c in dyn} == {False, True} and any(c.wide for c in dyn)
+    assert {c.spans_short_side for c in dyn} == {False, True} and any(c.flag("wide") for c in dyn)
     assert all(STATIC_SHARED_MAX < c.smem_bytes <= shared_optin((9, 0)) for c in dyn)
     assert all(c.dynamic_smem == c.smem_bytes and c.static_smem_bytes == 0 for c in dyn)
     assert not any(c.fits(NEWEST) for c in dyn)
@@ -397,7 +401,7 @@ def test_other_kinds_keep_to_static_shared_memory():
     limits = _limits((9, 0))
     for dtype in ("uint8", "float32", "complex128"):
         for c in config_space(dtype, limits):
-            if not c.prmt:
+            if c.kind != "prmt":
                 assert c.smem_bytes <= STATIC_SHARED_MAX and c.dynamic_smem == 0, c.key
 
 

@@ -32,7 +32,7 @@ from autotranspose.kernels.config import (
     regt_window,
 )
 from autotranspose.kernels.shapes import flat_fits, shape_class
-from autotranspose.kinds.regt import byte_sources, permutes, prmt_expression
+from autotranspose.kinds.regt import RegtParams, byte_sources, permutes, prmt_expression
 
 SIDES = [(1, s) for s in range(2, 17)] + [(2, s) for s in range(2, 9)]
 
@@ -40,7 +40,19 @@ SIDES = [(1, s) for s in range(2, 17)] + [(2, s) for s in range(2, 9)]
 def rg(s: int, side: int, wide: bool = True, long: int | None = None, **kw) -> KernelConfig:
     long = long or 256 * regt_window(s)
     tm, tn = (side, long) if wide else (long, side)
-    return KernelConfig(s, tm, tn, 1, 1, 0, "pad", "row", flat=True, wide=wide, regt=True, **kw)
+    return KernelConfig(
+        s,
+        tm,
+        tn,
+        1,
+        1,
+        0,
+        "pad",
+        "row",
+        kind="regt",
+        params=RegtParams(wide=wide, staged=kw.pop("staged", False)),
+        **kw,
+    )
 
 
 # --- the config -----------------------------------------------------------------------------------
@@ -68,8 +80,8 @@ def test_key_kind_and_stored_form():
         ({"tile_n": 512}, "32 threads"),
         ({"vec": 4}, "vec=1"),
         ({"per_thread": 2}, "per_thread=1"),
-        ({"flat": False}, "set flat=True"),
-        ({"prmt": True}, "prmt=False"),
+        ({"flat": False}, "spell no kernel kind"),
+        ({"prmt": True}, "spell no kernel kind"),
         ({"cache": "stream", "pad": 1}, "pad=0"),
     ],
 )
@@ -141,29 +153,37 @@ def test_rendered_words_are_the_plan(s, side, wide):
 # --- the space and serving ------------------------------------------------------------------------
 def test_the_space_holds_regt_configs_for_the_exact_short_side():
     for dtype, s in (("int8", 1), ("float16", 2)):
-        found = [c for c in config_space(dtype, short_side=5) if c.regt]
+        found = [c for c in config_space(dtype, short_side=5) if c.kind == "regt"]
         assert found and all(5 in (c.tile_m, c.tile_n) for c in found)
-        assert {c.wide for c in found} == {True, False}
+        assert {c.flag("wide") for c in found} == {True, False}
         assert {c.threads for c in found} == {64, 128, 256, 512}
         assert any(c.persistent for c in found)
         assert found == [c for c in regt_space(s, NEWEST, 5)]
-    wide13 = {c.threads for c in config_space("int8", short_side=13) if c.regt and c.wide}
+    wide13 = {
+        c.threads
+        for c in config_space("int8", short_side=13)
+        if c.kind == "regt" and c.flag("wide")
+    }
     assert wide13 == {64, 128, 256}  # 512 threads spilled
     # 17-64 bytes of rows: staged only, a 4-byte word a thread (64 and 128 threads)
     for dtype, side in (("int8", 17), ("int8", 64), ("float16", 9), ("float16", 32)):
-        found = [c for c in config_space(dtype, short_side=side) if c.regt]
-        assert found and all(c.staged and c.wide and c.tile_m == side for c in found)
+        found = [c for c in config_space(dtype, short_side=side) if c.kind == "regt"]
+        assert found and all(
+            c.flag("staged") and c.flag("wide") and c.tile_m == side for c in found
+        )
         assert {c.threads for c in found} <= {64, 128} and 64 in {c.threads for c in found}
     # 65-256 bytes of rows: staged tiles, a byte of columns a thread (64 and 128 threads)
     for dtype, side in (("int8", 65), ("int8", 256), ("float16", 33), ("float16", 128)):
-        found = [c for c in config_space(dtype, short_side=side) if c.regt]
-        assert found and all(c.staged and c.wide and c.tile_m == side for c in found)
+        found = [c for c in config_space(dtype, short_side=side) if c.kind == "regt"]
+        assert found and all(
+            c.flag("staged") and c.flag("wide") and c.tile_m == side for c in found
+        )
         assert {c.threads for c in found} <= {64, 128} and 64 in {c.threads for c in found}
-    assert not [c for c in config_space("int8", short_side=257) if c.regt]
-    assert [c for c in config_space("float16", short_side=129) if c.regt]  # 258 bytes
-    assert not [c for c in config_space("float16", short_side=257) if c.regt]
-    assert not [c for c in config_space("float32", short_side=3) if c.regt]
-    assert not [c for c in config_space("int8") if c.regt]
+    assert not [c for c in config_space("int8", short_side=257) if c.kind == "regt"]
+    assert [c for c in config_space("float16", short_side=129) if c.kind == "regt"]  # 258 bytes
+    assert not [c for c in config_space("float16", short_side=257) if c.kind == "regt"]
+    assert not [c for c in config_space("float32", short_side=3) if c.kind == "regt"]
+    assert not [c for c in config_space("int8") if c.kind == "regt"]
 
 
 @pytest.mark.parametrize(
@@ -178,7 +198,7 @@ def test_the_space_holds_regt_configs_for_the_exact_short_side():
 def test_lookup_serves_the_class_a_regt_default_dispatch_renders_for_the_call(s, m, n, wide):
     cls = shape_class(1, m, n, 1)
     choice = lookup.default_choice(s, cls)
-    assert choice.config.regt and choice.config.wide == wide
+    assert choice.config.kind == "regt" and choice.config.flag("wide") == wide
     cfg = for_call(choice.config, m, n)
     assert cfg.applies(m, n) and min(cfg.tile_m, cfg.tile_n) == min(m, n)
     assert cfg.replace(tile_m=cfg.tile_m) == cfg
@@ -186,11 +206,11 @@ def test_lookup_serves_the_class_a_regt_default_dispatch_renders_for_the_call(s,
 
 def test_no_regt_default_past_16_bytes_or_for_wider_elements():
     # few rows of 17-64 bytes: raced (staged, a word a thread), not lookup's default
-    assert regt_default(1, 17, 10**6).staged and regt_default(2, 32, 10**6).staged
+    assert regt_default(1, 17, 10**6).params.staged and regt_default(2, 32, 10**6).params.staged
     assert regt_default(1, 17, 10**6, exact=False) is None
     assert regt_default(2, 9, 10**6, exact=False) is None
     # few rows of 65-256 bytes: raced (staged tiles), not lookup's default
-    assert regt_default(1, 65, 10**6).staged and regt_default(2, 128, 10**6).staged
+    assert regt_default(1, 65, 10**6).params.staged and regt_default(2, 128, 10**6).params.staged
     assert regt_default(1, 65, 10**6, exact=False) is None
     assert regt_default(2, 33, 10**6, exact=False) is None
     assert regt_default(1, 257, 10**6) is None and regt_default(2, 257, 10**6) is None
@@ -212,8 +232,8 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
     assert regt_default(1, 47, 10**6).threads == 128 and regt_default(1, 48, 10**6) is None
     assert regt_default(1, 10**6, 17) is None  # few columns: at most 16 bytes
     assert regt_default(4, 3, 10**6) is None
-    assert not lookup.default_choice(1, shape_class(1, 20, 10**6, 1)).config.regt
-    assert not lookup.default_choice(4, shape_class(1, 3, 10**6, 1)).config.regt
+    assert lookup.default_choice(1, shape_class(1, 20, 10**6, 1)).config.kind != "regt"
+    assert lookup.default_choice(4, shape_class(1, 3, 10**6, 1)).config.kind != "regt"
 
 
 # (element bytes, few rows): the most rows or columns a first call races it for, and the
@@ -229,10 +249,10 @@ def test_served_where_it_won(s, side, wide):
     raced = regt_default(s, m, n)
     assert (raced is not None) == (side <= RACED[(s, wide)])
     if raced is not None:
-        assert raced.wide == wide and raced.applies(m, n)
-        assert raced.staged == (wide and side >= 3)
-        if (
-            raced.staged
+        assert raced.flag("wide") == wide and raced.applies(m, n)
+        assert raced.flag("staged") == (wide and side >= 3)
+        if raced.flag(
+            "staged"
         ):  # 128 threads where the static shared memory holds them, capped on few rows
             assert raced.threads == (128 if side <= 11 else 64) and raced.fits(NEWEST)
             assert raced.min_blocks == (8 if side <= 5 else 0)
@@ -240,9 +260,16 @@ def test_served_where_it_won(s, side, wide):
             assert raced.threads == (64 if wide and side * s <= 6 else 256)
     cls = shape_class(1, m, n, 1)
     served = lookup.default_choice(s, cls).config
-    assert served.regt == (min(cls.m, cls.n) <= DEFAULT[(s, wide)]), (s, side, wide, served.key)
+    assert (served.kind == "regt") == (min(cls.m, cls.n) <= DEFAULT[(s, wide)]), (
+        s,
+        side,
+        wide,
+        served.key,
+    )
     found = candidates(served, [], s, m, n, 1, False, lambda c: c.applies(m, n))
-    assert any(c.regt for c in found) == (side <= RACED[(s, wide)] or served.regt)
+    assert any(c.kind == "regt" for c in found) == (
+        side <= RACED[(s, wide)] or served.kind == "regt"
+    )
 
 
 def test_for_call_keeps_what_it_cannot_render():
@@ -263,11 +290,11 @@ def test_the_first_call_races_the_regt_config_right_after_the_guess():
     guess = lookup.default_choice(1, shape_class(1, 24000007, 5, 1)).config
     guess = for_call(guess, 24000007, 5)
     found = candidates(guess, [], 1, 24000007, 5, 1, False, lambda c: c.applies(24000007, 5))
-    assert found[0] == guess and found[0].regt
+    assert found[0] == guess and found[0].kind == "regt"
     # a guess of another kind: the regt config comes right after it
-    other = KernelConfig(1, 256, 8, 1, 8, 1, "pad", "row", direct=True)
+    other = KernelConfig(1, 256, 8, 1, 8, 1, "pad", "row", kind="direct")
     found = candidates(other, [], 1, 24000007, 5, 1, False, lambda c: c.applies(24000007, 5))
-    assert found[0] == other and found[1].regt and found[1].tile_n == 5
+    assert found[0] == other and found[1].kind == "regt" and found[1].tile_n == 5
 
 
 def test_strides_the_kernel_cannot_run_are_not_flat_fits():
@@ -280,7 +307,7 @@ def test_strides_the_kernel_cannot_run_are_not_flat_fits():
 def test_neighbours_step_the_block_and_keep_the_side():
     c = rg(1, 5)
     near = neighbours(c)
-    assert near and all(n.regt and n.tile_m == 5 for n in near)
+    assert near and all(n.kind == "regt" and n.tile_m == 5 for n in near)
     assert {n.tile_n for n in near} >= {2048, 8192}
 
 
@@ -476,9 +503,9 @@ def test_regt_kernels_match_the_reference(rng, s):
                     configs.append(rg(s, side, wide, REGT_LONG[1] // s))
     assert not precompile(state, configs)
     for cfg in configs:
-        side = cfg.tile_m if cfg.wide else cfg.tile_n
+        side = cfg.tile_m if cfg.flag("wide") else cfg.tile_n
         for b, long in ((1, int(rng.integers(20000, 300000)) | 1), (3, int(rng.integers(1, 3000)))):
-            shape = (b, side, long) if cfg.wide else (b, long, side)
+            shape = (b, side, long) if cfg.flag("wide") else (b, long, side)
             assert_match_reference(state, s, shape, [cfg, cfg.replace(persistent=2)])
 
 
@@ -533,7 +560,7 @@ def test_served_calls_run_the_regt_kernel_of_their_side(rng):
     ):
         s = np.dtype(dtype).itemsize
         cfg = choose_config(state, s, 1, m, n, 1, False)
-        assert cfg.regt and cfg.applies(m, n), (dtype, m, n, cfg.key)
+        assert cfg.kind == "regt" and cfg.applies(m, n), (dtype, m, n, cfg.key)
         host = rng.integers(0, 2, (m, n)).astype(dtype)
         y = at.transpose(cupy.asarray(host))
         assert np.array_equal(cupy.asnumpy(y), host.T), (dtype, m, n)
@@ -619,8 +646,8 @@ def test_a_study_s_space_renders_them_for_the_tuned_shape_s_side():
 
     cls = shape_class(1, 5, 20000003, 1)
     configs = study_configs("int8", H100, cls, False, (1, 5, 20000003), None)
-    regt = [c for c in configs if c.regt]
-    assert regt and {c.tile_m for c in regt if c.wide} == {5}
-    assert not [c for c in regt if not c.wide]  # 20000003 columns: no few-columns kernel
+    regt = [c for c in configs if c.kind == "regt"]
+    assert regt and {c.tile_m for c in regt if c.flag("wide")} == {5}
+    assert not [c for c in regt if not c.flag("wide")]  # 20000003 columns: no few-columns kernel
     good = known_good(1, cls, SearchSpace(configs), device=H100, sides=(5, 20000003))
     assert regt_default(1, 5, 20000003) in good

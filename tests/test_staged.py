@@ -1,4 +1,4 @@
-"""Staged kernels for rows at any offset (config.staged): validation, the space, compiling
+"""Staged kernels for rows at any offset (config.flag("staged")): validation, the space, compiling
 without spills (CPU, nvcc), and correctness on the GPU at every pointer offset, odd sizes,
 1xN and Nx1, batches, pitched views, conjugation, past 2**31 elements, poisoned output."""
 
@@ -47,21 +47,23 @@ def staged(elem_bytes: int, **kw) -> KernelConfig:
 def test_invalid_staged_configs_say_what_to_change(change, says):
     fields = {**staged(1).to_dict(), **change}
     with pytest.raises(ConfigError, match=says):
-        KernelConfig(**fields)
+        KernelConfig.from_dict(fields)
 
 
 def test_sixteen_byte_elements_are_left_to_the_tiled_kernels():
     assert staged_default(16) is None and 16 not in STAGED_SIZES
     with pytest.raises(ConfigError, match="elem_bytes in"):
-        KernelConfig(16, 64, 64, 1, 2, 0, "pad", "col", staged=True)
-    assert not any(c.staged for c in config_space("complex128", max_vector=1))
+        KernelConfig(16, 64, 64, 1, 2, 0, "pad", "col", kind="staged")
+    assert not any(c.flag("staged") for c in config_space("complex128", max_vector=1))
 
 
 @pytest.mark.parametrize("s", STAGED_SIZES)
 def test_staged_configs_come_with_unaligned_calls_only(rng, s):
     dtype = DTYPES[s]
-    assert not any(c.staged for c in config_space(dtype))  # aligned calls: the tiled kernels
-    space = [c for c in config_space(dtype, max_vector=1) if c.staged]
+    assert not any(
+        c.flag("staged") for c in config_space(dtype)
+    )  # aligned calls: the tiled kernels
+    space = [c for c in config_space(dtype, max_vector=1) if c.flag("staged")]
     assert space and all(c.any_offset and c.fits(NEWEST) for c in space)
     cfg = space[int(rng.integers(len(space)))]
     assert KernelConfig.from_dict(cfg.to_dict()) == cfg and "_sg" in cfg.key
@@ -107,7 +109,7 @@ def _words_in_flight(c: KernelConfig) -> int:
 def test_a_full_block_holds_at_most_the_words_its_registers_allow():
     """At 512 threads (128 registers a thread) 16 output plus 17 loaded words spilled on sm_90."""
     with pytest.raises(ConfigError, match="lower per_thread"):
-        KernelConfig(1, 256, 128, 4, 16, 0, "pad", "col", staged=True)
+        KernelConfig(1, 256, 128, 4, 16, 0, "pad", "col", kind="staged")
     full = [
         c for s in STAGED_SIZES for c in staged_space(s, NEWEST) if c.threads == STAGED_MAX_THREADS
     ]

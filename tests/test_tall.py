@@ -38,7 +38,7 @@ DTYPES = {1: "uint8", 2: "float16", 4: "float32"}
 # --- the config --------------------------------------------------------------------------------
 def test_a_tall_config_is_named_and_rendered_as_one():
     c = tall_default(1, 20)
-    assert c.flat and c.prmt and c.key.endswith("_flat_pm")
+    assert c.kind == "prmt" and c.params.flat and c.key.endswith("_flat_pm")
     src = kernel_source(c)
     assert "contiguous run" in src and "nwords" in src
     assert "contiguous run" not in kernel_source(prmt_default(1))  # the tiled prmt is unchanged
@@ -61,7 +61,7 @@ def test_the_tall_default_spans_the_rows_with_the_widest_window_that_fits(rng, s
 def test_flat_prmt_configs_run_calls_whose_short_side_they_span_with_contiguous_rows():
     c, w = tall_default(2, 20), wide_default(2, 20)
     assert c.applies(7081411, 20) and not c.applies(20, 7081411)
-    assert w.applies(20, 7081411) and not w.applies(w.tile_m + 1, 7081411) and w.wide
+    assert w.applies(20, 7081411) and not w.applies(w.tile_m + 1, 7081411) and w.params.wide
     assert c.tiles(1000, 20) == (-(-(1000 + 8 - 1) // c.tile_m), 1)  # 8 halo rows (16 bytes)
     assert w.tiles(20, 1000) == (1, -(-1000 // w.tile_n))  # wide: no halo
     with pytest.raises(ConfigError, match="needs a side of at most"):
@@ -75,12 +75,17 @@ def test_flat_prmt_configs_run_calls_whose_short_side_they_span_with_contiguous_
         3, 1000
     )  # a run store's words span two rows at most
     assert run.replace(ordered=True).applies(3, 1000) and run.replace(ordered=True).applies(1, 1000)
-    assert wide_default(2, 2).applies(2, 1000) and wide_default(2, 2).ordered
+    assert wide_default(2, 2).applies(2, 1000) and wide_default(2, 2).params.ordered
     assert (
-        wide_default(1, 20).ordered and not wide_default(1, 21).ordered
+        wide_default(1, 20).params.ordered and not wide_default(1, 21).params.ordered
     )  # 1 byte: whole words only
-    assert not wide_default(1, 32, exact=False).ordered  # a class's 1-byte rows may end mid-word
-    assert wide_default(2, 32, exact=False).ordered and wide_default(4, 32, exact=False).ordered
+    assert not wide_default(
+        1, 32, exact=False
+    ).params.ordered  # a class's 1-byte rows may end mid-word
+    assert (
+        wide_default(2, 32, exact=False).params.ordered
+        and wide_default(4, 32, exact=False).params.ordered
+    )
     with pytest.raises(ConfigError, match="wide=True is a flat byte-permute"):
         prmt_default(1).replace(wide=True)
 
@@ -94,16 +99,21 @@ def test_one_byte_rows_from_33_get_the_ordered_buffer_whole_words_or_not():
     for m in (33, 37, 50, 64, 75, 101, 127):
         for exact in (True, False):
             c = wide_default(1, m, exact)
-            assert c.ordered and c.tile_n == 128 and c.threads == 2 * c.tile_m, (m, c.key)
+            assert c.params.ordered and c.tile_n == 128 and c.threads == 2 * c.tile_m, (m, c.key)
             assert c.applies(m, 10**6) and for_rows(c, m) == c
-    assert wide_default(1, 128).ordered  # whole words: the 8 KiB tile as before
-    assert not wide_default(1, 190).ordered and not wide_default(1, 137, exact=False).ordered
-    assert any(c.ordered and c.tile_n == 128 for c in wider_tiles(1, 137, 334774))
+    assert wide_default(1, 128).params.ordered  # whole words: the 8 KiB tile as before
+    assert (
+        not wide_default(1, 190).params.ordered
+        and not wide_default(1, 137, exact=False).params.ordered
+    )
+    assert any(c.params.ordered and c.tile_n == 128 for c in wider_tiles(1, 137, 334774))
     ordered = wide_default(1, 32)  # whole words
     assert (
-        ordered.ordered and not for_rows(ordered, 21).ordered and not for_rows(ordered, 31).ordered
+        ordered.params.ordered
+        and not for_rows(ordered, 21).params.ordered
+        and not for_rows(ordered, 31).params.ordered
     )
-    assert for_rows(ordered, 24).ordered
+    assert for_rows(ordered, 24).params.ordered
 
 
 def test_tall_configs_take_the_row_raster_only():
@@ -113,13 +123,21 @@ def test_tall_configs_take_the_row_raster_only():
 
 @pytest.mark.parametrize("s", PRMT_SIZES)
 def test_the_space_has_them_for_short_rows_only(s):
-    tall = [c for c in config_space(DTYPES[s], max_vector=1, short_side=20) if c.flat and c.prmt]
-    assert tall and all((c.tile_m if c.wide else c.tile_n) >= 20 for c in tall)
-    assert {c.wide for c in tall} == {False, True}
-    assert not [
-        c for c in config_space(DTYPES[s], max_vector=1, short_side=4096) if c.flat and c.prmt
+    tall = [
+        c
+        for c in config_space(DTYPES[s], max_vector=1, short_side=20)
+        if c.kind == "prmt" and c.params.flat
     ]
-    assert not [c for c in config_space("complex64", short_side=3) if c.flat and c.prmt]
+    assert tall and all((c.tile_m if c.params.wide else c.tile_n) >= 20 for c in tall)
+    assert {c.params.wide for c in tall} == {False, True}
+    assert not [
+        c
+        for c in config_space(DTYPES[s], max_vector=1, short_side=4096)
+        if c.kind == "prmt" and c.params.flat
+    ]
+    assert not [
+        c for c in config_space("complex64", short_side=3) if c.kind == "prmt" and c.params.flat
+    ]
 
 
 def test_key_round_trip():
@@ -155,10 +173,15 @@ def test_ordered_wide_kernels_with_wide_segments_keep_to_64_registers(arch, rng)
     from autotranspose.kinds.prmt import prmt_registers
     from autotranspose.runtime.compiler import nvcc_resources
 
-    wide = [c for s in (1, 2) for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.persistent]
+    wide = [
+        c
+        for s in (1, 2)
+        for c in flat_prmt_space(s, NEWEST, 1)
+        if c.params.wide and not c.persistent
+    ]
     capped = [c for c in wide if prmt_registers(c) == 64]
-    assert capped and all(c.ordered and c.tile_n * c.elem_bytes >= 128 for c in capped)
-    assert all(prmt_registers(c) == 80 for c in wide if not c.ordered)
+    assert capped and all(c.params.ordered and c.tile_n * c.elem_bytes >= 128 for c in capped)
+    assert all(prmt_registers(c) == 80 for c in wide if not c.params.ordered)
     picks = [capped[i] for i in rng.choice(len(capped), 12, replace=False)]
     report = nvcc_resources(picks, arch)
     for c in picks:
@@ -192,7 +215,11 @@ def test_tall_kernels_match_the_reference(rng, s):
     from autotranspose.runtime.compiler import activate, precompile
 
     state = activate(0)
-    space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and not c.wide]
+    space = [
+        c
+        for c in flat_prmt_space(s, state.info.limits, 1)
+        if not c.persistent and not c.params.wide
+    ]
     picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
     picks += [tall_default(s, 20), tall_default(s, 20).replace(persistent=2)]
     assert not precompile(state, picks)
@@ -207,7 +234,7 @@ def test_tall_kernels_at_every_pointer_offset(rng, s):
     """Input at every byte offset the element size allows (0-15), output at a random one with
     pitched rows; the bytes around and between the output rows are left as they were."""
     pytest.importorskip("cupy")
-    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and not c.wide]
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and not c.params.wide]
     tn = min(c.tile_n for c in space)
     narrow = [c for c in space if c.tile_n == tn]
     assert_views_at_every_offset(
@@ -239,15 +266,17 @@ def test_wide_kernels_match_the_reference(rng, s):
     from autotranspose.runtime.compiler import activate, precompile
 
     state = activate(0)
-    space = [c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and c.wide]
+    space = [
+        c for c in flat_prmt_space(s, state.info.limits, 1) if not c.persistent and c.params.wide
+    ]
     picks = [space[i] for i in rng.choice(len(space), 6, replace=False)]
-    ordered = [c for c in space if c.ordered]
+    ordered = [c for c in space if c.params.ordered]
     picks += [ordered[i] for i in rng.choice(len(ordered), 4, replace=False)]
     picks += [wide_default(s, 20), wide_default(s, 20).replace(persistent=2)]
-    picks += [wide_default(s, 20).replace(ordered=not wide_default(s, 20).ordered)]
+    picks += [wide_default(s, 20).replace(ordered=not wide_default(s, 20).params.ordered)]
     assert not precompile(state, picks)
     for c in picks:
-        for shape in _wide_shapes(rng, c.tile_m, s, c.ordered):
+        for shape in _wide_shapes(rng, c.tile_m, s, c.params.ordered):
             if c.applies(shape[1], shape[2]):
                 assert_match_reference(state, s, shape, [c])
 
@@ -257,10 +286,10 @@ def test_wide_kernels_match_the_reference(rng, s):
 def test_wide_kernels_at_every_pointer_offset(rng, s):
     """Input rows pitched at every byte offset (0-15), output rows one run at a random one."""
     pytest.importorskip("cupy")
-    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.wide]
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.params.wide]
     tm = min(c.tile_m for c in space if c.tile_m * s >= 16)
     narrow = [c for c in space if c.tile_m == tm]
-    assert {c.ordered for c in narrow} == {False, True}
+    assert {c.params.ordered for c in narrow} == {False, True}
     assert_views_at_every_offset(
         rng, s, np.dtype(DTYPES[s]), lambda: narrow[int(rng.integers(len(narrow)))], m_max=tm
     )
@@ -272,7 +301,7 @@ def test_ordered_wide_kernels_take_rows_of_any_length(rng, s):
     """1 to 7 rows (transposes of 1 to 28 bytes, most not a whole number of words) at every
     input offset: an ordered buffer places each word's elements one by one where needed."""
     pytest.importorskip("cupy")
-    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.ordered]
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if not c.persistent and c.params.ordered]
     tm = min(c.tile_m for c in space)
     narrow = [c for c in space if c.tile_m == tm]
     assert_views_at_every_offset(
@@ -361,7 +390,9 @@ def test_the_wide_store_writes_each_byte_of_the_run_once(rng, s):
     from autotranspose.kernels.config import prmt_layout
 
     space = [
-        c for c in flat_prmt_space(s, NEWEST, 1) if c.wide and not c.ordered and not c.persistent
+        c
+        for c in flat_prmt_space(s, NEWEST, 1)
+        if c.params.wide and not c.params.ordered and not c.persistent
     ]
     for c in [space[i] for i in rng.choice(len(space), 4, replace=False)]:
         lay = prmt_layout(c)
@@ -418,7 +449,7 @@ def test_the_ordered_buffer_holds_each_run_byte_once_where_the_store_reads_it(rn
     the rows' last word holds past the tile's columns lands past the run, inside the buffer."""
     from autotranspose.kernels.config import prmt_layout
 
-    space = [c for c in flat_prmt_space(s, NEWEST, 1) if c.ordered and not c.persistent]
+    space = [c for c in flat_prmt_space(s, NEWEST, 1) if c.params.ordered and not c.persistent]
     for c in [space[i] for i in rng.choice(len(space), 4, replace=False)]:
         lay = prmt_layout(c)
         for _ in range(8):

@@ -101,7 +101,9 @@ def test_tall_and_wide_flat_configs_are_distinct_points_of_a_space(dtype: str) -
     config a trial measures)."""
     space = SearchSpace(config_space(dtype, max_vector=1, short_side=20))
     # the flat byte-permute ones (a staged register transpose is few rows only: no tall twin)
-    wide = [c for c in space.configs if c.wide and not c.ordered and c.prmt]
+    wide = [
+        c for c in space.configs if c.flag("wide") and not c.flag("ordered") and c.kind == "prmt"
+    ]
     assert wide and "wide" in space.params_of(wide[0])
     pairs = [(c, c.replace(wide=False)) for c in wide if c.replace(wide=False) in space]
     assert pairs  # a tall config with the same other fields

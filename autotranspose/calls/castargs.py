@@ -141,7 +141,9 @@ def input_format(name: str) -> Format:
 
 
 def _check_config(config: Any, code: str) -> None:
-    if not isinstance(config, KernelConfig) or config.cast != code:
+    if not (
+        isinstance(config, KernelConfig) and config.kind == "cast" and config.params.pair == code
+    ):
         got = config.key if isinstance(config, KernelConfig) else type(config).__name__
         raise ConfigError(
             f"config must be a cast KernelConfig for the pair {code!r} (e.g. "

@@ -78,7 +78,7 @@ def choose_config(
     limits = state.info.limits
 
     def runnable(c: KernelConfig) -> bool:
-        return c.cast == code and c.fits(limits)
+        return c.kind == "cast" and c.params.pair == code and c.fits(limits)
 
     def measure() -> winners.Winner | None:
         guess = choice.config

@@ -428,7 +428,12 @@ def _aligned_transfer_of_flat_prmt(entry: TunedEntry, elem_bytes: int, cls: Shap
     1048576x32 and 32x1048576 of 1, 2 and 4 bytes; a user's tuned 20x7081411 int8 result,
     served as the nearest to 32x1048576 int8, took 67% where the shipped tiled one gets 94.5%)."""
     c = entry.config
-    return c.flat and c.prmt and cls.vec * elem_bytes >= 8 and entry.shape_class != cls
+    return (
+        c.kind == "prmt"
+        and c.params.flat
+        and cls.vec * elem_bytes >= 8
+        and entry.shape_class != cls
+    )
 
 
 def _nearness(cls: ShapeClass) -> Callable[[TunedEntry], tuple[float, float, ShapeClass]]:

@@ -87,7 +87,9 @@ def pick(
         cls = shape_class(x.batch, x.m, x.n, vec)
         choice = lookup.choose(state.info, s, cls, conjugate=conjugate)
         cfg = for_call(choice.config, x.m, x.n)
-        if cfg.flat and not flat_fits_call(cfg, x, o):  # strided rows: the tiled default
+        if cfg.spans_short_side and not flat_fits_call(
+            cfg, x, o
+        ):  # strided rows: the tiled default
             cfg = default_config(s, max_vector=vec, conjugate=conjugate)
         guess = (
             lookup.is_guess(choice, cls)
@@ -99,12 +101,12 @@ def pick(
             cfg = _first_call(x, o, cfg, cls, vec, conjugate, state, stream, ctx, outer)
     else:
         cfg = check_forced(config, x, vec, conjugate, state)
-        if cfg.flat and not flat_fits_call(cfg, x, o):
-            if cfg.regt:
+        if cfg.spans_short_side and not flat_fits_call(cfg, x, o):
+            if cfg.kind == "regt":
                 raise ConfigError(
                     f"register transpose {cfg.key} takes exactly {regt_side(cfg)} "
-                    f"{'rows' if cfg.wide else 'columns'}, contiguous "
-                    f"{'output' if cfg.wide else 'input'} rows; this call is {x.m}x{x.n} with "
+                    f"{'rows' if cfg.params.wide else 'columns'}, contiguous "
+                    f"{'output' if cfg.params.wide else 'input'} rows; this call is {x.m}x{x.n} with "
                     f"row pitches {x.ld} (in) and {o.ld} (out): use the config of the call's "
                     "side (config.replace(tile_m=...) or tile_n=...) or another kind"
                 )
@@ -165,7 +167,7 @@ def _first_call(
             c.fits(state.info.limits)
             and (c.vec <= vec or c.any_offset)
             and c.applies(x.m, x.n)
-            and (not c.flat or flat_fits_call(c, x, o))
+            and (not c.spans_short_side or flat_fits_call(c, x, o))
         )
 
     near = lookup.neighbours(state.info, s, cls)

@@ -1,9 +1,11 @@
 """KernelConfig (one transpose kernel variant), its validation, and the space the tuner searches.
 
-Every kernel kind (tiled, flat, staged, byte-permute, direct) is a policy in
-`autotranspose/kinds/`: its rules, shape, template parameters, search space and defaults.
-KernelConfig holds the fields every kind shares, checks those, and asks its kind (derived from
-the kind flags, `kind`) for the rest. This module also composes the search space from the
+Every kernel kind (tiled, flat, staged, byte-permute, direct, register transpose, cast) is a
+policy in `autotranspose/kinds/`: its own parameters, rules, shape, template parameters,
+search space and defaults. A KernelConfig is a kind (`kind`, its name), that kind's typed
+parameters (`params`) and the fields every kind shares; it checks the shared fields and asks
+its kind for the rest. Its written form (`to_dict`, the key) spells the kind as flags, as
+stored and shipped results always have. This module also composes the search space from the
 kinds' searches (`config_space`), walks the neighbourhood of a config (`neighbours`,
 `pair_steps`), serves few long rows (`few_rows_default`: a direct or a tiled tile) and reads a
 pycuda device's limits; the kinds' defaults are bound to KernelConfig here under their
@@ -144,33 +146,44 @@ class KernelConfig:
     conjugate: bool = False
     persistent: int = 0
     realign: bool = False
-    flat: bool = False
-    staged: bool = False
-    prmt: bool = False
-    wide: bool = False  # a flat byte-permute kernel for few long rows (else for short rows)
     min_blocks: int = 0  # blocks per SM the registers must allow (0: one, ptxas uncapped)
-    ordered: bool = False  # wide: the transposed buffer holds the output bytes in order
-    direct: bool = False  # one element an access, tile indices from a 2-D grid (the seed's way)
-    cast: str = ""  # a cast-transpose kernel's pair, "<in>_<out>" (kinds/cast.py); "" for none
-    regt: bool = False  # a register transpose of a side of at most 16 bytes (kinds/regt.py)
+    kind: str = "tiled"  # a registered kind's name (autotranspose/kinds/)
+    params: Any = None  # that kind's own parameters (`Kind.Params`); None: its defaults
     _derived: dict[str, int] = field(default=None, init=False, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        errors = list(_field_errors(self))
+        if type(self.kind) is not str or self.kind not in kinds.names():
+            raise ConfigError(
+                f"kind={self.kind!r:.40} is not a kernel kind; the kinds are {list(kinds.names())}"
+            )
+        policy = kinds.get(self.kind)
+        if self.params is None:
+            object.__setattr__(self, "params", policy.Params())
+        errors = list(_field_errors(self, policy))
         if errors:
             raise ConfigError("invalid KernelConfig: " + "; ".join(errors))
-        object.__setattr__(self, "_derived", kinds.kind_of(self).derive(self))
+        object.__setattr__(self, "_derived", policy.derive(self))
 
     # --- its kind ---------------------------------------------------------------------------
     @property
     def policy(self) -> Kind:
         """The kind's policy (autotranspose/kinds/): rules, shape, template, search."""
-        return kinds.kind_of(self)
+        return kinds.get(self.kind)
 
     @property
-    def kind(self) -> str:
-        """The kind's name, from the kind flags: tiled, flat, staged, prmt or direct."""
-        return kinds.kind_of(self).name
+    def spans_short_side(self) -> bool:
+        """Whether one tile spans a skinny matrix's short side (flat tiles: the call's rows
+        must be contiguous, `shapes.flat_fits`)."""
+        return kinds.get(self.kind).spans_short_side(self)
+
+    def flag(self, name: str) -> Any:
+        """A kind flag of the written form (`to_dict`), at its default where not written:
+        `c.flag("wide")` is True for a wide byte-permute or register-transpose kernel. For
+        tools and tests that read configs as stored; code asks the kind."""
+        defaults = kinds.flag_defaults()
+        if name not in defaults:
+            raise ConfigError(f"no kind flag {name!r}; the kind flags are {sorted(defaults)}")
+        return self.policy.written(self.params).get(name, defaults[name])
 
     # --- derived shape of the kernel --------------------------------------------------------
     @property
@@ -237,14 +250,7 @@ class KernelConfig:
             f"_{self.layout}{self.pad if self.layout == 'pad' else ''}_{self.raster}_{self.cache}"
         )
         k += "_ra" if self.realign else ""
-        k += "_flat" if self.flat else ""
-        k += "_sg" if self.staged else ""
-        k += "_pm" if self.prmt else ""
-        k += "_wd" if self.wide else ""
-        k += "_or" if self.ordered else ""
-        k += "_dr" if self.direct else ""
-        k += "_rg" if self.regt else ""
-        k += f"_x{self.cast}" if self.cast else ""
+        k += self.policy.key_part(self.params)
         k += f"_b{self.min_blocks}" if self.min_blocks else ""
         k += f"_p{self.persistent}" if self.persistent else ""
         return k + ("_conj" if self.conjugate else "")
@@ -302,69 +308,99 @@ class KernelConfig:
 
     # --- (de)serialisation: a config read from a database is untrusted input ----------------
     def to_dict(self) -> dict[str, Any]:
-        # fields that came later (OPTIONAL_FIELDS) are left out at their default, so every
-        # other config's stored form (and what earlier versions read) is what it was
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.init and OPTIONAL_FIELDS.get(f.name, _ABSENT) != getattr(self, f.name)
-        }
+        """The written form: the shared fields and the kind spelled as flags (`Kind.written`),
+        as stored, shipped and searched since the first schema. Flags that came later
+        (OPTIONAL_FIELDS) are left out at their default, so every other config's written form
+        (and what earlier versions read) is what it was."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in _SHARED}
+        out.update(kinds.flag_defaults())
+        out.update(self.policy.written(self.params))
+        return {k: v for k, v in out.items() if OPTIONAL_FIELDS.get(k, _ABSENT) != v}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KernelConfig:
-        """Build a config from untrusted data: unknown keys and wrong types are rejected."""
+        """Build a config from its written form, untrusted: unknown keys and wrong types are
+        rejected, and the kind flags must spell one kind."""
         if not isinstance(data, Mapping):
             raise ConfigError(
                 f"a kernel config must be a mapping of fields, got {type(data).__name__}"
             )
-        known = {f.name: f for f in dataclasses.fields(cls) if f.init}
-        unknown = sorted(set(map(str, data)) - set(known))
+        flags = kinds.flag_defaults()
+        known = {*_SHARED, *flags}
+        unknown = sorted(set(map(str, data)) - known)
         if unknown:
             raise ConfigError(
                 f"unknown KernelConfig field(s) {unknown}; known fields are {sorted(known)}"
             )
-        kwargs: dict[str, Any] = {}
         for name, value in data.items():
-            want = bool if name in _BOOL_FIELDS else (str if name in _STR_FIELDS else int)
+            want = type(flags[name]) if name in flags else _SHARED_TYPES.get(name, int)
             if type(value) is not want:  # bool is an int subclass: compare types exactly
                 raise ConfigError(
                     f"KernelConfig field {name!r} must be {want.__name__}, got "
                     f"{type(value).__name__} {value!r:.60}"
                 )
-            kwargs[name] = value
-        if "elem_bytes" not in kwargs:
+        if "elem_bytes" not in data:
             raise ConfigError("KernelConfig needs 'elem_bytes' (1, 2, 4, 8 or 16)")
-        return cls(**kwargs)
+        return _from_written(data)
 
     def replace(self, **changes: Any) -> KernelConfig:
-        return dataclasses.replace(self, **changes)
+        """This config with `changes`: fields, or flags of the written form (`wide=True`,
+        `direct=True`), which may change the kind and its parameters."""
+        if set(changes) <= _FIELDS:
+            if "kind" in changes and "params" not in changes:
+                changes["params"] = None  # another kind: its defaults
+            return dataclasses.replace(self, **changes)
+        return _from_written({**self.to_dict(), **changes})
 
     def __str__(self) -> str:
         return self.key
 
 
-_STR_FIELDS = frozenset({"layout", "raster", "cache", "cast"})
-# Fields added after configs were first stored, with the default `to_dict` leaves out: a
-# reader that needs every field (the tuner's search space) fills them back in from here.
-OPTIONAL_FIELDS: Mapping[str, Any] = MappingProxyType(
-    {
-        "wide": False,
-        "min_blocks": 0,
-        "ordered": False,
-        "direct": False,
-        "cast": "",
-        "regt": False,
-    }
+# The fields every kind shares, as written, and the types of those that are not ints.
+_SHARED: tuple[str, ...] = (
+    "elem_bytes",
+    "tile_m",
+    "tile_n",
+    "vec",
+    "per_thread",
+    "pad",
+    "layout",
+    "raster",
+    "cache",
+    "conjugate",
+    "persistent",
+    "realign",
+    "min_blocks",
 )
+_SHARED_TYPES = {"layout": str, "raster": str, "cache": str, "conjugate": bool, "realign": bool}
+_FIELDS = frozenset({*_SHARED, "kind", "params"})
 _ABSENT = object()
-_BOOL_FIELDS = frozenset(
-    {"conjugate", "realign", "flat", "staged", "prmt", "wide", "ordered", "direct", "regt"}
-)
 
 
-def _field_errors(c: KernelConfig) -> Iterator[str]:
+def _from_written(data: Mapping[str, Any]) -> KernelConfig:
+    """A config from its written form (shared fields and kind flags)."""
+    flags = kinds.flag_defaults()
+    kind, params = kinds.read({k: v for k, v in data.items() if k in flags})
+    shared = {k: v for k, v in data.items() if k not in flags}
+    return KernelConfig(**shared, kind=kind.name, params=params)
+
+
+def _optional_fields() -> Mapping[str, Any]:
+    """Fields of the written form added after configs were first stored, with the default
+    `to_dict` leaves out: a reader that needs every field (the tuner's search space) fills
+    them back in from here. The first schema wrote realign, flat, staged and prmt always."""
+    first = {"realign", "flat", "staged", "prmt"}
+    later = {k: v for k, v in kinds.flag_defaults().items() if k not in first}
+    return MappingProxyType({"min_blocks": 0, **later})
+
+
+OPTIONAL_FIELDS: Mapping[str, Any] = _optional_fields()
+
+
+def _field_errors(c: KernelConfig, kind: Kind) -> Iterator[str]:
     """Every reason a config is invalid, each naming the field and what is allowed: the
-    fields every kind shares here, then the kind's own rules (`Kind.errors`)."""
+    fields every kind shares here, its parameters' types, then the kind's own rules
+    (`Kind.errors`)."""
     ints = (
         "elem_bytes",
         "tile_m",
@@ -382,29 +418,30 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
     for name, allowed in (("layout", LAYOUTS), ("raster", RASTERS), ("cache", CACHE_HINTS)):
         if getattr(c, name) not in allowed:
             yield f"{name}={getattr(c, name)!r} is not one of {list(allowed)}"
-    if type(c.cast) is not str:
-        yield f"cast must be a str (a cast pair such as 'bf16_e4m3', or ''), got {type(c.cast).__name__}"
-        return
-    for name in _BOOL_FIELDS:
+    for name in ("conjugate", "realign"):
         if type(getattr(c, name)) is not bool:
             yield f"{name} must be a bool"
-    if any(type(getattr(c, n)) is not bool for n in ("flat", "staged", "prmt", "direct", "regt")):
+    if type(c.params) is not kind.Params:
+        yield (
+            f"params must be the {kind.name} kind's {kind.Params.__name__}, got "
+            f"{type(c.params).__name__}"
+        )
         return
+    for f in dataclasses.fields(c.params):
+        value = getattr(c.params, f.name)
+        if type(value) is not type(f.default):
+            yield f"{kind.name} parameter {f.name} must be {type(f.default).__name__}, got {type(value).__name__}"
+            return
     if any(type(getattr(c, n)) is not int for n in ints):
         return
-    kind = kinds.kind_of(c)
-    # tile_m's list is a flat tile's wherever flat=True, whatever other kind flag is set (a
-    # config with contradictory flags is told about its tile as it always was)
-    # (a register transpose's tiles are its own: the short side and the block's long side)
-    m_kind = kinds.get("prmt" if c.prmt else "flat") if c.flat and not c.regt else kind
     checks = (
         (
             c.elem_bytes in ELEMENT_SIZES,
             f"elem_bytes={c.elem_bytes} must be one of {list(ELEMENT_SIZES)}",
         ),
         (
-            c.tile_m in m_kind.tile_m_values(c),
-            f"tile_m={c.tile_m} must be one of {list(m_kind.tile_m_values(c))}",
+            c.tile_m in kind.tile_m_values(c),
+            f"tile_m={c.tile_m} must be one of {list(kind.tile_m_values(c))}",
         ),
         (
             c.tile_n in kind.tile_n_values(c),
@@ -426,18 +463,6 @@ def _field_errors(c: KernelConfig) -> Iterator[str]:
         ),
     )
     bad = [msg for ok, msg in checks if not ok]
-    if c.min_blocks and (c.flat or c.prmt) and not (c.regt and c.staged):
-        bad.append(
-            "min_blocks is a tiled, staged or staged register-transpose kernel's (flat and byte-permute kernels set their own): set min_blocks=0"
-        )
-    if c.wide and not (c.flat and (c.prmt or c.regt)):
-        bad.append(
-            "wide=True is a flat byte-permute kernel's (few long rows): set flat=True and prmt=True, or wide=False"
-        )
-    if c.ordered and not c.wide:
-        bad.append(
-            "ordered=True is a wide kernel's output buffer (few long rows): set flat=True, prmt=True and wide=True, or ordered=False"
-        )
     yield from bad
     if bad:
         return

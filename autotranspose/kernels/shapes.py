@@ -110,8 +110,8 @@ def flat_fits(config: KernelConfig, m: int, n: int, ld_in: int, ld_out: int) -> 
     kernel moves whole short rows as one block, so the side it spans must be short and its
     rows contiguous (input rows when N is short, output rows when M is). A register
     transpose's side is exact (`config.applies`)."""
-    if config.prmt or config.regt:  # tall: input rows one run; wide: output rows one run
-        return config.applies(m, n) and (ld_out == m if config.wide else ld_in == n)
+    if config.kind in ("prmt", "regt"):  # tall: input rows one run; wide: output rows one run
+        return config.applies(m, n) and (ld_out == m if config.params.wide else ld_in == n)
     if n <= config.tile_n:
         return ld_in == n
     return m <= config.tile_n and ld_out == m

@@ -1,17 +1,19 @@
 """What every kernel kind shares: the field values and hardware limits, and `Kind`, the
-interface each kind implements (its policy: rules, shape, template parameters, search).
+interface each kind implements (its policy: rules, shape, template parameters, search, and how
+it is written).
 
-Kinds know nothing of `KernelConfig`'s class (config.py builds on them): a kind reads a
-config's fields and derived sizes (`Config`), and builds configs only through the constructor
-it is handed (`New`), so config.py can dispatch to the kinds and the kinds can build configs
-without an import circle.
+A config is a kind plus that kind's own typed parameters (`Kind.Params`, a frozen dataclass)
+beside the fields every kind shares. Kinds know nothing of `KernelConfig`'s class (config.py
+builds on them): a kind reads a config's fields and derived sizes (`Config`), and builds
+configs only through the constructor it is handed (`New`), so config.py can dispatch to the
+kinds and the kinds can build configs without an import circle.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Protocol
 
 TILE_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256)
@@ -96,15 +98,9 @@ class Config(Protocol):
     conjugate: bool
     persistent: int
     realign: bool
-    flat: bool
-    staged: bool
-    prmt: bool
-    wide: bool
     min_blocks: int
-    ordered: bool
-    direct: bool
-    cast: str
-    regt: bool
+    kind: str
+    params: Any  # the kind's own parameters: an instance of its `Kind.Params`
 
     @property
     def key(self) -> str: ...
@@ -122,8 +118,14 @@ class Config(Protocol):
     def replace(self, **changes: Any) -> Any: ...
 
 
-# Builds a config from KernelConfig's fields (positional or named), raising ConfigError if
-# they are not a valid kernel: config.KernelConfig itself.
+@dataclass(frozen=True)
+class NoParams:
+    """The parameters of a kind that has none of its own."""
+
+
+# Builds a config from KernelConfig's fields (positional or named; a kind's own parameters as
+# `kind=` and `params=`), raising ConfigError if they are not a valid kernel:
+# config.KernelConfig itself.
 New = Callable[..., Any]
 # Yields a config built from these fields, then its variants (persistent grids, register
 # caps), if it is valid and the limits can run it (config._launchable): what a search walks.
@@ -157,23 +159,88 @@ class Kind(ABC):
     they launch, which parameters their template renders, and the configs it adds to the
     search space. One instance per kind, registered in `autotranspose.kinds` by `name`.
 
-    A config's kind follows from its kind flag (`flag`, a KernelConfig bool field; None for
-    the tiled kernels, which have none); where several flags are set the kind of the highest
-    `precedence` wins (a flat byte-permute config, flat=True and prmt=True, is a byte-permute
-    one; other combinations are invalid, and that kind's rules say why).
-    Methods take the config (`Config`); KernelConfig validates the fields all kinds share
-    (types, value lists, flags that belong together) before it asks `errors`.
+    A config names its kind (`name`) and carries the kind's own parameters, an instance of
+    `Params` (a frozen dataclass of bools, ints and strs). Methods take the config (`Config`);
+    KernelConfig validates the fields all kinds share (types, value lists) and the parameters'
+    types before it asks `errors`.
+
+    The written form (a config's `to_dict` and key: the store, the shipped files, the tuner's
+    parameters) predates kinds as objects and spells a kind as flags: `mark`, the flag that
+    names it (None for the tiled kind, which none names), `fixed`, flags it always writes
+    beside its mark, and each parameter under its own name where it is not its default;
+    `codes` gives each written flag's part of the key, in the key's order. `written` and
+    `reads` convert; a kind whose written form is not flags of bools overrides both.
     """
 
     name: ClassVar[str]
-    flag: ClassVar[str | None]
-    precedence: ClassVar[int]
+    Params: ClassVar[type] = NoParams
+    mark: ClassVar[str | None] = None
+    fixed: ClassVar[tuple[tuple[str, Any], ...]] = ()
+    codes: ClassVar[tuple[tuple[str, str], ...]] = ()
     template: ClassVar[str]  # its skeleton under templates/, in the kind's folder with its pieces
     persistent: ClassVar[bool] = True  # the space holds its persistent-grid variants
     capped: ClassVar[bool] = True  # the space and the neighbours hold register-capped variants
     # its kernels declare shared memory past STATIC_SHARED_MAX dynamic (extern) and the
     # launch opts in to it, so its configs may use up to `DeviceLimits.max_shared_optin`
     dynamic_shared: ClassVar[bool] = False
+
+    # --- the written form --------------------------------------------------------------------
+    def flag_defaults(self) -> dict[str, Any]:
+        """Every flag this kind may write, at its value when not written."""
+        out: dict[str, Any] = dict.fromkeys(
+            (*dict(self.fixed), *([self.mark] if self.mark else ())), False
+        )
+        out.update({f.name: f.default for f in fields(self.Params)})
+        return out
+
+    def written(self, params: Any) -> dict[str, Any]:
+        """The flags that spell this kind and `params` (those away from their default)."""
+        out = dict(self.fixed)
+        if self.mark:
+            out[self.mark] = True
+        for f in fields(params):
+            value = getattr(params, f.name)
+            if value != f.default:
+                out[f.name] = value
+        return out
+
+    def reads(self, flags: Mapping[str, Any]) -> Any | None:
+        """This kind's parameters where `flags` (a written form's kind flags away from their
+        default) spell this kind, else None: its mark set (none for a kind without one), its
+        fixed flags as it writes them, and no flag it does not write."""
+        if self.mark is not None and flags.get(self.mark) is not True:
+            return None
+        if any(flags.get(k) != v for k, v in self.fixed):
+            return None
+        own = {f.name for f in fields(self.Params)}
+        if set(flags) - own - set(dict(self.fixed)) - {self.mark}:
+            return None
+        return self.Params(**{k: v for k, v in flags.items() if k in own})
+
+    def key_part(self, params: Any) -> str:
+        """The kind's part of a config's key: each written flag's code, in `codes`' order."""
+        written = self.written(params)
+        part = ""
+        for flag, code in self.codes:
+            value = written.get(flag, False)
+            if value is True:
+                part += f"_{code}"
+            elif isinstance(value, str) and value:
+                part += f"_{code}{value}"
+        return part
+
+    def spelled(self) -> str:
+        """How the written form names this kind, for messages."""
+        if self.mark is None:
+            return f"{self.name} (no kind flag)"
+        extra = [*dict(self.fixed), *(f.name for f in fields(self.Params))]
+        with_ = f" with {', '.join(extra)}" if extra else ""
+        return f"{self.mark}=True{with_}"
+
+    def spans_short_side(self, c: Config) -> bool:
+        """Whether one tile spans a skinny matrix's short side (the flat tiles): such a
+        kernel needs the call's rows contiguous (`shapes.flat_fits`)."""
+        return False
 
     @abstractmethod
     def errors(self, c: Config) -> Iterator[str]:

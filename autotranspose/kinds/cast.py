@@ -23,7 +23,7 @@ timing for a pair.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,13 @@ STORE_BYTES = 16  # the transposed output moves in 16-byte words (at each row's 
 _WORDS = {1: "unsigned char", 2: "unsigned short", 4: "u32", 8: "uint2", 16: "uint4"}
 
 
+@dataclass(frozen=True)
+class CastParams:
+    """A cast-transpose kernel's own parameter: its pair, "<in>_<out>" (`PAIRS`)."""
+
+    pair: str = ""
+
+
 def pair_code(src: Format, dst: Format) -> str:
     return f"{src.code}_{dst.code}"
 
@@ -108,7 +115,7 @@ def parse_problem(text: object) -> tuple[str, bool] | None:
 
 
 def pair_of(c: Config) -> tuple[Format, Format]:
-    return PAIRS[c.cast]
+    return PAIRS[c.params.pair]
 
 
 def _threads(c: Config) -> int:
@@ -119,7 +126,7 @@ def _threads(c: Config) -> int:
 def _row_bytes(c: Config) -> int:
     """Bytes a staged row takes in shared memory: its `tile_n / vec` words and the one more a
     row off its word boundary reaches into, each converted (`vec` output elements)."""
-    _, dst = PAIRS[c.cast]
+    _, dst = PAIRS[c.params.pair]
     return (c.tile_n // c.vec + 1) * c.vec * dst.size
 
 
@@ -135,17 +142,17 @@ def _out_words(c: Config) -> int:
     padded so that the exchange's warp (8 row groups x 4 column units, units 4 transposed rows
     apart) writes 32 distinct banks: 4 rows' pitch at 8 banks (an even pitch, for the aligned
     store's 8-byte reads)."""
-    _, dst = PAIRS[c.cast]
+    _, dst = PAIRS[c.params.pair]
     words = (c.tile_m * dst.size + 32) // 4
     assert (4 // dst.size) * _exchange_blocks(dst) == 4
     return words + (2 - words) % 8
 
 
 def _errors(c: Config) -> Iterator[str]:
-    if c.cast not in PAIRS:
-        yield f"cast={c.cast!r} is not a cast pair; the pairs are {sorted(PAIRS)}"
+    if c.params.pair not in PAIRS:
+        yield f"cast={c.params.pair!r} is not a cast pair; the pairs are {sorted(PAIRS)}"
         return
-    src, dst = PAIRS[c.cast]
+    src, dst = PAIRS[c.params.pair]
     yield from fixed_field_errors(
         c,
         "cast",
@@ -155,18 +162,12 @@ def _errors(c: Config) -> Iterator[str]:
             "pad": 0,
             "persistent": 0,
             "realign": False,
-            "flat": False,
-            "staged": False,
-            "prmt": False,
-            "wide": False,
-            "ordered": False,
-            "direct": False,
         },
-        "a cast kernel takes one tile a block, its own padding, and no other kind's flags",
+        "a cast kernel takes one tile a block and its own padding",
     )
     if c.elem_bytes != src.size:
         yield (
-            f"cast={c.cast!r} reads {src.size}-byte {src.name}: set elem_bytes={src.size} "
+            f"cast={c.params.pair!r} reads {src.size}-byte {src.name}: set elem_bytes={src.size} "
             f"(got {c.elem_bytes})"
         )
         return
@@ -207,7 +208,7 @@ def _smem(c: Config) -> int:
 
 def _params(c: Config) -> dict[str, Any]:
     """What templates/cast/cast.cu.j2 needs about one cast config."""
-    src, dst = PAIRS[c.cast]
+    src, dst = PAIRS[c.params.pair]
     threads = _threads(c)
     ki, ko = c.vec, STORE_BYTES // dst.size
     kk = 4 // dst.size  # the exchange's blocks: kk x kk elements, a 4-byte word a row
@@ -265,14 +266,33 @@ def _params(c: Config) -> dict[str, Any]:
 
 class CastKind(Kind):
     name = "cast"
-    flag = "cast"
-    precedence = 5
+    Params = CastParams
+    mark = "cast"
     template = "cast/cast.cu.j2"
     persistent = False
     capped = False
     # tiles past 48 KiB (256 input rows by 128 columns: wider pieces of odd output rows, fewer
     # 32-byte sectors shared between blocks) declare their shared memory dynamic
     dynamic_shared = True
+
+    # written as `cast="<in>_<out>"` (its pair), the key's part `_x<in>_<out>`
+    def flag_defaults(self) -> dict[str, Any]:
+        return {"cast": ""}
+
+    def written(self, params: Any) -> dict[str, Any]:
+        return {"cast": params.pair}
+
+    def reads(self, flags: Mapping[str, Any]) -> Any | None:
+        pair = flags.get("cast")
+        if not isinstance(pair, str) or not pair or set(flags) != {"cast"}:
+            return None
+        return CastParams(pair)
+
+    def key_part(self, params: Any) -> str:
+        return f"_x{params.pair}"
+
+    def spelled(self) -> str:
+        return "cast='<in>_<out>' (a cast pair) alone"
 
     def errors(self, c: Config) -> Iterator[str]:
         return _errors(c)
@@ -333,7 +353,8 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
         "row",
         "default",
         min_blocks=min_blocks,
-        cast=pair_code(src, dst),
+        kind="cast",
+        params=CastParams(pair_code(src, dst)),
     )
 
 
@@ -354,7 +375,7 @@ def space(new: New, src: Format, dst: Format) -> Iterator[Any]:
                                 try:
                                     c = new(
                                         src.size, tm, tn, vec, pt, pad, "pad", raster, cache,
-                                        cast=code,
+                                        kind="cast", params=CastParams(code),
                                     )  # fmt: skip
                                 except ValueError:  # ConfigError: not a kernel of this pair
                                     continue

@@ -54,9 +54,6 @@ def _direct_errors(c: Config) -> Iterator[str]:
             "vec": 1,
             "layout": "pad",
             "realign": False,
-            "flat": False,
-            "staged": False,
-            "prmt": False,
             "persistent": 0,
         },
         "a direct kernel moves one element an access, through a padded tile, one block a tile",
@@ -109,7 +106,7 @@ def direct_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                             raster,
                             cache,
                             call.conjugate,
-                            direct=True,
+                            kind="direct",
                         )
 
 
@@ -145,8 +142,8 @@ def _params(c: Config) -> dict[str, object]:
 
 class Direct(Kind):
     name = "direct"
-    flag = "direct"
-    precedence = 4
+    mark = "direct"
+    codes = (("direct", "dr"),)
     template = "direct/direct.cu.j2"
     persistent = False  # a direct grid is the tiles
 
@@ -245,7 +242,7 @@ def direct_default(
         "pad",
         raster,
         conjugate=conjugate,
-        direct=True,
+        kind="direct",
         min_blocks=blocks,
     )
 
@@ -264,7 +261,7 @@ _DIRECT_FOUR_BYTE_ROWS: tuple[tuple[int, tuple[Any, ...]], ...] = (
 
 def _narrow_direct(c: Config) -> bool:
     """A direct tile with a side of DIRECT_NARROW (the other one of DIRECT_LONG)."""
-    return c.direct and min(c.tile_m, c.tile_n) in DIRECT_NARROW
+    return c.kind == "direct" and min(c.tile_m, c.tile_n) in DIRECT_NARROW
 
 
 # A narrow tile of few long rows has this many elements: the long side is this over the
@@ -304,7 +301,7 @@ def narrow_configs(new: New, elem_bytes: int, m: int, n: int, conjugate: bool = 
             long = min(max(NARROW_TILE_ELEMENTS // side, DIRECT_LONG[0]), DIRECT_LONG[-1])
             tm, tn, raster = side, long, "col"
         found.append(
-            new(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, direct=True)
+            new(elem_bytes, tm, tn, 1, pt, 1, "pad", raster, conjugate=conjugate, kind="direct")
         )
     return found
 

@@ -38,6 +38,8 @@ def _threads(c: Config) -> int:
 
 
 def _errors(c: Config) -> Iterator[str]:
+    if c.min_blocks:
+        yield "min_blocks is a tiled, staged or staged register-transpose kernel's (flat and byte-permute kernels set their own): set min_blocks=0"
     yield from fixed_field_errors(
         c,
         "flat",
@@ -108,14 +110,14 @@ def flat_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                         "row",
                         cache,
                         call.conjugate,
-                        flat=True,
+                        kind="flat",
                     )
 
 
 class Flat(Kind):
     name = "flat"
-    flag = "flat"
-    precedence = 2
+    mark = "flat"
+    codes = (("flat", "flat"),)
     template = "flat/flat.cu.j2"
     capped = False  # it sets its own blocks per SM (`_params`)
 
@@ -132,6 +134,9 @@ class Flat(Kind):
     def searches(self) -> tuple[Search, ...]:
         return ((40, flat_space),)
 
+    def spans_short_side(self, c: Config) -> bool:
+        return True
+
     def tile_m_values(self, c: Config) -> tuple[int, ...]:
         return FLAT_LONG
 
@@ -139,7 +144,7 @@ class Flat(Kind):
         if not self.applies(c, m, n):
             raise ConfigError(
                 f"flat config {c.key} needs a side of at most {c.tile_n} elements; "
-                f"the matrix is {m}x{n}: use a tiled config (flat=False)"
+                f"the matrix is {m}x{n}: use a tiled config"
             )
         return flat_tiles(c, m, n)
 
@@ -165,7 +170,7 @@ def flat_default(new: New, elem_bytes: int, short_side: int, conjugate: bool = F
         for pt in (8, 16, 4):
             try:
                 cfg = new(
-                    elem_bytes, tl, tw, 1, pt, 0, "pad", "row", "default", conjugate, flat=True
+                    elem_bytes, tl, tw, 1, pt, 0, "pad", "row", "default", conjugate, kind="flat"
                 )
             except ConfigError:
                 continue

@@ -9,6 +9,7 @@ windows start 16-byte aligned); flat ones (flat=True) span a skinny matrix's sho
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
@@ -27,6 +28,18 @@ from .base import (
     SpaceCall,
     fixed_field_errors,
 )
+
+
+@dataclass(frozen=True)
+class PrmtParams:
+    """A byte-permute kernel's own parameters: tiled (none set), or flat, one tile spanning a
+    skinny matrix's short side: tall (rows of at most `tile_n` elements) or `wide` (at most
+    `tile_m` rows), a wide tile's output `ordered` in a buffer (else stored as runs)."""
+
+    flat: bool = False
+    wide: bool = False
+    ordered: bool = False
+
 
 PRMT_SIZES = (1, 2, 4)  # elements moved K x K at a time, K = 4 / size (4 bytes: words, no permute)
 # sizes whose untuned unaligned classes get prmt_default from lookup; for 4 bytes it won the
@@ -97,7 +110,7 @@ def prmt_layout(c: Config) -> dict[str, int]:
     `r1` apart (`lu1` of them), exchanges `x` column words of row groups `g2` apart (`lu2`
     groups at most), stores one chunk of output rows `r3` apart (`lu3` at most)."""
     k, t = prmt_k(c), PRMT_THREADS // c.per_thread
-    sr = c.tile_m + (0 if c.wide else prmt_halo(c))  # a wide tile has no halo
+    sr = c.tile_m + (0 if c.params.wide else prmt_halo(c))  # a wide tile has no halo
     nc1 = c.tile_n * c.elem_bytes // CHUNK + 1
     p1w = -(-4 * nc1 // 8) * 8
     ng, cw = sr // k, c.tile_n * c.elem_bytes // 4
@@ -107,13 +120,13 @@ def prmt_layout(c: Config) -> dict[str, int]:
     # tall (flat): the staged rows are one contiguous run, staged whole from its aligned
     # start; the exchange reads up to a word past a row's last, so two chunks more
     sa = sr * p1w + ng * 8  # tiled and wide: staged rows at a pitch of p1w words
-    if c.flat and not c.wide:  # tall: one run
+    if c.params.flat and not c.params.wide:  # tall: one run
         sa = -(-(sr * c.tile_n * c.elem_bytes) // CHUNK) * 4 + 8
     lr = min(PRMT_THREAD_BYTES // CHUNK, -(-(sa // 4) // t))  # tall: chunks a thread has in flight
     # ordered (wide): the tile's output bytes in order, from the output's offset from alignment
     sb = (
         -(-(c.tile_n * c.tile_m * c.elem_bytes + CHUNK) // CHUNK) * 4
-        if c.ordered
+        if c.params.ordered
         else c.tile_n * p2w
     )
     return {
@@ -139,13 +152,19 @@ def prmt_layout(c: Config) -> dict[str, int]:
 
 
 def _prmt_errors(c: Config) -> Iterator[str]:
+    if c.params.wide and not c.params.flat:
+        yield "prmt wide=True is a flat byte-permute kernel's (few long rows): set flat=True, or wide=False"
+    if c.params.ordered and not c.params.wide:
+        yield "prmt ordered=True is a wide kernel's output buffer (few long rows): set wide=True, or ordered=False"
+    if c.min_blocks:
+        yield "min_blocks is a tiled, staged or staged register-transpose kernel's (flat and byte-permute kernels set their own): set min_blocks=0"
     yield from fixed_field_errors(
         c,
         "prmt",
-        {"pad": 0, "layout": "pad", "realign": False, "staged": False, "conjugate": False},
+        {"pad": 0, "layout": "pad", "realign": False, "conjugate": False},
         "a byte-permute kernel has its own shared-memory layout",
     )
-    if c.flat and c.raster != "row":  # one tile across the rows: the raster changes nothing
+    if c.params.flat and c.raster != "row":  # one tile across the rows: the raster changes nothing
         yield "prmt=True with flat=True takes raster='row' (one tile spans the short side: its tiles form one line)"
     if c.elem_bytes not in PRMT_SIZES:
         yield f"prmt=True needs elem_bytes in {list(PRMT_SIZES)} (wider elements span several words: use a staged or tiled config)"
@@ -162,14 +181,14 @@ def _prmt_errors(c: Config) -> Iterator[str]:
                 b // c.elem_bytes for b in sizes if b // c.elem_bytes in TILE_SIZES + FLAT_LONG
             ]
             yield f"prmt=True: {name}={getattr(c, name)} makes {nbytes}-byte row segments; use {name} in {allowed}"
-    if c.per_thread > (4 if c.flat else 2):  # 128 threads: ptxas 13 spilled the tiled ones
-        allowed_pt = list(TALL_PER_THREAD if c.flat else (1, 2))
+    if c.per_thread > (4 if c.params.flat else 2):  # 128 threads: ptxas 13 spilled the tiled ones
+        allowed_pt = list(TALL_PER_THREAD if c.params.flat else (1, 2))
         yield f"prmt=True: per_thread={c.per_thread} must be one of {allowed_pt} (threads = {PRMT_THREADS} / per_thread)"
         return
     if bad:
         return
     lay = prmt_layout(c)
-    if not c.flat and lay["lu1"] * CHUNK > PRMT_THREAD_BYTES:
+    if not c.params.flat and lay["lu1"] * CHUNK > PRMT_THREAD_BYTES:
         yield (
             f"prmt tile {c.tile_m}x{c.tile_n} loads {lay['lu1']} chunks of {CHUNK} bytes per "
             f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: "
@@ -179,7 +198,7 @@ def _prmt_errors(c: Config) -> Iterator[str]:
 
 def _prmt_sizes(c: Config) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """(field, its values in bytes) for tile_m and tile_n of a byte-permute config."""
-    if c.flat:
+    if c.params.flat:
         return (("tile_m", TALL_WINDOWS), ("tile_n", TALL_ROWS))
     return (("tile_m", PRMT_SEGMENTS), ("tile_n", PRMT_SEGMENTS))
 
@@ -194,9 +213,9 @@ def prmt_registers(c: Config) -> int:
     int8 20 / 100 rows 76.4 / 77.0 -> 82.0 / 82.7, float16 9 / 20 / 43 rows 64.0 / 79.1 /
     70.8 -> 69.5 / 84.4 / 74.5; 64-byte segments lost up to 7 on int8 100 rows, and 4-byte
     elements moved within noise)."""
-    if not c.wide:
+    if not c.params.wide:
         return 64
-    if c.ordered and c.elem_bytes <= 2 and c.tile_n * c.elem_bytes >= 128:
+    if c.params.ordered and c.elem_bytes <= 2 and c.tile_n * c.elem_bytes >= 128:
         return 64
     return 80
 
@@ -207,9 +226,9 @@ def _params(c: Config) -> dict[str, object]:
         **prmt_layout(c),
         "kk": prmt_k(c),
         "h": prmt_halo(c),
-        "flat": c.flat,  # one tile spans the short side: tall, or wide
-        "wide": c.wide,
-        "ordered": c.ordered,  # wide: the transposed buffer holds the output run in order
+        "flat": c.params.flat,  # one tile spans the short side: tall, or wide
+        "wide": c.params.wide,
+        "ordered": c.params.ordered,  # wide: the transposed buffer holds the output run in order
         "tm": c.tile_m,
         "tn": c.tile_n,
         "smem": c.smem_bytes,
@@ -241,7 +260,7 @@ def prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                             "pad",
                             raster,
                             cache,
-                            prmt=True,
+                            kind="prmt",
                         )
 
 
@@ -259,8 +278,9 @@ def _flat_search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
 
 class Prmt(Kind):
     name = "prmt"
-    flag = "prmt"
-    precedence = 3
+    Params = PrmtParams
+    mark = "prmt"
+    codes = (("flat", "flat"), ("prmt", "pm"), ("wide", "wd"), ("ordered", "or"))
     template = "prmt/prmt.cu.j2"
     capped = False  # it sets its own blocks per SM (`prmt_registers`)
     # tiles past 48 KiB (wider row segments and output windows) take dynamic shared memory
@@ -279,19 +299,22 @@ class Prmt(Kind):
     def searches(self) -> tuple[Search, ...]:
         return ((20, _search), (50, _flat_search))
 
+    def spans_short_side(self, c: Config) -> bool:
+        return c.params.flat
+
     def tile_m_values(self, c: Config) -> tuple[int, ...]:
         # a tall byte-permute kernel's output window: either list
-        return tuple(sorted(set(TILE_SIZES + FLAT_LONG))) if c.flat else TILE_SIZES
+        return tuple(sorted(set(TILE_SIZES + FLAT_LONG))) if c.params.flat else TILE_SIZES
 
     def tiles(self, c: Config, m: int, n: int) -> tuple[int, int]:
-        if c.flat:
+        if c.params.flat:
             if not self.applies(c, m, n):
                 raise ConfigError(
                     f"flat config {c.key} needs a side of at most {c.tile_n} elements; "
-                    f"the matrix is {m}x{n}: use a tiled config (flat=False)"
+                    f"the matrix is {m}x{n}: use a tiled config"
                 )
             # tall: output windows start up to 16 bytes before a tile; wide: none
-            if c.wide:
+            if c.params.wide:
                 return (1, -(-n // c.tile_n))
             return (-(-(m + prmt_halo(c) - 1) // c.tile_m), 1)
         # output windows start up to 16 bytes before a tile: staged likewise
@@ -301,10 +324,10 @@ class Prmt(Kind):
         """A flat byte-permute kernel takes rows of at most `tile_n` elements, or at most
         `tile_m` rows whose transposes are at least 4 bytes long, of any length when
         `ordered`; a tiled one any matrix."""
-        if not c.flat:
+        if not c.params.flat:
             return True
-        if c.wide:  # an ordered buffer takes rows of any length; a run store 4 bytes
-            return m <= c.tile_m and (c.ordered or m * c.elem_bytes >= WIDE_MIN_ROW_BYTES)
+        if c.params.wide:  # an ordered buffer takes rows of any length; a run store 4 bytes
+            return m <= c.tile_m and (c.params.ordered or m * c.elem_bytes >= WIDE_MIN_ROW_BYTES)
         return n <= c.tile_n
 
     def any_offset(self, c: Config) -> bool:
@@ -313,7 +336,7 @@ class Prmt(Kind):
     def step_values(
         self, c: Config, name: str, values: tuple[int, ...], pair: bool
     ) -> tuple[int, ...]:
-        return FLAT_LONG if name == "tile_m" and c.flat else values
+        return FLAT_LONG if name == "tile_m" and c.params.flat else values
 
     def for_call(self, c: Config, m: int, n: int) -> Any:
         return for_rows(c, m)
@@ -337,7 +360,7 @@ def _prmt_pick(new: New, elem_bytes: int, conjugate: bool, i: int) -> Any | None
     if elem_bytes not in PRMT_SIZES or conjugate:
         return None
     tm, tn, pt, raster = _PRMT_DEFAULTS[elem_bytes][i]
-    return new(elem_bytes, tm, tn, 4 // elem_bytes, pt, 0, "pad", raster, prmt=True)
+    return new(elem_bytes, tm, tn, 4 // elem_bytes, pt, 0, "pad", raster, kind="prmt")
 
 
 # elem_bytes -> (default, alternative) as (tile_m, tile_n, per_thread, raster): of every
@@ -381,10 +404,8 @@ def flat_prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                             "pad",
                             "row",
                             cache,
-                            flat=True,
-                            prmt=True,
-                            wide=wide,
-                            ordered=ordered,
+                            kind="prmt",
+                            params=PrmtParams(flat=True, wide=wide, ordered=ordered),
                         )
 
 
@@ -414,8 +435,8 @@ def tall_default(new: New, elem_bytes: int, short_side: int) -> Any | None:
             0,
             "pad",
             "row",
-            flat=True,
-            prmt=True,
+            kind="prmt",
+            params=PrmtParams(flat=True),
         )
         if cfg.fits(NEWEST):
             return cfg
@@ -446,7 +467,7 @@ def wider_tiles(new: New, elem_bytes: int, m: int, n: int) -> list[Any]:
                 wider = wider.replace(ordered=True)  # 56.3 / 60.5, run store 53.8 / 57.0
             out.append(wider)
     elif elem_bytes == 1:
-        out.append(new(1, 256, 128, 4, 1, 0, "pad", "col", prmt=True))
+        out.append(new(1, 256, 128, 4, 1, 0, "pad", "col", kind="prmt"))
     return out
 
 
@@ -483,7 +504,16 @@ def wide_default(new: New, elem_bytes: int, short_side: int, exact: bool = True)
         # rows that are not whole words (or a class's, which may be either): 128-byte
         # segments, threads from the rows' span (128 for 64 rows, 512 for 256)
         cfg = new(
-            1, tm, 128, 4, 256 // tm, 0, "pad", "row", flat=True, prmt=True, wide=True, ordered=True
+            1,
+            tm,
+            128,
+            4,
+            256 // tm,
+            0,
+            "pad",
+            "row",
+            kind="prmt",
+            params=PrmtParams(flat=True, wide=True, ordered=True),
         )
         if cfg.fits(NEWEST):
             return cfg
@@ -500,10 +530,8 @@ def wide_default(new: New, elem_bytes: int, short_side: int, exact: bool = True)
                 0,
                 "pad",
                 "row",
-                flat=True,
-                prmt=True,
-                wide=True,
-                ordered=True,
+                kind="prmt",
+                params=PrmtParams(flat=True, wide=True, ordered=True),
             )
             if cfg.fits(NEWEST):
                 return cfg
@@ -521,9 +549,8 @@ def wide_default(new: New, elem_bytes: int, short_side: int, exact: bool = True)
             0,
             "pad",
             "row",
-            flat=True,
-            prmt=True,
-            wide=True,
+            kind="prmt",
+            params=PrmtParams(flat=True, wide=True),
         )
         if cfg.fits(NEWEST):
             return cfg
@@ -536,7 +563,8 @@ def for_rows(c: Config, m: int) -> Any:
     its run-store twin, where the ordered buffer would be written byte by byte (H200, int8
     21x7536398: 60.3 against 55.4); every other config as it is."""
     if (
-        c.ordered
+        c.kind == "prmt"
+        and c.params.ordered
         and c.elem_bytes == 1
         and m % 4
         and WIDE_MIN_ROW_BYTES <= m < WIDE_ORDERED_ODD_ROWS

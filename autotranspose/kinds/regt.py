@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
@@ -47,6 +48,16 @@ from .base import (
     fixed_field_errors,
     occupancy_steps,
 )
+
+
+@dataclass(frozen=True)
+class RegtParams:
+    """A register transpose's own parameters: few rows (`wide`, the rows its short side) or
+    few columns, few rows `staged` through shared memory."""
+
+    wide: bool = False
+    staged: bool = False
+
 
 REGT_SIZES = (1, 2)  # element sizes (bytes)
 REGT_BYTES = 16  # a thread's window: 16 bytes of the long side, and the most bytes of a side
@@ -92,11 +103,11 @@ def regt_window(elem_bytes: int) -> int:
 
 def regt_side(c: Config) -> int:
     """The short side a regt kernel is rendered for: the rows (wide) or the columns."""
-    return c.tile_m if c.wide else c.tile_n
+    return c.tile_m if c.params.wide else c.tile_n
 
 
 def regt_long(c: Config) -> int:
-    return c.tile_n if c.wide else c.tile_m
+    return c.tile_n if c.params.wide else c.tile_m
 
 
 def fits_side(elem_bytes: int, side: int) -> bool:
@@ -120,11 +131,11 @@ def window_bytes(elem_bytes: int, side: int, staged: bool) -> int:
 
 def _window(c: Config) -> int:
     """Elements of the long side in a thread's window."""
-    return window_bytes(c.elem_bytes, regt_side(c), c.staged) // c.elem_bytes
+    return window_bytes(c.elem_bytes, regt_side(c), c.params.staged) // c.elem_bytes
 
 
 def _threads(c: Config) -> int:
-    return regt_long(c) * c.elem_bytes // window_bytes(c.elem_bytes, regt_side(c), c.staged)
+    return regt_long(c) * c.elem_bytes // window_bytes(c.elem_bytes, regt_side(c), c.params.staged)
 
 
 def block_longs(elem_bytes: int, side: int, staged: bool) -> tuple[int, ...]:
@@ -139,7 +150,7 @@ def block_longs(elem_bytes: int, side: int, staged: bool) -> tuple[int, ...]:
 
 
 def _longs(c: Config) -> tuple[int, ...]:
-    return block_longs(c.elem_bytes, regt_side(c), c.staged)
+    return block_longs(c.elem_bytes, regt_side(c), c.params.staged)
 
 
 def _errors(c: Config) -> Iterator[str]:
@@ -152,10 +163,6 @@ def _errors(c: Config) -> Iterator[str]:
             "pad": 0,
             "layout": "pad",
             "raster": "row",
-            "flat": True,
-            "prmt": False,
-            "ordered": False,
-            "direct": False,
             "conjugate": False,
         },
         "a register transpose holds one 16-byte window a thread, spans the short side "
@@ -165,9 +172,9 @@ def _errors(c: Config) -> Iterator[str]:
         yield f"regt=True takes 1- or 2-byte elements (got elem_bytes={c.elem_bytes})"
         return
     side = regt_side(c)
-    staged_rows = c.staged and c.wide
+    staged_rows = c.params.staged and c.params.wide
     if not (fits_staged_side if staged_rows else fits_side)(c.elem_bytes, side):
-        which = "tile_m (the rows)" if c.wide else "tile_n (the columns)"
+        which = "tile_m (the rows)" if c.params.wide else "tile_n (the columns)"
         most = STAGED_MAX_ROWS if staged_rows else REGT_BYTES // c.elem_bytes
         yield (
             f"regt=True: {which}={side} must be a short side of 2 to {most} elements"
@@ -175,29 +182,33 @@ def _errors(c: Config) -> Iterator[str]:
         )
         return
     long = regt_long(c)
-    which = "tile_n" if c.wide else "tile_m"
+    which = "tile_n" if c.params.wide else "tile_m"
     if long not in _longs(c):
         yield f"regt=True: {which}={long} (the long side a block spans) must be one of {list(_longs(c))}"
         return
     threads = _threads(c)
     if not REGT_MIN_THREADS <= threads <= REGT_MAX_THREADS:
-        window = window_bytes(c.elem_bytes, side, c.staged)
+        window = window_bytes(c.elem_bytes, side, c.params.staged)
         lo = REGT_MIN_THREADS * window // c.elem_bytes
         hi = REGT_MAX_THREADS * window // c.elem_bytes
         yield (
             f"regt=True: {which}={long} gives {threads} threads of {window} bytes; "
             f"{REGT_MIN_THREADS} to {REGT_MAX_THREADS}: use {lo} to {hi}"
         )
-    elif c.realign and not (c.staged and window_bytes(c.elem_bytes, side, True) == STAGED_TILE):
+    elif c.realign and not (
+        c.params.staged and window_bytes(c.elem_bytes, side, True) == STAGED_TILE
+    ):
         yield (
             "regt=True takes realign=True (units loaded straight from the rows) only for staged "
             f"few rows of more than {STAGED_WORDS_MAX_BYTES} bytes; set realign=False"
         )
-    elif c.min_blocks and not c.staged:
+    elif c.min_blocks and not c.params.staged:
         yield f"regt=True takes min_blocks=0 (got {c.min_blocks}) unless staged=True: its own launch bounds"
-    elif c.staged and not c.wide:
+    elif c.params.staged and not c.params.wide:
         yield "regt=True with staged=True stages few rows (wide=True); few columns take staged=False"
-    elif c.staged and _stage_bytes(c.elem_bytes, side, threads, c.realign) > STATIC_SHARED_MAX:
+    elif (
+        c.params.staged and _stage_bytes(c.elem_bytes, side, threads, c.realign) > STATIC_SHARED_MAX
+    ):
         fit = max(
             t
             for t in (REGT_MIN_THREADS, 128, 256)
@@ -209,7 +220,12 @@ def _errors(c: Config) -> Iterator[str]:
             f"{side} rows, past the {STATIC_SHARED_MAX} a block holds statically; at most "
             f"{fit} threads, tile_n={fit * window_bytes(c.elem_bytes, side, True) // c.elem_bytes}"
         )
-    elif c.wide and not c.staged and side * c.elem_bytes > REGT_WIDE_512_BYTES and threads > 256:
+    elif (
+        c.params.wide
+        and not c.params.staged
+        and side * c.elem_bytes > REGT_WIDE_512_BYTES
+        and threads > 256
+    ):
         yield (
             f"regt=True: {side} rows of {side * c.elem_bytes} bytes hold too many registers for "
             f"{threads} threads (ptxas spilled): at most 256, tile_n={256 * regt_window(c.elem_bytes)}"
@@ -312,12 +328,14 @@ def permutes(elem_bytes: int, side: int, wide: bool) -> int:
 
 def _params(c: Config) -> dict[str, object]:
     side = regt_side(c)
-    window = window_bytes(c.elem_bytes, side, c.staged)
+    window = window_bytes(c.elem_bytes, side, c.params.staged)
     # (a byte a thread: the template's own two-step permutes of a unit)
-    sources = [] if window == STAGED_TILE else byte_sources(c.elem_bytes, side, c.wide, window)
+    sources = (
+        [] if window == STAGED_TILE else byte_sources(c.elem_bytes, side, c.params.wide, window)
+    )
     return {
         "side": side,
-        "wide": c.wide,
+        "wide": c.params.wide,
         "w": _window(c),  # elements of a window (not the staged tiles': a byte a thread)
         "window": window,
         "long": regt_long(c),  # the long side a block (staged) or a warp tile spans
@@ -327,7 +345,7 @@ def _params(c: Config) -> dict[str, object]:
         "lanes": REGT_LANES,
         "words": [prmt_expression(w) for w in sources],
         "min_blocks": c.min_blocks or 1,
-        "staged": c.staged,
+        "staged": c.params.staged,
         # the rows' 16-byte words, and the runs' words (16 or 4 bytes: the window's)
         "stage_words": _row_words(side, _threads(c), window, c.elem_bytes, c.realign),
         "direct": c.realign,  # a staged tile's units straight from the rows
@@ -372,14 +390,20 @@ def regt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                 tm, tn = (side, long) if wide else (long, side)
                 yield from launchable(
                     call.limits, s, tm, tn, 1, 1, 0, "pad", "row", cache, realign=direct,
-                    flat=True, wide=wide, regt=True, staged=staged, min_blocks=blocks,
+                    kind="regt", params=RegtParams(wide=wide, staged=staged), min_blocks=blocks,
                 )  # fmt: skip
 
 
 class Regt(Kind):
     name = "regt"
-    flag = "regt"
-    precedence = 5
+    Params = RegtParams
+    mark = "regt"
+    fixed = (("flat", True),)  # written as a flat kernel: it spans the short side
+    codes = (("flat", "flat"), ("staged", "sg"), ("wide", "wd"), ("regt", "rg"))
+
+    def spans_short_side(self, c: Config) -> bool:
+        return True
+
     template = "regt/regt.cu.j2"
     capped = False  # one block a tile of warps, its own launch bounds
 
@@ -387,7 +411,11 @@ class Regt(Kind):
         return _errors(c)
 
     def derive(self, c: Config) -> dict[str, int]:
-        smem = _stage_bytes(c.elem_bytes, regt_side(c), _threads(c), c.realign) if c.staged else 0
+        smem = (
+            _stage_bytes(c.elem_bytes, regt_side(c), _threads(c), c.realign)
+            if c.params.staged
+            else 0
+        )
         return {"threads": _threads(c), "smem": smem}
 
     def params(self, c: Config) -> dict[str, object]:
@@ -404,7 +432,7 @@ class Regt(Kind):
 
     def applies(self, c: Config, m: int, n: int) -> bool:
         """Exactly the side it was rendered for (`for_call` makes a served config's)."""
-        return (m if c.wide else n) == regt_side(c)
+        return (m if c.params.wide else n) == regt_side(c)
 
     def tiles(self, c: Config, m: int, n: int) -> tuple[int, int]:
         """Warp tiles (31 windows each) along the long side; staged: block tiles (a window a
@@ -412,19 +440,21 @@ class Regt(Kind):
         if not self.applies(c, m, n):
             raise ConfigError(
                 f"regt config {c.key} is rendered for {regt_side(c)} "
-                f"{'rows' if c.wide else 'columns'}; the matrix is {m}x{n}"
+                f"{'rows' if c.params.wide else 'columns'}; the matrix is {m}x{n}"
             )
-        if c.staged:
+        if c.params.staged:
             return (1, -(-n // regt_long(c)))
         per = REGT_LANES * regt_window(c.elem_bytes)
-        return (1, -(-n // per)) if c.wide else (-(-m // per), 1)
+        return (1, -(-n // per)) if c.params.wide else (-(-m // per), 1)
 
     def grid(
         self, c: Config, m: int, n: int, batch: int, multiprocessors: int
     ) -> tuple[int, int, int]:
         """A warp a tile (staged: a block), or `persistent` blocks an SM that walk them."""
         tm, tn = self.tiles(c, m, n)
-        blocks = tm * tn * batch if c.staged else -(-(tm * tn * batch) // (c.threads // WARP))
+        blocks = (
+            tm * tn * batch if c.params.staged else -(-(tm * tn * batch) // (c.threads // WARP))
+        )
         if c.persistent:
             blocks = min(blocks, c.persistent * multiprocessors)
         return (max(blocks, 1), 1, 1)
@@ -436,23 +466,25 @@ class Regt(Kind):
         """The config rendered for this call's side (the same block and hints; staged: the
         block and register cap of `staged_block` for the side), or `c` where the call's side
         is not one it takes."""
-        side = m if c.wide else n
-        fits = fits_staged_side if c.staged else fits_side
+        side = m if c.params.wide else n
+        fits = fits_staged_side if c.params.staged else fits_side
         if side == regt_side(c) or not fits(c.elem_bytes, side):
             return c
         if c.realign and window_bytes(c.elem_bytes, side, True) != STAGED_TILE:
             return c  # units straight from the rows are a staged tile's only
-        if c.staged:  # the block and the register cap follow the rows (shared memory, registers)
+        if (
+            c.params.staged
+        ):  # the block and the register cap follow the rows (shared memory, registers)
             long, blocks = staged_block(c.elem_bytes, side, c.realign)
             return c.replace(tile_m=side, tile_n=long, min_blocks=blocks)
-        return c.replace(**({"tile_m": side} if c.wide else {"tile_n": side}))
+        return c.replace(**({"tile_m": side} if c.params.wide else {"tile_n": side}))
 
     def step_values(
         self, c: Config, name: str, values: tuple[int, ...], pair: bool
     ) -> tuple[int, ...]:
         """The long side steps along its block sizes (the block's threads); the short side is
         the call's and stays."""
-        if name == ("tile_n" if c.wide else "tile_m"):
+        if name == ("tile_n" if c.params.wide else "tile_m"):
             return _longs(c)
         return (regt_side(c),) if name in ("tile_m", "tile_n") else values
 
@@ -549,12 +581,12 @@ def regt_default(new: New, elem_bytes: int, m: int, n: int, exact: bool = True) 
         long, blocks = staged_block(elem_bytes, side, direct)
         return new(
             elem_bytes, side, long, 1, 1, 0, "pad", "row", realign=direct,
-            flat=True, wide=True, regt=True, staged=True, min_blocks=blocks,
+            kind="regt", params=RegtParams(wide=True, staged=True), min_blocks=blocks,
         )  # fmt: skip
     few = wide and side * elem_bytes <= REGT_FEW_THREADS_BYTES
     long = (64 if few else REGT_DEFAULT_THREADS) * regt_window(elem_bytes)
     tm, tn = (side, long) if wide else (long, side)
-    return new(elem_bytes, tm, tn, 1, 1, 0, "pad", "row", flat=True, wide=wide, regt=True)
+    return new(elem_bytes, tm, tn, 1, 1, 0, "pad", "row", kind="regt", params=RegtParams(wide=wide))
 
 
 def regt_alternative(c: Any | None) -> Any | None:
@@ -563,7 +595,7 @@ def regt_alternative(c: Any | None) -> Any | None:
     beside it: neither won everywhere (H200: int8 139x6878879 82 against 72 and float16 128
     rows 75 against 66, but int8 65 and 101 rows 65-68 against 88-90 and float16 33 rows 62
     against 88); None for other calls."""
-    if c is None or c.realign or not c.staged:
+    if c is None or c.kind != "regt" or c.realign or not c.params.staged:
         return None
     if window_bytes(c.elem_bytes, c.tile_m, True) != STAGED_TILE:
         return None

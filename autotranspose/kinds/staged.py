@@ -60,7 +60,7 @@ def _errors(c: Config) -> Iterator[str]:
     yield from fixed_field_errors(
         c,
         "staged",
-        {"pad": 0, "layout": "pad", "realign": False, "flat": False},
+        {"pad": 0, "layout": "pad", "realign": False},
         "a staged kernel has its own shared-memory layout",
     )
     if c.elem_bytes not in STAGED_SIZES:
@@ -153,7 +153,7 @@ def staged_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                                 raster,
                                 cache,
                                 call.conjugate,
-                                staged=True,
+                                kind="staged",
                             )
 
 
@@ -166,8 +166,8 @@ def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
 
 class Staged(Kind):
     name = "staged"
-    flag = "staged"
-    precedence = 1
+    mark = "staged"
+    codes = (("staged", "sg"),)
     template = "staged/staged.cu.j2"
 
     def errors(self, c: Config) -> Iterator[str]:
@@ -216,7 +216,7 @@ def staged_default(new: New, elem_bytes: int, conjugate: bool = False) -> Any | 
         raster,
         "default",
         conjugate,
-        staged=True,
+        kind="staged",
         min_blocks=blocks,
     )
 

@@ -169,8 +169,6 @@ def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
 
 class Tiled(Kind):
     name = "tiled"
-    flag = None
-    precedence = 0
     template = "tiled/tiled.cu.j2"
 
     def errors(self, c: Config) -> Iterator[str]:

@@ -119,17 +119,18 @@ def check_problem(problem: Any, config: KernelConfig) -> str:
     its config: a transpose's entry holds no cast kernel and a cast's holds its own pair's,
     so a config read back can only ever reach the call it was tuned for."""
     parsed = cast_kind.parse_problem(problem)
+    pair = config.params.pair if config.kind == cast_kind.KIND.name else ""
     if parsed is None:
-        if config.cast:
+        if pair:
             raise ValueError(
-                f"config {config.key} is a cast-transpose kernel ({config.cast}) stored as a "
+                f"config {config.key} is a cast-transpose kernel ({pair}) stored as a "
                 "transpose's result (problem ''); a cast's result names its problem, e.g. "
-                f"{cast_kind.problem(config.cast)!r}"
+                f"{cast_kind.problem(pair)!r}"
             )
-    elif parsed[0] != config.cast:
+    elif parsed[0] != pair:
         raise ValueError(
             f"problem {problem!r} is the cast {parsed[0]}, but config {config.key} is "
-            f"{'the cast ' + config.cast if config.cast else 'no cast kernel'}"
+            f"{'the cast ' + pair if pair else 'no cast kernel'}"
         )
     return problem
 

@@ -215,8 +215,12 @@ def study_configs(
     configs = config_space(
         dtype, device.limits, conjugate=conjugate, max_vector=cls.vec, short_side=min(cls.m, cls.n)
     )
-    configs = [for_call(c, m, n) if c.regt else c for c in configs]
-    configs = list(dict.fromkeys(c for c in configs if not c.regt or c.applies(m, n)))
+    configs = [for_call(c, m, n) if c.kind == "regt" else c for c in configs]
+    configs = list(dict.fromkeys(c for c in configs if c.kind != "regt" or c.applies(m, n)))
     if layout is None:
         return configs
-    return [c for c in configs if not c.flat or flat_fits(c, m, n, layout.ld_in, layout.ld_out)]
+    return [
+        c
+        for c in configs
+        if not c.spans_short_side or flat_fits(c, m, n, layout.ld_in, layout.ld_out)
+    ]

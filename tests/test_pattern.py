@@ -217,3 +217,133 @@ def test_a_launch_is_read_back_from_its_scalars(seed):
         assert got.tiles == total and math.prod(got.grid) >= 1
         flat = launch_access(cfg, (m, n, *(x // v for x in strides), fast, slow, tm * tn * b), grid)
         assert flat == tile_access(cfg, b, m, n, *strides, grid=grid)
+
+
+# --- the pattern kernel itself, run on the CPU (tests/_emu.py) -----------------------------
+
+_RECORDING = """static unsigned long long* at_rec;  // [entries, then (address, bytes + 256 * store)...]
+template <class T> static inline T at_rec_ld(const T* p) {
+    const unsigned long long n = at_rec[0]++;
+    at_rec[1 + 2 * n] = (unsigned long long)p; at_rec[2 + 2 * n] = sizeof(T);
+    return *p;
+}
+template <class T> static inline void at_rec_st(T* p, T v) {
+    const unsigned long long n = at_rec[0]++;
+    at_rec[1 + 2 * n] = (unsigned long long)p; at_rec[2 + 2 * n] = sizeof(T) + 256;
+    *p = v;
+}
+#define __ldcs at_rec_ld
+#define __stcs at_rec_st
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+static inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+static inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+"""
+_GLUE = """struct emu_a { const unsigned char* in; unsigned char* out; unsigned long long* rec;
+    at_pattern_args a; };
+static emu_a emu_args;
+static void emu_one() {
+    gridDim.y = gridDim.z = 1;
+    at_rec = emu_args.rec;
+    NAME(emu_args.in, emu_args.out, emu_args.a);
+}
+"""
+
+
+def expected_words(a: TileAccess, inp: int, out: int, z: int):
+    """(address, bytes, store) of every word the pattern kernel's threads move, as a count."""
+    from collections import Counter
+
+    si, so = a.in_bytes, a.out_bytes
+    outer = [(1, 0, 0)] * (2 - len(a.outer)) + list(a.outer)
+    got: Counter = Counter()
+    for b2 in range(outer[0][0]):
+        for b1 in range(outer[1][0]):
+            for b0 in range(a.batch):
+                i0 = inp + (b0 * a.bs_in + b1 * outer[1][1] + b2 * outer[0][1]) * si
+                o0 = out + (b0 * a.bs_out + b1 * outer[1][2] + b2 * outer[0][2]) * so
+                zb = z + b0 * a.z_bs * so
+                for ti in range(a.row_tiles):
+                    for tj in range(a.col_tiles):
+                        r0, c0 = ti * a.tile_m, tj * a.tile_n
+                        nc = min(a.tile_n, a.n - c0)
+                        for r in range(max(r0 - a.halo, 0), min(r0 + a.tile_m, a.m)):
+                            _count(got, i0 + (r * a.ld_in + c0) * si, nc * si, a.in_word, 0)
+                        for c in range(nc):
+                            row = o0 + (c0 + c) * a.ld_out * so
+                            start = (row + r0 * so) // a.window * a.window
+                            lo, hi = max(start, row), min(start + a.tile_m * so, row + a.m * so)
+                            if hi > lo:
+                                _count(got, lo, hi - lo, a.out_word, 1)
+                        if a.z_ld:
+                            for r in range(r0, min(r0 + a.tile_m, a.m)):
+                                _count(got, zb + (r * a.z_ld + c0) * so, nc * so, a.out_word, 1)
+    return got
+
+
+def _count(got, start: int, length: int, w: int, store: int) -> None:
+    for p in range(start // w * w, start + length, w):
+        got[(p, w, store)] += 1
+
+
+def _emulated_cases(rng):
+    out = []
+    for cfg, b, m, n in _served(rng):
+        m, n = min(m, 70), min(n, 70)  # fibers are slow: a few tiles each
+        if cfg.kind == "regt" or not cfg.applies(m, n):
+            continue
+        out.append(tile_access(cfg, min(b, 2), m, n, n + 1, m + 3, m * (n + 1) + 5, n * (m + 3)))
+    cfg = C.for_call(C.regt_default(1, 300, 3), 300, 3)
+    out.append(tile_access(cfg, 1, 300, 3, 3, 300, 0, 0))
+    src, dst = cast_kind.PAIRS["bf16_e4m3"]
+    ccfg = cast_kind.default(C.KernelConfig, src, dst)
+    lc = CastLaunch(1, 77, 301, 301, 0, 77, 0, True, rides=True, ld_r=301)
+    out.append(cast_access(ccfg, lc, 0, 0))
+    return out
+
+
+def test_the_pattern_kernel_moves_exactly_the_words_of_the_pattern(rng):
+    """The rendered kernel, run on the CPU with its loads and stores recorded: every word
+    the Python walk names, each once, and nothing else."""
+    import ctypes
+
+    from _emu import address, emulated, gxx, shared
+
+    from autotranspose.bench.ceiling import ARG_BYTES, params, render, scalars
+
+    if gxx() is None:
+        pytest.skip("no g++ or CUDA headers to build the emulated kernel")
+    for a in _emulated_cases(rng):
+        a = replace(a, cache="stream", base_in=0, base_out=0)  # loads and stores recorded
+        k = params(a)
+        src = _RECORDING + render([k])
+        lib = emulated(k["name"], src, "emu_a", _GLUE.replace("NAME", k["name"]))
+        outer = [(1, 0, 0)] * (2 - len(a.outer)) + list(a.outer)
+        span_in = (a.batch * max(a.bs_in, 1) + a.m * a.ld_in + a.n) * a.in_bytes
+        span_out = (a.batch * max(a.bs_out, 1) + a.n * a.ld_out + a.m) * a.out_bytes
+        for e, si_, so_ in outer:
+            span_in += e * si_ * a.in_bytes
+            span_out += e * so_ * a.out_bytes
+        inp, out, z = shared(span_in + 128), shared(span_out + 128), shared(span_in + 128)
+        rec = shared(8 * (1 + 2 * 4 * (span_in + span_out)))
+        pin, pout, pz = address(inp) + 64, address(out) + 64, address(z) + 64
+        vals = scalars(a, pz if a.z_ld else 0)
+        blob = bytes(struct_pack(pin, pout, address(rec), vals))
+        assert len(blob) == 24 + ARG_BYTES
+        code = lib.emu_launch_isolated(ctypes.c_char_p(blob), min(math.prod(a.grid), 3), a.threads)
+        assert code == 0, (a.kind, code)
+        r = rec.view(np.uint64)
+        n = int(r[0])
+        words = r[1 : 1 + 2 * n].reshape(n, 2)
+        from collections import Counter
+
+        got = Counter((int(p), int(s) % 256, int(s) // 256) for p, s in words)
+        want = expected_words(a, pin, pout, pz)
+        assert got == want and sum(got.values()) > 0, (a.kind, a.tile_m, a.tile_n, a.m, a.n)
+
+
+def struct_pack(pin: int, pout: int, rec: int, vals: tuple[int, ...]) -> bytes:
+    import struct
+
+    from autotranspose.bench.ceiling import ARG_FORMAT
+
+    return struct.pack("<QQQ", pin, pout, rec) + struct.pack(ARG_FORMAT, *vals)

@@ -74,6 +74,7 @@ class TileAccess:
     z_outer: tuple[int, ...] = ()
     base_in: int = 0  # the launch's pointers modulo SECTOR (what a host loop's offsets add)
     base_out: int = 0
+    cache: str = "default"  # the served kernel's cache hint ("stream": evict-first)
     kind: str = ""  # the served kernel's kind, for messages
     note: str = ""  # where the pattern differs from the served kernel's own accesses
 
@@ -370,7 +371,7 @@ def tile_access(
     a = TileAccess(
         s, s, m, n, ld_in, ld_out, batch, bs_in, bs_out, tuple(outer), cfg.tile_m, cfg.tile_n,
         m_tiles=tiles_m, in_word=cfg.word_bytes, out_word=cfg.word_bytes, raster=cfg.raster,
-        threads=cfg.threads, grid=tuple(grid), kind=kind,
+        threads=cfg.threads, grid=tuple(grid), cache=cfg.cache, kind=kind,
     )  # fmt: skip
     if kind == "tiled":
         note = "edge tiles element by element in the served kernel" if cfg.realign else ""
@@ -435,7 +436,7 @@ def cast_access(cfg: Any, launch: Any, src: int, dst: int) -> TileAccess:
         raster=cfg.raster, threads=cfg.threads, grid=(tm * tn * launch.batch, 1, 1),
         z_ld=launch.ld_r if launch.rides else 0, z_bs=launch.bs_r,
         base_in=(src + launch.x0 * x.size) % SECTOR, base_out=(dst + launch.o0 * y.size) % SECTOR,
-        kind="cast",
+        cache=cfg.cache, kind="cast",
         note="z's rows as the tile's own columns (the served kernel writes a word past them)"
         if launch.rides else "",
     )  # fmt: skip

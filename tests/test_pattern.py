@@ -347,3 +347,136 @@ def struct_pack(pin: int, pout: int, rec: int, vals: tuple[int, ...]) -> bytes:
     from autotranspose.bench.ceiling import ARG_FORMAT
 
     return struct.pack("<QQQ", pin, pout, rec) + struct.pack(ARG_FORMAT, *vals)
+
+
+# --- box passes ---------------------------------------------------------------------------
+
+
+def _box_cases(rng) -> list:
+    """The box passes permute() plans for random 3- to 5-D permutes of every element size."""
+    from autotranspose.bench.pattern import box_access
+    from autotranspose.kernels.packed import packed_args
+    from autotranspose.plans.layout import contiguous_strides
+    from autotranspose.plans.permute import plan_permute
+
+    out = []
+    while len(out) < 8:
+        nd = int(rng.integers(3, 6))
+        shape = tuple(int(v) for v in rng.integers(2, 40, nd))
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        e = int(rng.choice([1, 2, 4, 8, 16]))
+        if math.prod(shape) * e > 60000:  # walked element by element in Python
+            continue
+        plan = plan_permute(shape, axes, e, contiguous_strides(shape), None, in_ptr=0, out_ptr=0)
+        for p in plan.passes:
+            if p.box:
+                args = packed_args(p.elem_bytes, p.dims, p.box)
+                out.append(box_access(args, p.elem_bytes, (3, 1, 1), 256))
+    return out
+
+
+def _moved(a) -> int:
+    """Bytes the boxes hold, counted box by box."""
+    total = 0
+    for t in range(a.tiles):
+        rest, lims = t, list(a.box)
+        for g, count in enumerate(a.tiles_of):
+            rest, r = divmod(rest, count)
+            if g < len(a.checked):
+                d = a.checked[g]
+                lims[d] = min(a.box[d], a.extent[d] - r * a.box[d])
+        total += math.prod(lims)
+    return total * a.elem_bytes
+
+
+def box_words(a, inp: int, out: int):
+    """(address, bytes, store) of every word the box pattern kernel moves, and the sectors
+    per box summed (reads, writes), by walking every box."""
+    from collections import Counter
+
+    e = a.elem_bytes
+    got: Counter = Counter()
+    reads = writes = 0
+    for t in range(a.tiles):
+        rest, ib, ob, lims = t, 0, 0, list(a.box)
+        for g, count in enumerate(a.tiles_of):
+            rest, r = divmod(rest, count)
+            ib, ob = ib + r * a.tile_in[g], ob + r * a.tile_out[g]
+            if g < len(a.checked):
+                d = a.checked[g]
+                lims[d] = min(a.box[d], a.extent[d] - r * a.box[d])
+        for base, corner, strides, run, w, store in (
+            (inp, ib, a.in_stride, a.in_run, a.in_word, 0),
+            (out, ob, a.out_stride, a.out_run, a.out_word, 1),
+        ):
+            w = w if run is not None else e
+            seen: set[int] = set()
+            others = [d for d in range(len(a.box)) if d != run]
+            for idx in np.ndindex(*[lims[d] for d in others]):
+                start = (
+                    base
+                    + (corner + sum(x * strides[d] for x, d in zip(idx, others, strict=True))) * e
+                )
+                length = lims[run] * e if run is not None else e
+                for p in range(start // w * w, start + length, w):
+                    got[(p, w, store)] += 1
+                    seen.add(p // SECTOR)
+            if store:
+                writes += len(seen)
+            else:
+                reads += len(seen)
+    return got, reads, writes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_box_sectors_in_closed_form_are_the_walks(seed):
+    from autotranspose.bench.pattern import box_traffic
+
+    rng = np.random.default_rng(seed)
+    for a in _box_cases(rng):
+        a = replace(a, base_in=int(rng.integers(0, 32)) // a.elem_bytes * a.elem_bytes)
+        _, reads, writes = box_words(a, a.base_in, a.base_out)
+        t = box_traffic(a)
+        assert (t.read_sectors, t.written_sectors) == (reads, writes), a
+        assert t.read_per_byte >= 1.0 and t.written_per_byte >= 1.0
+        assert t.read_bytes == t.written_bytes == _moved(a)  # every element once
+
+
+def test_the_box_pattern_kernel_moves_exactly_the_words_of_the_walk(rng):
+    import ctypes
+    from collections import Counter
+
+    from _emu import address, emulated, gxx, shared
+
+    from autotranspose.bench.ceiling import (
+        BOX_ARG_BYTES,
+        BOX_ARG_FORMAT,
+        box_params,
+        box_scalars,
+        render,
+    )
+
+    if gxx() is None:
+        pytest.skip("no g++ or CUDA headers to build the emulated kernel")
+    import struct
+
+    for a in _box_cases(rng)[:5]:
+        a = replace(a, threads=64)  # fewer fibers: the same walk
+        k = {**box_params(a), "cache": "stream"}
+        glue = _GLUE.replace("NAME", k["name"]).replace("at_pattern_args a;", "at_box_args a;")
+        lib = emulated(k["name"], _RECORDING + render([k]), "emu_a", glue)
+        span = a.moved_bytes + 64 * a.elem_bytes
+        inp, out = shared(span + 128), shared(span + 128)
+        rec = shared(8 * (1 + 2 * 2 * span))
+        pin, pout = address(inp) + 64, address(out) + 64
+        blob = struct.pack("<QQQ", pin, pout, address(rec)) + struct.pack(
+            BOX_ARG_FORMAT, *box_scalars(a)
+        )
+        assert len(blob) == 24 + BOX_ARG_BYTES
+        assert lib.emu_launch_isolated(ctypes.c_char_p(blob), 3, a.threads) == 0, a
+        r = rec.view(np.uint64)
+        n = int(r[0])
+        words = r[1 : 1 + 2 * n].reshape(n, 2)
+        got = Counter((int(p), int(s) % 256, int(s) // 256) for p, s in words)
+        want, _, _ = box_words(a, pin, pout)
+        assert got == want and n > 0, a

@@ -4,24 +4,28 @@ exactly the words its launches do, in the same grid and tile order, with no exch
 a call's loss into what its access pattern costs (pattern / copy) and what the kernel adds
 to it (ours / pattern: instructions, shared memory, barriers, latency).
 
-What has no exchange is its own pattern: a row copy, a realigned copy, a gather and a
-device-to-device copy run as they are. A packed or vector box pass has no pattern kernel
-(its boxes are not 2-D tiles): a call that runs one has no ceiling, and says so.
+A packed or vector box pass's pattern moves each box as runs along the input's innermost box
+dim in and the output's out (`pattern.BoxAccess`). What has no exchange is its own pattern: a
+row copy, a realigned copy, a gather and a device-to-device copy run as they are.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..kernels.codegen import template_dir
 from ..kernels.packed import ARG_FORMAT as PACKED_FORMAT
 from .pattern import (
     NO_TRAFFIC,
+    BoxAccess,
     TileAccess,
     Traffic,
+    box_access,
+    box_traffic,
     copy_traffic,
     launch_access,
     traffic,
@@ -33,6 +37,11 @@ TEMPLATE = "pattern/pattern.cu.j2"
 # tiles_slow, tiles_total, z's ld, bs, os and os2, and z's address; no padding
 ARG_FORMAT = "<19qQ"
 ARG_BYTES = struct.calcsize(ARG_FORMAT)
+# `at_box_args`: in_stride, out_stride, extent (per box dim), tile_in, tile_out, tiles_of (per
+# grid dim), 8 each, then the boxes in all
+BOX_DIMS = 8
+BOX_ARG_FORMAT = f"<{6 * BOX_DIMS + 1}q"
+BOX_ARG_BYTES = struct.calcsize(BOX_ARG_FORMAT)
 WORD_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "u32", 8: "uint2", 16: "uint4"}
 
 _kernels: dict[tuple[str, str], Any] = {}
@@ -79,6 +88,54 @@ def params(a: TileAccess, served: str = "") -> dict[str, Any]:
     return {**k, "name": f"at_pattern_{digest}", "served": served or a.kind}
 
 
+def box_params(a: BoxAccess, served: str = "") -> dict[str, Any]:
+    """What templates/pattern/box.cu.j2 renders for `a`."""
+    nb = len(a.box)
+    sides = []
+    for op, side, run, order, w in (
+        ("load", "in", a.in_run, a.in_order, a.in_word),
+        ("store", "out", a.out_run, tuple(range(nb)), a.out_word),
+    ):
+        w = w if run is not None else a.elem_bytes
+        words = -(-a.box[run] * a.elem_bytes // w) + 1 if run is not None else 1
+        dims = [d for d in order if d != run]
+        sides.append({
+            "op": op, "side": side, "run": run, "dims": dims, "w": w, "word_t": WORD_TYPES[w],
+            "words": words, "lanes": _lanes(words, a.threads),
+            "rows": math.prod(a.box[d] for d in dims),
+        })  # fmt: skip
+    k = {
+        "box": a.box,
+        "in_order": a.in_order,
+        "checked": a.checked,
+        "ngrid": len(a.tiles_of),
+        "e": a.elem_bytes,
+        "threads": a.threads,
+        "cache": "default",
+        "load": sides[0],
+        "store": sides[1],
+    }
+    digest = hashlib.sha256(repr(sorted(k.items())).encode()).hexdigest()[:12]
+    return {**k, "name": f"at_pattern_box_{digest}", "served": served or a.kind}
+
+
+def box_scalars(a: BoxAccess) -> tuple[int, ...]:
+    """`at_box_args` for `a`."""
+
+    def pad(v: tuple[int, ...], fill: int = 0) -> tuple[int, ...]:
+        return (*v, *[fill] * (BOX_DIMS - len(v)))
+
+    return (
+        *pad(a.in_stride),
+        *pad(a.out_stride),
+        *pad(a.extent, 1),
+        *pad(a.tile_in),
+        *pad(a.tile_out),
+        *pad(a.tiles_of, 1),
+        a.tiles,
+    )
+
+
 def render(kernels: list[dict[str, Any]]) -> str:
     """The pattern kernels' CUDA source."""
     import jinja2
@@ -89,7 +146,9 @@ def render(kernels: list[dict[str, Any]]) -> str:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    return env.get_template(TEMPLATE).render(kernels=kernels, args_bytes=ARG_BYTES)
+    return env.get_template(TEMPLATE).render(
+        kernels=kernels, args_bytes=ARG_BYTES, box_args_bytes=BOX_ARG_BYTES
+    )
 
 
 def scalars(a: TileAccess, z: int = 0) -> tuple[int, ...]:
@@ -123,18 +182,21 @@ def scalars(a: TileAccess, z: int = 0) -> tuple[int, ...]:
     )
 
 
-def pattern_launch(state: Any, a: TileAccess, z: int = 0, served: str = "") -> Any:
+def pattern_launch(state: Any, a: TileAccess | BoxAccess, z: int = 0, served: str = "") -> Any:
     """A prepared launch of `a`'s pattern kernel (compiled once per process and geometry),
     run like any `runtime.launch.Launch`: (src, dst, stream)."""
     from ..runtime.compiler import load_source
     from ..runtime.launch import Launch
 
-    k = params(a, served)
+    if isinstance(a, BoxAccess):
+        k, values, fmt = box_params(a, served), box_scalars(a), BOX_ARG_FORMAT
+    else:
+        k, values, fmt = params(a, served), scalars(a, z), ARG_FORMAT
     key = (state.arch, k["name"])
     kernel = _kernels.get(key)
     if kernel is None:
         kernel = _kernels[key] = load_source(state.arch, render([k]), [k["name"]])[k["name"]]
-    return Launch(None, kernel, a.grid, (a.threads, 1, 1), scalars(a, z), state, ARG_FORMAT)
+    return Launch(None, kernel, a.grid, (a.threads, 1, 1), values, state, fmt)
 
 
 @dataclass(frozen=True)
@@ -156,15 +218,16 @@ def transpose_ceiling(state: Any, launch: Any, nbytes: int) -> Ceiling:
     return Ceiling(pattern_launch(state, a, served=launch.config.key), traffic(a), a.note)
 
 
-def permute_ceiling(state: Any, steps: tuple[Any, ...]) -> Ceiling:
-    """The pattern of a permute's steps (`dispatch.permute.Step`s), step for step at the
-    same offsets: transpose passes by their pattern kernels, copies and gathers as they are."""
+def permute_ceiling(state: Any, plan: Any, steps: tuple[Any, ...]) -> Ceiling:
+    """The pattern of a permute's steps (`dispatch.permute.Step`s, one per pass of `plan`),
+    step for step at the same offsets: transpose and box passes by their pattern kernels,
+    copies and gathers as they are."""
     from ..dispatch.permute import Step
 
     out: list[Any] = []
     total: Traffic | None = NO_TRAFFIC
     notes: list[str] = []
-    for step in steps:
+    for p, step in zip(plan.passes, steps, strict=True):
         launch = step.launch
         if launch is None:  # a device-to-device copy
             out.append(step)
@@ -172,17 +235,15 @@ def permute_ceiling(state: Any, steps: tuple[Any, ...]) -> Ceiling:
                 for i, o in step.offsets:
                     total = total + copy_traffic(step.nbytes, i, o)
             continue
-        if launch.config is not None:
-            a = launch_access(launch.config, launch.scalars, launch.grid)
-            pattern = pattern_launch(state, a, served=launch.config.key)
-            out.append(Step(pattern, step.nbytes, step.offsets))
+        if launch.config is not None or launch.arg_format == PACKED_FORMAT:
+            a = _pass_access(launch, p)
+            out.append(Step(pattern_launch(state, a, served=_served(launch, p)), step.nbytes, step.offsets))  # fmt: skip
             if total is not None:
-                total = total + traffic(a, step.offsets)
+                found = traffic if isinstance(a, TileAccess) else box_traffic
+                total = total + found(a, step.offsets)
             if a.note:
                 notes.append(a.note)
             continue
-        if launch.arg_format == PACKED_FORMAT:
-            return Ceiling(None, None, "box pass: no pattern kernel (its boxes are not 2-D tiles)")
         out.append(step)  # a row copy, realigned copy or gather: no exchange to take out
         total = None
         notes.append(f"{launch.kernel.name}: its own pattern")
@@ -192,6 +253,27 @@ def permute_ceiling(state: Any, steps: tuple[Any, ...]) -> Ceiling:
             step.run(src, dst, 0, state.ctx)
 
     return Ceiling(run, total, "; ".join(dict.fromkeys(notes)))
+
+
+def _pass_access(launch: Any, p: Any) -> TileAccess | BoxAccess:
+    """A transpose launch's tiles, or a box pass's boxes (`p`: the plan's pass)."""
+    if launch.config is not None:
+        return launch_access(launch.config, launch.scalars, launch.grid)
+    from ..kernels.packed import packed_args
+
+    vbox = p.vectors != (0, 0)
+    args = packed_args(
+        p.elem_bytes, p.dims, p.box, words=False if vbox else None, spread=False if vbox else None
+    )
+    a = box_access(args, p.elem_bytes, launch.grid, launch.block[0])
+    if vbox:  # whole vectors each side
+        a = replace(a, in_word=p.vectors[0] or a.in_word, out_word=p.vectors[1] or a.out_word,
+                    kind="vbox")  # fmt: skip
+    return a
+
+
+def _served(launch: Any, p: Any) -> str:
+    return launch.config.key if launch.config is not None else launch.kernel.name
 
 
 def cast_ceiling(state: Any, cfg: Any, plan: Any, x: int, y: int, z: int) -> Ceiling:

@@ -440,3 +440,132 @@ def cast_access(cfg: Any, launch: Any, src: int, dst: int) -> TileAccess:
         note="z's rows as the tile's own columns (the served kernel writes a word past them)"
         if launch.rides else "",
     )  # fmt: skip
+
+
+# --- box passes (a permute's packed and vector box passes) ---------------------------------
+
+
+@dataclass(frozen=True)
+class BoxAccess:
+    """One packed (or vector) box pass's accesses, from its `kernels.packed.PackedArgs`.
+    Box dims in the output's memory order, innermost first (`box` extents, strides in
+    elements); `in_order` the same dims in the input's order. Box t's corner is the sum over
+    grid dims g (fastest first) of (t's digit g) * tile_in[g] (tile_out[g]); the first
+    `len(checked)` grid dims are the box dims `checked` names, cut at the problem's edge
+    (`extent`). A box reads its elements as runs along the input's innermost box dim (where
+    its stride is 1; else element by element) and writes them as runs along the output's."""
+
+    elem_bytes: int
+    box: tuple[int, ...]
+    in_order: tuple[int, ...]
+    in_stride: tuple[int, ...]
+    out_stride: tuple[int, ...]
+    extent: tuple[int, ...]
+    checked: tuple[int, ...]  # box dims the edge cuts: the first grid dims, in this order
+    tile_in: tuple[int, ...]
+    tile_out: tuple[int, ...]
+    tiles_of: tuple[int, ...]
+    outside: int = 1  # elements of the dims the box does not span (box extent 1)
+    threads: int = 256
+    grid: tuple[int, int, int] = (1, 1, 1)
+    in_word: int = 1
+    out_word: int = 1
+    base_in: int = 0
+    base_out: int = 0
+    kind: str = "packed"
+    note: str = ""
+
+    @property
+    def tiles(self) -> int:
+        return math.prod(self.tiles_of)
+
+    @property
+    def in_run(self) -> int | None:
+        """The box dim read as contiguous runs, or None (element by element)."""
+        d = self.in_order[0]
+        return d if self.in_stride[d] == 1 else None
+
+    @property
+    def out_run(self) -> int | None:
+        return 0 if self.out_stride[0] == 1 else None
+
+    @property
+    def moved_bytes(self) -> int:
+        return math.prod(self.extent) * self.outside * self.elem_bytes
+
+
+def box_access(args: Any, elem_bytes: int, grid: tuple[int, int, int], threads: int) -> BoxAccess:
+    """The accesses of a packed or vector box launch of `kernels.packed.PackedArgs` `args`."""
+    k, nb, ng = args.kernel, len(args.kernel.box), args.ngrid
+    e = elem_bytes
+    word = 4 if k.words or k.spread else e
+    extent = args.extent[:nb]
+    # the grid walks the cut box dims, the other box dims of more than one box, then the
+    # dims outside the box (`packed_args`)
+    boxed = sum(k.checked) + sum(1 for d in range(nb) if not k.checked[d] and extent[d] > k.box[d])
+    return BoxAccess(
+        e, k.box, k.in_order, args.in_stride[:nb], args.out_stride[:nb], extent,
+        tuple(d for d in range(nb) if k.checked[d]), args.tile_in[:ng], args.tile_out[:ng],
+        args.tiles_of[:ng], math.prod(args.tiles_of[boxed:ng]), threads, tuple(grid), word, word,
+    )  # fmt: skip
+
+
+def box_traffic(a: BoxAccess, offsets: Iterable[tuple[int, int]] = ((0, 0),)) -> Traffic:
+    """Sectors the box pass reads and writes, per box summed over its boxes (and the host
+    loop's offsets), counted as `traffic` counts tiles: boxes alike by residue."""
+    e = a.elem_bytes
+    reads = writes = 0
+    n_off = 0
+    for i, o in offsets:
+        n_off += 1
+        for lims, h_in, h_out in _box_classes(a, (a.base_in + i) * 1, (a.base_out + o) * 1):
+            reads += _dot(h_in, _box_sectors(a.box, lims, a.in_stride, a.in_run, e))
+            writes += _dot(h_out, _box_sectors(a.box, lims, a.out_stride, a.out_run, e))
+    return Traffic(reads, writes, n_off * a.moved_bytes, n_off * a.moved_bytes)
+
+
+def _box_classes(a: BoxAccess, base_in: int, base_out: int):
+    """(the box's extents, residues of its input corners, of its output corners) for each
+    class of boxes alike: whole, or cut on some of the checked dims."""
+    e = a.elem_bytes
+    per_dim = []  # per grid dim: [(limit or None, histogram in, histogram out)]
+    for g, (t_in, t_out, count) in enumerate(zip(a.tile_in, a.tile_out, a.tiles_of, strict=True)):
+        if g < len(a.checked):
+            d = a.checked[g]
+            last = a.extent[d] - (count - 1) * a.box[d]
+            per_dim.append([
+                (None, _ap(0, t_in * e, count - 1), _ap(0, t_out * e, count - 1)),
+                ((d, last), _ap((count - 1) * t_in * e, 0, 1), _ap((count - 1) * t_out * e, 0, 1)),
+            ])  # fmt: skip
+        else:
+            per_dim.append([(None, _ap(0, t_in * e, count), _ap(0, t_out * e, count))])
+    classes = [((), _ap(base_in, 0, 1), _ap(base_out, 0, 1))]
+    for options in per_dim:
+        classes = [
+            ((*cuts, cut) if cut else cuts, _conv(hi, oi), _conv(ho, oo))
+            for cuts, hi, ho in classes
+            for cut, oi, oo in options
+        ]
+    out = []
+    for cuts, hi, ho in classes:
+        lims = list(a.box)
+        for d, last in cuts:
+            lims[d] = last
+        out.append((tuple(lims), hi, ho))
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _box_sectors(
+    box: tuple[int, ...], lims: tuple[int, ...], strides: tuple[int, ...], run: int | None, e: int
+) -> tuple[int, ...]:
+    """Distinct sectors of a box of extents `lims` (elements) along dims of these strides,
+    moved as runs along dim `run` (None: element by element), the corner at each residue."""
+    dims = [d for d in range(len(box)) if d != run]
+    starts = np.zeros(1, np.int64)
+    for d in dims:
+        starts = (
+            starts[:, None] + np.arange(lims[d], dtype=np.int64)[None, :] * strides[d] * e
+        ).ravel()
+    length = lims[run] * e if run is not None else e
+    return tuple(_distinct(starts + r, starts + r + length) for r in range(SECTOR))

@@ -191,10 +191,12 @@ def seed_kernel(state: Any, elem_bytes: int) -> Any:
 @dataclass(frozen=True)
 class ServedSteps:
     """permute()'s steps for a case as a peer's launch(src, dst, stream), run on the default
-    stream in `ctx`; `steps` are what `bench --ceiling` takes the pattern of."""
+    stream in `ctx`; the plan as run and its steps are what `bench --ceiling` takes the
+    pattern of."""
 
     steps: tuple[Any, ...]
     ctx: int
+    plan: Any = None
 
     def __call__(self, src: int, dst: int, _stream: Any) -> None:
         for step in self.steps:
@@ -229,7 +231,7 @@ def permute_peers(
     # what permute() serves: a plan with alternatives has its first call's choice measured here
     plan, steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
 
-    ours = ServedSteps(steps, state.ctx)
+    ours = ServedSteps(steps, state.ctx, plan)
     p = plan.passes[0] if plan.passes else None
     what = "nothing" if p is None else p.describe().split(" (")[0]
     peers["autotranspose"] = (ours, f"{plan.case}: {what}, {plan.launches} launch(es)")

@@ -150,7 +150,7 @@ def bench_permute_case(
         if ceiling and ours is not None:
             from .ceiling import permute_ceiling
 
-            found = permute_ceiling(state, ours.steps)
+            found = permute_ceiling(state, ours.plan, ours.steps)
             rows.append(ceiling_row(bench, found, shape, dtype, copy_s, repeats=repeats,
                                     warm=warm, axes=axes))  # fmt: skip
     finally:

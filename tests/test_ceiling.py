@@ -127,3 +127,39 @@ def test_ceiling_with_small_is_refused(capsys):
 
     assert cli.run(["bench", "--small", "3", "--ceiling"]) == 2
     assert "leave out --ceiling" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("draw", ["--random", "--random-permute"])
+def test_the_command_asks_each_case_for_its_ceiling_and_prints_it(monkeypatch, capsys, tmp_path, draw):  # fmt: skip
+    """--ceiling reaches every case's runner; the ceiling table, the summary's line and the
+    JSON (its rows' sectors, "ceiling": true) follow. Without it the runners are not asked."""
+    from autotranspose import cli
+    from autotranspose.bench import command
+
+    asked = []
+
+    def fake(*case, device, repeats, warm, ceiling=False):
+        asked.append(ceiling)
+        shape, dtype = case[0], case[-1]
+        axes = case[1] if len(case) == 3 else None
+        rows = [Row(shape, dtype, "copy", 1.0, 3000.0, 1.0, "", axes),
+                Row(shape, dtype, "autotranspose", 1.0, 2400.0, 0.8, "", axes)]  # fmt: skip
+        if ceiling:
+            rows.append(Row(shape, dtype, PATTERN, 1.0, 2700.0, 0.9, "", axes, 1.25, 1.125))
+        return rows
+
+    monkeypatch.setattr(command, "bench_case", fake)
+    monkeypatch.setattr(command, "bench_permute_case", fake)
+    monkeypatch.setattr(command, "host_costs", lambda: {})
+    out = tmp_path / "run.json"
+    assert cli.run(["bench", draw, "3", "--ceiling", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert asked == [True] * 3
+    assert "the access pattern's ceiling" in text and "88.9" in text  # 0.8 / 0.9
+    assert "the access pattern alone (--ceiling, 3 cases)" in text
+    doc = json.loads(out.read_text())
+    assert doc["ceiling"] is True
+    assert [r["read_per_byte"] for r in doc["rows"] if r["peer"] == PATTERN] == [1.25] * 3
+    asked.clear()
+    assert cli.run(["bench", draw, "2"]) == 0
+    assert asked == [False] * 2 and "access pattern" not in capsys.readouterr().out

@@ -103,6 +103,7 @@ def box_params(a: BoxAccess, served: str = "") -> dict[str, Any]:
             "op": op, "side": side, "run": run, "dims": dims, "w": w, "word_t": WORD_TYPES[w],
             "words": words, "lanes": _lanes(words, a.threads),
             "rows": math.prod(a.box[d] for d in dims),
+            "ptr": "const unsigned char*" if op == "load" else "unsigned char*",
         })  # fmt: skip
     k = {
         "box": a.box,

@@ -163,3 +163,21 @@ def test_the_command_asks_each_case_for_its_ceiling_and_prints_it(monkeypatch, c
     asked.clear()
     assert cli.run(["bench", draw, "2"]) == 0
     assert asked == [False] * 2 and "access pattern" not in capsys.readouterr().out
+
+
+def test_a_pattern_that_cannot_be_built_or_has_no_kernel_is_a_note():
+    """The run goes on: a row with the reason, no time."""
+    from autotranspose.bench.ceiling import Ceiling
+    from autotranspose.bench.pattern import Traffic
+    from autotranspose.bench.runners import ceiling_row
+
+    def broken():
+        raise ValueError("no access pattern for kernel kind 'new'")
+
+    row = ceiling_row(None, broken, (1, 5, 7), "int8", 1.0, repeats=3, warm=False)
+    assert row.peer == PATTERN and row.us is None
+    assert row.note.startswith("no pattern: ValueError: no access pattern")
+    none = Ceiling(None, Traffic(3, 4, 64, 64), "cast in two passes: no pattern kernel")
+    row = ceiling_row(None, lambda: none, (1, 5, 7), "int8", 1.0, repeats=3, warm=False)
+    assert row.us is None and row.note == none.note
+    assert (row.read_per_byte, row.written_per_byte) == (1.5, 2.0)

@@ -165,7 +165,11 @@ def bench_cast_case(
         gbps = traffic / secs / 1e9
         rows.append(CastRow(case, peer, secs * 1e6, gbps, gbps / copy_gbps, peer_note))
     if ceiling:
-        rows.append(_pattern_row(torch, case, x, repeats, copy_gbps))
+        try:
+            rows.append(_pattern_row(torch, case, x, repeats, copy_gbps))
+        except Exception as exc:  # a note, not a crashed run
+            note = f"no pattern: {type(exc).__name__}: {exc}"[:200]
+            rows.append(CastRow(case, PATTERN, None, None, None, note))
     return rows
 
 

@@ -47,7 +47,7 @@ PATTERN = "pattern"  # the peer name of a call's pattern ceiling (`bench.ceiling
 
 def ceiling_row(
     bench: Any,
-    ceiling: Any,
+    build: Callable[[], Any],
     shape: tuple[int, ...],
     dtype: str,
     copy_s: float,
@@ -56,8 +56,14 @@ def ceiling_row(
     warm: bool,
     axes: tuple[int, ...] | None = None,
 ) -> Row:
-    """The pattern's row: its launches timed as every peer is (the same buffers, events and
-    repeats), its sectors per byte; a note where it has no pattern kernel or failed."""
+    """The pattern's row: the `bench.ceiling.Ceiling` that `build` makes, its launches timed
+    as every peer is (the same buffers, events and repeats), its sectors per byte; a note
+    where it has no pattern kernel or could not be built or run (the run goes on)."""
+    try:
+        ceiling = build()
+    except Exception as exc:
+        note = f"no pattern: {type(exc).__name__}: {exc}"[:200]
+        return Row(shape, dtype, PATTERN, None, None, None, note, axes)
     t = ceiling.traffic
     per = (t.read_per_byte, t.written_per_byte) if t is not None else (None, None)
     if ceiling.run is None:
@@ -150,8 +156,8 @@ def bench_permute_case(
         if ceiling and ours is not None:
             from .ceiling import permute_ceiling
 
-            found = permute_ceiling(state, ours.plan, ours.steps)
-            rows.append(ceiling_row(bench, found, shape, dtype, copy_s, repeats=repeats,
+            build = lambda: permute_ceiling(state, ours.plan, ours.steps)  # noqa: E731
+            rows.append(ceiling_row(bench, build, shape, dtype, copy_s, repeats=repeats,
                                     warm=warm, axes=axes))  # fmt: skip
     finally:
         bench.close()
@@ -212,8 +218,9 @@ def bench_case(
         if ceiling:
             from .ceiling import transpose_ceiling
 
-            found = transpose_ceiling(state, launches["autotranspose"][0], bench.nbytes)
-            rows.append(ceiling_row(bench, found, shape, dtype, copy_s, repeats=repeats, warm=warm))
+            served = launches["autotranspose"][0]
+            build = lambda: transpose_ceiling(state, served, bench.nbytes)  # noqa: E731
+            rows.append(ceiling_row(bench, build, shape, dtype, copy_s, repeats=repeats, warm=warm))
     finally:
         bench.close()
     return rows

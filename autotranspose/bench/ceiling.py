@@ -59,8 +59,8 @@ def params(a: TileAccess, served: str = "") -> dict[str, Any]:
     strides_in = (a.ld_in * si, a.bs_in * si, a.base_in, *(s * si for _, s, _ in a.outer))
     exact = all(x % a.in_word == 0 for x in strides_in) and a.tile_n * si % a.in_word == 0
     wi_words = -(-a.tile_n * si // a.in_word) + (0 if exact else 1)
-    wo_words = -(-a.tile_m * so // a.out_word) + 1
-    wz_words = -(-a.tile_n * so // a.out_word) + 1
+    wo_words = -(-a.tile_m * so // a.out_word) + (a.out_word > so)
+    wz_words = -(-a.tile_n * so // a.out_word) + (a.out_word > so)
     k = {
         "tm": a.tile_m,
         "tn": a.tile_n,
@@ -97,7 +97,9 @@ def box_params(a: BoxAccess, served: str = "") -> dict[str, Any]:
         ("store", "out", a.out_run, tuple(range(nb)), a.out_word),
     ):
         w = w if run is not None else a.elem_bytes
-        words = -(-a.box[run] * a.elem_bytes // w) + 1 if run is not None else 1
+        # words covering a run; one more where a word is wider than the element (a run
+        # may start inside one)
+        words = -(-a.box[run] * a.elem_bytes // w) + (w > a.elem_bytes) if run is not None else 1
         dims = [d for d in order if d != run]
         sides.append({
             "op": op, "side": side, "run": run, "dims": dims, "w": w, "word_t": WORD_TYPES[w],

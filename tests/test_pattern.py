@@ -6,6 +6,7 @@ geometry each kind's served config gives."""
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -480,3 +481,19 @@ def test_the_box_pattern_kernel_moves_exactly_the_words_of_the_walk(rng):
         got = Counter((int(p), int(s) % 256, int(s) // 256) for p, s in words)
         want, _, _ = box_words(a, pin, pout)
         assert got == want and n > 0, a
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_every_pattern_kernel_compiles_silently(rng):
+    """The tile kernels of each kind's served configs, a cast's, and the box kernels of
+    random permutes' box passes: nvcc says nothing (pycuda would warn at every first use)."""
+    from _nvcc import assert_nvcc_silent
+
+    from autotranspose.bench.ceiling import box_params, params, render
+
+    kernels = [
+        params(tile_access(cfg, b, m, n, n + 1, m + 3, 0, 0)) for cfg, b, m, n in _served(rng)
+    ]
+    kernels += [params(a) for a in _emulated_cases(rng)[-1:]]  # the cast's, with z
+    kernels += [box_params(a) for a in _box_cases(rng)]
+    assert_nvcc_silent(render(kernels))

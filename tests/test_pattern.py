@@ -295,6 +295,10 @@ def _emulated_cases(rng):
         out.append(tile_access(cfg, min(b, 2), m, n, n + 1, m + 3, m * (n + 1) + 5, n * (m + 3)))
     cfg = C.for_call(C.regt_default(1, 300, 3), 300, 3)
     out.append(tile_access(cfg, 1, 300, 3, 3, 300, 0, 0))
+    cfg = C.prmt_default(1)  # a permute's transpose pass: a batch and two outer dims
+    m, n = 40, 70
+    outer = ((2, 3 * m * n * 2 + 5, 3 * m * n * 2 + 1), (3, 2 * m * n + 3, 2 * m * n + 7))
+    out.append(tile_access(cfg, 2, m, n, n, m, m * n, m * n, outer=outer))
     src, dst = cast_kind.PAIRS["bf16_e4m3"]
     ccfg = cast_kind.default(C.KernelConfig, src, dst)
     lc = CastLaunch(1, 77, 301, 301, 0, 77, 0, True, rides=True, ld_r=301)

@@ -166,6 +166,36 @@ recipe_bench_cast() {
   done
 }
 
+# The access pattern's ceiling (`bench --ceiling`, BENCHMARKS.md "The access pattern's
+# ceiling"): each case's served launches timed beside their pattern kernels, ours / pattern /
+# copy and sectors per byte. PARTS: `random` (the 1- and 2-byte transposes of --random N
+# --seed SEED), `permute` (--random-permute N --seed PSEED), `cast` (--cast NCAST --seed
+# CSEED); each part is one bench of up to BENCH_TIMEOUT s, so a device call runs one or two.
+recipe_ceiling() {
+  local part
+  for part in ${*:-random permute cast}; do
+    case $part in
+    random)
+      bench "ceiling-random-${SEED:-1}" --random "${N:-40}" --seed "${SEED:-1}" \
+        --dtypes int8 uint8 bool float16 bfloat16 int16 uint16 --repeat "${REPEAT:-3}" --ceiling
+      ;;
+    permute)
+      bench "ceiling-permute-${PSEED:-86243}" --random-permute "${N:-40}" --seed "${PSEED:-86243}" \
+        --repeat "${REPEAT:-3}" --ceiling
+      ;;
+    cast)
+      bench "ceiling-cast-${CSEED:-61927}" --cast "${NCAST:-20}" --seed "${CSEED:-61927}" \
+        --repeat "${REPEAT:-3}" --ceiling
+      ;;
+    *)
+      log "ceiling: unknown part '$part' (random, permute or cast)"
+      continue
+      ;;
+    esac
+    grep -E "access pattern alone|% of the pattern" "$OUT"/ceiling-"$part"-*.txt | tee -a "$LOG"
+  done
+}
+
 # `bench --small N --seed S`: small calls, host included, against PyTorch and CuPy.
 recipe_bench_small() {
   bench "small-${SEED:-37110}" --small "${N:-40}" --seed "${SEED:-37110}" "$@"

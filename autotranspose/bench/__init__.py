@@ -11,6 +11,8 @@ and torch.compile. Peers that are not installed are skipped with a note.
 - `runners`: checking and timing a case's peers (`bench_case`, `bench_permute_case`),
   and the host cost of small calls
 - `reports`: tables, summaries, Markdown, the JSON rows read back, the chart
+- `pattern`, `ceiling`: --ceiling, each case's access pattern alone (kernels that move the
+  served launches' words with no exchange) and its sectors per byte
 - `small`: --small, host-included us per call of small permutes and transposes
 - `command`: `run_from_args`, the command itself
 """

@@ -44,6 +44,12 @@ class CastRow:
     gbps: float | None  # bytes read + written per second
     of_copy: float | None
     note: str = ""
+    # the pattern's row (`--ceiling`): sector bytes read and written per byte of the call
+    read_per_byte: float | None = None
+    written_per_byte: float | None = None
+
+
+PATTERN = "pattern"  # the peer name of a case's pattern ceiling (`bench.ceiling`)
 
 
 def cast_cases(count: int, seed: int) -> list[CastCase]:
@@ -102,7 +108,11 @@ def _same(torch: Any, got: Any, want: Any) -> bool:
     return bool(((got.contiguous().view(bits) == want.contiguous().view(bits)) | nan).all())
 
 
-def bench_cast_case(torch: Any, case: CastCase, repeats: int) -> list[CastRow]:
+def bench_cast_case(
+    torch: Any, case: CastCase, repeats: int, ceiling: bool = False
+) -> list[CastRow]:
+    """Check ours against eager PyTorch, then time ours, torch.compile and eager against
+    the copy of the same bytes; with `ceiling`, the served launches' pattern too."""
     import autotranspose as at
 
     dt = getattr(torch, case.dst)
@@ -154,7 +164,49 @@ def bench_cast_case(torch: Any, case: CastCase, repeats: int) -> list[CastRow]:
         secs = _time(torch, fn, repeats)
         gbps = traffic / secs / 1e9
         rows.append(CastRow(case, peer, secs * 1e6, gbps, gbps / copy_gbps, peer_note))
+    if ceiling:
+        try:
+            rows.append(_pattern_row(torch, case, x, repeats, copy_gbps))
+        except Exception as exc:  # a note, not a crashed run
+            note = f"no pattern: {type(exc).__name__}: {exc}"[:200]
+            rows.append(CastRow(case, PATTERN, None, None, None, note))
     return rows
+
+
+def _pattern_row(torch: Any, case: CastCase, x: Any, repeats: int, copy_gbps: float) -> CastRow:
+    """The served launches' pattern (`bench.ceiling.cast_ceiling`) on outputs of the case's
+    shapes, timed as the peers are: the config is what the call just ran (a first call's
+    winner is lookup's choice from then on)."""
+    from ..calls.cast import contiguous_plan
+    from ..dispatch.cast import choose_config
+    from ..kinds.cast import FORMATS
+    from ..runtime.compiler import activate
+    from .ceiling import cast_ceiling
+
+    state = activate(torch.cuda.current_device())
+    src, dst = FORMATS[case.src], FORMATS[case.dst]
+    m, n = case.shape
+    y = torch.empty((n, m), dtype=getattr(torch, case.dst), device="cuda")
+    z = torch.empty((m, n), dtype=y.dtype, device="cuda") if case.both else None
+    plan = contiguous_plan(case.shape, (1, 0), case.both)
+    aligned = all(
+        not lc.transpose or ((y.data_ptr() + lc.o0 * dst.size) | lc.ld_o * dst.size | lc.bs_o * dst.size) % 16 == 0
+        for lc in plan.launches
+    )  # fmt: skip
+    cfg, _ = choose_config(state, plan, src, dst, x.data_ptr(), case.both, aligned)
+    zp = z.data_ptr() if z is not None else 0
+    found = cast_ceiling(state, cfg, plan, x.data_ptr(), y.data_ptr(), zp)
+    t = found.traffic
+    per = (t.read_per_byte, t.written_per_byte) if t is not None else (None, None)
+    if found.run is None:
+        return CastRow(case, PATTERN, None, None, None, found.note, *per)
+    try:
+        secs = _time(torch, found.run, repeats)
+    except Exception as exc:  # a note, not a crashed run
+        return CastRow(case, PATTERN, None, None, None, f"{type(exc).__name__}: {exc}"[:200], *per)
+    gbps = _traffic(case) / secs / 1e9
+    note = f"{cfg.key}" + (f"; {found.note}" if found.note else "")
+    return CastRow(case, PATTERN, secs * 1e6, gbps, gbps / copy_gbps, note, *per)
 
 
 def run_cast(args: Any) -> int:
@@ -165,12 +217,13 @@ def run_cast(args: Any) -> int:
         raise SystemExit("bench --cast needs PyTorch with a CUDA GPU")
     torch.cuda.set_device(args.device)
     repeats = getattr(args, "repeat", None) or 7
+    ceiling = bool(getattr(args, "ceiling", False))
     cases = cast_cases(args.cast, args.seed)
     name = torch.cuda.get_device_name(args.device)
     print(f"{len(cases)} random cast-transposes, seed {args.seed}, {name}", flush=True)
     rows: list[CastRow] = []
     for case in cases:
-        found = bench_cast_case(torch, case, repeats)
+        found = bench_cast_case(torch, case, repeats, ceiling)
         rows += found
         print(_line(case, found), flush=True)
     table = markdown(rows, name)
@@ -180,7 +233,7 @@ def run_cast(args: Any) -> int:
         Path(args.markdown).write_text(table + "\n")
     if getattr(args, "json", None):
         Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
-    return 1 if any(r.note for r in rows) else 0
+    return 1 if any(r.note and r.peer != PATTERN for r in rows) else 0
 
 
 def _describe(case: CastCase) -> str:
@@ -191,9 +244,31 @@ def _describe(case: CastCase) -> str:
 
 def _line(case: CastCase, rows: list[CastRow]) -> str:
     cells = [
-        f"{r.peer} {100 * (r.of_copy or 0):.1f}%{' ' + r.note if r.note else ''}" for r in rows
+        f"{r.peer} {100 * (r.of_copy or 0):.1f}%{' ' + r.note if r.note else ''}"
+        for r in rows
+        if r.peer != PATTERN
+    ]
+    cells += [
+        f"pattern {100 * (r.of_copy or 0):.1f}% (sectors/byte read {r.read_per_byte or 0:.3f} "
+        f"written {r.written_per_byte or 0:.3f})"
+        for r in rows
+        if r.peer == PATTERN
     ]
     return f"{_describe(case):36s} {_traffic(case) / 1e6:8.1f} MB  " + "  ".join(cells)
+
+
+def _ceiling_cells(peers: dict[str, CastRow]) -> list[str]:
+    """pattern % copy, ours % pattern, and the pattern's sectors per byte read and written."""
+    ours, pat = peers.get("autotranspose"), peers.get(PATTERN)
+    o = ours.of_copy if ours is not None else None
+    p = pat.of_copy if pat is not None else None
+    per = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    return [
+        "-" if p is None else f"{100 * p:.1f}",
+        "-" if o is None or p is None else f"{100 * o / p:.1f}",
+        per(pat.read_per_byte if pat is not None else None),
+        per(pat.written_per_byte if pat is not None else None),
+    ]
 
 
 def markdown(rows: list[CastRow], device: str) -> str:
@@ -201,11 +276,16 @@ def markdown(rows: list[CastRow], device: str) -> str:
     by_case: dict[CastCase, dict[str, CastRow]] = {}
     for r in rows:
         by_case.setdefault(r.case, {})[r.peer] = r
+    ceiling = any(r.peer == PATTERN for r in rows)  # `--ceiling`: its columns last
+    extra = " | pattern % copy | ours % pattern | read sectors/B | written sectors/B |"
     head = (
         f"Cast-transposes on {device}: GB/s of bytes read + written (% of a device-to-device "
-        "copy of the same bytes)\n\n| case | MB | " + " | ".join(PEERS) + " | ours / compile |"
+        "copy of the same bytes)\n\n| case | MB | "
+        + " | ".join(PEERS)
+        + " | ours / compile |"
+        + (extra[2:] if ceiling else "")
     )
-    lines = [head, "|" + " --- |" * (len(PEERS) + 3)]
+    lines = [head, "|" + " --- |" * (len(PEERS) + 3 + (4 if ceiling else 0))]
     ratios = []
     for case, peers in by_case.items():
         cells = []
@@ -221,6 +301,7 @@ def markdown(rows: list[CastRow], device: str) -> str:
             f"| {_describe(case)} | {_traffic(case) / 1e6:.0f} | "
             + " | ".join(cells)
             + f" | {f'{ratio:.2f}x' if ratio else '-'} |"
+            + (" " + " | ".join(_ceiling_cells(peers)) + " |" if ceiling else "")
         )
     ofc = [r.of_copy for r in rows if r.peer == "autotranspose" and r.of_copy]
     if ofc:
@@ -231,5 +312,20 @@ def markdown(rows: list[CastRow], device: str) -> str:
             f"{statistics.median(ratios):.2f}x, lowest {min(ratios):.2f}x"
             if ratios
             else ""
+        )
+    ceil = [
+        (c["autotranspose"].of_copy, c[PATTERN].of_copy)
+        for c in by_case.values()
+        if "autotranspose" in c
+        and PATTERN in c
+        and c["autotranspose"].of_copy
+        and c[PATTERN].of_copy
+    ]
+    if ceil:
+        of_pattern = [o / p for o, p in ceil]
+        lines.append(
+            f"the access pattern alone: median {100 * statistics.median(p for _, p in ceil):.1f}% "
+            f"of copy; autotranspose median {100 * statistics.median(of_pattern):.1f}% of the "
+            f"pattern, lowest {100 * min(of_pattern):.1f}%"
         )
     return "\n".join(lines)

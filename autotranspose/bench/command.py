@@ -14,6 +14,7 @@ from typing import Any
 from ..kernels.shapes import parse_shape
 from .cases import random_cases, random_permute_cases
 from .reports import (
+    format_ceiling,
     format_host_costs,
     format_summary,
     format_table,
@@ -21,7 +22,7 @@ from .reports import (
     plot,
     summarize,
 )
-from .runners import Row, bench_case, bench_permute_case, host_costs
+from .runners import PATTERN, Row, bench_case, bench_permute_case, host_costs
 
 
 def run_from_args(args: Any) -> int:
@@ -36,8 +37,9 @@ def run_from_args(args: Any) -> int:
         return run_small(args)
     repeats = getattr(args, "repeat", None) or 7
     warm = bool(getattr(args, "warm", False))
+    ceiling = bool(getattr(args, "ceiling", False))
     if getattr(args, "random_permute", None) or getattr(args, "axes", None):
-        return _run_permutes(args, repeats, warm)
+        return _run_permutes(args, repeats, warm, ceiling)
     if getattr(args, "random", None):
         drawn = _drawn_dtypes(args)
         cases = random_cases(args.random, args.seed, drawn)
@@ -47,7 +49,7 @@ def run_from_args(args: Any) -> int:
     rows, summary = _measure_cases(
         [
             lambda shape=shape, dtype=dtype: bench_case(
-                shape, dtype, device=args.device, repeats=repeats, warm=warm
+                shape, dtype, device=args.device, repeats=repeats, warm=warm, **_ceiling(ceiling)
             )
             for shape, dtype in cases
         ]
@@ -65,9 +67,15 @@ def run_from_args(args: Any) -> int:
             "seed": getattr(args, "seed", None),
             "dtypes": _drawn_dtypes(args),
             "warm": warm,
+            "ceiling": ceiling,
         },
     )
     return 0
+
+
+def _ceiling(on: bool) -> dict[str, bool]:
+    """The runners' `ceiling` argument, given only when asked for (`--ceiling`)."""
+    return {"ceiling": True} if on else {}
 
 
 def _drawn_dtypes(args: Any) -> list[str] | None:
@@ -95,6 +103,10 @@ def _measure_cases(cases: list[Callable[[], list[Row]]]) -> tuple[list[Row], dic
         print(format_table(case), flush=True)
     print()
     print(format_table(rows))
+    if any(r.peer == PATTERN for r in rows):
+        print()
+        print("the access pattern's ceiling (bench --ceiling; docs/perf-notes.md):")
+        print(format_ceiling(rows))
     summary = summarize(rows)
     print()
     print(format_summary(summary))
@@ -113,7 +125,7 @@ def _write(args: Any, rows: list[Row], extra: dict[str, Any]) -> None:
         print("matplotlib is not installed: no chart written")
 
 
-def _run_permutes(args: Any, repeats: int, warm: bool = False) -> int:
+def _run_permutes(args: Any, repeats: int, warm: bool = False, ceiling: bool = False) -> int:
     """`bench --random-permute N` or `bench --shapes ... --axes ...`: every case against copy,
     CuPy, PyTorch and cuTENSOR, then the summary."""
     if getattr(args, "random_permute", None):
@@ -128,7 +140,13 @@ def _run_permutes(args: Any, repeats: int, warm: bool = False) -> int:
     rows, summary = _measure_cases(
         [
             lambda shape=shape, axes=axes, dtype=dtype: bench_permute_case(
-                shape, axes, dtype, device=args.device, repeats=repeats, warm=warm
+                shape,
+                axes,
+                dtype,
+                device=args.device,
+                repeats=repeats,
+                warm=warm,
+                **_ceiling(ceiling),
             )
             for shape, axes, dtype in cases
         ]
@@ -142,6 +160,7 @@ def _run_permutes(args: Any, repeats: int, warm: bool = False) -> int:
             "seed": args.seed,
             "dtypes": _drawn_dtypes(args),
             "warm": warm,
+            "ceiling": ceiling,
         },
     )
     return 0

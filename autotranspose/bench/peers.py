@@ -8,6 +8,7 @@ host cost `bench` reports (ours, CuPy's and PyTorch's own).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -187,6 +188,21 @@ def seed_kernel(state: Any, elem_bytes: int) -> Any:
     return _seed_kernels[key]
 
 
+@dataclass(frozen=True)
+class ServedSteps:
+    """permute()'s steps for a case as a peer's launch(src, dst, stream), run on the default
+    stream in `ctx`; the plan as run and its steps are what `bench --ceiling` takes the
+    pattern of."""
+
+    steps: tuple[Any, ...]
+    ctx: int
+    plan: Any = None
+
+    def __call__(self, src: int, dst: int, _stream: Any) -> None:
+        for step in self.steps:
+            step.run(src, dst, 0, self.ctx)
+
+
 # A permute's peers (`bench --random-permute`, `bench --shapes AxBxCxD --axes ...`): the copy
 # of the same bytes, CuPy, PyTorch, cuTENSOR and torch.compile's kernel.
 PERMUTE_PEERS = ("copy", "autotranspose", "cupy", "torch", "cutensor", "compile")
@@ -215,10 +231,7 @@ def permute_peers(
     # what permute() serves: a plan with alternatives has its first call's choice measured here
     plan, steps, _ = served(plan, state, src0, dst0, 0, state.ctx)
 
-    def ours(src: int, dst: int, _s: Any) -> None:
-        for step in steps:
-            step.run(src, dst, 0, state.ctx)
-
+    ours = ServedSteps(steps, state.ctx, plan)
     p = plan.passes[0] if plan.passes else None
     what = "nothing" if p is None else p.describe().split(" (")[0]
     peers["autotranspose"] = (ours, f"{plan.case}: {what}, {plan.launches} launch(es)")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .peers import HOST_COST_CASES, PEERS
-from .runners import Row
+from .runners import PATTERN, Row
 
 
 def summarize(rows: Sequence[Row]) -> dict[str, Any]:
@@ -31,8 +31,16 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
         worst = min(cases.items(), key=lambda kv: kv[1].get("autotranspose", 9.0))
         (shape, dtype, axes), ratio = worst[0], worst[1]["autotranspose"]
         out["worst"] = f"{ratio * 100:.1f}% {_case_text(shape, axes)} {dtype}"
+    ceiling = [(c["autotranspose"], c[PATTERN]) for c in cases.values() if PATTERN in c and "autotranspose" in c]  # fmt: skip
+    if ceiling:  # `bench --ceiling`: how far the pattern is from copy, and ours from it
+        out.update(
+            pattern_cases=len(ceiling),
+            pattern_median=float(np.median([p for _, p in ceiling])),
+            of_pattern_median=float(np.median([o / p for o, p in ceiling])),
+            of_pattern_p10=float(np.percentile([o / p for o, p in ceiling], 10)),
+        )
     for peer in _peers(rows):
-        if peer in ("copy", "autotranspose"):
+        if peer in ("copy", "autotranspose", PATTERN):
             continue
         both = [c for c in cases.values() if peer in c and "autotranspose" in c]
         out[f"{peer}_cases"] = len(both)
@@ -54,7 +62,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{100 * summary['median']:.1f}, 10th percentile {100 * summary['p10']:.1f}, "
         f"min {100 * summary['min']:.1f} ({summary['worst']})"
     ]
-    for peer in [k.removesuffix("_cases") for k in summary if k.endswith("_cases")]:
+    if summary.get("pattern_cases"):
+        lines.append(
+            f"  the access pattern alone (--ceiling, {summary['pattern_cases']} cases), % of copy: "
+            f"median {100 * summary['pattern_median']:.1f}; ours % of the pattern: median "
+            f"{100 * summary['of_pattern_median']:.1f}, 10th percentile "
+            f"{100 * summary['of_pattern_p10']:.1f}"
+        )
+    peers = [k.removesuffix("_cases") for k in summary if k.endswith("_cases")]
+    for peer in (p for p in peers if p != PATTERN):
         lines.append(
             f"  {peer:>8} faster in {summary[f'{peer}_faster']} of {summary[f'{peer}_cases']}"
             f" cases, more than 1% faster in {summary[f'{peer}_faster_1pct']}"
@@ -94,9 +110,61 @@ def format_table(rows: Sequence[Row]) -> str:
         else:
             lines.append(
                 f"{shp:>16} {r.dtype:>10} {r.peer:>13} {r.us:10.1f} {r.gbps:8.0f} "
-                f"{100 * r.of_copy:6.1f}%  {r.note}"
+                f"{100 * r.of_copy:6.1f}%  {_sectors(r)}{r.note}"
             )
     return "\n".join(lines)
+
+
+def _sectors(r: Row) -> str:
+    """A pattern row's sectors per byte, read and written ('' for other rows)."""
+    if r.read_per_byte is None or r.written_per_byte is None:
+        return ""
+    return f"sectors/byte read {r.read_per_byte:.3f} written {r.written_per_byte:.3f}; "
+
+
+def ceiling_cells(row: dict[str, Row]) -> dict[str, str]:
+    """One case's ceiling figures (`bench --ceiling`), as text: ours and the pattern as % of
+    copy, ours as % of the pattern, and the pattern's sectors per byte read and written."""
+    ours, pat = row.get("autotranspose"), row.get(PATTERN)
+    o = ours.of_copy if ours is not None else None
+    p = pat.of_copy if pat is not None else None
+    per = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    return {
+        "ours % copy": "-" if o is None else f"{100 * o:.1f}",
+        "pattern % copy": "-" if p is None else f"{100 * p:.1f}",
+        "ours % pattern": "-" if o is None or p is None else f"{100 * o / p:.1f}",
+        "read sectors/B": per(pat.read_per_byte if pat is not None else None),
+        "written sectors/B": per(pat.written_per_byte if pat is not None else None),
+    }
+
+
+CEILING_COLUMNS = ("ours % copy", "pattern % copy", "ours % pattern", "read sectors/B", "written sectors/B")  # fmt: skip
+
+
+def format_ceiling(rows: Sequence[Row]) -> str:
+    """The ceiling table (`bench --ceiling`): per case ours / pattern / copy and the
+    pattern's sectors per byte, and what the pattern differs in or why it has none."""
+    cases = _by_case(rows)
+    head = f"{'case':>24} {'dtype':>10} " + " ".join(f"{c:>17}" for c in CEILING_COLUMNS)
+    lines = [head]
+    for (shape, axes, dtype), row in cases.items():
+        if PATTERN not in row:
+            continue
+        cells = ceiling_cells(row)
+        note = row[PATTERN].note
+        lines.append(
+            f"{_case_text(shape, axes):>24} {dtype:>10} "
+            + " ".join(f"{cells[c]:>17}" for c in CEILING_COLUMNS)
+            + (f"  {note}" if note else "")
+        )
+    return "\n".join(lines)
+
+
+def _by_case(rows: Sequence[Row]) -> dict[tuple[Any, ...], dict[str, Row]]:
+    cells: dict[tuple[Any, ...], dict[str, Row]] = {}
+    for r in rows:  # a permute case is its shape and its axes: one row each
+        cells.setdefault((r.shape, r.axes, r.dtype), {})[r.peer] = r
+    return cells
 
 
 def _shape_text(shape: Sequence[int]) -> str:
@@ -116,11 +184,10 @@ def markdown_table(rows: Sequence[Row]) -> str:
     The columns are the peers the rows name (a transpose run's PEERS, a permute run's
     cuTENSOR and compile too)."""
     named = {r.peer for r in rows}
-    shown = [p for p in _peers(rows) if p != "copy" and p in named]
-    cells: dict[tuple[tuple[int, ...], tuple[int, ...] | None, str], dict[str, Row]] = {}
-    for r in rows:  # a permute case is its shape and its axes: one row each
-        cells.setdefault((r.shape, r.axes, r.dtype), {})[r.peer] = r
+    shown = [p for p in _peers(rows) if p not in ("copy", PATTERN) and p in named]
+    cells = _by_case(rows)
     geam = "geam" in shown
+    ceiling = PATTERN in named  # `bench --ceiling`: its columns last
     head = [
         "shape",
         "dtype",
@@ -129,6 +196,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
         *(f"{p} % copy" for p in shown),
         *(["vs geam"] if geam else []),
         "vs best other",
+        *(CEILING_COLUMNS[1:] if ceiling else ()),
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (shape, axes, dtype), row in cells.items():
@@ -149,6 +217,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
             ),
             *([f"{ours / pct['geam']:.3f}x" if ours and "geam" in pct else "-"] if geam else []),
             f"{ours / max(others):.2f}x" if ours and others else "-",
+            *((ceiling_cells(row)[c] for c in CEILING_COLUMNS[1:]) if ceiling else ()),
         ]
         lines.append("| " + " | ".join(cols) + " |")
     return "\n".join(lines)

@@ -36,6 +36,43 @@ class Row:
     of_copy: float | None
     note: str = ""
     axes: tuple[int, ...] | None = None  # a permute case: x of `shape` permuted by `axes`
+    # the pattern's row (`bench --ceiling`): bytes of the 32-byte sectors its launches read
+    # and write per byte of the call (1.0: not a byte more; None: not modelled)
+    read_per_byte: float | None = None
+    written_per_byte: float | None = None
+
+
+PATTERN = "pattern"  # the peer name of a call's pattern ceiling (`bench.ceiling`)
+
+
+def ceiling_row(
+    bench: Any,
+    build: Callable[[], Any],
+    shape: tuple[int, ...],
+    dtype: str,
+    copy_s: float,
+    *,
+    repeats: int,
+    warm: bool,
+    axes: tuple[int, ...] | None = None,
+) -> Row:
+    """The pattern's row: the `bench.ceiling.Ceiling` that `build` makes, its launches timed
+    as every peer is (the same buffers, events and repeats), its sectors per byte; a note
+    where it has no pattern kernel or could not be built or run (the run goes on)."""
+    try:
+        ceiling = build()
+    except Exception as exc:
+        note = f"no pattern: {type(exc).__name__}: {exc}"[:200]
+        return Row(shape, dtype, PATTERN, None, None, None, note, axes)
+    t = ceiling.traffic
+    per = (t.read_per_byte, t.written_per_byte) if t is not None else (None, None)
+    if ceiling.run is None:
+        return Row(shape, dtype, PATTERN, None, None, None, ceiling.note, axes, *per)
+    try:
+        secs = bench.time(ceiling.run, repeats=repeats, warm=warm)
+    except Exception as exc:  # a note, not a crashed run
+        return Row(shape, dtype, PATTERN, None, None, None, f"{type(exc).__name__}: {exc}"[:200], axes, *per)  # fmt: skip
+    return Row(shape, dtype, PATTERN, secs * 1e6, bench.gbps(secs), copy_s / secs, ceiling.note, axes, *per)  # fmt: skip
 
 
 class PermuteCheck:
@@ -77,10 +114,12 @@ def bench_permute_case(
     peers: Sequence[str] = PERMUTE_PEERS,
     repeats: int = 7,
     warm: bool = False,
+    ceiling: bool = False,
 ) -> list[Row]:
     """Time every peer on one permute (shape, axes, dtype) against the copy of the same
     bytes; each is checked against np.transpose first (a peer that fails is a note, not a
-    time). `warm`: every call on the same buffers (`Bench.time`)."""
+    time). `warm`: every call on the same buffers (`Bench.time`). `ceiling`: the served
+    steps' pattern too, a row of its own (`bench.ceiling`)."""
     from ..runtime.compiler import activate
     from ..tuner.measure import Bench
 
@@ -113,6 +152,13 @@ def bench_permute_case(
                 continue
             t = copy_s if peer == "copy" else bench.time(fn, repeats=repeats, warm=warm)
             rows.append(row(peer, t, note))
+        ours = launches.get("autotranspose", (None, ""))[0]
+        if ceiling and ours is not None:
+            from .ceiling import permute_ceiling
+
+            build = lambda: permute_ceiling(state, ours.plan, ours.steps)  # noqa: E731
+            rows.append(ceiling_row(bench, build, shape, dtype, copy_s, repeats=repeats,
+                                    warm=warm, axes=axes))  # fmt: skip
     finally:
         bench.close()
     return rows
@@ -127,10 +173,12 @@ def bench_case(
     peers: Sequence[str] = PEERS,
     repeats: int = 7,
     warm: bool = False,
+    ceiling: bool = False,
 ) -> list[Row]:
     """Time every peer on one (shape, dtype); each is checked against the reference first.
     Without `config`, autotranspose runs what transpose() would choose for this call.
-    `warm`: every call on the same buffers (`Bench.time`)."""
+    `warm`: every call on the same buffers (`Bench.time`). `ceiling`: the served launch's
+    pattern too, a row of its own (`bench.ceiling`)."""
     from ..dispatch.transpose import served
     from ..runtime.compiler import activate
     from ..tuner.measure import Bench
@@ -167,6 +215,12 @@ def bench_case(
                     continue
             t = copy_s if peer == "copy" else bench.time(fn, repeats=repeats, warm=warm)
             rows.append(Row(shape, dtype, peer, t * 1e6, bench.gbps(t), copy_s / t, note))
+        if ceiling:
+            from .ceiling import transpose_ceiling
+
+            served = launches["autotranspose"][0]
+            build = lambda: transpose_ceiling(state, served, bench.nbytes)  # noqa: E731
+            rows.append(ceiling_row(bench, build, shape, dtype, copy_s, repeats=repeats, warm=warm))
     finally:
         bench.close()
     return rows

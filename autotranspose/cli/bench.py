@@ -28,6 +28,11 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"--warm times transposes and permutes on the same buffers; {other} already "
             "repeats each call on the same buffers: leave out --warm"
         )
+    if getattr(args, "ceiling", False) and args.small is not None:
+        raise UsageError(
+            "--ceiling times the access pattern of large calls; --small times the host's "
+            "cost of small ones: leave out --ceiling"
+        )
     if getattr(args, "cast", None) is not None:  # cast-transposes: cases of their own
         if drawing or args.axes is not None or args.png:
             raise UsageError(

@@ -325,6 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="time every call on the same buffers, as a program repeats a call (L2-warm "
         "where input and output fit the L2; default: rotated buffers, L2-cold)",
     )
+    b.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also time each case's access pattern alone: kernels that read and write "
+        "exactly the served launches' words, in their grid and tile order, with no exchange; "
+        "prints ours / pattern / copy and the sectors read and written per byte",
+    )
     b.add_argument("--device", type=_nonnegative_int, default=0, metavar="INDEX")
     db_option(b)
     return p

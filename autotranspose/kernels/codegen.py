@@ -44,8 +44,18 @@ ROWS_TEMPLATE = "rows/rows.cu.j2"
 GATHER_TEMPLATE = "gather/gather.cu.j2"
 PACKED_TEMPLATE = "packed/packed.cu.j2"
 VBOX_TEMPLATE = "vbox/vbox.cu.j2"
-UNTUNED_TEMPLATES = ("seed", SUPPORT_TEMPLATE, "rows", "gather", "packed", "vbox", "cast")
-# cast-transposes (cast/) are served by their pair's default, not tuned (kinds/cast.py)
+UNTUNED_TEMPLATES = (
+    "seed",
+    SUPPORT_TEMPLATE,
+    "rows",
+    "gather",
+    "packed",
+    "vbox",
+    "cast",
+    "pattern",
+)
+# cast-transposes (cast/) are served by their pair's default, not tuned (kinds/cast.py);
+# pattern/ holds `bench --ceiling`'s kernels, which serve no call (autotranspose/bench/ceiling.py)
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
 # the row kernels' `at_rows_args` struct (templates/rows/): M, N, ld_in, ld_out, bs_in,

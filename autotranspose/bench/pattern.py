@@ -383,9 +383,9 @@ def tile_access(
     if kind == "staged":  # windows from a word boundary up to vec - 1 rows before the tile
         return replace(a, halo=cfg.vec - 1, window=cfg.word_bytes)
     if kind == "prmt":
-        if cfg.flat and cfg.wide:  # whole output rows: no halo, no window
+        if cfg.params.flat and cfg.params.wide:  # whole output rows: no halo, no window
             return replace(a, tile_m=m, in_word=CHUNK, out_word=CHUNK)
-        tile = (cfg.tile_m, n) if cfg.flat else (cfg.tile_m, cfg.tile_n)
+        tile = (cfg.tile_m, n) if cfg.params.flat else (cfg.tile_m, cfg.tile_n)
         return replace(
             a, tile_m=tile[0], tile_n=tile[1], halo=prmt_halo(cfg), window=CHUNK,
             in_word=CHUNK, out_word=CHUNK,
@@ -393,11 +393,11 @@ def tile_access(
     if kind == "direct":  # one element an access
         return replace(a, in_word=s, out_word=s)
     if kind == "regt":  # the long side in windows; the short side whole
-        if cfg.staged:
+        if cfg.params.staged:
             tile, walkers = (m, regt_long(cfg)), 1
         else:
             per = REGT_LANES * regt_window(s)
-            tile, walkers = ((m, per) if cfg.wide else (per, n)), cfg.threads // 32
+            tile, walkers = ((m, per) if cfg.params.wide else (per, n)), cfg.threads // 32
         words = (CHUNK if tile[1] * s >= CHUNK else 4, CHUNK if tile[0] * s >= CHUNK else 4)
         return replace(
             a, tile_m=tile[0], tile_n=tile[1], walkers=walkers, in_word=words[0],

@@ -40,6 +40,7 @@ from ..kernels.codegen import (
     row_kernel_name,
 )
 from ..kernels.config import KernelConfig
+from ..kernels.inplace import InplaceKernel, render_inplace
 from ..kernels.packed import PackedKernel
 from ..kernels.vbox import VBoxKernel, render_vbox
 from . import driver as _driver
@@ -365,6 +366,16 @@ def get_vbox_kernel(state: DeviceState, spec: VBoxKernel) -> Kernel:
         state.arch,
         spec.name,
         lambda: load_source(state.arch, render_vbox(spec), [spec.name])[spec.name],
+    )
+
+
+def get_inplace_kernel(state: DeviceState, spec: InplaceKernel) -> Kernel:
+    """In-place pass kernel `spec` on `state`'s architecture, compiled on first use (the
+    cubin cache keeps it across processes)."""
+    return _cached(
+        state.arch,
+        spec.name,
+        lambda: load_source(state.arch, render_inplace(spec), [spec.name])[spec.name],
     )
 
 

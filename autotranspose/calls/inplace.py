@@ -1,0 +1,184 @@
+"""transpose_(): an (M, N) or (B, M, N) array transposed in its own memory, handed back as
+the (N, M) or (B, N, M) array over that same memory.
+
+The passes are plans/inplace.py's, prepared by dispatch/inplace.py and run here on the
+caller's stream. Besides x, a call needs at most PERMUTE's table of cycle leaders (4 bytes a
+cycle, uploaded once per device and shape and kept for the process: a captured CUDA graph may
+launch with it) and, for rows longer than shared memory holds, one row of scratch
+(stream-ordered, freed on the stream after the passes). Both are had before any pass runs,
+so a call that cannot get them raises with x untouched.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..dispatch import inplace as programs
+from ..errors import InputTypeError, LayoutError
+from ..kernels.inplace import ARG_FORMAT, ARG_NAMES
+from ..kinds.inplace import InplaceParams
+from ..runtime import driver as _driver, streams
+from ..runtime.arrays import View, view
+from .common import call_target, keeping_context
+
+# PERMUTE's tables on the device: (context, m, n) -> the uploaded leaders. Never freed: a
+# CUDA graph captured with one launches with it for as long as the graph lives.
+_TABLES: dict[tuple[int, int, int], _driver.Allocation] = {}
+_TABLES_LOCK = threading.Lock()
+_ROW = ARG_NAMES.index("row")
+_POINTERS = struct.Struct("<QQ")
+
+
+def transpose_(
+    x: Any,
+    *,
+    conjugate: bool = False,
+    stream: Any = None,
+    params: InplaceParams | None = None,
+) -> Any:
+    """Transpose x, a row-major contiguous (M, N) or (B, M, N) array, in its own memory;
+    returns the (N, M) or (B, N, M) array over that memory (a view of x's storage: PyTorch
+    `x.view`, CuPy and pycuda `reshape`). x itself then holds the transposed bytes under its
+    old shape: use what is returned. `conjugate=True` conjugates complex64/complex128 as it
+    transposes. Runs on the caller's current stream for x's library, or `stream`. NumPy arrays
+    go through the GPU; JAX arrays are immutable and are refused (use transpose())."""
+    given = None if stream is None else streams.explicit(stream)
+    xv = view(x, "x", given.handle if given is not None else None)
+    if xv.kind == "jax":
+        raise InputTypeError(
+            "JAX arrays are immutable, so transpose_() cannot write into x; use "
+            "autotranspose.transpose(x), which returns a new array (under jax.jit with x "
+            "donated, XLA may reuse x's memory)"
+        )
+    if params is not None and not isinstance(params, InplaceParams):
+        raise InputTypeError(
+            f"params must be an autotranspose InplaceParams, got {type(params).__name__}"
+        )
+    check_contiguous(xv)
+    if conjugate:
+        xv.et.check_conjugable()
+    if xv.kind == "torch":
+        check_no_grad(x)
+    shape = (*xv.shape[:-2], xv.n, xv.m)
+    if xv.kind == "numpy":
+        return _host(x, xv, shape, conjugate, stream)
+    if xv.size and (conjugate or min(xv.m, xv.n) > 1):
+        keeping_context(_on_device, xv, given, conjugate, params)
+    return reshaped(x, xv.kind, shape)
+
+
+def check_contiguous(xv: View) -> None:
+    """Only a row-major contiguous array holds its transpose in the same bytes."""
+    if xv.size and (xv.ld != xv.n or (xv.batch > 1 and xv.bs != xv.m * xv.n)):
+        raise LayoutError(
+            f"transpose_() needs a row-major contiguous array; x of shape {xv.shape} has row "
+            f"pitch {xv.ld} and batch stride {xv.bs} elements. Make it contiguous first "
+            "(.contiguous() / ascontiguousarray), or use transpose(x), which takes any layout"
+        )
+
+
+def check_no_grad(x: Any) -> None:
+    """A tensor autograd tracks cannot be overwritten behind its back."""
+    import torch
+
+    if x.requires_grad and torch.is_grad_enabled():
+        raise InputTypeError(
+            "transpose_() writes x in place, and x requires grad: autograd cannot record an "
+            "in-place transpose. Use autotranspose.transpose(x) (differentiable), or call "
+            "under torch.no_grad() / on x.detach()"
+        )
+
+
+def reshaped(x: Any, kind: str, shape: tuple[int, ...]) -> Any:
+    """x's memory as an array of `shape`, in x's own kind."""
+    if kind == "torch":
+        return x.view(shape)
+    if hasattr(x, "reshape"):  # CuPy, pycuda, Numba: a view of a contiguous array
+        return x.reshape(shape)
+    return _Reshaped(x, shape)
+
+
+class _Reshaped:
+    """An `__cuda_array_interface__` object's memory under another shape (it keeps x)."""
+
+    def __init__(self, base: Any, shape: tuple[int, ...]) -> None:
+        self.base = base
+        cai = dict(base.__cuda_array_interface__)
+        cai["shape"] = tuple(shape)
+        cai["strides"] = None
+        self.__cuda_array_interface__ = cai
+
+
+def _host(x: np.ndarray, xv: View, shape: tuple[int, ...], conjugate: bool, stream: Any) -> Any:
+    """NumPy: through the GPU (transpose()), the result copied back over x's memory."""
+    from .transpose import transpose
+
+    done = transpose(x, conjugate=conjugate, stream=stream)
+    flat = x.reshape(-1)  # contiguous: a view
+    flat[...] = np.ascontiguousarray(done).reshape(-1)
+    return x.reshape(shape)
+
+
+def _on_device(
+    xv: View, given: streams.Explicit | None, conjugate: bool, params: InplaceParams | None
+) -> None:
+    state, ctx, handle = call_target(xv, given)
+    prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, conjugate, params)
+    run(prog, xv.ptr, ctx, handle)
+
+
+def run(prog: programs.InplaceProgram, ptr: int, ctx: int, handle: int | None) -> None:
+    """Queue `prog`'s passes on matrix memory `ptr` in `ctx` on stream `handle`: the table
+    and the row scratch first (raising before any pass), then the passes in order."""
+    table = _table(prog, ctx, handle) if prog.leaders is not None and len(prog.leaders) else 0
+    scratch = _driver.mem_alloc_async(prog.scratch_bytes, handle, ctx) if prog.scratch_bytes else 0
+    try:
+        for step in prog.steps:
+            if step.how.rows:
+                _rows(step, ptr, scratch, ctx, handle)
+            else:
+                step.launch.run(ptr, table if step.how.aux == "leaders" else 0, handle, ctx)
+    finally:
+        if scratch:
+            _driver.mem_free_async(scratch, handle, ctx)
+
+
+def _table(prog: programs.InplaceProgram, ctx: int, handle: int | None) -> int:
+    """PERMUTE's leaders on the device, uploaded on the shape's first call in `ctx`."""
+    plan = prog.plan
+    key = (ctx, plan.m, plan.n)
+    found = _TABLES.get(key)
+    if found is not None:
+        return found.ptr
+    if _driver.is_capturing(handle):
+        raise InputTypeError(
+            f"the first in-place transpose of a {plan.m}x{plan.n} matrix uploads a table of "
+            "its row cycles, which cannot happen while a CUDA graph is being captured; call "
+            "transpose_() once on an array of this shape before capturing (a warm-up call)"
+        )
+    leaders = np.ascontiguousarray(prog.leaders, dtype=np.uint32)
+    with _TABLES_LOCK:
+        found = _TABLES.get(key)
+        if found is None:
+            found = _driver.Allocation(leaders.nbytes, ctx)
+            with _driver.on_context(ctx):
+                _driver.memcpy_htod(found.ptr, leaders.ctypes.data, leaders.nbytes)
+            _TABLES[key] = found
+    return found.ptr
+
+
+def _rows(step: programs.InplaceStep, ptr: int, scratch: int, ctx: int, handle: int | None) -> None:
+    """A SHUFFLE of rows longer than shared memory: each row copied to the scratch, then
+    gathered back from it by the whole grid."""
+    launch, nbytes = step.launch, step.how.row_bytes
+    values = list(launch.scalars)
+    for r in range(step.how.rows):
+        _driver.memcpy_dtod_async(scratch, ptr + r * nbytes, nbytes, handle, ctx)
+        values[_ROW] = r
+        params = _POINTERS.pack(ptr, scratch) + struct.pack(ARG_FORMAT, *values)
+        with _driver.on_context(ctx):
+            _driver.launch(launch.prepared(ctx).args, handle, params)

@@ -1,0 +1,160 @@
+"""transpose_()'s kernels (templates/inplace/) run on the CPU by tests/_cuda_emulator.h,
+launched exactly as kernels/inplace.py's `pass_launches` says: every element size, square,
+rectangular (primes, skinny, gcd > 1), batched, conjugate and rows too long for shared
+memory land where `x.T` has them, and nothing outside the matrices is written."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _packed_emu import CXX, FLAGS, HERE
+
+from autotranspose.kernels.inplace import (
+    ARG_FORMAT,
+    ARG_NAMES,
+    InplaceKernel,
+    pass_launches,
+    render_inplace,
+)
+from autotranspose.kinds.inplace import InplaceParams
+from autotranspose.plans.inplace import PERMUTE, cycle_leaders, plan_inplace
+
+pytestmark = pytest.mark.skipif(CXX is None, reason="needs g++ (C++20) to run kernels on the CPU")
+# small blocks and grids: every grid-stride loop walks several items, tiles of 16 cut edges
+PARAMS = InplaceParams(tile=16, threads=128, blocks_per_sm=2, unroll=2)
+GUARD = 64
+POISON = 0xA5
+_DYNAMIC = "extern __shared__ __align__(16) unsigned char smem[];"
+
+
+def _library(k: InplaceKernel, smem: int, tmp: Path) -> ctypes.CDLL:
+    source = render_inplace(k)
+    if smem:
+        assert _DYNAMIC in source
+        source = source.replace(_DYNAMIC, f"__shared__ __align__(16) unsigned char smem[{smem}];")
+    src = (
+        '#include <cmath>\n#include "_cuda_emulator.h"\n'
+        + source
+        + f"""
+extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* args) {{
+    const at_inplace_args a = *(const at_inplace_args*)args;
+    at_emu_launch(grid, {k.params.threads}, [&] {{ {k.name}((at_elem*)x, aux, a); }});
+}}
+"""
+    )
+    digest = hashlib.sha256(src.encode()).hexdigest()[:16]
+    lib = tmp / f"inplace_{digest}.so"
+    if not lib.exists():
+        cpp = tmp / f"inplace_{digest}.cpp"
+        cpp.write_text(src)
+        subprocess.run(
+            [CXX, *FLAGS, f"-I{HERE}", str(cpp), "-o", str(lib)], check=True, capture_output=True
+        )
+    return ctypes.CDLL(str(lib))
+
+
+def _run(x: np.ndarray, batch: int, m: int, n: int, conjugate: bool, optin: int, tmp: Path):
+    """x's bytes (a flat view inside a guarded buffer) transposed by the emulated passes."""
+    e = x.dtype.itemsize
+    plan = plan_inplace(batch, m, n, conjugate)
+    permutes = any(p.kind == PERMUTE for p in plan.passes)
+    leaders = cycle_leaders(m, n, plan.a) if permutes else np.zeros(0, np.uint32)
+    for how in pass_launches(plan, e, PARAMS, 2, optin, len(leaders)):
+        lib = _library(how.spec, how.smem, tmp)
+        values = {**how.args}
+        scratch = np.zeros(max(1, n) * e, np.uint8)
+        aux = {"leaders": leaders.ctypes.data, "row": scratch.ctypes.data, "": 0}[how.aux]
+        for r in range(max(1, how.rows)):
+            if how.rows:
+                row = x.view(np.uint8)[r * n * e : (r + 1) * n * e]
+                scratch[: n * e] = row  # the host's row copy (cuMemcpyDtoDAsync)
+                values["row"] = r
+            args = struct.pack(ARG_FORMAT, *(values.get(k, 0) for k in ARG_NAMES))
+            lib.at_emu_run(
+                ctypes.c_uint(how.blocks),
+                ctypes.c_void_p(x.ctypes.data),
+                ctypes.c_void_p(aux),
+                ctypes.c_char_p(args),
+            )
+
+
+_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.complex128}
+
+
+def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10):
+    rng = np.random.default_rng([batch, m, n, e, conjugate])
+    if conjugate:
+        dt = np.complex64 if e == 8 else np.complex128
+        x0 = (rng.standard_normal((batch, m, n)) + 1j * rng.standard_normal((batch, m, n))).astype(
+            dt
+        )
+    else:
+        x0 = rng.integers(0, 256, (batch, m, n, e), dtype=np.uint8).view(f"V{e}")[..., 0]
+    nbytes = x0.nbytes
+    buf = np.full(GUARD + nbytes + GUARD, POISON, np.uint8)
+    buf[GUARD : GUARD + nbytes] = x0.view(np.uint8).ravel()
+    x = buf[GUARD : GUARD + nbytes].view(x0.dtype)
+    _run(x, batch, m, n, conjugate, optin, tmp)
+    want = np.swapaxes(x0, 1, 2)
+    if conjugate:
+        want = np.conj(want)
+    got = x.reshape(batch, n, m)
+    assert got.view(np.uint8).tobytes() == np.ascontiguousarray(want).view(np.uint8).tobytes()
+    assert (buf[:GUARD] == POISON).all() and (buf[GUARD + nbytes :] == POISON).all()
+
+
+SHAPES = [
+    (1, 40, 40),  # square: tiles of 16 cut at the edge
+    (2, 17, 17),
+    (1, 7, 13),  # primes
+    (2, 13, 7),
+    (1, 12, 18),  # gcd 6
+    (1, 18, 12),
+    (1, 3, 97),  # skinny
+    (2, 97, 3),
+    (1, 1, 9),
+    (1, 2, 64),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("inplace_emu")
+
+
+@pytest.mark.parametrize("batch, m, n", SHAPES)
+def test_the_passes_transpose_4_byte_elements(batch, m, n, tmp):
+    _check(batch, m, n, 4, tmp)
+
+
+@pytest.mark.parametrize("e", [1, 2, 8, 16])
+@pytest.mark.parametrize("batch, m, n", [(1, 20, 20), (2, 6, 10), (1, 11, 5)])
+def test_every_element_size(batch, m, n, e, tmp):
+    _check(batch, m, n, e, tmp)
+
+
+@pytest.mark.parametrize("e", [8, 16])
+@pytest.mark.parametrize("batch, m, n", [(1, 18, 18), (2, 6, 9), (1, 1, 7)])
+def test_conjugate(batch, m, n, e, tmp):
+    _check(batch, m, n, e, tmp, conjugate=True)
+
+
+@pytest.mark.parametrize("batch, m, n", [(1, 5, 24), (2, 4, 6)])
+def test_rows_past_shared_memory_go_through_the_row_scratch(batch, m, n, tmp):
+    _check(batch, m, n, 4, tmp, optin=16)
+
+
+def test_grids_are_capped_and_every_kernel_has_its_name():
+    plan = plan_inplace(3, 1000, 600)
+    hows = pass_launches(plan, 4, PARAMS, 2, 227 << 10, 77)
+    assert [h.kind for h in hows] == ["reverse", "split", "shuffle", "split", "permute"]
+    assert all(1 <= h.blocks <= 2 * PARAMS.blocks_per_sm for h in hows)
+    assert len({h.spec.name for h in hows}) == 4  # REVERSE and SPLIT differ; SPLIT twice
+    assert math.prod((1,)) == 1

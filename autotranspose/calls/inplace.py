@@ -46,14 +46,27 @@ def transpose_(
     old shape: use what is returned. `conjugate=True` conjugates complex64/complex128 as it
     transposes. Runs on the caller's current stream for x's library, or `stream`. NumPy arrays
     go through the GPU; JAX arrays are immutable and are refused (use transpose())."""
-    given = None if stream is None else streams.explicit(stream)
-    xv = view(x, "x", given.handle if given is not None else None)
-    if xv.kind == "jax":
+    if type(x).__module__.split(".", 1)[0] in ("jax", "jaxlib"):
         raise InputTypeError(
             "JAX arrays are immutable, so transpose_() cannot write into x; use "
             "autotranspose.transpose(x), which returns a new array (under jax.jit with x "
             "donated, XLA may reuse x's memory)"
         )
+    if isinstance(x, np.ndarray) and not (x.flags.c_contiguous and x.flags.writeable):
+        raise LayoutError(
+            "transpose_() writes x's own memory, and this NumPy array is "
+            + ("read-only" if x.flags.c_contiguous else "not C-contiguous")
+            + "; pass a writeable C-contiguous array (np.ascontiguousarray(x), x.copy()) "
+            "or use transpose(x)"
+        )
+    if type(x).__module__.split(".", 1)[0] == "torch" and (x.is_conj() or x.is_neg()):
+        raise LayoutError(
+            "x is a lazily conjugated or negated PyTorch view: its memory holds other values "
+            "than it shows, so transpose_() cannot transpose it in place; resolve it first "
+            "(x = x.resolve_conj().resolve_neg()) or use transpose(x)"
+        )
+    given = None if stream is None else streams.explicit(stream)
+    xv = view(x, "x", given.handle if given is not None else None)
     if params is not None and not isinstance(params, InplaceParams):
         raise InputTypeError(
             f"params must be an autotranspose InplaceParams, got {type(params).__name__}"

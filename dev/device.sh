@@ -164,6 +164,16 @@ recipe_bench_cast() {
   done
 }
 
+# In-place transposes: their GPU tests, then `bench --inplace N --seed S` for each of SEEDS
+# (transpose_() against transpose() and copy, each pass timed).
+recipe_inplace() {
+  local seed
+  recipe_tests "tests/test_inplace_gpu.py"
+  for seed in ${SEEDS:-55}; do
+    bench "inplace-$seed" --inplace "${N:-24}" --seed "$seed" --repeat "${REPEAT:-5}" "$@"
+  done
+}
+
 # `bench --small N --seed S`: small calls, host included, against PyTorch and CuPy.
 recipe_bench_small() {
   bench "small-${SEED:-37110}" --small "${N:-40}" --seed "${SEED:-37110}" "$@"

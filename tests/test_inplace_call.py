@@ -103,3 +103,21 @@ def test_every_piece_renders_one_named_kernel():
             k = InplaceKernel(piece, e, conjugate=piece == "conj")
             src = render_inplace(k)
             assert src.count(f"{k.name}(") == 1 and "at_inplace_args" in src
+
+
+def test_bench_cases_are_seeded_and_mixed():
+    from autotranspose.bench.inplace import MAX_BYTES, MIN_BYTES, inplace_cases
+
+    cases = inplace_cases(60, 7)
+    assert cases == inplace_cases(60, 7) and cases != inplace_cases(60, 8)
+    assert {c.kind for c in cases} == {"square", "odd", "prime", "gcd", "skinny", "batched"}
+    assert {c.elem_bytes for c in cases} == {1, 2, 4, 8, 16}
+    assert all(MIN_BYTES // 2 <= c.nbytes <= 2 * MAX_BYTES for c in cases)
+    assert any(len(c.shape) == 3 for c in cases)
+
+
+def test_bench_inplace_draws_its_own_cases(capsys):
+    from autotranspose.cli import main
+
+    assert main(["bench", "--inplace", "2", "--random", "3"]) != 0
+    assert "--inplace N draws its own" in capsys.readouterr().err

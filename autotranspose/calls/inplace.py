@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -144,17 +145,29 @@ def _on_device(
     run(prog, xv.ptr, ctx, handle)
 
 
-def run(prog: programs.InplaceProgram, ptr: int, ctx: int, handle: int | None) -> None:
+def run(
+    prog: programs.InplaceProgram,
+    ptr: int,
+    ctx: int,
+    handle: int | None,
+    mark: Callable[[int], None] | None = None,
+) -> None:
     """Queue `prog`'s passes on matrix memory `ptr` in `ctx` on stream `handle`: the table
-    and the row scratch first (raising before any pass), then the passes in order."""
+    and the row scratch first (raising before any pass), then the passes in order. `mark(k)`,
+    if given, is called before pass k and after the last (k = len(steps)): `bench --inplace`
+    records its events there to time each pass."""
     table = _table(prog, ctx, handle) if prog.leaders is not None and len(prog.leaders) else 0
     scratch = _driver.mem_alloc_async(prog.scratch_bytes, handle, ctx) if prog.scratch_bytes else 0
     try:
-        for step in prog.steps:
+        for k, step in enumerate(prog.steps):
+            if mark is not None:
+                mark(k)
             if step.how.rows:
                 _rows(step, ptr, scratch, ctx, handle)
             else:
                 step.launch.run(ptr, table if step.how.aux == "leaders" else 0, handle, ctx)
+        if mark is not None:
+            mark(len(prog.steps))
     finally:
         if scratch:
             _driver.mem_free_async(scratch, handle, ctx)

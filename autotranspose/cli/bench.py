@@ -28,6 +28,15 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"--warm times transposes and permutes on the same buffers; {other} already "
             "repeats each call on the same buffers: leave out --warm"
         )
+    if getattr(args, "inplace", None) is not None:  # in-place transposes: cases of their own
+        if drawing or args.axes is not None or args.png or getattr(args, "cast", None):
+            raise UsageError(
+                "--inplace N draws its own in-place transposes and writes --markdown and "
+                "--json: leave out --random, --random-permute, --small, --cast, --axes and --png"
+            )
+        from ..bench.inplace import run_inplace
+
+        return int(run_inplace(args) or 0)
     if getattr(args, "cast", None) is not None:  # cast-transposes: cases of their own
         if drawing or args.axes is not None or args.png:
             raise UsageError(

@@ -112,7 +112,8 @@ def test_each_kind_renders_from_its_own_template_folder():
 def test_template_version_covers_every_tuned_template_file(tmp_path, monkeypatch):
     """template_version (an Optuna study's name) changes with every template file of the tuned
     kernels, in any folder of templates/ (a folder added later included), and with none of
-    the untuned kernels' (seed/, rows/, gather/, packed/, vbox/, cast/, common/support.cu.j2)."""
+    the untuned kernels' (seed/, rows/, gather/, packed/, vbox/, cast/, inplace/,
+    common/support.cu.j2)."""
     import shutil
 
     from autotranspose.kernels import codegen
@@ -125,7 +126,16 @@ def test_template_version_covers_every_tuned_template_file(tmp_path, monkeypatch
         codegen.template_version.cache_clear()
         return codegen.template_version()
 
-    untuned = {"seed", "rows", "gather", "packed", "vbox", "cast", "common/support.cu.j2"}
+    untuned = {
+        "seed",
+        "rows",
+        "gather",
+        "packed",
+        "vbox",
+        "cast",
+        "inplace",
+        "common/support.cu.j2",
+    }
     try:
         before = version()
         files = sorted(work.rglob("*.j2"))

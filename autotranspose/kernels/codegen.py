@@ -44,7 +44,16 @@ ROWS_TEMPLATE = "rows/rows.cu.j2"
 GATHER_TEMPLATE = "gather/gather.cu.j2"
 PACKED_TEMPLATE = "packed/packed.cu.j2"
 VBOX_TEMPLATE = "vbox/vbox.cu.j2"
-UNTUNED_TEMPLATES = ("seed", SUPPORT_TEMPLATE, "rows", "gather", "packed", "vbox", "cast")
+UNTUNED_TEMPLATES = (
+    "seed",
+    SUPPORT_TEMPLATE,
+    "rows",
+    "gather",
+    "packed",
+    "vbox",
+    "cast",
+    "inplace",
+)
 # cast-transposes (cast/) are served by their pair's default, not tuned (kinds/cast.py)
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4

@@ -14,6 +14,7 @@ from autotranspose.plans.inplace import (
     SPLIT,
     SWAP,
     InplacePlan,
+    Pieces,
     cycle_leaders,
     row_source,
     shuffle_source,
@@ -22,14 +23,33 @@ from autotranspose.plans.inplace import (
 )
 
 
-def run_plan(plan: InplacePlan, buf: np.ndarray, tile: int = 32) -> None:
-    """Run `plan`'s passes on `buf` (batch * m * n elements, flat) in place."""
+def run_plan(
+    plan: InplacePlan, buf: np.ndarray, tile: int = 32, pieces: Pieces | None = None
+) -> None:
+    """Run `plan`'s passes on `buf` (batch * m * n elements, flat) in place; PERMUTE by
+    `pieces` where given (saved first rows, then every piece walked)."""
     for p in plan.passes:
         for z in range(plan.batch):
             g = buf[z * plan.m * plan.n : (z + 1) * plan.m * plan.n].reshape(plan.m, plan.n)
-            _PASSES[p.kind](plan, p, g, tile)
+            if p.kind == PERMUTE and pieces is not None:
+                _pieces(plan, pieces, g)
+            else:
+                _PASSES[p.kind](plan, p, g, tile)
             if p.conjugate:
                 g[...] = np.conj(g)
+
+
+def _pieces(plan: InplacePlan, pieces: Pieces, g: np.ndarray) -> None:
+    saved = g[pieces.starts.astype(np.int64)].copy()  # PERMUTE_SAVE
+    for p in range(len(pieces)):  # PERMUTE_PIECES: any order, as the warps run
+        cur = int(pieces.starts[p])
+        for k in range(int(pieces.lengths[p])):
+            if k == int(pieces.lengths[p]) - 1:
+                g[cur] = saved[int(pieces.nexts[p])]
+            else:
+                nxt = int(row_source(np.int64(cur), plan.m, plan.n, plan.a))
+                g[cur] = g[nxt]
+                cur = nxt
 
 
 def _swap(plan: InplacePlan, p, g: np.ndarray, tile: int) -> None:

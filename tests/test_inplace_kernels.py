@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import math
 import struct
 import subprocess
 from pathlib import Path
@@ -19,12 +18,13 @@ from _packed_emu import CXX, FLAGS, HERE
 from autotranspose.kernels.inplace import (
     ARG_FORMAT,
     ARG_NAMES,
+    SCRATCH_BYTES,
     InplaceKernel,
     pass_launches,
     render_inplace,
 )
 from autotranspose.kinds.inplace import InplaceParams
-from autotranspose.plans.inplace import PERMUTE, cycle_leaders, plan_inplace
+from autotranspose.plans.inplace import PERMUTE, plan_inplace, row_cycles
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs g++ (C++20) to run kernels on the CPU")
 # small blocks and grids: every grid-stride loop walks several items, tiles of 16 cut edges
@@ -60,22 +60,33 @@ extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* 
     return ctypes.CDLL(str(lib))
 
 
-def _run(x: np.ndarray, batch: int, m: int, n: int, conjugate: bool, optin: int, tmp: Path):
-    """x's bytes (a flat view inside a guarded buffer) transposed by the emulated passes."""
+def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
+    """x's bytes (a flat view inside a guarded buffer) transposed by the emulated passes, the
+    scratch and tables handled as calls/inplace.py handles them."""
     e = x.dtype.itemsize
     plan = plan_inplace(batch, m, n, conjugate)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
-    leaders = cycle_leaders(m, n, plan.a) if permutes else np.zeros(0, np.uint32)
-    for how in pass_launches(plan, e, PARAMS, 2, optin, len(leaders)):
+    cycles = row_cycles(m, n, plan.a) if permutes else None
+    hows = pass_launches(plan, e, PARAMS, 2, optin, cycles, scratch_limit)
+    scratch = np.zeros(max((h.scratch for h in hows), default=0) + 16, np.uint8)
+    data = x.view(np.uint8)
+    for how in hows:
         lib = _library(how.spec, how.smem, tmp)
         values = {**how.args}
-        scratch = np.zeros(max(1, n) * e, np.uint8)
-        aux = {"leaders": leaders.ctypes.data, "row": scratch.ctypes.data, "": 0}[how.aux]
-        for r in range(max(1, how.rows)):
-            if how.rows:
-                row = x.view(np.uint8)[r * n * e : (r + 1) * n * e]
-                scratch[: n * e] = row  # the host's row copy (cuMemcpyDtoDAsync)
-                values["row"] = r
+        table = None if how.table is None else np.ascontiguousarray(how.table, np.uint32)
+        aux = 0
+        if how.aux == "leaders":
+            aux = table.ctypes.data
+        elif how.aux in ("scratch", "rows"):
+            aux = scratch.ctypes.data
+            if table is not None:  # the device table copied into the scratch's start
+                scratch[: table.nbytes] = table.view(np.uint8)
+        groups = range(0, how.rows, how.rows_per) if how.rows else [None]
+        for r0 in groups:
+            if r0 is not None:  # the host's copy of a group of rows (cuMemcpyDtoDAsync)
+                k = min(how.rows_per, how.rows - r0)
+                scratch[: k * n * e] = data[r0 * n * e : (r0 + k) * n * e]
+                values["row"], values["rows_per"] = r0, k
             args = struct.pack(ARG_FORMAT, *(values.get(k, 0) for k in ARG_NAMES))
             lib.at_emu_run(
                 ctypes.c_uint(how.blocks),
@@ -83,12 +94,13 @@ def _run(x: np.ndarray, batch: int, m: int, n: int, conjugate: bool, optin: int,
                 ctypes.c_void_p(aux),
                 ctypes.c_char_p(args),
             )
+    return hows
 
 
 _DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.complex128}
 
 
-def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10):
+def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=SCRATCH_BYTES):
     rng = np.random.default_rng([batch, m, n, e, conjugate])
     if conjugate:
         dt = np.complex64 if e == 8 else np.complex128
@@ -101,13 +113,14 @@ def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10):
     buf = np.full(GUARD + nbytes + GUARD, POISON, np.uint8)
     buf[GUARD : GUARD + nbytes] = x0.view(np.uint8).ravel()
     x = buf[GUARD : GUARD + nbytes].view(x0.dtype)
-    _run(x, batch, m, n, conjugate, optin, tmp)
+    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit)
     want = np.swapaxes(x0, 1, 2)
     if conjugate:
         want = np.conj(want)
     got = x.reshape(batch, n, m)
     assert got.view(np.uint8).tobytes() == np.ascontiguousarray(want).view(np.uint8).tobytes()
     assert (buf[:GUARD] == POISON).all() and (buf[GUARD + nbytes :] == POISON).all()
+    return hows
 
 
 SHAPES = [
@@ -146,15 +159,32 @@ def test_conjugate(batch, m, n, e, tmp):
     _check(batch, m, n, e, tmp, conjugate=True)
 
 
-@pytest.mark.parametrize("batch, m, n", [(1, 5, 24), (2, 4, 6)])
-def test_rows_past_shared_memory_go_through_the_row_scratch(batch, m, n, tmp):
-    _check(batch, m, n, 4, tmp, optin=16)
+@pytest.mark.parametrize("limit", [16, 50, 1 << 20])
+@pytest.mark.parametrize("batch, m, n", [(1, 5, 24), (2, 4, 6), (1, 7, 13)])
+def test_rows_past_shared_memory_go_through_the_scratch_in_groups(batch, m, n, limit, tmp):
+    """Shared memory of 16 bytes: every row is shuffled through the scratch, in groups of
+    as many rows as `limit` bytes hold (one at least)."""
+    hows = _check(batch, m, n, 4, tmp, optin=16, scratch_limit=limit)
+    shuffle = next(h for h in hows if h.kind == "shuffle")
+    assert shuffle.aux == "rows" and shuffle.rows_per == max(1, min(limit // (4 * n), batch * m))
+
+
+@pytest.mark.parametrize("limit", [0, 1 << 20])
+@pytest.mark.parametrize("batch, m, n", [(1, 13, 7), (2, 29, 5), (1, 12, 18), (3, 40, 9)])
+def test_permute_by_leaders_or_by_pieces(batch, m, n, limit, tmp):
+    """No scratch: a warp a whole cycle (leaders); room for it: pieces of the few cycles
+    walked side by side, their first rows saved first."""
+    hows = _check(batch, m, n, 8, tmp, scratch_limit=limit)
+    kinds = [h.spec.piece for h in hows]
+    if limit:
+        assert "permute_save" in kinds and "permute_pieces" in kinds
+    else:
+        assert "permute" in kinds
 
 
 def test_grids_are_capped_and_every_kernel_has_its_name():
     plan = plan_inplace(3, 1000, 600)
-    hows = pass_launches(plan, 4, PARAMS, 2, 227 << 10, 77)
-    assert [h.kind for h in hows] == ["reverse", "split", "shuffle", "split", "permute"]
+    hows = pass_launches(plan, 4, PARAMS, 2, 227 << 10, row_cycles(1000, 600, plan.a))
+    assert [h.kind for h in hows][:4] == ["reverse", "split", "shuffle", "split"]
     assert all(1 <= h.blocks <= 2 * PARAMS.blocks_per_sm for h in hows)
-    assert len({h.spec.name for h in hows}) == 4  # REVERSE and SPLIT differ; SPLIT twice
-    assert math.prod((1,)) == 1
+    assert len({h.spec.name for h in hows}) == len(hows) - 1  # SPLIT twice, one kernel

@@ -18,7 +18,9 @@ from autotranspose.plans.inplace import (
     SPLIT,
     SWAP,
     cycle_leaders,
+    pieces_of,
     plan_inplace,
+    row_cycles,
     row_source,
     triangle,
 )
@@ -48,7 +50,14 @@ SHAPES = [
 ]
 
 
-def _check(batch: int, m: int, n: int, rng: np.random.Generator, conjugate: bool = False) -> None:
+def _check(
+    batch: int,
+    m: int,
+    n: int,
+    rng: np.random.Generator,
+    conjugate: bool = False,
+    most: int | None = None,
+) -> None:
     if conjugate:
         x = (rng.standard_normal((batch, m, n)) + 1j * rng.standard_normal((batch, m, n))).astype(
             np.complex64
@@ -56,7 +65,12 @@ def _check(batch: int, m: int, n: int, rng: np.random.Generator, conjugate: bool
     else:
         x = rng.integers(0, 2**31, (batch, m, n), dtype=np.int64)
     buf = x.copy().ravel()
-    run_plan(plan_inplace(batch, m, n, conjugate), buf, tile=8)
+    plan = plan_inplace(batch, m, n, conjugate)
+    pieces = None
+    if most is not None and any(p.kind == PERMUTE for p in plan.passes):
+        cycles = row_cycles(m, n, plan.a)
+        pieces = pieces_of(m, n, plan.a, cycles, max(most, len(cycles.leaders)))
+    run_plan(plan, buf, tile=8, pieces=pieces)
     want = np.swapaxes(x, 1, 2)
     if conjugate:
         want = np.conj(want)
@@ -130,3 +144,28 @@ def test_triangle_walks_every_pair_once():
 def test_bad_sides_are_refused(bad):
     with pytest.raises(ShapeError, match="in-place"):
         plan_inplace(1, bad, 4)
+
+
+@pytest.mark.parametrize("most", [1, 2, 3, 7, 64, 10_000])
+@pytest.mark.parametrize("m, n", [(7, 13), (13, 7), (31, 37), (97, 3), (3, 97), (45, 30), (64, 48)])
+def test_permute_by_pieces_transposes(m, n, most):
+    _check(2, m, n, np.random.default_rng([m, n, most]), most=most)
+
+
+def test_pieces_cover_every_moved_row_once_and_chain_within_their_cycle():
+    for m, n, most in [(1009, 3, 50), (4099, 6007, 300), (360, 84, 40), (97, 89, 97)]:
+        a = m // math.gcd(m, n)
+        cycles = row_cycles(m, n, a)
+        pc = pieces_of(m, n, a, cycles, max(most, len(cycles.leaders)))
+        assert len(pc) <= max(most, len(cycles.leaders))
+        seen = np.zeros(m, int)
+        for p in range(len(pc)):
+            r = int(pc.starts[p])
+            for _ in range(int(pc.lengths[p])):
+                seen[r] += 1
+                r = int(row_source(np.int64(r), m, n, a))
+            assert r == int(pc.starts[int(pc.nexts[p])])  # the next piece starts where it ends
+        fixed = row_source(np.arange(m), m, n, a) == np.arange(m)
+        assert (seen == ~fixed).all()
+        assert cycles.moved_rows == int((~fixed).sum())
+        assert len(pc.table()) == 3 * len(pc) and pc.table().dtype == np.uint32

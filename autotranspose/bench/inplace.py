@@ -144,7 +144,7 @@ def bench_inplace_case(torch: Any, case: InplaceCase, repeats: int) -> InplaceRo
         moved = step.how.moved_bytes
         passes.append(
             {
-                "kind": step.kind + ("_rows" if step.how.rows else ""),
+                "kind": step.how.spec.piece,
                 "us": us,
                 "MB": moved / 1e6,
                 "of_copy": (moved / (us * 1e-6)) / copy_bps if us else 0.0,

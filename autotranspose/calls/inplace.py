@@ -2,11 +2,12 @@
 the (N, M) or (B, N, M) array over that same memory.
 
 The passes are plans/inplace.py's, prepared by dispatch/inplace.py and run here on the
-caller's stream. Besides x, a call needs at most PERMUTE's table of cycle leaders (4 bytes a
-cycle, uploaded once per device and shape and kept for the process: a captured CUDA graph may
-launch with it) and, for rows longer than shared memory holds, one row of scratch
-(stream-ordered, freed on the stream after the passes). Both are had before any pass runs,
-so a call that cannot get them raises with x untouched.
+caller's stream. Besides x, a call needs at most PERMUTE's table (4 bytes a cycle, or 12 a
+piece; uploaded once per device and shape and kept for the process: a captured CUDA graph may
+launch with it) and a scratch of at most kernels/inplace.SCRATCH_BYTES or one row
+(stream-ordered, freed on the stream after the passes): the long rows SHUFFLE gathers, the
+first rows of PERMUTE's pieces. Both are had before any pass runs, so a call that cannot get
+them raises with x untouched.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from ..runtime import driver as _driver, streams
 from ..runtime.arrays import View, view
 from .common import call_target, keeping_context
 
-# PERMUTE's tables on the device: (context, m, n) -> the uploaded leaders. Never freed: a
-# CUDA graph captured with one launches with it for as long as the graph lives.
-_TABLES: dict[tuple[int, int, int], _driver.Allocation] = {}
+# PERMUTE's tables on the device: (context, m, n, kernel, entries) -> the uploaded table.
+# Never freed: a CUDA graph captured with one launches with it for as long as the graph lives.
+_TABLES: dict[tuple[object, ...], _driver.Allocation] = {}
 _TABLES_LOCK = threading.Lock()
-_ROW = ARG_NAMES.index("row")
+_ROW, _ROWS_PER = ARG_NAMES.index("row"), ARG_NAMES.index("rows_per")
 _POINTERS = struct.Struct("<QQ")
 
 
@@ -152,20 +153,28 @@ def run(
     handle: int | None,
     mark: Callable[[int], None] | None = None,
 ) -> None:
-    """Queue `prog`'s passes on matrix memory `ptr` in `ctx` on stream `handle`: the table
-    and the row scratch first (raising before any pass), then the passes in order. `mark(k)`,
-    if given, is called before pass k and after the last (k = len(steps)): `bench --inplace`
+    """Queue `prog`'s passes on matrix memory `ptr` in `ctx` on stream `handle`: the tables
+    and the scratch first (raising before any pass), then the passes in order. `mark(k)`, if
+    given, is called before pass k and after the last (k = len(steps)): `bench --inplace`
     records its events there to time each pass."""
-    table = _table(prog, ctx, handle) if prog.leaders is not None and len(prog.leaders) else 0
+    tables = [_table(s, ctx, handle) if s.table_key is not None else 0 for s in prog.steps]
     scratch = _driver.mem_alloc_async(prog.scratch_bytes, handle, ctx) if prog.scratch_bytes else 0
     try:
-        for k, step in enumerate(prog.steps):
+        for k, (step, table) in enumerate(zip(prog.steps, tables, strict=True)):
             if mark is not None:
                 mark(k)
-            if step.how.rows:
+            aux = step.how.aux
+            if aux == "rows":
                 _rows(step, ptr, scratch, ctx, handle)
+            elif aux == "leaders":
+                step.launch.run(ptr, table, handle, ctx)
+            elif aux == "scratch":
+                if table:  # PERMUTE's pieces: their table at the scratch's start
+                    nbytes = step.how.table.nbytes
+                    _driver.memcpy_dtod_async(scratch, table, nbytes, handle, ctx)
+                step.launch.run(ptr, scratch, handle, ctx)
             else:
-                step.launch.run(ptr, table if step.how.aux == "leaders" else 0, handle, ctx)
+                step.launch.run(ptr, 0, handle, ctx)
         if mark is not None:
             mark(len(prog.steps))
     finally:
@@ -173,38 +182,41 @@ def run(
             _driver.mem_free_async(scratch, handle, ctx)
 
 
-def _table(prog: programs.InplaceProgram, ctx: int, handle: int | None) -> int:
-    """PERMUTE's leaders on the device, uploaded on the shape's first call in `ctx`."""
-    plan = prog.plan
-    key = (ctx, plan.m, plan.n)
+def _table(step: programs.InplaceStep, ctx: int, handle: int | None) -> int:
+    """A step's table on the device, uploaded on its first call in `ctx`."""
+    key = (ctx, *step.table_key)
     found = _TABLES.get(key)
     if found is not None:
         return found.ptr
+    m, n = step.table_key[0], step.table_key[1]
     if _driver.is_capturing(handle):
         raise InputTypeError(
-            f"the first in-place transpose of a {plan.m}x{plan.n} matrix uploads a table of "
-            "its row cycles, which cannot happen while a CUDA graph is being captured; call "
+            f"the first in-place transpose of a {m}x{n} matrix uploads a table of its row "
+            "cycles, which cannot happen while a CUDA graph is being captured; call "
             "transpose_() once on an array of this shape before capturing (a warm-up call)"
         )
-    leaders = np.ascontiguousarray(prog.leaders, dtype=np.uint32)
+    table = np.ascontiguousarray(step.how.table, dtype=np.uint32)
     with _TABLES_LOCK:
         found = _TABLES.get(key)
         if found is None:
-            found = _driver.Allocation(leaders.nbytes, ctx)
+            found = _driver.Allocation(table.nbytes, ctx)
             with _driver.on_context(ctx):
-                _driver.memcpy_htod(found.ptr, leaders.ctypes.data, leaders.nbytes)
+                _driver.memcpy_htod(found.ptr, table.ctypes.data, table.nbytes)
             _TABLES[key] = found
     return found.ptr
 
 
 def _rows(step: programs.InplaceStep, ptr: int, scratch: int, ctx: int, handle: int | None) -> None:
-    """A SHUFFLE of rows longer than shared memory: each row copied to the scratch, then
-    gathered back from it by the whole grid."""
-    launch, nbytes = step.launch, step.how.row_bytes
+    """A SHUFFLE of rows longer than shared memory: groups of consecutive rows copied to the
+    scratch, each then gathered back from it by the whole grid."""
+    how = step.how
+    launch, row_bytes = step.launch, how.args["n"] * step.how.spec.elem_bytes
     values = list(launch.scalars)
-    for r in range(step.how.rows):
-        _driver.memcpy_dtod_async(scratch, ptr + r * nbytes, nbytes, handle, ctx)
-        values[_ROW] = r
+    for first in range(0, how.rows, how.rows_per):
+        count = min(how.rows_per, how.rows - first)
+        start = ptr + first * row_bytes
+        _driver.memcpy_dtod_async(scratch, start, count * row_bytes, handle, ctx)
+        values[_ROW], values[_ROWS_PER] = first, count
         params = _POINTERS.pack(ptr, scratch) + struct.pack(ARG_FORMAT, *values)
         with _driver.on_context(ctx):
             _driver.launch(launch.prepared(ctx).args, handle, params)

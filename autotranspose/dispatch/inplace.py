@@ -2,36 +2,36 @@
 conjugation, parameters) -> its passes as prepared launches, kept per signature.
 
 The passes are plans/inplace.py's, launched as kernels/inplace.py's `pass_launches` says;
-PERMUTE's table of cycle leaders is computed here, on the host, once per shape (the call
-uploads it once per device).
+PERMUTE's cycles are found here, on the host, once per shape; its table (the cycles' leaders,
+or their pieces) the call uploads once per device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..kernels.inplace import PassLaunch, pass_launches
 from ..kinds import inplace as kind
 from ..kinds.inplace import InplaceParams
-from ..plans.inplace import PERMUTE, InplacePlan, cycle_leaders, plan_inplace
+from ..plans.inplace import PERMUTE, InplacePlan, RowCycles, plan_inplace, row_cycles
 from ..runtime.compiler import DeviceState
 from ..runtime.launch import Launch, make_inplace
 from .lru import LRU
 
-# PERMUTE's tables by shape, host side (4 bytes a cycle), and the programs by signature:
-# bounded like the other per-signature caches
-_LEADERS: LRU[tuple[int, int], np.ndarray] = LRU(256)
+# PERMUTE's cycles by shape, host side, and the programs by signature: bounded like the
+# other per-signature caches
+_CYCLES: LRU[tuple[int, int], RowCycles] = LRU(256)
 _PROGRAMS: LRU[tuple[object, ...], InplaceProgram] = LRU(1024)
 
 
 @dataclass(frozen=True)
 class InplaceStep:
-    """One pass made ready: how it launches (`how`) and its prepared launch."""
+    """One pass made ready: how it launches (`how`), its prepared launch, and for a pass
+    with a table the key its device copy is kept under (per context)."""
 
     how: PassLaunch
     launch: Launch
+    table_key: tuple[object, ...] | None = None
 
     @property
     def kind(self) -> str:
@@ -40,28 +40,25 @@ class InplaceStep:
 
 @dataclass(frozen=True)
 class InplaceProgram:
-    """An in-place transpose's steps, PERMUTE's cycle leaders (uint32, or None) and the
-    bytes of row scratch it needs (a long-row SHUFFLE's row; 0 for none)."""
+    """An in-place transpose's steps and the bytes of scratch they need (0 for none)."""
 
     plan: InplacePlan
     elem_bytes: int
     params: InplaceParams
     steps: tuple[InplaceStep, ...]
-    leaders: np.ndarray | None
     scratch_bytes: int
 
     @property
-    def scratch_total(self) -> int:
-        """Device memory the call needs besides x: the row scratch and the leaders table."""
-        table = 0 if self.leaders is None else 4 * len(self.leaders)
-        return self.scratch_bytes + table
+    def table_bytes(self) -> int:
+        """Device memory of the steps' tables (kept per device and shape, not per call)."""
+        return sum(s.how.table.nbytes for s in self.steps if s.how.table is not None)
 
 
-def leaders_of(m: int, n: int, a: int) -> np.ndarray:
-    """PERMUTE's cycle leaders for an m x n shape (kept per shape)."""
-    found = _LEADERS.get((m, n))
+def cycles_of(m: int, n: int, a: int) -> RowCycles:
+    """PERMUTE's cycles for an m x n shape (kept per shape)."""
+    found = _CYCLES.get((m, n))
     if found is None:
-        found = _LEADERS.keep((m, n), cycle_leaders(m, n, a))
+        found = _CYCLES.keep((m, n), row_cycles(m, n, a))
     return found
 
 
@@ -95,20 +92,24 @@ def _build(
 ) -> InplaceProgram:
     plan = plan_inplace(batch, m, n, conjugate)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
-    leaders = leaders_of(m, n, plan.a) if permutes else None
     hows = pass_launches(
         plan,
         elem_bytes,
         params,
         state.info.multiprocessors,
         state.info.limits().max_shared_optin,
-        0 if leaders is None else len(leaders),
+        cycles_of(m, n, plan.a) if permutes else None,
     )
     steps = tuple(
-        InplaceStep(h, make_inplace(state, h.spec, h.blocks, h.args, h.smem)) for h in hows
+        InplaceStep(
+            h,
+            make_inplace(state, h.spec, h.blocks, h.args, h.smem),
+            None if h.table is None else (m, n, h.spec.piece, len(h.table)),
+        )
+        for h in hows
     )
-    scratch = max((h.row_bytes for h in hows), default=0)
-    return InplaceProgram(plan, elem_bytes, params, steps, leaders, scratch)
+    scratch = max((h.scratch for h in hows), default=0)
+    return InplaceProgram(plan, elem_bytes, params, steps, scratch)
 
 
 def clear() -> None:

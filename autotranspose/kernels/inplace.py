@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from .._version import __version__
 from ..errors import ShapeError
@@ -20,16 +23,22 @@ from ..plans.inplace import (
     CONJ,
     PASS_KINDS,
     PERMUTE,
+    PERMUTE_PIECES,
+    PERMUTE_SAVE,
     REVERSE,
     SHUFFLE,
     SPLIT,
     SWAP,
+    InplacePass,
     InplacePlan,
+    RowCycles,
+    pieces_of,
 )
 from .codegen import _DTYPES_BY_SIZE, _environment
 
-# at_inplace_args: m, n, batch, items, c, a, b, a_inv, tiles, split, row, segs, cycles, lanes,
-# rows_per and a pad word, all 64-bit (standard sizes, no padding, as C lays it out)
+# at_inplace_args: m, n, batch, items, c, a, b, a_inv, tiles, split, row, segs, cycles (or
+# pieces), lanes, rows_per and offset (where the scratch's rows start, after a table), all
+# 64-bit (standard sizes, no padding, as C lays it out)
 ARG_FORMAT = "<16q"
 ARG_BYTES = struct.calcsize(ARG_FORMAT)
 ARG_NAMES = (
@@ -48,11 +57,21 @@ ARG_NAMES = (
     "cycles",
     "lanes",
     "rows_per",
-    "pad",
+    "offset",
 )
 # SHUFFLE's variants: rows read into shared memory, or (rows longer than shared memory
 # holds) one row read from a global copy of it
-PIECES = (SWAP, REVERSE, SPLIT, SHUFFLE, "shuffle_global", PERMUTE, CONJ)
+PIECES = (
+    SWAP,
+    REVERSE,
+    SPLIT,
+    SHUFFLE,
+    "shuffle_global",
+    PERMUTE,
+    PERMUTE_SAVE,
+    PERMUTE_PIECES,
+    CONJ,
+)
 _FILES = {
     SWAP: "swap",
     REVERSE: "reverse",
@@ -60,12 +79,18 @@ _FILES = {
     SHUFFLE: "shuffle",
     "shuffle_global": "shuffle",
     PERMUTE: "cycles",
+    PERMUTE_SAVE: "cycles",
+    PERMUTE_PIECES: "cycles",
     CONJ: "conj",
 }
 assert set(PASS_KINDS) <= set(PIECES)
 # SHUFFLE: rows a block holds at once fill up to this much shared memory (one row at least,
 # up to the device's opt-in): short rows several to a block, so that a block has work
 SHUFFLE_BLOCK_BYTES = 32 << 10
+# The fixed scratch a call may take besides one row: rows too long for shared memory are
+# shuffled through it in groups (fewer launches), and PERMUTE saves its pieces' first rows
+# in it (cycles cut into pieces that warps walk side by side, where the cycles are few)
+SCRATCH_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -136,11 +161,13 @@ def render_inplace(k: InplaceKernel) -> str:
 
 @dataclass(frozen=True)
 class PassLaunch:
-    """One pass as launched: its kernel, blocks, `at_inplace_args` values by name, dynamic
-    shared bytes, and its second pointer (`aux`: "leaders" for PERMUTE's table, "row" for
-    a long-row SHUFFLE's scratch, "" for none). A long-row SHUFFLE is `rows` launches of
-    one row of `row_bytes` each (the `row` argument set per launch, after the row is copied
-    to the scratch)."""
+    """One pass's launch: its kernel, blocks, `at_inplace_args` values by name and dynamic
+    shared bytes, and what its second pointer is (`aux`): "" nothing; "leaders" PERMUTE's
+    table of cycle leaders (`table`, uploaded once); "scratch" the call's scratch, into
+    whose start `table` (PERMUTE's pieces) is copied first where there is one; "rows" the
+    scratch holding rows a long-row SHUFFLE gathers from, the launch repeated for groups of
+    `rows_per` of the `rows` rows (each group copied there first, the `row` and `rows_per`
+    arguments set per group). `scratch`: the bytes of scratch the pass needs."""
 
     kind: str
     spec: InplaceKernel
@@ -150,7 +177,9 @@ class PassLaunch:
     aux: str
     moved_bytes: int
     rows: int = 0
-    row_bytes: int = 0
+    rows_per: int = 0
+    scratch: int = 0
+    table: np.ndarray | None = field(default=None, compare=False)
 
 
 def pass_launches(
@@ -159,63 +188,128 @@ def pass_launches(
     params: InplaceParams,
     multiprocessors: int,
     shared_optin: int,
-    cycles: int,
+    cycles: RowCycles | None,
+    scratch_limit: int = SCRATCH_BYTES,
 ) -> tuple[PassLaunch, ...]:
     """How `plan`'s passes launch on a GPU of `multiprocessors` SMs that lets a block opt in
-    to `shared_optin` bytes of shared memory, PERMUTE walking `cycles` cycles (pure: the
-    CPU tests launch exactly these on the emulator). Every grid is at most blocks_per_sm
-    blocks an SM; the kernels walk their items by the grid stride."""
+    to `shared_optin` bytes of shared memory, PERMUTE walking `cycles` (pure: the CPU tests
+    launch exactly these on the emulator). Every grid is at most blocks_per_sm blocks an SM;
+    the kernels walk their items by the grid stride. The row passes may use `scratch_limit`
+    bytes of scratch (or one row, where a row is longer)."""
     cap = multiprocessors * params.blocks_per_sm
     batch, m, n = plan.batch, plan.m, plan.n
+    row_bytes = n * elem_bytes
     common = {"m": m, "n": n, "batch": batch, "c": plan.c, "a": plan.a, "b": plan.b}
     common["a_inv"] = plan.a_inv
     out: list[PassLaunch] = []
-    for p in plan.passes:
-        spec = InplaceKernel(p.kind, elem_bytes, p.conjugate, params)
-        moved = p.moved_bytes(plan, elem_bytes)
-        smem, aux, rows = 0, "", 0
-        if p.kind == SWAP:
-            tiles = -(-m // params.tile)
-            items = batch * tiles * (tiles + 1) // 2
-            blocks, args = items, {"items": items, "tiles": tiles}
-        elif p.kind in (REVERSE, SPLIT):
-            lanes = min(params.threads, 1 << (n - 1).bit_length())
-            items = batch * (m // 2)
-            blocks = -(-items // (params.threads // lanes))
-            args = {"items": items, "lanes": lanes, "split": p.split}
-        elif p.kind == SHUFFLE and n * elem_bytes <= shared_optin:
-            # rows a block: what SHUFFLE_BLOCK_BYTES holds, fewer where that would leave
-            # SMs without a block
-            spread = -(-(batch * m) // (2 * multiprocessors))
-            rows_per = max(1, min(SHUFFLE_BLOCK_BYTES // (n * elem_bytes), spread))
-            items = -(-(batch * m) // rows_per)
-            blocks, args = items, {"items": items, "rows_per": rows_per}
-            smem = rows_per * n * elem_bytes
-        elif p.kind == SHUFFLE:  # a row at a time, through the row scratch
-            spec = InplaceKernel("shuffle_global", elem_bytes, p.conjugate, params)
-            blocks, args = -(-n // params.threads), {"items": n}
-            aux, rows = "row", batch * m
-        elif p.kind == PERMUTE:
-            if not cycles:
-                continue
-            segs = -(-n // (32 * params.per_lane(elem_bytes)))
-            items = batch * cycles * segs
-            blocks, aux = -(-items // params.warps), "leaders"
-            args = {"items": items, "segs": segs, "cycles": cycles}
-        else:  # CONJ
-            items = batch * m * n
-            blocks, args = -(-items // params.threads), {"items": items}
+
+    def add(
+        p: InplacePass, spec: InplaceKernel, blocks: int, args: dict[str, int], **kw: Any
+    ) -> None:
+        moved = kw.pop("moved", p.moved_bytes(plan, elem_bytes))
+        blocks = max(1, min(blocks, cap))
         out.append(
             PassLaunch(
                 p.kind,
                 spec,
-                max(1, min(blocks, cap)),
+                blocks,
                 {**common, **args},
-                smem,
-                aux,
-                moved,
-                rows,
-                n * elem_bytes if rows else 0,
+                aux=kw.pop("aux", ""),
+                moved_bytes=moved,
+                smem=kw.pop("smem", 0),
+                **kw,
             )
         )
+
+    for p in plan.passes:
+        spec = InplaceKernel(p.kind, elem_bytes, p.conjugate, params)
+        if p.kind == SWAP:
+            tiles = -(-m // params.tile)
+            items = batch * tiles * (tiles + 1) // 2
+            add(p, spec, items, {"items": items, "tiles": tiles})
+        elif p.kind in (REVERSE, SPLIT):
+            lanes = min(params.threads, 1 << (n - 1).bit_length())
+            items = batch * (m // 2)
+            blocks = -(-items // (params.threads // lanes))
+            add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
+        elif p.kind == SHUFFLE and row_bytes <= shared_optin:
+            # rows a block: what SHUFFLE_BLOCK_BYTES holds, fewer where that would leave
+            # SMs without a block
+            spread = -(-(batch * m) // (2 * multiprocessors))
+            rows_per = max(1, min(SHUFFLE_BLOCK_BYTES // row_bytes, spread))
+            items = -(-(batch * m) // rows_per)
+            args = {"items": items, "rows_per": rows_per}
+            add(p, spec, items, args, smem=rows_per * row_bytes)
+        elif p.kind == SHUFFLE:  # groups of rows through the scratch
+            spec = InplaceKernel("shuffle_global", elem_bytes, p.conjugate, params)
+            group = max(1, min(scratch_limit // row_bytes, batch * m))
+            blocks = -(-(group * n) // params.threads)
+            add(
+                p,
+                spec,
+                blocks,
+                {},
+                aux="rows",
+                rows=batch * m,
+                rows_per=group,
+                scratch=group * row_bytes,
+            )
+        elif p.kind == PERMUTE and cycles is not None and len(cycles.leaders):
+            _permute(add, p, plan, elem_bytes, params, cap, cycles, scratch_limit)
+        elif p.kind == CONJ:
+            items = batch * m * n
+            add(p, spec, -(-items // params.threads), {"items": items})
     return tuple(out)
+
+
+def _permute(
+    add: Any,
+    p: InplacePass,
+    plan: InplacePlan,
+    elem_bytes: int,
+    params: InplaceParams,
+    cap: int,
+    cycles: RowCycles,
+    scratch_limit: int,
+) -> None:
+    """PERMUTE's launches: a warp a cycle (leaders in a table) where the cycles alone give the
+    grid's warps work, else pieces of them walked side by side (their first rows saved to the
+    scratch first) as many as the grid holds and the scratch keeps."""
+    batch, n = plan.batch, plan.n
+    segs = -(-n // (32 * params.per_lane(elem_bytes)))
+    count = len(cycles.leaders)
+    resident = cap * params.warps  # warps the grid runs at once
+    room = scratch_limit // (batch * n * elem_bytes)  # saved rows the scratch holds
+    if count * batch * segs >= resident or room <= count:
+        items = batch * count * segs
+        table = cycles.leaders
+        args = {"items": items, "segs": segs, "cycles": count}
+        add(
+            p,
+            InplaceKernel(PERMUTE, elem_bytes, False, params),
+            -(-items // params.warps),
+            args,
+            aux="leaders",
+            table=table,
+        )
+        return
+    wanted = -(-resident // (batch * segs))
+    pieces = pieces_of(plan.m, n, plan.a, cycles, min(room, max(wanted, count)))
+    table = pieces.table()
+    offset = -(-table.nbytes // 256) * 256  # the saved rows start on a 256-byte line
+    items = batch * len(pieces) * segs
+    args = {"items": items, "segs": segs, "cycles": len(pieces), "offset": offset}
+    scratch = offset + batch * len(pieces) * n * elem_bytes
+    blocks = -(-items // params.warps)
+    saved = 2 * batch * len(pieces) * n * elem_bytes  # what PERMUTE_SAVE moves
+    for piece in (PERMUTE_SAVE, PERMUTE_PIECES):
+        add(
+            p,
+            InplaceKernel(piece, elem_bytes, False, params),
+            blocks,
+            args,
+            aux="scratch",
+            scratch=scratch,
+            table=table if piece == PERMUTE_SAVE else None,
+            **({"moved": saved} if piece == PERMUTE_SAVE else {}),
+        )

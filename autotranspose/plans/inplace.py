@@ -29,7 +29,11 @@ and ROTATE_K is SPLIT at s_j = k_j then REVERSE; that last REVERSE is a row perm
 (R -> m-1-R) and is folded into PERMUTE, whose gather becomes g(R) = m - 1 - h(R).
 
 PERMUTE follows g's cycles: a warp walks one cycle for one segment of columns, carrying the
-cycle's first row in registers; the host hands it the cycles' first rows (`cycle_leaders`).
+cycle's first row in registers; the host hands it the cycles' first rows (`row_cycles`).
+Where the cycles are few (g's are often one or two of about m rows), warps walk pieces of
+them side by side instead (`pieces_of`): each piece's first row is saved first (PERMUTE_SAVE,
+a scratch row a piece), then every piece moves its rows up the cycle and its last row takes
+the next piece's saved first row (PERMUTE_PIECES).
 
 Square matrices skip all this: tile pairs (I, J), (J, I) swap through shared memory (SWAP).
 A matrix with one row or one column is already its transpose in memory (no pass, or CONJ
@@ -53,6 +57,8 @@ SWAP, REVERSE, SPLIT, SHUFFLE, PERMUTE, CONJ = (
     "permute",
     "conj",
 )
+# PERMUTE's kernels where it walks pieces of cycles: the pieces' first rows saved, then walked
+PERMUTE_SAVE, PERMUTE_PIECES = "permute_save", "permute_pieces"
 PASS_KINDS = (SWAP, REVERSE, SPLIT, SHUFFLE, PERMUTE, CONJ)
 # SPLIT's split of column j: its q_j (ROTATE_Q) or its k_j (ROTATE_K)
 SPLIT_Q, SPLIT_K = 0, 1
@@ -159,9 +165,39 @@ def row_source(r: np.ndarray, m: int, n: int, a: int) -> np.ndarray:
     return m - 1 - ((r * n + r // a) % m)
 
 
-def cycle_leaders(m: int, n: int, a: int) -> np.ndarray:
-    """The smallest row of each cycle of PERMUTE's g longer than one row (uint32, sorted):
-    each is where a warp starts walking its cycle. Pointer doubling labels every row with
+@dataclass(frozen=True)
+class RowCycles:
+    """PERMUTE's cycles longer than one row: each one's smallest row (`leaders`, uint32,
+    sorted) and its length."""
+
+    leaders: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def moved_rows(self) -> int:
+        return int(self.lengths.sum())
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """PERMUTE's cycles cut into pieces that warps walk side by side: piece p starts at row
+    `starts[p]`, writes `lengths[p]` rows, and its last row takes the saved first row of piece
+    `nexts[p]` (the next piece of its cycle; a cycle of one piece is its own next)."""
+
+    starts: np.ndarray
+    lengths: np.ndarray
+    nexts: np.ndarray
+
+    def table(self) -> np.ndarray:
+        """What the kernels read: starts, lengths and nexts, uint32, one after another."""
+        return np.concatenate([self.starts, self.lengths, self.nexts]).astype(np.uint32)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def row_cycles(m: int, n: int, a: int) -> RowCycles:
+    """The cycles of PERMUTE's g longer than one row. Pointer doubling labels every row with
     its cycle's smallest row in O(m log m) NumPy steps."""
     rows = np.arange(m, dtype=np.int64)
     step = row_source(rows, m, n, a)
@@ -172,9 +208,47 @@ def cycle_leaders(m: int, n: int, a: int) -> np.ndarray:
         label = np.minimum(label, label[jump])
         jump = jump[jump]
         span *= 2
-    fixed = step == rows
-    leaders = np.flatnonzero((label == rows) & ~fixed)
-    return leaders.astype(np.uint32)
+    moving = step != rows
+    leaders = np.flatnonzero((label == rows) & moving)
+    lengths = np.bincount(label[moving], minlength=m)[leaders]
+    return RowCycles(leaders.astype(np.uint32), lengths.astype(np.int64))
+
+
+def cycle_leaders(m: int, n: int, a: int) -> np.ndarray:
+    """The smallest row of each cycle of PERMUTE's g longer than one row (uint32, sorted)."""
+    return row_cycles(m, n, a).leaders
+
+
+def pieces_of(m: int, n: int, a: int, cycles: RowCycles, most: int) -> Pieces:
+    """`cycles` cut into at most `most` pieces (at least one a cycle: `most` >= cycles), all of
+    one power-of-two length s but each cycle's last: s the least that keeps to `most`. The
+    starts are found with g^s, made by squaring g (O(m log s) NumPy steps), then walked once
+    per piece."""
+    if most < len(cycles.leaders):
+        raise ValueError(f"{len(cycles.leaders)} cycles do not fit {most} pieces")
+    s = 1
+    while int(np.sum(-(-cycles.lengths // s))) > most:
+        s *= 2
+    jump = row_source(np.arange(m, dtype=np.int64), m, n, a)
+    span = 1
+    while span < s:
+        jump = jump[jump]
+        span *= 2
+    counts = -(-cycles.lengths // s)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    total = int(counts.sum())
+    starts = np.zeros(total, np.int64)
+    lengths = np.full(total, s, np.int64)
+    cur = cycles.leaders.astype(np.int64)
+    for k in range(int(counts.max(initial=0))):
+        live = k < counts
+        starts[first[live] + k] = cur[live]
+        cur = jump[cur]
+    last = first + counts - 1
+    lengths[last] = cycles.lengths - s * (counts - 1)
+    nexts = np.arange(1, total + 1, dtype=np.int64)
+    nexts[last] = first
+    return Pieces(starts.astype(np.uint32), lengths.astype(np.uint32), nexts.astype(np.uint32))
 
 
 def triangle(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -96,7 +96,7 @@ def transpose_(x: Any, *, conjugate: bool = False, stream: Any = None) -> Any:
     view of x's storage; CuPy, pycuda: a reshaped view). x itself then holds the transposed
     bytes under its old shape; use what is returned. Any M and N; 1- to 16-byte elements;
     `conjugate=True` for complex64/complex128; the caller's stream or `stream`. Scratch: at
-    most one row of x plus a table of 4 bytes per row cycle (docs/inplace.md). PyTorch calls
+    most max(one row of x, 32 MiB) plus a table of 4 bytes a row (docs/inplace.md). PyTorch calls
     trace under `torch.compile` (the custom op `autotranspose::transpose_inplace`, which mutates x)
     and refuse a tensor that requires grad. JAX arrays are immutable: use transpose().
     """

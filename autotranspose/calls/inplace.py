@@ -113,7 +113,7 @@ def reshaped(x: Any, kind: str, shape: tuple[int, ...]) -> Any:
     if kind == "torch":
         return x.view(shape)
     if hasattr(x, "reshape"):  # CuPy, pycuda, Numba: a view of a contiguous array
-        return x.reshape(shape)
+        return x.reshape(*shape)
     return _Reshaped(x, shape)
 
 

@@ -14,7 +14,7 @@ from ..kernels.inplace import PassLaunch, pass_launches
 from ..kinds import inplace as kind
 from ..kinds.inplace import InplaceParams
 from ..plans.inplace import PERMUTE, InplacePlan, RowCycles, plan_inplace, row_cycles
-from ..runtime.compiler import DeviceState
+from ..runtime.compiler import DeviceState, precompile_inplace
 from ..runtime.launch import Launch, make_inplace
 from .lru import LRU
 
@@ -100,6 +100,7 @@ def _build(
         state.info.limits().max_shared_optin,
         cycles_of(m, n, plan.a) if permutes else None,
     )
+    precompile_inplace(state, [h.spec for h in hows])
     steps = tuple(
         InplaceStep(
             h,

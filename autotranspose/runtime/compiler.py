@@ -379,6 +379,24 @@ def get_inplace_kernel(state: DeviceState, spec: InplaceKernel) -> Kernel:
     )
 
 
+def precompile_inplace(state: DeviceState, specs: Sequence[InplaceKernel]) -> None:
+    """Compile in-place pass kernels not yet loaded, nvcc calls in parallel (a program's
+    passes are several kernels); `get_inplace_kernel` then loads them from the cubin cache.
+    Failures are left for `get_inplace_kernel` to raise."""
+    todo = list({k.name: k for k in specs if (state.arch, k.name) not in _kernels}.values())
+    if len(todo) < 2 or cubin_cache_dir() is None:
+        return
+
+    def build(k: InplaceKernel) -> None:
+        try:
+            nvcc_cubin(render_inplace(k), state.arch)
+        except Exception:  # reported by the load that follows
+            pass
+
+    with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+        list(pool.map(build, todo))
+
+
 def _untuned_kernel(
     state: DeviceState, name: str, render: Callable[[], str], names: Sequence[str]
 ) -> Kernel:

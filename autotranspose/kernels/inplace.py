@@ -17,7 +17,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import ShapeError
 from ..kinds.base import WORD_TYPES
-from ..kinds.inplace import DEFAULT, InplaceParams
+from ..kinds.inplace import DEFAULT, InplaceParams, swap_pad
 from ..plans.dtypes import ELEMENT_SIZES
 from ..plans.inplace import (
     CONJ,
@@ -151,6 +151,7 @@ def render_inplace(k: InplaceKernel) -> str:
             imag_word="y" if k.elem_bytes == 8 else "w",
             threads=p.threads,
             tile=p.tile,
+            pad=swap_pad(k.elem_bytes),
             unroll=p.unroll,
             per_lane=p.per_lane(k.elem_bytes),
             key=p.key,

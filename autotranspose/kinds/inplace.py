@@ -26,7 +26,7 @@ _KEY = re.compile(r"t(\d+)\.th(\d+)\.u(\d+)\.lb(\d+)\.b(\d+)")
 class InplaceParams:
     """What the in-place kernels are rendered and launched with.
 
-    tile: SWAP's tile side (two tiles of tile x (tile+1) elements in static shared memory);
+    tile: SWAP's tile side (two padded tiles in static shared memory, `swap_smem`);
     threads: every pass's block; unroll: rows PERMUTE reads ahead along a cycle (loads in
     flight per lane); lane_bytes: bytes a lane moves per PERMUTE row step (a warp's segment
     is 32 lanes of them); blocks_per_sm: the grid of the grid-stride passes, per SM."""
@@ -63,7 +63,7 @@ class InplaceParams:
 
     def swap_smem(self, elem_bytes: int) -> int:
         """SWAP's static shared memory: two padded tiles."""
-        return 2 * self.tile * (self.tile + 1) * elem_bytes
+        return 2 * self.tile * (self.tile + swap_pad(elem_bytes)) * elem_bytes
 
     def fits(self, elem_bytes: int) -> bool:
         """Whether SWAP's tiles fit static shared memory for `elem_bytes`-byte elements."""
@@ -76,6 +76,14 @@ class InplaceParams:
     @property
     def warps(self) -> int:
         return self.threads // WARP
+
+
+def swap_pad(elem_bytes: int) -> int:
+    """Elements a SWAP tile's shared row is padded by: rows of an odd number of 4-byte words
+    (tile + 4 one-byte elements, tile + 2 two-byte, tile + 1 otherwise), so that the 32 lanes
+    reading a column of 1-4-byte elements hit 32 banks (8- and 16-byte accesses are served a
+    half or a quarter warp at a time, which the same pitch keeps apart)."""
+    return max(1, 4 // elem_bytes)
 
 
 def parse(key: str) -> InplaceParams:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import struct
 import subprocess
 from pathlib import Path
@@ -18,13 +19,16 @@ from _packed_emu import CXX, FLAGS, HERE
 from autotranspose.kernels.inplace import (
     ARG_FORMAT,
     ARG_NAMES,
+    BAND_PAIRS,
+    BAND_ROWS,
     SCRATCH_BYTES,
     InplaceKernel,
+    band_cols,
     pass_launches,
     render_inplace,
 )
 from autotranspose.kinds.inplace import InplaceParams
-from autotranspose.plans.inplace import PERMUTE, plan_inplace, row_cycles
+from autotranspose.plans.inplace import PERMUTE, plan_inplace, row_cycles, split_point
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs g++ (C++20) to run kernels on the CPU")
 # small blocks and grids: every grid-stride loop walks several items, tiles of 16 cut edges
@@ -32,6 +36,21 @@ PARAMS = InplaceParams(tile=16, threads=128, blocks_per_sm=2, unroll=2)
 GUARD = 64
 POISON = 0xA5
 _DYNAMIC = "extern __shared__ __align__(16) unsigned char smem[];"
+# shared-memory atomics the banded SPLIT takes, for the emulator's threads
+_ATOMICS = """
+inline int atomicMin(int* p, int v) {
+    std::atomic_ref<int> a(*p);
+    int old = a.load();
+    while (v < old && !a.compare_exchange_weak(old, v)) {}
+    return old;
+}
+inline int atomicMax(int* p, int v) {
+    std::atomic_ref<int> a(*p);
+    int old = a.load();
+    while (v > old && !a.compare_exchange_weak(old, v)) {}
+    return old;
+}
+"""
 
 
 def _library(k: InplaceKernel, smem: int, tmp: Path) -> ctypes.CDLL:
@@ -40,7 +59,8 @@ def _library(k: InplaceKernel, smem: int, tmp: Path) -> ctypes.CDLL:
         assert _DYNAMIC in source
         source = source.replace(_DYNAMIC, f"__shared__ __align__(16) unsigned char smem[{smem}];")
     src = (
-        '#include <cmath>\n#include "_cuda_emulator.h"\n'
+        '#include <atomic>\n#include <cmath>\n#include "_cuda_emulator.h"\n'
+        + _ATOMICS
         + source
         + f"""
 extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* args) {{
@@ -125,6 +145,8 @@ def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=
 
 SHAPES = [
     (1, 40, 40),  # square: tiles of 16 cut at the edge
+    (1, 70, 100),  # SPLIT through bands (100 columns), gcd 10
+    (2, 150, 37),  # bands whose split wraps (m < the band's columns' splits)
     (2, 17, 17),
     (1, 7, 13),  # primes
     (2, 13, 7),
@@ -180,6 +202,43 @@ def test_permute_by_leaders_or_by_pieces(batch, m, n, limit, tmp):
         assert "permute_save" in kinds and "permute_pieces" in kinds
     else:
         assert "permute" in kinds
+
+
+def _banded(m: int, n: int, e: int, rule: int) -> float:
+    """The share of split_band's blocks (of their pairs) that swap through the bands, by the
+    kernel's rule: both bands of at most BAND_ROWS rows."""
+    plan = plan_inplace(1, m, n)
+    w = band_cols(e)
+    banded = total = 0
+    for t0 in range(0, m // 2, BAND_PAIRS):
+        for j0 in range(0, n, w):
+            t = np.arange(t0, min(t0 + BAND_PAIRS, m // 2))[:, None]
+            j = np.arange(j0, min(j0 + w, n))[None, :]
+            s = split_point(j, rule, m, plan.b)
+            first = t < s // 2
+            u = t - s // 2
+            live = first | (u < (m - s) // 2)
+            lo = np.where(first, t, s + u)[live]
+            hi = np.where(first, s - 1 - t, m - 1 - u)[live]
+            if lo.size:
+                total += 1
+                fits = lo.max() - lo.min() < BAND_ROWS and hi.max() - hi.min() < BAND_ROWS
+                banded += bool(fits)
+    return banded / max(1, total)
+
+
+@pytest.mark.parametrize("e", [4, 16])
+@pytest.mark.parametrize(
+    "batch, m, n", [(1, 300, 64), (1, 130, 33), (2, 31, 64), (1, 20, 200), (1, 360, 96)]
+)
+def test_split_through_bands(batch, m, n, e, tmp):
+    """Tall enough matrices take the bands in most blocks (short ones, or blocks whose pairs
+    straddle a column's split, swap in global memory): both paths end bit-exact."""
+    hows = _check(batch, m, n, e, tmp)
+    splits = [h for h in hows if h.kind == "split"]
+    assert [h.spec.piece for h in splits] == ["split_band"] * (1 + (math.gcd(m, n) > 1))
+    if m >= 300:
+        assert min(_banded(m, n, e, h.args["split"]) for h in splits) > 0.5
 
 
 def test_grids_are_capped_and_every_kernel_has_its_name():

@@ -65,6 +65,7 @@ PIECES = (
     SWAP,
     REVERSE,
     SPLIT,
+    "split_band",
     SHUFFLE,
     "shuffle_global",
     PERMUTE,
@@ -76,6 +77,7 @@ _FILES = {
     SWAP: "swap",
     REVERSE: "reverse",
     SPLIT: "reverse",
+    "split_band": "band",
     SHUFFLE: "shuffle",
     "shuffle_global": "shuffle",
     PERMUTE: "cycles",
@@ -87,6 +89,18 @@ assert set(PASS_KINDS) <= set(PIECES)
 # SHUFFLE: rows a block holds at once fill up to this much shared memory (one row at least,
 # up to the device's opt-in): short rows several to a block, so that a block has work
 SHUFFLE_BLOCK_BYTES = 32 << 10
+# SPLIT through shared memory ("split_band"): a block takes BAND_PAIRS pair indices of
+# `band_cols` adjacent columns (a row of them 128 to 256 bytes), its pairs' rows in two bands of
+# up to BAND_ROWS rows; the per-element kernel ("split") takes matrices of fewer columns
+BAND_ROWS, BAND_PAIRS = 64, 32
+
+
+def band_cols(elem_bytes: int) -> int:
+    """Columns a split_band block takes: 32, or 16 of 16-byte elements (two bands of 64 rows
+    then fit 48 KiB of static shared memory)."""
+    return 16 if elem_bytes == 16 else 32
+
+
 # The fixed scratch a call may take besides one row: rows too long for shared memory are
 # shuffled through it in groups (fewer launches), and PERMUTE saves its pieces' first rows
 # in it (cycles cut into pieces that warps walk side by side, where the cycles are few)
@@ -152,6 +166,10 @@ def render_inplace(k: InplaceKernel) -> str:
             threads=p.threads,
             tile=p.tile,
             pad=swap_pad(k.elem_bytes),
+            band=BAND_ROWS,
+            band_w=band_cols(k.elem_bytes),
+            band_t=BAND_PAIRS,
+            band_per=BAND_PAIRS * band_cols(k.elem_bytes) // p.threads,
             unroll=p.unroll,
             per_lane=p.per_lane(k.elem_bytes),
             key=p.key,
@@ -228,6 +246,11 @@ def pass_launches(
             tiles = -(-m // params.tile)
             items = batch * tiles * (tiles + 1) // 2
             add(p, spec, items, {"items": items, "tiles": tiles})
+        elif p.kind == SPLIT and n >= band_cols(elem_bytes):
+            spec = InplaceKernel("split_band", elem_bytes, False, params)
+            w = band_cols(elem_bytes)
+            items = batch * -(-(m // 2) // BAND_PAIRS) * -(-n // w)
+            add(p, spec, items, {"items": items, "split": p.split})
         elif p.kind in (REVERSE, SPLIT):
             lanes = min(params.threads, 1 << (n - 1).bit_length())
             items = batch * (m // 2)

@@ -35,11 +35,13 @@ from ..plans.inplace import (
     pieces_of,
 )
 from .codegen import _DTYPES_BY_SIZE, _environment
+from .packed import divisor
 
 # at_inplace_args: m, n, batch, items, c, a, b, a_inv, tiles, split, row, segs, cycles (or
-# pieces), lanes, rows_per and offset (where the scratch's rows start, after a table), all
-# 64-bit (standard sizes, no padding, as C lays it out)
-ARG_FORMAT = "<16q"
+# pieces), lanes, rows_per, offset (where the scratch's rows start, after a table) and the
+# (magic, shift) of dividing by c, b, m and n, all 64-bit (standard sizes, no padding, as C
+# lays it out)
+ARG_FORMAT = "<24q"
 ARG_BYTES = struct.calcsize(ARG_FORMAT)
 ARG_NAMES = (
     "m",
@@ -58,6 +60,14 @@ ARG_NAMES = (
     "lanes",
     "rows_per",
     "offset",
+    "c_magic",
+    "c_shift",
+    "b_magic",
+    "b_shift",
+    "m_magic",
+    "m_shift",
+    "n_magic",
+    "n_shift",
 )
 # SHUFFLE's variants: rows read into shared memory, or (rows longer than shared memory
 # holds) one row read from a global copy of it
@@ -220,6 +230,8 @@ def pass_launches(
     row_bytes = n * elem_bytes
     common = {"m": m, "n": n, "batch": batch, "c": plan.c, "a": plan.a, "b": plan.b}
     common["a_inv"] = plan.a_inv
+    for name, d in (("c", plan.c), ("b", plan.b), ("m", m), ("n", n)):
+        common[f"{name}_magic"], common[f"{name}_shift"] = (0, 0) if d <= 1 else divisor(d)
     out: list[PassLaunch] = []
 
     def add(

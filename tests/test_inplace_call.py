@@ -121,3 +121,18 @@ def test_bench_inplace_draws_its_own_cases(capsys):
 
     assert main(["bench", "--inplace", "2", "--random", "3"]) != 0
     assert "--inplace N draws its own" in capsys.readouterr().err
+
+
+def test_bench_report_names_each_pass_against_copy():
+    from autotranspose.bench.inplace import InplaceCase, InplaceRow, _line, markdown
+
+    case = InplaceCase("gcd", (120, 84), 4)
+    passes = [
+        {"kind": "shuffle", "us": 10.0, "MB": 0.08, "of_copy": 0.81},
+        {"kind": "permute_pieces", "us": 12.0, "MB": 0.08, "of_copy": 0.66},
+    ]
+    row = InplaceRow(case, 30.0, 0.25, 0.9, passes)
+    text = markdown([row], "GPU")
+    assert "120x84 4B gcd" in text and "shuffle:81%" in text and "permute_pieces:66%" in text
+    assert "25.0%" in text and "90.0%" in text and "median 25.0%" in text
+    assert "WRONG" not in _line(row)

@@ -36,6 +36,7 @@ PARAMS = InplaceParams(tile=16, threads=128, blocks_per_sm=2, unroll=2)
 GUARD = 64
 POISON = 0xA5
 _DYNAMIC = "extern __shared__ __align__(16) unsigned char smem[];"
+_EMU_SMEM = 227 << 10
 # shared-memory atomics the banded SPLIT takes, for the emulator's threads
 _ATOMICS = """
 inline int atomicMin(int* p, int v) {
@@ -55,9 +56,11 @@ inline int atomicMax(int* p, int v) {
 
 def _library(k: InplaceKernel, smem: int, tmp: Path) -> ctypes.CDLL:
     source = render_inplace(k)
-    if smem:
-        assert _DYNAMIC in source
-        source = source.replace(_DYNAMIC, f"__shared__ __align__(16) unsigned char smem[{smem}];")
+    if _DYNAMIC in source:  # one build for every launch's size: the most any launch takes
+        assert smem <= _EMU_SMEM
+        source = source.replace(
+            _DYNAMIC, f"__shared__ __align__(16) unsigned char smem[{_EMU_SMEM}];"
+        )
     src = (
         '#include <atomic>\n#include <cmath>\n#include "_cuda_emulator.h"\n'
         + _ATOMICS

@@ -199,8 +199,8 @@ class Pieces:
 def row_cycles(m: int, n: int, a: int) -> RowCycles:
     """The cycles of PERMUTE's g longer than one row. Pointer doubling labels every row with
     its cycle's smallest row in O(m log m) NumPy steps."""
-    rows = np.arange(m, dtype=np.int64)
-    step = row_source(rows, m, n, a)
+    step = _steps(m, n, a)
+    rows = np.arange(m, dtype=step.dtype)
     label = np.minimum(rows, step)
     jump = step
     span = 1
@@ -212,6 +212,17 @@ def row_cycles(m: int, n: int, a: int) -> RowCycles:
     leaders = np.flatnonzero((label == rows) & moving)
     lengths = np.bincount(label[moving], minlength=m)[leaders]
     return RowCycles(leaders.astype(np.uint32), lengths.astype(np.int64))
+
+
+def _steps(m: int, n: int, a: int) -> np.ndarray:
+    """g of every row, as int32 (rows are below 2**31: half the host memory of int64 for the
+    O(m log m) walks), computed in int64 chunks (r*n passes 32 bits)."""
+    out = np.empty(m, np.int32)
+    chunk = 1 << 22
+    for lo in range(0, m, chunk):
+        r = np.arange(lo, min(m, lo + chunk), dtype=np.int64)
+        out[lo : lo + len(r)] = row_source(r, m, n, a)
+    return out
 
 
 def cycle_leaders(m: int, n: int, a: int) -> np.ndarray:
@@ -229,7 +240,7 @@ def pieces_of(m: int, n: int, a: int, cycles: RowCycles, most: int) -> Pieces:
     s = 1
     while int(np.sum(-(-cycles.lengths // s))) > most:
         s *= 2
-    jump = row_source(np.arange(m, dtype=np.int64), m, n, a)
+    jump = _steps(m, n, a)
     span = 1
     while span < s:
         jump = jump[jump]

@@ -9,8 +9,8 @@ call that nothing traces and that needs no gradient skips it: `permute()` and `t
 go straight to their fast path (a dictionary hit and one native launch) as for any array.
 
 Loaded by `autotranspose._api` once PyTorch is imported; the ops are `autotranspose::
-permute`, `permute_out`, `transpose`, `transpose_out` and `transpose_inplace` (transpose_(): it mutates
-x and returns nothing; the caller gets x's storage viewed in the transposed shape).
+permute`, `permute_out`, `transpose`, `transpose_out` and `transpose_inplace` (transpose_():
+it mutates x and returns nothing; the caller gets x's storage viewed in the transposed shape).
 """
 
 # No `from __future__ import annotations`: the op schemas are given explicitly, and the

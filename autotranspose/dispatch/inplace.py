@@ -97,7 +97,7 @@ def _build(
         elem_bytes,
         params,
         state.info.multiprocessors,
-        state.info.limits().max_shared_optin,
+        state.info.limits.max_shared_optin,
         cycles_of(m, n, plan.a) if permutes else None,
     )
     precompile_inplace(state, [h.spec for h in hows])

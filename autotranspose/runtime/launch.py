@@ -585,5 +585,5 @@ def make_inplace(
         state,
         INPLACE_FORMAT,
         smem=smem,
-        optin=max(smem, state.info.limits().max_shared_optin),
+        optin=max(smem, state.info.limits.max_shared_optin),
     )

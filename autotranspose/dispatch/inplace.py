@@ -16,6 +16,7 @@ from ..kinds.inplace import InplaceParams
 from ..plans.inplace import PERMUTE, InplacePlan, RowCycles, plan_inplace, row_cycles
 from ..runtime.compiler import DeviceState, precompile_inplace
 from ..runtime.launch import Launch, make_inplace
+from . import caches
 from .lru import LRU
 
 # PERMUTE's cycles by shape, host side, and the programs by signature: bounded like the
@@ -114,5 +115,10 @@ def _build(
 
 
 def clear() -> None:
-    """Forget every program (kernels stay loaded)."""
+    """Forget every program and the cycles found (kernels stay loaded; so do the device
+    tables, which a captured graph may launch with)."""
     _PROGRAMS.clear()
+    _CYCLES.clear()
+
+
+caches.also_clear(clear)  # at.clear_caches() forgets them with the rest

@@ -173,6 +173,7 @@ def torch():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch sees no CUDA device")
+    at.transpose_(torch.zeros(2, 3, device="cuda"))  # loads the PyTorch integration (its ops)
     return torch
 
 

@@ -1,6 +1,6 @@
 """autotranspose: generated, autotuned CUDA transpose and permute kernels.
 
-The public names: `transpose`, `permute` (PyTorch, JAX, CuPy, pycuda, CUDA Array Interface
+The public names: `transpose`, `permute`, `transpose_` (in place) (PyTorch, JAX, CuPy, pycuda, CUDA Array Interface
 and NumPy arrays), `cast_transpose` (cast and transpose in one pass), `tune_gpu` and
 `tune_devices` (offline tuning; `TuneSettings`, their search), `KernelConfig`,
 `config_space`, `default_config`, `render` and `template_version` (the kernels themselves),
@@ -22,7 +22,7 @@ _store_hooks.use_kernel_versions(_codegen.kernel_version, _codegen.template_vers
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ._api import cast_transpose, permute, transpose
+    from ._api import cast_transpose, permute, transpose, transpose_
     from .dispatch.switches import clear_caches, set_first_call_measurement, set_keep_winners
     from .tuner.multigpu import tune_devices
     from .tuner.study import TuneSettings, tune_gpu
@@ -33,12 +33,14 @@ def __getattr__(name: str) -> object:
     # CUDA side (compiler, driver, array adapters): the store and lookup, which import this
     # package first, run without it. The tuner brings Optuna and SQLAlchemy, which a process that only
     # calls transpose() need not load.
-    if name in ("transpose", "permute"):
+    if name in ("transpose", "permute", "transpose_"):
         from . import (
             _api as entry,  # loads the PyTorch and JAX integrations where those are imported
         )
 
-        globals().update(transpose=entry.transpose, permute=entry.permute)
+        globals().update(
+            transpose=entry.transpose, permute=entry.permute, transpose_=entry.transpose_
+        )
         return globals()[name]
     if name == "cast_transpose":
         from ._api import cast_transpose
@@ -73,6 +75,7 @@ __all__ = [
     "set_keep_winners",
     "template_version",
     "transpose",
+    "transpose_",
     "tune_devices",
     "tune_gpu",
 ]

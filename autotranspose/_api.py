@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .calls import cast as _cast, permute as permuter, transpose as api
+from .calls import cast as _cast, inplace as _inplace, permute as permuter, transpose as api
 from .errors import InputTypeError, OutputError
 from .kernels.config import KernelConfig
 
@@ -88,6 +88,28 @@ def permute(
     if _load_frameworks(x):
         return permute(x, axes, out, stream=stream)
     return permuter.permute(x, axes, out, stream=stream)
+
+
+def transpose_(x: Any, *, conjugate: bool = False, stream: Any = None) -> Any:
+    """Transpose a row-major contiguous matrix (M, N) or batch (B, M, N) in its own memory,
+    with no second buffer: returns the (N, M) or (B, N, M) array over x's memory (PyTorch: a
+    view of x's storage; CuPy, pycuda: a reshaped view). x itself then holds the transposed
+    bytes under its old shape; use what is returned. Any M and N; 1- to 16-byte elements;
+    `conjugate=True` for complex64/complex128; the caller's stream or `stream`. Scratch: at
+    most max(one row of x, 32 MiB) plus a table of 4 bytes a row (docs/inplace.md). PyTorch calls
+    trace under `torch.compile` (the custom op `autotranspose::transpose_inplace`, which mutates x)
+    and refuse a tensor that requires grad. JAX arrays are immutable: use transpose().
+    """
+    if isinstance(x, _TorchTensor):
+        return _torch_ops.transpose_(x, conjugate, stream)
+    if isinstance(x, _JaxTracer):
+        raise InputTypeError(
+            "JAX arrays are immutable, so transpose_() cannot write into x; use "
+            "autotranspose.transpose(x) inside jax.jit (XLA may reuse a donated x's memory)"
+        )
+    if _load_frameworks(x):
+        return transpose_(x, conjugate=conjugate, stream=stream)
+    return _inplace.transpose_(x, conjugate=conjugate, stream=stream)
 
 
 def _cast_call(x: Any, dtype: Any, **kw: Any) -> Any:

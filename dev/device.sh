@@ -193,6 +193,13 @@ recipe_ceiling() {
       ;;
     esac
     grep -E "access pattern alone|% of the pattern" "$OUT"/ceiling-"$part"-*.txt | tee -a "$LOG"
+# In-place transposes: their GPU tests, then `bench --inplace N --seed S` for each of SEEDS
+# (transpose_() against transpose() and copy, each pass timed).
+recipe_inplace() {
+  local seed
+  recipe_tests "tests/test_inplace_gpu.py"
+  for seed in ${SEEDS:-55}; do
+    bench "inplace-$seed" --inplace "${N:-24}" --seed "$seed" --repeat "${REPEAT:-5}" "$@"
   done
 }
 

@@ -112,8 +112,8 @@ def test_each_kind_renders_from_its_own_template_folder():
 def test_template_version_covers_every_tuned_template_file(tmp_path, monkeypatch):
     """template_version (an Optuna study's name) changes with every template file of the tuned
     kernels, in any folder of templates/ (a folder added later included), and with none of
-    the untuned kernels' (seed/, rows/, gather/, packed/, vbox/, cast/, common/support.cu.j2)
-    or the bench's pattern kernels (pattern/)."""
+    the untuned kernels' (seed/, rows/, gather/, packed/, vbox/, cast/, inplace/,
+    common/support.cu.j2) or the bench's pattern kernels (pattern/)."""
     import shutil
 
     from autotranspose.kernels import codegen
@@ -134,6 +134,7 @@ def test_template_version_covers_every_tuned_template_file(tmp_path, monkeypatch
         "vbox",
         "cast",
         "pattern",
+        "inplace",
         "common/support.cu.j2",
     }
     try:

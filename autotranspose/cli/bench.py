@@ -33,6 +33,15 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "--ceiling times the access pattern of large calls; --small times the host's "
             "cost of small ones: leave out --ceiling"
         )
+    if getattr(args, "inplace", None) is not None:  # in-place transposes: cases of their own
+        if drawing or args.axes is not None or args.png or getattr(args, "cast", None):
+            raise UsageError(
+                "--inplace N draws its own in-place transposes and writes --markdown and "
+                "--json: leave out --random, --random-permute, --small, --cast, --axes and --png"
+            )
+        from ..bench.inplace import run_inplace
+
+        return int(run_inplace(args) or 0)
     if getattr(args, "cast", None) is not None:  # cast-transposes: cases of their own
         if drawing or args.axes is not None or args.png:
             raise UsageError(

@@ -297,6 +297,15 @@ def build_parser() -> argparse.ArgumentParser:
         "copy, torch.compile and eager PyTorch (needs PyTorch)",
     )
     b.add_argument(
+        "--inplace",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="N random in-place transposes (transpose_(): square, odd, prime, gcd > 1, "
+        "skinny, batched; 1- to 16-byte elements; 8 MB+) against transpose() and copy, "
+        "each pass timed (needs PyTorch)",
+    )
+    b.add_argument(
         "--axes",
         metavar="I,J,...",
         help="permute each of --shapes (1 to 8 sides) by these axes, e.g. "

@@ -9,7 +9,8 @@ call that nothing traces and that needs no gradient skips it: `permute()` and `t
 go straight to their fast path (a dictionary hit and one native launch) as for any array.
 
 Loaded by `autotranspose._api` once PyTorch is imported; the ops are `autotranspose::
-permute`, `permute_out`, `transpose` and `transpose_out`.
+permute`, `permute_out`, `transpose`, `transpose_out` and `transpose_inplace` (transpose_():
+it mutates x and returns nothing; the caller gets x's storage viewed in the transposed shape).
 """
 
 # No `from __future__ import annotations`: the op schemas are given explicitly, and the
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..calls import permute as permuter, transpose as api
+from ..calls import inplace, permute as permuter, transpose as api
 from ..calls.permute import axes_tag
 from ..dispatch import fastpath
 from ..errors import AutotransposeError, LayoutError, OutputError
@@ -78,6 +79,19 @@ def transpose(x: torch.Tensor, out: Any, stream: Any, config: Any, conjugate: bo
     _check_no_grad(x, out)
     _on_stream(stream, torch.ops.autotranspose.transpose_out, x, out, conjugate)
     return out
+
+
+def transpose_(x: torch.Tensor, conjugate: bool, stream: Any) -> torch.Tensor:
+    """transpose_() of a PyTorch tensor: refused for a tensor autograd tracks; eager calls
+    straight to the kernels, traced ones through the mutating op; the result is x's storage
+    viewed in the transposed shape either way."""
+    if x.requires_grad and _grad_enabled():
+        inplace.check_no_grad(x)
+    shape = [*x.shape[:-2], x.shape[-1], x.shape[-2]] if x.dim() >= 2 else None
+    if shape is None or not (_compiling() or _dispatch_modes() or type(x) is not _Tensor):
+        return inplace.transpose_(x, conjugate=conjugate, stream=stream)
+    _on_stream(stream, torch.ops.autotranspose.transpose_inplace, x, conjugate)
+    return x.view(shape)
 
 
 def _plain(x: torch.Tensor, out: Any) -> bool:
@@ -154,6 +168,15 @@ def _transpose_out(x, out, conjugate):
     api.transpose(x, out, conjugate=conjugate)
 
 
+@torch.library.custom_op(
+    "autotranspose::transpose_inplace",
+    mutates_args=("x",),
+    schema="(Tensor(a!) x, bool conjugate) -> ()",
+)
+def _transpose_inplace(x, conjugate):
+    inplace.transpose_(x, conjugate=conjugate)
+
+
 # --- fake implementations: shapes, and the eager call's errors at trace time -----------------
 def _concrete(values: Sequence[Any]) -> bool:
     return all(type(v) is int for v in values)
@@ -224,6 +247,20 @@ def _(x, conjugate):
 @_transpose_out.register_fake
 def _(x, out, conjugate):
     _check_out(out, _transposed(x, conjugate), x)
+
+
+@_transpose_inplace.register_fake
+def _(x, conjugate):
+    """The eager call's checks: a 2-D or 3-D row-major contiguous tensor, a conjugable dtype."""
+    et = _check_tensor(x)
+    if x.dim() not in (2, 3) or not x.is_contiguous():
+        raise LayoutError(
+            f"transpose_() needs a row-major contiguous 2-D or 3-D tensor; x has shape "
+            f"{tuple(x.shape)} and strides {tuple(x.stride())}. Make it contiguous first, or "
+            "use transpose(x), which takes any layout"
+        )
+    if conjugate:
+        et.check_conjugable()
 
 
 # --- autograd --------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from ..kernels.codegen import (
     row_kernel_name,
 )
 from ..kernels.config import KernelConfig
+from ..kernels.inplace import InplaceKernel, render_inplace
 from ..kernels.packed import PackedKernel
 from ..kernels.vbox import VBoxKernel, render_vbox
 from . import driver as _driver
@@ -366,6 +367,34 @@ def get_vbox_kernel(state: DeviceState, spec: VBoxKernel) -> Kernel:
         spec.name,
         lambda: load_source(state.arch, render_vbox(spec), [spec.name])[spec.name],
     )
+
+
+def get_inplace_kernel(state: DeviceState, spec: InplaceKernel) -> Kernel:
+    """In-place pass kernel `spec` on `state`'s architecture, compiled on first use (the
+    cubin cache keeps it across processes)."""
+    return _cached(
+        state.arch,
+        spec.name,
+        lambda: load_source(state.arch, render_inplace(spec), [spec.name])[spec.name],
+    )
+
+
+def precompile_inplace(state: DeviceState, specs: Sequence[InplaceKernel]) -> None:
+    """Compile in-place pass kernels not yet loaded, nvcc calls in parallel (a program's
+    passes are several kernels); `get_inplace_kernel` then loads them from the cubin cache.
+    Failures are left for `get_inplace_kernel` to raise."""
+    todo = list({k.name: k for k in specs if (state.arch, k.name) not in _kernels}.values())
+    if len(todo) < 2 or cubin_cache_dir() is None:
+        return
+
+    def build(k: InplaceKernel) -> None:
+        try:
+            nvcc_cubin(render_inplace(k), state.arch)
+        except Exception:  # reported by the load that follows
+            pass
+
+    with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+        list(pool.map(build, todo))
 
 
 def _untuned_kernel(

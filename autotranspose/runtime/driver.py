@@ -107,6 +107,8 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuEventDestroy_v2": [c_void_p],
     "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), c_size_t],
     "cuMemFree_v2": [ctypes.c_uint64],
+    "cuMemAllocAsync": [ctypes.POINTER(ctypes.c_uint64), c_size_t, c_void_p],
+    "cuMemFreeAsync": [ctypes.c_uint64, c_void_p],
     "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, c_size_t],
     "cuMemsetD32_v2": [ctypes.c_uint64, c_uint, c_size_t],
     "cuMemcpyHtoD_v2": [ctypes.c_uint64, c_void_p, c_size_t],
@@ -670,6 +672,27 @@ def mem_alloc(nbytes: int) -> int:
 
 def mem_free(ptr: int) -> None:
     check(lib().cuMemFree_v2(ptr), "cuMemFree")
+
+
+def mem_alloc_async(nbytes: int, stream: int | None, ctx: int) -> int:
+    """Device memory ordered on `stream` (the driver's stream-ordered pool, in context
+    `ctx`): usable by work queued there after this call, and captured into a CUDA graph
+    being recorded there (an allocation node) rather than refused."""
+    ptr = ctypes.c_uint64(0)
+    with on_context(ctx):
+        err = lib().cuMemAllocAsync(ctypes.byref(ptr), max(1, nbytes), stream)
+    if err:
+        raise DeviceError(
+            f"cannot allocate {nbytes} bytes of GPU memory on the call's stream "
+            f"({error_name(err)}); free some GPU memory and call again"
+        )
+    return ptr.value
+
+
+def mem_free_async(ptr: int, stream: int | None, ctx: int) -> None:
+    """Free `mem_alloc_async` memory once the work queued on `stream` before it is done."""
+    with on_context(ctx):
+        check(lib().cuMemFreeAsync(ptr, stream), "cuMemFreeAsync")
 
 
 def memset_d8(ptr: int, value: int, count: int) -> None:

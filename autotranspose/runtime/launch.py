@@ -27,6 +27,7 @@ from ..kernels.codegen import (
 )
 from ..kernels.config import KernelConfig
 from ..kernels.gather import ARG_FORMAT as GATHER_FORMAT, MAX_STRIDE, gather_args
+from ..kernels.inplace import ARG_FORMAT as INPLACE_FORMAT, ARG_NAMES as INPLACE_ARGS, InplaceKernel
 from ..kernels.packed import ARG_FORMAT as PACKED_FORMAT, divisor, packed_args
 from ..kernels.vbox import THREADS as VBOX_THREADS, vbox_spec
 from ..plans.boxes import NO_DIM, Dim
@@ -37,6 +38,7 @@ from .compiler import (
     DeviceState,
     Kernel,
     get_gather_kernel,
+    get_inplace_kernel,
     get_kernel,
     get_packed_kernel,
     get_row_kernel,
@@ -527,4 +529,61 @@ def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> L
     kernel = get_gather_kernel(state, elem_bytes)
     return Launch(
         None, kernel, (blocks, 1, 1), (GATHER_THREADS, 1, 1), args.values(), state, GATHER_FORMAT
+    )
+
+
+@dataclass(frozen=True)
+class SharedLaunch(Launch):
+    """A launch that is no config but sizes its own dynamic shared memory (an in-place
+    SHUFFLE's rows, `smem` bytes). Launches of one kernel differ in size, and the opt-in is
+    the kernel's: each leaves it at the device's most (`optin`), so that none undercuts
+    another's."""
+
+    smem: int = 0
+    optin: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.smem:
+            _driver.allow_dynamic_shared(self.kernel.handle, self.optin, self.state.ordinal)
+
+    @property
+    def shared(self) -> int:
+        return self.smem
+
+    def prepared(self, ctx: int) -> _driver.Prepared:
+        fresh = ctx not in self.in_context
+        prep = super().prepared(ctx)
+        if fresh and self.smem:
+            _driver.allow_function_dynamic_shared(prep.args[0].value, self.optin, ctx)
+        return prep
+
+
+def make_inplace(
+    state: DeviceState,
+    spec: InplaceKernel,
+    blocks: int,
+    args: dict[str, int],
+    smem: int = 0,
+) -> Launch:
+    """A prepared launch of in-place pass `spec` on `blocks` blocks (each walks its items by
+    the grid stride), its `at_inplace_args` from `args` (kernels/inplace.py: ARG_NAMES;
+    those missing are 0). The two pointers are the matrix and the pass's table or row copy."""
+    unknown = set(args) - set(INPLACE_ARGS)
+    if unknown:
+        raise ShapeError(f"in-place arguments {sorted(unknown)}: not of {INPLACE_ARGS}")
+    if not 1 <= blocks <= _MAX_GRID_X:
+        raise ShapeError(f"an in-place pass of {blocks} blocks; split the array")
+    values = tuple(int(args.get(name, 0)) for name in INPLACE_ARGS)
+    kernel = get_inplace_kernel(state, spec)
+    return SharedLaunch(
+        None,
+        kernel,
+        (blocks, 1, 1),
+        (spec.params.threads, 1, 1),
+        values,
+        state,
+        INPLACE_FORMAT,
+        smem=smem,
+        optin=max(smem, state.info.limits.max_shared_optin),
     )

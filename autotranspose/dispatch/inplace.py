@@ -1,0 +1,124 @@
+"""transpose_()'s programs: an in-place transpose signature (device, element size, shape,
+conjugation, parameters) -> its passes as prepared launches, kept per signature.
+
+The passes are plans/inplace.py's, launched as kernels/inplace.py's `pass_launches` says;
+PERMUTE's cycles are found here, on the host, once per shape; its table (the cycles' leaders,
+or their pieces) the call uploads once per device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..kernels.inplace import PassLaunch, pass_launches
+from ..kinds import inplace as kind
+from ..kinds.inplace import InplaceParams
+from ..plans.inplace import PERMUTE, InplacePlan, RowCycles, plan_inplace, row_cycles
+from ..runtime.compiler import DeviceState, precompile_inplace
+from ..runtime.launch import Launch, make_inplace
+from . import caches
+from .lru import LRU
+
+# PERMUTE's cycles by shape, host side, and the programs by signature: bounded like the
+# other per-signature caches
+_CYCLES: LRU[tuple[int, int], RowCycles] = LRU(256)
+_PROGRAMS: LRU[tuple[object, ...], InplaceProgram] = LRU(1024)
+
+
+@dataclass(frozen=True)
+class InplaceStep:
+    """One pass made ready: how it launches (`how`), its prepared launch, and for a pass
+    with a table the key its device copy is kept under (per context)."""
+
+    how: PassLaunch
+    launch: Launch
+    table_key: tuple[object, ...] | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.how.kind
+
+
+@dataclass(frozen=True)
+class InplaceProgram:
+    """An in-place transpose's steps and the bytes of scratch they need (0 for none)."""
+
+    plan: InplacePlan
+    elem_bytes: int
+    params: InplaceParams
+    steps: tuple[InplaceStep, ...]
+    scratch_bytes: int
+
+    @property
+    def table_bytes(self) -> int:
+        """Device memory of the steps' tables (kept per device and shape, not per call)."""
+        return sum(s.how.table.nbytes for s in self.steps if s.how.table is not None)
+
+
+def cycles_of(m: int, n: int, a: int) -> RowCycles:
+    """PERMUTE's cycles for an m x n shape (kept per shape)."""
+    found = _CYCLES.get((m, n))
+    if found is None:
+        found = _CYCLES.keep((m, n), row_cycles(m, n, a))
+    return found
+
+
+def program(
+    state: DeviceState,
+    batch: int,
+    m: int,
+    n: int,
+    elem_bytes: int,
+    conjugate: bool = False,
+    params: InplaceParams | None = None,
+) -> InplaceProgram:
+    """The prepared steps of transposing `batch` m x n matrices of `elem_bytes`-byte elements
+    in place on `state`'s device (kept per signature)."""
+    params = params if params is not None else kind.default(elem_bytes)
+    key = (state.ordinal, batch, m, n, elem_bytes, conjugate, params)
+    found = _PROGRAMS.get(key)
+    if found is None:
+        found = _PROGRAMS.keep(key, _build(state, batch, m, n, elem_bytes, conjugate, params))
+    return found
+
+
+def _build(
+    state: DeviceState,
+    batch: int,
+    m: int,
+    n: int,
+    elem_bytes: int,
+    conjugate: bool,
+    params: InplaceParams,
+) -> InplaceProgram:
+    plan = plan_inplace(batch, m, n, conjugate)
+    permutes = any(p.kind == PERMUTE for p in plan.passes)
+    hows = pass_launches(
+        plan,
+        elem_bytes,
+        params,
+        state.info.multiprocessors,
+        state.info.limits.max_shared_optin,
+        cycles_of(m, n, plan.a) if permutes else None,
+    )
+    precompile_inplace(state, [h.spec for h in hows])
+    steps = tuple(
+        InplaceStep(
+            h,
+            make_inplace(state, h.spec, h.blocks, h.args, h.smem),
+            None if h.table is None else (m, n, h.spec.piece, len(h.table)),
+        )
+        for h in hows
+    )
+    scratch = max((h.scratch for h in hows), default=0)
+    return InplaceProgram(plan, elem_bytes, params, steps, scratch)
+
+
+def clear() -> None:
+    """Forget every program and the cycles found (kernels stay loaded; so do the device
+    tables, which a captured graph may launch with)."""
+    _PROGRAMS.clear()
+    _CYCLES.clear()
+
+
+caches.also_clear(clear)  # at.clear_caches() forgets them with the rest

@@ -1,0 +1,351 @@
+"""transpose_()'s kernels (templates/inplace/): one kernel per pass kind, element size,
+conjugation and parameters, and the `at_inplace_args` struct every one of them takes.
+
+Pure (no CUDA): `runtime/launch.make_inplace` packs the struct, `runtime/compiler` compiles
+what `render_inplace` renders, and tests/test_inplace_kernels.py runs the rendered kernels on
+the CPU (tests/_cuda_emulator.h) against plans/inplace.py's NumPy reference.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._version import __version__
+from ..errors import ShapeError
+from ..kinds.base import WORD_TYPES
+from ..kinds.inplace import DEFAULT, InplaceParams, swap_pad
+from ..plans.dtypes import ELEMENT_SIZES
+from ..plans.inplace import (
+    CONJ,
+    PASS_KINDS,
+    PERMUTE,
+    PERMUTE_PIECES,
+    PERMUTE_SAVE,
+    REVERSE,
+    SHUFFLE,
+    SPLIT,
+    SWAP,
+    InplacePass,
+    InplacePlan,
+    RowCycles,
+    pieces_of,
+)
+from .codegen import _DTYPES_BY_SIZE, _environment
+from .packed import divisor
+
+# at_inplace_args: m, n, batch, items, c, a, b, a_inv, tiles, split, row, segs, cycles (or
+# pieces), lanes, rows_per, offset (where the scratch's rows start, after a table) and the
+# (magic, shift) of dividing by c, b, m and n, all 64-bit (standard sizes, no padding, as C
+# lays it out)
+ARG_FORMAT = "<24q"
+ARG_BYTES = struct.calcsize(ARG_FORMAT)
+ARG_NAMES = (
+    "m",
+    "n",
+    "batch",
+    "items",
+    "c",
+    "a",
+    "b",
+    "a_inv",
+    "tiles",
+    "split",
+    "row",
+    "segs",
+    "cycles",
+    "lanes",
+    "rows_per",
+    "offset",
+    "c_magic",
+    "c_shift",
+    "b_magic",
+    "b_shift",
+    "m_magic",
+    "m_shift",
+    "n_magic",
+    "n_shift",
+)
+# SHUFFLE's variants: rows read into shared memory, or (rows longer than shared memory
+# holds) one row read from a global copy of it
+PIECES = (
+    SWAP,
+    REVERSE,
+    SPLIT,
+    "split_band",
+    SHUFFLE,
+    "shuffle_global",
+    PERMUTE,
+    PERMUTE_SAVE,
+    PERMUTE_PIECES,
+    CONJ,
+)
+_FILES = {
+    SWAP: "swap",
+    REVERSE: "reverse",
+    SPLIT: "reverse",
+    "split_band": "band",
+    SHUFFLE: "shuffle",
+    "shuffle_global": "shuffle",
+    PERMUTE: "cycles",
+    PERMUTE_SAVE: "cycles",
+    PERMUTE_PIECES: "cycles",
+    CONJ: "conj",
+}
+assert set(PASS_KINDS) <= set(PIECES)
+# SHUFFLE: rows a block holds at once fill up to this much shared memory (one row at least,
+# up to the device's opt-in): short rows several to a block, so that a block has work
+SHUFFLE_BLOCK_BYTES = 32 << 10
+# SPLIT through shared memory ("split_band"): a block takes BAND_PAIRS pair indices of
+# `band_cols` adjacent columns (a row of them 128 to 256 bytes), its pairs' rows in two bands of
+# up to BAND_ROWS rows; the per-element kernel ("split") takes matrices of fewer columns
+BAND_ROWS, BAND_PAIRS = 64, 32
+
+
+def band_cols(elem_bytes: int) -> int:
+    """Columns a split_band block takes: 32, or 16 of 16-byte elements (two bands of 64 rows
+    then fit 48 KiB of static shared memory)."""
+    return 16 if elem_bytes == 16 else 32
+
+
+# The fixed scratch a call may take besides one row: rows too long for shared memory are
+# shuffled through it in groups (fewer launches), and PERMUTE saves its pieces' first rows
+# in it (cycles cut into pieces that warps walk side by side, where the cycles are few)
+SCRATCH_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
+class InplaceKernel:
+    """One in-place pass kernel: its piece, element size, whether it conjugates (complex64
+    and complex128 only) and its parameters. Everything here reaches CUDA source, so it is
+    all checked."""
+
+    piece: str
+    elem_bytes: int
+    conjugate: bool = False
+    params: InplaceParams = DEFAULT
+
+    def __post_init__(self) -> None:
+        if self.piece not in PIECES:
+            raise ShapeError(f"in-place piece {self.piece!r}: one of {PIECES}")
+        if self.elem_bytes not in ELEMENT_SIZES:
+            raise ShapeError(
+                f"in-place kernels of {self.elem_bytes}-byte elements; sizes are {ELEMENT_SIZES}"
+            )
+        if type(self.conjugate) is not bool or (self.conjugate and self.elem_bytes not in (8, 16)):
+            raise ShapeError("a conjugating in-place kernel moves 8- or 16-byte complex elements")
+        if not isinstance(self.params, InplaceParams):
+            raise ShapeError("an in-place kernel's params are an InplaceParams")
+        if self.piece == SWAP and not self.params.fits(self.elem_bytes):
+            raise ShapeError(
+                f"SWAP tiles of {self.params.tile} {self.elem_bytes}-byte elements need "
+                f"{self.params.swap_smem(self.elem_bytes)} bytes of static shared memory; "
+                "use a smaller tile"
+            )
+
+    @property
+    def name(self) -> str:
+        conj = "_c" if self.conjugate else ""
+        key = self.params.key.replace(".", "_")
+        return f"at_inplace_{self.piece}_s{self.elem_bytes}{conj}_{key}"
+
+
+def render_inplace(k: InplaceKernel) -> str:
+    """CUDA source of kernel `k` (`k.name`)."""
+    if not isinstance(k, InplaceKernel):  # checked specs only reach CUDA
+        raise TypeError("render_inplace() takes an InplaceKernel")
+    p = k.params
+    return (
+        _environment()
+        .get_template("inplace/inplace.cu.j2")
+        .render(
+            version=__version__,
+            name=k.name,
+            piece=k.piece,
+            file=_FILES[k.piece],
+            split=k.piece == SPLIT,
+            from_global=k.piece == "shuffle_global",
+            s=k.elem_bytes,
+            t=WORD_TYPES[k.elem_bytes],
+            dtypes=_DTYPES_BY_SIZE[k.elem_bytes],
+            conjugate=k.conjugate,
+            imag_word="y" if k.elem_bytes == 8 else "w",
+            threads=p.threads,
+            tile=p.tile,
+            pad=swap_pad(k.elem_bytes),
+            band=BAND_ROWS,
+            band_w=band_cols(k.elem_bytes),
+            band_t=BAND_PAIRS,
+            band_per=BAND_PAIRS * band_cols(k.elem_bytes) // p.threads,
+            unroll=p.unroll,
+            per_lane=p.per_lane(k.elem_bytes),
+            key=p.key,
+            args_bytes=ARG_BYTES,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class PassLaunch:
+    """One pass's launch: its kernel, blocks, `at_inplace_args` values by name and dynamic
+    shared bytes, and what its second pointer is (`aux`): "" nothing; "leaders" PERMUTE's
+    table of cycle leaders (`table`, uploaded once); "scratch" the call's scratch, into
+    whose start `table` (PERMUTE's pieces) is copied first where there is one; "rows" the
+    scratch holding rows a long-row SHUFFLE gathers from, the launch repeated for groups of
+    `rows_per` of the `rows` rows (each group copied there first, the `row` and `rows_per`
+    arguments set per group). `scratch`: the bytes of scratch the pass needs."""
+
+    kind: str
+    spec: InplaceKernel
+    blocks: int
+    args: dict[str, int] = field(compare=False)
+    smem: int
+    aux: str
+    moved_bytes: int
+    rows: int = 0
+    rows_per: int = 0
+    scratch: int = 0
+    table: np.ndarray | None = field(default=None, compare=False)
+
+
+def pass_launches(
+    plan: InplacePlan,
+    elem_bytes: int,
+    params: InplaceParams,
+    multiprocessors: int,
+    shared_optin: int,
+    cycles: RowCycles | None,
+    scratch_limit: int = SCRATCH_BYTES,
+) -> tuple[PassLaunch, ...]:
+    """How `plan`'s passes launch on a GPU of `multiprocessors` SMs that lets a block opt in
+    to `shared_optin` bytes of shared memory, PERMUTE walking `cycles` (pure: the CPU tests
+    launch exactly these on the emulator). Every grid is at most blocks_per_sm blocks an SM;
+    the kernels walk their items by the grid stride. The row passes may use `scratch_limit`
+    bytes of scratch (or one row, where a row is longer)."""
+    cap = multiprocessors * params.blocks_per_sm
+    batch, m, n = plan.batch, plan.m, plan.n
+    row_bytes = n * elem_bytes
+    common = {"m": m, "n": n, "batch": batch, "c": plan.c, "a": plan.a, "b": plan.b}
+    common["a_inv"] = plan.a_inv
+    for name, d in (("c", plan.c), ("b", plan.b), ("m", m), ("n", n)):
+        common[f"{name}_magic"], common[f"{name}_shift"] = (0, 0) if d <= 1 else divisor(d)
+    out: list[PassLaunch] = []
+
+    def add(
+        p: InplacePass, spec: InplaceKernel, blocks: int, args: dict[str, int], **kw: Any
+    ) -> None:
+        moved = kw.pop("moved", p.moved_bytes(plan, elem_bytes))
+        blocks = max(1, min(blocks, cap))
+        out.append(
+            PassLaunch(
+                p.kind,
+                spec,
+                blocks,
+                {**common, **args},
+                aux=kw.pop("aux", ""),
+                moved_bytes=moved,
+                smem=kw.pop("smem", 0),
+                **kw,
+            )
+        )
+
+    for p in plan.passes:
+        spec = InplaceKernel(p.kind, elem_bytes, p.conjugate, params)
+        if p.kind == SWAP:
+            tiles = -(-m // params.tile)
+            items = batch * tiles * (tiles + 1) // 2
+            add(p, spec, items, {"items": items, "tiles": tiles})
+        elif p.kind == SPLIT and n >= band_cols(elem_bytes):
+            spec = InplaceKernel("split_band", elem_bytes, False, params)
+            w = band_cols(elem_bytes)
+            items = batch * -(-(m // 2) // BAND_PAIRS) * -(-n // w)
+            add(p, spec, items, {"items": items, "split": p.split})
+        elif p.kind in (REVERSE, SPLIT):
+            lanes = min(params.threads, 1 << (n - 1).bit_length())
+            items = batch * (m // 2)
+            blocks = -(-items // (params.threads // lanes))
+            add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
+        elif p.kind == SHUFFLE and row_bytes <= shared_optin:
+            # rows a block: what SHUFFLE_BLOCK_BYTES holds, fewer where that would leave
+            # SMs without a block
+            spread = -(-(batch * m) // (2 * multiprocessors))
+            rows_per = max(1, min(SHUFFLE_BLOCK_BYTES // row_bytes, spread))
+            items = -(-(batch * m) // rows_per)
+            args = {"items": items, "rows_per": rows_per}
+            add(p, spec, items, args, smem=rows_per * row_bytes)
+        elif p.kind == SHUFFLE:  # groups of rows through the scratch
+            spec = InplaceKernel("shuffle_global", elem_bytes, p.conjugate, params)
+            group = max(1, min(scratch_limit // row_bytes, batch * m))
+            blocks = -(-(group * n) // params.threads)
+            add(
+                p,
+                spec,
+                blocks,
+                {},
+                aux="rows",
+                rows=batch * m,
+                rows_per=group,
+                scratch=group * row_bytes,
+            )
+        elif p.kind == PERMUTE and cycles is not None and len(cycles.leaders):
+            _permute(add, p, plan, elem_bytes, params, cap, cycles, scratch_limit)
+        elif p.kind == CONJ:
+            items = batch * m * n
+            add(p, spec, -(-items // params.threads), {"items": items})
+    return tuple(out)
+
+
+def _permute(
+    add: Any,
+    p: InplacePass,
+    plan: InplacePlan,
+    elem_bytes: int,
+    params: InplaceParams,
+    cap: int,
+    cycles: RowCycles,
+    scratch_limit: int,
+) -> None:
+    """PERMUTE's launches: a warp a cycle (leaders in a table) where the cycles alone give the
+    grid's warps work, else pieces of them walked side by side (their first rows saved to the
+    scratch first) as many as the grid holds and the scratch keeps."""
+    batch, n = plan.batch, plan.n
+    segs = -(-n // (32 * params.per_lane(elem_bytes)))
+    count = len(cycles.leaders)
+    resident = cap * params.warps  # warps the grid runs at once
+    room = scratch_limit // (batch * n * elem_bytes)  # saved rows the scratch holds
+    if count * batch * segs >= resident or room <= count:
+        items = batch * count * segs
+        table = cycles.leaders
+        args = {"items": items, "segs": segs, "cycles": count}
+        add(
+            p,
+            InplaceKernel(PERMUTE, elem_bytes, False, params),
+            -(-items // params.warps),
+            args,
+            aux="leaders",
+            table=table,
+        )
+        return
+    wanted = -(-resident // (batch * segs))
+    pieces = pieces_of(plan.m, n, plan.a, cycles, min(room, max(wanted, count)))
+    table = pieces.table()
+    offset = -(-table.nbytes // 256) * 256  # the saved rows start on a 256-byte line
+    items = batch * len(pieces) * segs
+    args = {"items": items, "segs": segs, "cycles": len(pieces), "offset": offset}
+    scratch = offset + batch * len(pieces) * n * elem_bytes
+    blocks = -(-items // params.warps)
+    saved = 2 * batch * len(pieces) * n * elem_bytes  # what PERMUTE_SAVE moves
+    for piece in (PERMUTE_SAVE, PERMUTE_PIECES):
+        add(
+            p,
+            InplaceKernel(piece, elem_bytes, False, params),
+            blocks,
+            args,
+            aux="scratch",
+            scratch=scratch,
+            table=table if piece == PERMUTE_SAVE else None,
+            **({"moved": saved} if piece == PERMUTE_SAVE else {}),
+        )

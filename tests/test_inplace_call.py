@@ -1,0 +1,138 @@
+"""transpose_()'s arguments, its kind's parameters and kernel specs, checked without a GPU:
+bad input raises an autotranspose error naming the fix before anything touches x."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autotranspose as at
+from autotranspose import errors
+from autotranspose.kernels.inplace import PIECES, InplaceKernel, render_inplace
+from autotranspose.kinds import inplace as kind
+from autotranspose.kinds.inplace import InplaceParams, parse
+
+
+def test_transpose_underscore_is_public():
+    assert "transpose_" in at.__all__
+    assert callable(at.transpose_)
+
+
+@pytest.mark.parametrize(
+    "x, error, match",
+    [
+        (np.zeros(10), errors.ShapeError, "dimension"),
+        (np.zeros((2, 2, 2, 2)), errors.ShapeError, "reshape"),
+        (np.zeros((8, 6), order="F"), errors.LayoutError, "C-contiguous"),
+        (np.zeros((8, 8))[:, ::2], errors.LayoutError, "C-contiguous"),
+        (np.zeros((4, 4), dtype="U4"), errors.UnsupportedDtypeError, "convert"),
+    ],
+)
+def test_bad_arrays_are_refused_untouched(x, error, match):
+    before = x.copy()
+    with pytest.raises(error, match=match):
+        at.transpose_(x)
+    np.testing.assert_array_equal(x, before)
+
+
+def test_read_only_numpy_is_refused():
+    x = np.arange(12.0).reshape(3, 4)
+    x.flags.writeable = False
+    with pytest.raises(errors.LayoutError, match="read-only"):
+        at.transpose_(x)
+
+
+def test_conjugate_of_a_real_array_is_refused():
+    x = np.ones((4, 6), np.float32)
+    with pytest.raises(errors.UnsupportedDtypeError, match="complex64 or complex128"):
+        at.transpose_(x, conjugate=True)
+    assert (x == 1).all()
+
+
+def test_jax_arrays_are_immutable():
+    jnp = pytest.importorskip("jax.numpy")
+    with pytest.raises(errors.InputTypeError, match=r"immutable.*transpose\(x\)"):
+        at.transpose_(jnp.zeros((4, 6)))
+
+
+def test_params_key_round_trips_and_is_stable():
+    p = InplaceParams(tile=64, threads=512, unroll=8, lane_bytes=4, blocks_per_sm=16)
+    assert p.key == "t64.th512.u8.lb4.b16"
+    assert parse(p.key) == p
+    assert parse(InplaceParams().key) == kind.DEFAULT
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("tile", 48), ("threads", 100), ("unroll", 3), ("lane_bytes", 2), ("blocks_per_sm", 0)],
+)
+def test_params_are_validated(field, value):
+    with pytest.raises(errors.ConfigError, match=field):
+        InplaceParams(**{field: value})
+
+
+@pytest.mark.parametrize("key", ["", "t32", "t32.th256.u4.lb16", "x", None, "t33.th256.u4.lb16.b8"])
+def test_bad_keys_are_refused(key):
+    with pytest.raises(errors.ConfigError):
+        parse(key)
+
+
+def test_defaults_fit_and_differ_by_size():
+    for e in (1, 2, 4, 8, 16):
+        p = kind.default(e)
+        assert p.fits(e) and p.per_lane(e) >= 1
+    assert kind.default(1).tile == 64 and kind.default(16).tile == 32
+
+
+def test_kernel_specs_are_checked():
+    with pytest.raises(errors.ShapeError, match="8- or 16-byte"):
+        InplaceKernel("swap", 4, conjugate=True)
+    with pytest.raises(errors.ShapeError, match="smaller tile"):
+        InplaceKernel("swap", 16, params=InplaceParams(tile=64))
+    with pytest.raises(errors.ShapeError, match="piece"):
+        InplaceKernel("rotate", 4)
+    with pytest.raises(errors.ShapeError, match="sizes"):
+        InplaceKernel("swap", 3)
+
+
+def test_every_piece_renders_one_named_kernel():
+    for piece in PIECES:
+        for e in (1, 2, 4, 8, 16):
+            if piece == "conj" and e < 8:
+                continue
+            k = InplaceKernel(piece, e, conjugate=piece == "conj")
+            src = render_inplace(k)
+            assert src.count(f"{k.name}(") == 1 and "at_inplace_args" in src
+
+
+def test_bench_cases_are_seeded_and_mixed():
+    from autotranspose.bench.inplace import MAX_BYTES, MIN_BYTES, inplace_cases
+
+    cases = inplace_cases(60, 7)
+    assert cases == inplace_cases(60, 7) and cases != inplace_cases(60, 8)
+    assert {c.kind for c in cases} == {"square", "odd", "prime", "gcd", "skinny", "batched"}
+    assert {c.elem_bytes for c in cases} == {1, 2, 4, 8, 16}
+    assert all(MIN_BYTES // 2 <= c.nbytes <= 2 * MAX_BYTES for c in cases)
+    assert any(len(c.shape) == 3 for c in cases)
+
+
+def test_bench_inplace_draws_its_own_cases(capsys):
+    from autotranspose.cli import main
+
+    assert main(["bench", "--inplace", "2", "--random", "3"]) != 0
+    assert "--inplace N draws its own" in capsys.readouterr().err
+
+
+def test_bench_report_names_each_pass_against_copy():
+    from autotranspose.bench.inplace import InplaceCase, InplaceRow, _line, markdown
+
+    case = InplaceCase("gcd", (120, 84), 4)
+    passes = [
+        {"kind": "shuffle", "us": 10.0, "MB": 0.08, "of_copy": 0.81},
+        {"kind": "permute_pieces", "us": 12.0, "MB": 0.08, "of_copy": 0.66},
+    ]
+    row = InplaceRow(case, 30.0, 0.25, 0.9, passes)
+    text = markdown([row], "GPU")
+    assert "120x84 4B gcd" in text and "shuffle:81%" in text and "permute_pieces:66%" in text
+    assert "25.0%" in text and "90.0%" in text and "median 25.0%" in text
+    assert "WRONG" not in _line(row)

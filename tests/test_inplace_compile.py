@@ -1,0 +1,43 @@
+"""transpose_()'s kernels compile with nvcc for sm_80 and sm_90 with their default parameters:
+no spills, no local memory, SWAP's shared memory as InplaceParams predicts, and nothing said
+(pycuda turns what nvcc says into a warning at a user's first call). Needs nvcc, not a GPU."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from _nvcc import assert_nvcc_silent
+
+from autotranspose.kernels.inplace import PIECES, InplaceKernel, render_inplace
+from autotranspose.kinds import inplace as kind
+from autotranspose.runtime.compiler import source_resources
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH"),
+    pytest.mark.slow,
+]
+
+
+def _specs(elem_bytes: int) -> list[InplaceKernel]:
+    params = kind.default(elem_bytes)
+    specs = [InplaceKernel(p, elem_bytes, False, params) for p in PIECES if p != "conj"]
+    if elem_bytes in (8, 16):
+        specs += [InplaceKernel(p, elem_bytes, True, params) for p in ("swap", "shuffle", "conj")]
+    return specs
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
+def test_no_spills_and_predicted_shared_memory(arch, elem_bytes):
+    for k in _specs(elem_bytes):
+        res = source_resources(render_inplace(k), arch)[k.name]
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, (k.name, res)
+        assert res.registers * k.params.threads <= 65536, (k.name, res)
+        if k.piece == "swap":
+            assert res.smem_bytes == k.params.swap_smem(elem_bytes), (k.name, res)
+
+
+@pytest.mark.parametrize("piece", PIECES)
+def test_nvcc_says_nothing(piece):
+    assert_nvcc_silent(render_inplace(InplaceKernel(piece, 8, piece == "conj")))

@@ -1,0 +1,153 @@
+"""transpose_()'s host side without a GPU: dispatch/inplace.py builds a program from a device's
+facts (a real DeviceInfo) and calls/inplace.py queues it in order: tables and scratch before any
+pass, each pass's second pointer, long rows in groups. The GPU itself is a recorder standing in
+for the driver and the prepared launches (tests/test_inplace_gpu.py runs the real ones)."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import pytest
+
+from autotranspose.calls import inplace as call
+from autotranspose.dispatch import inplace as programs
+from autotranspose.kernels.inplace import ARG_FORMAT, ARG_NAMES
+from autotranspose.runtime import driver as _driver
+from autotranspose.runtime.compiler import DeviceState
+from autotranspose.runtime.device import DeviceInfo
+
+H200 = DeviceInfo("NVIDIA H200", (9, 0), multiprocessors=132)
+
+
+class _Launch:
+    """What dispatch would prepare: the launch's arguments, and its runs recorded."""
+
+    def __init__(self, log, spec, blocks, args, smem):
+        self.log, self.spec, self.blocks, self.smem = log, spec, blocks, smem
+        self.scalars = tuple(int(args.get(k, 0)) for k in ARG_NAMES)
+
+    def run(self, src, dst, stream, ctx):
+        self.log.append(("run", self.spec.piece, src, dst, stream))
+
+    def prepared(self, ctx):
+        return type("P", (), {"args": ("args-of", self.spec.piece)})()
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A recording stand-in for the driver calls the in-place path makes."""
+    log: list[tuple] = []
+    monkeypatch.setattr(
+        programs,
+        "make_inplace",
+        lambda state, spec, blocks, args, smem=0: _Launch(log, spec, blocks, args, smem),
+    )
+    monkeypatch.setattr(programs, "precompile_inplace", lambda state, specs: None)
+    monkeypatch.setattr(_driver, "current", lambda: 7)
+    monkeypatch.setattr(_driver, "set_current", lambda ctx: None)
+    monkeypatch.setattr(
+        _driver, "is_capturing", lambda stream: log.append(("capturing?",)) or False
+    )
+    monkeypatch.setattr(
+        _driver,
+        "mem_alloc_async",
+        lambda nbytes, stream, ctx: log.append(("alloc", nbytes, stream)) or 0x5000_0000,
+    )
+    monkeypatch.setattr(
+        _driver, "mem_free_async", lambda ptr, stream, ctx: log.append(("free", ptr, stream))
+    )
+    monkeypatch.setattr(
+        _driver,
+        "memcpy_dtod_async",
+        lambda dst, src, n, stream, ctx: log.append(("copy", dst, src, n, stream)),
+    )
+    monkeypatch.setattr(
+        _driver, "launch", lambda args, stream, params: log.append(("launch", args, params))
+    )
+
+    class _Allocation(int):
+        def __new__(cls, nbytes, ctx):
+            log.append(("table", nbytes))
+            self = super().__new__(cls, 0x6000_0000 + 0x1000 * len(log))
+            self.ptr = int(self)
+            return self
+
+    monkeypatch.setattr(_driver, "Allocation", _Allocation)
+    monkeypatch.setattr(_driver, "memcpy_htod", lambda dst, src, n: log.append(("upload", n)))
+    monkeypatch.setattr(call, "_TABLES", {})
+    programs.clear()
+    yield log
+    programs.clear()
+
+
+def _state() -> DeviceState:
+    return DeviceState(0, 0xC0, H200)
+
+
+def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
+    prog = programs.program(_state(), 1, 4099, 6007, 4)
+    assert [s.how.spec.piece for s in prog.steps] == [
+        "shuffle",
+        "split_band",
+        "permute_save",
+        "permute_pieces",
+    ]
+    assert 0 < prog.scratch_bytes <= (32 << 20) + 4 * 4099 * 3
+    call.run(prog, 0x1000_0000, 0xC0, 0x33)
+    kinds = [e[0] for e in gpu]
+    first_run = kinds.index("run")
+    assert kinds.index("upload") < first_run and kinds.index("alloc") < first_run
+    assert gpu[-1] == ("free", 0x5000_0000, 0x33)
+    save = next(i for i, e in enumerate(gpu) if e[:2] == ("run", "permute_save"))
+    assert gpu[save - 1][0] == "copy" and gpu[save - 1][1] == 0x5000_0000  # table into scratch
+    walk = next(e for e in gpu if e[:2] == ("run", "permute_pieces"))
+    assert walk[2:] == (0x1000_0000, 0x5000_0000, 0x33)
+    gpu.clear()
+    call.run(prog, 0x1000_0000, 0xC0, 0x33)  # the table is kept: no second upload
+    assert "upload" not in [e[0] for e in gpu]
+
+
+def test_an_unprepared_shape_is_refused_under_capture_before_anything_runs(gpu, monkeypatch):
+    prog = programs.program(_state(), 2, 300, 140, 4)
+    monkeypatch.setattr(_driver, "is_capturing", lambda stream: True)
+    with pytest.raises(call.InputTypeError, match="warm-up"):
+        call.run(prog, 0x1000_0000, 0xC0, 0x33)
+    assert not [e for e in gpu if e[0] in ("run", "alloc", "launch")]
+
+
+def test_square_runs_one_swap_and_needs_nothing(gpu):
+    prog = programs.program(_state(), 3, 96, 96, 16, conjugate=True)
+    assert [s.how.spec.piece for s in prog.steps] == ["swap"] and prog.scratch_bytes == 0
+    call.run(prog, 0x1000_0000, 0xC0, None)
+    assert gpu == [("run", "swap", 0x1000_0000, 0, None)]
+
+
+def test_long_rows_go_through_the_scratch_in_groups(gpu):
+    m, n, e = 300, 70_001, 4  # rows of 280 kB: past the 227 kB a block may hold
+    prog = programs.program(_state(), 1, m, n, e)
+    shuffle = next(s for s in prog.steps if s.how.kind == "shuffle")
+    group = (32 << 20) // (n * e)
+    assert shuffle.how.spec.piece == "shuffle_global" and shuffle.how.rows_per == group
+    call.run(prog, 0x1000_0000, 0xC0, 0x33)
+    copies = [x for x in gpu if x[0] == "copy" and x[1] == 0x5000_0000 and x[2] != 0]
+    launches = [x for x in gpu if x[0] == "launch"]
+    assert len(launches) == -(-m // group) == len([c for c in copies if c[2] >= 0x1000_0000])
+    row = ARG_NAMES.index("row")
+    rows_per = ARG_NAMES.index("rows_per")
+    firsts = []
+    for _, args, params in launches:
+        ptrs = struct.unpack_from("<QQ", params)
+        values = struct.unpack(ARG_FORMAT, params[16:])
+        assert ptrs == (0x1000_0000, 0x5000_0000) and args == ("args-of", "shuffle_global")
+        firsts.append((values[row], values[rows_per]))
+    assert firsts[0] == (0, group) and sum(k for _, k in firsts) == m
+    assert all(b == a + k for (a, k), (b, _) in itertools.pairwise(firsts))
+
+
+def test_grids_and_shared_memory_fit_the_device(gpu):
+    for shape in [(1, 1000, 600), (4, 37, 5003), (1, 64, 3), (2, 5000, 70)]:
+        prog = programs.program(_state(), *shape, 8)
+        for s in prog.steps:
+            assert 1 <= s.launch.blocks <= H200.multiprocessors * s.how.spec.params.blocks_per_sm
+            assert s.launch.smem <= H200.limits.max_shared_optin

@@ -1,0 +1,246 @@
+"""transpose_() on a real GPU: bit-exact on random data for square, rectangular (primes,
+skinny, one row or column, gcd > 1), batched and long-row shapes and every element size,
+conjugate; guard bytes around the matrix stay poisoned; the result is a view of x's memory
+in each library; bad calls leave x as it was; PyTorch's op under torch.compile, autograd's
+refusal, the caller's stream and CUDA graph capture."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autotranspose as at
+from autotranspose import errors
+
+pytestmark = pytest.mark.gpu
+
+GUARD, POISON = 256, 0xA5
+DTYPES = ["bool", "uint8", "float16", "float32", "float64", "complex128"]
+SHAPES = [
+    (1, 1),
+    (1, 77),
+    (77, 1),
+    (96, 96),  # square: tile pairs
+    (131, 131),  # square, cut tiles
+    (257, 1031),  # primes
+    (1031, 257),
+    (120, 84),  # gcd 12
+    (6, 4000),  # skinny, gcd 2
+    (4000, 6),
+    (2, 97, 3),  # batched
+    (3, 64, 64),  # batched square
+    (2, 40, 60),  # batched, gcd 20
+]
+
+
+@pytest.fixture(scope="module")
+def cupy():
+    return pytest.importorskip("cupy")
+
+
+def random_array(rng, shape, dtype):
+    """Random bytes in every element (a wrong byte shows)."""
+    dt = np.dtype(dtype)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8)
+    if dt == np.bool_:
+        raw = raw & 1
+    return raw.view(dt).reshape(shape)
+
+
+def same_bits(a, b):
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
+
+
+def guarded(cupy, host):
+    """`host` copied into the middle of a poisoned device buffer: (buffer, x over it)."""
+    nbytes = host.nbytes
+    buf = cupy.full(GUARD + nbytes + GUARD, POISON, cupy.uint8)
+    buf[GUARD : GUARD + nbytes] = cupy.asarray(host.view(np.uint8).ravel())
+    return buf, buf[GUARD : GUARD + nbytes].view(host.dtype).reshape(host.shape)
+
+
+def guards_intact(cupy, buf):
+    host = cupy.asnumpy(buf)
+    return bool((host[:GUARD] == POISON).all() and (host[-GUARD:] == POISON).all())
+
+
+def transposed_shape(shape):
+    return (*shape[:-2], shape[-1], shape[-2])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bit_exact_in_place_with_guards(cupy, rng, dtype, shape):
+    host = random_array(rng, shape, dtype)
+    buf, x = guarded(cupy, host)
+    y = at.transpose_(x)
+    assert isinstance(y, cupy.ndarray) and y.data.ptr == x.data.ptr
+    assert y.shape == transposed_shape(shape)
+    assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
+    assert guards_intact(cupy, buf)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("shape", [(1, 9), (64, 64), (2, 33, 33), (30, 45), (2, 7, 13)])
+def test_conjugate(cupy, rng, dtype, shape):
+    host = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    buf, x = guarded(cupy, host)
+    y = at.transpose_(x, conjugate=True)
+    assert same_bits(cupy.asnumpy(y), np.conj(np.swapaxes(host, -1, -2)))
+    assert guards_intact(cupy, buf)
+
+
+@pytest.mark.parametrize("shape", [(3, 60000), (2, 2, 59999)])
+def test_rows_longer_than_shared_memory_go_through_one_row_of_scratch(cupy, rng, shape):
+    """Rows of 240 kB: past an H200's 227 kB a block may hold, so SHUFFLE copies each row
+    to a stream-ordered scratch row and gathers it back."""
+    host = random_array(rng, shape, "float32")
+    buf, x = guarded(cupy, host)
+    y = at.transpose_(x)
+    assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
+    assert guards_intact(cupy, buf)
+
+
+def test_twice_is_the_identity_and_empty_arrays_reshape(cupy, rng):
+    host = random_array(rng, (2, 123, 45), "int32")
+    x = cupy.asarray(host)
+    y = at.transpose_(at.transpose_(x))
+    assert y.shape == host.shape and same_bits(cupy.asnumpy(y), host)
+    e = cupy.empty((0, 5), cupy.float32)
+    assert at.transpose_(e).shape == (5, 0)
+
+
+def test_bad_calls_leave_x_as_it_was(cupy, rng):
+    host = random_array(rng, (8, 12), "float32")
+    x = cupy.asarray(host)
+    with pytest.raises(errors.LayoutError, match="contiguous"):
+        at.transpose_(x[:, :6])
+    with pytest.raises(errors.UnsupportedDtypeError, match="complex64 or complex128"):
+        at.transpose_(x, conjugate=True)
+    with pytest.raises(errors.ShapeError):
+        at.transpose_(x.reshape(2, 2, 2, 12))
+    assert same_bits(cupy.asnumpy(x), host)
+
+
+def test_cupy_current_stream_orders_the_call(cupy, rng):
+    host = rng.integers(0, 1000, (1000, 1500)).astype(np.float32)
+    x = cupy.asarray(host)
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        for _ in range(10):
+            x += 1  # queued on s, maybe still running when transpose_() is called
+        y = at.transpose_(x)
+        z = y * 2
+    s.synchronize()
+    assert np.array_equal(cupy.asnumpy(y), (host + 10).T)
+    assert np.array_equal(cupy.asnumpy(z), (host + 10).T * 2)
+
+
+def test_gpuarray_and_cuda_array_interface_views(rng, pycuda_primary):
+    import pycuda.gpuarray as gpuarray
+
+    host = random_array(rng, (37, 91), "float64")
+    x = gpuarray.to_gpu(host)
+    y = at.transpose_(x)
+    assert isinstance(y, gpuarray.GPUArray) and int(y.gpudata) == int(x.gpudata)
+    assert same_bits(y.get(), host.T)
+
+    cupy = pytest.importorskip("cupy")
+
+    class Cai:
+        def __init__(self, a):
+            self.a = a
+            self.__cuda_array_interface__ = a.__cuda_array_interface__
+
+    c = cupy.asarray(host)
+    r = at.transpose_(Cai(c))
+    assert r.__cuda_array_interface__["shape"] == (91, 37)
+    assert same_bits(cupy.asnumpy(cupy.asarray(r)), host.T)
+
+
+def test_numpy_goes_through_the_gpu_into_its_own_memory(rng):
+    x = random_array(rng, (3, 17, 29), "uint16")
+    want = np.swapaxes(x, 1, 2).copy()
+    y = at.transpose_(x)
+    assert y.base is x or y.base is x.base or np.shares_memory(x, y)
+    assert same_bits(y, want)
+
+
+# --- PyTorch ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device")
+    at.transpose_(torch.zeros(2, 3, device="cuda"))  # loads the PyTorch integration (its ops)
+    return torch
+
+
+def test_torch_result_is_a_view_of_the_same_storage(torch):
+    x = torch.randn(3, 70, 50, device="cuda")
+    want = x.transpose(1, 2).clone()
+    y = at.transpose_(x)
+    assert y.data_ptr() == x.data_ptr() and y.shape == (3, 50, 70)
+    assert torch.equal(y, want)
+
+
+def test_torch_requires_grad_is_refused_untouched(torch):
+    x = torch.randn(6, 10, device="cuda", requires_grad=True)
+    before = x.detach().clone()
+    with pytest.raises(errors.InputTypeError, match="requires grad"):
+        at.transpose_(x)
+    assert torch.equal(x.detach(), before)
+    with torch.no_grad():
+        y = at.transpose_(x.detach())
+    assert torch.equal(y, before.t())
+
+
+def test_torch_compile_fullgraph_runs_the_mutating_op(torch):
+    torch._dynamo.reset()
+
+    def f(x):
+        y = at.transpose_(x)
+        return y * 2
+
+    x = torch.randn(30, 45, device="cuda")
+    want = x.t().clone()
+    got = torch.compile(f, fullgraph=True)(x)
+    assert torch.equal(got, want * 2)
+    assert torch.equal(x.view(45, 30), want)  # x's own memory was transposed
+
+
+def test_torch_opcheck_schema_and_fake(torch):
+    x = torch.randn(7, 13, device="cuda")
+    torch.library.opcheck(
+        torch.ops.autotranspose.transpose_inplace.default,
+        (x, False),
+        test_utils=("test_schema", "test_faketensor"),
+    )
+
+
+def test_torch_explicit_stream(torch):
+    s = torch.cuda.Stream()
+    x = torch.randn(333, 222, device="cuda")
+    want = x.t().clone()
+    s.wait_stream(torch.cuda.current_stream())
+    y = at.transpose_(x, stream=s)
+    s.synchronize()
+    assert torch.equal(y, want)
+
+
+def test_torch_cuda_graph_capture_after_a_warm_up(torch):
+    shape = (300, 140)  # rectangular, gcd 20: every pass, PERMUTE's table included
+    warm = torch.randn(shape, device="cuda")
+    at.transpose_(warm)  # compiles the kernels and uploads the table, outside capture
+    static = torch.empty(shape, device="cuda")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = at.transpose_(static)
+    for _ in range(3):
+        fresh = torch.randn(shape, device="cuda")
+        static.copy_(fresh)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fresh.t())

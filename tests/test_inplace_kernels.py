@@ -1,0 +1,252 @@
+"""transpose_()'s kernels (templates/inplace/) run on the CPU by tests/_cuda_emulator.h,
+launched exactly as kernels/inplace.py's `pass_launches` says: every element size, square,
+rectangular (primes, skinny, gcd > 1), batched, conjugate and rows too long for shared
+memory land where `x.T` has them, and nothing outside the matrices is written."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _packed_emu import CXX, FLAGS, HERE
+
+from autotranspose.kernels.inplace import (
+    ARG_FORMAT,
+    ARG_NAMES,
+    BAND_PAIRS,
+    BAND_ROWS,
+    SCRATCH_BYTES,
+    InplaceKernel,
+    band_cols,
+    pass_launches,
+    render_inplace,
+)
+from autotranspose.kinds.inplace import InplaceParams
+from autotranspose.plans.inplace import PERMUTE, plan_inplace, row_cycles, split_point
+
+pytestmark = pytest.mark.skipif(CXX is None, reason="needs g++ (C++20) to run kernels on the CPU")
+# small blocks and grids: every grid-stride loop walks several items, tiles of 16 cut edges
+PARAMS = InplaceParams(tile=16, threads=128, blocks_per_sm=2, unroll=2)
+GUARD = 64
+POISON = 0xA5
+_DYNAMIC = "extern __shared__ __align__(16) unsigned char smem[];"
+_EMU_SMEM = 227 << 10
+# shared-memory atomics the banded SPLIT takes, for the emulator's threads
+_ATOMICS = """
+inline int atomicMin(int* p, int v) {
+    std::atomic_ref<int> a(*p);
+    int old = a.load();
+    while (v < old && !a.compare_exchange_weak(old, v)) {}
+    return old;
+}
+inline int atomicMax(int* p, int v) {
+    std::atomic_ref<int> a(*p);
+    int old = a.load();
+    while (v > old && !a.compare_exchange_weak(old, v)) {}
+    return old;
+}
+"""
+
+
+def _library(k: InplaceKernel, smem: int, tmp: Path) -> ctypes.CDLL:
+    source = render_inplace(k)
+    if _DYNAMIC in source:  # one build for every launch's size: the most any launch takes
+        assert smem <= _EMU_SMEM
+        source = source.replace(
+            _DYNAMIC, f"__shared__ __align__(16) unsigned char smem[{_EMU_SMEM}];"
+        )
+    src = (
+        '#include <atomic>\n#include <cmath>\n#include "_cuda_emulator.h"\n'
+        + _ATOMICS
+        + source
+        + f"""
+extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* args) {{
+    const at_inplace_args a = *(const at_inplace_args*)args;
+    at_emu_launch(grid, {k.params.threads}, [&] {{ {k.name}((at_elem*)x, aux, a); }});
+}}
+"""
+    )
+    digest = hashlib.sha256(src.encode()).hexdigest()[:16]
+    lib = tmp / f"inplace_{digest}.so"
+    if not lib.exists():
+        cpp = tmp / f"inplace_{digest}.cpp"
+        cpp.write_text(src)
+        subprocess.run(
+            [CXX, *FLAGS, f"-I{HERE}", str(cpp), "-o", str(lib)], check=True, capture_output=True
+        )
+    return ctypes.CDLL(str(lib))
+
+
+def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
+    """x's bytes (a flat view inside a guarded buffer) transposed by the emulated passes, the
+    scratch and tables handled as calls/inplace.py handles them."""
+    e = x.dtype.itemsize
+    plan = plan_inplace(batch, m, n, conjugate)
+    permutes = any(p.kind == PERMUTE for p in plan.passes)
+    cycles = row_cycles(m, n, plan.a) if permutes else None
+    hows = pass_launches(plan, e, PARAMS, 2, optin, cycles, scratch_limit)
+    scratch = np.zeros(max((h.scratch for h in hows), default=0) + 16, np.uint8)
+    data = x.view(np.uint8)
+    for how in hows:
+        lib = _library(how.spec, how.smem, tmp)
+        values = {**how.args}
+        table = None if how.table is None else np.ascontiguousarray(how.table, np.uint32)
+        aux = 0
+        if how.aux == "leaders":
+            aux = table.ctypes.data
+        elif how.aux in ("scratch", "rows"):
+            aux = scratch.ctypes.data
+            if table is not None:  # the device table copied into the scratch's start
+                scratch[: table.nbytes] = table.view(np.uint8)
+        groups = range(0, how.rows, how.rows_per) if how.rows else [None]
+        for r0 in groups:
+            if r0 is not None:  # the host's copy of a group of rows (cuMemcpyDtoDAsync)
+                k = min(how.rows_per, how.rows - r0)
+                scratch[: k * n * e] = data[r0 * n * e : (r0 + k) * n * e]
+                values["row"], values["rows_per"] = r0, k
+            args = struct.pack(ARG_FORMAT, *(values.get(k, 0) for k in ARG_NAMES))
+            lib.at_emu_run(
+                ctypes.c_uint(how.blocks),
+                ctypes.c_void_p(x.ctypes.data),
+                ctypes.c_void_p(aux),
+                ctypes.c_char_p(args),
+            )
+    return hows
+
+
+_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.complex128}
+
+
+def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=SCRATCH_BYTES):
+    rng = np.random.default_rng([batch, m, n, e, conjugate])
+    if conjugate:
+        dt = np.complex64 if e == 8 else np.complex128
+        x0 = (rng.standard_normal((batch, m, n)) + 1j * rng.standard_normal((batch, m, n))).astype(
+            dt
+        )
+    else:
+        x0 = rng.integers(0, 256, (batch, m, n, e), dtype=np.uint8).view(f"V{e}")[..., 0]
+    nbytes = x0.nbytes
+    buf = np.full(GUARD + nbytes + GUARD, POISON, np.uint8)
+    buf[GUARD : GUARD + nbytes] = x0.view(np.uint8).ravel()
+    x = buf[GUARD : GUARD + nbytes].view(x0.dtype)
+    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit)
+    want = np.swapaxes(x0, 1, 2)
+    if conjugate:
+        want = np.conj(want)
+    got = x.reshape(batch, n, m)
+    assert got.view(np.uint8).tobytes() == np.ascontiguousarray(want).view(np.uint8).tobytes()
+    assert (buf[:GUARD] == POISON).all() and (buf[GUARD + nbytes :] == POISON).all()
+    return hows
+
+
+SHAPES = [
+    (1, 40, 40),  # square: tiles of 16 cut at the edge
+    (1, 70, 100),  # SPLIT through bands (100 columns), gcd 10
+    (2, 150, 37),  # bands whose split wraps (m < the band's columns' splits)
+    (2, 17, 17),
+    (1, 7, 13),  # primes
+    (2, 13, 7),
+    (1, 12, 18),  # gcd 6
+    (1, 18, 12),
+    (1, 3, 97),  # skinny
+    (2, 97, 3),
+    (1, 1, 9),
+    (1, 2, 64),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("inplace_emu")
+
+
+@pytest.mark.parametrize("batch, m, n", SHAPES)
+def test_the_passes_transpose_4_byte_elements(batch, m, n, tmp):
+    _check(batch, m, n, 4, tmp)
+
+
+@pytest.mark.parametrize("e", [1, 2, 8, 16])
+@pytest.mark.parametrize("batch, m, n", [(1, 20, 20), (2, 6, 10), (1, 11, 5)])
+def test_every_element_size(batch, m, n, e, tmp):
+    _check(batch, m, n, e, tmp)
+
+
+@pytest.mark.parametrize("e", [8, 16])
+@pytest.mark.parametrize("batch, m, n", [(1, 18, 18), (2, 6, 9), (1, 1, 7)])
+def test_conjugate(batch, m, n, e, tmp):
+    _check(batch, m, n, e, tmp, conjugate=True)
+
+
+@pytest.mark.parametrize("limit", [16, 50, 1 << 20])
+@pytest.mark.parametrize("batch, m, n", [(1, 5, 24), (2, 4, 6), (1, 7, 13)])
+def test_rows_past_shared_memory_go_through_the_scratch_in_groups(batch, m, n, limit, tmp):
+    """Shared memory of 16 bytes: every row is shuffled through the scratch, in groups of
+    as many rows as `limit` bytes hold (one at least)."""
+    hows = _check(batch, m, n, 4, tmp, optin=16, scratch_limit=limit)
+    shuffle = next(h for h in hows if h.kind == "shuffle")
+    assert shuffle.aux == "rows" and shuffle.rows_per == max(1, min(limit // (4 * n), batch * m))
+
+
+@pytest.mark.parametrize("limit", [0, 1 << 20])
+@pytest.mark.parametrize("batch, m, n", [(1, 13, 7), (2, 29, 5), (1, 12, 18), (3, 40, 9)])
+def test_permute_by_leaders_or_by_pieces(batch, m, n, limit, tmp):
+    """No scratch: a warp a whole cycle (leaders); room for it: pieces of the few cycles
+    walked side by side, their first rows saved first."""
+    hows = _check(batch, m, n, 8, tmp, scratch_limit=limit)
+    kinds = [h.spec.piece for h in hows]
+    if limit:
+        assert "permute_save" in kinds and "permute_pieces" in kinds
+    else:
+        assert "permute" in kinds
+
+
+def _banded(m: int, n: int, e: int, rule: int) -> float:
+    """The share of split_band's blocks (of their pairs) that swap through the bands, by the
+    kernel's rule: both bands of at most BAND_ROWS rows."""
+    plan = plan_inplace(1, m, n)
+    w = band_cols(e)
+    banded = total = 0
+    for t0 in range(0, m // 2, BAND_PAIRS):
+        for j0 in range(0, n, w):
+            t = np.arange(t0, min(t0 + BAND_PAIRS, m // 2))[:, None]
+            j = np.arange(j0, min(j0 + w, n))[None, :]
+            s = split_point(j, rule, m, plan.b)
+            first = t < s // 2
+            u = t - s // 2
+            live = first | (u < (m - s) // 2)
+            lo = np.where(first, t, s + u)[live]
+            hi = np.where(first, s - 1 - t, m - 1 - u)[live]
+            if lo.size:
+                total += 1
+                fits = lo.max() - lo.min() < BAND_ROWS and hi.max() - hi.min() < BAND_ROWS
+                banded += bool(fits)
+    return banded / max(1, total)
+
+
+@pytest.mark.parametrize("e", [4, 16])
+@pytest.mark.parametrize(
+    "batch, m, n", [(1, 300, 64), (1, 130, 33), (2, 31, 64), (1, 20, 200), (1, 360, 96)]
+)
+def test_split_through_bands(batch, m, n, e, tmp):
+    """Tall enough matrices take the bands in most blocks (short ones, or blocks whose pairs
+    straddle a column's split, swap in global memory): both paths end bit-exact."""
+    hows = _check(batch, m, n, e, tmp)
+    splits = [h for h in hows if h.kind == "split"]
+    assert [h.spec.piece for h in splits] == ["split_band"] * (1 + (math.gcd(m, n) > 1))
+    if m >= 300:
+        assert min(_banded(m, n, e, h.args["split"]) for h in splits) > 0.5
+
+
+def test_grids_are_capped_and_every_kernel_has_its_name():
+    plan = plan_inplace(3, 1000, 600)
+    hows = pass_launches(plan, 4, PARAMS, 2, 227 << 10, row_cycles(1000, 600, plan.a))
+    assert [h.kind for h in hows][:4] == ["reverse", "split", "shuffle", "split"]
+    assert all(1 <= h.blocks <= 2 * PARAMS.blocks_per_sm for h in hows)
+    assert len({h.spec.name for h in hows}) == len(hows) - 1  # SPLIT twice, one kernel

@@ -193,6 +193,9 @@ recipe_ceiling() {
       ;;
     esac
     grep -E "access pattern alone|% of the pattern" "$OUT"/ceiling-"$part"-*.txt | tee -a "$LOG"
+  done
+}
+
 # In-place transposes: their GPU tests, then `bench --inplace N --seed S` for each of SEEDS
 # (transpose_() against transpose() and copy, each pass timed).
 recipe_inplace() {

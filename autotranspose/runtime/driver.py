@@ -52,7 +52,7 @@ FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute
 # Stream handles with a meaning of their own: NULL and CU_STREAM_LEGACY are the legacy default
 # stream, CU_STREAM_PER_THREAD the per-thread default stream, of whichever context is current.
 SPECIAL_STREAMS = (0, 1, 2)
-_PARAM_CAPACITY = _native.CAPACITY  # bytes of kernel arguments (the gathers' 368 the most)
+_PARAM_CAPACITY = _native.CAPACITY  # bytes of kernel arguments (the gathers' 368, the box patterns' 408)
 # Offsets of the transpose kernels' arguments (compiler.ARG_FORMAT "PPqqqqqqIII").
 TRANSPOSE_OFFSETS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 68, 72)
 TRANSPOSE_BYTES = 76

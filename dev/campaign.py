@@ -16,8 +16,8 @@ import json
 import time
 from pathlib import Path
 
-from autotranspose.kernels.config import config_space, max_vec
-from autotranspose.kernels.shapes import parse_shape, shape_class
+from autotranspose.kernels.config import config_space
+from autotranspose.kernels.shapes import max_vec, parse_shape, shape_class
 from autotranspose.store import Store, textio
 from autotranspose.tuner.study import DEFAULT_BATCH, tune
 from autotranspose.tuner.worker import GpuObjective

@@ -28,9 +28,9 @@ from autotranspose.kernels.config import (
     ConfigError,
     KernelConfig,
     cap_steps,
-    max_vec,
     seed_config,
 )
+from autotranspose.kernels.shapes import max_vec
 from autotranspose.plans.dtypes import element_type
 from autotranspose.runtime.compiler import precompile
 

@@ -30,13 +30,13 @@ from autotranspose.kernels.config import (
     KernelConfig,
     flat_default,
     flat_prmt_space,
-    max_vec,
     prmt_default,
     prmt_space,
     staged_default,
     tall_default,
     wide_default,
 )
+from autotranspose.kernels.shapes import max_vec
 from autotranspose.kinds.prmt import PrmtParams
 from autotranspose.runtime.compiler import activate
 

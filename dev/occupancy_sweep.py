@@ -35,10 +35,10 @@ from autotranspose.kernels.config import (
     ConfigError,
     KernelConfig,
     few_rows_default,
-    max_vec,
     seed_config,
     staged_default,
 )
+from autotranspose.kernels.shapes import max_vec
 from autotranspose.runtime.compiler import precompile
 
 DT = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}

@@ -26,7 +26,8 @@ from _sweep import (
 )
 
 from autotranspose.dispatch.transpose import choose_config
-from autotranspose.kernels.config import KernelConfig, max_vec, prmt_space, staged_default
+from autotranspose.kernels.config import KernelConfig, prmt_space, staged_default
+from autotranspose.kernels.shapes import max_vec
 
 CASES = [
     ((1, 4099, 6007), 1),

@@ -18,8 +18,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from autotranspose.kernels.config import config_space, max_vec
-from autotranspose.kernels.shapes import shape_class
+from autotranspose.kernels.config import config_space
+from autotranspose.kernels.shapes import max_vec, shape_class
 from autotranspose.plans.dtypes import element_type
 from autotranspose.store import Store, textio
 from autotranspose.store.measurement import Measurement

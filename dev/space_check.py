@@ -38,8 +38,8 @@ from typing import Any
 from autotranspose.bench.cases import random_cases
 from autotranspose.dispatch import lookup
 from autotranspose.dispatch.transpose import served
-from autotranspose.kernels.config import config_space, max_vec, seed_config
-from autotranspose.kernels.shapes import parse_shape, shape_class
+from autotranspose.kernels.config import config_space, seed_config
+from autotranspose.kernels.shapes import max_vec, parse_shape, shape_class
 from autotranspose.plans.dtypes import element_type
 from autotranspose.runtime.compiler import activate, precompile
 from autotranspose.runtime.launch import contiguous_launch

@@ -18,7 +18,8 @@ import numpy as np
 from _sweep import case_ratio as _ratio, measure_ranked, print_ranked, results_log
 
 from autotranspose.dispatch.transpose import choose_config
-from autotranspose.kernels.config import KernelConfig, max_vec, staged_default, staged_space
+from autotranspose.kernels.config import KernelConfig, staged_default, staged_space
+from autotranspose.kernels.shapes import max_vec
 from autotranspose.runtime.compiler import activate
 
 CASES = [((1, 4099, 6007), s) for s in (1, 2, 4, 8)]

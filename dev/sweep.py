@@ -15,7 +15,8 @@ from pathlib import Path
 
 from autotranspose.bench.reports import format_table
 from autotranspose.bench.runners import bench_case
-from autotranspose.kernels.config import NEWEST, ConfigError, KernelConfig, max_vec
+from autotranspose.kernels.config import NEWEST, ConfigError, KernelConfig
+from autotranspose.kernels.shapes import max_vec
 from autotranspose.runtime.compiler import activate
 from autotranspose.tuner.measure import Bench, measure_configs
 

@@ -16,9 +16,9 @@ from autotranspose.kernels.config import (
     KernelConfig,
     config_space,
     default_config,
-    max_vec,
     seed_config,
 )
+from autotranspose.kernels.shapes import max_vec
 
 SIZES = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 

@@ -17,8 +17,7 @@ import pytest
 
 import autotranspose as at
 from autotranspose.dispatch import firstcall, lookup, picker as dispatch, winners
-from autotranspose.kernels.config import max_vec
-from autotranspose.kernels.shapes import shape_class
+from autotranspose.kernels.shapes import max_vec, shape_class
 from autotranspose.runtime.compiler import device_state, get_kernel
 from autotranspose.store import Store
 
@@ -145,7 +144,7 @@ _FIRST_CALL = textwrap.dedent("""
     import autotranspose as at
     from autotranspose.dispatch import firstcall, lookup
     from autotranspose.runtime.compiler import device_state, get_kernel
-    from autotranspose.kernels.config import max_vec
+    from autotranspose.kernels.shapes import max_vec
     from autotranspose.kernels.shapes import shape_class
     lookup.tuning_db_dir = lambda: None  # nothing shipped: a class nobody tuned
     m, n = int(sys.argv[1]), int(sys.argv[2])
@@ -199,7 +198,7 @@ _RACER = textwrap.dedent("""
     from autotranspose.runtime import compiler as _compiler
     from autotranspose.dispatch import picker as dispatch, firstcall
     from autotranspose.dispatch import lookup, winners
-    from autotranspose.kernels.config import max_vec
+    from autotranspose.kernels.shapes import max_vec
     from autotranspose.kernels.shapes import shape_class
     lookup.tuning_db_dir = lambda: None  # nothing shipped: classes nobody tuned
     index, barrier = int(sys.argv[1]), sys.argv[2]

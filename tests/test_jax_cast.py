@@ -455,7 +455,7 @@ def _program(driver: HostDriver, m: int, names: dict[str, int]):
     steps[0].launch, steps[0].in_off, steps[0].out_off = None, code("amax_in"), code("amax")
     steps[0].nbytes = 4
     steps[1].launch, steps[1].nbytes = ctypes.addressof(spec), 40
-    prog = _native.Program()
+    prog = _native.CProgram()
     prog.get, prog.set, prog.copy = (
         driver.address(f) for f in (driver.get, driver.set, driver.copy)
     )

@@ -480,12 +480,12 @@ def _launch_struct(driver: HostDriver, m: int, n: int) -> _native.Spec:
     return spec
 
 
-def _copy_program(driver: HostDriver, nbytes: int) -> tuple[_native.Program, object]:
+def _copy_program(driver: HostDriver, nbytes: int) -> tuple[_native.CProgram, object]:
     steps = (_native.Step * 2)()
     half = nbytes // 2
     for k, (off, size) in enumerate([(half, nbytes - half), (0, half)]):  # two copies, out of order
         steps[k].launch, steps[k].in_off, steps[k].out_off, steps[k].nbytes = None, off, off, size
-    prog = _native.Program()
+    prog = _native.CProgram()
     prog.get, prog.set, prog.copy = (
         driver.address(f) for f in (driver.get, driver.set, driver.copy)
     )

@@ -41,8 +41,7 @@ def test_tune_devices_all_spends_one_budget_over_every_gpu_and_transpose_serves_
     import autotranspose as at
     from autotranspose import cli
     from autotranspose.dispatch import lookup, picker as dispatch
-    from autotranspose.kernels.config import max_vec
-    from autotranspose.kernels.shapes import shape_class
+    from autotranspose.kernels.shapes import max_vec, shape_class
     from autotranspose.runtime.compiler import device_info
     from autotranspose.store import Store
 

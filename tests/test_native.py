@@ -336,7 +336,9 @@ COPY = ctypes.CFUNCTYPE(
 )
 
 
-def make_program(fake: FakeDriver, ctx: int, steps, copies: list) -> tuple[_native.Program, object]:
+def make_program(
+    fake: FakeDriver, ctx: int, steps, copies: list
+) -> tuple[_native.CProgram, object]:
     """An at_program of `steps` [(spec or None, in_off, out_off, nbytes)], copies recorded."""
 
     def copy(dst, src, nbytes, stream):
@@ -347,7 +349,7 @@ def make_program(fake: FakeDriver, ctx: int, steps, copies: list) -> tuple[_nati
     for k, (spec, i, o, nbytes) in enumerate(steps):
         arr[k].launch = ctypes.addressof(spec) if spec is not None else None
         arr[k].in_off, arr[k].out_off, arr[k].nbytes = i, o, nbytes
-    prog = _native.Program()
+    prog = _native.CProgram()
     cb = COPY(copy)
     prog.get, prog.set, prog.copy = (
         ctypes.cast(f, ctypes.c_void_p).value for f in (fake.get, fake.set, cb)

@@ -311,7 +311,7 @@ def test_forced_config_and_default_agree(rng):
 def test_past_2_31_elements():
     """int8 40000 x 53700 = 2.148e9 elements: offsets need 64-bit indexing."""
     from autotranspose.dispatch.transpose import choose_config
-    from autotranspose.kernels.config import max_vec
+    from autotranspose.kernels.shapes import max_vec
     from autotranspose.runtime.compiler import activate
 
     shape = (1, 40000, 53700)

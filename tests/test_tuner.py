@@ -34,11 +34,10 @@ from autotranspose.kernels.config import (
     config_space,
     default_config,
     direct_default,
-    max_vec,
     narrow_configs,
     seed_config,
 )
-from autotranspose.kernels.shapes import shape_class
+from autotranspose.kernels.shapes import max_vec, shape_class
 from autotranspose.plans.dtypes import element_type
 from autotranspose.runtime.device import DeviceInfo
 from autotranspose.store import Store

@@ -35,8 +35,8 @@ from autotranspose import cli
 from autotranspose.dispatch import lookup, winners
 from autotranspose.errors import StoreError
 from autotranspose.kernels import codegen
-from autotranspose.kernels.config import default_config, max_vec, staged_default
-from autotranspose.kernels.shapes import shape_class
+from autotranspose.kernels.config import default_config, staged_default
+from autotranspose.kernels.shapes import max_vec, shape_class
 from autotranspose.plans.dtypes import ELEMENT_SIZES, word_type
 from autotranspose.store import Store, resolve_url, sqlite_path, textio, upgrade, writes
 from autotranspose.store.models import Claim

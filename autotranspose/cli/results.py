@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import AutotransposeError, StoreError
-from ..kernels.config import max_vec
-from ..kernels.shapes import parse_dims, parse_shape, shape_class
+from ..kernels.shapes import max_vec, parse_dims, parse_shape, shape_class
 from ..plans.dtypes import element_type
 from ..plans.permute import plan_permute
 from .devices import local_device

@@ -128,7 +128,7 @@ def build(path: Path, compiler: str | None = None) -> Path:
 
 def load(path: Path) -> Any:
     """Load a built handler and check that its launcher structs are the ones this
-    autotranspose fills (`_native.Spec`, `_native.Program`)."""
+    autotranspose fills (`_native.Spec`, `_native.CProgram`)."""
     lib = ctypes.CDLL(str(path))
     for name in ("at_layout", "at_struct_size", "at_program_size"):
         getattr(lib, name).restype = ctypes.c_uint

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from numbers import Integral
 from types import MappingProxyType
@@ -358,19 +358,8 @@ class KernelConfig:
 
 # The fields every kind shares, as written, and the types of those that are not ints.
 _SHARED: tuple[str, ...] = (
-    "elem_bytes",
-    "tile_m",
-    "tile_n",
-    "vec",
-    "per_thread",
-    "pad",
-    "layout",
-    "raster",
-    "cache",
-    "conjugate",
-    "persistent",
-    "realign",
-    "min_blocks",
+    *("elem_bytes", "tile_m", "tile_n", "vec", "per_thread", "pad", "layout", "raster"),
+    *("cache", "conjugate", "persistent", "realign", "min_blocks"),
 )
 _SHARED_TYPES = {"layout": str, "raster": str, "cache": str, "conjugate": bool, "realign": bool}
 _FIELDS = frozenset({*_SHARED, "kind", "params"})
@@ -401,16 +390,8 @@ def _field_errors(c: KernelConfig, kind: Kind) -> Iterator[str]:
     """Every reason a config is invalid, each naming the field and what is allowed: the
     fields every kind shares here, its parameters' types, then the kind's own rules
     (`Kind.errors`)."""
-    ints = (
-        "elem_bytes",
-        "tile_m",
-        "tile_n",
-        "vec",
-        "per_thread",
-        "pad",
-        "persistent",
-        "min_blocks",
-    )
+    ints = ("elem_bytes", "tile_m", "tile_n", "vec", "per_thread", "pad", "persistent")
+    ints += ("min_blocks",)
     for name in ints:
         v = getattr(c, name)
         if type(v) is not int:
@@ -473,22 +454,6 @@ def cap_steps(c: KernelConfig) -> tuple[int, ...]:
     """The register caps (as min_blocks) the space holds for `c`'s kind and threads (a direct
     kernel's leave at least half the registers to what it is not loading)."""
     return c.policy.cap_steps(c)
-
-
-def max_vec(elem_bytes: int, *extents_and_strides: int, pointers: Iterable[int] = ()) -> int:
-    """Largest usable `vec` for a call: every row length, pitch and pointer must be a whole
-    number of vectors, and every vector aligned to its width."""
-    v = 16 // elem_bytes
-    while v > 1:
-        w = v * elem_bytes
-        if (
-            (v * elem_bytes >= 4)
-            and all(x % v == 0 for x in extents_and_strides)
-            and all(p % w == 0 for p in pointers)
-        ):
-            return v
-        v //= 2
-    return 1
 
 
 def config_space(

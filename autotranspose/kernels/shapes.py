@@ -10,13 +10,31 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..errors import LayoutError, ShapeError
 from ..plans.layout import disjoint
 from ..plans.permute import Pass
-from .config import KernelConfig, max_vec
+from .config import KernelConfig
+
+
+def max_vec(elem_bytes: int, *extents_and_strides: int, pointers: Iterable[int] = ()) -> int:
+    """Largest usable `vec` for a call: every row length, pitch and pointer must be a whole
+    number of vectors, and every vector aligned to its width."""
+    v = 16 // elem_bytes
+    while v > 1:
+        w = v * elem_bytes
+        if (
+            (v * elem_bytes >= 4)
+            and all(x % v == 0 for x in extents_and_strides)
+            and all(p % w == 0 for p in pointers)
+        ):
+            return v
+        v //= 2
+    return 1
+
 
 _MAX_BUCKET = 1 << 24
 _PATTERN = re.compile(r"(\d+)x(\d+)x(\d+)/v(\d+)")

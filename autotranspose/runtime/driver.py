@@ -32,6 +32,15 @@ from typing import Any
 
 from ..errors import CudaForkError, DeviceError, KernelLaunchError
 from . import native as _native
+from .signatures import (
+    EVENT_DISABLE_TIMING,
+    FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    MEMORYTYPE_HOST,
+    POINTER_ATTRIBUTE_CONTEXT,
+    POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+    POINTER_ATTRIBUTE_MEMORY_TYPE,
+    SIGNATURES as _SIGNATURES,
+)
 
 c_void_p, c_uint, c_int, c_size_t = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
 
@@ -43,79 +52,12 @@ c_void_p, c_uint, c_int, c_size_t = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
 _EXITING: list[bool] = []
 atexit.register(_EXITING.append, True)
 
-POINTER_ATTRIBUTE_CONTEXT = 1
-POINTER_ATTRIBUTE_MEMORY_TYPE = 2
-POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
-MEMORYTYPE_HOST = 1
-EVENT_DISABLE_TIMING = 2
-FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute
-# Stream handles with a meaning of their own: NULL and CU_STREAM_LEGACY are the legacy default
-# stream, CU_STREAM_PER_THREAD the per-thread default stream, of whichever context is current.
-SPECIAL_STREAMS = (0, 1, 2)
-_PARAM_CAPACITY = _native.CAPACITY  # bytes of kernel arguments (the gathers' 368, the box patterns' 408)
+_PARAM_CAPACITY = (
+    _native.CAPACITY
+)  # bytes of kernel arguments (the gathers' 368, the box patterns' 408)
 # Offsets of the transpose kernels' arguments (compiler.ARG_FORMAT "PPqqqqqqIII").
 TRANSPOSE_OFFSETS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 68, 72)
 TRANSPOSE_BYTES = 76
-
-_SIGNATURES: dict[str, list[Any]] = {
-    "cuInit": [c_uint],
-    "cuDriverGetVersion": [ctypes.POINTER(c_int)],
-    "cuGetErrorName": [c_int, ctypes.POINTER(ctypes.c_char_p)],
-    "cuDeviceGetCount": [ctypes.POINTER(c_int)],
-    "cuDeviceGet": [ctypes.POINTER(c_int), c_int],
-    "cuDevicePrimaryCtxRetain": [ctypes.POINTER(c_void_p), c_int],
-    "cuCtxGetCurrent": [ctypes.POINTER(c_void_p)],
-    "cuCtxSetCurrent": [c_void_p],
-    "cuCtxGetDevice": [ctypes.POINTER(c_int)],
-    "cuCtxSynchronize": [],
-    "cuPointerGetAttribute": [c_void_p, c_int, ctypes.c_uint64],
-    "cuLibraryLoadData": [
-        ctypes.POINTER(c_void_p),
-        ctypes.c_char_p,
-        c_void_p,
-        c_void_p,
-        c_uint,
-        c_void_p,
-        c_void_p,
-        c_uint,
-    ],
-    "cuLibraryGetKernel": [ctypes.POINTER(c_void_p), c_void_p, ctypes.c_char_p],
-    "cuKernelGetFunction": [ctypes.POINTER(c_void_p), c_void_p],
-    "cuKernelSetAttribute": [c_int, c_int, c_void_p, c_int],
-    "cuFuncSetAttribute": [c_void_p, c_int, c_int],
-    "cuLaunchKernel": [
-        c_void_p,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_void_p,
-        c_void_p,
-        c_void_p,
-    ],
-    "cuStreamGetCtx": [c_void_p, ctypes.POINTER(c_void_p)],
-    "cuStreamSynchronize": [c_void_p],
-    "cuStreamIsCapturing": [c_void_p, ctypes.POINTER(c_int)],
-    "cuStreamWaitEvent": [c_void_p, c_void_p, c_uint],
-    "cuEventCreate": [ctypes.POINTER(c_void_p), c_uint],
-    "cuEventRecord": [c_void_p, c_void_p],
-    "cuEventSynchronize": [c_void_p],
-    "cuEventElapsedTime": [ctypes.POINTER(ctypes.c_float), c_void_p, c_void_p],
-    "cuEventDestroy_v2": [c_void_p],
-    "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), c_size_t],
-    "cuMemFree_v2": [ctypes.c_uint64],
-    "cuMemAllocAsync": [ctypes.POINTER(ctypes.c_uint64), c_size_t, c_void_p],
-    "cuMemFreeAsync": [ctypes.c_uint64, c_void_p],
-    "cuMemsetD8_v2": [ctypes.c_uint64, ctypes.c_ubyte, c_size_t],
-    "cuMemsetD32_v2": [ctypes.c_uint64, c_uint, c_size_t],
-    "cuMemcpyHtoD_v2": [ctypes.c_uint64, c_void_p, c_size_t],
-    "cuMemcpyDtoH_v2": [c_void_p, ctypes.c_uint64, c_size_t],
-    "cuMemcpyDtoD_v2": [ctypes.c_uint64, ctypes.c_uint64, c_size_t],
-    "cuMemcpyDtoDAsync_v2": [ctypes.c_uint64, ctypes.c_uint64, c_size_t, c_void_p],
-}
 
 
 class _Lib:
@@ -486,7 +428,7 @@ class Program:
             for k, (prep, i, o, nbytes) in enumerate(self.steps):
                 arr[k].launch = prep.address if prep is not None else None
                 arr[k].in_off, arr[k].out_off, arr[k].nbytes = i, o, nbytes
-            prog = _native.Program()
+            prog = _native.CProgram()
             prog.get, prog.set, _ = _entry_points()
             prog.copy = ctypes.cast(lib().dll["cuMemcpyDtoDAsync_v2"], c_void_p).value
             prog.ctx, prog.count = ctx, len(self.steps)

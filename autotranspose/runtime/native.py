@@ -360,7 +360,7 @@ class Step(ctypes.Structure):
     ]
 
 
-class Program(ctypes.Structure):
+class CProgram(ctypes.Structure):
     """The C `at_program` struct: the steps of one call, run by `at_run` in one C call."""
 
     _fields_ = [
@@ -373,7 +373,7 @@ class Program(ctypes.Structure):
     ]
 
 
-PROGRAM_SIZES = ctypes.sizeof(Program) << 8 | ctypes.sizeof(Step)
+PROGRAM_SIZES = ctypes.sizeof(CProgram) << 8 | ctypes.sizeof(Step)
 
 # at_transpose(spec, src, dst, stream, restore); PYFUNCTYPE keeps the GIL: the call takes
 # about a microsecond, less than releasing and re-taking the GIL would cost (PyTorch and CuPy

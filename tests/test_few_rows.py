@@ -95,13 +95,7 @@ def test_four_byte_rows_in_8_byte_words_get_tiles_no_taller_than_the_rows() -> N
         if vec == 1:
             assert c is None, rows  # 4-byte words: the wide byte-permute kernel's
             continue
-        assert c is not None and not (
-            c.spans_short_side
-            or c.flag("staged")
-            or c.kind == "prmt"
-            or c.realign
-            or c.kind == "direct"
-        )
+        assert c is not None and c.kind == "tiled" and not c.realign
         assert c.tile_m <= rows and c.vec == 2 and c.raster == "col" and c.fits(NEWEST)
         assert c in _space(4, vec)
 
@@ -113,13 +107,7 @@ def test_two_byte_rows_in_4_byte_words_get_tiles_of_up_to_128_rows() -> None:
     for _ in range(200):
         rows = rng.randrange(64, FEW_ROWS_MAX)
         c = few_rows_default(2, rows, 10 * rows, 2)
-        assert c is not None and not (
-            c.spans_short_side
-            or c.flag("staged")
-            or c.kind == "prmt"
-            or c.realign
-            or c.kind == "direct"
-        )
+        assert c is not None and c.kind == "tiled" and not c.realign
         assert c.tile_m <= min(rows, 128) < 2 * c.tile_m and c.vec == 2 and c.fits(NEWEST)
         assert (c.per_thread, c.raster, c.pad) == (8, "col", 1) and c.min_blocks * c.threads == 1024
         assert c in _space(2, 2)
@@ -170,13 +158,7 @@ def test_few_columns_get_a_tiled_tile_barely_wider_than_them(elem_bytes: int) ->
         cols, vec = rng.randrange(1, FEW_COLS_MAX + 1), rng.choice((1, 2, 4, 8, 16))
         rows = rng.randrange(FEW_COLS_RATIO * cols, 10**7)
         c = few_cols_default(elem_bytes, rows, cols, vec)
-        assert c is not None and not (
-            c.spans_short_side
-            or c.flag("staged")
-            or c.kind == "prmt"
-            or c.realign
-            or c.kind == "direct"
-        )
+        assert c is not None and c.kind == "tiled" and not c.realign
         assert c.tile_n == (16 if cols <= 16 else 32) and c.tile_n >= cols
         assert c.vec <= vec and c.vec * elem_bytes <= 16 and c.cache == "stream"
         assert c.min_blocks in (0, *occupancy_steps(c.threads)) and c.fits(NEWEST)

@@ -3,7 +3,7 @@ permutes and cast-transposes on an H200 and an H100 (shipped results, no databas
 decision (the untuned default, the served config, whether it is raced, the first call's
 candidates, a permute's race, a cast's default and race list) equals
 tests/data/policy_snapshot.json. Regenerate it only for an intended change of what is served:
-``python3 tests/test_policy.py --write``."""
+``PYTHONPATH=. python3 tests/test_policy.py --write``."""
 
 from __future__ import annotations
 
@@ -16,11 +16,9 @@ from typing import Any
 
 import pytest
 
-from autotranspose.dispatch import cast as cast_dispatch, firstcall, lookup
-from autotranspose.dispatch.transpose import overhangs
-from autotranspose.kernels.config import KernelConfig, default_config, few_rows_default, for_call
-from autotranspose.kernels.shapes import call_vec, flat_fits, shape_class
-from autotranspose.kinds import cast as cast_kind
+from autotranspose.dispatch import cast as cast_dispatch, lookup, policy
+from autotranspose.kernels.config import KernelConfig
+from autotranspose.kernels.shapes import call_vec, shape_class
 from autotranspose.kinds.cast import PAIRS
 from autotranspose.plans.cast import plan_cast
 from autotranspose.plans.layout import contiguous_strides
@@ -136,34 +134,21 @@ def transpose_answer(device: DeviceInfo, case: tuple[Any, ...]) -> dict[str, Any
     vec = call_vec(e, b, m, n, ld_in, ld_out, m * ld_in, n * ld_out, (ptr, 0))
     cls = shape_class(b, m, n, vec)
     choice = lookup.choose(device, e, cls, store=None, conjugate=conjugate)
-    cfg = for_call(choice.config, m, n)
-    if cfg.spans_short_side and not flat_fits(cfg, m, n, ld_in, ld_out):
-        cfg = default_config(e, max_vector=vec, conjugate=conjugate)
-    raced = (
-        lookup.is_guess(choice, cls)
-        or (choice.source == "shipped" and overhangs(cfg, m, n))
-        or lookup.far_below(choice)
-        or lookup.other_rows(choice.shape, m, n)
-    )
+    cfg = policy.served(choice, e, m, n, ld_in, ld_out, vec, conjugate)
 
     def runnable(c: KernelConfig) -> bool:
-        return (
-            c.fits(device.limits)
-            and (c.vec <= vec or c.any_offset)
-            and c.applies(m, n)
-            and (not c.spans_short_side or flat_fits(c, m, n, ld_in, ld_out))
-        )
+        return policy.runs(c, device.limits, m, n, vec, ld_in, ld_out)
 
     near = lookup.neighbours(device, e, cls, store=None)
-    portfolio = firstcall.candidates(cfg, near, e, m, n, vec, conjugate, runnable)
+    portfolio = policy.candidates(cfg, near, e, m, n, vec, conjugate, runnable)
     return {
-        "copy": not conjugate and ((n == 1 and ld_in == 1) or (m == 1 and ld_out == 1)),
+        "copy": not conjugate and policy.copies(m, n, ld_in, ld_out),
         "source": choice.source,
         "chosen": choice.config.key,
         "served": cfg.key,
-        "raced": raced,
-        "default": lookup.default_choice(e, cls, device.limits, conjugate).config.key,
-        "few_rows": _key(few_rows_default(e, m, n, vec, conjugate)),
+        "raced": policy.raced(choice, cfg, cls, m, n),
+        "default": policy.default_choice(e, cls, device.limits, conjugate).config.key,
+        "few_rows": _key(policy.few_rows_default(e, m, n, vec, conjugate)),
         "candidates": [c.key for c in portfolio],
     }
 
@@ -172,7 +157,7 @@ def permute_answer(device: DeviceInfo, case: tuple[Any, ...]) -> dict[str, Any]:
     dtype, shape, axes = case
     plan = plan_permute(shape, axes, SIZES[dtype])
     got: dict[str, Any] = {
-        "race": [p.describe() for p in (plan.passes[:1] + plan.alternatives)],
+        "race": [p.describe() for p in (*plan.passes[:1], *policy.permute_race(plan))],
     }
     if plan.passes and plan.passes[0].kind == TRANSPOSE:
         got["kernel"] = lookup.permute_kernel(plan, device, store=None).kernel
@@ -188,26 +173,16 @@ def cast_answer(device: DeviceInfo, case: tuple[Any, ...]) -> dict[str, Any]:
     if plan.two_pass:
         return {"two_pass": True}
     y_ptr = offset * dst.size
-    aligned = all(
-        not lc.transpose
-        or ((y_ptr + lc.o0 * dst.size) | lc.ld_o * dst.size | lc.bs_o * dst.size) % 16 == 0
-        for lc in plan.launches
-    )
+    aligned = policy.cast_aligned_out(plan, dst, y_ptr)
     if not plan.launches[0].transpose:
-        return {"served": cast_kind.default(KernelConfig, src, dst, aligned).key}
+        return {"served": policy.cast_default(src, dst, aligned).key}
     cls = cast_dispatch.cast_class(plan, src, 0)
     choice = lookup.cast_choice(device, code, cls, both=bool(both), aligned_out=aligned, store=None)
-    limits = device.limits
-
-    def runnable(c: KernelConfig) -> bool:
-        return c.kind == "cast" and c.params.pair == code and c.fits(limits)
-
-    configs = [choice.config, *cast_kind.race_candidates(KernelConfig, src, dst, limits)]
-    race = list(dict.fromkeys(c for c in configs if runnable(c)))
+    race = policy.cast_race(choice.config, src, dst, device.limits)
     return {
         "source": choice.source,
         "served": choice.config.key,
-        "raced": lookup.is_guess(choice, cls),
+        "raced": policy.is_guess(choice, cls),
         "race": [c.key for c in race],
     }
 

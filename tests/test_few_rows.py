@@ -1,4 +1,4 @@
-"""Few long rows of 4- to 16-byte elements (`config.few_rows_default`): direct tiles for 8-
+"""Few long rows of 4- to 16-byte elements (`policy.few_rows_default`): direct tiles for 8-
 and 16-byte elements, tiled ones no taller than the rows for 4-byte words; the direct
 defaults by shape (`config.direct_default`); raced at a first call, served by default to classes nobody tuned, a tuner warm
 start (CPU); nvcc's resource report; correctness on the GPU for rows of every count the rule

@@ -29,12 +29,12 @@ from _sweep import (
 
 from autotranspose.bench.reports import format_table
 from autotranspose.bench.runners import bench_case
+from autotranspose.dispatch.policy import few_rows_default
 from autotranspose.dispatch.transpose import choose_config
 from autotranspose.kernels.config import (
     MAX_THREADS_PER_SM,
     ConfigError,
     KernelConfig,
-    few_rows_default,
     seed_config,
     staged_default,
 )

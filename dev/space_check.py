@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from autotranspose.bench.cases import random_cases
-from autotranspose.dispatch import lookup
+from autotranspose.dispatch import lookup, policy
 from autotranspose.dispatch.transpose import served
 from autotranspose.kernels.config import config_space, seed_config
 from autotranspose.kernels.shapes import max_vec, parse_shape, shape_class
@@ -232,7 +232,7 @@ def check_serving(state: Any, dtype: str, shape: tuple[int, int, int], args: Any
         raise SystemExit(
             f"{dtype} {shape} is served as a copy, not a kernel config: pick another shape"
         )
-    default = lookup.default_choice(et.size, cls, state.info.limits).config
+    default = policy.default_choice(et.size, cls, state.info.limits).config
     extra = {"served": choice.config, "default": default, "seed": seed_config(et.size)}
     row = {"source": choice.source, "first_call_wall_s": round(first_call_s, 2)}
     return {

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from autotranspose.dispatch import policy
 from autotranspose.errors import ConfigError
 from autotranspose.kernels import codegen, config as C
 
@@ -119,7 +120,7 @@ def defaults() -> dict[str, Any]:
                 out[f"narrow_default/{s}/{m}x{n}/{conj}"] = _call(C.narrow_default, s, m, n, conj)
                 for vec in (1, 2, 4, 8, 16):
                     out[f"few_rows_default/{s}/{m}x{n}/{vec}/{conj}"] = _call(
-                        C.few_rows_default, s, m, n, vec, conj
+                        policy.few_rows_default, s, m, n, vec, conj
                     )
                     out[f"few_cols_default/{s}/{m}x{n}/{vec}/{conj}"] = _call(
                         C.few_cols_default, s, m, n, vec, conj
@@ -157,7 +158,7 @@ def samples() -> list[C.KernelConfig]:
             for c in [
                 C.direct_default(s, m, n),
                 *C.narrow_configs(s, m, n),
-                C.few_rows_default(s, m, n, 2),
+                policy.few_rows_default(s, m, n, 2),
                 C.few_cols_default(s, m, n, 4),
             ]:
                 if c is not None:

@@ -107,6 +107,18 @@ FORBIDDEN: dict[str, list[str]] = {
     "tuner.measure": ["calls.transpose", "tuner.study", "store", "dispatch.lookup", "tuner.worker"],
     "tuner.worker": ["calls.transpose", "tuner.study", "store", "dispatch.lookup"],
     "dispatch.lookup": [*CUDA, "tuner.measure", "tuner.worker", "tuner.study"],
+    # what every call runs when no config is forced, decided in one pure module: it reads no
+    # database (lookup reads them and asks it) and measures nothing (firstcall, winners)
+    "dispatch.policy": [
+        *CUDA,
+        "dispatch.lookup",
+        "dispatch.firstcall",
+        "dispatch.winners",
+        "store",
+        "tuner.measure",
+        "tuner.worker",
+        "tuner.study",
+    ],
     "dispatch.firstcall": [
         "calls.transpose",
         "tuner.measure",

@@ -52,14 +52,14 @@ def test_the_cast_kind_is_registered_and_named_by_its_pair():
 
 
 def test_cast_kernels_are_not_in_the_transpose_space():
-    assert not any(c.cast for c in at.config_space("float32"))
+    assert not any(c.kind == "cast" for c in at.config_space("float32"))
 
 
 @pytest.mark.parametrize("code", PAIRS)
 def test_every_pair_has_a_default_of_16_byte_loads_that_fits_a_block(code):
     src, dst = cast.PAIRS[code]
     cfg = cast.default(KernelConfig, src, dst)
-    assert (cfg.elem_bytes, cfg.vec * src.size, cfg.cast) == (src.size, 16, code)
+    assert (cfg.elem_bytes, cfg.vec * src.size, cfg.params.pair) == (src.size, 16, code)
     assert cfg.threads <= 1024 and cfg.smem_bytes <= 48 * 1024
     assert cfg.tile_m % (16 // dst.size) == 0  # an output row's piece is whole 16-byte stores
     if cfg.min_blocks:  # a register cap, where there is one, keeps 768-1024 threads an SM
@@ -94,7 +94,7 @@ def test_the_space_is_small_valid_and_holds_the_default():
     for code in ("f32_e4m3", "bf16_e5m2", "f16_f16"):
         src, dst = cast.PAIRS[code]
         space = list(cast.space(KernelConfig, src, dst))
-        assert 50 < len(space) < 2000 and all(c.cast == code for c in space)
+        assert 50 < len(space) < 2000 and all(c.params.pair == code for c in space)
         assert cast.default(KernelConfig, src, dst).replace(min_blocks=0) in space
 
 
@@ -149,7 +149,7 @@ def test_the_capped_race_candidates_compile_without_spills(arch):
     capped = [c for src, dst in cast.PAIRS.values() for c in cast.capped(KernelConfig, src, dst)]
     assert capped and all(c.min_blocks * c.threads <= 1024 for c in capped)
     for c in capped:  # each is its pair's default with one block more an SM
-        src, dst = cast.PAIRS[c.cast]
+        src, dst = cast.PAIRS[c.params.pair]
         assert c.replace(min_blocks=c.min_blocks - 1) == cast.default(KernelConfig, src, dst)
         assert c in cast.race_candidates(KernelConfig, src, dst)
     assert_compile_without_spills(capped, arch)

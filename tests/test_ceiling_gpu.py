@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 
 from autotranspose.bench.runners import PATTERN, bench_case, bench_permute_case
+from autotranspose.dispatch import policy
 from autotranspose.kernels import config as C
 
 pytestmark = pytest.mark.gpu
 
 
 def _regt(s: int, m: int, n: int):
-    return C.for_call(C.regt_default(s, m, n), m, n)
+    return policy.for_call(C.regt_default(s, m, n), m, n)
 
 
 # (what, config, (batch, m, n), dtype): a served config of each kind on a call it takes

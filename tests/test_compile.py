@@ -145,7 +145,8 @@ def test_capped_defaults_compile_within_their_cap_without_spills(arch):
     """The served configs whose registers are capped (`min_blocks`): the staged 2-, 4- and
     8-byte defaults and the few-rows tiles of 16 rows. ptxas keeps them within the cap the bounds ask
     for, with no spill (other capped configs of the space may spill: the tuner measures them)."""
-    from autotranspose.kernels.config import few_rows_default, staged_default
+    from autotranspose.dispatch.policy import few_rows_default
+    from autotranspose.kernels.config import staged_default
 
     capped = [
         staged_default(2),

@@ -15,7 +15,7 @@ from _gpu import assert_kind_at_every_offset, assert_kind_matches_reference, ass
 from _nvcc import assert_compile_without_spills
 
 import autotranspose as at
-from autotranspose.dispatch import firstcall, lookup
+from autotranspose.dispatch import lookup, policy
 from autotranspose.errors import ConfigError
 from autotranspose.kernels.codegen import kernel_source, render_outer
 from autotranspose.kernels.config import (
@@ -219,12 +219,12 @@ def test_a_class_with_a_side_of_at_most_8_gets_the_narrow_tile_by_default(s):
     for short in (2, 3, 5, 8):
         for m, n in ((long, short), (short, long)):
             cls = shape_class(1, m, n, 1)
-            choice = lookup.default_choice(s, cls, NEWEST)
+            choice = policy.default_choice(s, cls, NEWEST)
             # 1- and 2-byte sides of at most 16 bytes: the register transpose first
             want = regt_default(s, cls.m, cls.n, exact=False) or narrow_default(s, cls.m, cls.n)
             assert choice.source == "default" and choice.config == want
     assert (
-        lookup.default_choice(s, shape_class(1, long, 9, 1), NEWEST).config.tile_n
+        policy.default_choice(s, shape_class(1, long, 9, 1), NEWEST).config.tile_n
         not in DIRECT_NARROW
     )
 
@@ -235,10 +235,10 @@ def test_the_first_call_races_the_narrow_tiles_right_after_the_guess(s):
     guess, *near = rng.sample(list(config_space(ANY_DTYPE[s])), 4)
     short, long = rng.randrange(2, 9), rng.randrange(10**5, 10**8)
     for m, n in ((long, short), (short, long)):
-        got = firstcall.candidates(guess, near, s, m, n, 1, False, lambda c: True)
+        got = policy.candidates(guess, near, s, m, n, 1, False, lambda c: True)
         want = [c for c in (regt_default(s, m, n), *narrow_configs(s, m, n)) if c is not None]
         assert got[0] == guess and got[1 : 1 + len(want)] == want
-    got = firstcall.candidates(guess, near, s, long, 9, 1, False, lambda c: True)
+    got = policy.candidates(guess, near, s, long, 9, 1, False, lambda c: True)
     assert not any(c.kind == "direct" and _narrow(c) for c in got)
 
 

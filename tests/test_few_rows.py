@@ -1,4 +1,4 @@
-"""Few long rows of 4- to 16-byte elements (`config.few_rows_default`): direct tiles for 8-
+"""Few long rows of 4- to 16-byte elements (`policy.few_rows_default`): direct tiles for 8-
 and 16-byte elements, tiled ones no taller than the rows for 4-byte words; the direct
 defaults by shape (`config.direct_default`); raced at a first call, served by default to classes nobody tuned, a tuner warm
 start (CPU); nvcc's resource report; correctness on the GPU for rows of every count the rule
@@ -15,7 +15,8 @@ import pytest
 from _gpu import assert_match_reference
 from _nvcc import assert_compile_without_spills
 
-from autotranspose.dispatch import firstcall, lookup
+from autotranspose.dispatch import policy
+from autotranspose.dispatch.policy import few_rows_default
 from autotranspose.kernels.config import (
     DIRECT_FEW_ROWS_MIN,
     DIRECT_SIZES,
@@ -29,7 +30,6 @@ from autotranspose.kernels.config import (
     default_config,
     direct_default,
     few_cols_default,
-    few_rows_default,
     occupancy_steps,
     prmt_default,
     wide_rows,
@@ -113,7 +113,7 @@ def test_two_byte_rows_in_4_byte_words_get_tiles_of_up_to_128_rows() -> None:
         assert c in _space(2, 2)
     assert few_rows_default(2, 63, 1000, 2) is None
     assert few_rows_default(2, 100, 1000, 1) is None and few_rows_default(2, 100, 1000, 4) is None
-    got = firstcall.candidates(prmt_default(2), [], 2, 134, 777624, 2, False, lambda c: True)
+    got = policy.candidates(prmt_default(2), [], 2, 134, 777624, 2, False, lambda c: True)
     assert few_rows_default(2, 134, 777624, 2) in got[:5]  # after the guess and staged tiles
 
 
@@ -195,12 +195,12 @@ def test_the_first_call_races_it_right_after_the_guess(elem_bytes: int) -> None:
     dtype = DTYPES[elem_bytes]
     guess, *near = rng.sample(list(config_space(dtype)), 4)
     m, n = rng.randrange(16, FEW_ROWS_MAX), rng.randrange(100_000, 3_000_000)
-    got = firstcall.candidates(guess, near, elem_bytes, m, n, 1, False, lambda c: True)
+    got = policy.candidates(guess, near, elem_bytes, m, n, 1, False, lambda c: True)
     rule = few_rows_default(elem_bytes, m, n, 1)
     assert got[0] == guess and (rule == guess or got[1] == rule)
     # few columns (the rule is for rows): the direct kernel for the shape, then the nearest
     # classes' results
-    got = firstcall.candidates(guess, near, elem_bytes, n, m, 1, False, lambda c: True)
+    got = policy.candidates(guess, near, elem_bytes, n, m, 1, False, lambda c: True)
     cols = few_cols_default(elem_bytes, n, m, 1)  # and, for at most 32 columns, the narrow tile
     assert got[: 4 if cols else 3] == [
         guess,
@@ -216,7 +216,7 @@ def test_a_class_nobody_tuned_gets_it_for_its_fewest_rows(elem_bytes: int) -> No
     m, n = rng.randrange(17, FEW_ROWS_MAX), rng.randrange(100_000, 3_000_000)
     for vec in (2, 1):  # 8-byte words, and rows of single elements at any alignment
         cls = shape_class(1, m, n | (vec == 1), vec)
-        choice = lookup.default_choice(elem_bytes, cls, NEWEST)
+        choice = policy.default_choice(elem_bytes, cls, NEWEST)
         rule = few_rows_default(elem_bytes, cls.m // 2 + 1, cls.n // 2 + 1, vec)
         if elem_bytes == 4 and vec == 1:  # no rule: the few-long-rows default (lookup), if any
             assert rule is None
@@ -229,7 +229,7 @@ def test_a_class_nobody_tuned_gets_it_for_its_fewest_rows(elem_bytes: int) -> No
         # direct tiles cost the same full or edge; tiled ones fit the class's fewest rows
         assert choice.config.kind == "direct" or choice.config.tile_m <= cls.m // 2 + 1
     # many rows: the default tiled config as before
-    assert lookup.default_choice(
+    assert policy.default_choice(
         elem_bytes, shape_class(1, n, n, 2), NEWEST
     ).config == default_config(elem_bytes, max_vector=2)
 

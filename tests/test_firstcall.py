@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from autotranspose.dispatch import firstcall
+from autotranspose.dispatch import firstcall, policy
 from autotranspose.kernels.config import (
     FLAT_SHORT_SIDE,
     NEWEST,
@@ -35,9 +35,9 @@ def test_the_portfolio_starts_with_the_guess_and_holds_every_kind_once(elem_byte
     guess, *near = rng.sample(space, 4)
     near.append(guess)  # duplicates are dropped
     m, n = rng.randrange(2, FLAT_SHORT_SIDE + 1), rng.randrange(10_000, 10**6)
-    got = firstcall.candidates(guess, near, elem_bytes, m, n, 1, conjugate, _any)
+    got = policy.candidates(guess, near, elem_bytes, m, n, 1, conjugate, _any)
     assert got[0] == guess.replace(conjugate=conjugate)
-    assert len(got) == len(set(got)) <= firstcall.MAX_CANDIDATES
+    assert len(got) == len(set(got)) <= policy.MAX_CANDIDATES
     assert all(c.conjugate == conjugate for c in got)
     wanted = [
         default_config(elem_bytes, max_vector=1),
@@ -46,7 +46,7 @@ def test_the_portfolio_starts_with_the_guess_and_holds_every_kind_once(elem_byte
         seed_config(elem_bytes),
     ]
     for c in wanted:
-        if c is not None and len(got) < firstcall.MAX_CANDIDATES:
+        if c is not None and len(got) < policy.MAX_CANDIDATES:
             assert c.replace(conjugate=conjugate) in got
 
 
@@ -58,11 +58,11 @@ def test_the_portfolio_keeps_only_what_can_run_the_call():
     def runnable(c):
         return c.vec == 1 and not c.spans_short_side
 
-    got = firstcall.candidates(guess, near, 4, 5000, 7000, 1, False, runnable)
+    got = policy.candidates(guess, near, 4, 5000, 7000, 1, False, runnable)
     assert got and all(runnable(c) for c in got)
     # no flat default for a call with no short side
     assert not any(
-        c.spans_short_side for c in firstcall.candidates(guess, [], 4, 5000, 7000, 1, False, _any)
+        c.spans_short_side for c in policy.candidates(guess, [], 4, 5000, 7000, 1, False, _any)
     )
 
 
@@ -78,12 +78,12 @@ def test_byte_permute_tiles_past_48_kib_are_raced_where_the_gpu_has_the_room(m, 
 
     h100 = DeviceLimits(1024, STATIC_SHARED_MAX, "H100", (9, 0), shared_optin((9, 0)))
     guess = prmt_default(1)
-    got = firstcall.candidates(guess, [], 1, m, n, 1, False, lambda c: c.fits(h100))
+    got = policy.candidates(guess, [], 1, m, n, 1, False, lambda c: c.fits(h100))
     wider = [c for c in got if c.dynamic_smem]
     assert got[0] == guess and len(wider) == 1 and wider[0].kind == "prmt"
-    static = firstcall.candidates(guess, [], 1, m, n, 1, False, lambda c: c.fits(NEWEST))
+    static = policy.candidates(guess, [], 1, m, n, 1, False, lambda c: c.fits(NEWEST))
     assert static and not any(c.dynamic_smem for c in static)
-    aligned = firstcall.candidates(default_config(1), [], 1, m, n, 16, False, _any)
+    aligned = policy.candidates(default_config(1), [], 1, m, n, 16, False, _any)
     assert not any(c.dynamic_smem for c in aligned)  # whole 4-byte words: no byte permutes
 
 
@@ -174,7 +174,7 @@ def test_refinement_stops_when_the_budget_is_spent(monkeypatch):
 def test_a_shipped_tile_taller_than_the_call_s_rows_is_raced_like_a_guess():
     """A class spans sides up to twice apart: a shipped tiled or direct tile that overhangs
     the call (a 32-row tile on 17-31 rows) is raced; one that fits, or a flat kernel, is not."""
-    from autotranspose.dispatch.transpose import overhangs
+    from autotranspose.dispatch.policy import overhangs
     from autotranspose.kernels.config import flat_default
 
     rng = random.Random()

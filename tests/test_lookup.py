@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from store_data import A100, H100, count_queries, ok, space, valid_config
 
-from autotranspose.dispatch import lookup
+from autotranspose.dispatch import lookup, policy
 from autotranspose.kernels.config import PRMT_SERVED, default_config, prmt_default, staged_default
 from autotranspose.kernels.shapes import ShapeClass, shape_class
 from autotranspose.kinds import cast as cast_kind
@@ -390,7 +390,7 @@ def test_neighbours_are_the_nearest_usable_configs_tuned_and_shipped(store, rng,
 def test_only_results_measured_for_the_class_itself_are_not_guesses(source, own, guess):
     other = ShapeClass(1, 256, 256, 4)
     c = lookup.Choice(default_config(4), source, CLS if own else other)
-    assert lookup.is_guess(c, CLS) is guess
+    assert policy.is_guess(c, CLS) is guess
 
 
 def test_a_remembered_choice_serves_its_class_until_the_cache_is_cleared(
@@ -418,7 +418,7 @@ def test_a_measured_result_serves_its_class_and_a_tuned_one_outranks_it(store, r
     )
     c = lookup.choose(H100, 4, CLS, store=store)
     assert (c.source, c.config, c.shape_class, c.ratio) == ("measured", measured, CLS, 0.0)
-    assert not lookup.is_guess(c, CLS)
+    assert not policy.is_guess(c, CLS)
     assert lookup.choose(H100, 4, ShapeClass(1, 4096, 16384, 4), store=store).source == "nearest"
     # a shipped tuned result of exactly the class outranks it
     _ship(fresh_lookup, H100, [(CLS, tuned, 900.0)])
@@ -444,10 +444,10 @@ def test_a_shipped_result_far_below_the_ceiling_is_raced_and_its_winner_serves(
     _ship(fresh_lookup, H100, [(CLS, shipped, shipped_gbps)])  # copy 3000 GB/s: ratio gbps/3000
     c = lookup.choose(H100, 4, CLS, store=store)
     assert (c.source, c.config) == ("shipped", shipped)
-    assert not lookup.is_guess(c, CLS)  # its own class: a guess only by the ratio
-    assert lookup.far_below(c) is raced
-    assert dispatch.lookup.far_below is lookup.far_below
-    assert not lookup.far_below(dataclasses.replace(c, source="tuned"))
+    assert not policy.is_guess(c, CLS)  # its own class: a guess only by the ratio
+    assert policy.far_below(c) is raced
+    assert dispatch.policy.far_below is policy.far_below
+    assert not policy.far_below(dataclasses.replace(c, source="tuned"))
     store.record(
         None, H100, "float32", 4, (1, 4096, 4096), CLS, winner, ok(2700.0), source="measured"
     )
@@ -463,13 +463,13 @@ def test_few_rows_measured_on_other_rows_are_raced_again():
     import random
 
     m = random.randint(3, 254)
-    assert lookup.other_rows((1, m + 1, 10**6), m, 10**6)
-    assert lookup.other_rows((7, m, 10**6), m + 1, 5 * 10**6)
-    assert not lookup.other_rows((3, m, 10**6), m, 2 * 10**6)  # the same rows, any batch or columns
-    assert not lookup.other_rows((1, 10**6, m + 1), 10**6, m)  # few columns
-    assert not lookup.other_rows((1, 300, 10**6), 400, 10**6)  # not few rows
-    assert not lookup.other_rows(None, m, 10**6)
-    assert not lookup.other_rows((1, m + 1, m), m, m)  # a square
+    assert policy.other_rows((1, m + 1, 10**6), m, 10**6)
+    assert policy.other_rows((7, m, 10**6), m + 1, 5 * 10**6)
+    assert not policy.other_rows((3, m, 10**6), m, 2 * 10**6)  # the same rows, any batch or columns
+    assert not policy.other_rows((1, 10**6, m + 1), 10**6, m)  # few columns
+    assert not policy.other_rows((1, 300, 10**6), 400, 10**6)  # not few rows
+    assert not policy.other_rows(None, m, 10**6)
+    assert not policy.other_rows((1, m + 1, m), m, m)  # a square
 
 
 def test_a_flat_byte_permute_result_is_not_the_nearest_for_rows_with_wide_vectors(
@@ -498,7 +498,8 @@ def test_few_long_rows_get_their_own_result_else_tiles_that_fit_not_the_nearest(
     """Another class's result (its tiles taller than these rows: all edge) is not served to a
     class of few long rows in 8- or 16-byte words; the class's own result is, and without
     one the tiles that fit its fewest rows."""
-    from autotranspose.kernels.config import KernelConfig, few_rows_default
+    from autotranspose.dispatch.policy import few_rows_default
+    from autotranspose.kernels.config import KernelConfig
 
     rows = int(rng.choice([64, 128, 256]))
     near, own = ShapeClass(1, rows * 2, 1048576, 2), ShapeClass(1, rows, 1048576, 2)

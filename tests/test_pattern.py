@@ -22,6 +22,7 @@ from autotranspose.bench.pattern import (
     tile_access,
     traffic,
 )
+from autotranspose.dispatch import policy
 from autotranspose.kernels import config as C
 from autotranspose.kinds import cast as cast_kind
 from autotranspose.plans.cast import Launch as CastLaunch
@@ -108,10 +109,10 @@ def _served(rng) -> list[tuple[object, int, int, int]]:
     for s, side in ((1, 3), (2, 5), (1, 13)):
         cfg = C.regt_default(s, 700, side)
         if cfg is not None:
-            out.append((C.for_call(cfg, 700, side), 1, 700, side))
+            out.append((policy.for_call(cfg, 700, side), 1, 700, side))
         cfg = C.regt_default(s, side, 700)
         if cfg is not None:
-            out.append((C.for_call(cfg, side, 700), 1, side, 700))
+            out.append((policy.for_call(cfg, side, 700), 1, side, 700))
     return out
 
 
@@ -293,7 +294,7 @@ def _emulated_cases(rng):
         if cfg.kind == "regt" or not cfg.applies(m, n):
             continue
         out.append(tile_access(cfg, min(b, 2), m, n, n + 1, m + 3, m * (n + 1) + 5, n * (m + 3)))
-    cfg = C.for_call(C.regt_default(1, 300, 3), 300, 3)
+    cfg = policy.for_call(C.regt_default(1, 300, 3), 300, 3)
     out.append(tile_access(cfg, 1, 300, 3, 3, 300, 0, 0))
     cfg = C.prmt_default(1)  # a permute's transpose pass: a batch and two outer dims
     m, n = 40, 70

@@ -14,8 +14,8 @@ import pytest
 from _emu import gxx, transpose
 from _gpu import assert_match_reference
 
-from autotranspose.dispatch import lookup
-from autotranspose.dispatch.firstcall import candidates
+from autotranspose.dispatch import lookup, policy
+from autotranspose.dispatch.policy import candidates, for_call
 from autotranspose.errors import ConfigError
 from autotranspose.kernels.codegen import kernel_params, kernel_source, render_outer
 from autotranspose.kernels.config import (
@@ -24,7 +24,6 @@ from autotranspose.kernels.config import (
     REGT_LONG,
     KernelConfig,
     config_space,
-    for_call,
     neighbours,
     regt_alternative,
     regt_default,
@@ -197,7 +196,7 @@ def test_the_space_holds_regt_configs_for_the_exact_short_side():
 )
 def test_lookup_serves_the_class_a_regt_default_dispatch_renders_for_the_call(s, m, n, wide):
     cls = shape_class(1, m, n, 1)
-    choice = lookup.default_choice(s, cls)
+    choice = policy.default_choice(s, cls)
     assert choice.config.kind == "regt" and choice.config.flag("wide") == wide
     cfg = for_call(choice.config, m, n)
     assert cfg.applies(m, n) and min(cfg.tile_m, cfg.tile_n) == min(m, n)
@@ -232,8 +231,8 @@ def test_no_regt_default_past_16_bytes_or_for_wider_elements():
     assert regt_default(1, 47, 10**6).threads == 128 and regt_default(1, 48, 10**6) is None
     assert regt_default(1, 10**6, 17) is None  # few columns: at most 16 bytes
     assert regt_default(4, 3, 10**6) is None
-    assert lookup.default_choice(1, shape_class(1, 20, 10**6, 1)).config.kind != "regt"
-    assert lookup.default_choice(4, shape_class(1, 3, 10**6, 1)).config.kind != "regt"
+    assert policy.default_choice(1, shape_class(1, 20, 10**6, 1)).config.kind != "regt"
+    assert policy.default_choice(4, shape_class(1, 3, 10**6, 1)).config.kind != "regt"
 
 
 # (element bytes, few rows): the most rows or columns a first call races it for, and the
@@ -259,7 +258,7 @@ def test_served_where_it_won(s, side, wide):
         else:
             assert raced.threads == (64 if wide and side * s <= 6 else 256)
     cls = shape_class(1, m, n, 1)
-    served = lookup.default_choice(s, cls).config
+    served = policy.default_choice(s, cls).config
     assert (served.kind == "regt") == (min(cls.m, cls.n) <= DEFAULT[(s, wide)]), (
         s,
         side,
@@ -287,7 +286,7 @@ def test_for_call_keeps_what_it_cannot_render():
 
 
 def test_the_first_call_races_the_regt_config_right_after_the_guess():
-    guess = lookup.default_choice(1, shape_class(1, 24000007, 5, 1)).config
+    guess = policy.default_choice(1, shape_class(1, 24000007, 5, 1)).config
     guess = for_call(guess, 24000007, 5)
     found = candidates(guess, [], 1, 24000007, 5, 1, False, lambda c: c.applies(24000007, 5))
     assert found[0] == guess and found[0].kind == "regt"

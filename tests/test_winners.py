@@ -32,7 +32,7 @@ from store_data import ok
 from test_store_open import _make_read_only, foreign_db, read_only_dir, snapshot  # noqa: F401
 
 from autotranspose import cli
-from autotranspose.dispatch import lookup, winners
+from autotranspose.dispatch import lookup, policy, winners
 from autotranspose.errors import StoreError
 from autotranspose.kernels import codegen
 from autotranspose.kernels.config import default_config, staged_default
@@ -124,7 +124,7 @@ def test_a_winner_is_stored_like_a_tuning_result(ours, log):
     lookup.clear_cache()
     got = lookup.choose(DEVICE, 4, CLS)
     assert (got.source, got.config, got.shape_class) == ("measured", WINNER, CLS)
-    assert not lookup.is_guess(got, CLS)
+    assert not policy.is_guess(got, CLS)
 
 
 @pytest.mark.parametrize("size", ELEMENT_SIZES)

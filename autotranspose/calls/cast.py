@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..dispatch import caches, cast as cast_dispatch
+from ..dispatch import caches, cast as cast_dispatch, policy
 from ..dispatch.lru import LRU
 from ..errors import (
     ConfigError,
@@ -441,11 +441,7 @@ def _prepare(
                 )
     cfg = config
     if cfg is None:
-        aligned = all(
-            not lc.transpose
-            or ((yv.ptr + lc.o0 * dst.size) | lc.ld_o * dst.size | lc.bs_o * dst.size) % 16 == 0
-            for lc in plan.launches
-        )
+        aligned = policy.cast_aligned_out(plan, dst, yv.ptr)
         race = None
         if operands is not None and not plan.two_pass and xv.device is not None:
             race = _race(state, plan, src, dst, xv, yv, zv, ctx, stream, operands)

@@ -1,7 +1,7 @@
 """Which config a cast-transpose runs: its pair's result for the call's class
-(`lookup.cast_choice`: tuned or measured here, shipped, else `kinds.cast.default`), and for
-a class with no result, the first call's measurement: the default and
-`kinds.cast.race_candidates` timed on the call's own buffers, the winner kept for the class
+(`lookup.cast_choice`: tuned or measured here, shipped, else `policy.cast_default`), and for
+a class with no result, the first call's measurement: `policy.cast_race` (lookup's guess,
+then `kinds.cast.race_candidates`) timed on the call's own buffers, the winner kept for the class
 in this process and in the tuning database (`winners`, under the pair's problem), as a
 transpose's first call does, timed by `firstcall.race` (the GPU's time alone, behind a spin
 kernel, the default staying unless another beats it again head to head: timed by events
@@ -28,7 +28,7 @@ from ..kinds.cast import Format, pair_code
 from ..plans.cast import CastPlan
 from ..runtime import driver as _driver
 from ..runtime.compiler import DeviceState
-from . import firstcall, lookup, winners
+from . import firstcall, lookup, policy, winners
 
 # What the first calls of this process timed, newest last: (device name, problem, class,
 # Outcome: the chosen config and each candidate's median seconds). For looking into a choice
@@ -61,11 +61,11 @@ def choose_config(
     runs the default: what is tuned and keyed are transposing launches. `race` (None: no
     measurement) times the call's launches for a config on its own buffers."""
     if not plan.launches[0].transpose:
-        return cast_kind.default(KernelConfig, src, dst, aligned_out), True
+        return policy.cast_default(src, dst, aligned_out), True
     cls = cast_class(plan, src, x_ptr)
     code = pair_code(src, dst)
     choice = lookup.cast_choice(state.info, code, cls, both=both, aligned_out=aligned_out)
-    if race is None or not firstcall.enabled() or not lookup.is_guess(choice, cls):
+    if race is None or not firstcall.enabled() or not policy.is_guess(choice, cls):
         return choice.config, True
     if _driver.is_capturing(race.stream):
         return choice.config, False
@@ -78,12 +78,10 @@ def choose_config(
     limits = state.info.limits
 
     def runnable(c: KernelConfig) -> bool:
-        return c.kind == "cast" and c.params.pair == code and c.fits(limits)
+        return policy.cast_runs(c, code, limits)
 
     def measure() -> winners.Winner | None:
-        guess = choice.config
-        configs = [guess, *cast_kind.race_candidates(KernelConfig, src, dst, limits)]
-        configs = list(dict.fromkeys(c for c in configs if runnable(c)))
+        configs = policy.cast_race(choice.config, src, dst, limits)
         outcome = firstcall.measure(state, configs, race.runner, 0, 0, race.stream, race.ctx)
         if outcome is None:
             return None

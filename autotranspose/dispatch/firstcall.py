@@ -4,7 +4,7 @@ Lookup answers every call, but for a class nobody tuned on this GPU its answer i
 nearest class's result, a kernel kind's default) that can lose tens of points to another
 config the space holds (H200: complex128 32x1048576 was served 67.8% of copy where the space
 holds 98%). So the first call of such a class, before its launch, times a few candidates on
-the call's own buffers and stream:
+the call's own buffers and stream (`policy.candidates` lists them):
 
 - the guess itself (so the result is never slower than what lookup would have served),
 - the defaults of every kernel kind that can run the call (tiled, staged, byte-permute, flat),
@@ -43,29 +43,7 @@ from typing import Generic, Protocol, TypeVar
 
 from ..errors import AutotransposeError, KernelLaunchError
 from ..kernels.codegen import render_support
-from ..kernels.config import (
-    FLAT_SHORT_SIDE,
-    KernelConfig,
-    default_config,
-    direct_default,
-    few_cols_default,
-    few_rows_default,
-    flat_default,
-    narrow_configs,
-    neighbours,
-    pair_steps,
-    prmt_alternative,
-    prmt_default,
-    regt_alternative,
-    regt_default,
-    rows_at_any_offset,
-    seed_config,
-    staged_default,
-    tall_default,
-    tall_rows,
-    wide_default,
-    wider_tiles,
-)
+from ..kernels.config import KernelConfig, neighbours, pair_steps
 from ..runtime import driver as _driver
 from ..runtime.compiler import DeviceState, Kernel, _cached, load_source, precompile
 from ..runtime.env import Switch
@@ -73,7 +51,6 @@ from ..runtime.launch import Launch
 
 ENV_VAR = "AUTOTRANSPOSE_FIRST_CALL"
 BUDGET_S = 0.2  # GPU seconds one first call may spend measuring
-MAX_CANDIDATES = 8
 ROUNDS = 5  # each candidate is timed this often (median), budget permitting
 MIN_TIMED_S = 200e-6  # a timing covers at least this much GPU time (small calls repeat):
 # event timings of one short call scatter by several microseconds
@@ -135,62 +112,6 @@ def held_off() -> Iterator[None]:
         yield
     finally:
         _held.off = before
-
-
-def candidates(
-    guess: KernelConfig,
-    neighbours: Sequence[KernelConfig],
-    elem_bytes: int,
-    m: int,
-    n: int,
-    vec: int,
-    conjugate: bool,
-    runnable: Callable[[KernelConfig], bool],
-) -> list[KernelConfig]:
-    """The portfolio for a call: the guess first, then the others, each once, only configs
-    `runnable` accepts, at most MAX_CANDIDATES."""
-    kinds: list[KernelConfig | None] = [
-        default_config(elem_bytes, max_vector=vec, conjugate=conjugate),
-        staged_default(elem_bytes, conjugate),
-        # rows at any offset (not 4-byte words): the byte-permute default and the shape that
-        # won where it lost (H200, docs/perf-notes.md, "Byte permutes"); the staged kernel above won
-        # 3 of 6 2-byte cases by 1-2 points
-        *(
-            (prmt_default(elem_bytes, conjugate), prmt_alternative(elem_bytes, conjugate))
-            if rows_at_any_offset(elem_bytes, vec)
-            else ()
-        ),
-        flat_default(elem_bytes, min(m, n), conjugate) if min(m, n) <= FLAT_SHORT_SIDE else None,
-        tall_default(elem_bytes, n) if tall_rows(elem_bytes, m, n) and not conjugate else None,
-        wide_default(elem_bytes, m) if m < n and not conjugate else None,
-        seed_config(elem_bytes).replace(conjugate=conjugate),
-    ]
-    # few long rows: the rule's tiles, and the direct kernel for the call's shape, before
-    # other classes' results (H200: the direct kernel beat what was served on
-    # few rows and columns of 4- to 16-byte elements by up to 30 points, lost elsewhere by
-    # up to 12: a race decides)
-    rows = few_rows_default(elem_bytes, m, n, vec, conjugate)
-    direct = direct_default(elem_bytes, m, n, conjugate)
-    # few columns: the narrow tiled tile (H200: float32 2266934x4 85.5% of copy,
-    # where the portfolio's best, a flat kernel, ran 52.9)
-    cols = few_cols_default(elem_bytes, m, n, vec, conjugate)
-    # a side of 2-8 elements: the narrow direct tile (H200: the whole space's best
-    # on 8 of 8 such calls, float16 2x261136885 83.5% of copy where 22.0 was served)
-    narrow = narrow_configs(elem_bytes, m, n, conjugate)
-    # the short sides of 1- and 2-byte elements where the register transpose won: it, rendered
-    # for the call's side (docs/perf-notes.md, "Register transposes")
-    regt = regt_default(elem_bytes, m, n) if not conjugate else None
-    regt_other = regt_alternative(regt)
-    # byte-permute tiles past 48 KiB, where this GPU has the shared memory (`runnable`)
-    wider = wider_tiles(elem_bytes, m, n) if rows_at_any_offset(elem_bytes, vec) else []
-    picked: list[KernelConfig] = []
-    for c in (guess, regt, regt_other, *narrow, rows, direct, cols, *wider, *neighbours, *kinds):
-        if c is None:
-            continue
-        c = c if c.conjugate == conjugate else c.replace(conjugate=conjugate)
-        if c not in picked and runnable(c):
-            picked.append(c)
-    return picked[:MAX_CANDIDATES]
 
 
 @dataclass(frozen=True)

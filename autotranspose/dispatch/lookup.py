@@ -7,15 +7,11 @@ For (device, element size, shape class) the choice falls through:
    has a tuned entry of exactly this class (a tuned result always outranks a measured one);
 2. "nearest": its tuned entry of the nearest class (``ShapeClass.distance``);
 3. "shipped": the same two steps over ``tuning_db/<device slug>.json`` shipped with the package;
-4. "default": ``default_config(elem_bytes, max_vector=cls.vec)``.
+4. "default": ``policy.default_choice``, the untuned default.
 
-A skinny class (rows of at most ``FLAT_SHORT_SIDE`` elements, or that few rows whose
-alignment allows no 8-byte vector) takes steps 1 and 3 only for exactly its class, and
-otherwise the flat kernel (``flat_default``): a tiled kernel tuned for another class wastes
-most of its tile on the short side. Likewise an unaligned class (rows at odd element offsets,
-or aligned to fewer than 4 bytes) takes only its own class's entries, and otherwise the
-byte-permute kernel for 1- and 2-byte elements (``prmt_default``), the staged kernel
-(``staged_default``) for wider ones: both keep 16-byte accesses at any offset.
+Which classes take only their own class's entries (skinny, unaligned and few-row classes:
+another class's kernel wastes its tile there) and what every call gets with none is
+`policy`'s to decide; lookup reads the results.
 
 Only entries whose kernel the running code renders identically are served, and only configs the call can run:
 no wider vectors than the class allows, within the device's block limits. A choice is cached
@@ -45,33 +41,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AutotransposeError, StoreError
-from ..kernels.config import (
-    DIRECT_SIZES,
-    FEW_ROWS_MAX,
-    FLAT_SHORT_SIDE,
-    NEWEST,
-    PRMT_SERVED,
-    DeviceLimits,
-    default_config,
-    direct_default,
-    few_rows_default,
-    flat_default,
-    for_call,
-    narrow_default,
-    prmt_default,
-    regt_default,
-    rows_at_any_offset,
-    staged_default,
-    tall_default,
-    tall_rows,
-    wide_default,
-    wide_rows,
-)
+from ..kernels.config import NEWEST, DeviceLimits
 from ..kernels.shapes import ShapeClass, pass_vec, shape_class
 from ..plans.permute import GATHER, PACKED, TRANSPOSE, Pass, Plan
 from ..runtime.device import DeviceInfo
 from ..store import hooks as store_hooks
+from . import policy
 from .lru import LRU
+from .policy import Choice
 
 if TYPE_CHECKING:
     from ..kernels.config import KernelConfig
@@ -80,18 +57,6 @@ if TYPE_CHECKING:
     from ..store import Store, TunedEntry
 
 SOURCES = ("tuned", "nearest", "shipped", "default", "measured")
-
-
-@dataclass(frozen=True)
-class Choice:
-    """The config chosen for a call and where it came from (`shape_class`: the entry used)."""
-
-    config: KernelConfig
-    source: str
-    shape_class: ShapeClass | None = None
-    gbps: float | None = None
-    ratio: float | None = None
-    shape: tuple[int, int, int] | None = None  # (batch, m, n) it was measured on, where known
 
 
 class _DefaultStore:
@@ -207,8 +172,7 @@ def _choose(
     store: Any,
     conjugate: bool,
 ) -> Choice:
-    skinny, unaligned = _kind(elem_bytes, cls)
-    own_only = skinny or unaligned or _few_rows(elem_bytes, cls, conjugate) is not None
+    own_only = policy.own_class_only(elem_bytes, cls, conjugate)
     db = _default_store() if store is DEFAULT_STORE else store
     if db is not None:
         try:
@@ -228,13 +192,13 @@ def _choose(
                 shipped_choice = _choice(ship[0], "shipped", conjugate)
                 # a first call's winner over a shipped result far below the ceiling (which
                 # the first call races: `far_below`) serves where it ran faster
-                if not (far_below(shipped_choice) and entry.ratio > ship[0].ratio):
+                if not (policy.far_below(shipped_choice) and entry.ratio > ship[0].ratio):
                     return shipped_choice
             return _choice(entry, "measured", conjugate)
     found = _pick(shipped(name), elem_bytes, cls, limits)
     if found is not None and (found[1] or not own_only):
         return _choice(found[0], "shipped", conjugate)
-    return default_choice(elem_bytes, cls, limits, conjugate)
+    return policy.default_choice(elem_bytes, cls, limits, conjugate)
 
 
 def cast_choice(
@@ -259,7 +223,6 @@ def cast_choice(
     classes, and bfloat16 -> float8 configs tuned without the same-order output lost to the
     default on calls with it. Cached per (device model and limits, problem, class,
     database) like `choose`'s choices, and cleared with them."""
-    from ..kernels.config import KernelConfig
     from ..kinds import cast as cast_kind
 
     name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
@@ -280,7 +243,7 @@ def cast_choice(
     elif ship is not None:
         choice = _choice(ship, "shipped", False)
     else:
-        choice = Choice(cast_kind.default(KernelConfig, src, dst, aligned_out), "default")
+        choice = Choice(policy.cast_default(src, dst, aligned_out), "default")
     with _lock:
         _choices.keep(key, choice)
     return choice
@@ -323,86 +286,6 @@ def _exact_cast(
     return None
 
 
-def default_choice(
-    elem_bytes: int, cls: ShapeClass, limits: DeviceLimits = NEWEST, conjugate: bool = False
-) -> Choice:
-    """What a call of `cls` gets with no tuned or shipped result at all (the robust default
-    the serving promise is measured against): the flat kernel for a skinny class, the
-    byte-permute (1- and 2-byte elements) or staged kernel for an unaligned one, else the
-    default tiled config; for a side of 2-8 elements, the narrow direct tile; for the short
-    sides of 1- and 2-byte elements where it won, the register transpose."""
-    # a side of 1- and 2-byte elements where the register transpose won (kinds/regt.py,
-    # REGT_DEFAULT_SIDES; H100: int8 5x16000001 96 against 50, float16 8000001x5 101 against
-    # 77), rendered here for the class's bound (dispatch's `for_call` renders it for the call's
-    # own side)
-    regt = None if conjugate else regt_default(elem_bytes, cls.m, cls.n, exact=False)
-    if regt is not None and regt.fits(limits):
-        return Choice(regt, "default")
-    # a side of 2-8 elements (any element size): the narrow direct tile, the whole space's
-    # best on 8 of 8 such calls, 46-104% of copy against 23-81 for these defaults (H200)
-    narrow = narrow_default(elem_bytes, cls.m, cls.n, conjugate)
-    if narrow is not None and narrow.fits(limits):
-        return Choice(narrow, "default")
-    skinny, unaligned = _kind(elem_bytes, cls)
-    if (skinny or unaligned) and not conjugate and tall_rows(elem_bytes, cls.m, cls.n):
-        # tall rows of 1-, 2- and 4-byte elements: the tall byte-permute kernel beat the flat
-        # one on 14 of 14 tall cases and the tiled byte-permute one on 5 of 5 (H200)
-        tall = tall_default(elem_bytes, cls.n)
-        if tall is not None and tall.fits(limits):
-            return Choice(tall, "default")
-    if not conjugate and cls.vec * elem_bytes < 8 and wide_rows(elem_bytes, cls.m, cls.n):
-        # few long rows of 1-, 2- and 4-byte elements too unaligned for 8-byte vectors. 1 and 2
-        # bytes: the wide byte-permute kernel beat the flat and tiled ones by 8-24 points on 6
-        # of 7 cases (H200), a class's 1-byte rows on the run store. 4 bytes: the direct tile
-        # that spans the class's rows beat the ordered wide kernel on 5 of 6 float32 cases of
-        # 9-64 rows by 2.5-29 points, lost one by 2.4 (H200); a first call races both
-        if elem_bytes in DIRECT_SIZES:
-            long_rows = direct_default(elem_bytes, cls.m, cls.n)
-        else:
-            long_rows = wide_default(elem_bytes, cls.m, exact=False)
-        if long_rows is not None and long_rows.fits(limits):
-            return Choice(long_rows, "default")
-    rows = _few_rows(elem_bytes, cls, conjugate)
-    if rows is not None and rows.fits(limits):
-        return Choice(rows, "default")
-    if skinny:
-        flat = flat_default(elem_bytes, min(cls.m, cls.n), conjugate)
-        if flat is not None and flat.fits(limits):
-            return Choice(flat, "default")
-    if unaligned:
-        # 1- and 2-byte rows: the byte-permute kernel (it beat the staged one by 4-16 points
-        # on 7 of 7 1-byte odd cases and by 1.6 on the geometric mean of 6 2-byte ones)
-        prmt = prmt_default(elem_bytes, conjugate) if elem_bytes in PRMT_SERVED else None
-        for kind in (prmt, staged_default(elem_bytes, conjugate)):
-            if kind is not None and kind.fits(limits):
-                return Choice(kind, "default")
-    return Choice(default_config(elem_bytes, max_vector=cls.vec, conjugate=conjugate), "default")
-
-
-def _few_rows(elem_bytes: int, cls: ShapeClass, conjugate: bool) -> KernelConfig | None:
-    """For few long rows, `few_rows_default` of the class's fewest rows and columns; None for
-    other classes. Such a class is served its own results, else these: for 8- and 16-byte
-    elements the direct kernel, whose edge tiles cost no more than full ones, so a class's
-    rows need not fill its tiles (H200: float64 21x7536398 95 against 66.9,
-    complex64 24x2000003 95.8 where the staged kernel had 91.9); for 4-byte rows in 8-byte
-    words, tiled tiles no taller than the rows (H200: float32 140x1843254 89 against 79)."""
-    return few_rows_default(elem_bytes, cls.m // 2 + 1, cls.n // 2 + 1, cls.vec, conjugate)
-
-
-def _kind(elem_bytes: int, cls: ShapeClass) -> tuple[bool, bool]:
-    """(skinny, unaligned): which classes are served only their own class's results."""
-    # A skinny class is served its own tuned or shipped result, else the flat kernel: the
-    # nearest other class's tiled kernel can be a tenth as fast there. Wide ones (few long
-    # rows) only when their rows allow no vector of 8 bytes: with wide vectors the tiled
-    # fallbacks beat the flat kernel's element-wise loads (H200, docs/perf-notes.md).
-    skinny = cls.n <= FLAT_SHORT_SIDE or (cls.m <= FLAT_SHORT_SIDE and cls.vec * elem_bytes < 8)
-    # Rows at odd offsets (or too unaligned for a 4-byte tiled word) are served their own
-    # class's result, else the staged kernel: on the H200 it beat every other class's tiled
-    # kernel there by 6-27 points (geometric means, docs/perf-notes.md).
-    unaligned = not skinny and rows_at_any_offset(elem_bytes, cls.vec)
-    return skinny, unaligned
-
-
 def _usable(
     entries: Iterable[TunedEntry], elem_bytes: int, cls: ShapeClass, limits: DeviceLimits
 ) -> list[TunedEntry]:
@@ -416,7 +299,7 @@ def _usable(
         and (e.config.vec <= cls.vec or e.config.any_offset)  # these fit any call
         # a flat kernel's tile must span the short side; a register transpose runs as the
         # call's side renders it (`for_call`)
-        and for_call(e.config, cls.m, cls.n).applies(cls.m, cls.n)
+        and policy.for_call(e.config, cls.m, cls.n).applies(cls.m, cls.n)
         and e.config.fits(limits)
         and not _aligned_transfer_of_flat_prmt(e, elem_bytes, cls)
     ]
@@ -455,43 +338,6 @@ def _pick(
     if not usable:
         return None
     return min(usable, key=_nearness(cls)), False
-
-
-# a shipped result that ran at less than this share of a copy where it was tuned is raced on
-# a first call like a guess (the race keeps it unless a candidate beats it)
-SHIPPED_RACED_BELOW = 0.8
-
-
-def far_below(choice: Choice) -> bool:
-    """Whether a shipped result ran far below the copy ceiling when it was tuned. Kernels
-    come after the results shipped for a GPU: the H200's uint8 3x40000003 was shipped a narrow
-    direct tile at 48% of copy, tuned before the register transposes existed, and the staged
-    one runs the same call at 102. A first call's race costs milliseconds once; a shipped
-    result that is far from the ceiling is worth checking against what the code has now."""
-    return (
-        choice.source == "shipped"
-        and choice.ratio is not None
-        and 0 < choice.ratio < SHIPPED_RACED_BELOW
-    )
-
-
-def other_rows(shape: tuple[int, int, int] | None, m: int, n: int) -> bool:
-    """Whether a result measured on `shape` serves an m x n call of few rows (fewer than
-    FEW_ROWS_MAX, and than columns) with other rows than it was measured on. A class spans
-    rows up to twice apart, and what serves few rows depends on the exact rows: kernels
-    rendered for them (the register transposes), tiles that leave another edge. Measured on
-    one row count and served to another it lost up to 12 points (H100: int8 50 rows served
-    37 rows' staged register transpose at 80% of copy, where the ordered wide kernel runs 90;
-    H200: bfloat16 190 rows served 134 rows' 64-row tile, 70.7 -> 65.3)."""
-    return shape is not None and m < n and m < FEW_ROWS_MAX and shape[1] != m
-
-
-def is_guess(choice: Choice, cls: ShapeClass) -> bool:
-    """Was `choice` measured for another class than `cls`, or not measured at all? Then a
-    first-call measurement (`firstcall`) may find better."""
-    if choice.source in ("tuned", "measured"):
-        return False
-    return choice.source != "shipped" or choice.shape_class != cls
 
 
 @dataclass(frozen=True)

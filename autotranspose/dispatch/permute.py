@@ -4,7 +4,7 @@ A plan's pass becomes steps: a transpose pass is the launch `transpose.batched_l
 for its (batch, m, n) (lookup, flat fit, first-call measurement, the same cache); rows are a
 generated row copy; a packed or gather pass one launch of its kernel; a contiguous copy
 ``cuMemcpyDtoDAsync``. Where the plan names alternatives (passes that move the same bytes,
-`plan.ALT_*`), the first call of the signature times each against the plan's own pass on its
+`plan.ALT_*`; `policy.permute_race`), the first call of the signature times each against the plan's own pass on its
 own buffers and stream (`race`) and keeps the fastest for this process.
 """
 
@@ -30,7 +30,7 @@ from ..runtime.launch import (
     make_runs_copy,
     make_vbox,
 )
-from . import caches, firstcall, lookup
+from . import caches, firstcall, lookup, policy
 from .transpose import batched_launch
 
 # What the first calls of this process chose between, newest last: (device name, the plan,
@@ -222,7 +222,8 @@ def served(
     into a graph, or with first-call measurement off, the plan's own pass runs (captured: not
     final, a later call measures). The bench times what this returns."""
     own = build(plan, state, src, dst, stream, ctx)
-    if not plan.alternatives:
+    rivals = policy.permute_race(plan)
+    if not rivals:
         return plan, own, True
     if not firstcall.enabled():  # held off for this thread only: a later call may measure
         return plan, own, not firstcall.globally_enabled()
@@ -230,7 +231,7 @@ def served(
         return plan, own, False
     guess = plan.passes[0]
     runners = {guess: Steps(own)}
-    for p in plan.alternatives:
+    for p in rivals:
         try:
             runners[p] = Steps(build(plan.taking(p), state, src, dst, stream, ctx))
         except AutotransposeError:  # e.g. a kernel that does not fit this device: not a candidate

@@ -3,9 +3,9 @@
 `transpose.launch_for(x, out, ...)` takes a transpose call's views and returns its prepared
 launch; `permute.plan_of` and `permute.steps_for` take a permute call's views and return the
 steps its plan runs (each transpose pass through `launch_for`'s choice). Both choose once per
-signature, from the tuning database and shipped results (`_lookup`), the kinds' defaults, and
-for a class nobody tuned the first call's measurement (`_firstcall`, winners kept by
-`_winners`), and keep the result in `caches`, which also owns their invalidation. `_api` and
+signature, from the tuning database and shipped results (`_lookup`), the defaults and races
+`policy` decides, and for a class nobody tuned the first call's measurement (`_firstcall`,
+winners kept by `_winners`), and keep the result in `caches`, which also owns their invalidation. `_api` and
 `_permuter` validate calls and run what this returns; `_fastpath` keeps each validated call
 for its next repetition.
 """

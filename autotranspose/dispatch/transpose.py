@@ -4,10 +4,10 @@ A call's signature (device, element size, shape, strides, pointer alignment, con
 or not, conjugation, a permute pass's outer dims) goes in; a prepared `Launch` comes out,
 chosen once and kept (`caches.launches`). The choice, in order: a forced config checked
 against the call; a copy where each matrix is one contiguous run; the tuned or shipped
-config `lookup` serves for the call's class (`for_call`: as the call's own sides run it),
-the tiled default where a flat config cannot run the call's strides; and, for a class nobody tuned,
-the first call's measurement on the call's own buffers (`firstcall`), whose winner is kept
-in the database for other processes (`winners`).
+config `lookup` serves for the call's class, as `policy.served` runs it; and, where
+`policy.raced` calls it a guess, the first call's measurement of `policy.candidates` on the
+call's own buffers (`firstcall`), whose winner is kept in the database for other processes
+(`winners`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from ..errors import ConfigError, LayoutError
-from ..kernels.config import KernelConfig, default_config, for_call, regt_side
+from ..kernels.config import KernelConfig, regt_side
 from ..kernels.shapes import ShapeClass, call_vec, flat_fits, shape_class
 from ..plans.boxes import NO_DIM, Dim
 from ..plans.dtypes import ElementType, word_type
@@ -25,7 +25,7 @@ from ..runtime import streams
 from ..runtime.arrays import View, matrix_layout
 from ..runtime.compiler import DeviceState
 from ..runtime.launch import Launch, make_launch, run_copy
-from . import caches, firstcall, lookup, winners
+from . import caches, firstcall, lookup, policy, winners
 
 
 def choose_config(
@@ -33,7 +33,8 @@ def choose_config(
 ) -> KernelConfig:
     """The config a call uses: tuned, nearest tuned, shipped, else the default."""
     cls = shape_class(batch, m, n, vec)
-    return for_call(lookup.choose(state.info, elem_bytes, cls, conjugate=conjugate).config, m, n)
+    choice = lookup.choose(state.info, elem_bytes, cls, conjugate=conjugate)
+    return policy.for_call(choice.config, m, n)
 
 
 def check_forced(
@@ -78,26 +79,14 @@ def pick(
         )
     vec = vec_of(x, o, outer)
     if config is None and not conjugate and outer == NO_OUTER:
-        # one column of contiguous elements in, or one row out to contiguous elements: the
-        # transpose moves one contiguous run a matrix, a copy (H200: complex128 9832845x1 ran
-        # the tiled kernel at 21% of copy)
-        if (x.n == 1 and x.ld == 1) or (x.m == 1 and o.ld == 1):
+        if policy.copies(x.m, x.n, x.ld, o.ld):
             return run_copy(state, s, x.batch, x.m, x.n, x.bs, o.bs)
     if config is None:
         cls = shape_class(x.batch, x.m, x.n, vec)
         choice = lookup.choose(state.info, s, cls, conjugate=conjugate)
-        cfg = for_call(choice.config, x.m, x.n)
-        if cfg.spans_short_side and not flat_fits_call(
-            cfg, x, o
-        ):  # strided rows: the tiled default
-            cfg = default_config(s, max_vector=vec, conjugate=conjugate)
-        guess = (
-            lookup.is_guess(choice, cls)
-            or (choice.source == "shipped" and overhangs(cfg, x.m, x.n))
-            or lookup.far_below(choice)
-            or lookup.other_rows(choice.shape, x.m, x.n)
-        )
-        if ctx is not None and firstcall.enabled() and guess:
+        cfg = policy.served(choice, s, x.m, x.n, x.ld, o.ld, vec, conjugate)
+        raced = policy.raced(choice, cfg, cls, x.m, x.n)
+        if ctx is not None and firstcall.enabled() and raced:
             cfg = _first_call(x, o, cfg, cls, vec, conjugate, state, stream, ctx, outer)
     else:
         cfg = check_forced(config, x, vec, conjugate, state)
@@ -116,16 +105,6 @@ def pick(
                 f"and {o.ld} (out): use a tiled config (flat=False) or contiguous arrays"
             )
     return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, *outer)
-
-
-def overhangs(cfg: KernelConfig, m: int, n: int) -> bool:
-    """Whether a tiled or direct tile is taller than the call's rows or wider than its
-    columns. A class spans sides up to twice apart, so a shipped result of the call's own
-    class may have been tuned on a side its tile fits and the call's does not: then part of
-    every block idles, and the first call races it like a guess (H100: complex128 21x977100
-    was served the 32x1048576 class's 32-row tile at 86.6% of copy, the seed kernel ran
-    97.1)."""
-    return cfg.kind in ("tiled", "direct") and (cfg.tile_m > m or cfg.tile_n > n)
 
 
 def vec_of(x: View, o: View, outer: Outer = NO_OUTER) -> int:
@@ -163,15 +142,10 @@ def _first_call(
     s = x.et.size
 
     def runnable(c: KernelConfig) -> bool:
-        return (
-            c.fits(state.info.limits)
-            and (c.vec <= vec or c.any_offset)
-            and c.applies(x.m, x.n)
-            and (not c.spans_short_side or flat_fits_call(c, x, o))
-        )
+        return policy.runs(c, state.info.limits, x.m, x.n, vec, x.ld, o.ld)
 
     near = lookup.neighbours(state.info, s, cls)
-    configs = firstcall.candidates(guess, near, s, x.m, x.n, vec, conjugate, runnable)
+    configs = policy.candidates(guess, near, s, x.m, x.n, vec, conjugate, runnable)
     if len(configs) < 2:
         return guess
 
@@ -210,7 +184,10 @@ def served(
     if cfg is None:
         return None
     choice = lookup.choose(state.info, et.size, shape_class(b, m, n, vec_of(x, o)))
-    if cfg in (choice.config, for_call(choice.config, m, n)):  # the result, as the call runs it
+    if cfg in (
+        choice.config,
+        policy.for_call(choice.config, m, n),
+    ):  # the result, as the call runs it
         return dataclasses.replace(choice, config=cfg)
     return lookup.Choice(cfg, "default")
 

@@ -62,7 +62,7 @@ from ..runtime.device import DeviceInfo
 from ..runtime.env import Switch
 from ..store import Store, TunedEntry, migrations, resolve_url, sqlite_path
 from ..store.measurement import Measurement
-from . import lookup
+from . import lookup, policy
 
 T = TypeVar("T")
 
@@ -270,7 +270,7 @@ def _shared(
         if entry is not None:
             config = entry.config.replace(conjugate=call.conjugate)
             _, rows, cols = call.shape
-            if not runnable(config) or lookup.other_rows(entry.shape, rows, cols):
+            if not runnable(config) or policy.other_rows(entry.shape, rows, cols):
                 # measured here for this call (kept in-process): the stored result cannot run
                 # it, or was measured on other few rows than this call's
                 return _remember(call, measure())

@@ -7,9 +7,9 @@ parameters (`params`) and the fields every kind shares; it checks the shared fie
 its kind for the rest. Its written form (`to_dict`, the key) spells the kind as flags, as
 stored and shipped results always have. This module also composes the search space from the
 kinds' searches (`config_space`), walks the neighbourhood of a config (`neighbours`,
-`pair_steps`), serves few long rows (`few_rows_default`: a direct or a tiled tile) and reads a
-pycuda device's limits; the kinds' defaults are bound to KernelConfig here under their
-established names (`staged_default`, `tall_default`, ...).
+`pair_steps`) and reads a pycuda device's limits; the kinds' defaults are bound to
+KernelConfig here under their established names (`staged_default`, `tall_default`, ...).
+Which of them a call runs is `dispatch.policy`'s to decide.
 
 A tiled kernel transposes a `tile_m` x `tile_n` tile of the input through shared memory. Each
 thread reads `vec` x `vec` micro-blocks (`vec` consecutive elements from each of `vec` rows,
@@ -552,51 +552,6 @@ def flat_prmt_space(
     )
 
 
-def few_rows_default(
-    elem_bytes: int, rows: int, cols: int, vec: int, conjugate: bool = False
-) -> KernelConfig | None:
-    """The config for few long rows: for 8- and 16-byte elements the direct kernel's
-    (`direct_default`: every tile is an edge tile and costs no more; from DIRECT_FEW_ROWS_MIN
-    rows, any alignment); for 4-byte elements in words of 8 bytes, tiles no taller than the
-    rows (a taller tiled tile is all edge: element-wise loads and stores), 64 rows of
-    2-element words, walking down the tile columns (H200: float32 140x1843254 89.1
-    against 78.6); for 2-byte elements in 4-byte words, tiles of up to 128 rows of 2-element
-    words, 8 a thread, capped at 64 registers. `rows` and `cols` are the call's
-    (a class's fewest). None where the rule does not apply: no fewer rows than columns, rows
-    of at least FEW_ROWS_MAX, fewer than DIRECT_FEW_ROWS_MIN (8 and 16 bytes), 16 (4 bytes)
-    or 64 (2 bytes), 4-byte words of 4-byte elements, 2-byte elements in 2- or 8-byte words,
-    1-byte elements."""
-    if not rows < min(FEW_ROWS_MAX, cols):
-        return None
-    if elem_bytes in (8, 16):
-        return (
-            direct_default(elem_bytes, rows, cols, conjugate)
-            if rows >= DIRECT_FEW_ROWS_MIN
-            else None
-        )
-    if elem_bytes == 2 and vec == 2 and rows >= TILE_SIZES[2]:  # 32 rows spilled at 64 registers
-        # 2-byte rows in 4-byte words (not 8: there the tiled default ran uint16 100x1000000
-        # at 97.1): 128 rows at most, 8 elements a thread, 64 registers (H200: int16
-        # 134x777624 79.0 against 61.6 served, bfloat16 190x600000 82.1 against 71.0 with
-        # 128 rows and 4 blocks, float16 66x2000000 82.3 against 70.2 with 64 rows and 8
-        # blocks: the whole space's best or next to it)
-        tm = max(t for t in TILE_SIZES if t <= min(rows, 128))
-        try:
-            c = KernelConfig(2, tm, 64, 2, 8, 1, "pad", "col", conjugate=conjugate)
-            # the space's cap of 64 registers: 4 blocks of 256 threads (128 rows), 8 of 128 (64)
-            return c.replace(min_blocks=occupancy_steps(c.threads, (64,))[0])
-        except ConfigError:
-            return None
-    v = min(vec, 2) if elem_bytes == 4 else 0
-    if v * elem_bytes < 8 or rows < TILE_SIZES[0]:
-        return None
-    tm = max(t for t in TILE_SIZES if t <= min(rows, 64))
-    try:
-        return KernelConfig(elem_bytes, tm, 64, v, 4, 1, "pad", "col", conjugate=conjugate)
-    except ConfigError:
-        return None
-
-
 # The kinds' defaults and serving rules, building KernelConfigs (see each kind's module).
 def staged_default(elem_bytes: int, conjugate: bool = False) -> KernelConfig | None:
     return _staged.staged_default(KernelConfig, elem_bytes, conjugate)
@@ -644,13 +599,6 @@ def regt_default(elem_bytes: int, m: int, n: int, exact: bool = True) -> KernelC
 
 def regt_alternative(c: KernelConfig | None) -> KernelConfig | None:
     return _regt.regt_alternative(c)
-
-
-def for_call(c: KernelConfig, m: int, n: int) -> KernelConfig:
-    """A served (not forced) config as an m x n call runs it (`Kind.for_call`): a register
-    transpose rendered for the call's side, an ordered wide config of 1-byte rows that end
-    mid-word as its run-store twin (`for_rows`), every other config as it is."""
-    return c.policy.for_call(c, m, n)
 
 
 def regt_space(elem_bytes: int, limits: DeviceLimits, short_side: int) -> Iterator[KernelConfig]:

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
+from ...dispatch import policy
 from ...errors import ShapeError, TuningError
 from ...kernels.codegen import template_version
 from ...kernels.config import (
     OPTIONAL_FIELDS,
     KernelConfig,
     config_space,
-    for_call,
     neighbours,
     pair_steps,
 )
@@ -209,13 +209,13 @@ def study_configs(
     """The study's search space: the class's configs, less the flat ones whose rows the
     layout's strides break (a strided call never runs them: `_dispatch.transpose.flat_fits_call`);
     register transposes rendered for the tuned shape's own side, of its own direction
-    (`for_call`: the class's bound is not the call's side; their results serve the class's
+    (`policy.for_call`: the class's bound is not the call's side; their results serve the class's
     other sides the same way)."""
     _, m, n = dims
     configs = config_space(
         dtype, device.limits, conjugate=conjugate, max_vector=cls.vec, short_side=min(cls.m, cls.n)
     )
-    configs = [for_call(c, m, n) if c.kind == "regt" else c for c in configs]
+    configs = [policy.for_call(c, m, n) if c.kind == "regt" else c for c in configs]
     configs = list(dict.fromkeys(c for c in configs if c.kind != "regt" or c.applies(m, n)))
     if layout is None:
         return configs

@@ -15,7 +15,6 @@ from ...kernels.config import (
     default_config,
     direct_default,
     few_cols_default,
-    few_rows_default,
     narrow_configs,
     prmt_alternative,
     prmt_default,
@@ -50,7 +49,7 @@ def known_good(
     tuned shape's rows, from its `sides` (m, n)), what the lookup would serve today, and
     the bests of the nearest classes of this and every other GPU model we have results for
     (`lookup.warm_starts`), if this study can run them."""
-    from ...dispatch import lookup
+    from ...dispatch import lookup, policy
 
     seed = seed_config(elem_bytes)
     if conjugate:
@@ -61,7 +60,7 @@ def known_good(
         # the flat kernel for a skinny class, the staged one for an unaligned class: on the
         # H200 the best of float32 4099x6007 is a staged kernel (85.7% of copy) that 40
         # trials started from tiled warm starts never reached (76.8%)
-        lookup.default_choice(elem_bytes, cls, device.limits, conjugate).config,
+        policy.default_choice(elem_bytes, cls, device.limits, conjugate).config,
         # the other kinds for rows at any offset (only an unaligned class's space has them)
         staged_default(elem_bytes, conjugate),
         prmt_default(elem_bytes, conjugate),
@@ -71,7 +70,7 @@ def known_good(
         # few long rows: with the class's rows taken as the call's, the ordered wide kernel for
         # 1-byte rows too (the lookup default above is the class's run store)
         None if conjugate else wide_default(elem_bytes, cls.m),
-        few_rows_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
+        policy.few_rows_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
         # the direct kernel for the tuned shape (the seed documents' strategy, capped)
         direct_default(elem_bytes, *sides, conjugate) if sides else None,
         # few columns: the narrow tiled tile

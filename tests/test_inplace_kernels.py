@@ -93,6 +93,7 @@ def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
     hows = pass_launches(plan, e, PARAMS, 2, optin, cycles, scratch_limit)
     scratch = np.zeros(max((h.scratch for h in hows), default=0) + 16, np.uint8)
     data = x.view(np.uint8)
+    pieces = None
     for how in hows:
         lib = _library(how.spec, how.smem, tmp)
         values = {**how.args}
@@ -100,10 +101,12 @@ def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
         aux = 0
         if how.aux == "leaders":
             aux = table.ctypes.data
-        elif how.aux in ("scratch", "rows"):
+        elif how.aux == "scratch":  # PERMUTE's pieces: their table, the scratch `offset` past it
+            pieces = table if table is not None else pieces
+            aux = pieces.ctypes.data
+            values["offset"] = scratch.ctypes.data - aux
+        elif how.aux == "rows":
             aux = scratch.ctypes.data
-            if table is not None:  # the device table copied into the scratch's start
-                scratch[: table.nbytes] = table.view(np.uint8)
         groups = range(0, how.rows, how.rows_per) if how.rows else [None]
         for r0 in groups:
             if r0 is not None:  # the host's copy of a group of rows (cuMemcpyDtoDAsync)

@@ -5,9 +5,11 @@ The passes are plans/inplace.py's, prepared by dispatch/inplace.py and run here 
 caller's stream. Besides x, a call needs at most PERMUTE's table (4 bytes a cycle, or 12 a
 piece; uploaded once per device and shape and kept for the process: a captured CUDA graph may
 launch with it) and a scratch of at most kernels/inplace.SCRATCH_BYTES or one row
-(stream-ordered, freed on the stream after the passes): the long rows SHUFFLE gathers, the
-first rows of PERMUTE's pieces. Both are had before any pass runs, so a call that cannot get
-them raises with x untouched.
+(kept per device and stream, grown as needed, freed by clear_caches(); under CUDA graph
+capture the graph's own, stream-ordered): the long rows SHUFFLE gathers, the first rows of
+PERMUTE's pieces. Both are had before any pass runs, so a call that cannot get them raises
+with x untouched. A PyTorch or CuPy signature called before runs from `_HITS`: its passes as
+one `_driver.Program`, one native call.
 """
 
 from __future__ import annotations

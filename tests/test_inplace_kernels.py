@@ -21,6 +21,7 @@ from autotranspose.kernels.inplace import (
     ARG_NAMES,
     BAND_PAIRS,
     BAND_ROWS,
+    RUN_MIN_BYTES,
     SCRATCH_BYTES,
     InplaceKernel,
     band_cols,
@@ -126,7 +127,9 @@ def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
 _DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.complex128}
 
 
-def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=SCRATCH_BYTES):
+def _check(
+    batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=SCRATCH_BYTES, shift=0
+):
     rng = np.random.default_rng([batch, m, n, e, conjugate])
     if conjugate:
         dt = np.complex64 if e == 8 else np.complex128
@@ -136,16 +139,18 @@ def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=
     else:
         x0 = rng.integers(0, 256, (batch, m, n, e), dtype=np.uint8).view(f"V{e}")[..., 0]
     nbytes = x0.nbytes
-    buf = np.full(GUARD + nbytes + GUARD, POISON, np.uint8)
-    buf[GUARD : GUARD + nbytes] = x0.view(np.uint8).ravel()
-    x = buf[GUARD : GUARD + nbytes].view(x0.dtype)
+    # x `shift` bytes past a 16-byte line: the row-run swaps pick their words by alignment
+    start = GUARD + shift
+    buf = np.full(start + nbytes + GUARD, POISON, np.uint8)
+    buf[start : start + nbytes] = x0.view(np.uint8).ravel()
+    x = buf[start : start + nbytes].view(x0.dtype)
     hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit)
     want = np.swapaxes(x0, 1, 2)
     if conjugate:
         want = np.conj(want)
     got = x.reshape(batch, n, m)
     assert got.view(np.uint8).tobytes() == np.ascontiguousarray(want).view(np.uint8).tobytes()
-    assert (buf[:GUARD] == POISON).all() and (buf[GUARD + nbytes :] == POISON).all()
+    assert (buf[:start] == POISON).all() and (buf[start + nbytes :] == POISON).all()
     return hows
 
 
@@ -242,9 +247,28 @@ def test_split_through_bands(batch, m, n, e, tmp):
     straddle a column's split, swap in global memory): both paths end bit-exact."""
     hows = _check(batch, m, n, e, tmp)
     splits = [h for h in hows if h.kind == "split"]
-    assert [h.spec.piece for h in splits] == ["split_band"] * (1 + (math.gcd(m, n) > 1))
+    c = math.gcd(m, n)
+    rows = c > 1 and n // c * e >= RUN_MIN_BYTES  # the first SPLIT swaps whole runs then
+    assert [h.spec.piece for h in splits] == ["split_rows"] * rows + ["split_band"] * (
+        1 + (c > 1) - rows
+    )
+    banded = [h for h in splits if h.spec.piece == "split_band"]
     if m >= 300:
-        assert min(_banded(m, n, e, h.args["split"]) for h in splits) > 0.5
+        assert min(_banded(m, n, e, h.args["split"]) for h in banded) > 0.5
+
+
+@pytest.mark.parametrize("e", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("batch, m, n", [(1, 20, 64), (2, 30, 96), (1, 36, 150), (3, 8, 40)])
+def test_reverse_and_split_swap_row_runs_in_the_widest_words(batch, m, n, e, tmp):
+    """REVERSE (gcd > 1) and the SPLIT at j / b (runs of b elements, at least RUN_MIN_BYTES)
+    swap two rows' runs as bytes, in 16-, 8-, 4-, 2- or 1-byte words as x, the rows and the
+    runs are aligned: x on a 16-byte line and one element past it."""
+    for shift in sorted({0, e % 16}):
+        hows = _check(batch, m, n, e, tmp, shift=shift)
+        kinds = [h.spec.piece for h in hows]
+        assert kinds[0] == "reverse" or math.gcd(m, n) == 1
+        if math.gcd(m, n) > 1 and n // math.gcd(m, n) * e >= RUN_MIN_BYTES:
+            assert "split_rows" in kinds
 
 
 def test_grids_are_capped_and_every_kernel_has_its_name():

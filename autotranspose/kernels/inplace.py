@@ -76,6 +76,7 @@ PIECES = (
     REVERSE,
     SPLIT,
     "split_band",
+    "split_rows",
     SHUFFLE,
     "shuffle_global",
     PERMUTE,
@@ -88,6 +89,7 @@ _FILES = {
     REVERSE: "reverse",
     SPLIT: "reverse",
     "split_band": "band",
+    "split_rows": "reverse",
     SHUFFLE: "shuffle",
     "shuffle_global": "shuffle",
     PERMUTE: "cycles",
@@ -103,6 +105,16 @@ SHUFFLE_BLOCK_BYTES = 32 << 10
 # `band_cols` adjacent columns (a row of them 128 to 256 bytes), its pairs' rows in two bands of
 # up to BAND_ROWS rows; the per-element kernel ("split") takes matrices of fewer columns
 BAND_ROWS, BAND_PAIRS = 64, 32
+# SPLIT at j / b as swaps of whole runs of b elements ("split_rows") where a run is at least
+# this many bytes (shorter ones: the bands)
+RUN_MIN_BYTES = 64
+
+
+def run_lanes(run_bytes: int, threads: int) -> int:
+    """Threads that swap a pair of runs of `run_bytes` (REVERSE's rows, split_rows' runs): a
+    16-byte word each, at most a block (a power of two, so a block holds whole pairs)."""
+    words = max(1, -(-run_bytes // 16))
+    return min(threads, 1 << (words - 1).bit_length())
 
 
 def band_cols(elem_bytes: int) -> int:
@@ -258,12 +270,23 @@ def pass_launches(
             tiles = -(-m // params.tile)
             items = batch * tiles * (tiles + 1) // 2
             add(p, spec, items, {"items": items, "tiles": tiles})
+        elif p.kind == REVERSE:
+            lanes = run_lanes(row_bytes, params.threads)
+            items = batch * (m // 2)
+            blocks = -(-items // (params.threads // lanes))
+            add(p, spec, blocks, {"items": items, "lanes": lanes})
+        elif p.kind == SPLIT and p.split == 0 and plan.b * elem_bytes >= RUN_MIN_BYTES:
+            spec = InplaceKernel("split_rows", elem_bytes, False, params)
+            lanes = run_lanes(plan.b * elem_bytes, params.threads)
+            items = batch * plan.c * (m // 2)
+            blocks = -(-items // (params.threads // lanes))
+            add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
         elif p.kind == SPLIT and n >= band_cols(elem_bytes):
             spec = InplaceKernel("split_band", elem_bytes, False, params)
             w = band_cols(elem_bytes)
             items = batch * -(-(m // 2) // BAND_PAIRS) * -(-n // w)
             add(p, spec, items, {"items": items, "split": p.split})
-        elif p.kind in (REVERSE, SPLIT):
+        elif p.kind == SPLIT:
             lanes = min(params.threads, 1 << (n - 1).bit_length())
             items = batch * (m // 2)
             blocks = -(-items // (params.threads // lanes))

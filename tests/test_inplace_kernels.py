@@ -38,7 +38,7 @@ GUARD = 64
 POISON = 0xA5
 _DYNAMIC = "extern __shared__ __align__(16) unsigned char smem[];"
 _EMU_SMEM = 227 << 10
-# shared-memory atomics the banded SPLIT takes, for the emulator's threads
+# shared-memory atomics and warp reductions the banded SPLIT takes, for the emulator's threads
 _ATOMICS = """
 inline int atomicMin(int* p, int v) {
     std::atomic_ref<int> a(*p);
@@ -52,6 +52,21 @@ inline int atomicMax(int* p, int v) {
     while (v > old && !a.compare_exchange_weak(old, v)) {}
     return old;
 }
+// a warp's reduction (every thread of the block calls it, as the kernel does): the values
+// meet in a block-wide array between two barriers
+inline int at_emu_warp_reduce(int v, bool least) {
+    static int vals[1024];
+    vals[threadIdx.x] = v;
+    __syncthreads();
+    const unsigned base = threadIdx.x & ~31u;
+    int r = vals[base];
+    for (unsigned i = base + 1; i < base + 32 && i < blockDim.x; ++i)
+        r = least ? (vals[i] < r ? vals[i] : r) : (vals[i] > r ? vals[i] : r);
+    __syncthreads();
+    return r;
+}
+inline int __reduce_min_sync(unsigned, int v) { return at_emu_warp_reduce(v, true); }
+inline int __reduce_max_sync(unsigned, int v) { return at_emu_warp_reduce(v, false); }
 """
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..dispatch import caches, inplace as programs
 from ..dispatch.lru import LRU
-from ..errors import InputTypeError, LayoutError
+from ..errors import DeviceError, InputTypeError, LayoutError
 from ..kernels.inplace import ARG_FORMAT, ARG_NAMES
 from ..kinds.inplace import InplaceParams
 from ..runtime import driver as _driver, streams
@@ -265,8 +265,11 @@ def _clear() -> None:
         _SCRATCH.clear()
         _RETIRED.clear()
     for alloc in held:
-        _driver.synchronize(alloc.ctx)
-        alloc.free()
+        try:
+            _driver.synchronize(alloc.ctx)
+            alloc.free()
+        except DeviceError:  # its context is gone (destroyed), and its memory with it
+            alloc.disown()
 
 
 caches.also_clear(_clear)

@@ -101,6 +101,9 @@ assert set(PASS_KINDS) <= set(PIECES)
 # SHUFFLE: rows a block holds at once fill up to this much shared memory (one row at least,
 # up to the device's opt-in): short rows several to a block, so that a block has work
 SHUFFLE_BLOCK_BYTES = 32 << 10
+# ... plus this much: the rows sit in shared memory at their address's offset in its 16-byte
+# line, so that they are copied in 16-byte words
+SHUFFLE_PAD = 16
 # SPLIT through shared memory ("split_band"): a block takes BAND_PAIRS pair indices of
 # `band_cols` adjacent columns (a row of them 128 to 256 bytes), its pairs' rows in two bands of
 # up to BAND_ROWS rows; the per-element kernel ("split") takes matrices of fewer columns
@@ -291,14 +294,14 @@ def pass_launches(
             items = batch * (m // 2)
             blocks = -(-items // (params.threads // lanes))
             add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
-        elif p.kind == SHUFFLE and row_bytes <= shared_optin:
+        elif p.kind == SHUFFLE and row_bytes + SHUFFLE_PAD <= shared_optin:
             # rows a block: what SHUFFLE_BLOCK_BYTES holds, fewer where that would leave
             # SMs without a block
             spread = -(-(batch * m) // (2 * multiprocessors))
             rows_per = max(1, min(SHUFFLE_BLOCK_BYTES // row_bytes, spread))
             items = -(-(batch * m) // rows_per)
             args = {"items": items, "rows_per": rows_per}
-            add(p, spec, items, args, smem=rows_per * row_bytes)
+            add(p, spec, items, args, smem=rows_per * row_bytes + SHUFFLE_PAD)
         elif p.kind == SHUFFLE:  # groups of rows through the scratch
             spec = InplaceKernel("shuffle_global", elem_bytes, p.conjugate, params)
             group = max(1, min(scratch_limit // row_bytes, batch * m))

@@ -27,6 +27,7 @@ from autotranspose.kernels.inplace import (
     band_cols,
     pass_launches,
     render_inplace,
+    split_cols_width,
 )
 from autotranspose.kinds.inplace import InplaceParams
 from autotranspose.plans.inplace import PERMUTE, plan_inplace, row_cycles, split_point
@@ -253,6 +254,15 @@ def _banded(m: int, n: int, e: int, rule: int) -> float:
     return banded / max(1, total)
 
 
+def _split_piece(m: int, n: int, e: int, rule: int) -> str:
+    """The kernel a SPLIT by `rule` (0: at j // b, 1: at j mod m) takes."""
+    if rule == 0 and n // math.gcd(m, n) * e >= RUN_MIN_BYTES:
+        return "split_rows"  # whole runs of b elements
+    if split_cols_width(m, e):
+        return "split_cols"  # few rows: whole columns in shared memory
+    return "split_band" if n >= band_cols(e) else "split"
+
+
 @pytest.mark.parametrize("e", [4, 16])
 @pytest.mark.parametrize(
     "batch, m, n", [(1, 300, 64), (1, 130, 33), (2, 31, 64), (1, 20, 200), (1, 360, 96)]
@@ -263,13 +273,26 @@ def test_split_through_bands(batch, m, n, e, tmp):
     hows = _check(batch, m, n, e, tmp)
     splits = [h for h in hows if h.kind == "split"]
     c = math.gcd(m, n)
-    rows = c > 1 and n // c * e >= RUN_MIN_BYTES  # the first SPLIT swaps whole runs then
-    assert [h.spec.piece for h in splits] == ["split_rows"] * rows + ["split_band"] * (
-        1 + (c > 1) - rows
-    )
+    assert [h.spec.piece for h in splits] == [_split_piece(m, n, e, 0)] * (c > 1) + [
+        _split_piece(m, n, e, 1)
+    ]
     banded = [h for h in splits if h.spec.piece == "split_band"]
     if m >= 300:
         assert min(_banded(m, n, e, h.args["split"]) for h in banded) > 0.5
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e", [(1, 15, 700, 2), (2, 27, 1000, 1), (1, 10, 5000, 4), (2, 6, 2000, 8)]
+)
+def test_split_of_few_rows_takes_whole_columns(batch, m, n, e, tmp):
+    """Skinny matrices: each SPLIT (both rules) reads all m rows of a block's columns into
+    shared memory and writes them back from their source rows; blocks walk several tiles,
+    the last cut at n."""
+    hows = _check(batch, m, n, e, tmp)
+    splits = [h.spec.piece for h in hows if h.kind == "split"]
+    assert "split_cols" in splits
+    w = split_cols_width(m, e)
+    assert w >= 256 and m * w * e <= 48 << 10
 
 
 @pytest.mark.parametrize("e", [1, 2, 4, 8, 16])

@@ -77,6 +77,7 @@ PIECES = (
     SPLIT,
     "split_band",
     "split_rows",
+    "split_cols",
     SHUFFLE,
     "shuffle_global",
     PERMUTE,
@@ -90,6 +91,7 @@ _FILES = {
     SPLIT: "reverse",
     "split_band": "band",
     "split_rows": "reverse",
+    "split_cols": "band",
     SHUFFLE: "shuffle",
     "shuffle_global": "shuffle",
     PERMUTE: "cycles",
@@ -111,6 +113,18 @@ BAND_ROWS, BAND_PAIRS = 64, 32
 # SPLIT at j / b as swaps of whole runs of b elements ("split_rows") where a run is at least
 # this many bytes (shorter ones: the bands)
 RUN_MIN_BYTES = 64
+
+
+# SPLIT of matrices of few rows ("split_cols"): a block takes all m rows of as many columns
+# as this much dynamic shared memory holds, at least SPLIT_COLS_MIN (a thread a column)
+SPLIT_COLS_BYTES, SPLIT_COLS_MIN = 48 << 10, 256
+
+
+def split_cols_width(m: int, elem_bytes: int) -> int:
+    """Columns a split_cols block takes: what SPLIT_COLS_BYTES holds of m rows, a multiple of
+    32; 0 where fewer than SPLIT_COLS_MIN fit (then the bands take the SPLIT)."""
+    w = SPLIT_COLS_BYTES // (m * elem_bytes) // 32 * 32
+    return min(w, 4096) if w >= SPLIT_COLS_MIN else 0
 
 
 def run_lanes(run_bytes: int, threads: int) -> int:
@@ -284,6 +298,12 @@ def pass_launches(
             items = batch * plan.c * (m // 2)
             blocks = -(-items // (params.threads // lanes))
             add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
+        elif p.kind == SPLIT and split_cols_width(m, elem_bytes):
+            spec = InplaceKernel("split_cols", elem_bytes, False, params)
+            w = split_cols_width(m, elem_bytes)
+            items = batch * -(-n // w)
+            args = {"items": items, "tiles": w, "split": p.split}
+            add(p, spec, items, args, smem=m * w * elem_bytes)
         elif p.kind == SPLIT and n >= band_cols(elem_bytes):
             spec = InplaceKernel("split_band", elem_bytes, False, params)
             w = band_cols(elem_bytes)

@@ -315,3 +315,21 @@ def test_grids_are_capped_and_every_kernel_has_its_name():
     assert [h.kind for h in hows][:4] == ["reverse", "split", "shuffle", "split"]
     assert all(1 <= h.blocks <= 2 * PARAMS.blocks_per_sm for h in hows)
     assert len({h.spec.name for h in hows}) == len(hows) - 1  # SPLIT twice, one kernel
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e, conjugate",
+    [
+        (1, 7, 1031, 4, False),
+        (2, 13, 300, 2, False),
+        (1, 31, 129, 8, True),
+        (2, 5, 257, 16, True),
+        (1, 3, 70001, 1, False),  # b past 2**16: the 64-bit product
+    ],
+)
+def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, tmp):
+    """gcd 1 and rows of at least a block's threads: SHUFFLE walks a row at a time, each
+    thread's source column carried from one of its columns to the next."""
+    hows = _check(batch, m, n, e, tmp, conjugate=conjugate)
+    shuffle = next(h for h in hows if h.kind == "shuffle")
+    assert shuffle.spec.piece == "shuffle" and math.gcd(m, n) == 1 and n >= PARAMS.threads

@@ -2,7 +2,8 @@
 skinny, one row or column, gcd > 1), batched and long-row shapes and every element size,
 conjugate; guard bytes around the matrix stay poisoned; the result is a view of x's memory
 in each library; bad calls leave x as it was; PyTorch's op under torch.compile, autograd's
-refusal, the caller's stream and CUDA graph capture."""
+refusal, the caller's stream and CUDA graph capture; repeated calls through the fast path,
+one scratch per stream."""
 
 from __future__ import annotations
 

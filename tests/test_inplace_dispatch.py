@@ -1,7 +1,8 @@
 """transpose_()'s host side without a GPU: dispatch/inplace.py builds a program from a device's
 facts (a real DeviceInfo) and calls/inplace.py queues it in order: tables and scratch before any
-pass, each pass's second pointer, long rows in groups. The GPU itself is a recorder standing in
-for the driver and the prepared launches (tests/test_inplace_gpu.py runs the real ones)."""
+pass, each pass's second pointer, long rows in groups, one scratch kept per stream. The GPU
+itself is a recorder standing in for the driver and the prepared launches
+(tests/test_inplace_gpu.py runs the real ones)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,20 @@ class _Launch:
     def __init__(self, log, spec, blocks, args, smem):
         self.log, self.spec, self.blocks, self.smem = log, spec, blocks, smem
         self.scalars = tuple(int(args.get(k, 0)) for k in ARG_NAMES)
-
-    def run(self, src, dst, stream, ctx):
-        self.log.append(("run", self.spec.piece, src, dst, stream))
+        self.grid, self.block, self.shared, self.optin = (blocks, 1, 1), (256, 1, 1), smem, 0
 
     def prepared(self, ctx):
-        return type("P", (), {"args": ("args-of", self.spec.piece)})()
+        return _Prepared(self.spec.piece, ctx, self.grid, self.block, b"")
+
+
+class _Prepared:
+    """A prepared launch: its kernel (the piece's name) and its argument block's tail."""
+
+    def __init__(self, func, ctx, grid, block, tail, shared=0):
+        self.args, self.piece, self.tail = (func,), func, tail
+
+    def values(self):
+        return dict(zip(ARG_NAMES, struct.unpack(ARG_FORMAT, self.tail), strict=True))
 
 
 @pytest.fixture
@@ -62,20 +71,25 @@ def gpu(monkeypatch):
         "memcpy_dtod_async",
         lambda dst, src, n, stream, ctx: log.append(("copy", dst, src, n, stream)),
     )
+    monkeypatch.setattr(_driver, "Prepared", _Prepared)
     monkeypatch.setattr(
-        _driver, "launch", lambda args, stream, params: log.append(("launch", args, params))
+        _driver,
+        "launch_transpose",
+        lambda prep, src, dst, stream, *_: log.append(("run", prep.piece, src, dst, stream, prep)),
     )
 
     class _Allocation(int):
         def __new__(cls, nbytes, ctx):
-            log.append(("table", nbytes))
+            log.append(("allocation", nbytes))
             self = super().__new__(cls, 0x6000_0000 + 0x1000 * len(log))
-            self.ptr = int(self)
+            self.ptr, self.nbytes, self.ctx = int(self), nbytes, ctx
             return self
 
     monkeypatch.setattr(_driver, "Allocation", _Allocation)
     monkeypatch.setattr(_driver, "memcpy_htod", lambda dst, src, n: log.append(("upload", n)))
     monkeypatch.setattr(call, "_TABLES", {})
+    monkeypatch.setattr(call, "_SCRATCH", {})
+    monkeypatch.setattr(call, "_RETIRED", [])
     programs.clear()
     yield log
     programs.clear()
@@ -97,15 +111,26 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
     call.run(prog, 0x1000_0000, 0xC0, 0x33)
     kinds = [e[0] for e in gpu]
     first_run = kinds.index("run")
-    assert kinds.index("upload") < first_run and kinds.index("alloc") < first_run
-    assert gpu[-1] == ("free", 0x5000_0000, 0x33)
-    save = next(i for i, e in enumerate(gpu) if e[:2] == ("run", "permute_save"))
-    assert gpu[save - 1][0] == "copy" and gpu[save - 1][1] == 0x5000_0000  # table into scratch
-    walk = next(e for e in gpu if e[:2] == ("run", "permute_pieces"))
-    assert walk[2:] == (0x1000_0000, 0x5000_0000, 0x33)
+    assert kinds.index("upload") < first_run
+    table, scratch = (e[1] for e in gpu[:first_run] if e[0] == "allocation")
+    assert table == call._TABLES[next(iter(call._TABLES))].nbytes
+    assert scratch == prog.scratch_bytes  # the stream's scratch, kept: no free per call
+    assert "free" not in kinds and "copy" not in kinds  # no copy of the table per call
+    saved = call._SCRATCH[(0xC0, 0x33, 0)].ptr
+    for piece in ("permute_save", "permute_pieces"):  # the table, the scratch `offset` past it
+        run = next(e for e in gpu if e[:2] == ("run", piece))
+        tab = run[3]
+        assert (
+            run[2] == 0x1000_0000
+            and run[4] == 0x33
+            and tab == next(iter(call._TABLES.values())).ptr
+        )
+        assert run[5].values()["offset"] == saved - tab
     gpu.clear()
-    call.run(prog, 0x1000_0000, 0xC0, 0x33)  # the table is kept: no second upload
-    assert "upload" not in [e[0] for e in gpu]
+    call.run(prog, 0x1000_0000, 0xC0, 0x33)  # the table and the scratch are kept
+    assert not [e for e in gpu if e[0] in ("upload", "allocation", "alloc", "free")]
+    call.run(prog, 0x1000_0000, 0xC0, 0x44)  # another stream: a scratch of its own
+    assert [e[0] for e in gpu].count("allocation") == 1 and len(call._SCRATCH) == 2
 
 
 def test_an_unprepared_shape_is_refused_under_capture_before_anything_runs(gpu, monkeypatch):
@@ -120,7 +145,7 @@ def test_square_runs_one_swap_and_needs_nothing(gpu):
     prog = programs.program(_state(), 3, 96, 96, 16, conjugate=True)
     assert [s.how.spec.piece for s in prog.steps] == ["swap"] and prog.scratch_bytes == 0
     call.run(prog, 0x1000_0000, 0xC0, None)
-    assert gpu == [("run", "swap", 0x1000_0000, 0, None)]
+    assert [e[:5] for e in gpu] == [("run", "swap", 0x1000_0000, 0, None)]
 
 
 def test_long_rows_go_through_the_scratch_in_groups(gpu):
@@ -130,17 +155,17 @@ def test_long_rows_go_through_the_scratch_in_groups(gpu):
     group = (32 << 20) // (n * e)
     assert shuffle.how.spec.piece == "shuffle_global" and shuffle.how.rows_per == group
     call.run(prog, 0x1000_0000, 0xC0, 0x33)
-    copies = [x for x in gpu if x[0] == "copy" and x[1] == 0x5000_0000 and x[2] != 0]
-    launches = [x for x in gpu if x[0] == "launch"]
-    assert len(launches) == -(-m // group) == len([c for c in copies if c[2] >= 0x1000_0000])
-    row = ARG_NAMES.index("row")
-    rows_per = ARG_NAMES.index("rows_per")
+    scratch = call._SCRATCH[(0xC0, 0x33, 0)].ptr
+    copies = [x for x in gpu if x[0] == "copy" and x[1] == scratch]
+    launches = [x for x in gpu if x[:2] == ("run", "shuffle_global")]
+    assert len(launches) == -(-m // group) == len(copies)
     firsts = []
-    for _, args, params in launches:
-        ptrs = struct.unpack_from("<QQ", params)
-        values = struct.unpack(ARG_FORMAT, params[16:])
-        assert ptrs == (0x1000_0000, 0x5000_0000) and args == ("args-of", "shuffle_global")
-        firsts.append((values[row], values[rows_per]))
+    for copy, run in zip(copies, launches, strict=True):
+        values = run[5].values()
+        assert run[2:5] == (0x1000_0000, scratch, 0x33)
+        assert copy[2] == 0x1000_0000 + values["row"] * n * e
+        assert copy[3] == values["rows_per"] * n * e
+        firsts.append((values["row"], values["rows_per"]))
     assert firsts[0] == (0, group) and sum(k for _, k in firsts) == m
     assert all(b == a + k for (a, k), (b, _) in itertools.pairwise(firsts))
 

@@ -2,7 +2,8 @@
 skinny, one row or column, gcd > 1), batched and long-row shapes and every element size,
 conjugate; guard bytes around the matrix stay poisoned; the result is a view of x's memory
 in each library; bad calls leave x as it was; PyTorch's op under torch.compile, autograd's
-refusal, the caller's stream and CUDA graph capture."""
+refusal, the caller's stream and CUDA graph capture; repeated calls through the fast path,
+one scratch per stream."""
 
 from __future__ import annotations
 
@@ -244,3 +245,43 @@ def test_torch_cuda_graph_capture_after_a_warm_up(torch):
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, fresh.t())
+
+
+def test_torch_repeated_calls_hit_the_fast_path_and_share_one_scratch(torch):
+    """A signature's second call runs its prepared program (a dict hit); every call on one
+    stream shares one scratch, grown as shapes need it; clear_caches() frees it."""
+    from autotranspose.calls import inplace as call
+
+    at.clear_caches()
+    shapes = [(300, 140), (257, 1031), (96, 96), (2, 40, 60), (4099, 600), (300, 140)]
+    for shape in shapes:
+        for _ in range(3):
+            x = torch.randint(-(2**31), 2**31 - 1, shape, dtype=torch.int32, device="cuda")
+            want = x.transpose(-1, -2).clone()
+            y = at.transpose_(x)
+            assert y.data_ptr() == x.data_ptr() and torch.equal(y, want)
+    assert len(call._HITS) == len(set(shapes))
+    stream = torch.cuda.current_stream().cuda_stream
+    assert {key[1] for key in call._SCRATCH} == {stream}  # one stream, one scratch
+    s = torch.cuda.Stream()  # another stream: a scratch of its own, the same program
+    x = torch.randn(300, 140, device="cuda")
+    want = x.t().clone()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = at.transpose_(x)
+    s.synchronize()
+    assert torch.equal(y, want) and len(call._SCRATCH) == 2
+    at.clear_caches()
+    assert not call._HITS and not call._SCRATCH and not call._RETIRED
+
+
+def test_cupy_repeated_calls_hit_the_fast_path(cupy, rng):
+    from autotranspose.calls import inplace as call
+
+    host = random_array(rng, (3, 131, 77), "float16")
+    for _ in range(3):
+        buf, x = guarded(cupy, host)
+        y = at.transpose_(x)
+        assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
+        assert guards_intact(cupy, buf)
+    assert any(key[0] == "cupy" and key[1] == (3, 131, 77) for key in call._HITS)

@@ -21,11 +21,13 @@ from autotranspose.kernels.inplace import (
     ARG_NAMES,
     BAND_PAIRS,
     BAND_ROWS,
+    RUN_MIN_BYTES,
     SCRATCH_BYTES,
     InplaceKernel,
     band_cols,
     pass_launches,
     render_inplace,
+    split_cols_width,
 )
 from autotranspose.kinds.inplace import InplaceParams
 from autotranspose.plans.inplace import PERMUTE, plan_inplace, row_cycles, split_point
@@ -37,7 +39,7 @@ GUARD = 64
 POISON = 0xA5
 _DYNAMIC = "extern __shared__ __align__(16) unsigned char smem[];"
 _EMU_SMEM = 227 << 10
-# shared-memory atomics the banded SPLIT takes, for the emulator's threads
+# shared-memory atomics and warp reductions the banded SPLIT takes, for the emulator's threads
 _ATOMICS = """
 inline int atomicMin(int* p, int v) {
     std::atomic_ref<int> a(*p);
@@ -51,6 +53,21 @@ inline int atomicMax(int* p, int v) {
     while (v > old && !a.compare_exchange_weak(old, v)) {}
     return old;
 }
+// a warp's reduction (every thread of the block calls it, as the kernel does): the values
+// meet in a block-wide array between two barriers
+inline int at_emu_warp_reduce(int v, bool least) {
+    static int vals[1024];
+    vals[threadIdx.x] = v;
+    __syncthreads();
+    const unsigned base = threadIdx.x & ~31u;
+    int r = vals[base];
+    for (unsigned i = base + 1; i < base + 32 && i < blockDim.x; ++i)
+        r = least ? (vals[i] < r ? vals[i] : r) : (vals[i] > r ? vals[i] : r);
+    __syncthreads();
+    return r;
+}
+inline int __reduce_min_sync(unsigned, int v) { return at_emu_warp_reduce(v, true); }
+inline int __reduce_max_sync(unsigned, int v) { return at_emu_warp_reduce(v, false); }
 """
 
 
@@ -93,6 +110,7 @@ def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
     hows = pass_launches(plan, e, PARAMS, 2, optin, cycles, scratch_limit)
     scratch = np.zeros(max((h.scratch for h in hows), default=0) + 16, np.uint8)
     data = x.view(np.uint8)
+    pieces = None
     for how in hows:
         lib = _library(how.spec, how.smem, tmp)
         values = {**how.args}
@@ -100,10 +118,12 @@ def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
         aux = 0
         if how.aux == "leaders":
             aux = table.ctypes.data
-        elif how.aux in ("scratch", "rows"):
+        elif how.aux == "scratch":  # PERMUTE's pieces: their table, the scratch `offset` past it
+            pieces = table if table is not None else pieces
+            aux = pieces.ctypes.data
+            values["offset"] = scratch.ctypes.data - aux
+        elif how.aux == "rows":
             aux = scratch.ctypes.data
-            if table is not None:  # the device table copied into the scratch's start
-                scratch[: table.nbytes] = table.view(np.uint8)
         groups = range(0, how.rows, how.rows_per) if how.rows else [None]
         for r0 in groups:
             if r0 is not None:  # the host's copy of a group of rows (cuMemcpyDtoDAsync)
@@ -123,7 +143,9 @@ def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
 _DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.complex128}
 
 
-def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=SCRATCH_BYTES):
+def _check(
+    batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=SCRATCH_BYTES, shift=0
+):
     rng = np.random.default_rng([batch, m, n, e, conjugate])
     if conjugate:
         dt = np.complex64 if e == 8 else np.complex128
@@ -133,16 +155,18 @@ def _check(batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=
     else:
         x0 = rng.integers(0, 256, (batch, m, n, e), dtype=np.uint8).view(f"V{e}")[..., 0]
     nbytes = x0.nbytes
-    buf = np.full(GUARD + nbytes + GUARD, POISON, np.uint8)
-    buf[GUARD : GUARD + nbytes] = x0.view(np.uint8).ravel()
-    x = buf[GUARD : GUARD + nbytes].view(x0.dtype)
+    # x `shift` bytes past a 16-byte line: the row-run swaps pick their words by alignment
+    start = GUARD + shift
+    buf = np.full(start + nbytes + GUARD, POISON, np.uint8)
+    buf[start : start + nbytes] = x0.view(np.uint8).ravel()
+    x = buf[start : start + nbytes].view(x0.dtype)
     hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit)
     want = np.swapaxes(x0, 1, 2)
     if conjugate:
         want = np.conj(want)
     got = x.reshape(batch, n, m)
     assert got.view(np.uint8).tobytes() == np.ascontiguousarray(want).view(np.uint8).tobytes()
-    assert (buf[:GUARD] == POISON).all() and (buf[GUARD + nbytes :] == POISON).all()
+    assert (buf[:start] == POISON).all() and (buf[start + nbytes :] == POISON).all()
     return hows
 
 
@@ -230,6 +254,15 @@ def _banded(m: int, n: int, e: int, rule: int) -> float:
     return banded / max(1, total)
 
 
+def _split_piece(m: int, n: int, e: int, rule: int) -> str:
+    """The kernel a SPLIT by `rule` (0: at j // b, 1: at j mod m) takes."""
+    if rule == 0 and n // math.gcd(m, n) * e >= RUN_MIN_BYTES:
+        return "split_rows"  # whole runs of b elements
+    if split_cols_width(m, e):
+        return "split_cols"  # few rows: whole columns in shared memory
+    return "split_band" if n >= band_cols(e) else "split"
+
+
 @pytest.mark.parametrize("e", [4, 16])
 @pytest.mark.parametrize(
     "batch, m, n", [(1, 300, 64), (1, 130, 33), (2, 31, 64), (1, 20, 200), (1, 360, 96)]
@@ -239,9 +272,41 @@ def test_split_through_bands(batch, m, n, e, tmp):
     straddle a column's split, swap in global memory): both paths end bit-exact."""
     hows = _check(batch, m, n, e, tmp)
     splits = [h for h in hows if h.kind == "split"]
-    assert [h.spec.piece for h in splits] == ["split_band"] * (1 + (math.gcd(m, n) > 1))
+    c = math.gcd(m, n)
+    assert [h.spec.piece for h in splits] == [_split_piece(m, n, e, 0)] * (c > 1) + [
+        _split_piece(m, n, e, 1)
+    ]
+    banded = [h for h in splits if h.spec.piece == "split_band"]
     if m >= 300:
-        assert min(_banded(m, n, e, h.args["split"]) for h in splits) > 0.5
+        assert min(_banded(m, n, e, h.args["split"]) for h in banded) > 0.5
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e", [(1, 15, 700, 2), (2, 27, 1000, 1), (1, 10, 5000, 4), (2, 6, 2000, 8)]
+)
+def test_split_of_few_rows_takes_whole_columns(batch, m, n, e, tmp):
+    """Skinny matrices: each SPLIT (both rules) reads all m rows of a block's columns into
+    shared memory and writes them back from their source rows; blocks walk several tiles,
+    the last cut at n."""
+    hows = _check(batch, m, n, e, tmp)
+    splits = [h.spec.piece for h in hows if h.kind == "split"]
+    assert "split_cols" in splits
+    w = split_cols_width(m, e)
+    assert w >= 256 and m * w * e <= 48 << 10
+
+
+@pytest.mark.parametrize("e", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("batch, m, n", [(1, 20, 64), (2, 30, 96), (1, 36, 150), (3, 8, 40)])
+def test_reverse_and_split_swap_row_runs_in_the_widest_words(batch, m, n, e, tmp):
+    """REVERSE (gcd > 1) and the SPLIT at j / b (runs of b elements, at least RUN_MIN_BYTES)
+    swap two rows' runs as bytes, in 16-, 8-, 4-, 2- or 1-byte words as x, the rows and the
+    runs are aligned: x on a 16-byte line and one element past it."""
+    for shift in sorted({0, e % 16}):
+        hows = _check(batch, m, n, e, tmp, shift=shift)
+        kinds = [h.spec.piece for h in hows]
+        assert kinds[0] == "reverse" or math.gcd(m, n) == 1
+        if math.gcd(m, n) > 1 and n // math.gcd(m, n) * e >= RUN_MIN_BYTES:
+            assert "split_rows" in kinds
 
 
 def test_grids_are_capped_and_every_kernel_has_its_name():
@@ -250,3 +315,21 @@ def test_grids_are_capped_and_every_kernel_has_its_name():
     assert [h.kind for h in hows][:4] == ["reverse", "split", "shuffle", "split"]
     assert all(1 <= h.blocks <= 2 * PARAMS.blocks_per_sm for h in hows)
     assert len({h.spec.name for h in hows}) == len(hows) - 1  # SPLIT twice, one kernel
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e, conjugate",
+    [
+        (1, 7, 1031, 4, False),
+        (2, 13, 300, 2, False),
+        (1, 31, 129, 8, True),
+        (2, 5, 257, 16, True),
+        (1, 3, 70001, 1, False),  # b past 2**16: the 64-bit product
+    ],
+)
+def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, tmp):
+    """gcd 1 and rows of at least a block's threads: SHUFFLE walks a row at a time, each
+    thread's source column carried from one of its columns to the next."""
+    hows = _check(batch, m, n, e, tmp, conjugate=conjugate)
+    shuffle = next(h for h in hows if h.kind == "shuffle")
+    assert shuffle.spec.piece == "shuffle" and math.gcd(m, n) == 1 and n >= PARAMS.threads

@@ -5,9 +5,11 @@ The passes are plans/inplace.py's, prepared by dispatch/inplace.py and run here 
 caller's stream. Besides x, a call needs at most PERMUTE's table (4 bytes a cycle, or 12 a
 piece; uploaded once per device and shape and kept for the process: a captured CUDA graph may
 launch with it) and a scratch of at most kernels/inplace.SCRATCH_BYTES or one row
-(stream-ordered, freed on the stream after the passes): the long rows SHUFFLE gathers, the
-first rows of PERMUTE's pieces. Both are had before any pass runs, so a call that cannot get
-them raises with x untouched.
+(kept per device and stream, grown as needed, freed by clear_caches(); under CUDA graph
+capture the graph's own, stream-ordered): the long rows SHUFFLE gathers, the first rows of
+PERMUTE's pieces. Both are had before any pass runs, so a call that cannot get them raises
+with x untouched. A PyTorch or CuPy signature called before runs from `_HITS`: its passes as
+one `_driver.Program`, one native call.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..dispatch import inplace as programs
-from ..errors import InputTypeError, LayoutError
+from ..dispatch import caches, inplace as programs
+from ..dispatch.lru import LRU
+from ..errors import DeviceError, InputTypeError, LayoutError
 from ..kernels.inplace import ARG_FORMAT, ARG_NAMES
 from ..kinds.inplace import InplaceParams
 from ..runtime import driver as _driver, streams
@@ -31,8 +35,12 @@ from .common import call_target, keeping_context
 # Never freed: a CUDA graph captured with one launches with it for as long as the graph lives.
 _TABLES: dict[tuple[object, ...], _driver.Allocation] = {}
 _TABLES_LOCK = threading.Lock()
-_ROW, _ROWS_PER = ARG_NAMES.index("row"), ARG_NAMES.index("rows_per")
-_POINTERS = struct.Struct("<QQ")
+# The scratch per (context, stream, thread for the per-thread stream), and those outgrown
+# (work queued before may still use them): freed by clear_caches()
+_SCRATCH: dict[tuple[int, int | None, int], _driver.Allocation] = {}
+_RETIRED: list[_driver.Allocation] = []
+_SCRATCH_LOCK = threading.Lock()
+_PER_THREAD = 2  # CU_STREAM_PER_THREAD
 
 
 def transpose_(
@@ -48,6 +56,11 @@ def transpose_(
     old shape: use what is returned. `conjugate=True` conjugates complex64/complex128 as it
     transposes. Runs on the caller's current stream for x's library, or `stream`. NumPy arrays
     go through the GPU; JAX arrays are immutable and are refused (use transpose())."""
+    fast = _FAST.get(type(x))
+    if fast is not None and stream is None and params is None:
+        done = fast(x, conjugate)
+        if done is not None:
+            return done
     if type(x).__module__.split(".", 1)[0] in ("jax", "jaxlib"):
         raise InputTypeError(
             "JAX arrays are immutable, so transpose_() cannot write into x; use "
@@ -144,6 +157,122 @@ def _on_device(
     state, ctx, handle = call_target(xv, given)
     prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, conjugate, params)
     run(prog, xv.ptr, ctx, handle)
+    if given is None and params is None and xv.kind in _KEYS and xv.device is not None:
+        _remember(xv, ctx, prog, conjugate)
+
+
+# The fast path: a signature called before (the array's own shape, strides, dtype, device,
+# pointer alignment and conjugation, read from its attributes) maps to its program, whose
+# launches run as one `_driver.Program` per scratch: a dict hit and one native call.
+@dataclass
+class _Hit:
+    ordinal: int
+    ctx: int
+    prog: programs.InplaceProgram
+    tables: list[int]
+    shape: tuple[int, ...]
+    runs: dict[int, _driver.Program] = field(default_factory=dict)  # by scratch pointer
+
+
+_HITS: LRU[tuple[Any, ...], _Hit] = LRU(caches.HITS_LIMIT)
+_RUNS_PER_HIT = 8  # streams whose scratch a signature keeps a ready program for
+
+
+def _torch_key(x: Any, px: int, conjugate: bool) -> tuple[Any, ...]:
+    return ("torch", x.shape, x.stride(), x.dtype, x.get_device(), px & 15, conjugate)
+
+
+def _cupy_key(x: Any, px: int, conjugate: bool) -> tuple[Any, ...]:
+    return ("cupy", x.shape, x.strides, x.dtype, x.data.device_id, px & 15, conjugate)
+
+
+_KEYS: dict[str, Callable[[Any, int, bool], tuple[Any, ...]]] = {
+    "torch": _torch_key,
+    "cupy": _cupy_key,
+}
+
+
+def _fast_torch(x: Any, conjugate: bool) -> Any:
+    px = x.data_ptr()
+    hit = _HITS.get(_torch_key(x, px, conjugate))
+    if hit is None or x.requires_grad or x.is_conj() or x.is_neg():
+        return None  # the full path checks (and refuses) these
+    if not _go(hit, px, streams.torch_current(hit.ordinal)):
+        return None
+    return x.view(hit.shape)
+
+
+def _fast_cupy(x: Any, conjugate: bool) -> Any:
+    px = x.data.ptr
+    hit = _HITS.get(_cupy_key(x, px, conjugate))
+    if hit is None or not _go(hit, px, streams.cupy_current(hit.ordinal)):
+        return None
+    return x.reshape(*hit.shape)
+
+
+_FAST_BY_KIND = {"torch": _fast_torch, "cupy": _fast_cupy}
+_FAST: dict[type, Callable[[Any, bool], Any]] = {}
+
+
+def _remember(xv: View, ctx: int, prog: programs.InplaceProgram, conjugate: bool) -> None:
+    """After a validated call of a torch or CuPy array on its library's current stream: the
+    next call of its signature runs its program straight away."""
+    x = xv.obj
+    if xv.kind == "torch" and (x.requires_grad or x.is_conj() or x.is_neg()):
+        return
+    tables = [_TABLES[(ctx, *s.table_key)].ptr if s.table_key else 0 for s in prog.steps]
+    shape = (*xv.shape[:-2], xv.n, xv.m)
+    _HITS.keep(_KEYS[xv.kind](x, xv.ptr, conjugate), _Hit(xv.device, ctx, prog, tables, shape))
+    _FAST[type(x)] = _FAST_BY_KIND[xv.kind]
+
+
+def _go(hit: _Hit, ptr: int, handle: int) -> bool:
+    """Run `hit`'s program on matrix `ptr` on stream `handle`; False (nothing queued) under
+    CUDA graph capture of a program with scratch: the full path allocates the graph's own."""
+    scratch = 0
+    if hit.prog.scratch_bytes:
+        if _driver.is_capturing(handle):
+            return False
+        scratch = scratch_for(hit.ctx, handle, hit.prog.scratch_bytes)
+    program = hit.runs.get(scratch)
+    if program is None:
+        if len(hit.runs) >= _RUNS_PER_HIT:
+            hit.runs.clear()
+        program = hit.runs[scratch] = _program(hit, scratch)
+    program.run(ptr, 0, handle)
+    return True
+
+
+def _program(hit: _Hit, scratch: int) -> _driver.Program:
+    """`hit`'s passes as one program run with (x, 0): each launch's second pointer and each
+    row copy's target are absolute (the tables, the scratch), x's offsets relative."""
+    steps: list[tuple[_driver.Prepared | None, int, int, int]] = []
+    for items, second in _launches(hit.prog, hit.tables, hit.ctx, scratch):
+        for item in items:
+            if isinstance(item, tuple):
+                steps.append((None, item[0], scratch, item[1]))
+            else:
+                steps.append((item, 0, second, 0))
+    return _driver.Program(hit.ctx, steps)
+
+
+def _clear() -> None:
+    """clear_caches(): forget the signatures and free the scratch (after the work queued
+    on it: a free waits for the device)."""
+    _HITS.clear()
+    with _SCRATCH_LOCK:
+        held = [*_SCRATCH.values(), *_RETIRED]
+        _SCRATCH.clear()
+        _RETIRED.clear()
+    for alloc in held:
+        try:
+            _driver.synchronize(alloc.ctx)
+            alloc.free()
+        except DeviceError:  # its context is gone (destroyed), and its memory with it
+            alloc.disown()
+
+
+caches.also_clear(_clear)
 
 
 def run(
@@ -158,28 +287,96 @@ def run(
     given, is called before pass k and after the last (k = len(steps)): `bench --inplace`
     records its events there to time each pass."""
     tables = [_table(s, ctx, handle) if s.table_key is not None else 0 for s in prog.steps]
-    scratch = _driver.mem_alloc_async(prog.scratch_bytes, handle, ctx) if prog.scratch_bytes else 0
+    capturing = bool(prog.scratch_bytes) and _driver.is_capturing(handle)
+    if not prog.scratch_bytes:
+        scratch = 0
+    elif capturing:  # a graph's own allocation node: the cached scratch is not the graph's
+        scratch = _driver.mem_alloc_async(prog.scratch_bytes, handle, ctx)
+    else:
+        scratch = scratch_for(ctx, handle, prog.scratch_bytes)
     try:
-        for k, (step, table) in enumerate(zip(prog.steps, tables, strict=True)):
+        for k, (items, second) in enumerate(_launches(prog, tables, ctx, scratch)):
             if mark is not None:
                 mark(k)
-            aux = step.how.aux
-            if aux == "rows":
-                _rows(step, ptr, scratch, ctx, handle)
-            elif aux == "leaders":
-                step.launch.run(ptr, table, handle, ctx)
-            elif aux == "scratch":
-                if table:  # PERMUTE's pieces: their table at the scratch's start
-                    nbytes = step.how.table.nbytes
-                    _driver.memcpy_dtod_async(scratch, table, nbytes, handle, ctx)
-                step.launch.run(ptr, scratch, handle, ctx)
-            else:
-                step.launch.run(ptr, 0, handle, ctx)
+            for item in items:
+                if isinstance(item, tuple):  # a long-row SHUFFLE's group copied to the scratch
+                    _driver.memcpy_dtod_async(scratch, ptr + item[0], item[1], handle, ctx)
+                else:
+                    _driver.launch_transpose(item, ptr, second, handle)
         if mark is not None:
             mark(len(prog.steps))
     finally:
-        if scratch:
+        if capturing:
             _driver.mem_free_async(scratch, handle, ctx)
+
+
+# A pass's prepared launches in order, and (a long-row SHUFFLE) before each the copy of its
+# group of rows to the scratch, as (byte offset in x, bytes)
+_Items = list[Any]
+
+
+def _launches(
+    prog: programs.InplaceProgram, tables: list[int], ctx: int, scratch: int
+) -> list[tuple[_Items, int]]:
+    """Each pass as (items, its second pointer): the prepared launches (and a long-row
+    SHUFFLE's group copies) that run it with `scratch` and the device tables `tables`.
+
+    PERMUTE's pieces read their table of pieces (uploaded once, `_table`) at their second
+    pointer and the saved first rows `offset` bytes past it: the offset is set here to where
+    the scratch lies from the table, so no copy of the table is made per call."""
+    out: list[tuple[_Items, int]] = []
+    pieces_table = 0
+    for step, table in zip(prog.steps, tables, strict=True):
+        how, launch = step.how, step.launch
+        if how.aux == "leaders":
+            out.append(([launch.prepared(ctx)], table))
+        elif how.aux == "scratch":
+            pieces_table = table or pieces_table
+            offset = scratch - pieces_table
+            out.append(([_with(launch, ctx, offset=offset)], pieces_table))
+        elif how.aux == "rows":
+            row_bytes = how.args["n"] * how.spec.elem_bytes
+            items: _Items = []
+            for first in range(0, how.rows, how.rows_per):
+                count = min(how.rows_per, how.rows - first)
+                items.append((first * row_bytes, count * row_bytes))
+                items.append(_with(launch, ctx, row=first, rows_per=count))
+            out.append((items, scratch))
+        else:
+            out.append(([launch.prepared(ctx)], 0))
+    return out
+
+
+def _with(launch: Any, ctx: int, **values: int) -> _driver.Prepared:
+    """`launch` made ready in `ctx` with some of its `at_inplace_args` replaced."""
+    scalars = list(launch.scalars)
+    for name, value in values.items():
+        scalars[ARG_NAMES.index(name)] = value
+    base = launch.prepared(ctx)
+    func = base.args[0].value if hasattr(base.args[0], "value") else base.args[0]
+    tail = struct.pack(ARG_FORMAT, *scalars)
+    prep = _driver.Prepared(func, ctx, launch.grid, launch.block, tail, launch.shared)
+    if launch.shared:  # the kernel's opt-in stays at the device's most (SharedLaunch)
+        _driver.allow_function_dynamic_shared(func, launch.optin, ctx)
+    return prep
+
+
+def scratch_for(ctx: int, handle: int | None, nbytes: int) -> int:
+    """The scratch of calls on stream `handle` in `ctx`, of at least `nbytes`: kept per
+    device and stream (work on one stream runs in order, so its calls share one), grown as
+    needed and freed by clear_caches(); no allocation, free or synchronisation per call. The
+    per-thread default stream is a stream per thread, so its scratch is the thread's."""
+    key = (ctx, handle, threading.get_ident() if handle == _PER_THREAD else 0)
+    found = _SCRATCH.get(key)
+    if found is not None and found.nbytes >= nbytes:
+        return found.ptr
+    with _SCRATCH_LOCK:
+        found = _SCRATCH.get(key)
+        if found is None or found.nbytes < nbytes:
+            if found is not None:  # work queued before may still use it: freed at clear
+                _RETIRED.append(found)
+            found = _SCRATCH[key] = _driver.Allocation(nbytes, ctx)
+    return found.ptr
 
 
 def _table(step: programs.InplaceStep, ctx: int, handle: int | None) -> int:
@@ -204,19 +401,3 @@ def _table(step: programs.InplaceStep, ctx: int, handle: int | None) -> int:
                 _driver.memcpy_htod(found.ptr, table.ctypes.data, table.nbytes)
             _TABLES[key] = found
     return found.ptr
-
-
-def _rows(step: programs.InplaceStep, ptr: int, scratch: int, ctx: int, handle: int | None) -> None:
-    """A SHUFFLE of rows longer than shared memory: groups of consecutive rows copied to the
-    scratch, each then gathered back from it by the whole grid."""
-    how = step.how
-    launch, row_bytes = step.launch, how.args["n"] * step.how.spec.elem_bytes
-    values = list(launch.scalars)
-    for first in range(0, how.rows, how.rows_per):
-        count = min(how.rows_per, how.rows - first)
-        start = ptr + first * row_bytes
-        _driver.memcpy_dtod_async(scratch, start, count * row_bytes, handle, ctx)
-        values[_ROW], values[_ROWS_PER] = first, count
-        params = _POINTERS.pack(ptr, scratch) + struct.pack(ARG_FORMAT, *values)
-        with _driver.on_context(ctx):
-            _driver.launch(launch.prepared(ctx).args, handle, params)

@@ -76,6 +76,8 @@ PIECES = (
     REVERSE,
     SPLIT,
     "split_band",
+    "split_rows",
+    "split_cols",
     SHUFFLE,
     "shuffle_global",
     PERMUTE,
@@ -88,6 +90,8 @@ _FILES = {
     REVERSE: "reverse",
     SPLIT: "reverse",
     "split_band": "band",
+    "split_rows": "reverse",
+    "split_cols": "band",
     SHUFFLE: "shuffle",
     "shuffle_global": "shuffle",
     PERMUTE: "cycles",
@@ -99,10 +103,35 @@ assert set(PASS_KINDS) <= set(PIECES)
 # SHUFFLE: rows a block holds at once fill up to this much shared memory (one row at least,
 # up to the device's opt-in): short rows several to a block, so that a block has work
 SHUFFLE_BLOCK_BYTES = 32 << 10
+# ... plus this much: the rows sit in shared memory at their address's offset in its 16-byte
+# line, so that they are copied in 16-byte words
+SHUFFLE_PAD = 16
 # SPLIT through shared memory ("split_band"): a block takes BAND_PAIRS pair indices of
 # `band_cols` adjacent columns (a row of them 128 to 256 bytes), its pairs' rows in two bands of
 # up to BAND_ROWS rows; the per-element kernel ("split") takes matrices of fewer columns
 BAND_ROWS, BAND_PAIRS = 64, 32
+# SPLIT at j / b as swaps of whole runs of b elements ("split_rows") where a run is at least
+# this many bytes (shorter ones: the bands)
+RUN_MIN_BYTES = 64
+
+
+# SPLIT of matrices of few rows ("split_cols"): a block takes all m rows of as many columns
+# as this much dynamic shared memory holds, at least SPLIT_COLS_MIN (a thread a column)
+SPLIT_COLS_BYTES, SPLIT_COLS_MIN = 48 << 10, 256
+
+
+def split_cols_width(m: int, elem_bytes: int) -> int:
+    """Columns a split_cols block takes: what SPLIT_COLS_BYTES holds of m rows, a multiple of
+    32; 0 where fewer than SPLIT_COLS_MIN fit (then the bands take the SPLIT)."""
+    w = SPLIT_COLS_BYTES // (m * elem_bytes) // 32 * 32
+    return min(w, 4096) if w >= SPLIT_COLS_MIN else 0
+
+
+def run_lanes(run_bytes: int, threads: int) -> int:
+    """Threads that swap a pair of runs of `run_bytes` (REVERSE's rows, split_rows' runs): a
+    16-byte word each, at most a block (a power of two, so a block holds whole pairs)."""
+    words = max(1, -(-run_bytes // 16))
+    return min(threads, 1 << (words - 1).bit_length())
 
 
 def band_cols(elem_bytes: int) -> int:
@@ -258,24 +287,41 @@ def pass_launches(
             tiles = -(-m // params.tile)
             items = batch * tiles * (tiles + 1) // 2
             add(p, spec, items, {"items": items, "tiles": tiles})
+        elif p.kind == REVERSE:
+            lanes = run_lanes(row_bytes, params.threads)
+            items = batch * (m // 2)
+            blocks = -(-items // (params.threads // lanes))
+            add(p, spec, blocks, {"items": items, "lanes": lanes})
+        elif p.kind == SPLIT and p.split == 0 and plan.b * elem_bytes >= RUN_MIN_BYTES:
+            spec = InplaceKernel("split_rows", elem_bytes, False, params)
+            lanes = run_lanes(plan.b * elem_bytes, params.threads)
+            items = batch * plan.c * (m // 2)
+            blocks = -(-items // (params.threads // lanes))
+            add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
+        elif p.kind == SPLIT and split_cols_width(m, elem_bytes):
+            spec = InplaceKernel("split_cols", elem_bytes, False, params)
+            w = split_cols_width(m, elem_bytes)
+            items = batch * -(-n // w)
+            args = {"items": items, "tiles": w, "split": p.split}
+            add(p, spec, items, args, smem=m * w * elem_bytes)
         elif p.kind == SPLIT and n >= band_cols(elem_bytes):
             spec = InplaceKernel("split_band", elem_bytes, False, params)
             w = band_cols(elem_bytes)
             items = batch * -(-(m // 2) // BAND_PAIRS) * -(-n // w)
             add(p, spec, items, {"items": items, "split": p.split})
-        elif p.kind in (REVERSE, SPLIT):
+        elif p.kind == SPLIT:
             lanes = min(params.threads, 1 << (n - 1).bit_length())
             items = batch * (m // 2)
             blocks = -(-items // (params.threads // lanes))
             add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
-        elif p.kind == SHUFFLE and row_bytes <= shared_optin:
+        elif p.kind == SHUFFLE and row_bytes + SHUFFLE_PAD <= shared_optin:
             # rows a block: what SHUFFLE_BLOCK_BYTES holds, fewer where that would leave
             # SMs without a block
             spread = -(-(batch * m) // (2 * multiprocessors))
             rows_per = max(1, min(SHUFFLE_BLOCK_BYTES // row_bytes, spread))
             items = -(-(batch * m) // rows_per)
             args = {"items": items, "rows_per": rows_per}
-            add(p, spec, items, args, smem=rows_per * row_bytes)
+            add(p, spec, items, args, smem=rows_per * row_bytes + SHUFFLE_PAD)
         elif p.kind == SHUFFLE:  # groups of rows through the scratch
             spec = InplaceKernel("shuffle_global", elem_bytes, p.conjugate, params)
             group = max(1, min(scratch_limit // row_bytes, batch * m))

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from ..errors import DeviceError, InputTypeError
 from . import driver as _driver
+from .signatures import SPECIAL_STREAMS
 
 LEGACY = 0  # the legacy default stream (NULL) of the current context
 
@@ -57,7 +58,7 @@ def explicit(stream: Any) -> Explicit:
         )
     if handle < 0:
         raise ValueError(f"stream handle {handle} is negative; pass a CUDA stream handle")
-    if handle in _driver.SPECIAL_STREAMS:  # default streams of whichever context is current
+    if handle in SPECIAL_STREAMS:  # default streams of whichever context is current
         return Explicit(handle, None, None)
     ctx = _driver.stream_context(handle)
     return Explicit(handle, _driver.context_device(ctx), ctx)

@@ -344,6 +344,20 @@ def test_a_gpu_command_without_pycuda_says_what_to_install_in_user_words(
     assert "Error" not in err and "could not start" not in err  # no class name, no wrapping
 
 
+@pytest.mark.parametrize("before", [None, "sqlite:////nonexistent/theirs.db"])
+def test_bench_with_db_leaves_the_callers_database_setting_as_it_was(
+    db: str, before: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bench --db` serves that database for its own calls only: run in-process (a notebook,
+    a test), it set AUTOTRANSPOSE_DB for the rest of the process."""
+    if before is None:
+        monkeypatch.delenv("AUTOTRANSPOSE_DB", raising=False)
+    else:
+        monkeypatch.setenv("AUTOTRANSPOSE_DB", before)
+    run("bench", "--shapes", "64x64", "--db", db, objective=None)  # fails here without a GPU
+    assert os.environ.get("AUTOTRANSPOSE_DB") == before
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -26,11 +26,25 @@ from .runners import PATTERN, Row, bench_case, bench_permute_case, host_costs
 
 
 def run_from_args(args: Any) -> int:
-    """The `autotranspose bench` command."""
+    """The `autotranspose bench` command: with --db, the calls it times serve that database's
+    results (as transpose() would with AUTOTRANSPOSE_DB set), for this command only."""
     import os
 
-    if getattr(args, "db", None):  # the tuned results to serve, as transpose() would
-        os.environ["AUTOTRANSPOSE_DB"] = args.db
+    db = getattr(args, "db", None)
+    before = os.environ.get("AUTOTRANSPOSE_DB")
+    if db:
+        os.environ["AUTOTRANSPOSE_DB"] = db
+    try:
+        return _run(args)
+    finally:
+        if db:  # a caller in the same process keeps its own database
+            if before is None:
+                os.environ.pop("AUTOTRANSPOSE_DB", None)
+            else:
+                os.environ["AUTOTRANSPOSE_DB"] = before
+
+
+def _run(args: Any) -> int:
     if getattr(args, "small", None):
         from .small import run_small
 

@@ -7,13 +7,13 @@ computation and eager PyTorch. Needs PyTorch on a CUDA GPU.
 
 from __future__ import annotations
 
-import json
 import statistics
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .reports import write_reports
 
 # (input, output) pairs drawn, and the sides: powers of two and their multiples, and odd ones
 PAIRS = (
@@ -227,12 +227,7 @@ def run_cast(args: Any) -> int:
         rows += found
         print(_line(case, found), flush=True)
     table = markdown(rows, name)
-    print()
-    print(table)
-    if getattr(args, "markdown", None):
-        Path(args.markdown).write_text(table + "\n")
-    if getattr(args, "json", None):
-        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    write_reports(args, table, rows)
     return 1 if any(r.note and r.peer != PATTERN for r in rows) else 0
 
 

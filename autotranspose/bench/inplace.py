@@ -8,14 +8,14 @@ CUDA GPU (the arrays and events are PyTorch's; the kernels run on its current st
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .reports import write_reports
 
 SIZES = (1, 2, 4, 8, 16)
 _TORCH_TYPES = {1: "uint8", 2: "int16", 4: "int32", 8: "int64", 16: "complex128"}
@@ -171,12 +171,7 @@ def run_inplace(args: Any) -> int:
         rows.append(row)
         print(_line(row), flush=True)
     table = markdown(rows, name)
-    print()
-    print(table)
-    if getattr(args, "markdown", None):
-        Path(args.markdown).write_text(table + "\n")
-    if getattr(args, "json", None):
-        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    write_reports(args, table, rows)
     return 1 if any(r.note for r in rows) else 0
 
 

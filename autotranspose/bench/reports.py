@@ -5,7 +5,9 @@ and the chart (matplotlib).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +278,14 @@ def plot(rows: Sequence[Row], path: str | Path) -> bool:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def write_reports(args: Any, table: str, rows: Sequence[Any]) -> None:
+    """Print a run's Markdown `table`, and write it (--markdown) and its rows (--json) where
+    the command line asks."""
+    print()
+    print(table)
+    if getattr(args, "markdown", None):
+        Path(args.markdown).write_text(table + "\n")
+    if getattr(args, "json", None):
+        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")

@@ -16,6 +16,7 @@ through the constructor config hands them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
@@ -23,6 +24,9 @@ from . import cast, direct, flat, prmt, regt, staged, tiled
 from .base import Kind
 
 _REGISTRY: dict[str, Kind] = {}
+# every kind flag of the written form at its value when not written, kept as kinds register
+# (read by every config's to_dict and from_dict)
+_FLAG_DEFAULTS: dict[str, Any] = {}
 
 
 def register(kind: Kind) -> Kind:
@@ -33,6 +37,8 @@ def register(kind: Kind) -> Kind:
         if other.reads(kind.written(kind.Params())) is not None:
             raise ValueError(f"kinds {other.name!r} and {kind.name!r} read the same flags")
     _REGISTRY[kind.name] = kind
+    for flag, value in kind.flag_defaults().items():
+        _FLAG_DEFAULTS.setdefault(flag, value)
     return kind
 
 
@@ -62,13 +68,12 @@ def get(name: str) -> Kind:
         raise KeyError(f"no kernel kind {name!r}; the kinds are {list(_REGISTRY)}") from None
 
 
-def flag_defaults() -> dict[str, Any]:
-    """Every kind flag of the written form, at its value when not written."""
-    out: dict[str, Any] = {}
-    for kind in _REGISTRY.values():
-        for flag, value in kind.flag_defaults().items():
-            out.setdefault(flag, value)
-    return out
+def flag_defaults() -> Mapping[str, Any]:
+    """Every kind flag of the written form, at its value when not written (read-only)."""
+    return _FLAG_VIEW
+
+
+_FLAG_VIEW: Mapping[str, Any] = MappingProxyType(_FLAG_DEFAULTS)
 
 
 def read(flags: Mapping[str, Any]) -> tuple[Kind, Any]:

@@ -392,34 +392,46 @@ def test_the_fast_path_runs_given_outputs_only_where_nothing_overlaps(monkeypatc
     """A hit for a signature with given outputs launches into them; a call of the same
     signature whose x, outputs and amax overlap, or whose output is a lazily negated view,
     goes the full way (None), as does another layout, alignment or tensor type."""
-    from autotranspose.calls import cast as _cast
+    from autotranspose.dispatch import caches, fastpath
+    from autotranspose.dispatch.lru import LRU
 
     launched = []
-    monkeypatch.setattr(_cast, "_launch_all", lambda *a: launched.append(a[5:]))
-    monkeypatch.setattr(_cast.streams, "torch_current", lambda device: 7)
-    monkeypatch.setattr(_cast, "_hits", {})
+
+    class Launch:  # what a prepared cast launch does with a call's operands, recorded
+        def run(self, ctx, stream, *operands):
+            launched.append((ctx, stream, *operands))
+
+    monkeypatch.setattr(fastpath.streams, "torch_current", lambda device: 7)
+    monkeypatch.setattr(fastpath, "_fast", LRU(caches.HITS_LIMIT))
     dt = object()  # the output dtype as given (a torch dtype in a real call)
     x = _Tensor(0x10000, (64, 32), "bf16")  # 4096 bytes
     y = _Tensor(0x20000, (32, 64), "e4m3")  # 2048 bytes each
     z = _Tensor(0x30000, (64, 32), "e4m3")
     amax = _Tensor(0x40000, (1,), "f32")
-    key = _cast.torch_key(x, dt, 2.0, amax, None, True, z, y)
-    _cast._hits[key] = _cast._Hit(None, 0, (256, 1, 1), 1, 0, (32, 64), "e4m3", 4096, 2048, 2048)
-    assert _cast.fast_torch(x, dt, 2.0, amax, None, True, z, y) == (z, y)
-    assert launched == [(0x10000, 0x20000, 0x30000, 0, 2.0, 0x40000)]
+    key = fastpath.cast_key(x, dt, 2.0, amax, None, True, z, y)
+    hit = fastpath.CastHit(Launch(), None, 1, 0, (32, 64), "e4m3", 4096, 2048, 2048)
+    fastpath.remember_cast(key, hit)
+    fast = fastpath.fast_cast_torch
+    assert fast(x, dt, 2.0, amax, None, True, z, y) == (z, y)
+    assert launched == [(1, 7, 0x10000, 0x20000, 0x30000, 0, 2.0, 0x40000)]
     inside_x = _Tensor(0x10000 + 2048, (32, 64), "e4m3")
-    assert _cast.fast_torch(x, dt, 2.0, amax, None, True, z, inside_x) is None
+    assert fast(x, dt, 2.0, amax, None, True, z, inside_x) is None
     inside_y = _Tensor(0x20000 + 1024, (64, 32), "e4m3")
-    assert _cast.fast_torch(x, dt, 2.0, amax, None, True, inside_y, y) is None
+    assert fast(x, dt, 2.0, amax, None, True, inside_y, y) is None
     for ptr in (0x20000 + 2044, 0x30000, 0x10000 + 4092):  # amax inside y, z, x
         a = _Tensor(ptr, (1,), "f32")
-        assert _cast.fast_torch(x, dt, 2.0, a, None, True, z, y) is None
+        assert fast(x, dt, 2.0, a, None, True, z, y) is None
     neg = _Tensor(0x20000, (32, 64), "e4m3", neg=True)
-    assert _cast.fast_torch(x, dt, 2.0, amax, None, True, z, neg) is None
+    assert fast(x, dt, 2.0, amax, None, True, z, neg) is None
     strided = _Tensor(0x20000, (32, 64), "e4m3", stride=(128, 1))
     odd = _Tensor(0x20000 + 8, (32, 64), "e4m3")
     sub = _Subclass(0x20000, (32, 64), "e4m3")
     for other in (strided, odd, sub, np.zeros((32, 64), np.uint8)):  # a NumPy array too
-        assert _cast.fast_torch(x, dt, 2.0, amax, None, True, z, other) is None
+        assert fast(x, dt, 2.0, amax, None, True, z, other) is None
     assert len(launched) == 1
-    assert _cast._plain_tensor(y) and _cast._plain_tensor(None) and not _cast._plain_tensor(sub)
+    assert fastpath.cast_plain(y) and fastpath.cast_plain(None) and not fastpath.cast_plain(sub)
+    # a float scale reaches the launch rounded to float32, as the full path rounds it
+    key = fastpath.cast_key(x, dt, 0.1, amax, None, True, z, y)
+    fastpath.remember_cast(key, hit)
+    assert fast(x, dt, 0.1, amax, None, True, z, y) == (z, y)
+    assert launched[-1][-2] == float(np.float32(0.1)) != 0.1

@@ -11,6 +11,7 @@ import _emu as emu
 import numpy as np
 import pytest
 
+from autotranspose.dispatch import caches
 from autotranspose.dispatch.lru import LRU
 from autotranspose.kernels.config import KernelConfig
 from autotranspose.kinds import cast
@@ -235,7 +236,7 @@ def emulated_gpu(monkeypatch):
     monkeypatch.setattr(_driver, "on_context", lambda ctx: contextlib.nullcontext())
     monkeypatch.setattr(_driver, "launch", launch)
     monkeypatch.setattr(_driver, "current", lambda: None)
-    monkeypatch.setattr(_cast, "_prepared", LRU(_cast._prepared.limit))  # a fresh, empty one
+    monkeypatch.setattr(caches, "launches", LRU(caches.LIMIT))  # a fresh, empty one
     # a first call would time candidates with CUDA events: lookup's choice serves here
     monkeypatch.setattr(firstcall, "enabled", lambda: False)
     return ran

@@ -29,6 +29,20 @@ def torch():
     return torch
 
 
+def _cast_hits():
+    """The eager cast calls the fast path remembers (`fastpath.cast_key`'s keys)."""
+    from autotranspose.dispatch import caches
+
+    return [hit for key, hit in caches.hits.items() if key[0] == "cast"]
+
+
+def _cast_launches():
+    """The cast signatures prepared in the dispatch's launch cache, by key."""
+    from autotranspose.dispatch import caches
+
+    return {key: launch for key, launch in caches.launches.items() if key[0] == "cast"}
+
+
 def _input(torch, rng, shape, src, dst, scale):
     """x on the GPU in `src`: half special values, half random magnitudes (the values of
     tests/_cast_data.py, made in float32 and cast by PyTorch to x's dtype)."""
@@ -266,12 +280,11 @@ def test_batched_odd_sides(torch, rng, code):
 
 @pytest.mark.parametrize("both", [False, True])
 def test_a_repeated_eager_call_takes_the_fast_path_and_matches(torch, rng, both):
-    """The second eager call of a signature launches from `_cast._hits` (no validation on the
+    """The second eager call of a signature launches from the fast path's hits (no validation on the
     way) and writes what the first wrote, on fresh data; an amax inside x, or another scale
     kind, goes the full way again."""
-    from autotranspose.calls import cast as _cast
 
-    _cast.clear_caches()
+    at.clear_caches()
     m, n = int(rng.integers(100, 700)), int(rng.integers(100, 700))
     dst = cast.E4M3
     dt = torch.float8_e4m3fn
@@ -286,10 +299,10 @@ def test_a_repeated_eager_call_takes_the_fast_path_and_matches(torch, rng, both)
             _assert_same(torch, got[0], _reference(torch, x, 2.5, dst), "z")
         want = _amax_ref(torch, x, torch.tensor([0.5], device="cuda"))  # NaN where x has one
         torch.testing.assert_close(amax, want, rtol=0, atol=0, equal_nan=True)
-        assert len(_cast._hits) == 1, round_  # kept after the first call, used after
+        assert len(_cast_hits()) == 1, round_  # kept after the first call, used after
     y = at.cast_transpose(x, dt, scale=2.5, both=both)  # a float scale: a signature of its own
     _assert_same(torch, y[1] if both else y, _reference(torch, x, 2.5, dst).t().contiguous())
-    assert len(_cast._hits) == 2
+    assert len(_cast_hits()) == 2
     flat = torch.zeros(m * n + 4, device="cuda", dtype=torch.bfloat16)
     x2 = flat[: m * n].view(m, n)
     start = (m * n - 2) // 2 * 2  # a 4-byte aligned pair of x's last elements
@@ -312,7 +325,7 @@ def test_repeated_permutes_of_several_launches_with_a_float_scale(
     from autotranspose.calls import cast as _cast
     from autotranspose.runtime import native as _native
 
-    _cast.clear_caches()
+    at.clear_caches()
     full = []
     on_device = _cast._on_device
     monkeypatch.setattr(_cast, "_on_device", lambda *a: full.append(1) or on_device(*a))
@@ -328,9 +341,9 @@ def test_repeated_permutes_of_several_launches_with_a_float_scale(
         if both:
             _assert_same(torch, z, ref, "z")
         _same_amax(torch, amax, _amax_ref(torch, x, torch.full((1,), 0.125, device="cuda")))
-        assert len(full) == 1 and len(_cast._hits) == 1, round_
-        hit = next(iter(_cast._hits.values()))
-        assert len(hit.prep.plan.launches) > 1
+        assert len(full) == 1 and len(_cast_hits()) == 1, round_
+        hit = _cast_hits()[0]
+        assert len(hit.launch.plan.launches) > 1
         assert (hit.program is not None) == (_native.launcher() is not None)
 
 
@@ -348,11 +361,11 @@ def test_repeated_eager_calls_into_given_outputs_take_the_fast_path(
     torch, rng, monkeypatch, code, both, given
 ):
     """Calls into given buffers (pitched and offset views in poisoned memory) are validated
-    once per signature, then launch from `_cast._hits`: each repeat, on fresh data into
+    once per signature, then launch from the fast path's hits: each repeat, on fresh data into
     re-poisoned buffers, writes what torch's cast does, bit for bit, and nothing around it."""
     from autotranspose.calls import cast as _cast
 
-    _cast.clear_caches()
+    at.clear_caches()
     full = []
     on_device = _cast._on_device
     monkeypatch.setattr(_cast, "_on_device", lambda *a: full.append(1) or on_device(*a))
@@ -383,16 +396,15 @@ def test_repeated_eager_calls_into_given_outputs_take_the_fast_path(
                 assert z is out
                 _guard_intact(torch, zbuf, zspan)
         _same_amax(torch, amax, _amax_ref(torch, x, torch.full((1,), 0.25, device="cuda")))
-        assert len(full) == 1 and len(_cast._hits) == 1, round_  # validated once, then hits
+        assert len(full) == 1 and len(_cast_hits()) == 1, round_  # validated once, then hits
 
 
 def test_calls_into_given_outputs_that_differ_or_overlap_are_validated_again(torch, rng):
     """A signature seen before does not excuse a call: outputs overlapping x, each other or
     amax raise as on the first call; another dtype or layout is a signature of its own and
     is checked (and raises) in full."""
-    from autotranspose.calls import cast as _cast
 
-    _cast.clear_caches()
+    at.clear_caches()
     m, n = 256, 384
     dt = torch.float8_e4m3fn
     x = _input(torch, rng, (m, n), cast.BFLOAT16, cast.E4M3, 1.0)
@@ -403,7 +415,7 @@ def test_calls_into_given_outputs_that_differ_or_overlap_are_validated_again(tor
     at.cast_transpose(x, dt, out_t=out_t, out=out, both=True)
     at.cast_transpose(x, dt, out_t=out_t)
     at.cast_transpose(x, dt, out_t=out_t, amax=torch.zeros(1, device="cuda"))
-    assert len(_cast._hits) == 3
+    assert len(_cast_hits()) == 3
     # the same signatures (shapes, strides, dtypes, 16-byte alignment), memory shared
     raw = torch.empty(4 * m * n, device="cuda", dtype=torch.uint8)
     x2 = raw[: 2 * m * n].view(torch.bfloat16).view(m, n)
@@ -451,7 +463,6 @@ def test_a_result_recorded_in_this_process_serves_the_next_call(torch, rng, own_
     """A cast signature prepared before a tuning result for its class arrives (a `tune
     --cast` or a record in this process) is chosen again: the next call, fast path or not,
     runs the recorded config, and still writes the right bits."""
-    from autotranspose.calls import cast as _cast
     from autotranspose.dispatch import cast as cast_dispatch
     from autotranspose.kernels.config import KernelConfig
     from autotranspose.runtime.compiler import activate
@@ -465,7 +476,7 @@ def test_a_result_recorded_in_this_process_serves_the_next_call(torch, rng, own_
         x = _input(torch, rng, (m, n), src, dst, 1.0)
         want = _reference(torch, x, 1.0, dst).t().contiguous()
         _assert_same(torch, at.cast_transpose(x, torch.float8_e4m3fn), want)
-        (first,) = _cast._prepared.values()
+        (first,) = _cast_launches().values()
         assert first.config == cast.default(KernelConfig, src, dst)
         info = activate(torch.cuda.current_device()).info
         variants = [
@@ -484,8 +495,8 @@ def test_a_result_recorded_in_this_process_serves_the_next_call(torch, rng, own_
             x = _input(torch, rng, (m, n), src, dst, 1.0)
             got = at.cast_transpose(x, torch.float8_e4m3fn)
             _assert_same(torch, got, _reference(torch, x, 1.0, dst).t().contiguous())
-            assert [p.config for p in _cast._prepared.values()] == [tuned]
-        assert len(_cast._hits) == 1
+            assert [p.config for p in _cast_launches().values()] == [tuned]
+        assert len(_cast_hits()) == 1
     finally:
         at.set_first_call_measurement(None)
 
@@ -496,7 +507,6 @@ def test_a_first_call_measures_keeps_and_records_its_winner(torch, rng, own_stor
     call's own buffers: the winner is one of them, serves the class's later calls in this
     process, is recorded under the pair's problem as measured, and every call writes the
     right bits and amax."""
-    from autotranspose.calls import cast as _cast
     from autotranspose.dispatch import cast as cast_dispatch, lookup
     from autotranspose.kernels.config import KernelConfig
     from autotranspose.runtime.compiler import activate
@@ -516,7 +526,7 @@ def test_a_first_call_measures_keeps_and_records_its_winner(torch, rng, own_stor
             if both:
                 _assert_same(torch, got[0], _reference(torch, x, 2.0, dst), "z")
             _same_amax(torch, amax, _amax_ref(torch, x, torch.zeros(1, device="cuda")))
-            (prep,) = _cast._prepared.values()
+            (prep,) = _cast_launches().values()
         info = activate(torch.cuda.current_device()).info
         # what this GPU races: the default, the candidates and the wide tiles its limits allow
         assert prep.config in cast.race_candidates(KernelConfig, src, dst, info.limits)
@@ -563,14 +573,14 @@ def test_first_calls_recorded_into_a_database_keep_every_prepared_signature(
                 y = at.cast_transpose(x, dt, scale=scale)
                 want = _reference(torch, x, float(np.float32(scale)), dst).t().contiguous()
                 _assert_same(torch, y, want)
-            assert len(full) == len(shapes) and len(_cast._hits) == len(shapes), round_
-            now = {k: p.config for k, p in _cast._prepared.items()}
+            assert len(full) == len(shapes) and len(_cast_hits()) == len(shapes), round_
+            now = {k: p.config for k, p in _cast_launches().items()}
             assert len(now) == len(shapes) and all(prepared.get(k, c) == c for k, c in now.items())
             prepared = now
         assert lookup.generation == generation
         info = activate(torch.cuda.current_device()).info
         with Store.open(own_store) as store:
-            for prep in _cast._prepared.values():
+            for prep in _cast_launches().values():
                 cls = cast_dispatch.cast_class(prep.plan, src, 0)
                 best = store.best(info.name, src.size, cls, cast.problem("bf16_e4m3", False))
                 assert best is not None and best.source == "measured"

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from autotranspose.calls import cast as _cast
+from autotranspose.calls import cast as _cast, castargs as _castargs
 from autotranspose.dispatch import caches, fastpath as _fastpath, lookup
 from autotranspose.dispatch.lru import LRU
 from autotranspose.kernels.shapes import ShapeClass
@@ -66,9 +66,6 @@ def _every_cache() -> list[LRU]:
         caches.launches,
         caches.steps,
         caches.hits,
-        _cast._prepared,
-        _cast._hits,
-        _cast._functions,
     ]
 
 
@@ -78,11 +75,8 @@ def _every_cache() -> list[LRU]:
         (caches.launches, caches.LIMIT),
         (caches.steps, caches.LIMIT),
         (caches.hits, caches.HITS_LIMIT),
-        (_cast._prepared, caches.LIMIT),
-        (_cast._hits, caches.HITS_LIMIT),
-        (_cast._functions, 1024),
     ],
-    ids=["launches", "steps", "fast-path hits", "cast prepared", "cast hits", "cast functions"],
+    ids=["launches", "steps", "fast-path hits"],
 )
 def test_each_per_signature_cache_holds_its_bound(emptied, cache, limit):
     assert isinstance(cache, LRU) and cache.limit == limit
@@ -94,6 +88,14 @@ def test_each_per_signature_cache_holds_its_bound(emptied, cache, limit):
 
 def test_the_fast_path_reads_the_dispatchs_bounded_hits():
     assert _fastpath._fast is caches.hits
+
+
+@pytest.mark.parametrize("module", [_cast, _castargs], ids=["cast", "castargs"])
+def test_cast_transpose_keeps_no_per_signature_cache_of_its_own(module):
+    """cast_transpose() prepares and remembers its calls in the dispatch's caches
+    (`caches.launches`, `caches.hits`), under their one bound and invalidation rule."""
+    own = [name for name, value in vars(module).items() if isinstance(value, LRU)]
+    assert own == []
 
 
 def test_lookups_cached_choices_hold_their_bound(emptied):

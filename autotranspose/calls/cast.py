@@ -1,24 +1,25 @@
-"""cast_transpose(): validate the call, plan its launches (`_castplan`), launch the pair's
+"""cast_transpose(): validate the call, plan its launches (`plans.cast`), launch the pair's
 cast kernel (templates/cast/cast.cu.j2) on the caller's stream.
 
 The first call of a signature (devices, dtypes, shapes, strides, axes, pointer alignment,
-what is written) compiles or loads the kernel and plans the launches; later calls pack the
-pointers and launch. Calls run from any thread: the array's context is made current for the
-launches only, and the thread's own is put back.
+what is written) chooses the config (`dispatch.cast`), compiles or loads the kernel and plans
+the launches, kept as a `runtime.launch.CastLaunch` in the dispatch's launch cache
+(`dispatch.caches`, the same bound and invalidation as transpose()'s); later calls pack the
+pointers and launch. An eager PyTorch call is remembered by the fast path
+(`dispatch.fastpath.remember_cast`), whose next call is a dict hit and one native call. Calls
+run from any thread: the array's context is made current for the launches only, and the
+thread's own is put back.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from ..dispatch import caches, cast as cast_dispatch, policy
-from ..dispatch.lru import LRU
+from ..dispatch import caches, cast as cast_dispatch, fastpath, policy
 from ..errors import (
     ConfigError,
     InputTypeError,
@@ -27,97 +28,17 @@ from ..errors import (
 )
 from ..kernels.config import KernelConfig
 from ..kinds.cast import Format
-from ..plans.cast import (
-    ARG_WORDS,
-    MAX_LOOP_LAUNCHES,
-    CastPlan,
-    Launch,
-    coded_args,
-    pack_args,
-    plan_cast,
-)
+from ..plans.cast import MAX_LOOP_LAUNCHES, CastPlan, plan_cast
 from ..plans.layout import contiguous_strides
-from ..runtime import driver as _driver, native as _native, streams
+from ..runtime import driver as _driver, streams
 from ..runtime.arrays import NDView, _source, nd_view
-from ..runtime.compiler import DeviceState, Kernel, get_kernel
-from .castargs import (
-    _amax,
-    _keyable,
-    _overlap,
-    _plain_tensor,
-    _scale,
-    check_both,
-    checked,
-    input_format as input_format,
-    torch_key,
-)
+from ..runtime.compiler import DeviceState, get_kernel
+from ..runtime.launch import CastLaunch
+from .castargs import _amax, _scale, check_both, checked, input_format as input_format
 from .common import call_target, keeping_context
 
 # raw-bits dtypes that hold a format in arrays of libraries that lack it (CuPy, pycuda)
 _RAW = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16)}
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """What a signature's calls share: the config, its loaded kernel and the launches."""
-
-    config: KernelConfig
-    kernel: Kernel
-    plan: CastPlan
-    src: Format
-    dst: Format
-    z_plan: CastPlan | None = None  # two passes: z's own launches where x's buffer is not z
-
-
-class _Hit(NamedTuple):
-    """A validated eager PyTorch call, made ready: the prepared launches and where they run."""
-
-    prep: _Prepared
-    head: Any
-    block: tuple[int, int, int]
-    ctx: int
-    device: int
-    y_shape: tuple[int, ...]
-    dtype: Any  # the outputs' torch dtype
-    x_extent: int  # bytes from x's pointer to its end (amax may not overlap it)
-    y_extent: int = 0  # the same for a given out_t and out (0: allocated by the call)
-    z_extent: int = 0
-    # the launches as one program of coded addresses (`_relocated_program`), run in one C call;
-    # None without the compiled launcher (then `_launch_all` packs each launch's arguments)
-    program: _driver.Program | None = None
-
-
-# Bounded like the dispatch's caches (`_dispatch.caches`: the same bounds and reasons); a hit
-# is read with the dict's own `get` (not reordered), the prepared launches as recently used.
-_prepared: LRU[tuple[Any, ...], _Prepared] = LRU(caches.LIMIT)
-# eager PyTorch calls seen before: their signature (`torch_key`) -> what the call launches
-_hits: LRU[tuple[Any, ...], _Hit] = LRU(caches.HITS_LIMIT)
-# (kernel handle, context) -> launch arguments' head: one per cast kernel and context, so far
-# fewer than signatures; a dropped one is looked up again (`_function`)
-_functions: LRU[tuple[int, int], Any] = LRU(1024)
-_lock = threading.Lock()
-
-
-def clear_caches() -> None:
-    """Forget the prepared cast launches (with every other cache: `_dispatch.caches.clear`)."""
-    _prepared.clear()
-    _functions.clear()
-    _hits.clear()
-
-
-caches.also_clear(clear_caches)
-
-
-def _drop_chosen() -> None:
-    """Forget what an older lookup generation chose (results tuned or imported in this
-    process since: `_dispatch.caches`): the next call of each signature is served them. The fast path's
-    signatures carry the generation too, so its hits miss from then on."""
-    with _lock:
-        _prepared.clear()
-        _hits.clear()
-
-
-caches.also_fresh(_drop_chosen)
 
 
 def cast_transpose(
@@ -163,88 +84,15 @@ def cast_transpose(
         s.kind == "torch"
         and given is None
         and config is None
-        and _keyable(dtype, axes)
-        and _plain_tensor(out)
-        and _plain_tensor(out_t)
+        and fastpath.cast_keyable(dtype, axes)
+        and fastpath.cast_plain(out)
+        and fastpath.cast_plain(out_t)
     ):
-        remember = torch_key(x, dtype, scale, amax, axes, both, out, out_t)
+        remember = fastpath.cast_key(x, dtype, scale, amax, axes, both, out, out_t)
     return keeping_context(
         _on_device, xv, src, dst, order, want, out, out_t, both, given, config,
         scale_ptr, scale_value, amax_ptr, remember,
     )  # fmt: skip
-
-
-def fast_torch(
-    x: Any,
-    dtype: Any,
-    scale: Any,
-    amax: Any,
-    axes: Any,
-    both: bool,
-    out: Any = None,
-    out_t: Any = None,
-) -> Any:
-    """An eager PyTorch call whose signature was validated before: its launches straight away,
-    into new outputs or the given ones (None: take the full path, which validates the call
-    and raises what it finds, such as outputs overlapping x, each other or amax)."""
-    if (
-        not _keyable(dtype, axes)
-        or type(both) is not bool
-        or not (_plain_tensor(out) and _plain_tensor(out_t))
-    ):
-        return None
-    hit = _hits.get(torch_key(x, dtype, scale, amax, axes, both, out, out_t))
-    if hit is None or x.is_neg():  # a lazily negated view is resolved on the full path
-        return None
-    px = x.data_ptr()
-    amax_ptr = amax.data_ptr() if amax is not None else 0
-    if amax_ptr and _overlap(px, hit.x_extent, amax_ptr, 4):
-        return None  # overlapping: the full path says so
-    if scale is None:
-        scale_ptr, scale_value = 0, 1.0
-    elif hasattr(scale, "data_ptr"):
-        scale_ptr, scale_value = scale.data_ptr(), 1.0
-    else:  # the launcher rounds a float to float32 as NumPy does
-        scale_ptr, scale_value = 0, float(scale)
-    if out_t is None:
-        y = x.new_empty(hit.y_shape, dtype=hit.dtype)
-        py = y.data_ptr()
-        if py & 15:
-            return None  # the allocator aligns to 512 bytes; never seen otherwise
-    else:
-        y, py = out_t, out_t.data_ptr()
-        if (
-            y.is_neg()
-            or _overlap(px, hit.x_extent, py, hit.y_extent)
-            or (amax_ptr and _overlap(py, hit.y_extent, amax_ptr, 4))
-        ):
-            return None
-    z, pz = None, 0
-    if both:
-        if out is None:
-            z = x.new_empty(x.shape, dtype=hit.dtype)
-            pz = z.data_ptr()
-            if pz & 15:
-                return None
-        else:
-            z, pz = out, out.data_ptr()
-            if (
-                z.is_neg()
-                or _overlap(px, hit.x_extent, pz, hit.z_extent)
-                or (amax_ptr and _overlap(pz, hit.z_extent, amax_ptr, 4))
-            ):
-                return None
-        if out_t is not None and _overlap(py, hit.y_extent, pz, hit.z_extent):
-            return None
-    stream = streams.torch_current(hit.device)
-    if hit.program is not None:
-        _driver.run_relocated(hit.program, stream, px, py, pz, scale_ptr, amax_ptr, scale_value)
-    else:
-        _launch_all(
-            hit.prep, hit.head, hit.block, hit.ctx, stream, px, py, pz, scale_ptr,
-            float(np.float32(scale_value)), amax_ptr,
-        )  # fmt: skip
-    return (z, y) if both else y
 
 
 def _on_device(
@@ -275,21 +123,18 @@ def _on_device(
             raise OutputError("out and out_t overlap in memory; pass separate buffers")
     if amax_ptr and xv.size:
         for what, v in (("out_t", yv), ("out", zv)):
-            if v is not None and v.size and _overlap(*_span(v), amax_ptr, 4):
+            if v is not None and v.size and fastpath.overlap(*_span(v), amax_ptr, 4):
                 raise OutputError(
                     f"amax overlaps {what} in memory; pass a separate 1-element buffer"
                 )
     if xv.size:
         operands = (scale_ptr, scale_value, amax_ptr)
         prep, settled = _prepare(state, xv, yv, zv, order, src, dst, config, ctx, handle, operands)
-        _run(prep, state, ctx, handle, xv, yv, zv, order, scale_ptr, scale_value, amax_ptr)
+        _run(prep, ctx, handle, xv, yv, zv, order, scale_ptr, scale_value, amax_ptr)
         if remember is not None and settled and not prep.plan.two_pass and xv.device is not None:
-            head = _function(prep, ctx)
-            block = (prep.config.threads, 1, 1)
-            hit = _Hit(
+            hit = fastpath.CastHit(
                 prep,
-                head,
-                block,
+                prep.program(ctx),
                 ctx,
                 xv.device,
                 want,
@@ -297,10 +142,8 @@ def _on_device(
                 _span(xv)[1],
                 _span(yv)[1] if out_t is not None else 0,
                 _span(zv)[1] if zv is not None and out is not None else 0,
-                _relocated_program(prep, head, ctx),
             )
-            with _lock:
-                _hits.keep(remember, hit)
+            fastpath.remember_cast(remember, hit)
     return (z, y) if both else y
 
 
@@ -385,6 +228,7 @@ def _key(
     config: KernelConfig | None,
 ) -> tuple[Any, ...]:
     return (
+        "cast",
         xv.device,
         xv.et.name,
         dst.name,
@@ -410,14 +254,15 @@ def _prepare(
     ctx: int,
     stream: int | None,
     operands: tuple[int, float, int] | None,
-) -> tuple[_Prepared, bool]:
-    """The signature's config, kernel and launches, and whether they are settled (kept for
-    its later calls; not while a first call cannot measure under graph capture). `operands`
+) -> tuple[CastLaunch, bool]:
+    """The signature's config, kernel and launches, and whether they are settled (kept in
+    the dispatch's launch cache for its later calls; not while a first call cannot measure
+    under graph capture). `operands`
     (scale pointer, scale value, amax pointer) let a first call measure on the call's own
     buffers; None: no buffers to measure on, lookup's choice."""
     caches.fresh()
     key = _key(xv, yv, zv, order, dst, config)
-    prep = _prepared.recent(key)
+    prep = caches.launches.recent(key)
     if prep is not None:
         return prep, True
     plan = plan_cast(
@@ -449,18 +294,18 @@ def _prepare(
             state, plan, src, dst, xv.ptr, zv is not None, aligned, race
         )
         if not settled:
-            return _Prepared(cfg, get_kernel(state, cfg), plan, src, dst, z_plan), False
+            return CastLaunch(cfg, get_kernel(state, cfg), plan, src, dst, state, z_plan), False
     if not cfg.fits(state.info.limits):
         raise ConfigError(
             f"config {cfg.key} needs {cfg.threads} threads and {cfg.smem_bytes} bytes of shared "
             f"memory a block; {state.info.name} allows {state.info.limits.max_threads_per_block} "
             f"and {state.info.limits.max_shared_optin} (past 48 KiB, as dynamic shared memory)"
         )
-    with _lock:
-        prep = _prepared.get(key)
+    with caches.lock:
+        prep = caches.launches.get(key)
         if prep is None:
             kernel = get_kernel(state, cfg)
-            prep = _prepared.keep(key, _Prepared(cfg, kernel, plan, src, dst, z_plan))
+            prep = caches.launches.keep(key, CastLaunch(cfg, kernel, plan, src, dst, state, z_plan))
     return prep, True
 
 
@@ -484,23 +329,17 @@ def _race(
 
     class Runner:
         def __init__(self, cfg: KernelConfig) -> None:
-            self.prep = _Prepared(cfg, get_kernel(state, cfg), plan, src, dst)
-            self.head = _function(self.prep, ctx)
-            self.block = (cfg.threads, 1, 1)
+            self.launch = CastLaunch(cfg, get_kernel(state, cfg), plan, src, dst, state)
+            self.launch.function(ctx)  # loaded before it is timed
 
         def run(self, _src: int, _dst: int, stream: int | None, ctx: int) -> None:
-            p = self.prep
-            _launch_all(
-                p, self.head, self.block, ctx, stream, xv.ptr, yv.ptr, z_ptr, scale_ptr,
-                scale_value, amax_ptr,
-            )  # fmt: skip
+            self.launch.run(ctx, stream, xv.ptr, yv.ptr, z_ptr, scale_ptr, scale_value, amax_ptr)
 
     return cast_dispatch.Race(Runner, stream, ctx, nbytes)
 
 
 def _run(
-    prep: _Prepared,
-    state: DeviceState,
+    prep: CastLaunch,
     ctx: int,
     stream: int | None,
     xv: NDView,
@@ -511,81 +350,19 @@ def _run(
     scale_value: float,
     amax_ptr: int,
 ) -> None:
-    cfg, src, dst = prep.config, prep.src, prep.dst
-    head = _function(prep, ctx)
-    block = (cfg.threads, 1, 1)
     if prep.plan.two_pass:
         tmp = zv if zv is not None and zv.strides == contiguous_strides(xv.shape) else None
-        buf = tmp.obj if tmp is not None else _allocate(xv, xv.shape, dst, ctx)
+        buf = tmp.obj if tmp is not None else _allocate(xv, xv.shape, prep.dst, ctx)
         tv = tmp if tmp is not None else nd_view(buf, "out")
-        _launch_all(
-            prep, head, block, ctx, stream, xv.ptr, 0, tv.ptr, scale_ptr, scale_value, amax_ptr
-        )
+        prep.run(ctx, stream, xv.ptr, 0, tv.ptr, scale_ptr, scale_value, amax_ptr)
         if prep.z_plan is not None and tmp is None:  # z was asked for in another layout
-            z_prep = _Prepared(cfg, prep.kernel, prep.z_plan, src, dst)
-            _launch_all(
-                z_prep, head, block, ctx, stream, xv.ptr, 0, zv.ptr, scale_ptr, scale_value, 0
-            )
+            prep.for_z().run(ctx, stream, xv.ptr, 0, zv.ptr, scale_ptr, scale_value, 0)
         from .permute import permute
 
         permute(buf, order, yv.obj, stream=stream if stream is not None else streams.LEGACY)
         return
     z_ptr = zv.ptr if zv is not None else 0
-    _launch_all(
-        prep, head, block, ctx, stream, xv.ptr, yv.ptr, z_ptr, scale_ptr, scale_value, amax_ptr
-    )
-
-
-def _function(prep: _Prepared, ctx: int) -> int:
-    """The prepared kernel's function in `ctx` (loaded there on first use; opted in to its
-    dynamic shared memory, if its tile is past the static limit)."""
-    head = _functions.get((prep.kernel.handle, ctx))
-    if head is None:
-        head = _driver.kernel_function(prep.kernel.handle, ctx)
-        shared = prep.config.dynamic_smem
-        if shared:
-            _driver.allow_function_dynamic_shared(head, shared, ctx)
-        _functions.keep((prep.kernel.handle, ctx), head)
-    return head
-
-
-# the buffers of a relocated program's call, in the order `fast_torch` passes them
-_CODES = tuple(k << _native.RELOC_SHIFT for k in range(1, ARG_WORDS + 1))
-
-
-def _prepared_launches(
-    prep: _Prepared, head: int, ctx: int, pack: Callable[[Launch], tuple[bytes, int]]
-) -> list[_driver.Prepared]:
-    """The prepared signature's launches made ready in `ctx`, each with the argument block
-    and grid `pack` gives it (`pack_args` on pointers, or `coded_args` on codes)."""
-    cfg = prep.config
-    launches = []
-    for lc in prep.plan.launches:
-        args, grid = pack(lc)
-        launches.append(
-            _driver.Prepared(
-                head,
-                ctx,
-                (grid, 1, 1),
-                (cfg.threads, 1, 1),
-                args[16:],
-                shared=cfg.dynamic_smem,
-                head=args[:16],
-            )
-        )
-    return launches
-
-
-def _relocated_program(prep: _Prepared, head: int, ctx: int) -> _driver.Program | None:
-    """The signature's launches as one program whose leading argument words are codes for a
-    call's x, y, z, scale pointer, amax and scale (`_CODES`), or None without the compiled
-    launcher: a call is then one C call, not a Python packing and ctypes launch each."""
-    cfg, src, dst = prep.config, prep.src, prep.dst
-    launches = _prepared_launches(
-        prep, head, ctx, lambda lc: coded_args(lc, cfg.tile_m, cfg.tile_n, src, dst, _CODES)
-    )
-    program = _driver.Program(ctx, [(lc, 0, 0, 8 * ARG_WORDS) for lc in launches])
-    return program if program.address else None
+    prep.run(ctx, stream, xv.ptr, yv.ptr, z_ptr, scale_ptr, scale_value, amax_ptr)
 
 
 def contiguous_plan(shape: tuple[int, ...], order: tuple[int, ...], both: bool) -> CastPlan:
@@ -634,45 +411,4 @@ def device_launches(
                 f"casting shape {shape} by axes {order} takes two passes ({prep.plan.why}): "
                 "cast in x's order, then permute the result"
             )
-        head = _function(prep, ctx)
-    cfg = prep.config
-    return _prepared_launches(
-        prep,
-        head,
-        ctx,
-        lambda lc: pack_args(lc, cfg.tile_m, cfg.tile_n, src, dst, *pointers, scale_value),
-    )
-
-
-def _launch_all(
-    prep: _Prepared,
-    func: int,
-    block: tuple[int, int, int],
-    ctx: int,
-    stream: int | None,
-    x: int,
-    y: int,
-    z: int,
-    scale_ptr: int,
-    scale_value: float,
-    amax_ptr: int,
-) -> None:
-    cfg = prep.config
-    with _driver.on_context(ctx):
-        for lc in prep.plan.launches:
-            args, grid = pack_args(
-                lc,
-                cfg.tile_m,
-                cfg.tile_n,
-                prep.src,
-                prep.dst,
-                x,
-                y,
-                z,
-                scale_ptr,
-                amax_ptr,  # every launch: a max taken twice is the same max
-                scale_value,
-            )
-            _driver.launch(
-                _driver.launch_args(func, (grid, 1, 1), block, cfg.dynamic_smem), stream, args
-            )
+    return prep.on_pointers(ctx, pointers, scale_value)

@@ -1,5 +1,5 @@
-"""cast_transpose()'s arguments: dtypes, config, scale and amax checked before any GPU use, and the
-key of a PyTorch call's operands for its fast path."""
+"""cast_transpose()'s arguments: dtypes, config, scale and amax checked before any GPU use (the
+key of an eager PyTorch call's operands is the fast path's: `dispatch.fastpath.cast_key`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from ..dispatch import lookup
 from ..errors import (
     ConfigError,
     InputTypeError,
@@ -62,71 +61,6 @@ def checked(
         order = normalize_axes(axes, ndim)
     _check_scale_type(scale)
     return src, dst, order
-
-
-def _plain_tensor(out: Any) -> bool:
-    """Whether a given output may enter a signature: None (allocated by the call) or a plain
-    torch.Tensor (subclasses, and other arrays, go the full way every time)."""
-    return out is None or (type(out).__name__ == "Tensor" and type(out).__module__ == "torch")
-
-
-def _keyable(dtype: Any, axes: Any) -> bool:
-    """Whether a call's dtype and axes enter its signature as given (other iterables of axes
-    and dtype spellings go the full way every time)."""
-    return type(dtype) is not str and type(axes) in (tuple, list, type(None))
-
-
-def _operand_key(obj: Any) -> Any:
-    """How a scale or amax enters a PyTorch call's signature: None, a float, or a tensor's
-    dtype, shape and device (what `_operand` validated)."""
-    if obj is None:
-        return None
-    if hasattr(obj, "data_ptr"):
-        return (obj.dtype, tuple(obj.shape), obj.get_device())
-    return float if isinstance(obj, float) else type(obj)
-
-
-def _output_key(out: Any) -> Any:
-    """How a given output enters a PyTorch call's signature: None (allocated by the call), or
-    its type, shape, strides, dtype, device and alignment (what `_output` validated)."""
-    if out is None:
-        return None
-    return (type(out), out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() & 15)
-
-
-def torch_key(
-    x: Any,
-    dtype: Any,
-    scale: Any,
-    amax: Any,
-    axes: Any,
-    both: bool,
-    out: Any = None,
-    out_t: Any = None,
-) -> tuple[Any, ...]:
-    """The signature of an eager PyTorch call: x's shape, strides, dtype, device and
-    alignment, the output dtype and axes as given, `both`, the kinds of scale and amax, and
-    each given output's layout (`_output_key`); and lookup's generation, so that a call
-    seen before a tuning result arrived is chosen again."""
-    return (
-        lookup.generation,
-        x.shape,
-        x.stride(),
-        x.dtype,
-        x.get_device(),
-        x.data_ptr() & 15,
-        dtype,
-        tuple(axes) if type(axes) in (tuple, list) else axes,
-        both,
-        _operand_key(scale),
-        _operand_key(amax),
-        _output_key(out_t),
-        _output_key(out),
-    )
-
-
-def _overlap(a: int, a_len: int, b: int, b_len: int) -> bool:
-    return a < b + b_len and b < a + a_len
 
 
 def input_format(name: str) -> Format:

@@ -1,10 +1,11 @@
 """Every cache between a call and its kernel, and when each is dropped.
 
-A call signature maps to what runs it: a transpose's prepared `Launch` (`launches`), a
-permute plan's steps (`steps`), the plan of a permute signature (`planned`, in permute.py),
-and a whole call made ready for the driver, keyed by the array's own attributes (`hits`: the
-fast path, `_fastpath`; `_cast` keeps its own prepared launches and hits likewise). Each is
-bounded (`_lru.LRU`, the bounds below), so a process of ever-new signatures stays bounded.
+A call signature maps to what runs it: a transpose's prepared `Launch` or a cast-transpose's
+`CastLaunch` (`launches`; a cast's keys start with "cast"), a permute plan's steps (`steps`),
+the plan of a permute signature (`planned`, in dispatch/permute.py), and a whole call made
+ready for the driver, keyed by the array's own attributes (`hits`: the fast path,
+`fastpath`, for transpose(), permute() and eager PyTorch cast_transpose() alike). Each is
+bounded (`lru.LRU`, the bounds below), so a process of ever-new signatures stays bounded.
 
 The one invalidation rule: what a signature was prepared with stays until lookup's
 generation moves or `clear()` is called.
@@ -12,9 +13,8 @@ generation moves or `clear()` is called.
 - `clear()` (the user's `clear_caches()`) drops everything, lookup's choices included.
 - Lookup's generation moves when this process records a tuning result or imports results
   (`tune`, `tune_gpu`, `import` in-process: `store.hooks` tells `lookup.best_changed`):
-  `fresh()` then drops the launches, steps and cast launches (and every cache registered
-  with `also_fresh`), and the fast paths' keys carry the generation, so the next call of
-  every signature is chosen again and runs the new results.
+  `fresh()` then drops the launches and steps, and the fast path's keys carry the
+  generation, so the next call of every signature is chosen again and runs the new results.
 - A first call's winner recorded in this process does not move it: the process serves that
   winner already (`winners` keeps it in lookup), and the signatures prepared before it, of
   other classes, are served what they were. Dropping them would put every prepared signature
@@ -54,24 +54,15 @@ hits: LRU[tuple[Any, ...], Any] = LRU(HITS_LIMIT)
 lock = threading.Lock()  # held while a launch or a plan's steps are built: one build a key
 _generation = [lookup.generation]
 _also: list[Callable[[], None]] = []  # memoised functions cleared with the rest
-_chosen: list[Callable[[], None]] = []  # other caches of what lookup chose (cast_transpose's)
 
 
 def fresh() -> None:
     """Drop the launches and steps an older lookup generation chose (a tuning run finished,
-    or results were imported, in this process), and the caches registered by `also_fresh`."""
+    or results were imported, in this process)."""
     if _generation[0] != lookup.generation:
         launches.clear()
         steps.clear()
-        for fn in _chosen:
-            fn()
         _generation[0] = lookup.generation
-
-
-def also_fresh(fn: Callable[[], None]) -> None:
-    """Register a cache of lookup's choices to be dropped by `fresh` (and `clear`: register it
-    with `also_clear` too where it is not already cleared there)."""
-    _chosen.append(fn)
 
 
 def also_clear(fn: Callable[[], None]) -> None:

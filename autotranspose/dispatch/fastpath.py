@@ -4,8 +4,13 @@ The signature is read from the array's own attributes (shape, strides, dtype, de
 alignment, lookup generation, and for permute() the axes as given) into one flat tuple; a hit
 is the call made ready in its context (one prepared launch, or a permute's steps as one
 `_driver.Program`) and runs in one native call on the library's current stream. Anything
-else, and any call with an explicit stream, takes the full path (`_api`, `_permuter`), which
-`remember`s what it ran.
+else, and any call with an explicit stream, takes the full path (`calls.transpose`,
+`calls.permute`), which `remember`s what it ran.
+
+An eager PyTorch cast_transpose() takes the same path through the same cache: its signature
+adds the output dtype, axes, `both`, the kinds of scale and amax and any given outputs'
+layouts (`cast_key`), and its hit (`CastHit`) is the call's launches as one relocated program
+whose argument words are filled from the call's six operands (`calls.cast` remembers it).
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ..runtime import driver as _driver, streams
 from ..runtime.arrays import NDView, View, transposed_shape
-from ..runtime.launch import Launch
+from ..runtime.launch import CastLaunch, Launch
 from . import caches, lookup
 from .lru import LRU
 
@@ -237,3 +244,164 @@ def remember(
     hit = Hit(xv.device, prep, x1 - x0, o1 - o0, out_shape)
     _fast.keep(key(x, out, xv.ptr, ov.ptr if out is not None else 0, tag), hit)
     BY_TYPE[type(x)] = fast
+
+
+# --- cast_transpose(): eager PyTorch calls --------------------------------------------------
+
+
+class CastHit(NamedTuple):
+    """A validated eager PyTorch cast_transpose() made ready: its launches, and with the
+    compiled launcher the same as one relocated program (None: `launch.run` packs each);
+    where they run; the outputs' shape and torch dtype; the extents the overlap checks need
+    (bytes from each pointer to its array's end; 0 for an output the call allocates)."""
+
+    launch: CastLaunch
+    program: _driver.Program | None
+    ctx: int
+    ordinal: int
+    y_shape: tuple[int, ...]
+    dtype: Any
+    x_extent: int
+    y_extent: int = 0
+    z_extent: int = 0
+
+
+def cast_plain(out: Any) -> bool:
+    """Whether a given output may enter a cast signature: None (allocated by the call) or a
+    plain torch.Tensor (subclasses, and other arrays, go the full way every time)."""
+    return out is None or (type(out).__name__ == "Tensor" and type(out).__module__ == "torch")
+
+
+def cast_keyable(dtype: Any, axes: Any) -> bool:
+    """Whether a call's dtype and axes enter its signature as given (other iterables of axes
+    and dtype spellings go the full way every time)."""
+    return type(dtype) is not str and type(axes) in (tuple, list, type(None))
+
+
+def _operand_key(obj: Any) -> Any:
+    """How a scale or amax enters a signature: None, a float, or a tensor's dtype, shape and
+    device (what the full path validated)."""
+    if obj is None:
+        return None
+    if hasattr(obj, "data_ptr"):
+        return (obj.dtype, tuple(obj.shape), obj.get_device())
+    return float if isinstance(obj, float) else type(obj)
+
+
+def _output_key(out: Any) -> Any:
+    """How a given output enters a signature: None (allocated by the call), or its type,
+    shape, strides, dtype, device and alignment."""
+    if out is None:
+        return None
+    return (type(out), out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() & 15)
+
+
+def cast_key(
+    x: Any,
+    dtype: Any,
+    scale: Any,
+    amax: Any,
+    axes: Any,
+    both: bool,
+    out: Any = None,
+    out_t: Any = None,
+) -> tuple[Any, ...]:
+    """The signature of an eager PyTorch cast_transpose(): x's shape, strides, dtype, device
+    and alignment, the output dtype and axes as given, `both`, the kinds of scale and amax,
+    each given output's layout, and lookup's generation."""
+    return (
+        "cast",
+        lookup.generation,
+        x.shape,
+        x.stride(),
+        x.dtype,
+        x.get_device(),
+        x.data_ptr() & 15,
+        dtype,
+        tuple(axes) if type(axes) in (tuple, list) else axes,
+        both,
+        _operand_key(scale),
+        _operand_key(amax),
+        _output_key(out_t),
+        _output_key(out),
+    )
+
+
+def overlap(a: int, a_len: int, b: int, b_len: int) -> bool:
+    return a < b + b_len and b < a + a_len
+
+
+def fast_cast_torch(
+    x: Any,
+    dtype: Any,
+    scale: Any,
+    amax: Any,
+    axes: Any,
+    both: bool,
+    out: Any = None,
+    out_t: Any = None,
+) -> Any:
+    """An eager PyTorch cast_transpose() whose signature was validated before: its launches
+    straight away, into new outputs or the given ones (None: take the full path, which
+    validates the call and raises what it finds, such as outputs overlapping x, each other
+    or amax)."""
+    if not cast_keyable(dtype, axes) or type(both) is not bool or not cast_plain(out):
+        return None
+    if not cast_plain(out_t):
+        return None
+    hit = _fast.get(cast_key(x, dtype, scale, amax, axes, both, out, out_t))
+    if hit is None or x.is_neg():  # a lazily negated view is resolved on the full path
+        return None
+    px = x.data_ptr()
+    amax_ptr = amax.data_ptr() if amax is not None else 0
+    if amax_ptr and overlap(px, hit.x_extent, amax_ptr, 4):
+        return None  # overlapping: the full path says so
+    if scale is None:
+        scale_ptr, scale_value = 0, 1.0
+    elif hasattr(scale, "data_ptr"):
+        scale_ptr, scale_value = scale.data_ptr(), 1.0
+    else:  # rounded to float32 as NumPy rounds (the relocated program writes its bits)
+        scale_ptr, scale_value = 0, float(scale)
+    if out_t is None:
+        y = x.new_empty(hit.y_shape, dtype=hit.dtype)
+        py = y.data_ptr()
+        if py & 15:
+            return None  # the allocator aligns to 512 bytes; never seen otherwise
+    else:
+        y, py = out_t, out_t.data_ptr()
+        if (
+            y.is_neg()
+            or overlap(px, hit.x_extent, py, hit.y_extent)
+            or (amax_ptr and overlap(py, hit.y_extent, amax_ptr, 4))
+        ):
+            return None
+    z, pz = None, 0
+    if both:
+        if out is None:
+            z = x.new_empty(x.shape, dtype=hit.dtype)
+            pz = z.data_ptr()
+            if pz & 15:
+                return None
+        else:
+            z, pz = out, out.data_ptr()
+            if (
+                z.is_neg()
+                or overlap(px, hit.x_extent, pz, hit.z_extent)
+                or (amax_ptr and overlap(pz, hit.z_extent, amax_ptr, 4))
+            ):
+                return None
+        if out_t is not None and overlap(py, hit.y_extent, pz, hit.z_extent):
+            return None
+    stream = streams.torch_current(hit.ordinal)
+    if hit.program is not None:
+        _driver.run_relocated(hit.program, stream, px, py, pz, scale_ptr, amax_ptr, scale_value)
+    else:
+        value = float(np.float32(scale_value))
+        hit.launch.run(hit.ctx, stream, px, py, pz, scale_ptr, value, amax_ptr)
+    return (z, y) if both else y
+
+
+def remember_cast(key: tuple[Any, ...], hit: CastHit) -> None:
+    """After a validated eager PyTorch cast_transpose() of signature `key` (`cast_key`): its
+    next call runs `hit` straight away."""
+    _fast.keep(key, hit)

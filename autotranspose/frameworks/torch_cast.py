@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..calls import cast as _cast
+from ..dispatch import fastpath
 from ..errors import AutotransposeError, InputTypeError, OutputError, ShapeError
 from ..plans.cast import format_of, pair
 from ..plans.layout import normalize_axes
@@ -25,7 +26,7 @@ from ..plans.layout import normalize_axes
 _compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _Tensor = torch.Tensor
-_fast = _cast.fast_torch
+_fast = fastpath.fast_cast_torch  # a dict hit and one native call
 
 
 def cast_transpose(

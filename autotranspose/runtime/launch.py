@@ -1,15 +1,17 @@
 """A prepared kernel launch: a config bound to a shape, strides and a loaded kernel.
 
-This sits between the compiler and the public call: `api.transpose()` builds one per call
-signature, and the measuring side (`measure`, `bench`) times the very same object, so what is
-tuned is what runs. It knows nothing of lookup, the store or the tuner: it launches the
-config it is given.
+This sits between the compiler and the public calls: the dispatch builds one per call
+signature (a `Launch` for transpose() and permute()'s passes, a `CastLaunch` for
+cast_transpose()), and the measuring side (`measure`, `castmeasure`, `bench`) times the very
+same objects, so what is tuned is what runs. It knows nothing of lookup, the store or the
+tuner: it launches the config it is given.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,9 +32,17 @@ from ..kernels.gather import ARG_FORMAT as GATHER_FORMAT, MAX_STRIDE, gather_arg
 from ..kernels.inplace import ARG_FORMAT as INPLACE_FORMAT, ARG_NAMES as INPLACE_ARGS, InplaceKernel
 from ..kernels.packed import ARG_FORMAT as PACKED_FORMAT, divisor, packed_args
 from ..kernels.vbox import THREADS as VBOX_THREADS, vbox_spec
+from ..kinds.cast import Format
 from ..plans.boxes import NO_DIM, Dim
+from ..plans.cast import (
+    ARG_WORDS as CAST_ARG_WORDS,
+    CastPlan,
+    Launch as CastStep,
+    coded_args,
+    pack_args,
+)
 from ..plans.permute import REALIGN_MAX_RUN_BYTES, runs_of
-from . import driver as _driver
+from . import driver as _driver, native as _native
 from .compiler import (
     ARG_FORMAT,
     DeviceState,
@@ -587,3 +597,120 @@ def make_inplace(
         smem=smem,
         optin=max(smem, state.info.limits.max_shared_optin),
     )
+
+
+# A cast call's operands, in the order its argument blocks' leading words hold them (plans/cast.py
+# ARG_FORMAT): x, y, z, the scale's pointer, amax, the scale's value. A relocated program's
+# codes for them (`CastLaunch.program`), in that order.
+CAST_CODES = tuple(k << _native.RELOC_SHIFT for k in range(1, CAST_ARG_WORDS + 1))
+
+
+@dataclass(frozen=True)
+class CastLaunch:
+    """A cast-transpose signature prepared: one cast config's kernel over the plan's launches
+    (plans/cast.py). `Launch`'s form for a call of six operands and several launches of one
+    kernel: a call packs its operands into each launch's argument block (`run`), or runs them
+    all as one relocated `_driver.Program` (`program`: the fast path's form, one C call)."""
+
+    config: KernelConfig
+    kernel: Kernel
+    plan: CastPlan
+    src: Format
+    dst: Format
+    state: DeviceState
+    z_plan: CastPlan | None = None  # two passes: z's own launches where x's buffer is not z
+    # the kernel's function in each context (loaded there once, opted in to its shared memory)
+    functions: dict[int, int] = field(default_factory=dict, compare=False)
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.config.threads, 1, 1)
+
+    def function(self, ctx: int) -> int:
+        """The kernel's function in `ctx` (loaded on first use; opted in to its dynamic
+        shared memory where its tile is past the static limit)."""
+        fn = self.functions.get(ctx)
+        if fn is None:
+            fn = _driver.kernel_function(self.kernel.handle, ctx)
+            shared = self.config.dynamic_smem
+            if shared:
+                _driver.allow_function_dynamic_shared(fn, shared, ctx)
+            self.functions[ctx] = fn
+        return fn
+
+    def for_z(self) -> CastLaunch:
+        """The same kernel over z's own launches (`z_plan`)."""
+        assert self.z_plan is not None
+        return CastLaunch(self.config, self.kernel, self.z_plan, self.src, self.dst, self.state)
+
+    def packed(
+        self, ctx: int, x: int, y: int, z: int, scale_ptr: int, scale_value: float, amax: int
+    ) -> list[tuple[tuple[Any, ...], bytes]]:
+        """Each launch's `_driver.launch` arguments and argument block on these operands, in
+        order (the tuner packs once per buffer set and times these)."""
+        cfg, fn = self.config, self.function(ctx)
+        out = []
+        for lc in self.plan.launches:
+            args, grid = pack_args(
+                lc, cfg.tile_m, cfg.tile_n, self.src, self.dst, x, y, z, scale_ptr, amax,
+                scale_value,
+            )  # fmt: skip
+            out.append((_driver.launch_args(fn, (grid, 1, 1), self.block, cfg.dynamic_smem), args))
+        return out
+
+    def run(
+        self,
+        ctx: int,
+        stream: int | None,
+        x: int,
+        y: int,
+        z: int,
+        scale_ptr: int,
+        scale_value: float,
+        amax: int,
+    ) -> None:
+        """Launch the plan's launches on the call's operands in `ctx`, in order (each raises
+        amax: a max taken twice is the same max)."""
+        launches = self.packed(ctx, x, y, z, scale_ptr, scale_value, amax)
+        with _driver.on_context(ctx):
+            for args, params in launches:
+                _driver.launch(args, stream, params)
+
+    def prepared(
+        self, ctx: int, pack: Callable[[CastStep], tuple[bytes, int]]
+    ) -> list[_driver.Prepared]:
+        """The launches made ready in `ctx`, each with the argument block and grid `pack`
+        gives it (`pack_args` on pointers, or `coded_args` on codes)."""
+        cfg, fn = self.config, self.function(ctx)
+        launches = []
+        for lc in self.plan.launches:
+            args, grid = pack(lc)
+            prep = _driver.Prepared(
+                fn, ctx, (grid, 1, 1), self.block, args[16:], cfg.dynamic_smem, args[:16]
+            )
+            launches.append(prep)
+        return launches
+
+    def on_pointers(
+        self, ctx: int, pointers: tuple[int, int, int, int, int], scale_value: float
+    ) -> list[_driver.Prepared]:
+        """The launches made ready in `ctx` with these (x, y, z, scale, amax) words in their
+        argument blocks: for callers that replace them at launch (JAX's FFI handler)."""
+        cfg = self.config
+        return self.prepared(
+            ctx,
+            lambda lc: pack_args(
+                lc, cfg.tile_m, cfg.tile_n, self.src, self.dst, *pointers, scale_value
+            ),
+        )
+
+    def program(self, ctx: int) -> _driver.Program | None:
+        """The launches as one program whose leading argument words are codes for a call's
+        operands (`CAST_CODES`), or None without the compiled launcher."""
+        cfg = self.config
+        launches = self.prepared(
+            ctx,
+            lambda lc: coded_args(lc, cfg.tile_m, cfg.tile_n, self.src, self.dst, CAST_CODES),
+        )
+        program = _driver.Program(ctx, [(lc, 0, 0, 8 * CAST_ARG_WORDS) for lc in launches])
+        return program if program.address else None

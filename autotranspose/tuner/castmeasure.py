@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..kinds.cast import PAIRS
-from ..plans.cast import CastPlan, pack_args, plan_cast
+from ..plans.cast import CastPlan, plan_cast
 from ..store.measurement import Measurement
 
 SCALE = 256.0  # with inputs below 2 in magnitude: up to 512, past e4m3's 448
@@ -80,26 +80,19 @@ class CastBench:
         """`run(k)`: every launch of the plan on buffer set `k`, on the default stream, its
         arguments packed once per set."""
         from ..runtime.compiler import get_kernel
+        from ..runtime.launch import CastLaunch
 
-        kernel = get_kernel(self.state, cfg)
-        func = self.drv.kernel_function(kernel.handle, self.state.ctx)
-        shared = cfg.dynamic_smem  # a tile past the static limit: opted in
-        if shared:
-            self.drv.allow_function_dynamic_shared(func, shared, self.state.ctx)
-        block = (cfg.threads, 1, 1)
+        # the launch cast_transpose() runs, packed once per buffer set
+        prepared = CastLaunch(
+            cfg, get_kernel(self.state, cfg), self.plan, self.src, self.dst, self.state
+        )
         per_set = []
         for k in range(self.sets):
             x = int(self.x) + k * self.in_stride
             y = int(self.y) + k * self.out_stride
             z = int(self.z) + k * self.out_stride if self.z is not None else 0
-            calls = []
-            for lc in self.plan.launches:
-                args, grid = pack_args(
-                    lc, cfg.tile_m, cfg.tile_n, self.src, self.dst, x, y, z, int(self.scale),
-                    int(self.amax), 1.0,
-                )  # fmt: skip
-                calls.append((self.drv.launch_args(func, (grid, 1, 1), block, shared), args))
-            per_set.append(calls)
+            ptrs = (x, y, z, int(self.scale), 1.0, int(self.amax))
+            per_set.append(prepared.packed(self.state.ctx, *ptrs))
         launch, sets = self.drv.launch, self.sets
 
         def run(k: int) -> None:

@@ -112,3 +112,20 @@ def test_lookups_cached_choices_hold_their_bound(emptied):
     assert lookup.choose("NVIDIA H100 80GB HBM3", 4, classes[0], store=None) is first
     key = ("NVIDIA H100 80GB HBM3", lookup.NEWEST, 4, classes[1], False, None)
     assert key not in lookup._choices  # the least recently used went first
+
+
+def test_a_new_lookup_generation_drops_every_prepared_call(emptied, monkeypatch):
+    """Results tuned or imported in this process move lookup's generation: the next full
+    path's `fresh()` drops the transpose and cast launches, the permute steps and the fast
+    path's hits (whose keys carry the old generation, so none is reached again)."""
+    caches.fresh()
+    caches.launches.keep(("cast", 0, "bfloat16"), "a cast launch")
+    caches.launches.keep((0, (1, 64, 64)), "a transpose launch")
+    caches.steps.keep(("steps",), "a permute's steps")
+    caches.hits.keep(("cast", lookup.generation), "an eager cast call")
+    caches.hits.keep(("torch", lookup.generation), "a transpose call")
+    caches.fresh()  # the same generation: all kept
+    assert len(caches.launches) == 2 and len(caches.steps) == 1 and len(caches.hits) == 2
+    monkeypatch.setattr(lookup, "generation", lookup.generation + 1)
+    caches.fresh()
+    assert not caches.launches and not caches.steps and not caches.hits

@@ -13,8 +13,9 @@ generation moves or `clear()` is called.
 - `clear()` (the user's `clear_caches()`) drops everything, lookup's choices included.
 - Lookup's generation moves when this process records a tuning result or imports results
   (`tune`, `tune_gpu`, `import` in-process: `store.hooks` tells `lookup.best_changed`):
-  `fresh()` then drops the launches and steps, and the fast path's keys carry the
-  generation, so the next call of every signature is chosen again and runs the new results.
+  The fast path's keys carry the generation, so the next call of every signature takes the
+  full path, where `fresh()` drops the launches, steps and hits: it is chosen again and runs
+  the new results.
 - A first call's winner recorded in this process does not move it: the process serves that
   winner already (`winners` keeps it in lookup), and the signatures prepared before it, of
   other classes, are served what they were. Dropping them would put every prepared signature
@@ -57,11 +58,13 @@ _also: list[Callable[[], None]] = []  # memoised functions cleared with the rest
 
 
 def fresh() -> None:
-    """Drop the launches and steps an older lookup generation chose (a tuning run finished,
-    or results were imported, in this process)."""
+    """Drop the launches, steps and fast-path hits an older lookup generation chose (a
+    tuning run finished, or results were imported, in this process): the hits' keys carry
+    the generation, so none of them is reached again."""
     if _generation[0] != lookup.generation:
         launches.clear()
         steps.clear()
+        hits.clear()
         _generation[0] = lookup.generation
 
 

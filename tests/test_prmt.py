@@ -454,6 +454,24 @@ def test_a_tile_past_48_kib_on_the_cpu():
     assert np.array_equal(got, want)
 
 
+@needs_gxx
+def test_a_tile_of_one_block_an_sm_on_the_cpu():
+    """The 1-byte tile of 256 bytes each way (148 KiB, one block an SM): 128 registers and
+    ten chunks a thread in flight; odd sides over several tiles, batches, pointer offsets."""
+    from autotranspose.kinds.prmt import one_block, prmt_registers
+
+    c = prmt(1, tile_m=256, tile_n=256, per_thread=1)
+    assert c.dynamic_smem and one_block(c) and prmt_registers(c) == 128
+    assert not one_block(prmt(1, tile_m=128, tile_n=256, per_thread=1))
+    rng = np.random.default_rng(11)
+    for b, m, n, strides, offsets in (
+        (1, 601, 533, (537, 605, 0, 0), (3, 13)),
+        (2, 259, 257, (257, 259, 259 * 257 + 1, 257 * 259 + 5), (1, 0)),
+    ):
+        got, want = transpose(c, b, m, n, strides, offsets, rng, grid_max=3)
+        assert np.array_equal(got, want), (b, m, n)
+
+
 # --- on the GPU ----------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("s", [1, 2])

@@ -65,6 +65,11 @@ WIDE_ORDERED_TILE_BYTES = 8192
 WIDE_ORDERED_ODD_ROWS = 33
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
+# a tiled tile whose shared memory passes half of sm_90's opt-in (227 KiB) runs one block an SM
+# whatever its registers: it takes 128 registers a thread and twice the chunks in flight
+# (1-byte tiles of 256 bytes each way: the cut sectors of the rows and windows halved,
+# docs/perf-notes.md, "Byte permutes")
+PRMT_ONE_BLOCK_SMEM = 227 * 1024 // 2
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
 
 
@@ -188,10 +193,11 @@ def _prmt_errors(c: Config) -> Iterator[str]:
     if bad:
         return
     lay = prmt_layout(c)
-    if not c.params.flat and lay["lu1"] * CHUNK > PRMT_THREAD_BYTES:
+    most = PRMT_THREAD_BYTES * (2 if one_block(c) else 1)
+    if not c.params.flat and lay["lu1"] * CHUNK > most:
         yield (
             f"prmt tile {c.tile_m}x{c.tile_n} loads {lay['lu1']} chunks of {CHUNK} bytes per "
-            f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: "
+            f"thread ({lay['threads']} threads); at most {most} bytes: "
             + ("lower per_thread" if c.per_thread > 1 else "use a smaller tile_m or tile_n")
         )
 
@@ -203,6 +209,13 @@ def _prmt_sizes(c: Config) -> tuple[tuple[str, tuple[int, ...]], ...]:
     return (("tile_m", PRMT_SEGMENTS), ("tile_n", PRMT_SEGMENTS))
 
 
+def one_block(c: Config) -> bool:
+    """Whether a tiled byte-permute config's shared memory leaves room for one block an SM
+    only (past PRMT_ONE_BLOCK_SMEM): its registers are then not what limits its blocks."""
+    lay = prmt_layout(c)
+    return not c.params.flat and 4 * (lay["sa_words"] + lay["sb_words"]) > PRMT_ONE_BLOCK_SMEM
+
+
 def prmt_registers(c: Config) -> int:
     """Registers a thread a byte-permute kernel is capped at (through its launch bounds).
 
@@ -212,7 +225,9 @@ def prmt_registers(c: Config) -> int:
     more block an SM (H200, best config uncapped -> capped in one process:
     int8 20 / 100 rows 76.4 / 77.0 -> 82.0 / 82.7, float16 9 / 20 / 43 rows 64.0 / 79.1 /
     70.8 -> 69.5 / 84.4 / 74.5; 64-byte segments lost up to 7 on int8 100 rows, and 4-byte
-    elements moved within noise)."""
+    elements moved within noise). 128 for a tile that runs one block an SM (`one_block`)."""
+    if one_block(c):
+        return 128
     if not c.params.wide:
         return 64
     if c.params.ordered and c.elem_bytes <= 2 and c.tile_n * c.elem_bytes >= 128:

@@ -17,11 +17,25 @@ import argparse
 import json
 import time
 
-# byte-permute tiles (tile_m x tile_n elements, per_thread) forced per element size
+# byte-permute tiles forced per element size: (tile_m, tile_n, per_thread, persistent,
+# prefetch); --tiles wide: the wider tiles alone, --tiles prefetch: blocks that walk tiles
 TILES = {
-    1: ((128, 256, 1), (256, 128, 1), (256, 256, 1)),
-    2: ((64, 128, 2), (128, 128, 1)),
-}
+    "wide": {
+        1: ((128, 256, 1, 0, False), (256, 128, 1, 0, False), (256, 256, 1, 0, False)),
+        2: ((64, 128, 2, 0, False), (128, 128, 1, 0, False)),
+    },
+    "prefetch": {
+        1: (
+            (128, 256, 1, 0, False), (128, 256, 1, 2, False), (128, 256, 1, 2, True),
+            (256, 256, 1, 1, True), (256, 128, 1, 2, True), (128, 128, 2, 4, True),
+            (64, 128, 2, 4, False), (64, 128, 2, 4, True),
+        ),
+        2: (
+            (64, 128, 2, 0, False), (64, 128, 2, 4, False), (64, 128, 2, 4, True),
+            (128, 128, 1, 2, True), (32, 128, 2, 4, True), (128, 64, 2, 4, True),
+        ),
+    },
+}  # fmt: skip
 # pattern-only geometries: output window bytes x input segment bytes
 GEOMETRIES = ((128, 256), (256, 256), (256, 512), (512, 256), (512, 512), (1024, 1024))
 
@@ -101,6 +115,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--budget", type=float, default=200.0, help="seconds before skipping cases")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--tiles", choices=sorted(TILES), default="wide")
+    ap.add_argument("--no-geometries", action="store_true", help="no pattern-only geometries")
+    ap.add_argument("--no-patterns", action="store_true", help="no pattern of the forced tiles")
     args = ap.parse_args()
     if args.paper:
         paper(args.cases)
@@ -134,8 +151,10 @@ def main() -> None:
             cfg = choice.config
             b_, m, n = shape
             forced = [
-                KernelConfig(s, tm, tn, 4 // s, pt, 0, "pad", "col", kind="prmt")
-                for tm, tn, pt in TILES.get(s, ())
+                KernelConfig(
+                    s, tm, tn, 4 // s, pt, 0, "pad", "col", persistent=p, kind="prmt"
+                ).replace(prefetch=pf)
+                for tm, tn, pt, p, pf in TILES[args.tiles].get(s, ())
             ]
             forced = [c for c in forced if c.fits(state.info.limits) and c != cfg]
             precompile(state, [cfg, *forced])
@@ -143,9 +162,10 @@ def main() -> None:
             for label, c in (("served " + cfg.key, cfg), *((c.key, c) for c in forced)):
                 launch = make_launch(state, c, b_, m, n, n, m, m * n, m * n)
                 timed(label, launch, True)
-                a = launch_access(c, launch.scalars, launch.grid)
-                timed("  pattern", pattern_launch(state, a, served=c.key), False, a)
-            for window, segment in GEOMETRIES:
+                if c is cfg or not args.no_patterns:
+                    a = launch_access(c, launch.scalars, launch.grid)
+                    timed("  pattern", pattern_launch(state, a, served=c.key), False, a)
+            for window, segment in () if args.no_geometries else GEOMETRIES:
                 a = geometry(s, shape, window, segment)
                 timed(f"geometry {window}x{segment} B", pattern_launch(state, a), False, a)
         except Exception as exc:  # a case that fails is a row, not a lost run

@@ -34,17 +34,24 @@ from .base import (
 class PrmtParams:
     """A byte-permute kernel's own parameters: tiled (none set), or flat, one tile spanning a
     skinny matrix's short side: tall (rows of at most `tile_n` elements) or `wide` (at most
-    `tile_m` rows), a wide tile's output `ordered` in a buffer (else stored as runs)."""
+    `tile_m` rows), a wide tile's output `ordered` in a buffer (else stored as runs); a tiled
+    persistent one may `prefetch`: its blocks walk their tiles with the next tile's chunks in
+    flight through the current tile's exchange and store."""
 
     flat: bool = False
     wide: bool = False
     ordered: bool = False
+    prefetch: bool = False
 
 
 PRMT_SIZES = (1, 2, 4)  # elements moved K x K at a time, K = 4 / size (4 bytes: words, no permute)
 # sizes whose untuned unaligned classes get prmt_default from lookup; for 4 bytes it won the
 # large odd squares by 4 points and lost a small batch by 3.6 (H200), so it is only raced
 PRMT_SERVED = (1, 2)
+PRMT_PREFETCH = (1, 2)  # sizes whose persistent tiled configs the space also holds prefetching
+# chunks a thread holds across the exchange where 64 registers cap it: 7 spilled (ptxas 13,
+# 1-byte 64x256 tiles of 256 threads with the streaming hint)
+PRMT_PREFETCH_CHUNKS = 6
 PRMT_SEGMENTS = (64, 128, 256)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
 # a flat byte-permute kernel's (flat=True) tile sides in bytes: tall, output windows (tile_m)
 # and rows (tile_n); wide, rows (tile_m) and row segments (tile_n). Its shared memory grows
@@ -161,6 +168,8 @@ def _prmt_errors(c: Config) -> Iterator[str]:
         yield "prmt wide=True is a flat byte-permute kernel's (few long rows): set flat=True, or wide=False"
     if c.params.ordered and not c.params.wide:
         yield "prmt ordered=True is a wide kernel's output buffer (few long rows): set wide=True, or ordered=False"
+    if c.params.prefetch and c.params.flat:
+        yield "prmt prefetch=True is a tiled byte-permute kernel's (a flat tile spans the short side): set prefetch=False"
     if c.min_blocks:
         yield "min_blocks is a tiled, staged or staged register-transpose kernel's (flat and byte-permute kernels set their own): set min_blocks=0"
     yield from fixed_field_errors(
@@ -216,6 +225,17 @@ def one_block(c: Config) -> bool:
     return not c.params.flat and 4 * (lay["sa_words"] + lay["sb_words"]) > PRMT_ONE_BLOCK_SMEM
 
 
+def prefetches(c: Config) -> bool:
+    """Whether the space holds `c` (tiled) also prefetching: 1- and 2-byte tiles whose chunks
+    in flight fit the registers beside the exchange's (`PRMT_PREFETCH_CHUNKS`, or a tile of
+    one block an SM)."""
+    return (
+        c.elem_bytes in PRMT_PREFETCH
+        and not c.params.flat
+        and (prmt_layout(c)["lu1"] <= PRMT_PREFETCH_CHUNKS or one_block(c))
+    )
+
+
 def prmt_registers(c: Config) -> int:
     """Registers a thread a byte-permute kernel is capped at (through its launch bounds).
 
@@ -244,6 +264,7 @@ def _params(c: Config) -> dict[str, object]:
         "flat": c.params.flat,  # one tile spans the short side: tall, or wide
         "wide": c.params.wide,
         "ordered": c.params.ordered,  # wide: the transposed buffer holds the output run in order
+        "prefetch": c.params.prefetch,  # tiled, persistent: the next tile's chunks in flight
         "tm": c.tile_m,
         "tn": c.tile_n,
         "smem": c.smem_bytes,
@@ -264,7 +285,7 @@ def prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
             for pt in PER_THREAD:
                 for raster in RASTERS:
                     for cache in CACHE_HINTS:
-                        yield from launchable(
+                        for c in launchable(
                             limits,
                             elem_bytes,
                             tm,
@@ -276,7 +297,11 @@ def prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                             raster,
                             cache,
                             kind="prmt",
-                        )
+                        ):
+                            yield c
+                            # blocks that walk tiles: also with the next one's chunks in flight
+                            if c.persistent and prefetches(c):
+                                yield c.replace(prefetch=True)
 
 
 def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
@@ -295,7 +320,13 @@ class Prmt(Kind):
     name = "prmt"
     Params = PrmtParams
     mark = "prmt"
-    codes = (("flat", "flat"), ("prmt", "pm"), ("wide", "wd"), ("ordered", "or"))
+    codes = (
+        ("flat", "flat"),
+        ("prmt", "pm"),
+        ("wide", "wd"),
+        ("ordered", "or"),
+        ("prefetch", "pf"),
+    )
     template = "prmt/prmt.cu.j2"
     capped = False  # it sets its own blocks per SM (`prmt_registers`)
     # tiles past 48 KiB (wider row segments and output windows) take dynamic shared memory

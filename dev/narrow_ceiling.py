@@ -2,10 +2,10 @@
 byte-permute tiles, against the served kernel and the copy (H200, one process).
 
 For each case: the copy; the served launch (transpose()'s choice, first call raced) and its
-pattern kernel; each forced byte-permute config of `--tiles` (checked on fresh data, timed) and
-its pattern; and pattern kernels of tile geometries no kernel has yet (`--geometries`, output
-window bytes x input segment bytes, the byte-permute halo and 16-byte windows). With
-`--paper` only the sector counts (no GPU):
+pattern kernel; each forced byte-permute config of TILES (checked on fresh data, timed) and
+its pattern (--no-patterns: none); and pattern kernels of tile geometries no kernel has yet
+(GEOMETRIES, output window bytes x input segment bytes, the byte-permute halo and 16-byte
+windows; --no-geometries: none). With `--paper` only the sector counts (no GPU):
 
     python3 dev/narrow_ceiling.py --paper uint8:30073x30073 bfloat16:12445x12445
     python3 dev/narrow_ceiling.py --out $OUT uint8:30073x30073 ...
@@ -17,25 +17,14 @@ import argparse
 import json
 import time
 
-# byte-permute tiles forced per element size: (tile_m, tile_n, per_thread, persistent,
-# prefetch); --tiles wide: the wider tiles alone, --tiles prefetch: blocks that walk tiles
+# byte-permute tiles forced per element size (tile_m x tile_n elements, per_thread): today's
+# and the widest the kind runs. The 1-byte 256x256 tile (148 KiB, one block an SM) and its
+# prefetching walk were measured with this tool and not kept (docs/perf-notes.md, "Wider
+# byte-permute tiles and prefetching walks")
 TILES = {
-    "wide": {
-        1: ((128, 256, 1, 0, False), (256, 128, 1, 0, False), (256, 256, 1, 0, False)),
-        2: ((64, 128, 2, 0, False), (128, 128, 1, 0, False)),
-    },
-    "prefetch": {
-        1: (
-            (128, 256, 1, 0, False), (128, 256, 1, 2, False), (128, 256, 1, 2, True),
-            (256, 256, 1, 1, True), (256, 128, 1, 2, True), (128, 128, 2, 4, True),
-            (64, 128, 2, 4, False), (64, 128, 2, 4, True),
-        ),
-        2: (
-            (64, 128, 2, 0, False), (64, 128, 2, 4, False), (64, 128, 2, 4, True),
-            (128, 128, 1, 2, True), (32, 128, 2, 4, True), (128, 64, 2, 4, True),
-        ),
-    },
-}  # fmt: skip
+    1: ((128, 256, 1), (256, 128, 1)),
+    2: ((64, 128, 2), (128, 128, 1)),
+}
 # pattern-only geometries: output window bytes x input segment bytes
 GEOMETRIES = ((128, 256), (256, 256), (256, 512), (512, 256), (512, 512), (1024, 1024))
 
@@ -115,7 +104,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--budget", type=float, default=200.0, help="seconds before skipping cases")
     ap.add_argument("--out", default=".")
-    ap.add_argument("--tiles", choices=sorted(TILES), default="wide")
     ap.add_argument("--no-geometries", action="store_true", help="no pattern-only geometries")
     ap.add_argument("--no-patterns", action="store_true", help="no pattern of the forced tiles")
     args = ap.parse_args()
@@ -151,10 +139,8 @@ def main() -> None:
             cfg = choice.config
             b_, m, n = shape
             forced = [
-                KernelConfig(
-                    s, tm, tn, 4 // s, pt, 0, "pad", "col", persistent=p, kind="prmt"
-                ).replace(prefetch=pf)
-                for tm, tn, pt, p, pf in TILES[args.tiles].get(s, ())
+                KernelConfig(s, tm, tn, 4 // s, pt, 0, "pad", "col", kind="prmt")
+                for tm, tn, pt in TILES.get(s, ())
             ]
             forced = [c for c in forced if c.fits(state.info.limits) and c != cfg]
             precompile(state, [cfg, *forced])

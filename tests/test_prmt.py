@@ -357,23 +357,6 @@ def test_prmt_kernels_compile_without_spills_or_warnings(arch):
     assert_nvcc_silent(render_many(picks), arch)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on the PATH")
-def test_prefetching_kernels_compile_without_spills_or_warnings():
-    """The prefetching tiles (persistent only, the kernel is the same for every grid), the
-    one-block 1-byte tile past 113 KiB included: no spill at their register caps."""
-    limits = _limits((9, 0))
-    picks = {
-        c.kernel_name: c
-        for s in (1, 2)
-        for c in prmt_space(s, limits)
-        if c.params.prefetch and (c.raster, c.cache) in (("row", "default"), ("col", "stream"))
-    }
-    assert any(c.smem_bytes > 113 * 1024 for c in picks.values())
-    assert_compile_without_spills(list(picks.values()), "sm_90")
-    assert_nvcc_silent(render_many(list(picks.values())), "sm_90")
-
-
 # --- tiles past 48 KiB: dynamic shared memory ------------------------------------------------------
 def _limits(cc: tuple[int, int]) -> DeviceLimits:
     return DeviceLimits(1024, STATIC_SHARED_MAX, f"sm_{cc[0]}{cc[1]}", cc, shared_optin(cc))
@@ -471,63 +454,6 @@ def test_a_tile_past_48_kib_on_the_cpu():
     assert np.array_equal(got, want)
 
 
-@needs_gxx
-def test_a_tile_of_one_block_an_sm_on_the_cpu():
-    """The 1-byte tile of 256 bytes each way (148 KiB, one block an SM): 128 registers and
-    ten chunks a thread in flight; odd sides over several tiles, batches, pointer offsets."""
-    from autotranspose.kinds.prmt import one_block, prmt_registers
-
-    c = prmt(1, tile_m=256, tile_n=256, per_thread=1)
-    assert c.dynamic_smem and one_block(c) and prmt_registers(c) == 128
-    assert not one_block(prmt(1, tile_m=128, tile_n=256, per_thread=1))
-    rng = np.random.default_rng(11)
-    for b, m, n, strides, offsets in (
-        (1, 601, 533, (537, 605, 0, 0), (3, 13)),
-        (2, 259, 257, (257, 259, 259 * 257 + 1, 257 * 259 + 5), (1, 0)),
-    ):
-        got, want = transpose(c, b, m, n, strides, offsets, rng, grid_max=3)
-        assert np.array_equal(got, want), (b, m, n)
-
-
-@needs_gxx
-@pytest.mark.parametrize("s", [1, 2])
-@pytest.mark.parametrize("raster", ["col", "row"])
-def test_prefetching_tiles_on_the_cpu(s, raster):
-    """prefetch=True: blocks walk their tiles with the next tile's chunks in registers. Odd
-    sides over several tiles each way, batches, random pitches and pointer offsets, grids of
-    1 to 3 blocks (a block's last tile prefetches nothing, a block of one tile only its own);
-    the bytes around and between the output rows stay as they were."""
-    rng = np.random.default_rng(300 + 10 * s + len(raster))
-    c = prmt(s, tile_m=64 // s, tile_n=64 // s, per_thread=2, raster=raster, prefetch=True)
-    assert "_pf" in c.key and c.replace(prefetch=False).key + "_pf" == c.key
-    for trial in range(4):
-        b = 1 + trial % 2
-        m = c.tile_m * int(rng.integers(1, 4)) + int(rng.integers(0, c.tile_m)) | 1
-        n = c.tile_n * int(rng.integers(1, 3)) + int(rng.integers(0, c.tile_n)) | 1
-        ld_in, ld_out = n + int(rng.integers(0, 9)), m + int(rng.integers(0, 9))
-        strides = (ld_in, ld_out, m * ld_in + int(rng.integers(0, 5)), n * ld_out + 3)
-        offsets = tuple(int(rng.integers(0, 16 // s)) * s for _ in range(2))
-        got, want = transpose(c, b, m, n, strides, offsets, rng, grid_max=1 + trial % 3)
-        assert np.array_equal(got, want), (c.key, b, m, n, strides, offsets)
-
-
-@needs_gxx
-def test_a_prefetching_tile_of_one_block_an_sm_on_the_cpu():
-    """The 1-byte 256x256 tile with prefetch, one block walking every tile (and two)."""
-    c = prmt(1, tile_m=256, tile_n=256, per_thread=1, prefetch=True, persistent=1)
-    rng = np.random.default_rng(13)
-    for grid in (1, 2):
-        got, want = transpose(c, 1, 545, 531, (533, 547, 0, 0), (7, 2), rng, grid_max=grid)
-        assert np.array_equal(got, want), grid
-
-
-def test_prefetch_is_a_tiled_kernels():
-    from autotranspose.kernels.config import tall_default
-
-    with pytest.raises(ConfigError, match="prefetch=True is a tiled"):
-        tall_default(1, 100).replace(prefetch=True)
-
-
 # --- on the GPU ----------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("s", [1, 2])
@@ -576,30 +502,6 @@ def test_dynamic_tiles_at_every_pointer_offset(rng):
     if not dyn:
         pytest.skip("no shared memory past 48 KiB on this GPU")
     assert_kind_at_every_offset(rng, 1, np.dtype("uint8"), dyn, dyn[0])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("s", [1, 2])
-def test_prefetching_tiles_match_the_reference(rng, s):
-    """prefetch=True on this GPU: the space's prefetching tiles (the one-block 1-byte tile
-    where the GPU has the room) at persistent grids of 1 to 4 blocks an SM and one block in
-    all, on fresh odd shapes, 1xN, Nx1, batches; a poisoned output and a guard region."""
-    from _gpu import odd_shapes
-
-    from autotranspose.runtime.compiler import activate, precompile
-
-    state = activate(0)
-    pf = [c for c in prmt_space(s, state.info.limits) if c.params.prefetch]
-    assert pf and all(c.persistent for c in pf)
-    picks = [pf[i] for i in rng.choice(len(pf), min(4, len(pf)), replace=False)]
-    picks += [c for c in pf if c.smem_bytes > 100_000][:1]
-    assert not precompile(state, picks)
-    for c in picks:
-        for shape in odd_shapes(rng):
-            assert_match_reference(state, s, shape, [c])
-    # one block walking every tile of a small matrix: the grid is the config's, so a
-    # persistent grid of one SM's blocks on a matrix of more tiles than that
-    assert_match_reference(state, s, (1, 1201, 1305), [picks[0]])
 
 
 @pytest.mark.gpu

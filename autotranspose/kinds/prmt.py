@@ -34,24 +34,17 @@ from .base import (
 class PrmtParams:
     """A byte-permute kernel's own parameters: tiled (none set), or flat, one tile spanning a
     skinny matrix's short side: tall (rows of at most `tile_n` elements) or `wide` (at most
-    `tile_m` rows), a wide tile's output `ordered` in a buffer (else stored as runs); a tiled
-    persistent one may `prefetch`: its blocks walk their tiles with the next tile's chunks in
-    flight through the current tile's exchange and store."""
+    `tile_m` rows), a wide tile's output `ordered` in a buffer (else stored as runs)."""
 
     flat: bool = False
     wide: bool = False
     ordered: bool = False
-    prefetch: bool = False
 
 
 PRMT_SIZES = (1, 2, 4)  # elements moved K x K at a time, K = 4 / size (4 bytes: words, no permute)
 # sizes whose untuned unaligned classes get prmt_default from lookup; for 4 bytes it won the
 # large odd squares by 4 points and lost a small batch by 3.6 (H200), so it is only raced
 PRMT_SERVED = (1, 2)
-PRMT_PREFETCH = (1, 2)  # sizes whose persistent tiled configs the space also holds prefetching
-# chunks a thread holds across the exchange where 64 registers cap it: 7 spilled (ptxas 13,
-# 1-byte 64x256 tiles of 256 threads with the streaming hint)
-PRMT_PREFETCH_CHUNKS = 6
 PRMT_SEGMENTS = (64, 128, 256)  # bytes of a tile's row segment, in (tile_n) and out (tile_m)
 # a flat byte-permute kernel's (flat=True) tile sides in bytes: tall, output windows (tile_m)
 # and rows (tile_n); wide, rows (tile_m) and row segments (tile_n). Its shared memory grows
@@ -72,11 +65,6 @@ WIDE_ORDERED_TILE_BYTES = 8192
 WIDE_ORDERED_ODD_ROWS = 33
 PRMT_THREADS = 512  # threads = PRMT_THREADS / per_thread
 PRMT_THREAD_BYTES = 128  # 16-byte chunks a thread loads at once, in bytes (registers)
-# a tiled tile whose shared memory passes half of sm_90's opt-in (227 KiB) runs one block an SM
-# whatever its registers: it takes 128 registers a thread and twice the chunks in flight
-# (1-byte tiles of 256 bytes each way: the cut sectors of the rows and windows halved,
-# docs/perf-notes.md, "Byte permutes")
-PRMT_ONE_BLOCK_SMEM = 227 * 1024 // 2
 CHUNK = 16  # the kernel's global accesses: aligned 16-byte chunks
 
 
@@ -168,8 +156,6 @@ def _prmt_errors(c: Config) -> Iterator[str]:
         yield "prmt wide=True is a flat byte-permute kernel's (few long rows): set flat=True, or wide=False"
     if c.params.ordered and not c.params.wide:
         yield "prmt ordered=True is a wide kernel's output buffer (few long rows): set wide=True, or ordered=False"
-    if c.params.prefetch and c.params.flat:
-        yield "prmt prefetch=True is a tiled byte-permute kernel's (a flat tile spans the short side): set prefetch=False"
     if c.min_blocks:
         yield "min_blocks is a tiled, staged or staged register-transpose kernel's (flat and byte-permute kernels set their own): set min_blocks=0"
     yield from fixed_field_errors(
@@ -202,11 +188,10 @@ def _prmt_errors(c: Config) -> Iterator[str]:
     if bad:
         return
     lay = prmt_layout(c)
-    most = PRMT_THREAD_BYTES * (2 if one_block(c) else 1)
-    if not c.params.flat and lay["lu1"] * CHUNK > most:
+    if not c.params.flat and lay["lu1"] * CHUNK > PRMT_THREAD_BYTES:
         yield (
             f"prmt tile {c.tile_m}x{c.tile_n} loads {lay['lu1']} chunks of {CHUNK} bytes per "
-            f"thread ({lay['threads']} threads); at most {most} bytes: "
+            f"thread ({lay['threads']} threads); at most {PRMT_THREAD_BYTES} bytes: "
             + ("lower per_thread" if c.per_thread > 1 else "use a smaller tile_m or tile_n")
         )
 
@@ -218,24 +203,6 @@ def _prmt_sizes(c: Config) -> tuple[tuple[str, tuple[int, ...]], ...]:
     return (("tile_m", PRMT_SEGMENTS), ("tile_n", PRMT_SEGMENTS))
 
 
-def one_block(c: Config) -> bool:
-    """Whether a tiled byte-permute config's shared memory leaves room for one block an SM
-    only (past PRMT_ONE_BLOCK_SMEM): its registers are then not what limits its blocks."""
-    lay = prmt_layout(c)
-    return not c.params.flat and 4 * (lay["sa_words"] + lay["sb_words"]) > PRMT_ONE_BLOCK_SMEM
-
-
-def prefetches(c: Config) -> bool:
-    """Whether the space holds `c` (tiled) also prefetching: 1- and 2-byte tiles whose chunks
-    in flight fit the registers beside the exchange's (`PRMT_PREFETCH_CHUNKS`, or a tile of
-    one block an SM)."""
-    return (
-        c.elem_bytes in PRMT_PREFETCH
-        and not c.params.flat
-        and (prmt_layout(c)["lu1"] <= PRMT_PREFETCH_CHUNKS or one_block(c))
-    )
-
-
 def prmt_registers(c: Config) -> int:
     """Registers a thread a byte-permute kernel is capped at (through its launch bounds).
 
@@ -245,9 +212,7 @@ def prmt_registers(c: Config) -> int:
     more block an SM (H200, best config uncapped -> capped in one process:
     int8 20 / 100 rows 76.4 / 77.0 -> 82.0 / 82.7, float16 9 / 20 / 43 rows 64.0 / 79.1 /
     70.8 -> 69.5 / 84.4 / 74.5; 64-byte segments lost up to 7 on int8 100 rows, and 4-byte
-    elements moved within noise). 128 for a tile that runs one block an SM (`one_block`)."""
-    if one_block(c):
-        return 128
+    elements moved within noise)."""
     if not c.params.wide:
         return 64
     if c.params.ordered and c.elem_bytes <= 2 and c.tile_n * c.elem_bytes >= 128:
@@ -264,7 +229,6 @@ def _params(c: Config) -> dict[str, object]:
         "flat": c.params.flat,  # one tile spans the short side: tall, or wide
         "wide": c.params.wide,
         "ordered": c.params.ordered,  # wide: the transposed buffer holds the output run in order
-        "prefetch": c.params.prefetch,  # tiled, persistent: the next tile's chunks in flight
         "tm": c.tile_m,
         "tn": c.tile_n,
         "smem": c.smem_bytes,
@@ -285,7 +249,7 @@ def prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
             for pt in PER_THREAD:
                 for raster in RASTERS:
                     for cache in CACHE_HINTS:
-                        for c in launchable(
+                        yield from launchable(
                             limits,
                             elem_bytes,
                             tm,
@@ -297,11 +261,7 @@ def prmt_space(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
                             raster,
                             cache,
                             kind="prmt",
-                        ):
-                            yield c
-                            # blocks that walk tiles: also with the next one's chunks in flight
-                            if c.persistent and prefetches(c):
-                                yield c.replace(prefetch=True)
+                        )
 
 
 def _search(launchable: Launchable, call: SpaceCall) -> Iterator[Any]:
@@ -320,13 +280,7 @@ class Prmt(Kind):
     name = "prmt"
     Params = PrmtParams
     mark = "prmt"
-    codes = (
-        ("flat", "flat"),
-        ("prmt", "pm"),
-        ("wide", "wd"),
-        ("ordered", "or"),
-        ("prefetch", "pf"),
-    )
+    codes = (("flat", "flat"), ("prmt", "pm"), ("wide", "wd"), ("ordered", "or"))
     template = "prmt/prmt.cu.j2"
     capped = False  # it sets its own blocks per SM (`prmt_registers`)
     # tiles past 48 KiB (wider row segments and output windows) take dynamic shared memory

@@ -77,7 +77,8 @@ def test_every_pair_has_a_default_of_16_byte_loads_that_fits_a_block(code):
         ({"tile_m": 32, "cast": "bf16_bf16", "per_thread": 1}, None),
         ({"per_thread": 16, "tile_m": 32, "tile_n": 32}, "threads"),
         ({"persistent": 2}, "persistent=0"),
-        ({"realign": True}, "realign=False"),
+        ({"conjugate": True}, "conjugate=False"),
+        ({"realign": True}, None),
         ({"min_blocks": 16}, "exceed the 2048 threads"),
     ],
 )
@@ -115,6 +116,15 @@ def test_every_pair_renders_its_conversion(code):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_pair_s_defaults_compile_without_spills(arch):
     assert_compile_without_spills(defaults(), arch)
+
+
+@nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_inner_tiles_of_odd_rows_compile_without_spills_in_a_function_of_their_own(arch):
+    ours = [c.replace(realign=True) for c in defaults()[::2]]
+    assert all("_inner(" in at.render(c) for c in ours)
+    assert "_inner(" not in at.render(defaults()[0].replace(realign=False))
+    assert_compile_without_spills(ours, arch)
 
 
 @nvcc

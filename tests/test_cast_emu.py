@@ -57,13 +57,24 @@ class Guarded:
 
 
 def _check(cfg, shape, axes=None, *, x_strides=None, x_off=0, y_pad=0, y_off=0, both=False,
-           z_off=0, scale=1.0, scale_on_device=False, amax_prior=None, seed=0):  # fmt: skip
+           z_off=0, scale=1.0, scale_on_device=False, amax_prior=None, seed=0, x_fill=None):  # fmt: skip
+    """`x_fill`: a value x's buffer holds outside x (between pitched rows, before and after);
+    x's own values are then finite and under half of it, so that an amax that folded any of
+    the fill would show it."""
     src, dst = cast.PAIRS[cfg.params.pair]
     rng = np.random.default_rng(seed)
     ndim = len(shape)
     axes = tuple(axes) if axes is not None else (*range(ndim - 2), ndim - 1, ndim - 2)
     xg = Guarded(shape, src, x_strides, x_off)
-    xg.view[...] = data.make_input(rng, shape, src, dst, scale)
+    if x_fill is not None:
+        whole = xg.buf.size // src.size * src.size
+        xg.buf[:whole].view(data.np_type(src))[...] = x_fill
+    values = data.make_input(rng, shape, src, dst, scale)
+    if x_fill is not None:
+        wide = values.astype(np.float32)
+        bound = abs(x_fill) / 2
+        values = np.clip(np.where(np.isfinite(wide), wide, 0), -bound, bound).astype(values.dtype)
+    xg.view[...] = values
     out_shape = tuple(shape[a] for a in axes)
     strides = [1] * len(out_shape)
     for k in range(len(out_shape) - 2, -1, -1):
@@ -151,6 +162,24 @@ def test_interior_tiles_of_aligned_rows_beside_edge_tiles(code, odd_m):
     assert n * src.size % 16 == 0
     _check(cfg, (m, n), scale=2.0, amax_prior=0.0, both=True)
     _check(cfg, (2, m, n), scale=4.0)
+
+
+@pytest.mark.parametrize("code", ["f32_e4m3", "bf16_e5m2", "f16_bf16", "f32_f16"])
+@pytest.mark.parametrize("pitch", [3, 5])
+def test_inner_tiles_of_rows_off_their_word_boundary_fold_only_the_matrix(code, pitch):
+    """realign=True: the whole tiles past the matrix's first column whose rows start off a
+    word boundary run a function of their own, without edge tests, beside the tiles of the
+    first column and the cut ones; x's rows pitched past their end with a large value between
+    them (and before the first), which no amax may fold; y odd, z written too."""
+    src, dst = cast.PAIRS[code]
+    cfg = cast.default(KernelConfig, src, dst).replace(realign=True)
+    m, n = 2 * cfg.tile_m + 5, 3 * cfg.tile_n + cfg.vec + 3
+    big = 60000.0 if src.size == 2 and src.name == "float16" else 1e30
+    for both in (False, True):
+        _check(cfg, (m, n), x_strides=(n + pitch, 1), x_off=1, y_off=1, both=both,
+               amax_prior=0.0, x_fill=big, scale=0.5)  # fmt: skip
+    _check(cfg, (2, m, n), x_strides=(m * (n + pitch) + 1, n + pitch, 1), amax_prior=0.0,
+           x_fill=-big)  # fmt: skip
 
 
 def test_nan_in_the_prior_amax_stays():

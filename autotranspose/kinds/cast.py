@@ -13,8 +13,10 @@ after another store 16-byte words of the transposed output at each output row's 
 alignment (funnel shifts of shared-memory words). Words that a tile's edge (or the call's)
 cuts go byte by byte (16 lanes a row), so any shape, pitch and offset runs. A whole tile whose
 rows of x all start on a word boundary runs the same phases in a function of its own with its
-extent and the rows' offsets as constants (about half the instructions). `pad` is 0: the
-padding of the transposed rows is derived.
+extent and the rows' offsets as constants (about half the instructions); with `realign`, so
+does a whole tile past the matrix's first column whose rows start off a word boundary (its
+extent constants, its rows' offsets run-time values, no edge tests: every element of the
+words it loads lies in the matrix). `pad` is 0: the padding of the transposed rows is derived.
 
 These kernels are not in the transpose search space (`searches` is empty): a cast call
 serves `default` (or a config it is given) for its pair; `space` lists the variants worth
@@ -161,7 +163,6 @@ def _errors(c: Config) -> Iterator[str]:
             "conjugate": False,
             "pad": 0,
             "persistent": 0,
-            "realign": False,
         },
         "a cast kernel takes one tile a block and its own padding",
     )
@@ -261,6 +262,7 @@ def _params(c: Config) -> dict[str, Any]:
         "log_ib": src.size.bit_length() - 1,
         "log_ob": dst.size.bit_length() - 1,
         "dynamic": c.dynamic_smem > 0,  # shared memory past the static limit: extern, opted in
+        "realign": c.realign,  # interior tiles of rows off their word boundary: a function of their own
     }
 
 
@@ -360,7 +362,8 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
 
 def space(new: New, src: Format, dst: Format) -> Iterator[Any]:
     """The variants worth timing for a pair: tiles, vector width, words a thread, padding,
-    raster and cache hints, each a valid config of 64 to 1024 threads."""
+    raster, cache hints and whether interior tiles of rows off their word boundary run a
+    function of their own (`realign`), each a valid config of 64 to 1024 threads."""
     code = pair_code(src, dst)
     for tm in CAST_TILE_M:
         for tn in CAST_TILE_N:
@@ -372,15 +375,17 @@ def space(new: New, src: Format, dst: Format) -> Iterator[Any]:
                     for pad in (0,):
                         for raster in RASTERS:
                             for cache in CACHE_HINTS:
-                                try:
-                                    c = new(
-                                        src.size, tm, tn, vec, pt, pad, "pad", raster, cache,
-                                        kind="cast", params=CastParams(code),
-                                    )  # fmt: skip
-                                except ValueError:  # ConfigError: not a kernel of this pair
-                                    continue
-                                if c.fits(NEWEST):  # static shared memory stops at 48 KiB
-                                    yield c
+                                for realign in (False, True):
+                                    try:
+                                        c = new(
+                                            src.size, tm, tn, vec, pt, pad, "pad", raster,
+                                            cache, realign=realign, kind="cast",
+                                            params=CastParams(code),
+                                        )  # fmt: skip
+                                    except ValueError:  # ConfigError: not of this pair
+                                        continue
+                                    if c.fits(NEWEST):  # static shared memory: 48 KiB
+                                        yield c
 
 
 def race_candidates(new: New, src: Format, dst: Format, limits: Any = NEWEST) -> list[Any]:
@@ -396,6 +401,8 @@ def race_candidates(new: New, src: Format, dst: Format, limits: Any = NEWEST) ->
     picks = [first]
     for c in space(new, src, dst):
         if c.tile_n != 64 or c.vec != 16 // src.size or c.cache != "default" or c in picks:
+            continue
+        if c.realign != first.realign:
             continue
         same = (c.tile_m, c.per_thread) == (first.tile_m, first.per_thread)
         rows = c.raster == "row" and c.tile_m in (64, 128, 256) and c.per_thread in (4, 8)

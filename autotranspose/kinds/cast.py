@@ -332,7 +332,9 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
     no spills on sm_80 and sm_90; uncapped, the three-phase kernels take 61-64 registers on
     sm_90). `aligned_out` (whether the transposed rows start on 16-byte boundaries) no longer
     changes the config: the kernel tests it once a block, and its shared-memory padding is
-    derived (`pad` is 0)."""
+    derived (`pad` is 0). `realign`: whole tiles of rows off their word boundary run their
+    own function (H200, kernels only, L2-cold: such calls 1.08-1.15x, the others 0.99-1.02x;
+    docs/perf-notes.md, "Cast-transposes: whole tiles of odd rows")."""
     vec = 16 // src.size
     if src.size == 2 and dst.size == 1:
         # 16-bit inputs to float8: 256-row tiles, 8 words a thread, registers capped for 3
@@ -355,6 +357,7 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
         "row",
         "default",
         min_blocks=min_blocks,
+        realign=True,
         kind="cast",
         params=CastParams(pair_code(src, dst)),
     )
@@ -417,12 +420,14 @@ def capped(new: New, src: Format, dst: Format) -> list[Any]:
     or more (no spills on sm_80 and sm_90, nvcc 13): 16-bit inputs to float8, 4 blocks of 256
     threads. On an H200 (L2-cold, % of copy) that ran bfloat16 -> e5m2 15143x5745 68.4 ->
     74.4 and bfloat16 -> e4m3 8016x18625 75.3 -> 81.3 (odd rows, memory latency exposed),
-    aligned calls and `both` on odd shapes within 2 points (docs/perf-notes.md)."""
+    aligned calls and `both` on odd shapes within 2 points (docs/perf-notes.md). Without
+    `realign`: at 64 registers the call of the inner tiles' own function takes a stack frame
+    on sm_80 (8 bytes, bfloat16 -> float8)."""
     first = default(new, src, dst)
     blocks = (first.min_blocks or 1) + 1
     if blocks * first.threads > 1024:  # under 64 registers a thread: spills
         return []
-    return [first.replace(min_blocks=blocks)]
+    return [first.replace(min_blocks=blocks, realign=False)]
 
 
 def wide_tiles(new: New, src: Format, dst: Format) -> list[Any]:

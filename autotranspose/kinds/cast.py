@@ -332,9 +332,12 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
     no spills on sm_80 and sm_90; uncapped, the three-phase kernels take 61-64 registers on
     sm_90). `aligned_out` (whether the transposed rows start on 16-byte boundaries) no longer
     changes the config: the kernel tests it once a block, and its shared-memory padding is
-    derived (`pad` is 0). `realign`: whole tiles of rows off their word boundary run their
-    own function (H200, kernels only, L2-cold: such calls 1.08-1.15x, the others 0.99-1.02x;
-    docs/perf-notes.md, "Cast-transposes: whole tiles of odd rows")."""
+    derived (`pad` is 0). `realign` (whole tiles of rows off their word boundary in a function
+    of their own) for 32-bit inputs: on an H200 (kernels only, L2-cold) float32 calls on such
+    rows ran 1.04-1.13x, the others 0.994-1.002x; 16-bit inputs to float8 on such rows
+    1.11-1.16x, but two of their calls on aligned rows with odd transposed rows 0.973 and
+    0.982x, so 16-bit inputs race it instead (`race_candidates`; docs/perf-notes.md,
+    "Cast-transposes: whole tiles of odd rows")."""
     vec = 16 // src.size
     if src.size == 2 and dst.size == 1:
         # 16-bit inputs to float8: 256-row tiles, 8 words a thread, registers capped for 3
@@ -357,7 +360,7 @@ def default(new: New, src: Format, dst: Format, aligned_out: bool = True) -> Any
         "row",
         "default",
         min_blocks=min_blocks,
-        realign=True,
+        realign=src.size == 4,
         kind="cast",
         params=CastParams(pair_code(src, dst)),
     )
@@ -399,9 +402,10 @@ def race_candidates(new: New, src: Format, dst: Format, limits: Any = NEWEST) ->
     where `limits` lets a block opt in past 48 KiB, `wide_tiles`. The pair's tuned winners on
     the H100 came from these (docs/perf-notes.md: float32 -> float8 with `both` on odd shapes
     68.7 -> 76.4% of copy with 256-row tiles and 8 words a thread; bfloat16 -> float8
-    aligned, 64-row tiles, +1-3 points)."""
+    aligned, 64-row tiles, +1-3 points). The variants take the default's `realign`; where
+    that is off (16-bit inputs) the default with it on comes second."""
     first = default(new, src, dst)
-    picks = [first]
+    picks = [first] if first.realign else [first, first.replace(realign=True)]
     for c in space(new, src, dst):
         if c.tile_n != 64 or c.vec != 16 // src.size or c.cache != "default" or c in picks:
             continue
@@ -421,8 +425,8 @@ def capped(new: New, src: Format, dst: Format) -> list[Any]:
     threads. On an H200 (L2-cold, % of copy) that ran bfloat16 -> e5m2 15143x5745 68.4 ->
     74.4 and bfloat16 -> e4m3 8016x18625 75.3 -> 81.3 (odd rows, memory latency exposed),
     aligned calls and `both` on odd shapes within 2 points (docs/perf-notes.md). Without
-    `realign`: at 64 registers the call of the inner tiles' own function takes a stack frame
-    on sm_80 (8 bytes, bfloat16 -> float8)."""
+    `realign` whatever the default's: at 64 registers the call of the inner tiles' own
+    function takes a stack frame on sm_80 (8 bytes, bfloat16 -> float8)."""
     first = default(new, src, dst)
     blocks = (first.min_blocks or 1) + 1
     if blocks * first.threads > 1024:  # under 64 registers a thread: spills

@@ -20,7 +20,7 @@ import torch
 
 import autotranspose as at
 from autotranspose.bench.cast import _describe, _time, _traffic, cast_cases
-from autotranspose.calls import cast as _cast
+from autotranspose.dispatch import caches
 
 CALLS = 20
 
@@ -82,7 +82,7 @@ def main() -> int:
 
         ours()
         torch.cuda.synchronize()
-        prep = list(_cast._prepared.values())[-1]
+        prep = [v for k, v in caches.launches.items() if k[0] == "cast"][-1]  # its CastLaunch
         if args.profile:
             ours()
             torch.cuda.synchronize()

@@ -23,6 +23,7 @@ from autotranspose.kernels.inplace import (
     BAND_ROWS,
     RUN_MIN_BYTES,
     SCRATCH_BYTES,
+    SHUFFLE_PAD,
     InplaceKernel,
     band_cols,
     pass_launches,
@@ -100,11 +101,12 @@ extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* 
     return ctypes.CDLL(str(lib))
 
 
-def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
+def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES, band_rows=0):
     """x's bytes (a flat view inside a guarded buffer) transposed by the emulated passes, the
-    scratch and tables handled as calls/inplace.py handles them."""
+    scratch and tables handled as calls/inplace.py handles them; columns of up to
+    `band_rows` rows by COLS."""
     e = x.dtype.itemsize
-    plan = plan_inplace(batch, m, n, conjugate)
+    plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // e)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     cycles = row_cycles(m, n, plan.a) if permutes else None
     hows = pass_launches(plan, e, PARAMS, 2, optin, cycles, scratch_limit)
@@ -127,8 +129,8 @@ def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
         groups = range(0, how.rows, how.rows_per) if how.rows else [None]
         for r0 in groups:
             if r0 is not None:  # the host's copy of a group of rows (cuMemcpyDtoDAsync)
-                k = min(how.rows_per, how.rows - r0)
-                scratch[: k * n * e] = data[r0 * n * e : (r0 + k) * n * e]
+                k, row = min(how.rows_per, how.rows - r0), how.args["n"] * e  # the grid's rows
+                scratch[: k * row] = data[r0 * row : (r0 + k) * row]
                 values["row"], values["rows_per"] = r0, k
             args = struct.pack(ARG_FORMAT, *(values.get(k, 0) for k in ARG_NAMES))
             lib.at_emu_run(
@@ -144,7 +146,16 @@ _DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.complex
 
 
 def _check(
-    batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=SCRATCH_BYTES, shift=0
+    batch,
+    m,
+    n,
+    e,
+    tmp,
+    conjugate=False,
+    optin=227 << 10,
+    scratch_limit=SCRATCH_BYTES,
+    shift=0,
+    band_rows=0,
 ):
     rng = np.random.default_rng([batch, m, n, e, conjugate])
     if conjugate:
@@ -160,7 +171,7 @@ def _check(
     buf = np.full(start + nbytes + GUARD, POISON, np.uint8)
     buf[start : start + nbytes] = x0.view(np.uint8).ravel()
     x = buf[start : start + nbytes].view(x0.dtype)
-    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit)
+    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit, band_rows)
     want = np.swapaxes(x0, 1, 2)
     if conjugate:
         want = np.conj(want)
@@ -333,3 +344,44 @@ def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, t
     hows = _check(batch, m, n, e, tmp, conjugate=conjugate)
     shuffle = next(h for h in hows if h.kind == "shuffle")
     assert shuffle.spec.piece == "shuffle" and math.gcd(m, n) == 1 and n >= PARAMS.threads
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [
+        (2, 12, 18, 4),  # gcd 6: COLS_DOWN, SHUFFLE, COLS_GATHER
+        (1, 7, 300, 1),  # gcd 1: SHUFFLE carried, COLS_GATHER; bands of 16-byte words
+        (3, 9, 6, 16),
+        (1, 45, 30, 2),  # flipped (45 rows past band_rows): COLS_SCATTER, inverse SHUFFLE, COLS_UP
+        (2, 301, 7, 8),  # flipped, gcd 1, rows of 301 (the carried inverse SHUFFLE)
+    ],
+)
+def test_fused_column_passes(batch, m, n, e, tmp):
+    """Columns of up to band_rows rows: every column pass is one COLS pass, a band of whole
+    columns through shared memory, on the side whose columns fit; with x on a 16-byte line
+    and one element past it (narrower words) and, for one case, rows through the scratch."""
+    for shift in sorted({0, e % 16}):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=40, conjugate=False)
+        kinds = [h.kind for h in hows]
+        flipped = m > 40
+        c = math.gcd(m, n)
+        if flipped:
+            assert kinds == ["cols", "shuffle"] + ["cols"] * (c > 1)
+            assert [h.args["split"] for h in hows if h.kind == "cols"] == [3, 1][: 1 + (c > 1)]
+        else:
+            assert kinds == ["cols"] * (c > 1) + ["shuffle", "cols"]
+        assert all(h.smem <= 227 << 10 for h in hows)
+
+
+@pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2)])
+def test_fused_column_passes_with_rows_through_the_scratch(batch, m, n, e, tmp):
+    """Rows longer than shared memory (256 bytes here) go through the scratch, both forms."""
+    hows = _check(batch, m, n, e, tmp, optin=256, band_rows=8, scratch_limit=700)
+    piece = "shuffle_global_inv" if m > n else "shuffle_global"
+    assert piece in [h.spec.piece for h in hows]
+
+
+@pytest.mark.parametrize("e", [8, 16])
+def test_fused_column_passes_conjugate(e, tmp):
+    for m, n in ((6, 9), (50, 6)):
+        _check(2, m, n, e, tmp, conjugate=True, band_rows=40)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kernels.inplace import PassLaunch, pass_launches
+from ..kernels.inplace import SHUFFLE_PAD, PassLaunch, cols_rows, pass_launches
 from ..kinds import inplace as kind
 from ..kinds.inplace import InplaceParams
 from ..plans.inplace import PERMUTE, InplacePlan, RowCycles, plan_inplace, row_cycles
@@ -91,14 +91,17 @@ def _build(
     conjugate: bool,
     params: InplaceParams,
 ) -> InplaceProgram:
-    plan = plan_inplace(batch, m, n, conjugate)
+    optin = state.info.limits.max_shared_optin
+    plan = plan_inplace(
+        batch, m, n, conjugate, cols_rows(optin), (optin - SHUFFLE_PAD) // elem_bytes
+    )
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     hows = pass_launches(
         plan,
         elem_bytes,
         params,
         state.info.multiprocessors,
-        state.info.limits.max_shared_optin,
+        optin,
         cycles_of(m, n, plan.a) if permutes else None,
     )
     precompile_inplace(state, [h.spec for h in hows])
@@ -106,7 +109,7 @@ def _build(
         InplaceStep(
             h,
             make_inplace(state, h.spec, h.blocks, h.args, h.smem),
-            None if h.table is None else (m, n, h.spec.piece, len(h.table)),
+            None if h.table is None else (m, n, h.spec.piece, h.args.get("split", 0), len(h.table)),
         )
         for h in hows
     )

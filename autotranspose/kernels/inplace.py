@@ -20,6 +20,9 @@ from ..kinds.base import WORD_TYPES
 from ..kinds.inplace import DEFAULT, InplaceParams, swap_pad
 from ..plans.dtypes import ELEMENT_SIZES
 from ..plans.inplace import (
+    COLS,
+    COLS_GATHER,
+    COLS_SCATTER,
     CONJ,
     PASS_KINDS,
     PERMUTE,
@@ -33,6 +36,7 @@ from ..plans.inplace import (
     InplacePlan,
     RowCycles,
     pieces_of,
+    row_table,
 )
 from .codegen import _DTYPES_BY_SIZE, _environment
 from .packed import divisor
@@ -80,6 +84,9 @@ PIECES = (
     "split_cols",
     SHUFFLE,
     "shuffle_global",
+    "shuffle_inv",
+    "shuffle_global_inv",
+    COLS,
     PERMUTE,
     PERMUTE_SAVE,
     PERMUTE_PIECES,
@@ -94,6 +101,9 @@ _FILES = {
     "split_cols": "band",
     SHUFFLE: "shuffle",
     "shuffle_global": "shuffle",
+    "shuffle_inv": "shuffle",
+    "shuffle_global_inv": "shuffle",
+    COLS: "cols",
     PERMUTE: "cycles",
     PERMUTE_SAVE: "cycles",
     PERMUTE_PIECES: "cycles",
@@ -138,6 +148,34 @@ def band_cols(elem_bytes: int) -> int:
     """Columns a split_band block takes: 32, or 16 of 16-byte elements (two bands of 64 rows
     then fit 48 KiB of static shared memory)."""
     return 16 if elem_bytes == 16 else 32
+
+
+# COLS: a block holds a band of whole columns, all m rows: bands of up to COLS_MAX_BYTES a
+# row, as wide as COLS_BLOCK_BYTES holds (two blocks an SM, so that one reads while another
+# writes), else COLS_MIN_BYTES (a 32-byte sector) a row up to the device's opt-in (one block)
+COLS_BLOCK_BYTES, COLS_MIN_BYTES, COLS_MAX_BYTES = 96 << 10, 32, 4096
+
+
+def cols_rows(shared_optin: int) -> int:
+    """The longest column a COLS block holds: 32 bytes of it a row in the opt-in."""
+    return shared_optin // COLS_MIN_BYTES
+
+
+def cols_width(m: int, n: int, batch: int, elem_bytes: int, shared_optin: int, sms: int) -> int:
+    """Columns of a COLS band: the widest power of two of bytes (32 to 4096) whose m rows fit
+    COLS_BLOCK_BYTES (else 32 bytes, in the opt-in), narrowed while the bands would leave
+    SMs without two blocks; all n where that is fewer."""
+    width = COLS_MAX_BYTES
+    while width > COLS_MIN_BYTES and m * width > min(COLS_BLOCK_BYTES, shared_optin):
+        width //= 2
+    while width > COLS_MIN_BYTES and batch * -(-n * elem_bytes // width) < 2 * sms:
+        width //= 2
+    if m * width > shared_optin:
+        raise ShapeError(
+            f"a COLS band of {m} rows of {width} bytes passes {shared_optin} bytes of shared "
+            "memory; plan it with band_rows = cols_rows(shared_optin)"
+        )
+    return min(n, max(1, width // elem_bytes))
 
 
 # The fixed scratch a call may take besides one row: rows too long for shared memory are
@@ -196,7 +234,9 @@ def render_inplace(k: InplaceKernel) -> str:
             piece=k.piece,
             file=_FILES[k.piece],
             split=k.piece == SPLIT,
-            from_global=k.piece == "shuffle_global",
+            from_global=k.piece in ("shuffle_global", "shuffle_global_inv"),
+            inverse=k.piece.endswith("_inv"),
+            words=[(WORD_TYPES[w], w) for w in (16, 8, 4, 2) if w > k.elem_bytes],
             s=k.elem_bytes,
             t=WORD_TYPES[k.elem_bytes],
             dtypes=_DTYPES_BY_SIZE[k.elem_bytes],
@@ -314,7 +354,22 @@ def pass_launches(
             items = batch * (m // 2)
             blocks = -(-items // (params.threads // lanes))
             add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
+        elif p.kind == COLS:
+            w = cols_width(m, n, batch, elem_bytes, shared_optin, multiprocessors)
+            items = batch * -(-n // w)
+            table = p.split in (COLS_GATHER, COLS_SCATTER)
+            add(
+                p,
+                spec,
+                items,
+                {"items": items, "tiles": w, "split": p.split},
+                smem=m * w * elem_bytes,
+                aux="leaders" if table else "",
+                table=row_table(m, n, plan.a) if table else None,
+            )
         elif p.kind == SHUFFLE and row_bytes + SHUFFLE_PAD <= shared_optin:
+            piece = "shuffle_inv" if p.inverse else SHUFFLE
+            spec = InplaceKernel(piece, elem_bytes, p.conjugate, params)
             # rows a block: what SHUFFLE_BLOCK_BYTES holds, fewer where that would leave
             # SMs without a block
             spread = -(-(batch * m) // (2 * multiprocessors))
@@ -323,7 +378,8 @@ def pass_launches(
             args = {"items": items, "rows_per": rows_per}
             add(p, spec, items, args, smem=rows_per * row_bytes + SHUFFLE_PAD)
         elif p.kind == SHUFFLE:  # groups of rows through the scratch
-            spec = InplaceKernel("shuffle_global", elem_bytes, p.conjugate, params)
+            piece = "shuffle_global_inv" if p.inverse else "shuffle_global"
+            spec = InplaceKernel(piece, elem_bytes, p.conjugate, params)
             group = max(1, min(scratch_limit // row_bytes, batch * m))
             blocks = -(-(group * n) // params.threads)
             add(

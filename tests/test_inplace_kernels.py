@@ -354,6 +354,8 @@ def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, t
         (3, 9, 6, 16),
         (1, 45, 30, 2),  # flipped (45 rows past band_rows): COLS_SCATTER, inverse SHUFFLE, COLS_UP
         (2, 301, 7, 8),  # flipped, gcd 1, rows of 301 (the carried inverse SHUFFLE)
+        (1, 12, 300, 4),  # gcd 12, rows of 300: SHUFFLE carried with gcd > 1
+        (1, 330, 30, 2),  # flipped, gcd 30, the view's rows of 330: carried, inverted
     ],
 )
 def test_fused_column_passes(batch, m, n, e, tmp):

@@ -71,14 +71,18 @@ def program(
     elem_bytes: int,
     conjugate: bool = False,
     params: InplaceParams | None = None,
+    fused: bool = True,
 ) -> InplaceProgram:
     """The prepared steps of transposing `batch` m x n matrices of `elem_bytes`-byte elements
-    in place on `state`'s device (kept per signature)."""
+    in place on `state`'s device (kept per signature). `fused=False`: the unfused passes
+    (REVERSE, SPLIT, PERMUTE) even where a side's columns fit a COLS block, which `bench
+    --inplace` times against the fused ones."""
     params = params if params is not None else kind.default(elem_bytes)
-    key = (state.ordinal, batch, m, n, elem_bytes, conjugate, params)
+    key = (state.ordinal, batch, m, n, elem_bytes, conjugate, params, fused)
     found = _PROGRAMS.get(key)
     if found is None:
-        found = _PROGRAMS.keep(key, _build(state, batch, m, n, elem_bytes, conjugate, params))
+        built = _build(state, batch, m, n, elem_bytes, conjugate, params, fused)
+        found = _PROGRAMS.keep(key, built)
     return found
 
 
@@ -90,11 +94,11 @@ def _build(
     elem_bytes: int,
     conjugate: bool,
     params: InplaceParams,
+    fused: bool,
 ) -> InplaceProgram:
     optin = state.info.limits.max_shared_optin
-    plan = plan_inplace(
-        batch, m, n, conjugate, cols_rows(optin), (optin - SHUFFLE_PAD) // elem_bytes
-    )
+    band_rows = cols_rows(optin) if fused else 0
+    plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // elem_bytes)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     hows = pass_launches(
         plan,

@@ -9,7 +9,7 @@ the CPU (tests/_cuda_emulator.h) against plans/inplace.py's NumPy reference.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -159,6 +159,12 @@ COLS_BLOCK_BYTES, COLS_MIN_BYTES, COLS_MAX_BYTES = 96 << 10, 32, 4096
 def cols_rows(shared_optin: int) -> int:
     """The longest column a COLS block holds: 32 bytes of it a row in the opt-in."""
     return shared_optin // COLS_MIN_BYTES
+
+
+def cols_params(params: InplaceParams) -> InplaceParams:
+    """COLS's parameters: twice the threads (512 by default): a block of the tallest bands is
+    alone on its SM, and its loads in flight are what keep the memory busy."""
+    return replace(params, threads=min(512, 2 * params.threads))
 
 
 def cols_width(m: int, n: int, batch: int, elem_bytes: int, shared_optin: int, sms: int) -> int:
@@ -355,6 +361,7 @@ def pass_launches(
             blocks = -(-items // (params.threads // lanes))
             add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
         elif p.kind == COLS:
+            spec = InplaceKernel(COLS, elem_bytes, False, cols_params(params))
             w = cols_width(m, n, batch, elem_bytes, shared_optin, multiprocessors)
             items = batch * -(-n // w)
             table = p.split in (COLS_GATHER, COLS_SCATTER)

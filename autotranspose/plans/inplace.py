@@ -208,9 +208,7 @@ def shuffle_source(
     return q * b + r
 
 
-def shuffle_dest(
-    i: np.ndarray, col: np.ndarray, m: int, c: int, a: int, b: int
-) -> np.ndarray:
+def shuffle_dest(i: np.ndarray, col: np.ndarray, m: int, c: int, a: int, b: int) -> np.ndarray:
     """SHUFFLE inverted: the column of row i whose element lands in column `col` (the
     column SHUFFLE moves col's element to): q = col // b, r = col mod b, i0 = (i - q) mod m,
     ((i0//c + r*a) mod b) * c + i0 mod c. No modular inverse."""

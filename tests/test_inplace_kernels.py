@@ -220,13 +220,15 @@ def test_conjugate(batch, m, n, e, tmp):
 
 
 @pytest.mark.parametrize("limit", [16, 50, 1 << 20])
-@pytest.mark.parametrize("batch, m, n", [(1, 5, 24), (2, 4, 6), (1, 7, 13)])
+@pytest.mark.parametrize("batch, m, n", [(1, 5, 24), (2, 4, 6), (1, 7, 13), (1, 70, 9)])
 def test_rows_past_shared_memory_go_through_the_scratch_in_groups(batch, m, n, limit, tmp):
     """Shared memory of 16 bytes: every row is shuffled through the scratch, in groups of
-    as many rows as `limit` bytes hold (one at least)."""
+    as many rows as `limit` bytes hold (one at least): in chunks of 4 elements gathered from
+    runs where the rows are few, element by element otherwise."""
     hows = _check(batch, m, n, 4, tmp, optin=16, scratch_limit=limit)
     shuffle = next(h for h in hows if h.kind == "shuffle")
     assert shuffle.aux == "rows" and shuffle.rows_per == max(1, min(limit // (4 * n), batch * m))
+    assert shuffle.spec.piece == ("shuffle_runs" if m <= 64 else "shuffle_global")
 
 
 @pytest.mark.parametrize("limit", [0, 1 << 20])
@@ -356,6 +358,8 @@ def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, t
         (2, 301, 7, 8),  # flipped, gcd 1, rows of 301 (the carried inverse SHUFFLE)
         (1, 12, 300, 4),  # gcd 12, rows of 300: SHUFFLE carried with gcd > 1
         (1, 330, 30, 2),  # flipped, gcd 30, the view's rows of 330: carried, inverted
+        (1, 3, 5000, 1),  # bands of 1024 bytes: 65 words a row, lanes walk several
+        (1, 4, 602, 16),  # bands of 2048 bytes of 16-byte elements, the last one cut
     ],
 )
 def test_fused_column_passes(batch, m, n, e, tmp):
@@ -375,11 +379,12 @@ def test_fused_column_passes(batch, m, n, e, tmp):
         assert all(h.smem <= 227 << 10 for h in hows)
 
 
-@pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2)])
+@pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8)])
 def test_fused_column_passes_with_rows_through_the_scratch(batch, m, n, e, tmp):
-    """Rows longer than shared memory (256 bytes here) go through the scratch, both forms."""
+    """Rows longer than shared memory (256 bytes here) go through the scratch, both forms,
+    in chunks of 256 bytes gathered from runs (gcd 1 and 6)."""
     hows = _check(batch, m, n, e, tmp, optin=256, band_rows=8, scratch_limit=700)
-    piece = "shuffle_global_inv" if m > n else "shuffle_global"
+    piece = "shuffle_runs_inv" if m > n else "shuffle_runs"
     assert piece in [h.spec.piece for h in hows]
 
 

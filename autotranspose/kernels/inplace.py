@@ -9,7 +9,7 @@ the CPU (tests/_cuda_emulator.h) against plans/inplace.py's NumPy reference.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,8 @@ PIECES = (
     "shuffle_global",
     "shuffle_inv",
     "shuffle_global_inv",
+    "shuffle_runs",
+    "shuffle_runs_inv",
     COLS,
     PERMUTE,
     PERMUTE_SAVE,
@@ -103,6 +105,8 @@ _FILES = {
     "shuffle_global": "shuffle",
     "shuffle_inv": "shuffle",
     "shuffle_global_inv": "shuffle",
+    "shuffle_runs": "shuffle",
+    "shuffle_runs_inv": "shuffle",
     COLS: "cols",
     PERMUTE: "cycles",
     PERMUTE_SAVE: "cycles",
@@ -153,18 +157,23 @@ def band_cols(elem_bytes: int) -> int:
 # COLS: a block holds a band of whole columns, all m rows: bands of up to COLS_MAX_BYTES a
 # row, as wide as COLS_BLOCK_BYTES holds (two blocks an SM, so that one reads while another
 # writes), else COLS_MIN_BYTES (a 32-byte sector) a row up to the device's opt-in (one block)
-COLS_BLOCK_BYTES, COLS_MIN_BYTES, COLS_MAX_BYTES = 96 << 10, 32, 4096
+COLS_BLOCK_BYTES, COLS_MIN_BYTES, COLS_MAX_BYTES = 110 << 10, 32, 4096
 
 
-def cols_rows(shared_optin: int) -> int:
-    """The longest column a COLS block holds: 32 bytes of it a row in the opt-in."""
-    return shared_optin // COLS_MIN_BYTES
+def cols_pitch(width: int, elem_bytes: int) -> int:
+    """Shared bytes a COLS band row of `width` elements takes: its bytes rounded up to 16,
+    and 4 more for 1- and 2-byte elements (the row's offset in its 4-byte word)."""
+    return -(-width * elem_bytes // 16) * 16 + (4 if elem_bytes < 4 else 0)
+
+
+def cols_rows(shared_optin: int, elem_bytes: int) -> int:
+    """The longest column a COLS block holds: a 32-byte band row of it in the opt-in."""
+    return shared_optin // cols_pitch(max(1, COLS_MIN_BYTES // elem_bytes), elem_bytes)
 
 
 def cols_params(params: InplaceParams) -> InplaceParams:
-    """COLS's parameters: twice the threads (512 by default): a block of the tallest bands is
-    alone on its SM, and its loads in flight are what keep the memory busy."""
-    return replace(params, threads=min(512, 2 * params.threads))
+    """COLS's parameters: the pass's own (its block's threads, two blocks an SM)."""
+    return params
 
 
 def cols_width(m: int, n: int, batch: int, elem_bytes: int, shared_optin: int, sms: int) -> int:
@@ -172,16 +181,25 @@ def cols_width(m: int, n: int, batch: int, elem_bytes: int, shared_optin: int, s
     COLS_BLOCK_BYTES (else 32 bytes, in the opt-in), narrowed while the bands would leave
     SMs without two blocks; all n where that is fewer."""
     width = COLS_MAX_BYTES
-    while width > COLS_MIN_BYTES and m * width > min(COLS_BLOCK_BYTES, shared_optin):
+
+    def held(width: int) -> int:
+        return m * cols_pitch(max(1, width // elem_bytes), elem_bytes)
+
+    while width > COLS_MIN_BYTES and held(width) > min(COLS_BLOCK_BYTES, shared_optin):
         width //= 2
     while width > COLS_MIN_BYTES and batch * -(-n * elem_bytes // width) < 2 * sms:
         width //= 2
-    if m * width > shared_optin:
+    if held(width) > shared_optin:
         raise ShapeError(
             f"a COLS band of {m} rows of {width} bytes passes {shared_optin} bytes of shared "
-            "memory; plan it with band_rows = cols_rows(shared_optin)"
+            "memory; plan it with band_rows = cols_rows(shared_optin, elem_bytes)"
         )
     return min(n, max(1, width // elem_bytes))
+
+
+# SHUFFLE of long rows of a grid of at most RUNS_MAX_ROWS rows: chunks of RUNS_CHUNK_BYTES
+# of a row through shared memory, their sources runs of about a chunk / m elements
+RUNS_MAX_ROWS, RUNS_CHUNK_BYTES = 64, 16 << 10
 
 
 # The fixed scratch a call may take besides one row: rows too long for shared memory are
@@ -241,6 +259,7 @@ def render_inplace(k: InplaceKernel) -> str:
             file=_FILES[k.piece],
             split=k.piece == SPLIT,
             from_global=k.piece in ("shuffle_global", "shuffle_global_inv"),
+            runs=k.piece.startswith("shuffle_runs"),
             inverse=k.piece.endswith("_inv"),
             words=[(WORD_TYPES[w], w) for w in (16, 8, 4, 2) if w > k.elem_bytes],
             s=k.elem_bytes,
@@ -370,7 +389,7 @@ def pass_launches(
                 spec,
                 items,
                 {"items": items, "tiles": w, "split": p.split},
-                smem=m * w * elem_bytes,
+                smem=m * cols_pitch(w, elem_bytes),
                 aux="leaders" if table else "",
                 table=row_table(m, n, plan.a) if table else None,
             )
@@ -385,15 +404,18 @@ def pass_launches(
             args = {"items": items, "rows_per": rows_per}
             add(p, spec, items, args, smem=rows_per * row_bytes + SHUFFLE_PAD)
         elif p.kind == SHUFFLE:  # groups of rows through the scratch
-            piece = "shuffle_global_inv" if p.inverse else "shuffle_global"
-            spec = InplaceKernel(piece, elem_bytes, p.conjugate, params)
+            runs = m <= RUNS_MAX_ROWS
+            piece = "shuffle_runs" if runs else "shuffle_global"
+            spec = InplaceKernel(piece + "_inv" * p.inverse, elem_bytes, p.conjugate, params)
             group = max(1, min(scratch_limit // row_bytes, batch * m))
-            blocks = -(-(group * n) // params.threads)
+            chunk = max(1, min(n, min(RUNS_CHUNK_BYTES, shared_optin) // elem_bytes))
+            blocks = group * -(-n // chunk) if runs else -(-(group * n) // params.threads)
             add(
                 p,
                 spec,
                 blocks,
-                {},
+                {"tiles": chunk} if runs else {},
+                smem=chunk * elem_bytes if runs else 0,
                 aux="rows",
                 rows=batch * m,
                 rows_per=group,

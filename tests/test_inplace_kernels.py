@@ -392,3 +392,12 @@ def test_fused_column_passes_with_rows_through_the_scratch(batch, m, n, e, tmp):
 def test_fused_column_passes_conjugate(e, tmp):
     for m, n in ((6, 9), (50, 6)):
         _check(2, m, n, e, tmp, conjugate=True, band_rows=40)
+
+
+@pytest.mark.parametrize("m, e", [(48, 1), (40, 2), (36, 4), (34, 8)])
+def test_swap_moves_16_byte_words_where_x_and_the_rows_allow(m, e, tmp):
+    """Square matrices whose rows are whole 16-byte words: SWAP loads and stores words (tiles
+    cut at the edge, batched); x one element off its line: element by element."""
+    for shift in (0, e):
+        hows = _check(2, m, m, e, tmp, shift=shift)
+        assert [h.kind for h in hows] == ["swap"]

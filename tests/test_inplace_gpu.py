@@ -110,8 +110,9 @@ def test_rows_longer_than_shared_memory_go_through_one_row_of_scratch(cupy, rng,
         ((12, 8000), "float32"),  # COLS on the 12-row columns, gcd 4: COLS_DOWN first
         ((8000, 12), "float32"),  # the 8000 rows pass a block: the 12 x 8000 view, inverted
         ((3, 7302, 6), "int16"),  # batched, inverted
-        ((5, 60000), "float32"),  # COLS and rows through the scratch
+        ((5, 60000), "float32"),  # COLS and rows through the scratch, gathered from runs
         ((60000, 5), "float32"),  # inverted, the view's rows through the scratch
+        ((70, 60000), "float32"),  # 70 rows through the scratch: gathered element by element
         ((7300, 7301), "uint8"),  # neither side's columns fit: the unfused passes
         ((1021, 4093), "complex128"),  # 16-byte elements
     ],

@@ -358,8 +358,12 @@ def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, t
         (2, 301, 7, 8),  # flipped, gcd 1, rows of 301 (the carried inverse SHUFFLE)
         (1, 12, 300, 4),  # gcd 12, rows of 300: SHUFFLE carried with gcd > 1
         (1, 330, 30, 2),  # flipped, gcd 30, the view's rows of 330: carried, inverted
-        (1, 3, 5000, 1),  # bands of 1024 bytes: 65 words a row, lanes walk several
+        (1, 3, 5000, 1),  # bands of 1024 bytes
         (1, 4, 602, 16),  # bands of 2048 bytes of 16-byte elements, the last one cut
+        (1, 7, 301, 1),  # rows off 4-byte words, few of them: COLS in 16-byte lines
+        (2, 3, 5001, 1),  # in lines, bands of 1024 bytes: 65 lines a row over warps
+        (1, 6, 303, 2),  # in lines, gcd 3
+        (1, 301, 7, 1),  # flipped, in lines: the scatter
     ],
 )
 def test_fused_column_passes(batch, m, n, e, tmp):
@@ -377,6 +381,11 @@ def test_fused_column_passes(batch, m, n, e, tmp):
         else:
             assert kinds == ["cols"] * (c > 1) + ["shuffle", "cols"]
         assert all(h.smem <= 227 << 10 for h in hows)
+        grid_m, grid_n = (n, m) if flipped else (m, n)
+        lines = e < 4 and grid_n * e % 4 and grid_m <= 64
+        assert {h.spec.piece for h in hows if h.kind == "cols"} == {
+            "cols_lines" if lines else "cols"
+        }
 
 
 @pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8)])

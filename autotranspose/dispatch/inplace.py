@@ -97,7 +97,7 @@ def _build(
     fused: bool,
 ) -> InplaceProgram:
     optin = state.info.limits.max_shared_optin
-    band_rows = cols_rows(optin, elem_bytes) if fused else 0
+    band_rows = cols_rows(optin) if fused else 0
     plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // elem_bytes)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     hows = pass_launches(

@@ -115,6 +115,8 @@ def test_rows_longer_than_shared_memory_go_through_one_row_of_scratch(cupy, rng,
         ((70, 60000), "float32"),  # 70 rows through the scratch: gathered element by element
         ((7300, 7301), "uint8"),  # neither side's columns fit: the unfused passes
         ((1021, 4093), "complex128"),  # 16-byte elements
+        ((18, 100001), "uint8"),  # few rows off 4-byte words: COLS in 16-byte lines
+        ((100001, 18), "int16"),  # the same on the 18 x 100001 view, inverted
     ],
 )
 def test_column_passes_on_either_side(cupy, rng, shape, dtype):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from autotranspose.plans.inplace import (
+    COLS,
+    COLS_SCATTER,
     CONJ,
     PERMUTE,
     REVERSE,
@@ -15,8 +17,10 @@ from autotranspose.plans.inplace import (
     SWAP,
     InplacePlan,
     Pieces,
+    cols_row,
     cycle_leaders,
     row_source,
+    shuffle_dest,
     shuffle_source,
     split_point,
     triangle,
@@ -95,7 +99,23 @@ def _shuffle(plan: InplacePlan, p, g: np.ndarray, tile: int) -> None:
     col = np.arange(plan.n, dtype=np.int64)
     for i in range(plan.m):
         row = g[i].copy()  # the row through shared memory
-        g[i] = row[shuffle_source(np.int64(i), col, plan.m, plan.c, plan.b, plan.a_inv)]
+        if p.inverse:
+            g[i] = row[shuffle_dest(np.int64(i), col, plan.m, plan.c, plan.a, plan.b)]
+        else:
+            g[i] = row[shuffle_source(np.int64(i), col, plan.m, plan.c, plan.b, plan.a_inv)]
+
+
+def _cols(plan: InplacePlan, p, g: np.ndarray, tile: int) -> None:
+    """A block's band of whole columns through shared memory: every cell read, then written
+    from (or, COLS_SCATTER, to) its row in the column."""
+    r = np.arange(plan.m, dtype=np.int64)[:, None]
+    col = np.arange(plan.n, dtype=np.int64)[None, :]
+    rows = cols_row(r, col, p.split, plan.m, plan.n, plan.a, plan.b)
+    band = g.copy()
+    if p.split == COLS_SCATTER:
+        g[rows, col] = band
+    else:
+        g[...] = band[rows, col]
 
 
 def _permute(plan: InplacePlan, p, g: np.ndarray, tile: int) -> None:
@@ -124,4 +144,5 @@ _PASSES = {
     SHUFFLE: _shuffle,
     PERMUTE: _permute,
     CONJ: _conj,
+    COLS: _cols,
 }

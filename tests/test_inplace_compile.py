@@ -9,7 +9,7 @@ import shutil
 import pytest
 from _nvcc import assert_nvcc_silent
 
-from autotranspose.kernels.inplace import PIECES, InplaceKernel, render_inplace
+from autotranspose.kernels.inplace import PIECES, InplaceKernel, cols_params, render_inplace
 from autotranspose.kinds import inplace as kind
 from autotranspose.runtime.compiler import source_resources
 
@@ -21,9 +21,16 @@ pytestmark = [
 
 def _specs(elem_bytes: int) -> list[InplaceKernel]:
     params = kind.default(elem_bytes)
-    specs = [InplaceKernel(p, elem_bytes, False, params) for p in PIECES if p != "conj"]
+    specs = [
+        InplaceKernel(p, elem_bytes, False, cols_params(params) if p == "cols" else params)
+        for p in PIECES
+        if p != "conj" and (p != "cols_lines" or elem_bytes < 4)
+    ]
     if elem_bytes in (8, 16):
-        specs += [InplaceKernel(p, elem_bytes, True, params) for p in ("swap", "shuffle", "conj")]
+        specs += [
+            InplaceKernel(p, elem_bytes, True, params)
+            for p in ("swap", "shuffle", "shuffle_inv", "conj")
+        ]
     return specs
 
 
@@ -40,4 +47,5 @@ def test_no_spills_and_predicted_shared_memory(arch, elem_bytes):
 
 @pytest.mark.parametrize("piece", PIECES)
 def test_nvcc_says_nothing(piece):
-    assert_nvcc_silent(render_inplace(InplaceKernel(piece, 8, piece == "conj")))
+    e = 2 if piece == "cols_lines" else 8
+    assert_nvcc_silent(render_inplace(InplaceKernel(piece, e, piece == "conj")))

@@ -100,7 +100,7 @@ def _state() -> DeviceState:
 
 
 def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
-    prog = programs.program(_state(), 1, 4099, 6007, 4)
+    prog = programs.program(_state(), 1, 4099, 6007, 4, fused=False)
     assert [s.how.spec.piece for s in prog.steps] == [
         "shuffle",
         "split_band",
@@ -131,6 +131,35 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
     assert not [e for e in gpu if e[0] in ("upload", "allocation", "alloc", "free")]
     call.run(prog, 0x1000_0000, 0xC0, 0x44)  # another stream: a scratch of its own
     assert [e[0] for e in gpu].count("allocation") == 1 and len(call._SCRATCH) == 2
+
+
+@pytest.mark.parametrize(
+    "m, n, pieces, rules",
+    [
+        (4099, 6007, ["shuffle", "cols"], [2]),  # the columns of 4099 rows fit a block
+        (9000, 6000, ["cols", "shuffle_inv", "cols"], [3, 1]),  # the n x m view's do, gcd 3000
+        (7400, 7501, ["shuffle", "split_band", "permute"], []),  # neither side fits
+    ],
+)
+def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rules):
+    """The H200's 227 KiB hold 7264 rows of a 32-byte band: COLS passes on that side, its
+    table (h of every row of the grid) uploaded before the first pass; else the unfused."""
+    prog = programs.program(_state(), 1, m, n, 2)
+    got = [s.how.spec.piece for s in prog.steps]
+    assert got[: len(pieces)] == pieces
+    cols = [s.how for s in prog.steps if s.how.kind == "cols"]
+    assert [h.args["split"] for h in cols] == rules
+    assert all(h.smem <= H200.limits.max_shared_optin for h in cols)
+    call.run(prog, 0x1000_0000, 0xC0, 0x33)
+    kinds = [e[0] for e in gpu]
+    if rules:
+        assert kinds.index("upload") < kinds.index("run")
+        grid_rows = m if prog.plan.m == m else n
+        assert ("upload", 4 * grid_rows) in gpu and prog.plan.flipped == (grid_rows == n)
+        table = next(iter(call._TABLES.values())).ptr
+        assert [e[3] for e in gpu if e[:2] == ("run", "cols")][
+            rules.index(2 if 2 in rules else 3)
+        ] == table
 
 
 def test_an_unprepared_shape_is_refused_under_capture_before_anything_runs(gpu, monkeypatch):

@@ -53,17 +53,18 @@ def same_bits(a, b):
     return a.shape == b.shape and a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
 
 
-def guarded(cupy, host):
-    """`host` copied into the middle of a poisoned device buffer: (buffer, x over it)."""
-    nbytes = host.nbytes
-    buf = cupy.full(GUARD + nbytes + GUARD, POISON, cupy.uint8)
-    buf[GUARD : GUARD + nbytes] = cupy.asarray(host.view(np.uint8).ravel())
-    return buf, buf[GUARD : GUARD + nbytes].view(host.dtype).reshape(host.shape)
+def guarded(cupy, host, shift=0):
+    """`host` copied into the middle of a poisoned device buffer, `shift` bytes past a
+    256-byte line: (buffer, x over it)."""
+    nbytes, start = host.nbytes, GUARD + shift
+    buf = cupy.full(start + nbytes + GUARD, POISON, cupy.uint8)
+    buf[start : start + nbytes] = cupy.asarray(host.view(np.uint8).ravel())
+    return buf, buf[start : start + nbytes].view(host.dtype).reshape(host.shape)
 
 
-def guards_intact(cupy, buf):
+def guards_intact(cupy, buf, shift=0):
     host = cupy.asnumpy(buf)
-    return bool((host[:GUARD] == POISON).all() and (host[-GUARD:] == POISON).all())
+    return bool((host[: GUARD + shift] == POISON).all() and (host[-GUARD:] == POISON).all())
 
 
 def transposed_shape(shape):
@@ -101,6 +102,44 @@ def test_rows_longer_than_shared_memory_go_through_one_row_of_scratch(cupy, rng,
     y = at.transpose_(x)
     assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
     assert guards_intact(cupy, buf)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((12, 8000), "float32"),  # COLS on the 12-row columns, gcd 4: COLS_DOWN first
+        ((8000, 12), "float32"),  # the 8000 rows pass a block: the 12 x 8000 view, inverted
+        ((3, 7302, 6), "int16"),  # batched, inverted
+        ((5, 60000), "float32"),  # COLS and rows through the scratch, gathered from runs
+        ((60000, 5), "float32"),  # inverted, the view's rows through the scratch
+        ((70, 60000), "float32"),  # 70 rows through the scratch: gathered element by element
+        ((7300, 7301), "uint8"),  # neither side's columns fit: the unfused passes
+        ((1021, 4093), "complex128"),  # 16-byte elements
+        ((18, 100001), "uint8"),  # few rows off 4-byte words: COLS in 16-byte lines
+        ((100001, 18), "int16"),  # the same on the 18 x 100001 view, inverted
+    ],
+)
+def test_column_passes_on_either_side(cupy, rng, shape, dtype):
+    """Where a side's columns fit a block's shared memory the column passes run as COLS
+    passes, on the n x m view where only its columns fit; bit-exact, guards intact."""
+    host = random_array(rng, shape, dtype)
+    buf, x = guarded(cupy, host)
+    y = at.transpose_(x)
+    assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
+    assert guards_intact(cupy, buf)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])
+@pytest.mark.parametrize("shape", [(257, 1032), (1032, 257), (120, 84), (2, 64, 40)])
+def test_x_off_its_16_byte_line_takes_narrower_words(cupy, rng, dtype, shape):
+    """x one element past a 16-byte line: COLS moves its bands in the widest words x, the
+    rows and the bands divide (1032 4-byte elements a row: 16-byte words when aligned)."""
+    host = random_array(rng, shape, dtype)
+    e = np.dtype(dtype).itemsize
+    buf, x = guarded(cupy, host, shift=e)
+    y = at.transpose_(x)
+    assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
+    assert guards_intact(cupy, buf, shift=e)
 
 
 def test_twice_is_the_identity_and_empty_arrays_reshape(cupy, rng):
@@ -249,11 +288,12 @@ def test_torch_cuda_graph_capture_after_a_warm_up(torch):
 
 def test_torch_repeated_calls_hit_the_fast_path_and_share_one_scratch(torch):
     """A signature's second call runs its prepared program (a dict hit); every call on one
-    stream shares one scratch, grown as shapes need it; clear_caches() frees it."""
+    stream shares one scratch (rows past shared memory go through it), grown as shapes need
+    it; clear_caches() frees it."""
     from autotranspose.calls import inplace as call
 
     at.clear_caches()
-    shapes = [(300, 140), (257, 1031), (96, 96), (2, 40, 60), (4099, 600), (300, 140)]
+    shapes = [(300, 140), (3, 60000), (257, 1031), (96, 96), (2, 40, 60), (5, 61000), (300, 140)]
     for shape in shapes:
         for _ in range(3):
             x = torch.randint(-(2**31), 2**31 - 1, shape, dtype=torch.int32, device="cuda")
@@ -264,7 +304,7 @@ def test_torch_repeated_calls_hit_the_fast_path_and_share_one_scratch(torch):
     stream = torch.cuda.current_stream().cuda_stream
     assert {key[1] for key in call._SCRATCH} == {stream}  # one stream, one scratch
     s = torch.cuda.Stream()  # another stream: a scratch of its own, the same program
-    x = torch.randn(300, 140, device="cuda")
+    x = torch.randn(3, 60000, device="cuda")
     want = x.t().clone()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):

@@ -23,6 +23,7 @@ from autotranspose.kernels.inplace import (
     BAND_ROWS,
     RUN_MIN_BYTES,
     SCRATCH_BYTES,
+    SHUFFLE_PAD,
     InplaceKernel,
     band_cols,
     pass_launches,
@@ -100,11 +101,12 @@ extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* 
     return ctypes.CDLL(str(lib))
 
 
-def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
+def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES, band_rows=0):
     """x's bytes (a flat view inside a guarded buffer) transposed by the emulated passes, the
-    scratch and tables handled as calls/inplace.py handles them."""
+    scratch and tables handled as calls/inplace.py handles them; columns of up to
+    `band_rows` rows by COLS."""
     e = x.dtype.itemsize
-    plan = plan_inplace(batch, m, n, conjugate)
+    plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // e)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     cycles = row_cycles(m, n, plan.a) if permutes else None
     hows = pass_launches(plan, e, PARAMS, 2, optin, cycles, scratch_limit)
@@ -127,8 +129,8 @@ def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES):
         groups = range(0, how.rows, how.rows_per) if how.rows else [None]
         for r0 in groups:
             if r0 is not None:  # the host's copy of a group of rows (cuMemcpyDtoDAsync)
-                k = min(how.rows_per, how.rows - r0)
-                scratch[: k * n * e] = data[r0 * n * e : (r0 + k) * n * e]
+                k, row = min(how.rows_per, how.rows - r0), how.args["n"] * e  # the grid's rows
+                scratch[: k * row] = data[r0 * row : (r0 + k) * row]
                 values["row"], values["rows_per"] = r0, k
             args = struct.pack(ARG_FORMAT, *(values.get(k, 0) for k in ARG_NAMES))
             lib.at_emu_run(
@@ -144,7 +146,16 @@ _DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.complex
 
 
 def _check(
-    batch, m, n, e, tmp, conjugate=False, optin=227 << 10, scratch_limit=SCRATCH_BYTES, shift=0
+    batch,
+    m,
+    n,
+    e,
+    tmp,
+    conjugate=False,
+    optin=227 << 10,
+    scratch_limit=SCRATCH_BYTES,
+    shift=0,
+    band_rows=0,
 ):
     rng = np.random.default_rng([batch, m, n, e, conjugate])
     if conjugate:
@@ -160,7 +171,7 @@ def _check(
     buf = np.full(start + nbytes + GUARD, POISON, np.uint8)
     buf[start : start + nbytes] = x0.view(np.uint8).ravel()
     x = buf[start : start + nbytes].view(x0.dtype)
-    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit)
+    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit, band_rows)
     want = np.swapaxes(x0, 1, 2)
     if conjugate:
         want = np.conj(want)
@@ -209,13 +220,15 @@ def test_conjugate(batch, m, n, e, tmp):
 
 
 @pytest.mark.parametrize("limit", [16, 50, 1 << 20])
-@pytest.mark.parametrize("batch, m, n", [(1, 5, 24), (2, 4, 6), (1, 7, 13)])
+@pytest.mark.parametrize("batch, m, n", [(1, 5, 24), (2, 4, 6), (1, 7, 13), (1, 70, 9)])
 def test_rows_past_shared_memory_go_through_the_scratch_in_groups(batch, m, n, limit, tmp):
     """Shared memory of 16 bytes: every row is shuffled through the scratch, in groups of
-    as many rows as `limit` bytes hold (one at least)."""
+    as many rows as `limit` bytes hold (one at least): in chunks of 4 elements gathered from
+    runs where the rows are few, element by element otherwise."""
     hows = _check(batch, m, n, 4, tmp, optin=16, scratch_limit=limit)
     shuffle = next(h for h in hows if h.kind == "shuffle")
     assert shuffle.aux == "rows" and shuffle.rows_per == max(1, min(limit // (4 * n), batch * m))
+    assert shuffle.spec.piece == ("shuffle_runs" if m <= 64 else "shuffle_global")
 
 
 @pytest.mark.parametrize("limit", [0, 1 << 20])
@@ -333,3 +346,67 @@ def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, t
     hows = _check(batch, m, n, e, tmp, conjugate=conjugate)
     shuffle = next(h for h in hows if h.kind == "shuffle")
     assert shuffle.spec.piece == "shuffle" and math.gcd(m, n) == 1 and n >= PARAMS.threads
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [
+        (2, 12, 18, 4),  # gcd 6: COLS_DOWN, SHUFFLE, COLS_GATHER
+        (1, 7, 300, 1),  # gcd 1: SHUFFLE carried, COLS_GATHER; bands of 16-byte words
+        (3, 9, 6, 16),
+        (1, 45, 30, 2),  # flipped (45 rows past band_rows): COLS_SCATTER, inverse SHUFFLE, COLS_UP
+        (2, 301, 7, 8),  # flipped, gcd 1, rows of 301 (the carried inverse SHUFFLE)
+        (1, 12, 300, 4),  # gcd 12, rows of 300: SHUFFLE carried with gcd > 1
+        (1, 330, 30, 2),  # flipped, gcd 30, the view's rows of 330: carried, inverted
+        (1, 3, 5000, 1),  # bands of 1024 bytes
+        (1, 4, 602, 16),  # bands of 2048 bytes of 16-byte elements, the last one cut
+        (1, 7, 301, 1),  # rows off 4-byte words, few of them: COLS in 16-byte lines
+        (2, 3, 5001, 1),  # in lines, bands of 1024 bytes: 65 lines a row over warps
+        (1, 6, 303, 2),  # in lines, gcd 3
+        (1, 301, 7, 1),  # flipped, in lines: the scatter
+    ],
+)
+def test_fused_column_passes(batch, m, n, e, tmp):
+    """Columns of up to band_rows rows: every column pass is one COLS pass, a band of whole
+    columns through shared memory, on the side whose columns fit; with x on a 16-byte line
+    and one element past it (narrower words) and, for one case, rows through the scratch."""
+    for shift in sorted({0, e % 16}):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=40, conjugate=False)
+        kinds = [h.kind for h in hows]
+        flipped = m > 40
+        c = math.gcd(m, n)
+        if flipped:
+            assert kinds == ["cols", "shuffle"] + ["cols"] * (c > 1)
+            assert [h.args["split"] for h in hows if h.kind == "cols"] == [3, 1][: 1 + (c > 1)]
+        else:
+            assert kinds == ["cols"] * (c > 1) + ["shuffle", "cols"]
+        assert all(h.smem <= 227 << 10 for h in hows)
+        grid_m, grid_n = (n, m) if flipped else (m, n)
+        lines = e < 4 and grid_n * e % 4 and grid_m <= 64
+        assert {h.spec.piece for h in hows if h.kind == "cols"} == {
+            "cols_lines" if lines else "cols"
+        }
+
+
+@pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8)])
+def test_fused_column_passes_with_rows_through_the_scratch(batch, m, n, e, tmp):
+    """Rows longer than shared memory (256 bytes here) go through the scratch, both forms,
+    in chunks of 256 bytes gathered from runs (gcd 1 and 6)."""
+    hows = _check(batch, m, n, e, tmp, optin=256, band_rows=8, scratch_limit=700)
+    piece = "shuffle_runs_inv" if m > n else "shuffle_runs"
+    assert piece in [h.spec.piece for h in hows]
+
+
+@pytest.mark.parametrize("e", [8, 16])
+def test_fused_column_passes_conjugate(e, tmp):
+    for m, n in ((6, 9), (50, 6)):
+        _check(2, m, n, e, tmp, conjugate=True, band_rows=40)
+
+
+@pytest.mark.parametrize("m, e", [(48, 1), (40, 2), (36, 4), (34, 8)])
+def test_swap_moves_16_byte_words_where_x_and_the_rows_allow(m, e, tmp):
+    """Square matrices whose rows are whole 16-byte words: SWAP loads and stores words (tiles
+    cut at the edge, batched); x one element off its line: element by element."""
+    for shift in (0, e):
+        hows = _check(2, m, m, e, tmp, shift=shift)
+        assert [h.kind for h in hows] == ["swap"]

@@ -11,6 +11,7 @@ from _inplace_ref import run_plan
 
 from autotranspose.errors import ShapeError
 from autotranspose.plans.inplace import (
+    COLS,
     CONJ,
     PERMUTE,
     REVERSE,
@@ -57,6 +58,8 @@ def _check(
     rng: np.random.Generator,
     conjugate: bool = False,
     most: int | None = None,
+    band_rows: int = 0,
+    row_elems: int = 0,
 ) -> None:
     if conjugate:
         x = (rng.standard_normal((batch, m, n)) + 1j * rng.standard_normal((batch, m, n))).astype(
@@ -65,7 +68,7 @@ def _check(
     else:
         x = rng.integers(0, 2**31, (batch, m, n), dtype=np.int64)
     buf = x.copy().ravel()
-    plan = plan_inplace(batch, m, n, conjugate)
+    plan = plan_inplace(batch, m, n, conjugate, band_rows, row_elems)
     pieces = None
     if most is not None and any(p.kind == PERMUTE for p in plan.passes):
         cycles = row_cycles(m, n, plan.a)
@@ -91,6 +94,29 @@ def test_random_shapes_transpose():
             f = int(rng.integers(2, 9))
             m, n = m * f, n * f
         _check(int(rng.integers(1, 3)), m, n, rng)
+
+
+@pytest.mark.parametrize("m, n", SHAPES)
+def test_fused_column_passes_transpose_on_either_side(m, n):
+    """COLS where the m rows fit (band_rows = m), or only the n x m view's (band_rows = n <
+    m), or both with the rows' length deciding (row_elems)."""
+    rng = np.random.default_rng([m, n])
+    for band_rows, row_elems in ((m, 0), (n, 0), (max(m, n), min(m, n)), (max(m, n), 0)):
+        _check(2, m, n, rng, band_rows=band_rows, row_elems=row_elems)
+        plan = plan_inplace(2, m, n, False, band_rows, row_elems)
+        if m != n and min(m, n) > 1:
+            assert COLS in [p.kind for p in plan.passes]
+            assert not {PERMUTE, SPLIT, REVERSE} & {p.kind for p in plan.passes}
+            assert len(plan.passes) == 2 + (math.gcd(m, n) > 1)
+    _check(1, m, n, rng, conjugate=True, band_rows=max(m, n))
+
+
+def test_fused_plans_pick_their_side():
+    assert not plan_inplace(1, 40, 60, band_rows=50).flipped  # only m fits
+    assert plan_inplace(1, 60, 40, band_rows=50).flipped  # only n fits
+    assert plan_inplace(1, 60, 40, band_rows=90).flipped  # both: the shorter column
+    assert not plan_inplace(1, 60, 40, band_rows=90, row_elems=45).flipped  # rows of 40 fit
+    assert plan_inplace(1, 60, 70, band_rows=50).passes[-1].kind == PERMUTE  # neither
 
 
 @pytest.mark.parametrize("m, n", [(1, 5), (6, 4), (9, 9), (7, 13)])

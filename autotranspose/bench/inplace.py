@@ -2,8 +2,11 @@
 gcd > 1, skinny and batched shapes of 1- to 16-byte elements, 8 to 256 MB), each checked bit
 for bit against PyTorch's out-of-place transpose, then timed against transpose() into a
 preallocated output and a device-to-device copy of the same bytes (read plus written), with
-each pass timed on its own against a copy of the bytes that pass moves. Needs PyTorch on a
-CUDA GPU (the arrays and events are PyTorch's; the kernels run on its current stream).
+each pass timed on its own against a copy of the bytes that pass moves, and the unfused
+passes (REVERSE, SPLIT, PERMUTE: `fused=False`) timed the same way beside them. Every time is
+the device's: a sleep kernel queued before the start event keeps the GPU busy while the host
+queues the call (the call's own host time, without the sleep, is `call_us`). Needs PyTorch
+on a CUDA GPU (the arrays and events are PyTorch's; the kernels run on its current stream).
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ class InplaceRow:
     out_of_place_of_copy: float  # transpose() into a preallocated out
     passes: list[dict[str, Any]] = field(default_factory=list)  # kind, us, MB, % of copy
     note: str = ""
+    call_us: float = 0.0  # transpose_() with the host's time in it (no sleep before)
+    unfused_us: float = 0.0  # the unfused passes, run as one program
+    unfused: list[dict[str, Any]] = field(default_factory=list)
 
 
 def inplace_cases(count: int, seed: int) -> list[InplaceCase]:
@@ -87,13 +93,21 @@ def _random(torch: Any, case: InplaceCase) -> Any:
     return raw.view(getattr(torch, _TORCH_TYPES[case.elem_bytes])).view(case.shape)
 
 
-def _median_us(torch: Any, fn: Any, repeats: int, reset: Any = None) -> float:
-    """Median microseconds of `fn` between two events, `reset` (untimed) before each."""
+# GPU cycles of the sleep queued before a timed call (about half a millisecond): the host
+# queues the call meanwhile, so the events time the device's work alone
+BUSY_CYCLES = 1_000_000
+
+
+def _median_us(torch: Any, fn: Any, repeats: int, reset: Any = None, busy: bool = True) -> float:
+    """Median microseconds of `fn` between two events, `reset` (untimed) before each; with
+    `busy`, the start event queued behind a sleep kernel (the device's time only)."""
     times = []
     for _ in range(repeats + 1):
         if reset is not None:
             reset()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if busy:
+            torch.cuda._sleep(BUSY_CYCLES)
         start.record()
         fn()
         end.record()
@@ -119,25 +133,51 @@ def bench_inplace_case(torch: Any, case: InplaceCase, repeats: int) -> InplaceRo
         x.copy_(x0)
 
     ours = _median_us(torch, lambda: at.transpose_(x), repeats, reset)
+    call = _median_us(torch, lambda: at.transpose_(x), repeats, reset, busy=False)
     flat = x0.view(torch.uint8).view(-1)
     other = torch.empty_like(flat)
     copy_us = _median_us(torch, lambda: other.copy_(flat), repeats)
     out = torch.empty_like(want)
     oop = _median_us(torch, lambda: at.transpose(x0, out), repeats)
+    copy_bps = 2 * case.nbytes / (copy_us * 1e-6)
 
-    # each pass timed on its own: events recorded between the passes of one call
     xv = view(x)
     state, ctx, handle = call_target(xv, None)
-    prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
+    timed = []
+    for fused in (True, False):
+        prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, fused=fused)
+        x.copy_(x0)
+        inplace.run(prog, xv.ptr, ctx, handle)
+        right = torch.equal(x.view(torch.uint8).reshape(-1), want.view(torch.uint8).reshape(-1))
+        note += "" if right else f" WRONG OUTPUT ({'fused' if fused else 'unfused'} program)"
+        whole = _median_us(
+            torch, lambda p=prog: inplace.run(p, xv.ptr, ctx, handle), repeats, reset
+        )
+        timed.append(
+            (whole, _pass_times(torch, prog, xv.ptr, ctx, handle, repeats, reset, copy_bps))
+        )
+    (_, passes), (unfused_us, unfused) = timed
+    return InplaceRow(
+        case, ours, copy_us / ours, copy_us / oop, passes, note.strip(), call, unfused_us, unfused
+    )
+
+
+def _pass_times(
+    torch: Any, prog: Any, ptr: int, ctx: int, handle: int, repeats: int, reset: Any, bps: float
+) -> list[dict[str, Any]]:
+    """Each pass of `prog` timed on its own (events recorded between the passes of one run,
+    behind a sleep), against a copy at `bps` of the bytes it moves."""
+    from autotranspose.calls import inplace
+
     per: list[list[float]] = [[] for _ in prog.steps]
     for _ in range(repeats):
         reset()
         events = [torch.cuda.Event(enable_timing=True) for _ in range(len(prog.steps) + 1)]
-        inplace.run(prog, xv.ptr, ctx, handle, lambda k, ev=events: ev[k].record())
+        torch.cuda._sleep(BUSY_CYCLES)
+        inplace.run(prog, ptr, ctx, handle, lambda k, ev=events: ev[k].record())
         events[-1].synchronize()
         for k in range(len(prog.steps)):
             per[k].append(events[k].elapsed_time(events[k + 1]) * 1e3)
-    copy_bps = 2 * case.nbytes / (copy_us * 1e-6)
     passes = []
     for step, times in zip(prog.steps, per, strict=True):
         us = statistics.median(times)
@@ -147,10 +187,10 @@ def bench_inplace_case(torch: Any, case: InplaceCase, repeats: int) -> InplaceRo
                 "kind": step.how.spec.piece,
                 "us": us,
                 "MB": moved / 1e6,
-                "of_copy": (moved / (us * 1e-6)) / copy_bps if us else 0.0,
+                "of_copy": (moved / (us * 1e-6)) / bps if us else 0.0,
             }
         )
-    return InplaceRow(case, ours, copy_us / ours, copy_us / oop, passes, note)
+    return passes
 
 
 def run_inplace(args: Any) -> int:
@@ -179,38 +219,61 @@ def _describe(case: InplaceCase) -> str:
     return f"{'x'.join(map(str, case.shape))} {case.elem_bytes}B {case.kind}"
 
 
-def _passes(row: InplaceRow) -> str:
-    return " ".join(f"{p['kind']}:{100 * p['of_copy']:.0f}%" for p in row.passes)
+def _passes(passes: list[dict[str, Any]]) -> str:
+    return " ".join(f"{p['kind']}:{100 * p['of_copy']:.0f}%" for p in passes)
+
+
+def _of_oop(row: InplaceRow) -> float:
+    """transpose_()'s speed against transpose()'s."""
+    return row.of_copy / row.out_of_place_of_copy if row.out_of_place_of_copy else 0.0
 
 
 def _line(row: InplaceRow) -> str:
+    copy_us = row.us * row.of_copy
     return (
         f"{_describe(row.case):36s} {row.case.nbytes / 1e6:8.1f} MB  in place "
-        f"{100 * row.of_copy:5.1f}% of copy  out of place {100 * row.out_of_place_of_copy:5.1f}%"
-        f"  passes {_passes(row)}{' ' + row.note if row.note else ''}"
+        f"{100 * row.of_copy:5.1f}% of copy ({row.us:.0f} us, call {row.call_us:.0f} us; "
+        f"unfused {100 * copy_us / row.unfused_us if row.unfused_us else 0:.1f}%)  out of place "
+        f"{100 * row.out_of_place_of_copy:5.1f}%  in place / out of place {100 * _of_oop(row):.0f}%"
+        f"  passes {_passes(row.passes)}  unfused {_passes(row.unfused)}"
+        f"{' ' + row.note if row.note else ''}"
     )
 
 
 def markdown(rows: list[InplaceRow], device: str) -> str:
-    """One line per case: MB, transpose_() and transpose() as % of a copy of the same bytes,
-    and each pass as % of a copy of the bytes it moves."""
+    """One line per case: MB, transpose_() and transpose() as % of a copy of the same bytes
+    (device time), transpose_() against transpose(), the unfused passes' program, and each
+    pass as % of a copy of the bytes it moves."""
     lines = [
-        f"In-place transposes on {device}: % of a device-to-device copy of the same bytes "
-        "(each pass: of the bytes it moves)",
+        f"In-place transposes on {device}: % of a device-to-device copy of the same bytes, "
+        "device time (each pass: of the bytes it moves)",
         "",
-        "| case | MB | transpose_() us | transpose_() | transpose() | passes |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| case | MB | transpose_() us | call us | transpose_() | transpose() | in/out of place "
+        "| unfused | passes | unfused passes |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
+        copy_us = r.us * r.of_copy
+        unfused = copy_us / r.unfused_us if r.unfused_us else 0.0
         lines.append(
-            f"| {_describe(r.case)} | {r.case.nbytes / 1e6:.0f} | {r.us:.0f} | "
-            f"{100 * r.of_copy:.1f}% | {100 * r.out_of_place_of_copy:.1f}% | {_passes(r)}"
-            f"{' ' + r.note if r.note else ''} |"
+            f"| {_describe(r.case)} | {r.case.nbytes / 1e6:.0f} | {r.us:.0f} | {r.call_us:.0f} | "
+            f"{100 * r.of_copy:.1f}% | {100 * r.out_of_place_of_copy:.1f}% | "
+            f"{100 * _of_oop(r):.0f}% | {100 * unfused:.1f}% | {_passes(r.passes)} | "
+            f"{_passes(r.unfused)}{' ' + r.note if r.note else ''} |"
         )
     if rows:
+        rect = [r for r in rows if r.case.kind != "square"]
+        square = [r for r in rows if r.case.kind == "square"]
         lines += [
             "",
             f"transpose_(): median {100 * statistics.median(r.of_copy for r in rows):.1f}% of "
             f"copy, lowest {100 * min(r.of_copy for r in rows):.1f}%",
         ]
+        if rect:
+            lines.append(
+                f"rectangular: median {100 * statistics.median(_of_oop(r) for r in rect):.0f}% "
+                f"of transpose()'s speed, lowest {100 * min(_of_oop(r) for r in rect):.0f}%"
+            )
+        if square:
+            lines.append(f"square: lowest {100 * min(r.of_copy for r in square):.1f}% of copy")
     return "\n".join(lines)

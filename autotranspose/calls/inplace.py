@@ -388,8 +388,8 @@ def _table(step: programs.InplaceStep, ctx: int, handle: int | None) -> int:
     m, n = step.table_key[0], step.table_key[1]
     if _driver.is_capturing(handle):
         raise InputTypeError(
-            f"the first in-place transpose of a {m}x{n} matrix uploads a table of its row "
-            "cycles, which cannot happen while a CUDA graph is being captured; call "
+            f"the first in-place transpose of a {m}x{n} matrix uploads a table of its rows "
+            "(offsets or cycles), which cannot happen while a CUDA graph is being captured; call "
             "transpose_() once on an array of this shape before capturing (a warm-up call)"
         )
     table = np.ascontiguousarray(step.how.table, dtype=np.uint32)

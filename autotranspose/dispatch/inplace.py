@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kernels.inplace import PassLaunch, pass_launches
+from ..kernels.inplace import SHUFFLE_PAD, PassLaunch, cols_rows, pass_launches
 from ..kinds import inplace as kind
 from ..kinds.inplace import InplaceParams
 from ..plans.inplace import PERMUTE, InplacePlan, RowCycles, plan_inplace, row_cycles
@@ -71,14 +71,18 @@ def program(
     elem_bytes: int,
     conjugate: bool = False,
     params: InplaceParams | None = None,
+    fused: bool = True,
 ) -> InplaceProgram:
     """The prepared steps of transposing `batch` m x n matrices of `elem_bytes`-byte elements
-    in place on `state`'s device (kept per signature)."""
+    in place on `state`'s device (kept per signature). `fused=False`: the unfused passes
+    (REVERSE, SPLIT, PERMUTE) even where a side's columns fit a COLS block, which `bench
+    --inplace` times against the fused ones."""
     params = params if params is not None else kind.default(elem_bytes)
-    key = (state.ordinal, batch, m, n, elem_bytes, conjugate, params)
+    key = (state.ordinal, batch, m, n, elem_bytes, conjugate, params, fused)
     found = _PROGRAMS.get(key)
     if found is None:
-        found = _PROGRAMS.keep(key, _build(state, batch, m, n, elem_bytes, conjugate, params))
+        built = _build(state, batch, m, n, elem_bytes, conjugate, params, fused)
+        found = _PROGRAMS.keep(key, built)
     return found
 
 
@@ -90,15 +94,18 @@ def _build(
     elem_bytes: int,
     conjugate: bool,
     params: InplaceParams,
+    fused: bool,
 ) -> InplaceProgram:
-    plan = plan_inplace(batch, m, n, conjugate)
+    optin = state.info.limits.max_shared_optin
+    band_rows = cols_rows(optin) if fused else 0
+    plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // elem_bytes)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     hows = pass_launches(
         plan,
         elem_bytes,
         params,
         state.info.multiprocessors,
-        state.info.limits.max_shared_optin,
+        optin,
         cycles_of(m, n, plan.a) if permutes else None,
     )
     precompile_inplace(state, [h.spec for h in hows])
@@ -106,7 +113,7 @@ def _build(
         InplaceStep(
             h,
             make_inplace(state, h.spec, h.blocks, h.args, h.smem),
-            None if h.table is None else (m, n, h.spec.piece, len(h.table)),
+            None if h.table is None else (m, n, h.spec.piece, h.args.get("split", 0), len(h.table)),
         )
         for h in hows
     )

@@ -9,7 +9,7 @@ the CPU (tests/_cuda_emulator.h) against plans/inplace.py's NumPy reference.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,9 @@ from ..kinds.base import WORD_TYPES
 from ..kinds.inplace import DEFAULT, InplaceParams, swap_pad
 from ..plans.dtypes import ELEMENT_SIZES
 from ..plans.inplace import (
+    COLS,
+    COLS_GATHER,
+    COLS_SCATTER,
     CONJ,
     PASS_KINDS,
     PERMUTE,
@@ -33,6 +36,7 @@ from ..plans.inplace import (
     InplacePlan,
     RowCycles,
     pieces_of,
+    row_table,
 )
 from .codegen import _DTYPES_BY_SIZE, _environment
 from .packed import divisor
@@ -80,6 +84,12 @@ PIECES = (
     "split_cols",
     SHUFFLE,
     "shuffle_global",
+    "shuffle_inv",
+    "shuffle_global_inv",
+    "shuffle_runs",
+    "shuffle_runs_inv",
+    COLS,
+    "cols_lines",
     PERMUTE,
     PERMUTE_SAVE,
     PERMUTE_PIECES,
@@ -94,6 +104,12 @@ _FILES = {
     "split_cols": "band",
     SHUFFLE: "shuffle",
     "shuffle_global": "shuffle",
+    "shuffle_inv": "shuffle",
+    "shuffle_global_inv": "shuffle",
+    "shuffle_runs": "shuffle",
+    "shuffle_runs_inv": "shuffle",
+    COLS: "cols",
+    "cols_lines": "cols_lines",
     PERMUTE: "cycles",
     PERMUTE_SAVE: "cycles",
     PERMUTE_PIECES: "cycles",
@@ -140,6 +156,74 @@ def band_cols(elem_bytes: int) -> int:
     return 16 if elem_bytes == 16 else 32
 
 
+# COLS: a block holds a band of whole columns, all m rows: bands of up to COLS_MAX_BYTES a
+# row, as wide as a budget holds (COLS_BLOCK_BYTES: two blocks an SM, so that one reads while
+# another writes; LINES_BLOCK_BYTES for "cols_lines"), else COLS_MIN_BYTES (a 32-byte sector)
+# a row up to the device's opt-in (one block). "cols" moves the widest words x, the rows and
+# the bands divide; "cols_lines" moves 16-byte lines whatever the rows' alignment, for grids
+# of at most LINES_MAX_ROWS rows of 1- or 2-byte elements whose rows are not whole 4-byte
+# words (where "cols" would move single elements: on the H200, 10-19% of a copy against
+# 33-53% in lines, with 18 and 22 rows; with taller columns the lines' kernel measured
+# slower than "cols" in every case)
+COLS_BLOCK_BYTES, COLS_MIN_BYTES, COLS_MAX_BYTES = 96 << 10, 32, 4096
+LINES_BLOCK_BYTES, LINES_MAX_ROWS = 110 << 10, 64
+
+
+def cols_pitch(width: int, elem_bytes: int, lines: bool = False) -> int:
+    """Shared bytes a band row of `width` elements takes: its bytes ("cols"); in lines, its
+    bytes rounded up to 16 and 4 more for 1- and 2-byte elements (the row's offset in its
+    4-byte word)."""
+    if not lines:
+        return width * elem_bytes
+    return -(-width * elem_bytes // 16) * 16 + (4 if elem_bytes < 4 else 0)
+
+
+def cols_rows(shared_optin: int) -> int:
+    """The longest column a COLS block holds: a 32-byte band row of it in the opt-in."""
+    return shared_optin // COLS_MIN_BYTES
+
+
+def cols_lines(m: int, n: int, elem_bytes: int) -> bool:
+    """Whether a COLS pass of an m x n grid runs in lines ("cols_lines")."""
+    return elem_bytes < 4 and (n * elem_bytes) % 4 != 0 and m <= LINES_MAX_ROWS
+
+
+def cols_params(params: InplaceParams, lines: bool = False) -> InplaceParams:
+    """COLS's parameters: twice the threads (512 by default) for "cols" (a block of the
+    tallest bands is alone on its SM, and its loads in flight are what keep the memory busy);
+    the pass's own for "cols_lines" (two blocks of 256 an SM)."""
+    return params if lines else replace(params, threads=min(512, 2 * params.threads))
+
+
+def cols_width(
+    m: int, n: int, batch: int, elem_bytes: int, shared_optin: int, sms: int, lines: bool = False
+) -> int:
+    """Columns of a COLS band: the widest power of two of bytes (32 to 4096) whose m rows fit
+    the budget (else 32 bytes, in the opt-in), narrowed while the bands would leave SMs
+    without two blocks; all n where that is fewer."""
+    width = COLS_MAX_BYTES
+    budget = LINES_BLOCK_BYTES if lines else COLS_BLOCK_BYTES
+
+    def held(width: int) -> int:
+        return m * cols_pitch(max(1, width // elem_bytes), elem_bytes, lines)
+
+    while width > COLS_MIN_BYTES and held(width) > min(budget, shared_optin):
+        width //= 2
+    while width > COLS_MIN_BYTES and batch * -(-n * elem_bytes // width) < 2 * sms:
+        width //= 2
+    if held(width) > shared_optin:
+        raise ShapeError(
+            f"a COLS band of {m} rows of {width} bytes passes {shared_optin} bytes of shared "
+            "memory; plan it with band_rows = cols_rows(shared_optin)"
+        )
+    return min(n, max(1, width // elem_bytes))
+
+
+# SHUFFLE of long rows of a grid of at most RUNS_MAX_ROWS rows: chunks of RUNS_CHUNK_BYTES
+# of a row through shared memory, their sources runs of about a chunk / m elements
+RUNS_MAX_ROWS, RUNS_CHUNK_BYTES = 64, 16 << 10
+
+
 # The fixed scratch a call may take besides one row: rows too long for shared memory are
 # shuffled through it in groups (fewer launches), and PERMUTE saves its pieces' first rows
 # in it (cycles cut into pieces that warps walk side by side, where the cycles are few)
@@ -163,6 +247,11 @@ class InplaceKernel:
         if self.elem_bytes not in ELEMENT_SIZES:
             raise ShapeError(
                 f"in-place kernels of {self.elem_bytes}-byte elements; sizes are {ELEMENT_SIZES}"
+            )
+        if self.piece == "cols_lines" and self.elem_bytes >= 4:
+            raise ShapeError(
+                f"cols_lines moves 1- or 2-byte elements, not {self.elem_bytes}-byte ones; "
+                "use the piece 'cols'"
             )
         if type(self.conjugate) is not bool or (self.conjugate and self.elem_bytes not in (8, 16)):
             raise ShapeError("a conjugating in-place kernel moves 8- or 16-byte complex elements")
@@ -196,7 +285,10 @@ def render_inplace(k: InplaceKernel) -> str:
             piece=k.piece,
             file=_FILES[k.piece],
             split=k.piece == SPLIT,
-            from_global=k.piece == "shuffle_global",
+            from_global=k.piece in ("shuffle_global", "shuffle_global_inv"),
+            runs=k.piece.startswith("shuffle_runs"),
+            inverse=k.piece.endswith("_inv"),
+            words=[(WORD_TYPES[w], w) for w in (16, 8, 4, 2) if w > k.elem_bytes],
             s=k.elem_bytes,
             t=WORD_TYPES[k.elem_bytes],
             dtypes=_DTYPES_BY_SIZE[k.elem_bytes],
@@ -314,7 +406,25 @@ def pass_launches(
             items = batch * (m // 2)
             blocks = -(-items // (params.threads // lanes))
             add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
+        elif p.kind == COLS:
+            lines = cols_lines(m, n, elem_bytes)
+            piece = "cols_lines" if lines else COLS
+            spec = InplaceKernel(piece, elem_bytes, False, cols_params(params, lines))
+            w = cols_width(m, n, batch, elem_bytes, shared_optin, multiprocessors, lines)
+            items = batch * -(-n // w)
+            table = p.split in (COLS_GATHER, COLS_SCATTER)
+            add(
+                p,
+                spec,
+                items,
+                {"items": items, "tiles": w, "split": p.split},
+                smem=m * cols_pitch(w, elem_bytes, lines),
+                aux="leaders" if table else "",
+                table=row_table(m, n, plan.a) if table else None,
+            )
         elif p.kind == SHUFFLE and row_bytes + SHUFFLE_PAD <= shared_optin:
+            piece = "shuffle_inv" if p.inverse else SHUFFLE
+            spec = InplaceKernel(piece, elem_bytes, p.conjugate, params)
             # rows a block: what SHUFFLE_BLOCK_BYTES holds, fewer where that would leave
             # SMs without a block
             spread = -(-(batch * m) // (2 * multiprocessors))
@@ -323,14 +433,18 @@ def pass_launches(
             args = {"items": items, "rows_per": rows_per}
             add(p, spec, items, args, smem=rows_per * row_bytes + SHUFFLE_PAD)
         elif p.kind == SHUFFLE:  # groups of rows through the scratch
-            spec = InplaceKernel("shuffle_global", elem_bytes, p.conjugate, params)
+            runs = m <= RUNS_MAX_ROWS
+            piece = "shuffle_runs" if runs else "shuffle_global"
+            spec = InplaceKernel(piece + "_inv" * p.inverse, elem_bytes, p.conjugate, params)
             group = max(1, min(scratch_limit // row_bytes, batch * m))
-            blocks = -(-(group * n) // params.threads)
+            chunk = max(1, min(n, min(RUNS_CHUNK_BYTES, shared_optin) // elem_bytes))
+            blocks = group * -(-n // chunk) if runs else -(-(group * n) // params.threads)
             add(
                 p,
                 spec,
                 blocks,
-                {},
+                {"tiles": chunk} if runs else {},
+                smem=chunk * elem_bytes if runs else 0,
                 aux="rows",
                 rows=batch * m,
                 rows_per=group,

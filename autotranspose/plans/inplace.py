@@ -35,6 +35,18 @@ them side by side instead (`pieces_of`): each piece's first row is saved first (
 a scratch row a piece), then every piece moves its rows up the cycle and its last row takes
 the next piece's saved first row (PERMUTE_PIECES).
 
+Fused column passes (`COLS`). Every column pass above moves cells within their column, so
+consecutive ones compose into one permutation of each column: ROTATE_Q is one, and ROTATE_K
+then PERMUTE is new[R][C] = old[(h(R) + C mod m) mod m][C]. A block that holds a band of
+whole columns (all m rows) in shared memory runs either as one read and one write of its
+cells: SHUFFLE plus one COLS pass (c = 1), or two (c > 1), where the columns fit a block
+(`band_rows`). Where the rows m do not fit but the columns n do, the plan runs on the n x m
+view: an m x n transpose is the inverse of the n x m one, so the n x m grid's passes run
+inverted and in reverse order: COLS scattering each column by the same (h(R) + C mod n') mod
+n' (`COLS_SCATTER`), SHUFFLE in its inverse form (`shuffle_dest`: a gather as well), and
+ROTATE_Q's inverse (`COLS_UP`), every formula with the n x m grid's m', n', c, a, b
+(`InplacePlan.flipped`; the plan's m and n are then the view's).
+
 Square matrices skip all this: tile pairs (I, J), (J, I) swap through shared memory (SWAP).
 A matrix with one row or one column is already its transpose in memory (no pass, or CONJ
 alone for a conjugate transpose).
@@ -49,31 +61,38 @@ import numpy as np
 
 from ..errors import ShapeError
 
-SWAP, REVERSE, SPLIT, SHUFFLE, PERMUTE, CONJ = (
+SWAP, REVERSE, SPLIT, SHUFFLE, PERMUTE, CONJ, COLS = (
     "swap",
     "reverse",
     "split",
     "shuffle",
     "permute",
     "conj",
+    "cols",
 )
 # PERMUTE's kernels where it walks pieces of cycles: the pieces' first rows saved, then walked
 PERMUTE_SAVE, PERMUTE_PIECES = "permute_save", "permute_pieces"
-PASS_KINDS = (SWAP, REVERSE, SPLIT, SHUFFLE, PERMUTE, CONJ)
+PASS_KINDS = (SWAP, REVERSE, SPLIT, SHUFFLE, PERMUTE, CONJ, COLS)
 # SPLIT's split of column j: its q_j (ROTATE_Q) or its k_j (ROTATE_K)
 SPLIT_Q, SPLIT_K = 0, 1
+# COLS's permutation of column C: row R from row (R - C//b) mod m (ROTATE_Q), from (R + C//b)
+# mod m (its inverse), from (h(R) + C mod m) mod m (ROTATE_K then PERMUTE), or row R to that
+# row (its inverse, a scatter)
+COLS_DOWN, COLS_UP, COLS_GATHER, COLS_SCATTER = 0, 1, 2, 3
 # rows, columns and a batch's matrices the kernels index with 32-bit row numbers
 MAX_SIDE = 2**31 - 1
 
 
 @dataclass(frozen=True)
 class InplacePass:
-    """One pass of an in-place transpose: its kernel's kind, SPLIT's split rule, and
-    whether it conjugates (the one pass that touches every element once does)."""
+    """One pass of an in-place transpose: its kernel's kind, SPLIT's split rule (COLS: its
+    rule), whether it conjugates (the one pass that touches every element once does), and
+    for SHUFFLE whether it runs inverted (`shuffle_dest`, a flipped plan's)."""
 
     kind: str
     split: int = 0
     conjugate: bool = False
+    inverse: bool = False
 
     def moved_bytes(self, plan: InplacePlan, elem_bytes: int) -> int:
         """Bytes the pass reads plus writes (what a copy at the same speed would move):
@@ -84,9 +103,7 @@ class InplacePass:
             return 2 * p.batch * 2 * (p.m // 2) * p.n * elem_bytes
         if self.kind == PERMUTE:
             return 2 * p.batch * p.moved_rows * p.n * elem_bytes
-        if self.kind == SWAP:
-            return 2 * total
-        return 2 * total
+        return 2 * total  # SWAP, SHUFFLE, CONJ, COLS: every cell read and written once
 
 
 @dataclass(frozen=True)
@@ -103,14 +120,25 @@ class InplacePlan:
     a_inv: int
     passes: tuple[InplacePass, ...]
     moved_rows: int = 0  # rows PERMUTE moves (those on cycles longer than one)
+    flipped: bool = False  # the passes run on the n x m view (m, n here are the view's)
 
     @property
     def square(self) -> bool:
         return self.m == self.n
 
 
-def plan_inplace(batch: int, m: int, n: int, conjugate: bool = False) -> InplacePlan:
-    """The passes transposing `batch` row-major m x n matrices in their own memory."""
+def plan_inplace(
+    batch: int,
+    m: int,
+    n: int,
+    conjugate: bool = False,
+    band_rows: int = 0,
+    row_elems: int = 0,
+) -> InplacePlan:
+    """The passes transposing `batch` row-major m x n matrices in their own memory. Where a
+    column of m (or n) elements fits a COLS block (`band_rows`, 0: none does) the column
+    passes fuse into COLS passes: on the side whose rows SHUFFLE holds in shared memory
+    (`row_elems`, 0: any) if one is, the shorter column otherwise."""
     for name, v in (("batch", batch), ("rows", m), ("columns", n)):
         if type(v) is not int or v < 0:
             raise ShapeError(
@@ -130,6 +158,10 @@ def plan_inplace(batch: int, m: int, n: int, conjugate: bool = False) -> Inplace
         return InplacePlan(batch, m, n, c, a, b, a_inv, passes)
     if m == n:
         return InplacePlan(batch, m, n, c, a, b, a_inv, (InplacePass(SWAP, conjugate=conjugate),))
+    sides = [(rows, cols) for rows, cols in ((m, n), (n, m)) if rows <= band_rows]
+    if sides:
+        rows, cols = min(sides, key=lambda s: (bool(row_elems) and s[1] > row_elems, s[0]))
+        return _fused(batch, rows, cols, conjugate, flipped=(rows, cols) != (m, n))
     rotate_q = (InplacePass(REVERSE), InplacePass(SPLIT, SPLIT_Q)) if c > 1 else ()
     rest = (
         InplacePass(SHUFFLE, conjugate=conjugate),
@@ -140,6 +172,22 @@ def plan_inplace(batch: int, m: int, n: int, conjugate: bool = False) -> Inplace
         np.count_nonzero(row_source(np.arange(m, dtype=np.int64), m, n, a) == np.arange(m))
     )
     return InplacePlan(batch, m, n, c, a, b, a_inv, (*rotate_q, *rest), moved)
+
+
+def _fused(batch: int, m: int, n: int, conjugate: bool, flipped: bool) -> InplacePlan:
+    """The COLS form on the m x n grid: ROTATE_Q, SHUFFLE, COLS_GATHER; or (`flipped`: this
+    grid is the n x m view of the input) their inverses in reverse order."""
+    c = math.gcd(m, n)
+    a, b = m // c, n // c
+    a_inv = pow(a, -1, b) if b > 1 else 0
+    shuffle = InplacePass(SHUFFLE, conjugate=conjugate, inverse=flipped)
+    if flipped:
+        rot = (InplacePass(COLS, COLS_UP),) if c > 1 else ()
+        passes = (InplacePass(COLS, COLS_SCATTER), shuffle, *rot)
+    else:
+        rot = (InplacePass(COLS, COLS_DOWN),) if c > 1 else ()
+        passes = (*rot, shuffle, InplacePass(COLS, COLS_GATHER))
+    return InplacePlan(batch, m, n, c, a, b, a_inv, passes, flipped=flipped)
 
 
 # --- the formulas the kernels compute (vectorised over NumPy int64 arrays) ----------------
@@ -158,6 +206,41 @@ def shuffle_source(
     i0 = (i - q) % m
     r = ((col // c - i0 // c) * a_inv) % b
     return q * b + r
+
+
+def shuffle_dest(i: np.ndarray, col: np.ndarray, m: int, c: int, a: int, b: int) -> np.ndarray:
+    """SHUFFLE inverted: the column of row i whose element lands in column `col` (the
+    column SHUFFLE moves col's element to): q = col // b, r = col mod b, i0 = (i - q) mod m,
+    ((i0//c + r*a) mod b) * c + i0 mod c. No modular inverse."""
+    q, r = col // b, col % b
+    i0 = (i - q) % m
+    return ((i0 // c + r * a) % b) * c + i0 % c
+
+
+def row_offset(r: np.ndarray, m: int, n: int, a: int) -> np.ndarray:
+    """COLS_GATHER's part of row r, h(r) = (r*n + r//a) mod m (the table the kernel reads)."""
+    return (r * n + r // a) % m
+
+
+def cols_row(
+    r: np.ndarray, col: np.ndarray, rule: int, m: int, n: int, a: int, b: int
+) -> np.ndarray:
+    """COLS: the row of column `col` whose cell row r takes (COLS_DOWN, COLS_UP, COLS_GATHER),
+    or the row that row r's cell goes to (COLS_SCATTER): a row part plus a column part, mod m."""
+    if rule in (COLS_GATHER, COLS_SCATTER):
+        return (row_offset(r, m, n, a) + col % m) % m
+    q = col // b
+    return (r - q) % m if rule == COLS_DOWN else (r + q) % m
+
+
+def row_table(m: int, n: int, a: int) -> np.ndarray:
+    """COLS_GATHER's and COLS_SCATTER's table: h(r) of every row, uint32."""
+    out = np.empty(m, np.uint32)
+    chunk = 1 << 22
+    for lo in range(0, m, chunk):
+        r = np.arange(lo, min(m, lo + chunk), dtype=np.int64)
+        out[lo : lo + len(r)] = row_offset(r, m, n, a)
+    return out
 
 
 def row_source(r: np.ndarray, m: int, n: int, a: int) -> np.ndarray:

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -235,11 +236,17 @@ def cols_row(
 
 def row_table(m: int, n: int, a: int) -> np.ndarray:
     """COLS_GATHER's and COLS_SCATTER's table: h(r) of every row, uint32."""
-    out = np.empty(m, np.uint32)
+    return _per_row(m, np.uint32, lambda r: row_offset(r, m, n, a))
+
+
+def _per_row(m: int, dtype: Any, fn: Any) -> np.ndarray:
+    """fn of every row 0..m-1 as `dtype`, computed on int64 rows in chunks (r*n passes 32
+    bits; the chunks bound the int64 temporaries)."""
+    out = np.empty(m, dtype)
     chunk = 1 << 22
     for lo in range(0, m, chunk):
         r = np.arange(lo, min(m, lo + chunk), dtype=np.int64)
-        out[lo : lo + len(r)] = row_offset(r, m, n, a)
+        out[lo : lo + len(r)] = fn(r)
     return out
 
 
@@ -300,12 +307,7 @@ def row_cycles(m: int, n: int, a: int) -> RowCycles:
 def _steps(m: int, n: int, a: int) -> np.ndarray:
     """g of every row, as int32 (rows are below 2**31: half the host memory of int64 for the
     O(m log m) walks), computed in int64 chunks (r*n passes 32 bits)."""
-    out = np.empty(m, np.int32)
-    chunk = 1 << 22
-    for lo in range(0, m, chunk):
-        r = np.arange(lo, min(m, lo + chunk), dtype=np.int64)
-        out[lo : lo + len(r)] = row_source(r, m, n, a)
-    return out
+    return _per_row(m, np.int32, lambda r: row_source(r, m, n, a))
 
 
 def cycle_leaders(m: int, n: int, a: int) -> np.ndarray:

@@ -17,8 +17,8 @@ import argparse
 import json
 import time
 
-# byte-permute tiles forced per element size (tile_m x tile_n elements, per_thread): today's
-# and the widest the kind runs. The 1-byte 256x256 tile (148 KiB, one block an SM) and its
+# byte-permute tiles forced per element size (tile_m x tile_n elements, per_thread): the served
+# ones and the widest the kind runs. The 1-byte 256x256 tile (148 KiB, one block an SM) and its
 # prefetching walk were measured with this tool and not kept (docs/perf-notes.md, "Wider
 # byte-permute tiles and prefetching walks")
 TILES = {

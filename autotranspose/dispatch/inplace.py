@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..kernels.inplace import SHUFFLE_PAD, PassLaunch, cols_rows, pass_launches
-from ..kinds import inplace as kind
 from ..kinds.inplace import InplaceParams
 from ..plans.inplace import PERMUTE, InplacePlan, RowCycles, plan_inplace, row_cycles
 from ..runtime.compiler import DeviceState, precompile_inplace
 from ..runtime.launch import Launch, make_inplace
-from . import caches
+from . import caches, policy
 from .lru import LRU
 
 # PERMUTE's cycles by shape, host side, and the programs by signature: bounded like the
@@ -77,7 +76,7 @@ def program(
     in place on `state`'s device (kept per signature). `fused=False`: the unfused passes
     (REVERSE, SPLIT, PERMUTE) even where a side's columns fit a COLS block, which `bench
     --inplace` times against the fused ones."""
-    params = params if params is not None else kind.default(elem_bytes)
+    params = params if params is not None else policy.inplace_default(elem_bytes)
     key = (state.ordinal, batch, m, n, elem_bytes, conjugate, params, fused)
     found = _PROGRAMS.get(key)
     if found is None:

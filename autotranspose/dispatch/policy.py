@@ -26,6 +26,11 @@ race list          `candidates` (`runs` filters)   own pass, then          `cast
                                                    plan.alternatives
 =================  ==============================  ======================  =====================
 
+In-place transposes (transpose_()) are not tuned yet: they run `inplace_default` (the
+kind's parameters, `kinds.inplace.default`), their passes as plans/inplace.py orders them and
+each COLS pass in words or 16-byte lines by the measured rule `kernels.inplace.cols_lines`;
+nothing is looked up or raced.
+
 A call of one contiguous run per matrix is a copy (`copies`). A permute's alternatives are
 named by its planner (plans.permute, ALT_*: pure, planned before any device is known); the
 policy races them. The race itself (timing, margins, refinement) is `firstcall`'s; the
@@ -69,8 +74,9 @@ from ..kernels.config import (
     wider_tiles,
 )
 from ..kernels.shapes import ShapeClass, flat_fits
-from ..kinds import cast as cast_kind
+from ..kinds import cast as cast_kind, inplace as inplace_kind
 from ..kinds.cast import Format
+from ..kinds.inplace import InplaceParams
 from ..plans.cast import CastPlan
 from ..plans.permute import Pass, Plan
 
@@ -433,3 +439,10 @@ def cast_race(
     code = cast_kind.pair_code(src, dst)
     configs = [guess, *cast_kind.race_candidates(KernelConfig, src, dst, limits)]
     return list(dict.fromkeys(c for c in configs if cast_runs(c, code, limits)))
+
+
+# --- in-place transposes -----------------------------------------------------------------------------
+def inplace_default(elem_bytes: int) -> InplaceParams:
+    """What transpose_() of `elem_bytes`-byte elements runs with no parameters given: the
+    kind's default (`kinds.inplace.default`; not tuned, nothing stored to look up)."""
+    return inplace_kind.default(elem_bytes)

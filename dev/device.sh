@@ -204,7 +204,10 @@ recipe_inplace() {
   local seed
   recipe_tests "tests/test_inplace_gpu.py"
   for seed in ${SEEDS:-55}; do
-    bench "inplace-$seed" --inplace "${N:-24}" --seed "$seed" --repeat "${REPEAT:-5}" "$@"
+    # PEER_DIR: a checkout of bryancatanzaro/inplace (carried, e.g. .devrun/peer from
+    # `git archive` of a clone), built here and timed beside transpose_()
+    bench "inplace-$seed" --inplace "${N:-24}" --seed "$seed" --repeat "${REPEAT:-5}" \
+      ${PEER_DIR:+--inplace-peer "$PEER_DIR"} "$@"
   done
 }
 

@@ -5,8 +5,11 @@ preallocated output and a device-to-device copy of the same bytes (read plus wri
 each pass timed on its own against a copy of the bytes that pass moves, and the unfused
 passes (REVERSE, SPLIT, PERMUTE: `fused=False`) timed the same way beside them. Every time is
 the device's: a sleep kernel queued before the start event keeps the GPU busy while the host
-queues the call (the call's own host time, without the sleep, is `call_us`). Needs PyTorch
-on a CUDA GPU (the arrays and events are PyTorch's; the kernels run on its current stream).
+queues the call (the call's own host time, without the sleep, is `call_us`). With
+`--inplace-peer DIR` (a checkout of bryancatanzaro/inplace, built here for this GPU:
+`inplace_peer`), its in-place transpose of the same matrices (4- and 8-byte elements, one
+matrix a call) is checked and timed beside ours. Needs PyTorch on a CUDA GPU (the arrays and
+events are PyTorch's; the kernels run on its current stream).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class InplaceRow:
     call_us: float = 0.0  # transpose_() with the host's time in it (no sleep before)
     unfused_us: float = 0.0  # the unfused passes, run as one program
     unfused: list[dict[str, Any]] = field(default_factory=list)
+    peer_of_copy: float | None = None  # bryancatanzaro/inplace (None: not run, or n/a)
+    peer_note: str = ""  # "n/a" (a case it does not take), "wrong output", or its error
 
 
 def inplace_cases(count: int, seed: int) -> list[InplaceCase]:
@@ -116,7 +121,7 @@ def _median_us(torch: Any, fn: Any, repeats: int, reset: Any = None, busy: bool 
     return statistics.median(times[1:])  # the first call compiles, plans and uploads
 
 
-def bench_inplace_case(torch: Any, case: InplaceCase, repeats: int) -> InplaceRow:
+def bench_inplace_case(torch: Any, case: InplaceCase, repeats: int, peer: Any = None) -> InplaceRow:
     import autotranspose as at
     from autotranspose.calls import inplace
     from autotranspose.calls.common import call_target
@@ -157,9 +162,40 @@ def bench_inplace_case(torch: Any, case: InplaceCase, repeats: int) -> InplaceRo
             (whole, _pass_times(torch, prog, xv.ptr, ctx, handle, repeats, reset, copy_bps))
         )
     (_, passes), (unfused_us, unfused) = timed
-    return InplaceRow(
-        case, ours, copy_us / ours, copy_us / oop, passes, note.strip(), call, unfused_us, unfused
+    peer_of_copy, peer_note = (
+        _peer(torch, peer, case, x0, want, repeats, copy_us) if peer is not None else (None, "")
     )
+    return InplaceRow(
+        case, ours, copy_us / ours, copy_us / oop, passes, note.strip(), call, unfused_us,
+        unfused, peer_of_copy, peer_note,
+    )  # fmt: skip
+
+
+def _peer(
+    torch: Any, peer: Any, case: InplaceCase, x0: Any, want: Any, repeats: int, copy_us: float
+) -> tuple[float | None, str]:
+    """The peer's in-place transpose of x0's matrix, checked bit for bit against `want`, then
+    timed as ours is (its own scratch allocation in every call, as its users get it):
+    (% of copy, "") or (None, why not)."""
+    from .inplace_peer import SIZES
+
+    if case.elem_bytes not in SIZES or len(case.shape) != 2:
+        return None, "n/a"
+    m, n = case.shape
+    xp = x0.clone()
+
+    def run() -> None:
+        peer.transpose(xp.data_ptr(), m, n, case.elem_bytes)
+
+    try:
+        run()
+        torch.cuda.synchronize()
+    except RuntimeError as exc:
+        return None, str(exc)
+    if not torch.equal(xp.view(torch.uint8).reshape(-1), want.view(torch.uint8).reshape(-1)):
+        return None, "wrong output"
+    us = _median_us(torch, run, repeats, lambda: xp.copy_(x0))
+    return copy_us / us, ""
 
 
 def _pass_times(
@@ -205,14 +241,39 @@ def run_inplace(args: Any) -> int:
     cases = inplace_cases(args.inplace, args.seed)
     name = torch.cuda.get_device_name(args.device)
     print(f"{len(cases)} random in-place transposes, seed {args.seed}, {name}", flush=True)
+    peer = _load_peer(torch, args)
     rows = []
     for case in cases:
-        row = bench_inplace_case(torch, case, repeats)
+        row = bench_inplace_case(torch, case, repeats, peer)
         rows.append(row)
         print(_line(row), flush=True)
     table = markdown(rows, name)
     write_reports(args, table, rows)
     return 1 if any(r.note for r in rows) else 0
+
+
+def _load_peer(torch: Any, args: Any) -> Any:
+    """bryancatanzaro/inplace built for this GPU from `--inplace-peer DIR`, or None."""
+    source = getattr(args, "inplace_peer", None)
+    if not source:
+        return None
+    from autotranspose.runtime.native import cache_dir
+
+    from .inplace_peer import Peer, PeerBuildError, build
+
+    major, minor = torch.cuda.get_device_capability(args.device)
+    try:
+        lib = build(source, f"sm_{major}{minor}", cache_dir() / "peers")
+    except PeerBuildError as exc:
+        raise SystemExit(f"--inplace-peer: {exc}") from None
+    print(f"peer: bryancatanzaro/inplace from {source} ({lib})", flush=True)
+    return Peer(lib)
+
+
+def _peer_cell(row: InplaceRow) -> str:
+    if row.peer_of_copy is not None:
+        return f"{100 * row.peer_of_copy:.1f}%"
+    return row.peer_note or "-"
 
 
 def _describe(case: InplaceCase) -> str:
@@ -236,6 +297,7 @@ def _line(row: InplaceRow) -> str:
         f"unfused {100 * copy_us / row.unfused_us if row.unfused_us else 0:.1f}%)  out of place "
         f"{100 * row.out_of_place_of_copy:5.1f}%  in place / out of place {100 * _of_oop(row):.0f}%"
         f"  passes {_passes(row.passes)}  unfused {_passes(row.unfused)}"
+        f"{'  peer ' + _peer_cell(row) if row.peer_of_copy is not None or row.peer_note else ''}"
         f"{' ' + row.note if row.note else ''}"
     )
 
@@ -244,13 +306,16 @@ def markdown(rows: list[InplaceRow], device: str) -> str:
     """One line per case: MB, transpose_() and transpose() as % of a copy of the same bytes
     (device time), transpose_() against transpose(), the unfused passes' program, and each
     pass as % of a copy of the bytes it moves."""
+    peer = any(r.peer_of_copy is not None or r.peer_note for r in rows)
     lines = [
         f"In-place transposes on {device}: % of a device-to-device copy of the same bytes, "
-        "device time (each pass: of the bytes it moves)",
+        "device time (each pass: of the bytes it moves)"
+        + ("; peer: bryancatanzaro/inplace, its float and double transposes" if peer else ""),
         "",
         "| case | MB | transpose_() us | call us | transpose_() | transpose() | in/out of place "
-        "| unfused | passes | unfused passes |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| unfused | passes | unfused passes |" + (" peer |" if peer else ""),
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        + (" --- |" if peer else ""),
     ]
     for r in rows:
         copy_us = r.us * r.of_copy
@@ -260,6 +325,7 @@ def markdown(rows: list[InplaceRow], device: str) -> str:
             f"{100 * r.of_copy:.1f}% | {100 * r.out_of_place_of_copy:.1f}% | "
             f"{100 * _of_oop(r):.0f}% | {100 * unfused:.1f}% | {_passes(r.passes)} | "
             f"{_passes(r.unfused)}{' ' + r.note if r.note else ''} |"
+            + (f" {_peer_cell(r)} |" if peer else "")
         )
     if rows:
         rect = [r for r in rows if r.case.kind != "square"]
@@ -276,4 +342,12 @@ def markdown(rows: list[InplaceRow], device: str) -> str:
             )
         if square:
             lines.append(f"square: lowest {100 * min(r.of_copy for r in square):.1f}% of copy")
+        both = [r for r in rows if r.peer_of_copy]
+        if both:
+            ratio = statistics.median(r.of_copy / r.peer_of_copy for r in both)
+            lines.append(
+                f"against bryancatanzaro/inplace on its {len(both)} cases: median "
+                f"{ratio:.2f}x its speed (it: median "
+                f"{100 * statistics.median(r.peer_of_copy for r in both):.1f}% of copy)"
+            )
     return "\n".join(lines)

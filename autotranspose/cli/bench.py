@@ -33,6 +33,11 @@ def cmd_bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "--ceiling times the access pattern of large calls; --small times the host's "
             "cost of small ones: leave out --ceiling"
         )
+    if getattr(args, "inplace_peer", None) and getattr(args, "inplace", None) is None:
+        raise UsageError(
+            "--inplace-peer DIR times bryancatanzaro/inplace beside transpose_(): add "
+            "--inplace N (the in-place cases it runs on)"
+        )
     if getattr(args, "inplace", None) is not None:  # in-place transposes: cases of their own
         if drawing or args.axes is not None or args.png or getattr(args, "cast", None):
             raise UsageError(

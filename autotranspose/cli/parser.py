@@ -306,6 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
         "each pass timed (needs PyTorch)",
     )
     b.add_argument(
+        "--inplace-peer",
+        metavar="DIR",
+        default=None,
+        help="with --inplace: also check and time bryancatanzaro/inplace (Catanzaro, Keller "
+        "and Garland's in-place transpose) from a checkout in DIR, built here with nvcc for "
+        "this GPU (its float and double cases)",
+    )
+    b.add_argument(
         "--axes",
         metavar="I,J,...",
         help="permute each of --shapes (1 to 8 sides) by these axes, e.g. "

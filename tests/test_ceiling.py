@@ -181,3 +181,38 @@ def test_a_pattern_that_cannot_be_built_or_has_no_kernel_is_a_note():
     row = ceiling_row(None, lambda: none, (1, 5, 7), "int8", 1.0, repeats=3, warm=False)
     assert row.us is None and row.note == none.note
     assert (row.read_per_byte, row.written_per_byte) == (1.5, 2.0)
+
+
+def test_the_wide_pattern_is_a_row_of_its_own_and_a_column_of_the_table(rng):
+    """A permute's wide pattern (box passes' runs in 16-byte words) is timed as a peer named
+    PATTERN_WIDE: its row, and a column beside ours in the Markdown table."""
+    from autotranspose.bench.ceiling import Ceiling
+    from autotranspose.bench.pattern import Traffic
+    from autotranspose.bench.reports import markdown_table
+    from autotranspose.bench.runners import PATTERN_WIDE, Row, ceiling_row
+
+    class Bench:  # times a run as every peer is timed: here a fixed half of the copy's time
+        def time(self, run, repeats, warm):
+            run()
+            return 2.0
+
+        def gbps(self, secs):
+            return 1.0 / secs
+
+    ran = []
+    wide = Ceiling(
+        lambda *a: ran.append(a), Traffic(64, 64, 64, 64), "packed runs in 16-byte words"
+    )
+    row = ceiling_row(Bench(), lambda: wide, (1, 6, 7), "bool", 1.0, repeats=3, warm=False, peer=PATTERN_WIDE)  # fmt: skip
+    assert ran and row.peer == PATTERN_WIDE and row.of_copy == 0.5
+    ours = Row((1, 6, 7), "bool", "autotranspose", 10.0, 100.0, float(rng.uniform(0.3, 0.9)), "")
+    copy = Row((1, 6, 7), "bool", "copy", 5.0, 200.0, 1.0, "")
+    table = markdown_table([copy, ours, row]).splitlines()
+    head, line = _cells(table[0]), _cells(table[2])
+    assert head[-1] == f"{PATTERN_WIDE} % copy" and line[-1] == "50.0"
+    assert head.count(f"{PATTERN_WIDE} % copy") == 1  # a ceiling, not a peer column
+    assert line[head.index("vs best other")] == "-"  # nor a peer ours is compared with
+    from autotranspose.bench.reports import format_summary, summarize
+
+    text = format_summary(summarize([copy, ours, row]))
+    assert "16-byte words" in text and f"{PATTERN_WIDE} faster" not in text

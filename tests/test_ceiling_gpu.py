@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotranspose.bench.runners import PATTERN, bench_case, bench_permute_case
+from autotranspose.bench.runners import PATTERN, PATTERN_WIDE, bench_case, bench_permute_case
 from autotranspose.dispatch import policy
 from autotranspose.kernels import config as C
 
@@ -70,6 +70,9 @@ def test_a_permutes_passes_have_their_pattern(shape, axes, dtype):
                               ceiling=True)  # fmt: skip
     row = _pattern(rows)
     assert row.us is not None and row.us > 0 and row.of_copy > 0, row.note
+    # box passes also run their runs in 16-byte words: the same sectors, a row of its own
+    wide = [r for r in rows if r.peer == PATTERN_WIDE]
+    assert len(wide) <= 1 and all(r.us is not None and r.us > 0 for r in wide), wide
 
 
 @pytest.mark.parametrize("both", [False, True])

@@ -435,6 +435,23 @@ def box_words(a, inp: int, out: int):
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_wide_words_touch_the_same_sectors_as_the_served_ones(seed):
+    """A box pass's pattern in 16-byte words (`widened`) reads and writes exactly the sectors
+    of its served words: the wide pattern prices the same traffic in fewer instructions."""
+    from autotranspose.bench.ceiling import WIDE_WORD, widened
+
+    rng = np.random.default_rng(seed)
+    for a in _box_cases(rng):
+        a = replace(a, base_in=int(rng.integers(0, 32)) // a.elem_bytes * a.elem_bytes)
+        w = widened(a)
+        assert (w.in_word == WIDE_WORD) == (a.in_run is not None)
+        assert (w.out_word == WIDE_WORD) == (a.out_run is not None)
+        _, reads, writes = box_words(a, a.base_in, a.base_out)
+        _, wide_reads, wide_writes = box_words(w, a.base_in, a.base_out)
+        assert (wide_reads, wide_writes) == (reads, writes), a
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_box_sectors_in_closed_form_are_the_walks(seed):
     from autotranspose.bench.pattern import box_traffic
 
@@ -466,7 +483,10 @@ def test_the_box_pattern_kernel_moves_exactly_the_words_of_the_walk(rng):
         pytest.skip("no g++ or CUDA headers to build the emulated kernel")
     import struct
 
-    for a in _box_cases(rng)[:5]:
+    from autotranspose.bench.ceiling import widened
+
+    cases = _box_cases(rng)
+    for a in cases[:5] + [widened(c) for c in cases[5:8]]:  # served words, and wide ones
         a = replace(a, threads=64)  # fewer fibers: the same walk
         k = {**box_params(a), "cache": "stream"}
         glue = _GLUE.replace("NAME", k["name"]).replace("at_pattern_args a;", "at_box_args a;")
@@ -494,11 +514,13 @@ def test_every_pattern_kernel_compiles_silently(rng):
     random permutes' box passes: nvcc says nothing (pycuda would warn at every first use)."""
     from _nvcc import assert_nvcc_silent
 
-    from autotranspose.bench.ceiling import box_params, params, render
+    from autotranspose.bench.ceiling import box_params, params, render, widened
 
     kernels = [
         params(tile_access(cfg, b, m, n, n + 1, m + 3, 0, 0)) for cfg, b, m, n in _served(rng)
     ]
     kernels += [params(a) for a in _emulated_cases(rng)[-1:]]  # the cast's, with z
-    kernels += [box_params(a) for a in _box_cases(rng)]
+    boxes = _box_cases(rng)
+    kernels += [box_params(a) for a in boxes] + [box_params(widened(a)) for a in boxes[:4]]
+    kernels = list({k["name"]: k for k in kernels}.values())  # a box already in wide words once
     assert_nvcc_silent(render(kernels))

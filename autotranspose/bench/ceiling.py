@@ -221,10 +221,36 @@ def transpose_ceiling(state: Any, launch: Any, nbytes: int) -> Ceiling:
     return Ceiling(pattern_launch(state, a, served=launch.config.key), traffic(a), a.note)
 
 
-def permute_ceiling(state: Any, plan: Any, steps: tuple[Any, ...]) -> Ceiling:
+# The word a box pass's wide pattern moves along its runs (`permute_ceiling(wide=True)`)
+WIDE_WORD = 16
+
+
+def widened(a: BoxAccess) -> BoxAccess:
+    """A box pass's pattern with its runs (each side's, where it has one) moved in aligned
+    WIDE_WORD-byte words: the same 32-byte sectors, fewer instructions."""
+    return replace(
+        a,
+        in_word=WIDE_WORD if a.in_run is not None else a.in_word,
+        out_word=WIDE_WORD if a.out_run is not None else a.out_word,
+        note=f"{a.kind} runs in {WIDE_WORD}-byte words",
+    )
+
+
+def has_boxes(steps: tuple[Any, ...]) -> bool:
+    """Whether a permute's steps have a packed box pass (what a wide pattern widens)."""
+    return any(
+        s.launch is not None and s.launch.config is None and s.launch.arg_format == PACKED_FORMAT
+        for s in steps
+    )
+
+
+def permute_ceiling(state: Any, plan: Any, steps: tuple[Any, ...], wide: bool = False) -> Ceiling:
     """The pattern of a permute's steps (`dispatch.permute.Step`s, one per pass of `plan`),
     step for step at the same offsets: transpose and box passes by their pattern kernels,
-    copies and gathers as they are."""
+    copies and gathers as they are. `wide`: box passes move their runs in aligned 16-byte
+    words whatever width the served kernel moves (the same sectors in fewer instructions:
+    where a box pass's own pattern is instruction-bound, this is its sectors' ceiling; a
+    word may reach up to 15 bytes past a run's end, within the bench's padded buffers)."""
     from ..dispatch.permute import Step
 
     out: list[Any] = []
@@ -240,6 +266,8 @@ def permute_ceiling(state: Any, plan: Any, steps: tuple[Any, ...]) -> Ceiling:
             continue
         if launch.config is not None or launch.arg_format == PACKED_FORMAT:
             a = _pass_access(launch, p)
+            if wide and isinstance(a, BoxAccess):
+                a = widened(a)
             out.append(Step(pattern_launch(state, a, served=_served(launch, p)), step.nbytes, step.offsets))  # fmt: skip
             if total is not None:
                 found = traffic if isinstance(a, TileAccess) else box_traffic

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from .peers import HOST_COST_CASES, PEERS
-from .runners import PATTERN, Row
+from .runners import PATTERN, PATTERN_WIDE, Row
+
+CEILINGS = (PATTERN, PATTERN_WIDE)  # the rows that are a call's ceilings, not its peers
 
 
 def summarize(rows: Sequence[Row]) -> dict[str, Any]:
@@ -41,8 +43,15 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
             of_pattern_median=float(np.median([o / p for o, p in ceiling])),
             of_pattern_p10=float(np.percentile([o / p for o, p in ceiling], 10)),
         )
+    wide = [(c["autotranspose"], c[PATTERN_WIDE]) for c in cases.values() if PATTERN_WIDE in c and "autotranspose" in c]  # fmt: skip
+    if wide:  # a permute's box passes in 16-byte words: the sectors' ceiling of those passes
+        out.update(
+            wide_cases=len(wide),
+            wide_median=float(np.median([p for _, p in wide])),
+            of_wide_median=float(np.median([o / p for o, p in wide])),
+        )
     for peer in _peers(rows):
-        if peer in ("copy", "autotranspose", PATTERN):
+        if peer in ("copy", "autotranspose", *CEILINGS):
             continue
         both = [c for c in cases.values() if peer in c and "autotranspose" in c]
         out[f"{peer}_cases"] = len(both)
@@ -71,8 +80,14 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{100 * summary['of_pattern_median']:.1f}, 10th percentile "
             f"{100 * summary['of_pattern_p10']:.1f}"
         )
+    if summary.get("wide_cases"):
+        lines.append(
+            f"  its box passes in 16-byte words ({PATTERN_WIDE}, {summary['wide_cases']} cases), "
+            f"% of copy: median {100 * summary['wide_median']:.1f}; ours % of it: median "
+            f"{100 * summary['of_wide_median']:.1f}"
+        )
     peers = [k.removesuffix("_cases") for k in summary if k.endswith("_cases")]
-    for peer in (p for p in peers if p != PATTERN):
+    for peer in (p for p in peers if p not in ("pattern", "wide")):
         lines.append(
             f"  {peer:>8} faster in {summary[f'{peer}_faster']} of {summary[f'{peer}_cases']}"
             f" cases, more than 1% faster in {summary[f'{peer}_faster_1pct']}"
@@ -186,7 +201,8 @@ def markdown_table(rows: Sequence[Row]) -> str:
     The columns are the peers the rows name (a transpose run's PEERS, a permute run's
     cuTENSOR and compile too)."""
     named = {r.peer for r in rows}
-    shown = [p for p in _peers(rows) if p not in ("copy", PATTERN) and p in named]
+    shown = [p for p in _peers(rows) if p not in ("copy", *CEILINGS) and p in named]
+    wide = PATTERN_WIDE in named  # a permute's box passes in 16-byte words: the last column
     cells = _by_case(rows)
     geam = "geam" in shown
     ceiling = PATTERN in named  # `bench --ceiling`: its columns last
@@ -199,6 +215,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
         *(["vs geam"] if geam else []),
         "vs best other",
         *(CEILING_COLUMNS[1:] if ceiling else ()),
+        *([f"{PATTERN_WIDE} % copy"] if wide else []),
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (shape, axes, dtype), row in cells.items():
@@ -220,9 +237,15 @@ def markdown_table(rows: Sequence[Row]) -> str:
             *([f"{ours / pct['geam']:.3f}x" if ours and "geam" in pct else "-"] if geam else []),
             f"{ours / max(others):.2f}x" if ours and others else "-",
             *((ceiling_cells(row)[c] for c in CEILING_COLUMNS[1:]) if ceiling else ()),
+            *([_wide_cell(row)] if wide else []),
         ]
         lines.append("| " + " | ".join(cols) + " |")
     return "\n".join(lines)
+
+
+def _wide_cell(row: dict[str, Row]) -> str:
+    r = row.get(PATTERN_WIDE)
+    return f"{100 * r.of_copy:.1f}" if r is not None and r.of_copy else "-"
 
 
 def rows_from_json(doc: Any) -> list[Row]:

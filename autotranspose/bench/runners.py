@@ -43,6 +43,8 @@ class Row:
 
 
 PATTERN = "pattern"  # the peer name of a call's pattern ceiling (`bench.ceiling`)
+# a permute's pattern with its box passes' runs moved in 16-byte words (`permute_ceiling(wide=True)`)
+PATTERN_WIDE = "pattern16"
 
 
 def ceiling_row(
@@ -55,24 +57,25 @@ def ceiling_row(
     repeats: int,
     warm: bool,
     axes: tuple[int, ...] | None = None,
+    peer: str = PATTERN,
 ) -> Row:
-    """The pattern's row: the `bench.ceiling.Ceiling` that `build` makes, its launches timed
+    """The pattern's row (`peer`: PATTERN, or PATTERN_WIDE): the `bench.ceiling.Ceiling` that `build` makes, its launches timed
     as every peer is (the same buffers, events and repeats), its sectors per byte; a note
     where it has no pattern kernel or could not be built or run (the run goes on)."""
     try:
         ceiling = build()
     except Exception as exc:
         note = f"no pattern: {type(exc).__name__}: {exc}"[:200]
-        return Row(shape, dtype, PATTERN, None, None, None, note, axes)
+        return Row(shape, dtype, peer, None, None, None, note, axes)
     t = ceiling.traffic
     per = (t.read_per_byte, t.written_per_byte) if t is not None else (None, None)
     if ceiling.run is None:
-        return Row(shape, dtype, PATTERN, None, None, None, ceiling.note, axes, *per)
+        return Row(shape, dtype, peer, None, None, None, ceiling.note, axes, *per)
     try:
         secs = bench.time(ceiling.run, repeats=repeats, warm=warm)
     except Exception as exc:  # a note, not a crashed run
-        return Row(shape, dtype, PATTERN, None, None, None, f"{type(exc).__name__}: {exc}"[:200], axes, *per)  # fmt: skip
-    return Row(shape, dtype, PATTERN, secs * 1e6, bench.gbps(secs), copy_s / secs, ceiling.note, axes, *per)  # fmt: skip
+        return Row(shape, dtype, peer, None, None, None, f"{type(exc).__name__}: {exc}"[:200], axes, *per)  # fmt: skip
+    return Row(shape, dtype, peer, secs * 1e6, bench.gbps(secs), copy_s / secs, ceiling.note, axes, *per)  # fmt: skip
 
 
 class PermuteCheck:
@@ -154,11 +157,15 @@ def bench_permute_case(
             rows.append(row(peer, t, note))
         ours = launches.get("autotranspose", (None, ""))[0]
         if ceiling and ours is not None:
-            from .ceiling import permute_ceiling
+            from .ceiling import has_boxes, permute_ceiling
 
             build = lambda: permute_ceiling(state, ours.plan, ours.steps)  # noqa: E731
             rows.append(ceiling_row(bench, build, shape, dtype, copy_s, repeats=repeats,
                                     warm=warm, axes=axes))  # fmt: skip
+            if has_boxes(ours.steps):
+                wide = lambda: permute_ceiling(state, ours.plan, ours.steps, wide=True)  # noqa: E731
+                rows.append(ceiling_row(bench, wide, shape, dtype, copy_s, repeats=repeats,
+                                        warm=warm, axes=axes, peer=PATTERN_WIDE))  # fmt: skip
     finally:
         bench.close()
     return rows

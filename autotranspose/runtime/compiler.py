@@ -502,7 +502,12 @@ class _NvccFailed(RuntimeError):
 
 def source_resources(source: str, arch: str, nvcc: str = "nvcc") -> dict[str, Resources]:
     """ptxas's resource report per kernel of CUDA `source`, compiled with plain nvcc."""
-    import re
+    return parse_resources(compile_report(source, arch, nvcc))
+
+
+def compile_report(source: str, arch: str, nvcc: str = "nvcc") -> str:
+    """What nvcc and ptxas (-v) say compiling CUDA `source` to a cubin for `arch`: the
+    resource lines `parse_resources` reads, and any diagnostics."""
     import subprocess
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -522,10 +527,17 @@ def source_resources(source: str, arch: str, nvcc: str = "nvcc") -> dict[str, Re
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             raise _NvccFailed(proc.stderr)
+    return proc.stderr
+
+
+def parse_resources(text: str) -> dict[str, Resources]:
+    """ptxas's -v report (`compile_report`) per kernel name."""
+    import re
+
     report: dict[str, Resources] = {}
     name = None
     stack = spill = 0
-    for line in proc.stderr.splitlines():
+    for line in text.splitlines():
         if m := re.search(r"Compiling entry function '(\w+)'", line):
             name = m.group(1)
         elif m := re.search(

@@ -442,6 +442,12 @@ def test_the_fast_path_runs_given_outputs_only_where_nothing_overlaps(monkeypatc
         assert fast(x, dt, 2.0, amax, None, True, z, other) is None
     assert len(launched) == 1
     assert fastpath.cast_plain(y) and fastpath.cast_plain(None) and not fastpath.cast_plain(sub)
+    # what enters no signature, for the full path that remembers and the fast path alike
+    sign = fastpath.cast_signature
+    assert sign(x, dt, 2.0, amax, None, True, z, y) == fastpath.cast_key(x, dt, 2.0, amax, None, True, z, y)  # fmt: skip
+    for args in ((x, "e4m3", 2.0, amax, None, True, z, y), (x, dt, 2.0, amax, range(2), True, z, y),
+                 (x, dt, 2.0, amax, None, 1, z, y), (x, dt, 2.0, amax, None, True, z, sub)):  # fmt: skip
+        assert sign(*args) is None and fastpath.fast_cast_torch(*args) is None, args
     # a float scale reaches the launch rounded to float32, as the full path rounds it
     key = fastpath.cast_key(x, dt, 0.1, amax, None, True, z, y)
     fastpath.remember_cast(key, hit)

@@ -80,15 +80,8 @@ def cast_transpose(
     amax_ptr = _amax(amax, xv)
     want = tuple(xv.shape[a] for a in order)
     remember = None  # an eager PyTorch call: its next call skips to the launch
-    if (
-        s.kind == "torch"
-        and given is None
-        and config is None
-        and fastpath.cast_keyable(dtype, axes)
-        and fastpath.cast_plain(out)
-        and fastpath.cast_plain(out_t)
-    ):
-        remember = fastpath.cast_key(x, dtype, scale, amax, axes, both, out, out_t)
+    if s.kind == "torch" and given is None and config is None:
+        remember = fastpath.cast_signature(x, dtype, scale, amax, axes, both, out, out_t)
     return keeping_context(
         _on_device, xv, src, dst, order, want, out, out_t, both, given, config,
         scale_ptr, scale_value, amax_ptr, remember,

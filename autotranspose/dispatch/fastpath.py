@@ -327,6 +327,28 @@ def cast_key(
     )
 
 
+def cast_signature(
+    x: Any,
+    dtype: Any,
+    scale: Any,
+    amax: Any,
+    axes: Any,
+    both: Any,
+    out: Any = None,
+    out_t: Any = None,
+) -> tuple[Any, ...] | None:
+    """The call's `cast_key`, or None where it enters no signature (a dtype given as a
+    string, axes of another iterable, a `both` that is not a bool, an output that is not a
+    plain tensor): what the full path remembers a call by, and what the fast path looks up."""
+    if (
+        not cast_keyable(dtype, axes)
+        or type(both) is not bool
+        or not (cast_plain(out) and cast_plain(out_t))
+    ):
+        return None
+    return cast_key(x, dtype, scale, amax, axes, both, out, out_t)
+
+
 def overlap(a: int, a_len: int, b: int, b_len: int) -> bool:
     return a < b + b_len and b < a + a_len
 
@@ -345,11 +367,8 @@ def fast_cast_torch(
     straight away, into new outputs or the given ones (None: take the full path, which
     validates the call and raises what it finds, such as outputs overlapping x, each other
     or amax)."""
-    if not cast_keyable(dtype, axes) or type(both) is not bool or not cast_plain(out):
-        return None
-    if not cast_plain(out_t):
-        return None
-    hit = _fast.get(cast_key(x, dtype, scale, amax, axes, both, out, out_t))
+    key = cast_signature(x, dtype, scale, amax, axes, both, out, out_t)
+    hit = _fast.get(key) if key is not None else None
     if hit is None or x.is_neg():  # a lazily negated view is resolved on the full path
         return None
     px = x.data_ptr()

@@ -639,9 +639,12 @@ class CastLaunch:
         return fn
 
     def for_z(self) -> CastLaunch:
-        """The same kernel over z's own launches (`z_plan`)."""
+        """The same kernel over z's own launches (`z_plan`), sharing its functions."""
         assert self.z_plan is not None
-        return CastLaunch(self.config, self.kernel, self.z_plan, self.src, self.dst, self.state)
+        return CastLaunch(
+            self.config, self.kernel, self.z_plan, self.src, self.dst, self.state,
+            functions=self.functions,
+        )  # fmt: skip
 
     def packed(
         self, ctx: int, x: int, y: int, z: int, scale_ptr: int, scale_value: float, amax: int

@@ -72,6 +72,7 @@ def gpu(monkeypatch):
         lambda dst, src, n, stream, ctx: log.append(("copy", dst, src, n, stream)),
     )
     monkeypatch.setattr(_driver, "Prepared", _Prepared)
+    monkeypatch.setattr(_driver, "allow_function_dynamic_shared", lambda func, nbytes, ctx: None)
     monkeypatch.setattr(
         _driver,
         "launch_transpose",
@@ -136,30 +137,46 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
 @pytest.mark.parametrize(
     "m, n, pieces, rules",
     [
-        (4099, 6007, ["shuffle", "cols"], [2]),  # the columns of 4099 rows fit a block
-        (9000, 6000, ["cols", "shuffle_inv", "cols"], [3, 1]),  # the n x m view's do, gcd 3000
-        (7400, 7501, ["shuffle", "split_band", "permute"], []),  # neither side fits
+        (900, 6007, ["shuffle", "cols"], [2]),  # the columns of 900 rows: a block's band
+        (4099, 6007, ["shuffle", "cols_staged"], [2]),  # of 4099 rows: through the scratch
+        (9000, 6000, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # the n x m view
+        (7400, 7501, ["shuffle", "cols_staged"], [2]),  # past what a block holds either way
     ],
 )
 def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rules):
-    """The H200's 227 KiB hold 7264 rows of a 32-byte band: COLS passes on that side, its
-    table (h of every row of the grid) uploaded before the first pass; else the unfused."""
+    """Every column pass is one COLS pass, on the shorter columns' side: a block's band of
+    them where they are under STAGED_MIN_ROWS, else band by band through the scratch, twice
+    a band (out, then back), its table (h of every row of the grid) uploaded before the
+    first pass and the scratch its `offset` past the table."""
     prog = programs.program(_state(), 1, m, n, 2)
     got = [s.how.spec.piece for s in prog.steps]
-    assert got[: len(pieces)] == pieces
+    assert got == pieces
     cols = [s.how for s in prog.steps if s.how.kind == "cols"]
     assert [h.args["split"] for h in cols] == rules
     assert all(h.smem <= H200.limits.max_shared_optin for h in cols)
     call.run(prog, 0x1000_0000, 0xC0, 0x33)
     kinds = [e[0] for e in gpu]
-    if rules:
-        assert kinds.index("upload") < kinds.index("run")
-        grid_rows = m if prog.plan.m == m else n
-        assert ("upload", 4 * grid_rows) in gpu and prog.plan.flipped == (grid_rows == n)
-        table = next(iter(call._TABLES.values())).ptr
-        assert [e[3] for e in gpu if e[:2] == ("run", "cols")][
-            rules.index(2 if 2 in rules else 3)
-        ] == table
+    assert kinds.index("upload") < kinds.index("run")
+    grid_rows = m if prog.plan.m == m else n
+    assert ("upload", 4 * grid_rows) in gpu and prog.plan.flipped == (grid_rows == n)
+    table = next(iter(call._TABLES.values())).ptr
+    tabled = rules.index(2 if 2 in rules else 3)
+    piece = cols[tabled].spec.piece
+    runs = [e for e in gpu if e[:2] == ("run", piece)]
+    if piece == "cols":
+        assert runs[tabled][3] == table
+        return
+    scratch = call._SCRATCH[(0xC0, 0x33, 0)].ptr
+    bands = [h.rows for h in cols]
+    assert len(runs) == 2 * sum(bands)
+    for h, first in zip(cols, [0, 2 * bands[0]], strict=False):
+        mine = runs[first : first + 2 * h.rows]
+        values = [r[5].values() for r in mine]
+        assert [(v["row"], v["segs"]) for v in values] == [
+            (b, phase) for b in range(h.rows) for phase in (0, 1)
+        ]
+        second = table if h.table is not None else scratch
+        assert all(r[3] == second and v["offset"] == scratch - second for r, v in zip(mine, values, strict=True))
 
 
 def test_an_unprepared_shape_is_refused_under_capture_before_anything_runs(gpu, monkeypatch):
@@ -178,7 +195,9 @@ def test_square_runs_one_swap_and_needs_nothing(gpu):
 
 
 def test_long_rows_go_through_the_scratch_in_groups(gpu):
-    m, n, e = 300, 70_001, 4  # rows of 280 kB: past the 227 kB a block may hold
+    # rows of 1.2 MB: past the 227 kB a block may hold; the n x m view's columns too tall to
+    # go through the scratch
+    m, n, e = 300, 300_001, 4
     prog = programs.program(_state(), 1, m, n, e)
     shuffle = next(s for s in prog.steps if s.how.kind == "shuffle")
     group = (32 << 20) // (n * e)

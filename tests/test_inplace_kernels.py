@@ -101,15 +101,18 @@ extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* 
     return ctypes.CDLL(str(lib))
 
 
-def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES, band_rows=0):
+def _run(
+    x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES, band_rows=0, staged=None
+):
     """x's bytes (a flat view inside a guarded buffer) transposed by the emulated passes, the
     scratch and tables handled as calls/inplace.py handles them; columns of up to
-    `band_rows` rows by COLS."""
+    `band_rows` rows by COLS, through the scratch where `staged` (staged_from, stage_bytes)
+    says."""
     e = x.dtype.itemsize
     plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // e)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     cycles = row_cycles(m, n, plan.a) if permutes else None
-    hows = pass_launches(plan, e, PARAMS, 2, optin, cycles, scratch_limit)
+    hows = pass_launches(plan, e, PARAMS, 2, optin, cycles, scratch_limit, *(staged or ()))
     scratch = np.zeros(max((h.scratch for h in hows), default=0) + 16, np.uint8)
     data = x.view(np.uint8)
     pieces = None
@@ -126,6 +129,20 @@ def _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES, ban
             values["offset"] = scratch.ctypes.data - aux
         elif how.aux == "rows":
             aux = scratch.ctypes.data
+        elif how.aux == "bands":  # the table, the scratch `offset` past it; or the scratch
+            aux = scratch.ctypes.data if table is None else table.ctypes.data
+            values["offset"] = scratch.ctypes.data - aux
+            for band in range(how.rows):
+                for phase in (0, 1):
+                    values["row"], values["segs"] = band, phase
+                    args = struct.pack(ARG_FORMAT, *(values.get(k, 0) for k in ARG_NAMES))
+                    lib.at_emu_run(
+                        ctypes.c_uint(how.blocks),
+                        ctypes.c_void_p(x.ctypes.data),
+                        ctypes.c_void_p(aux),
+                        ctypes.c_char_p(args),
+                    )
+            continue
         groups = range(0, how.rows, how.rows_per) if how.rows else [None]
         for r0 in groups:
             if r0 is not None:  # the host's copy of a group of rows (cuMemcpyDtoDAsync)
@@ -156,6 +173,7 @@ def _check(
     scratch_limit=SCRATCH_BYTES,
     shift=0,
     band_rows=0,
+    staged=None,
 ):
     rng = np.random.default_rng([batch, m, n, e, conjugate])
     if conjugate:
@@ -171,7 +189,7 @@ def _check(
     buf = np.full(start + nbytes + GUARD, POISON, np.uint8)
     buf[start : start + nbytes] = x0.view(np.uint8).ravel()
     x = buf[start : start + nbytes].view(x0.dtype)
-    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit, band_rows)
+    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit, band_rows, staged)
     want = np.swapaxes(x0, 1, 2)
     if conjugate:
         want = np.conj(want)
@@ -410,3 +428,27 @@ def test_swap_moves_16_byte_words_where_x_and_the_rows_allow(m, e, tmp):
     for shift in (0, e):
         hows = _check(2, m, m, e, tmp, shift=shift)
         assert [h.kind for h in hows] == ["swap"]
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [
+        (1, 70, 45, 4),  # flipped (the 45-row view): the scatter and COLS_UP, gcd 5
+        (1, 45, 70, 4),  # COLS_DOWN and the gather, gcd 5
+        (2, 37, 300, 1),  # gcd 1; SKEW tiles of 128 one-byte columns, bands of 256
+        (1, 300, 37, 2),  # flipped, gcd 1
+        (2, 24, 90, 8),  # gcd 6: the rotations' k steps every b = 15 columns
+        (1, 33, 21, 16),  # gcd 3, 16-byte elements (no wider word)
+        (1, 600, 9, 4),  # a SKEW tile's window wrapping over the 9-row view's columns
+    ],
+)
+def test_staged_column_passes(batch, m, n, e, tmp):
+    """COLS through the scratch (staged_from 2): bands of a few SKEW tiles (stage_bytes 8 KiB)
+    moved out by one launch and back by the other, x on a 16-byte line and one element past
+    it (narrower words): every column pass is one staged pass."""
+    for shift in sorted({0, e % 16}):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=1 << 20, staged=(2, 8 << 10))
+        cols = [h for h in hows if h.kind == "cols"]
+        assert cols and {h.spec.piece for h in cols} == {"cols_staged"}
+        assert all(h.aux == "bands" and h.rows >= 1 for h in cols)
+        assert all(h.scratch == h.args["m"] * -(-h.args["tiles"] * e // 16) * 16 for h in cols)

@@ -27,6 +27,7 @@ from ..dispatch.lru import LRU
 from ..errors import DeviceError, InputTypeError, LayoutError
 from ..kernels.inplace import ARG_FORMAT, ARG_NAMES
 from ..kinds.inplace import InplaceParams
+from ..plans.inplace import COLS_GATHER
 from ..runtime import driver as _driver, streams
 from ..runtime.arrays import View, view
 from .common import call_target, keeping_context
@@ -334,6 +335,18 @@ def _launches(
             pieces_table = table or pieces_table
             offset = scratch - pieces_table
             out.append(([_with(launch, ctx, offset=offset)], pieces_table))
+        elif how.aux == "bands":  # a staged COLS pass: each band out to the scratch, then back
+            second = table or scratch
+            staged: _Items = []
+            for band in range(how.rows):
+                for phase in (0, 1):
+                    # ROWS takes no shared memory (plans/inplace.py: staged_phases)
+                    skew = (how.args["split"] == COLS_GATHER) == (phase == 0)
+                    shared = launch.shared if skew else 0
+                    staged.append(
+                        _with(launch, ctx, shared, row=band, segs=phase, offset=scratch - second)
+                    )
+            out.append((staged, second))
         elif how.aux == "rows":
             row_bytes = how.args["n"] * how.spec.elem_bytes
             items: _Items = []
@@ -347,15 +360,17 @@ def _launches(
     return out
 
 
-def _with(launch: Any, ctx: int, **values: int) -> _driver.Prepared:
-    """`launch` made ready in `ctx` with some of its `at_inplace_args` replaced."""
+def _with(launch: Any, ctx: int, shared: int | None = None, **values: int) -> _driver.Prepared:
+    """`launch` made ready in `ctx` with some of its `at_inplace_args` replaced (and its
+    dynamic shared memory: `shared`, where given)."""
     scalars = list(launch.scalars)
     for name, value in values.items():
         scalars[ARG_NAMES.index(name)] = value
     base = launch.prepared(ctx)
     func = base.args[0].value if hasattr(base.args[0], "value") else base.args[0]
     tail = struct.pack(ARG_FORMAT, *scalars)
-    prep = _driver.Prepared(func, ctx, launch.grid, launch.block, tail, launch.shared)
+    shared = launch.shared if shared is None else shared
+    prep = _driver.Prepared(func, ctx, launch.grid, launch.block, tail, shared)
     if launch.shared:  # the kernel's opt-in stays at the device's most (SharedLaunch)
         _driver.allow_function_dynamic_shared(func, launch.optin, ctx)
     return prep

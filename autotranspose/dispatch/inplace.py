@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kernels.inplace import SHUFFLE_PAD, PassLaunch, cols_rows, pass_launches
+from ..kernels.inplace import SHUFFLE_PAD, PassLaunch, cols_rows, pass_launches, staged_rows
 from ..kinds.inplace import InplaceParams
 from ..plans.inplace import PERMUTE, InplacePlan, RowCycles, plan_inplace, row_cycles
 from ..runtime.compiler import DeviceState, precompile_inplace
@@ -96,7 +96,9 @@ def _build(
     fused: bool,
 ) -> InplaceProgram:
     optin = state.info.limits.max_shared_optin
-    band_rows = cols_rows(optin) if fused else 0
+    # fused: every column pass is one COLS pass, a block's where its columns fit one, through
+    # the scratch where they are taller (up to staged_rows)
+    band_rows = max(cols_rows(optin), staged_rows()) if fused else 0
     plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // elem_bytes)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     hows = pass_launches(

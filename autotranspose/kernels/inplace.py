@@ -90,6 +90,7 @@ PIECES = (
     "shuffle_runs_inv",
     COLS,
     "cols_lines",
+    "cols_staged",
     PERMUTE,
     PERMUTE_SAVE,
     PERMUTE_PIECES,
@@ -110,6 +111,7 @@ _FILES = {
     "shuffle_runs_inv": "shuffle",
     COLS: "cols",
     "cols_lines": "cols_lines",
+    "cols_staged": "cols_staged",
     PERMUTE: "cycles",
     PERMUTE_SAVE: "cycles",
     PERMUTE_PIECES: "cycles",
@@ -230,6 +232,50 @@ RUNS_MAX_ROWS, RUNS_CHUNK_BYTES = 64, 16 << 10
 SCRATCH_BYTES = 32 << 20
 
 
+# COLS through the scratch ("cols_staged"; plans/inplace.py, "staged"): columns of at least
+# STAGED_MIN_ROWS rows, which a block would hold only as bands of 32 to 64 bytes a row (on the
+# H200 those ran at 6-28% of a copy), go band by band through the scratch: bands of whole
+# columns of about STAGE_BYTES (the L2 keeps a band between its two launches), SKEW's tiles
+# SKEW_BYTES of columns by SKEW_ROWS rows (their window: SKEW_ROWS plus the tile's columns
+# less one rows in shared memory).
+STAGED_MIN_ROWS, STAGE_BYTES = 1024, 16 << 20
+SKEW_BYTES, SKEW_ROWS = 128, 256
+
+
+def skew_cols(elem_bytes: int) -> int:
+    """Columns of a SKEW tile: SKEW_BYTES of them."""
+    return SKEW_BYTES // elem_bytes
+
+
+def skew_pitch(elem_bytes: int) -> int:
+    """Elements a SKEW window's shared row takes: its columns and a pad to an odd number of
+    4-byte words (as SWAP's tiles, `swap_pad`)."""
+    return skew_cols(elem_bytes) + swap_pad(elem_bytes)
+
+
+def skew_smem(elem_bytes: int) -> int:
+    """SKEW's dynamic shared memory: its window of SKEW_ROWS + columns - 1 rows."""
+    return (SKEW_ROWS + skew_cols(elem_bytes) - 1) * skew_pitch(elem_bytes) * elem_bytes
+
+
+def staged_width(m: int, n: int, elem_bytes: int, stage_bytes: int) -> int:
+    """Columns of a staged band: what `stage_bytes` holds of m rows, a whole number of SKEW
+    tiles (one at least), no more tiles than n needs."""
+    wt = skew_cols(elem_bytes)
+    w = max(1, stage_bytes // (m * elem_bytes) // wt) * wt
+    return min(w, -(-n // wt) * wt)
+
+
+def staged_scratch(m: int, width: int, elem_bytes: int) -> int:
+    """The scratch of a staged band: m rows of `width` elements, each rounded up to 16 bytes."""
+    return m * (-(-width * elem_bytes // 16) * 16)
+
+
+def staged_rows(scratch_limit: int = SCRATCH_BYTES) -> int:
+    """The tallest column a staged COLS pass takes: one SKEW tile's width of it in the scratch."""
+    return scratch_limit // SKEW_BYTES
+
+
 @dataclass(frozen=True)
 class InplaceKernel:
     """One in-place pass kernel: its piece, element size, whether it conjugates (complex64
@@ -297,6 +343,7 @@ def render_inplace(k: InplaceKernel) -> str:
             threads=p.threads,
             tile=p.tile,
             pad=swap_pad(k.elem_bytes),
+            skew_pad=swap_pad(k.elem_bytes),
             band=BAND_ROWS,
             band_w=band_cols(k.elem_bytes),
             band_t=BAND_PAIRS,
@@ -317,7 +364,10 @@ class PassLaunch:
     whose start `table` (PERMUTE's pieces) is copied first where there is one; "rows" the
     scratch holding rows a long-row SHUFFLE gathers from, the launch repeated for groups of
     `rows_per` of the `rows` rows (each group copied there first, the `row` and `rows_per`
-    arguments set per group). `scratch`: the bytes of scratch the pass needs."""
+    arguments set per group); "bands" a staged COLS pass, launched twice for each of its
+    `rows` bands (`row` the band, `segs` 0 then 1: into the scratch, then back), its second
+    pointer its table (`offset`: the scratch's distance from it) or the scratch itself.
+    `scratch`: the bytes of scratch the pass needs."""
 
     kind: str
     spec: InplaceKernel
@@ -340,12 +390,19 @@ def pass_launches(
     shared_optin: int,
     cycles: RowCycles | None,
     scratch_limit: int = SCRATCH_BYTES,
+    staged_from: int | None = None,
+    stage_bytes: int | None = None,
 ) -> tuple[PassLaunch, ...]:
     """How `plan`'s passes launch on a GPU of `multiprocessors` SMs that lets a block opt in
     to `shared_optin` bytes of shared memory, PERMUTE walking `cycles` (pure: the CPU tests
     launch exactly these on the emulator). Every grid is at most blocks_per_sm blocks an SM;
     the kernels walk their items by the grid stride. The row passes may use `scratch_limit`
-    bytes of scratch (or one row, where a row is longer)."""
+    bytes of scratch (or one row, where a row is longer); COLS passes of columns of at least
+    `staged_from` rows (or more than a block holds) go through it in bands of about
+    `stage_bytes` (default: STAGED_MIN_ROWS and STAGE_BYTES, read per call), where a SKEW
+    tile's width of their rows fits it."""
+    staged_from = STAGED_MIN_ROWS if staged_from is None else staged_from
+    stage_bytes = STAGE_BYTES if stage_bytes is None else stage_bytes
     cap = multiprocessors * params.blocks_per_sm
     batch, m, n = plan.batch, plan.m, plan.n
     row_bytes = n * elem_bytes
@@ -406,6 +463,31 @@ def pass_launches(
             items = batch * (m // 2)
             blocks = -(-items // (params.threads // lanes))
             add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
+        elif (
+            p.kind == COLS
+            and (m >= staged_from or m > cols_rows(shared_optin))
+            and (m <= staged_rows(scratch_limit))
+        ):
+            w = staged_width(m, n, elem_bytes, min(stage_bytes, scratch_limit))
+            bands = -(-n // w)
+            spec = InplaceKernel("cols_staged", elem_bytes, False, params)
+            table = p.split in (COLS_GATHER, COLS_SCATTER)
+            wt = skew_cols(elem_bytes)
+            # the grid: a SKEW launch's tiles (the ROWS launch strides over the same blocks)
+            items = -(-min(w, n) // wt) * -(-m // SKEW_ROWS)
+            args = {"items": items, "tiles": w, "split": p.split, "cycles": bands}
+            args |= {"lanes": wt, "rows_per": SKEW_ROWS}
+            add(
+                p,
+                spec,
+                max(items, multiprocessors * params.blocks_per_sm),
+                args,
+                smem=skew_smem(elem_bytes),
+                aux="bands",
+                rows=batch * bands,
+                scratch=staged_scratch(m, w, elem_bytes),
+                table=row_table(m, n, plan.a) if table else None,
+            )
         elif p.kind == COLS:
             lines = cols_lines(m, n, elem_bytes)
             piece = "cols_lines" if lines else COLS

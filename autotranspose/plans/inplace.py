@@ -47,6 +47,14 @@ n' (`COLS_SCATTER`), SHUFFLE in its inverse form (`shuffle_dest`: a gather as we
 ROTATE_Q's inverse (`COLS_UP`), every formula with the n x m grid's m', n', c, a, b
 (`InplacePlan.flipped`; the plan's m and n are then the view's).
 
+Columns too tall for a block (`staged`): a COLS pass runs band by band through the scratch
+(a band of whole columns a few MiB wide, all m rows; read back while the L2 still holds it)
+in two launches, each coalesced along the rows: its column part, a rotation of every column
+by k(C) (`skew_shift`; SKEW, through shared-memory tiles of a window of rows), and its row
+part, whole band rows moved by the table h (ROWS). COLS_GATHER is SKEW (x to the scratch)
+then ROWS (gathering row h(R)); COLS_SCATTER is ROWS (scattering to row h(R)) then SKEW;
+the rotations copy the band with ROWS and rotate it back with SKEW (`staged_phases`).
+
 Square matrices skip all this: tile pairs (I, J), (J, I) swap through shared memory (SWAP).
 A matrix with one row or one column is already its transpose in memory (no pass, or CONJ
 alone for a conjugate transpose).
@@ -232,6 +240,26 @@ def cols_row(
         return (row_offset(r, m, n, a) + col % m) % m
     q = col // b
     return (r - q) % m if rule == COLS_DOWN else (r + q) % m
+
+
+# A staged COLS pass's two launches, in order: SKEW (its column part) and ROWS (its row part)
+SKEW, ROWS = "skew", "rows"
+
+
+def staged_phases(rule: int) -> tuple[str, str]:
+    """The order of a staged COLS pass's launches: the first moves x's band into the scratch,
+    the second moves it back. A gather's row part is read last (ROWS gathers from the
+    scratch), a scatter's written first; the rotations have no row part (ROWS copies)."""
+    return (SKEW, ROWS) if rule == COLS_GATHER else (ROWS, SKEW)
+
+
+def skew_shift(col: np.ndarray, rule: int, m: int, b: int) -> np.ndarray:
+    """SKEW's rotation of column `col`: row i of its output takes row (i + k) mod m of its
+    input, k = C mod m (COLS_GATHER), -(C mod m) (COLS_SCATTER), -(C // b) (COLS_DOWN) or
+    C // b (COLS_UP), taken mod m. With ROWS (row R from row h(R), or to it) in
+    `staged_phases` order, it is `cols_row`'s permutation."""
+    part = col % m if rule in (COLS_GATHER, COLS_SCATTER) else col // b
+    return (part if rule in (COLS_GATHER, COLS_UP) else -part) % m
 
 
 def row_table(m: int, n: int, a: int) -> np.ndarray:

@@ -1,0 +1,150 @@
+"""Developer tool: COLS through the scratch ("cols_staged") against a block's band of whole
+columns ("cols", or the unfused passes where no block holds a column), and the staged band's
+size, on the same matrices in one process.
+
+    python dev/staged_ab.py [--cases 5345x11747:float32 ...] [--repeat 5] [--out FILE]
+
+Per case and variant (kernels/inplace.py's STAGED_MIN_ROWS and STAGE_BYTES set for it, the
+programs rebuilt): the call checked bit for bit against PyTorch's out-of-place transpose, then
+each pass timed with CUDA events between the passes of one call behind a sleep kernel (the
+host queues the launches while the GPU sleeps), the median of --repeat calls; the whole call
+against a device-to-device copy of the matrix and against transpose() out of place. Needs
+PyTorch on a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+CASES = [
+    "5345x11747:float32",
+    "2039x7919:float32",
+    "3123x8555:uint8",
+    "5029x6113:float32",
+    "8280x7320:float16",
+    "10007x6007:float16",
+    "4093x10007:float32",
+    "7488x4032:float32",
+    "2760x7980:float32",
+    "1908x3252:float32",
+    "7919x2039:float16",
+    "2139x1759:float64",
+    "2313x617:complex128",
+    "1299x3839:float64",
+]
+# (name, STAGED_MIN_ROWS, STAGE_BYTES)
+VARIANTS = [
+    ("block", 1 << 40, 16 << 20),
+    ("staged4M", 1024, 4 << 20),
+    ("staged8M", 1024, 8 << 20),
+    ("staged16M", 1024, 16 << 20),
+    ("staged32M", 1024, 32 << 20),
+]
+SLEEP = 2_000_000
+
+
+def _case(text: str) -> tuple[tuple[int, ...], str]:
+    shape, dtype = text.split(":")
+    return tuple(int(v) for v in shape.split("x")), dtype
+
+
+def _timed(torch: Any, fn: Any, repeat: int, before: Any = None) -> float:
+    times = []
+    for _ in range(repeat + 1):
+        if before is not None:
+            before()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times[1:])
+
+
+def main() -> None:
+    import torch
+
+    import autotranspose as at
+    from autotranspose.calls import inplace
+    from autotranspose.calls.common import call_target
+    from autotranspose.dispatch import inplace as programs
+    from autotranspose.kernels import inplace as kernels
+    from autotranspose.runtime.arrays import view
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
+    p.add_argument("--variants", nargs="+", default=[v[0] for v in VARIANTS])
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    rows = []
+    for text in args.cases:
+        shape, dtype = _case(text)
+        dt = getattr(torch, dtype)
+        if dt.is_floating_point or dt.is_complex:
+            x0 = torch.randn(shape, device="cuda").to(dt)
+        else:
+            x0 = torch.randint(0, 256, shape, device="cuda", dtype=torch.int32).to(dt)
+        want = x0.transpose(-1, -2).contiguous()
+        x = x0.clone()
+        nbytes = x0.numel() * x0.element_size()
+        copy_us = _timed(torch, lambda: x.copy_(x0), args.repeat)
+        out = torch.empty_like(want)
+        oop_us = _timed(torch, lambda: at.transpose(x0, out=out), args.repeat)
+        xv = view(x)
+        state, ctx, handle = call_target(xv, None)
+        for name, frm, stage in VARIANTS:
+            if name not in args.variants:
+                continue
+            kernels.STAGED_MIN_ROWS, kernels.STAGE_BYTES = frm, stage
+            programs.clear()
+            prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
+            x.copy_(x0)
+            inplace.run(prog, xv.ptr, ctx, handle)
+            right = torch.equal(x.view(want.shape), want)
+            per: list[list[float]] = [[] for _ in prog.steps]
+            whole = []
+            for _ in range(args.repeat):
+                x.copy_(x0)
+                events = [torch.cuda.Event(enable_timing=True) for _ in range(len(prog.steps) + 1)]
+                torch.cuda._sleep(SLEEP)
+                inplace.run(prog, xv.ptr, ctx, handle, lambda k, ev=events: ev[k].record())
+                events[-1].synchronize()
+                for k in range(len(prog.steps)):
+                    per[k].append(events[k].elapsed_time(events[k + 1]) * 1e3)
+                whole.append(events[0].elapsed_time(events[-1]) * 1e3)
+            us = statistics.median(whole)
+            passes = []
+            for s, t in zip(prog.steps, per, strict=True):
+                pus = statistics.median(t)
+                pct = 100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / pus
+                extra = f"/{s.how.rows}b" if s.how.aux == "bands" else ""
+                passes.append(f"{s.how.spec.piece}{extra}:{pct:.0f}%")
+            row = {
+                "case": text,
+                "variant": name,
+                "right": right,
+                "us": us,
+                "copy_pct": 100 * copy_us / us,
+                "vs_transpose": 100 * oop_us / us,
+                "passes": passes,
+            }
+            rows.append(row)
+            print(
+                f"{text:>22} {name:>10} {'ok' if right else 'WRONG'} {us:9.1f} us "
+                f"{row['copy_pct']:5.1f}% of copy {row['vs_transpose']:5.1f}% of transpose()  "
+                + " ".join(passes),
+                flush=True,
+            )
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

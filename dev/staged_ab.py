@@ -94,9 +94,9 @@ def main() -> None:
         want = x0.transpose(-1, -2).contiguous()
         x = x0.clone()
         nbytes = x0.numel() * x0.element_size()
-        copy_us = _timed(torch, lambda: x.copy_(x0), args.repeat)
+        copy_us = _timed(torch, lambda x=x, x0=x0: x.copy_(x0), args.repeat)
         out = torch.empty_like(want)
-        oop_us = _timed(torch, lambda: at.transpose(x0, out=out), args.repeat)
+        oop_us = _timed(torch, lambda x0=x0, out=out: at.transpose(x0, out=out), args.repeat)
         xv = view(x)
         state, ctx, handle = call_target(xv, None)
         for name, frm, stage in VARIANTS:

@@ -337,15 +337,11 @@ def _launches(
             out.append(([_with(launch, ctx, offset=offset)], pieces_table))
         elif how.aux == "bands":  # a staged COLS pass: each band out to the scratch, then back
             second = table or scratch
-            staged: _Items = []
-            for band in range(how.rows):
-                for phase in (0, 1):
-                    # ROWS takes no shared memory (plans/inplace.py: staged_phases)
-                    skew = (how.args["split"] == COLS_GATHER) == (phase == 0)
-                    shared = launch.shared if skew else 0
-                    staged.append(
-                        _with(launch, ctx, shared, row=band, segs=phase, offset=scratch - second)
-                    )
+            staged = step.bands.get((ctx, second, scratch))
+            if staged is None:
+                if len(step.bands) >= _RUNS_PER_HIT:
+                    step.bands.clear()
+                staged = step.bands[(ctx, second, scratch)] = _bands(step, ctx, second, scratch)
             out.append((staged, second))
         elif how.aux == "rows":
             row_bytes = how.args["n"] * how.spec.elem_bytes
@@ -358,6 +354,20 @@ def _launches(
         else:
             out.append(([launch.prepared(ctx)], 0))
     return out
+
+
+def _bands(step: programs.InplaceStep, ctx: int, second: int, scratch: int) -> _Items:
+    """A staged COLS pass's launches: each band moved out to the scratch, then back (the
+    second pointer its table, the scratch `offset` past it; or the scratch itself)."""
+    how, launch = step.how, step.launch
+    staged: _Items = []
+    for band in range(how.rows):
+        for phase in (0, 1):
+            # ROWS takes no shared memory (plans/inplace.py: staged_phases)
+            skew = (how.args["split"] == COLS_GATHER) == (phase == 0)
+            shared = launch.shared if skew else 0
+            staged.append(_with(launch, ctx, shared, row=band, segs=phase, offset=scratch - second))
+    return staged
 
 
 def _with(launch: Any, ctx: int, shared: int | None = None, **values: int) -> _driver.Prepared:

@@ -8,7 +8,8 @@ or their pieces) the call uploads once per device.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..kernels.inplace import SHUFFLE_PAD, PassLaunch, cols_rows, pass_launches, staged_rows
 from ..kinds.inplace import InplaceParams
@@ -27,11 +28,16 @@ _PROGRAMS: LRU[tuple[object, ...], InplaceProgram] = LRU(1024)
 @dataclass(frozen=True)
 class InplaceStep:
     """One pass made ready: how it launches (`how`), its prepared launch, and for a pass
-    with a table the key its device copy is kept under (per context)."""
+    with a table the key its device copy is kept under (per context). `bands`: a staged COLS
+    pass's launches, made ready once per (context, second pointer, scratch): a call queues
+    them, it does not pack them (calls/inplace.py)."""
 
     how: PassLaunch
     launch: Launch
     table_key: tuple[object, ...] | None = None
+    bands: dict[tuple[int, int, int], list[Any]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @property
     def kind(self) -> str:

@@ -138,16 +138,17 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
     "m, n, pieces, rules",
     [
         (900, 6007, ["shuffle", "cols"], [2]),  # the columns of 900 rows: a block's band
-        (4099, 6007, ["shuffle", "cols_staged"], [2]),  # of 4099 rows: through the scratch
-        (9000, 6000, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # the n x m view
-        (7400, 7501, ["shuffle", "cols_staged"], [2]),  # past what a block holds either way
+        (4099, 6007, ["shuffle", "cols"], [2]),  # of 4099 rows
+        (9000, 6000, ["cols", "shuffle_inv", "cols"], [3, 1]),  # the n x m view's, gcd 3000
+        (7400, 7501, ["shuffle", "cols_staged"], [2]),  # past a block: through the scratch
+        (8280, 7320, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # view, gcd 40
     ],
 )
 def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rules):
     """Every column pass is one COLS pass, on the shorter columns' side: a block's band of
-    them where they are under STAGED_MIN_ROWS, else band by band through the scratch, twice
-    a band (out, then back), its table (h of every row of the grid) uploaded before the
-    first pass and the scratch its `offset` past the table."""
+    them where a block holds them (7264 rows of 32 bytes in the H200's 227 KiB), else band by
+    band through the scratch, twice a band (out, then back); the table (h of every row of
+    the grid) uploaded before the first pass, the scratch `offset` past it."""
     prog = programs.program(_state(), 1, m, n, 2)
     got = [s.how.spec.piece for s in prog.steps]
     assert got == pieces
@@ -176,7 +177,10 @@ def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rul
             (b, phase) for b in range(h.rows) for phase in (0, 1)
         ]
         second = table if h.table is not None else scratch
-        assert all(r[3] == second and v["offset"] == scratch - second for r, v in zip(mine, values, strict=True))
+        assert all(
+            r[3] == second and v["offset"] == scratch - second
+            for r, v in zip(mine, values, strict=True)
+        )
 
 
 def test_an_unprepared_shape_is_refused_under_capture_before_anything_runs(gpu, monkeypatch):

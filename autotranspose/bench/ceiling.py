@@ -54,7 +54,6 @@ def _lanes(words: int, threads: int) -> int:
 
 def params(a: TileAccess, served: str = "") -> dict[str, Any]:
     """What templates/pattern/tile.cu.j2 renders for `a` (its name a hash of the rest)."""
-    threads = a.threads // a.walkers
     si, so = a.in_bytes, a.out_bytes
     strides_in = (a.ld_in * si, a.bs_in * si, a.base_in, *(s * si for _, s, _ in a.outer))
     exact = all(x % a.in_word == 0 for x in strides_in) and a.tile_n * si % a.in_word == 0
@@ -78,11 +77,8 @@ def params(a: TileAccess, served: str = "") -> dict[str, Any]:
         "cache": a.cache,
         "z": bool(a.z_ld),
         "wi_words": wi_words,
-        "li": _lanes(wi_words, threads),
         "wo_words": wo_words,
-        "lo": _lanes(wo_words, threads),
         "wz_words": wz_words,
-        "lz": _lanes(wz_words, threads),
     }
     digest = hashlib.sha256(repr(sorted(k.items())).encode()).hexdigest()[:12]
     return {**k, "name": f"at_pattern_{digest}", "served": served or a.kind}

@@ -36,6 +36,7 @@ CASES = [
     "2139x1759:float64",
     "2313x617:complex128",
     "1299x3839:float64",
+    "12289x8191:uint8",
 ]
 # (name, STAGED_MIN_ROWS, STAGE_BYTES)
 VARIANTS = [

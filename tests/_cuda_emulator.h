@@ -38,6 +38,10 @@ inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 inline void __syncthreads() { at_emu_barrier->arrive_and_wait(); }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
+template <typename T>
+inline T __ldcs(const T* p) { return *p; }
+template <typename T>
+inline void __stcs(T* p, T v) { *p = v; }
 inline unsigned __umulhi(unsigned a, unsigned b) {
     return (unsigned)(((unsigned long long)a * b) >> 32);
 }

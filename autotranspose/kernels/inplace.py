@@ -238,10 +238,11 @@ SCRATCH_BYTES = 32 << 20
 # columns of about STAGE_BYTES (the L2 keeps part of a band between its two launches), SKEW's
 # tiles SKEW_BYTES of columns by SKEW_ROWS rows (their window: SKEW_ROWS plus the tile's
 # columns less one rows in shared memory). Shorter columns stay in a block's band: on the
-# H200, columns of 1299 to 10007 rows ran 1.0-2.8x faster that way (staged: 10-53% of a copy
-# a pass, its launches at about half the memory's speed, latency-bound, element-wide where
-# x's rows are not whole 16-byte words; docs/inplace.md); 8280x7320 2-byte went from 5.0% of
-# a copy (unfused) to 13.2%.
+# H200 staged passes ran at 8-51% of a copy (their launches at about half the memory's speed,
+# latency-bound, element-wide where x's rows are not whole 16-byte words; docs/inplace.md),
+# ahead of a block's band on 4 of 14 shapes by 1-2 points of the call and behind on 9 by up
+# to 13, with no row count between them; 8280x7320 2-byte went from 5.0% of a copy (unfused)
+# to 13.2%.
 # STAGED_MIN_ROWS: columns at least this tall are staged even where a block holds them.
 STAGED_MIN_ROWS, STAGE_BYTES = 1 << 31, 32 << 20
 SKEW_BYTES, SKEW_ROWS = 128, 256

@@ -113,7 +113,8 @@ def test_rows_longer_than_shared_memory_go_through_one_row_of_scratch(cupy, rng,
         ((5, 60000), "float32"),  # COLS and rows through the scratch, gathered from runs
         ((60000, 5), "float32"),  # inverted, the view's rows through the scratch
         ((70, 60000), "float32"),  # 70 rows through the scratch: gathered element by element
-        ((7300, 7301), "uint8"),  # neither side's columns fit: the unfused passes
+        ((7300, 7301), "uint8"),  # neither side's columns fit a block: through the scratch
+        ((7320, 7400), "float16"),  # the same, gcd 40: the rotations through the scratch too
         ((1021, 4093), "complex128"),  # 16-byte elements
         ((18, 100001), "uint8"),  # few rows off 4-byte words: COLS in 16-byte lines
         ((100001, 18), "int16"),  # the same on the 18 x 100001 view, inverted
@@ -284,6 +285,46 @@ def test_torch_cuda_graph_capture_after_a_warm_up(torch):
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, fresh.t())
+
+
+def test_torch_cuda_graph_capture_of_a_staged_shape(torch):
+    """Columns past a block go band by band through the scratch: under capture, the graph's
+    own stream-ordered scratch, its band launches made ready for it."""
+    shape = (7300, 7320)  # gcd 20, both sides past a block's 7264 rows
+    warm = torch.randint(0, 255, shape, dtype=torch.uint8, device="cuda")
+    at.transpose_(warm)
+    static = torch.empty(shape, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = at.transpose_(static)
+    for _ in range(2):
+        fresh = torch.randint(0, 255, shape, dtype=torch.uint8, device="cuda")
+        static.copy_(fresh)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fresh.t())
+
+
+@pytest.mark.parametrize("shape", [(300, 140), (1031, 257), (7300, 7301)])
+def test_the_unfused_passes_still_transpose(cupy, rng, shape):
+    """REVERSE, SPLIT and PERMUTE (what columns past the scratch take, and what `bench
+    --inplace` times beside the fused passes), run as the call runs a program."""
+    from autotranspose.calls import inplace as call
+    from autotranspose.calls.common import call_target
+    from autotranspose.dispatch import inplace as programs
+    from autotranspose.runtime.arrays import view
+
+    host = random_array(rng, shape, "int16")
+    buf, x = guarded(cupy, host)
+    xv = view(x)
+    state, ctx, handle = call_target(xv, None)
+    prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, fused=False)
+    assert "cols" not in {s.how.kind for s in prog.steps}
+    call.run(prog, xv.ptr, ctx, handle)
+    cupy.cuda.runtime.deviceSynchronize()
+    assert same_bits(cupy.asnumpy(x).reshape(transposed_shape(shape)), np.swapaxes(host, -1, -2))
+    assert guards_intact(cupy, buf)
 
 
 def test_torch_repeated_calls_hit_the_fast_path_and_share_one_scratch(torch):

@@ -49,6 +49,13 @@ def test_each_kinds_pattern_runs_and_is_timed(what, config, shape, dtype):
     row = _pattern(rows)
     assert row.us is not None and row.us > 0 and row.of_copy > 0, row.note
     assert row.read_per_byte >= 1.0 and row.written_per_byte >= 1.0
+    # words under 16 bytes: the pattern in 16-byte words too, the same sectors, a row of its own
+    wide = [r for r in rows if r.peer == PATTERN_WIDE]
+    assert len(wide) <= 1 and all(r.us is not None and r.us > 0 for r in wide), wide
+    assert all(
+        (r.read_per_byte, r.written_per_byte) == (row.read_per_byte, row.written_per_byte)
+        for r in wide
+    )
 
 
 def test_the_served_transpose_has_its_pattern():

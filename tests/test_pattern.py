@@ -318,7 +318,10 @@ def test_the_pattern_kernel_moves_exactly_the_words_of_the_pattern(rng):
 
     if gxx() is None:
         pytest.skip("no g++ or CUDA headers to build the emulated kernel")
-    for a in _emulated_cases(rng):
+    from autotranspose.bench.ceiling import widened
+
+    cases = _emulated_cases(rng)
+    for a in [*cases, *(widened(a) for a in cases[::2])]:  # served words, and 16-byte ones
         a = replace(a, cache="stream", base_in=0, base_out=0)  # loads and stores recorded
         k = params(a)
         src = _RECORDING + render([k])
@@ -432,6 +435,24 @@ def box_words(a, inp: int, out: int):
             else:
                 reads += len(seen)
     return got, reads, writes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_tile_in_wide_words_touches_the_same_sectors(seed):
+    """A tile's pattern in 16-byte words (`widened`) reads and writes exactly the sectors of
+    its served words, at any residue of x and y in a sector."""
+    from autotranspose.bench.ceiling import WIDE_WORD, narrow, widened
+
+    rng = np.random.default_rng(seed)
+    for a in _emulated_cases(rng):
+        w = widened(a)
+        assert w.in_word == w.out_word == WIDE_WORD
+        assert narrow(a) == (min(a.in_word, a.out_word) < WIDE_WORD)
+        base_in = int(rng.integers(0, 32)) // a.in_bytes * a.in_bytes
+        base_out = int(rng.integers(0, 32)) // a.out_bytes * a.out_bytes
+        at = ((1 << 20) + base_in, (1 << 22) + base_out, 1 << 24 if a.z_ld else 0)
+        got = [{(p // 32, st) for p, _, st in expected_words(x, *at)} for x in (a, w)]
+        assert got[0] == got[1], (a.kind, a.in_word, a.out_word)
 
 
 @pytest.mark.parametrize("seed", range(3))

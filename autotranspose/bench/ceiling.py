@@ -209,21 +209,39 @@ class Ceiling:
     note: str
 
 
-def transpose_ceiling(state: Any, launch: Any, nbytes: int) -> Ceiling:
-    """The pattern of transpose()'s launch (a config's, or a row copy: its own pattern)."""
+def transpose_ceiling(state: Any, launch: Any, nbytes: int, wide: bool = False) -> Ceiling:
+    """The pattern of transpose()'s launch (a config's, or a row copy: its own pattern).
+    `wide`: its rows and windows moved in aligned 16-byte words whatever width the served
+    kernel moves (`widened`)."""
     if launch.config is None:  # one column or row a matrix: a copy has no exchange
         return Ceiling(launch, copy_traffic(nbytes), "row copy: its own pattern")
     a = launch_access(launch.config, launch.scalars, launch.grid)
+    if wide:
+        a = widened(a)
     return Ceiling(pattern_launch(state, a, served=launch.config.key), traffic(a), a.note)
 
 
-# The word a box pass's wide pattern moves along its runs (`permute_ceiling(wide=True)`)
+# The word a wide pattern moves (`widened`: `transpose_ceiling(wide=True)`,
+# `permute_ceiling(wide=True)`)
 WIDE_WORD = 16
 
 
-def widened(a: BoxAccess) -> BoxAccess:
-    """A box pass's pattern with its runs (each side's, where it has one) moved in aligned
-    WIDE_WORD-byte words: the same 32-byte sectors, fewer instructions."""
+def widened(a: TileAccess | BoxAccess) -> Any:
+    """A pattern moved in aligned WIDE_WORD-byte words: a tile's rows and output windows, a
+    box pass's runs (each side's, where it has one). An aligned 16-byte word lies in one
+    32-byte sector, so the words covering a range touch exactly its sectors: the same traffic
+    in fewer instructions. Where the served words are narrower, the pattern kernel can be
+    bound by its own instructions (4- to 16-byte tiles ran at 106-120% of their pattern on
+    the H200); this is the sectors' own ceiling. A word may reach up to 15 bytes past a
+    range's ends, within its sectors and the bench's buffers (rounded to 256 bytes, a guard
+    after the output)."""
+    if isinstance(a, TileAccess):
+        return replace(
+            a,
+            in_word=WIDE_WORD,
+            out_word=WIDE_WORD,
+            note=f"{a.kind} tile's rows and windows in {WIDE_WORD}-byte words",
+        )
     return replace(
         a,
         in_word=WIDE_WORD if a.in_run is not None else a.in_word,
@@ -232,21 +250,35 @@ def widened(a: BoxAccess) -> BoxAccess:
     )
 
 
-def has_boxes(steps: tuple[Any, ...]) -> bool:
-    """Whether a permute's steps have a packed box pass (what a wide pattern widens)."""
-    return any(
-        s.launch is not None and s.launch.config is None and s.launch.arg_format == PACKED_FORMAT
-        for s in steps
-    )
+def narrow(a: TileAccess | BoxAccess) -> bool:
+    """Whether widening `a` changes its words (what a wide pattern row is timed for)."""
+    return widened(a) != replace(a, note=widened(a).note)
+
+
+def transpose_widens(launch: Any) -> bool:
+    """Whether transpose()'s launch moves words under WIDE_WORD (a wide pattern row of its own)."""
+    if launch.config is None:
+        return False
+    return narrow(launch_access(launch.config, launch.scalars, launch.grid))
+
+
+def widens(plan: Any, steps: tuple[Any, ...]) -> bool:
+    """Whether a permute's passes move words under WIDE_WORD somewhere (its transpose passes'
+    rows or windows, its box passes' runs): a wide pattern row of its own."""
+    for p, step in zip(plan.passes, steps, strict=True):
+        launch = step.launch
+        if launch is not None and (launch.config is not None or launch.arg_format == PACKED_FORMAT):
+            if narrow(_pass_access(launch, p)):
+                return True
+    return False
 
 
 def permute_ceiling(state: Any, plan: Any, steps: tuple[Any, ...], wide: bool = False) -> Ceiling:
     """The pattern of a permute's steps (`dispatch.permute.Step`s, one per pass of `plan`),
     step for step at the same offsets: transpose and box passes by their pattern kernels,
-    copies and gathers as they are. `wide`: box passes move their runs in aligned 16-byte
-    words whatever width the served kernel moves (the same sectors in fewer instructions:
-    where a box pass's own pattern is instruction-bound, this is its sectors' ceiling; a
-    word may reach up to 15 bytes past a run's end, within the bench's padded buffers)."""
+    copies and gathers as they are. `wide`: transpose and box passes move their rows,
+    windows and runs in aligned 16-byte words whatever width the served kernel moves
+    (`widened`: the same sectors in fewer instructions)."""
     from ..dispatch.permute import Step
 
     out: list[Any] = []
@@ -262,7 +294,7 @@ def permute_ceiling(state: Any, plan: Any, steps: tuple[Any, ...], wide: bool = 
             continue
         if launch.config is not None or launch.arg_format == PACKED_FORMAT:
             a = _pass_access(launch, p)
-            if wide and isinstance(a, BoxAccess):
+            if wide:
                 a = widened(a)
             out.append(Step(pattern_launch(state, a, served=_served(launch, p)), step.nbytes, step.offsets))  # fmt: skip
             if total is not None:

@@ -44,7 +44,9 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
             of_pattern_p10=float(np.percentile([o / p for o, p in ceiling], 10)),
         )
     wide = [(c["autotranspose"], c[PATTERN_WIDE]) for c in cases.values() if PATTERN_WIDE in c and "autotranspose" in c]  # fmt: skip
-    if wide:  # a permute's box passes in 16-byte words: the sectors' ceiling of those passes
+    if (
+        wide
+    ):  # the pattern in 16-byte words: the sectors' own ceiling where served words are narrower
         out.update(
             wide_cases=len(wide),
             wide_median=float(np.median([p for _, p in wide])),
@@ -82,7 +84,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         )
     if summary.get("wide_cases"):
         lines.append(
-            f"  its box passes in 16-byte words ({PATTERN_WIDE}, {summary['wide_cases']} cases), "
+            f"  the pattern in 16-byte words ({PATTERN_WIDE}, {summary['wide_cases']} cases), "
             f"% of copy: median {100 * summary['wide_median']:.1f}; ours % of it: median "
             f"{100 * summary['of_wide_median']:.1f}"
         )
@@ -202,7 +204,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
     cuTENSOR and compile too)."""
     named = {r.peer for r in rows}
     shown = [p for p in _peers(rows) if p not in ("copy", *CEILINGS) and p in named]
-    wide = PATTERN_WIDE in named  # a permute's box passes in 16-byte words: the last column
+    wide = PATTERN_WIDE in named  # the pattern in 16-byte words: the last column
     cells = _by_case(rows)
     geam = "geam" in shown
     ceiling = PATTERN in named  # `bench --ceiling`: its columns last

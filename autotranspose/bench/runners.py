@@ -43,7 +43,8 @@ class Row:
 
 
 PATTERN = "pattern"  # the peer name of a call's pattern ceiling (`bench.ceiling`)
-# a permute's pattern with its box passes' runs moved in 16-byte words (`permute_ceiling(wide=True)`)
+# a call's pattern moved in aligned 16-byte words, where its served words are narrower
+# (`ceiling.widened`: the same sectors, fewer instructions)
 PATTERN_WIDE = "pattern16"
 
 
@@ -157,12 +158,12 @@ def bench_permute_case(
             rows.append(row(peer, t, note))
         ours = launches.get("autotranspose", (None, ""))[0]
         if ceiling and ours is not None:
-            from .ceiling import has_boxes, permute_ceiling
+            from .ceiling import permute_ceiling, widens
 
             build = lambda: permute_ceiling(state, ours.plan, ours.steps)  # noqa: E731
             rows.append(ceiling_row(bench, build, shape, dtype, copy_s, repeats=repeats,
                                     warm=warm, axes=axes))  # fmt: skip
-            if has_boxes(ours.steps):
+            if widens(ours.plan, ours.steps):
                 wide = lambda: permute_ceiling(state, ours.plan, ours.steps, wide=True)  # noqa: E731
                 rows.append(ceiling_row(bench, wide, shape, dtype, copy_s, repeats=repeats,
                                         warm=warm, axes=axes, peer=PATTERN_WIDE))  # fmt: skip
@@ -223,11 +224,15 @@ def bench_case(
             t = copy_s if peer == "copy" else bench.time(fn, repeats=repeats, warm=warm)
             rows.append(Row(shape, dtype, peer, t * 1e6, bench.gbps(t), copy_s / t, note))
         if ceiling:
-            from .ceiling import transpose_ceiling
+            from .ceiling import transpose_ceiling, transpose_widens
 
             served = launches["autotranspose"][0]
             build = lambda: transpose_ceiling(state, served, bench.nbytes)  # noqa: E731
             rows.append(ceiling_row(bench, build, shape, dtype, copy_s, repeats=repeats, warm=warm))
+            if transpose_widens(served):
+                wide = lambda: transpose_ceiling(state, served, bench.nbytes, wide=True)  # noqa: E731
+                rows.append(ceiling_row(bench, wide, shape, dtype, copy_s, repeats=repeats,
+                                        warm=warm, peer=PATTERN_WIDE))  # fmt: skip
     finally:
         bench.close()
     return rows

@@ -132,23 +132,8 @@ def _run(
         elif how.aux == "bands":  # the table, the scratch `offset` past it; or the scratch
             aux = scratch.ctypes.data if table is None else table.ctypes.data
             values["offset"] = scratch.ctypes.data - aux
-            for band in range(how.rows):
-                for phase in (0, 1):
-                    values["row"], values["segs"] = band, phase
-                    args = struct.pack(ARG_FORMAT, *(values.get(k, 0) for k in ARG_NAMES))
-                    lib.at_emu_run(
-                        ctypes.c_uint(how.blocks),
-                        ctypes.c_void_p(x.ctypes.data),
-                        ctypes.c_void_p(aux),
-                        ctypes.c_char_p(args),
-                    )
-            continue
-        groups = range(0, how.rows, how.rows_per) if how.rows else [None]
-        for r0 in groups:
-            if r0 is not None:  # the host's copy of a group of rows (cuMemcpyDtoDAsync)
-                k, row = min(how.rows_per, how.rows - r0), how.args["n"] * e  # the grid's rows
-                scratch[: k * row] = data[r0 * row : (r0 + k) * row]
-                values["row"], values["rows_per"] = r0, k
+
+        def launch(values=values, lib=lib, how=how, aux=aux):
             args = struct.pack(ARG_FORMAT, *(values.get(k, 0) for k in ARG_NAMES))
             lib.at_emu_run(
                 ctypes.c_uint(how.blocks),
@@ -156,6 +141,20 @@ def _run(
                 ctypes.c_void_p(aux),
                 ctypes.c_char_p(args),
             )
+
+        if how.aux == "bands":  # each band out to the scratch, then back
+            for band in range(how.rows):
+                for phase in (0, 1):
+                    values["row"], values["segs"] = band, phase
+                    launch()
+            continue
+        groups = range(0, how.rows, how.rows_per) if how.rows else [None]
+        for r0 in groups:
+            if r0 is not None:  # the host's copy of a group of rows (cuMemcpyDtoDAsync)
+                k, row = min(how.rows_per, how.rows - r0), how.args["n"] * e  # the grid's rows
+                scratch[: k * row] = data[r0 * row : (r0 + k) * row]
+                values["row"], values["rows_per"] = r0, k
+            launch()
     return hows
 
 

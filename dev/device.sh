@@ -194,7 +194,7 @@ recipe_ceiling() {
       continue
       ;;
     esac
-    grep -E "access pattern alone|% of the pattern" "$OUT"/ceiling-"$part"-*.txt | tee -a "$LOG"
+    grep -E "access pattern alone|% of the pattern|16-byte words" "$OUT"/ceiling-"$part"-*.txt | tee -a "$LOG"
   done
 }
 
@@ -209,6 +209,28 @@ recipe_inplace() {
     bench "inplace-$seed" --inplace "${N:-24}" --seed "$seed" --repeat "${REPEAT:-5}" \
       ${PEER_DIR:+--inplace-peer "$PEER_DIR"} "$@"
   done
+}
+
+# COLS through the scratch against a block's band (dev/staged_ab.py; arguments go to it,
+# default: its shapes, every variant), then ncu on one staged pass's first launches
+# (PROFILE_CASE="M N dtype STAGE_MIB", default 8280 7320 float16 32: staged by default).
+recipe_staged() {
+  timeout "${AB_TIMEOUT:-200}" python3 dev/staged_ab.py --repeat "${REPEAT:-5}" \
+    --out "$OUT/staged_ab.json" "$@" >"$OUT/staged_ab.txt" 2>&1
+  log "staged_ab rc=$?"
+  tail -80 "$OUT/staged_ab.txt" | tee -a "$LOG"
+  local ncu
+  ncu=$(ncu_path)
+  [ -z "$ncu" ] && { log "no ncu on this machine"; return 0; }
+  # shellcheck disable=SC2086  # the case is four words
+  timeout "${NCU_TIMEOUT:-90}" "$ncu" --clock-control none --cache-control none \
+    --profile-from-start off -k regex:cols_staged --launch-count 4 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,smsp__inst_executed.sum \
+    python3 dev/staged_ab.py --profile ${PROFILE_CASE:-8280 7320 float16 32} >"$OUT/ncu-staged.txt" 2>&1
+  log "ncu staged rc=$?"
+  grep -E "at_inplace|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occ|dram__bytes|hit_rate|inst_exec|Warp Cycles" \
+    "$OUT/ncu-staged.txt" | cut -c1-160 | head -60 | tee -a "$LOG"
 }
 
 # `bench --small N --seed S`: small calls, host included, against PyTorch and CuPy.

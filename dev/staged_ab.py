@@ -84,7 +84,17 @@ def main() -> None:
     p.add_argument("--variants", nargs="+", default=[v[0] for v in VARIANTS])
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--out", type=Path)
+    p.add_argument(
+        "--profile",
+        nargs=4,
+        metavar=("M", "N", "DTYPE", "STAGE_MIB"),
+        help="instead: one in-place call of M x N, bands of STAGE_MIB, between "
+        "cudaProfilerStart and Stop (run under ncu --profile-from-start off)",
+    )
     args = p.parse_args()
+    if args.profile:
+        _profile(torch, at, kernels, *args.profile)
+        return
     rows = []
     for text in args.cases:
         shape, dtype = _case(text)
@@ -155,6 +165,22 @@ def main() -> None:
             )
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
+
+
+def _profile(torch: Any, at: Any, kernels: Any, m: str, n: str, dtype: str, mib: str) -> None:
+    """One call of transpose_() on a warm signature, alone between the profiler's start and
+    stop; checked against PyTorch after."""
+    kernels.STAGE_BYTES = int(mib) << 20
+    x0 = torch.randn(int(m), int(n), device="cuda").to(getattr(torch, dtype))
+    x = x0.clone()
+    at.transpose_(x)  # compiles, uploads the tables; the next call runs the fast path
+    x.copy_(x0)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    at.transpose_(x)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    print("right:", torch.equal(x.view(int(n), int(m)), x0.t().contiguous()))
 
 
 if __name__ == "__main__":

@@ -397,6 +397,32 @@ def test_a_loser_waits_for_the_winner_bounded_then_serves_the_guess(ours, log):
     assert (choice.source, choice.config) == ("measured", WINNER) and measured(log) == []
 
 
+def test_a_pending_class_leaves_pending_only_once_lookup_forgot_its_guess(ours, log, monkeypatch):
+    """The poller renews lookup before the class leaves `pending()`: once nothing is pending,
+    the next call asks the database (the other order let a call in between serve the guess,
+    which eight racing processes on a loaded machine hit)."""
+    key = winners.claim_key(CALL)
+    seen = []
+    renew = lookup.renew
+
+    def watched(*args, **kwargs):
+        seen.append(list(winners.pending()))
+        renew(*args, **kwargs)
+
+    monkeypatch.setattr(lookup, "renew", watched)
+    with Store.open(ours) as other:
+        assert other.claim(winners.STUDY, key, "other-host:7:abc")
+        assert winners.settle(CALL, logging_measure(log)) is None
+        other.record(
+            None, DEVICE, "float32", 4, SHAPE, CLS, WINNER, ok(2000.0, 0.0), source="measured"
+        )
+        other.release(winners.STUDY, key, "other-host:7:abc")
+    _until(lambda: not winners.pending())
+    assert seen == [[CALL]]  # renewed while the class was still pending
+    got = lookup.choose(DEVICE, 4, CLS)
+    assert (got.source, got.config) == ("measured", WINNER)
+
+
 def test_a_pending_cast_class_is_served_the_other_process_winner(ours, log):
     """As a transpose's: a cast-transpose's first call stops waiting for another process's
     measurement, and once its winner is recorded, lookup serves it to the class's problem,

@@ -360,10 +360,13 @@ def _poll() -> None:
                     return
             for key, call in calls:
                 if _decided(call):
+                    # lookup forgets the guess before the class leaves `pending()`: once
+                    # nothing is pending, the next call of the class asks the database (the
+                    # other order left a moment where neither held, and a call served the guess)
+                    lookup.renew(call.device, call.elem_bytes, call.cls, call.problem)
                     with _lock:
                         if _pending.get(key) is call:
                             del _pending[key]
-                    lookup.renew(call.device, call.elem_bytes, call.cls, call.problem)
     finally:
         with _lock:
             if me in _poller:

@@ -252,7 +252,8 @@ def widened(a: TileAccess | BoxAccess) -> Any:
 
 def narrow(a: TileAccess | BoxAccess) -> bool:
     """Whether widening `a` changes its words (what a wide pattern row is timed for)."""
-    return widened(a) != replace(a, note=widened(a).note)
+    w = widened(a)
+    return (w.in_word, w.out_word) != (a.in_word, a.out_word)
 
 
 def transpose_widens(launch: Any) -> bool:

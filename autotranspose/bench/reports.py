@@ -44,9 +44,8 @@ def summarize(rows: Sequence[Row]) -> dict[str, Any]:
             of_pattern_p10=float(np.percentile([o / p for o, p in ceiling], 10)),
         )
     wide = [(c["autotranspose"], c[PATTERN_WIDE]) for c in cases.values() if PATTERN_WIDE in c and "autotranspose" in c]  # fmt: skip
-    if (
-        wide
-    ):  # the pattern in 16-byte words: the sectors' own ceiling where served words are narrower
+    # the pattern in 16-byte words: the sectors' own ceiling where served words are narrower
+    if wide:
         out.update(
             wide_cases=len(wide),
             wide_median=float(np.median([p for _, p in wide])),

@@ -27,7 +27,7 @@ from ..dispatch.lru import LRU
 from ..errors import DeviceError, InputTypeError, LayoutError
 from ..kernels.inplace import ARG_FORMAT, ARG_NAMES
 from ..kinds.inplace import InplaceParams
-from ..plans.inplace import COLS_GATHER
+from ..plans.inplace import SKEW, staged_phases
 from ..runtime import driver as _driver, streams
 from ..runtime.arrays import View, view
 from .common import call_target, keeping_context
@@ -360,13 +360,14 @@ def _bands(step: programs.InplaceStep, ctx: int, second: int, scratch: int) -> _
     """A staged COLS pass's launches: each band moved out to the scratch, then back (the
     second pointer its table, the scratch `offset` past it; or the scratch itself)."""
     how, launch = step.how, step.launch
+    # ROWS takes no shared memory
+    shared = [launch.shared if part == SKEW else 0 for part in staged_phases(how.args["split"])]
     staged: _Items = []
     for band in range(how.rows):
         for phase in (0, 1):
-            # ROWS takes no shared memory (plans/inplace.py: staged_phases)
-            skew = (how.args["split"] == COLS_GATHER) == (phase == 0)
-            shared = launch.shared if skew else 0
-            staged.append(_with(launch, ctx, shared, row=band, segs=phase, offset=scratch - second))
+            staged.append(
+                _with(launch, ctx, shared[phase], row=band, segs=phase, offset=scratch - second)
+            )
     return staged
 
 

@@ -478,15 +478,14 @@ def pass_launches(
             bands = -(-n // w)
             spec = InplaceKernel("cols_staged", elem_bytes, False, params)
             table = p.split in (COLS_GATHER, COLS_SCATTER)
-            wt = skew_cols(elem_bytes)
-            # the grid: a SKEW launch's tiles (the ROWS launch strides over the same blocks)
-            items = -(-min(w, n) // wt) * -(-m // SKEW_ROWS)
-            args = {"items": items, "tiles": w, "split": p.split, "cycles": bands}
-            args |= {"lanes": wt, "rows_per": SKEW_ROWS}
+            args = {"tiles": w, "split": p.split, "cycles": bands}
+            args |= {"lanes": skew_cols(elem_bytes), "rows_per": SKEW_ROWS}
+            # the whole grid: both launches walk their band (SKEW's tiles, ROWS's words) by
+            # the grid stride, and a band's tiles differ with its width
             add(
                 p,
                 spec,
-                max(items, multiprocessors * params.blocks_per_sm),
+                cap,
                 args,
                 smem=skew_smem(elem_bytes),
                 aux="bands",

@@ -11,7 +11,9 @@ and the process switches `set_first_call_measurement`, `set_keep_winners` and
 from __future__ import annotations
 
 from ._version import __version__
-from .kernels import codegen as _codegen
+from .kernels import codegen as _codegen, inplace as _inplace_kernels  # noqa: F401 (registers
+
+# the in-place programs' sources with codegen: their configs' versions)
 from .kernels.codegen import render, template_version
 from .kernels.config import KernelConfig, config_space, default_config
 from .store import hooks as _store_hooks

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dispatch import caches, inplace as programs
+from ..dispatch import caches, inplace as programs, lookup
 from ..dispatch.lru import LRU
 from ..errors import DeviceError, InputTypeError, LayoutError
 from ..kernels.inplace import ARG_FORMAT, ARG_NAMES
@@ -156,10 +156,11 @@ def _on_device(
     xv: View, given: streams.Explicit | None, conjugate: bool, params: InplaceParams | None
 ) -> None:
     state, ctx, handle = call_target(xv, given)
+    generation = lookup.generation  # before the choice: a result recorded meanwhile moves it
     prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, conjugate, params)
     run(prog, xv.ptr, ctx, handle)
     if given is None and params is None and xv.kind in _KEYS and xv.device is not None:
-        _remember(xv, ctx, prog, conjugate)
+        _remember(xv, ctx, prog, conjugate, generation)
 
 
 # The fast path: a signature called before (the array's own shape, strides, dtype, device,
@@ -172,6 +173,7 @@ class _Hit:
     prog: programs.InplaceProgram
     tables: list[int]
     shape: tuple[int, ...]
+    generation: int  # lookup's when it was chosen: a tuning run or an import moves it
     runs: dict[int, _driver.Program] = field(default_factory=dict)  # by scratch pointer
 
 
@@ -196,7 +198,9 @@ _KEYS: dict[str, Callable[[Any, int, bool], tuple[Any, ...]]] = {
 def _fast_torch(x: Any, conjugate: bool) -> Any:
     px = x.data_ptr()
     hit = _HITS.get(_torch_key(x, px, conjugate))
-    if hit is None or x.requires_grad or x.is_conj() or x.is_neg():
+    if hit is None or hit.generation != lookup.generation:
+        return None  # chosen again on the full path
+    if x.requires_grad or x.is_conj() or x.is_neg():
         return None  # the full path checks (and refuses) these
     if not _go(hit, px, streams.torch_current(hit.ordinal)):
         return None
@@ -206,7 +210,9 @@ def _fast_torch(x: Any, conjugate: bool) -> Any:
 def _fast_cupy(x: Any, conjugate: bool) -> Any:
     px = x.data.ptr
     hit = _HITS.get(_cupy_key(x, px, conjugate))
-    if hit is None or not _go(hit, px, streams.cupy_current(hit.ordinal)):
+    if hit is None or hit.generation != lookup.generation:
+        return None  # chosen again on the full path
+    if not _go(hit, px, streams.cupy_current(hit.ordinal)):
         return None
     return x.reshape(*hit.shape)
 
@@ -215,7 +221,9 @@ _FAST_BY_KIND = {"torch": _fast_torch, "cupy": _fast_cupy}
 _FAST: dict[type, Callable[[Any, bool], Any]] = {}
 
 
-def _remember(xv: View, ctx: int, prog: programs.InplaceProgram, conjugate: bool) -> None:
+def _remember(
+    xv: View, ctx: int, prog: programs.InplaceProgram, conjugate: bool, generation: int
+) -> None:
     """After a validated call of a torch or CuPy array on its library's current stream: the
     next call of its signature runs its program straight away."""
     x = xv.obj
@@ -223,7 +231,8 @@ def _remember(xv: View, ctx: int, prog: programs.InplaceProgram, conjugate: bool
         return
     tables = [_TABLES[(ctx, *s.table_key)].ptr if s.table_key else 0 for s in prog.steps]
     shape = (*xv.shape[:-2], xv.n, xv.m)
-    _HITS.keep(_KEYS[xv.kind](x, xv.ptr, conjugate), _Hit(xv.device, ctx, prog, tables, shape))
+    hit = _Hit(xv.device, ctx, prog, tables, shape, generation)
+    _HITS.keep(_KEYS[xv.kind](x, xv.ptr, conjugate), hit)
     _FAST[type(x)] = _FAST_BY_KIND[xv.kind]
 
 

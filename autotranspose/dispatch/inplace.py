@@ -16,7 +16,7 @@ from ..kinds.inplace import InplaceParams
 from ..plans.inplace import PERMUTE, InplacePlan, RowCycles, plan_inplace, row_cycles
 from ..runtime.compiler import DeviceState, precompile_inplace
 from ..runtime.launch import Launch, make_inplace
-from . import caches, policy
+from . import caches, lookup
 from .lru import LRU
 
 # PERMUTE's cycles by shape, host side, and the programs by signature: bounded like the
@@ -79,10 +79,12 @@ def program(
     fused: bool = True,
 ) -> InplaceProgram:
     """The prepared steps of transposing `batch` m x n matrices of `elem_bytes`-byte elements
-    in place on `state`'s device (kept per signature). `fused=False`: the unfused passes
-    (REVERSE, SPLIT, PERMUTE) even where a side's columns fit a COLS block, which `bench
-    --inplace` times against the fused ones."""
-    params = params if params is not None else policy.inplace_default(elem_bytes)
+    in place on `state`'s device (kept per signature), with `params`, else what lookup serves
+    the class (`lookup.inplace_choice`: tuned, shipped or the default). `fused=False`: the
+    unfused passes (REVERSE, SPLIT, PERMUTE) even where a side's columns fit a COLS block,
+    which `bench --inplace` times against the fused ones."""
+    if params is None:
+        params = lookup.inplace_choice(state.info, elem_bytes, batch, m, n).config.params
     key = (state.ordinal, batch, m, n, elem_bytes, conjugate, params, fused)
     found = _PROGRAMS.get(key)
     if found is None:

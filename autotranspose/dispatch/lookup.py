@@ -116,6 +116,14 @@ def _drop_class(change: store_hooks.FirstCallBest) -> None:
 
 def _of_class(key: tuple[Any, ...], change: store_hooks.FirstCallBest) -> bool:
     """Whether a cached choice's key is of `change`'s device, class and problem."""
+    if key[0] == "inplace":  # ("inplace", name, limits, problem, e, cls, store)
+        _, name, _, problem, elem_bytes, cls, _ = key
+        return (name, problem, elem_bytes, cls) == (
+            change.device,
+            change.problem,
+            change.elem_bytes,
+            change.shape_class,
+        )
     if key[0] == "cast":  # ("cast", name, limits, code, both, cls, aligned_out, store)
         from ..kinds import cast as cast_kind
 
@@ -233,8 +241,8 @@ def cast_choice(
     src, dst = cast_kind.PAIRS[code]
     db = _default_store() if store is DEFAULT_STORE else store
     problem = cast_kind.problem(code, both)
-    found = _exact_cast(_stored(db, name, src.size, problem), problem, cls, limits)
-    ship = _exact_cast(shipped(name), problem, cls, limits)
+    found = _exact(_stored(db, name, src.size, problem), src.size, problem, cls, limits)
+    ship = _exact(shipped(name), src.size, problem, cls, limits)
     if found is not None and found.source != "tuned" and ship is not None:
         if ship.source == "tuned":
             found = None  # a tuned shipped result outranks a first call's
@@ -276,12 +284,63 @@ def remember_cast(device: DeviceInfo, problem: str, cls: ShapeClass, choice: Cho
             _choices.keep(key, choice)
 
 
-def _exact_cast(
-    entries: Iterable[TunedEntry], problem: str, cls: ShapeClass, limits: DeviceLimits
+def inplace_choice(
+    device: DeviceInfo | str,
+    elem_bytes: int,
+    batch: int,
+    m: int,
+    n: int,
+    *,
+    store: Store | None = DEFAULT_STORE,
+) -> Choice:
+    """The in-place config (`kinds.inplace`) for transposing `batch` m x n matrices of
+    `elem_bytes`-byte elements in place: this device's tuned (or measured) result of exactly
+    the call's class and problem (`policy.inplace_class`, `policy.inplace_problem`: squares
+    apart from rectangles), else the shipped file's, else `policy.inplace_default`. Exact
+    classes only, as for casts: a class's passes (which COLS band, which PERMUTE) change with
+    its sides. Cached per (device model and limits, problem, element size, class, database)
+    like `choose`'s choices, and cleared with them."""
+    name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
+    cls, problem = policy.inplace_class(batch, m, n), policy.inplace_problem(m, n)
+    key = ("inplace", name, limits, problem, elem_bytes, cls, _store_key(store))
+    hit = _choices.recent(key)
+    if hit is not None:
+        return hit
+    db = _default_store() if store is DEFAULT_STORE else store
+    found = _exact(_stored(db, name, elem_bytes, problem), elem_bytes, problem, cls, limits)
+    ship = _exact(shipped(name), elem_bytes, problem, cls, limits)
+    if found is not None and found.source != "tuned" and ship is not None:
+        if ship.source == "tuned":
+            found = None  # a tuned shipped result outranks a measured one
+    if found is not None:
+        choice = _choice(found, "tuned" if found.source == "tuned" else "measured", False)
+    elif ship is not None:
+        choice = _choice(ship, "shipped", False)
+    else:
+        choice = Choice(
+            policy.inplace_config(elem_bytes, policy.inplace_default(elem_bytes)), "default"
+        )
+    with _lock:
+        _choices.keep(key, choice)
+    return choice
+
+
+def _exact(
+    entries: Iterable[TunedEntry],
+    elem_bytes: int,
+    problem: str,
+    cls: ShapeClass,
+    limits: DeviceLimits,
 ) -> TunedEntry | None:
-    """The current cast entry of `problem` and exactly `cls` this device can run, or None."""
+    """The current entry of `problem`, `elem_bytes` and exactly `cls` this device can run."""
     for e in entries:
-        if not e.stale and e.problem == problem and e.shape_class == cls and e.config.fits(limits):
+        if (
+            not e.stale
+            and e.problem == problem
+            and e.elem_bytes == elem_bytes
+            and e.shape_class == cls
+            and e.config.fits(limits)
+        ):
             return e
     return None
 

@@ -26,10 +26,12 @@ race list          `candidates` (`runs` filters)   own pass, then          `cast
                                                    plan.alternatives
 =================  ==============================  ======================  =====================
 
-In-place transposes (transpose_()) are not tuned yet: they run `inplace_default` (the
-kind's parameters, `kinds.inplace.default`), their passes as plans/inplace.py orders them and
-each COLS pass in words or 16-byte lines by the measured rule `kernels.inplace.cols_lines`;
-nothing is looked up or raced.
+In-place transposes (transpose_()) run what `lookup.inplace_choice` serves their class
+(`inplace_class`, under `inplace_problem`: squares apart): this device's tuned result of
+exactly that class, else the shipped one, else `inplace_default` (the kind's parameters,
+`kinds.inplace.default`); their passes as plans/inplace.py orders them and each COLS pass in
+words or 16-byte lines by the measured rule `kernels.inplace.cols_lines`. Nothing is raced:
+a first call would time its candidates on the caller's own matrix.
 
 A call of one contiguous run per matrix is a copy (`copies`). A permute's alternatives are
 named by its planner (plans.permute, ALT_*: pure, planned before any device is known); the
@@ -73,7 +75,7 @@ from ..kernels.config import (
     wide_rows,
     wider_tiles,
 )
-from ..kernels.shapes import ShapeClass, flat_fits
+from ..kernels.shapes import ShapeClass, flat_fits, shape_class
 from ..kinds import cast as cast_kind, inplace as inplace_kind
 from ..kinds.cast import Format
 from ..kinds.inplace import InplaceParams
@@ -443,6 +445,22 @@ def cast_race(
 
 # --- in-place transposes -----------------------------------------------------------------------------
 def inplace_default(elem_bytes: int) -> InplaceParams:
-    """What transpose_() of `elem_bytes`-byte elements runs with no parameters given: the
-    kind's default (`kinds.inplace.default`; not tuned, nothing stored to look up)."""
+    """What transpose_() of `elem_bytes`-byte elements runs where nothing tuned or shipped
+    serves its class (`lookup.inplace_choice`): the kind's default (`kinds.inplace.default`)."""
     return inplace_kind.default(elem_bytes)
+
+
+def inplace_class(batch: int, m: int, n: int) -> ShapeClass:
+    """The class an in-place transpose's results are keyed by: its (batch, m, n) bucketed,
+    vector 1 (x is contiguous: its passes pick their own words)."""
+    return shape_class(batch, m, n, 1)
+
+
+def inplace_problem(m: int, n: int) -> str:
+    """The problem its results are kept under (`kinds.inplace.problem`): squares apart."""
+    return inplace_kind.problem(m == n)
+
+
+def inplace_config(elem_bytes: int, params: InplaceParams) -> KernelConfig:
+    """`params` as the config the store keeps (conjugation is the call's, not the config's)."""
+    return inplace_kind.config(KernelConfig, elem_bytes, params)

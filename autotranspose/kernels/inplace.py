@@ -17,7 +17,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import ShapeError
 from ..kinds.base import WORD_TYPES
-from ..kinds.inplace import DEFAULT, InplaceParams, swap_pad
+from ..kinds.inplace import DEFAULT, NAME as KIND_NAME, InplaceParams, swap_pad
 from ..plans.dtypes import ELEMENT_SIZES
 from ..plans.inplace import (
     COLS,
@@ -38,6 +38,7 @@ from ..plans.inplace import (
     pieces_of,
     row_table,
 )
+from . import codegen
 from .codegen import _DTYPES_BY_SIZE, _environment
 from .packed import divisor
 
@@ -362,6 +363,29 @@ def render_inplace(k: InplaceKernel) -> str:
     )
 
 
+def program_kernels(elem_bytes: int, conjugate: bool, params: InplaceParams) -> list[InplaceKernel]:
+    """Every pass kernel an in-place program of these parameters may run (those the element
+    size admits)."""
+    found = []
+    for piece in PIECES:
+        try:
+            found.append(InplaceKernel(piece, elem_bytes, conjugate, params))
+        except ShapeError:  # cols_lines past 2 bytes, SWAP tiles too large
+            continue
+    return found
+
+
+def program_source(config: Any) -> str:
+    """An in-place config's source (`codegen.kernel_source`: what its stored results'
+    version hashes): every pass kernel it may run, the derived COLS parameters included, so
+    that a change to any of them makes its results stale."""
+    p = config.params
+    kernels = program_kernels(config.elem_bytes, config.conjugate, p)
+    cols = [k for k in kernels if k.piece in _COLS_PIECES]
+    kernels += [replace(k, params=cols_params(p, lines)) for k in cols for lines in (False, True)]
+    return "\n".join(render_inplace(k) for k in dict.fromkeys(kernels))
+
+
 @dataclass(frozen=True)
 class PassLaunch:
     """One pass's launch: its kernel, blocks, `at_inplace_args` values by name and dynamic
@@ -596,3 +620,7 @@ def _permute(
             table=table if piece == PERMUTE_SAVE else None,
             **({"moved": saved} if piece == PERMUTE_SAVE else {}),
         )
+
+
+_COLS_PIECES = (COLS, "cols_lines", "cols_staged")
+codegen.PROGRAM_SOURCES[KIND_NAME] = program_source  # an in-place config's version

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
-from . import cast, direct, flat, prmt, regt, staged, tiled
+from . import cast, direct, flat, inplace, prmt, regt, staged, tiled
 from .base import Kind
 
 _REGISTRY: dict[str, Kind] = {}
@@ -49,6 +49,7 @@ register(prmt.KIND)
 register(direct.KIND)
 register(regt.KIND)
 register(cast.KIND)
+register(inplace.KIND)
 
 
 def names() -> tuple[str, ...]:

@@ -183,6 +183,10 @@ class Kind(ABC):
     # its kernels declare shared memory past STATIC_SHARED_MAX dynamic (extern) and the
     # launch opts in to it, so its configs may use up to `DeviceLimits.max_shared_optin`
     dynamic_shared: ClassVar[bool] = False
+    # a config is one kernel that codegen renders from the config alone (`template`,
+    # `params`); False for a kind whose config parameterises a program of kernels rendered
+    # elsewhere (the in-place passes: kernels/inplace.py), which codegen refuses to render
+    single_kernel: ClassVar[bool] = True
 
     # --- the written form --------------------------------------------------------------------
     def flag_defaults(self) -> dict[str, Any]:

@@ -1,17 +1,24 @@
-"""The in-place kind (`transpose_()`): its own typed parameters, not KernelConfig's fields.
+"""The in-place kind (`transpose_()`): a program of pass kernels, its own typed parameters.
 
 An in-place transpose runs a few passes (plans/inplace.py), each its own kernel
-(templates/inplace/); `InplaceParams` holds what those kernels are rendered and launched
-with. Pure: no CUDA, no config. The tuner does not search these yet: `DEFAULT` is served.
+(templates/inplace/, rendered by kernels/inplace.py); `InplaceParams` holds what those
+kernels are rendered and launched with. As a `Kind` it is a config
+(`KernelConfig(e, kind="inplace", params=...)`, every shared field at its default) so that
+the tuner searches it (`space`), the store keeps its results under its problem (`problem`:
+squares apart from rectangles, whose passes differ) and lookup serves them. A config is a
+program, not one kernel: codegen does not render it alone (`single_kernel`). Pure: no CUDA,
+no config.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from ..errors import ConfigError
-from .base import STATIC_SHARED_MAX, WARP
+from .base import STATIC_SHARED_MAX, WARP, Config, Kind, New, fixed_field_errors
 
 NAME = "inplace"
 TILES: tuple[int, ...] = (16, 32, 64)
@@ -108,3 +115,134 @@ def default(elem_bytes: int) -> InplaceParams:
 
 
 DEFAULT = InplaceParams()
+
+# How tuned in-place results are keyed beside the transposes' (problem "") and the casts':
+# a square runs one pass (SWAP: tile and threads matter), a rectangle three or more (threads,
+# unroll, lane bytes and blocks per SM), so their results never serve each other.
+RECTANGLE = "inplace"
+SQUARE = "inplace:square"
+PROBLEMS: tuple[str, ...] = (RECTANGLE, SQUARE)
+
+
+def problem(square: bool) -> str:
+    """The store's key of in-place results: "inplace:square" or "inplace"."""
+    return SQUARE if square else RECTANGLE
+
+
+def parse_problem(text: object) -> bool | None:
+    """Whether a stored problem is an in-place square's (True) or rectangle's (False); None
+    for any other problem (a transpose's or a cast's, which `kinds.cast` reads)."""
+    return {SQUARE: True, RECTANGLE: False}.get(text) if isinstance(text, str) else None
+
+
+# The shared fields an in-place config holds: their defaults (the passes take none of them)
+_SHARED = {
+    "tile_m": 32,
+    "tile_n": 32,
+    "vec": 1,
+    "per_thread": 4,
+    "pad": 1,
+    "layout": "pad",
+    "raster": "row",
+    "cache": "default",
+    "persistent": 0,
+    "realign": False,
+    "min_blocks": 0,
+}
+
+
+class InplaceKind(Kind):
+    name = NAME
+    Params = InplaceParams
+    mark = NAME
+    template = "inplace/inplace.cu.j2"  # one pass's kernel; kernels/inplace.py renders them
+    persistent = False
+    capped = False
+    single_kernel = False
+
+    # written as `inplace="<key>"` (InplaceParams.key), the key's part `_ip<key>` (dots as _)
+    def flag_defaults(self) -> dict[str, Any]:
+        return {NAME: ""}
+
+    def written(self, params: Any) -> dict[str, Any]:
+        return {NAME: params.key}
+
+    def reads(self, flags: Mapping[str, Any]) -> Any | None:
+        key = flags.get(NAME)
+        if not isinstance(key, str) or not key or set(flags) != {NAME}:
+            return None
+        return parse(key)  # a ConfigError for a key no InplaceParams has
+
+    def key_part(self, params: Any) -> str:
+        return "_ip" + params.key.replace(".", "_")  # a C identifier's characters
+
+    def spelled(self) -> str:
+        return f"inplace='<key>' (InplaceParams.key, e.g. {DEFAULT.key!r}) alone"
+
+    def errors(self, c: Config) -> Iterator[str]:
+        yield from fixed_field_errors(
+            c, NAME, _SHARED, "an in-place program's passes take only its InplaceParams"
+        )
+        if c.conjugate and c.elem_bytes not in (8, 16):
+            yield "conjugate=True is for 8- and 16-byte complex elements"
+        if not c.params.fits(c.elem_bytes):
+            yield (
+                f"inplace: SWAP tiles of {c.params.tile} {c.elem_bytes}-byte elements need "
+                f"{c.params.swap_smem(c.elem_bytes)} bytes of static shared memory (at most "
+                f"{STATIC_SHARED_MAX}); use tile={TILES[0]}"
+            )
+
+    def derive(self, c: Config) -> dict[str, int]:
+        return {"threads": c.params.threads, "smem": c.params.swap_smem(c.elem_bytes)}
+
+    def params(self, c: Config) -> dict[str, object]:
+        raise TypeError(
+            "an in-place config is a program of pass kernels: kernels/inplace.py renders "
+            "them (render_inplace), codegen does not"
+        )
+
+    def tile_m_values(self, c: Config) -> tuple[int, ...]:
+        return (32,)
+
+    def tile_n_values(self, c: Config) -> tuple[int, ...]:
+        return (32,)
+
+
+KIND = InplaceKind()
+
+
+def config(new: New, elem_bytes: int, params: InplaceParams, conjugate: bool = False) -> Any:
+    """The config of `params` for `elem_bytes`-byte elements (built by `new`, KernelConfig)."""
+    return new(elem_bytes, conjugate=conjugate, kind=NAME, params=params)
+
+
+def space(new: New, elem_bytes: int, square: bool) -> Iterator[Any]:
+    """What `tune --inplace` searches for `elem_bytes`-byte elements: a square's SWAP tiles
+    and blocks (the other parameters do not reach its one pass), a rectangle's every
+    parameter but the tile (which only SWAP reads), each at the kind's default where it does
+    not matter, so that no two configs run the same kernels."""
+    base = default(elem_bytes)
+    seen: set[InplaceParams] = set()
+    for threads in THREADS:
+        if square:
+            variants = (
+                InplaceParams(t, threads, base.unroll, base.lane_bytes, base.blocks_per_sm)
+                for t in TILES
+            )
+        else:
+            variants = (
+                InplaceParams(base.tile, threads, u, lb, b)
+                for u in UNROLLS
+                for lb in LANE_BYTES
+                for b in BLOCKS_PER_SM
+                if b * threads <= 2048
+            )
+        for p in variants:
+            if p not in seen and p.fits(elem_bytes):
+                seen.add(p)
+                yield config(new, elem_bytes, p)
+
+
+def field_names() -> tuple[str, ...]:
+    """InplaceParams' fields, in order (the tuner's parameters)."""
+    return tuple(f.name for f in fields(InplaceParams))

@@ -14,8 +14,9 @@
 call's result ("measured", see ``autotranspose.dispatch.winners``): an entry without it is a tuned
 one, so files of tuned results read and write as they always did. ``problem`` is written only
 for a cast-transpose's result (`kinds.cast.problem`: its pair, "+both" where the same-order
-output is written too): an entry without it is a transpose's, and its config must be no cast
-kernel; a cast's config must be its problem's pair.
+output is written too) and an in-place transpose's ("inplace", "inplace:square"): an entry
+without it is a transpose's, and its config must be neither; a cast's config must be its
+problem's pair, an in-place one an in-place config (`store.untrusted.check_problem`).
 
 Keys are sorted, entries sorted by (element size, shape class, problem) and numbers rounded, so
 re-exporting unchanged results gives the same bytes. A file is untrusted input: :func:`load`

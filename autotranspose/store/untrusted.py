@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from ..errors import AutotransposeError
 from ..kernels.config import KernelConfig
 from ..kernels.shapes import ShapeClass
-from ..kinds import cast as cast_kind
+from ..kinds import cast as cast_kind, inplace as inplace_kind
 from ..plans.dtypes import ELEMENT_SIZES
 from ..runtime.device import DeviceInfo
 from . import bounds, hooks
@@ -115,9 +115,21 @@ def _reject_constant(name: str) -> Any:
 
 
 def check_problem(problem: Any, config: KernelConfig) -> str:
-    """A stored problem ("" or a cast-transpose's, `kinds.cast.parse_problem`) that matches
-    its config: a transpose's entry holds no cast kernel and a cast's holds its own pair's,
-    so a config read back can only ever reach the call it was tuned for."""
+    """A stored problem ("", a cast-transpose's, `kinds.cast.parse_problem`, or an in-place
+    transpose's, `kinds.inplace.parse_problem`) that matches its config: a transpose's entry
+    holds neither a cast nor an in-place kernel, a cast's holds its own pair's and an in-place
+    one an in-place program's, so a config read back can only ever reach the call it was
+    tuned for."""
+    inplace = config.kind == inplace_kind.NAME
+    square = inplace_kind.parse_problem(problem)
+    if square is not None or inplace:
+        if square is None or not inplace:
+            raise ValueError(
+                f"problem {problem!r:.60} holds config {config.key}: an in-place transpose's "
+                f"result is an in-place config stored under {list(inplace_kind.PROBLEMS)}, "
+                "and nothing else is"
+            )
+        return problem
     parsed = cast_kind.parse_problem(problem)
     pair = config.params.pair if config.kind == cast_kind.KIND.name else ""
     if parsed is None:

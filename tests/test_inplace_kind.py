@@ -1,0 +1,223 @@
+"""The in-place kind as a config: its written form, validation and version; its results kept
+in the store under their own problems (squares apart), validated on the way out, and served
+to transpose_() by lookup."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+from store_data import H100 as _H100, valid_config
+
+from autotranspose.dispatch import lookup, policy
+from autotranspose.errors import ConfigError, StoreError
+from autotranspose.kernels import codegen
+from autotranspose.kernels.config import KernelConfig, config_space
+from autotranspose.kinds import inplace as inplace_kind
+from autotranspose.kinds.inplace import InplaceParams
+from autotranspose.runtime.device import DeviceInfo
+from autotranspose.store import BadRowWarning, Store, textio
+from autotranspose.store.measurement import Measurement
+
+pytest_plugins = ("store_fixtures",)
+pytestmark = pytest.mark.usefixtures("isolated_home")
+
+# a GPU model no shipped file is for: what lookup serves comes from the test's store alone
+GPU = DeviceInfo.from_dict({**_H100.to_dict(), "name": "In-place Test GPU 80GB"})
+SIZES = (1, 2, 4, 8, 16)
+DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
+
+
+def _random_params(rng, elem_bytes: int) -> InplaceParams:
+    """Random valid parameters for `elem_bytes`-byte elements."""
+    while True:
+        p = InplaceParams(
+            int(rng.choice(inplace_kind.TILES)),
+            int(rng.choice(inplace_kind.THREADS)),
+            int(rng.choice(inplace_kind.UNROLLS)),
+            int(rng.choice(inplace_kind.LANE_BYTES)),
+            int(rng.choice(inplace_kind.BLOCKS_PER_SM)),
+        )
+        if p.fits(elem_bytes):
+            return p
+
+
+def _ok(rng) -> Measurement:
+    copy = float(rng.uniform(2500, 3200))
+    return Measurement("ok", float(rng.uniform(0.1, 0.95)) * copy, copy, 10.0)
+
+
+def _record(store, rng, elem_bytes, shape, params, source="tuned"):
+    batch, m, n = shape
+    cfg = policy.inplace_config(elem_bytes, params)
+    cls, problem = policy.inplace_class(batch, m, n), policy.inplace_problem(m, n)
+    store.record(None, GPU, "uint8", elem_bytes, shape, cls, cfg, _ok(rng), source=source,
+                 problem=problem)  # fmt: skip
+    return cfg
+
+
+# --- the config ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("elem_bytes", SIZES)
+def test_a_config_writes_and_reads_back_its_parameters(rng, elem_bytes):
+    params = _random_params(rng, elem_bytes)
+    cfg = policy.inplace_config(elem_bytes, params)
+    assert cfg.kind == "inplace" and cfg.params == params
+    assert cfg.to_dict()["inplace"] == params.key
+    assert KernelConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert cfg.kernel_name.isidentifier() and params.key.replace(".", "_") in cfg.key
+    assert cfg.threads == params.threads
+    assert cfg.smem_bytes == params.swap_smem(elem_bytes)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"inplace": "t48.th256.u4.lb16.b8"}, "tile must be one of"),
+        ({"inplace": "t32.th256"}, "not an in-place parameter key"),
+        ({"inplace": "t32.th256.u4.lb16.b8", "tile_m": 64}, "tile_m"),
+        ({"inplace": "t32.th256.u4.lb16.b8", "pad": 2}, "pad=1"),
+        ({"inplace": "t32.th256.u4.lb16.b8", "prmt": True}, "spell no kernel kind"),
+        ({"inplace": "t32.th256.u4.lb16.b8", "conjugate": True}, "complex"),
+    ],
+)
+def test_an_untrusted_written_form_is_refused_with_the_field_named(change, message):
+    written = {**policy.inplace_config(4, inplace_kind.default(4)).to_dict(), **change}
+    with pytest.raises(ConfigError, match=message):
+        KernelConfig.from_dict(written)
+
+
+def test_a_swap_tile_past_static_shared_memory_is_refused():
+    with pytest.raises(ConfigError, match="static shared memory"):
+        policy.inplace_config(16, InplaceParams(tile=64))
+
+
+def test_codegen_renders_no_program_but_versions_every_kernel_it_may_run(rng):
+    e = int(rng.choice(SIZES))
+    a = policy.inplace_config(e, inplace_kind.default(e))
+    with pytest.raises(TypeError, match="program of inplace kernels"):
+        codegen.render(a)
+    other = _random_params(rng, e)
+    while other == a.params:
+        other = _random_params(rng, e)
+    b = policy.inplace_config(e, other)
+    assert codegen.kernel_version(a) != codegen.kernel_version(b)
+    assert codegen.kernel_version(a) == codegen.kernel_version(KernelConfig.from_dict(a.to_dict()))
+    assert all(c.kind != "inplace" for c in config_space(DTYPES[e]))  # not a transpose's
+
+
+@pytest.mark.parametrize("elem_bytes", SIZES)
+@pytest.mark.parametrize("square", [False, True])
+def test_the_space_holds_the_default_and_no_two_configs_run_the_same_kernels(elem_bytes, square):
+    space = list(inplace_kind.space(KernelConfig, elem_bytes, square))
+    assert policy.inplace_config(elem_bytes, inplace_kind.default(elem_bytes)) in space
+    assert len(set(space)) == len(space)
+    d = inplace_kind.default(elem_bytes)
+    if square:  # only SWAP's tile and block reach a square's one pass
+        assert {(c.params.unroll, c.params.lane_bytes, c.params.blocks_per_sm) for c in space} == {
+            (d.unroll, d.lane_bytes, d.blocks_per_sm)
+        }
+    else:  # SWAP's tile never runs on a rectangle
+        assert {c.params.tile for c in space} == {d.tile}
+        assert len(space) > 50
+
+
+@pytest.mark.parametrize(
+    "text, square", [("inplace", False), ("inplace:square", True), ("", None), ("cast:x", None)]
+)
+def test_problems_name_squares_apart(text, square):
+    assert inplace_kind.parse_problem(text) is square
+    if square is not None:
+        assert inplace_kind.problem(square) == text and len(text) <= 40
+
+
+# --- the store ----------------------------------------------------------------------------------
+def test_square_rectangle_and_transpose_results_of_one_class_keep_their_own_bests(store, rng):
+    e = 2
+    sq = _record(store, rng, e, (1, 4096, 4096), _random_params(rng, e))
+    rect = _record(store, rng, e, (1, 4096, 4095), _random_params(rng, e))
+    cls = policy.inplace_class(1, 4096, 4096)
+    assert cls == policy.inplace_class(1, 4096, 4095)
+    plain = valid_config(e, 1)
+    store.record(None, GPU, "float16", e, (1, 4096, 4096), cls, plain, _ok(rng))
+    assert store.best(GPU.name, e, cls, "inplace:square").config == sq
+    assert store.best(GPU.name, e, cls, "inplace").config == rect
+    assert store.best(GPU.name, e, cls, "").config == plain
+
+
+def test_an_inplace_config_under_another_problem_is_not_recorded(store, rng):
+    cfg = policy.inplace_config(4, _random_params(rng, 4))
+    cls = policy.inplace_class(1, 300, 500)
+    with pytest.raises(StoreError, match="in-place"):
+        store.record(None, GPU, "float32", 4, (1, 300, 500), cls, cfg, _ok(rng))
+    with pytest.raises(StoreError, match="in-place"):
+        store.record(
+            None, GPU, "float32", 4, (1, 300, 500), cls, valid_config(4, 4), _ok(rng),
+            problem="inplace",
+        )  # fmt: skip
+
+
+def test_a_tampered_row_never_reaches_a_transpose(store, rng):
+    """An in-place result whose row was changed to a transpose's problem is skipped, named,
+    and the transposes' lookup serves its default."""
+    cfg = _record(store, rng, 4, (1, 8192, 8000), _random_params(rng, 4))
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE at_best SET problem = ''"))
+    with pytest.warns(BadRowWarning, match="in-place"):
+        assert store.entries() == []
+    lookup.clear_cache()
+    with pytest.warns(BadRowWarning):
+        cls = policy.inplace_class(1, 8192, 8000)
+        assert lookup.choose(GPU, 4, cls, store=store).config != cfg
+
+
+def test_inplace_results_export_and_import_with_their_problem(tmp_path, rng):
+    with Store.open(tmp_path / "a.db") as a:
+        sq = _record(a, rng, 8, (2, 1000, 1000), _random_params(rng, 8))
+        rect = _record(a, rng, 8, (1, 999, 1000), _random_params(rng, 8))
+        doc = textio.export(a, GPU.name)
+    assert sorted(e.get("problem") for e in doc["entries"]) == ["inplace", "inplace:square"]
+    with Store.open(tmp_path / "b.db") as b:
+        assert textio.import_into(b, json.loads(textio.dumps(doc))) == 2
+        assert (
+            b.best(GPU.name, 8, policy.inplace_class(2, 1000, 1000), "inplace:square").config == sq
+        )
+        assert b.best(GPU.name, 8, policy.inplace_class(1, 999, 1000), "inplace").config == rect
+    doc["entries"][0]["problem"] = ""
+    with pytest.raises(StoreError, match=r"entry 0: .*in-place"):
+        textio.parse(doc, "inplace.json")
+
+
+# --- lookup -------------------------------------------------------------------------------------
+def test_lookup_serves_the_exact_class_and_problem_else_the_default(store, rng):
+    lookup.clear_cache()
+    e = int(rng.choice(SIZES))
+    m = int(rng.integers(300, 5000))
+    n = m + int(rng.integers(1, 7))
+    default = lookup.inplace_choice(GPU, e, 1, m, n, store=store)
+    assert default.source == "default" and default.config.params == inplace_kind.default(e)
+    params = _random_params(rng, e)
+    while params == default.config.params:
+        params = _random_params(rng, e)
+    _record(store, rng, e, (1, m, n), params)
+    lookup.clear_cache()
+    got = lookup.inplace_choice(GPU, e, 1, m, n, store=store)
+    assert got.source == "tuned" and got.config.params == params
+    # the square of the same class, another element size, another class: not this result
+    assert lookup.inplace_choice(GPU, e, 1, n, n, store=store).source == "default"
+    other = 1 if e != 1 else 2
+    assert lookup.inplace_choice(GPU, other, 1, m, n, store=store).source == "default"
+    assert lookup.inplace_choice(GPU, e, 1, 4 * m, n, store=store).source == "default"
+
+
+def test_a_first_calls_winner_drops_only_its_own_cached_inplace_choice(store, rng):
+    """A first call's winner recorded in this process (`store.hooks`) drops the cached
+    choices of its own class and problem, no other."""
+    lookup.clear_cache()
+    a = lookup.inplace_choice(GPU, 4, 1, 700, 900, store=store)
+    b = lookup.inplace_choice(GPU, 4, 1, 7000, 9000, store=store)
+    params = _random_params(rng, 4)
+    _record(store, rng, 4, (1, 700, 900), params, source="measured")
+    got = lookup.inplace_choice(GPU, 4, 1, 700, 900, store=store)
+    assert a.source == "default" and got.source == "measured" and got.config.params == params
+    assert lookup.inplace_choice(GPU, 4, 1, 7000, 9000, store=store) is b

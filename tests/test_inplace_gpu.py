@@ -366,3 +366,41 @@ def test_cupy_repeated_calls_hit_the_fast_path(cupy, rng):
         assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
         assert guards_intact(cupy, buf)
     assert any(key[0] == "cupy" and key[1] == (3, 131, 77) for key in call._HITS)
+
+
+def test_a_result_recorded_in_this_process_serves_the_next_call(cupy, rng, tmp_path, monkeypatch):
+    """A tuned in-place result of a class the fast path holds: the next call of that
+    signature is chosen again and runs the tuned parameters, bit-exact."""
+    from autotranspose.calls import inplace as calls
+    from autotranspose.dispatch import lookup, policy
+    from autotranspose.kinds import inplace as inplace_kind
+    from autotranspose.runtime.compiler import activate
+    from autotranspose.store import Store, urls
+    from autotranspose.store.measurement import Measurement
+
+    monkeypatch.setattr(urls, "default_path", lambda: tmp_path / "tuning.db")
+    monkeypatch.delenv(urls.ENV_VAR, raising=False)
+    at.clear_caches()
+    m, n = int(rng.integers(200, 700)), int(rng.integers(200, 700))
+    n += n == m
+    host = random_array(rng, (m, n), "float16")
+    x = cupy.asarray(host)
+    for _ in range(2):  # the second call runs from the fast path
+        y = at.transpose_(x)
+        x = at.transpose_(y)
+    default = inplace_kind.default(2)
+    tuned = inplace_kind.InplaceParams(default.tile, 128, 2, 8, 4)
+    assert tuned != default
+    device = activate(x.device.id).info
+    with Store.open(tmp_path / "tuning.db") as store:
+        store.record(
+            None, device, "float16", 2, (1, m, n), policy.inplace_class(1, m, n),
+            policy.inplace_config(2, tuned), Measurement("ok", 1000.0, 3000.0, 10.0),
+            problem=policy.inplace_problem(m, n),
+        )  # fmt: skip
+    assert lookup.inplace_choice(device, 2, 1, m, n).source == "tuned"
+    y = at.transpose_(x)
+    assert same_bits(cupy.asnumpy(y), host.T)
+    hits = [h for h in calls._HITS.values() if h.shape == (n, m)]
+    assert hits and hits[-1].prog.params == tuned
+    at.clear_caches()

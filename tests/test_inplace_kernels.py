@@ -102,7 +102,17 @@ extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* 
 
 
 def _run(
-    x, batch, m, n, conjugate, optin, tmp, scratch_limit=SCRATCH_BYTES, band_rows=0, staged=None
+    x,
+    batch,
+    m,
+    n,
+    conjugate,
+    optin,
+    tmp,
+    scratch_limit=SCRATCH_BYTES,
+    band_rows=0,
+    staged=None,
+    params=PARAMS,
 ):
     """x's bytes (a flat view inside a guarded buffer) transposed by the emulated passes, the
     scratch and tables handled as calls/inplace.py handles them; columns of up to
@@ -112,7 +122,7 @@ def _run(
     plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // e)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     cycles = row_cycles(m, n, plan.a) if permutes else None
-    hows = pass_launches(plan, e, PARAMS, 2, optin, cycles, scratch_limit, *(staged or ()))
+    hows = pass_launches(plan, e, params, 2, optin, cycles, scratch_limit, *(staged or ()))
     scratch = np.zeros(max((h.scratch for h in hows), default=0) + 16, np.uint8)
     data = x.view(np.uint8)
     pieces = None
@@ -173,6 +183,7 @@ def _check(
     shift=0,
     band_rows=0,
     staged=None,
+    params=PARAMS,
 ):
     rng = np.random.default_rng([batch, m, n, e, conjugate])
     if conjugate:
@@ -188,7 +199,7 @@ def _check(
     buf = np.full(start + nbytes + GUARD, POISON, np.uint8)
     buf[start : start + nbytes] = x0.view(np.uint8).ravel()
     x = buf[start : start + nbytes].view(x0.dtype)
-    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit, band_rows, staged)
+    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit, band_rows, staged, params)
     want = np.swapaxes(x0, 1, 2)
     if conjugate:
         want = np.conj(want)
@@ -426,6 +437,27 @@ def test_swap_moves_16_byte_words_where_x_and_the_rows_allow(m, e, tmp):
     cut at the edge, batched); x one element off its line: element by element."""
     for shift in (0, e):
         hows = _check(2, m, m, e, tmp, shift=shift)
+        assert [h.kind for h in hows] == ["swap"]
+
+
+@pytest.mark.parametrize(
+    "m, e, tile, threads",
+    [
+        (144, 1, 64, 128),  # three tiles a side, the last cut at 16 rows
+        (208, 1, 64, 256),
+        (136, 2, 64, 128),  # 256 row pairs' words a tile: two a thread
+        (72, 2, 32, 128),  # three tiles a side, the last cut at 8 rows
+    ],
+)
+def test_swap_writes_narrow_elements_from_4_byte_shared_words(m, e, tile, threads, tmp):
+    """1- and 2-byte squares of whole 16-byte rows: SWAP's written words gathered from
+    4-byte shared words by byte permutes (tiles of 64, and 32 for 2 bytes), several tiles a
+    side, cut at the edge, batched; the same tiles one element off the line go element by
+    element."""
+    params = InplaceParams(tile=tile, threads=threads, blocks_per_sm=2, unroll=2)
+    assert "at_swap_gather" in render_inplace(InplaceKernel("swap", e, False, params))
+    for shift in (0, e):
+        hows = _check(2, m, m, e, tmp, shift=shift, params=params)
         assert [h.kind for h in hows] == ["swap"]
 
 

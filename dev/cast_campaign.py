@@ -74,7 +74,8 @@ def _tune_one(
 
 def cmd_merge(args: argparse.Namespace) -> None:
     """The shipped file as it is (its transposes' entries byte for byte) with the export's
-    cast entries in place of its own, sorted as an export sorts them; checked by parsing."""
+    entries of a problem (casts, in-place transposes) in place of its own, sorted as an export
+    sorts them; checked by parsing."""
     from autotranspose.kernels.shapes import ShapeClass
     from autotranspose.store import textio
 
@@ -90,7 +91,7 @@ def cmd_merge(args: argparse.Namespace) -> None:
     doc = {**shipped, "entries": entries}
     textio.parse(doc, args.out)
     Path(args.out).write_text(textio.dumps(doc))
-    print(f"wrote {args.out}: {sum(1 for e in entries if e.get('problem'))} cast entries")
+    print(f"wrote {args.out}: {sum(1 for e in entries if e.get('problem'))} entries of a problem")
 
 
 def main() -> None:

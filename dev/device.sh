@@ -307,6 +307,34 @@ recipe_cast_campaign() {
   log "cast GPU tests rc=$?: $(tail -1 "$OUT/pytest.txt")"
 }
 
+# The in-place campaign: `bench --inplace` before (shipped results and defaults only), the
+# in-place GPU tests, dev/inplace_campaign.py into a database holding this GPU's shipped file,
+# its in-place entries merged into the shipped file ($OUT/tuning_db/<slug>.json), the bench after.
+recipe_inplace_campaign() {
+  local db="sqlite:////tmp/inplace_campaign.db" s bench_args
+  bench_args=(--inplace "${N:-12}" --seed "${SEED:-60917}" --repeat 5)
+  export AUTOTRANSPOSE_DB=/tmp/none/user.db # no user database: shipped results and defaults
+  mkdir -p "$OUT/tuning_db" /tmp/inplace_export
+  rm -f /tmp/inplace_campaign.db*
+  s=$(slug)
+  [ -z "${SKIP_BEFORE:-}" ] && bench inplace-before "${bench_args[@]}"
+  [ -f "tuning_db/$s.json" ] && python3 -m autotranspose import --db "$db" "tuning_db/$s.json" >>"$LOG" 2>&1
+  # shellcheck disable=SC2086
+  timeout "${TUNE_TIMEOUT:-300}" python3 dev/inplace_campaign.py tune --db "$db" \
+    --budget "${BUDGET:-240}" ${CAMPAIGN_ARGS:-} >"$OUT/inplace_campaign.txt" 2>&1
+  log "inplace campaign rc=$?"
+  grep -v "^\[I" "$OUT/inplace_campaign.txt" | tail -30 | tee -a "$LOG"
+  python3 dev/campaign.py export --db "$db" --out /tmp/inplace_export >>"$LOG" 2>&1
+  if [ -f "tuning_db/$s.json" ]; then
+    python3 dev/cast_campaign.py merge --shipped "tuning_db/$s.json" \
+      --export "/tmp/inplace_export/$s.json" --out "$OUT/tuning_db/$s.json" >>"$LOG" 2>&1
+  else
+    cp "/tmp/inplace_export/$s.json" "$OUT/tuning_db/$s.json"
+  fi
+  cp "$OUT/tuning_db/$s.json" "tuning_db/$s.json"
+  [ -z "${SKIP_AFTER:-}" ] && bench inplace-after "${bench_args[@]}"
+}
+
 # Tune TUNE_SHAPES x TUNE_DTYPES into a fresh database ($OUT/tuned.json, for tuning_db/),
 # then `bench` served from it on the arguments given (e.g. --shapes 6007x4099 --dtypes int8).
 recipe_tune_bench() {

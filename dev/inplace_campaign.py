@@ -1,0 +1,84 @@
+"""The in-place tuning campaign behind the shipped files' in-place entries.
+
+    python dev/inplace_campaign.py tune --db sqlite:////tmp/c.db --budget 240
+    python dev/cast_campaign.py merge --shipped tuning_db/X.json --export X.json --out X.json
+
+`tune` runs `autotranspose tune --inplace`'s study (`tuner.study.inplace.tune_inplace`, one
+measuring worker a case) for each of DTYPES x SHAPES: a rectangle of LLM sides, one of odd
+sides, a skinny one, a batch, and a square, for every element size. Cases stop starting once
+`--budget` seconds have passed. Each line says the best config, its % of a copy of the same
+bytes and the kind's default's on the same case (the study measures the default first).
+`cast_campaign.py merge` puts the export's entries that name a problem (casts and in-place
+transposes) into the shipped file, its transposes' entries left byte for byte: import the
+GPU's shipped file into the database first (`bash dev/device.sh inplace-campaign` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from autotranspose.dispatch import policy
+from autotranspose.errors import TuningError
+from autotranspose.kinds import inplace as inplace_kind
+from autotranspose.store import Store
+from autotranspose.tuner.study.inplace import inplace_target, tune_inplace
+from autotranspose.tuner.study.settings import TuneSettings
+from autotranspose.tuner.worker import GpuObjective
+
+DTYPES = ("uint8", "float16", "float32", "float64", "complex128")
+SHAPES = ((1, 8192, 7168), (1, 4099, 6007), (1, 24, 1000003), (16, 1024, 768), (1, 8192, 8192))
+
+
+def cmd_tune(args: argparse.Namespace) -> None:
+    store = Store.open(args.db)
+    started = time.monotonic()
+    for shape in SHAPES:
+        for dtype in args.dtypes:
+            if time.monotonic() - started > args.budget:
+                print(f"budget spent: {dtype} {shape} not tuned", flush=True)
+                continue
+            _tune_one(args, store, dtype, shape)
+
+
+def _tune_one(args: argparse.Namespace, store: Store, dtype: str, shape: tuple[int, ...]) -> None:
+    target = inplace_target(dtype, shape)
+    t0 = time.monotonic()
+    try:
+        with GpuObjective(target.dtype, target.shape, 0, inplace=True) as obj:
+            r = tune_inplace(
+                dtype, shape, objective=obj, store=store, device=obj.device, device_index=0,
+                settings=TuneSettings(trials=args.trials, batch=args.batch),
+            )  # fmt: skip
+    except TuningError as exc:
+        print(f"{target.problem} {dtype} {shape}: {exc}", flush=True)
+        return
+    default = policy.inplace_config(target.elem_bytes, inplace_kind.default(target.elem_bytes))
+    d = store.measured(
+        obj.device.name, target.elem_bytes, target.shape, default, problem=target.problem
+    )
+    of_default = f", default {100 * d.ratio:.1f}%" if d is not None and d.ok else ""
+    print(
+        f"{target.problem} {dtype} {'x'.join(map(str, shape))} {r.shape_class}: "
+        f"{r.config.params.key} {r.measurement.gbps:.0f} GB/s, "
+        f"{100 * r.measurement.ratio:.1f}% of copy{of_default} "
+        f"({r.trials} trials, {r.failed} failed, {time.monotonic() - t0:.1f}s)",
+        flush=True,
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tune")
+    t.add_argument("--db", required=True)
+    t.add_argument("--dtypes", nargs="+", default=list(DTYPES))
+    t.add_argument("--trials", type=int, default=8)
+    t.add_argument("--batch", type=int, default=8)
+    t.add_argument("--budget", type=float, default=240.0, help="seconds before no case starts")
+    args = p.parse_args()
+    {"tune": cmd_tune}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

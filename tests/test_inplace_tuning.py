@@ -122,6 +122,156 @@ def test_the_reference_is_numpys_transpose_of_the_bytes(rng, elem_bytes):
     assert np.array_equal(got, want)
 
 
+# --- the bench on a stand-in device ----------------------------------------------------------------
+class _Memory:
+    """Device memory as one host array: pointers are offsets from BASE."""
+
+    BASE = 1 << 40
+
+    def __init__(self) -> None:
+        self.bytes = np.zeros(0, np.uint8)
+
+    def alloc(self, nbytes: int) -> int:
+        at = len(self.bytes)
+        self.bytes = np.concatenate([self.bytes, np.zeros(-(-nbytes // 256) * 256, np.uint8)])
+        return self.BASE + at
+
+    def at(self, ptr: int, nbytes: int) -> np.ndarray:
+        start = ptr - self.BASE
+        assert 0 <= start and start + nbytes <= len(self.bytes), "outside the allocations"
+        return self.bytes[start : start + nbytes]
+
+
+@pytest.fixture
+def device(monkeypatch):
+    """The driver calls InplaceBench makes, on host memory (`device.mem`), its support fill
+    bytes drawn from the seed, and timing a few runs; `device.program(ptr)` stands in for
+    every config's in-place program on the matrix at `ptr` (an exception it returns is
+    raised, as a failed launch), the pointers it ran on kept in `device.pointers`."""
+    import ctypes
+    import types
+
+    from autotranspose.runtime import driver as drv, inplace as runtime_inplace
+    from autotranspose.tuner import measure
+
+    mem = _Memory()
+
+    class Allocation(int):
+        def __new__(cls, nbytes, ctx):
+            self = super().__new__(cls, mem.alloc(nbytes))
+            self.ptr, self.nbytes, self.freed = int(self), nbytes, False
+            return self
+
+        def free(self):
+            self.freed = True
+
+    def to_host(dst, src, n):
+        ctypes.memmove(dst, mem.at(src, n).ctypes.data, n)
+
+    def fill(grid, block, fmt, ptr, words, seed, mask):
+        mem.at(ptr, 4 * words)[:] = np.random.default_rng(seed).integers(0, 256, 4 * words)
+
+    state = types.SimpleNamespace(
+        ctx=7, info=types.SimpleNamespace(l2_bytes=1 << 20), synchronize=lambda: None
+    )
+    ns = types.SimpleNamespace(mem=mem, state=state, program=None, pointers=[], built=[])
+
+    def build(st, b, m, n, e, conjugate, params, fused, cycles):
+        ns.built.append(params)
+        return types.SimpleNamespace(steps=(), scratch_bytes=0)
+
+    def native(prog, tables, ctx, scratch):
+        def run(src, dst, stream):
+            ns.pointers.append(src)
+            got = ns.program(src)
+            if isinstance(got, Exception):
+                raise got
+
+        return types.SimpleNamespace(run=run)
+
+    monkeypatch.setattr(drv, "Allocation", Allocation)
+    monkeypatch.setattr(drv, "memset_d8", lambda ptr, v, n: mem.at(ptr, n).fill(v))
+    monkeypatch.setattr(drv, "memcpy_dtoh", to_host)
+    monkeypatch.setattr(
+        drv, "memcpy_dtod", lambda d, s, n: mem.at(d, n).__setitem__(..., mem.at(s, n))
+    )
+    monkeypatch.setattr(
+        measure, "_support", lambda st: types.SimpleNamespace(fill=types.SimpleNamespace(call=fill))
+    )
+    monkeypatch.setattr(
+        measure, "time_rotating", lambda d, run, **kw: [run(k) for k in range(5)] and 1e-4
+    )
+    monkeypatch.setattr(runtime_inplace, "build", build)
+    monkeypatch.setattr(runtime_inplace, "native", native)
+    monkeypatch.setattr(runtime_inplace, "passes", lambda *a: (None, []))
+    monkeypatch.setattr("autotranspose.runtime.compiler.precompile_inplace", lambda st, specs: None)
+    return ns
+
+
+@pytest.mark.parametrize("square", [False, True])
+def test_the_bench_checks_bit_for_bit_between_guards(device, rng, square):
+    """A program that transposes passes and times on rotated sets; one that leaves the bytes,
+    changes one, writes a byte past the matrix or before it, or raises, is caught."""
+    from autotranspose.tuner.inplacemeasure import GUARD_BYTES, InplaceBench, measure_inplace
+
+    e = int(rng.choice(sorted(DTYPES)))
+    b, m, n = _sides(rng, square)
+    m, n = (m % 300 + 2, n % 300 + 2) if not square else (m % 300 + 2,) * 2
+    mem, nbytes = device.mem, b * m * n * e
+    bench = InplaceBench(device.state, e, (b, m, n))
+    sets = 1 if nbytes > 1 << 20 else -(-4 * (1 << 20) // nbytes)  # past 4x the L2
+    assert bench.nbytes == nbytes and bench.sets == sets
+    assert bench.stride >= nbytes + GUARD_BYTES and bench.stride % 256 == 0
+    assert len({bench.matrix(k) % 256 for k in range(bench.sets)}) == 1
+
+    def transpose(ptr):
+        x = mem.at(ptr, nbytes)
+        x[:] = x.reshape(b, m, n, e).transpose(0, 2, 1, 3).reshape(-1).copy()
+
+    def poke(offset):
+        def run(ptr):
+            transpose(ptr)
+            mem.at(ptr + offset, 1)[0] ^= 0xFF
+
+        return run
+
+    cfg = inplace_target(DTYPES[e], (b, m, n)).default
+    assert bench.precompile([cfg]) == {} and device.built == [cfg.params]
+    for program, want in [
+        (transpose, None),
+        (lambda ptr: None, "wrong output"),
+        (poke(int(rng.integers(nbytes))), f"wrong output: 1 of {nbytes} bytes differ"),
+        (poke(nbytes + int(rng.integers(GUARD_BYTES))), "wrote past the end"),
+        (poke(-1 - int(rng.integers(GUARD_BYTES))), "wrote before the matrix"),
+    ]:
+        device.program = program
+        got = bench.check(bench.launcher(cfg))
+        if want is None:
+            assert got is None
+        else:
+            assert got is not None and got.startswith(want), got
+    device.program, device.pointers[:] = transpose, []
+    copy = bench.gbps(bench.copy_time())
+    m_ok = measure_inplace(bench, cfg, copy)
+    assert m_ok.ok and m_ok.gbps == pytest.approx(2 * nbytes / 1e-4 / 1e9)
+    assert m_ok.copy_gbps == copy
+    timed = device.pointers[1:]  # after the check's run on set 0
+    assert timed == [bench.matrix(k) for k in range(5)]
+    assert len(set(timed)) == min(5, bench.sets)
+    device.program = lambda ptr: RuntimeError("launch failed")
+    failed = measure_inplace(bench, cfg, copy)
+    assert failed.status == "fail" and "launch failed" in failed.error
+    bench.close()
+
+
+def test_a_matrix_past_the_l2_is_one_set(device):
+    from autotranspose.tuner.inplacemeasure import InplaceBench
+
+    bench = InplaceBench(device.state, 1, (1, 1100, 1000))  # past the 1 MiB L2
+    assert bench.sets == 1 and bench.matrix(3) == bench.matrix(0)
+    assert InplaceBench(device.state, 1, (1, 1000, 1000)).sets == 5  # 4 MiB or more
+
+
 # --- studies -------------------------------------------------------------------------------------
 class _InplaceObjective:
     """Deterministic GB/s from an in-place config's parameters; `favour` picks which ones
@@ -312,7 +462,9 @@ def test_the_bench_checks_programs_and_catches_wrong_ones(rng, square):
 
     state = activate(0)
     e = int(rng.choice(sorted(DTYPES)))
-    shape = _sides(rng, square)
+    m = int(rng.integers(100, 2000))
+    n = m if square else m + int(rng.integers(1, 1500))
+    shape = (int(rng.integers(1, 4)), *((m, n) if rng.random() < 0.5 else (n, m)))
     bench = InplaceBench(state, e, shape)
     try:
         cfg = inplace_target(DTYPES[e], shape).default
@@ -365,7 +517,7 @@ def test_an_inplace_study_runs_on_the_gpu(tmp_path, quiet_optuna):
             settings=TuneSettings(trials=4, seed=int(np.random.default_rng().integers(1000))),
         )  # fmt: skip
     assert result.measurement.ok and result.config.kind == inplace_kind.NAME
-    assert result.measured + result.reused == 4 and result.failed == 0
+    assert result.trials == 4 and result.measured + result.reused == 4
     with Store.open(tmp_path / "t.db") as store:
         device = store.devices()[0]
         best = store.best(device.name, 2, result.shape_class, inplace_kind.RECTANGLE)

@@ -321,6 +321,7 @@ def test_devices_without_pycuda_is_one_clear_line() -> None:
     [
         ["tune", "--shapes", "64x64"],  # through the measuring process: its error, unwrapped
         ["tune", "--shapes", "64x64", "--cast", "bf16:e4m3"],
+        ["tune", "--shapes", "64x64", "--inplace"],
         ["devices"],
         ["bench", "--shapes", "64x64"],
         ["bench", "--small", "1"],

@@ -14,7 +14,7 @@ import pytest
 from autotranspose.calls import inplace as call
 from autotranspose.dispatch import inplace as programs
 from autotranspose.kernels.inplace import ARG_FORMAT, ARG_NAMES
-from autotranspose.runtime import driver as _driver
+from autotranspose.runtime import driver as _driver, inplace as _inplace
 from autotranspose.runtime.compiler import DeviceState
 from autotranspose.runtime.device import DeviceInfo
 
@@ -48,11 +48,11 @@ def gpu(monkeypatch):
     """A recording stand-in for the driver calls the in-place path makes."""
     log: list[tuple] = []
     monkeypatch.setattr(
-        programs,
+        _inplace,
         "make_inplace",
         lambda state, spec, blocks, args, smem=0: _Launch(log, spec, blocks, args, smem),
     )
-    monkeypatch.setattr(programs, "precompile_inplace", lambda state, specs: None)
+    monkeypatch.setattr(_inplace, "precompile_inplace", lambda state, specs: None)
     monkeypatch.setattr(_driver, "current", lambda: 7)
     monkeypatch.setattr(_driver, "set_current", lambda ctx: None)
     monkeypatch.setattr(

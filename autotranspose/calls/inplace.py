@@ -1,8 +1,8 @@
 """transpose_(): an (M, N) or (B, M, N) array transposed in its own memory, handed back as
 the (N, M) or (B, N, M) array over that same memory.
 
-The passes are plans/inplace.py's, prepared by dispatch/inplace.py and run here on the
-caller's stream. Besides x, a call needs at most PERMUTE's table (4 bytes a cycle, or 12 a
+The passes are plans/inplace.py's, prepared by dispatch/inplace.py and queued here on the
+caller's stream (runtime/inplace.py's `queue`, or its `native` program on the fast path). Besides x, a call needs at most PERMUTE's table (4 bytes a cycle, or 12 a
 piece; uploaded once per device and shape and kept for the process: a captured CUDA graph may
 launch with it) and a scratch of at most kernels/inplace.SCRATCH_BYTES or one row
 (kept per device and stream, grown as needed, freed by clear_caches(); under CUDA graph
@@ -14,7 +14,6 @@ one `_driver.Program`, one native call.
 
 from __future__ import annotations
 
-import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,10 +24,8 @@ import numpy as np
 from ..dispatch import caches, inplace as programs, lookup
 from ..dispatch.lru import LRU
 from ..errors import DeviceError, InputTypeError, LayoutError
-from ..kernels.inplace import ARG_FORMAT, ARG_NAMES
 from ..kinds.inplace import InplaceParams
-from ..plans.inplace import SKEW, staged_phases
-from ..runtime import driver as _driver, streams
+from ..runtime import driver as _driver, inplace as _inplace, streams
 from ..runtime.arrays import View, view
 from .common import call_target, keeping_context
 
@@ -170,7 +167,7 @@ def _on_device(
 class _Hit:
     ordinal: int
     ctx: int
-    prog: programs.InplaceProgram
+    prog: _inplace.InplaceProgram
     tables: list[int]
     shape: tuple[int, ...]
     generation: int  # lookup's when it was chosen: a tuning run or an import moves it
@@ -222,7 +219,7 @@ _FAST: dict[type, Callable[[Any, bool], Any]] = {}
 
 
 def _remember(
-    xv: View, ctx: int, prog: programs.InplaceProgram, conjugate: bool, generation: int
+    xv: View, ctx: int, prog: _inplace.InplaceProgram, conjugate: bool, generation: int
 ) -> None:
     """After a validated call of a torch or CuPy array on its library's current stream: the
     next call of its signature runs its program straight away."""
@@ -248,22 +245,9 @@ def _go(hit: _Hit, ptr: int, handle: int) -> bool:
     if program is None:
         if len(hit.runs) >= _RUNS_PER_HIT:
             hit.runs.clear()
-        program = hit.runs[scratch] = _program(hit, scratch)
+        program = hit.runs[scratch] = _inplace.native(hit.prog, hit.tables, hit.ctx, scratch)
     program.run(ptr, 0, handle)
     return True
-
-
-def _program(hit: _Hit, scratch: int) -> _driver.Program:
-    """`hit`'s passes as one program run with (x, 0): each launch's second pointer and each
-    row copy's target are absolute (the tables, the scratch), x's offsets relative."""
-    steps: list[tuple[_driver.Prepared | None, int, int, int]] = []
-    for items, second in _launches(hit.prog, hit.tables, hit.ctx, scratch):
-        for item in items:
-            if isinstance(item, tuple):
-                steps.append((None, item[0], scratch, item[1]))
-            else:
-                steps.append((item, 0, second, 0))
-    return _driver.Program(hit.ctx, steps)
 
 
 def _clear() -> None:
@@ -286,7 +270,7 @@ caches.also_clear(_clear)
 
 
 def run(
-    prog: programs.InplaceProgram,
+    prog: _inplace.InplaceProgram,
     ptr: int,
     ctx: int,
     handle: int | None,
@@ -305,95 +289,10 @@ def run(
     else:
         scratch = scratch_for(ctx, handle, prog.scratch_bytes)
     try:
-        for k, (items, second) in enumerate(_launches(prog, tables, ctx, scratch)):
-            if mark is not None:
-                mark(k)
-            for item in items:
-                if isinstance(item, tuple):  # a long-row SHUFFLE's group copied to the scratch
-                    _driver.memcpy_dtod_async(scratch, ptr + item[0], item[1], handle, ctx)
-                else:
-                    _driver.launch_transpose(item, ptr, second, handle)
-        if mark is not None:
-            mark(len(prog.steps))
+        _inplace.queue(prog, ptr, ctx, handle, tables, scratch, mark)
     finally:
         if capturing:
             _driver.mem_free_async(scratch, handle, ctx)
-
-
-# A pass's prepared launches in order, and (a long-row SHUFFLE) before each the copy of its
-# group of rows to the scratch, as (byte offset in x, bytes)
-_Items = list[Any]
-
-
-def _launches(
-    prog: programs.InplaceProgram, tables: list[int], ctx: int, scratch: int
-) -> list[tuple[_Items, int]]:
-    """Each pass as (items, its second pointer): the prepared launches (and a long-row
-    SHUFFLE's group copies) that run it with `scratch` and the device tables `tables`.
-
-    PERMUTE's pieces read their table of pieces (uploaded once, `_table`) at their second
-    pointer and the saved first rows `offset` bytes past it: the offset is set here to where
-    the scratch lies from the table, so no copy of the table is made per call."""
-    out: list[tuple[_Items, int]] = []
-    pieces_table = 0
-    for step, table in zip(prog.steps, tables, strict=True):
-        how, launch = step.how, step.launch
-        if how.aux == "leaders":
-            out.append(([launch.prepared(ctx)], table))
-        elif how.aux == "scratch":
-            pieces_table = table or pieces_table
-            offset = scratch - pieces_table
-            out.append(([_with(launch, ctx, offset=offset)], pieces_table))
-        elif how.aux == "bands":  # a staged COLS pass: each band out to the scratch, then back
-            second = table or scratch
-            staged = step.bands.get((ctx, second, scratch))
-            if staged is None:
-                if len(step.bands) >= _RUNS_PER_HIT:
-                    step.bands.clear()
-                staged = step.bands[(ctx, second, scratch)] = _bands(step, ctx, second, scratch)
-            out.append((staged, second))
-        elif how.aux == "rows":
-            row_bytes = how.args["n"] * how.spec.elem_bytes
-            items: _Items = []
-            for first in range(0, how.rows, how.rows_per):
-                count = min(how.rows_per, how.rows - first)
-                items.append((first * row_bytes, count * row_bytes))
-                items.append(_with(launch, ctx, row=first, rows_per=count))
-            out.append((items, scratch))
-        else:
-            out.append(([launch.prepared(ctx)], 0))
-    return out
-
-
-def _bands(step: programs.InplaceStep, ctx: int, second: int, scratch: int) -> _Items:
-    """A staged COLS pass's launches: each band moved out to the scratch, then back (the
-    second pointer its table, the scratch `offset` past it; or the scratch itself)."""
-    how, launch = step.how, step.launch
-    # ROWS takes no shared memory
-    shared = [launch.shared if part == SKEW else 0 for part in staged_phases(how.args["split"])]
-    staged: _Items = []
-    for band in range(how.rows):
-        for phase in (0, 1):
-            staged.append(
-                _with(launch, ctx, shared[phase], row=band, segs=phase, offset=scratch - second)
-            )
-    return staged
-
-
-def _with(launch: Any, ctx: int, shared: int | None = None, **values: int) -> _driver.Prepared:
-    """`launch` made ready in `ctx` with some of its `at_inplace_args` replaced (and its
-    dynamic shared memory: `shared`, where given)."""
-    scalars = list(launch.scalars)
-    for name, value in values.items():
-        scalars[ARG_NAMES.index(name)] = value
-    base = launch.prepared(ctx)
-    func = base.args[0].value if hasattr(base.args[0], "value") else base.args[0]
-    tail = struct.pack(ARG_FORMAT, *scalars)
-    shared = launch.shared if shared is None else shared
-    prep = _driver.Prepared(func, ctx, launch.grid, launch.block, tail, shared)
-    if launch.shared:  # the kernel's opt-in stays at the device's most (SharedLaunch)
-        _driver.allow_function_dynamic_shared(func, launch.optin, ctx)
-    return prep
 
 
 def scratch_for(ctx: int, handle: int | None, nbytes: int) -> int:
@@ -414,7 +313,7 @@ def scratch_for(ctx: int, handle: int | None, nbytes: int) -> int:
     return found.ptr
 
 
-def _table(step: programs.InplaceStep, ctx: int, handle: int | None) -> int:
+def _table(step: _inplace.InplaceStep, ctx: int, handle: int | None) -> int:
     """A step's table on the device, uploaded on its first call in `ctx`."""
     key = (ctx, *step.table_key)
     found = _TABLES.get(key)
@@ -427,12 +326,8 @@ def _table(step: programs.InplaceStep, ctx: int, handle: int | None) -> int:
             "(offsets or cycles), which cannot happen while a CUDA graph is being captured; call "
             "transpose_() once on an array of this shape before capturing (a warm-up call)"
         )
-    table = np.ascontiguousarray(step.how.table, dtype=np.uint32)
     with _TABLES_LOCK:
         found = _TABLES.get(key)
         if found is None:
-            found = _driver.Allocation(table.nbytes, ctx)
-            with _driver.on_context(ctx):
-                _driver.memcpy_htod(found.ptr, table.ctypes.data, table.nbytes)
-            _TABLES[key] = found
+            found = _TABLES[key] = _inplace.upload_table(step, ctx)
     return found.ptr

@@ -51,7 +51,8 @@ def run(
 ) -> int:
     """Run one command; `make_objective(dtype, shape, device_index, conjugate)` builds what
     `tune` measures with (the GPU worker unless given: tests pass a synthetic one), called
-    with `layout=` too for a permute's strided pass (`tune --axes`)."""
+    with `layout=` too for a permute's strided pass (`tune --axes`), `cast=` for a
+    cast-transpose (`tune --cast`) and `inplace=True` for an in-place one (`tune --inplace`)."""
     err = stderr or sys.stderr
     with warnings.catch_warnings():
         warnings.showwarning = warning_printer(err)

@@ -188,6 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --cast: tune the calls that also write the cast in the input's order",
     )
+    t.add_argument(
+        "--inplace",
+        action="store_true",
+        help="tune in-place transposes (transpose_()) instead of transposes: each of "
+        "--dtypes and --shapes (a contiguous array), its passes' parameters (blocks, grid, "
+        "rows ahead, bytes a lane; a square's tiles), the results keyed by the shape "
+        "class, squares apart from rectangles (transpose_() uses them); one GPU",
+    )
     db_option(t)
 
     s = sub.add_parser("show", help="tuned results per device")

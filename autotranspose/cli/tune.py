@@ -1,6 +1,6 @@
 """`autotranspose tune`: each (dtype, shape) tuned on one GPU with a progress bar, permutes'
-transpose passes (--axes), or every case on several GPUs at once (--devices); then the
-table of results.
+transpose passes (--axes), cast-transposes (--cast), in-place transposes (--inplace), or
+every case on several GPUs at once (--devices); then the table of results.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from ..errors import TuningError
 from ..kernels.shapes import Layout, parse_dims
@@ -21,10 +21,13 @@ from .stores import open_store
 if TYPE_CHECKING:
     from ..store import Store
     from ..tuner.study import PermuteTarget, TrialReport, TuneResult
+    from ..tuner.study.settings import TuneSettings
 
 
 # make_objective(dtype, shape, device_index, conjugate), and layout=Layout for a permute's
-# strided pass (`tune --axes`; only then, so a factory for plain shapes need not take it)
+# strided pass (`tune --axes`), cast=(code, both) for a cast-transpose (`tune --cast`),
+# inplace=True for an in-place transpose (`tune --inplace`): each only then, so a factory for
+# plain shapes need not take them
 ObjectiveFactory = Callable[..., Any]
 
 
@@ -66,10 +69,13 @@ def gpu_objective(
     conjugate: bool,
     layout: Layout | None = None,
     cast: tuple[str, bool] | None = None,
+    inplace: bool = False,
 ) -> Any:
     from ..tuner.worker import GpuObjective
 
-    return GpuObjective(dtype, shape, device, conjugate=conjugate, layout=layout, cast=cast)
+    return GpuObjective(
+        dtype, shape, device, conjugate=conjugate, layout=layout, cast=cast, inplace=inplace
+    )
 
 
 def cmd_tune(
@@ -78,6 +84,8 @@ def cmd_tune(
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the bar and the table say it all
+    if args.inplace:
+        return _tune_inplace(args, out, err, make_objective)
     if args.cast is not None:
         return _tune_casts(args, out, err, make_objective)
     if args.both:
@@ -153,12 +161,7 @@ def _tune_case(
             objective=objective,
             store=store,
             device=objective.device,
-            trials=args.trials,
-            timeout=args.timeout,
-            patience=args.patience,
-            sampler=args.sampler,
-            seed=args.seed,
-            batch=args.batch,
+            settings=_settings(args),
             conjugate=args.conjugate,
             progress=bar,
             device_index=device,
@@ -276,7 +279,6 @@ def _tune_casts(
     """`tune --cast bf16:e4m3 --shapes 8192x8192`: each pair and shape tuned on one GPU like
     a transpose, results under the pair's problem; every refusal before any GPU work."""
     from ..tuner.study.cast import cast_target, parse_pair, tune_cast
-    from ..tuner.study.settings import TuneSettings
 
     for flag, given in (
         ("--axes", args.axes is not None),
@@ -291,31 +293,17 @@ def _tune_casts(
             )
     try:
         pairs = [parse_pair(v) for v in split_items(args.cast)]
-        settings = TuneSettings(
-            trials=args.trials,
-            timeout=args.timeout,
-            patience=args.patience,
-            sampler=args.sampler,
-            seed=args.seed,
-            batch=args.batch,
-        )
+        settings = _settings(args)
     except TuningError as exc:
         raise UsageError(f"argument --cast: {one_line(exc)}") from None
     shapes = parse_shapes(args.shapes)
     targets = [cast_target(s, d, shape, args.both) for s, d in pairs for shape in shapes]
     device = args.device if args.device is not None else 0
-    store = open_store(args.db)
-    rows: list[list[str]] = []
-    failed = 0
-    started = time.monotonic()
-    for t in targets:
-        label = f"{t.src.name}->{t.dst.name}{' both' if t.both else ''} {shape_text(t.shape)}"
-        objective = make_objective(t.src.name, t.shape, device, False, cast=(t.code, t.both))
-        result = _with_bar(
-            err,
-            label,
-            objective,
-            lambda bar, t=t, objective=objective: tune_cast(
+    cases = [
+        _Case(
+            f"{t.src.name}->{t.dst.name}{' both' if t.both else ''} {shape_text(t.shape)}",
+            lambda t=t: make_objective(t.src.name, t.shape, device, False, cast=(t.code, t.both)),
+            lambda objective, store, bar, t=t: tune_cast(
                 t.src,
                 t.dst,
                 t.shape,
@@ -327,19 +315,128 @@ def _tune_casts(
                 progress=bar,
                 device_index=device,
             ),
+            lambda result, t=t: [t.problem.removeprefix("cast:"), *_result_row(result)[1:]],
         )
-        if result is None:
-            failed += 1
-            continue
-        rows.append([t.problem.removeprefix("cast:"), *_result_row(result)[1:]])
+        for t in targets
+    ]
+    return _tune_cases(args, out, err, cases, ["cast", *_RESULT_HEADERS[1:]], "cast-transposes")
+
+
+def _tune_inplace(
+    args: argparse.Namespace, out: TextIO, err: TextIO, make_objective: ObjectiveFactory
+) -> int:
+    """`tune --inplace --dtypes float16 --shapes 8192x7168`: each dtype and shape's in-place
+    transpose (transpose_() of a contiguous array) tuned on one GPU like a transpose, results
+    under its problem (squares apart) and class; every refusal before any GPU work."""
+    from ..tuner.study.inplace import inplace_target, tune_inplace
+
+    for flag, given, fix in (
+        ("--cast", args.cast is not None, "tune cast-transposes in a run of their own"),
+        ("--both", args.both, "it is for cast-transposes (--cast)"),
+        ("--axes", args.axes is not None, "a permute's pass is tuned by tune --axes"),
+        (
+            "--conjugate",
+            args.conjugate,
+            "transpose_(conjugate=True) is served the same results: leave it out",
+        ),
+        ("--devices", args.devices is not None, "--device INDEX picks the GPU"),
+    ):
+        if given:
+            raise UsageError(
+                f"--inplace tunes in-place transposes of contiguous arrays on one GPU; {flag} "
+                f"is not for them ({fix})"
+            )
+    shapes = parse_shapes(args.shapes)
+    dtypes = parse_dtypes(args.dtypes or ["float32"])
+    try:
+        targets = [inplace_target(d, s) for d in dtypes for s in shapes]
+        settings = _settings(args)
+    except TuningError as exc:
+        raise UsageError(f"argument --inplace: {one_line(exc)}") from None
+    device = args.device if args.device is not None else 0
+
+    def row(result: TuneResult, problem: str) -> list[str]:
+        dtype, shape, cls, _, *rest = _result_row(result)
+        return [dtype, shape, problem, cls, result.config.params.key, *rest]
+
+    cases = [
+        _Case(
+            f"{t.dtype} {shape_text(t.shape)} in place",
+            lambda t=t: make_objective(t.dtype, t.shape, device, False, inplace=True),
+            lambda objective, store, bar, t=t: tune_inplace(
+                t.dtype,
+                t.shape,
+                objective=objective,
+                store=store,
+                device=objective.device,
+                settings=settings,
+                progress=bar,
+                device_index=device,
+            ),
+            lambda result, t=t: row(result, t.problem),
+        )
+        for t in targets
+    ]
+    return _tune_cases(args, out, err, cases, _INPLACE_HEADERS, "in-place transposes")
+
+
+def _settings(args: argparse.Namespace) -> TuneSettings:
+    """The search's settings the command line gives (a TuningError where they do not go
+    together)."""
+    from ..tuner.study.settings import TuneSettings
+
+    return TuneSettings(
+        trials=args.trials,
+        timeout=args.timeout,
+        patience=args.patience,
+        sampler=args.sampler,
+        seed=args.seed,
+        batch=args.batch,
+    )
+
+
+class _Case(NamedTuple):
+    """One case of `_tune_cases`: its label, its objective made, its study run
+    (objective, store, progress bar) and its row of the table."""
+
+    label: str
+    objective: Callable[[], Any]
+    tune: Callable[[Any, Store, ProgressBar], TuneResult]
+    row: Callable[[TuneResult], list[str]]
+
+
+def _tune_cases(
+    args: argparse.Namespace,
+    out: TextIO,
+    err: TextIO,
+    cases: Sequence[_Case],
+    headers: list[str],
+    what: str,
+) -> int:
+    """Each case tuned on one GPU with a progress bar (a line saying why where it fails),
+    then the table of results and a summary: the cast-transposes' and in-place transposes'
+    runs."""
+    store = open_store(args.db)
+    rows: list[list[str]] = []
+    started = time.monotonic()
+    for case in cases:
+        objective = case.objective()
+        result = _with_bar(
+            err,
+            case.label,
+            objective,
+            lambda bar, case=case, objective=objective: case.tune(objective, store, bar),
+        )
+        if result is not None:
+            rows.append(case.row(result))
     if rows:
-        print(table(["cast", *_RESULT_HEADERS[1:]], rows), file=out)
+        print(table(headers, rows), file=out)
     print(
-        f"tuned {len(rows)} of {len(targets)} cast-transposes in "
-        f"{time.monotonic() - started:.1f}s; database {store.display}",
+        f"tuned {len(rows)} of {len(cases)} {what} in {time.monotonic() - started:.1f}s; "
+        f"database {store.display}",
         file=err,
     )
-    return 1 if failed else 0
+    return 1 if len(rows) < len(cases) else 0
 
 
 _RESULT_HEADERS = [
@@ -356,6 +453,9 @@ _RESULT_HEADERS = [
 # tune --axes: the permute, its pass's element size and (batch, m, n) ("shape"), and its
 # strides (ld_in,ld_out,bs_in,bs_out in elements, or contiguous)
 _PERMUTE_HEADERS = ["dtype", "permute", "axes", "elem", "shape", "strides", *_RESULT_HEADERS[2:]]
+# tune --inplace: the problem its results are keyed by, and the config as its parameters'
+# key (kinds.inplace.InplaceParams.key: what a stored config writes as inplace='<key>')
+_INPLACE_HEADERS = ["dtype", "shape", "problem", "class", "params", *_RESULT_HEADERS[4:]]
 
 
 def _result_row(r: TuneResult) -> list[str]:

@@ -57,7 +57,8 @@ UNTUNED_TEMPLATES = (
 )
 # cast-transposes (cast/) are served by their pair's default, not tuned (kinds/cast.py);
 # pattern/ holds `bench --ceiling`'s kernels, which serve no call (autotranspose/bench/ceiling.py);
-# inplace/ the in-place transposes, served by their kind's default (kinds/inplace.py)
+# inplace/ the in-place transposes' passes, whose studies (`tune --inplace`) are named by the
+# version of their own programs instead (tuner/study/inplace.py)
 # permute()'s row copies: threads per block, and rows each thread carries at once
 ROWS_THREADS, ROWS_UNROLL = 256, 4
 # the row kernels' `at_rows_args` struct (templates/rows/): M, N, ld_in, ld_out, bs_in,

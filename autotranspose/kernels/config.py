@@ -666,7 +666,8 @@ def neighbours(config: KernelConfig) -> list[KernelConfig]:
     """The valid configs one step from `config`: one size field (tile, per_thread, vec,
     persistent, the register cap `min_blocks`) one value up or down its list, or one other
     choice (raster, shared-memory layout, cache hint) changed; most decisive fields first.
-    The tuner's local search and the first call's refinement walk these."""
+    A kind whose own parameters are searched (`Kind.param_steps`: in-place) steps those
+    first. The tuner's local search and the first call's refinement walk these."""
     found: list[KernelConfig] = []
 
     def add(**change: Any) -> None:
@@ -676,6 +677,8 @@ def neighbours(config: KernelConfig) -> list[KernelConfig]:
             pass  # not a kernel: the step leaves the space here
 
     kind = config.policy
+    for params in kind.param_steps(config.params):
+        add(params=params)
     for name, values in _STEPPED:
         values = kind.step_values(config, name, values, pair=False)
         if name == "persistent" and config.min_blocks:

@@ -308,6 +308,12 @@ class Kind(ABC):
         the shared one."""
         return values
 
+    def param_steps(self, params: Any) -> tuple[Any, ...]:
+        """The kind's parameters one step from `params` (one field one value up or down its
+        list), most decisive first: the neighbours of a kind whose own parameters the tuner
+        searches (in-place); none where the shared fields' steps are the neighbours."""
+        return ()
+
     def __repr__(self) -> str:
         return f"<kind {self.name}>"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -151,6 +151,17 @@ _SHARED = {
 }
 
 
+# The tuner's steps from a config (`param_steps`), most decisive first: every pass's block and
+# grid, then PERMUTE's rows ahead and bytes a lane, then SWAP's tile
+_STEPS: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("threads", THREADS),
+    ("blocks_per_sm", BLOCKS_PER_SM),
+    ("unroll", UNROLLS),
+    ("lane_bytes", LANE_BYTES),
+    ("tile", TILES),
+)
+
+
 class InplaceKind(Kind):
     name = NAME
     Params = InplaceParams
@@ -200,6 +211,15 @@ class InplaceKind(Kind):
             "an in-place config is a program of pass kernels: kernels/inplace.py renders "
             "them (render_inplace), codegen does not"
         )
+
+    def param_steps(self, params: Any) -> tuple[Any, ...]:
+        found = []
+        for name, values in _STEPS:
+            i = values.index(getattr(params, name))
+            found += [
+                replace(params, **{name: values[j]}) for j in (i - 1, i + 1) if 0 <= j < len(values)
+            ]
+        return tuple(found)
 
     def tile_m_values(self, c: Config) -> tuple[int, ...]:
         return (32,)

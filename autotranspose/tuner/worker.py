@@ -47,16 +47,19 @@ def _worker_main(
     device_index: int,
     layout: Layout | None = None,
     cast: tuple[str, bool] | None = None,
+    inplace: bool = False,
 ) -> None:
-    from ..runtime.compiler import activate, precompile
-    from .measure import Bench, context_is_dead, measure_one
+    from ..runtime.compiler import activate
+    from .measure import context_is_dead
 
     try:
         state = activate(device_index)
-        if cast is None:
-            bench: Any = Bench(state, element_type(dtype).size, shape, layout)
+        if cast is not None:
+            measure: Any = _CastMeasure(state, shape, *cast)
+        elif inplace:
+            measure = _InplaceMeasure(state, element_type(dtype).size, shape)
         else:
-            measure = _CastMeasure(state, shape, *cast)
+            measure = _Measure.transpose(state, element_type(dtype).size, shape, layout)
     except Exception as exc:
         conn.send(("error", _startup_error(exc)))
         return
@@ -69,19 +72,14 @@ def _worker_main(
         if kind == "close":
             return
         configs = [KernelConfig.from_dict(d) for d in payload]
-        failed = precompile(state, configs)
+        failed = measure.precompile(configs)
         if kind == "compile":
             conn.send(("compiled", {c.key: str(e)[:2000] for c, e in failed.items()}))
             continue
-        if cast is None:
-            copy_gbps = bench.gbps(bench.copy_time())
-        else:
-            copy_gbps = measure.copy_gbps()
+        copy_gbps = measure.copy_gbps()
         for cfg in configs:
             if cfg in failed:
                 m = Measurement("fail", copy_gbps=copy_gbps, error=str(failed[cfg])[:2000])
-            elif cast is None:
-                m = measure_one(bench, cfg, copy_gbps)
             else:
                 m = measure(cfg, copy_gbps)
             dead = m.status == "fail" and context_is_dead(state)
@@ -113,25 +111,72 @@ def _startup_failure(payload: tuple[str, str]) -> AutotransposeError:
     return TuningError(f"the measuring process could not start: {message}")
 
 
-class _CastMeasure:
-    """A cast-transpose case's measuring (`_castmeasure`): its bench and the pair's default
+class _Measure:
+    """A transpose case's measuring (`measure.Bench`, on a layout's strides where given):
+    each config one launch, its kernel compiled by codegen's precompile. The cases below
+    measure other configs on benches of their own, each with a copy ceiling of its bytes."""
+
+    def __init__(self, state: Any, bench: Any) -> None:
+        self.state, self.bench = state, bench
+
+    @classmethod
+    def transpose(
+        cls, state: Any, elem_bytes: int, shape: tuple[int, int, int], layout: Layout | None
+    ) -> _Measure:
+        from .measure import Bench
+
+        return cls(state, Bench(state, elem_bytes, shape, layout))
+
+    def precompile(self, configs: Sequence[KernelConfig]) -> dict[KernelConfig, Exception]:
+        """The configs whose kernels failed to compile, with their errors (the rest loaded)."""
+        from ..runtime.compiler import precompile
+
+        return precompile(self.state, configs)
+
+    def copy_gbps(self) -> float:
+        return self.bench.gbps(self.bench.copy_time())
+
+    def __call__(self, cfg: KernelConfig, copy_gbps: float) -> Measurement:
+        from .measure import measure_one
+
+        return measure_one(self.bench, cfg, copy_gbps)
+
+
+class _CastMeasure(_Measure):
+    """A cast-transpose case's measuring (`castmeasure`): its bench and the pair's default
     config, the reference every candidate's bytes must equal."""
 
     def __init__(self, state: Any, shape: tuple[int, int, int], code: str, both: bool) -> None:
         from ..kinds import cast as cast_kind
         from .castmeasure import CastBench
 
-        self.bench = CastBench(state, code, shape, both)
+        super().__init__(state, CastBench(state, code, shape, both))
         src, dst = cast_kind.PAIRS[code]
         self.reference = cast_kind.default(KernelConfig, src, dst)
-
-    def copy_gbps(self) -> float:
-        return self.bench.gbps(self.bench.copy_time())
 
     def __call__(self, cfg: KernelConfig, copy_gbps: float) -> Measurement:
         from .castmeasure import measure_cast
 
         return measure_cast(self.bench, cfg, self.reference, copy_gbps)
+
+
+class _InplaceMeasure(_Measure):
+    """An in-place transpose case's measuring (`inplacemeasure`): each config a program of
+    passes whose kernels the bench compiles (codegen renders no in-place config), its result
+    checked against NumPy's transpose of the input."""
+
+    def __init__(self, state: Any, elem_bytes: int, shape: tuple[int, int, int]) -> None:
+        from .inplacemeasure import InplaceBench
+
+        super().__init__(state, InplaceBench(state, elem_bytes, shape))
+
+    def precompile(self, configs: Sequence[KernelConfig]) -> dict[KernelConfig, Exception]:
+        return self.bench.precompile(configs)
+
+    def __call__(self, cfg: KernelConfig, copy_gbps: float) -> Measurement:
+        from .inplacemeasure import measure_inplace
+
+        return measure_inplace(self.bench, cfg, copy_gbps)
 
 
 class GpuObjective:
@@ -143,8 +188,11 @@ class GpuObjective:
     one launch with those strides, in buffers as large as their extent: a permute's strided
     transpose pass as permute() runs it. A bad layout is a LayoutError before any process
     starts. With `cast` (a pair's code and whether the same-order output is written) it
-    measures cast-transposes of a contiguous (batch, m, n) input instead (`_castmeasure`):
-    each config's bytes against the pair's default config's, then its time.
+    measures cast-transposes of a contiguous (batch, m, n) input instead (`castmeasure`):
+    each config's bytes against the pair's default config's, then its time. With `inplace`
+    it measures in-place transposes of a contiguous (batch, m, n) matrix (`inplacemeasure`):
+    each in-place config's program of passes (what transpose_() runs with its parameters),
+    its result against NumPy's transpose of the matrix, then its time.
     """
 
     def __init__(
@@ -157,9 +205,15 @@ class GpuObjective:
         timeout_s: float = 120.0,
         layout: Layout | tuple[int, int, int, int] | None = None,
         cast: tuple[str, bool] | None = None,
+        inplace: bool = False,
     ) -> None:
+        if inplace and (cast is not None or layout is not None):
+            raise TuningError(
+                "inplace=True measures in-place transposes of a contiguous matrix: give "
+                "neither cast nor layout with it"
+            )
         self.dtype, self.shape, self.device_index = dtype, tuple(shape), device_index
-        self.cast = cast
+        self.cast, self.inplace = cast, inplace
         self.layout = check_layout(self.shape, layout)  # type: ignore[arg-type]
         self.conjugate = conjugate
         self.timeout_s = timeout_s
@@ -173,7 +227,15 @@ class GpuObjective:
         parent, child = _CTX.Pipe()
         proc = _CTX.Process(
             target=_worker_main,
-            args=(child, self.dtype, self.shape, self.device_index, self.layout, self.cast),
+            args=(
+                child,
+                self.dtype,
+                self.shape,
+                self.device_index,
+                self.layout,
+                self.cast,
+                self.inplace,
+            ),
             daemon=True,
         )
         proc.start()

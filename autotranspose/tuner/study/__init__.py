@@ -25,6 +25,8 @@ One idea a module, in import order:
   `remember_ctrl_c`: a Ctrl-C that Python swallowed raised again between trials);
 - `loop`: `search`, the rounds until a stop, with the local search at the end;
 - `targets`: `permute_target`, what tuning a permute means;
+- `cast`, `inplace`: what tuning a cast-transpose (`tune_cast`) and an in-place transpose
+  (`tune_inplace`) mean, each a study of its own problem (imported from their modules);
 - `study`: `tune` and `tune_gpu`, the entry points.
 """
 

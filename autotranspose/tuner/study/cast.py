@@ -27,7 +27,7 @@ from .results import Objective, TrialReport, TuneResult
 from .settings import TuneSettings
 from .space import SearchSpace, check_shape, tuned_class
 from .storage import GRACE_PERIOD, HEARTBEAT_INTERVAL
-from .warm import WARM_STARTS
+from .warm import WARM_STARTS, problem_neighbours
 
 if TYPE_CHECKING:
     from ...store import Store
@@ -109,25 +109,13 @@ def cast_known_good(
     classes (stored or shipped, this GPU model's first): lookup serves none of them to this
     class, but they are measured winners of the pair's neighbours."""
     from ...dispatch import lookup
-    from ...errors import StoreError
 
     found = [cast_kind.default(KernelConfig, target.src, target.dst)]
     choice = lookup.cast_choice(
         device, target.code, target.shape_class, both=target.both, store=store
     )
     found.append(choice.config)
-    entries = list(lookup.shipped(device.name))
-    if store is not None:
-        try:
-            entries += store.entries(None, include_stale=False, problem=target.problem)
-        except StoreError:
-            pass
-    cls = target.shape_class
-    near = sorted(
-        (e for e in entries if e.problem == target.problem and not e.stale),
-        key=lambda e: (e.device != device.name, cls.distance(e.shape_class), e.shape_class),
-    )
-    found += [e.config for e in near[: 2 * WARM_STARTS]]
+    found += problem_neighbours(device, target.shape_class, target.problem, store)
     return [c for c in dict.fromkeys(found) if c in space][: 2 + WARM_STARTS]
 
 

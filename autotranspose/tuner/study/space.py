@@ -22,6 +22,7 @@ from ...kernels.config import (
     pair_steps,
 )
 from ...kernels.shapes import Layout, ShapeClass, call_vec, flat_fits, shape_class
+from ...kinds import inplace as inplace_kind
 from ...runtime.device import DeviceInfo
 
 # Every field of KernelConfig that varies within a study is one parameter. Integer fields are
@@ -35,11 +36,17 @@ _STUDY_FIELDS = ("elem_bytes", "conjugate")  # fixed by the study itself
 
 def _field_values(config: KernelConfig) -> dict[str, Any]:
     """The config's parameters: its stored fields (OPTIONAL_FIELDS at their default left
-    out, so a space without them keeps its parameters and study), layout and pad as one."""
+    out, so a space without them keeps its parameters and study), layout and pad as one; an
+    in-place config's parameters (written as one key) each a field of its own, so that the
+    sampler ranks their sizes."""
     values = config.to_dict()
     for name in _STUDY_FIELDS:
         values.pop(name)
     values["smem"] = f"{values.pop('layout')}{values.pop('pad')}"
+    if config.kind == inplace_kind.NAME:
+        del values[inplace_kind.NAME]
+        for name in inplace_kind.field_names():
+            values[f"{inplace_kind.NAME}_{name}"] = getattr(config.params, name)
     return values
 
 

@@ -92,3 +92,38 @@ def known_good(
         for c in lookup.warm_starts(device, elem_bytes, cls, WARM_STARTS, store=store)
     ]
     return [c for c in dict.fromkeys(found) if c in space]
+
+
+def problem_neighbours(
+    device: DeviceInfo,
+    cls: ShapeClass,
+    problem: str,
+    store: Store | None,
+    elem_bytes: int | None = None,
+) -> list[KernelConfig]:
+    """The current results of `problem` (and of `elem_bytes`, where given) for the classes
+    nearest `cls`, stored or shipped, this GPU model's first: up to 2 * `WARM_STARTS`. The
+    warm starts of a problem lookup serves exact classes only (casts, in-place transposes):
+    it serves none of them to `cls`, but they won its neighbours."""
+    from ...dispatch import lookup
+    from ...errors import StoreError
+
+    entries = list(lookup.shipped(device.name))
+    if store is not None:
+        try:
+            entries += store.entries(
+                None, include_stale=False, elem_bytes=elem_bytes, problem=problem
+            )
+        except StoreError:
+            pass
+    near = sorted(
+        (
+            e
+            for e in entries
+            if e.problem == problem
+            and not e.stale
+            and (elem_bytes is None or e.elem_bytes == elem_bytes)
+        ),
+        key=lambda e: (e.device != device.name, cls.distance(e.shape_class), e.shape_class),
+    )
+    return [e.config for e in near[: 2 * WARM_STARTS]]

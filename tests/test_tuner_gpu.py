@@ -38,10 +38,12 @@ def test_worker_measures_and_survives_a_killed_process():
         # ratio is its own GB/s over the copy's
         assert all(m.ok and m.gbps > 0 and m.copy_gbps > 0 for m in first), first
         assert all(m.ratio == pytest.approx(m.gbps / m.copy_gbps) for m in first), first
-        os.kill(obj._proc.pid, signal.SIGKILL)  # as if a kernel had killed its context
+        os.kill(obj._proc.pid, signal.SIGKILL)  # a worker gone between two calls
+        obj._proc.join(10)  # dead before the next call: the pipe to it is broken
         second = obj(configs)
-        assert second[0].status == "fail" and "died" in second[0].error
-        assert all(m.ok for m in second[1:]) and obj.restarts == 1
+        # no config killed it, so none is blamed: a fresh worker measures them all
+        assert all(m.ok for m in second), second
+        assert obj.restarts == 1
 
 
 @pytest.mark.parametrize(

@@ -272,16 +272,25 @@ class GpuObjective:
         self.restarts += 1
         self._start()
 
+    def _send(self, message: tuple[str, Any]) -> None:
+        """Send to the worker; one that died since its last answer (killed, or gone with its
+        context) is restarted and sent to once more."""
+        try:
+            self._conn.send(message)
+        except OSError:  # BrokenPipeError: nobody reads the other end any more
+            self._restart()
+            self._conn.send(message)
+
     def precompile(self, configs: Sequence[KernelConfig]) -> None:
         """Compile ahead of measuring (several kernels per nvcc call, calls in parallel)."""
-        self._conn.send(("compile", [c.to_dict() for c in configs]))
+        self._send(("compile", [c.to_dict() for c in configs]))
         self._recv()
 
     def __call__(self, configs: Sequence[KernelConfig]) -> list[Measurement]:
         results: dict[str, Measurement] = {}
         todo = list(configs)
         while todo:
-            self._conn.send(("measure", [c.to_dict() for c in todo]))
+            self._send(("measure", [c.to_dict() for c in todo]))
             for cfg in list(todo):
                 try:
                     _, key, m, dead = self._recv()

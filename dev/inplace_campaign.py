@@ -4,8 +4,8 @@
     python dev/cast_campaign.py merge --shipped tuning_db/X.json --export X.json --out X.json
 
 `tune` runs `autotranspose tune --inplace`'s study (`tuner.study.inplace.tune_inplace`, one
-measuring worker a case) for each of DTYPES x SHAPES: a rectangle of LLM sides, one of odd
-sides, a skinny one, a batch, and a square (five classes), for every element size. Cases stop starting once
+measuring worker a case) for each of DTYPES x SHAPES: a square, a rectangle of LLM sides, one of odd
+sides, a skinny one and a batch (five classes), for every element size, the square first. Cases stop starting once
 `--budget` seconds have passed. Each line says the best config, its % of a copy of the same
 bytes and the kind's default's on the same case (the study measures the default first).
 `cast_campaign.py merge` puts the export's entries that name a problem (casts and in-place
@@ -27,7 +27,7 @@ from autotranspose.tuner.study.settings import TuneSettings
 from autotranspose.tuner.worker import GpuObjective
 
 DTYPES = ("uint8", "float16", "float32", "float64", "complex128")
-SHAPES = ((1, 8192, 7168), (1, 3001, 1999), (1, 24, 1000003), (16, 1024, 768), (1, 8192, 8192))
+SHAPES = ((1, 8192, 8192), (1, 8192, 7168), (1, 3001, 1999), (1, 24, 1000003), (16, 1024, 768))
 
 
 def cmd_tune(args: argparse.Namespace) -> None:

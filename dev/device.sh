@@ -317,7 +317,7 @@ recipe_inplace_campaign() {
   mkdir -p "$OUT/tuning_db" /tmp/inplace_export
   rm -f /tmp/inplace_campaign.db*
   s=$(slug)
-  [ -z "${SKIP_BEFORE:-}" ] && bench inplace-before "${bench_args[@]}"
+  if [ -z "${SKIP_BEFORE:-}" ]; then bench inplace-before "${bench_args[@]}"; fi
   [ -f "tuning_db/$s.json" ] && python3 -m autotranspose import --db "$db" "tuning_db/$s.json" >>"$LOG" 2>&1
   # shellcheck disable=SC2086
   timeout "${TUNE_TIMEOUT:-300}" python3 dev/inplace_campaign.py tune --db "$db" \
@@ -332,7 +332,7 @@ recipe_inplace_campaign() {
     cp "/tmp/inplace_export/$s.json" "$OUT/tuning_db/$s.json"
   fi
   cp "$OUT/tuning_db/$s.json" "tuning_db/$s.json"
-  [ -z "${SKIP_AFTER:-}" ] && bench inplace-after "${bench_args[@]}"
+  if [ -z "${SKIP_AFTER:-}" ]; then bench inplace-after "${bench_args[@]}"; fi
 }
 
 # Tune TUNE_SHAPES x TUNE_DTYPES into a fresh database ($OUT/tuned.json, for tuning_db/),

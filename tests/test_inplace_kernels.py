@@ -447,6 +447,7 @@ def test_swap_moves_16_byte_words_where_x_and_the_rows_allow(m, e, tmp):
         (208, 1, 64, 256),
         (136, 2, 64, 128),  # 256 row pairs' words a tile: two a thread
         (72, 2, 32, 128),  # three tiles a side, the last cut at 8 rows
+        (272, 1, 128, 512),  # tiles of 128 one-byte elements (whole lines), the last cut
     ],
 )
 def test_swap_writes_narrow_elements_from_4_byte_shared_words(m, e, tile, threads, tmp):

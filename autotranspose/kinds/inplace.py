@@ -21,7 +21,9 @@ from ..errors import ConfigError
 from .base import STATIC_SHARED_MAX, WARP, Config, Kind, New, fixed_field_errors
 
 NAME = "inplace"
-TILES: tuple[int, ...] = (16, 32, 64)
+# SWAP's tile sides. 128 is for 1-byte elements (two padded tiles, 33 KB): a tile row of 64
+# one-byte elements is half a 128-byte line, which its neighbour tile's block reads apart
+TILES: tuple[int, ...] = (16, 32, 64, 128)
 THREADS: tuple[int, ...] = (128, 256, 512)
 UNROLLS: tuple[int, ...] = (1, 2, 4, 8)
 LANE_BYTES: tuple[int, ...] = (4, 8, 16)

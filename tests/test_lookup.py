@@ -18,7 +18,7 @@ from store_data import A100, H100, count_queries, ok, space, valid_config
 from autotranspose.dispatch import lookup, policy
 from autotranspose.kernels.config import PRMT_SERVED, default_config, prmt_default, staged_default
 from autotranspose.kernels.shapes import ShapeClass, shape_class
-from autotranspose.kinds import cast as cast_kind
+from autotranspose.kinds import cast as cast_kind, inplace as inplace_kind
 from autotranspose.store import BadRowWarning, Store, hooks, textio
 
 pytest_plugins = ("store_fixtures",)
@@ -327,7 +327,10 @@ def test_shipped_results_are_from_the_running_templates(path, monkeypatch):
     stale = [str(e.shape_class) for e in tf.entries if e.stale]
     assert not stale, f"{path.name}: stale entries {stale}; re-tune with dev/campaign.py"
     for e in tf.entries:
-        if e.problem:  # a cast-transpose's
+        if inplace_kind.parse_problem(e.problem) is not None:  # an in-place transpose's
+            assert e.shape is not None and policy.inplace_problem(*e.shape[1:]) == e.problem
+            choice = lookup.inplace_choice(tf.device.name, e.elem_bytes, *e.shape, store=None)
+        elif e.problem:  # a cast-transpose's
             code, both = cast_kind.parse_problem(e.problem)
             choice = lookup.cast_choice(tf.device.name, code, e.shape_class, both=both, store=None)
         else:

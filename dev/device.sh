@@ -266,6 +266,21 @@ recipe_campaign() {
   python3 dev/campaign.py export --db "$db" --out "$OUT/tuning_db" >>"$LOG" 2>&1
 }
 
+# A campaign's database exported to EXPORT, its entries of a problem (casts, in-place
+# transposes) merged into this GPU's shipped file (dev/cast_campaign.py merge: the
+# transposes' entries as shipped), written to $OUT/tuning_db/SLUG.json and into tuning_db/.
+ship_problems() {
+  local db=$1 export=$2 s=$3
+  python3 dev/campaign.py export --db "$db" --out "$export" >>"$LOG" 2>&1
+  if [ -f "tuning_db/$s.json" ]; then
+    python3 dev/cast_campaign.py merge --shipped "tuning_db/$s.json" \
+      --export "$export/$s.json" --out "$OUT/tuning_db/$s.json" >>"$LOG" 2>&1
+  else
+    cp "$export/$s.json" "$OUT/tuning_db/$s.json"
+  fi
+  cp "$OUT/tuning_db/$s.json" "tuning_db/$s.json"
+}
+
 # The cast-transpose campaign: a smoke test of `tune --cast`, `bench --cast` before, the
 # campaign (dev/cast_campaign.py, into a database holding this GPU's shipped file, or
 # cast_seed/<slug>.json where an earlier campaign left one), its cast entries merged into
@@ -290,14 +305,7 @@ recipe_cast_campaign() {
     --budget "${BUDGET:-165}" ${CAMPAIGN_ARGS:-} >"$OUT/campaign.txt" 2>&1
   log "cast campaign rc=$?"
   grep -v "^\[I" "$OUT/campaign.txt" | tail -25 | tee -a "$LOG"
-  python3 dev/campaign.py export --db "$db" --out /tmp/cast_export >>"$LOG" 2>&1
-  if [ -f "tuning_db/$s.json" ]; then
-    python3 dev/cast_campaign.py merge --shipped "tuning_db/$s.json" \
-      --export "/tmp/cast_export/$s.json" --out "$OUT/tuning_db/$s.json" >>"$LOG" 2>&1
-  else
-    cp "/tmp/cast_export/$s.json" "$OUT/tuning_db/$s.json"
-  fi
-  cp "$OUT/tuning_db/$s.json" "tuning_db/$s.json"
+  ship_problems "$db" /tmp/cast_export "$s"
   bench after "${bench_args[@]}"
   timeout "${AB_TIMEOUT:-60}" python3 dev/cast_ab.py "${bench_args[@]:0:4}" >"$OUT/cast_ab.txt" 2>&1
   log "cast_ab rc=$?"
@@ -307,9 +315,9 @@ recipe_cast_campaign() {
   log "cast GPU tests rc=$?: $(tail -1 "$OUT/pytest.txt")"
 }
 
-# The in-place campaign: `bench --inplace` before (shipped results and defaults only), the
-# in-place GPU tests, dev/inplace_campaign.py into a database holding this GPU's shipped file,
-# its in-place entries merged into the shipped file ($OUT/tuning_db/<slug>.json), the bench after.
+# The in-place campaign: `bench --inplace` before (shipped results and defaults only),
+# dev/inplace_campaign.py into a database holding this GPU's shipped file, its in-place
+# entries merged into the shipped file ($OUT/tuning_db/<slug>.json), the bench after.
 recipe_inplace_campaign() {
   local db="sqlite:////tmp/inplace_campaign.db" s bench_args
   bench_args=(--inplace "${N:-12}" --seed "${SEED:-60917}" --repeat 5)
@@ -324,14 +332,7 @@ recipe_inplace_campaign() {
     --budget "${BUDGET:-240}" ${CAMPAIGN_ARGS:-} >"$OUT/inplace_campaign.txt" 2>&1
   log "inplace campaign rc=$?"
   grep -v "^\[I" "$OUT/inplace_campaign.txt" | tail -30 | tee -a "$LOG"
-  python3 dev/campaign.py export --db "$db" --out /tmp/inplace_export >>"$LOG" 2>&1
-  if [ -f "tuning_db/$s.json" ]; then
-    python3 dev/cast_campaign.py merge --shipped "tuning_db/$s.json" \
-      --export "/tmp/inplace_export/$s.json" --out "$OUT/tuning_db/$s.json" >>"$LOG" 2>&1
-  else
-    cp "/tmp/inplace_export/$s.json" "$OUT/tuning_db/$s.json"
-  fi
-  cp "$OUT/tuning_db/$s.json" "tuning_db/$s.json"
+  ship_problems "$db" /tmp/inplace_export "$s"
   if [ -z "${SKIP_AFTER:-}" ]; then bench inplace-after "${bench_args[@]}"; fi
 }
 

@@ -239,18 +239,9 @@ def cast_choice(
     if hit is not None:
         return hit
     src, dst = cast_kind.PAIRS[code]
-    db = _default_store() if store is DEFAULT_STORE else store
     problem = cast_kind.problem(code, both)
-    found = _exact(_stored(db, name, src.size, problem), src.size, problem, cls, limits)
-    ship = _exact(shipped(name), src.size, problem, cls, limits)
-    if found is not None and found.source != "tuned" and ship is not None:
-        if ship.source == "tuned":
-            found = None  # a tuned shipped result outranks a first call's
-    if found is not None:
-        choice = _choice(found, "tuned" if found.source == "tuned" else "measured", False)
-    elif ship is not None:
-        choice = _choice(ship, "shipped", False)
-    else:
+    choice = _exact_choice(name, limits, src.size, problem, cls, store)
+    if choice is None:
         choice = Choice(policy.cast_default(src, dst, aligned_out), "default")
     with _lock:
         _choices.keep(key, choice)
@@ -306,23 +297,38 @@ def inplace_choice(
     hit = _choices.recent(key)
     if hit is not None:
         return hit
-    db = _default_store() if store is DEFAULT_STORE else store
-    found = _exact(_stored(db, name, elem_bytes, problem), elem_bytes, problem, cls, limits)
-    ship = _exact(shipped(name), elem_bytes, problem, cls, limits)
-    if found is not None and found.source != "tuned" and ship is not None:
-        if ship.source == "tuned":
-            found = None  # a tuned shipped result outranks a measured one
-    if found is not None:
-        choice = _choice(found, "tuned" if found.source == "tuned" else "measured", False)
-    elif ship is not None:
-        choice = _choice(ship, "shipped", False)
-    else:
+    choice = _exact_choice(name, limits, elem_bytes, problem, cls, store)
+    if choice is None:
         choice = Choice(
             policy.inplace_config(elem_bytes, policy.inplace_default(elem_bytes)), "default"
         )
     with _lock:
         _choices.keep(key, choice)
     return choice
+
+
+def _exact_choice(
+    name: str,
+    limits: DeviceLimits,
+    elem_bytes: int,
+    problem: str,
+    cls: ShapeClass,
+    store: Any,
+) -> Choice | None:
+    """A problem's result of exactly `cls` (casts, in-place transposes): the database's
+    ("tuned", or a first call's "measured"), else the shipped file's; a tuned shipped result
+    outranks a measured one. None: neither has one."""
+    db = _default_store() if store is DEFAULT_STORE else store
+    found = _exact(_stored(db, name, elem_bytes, problem), elem_bytes, problem, cls, limits)
+    ship = _exact(shipped(name), elem_bytes, problem, cls, limits)
+    if found is not None and found.source != "tuned" and ship is not None:
+        if ship.source == "tuned":
+            found = None  # a tuned shipped result outranks a first call's
+    if found is not None:
+        return _choice(found, "tuned" if found.source == "tuned" else "measured", False)
+    if ship is not None:
+        return _choice(ship, "shipped", False)
+    return None
 
 
 def _exact(

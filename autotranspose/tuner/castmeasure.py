@@ -182,13 +182,9 @@ class CastBench:
 
 def measure_cast(bench: CastBench, cfg: Any, reference: Any, copy_gbps: float) -> Measurement:
     """Check `cfg` against the reference config on fresh data, then time it (with scale and
-    amax on the device). A kernel that fails to compile or launch is a "fail", one that
-    writes other bytes "wrong": results, not exceptions."""
-    try:
-        problem = bench.check(cfg, reference)
-        if problem:
-            return Measurement("wrong", copy_gbps=copy_gbps, error=problem)
-        t = bench.time(bench.launcher(cfg))
-    except Exception as exc:
-        return Measurement("fail", copy_gbps=copy_gbps, error=f"{type(exc).__name__}: {exc}"[:2000])
-    return Measurement("ok", bench.gbps(t), copy_gbps, t * 1e6)
+    amax on the device): `measure.judged`."""
+    from .measure import judged
+
+    return judged(
+        bench, lambda: bench.launcher(cfg), lambda run: bench.check(cfg, reference), copy_gbps
+    )

@@ -232,15 +232,7 @@ class InplaceBench:
 
 
 def measure_inplace(bench: InplaceBench, cfg: Any, copy_gbps: float) -> Measurement:
-    """Check `cfg`'s program on fresh data, then time it. A program that fails to compile,
-    load or launch is a "fail", one that leaves other bytes "wrong": results, not
-    exceptions."""
-    try:
-        run = bench.launcher(cfg)
-        problem = bench.check(run)
-        if problem:
-            return Measurement("wrong", copy_gbps=copy_gbps, error=problem)
-        t = bench.time(run)
-    except Exception as exc:
-        return Measurement("fail", copy_gbps=copy_gbps, error=f"{type(exc).__name__}: {exc}"[:2000])
-    return Measurement("ok", bench.gbps(t), copy_gbps, t * 1e6)
+    """Check `cfg`'s program on fresh data, then time it: `measure.judged`."""
+    from .measure import judged
+
+    return judged(bench, lambda: bench.launcher(cfg), bench.check, copy_gbps)

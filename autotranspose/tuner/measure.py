@@ -8,6 +8,7 @@ module's top level touches no GPU.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,21 +249,35 @@ def context_is_dead(state: Any) -> bool:
     return False
 
 
-def measure_one(bench: Bench, cfg: Any, copy_gbps: float) -> Measurement:
-    """Check `cfg` on fresh data, then time it, on the bench's layout (one launch, as
-    transpose() or a permute's transpose pass makes it). A kernel that fails to compile or
-    launch is a "fail", one that writes wrong data is "wrong": results, not exceptions."""
-    from ..runtime.launch import make_launch
-
+def judged(
+    bench: Any, prepare: Callable[[], Any], check: Callable[[Any], str | None], copy_gbps: float
+) -> Measurement:
+    """A config's run made by `prepare()`, checked on fresh data by `check(run)` (None: right,
+    else what is wrong), then timed by `bench.time(run)` (GB/s by `bench.gbps`). A run that
+    fails to compile, load or launch is a "fail", one that writes wrong bytes "wrong":
+    results, not exceptions. Every bench (transposes, casts, in-place) measures this way."""
     try:
-        launch = make_launch(bench.state, cfg, bench.batch, bench.m, bench.n, *bench.layout)
-        problem = bench.check(launch)
+        run = prepare()
+        problem = check(run)
         if problem:
             return Measurement("wrong", copy_gbps=copy_gbps, error=problem)
-        t = bench.time(launch)
+        t = bench.time(run)
     except Exception as exc:
         return Measurement("fail", copy_gbps=copy_gbps, error=f"{type(exc).__name__}: {exc}"[:2000])
     return Measurement("ok", bench.gbps(t), copy_gbps, t * 1e6)
+
+
+def measure_one(bench: Bench, cfg: Any, copy_gbps: float) -> Measurement:
+    """Check `cfg` on fresh data, then time it, on the bench's layout (one launch, as
+    transpose() or a permute's transpose pass makes it): `judged`."""
+    from ..runtime.launch import make_launch
+
+    return judged(
+        bench,
+        lambda: make_launch(bench.state, cfg, bench.batch, bench.m, bench.n, *bench.layout),
+        bench.check,
+        copy_gbps,
+    )
 
 
 def measure_configs(

@@ -551,10 +551,12 @@ def _view_layout(rng, shape: tuple[int, ...], kind: str) -> tuple[list[int], tup
 def test_gather_views_into_strided_poisoned_outputs(rng, e, one_launch):
     """Sliced and stepped inputs into windows of larger poisoned buffers: the one launch's
     reads follow the input's strides, its writes the output's, and nothing around out
-    changes."""
+    changes. Views are drawn until 4 of them took the launch (a padded view may plan another
+    pass), at least 12 and at most 48."""
     cupy = pytest.importorskip("cupy")
-    dtype, gathered = DTYPES[e], 0
-    for _ in range(12):
+    dtype, gathered, drawn = DTYPES[e], 0, 0
+    while drawn < 12 or (gathered < 4 and drawn < 48):
+        drawn += 1
         shape, axes = _gather_problem(rng, e, one_launch)
         steps, pad = _view_layout(rng, shape, one_launch)
         ext = tuple(s * st + p for s, st, p in zip(shape, steps, pad, strict=True))
@@ -579,7 +581,7 @@ def test_gather_views_into_strided_poisoned_outputs(rng, e, one_launch):
         mask[window] = False
         assert np.all(host.view(np.uint8).reshape(*host.shape, e)[mask] == POISON)
         assert bool((raw[whole.nbytes :] == POISON).all())
-    assert gathered >= 4, f"only {gathered} of 12 views took the {one_launch} pass"
+    assert gathered >= 4, f"only {gathered} of {drawn} views took the {one_launch} pass"
 
 
 def _words_problem(rng, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

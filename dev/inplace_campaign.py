@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from autotranspose.dispatch import policy
 from autotranspose.errors import TuningError
-from autotranspose.kinds import inplace as inplace_kind
 from autotranspose.store import Store
 from autotranspose.tuner.study.inplace import inplace_target, tune_inplace
 from autotranspose.tuner.study.settings import TuneSettings
@@ -53,7 +51,7 @@ def _tune_one(args: argparse.Namespace, store: Store, dtype: str, shape: tuple[i
     except TuningError as exc:
         print(f"{target.problem} {dtype} {shape}: {exc}", flush=True)
         return
-    default = policy.inplace_config(target.elem_bytes, inplace_kind.default(target.elem_bytes))
+    default = target.default
     d = store.measured(
         obj.device.name, target.elem_bytes, target.shape, default, problem=target.problem
     )

@@ -110,9 +110,9 @@ def test_codegen_renders_no_program_but_versions_every_kernel_it_may_run(rng):
 @pytest.mark.parametrize("square", [False, True])
 def test_the_space_holds_the_default_and_no_two_configs_run_the_same_kernels(elem_bytes, square):
     space = list(inplace_kind.space(KernelConfig, elem_bytes, square))
-    assert policy.inplace_config(elem_bytes, inplace_kind.default(elem_bytes)) in space
+    d = inplace_kind.default(elem_bytes, square)
+    assert policy.inplace_config(elem_bytes, d) in space
     assert len(set(space)) == len(space)
-    d = inplace_kind.default(elem_bytes)
     if square:  # only SWAP's tile and block reach a square's one pass
         assert {(c.params.unroll, c.params.lane_bytes, c.params.blocks_per_sm) for c in space} == {
             (d.unroll, d.lane_bytes, d.blocks_per_sm)
@@ -208,6 +208,23 @@ def test_lookup_serves_the_exact_class_and_problem_else_the_default(store, rng):
     other = 1 if e != 1 else 2
     assert lookup.inplace_choice(GPU, other, 1, m, n, store=store).source == "default"
     assert lookup.inplace_choice(GPU, e, 1, 4 * m, n, store=store).source == "default"
+
+
+@pytest.mark.parametrize("elem_bytes", SIZES)
+def test_an_untuned_square_gets_the_square_default_and_a_rectangle_the_other(store, elem_bytes):
+    """SWAP alone runs a square: 1-byte squares take whole-line tiles of 128 in blocks of
+    512, which the rectangles' passes (whose blocks `threads` also sets) never get."""
+    lookup.clear_cache()
+    sq = lookup.inplace_choice(GPU, elem_bytes, 2, 3000, 3000, store=store)
+    rect = lookup.inplace_choice(GPU, elem_bytes, 2, 3000, 3001, store=store)
+    assert sq.source == rect.source == "default"
+    assert sq.config.params == inplace_kind.default(elem_bytes, square=True)
+    assert rect.config.params == inplace_kind.default(elem_bytes)
+    if elem_bytes == 1:
+        assert (sq.config.params.tile, sq.config.params.threads) == (128, 512)
+        assert rect.config.params.tile == 64 and rect.config.params.threads == 256
+    else:
+        assert sq.config.params == rect.config.params
 
 
 def test_a_first_calls_winner_drops_only_its_own_cached_inplace_choice(store, rng):

@@ -61,12 +61,12 @@ def test_the_space_is_the_kinds_for_the_case(rng, elem_bytes, square):
     target = inplace_target(DTYPES[elem_bytes], _sides(rng, square))
     space = inplace_space(GPU, target)
     configs = space.configs
-    default = policy.inplace_config(elem_bytes, policy.inplace_default(elem_bytes))
+    default = policy.inplace_config(elem_bytes, policy.inplace_default(elem_bytes, square))
     assert default in space and target.default == default
     assert all(c.kind == inplace_kind.NAME and c.elem_bytes == elem_bytes for c in configs)
     assert all(c.fits(GPU.limits) and not c.conjugate for c in configs)
     assert len({c.params for c in configs}) == len(configs)
-    base = inplace_kind.default(elem_bytes)
+    base = inplace_kind.default(elem_bytes, square)
     if square:
         fixed = {(c.params.unroll, c.params.lane_bytes, c.params.blocks_per_sm) for c in configs}
         assert fixed == {(base.unroll, base.lane_bytes, base.blocks_per_sm)}

@@ -300,7 +300,8 @@ def inplace_choice(
     choice = _exact_choice(name, limits, elem_bytes, problem, cls, store)
     if choice is None:
         choice = Choice(
-            policy.inplace_config(elem_bytes, policy.inplace_default(elem_bytes)), "default"
+            policy.inplace_config(elem_bytes, policy.inplace_default(elem_bytes, m == n)),
+            "default",
         )
     with _lock:
         _choices.keep(key, choice)

@@ -444,10 +444,11 @@ def cast_race(
 
 
 # --- in-place transposes -----------------------------------------------------------------------------
-def inplace_default(elem_bytes: int) -> InplaceParams:
+def inplace_default(elem_bytes: int, square: bool = False) -> InplaceParams:
     """What transpose_() of `elem_bytes`-byte elements runs where nothing tuned or shipped
-    serves its class (`lookup.inplace_choice`): the kind's default (`kinds.inplace.default`)."""
-    return inplace_kind.default(elem_bytes)
+    serves its class (`lookup.inplace_choice`): the kind's default (`kinds.inplace.default`),
+    a square's or a rectangle's."""
+    return inplace_kind.default(elem_bytes, square)
 
 
 def inplace_class(batch: int, m: int, n: int) -> ShapeClass:

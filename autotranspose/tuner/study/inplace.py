@@ -60,7 +60,9 @@ class InplaceTarget:
     @property
     def default(self) -> KernelConfig:
         """What transpose_() runs where nothing tuned or shipped serves the class."""
-        return policy.inplace_config(self.elem_bytes, policy.inplace_default(self.elem_bytes))
+        return policy.inplace_config(
+            self.elem_bytes, policy.inplace_default(self.elem_bytes, self.square)
+        )
 
 
 def inplace_target(dtype: Any, shape: Sequence[int]) -> InplaceTarget:

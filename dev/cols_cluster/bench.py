@@ -45,6 +45,7 @@ def smem_of(sk, e, wb, k, m):
 
 def main(outdir):
     import cupy as cp
+    from element import band_case  # this folder's element-gather probe
 
     t_start = time.time()
     log = open(os.path.join(outdir, "cluster_bench.txt"), "w")
@@ -115,13 +116,7 @@ def main(outdir):
             if time.time() - t_start > 165:
                 pr(f"TIME: skipped m={m} e={e}")
                 continue
-            nb = ((64 << 20) // m) // 256 * 256
-            buf = cp.asarray(rng.integers(0, 256, m * nb, dtype=np.uint8))
-            host = cp.asnumpy(buf).reshape(m, nb)
-            dst = cp.empty_like(buf)
-            hperm = rng.permutation(m).astype(np.uint32)
-            h = cp.asarray(hperm)
-            tc = timeit(lambda: dst.data.copy_from_device_async(buf.data, buf.nbytes))
+            nb, buf, host, hperm, h, tc = band_case(rng, m)
             R = np.sort(rng.choice(m, 48, replace=False))
             C = np.arange(nb // e)
             want = host.reshape(m, nb // e, e)[

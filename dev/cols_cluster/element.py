@@ -100,18 +100,24 @@ def timeit(fn, reps=15):
     return float(np.median(out[3:]))
 
 
+def band_case(rng, m):
+    """m rows of about 64 MB of random bytes (rows of a multiple of 256 bytes): the row
+    bytes, the buffer, its host copy, a random row table h (host, device) and the time of a
+    device-to-device copy of the buffer (ms)."""
+    nb = ((64 << 20) // m) // 256 * 256
+    buf = cp.asarray(rng.integers(0, 256, m * nb, dtype=np.uint8))
+    dst = cp.empty_like(buf)
+    hperm = rng.permutation(m).astype(np.uint32)
+    tc = timeit(lambda: dst.data.copy_from_device_async(buf.data, buf.nbytes))
+    return nb, buf, cp.asnumpy(buf).reshape(m, nb), hperm, cp.asarray(hperm), tc
+
+
 def main():
     rng = np.random.default_rng(7)
     print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
     for m in (1000, 3001, 6007, 7264, 12011):
         for e in (1, 2, 4, 16):
-            nb = ((64 << 20) // m) // 256 * 256
-            buf = cp.asarray(rng.integers(0, 256, m * nb, dtype=np.uint8))
-            ref = cp.asnumpy(buf).reshape(m, nb)
-            dst = cp.empty_like(buf)
-            hperm = rng.permutation(m).astype(np.uint32)
-            h = cp.asarray(hperm)
-            tc = timeit(lambda: dst.data.copy_from_device_async(buf.data, buf.nbytes))
+            nb, buf, ref, hperm, h, tc = band_case(rng, m)
             line = []
             for kk, wb in ((1, 32), (1, 64), (2, 64), (4, 128), (8, 128), (8, 256), (16, 256)):
                 ch = -(-m // kk)

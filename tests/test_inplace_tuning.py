@@ -212,14 +212,20 @@ def device(monkeypatch):
 def test_the_bench_checks_bit_for_bit_between_guards(device, rng, square):
     """A program that transposes passes and times on rotated sets; one that leaves the bytes,
     changes one, writes a byte past the matrix or before it, or raises, is caught."""
-    from autotranspose.tuner.inplacemeasure import GUARD_BYTES, InplaceBench, measure_inplace
+    from autotranspose.tuner.inplacemeasure import (
+        GUARD_BYTES,
+        MAX_SETS,
+        InplaceBench,
+        measure_inplace,
+    )
 
     e = int(rng.choice(sorted(DTYPES)))
     b, m, n = _sides(rng, square)
     m, n = (m % 300 + 2, n % 300 + 2) if not square else (m % 300 + 2,) * 2
     mem, nbytes = device.mem, b * m * n * e
     bench = InplaceBench(device.state, e, (b, m, n))
-    sets = 1 if nbytes > 1 << 20 else -(-4 * (1 << 20) // nbytes)  # past 4x the L2
+    # past 4x the L2, at most MAX_SETS (matrices of a few hundred bytes)
+    sets = 1 if nbytes > 1 << 20 else min(MAX_SETS, -(-4 * (1 << 20) // nbytes))
     assert bench.nbytes == nbytes and bench.sets == sets
     assert bench.stride >= nbytes + GUARD_BYTES and bench.stride % 256 == 0
     assert len({bench.matrix(k) % 256 for k in range(bench.sets)}) == 1

@@ -93,6 +93,7 @@ def template_version(monkeypatch: pytest.MonkeyPatch) -> Any:
     real = hooks._kernel_version
 
     def set_version(version: str | None = None) -> None:
-        monkeypatch.setattr(hooks, "_kernel_version", (lambda config: version) if version else real)
+        fake = lambda config, problem="": version  # noqa: E731
+        monkeypatch.setattr(hooks, "_kernel_version", fake if version else real)
 
     return set_version

@@ -205,7 +205,7 @@ def test_show_of_another_device_and_of_an_empty_database(tuned: str, db: str) ->
 def test_show_marks_stale_entries(tuned: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from autotranspose.store import hooks
 
-    monkeypatch.setattr(hooks, "_kernel_version", lambda config: "a-newer-kernel")
+    monkeypatch.setattr(hooks, "_kernel_version", lambda config, problem="": "a-newer-kernel")
     rc, out, _ = run("show", "--db", tuned)
     assert rc == 0 and "stale" in out.splitlines()[3]
     assert "not served" in out

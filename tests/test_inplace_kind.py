@@ -157,6 +157,85 @@ def test_an_inplace_config_under_another_problem_is_not_recorded(store, rng):
         )  # fmt: skip
 
 
+@pytest.fixture
+def changed_piece(monkeypatch):
+    """`change(piece)`: from then on, that piece's rendered kernels (and no other's) differ
+    from today's by a comment, as after an edit of its template (None: none differ); kernel
+    versions are recomputed."""
+    from autotranspose.kernels import inplace as kernels
+
+    render = kernels.render_inplace
+
+    def change(piece: str | None) -> None:
+        monkeypatch.setattr(
+            kernels,
+            "render_inplace",
+            lambda k: render(k) + (f"// {piece} edited\n" if k.piece == piece else ""),
+        )
+        codegen.kernel_version.cache_clear()
+
+    codegen.kernel_version.cache_clear()
+    yield change
+    codegen.kernel_version.cache_clear()
+
+
+@pytest.mark.parametrize("piece", ["swap", "cols", "shuffle", "conj"])
+def test_a_problems_version_changes_only_with_the_kernels_its_programs_run(
+    rng, changed_piece, piece
+):
+    """A square's results are versioned by SWAP (and CONJ, a 1 x 1's), a rectangle's by the
+    other pass kernels: an edit of COLS leaves the squares' results current."""
+    e = int(rng.choice(SIZES))
+    cfg = policy.inplace_config(e, inplace_kind.default(e))
+    problems = (inplace_kind.SQUARE, inplace_kind.RECTANGLE, "")
+    before = [codegen.kernel_version(cfg, p) for p in problems]
+    assert len(set(before)) == 3
+    changed_piece(piece)
+    after = [codegen.kernel_version(cfg, p) for p in problems]
+    moved = {p for p, b, a in zip(problems, before, after, strict=True) if a != b}
+    square = {inplace_kind.SQUARE} if piece in ("swap", "conj") else set()
+    rectangle = {inplace_kind.RECTANGLE} if piece != "swap" else set()
+    assert moved == square | rectangle | {""}
+
+
+@pytest.mark.parametrize("square", [False, True])
+def test_a_result_stored_with_every_kernels_version_is_current_until_one_changes(
+    store, rng, changed_piece, square
+):
+    """Results stored when a result's version hashed every in-place kernel (problem "")
+    stay current, and served, while none of those kernels changes; a new result is stored
+    with its problem's version, which an edit of the other problem's kernels leaves current."""
+    e = int(rng.choice(SIZES))
+    shape = (1, 3000, 3000 if square else 2000)
+    problem = policy.inplace_problem(*shape[1:])
+    old = _record(store, rng, e, shape, _random_params(rng, e))
+    assert [x.template_version for x in store.entries()] == [codegen.kernel_version(old, problem)]
+    with store.engine.begin() as conn:  # as a result stored before versions were per problem
+        conn.execute(
+            sa.text("UPDATE at_best SET template_version = :v"),
+            {"v": codegen.kernel_version(old)},
+        )
+    (entry,) = store.entries()
+    assert not entry.stale and entry.config == old
+    lookup.clear_cache()
+    assert lookup.inplace_choice(GPU, e, *shape, store=store).config == old
+    changed_piece("cols" if square else "swap")  # the other problem's kernel
+    (entry,) = store.entries()
+    assert entry.stale, "the version it was stored with hashed the edited kernel too"
+    params = _random_params(rng, e)
+    new = _record(store, rng, e, shape, params)  # stored under its problem's version
+    (entry,) = store.entries()
+    assert entry.config == new and not entry.stale  # a current result beats a stale best
+    changed_piece("shuffle" if square else None)  # the other problem's kernels again
+    (entry,) = store.entries()
+    assert not entry.stale
+    lookup.clear_cache()
+    assert lookup.inplace_choice(GPU, e, *shape, store=store).config == new
+    changed_piece("swap" if square else "cols")  # its own problem's
+    (entry,) = store.entries()
+    assert entry.stale
+
+
 def test_a_tampered_row_never_reaches_a_transpose(store, rng):
     """An in-place result whose row was changed to a transpose's problem is skipped, named,
     and the transposes' lookup serves its default."""
@@ -186,6 +265,24 @@ def test_inplace_results_export_and_import_with_their_problem(tmp_path, rng):
     doc["entries"][0]["problem"] = ""
     with pytest.raises(StoreError, match=r"entry 0: .*in-place"):
         textio.parse(doc, "inplace.json")
+
+
+def test_an_exported_result_of_every_kernels_version_imports_current(tmp_path, rng, changed_piece):
+    """A file written when in-place versions hashed every kernel imports as current (and
+    beats nothing current it should not) while those kernels are today's; stale once one
+    of them changed."""
+    with Store.open(tmp_path / "a.db") as a:
+        cfg = _record(a, rng, 2, (1, 999, 1000), _random_params(rng, 2))
+        doc = textio.export(a, GPU.name)
+    doc["entries"][0]["template_version"] = codegen.kernel_version(cfg)
+    cls = policy.inplace_class(1, 999, 1000)
+    assert not textio.parse(json.loads(textio.dumps(doc)), "old.json").entries[0].stale
+    with Store.open(tmp_path / "b.db") as b:
+        assert textio.import_into(b, json.loads(textio.dumps(doc))) == 1
+        assert b.best(GPU.name, 2, cls, "inplace").config == cfg
+        assert not b.entries()[0].stale
+    changed_piece("swap")
+    assert textio.parse(json.loads(textio.dumps(doc)), "old.json").entries[0].stale
 
 
 # --- lookup -------------------------------------------------------------------------------------

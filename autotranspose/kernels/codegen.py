@@ -143,14 +143,16 @@ def template_version() -> str:
 
 
 @functools.lru_cache(maxsize=8192)
-def kernel_version(config: KernelConfig) -> str:
+def kernel_version(config: KernelConfig, problem: str = "") -> str:
     """What a stored result of `config` measured: a hash of the config's own rendered kernel,
     the nvcc options and the config schema. Equal versions mean the same compiled kernel, so a
-    result stays valid while other kernels, or the template files' layout, change."""
+    result stays valid while other kernels, or the template files' layout, change. A
+    program's config (`PROGRAM_SOURCES`) is versioned by the kernels its `problem`'s programs
+    run (an in-place square's SWAP alone); problem "": every kernel its programs may run."""
     if not isinstance(config, KernelConfig):
         raise TypeError(f"kernel_version() takes a KernelConfig, got {type(config).__name__}")
     h = hashlib.sha256(f"schema={CONFIG_SCHEMA}\noptions={' '.join(NVCC_OPTIONS)}\n".encode())
-    h.update(kernel_source(config).encode())
+    h.update(kernel_source(config, problem).encode())
     return h.hexdigest()[:16]
 
 
@@ -184,13 +186,14 @@ def _render_kernels(template: str, kernels: list[dict[str, object]]) -> str:
 
 # The sources of configs that are programs of kernels (`Kind.single_kernel` False), by kind:
 # registered by the module that renders them (kernels/inplace.py), which builds on this one
-PROGRAM_SOURCES: dict[str, Callable[[KernelConfig], str]] = {}
+PROGRAM_SOURCES: dict[str, Callable[[KernelConfig, str], str]] = {}
 
 
-def kernel_source(config: KernelConfig) -> str:
+def kernel_source(config: KernelConfig, problem: str = "") -> str:
     """The CUDA C of `config`'s kernel alone, without the file header: what `kernel_version`
     hashes. (`persistent` is a launch parameter: configs differing only there share it.) A
-    program's config: every kernel its program may run (`PROGRAM_SOURCES`)."""
+    program's config: every kernel its programs of `problem` may run (`PROGRAM_SOURCES`);
+    a single kernel's ignores `problem`."""
     if not config.policy.single_kernel:
         source = PROGRAM_SOURCES.get(config.kind)
         if source is None:
@@ -198,7 +201,7 @@ def kernel_source(config: KernelConfig) -> str:
                 f"a {config.kind} config is a program of kernels whose module has not "
                 "registered its source; import autotranspose (it registers them)"
             )
-        return source(config)
+        return source(config, problem)
     return _render_kernels(config.policy.template, [kernel_params(config)])
 
 

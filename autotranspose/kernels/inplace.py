@@ -17,7 +17,14 @@ import numpy as np
 from .._version import __version__
 from ..errors import ShapeError
 from ..kinds.base import WORD_TYPES
-from ..kinds.inplace import DEFAULT, NAME as KIND_NAME, InplaceParams, swap_pad
+from ..kinds.inplace import (
+    DEFAULT,
+    NAME as KIND_NAME,
+    RECTANGLE,
+    SQUARE,
+    InplaceParams,
+    swap_pad,
+)
 from ..plans.dtypes import ELEMENT_SIZES
 from ..plans.inplace import (
     COLS,
@@ -363,11 +370,21 @@ def render_inplace(k: InplaceKernel) -> str:
     )
 
 
-def program_kernels(elem_bytes: int, conjugate: bool, params: InplaceParams) -> list[InplaceKernel]:
+# The pieces a square's program may run (SWAP; CONJ alone for a 1 x 1) and a rectangle's
+_PROBLEM_PIECES = {
+    SQUARE: (SWAP, CONJ),
+    RECTANGLE: tuple(p for p in PIECES if p != SWAP),
+}
+
+
+def program_kernels(
+    elem_bytes: int, conjugate: bool, params: InplaceParams, problem: str = ""
+) -> list[InplaceKernel]:
     """Every pass kernel an in-place program of these parameters may run (those the element
-    size admits)."""
+    size admits): a square's (`problem` "inplace:square"), a rectangle's ("inplace"), or
+    either's ("")."""
     found = []
-    for piece in PIECES:
+    for piece in _PROBLEM_PIECES.get(problem, PIECES):
         try:
             found.append(InplaceKernel(piece, elem_bytes, conjugate, params))
         except ShapeError:  # cols_lines past 2 bytes, SWAP tiles too large
@@ -375,12 +392,15 @@ def program_kernels(elem_bytes: int, conjugate: bool, params: InplaceParams) -> 
     return found
 
 
-def program_source(config: Any) -> str:
+def program_source(config: Any, problem: str = "") -> str:
     """An in-place config's source (`codegen.kernel_source`: what its stored results'
-    version hashes): every pass kernel it may run, the derived COLS parameters included, so
-    that a change to any of them makes its results stale."""
+    version hashes): every pass kernel its programs of `problem` may run, the derived COLS
+    parameters included, so that a change to any of them makes its results stale and a
+    change to the other problem's kernels does not (SWAP runs squares only, the rest
+    rectangles only); problem "": both problems' kernels (what results stored before the
+    versions were per problem hashed)."""
     p = config.params
-    kernels = program_kernels(config.elem_bytes, config.conjugate, p)
+    kernels = program_kernels(config.elem_bytes, config.conjugate, p, problem)
     cols = [k for k in kernels if k.piece in _COLS_PIECES]
     kernels += [replace(k, params=cols_params(p, lines)) for k in cols for lines in (False, True)]
     return "\n".join(render_inplace(k) for k in dict.fromkeys(kernels))

@@ -39,16 +39,17 @@ class FirstCallBest(NamedTuple):
 
 Listener = Callable[["FirstCallBest | None"], None]
 
-_kernel_version: Callable[[KernelConfig], str] | None = None
+_kernel_version: Callable[[KernelConfig, str], str] | None = None
 _template_version: Callable[[], str] | None = None
 _listeners: list[Listener] = []
 
 
 def use_kernel_versions(
-    kernel_version: Callable[[KernelConfig], str], template_version: Callable[[], str]
+    kernel_version: Callable[[KernelConfig, str], str], template_version: Callable[[], str]
 ) -> None:
-    """Judge staleness by `kernel_version(config)` (the running code's version of a config's
-    kernel) and record `template_version()` (all kernel templates) with each run."""
+    """Judge staleness by `kernel_version(config, problem)` (the running code's version of a
+    config's kernel, or of its problem's program) and record `template_version()` (all
+    kernel templates) with each run."""
     global _kernel_version, _template_version
     _kernel_version, _template_version = kernel_version, template_version
 
@@ -61,12 +62,27 @@ def on_best_changed(callback: Listener) -> None:
         _listeners.append(callback)
 
 
-def kernel_version(config: KernelConfig) -> str:
-    """The running code's version of `config`'s kernel: a stored result is current only while
-    its version equals this."""
+def kernel_version(config: KernelConfig, problem: str = "") -> str:
+    """The running code's version of `config`'s kernel (of its programs of `problem`, for a
+    program's config): what a result of it is stored with now."""
     if _kernel_version is None:
         raise StoreError(_NOT_GIVEN)
-    return _kernel_version(config)
+    return _kernel_version(config, problem)
+
+
+def versions(config: KernelConfig, problem: str = "") -> tuple[str, ...]:
+    """The stored versions under which a result of `config` for `problem` is current: its
+    version now, and for a program's config the version of every kernel its programs of any
+    problem may run (what such results were stored with before they were versioned per
+    problem: still current while none of those kernels changed)."""
+    now = kernel_version(config, problem)
+    every = kernel_version(config)
+    return (now,) if every == now else (now, every)
+
+
+def is_current(stored: str | None, config: KernelConfig, problem: str = "") -> bool:
+    """Whether a result of `config` for `problem` stored with version `stored` is current."""
+    return stored in versions(config, problem)
 
 
 def template_version() -> str:

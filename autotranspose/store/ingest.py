@@ -25,7 +25,7 @@ from ..runtime.device import DeviceInfo
 from . import bounds, writes
 from .entries import TunedEntry
 from .models import Best, Config, MeasurementRow
-from .untrusted import DTYPE, check_entry_fields, check_source, version_of_json
+from .untrusted import DTYPE, check_entry_fields, check_source, versions_of_json
 
 _CHUNK = 500  # keys per IN (...): far below SQLite's limit on bound parameters
 
@@ -88,8 +88,8 @@ def import_file(
     device_id: int,
     entries: Sequence[TunedEntry],
     source: str,
-    versions: Mapping[KernelConfig, str],
-    stored: Mapping[str, str | None],
+    versions: Mapping[tuple[KernelConfig, str], tuple[str, ...]],
+    stored: Mapping[tuple[str, str], tuple[str, ...]],
     now: datetime,
 ) -> int:
     """One file's entries as one "imported" run: a measurement each, each offered as best."""
@@ -175,8 +175,8 @@ def offer_bests(
     entries: Sequence[TunedEntry],
     config_ids: Mapping[KernelConfig, int],
     measurement_ids: Mapping[tuple[int, str, str], int],
-    versions: Mapping[KernelConfig, str],
-    stored: Mapping[str, str | None],
+    versions: Mapping[tuple[KernelConfig, str], tuple[str, ...]],
+    stored: Mapping[tuple[str, str], tuple[str, ...]],
     now: datetime,
 ) -> None:
     """Offer every entry as the best of its key, by the rule of `writes.replaces`, in bulk: one
@@ -221,13 +221,11 @@ def offer_bests(
         if row is None:
             new.append((e, values))
             continue
-        version = (
-            stored[row.config_json]
-            if row.config_json in stored
-            else version_of_json(row.config_json)
-        )
-        current = e.template_version == versions[e.config]
-        stale_best = writes.unservable(row) or row.template_version != version
+        accepted = stored.get((row.config_json, row.problem))
+        if accepted is None:
+            accepted = versions_of_json(row.config_json, row.problem)
+        current = e.template_version in versions[e.config, e.problem]
+        stale_best = writes.unservable(row) or row.template_version not in accepted
         if writes.replaces(current, e.gbps, stale_best, row.gbps, e.source, row.source):
             changes = {k: v for k, v in values.items() if k not in writes.BEST_KEY}
             beaten.append({"best_id": row.id, **changes})
@@ -246,7 +244,7 @@ def offer_bests(
             e.gbps,
             e.copy_gbps,
             e.template_version,
-            e.template_version == versions[e.config],
+            e.template_version in versions[e.config, e.problem],
             now,
             ratio=e.ratio,
             source=e.source,

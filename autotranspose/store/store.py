@@ -47,7 +47,7 @@ from .untrusted import (
     entry_from_row,
     number,
     timestamp,
-    version_of_json,
+    versions_of_json,
     why,
 )
 
@@ -205,7 +205,7 @@ class Store:
             dtype, elem_bytes, shape, shape_class, config, m, source, layout, problem
         )
         layout_text = writes.layout_text(shape, layout)
-        tv = hooks.kernel_version(config)
+        tv = hooks.kernel_version(config, problem)
         now = writes.now()
         with self._write() as conn:
             device_id = self._device_id(conn, device)
@@ -253,11 +253,12 @@ class Store:
         """
         for device, entries, source in files:
             ingest.check_import(device, entries, source)
-        versions: dict[KernelConfig, str] = {}
+        # the versions under which each entry's result is current (`hooks.versions`)
+        versions: dict[tuple[KernelConfig, str], tuple[str, ...]] = {}
         for _, entries, _ in files:
             for e in entries:
-                if e.config not in versions:
-                    versions[e.config] = hooks.kernel_version(e.config)
+                if (e.config, e.problem) not in versions:
+                    versions[e.config, e.problem] = hooks.versions(e.config, e.problem)
         stored = self._best_versions({device.name for device, _, _ in files})
         infos = {device.name: device for device, _, _ in files}  # as the last file says
         now = writes.now()
@@ -271,19 +272,20 @@ class Store:
         hooks.best_changed()
         return counts
 
-    def _best_versions(self, device_names: set[str]) -> dict[str, str | None]:
-        """The running code's version of each config that is some best of these devices now,
-        by its stored JSON: rendered before an import takes the write lock, not under it."""
+    def _best_versions(self, device_names: set[str]) -> dict[tuple[str, str], tuple[str, ...]]:
+        """The versions under which each (config, problem) that is some best of these devices
+        now is current, by the config's stored JSON (`untrusted.versions_of_json`): rendered
+        before an import takes the write lock, not under it."""
         q = (
-            sa.select(Config.config_json)
+            sa.select(Config.config_json, Best.problem)
             .distinct()
             .join(Best, Best.config_id == Config.id)
             .join(Device, Device.id == Best.device_id)
             .where(Device.name.in_(sorted(device_names)))
         )
         with self._read() as conn:
-            texts = conn.execute(q).scalars().all()
-        return {text: version_of_json(text) for text in texts}
+            rows = conn.execute(q).all()
+        return {(text, problem): versions_of_json(text, problem) for text, problem in rows}
 
     def claim(self, study: str, key: str, owner: str, *, expire_s: float | None = None) -> bool:
         """Claim `key` (a config on a shape) of `study` for `owner`; True if `owner` holds it now.
@@ -357,7 +359,7 @@ class Store:
                 MeasurementRow.batch == b,
                 MeasurementRow.m == rows,
                 MeasurementRow.n == cols,
-                MeasurementRow.template_version == hooks.kernel_version(config),
+                MeasurementRow.template_version.in_(hooks.versions(config, problem)),
                 MeasurementRow.source == "tuned",
                 MeasurementRow.layout == writes.layout_text(shape, layout),
                 MeasurementRow.problem == problem,

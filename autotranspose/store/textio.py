@@ -329,7 +329,7 @@ def _entry(item: Any, device_name: str) -> TunedEntry:
         copy_gbps=copy_gbps,
         ratio=bounds.check_ratio(item["ratio"], gbps, copy_gbps),
         template_version=item["template_version"],
-        stale=item["template_version"] != hooks.kernel_version(config),
+        stale=not hooks.is_current(item["template_version"], config, problem),
         updated_at=measured_at,
         shape=(shape[0], shape[1], shape[2]),
         dtype=dtype,

@@ -192,7 +192,7 @@ def entry_from_row(r: Any) -> TunedEntry:
         copy_gbps=copy_gbps,
         ratio=ratio,
         template_version=r.template_version,
-        stale=r.template_version != hooks.kernel_version(config),
+        stale=not hooks.is_current(r.template_version, config, r.problem),
         updated_at=timestamp(r.updated_at, "updated_at"),
         shape=shape,
         dtype=dtype,
@@ -208,10 +208,11 @@ def check_source(value: Any) -> str:
     return value
 
 
-def version_of_json(text: Any) -> str | None:
-    """The running code's version of a stored config's kernel, by its stored JSON; None if
-    the JSON is no valid config (then no stored version matches it: it counts as stale)."""
+def versions_of_json(text: Any, problem: str = "") -> tuple[str, ...]:
+    """The stored versions under which a result of a stored config (by its JSON) for
+    `problem` is current (`hooks.versions`); none if the JSON is no valid config (then no
+    stored version matches it: it counts as stale)."""
     try:
-        return hooks.kernel_version(parse_config_json(text))
+        return hooks.versions(parse_config_json(text), problem)
     except ROW_ERRORS:
-        return None
+        return ()

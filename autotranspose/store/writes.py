@@ -5,7 +5,7 @@ What is stored is checked first (`check_record`, `check_claim`): nothing is writ
 not be served correctly later. A best changes only by the rule of :func:`replaces`, decided
 under the write lock (SQLite's BEGIN IMMEDIATE, PostgreSQL's row locks and unique keys), so
 concurrent writers never lose the faster result. Staleness is per kernel: a stored version
-against the running code's version of that row's own config (`hooks.kernel_version`).
+against the running code's versions of that row's own config and problem (`hooks.versions`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from . import hooks
 from .entries import SOURCES
 from .measurement import Measurement
 from .models import Best, Claim, Config, Device, MeasurementRow, Run
-from .untrusted import DTYPE, check_problem, in_bounds, version_of_json
+from .untrusted import DTYPE, check_problem, in_bounds, versions_of_json
 
 RUN_STATUSES = ("running", "done", "interrupted", "failed", "imported")
 BEST_KEY = ("device_id", "elem_bytes", "shape_class", "problem")  # at_best's unique key
@@ -234,8 +234,8 @@ def offer_best(
             return True
         except sa.exc.IntegrityError:  # another writer inserted it meanwhile
             row = conn.execute(q).one()
-    stale_best = unservable(row) or row.template_version != _version_of_config_id(
-        conn, row.config_id
+    stale_best = unservable(row) or row.template_version not in _versions_of_config_id(
+        conn, row.config_id, problem
     )
     if not replaces(current, gbps, stale_best, row.gbps, source, row.source):
         return False
@@ -250,11 +250,11 @@ def unservable(row: Any) -> bool:
     return not in_bounds(row.gbps, row.copy_gbps, row.ratio)
 
 
-def _version_of_config_id(conn: Connection, config_id: int) -> str | None:
-    """The running code's version of a stored config's kernel; None if the row is invalid
-    (then no stored version matches it: it counts as stale)."""
+def _versions_of_config_id(conn: Connection, config_id: int, problem: str) -> tuple[str, ...]:
+    """The stored versions under which a stored config's result for `problem` is current;
+    none if the row is invalid (then no stored version matches it: it counts as stale)."""
     text = conn.execute(sa.select(Config.config_json).where(Config.id == config_id)).scalar()
-    return version_of_json(text)
+    return versions_of_json(text, problem)
 
 
 def replaces(

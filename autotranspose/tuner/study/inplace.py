@@ -93,9 +93,10 @@ def inplace_space(device: DeviceInfo, target: InplaceTarget) -> SearchSpace:
 
 def inplace_study_name(device: DeviceInfo, target: InplaceTarget, space: SearchSpace) -> str:
     """The Optuna study of one (device, element size, problem, class). Its last part names
-    the in-place kernels (the default program's version: every pass kernel an element size
-    admits, so that any change to them starts the study over) and the space."""
-    kernels = kernel_version(target.default)
+    the in-place kernels (the default program's version: every pass kernel the problem's
+    programs may run for the element size, so that any change to them starts the study
+    over) and the space."""
+    kernels = kernel_version(target.default, target.problem)
     version = hashlib.sha256(f"{kernels}:{space.digest()}".encode()).hexdigest()[:10]
     return (
         f"autotranspose:{device.slug}:s{target.elem_bytes}:{target.problem}:"

@@ -6,8 +6,11 @@
 `tune` runs `autotranspose tune --inplace`'s study (`tuner.study.inplace.tune_inplace`, one
 measuring worker a case) for each of DTYPES x SHAPES: a square, a rectangle of LLM sides, one of odd
 sides, a skinny one and a batch (five classes), for every element size, the square first. Cases stop starting once
-`--budget` seconds have passed. Each line says the best config, its % of a copy of the same
-bytes and the kind's default's on the same case (the study measures the default first).
+`--budget` seconds have passed; `--problems square` (or `rectangle`) tunes one problem's
+cases alone, as after an edit of its kernels only (an in-place result's version hashes its
+problem's kernels: the other problem's shipped results stay current and are merged back).
+Each line says the best config, its % of a copy of the same bytes and the kind's default's
+on the same case (the study measures the default first).
 `cast_campaign.py merge` puts the export's entries that name a problem (casts and in-place
 transposes) into the shipped file, its transposes' entries left byte for byte: import the
 GPU's shipped file into the database first (`bash dev/device.sh inplace-campaign` does).
@@ -32,6 +35,9 @@ def cmd_tune(args: argparse.Namespace) -> None:
     store = Store.open(args.db)
     started = time.monotonic()
     for shape in SHAPES:
+        square = shape[1] == shape[2]
+        if ("square" if square else "rectangle") not in args.problems:
+            continue
         for dtype in args.dtypes:
             if time.monotonic() - started > args.budget:
                 print(f"budget spent: {dtype} {shape} not tuned", flush=True)
@@ -74,6 +80,14 @@ def main() -> None:
     t.add_argument("--trials", type=int, default=8)
     t.add_argument("--batch", type=int, default=8)
     t.add_argument("--budget", type=float, default=240.0, help="seconds before no case starts")
+    t.add_argument(
+        "--problems",
+        nargs="+",
+        choices=("square", "rectangle"),
+        default=["square", "rectangle"],
+        help="the cases to tune: squares (after a SWAP change), rectangles (after a change "
+        "of their passes' kernels); the other problem's shipped results stay current",
+    )
     args = p.parse_args()
     {"tune": cmd_tune}[args.cmd](args)
 

@@ -45,7 +45,7 @@ def smem_of(sk, e, wb, k, m):
 
 def main(outdir):
     import cupy as cp
-    from element import band_case  # this folder's element-gather probe
+    from element import band_case, timeit  # this folder's element-gather probe
 
     t_start = time.time()
     log = open(os.path.join(outdir, "cluster_bench.txt"), "w")
@@ -95,18 +95,6 @@ def main(outdir):
                 raise RuntimeError(f"nonportable attr rc={r}")
         return f
 
-    def timeit(fn, reps=15, warm=3):
-        s, t = cp.cuda.Event(), cp.cuda.Event()
-        out = []
-        for i in range(reps + warm):
-            s.record()
-            fn()
-            t.record()
-            t.synchronize()
-            if i >= warm:
-                out.append(cp.cuda.get_elapsed_time(s, t))
-        return float(np.median(out))
-
     rng = np.random.default_rng(7)
     rows_csv = ["m,e,sk,K,WB,TT,smem,pat,exch,skew,full,ok"]
     summary = []
@@ -142,8 +130,16 @@ def main(outdir):
                 w[...] = buf
                 fb((bands,), (512,), args(1), shared_mem=m * 32)
                 okb = np.array_equal(cp.asnumpy(w.reshape(m, nb)[Rg]), want)
-                p0 = 100 * tc / timeit(lambda: fb((bands,), (512,), args(0), shared_mem=m * 32))
-                p1 = 100 * tc / timeit(lambda: fb((bands,), (512,), args(1), shared_mem=m * 32))
+                p0 = (
+                    100
+                    * tc
+                    / timeit(lambda: fb((bands,), (512,), args(0), shared_mem=m * 32), reps=15)
+                )
+                p1 = (
+                    100
+                    * tc
+                    / timeit(lambda: fb((bands,), (512,), args(1), shared_mem=m * 32), reps=15)
+                )
                 bl = p1
                 pr(
                     f"  base K1/32B elem-gather: pat {p0:5.1f} full {p1:5.1f}{'' if okb else ' WRONG'}"
@@ -171,7 +167,9 @@ def main(outdir):
                                 res = [
                                     100
                                     * tc
-                                    / timeit(lambda: f(grid, (tt,), a(md), shared_mem=smem))
+                                    / timeit(
+                                        lambda: f(grid, (tt,), a(md), shared_mem=smem), reps=15
+                                    )
                                     for md in (0, 1, 2, 3)
                                 ]
                             except Exception as ex:

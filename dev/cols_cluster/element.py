@@ -88,16 +88,18 @@ def build(e, wb, kk, tt):
     return mod.get_function("k")
 
 
-def timeit(fn, reps=15):
+def timeit(fn, reps=12, warm=3):
+    """The median of `reps` timed runs of `fn` (ms, CUDA events) after `warm` untimed ones."""
     s, t = cp.cuda.Event(), cp.cuda.Event()
     out = []
-    for _ in range(reps):
+    for i in range(reps + warm):
         s.record()
         fn()
         t.record()
         t.synchronize()
-        out.append(cp.cuda.get_elapsed_time(s, t))
-    return float(np.median(out[3:]))
+        if i >= warm:
+            out.append(cp.cuda.get_elapsed_time(s, t))
+    return float(np.median(out))
 
 
 def band_case(rng, m):

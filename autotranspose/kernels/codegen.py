@@ -142,18 +142,28 @@ def template_version() -> str:
     return h.hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=8192)
 def kernel_version(config: KernelConfig, problem: str = "") -> str:
     """What a stored result of `config` measured: a hash of the config's own rendered kernel,
     the nvcc options and the config schema. Equal versions mean the same compiled kernel, so a
     result stays valid while other kernels, or the template files' layout, change. A
     program's config (`PROGRAM_SOURCES`) is versioned by the kernels its `problem`'s programs
-    run (an in-place square's SWAP alone); problem "": every kernel its programs may run."""
+    run (an in-place square's SWAP alone); problem "": every kernel its programs may run. A
+    single kernel's version is its problem's too (rendered and hashed once, whatever the
+    problem asked with)."""
     if not isinstance(config, KernelConfig):
         raise TypeError(f"kernel_version() takes a KernelConfig, got {type(config).__name__}")
+    return _kernel_version(config, problem if not config.policy.single_kernel else "")
+
+
+@functools.lru_cache(maxsize=8192)
+def _kernel_version(config: KernelConfig, problem: str) -> str:
     h = hashlib.sha256(f"schema={CONFIG_SCHEMA}\noptions={' '.join(NVCC_OPTIONS)}\n".encode())
     h.update(kernel_source(config, problem).encode())
     return h.hexdigest()[:16]
+
+
+# forget every version (after a template is patched in place, as tests do)
+kernel_version.cache_clear = _kernel_version.cache_clear  # type: ignore[attr-defined]
 
 
 def _common_params(c: KernelConfig) -> dict[str, object]:

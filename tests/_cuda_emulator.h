@@ -1,10 +1,16 @@
 // Just enough of CUDA to run one generated kernel on the CPU (tests/test_vbox.py): a block's
 // threads are OS threads meeting at a barrier for __syncthreads(); blocks run one after
-// another, so a kernel's __shared__ arrays (function statics here) belong to the block that
-// runs. Built with -fsanitize=alignment: a vector access at an address its type does not
-// allow (a fault on the GPU) aborts the run.
+// another (a cluster's blocks together), so a kernel's __shared__ arrays (function statics
+// here) belong to the block that runs. Dynamic shared memory is `at_emu_smem`, a buffer of
+// each block of a cluster, which the cluster's other blocks reach by
+// __cluster_map_shared_rank; the cluster's threads meet at a barrier of their own. Built
+// with -fsanitize=alignment: a vector access at an address its type does not allow (a fault
+// on the GPU) aborts the run.
 #pragma once
 #include <barrier>
+#include <cstddef>
+#include <memory>
+#include <optional>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,13 +24,19 @@
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)
 
 struct dim3_ {
     unsigned x = 0, y = 0, z = 0;
 };
 inline thread_local dim3_ threadIdx, blockIdx;
 inline dim3_ gridDim, blockDim;
-inline std::barrier<>* at_emu_barrier = nullptr;
+inline thread_local std::barrier<>* at_emu_barrier = nullptr;  // the block's
+inline std::barrier<>* at_emu_cluster_barrier = nullptr;
+inline thread_local std::optional<std::barrier<>::arrival_token> at_emu_cluster_token;
+inline thread_local unsigned char* at_emu_smem = nullptr;  // the block's dynamic shared memory
+inline unsigned at_emu_cluster = 1;
+inline std::vector<unsigned char*> at_emu_cluster_smem;  // each rank's, of the running cluster
 
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
@@ -46,6 +58,17 @@ inline unsigned __umulhi(unsigned a, unsigned b) {
     return (unsigned)(((unsigned long long)a * b) >> 32);
 }
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned __clusterRelativeBlockRank() { return blockIdx.x % at_emu_cluster; }
+// `ptr` (in this block's dynamic shared memory) at the same offset in block `rank`'s
+inline void* __cluster_map_shared_rank(const void* ptr, unsigned rank) {
+    const std::ptrdiff_t off = (const unsigned char*)ptr - at_emu_smem;
+    return at_emu_cluster_smem.at(rank) + off;
+}
+inline void __cluster_barrier_arrive() { at_emu_cluster_token = at_emu_cluster_barrier->arrive(); }
+inline void __cluster_barrier_wait() {
+    at_emu_cluster_barrier->wait(std::move(*at_emu_cluster_token));
+    at_emu_cluster_token.reset();
+}
 inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const unsigned long long v = ((unsigned long long)y << 32) | x;
@@ -62,21 +85,40 @@ inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
 }
 
 // Run `kernel` (a lambda calling the kernel with its arguments) on `grid` blocks of
-// `threads` threads.
-inline void at_emu_launch(unsigned grid, unsigned threads, const std::function<void()>& kernel) {
+// `threads` threads, in clusters of `cluster` blocks (grid a multiple of it), each block with
+// `smem` bytes of dynamic shared memory.
+inline void at_emu_launch(unsigned grid, unsigned threads, const std::function<void()>& kernel,
+                          unsigned cluster = 1, std::size_t smem = 0) {
+    if (cluster == 0 || grid % cluster) {
+        std::fprintf(stderr, "emu: a grid of %u blocks in clusters of %u\n", grid, cluster);
+        std::abort();
+    }
     gridDim.x = grid;
     blockDim.x = threads;
-    std::barrier<> bar((std::ptrdiff_t)threads);
-    at_emu_barrier = &bar;
-    for (unsigned b = 0; b < grid; ++b) {
+    at_emu_cluster = cluster;
+    std::vector<std::unique_ptr<std::barrier<>>> bars;
+    at_emu_cluster_smem.assign(cluster, nullptr);
+    for (unsigned r = 0; r < cluster; ++r) {
+        bars.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)threads));
+        at_emu_cluster_smem[r] = (unsigned char*)std::aligned_alloc(16, (smem + 15) / 16 * 16 + 16);
+    }
+    std::barrier<> whole((std::ptrdiff_t)(threads * cluster));
+    at_emu_cluster_barrier = &whole;
+    for (unsigned b0 = 0; b0 < grid; b0 += cluster) {
         std::vector<std::thread> pool;
-        for (unsigned t = 0; t < threads; ++t)
-            pool.emplace_back([&, b, t] {
-                blockIdx.x = b;
-                threadIdx.x = t;
-                kernel();
-            });
+        for (unsigned r = 0; r < cluster; ++r)
+            for (unsigned t = 0; t < threads; ++t)
+                pool.emplace_back([&, b0, r, t] {
+                    blockIdx.x = b0 + r;
+                    threadIdx.x = t;
+                    at_emu_barrier = bars[r].get();
+                    at_emu_smem = at_emu_cluster_smem[r];
+                    kernel();
+                });
         for (auto& th : pool) th.join();
     }
-    at_emu_barrier = nullptr;
+    for (unsigned char* p : at_emu_cluster_smem) std::free(p);
+    at_emu_cluster_smem.clear();
+    at_emu_cluster_barrier = nullptr;
+    at_emu_cluster = 1;
 }

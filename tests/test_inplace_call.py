@@ -98,11 +98,15 @@ def test_kernel_specs_are_checked():
 def test_every_piece_renders_one_named_kernel():
     with pytest.raises(errors.ShapeError, match="cols_lines"):
         InplaceKernel("cols_lines", 4)
+    with pytest.raises(errors.ShapeError, match="cols_cluster takes one of"):
+        InplaceKernel("cols_cluster", 4)  # a cluster's blocks are part of its name
+    with pytest.raises(errors.ShapeError, match="cols_cluster takes one of"):
+        InplaceKernel("cols", 4, cluster=4)
     for piece in PIECES:
         for e in (1, 2, 4, 8, 16):
             if (piece == "conj" and e < 8) or (piece == "cols_lines" and e >= 4):
                 continue
-            k = InplaceKernel(piece, e, conjugate=piece == "conj")
+            k = InplaceKernel(piece, e, piece == "conj", cluster=2 * (piece == "cols_cluster"))
             src = render_inplace(k)
             assert src.count(f"{k.name}(") == 1 and "at_inplace_args" in src
 

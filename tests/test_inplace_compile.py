@@ -9,7 +9,13 @@ import shutil
 import pytest
 from _nvcc import assert_nvcc_silent
 
-from autotranspose.kernels.inplace import PIECES, InplaceKernel, cols_params, render_inplace
+from autotranspose.kernels.inplace import (
+    CLUSTER_SIZES,
+    PIECES,
+    InplaceKernel,
+    cols_params,
+    render_inplace,
+)
 from autotranspose.kinds import inplace as kind
 from autotranspose.runtime.compiler import source_resources
 
@@ -19,12 +25,20 @@ pytestmark = [
 ]
 
 
-def _specs(elem_bytes: int) -> list[InplaceKernel]:
+def _specs(elem_bytes: int, arch: str = "sm_90") -> list[InplaceKernel]:
     params = kind.default(elem_bytes)
     specs = [
-        InplaceKernel(p, elem_bytes, False, cols_params(params) if p == "cols" else params)
+        InplaceKernel(
+            p,
+            elem_bytes,
+            False,
+            cols_params(params) if p in ("cols", "cols_cluster") else params,
+            CLUSTER_SIZES[-1] if p == "cols_cluster" else 0,
+        )
         for p in PIECES
         if p != "conj" and (p != "cols_lines" or elem_bytes < 4)
+        # clusters are sm_90's: the host takes cols_cluster on no GPU before it
+        and (p != "cols_cluster" or arch >= "sm_90")
     ]
     if elem_bytes in (8, 16):
         specs += [
@@ -37,7 +51,7 @@ def _specs(elem_bytes: int) -> list[InplaceKernel]:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
 def test_no_spills_and_predicted_shared_memory(arch, elem_bytes):
-    for k in _specs(elem_bytes):
+    for k in _specs(elem_bytes, arch):
         res = source_resources(render_inplace(k), arch)[k.name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, (k.name, res)
         assert res.registers * k.params.threads <= 65536, (k.name, res)
@@ -48,4 +62,5 @@ def test_no_spills_and_predicted_shared_memory(arch, elem_bytes):
 @pytest.mark.parametrize("piece", PIECES)
 def test_nvcc_says_nothing(piece):
     e = 2 if piece == "cols_lines" else 8
-    assert_nvcc_silent(render_inplace(InplaceKernel(piece, e, piece == "conj")))
+    cluster = CLUSTER_SIZES[0] if piece == "cols_cluster" else 0
+    assert_nvcc_silent(render_inplace(InplaceKernel(piece, e, piece == "conj", cluster=cluster)))

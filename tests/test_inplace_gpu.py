@@ -130,6 +130,44 @@ def test_column_passes_on_either_side(cupy, rng, shape, dtype):
     assert guards_intact(cupy, buf)
 
 
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((2039, 3008), "float32"),  # gcd 1: the gather by the table
+        ((3008, 2039), "float32"),  # the scatter, on the 2039 x 3008 view
+        ((2748, 4404), "float64"),  # gcd 4: the rotation down, then the gather
+        ((4404, 2748), "float64"),  # the scatter, then the rotation up
+        ((1100, 2048), "uint8"),  # 16 elements a word
+        ((2, 1500, 2048), "float16"),  # batched
+        ((1765, 5125), "complex128"),  # a word an element
+        ((7320, 7400), "float16"),  # columns past a block's 32-byte band: clusters of 8
+    ],
+)
+@pytest.mark.parametrize("shift", [0, 8])
+def test_column_passes_over_clusters(cupy, rng, shape, dtype, shift):
+    """Columns of 1024 rows and more whose rows are whole 16-byte words run their COLS
+    passes over thread-block clusters on sm_90 (each block a part of the band's rows, words
+    exchanged through distributed shared memory); x 8 bytes off its line takes narrower
+    words. Bit-exact, guards intact."""
+    from autotranspose.calls.common import call_target
+    from autotranspose.dispatch import inplace as programs
+    from autotranspose.runtime.arrays import view
+
+    if dtype == "complex128" and shift:
+        pytest.skip("16-byte elements lie on 16-byte lines")
+    host = random_array(rng, shape, dtype)
+    buf, x = guarded(cupy, host, shift)
+    xv = view(x)
+    state = call_target(xv, None)[0]
+    prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
+    pieces = {s.how.spec.piece for s in prog.steps if s.how.kind == "cols"}
+    if state.info.compute_capability >= (9, 0):
+        assert pieces == {"cols_cluster"}
+    y = at.transpose_(x)
+    assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
+    assert guards_intact(cupy, buf, shift)
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])
 @pytest.mark.parametrize("shape", [(257, 1032), (1032, 257), (120, 84), (2, 64, 40)])
 def test_x_off_its_16_byte_line_takes_narrower_words(cupy, rng, dtype, shape):

@@ -74,19 +74,19 @@ inline int __reduce_max_sync(unsigned, int v) { return at_emu_warp_reduce(v, fal
 
 def _library(k: InplaceKernel, smem: int, tmp: Path) -> ctypes.CDLL:
     source = render_inplace(k)
-    if _DYNAMIC in source:  # one build for every launch's size: the most any launch takes
+    if _DYNAMIC in source:  # each block's buffer, of the launch's size (at_emu_run's smem)
         assert smem <= _EMU_SMEM
-        source = source.replace(
-            _DYNAMIC, f"__shared__ __align__(16) unsigned char smem[{_EMU_SMEM}];"
-        )
+        source = source.replace(_DYNAMIC, "unsigned char* const smem = at_emu_smem;")
     src = (
         '#include <atomic>\n#include <cmath>\n#include "_cuda_emulator.h"\n'
         + _ATOMICS
         + source
         + f"""
-extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* args) {{
+extern "C" void at_emu_run(unsigned grid, void* x, const void* aux, const void* args,
+                           unsigned long smem) {{
     const at_inplace_args a = *(const at_inplace_args*)args;
-    at_emu_launch(grid, {k.params.threads}, [&] {{ {k.name}((at_elem*)x, aux, a); }});
+    at_emu_launch(grid, {k.params.threads}, [&] {{ {k.name}((at_elem*)x, aux, a); }},
+                  {max(1, k.cluster)}, smem);
 }}
 """
     )
@@ -113,16 +113,19 @@ def _run(
     band_rows=0,
     staged=None,
     params=PARAMS,
+    cluster=0,
 ):
     """x's bytes (a flat view inside a guarded buffer) transposed by the emulated passes, the
     scratch and tables handled as calls/inplace.py handles them; columns of up to
     `band_rows` rows by COLS, through the scratch where `staged` (staged_from, stage_bytes)
-    says."""
+    says, over clusters of up to `cluster` blocks where `cluster_band` takes them."""
     e = x.dtype.itemsize
     plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // e)
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     cycles = row_cycles(m, n, plan.a) if permutes else None
-    hows = pass_launches(plan, e, params, 2, optin, cycles, scratch_limit, *(staged or ()))
+    hows = pass_launches(
+        plan, e, params, 2, optin, cycles, scratch_limit, *(staged or (None, None)), cluster
+    )
     scratch = np.zeros(max((h.scratch for h in hows), default=0) + 16, np.uint8)
     data = x.view(np.uint8)
     pieces = None
@@ -150,6 +153,7 @@ def _run(
                 ctypes.c_void_p(x.ctypes.data),
                 ctypes.c_void_p(aux),
                 ctypes.c_char_p(args),
+                ctypes.c_ulong(max(how.smem, 16)),
             )
 
         if how.aux == "bands":  # each band out to the scratch, then back
@@ -184,6 +188,7 @@ def _check(
     band_rows=0,
     staged=None,
     params=PARAMS,
+    cluster=0,
 ):
     rng = np.random.default_rng([batch, m, n, e, conjugate])
     if conjugate:
@@ -199,7 +204,9 @@ def _check(
     buf = np.full(start + nbytes + GUARD, POISON, np.uint8)
     buf[start : start + nbytes] = x0.view(np.uint8).ravel()
     x = buf[start : start + nbytes].view(x0.dtype)
-    hows = _run(x, batch, m, n, conjugate, optin, tmp, scratch_limit, band_rows, staged, params)
+    hows = _run(
+        x, batch, m, n, conjugate, optin, tmp, scratch_limit, band_rows, staged, params, cluster
+    )
     want = np.swapaxes(x0, 1, 2)
     if conjugate:
         want = np.conj(want)
@@ -484,3 +491,44 @@ def test_staged_column_passes(batch, m, n, e, tmp):
         assert cols and {h.spec.piece for h in cols} == {"cols_staged"}
         assert all(h.aux == "bands" and h.rows >= 1 for h in cols)
         assert all(h.scratch == h.args["m"] * -(-h.args["tiles"] * e // 16) * 16 for h in cols)
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [
+        (1, 64, 300, 4),  # gcd 4: rotation down, then the gather by the table (clusters of 4)
+        (1, 300, 64, 4),  # flipped: the scatter by the table, then the rotation up
+        (2, 96, 240, 4),  # clusters of 8, bands of 256 bytes
+        (1, 160, 256, 1),  # 16 elements a word: each word's elements on 16 rows
+        (1, 256, 160, 2),
+        (1, 48, 200, 16),  # a word an element
+        (2, 320, 32, 8),
+        (1, 97, 128, 4),  # gcd 1: the gather alone, the last block's rows fewer
+        (1, 128, 97, 4),  # gcd 1, flipped: the scatter alone
+    ],
+)
+def test_column_passes_over_clusters(batch, m, n, e, tmp, monkeypatch):
+    """Columns a cluster's blocks hold between them: every COLS pass runs over a cluster,
+    the band's words exchanged between the blocks' shared memory, for every COLS form; with
+    x on a 16-byte line and off it (narrower words, the element order not turned)."""
+    from autotranspose.kernels import inplace as kernels
+
+    monkeypatch.setattr(kernels, "CLUSTER_MIN_ROWS", 0)  # the emulator's columns are short
+    for shift in sorted({0, e % 16}):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=10**6, cluster=8)
+        cols = [h for h in hows if h.kind == "cols"]
+        assert cols and {h.spec.piece for h in cols} == {"cols_cluster"}
+        assert all(h.blocks % h.spec.cluster == 0 for h in cols)
+        c = math.gcd(m, n)
+        assert len(cols) == 1 + (c > 1)
+
+
+def test_clusters_take_rows_of_whole_16_byte_words_only():
+    from autotranspose.kernels.inplace import cluster_band
+
+    assert cluster_band(3001, 2048, 4, 227 << 10, 8) is not None
+    assert cluster_band(3001, 2039, 4, 227 << 10, 8) is None  # rows of 8156 bytes
+    assert cluster_band(3001, 2048, 4, 227 << 10, 0) is None  # no clusters on the device
+    assert cluster_band(500, 2048, 4, 227 << 10, 8) is None  # a block's band holds it
+    k, w = cluster_band(20011, 1024, 2, 227 << 10, 8)
+    assert -(-20011 // k) * w * 2 <= 227 << 10

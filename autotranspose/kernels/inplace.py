@@ -99,6 +99,7 @@ PIECES = (
     COLS,
     "cols_lines",
     "cols_staged",
+    "cols_cluster",
     PERMUTE,
     PERMUTE_SAVE,
     PERMUTE_PIECES,
@@ -120,6 +121,7 @@ _FILES = {
     COLS: "cols",
     "cols_lines": "cols_lines",
     "cols_staged": "cols_staged",
+    "cols_cluster": "cols_cluster",
     PERMUTE: "cycles",
     PERMUTE_SAVE: "cycles",
     PERMUTE_PIECES: "cycles",
@@ -272,6 +274,45 @@ def skew_smem(elem_bytes: int) -> int:
     return (SKEW_ROWS + skew_cols(elem_bytes) - 1) * skew_pitch(elem_bytes) * elem_bytes
 
 
+# COLS over a thread-block cluster ("cols_cluster", sm_90 on): a cluster of CLUSTER_SIZES blocks
+# holds a band of CLUSTER_BYTES of each of m rows, ceil(m / K) rows a block, and exchanges
+# whole 16-byte words of band rows over distributed shared memory where one block's band
+# holds 32 bytes a row of the tallest columns it takes and gathers element by element.
+# Taken where x's rows are whole 16-byte words (n * e a multiple of 16) and the columns are
+# at least CLUSTER_MIN_ROWS tall, up to what K blocks of the opt-in hold.
+CLUSTER_SIZES: tuple[int, ...] = (2, 4, 8)
+CLUSTER_BYTES: tuple[int, ...] = (256, 128, 64)
+CLUSTER_MIN_ROWS = 1024
+# shared memory a cluster's block should stay within where it can (two blocks an SM)
+CLUSTER_BLOCK_BYTES = 112 << 10
+
+
+def cluster_smem(m: int, cluster: int, width: int, elem_bytes: int) -> int:
+    """A cluster COLS block's dynamic shared memory: its ceil(m / K) rows of the band, and
+    (a scatter's window) a word's elements less one more."""
+    return (-(-m // cluster) + max(1, 16 // elem_bytes) - 1) * width * elem_bytes
+
+
+def cluster_band(
+    m: int, n: int, elem_bytes: int, shared_optin: int, cluster_max: int
+) -> tuple[int, int] | None:
+    """(blocks a cluster, band columns) of a cluster COLS pass of an m x n grid, or None where
+    it takes none: no clusters (`cluster_max` < 2), rows not whole 16-byte words, columns
+    shorter than CLUSTER_MIN_ROWS or past what the largest cluster holds. The widest band of
+    the fewest blocks within CLUSTER_BLOCK_BYTES a block, else within the opt-in."""
+    if cluster_max < 2 or (n * elem_bytes) % 16 or m < CLUSTER_MIN_ROWS:
+        return None
+    sizes = [k for k in CLUSTER_SIZES if k <= cluster_max]
+    for budget in (min(CLUSTER_BLOCK_BYTES, shared_optin), shared_optin):
+        for width in CLUSTER_BYTES:
+            cols = width // elem_bytes
+            for k in sizes:
+                fits = cluster_smem(m, k, cols, elem_bytes) <= budget
+                if fits and -(-m // k) + cols + 16 <= m and cols <= n:
+                    return k, cols
+    return None
+
+
 def staged_width(m: int, n: int, elem_bytes: int, stage_bytes: int) -> int:
     """Columns of a staged band: what `stage_bytes` holds of m rows, a whole number of SKEW
     tiles (one at least), no more tiles than n needs."""
@@ -300,6 +341,7 @@ class InplaceKernel:
     elem_bytes: int
     conjugate: bool = False
     params: InplaceParams = DEFAULT
+    cluster: int = 0  # cols_cluster: blocks a cluster (CLUSTER_SIZES); 0 for every other piece
 
     def __post_init__(self) -> None:
         if self.piece not in PIECES:
@@ -312,6 +354,13 @@ class InplaceKernel:
             raise ShapeError(
                 f"cols_lines moves 1- or 2-byte elements, not {self.elem_bytes}-byte ones; "
                 "use the piece 'cols'"
+            )
+        if (self.piece == "cols_cluster") != (self.cluster != 0) or (
+            self.cluster and self.cluster not in CLUSTER_SIZES
+        ):
+            raise ShapeError(
+                f"in-place piece {self.piece!r} with clusters of {self.cluster!r} blocks: "
+                f"cols_cluster takes one of {CLUSTER_SIZES}, every other piece 0"
             )
         if type(self.conjugate) is not bool or (self.conjugate and self.elem_bytes not in (8, 16)):
             raise ShapeError("a conjugating in-place kernel moves 8- or 16-byte complex elements")
@@ -328,7 +377,8 @@ class InplaceKernel:
     def name(self) -> str:
         conj = "_c" if self.conjugate else ""
         key = self.params.key.replace(".", "_")
-        return f"at_inplace_{self.piece}_s{self.elem_bytes}{conj}_{key}"
+        k = f"_k{self.cluster}" if self.cluster else ""
+        return f"at_inplace_{self.piece}{k}_s{self.elem_bytes}{conj}_{key}"
 
 
 def render_inplace(k: InplaceKernel) -> str:
@@ -365,6 +415,7 @@ def render_inplace(k: InplaceKernel) -> str:
             unroll=p.unroll,
             per_lane=p.per_lane(k.elem_bytes),
             key=p.key,
+            cluster=k.cluster,
             args_bytes=ARG_BYTES,
         )
     )
@@ -385,10 +436,11 @@ def program_kernels(
     either's ("")."""
     found = []
     for piece in _PROBLEM_PIECES.get(problem, PIECES):
-        try:
-            found.append(InplaceKernel(piece, elem_bytes, conjugate, params))
-        except ShapeError:  # cols_lines past 2 bytes, SWAP tiles too large
-            continue
+        for k in CLUSTER_SIZES if piece == "cols_cluster" else (0,):
+            try:
+                found.append(InplaceKernel(piece, elem_bytes, conjugate, params, k))
+            except ShapeError:  # cols_lines past 2 bytes, SWAP tiles too large
+                continue
     return found
 
 
@@ -442,6 +494,7 @@ def pass_launches(
     scratch_limit: int = SCRATCH_BYTES,
     staged_from: int | None = None,
     stage_bytes: int | None = None,
+    cluster: int = 0,
 ) -> tuple[PassLaunch, ...]:
     """How `plan`'s passes launch on a GPU of `multiprocessors` SMs that lets a block opt in
     to `shared_optin` bytes of shared memory, PERMUTE walking `cycles` (pure: the CPU tests
@@ -450,7 +503,8 @@ def pass_launches(
     bytes of scratch (or one row, where a row is longer); COLS passes of columns of at least
     `staged_from` rows (or more than a block holds) go through it in bands of about
     `stage_bytes` (default: STAGED_MIN_ROWS and STAGE_BYTES, read per call), where a SKEW
-    tile's width of their rows fits it."""
+    tile's width of their rows fits it. `cluster`: the most blocks a cluster of the device
+    may have (0: none); COLS passes `cluster_band` takes run over clusters ("cols_cluster")."""
     staged_from = STAGED_MIN_ROWS if staged_from is None else staged_from
     stage_bytes = STAGE_BYTES if stage_bytes is None else stage_bytes
     cap = multiprocessors * params.blocks_per_sm
@@ -467,6 +521,8 @@ def pass_launches(
     ) -> None:
         moved = kw.pop("moved", p.moved_bytes(plan, elem_bytes))
         blocks = max(1, min(blocks, cap))
+        if spec.cluster:  # whole clusters
+            blocks = max(spec.cluster, blocks // spec.cluster * spec.cluster)
         out.append(
             PassLaunch(
                 p.kind,
@@ -513,6 +569,28 @@ def pass_launches(
             items = batch * (m // 2)
             blocks = -(-items // (params.threads // lanes))
             add(p, spec, blocks, {"items": items, "lanes": lanes, "split": p.split})
+        elif (
+            p.kind == COLS
+            and m < staged_from
+            and (shape := cluster_band(m, n, elem_bytes, shared_optin, cluster)) is not None
+        ):
+            k, w = shape
+            spec = InplaceKernel("cols_cluster", elem_bytes, False, cols_params(params), k)
+            smem = cluster_smem(m, k, w, elem_bytes)
+            # as many clusters as are resident at once (the items walked by their stride)
+            per_sm = max(1, min(params.blocks_per_sm, (shared_optin + 1024) // (smem + 1024)))
+            items = batch * -(-n // w)
+            blocks = k * min(items, max(1, multiprocessors * per_sm // k))
+            table = p.split in (COLS_GATHER, COLS_SCATTER)
+            add(
+                p,
+                spec,
+                blocks,
+                {"items": items, "tiles": w, "split": p.split},
+                smem=smem,
+                aux="leaders" if table else "",
+                table=row_table(m, n, plan.a) if table else None,
+            )
         elif (
             p.kind == COLS
             and (m >= staged_from or m > cols_rows(shared_optin))
@@ -642,5 +720,5 @@ def _permute(
         )
 
 
-_COLS_PIECES = (COLS, "cols_lines", "cols_staged")
+_COLS_PIECES = (COLS, "cols_lines", "cols_staged", "cols_cluster")
 codegen.PROGRAM_SOURCES[KIND_NAME] = program_source  # an in-place config's version

@@ -112,8 +112,15 @@ def passes(
         state.info.multiprocessors,
         optin,
         cycles(m, n, plan.a) if permutes else None,
+        cluster=cluster_max(state.info.compute_capability),
     )
     return plan, hows
+
+
+def cluster_max(compute_capability: tuple[int, int]) -> int:
+    """The most blocks a COLS cluster takes on a GPU of this compute capability: 8 (the
+    portable size) from sm_90, which has clusters; 0 before it."""
+    return 8 if tuple(compute_capability) >= (9, 0) else 0
 
 
 def build(

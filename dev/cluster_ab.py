@@ -1,0 +1,143 @@
+"""Developer tool: COLS over thread-block clusters ("cols_cluster") against a block's band
+("cols", or through the scratch past a block), and the cluster's shape, on the same matrices
+in one process.
+
+    python dev/cluster_ab.py [--cases 2039x3008:float32 ...] [--variants block auto k4_w128]
+                             [--repeat 5] [--out FILE]
+
+Variants: "block" (no clusters), "auto" (kernels/inplace.py's `cluster_band` as shipped) and
+"kK_wW" (clusters of K blocks, bands of W bytes, within the opt-in). Per case and variant the
+programs are rebuilt, the call checked bit for bit against PyTorch's out-of-place transpose,
+each pass timed between the passes of one call behind a sleep kernel (dev/staged_ab.py's
+timing) and set against a copy of the bytes it moves. Needs PyTorch on a CUDA GPU (sm_90
+for the clusters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from staged_ab import SLEEP, _case, _timed
+
+CASES = [
+    "2039x3008:float32",  # gcd 1, the gather
+    "3008x2039:float32",  # the scatter
+    "2748x4404:float64",  # gcd 4: rotation and gather
+    "4404x2748:float64",
+    "5003x8192:uint8",
+    "3001x5120:float16",
+    "1765x5125:complex128",
+    "6007x10016:float16",
+    "7488x4032:float32",
+    "2760x7980:float32",
+    "8280x7320:float16",  # past a block's band: staged today
+    "4099x20000:uint8",
+    "6x1500x2048:float32",
+]
+VARIANTS = ["block", "auto"] + [
+    f"k{k}_w{w}" for w in (256, 128, 64) for k in (2, 4, 8) if (k, w) != (2, 64)
+]
+
+
+def _set(kernels, name: str, saved: dict) -> None:
+    for key, value in saved.items():
+        setattr(kernels, key, value)
+    if name == "block":
+        kernels.CLUSTER_MIN_ROWS = 1 << 40
+    elif name != "auto":
+        k, w = name[1:].split("_w")
+        kernels.CLUSTER_SIZES, kernels.CLUSTER_BYTES = (int(k),), (int(w),)
+        kernels.CLUSTER_BLOCK_BYTES = 1 << 30
+
+
+def main() -> None:
+    import torch
+
+    import autotranspose as at
+    from autotranspose.calls import inplace
+    from autotranspose.calls.common import call_target
+    from autotranspose.dispatch import inplace as programs
+    from autotranspose.kernels import inplace as kernels
+    from autotranspose.runtime.arrays import view
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
+    p.add_argument("--variants", nargs="+", default=VARIANTS)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    names = ("CLUSTER_MIN_ROWS", "CLUSTER_SIZES", "CLUSTER_BYTES", "CLUSTER_BLOCK_BYTES")
+    saved = {key: getattr(kernels, key) for key in names}
+    rows = []
+    for text in args.cases:
+        shape, dtype = _case(text)
+        dt = getattr(torch, dtype)
+        if dt.is_floating_point or dt.is_complex:
+            x0 = torch.randn(shape, device="cuda").to(dt)
+        else:
+            x0 = torch.randint(0, 256, shape, device="cuda", dtype=torch.int32).to(dt)
+        want = x0.transpose(-1, -2).contiguous()
+        x = x0.clone()
+        nbytes = x0.numel() * x0.element_size()
+        copy_us = _timed(torch, lambda x=x, x0=x0: x.copy_(x0), args.repeat)
+        out = torch.empty_like(want)
+        oop_us = _timed(torch, lambda x0=x0, out=out: at.transpose(x0, out=out), args.repeat)
+        xv = view(x)
+        state, ctx, handle = call_target(xv, None)
+        for name in args.variants:
+            _set(kernels, name, saved)
+            at.clear_caches()
+            try:
+                prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
+            except Exception as exc:  # a forced shape the columns do not fit
+                print(f"{text:>22} {name:>8} skipped: {exc}", flush=True)
+                continue
+            x.copy_(x0)
+            inplace.run(prog, xv.ptr, ctx, handle)
+            right = torch.equal(x.view(want.shape), want)
+            per: list[list[float]] = [[] for _ in prog.steps]
+            whole = []
+            for _ in range(args.repeat):
+                x.copy_(x0)
+                events = [torch.cuda.Event(enable_timing=True) for _ in range(len(prog.steps) + 1)]
+                torch.cuda._sleep(SLEEP)
+                inplace.run(prog, xv.ptr, ctx, handle, lambda k, ev=events: ev[k].record())
+                events[-1].synchronize()
+                for k in range(len(prog.steps)):
+                    per[k].append(events[k].elapsed_time(events[k + 1]) * 1e3)
+                whole.append(events[0].elapsed_time(events[-1]) * 1e3)
+            us = statistics.median(whole)
+            passes = []
+            for s, t in zip(prog.steps, per, strict=True):
+                pct = 100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / statistics.median(t)
+                spec = s.how.spec
+                shape_of = f"/k{spec.cluster}w{s.how.args['tiles'] * spec.elem_bytes}"
+                passes.append(f"{spec.piece}{shape_of if spec.cluster else ''}:{pct:.0f}%")
+            row = {
+                "case": text,
+                "variant": name,
+                "right": right,
+                "us": us,
+                "copy_pct": 100 * copy_us / us,
+                "vs_transpose": 100 * oop_us / us,
+                "passes": passes,
+            }
+            rows.append(row)
+            print(
+                f"{text:>22} {name:>8} {'ok' if right else 'WRONG'} {us:9.1f} us "
+                f"{row['copy_pct']:5.1f}% of copy {row['vs_transpose']:5.1f}% of transpose() "
+                + " ".join(passes),
+                flush=True,
+            )
+    _set(kernels, "auto", saved)
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -49,10 +49,12 @@ def _set(kernels, name: str, saved: dict) -> None:
         setattr(kernels, key, value)
     if name == "block":
         kernels.CLUSTER_MIN_ROWS = 1 << 40
-    elif name != "auto":
-        k, w = name[1:].split("_w")
+    elif name != "auto":  # kK_wW, or kK_wW_mB: registers capped for B blocks an SM
+        k, w, *rest = name[1:].replace("_w", "_").replace("_m", "_").split("_")
         kernels.CLUSTER_SIZES, kernels.CLUSTER_BYTES = (int(k),), (int(w),)
         kernels.CLUSTER_BLOCK_BYTES = 1 << 30
+        if rest:
+            kernels.CLUSTER_MIN_BLOCKS = int(rest[0])
 
 
 def main() -> None:
@@ -71,7 +73,10 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
+    from autotranspose.runtime import compiler
+
     names = ("CLUSTER_MIN_ROWS", "CLUSTER_SIZES", "CLUSTER_BYTES", "CLUSTER_BLOCK_BYTES")
+    names += ("CLUSTER_MIN_BLOCKS",)
     saved = {key: getattr(kernels, key) for key in names}
     rows = []
     for text in args.cases:
@@ -92,6 +97,7 @@ def main() -> None:
         for name in args.variants:
             _set(kernels, name, saved)
             at.clear_caches()
+            compiler._kernels.clear()  # a kernel's name does not say its register cap
             try:
                 prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
             except Exception as exc:  # a forced shape the columns do not fit
@@ -116,8 +122,10 @@ def main() -> None:
             for s, t in zip(prog.steps, per, strict=True):
                 pct = 100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / statistics.median(t)
                 spec = s.how.spec
-                shape_of = f"/k{spec.cluster}w{s.how.args['tiles'] * spec.elem_bytes}"
-                passes.append(f"{spec.piece}{shape_of if spec.cluster else ''}:{pct:.0f}%")
+                shape_of = ""
+                if spec.cluster:
+                    shape_of = f"/k{spec.cluster}w{s.how.args['tiles'] * spec.elem_bytes}"
+                passes.append(f"{spec.piece}{shape_of}:{pct:.0f}%")
             row = {
                 "case": text,
                 "variant": name,

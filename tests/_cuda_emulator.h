@@ -70,6 +70,7 @@ inline void __cluster_barrier_wait() {
     at_emu_cluster_token.reset();
 }
 inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const unsigned long long v = ((unsigned long long)y << 32) | x;
     unsigned r = 0;

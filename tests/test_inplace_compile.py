@@ -36,7 +36,8 @@ def _specs(elem_bytes: int, arch: str = "sm_90") -> list[InplaceKernel]:
             CLUSTER_SIZES[-1] if p == "cols_cluster" else 0,
         )
         for p in PIECES
-        if p != "conj" and (p != "cols_lines" or elem_bytes < 4)
+        if p != "conj"
+        and (p != "cols_lines" or elem_bytes < 4)
         # clusters are sm_90's: the host takes cols_cluster on no GPU before it
         and (p != "cols_cluster" or arch >= "sm_90")
     ]

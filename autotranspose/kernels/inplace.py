@@ -283,8 +283,10 @@ def skew_smem(elem_bytes: int) -> int:
 CLUSTER_SIZES: tuple[int, ...] = (2, 4, 8)
 CLUSTER_BYTES: tuple[int, ...] = (256, 128, 64)
 CLUSTER_MIN_ROWS = 1024
-# shared memory a cluster's block should stay within where it can (two blocks an SM)
+# shared memory a cluster's block should stay within where it can (two blocks an SM), and
+# the blocks an SM its registers are capped for (__launch_bounds__)
 CLUSTER_BLOCK_BYTES = 112 << 10
+CLUSTER_MIN_BLOCKS = 1
 
 
 def cluster_smem(m: int, cluster: int, width: int, elem_bytes: int) -> int:
@@ -416,6 +418,7 @@ def render_inplace(k: InplaceKernel) -> str:
             per_lane=p.per_lane(k.elem_bytes),
             key=p.key,
             cluster=k.cluster,
+            cluster_min_blocks=CLUSTER_MIN_BLOCKS,
             args_bytes=ARG_BYTES,
         )
     )

@@ -49,12 +49,12 @@ def _set(kernels, name: str, saved: dict) -> None:
         setattr(kernels, key, value)
     if name == "block":
         kernels.CLUSTER_MIN_ROWS = 1 << 40
-    elif name != "auto":  # kK_wW, or kK_wW_mB: registers capped for B blocks an SM
-        k, w, *rest = name[1:].replace("_w", "_").replace("_m", "_").split("_")
-        kernels.CLUSTER_SIZES, kernels.CLUSTER_BYTES = (int(k),), (int(w),)
+    elif name != "auto":  # kK_wW[_tT][_mB]: T threads a block, registers capped for B blocks
+        parts = dict((p[0], int(p[1:])) for p in name.split("_"))
+        kernels.CLUSTER_SIZES, kernels.CLUSTER_BYTES = (parts["k"],), (parts["w"],)
         kernels.CLUSTER_BLOCK_BYTES = 1 << 30
-        if rest:
-            kernels.CLUSTER_MIN_BLOCKS = int(rest[0])
+        kernels.CLUSTER_MIN_BLOCKS = parts.get("m", kernels.CLUSTER_MIN_BLOCKS)
+        kernels.CLUSTER_THREADS = parts.get("t", kernels.CLUSTER_THREADS)
 
 
 def main() -> None:
@@ -76,7 +76,7 @@ def main() -> None:
     from autotranspose.runtime import compiler
 
     names = ("CLUSTER_MIN_ROWS", "CLUSTER_SIZES", "CLUSTER_BYTES", "CLUSTER_BLOCK_BYTES")
-    names += ("CLUSTER_MIN_BLOCKS",)
+    names += ("CLUSTER_MIN_BLOCKS", "CLUSTER_THREADS")
     saved = {key: getattr(kernels, key) for key in names}
     rows = []
     for text in args.cases:

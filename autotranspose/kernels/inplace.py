@@ -287,6 +287,8 @@ CLUSTER_MIN_ROWS = 1024
 # the blocks an SM its registers are capped for (__launch_bounds__)
 CLUSTER_BLOCK_BYTES = 112 << 10
 CLUSTER_MIN_BLOCKS = 1
+# a cluster block's threads (0: COLS's, cols_params)
+CLUSTER_THREADS = 0
 
 
 def cluster_smem(m: int, cluster: int, width: int, elem_bytes: int) -> int:
@@ -578,7 +580,10 @@ def pass_launches(
             and (shape := cluster_band(m, n, elem_bytes, shared_optin, cluster)) is not None
         ):
             k, w = shape
-            spec = InplaceKernel("cols_cluster", elem_bytes, False, cols_params(params), k)
+            threads = CLUSTER_THREADS or cols_params(params).threads
+            spec = InplaceKernel(
+                "cols_cluster", elem_bytes, False, replace(params, threads=threads), k
+            )
             smem = cluster_smem(m, k, w, elem_bytes)
             # as many clusters as are resident at once (the items walked by their stride)
             per_sm = max(1, min(params.blocks_per_sm, (shared_optin + 1024) // (smem + 1024)))

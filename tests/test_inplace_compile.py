@@ -13,6 +13,7 @@ from autotranspose.kernels.inplace import (
     CLUSTER_SIZES,
     PIECES,
     InplaceKernel,
+    cluster_params,
     cols_params,
     render_inplace,
 )
@@ -32,7 +33,11 @@ def _specs(elem_bytes: int, arch: str = "sm_90") -> list[InplaceKernel]:
             p,
             elem_bytes,
             False,
-            cols_params(params) if p in ("cols", "cols_cluster") else params,
+            cols_params(params)
+            if p == "cols"
+            else cluster_params(params)
+            if p[-1] == "r"
+            else params,
             CLUSTER_SIZES[-1] if p == "cols_cluster" else 0,
         )
         for p in PIECES

@@ -141,13 +141,16 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
         (4099, 6007, ["shuffle", "cols"], [2]),  # of 4099 rows
         (9000, 6000, ["cols", "shuffle_inv", "cols"], [3, 1]),  # the n x m view's, gcd 3000
         (7400, 7501, ["shuffle", "cols_staged"], [2]),  # past a block: through the scratch
-        (8280, 7320, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # view, gcd 40
+        (8282, 7322, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # view, gcd 2
+        # past a block, rows of whole 16-byte words: over clusters of blocks (sm_90)
+        (8280, 7320, ["cols_cluster", "shuffle_inv", "cols_cluster"], [3, 1]),  # gcd 40
     ],
 )
 def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rules):
     """Every column pass is one COLS pass, on the shorter columns' side: a block's band of
-    them where a block holds them (7264 rows of 32 bytes in the H200's 227 KiB), else band by
-    band through the scratch, twice a band (out, then back); the table (h of every row of
+    them where a block holds them (7264 rows of 32 bytes in the H200's 227 KiB), else over a
+    cluster of blocks where the rows are whole 16-byte words, else band by band through the
+    scratch, twice a band (out, then back); the table (h of every row of
     the grid) uploaded before the first pass, the scratch `offset` past it."""
     prog = programs.program(_state(), 1, m, n, 2)
     got = [s.how.spec.piece for s in prog.steps]
@@ -164,7 +167,7 @@ def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rul
     tabled = rules.index(2 if 2 in rules else 3)
     piece = cols[tabled].spec.piece
     runs = [e for e in gpu if e[:2] == ("run", piece)]
-    if piece == "cols":
+    if piece in ("cols", "cols_cluster"):
         assert runs[tabled][3] == table
         return
     scratch = call._SCRATCH[(0xC0, 0x33, 0)].ptr

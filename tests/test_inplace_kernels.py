@@ -494,41 +494,47 @@ def test_staged_column_passes(batch, m, n, e, tmp):
 
 
 @pytest.mark.parametrize(
-    "batch, m, n, e",
+    "batch, m, n, e, k",
     [
-        (1, 64, 300, 4),  # gcd 4: rotation down, then the gather by the table (clusters of 4)
-        (1, 300, 64, 4),  # flipped: the scatter by the table, then the rotation up
-        (2, 96, 240, 4),  # clusters of 8, bands of 256 bytes
-        (1, 160, 256, 1),  # 16 elements a word: each word's elements on 16 rows
-        (1, 256, 160, 2),
-        (1, 48, 200, 16),  # a word an element
-        (2, 320, 32, 8),
-        (1, 97, 128, 4),  # gcd 1: the gather alone, the last block's rows fewer
-        (1, 128, 97, 4),  # gcd 1, flipped: the scatter alone
+        (1, 64, 300, 4, 4),  # gcd 4: rotation down, then the gather by the table
+        (1, 300, 64, 4, 4),  # flipped: the scatter by the table, then the rotation up
+        (2, 96, 240, 4, 8),  # bands of 256 bytes
+        (1, 160, 256, 1, 2),  # 16 elements a word: each word's elements on 16 rows
+        (1, 256, 160, 2, 2),
+        (1, 48, 200, 16, 4),  # a word an element
+        (2, 320, 32, 8, 4),
+        (1, 97, 128, 4, 2),  # gcd 1: the gather alone, the last block's rows fewer
+        (1, 128, 97, 4, 8),  # gcd 1, flipped: the scatter alone
     ],
 )
-def test_column_passes_over_clusters(batch, m, n, e, tmp, monkeypatch):
+def test_column_passes_over_clusters(batch, m, n, e, k, tmp, monkeypatch):
     """Columns a cluster's blocks hold between them: every COLS pass runs over a cluster,
     the band's words exchanged between the blocks' shared memory, for every COLS form; with
     x on a 16-byte line and off it (narrower words, the element order not turned)."""
     from autotranspose.kernels import inplace as kernels
 
     monkeypatch.setattr(kernels, "CLUSTER_MIN_ROWS", 0)  # the emulator's columns are short
+    monkeypatch.setattr(kernels, "CLUSTER_SIZES", (k,))
+    monkeypatch.setattr(kernels, "CLUSTER_BYTES", (256, 128, 64))
     for shift in sorted({0, e % 16}):
         hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=10**6, cluster=8)
         cols = [h for h in hows if h.kind == "cols"]
-        assert cols and {h.spec.piece for h in cols} == {"cols_cluster"}
+        assert cols and {(h.spec.piece, h.spec.cluster) for h in cols} == {("cols_cluster", k)}
         assert all(h.blocks % h.spec.cluster == 0 for h in cols)
         c = math.gcd(m, n)
         assert len(cols) == 1 + (c > 1)
 
 
-def test_clusters_take_rows_of_whole_16_byte_words_only():
-    from autotranspose.kernels.inplace import cluster_band
+def test_clusters_take_columns_past_a_block_of_rows_of_whole_16_byte_words():
+    from autotranspose.kernels.inplace import cluster_band, cluster_smem, cols_rows
 
-    assert cluster_band(3001, 2048, 4, 227 << 10, 8) is not None
-    assert cluster_band(3001, 2039, 4, 227 << 10, 8) is None  # rows of 8156 bytes
-    assert cluster_band(3001, 2048, 4, 227 << 10, 0) is None  # no clusters on the device
-    assert cluster_band(500, 2048, 4, 227 << 10, 8) is None  # a block's band holds it
-    k, w = cluster_band(20011, 1024, 2, 227 << 10, 8)
-    assert -(-20011 // k) * w * 2 <= 227 << 10
+    optin = 227 << 10
+    tallest = cols_rows(optin)  # what a block's 32-byte band holds
+    assert cluster_band(8280, 7320, 2, optin, 8) == (8, 32)  # 64 bytes a row, 8 blocks
+    assert cluster_band(tallest, 7320, 2, optin, 8) is None  # a block's band holds it
+    assert cluster_band(8280, 7321, 2, optin, 8) is None  # rows of 14642 bytes
+    assert cluster_band(8280, 7320, 2, optin, 0) is None  # no clusters on the device
+    assert cluster_band(8280, 7320, 1, optin, 8, threads=32) is None  # a word column a thread
+    k, w = cluster_band(20011, 1024, 2, optin, 8)
+    assert cluster_smem(20011, k, w, 2) <= optin
+    assert cluster_band(40000, 1024, 2, optin, 8) is None  # past what 8 blocks hold

@@ -274,21 +274,32 @@ def skew_smem(elem_bytes: int) -> int:
     return (SKEW_ROWS + skew_cols(elem_bytes) - 1) * skew_pitch(elem_bytes) * elem_bytes
 
 
-# COLS over a thread-block cluster ("cols_cluster", sm_90 on): a cluster of CLUSTER_SIZES blocks
-# holds a band of CLUSTER_BYTES of each of m rows, ceil(m / K) rows a block, and exchanges
-# whole 16-byte words of band rows over distributed shared memory where one block's band
-# holds 32 bytes a row of the tallest columns it takes and gathers element by element.
-# Taken where x's rows are whole 16-byte words (n * e a multiple of 16) and the columns are
-# at least CLUSTER_MIN_ROWS tall, up to what K blocks of the opt-in hold.
-CLUSTER_SIZES: tuple[int, ...] = (2, 4, 8)
-CLUSTER_BYTES: tuple[int, ...] = (256, 128, 64)
-CLUSTER_MIN_ROWS = 1024
+# COLS over a thread-block cluster ("cols_cluster", sm_90 on): a cluster of K blocks holds a
+# band of each of m rows, ceil(m / K) rows a block, and exchanges whole 16-byte words of band
+# rows over distributed shared memory. Taken for columns taller than a block's 32-byte band
+# holds (`cols_rows`: those went through the scratch) whose rows are whole 16-byte words,
+# in clusters of 8 blocks of 256 threads holding 64 bytes of each row. Measured on an H200
+# against a block's band and the scratch (dev/cluster_ab.py, every K of CLUSTER_SIZES and
+# band of 64-256 bytes): float16 8280x7320, through the scratch 32% of a copy a COLS pass,
+# 37% and 47% over clusters (the call 13.0% -> 15.6% of a copy); where a block holds the
+# column, its band ran ahead of every cluster shape on gathers (float32 2039x3008: 68%
+# against 36-53%), within a few points on rotations and 16-byte elements, and 1-byte
+# elements at half its speed (each word's 16 elements placed one by one).
+CLUSTER_SIZES: tuple[int, ...] = (8, 4, 2)  # tried in order, as the band widths
+CLUSTER_BYTES: tuple[int, ...] = (64, 128, 256)
+CLUSTER_MIN_ROWS: int | None = None  # None: columns past a block's band (cols_rows)
+CLUSTER_THREADS = 256
 # shared memory a cluster's block should stay within where it can (two blocks an SM), and
-# the blocks an SM its registers are capped for (__launch_bounds__)
+# the blocks an SM its registers are capped for (__launch_bounds__: 256 threads of ~100
+# registers run two an SM uncapped; capped for three they spilled)
 CLUSTER_BLOCK_BYTES = 112 << 10
 CLUSTER_MIN_BLOCKS = 1
-# a cluster block's threads (0: COLS's, cols_params)
-CLUSTER_THREADS = 0
+CLUSTER_RESIDENT = 2
+
+
+def cluster_params(params: InplaceParams) -> InplaceParams:
+    """A cluster COLS block's parameters: CLUSTER_THREADS threads (0: COLS's)."""
+    return replace(params, threads=CLUSTER_THREADS or cols_params(params).threads)
 
 
 def cluster_smem(m: int, cluster: int, width: int, elem_bytes: int) -> int:
@@ -298,13 +309,16 @@ def cluster_smem(m: int, cluster: int, width: int, elem_bytes: int) -> int:
 
 
 def cluster_band(
-    m: int, n: int, elem_bytes: int, shared_optin: int, cluster_max: int
+    m: int, n: int, elem_bytes: int, shared_optin: int, cluster_max: int, threads: int = 256
 ) -> tuple[int, int] | None:
     """(blocks a cluster, band columns) of a cluster COLS pass of an m x n grid, or None where
-    it takes none: no clusters (`cluster_max` < 2), rows not whole 16-byte words, columns
-    shorter than CLUSTER_MIN_ROWS or past what the largest cluster holds. The widest band of
-    the fewest blocks within CLUSTER_BLOCK_BYTES a block, else within the opt-in."""
-    if cluster_max < 2 or (n * elem_bytes) % 16 or m < CLUSTER_MIN_ROWS:
+    it takes none: no clusters (`cluster_max` < 2), rows not whole 16-byte words, columns a
+    block's band holds (CLUSTER_MIN_ROWS, where set: shorter ones) or past what the largest
+    cluster holds. The first of CLUSTER_BYTES, then CLUSTER_SIZES, whose block stays within
+    CLUSTER_BLOCK_BYTES, else within the opt-in, and whose band's columns are at most the
+    block's `threads` (a thread keeps a word column)."""
+    least = cols_rows(shared_optin) + 1 if CLUSTER_MIN_ROWS is None else CLUSTER_MIN_ROWS
+    if cluster_max < 2 or (n * elem_bytes) % 16 or m < least:
         return None
     sizes = [k for k in CLUSTER_SIZES if k <= cluster_max]
     for budget in (min(CLUSTER_BLOCK_BYTES, shared_optin), shared_optin):
@@ -312,7 +326,7 @@ def cluster_band(
             cols = width // elem_bytes
             for k in sizes:
                 fits = cluster_smem(m, k, cols, elem_bytes) <= budget
-                if fits and -(-m // k) + cols + 16 <= m and cols <= n:
+                if fits and -(-m // k) + cols + 16 <= m and cols <= min(n, threads):
                     return k, cols
     return None
 
@@ -458,8 +472,9 @@ def program_source(config: Any, problem: str = "") -> str:
     versions were per problem hashed)."""
     p = config.params
     kernels = program_kernels(config.elem_bytes, config.conjugate, p, problem)
-    cols = [k for k in kernels if k.piece in _COLS_PIECES]
+    cols = [k for k in kernels if k.piece in _COLS_PIECES and not k.cluster]
     kernels += [replace(k, params=cols_params(p, lines)) for k in cols for lines in (False, True)]
+    kernels += [replace(k, params=cluster_params(p)) for k in kernels if k.cluster]
     return "\n".join(render_inplace(k) for k in dict.fromkeys(kernels))
 
 
@@ -577,16 +592,19 @@ def pass_launches(
         elif (
             p.kind == COLS
             and m < staged_from
-            and (shape := cluster_band(m, n, elem_bytes, shared_optin, cluster)) is not None
+            and (
+                shape := cluster_band(
+                    m, n, elem_bytes, shared_optin, cluster, cluster_params(params).threads
+                )
+            )
+            is not None
         ):
             k, w = shape
-            threads = CLUSTER_THREADS or cols_params(params).threads
-            spec = InplaceKernel(
-                "cols_cluster", elem_bytes, False, replace(params, threads=threads), k
-            )
+            spec = InplaceKernel("cols_cluster", elem_bytes, False, cluster_params(params), k)
             smem = cluster_smem(m, k, w, elem_bytes)
-            # as many clusters as are resident at once (the items walked by their stride)
-            per_sm = max(1, min(params.blocks_per_sm, (shared_optin + 1024) // (smem + 1024)))
+            # as many clusters as are resident at once (the items walked by their stride):
+            # CLUSTER_RESIDENT blocks an SM (their registers) where shared memory allows
+            per_sm = max(1, min(CLUSTER_RESIDENT, (shared_optin + 1024) // (smem + 1024)))
             items = batch * -(-n // w)
             blocks = k * min(items, max(1, multiprocessors * per_sm // k))
             table = p.split in (COLS_GATHER, COLS_SCATTER)

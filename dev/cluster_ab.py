@@ -53,6 +53,7 @@ def _set(kernels, name: str, saved: dict) -> None:
         parts = dict((p[0], int(p[1:])) for p in name.split("_"))
         kernels.CLUSTER_SIZES, kernels.CLUSTER_BYTES = (parts["k"],), (parts["w"],)
         kernels.CLUSTER_BLOCK_BYTES = 1 << 30
+        kernels.CLUSTER_RULES = (0, 1, 2, 3)  # every COLS form
         kernels.CLUSTER_MIN_BLOCKS = parts.get("m", kernels.CLUSTER_MIN_BLOCKS)
         kernels.CLUSTER_THREADS = parts.get("t", kernels.CLUSTER_THREADS)
 
@@ -76,7 +77,7 @@ def main() -> None:
     from autotranspose.runtime import compiler
 
     names = ("CLUSTER_MIN_ROWS", "CLUSTER_SIZES", "CLUSTER_BYTES", "CLUSTER_BLOCK_BYTES")
-    names += ("CLUSTER_MIN_BLOCKS", "CLUSTER_THREADS")
+    names += ("CLUSTER_MIN_BLOCKS", "CLUSTER_THREADS", "CLUSTER_RULES")
     saved = {key: getattr(kernels, key) for key in names}
     rows = []
     for text in args.cases:

@@ -143,14 +143,14 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
         (7400, 7501, ["shuffle", "cols_staged"], [2]),  # past a block: through the scratch
         (8282, 7322, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # view, gcd 2
         # past a block, rows of whole 16-byte words: over clusters of blocks (sm_90)
-        (8280, 7320, ["cols_cluster", "shuffle_inv", "cols_cluster"], [3, 1]),  # gcd 40
+        (8280, 7320, ["cols_staged", "shuffle_inv", "cols_cluster"], [3, 1]),  # gcd 40
     ],
 )
 def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rules):
     """Every column pass is one COLS pass, on the shorter columns' side: a block's band of
-    them where a block holds them (7264 rows of 32 bytes in the H200's 227 KiB), else over a
-    cluster of blocks where the rows are whole 16-byte words, else band by band through the
-    scratch, twice a band (out, then back); the table (h of every row of
+    them where a block holds them (7264 rows of 32 bytes in the H200's 227 KiB), else (the
+    rotations, rows of whole 16-byte words) over a cluster of blocks, else band by band
+    through the scratch, twice a band (out, then back); the table (h of every row of
     the grid) uploaded before the first pass, the scratch `offset` past it."""
     prog = programs.program(_state(), 1, m, n, 2)
     got = [s.how.spec.piece for s in prog.steps]

@@ -514,6 +514,7 @@ def test_column_passes_over_clusters(batch, m, n, e, k, tmp, monkeypatch):
     from autotranspose.kernels import inplace as kernels
 
     monkeypatch.setattr(kernels, "CLUSTER_MIN_ROWS", 0)  # the emulator's columns are short
+    monkeypatch.setattr(kernels, "CLUSTER_RULES", (0, 1, 2, 3))  # the table's forms too
     monkeypatch.setattr(kernels, "CLUSTER_SIZES", (k,))
     monkeypatch.setattr(kernels, "CLUSTER_BYTES", (256, 128, 64))
     for shift in sorted({0, e % 16}):

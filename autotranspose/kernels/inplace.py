@@ -28,8 +28,10 @@ from ..kinds.inplace import (
 from ..plans.dtypes import ELEMENT_SIZES
 from ..plans.inplace import (
     COLS,
+    COLS_DOWN,
     COLS_GATHER,
     COLS_SCATTER,
+    COLS_UP,
     CONJ,
     PASS_KINDS,
     PERMUTE,
@@ -276,15 +278,16 @@ def skew_smem(elem_bytes: int) -> int:
 
 # COLS over a thread-block cluster ("cols_cluster", sm_90 on): a cluster of K blocks holds a
 # band of each of m rows, ceil(m / K) rows a block, and exchanges whole 16-byte words of band
-# rows over distributed shared memory. Taken for columns taller than a block's 32-byte band
-# holds (`cols_rows`: those went through the scratch) whose rows are whole 16-byte words,
-# in clusters of 8 blocks of 256 threads holding 64 bytes of each row. Measured on an H200
-# against a block's band and the scratch (dev/cluster_ab.py, every K of CLUSTER_SIZES and
-# band of 64-256 bytes): float16 8280x7320, through the scratch 32% of a copy a COLS pass,
-# 37% and 47% over clusters (the call 13.0% -> 15.6% of a copy); where a block holds the
-# column, its band ran ahead of every cluster shape on gathers (float32 2039x3008: 68%
-# against 36-53%), within a few points on rotations and 16-byte elements, and 1-byte
-# elements at half its speed (each word's 16 elements placed one by one).
+# rows over distributed shared memory. Taken for the rotations (CLUSTER_RULES) of columns
+# taller than a block's 32-byte band holds (`cols_rows`: those went through the scratch)
+# whose rows are whole 16-byte words, in clusters of 8 blocks of 256 threads holding 64 bytes
+# of each row. Measured on an H200 against a block's band and the scratch
+# (dev/cluster_ab.py, every K of CLUSTER_SIZES and band of 64-256 bytes): the rotations of
+# columns past a block 38-47% of a copy against the scratch's 29-32% (uint8 7504x7500,
+# float16 8280x7320, 7320x8280, 12000x7424); where a block holds the column, its band ran
+# ahead of every cluster shape on gathers (float32 2039x3008: 68% against 36-53%), within a
+# few points on rotations and 16-byte elements, and 1-byte elements at half its speed (each
+# word's 16 elements placed one by one).
 CLUSTER_SIZES: tuple[int, ...] = (8, 4, 2)  # tried in order, as the band widths
 CLUSTER_BYTES: tuple[int, ...] = (64, 128, 256)
 CLUSTER_MIN_ROWS: int | None = None  # None: columns past a block's band (cols_rows)
@@ -294,7 +297,10 @@ CLUSTER_THREADS = 256
 # registers run two an SM uncapped; capped for three they spilled)
 CLUSTER_BLOCK_BYTES = 112 << 10
 CLUSTER_MIN_BLOCKS = 1
-CLUSTER_RESIDENT = 2
+# the COLS forms that run over clusters: the rotations (COLS_DOWN, COLS_UP); the gather and
+# scatter by the table moved 7/8 of their words between blocks and ran behind the scratch's
+# (float32 7321x7400: 27% of a copy against 34%)
+CLUSTER_RULES: tuple[int, ...] = (COLS_DOWN, COLS_UP)
 
 
 def cluster_params(params: InplaceParams) -> InplaceParams:
@@ -592,6 +598,7 @@ def pass_launches(
         elif (
             p.kind == COLS
             and m < staged_from
+            and p.split in CLUSTER_RULES
             and (
                 shape := cluster_band(
                     m, n, elem_bytes, shared_optin, cluster, cluster_params(params).threads
@@ -602,9 +609,10 @@ def pass_launches(
             k, w = shape
             spec = InplaceKernel("cols_cluster", elem_bytes, False, cluster_params(params), k)
             smem = cluster_smem(m, k, w, elem_bytes)
-            # as many clusters as are resident at once (the items walked by their stride):
-            # CLUSTER_RESIDENT blocks an SM (their registers) where shared memory allows
-            per_sm = max(1, min(CLUSTER_RESIDENT, (shared_optin + 1024) // (smem + 1024)))
+            # a cluster per blocks_per_sm blocks an SM that shared memory holds (the items
+            # walked by the clusters' stride; fewer, two an SM as their registers allow, ran
+            # the rotations slower: float16 8280x7320 47% against 38% of a copy)
+            per_sm = max(1, min(params.blocks_per_sm, (shared_optin + 1024) // (smem + 1024)))
             items = batch * -(-n // w)
             blocks = k * min(items, max(1, multiprocessors * per_sm // k))
             table = p.split in (COLS_GATHER, COLS_SCATTER)

@@ -6,7 +6,8 @@ in one process.
                              [--repeat 5] [--out FILE]
 
 Variants: "block" (no clusters), "auto" (kernels/inplace.py's `cluster_band` as shipped) and
-"kK_wW" (clusters of K blocks, bands of W bytes, within the opt-in). Per case and variant the
+"kK_wW[_tT][_mB]" (clusters of K blocks, bands of W bytes, within the opt-in, every COLS form
+and rows of any alignment: `_set`). Per case and variant the
 programs are rebuilt, the call checked bit for bit against PyTorch's out-of-place transpose,
 each pass timed between the passes of one call behind a sleep kernel (dev/staged_ab.py's
 timing) and set against a copy of the bytes it moves. Needs PyTorch on a CUDA GPU (sm_90
@@ -45,15 +46,18 @@ VARIANTS = ["block", "auto"] + [
 
 
 def _set(kernels, name: str, saved: dict) -> None:
+    """kernels/inplace.py's cluster rule for variant `name`: "block" none, "auto" as shipped,
+    kK_wW[_tT][_mB] that one shape (T threads a block, registers capped for B blocks an SM)
+    for every COLS form and rows of any alignment, wherever its blocks hold the columns."""
     for key, value in saved.items():
         setattr(kernels, key, value)
     if name == "block":
         kernels.CLUSTER_MIN_ROWS = 1 << 40
-    elif name != "auto":  # kK_wW[_tT][_mB]: T threads a block, registers capped for B blocks
+    elif name != "auto":
         parts = dict((p[0], int(p[1:])) for p in name.split("_"))
         kernels.CLUSTER_SIZES, kernels.CLUSTER_BYTES = (parts["k"],), (parts["w"],)
-        kernels.CLUSTER_BLOCK_BYTES = 1 << 30
-        kernels.CLUSTER_RULES = (0, 1, 2, 3)  # every COLS form
+        kernels.CLUSTER_MIN_ROWS, kernels.CLUSTER_BLOCK_BYTES = 0, 1 << 30
+        kernels.CLUSTER_RULES, kernels.CLUSTER_WORDS = (0, 1, 2, 3), 1
         kernels.CLUSTER_MIN_BLOCKS = parts.get("m", kernels.CLUSTER_MIN_BLOCKS)
         kernels.CLUSTER_THREADS = parts.get("t", kernels.CLUSTER_THREADS)
 
@@ -77,7 +81,7 @@ def main() -> None:
     from autotranspose.runtime import compiler
 
     names = ("CLUSTER_MIN_ROWS", "CLUSTER_SIZES", "CLUSTER_BYTES", "CLUSTER_BLOCK_BYTES")
-    names += ("CLUSTER_MIN_BLOCKS", "CLUSTER_THREADS", "CLUSTER_RULES")
+    names += ("CLUSTER_MIN_BLOCKS", "CLUSTER_THREADS", "CLUSTER_RULES", "CLUSTER_WORDS")
     saved = {key: getattr(kernels, key) for key in names}
     rows = []
     for text in args.cases:

@@ -301,6 +301,9 @@ CLUSTER_MIN_BLOCKS = 1
 # scatter by the table moved 7/8 of their words between blocks and ran behind the scratch's
 # (float32 7321x7400: 27% of a copy against 34%)
 CLUSTER_RULES: tuple[int, ...] = (COLS_DOWN, COLS_UP)
+# rows of whole 16-byte words only (the kernel takes any: narrower words where x, the rows or
+# the band are not on 16-byte lines)
+CLUSTER_WORDS = 16
 
 
 def cluster_params(params: InplaceParams) -> InplaceParams:
@@ -324,7 +327,7 @@ def cluster_band(
     CLUSTER_BLOCK_BYTES, else within the opt-in, and whose band's columns are at most the
     block's `threads` (a thread keeps a word column)."""
     least = cols_rows(shared_optin) + 1 if CLUSTER_MIN_ROWS is None else CLUSTER_MIN_ROWS
-    if cluster_max < 2 or (n * elem_bytes) % 16 or m < least:
+    if cluster_max < 2 or (n * elem_bytes) % CLUSTER_WORDS or m < least:
         return None
     sizes = [k for k in CLUSTER_SIZES if k <= cluster_max]
     for budget in (min(CLUSTER_BLOCK_BYTES, shared_optin), shared_optin):

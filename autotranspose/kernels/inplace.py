@@ -202,6 +202,20 @@ def cols_lines(m: int, n: int, elem_bytes: int) -> bool:
     return elem_bytes < 4 and (n * elem_bytes) % 4 != 0 and m <= LINES_MAX_ROWS
 
 
+# SWAP's grid: the blocks an SM holds at once (its register cap's, `swap_blocks`), so that a
+# block walks its share of the pairs with the next pair's loads in flight, not a few pairs
+# and out (a grid of blocks_per_sm blocks an SM: 4 waves of 2 pairs a block for 1-byte
+# elements at 8192 x 8192 on an H200, every block's first pair loaded with nothing to hide it)
+SWAP_RESIDENT = True
+
+
+def swap_blocks(params: InplaceParams, elem_bytes: int) -> int:
+    """SWAP blocks an SM runs at once: what its register cap (templates/inplace/swap.cu.j2's
+    __launch_bounds__: 1024 threads an SM, 768 for 16-byte elements) holds, at most
+    blocks_per_sm."""
+    return max(1, min(params.blocks_per_sm, (768 if elem_bytes == 16 else 1024) // params.threads))
+
+
 def cols_params(params: InplaceParams, lines: bool = False) -> InplaceParams:
     """COLS's parameters: twice the threads (512 by default) for "cols" (a block of the
     tallest bands is alone on its SM, and its loads in flight are what keep the memory busy);
@@ -570,7 +584,10 @@ def pass_launches(
         if p.kind == SWAP:
             tiles = -(-m // params.tile)
             items = batch * tiles * (tiles + 1) // 2
-            add(p, spec, items, {"items": items, "tiles": tiles})
+            blocks = items
+            if SWAP_RESIDENT:  # one wave: each block walks its pairs, a pair's loads ahead
+                blocks = min(items, multiprocessors * swap_blocks(params, elem_bytes))
+            add(p, spec, blocks, {"items": items, "tiles": tiles})
         elif p.kind == REVERSE:
             lanes = run_lanes(row_bytes, params.threads)
             items = batch * (m // 2)

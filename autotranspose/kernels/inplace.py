@@ -202,10 +202,13 @@ def cols_lines(m: int, n: int, elem_bytes: int) -> bool:
     return elem_bytes < 4 and (n * elem_bytes) % 4 != 0 and m <= LINES_MAX_ROWS
 
 
-# SWAP's grid: the blocks an SM holds at once (its register cap's, `swap_blocks`), so that a
-# block walks its share of the pairs with the next pair's loads in flight, not a few pairs
-# and out (a grid of blocks_per_sm blocks an SM: 4 waves of 2 pairs a block for 1-byte
-# elements at 8192 x 8192 on an H200, every block's first pair loaded with nothing to hide it)
+# SWAP's grid where blocks_per_sm blocks an SM would give each block one pair (its next
+# pair's loads, issued while it writes this one, then hide nothing): the blocks an SM holds
+# at once (one wave, `swap_blocks`), two pairs or more a block. On an H200 (the tuner's
+# bench): 1-byte 4096x4096 68% -> 74% of a copy, 3x2048x2048 76% -> 78%; where the grid's
+# blocks had more than one pair one wave gained nothing (1-byte 8192x8192 80.4% against
+# 79.3%, 6976x6976 70.3% against 67.6%, 8-byte 4096x4096 91.1% against 89.1%), so those keep
+# blocks_per_sm blocks an SM.
 SWAP_RESIDENT = True
 
 
@@ -585,7 +588,7 @@ def pass_launches(
             tiles = -(-m // params.tile)
             items = batch * tiles * (tiles + 1) // 2
             blocks = items
-            if SWAP_RESIDENT:  # one wave: each block walks its pairs, a pair's loads ahead
+            if SWAP_RESIDENT and items <= cap:  # one wave: a block has two pairs, not one
                 blocks = min(items, multiprocessors * swap_blocks(params, elem_bytes))
             add(p, spec, blocks, {"items": items, "tiles": tiles})
         elif p.kind == REVERSE:

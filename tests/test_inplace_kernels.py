@@ -544,8 +544,8 @@ def test_clusters_take_columns_past_a_block_of_rows_of_whole_16_byte_words():
 @pytest.mark.parametrize("e, side, one_wave", [(1, 4096, True), (1, 8192, False), (2, 2816, True)])
 def test_swap_takes_one_wave_where_a_block_would_have_one_pair(e, side, one_wave):
     """A square whose tile pairs the blocks_per_sm grid would give one a block runs the
-    blocks an SM holds at once, each walking two pairs or more (its next pair's loads in
-    flight while it writes this one); larger squares keep blocks_per_sm blocks an SM."""
+    blocks an SM holds at once, walking more pairs each (a next pair's loads in flight while
+    it writes this one); larger squares keep blocks_per_sm blocks an SM."""
     from autotranspose.kernels.inplace import swap_blocks
     from autotranspose.kinds import inplace as kind
 
@@ -555,4 +555,4 @@ def test_swap_takes_one_wave_where_a_block_would_have_one_pair(e, side, one_wave
     cap = sms * params.blocks_per_sm
     assert swap.args["items"] <= cap if one_wave else swap.args["items"] > cap
     want = sms * swap_blocks(params, e) if one_wave else cap
-    assert swap.blocks == want and swap.args["items"] >= (2 * want if one_wave else want)
+    assert swap.blocks == want and swap.args["items"] > want  # blocks walk more than one

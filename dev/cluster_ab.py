@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from staged_ab import SLEEP, _case, _timed
+from staged_ab import matrix, report, run_passes
 
 CASES = [
     "2039x3008:float32",  # gcd 1, the gather
@@ -66,11 +65,8 @@ def main() -> None:
     import torch
 
     import autotranspose as at
-    from autotranspose.calls import inplace
-    from autotranspose.calls.common import call_target
     from autotranspose.dispatch import inplace as programs
     from autotranspose.kernels import inplace as kernels
-    from autotranspose.runtime.arrays import view
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
@@ -85,20 +81,8 @@ def main() -> None:
     saved = {key: getattr(kernels, key) for key in names}
     rows = []
     for text in args.cases:
-        shape, dtype = _case(text)
-        dt = getattr(torch, dtype)
-        if dt.is_floating_point or dt.is_complex:
-            x0 = torch.randn(shape, device="cuda").to(dt)
-        else:
-            x0 = torch.randint(0, 256, shape, device="cuda", dtype=torch.int32).to(dt)
-        want = x0.transpose(-1, -2).contiguous()
-        x = x0.clone()
+        x0, x, want, copy_us, oop_us, state, xv = matrix(torch, text, args.repeat)
         nbytes = x0.numel() * x0.element_size()
-        copy_us = _timed(torch, lambda x=x, x0=x0: x.copy_(x0), args.repeat)
-        out = torch.empty_like(want)
-        oop_us = _timed(torch, lambda x0=x0, out=out: at.transpose(x0, out=out), args.repeat)
-        xv = view(x)
-        state, ctx, handle = call_target(xv, None)
         for name in args.variants:
             _set(kernels, name, saved)
             at.clear_caches()
@@ -108,45 +92,16 @@ def main() -> None:
             except Exception as exc:  # a forced shape the columns do not fit
                 print(f"{text:>22} {name:>8} skipped: {exc}", flush=True)
                 continue
-            x.copy_(x0)
-            inplace.run(prog, xv.ptr, ctx, handle)
-            right = torch.equal(x.view(want.shape), want)
-            per: list[list[float]] = [[] for _ in prog.steps]
-            whole = []
-            for _ in range(args.repeat):
-                x.copy_(x0)
-                events = [torch.cuda.Event(enable_timing=True) for _ in range(len(prog.steps) + 1)]
-                torch.cuda._sleep(SLEEP)
-                inplace.run(prog, xv.ptr, ctx, handle, lambda k, ev=events: ev[k].record())
-                events[-1].synchronize()
-                for k in range(len(prog.steps)):
-                    per[k].append(events[k].elapsed_time(events[k + 1]) * 1e3)
-                whole.append(events[0].elapsed_time(events[-1]) * 1e3)
-            us = statistics.median(whole)
+            right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
             passes = []
             for s, t in zip(prog.steps, per, strict=True):
-                pct = 100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / statistics.median(t)
+                pct = 100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / t
                 spec = s.how.spec
                 shape_of = ""
                 if spec.cluster:
                     shape_of = f"/k{spec.cluster}w{s.how.args['tiles'] * spec.elem_bytes}"
                 passes.append(f"{spec.piece}{shape_of}:{pct:.0f}%")
-            row = {
-                "case": text,
-                "variant": name,
-                "right": right,
-                "us": us,
-                "copy_pct": 100 * copy_us / us,
-                "vs_transpose": 100 * oop_us / us,
-                "passes": passes,
-            }
-            rows.append(row)
-            print(
-                f"{text:>22} {name:>8} {'ok' if right else 'WRONG'} {us:9.1f} us "
-                f"{row['copy_pct']:5.1f}% of copy {row['vs_transpose']:5.1f}% of transpose() "
-                + " ".join(passes),
-                flush=True,
-            )
+            rows.append(report(text, name, right, us, copy_us, oop_us, passes))
     _set(kernels, "auto", saved)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))

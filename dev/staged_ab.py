@@ -69,15 +69,85 @@ def _timed(torch: Any, fn: Any, repeat: int, before: Any = None) -> float:
     return statistics.median(times[1:])
 
 
+def matrix(torch: Any, text: str, repeat: int):
+    """Case "SHAPE:DTYPE" on the GPU: x0 (random), x (its copy, transposed in place), want
+    (x0's transpose), a copy's and transpose()'s times (us), x's device state and view."""
+    import autotranspose as at
+    from autotranspose.calls.common import call_target
+    from autotranspose.runtime.arrays import view
+
+    shape, dtype = _case(text)
+    dt = getattr(torch, dtype)
+    if dt.is_floating_point or dt.is_complex:
+        x0 = torch.randn(shape, device="cuda").to(dt)
+    else:
+        x0 = torch.randint(0, 256, shape, device="cuda", dtype=torch.int32).to(dt)
+    want = x0.transpose(-1, -2).contiguous()
+    x = x0.clone()
+    copy_us = _timed(torch, lambda: x.copy_(x0), repeat)
+    out = torch.empty_like(want)
+    oop_us = _timed(torch, lambda: at.transpose(x0, out=out), repeat)
+    xv = view(x)
+    return x0, x, want, copy_us, oop_us, call_target(xv, None)[0], xv
+
+
+def report(
+    text: str,
+    name: str,
+    right: bool,
+    us: float,
+    copy_us: float,
+    oop_us: float,
+    passes: list[str],
+    note: str = "",
+    **extra: float,
+) -> dict:
+    """A variant's row (printed): the call's time against a copy's and transpose()'s, and
+    each pass's figure."""
+    row = {"case": text, "variant": name, "right": right, "us": us, **extra}
+    row |= {"copy_pct": 100 * copy_us / us, "vs_transpose": 100 * oop_us / us, "passes": passes}
+    print(
+        f"{text:>22} {name:>10} {'ok' if right else 'WRONG'} {us:9.1f} us "
+        f"{row['copy_pct']:5.1f}% of copy {row['vs_transpose']:5.1f}% of transpose() {note}"
+        + " ".join(passes),
+        flush=True,
+    )
+    return row
+
+
+def run_passes(torch: Any, prog: Any, x: Any, x0: Any, want: Any, repeat: int):
+    """`prog` run on x (a copy of x0 each time): whether it leaves `want`, then the median of
+    `repeat` calls' times and of each pass's (us), CUDA events between the passes of one call
+    queued behind a sleep kernel."""
+    from autotranspose.calls import inplace
+    from autotranspose.calls.common import call_target
+    from autotranspose.runtime.arrays import view
+
+    xv = view(x)
+    _, ctx, handle = call_target(xv, None)
+    x.copy_(x0)
+    inplace.run(prog, xv.ptr, ctx, handle)
+    right = torch.equal(x.view(want.shape), want)
+    per: list[list[float]] = [[] for _ in prog.steps]
+    whole = []
+    for _ in range(repeat):
+        x.copy_(x0)
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(prog.steps) + 1)]
+        torch.cuda._sleep(SLEEP)
+        inplace.run(prog, xv.ptr, ctx, handle, lambda k, ev=events: ev[k].record())
+        events[-1].synchronize()
+        for k in range(len(prog.steps)):
+            per[k].append(events[k].elapsed_time(events[k + 1]) * 1e3)
+        whole.append(events[0].elapsed_time(events[-1]) * 1e3)
+    return right, statistics.median(whole), [statistics.median(t) for t in per]
+
+
 def main() -> None:
     import torch
 
     import autotranspose as at
-    from autotranspose.calls import inplace
-    from autotranspose.calls.common import call_target
     from autotranspose.dispatch import inplace as programs
     from autotranspose.kernels import inplace as kernels
-    from autotranspose.runtime.arrays import view
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
@@ -97,20 +167,8 @@ def main() -> None:
         return
     rows = []
     for text in args.cases:
-        shape, dtype = _case(text)
-        dt = getattr(torch, dtype)
-        if dt.is_floating_point or dt.is_complex:
-            x0 = torch.randn(shape, device="cuda").to(dt)
-        else:
-            x0 = torch.randint(0, 256, shape, device="cuda", dtype=torch.int32).to(dt)
-        want = x0.transpose(-1, -2).contiguous()
-        x = x0.clone()
+        x0, x, want, copy_us, oop_us, state, xv = matrix(torch, text, args.repeat)
         nbytes = x0.numel() * x0.element_size()
-        copy_us = _timed(torch, lambda x=x, x0=x0: x.copy_(x0), args.repeat)
-        out = torch.empty_like(want)
-        oop_us = _timed(torch, lambda x0=x0, out=out: at.transpose(x0, out=out), args.repeat)
-        xv = view(x)
-        state, ctx, handle = call_target(xv, None)
         for name, frm, stage in VARIANTS:
             if name not in args.variants:
                 continue
@@ -124,44 +182,15 @@ def main() -> None:
                 torch, lambda x=x: at.transpose_(x), args.repeat, lambda x=x, x0=x0: x.copy_(x0)
             )
             prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
-            x.copy_(x0)
-            inplace.run(prog, xv.ptr, ctx, handle)
-            right = torch.equal(x.view(want.shape), want)
-            per: list[list[float]] = [[] for _ in prog.steps]
-            whole = []
-            for _ in range(args.repeat):
-                x.copy_(x0)
-                events = [torch.cuda.Event(enable_timing=True) for _ in range(len(prog.steps) + 1)]
-                torch.cuda._sleep(SLEEP)
-                inplace.run(prog, xv.ptr, ctx, handle, lambda k, ev=events: ev[k].record())
-                events[-1].synchronize()
-                for k in range(len(prog.steps)):
-                    per[k].append(events[k].elapsed_time(events[k + 1]) * 1e3)
-                whole.append(events[0].elapsed_time(events[-1]) * 1e3)
-            us = statistics.median(whole)
+            right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
             passes = []
-            for s, t in zip(prog.steps, per, strict=True):
-                pus = statistics.median(t)
+            for s, pus in zip(prog.steps, per, strict=True):
                 pct = 100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / pus
                 extra = f"/{s.how.rows}b" if s.how.aux == "bands" else ""
                 passes.append(f"{s.how.spec.piece}{extra}:{pct:.0f}%")
-            row = {
-                "case": text,
-                "variant": name,
-                "right": right,
-                "us": us,
-                "fast_us": fast_us,
-                "copy_pct": 100 * copy_us / us,
-                "vs_transpose": 100 * oop_us / us,
-                "passes": passes,
-            }
-            rows.append(row)
-            print(
-                f"{text:>22} {name:>10} {'ok' if right else 'WRONG'} {us:9.1f} us "
-                f"{row['copy_pct']:5.1f}% of copy {row['vs_transpose']:5.1f}% of transpose() "
-                f"(fast path {fast_us:8.1f} us, {100 * copy_us / fast_us:5.1f}% of copy)  "
-                + " ".join(passes),
-                flush=True,
+            fast = f"(fast path {fast_us:8.1f} us, {100 * copy_us / fast_us:5.1f}% of copy) "
+            rows.append(
+                report(text, name, right, us, copy_us, oop_us, passes, fast, fast_us=fast_us)
             )
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))

@@ -231,3 +231,16 @@ def test_grids_and_shared_memory_fit_the_device(gpu):
         for s in prog.steps:
             assert 1 <= s.launch.blocks <= H200.multiprocessors * s.how.spec.params.blocks_per_sm
             assert s.launch.smem <= H200.limits.max_shared_optin
+
+
+def test_gpus_before_sm_90_take_no_clusters(gpu):
+    """An A100 (sm_80, no thread-block clusters) runs the rotations of columns past a block
+    through the scratch, where an H200 runs them over clusters; the same shape, the same
+    plan."""
+    a100 = DeviceInfo("NVIDIA A100-SXM4-80GB", (8, 0), multiprocessors=108)
+    assert _inplace.cluster_max((8, 0)) == 0 and _inplace.cluster_max((9, 0)) == 8
+    on_a100 = programs.program(DeviceState(1, 0xC1, a100), 1, 8280, 7320, 2)  # GPU 1
+    on_h200 = programs.program(_state(), 1, 8280, 7320, 2)
+    assert on_a100.plan == on_h200.plan
+    assert not [s for s in on_a100.steps if s.how.spec.piece == "cols_cluster"]
+    assert [s.how.spec.cluster for s in on_h200.steps if s.how.spec.piece == "cols_cluster"]

@@ -212,11 +212,15 @@ def cols_lines(m: int, n: int, elem_bytes: int) -> bool:
 SWAP_RESIDENT = True
 
 
+def swap_min_blocks(params: InplaceParams, elem_bytes: int) -> int:
+    """The blocks an SM SWAP's registers are capped for (its __launch_bounds__): 1024
+    threads an SM, 768 for 16-byte elements."""
+    return (768 if elem_bytes == 16 else 1024) // params.threads
+
+
 def swap_blocks(params: InplaceParams, elem_bytes: int) -> int:
-    """SWAP blocks an SM runs at once: what its register cap (templates/inplace/swap.cu.j2's
-    __launch_bounds__: 1024 threads an SM, 768 for 16-byte elements) holds, at most
-    blocks_per_sm."""
-    return max(1, min(params.blocks_per_sm, (768 if elem_bytes == 16 else 1024) // params.threads))
+    """SWAP blocks an SM runs at once: what its register cap holds, at most blocks_per_sm."""
+    return max(1, min(params.blocks_per_sm, swap_min_blocks(params, elem_bytes)))
 
 
 def cols_params(params: InplaceParams, lines: bool = False) -> InplaceParams:
@@ -335,14 +339,15 @@ def cluster_smem(m: int, cluster: int, width: int, elem_bytes: int) -> int:
 
 
 def cluster_band(
-    m: int, n: int, elem_bytes: int, shared_optin: int, cluster_max: int, threads: int = 256
+    m: int, n: int, elem_bytes: int, shared_optin: int, cluster_max: int, threads: int = 0
 ) -> tuple[int, int] | None:
     """(blocks a cluster, band columns) of a cluster COLS pass of an m x n grid, or None where
     it takes none: no clusters (`cluster_max` < 2), rows not whole 16-byte words, columns a
     block's band holds (CLUSTER_MIN_ROWS, where set: shorter ones) or past what the largest
     cluster holds. The first of CLUSTER_BYTES, then CLUSTER_SIZES, whose block stays within
     CLUSTER_BLOCK_BYTES, else within the opt-in, and whose band's columns are at most the
-    block's `threads` (a thread keeps a word column)."""
+    block's `threads` (a thread keeps a word column; 0: the default parameters')."""
+    threads = threads or cluster_params(DEFAULT).threads
     least = cols_rows(shared_optin) + 1 if CLUSTER_MIN_ROWS is None else CLUSTER_MIN_ROWS
     if cluster_max < 2 or (n * elem_bytes) % CLUSTER_WORDS or m < least:
         return None
@@ -461,6 +466,7 @@ def render_inplace(k: InplaceKernel) -> str:
             key=p.key,
             cluster=k.cluster,
             cluster_min_blocks=CLUSTER_MIN_BLOCKS,
+            swap_min_blocks=swap_min_blocks(p, k.elem_bytes),
             args_bytes=ARG_BYTES,
         )
     )
@@ -554,6 +560,7 @@ def pass_launches(
     staged_from = STAGED_MIN_ROWS if staged_from is None else staged_from
     stage_bytes = STAGE_BYTES if stage_bytes is None else stage_bytes
     cap = multiprocessors * params.blocks_per_sm
+    clustered = cluster_params(params)
     batch, m, n = plan.batch, plan.m, plan.n
     row_bytes = n * elem_bytes
     common = {"m": m, "n": n, "batch": batch, "c": plan.c, "a": plan.a, "b": plan.b}
@@ -561,6 +568,13 @@ def pass_launches(
     for name, d in (("c", plan.c), ("b", plan.b), ("m", m), ("n", n)):
         common[f"{name}_magic"], common[f"{name}_shift"] = (0, 0) if d <= 1 else divisor(d)
     out: list[PassLaunch] = []
+
+    def cols_table(p: InplacePass) -> dict[str, Any]:
+        """A COLS pass's table h (its gather and scatter), uploaded once: PERMUTE's
+        "leaders" slot."""
+        if p.split not in (COLS_GATHER, COLS_SCATTER):
+            return {"aux": ""}
+        return {"aux": "leaders", "table": row_table(m, n, plan.a)}
 
     def add(
         p: InplacePass, spec: InplaceKernel, blocks: int, args: dict[str, int], **kw: Any
@@ -622,15 +636,11 @@ def pass_launches(
             p.kind == COLS
             and m < staged_from
             and p.split in CLUSTER_RULES
-            and (
-                shape := cluster_band(
-                    m, n, elem_bytes, shared_optin, cluster, cluster_params(params).threads
-                )
-            )
+            and (shape := cluster_band(m, n, elem_bytes, shared_optin, cluster, clustered.threads))
             is not None
         ):
             k, w = shape
-            spec = InplaceKernel("cols_cluster", elem_bytes, False, cluster_params(params), k)
+            spec = InplaceKernel("cols_cluster", elem_bytes, False, clustered, k)
             smem = cluster_smem(m, k, w, elem_bytes)
             # a cluster per blocks_per_sm blocks an SM that shared memory holds (the items
             # walked by the clusters' stride; fewer, two an SM as their registers allow, ran
@@ -638,16 +648,8 @@ def pass_launches(
             per_sm = max(1, min(params.blocks_per_sm, (shared_optin + 1024) // (smem + 1024)))
             items = batch * -(-n // w)
             blocks = k * min(items, max(1, multiprocessors * per_sm // k))
-            table = p.split in (COLS_GATHER, COLS_SCATTER)
-            add(
-                p,
-                spec,
-                blocks,
-                {"items": items, "tiles": w, "split": p.split},
-                smem=smem,
-                aux="leaders" if table else "",
-                table=row_table(m, n, plan.a) if table else None,
-            )
+            args = {"items": items, "tiles": w, "split": p.split}
+            add(p, spec, blocks, args, smem=smem, **cols_table(p))
         elif (
             p.kind == COLS
             and (m >= staged_from or m > cols_rows(shared_optin))
@@ -678,16 +680,8 @@ def pass_launches(
             spec = InplaceKernel(piece, elem_bytes, False, cols_params(params, lines))
             w = cols_width(m, n, batch, elem_bytes, shared_optin, multiprocessors, lines)
             items = batch * -(-n // w)
-            table = p.split in (COLS_GATHER, COLS_SCATTER)
-            add(
-                p,
-                spec,
-                items,
-                {"items": items, "tiles": w, "split": p.split},
-                smem=m * cols_pitch(w, elem_bytes, lines),
-                aux="leaders" if table else "",
-                table=row_table(m, n, plan.a) if table else None,
-            )
+            args = {"items": items, "tiles": w, "split": p.split}
+            add(p, spec, items, args, smem=m * cols_pitch(w, elem_bytes, lines), **cols_table(p))
         elif p.kind == SHUFFLE and row_bytes + SHUFFLE_PAD <= shared_optin:
             piece = "shuffle_inv" if p.inverse else SHUFFLE
             spec = InplaceKernel(piece, elem_bytes, p.conjugate, params)

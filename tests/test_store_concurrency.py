@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import sqlite3
 import threading
 import time
 
@@ -40,11 +41,19 @@ def _run_workers(url: str, seeds: list[int]) -> list[tuple[str, str, str, float]
     for p in procs:
         p.start()
     sent = []
+    deadline = time.monotonic() + 120
     try:
         for _ in procs:
-            sent.extend(out.get(timeout=120))
-    except queue.Empty:
-        pytest.fail("a writer process gave no result within 120 s")
+            while True:  # a writer that died is reported at once, not after the deadline
+                try:
+                    sent.extend(out.get(timeout=0.5))
+                    break
+                except queue.Empty:
+                    died = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                    if died:
+                        pytest.fail(f"a writer process died (exit codes {died}); its stderr above")
+                    if time.monotonic() > deadline:
+                        pytest.fail("a writer process gave no result within 120 s")
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -279,3 +288,23 @@ def test_a_lock_held_elsewhere_is_a_busy_error_after_the_engines_wait(db_url):
         conn.rollback()
         assert store.claim("s", "k", "me")  # free again: claimed at once
     other.dispose()
+
+
+def test_a_first_open_waits_while_another_process_creates_the_file(tmp_path):
+    """SQLite refuses the switch to WAL at once ("database is locked", no busy handler) while
+    another connection holds the write lock on a file not yet in WAL mode: the moment another
+    process's first open writes the new file. Opening then waits for it, as every other
+    statement does, and the database comes out in WAL mode with our schema."""
+    path = tmp_path / "tuning.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # the empty file, its write lock held
+    release = threading.Timer(0.3, other.execute, args=("COMMIT",))
+    release.start()
+    try:
+        with Store.open(path) as store:
+            with store.engine.connect() as conn:
+                assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert store.entries() == []
+    finally:
+        release.join()
+        other.close()

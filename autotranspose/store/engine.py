@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -207,7 +208,7 @@ def make_engine(
             cursor.execute(f"PRAGMA busy_timeout = {max(1, round(wait_s * 1000))}")
             cursor.execute("PRAGMA foreign_keys = ON")
             if wal:  # a write to the file: only once it is known to be ours (see schema.gate)
-                cursor.execute("PRAGMA journal_mode = WAL")  # readers do not block the writer
+                _enter_wal(cursor, wait_s)  # readers do not block the writer
         finally:
             cursor.close()
 
@@ -219,6 +220,24 @@ def make_engine(
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def _enter_wal(cursor: Any, wait_s: float) -> None:
+    """``PRAGMA journal_mode = WAL``, tried again for up to `wait_s`. SQLite answers it
+    "database is locked" at once, without its busy handler, while another connection holds the
+    write lock on a file not yet in WAL mode: a first open racing another process's first
+    write (which creates the schema) would fail where any other statement waits."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
 
 
 # SQLite: SQLITE_BUSY ("database is locked") and SQLITE_LOCKED ("database table is locked");

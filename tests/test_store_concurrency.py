@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import queue
 import signal
 import sqlite3
 import threading
@@ -15,6 +14,7 @@ import time
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from _spawned import answers
 from store_data import H100, import_file, tuning_doc, write_results
 
 from autotranspose.kernels.config import KernelConfig
@@ -40,25 +40,7 @@ def _run_workers(url: str, seeds: list[int]) -> list[tuple[str, str, str, float]
     ]
     for p in procs:
         p.start()
-    sent = []
-    deadline = time.monotonic() + 120
-    try:
-        for _ in procs:
-            while True:  # a writer that died is reported at once, not after the deadline
-                try:
-                    sent.extend(out.get(timeout=0.5))
-                    break
-                except queue.Empty:
-                    died = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                    if died:
-                        pytest.fail(f"a writer process died (exit codes {died}); its stderr above")
-                    if time.monotonic() > deadline:
-                        pytest.fail("a writer process gave no result within 120 s")
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    return sent
+    return [row for rows in answers(procs, out, "a writer process") for row in rows]
 
 
 @pytest.mark.parametrize("fresh", [True, False], ids=["racing-first-open", "existing-db"])

@@ -12,7 +12,6 @@ import io
 import json
 import multiprocessing
 import os
-import queue
 import random
 import signal
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from _child import prepared
+from _spawned import answers
 from _synthetic import DEVICE as SYNTHETIC, SyntheticObjective
 from _winners import CALL, CLS, DEVICE, GUESS, SHAPE, WINNER, logging_measure, measured
 from store_data import ok
@@ -294,17 +294,7 @@ def _race(url: str, log: Path, processes: int, delay: float) -> list[tuple[int, 
     ]
     for p in procs:
         p.start()
-    got = []
-    try:
-        for _ in procs:
-            got.append(out.get(timeout=120))
-    except queue.Empty:
-        pytest.fail("a process gave no answer within 120 s")
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-    assert [p.exitcode for p in procs] == [0] * processes
-    return got
+    return answers(procs, out, "a racing process")
 
 
 def test_processes_racing_for_a_new_class_measure_it_once(ours, log):

@@ -186,8 +186,10 @@ def tune_cast_gpu(
     src, dst = parse_pair(pair)
     target = cast_target(src, dst, shape, both)
     settings = TuneSettings.of(settings)
-    store = Store.open(db)
-    with GpuObjective(src.name, target.shape, device, cast=(target.code, target.both)) as objective:
+    with (
+        Store.open(db) as store,
+        GpuObjective(src.name, target.shape, device, cast=(target.code, target.both)) as objective,
+    ):
         return tune_cast(
             src,
             dst,

@@ -183,8 +183,10 @@ def tune_inplace_gpu(
     refuse_unguarded_main()
     target = inplace_target(dtype, shape)
     settings = TuneSettings.of(settings)
-    store = Store.open(db)
-    with GpuObjective(target.dtype, target.shape, device, inplace=True) as objective:
+    with (
+        Store.open(db) as store,
+        GpuObjective(target.dtype, target.shape, device, inplace=True) as objective,
+    ):
         return tune_inplace(
             target.dtype,
             target.shape,

@@ -260,8 +260,10 @@ def tune_gpu(
     settings = TuneSettings.of(  # before a worker starts
         settings, trials=trials, timeout=timeout, patience=patience, sampler=sampler, seed=seed
     )
-    store = Store.open(db)
-    with GpuObjective(et.name, dims, device, conjugate=conjugate, layout=layout) as objective:
+    with (
+        Store.open(db) as store,
+        GpuObjective(et.name, dims, device, conjugate=conjugate, layout=layout) as objective,
+    ):
         return tune(
             et.name,
             dims,

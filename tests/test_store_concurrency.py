@@ -266,7 +266,7 @@ def test_a_lock_held_elsewhere_is_a_busy_error_after_the_engines_wait(db_url):
             store.claim("s", "k", "me")
         took = time.monotonic() - started
         assert store_engine.busy(caught.value.__cause__)
-        assert 0.25 < took < 3, took
+        assert 0.25 < took < 10, took  # the store's 0.3 s, not the engine's default 30 s
         conn.rollback()
         assert store.claim("s", "k", "me")  # free again: claimed at once
     other.dispose()

@@ -366,7 +366,8 @@ def test_a_loser_waits_for_the_winner_bounded_then_serves_the_guess(ours, log):
         assert lookup.choose(DEVICE, 4, CLS).source == "default"  # as dispatch asks first
         started = time.monotonic()
         assert winners.settle(CALL, logging_measure(log)) is None  # lookup's guess, now
-        assert winners.WAIT_S <= time.monotonic() - started < winners.WAIT_S + 1
+        # bounded: WAIT_S, not the database's busy timeout (the margin is a loaded machine's)
+        assert winners.WAIT_S <= time.monotonic() - started < winners.WAIT_S + 5
         assert measured(log) == []
         assert lookup.choose(DEVICE, 4, CLS).source == "default"  # nothing remembered
         assert winners.pending() == [CALL]  # read again in the background
@@ -379,7 +380,7 @@ def test_a_loser_waits_for_the_winner_bounded_then_serves_the_guess(ours, log):
             None, DEVICE, "float32", 4, SHAPE, CLS, WINNER, ok(2000.0, 0.0), source="measured"
         )
         other.release(winners.STUDY, key, "other-host:7:abc")
-    assert _until(lambda: not winners.pending()) < winners.RECHECK_S[1] + 1
+    assert _until(lambda: not winners.pending()) < winners.RECHECK_S[1] + 5
     assert lookup.generation != generation  # the prepared launches of the class are dropped
     got = lookup.choose(DEVICE, 4, CLS)
     assert (got.source, got.config) == ("measured", WINNER) and measured(log) == []
@@ -503,7 +504,7 @@ def test_a_write_lock_held_elsewhere_stalls_a_first_call_a_second_at_most(ours, 
         holder.execute("ROLLBACK")
         holder.close()
     assert (choice.source, choice.config) == ("measured", WINNER) and len(measured(log)) == 1
-    assert winners.BUSY_S <= took < winners.BUSY_S + 1.5, took
+    assert winners.BUSY_S <= took < winners.BUSY_S + 5, took  # not the engine's 30 s
     assert len([w for w in caught if "first-call" in str(w.message)]) == 1
     assert lookup.choose(DEVICE, 4, CLS) == choice  # kept in this process
 

@@ -70,3 +70,23 @@ def test_nvcc_says_nothing(piece):
     e = 2 if piece == "cols_lines" else 8
     cluster = CLUSTER_SIZES[0] if piece == "cols_cluster" else 0
     assert_nvcc_silent(render_inplace(InplaceKernel(piece, e, piece == "conj", cluster=cluster)))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8])
+def test_swap_in_lines_compiles_without_spills(arch, elem_bytes, monkeypatch):
+    """SWAP with its lines path (kernels/inplace.py: SWAP_LINES) at the default parameters,
+    conjugating too: no spills, its register cap kept, the shared memory predicted, nothing
+    said."""
+    from autotranspose.kernels import inplace as kernels
+
+    monkeypatch.setattr(kernels, "SWAP_LINES", True)
+    params = kind.default(elem_bytes)
+    for conjugate in (False, True) if elem_bytes == 8 else (False,):
+        k = InplaceKernel("swap", elem_bytes, conjugate, params)
+        source = render_inplace(k)
+        assert "at_swap_load_at" in source
+        res = source_resources(source, arch)[k.name]
+        assert res.spill_bytes == 0 and res.stack_bytes == 0, (k.name, res)
+        assert res.smem_bytes == params.swap_smem(elem_bytes), (k.name, res)
+        assert_nvcc_silent(source)

@@ -161,6 +161,40 @@ def test_column_passes_over_clusters(cupy, rng, shape, dtype, shift):
     assert guards_intact(cupy, buf, shift)
 
 
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((1029, 1029), "uint8"),  # rows one line and 5 bytes: every offset in a line
+        ((3, 197, 197), "float16"),
+        ((515, 515), "int16"),
+        ((2, 301, 301), "float32"),
+        ((259, 259), "float64"),
+        ((131, 131), "complex64"),
+    ],
+)
+@pytest.mark.parametrize("shift", [0, 8])
+def test_squares_in_lines(cupy, rng, monkeypatch, shape, dtype, shift):
+    """SWAP's lines path (kernels/inplace.py: SWAP_LINES) on squares whose rows are not whole
+    16-byte words, x on its line and 8 bytes off it: bit-exact, guards intact."""
+    from autotranspose.dispatch import switches
+    from autotranspose.kernels import inplace as kernels
+    from autotranspose.runtime import compiler
+
+    monkeypatch.setattr(kernels, "SWAP_LINES", True)
+    switches.clear_caches()
+    compiler._kernels.clear()  # loaded by name: the same name, another source
+    try:
+        host = random_array(rng, shape, dtype)
+        buf, x = guarded(cupy, host, shift)
+        y = at.transpose_(x)
+        assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
+        assert guards_intact(cupy, buf, shift)
+    finally:
+        monkeypatch.undo()
+        switches.clear_caches()
+        compiler._kernels.clear()
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])
 @pytest.mark.parametrize("shape", [(257, 1032), (1032, 257), (120, 84), (2, 64, 40)])
 def test_x_off_its_16_byte_line_takes_narrower_words(cupy, rng, dtype, shape):

@@ -470,6 +470,59 @@ def test_swap_writes_narrow_elements_from_4_byte_shared_words(m, e, tile, thread
 
 
 @pytest.mark.parametrize(
+    "m, e, tile, threads",
+    [
+        (45, 1, 16, 128),  # rows of 45 bytes: every offset in a line, tiles cut at 13
+        (53, 1, 64, 256),  # one tile cut at 53: its rows' words shared with no neighbour
+        (141, 1, 64, 128),  # three tiles a side, the last cut at 13 rows
+        (131, 1, 128, 512),  # tiles of 128 one-byte elements, the last cut at 3
+        (3, 1, 64, 128),  # rows shorter than a word
+        (37, 2, 16, 128),
+        (75, 2, 32, 128),  # three tiles a side
+        (130, 2, 64, 256),  # rows whole 4-byte words, not 16-byte ones
+        (19, 4, 16, 128),
+        (38, 4, 32, 256),  # rows of 152 bytes: 8 bytes off a line every other row
+        (33, 8, 16, 128),
+        (17, 8, 32, 128),
+    ],
+)
+def test_swap_in_lines_where_the_rows_are_not_whole_16_byte_words(
+    m, e, tile, threads, tmp, monkeypatch
+):
+    """Squares whose rows are not whole 16-byte words, or whose x is off its line, with SWAP's
+    lines path: every global access an aligned 16-byte word (UBSan checks the alignment), the
+    words shared with a neighbouring tile written element by element; bit-exact, batched,
+    nothing outside x written."""
+    from autotranspose.kernels import inplace as kernels
+
+    monkeypatch.setattr(kernels, "SWAP_LINES", True)
+    params = InplaceParams(tile=tile, threads=threads, blocks_per_sm=2, unroll=2)
+    assert "at_swap_load_at" in render_inplace(InplaceKernel("swap", e, False, params))
+    for shift in {0, e, 16 - e if e < 16 else 0, 8 if e <= 8 else 0}:
+        hows = _check(2, m, m, e, tmp, shift=shift, params=params)
+        assert [h.kind for h in hows] == ["swap"]
+
+
+def test_swap_in_lines_conjugates(tmp, monkeypatch):
+    from autotranspose.kernels import inplace as kernels
+
+    monkeypatch.setattr(kernels, "SWAP_LINES", True)
+    params = InplaceParams(tile=16, threads=128, blocks_per_sm=2, unroll=2)
+    for shift in (0, 8):
+        _check(2, 35, 35, 8, tmp, conjugate=True, shift=shift, params=params)
+
+
+def test_swap_in_lines_is_rendered_only_where_asked():
+    """Off (the default), SWAP's source has no lines path: what is served is unchanged."""
+    from autotranspose.kernels import inplace as kernels
+
+    params = InplaceParams(tile=32, threads=256, blocks_per_sm=2, unroll=2)
+    for e in (1, 2, 4, 8, 16):
+        source = render_inplace(InplaceKernel("swap", e, False, params))
+        assert ("at_swap_load_at" in source) == (kernels.SWAP_LINES and e < 16)
+
+
+@pytest.mark.parametrize(
     "batch, m, n, e",
     [
         (1, 70, 45, 4),  # flipped (the 45-row view): the scatter and COLS_UP, gcd 5

@@ -211,6 +211,13 @@ def cols_lines(m: int, n: int, elem_bytes: int) -> bool:
 # blocks_per_sm blocks an SM.
 SWAP_RESIDENT = True
 
+# SWAP of squares whose rows are not whole 16-byte words (odd sides, x off its line): every
+# global access an aligned 16-byte word, the words a tile row shares with its neighbour
+# written element by element ("lines"), instead of element by element throughout (H200:
+# 4099x4099 2-byte 32% of a copy, 8191x8191 1-byte 15%). Checked on the CPU emulator, not
+# yet timed on a GPU: off until it is, so that what is served is what was measured.
+SWAP_LINES = False
+
 
 def swap_min_blocks(params: InplaceParams, elem_bytes: int) -> int:
     """The blocks an SM SWAP's registers are capped for (its __launch_bounds__): 1024
@@ -467,6 +474,7 @@ def render_inplace(k: InplaceKernel) -> str:
             cluster=k.cluster,
             cluster_min_blocks=CLUSTER_MIN_BLOCKS,
             swap_min_blocks=swap_min_blocks(p, k.elem_bytes),
+            swap_lines=SWAP_LINES,
             args_bytes=ARG_BYTES,
         )
     )

@@ -1,0 +1,77 @@
+"""Developer tool: SWAP (in-place squares) with and without its lines path for rows that are
+not whole 16-byte words (kernels/inplace.py: SWAP_LINES), on the same matrices in one process.
+
+    python dev/swap_ab.py [--cases 4099x4099:float16 ...] [--rounds 2] [--repeat 5] [--out FILE]
+
+Per case, round and variant ("elements": element by element; "lines": aligned 16-byte words)
+the program is rebuilt, the call checked bit for bit against PyTorch's out-of-place transpose
+and timed (dev/staged_ab.py's timing) against a copy of x and transpose(); the rounds
+alternate the variants' order. Needs PyTorch on a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from staged_ab import matrix, report, run_passes
+
+CASES = [
+    "8191x8191:uint8",  # rows one byte short of whole lines
+    "5003x5003:uint8",
+    "16x1025x1025:int8",
+    "4099x4099:float16",  # 32% of a copy element by element
+    "6007x6007:bfloat16",
+    "64x197x197:float16",  # attention maps of 197 tokens
+    "4099x4099:float32",
+    "3x2049x2049:float32",
+    "4097x4097:float64",
+    "2047x2047:complex64",
+    "8192x8192:float16",  # rows of whole lines: the same kernel either way (a control)
+]
+VARIANTS = ("elements", "lines")
+
+
+def main() -> None:
+    import torch
+
+    import autotranspose as at
+    from autotranspose.dispatch import inplace as programs
+    from autotranspose.kernels import inplace as kernels
+    from autotranspose.runtime import compiler
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    saved = kernels.SWAP_LINES
+    rows = []
+    for text in args.cases:
+        x0, x, want, copy_us, oop_us, state, xv = matrix(torch, text, args.repeat)
+        nbytes = x0.numel() * x0.element_size()
+        for rnd in range(args.rounds):
+            for name in VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]:
+                kernels.SWAP_LINES = name == "lines"
+                at.clear_caches()
+                compiler._kernels.clear()  # the same kernel name, another source
+                prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
+                right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
+                passes = [
+                    f"{s.how.spec.piece}/{s.how.spec.params.key}:"
+                    f"{100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / t:.0f}%"
+                    for s, t in zip(prog.steps, per, strict=True)
+                ]
+                rows.append(report(text, name, right, us, copy_us, oop_us, passes))
+    kernels.SWAP_LINES = saved
+    at.clear_caches()
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,12 @@
-"""Developer tool: SWAP (in-place squares) with and without its lines path for rows that are
-not whole 16-byte words (kernels/inplace.py: SWAP_LINES), on the same matrices in one process.
+"""Developer tool: in-place squares whose rows are not whole 16-byte words by SWAP (element by
+element) and by swap_lines (kernels/inplace.py: SWAP_LINES), on the same matrices in one
+process.
 
-    python dev/swap_ab.py [--cases 4099x4099:float16 ...] [--rounds 2] [--repeat 5] [--out FILE]
+    python dev/swap_ab.py [--cases 4099x4099:float16 ...] [--params 64x256 ...] [--rounds 2]
+                          [--repeat 5] [--out FILE]
 
-Per case, round and variant ("elements": element by element; "lines": aligned 16-byte words)
+Per case, parameters (what lookup serves the class, then each TILExTHREADS given), round and
+variant ("elements": element by element; "lines": aligned 16-byte words)
 the program is rebuilt, the call checked bit for bit against PyTorch's out-of-place transpose
 and timed (dev/staged_ab.py's timing) against a copy of x and transpose(); the rounds
 alternate the variants' order. Needs PyTorch on a CUDA GPU.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,10 +45,10 @@ def main() -> None:
     import autotranspose as at
     from autotranspose.dispatch import inplace as programs
     from autotranspose.kernels import inplace as kernels
-    from autotranspose.runtime import compiler
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
+    p.add_argument("--params", nargs="*", default=["64x256"], metavar="TILExTHREADS")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--out", type=Path)
@@ -54,19 +58,24 @@ def main() -> None:
     for text in args.cases:
         x0, x, want, copy_us, oop_us, state, xv = matrix(torch, text, args.repeat)
         nbytes = x0.numel() * x0.element_size()
-        for rnd in range(args.rounds):
-            for name in VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]:
-                kernels.SWAP_LINES = name == "lines"
-                at.clear_caches()
-                compiler._kernels.clear()  # the same kernel name, another source
-                prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
-                right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
-                passes = [
-                    f"{s.how.spec.piece}/{s.how.spec.params.key}:"
-                    f"{100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / t:.0f}%"
-                    for s, t in zip(prog.steps, per, strict=True)
-                ]
-                rows.append(report(text, name, right, us, copy_us, oop_us, passes))
+        served = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size).steps[0].how
+        choices = [served.spec.params]
+        for given in args.params:
+            tile, threads = (int(v) for v in given.split("x"))
+            choices.append(replace(served.spec.params, tile=tile, threads=threads))
+        for params in dict.fromkeys(choices):
+            for rnd in range(args.rounds):
+                for name in VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]:
+                    kernels.SWAP_LINES = name == "lines"
+                    at.clear_caches()
+                    prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, params=params)
+                    right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
+                    passes = [
+                        f"{s.how.spec.piece}/{s.how.spec.params.key}:"
+                        f"{100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / t:.0f}%"
+                        for s, t in zip(prog.steps, per, strict=True)
+                    ]
+                    rows.append(report(text, name, right, us, copy_us, oop_us, passes))
     kernels.SWAP_LINES = saved
     at.clear_caches()
     if args.out:

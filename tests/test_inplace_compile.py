@@ -43,6 +43,7 @@ def _specs(elem_bytes: int, arch: str = "sm_90") -> list[InplaceKernel]:
         for p in PIECES
         if p != "conj"
         and (p != "cols_lines" or elem_bytes < 4)
+        and (p != "swap_lines" or elem_bytes < 16)
         # clusters are sm_90's: the host takes cols_cluster on no GPU before it
         and (p != "cols_cluster" or arch >= "sm_90")
     ]
@@ -61,7 +62,7 @@ def test_no_spills_and_predicted_shared_memory(arch, elem_bytes):
         res = source_resources(render_inplace(k), arch)[k.name]
         assert res.spill_bytes == 0 and res.stack_bytes == 0, (k.name, res)
         assert res.registers * k.params.threads <= 65536, (k.name, res)
-        if k.piece == "swap":
+        if k.piece in ("swap", "swap_lines"):
             assert res.smem_bytes == k.params.swap_smem(elem_bytes), (k.name, res)
 
 
@@ -74,19 +75,16 @@ def test_nvcc_says_nothing(piece):
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8])
-def test_swap_in_lines_compiles_without_spills(arch, elem_bytes, monkeypatch):
-    """SWAP with its lines path (kernels/inplace.py: SWAP_LINES) at the default parameters,
-    conjugating too: no spills, its register cap kept, the shared memory predicted, nothing
-    said."""
-    from autotranspose.kernels import inplace as kernels
-
-    monkeypatch.setattr(kernels, "SWAP_LINES", True)
-    params = kind.default(elem_bytes)
-    for conjugate in (False, True) if elem_bytes == 8 else (False,):
-        k = InplaceKernel("swap", elem_bytes, conjugate, params)
-        source = render_inplace(k)
-        assert "at_swap_load_at" in source
-        res = source_resources(source, arch)[k.name]
-        assert res.spill_bytes == 0 and res.stack_bytes == 0, (k.name, res)
-        assert res.smem_bytes == params.swap_smem(elem_bytes), (k.name, res)
-        assert_nvcc_silent(source)
+def test_swap_in_lines_compiles_without_spills(arch, elem_bytes):
+    """swap_lines at the squares' default parameters too (the rectangles' are the others'
+    above), conjugating: no spills under its register cap, the shared memory predicted,
+    nothing said."""
+    for square in (False, True):
+        params = kind.default(elem_bytes, square=square)
+        for conjugate in (False, True) if elem_bytes == 8 else (False,):
+            k = InplaceKernel("swap_lines", elem_bytes, conjugate, params)
+            source = render_inplace(k)
+            res = source_resources(source, arch)[k.name]
+            assert res.spill_bytes == 0 and res.stack_bytes == 0, (k.name, res)
+            assert res.smem_bytes == params.swap_smem(elem_bytes), (k.name, res)
+            assert_nvcc_silent(source)

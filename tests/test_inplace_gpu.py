@@ -174,25 +174,27 @@ def test_column_passes_over_clusters(cupy, rng, shape, dtype, shift):
 )
 @pytest.mark.parametrize("shift", [0, 8])
 def test_squares_in_lines(cupy, rng, monkeypatch, shape, dtype, shift):
-    """SWAP's lines path (kernels/inplace.py: SWAP_LINES) on squares whose rows are not whole
-    16-byte words, x on its line and 8 bytes off it: bit-exact, guards intact."""
-    from autotranspose.dispatch import switches
+    """swap_lines (kernels/inplace.py: SWAP_LINES) on squares whose rows are not whole
+    16-byte words, x on its line and 8 bytes off it: the one pass, bit-exact, guards intact."""
+    from autotranspose.calls.common import call_target
+    from autotranspose.dispatch import inplace as programs, switches
     from autotranspose.kernels import inplace as kernels
-    from autotranspose.runtime import compiler
+    from autotranspose.runtime.arrays import view
 
     monkeypatch.setattr(kernels, "SWAP_LINES", True)
-    switches.clear_caches()
-    compiler._kernels.clear()  # loaded by name: the same name, another source
+    switches.clear_caches()  # the programs built with SWAP
     try:
         host = random_array(rng, shape, dtype)
         buf, x = guarded(cupy, host, shift)
+        xv = view(x)
+        prog = programs.program(call_target(xv, None)[0], xv.batch, xv.m, xv.n, xv.et.size)
+        assert [s.how.spec.piece for s in prog.steps] == ["swap_lines"]
         y = at.transpose_(x)
         assert same_bits(cupy.asnumpy(y), np.swapaxes(host, -1, -2))
         assert guards_intact(cupy, buf, shift)
     finally:
         monkeypatch.undo()
         switches.clear_caches()
-        compiler._kernels.clear()
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])

@@ -489,18 +489,17 @@ def test_swap_writes_narrow_elements_from_4_byte_shared_words(m, e, tile, thread
 def test_swap_in_lines_where_the_rows_are_not_whole_16_byte_words(
     m, e, tile, threads, tmp, monkeypatch
 ):
-    """Squares whose rows are not whole 16-byte words, or whose x is off its line, with SWAP's
-    lines path: every global access an aligned 16-byte word (UBSan checks the alignment), the
-    words shared with a neighbouring tile written element by element; bit-exact, batched,
-    nothing outside x written."""
+    """Squares whose rows are not whole 16-byte words in lines (swap_lines), x on its line and
+    off it: every global access an aligned 16-byte word (UBSan checks the alignment), the
+    words shared with a neighbouring tile written element by element, 1- and 2-byte elements
+    packed; bit-exact, batched, tiles cut at the edge, nothing outside x written."""
     from autotranspose.kernels import inplace as kernels
 
     monkeypatch.setattr(kernels, "SWAP_LINES", True)
     params = InplaceParams(tile=tile, threads=threads, blocks_per_sm=2, unroll=2)
-    assert "at_swap_load_at" in render_inplace(InplaceKernel("swap", e, False, params))
-    for shift in {0, e, 16 - e if e < 16 else 0, 8 if e <= 8 else 0}:
+    for shift in {0, e, 16 - e, 8}:
         hows = _check(2, m, m, e, tmp, shift=shift, params=params)
-        assert [h.kind for h in hows] == ["swap"]
+        assert [h.spec.piece for h in hows] == ["swap_lines"]
 
 
 def test_swap_in_lines_conjugates(tmp, monkeypatch):
@@ -512,14 +511,27 @@ def test_swap_in_lines_conjugates(tmp, monkeypatch):
         _check(2, 35, 35, 8, tmp, conjugate=True, shift=shift, params=params)
 
 
-def test_swap_in_lines_is_rendered_only_where_asked():
-    """Off (the default), SWAP's source has no lines path: what is served is unchanged."""
+@pytest.mark.parametrize("on", [False, True])
+def test_swap_lines_serves_only_rows_not_of_whole_words_and_only_when_on(on, monkeypatch):
+    """swap_lines takes a square whose rows are not whole 16-byte words, and only with
+    SWAP_LINES on (off, no square program runs it, so no config's source names it); rows of
+    whole words stay SWAP's; 16-byte elements have no lines kernel."""
+    from autotranspose.errors import ShapeError
     from autotranspose.kernels import inplace as kernels
+    from autotranspose.kernels.inplace import program_kernels
+    from autotranspose.kinds.inplace import SQUARE
+    from autotranspose.plans.inplace import plan_inplace
 
-    params = InplaceParams(tile=32, threads=256, blocks_per_sm=2, unroll=2)
-    for e in (1, 2, 4, 8, 16):
-        source = render_inplace(InplaceKernel("swap", e, False, params))
-        assert ("at_swap_load_at" in source) == (kernels.SWAP_LINES and e < 16)
+    monkeypatch.setattr(kernels, "SWAP_LINES", on)
+    for m, e in ((45, 1), (100, 2), (37, 4), (35, 8), (48, 1), (40, 2), (36, 4), (34, 8), (9, 16)):
+        plan = plan_inplace(1, m, m, False, 0, 1 << 20)
+        (swap,) = pass_launches(plan, e, PARAMS, 132, 227 << 10, None)
+        lines = on and (m * e) % 16 != 0 and e < 16
+        assert swap.spec.piece == ("swap_lines" if lines else "swap"), (m, e)
+        pieces = {k.piece for k in program_kernels(e, False, PARAMS, SQUARE)}
+        assert ("swap_lines" in pieces) == (on and e < 16)
+    with pytest.raises(ShapeError, match="swap_lines moves elements of 1 to 8 bytes"):
+        InplaceKernel("swap_lines", 16, False, PARAMS)
 
 
 @pytest.mark.parametrize(

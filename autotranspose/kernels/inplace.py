@@ -51,6 +51,9 @@ from . import codegen
 from .codegen import _DTYPES_BY_SIZE, _environment
 from .packed import divisor
 
+# SWAP for squares whose rows are not whole 16-byte words (SWAP_LINES, below)
+SWAP_LINES_PIECE = "swap_lines"
+
 # at_inplace_args: m, n, batch, items, c, a, b, a_inv, tiles, split, row, segs, cycles (or
 # pieces), lanes, rows_per, offset (where the scratch's rows start, after a table) and the
 # (magic, shift) of dividing by c, b, m and n, all 64-bit (standard sizes, no padding, as C
@@ -87,6 +90,7 @@ ARG_NAMES = (
 # holds) one row read from a global copy of it
 PIECES = (
     SWAP,
+    SWAP_LINES_PIECE,
     REVERSE,
     SPLIT,
     "split_band",
@@ -109,6 +113,7 @@ PIECES = (
 )
 _FILES = {
     SWAP: "swap",
+    SWAP_LINES_PIECE: "swap_lines",
     REVERSE: "reverse",
     SPLIT: "reverse",
     "split_band": "band",
@@ -211,23 +216,31 @@ def cols_lines(m: int, n: int, elem_bytes: int) -> bool:
 # blocks_per_sm blocks an SM.
 SWAP_RESIDENT = True
 
-# SWAP of squares whose rows are not whole 16-byte words (odd sides, x off its line): every
-# global access an aligned 16-byte word, the words a tile row shares with its neighbour
-# written element by element ("lines"), instead of element by element throughout (H200:
-# 4099x4099 2-byte 32% of a copy, 8191x8191 1-byte 15%). Checked on the CPU emulator, not
-# yet timed on a GPU: off until it is, so that what is served is what was measured.
+# SWAP of squares whose rows are not whole 16-byte words (odd sides) in lines
+# (SWAP_LINES_PIECE, templates/inplace/swap_lines.cu.j2): every global access an aligned
+# 16-byte word, the words a tile row shares with its neighbour written element by element,
+# where SWAP moves element by element (H200: 4099x4099 2-byte 32% of a copy, 8191x8191 1-byte
+# 15%). Checked on the CPU emulator, not yet timed on a GPU: off until it is, so that what
+# is served is what was measured (x off its line with rows of whole words stays SWAP's).
 SWAP_LINES = False
 
 
-def swap_min_blocks(params: InplaceParams, elem_bytes: int) -> int:
+def swap_min_blocks(params: InplaceParams, elem_bytes: int, lines: bool = False) -> int:
     """The blocks an SM SWAP's registers are capped for (its __launch_bounds__): 1024
-    threads an SM, 768 for 16-byte elements."""
-    return (768 if elem_bytes == 16 else 1024) // params.threads
+    threads an SM, 768 for 16-byte elements and for 1- and 2-byte ones in lines (whose
+    written words are cut from two packed words a row: about 80 registers at 256 threads)."""
+    narrow_lines = lines and elem_bytes <= 2
+    return max(1, (768 if elem_bytes == 16 or narrow_lines else 1024) // params.threads)
 
 
-def swap_blocks(params: InplaceParams, elem_bytes: int) -> int:
+def swap_blocks(params: InplaceParams, elem_bytes: int, lines: bool = False) -> int:
     """SWAP blocks an SM runs at once: what its register cap holds, at most blocks_per_sm."""
-    return max(1, min(params.blocks_per_sm, swap_min_blocks(params, elem_bytes)))
+    return max(1, min(params.blocks_per_sm, swap_min_blocks(params, elem_bytes, lines)))
+
+
+def swap_lines(m: int, elem_bytes: int) -> bool:
+    """Whether a square's SWAP runs in lines: rows not whole 16-byte words, SWAP_LINES on."""
+    return SWAP_LINES and elem_bytes < 16 and (m * elem_bytes) % 16 != 0
 
 
 def cols_params(params: InplaceParams, lines: bool = False) -> InplaceParams:
@@ -411,6 +424,11 @@ class InplaceKernel:
                 f"cols_lines moves 1- or 2-byte elements, not {self.elem_bytes}-byte ones; "
                 "use the piece 'cols'"
             )
+        if self.piece == SWAP_LINES_PIECE and self.elem_bytes == 16:
+            raise ShapeError(
+                "swap_lines moves elements of 1 to 8 bytes (16-byte rows are always whole "
+                "16-byte words); use the piece 'swap'"
+            )
         if (self.piece == "cols_cluster") != (self.cluster != 0) or (
             self.cluster and self.cluster not in CLUSTER_SIZES
         ):
@@ -422,7 +440,7 @@ class InplaceKernel:
             raise ShapeError("a conjugating in-place kernel moves 8- or 16-byte complex elements")
         if not isinstance(self.params, InplaceParams):
             raise ShapeError("an in-place kernel's params are an InplaceParams")
-        if self.piece == SWAP and not self.params.fits(self.elem_bytes):
+        if self.piece in (SWAP, SWAP_LINES_PIECE) and not self.params.fits(self.elem_bytes):
             raise ShapeError(
                 f"SWAP tiles of {self.params.tile} {self.elem_bytes}-byte elements need "
                 f"{self.params.swap_smem(self.elem_bytes)} bytes of static shared memory; "
@@ -473,8 +491,7 @@ def render_inplace(k: InplaceKernel) -> str:
             key=p.key,
             cluster=k.cluster,
             cluster_min_blocks=CLUSTER_MIN_BLOCKS,
-            swap_min_blocks=swap_min_blocks(p, k.elem_bytes),
-            swap_lines=SWAP_LINES,
+            swap_min_blocks=swap_min_blocks(p, k.elem_bytes, k.piece == SWAP_LINES_PIECE),
             args_bytes=ARG_BYTES,
         )
     )
@@ -482,8 +499,8 @@ def render_inplace(k: InplaceKernel) -> str:
 
 # The pieces a square's program may run (SWAP; CONJ alone for a 1 x 1) and a rectangle's
 _PROBLEM_PIECES = {
-    SQUARE: (SWAP, CONJ),
-    RECTANGLE: tuple(p for p in PIECES if p != SWAP),
+    SQUARE: (SWAP, SWAP_LINES_PIECE, CONJ),
+    RECTANGLE: tuple(p for p in PIECES if p not in (SWAP, SWAP_LINES_PIECE)),
 }
 
 
@@ -495,6 +512,8 @@ def program_kernels(
     either's ("")."""
     found = []
     for piece in _PROBLEM_PIECES.get(problem, PIECES):
+        if piece == SWAP_LINES_PIECE and not SWAP_LINES:
+            continue  # not served: its source is no config's yet
         for k in CLUSTER_SIZES if piece == "cols_cluster" else (0,):
             try:
                 found.append(InplaceKernel(piece, elem_bytes, conjugate, params, k))
@@ -607,11 +626,14 @@ def pass_launches(
     for p in plan.passes:
         spec = InplaceKernel(p.kind, elem_bytes, p.conjugate, params)
         if p.kind == SWAP:
+            lines = swap_lines(m, elem_bytes)
+            if lines:
+                spec = InplaceKernel(SWAP_LINES_PIECE, elem_bytes, p.conjugate, params)
             tiles = -(-m // params.tile)
             items = batch * tiles * (tiles + 1) // 2
             blocks = items
             if SWAP_RESIDENT and items <= cap:  # one wave: a block has two pairs, not one
-                blocks = min(items, multiprocessors * swap_blocks(params, elem_bytes))
+                blocks = min(items, multiprocessors * swap_blocks(params, elem_bytes, lines))
             add(p, spec, blocks, {"items": items, "tiles": tiles})
         elif p.kind == REVERSE:
             lanes = run_lanes(row_bytes, params.threads)

@@ -120,6 +120,8 @@ def test_bench_cases_are_seeded_and_mixed():
     assert {c.elem_bytes for c in cases} == {1, 2, 4, 8, 16}
     assert all(MIN_BYTES // 2 <= c.nbytes <= 2 * MAX_BYTES for c in cases)
     assert any(len(c.shape) == 3 for c in cases)
+    sides = [c.shape[0] for c in inplace_cases(200, 11) if c.kind == "square"]
+    assert any(s % 32 == 0 for s in sides) and any(s % 16 for s in sides)  # and odd ones
 
 
 def test_bench_inplace_draws_its_own_cases(capsys):

@@ -57,7 +57,9 @@ class InplaceRow:
 
 
 def inplace_cases(count: int, seed: int) -> list[InplaceCase]:
-    """`count` random cases: a shape kind, an element size, 8 to 256 MB."""
+    """`count` random cases: a shape kind, an element size, 8 to 256 MB. Squares' sides are a
+    multiple of 32 half the time and anything the other half (rows that are not whole 16-byte
+    words go another way)."""
     rng = np.random.default_rng(seed)
     cases = []
     while len(cases) < count:
@@ -65,8 +67,9 @@ def inplace_cases(count: int, seed: int) -> list[InplaceCase]:
         e = int(rng.choice(SIZES))
         elems = int(np.exp(rng.uniform(np.log(MIN_BYTES), np.log(MAX_BYTES)))) // e
         side = max(2, int(math.sqrt(elems)))
-        if kind == "square":
-            shape: tuple[int, ...] = (side // 32 * 32 or 32,) * 2
+        if kind == "square":  # half of sides a multiple of 32, half any (odd sides, 197)
+            aligned = rng.random() < 0.5
+            shape: tuple[int, ...] = ((side // 32 * 32 or 32) if aligned else side,) * 2
         elif kind == "odd":
             m = int(rng.integers(side // 2, side * 2)) | 1
             shape = (m, max(3, elems // m) | 1)

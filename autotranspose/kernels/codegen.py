@@ -147,9 +147,9 @@ def kernel_version(config: KernelConfig, problem: str = "") -> str:
     the nvcc options and the config schema. Equal versions mean the same compiled kernel, so a
     result stays valid while other kernels, or the template files' layout, change. A
     program's config (`PROGRAM_SOURCES`) is versioned by the kernels its `problem`'s programs
-    run (an in-place square's SWAP alone); problem "": every kernel its programs may run. A
-    single kernel's version is its problem's too (rendered and hashed once, whatever the
-    problem asked with)."""
+    run (an in-place square's SWAP, and swap_lines with SWAP_LINES); problem "": every kernel
+    its programs may run. A single kernel's version is its problem's too (rendered and hashed
+    once, whatever the problem asked with)."""
     if not isinstance(config, KernelConfig):
         raise TypeError(f"kernel_version() takes a KernelConfig, got {type(config).__name__}")
     return _kernel_version(config, problem if not config.policy.single_kernel else "")

@@ -62,7 +62,9 @@ def main() -> None:
         choices = [served.spec.params]
         for given in args.params:
             tile, threads = (int(v) for v in given.split("x"))
-            choices.append(replace(served.spec.params, tile=tile, threads=threads))
+            given_params = replace(served.spec.params, tile=tile, threads=threads)
+            if given_params.fits(xv.et.size):  # a tile's shared memory holds its elements
+                choices.append(given_params)
         for params in dict.fromkeys(choices):
             for rnd in range(args.rounds):
                 for name in VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]:

@@ -219,10 +219,11 @@ SWAP_RESIDENT = True
 # SWAP of squares whose rows are not whole 16-byte words (odd sides) in lines
 # (SWAP_LINES_PIECE, templates/inplace/swap_lines.cu.j2): every global access an aligned
 # 16-byte word, the words a tile row shares with its neighbour written element by element,
-# where SWAP moves element by element (H200: 4099x4099 2-byte 32% of a copy, 8191x8191 1-byte
-# 15%). Checked on the CPU emulator, not yet timed on a GPU: off until it is, so that what
-# is served is what was measured (x off its line with rows of whole words stays SWAP's).
-SWAP_LINES = False
+# where SWAP moves element by element. H200, served tiles, the same matrices in one process
+# (dev/swap_ab.py): 1-byte 8191x8191 13.7 -> 20.4% of a copy, 2-byte 4099x4099 30.7 -> 41.1,
+# 64x197x197 26.3 -> 45.4, 4-byte 4099x4099 39.3 -> 57.3, 8-byte 4097x4097 56.4 -> 57.7.
+# Off, SWAP serves every square (x off its line with rows of whole words stays SWAP's).
+SWAP_LINES = True
 
 
 def swap_min_blocks(params: InplaceParams, elem_bytes: int, lines: bool = False) -> int:

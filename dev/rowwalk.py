@@ -1,0 +1,333 @@
+"""Row-walking tiles for odd-sided 1- and 2-byte transposes: a prototype kernel, its sectors
+and its time against the copy and the served kernel (H200, one process a run).
+
+Why. The served byte-permute tiles of odd sides read about 1.26 sectors a byte and write 1.13
+(BENCHMARKS.md, "The access pattern's ceiling"): every tile cuts a sector at each end of each
+input row segment and of each output window, so no kernel walking them passes about 84% of a
+copy. Here a block takes a strip of TM = 512 / e rows and walks along it, 32 bytes of columns
+a step: each row's 32-byte sectors are loaded whole and once, the sector the last step cut
+kept in shared memory (a ring of two sectors a row), so a row's reads are cut only where the
+block's walk starts. Its output windows are 512 bytes (a cut sector at each end, about 1.06
+written a byte). The next step's sectors are loaded while this step's windows are stored.
+
+    step s of a block:   ring (2 sectors a row, rows swizzled)  ->  4 x 4-byte units transposed
+                         by byte permutes (rows read at their own byte offset)  ->  out (a 512-
+                         byte window per output row, 16-byte chunks swizzled)  ->  aligned
+                         16-byte stores, realigned by funnel shifts, cut words in pieces
+
+Not served: a prototype measured against the served kernels (`main`); the CPU emulator test
+(tests/test_dev_rowwalk.py) checks it on odd shapes, offsets and pitches.
+
+    python3 dev/rowwalk.py --paper uint8:30073x30073          # sectors a byte, no GPU
+    python3 dev/rowwalk.py uint8:30073x30073 bfloat16:15283x15283 --steps 8 16 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import time
+
+NT = 256  # threads a block
+ARG_FORMAT = "qqqqqqiii"  # m, n, ld_in, ld_out, bs_in, bs_out, strips, chunks, steps
+
+SOURCE = r"""
+// e = {E}-byte elements: TM rows a strip, WC columns (32 bytes) a step, K elements a word
+#define RW_E {E}
+#define RW_TM (512 / RW_E)
+#define RW_WC (32 / RW_E)
+#define RW_K (4 / RW_E)
+#define RW_NT 256
+#define RW_LW (2 * RW_TM / RW_NT)  // 16-byte words a thread loads a step
+
+// A ring row's place: rows K apart fall in different 8-word bank groups, so the lanes of a
+// unit load (rows Kq + i of four q) hit 32 banks
+__device__ __forceinline__ unsigned rw_phi(unsigned r) {{ return r ^ ((r / RW_K) & 3u); }}
+
+__device__ __forceinline__ unsigned rw_pick(const unsigned (&w)[4], int i) {{
+    return i == 0 ? w[0] : i == 1 ? w[1] : i == 2 ? w[2] : w[3];
+}}
+
+// Bytes [a, b) of the aligned 16-byte word at p from w, as aligned pieces of 8, 4, 2, 1
+__device__ __forceinline__ void rw_put(unsigned char* p, const unsigned (&w)[4], int a, int b) {{
+    while (a < b) {{
+        if ((a & 7) == 0 && a + 8 <= b) {{
+            *reinterpret_cast<uint2*>(p + a) = make_uint2(rw_pick(w, a >> 2), rw_pick(w, (a >> 2) + 1));
+            a += 8;
+        }} else if ((a & 3) == 0 && a + 4 <= b) {{
+            *reinterpret_cast<unsigned*>(p + a) = rw_pick(w, a >> 2);
+            a += 4;
+        }} else if ((a & 1) == 0 && a + 2 <= b) {{
+            *reinterpret_cast<unsigned short*>(p + a) =
+                (unsigned short)(rw_pick(w, a >> 2) >> (8 * (a & 3)));
+            a += 2;
+        }} else {{
+            p[a] = (unsigned char)(rw_pick(w, a >> 2) >> (8 * (a & 3)));
+            a += 1;
+        }}
+    }}
+}}
+
+extern "C" __global__ void __launch_bounds__(RW_NT, 4)
+at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
+               long long m, long long n, long long ld_in, long long ld_out,
+               long long bs_in, long long bs_out, int strips, int chunks, int steps)
+{{
+    __shared__ __align__(16) unsigned ring[2][RW_TM][8];
+    __shared__ __align__(16) unsigned out[RW_WC][128];
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    long long id = blockIdx.x;
+    const int strip = (int)(id % strips);
+    id /= strips;
+    const int chunk = (int)(id % chunks);
+    const long long b = id / chunks;
+    const long long r0 = (long long)strip * RW_TM;
+    const long long c0 = (long long)chunk * steps * RW_WC;
+    const int rows = (int)min((long long)RW_TM, m - r0);
+    const int cols = (int)min((long long)steps * RW_WC, n - c0);
+    const int nsteps = (cols + RW_WC - 1) / RW_WC;
+    const unsigned char* xs = x + (b * bs_in + r0 * ld_in + c0) * RW_E;  // row r0, column c0
+    unsigned char* yb = y + b * bs_out * RW_E;
+    const unsigned o0 = (unsigned)(reinterpret_cast<unsigned long long>(xs) & 31u);
+    const unsigned ldb = (unsigned)((ld_in * RW_E) & 31);  // a row's step in the offset mod 32
+
+    // Loads: word w = t + NT j is half w & 1 of row w >> 1's sector; sector k of a row is
+    // loaded where it holds one of the block's bytes of that row
+    const unsigned char* src[RW_LW];
+    int lim[RW_LW];
+#pragma unroll
+    for (int j = 0; j < RW_LW; ++j) {{
+        const int w = t + RW_NT * j, r = w >> 1;
+        const unsigned char* p = xs + (long long)r * ld_in * RW_E;
+        const unsigned o = (unsigned)(reinterpret_cast<unsigned long long>(p) & 31u);
+        src[j] = p - o + 16 * (w & 1);
+        lim[j] = r < rows ? (int)o + cols * RW_E : 0;
+    }}
+    uint4 pre[RW_LW];
+#pragma unroll
+    for (int j = 0; j < RW_LW; ++j) pre[j] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {{
+#pragma unroll
+        for (int j = 0; j < RW_LW; ++j) {{
+            const int w = t + RW_NT * j;
+            if (32 * k < lim[j]) pre[j] = *reinterpret_cast<const uint4*>(src[j] + 32 * k);
+            *reinterpret_cast<uint4*>(&ring[k][rw_phi(w >> 1)][4 * (w & 1)]) = pre[j];
+        }}
+    }}
+
+    const int p = lane & 7;  // this thread's unit column: columns K p .. K p + K - 1 of a step
+    for (int s = 0; s < nsteps; ++s) {{
+        __syncthreads();  // the ring holds sectors s and s + 1; out is free
+        // Units: rows K q .. K q + K - 1 x columns K p ..; q = 4 (warp + 8 jj) + lane / 8
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {{
+            const int q = 4 * (warp + 8 * jj) + (lane >> 3);
+            unsigned v[RW_K];
+#pragma unroll
+            for (int i = 0; i < RW_K; ++i) {{
+                const unsigned r = RW_K * q + i;
+                const unsigned o = (o0 + r * ldb) & 31u;
+                const unsigned f = 8 * s + ((o + 4 * p) >> 2), g = f + 1;
+                const unsigned w0 = ring[(f >> 3) & 1][rw_phi(r)][f & 7];
+                const unsigned w1 = ring[(g >> 3) & 1][rw_phi(r)][g & 7];
+                v[i] = __byte_perm(w0, w1, 0x3210u + 0x1111u * (o & 3));
+            }}
+            unsigned c[RW_K];
+#if RW_E == 1
+            const unsigned t0 = __byte_perm(v[0], v[1], 0x5140), t1 = __byte_perm(v[0], v[1], 0x7362);
+            const unsigned t2 = __byte_perm(v[2], v[3], 0x5140), t3 = __byte_perm(v[2], v[3], 0x7362);
+            c[0] = __byte_perm(t0, t2, 0x5410);
+            c[1] = __byte_perm(t0, t2, 0x7632);
+            c[2] = __byte_perm(t1, t3, 0x5410);
+            c[3] = __byte_perm(t1, t3, 0x7632);
+#else
+            c[0] = __byte_perm(v[0], v[1], 0x5410);
+            c[1] = __byte_perm(v[0], v[1], 0x7632);
+#endif
+            // column K p + k's word q, its 16-byte chunk q / 4 swizzled by p
+#pragma unroll
+            for (int k = 0; k < RW_K; ++k)
+                out[RW_K * p + k][(((q >> 2) ^ p) << 2) | (q & 3)] = c[k];
+        }}
+        __syncthreads();  // out holds this step's windows; ring slot s & 1 is read
+        const bool more = s + 2 <= nsteps;  // sector s + 2, for the next step
+        if (more) {{
+#pragma unroll
+            for (int j = 0; j < RW_LW; ++j)
+                if (32 * (s + 2) < lim[j])
+                    pre[j] = *reinterpret_cast<const uint4*>(src[j] + 32 * (s + 2));
+        }}
+        // Stores: output row c0 + WC s + cc gets the strip's rows, window [r0, r0 + rows)
+        const int lw = rows * RW_E;
+        for (int cc = warp; cc < RW_WC; cc += 8) {{
+            const long long col = c0 + (long long)RW_WC * s + cc;
+            if (col - c0 >= cols) break;
+            unsigned char* d = yb + (col * ld_out + r0) * RW_E;
+            const int u = (int)(reinterpret_cast<unsigned long long>(d) & 15u);
+            unsigned char* a0 = d - u;
+            const int words = (u + lw + 15) >> 4, sw = cc / RW_K, sh = 16 - u;
+            for (int j = lane; j < words; j += 32) {{
+                uint4 A = make_uint4(0, 0, 0, 0), B = make_uint4(0, 0, 0, 0);
+                if (j >= 1) A = *reinterpret_cast<const uint4*>(&out[cc][((j - 1) ^ sw) << 2]);
+                if (j < 32) B = *reinterpret_cast<const uint4*>(&out[cc][(j ^ sw) << 2]);
+                // global word j holds window bytes 16 j - u ..: bytes sh .. of chunks j - 1, j
+                const unsigned cat[9] = {{A.x, A.y, A.z, A.w, B.x, B.y, B.z, B.w, 0u}};
+                const int ws = sh >> 2, bs = 8 * (sh & 3);
+                unsigned res[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {{
+                    const unsigned lo = ws == 0 ? cat[k] : ws == 1 ? cat[k + 1] : ws == 2 ? cat[k + 2] : ws == 3 ? cat[k + 3] : cat[k + 4];
+                    const unsigned hi = ws == 0 ? cat[k + 1] : ws == 1 ? cat[k + 2] : ws == 2 ? cat[k + 3] : ws == 3 ? cat[k + 4] : cat[k + 5];
+                    res[k] = __funnelshift_r(lo, hi, bs);
+                }}
+                const int lo_b = u - 16 * j > 0 ? u - 16 * j : 0;
+                const int hi_b = u + lw - 16 * j < 16 ? u + lw - 16 * j : 16;
+                if (lo_b == 0 && hi_b == 16)
+                    *reinterpret_cast<uint4*>(a0 + 16 * j) = make_uint4(res[0], res[1], res[2], res[3]);
+                else
+                    rw_put(a0 + 16 * j, res, lo_b, hi_b);
+            }}
+        }}
+        if (more) {{
+#pragma unroll
+            for (int j = 0; j < RW_LW; ++j) {{
+                const int w = t + RW_NT * j;
+                *reinterpret_cast<uint4*>(&ring[s & 1][rw_phi(w >> 1)][4 * (w & 1)]) = pre[j];
+            }}
+        }}
+    }}
+}}
+"""
+
+
+def source(e: int) -> str:
+    """The kernel for `e`-byte elements (1 or 2): `at_rowwalk_e{e}`."""
+    if e not in (1, 2):
+        raise ValueError(f"row-walking tiles move 1- and 2-byte elements, not {e}")
+    return SOURCE.format(E=e)
+
+
+def grid(e: int, batch: int, m: int, n: int, steps: int) -> tuple[int, int]:
+    """(strips, chunks): a block a strip of 512 / e rows and `steps` steps of 32 bytes."""
+    return -(-m // (512 // e)), -(-n // (steps * (32 // e)))
+
+
+def scalars(e: int, batch: int, m: int, n: int, strides: tuple[int, int, int, int], steps: int):
+    strips, chunks = grid(e, batch, m, n, steps)
+    return (m, n, *strides, strips, chunks, steps), batch * strips * chunks
+
+
+def sectors(e: int, batch: int, m: int, n: int, steps: int) -> tuple[float, float]:
+    """Sectors read and written a byte by the walk on a contiguous call: each row's sectors
+    from a block's first byte of it to its last, each output window's sectors."""
+    span = steps * (32 // e)
+    r = w = 0
+    for bi in range(batch):
+        r += _runs(e, bi * m * n * e, m, n, n, span)
+        w += _runs(e, bi * m * n * e, n, m, m, 512 // e)
+    nbytes = batch * m * n * e
+    return r * 32 / nbytes, w * 32 / nbytes
+
+
+def _runs(e: int, base: int, rows: int, cols: int, ld: int, seg: int) -> int:
+    """Sectors touched by every row's runs of `seg` elements (from column 0), the matrix at
+    byte `base` (sectors counted from address 0, which is 32-byte aligned)."""
+    import numpy as np
+
+    r = np.arange(rows, dtype=np.int64)
+    total = 0
+    for c in range(0, cols, seg):
+        ln = min(seg, cols - c)
+        start = base + (r * ld + c) * e
+        total += int(((start + ln * e - 1) // 32 - start // 32 + 1).sum())
+    return total
+
+
+class Walk:
+    """A prepared launch of the row-walking kernel, run like a `runtime.launch.Launch`."""
+
+    def __init__(self, state, e, batch, m, n, steps) -> None:
+        from autotranspose.runtime import driver
+        from autotranspose.runtime.compiler import load_source
+
+        name = f"at_rowwalk_e{e}"
+        kernel = load_source(state.arch, source(e), [name])[name]
+        values, blocks = scalars(e, batch, m, n, (n, m, m * n, m * n), steps)
+        self.tail = struct.pack(ARG_FORMAT, *values)
+        self.args = driver.launch_args(kernel.handle, (blocks, 1, 1), (NT, 1, 1))
+        self.driver = driver
+
+    def __call__(self, src: int, dst: int, stream=None) -> None:
+        self.driver.launch(self.args, stream, struct.pack("PP", src, dst) + self.tail)
+
+
+def parse(case: str) -> tuple[str, tuple[int, int, int]]:
+    name, dims = case.split(":")
+    shape = tuple(int(v) for v in dims.split("x"))
+    return name, (1, *shape) if len(shape) == 2 else shape
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("cases", nargs="+", help="DTYPE:MxN or DTYPE:BxMxN (1- and 2-byte)")
+    ap.add_argument("--steps", type=int, nargs="+", default=[8, 16, 32])
+    ap.add_argument("--paper", action="store_true", help="sectors a byte only, no GPU")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--budget", type=float, default=150.0)
+    args = ap.parse_args()
+    from autotranspose.plans.dtypes import element_type
+
+    if args.paper:
+        for case in args.cases:
+            name, (b, m, n) = parse(case)
+            e = element_type(name).size
+            cells = []
+            for st in args.steps:
+                r, w = sectors(e, b, m, n, st)
+                cells.append(f"steps {st}: {r:.3f}/{w:.3f} bound {200 / (r + w):.1f}")
+            print(f"{case:28s} " + " | ".join(cells), flush=True)
+        return
+    from autotranspose.dispatch.transpose import served
+    from autotranspose.runtime.compiler import activate
+    from autotranspose.runtime.launch import make_launch
+    from autotranspose.tuner.measure import Bench
+
+    state = activate(0)
+    print(state.info, flush=True)
+    start = time.time()
+    for case in args.cases:
+        if time.time() - start > args.budget:
+            print(f"budget spent: {case} and later not measured", flush=True)
+            break
+        name, (b, m, n) = parse(case)
+        e = element_type(name).size
+        bench = Bench(state, e, (b, m, n))
+        try:
+            copy_s = bench.copy_time(repeats=args.repeats)
+            choice = served(state, element_type(name), (b, m, n), *bench.pointers(0))
+            cfg = choice.config
+            ours = make_launch(state, cfg, b, m, n, n, m, m * n, m * n)
+            rows = [(f"served {cfg.key}", ours, None)]
+            for st in args.steps:
+                rows.append((f"row walk, steps {st}", Walk(state, e, b, m, n, st), st))
+            print(f"=== {case} ({b * m * n * e / 1e6:.0f} MB)", flush=True)
+            for _round in range(2):
+                for label, launch, st in rows if _round == 0 else rows[::-1]:
+                    problem = bench.check(launch)
+                    secs = None if problem else bench.time(launch, repeats=args.repeats)
+                    pct = "   -  " if secs is None else f"{100 * copy_s / secs:6.1f}"
+                    extra = ""
+                    if st is not None:
+                        r, w = sectors(e, b, m, n, st)
+                        extra = f"  sectors {r:.3f}/{w:.3f} bound {200 / (r + w):.1f}"
+                    print(f"  {pct}%  {label}{extra}{'  ' + problem if problem else ''}", flush=True)
+        except Exception as exc:  # a case that fails is a line, not a lost run
+            print(f"  FAILED {case}: {type(exc).__name__}: {exc}"[:500], flush=True)
+        finally:
+            bench.close()
+    print(f"done in {time.time() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

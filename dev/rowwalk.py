@@ -48,23 +48,34 @@ __device__ __forceinline__ unsigned rw_pick(const unsigned (&w)[4], int i) {{
     return i == 0 ? w[0] : i == 1 ? w[1] : i == 2 ? w[2] : w[3];
 }}
 
-// Bytes [a, b) of the aligned 16-byte word at p from w, as aligned pieces of 8, 4, 2, 1
+// Bytes [a, b) of the aligned 16-byte word at p from w: a head [a, 16) or a tail [0, b) in
+// at most four aligned pieces (no loop: only a window's two end lanes run it); both ends
+// cut (a window under 16 bytes) byte by byte
 __device__ __forceinline__ void rw_put(unsigned char* p, const unsigned (&w)[4], int a, int b) {{
-    while (a < b) {{
-        if ((a & 7) == 0 && a + 8 <= b) {{
-            *reinterpret_cast<uint2*>(p + a) = make_uint2(rw_pick(w, a >> 2), rw_pick(w, (a >> 2) + 1));
-            a += 8;
-        }} else if ((a & 3) == 0 && a + 4 <= b) {{
-            *reinterpret_cast<unsigned*>(p + a) = rw_pick(w, a >> 2);
-            a += 4;
-        }} else if ((a & 1) == 0 && a + 2 <= b) {{
-            *reinterpret_cast<unsigned short*>(p + a) =
-                (unsigned short)(rw_pick(w, a >> 2) >> (8 * (a & 3)));
-            a += 2;
-        }} else {{
-            p[a] = (unsigned char)(rw_pick(w, a >> 2) >> (8 * (a & 3)));
-            a += 1;
+    if (a > 0 && b < 16) {{
+        for (int i = a; i < b; ++i) p[i] = (unsigned char)(rw_pick(w, i >> 2) >> (8 * (i & 3)));
+        return;
+    }}
+    if (a > 0) {{
+        int x = a;
+        if (x & 1) {{ p[x] = (unsigned char)(rw_pick(w, x >> 2) >> (8 * (x & 3))); x += 1; }}
+        if ((x & 2) && x < 16) {{
+            *reinterpret_cast<unsigned short*>(p + x) = (unsigned short)(rw_pick(w, x >> 2) >> (8 * (x & 3)));
+            x += 2;
         }}
+        if ((x & 4) && x < 16) {{ *reinterpret_cast<unsigned*>(p + x) = rw_pick(w, x >> 2); x += 4; }}
+        if ((x & 8) && x < 16) *reinterpret_cast<uint2*>(p + x) = make_uint2(w[2], w[3]);
+        return;
+    }}
+    if (b & 8) *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    if (b & 4) *reinterpret_cast<unsigned*>(p + (b & 8)) = rw_pick(w, (b & 8) >> 2);
+    if (b & 2) {{
+        const int x = b & 12;
+        *reinterpret_cast<unsigned short*>(p + x) = (unsigned short)rw_pick(w, x >> 2);
+    }}
+    if (b & 1) {{
+        const int x = b & 14;
+        p[x] = (unsigned char)(rw_pick(w, x >> 2) >> (8 * (x & 3)));
     }}
 }}
 
@@ -117,21 +128,36 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
     }}
 
     const int p = lane & 7;  // this thread's unit column: columns K p .. K p + K - 1 of a step
+    // Units: rows K q .. K q + K - 1 x columns K p ..; q = 4 (warp + 8 jj) + lane / 8. Each
+    // of its rows' places, fixed for the walk: its ring row's first word plus the word of the
+    // step's 4 bytes (bits 0-12), their byte offset (13-14), the sector past the step's first
+    // (15); the same for the next word in bits 16-31
+    unsigned place[4][RW_K];
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {{
+        const int q = 4 * (warp + 8 * jj) + (lane >> 3);
+#pragma unroll
+        for (int i = 0; i < RW_K; ++i) {{
+            const unsigned r = RW_K * q + i;
+            const unsigned o = (o0 + r * ldb) & 31u, f = (o + 4 * p) >> 2, g = f + 1;
+            place[jj][i] = (8 * rw_phi(r) + (f & 7)) | ((o & 3) << 13) | ((f >> 3) << 15)
+                         | ((8 * rw_phi(r) + (g & 7)) << 16) | ((g >> 3) << 31);
+        }}
+    }}
     for (int s = 0; s < nsteps; ++s) {{
         __syncthreads();  // the ring holds sectors s and s + 1; out is free
-        // Units: rows K q .. K q + K - 1 x columns K p ..; q = 4 (warp + 8 jj) + lane / 8
+        const unsigned par = (unsigned)s & 1u;
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {{
             const int q = 4 * (warp + 8 * jj) + (lane >> 3);
             unsigned v[RW_K];
 #pragma unroll
             for (int i = 0; i < RW_K; ++i) {{
-                const unsigned r = RW_K * q + i;
-                const unsigned o = (o0 + r * ldb) & 31u;
-                const unsigned f = 8 * s + ((o + 4 * p) >> 2), g = f + 1;
-                const unsigned w0 = ring[(f >> 3) & 1][rw_phi(r)][f & 7];
-                const unsigned w1 = ring[(g >> 3) & 1][rw_phi(r)][g & 7];
-                v[i] = __byte_perm(w0, w1, 0x3210u + 0x1111u * (o & 3));
+                const unsigned pl = place[jj][i];
+                const unsigned* slot0 = &ring[(par ^ (pl >> 15)) & 1][0][0];
+                const unsigned* slot1 = &ring[(par ^ (pl >> 31)) & 1][0][0];
+                const unsigned w0 = slot0[pl & 0x1fffu], w1 = slot1[(pl >> 16) & 0x1fffu];
+                v[i] = __byte_perm(w0, w1, 0x3210u + 0x1111u * ((pl >> 13) & 3));
             }}
             unsigned c[RW_K];
 #if RW_E == 1
@@ -167,19 +193,32 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
             const int u = (int)(reinterpret_cast<unsigned long long>(d) & 15u);
             unsigned char* a0 = d - u;
             const int words = (u + lw + 15) >> 4, sw = cc / RW_K, sh = 16 - u;
-            for (int j = lane; j < words; j += 32) {{
+            for (int j = lane; j < words; j += 32) {{  // j = 32 (lane 0 alone) where u > 0
                 uint4 A = make_uint4(0, 0, 0, 0), B = make_uint4(0, 0, 0, 0);
                 if (j >= 1) A = *reinterpret_cast<const uint4*>(&out[cc][((j - 1) ^ sw) << 2]);
                 if (j < 32) B = *reinterpret_cast<const uint4*>(&out[cc][(j ^ sw) << 2]);
                 // global word j holds window bytes 16 j - u ..: bytes sh .. of chunks j - 1, j
-                const unsigned cat[9] = {{A.x, A.y, A.z, A.w, B.x, B.y, B.z, B.w, 0u}};
-                const int ws = sh >> 2, bs = 8 * (sh & 3);
                 unsigned res[4];
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {{
-                    const unsigned lo = ws == 0 ? cat[k] : ws == 1 ? cat[k + 1] : ws == 2 ? cat[k + 2] : ws == 3 ? cat[k + 3] : cat[k + 4];
-                    const unsigned hi = ws == 0 ? cat[k + 1] : ws == 1 ? cat[k + 2] : ws == 2 ? cat[k + 3] : ws == 3 ? cat[k + 4] : cat[k + 5];
-                    res[k] = __funnelshift_r(lo, hi, bs);
+                const int bs = 8 * (sh & 3);
+                switch (sh >> 2) {{  // the same for the warp: no divergence
+                case 0:
+                    res[0] = __funnelshift_r(A.x, A.y, bs); res[1] = __funnelshift_r(A.y, A.z, bs);
+                    res[2] = __funnelshift_r(A.z, A.w, bs); res[3] = __funnelshift_r(A.w, B.x, bs);
+                    break;
+                case 1:
+                    res[0] = __funnelshift_r(A.y, A.z, bs); res[1] = __funnelshift_r(A.z, A.w, bs);
+                    res[2] = __funnelshift_r(A.w, B.x, bs); res[3] = __funnelshift_r(B.x, B.y, bs);
+                    break;
+                case 2:
+                    res[0] = __funnelshift_r(A.z, A.w, bs); res[1] = __funnelshift_r(A.w, B.x, bs);
+                    res[2] = __funnelshift_r(B.x, B.y, bs); res[3] = __funnelshift_r(B.y, B.z, bs);
+                    break;
+                case 3:
+                    res[0] = __funnelshift_r(A.w, B.x, bs); res[1] = __funnelshift_r(B.x, B.y, bs);
+                    res[2] = __funnelshift_r(B.y, B.z, bs); res[3] = __funnelshift_r(B.z, B.w, bs);
+                    break;
+                default:  // u = 0: the window starts on a word
+                    res[0] = B.x; res[1] = B.y; res[2] = B.z; res[3] = B.w;
                 }}
                 const int lo_b = u - 16 * j > 0 ? u - 16 * j : 0;
                 const int hi_b = u + lw - 16 * j < 16 ? u + lw - 16 * j : 16;

@@ -38,6 +38,7 @@ SOURCE = r"""
 #define RW_WC (32 / RW_E)
 #define RW_K (4 / RW_E)
 #define RW_NT 256
+#define RW_MIN_BLOCKS {MIN_BLOCKS}  // blocks an SM the registers are capped for
 #define RW_LW (2 * RW_TM / RW_NT)  // 16-byte words a thread loads a step
 
 // A ring row's place: rows K apart fall in different 8-word bank groups, so the lanes of a
@@ -79,7 +80,7 @@ __device__ __forceinline__ void rw_put(unsigned char* p, const unsigned (&w)[4],
     }}
 }}
 
-extern "C" __global__ void __launch_bounds__(RW_NT, 4)
+extern "C" __global__ void __launch_bounds__(RW_NT, RW_MIN_BLOCKS)
 at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
                long long m, long long n, long long ld_in, long long ld_out,
                long long bs_in, long long bs_out, int strips, int chunks, int steps)
@@ -140,8 +141,14 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
         for (int i = 0; i < RW_K; ++i) {{
             const unsigned r = RW_K * q + i;
             const unsigned o = (o0 + r * ldb) & 31u, f = (o + 4 * p) >> 2, g = f + 1;
-            place[jj][i] = (8 * rw_phi(r) + (f & 7)) | ((o & 3) << 13) | ((f >> 3) << 15)
-                         | ((8 * rw_phi(r) + (g & 7)) << 16) | ((g >> 3) << 31);
+            const unsigned pl = (8 * rw_phi(r) + (f & 7)) | ((o & 3) << 13) | ((f >> 3) << 15)
+                              | ((8 * rw_phi(r) + (g & 7)) << 16) | ((g >> 3) << 31);
+            // kept, not recomputed each step (the compiler otherwise sinks it into the walk)
+#ifdef __CUDA_ARCH__
+            asm volatile("mov.b32 %0, %1;" : "=r"(place[jj][i]) : "r"(pl));
+#else
+            place[jj][i] = pl;
+#endif
         }}
     }}
     for (int s = 0; s < nsteps; ++s) {{
@@ -193,9 +200,16 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
             const int u = (int)(reinterpret_cast<unsigned long long>(d) & 15u);
             unsigned char* a0 = d - u;
             const int words = (u + lw + 15) >> 4, sw = cc / RW_K, sh = 16 - u;
-            for (int j = lane; j < words; j += 32) {{  // j = 32 (lane 0 alone) where u > 0
+            // A lane a word. A whole window with u > 0 has 33: lane 0 takes the first and
+            // the last, both cut, from one shift of (chunk 31, chunk 0): its bytes 0 .. u - 1
+            // are the last word's, u .. 15 the first's. Other windows (a strip cut by the
+            // matrix's end) take word 32 in a second round, lane 0 alone
+            const bool ends = words == 33 && lw == 512;
+            for (int j = lane; j < words; j += 32) {{
+                if (ends && j == 32) break;
                 uint4 A = make_uint4(0, 0, 0, 0), B = make_uint4(0, 0, 0, 0);
-                if (j >= 1) A = *reinterpret_cast<const uint4*>(&out[cc][((j - 1) ^ sw) << 2]);
+                const int ja = ends && j == 0 ? 31 : j - 1;
+                if (ja >= 0) A = *reinterpret_cast<const uint4*>(&out[cc][(ja ^ sw) << 2]);
                 if (j < 32) B = *reinterpret_cast<const uint4*>(&out[cc][(j ^ sw) << 2]);
                 // global word j holds window bytes 16 j - u ..: bytes sh .. of chunks j - 1, j
                 unsigned res[4];
@@ -222,10 +236,12 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
                 }}
                 const int lo_b = u - 16 * j > 0 ? u - 16 * j : 0;
                 const int hi_b = u + lw - 16 * j < 16 ? u + lw - 16 * j : 16;
-                if (lo_b == 0 && hi_b == 16)
+                if (lo_b == 0 && hi_b == 16) {{
                     *reinterpret_cast<uint4*>(a0 + 16 * j) = make_uint4(res[0], res[1], res[2], res[3]);
-                else
+                }} else {{
                     rw_put(a0 + 16 * j, res, lo_b, hi_b);
+                    if (ends) rw_put(a0 + 16 * 32, res, 0, u);
+                }}
             }}
         }}
         if (more) {{
@@ -240,11 +256,13 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
 """
 
 
-def source(e: int) -> str:
-    """The kernel for `e`-byte elements (1 or 2): `at_rowwalk_e{e}`."""
+def source(e: int, min_blocks: int = 3) -> str:
+    """The kernel for `e`-byte elements (1 or 2): `at_rowwalk_e{e}`, its registers capped
+    for `min_blocks` blocks an SM (at 4, 64 registers, ptxas recomputed each unit row's
+    places every step: 3.7x the served kernel's instructions)."""
     if e not in (1, 2):
         raise ValueError(f"row-walking tiles move 1- and 2-byte elements, not {e}")
-    return SOURCE.format(E=e)
+    return SOURCE.format(E=e, MIN_BLOCKS=min_blocks)
 
 
 def grid(e: int, batch: int, m: int, n: int, steps: int) -> tuple[int, int]:
@@ -286,12 +304,12 @@ def _runs(e: int, base: int, rows: int, cols: int, ld: int, seg: int) -> int:
 class Walk:
     """A prepared launch of the row-walking kernel, run like a `runtime.launch.Launch`."""
 
-    def __init__(self, state, e, batch, m, n, steps) -> None:
+    def __init__(self, state, e, batch, m, n, steps, min_blocks: int = 3) -> None:
         from autotranspose.runtime import driver
         from autotranspose.runtime.compiler import load_source
 
         name = f"at_rowwalk_e{e}"
-        kernel = load_source(state.arch, source(e), [name])[name]
+        kernel = load_source(state.arch, source(e, min_blocks), [name])[name]
         values, blocks = scalars(e, batch, m, n, (n, m, m * n, m * n), steps)
         self.tail = struct.pack(ARG_FORMAT, *values)
         self.args = driver.launch_args(kernel.handle, (blocks, 1, 1), (NT, 1, 1))
@@ -311,6 +329,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("cases", nargs="+", help="DTYPE:MxN or DTYPE:BxMxN (1- and 2-byte)")
     ap.add_argument("--steps", type=int, nargs="+", default=[8, 16, 32])
+    ap.add_argument("--min-blocks", type=int, nargs="+", default=[3], help="register caps")
     ap.add_argument("--paper", action="store_true", help="sectors a byte only, no GPU")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--budget", type=float, default=150.0)
@@ -349,7 +368,9 @@ def main() -> None:
             ours = make_launch(state, cfg, b, m, n, n, m, m * n, m * n)
             rows = [(f"served {cfg.key}", ours, None)]
             for st in args.steps:
-                rows.append((f"row walk, steps {st}", Walk(state, e, b, m, n, st), st))
+                for mb in args.min_blocks:
+                    label = f"row walk, steps {st}, registers for {mb} blocks"
+                    rows.append((label, Walk(state, e, b, m, n, st, mb), st))
             print(f"=== {case} ({b * m * n * e / 1e6:.0f} MB)", flush=True)
             for _round in range(2):
                 for label, launch, st in rows if _round == 0 else rows[::-1]:

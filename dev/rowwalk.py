@@ -381,7 +381,9 @@ def main() -> None:
                     if st is not None:
                         r, w = sectors(e, b, m, n, st)
                         extra = f"  sectors {r:.3f}/{w:.3f} bound {200 / (r + w):.1f}"
-                    print(f"  {pct}%  {label}{extra}{'  ' + problem if problem else ''}", flush=True)
+                    print(
+                        f"  {pct}%  {label}{extra}{'  ' + problem if problem else ''}", flush=True
+                    )
         except Exception as exc:  # a case that fails is a line, not a lost run
             print(f"  FAILED {case}: {type(exc).__name__}: {exc}"[:500], flush=True)
         finally:

@@ -8,10 +8,9 @@ import ctypes
 import importlib.util
 from pathlib import Path
 
+import _emu
 import numpy as np
 import pytest
-
-import _emu
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -547,7 +547,7 @@ def row_copy(monkeypatch):
     monkeypatch.setattr(
         launch,
         "get_row_kernel",
-        lambda state, e, skew=False, long=False: Kernel(row_kernel_name(e, skew, long), 1, 1),
+        lambda state, e, skew=False: Kernel(row_kernel_name(e, skew), 1, 1),
     )
 
     state = SimpleNamespace(info=SimpleNamespace(multiprocessors=132))
@@ -581,8 +581,7 @@ def _emulate(
         line,
     ) = lc.scalars
     assert (m_, n_, b_) == (m, n, batch) and per_block == lc.block[0] // lanes
-    name = re.fullmatch(r"at_copy_rows_s(\d+)(_long)?(_skew)?", lc.kernel.name)
-    word, long = int(name[1]), name[2] is not None
+    word = int(re.fullmatch(r"at_copy_rows_s(\d+)(_skew)?", lc.kernel.name)[1])
     assert lc.kernel.name.endswith("_skew") == (line > 0)  # the unskewed kernel reads no line
     mask = line // word - 1 if line else 0
     hits = np.zeros((lc.grid[2], batch, m, n), np.int64)
@@ -590,18 +589,6 @@ def _emulate(
     for block, y, z in itertools.product(*(range(g) for g in lc.grid)):
         base = out_base + (z // outer2) * os_out + (z % outer2) * os2_out
         j0, j1 = y * chunk, min(n, (y + 1) * chunk)
-        if long:  # a row a block, ROWS_UNROLL words a thread a pass
-            assert per_block == 1 and lanes == lc.block[0] and lc.grid[0] == batch * m
-            b, i = divmod(block, m)
-            skew = (base + b * bs_out + i * ld_out + j0) & mask
-            for t in range(lanes):
-                for jj in range(j0 + t - skew, j1, ROWS_UNROLL * lanes):
-                    for u in range(ROWS_UNROLL):
-                        if j0 <= (j := jj + u * lanes) < j1:
-                            hits[z, b, i, j] += 1
-                            if starts is not None and (t % 32 == 0 or j == j0):
-                                starts.append((base + b * bs_out + i * ld_out + j, j == j0))
-            continue
         for t in range(lc.block[0]):
             slot, lane = divmod(t, lanes)
             if slot >= per_block:
@@ -657,9 +644,7 @@ def test_long_rows_store_from_line_starts_at_any_offset(
     ld_out = n + int(rng.integers(0, 9))
     lc = row_copy(word, batch, m, n, n, ld_out, m * n, m * ld_out + int(rng.integers(0, 9)))
     line = lc.scalars[-1]
-    long = launch.row_geometry(batch * m, n, 132).long  # rows of 4 passes or more: a row a block
-    assert line == launch.ROWS_STORE_LINE
-    assert lc.kernel.name == row_kernel_name(word, skew=True, long=long)
+    assert line == launch.ROWS_STORE_LINE and lc.kernel.name == row_kernel_name(word, skew=True)
     starts: list = []
     base = int(rng.integers(0, 10**6))
     assert np.all(_emulate(lc, batch, m, n, base, starts) == 1)
@@ -674,17 +659,6 @@ def test_rows_under_a_warp_or_four_passes_are_not_skewed(row_copy, n):
     lc = row_copy(8, 2, 3, n, n, n, 3 * n, 3 * n)
     assert lc.scalars[-1] == 0 and lc.kernel.name == row_kernel_name(8)
     assert np.all(_emulate(lc, 2, 3, n) == 1)
-
-
-@pytest.mark.parametrize(("n", "long"), [(1023, False), (1024, True), (300, False), (10**6, True)])
-def test_rows_of_four_passes_or_more_take_a_block_each(row_copy, n, long):
-    """Rows of ROWS_UNROLL passes of a block or more: the long row copy, a row a block and
-    words a thread (fewer registers than rows a thread); shorter rows keep rows a thread."""
-    lc = row_copy(16, 1, 5, n, n, n, 5 * n, 5 * n)
-    assert ("_long" in lc.kernel.name) == long
-    assert lc.grid[0] == (5 if long else 2)  # 5 rows: a block each, or 4 a thread
-    if n < 10**5:
-        assert np.all(_emulate(lc, 1, 5, n) == 1)
 
 
 @pytest.mark.parametrize(
@@ -785,7 +759,7 @@ def test_row_copy_compiles_without_spills(tmp_path: Path, arch):
     for name in ROW_KERNELS:
         assert f"'{name}'" in run.stderr
     spills = [line for line in run.stderr.splitlines() if "spill" in line]
-    assert len(spills) == len(ROW_KERNELS) == 4 * len(SIZES) + 1  # and the realigning one
+    assert len(spills) == len(ROW_KERNELS) == 2 * len(SIZES) + 1  # and the realigning one
     assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), spills
 
 

@@ -292,20 +292,14 @@ def render_seed() -> str:
     return "typedef unsigned int u32;\n" + source
 
 
-def row_kernel_name(elem_bytes: int, skew: bool = False, long: bool = False) -> str:
+def row_kernel_name(elem_bytes: int, skew: bool = False) -> str:
     """permute()'s row copy of `elem_bytes`-byte words, its stores skewed to start on a line
-    or not (`launch.row_store_line`); `long`: a row a block, words a thread instead of rows
-    (`launch.row_geometry`)."""
-    return f"at_copy_rows_s{elem_bytes}" + ("_long" if long else "") + ("_skew" if skew else "")
+    or not (`launch.row_store_line`)."""
+    return f"at_copy_rows_s{elem_bytes}" + ("_skew" if skew else "")
 
 
 ROW_KERNELS = (
-    *(
-        row_kernel_name(s, k, g)
-        for s, _ in _ELEMENT_TYPES
-        for k in (False, True)
-        for g in (False, True)
-    ),
+    *(row_kernel_name(s, k) for s, _ in _ELEMENT_TYPES for k in (False, True)),
     RUNS_KERNEL,
 )
 

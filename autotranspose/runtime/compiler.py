@@ -331,14 +331,10 @@ def _cached(arch: str, name: str, build: Callable[[], Kernel]) -> Kernel:
     return kernel
 
 
-def get_row_kernel(
-    state: DeviceState, elem_bytes: int, skew: bool = False, long: bool = False
-) -> Kernel:
-    """permute()'s strided row copy of `elem_bytes`-byte words, skewed or not, a row a block
-    (`long`) or not, on `state`'s architecture (every row kernel compiled and loaded
-    together, on first use)."""
-    name = row_kernel_name(elem_bytes, skew, long)
-    return _untuned_kernel(state, name, render_rows, ROW_KERNELS)
+def get_row_kernel(state: DeviceState, elem_bytes: int, skew: bool = False) -> Kernel:
+    """permute()'s strided row copy of `elem_bytes`-byte words, skewed or not, on `state`'s
+    architecture (every row kernel compiled and loaded together, on first use)."""
+    return _untuned_kernel(state, row_kernel_name(elem_bytes, skew), render_rows, ROW_KERNELS)
 
 
 def get_runs_kernel(state: DeviceState) -> Kernel:

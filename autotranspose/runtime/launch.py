@@ -75,27 +75,17 @@ ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS = 2, 2048 // ROWS_THREADS, 2
 ROWS_STORE_LINE, ROWS_SKEW_PASSES = 128, 4
 
 
-# Rows of ROWS_LONG_PASSES passes of a block's threads or more take the long row copy: a row
-# a block, each thread ROWS_UNROLL words of it a pass instead of ROWS_UNROLL rows. The row
-# kernel's 58 registers (its rows' 64-bit offsets) held it to 4 blocks an SM, 36-39% achieved
-# occupancy, where PyTorch's copy of the same bytes runs at 87% (complex128 rows of 184
-# words: 92.8% of copy against PyTorch's 97.3).
-ROWS_LONG_PASSES = ROWS_UNROLL
-
-
 @dataclass(frozen=True)
 class RowGeometry:
     """How a row copy's threads cover its rows: `lanes` threads a row (`per_block` rows side
-    by side in a block, ROWS_UNROLL rows a thread; `long`: a row a block, ROWS_UNROLL words a
-    thread a pass), rows cut into `chunks` chunks of `chunk` words (blockIdx.y), and `blocks`
-    blocks along blockIdx.x."""
+    by side in a block, ROWS_UNROLL rows a thread), rows cut into `chunks` chunks of `chunk`
+    words (blockIdx.y), and `blocks` blocks along blockIdx.x."""
 
     lanes: int
     per_block: int
     chunk: int
     chunks: int
     blocks: int
-    long: bool = False
 
 
 def row_lanes(n: int) -> int:
@@ -112,20 +102,18 @@ def row_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1) -> Ro
     over it)."""
     lanes = row_lanes(n)
     per_block = ROWS_THREADS // lanes
-    long = lanes == ROWS_THREADS and n >= ROWS_LONG_PASSES * ROWS_THREADS
-    blocks = max(1, rows if long else -(-rows // (per_block * ROWS_UNROLL)))
-    pass_words = lanes * ROWS_UNROLL if long else lanes
-    chunk, chunks = _row_chunks(n, pass_words, blocks, multiprocessors, walked)
-    return RowGeometry(lanes, per_block, chunk, chunks, blocks, long)
+    blocks = max(1, -(-rows // (per_block * ROWS_UNROLL)))
+    chunk, chunks = _row_chunks(n, lanes, blocks, multiprocessors, walked)
+    return RowGeometry(lanes, per_block, chunk, chunks, blocks)
 
 
 def _row_chunks(
     n: int, lanes: int, blocks: int, multiprocessors: int, walked: int
 ) -> tuple[int, int]:
-    """(chunk, chunks): rows of `n` words over `lanes` words a pass cut along blockIdx.y,
-    for a launch of `blocks` x `walked` blocks otherwise (the row copy's and the realigned
-    copy's rule): no cut for rows no longer than a block, else enough chunks for ROWS_WAVES
-    waves, each at least ROWS_MIN_STEPS passes and a whole number of them."""
+    """(chunk, chunks): rows of `n` words over `lanes` threads cut along blockIdx.y, for a
+    launch of `blocks` x `walked` blocks otherwise (the row copy's and the realigned copy's
+    rule): no cut for rows no longer than a block, else enough chunks for ROWS_WAVES waves,
+    each at least ROWS_MIN_STEPS words a lane and a whole number of passes."""
     want = (
         1
         if n <= ROWS_THREADS
@@ -334,7 +322,7 @@ def make_row_copy(
         g.per_block,
         line,
     )
-    kernel = get_row_kernel(state, elem_bytes, skew=line > 0, long=g.long)
+    kernel = get_row_kernel(state, elem_bytes, skew=line > 0)
     return Launch(
         None,
         kernel,

@@ -220,8 +220,9 @@ SWAP_RESIDENT = True
 # (SWAP_LINES_PIECE, templates/inplace/swap_lines.cu.j2): every global access an aligned
 # 16-byte word, the words a tile row shares with its neighbour written element by element,
 # where SWAP moves element by element. H200, served tiles, the same matrices in one process
-# (dev/swap_ab.py): 1-byte 8191x8191 13.7 -> 20.4% of a copy, 2-byte 4099x4099 30.7 -> 41.1,
-# 64x197x197 26.3 -> 45.4, 4-byte 4099x4099 39.3 -> 57.3, 8-byte 4097x4097 56.4 -> 57.7.
+# (dev/swap_ab.py, cut edge words in aligned pieces): 1-byte 8191x8191 13.3 -> 24.4% of a
+# copy, 2-byte 4099x4099 32.0 -> 50.3, 64x197x197 25.5 -> 46.6, 4-byte 4099x4099 38.2 -> 54.5,
+# 8-byte 4097x4097 56.2 -> 57.2 (docs/inplace.md).
 # Off, SWAP serves every square (x off its line with rows of whole words stays SWAP's).
 SWAP_LINES = True
 

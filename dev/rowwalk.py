@@ -80,6 +80,14 @@ __device__ __forceinline__ void rw_put(unsigned char* p, const unsigned (&w)[4],
     }}
 }}
 
+// Words w .. w + 3 of cat, each shifted down by bs bits from the next (w a constant: the
+// indices stay registers)
+template <int w>
+__device__ __forceinline__ void rw_shift(const unsigned (&cat)[9], int bs, unsigned (&res)[4]) {{
+#pragma unroll
+    for (int k = 0; k < 4; ++k) res[k] = __funnelshift_r(cat[w + k], cat[w + k + 1], bs);
+}}
+
 extern "C" __global__ void __launch_bounds__(RW_NT, RW_MIN_BLOCKS)
 at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
                long long m, long long n, long long ld_in, long long ld_out,
@@ -212,27 +220,15 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
                 if (ja >= 0) A = *reinterpret_cast<const uint4*>(&out[cc][(ja ^ sw) << 2]);
                 if (j < 32) B = *reinterpret_cast<const uint4*>(&out[cc][(j ^ sw) << 2]);
                 // global word j holds window bytes 16 j - u ..: bytes sh .. of chunks j - 1, j
+                const unsigned cat[9] = {{A.x, A.y, A.z, A.w, B.x, B.y, B.z, B.w, 0u}};
                 unsigned res[4];
                 const int bs = 8 * (sh & 3);
                 switch (sh >> 2) {{  // the same for the warp: no divergence
-                case 0:
-                    res[0] = __funnelshift_r(A.x, A.y, bs); res[1] = __funnelshift_r(A.y, A.z, bs);
-                    res[2] = __funnelshift_r(A.z, A.w, bs); res[3] = __funnelshift_r(A.w, B.x, bs);
-                    break;
-                case 1:
-                    res[0] = __funnelshift_r(A.y, A.z, bs); res[1] = __funnelshift_r(A.z, A.w, bs);
-                    res[2] = __funnelshift_r(A.w, B.x, bs); res[3] = __funnelshift_r(B.x, B.y, bs);
-                    break;
-                case 2:
-                    res[0] = __funnelshift_r(A.z, A.w, bs); res[1] = __funnelshift_r(A.w, B.x, bs);
-                    res[2] = __funnelshift_r(B.x, B.y, bs); res[3] = __funnelshift_r(B.y, B.z, bs);
-                    break;
-                case 3:
-                    res[0] = __funnelshift_r(A.w, B.x, bs); res[1] = __funnelshift_r(B.x, B.y, bs);
-                    res[2] = __funnelshift_r(B.y, B.z, bs); res[3] = __funnelshift_r(B.z, B.w, bs);
-                    break;
-                default:  // u = 0: the window starts on a word
-                    res[0] = B.x; res[1] = B.y; res[2] = B.z; res[3] = B.w;
+                case 0: rw_shift<0>(cat, bs, res); break;
+                case 1: rw_shift<1>(cat, bs, res); break;
+                case 2: rw_shift<2>(cat, bs, res); break;
+                case 3: rw_shift<3>(cat, bs, res); break;
+                default: rw_shift<4>(cat, 0, res);  // u = 0: the window starts on a word
                 }}
                 const int lo_b = u - 16 * j > 0 ? u - 16 * j : 0;
                 const int hi_b = u + lw - 16 * j < 16 ? u + lw - 16 * j : 16;

@@ -4,7 +4,8 @@ as permute() builds it ("rows"), with blocks of exactly `lanes * per_block` thre
 today's block is always ROWS_THREADS, the leftover threads return at once), with rows over a
 warp on the warp multiple over them instead of the power of two, in such tight blocks
 ("warp"), and with 2 or 8 rows a thread instead of ROWS_UNROLL ("u2", "u8": the kernel
-rendered again), under a register cap ("lb6", "lb8": `__launch_bounds__(256, 6 or 8)`), and with the row copy's two row dims swapped ("swap": a block's rows then
+rendered again), long rows cut into chunks for N waves of blocks instead of ROWS_WAVES ("waves8"), under a
+register cap ("lb6", "lb8": `__launch_bounds__(256, 6 or 8)`), and with the row copy's two row dims swapped ("swap": a block's rows then
 run along the batch dim, so whichever side was strided at the row length becomes contiguous
 and the other strided), each checked against np.transpose first, each as % of a copy of the same
 bytes.
@@ -128,6 +129,15 @@ def _variant(name: str, base, plan, state, src0: int, dst0: int):
         return _rerendered(plan, state, src0, dst0, min_blocks=int(name[2:]))
     if name == "swap":
         return _swapped(base, state, plan.passes[0].elem_bytes)
+    if name.startswith("waves"):  # long rows cut for this many waves instead of ROWS_WAVES
+        from autotranspose.dispatch.permute import build
+
+        keep = launch.ROWS_WAVES
+        try:
+            launch.ROWS_WAVES = int(name[5:])
+            return build(plan, state, src0, dst0, 0, state.ctx)
+        finally:
+            launch.ROWS_WAVES = keep
     raise ValueError(f"unknown variant {name!r}")
 
 

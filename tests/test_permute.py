@@ -662,6 +662,26 @@ def test_rows_under_a_warp_or_four_passes_are_not_skewed(row_copy, n):
 
 
 @pytest.mark.parametrize(
+    ("rows", "n", "cut"),
+    [(80, 66176, True), (192, 378132, True), (9440, 879, False), (2160 * 10, 5695, False)],
+)
+def test_a_cut_row_copy_is_cut_for_more_waves(rows, n, cut):
+    """A launch that ROWS_WAVES leaves whole stays whole; one it cuts is cut for
+    ROWS_CUT_WAVES waves (or into chunks at their shortest), so its last wave's tail is a
+    small share of it."""
+    sms = 132
+    g = launch.row_geometry(rows, n, sms)
+    assert (g.chunks > 1) == cut
+    if cut:
+        waves = launch.ROWS_CUT_WAVES * sms * launch.ROWS_BLOCKS_PER_SM
+        # (chunks are whole passes of the lanes: the count may fall short by a pass)
+        assert (
+            g.blocks * g.chunks * (g.chunk + g.lanes) >= waves * g.chunk
+            or g.chunk <= g.lanes * launch.ROWS_MIN_STEPS
+        )
+
+
+@pytest.mark.parametrize(
     ("n", "chunk", "lanes", "line"),
     [
         (100000, 4096, 256, 128),

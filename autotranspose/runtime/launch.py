@@ -65,6 +65,13 @@ _MAX_GRID_Y = 65535
 # 48x2x2109936 by (1, 0, 2), H200); a launch of enough blocks already is not cut (cut
 # in two, float64 944x10x1758 by (1, 0, 2) lost 2 points). A row takes `row_lanes` threads.
 ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS = 2, 2048 // ROWS_THREADS, 2
+# A row copy that ROWS_WAVES cuts at all is cut for ROWS_CUT_WAVES waves instead: the last
+# wave's tail is then a smaller share of the launch (H200, the 8 long-row copies cut at 2
+# waves: median 91.9 -> 93.1% of copy, none slower; bool 48x2x2109936 by (1,0,2) 90.7 -> 92.4,
+# float32 3x64x3x31511 by (1,0,2,3) 95.7 -> 99.3, complex128 4x1x9x2x8066x81 87.3 -> 90.1).
+# A launch of enough blocks stays uncut: cut for 8 waves, float64 944x10x1758 by (1,0,2) lost
+# 94.2 -> 91.9 (dev/rowgrid_check.py, variant waves8).
+ROWS_CUT_WAVES = 8
 # A row copy whose chunks are ROWS_SKEW_PASSES passes of whole warps or more skews each row's
 # words across the lanes so that its stores start on a line of ROWS_STORE_LINE bytes (0: off;
 # `row_store_line`). On an H200, rows of 8-byte words at an 8-byte offset wrote 8% more L2
@@ -104,20 +111,24 @@ def row_geometry(rows: int, n: int, multiprocessors: int, walked: int = 1) -> Ro
     per_block = ROWS_THREADS // lanes
     blocks = max(1, -(-rows // (per_block * ROWS_UNROLL)))
     chunk, chunks = _row_chunks(n, lanes, blocks, multiprocessors, walked)
+    if chunks > 1:
+        chunk, chunks = _row_chunks(n, lanes, blocks, multiprocessors, walked, ROWS_CUT_WAVES)
     return RowGeometry(lanes, per_block, chunk, chunks, blocks)
 
 
 def _row_chunks(
-    n: int, lanes: int, blocks: int, multiprocessors: int, walked: int
+    n: int, lanes: int, blocks: int, multiprocessors: int, walked: int, waves: int = 0
 ) -> tuple[int, int]:
     """(chunk, chunks): rows of `n` words over `lanes` threads cut along blockIdx.y, for a
     launch of `blocks` x `walked` blocks otherwise (the row copy's and the realigned copy's
-    rule): no cut for rows no longer than a block, else enough chunks for ROWS_WAVES waves,
-    each at least ROWS_MIN_STEPS words a lane and a whole number of passes."""
+    rule): no cut for rows no longer than a block, else enough chunks for `waves` waves
+    (ROWS_WAVES where 0), each at least ROWS_MIN_STEPS words a lane and a whole number of
+    passes."""
+    waves = waves or ROWS_WAVES
     want = (
         1
         if n <= ROWS_THREADS
-        else -(-ROWS_WAVES * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
+        else -(-waves * multiprocessors * ROWS_BLOCKS_PER_SM // (blocks * walked))
     )
     chunk = max(lanes * ROWS_MIN_STEPS, -(-n // want), -(-n // _MAX_GRID_Y))
     chunk = -(-chunk // lanes) * lanes

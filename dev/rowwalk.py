@@ -4,16 +4,23 @@ and its time against the copy and the served kernel (H200, one process a run).
 Why. The served byte-permute tiles of odd sides read about 1.26 sectors a byte and write 1.13
 (BENCHMARKS.md, "The access pattern's ceiling"): every tile cuts a sector at each end of each
 input row segment and of each output window, so no kernel walking them passes about 84% of a
-copy. Here a block takes a strip of TM = 512 / e rows and walks along it, 32 bytes of columns
-a step: each row's 32-byte sectors are loaded whole and once, the sector the last step cut
-kept in shared memory (a ring of two sectors a row), so a row's reads are cut only where the
-block's walk starts. Its output windows are 512 bytes (a cut sector at each end, about 1.06
-written a byte). The next step's sectors are loaded while this step's windows are stored.
+copy. Here a block takes a strip of TM = 496 / e rows (and the 16 / e before it, its halo) and
+walks along it, 32 bytes of columns a step: each row's 32-byte sectors are loaded whole and
+once, the sector the last step cut kept in shared memory (a ring of two sectors a row), so a
+row's reads are cut only where the block's walk starts. Each output row gets the 31 aligned
+16-byte words from the one at or before its element r0 (the halo supplies the elements
+before r0): every store is a whole word, and a sector two strips share is written by both in
+halves. The next step's sectors are loaded while this step's windows are stored.
+
+The first form (a strip of 512 / e rows, 512-byte windows cut at both ends and stored in
+pieces, in the history as "dev/rowwalk.py: the first and last cut words ...") read 1.061
+sectors a byte as modelled but wrote 1.24 and ran at 36-60% of copy (docs/perf-notes.md,
+"Row-walking tiles").
 
     step s of a block:   ring (2 sectors a row, rows swizzled)  ->  4 x 4-byte units transposed
-                         by byte permutes (rows read at their own byte offset)  ->  out (a 512-
-                         byte window per output row, 16-byte chunks swizzled)  ->  aligned
-                         16-byte stores, realigned by funnel shifts, cut words in pieces
+                         by byte permutes (rows read at their own byte offset)  ->  out (512
+                         bytes per output row, 16-byte chunks swizzled)  ->  31 aligned 16-byte
+                         stores an output row, realigned by funnel shifts
 
 Not served: a prototype measured against the served kernels (`main`); the CPU emulator test
 (tests/test_dev_rowwalk.py) checks it on odd shapes, offsets and pitches.
@@ -32,14 +39,16 @@ NT = 256  # threads a block
 ARG_FORMAT = "qqqqqqiii"  # m, n, ld_in, ld_out, bs_in, bs_out, strips, chunks, steps
 
 SOURCE = r"""
-// e = {E}-byte elements: TM rows a strip, WC columns (32 bytes) a step, K elements a word
+// e = {E}-byte elements: R ring rows, WC columns (32 bytes) a step, K elements a word
 #define RW_E {E}
-#define RW_TM (512 / RW_E)
+#define RW_R (512 / RW_E)           // ring rows: the strip's and the halo before it
+#define RW_H (16 / RW_E)            // halo rows: output windows start on a 16-byte word
+#define RW_TM (RW_R - RW_H)         // the strip's own rows
 #define RW_WC (32 / RW_E)
 #define RW_K (4 / RW_E)
 #define RW_NT 256
 #define RW_MIN_BLOCKS {MIN_BLOCKS}  // blocks an SM the registers are capped for
-#define RW_LW (2 * RW_TM / RW_NT)  // 16-byte words a thread loads a step
+#define RW_LW (2 * RW_R / RW_NT)  // 16-byte words a thread loads a step
 
 // A ring row's place: rows K apart fall in different 8-word bank groups, so the lanes of a
 // unit load (rows Kq + i of four q) hit 32 banks
@@ -93,7 +102,7 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
                long long m, long long n, long long ld_in, long long ld_out,
                long long bs_in, long long bs_out, int strips, int chunks, int steps)
 {{
-    __shared__ __align__(16) unsigned ring[2][RW_TM][8];
+    __shared__ __align__(16) unsigned ring[2][RW_R][8];
     __shared__ __align__(16) unsigned out[RW_WC][128];
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     long long id = blockIdx.x;
@@ -103,10 +112,11 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
     const long long b = id / chunks;
     const long long r0 = (long long)strip * RW_TM;
     const long long c0 = (long long)chunk * steps * RW_WC;
-    const int rows = (int)min((long long)RW_TM, m - r0);
     const int cols = (int)min((long long)steps * RW_WC, n - c0);
     const int nsteps = (cols + RW_WC - 1) / RW_WC;
-    const unsigned char* xs = x + (b * bs_in + r0 * ld_in + c0) * RW_E;  // row r0, column c0
+    // ring row i is input row r0 - H + i (the halo: rows of the strip before, read again so
+    // that every output window starts on a 16-byte word); column c0
+    const unsigned char* xs = x + (b * bs_in + (r0 - RW_H) * ld_in + c0) * RW_E;
     unsigned char* yb = y + b * bs_out * RW_E;
     const unsigned o0 = (unsigned)(reinterpret_cast<unsigned long long>(xs) & 31u);
     const unsigned ldb = (unsigned)((ld_in * RW_E) & 31);  // a row's step in the offset mod 32
@@ -121,7 +131,8 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
         const unsigned char* p = xs + (long long)r * ld_in * RW_E;
         const unsigned o = (unsigned)(reinterpret_cast<unsigned long long>(p) & 31u);
         src[j] = p - o + 16 * (w & 1);
-        lim[j] = r < rows ? (int)o + cols * RW_E : 0;
+        const long long row = r0 - RW_H + r;
+        lim[j] = row >= 0 && row < m ? (int)o + cols * RW_E : 0;
     }}
     uint4 pre[RW_LW];
 #pragma unroll
@@ -199,45 +210,42 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
                 if (32 * (s + 2) < lim[j])
                     pre[j] = *reinterpret_cast<const uint4*>(src[j] + 32 * (s + 2));
         }}
-        // Stores: output row c0 + WC s + cc gets the strip's rows, window [r0, r0 + rows)
-        const int lw = rows * RW_E;
+        // Stores: output row c0 + WC s + cc, the aligned words from the one at or before its
+        // element r0 to the one at or before its element r0 + TM, all whole (31 of them);
+        // the matrix's first and last strips cut the output row's first and last word
+        const bool first = strip == 0, last = r0 + RW_TM >= m;
+        const long long end = last ? m : r0 + RW_TM;
         for (int cc = warp; cc < RW_WC; cc += 8) {{
             const long long col = c0 + (long long)RW_WC * s + cc;
             if (col - c0 >= cols) break;
-            unsigned char* d = yb + (col * ld_out + r0) * RW_E;
-            const int u = (int)(reinterpret_cast<unsigned long long>(d) & 15u);
-            unsigned char* a0 = d - u;
-            const int words = (u + lw + 15) >> 4, sw = cc / RW_K, sh = 16 - u;
-            // A lane a word. A whole window with u > 0 has 33: lane 0 takes the first and
-            // the last, both cut, from one shift of (chunk 31, chunk 0): its bytes 0 .. u - 1
-            // are the last word's, u .. 15 the first's. Other windows (a strip cut by the
-            // matrix's end) take word 32 in a second round, lane 0 alone
-            const bool ends = words == 33 && lw == 512;
-            for (int j = lane; j < words; j += 32) {{
-                if (ends && j == 32) break;
+            const unsigned long long d0 = reinterpret_cast<unsigned long long>(yb + (col * ld_out + r0) * RW_E);
+            const unsigned long long de = reinterpret_cast<unsigned long long>(yb + (col * ld_out + end) * RW_E);
+            const unsigned long long lo = first ? d0 : d0 & ~15ull, hi = last ? de : de & ~15ull;
+            const unsigned long long a0 = lo & ~15ull;
+            const int words = (int)((hi - a0 + 15) >> 4), sw = cc / RW_K;
+            // word j holds out's bytes p0 + 16 j ..: out's byte i is ring row i's element
+            const int p0 = (int)(a0 + 16 - d0), sh = p0 & 15, bs = 8 * (sh & 3);
+            for (int j = lane; j < words; j += 32) {{  // a second round only at a matrix's end
+                const int q = (p0 >> 4) + j;
                 uint4 A = make_uint4(0, 0, 0, 0), B = make_uint4(0, 0, 0, 0);
-                const int ja = ends && j == 0 ? 31 : j - 1;
-                if (ja >= 0) A = *reinterpret_cast<const uint4*>(&out[cc][(ja ^ sw) << 2]);
-                if (j < 32) B = *reinterpret_cast<const uint4*>(&out[cc][(j ^ sw) << 2]);
-                // global word j holds window bytes 16 j - u ..: bytes sh .. of chunks j - 1, j
+                if (q < 32) A = *reinterpret_cast<const uint4*>(&out[cc][(q ^ sw) << 2]);
+                if (q + 1 < 32) B = *reinterpret_cast<const uint4*>(&out[cc][((q + 1) ^ sw) << 2]);
                 const unsigned cat[9] = {{A.x, A.y, A.z, A.w, B.x, B.y, B.z, B.w, 0u}};
                 unsigned res[4];
-                const int bs = 8 * (sh & 3);
                 switch (sh >> 2) {{  // the same for the warp: no divergence
                 case 0: rw_shift<0>(cat, bs, res); break;
                 case 1: rw_shift<1>(cat, bs, res); break;
                 case 2: rw_shift<2>(cat, bs, res); break;
-                case 3: rw_shift<3>(cat, bs, res); break;
-                default: rw_shift<4>(cat, 0, res);  // u = 0: the window starts on a word
+                default: rw_shift<3>(cat, bs, res);
                 }}
-                const int lo_b = u - 16 * j > 0 ? u - 16 * j : 0;
-                const int hi_b = u + lw - 16 * j < 16 ? u + lw - 16 * j : 16;
-                if (lo_b == 0 && hi_b == 16) {{
-                    *reinterpret_cast<uint4*>(a0 + 16 * j) = make_uint4(res[0], res[1], res[2], res[3]);
-                }} else {{
-                    rw_put(a0 + 16 * j, res, lo_b, hi_b);
-                    if (ends) rw_put(a0 + 16 * 32, res, 0, u);
-                }}
+                unsigned char* at = reinterpret_cast<unsigned char*>(a0 + 16ull * j);
+                const long long from = (long long)lo - (long long)(a0 + 16ull * j);
+                const long long to = (long long)hi - (long long)(a0 + 16ull * j);
+                const int lo_b = from > 0 ? (int)from : 0, hi_b = to < 16 ? (int)to : 16;
+                if (lo_b == 0 && hi_b == 16)
+                    *reinterpret_cast<uint4*>(at) = make_uint4(res[0], res[1], res[2], res[3]);
+                else
+                    rw_put(at, res, lo_b, hi_b);
             }}
         }}
         if (more) {{
@@ -262,8 +270,9 @@ def source(e: int, min_blocks: int = 3) -> str:
 
 
 def grid(e: int, batch: int, m: int, n: int, steps: int) -> tuple[int, int]:
-    """(strips, chunks): a block a strip of 512 / e rows and `steps` steps of 32 bytes."""
-    return -(-m // (512 // e)), -(-n // (steps * (32 // e)))
+    """(strips, chunks): a block a strip of 512 / e - 16 / e rows (and the 16 / e before it)
+    and `steps` steps of 32 bytes."""
+    return -(-m // (496 // e)), -(-n // (steps * (32 // e)))
 
 
 def scalars(e: int, batch: int, m: int, n: int, strides: tuple[int, int, int, int], steps: int):
@@ -272,29 +281,30 @@ def scalars(e: int, batch: int, m: int, n: int, strides: tuple[int, int, int, in
 
 
 def sectors(e: int, batch: int, m: int, n: int, steps: int) -> tuple[float, float]:
-    """Sectors read and written a byte by the walk on a contiguous call: each row's sectors
-    from a block's first byte of it to its last, each output window's sectors."""
-    span = steps * (32 // e)
-    r = w = 0
-    for bi in range(batch):
-        r += _runs(e, bi * m * n * e, m, n, n, span)
-        w += _runs(e, bi * m * n * e, n, m, m, 512 // e)
-    nbytes = batch * m * n * e
-    return r * 32 / nbytes, w * 32 / nbytes
-
-
-def _runs(e: int, base: int, rows: int, cols: int, ld: int, seg: int) -> int:
-    """Sectors touched by every row's runs of `seg` elements (from column 0), the matrix at
-    byte `base` (sectors counted from address 0, which is 32-byte aligned)."""
+    """Sectors read and written a byte by the walk on a contiguous call: each strip's rows
+    (its halo's too) from a block's first byte of them to its last; each output row's aligned
+    words a strip writes."""
     import numpy as np
 
-    r = np.arange(rows, dtype=np.int64)
-    total = 0
-    for c in range(0, cols, seg):
-        ln = min(seg, cols - c)
-        start = base + (r * ld + c) * e
-        total += int(((start + ln * e - 1) // 32 - start // 32 + 1).sum())
-    return total
+    tm, halo, span = 496 // e, 16 // e, steps * (32 // e)
+    r = w = 0
+    for bi in range(batch):
+        base = bi * m * n * e
+        for r0 in range(0, m, tm):
+            rows = np.arange(max(0, r0 - halo), min(m, r0 + tm), dtype=np.int64)
+            for c in range(0, n, span):
+                start = base + (rows * n + c) * e
+                ln = min(span, n - c) * e
+                r += int(((start + ln - 1) // 32 - start // 32 + 1).sum())
+        out = base + np.arange(n, dtype=np.int64)[:, None] * m * e  # output rows' first bytes
+        starts = np.arange(0, m, tm, dtype=np.int64)[None, :]
+        d0 = out + starts * e
+        de = out + np.minimum(starts + tm, m) * e
+        lo = np.where(starts == 0, d0, d0 & ~15)
+        hi = np.where(starts + tm >= m, de, de & ~15)
+        w += int(((hi - 1) // 32 - lo // 32 + 1)[hi > lo].sum())
+    nbytes = batch * m * n * e
+    return r * 32 / nbytes, w * 32 / nbytes
 
 
 class Walk:

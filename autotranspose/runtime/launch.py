@@ -66,9 +66,10 @@ _MAX_GRID_Y = 65535
 # in two, float64 944x10x1758 by (1, 0, 2) lost 2 points). A row takes `row_lanes` threads.
 ROWS_WAVES, ROWS_BLOCKS_PER_SM, ROWS_MIN_STEPS = 2, 2048 // ROWS_THREADS, 2
 # A row copy that ROWS_WAVES cuts at all is cut for ROWS_CUT_WAVES waves instead: the last
-# wave's tail is then a smaller share of the launch (H200, the 8 long-row copies cut at 2
-# waves: median 91.9 -> 93.1% of copy, none slower; bool 48x2x2109936 by (1,0,2) 90.7 -> 92.4,
-# float32 3x64x3x31511 by (1,0,2,3) 95.7 -> 99.3, complex128 4x1x9x2x8066x81 87.3 -> 90.1).
+# wave's tail is then a smaller share of the launch (H200, the 8 long-row copies measured that
+# 2 waves cut: median 93.3 -> 94.0% of copy, none slower; bool 48x2x2109936 by (1,0,2)
+# 90.7 -> 92.4, float32 3x64x3x31511 by (1,0,2,3) 95.7 -> 99.3, complex128 4x1x9x2x8066x81
+# 87.3 -> 90.1).
 # A launch of enough blocks stays uncut: cut for 8 waves, float64 944x10x1758 by (1,0,2) lost
 # 94.2 -> 91.9 (dev/rowgrid_check.py, variant waves8).
 ROWS_CUT_WAVES = 8

@@ -48,6 +48,7 @@ SOURCE = r"""
 #define RW_K (4 / RW_E)
 #define RW_NT 256
 #define RW_MIN_BLOCKS {MIN_BLOCKS}  // blocks an SM the registers are capped for
+#define RW_ASYNC {ASYNC}  // 1: sectors copied straight into the ring (cp.async), no registers
 #define RW_LW (2 * RW_R / RW_NT)  // 16-byte words a thread loads a step
 
 // A ring row's place: rows K apart fall in different 8-word bank groups, so the lanes of a
@@ -97,6 +98,23 @@ __device__ __forceinline__ void rw_shift(const unsigned (&cat)[9], int bs, unsig
     for (int k = 0; k < 4; ++k) res[k] = __funnelshift_r(cat[w + k], cat[w + k + 1], bs);
 }}
 
+// A 16-byte word from global memory into the ring: by cp.async where RW_ASYNC (the copy
+// lands before rw_landed returns), else through a register now
+__device__ __forceinline__ void rw_fill(unsigned* dst, const unsigned char* src) {{
+#if defined(__CUDA_ARCH__) && RW_ASYNC
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(src) : "memory");
+#else
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}}
+
+__device__ __forceinline__ void rw_landed() {{
+#if defined(__CUDA_ARCH__) && RW_ASYNC
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}}
+
 extern "C" __global__ void __launch_bounds__(RW_NT, RW_MIN_BLOCKS)
 at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
                long long m, long long n, long long ld_in, long long ld_out,
@@ -134,6 +152,16 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
         const long long row = r0 - RW_H + r;
         lim[j] = row >= 0 && row < m ? (int)o + cols * RW_E : 0;
     }}
+#if RW_ASYNC
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {{
+#pragma unroll
+        for (int j = 0; j < RW_LW; ++j) {{
+            const int w = t + RW_NT * j;
+            if (32 * k < lim[j]) rw_fill(&ring[k][rw_phi(w >> 1)][4 * (w & 1)], src[j] + 32 * k);
+        }}
+    }}
+#else
     uint4 pre[RW_LW];
 #pragma unroll
     for (int j = 0; j < RW_LW; ++j) pre[j] = make_uint4(0, 0, 0, 0);
@@ -146,6 +174,7 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
             *reinterpret_cast<uint4*>(&ring[k][rw_phi(w >> 1)][4 * (w & 1)]) = pre[j];
         }}
     }}
+#endif
 
     const int p = lane & 7;  // this thread's unit column: columns K p .. K p + K - 1 of a step
     // Units: rows K q .. K q + K - 1 x columns K p ..; q = 4 (warp + 8 jj) + lane / 8. Each
@@ -171,6 +200,7 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
         }}
     }}
     for (int s = 0; s < nsteps; ++s) {{
+        rw_landed();
         __syncthreads();  // the ring holds sectors s and s + 1; out is free
         const unsigned par = (unsigned)s & 1u;
 #pragma unroll
@@ -206,9 +236,16 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
         const bool more = s + 2 <= nsteps;  // sector s + 2, for the next step
         if (more) {{
 #pragma unroll
-            for (int j = 0; j < RW_LW; ++j)
+            for (int j = 0; j < RW_LW; ++j) {{
+#if RW_ASYNC  // straight into slot s & 1, whose sector s the exchange above has read
+                const int w = t + RW_NT * j;
+                if (32 * (s + 2) < lim[j])
+                    rw_fill(&ring[s & 1][rw_phi(w >> 1)][4 * (w & 1)], src[j] + 32 * (s + 2));
+#else
                 if (32 * (s + 2) < lim[j])
                     pre[j] = *reinterpret_cast<const uint4*>(src[j] + 32 * (s + 2));
+#endif
+            }}
         }}
         // Stores: output row c0 + WC s + cc, the aligned words from the one at or before its
         // element r0 to the one at or before its element r0 + TM, all whole (31 of them);
@@ -248,6 +285,7 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
                     rw_put(at, res, lo_b, hi_b);
             }}
         }}
+#if !RW_ASYNC
         if (more) {{
 #pragma unroll
             for (int j = 0; j < RW_LW; ++j) {{
@@ -255,18 +293,21 @@ at_rowwalk_e{E}(const unsigned char* __restrict__ x, unsigned char* __restrict__
                 *reinterpret_cast<uint4*>(&ring[s & 1][rw_phi(w >> 1)][4 * (w & 1)]) = pre[j];
             }}
         }}
+#endif
     }}
 }}
 """
 
 
-def source(e: int, min_blocks: int = 3) -> str:
+def source(e: int, min_blocks: int = 3, async_loads: bool = False) -> str:
     """The kernel for `e`-byte elements (1 or 2): `at_rowwalk_e{e}`, its registers capped
     for `min_blocks` blocks an SM (at 4, 64 registers, ptxas recomputed each unit row's
-    places every step: 3.7x the served kernel's instructions)."""
+    places every step: 3.7x the served kernel's instructions); `async_loads`: the next
+    step's sectors copied into the ring by cp.async (sm_80+) instead of held in registers
+    over the stores (16 registers fewer)."""
     if e not in (1, 2):
         raise ValueError(f"row-walking tiles move 1- and 2-byte elements, not {e}")
-    return SOURCE.format(E=e, MIN_BLOCKS=min_blocks)
+    return SOURCE.format(E=e, MIN_BLOCKS=min_blocks, ASYNC=int(async_loads))
 
 
 def grid(e: int, batch: int, m: int, n: int, steps: int) -> tuple[int, int]:
@@ -310,12 +351,12 @@ def sectors(e: int, batch: int, m: int, n: int, steps: int) -> tuple[float, floa
 class Walk:
     """A prepared launch of the row-walking kernel, run like a `runtime.launch.Launch`."""
 
-    def __init__(self, state, e, batch, m, n, steps, min_blocks: int = 3) -> None:
+    def __init__(self, state, e, batch, m, n, steps, min_blocks=3, async_loads=False) -> None:
         from autotranspose.runtime import driver
         from autotranspose.runtime.compiler import load_source
 
         name = f"at_rowwalk_e{e}"
-        kernel = load_source(state.arch, source(e, min_blocks), [name])[name]
+        kernel = load_source(state.arch, source(e, min_blocks, async_loads), [name])[name]
         values, blocks = scalars(e, batch, m, n, (n, m, m * n, m * n), steps)
         self.tail = struct.pack(ARG_FORMAT, *values)
         self.args = driver.launch_args(kernel.handle, (blocks, 1, 1), (NT, 1, 1))
@@ -336,6 +377,13 @@ def main() -> None:
     ap.add_argument("cases", nargs="+", help="DTYPE:MxN or DTYPE:BxMxN (1- and 2-byte)")
     ap.add_argument("--steps", type=int, nargs="+", default=[8, 16, 32])
     ap.add_argument("--min-blocks", type=int, nargs="+", default=[3], help="register caps")
+    ap.add_argument(
+        "--loads",
+        nargs="+",
+        default=["registers"],
+        choices=["registers", "async"],
+        help="the next step's sectors held in registers, or copied by cp.async",
+    )
     ap.add_argument("--paper", action="store_true", help="sectors a byte only, no GPU")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--budget", type=float, default=150.0)
@@ -375,8 +423,10 @@ def main() -> None:
             rows = [(f"served {cfg.key}", ours, None)]
             for st in args.steps:
                 for mb in args.min_blocks:
-                    label = f"row walk, steps {st}, registers for {mb} blocks"
-                    rows.append((label, Walk(state, e, b, m, n, st, mb), st))
+                    for how in args.loads:
+                        label = f"row walk, steps {st}, registers for {mb} blocks, {how} loads"
+                        walk = Walk(state, e, b, m, n, st, mb, how == "async")
+                        rows.append((label, walk, st))
             print(f"=== {case} ({b * m * n * e / 1e6:.0f} MB)", flush=True)
             for _round in range(2):
                 for label, launch, st in rows if _round == 0 else rows[::-1]:

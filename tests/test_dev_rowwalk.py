@@ -55,8 +55,9 @@ class _Args(ctypes.Structure):
         (2, 2, 45, 23, 1, 0, 0, 2, 14),
     ],
 )
+@pytest.mark.parametrize("async_loads", [False, True])
 def test_the_row_walk_moves_every_element_and_only_those(
-    e, b, m, n, steps, pad_in, pad_out, off_in, off_out
+    e, b, m, n, steps, pad_in, pad_out, off_in, off_out, async_loads
 ):
     rw = _rowwalk()
     rng = np.random.default_rng([e, b, m, n, steps, off_in])
@@ -79,7 +80,8 @@ def test_the_row_walk_moves_every_element_and_only_those(
     values, blocks = rw.scalars(e, b, m, n, (ld_in, ld_out, bs_in, bs_out), steps)
     args = _Args(_emu.address(src) + off_in, _emu.address(dst) + off_out, *values)
     name = f"at_rowwalk_e{e}"
-    lib = _emu.emulated(name, rw.source(e), "rw_a", GLUE.replace("eE", f"e{e}"))
+    source = rw.source(e, async_loads=async_loads)  # cp.async is a plain copy on the CPU
+    lib = _emu.emulated(name, source, "rw_a", GLUE.replace("eE", f"e{e}"))
     code = lib.emu_launch_isolated(ctypes.byref(args), blocks, rw.NT)
     assert code == 0, f"the emulated kernel failed ({code}: a signal where negative)"
     bad = np.flatnonzero(dst != want)

@@ -310,10 +310,16 @@ def source(e: int, min_blocks: int = 3, async_loads: bool = False) -> str:
     return SOURCE.format(E=e, MIN_BLOCKS=min_blocks, ASYNC=int(async_loads))
 
 
+def strip_rows(e: int) -> tuple[int, int]:
+    """(rows, halo): a strip's own rows and the rows before it its ring also holds (the
+    kernel's RW_TM and RW_H)."""
+    return 512 // e - 16 // e, 16 // e
+
+
 def grid(e: int, batch: int, m: int, n: int, steps: int) -> tuple[int, int]:
-    """(strips, chunks): a block a strip of 512 / e - 16 / e rows (and the 16 / e before it)
-    and `steps` steps of 32 bytes."""
-    return -(-m // (496 // e)), -(-n // (steps * (32 // e)))
+    """(strips, chunks): a block a strip of rows (`strip_rows`) and `steps` steps of 32
+    bytes."""
+    return -(-m // strip_rows(e)[0]), -(-n // (steps * (32 // e)))
 
 
 def scalars(e: int, batch: int, m: int, n: int, strides: tuple[int, int, int, int], steps: int):
@@ -327,7 +333,7 @@ def sectors(e: int, batch: int, m: int, n: int, steps: int) -> tuple[float, floa
     words a strip writes."""
     import numpy as np
 
-    tm, halo, span = 496 // e, 16 // e, steps * (32 // e)
+    (tm, halo), span = strip_rows(e), steps * (32 // e)
     r = w = 0
     for bi in range(batch):
         base = bi * m * n * e
@@ -366,12 +372,6 @@ class Walk:
         self.driver.launch(self.args, stream, struct.pack("PP", src, dst) + self.tail)
 
 
-def parse(case: str) -> tuple[str, tuple[int, int, int]]:
-    name, dims = case.split(":")
-    shape = tuple(int(v) for v in dims.split("x"))
-    return name, (1, *shape) if len(shape) == 2 else shape
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("cases", nargs="+", help="DTYPE:MxN or DTYPE:BxMxN (1- and 2-byte)")
@@ -388,6 +388,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--budget", type=float, default=150.0)
     args = ap.parse_args()
+    from narrow_ceiling import parse  # DTYPE:MxN or DTYPE:BxMxN (dev/ is the script's path)
+
     from autotranspose.plans.dtypes import element_type
 
     if args.paper:

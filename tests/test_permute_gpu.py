@@ -124,7 +124,8 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
     around the output window survives. Each through one kernel: the realigning one
     (`plan.realigned`, what the plan serves such rows), or the word copy (realigning off),
     its chunks long enough that it skews the rows' stores to start on a line
-    (`launch.row_store_line`, "words_skewed") or not."""
+    (`launch.row_store_line`, "words_skewed": rows enough that the launch is not cut into
+    chunks) or not."""
     cupy = pytest.importorskip("cupy")
     from autotranspose.plans import permute as plan_module
     from autotranspose.runtime.compiler import device_state
@@ -138,11 +139,11 @@ def test_long_rows_at_any_offset_into_a_poisoned_window(rng, e, kernel, monkeypa
     dtype = DTYPES[e]
     sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
     for _ in range(3):
-        if kernel == "words_skewed":
+        if kernel == "words_skewed":  # rows enough that the launch is not cut
             b, m, n = (
-                int(rng.integers(45, 60)),
-                int(rng.integers(45, 60)),
-                int(rng.integers(6000, 9000)) | 1,
+                int(rng.integers(92, 111)),
+                int(rng.integers(92, 111)),
+                int(rng.integers(2000, 4000)) | 1,
             )
         else:
             b, m, n = (

@@ -8,7 +8,13 @@ import pytest
 
 import autotranspose as at
 from autotranspose import errors
-from autotranspose.kernels.inplace import PIECES, InplaceKernel, render_inplace
+from autotranspose.kernels.inplace import (
+    PIECES,
+    InplaceKernel,
+    cols_line,
+    cols_piece,
+    render_inplace,
+)
 from autotranspose.kinds import inplace as kind
 from autotranspose.kinds.inplace import InplaceParams, parse
 
@@ -95,9 +101,28 @@ def test_kernel_specs_are_checked():
         InplaceKernel("swap", 3)
 
 
+@pytest.mark.parametrize(
+    "m, n, e, piece",
+    [
+        (40, 5003, 2, "cols_lines"),  # few rows off 4-byte words: 16-byte lines
+        (64, 301, 1, "cols_lines"),
+        (65, 301, 1, "cols_words"),  # taller, 1-byte: 4-byte words
+        (5003, 16381, 1, "cols_words"),
+        (3001, 5003, 2, "cols_words"),
+        (5003, 16384, 1, "cols"),  # rows of whole words
+        (7300, 16381, 1, "cols"),  # a 32-byte band row of 7300 rows passes 227 KiB
+        (3001, 5003, 4, "cols"),
+    ],
+)
+def test_cols_takes_the_measured_word(m, n, e, piece):
+    assert cols_piece(cols_line(m, n, e, 227 << 10)) == piece
+
+
 def test_every_piece_renders_one_named_kernel():
     with pytest.raises(errors.ShapeError, match="cols_lines"):
         InplaceKernel("cols_lines", 4)
+    with pytest.raises(errors.ShapeError, match="cols_words moves 1- or 2-byte"):
+        InplaceKernel("cols_words", 8)
     with pytest.raises(errors.ShapeError, match="cols_cluster takes one of"):
         InplaceKernel("cols_cluster", 4)  # a cluster's blocks are part of its name
     with pytest.raises(errors.ShapeError, match="cols_cluster takes one of"):
@@ -106,7 +131,7 @@ def test_every_piece_renders_one_named_kernel():
         InplaceKernel("swap_lines", 16)
     for piece in PIECES:
         for e in (1, 2, 4, 8, 16):
-            if (piece == "conj" and e < 8) or (piece == "cols_lines" and e >= 4):
+            if (piece == "conj" and e < 8) or (piece in ("cols_lines", "cols_words") and e >= 4):
                 continue
             if piece == "swap_lines" and e == 16:
                 continue

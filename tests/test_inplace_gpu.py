@@ -118,6 +118,11 @@ def test_rows_longer_than_shared_memory_go_through_one_row_of_scratch(cupy, rng,
         ((1021, 4093), "complex128"),  # 16-byte elements
         ((18, 100001), "uint8"),  # few rows off 4-byte words: COLS in 16-byte lines
         ((100001, 18), "int16"),  # the same on the 18 x 100001 view, inverted
+        ((5003, 3001), "int8"),  # taller grids of rows off 4-byte words: 4-byte words
+        ((3001, 5003), "uint8"),  # the gather; gcd 1
+        ((2, 1503, 2505), "int8"),  # gcd 501: both rotations, batched
+        ((6001, 4001), "bool"),  # the 4001 x 6001 view, the scatter
+        ((6001, 4001), "bfloat16"),  # 2-byte elements
     ],
 )
 def test_column_passes_on_either_side(cupy, rng, shape, dtype):

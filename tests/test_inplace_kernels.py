@@ -21,6 +21,7 @@ from autotranspose.kernels.inplace import (
     ARG_NAMES,
     BAND_PAIRS,
     BAND_ROWS,
+    COLS_WORDS_THREADS,
     RUN_MIN_BYTES,
     SCRATCH_BYTES,
     SHUFFLE_PAD,
@@ -421,6 +422,27 @@ def test_fused_column_passes(batch, m, n, e, tmp):
         assert {h.spec.piece for h in hows if h.kind == "cols"} == {
             "cols_lines" if lines else "cols"
         }
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [
+        (1, 97, 131, 1),  # gcd 1, the gather: 97 rows of 131 bytes, bands of 32 (one cut)
+        (1, 131, 97, 1),  # flipped: the scatter over the 97 x 131 view
+        (2, 99, 165, 2),  # gcd 33: rotations, the gather; rows of 330 bytes
+        (1, 165, 99, 1),  # flipped, gcd 33: the scatter and the rotation up
+        (1, 70, 1001, 1),  # bands of 32 bytes, 32 of them
+    ],
+)
+def test_tall_column_passes_of_narrow_rows_in_4_byte_words(batch, m, n, e, tmp):
+    """Grids of more than 64 rows of 1- or 2-byte elements whose rows are not whole 4-byte
+    words: every COLS pass in aligned 4-byte words, the rows realigned in shared memory
+    ("cols_words"), x on its line and one element past it."""
+    for shift in (0, e):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
+        cols = {h.spec.piece for h in hows if h.kind == "cols"}
+        assert cols == {"cols_words"}, [(h.kind, h.spec.piece) for h in hows]
+        assert all(h.spec.params.threads == COLS_WORDS_THREADS for h in hows if h.kind == "cols")
 
 
 @pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8)])

@@ -53,6 +53,9 @@ from .packed import divisor
 
 # SWAP for squares whose rows are not whole 16-byte words (SWAP_LINES, below)
 SWAP_LINES_PIECE = "swap_lines"
+# COLS of tall grids of 1- and 2-byte elements whose rows are not whole 4-byte words, in
+# aligned 4-byte words (COLS_WORDS, below)
+COLS_WORDS_PIECE = "cols_words"
 
 # at_inplace_args: m, n, batch, items, c, a, b, a_inv, tiles, split, row, segs, cycles (or
 # pieces), lanes, rows_per, offset (where the scratch's rows start, after a table) and the
@@ -104,6 +107,7 @@ PIECES = (
     "shuffle_runs_inv",
     COLS,
     "cols_lines",
+    COLS_WORDS_PIECE,
     "cols_staged",
     "cols_cluster",
     PERMUTE,
@@ -127,6 +131,7 @@ _FILES = {
     "shuffle_runs_inv": "shuffle",
     COLS: "cols",
     "cols_lines": "cols_lines",
+    COLS_WORDS_PIECE: "cols_words",
     "cols_staged": "cols_staged",
     "cols_cluster": "cols_cluster",
     PERMUTE: "cycles",
@@ -179,22 +184,31 @@ def band_cols(elem_bytes: int) -> int:
 # row, as wide as a budget holds (COLS_BLOCK_BYTES: two blocks an SM, so that one reads while
 # another writes; LINES_BLOCK_BYTES for "cols_lines"), else COLS_MIN_BYTES (a 32-byte sector)
 # a row up to the device's opt-in (one block). "cols" moves the widest words x, the rows and
-# the bands divide; "cols_lines" moves 16-byte lines whatever the rows' alignment, for grids
-# of at most LINES_MAX_ROWS rows of 1- or 2-byte elements whose rows are not whole 4-byte
-# words (where "cols" would move single elements: on the H200, 10-19% of a copy against
-# 33-53% in lines, with 18 and 22 rows; with taller columns the lines' kernel measured
-# slower than "cols" in every case)
+# the bands divide. Where the rows of 1- or 2-byte elements are not whole 4-byte words (so
+# that "cols" would move single elements), every global access is an aligned word of the
+# line `cols_line` gives, whatever the rows' alignment: "cols_lines" 16-byte lines for grids
+# of at most LINES_MAX_ROWS rows (on the H200 10-19% of a copy in single elements against
+# 33-53% in lines, with 18 and 22 rows; with taller columns, bands of 32-64 bytes, 16-byte
+# lines measured slower than "cols": most of a row's lines are cut at the band's edges),
+# "cols_words" 4-byte words for taller ones, each row realigned in shared memory, of the
+# element sizes in COLS_WORDS ("cols" takes the others). On the H200 (dev/cols_ab.py, one
+# process) 1-byte COLS passes went from 7-16% of a copy to 15-30% (int8 997x30011 16 -> 30,
+# uint8 3001x1999 14 -> 25), 2-byte ones from 15-27% to 19-31%, no case slower.
 COLS_BLOCK_BYTES, COLS_MIN_BYTES, COLS_MAX_BYTES = 96 << 10, 32, 4096
 LINES_BLOCK_BYTES, LINES_MAX_ROWS = 110 << 10, 64
+COLS_WORDS: tuple[int, ...] = (1, 2)
+COLS_WORDS_THREADS = 512
+_COLS_LINE_PIECES = {0: COLS, 16: "cols_lines", 4: COLS_WORDS_PIECE}
 
 
-def cols_pitch(width: int, elem_bytes: int, lines: bool = False) -> int:
-    """Shared bytes a band row of `width` elements takes: its bytes ("cols"); in lines, its
-    bytes rounded up to 16 and 4 more for 1- and 2-byte elements (the row's offset in its
-    4-byte word)."""
-    if not lines:
-        return width * elem_bytes
-    return -(-width * elem_bytes // 16) * 16 + (4 if elem_bytes < 4 else 0)
+def cols_pitch(width: int, elem_bytes: int, line: int = 0) -> int:
+    """Shared bytes a band row of `width` elements takes: its bytes ("cols", line 0); in
+    16-byte lines, its bytes rounded up to 16 and 4 more (the row's offset in its 4-byte
+    word); in 4-byte words (rows realigned), its bytes rounded up to 4."""
+    row = width * elem_bytes
+    if line == 16:
+        return -(-row // 16) * 16 + 4
+    return -(-row // 4) * 4 if line else row
 
 
 def cols_rows(shared_optin: int) -> int:
@@ -202,9 +216,23 @@ def cols_rows(shared_optin: int) -> int:
     return shared_optin // COLS_MIN_BYTES
 
 
-def cols_lines(m: int, n: int, elem_bytes: int) -> bool:
-    """Whether a COLS pass of an m x n grid runs in lines ("cols_lines")."""
-    return elem_bytes < 4 and (n * elem_bytes) % 4 != 0 and m <= LINES_MAX_ROWS
+def cols_line(m: int, n: int, elem_bytes: int, shared_optin: int) -> int:
+    """The word (bytes) a COLS pass of an m x n grid aligns its accesses to where its rows are
+    1- or 2-byte elements and not whole 4-byte words: 16 ("cols_lines") for at most
+    LINES_MAX_ROWS rows, 4 ("cols_words") for more, of the element sizes in COLS_WORDS, where
+    the narrowest band's rows fit the opt-in; else 0 ("cols": the widest word x, the rows and
+    the band divide)."""
+    if elem_bytes >= 4 or (n * elem_bytes) % 4 == 0:
+        return 0
+    if m <= LINES_MAX_ROWS:
+        return 16
+    narrowest = m * cols_pitch(COLS_MIN_BYTES // elem_bytes, elem_bytes, 4)
+    return 4 if elem_bytes in COLS_WORDS and narrowest <= shared_optin else 0
+
+
+def cols_piece(line: int) -> str:
+    """The COLS kernel of a line `cols_line` gave."""
+    return _COLS_LINE_PIECES[line]
 
 
 # SWAP's grid where blocks_per_sm blocks an SM would give each block one pair (its next
@@ -245,24 +273,29 @@ def swap_lines(m: int, elem_bytes: int) -> bool:
     return SWAP_LINES and elem_bytes < 16 and (m * elem_bytes) % 16 != 0
 
 
-def cols_params(params: InplaceParams, lines: bool = False) -> InplaceParams:
+def cols_params(params: InplaceParams, line: int = 0) -> InplaceParams:
     """COLS's parameters: twice the threads (512 by default) for "cols" (a block of the
     tallest bands is alone on its SM, and its loads in flight are what keep the memory busy);
-    the pass's own for "cols_lines" (two blocks of 256 an SM)."""
-    return params if lines else replace(params, threads=min(512, 2 * params.threads))
+    COLS_WORDS_THREADS for "cols_words" (line 4); the pass's own for "cols_lines" (line 16:
+    two blocks of 256 an SM)."""
+    if line == 16:
+        return params
+    return replace(
+        params, threads=COLS_WORDS_THREADS if line == 4 else min(512, 2 * params.threads)
+    )
 
 
 def cols_width(
-    m: int, n: int, batch: int, elem_bytes: int, shared_optin: int, sms: int, lines: bool = False
+    m: int, n: int, batch: int, elem_bytes: int, shared_optin: int, sms: int, line: int = 0
 ) -> int:
     """Columns of a COLS band: the widest power of two of bytes (32 to 4096) whose m rows fit
     the budget (else 32 bytes, in the opt-in), narrowed while the bands would leave SMs
     without two blocks; all n where that is fewer."""
     width = COLS_MAX_BYTES
-    budget = LINES_BLOCK_BYTES if lines else COLS_BLOCK_BYTES
+    budget = LINES_BLOCK_BYTES if line == 16 else COLS_BLOCK_BYTES
 
     def held(width: int) -> int:
-        return m * cols_pitch(max(1, width // elem_bytes), elem_bytes, lines)
+        return m * cols_pitch(max(1, width // elem_bytes), elem_bytes, line)
 
     while width > COLS_MIN_BYTES and held(width) > min(budget, shared_optin):
         width //= 2
@@ -421,9 +454,9 @@ class InplaceKernel:
             raise ShapeError(
                 f"in-place kernels of {self.elem_bytes}-byte elements; sizes are {ELEMENT_SIZES}"
             )
-        if self.piece == "cols_lines" and self.elem_bytes >= 4:
+        if self.piece in ("cols_lines", COLS_WORDS_PIECE) and self.elem_bytes >= 4:
             raise ShapeError(
-                f"cols_lines moves 1- or 2-byte elements, not {self.elem_bytes}-byte ones; "
+                f"{self.piece} moves 1- or 2-byte elements, not {self.elem_bytes}-byte ones; "
                 "use the piece 'cols'"
             )
         if self.piece == SWAP_LINES_PIECE and self.elem_bytes == 16:
@@ -519,7 +552,7 @@ def program_kernels(
         for k in CLUSTER_SIZES if piece == "cols_cluster" else (0,):
             try:
                 found.append(InplaceKernel(piece, elem_bytes, conjugate, params, k))
-            except ShapeError:  # cols_lines past 2 bytes, SWAP tiles too large
+            except ShapeError:  # cols_lines, cols_words past 2 bytes, SWAP tiles too large
                 continue
     return found
 
@@ -534,7 +567,7 @@ def program_source(config: Any, problem: str = "") -> str:
     p = config.params
     kernels = program_kernels(config.elem_bytes, config.conjugate, p, problem)
     cols = [k for k in kernels if k.piece in _COLS_PIECES and not k.cluster]
-    kernels += [replace(k, params=cols_params(p, lines)) for k in cols for lines in (False, True)]
+    kernels += [replace(k, params=cols_params(p, line)) for k in cols for line in (0, 16, 4)]
     kernels += [replace(k, params=cluster_params(p)) for k in kernels if k.cluster]
     return "\n".join(render_inplace(k) for k in dict.fromkeys(kernels))
 
@@ -707,13 +740,12 @@ def pass_launches(
                 table=row_table(m, n, plan.a) if table else None,
             )
         elif p.kind == COLS:
-            lines = cols_lines(m, n, elem_bytes)
-            piece = "cols_lines" if lines else COLS
-            spec = InplaceKernel(piece, elem_bytes, False, cols_params(params, lines))
-            w = cols_width(m, n, batch, elem_bytes, shared_optin, multiprocessors, lines)
+            line = cols_line(m, n, elem_bytes, shared_optin)
+            spec = InplaceKernel(cols_piece(line), elem_bytes, False, cols_params(params, line))
+            w = cols_width(m, n, batch, elem_bytes, shared_optin, multiprocessors, line)
             items = batch * -(-n // w)
             args = {"items": items, "tiles": w, "split": p.split}
-            add(p, spec, items, args, smem=m * cols_pitch(w, elem_bytes, lines), **cols_table(p))
+            add(p, spec, items, args, smem=m * cols_pitch(w, elem_bytes, line), **cols_table(p))
         elif p.kind == SHUFFLE and row_bytes + SHUFFLE_PAD <= shared_optin:
             piece = "shuffle_inv" if p.inverse else SHUFFLE
             spec = InplaceKernel(piece, elem_bytes, p.conjugate, params)
@@ -803,5 +835,5 @@ def _permute(
         )
 
 
-_COLS_PIECES = (COLS, "cols_lines", "cols_staged", "cols_cluster")
+_COLS_PIECES = (COLS, "cols_lines", COLS_WORDS_PIECE, "cols_staged", "cols_cluster")
 codegen.PROGRAM_SOURCES[KIND_NAME] = program_source  # an in-place config's version

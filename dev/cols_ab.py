@@ -1,0 +1,84 @@
+"""Developer tool: in-place rectangles whose COLS passes move 1- or 2-byte elements of rows
+that are not whole 4-byte words, by "cols" (single elements) and by "cols_words" (aligned
+4-byte words, rows realigned in shared memory; kernels/inplace.py: COLS_WORDS, set to 1- and
+2-byte elements for the run), on the same matrices in one process.
+
+    python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words]
+                          [--rounds 2] [--repeat 5] [--out FILE]
+
+Per case, round and variant the program is rebuilt,
+the call checked bit for bit against PyTorch's out-of-place transpose and timed, each pass
+against a copy of the bytes it moves (dev/staged_ab.py's timing), the whole call against a
+copy of x and transpose(); the rounds alternate the variants' order. Needs PyTorch on a CUDA
+GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from staged_ab import matrix, report, run_passes
+
+CASES = [
+    "10007x5003:float16",  # the 5003 x 10007 view: bands of 32 bytes, 5003 rows
+    "5003x3001:float16",
+    "3001x1999:int16",
+    "11x2656x1904:uint8",
+    "5003x16381:uint8",
+    "3001x1999:uint8",  # the H200 file's tuned 1-byte rectangle
+    "7919x2039:float16",
+    "3123x8555:uint8",
+    "2x3001x4097:bfloat16",
+    "997x30011:int8",
+    "18625x6903:float16",  # 6903 rows: past what a 36-byte band row holds, "cols" either way
+    "8192x7168:uint8",  # rows of whole words: "cols" either way (a control)
+]
+# name: COLS_WORDS
+VARIANTS = {"cols": (), "words": (1, 2)}
+
+
+def main() -> None:
+    import torch
+
+    import autotranspose as at
+    from autotranspose.dispatch import inplace as programs
+    from autotranspose.kernels import inplace as kernels
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    saved = kernels.COLS_WORDS
+    variants = [(name, VARIANTS[name]) for name in args.variants]
+    rows = []
+    for text in args.cases:
+        x0, x, want, copy_us, oop_us, state, xv = matrix(torch, text, args.repeat)
+        nbytes = x0.numel() * x0.element_size()
+        for rnd in range(args.rounds):
+            for name, sizes in variants if rnd % 2 == 0 else variants[::-1]:
+                kernels.COLS_WORDS = sizes
+                at.clear_caches()
+                prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
+                right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
+                passes = [
+                    f"{s.how.spec.piece}/{s.how.spec.params.threads}"
+                    f"/{s.how.args.get('tiles', 0) * xv.et.size}B:"
+                    f"{100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / t:.0f}%"
+                    for s, t in zip(prog.steps, per, strict=True)
+                ]
+                rows.append(report(text, name, right, us, copy_us, oop_us, passes))
+    kernels.COLS_WORDS = saved
+    at.clear_caches()
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from staged_ab import matrix, report, run_passes
+from staged_ab import matrix, pass_figures, report, run_passes
 
 CASES = [
     "2039x3008:float32",  # gcd 1, the gather
@@ -93,14 +93,17 @@ def main() -> None:
                 print(f"{text:>22} {name:>8} skipped: {exc}", flush=True)
                 continue
             right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
-            passes = []
-            for s, t in zip(prog.steps, per, strict=True):
-                pct = 100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / t
-                spec = s.how.spec
-                shape_of = ""
-                if spec.cluster:
-                    shape_of = f"/k{spec.cluster}w{s.how.args['tiles'] * spec.elem_bytes}"
-                passes.append(f"{spec.piece}{shape_of}:{pct:.0f}%")
+            passes = pass_figures(
+                prog,
+                per,
+                copy_us,
+                nbytes,
+                lambda how: (
+                    f"/k{how.spec.cluster}w{how.args['tiles'] * how.spec.elem_bytes}"
+                    if how.spec.cluster
+                    else ""
+                ),
+            )
             rows.append(report(text, name, right, us, copy_us, oop_us, passes))
     _set(kernels, "auto", saved)
     if args.out:

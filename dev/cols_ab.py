@@ -16,12 +16,11 @@ GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from staged_ab import matrix, report, run_passes
+from staged_ab import matrix, measured, report, write_rows
 
 CASES = [
     "10007x5003:float16",  # the 5003 x 10007 view: bands of 32 bytes, 5003 rows
@@ -59,25 +58,23 @@ def main() -> None:
     variants = [(name, VARIANTS[name]) for name in args.variants]
     rows = []
     for text in args.cases:
-        x0, x, want, copy_us, oop_us, state, xv = matrix(torch, text, args.repeat)
-        nbytes = x0.numel() * x0.element_size()
+        case = matrix(torch, text, args.repeat)
+        xv = case[-1]
         for rnd in range(args.rounds):
             for name, sizes in variants if rnd % 2 == 0 else variants[::-1]:
                 kernels.COLS_WORDS = sizes
                 at.clear_caches()
-                prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
-                right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
-                passes = [
-                    f"{s.how.spec.piece}/{s.how.spec.params.threads}"
-                    f"/{s.how.args.get('tiles', 0) * xv.et.size}B:"
-                    f"{100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / t:.0f}%"
-                    for s, t in zip(prog.steps, per, strict=True)
-                ]
-                rows.append(report(text, name, right, us, copy_us, oop_us, passes))
+                prog = programs.program(case[-2], xv.batch, xv.m, xv.n, xv.et.size)
+                right, us, passes = measured(torch, prog, case, args.repeat, _label)
+                rows.append(report(text, name, right, us, case[3], case[4], passes))
     kernels.COLS_WORDS = saved
     at.clear_caches()
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=1))
+    write_rows(args.out, rows)
+
+
+def _label(how) -> str:
+    """A COLS pass's threads and band bytes."""
+    return f"/{how.spec.params.threads}/{how.args.get('tiles', 0) * how.spec.elem_bytes}B"
 
 
 if __name__ == "__main__":

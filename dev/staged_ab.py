@@ -115,6 +115,28 @@ def report(
     return row
 
 
+def pass_figures(prog: Any, per: list[float], copy_us: float, nbytes: int, label: Any) -> list[str]:
+    """Each pass of `prog` as "piece<label(how)>:P%", P its time `per[k]` (us) as a % of a
+    copy of the bytes it moves (`copy_us`: a copy of x's `nbytes`)."""
+    return [
+        f"{s.how.spec.piece}{label(s.how)}:{100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / t:.0f}%"
+        for s, t in zip(prog.steps, per, strict=True)
+    ]
+
+
+def measured(torch: Any, prog: Any, case: tuple, repeat: int, label: Any) -> tuple:
+    """`prog` on a `matrix` case: whether it is right, its time (us) and `pass_figures`."""
+    x0, x, want, copy_us, _, _, _ = case
+    right, us, per = run_passes(torch, prog, x, x0, want, repeat)
+    return right, us, pass_figures(prog, per, copy_us, x0.numel() * x0.element_size(), label)
+
+
+def write_rows(path: Path | None, rows: list[dict]) -> None:
+    """The rows as JSON at `path`, where one was given."""
+    if path:
+        path.write_text(json.dumps(rows, indent=1))
+
+
 def run_passes(torch: Any, prog: Any, x: Any, x0: Any, want: Any, repeat: int):
     """`prog` run on x (a copy of x0 each time): whether it leaves `want`, then the median of
     `repeat` calls' times and of each pass's (us), CUDA events between the passes of one call
@@ -183,11 +205,13 @@ def main() -> None:
             )
             prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size)
             right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
-            passes = []
-            for s, pus in zip(prog.steps, per, strict=True):
-                pct = 100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / pus
-                extra = f"/{s.how.rows}b" if s.how.aux == "bands" else ""
-                passes.append(f"{s.how.spec.piece}{extra}:{pct:.0f}%")
+            passes = pass_figures(
+                prog,
+                per,
+                copy_us,
+                nbytes,
+                lambda how: f"/{how.rows}b" if how.aux == "bands" else "",
+            )
             fast = f"(fast path {fast_us:8.1f} us, {100 * copy_us / fast_us:5.1f}% of copy) "
             rows.append(
                 report(text, name, right, us, copy_us, oop_us, passes, fast, fast_us=fast_us)

@@ -15,13 +15,12 @@ alternate the variants' order. Needs PyTorch on a CUDA GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from staged_ab import matrix, report, run_passes
+from staged_ab import matrix, measured, report, write_rows
 
 CASES = [
     "8191x8191:uint8",  # rows one byte short of whole lines
@@ -56,8 +55,8 @@ def main() -> None:
     saved = kernels.SWAP_LINES
     rows = []
     for text in args.cases:
-        x0, x, want, copy_us, oop_us, state, xv = matrix(torch, text, args.repeat)
-        nbytes = x0.numel() * x0.element_size()
+        case = matrix(torch, text, args.repeat)
+        state, xv = case[-2:]
         served = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size).steps[0].how
         choices = [served.spec.params]
         for given in args.params:
@@ -71,17 +70,13 @@ def main() -> None:
                     kernels.SWAP_LINES = name == "lines"
                     at.clear_caches()
                     prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, params=params)
-                    right, us, per = run_passes(torch, prog, x, x0, want, args.repeat)
-                    passes = [
-                        f"{s.how.spec.piece}/{s.how.spec.params.key}:"
-                        f"{100 * (s.how.moved_bytes / 2 / nbytes) * copy_us / t:.0f}%"
-                        for s, t in zip(prog.steps, per, strict=True)
-                    ]
-                    rows.append(report(text, name, right, us, copy_us, oop_us, passes))
+                    right, us, passes = measured(
+                        torch, prog, case, args.repeat, lambda how: f"/{how.spec.params.key}"
+                    )
+                    rows.append(report(text, name, right, us, case[3], case[4], passes))
     kernels.SWAP_LINES = saved
     at.clear_caches()
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=1))
+    write_rows(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -137,8 +137,10 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
 @pytest.mark.parametrize(
     "m, n, pieces, rules",
     [
-        (900, 6007, ["shuffle", "cols"], [2]),  # the columns of 900 rows: a block's band
-        (4099, 6007, ["shuffle", "cols"], [2]),  # of 4099 rows
+        # the columns of 900 and 4099 rows: a block's band (in 4-byte words: rows of 12014 bytes)
+        (900, 6007, ["shuffle", "cols_words"], [2]),
+        (4099, 6007, ["shuffle", "cols_words"], [2]),
+        (4099, 6008, ["shuffle", "cols"], [2]),  # rows of whole 16-byte words
         (9000, 6000, ["cols", "shuffle_inv", "cols"], [3, 1]),  # the n x m view's, gcd 3000
         (7400, 7501, ["shuffle", "cols_staged"], [2]),  # past a block: through the scratch
         (8282, 7322, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # view, gcd 2
@@ -167,7 +169,7 @@ def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rul
     tabled = rules.index(2 if 2 in rules else 3)
     piece = cols[tabled].spec.piece
     runs = [e for e in gpu if e[:2] == ("run", piece)]
-    if piece in ("cols", "cols_cluster"):
+    if piece in ("cols", "cols_words", "cols_cluster"):
         assert runs[tabled][3] == table
         return
     scratch = call._SCRATCH[(0xC0, 0x33, 0)].ptr

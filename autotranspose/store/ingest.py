@@ -88,25 +88,31 @@ def import_file(
     device_id: int,
     entries: Sequence[TunedEntry],
     source: str,
+    config_ids: Mapping[KernelConfig, int],
     versions: Mapping[tuple[KernelConfig, str], tuple[str, ...]],
     stored: Mapping[tuple[str, str], tuple[str, ...]],
     now: datetime,
 ) -> int:
-    """One file's entries as one "imported" run: a measurement each, each offered as best."""
+    """One file's entries as one "imported" run: a measurement each, each offered as best.
+    `config_ids`: every entry's config, stored already (:func:`intern_configs`)."""
     settings_json = json.dumps({"source": source})
     run_id = writes.start_run(
         conn, device_id, settings_json, now=now, status="imported", finished=True
     )
     if not entries:
         return 0
-    config_ids = _config_ids(conn, {e.config for e in entries})
     measurement_ids = _insert_measurements(conn, run_id, device_id, entries, config_ids)
     offer_bests(conn, device_id, entries, config_ids, measurement_ids, versions, stored, now)
     return len(entries)
 
 
-def _config_ids(conn: Connection, configs: set[KernelConfig]) -> dict[KernelConfig, int]:
-    """Insert the configs not stored yet; every config's id."""
+def intern_configs(conn: Connection, configs: set[KernelConfig]) -> dict[KernelConfig, int]:
+    """Insert the configs not stored yet; every config's id.
+
+    A config row is a key and its JSON, the same whoever stores it, so an import interns its
+    configs in a transaction of their own before its own: on PostgreSQL a writer storing one
+    of them would otherwise wait on the import's uncommitted insert for the whole import. A
+    failed import may leave configs that no measurement names; nothing reads those."""
     dialect_insert = writes.on_conflict_insert(conn)
     if dialect_insert is None:
         return {c: writes.config_id(conn, c) for c in configs}

@@ -248,8 +248,10 @@ class Store:
         transaction: every file or none. Returns the number of entries of each.
 
         Everything that takes time (checks, kernel versions) is done before the write lock is
-        taken, and the writes are a few bulk statements, so that a `tune` recording beside a
-        large import waits a moment, not a minute (SQLite has one writer at a time).
+        taken, the configs are stored in a short transaction of their own first
+        (`ingest.intern_configs`), and the writes are a few bulk statements, so that a `tune`
+        recording beside a large import waits a moment, not a minute (SQLite has one writer
+        at a time; on PostgreSQL it waits only for the bests' part).
         """
         for device, entries, source in files:
             ingest.check_import(device, entries, source)
@@ -262,12 +264,15 @@ class Store:
         stored = self._best_versions({device.name for device, _, _ in files})
         infos = {device.name: device for device, _, _ in files}  # as the last file says
         now = writes.now()
+        configs = {e.config for _, entries, _ in files for e in entries}
+        with self._write() as conn:
+            config_ids = ingest.intern_configs(conn, configs) if configs else {}
         with self._write() as conn:
             # every device row first, in one order: PostgreSQL row locks taken in a fixed order
             device_ids = {name: writes.upsert_device(conn, infos[name]) for name in sorted(infos)}
             counts = []
             for device, entries, source in files:
-                args = (device_ids[device.name], entries, source, versions, stored, now)
+                args = (device_ids[device.name], entries, source, config_ids, versions, stored, now)
                 counts.append(ingest.import_file(conn, *args))
         hooks.best_changed()
         return counts

@@ -1,9 +1,11 @@
-"""Developer tool: in-place rectangles whose COLS passes move 1- or 2-byte elements of rows
-that are not whole 4-byte words, by "cols" (single elements) and by "cols_words" (aligned
-4-byte words, rows realigned in shared memory; kernels/inplace.py: COLS_WORDS, set to 1- and
-2-byte elements for the run), on the same matrices in one process.
+"""Developer tool: in-place rectangles by the COLS kernels a switch of kernels/inplace.py
+chooses, on the same matrices in one process: "cols" (every COLS pass by "cols", the widest
+words x, the rows and the bands divide, one row step after another), "words" (1- and 2-byte
+rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS_WORDS),
+"rule" (also rows of whole 16-byte words of 1- and 2-byte elements compiled per rule:
+"cols_rule", COLS_RULE, as served) and "rule-wide" (COLS_RULE for 4- and 8-byte elements too).
 
-    python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words]
+    python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
 
 Per case, round and variant the program is rebuilt,
@@ -36,38 +38,54 @@ CASES = [
     "18625x6903:float16",  # 6903 rows: past what a 36-byte band row holds, "cols" either way
     "8192x7168:uint8",  # rows of whole words: "cols" either way (a control)
 ]
-# name: COLS_WORDS
-VARIANTS = {"cols": (), "words": (1, 2)}
+# name: the switches of kernels/inplace.py it sets
+VARIANTS = {
+    "cols": {"COLS_WORDS": (), "COLS_RULE": ()},
+    "words": {"COLS_WORDS": (1, 2), "COLS_RULE": ()},
+    "rule": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2)},
+    "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8)},
+}
 
 
 def main() -> None:
     import torch
 
     import autotranspose as at
-    from autotranspose.dispatch import inplace as programs
+    from autotranspose.dispatch import inplace as programs, lookup
     from autotranspose.kernels import inplace as kernels
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", default=["cols", "words"], choices=list(VARIANTS))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    saved = kernels.COLS_WORDS
+    saved = {k: getattr(kernels, k) for k in VARIANTS["cols"]}
     variants = [(name, VARIANTS[name]) for name in args.variants]
     rows = []
     for text in args.cases:
         case = matrix(torch, text, args.repeat)
         xv = case[-1]
+        # every variant at the parameters lookup serves under the first one's kernels: a
+        # switch that changes a class's kernels makes its stored result stale, and lookup
+        # would serve the kind's default under the other
+        for k, v in variants[0][1].items():
+            setattr(kernels, k, v)
+        at.clear_caches()
+        params = lookup.inplace_choice(case[-2].info, xv.et.size, xv.batch, xv.m, xv.n)
+        params = params.config.params
+        print(f"{text}: parameters {params.key}", flush=True)
         for rnd in range(args.rounds):
-            for name, sizes in variants if rnd % 2 == 0 else variants[::-1]:
-                kernels.COLS_WORDS = sizes
+            for name, switches in variants if rnd % 2 == 0 else variants[::-1]:
+                for k, v in switches.items():
+                    setattr(kernels, k, v)
                 at.clear_caches()
-                prog = programs.program(case[-2], xv.batch, xv.m, xv.n, xv.et.size)
+                prog = programs.program(case[-2], xv.batch, xv.m, xv.n, xv.et.size, params=params)
                 right, us, passes = measured(torch, prog, case, args.repeat, _label)
                 rows.append(report(text, name, right, us, case[3], case[4], passes))
-    kernels.COLS_WORDS = saved
+    for k, v in saved.items():
+        setattr(kernels, k, v)
     at.clear_caches()
     write_rows(args.out, rows)
 

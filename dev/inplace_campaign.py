@@ -4,11 +4,13 @@
     python dev/cast_campaign.py merge --shipped tuning_db/X.json --export X.json --out X.json
 
 `tune` runs `autotranspose tune --inplace`'s study (`tuner.study.inplace.tune_inplace`, one
-measuring worker a case) for each of DTYPES x SHAPES: a square, a rectangle of LLM sides, one of odd
-sides, a skinny one and a batch (five classes), for every element size, the square first. Cases stop starting once
-`--budget` seconds have passed; `--problems square` (or `rectangle`) tunes one problem's
-cases alone, as after an edit of its kernels only (an in-place result's version hashes its
-problem's kernels: the other problem's shipped results stay current and are merged back).
+measuring worker a case) for each of DTYPES x SHAPES: a square, a rectangle of LLM sides, one
+of odd sides, a skinny one and a batch (five classes), for every element size, the square
+first. Cases stop starting once `--budget` seconds have passed; `--shapes` tunes some of
+SHAPES alone (those dev/restamp.py says to measure again); `--problems square` (or
+`rectangle`) tunes one problem's cases alone, as after an edit of its kernels only (an
+in-place result's version hashes its problem's kernels: the other problem's shipped results
+stay current and are merged back).
 Each line says the best config, its % of a copy of the same bytes and the kind's default's
 on the same case (the study measures the default first).
 `cast_campaign.py merge` puts the export's entries that name a problem (casts and in-place
@@ -37,6 +39,8 @@ def cmd_tune(args: argparse.Namespace) -> None:
     for shape in SHAPES:
         square = shape[1] == shape[2]
         if ("square" if square else "rectangle") not in args.problems:
+            continue
+        if args.shapes and "x".join(map(str, shape)) not in args.shapes:
             continue
         for dtype in args.dtypes:
             if time.monotonic() - started > args.budget:
@@ -77,6 +81,13 @@ def main() -> None:
     t = sub.add_parser("tune")
     t.add_argument("--db", required=True)
     t.add_argument("--dtypes", nargs="+", default=list(DTYPES))
+    t.add_argument(
+        "--shapes",
+        nargs="+",
+        metavar="BxMxN",
+        help="only these of SHAPES (e.g. 1x8192x7168): the entries dev/restamp.py says to "
+        "measure again",
+    )
     t.add_argument("--trials", type=int, default=8)
     t.add_argument("--batch", type=int, default=8)
     t.add_argument("--budget", type=float, default=240.0, help="seconds before no case starts")

@@ -8,6 +8,7 @@ import pytest
 
 import autotranspose as at
 from autotranspose import errors
+from autotranspose.kernels import inplace as inplace_kernels
 from autotranspose.kernels.inplace import (
     PIECES,
     InplaceKernel,
@@ -109,13 +110,24 @@ def test_kernel_specs_are_checked():
         (65, 301, 1, "cols_words"),  # taller, 1-byte: 4-byte words
         (5003, 16381, 1, "cols_words"),
         (3001, 5003, 2, "cols_words"),
-        (5003, 16384, 1, "cols"),  # rows of whole words
+        (5003, 16384, 1, "cols_rule"),  # rows of whole 16-byte words: compiled per rule
+        (3001, 5000, 2, "cols_rule"),
+        (8, 48, 1, "cols_rule"),
+        (5003, 16388, 1, "cols"),  # whole 4-byte words, not 16-byte ones
         (7300, 16381, 1, "cols"),  # a 32-byte band row of 7300 rows passes 227 KiB
         (3001, 5003, 4, "cols"),
+        (3001, 5000, 4, "cols"),  # 4-byte elements: not in COLS_RULE
     ],
 )
 def test_cols_takes_the_measured_word(m, n, e, piece):
-    assert cols_piece(cols_line(m, n, e, 227 << 10)) == piece
+    assert cols_piece(cols_line(m, n, e, 227 << 10), n, e) == piece
+
+
+def test_cols_rule_serves_only_its_element_sizes(monkeypatch):
+    monkeypatch.setattr(inplace_kernels, "COLS_RULE", ())
+    assert cols_piece(0, 16384, 1) == "cols"
+    monkeypatch.setattr(inplace_kernels, "COLS_RULE", (1, 2, 4))
+    assert cols_piece(0, 5000, 4) == "cols_rule"
 
 
 def test_every_piece_renders_one_named_kernel():
@@ -129,11 +141,13 @@ def test_every_piece_renders_one_named_kernel():
         InplaceKernel("cols", 4, cluster=4)
     with pytest.raises(errors.ShapeError, match="swap_lines moves elements of 1 to 8 bytes"):
         InplaceKernel("swap_lines", 16)
+    with pytest.raises(errors.ShapeError, match="cols_rule moves elements of 1 to 8 bytes"):
+        InplaceKernel("cols_rule", 16)
     for piece in PIECES:
         for e in (1, 2, 4, 8, 16):
             if (piece == "conj" and e < 8) or (piece in ("cols_lines", "cols_words") and e >= 4):
                 continue
-            if piece == "swap_lines" and e == 16:
+            if piece in ("swap_lines", "cols_rule") and e == 16:
                 continue
             k = InplaceKernel(piece, e, piece == "conj", cluster=2 * (piece == "cols_cluster"))
             src = render_inplace(k)

@@ -34,7 +34,7 @@ def _specs(elem_bytes: int, arch: str = "sm_90") -> list[InplaceKernel]:
             elem_bytes,
             False,
             cols_params(params)
-            if p in ("cols", "cols_words")
+            if p in ("cols", "cols_words", "cols_rule")
             else cluster_params(params)
             if p[-1] == "r"
             else params,
@@ -43,7 +43,7 @@ def _specs(elem_bytes: int, arch: str = "sm_90") -> list[InplaceKernel]:
         for p in PIECES
         if p != "conj"
         and (p not in ("cols_lines", "cols_words") or elem_bytes < 4)
-        and (p != "swap_lines" or elem_bytes < 16)
+        and (p not in ("swap_lines", "cols_rule") or elem_bytes < 16)
         # clusters are sm_90's: the host takes cols_cluster on no GPU before it
         and (p != "cols_cluster" or arch >= "sm_90")
     ]

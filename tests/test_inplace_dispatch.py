@@ -140,8 +140,9 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
         # the columns of 900 and 4099 rows: a block's band (in 4-byte words: rows of 12014 bytes)
         (900, 6007, ["shuffle", "cols_words"], [2]),
         (4099, 6007, ["shuffle", "cols_words"], [2]),
-        (4099, 6008, ["shuffle", "cols"], [2]),  # rows of whole 16-byte words
-        (9000, 6000, ["cols", "shuffle_inv", "cols"], [3, 1]),  # the n x m view's, gcd 3000
+        # rows of whole 16-byte words: compiled per rule
+        (4099, 6008, ["shuffle", "cols_rule"], [2]),
+        (9000, 6000, ["cols_rule", "shuffle_inv", "cols_rule"], [3, 1]),  # n x m, gcd 3000
         (7400, 7501, ["shuffle", "cols_staged"], [2]),  # past a block: through the scratch
         (8282, 7322, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # view, gcd 2
         # past a block, rows of whole 16-byte words: over clusters of blocks (sm_90)
@@ -169,7 +170,7 @@ def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rul
     tabled = rules.index(2 if 2 in rules else 3)
     piece = cols[tabled].spec.piece
     runs = [e for e in gpu if e[:2] == ("run", piece)]
-    if piece in ("cols", "cols_words", "cols_cluster"):
+    if piece in ("cols", "cols_words", "cols_rule", "cols_cluster"):
         assert runs[tabled][3] == table
         return
     scratch = call._SCRATCH[(0xC0, 0x33, 0)].ptr

@@ -123,6 +123,12 @@ def test_rows_longer_than_shared_memory_go_through_one_row_of_scratch(cupy, rng,
         ((2, 1503, 2505), "int8"),  # gcd 501: both rotations, batched
         ((6001, 4001), "bool"),  # the 4001 x 6001 view, the scatter
         ((6001, 4001), "bfloat16"),  # 2-byte elements
+        # rows of whole 16-byte words of 1- and 2-byte elements: compiled per rule
+        ((4001, 6000), "uint8"),  # the gather, each word's elements on one line
+        ((6000, 4001), "int8"),  # the scatter on the 4001 x 6000 view
+        ((3, 1200, 2000), "uint8"),  # gcd 400, b 5: the rotation walked, batched
+        ((2400, 2720), "float16"),  # gcd 160, b 17: the rotation down on one line
+        ((2720, 2400), "bfloat16"),  # the rotation up, the scatter
     ],
 )
 def test_column_passes_on_either_side(cupy, rng, shape, dtype):

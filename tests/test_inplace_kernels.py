@@ -445,6 +445,31 @@ def test_tall_column_passes_of_narrow_rows_in_4_byte_words(batch, m, n, e, tmp):
         assert all(h.spec.params.threads == COLS_WORDS_THREADS for h in hows if h.kind == "cols")
 
 
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [
+        (1, 97, 160, 1),  # gcd 1, the gather: rows of ten 16-byte words, each on one line
+        (1, 160, 97, 1),  # flipped: the scatter over the 97 x 160 view
+        (1, 120, 176, 1),  # gcd 8, b 22: the rotation down, a word's line turning at C / b
+        (1, 176, 120, 1),  # flipped: the rotation up
+        (2, 144, 96, 1),  # gcd 48, b 2 (under a word's 16): the rotation walked
+        (2, 8, 208, 1),  # 8 rows, under a word's 16 elements: walked, the wrap past m twice
+        (1, 99, 136, 2),  # 2-byte, gcd 1
+        (2, 72, 120, 2),  # 2-byte, gcd 24, b 5: walked
+        (1, 136, 99, 2),  # 2-byte, flipped
+    ],
+)
+def test_column_passes_of_rows_of_whole_16_byte_words_compiled_per_rule(batch, m, n, e, tmp):
+    """Grids of 1- and 2-byte elements whose rows are whole 16-byte words: every COLS pass
+    compiled per rule ("cols_rule"), each element's cell found from its word's first where
+    m and b allow, walked where not; x on its line (16-byte words) and one element past it
+    (element by element)."""
+    for shift in (0, e):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
+        cols = {h.spec.piece for h in hows if h.kind == "cols"}
+        assert cols == {"cols_rule"}, [(h.kind, h.spec.piece) for h in hows]
+
+
 @pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8)])
 def test_fused_column_passes_with_rows_through_the_scratch(batch, m, n, e, tmp):
     """Rows longer than shared memory (256 bytes here) go through the scratch, both forms,

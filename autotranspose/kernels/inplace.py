@@ -56,6 +56,8 @@ SWAP_LINES_PIECE = "swap_lines"
 # COLS of tall grids of 1- and 2-byte elements whose rows are not whole 4-byte words, in
 # aligned 4-byte words (COLS_WORDS, below)
 COLS_WORDS_PIECE = "cols_words"
+# COLS of rows of whole 16-byte words of narrow elements compiled per rule (COLS_RULE, below)
+COLS_RULE_PIECE = "cols_rule"
 
 # at_inplace_args: m, n, batch, items, c, a, b, a_inv, tiles, split, row, segs, cycles (or
 # pieces), lanes, rows_per, offset (where the scratch's rows start, after a table) and the
@@ -108,6 +110,7 @@ PIECES = (
     COLS,
     "cols_lines",
     COLS_WORDS_PIECE,
+    COLS_RULE_PIECE,
     "cols_staged",
     "cols_cluster",
     PERMUTE,
@@ -132,6 +135,7 @@ _FILES = {
     COLS: "cols",
     "cols_lines": "cols_lines",
     COLS_WORDS_PIECE: "cols_words",
+    COLS_RULE_PIECE: "cols_rule",
     "cols_staged": "cols_staged",
     "cols_cluster": "cols_cluster",
     PERMUTE: "cycles",
@@ -199,6 +203,11 @@ LINES_BLOCK_BYTES, LINES_MAX_ROWS = 110 << 10, 64
 COLS_WORDS: tuple[int, ...] = (1, 2)
 COLS_WORDS_THREADS = 512
 _COLS_LINE_PIECES = {0: COLS, 16: "cols_lines", 4: COLS_WORDS_PIECE}
+# Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
+# row step after another under a rule read at run time; "cols_rule" (the element sizes in
+# COLS_RULE) is compiled per rule and finds each element's row from its word's first, so that
+# a word's shared loads wait on nothing but the word's first row.
+COLS_RULE: tuple[int, ...] = ()
 
 
 def cols_pitch(width: int, elem_bytes: int, line: int = 0) -> int:
@@ -230,8 +239,11 @@ def cols_line(m: int, n: int, elem_bytes: int, shared_optin: int) -> int:
     return 4 if elem_bytes in COLS_WORDS and narrowest <= shared_optin else 0
 
 
-def cols_piece(line: int) -> str:
-    """The COLS kernel of a line `cols_line` gave."""
+def cols_piece(line: int, n: int, elem_bytes: int) -> str:
+    """The COLS kernel of a line `cols_line` gave for an m x n grid: in line 0, "cols_rule"
+    where the rows are whole 16-byte words of an element size in COLS_RULE."""
+    if line == 0 and elem_bytes in COLS_RULE and (n * elem_bytes) % 16 == 0:
+        return COLS_RULE_PIECE
     return _COLS_LINE_PIECES[line]
 
 
@@ -459,6 +471,11 @@ class InplaceKernel:
                 f"{self.piece} moves 1- or 2-byte elements, not {self.elem_bytes}-byte ones; "
                 "use the piece 'cols'"
             )
+        if self.piece == COLS_RULE_PIECE and self.elem_bytes == 16:
+            raise ShapeError(
+                "cols_rule moves elements of 1 to 8 bytes (a 16-byte word of 16-byte elements "
+                "is one element); use the piece 'cols'"
+            )
         if self.piece == SWAP_LINES_PIECE and self.elem_bytes == 16:
             raise ShapeError(
                 "swap_lines moves elements of 1 to 8 bytes (16-byte rows are always whole "
@@ -549,6 +566,8 @@ def program_kernels(
     for piece in _PROBLEM_PIECES.get(problem, PIECES):
         if piece == SWAP_LINES_PIECE and not SWAP_LINES:
             continue  # not served: its source is no config's yet
+        if piece == COLS_RULE_PIECE and elem_bytes not in COLS_RULE:
+            continue  # likewise, for the element sizes it does not serve
         for k in CLUSTER_SIZES if piece == "cols_cluster" else (0,):
             try:
                 found.append(InplaceKernel(piece, elem_bytes, conjugate, params, k))
@@ -741,7 +760,8 @@ def pass_launches(
             )
         elif p.kind == COLS:
             line = cols_line(m, n, elem_bytes, shared_optin)
-            spec = InplaceKernel(cols_piece(line), elem_bytes, False, cols_params(params, line))
+            piece = cols_piece(line, n, elem_bytes)
+            spec = InplaceKernel(piece, elem_bytes, False, cols_params(params, line))
             w = cols_width(m, n, batch, elem_bytes, shared_optin, multiprocessors, line)
             items = batch * -(-n // w)
             args = {"items": items, "tiles": w, "split": p.split}
@@ -835,5 +855,12 @@ def _permute(
         )
 
 
-_COLS_PIECES = (COLS, "cols_lines", COLS_WORDS_PIECE, "cols_staged", "cols_cluster")
+_COLS_PIECES = (
+    COLS,
+    "cols_lines",
+    COLS_WORDS_PIECE,
+    COLS_RULE_PIECE,
+    "cols_staged",
+    "cols_cluster",
+)
 codegen.PROGRAM_SOURCES[KIND_NAME] = program_source  # an in-place config's version

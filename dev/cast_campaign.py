@@ -75,7 +75,9 @@ def _tune_one(
 def cmd_merge(args: argparse.Namespace) -> None:
     """The shipped file as it is (its transposes' entries byte for byte) with the export's
     entries of a problem (casts, in-place transposes) in place of its own, sorted as an export
-    sorts them; checked by parsing."""
+    sorts them; checked by parsing. A shipped entry of a problem whose class the export lacks
+    (an export leaves out what a kernel change made stale) is kept as it was, for
+    dev/restamp.py or the next campaign."""
     from autotranspose.kernels.shapes import ShapeClass
     from autotranspose.store import textio
 
@@ -83,15 +85,24 @@ def cmd_merge(args: argparse.Namespace) -> None:
     exported = json.loads(Path(args.export).read_text())
     if shipped["device"]["name"] != exported["device"]["name"]:
         raise SystemExit("the two files are of different GPU models")
-    entries = [e for e in shipped["entries"] if not e.get("problem")]
-    entries += [e for e in exported["entries"] if e.get("problem")]
+
+    def key(e: dict) -> tuple:
+        return e["elem_bytes"], e["shape_class"], e.get("problem", "")
+
+    fresh = [e for e in exported["entries"] if e.get("problem")]
+    exported_keys = {key(e) for e in fresh}
+    kept = [e for e in shipped["entries"] if e.get("problem") and key(e) not in exported_keys]
+    entries = [e for e in shipped["entries"] if not e.get("problem")] + fresh + kept
     entries.sort(
         key=lambda e: (e["elem_bytes"], ShapeClass.parse(e["shape_class"]), e.get("problem", ""))
     )
     doc = {**shipped, "entries": entries}
     textio.parse(doc, args.out)
     Path(args.out).write_text(textio.dumps(doc))
-    print(f"wrote {args.out}: {sum(1 for e in entries if e.get('problem'))} entries of a problem")
+    print(
+        f"wrote {args.out}: {sum(1 for e in entries if e.get('problem'))} entries of a problem "
+        f"({len(kept)} kept from the shipped file: none exported)"
+    )
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,48 @@ def test_diag_keeps_what_comes_back_to_eight_files(tmp_path: Path) -> None:
         ["tar", "-tzf", str(tmp_path / "rest-diag.tar.gz")], capture_output=True, text=True
     )
     assert sorted(listing.stdout.split()) == sorted(f"diag.{i}.txt" for i in range(10))
+
+
+def test_a_campaign_merge_keeps_the_shipped_entries_the_export_lacks(tmp_path: Path) -> None:
+    """An export leaves out the classes a kernel change made stale: merging it into the
+    shipped file keeps those as they were (for dev/restamp.py), takes the export's others and
+    leaves the transposes' entries byte for byte."""
+    import json
+    import random
+
+    shipped = json.loads((ROOT / "tuning_db" / "NVIDIA_H200.json").read_text())
+    ours = [i for i, e in enumerate(shipped["entries"]) if e.get("problem")]
+    rng = random.Random()
+    dropped, changed = rng.sample(ours, 2)
+    exported = json.loads(json.dumps(shipped))
+    exported["entries"][changed]["gbps"] *= 1.5
+    exported["entries"][changed]["ratio"] *= 1.5
+    del exported["entries"][dropped]
+    (tmp_path / "shipped.json").write_text(json.dumps(shipped))
+    (tmp_path / "export.json").write_text(json.dumps(exported))
+    out = tmp_path / "out.json"
+    files = ["--shipped", tmp_path / "shipped.json", "--export", tmp_path / "export.json"]
+    done = subprocess.run(
+        [sys.executable, ROOT / "dev" / "cast_campaign.py", "merge", *files, "--out", out],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "1 kept from the shipped file" in done.stdout
+    merged = json.loads(out.read_text())["entries"]
+
+    def key(e: dict) -> tuple:
+        return e["elem_bytes"], e["shape_class"], e.get("problem", "")
+
+    by_key = {key(e): e for e in merged}
+    assert len(merged) == len(shipped["entries"])
+    assert by_key[key(shipped["entries"][dropped])] == shipped["entries"][dropped]
+    assert (
+        by_key[key(shipped["entries"][changed])]
+        == exported["entries"][changed - (changed > dropped)]
+    )
+    assert [e for e in merged if not e.get("problem")] == [
+        e for e in shipped["entries"] if not e.get("problem")
+    ]

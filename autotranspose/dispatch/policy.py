@@ -30,8 +30,9 @@ In-place transposes (transpose_()) run what `lookup.inplace_choice` serves their
 (`inplace_class`, under `inplace_problem`: squares apart): this device's tuned result of
 exactly that class, else the shipped one, else `inplace_default` (the kind's parameters,
 `kinds.inplace.default`); their passes as plans/inplace.py orders them and each COLS pass in
-the widest words its rows divide, or aligned 16- or 4-byte words where 1- and 2-byte rows
-are not whole 4-byte words, by the measured rule `kernels.inplace.cols_line`. Nothing is raced:
+the widest words its rows divide (compiled per rule where 1- and 2-byte rows are whole 16-byte
+words), or aligned 16- or 4-byte words where they are not whole 4-byte words, by the measured
+rules `kernels.inplace.cols_line` and `cols_piece`. Nothing is raced:
 a first call would time its candidates on the caller's own matrix.
 
 A call of one contiguous run per matrix is a copy (`copies`). A permute's alternatives are

@@ -206,8 +206,12 @@ _COLS_LINE_PIECES = {0: COLS, 16: "cols_lines", 4: COLS_WORDS_PIECE}
 # Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
 # row step after another under a rule read at run time; "cols_rule" (the element sizes in
 # COLS_RULE) is compiled per rule and finds each element's row from its word's first, so that
-# a word's shared loads wait on nothing but the word's first row.
-COLS_RULE: tuple[int, ...] = ()
+# a word's shared loads wait on nothing but the word's first row. On the H200 (dev/cols_ab.py,
+# one process, the same parameters): 1-byte COLS passes 29-31% of a copy -> 31-36% (uint8
+# 5003x16384 31 -> 36, 8192x7168 31 -> 35), 2-byte 34-50% -> 36-52%, no case slower; 4-byte
+# 53 -> 55-56% and 8-byte level, which "cols" keeps (their shipped results were not measured
+# again).
+COLS_RULE: tuple[int, ...] = (1, 2)
 
 
 def cols_pitch(width: int, elem_bytes: int, line: int = 0) -> int:

@@ -859,12 +859,5 @@ def _permute(
         )
 
 
-_COLS_PIECES = (
-    COLS,
-    "cols_lines",
-    COLS_WORDS_PIECE,
-    COLS_RULE_PIECE,
-    "cols_staged",
-    "cols_cluster",
-)
+_COLS_PIECES = tuple(p for p in PIECES if p.startswith(COLS))  # the COLS pass's kernels
 codegen.PROGRAM_SOURCES[KIND_NAME] = program_source  # an in-place config's version

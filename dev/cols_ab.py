@@ -3,7 +3,9 @@ chooses, on the same matrices in one process: "cols" (every COLS pass by "cols",
 words x, the rows and the bands divide, one row step after another), "words" (1- and 2-byte
 rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS_WORDS),
 "rule" (also rows of whole 16-byte words of 1- and 2-byte elements compiled per rule:
-"cols_rule", COLS_RULE, as served) and "rule-wide" (COLS_RULE for 4- and 8-byte elements too).
+"cols_rule", COLS_RULE, as served), "rule-wide" (COLS_RULE for 4- and 8-byte elements too)
+and "rule-swz" (cols_rule's band rows XOR-permuted over the banks: the experiment
+dev/templates/inplace/cols_rule_swz.cu.j2 rendered in its place).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -38,13 +40,40 @@ CASES = [
     "18625x6903:float16",  # 6903 rows: past what a 36-byte band row holds, "cols" either way
     "8192x7168:uint8",  # rows of whole words: "cols" either way (a control)
 ]
-# name: the switches of kernels/inplace.py it sets
+# name: the switches of kernels/inplace.py it sets, and the pieces it renders from dev/templates
 VARIANTS = {
     "cols": {"COLS_WORDS": (), "COLS_RULE": ()},
     "words": {"COLS_WORDS": (1, 2), "COLS_RULE": ()},
     "rule": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2)},
     "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8)},
+    "rule-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_rule": "cols_rule_swz"},
 }
+DEV_TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def _switch(kernels, compiler, saved: dict, switches: dict) -> None:
+    """Set a variant's switches and templates; forget the compiled COLS kernels (a piece
+    rendered from another template keeps its kernel's name)."""
+    import jinja2
+
+    files = dict(saved["_FILES"])
+    for k, v in switches.items():
+        if k.isupper():
+            setattr(kernels, k, v)
+        else:
+            files[k] = v
+    kernels._FILES = files
+    if "_environment" not in saved:
+        saved["_environment"] = kernels._environment
+
+        def environment():
+            env = saved["_environment"]()
+            env.loader = jinja2.ChoiceLoader([env.loader, jinja2.FileSystemLoader(DEV_TEMPLATES)])
+            return env
+
+        kernels._environment = environment
+    for key in [k for k in compiler._kernels if "_cols" in k[1]]:
+        del compiler._kernels[key]
 
 
 def main() -> None:
@@ -53,6 +82,7 @@ def main() -> None:
     import autotranspose as at
     from autotranspose.dispatch import inplace as programs, lookup
     from autotranspose.kernels import inplace as kernels
+    from autotranspose.runtime import compiler
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
@@ -61,7 +91,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    saved = {k: getattr(kernels, k) for k in VARIANTS["cols"]}
+    saved = {k: getattr(kernels, k) for k in ("COLS_WORDS", "COLS_RULE", "_FILES")}
     variants = [(name, VARIANTS[name]) for name in args.variants]
     rows = []
     for text in args.cases:
@@ -70,16 +100,14 @@ def main() -> None:
         # every variant at the parameters lookup serves under the first one's kernels: a
         # switch that changes a class's kernels makes its stored result stale, and lookup
         # would serve the kind's default under the other
-        for k, v in variants[0][1].items():
-            setattr(kernels, k, v)
+        _switch(kernels, compiler, saved, variants[0][1])
         at.clear_caches()
         params = lookup.inplace_choice(case[-2].info, xv.et.size, xv.batch, xv.m, xv.n)
         params = params.config.params
         print(f"{text}: parameters {params.key}", flush=True)
         for rnd in range(args.rounds):
             for name, switches in variants if rnd % 2 == 0 else variants[::-1]:
-                for k, v in switches.items():
-                    setattr(kernels, k, v)
+                _switch(kernels, compiler, saved, switches)
                 at.clear_caches()
                 prog = programs.program(case[-2], xv.batch, xv.m, xv.n, xv.et.size, params=params)
                 right, us, passes = measured(torch, prog, case, args.repeat, _label)

@@ -3,9 +3,10 @@ chooses, on the same matrices in one process: "cols" (every COLS pass by "cols",
 words x, the rows and the bands divide, one row step after another), "words" (1- and 2-byte
 rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS_WORDS),
 "rule" (also rows of whole 16-byte words of 1- and 2-byte elements compiled per rule:
-"cols_rule", COLS_RULE, as served), "rule-wide" (COLS_RULE for 4- and 8-byte elements too)
-and "rule-swz" (cols_rule's band rows XOR-permuted over the banks: the experiment
-dev/templates/inplace/cols_rule_swz.cu.j2 rendered in its place).
+"cols_rule", COLS_RULE, as served), "rule-wide" (COLS_RULE for 4- and 8-byte elements too),
+"rule-swz" and "words-swz" (cols_rule's or cols_words' band rows XOR-permuted over the
+banks: the experiments dev/templates/inplace/cols_rule_swz.cu.j2 and cols_words_swz.cu.j2
+rendered in their places).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -47,6 +48,7 @@ VARIANTS = {
     "rule": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2)},
     "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8)},
     "rule-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_rule": "cols_rule_swz"},
+    "words-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_words": "cols_words_swz"},
 }
 DEV_TEMPLATES = Path(__file__).resolve().parent / "templates"
 

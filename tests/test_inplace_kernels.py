@@ -470,6 +470,38 @@ def test_column_passes_of_rows_of_whole_16_byte_words_compiled_per_rule(batch, m
         assert cols == {"cols_rule"}, [(h.kind, h.spec.piece) for h in hows]
 
 
+@pytest.mark.parametrize(
+    "variant, piece, batch, m, n, e",
+    [
+        ("rule-swz", "cols_rule", 1, 97, 160, 1),  # the table gather, 32-byte band rows
+        ("rule-swz", "cols_rule", 1, 160, 97, 1),  # the table scatter
+        ("rule-swz", "cols_rule", 1, 120, 176, 1),  # the rotation down, on one line
+        ("rule-swz", "cols_rule", 2, 8, 208, 1),  # walked
+        ("rule-swz", "cols_rule", 1, 99, 136, 2),  # 64-byte band rows
+        ("words-swz", "cols_words", 1, 97, 131, 1),
+        ("words-swz", "cols_words", 1, 131, 97, 1),
+        ("words-swz", "cols_words", 1, 165, 99, 1),
+    ],
+)
+def test_the_dev_experiments_transpose(variant, piece, batch, m, n, e, tmp, monkeypatch):
+    """The unserved kernel experiments of dev/templates, rendered in their pieces' places as
+    dev/cols_ab.py renders them, transpose bit for bit: ready to be measured."""
+    monkeypatch.syspath_prepend(str(HERE.parent / "dev"))
+    import cols_ab
+
+    from autotranspose.kernels import inplace as kernels
+    from autotranspose.runtime import compiler
+
+    for name in ("COLS_WORDS", "COLS_RULE", "_FILES", "_environment"):
+        monkeypatch.setattr(kernels, name, getattr(kernels, name))
+    saved = {k: getattr(kernels, k) for k in ("COLS_WORDS", "COLS_RULE", "_FILES")}
+    cols_ab._switch(kernels, compiler, saved, cols_ab.VARIANTS[variant])
+    assert "XOR-permuted" in render_inplace(InplaceKernel(piece, e))
+    for shift in (0, e):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
+        assert {h.spec.piece for h in hows if h.kind == "cols"} == {piece}
+
+
 @pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8)])
 def test_fused_column_passes_with_rows_through_the_scratch(batch, m, n, e, tmp):
     """Rows longer than shared memory (256 bytes here) go through the scratch, both forms,

@@ -6,7 +6,8 @@ rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS
 "cols_rule", COLS_RULE, as served), "rule-wide" (COLS_RULE for 4- and 8-byte elements too),
 "rule-swz" and "words-swz" (cols_rule's or cols_words' band rows XOR-permuted over the
 banks: the experiments dev/templates/inplace/cols_rule_swz.cu.j2 and cols_words_swz.cu.j2
-rendered in their places).
+rendered in their places), "rule-1024" (cols_rule and cols in blocks of 1024 threads: a
+block of the tallest bands is alone on its SM, 16 warps at 512).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -49,22 +50,40 @@ VARIANTS = {
     "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8)},
     "rule-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_rule": "cols_rule_swz"},
     "words-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_words": "cols_words_swz"},
+    "rule-1024": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "threads": 1024},
 }
 DEV_TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def _switch(kernels, compiler, saved: dict, switches: dict) -> None:
-    """Set a variant's switches and templates; forget the compiled COLS kernels (a piece
-    rendered from another template keeps its kernel's name)."""
+    """Set a variant's switches, templates and COLS threads (line 0: "cols", "cols_rule");
+    forget the compiled COLS kernels (a piece rendered from another template keeps its
+    kernel's name). `saved`: kernels' COLS_WORDS, COLS_RULE and _FILES as they were; what
+    else this replaces is added to it, for `_restore`."""
+    import dataclasses
+
     import jinja2
+
+    from autotranspose.kinds import inplace as kind
 
     files = dict(saved["_FILES"])
     for k, v in switches.items():
         if k.isupper():
             setattr(kernels, k, v)
-        else:
+        elif k != "threads":
             files[k] = v
     kernels._FILES = files
+    saved.setdefault("cols_params", kernels.cols_params)
+    saved.setdefault("kind.THREADS", kind.THREADS)
+    threads = switches.get("threads")
+    kind.THREADS = saved["kind.THREADS"] + ((threads,) if threads else ())
+    base = saved["cols_params"]
+
+    def cols_params(params, line=0):
+        got = base(params, line)
+        return dataclasses.replace(got, threads=threads) if threads and line == 0 else got
+
+    kernels.cols_params = cols_params
     if "_environment" not in saved:
         saved["_environment"] = kernels._environment
 
@@ -76,6 +95,17 @@ def _switch(kernels, compiler, saved: dict, switches: dict) -> None:
         kernels._environment = environment
     for key in [k for k in compiler._kernels if "_cols" in k[1]]:
         del compiler._kernels[key]
+
+
+def _restore(kernels, saved: dict) -> None:
+    """Undo `_switch`."""
+    from autotranspose.kinds import inplace as kind
+
+    for k, v in saved.items():
+        if k == "kind.THREADS":
+            kind.THREADS = v
+        else:
+            setattr(kernels, k, v)
 
 
 def main() -> None:
@@ -114,8 +144,7 @@ def main() -> None:
                 prog = programs.program(case[-2], xv.batch, xv.m, xv.n, xv.et.size, params=params)
                 right, us, passes = measured(torch, prog, case, args.repeat, _label)
                 rows.append(report(text, name, right, us, case[3], case[4], passes))
-    for k, v in saved.items():
-        setattr(kernels, k, v)
+    _restore(kernels, saved)
     at.clear_caches()
     write_rows(args.out, rows)
 

@@ -481,6 +481,8 @@ def test_column_passes_of_rows_of_whole_16_byte_words_compiled_per_rule(batch, m
         ("words-swz", "cols_words", 1, 97, 131, 1),
         ("words-swz", "cols_words", 1, 131, 97, 1),
         ("words-swz", "cols_words", 1, 165, 99, 1),
+        ("rule-1024", "cols_rule", 1, 160, 97, 1),  # blocks of 1024 threads
+        ("rule-1024", "cols_rule", 1, 120, 176, 1),
     ],
 )
 def test_the_dev_experiments_transpose(variant, piece, batch, m, n, e, tmp, monkeypatch):
@@ -492,14 +494,19 @@ def test_the_dev_experiments_transpose(variant, piece, batch, m, n, e, tmp, monk
     from autotranspose.kernels import inplace as kernels
     from autotranspose.runtime import compiler
 
-    for name in ("COLS_WORDS", "COLS_RULE", "_FILES", "_environment"):
-        monkeypatch.setattr(kernels, name, getattr(kernels, name))
     saved = {k: getattr(kernels, k) for k in ("COLS_WORDS", "COLS_RULE", "_FILES")}
     cols_ab._switch(kernels, compiler, saved, cols_ab.VARIANTS[variant])
-    assert "XOR-permuted" in render_inplace(InplaceKernel(piece, e))
-    for shift in (0, e):
-        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
-        assert {h.spec.piece for h in hows if h.kind == "cols"} == {piece}
+    try:
+        threads = cols_ab.VARIANTS[variant].get("threads")
+        if not threads:
+            assert "XOR-permuted" in render_inplace(InplaceKernel(piece, e))
+        for shift in (0, e):
+            hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
+            cols = [h.spec for h in hows if h.kind == "cols"]
+            assert {k.piece for k in cols} == {piece}
+            assert not threads or {k.params.threads for k in cols} == {threads}
+    finally:
+        cols_ab._restore(kernels, saved)
 
 
 @pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8)])

@@ -11,6 +11,7 @@ block of the tallest bands is alone on its SM, 16 warps at 512).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
+    python dev/cols_ab.py --profile M N DTYPE     (under ncu --profile-from-start off)
 
 Per case, round and variant the program is rebuilt,
 the call checked bit for bit against PyTorch's out-of-place transpose and timed, each pass
@@ -122,7 +123,17 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--out", type=Path)
+    p.add_argument(
+        "--profile",
+        nargs=3,
+        metavar=("M", "N", "DTYPE"),
+        help="instead: one transpose_() of an M x N matrix (after one that compiles its "
+        "kernels) between cudaProfilerStart and Stop, by the served kernels",
+    )
     args = p.parse_args()
+    if args.profile:
+        _profile(torch, at, *args.profile)
+        return
     saved = {k: getattr(kernels, k) for k in ("COLS_WORDS", "COLS_RULE", "_FILES")}
     variants = [(name, VARIANTS[name]) for name in args.variants]
     rows = []
@@ -147,6 +158,19 @@ def main() -> None:
     _restore(kernels, saved)
     at.clear_caches()
     write_rows(args.out, rows)
+
+
+def _profile(torch, at, m: str, n: str, dtype: str) -> None:
+    """One served in-place call of an m x n matrix, alone between the profiler's marks."""
+    shape = (int(m), int(n))
+    x = torch.zeros(shape, dtype=getattr(torch, dtype), device="cuda")
+    at.transpose_(x.view(shape[1], shape[0]))  # compiles the n x m call's kernels
+    y = at.transpose_(x)  # and the m x n call's
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    at.transpose_(y.view(shape))
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
 
 
 def _label(how) -> str:

@@ -233,6 +233,29 @@ recipe_staged() {
     "$OUT/ncu-staged.txt" | cut -c1-160 | head -60 | tee -a "$LOG"
 }
 
+# The COLS kernels against each other and against the experiments of dev/templates
+# (dev/cols_ab.py; arguments go to it, default: its cases, the served rule and words against
+# rule-swz, rule-1024 and words-swz), then Nsight Compute on the COLS passes of one call
+# (PROFILE_CASE="M N dtype", default 6912 7104 uint8: a rotation and a table gather).
+recipe_cols() {
+  local args=("$@") ncu
+  [ ${#args[@]} -eq 0 ] && args=(--variants rule rule-swz rule-1024 words words-swz)
+  timeout "${AB_TIMEOUT:-240}" python3 dev/cols_ab.py --repeat "${REPEAT:-5}" \
+    --out "$OUT/cols_ab.json" "${args[@]}" >"$OUT/cols_ab.txt" 2>&1
+  log "cols_ab rc=$?"
+  grep -v "^\[" "$OUT/cols_ab.txt" | tail -80 | tee -a "$LOG"
+  ncu=$(ncu_path)
+  [ -z "$ncu" ] && { log "no ncu on this machine"; return 0; }
+  # shellcheck disable=SC2086  # the case is three words
+  timeout "${NCU_TIMEOUT:-90}" "$ncu" --cache-control none --profile-from-start off \
+    -k regex:at_inplace_cols --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section MemoryWorkloadAnalysis \
+    python3 dev/cols_ab.py --profile ${PROFILE_CASE:-6912 7104 uint8} >"$OUT/ncu-cols.txt" 2>&1
+  log "ncu cols rc=$?"
+  grep -E "at_inplace|Duration|DRAM Throughput|L1/TEX Cache|Achieved Occupancy|Warp Cycles Per Issued|Executed Instructions " \
+    "$OUT/ncu-cols.txt" | cut -c1-160 | head -40 | tee -a "$LOG"
+}
+
 # `bench --small N --seed S`: small calls, host included, against PyTorch and CuPy.
 recipe_bench_small() {
   bench "small-${SEED:-37110}" --small "${N:-40}" --seed "${SEED:-37110}" "$@"

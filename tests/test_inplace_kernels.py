@@ -477,10 +477,12 @@ def test_column_passes_of_rows_of_whole_16_byte_words_compiled_per_rule(batch, m
         ("rule-swz", "cols_rule", 1, 160, 97, 1),  # the table scatter
         ("rule-swz", "cols_rule", 1, 120, 176, 1),  # the rotation down, on one line
         ("rule-swz", "cols_rule", 2, 8, 208, 1),  # walked
-        ("rule-swz", "cols_rule", 1, 99, 136, 2),  # 64-byte band rows
+        ("rule-swz", "cols_rule", 1, 99, 136, 2),  # 64-byte band rows (2-byte elements)
         ("words-swz", "cols_words", 1, 97, 131, 1),
         ("words-swz", "cols_words", 1, 131, 97, 1),
         ("words-swz", "cols_words", 1, 165, 99, 1),
+        ("words-swz", "cols_words", 1, 97, 201, 1),  # 64-byte band rows: the gather
+        ("words-swz", "cols_words", 1, 201, 97, 1),  # and the scatter
         ("rule-1024", "cols_rule", 1, 160, 97, 1),  # blocks of 1024 threads
         ("rule-1024", "cols_rule", 1, 120, 176, 1),
     ],

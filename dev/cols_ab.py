@@ -7,7 +7,8 @@ rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS
 "rule-swz" and "words-swz" (cols_rule's or cols_words' band rows XOR-permuted over the
 banks: the experiments dev/templates/inplace/cols_rule_swz.cu.j2 and cols_words_swz.cu.j2
 rendered in their places), "rule-1024" (cols_rule and cols in blocks of 1024 threads: a
-block of the tallest bands is alone on its SM, 16 warps at 512).
+block of the tallest bands is alone on its SM, 16 warps at 512), "shuffle-c1" (SHUFFLE of 1-
+and 2-byte rows of gcd 1 stepping each source column: kernels/inplace.py SHUFFLE_C1).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -52,15 +53,17 @@ VARIANTS = {
     "rule-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_rule": "cols_rule_swz"},
     "words-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_words": "cols_words_swz"},
     "rule-1024": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "threads": 1024},
+    "shuffle-c1": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_C1": True},
 }
+SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_C1", "_FILES")  # what `_switch` may set
 DEV_TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def _switch(kernels, compiler, saved: dict, switches: dict) -> None:
     """Set a variant's switches, templates and COLS threads (line 0: "cols", "cols_rule");
     forget the compiled COLS kernels (a piece rendered from another template keeps its
-    kernel's name). `saved`: kernels' COLS_WORDS, COLS_RULE and _FILES as they were; what
-    else this replaces is added to it, for `_restore`."""
+    kernel's name). `saved`: kernels' SWITCHES as they were; what else this replaces is
+    added to it, for `_restore`."""
     import dataclasses
 
     import jinja2
@@ -68,6 +71,8 @@ def _switch(kernels, compiler, saved: dict, switches: dict) -> None:
     from autotranspose.kinds import inplace as kind
 
     files = dict(saved["_FILES"])
+    for k in SWITCHES[:-1]:  # a variant's switches, the others as they were
+        setattr(kernels, k, saved[k])
     for k, v in switches.items():
         if k.isupper():
             setattr(kernels, k, v)
@@ -94,7 +99,7 @@ def _switch(kernels, compiler, saved: dict, switches: dict) -> None:
             return env
 
         kernels._environment = environment
-    for key in [k for k in compiler._kernels if "_cols" in k[1]]:
+    for key in [k for k in compiler._kernels if k[1].startswith("at_inplace_")]:
         del compiler._kernels[key]
 
 
@@ -134,7 +139,7 @@ def main() -> None:
     if args.profile:
         _profile(torch, at, *args.profile)
         return
-    saved = {k: getattr(kernels, k) for k in ("COLS_WORDS", "COLS_RULE", "_FILES")}
+    saved = {k: getattr(kernels, k) for k in SWITCHES}
     variants = [(name, VARIANTS[name]) for name in args.variants]
     rows = []
     for text in args.cases:

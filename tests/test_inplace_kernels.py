@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from _packed_emu import CXX, FLAGS, HERE
 
+from autotranspose.kernels import inplace as inplace_kernels
 from autotranspose.kernels.inplace import (
     ARG_FORMAT,
     ARG_NAMES,
@@ -385,6 +386,27 @@ def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, t
 
 
 @pytest.mark.parametrize(
+    "batch, m, n, e, piece",
+    [
+        (1, 97, 131, 1, "shuffle"),  # gcd 1, the gather, x one byte off its word: a head
+        (1, 131, 97, 1, "shuffle_inv"),  # flipped: the 97 x 131 view, inverted
+        (2, 9, 1001, 1, "shuffle"),  # rows of 1001: a thread's next word past the wrap at n
+        (1, 99, 136, 2, "shuffle"),  # 2-byte elements
+        (1, 1001, 9, 2, "shuffle_inv"),
+        (1, 3, 70001, 1, "shuffle"),  # b past 2**16: the 64-bit product for the hop
+    ],
+)
+def test_shuffle_of_gcd_1_steps_its_source_column_when_on(batch, m, n, e, piece, tmp, monkeypatch):
+    """SHUFFLE_C1 (off until measured): 1- and 2-byte rows of gcd 1 step each element's
+    source column by a_inv (or a, inverted) mod n; both forms, x on its word and past it."""
+    monkeypatch.setattr(inplace_kernels, "SHUFFLE_C1", True)
+    assert "element is an add and a wrap" in render_inplace(InplaceKernel(piece, e))
+    for shift in (0, e):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
+        assert piece in [h.spec.piece for h in hows] and math.gcd(m, n) == 1
+
+
+@pytest.mark.parametrize(
     "batch, m, n, e",
     [
         (2, 12, 18, 4),  # gcd 6: COLS_DOWN, SHUFFLE, COLS_GATHER
@@ -496,7 +518,7 @@ def test_the_dev_experiments_transpose(variant, piece, batch, m, n, e, tmp, monk
     from autotranspose.kernels import inplace as kernels
     from autotranspose.runtime import compiler
 
-    saved = {k: getattr(kernels, k) for k in ("COLS_WORDS", "COLS_RULE", "_FILES")}
+    saved = {k: getattr(kernels, k) for k in cols_ab.SWITCHES}
     cols_ab._switch(kernels, compiler, saved, cols_ab.VARIANTS[variant])
     try:
         threads = cols_ab.VARIANTS[variant].get("threads")

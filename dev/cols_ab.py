@@ -7,8 +7,8 @@ rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS
 "rule-swz" and "words-swz" (cols_rule's or cols_words' band rows XOR-permuted over the
 banks: the experiments dev/templates/inplace/cols_rule_swz.cu.j2 and cols_words_swz.cu.j2
 rendered in their places), "rule-1024" (cols_rule and cols in blocks of 1024 threads: a
-block of the tallest bands is alone on its SM, 16 warps at 512), "shuffle-c1" (SHUFFLE of 1-
-and 2-byte rows of gcd 1 stepping each source column: kernels/inplace.py SHUFFLE_C1).
+block of the tallest bands is alone on its SM, 16 warps at 512), "shuffle-step" (SHUFFLE of 1-
+and 2-byte rows stepping each source column where it may: kernels/inplace.py SHUFFLE_STEP).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -53,9 +53,9 @@ VARIANTS = {
     "rule-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_rule": "cols_rule_swz"},
     "words-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_words": "cols_words_swz"},
     "rule-1024": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "threads": 1024},
-    "shuffle-c1": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_C1": True},
+    "shuffle-step": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_STEP": True},
 }
-SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_C1", "_FILES")  # what `_switch` may set
+SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_STEP", "_FILES")  # what `_switch` may set
 DEV_TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 

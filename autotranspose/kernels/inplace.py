@@ -251,11 +251,13 @@ def cols_piece(line: int, n: int, elem_bytes: int) -> str:
     return _COLS_LINE_PIECES[line]
 
 
-# SHUFFLE of 1- and 2-byte rows of gcd 1 (b = n) in shared memory: each element's source
-# column a step mod n from the one before (a_inv, or a inverted) where the general carry
-# (at_carry) takes about a dozen instructions an element. Off until measured on a GPU: it
-# changes the rectangles' kernels, so its results would be measured again.
-SHUFFLE_C1 = False
+# SHUFFLE of 1- and 2-byte rows in shared memory with each element's source column a step
+# from the one before, where the general carry (at_carry) takes about a dozen instructions
+# an element: gcd 1 (b = n) every word, a_inv or (inverted) a mod n; otherwise a word whose
+# columns stay in one block of c on one side of the row's iota (-b), or inverted in one run
+# of C mod b (+m mod n). Off until measured on a GPU: it changes the rectangles' kernels, so
+# their results would be measured again.
+SHUFFLE_STEP = False
 
 # SWAP's grid where blocks_per_sm blocks an SM would give each block one pair (its next
 # pair's loads, issued while it writes this one, then hide nothing): the blocks an SM holds
@@ -554,7 +556,7 @@ def render_inplace(k: InplaceKernel) -> str:
             cluster=k.cluster,
             cluster_min_blocks=CLUSTER_MIN_BLOCKS,
             swap_min_blocks=swap_min_blocks(p, k.elem_bytes, k.piece == SWAP_LINES_PIECE),
-            shuffle_c1=SHUFFLE_C1,
+            shuffle_step=SHUFFLE_STEP,
             args_bytes=ARG_BYTES,
         )
     )

@@ -265,8 +265,10 @@ class Store:
         infos = {device.name: device for device, _, _ in files}  # as the last file says
         now = writes.now()
         configs = {e.config for _, entries, _ in files for e in entries}
-        with self._write() as conn:
-            config_ids = ingest.intern_configs(conn, configs) if configs else {}
+        config_ids: dict[KernelConfig, int] = {}
+        if configs:
+            with self._write() as conn:
+                config_ids = ingest.intern_configs(conn, configs)
         with self._write() as conn:
             # every device row first, in one order: PostgreSQL row locks taken in a fixed order
             device_ids = {name: writes.upsert_device(conn, infos[name]) for name in sorted(infos)}

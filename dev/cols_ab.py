@@ -3,12 +3,10 @@ chooses, on the same matrices in one process: "cols" (every COLS pass by "cols",
 words x, the rows and the bands divide, one row step after another), "words" (1- and 2-byte
 rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS_WORDS),
 "rule" (also rows of whole 16-byte words of 1- and 2-byte elements compiled per rule:
-"cols_rule", COLS_RULE, as served), "rule-wide" (COLS_RULE for 4- and 8-byte elements too),
-"rule-swz" and "words-swz" (cols_rule's or cols_words' band rows XOR-permuted over the
-banks: the experiments dev/templates/inplace/cols_rule_swz.cu.j2 and cols_words_swz.cu.j2
-rendered in their places), "rule-1024" (cols_rule and cols in blocks of 1024 threads: a
-block of the tallest bands is alone on its SM, 16 warps at 512), "shuffle-step" (SHUFFLE of 1-
-and 2-byte rows stepping each source column where it may: kernels/inplace.py SHUFFLE_STEP).
+"cols_rule", COLS_RULE; every switch as served), "rule-wide" (COLS_RULE for 4- and 8-byte
+elements too), "no-step" (SHUFFLE of 1- and 2-byte rows carrying every source column, where
+the served kernel steps it: kernels/inplace.py SHUFFLE_STEP off). A variant may also render a
+piece from a template of dev/templates (name: file) or run line-0 COLS in other threads.
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -50,10 +48,7 @@ VARIANTS = {
     "words": {"COLS_WORDS": (1, 2), "COLS_RULE": ()},
     "rule": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2)},
     "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8)},
-    "rule-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_rule": "cols_rule_swz"},
-    "words-swz": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "cols_words": "cols_words_swz"},
-    "rule-1024": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "threads": 1024},
-    "shuffle-step": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_STEP": True},
+    "no-step": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_STEP": False},
 }
 SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_STEP", "_FILES")  # what `_switch` may set
 DEV_TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -234,12 +234,12 @@ recipe_staged() {
 }
 
 # The in-place kernels served against the experiments (dev/cols_ab.py; arguments go to it,
-# default: its cases, rule, the served kernels, against rule-swz, rule-1024, words-swz and
-# shuffle-step), then Nsight Compute on the COLS passes of one call (PROFILE_CASE="M N
-# dtype", default 6912 7104 uint8: a rotation and a table gather).
+# default: its cases, rule, the served kernels, against no-step), then Nsight Compute on the
+# COLS passes of one call (PROFILE_CASE="M N dtype", default 6912 7104 uint8: a rotation and
+# a table gather).
 recipe_cols() {
   local args=("$@") ncu
-  [ ${#args[@]} -eq 0 ] && args=(--variants rule rule-swz rule-1024 words-swz shuffle-step)
+  [ ${#args[@]} -eq 0 ] && args=(--variants rule no-step)
   timeout "${AB_TIMEOUT:-300}" python3 dev/cols_ab.py --repeat "${REPEAT:-5}" \
     --out "$OUT/cols_ab.json" "${args[@]}" >"$OUT/cols_ab.txt" 2>&1
   log "cols_ab rc=$?"

@@ -403,13 +403,14 @@ def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, t
         (2, 1000, 136, 1, "shuffle_inv"),  # gcd 8, b 125
     ],
 )
-def test_shuffle_steps_its_source_column_when_on(batch, m, n, e, piece, tmp, monkeypatch):
-    """SHUFFLE_STEP (off until measured): 1- and 2-byte rows step each element's source
-    column where a word's columns allow (gcd 1: a_inv, or a inverted, mod n; else -b within a
-    block of c on one side of iota, or inverted +m mod n within a run of C mod b), carried
-    elsewhere; both forms, x on its word and past it."""
-    monkeypatch.setattr(inplace_kernels, "SHUFFLE_STEP", True)
-    assert "element is an add and a wrap" in render_inplace(InplaceKernel(piece, e))
+@pytest.mark.parametrize("step", [True, False])
+def test_shuffle_steps_its_source_column(step, batch, m, n, e, piece, tmp, monkeypatch):
+    """SHUFFLE_STEP (served): 1- and 2-byte rows step each element's source column where a
+    word's columns allow (gcd 1: a_inv, or a inverted, mod n; else -b within a block of c on
+    one side of iota, or inverted +m mod n within a run of C mod b), carried elsewhere; both
+    forms, x on its word and past it. Off, every word is carried, and transposes the same."""
+    monkeypatch.setattr(inplace_kernels, "SHUFFLE_STEP", step)
+    assert ("element is an add and a wrap" in render_inplace(InplaceKernel(piece, e))) == step
     for shift in (0, e):
         hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
         assert piece in [h.spec.piece for h in hows]
@@ -499,47 +500,6 @@ def test_column_passes_of_rows_of_whole_16_byte_words_compiled_per_rule(batch, m
         hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
         cols = {h.spec.piece for h in hows if h.kind == "cols"}
         assert cols == {"cols_rule"}, [(h.kind, h.spec.piece) for h in hows]
-
-
-@pytest.mark.parametrize(
-    "variant, piece, batch, m, n, e",
-    [
-        ("rule-swz", "cols_rule", 1, 97, 160, 1),  # the table gather, 32-byte band rows
-        ("rule-swz", "cols_rule", 1, 160, 97, 1),  # the table scatter
-        ("rule-swz", "cols_rule", 1, 120, 176, 1),  # the rotation down, on one line
-        ("rule-swz", "cols_rule", 2, 8, 208, 1),  # walked
-        ("rule-swz", "cols_rule", 1, 99, 136, 2),  # 64-byte band rows (2-byte elements)
-        ("words-swz", "cols_words", 1, 97, 131, 1),
-        ("words-swz", "cols_words", 1, 131, 97, 1),
-        ("words-swz", "cols_words", 1, 165, 99, 1),
-        ("words-swz", "cols_words", 1, 97, 201, 1),  # 64-byte band rows: the gather
-        ("words-swz", "cols_words", 1, 201, 97, 1),  # and the scatter
-        ("rule-1024", "cols_rule", 1, 160, 97, 1),  # blocks of 1024 threads
-        ("rule-1024", "cols_rule", 1, 120, 176, 1),
-    ],
-)
-def test_the_dev_experiments_transpose(variant, piece, batch, m, n, e, tmp, monkeypatch):
-    """The unserved kernel experiments of dev/templates, rendered in their pieces' places as
-    dev/cols_ab.py renders them, transpose bit for bit: ready to be measured."""
-    monkeypatch.syspath_prepend(str(HERE.parent / "dev"))
-    import cols_ab
-
-    from autotranspose.kernels import inplace as kernels
-    from autotranspose.runtime import compiler
-
-    saved = {k: getattr(kernels, k) for k in cols_ab.SWITCHES}
-    cols_ab._switch(kernels, compiler, saved, cols_ab.VARIANTS[variant])
-    try:
-        threads = cols_ab.VARIANTS[variant].get("threads")
-        if not threads:
-            assert "XOR-permuted" in render_inplace(InplaceKernel(piece, e))
-        for shift in (0, e):
-            hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
-            cols = [h.spec for h in hows if h.kind == "cols"]
-            assert {k.piece for k in cols} == {piece}
-            assert not threads or {k.params.threads for k in cols} == {threads}
-    finally:
-        cols_ab._restore(kernels, saved)
 
 
 @pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8)])

@@ -255,9 +255,11 @@ def cols_piece(line: int, n: int, elem_bytes: int) -> str:
 # from the one before, where the general carry (at_carry) takes about a dozen instructions
 # an element: gcd 1 (b = n) every word, a_inv or (inverted) a mod n; otherwise a word whose
 # columns stay in one block of c on one side of the row's iota (-b), or inverted in one run
-# of C mod b (+m mod n). Off until measured on a GPU: it changes the rectangles' kernels, so
-# their results would be measured again.
-SHUFFLE_STEP = False
+# of C mod b (+m mod n). H200, the same matrices and parameters in one process
+# (dev/cols_ab.py --variants rule no-step): 1-byte SHUFFLE 42-49% -> 53-66% of a copy
+# (8192x7168, 3123x8555, 997x30011, 3001x1999), 2-byte 56-78% -> 61-82%; one batched 1-byte
+# grid whose rows are short (11x2656x1904) 36% -> 34%. Off, the carry serves every word.
+SHUFFLE_STEP = True
 
 # SWAP's grid where blocks_per_sm blocks an SM would give each block one pair (its next
 # pair's loads, issued while it writes this one, then hide nothing): the blocks an SM holds

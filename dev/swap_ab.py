@@ -3,7 +3,7 @@ element) and by swap_lines (kernels/inplace.py: SWAP_LINES), on the same matrice
 process.
 
     python dev/swap_ab.py [--cases 4099x4099:float16 ...] [--params 64x256 ...] [--rounds 2]
-                          [--repeat 5] [--out FILE]
+                          [--variants elements lines] [--repeat 5] [--out FILE]
 
 Per case, parameters (what lookup serves the class, then each TILExTHREADS given), round and
 variant ("elements": element by element; "lines": aligned 16-byte words)
@@ -49,6 +49,7 @@ def main() -> None:
     p.add_argument("--cases", nargs="+", default=CASES, metavar="SHAPE:DTYPE")
     p.add_argument("--params", nargs="*", default=["64x256"], metavar="TILExTHREADS")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
@@ -66,7 +67,7 @@ def main() -> None:
                 choices.append(given_params)
         for params in dict.fromkeys(choices):
             for rnd in range(args.rounds):
-                for name in VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]:
+                for name in args.variants if rnd % 2 == 0 else args.variants[::-1]:
                     kernels.SWAP_LINES = name == "lines"
                     at.clear_caches()
                     prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, params=params)

@@ -274,9 +274,9 @@ SWAP_RESIDENT = True
 # (SWAP_LINES_PIECE, templates/inplace/swap_lines.cu.j2): every global access an aligned
 # 16-byte word, the words a tile row shares with its neighbour written element by element,
 # where SWAP moves element by element. H200, served tiles, the same matrices in one process
-# (dev/swap_ab.py, cut edge words in aligned pieces): 1-byte 8191x8191 13.3 -> 24.4% of a
-# copy, 2-byte 4099x4099 32.0 -> 50.3, 64x197x197 25.5 -> 46.6, 4-byte 4099x4099 38.2 -> 54.5,
-# 8-byte 4097x4097 56.2 -> 57.2 (docs/inplace.md).
+# (dev/swap_ab.py, cut edge words in aligned pieces, every thread an item): 1-byte
+# 8191x8191 13.3 -> 28.5% of a copy, 2-byte 4099x4099 32.0 -> 50.3, 64x197x197 25.5 -> 46.6,
+# 4-byte 4099x4099 38.2 -> 54.5, 8-byte 4097x4097 56.2 -> 57.2 (docs/inplace.md).
 # Off, SWAP serves every square (x off its line with rows of whole words stays SWAP's).
 SWAP_LINES = True
 

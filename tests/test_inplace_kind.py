@@ -335,3 +335,27 @@ def test_a_first_calls_winner_drops_only_its_own_cached_inplace_choice(store, rn
     got = lookup.inplace_choice(GPU, 4, 1, 700, 900, store=store)
     assert a.source == "default" and got.source == "measured" and got.config.params == params
     assert lookup.inplace_choice(GPU, 4, 1, 7000, 9000, store=store) is b
+
+
+@pytest.mark.parametrize("square", [False, True])
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8, 16])
+def test_a_first_calls_candidates_start_with_the_guess_each_once_and_fitting(elem_bytes, square):
+    """transpose_()'s first call times the guess first (it stays unless beaten), then the
+    kind's candidates: distinct, each SWAP tile fitting its element size, a rectangle's
+    grids within 2048 threads an SM, a square's only its tile and block changed."""
+    for guess in (
+        inplace_kind.default(elem_bytes, square),
+        inplace_kind.InplaceParams(tile=16, threads=128),
+    ):
+        found = inplace_kind.race_candidates(elem_bytes, square, guess)
+        assert found[0] == guess and len(set(found)) == len(found) >= 3
+        assert all(p.fits(elem_bytes) for p in found)
+        for p in found[1:]:
+            if square:
+                assert (p.unroll, p.lane_bytes, p.blocks_per_sm) == (
+                    guess.unroll,
+                    guess.lane_bytes,
+                    guess.blocks_per_sm,
+                )
+            else:
+                assert p.tile == guess.tile and p.threads * p.blocks_per_sm <= 2048

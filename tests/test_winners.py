@@ -249,6 +249,39 @@ def test_a_cast_winner_is_kept_under_its_problem_apart_from_the_transposes(ours,
     assert len(measured(log)) == 1
 
 
+@pytest.mark.parametrize("square", [False, True])
+def test_an_inplace_winner_is_kept_under_its_problem(ours, log, square):
+    """transpose_()'s first call records its winner under the in-place problem of its class
+    (squares apart from rectangles), served here and from the database after, never to a
+    transpose of the same class."""
+    from autotranspose.kinds import inplace as inplace_kind
+
+    m, n = (3001, 3001) if square else (3001, 1999)
+    cls, problem = policy.inplace_class(1, m, n), policy.inplace_problem(m, n)
+    guess = lookup.inplace_choice(DEVICE, 1, 1, m, n)
+    assert guess.source == "default" and policy.is_guess(guess, cls)
+    candidates = policy.inplace_race(guess.config.params, 1, square)
+    assert candidates[0] == guess.config and len(set(candidates)) == len(candidates) > 2
+    assert all(c.params.fits(1) for c in candidates)
+    cfg = candidates[-1]
+    call = winners.Call(DEVICE, "uint8", 1, (1, m, n), cls, False, problem=problem)
+    choice = winners.settle(call, logging_measure(log, cfg))
+    assert (choice.source, choice.config) == ("measured", cfg)
+    with Store.open(ours, readonly=True) as s:
+        e = s.best(DEVICE.name, 1, cls, problem)
+        assert (e.source, e.config, e.problem, e.shape) == ("measured", cfg, problem, (1, m, n))
+        assert s.best(DEVICE.name, 1, cls) is None  # a transpose of the class: nothing
+        other = inplace_kind.problem(not square)
+        assert s.best(DEVICE.name, 1, cls, other) is None
+    assert lookup.inplace_choice(DEVICE, 1, 1, m, n) == choice  # this process
+    lookup.clear_cache()
+    got = lookup.inplace_choice(DEVICE, 1, 1, m, n)  # the database
+    assert (got.source, got.config) == ("measured", cfg) and not policy.is_guess(got, cls)
+    lookup.clear_cache()
+    assert winners.settle(call, logging_measure(log, cfg)).config == cfg
+    assert len(measured(log)) == 1  # settled again: served, not measured
+
+
 def test_another_process_serves_the_stored_winner_without_measuring(ours, log):
     winners.settle(CALL, logging_measure(log))
     done = subprocess.run(

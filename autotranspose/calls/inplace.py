@@ -154,9 +154,19 @@ def _on_device(
 ) -> None:
     state, ctx, handle = call_target(xv, given)
     generation = lookup.generation  # before the choice: a result recorded meanwhile moves it
+    chosen, settled = params is None, True
+    if chosen:  # lookup's, or for a class nobody tuned the first call's winner on x itself
+        race = programs.Race(
+            lambda prog: run(prog, xv.ptr, ctx, handle),
+            handle,
+            ctx,
+            xv.size * xv.et.size,
+            xv.et.name,
+        )
+        params, settled = programs.choose(state, xv.batch, xv.m, xv.n, xv.et.size, conjugate, race)
     prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, conjugate, params)
     run(prog, xv.ptr, ctx, handle)
-    if given is None and params is None and xv.kind in _KEYS and xv.device is not None:
+    if settled and chosen and given is None and xv.kind in _KEYS and xv.device is not None:
         _remember(xv, ctx, prog, conjugate, generation)
 
 

@@ -275,6 +275,24 @@ def remember_cast(device: DeviceInfo, problem: str, cls: ShapeClass, choice: Cho
             _choices.keep(key, choice)
 
 
+def remember_inplace(
+    device: DeviceInfo, elem_bytes: int, problem: str, cls: ShapeClass, choice: Choice
+) -> None:
+    """Serve `choice` to every later in-place transpose of `problem` (`kinds.inplace.problem`)
+    and class `cls` in this process (a first call's winner)."""
+    key = (
+        "inplace",
+        device.name,
+        device.limits,
+        problem,
+        elem_bytes,
+        cls,
+        _store_key(DEFAULT_STORE),
+    )
+    with _lock:
+        _choices.keep(key, choice)
+
+
 def inplace_choice(
     device: DeviceInfo | str,
     elem_bytes: int,

@@ -467,3 +467,10 @@ def inplace_problem(m: int, n: int) -> str:
 def inplace_config(elem_bytes: int, params: InplaceParams) -> KernelConfig:
     """`params` as the config the store keeps (conjugation is the call's, not the config's)."""
     return inplace_kind.config(KernelConfig, elem_bytes, params)
+
+
+def inplace_race(guess: InplaceParams, elem_bytes: int, square: bool) -> list[KernelConfig]:
+    """What an in-place first call times: lookup's guess first (it stays unless beaten),
+    then the kind's candidates (`kinds.inplace.race_candidates`), as configs."""
+    found = inplace_kind.race_candidates(elem_bytes, square, guess)
+    return [inplace_config(elem_bytes, p) for p in found]

@@ -58,6 +58,7 @@ from typing import Any, NamedTuple, TypeVar
 from ..errors import StoreBusyError, StoreError
 from ..kernels.config import KernelConfig
 from ..kernels.shapes import ShapeClass
+from ..kinds import inplace as inplace_kind
 from ..runtime.device import DeviceInfo
 from ..runtime.env import Switch
 from ..store import Store, TunedEntry, migrations, resolve_url, sqlite_path
@@ -98,7 +99,7 @@ class Call(NamedTuple):
     shape: tuple[int, int, int]
     cls: ShapeClass
     conjugate: bool
-    problem: str = ""  # a cast-transpose's (`kinds.cast.problem`); "" for a transpose
+    problem: str = ""  # a cast-transpose's or an in-place one's; "" for a transpose
 
 
 @dataclass(frozen=True)
@@ -448,7 +449,9 @@ def _remember(call: Call, winner: Winner | None) -> lookup.Choice | None:
 
 
 def _remember_choice(call: Call, choice: lookup.Choice) -> None:
-    if call.problem:
+    if inplace_kind.parse_problem(call.problem) is not None:
+        lookup.remember_inplace(call.device, call.elem_bytes, call.problem, call.cls, choice)
+    elif call.problem:
         lookup.remember_cast(call.device, call.problem, call.cls, choice)
     else:
         lookup.remember(call.device, call.elem_bytes, call.cls, call.conjugate, choice)

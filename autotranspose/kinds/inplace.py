@@ -122,6 +122,34 @@ def default(elem_bytes: int, square: bool = False) -> InplaceParams:
 
 DEFAULT = InplaceParams()
 
+# A first call's portfolio beside the guess (`race_candidates`): SWAP's tile and block for a
+# square (what moved squares on the H200: 1-byte odd squares ran tile 128 in blocks of 256 at
+# 30-34% of a copy where 512 ran 25-29; the float32 8192 square tiles of 64 in blocks of 512,
+# 92% against 82), a rectangle's block and grid (its tuned classes' winners: 128 threads, or
+# 16 blocks an SM of them)
+_SQUARE_RACE: dict[bool, tuple[tuple[int, int], ...]] = {  # by 1-byte elements: (tile, threads)
+    True: ((128, 512), (128, 256), (64, 256), (64, 512)),
+    False: ((32, 256), (64, 256), (64, 512), (32, 128), (32, 512)),
+}
+_RECTANGLE_RACE: tuple[tuple[int, int], ...] = ((256, 8), (128, 8), (128, 16), (512, 4))
+
+
+def race_candidates(elem_bytes: int, square: bool, guess: InplaceParams) -> list[InplaceParams]:
+    """What the first call of an untuned class times (`dispatch.inplace.choose`): the guess
+    first, then a few parameters that changed the kind's speed where they were tuned, each
+    at the guess's other fields, none twice, every one fitting `elem_bytes`."""
+    if square:
+        pairs = _SQUARE_RACE[elem_bytes == 1]
+        more = [replace(guess, tile=t, threads=th) for t, th in pairs]
+    else:
+        more = [replace(guess, threads=th, blocks_per_sm=b) for th, b in _RECTANGLE_RACE]
+    found = [guess]
+    for p in more:
+        if p not in found and p.fits(elem_bytes):
+            found.append(p)
+    return found
+
+
 # How tuned in-place results are keyed beside the transposes' (problem "") and the casts':
 # a square runs one pass (SWAP: tile and threads matter), a rectangle three or more (threads,
 # unroll, lane bytes and blocks per SM), so their results never serve each other.

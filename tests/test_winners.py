@@ -282,6 +282,22 @@ def test_an_inplace_winner_is_kept_under_its_problem(ours, log, square):
     assert len(measured(log)) == 1  # settled again: served, not measured
 
 
+def test_an_inplace_winner_of_few_rows_serves_other_rows_of_its_class(ours, log):
+    """transpose()'s few-rows kernels are rendered for their rows, so a winner measured on
+    other few rows is measured again; transpose_()'s passes are not, so its winner serves
+    the class's other rows."""
+    first, other = (1, 24, 1000003), (1, 30, 1000003)
+    cls, problem = policy.inplace_class(*first), policy.inplace_problem(24, 1000003)
+    assert policy.inplace_class(*other) == cls and policy.other_rows(first, 30, 1000003)
+    cfg = policy.inplace_race(lookup.inplace_choice(DEVICE, 1, *first).config.params, 1, False)[-1]
+    call = winners.Call(DEVICE, "uint8", 1, first, cls, False, problem=problem)
+    assert winners.settle(call, logging_measure(log, cfg)).config == cfg
+    lookup.clear_cache()
+    got = winners.settle(call._replace(shape=other), logging_measure(log, cfg))
+    assert (got.source, got.config) == ("measured", cfg)
+    assert len(measured(log)) == 1
+
+
 def test_another_process_serves_the_stored_winner_without_measuring(ours, log):
     winners.settle(CALL, logging_measure(log))
     done = subprocess.run(

@@ -271,9 +271,11 @@ def _shared(
         if entry is not None:
             config = entry.config.replace(conjugate=call.conjugate)
             _, rows, cols = call.shape
-            if not runnable(config) or policy.other_rows(entry.shape, rows, cols):
+            few = inplace_kind.parse_problem(call.problem) is None  # in-place: any rows
+            if not runnable(config) or (few and policy.other_rows(entry.shape, rows, cols)):
                 # measured here for this call (kept in-process): the stored result cannot run
-                # it, or was measured on other few rows than this call's
+                # it, or was measured on other few rows than this call's (the kernels of few
+                # rows are rendered for them; an in-place program's passes are not)
                 return _remember(call, measure())
             choice = lookup.Choice(
                 config, entry.source, call.cls, entry.gbps, entry.ratio or None, entry.shape

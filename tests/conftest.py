@@ -163,6 +163,25 @@ def no_gather(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def nothing_tuned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No database and no shipped results: every class is one nobody tuned, so its first
+    call measures (first-call measurement on, whatever the environment); the choices, the
+    prepared calls and what earlier first calls timed forgotten before and after."""
+    import autotranspose as at
+    from autotranspose.dispatch import firstcall, inplace as programs, lookup
+
+    monkeypatch.setenv("AUTOTRANSPOSE_DB", str(tmp_path / "absent.db"))
+    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: None)
+    monkeypatch.delenv(firstcall.ENV_VAR, raising=False)
+    at.clear_caches()
+    firstcall.history.clear()
+    programs.history.clear()
+    yield
+    firstcall.set_enabled(None)
+    at.clear_caches()
+
+
+@pytest.fixture
 def own_pass() -> Iterator[None]:
     """permute() runs each plan's own pass, not the fastest of its alternatives (first-call
     measurement off): for the tests of one kind of pass, on arrays large enough to have

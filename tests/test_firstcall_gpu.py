@@ -21,22 +21,7 @@ from autotranspose.kernels.shapes import max_vec, shape_class
 from autotranspose.runtime.compiler import device_state, get_kernel
 from autotranspose.store import Store
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def nothing_tuned(monkeypatch, tmp_path):
-    """No database and no shipped results: every class is one nobody tuned."""
-    monkeypatch.setenv("AUTOTRANSPOSE_DB", str(tmp_path / "absent.db"))
-    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: None)
-    monkeypatch.delenv(firstcall.ENV_VAR, raising=False)
-    lookup.clear_cache()
-    dispatch.clear()
-    firstcall.history.clear()
-    yield
-    firstcall.set_enabled(None)
-    lookup.clear_cache()
-    dispatch.clear()
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("nothing_tuned")]
 
 
 def _cupy():

@@ -16,20 +16,7 @@ from autotranspose.dispatch import firstcall, inplace as programs, lookup, polic
 from autotranspose.runtime.compiler import device_state
 from autotranspose.store import Store
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def nothing_tuned(monkeypatch, tmp_path):
-    """No database and no shipped results: every class is one nobody tuned."""
-    monkeypatch.setenv("AUTOTRANSPOSE_DB", str(tmp_path / "absent.db"))
-    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: None)
-    monkeypatch.delenv(firstcall.ENV_VAR, raising=False)
-    at.clear_caches()
-    programs.history.clear()
-    yield
-    firstcall.set_enabled(None)
-    at.clear_caches()
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("nothing_tuned")]
 
 
 @pytest.fixture(scope="module")

@@ -137,3 +137,32 @@ def test_torch_compile_runs_the_first_call_in_the_op(torch):
     got = torch.compile(f, fullgraph=True)(x)
     assert torch.equal(got, want + 1) and torch.equal(x.view(347, 211), want)
     assert len(programs.history) == 1
+
+
+def test_a_shipped_result_of_even_rows_is_raced_by_odd_rows_of_its_class(
+    cupy, rng, tmp_path, monkeypatch
+):
+    """A class holds odd and even sides, whose passes are other kernels: a result shipped
+    for rows of whole 16-byte words serves them as it is, and an odd call of the class races
+    it on its first call (`policy.inplace_raced`)."""
+    from store_data import ok
+
+    from autotranspose.kinds import inplace as inplace_kind
+    from autotranspose.store import textio
+
+    info = device_state(0).info
+    even, odd = (1024, 1024), (1001, 1001)
+    cls, problem = policy.inplace_class(1, *even), policy.inplace_problem(*even)
+    assert policy.inplace_class(1, *odd) == cls
+    cfg = policy.inplace_config(1, inplace_kind.default(1, True))
+    shipped = tmp_path / "tuning_db"
+    shipped.mkdir()
+    with Store.open("sqlite://") as scratch:
+        scratch.record(None, info, "uint8", 1, (1, *even), cls, cfg, ok(3000.0), problem=problem)
+        (shipped / f"{info.slug}.json").write_text(textio.dumps(textio.export(scratch)))
+    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: shipped)
+    at.clear_caches()
+    _check(cupy, rng, even, "uint8")
+    assert not programs.history and _choice(even, 1).source == "shipped"
+    _check(cupy, rng, odd, "uint8")
+    assert len(programs.history) == 1 and programs.history[0][2] == cls

@@ -37,6 +37,7 @@ from autotranspose.errors import StoreError
 from autotranspose.kernels import codegen
 from autotranspose.kernels.config import default_config, staged_default
 from autotranspose.kernels.shapes import max_vec, shape_class
+from autotranspose.kinds import inplace as inplace_kind
 from autotranspose.plans.dtypes import ELEMENT_SIZES, word_type
 from autotranspose.store import Store, resolve_url, sqlite_path, textio, upgrade, writes
 from autotranspose.store.models import Claim
@@ -296,6 +297,45 @@ def test_an_inplace_winner_of_few_rows_serves_other_rows_of_its_class(ours, log)
     got = winners.settle(call._replace(shape=other), logging_measure(log, cfg))
     assert (got.source, got.config) == ("measured", cfg)
     assert len(measured(log)) == 1
+
+
+def test_an_inplace_winner_serves_only_rows_like_its_own(ours, log, tmp_path, monkeypatch):
+    """A class holds odd and even sides, whose passes are other kernels: a shipped or
+    measured in-place result measured on rows of whole 16-byte words is raced by an odd
+    call's first call, whose winner is kept for the odd rows; the even ones keep theirs."""
+    even, odd = (1, 8192, 8192), (1, 8191, 8191)
+    cls, problem = policy.inplace_class(*even), policy.inplace_problem(8192, 8192)
+    assert policy.inplace_class(*odd) == cls
+    assert policy.lines_apart(even, 8191, 8191, 1) and not policy.lines_apart(even, 4096, 8192, 1)
+    assert not policy.lines_apart(even, 8191, 8191, 16)  # 16-byte rows: always whole words
+    shipped_cfg, odd_cfg = policy.inplace_race(inplace_kind.default(1, True), 1, True)[:2]
+    shipped = tmp_path / "tuning_db"
+    shipped.mkdir()
+    with Store.open("sqlite://") as scratch:
+        scratch.record(
+            None, DEVICE, "uint8", 1, even, cls, shipped_cfg, ok(3000.0), problem=problem
+        )
+        (shipped / f"{DEVICE.slug}.json").write_text(textio.dumps(textio.export(scratch)))
+    monkeypatch.setattr(lookup, "tuning_db_dir", lambda: shipped)
+    lookup.clear_cache()
+    served = lookup.inplace_choice(DEVICE, 1, *even)
+    assert (served.source, served.config, served.shape) == ("shipped", shipped_cfg, even)
+    assert not policy.inplace_raced(served, 1, *even)  # its own rows: served as shipped
+    assert policy.inplace_raced(served, 1, *odd)  # odd rows: the first call races it
+    call = winners.Call(DEVICE, "uint8", 1, odd, cls, False, problem=problem)
+    assert winners.settle(call, logging_measure(log, odd_cfg)).config == odd_cfg
+    with Store.open(ours, readonly=True) as s:
+        e = s.best(DEVICE.name, 1, cls, problem)
+        assert (e.source, e.config, e.shape) == ("measured", odd_cfg, odd)
+    lookup.clear_cache()  # another process: the shipped result outranks the measured one...
+    again = lookup.inplace_choice(DEVICE, 1, *odd)
+    assert again.source == "shipped" and policy.inplace_raced(again, 1, *odd)
+    got = winners.settle(call._replace(shape=(1, 8189, 8189)), logging_measure(log, odd_cfg))
+    assert (got.source, got.config) == ("measured", odd_cfg)  # ...and odd rows get theirs
+    assert len(measured(log)) == 1
+    even_call = call._replace(shape=(1, 4096, 4096 + 2048))
+    winners.settle(even_call, logging_measure(log, shipped_cfg))  # the odd winner: not served
+    assert len(measured(log)) == 2
 
 
 def test_another_process_serves_the_stored_winner_without_measuring(ours, log):

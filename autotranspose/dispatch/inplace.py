@@ -119,14 +119,16 @@ def choose(
     conjugate: bool,
     race: Race | None,
 ) -> tuple[InplaceParams, bool]:
-    """The parameters an in-place call runs (lookup's; for a class with none tuned, shipped or
-    measured, the first call's winner on `race`), and whether they are settled for its
+    """The parameters an in-place call runs (lookup's; where `policy.inplace_raced` says so,
+    the first call's winner on `race`), and whether they are settled for its
     signature (False under CUDA graph capture, which timing cannot run in: the next call asks
     again). `race` None: no measurement."""
     choice = lookup.inplace_choice(state.info, elem_bytes, batch, m, n)
     cls = policy.inplace_class(batch, m, n)
     guess = choice.config.params
-    if race is None or not firstcall.enabled() or not policy.is_guess(choice, cls):
+    if race is None or not firstcall.enabled():
+        return guess, True
+    if not policy.inplace_raced(choice, elem_bytes, batch, m, n):
         return guess, True
     if _driver.is_capturing(race.stream):
         return guess, False

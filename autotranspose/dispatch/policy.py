@@ -469,6 +469,31 @@ def inplace_config(elem_bytes: int, params: InplaceParams) -> KernelConfig:
     return inplace_kind.config(KernelConfig, elem_bytes, params)
 
 
+def lines_apart(shape: tuple[int, int, int] | None, m: int, n: int, elem_bytes: int) -> bool:
+    """Whether an in-place result measured on `shape` ran other kernels than an m x n call
+    runs: one's rows whole 16-byte words on both sides, the other's not. A class spans sides
+    up to twice apart, odd and even alike, and the passes of odd sides are other kernels
+    (SWAP in lines, COLS in realigned words), whose best parameters differ (H200: the uint8
+    8192x8192 square's 512 threads run odd squares 2-7 points under 256)."""
+    if shape is None:
+        return False
+
+    def whole(a: int, b: int) -> bool:
+        return (a * elem_bytes) % 16 == 0 and (b * elem_bytes) % 16 == 0
+
+    return whole(shape[1], shape[2]) != whole(m, n)
+
+
+def inplace_raced(choice: Choice, elem_bytes: int, batch: int, m: int, n: int) -> bool:
+    """Whether transpose_()'s first call of an m x n call races (`dispatch.inplace.choose`):
+    a guess (nothing tuned, measured or shipped for its class), or a shipped or measured
+    result of its class measured on rows apart from the call's (`lines_apart`). A result
+    tuned in this database is served as it is."""
+    if is_guess(choice, inplace_class(batch, m, n)):
+        return True
+    return choice.source in ("shipped", "measured") and lines_apart(choice.shape, m, n, elem_bytes)
+
+
 def inplace_race(guess: InplaceParams, elem_bytes: int, square: bool) -> list[KernelConfig]:
     """What an in-place first call times: lookup's guess first (it stays unless beaten),
     then the kind's candidates (`kinds.inplace.race_candidates`), as configs."""

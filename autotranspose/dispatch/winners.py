@@ -270,12 +270,9 @@ def _shared(
         entry = _best(store, call)
         if entry is not None:
             config = entry.config.replace(conjugate=call.conjugate)
-            _, rows, cols = call.shape
-            few = inplace_kind.parse_problem(call.problem) is None  # in-place: any rows
-            if not runnable(config) or (few and policy.other_rows(entry.shape, rows, cols)):
+            if not runnable(config) or _apart(call, entry.shape):
                 # measured here for this call (kept in-process): the stored result cannot run
-                # it, or was measured on other few rows than this call's (the kernels of few
-                # rows are rendered for them; an in-place program's passes are not)
+                # it, or ran other kernels than this call's
                 return _remember(call, measure())
             choice = lookup.Choice(
                 config, entry.source, call.cls, entry.gbps, entry.ratio or None, entry.shape
@@ -295,6 +292,17 @@ def _shared(
             _wait_in_background(call)
             return None
         time.sleep(POLL_S)
+
+
+def _apart(call: Call, shape: tuple[int, int, int] | None) -> bool:
+    """Whether a result measured on `shape` ran other kernels than `call` would: for a
+    transpose, other few rows (the kernels of few rows are rendered for them); for an
+    in-place transpose, rows apart from the call's (`policy.lines_apart`), whatever the
+    rows."""
+    _, rows, cols = call.shape
+    if inplace_kind.parse_problem(call.problem) is not None:
+        return policy.lines_apart(shape, rows, cols, call.elem_bytes)
+    return policy.other_rows(shape, rows, cols)
 
 
 def _best(store: Store, call: Call) -> TunedEntry | None:

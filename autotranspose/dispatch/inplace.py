@@ -6,12 +6,13 @@ kernels/inplace.py's `pass_launches` says), its parameters lookup's where the ca
 PERMUTE's cycles are found here, on the host, once per shape; its table (the cycles' leaders,
 or their pieces) the call uploads once per device.
 
-The first call of a class nobody tuned or shipped (lookup's answer is the kind's default)
-times a small portfolio on the call's own matrix (`choose`: `policy.inplace_race`, timed by
+The first call of a class nobody tuned or shipped (lookup's answer is the kind's default),
+or whose result was measured on rows apart from the call's (`policy.inplace_raced`), times a
+small portfolio on the call's own matrix (`choose`: `policy.inplace_race`, timed by
 `firstcall.race`) and keeps the fastest for the class, in this process and in the tuning
 database (`winners`, under the in-place problem), as transpose()'s first call does. Each
 candidate is timed as a round trip that leaves x as it was: its program, then one that
-undoes it (the same program for a square; for a rectangle, the guess's program of the n x m
+undoes it (the same program for a square; for a rectangle, lookup's program of the n x m
 view, the same for every candidate). `AUTOTRANSPOSE_FIRST_CALL=0` switches it off.
 """
 

@@ -280,17 +280,20 @@ def remember_inplace(
 ) -> None:
     """Serve `choice` to every later in-place transpose of `problem` (`kinds.inplace.problem`)
     and class `cls` in this process (a first call's winner)."""
-    key = (
-        "inplace",
-        device.name,
-        device.limits,
-        problem,
-        elem_bytes,
-        cls,
-        _store_key(DEFAULT_STORE),
-    )
+    key = _inplace_key(device.name, device.limits, problem, elem_bytes, cls, DEFAULT_STORE)
     with _lock:
         _choices.keep(key, choice)
+
+
+def _inplace_key(
+    name: str,
+    limits: DeviceLimits,
+    problem: str,
+    elem_bytes: int,
+    cls: ShapeClass,
+    store: Store | None,
+) -> tuple[Any, ...]:
+    return ("inplace", name, limits, problem, elem_bytes, cls, _store_key(store))
 
 
 def inplace_choice(
@@ -311,7 +314,7 @@ def inplace_choice(
     like `choose`'s choices, and cleared with them."""
     name, limits = (device, NEWEST) if isinstance(device, str) else (device.name, device.limits)
     cls, problem = policy.inplace_class(batch, m, n), policy.inplace_problem(m, n)
-    key = ("inplace", name, limits, problem, elem_bytes, cls, _store_key(store))
+    key = _inplace_key(name, limits, problem, elem_bytes, cls, store)
     hit = _choices.recent(key)
     if hit is not None:
         return hit

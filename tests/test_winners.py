@@ -320,8 +320,8 @@ def test_an_inplace_winner_serves_only_rows_like_its_own(ours, log, tmp_path, mo
     lookup.clear_cache()
     served = lookup.inplace_choice(DEVICE, 1, *even)
     assert (served.source, served.config, served.shape) == ("shipped", shipped_cfg, even)
-    assert not policy.inplace_raced(served, 1, *even)  # its own rows: served as shipped
-    assert policy.inplace_raced(served, 1, *odd)  # odd rows: the first call races it
+    assert not policy.inplace_raced(served, cls, 1, *even[1:])  # its own rows: served as shipped
+    assert policy.inplace_raced(served, cls, 1, *odd[1:])  # odd rows: the first call races it
     call = winners.Call(DEVICE, "uint8", 1, odd, cls, False, problem=problem)
     assert winners.settle(call, logging_measure(log, odd_cfg)).config == odd_cfg
     with Store.open(ours, readonly=True) as s:
@@ -329,7 +329,7 @@ def test_an_inplace_winner_serves_only_rows_like_its_own(ours, log, tmp_path, mo
         assert (e.source, e.config, e.shape) == ("measured", odd_cfg, odd)
     lookup.clear_cache()  # another process: the shipped result outranks the measured one...
     again = lookup.inplace_choice(DEVICE, 1, *odd)
-    assert again.source == "shipped" and policy.inplace_raced(again, 1, *odd)
+    assert again.source == "shipped" and policy.inplace_raced(again, cls, 1, *odd[1:])
     got = winners.settle(call._replace(shape=(1, 8189, 8189)), logging_measure(log, odd_cfg))
     assert (got.source, got.config) == ("measured", odd_cfg)  # ...and odd rows get theirs
     assert len(measured(log)) == 1

@@ -129,7 +129,7 @@ def choose(
     guess = choice.config.params
     if race is None or not firstcall.enabled():
         return guess, True
-    if not policy.inplace_raced(choice, elem_bytes, batch, m, n):
+    if not policy.inplace_raced(choice, cls, elem_bytes, m, n):
         return guess, True
     if _driver.is_capturing(race.stream):
         return guess, False

@@ -484,12 +484,12 @@ def lines_apart(shape: tuple[int, int, int] | None, m: int, n: int, elem_bytes: 
     return whole(shape[1], shape[2]) != whole(m, n)
 
 
-def inplace_raced(choice: Choice, elem_bytes: int, batch: int, m: int, n: int) -> bool:
-    """Whether transpose_()'s first call of an m x n call races (`dispatch.inplace.choose`):
-    a guess (nothing tuned, measured or shipped for its class), or a shipped or measured
-    result of its class measured on rows apart from the call's (`lines_apart`). A result
-    tuned in this database is served as it is."""
-    if is_guess(choice, inplace_class(batch, m, n)):
+def inplace_raced(choice: Choice, cls: ShapeClass, elem_bytes: int, m: int, n: int) -> bool:
+    """Whether transpose_()'s first call of an m x n call of class `cls` races
+    (`dispatch.inplace.choose`): a guess (nothing tuned, measured or shipped for its class),
+    or a shipped or measured result of its class measured on rows apart from the call's
+    (`lines_apart`). A result tuned in this database is served as it is."""
+    if is_guess(choice, cls):
         return True
     return choice.source in ("shipped", "measured") and lines_apart(choice.shape, m, n, elem_bytes)
 

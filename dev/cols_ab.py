@@ -5,8 +5,7 @@ rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS
 "rule" (also rows of whole 16-byte words of 1- and 2-byte elements compiled per rule:
 "cols_rule", COLS_RULE; every switch as served), "rule-wide" (COLS_RULE for 4- and 8-byte
 elements too), "no-step" (SHUFFLE of 1- and 2-byte rows carrying every source column, where
-the served kernel steps it: kernels/inplace.py SHUFFLE_STEP off). A variant may also render a
-piece from a template of dev/templates (name: file) or run line-0 COLS in other threads.
+the served kernel steps it: kernels/inplace.py SHUFFLE_STEP off).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -42,7 +41,7 @@ CASES = [
     "18625x6903:float16",  # 6903 rows: past what a 36-byte band row holds, "cols" either way
     "8192x7168:uint8",  # rows of whole words: "cols" either way (a control)
 ]
-# name: the switches of kernels/inplace.py it sets, and the pieces it renders from dev/templates
+# name: the switches of kernels/inplace.py it sets
 VARIANTS = {
     "cols": {"COLS_WORDS": (), "COLS_RULE": ()},
     "words": {"COLS_WORDS": (1, 2), "COLS_RULE": ()},
@@ -50,63 +49,16 @@ VARIANTS = {
     "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8)},
     "no-step": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_STEP": False},
 }
-SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_STEP", "_FILES")  # what `_switch` may set
-DEV_TEMPLATES = Path(__file__).resolve().parent / "templates"
+SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_STEP")  # what a variant may set
 
 
 def _switch(kernels, compiler, saved: dict, switches: dict) -> None:
-    """Set a variant's switches, templates and COLS threads (line 0: "cols", "cols_rule");
-    forget the compiled COLS kernels (a piece rendered from another template keeps its
-    kernel's name). `saved`: kernels' SWITCHES as they were; what else this replaces is
-    added to it, for `_restore`."""
-    import dataclasses
-
-    import jinja2
-
-    from autotranspose.kinds import inplace as kind
-
-    files = dict(saved["_FILES"])
-    for k in SWITCHES[:-1]:  # a variant's switches, the others as they were
-        setattr(kernels, k, saved[k])
-    for k, v in switches.items():
-        if k.isupper():
-            setattr(kernels, k, v)
-        elif k != "threads":
-            files[k] = v
-    kernels._FILES = files
-    saved.setdefault("cols_params", kernels.cols_params)
-    saved.setdefault("kind.THREADS", kind.THREADS)
-    threads = switches.get("threads")
-    kind.THREADS = saved["kind.THREADS"] + ((threads,) if threads else ())
-    base = saved["cols_params"]
-
-    def cols_params(params, line=0):
-        got = base(params, line)
-        return dataclasses.replace(got, threads=threads) if threads and line == 0 else got
-
-    kernels.cols_params = cols_params
-    if "_environment" not in saved:
-        saved["_environment"] = kernels._environment
-
-        def environment():
-            env = saved["_environment"]()
-            env.loader = jinja2.ChoiceLoader([env.loader, jinja2.FileSystemLoader(DEV_TEMPLATES)])
-            return env
-
-        kernels._environment = environment
+    """Set a variant's switches (the others as `saved`: as they were) and forget the compiled
+    in-place kernels (SHUFFLE_STEP changes a kernel's source, not its name)."""
+    for k in SWITCHES:
+        setattr(kernels, k, switches.get(k, saved[k]))
     for key in [k for k in compiler._kernels if k[1].startswith("at_inplace_")]:
         del compiler._kernels[key]
-
-
-def _restore(kernels, saved: dict) -> None:
-    """Undo `_switch`."""
-    from autotranspose.kinds import inplace as kind
-
-    for k, v in saved.items():
-        if k == "kind.THREADS":
-            kind.THREADS = v
-        else:
-            setattr(kernels, k, v)
 
 
 def main() -> None:
@@ -155,7 +107,7 @@ def main() -> None:
                 prog = programs.program(case[-2], xv.batch, xv.m, xv.n, xv.et.size, params=params)
                 right, us, passes = measured(torch, prog, case, args.repeat, _label)
                 rows.append(report(text, name, right, us, case[3], case[4], passes))
-    _restore(kernels, saved)
+    _switch(kernels, compiler, saved, saved)
     at.clear_caches()
     write_rows(args.out, rows)
 

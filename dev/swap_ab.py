@@ -1,13 +1,12 @@
 """Developer tool: in-place squares whose rows are not whole 16-byte words by SWAP (element by
-element), by swap_lines (kernels/inplace.py: SWAP_LINES) and by swap_turned (SWAP_TURNED), on
-the same matrices in one process.
+element) and by swap_lines (kernels/inplace.py: SWAP_LINES), on the same matrices in one
+process.
 
     python dev/swap_ab.py [--cases 4099x4099:float16 ...] [--params 64x256 ...] [--rounds 2]
-                          [--variants elements lines turned] [--repeat 5] [--out FILE]
+                          [--variants elements lines] [--repeat 5] [--out FILE]
 
 Per case, parameters (what lookup serves the class, then each TILExTHREADS given), round and
-variant ("elements": element by element; "lines": aligned 16-byte words; "turned": tiles
-held turned in shared memory, where the element size and tile allow, else lines)
+variant ("elements": element by element; "lines": aligned 16-byte words)
 the program is rebuilt, the call checked bit for bit against PyTorch's out-of-place transpose
 and timed (dev/staged_ab.py's timing) against a copy of x and transpose(); the rounds
 alternate the variants' order. Needs PyTorch on a CUDA GPU.
@@ -36,7 +35,7 @@ CASES = [
     "2047x2047:complex64",
     "8192x8192:float16",  # rows of whole lines: the same kernel either way (a control)
 ]
-VARIANTS = ("elements", "lines", "turned")
+VARIANTS = ("elements", "lines")
 
 
 def main() -> None:
@@ -54,7 +53,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    saved = kernels.SWAP_LINES, kernels.SWAP_TURNED
+    saved = kernels.SWAP_LINES
     rows = []
     for text in args.cases:
         case = matrix(torch, text, args.repeat)
@@ -69,15 +68,14 @@ def main() -> None:
         for params in dict.fromkeys(choices):
             for rnd in range(args.rounds):
                 for name in args.variants if rnd % 2 == 0 else args.variants[::-1]:
-                    kernels.SWAP_LINES = name != "elements"
-                    kernels.SWAP_TURNED = name == "turned"
+                    kernels.SWAP_LINES = name == "lines"
                     at.clear_caches()
                     prog = programs.program(state, xv.batch, xv.m, xv.n, xv.et.size, params=params)
                     right, us, passes = measured(
                         torch, prog, case, args.repeat, lambda how: f"/{how.spec.params.key}"
                     )
                     rows.append(report(text, name, right, us, case[3], case[4], passes))
-    kernels.SWAP_LINES, kernels.SWAP_TURNED = saved
+    kernels.SWAP_LINES = saved
     at.clear_caches()
     write_rows(args.out, rows)
 

@@ -80,18 +80,6 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     }
     return r;
 }
-// A warp's shuffle down. Every thread of the block calls it at once, as the kernels that take
-// it do: the values meet in a block-wide array between two barriers (one block at a time:
-// not for clusters).
-inline unsigned __shfl_down_sync(unsigned, unsigned v, unsigned delta) {
-    static unsigned vals[1024];
-    vals[threadIdx.x] = v;
-    __syncthreads();
-    const unsigned lane = threadIdx.x & 31u, src = threadIdx.x + delta;
-    const unsigned r = lane + delta < 32u && src < blockDim.x ? vals[src] : v;
-    __syncthreads();
-    return r;
-}
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
     const unsigned long long v = ((unsigned long long)hi << 32) | lo;
     return (unsigned)(v >> (sh & 31u));

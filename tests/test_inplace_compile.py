@@ -5,7 +5,6 @@ no spills, no local memory, SWAP's shared memory as InplaceParams predicts, and 
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 
 import pytest
 from _nvcc import assert_nvcc_silent
@@ -17,7 +16,6 @@ from autotranspose.kernels.inplace import (
     cluster_params,
     cols_params,
     render_inplace,
-    turned_smem,
 )
 from autotranspose.kinds import inplace as kind
 from autotranspose.runtime.compiler import source_resources
@@ -46,7 +44,6 @@ def _specs(elem_bytes: int, arch: str = "sm_90") -> list[InplaceKernel]:
         if p != "conj"
         and (p not in ("cols_lines", "cols_words") or elem_bytes < 4)
         and (p not in ("swap_lines", "cols_rule") or elem_bytes < 16)
-        and (p != "swap_turned" or elem_bytes <= 4)
         # clusters are sm_90's: the host takes cols_cluster on no GPU before it
         and (p != "cols_cluster" or arch >= "sm_90")
     ]
@@ -67,13 +64,11 @@ def test_no_spills_and_predicted_shared_memory(arch, elem_bytes):
         assert res.registers * k.params.threads <= 65536, (k.name, res)
         if k.piece in ("swap", "swap_lines"):
             assert res.smem_bytes == k.params.swap_smem(elem_bytes), (k.name, res)
-        if k.piece == "swap_turned":
-            assert res.smem_bytes == turned_smem(k.params.tile, elem_bytes), (k.name, res)
 
 
 @pytest.mark.parametrize("piece", PIECES)
 def test_nvcc_says_nothing(piece):
-    e = 2 if piece in ("cols_lines", "cols_words", "swap_turned") else 8
+    e = 2 if piece in ("cols_lines", "cols_words") else 8
     cluster = CLUSTER_SIZES[0] if piece == "cols_cluster" else 0
     assert_nvcc_silent(render_inplace(InplaceKernel(piece, e, piece == "conj", cluster=cluster)))
 
@@ -92,22 +87,4 @@ def test_swap_in_lines_compiles_without_spills(arch, elem_bytes):
             res = source_resources(source, arch)[k.name]
             assert res.spill_bytes == 0 and res.stack_bytes == 0, (k.name, res)
             assert res.smem_bytes == params.swap_smem(elem_bytes), (k.name, res)
-            assert_nvcc_silent(source)
-
-
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("elem_bytes", [1, 2, 4])
-def test_swap_turned_compiles_without_spills(arch, elem_bytes):
-    """swap_turned at the squares' default parameters and every tile and block it serves: no
-    spills under its register cap, the shared memory predicted, nothing said."""
-    for tile in kind.TILES:
-        for threads in kind.THREADS:
-            params = replace(kind.default(elem_bytes, square=True), tile=tile, threads=threads)
-            if turned_smem(tile, elem_bytes) > 48 << 10:
-                continue
-            k = InplaceKernel("swap_turned", elem_bytes, False, params)
-            source = render_inplace(k)
-            res = source_resources(source, arch)[k.name]
-            assert res.spill_bytes == 0 and res.stack_bytes == 0, (k.name, res)
-            assert res.smem_bytes == turned_smem(tile, elem_bytes), (k.name, res)
             assert_nvcc_silent(source)

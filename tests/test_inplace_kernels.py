@@ -575,70 +575,10 @@ def test_swap_in_lines_where_the_rows_are_not_whole_16_byte_words(
     from autotranspose.kernels import inplace as kernels
 
     monkeypatch.setattr(kernels, "SWAP_LINES", True)
-    monkeypatch.setattr(kernels, "SWAP_TURNED", False)
     params = InplaceParams(tile=tile, threads=threads, blocks_per_sm=2, unroll=2)
     for shift in {0, e, 16 - e, 8}:
         hows = _check(2, m, m, e, tmp, shift=shift, params=params)
         assert [h.spec.piece for h in hows] == ["swap_lines"]
-
-
-@pytest.mark.parametrize(
-    "m, e, tile, threads",
-    [
-        (45, 1, 16, 128),  # rows of 45 bytes: every offset in a line, tiles cut at 13
-        (53, 1, 64, 256),  # one tile cut at 53: its rows' words shared with no neighbour
-        (141, 1, 64, 128),  # three tiles a side, the last cut at 13 rows
-        (131, 1, 128, 512),  # tiles of 128 one-byte elements, the last cut at 3
-        (259, 1, 128, 256),  # three tiles of 128, the last cut at 3 rows
-        (3, 1, 64, 128),  # rows shorter than a word
-        (37, 2, 16, 128),
-        (75, 2, 32, 128),  # three tiles a side
-        (133, 2, 64, 256),
-        (130, 2, 64, 256),  # rows whole 4-byte words, not 16-byte ones
-        (19, 4, 16, 128),
-        (38, 4, 32, 256),  # rows of 152 bytes: 8 bytes off a line every other row
-        (67, 4, 64, 128),
-    ],
-)
-def test_swap_turned_where_the_rows_are_not_whole_16_byte_words(
-    m, e, tile, threads, tmp, monkeypatch
-):
-    """Squares of 1- to 4-byte elements whose rows are not whole 16-byte words through tiles
-    held turned (swap_turned): 4-byte units realigned by a shuffle, turned in registers, each
-    written row's aligned words from its turned shared row; x on its line and off it,
-    batched, tiles cut at the edge; bit-exact and nothing outside x written (UBSan checks
-    every access's alignment)."""
-    from autotranspose.kernels import inplace as kernels
-
-    monkeypatch.setattr(kernels, "SWAP_TURNED", True)
-    params = InplaceParams(tile=tile, threads=threads, blocks_per_sm=2, unroll=2)
-    for shift in {0, e, 16 - e, 8}:
-        hows = _check(2, m, m, e, tmp, shift=shift, params=params)
-        assert [h.spec.piece for h in hows] == ["swap_turned"]
-
-
-def test_swap_turned_serves_what_its_shared_memory_holds(monkeypatch):
-    """swap_turned takes squares of 1- to 4-byte elements whose rows are not whole 16-byte
-    words where its two turned tiles fit static shared memory; 8-byte elements stay in
-    lines; off, no square program runs it."""
-    from autotranspose.errors import ShapeError
-    from autotranspose.kernels import inplace as kernels
-    from autotranspose.kernels.inplace import program_kernels, turned_smem
-
-    for on in (False, True):
-        monkeypatch.setattr(kernels, "SWAP_TURNED", on)
-        for e, tile in [(1, 128), (2, 64), (4, 64), (8, 32)]:
-            params = InplaceParams(tile=tile, threads=256, blocks_per_sm=2, unroll=2)
-            plan = plan_inplace(1, 1001, 1001, False, 0, (227 << 10) // e)
-            (swap,) = pass_launches(plan, e, params, 132, 227 << 10, None)
-            fits = e <= 4 and turned_smem(tile, e) <= 48 << 10
-            assert swap.spec.piece == ("swap_turned" if on and fits else "swap_lines"), (e, tile)
-            pieces = {k.piece for k in program_kernels(e, False, params, "inplace:square")}
-            assert ("swap_turned" in pieces) == (on and fits)
-    with pytest.raises(ShapeError, match="swap_turned moves"):
-        InplaceKernel("swap_turned", 8, False, PARAMS)
-    with pytest.raises(ShapeError, match="smaller tile"):
-        InplaceKernel("swap_turned", 2, False, InplaceParams(tile=128, threads=256))
 
 
 def test_swap_in_lines_conjugates(tmp, monkeypatch):
@@ -662,7 +602,6 @@ def test_swap_lines_serves_only_rows_not_of_whole_words_and_only_when_on(on, mon
     from autotranspose.plans.inplace import plan_inplace
 
     monkeypatch.setattr(kernels, "SWAP_LINES", on)
-    monkeypatch.setattr(kernels, "SWAP_TURNED", False)
     for m, e in ((45, 1), (100, 2), (37, 4), (35, 8), (48, 1), (40, 2), (36, 4), (34, 8), (9, 16)):
         plan = plan_inplace(1, m, m, False, 0, 1 << 20)
         (swap,) = pass_launches(plan, e, PARAMS, 132, 227 << 10, None)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import ShapeError
-from ..kinds.base import STATIC_SHARED_MAX, WORD_TYPES
+from ..kinds.base import WORD_TYPES
 from ..kinds.inplace import (
     DEFAULT,
     NAME as KIND_NAME,
@@ -51,10 +51,8 @@ from . import codegen
 from .codegen import _DTYPES_BY_SIZE, _environment
 from .packed import divisor
 
-# SWAP for squares whose rows are not whole 16-byte words (SWAP_LINES, below), and for those
-# of 1- to 4-byte elements through tiles held turned (SWAP_TURNED, below)
+# SWAP for squares whose rows are not whole 16-byte words (SWAP_LINES, below)
 SWAP_LINES_PIECE = "swap_lines"
-SWAP_TURNED_PIECE = "swap_turned"
 # COLS of tall grids of 1- and 2-byte elements whose rows are not whole 4-byte words, in
 # aligned 4-byte words (COLS_WORDS, below)
 COLS_WORDS_PIECE = "cols_words"
@@ -98,7 +96,6 @@ ARG_NAMES = (
 PIECES = (
     SWAP,
     SWAP_LINES_PIECE,
-    SWAP_TURNED_PIECE,
     REVERSE,
     SPLIT,
     "split_band",
@@ -124,7 +121,6 @@ PIECES = (
 _FILES = {
     SWAP: "swap",
     SWAP_LINES_PIECE: "swap_lines",
-    SWAP_TURNED_PIECE: "swap_turned",
     REVERSE: "reverse",
     SPLIT: "reverse",
     "split_band": "band",
@@ -284,30 +280,6 @@ SWAP_RESIDENT = True
 # Off, SWAP serves every square (x off its line with rows of whole words stays SWAP's).
 SWAP_LINES = True
 
-# SWAP of squares of 1- to 4-byte elements whose rows are not whole 16-byte words through
-# tiles held turned in shared memory (SWAP_TURNED_PIECE, templates/inplace/swap_turned.cu.j2):
-# a tile loaded in 4-byte units realigned by a shuffle and a funnel shift, each P x P block of
-# elements turned in registers, so that each written row is one run of shared bytes, its
-# 16-byte words realigned from five 4-byte shared words and stored by consecutive lanes.
-# Served where it is on and the turned pair fits static shared memory (else swap_lines).
-# Off: predicted 55-70% of a copy for 1-byte odd squares (about 3 instructions a byte against
-# swap_lines' 13); measured on the H200 (dev/swap_ab.py --variants lines turned, one process,
-# % of a copy) 1-byte +1-2 points at 128 x 512 but -1 to -4 at 128 x 256, where swap_lines is
-# fastest (uint8 8191x8191 33.6 -> 31.3, 9623x9623 bool 33.6 -> 29.6; 5003x5003 37.0 -> 39.3),
-# 2-byte -6 to -15 (float16 64x197x197 48.7 -> 34.0), 4-byte -10 to -15. Nsight Compute
-# (uint8 8191x8191, 128 x 256): 45.2M warp instructions against swap_lines' 30.7M (15.7
-# thread instructions a byte, not 3), issue 48% active, long-scoreboard stalls 8.9 cycles an
-# issue; written sectors 1.96x the matrix's (swap_lines 2.93x), most of the excess the cut
-# words' pieces. docs/inplace.md says what is left to try.
-SWAP_TURNED = False
-TURNED_SIZES: tuple[int, ...] = (1, 2, 4)
-
-
-def turned_smem(tile: int, elem_bytes: int) -> int:
-    """swap_turned's static shared memory: two turned tiles, each row 16 bytes before the
-    tile's elements and 20 after (templates/inplace/swap_turned.cu.j2)."""
-    return 2 * tile * (36 + tile * elem_bytes)
-
 
 def swap_min_blocks(params: InplaceParams, elem_bytes: int, lines: bool = False) -> int:
     """The blocks an SM SWAP's registers are capped for (its __launch_bounds__): 1024
@@ -322,29 +294,9 @@ def swap_blocks(params: InplaceParams, elem_bytes: int, lines: bool = False) -> 
     return max(1, min(params.blocks_per_sm, swap_min_blocks(params, elem_bytes, lines)))
 
 
-def turned_min_blocks(params: InplaceParams, elem_bytes: int) -> int:
-    """The blocks an SM swap_turned's registers are capped for: 1024 threads an SM (768 in
-    blocks of 128, whose loads unrolled four deep took 93 registers and spilled at 64), at
-    most what its shared memory lets an SM hold (228 KiB on sm_90)."""
-    held = (228 << 10) // turned_smem(params.tile, elem_bytes)
-    per_sm = 768 if params.threads < 256 else 1024
-    return max(1, min(per_sm // params.threads, held))
-
-
 def swap_lines(m: int, elem_bytes: int) -> bool:
     """Whether a square's SWAP runs in lines: rows not whole 16-byte words, SWAP_LINES on."""
     return SWAP_LINES and elem_bytes < 16 and (m * elem_bytes) % 16 != 0
-
-
-def swap_turned(m: int, elem_bytes: int, params: InplaceParams) -> bool:
-    """Whether a square's SWAP runs turned: rows not whole 16-byte words of 1- to 4-byte
-    elements, SWAP_TURNED on, its two turned tiles within static shared memory."""
-    return (
-        SWAP_TURNED
-        and elem_bytes in TURNED_SIZES
-        and (m * elem_bytes) % 16 != 0
-        and turned_smem(params.tile, elem_bytes) <= STATIC_SHARED_MAX
-    )
 
 
 def cols_params(params: InplaceParams, line: int = 0) -> InplaceParams:
@@ -543,16 +495,6 @@ class InplaceKernel:
                 "swap_lines moves elements of 1 to 8 bytes (16-byte rows are always whole "
                 "16-byte words); use the piece 'swap'"
             )
-        if self.piece == SWAP_TURNED_PIECE and (
-            self.elem_bytes not in TURNED_SIZES
-            or turned_smem(self.params.tile, self.elem_bytes) > STATIC_SHARED_MAX
-        ):
-            raise ShapeError(
-                f"swap_turned moves {TURNED_SIZES}-byte elements in two turned tiles within "
-                f"{STATIC_SHARED_MAX} bytes of static shared memory, not "
-                f"{self.elem_bytes}-byte ones in tiles of {self.params.tile}; use the piece "
-                "'swap_lines' or a smaller tile"
-            )
         if (self.piece == "cols_cluster") != (self.cluster != 0) or (
             self.cluster and self.cluster not in CLUSTER_SIZES
         ):
@@ -615,9 +557,7 @@ def render_inplace(k: InplaceKernel) -> str:
             key=p.key,
             cluster=k.cluster,
             cluster_min_blocks=CLUSTER_MIN_BLOCKS,
-            swap_min_blocks=swap_min_blocks(p, k.elem_bytes, k.piece == SWAP_LINES_PIECE)
-            if k.piece != SWAP_TURNED_PIECE
-            else turned_min_blocks(p, k.elem_bytes),
+            swap_min_blocks=swap_min_blocks(p, k.elem_bytes, k.piece == SWAP_LINES_PIECE),
             shuffle_step=SHUFFLE_STEP,
             args_bytes=ARG_BYTES,
         )
@@ -626,8 +566,8 @@ def render_inplace(k: InplaceKernel) -> str:
 
 # The pieces a square's program may run (SWAP; CONJ alone for a 1 x 1) and a rectangle's
 _PROBLEM_PIECES = {
-    SQUARE: (SWAP, SWAP_LINES_PIECE, SWAP_TURNED_PIECE, CONJ),
-    RECTANGLE: tuple(p for p in PIECES if p not in (SWAP, SWAP_LINES_PIECE, SWAP_TURNED_PIECE)),
+    SQUARE: (SWAP, SWAP_LINES_PIECE, CONJ),
+    RECTANGLE: tuple(p for p in PIECES if p not in (SWAP, SWAP_LINES_PIECE)),
 }
 
 
@@ -639,9 +579,7 @@ def program_kernels(
     either's ("")."""
     found = []
     for piece in _PROBLEM_PIECES.get(problem, PIECES):
-        if (piece == SWAP_LINES_PIECE and not SWAP_LINES) or (
-            piece == SWAP_TURNED_PIECE and not SWAP_TURNED
-        ):
+        if piece == SWAP_LINES_PIECE and not SWAP_LINES:
             continue  # not served: its source is no config's yet
         if piece == COLS_RULE_PIECE and elem_bytes not in COLS_RULE:
             continue  # likewise, for the element sizes it does not serve
@@ -758,21 +696,13 @@ def pass_launches(
         spec = InplaceKernel(p.kind, elem_bytes, p.conjugate, params)
         if p.kind == SWAP:
             lines = swap_lines(m, elem_bytes)
-            turned = swap_turned(m, elem_bytes, params)
-            if turned:
-                spec = InplaceKernel(SWAP_TURNED_PIECE, elem_bytes, p.conjugate, params)
-            elif lines:
+            if lines:
                 spec = InplaceKernel(SWAP_LINES_PIECE, elem_bytes, p.conjugate, params)
             tiles = -(-m // params.tile)
             items = batch * tiles * (tiles + 1) // 2
             blocks = items
             if SWAP_RESIDENT and items <= cap:  # one wave: a block has two pairs, not one
-                resident = (
-                    min(params.blocks_per_sm, turned_min_blocks(params, elem_bytes))
-                    if turned
-                    else swap_blocks(params, elem_bytes, lines)
-                )
-                blocks = min(items, multiprocessors * max(1, resident))
+                blocks = min(items, multiprocessors * swap_blocks(params, elem_bytes, lines))
             add(p, spec, blocks, {"items": items, "tiles": tiles})
         elif p.kind == REVERSE:
             lanes = run_lanes(row_bytes, params.threads)

@@ -958,3 +958,29 @@ def test_alternatives_of_big_random_permutes(e: int, monkeypatch):
         if q.kind == PACKED:
             assert GATHER in {a.kind for a in p.alternatives}, p.describe()
     assert named > 20
+
+
+@pytest.mark.parametrize(
+    "batch, run, e, bs_in, bs_out, ptrs, realign",
+    [
+        (202, 1571295, 1, 1571295, 1571295, (0, 0), True),  # back to back: one run of bytes
+        (1, 1000001, 1, 1000001, 1000001, (0, 0), True),  # one matrix: one contiguous run
+        (7, 3001, 2, 3001, 3011, (2, 0), True),  # output batches apart: runs a matrix
+        (5, 4096, 4, 4096, 4096, (0, 0), False),  # whole 16-byte words: the word copy
+        (3, 1001, 8, 1001, 1001, (8, 0), False),  # 8-byte words, long rows: the word copy
+    ],
+)
+def test_transposes_of_one_run_a_matrix_copy_as_permute_would(
+    batch, run, e, bs_in, bs_out, ptrs, realign
+):
+    """transpose() of matrices that are one contiguous run each (a side of 1) plans the row
+    copy permute() plans for the same bytes: realigned into 16-byte words where the words
+    are under 8 bytes (one contiguous block included, which permute() hands to the driver),
+    the widest word otherwise; every byte of every run once."""
+    p = plan.run_copy(batch, run, e, bs_in, bs_out, *ptrs)
+    assert p.realign == realign and p.kind == plan.COPY and not p.loops
+    assert p.launch_bytes == batch * run * e
+    w = p.elem_bytes
+    assert w == 1 if realign else (run * e) % w == 0 and (ptrs[0] | ptrs[1]) % w == 0
+    if not realign:
+        assert w == math.gcd(16, run * e, bs_in * e, bs_out * e, 16 | ptrs[0] | ptrs[1]) or w == 16

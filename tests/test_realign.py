@@ -127,23 +127,9 @@ def _check(p: Pass, src: int, dst: int, mem_bytes: int, rng: np.random.Generator
         expect[di] += 1
     assert expect.max() == 1, "the contract writes a byte twice: not a valid test case"
     writes = np.zeros(mem_bytes, np.int64)
-    o, o2 = p.outer, p.outer2
-    g, scalars = runs_args(
-        p.batch,
-        p.m,
-        p.n,
-        p.ld_in,
-        p.ld_out,
-        p.bs_in,
-        p.bs_out,
-        o.extent,
-        o.in_stride,
-        o.out_stride,
-        o2.extent,
-        o2.in_stride,
-        o2.out_stride,
-        multiprocessors=2,
-    )
+    word, *args = p.copy_args()
+    assert word == 1  # a realigned copy counts bytes
+    g, scalars = runs_args(*args, multiprocessors=2)
     for i0, o0 in p.offsets():  # one launch, made once, at each host-loop index
         writes += run_model(mem, src + i0, dst + o0, g, scalars, wanted)
     np.testing.assert_array_equal(writes, expect)  # each output byte once, nothing else

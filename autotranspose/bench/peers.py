@@ -102,9 +102,10 @@ def transpose_peers(bench: Any, dtype: str, config: Any) -> dict[str, tuple[Call
     drv = bench.drv
     peers["copy"] = (lambda src, dst, _s: drv.memcpy_dtod(dst, src, bench.nbytes), "cuMemcpyDtoD")
     if config is None:  # transpose() moves one column or row a matrix as a copy
-        from ..runtime.launch import run_copy
+        from ..dispatch.transpose import copy_launch
 
-        launch = run_copy(bench.state, s, b, m, n, m * n, m * n)
+        src, dst = bench.pointers(0)
+        launch = copy_launch(bench.state, s, b, max(m, n), m * n, m * n, src, dst)
         peers["autotranspose"] = (launch, "row copy")
     else:
         launch = contiguous_launch(bench.state, config, b, m, n)

@@ -120,24 +120,7 @@ def build_steps(
             )  # words if aligned; the vector box (`_vbox`) where the plan gave vectors
         else:
             assert p.kind == COPY, p.kind
-            o, o2 = p.outer, p.outer2
-            launch = make_copy(
-                p.elem_bytes,
-                p.batch,
-                p.m,
-                p.n,
-                p.ld_in,
-                p.ld_out,
-                p.bs_in,
-                p.bs_out,
-                o.extent,
-                o.in_stride,
-                o.out_stride,
-                o2.extent,
-                o2.in_stride,
-                o2.out_stride,
-                realign=p.realign,
-            )
+            launch = make_copy(*p.copy_args(), realign=p.realign)
         steps.append(Step(launch, 0, offsets))
     return tuple(steps)
 

@@ -21,10 +21,11 @@ from ..kernels.config import KernelConfig, regt_side
 from ..kernels.shapes import ShapeClass, call_vec, flat_fits, shape_class
 from ..plans.boxes import NO_DIM, Dim
 from ..plans.dtypes import ElementType, word_type
+from ..plans.permute import run_copy
 from ..runtime import streams
 from ..runtime.arrays import View, matrix_layout
 from ..runtime.compiler import DeviceState
-from ..runtime.launch import Launch, make_launch, run_copy
+from ..runtime.launch import Launch, make_launch, make_row_copy, make_runs_copy
 from . import caches, firstcall, lookup, policy, winners
 
 
@@ -80,7 +81,7 @@ def pick(
     vec = vec_of(x, o, outer)
     if config is None and not conjugate and outer == NO_OUTER:
         if policy.copies(x.m, x.n, x.ld, o.ld):
-            return run_copy(state, s, x.batch, x.m, x.n, x.bs, o.bs)
+            return copy_launch(state, s, x.batch, max(x.m, x.n), x.bs, o.bs, x.ptr, o.ptr)
     if config is None:
         cls = shape_class(x.batch, x.m, x.n, vec)
         choice = lookup.choose(state.info, s, cls, conjugate=conjugate)
@@ -105,6 +106,24 @@ def pick(
                 f"and {o.ld} (out): use a tiled config (flat=False) or contiguous arrays"
             )
     return make_launch(state, cfg, x.batch, x.m, x.n, x.ld, o.ld, x.bs, o.bs, *outer)
+
+
+def copy_launch(
+    state: DeviceState,
+    elem_bytes: int,
+    batch: int,
+    run: int,
+    bs_in: int,
+    bs_out: int,
+    in_ptr: int,
+    out_ptr: int,
+) -> Launch:
+    """transpose() of matrices that are each one contiguous run in and out (m or n is 1,
+    `policy.copies`): the row copy permute() would run for the same bytes
+    (`plans.permute.run_copy`), at pointers aligned as these (the call's key keeps their
+    alignment)."""
+    p = run_copy(batch, run, elem_bytes, bs_in, bs_out, in_ptr, out_ptr)
+    return (make_runs_copy if p.realign else make_row_copy)(state, *p.copy_args())
 
 
 def vec_of(x: View, o: View, outer: Outer = NO_OUTER) -> int:

@@ -157,6 +157,28 @@ class Pass:
             self.outer.extent * self.outer2.extent * self.batch * self.m * self.n * self.elem_bytes
         )
 
+    def copy_args(self) -> tuple[int, ...]:
+        """A COPY pass's row-copy arguments (`runtime.launch.make_row_copy`'s after the
+        state; `make_runs_copy`'s where it is realigned): its word, the batch x m rows of n
+        words, their strides, and the two outer dims the launch walks."""
+        o, o2 = self.outer, self.outer2
+        return (
+            self.elem_bytes,
+            self.batch,
+            self.m,
+            self.n,
+            self.ld_in,
+            self.ld_out,
+            self.bs_in,
+            self.bs_out,
+            o.extent,
+            o.in_stride,
+            o.out_stride,
+            o2.extent,
+            o2.in_stride,
+            o2.out_stride,
+        )
+
     def problem(self) -> tuple[Dim, ...]:
         """Everything the pass moves as dims of its elements, in output memory order
         (outermost first), size-1 dims dropped: the host loops, the batch and the two sides
@@ -622,6 +644,27 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
         outer=o,
         outer2=o2,
     )
+
+
+def run_copy(
+    batch: int, run: int, elem_bytes: int, bs_in: int, bs_out: int, in_ptr: int, out_ptr: int
+) -> Pass:
+    """transpose()'s copy of matrices that are each one contiguous run of `run` elements (a
+    side of 1), `batch` of them bs_in / bs_out elements apart: planned as permute() plans a
+    row copy (`_copy`: the widest word the run, the strides and both pointers allow), in
+    bytes realigned into 16-byte words where permute()'s rule takes that (`realign_first`).
+    One contiguous block, which permute() hands to the driver's copy, is a realigned copy of
+    one run here (transpose() runs one kernel a call): 1-byte words moved 1 byte a thread,
+    bool 202x1571295x1 ran at 21% of a copy."""
+    rows = [Dim(batch, bs_in, bs_out)] if batch > 1 else []
+    p = _copy(rows, run * elem_bytes, elem_bytes, in_ptr, out_ptr)
+    if not realign_first(p):
+        return p
+    nbytes = p.launch_bytes
+    one_block = len(p.problem()) == 1  # the runs lie back to back, in and out
+    if one_block and REALIGN_MIN_RUN_BYTES <= nbytes <= REALIGN_MAX_RUN_BYTES:
+        return Pass(COPY, 1, 1, nbytes, nbytes, nbytes, 1, nbytes, nbytes, (), realign=True)
+    return (None if one_block else realigned(p)) or p
 
 
 def runs_of(m: int, n: int, ld_out: int, batch: int, bs_out: int) -> tuple[int, int, int]:

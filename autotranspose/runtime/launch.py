@@ -267,15 +267,6 @@ def contiguous_launch(state: DeviceState, cfg: KernelConfig, batch: int, m: int,
     return make_launch(state, cfg, batch, m, n, n, m, m * n, m * n)
 
 
-def run_copy(
-    state: DeviceState, elem_bytes: int, batch: int, m: int, n: int, bs_in: int, bs_out: int
-) -> Launch:
-    """transpose() of matrices that are one contiguous run in and out (m or n is 1, with a
-    contiguous column in or out): one row copy of max(m, n) elements a matrix."""
-    run = max(m, n)
-    return make_row_copy(state, elem_bytes, batch, 1, run, run, run, bs_in, bs_out)
-
-
 def make_row_copy(
     state: DeviceState,
     elem_bytes: int,

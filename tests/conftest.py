@@ -208,3 +208,13 @@ def no_packed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     dispatch.clear()
     yield
     dispatch.clear()
+
+
+@pytest.fixture(scope="module")
+def torch():
+    """PyTorch with a CUDA device, else the test is skipped (the GPU tests' peer and
+    framework)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device")
+    return torch

@@ -22,14 +22,6 @@ PAIRS = sorted(cast.PAIRS)
 POISON = 0x5A
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no CUDA device")
-    return torch
-
-
 def _cast_hits():
     """The eager cast calls the fast path remembers (`fastpath.cast_key`'s keys)."""
     from autotranspose.dispatch import caches

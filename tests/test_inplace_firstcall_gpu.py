@@ -24,14 +24,6 @@ def cupy():
     return pytest.importorskip("cupy")
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch has no CUDA device")
-    return torch
-
-
 def _split(shape):
     return (1, *shape) if len(shape) == 2 else shape
 

@@ -39,14 +39,6 @@ EXTRA = (
 
 
 @pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no CUDA device")
-    return torch
-
-
-@pytest.fixture(scope="module")
 def op_db(torch):
     try:
         from torch.testing._internal.common_methods_invocations import op_db

@@ -17,14 +17,6 @@ pytestmark = pytest.mark.gpu
 POISON = 0x5A
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no CUDA device")
-    return torch
-
-
 def _raw(torch, t):
     size = t.element_size()
     return t.view(

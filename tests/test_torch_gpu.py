@@ -23,14 +23,6 @@ def torch_module():
     return torch
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch sees no CUDA device")
-    return torch
-
-
 def _random(torch, shape, dtype, rng):
     data = rng.standard_normal(shape) * 100
     t = torch.as_tensor(data, device="cuda")

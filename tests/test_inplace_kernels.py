@@ -534,8 +534,6 @@ def test_swap_moves_16_byte_words_where_x_and_the_rows_allow(m, e, tmp):
         (136, 2, 64, 128),  # 256 row pairs' words a tile: two a thread
         (72, 2, 32, 128),  # three tiles a side, the last cut at 8 rows
         (272, 1, 128, 512),  # tiles of 128 one-byte elements (whole lines), the last cut
-        (304, 1, 256, 512),  # a pair past 48 KiB (dynamic shared memory), the last tile cut
-        (144, 2, 128, 256),  # 2-byte tiles of 128: rows of 256 bytes, dynamic
     ],
 )
 def test_swap_writes_narrow_elements_from_4_byte_shared_words(m, e, tile, threads, tmp):
@@ -565,8 +563,6 @@ def test_swap_writes_narrow_elements_from_4_byte_shared_words(m, e, tile, thread
         (38, 4, 32, 256),  # rows of 152 bytes: 8 bytes off a line every other row
         (33, 8, 16, 128),
         (17, 8, 32, 128),
-        (263, 1, 256, 512),  # a pair past 48 KiB (dynamic shared memory)
-        (131, 2, 128, 256),
     ],
 )
 def test_swap_in_lines_where_the_rows_are_not_whole_16_byte_words(

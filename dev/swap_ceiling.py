@@ -1,28 +1,25 @@
 """Developer tool: the access pattern's ceiling of SWAP (in-place squares of whole 16-byte rows),
 beside the served kernel, on the same matrices in one process.
 
-    python dev/swap_ceiling.py [--cases 8192x8192:uint8 ...] [--repeats 7]
+    python dev/swap_ceiling.py [--cases 8192x8192:uint8 ...] [--tiles 128x256 256x512 ...]
+                               [--barrier] [--repeats 7] [--rounds 2]
 
 SWAP reads a tile pair (I, J), (J, I) and writes each transposed into the other's place: the
-sectors a copy moves, once. Yet 1- and 2-byte squares run at 80-85% of a copy where the
-out-of-place tiled kernel runs at 93-95%. Each row here times, on rotated L2-cold matrices (the
-tuner's `InplaceBench`) and as % of a device-to-device copy of the same bytes:
+sectors a copy moves, once. Each row times, on the tuner's `InplaceBench` matrices (rotated
+where they fit the L2 together) and as % of a device-to-device copy of the same bytes:
 
 - served: transpose_()'s program for the case (the class's tuned or default parameters);
-- pair, in place: SWAP's grid, pair walk, tile and threads, every 16-byte word of both tiles
-  loaded into registers, then each written to the other tile's same place, untransposed (no
-  shared memory, no barrier): the same lines read and written as SWAP's;
-- pair, in place, barrier: the same with a block barrier between a pair's loads and stores (a
-  block's phases locked as SWAP's are);
-- pair, out of place: the same words, written to a second buffer (the lines read and the lines
-  written apart, as a copy's are);
-- stream, in place: every 16-byte word of x read and written back to its own place, 4 a
-  thread in flight;
-- stream, out of place: the same into a second buffer (a copy kernel).
+- pair, in place: a tile's grid and pair walk (the served tile, then each of `--tiles` that
+  divides the side), every 16-byte word of both tiles loaded into registers, then each
+  written to the other tile's same place, untransposed (no shared memory): the lines SWAP
+  reads and writes at that tile; with `--barrier` also with a block barrier between a
+  pair's loads and its stores;
+- pair, out of place: the same words written to a second buffer;
+- stream, in place / out of place: every 16-byte word of x read and written back to its own
+  place, or to a second buffer (a copy kernel).
 
-Where "pair, in place" is near the served kernel and "pair, out of place" near a copy, the
-loss is in-place's own traffic (lines read and written back by the same block), not the
-exchange. Needs a CUDA GPU.
+Measured on an H200 (docs/inplace.md, "SWAP's access pattern"): tile rows of 128 bytes held
+the pattern itself to 79-85% of a copy, rows of 256 bytes reached 89-93.5%. Needs a CUDA GPU.
 """
 
 from __future__ import annotations

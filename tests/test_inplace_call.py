@@ -95,7 +95,7 @@ def test_kernel_specs_are_checked():
     with pytest.raises(errors.ShapeError, match="8- or 16-byte"):
         InplaceKernel("swap", 4, conjugate=True)
     with pytest.raises(errors.ShapeError, match="smaller tile"):
-        InplaceKernel("swap", 16, params=InplaceParams(tile=128))
+        InplaceKernel("swap", 16, params=InplaceParams(tile=64))
     with pytest.raises(errors.ShapeError, match="piece"):
         InplaceKernel("rotate", 4)
     with pytest.raises(errors.ShapeError, match="sizes"):

@@ -549,30 +549,6 @@ def test_swap_writes_narrow_elements_from_4_byte_shared_words(m, e, tile, thread
 
 
 @pytest.mark.parametrize(
-    "m, e, tile, threads, conjugate",
-    [
-        (400, 2, 128, 128, False),  # 2-byte tiles of 128: rows of 256 bytes, 5 pairs a block
-        (144, 2, 128, 512, False),  # the last tile cut at 16 rows
-        (264, 2, 128, 256, False),  # cut at 8 rows: one 16-byte word of the last tile's rows
-    ],
-)
-def test_swap_double_buffers_pairs_past_48_kib(m, e, tile, threads, conjugate, tmp):
-    """Tile pairs past 48 KiB of static shared memory: two of them in dynamic shared memory,
-    unpadded, their rows' 16-byte words swizzled, the next pair streamed into the other
-    buffer (cp.async on the GPU, copies here) while a block writes this one, every block
-    walking several pairs so that both buffers are filled and refilled; bit-exact, batched,
-    tiles cut at the edge, nothing outside x written; x off its line goes element by element
-    through the first buffer as a padded pair."""
-    params = InplaceParams(tile=tile, threads=threads, blocks_per_sm=2, unroll=2)
-    assert params.swap_dynamic(e) and params.swap_smem(e) == 4 * tile * tile * e
-    assert "at_swap_stream" in render_inplace(InplaceKernel("swap", e, conjugate, params))
-    for shift in (0, e):
-        hows = _check(2, m, m, e, tmp, conjugate=conjugate, shift=shift, params=params)
-        assert [h.kind for h in hows] == ["swap"] and hows[0].smem == params.swap_smem(e)
-        assert hows[0].args["items"] > hows[0].blocks  # buffers filled and refilled
-
-
-@pytest.mark.parametrize(
     "m, e, tile, threads",
     [
         (45, 1, 16, 128),  # rows of 45 bytes: every offset in a line, tiles cut at 13
@@ -587,7 +563,6 @@ def test_swap_double_buffers_pairs_past_48_kib(m, e, tile, threads, conjugate, t
         (38, 4, 32, 256),  # rows of 152 bytes: 8 bytes off a line every other row
         (33, 8, 16, 128),
         (17, 8, 32, 128),
-        (131, 2, 128, 256),  # a pair past 48 KiB: one, in dynamic shared memory
     ],
 )
 def test_swap_in_lines_where_the_rows_are_not_whole_16_byte_words(

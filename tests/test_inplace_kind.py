@@ -13,7 +13,7 @@ from store_data import H100 as _H100, valid_config
 from autotranspose.dispatch import lookup, policy
 from autotranspose.errors import ConfigError, StoreError
 from autotranspose.kernels import codegen
-from autotranspose.kernels.config import NEWEST, KernelConfig, config_space
+from autotranspose.kernels.config import KernelConfig, config_space
 from autotranspose.kinds import inplace as inplace_kind
 from autotranspose.kinds.inplace import InplaceParams
 from autotranspose.runtime.device import DeviceInfo
@@ -87,14 +87,9 @@ def test_an_untrusted_written_form_is_refused_with_the_field_named(change, messa
         KernelConfig.from_dict(written)
 
 
-def test_a_swap_tile_past_any_gpus_shared_memory_is_refused():
-    with pytest.raises(ConfigError, match=r"only 1- and 2-byte pairs run past it; use tile="):
+def test_a_swap_tile_past_static_shared_memory_is_refused():
+    with pytest.raises(ConfigError, match="static shared memory"):
         policy.inplace_config(16, InplaceParams(tile=64))
-    with pytest.raises(ConfigError, match=r"past the 49152 of static arrays"):
-        policy.inplace_config(8, InplaceParams(tile=64))
-    wide = policy.inplace_config(2, InplaceParams(tile=128))  # two pairs: where a GPU opts in
-    assert wide.smem_bytes == 131072 and wide.fits(GPU.limits)
-    assert not wide.fits(NEWEST)  # a device of no opt-in
 
 
 def test_codegen_renders_no_program_but_versions_every_kernel_it_may_run(rng):
@@ -340,37 +335,6 @@ def test_a_first_calls_winner_drops_only_its_own_cached_inplace_choice(store, rn
     got = lookup.inplace_choice(GPU, 4, 1, 700, 900, store=store)
     assert a.source == "default" and got.source == "measured" and got.config.params == params
     assert lookup.inplace_choice(GPU, 4, 1, 7000, 9000, store=store) is b
-
-
-@pytest.mark.parametrize("elem_bytes, wide", [(2, 128)])
-def test_a_squares_race_holds_tiles_past_48_kib_only_where_the_device_opts_in(elem_bytes, wide):
-    """SWAP's tile pairs past 48 KiB of static shared memory (rows of 256 bytes and more) are
-    raced on a device that lets a block opt in to them, and never where it does not (a
-    device of the newest limits, which allow none)."""
-    guess = inplace_kind.default(elem_bytes, square=True)
-    opted = policy.inplace_race(guess, elem_bytes, True, GPU.limits)
-    static = policy.inplace_race(guess, elem_bytes, True, NEWEST)
-    assert any(c.params.tile == wide and c.params.swap_dynamic(elem_bytes) for c in opted)
-    assert all(c.fits(GPU.limits) for c in opted)
-    assert not any(c.params.swap_dynamic(elem_bytes) for c in static) and static[0] == opted[0]
-    assert [c for c in opted if not c.params.swap_dynamic(elem_bytes)] == static
-
-
-def test_swap_tiles_past_the_devices_shared_memory_are_refused_by_name():
-    """A tile pair a device cannot hold is refused where the launch is made, naming the bytes
-    and the fix; where the device opts in, the launch asks for the pair's bytes."""
-    from autotranspose.errors import ShapeError
-    from autotranspose.kernels.inplace import pass_launches
-    from autotranspose.plans.inplace import plan_inplace
-
-    params = InplaceParams(tile=128, threads=512)
-    plan = plan_inplace(1, 1024, 1024, False, 0, 1 << 20)
-    with pytest.raises(ShapeError, match=r"131072 bytes .* 49152: use a smaller tile"):
-        pass_launches(plan, 2, params, 132, 48 << 10, None)
-    (swap,) = pass_launches(plan, 2, params, 132, 227 << 10, None)
-    assert swap.smem == params.swap_smem(2) == 131072 and params.swap_dynamic(2)
-    (small,) = pass_launches(plan, 1, params, 132, 48 << 10, None)
-    assert small.smem == 0  # 1-byte tiles of 128: static arrays, no opt-in asked
 
 
 @pytest.mark.parametrize("square", [False, True])

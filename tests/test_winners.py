@@ -35,7 +35,7 @@ from autotranspose import cli
 from autotranspose.dispatch import lookup, policy, winners
 from autotranspose.errors import StoreError
 from autotranspose.kernels import codegen
-from autotranspose.kernels.config import NEWEST, default_config, staged_default
+from autotranspose.kernels.config import default_config, staged_default
 from autotranspose.kernels.shapes import max_vec, shape_class
 from autotranspose.kinds import inplace as inplace_kind
 from autotranspose.plans.dtypes import ELEMENT_SIZES, word_type
@@ -261,7 +261,7 @@ def test_an_inplace_winner_is_kept_under_its_problem(ours, log, square):
     cls, problem = policy.inplace_class(1, m, n), policy.inplace_problem(m, n)
     guess = lookup.inplace_choice(DEVICE, 1, 1, m, n)
     assert guess.source == "default" and policy.is_guess(guess, cls)
-    candidates = policy.inplace_race(guess.config.params, 1, square, DEVICE.limits)
+    candidates = policy.inplace_race(guess.config.params, 1, square)
     assert candidates[0] == guess.config and len(set(candidates)) == len(candidates) > 2
     assert all(c.params.fits(1) for c in candidates)
     cfg = candidates[-1]
@@ -290,8 +290,7 @@ def test_an_inplace_winner_of_few_rows_serves_other_rows_of_its_class(ours, log)
     first, other = (1, 24, 1000003), (1, 30, 1000003)
     cls, problem = policy.inplace_class(*first), policy.inplace_problem(24, 1000003)
     assert policy.inplace_class(*other) == cls and policy.other_rows(first, 30, 1000003)
-    guess = lookup.inplace_choice(DEVICE, 1, *first).config.params
-    cfg = policy.inplace_race(guess, 1, False, DEVICE.limits)[-1]
+    cfg = policy.inplace_race(lookup.inplace_choice(DEVICE, 1, *first).config.params, 1, False)[-1]
     call = winners.Call(DEVICE, "uint8", 1, first, cls, False, problem=problem)
     assert winners.settle(call, logging_measure(log, cfg)).config == cfg
     lookup.clear_cache()
@@ -309,7 +308,7 @@ def test_an_inplace_winner_serves_only_rows_like_its_own(ours, log, tmp_path, mo
     assert policy.inplace_class(*odd) == cls
     assert policy.lines_apart(even, 8191, 8191, 1) and not policy.lines_apart(even, 4096, 8192, 1)
     assert not policy.lines_apart(even, 8191, 8191, 16)  # 16-byte rows: always whole words
-    shipped_cfg, odd_cfg = policy.inplace_race(inplace_kind.default(1, True), 1, True, NEWEST)[:2]
+    shipped_cfg, odd_cfg = policy.inplace_race(inplace_kind.default(1, True), 1, True)[:2]
     shipped = tmp_path / "tuning_db"
     shipped.mkdir()
     with Store.open("sqlite://") as scratch:

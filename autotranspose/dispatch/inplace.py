@@ -139,7 +139,7 @@ def choose(
     )
 
     def measure() -> winners.Winner | None:
-        configs = policy.inplace_race(guess, elem_bytes, square, state.info.limits)
+        configs = policy.inplace_race(guess, elem_bytes, square)
         back = None if square else program(state, batch, n, m, elem_bytes, conjugate)
         runners: dict[KernelConfig, _RoundTrip] = {}
         for c in configs:

@@ -494,12 +494,8 @@ def inplace_raced(choice: Choice, cls: ShapeClass, elem_bytes: int, m: int, n: i
     return choice.source in ("shipped", "measured") and lines_apart(choice.shape, m, n, elem_bytes)
 
 
-def inplace_race(
-    guess: InplaceParams, elem_bytes: int, square: bool, limits: DeviceLimits
-) -> list[KernelConfig]:
+def inplace_race(guess: InplaceParams, elem_bytes: int, square: bool) -> list[KernelConfig]:
     """What an in-place first call times: lookup's guess first (it stays unless beaten),
-    then the kind's candidates (`kinds.inplace.race_candidates`) that the device runs
-    (SWAP's tiles past 48 KiB where it opts in to them), as configs."""
+    then the kind's candidates (`kinds.inplace.race_candidates`), as configs."""
     found = inplace_kind.race_candidates(elem_bytes, square, guess)
-    configs = [inplace_config(elem_bytes, p) for p in found]
-    return configs[:1] + [c for c in configs[1:] if c.fits(limits)]
+    return [inplace_config(elem_bytes, p) for p in found]

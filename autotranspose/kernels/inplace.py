@@ -22,7 +22,6 @@ from ..kinds.inplace import (
     NAME as KIND_NAME,
     RECTANGLE,
     SQUARE,
-    SWAP_SHARED_MAX,
     InplaceParams,
     swap_pad,
 )
@@ -285,23 +284,9 @@ SWAP_LINES = True
 def swap_min_blocks(params: InplaceParams, elem_bytes: int, lines: bool = False) -> int:
     """The blocks an SM SWAP's registers are capped for (its __launch_bounds__): 1024
     threads an SM, 768 for 16-byte elements and for 1- and 2-byte ones in lines (whose
-    written words are cut from two packed words a row: about 80 registers at 256 threads);
-    for pairs past 48 KiB the blocks an SM's shared memory holds (228 KiB on sm_90: one of
-    two double-buffered pairs of 65 KiB), in lines at most 512 threads an SM (a pair's loads
-    in registers: 2-byte tiles of 128 spilled at 80 registers)."""
+    written words are cut from two packed words a row: about 80 registers at 256 threads)."""
     narrow_lines = lines and elem_bytes <= 2
-    if not params.swap_dynamic(elem_bytes):
-        return max(1, (768 if elem_bytes == 16 or narrow_lines else 1024) // params.threads)
-    by_shared = (SWAP_SHARED_MAX + 1024) // (swap_shared(params, elem_bytes, lines) + 1024)
-    return max(1, min(512 // params.threads, by_shared) if lines else by_shared)
-
-
-def swap_shared(params: InplaceParams, elem_bytes: int, lines: bool = False) -> int:
-    """Dynamic shared memory SWAP's launch asks for: none for a pair in static arrays; past
-    them two pairs (double-buffered), one in lines (swap_lines loads a pair at a time)."""
-    if not params.swap_dynamic(elem_bytes):
-        return 0
-    return params.swap_pair(elem_bytes) if lines else params.swap_smem(elem_bytes)
+    return max(1, (768 if elem_bytes == 16 or narrow_lines else 1024) // params.threads)
 
 
 def swap_blocks(params: InplaceParams, elem_bytes: int, lines: bool = False) -> int:
@@ -521,9 +506,12 @@ class InplaceKernel:
             raise ShapeError("a conjugating in-place kernel moves 8- or 16-byte complex elements")
         if not isinstance(self.params, InplaceParams):
             raise ShapeError("an in-place kernel's params are an InplaceParams")
-        refusal = self.params.swap_refusal(self.elem_bytes)
-        if self.piece in (SWAP, SWAP_LINES_PIECE) and refusal:
-            raise ShapeError(f"SWAP: {refusal}; use a smaller tile")
+        if self.piece in (SWAP, SWAP_LINES_PIECE) and not self.params.fits(self.elem_bytes):
+            raise ShapeError(
+                f"SWAP tiles of {self.params.tile} {self.elem_bytes}-byte elements need "
+                f"{self.params.swap_smem(self.elem_bytes)} bytes of static shared memory; "
+                "use a smaller tile"
+            )
 
     @property
     def name(self) -> str:
@@ -570,7 +558,6 @@ def render_inplace(k: InplaceKernel) -> str:
             cluster=k.cluster,
             cluster_min_blocks=CLUSTER_MIN_BLOCKS,
             swap_min_blocks=swap_min_blocks(p, k.elem_bytes, k.piece == SWAP_LINES_PIECE),
-            swap_dynamic=p.swap_dynamic(k.elem_bytes),
             shuffle_step=SHUFFLE_STEP,
             args_bytes=ARG_BYTES,
         )
@@ -716,14 +703,7 @@ def pass_launches(
             blocks = items
             if SWAP_RESIDENT and items <= cap:  # one wave: a block has two pairs, not one
                 blocks = min(items, multiprocessors * swap_blocks(params, elem_bytes, lines))
-            smem = swap_shared(params, elem_bytes, lines)
-            if smem > shared_optin:
-                raise ShapeError(
-                    f"SWAP tiles of {params.tile} {elem_bytes}-byte elements need {smem} bytes "
-                    f"of shared memory; this GPU lets a block have {shared_optin}: use a "
-                    f"smaller tile (InplaceParams(tile=...))"
-                )
-            add(p, spec, blocks, {"items": items, "tiles": tiles}, smem=smem)
+            add(p, spec, blocks, {"items": items, "tiles": tiles})
         elif p.kind == REVERSE:
             lanes = run_lanes(row_bytes, params.threads)
             items = batch * (m // 2)

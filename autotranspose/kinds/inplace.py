@@ -18,20 +18,12 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..errors import ConfigError
-from .base import SHARED_OPTIN, STATIC_SHARED_MAX, WARP, Config, Kind, New, fixed_field_errors
+from .base import STATIC_SHARED_MAX, WARP, Config, Kind, New, fixed_field_errors
 
 NAME = "inplace"
 # SWAP's tile sides. 128 is for 1-byte elements (two padded tiles, 33 KB): a tile row of 64
-# one-byte elements is half a 128-byte line, which its neighbour tile's block reads apart.
-# A pair past STATIC_SHARED_MAX (2-byte tiles of 128, 8-byte of 64: rows of 256 and 512
-# bytes) runs double-buffered in dynamic shared memory, the next pair streaming in by
-# cp.async while this one is written, where two pairs fit what a GPU lets a block opt in to
-# (`InplaceParams.swap_smem`). Rows of 256 bytes: a pair's access pattern alone ran at
-# 89-93.5% of a copy on an H200 against 79-85% for rows of 128 bytes, and single-buffered
-# pairs past 48 KiB lost (dev/swap_ceiling.py; docs/inplace.md, "SWAP's access pattern")
+# one-byte elements is half a 128-byte line, which its neighbour tile's block reads apart
 TILES: tuple[int, ...] = (16, 32, 64, 128)
-# The most shared memory any GPU lets a block opt in to: SWAP's buffers past it run nowhere
-SWAP_SHARED_MAX = max(SHARED_OPTIN.values())
 THREADS: tuple[int, ...] = (128, 256, 512)
 UNROLLS: tuple[int, ...] = (1, 2, 4, 8)
 LANE_BYTES: tuple[int, ...] = (4, 8, 16)
@@ -43,8 +35,7 @@ _KEY = re.compile(r"t(\d+)\.th(\d+)\.u(\d+)\.lb(\d+)\.b(\d+)")
 class InplaceParams:
     """What the in-place kernels are rendered and launched with.
 
-    tile: SWAP's tile side (two padded tiles in shared memory, `swap_smem`: static up to
-    48 KiB, dynamic past it);
+    tile: SWAP's tile side (two padded tiles in static shared memory, `swap_smem`);
     threads: every pass's block; unroll: rows PERMUTE reads ahead along a cycle (loads in
     flight per lane); lane_bytes: bytes a lane moves per PERMUTE row step (a warp's segment
     is 32 lanes of them); blocks_per_sm: the grid of the grid-stride passes, per SM."""
@@ -79,46 +70,13 @@ class InplaceParams:
             f".b{self.blocks_per_sm}"
         )
 
-    def swap_pair(self, elem_bytes: int) -> int:
-        """Bytes of one tile pair in shared memory: two padded tiles."""
+    def swap_smem(self, elem_bytes: int) -> int:
+        """SWAP's static shared memory: two padded tiles."""
         return 2 * self.tile * (self.tile + swap_pad(elem_bytes)) * elem_bytes
 
-    def swap_dynamic(self, elem_bytes: int) -> bool:
-        """Whether SWAP's pair passes static shared memory: then two pairs, double-buffered
-        in dynamic shared memory that the launch opts in to (a device runs them where
-        `KernelConfig.fits` its limits)."""
-        return self.swap_pair(elem_bytes) > STATIC_SHARED_MAX
-
-    def swap_smem(self, elem_bytes: int) -> int:
-        """SWAP's shared memory: one padded pair in static arrays; past them two pairs of
-        unpadded tiles (their 16-byte words swizzled along each row instead)."""
-        if not self.swap_dynamic(elem_bytes):
-            return self.swap_pair(elem_bytes)
-        return 2 * 2 * self.tile * self.tile * elem_bytes
-
     def fits(self, elem_bytes: int) -> bool:
-        """Whether SWAP runs these tiles: in static shared memory, or double-buffered for 1-
-        and 2-byte elements (whose written words are gathered from 4-byte shared words, the
-        path the swizzle serves) within what some GPU lets a block opt in to."""
-        if not self.swap_dynamic(elem_bytes):
-            return True
-        return elem_bytes <= 2 and self.swap_smem(elem_bytes) <= SWAP_SHARED_MAX
-
-    def swap_refusal(self, elem_bytes: int) -> str | None:
-        """Why SWAP cannot run these tiles (None where it can: `fits`)."""
-        if self.fits(elem_bytes):
-            return None
-        if elem_bytes > 2:
-            return (
-                f"a pair of {self.tile}-element tiles of {elem_bytes}-byte elements needs "
-                f"{self.swap_pair(elem_bytes)} bytes of shared memory, past the "
-                f"{STATIC_SHARED_MAX} of static arrays, and only 1- and 2-byte pairs run past it"
-            )
-        return (
-            f"two pairs of {self.tile}-element tiles of {elem_bytes}-byte elements need "
-            f"{self.swap_smem(elem_bytes)} bytes of shared memory, past what any GPU gives a "
-            f"block ({SWAP_SHARED_MAX})"
-        )
+        """Whether SWAP's tiles fit static shared memory for `elem_bytes`-byte elements."""
+        return self.swap_smem(elem_bytes) <= STATIC_SHARED_MAX
 
     def per_lane(self, elem_bytes: int) -> int:
         """Elements a lane moves per PERMUTE row step."""
@@ -171,7 +129,7 @@ DEFAULT = InplaceParams()
 # 16 blocks an SM of them)
 _SQUARE_RACE: dict[bool, tuple[tuple[int, int], ...]] = {  # by 1-byte elements: (tile, threads)
     True: ((128, 512), (128, 256), (64, 256), (64, 512)),
-    False: ((32, 256), (64, 256), (64, 512), (32, 128), (32, 512), (128, 512)),
+    False: ((32, 256), (64, 256), (64, 512), (32, 128), (32, 512)),
 }
 _RECTANGLE_RACE: tuple[tuple[int, int], ...] = ((256, 8), (128, 8), (128, 16), (512, 4))
 
@@ -179,8 +137,7 @@ _RECTANGLE_RACE: tuple[tuple[int, int], ...] = ((256, 8), (128, 8), (128, 16), (
 def race_candidates(elem_bytes: int, square: bool, guess: InplaceParams) -> list[InplaceParams]:
     """What the first call of an untuned class times (`dispatch.inplace.choose`): the guess
     first, then a few parameters that changed the kind's speed where they were tuned, each
-    at the guess's other fields, none twice, every one fitting `elem_bytes` on some GPU (the
-    caller keeps those its device fits: `KernelConfig.fits`)."""
+    at the guess's other fields, none twice, every one fitting `elem_bytes`."""
     if square:
         pairs = _SQUARE_RACE[elem_bytes == 1]
         more = [replace(guess, tile=t, threads=th) for t, th in pairs]
@@ -247,7 +204,6 @@ class InplaceKind(Kind):
     persistent = False
     capped = False
     single_kernel = False
-    dynamic_shared = True  # SWAP's tiles past 48 KiB (`InplaceParams.swap_dynamic`)
 
     # written as `inplace="<key>"` (InplaceParams.key), the key's part `_ip<key>` (dots as _)
     def flag_defaults(self) -> dict[str, Any]:
@@ -274,9 +230,12 @@ class InplaceKind(Kind):
         )
         if c.conjugate and c.elem_bytes not in (8, 16):
             yield "conjugate=True is for 8- and 16-byte complex elements"
-        refusal = c.params.swap_refusal(c.elem_bytes)
-        if refusal:
-            yield f"inplace: SWAP: {refusal}; use tile={TILES[0]}"
+        if not c.params.fits(c.elem_bytes):
+            yield (
+                f"inplace: SWAP tiles of {c.params.tile} {c.elem_bytes}-byte elements need "
+                f"{c.params.swap_smem(c.elem_bytes)} bytes of static shared memory (at most "
+                f"{STATIC_SHARED_MAX}); use tile={TILES[0]}"
+            )
 
     def derive(self, c: Config) -> dict[str, int]:
         return {"threads": c.params.threads, "smem": c.params.swap_smem(c.elem_bytes)}

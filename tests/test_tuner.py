@@ -818,9 +818,9 @@ def test_a_trial_another_process_ended_right_after_the_ask_is_skipped(
 def test_a_queued_trial_another_process_ended_during_the_ask_is_skipped(
     db: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Injected interleaving: two processes popped the same queued trial (SQLite has no row
-    locks) and the other one measured and told it while this ask was still writing its
-    parameters, so the ask itself raises. The run asks again and spends its whole budget."""
+    """Injected interleaving: another process ended the queued trial this ask popped (it
+    dropped it as over the budget) while the ask was still writing its parameters, so the
+    ask itself raises. The run asks again and spends its whole budget."""
     ended: list[int] = []
     ask = optuna.Study.ask
 

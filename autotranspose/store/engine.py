@@ -17,7 +17,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -198,11 +198,12 @@ def make_engine(
     wal = not (memory or readonly or uri is not None)
     engine = _create_engine(u, display, **kwargs)
 
+    _own_sqlite_transactions(
+        engine, lambda conn: conn.get_execution_options().get("autotranspose_write", False)
+    )
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # SQLAlchemy emits BEGIN itself (below), the sqlite3 module's own handling is off:
-        # SQLAlchemy's documented recipe for real SQLite transactions.
-        dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {max(1, round(wait_s * 1000))}")
@@ -212,14 +213,33 @@ def make_engine(
         finally:
             cursor.close()
 
+    return engine
+
+
+def _own_sqlite_transactions(engine: Engine, immediate: Callable[[Connection], bool]) -> None:
+    """SQLAlchemy emits BEGIN itself, the sqlite3 module's own handling off (SQLAlchemy's
+    documented recipe for real SQLite transactions: the module begins one only at the first
+    write, so what a transaction read first was not part of it). A transaction that
+    `immediate` says may write takes the write lock at BEGIN, waiting up to the busy timeout:
+    a deferred one that read first could fail at once when another process wrote since."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        # A write transaction takes the write lock up front, waiting up to the busy timeout;
-        # a deferred one that read first could fail at once when another process wrote since.
-        write = conn.get_execution_options().get("autotranspose_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate(conn) else "BEGIN")
 
-    return engine
+
+def serialize_sqlite_transactions(engine: Engine) -> None:
+    """Make every transaction of another library's engine on a SQLite file (Optuna's) take
+    the write lock at BEGIN. Optuna reads a row and then writes it in one transaction, with a
+    row lock (FOR UPDATE) that SQLite does not have: two processes popping a queued trial
+    both read it WAITING, and the later one's RUNNING landed on a trial the other had
+    already run and finished. The engine's connections made so far are dropped."""
+    _own_sqlite_transactions(engine, lambda conn: True)
+    engine.dispose()
 
 
 def _enter_wal(cursor: Any, wait_s: float) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from ..errors import StoreError
-from .engine import shared_engine_kwargs
+from .engine import serialize_sqlite_transactions, shared_engine_kwargs
 
 if TYPE_CHECKING:
     import optuna
@@ -29,8 +29,9 @@ def optuna_storage(url: str, **options: Any) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `url` with the store's engine arguments (`shared_engine_kwargs`:
     several processes share one SQLite file; a PostgreSQL server that never answers fails).
     `options` are the storage's own (its heartbeat, say); Optuna's warning that they are
-    experimental is silenced. A database that still refuses after a few retries is a
-    StoreError naming it without its password."""
+    experimental is silenced. On SQLite each of its transactions takes the write lock at
+    BEGIN (`serialize_sqlite_transactions`: SQLite has no row locks). A database that still
+    refuses after a few retries is a StoreError naming it without its password."""
     import optuna
 
     engine_kwargs = shared_engine_kwargs(url)
@@ -38,7 +39,10 @@ def optuna_storage(url: str, **options: Any) -> optuna.storages.RDBStorage:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **options)
+                storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **options)
+            if url.startswith("sqlite"):
+                serialize_sqlite_transactions(storage.engine)
+            return storage
         except sa.exc.SQLAlchemyError as exc:
             if attempt == _OPEN_ATTEMPTS - 1:
                 shown = sa.make_url(url).render_as_string(hide_password=True)

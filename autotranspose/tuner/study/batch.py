@@ -106,8 +106,8 @@ class Batch:
                 try:
                     trial = run.study.ask(run.space.distributions)
                 except optuna.exceptions.UpdateFinishedTrialError:
-                    # a queued trial another process popped too (SQLite has no row locks),
-                    # measured and told before this ask had written its parameters: ask again
+                    # a queued trial another process ended (failed as stale, or dropped as
+                    # over the budget) before this ask had written its parameters: ask again
                     continue
                 if not run.owns(trial):
                     continue
@@ -134,9 +134,9 @@ class Batch:
                 if run.device_index is not None:
                     trial.set_user_attr("device_index", run.device_index)
             except optuna.exceptions.UpdateFinishedTrialError:
-                # Another process ended the trial between this ask and now (a queued
-                # trial two processes popped at once, ended by the one that kept it, or
-                # one failed as stale): it is not this run's to measure. Ask again.
+                # Another process ended the trial between this ask and now (a queued trial
+                # it dropped as over the budget, or one failed as stale): it is not this
+                # run's to measure. Ask again.
                 heartbeat.discard([trial_id(trial)])
                 self.current = None
                 continue

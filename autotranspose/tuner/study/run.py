@@ -112,9 +112,10 @@ class Run:
     def owns(self, trial: Trial) -> bool:
         """Whether `trial` is this run's alone. A queued trial (a known-good config, or one
         retried after its process died) is popped by reading it WAITING and then marking it
-        RUNNING; on SQLite two processes can both do so and get the same trial, and would
-        then both hold its claims. The first to claim the trial keeps it; the other forgets
-        it and asks again. A new trial is a new row: nobody else has it."""
+        RUNNING, in one transaction that locks the row (PostgreSQL) or the database (SQLite,
+        `store.engine.serialize_sqlite_transactions`); were two processes to get the same
+        trial anyway, both would hold its claims. The first to claim the trial keeps it; the
+        other forgets it and asks again. A new trial is a new row: nobody else has it."""
         if "config" not in trial.user_attrs:
             return True
         return self.claims.trial(trial, f"run-{self.run_id}")

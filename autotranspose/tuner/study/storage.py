@@ -7,6 +7,7 @@ the retries while Optuna creates its tables); this module adds what the tuner wa
 
 from __future__ import annotations
 
+import copy
 import threading
 import warnings
 from collections.abc import Iterable
@@ -30,8 +31,8 @@ def open_storage(
     """Optuna's storage on our database URL, with the heartbeat that finds dead trials.
 
     A trial whose heartbeat stopped (its process was killed) is failed by the next process
-    that looks and enqueued again, so its config is retried; a live process's trials keep
-    beating and are left alone.
+    that looks and, unless it was measured, enqueued again, so its config is retried
+    (`RetryUnmeasured`); a live process's trials keep beating and are left alone.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -39,10 +40,28 @@ def open_storage(
             url,
             heartbeat_interval=heartbeat_interval,
             grace_period=grace_period,
-            heartbeat_stale_trial_callback=(
-                optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2)
-            ),
+            heartbeat_stale_trial_callback=RetryUnmeasured(max_retry=2),
         )
+
+
+# What a stale trial's retry is queued with: what it is to measure. The rest (its status,
+# ratio, error, the GPU it ran on) belonged to the attempt that died.
+RETRIED_ATTRS = ("shape", "config")
+
+
+class RetryUnmeasured(optuna.storages.RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry of a stale trial (queued again with its parameters), for a trial with no
+    measurement only, and with its shape and config alone. A trial whose process died after
+    setting its status but before telling Optuna was measured (the store has the result) and
+    counts, failed, as it is; Optuna's copy would carry that status, and count while it
+    waited and again once run, for nothing new."""
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if "status" in trial.user_attrs:
+            return
+        retried = copy.copy(trial)
+        retried.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in RETRIED_ATTRS}
+        super().__call__(study, retried)
 
 
 def trial_id(trial: Trial | FrozenTrial) -> int:

@@ -649,6 +649,13 @@ def test_optuna_and_our_tables_share_one_database(db: Store, tmp_path: Path) -> 
     assert store_pkg.upgrade(db.url)
 
 
+def test_tunes_on_a_sqlite_database_in_memory() -> None:
+    """Optuna's engine on it is left as Optuna makes it (only a file is shared by processes,
+    and each new connection to memory is an empty database)."""
+    with Store.open("sqlite://") as store:
+        assert _tune(store, SyntheticObjective(), trials=4, seed=0).trials == 4
+
+
 def test_a_killed_run_resumes_without_measuring_twice(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'tuning.db'}"
     log = tmp_path / "measured.log"

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from ..errors import StoreError
 from .engine import serialize_sqlite_transactions, shared_engine_kwargs
+from .urls import sqlite_path
 
 if TYPE_CHECKING:
     import optuna
@@ -29,8 +30,8 @@ def optuna_storage(url: str, **options: Any) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage on `url` with the store's engine arguments (`shared_engine_kwargs`:
     several processes share one SQLite file; a PostgreSQL server that never answers fails).
     `options` are the storage's own (its heartbeat, say); Optuna's warning that they are
-    experimental is silenced. On SQLite each of its transactions takes the write lock at
-    BEGIN (`serialize_sqlite_transactions`: SQLite has no row locks). A database that still
+    experimental is silenced. On a SQLite file each of its transactions takes the write lock
+    at BEGIN (`serialize_sqlite_transactions`: SQLite has no row locks). A database that still
     refuses after a few retries is a StoreError naming it without its password."""
     import optuna
 
@@ -40,7 +41,7 @@ def optuna_storage(url: str, **options: Any) -> optuna.storages.RDBStorage:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **options)
-            if url.startswith("sqlite"):
+            if sqlite_path(url) is not None:  # a file several processes may share
                 serialize_sqlite_transactions(storage.engine)
             return storage
         except sa.exc.SQLAlchemyError as exc:

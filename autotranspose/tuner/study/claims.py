@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from ...kernels.config import KernelConfig
-from .storage import trial_id
+from .storage import trial_id, was_measured
 
 if TYPE_CHECKING:
     from ...store import Store
@@ -53,7 +53,7 @@ class Claims:
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
             if t.user_attrs.get("config") == config.key
             and t.user_attrs.get("shape") == self.shape_text
-            and "status" not in t.user_attrs
+            and not was_measured(t)
         ]
         if not any(self.store.release(name, key, trial_owner(trial_id(t))) for t in dead):
             return False

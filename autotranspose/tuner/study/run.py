@@ -24,7 +24,7 @@ from ...store.measurement import Measurement
 from .claims import Claims
 from .results import Objective, TrialReport, TuneResult
 from .space import SearchSpace
-from .storage import Heartbeat
+from .storage import Heartbeat, was_measured
 
 if TYPE_CHECKING:
     from ...store import Store
@@ -87,7 +87,7 @@ class Run:
             for t in trials
             if t.state in (TrialState.COMPLETE, TrialState.FAIL)
             and t.user_attrs.get("shape") == self.shape_text
-            and "status" in t.user_attrs
+            and was_measured(t)
         ]
 
     @functools.cached_property
@@ -136,7 +136,7 @@ class Run:
                     shape is None and t.state == TrialState.RUNNING
                 )
             elif t.state in (TrialState.COMPLETE, TrialState.FAIL):
-                ahead += shape == self.shape_text and "status" in t.user_attrs
+                ahead += shape == self.shape_text and was_measured(t)
         return ahead < self.total
 
     def measured(self, config: KernelConfig) -> Measurement | None:

@@ -44,6 +44,12 @@ def open_storage(
         )
 
 
+def was_measured(trial: Trial | FrozenTrial) -> bool:
+    """Whether a trial got a measurement (its status, set before Optuna is told): what counts
+    toward a shape's budget, and what a stale trial's retry would only repeat."""
+    return "status" in trial.user_attrs
+
+
 # What a stale trial's retry is queued with: what it is to measure. The rest (its status,
 # ratio, error, the GPU it ran on) belonged to the attempt that died.
 RETRIED_ATTRS = ("shape", "config")
@@ -57,7 +63,7 @@ class RetryUnmeasured(optuna.storages.RetryHeartbeatStaleTrialCallback):
     waited and again once run, for nothing new."""
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        if "status" in trial.user_attrs:
+        if was_measured(trial):
             return
         retried = copy.copy(trial)
         retried.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in RETRIED_ATTRS}

@@ -664,7 +664,7 @@ def run_copy(
     one_block = len(p.problem()) == 1  # the runs lie back to back, in and out
     if one_block and REALIGN_MIN_RUN_BYTES <= nbytes <= REALIGN_MAX_RUN_BYTES:
         return Pass(COPY, 1, 1, nbytes, nbytes, nbytes, 1, nbytes, nbytes, (), realign=True)
-    return (None if one_block else realigned(p)) or p
+    return p if one_block else realigned(p) or p
 
 
 def runs_of(m: int, n: int, ld_out: int, batch: int, bs_out: int) -> tuple[int, int, int]:

@@ -3,13 +3,14 @@ chooses, on the same matrices in one process: "cols" (every COLS pass by "cols",
 words x, the rows and the bands divide, one row step after another), "words" (1- and 2-byte
 rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS_WORDS),
 "rule" (also rows of whole 16-byte words of 1- and 2-byte elements compiled per rule:
-"cols_rule", COLS_RULE; every switch as served), "rule-wide" (COLS_RULE for 4- and 8-byte
+"cols_rule", COLS_RULE; every switch as served), "slide" (the grids of "cols_words" by
+"cols_slide": each column's rotation carried by a window of rows, COLS_SLIDE), "rule-wide" (COLS_RULE for 4- and 8-byte
 elements too), "no-step" (SHUFFLE of 1- and 2-byte rows carrying every source column, where
 the served kernel steps it: kernels/inplace.py SHUFFLE_STEP off).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
-    python dev/cols_ab.py --profile M N DTYPE     (under ncu --profile-from-start off)
+    python dev/cols_ab.py --profile M N DTYPE [--variants V]   (under ncu --profile-from-start off)
 
 Per case, round and variant the program is rebuilt,
 the call checked bit for bit against PyTorch's out-of-place transpose and timed, each pass
@@ -42,14 +43,16 @@ CASES = [
     "8192x7168:uint8",  # rows of whole words: "cols" either way (a control)
 ]
 # name: the switches of kernels/inplace.py it sets
+_OFF = {"COLS_SLIDE": False}
 VARIANTS = {
-    "cols": {"COLS_WORDS": (), "COLS_RULE": ()},
-    "words": {"COLS_WORDS": (1, 2), "COLS_RULE": ()},
-    "rule": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2)},
-    "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8)},
-    "no-step": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_STEP": False},
+    "cols": {"COLS_WORDS": (), "COLS_RULE": (), **_OFF},
+    "words": {"COLS_WORDS": (1, 2), "COLS_RULE": (), **_OFF},
+    "rule": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), **_OFF},
+    "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8), **_OFF},
+    "no-step": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_STEP": False, **_OFF},
+    "slide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "COLS_SLIDE": True},
 }
-SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_STEP")  # what a variant may set
+SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_STEP", "COLS_SLIDE")  # what a variant may set
 
 
 def _switch(kernels, compiler, saved: dict, switches: dict) -> None:
@@ -83,10 +86,11 @@ def main() -> None:
         "kernels) between cudaProfilerStart and Stop, by the served kernels",
     )
     args = p.parse_args()
-    if args.profile:
+    saved = {k: getattr(kernels, k) for k in SWITCHES}
+    if args.profile:  # under the first variant's switches
+        _switch(kernels, compiler, saved, VARIANTS[args.variants[0]])
         _profile(torch, at, *args.profile)
         return
-    saved = {k: getattr(kernels, k) for k in SWITCHES}
     variants = [(name, VARIANTS[name]) for name in args.variants]
     rows = []
     for text in args.cases:

@@ -107,9 +107,11 @@ def test_kernel_specs_are_checked():
     [
         (40, 5003, 2, "cols_lines"),  # few rows off 4-byte words: 16-byte lines
         (64, 301, 1, "cols_lines"),
-        (65, 301, 1, "cols_words"),  # taller, 1-byte: 4-byte words
-        (5003, 16381, 1, "cols_words"),
-        (3001, 5003, 2, "cols_words"),
+        (65, 301, 1, "cols_slide"),  # taller: rows as they lie in 8-byte words, windows
+        (5003, 16381, 1, "cols_slide"),
+        (3001, 5003, 2, "cols_slide"),
+        (5811, 16381, 1, "cols_slide"),  # 5811 rows of 40 bytes: the most 227 KiB holds
+        (5812, 16381, 1, "cols_words"),  # past them: 4-byte words, rows realigned
         (5003, 16384, 1, "cols_rule"),  # rows of whole 16-byte words: compiled per rule
         (3001, 5000, 2, "cols_rule"),
         (8, 48, 1, "cols_rule"),
@@ -121,6 +123,12 @@ def test_kernel_specs_are_checked():
 )
 def test_cols_takes_the_measured_word(m, n, e, piece):
     assert cols_piece(cols_line(m, n, e, 227 << 10), n, e) == piece
+
+
+def test_cols_slide_serves_only_when_on(monkeypatch):
+    monkeypatch.setattr(inplace_kernels, "COLS_SLIDE", False)
+    assert cols_piece(cols_line(5003, 16381, 1, 227 << 10), 16381, 1) == "cols_words"
+    assert cols_piece(cols_line(65, 301, 2, 227 << 10), 301, 2) == "cols_words"
 
 
 def test_cols_rule_serves_only_its_element_sizes(monkeypatch):
@@ -135,6 +143,8 @@ def test_every_piece_renders_one_named_kernel():
         InplaceKernel("cols_lines", 4)
     with pytest.raises(errors.ShapeError, match="cols_words moves 1- or 2-byte"):
         InplaceKernel("cols_words", 8)
+    with pytest.raises(errors.ShapeError, match="cols_slide moves 1- or 2-byte"):
+        InplaceKernel("cols_slide", 4)
     with pytest.raises(errors.ShapeError, match="cols_cluster takes one of"):
         InplaceKernel("cols_cluster", 4)  # a cluster's blocks are part of its name
     with pytest.raises(errors.ShapeError, match="cols_cluster takes one of"):
@@ -145,7 +155,8 @@ def test_every_piece_renders_one_named_kernel():
         InplaceKernel("cols_rule", 16)
     for piece in PIECES:
         for e in (1, 2, 4, 8, 16):
-            if (piece == "conj" and e < 8) or (piece in ("cols_lines", "cols_words") and e >= 4):
+            narrow = ("cols_lines", "cols_words", "cols_slide")
+            if (piece == "conj" and e < 8) or (piece in narrow and e >= 4):
                 continue
             if piece in ("swap_lines", "cols_rule") and e == 16:
                 continue

@@ -34,7 +34,7 @@ def _specs(elem_bytes: int, arch: str = "sm_90") -> list[InplaceKernel]:
             elem_bytes,
             False,
             cols_params(params)
-            if p in ("cols", "cols_words", "cols_rule")
+            if p in ("cols", "cols_words", "cols_slide", "cols_rule")
             else cluster_params(params)
             if p[-1] == "r"
             else params,
@@ -42,7 +42,7 @@ def _specs(elem_bytes: int, arch: str = "sm_90") -> list[InplaceKernel]:
         )
         for p in PIECES
         if p != "conj"
-        and (p not in ("cols_lines", "cols_words") or elem_bytes < 4)
+        and (p not in ("cols_lines", "cols_words", "cols_slide") or elem_bytes < 4)
         and (p not in ("swap_lines", "cols_rule") or elem_bytes < 16)
         # clusters are sm_90's: the host takes cols_cluster on no GPU before it
         and (p != "cols_cluster" or arch >= "sm_90")
@@ -68,7 +68,7 @@ def test_no_spills_and_predicted_shared_memory(arch, elem_bytes):
 
 @pytest.mark.parametrize("piece", PIECES)
 def test_nvcc_says_nothing(piece):
-    e = 2 if piece in ("cols_lines", "cols_words") else 8
+    e = 2 if piece in ("cols_lines", "cols_words", "cols_slide") else 8
     cluster = CLUSTER_SIZES[0] if piece == "cols_cluster" else 0
     assert_nvcc_silent(render_inplace(InplaceKernel(piece, e, piece == "conj", cluster=cluster)))
 

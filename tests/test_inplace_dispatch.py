@@ -137,9 +137,11 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
 @pytest.mark.parametrize(
     "m, n, pieces, rules",
     [
-        # the columns of 900 and 4099 rows: a block's band (in 4-byte words: rows of 12014 bytes)
-        (900, 6007, ["shuffle", "cols_words"], [2]),
-        (4099, 6007, ["shuffle", "cols_words"], [2]),
+        # the columns of 900 and 4099 rows: a block's band (rows of 12014 bytes as they lie
+        # in 8-byte words), and of 6007 rows (their 40 bytes a row past 227 KiB: 4-byte words)
+        (900, 6007, ["shuffle", "cols_slide"], [2]),
+        (4099, 6007, ["shuffle", "cols_slide"], [2]),
+        (6007, 6011, ["shuffle", "cols_words"], [2]),
         # rows of whole 16-byte words: compiled per rule
         (4099, 6008, ["shuffle", "cols_rule"], [2]),
         (9000, 6000, ["cols_rule", "shuffle_inv", "cols_rule"], [3, 1]),  # n x m, gcd 3000
@@ -170,7 +172,7 @@ def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rul
     tabled = rules.index(2 if 2 in rules else 3)
     piece = cols[tabled].spec.piece
     runs = [e for e in gpu if e[:2] == ("run", piece)]
-    if piece in ("cols", "cols_words", "cols_rule", "cols_cluster"):
+    if piece in ("cols", "cols_words", "cols_slide", "cols_rule", "cols_cluster"):
         assert runs[tabled][3] == table
         return
     scratch = call._SCRATCH[(0xC0, 0x33, 0)].ptr

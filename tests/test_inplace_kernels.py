@@ -464,16 +464,25 @@ def test_fused_column_passes(batch, m, n, e, tmp):
         (2, 99, 165, 2),  # gcd 33: rotations, the gather; rows of 330 bytes
         (1, 165, 99, 1),  # flipped, gcd 33: the scatter and the rotation up
         (1, 70, 1001, 1),  # bands of 32 bytes, 32 of them
+        (1, 99, 297, 1),  # gcd 99, b 3: a word's rotation turns twice within its 4 elements
+        (2, 65, 130, 1),  # gcd 65, b 2: a turn at every other element
+        (1, 99, 66, 2),  # 2-byte, flipped 66 x 99 view, gcd 33, b 3: scatter, rotation up
+        (1, 1001, 77, 1),  # 77 x 1001 flipped: segments of many rows, three bands, one cut
+        (3, 77, 1001, 2),  # batched 2-byte gather, bands of 32 bytes
     ],
 )
-def test_tall_column_passes_of_narrow_rows_in_4_byte_words(batch, m, n, e, tmp):
+@pytest.mark.parametrize("slide", [False, True])
+def test_tall_column_passes_of_narrow_rows_in_4_byte_words(batch, m, n, e, slide, tmp, monkeypatch):
     """Grids of more than 64 rows of 1- or 2-byte elements whose rows are not whole 4-byte
     words: every COLS pass in aligned 4-byte words, the rows realigned in shared memory
-    ("cols_words"), x on its line and one element past it."""
+    ("cols_words"; "cols_slide" where COLS_SLIDE is on: each column's rotation carried by a
+    window of rows), x on its line and one element past it."""
+    monkeypatch.setattr(inplace_kernels, "COLS_SLIDE", slide)
+    piece = "cols_slide" if slide else "cols_words"
     for shift in (0, e):
         hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
         cols = {h.spec.piece for h in hows if h.kind == "cols"}
-        assert cols == {"cols_words"}, [(h.kind, h.spec.piece) for h in hows]
+        assert cols == {piece}, [(h.kind, h.spec.piece) for h in hows]
         assert all(h.spec.params.threads == COLS_WORDS_THREADS for h in hows if h.kind == "cols")
 
 

@@ -44,6 +44,7 @@ from ..plans.inplace import (
     InplacePass,
     InplacePlan,
     RowCycles,
+    inverse_table,
     pieces_of,
     row_table,
 )
@@ -56,6 +57,8 @@ SWAP_LINES_PIECE = "swap_lines"
 # COLS of tall grids of 1- and 2-byte elements whose rows are not whole 4-byte words, in
 # aligned 4-byte words (COLS_WORDS, below)
 COLS_WORDS_PIECE = "cols_words"
+# the same grids' COLS with each column's rotation carried by a window of rows (COLS_SLIDE)
+COLS_SLIDE_PIECE = "cols_slide"
 # COLS of rows of whole 16-byte words of narrow elements compiled per rule (COLS_RULE, below)
 COLS_RULE_PIECE = "cols_rule"
 
@@ -110,6 +113,7 @@ PIECES = (
     COLS,
     "cols_lines",
     COLS_WORDS_PIECE,
+    COLS_SLIDE_PIECE,
     COLS_RULE_PIECE,
     "cols_staged",
     "cols_cluster",
@@ -135,6 +139,7 @@ _FILES = {
     COLS: "cols",
     "cols_lines": "cols_lines",
     COLS_WORDS_PIECE: "cols_words",
+    COLS_SLIDE_PIECE: "cols_slide",
     COLS_RULE_PIECE: "cols_rule",
     "cols_staged": "cols_staged",
     "cols_cluster": "cols_cluster",
@@ -202,7 +207,14 @@ COLS_BLOCK_BYTES, COLS_MIN_BYTES, COLS_MAX_BYTES = 96 << 10, 32, 4096
 LINES_BLOCK_BYTES, LINES_MAX_ROWS = 110 << 10, 64
 COLS_WORDS: tuple[int, ...] = (1, 2)
 COLS_WORDS_THREADS = 512
-_COLS_LINE_PIECES = {0: COLS, 16: "cols_lines", 4: COLS_WORDS_PIECE}
+_COLS_LINE_PIECES = {0: COLS, 16: "cols_lines", 4: COLS_WORDS_PIECE, 8: COLS_SLIDE_PIECE}
+# "cols_slide" (line 8) for the grids of "cols_words" whose band rows fit shared memory as
+# they lie in 8-byte words: every row's words loaded by cp.async, all issued before the block
+# waits; a column's rotation moves its rows by at most one from a column to the next, so a
+# band word's elements come from 4 / e consecutive rows, and a thread walking down a column of
+# written words keeps the last 4 / e rows' words in registers and builds each word by masks,
+# where "cols_words" finds every element's row and reads it alone.
+COLS_SLIDE = True
 # Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
 # row step after another under a rule read at run time; "cols_rule" (the element sizes in
 # COLS_RULE) is compiled per rule and finds each element's row from its word's first, so that
@@ -217,10 +229,14 @@ COLS_RULE: tuple[int, ...] = (1, 2)
 def cols_pitch(width: int, elem_bytes: int, line: int = 0) -> int:
     """Shared bytes a band row of `width` elements takes: its bytes ("cols", line 0); in
     16-byte lines, its bytes rounded up to 16 and 4 more (the row's offset in its 4-byte
-    word); in 4-byte words (rows realigned), its bytes rounded up to 4."""
+    word); in 4-byte words (rows realigned), its bytes rounded up to 4; as the row lies in
+    8-byte words ("cols_slide"), its 4-byte words and 8 bytes more (its offset in its 8-byte
+    word, and a band word's second), rounded up to 8."""
     row = width * elem_bytes
     if line == 16:
         return -(-row // 16) * 16 + 4
+    if line == 8:
+        return (4 * -(-row // 4) + 15) // 8 * 8
     return -(-row // 4) * 4 if line else row
 
 
@@ -232,15 +248,20 @@ def cols_rows(shared_optin: int) -> int:
 def cols_line(m: int, n: int, elem_bytes: int, shared_optin: int) -> int:
     """The word (bytes) a COLS pass of an m x n grid aligns its accesses to where its rows are
     1- or 2-byte elements and not whole 4-byte words: 16 ("cols_lines") for at most
-    LINES_MAX_ROWS rows, 4 ("cols_words") for more, of the element sizes in COLS_WORDS, where
-    the narrowest band's rows fit the opt-in; else 0 ("cols": the widest word x, the rows and
-    the band divide)."""
+    LINES_MAX_ROWS rows; for more, of the element sizes in COLS_WORDS, where the narrowest
+    band's rows fit the opt-in, 8 ("cols_slide", where COLS_SLIDE is on) or 4 ("cols_words");
+    else 0 ("cols": the widest word x, the rows and the band divide)."""
     if elem_bytes >= 4 or (n * elem_bytes) % 4 == 0:
         return 0
     if m <= LINES_MAX_ROWS:
         return 16
-    narrowest = m * cols_pitch(COLS_MIN_BYTES // elem_bytes, elem_bytes, 4)
-    return 4 if elem_bytes in COLS_WORDS and narrowest <= shared_optin else 0
+    for line in (8, 4) if COLS_SLIDE else (4,):
+        if (
+            elem_bytes in COLS_WORDS
+            and m * cols_pitch(COLS_MIN_BYTES // elem_bytes, elem_bytes, line) <= shared_optin
+        ):
+            return line
+    return 0
 
 
 def cols_piece(line: int, n: int, elem_bytes: int) -> str:
@@ -307,7 +328,7 @@ def cols_params(params: InplaceParams, line: int = 0) -> InplaceParams:
     if line == 16:
         return params
     return replace(
-        params, threads=COLS_WORDS_THREADS if line == 4 else min(512, 2 * params.threads)
+        params, threads=COLS_WORDS_THREADS if line in (4, 8) else min(512, 2 * params.threads)
     )
 
 
@@ -480,7 +501,10 @@ class InplaceKernel:
             raise ShapeError(
                 f"in-place kernels of {self.elem_bytes}-byte elements; sizes are {ELEMENT_SIZES}"
             )
-        if self.piece in ("cols_lines", COLS_WORDS_PIECE) and self.elem_bytes >= 4:
+        if (
+            self.piece in ("cols_lines", COLS_WORDS_PIECE, COLS_SLIDE_PIECE)
+            and self.elem_bytes >= 4
+        ):
             raise ShapeError(
                 f"{self.piece} moves 1- or 2-byte elements, not {self.elem_bytes}-byte ones; "
                 "use the piece 'cols'"
@@ -583,6 +607,8 @@ def program_kernels(
             continue  # not served: its source is no config's yet
         if piece == COLS_RULE_PIECE and elem_bytes not in COLS_RULE:
             continue  # likewise, for the element sizes it does not serve
+        if piece == (COLS_WORDS_PIECE if COLS_SLIDE else COLS_SLIDE_PIECE):
+            continue  # one of the two serves line 4
         for k in CLUSTER_SIZES if piece == "cols_cluster" else (0,):
             try:
                 found.append(InplaceKernel(piece, elem_bytes, conjugate, params, k))
@@ -665,12 +691,15 @@ def pass_launches(
         common[f"{name}_magic"], common[f"{name}_shift"] = (0, 0) if d <= 1 else divisor(d)
     out: list[PassLaunch] = []
 
-    def cols_table(p: InplacePass) -> dict[str, Any]:
-        """A COLS pass's table h (its gather and scatter), uploaded once: PERMUTE's
-        "leaders" slot."""
+    def cols_table(p: InplacePass, piece: str = COLS) -> dict[str, Any]:
+        """A COLS pass's table h (its gather and scatter; "cols_slide" its inverse),
+        uploaded once: PERMUTE's "leaders" slot."""
         if p.split not in (COLS_GATHER, COLS_SCATTER):
             return {"aux": ""}
-        return {"aux": "leaders", "table": row_table(m, n, plan.a)}
+        table = row_table(m, n, plan.a)
+        if piece == COLS_SLIDE_PIECE:
+            table = inverse_table(table)
+        return {"aux": "leaders", "table": table}
 
     def add(
         p: InplacePass, spec: InplaceKernel, blocks: int, args: dict[str, int], **kw: Any
@@ -780,7 +809,8 @@ def pass_launches(
             w = cols_width(m, n, batch, elem_bytes, shared_optin, multiprocessors, line)
             items = batch * -(-n // w)
             args = {"items": items, "tiles": w, "split": p.split}
-            add(p, spec, items, args, smem=m * cols_pitch(w, elem_bytes, line), **cols_table(p))
+            smem = m * cols_pitch(w, elem_bytes, line)
+            add(p, spec, items, args, smem=smem, **cols_table(p, piece))
         elif p.kind == SHUFFLE and row_bytes + SHUFFLE_PAD <= shared_optin:
             piece = "shuffle_inv" if p.inverse else SHUFFLE
             spec = InplaceKernel(piece, elem_bytes, p.conjugate, params)

@@ -267,6 +267,14 @@ def row_table(m: int, n: int, a: int) -> np.ndarray:
     return _per_row(m, np.uint32, lambda r: row_offset(r, m, n, a))
 
 
+def inverse_table(table: np.ndarray) -> np.ndarray:
+    """The inverse of a permutation of rows given as a table (uint32): the row r that
+    table[r] names, for each row."""
+    out = np.empty_like(table)
+    out[table] = np.arange(len(table), dtype=table.dtype)
+    return out
+
+
 def _per_row(m: int, dtype: Any, fn: Any) -> np.ndarray:
     """fn of every row 0..m-1 as `dtype`, computed on int64 rows in chunks (r*n passes 32
     bits; the chunks bound the int64 temporaries)."""

@@ -4,7 +4,8 @@ words x, the rows and the bands divide, one row step after another), "words" (1-
 rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS_WORDS),
 "rule" (also rows of whole 16-byte words of 1- and 2-byte elements compiled per rule:
 "cols_rule", COLS_RULE; every switch as served), "slide" (the grids of "cols_words" by
-"cols_slide": each column's rotation carried by a window of rows, COLS_SLIDE), "rule-wide" (COLS_RULE for 4- and 8-byte
+"cols_slide": each column's rotation carried by a window of rows, COLS_SLIDE), "slide-whole"
+(also 1- and 2-byte rows of whole 4-byte words, not 16-byte ones: COLS_SLIDE_WHOLE), "rule-wide" (COLS_RULE for 4- and 8-byte
 elements too), "no-step" (SHUFFLE of 1- and 2-byte rows carrying every source column, where
 the served kernel steps it: kernels/inplace.py SHUFFLE_STEP off).
 
@@ -43,16 +44,28 @@ CASES = [
     "8192x7168:uint8",  # rows of whole words: "cols" either way (a control)
 ]
 # name: the switches of kernels/inplace.py it sets
-_OFF = {"COLS_SLIDE": False}
+_OFF = {"COLS_SLIDE": False, "COLS_SLIDE_WHOLE": ()}
 VARIANTS = {
     "cols": {"COLS_WORDS": (), "COLS_RULE": (), **_OFF},
     "words": {"COLS_WORDS": (1, 2), "COLS_RULE": (), **_OFF},
     "rule": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), **_OFF},
     "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8), **_OFF},
     "no-step": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_STEP": False, **_OFF},
-    "slide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "COLS_SLIDE": True},
+    "slide": {
+        "COLS_WORDS": (1, 2),
+        "COLS_RULE": (1, 2),
+        "COLS_SLIDE": True,
+        "COLS_SLIDE_WHOLE": (),
+    },
+    "slide-whole": {
+        "COLS_WORDS": (1, 2),
+        "COLS_RULE": (1, 2),
+        "COLS_SLIDE": True,
+        "COLS_SLIDE_WHOLE": (1, 2),
+    },
 }
-SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_STEP", "COLS_SLIDE")  # what a variant may set
+# what a variant may set
+SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_STEP", "COLS_SLIDE", "COLS_SLIDE_WHOLE")
 
 
 def _switch(kernels, compiler, saved: dict, switches: dict) -> None:

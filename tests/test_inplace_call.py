@@ -115,7 +115,10 @@ def test_kernel_specs_are_checked():
         (5003, 16384, 1, "cols_rule"),  # rows of whole 16-byte words: compiled per rule
         (3001, 5000, 2, "cols_rule"),
         (8, 48, 1, "cols_rule"),
-        (5003, 16388, 1, "cols"),  # whole 4-byte words, not 16-byte ones
+        (5003, 16388, 1, "cols_slide"),  # whole 4-byte words, not 16-byte ones
+        (3001, 5002, 2, "cols_slide"),
+        (7300, 16388, 1, "cols"),  # 7300 rows of 40 bytes pass 227 KiB
+        (3001, 5002, 4, "cols"),  # 4-byte elements: not in COLS_SLIDE_WHOLE
         (7300, 16381, 1, "cols"),  # a 32-byte band row of 7300 rows passes 227 KiB
         (3001, 5003, 4, "cols"),
         (3001, 5000, 4, "cols"),  # 4-byte elements: not in COLS_RULE
@@ -129,6 +132,8 @@ def test_cols_slide_serves_only_when_on(monkeypatch):
     monkeypatch.setattr(inplace_kernels, "COLS_SLIDE", False)
     assert cols_piece(cols_line(5003, 16381, 1, 227 << 10), 16381, 1) == "cols_words"
     assert cols_piece(cols_line(65, 301, 2, 227 << 10), 301, 2) == "cols_words"
+    monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_WHOLE", ())
+    assert cols_piece(cols_line(5003, 16388, 1, 227 << 10), 16388, 1) == "cols"
 
 
 def test_cols_rule_serves_only_its_element_sizes(monkeypatch):

@@ -489,6 +489,30 @@ def test_tall_column_passes_of_narrow_rows_in_4_byte_words(batch, m, n, e, slide
 @pytest.mark.parametrize(
     "batch, m, n, e",
     [
+        (1, 97, 164, 1),  # gcd 1, the gather: rows of 41 4-byte words
+        (1, 164, 97, 1),  # flipped: the scatter over the 97 x 164 view
+        (1, 120, 172, 1),  # gcd 4, b 43: the rotation down
+        (1, 172, 120, 1),  # flipped: the rotation up
+        (2, 99, 138, 2),  # 2-byte, gcd 3, batched
+        (1, 138, 99, 2),  # flipped
+        (1, 111, 296, 1),  # gcd 37, b 8: two turns of the rotation in a band's 32 bytes
+    ],
+)
+def test_cols_slide_takes_rows_of_whole_4_byte_words(batch, m, n, e, tmp, monkeypatch):
+    """COLS_SLIDE_WHOLE: "cols_slide" for 1- and 2-byte rows of whole 4-byte words too (not
+    whole 16-byte words: "cols_rule"'s), x on its line and one element past it; off, "cols"."""
+    for whole in ((1, 2), ()):
+        monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_WHOLE", whole)
+        for shift in (0, e):
+            hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)
+            cols = {h.spec.piece for h in hows if h.kind == "cols"}
+            want = "cols_slide" if whole else "cols"
+            assert cols == {want}, [(h.kind, h.spec.piece) for h in hows]
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [
         (1, 97, 160, 1),  # gcd 1, the gather: rows of ten 16-byte words, each on one line
         (1, 160, 97, 1),  # flipped: the scatter over the 97 x 160 view
         (1, 120, 176, 1),  # gcd 8, b 22: the rotation down, a word's line turning at C / b

@@ -215,6 +215,16 @@ _COLS_LINE_PIECES = {0: COLS, 16: "cols_lines", 4: COLS_WORDS_PIECE, 8: COLS_SLI
 # written words keeps the last 4 / e rows' words in registers and builds each word by masks,
 # where "cols_words" finds every element's row and reads it alone.
 COLS_SLIDE = True
+# The element sizes whose rows of whole 4-byte words "cols_slide" takes too, where "cols"
+# would (not "cols_rule"'s rows of whole 16-byte words). H200, dev/cols_ab.py --variants
+# slide slide-whole, the same parameters in one process, % of a copy of a COLS pass: uint8
+# 5003x16388 20 -> 27, float16 3x2670x1395 37, 43 -> 39, 44; against "cols_rule" it lost
+# (uint8 5003x16384 36 -> 26, int8 16x1024x768 35, 42 -> 27, bfloat16 3001x5000 51 -> 37),
+# and against "cols" of 4-byte elements it won two and lost three (float32 1125x2579 31 ->
+# 39, 10007x2039 36 -> 40; 4099x6008 53 -> 40, 7919x2039 36 -> 30, 13x2572x886 67-75 ->
+# 47-52; that form, since removed, took 4-byte elements as one-element words), so 4-byte
+# elements stay with "cols".
+COLS_SLIDE_WHOLE: tuple[int, ...] = (1, 2)
 # Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
 # row step after another under a rule read at run time; "cols_rule" (the element sizes in
 # COLS_RULE) is compiled per rule and finds each element's row from its word's first, so that
@@ -251,8 +261,11 @@ def cols_line(m: int, n: int, elem_bytes: int, shared_optin: int) -> int:
     LINES_MAX_ROWS rows; for more, of the element sizes in COLS_WORDS, where the narrowest
     band's rows fit the opt-in, 8 ("cols_slide", where COLS_SLIDE is on) or 4 ("cols_words");
     else 0 ("cols": the widest word x, the rows and the band divide)."""
+    slide_fits = m * cols_pitch(COLS_MIN_BYTES // elem_bytes, elem_bytes, 8) <= shared_optin
     if elem_bytes >= 4 or (n * elem_bytes) % 4 == 0:
-        return 0
+        rule = elem_bytes in COLS_RULE and (n * elem_bytes) % 16 == 0  # "cols_rule"'s
+        whole = elem_bytes in COLS_SLIDE_WHOLE and m > LINES_MAX_ROWS and slide_fits
+        return 8 if whole and not rule else 0
     if m <= LINES_MAX_ROWS:
         return 16
     for line in (8, 4) if COLS_SLIDE else (4,):

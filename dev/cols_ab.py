@@ -3,11 +3,12 @@ chooses, on the same matrices in one process: "cols" (every COLS pass by "cols",
 words x, the rows and the bands divide, one row step after another), "words" (1- and 2-byte
 rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS_WORDS),
 "rule" (also rows of whole 16-byte words of 1- and 2-byte elements compiled per rule:
-"cols_rule", COLS_RULE; every switch as served), "slide" (the grids of "cols_words" by
-"cols_slide": each column's rotation carried by a window of rows, COLS_SLIDE), "slide-whole"
-(also 1- and 2-byte rows of whole 4-byte words, not 16-byte ones: COLS_SLIDE_WHOLE), "rule-wide" (COLS_RULE for 4- and 8-byte
-elements too), "no-step" (SHUFFLE of 1- and 2-byte rows carrying every source column, where
-the served kernel steps it: kernels/inplace.py SHUFFLE_STEP off).
+"cols_rule", COLS_RULE), "slide" (the grids of "cols_words" by "cols_slide": each
+column's rotation carried by a window of rows, COLS_SLIDE), "slide-whole" (also 1- and 2-byte
+rows of whole 4-byte words, not 16-byte ones: COLS_SLIDE_WHOLE; every switch as served),
+"rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
+rows carrying every source column, where the served kernel steps it: kernels/inplace.py
+SHUFFLE_STEP off).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]

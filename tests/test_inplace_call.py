@@ -129,9 +129,19 @@ def test_cols_takes_the_measured_word(m, n, e, piece):
 
 
 def test_cols_slide_serves_only_when_on(monkeypatch):
+    """With COLS_SLIDE on a rectangle's program may run "cols_slide" and (rows past what its
+    8-byte words fit) "cols_words", so a config's source names both; off, only the second."""
+    from autotranspose.kinds.inplace import RECTANGLE
+
+    def source_pieces(e: int) -> set[str]:
+        return {k.piece for k in inplace_kernels.program_kernels(e, False, kind.DEFAULT, RECTANGLE)}
+
+    assert {"cols_slide", "cols_words"} <= source_pieces(1)
+    assert "cols_slide" not in source_pieces(4)
     monkeypatch.setattr(inplace_kernels, "COLS_SLIDE", False)
     assert cols_piece(cols_line(5003, 16381, 1, 227 << 10), 16381, 1) == "cols_words"
     assert cols_piece(cols_line(65, 301, 2, 227 << 10), 301, 2) == "cols_words"
+    assert "cols_slide" not in source_pieces(2) and "cols_words" in source_pieces(2)
     monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_WHOLE", ())
     assert cols_piece(cols_line(5003, 16388, 1, 227 << 10), 16388, 1) == "cols"
 

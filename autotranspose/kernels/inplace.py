@@ -620,8 +620,8 @@ def program_kernels(
             continue  # not served: its source is no config's yet
         if piece == COLS_RULE_PIECE and elem_bytes not in COLS_RULE:
             continue  # likewise, for the element sizes it does not serve
-        if piece == (COLS_WORDS_PIECE if COLS_SLIDE else COLS_SLIDE_PIECE):
-            continue  # one of the two serves line 4
+        if piece == COLS_SLIDE_PIECE and not COLS_SLIDE:
+            continue  # not served (with it on, "cols_words" still takes rows past its fit)
         for k in CLUSTER_SIZES if piece == "cols_cluster" else (0,):
             try:
                 found.append(InplaceKernel(piece, elem_bytes, conjugate, params, k))

@@ -142,6 +142,9 @@ def test_cols_slide_serves_only_when_on(monkeypatch):
     assert cols_piece(cols_line(5003, 16381, 1, 227 << 10), 16381, 1) == "cols_words"
     assert cols_piece(cols_line(65, 301, 2, 227 << 10), 301, 2) == "cols_words"
     assert "cols_slide" not in source_pieces(2) and "cols_words" in source_pieces(2)
+    # rows of whole 4-byte words: no "cols_slide" either while it is off
+    assert cols_piece(cols_line(5003, 16388, 1, 227 << 10), 16388, 1) == "cols"
+    monkeypatch.setattr(inplace_kernels, "COLS_SLIDE", True)
     monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_WHOLE", ())
     assert cols_piece(cols_line(5003, 16388, 1, 227 << 10), 16388, 1) == "cols"
 

@@ -260,21 +260,22 @@ def cols_line(m: int, n: int, elem_bytes: int, shared_optin: int) -> int:
     1- or 2-byte elements and not whole 4-byte words: 16 ("cols_lines") for at most
     LINES_MAX_ROWS rows; for more, of the element sizes in COLS_WORDS, where the narrowest
     band's rows fit the opt-in, 8 ("cols_slide", where COLS_SLIDE is on) or 4 ("cols_words");
-    else 0 ("cols": the widest word x, the rows and the band divide)."""
-    slide_fits = m * cols_pitch(COLS_MIN_BYTES // elem_bytes, elem_bytes, 8) <= shared_optin
+    else 0 ("cols": the widest word x, the rows and the band divide). Rows of whole 4-byte
+    words (not "cols_rule"'s 16-byte ones) of the sizes in COLS_SLIDE_WHOLE: 8 where
+    "cols_slide" serves and fits, else 0."""
+
+    def fits(line: int) -> bool:  # the narrowest band's m rows in the opt-in
+        return m * cols_pitch(COLS_MIN_BYTES // elem_bytes, elem_bytes, line) <= shared_optin
+
+    slide = COLS_SLIDE and m > LINES_MAX_ROWS and fits(8)
     if elem_bytes >= 4 or (n * elem_bytes) % 4 == 0:
         rule = elem_bytes in COLS_RULE and (n * elem_bytes) % 16 == 0  # "cols_rule"'s
-        whole = elem_bytes in COLS_SLIDE_WHOLE and m > LINES_MAX_ROWS and slide_fits
-        return 8 if whole and not rule else 0
+        return 8 if slide and elem_bytes in COLS_SLIDE_WHOLE and not rule else 0
     if m <= LINES_MAX_ROWS:
         return 16
-    for line in (8, 4) if COLS_SLIDE else (4,):
-        if (
-            elem_bytes in COLS_WORDS
-            and m * cols_pitch(COLS_MIN_BYTES // elem_bytes, elem_bytes, line) <= shared_optin
-        ):
-            return line
-    return 0
+    if elem_bytes not in COLS_WORDS:
+        return 0
+    return 8 if slide else 4 if fits(4) else 0
 
 
 def cols_piece(line: int, n: int, elem_bytes: int) -> str:

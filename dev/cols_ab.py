@@ -5,7 +5,8 @@ rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS
 "rule" (also rows of whole 16-byte words of 1- and 2-byte elements compiled per rule:
 "cols_rule", COLS_RULE), "slide" (the grids of "cols_words" by "cols_slide": each
 column's rotation carried by a window of rows, COLS_SLIDE), "slide-whole" (also 1- and 2-byte
-rows of whole 4-byte words, not 16-byte ones: COLS_SLIDE_WHOLE; every switch as served),
+rows of whole 4-byte words, not 16-byte ones: COLS_SLIDE_WHOLE), "slide-narrow" (also grids
+whose 32-byte band rows pass the opt-in, in bands of 24 bytes: COLS_SLIDE_NARROW),
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
 SHUFFLE_STEP off).
@@ -45,7 +46,7 @@ CASES = [
     "8192x7168:uint8",  # rows of whole words: "cols" either way (a control)
 ]
 # name: the switches of kernels/inplace.py it sets
-_OFF = {"COLS_SLIDE": False, "COLS_SLIDE_WHOLE": ()}
+_OFF = {"COLS_SLIDE": False, "COLS_SLIDE_WHOLE": (), "COLS_SLIDE_NARROW": ()}
 VARIANTS = {
     "cols": {"COLS_WORDS": (), "COLS_RULE": (), **_OFF},
     "words": {"COLS_WORDS": (1, 2), "COLS_RULE": (), **_OFF},
@@ -57,16 +58,32 @@ VARIANTS = {
         "COLS_RULE": (1, 2),
         "COLS_SLIDE": True,
         "COLS_SLIDE_WHOLE": (),
+        "COLS_SLIDE_NARROW": (),
     },
     "slide-whole": {
         "COLS_WORDS": (1, 2),
         "COLS_RULE": (1, 2),
         "COLS_SLIDE": True,
         "COLS_SLIDE_WHOLE": (1, 2),
+        "COLS_SLIDE_NARROW": (),
+    },
+    "slide-narrow": {
+        "COLS_WORDS": (1, 2),
+        "COLS_RULE": (1, 2),
+        "COLS_SLIDE": True,
+        "COLS_SLIDE_WHOLE": (1, 2),
+        "COLS_SLIDE_NARROW": (24,),
     },
 }
 # what a variant may set
-SWITCHES = ("COLS_WORDS", "COLS_RULE", "SHUFFLE_STEP", "COLS_SLIDE", "COLS_SLIDE_WHOLE")
+SWITCHES = (
+    "COLS_WORDS",
+    "COLS_RULE",
+    "SHUFFLE_STEP",
+    "COLS_SLIDE",
+    "COLS_SLIDE_WHOLE",
+    "COLS_SLIDE_NARROW",
+)
 
 
 def _switch(kernels, compiler, saved: dict, switches: dict) -> None:

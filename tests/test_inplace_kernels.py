@@ -513,6 +513,39 @@ def test_cols_slide_takes_rows_of_whole_4_byte_words(batch, m, n, e, tmp, monkey
 @pytest.mark.parametrize(
     "batch, m, n, e",
     [
+        (1, 97, 131, 1),  # gcd 1, the gather: bands of 24 bytes, the last of 11
+        (1, 131, 97, 1),  # flipped: the scatter over the 97 x 131 view
+        (2, 99, 165, 2),  # gcd 33: rotations, the gather; bands of 12 elements
+        (1, 165, 99, 1),  # flipped, gcd 33: the scatter and the rotation up
+        (1, 99, 297, 1),  # gcd 99, b 3: a word's rotation turns twice within its 4 elements
+        (1, 97, 164, 1),  # rows of whole 4-byte words (COLS_SLIDE_WHOLE)
+        (1, 138, 99, 2),  # 2-byte, flipped 99 x 138 view
+    ],
+)
+@pytest.mark.parametrize("narrow", [(), (24,)])
+def test_cols_slide_narrows_bands_whose_32_byte_rows_pass_shared_memory(
+    batch, m, n, e, narrow, tmp, monkeypatch
+):
+    """COLS_SLIDE_NARROW: where a column's m rows of 32 bytes (40 in shared memory) pass the
+    opt-in but rows of 24 bytes (32) fit, "cols_slide" takes bands of 24 bytes; off, the
+    grid keeps "cols_words" (rows off 4-byte words) or "cols" (whole 4-byte words) in bands
+    of 32. x on its line and one element past it."""
+    monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_NARROW", narrow)
+    grid_m = min(m, n) if m > n else m  # the view's rows: the plan flips tall grids
+    optin = 36 * grid_m  # between 32 and 40 bytes a row
+    for shift in (0, e):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200, optin=optin)
+        cols = [h for h in hows if h.kind == "cols"]
+        whole = (max(m, n) if m > n else n) * e % 4 == 0
+        want = "cols_slide" if narrow else "cols" if whole else "cols_words"
+        assert {h.spec.piece for h in cols} == {want}, [(h.kind, h.spec.piece) for h in hows]
+        assert {h.args["tiles"] * e for h in cols} == {24 if narrow else 32}
+        assert all(h.smem <= optin for h in cols)
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [
         (1, 97, 160, 1),  # gcd 1, the gather: rows of ten 16-byte words, each on one line
         (1, 160, 97, 1),  # flipped: the scatter over the 97 x 160 view
         (1, 120, 176, 1),  # gcd 8, b 22: the rotation down, a word's line turning at C / b

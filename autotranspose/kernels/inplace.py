@@ -225,6 +225,11 @@ COLS_SLIDE = True
 # 47-52; that form, since removed, took 4-byte elements as one-element words), so 4-byte
 # elements stay with "cols".
 COLS_SLIDE_WHOLE: tuple[int, ...] = (1, 2)
+# Band rows (bytes, under COLS_MIN_BYTES) "cols_slide" narrows to where m rows of 32 bytes
+# pass the opt-in (more than 5811 rows on an H200), widest first: 24 bytes take 32 a row of
+# shared memory, so every grid up to the 7264 rows a COLS pass holds (`cols_rows`), where
+# "cols_words" and "cols" took them in 32-byte bands.
+COLS_SLIDE_NARROW: tuple[int, ...] = ()
 # Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
 # row step after another under a rule read at run time; "cols_rule" (the element sizes in
 # COLS_RULE) is compiled per rule and finds each element's row from its word's first, so that
@@ -255,6 +260,12 @@ def cols_rows(shared_optin: int) -> int:
     return shared_optin // COLS_MIN_BYTES
 
 
+def cols_min_width(line: int) -> int:
+    """The narrowest band row (bytes) of a COLS pass in `line`: COLS_MIN_BYTES, or for
+    "cols_slide" (line 8) the narrowest of COLS_SLIDE_NARROW."""
+    return min((COLS_MIN_BYTES, *COLS_SLIDE_NARROW)) if line == 8 else COLS_MIN_BYTES
+
+
 def cols_line(m: int, n: int, elem_bytes: int, shared_optin: int) -> int:
     """The word (bytes) a COLS pass of an m x n grid aligns its accesses to where its rows are
     1- or 2-byte elements and not whole 4-byte words: 16 ("cols_lines") for at most
@@ -265,7 +276,7 @@ def cols_line(m: int, n: int, elem_bytes: int, shared_optin: int) -> int:
     "cols_slide" serves and fits, else 0."""
 
     def fits(line: int) -> bool:  # the narrowest band's m rows in the opt-in
-        return m * cols_pitch(COLS_MIN_BYTES // elem_bytes, elem_bytes, line) <= shared_optin
+        return m * cols_pitch(cols_min_width(line) // elem_bytes, elem_bytes, line) <= shared_optin
 
     slide = COLS_SLIDE and m > LINES_MAX_ROWS and fits(8)
     if elem_bytes >= 4 or (n * elem_bytes) % 4 == 0:
@@ -350,8 +361,9 @@ def cols_width(
     m: int, n: int, batch: int, elem_bytes: int, shared_optin: int, sms: int, line: int = 0
 ) -> int:
     """Columns of a COLS band: the widest power of two of bytes (32 to 4096) whose m rows fit
-    the budget (else 32 bytes, in the opt-in), narrowed while the bands would leave SMs
-    without two blocks; all n where that is fewer."""
+    the budget (else 32 bytes, in the opt-in; "cols_slide" the widest of COLS_SLIDE_NARROW
+    whose rows fit it), narrowed while the bands would leave SMs without two blocks; all n
+    where that is fewer."""
     width = COLS_MAX_BYTES
     budget = LINES_BLOCK_BYTES if line == 16 else COLS_BLOCK_BYTES
 
@@ -362,6 +374,10 @@ def cols_width(
         width //= 2
     while width > COLS_MIN_BYTES and batch * -(-n * elem_bytes // width) < 2 * sms:
         width //= 2
+    for narrow in sorted(COLS_SLIDE_NARROW, reverse=True) if line == 8 else ():
+        if held(width) <= shared_optin:
+            break
+        width = narrow
     if held(width) > shared_optin:
         raise ShapeError(
             f"a COLS band of {m} rows of {width} bytes passes {shared_optin} bytes of shared "

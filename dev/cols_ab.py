@@ -7,6 +7,8 @@ rows that are not whole 4-byte words in aligned 4-byte words: "cols_words", COLS
 column's rotation carried by a window of rows, COLS_SLIDE), "slide-whole" (also 1- and 2-byte
 rows of whole 4-byte words, not 16-byte ones: COLS_SLIDE_WHOLE), "slide-narrow" (also grids
 whose 32-byte band rows pass the opt-in, in bands of 24 bytes: COLS_SLIDE_NARROW),
+"slide-pieces" (also the words a band shares with its neighbour in aligned pieces, not by
+atomics: COLS_SLIDE_PIECES),
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
 SHUFFLE_STEP off).
@@ -46,7 +48,12 @@ CASES = [
     "8192x7168:uint8",  # rows of whole words: "cols" either way (a control)
 ]
 # name: the switches of kernels/inplace.py it sets
-_OFF = {"COLS_SLIDE": False, "COLS_SLIDE_WHOLE": (), "COLS_SLIDE_NARROW": ()}
+_OFF = {
+    "COLS_SLIDE": False,
+    "COLS_SLIDE_WHOLE": (),
+    "COLS_SLIDE_NARROW": (),
+    "COLS_SLIDE_PIECES": False,
+}
 VARIANTS = {
     "cols": {"COLS_WORDS": (), "COLS_RULE": (), **_OFF},
     "words": {"COLS_WORDS": (1, 2), "COLS_RULE": (), **_OFF},
@@ -74,6 +81,14 @@ VARIANTS = {
         "COLS_SLIDE_WHOLE": (1, 2),
         "COLS_SLIDE_NARROW": (24,),
     },
+    "slide-pieces": {
+        "COLS_WORDS": (1, 2),
+        "COLS_RULE": (1, 2),
+        "COLS_SLIDE": True,
+        "COLS_SLIDE_WHOLE": (1, 2),
+        "COLS_SLIDE_NARROW": (24,),
+        "COLS_SLIDE_PIECES": True,
+    },
 }
 # what a variant may set
 SWITCHES = (
@@ -83,6 +98,7 @@ SWITCHES = (
     "COLS_SLIDE",
     "COLS_SLIDE_WHOLE",
     "COLS_SLIDE_NARROW",
+    "COLS_SLIDE_PIECES",
 )
 
 

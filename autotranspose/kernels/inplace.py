@@ -230,6 +230,9 @@ COLS_SLIDE_WHOLE: tuple[int, ...] = (1, 2)
 # shared memory, so every grid up to the 7264 rows a COLS pass holds (`cols_rows`), where
 # "cols_words" and "cols" took them in 32-byte bands.
 COLS_SLIDE_NARROW: tuple[int, ...] = ()
+# How "cols_slide" writes a word its band shares with the neighbour's: its bytes in aligned
+# pieces (byte, half-word, byte) where on, else an atomic AND and an atomic OR.
+COLS_SLIDE_PIECES = False
 # Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
 # row step after another under a rule read at run time; "cols_rule" (the element sizes in
 # COLS_RULE) is compiled per rule and finds each element's row from its word's first, so that
@@ -613,6 +616,7 @@ def render_inplace(k: InplaceKernel) -> str:
             cluster_min_blocks=CLUSTER_MIN_BLOCKS,
             swap_min_blocks=swap_min_blocks(p, k.elem_bytes, k.piece == SWAP_LINES_PIECE),
             shuffle_step=SHUFFLE_STEP,
+            slide_pieces=COLS_SLIDE_PIECES,
             args_bytes=ARG_BYTES,
         )
     )

@@ -8,7 +8,7 @@ column's rotation carried by a window of rows, COLS_SLIDE), "slide-whole" (also 
 rows of whole 4-byte words, not 16-byte ones: COLS_SLIDE_WHOLE), "slide-narrow" (also grids
 whose 32-byte band rows pass the opt-in, in bands of 24 bytes: COLS_SLIDE_NARROW),
 "slide-pieces" (also the words a band shares with its neighbour in aligned pieces, not by
-atomics: COLS_SLIDE_PIECES),
+atomics, for 1- and 2-byte elements: COLS_SLIDE_PIECES; served: 2-byte only),
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
 SHUFFLE_STEP off).
@@ -47,14 +47,15 @@ CASES = [
     "18625x6903:float16",  # 6903 rows: past what a 36-byte band row holds, "cols" either way
     "8192x7168:uint8",  # rows of whole words: "cols" either way (a control)
 ]
-# name: the switches of kernels/inplace.py it sets
+# name: the switches of kernels/inplace.py it sets ("served": none, as they are)
 _OFF = {
     "COLS_SLIDE": False,
     "COLS_SLIDE_WHOLE": (),
     "COLS_SLIDE_NARROW": (),
-    "COLS_SLIDE_PIECES": False,
+    "COLS_SLIDE_PIECES": (),
 }
 VARIANTS = {
+    "served": {},
     "cols": {"COLS_WORDS": (), "COLS_RULE": (), **_OFF},
     "words": {"COLS_WORDS": (1, 2), "COLS_RULE": (), **_OFF},
     "rule": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), **_OFF},
@@ -66,6 +67,7 @@ VARIANTS = {
         "COLS_SLIDE": True,
         "COLS_SLIDE_WHOLE": (),
         "COLS_SLIDE_NARROW": (),
+        "COLS_SLIDE_PIECES": (),
     },
     "slide-whole": {
         "COLS_WORDS": (1, 2),
@@ -73,6 +75,7 @@ VARIANTS = {
         "COLS_SLIDE": True,
         "COLS_SLIDE_WHOLE": (1, 2),
         "COLS_SLIDE_NARROW": (),
+        "COLS_SLIDE_PIECES": (),
     },
     "slide-narrow": {
         "COLS_WORDS": (1, 2),
@@ -80,6 +83,7 @@ VARIANTS = {
         "COLS_SLIDE": True,
         "COLS_SLIDE_WHOLE": (1, 2),
         "COLS_SLIDE_NARROW": (24,),
+        "COLS_SLIDE_PIECES": (),
     },
     "slide-pieces": {
         "COLS_WORDS": (1, 2),
@@ -87,7 +91,7 @@ VARIANTS = {
         "COLS_SLIDE": True,
         "COLS_SLIDE_WHOLE": (1, 2),
         "COLS_SLIDE_NARROW": (24,),
-        "COLS_SLIDE_PIECES": True,
+        "COLS_SLIDE_PIECES": (1, 2),
     },
 }
 # what a variant may set

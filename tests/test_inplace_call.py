@@ -111,13 +111,15 @@ def test_kernel_specs_are_checked():
         (5003, 16381, 1, "cols_slide"),
         (3001, 5003, 2, "cols_slide"),
         (5811, 16381, 1, "cols_slide"),  # 5811 rows of 40 bytes: the most 227 KiB holds
-        (5812, 16381, 1, "cols_words"),  # past them: 4-byte words, rows realigned
+        (5812, 16381, 1, "cols_slide"),  # past them: bands of 24 bytes (32 a row)
+        (7264, 16381, 1, "cols_slide"),  # the most rows of 32 bytes 227 KiB holds
+        (7265, 16381, 1, "cols"),  # past them (the plan stages such columns)
         (5003, 16384, 1, "cols_rule"),  # rows of whole 16-byte words: compiled per rule
         (3001, 5000, 2, "cols_rule"),
         (8, 48, 1, "cols_rule"),
         (5003, 16388, 1, "cols_slide"),  # whole 4-byte words, not 16-byte ones
         (3001, 5002, 2, "cols_slide"),
-        (7300, 16388, 1, "cols"),  # 7300 rows of 40 bytes pass 227 KiB
+        (7300, 16388, 1, "cols"),  # 7300 rows of 32 bytes pass 227 KiB
         (3001, 5002, 4, "cols"),  # 4-byte elements: not in COLS_SLIDE_WHOLE
         (7300, 16381, 1, "cols"),  # a 32-byte band row of 7300 rows passes 227 KiB
         (3001, 5003, 4, "cols"),
@@ -147,6 +149,21 @@ def test_cols_slide_serves_only_when_on(monkeypatch):
     monkeypatch.setattr(inplace_kernels, "COLS_SLIDE", True)
     monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_WHOLE", ())
     assert cols_piece(cols_line(5003, 16388, 1, 227 << 10), 16388, 1) == "cols"
+
+
+def test_cols_slide_narrows_only_when_on(monkeypatch):
+    """COLS_SLIDE_NARROW: grids whose 32-byte band rows (40 bytes of shared memory) pass the
+    opt-in run "cols_slide" in bands of 24 bytes; off, "cols_words" or "cols" in bands of 32."""
+    optin, sms = 227 << 10, 132
+    for m, n, e, off in ((6007, 8191, 1, "cols_words"), (6100, 7000, 1, "cols")):
+        line = cols_line(m, n, e, optin)
+        assert cols_piece(line, n, e) == "cols_slide"
+        assert inplace_kernels.cols_width(m, n, 1, e, optin, sms, line) * e == 24
+        monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_NARROW", ())
+        line = cols_line(m, n, e, optin)
+        assert cols_piece(line, n, e) == off
+        assert inplace_kernels.cols_width(m, n, 1, e, optin, sms, line) * e == 32
+        monkeypatch.undo()
 
 
 def test_cols_rule_serves_only_its_element_sizes(monkeypatch):

@@ -138,10 +138,10 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
     "m, n, pieces, rules",
     [
         # the columns of 900 and 4099 rows: a block's band (rows of 12014 bytes as they lie
-        # in 8-byte words), and of 6007 rows (their 40 bytes a row past 227 KiB: 4-byte words)
+        # in 8-byte words), and of 6007 rows (their 40 bytes a row past 227 KiB: bands of 24)
         (900, 6007, ["shuffle", "cols_slide"], [2]),
         (4099, 6007, ["shuffle", "cols_slide"], [2]),
-        (6007, 6011, ["shuffle", "cols_words"], [2]),
+        (6007, 6011, ["shuffle", "cols_slide"], [2]),
         # rows of whole 16-byte words: compiled per rule
         (4099, 6008, ["shuffle", "cols_rule"], [2]),
         (9000, 6000, ["cols_rule", "shuffle_inv", "cols_rule"], [3, 1]),  # n x m, gcd 3000

@@ -522,7 +522,7 @@ def test_cols_slide_takes_rows_of_whole_4_byte_words(batch, m, n, e, tmp, monkey
         (1, 138, 99, 2),  # 2-byte, flipped 99 x 138 view
     ],
 )
-@pytest.mark.parametrize("narrow, pieces", [((), False), ((24,), False), ((24,), True)])
+@pytest.mark.parametrize("narrow, pieces", [((), ()), ((24,), ()), ((24,), (1, 2))])
 def test_cols_slide_narrows_bands_whose_32_byte_rows_pass_shared_memory(
     batch, m, n, e, narrow, pieces, tmp, monkeypatch
 ):

@@ -228,11 +228,22 @@ COLS_SLIDE_WHOLE: tuple[int, ...] = (1, 2)
 # Band rows (bytes, under COLS_MIN_BYTES) "cols_slide" narrows to where m rows of 32 bytes
 # pass the opt-in (more than 5811 rows on an H200), widest first: 24 bytes take 32 a row of
 # shared memory, so every grid up to the 7264 rows a COLS pass holds (`cols_rows`), where
-# "cols_words" and "cols" took them in 32-byte bands.
-COLS_SLIDE_NARROW: tuple[int, ...] = ()
-# How "cols_slide" writes a word its band shares with the neighbour's: its bytes in aligned
-# pieces (byte, half-word, byte) where on, else an atomic AND and an atomic OR.
-COLS_SLIDE_PIECES = False
+# "cols_words" (rows off 4-byte words) and "cols" took them in 32-byte bands. H200,
+# dev/cols_ab.py --variants slide-whole slide-narrow, the same parameters in one process, %
+# of a copy of a COLS pass: uint8 6007x12289 16 -> 19, bfloat16 6203x6997 16 -> 21, int16
+# 5900x13001 16 -> 21, float16 7001x9001 15 -> 18, int8 2x6100x7000 (whole words, gcd 100)
+# 28, 21 -> 30, 28; uint8 6792x7320 (whole words, gcd 24) 27, 22 -> 24, 23, its call 8.9 ->
+# 8.7% of a copy, the one grid of eight slower.
+COLS_SLIDE_NARROW: tuple[int, ...] = (24,)
+# The element sizes whose "cols_slide" writes a word its band shares with the neighbour's in
+# aligned pieces (for 2-byte elements one half-word store), where the others take an atomic
+# AND and an atomic OR. H200, dev/cols_ab.py --variants slide-narrow slide-pieces: 2-byte
+# passes +1-3 points (bfloat16 6203x6997 21 -> 24, int16 5900x13001 21 -> 24, float16
+# 5003x3001 27 -> 28, bfloat16 2x3001x4097 29 -> 31); 1-byte ones level but int8 997x30011
+# (64-byte bands) 41 -> 37: a 1-byte piece is a byte and a half-word store, and Nsight Compute
+# (uint8 6007x8191) counted twice the written L2 sectors (7.2M against 3.4M) for the 4.1M
+# atomic requests they replace.
+COLS_SLIDE_PIECES: tuple[int, ...] = (2,)
 # Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
 # row step after another under a rule read at run time; "cols_rule" (the element sizes in
 # COLS_RULE) is compiled per rule and finds each element's row from its word's first, so that
@@ -616,7 +627,7 @@ def render_inplace(k: InplaceKernel) -> str:
             cluster_min_blocks=CLUSTER_MIN_BLOCKS,
             swap_min_blocks=swap_min_blocks(p, k.elem_bytes, k.piece == SWAP_LINES_PIECE),
             shuffle_step=SHUFFLE_STEP,
-            slide_pieces=COLS_SLIDE_PIECES,
+            slide_pieces=k.elem_bytes in COLS_SLIDE_PIECES,
             args_bytes=ARG_BYTES,
         )
     )

@@ -8,7 +8,9 @@ column's rotation carried by a window of rows, COLS_SLIDE), "slide-whole" (also 
 rows of whole 4-byte words, not 16-byte ones: COLS_SLIDE_WHOLE), "slide-narrow" (also grids
 whose 32-byte band rows pass the opt-in, in bands of 24 bytes: COLS_SLIDE_NARROW),
 "slide-pieces" (also the words a band shares with its neighbour in aligned pieces, not by
-atomics, for 1- and 2-byte elements: COLS_SLIDE_PIECES; served: 2-byte only),
+atomics, for 1- and 2-byte elements: COLS_SLIDE_PIECES; served: 2-byte only), "slide-xor"
+(as served, but every shared edge word by one atomic XOR of its bytes as loaded with the
+written ones: COLS_SLIDE_XOR),
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
 SHUFFLE_STEP off).
@@ -53,6 +55,7 @@ _OFF = {
     "COLS_SLIDE_WHOLE": (),
     "COLS_SLIDE_NARROW": (),
     "COLS_SLIDE_PIECES": (),
+    "COLS_SLIDE_XOR": (),
 }
 VARIANTS = {
     "served": {},
@@ -93,6 +96,7 @@ VARIANTS = {
         "COLS_SLIDE_NARROW": (24,),
         "COLS_SLIDE_PIECES": (1, 2),
     },
+    "slide-xor": {"COLS_SLIDE_XOR": (1, 2), "COLS_SLIDE_PIECES": ()},
 }
 # what a variant may set
 SWITCHES = (
@@ -103,6 +107,7 @@ SWITCHES = (
     "COLS_SLIDE_WHOLE",
     "COLS_SLIDE_NARROW",
     "COLS_SLIDE_PIECES",
+    "COLS_SLIDE_XOR",
 )
 
 

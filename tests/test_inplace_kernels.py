@@ -522,17 +522,21 @@ def test_cols_slide_takes_rows_of_whole_4_byte_words(batch, m, n, e, tmp, monkey
         (1, 138, 99, 2),  # 2-byte, flipped 99 x 138 view
     ],
 )
-@pytest.mark.parametrize("narrow, pieces", [((), ()), ((24,), ()), ((24,), (1, 2))])
+@pytest.mark.parametrize(
+    "narrow, pieces, xor", [((), (), ()), ((24,), (), ()), ((24,), (1, 2), ()), ((24,), (), (1, 2))]
+)
 def test_cols_slide_narrows_bands_whose_32_byte_rows_pass_shared_memory(
-    batch, m, n, e, narrow, pieces, tmp, monkeypatch
+    batch, m, n, e, narrow, pieces, xor, tmp, monkeypatch
 ):
     """COLS_SLIDE_NARROW: where a column's m rows of 32 bytes (40 in shared memory) pass the
     opt-in but rows of 24 bytes (32) fit, "cols_slide" takes bands of 24 bytes; off, the
     grid keeps "cols_words" (rows off 4-byte words) or "cols" (whole 4-byte words) in bands
-    of 32. The words a band shares with its neighbour by atomics or (COLS_SLIDE_PIECES) in
-    aligned pieces. x on its line and one element past it."""
+    of 32. The words a band shares with its neighbour by atomics, (COLS_SLIDE_PIECES) in
+    aligned pieces, or (COLS_SLIDE_XOR) by one XOR of their bytes as loaded with the written
+    ones. x on its line and one element past it."""
     monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_NARROW", narrow)
     monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_PIECES", pieces)
+    monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_XOR", xor)
     grid_m = min(m, n) if m > n else m  # the view's rows: the plan flips tall grids
     optin = 36 * grid_m  # between 32 and 40 bytes a row
     for shift in (0, e):

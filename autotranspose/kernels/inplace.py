@@ -244,6 +244,10 @@ COLS_SLIDE_NARROW: tuple[int, ...] = (24,)
 # (uint8 6007x8191) counted twice the written L2 sectors (7.2M against 3.4M) for the 4.1M
 # atomic requests they replace.
 COLS_SLIDE_PIECES: tuple[int, ...] = (2,)
+# The element sizes whose "cols_slide" writes such a word (where not in pieces) by one atomic
+# XOR of the band's bytes as loaded with the written ones, where the others take an atomic
+# AND and an atomic OR.
+COLS_SLIDE_XOR: tuple[int, ...] = ()
 # Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
 # row step after another under a rule read at run time; "cols_rule" (the element sizes in
 # COLS_RULE) is compiled per rule and finds each element's row from its word's first, so that
@@ -628,6 +632,7 @@ def render_inplace(k: InplaceKernel) -> str:
             swap_min_blocks=swap_min_blocks(p, k.elem_bytes, k.piece == SWAP_LINES_PIECE),
             shuffle_step=SHUFFLE_STEP,
             slide_pieces=k.elem_bytes in COLS_SLIDE_PIECES,
+            slide_xor=k.elem_bytes in COLS_SLIDE_XOR,
             args_bytes=ARG_BYTES,
         )
     )

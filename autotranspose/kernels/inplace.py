@@ -245,9 +245,15 @@ COLS_SLIDE_NARROW: tuple[int, ...] = (24,)
 # atomic requests they replace.
 COLS_SLIDE_PIECES: tuple[int, ...] = (2,)
 # The element sizes whose "cols_slide" writes such a word (where not in pieces) by one atomic
-# XOR of the band's bytes as loaded with the written ones, where the others take an atomic
-# AND and an atomic OR.
-COLS_SLIDE_XOR: tuple[int, ...] = ()
+# XOR of the band's bytes as loaded (in shared memory) with the written ones, where the
+# others take an atomic AND and an atomic OR. H200, dev/cols_ab.py --variants served
+# slide-xor: 1-byte passes in bands of 24 and 32 bytes +3-6 points (uint8 6007x8191 19 ->
+# 24, 5815x9193 20 -> 25, 3001x1999 33 -> 39, 5003x16381 20 -> 23, 6096x15666 22, 21 -> 25,
+# 24); where a band has few cut words or none it lost 0-2 (int8 997x30011, 64-byte bands, 41
+# -> 39; int8 2x6100x7000, rows of whole words, 30, 28 -> 29, 27): its 1-byte kernel spills 8
+# bytes on sm_90 at the 64-register cap. 2-byte elements keep their pieces (the XOR was +1
+# on two calls).
+COLS_SLIDE_XOR: tuple[int, ...] = (1,)
 # Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
 # row step after another under a rule read at run time; "cols_rule" (the element sizes in
 # COLS_RULE) is compiled per rule and finds each element's row from its word's first, so that

@@ -9,8 +9,8 @@ rows of whole 4-byte words, not 16-byte ones: COLS_SLIDE_WHOLE), "slide-narrow" 
 whose 32-byte band rows pass the opt-in, in bands of 24 bytes: COLS_SLIDE_NARROW),
 "slide-pieces" (also the words a band shares with its neighbour in aligned pieces, not by
 atomics, for 1- and 2-byte elements: COLS_SLIDE_PIECES; served: 2-byte only), "slide-xor"
-(as served, but every shared edge word by one atomic XOR of its bytes as loaded with the
-written ones: COLS_SLIDE_XOR),
+(every shared edge word by one atomic XOR of its bytes as loaded with the written ones,
+COLS_SLIDE_XOR; served: 1-byte only); "slide" to "slide-pieces" leave the XOR off,
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
 SHUFFLE_STEP off).
@@ -71,6 +71,7 @@ VARIANTS = {
         "COLS_SLIDE_WHOLE": (),
         "COLS_SLIDE_NARROW": (),
         "COLS_SLIDE_PIECES": (),
+        "COLS_SLIDE_XOR": (),
     },
     "slide-whole": {
         "COLS_WORDS": (1, 2),
@@ -79,6 +80,7 @@ VARIANTS = {
         "COLS_SLIDE_WHOLE": (1, 2),
         "COLS_SLIDE_NARROW": (),
         "COLS_SLIDE_PIECES": (),
+        "COLS_SLIDE_XOR": (),
     },
     "slide-narrow": {
         "COLS_WORDS": (1, 2),
@@ -87,6 +89,7 @@ VARIANTS = {
         "COLS_SLIDE_WHOLE": (1, 2),
         "COLS_SLIDE_NARROW": (24,),
         "COLS_SLIDE_PIECES": (),
+        "COLS_SLIDE_XOR": (),
     },
     "slide-pieces": {
         "COLS_WORDS": (1, 2),
@@ -95,6 +98,7 @@ VARIANTS = {
         "COLS_SLIDE_WHOLE": (1, 2),
         "COLS_SLIDE_NARROW": (24,),
         "COLS_SLIDE_PIECES": (1, 2),
+        "COLS_SLIDE_XOR": (),
     },
     "slide-xor": {"COLS_SLIDE_XOR": (1, 2), "COLS_SLIDE_PIECES": ()},
 }

@@ -13,7 +13,8 @@ atomics, for 1- and 2-byte elements: COLS_SLIDE_PIECES; served: 2-byte only), "s
 COLS_SLIDE_XOR; served: 1-byte only); "slide" to "slide-pieces" leave the XOR off,
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
-SHUFFLE_STEP off).
+SHUFFLE_STEP off), "runs-one" (SHUFFLE of long rows through the scratch, "shuffle_runs", one
+run's loads at a time: SHUFFLE_RUNS_BATCH 1).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -101,6 +102,7 @@ VARIANTS = {
         "COLS_SLIDE_XOR": (),
     },
     "slide-xor": {"COLS_SLIDE_XOR": (1, 2), "COLS_SLIDE_PIECES": ()},
+    "runs-one": {"SHUFFLE_RUNS_BATCH": 1},
 }
 # what a variant may set
 SWITCHES = (
@@ -112,6 +114,7 @@ SWITCHES = (
     "COLS_SLIDE_NARROW",
     "COLS_SLIDE_PIECES",
     "COLS_SLIDE_XOR",
+    "SHUFFLE_RUNS_BATCH",
 )
 
 

@@ -574,10 +574,18 @@ def test_column_passes_of_rows_of_whole_16_byte_words_compiled_per_rule(batch, m
         assert cols == {"cols_rule"}, [(h.kind, h.spec.piece) for h in hows]
 
 
-@pytest.mark.parametrize("batch, m, n, e", [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8)])
-def test_fused_column_passes_with_rows_through_the_scratch(batch, m, n, e, tmp):
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8), (1, 17, 160, 8), (2, 40, 3, 16)],
+)
+@pytest.mark.parametrize("batched", [1, 8])
+def test_fused_column_passes_with_rows_through_the_scratch(
+    batch, m, n, e, batched, tmp, monkeypatch
+):
     """Rows longer than shared memory (256 bytes here) go through the scratch, both forms,
-    in chunks of 256 bytes gathered from runs (gcd 1 and 6)."""
+    in chunks of 256 bytes gathered from runs (gcd 1, 6 and 3), a run's loads at a time or
+    (SHUFFLE_RUNS_BATCH) several runs' before their stores."""
+    monkeypatch.setattr(inplace_kernels, "SHUFFLE_RUNS_BATCH", batched)
     hows = _check(batch, m, n, e, tmp, optin=256, band_rows=8, scratch_limit=700)
     piece = "shuffle_runs_inv" if m > n else "shuffle_runs"
     assert piece in [h.spec.piece for h in hows]

@@ -413,6 +413,11 @@ def cols_width(
 # SHUFFLE of long rows of a grid of at most RUNS_MAX_ROWS rows: chunks of RUNS_CHUNK_BYTES
 # of a row through shared memory, their sources runs of about a chunk / m elements
 RUNS_MAX_ROWS, RUNS_CHUNK_BYTES = 64, 16 << 10
+# Runs of a chunk whose loads a thread issues before its first store ("shuffle_runs"; half
+# for 16-byte elements), where one run's loads at a time left each run's latency waited out
+# alone (Nsight Compute, H200, float64 16x871120: 7.8 cycles of long-scoreboard stall an
+# instruction, the kernel at half a copy's speed)
+SHUFFLE_RUNS_BATCH = 8
 
 
 # The fixed scratch a call may take besides one row: rows too long for shared memory are
@@ -639,6 +644,7 @@ def render_inplace(k: InplaceKernel) -> str:
             shuffle_step=SHUFFLE_STEP,
             slide_pieces=k.elem_bytes in COLS_SLIDE_PIECES,
             slide_xor=k.elem_bytes in COLS_SLIDE_XOR,
+            runs_batch=max(1, SHUFFLE_RUNS_BATCH // (2 if k.elem_bytes == 16 else 1)),
             args_bytes=ARG_BYTES,
         )
     )

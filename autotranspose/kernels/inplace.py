@@ -414,9 +414,14 @@ def cols_width(
 # of a row through shared memory, their sources runs of about a chunk / m elements
 RUNS_MAX_ROWS, RUNS_CHUNK_BYTES = 64, 16 << 10
 # Runs of a chunk whose loads a thread issues before its first store ("shuffle_runs"; half
-# for 16-byte elements), where one run's loads at a time left each run's latency waited out
-# alone (Nsight Compute, H200, float64 16x871120: 7.8 cycles of long-scoreboard stall an
-# instruction, the kernel at half a copy's speed)
+# for 16-byte elements; a run at a time where m < 4), where one run's loads at a time left
+# each run's latency waited out alone (Nsight Compute, H200, float64 16x871120: 7.8 cycles
+# of long-scoreboard stall an instruction, the kernel at half a copy's speed). Predicted:
+# the skinny grids' SHUFFLE 31-41% -> 40-47% of a copy. Measured (dev/cols_ab.py
+# --variants runs-one served, H200, one process): int32 5x2000003 32 -> 36, int16 37x501001
+# 15 -> 19, complex128 971537x10 (inverted) 33 -> 35, float16 1000003x48 13 -> 15; float64
+# 16x871120, complex128 4x1547564, bfloat16 9x3000017 level; float64 17x627757 24 -> 23;
+# float32 2x2929259 (two runs a chunk) 45 -> 37, so m < 4 keeps a run at a time.
 SHUFFLE_RUNS_BATCH = 8
 
 

@@ -14,7 +14,7 @@ COLS_SLIDE_XOR; served: 1-byte only); "slide" to "slide-pieces" leave the XOR of
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
 SHUFFLE_STEP off), "runs-one" (SHUFFLE of long rows through the scratch, "shuffle_runs", one
-run's loads at a time: SHUFFLE_RUNS_BATCH 1).
+run's loads at a time: SHUFFLE_RUNS_BATCH 1), "runs-4" (four runs' loads at a time).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -103,6 +103,7 @@ VARIANTS = {
     },
     "slide-xor": {"COLS_SLIDE_XOR": (1, 2), "COLS_SLIDE_PIECES": ()},
     "runs-one": {"SHUFFLE_RUNS_BATCH": 1},
+    "runs-4": {"SHUFFLE_RUNS_BATCH": 4},
 }
 # what a variant may set
 SWITCHES = (

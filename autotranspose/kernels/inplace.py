@@ -421,7 +421,9 @@ RUNS_MAX_ROWS, RUNS_CHUNK_BYTES = 64, 16 << 10
 # --variants runs-one served, H200, one process): int32 5x2000003 32 -> 36, int16 37x501001
 # 15 -> 19, complex128 971537x10 (inverted) 33 -> 35, float16 1000003x48 13 -> 15; float64
 # 16x871120, complex128 4x1547564, bfloat16 9x3000017 level; float64 17x627757 24 -> 23;
-# float32 2x2929259 (two runs a chunk) 45 -> 37, so m < 4 keeps a run at a time.
+# float32 2x2929259 (two runs a chunk) 45 -> 37, so m < 4 keeps a run at a time (still a
+# point slower: the kernel's registers rose; docs/inplace.md). Four runs won three calls of
+# nine against eight's four.
 SHUFFLE_RUNS_BATCH = 8
 
 

@@ -58,6 +58,8 @@ _OFF = {
     "COLS_SLIDE_PIECES": (),
     "COLS_SLIDE_XOR": (),
 }
+_RULE = {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2)}
+_SLIDE = {"COLS_SLIDE": True, "COLS_SLIDE_WHOLE": (1, 2), "COLS_SLIDE_NARROW": (24,)}
 VARIANTS = {
     "served": {},
     "cols": {"COLS_WORDS": (), "COLS_RULE": (), **_OFF},
@@ -65,42 +67,11 @@ VARIANTS = {
     "rule": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), **_OFF},
     "rule-wide": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2, 4, 8), **_OFF},
     "no-step": {"COLS_WORDS": (1, 2), "COLS_RULE": (1, 2), "SHUFFLE_STEP": False, **_OFF},
-    "slide": {
-        "COLS_WORDS": (1, 2),
-        "COLS_RULE": (1, 2),
-        "COLS_SLIDE": True,
-        "COLS_SLIDE_WHOLE": (),
-        "COLS_SLIDE_NARROW": (),
-        "COLS_SLIDE_PIECES": (),
-        "COLS_SLIDE_XOR": (),
-    },
-    "slide-whole": {
-        "COLS_WORDS": (1, 2),
-        "COLS_RULE": (1, 2),
-        "COLS_SLIDE": True,
-        "COLS_SLIDE_WHOLE": (1, 2),
-        "COLS_SLIDE_NARROW": (),
-        "COLS_SLIDE_PIECES": (),
-        "COLS_SLIDE_XOR": (),
-    },
-    "slide-narrow": {
-        "COLS_WORDS": (1, 2),
-        "COLS_RULE": (1, 2),
-        "COLS_SLIDE": True,
-        "COLS_SLIDE_WHOLE": (1, 2),
-        "COLS_SLIDE_NARROW": (24,),
-        "COLS_SLIDE_PIECES": (),
-        "COLS_SLIDE_XOR": (),
-    },
-    "slide-pieces": {
-        "COLS_WORDS": (1, 2),
-        "COLS_RULE": (1, 2),
-        "COLS_SLIDE": True,
-        "COLS_SLIDE_WHOLE": (1, 2),
-        "COLS_SLIDE_NARROW": (24,),
-        "COLS_SLIDE_PIECES": (1, 2),
-        "COLS_SLIDE_XOR": (),
-    },
+    # each "slide" variant adds one switch of cols_slide's to the one before (the rest off)
+    "slide": {**_RULE, **_OFF, "COLS_SLIDE": True},
+    "slide-whole": {**_RULE, **_OFF, "COLS_SLIDE": True, "COLS_SLIDE_WHOLE": (1, 2)},
+    "slide-narrow": {**_RULE, **_SLIDE, "COLS_SLIDE_PIECES": (), "COLS_SLIDE_XOR": ()},
+    "slide-pieces": {**_RULE, **_SLIDE, "COLS_SLIDE_PIECES": (1, 2), "COLS_SLIDE_XOR": ()},
     "slide-xor": {"COLS_SLIDE_XOR": (1, 2), "COLS_SLIDE_PIECES": ()},
     "runs-one": {"SHUFFLE_RUNS_BATCH": 1},
     "runs-4": {"SHUFFLE_RUNS_BATCH": 4},

@@ -250,9 +250,9 @@ COLS_SLIDE_PIECES: tuple[int, ...] = (2,)
 # slide-xor: 1-byte passes in bands of 24 and 32 bytes +3-6 points (uint8 6007x8191 19 ->
 # 24, 5815x9193 20 -> 25, 3001x1999 33 -> 39, 5003x16381 20 -> 23, 6096x15666 22, 21 -> 25,
 # 24); where a band has few cut words or none it lost 0-2 (int8 997x30011, 64-byte bands, 41
-# -> 39; int8 2x6100x7000, rows of whole words, 30, 28 -> 29, 27): its 1-byte kernel spills 8
-# bytes on sm_90 at the 64-register cap. 2-byte elements keep their pieces (the XOR was +1
-# on two calls).
+# -> 39; int8 2x6100x7000, rows of whole words, 30, 28 -> 29, 27), in a form that spilled 8
+# bytes on sm_90 at the 64-register cap (the served one, the loaded word's address passed
+# whole, spills none). 2-byte elements keep their pieces (the XOR was +1 on two calls).
 COLS_SLIDE_XOR: tuple[int, ...] = (1,)
 # Where the rows are whole 16-byte words (line 0), "cols" walks a word's 16 / e elements one
 # row step after another under a rule read at run time; "cols_rule" (the element sizes in
@@ -422,9 +422,11 @@ RUNS_MAX_ROWS, RUNS_CHUNK_BYTES = 64, 16 << 10
 # 15 -> 19, complex128 971537x10 (inverted) 33 -> 35, float16 1000003x48 13 -> 15; float64
 # 16x871120, complex128 4x1547564, bfloat16 9x3000017 level; float64 17x627757 24 -> 23;
 # float32 2x2929259 (two runs a chunk) 45 -> 37, so m < 4 keeps a run at a time (still a
-# point slower: the kernel's registers rose; docs/inplace.md). Four runs won three calls of
-# nine against eight's four.
-SHUFFLE_RUNS_BATCH = 8
+# point slower: the kernel's registers rose; docs/inplace.md). Four runs against eight won
+# three calls of nine and lost four (by up to 0.75 points of a call; float64 17x627757
+# gained 2.6), and take 32-48 registers without a spill where eight took 58-75 and spilled
+# at the 64-register cap (1-byte on sm_90, 8-byte inverted on sm_80): four are served.
+SHUFFLE_RUNS_BATCH = 4
 
 
 # The fixed scratch a call may take besides one row: rows too long for shared memory are

@@ -578,7 +578,7 @@ def test_column_passes_of_rows_of_whole_16_byte_words_compiled_per_rule(batch, m
     "batch, m, n, e",
     [(2, 3, 300, 1), (1, 300, 4, 2), (2, 6, 150, 8), (1, 17, 160, 8), (2, 40, 3, 16)],
 )
-@pytest.mark.parametrize("batched", [1, 8])
+@pytest.mark.parametrize("batched", [1, 4, 8])
 def test_fused_column_passes_with_rows_through_the_scratch(
     batch, m, n, e, batched, tmp, monkeypatch
 ):

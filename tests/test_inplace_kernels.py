@@ -552,6 +552,35 @@ def test_cols_slide_narrows_bands_whose_32_byte_rows_pass_shared_memory(
 @pytest.mark.parametrize(
     "batch, m, n, e",
     [
+        (1, 97, 131, 1),  # gcd 1, the gather: bands of 16 bytes, the last of 3
+        (1, 131, 97, 1),  # flipped: the scatter
+        (2, 99, 165, 2),  # gcd 33: rotations, the gather; bands of 8 elements
+        (1, 99, 297, 1),  # gcd 99, b 3
+    ],
+)
+@pytest.mark.parametrize("tall", [False, True])
+def test_cols_slide_holds_columns_past_a_block_in_bands_of_16_bytes(
+    batch, m, n, e, tall, tmp, monkeypatch
+):
+    """With 16 in COLS_SLIDE_NARROW, columns whose rows of 32 bytes (and 24) pass the opt-in
+    but rows of 16 bytes (24 of shared memory) fit it run "cols_slide" in bands of 16 bytes;
+    without, they go through the scratch ("cols_staged"). x on its line and one element past."""
+    monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_NARROW", (24, 16) if tall else (24,))
+    grid_m = min(m, n) if m > n else m
+    optin = 28 * grid_m  # between 24 and 32 bytes a row
+    for shift in (0, e):
+        hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200, optin=optin)
+        cols = [h for h in hows if h.kind == "cols"]
+        want = "cols_slide" if tall else "cols_staged"
+        assert {h.spec.piece for h in cols} == {want}, [(h.kind, h.spec.piece) for h in hows]
+        if tall:
+            assert {h.args["tiles"] * e for h in cols} == {16}
+            assert all(h.smem <= optin for h in cols)
+
+
+@pytest.mark.parametrize(
+    "batch, m, n, e",
+    [
         (1, 97, 160, 1),  # gcd 1, the gather: rows of ten 16-byte words, each on one line
         (1, 160, 97, 1),  # flipped: the scatter over the 97 x 160 view
         (1, 120, 176, 1),  # gcd 8, b 22: the rotation down, a word's line turning at C / b

@@ -235,6 +235,10 @@ COLS_SLIDE_WHOLE: tuple[int, ...] = (1, 2)
 # 28, 21 -> 30, 28; uint8 6792x7320 (whole words, gcd 24) 27, 22 -> 24, 23, its call 8.9 ->
 # 8.7% of a copy, the one grid of eight slower.
 COLS_SLIDE_NARROW: tuple[int, ...] = (24,)
+# With 16 there too, "cols_slide" also holds columns past the 7264 rows of a block's 32-byte
+# band (24 bytes a row of shared memory: 9685 rows), which go through the scratch
+# ("cols_staged", 10-11% of a copy for 1- and 2-byte rows off 16-byte words, H200). Not
+# measured yet: dev/cols_ab.py --variants served slide-tall.
 # The element sizes whose "cols_slide" writes a word its band shares with the neighbour's in
 # aligned pieces (for 2-byte elements one half-word store), where the others take an atomic
 # AND and an atomic OR. H200, dev/cols_ab.py --variants slide-narrow slide-pieces: 2-byte
@@ -853,6 +857,8 @@ def pass_launches(
             p.kind == COLS
             and (m >= staged_from or m > cols_rows(shared_optin))
             and (m <= staged_rows(scratch_limit))
+            # columns past a block's 32-byte band that "cols_slide" holds in a narrower one
+            and (m >= staged_from or cols_line(m, n, elem_bytes, shared_optin) != 8)
         ):
             w = staged_width(m, n, elem_bytes, min(stage_bytes, scratch_limit))
             bands = -(-n // w)

@@ -855,10 +855,12 @@ def pass_launches(
             add(p, spec, blocks, args, smem=smem, **cols_table(p))
         elif (
             p.kind == COLS
-            and (m >= staged_from or m > cols_rows(shared_optin))
-            and (m <= staged_rows(scratch_limit))
-            # columns past a block's 32-byte band that "cols_slide" holds in a narrower one
-            and (m >= staged_from or cols_line(m, n, elem_bytes, shared_optin) != 8)
+            and m <= staged_rows(scratch_limit)
+            and (
+                m >= staged_from
+                # past a block's 32-byte band, unless "cols_slide" holds it in a narrower one
+                or (m > cols_rows(shared_optin) and cols_line(m, n, elem_bytes, shared_optin) != 8)
+            )
         ):
             w = staged_width(m, n, elem_bytes, min(stage_bytes, scratch_limit))
             bands = -(-n // w)

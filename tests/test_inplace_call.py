@@ -113,15 +113,17 @@ def test_kernel_specs_are_checked():
         (5811, 16381, 1, "cols_slide"),  # 5811 rows of 40 bytes: the most 227 KiB holds
         (5812, 16381, 1, "cols_slide"),  # past them: bands of 24 bytes (32 a row)
         (7264, 16381, 1, "cols_slide"),  # the most rows of 32 bytes 227 KiB holds
-        (7265, 16381, 1, "cols"),  # past them (the plan stages such columns)
+        (7265, 16381, 1, "cols_slide"),  # past them: bands of 16 bytes (24 a row)
+        (9685, 5003, 2, "cols_slide"),  # the most rows of 24 bytes 227 KiB holds
+        (9686, 16381, 1, "cols"),  # past them (the plan stages such columns)
         (5003, 16384, 1, "cols_rule"),  # rows of whole 16-byte words: compiled per rule
         (3001, 5000, 2, "cols_rule"),
         (8, 48, 1, "cols_rule"),
         (5003, 16388, 1, "cols_slide"),  # whole 4-byte words, not 16-byte ones
         (3001, 5002, 2, "cols_slide"),
-        (7300, 16388, 1, "cols"),  # 7300 rows of 32 bytes pass 227 KiB
+        (7300, 16388, 1, "cols_slide"),  # 7300 rows of 32 bytes pass 227 KiB: 16-byte bands
+        (9686, 16388, 1, "cols"),  # 9686 rows of 24 bytes pass it too
         (3001, 5002, 4, "cols"),  # 4-byte elements: not in COLS_SLIDE_WHOLE
-        (7300, 16381, 1, "cols"),  # a 32-byte band row of 7300 rows passes 227 KiB
         (3001, 5003, 4, "cols"),
         (3001, 5000, 4, "cols"),  # 4-byte elements: not in COLS_RULE
     ],

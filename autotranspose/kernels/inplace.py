@@ -233,12 +233,15 @@ COLS_SLIDE_WHOLE: tuple[int, ...] = (1, 2)
 # of a copy of a COLS pass: uint8 6007x12289 16 -> 19, bfloat16 6203x6997 16 -> 21, int16
 # 5900x13001 16 -> 21, float16 7001x9001 15 -> 18, int8 2x6100x7000 (whole words, gcd 100)
 # 28, 21 -> 30, 28; uint8 6792x7320 (whole words, gcd 24) 27, 22 -> 24, 23, its call 8.9 ->
-# 8.7% of a copy, the one grid of eight slower.
-COLS_SLIDE_NARROW: tuple[int, ...] = (24,)
-# With 16 there too, "cols_slide" also holds columns past the 7264 rows of a block's 32-byte
-# band (24 bytes a row of shared memory: 9685 rows), which go through the scratch
-# ("cols_staged", 10-11% of a copy for 1- and 2-byte rows off 16-byte words, H200). Not
-# measured yet: dev/cols_ab.py --variants served slide-tall.
+# 8.7% of a copy, the one grid of eight slower. With 16, "cols_slide" also holds columns past
+# the 7264 rows of a block's 32-byte band (24 bytes a row of shared memory: 9685 rows), which
+# went through the scratch ("cols_staged", 6-11% of a copy for 1- and 2-byte rows off 16-byte
+# words). H200, dev/cols_ab.py --variants served slide-tall, one process, two rounds: the COLS
+# pass 11 -> 20% (float16 7919x10007), 7 -> 18 (uint8 8111x9973), 11 -> 15 (int16
+# 9001x12007), 6 -> 18 (bool 7500x20011), 6 -> 14 (uint8 9600x15001); the calls 9.1 -> 15.0,
+# 5.9 -> 13.4, 9.5 -> 12.4, 5.5 -> 13.0, 5.4 -> 11.0% of a copy; grids of whole 16-byte rows
+# (bfloat16 8400x9000) and under 7265 rows (uint8 6007x8191) unchanged.
+COLS_SLIDE_NARROW: tuple[int, ...] = (24, 16)
 # The element sizes whose "cols_slide" writes a word its band shares with the neighbour's in
 # aligned pieces (for 2-byte elements one half-word store), where the others take an atomic
 # AND and an atomic OR. H200, dev/cols_ab.py --variants slide-narrow slide-pieces: 2-byte

@@ -11,8 +11,9 @@ whose 32-byte band rows pass the opt-in, in bands of 24 bytes: COLS_SLIDE_NARROW
 atomics, for 1- and 2-byte elements: COLS_SLIDE_PIECES; served: 2-byte only), "slide-xor"
 (every shared edge word by one atomic XOR of its bytes as loaded with the written ones,
 COLS_SLIDE_XOR; served: 1-byte only); "slide" to "slide-pieces" leave the XOR off;
-"slide-tall" (columns of up to 9685 rows in bands of 16 bytes: COLS_SLIDE_NARROW (24, 16), as
-served), "no-tall" (columns past 7264 rows through the scratch, "cols_staged": (24,)),
+"slide-tall" (columns of up to 9685 rows in bands of 16 bytes: COLS_SLIDE_NARROW (24, 16)),
+"no-tall" (columns past 7264 rows through the scratch, "cols_staged": (24,)), "slide-8" (and
+columns of up to 14528 rows in bands of 8 bytes: (24, 16, 8), as served),
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
 SHUFFLE_STEP off), "runs-one" (SHUFFLE of long rows through the scratch, "shuffle_runs", one
@@ -77,6 +78,7 @@ VARIANTS = {
     "slide-xor": {"COLS_SLIDE_XOR": (1, 2), "COLS_SLIDE_PIECES": ()},
     "slide-tall": {"COLS_SLIDE_NARROW": (24, 16)},
     "no-tall": {"COLS_SLIDE_NARROW": (24,)},
+    "slide-8": {"COLS_SLIDE_NARROW": (24, 16, 8)},
     "runs-one": {"SHUFFLE_RUNS_BATCH": 1},
     "runs-4": {"SHUFFLE_RUNS_BATCH": 4},
 }

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import time
 
 CASES = [
@@ -153,6 +154,25 @@ __device__ __forceinline__ void pairs_runs(const uint4* x, uint4* y, i64 row_wor
     }
 }
 
+// SWAP's pairs over thread-block clusters: a cluster of GR x GC blocks takes a group of GR x GC
+// pairs (rows of pairs GI*GR.., columns GJ*GC..) at once, a pair a block, groups walked by the
+// grid stride (groups wholly above the diagonal skipped). The tiles of a group that share
+// 128-byte lines are then held by blocks of one GPC at the same time.
+template <int TILE, int WPR, int THREADS, bool BAR, int GR, int GC>
+__device__ __forceinline__ void pairs_cluster(const uint4* x, uint4* y, i64 row_words,
+                                              i64 items, i64 m)
+{
+    const i64 tiles = (m + TILE - 1) / TILE;
+    const i64 gr = (tiles + GR - 1) / GR, gc = (tiles + GC - 1) / GC, per = gr * gc;
+    const int rank = blockIdx.x % (GR * GC);
+    const i64 clusters = gridDim.x / (GR * GC);
+    for (i64 item = blockIdx.x / (GR * GC); item < items; item += clusters) {
+        const i64 g = item % per, base = (item / per) * m * row_words;
+        const i64 ti = (g / gc) * GR + rank / GC, tj = (g % gc) * GC + rank % GC;
+        if (tj <= ti && ti < tiles) pair<TILE, WPR, THREADS, BAR>(x, y, row_words, m, base, ti, tj);
+    }
+}
+
 // Every word of x, 4 a thread in flight, written to y (y == x: back to its own place)
 extern "C" __global__ void __launch_bounds__(256)
 stream(const uint4* x, uint4* y, i64 words)
@@ -200,6 +220,21 @@ pair_bar_{tile}_{threads}_c{g}(const uint4* x, uint4* y, i64 row_words, i64 item
 }}
 """
 
+# The clusters' kernels (`--walks kGRxGC`)
+CLUSTERS = r"""
+extern "C" __global__ void __cluster_dims__({c}, 1, 1) __launch_bounds__({threads}, 1)
+pair_free_{tile}_{threads}_k{gr}x{gc}(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
+{{
+    pairs_cluster<{tile}, {wpr}, {threads}, false, {gr}, {gc}>(x, y, row_words, items, m);
+}}
+
+extern "C" __global__ void __cluster_dims__({c}, 1, 1) __launch_bounds__({threads}, 1)
+pair_bar_{tile}_{threads}_k{gr}x{gc}(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
+{{
+    pairs_cluster<{tile}, {wpr}, {threads}, true, {gr}, {gc}>(x, y, row_words, items, m);
+}}
+"""
+
 # The parity walk's kernels (group 0 in `--groups`)
 PARITY = r"""
 extern "C" __global__ void __launch_bounds__({threads}, 1)
@@ -225,7 +260,12 @@ def parse(text: str) -> tuple[tuple[int, int, int], str]:
 
 def walk_source(walk: str, tile: int, threads: int, e: int) -> str:
     """A walk's pattern kernels: "G" (G x G pairs an item), "0" (parity classes), "cG" (a
-    run of pairs a block, in G x G groups)."""
+    run of pairs a block, in G x G groups), "kRxC" (clusters of R x C blocks, a pair each)."""
+    if walk.startswith("k"):
+        gr, gc = (int(v) for v in walk[1:].split("x"))
+        return CLUSTERS.format(
+            tile=tile, threads=threads, wpr=tile * e // 16, gr=gr, gc=gc, c=gr * gc
+        )
     g, text = (int(walk[1:]), RUNS) if walk.startswith("c") else (int(walk), PAIRS)
     text = text if g or walk.startswith("c") else PARITY
     return text.format(tile=tile, threads=threads, wpr=tile * e // 16, g=g)
@@ -233,6 +273,9 @@ def walk_source(walk: str, tile: int, threads: int, e: int) -> str:
 
 def walk_items(walk: str, b: int, side: int) -> int:
     """The items a walk's kernel takes for b matrices of side x side tiles."""
+    if walk.startswith("k"):  # groups of R x C pairs, a cluster's
+        gr, gc = (int(v) for v in walk[1:].split("x"))
+        return b * -(-side // gr) * -(-side // gc)
     if walk == "0":  # four parity classes of a triangle of half the tiles a side
         half = (side + 1) // 2
         return b * 4 * half * (half + 1) // 2
@@ -242,6 +285,8 @@ def walk_items(walk: str, b: int, side: int) -> int:
 
 
 def walk_label(walk: str) -> str:
+    if walk.startswith("k"):
+        return f", clusters of {walk[1:]} blocks over as many pairs"
     if walk == "0":
         return ", by parity classes"
     if walk.startswith("c"):
@@ -268,7 +313,7 @@ def rows_for(state, bench, second, prog, shapes, barrier, walks=("1",)) -> list[
             t = -(-m // tile)
             tiles.append((tile, threads, min(b * t * (t + 1) // 2, sms * max(1, 2048 // threads))))
     src = SOURCE + "".join(walk_source(w, t, th, e) for t, th, _ in tiles for w in walks)
-    tag = {w: w if w.startswith("c") else f"g{w}" for w in walks}
+    tag = {w: w if w[0] in "ck" else f"g{w}" for w in walks}
     names = ["stream"] + [
         f"pair_{k}_{t}_{th}_{tag[w]}" for t, th, _ in tiles for w in walks for k in ("free", "bar")
     ]
@@ -282,6 +327,9 @@ def rows_for(state, bench, second, prog, shapes, barrier, walks=("1",)) -> list[
     def pair(kernel, tile: int, threads: int, blocks: int, walk: str, out_of_place: bool):
         items = walk_items(walk, b, -(-m // tile))
         blocks = min(blocks, items)
+        if walk.startswith("k"):  # whole clusters, a group each at most
+            c = math.prod(int(v) for v in walk[1:].split("x"))
+            blocks = max(c, min(blocks, items * c) // c * c)
 
         def run(j: int) -> None:
             x = bench.matrix(j)
@@ -338,7 +386,8 @@ def main() -> None:
         metavar="WALK",
         help="the pattern kernels' walks: G (G x G tile pairs an item; 1: SWAP's walk, a pair"
         " an item), 0 (pairs by parity classes of (I, J), no two side by side at once), cG (a"
-        " run of consecutive pairs a block, in G x G groups)",
+        " run of consecutive pairs a block, in G x G groups), kRxC (clusters of R x C blocks"
+        " over groups of R x C pairs at once)",
     )
     ap.add_argument("--barrier", action="store_true", help="the barrier variants too")
     args = ap.parse_args()

@@ -115,14 +115,16 @@ def test_kernel_specs_are_checked():
         (7264, 16381, 1, "cols_slide"),  # the most rows of 32 bytes 227 KiB holds
         (7265, 16381, 1, "cols_slide"),  # past them: bands of 16 bytes (24 a row)
         (9685, 5003, 2, "cols_slide"),  # the most rows of 24 bytes 227 KiB holds
-        (9686, 16381, 1, "cols"),  # past them (the plan stages such columns)
+        (9686, 16381, 1, "cols_slide"),  # past them: bands of 8 bytes (16 a row)
+        (14528, 5003, 2, "cols_slide"),  # the most rows of 16 bytes 227 KiB holds
+        (14529, 16381, 1, "cols"),  # past them (the plan stages such columns)
         (5003, 16384, 1, "cols_rule"),  # rows of whole 16-byte words: compiled per rule
         (3001, 5000, 2, "cols_rule"),
         (8, 48, 1, "cols_rule"),
         (5003, 16388, 1, "cols_slide"),  # whole 4-byte words, not 16-byte ones
         (3001, 5002, 2, "cols_slide"),
         (7300, 16388, 1, "cols_slide"),  # 7300 rows of 32 bytes pass 227 KiB: 16-byte bands
-        (9686, 16388, 1, "cols"),  # 9686 rows of 24 bytes pass it too
+        (14529, 16388, 1, "cols"),  # 14529 rows of 16 bytes pass it too
         (3001, 5002, 4, "cols"),  # 4-byte elements: not in COLS_SLIDE_WHOLE
         (3001, 5003, 4, "cols"),
         (3001, 5000, 4, "cols"),  # 4-byte elements: not in COLS_RULE

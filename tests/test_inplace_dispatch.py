@@ -148,16 +148,18 @@ def test_a_rectangular_program_queues_tables_and_scratch_before_any_pass(gpu):
         # past a block's 32-byte band: bands of 16 bytes (24 a row), up to 9685 rows
         (7400, 7501, ["shuffle", "cols_slide"], [2]),
         (8282, 7322, ["cols_slide", "shuffle_inv", "cols_slide"], [3, 1]),  # view, gcd 2
-        (9800, 9901, ["shuffle", "cols_staged"], [2]),  # past them: through the scratch
-        (9988, 9702, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # view, gcd 22
+        (9800, 9901, ["shuffle", "cols_slide"], [2]),  # past them: bands of 8 (16 a row)
+        (9988, 9702, ["cols_slide", "shuffle_inv", "cols_slide"], [3, 1]),  # view, gcd 22
+        (14600, 14601, ["shuffle", "cols_staged"], [2]),  # past 14528: through the scratch
+        (14802, 14630, ["cols_staged", "shuffle_inv", "cols_staged"], [3, 1]),  # view, gcd 2
         # past a block, rows of whole 16-byte words: over clusters of blocks (sm_90)
         (8280, 7320, ["cols_staged", "shuffle_inv", "cols_cluster"], [3, 1]),  # gcd 40
     ],
 )
 def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rules):
     """Every column pass is one COLS pass, on the shorter columns' side: a block's band of
-    them where a block holds them (7264 rows of 32 bytes in the H200's 227 KiB, 9685 of 24
-    bytes for "cols_slide"'s bands of 16), else (the
+    them where a block holds them (7264 rows of 32 bytes in the H200's 227 KiB; for
+    "cols_slide", 9685 of 24 bytes in bands of 16 and 14528 of 16 in bands of 8), else (the
     rotations, rows of whole 16-byte words) over a cluster of blocks, else band by band
     through the scratch, twice a band (out, then back); the table (h of every row of
     the grid) uploaded before the first pass, the scratch `offset` past it."""

@@ -115,8 +115,10 @@ def test_rows_longer_than_shared_memory_go_through_one_row_of_scratch(cupy, rng,
         ((70, 60000), "float32"),  # 70 rows through the scratch: gathered element by element
         ((7300, 7301), "uint8"),  # past a block's 32-byte band: cols_slide's bands of 16 bytes
         ((7320, 7400), "int8"),  # the same, gcd 40: the rotations too
-        ((9700, 9701), "uint8"),  # past its 9685 rows too: through the scratch
-        ((9720, 9800), "int8"),  # the same, gcd 40: the rotations through the scratch too
+        ((9700, 9701), "uint8"),  # past its 9685 rows too: bands of 8 bytes
+        ((9720, 9800), "int8"),  # the same, gcd 40
+        ((14600, 14601), "uint8"),  # past the 14528 rows of those: through the scratch
+        ((14620, 14660), "int8"),  # the same, gcd 20: the rotations through the scratch too
         ((1021, 4093), "complex128"),  # 16-byte elements
         ((18, 100001), "uint8"),  # few rows off 4-byte words: COLS in 16-byte lines
         ((100001, 18), "int16"),  # the same on the 18 x 100001 view, inverted
@@ -370,7 +372,7 @@ def test_torch_cuda_graph_capture_after_a_warm_up(torch):
 def test_torch_cuda_graph_capture_of_a_staged_shape(torch):
     """Columns past a block go band by band through the scratch: under capture, the graph's
     own stream-ordered scratch, its band launches made ready for it."""
-    shape = (9720, 9740)  # gcd 20, both sides past the 9685 rows a COLS block holds
+    shape = (14620, 14660)  # gcd 20, both sides past the 14528 rows a COLS block holds
     warm = torch.randint(0, 255, shape, dtype=torch.uint8, device="cuda")
     at.transpose_(warm)
     static = torch.empty(shape, dtype=torch.uint8, device="cuda")

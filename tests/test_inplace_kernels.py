@@ -556,25 +556,29 @@ def test_cols_slide_narrows_bands_whose_32_byte_rows_pass_shared_memory(
         (1, 131, 97, 1),  # flipped: the scatter
         (2, 99, 165, 2),  # gcd 33: rotations, the gather; bands of 8 elements
         (1, 99, 297, 1),  # gcd 99, b 3
+        (1, 101, 203, 2),  # 2-byte, gcd 1, x one element off its line: rows cut both ends
     ],
 )
-@pytest.mark.parametrize("tall", [False, True])
-def test_cols_slide_holds_columns_past_a_block_in_bands_of_16_bytes(
-    batch, m, n, e, tall, tmp, monkeypatch
+@pytest.mark.parametrize("band", [0, 16, 8])
+def test_cols_slide_holds_columns_past_a_block_in_narrow_bands(
+    batch, m, n, e, band, tmp, monkeypatch
 ):
-    """With 16 in COLS_SLIDE_NARROW, columns whose rows of 32 bytes (and 24) pass the opt-in
-    but rows of 16 bytes (24 of shared memory) fit it run "cols_slide" in bands of 16 bytes;
-    without, they go through the scratch ("cols_staged"). x on its line and one element past."""
-    monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_NARROW", (24, 16) if tall else (24,))
+    """With 16 (and 8) in COLS_SLIDE_NARROW, columns whose band rows of 24 bytes (and 16) pass
+    the opt-in but rows of 16 bytes (8) fit it run "cols_slide" in bands of 16 bytes (8), 24
+    (16) bytes a row of shared memory; without, they go through the scratch ("cols_staged").
+    x on its line and one element past."""
+    narrow = {0: (24,), 16: (24, 16), 8: (24, 16, 8)}[band]
+    monkeypatch.setattr(inplace_kernels, "COLS_SLIDE_NARROW", narrow)
     grid_m = min(m, n) if m > n else m
-    optin = 28 * grid_m  # between 24 and 32 bytes a row
+    # between 16 and 24 bytes a row (bands of 8 bytes), else between 24 and 32 (of 16)
+    optin = (20 if band == 8 else 28) * grid_m
     for shift in (0, e):
         hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200, optin=optin)
         cols = [h for h in hows if h.kind == "cols"]
-        want = "cols_slide" if tall else "cols_staged"
+        want = "cols_slide" if band else "cols_staged"
         assert {h.spec.piece for h in cols} == {want}, [(h.kind, h.spec.piece) for h in hows]
-        if tall:
-            assert {h.args["tiles"] * e for h in cols} == {16}
+        if band:
+            assert {h.args["tiles"] * e for h in cols} == {band}
             assert all(h.smem <= optin for h in cols)
 
 

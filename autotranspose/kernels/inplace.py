@@ -240,8 +240,13 @@ COLS_SLIDE_WHOLE: tuple[int, ...] = (1, 2)
 # pass 11 -> 20% (float16 7919x10007), 7 -> 18 (uint8 8111x9973), 11 -> 15 (int16
 # 9001x12007), 6 -> 18 (bool 7500x20011), 6 -> 14 (uint8 9600x15001); the calls 9.1 -> 15.0,
 # 5.9 -> 13.4, 9.5 -> 12.4, 5.5 -> 13.0, 5.4 -> 11.0% of a copy; grids of whole 16-byte rows
-# (bfloat16 8400x9000) and under 7265 rows (uint8 6007x8191) unchanged.
-COLS_SLIDE_NARROW: tuple[int, ...] = (24, 16)
+# (bfloat16 8400x9000) and under 7265 rows (uint8 6007x8191) unchanged. With 8, columns of up
+# to 14528 rows in bands of 8 bytes (16 a row): the COLS pass 7 -> 12% (uint8 9800x9901), 6
+# -> 11 (int8 11003x14009), 6 -> 9 (uint8 14001x20011), 11 -> 12 (bfloat16 10007x12011,
+# float16 12011x13001), 14 -> 16 (bool 10500x10007), 10, 10 -> 11, 10 (uint8 13020x16002,
+# gcd 42: the rotations too); the calls 5.8 -> 9.6, 5.6 -> 8.9, 5.4 -> 7.8, 9.5 -> 10.4, 9.5 ->
+# 9.9, 10.8 -> 11.9, 4.2 -> 4.3% of a copy; a grid of 16-byte bands unchanged.
+COLS_SLIDE_NARROW: tuple[int, ...] = (24, 16, 8)
 # The element sizes whose "cols_slide" writes a word its band shares with the neighbour's in
 # aligned pieces (for 2-byte elements one half-word store), where the others take an atomic
 # AND and an atomic OR. H200, dev/cols_ab.py --variants slide-narrow slide-pieces: 2-byte

@@ -190,63 +190,13 @@ stream(const uint4* x, uint4* y, i64 words)
 }
 """
 
-# One tile, block size and group's pair kernels (TILE elements a side, WPR words a tile row)
-PAIRS = r"""
-extern "C" __global__ void __launch_bounds__({threads}, 1)
-pair_free_{tile}_{threads}_g{g}(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
+# One walk's pattern kernel at one tile and block size (TILE elements a side, WPR words a tile
+# row), free of barriers or with one between a pair's loads and stores
+KERNEL = r"""
+extern "C" __global__ void {cluster}__launch_bounds__({threads}, 1)
+pair_{kind}_{tile}_{threads}_{tag}(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
 {{
-    pairs<{tile}, {wpr}, {threads}, false, {g}>(x, y, row_words, items, m);
-}}
-
-extern "C" __global__ void __launch_bounds__({threads}, 1)
-pair_bar_{tile}_{threads}_g{g}(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
-{{
-    pairs<{tile}, {wpr}, {threads}, true, {g}>(x, y, row_words, items, m);
-}}
-"""
-
-# The runs' kernels (`--groups cG`)
-RUNS = r"""
-extern "C" __global__ void __launch_bounds__({threads}, 1)
-pair_free_{tile}_{threads}_c{g}(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
-{{
-    pairs_runs<{tile}, {wpr}, {threads}, false, {g}>(x, y, row_words, items, m);
-}}
-
-extern "C" __global__ void __launch_bounds__({threads}, 1)
-pair_bar_{tile}_{threads}_c{g}(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
-{{
-    pairs_runs<{tile}, {wpr}, {threads}, true, {g}>(x, y, row_words, items, m);
-}}
-"""
-
-# The clusters' kernels (`--walks kGRxGC`)
-CLUSTERS = r"""
-extern "C" __global__ void __cluster_dims__({c}, 1, 1) __launch_bounds__({threads}, 1)
-pair_free_{tile}_{threads}_k{gr}x{gc}(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
-{{
-    pairs_cluster<{tile}, {wpr}, {threads}, false, {gr}, {gc}>(x, y, row_words, items, m);
-}}
-
-extern "C" __global__ void __cluster_dims__({c}, 1, 1) __launch_bounds__({threads}, 1)
-pair_bar_{tile}_{threads}_k{gr}x{gc}(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
-{{
-    pairs_cluster<{tile}, {wpr}, {threads}, true, {gr}, {gc}>(x, y, row_words, items, m);
-}}
-"""
-
-# The parity walk's kernels (group 0 in `--groups`)
-PARITY = r"""
-extern "C" __global__ void __launch_bounds__({threads}, 1)
-pair_free_{tile}_{threads}_g0(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
-{{
-    pairs_parity<{tile}, {wpr}, {threads}, false>(x, y, row_words, items, m);
-}}
-
-extern "C" __global__ void __launch_bounds__({threads}, 1)
-pair_bar_{tile}_{threads}_g0(const uint4* x, uint4* y, i64 row_words, i64 items, i64 m)
-{{
-    pairs_parity<{tile}, {wpr}, {threads}, true>(x, y, row_words, items, m);
+    {walker}<{tile}, {wpr}, {threads}, {bar}{more}>(x, y, row_words, items, m);
 }}
 """
 
@@ -261,14 +211,31 @@ def parse(text: str) -> tuple[tuple[int, int, int], str]:
 def walk_source(walk: str, tile: int, threads: int, e: int) -> str:
     """A walk's pattern kernels: "G" (G x G pairs an item), "0" (parity classes), "cG" (a
     run of pairs a block, in G x G groups), "kRxC" (clusters of R x C blocks, a pair each)."""
+    cluster, tag = "", f"g{walk}"
     if walk.startswith("k"):
         gr, gc = (int(v) for v in walk[1:].split("x"))
-        return CLUSTERS.format(
-            tile=tile, threads=threads, wpr=tile * e // 16, gr=gr, gc=gc, c=gr * gc
+        walker, more, tag = "pairs_cluster", f", {gr}, {gc}", walk
+        cluster = f"__cluster_dims__({gr * gc}, 1, 1) "
+    elif walk.startswith("c"):
+        walker, more, tag = "pairs_runs", f", {walk[1:]}", walk
+    elif walk == "0":
+        walker, more = "pairs_parity", ""
+    else:
+        walker, more = "pairs", f", {walk}"
+    return "".join(
+        KERNEL.format(
+            cluster=cluster,
+            threads=threads,
+            kind=kind,
+            tile=tile,
+            tag=tag,
+            walker=walker,
+            wpr=tile * e // 16,
+            bar=bar,
+            more=more,
         )
-    g, text = (int(walk[1:]), RUNS) if walk.startswith("c") else (int(walk), PAIRS)
-    text = text if g or walk.startswith("c") else PARITY
-    return text.format(tile=tile, threads=threads, wpr=tile * e // 16, g=g)
+        for kind, bar in (("free", "false"), ("bar", "true"))
+    )
 
 
 def walk_items(walk: str, b: int, side: int) -> int:

@@ -11,9 +11,13 @@ place, a line is then read and written by four blocks at different times.
 
 import functools
 import sys
+from pathlib import Path
 
 import cupy as cp
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from element import timeit
 
 SRC = r"""
 extern "C" __global__ void __launch_bounds__(512)
@@ -42,20 +46,6 @@ k(const unsigned char* __restrict__ x, unsigned char* __restrict__ y, unsigned m
         *(uint4*)(y + (e / PER) * pitch + off + (e % PER) * 16) = s4[e];
 }
 """
-
-
-def timeit(fn, reps=12, warm=3):
-    """The median of `reps` timed runs of `fn` (ms, CUDA events) after `warm` untimed ones."""
-    s, t = cp.cuda.Event(), cp.cuda.Event()
-    out = []
-    for i in range(reps + warm):
-        s.record()
-        fn()
-        t.record()
-        t.synchronize()
-        if i >= warm:
-            out.append(cp.cuda.get_elapsed_time(s, t))
-    return float(np.median(out))
 
 
 def copy(x, y, nbytes):

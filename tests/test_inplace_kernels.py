@@ -556,7 +556,7 @@ def test_cols_slide_narrows_bands_whose_32_byte_rows_pass_shared_memory(
         (1, 131, 97, 1),  # flipped: the scatter
         (2, 99, 165, 2),  # gcd 33: rotations, the gather; bands of 8 elements
         (1, 99, 297, 1),  # gcd 99, b 3
-        (1, 101, 203, 2),  # 2-byte, gcd 1, x one element off its line: rows cut both ends
+        (1, 101, 203, 2),  # 2-byte, gcd 1, rows off 4-byte words (406 bytes)
     ],
 )
 @pytest.mark.parametrize("band", [0, 16, 8])

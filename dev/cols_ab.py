@@ -13,7 +13,9 @@ atomics, for 1- and 2-byte elements: COLS_SLIDE_PIECES; served: 2-byte only), "s
 COLS_SLIDE_XOR; served: 1-byte only); "slide" to "slide-pieces" leave the XOR off;
 "slide-tall" (columns of up to 9685 rows in bands of 16 bytes: COLS_SLIDE_NARROW (24, 16)),
 "no-tall" (columns past 7264 rows through the scratch, "cols_staged": (24,)), "slide-8" (and
-columns of up to 14528 rows in bands of 8 bytes: (24, 16, 8), as served),
+columns of up to 14528 rows in bands of 8 bytes: (24, 16, 8), as served), "wide-bands" (COLS
+bands as wide as the opt-in holds, one block an SM, where served bands stop at 96 KiB:
+COLS_BLOCK_BYTES),
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
 SHUFFLE_STEP off), "runs-one" (SHUFFLE of long rows through the scratch, "shuffle_runs", one
@@ -79,6 +81,7 @@ VARIANTS = {
     "slide-tall": {"COLS_SLIDE_NARROW": (24, 16)},
     "no-tall": {"COLS_SLIDE_NARROW": (24,)},
     "slide-8": {"COLS_SLIDE_NARROW": (24, 16, 8)},
+    "wide-bands": {"COLS_BLOCK_BYTES": 227 << 10},
     "runs-one": {"SHUFFLE_RUNS_BATCH": 1},
     "runs-4": {"SHUFFLE_RUNS_BATCH": 4},
 }
@@ -93,6 +96,7 @@ SWITCHES = (
     "COLS_SLIDE_PIECES",
     "COLS_SLIDE_XOR",
     "SHUFFLE_RUNS_BATCH",
+    "COLS_BLOCK_BYTES",
 )
 
 

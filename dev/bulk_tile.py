@@ -1,0 +1,337 @@
+"""Odd-sided 1-byte transposes by bulk-copied tiles (sm_90 probe, not served).
+
+The served byte-permute tiles of odd 1-byte rows are bound by the L2 (reads 1.25-1.5x the
+bytes, writes 1.15-1.3x): wider tiles would cut the sectors, but a wide tile fills shared
+memory, one block an SM, and its load, exchange and store then run in turn (docs/perf-notes.md,
+"Wider byte-permute tiles and prefetching walks"). Here a persistent block keeps the next
+tiles' rows in flight by bulk copies (`cp.async.bulk`, completed on an mbarrier), which take
+no registers and no issue slots: each tile row's 16-byte-aligned cover (the same 32-byte
+sectors as the row's bytes) lands in shared memory at its global alignment, 4x4 byte blocks
+are turned by byte permutes into an output tile, and each output row is stored as aligned
+16-byte words, its cut head and tail in aligned pieces of 8, 4, 2 and 1 bytes. Every tile,
+edge ones too, takes the same path (the loads and stores clamped to the matrix).
+
+`--no-exchange` adds each variant's memory side alone (the exchange skipped: wrong output,
+the same loads and stores), the bulk pattern's own ceiling.
+
+    python3 dev/bulk_tile.py --out $OUT uint8:8487x8487 uint8:19907x19907
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+SOURCE = r"""
+#define TM {tm}
+#define TW {tw}
+#define STAGES {stages}
+#define THREADS {threads}
+#define SI {si}
+#define SO {so}
+#define EXCHANGE {exchange}
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u32 sa(const void* p) {{ return (u32)__cvta_generic_to_shared(p); }}
+
+__device__ __forceinline__ void bar_init(u32 bar) {{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
+}}
+__device__ __forceinline__ void bar_arrive_tx(u32 bar, u32 tx) {{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(tx) : "memory");
+}}
+__device__ __forceinline__ bool bar_try(u32 bar, u32 parity) {{
+    u32 ok;
+    asm volatile("{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }}"
+                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    return ok != 0;
+}}
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}}
+
+// the row's place in its stage: rows of a quad group spread over the banks (16-byte steps)
+__device__ __forceinline__ u32 row_base(u32 r) {{ return r * SI + 16u * (((r >> 3) & 3u)); }}
+// an output row's 16-byte chunk k, swizzled so a warp's quad stores fall on 32 banks
+__device__ __forceinline__ u32 out_chunk(u32 cc, u32 k) {{ return cc * SO + 16u * (k ^ (((cc >> 2) & 3u) << 1)); }}
+
+struct Tile {{ long long r0, c0; u32 tm, tw; }};
+
+__device__ __forceinline__ Tile tile_of(long long t, long long tiles_m, long long M, long long N) {{
+    Tile T;
+    long long ti = t % tiles_m, tj = t / tiles_m;
+    T.r0 = ti * TM; T.c0 = tj * TW;
+    T.tm = (u32)min((long long)TM, M - T.r0);
+    T.tw = (u32)min((long long)TW, N - T.c0);
+    return T;
+}}
+
+// warp 0: the bulk copies of tile t's rows into a stage, completing on its barrier
+__device__ __forceinline__ void issue(const unsigned char* x, long long t, long long tiles,
+                                      long long tiles_m, long long M, long long N,
+                                      u32 stage, u32 bar) {{
+    if (t >= tiles) return;
+    const u32 lane = threadIdx.x & 31;
+    Tile T = tile_of(t, tiles_m, M, N);
+    u32 total = 0;
+    for (u32 r = lane; r < T.tm; r += 32) {{
+        u64 g = (u64)(T.r0 + r) * (u64)N + (u64)T.c0;
+        u64 a = g & ~15ull, e = (g + T.tw + 15) & ~15ull;
+        total += (u32)(e - a);
+    }}
+    total = __reduce_add_sync(0xffffffffu, total);
+    if (lane == 0) bar_arrive_tx(bar, total);
+    __syncwarp();
+    for (u32 r = lane; r < T.tm; r += 32) {{
+        u64 g = (u64)(T.r0 + r) * (u64)N + (u64)T.c0;
+        u64 a = g & ~15ull, e = (g + T.tw + 15) & ~15ull;
+        bulk_load(stage + row_base(r), x + a, (u32)(e - a), bar);
+    }}
+}}
+
+__device__ __forceinline__ unsigned char out_byte(const unsigned char* ob, u32 cc, u32 b) {{
+    return ob[out_chunk(cc, b >> 4) + (b & 15)];
+}}
+
+// bytes [p, end) of an output row from logical byte `from`, in aligned pieces of 8, 4, 2, 1
+__device__ __forceinline__ void pieces(unsigned char* y, u64 p, u64 end, const unsigned char* ob,
+                                       u32 cc, u32 from) {{
+    while (p < end) {{
+        u32 s = 8;
+        while (s > 1 && ((p & (s - 1)) || p + s > end)) s >>= 1;
+        u64 v = 0;
+        for (u32 i = 0; i < s; ++i) v |= (u64)out_byte(ob, cc, from + i) << (8 * i);
+        if (s == 8) *(u64*)(y + p) = v;
+        else if (s == 4) *(u32*)(y + p) = (u32)v;
+        else if (s == 2) *(unsigned short*)(y + p) = (unsigned short)v;
+        else y[p] = (unsigned char)v;
+        p += s; from += s;
+    }}
+}}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+bulk_tile(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
+          long long M, long long N, long long tiles_m, long long tiles)
+{{
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char* ins = smem + 128;                       // STAGES x TM rows of SI bytes
+    unsigned char* ob = ins + (u32)STAGES * TM * SI;       // TW output rows of SO bytes
+    const u32 bar0 = sa(smem), ins0 = sa(ins);
+    const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const long long G = gridDim.x;
+    if (tid == 0) {{
+        for (u32 s = 0; s < STAGES; ++s) bar_init(bar0 + 8 * s);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }}
+    __syncthreads();
+    if (warp == 0)
+        for (u32 s = 0; s < STAGES; ++s)
+            issue(x, blockIdx.x + s * G, tiles, tiles_m, M, N, ins0 + s * TM * SI, bar0 + 8 * s);
+
+    const u32 N15 = (u32)(N & 15), M15 = (u32)(M & 15);
+    u32 k = 0;
+    for (long long t = blockIdx.x; t < tiles; t += G, ++k) {{
+        const u32 s = k % STAGES;
+        const u32 bar = bar0 + 8 * s;
+        while (!bar_try(bar, (k / STAGES) & 1)) {{}}
+        Tile T = tile_of(t, tiles_m, M, N);
+        const unsigned char* in = ins + s * TM * SI;
+#if EXCHANGE
+        // quads of 4 rows x 4 columns: a warp 8 row quads x 4 column quads
+        const u32 c15 = (u32)(T.c0 & 15), r15 = (u32)(T.r0 & 15);
+        for (u32 q = tid; q < (TM / 4) * (TW / 4); q += THREADS) {{
+            const u32 l = q & 31, grp = q >> 5;
+            const u32 gc = grp % (TW / 16), gr = grp / (TW / 16);
+            const u32 qc = gc * 4 + (l >> 3), qr = gr * 8 + (l & 7);
+            const u32 C = qc * 4;
+            u32 v[4];
+#pragma unroll
+            for (u32 i = 0; i < 4; ++i) {{
+                const u32 R = qr * 4 + i;
+                const u32 off = ((r15 + R) * N15 + c15) & 15;   // the row's global alignment
+                const u32 p = row_base(R) + off + C;
+                const u32* w = (const u32*)(in + (p & ~3u));
+                v[i] = __funnelshift_r(w[0], w[1], (p & 3) * 8);
+            }}
+            const u32 t01 = __byte_perm(v[0], v[1], 0x5140), t23 = __byte_perm(v[2], v[3], 0x5140);
+            const u32 u01 = __byte_perm(v[0], v[1], 0x7362), u23 = __byte_perm(v[2], v[3], 0x7362);
+            const u32 o[4] = {{__byte_perm(t01, t23, 0x5410), __byte_perm(t01, t23, 0x7632),
+                              __byte_perm(u01, u23, 0x5410), __byte_perm(u01, u23, 0x7632)}};
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j)
+                *(u32*)(ob + out_chunk(C + j, qr >> 2) + 4 * (qr & 3)) = o[j];
+        }}
+#endif
+        __syncthreads();
+        if (warp == 0) {{
+            const long long tn = t + (long long)STAGES * G;
+            issue(x, tn, tiles, tiles_m, M, N, ins0 + s * TM * SI, bar);
+        }}
+        // output rows: aligned 16-byte words, lanes along a row
+        const u32 WPR = TM / 16;
+        for (u32 idx = tid; idx < T.tw * WPR; idx += THREADS) {{
+            const u32 cc = idx / WPR, kk = idx % WPR;
+            const u64 gy = (u64)(T.c0 + cc) * (u64)M + (u64)T.r0;
+            const u64 a0 = (gy + 15) & ~15ull, a1 = (gy + T.tm) & ~15ull;
+            if (a0 + 16ull * kk + 16 > a1) continue;
+            const u32 o = (u32)(a0 - gy) + 16 * kk;
+            const uint4 A = *(const uint4*)(ob + out_chunk(cc, o >> 4));
+            const uint4 B = *(const uint4*)(ob + out_chunk(cc, (o >> 4) + 1));
+            const u32 q = (o >> 2) & 3, sh = (o & 3) * 8;
+            const u32 w[8] = {{A.x, A.y, A.z, A.w, B.x, B.y, B.z, B.w}};
+            u32 z[5];
+#pragma unroll
+            for (u32 i = 0; i < 5; ++i)
+                z[i] = q == 0 ? w[i] : q == 1 ? w[i + 1] : q == 2 ? w[i + 2] : w[min(i + 3, 7u)];
+            uint4 out;
+            out.x = __funnelshift_r(z[0], z[1], sh);
+            out.y = __funnelshift_r(z[1], z[2], sh);
+            out.z = __funnelshift_r(z[2], z[3], sh);
+            out.w = __funnelshift_r(z[3], z[4], sh);
+            *(uint4*)(y + a0 + 16ull * kk) = out;
+        }}
+        // cut heads and tails: a thread a row
+        for (u32 cc = tid; cc < T.tw; cc += THREADS) {{
+            const u64 gy = (u64)(T.c0 + cc) * (u64)M + (u64)T.r0, end = gy + T.tm;
+            const u64 a0 = (gy + 15) & ~15ull, a1 = end & ~15ull;
+            if (a1 > a0) {{
+                pieces(y, gy, a0, ob, cc, 0);
+                pieces(y, a1, end, ob, cc, (u32)(a1 - gy));
+            }} else {{
+                pieces(y, gy, end, ob, cc, 0);
+            }}
+        }}
+        __syncthreads();
+    }}
+    (void)M15;
+}}
+"""
+
+# (tile rows = output window bytes, tile columns = input segment bytes, stages, threads,
+# blocks an SM)
+VARIANTS = (
+    (256, 128, 3, 512, 1),
+    (256, 128, 2, 512, 1),
+    (128, 256, 3, 512, 1),
+    (128, 128, 3, 256, 2),
+    (128, 128, 2, 256, 3),
+)
+
+
+def layout(tm: int, tw: int, stages: int) -> tuple[int, int, int]:
+    """(SI, SO, dynamic shared bytes): input rows hold a 16-byte cover of TW bytes plus a
+    word read past it, spread by up to 48 bytes; output rows TM bytes plus the swizzle's
+    reach."""
+    si = -(-(tw + 16 + 4 + 48) // 16) * 16
+    so = tm + 128
+    return si, so, 128 + stages * tm * si + tw * so
+
+
+def source(tm: int, tw: int, stages: int, threads: int, exchange: bool) -> str:
+    si, so, _ = layout(tm, tw, stages)
+    return SOURCE.format(
+        tm=tm, tw=tw, stages=stages, threads=threads, si=si, so=so, exchange=int(exchange)
+    )
+
+
+def parse(case: str) -> tuple[str, tuple[int, int, int]]:
+    name, dims = case.split(":")
+    shape = tuple(int(v) for v in dims.split("x"))
+    return name, (1, *shape) if len(shape) == 2 else shape
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="+", help="uint8:MxN")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--no-exchange", action="store_true", help="also each variant's memory side")
+    ap.add_argument("--budget", type=float, default=240.0)
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+
+    from autotranspose.dispatch.transpose import served
+    from autotranspose.plans.dtypes import element_type
+    from autotranspose.runtime import driver as drv
+    from autotranspose.runtime.compiler import activate, load_source
+    from autotranspose.runtime.launch import make_launch
+    from autotranspose.tuner.measure import Bench
+
+    state = activate(0)
+    sms = state.info.multiprocessors
+    print(state.info, flush=True)
+    kernels = {}
+    for tm, tw, st, th, bl in VARIANTS:
+        for ex in (True, False) if args.no_exchange else (True,):
+            kernels[(tm, tw, st, th, bl, ex)] = load_source(
+                state.arch, source(tm, tw, st, th, ex), ["bulk_tile"]
+            )["bulk_tile"]
+
+    def bulk_launch(key, m: int, n: int):
+        tm, tw, st, th, bl, _ex = key
+        kern = kernels[key]
+        smem = layout(tm, tw, st)[2]
+        drv.allow_dynamic_shared(kern.handle, smem, state.ordinal)
+        tiles_m = -(-m // tm)
+        tiles = tiles_m * -(-n // tw)
+        grid = (min(tiles, sms * bl), 1, 1)
+        la = drv.launch_args(kern.handle, grid, (th, 1, 1), smem)
+        import struct
+
+        tail = struct.pack("qqqq", m, n, tiles_m, tiles)
+
+        def run(src: int, dst: int, stream=None) -> None:
+            drv.launch(la, stream, struct.pack("PP", src, dst) + tail)
+
+        return run
+
+    start, log = time.time(), []
+    for case in args.cases:
+        if time.time() - start > args.budget:
+            print(f"budget spent: {case} and later not measured", flush=True)
+            break
+        name, shape = parse(case)
+        et = element_type(name)
+        if et.size != 1:
+            print(f"{case}: 1-byte elements only", flush=True)
+            continue
+        b, m, n = shape
+        bench = Bench(state, 1, shape)
+        try:
+            choice = served(state, et, shape, *bench.pointers(0))
+            cfg = choice.config
+            srv = make_launch(state, cfg, b, m, n, n, m, m * n, m * n)
+            runs = [("served " + cfg.key, srv, True)]
+            for key in kernels:
+                tm, tw, st, th, bl, ex = key
+                label = f"bulk {tm}x{tw} s{st} t{th} b{bl}" + ("" if ex else " no-exchange")
+                runs.append((label, bulk_launch(key, m, n), ex))
+            problems = {lab: bench.check(fn) if chk else None for lab, fn, chk in runs}
+            print(f"=== {case} ({m * n / 1e6:.1f} MB)", flush=True)
+            for rnd in range(args.rounds):
+                copy_s = bench.copy_time(repeats=args.repeats)
+                for lab, fn, _chk in runs:
+                    if problems[lab]:
+                        if rnd == 0:
+                            print(f"     -   {lab}: {problems[lab]}", flush=True)
+                        continue
+                    secs = bench.time(fn, repeats=args.repeats)
+                    pct = 100 * copy_s / secs
+                    log.append({"case": case, "what": lab, "round": rnd, "pct": pct,
+                                "us": secs * 1e6})  # fmt: skip
+                    print(f"  {pct:6.1f}%  {secs * 1e6:9.1f} us  {lab}", flush=True)
+        except Exception as exc:  # a case that fails is a row, not a lost run
+            print(f"  FAILED {case}: {type(exc).__name__}: {exc}"[:600], flush=True)
+        finally:
+            bench.close()
+    with open(f"{args.out}/bulk_tile.json", "w") as f:
+        json.dump(log, f)
+    print(f"done in {time.time() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,323 @@
+"""Odd-sided 1-byte transposes by TMA tensor boxes (sm_90 probe, not served).
+
+A tensor map needs a 16-byte-aligned base and row strides that are multiples of 16 bytes, which
+an odd row length is not. But the rows r = k, k + 16, k + 32, ... of an M x N byte matrix lie
+16N bytes apart: each alignment class k (r mod 16) is a tensor of its own with a legal stride,
+whose base is rounded down to 16 bytes and whose boxes start at any byte (TMA reads and writes
+exactly the box's bytes, clipped to the tensor). So a tile of 128 x 128 bytes is 16 box loads
+(8 rows of class k, 128 bytes each, landed aligned and 128-byte swizzled) and, once turned, 16
+box stores of the output's classes: no realigning, no cut words, no byte pieces. A persistent
+block keeps STAGES tiles in flight on mbarriers, and OUT_STAGES output tiles in flight as bulk
+store groups.
+
+`bulk_tile.py` measured the per-row bulk copies (`cp.async.bulk`, 128-256 a tile): their issue
+bound the kernel at 17-28% of a copy. Here a tile is 32 tensor copies issued by one thread.
+
+    python3 dev/tma_tile.py --out $OUT uint8:8487x8487 uint8:19907x19907
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import struct
+import time
+
+import numpy as np
+
+SOURCE = r"""
+#define STAGES {stages}
+#define OUT_STAGES {out_stages}
+#define THREADS {threads}
+#define EXCHANGE {exchange}
+#define TILE 128
+#define BOX_BYTES 1024            // 8 rows of 128 bytes: one class's part of a tile
+#define STAGE_BYTES 16384         // 16 classes
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u32 sa(const void* p) {{ return (u32)__cvta_generic_to_shared(p); }}
+
+__device__ __forceinline__ void bar_init(u32 bar) {{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
+}}
+__device__ __forceinline__ void bar_arrive_tx(u32 bar, u32 tx) {{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(tx) : "memory");
+}}
+__device__ __forceinline__ bool bar_try(u32 bar, u32 parity) {{
+    u32 ok;
+    asm volatile("{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }}"
+                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    return ok != 0;
+}}
+__device__ __forceinline__ void box_load(u32 dst, const void* map, int x, int y, u32 bar) {{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{%2, %3}}], [%4];"
+                 :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+}}
+__device__ __forceinline__ void box_store(const void* map, int x, int y, u32 src) {{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {{%1, %2}}], [%3];"
+                 :: "l"(map), "r"(x), "r"(y), "r"(src) : "memory");
+}}
+
+struct Maps {{ unsigned char in[16][128]; unsigned char out[16][128]; int in_off[16]; int out_off[16]; }};
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+tma_tile(const Maps* __restrict__ maps, long long tiles_m, long long tiles)
+{{
+    extern __shared__ unsigned char raw[];
+    __shared__ __align__(8) unsigned long long bars[STAGES];
+    const u32 base = (sa(raw) + 1023u) & ~1023u;           // 128-byte swizzle: 1024-byte blocks
+    const u32 ins = base, outs = base + STAGES * STAGE_BYTES;
+    unsigned char* gen = raw + (base - sa(raw));             // the same bytes, generic
+    const u32 tid = threadIdx.x;
+    const long long G = gridDim.x;
+    if (tid == 0) {{
+        for (u32 s = 0; s < STAGES; ++s) bar_init(sa(&bars[s]));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (u32 k = 0; k < 16; ++k) {{
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&maps->in[k][0]) : "memory");
+            asm volatile("prefetch.tensormap [%0];" :: "l"(&maps->out[k][0]) : "memory");
+        }}
+    }}
+    __syncthreads();
+    int in_off = 0, out_off = 0;
+    if (tid < 16) {{ in_off = maps->in_off[tid]; out_off = maps->out_off[tid]; }}
+    if (tid == 0) {{
+        for (u32 s = 0; s < STAGES; ++s) {{
+            const long long t = blockIdx.x + s * G;
+            if (t >= tiles) break;
+            const int r0 = (int)(t % tiles_m) * TILE, c0 = (int)(t / tiles_m) * TILE;
+            const u32 bar = sa(&bars[s]);
+            bar_arrive_tx(bar, STAGE_BYTES);
+            for (u32 k = 0; k < 16; ++k)
+                box_load(ins + s * STAGE_BYTES + k * BOX_BYTES, &maps->in[k][0],
+                         maps->in_off[k] + c0, r0 / 16, bar);
+        }}
+    }}
+    // the thread's unit: rows 16h .. 16h + 15 (one of each class), columns 4cq .. 4cq + 3
+    u32 k = 0;
+    for (long long t = blockIdx.x; t < tiles; t += G, ++k) {{
+        const u32 s = k % STAGES, o = k % OUT_STAGES;
+        const int r0 = (int)(t % tiles_m) * TILE, c0 = (int)(t / tiles_m) * TILE;
+        if (tid == 0)  // the store that last read this output stage is done reading it
+            asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(OUT_STAGES - 1) : "memory");
+        while (!bar_try(sa(&bars[s]), (k / STAGES) & 1)) {{}}
+        __syncthreads();
+#if EXCHANGE
+        const unsigned char* in = gen + s * STAGE_BYTES;
+        unsigned char* out = gen + STAGES * STAGE_BYTES + o * STAGE_BYTES;
+        for (u32 u = tid; u < 256; u += THREADS) {{
+            const u32 l = u & 31, h = l & 7, cq = (u >> 5) * 4 + (l >> 3);
+            // input: class k box at k * 1024, its row h at + 128h, chunk c at (c ^ h)
+            const u32 col = 16 * ((cq >> 2) ^ h) + 4 * (cq & 3);
+            u32 v[16];
+#pragma unroll
+            for (u32 r = 0; r < 16; ++r) v[r] = *(const u32*)(in + r * BOX_BYTES + 128 * h + col);
+            u32 w[4][4];
+#pragma unroll
+            for (u32 g = 0; g < 4; ++g) {{
+                const u32 t01 = __byte_perm(v[4 * g], v[4 * g + 1], 0x5140);
+                const u32 t23 = __byte_perm(v[4 * g + 2], v[4 * g + 3], 0x5140);
+                const u32 u01 = __byte_perm(v[4 * g], v[4 * g + 1], 0x7362);
+                const u32 u23 = __byte_perm(v[4 * g + 2], v[4 * g + 3], 0x7362);
+                w[0][g] = __byte_perm(t01, t23, 0x5410);
+                w[1][g] = __byte_perm(t01, t23, 0x7632);
+                w[2][g] = __byte_perm(u01, u23, 0x5410);
+                w[3][g] = __byte_perm(u01, u23, 0x7632);
+            }}
+            // output row C = 4cq + j: class C & 15, box row C >> 4, bytes 16h .. 16h + 15
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j) {{
+                const u32 C = 4 * cq + j, i = C >> 4;
+                *(uint4*)(out + (C & 15) * BOX_BYTES + 128 * i + 16 * (h ^ i)) =
+                    make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]);
+            }}
+        }}
+#endif
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncthreads();
+        if (tid == 0) {{
+            const u32 ob = outs + o * STAGE_BYTES;
+            for (u32 k2 = 0; k2 < 16; ++k2)
+                box_store(&maps->out[k2][0], maps->out_off[k2] + r0, c0 / 16, ob + k2 * BOX_BYTES);
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            const long long tn = t + (long long)STAGES * G;
+            if (tn < tiles) {{
+                const int r1 = (int)(tn % tiles_m) * TILE, c1 = (int)(tn / tiles_m) * TILE;
+                const u32 bar = sa(&bars[s]);
+                bar_arrive_tx(bar, STAGE_BYTES);
+                for (u32 k2 = 0; k2 < 16; ++k2)
+                    box_load(ins + s * STAGE_BYTES + k2 * BOX_BYTES, &maps->in[k2][0],
+                             maps->in_off[k2] + c1, r1 / 16, bar);
+            }}
+        }}
+    }}
+    if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    (void)in_off; (void)out_off;
+}}
+"""
+
+# (stages, out stages, threads, blocks an SM)
+VARIANTS = ((4, 2, 256, 1), (3, 2, 256, 2), (4, 2, 256, 2), (2, 2, 256, 3))
+MODES = {"full": 1, "no-exchange": 0}
+
+
+def smem(stages: int, out_stages: int) -> int:
+    return 1024 + (stages + out_stages) * 16384
+
+
+def source(stages: int, out_stages: int, threads: int, mode: str) -> str:
+    return SOURCE.format(
+        stages=stages, out_stages=out_stages, threads=threads, exchange=MODES[mode]
+    )
+
+
+def _encoder():
+    dll = ctypes.CDLL("libcuda.so.1")
+    fn = dll.cuTensorMapEncodeTiled
+    fn.restype = ctypes.c_int
+    fn.argtypes = [
+        ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
+        ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
+        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+    ]  # fmt: skip
+    return fn
+
+
+SWIZZLE_128B, L2_PROMO_128B = 3, 2
+
+
+def encode(fn, base: int, rows: int, cols: int) -> bytes:
+    """Tensor maps of a rows x cols byte matrix at `base` (16-byte aligned): one per alignment
+    class k of its rows, each (offset, map): the class's rows from the 16-byte word at or before
+    row k's first byte, `offset` bytes in."""
+    out, offs = [], []
+    for k in range(16):
+        first = base + k * cols
+        a = first & ~15
+        off = first - a
+        n_rows = max(1, -(-(rows - k) // 16)) if rows > k else 1
+        buf = (ctypes.c_uint64 * 32)()  # 128 bytes at a 64-byte boundary within
+        addr = ctypes.addressof(buf)
+        addr = (addr + 63) & ~63
+        dims = (ctypes.c_uint64 * 2)(off + cols, n_rows)
+        strides = (ctypes.c_uint64 * 1)(16 * cols)
+        box = (ctypes.c_uint32 * 2)(128, 8)
+        estr = (ctypes.c_uint32 * 2)(1, 1)
+        err = fn(addr, 0, 2, a, dims, strides, box, estr, 0, SWIZZLE_128B, L2_PROMO_128B, 0)
+        if err:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err}) for class {k}")
+        out.append(ctypes.string_at(addr, 128))
+        offs.append(off)
+        del buf
+    return b"".join(out), offs
+
+
+def parse(case: str) -> tuple[str, tuple[int, int, int]]:
+    name, dims = case.split(":")
+    shape = tuple(int(v) for v in dims.split("x"))
+    return name, (1, *shape) if len(shape) == 2 else shape
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="+", help="uint8:MxN (M, N >= 16)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", default=["full"], choices=sorted(MODES))
+    ap.add_argument("--variants", nargs="+", type=int, help="indices into VARIANTS")
+    ap.add_argument("--budget", type=float, default=240.0)
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args()
+
+    from autotranspose.dispatch.transpose import served
+    from autotranspose.plans.dtypes import element_type
+    from autotranspose.runtime import driver as drv
+    from autotranspose.runtime.compiler import activate, load_source
+    from autotranspose.runtime.launch import make_launch
+    from autotranspose.tuner.measure import Bench
+
+    state = activate(0)
+    sms = state.info.multiprocessors
+    enc = _encoder()
+    chosen = [VARIANTS[i] for i in args.variants] if args.variants else VARIANTS
+    kernels = {}
+    for st, ost, th, bl in chosen:
+        for mode in args.modes:
+            kern = load_source(state.arch, source(st, ost, th, mode), ["tma_tile"])["tma_tile"]
+            drv.allow_dynamic_shared(kern.handle, smem(st, ost), state.ordinal)
+            kernels[(st, ost, th, bl, mode)] = kern
+
+    start, log = time.time(), []
+    for case in args.cases:
+        if time.time() - start > args.budget:
+            print(f"budget spent: {case} and later not measured", flush=True)
+            break
+        name, shape = parse(case)
+        b, m, n = shape
+        et = element_type(name)
+        bench = Bench(state, 1, shape)
+        held = []
+        try:
+            maps = {}  # (src, dst) -> device Maps
+            for kset in range(bench.sets):
+                src, dst = bench.pointers(kset)
+                ib, io = encode(enc, src, m, n)
+                ob, oo = encode(enc, dst, n, m)
+                blob = ib + ob + struct.pack("16i", *io) + struct.pack("16i", *oo)
+                host = np.frombuffer(blob, np.uint8).copy()
+                dev = drv.Allocation(len(blob), state.ctx)
+                drv.memcpy_htod(int(dev), host.ctypes.data, len(blob))
+                held.append(dev)
+                maps[(src, dst)] = int(dev)
+            tiles_m = -(-m // 128)
+            tiles = tiles_m * -(-n // 128)
+
+            def launcher(key):
+                st, ost, th, bl, _mode = key
+                la = drv.launch_args(
+                    kernels[key].handle, (min(tiles, sms * bl), 1, 1), (th, 1, 1), smem(st, ost)
+                )
+                tail = struct.pack("qq", tiles_m, tiles)
+
+                def run(src: int, dst: int, stream=None) -> None:
+                    drv.launch(la, stream, struct.pack("P", maps[(src, dst)]) + tail)
+
+                return run
+
+            choice = served(state, et, shape, *bench.pointers(0))
+            cfg = choice.config
+            runs = [("served " + cfg.key, make_launch(state, cfg, b, m, n, n, m, m * n, m * n), True)]
+            for key in kernels:
+                st, ost, th, bl, mode = key
+                runs.append((f"tma s{st} o{ost} t{th} b{bl} {mode}", launcher(key), mode == "full"))
+            problems = {lab: bench.check(fn) if chk else None for lab, fn, chk in runs}
+            print(f"=== {case} ({m * n / 1e6:.1f} MB)", flush=True)
+            for rnd in range(args.rounds):
+                copy_s = bench.copy_time(repeats=args.repeats)
+                for lab, fn, _chk in runs:
+                    if problems[lab]:
+                        if rnd == 0:
+                            print(f"     -   {lab}: {problems[lab]}", flush=True)
+                        continue
+                    secs = bench.time(fn, repeats=args.repeats)
+                    pct = 100 * copy_s / secs
+                    log.append({"case": case, "what": lab, "round": rnd, "pct": pct,
+                                "us": secs * 1e6})  # fmt: skip
+                    print(f"  {pct:6.1f}%  {secs * 1e6:9.1f} us  {lab}", flush=True)
+        except Exception as exc:  # a case that fails is a row, not a lost run
+            print(f"  FAILED {case}: {type(exc).__name__}: {exc}"[:600], flush=True)
+        finally:
+            bench.close()
+            for d in held:
+                d.free()
+    with open(f"{args.out}/tma_tile.json", "w") as f:
+        json.dump(log, f)
+    print(f"done in {time.time() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

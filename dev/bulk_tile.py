@@ -11,8 +11,9 @@ are turned by byte permutes into an output tile, and each output row is stored a
 16-byte words, its cut head and tail in aligned pieces of 8, 4, 2 and 1 bytes. Every tile,
 edge ones too, takes the same path (the loads and stores clamped to the matrix).
 
-`--no-exchange` adds each variant's memory side alone (the exchange skipped: wrong output,
-the same loads and stores), the bulk pattern's own ceiling.
+`--modes` times parts of the kernel alone (wrong output, the rest's traffic unchanged):
+`no-exchange` (the bulk pattern's own ceiling), `loads`, `stores`, `no-pieces`, and
+`issuers4` (four warps issue the bulk copies instead of one).
 
     python3 dev/bulk_tile.py --out $OUT uint8:8487x8487 uint8:19907x19907
 """
@@ -31,6 +32,10 @@ SOURCE = r"""
 #define SI {si}
 #define SO {so}
 #define EXCHANGE {exchange}
+#define LOADS {loads}
+#define STORES {stores}
+#define PIECES {pieces}
+#define ISSUERS {issuers}
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -38,7 +43,7 @@ typedef unsigned long long u64;
 __device__ __forceinline__ u32 sa(const void* p) {{ return (u32)__cvta_generic_to_shared(p); }}
 
 __device__ __forceinline__ void bar_init(u32 bar) {{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(ISSUERS) : "memory");
 }}
 __device__ __forceinline__ void bar_arrive_tx(u32 bar, u32 tx) {{
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(tx) : "memory");
@@ -75,18 +80,19 @@ __device__ __forceinline__ void issue(const unsigned char* x, long long t, long 
                                       long long tiles_m, long long M, long long N,
                                       u32 stage, u32 bar) {{
     if (t >= tiles) return;
-    const u32 lane = threadIdx.x & 31;
+    const u32 lane = threadIdx.x & 31, first = threadIdx.x & ~31u;
     Tile T = tile_of(t, tiles_m, M, N);
     u32 total = 0;
-    for (u32 r = lane; r < T.tm; r += 32) {{
+    for (u32 r = first + lane; r < T.tm; r += 32 * ISSUERS) {{
         u64 g = (u64)(T.r0 + r) * (u64)N + (u64)T.c0;
         u64 a = g & ~15ull, e = (g + T.tw + 15) & ~15ull;
         total += (u32)(e - a);
     }}
-    total = __reduce_add_sync(0xffffffffu, total);
+    total = LOADS ? __reduce_add_sync(0xffffffffu, total) : 0;
     if (lane == 0) bar_arrive_tx(bar, total);
     __syncwarp();
-    for (u32 r = lane; r < T.tm; r += 32) {{
+    if (!LOADS) return;
+    for (u32 r = first + lane; r < T.tm; r += 32 * ISSUERS) {{
         u64 g = (u64)(T.r0 + r) * (u64)N + (u64)T.c0;
         u64 a = g & ~15ull, e = (g + T.tw + 15) & ~15ull;
         bulk_load(stage + row_base(r), x + a, (u32)(e - a), bar);
@@ -121,14 +127,14 @@ bulk_tile(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
     unsigned char* ins = smem + 128;                       // STAGES x TM rows of SI bytes
     unsigned char* ob = ins + (u32)STAGES * TM * SI;       // TW output rows of SO bytes
     const u32 bar0 = sa(smem), ins0 = sa(ins);
-    const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const u32 tid = threadIdx.x, warp = tid >> 5;
     const long long G = gridDim.x;
     if (tid == 0) {{
         for (u32 s = 0; s < STAGES; ++s) bar_init(bar0 + 8 * s);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }}
     __syncthreads();
-    if (warp == 0)
+    if (warp < ISSUERS)
         for (u32 s = 0; s < STAGES; ++s)
             issue(x, blockIdx.x + s * G, tiles, tiles_m, M, N, ins0 + s * TM * SI, bar0 + 8 * s);
 
@@ -140,6 +146,7 @@ bulk_tile(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
         while (!bar_try(bar, (k / STAGES) & 1)) {{}}
         Tile T = tile_of(t, tiles_m, M, N);
         const unsigned char* in = ins + s * TM * SI;
+        (void)in;
 #if EXCHANGE
         // quads of 4 rows x 4 columns: a warp 8 row quads x 4 column quads
         const u32 c15 = (u32)(T.c0 & 15), r15 = (u32)(T.r0 & 15);
@@ -167,13 +174,13 @@ bulk_tile(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
         }}
 #endif
         __syncthreads();
-        if (warp == 0) {{
+        if (warp < ISSUERS) {{
             const long long tn = t + (long long)STAGES * G;
             issue(x, tn, tiles, tiles_m, M, N, ins0 + s * TM * SI, bar);
         }}
         // output rows: aligned 16-byte words, lanes along a row
         const u32 WPR = TM / 16;
-        for (u32 idx = tid; idx < T.tw * WPR; idx += THREADS) {{
+        for (u32 idx = tid; STORES && idx < T.tw * WPR; idx += THREADS) {{
             const u32 cc = idx / WPR, kk = idx % WPR;
             const u64 gy = (u64)(T.c0 + cc) * (u64)M + (u64)T.r0;
             const u64 a0 = (gy + 15) & ~15ull, a1 = (gy + T.tm) & ~15ull;
@@ -195,7 +202,7 @@ bulk_tile(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
             *(uint4*)(y + a0 + 16ull * kk) = out;
         }}
         // cut heads and tails: a thread a row
-        for (u32 cc = tid; cc < T.tw; cc += THREADS) {{
+        for (u32 cc = tid; PIECES && cc < T.tw; cc += THREADS) {{
             const u64 gy = (u64)(T.c0 + cc) * (u64)M + (u64)T.r0, end = gy + T.tm;
             const u64 a0 = (gy + 15) & ~15ull, a1 = end & ~15ull;
             if (a1 > a0) {{
@@ -207,7 +214,7 @@ bulk_tile(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
         }}
         __syncthreads();
     }}
-    (void)M15;
+    (void)M15; (void)N15;
 }}
 """
 
@@ -231,11 +238,22 @@ def layout(tm: int, tw: int, stages: int) -> tuple[int, int, int]:
     return si, so, 128 + stages * tm * si + tw * so
 
 
-def source(tm: int, tw: int, stages: int, threads: int, exchange: bool) -> str:
+# what a variant leaves out (`--modes`): the parts of the kernel timed alone
+MODES = {
+    "full": {},
+    "no-exchange": {"exchange": 0},
+    "loads": {"exchange": 0, "stores": 0, "pieces": 0},
+    "stores": {"exchange": 0, "loads": 0},
+    "no-pieces": {"pieces": 0},
+    "issuers4": {"issuers": 4},
+}
+
+
+def source(tm: int, tw: int, stages: int, threads: int, mode: str = "full") -> str:
     si, so, _ = layout(tm, tw, stages)
-    return SOURCE.format(
-        tm=tm, tw=tw, stages=stages, threads=threads, si=si, so=so, exchange=int(exchange)
-    )
+    flags = {"exchange": 1, "loads": 1, "stores": 1, "pieces": 1, "issuers": 1}
+    flags.update(MODES[mode])
+    return SOURCE.format(tm=tm, tw=tw, stages=stages, threads=threads, si=si, so=so, **flags)
 
 
 def parse(case: str) -> tuple[str, tuple[int, int, int]]:
@@ -249,7 +267,8 @@ def main() -> None:
     ap.add_argument("cases", nargs="+", help="uint8:MxN")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--no-exchange", action="store_true", help="also each variant's memory side")
+    ap.add_argument("--modes", nargs="+", default=["full"], choices=sorted(MODES))
+    ap.add_argument("--variants", nargs="+", type=int, help="indices into VARIANTS")
     ap.add_argument("--budget", type=float, default=240.0)
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
@@ -265,10 +284,11 @@ def main() -> None:
     sms = state.info.multiprocessors
     print(state.info, flush=True)
     kernels = {}
-    for tm, tw, st, th, bl in VARIANTS:
-        for ex in (True, False) if args.no_exchange else (True,):
-            kernels[(tm, tw, st, th, bl, ex)] = load_source(
-                state.arch, source(tm, tw, st, th, ex), ["bulk_tile"]
+    chosen = [VARIANTS[i] for i in args.variants] if args.variants else VARIANTS
+    for tm, tw, st, th, bl in chosen:
+        for mode in args.modes:
+            kernels[(tm, tw, st, th, bl, mode)] = load_source(
+                state.arch, source(tm, tw, st, th, mode), ["bulk_tile"]
             )["bulk_tile"]
 
     def bulk_launch(key, m: int, n: int):
@@ -307,9 +327,9 @@ def main() -> None:
             srv = make_launch(state, cfg, b, m, n, n, m, m * n, m * n)
             runs = [("served " + cfg.key, srv, True)]
             for key in kernels:
-                tm, tw, st, th, bl, ex = key
-                label = f"bulk {tm}x{tw} s{st} t{th} b{bl}" + ("" if ex else " no-exchange")
-                runs.append((label, bulk_launch(key, m, n), ex))
+                tm, tw, st, th, bl, mode = key
+                label = f"bulk {tm}x{tw} s{st} t{th} b{bl} {mode}"
+                runs.append((label, bulk_launch(key, m, n), mode in ("full", "issuers4")))
             problems = {lab: bench.check(fn) if chk else None for lab, fn, chk in runs}
             print(f"=== {case} ({m * n / 1e6:.1f} MB)", flush=True)
             for rnd in range(args.rounds):

@@ -61,10 +61,16 @@ __device__ __forceinline__ void box_store(const void* map, int x, int y, u32 src
                  :: "l"(map), "r"(x), "r"(y), "r"(src) : "memory");
 }}
 
-struct Maps {{ unsigned char in[16][128]; unsigned char out[16][128]; int in_off[16]; int out_off[16]; }};
+struct __align__(64) Params {{
+    unsigned char in_map[128];    // x as rows of 16N bytes: row j holds rows 16j .. 16j + 15
+    unsigned char out_map[128];   // y as rows of 16M bytes
+    const unsigned char* x; unsigned char* y;
+    long long M, N, tiles_m, tiles, M_full, N_full;   // M_full, N_full: whole 16-row groups
+    int in_x0, out_x0;            // x's and y's bytes past the 16-byte word the maps start at
+}};
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-tma_tile(const Maps* __restrict__ maps, long long tiles_m, long long tiles)
+tma_tile(const __grid_constant__ Params p)
 {{
     extern __shared__ unsigned char raw[];
     __shared__ __align__(8) unsigned long long bars[STAGES];
@@ -72,90 +78,93 @@ tma_tile(const Maps* __restrict__ maps, long long tiles_m, long long tiles)
     const u32 ins = base, outs = base + STAGES * STAGE_BYTES;
     unsigned char* gen = raw + (base - sa(raw));             // the same bytes, generic
     const u32 tid = threadIdx.x;
-    const long long G = gridDim.x;
+    const long long G = gridDim.x, tiles = p.tiles, tiles_m = p.tiles_m;
+    const int N = (int)p.N, M = (int)p.M;
     if (tid == 0) {{
         for (u32 s = 0; s < STAGES; ++s) bar_init(sa(&bars[s]));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (u32 k = 0; k < 16; ++k) {{
-            asm volatile("prefetch.tensormap [%0];" :: "l"(&maps->in[k][0]) : "memory");
-            asm volatile("prefetch.tensormap [%0];" :: "l"(&maps->out[k][0]) : "memory");
-        }}
+        asm volatile("prefetch.tensormap [%0];" :: "l"(&p.in_map[0]) : "memory");
+        asm volatile("prefetch.tensormap [%0];" :: "l"(&p.out_map[0]) : "memory");
     }}
     __syncthreads();
-    int in_off = 0, out_off = 0;
-    if (tid < 16) {{ in_off = maps->in_off[tid]; out_off = maps->out_off[tid]; }}
-    if (tid == 0) {{
-        for (u32 s = 0; s < STAGES; ++s) {{
-            const long long t = blockIdx.x + s * G;
-            if (t >= tiles) break;
-            const int r0 = (int)(t % tiles_m) * TILE, c0 = (int)(t / tiles_m) * TILE;
-            const u32 bar = sa(&bars[s]);
-            bar_arrive_tx(bar, STAGE_BYTES);
-            for (u32 k = 0; k < 16; ++k)
-                box_load(ins + s * STAGE_BYTES + k * BOX_BYTES, &maps->in[k][0],
-                         maps->in_off[k] + c0, r0 / 16, bar);
-        }}
-    }}
+    // a whole tile: its 128 rows in whole 16-row groups of x, its 128 columns in whole groups
+    // of y's rows (so no box store passes a row's end); the rest go by threads
+    auto whole = [&](int r0, int c0) {{ return r0 + TILE <= p.M_full && c0 + TILE <= p.N_full; }};
+    auto issue = [&](long long t, u32 s) {{
+        const int r0 = (int)(t % tiles_m) * TILE, c0 = (int)(t / tiles_m) * TILE;
+        const u32 bar = sa(&bars[s]);
+        if (!whole(r0, c0)) {{ bar_arrive_tx(bar, 0); return; }}
+        bar_arrive_tx(bar, STAGE_BYTES);
+        for (u32 k = 0; k < 16; ++k)
+            box_load(ins + s * STAGE_BYTES + k * BOX_BYTES, &p.in_map[0], p.in_x0 + k * N + c0, r0 / 16, bar);
+    }};
+    if (tid == 0)
+        for (u32 s = 0; s < STAGES; ++s)
+            if (blockIdx.x + s * G < tiles) issue(blockIdx.x + s * G, s);
     // the thread's unit: rows 16h .. 16h + 15 (one of each class), columns 4cq .. 4cq + 3
     u32 k = 0;
     for (long long t = blockIdx.x; t < tiles; t += G, ++k) {{
         const u32 s = k % STAGES, o = k % OUT_STAGES;
         const int r0 = (int)(t % tiles_m) * TILE, c0 = (int)(t / tiles_m) * TILE;
+        const bool w = whole(r0, c0);
         if (tid == 0)  // the store that last read this output stage is done reading it
             asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(OUT_STAGES - 1) : "memory");
         while (!bar_try(sa(&bars[s]), (k / STAGES) & 1)) {{}}
         __syncthreads();
+        if (w) {{
 #if EXCHANGE
-        const unsigned char* in = gen + s * STAGE_BYTES;
-        unsigned char* out = gen + STAGES * STAGE_BYTES + o * STAGE_BYTES;
-        for (u32 u = tid; u < 256; u += THREADS) {{
-            const u32 l = u & 31, h = l & 7, cq = (u >> 5) * 4 + (l >> 3);
-            // input: class k box at k * 1024, its row h at + 128h, chunk c at (c ^ h)
-            const u32 col = 16 * ((cq >> 2) ^ h) + 4 * (cq & 3);
-            u32 v[16];
+            const unsigned char* in = gen + s * STAGE_BYTES;
+            unsigned char* out = gen + STAGES * STAGE_BYTES + o * STAGE_BYTES;
+            for (u32 u = tid; u < 256; u += THREADS) {{
+                const u32 l = u & 31, h = l & 7, cq = (u >> 5) * 4 + (l >> 3);
+                // input: class k's box at k * 1024, its row h at + 128h, chunk c at (c ^ h)
+                const u32 col = 16 * ((cq >> 2) ^ h) + 4 * (cq & 3);
+                u32 v[16];
 #pragma unroll
-            for (u32 r = 0; r < 16; ++r) v[r] = *(const u32*)(in + r * BOX_BYTES + 128 * h + col);
-            u32 w[4][4];
+                for (u32 r = 0; r < 16; ++r) v[r] = *(const u32*)(in + r * BOX_BYTES + 128 * h + col);
+                u32 q[4][4];
 #pragma unroll
-            for (u32 g = 0; g < 4; ++g) {{
-                const u32 t01 = __byte_perm(v[4 * g], v[4 * g + 1], 0x5140);
-                const u32 t23 = __byte_perm(v[4 * g + 2], v[4 * g + 3], 0x5140);
-                const u32 u01 = __byte_perm(v[4 * g], v[4 * g + 1], 0x7362);
-                const u32 u23 = __byte_perm(v[4 * g + 2], v[4 * g + 3], 0x7362);
-                w[0][g] = __byte_perm(t01, t23, 0x5410);
-                w[1][g] = __byte_perm(t01, t23, 0x7632);
-                w[2][g] = __byte_perm(u01, u23, 0x5410);
-                w[3][g] = __byte_perm(u01, u23, 0x7632);
+                for (u32 g = 0; g < 4; ++g) {{
+                    const u32 t01 = __byte_perm(v[4 * g], v[4 * g + 1], 0x5140);
+                    const u32 t23 = __byte_perm(v[4 * g + 2], v[4 * g + 3], 0x5140);
+                    const u32 u01 = __byte_perm(v[4 * g], v[4 * g + 1], 0x7362);
+                    const u32 u23 = __byte_perm(v[4 * g + 2], v[4 * g + 3], 0x7362);
+                    q[0][g] = __byte_perm(t01, t23, 0x5410);
+                    q[1][g] = __byte_perm(t01, t23, 0x7632);
+                    q[2][g] = __byte_perm(u01, u23, 0x5410);
+                    q[3][g] = __byte_perm(u01, u23, 0x7632);
+                }}
+                // output row C = 4cq + j: class C & 15, box row C >> 4, bytes 16h .. 16h + 15
+#pragma unroll
+                for (u32 j = 0; j < 4; ++j) {{
+                    const u32 C = 4 * cq + j, i = C >> 4;
+                    *(uint4*)(out + (C & 15) * BOX_BYTES + 128 * i + 16 * (h ^ i)) =
+                        make_uint4(q[j][0], q[j][1], q[j][2], q[j][3]);
+                }}
             }}
-            // output row C = 4cq + j: class C & 15, box row C >> 4, bytes 16h .. 16h + 15
-#pragma unroll
-            for (u32 j = 0; j < 4; ++j) {{
-                const u32 C = 4 * cq + j, i = C >> 4;
-                *(uint4*)(out + (C & 15) * BOX_BYTES + 128 * i + 16 * (h ^ i)) =
-                    make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]);
+#endif
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        }} else {{
+            // an edge tile, element by element
+            const int tm = min(TILE, M - r0), tw = min(TILE, N - c0);
+            for (int u = tid; u < tm * tw; u += THREADS) {{
+                const int rr = u / tw, cc = u % tw;
+                p.y[(long long)(c0 + cc) * M + r0 + rr] = p.x[(long long)(r0 + rr) * N + c0 + cc];
             }}
         }}
-#endif
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();
         if (tid == 0) {{
-            const u32 ob = outs + o * STAGE_BYTES;
-            for (u32 k2 = 0; k2 < 16; ++k2)
-                box_store(&maps->out[k2][0], maps->out_off[k2] + r0, c0 / 16, ob + k2 * BOX_BYTES);
-            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            const long long tn = t + (long long)STAGES * G;
-            if (tn < tiles) {{
-                const int r1 = (int)(tn % tiles_m) * TILE, c1 = (int)(tn / tiles_m) * TILE;
-                const u32 bar = sa(&bars[s]);
-                bar_arrive_tx(bar, STAGE_BYTES);
+            if (w) {{
+                const u32 ob = outs + o * STAGE_BYTES;
                 for (u32 k2 = 0; k2 < 16; ++k2)
-                    box_load(ins + s * STAGE_BYTES + k2 * BOX_BYTES, &maps->in[k2][0],
-                             maps->in_off[k2] + c1, r1 / 16, bar);
+                    box_store(&p.out_map[0], p.out_x0 + k2 * M + r0, c0 / 16, ob + k2 * BOX_BYTES);
             }}
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");  // empty for an edge tile
+            const long long tn = t + (long long)STAGES * G;
+            if (tn < tiles) issue(tn, s);
         }}
     }}
     if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-    (void)in_off; (void)out_off;
 }}
 """
 
@@ -190,30 +199,32 @@ def _encoder():
 SWIZZLE_128B, L2_PROMO_128B = 3, 2
 
 
-def encode(fn, base: int, rows: int, cols: int) -> bytes:
-    """Tensor maps of a rows x cols byte matrix at `base` (16-byte aligned): one per alignment
-    class k of its rows, each (offset, map): the class's rows from the 16-byte word at or before
-    row k's first byte, `offset` bytes in."""
-    out, offs = [], []
-    for k in range(16):
-        first = base + k * cols
-        a = first & ~15
-        off = first - a
-        n_rows = max(1, -(-(rows - k) // 16)) if rows > k else 1
-        buf = (ctypes.c_uint64 * 32)()  # 128 bytes at a 64-byte boundary within
-        addr = ctypes.addressof(buf)
-        addr = (addr + 63) & ~63
-        dims = (ctypes.c_uint64 * 2)(off + cols, n_rows)
-        strides = (ctypes.c_uint64 * 1)(16 * cols)
-        box = (ctypes.c_uint32 * 2)(128, 8)
-        estr = (ctypes.c_uint32 * 2)(1, 1)
-        err = fn(addr, 0, 2, a, dims, strides, box, estr, 0, SWIZZLE_128B, L2_PROMO_128B, 0)
-        if err:
-            raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err}) for class {k}")
-        out.append(ctypes.string_at(addr, 128))
-        offs.append(off)
-        del buf
-    return b"".join(out), offs
+def encode(fn, base: int, rows: int, cols: int) -> tuple[bytes, int]:
+    """The tensor map of a rows x cols byte matrix at `base` seen as rows of 16 rows (16 cols
+    bytes each, a legal stride whatever cols is), from the 16-byte word at or before base, and
+    base's offset into that word. Row r = 16j + k, column c is element (x0 + k cols + c, j)."""
+    a = base & ~15
+    x0 = base - a
+    buf = (ctypes.c_uint64 * 32)()  # 128 bytes at a 64-byte boundary within
+    addr = (ctypes.addressof(buf) + 63) & ~63
+    dims = (ctypes.c_uint64 * 2)(x0 + 16 * cols, max(1, rows // 16))
+    strides = (ctypes.c_uint64 * 1)(16 * cols)
+    box = (ctypes.c_uint32 * 2)(128, 8)
+    estr = (ctypes.c_uint32 * 2)(1, 1)
+    err = fn(addr, 0, 2, a, dims, strides, box, estr, 0, SWIZZLE_128B, L2_PROMO_128B, 0)
+    if err:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed ({err})")
+    return ctypes.string_at(addr, 128), x0
+
+
+def params(fn, src: int, dst: int, m: int, n: int, tiles_m: int, tiles: int) -> bytes:
+    """The kernel's `Params` block (a __grid_constant__ argument)."""
+    imap, ix0 = encode(fn, src, m, n)
+    omap, ox0 = encode(fn, dst, n, m)
+    body = imap + omap + struct.pack(
+        "QQqqqqqqii", src, dst, m, n, tiles_m, tiles, 16 * (m // 16), 16 * (n // 16), ix0, ox0
+    )
+    return body + b"\0" * (-len(body) % 64)
 
 
 def parse(case: str) -> tuple[str, tuple[int, int, int]]:
@@ -230,6 +241,7 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["full"], choices=sorted(MODES))
     ap.add_argument("--variants", nargs="+", type=int, help="indices into VARIANTS")
     ap.add_argument("--budget", type=float, default=240.0)
+    ap.add_argument("--no-served", action="store_true")
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
 
@@ -247,7 +259,8 @@ def main() -> None:
     kernels = {}
     for st, ost, th, bl in chosen:
         for mode in args.modes:
-            kern = load_source(state.arch, source(st, ost, th, mode), ["tma_tile"])["tma_tile"]
+            src_text = source(st, ost, th, mode)
+            kern = load_source(state.arch, src_text, ["tma_tile"])["tma_tile"]
             drv.allow_dynamic_shared(kern.handle, smem(st, ost), state.ordinal)
             kernels[(st, ost, th, bl, mode)] = kern
 
@@ -260,37 +273,45 @@ def main() -> None:
         b, m, n = shape
         et = element_type(name)
         bench = Bench(state, 1, shape)
-        held = []
         try:
-            maps = {}  # (src, dst) -> device Maps
-            for kset in range(bench.sets):
-                src, dst = bench.pointers(kset)
-                ib, io = encode(enc, src, m, n)
-                ob, oo = encode(enc, dst, n, m)
-                blob = ib + ob + struct.pack("16i", *io) + struct.pack("16i", *oo)
-                host = np.frombuffer(blob, np.uint8).copy()
-                dev = drv.Allocation(len(blob), state.ctx)
-                drv.memcpy_htod(int(dev), host.ctypes.data, len(blob))
-                held.append(dev)
-                maps[(src, dst)] = int(dev)
             tiles_m = -(-m // 128)
             tiles = tiles_m * -(-n // 128)
+            blobs = {}  # (src, dst) -> the kernel's argument block
+            for kset in range(bench.sets):
+                src, dst = bench.pointers(kset)
+                blobs[(src, dst)] = params(enc, src, dst, m, n, tiles_m, tiles)
 
             def launcher(key):
                 st, ost, th, bl, _mode = key
-                la = drv.launch_args(
-                    kernels[key].handle, (min(tiles, sms * bl), 1, 1), (th, 1, 1), smem(st, ost)
-                )
-                tail = struct.pack("qq", tiles_m, tiles)
+                grid, block = (min(tiles, sms * bl), 1, 1), (th, 1, 1)
+                packed = blobs
+                fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+                handle = kernels[key].handle
+                keep = {}
+                for sd, data in packed.items():
+                    buf = ctypes.create_string_buffer(data, len(data))
+                    size = ctypes.c_size_t(len(data))
+                    extra = (ctypes.c_void_p * 5)(
+                        1, ctypes.addressof(buf), 2, ctypes.addressof(size), None
+                    )
+                    keep[sd] = (buf, size, extra)
 
                 def run(src: int, dst: int, stream=None) -> None:
-                    drv.launch(la, stream, struct.pack("P", maps[(src, dst)]) + tail)
+                    extra = keep[(src, dst)][2]
+                    err = fn(
+                        ctypes.c_void_p(handle), *grid, *block, smem(st, ost),
+                        ctypes.c_void_p(stream), None, extra,
+                    )  # fmt: skip
+                    if err:
+                        raise RuntimeError(f"cuLaunchKernel failed ({err})")
 
                 return run
 
-            choice = served(state, et, shape, *bench.pointers(0))
-            cfg = choice.config
-            runs = [("served " + cfg.key, make_launch(state, cfg, b, m, n, n, m, m * n, m * n), True)]
+            runs = []
+            if not args.no_served:
+                cfg = served(state, et, shape, *bench.pointers(0)).config
+                srv = make_launch(state, cfg, b, m, n, n, m, m * n, m * n)
+                runs.append(("served " + cfg.key, srv, True))
             for key in kernels:
                 st, ost, th, bl, mode = key
                 runs.append((f"tma s{st} o{ost} t{th} b{bl} {mode}", launcher(key), mode == "full"))
@@ -312,8 +333,6 @@ def main() -> None:
             print(f"  FAILED {case}: {type(exc).__name__}: {exc}"[:600], flush=True)
         finally:
             bench.close()
-            for d in held:
-                d.free()
     with open(f"{args.out}/tma_tile.json", "w") as f:
         json.dump(log, f)
     print(f"done in {time.time() - start:.0f} s", flush=True)

@@ -32,6 +32,15 @@ SOURCE = r"""
 #define OUT_STAGES {out_stages}
 #define THREADS {threads}
 #define EXCHANGE {exchange}
+#ifndef PREFETCH
+#define PREFETCH 1
+#endif
+#ifndef TMA_LOADS
+#define TMA_LOADS 1
+#endif
+#ifndef TMA_STORES
+#define TMA_STORES 1
+#endif
 #define TILE 128
 #define BOX_BYTES 1024            // 8 rows of 128 bytes: one class's part of a tile
 #define STAGE_BYTES 16384         // 16 classes
@@ -90,8 +99,10 @@ tma_tile(const __grid_constant__ Params p)
     if (tid == 0) {{
         for (u32 s = 0; s < STAGES; ++s) bar_init(sa(&bars[s]));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#if PREFETCH
         asm volatile("prefetch.tensormap [%0];" :: "l"(&p.in_map[0]) : "memory");
         asm volatile("prefetch.tensormap [%0];" :: "l"(&p.out_map[0]) : "memory");
+#endif
     }}
     __syncthreads();
     // a whole tile: its 128 rows in whole 16-row groups of x, its 128 columns in whole groups
@@ -100,7 +111,7 @@ tma_tile(const __grid_constant__ Params p)
     auto issue = [&](long long t, u32 s) {{
         const int r0 = (int)(t % tiles_m) * TILE, c0 = (int)(t / tiles_m) * TILE;
         const u32 bar = sa(&bars[s]);
-        if (!whole(r0, c0)) {{ bar_arrive_tx(bar, 0); return; }}
+        if (!whole(r0, c0) || !TMA_LOADS) {{ bar_arrive_tx(bar, 0); return; }}
         bar_arrive_tx(bar, STAGE_BYTES);
         for (u32 k = 0; k < 16; ++k)
             box_load(ins + s * STAGE_BYTES + k * BOX_BYTES, &p.in_map[0], p.in_x0 + k * N + c0, r0 / 16, bar);
@@ -161,7 +172,7 @@ tma_tile(const __grid_constant__ Params p)
         }}
         __syncthreads();
         if (tid == 0) {{
-            if (w) {{
+            if (w && TMA_STORES) {{
                 const u32 ob = outs + o * STAGE_BYTES;
                 for (u32 k2 = 0; k2 < 16; ++k2)
                     box_store(&p.out_map[0], p.out_x0 + k2 * M + r0, c0 / 16, ob + k2 * BOX_BYTES);
@@ -262,6 +273,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=240.0)
     ap.add_argument("--no-served", action="store_true")
     ap.add_argument("--debug", action="store_true", help="block 0 prints its arguments")
+    ap.add_argument("--without", nargs="*", default=[], help="PREFETCH TMA_LOADS TMA_STORES")
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
 
@@ -280,7 +292,11 @@ def main() -> None:
     kernels = {}
     for st, ost, th, bl in chosen:
         for mode in args.modes:
-            src_text = ("#define TMA_DEBUG 1\n" if args.debug else "") + source(st, ost, th, mode)
+            src_text = (
+                ("#define TMA_DEBUG 1\n" if args.debug else "")
+                + "".join(f"#define {d} 0\n" for d in args.without)
+                + source(st, ost, th, mode)
+            )
             kern = load_source(state.arch, src_text, ["tma_tile"])["tma_tile"]
             drv.allow_dynamic_shared(kern.handle, smem(st, ost), state.ordinal)
             kernels[(st, ost, th, bl, mode)] = kern

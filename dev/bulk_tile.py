@@ -20,9 +20,9 @@ edge ones too, takes the same path (the loads and stores clamped to the matrix).
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
+import struct
+
+from _probe import PTX, arguments, measure
 
 SOURCE = r"""
 #define TM {tm}
@@ -36,28 +36,6 @@ SOURCE = r"""
 #define STORES {stores}
 #define PIECES {pieces}
 #define ISSUERS {issuers}
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-__device__ __forceinline__ u32 sa(const void* p) {{ return (u32)__cvta_generic_to_shared(p); }}
-
-__device__ __forceinline__ void bar_init(u32 bar) {{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(ISSUERS) : "memory");
-}}
-__device__ __forceinline__ void bar_arrive_tx(u32 bar, u32 tx) {{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(tx) : "memory");
-}}
-__device__ __forceinline__ bool bar_try(u32 bar, u32 parity) {{
-    u32 ok;
-    asm volatile("{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }}"
-                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    return ok != 0;
-}}
-__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}}
 
 // the row's place in its stage: rows of a quad group spread over the banks (16-byte steps)
 __device__ __forceinline__ u32 row_base(u32 r) {{ return r * SI + 16u * (((r >> 3) & 3u)); }}
@@ -130,7 +108,7 @@ bulk_tile(const unsigned char* __restrict__ x, unsigned char* __restrict__ y,
     const u32 tid = threadIdx.x, warp = tid >> 5;
     const long long G = gridDim.x;
     if (tid == 0) {{
-        for (u32 s = 0; s < STAGES; ++s) bar_init(bar0 + 8 * s);
+        for (u32 s = 0; s < STAGES; ++s) bar_init(bar0 + 8 * s, ISSUERS);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }}
     __syncthreads();
@@ -253,104 +231,41 @@ def source(tm: int, tw: int, stages: int, threads: int, mode: str = "full") -> s
     si, so, _ = layout(tm, tw, stages)
     flags = {"exchange": 1, "loads": 1, "stores": 1, "pieces": 1, "issuers": 1}
     flags.update(MODES[mode])
-    return SOURCE.format(tm=tm, tw=tw, stages=stages, threads=threads, si=si, so=so, **flags)
-
-
-def parse(case: str) -> tuple[str, tuple[int, int, int]]:
-    name, dims = case.split(":")
-    shape = tuple(int(v) for v in dims.split("x"))
-    return name, (1, *shape) if len(shape) == 2 else shape
+    return PTX + SOURCE.format(tm=tm, tw=tw, stages=stages, threads=threads, si=si, so=so, **flags)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("cases", nargs="+", help="uint8:MxN")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap = arguments(__doc__)
     ap.add_argument("--modes", nargs="+", default=["full"], choices=sorted(MODES))
     ap.add_argument("--variants", nargs="+", type=int, help="indices into VARIANTS")
-    ap.add_argument("--budget", type=float, default=240.0)
-    ap.add_argument("--out", default=".")
     args = ap.parse_args()
-
-    from autotranspose.dispatch.transpose import served
-    from autotranspose.plans.dtypes import element_type
-    from autotranspose.runtime import driver as drv
-    from autotranspose.runtime.compiler import activate, load_source
-    from autotranspose.runtime.launch import make_launch
-    from autotranspose.tuner.measure import Bench
-
-    state = activate(0)
-    sms = state.info.multiprocessors
-    print(state.info, flush=True)
-    kernels = {}
     chosen = [VARIANTS[i] for i in args.variants] if args.variants else VARIANTS
-    for tm, tw, st, th, bl in chosen:
-        for mode in args.modes:
-            kernels[(tm, tw, st, th, bl, mode)] = load_source(
-                state.arch, source(tm, tw, st, th, mode), ["bulk_tile"]
-            )["bulk_tile"]
 
-    def bulk_launch(key, m: int, n: int):
-        tm, tw, st, th, bl, _ex = key
-        kern = kernels[key]
-        smem = layout(tm, tw, st)[2]
-        drv.allow_dynamic_shared(kern.handle, smem, state.ordinal)
-        tiles_m = -(-m // tm)
-        tiles = tiles_m * -(-n // tw)
-        grid = (min(tiles, sms * bl), 1, 1)
-        la = drv.launch_args(kern.handle, grid, (th, 1, 1), smem)
-        import struct
+    def runs_for(state, bench, m: int, n: int) -> list:
+        from autotranspose.runtime import driver as drv
+        from autotranspose.runtime.compiler import load_source
 
-        tail = struct.pack("qqqq", m, n, tiles_m, tiles)
+        runs = []
+        for tm, tw, st, th, bl in chosen:
+            tiles_m = -(-m // tm)
+            tiles = tiles_m * -(-n // tw)
+            grid = (min(tiles, state.info.multiprocessors * bl), 1, 1)
+            smem = layout(tm, tw, st)[2]
+            tail = struct.pack("qqqq", m, n, tiles_m, tiles)
+            for mode in args.modes:
+                kern = load_source(state.arch, source(tm, tw, st, th, mode), ["bulk_tile"])
+                handle = kern["bulk_tile"].handle
+                drv.allow_dynamic_shared(handle, smem, state.ordinal)
+                la = drv.launch_args(handle, grid, (th, 1, 1), smem)
 
-        def run(src: int, dst: int, stream=None) -> None:
-            drv.launch(la, stream, struct.pack("PP", src, dst) + tail)
+                def run(src: int, dst: int, stream=None, la=la, tail=tail) -> None:
+                    drv.launch(la, stream, struct.pack("PP", src, dst) + tail)
 
-        return run
-
-    start, log = time.time(), []
-    for case in args.cases:
-        if time.time() - start > args.budget:
-            print(f"budget spent: {case} and later not measured", flush=True)
-            break
-        name, shape = parse(case)
-        et = element_type(name)
-        if et.size != 1:
-            print(f"{case}: 1-byte elements only", flush=True)
-            continue
-        b, m, n = shape
-        bench = Bench(state, 1, shape)
-        try:
-            choice = served(state, et, shape, *bench.pointers(0))
-            cfg = choice.config
-            srv = make_launch(state, cfg, b, m, n, n, m, m * n, m * n)
-            runs = [("served " + cfg.key, srv, True)]
-            for key in kernels:
-                tm, tw, st, th, bl, mode = key
                 label = f"bulk {tm}x{tw} s{st} t{th} b{bl} {mode}"
-                runs.append((label, bulk_launch(key, m, n), mode in ("full", "issuers4")))
-            problems = {lab: bench.check(fn) if chk else None for lab, fn, chk in runs}
-            print(f"=== {case} ({m * n / 1e6:.1f} MB)", flush=True)
-            for rnd in range(args.rounds):
-                copy_s = bench.copy_time(repeats=args.repeats)
-                for lab, fn, _chk in runs:
-                    if problems[lab]:
-                        if rnd == 0:
-                            print(f"     -   {lab}: {problems[lab]}", flush=True)
-                        continue
-                    secs = bench.time(fn, repeats=args.repeats)
-                    pct = 100 * copy_s / secs
-                    log.append({"case": case, "what": lab, "round": rnd, "pct": pct,
-                                "us": secs * 1e6})  # fmt: skip
-                    print(f"  {pct:6.1f}%  {secs * 1e6:9.1f} us  {lab}", flush=True)
-        except Exception as exc:  # a case that fails is a row, not a lost run
-            print(f"  FAILED {case}: {type(exc).__name__}: {exc}"[:600], flush=True)
-        finally:
-            bench.close()
-    with open(f"{args.out}/bulk_tile.json", "w") as f:
-        json.dump(log, f)
-    print(f"done in {time.time() - start:.0f} s", flush=True)
+                runs.append((label, run, mode in ("full", "issuers4")))
+        return runs
+
+    measure(args, "bulk_tile", runs_for)
 
 
 if __name__ == "__main__":

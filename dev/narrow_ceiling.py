@@ -17,6 +17,8 @@ import argparse
 import json
 import time
 
+from _probe import parse, within_budget
+
 # byte-permute tiles forced per element size (tile_m x tile_n elements, per_thread): the served
 # ones and the widest the kind runs. The 1-byte 256x256 tile (148 KiB, one block an SM) and its
 # prefetching walk were measured with this tool and not kept (docs/perf-notes.md, "Wider
@@ -27,12 +29,6 @@ TILES = {
 }
 # pattern-only geometries: output window bytes x input segment bytes
 GEOMETRIES = ((128, 256), (256, 256), (256, 512), (512, 256), (512, 512), (1024, 1024))
-
-
-def parse(case: str) -> tuple[str, tuple[int, int, int]]:
-    name, dims = case.split(":")
-    shape = tuple(int(v) for v in dims.split("x"))
-    return name, (1, *shape) if len(shape) == 2 else shape
 
 
 def geometry(s: int, shape: tuple[int, int, int], window: int, segment: int):
@@ -122,11 +118,7 @@ def main() -> None:
     state = activate(0)
     print(state.info, flush=True)
     start, log = time.time(), []
-    for case in args.cases:
-        if time.time() - start > args.budget:
-            print(f"budget spent: {case} and later not measured", flush=True)
-            break
-        name, shape = parse(case)
+    for case, name, shape in within_budget(args.cases, args.budget, start):
         et = element_type(name)
         s = et.size
         bench = Bench(state, s, shape)

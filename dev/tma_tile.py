@@ -18,13 +18,10 @@ bound the kernel at 17-28% of a copy. Here a tile is 32 tensor copies issued by 
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import json
 import struct
-import time
 
-import numpy as np
+from _probe import PTX, arguments, measure
 
 SOURCE = r"""
 #include <cstdio>
@@ -49,23 +46,6 @@ SOURCE = r"""
 #define BOX_BYTES 1024            // 8 rows of 128 bytes: one class's part of a tile
 #define STAGE_BYTES 16384         // 16 classes
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-__device__ __forceinline__ u32 sa(const void* p) {{ return (u32)__cvta_generic_to_shared(p); }}
-
-__device__ __forceinline__ void bar_init(u32 bar) {{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
-}}
-__device__ __forceinline__ void bar_arrive_tx(u32 bar, u32 tx) {{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(tx) : "memory");
-}}
-__device__ __forceinline__ bool bar_try(u32 bar, u32 parity) {{
-    u32 ok;
-    asm volatile("{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }}"
-                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    return ok != 0;
-}}
 __device__ __forceinline__ void box_load(u32 dst, const void* map, int x, int y, u32 bar) {{
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{%2, %3}}], [%4];"
                  :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
@@ -101,7 +81,7 @@ tma_tile(const __grid_constant__ Params p)
                p.in_x0, p.out_x0, (int)gridDim.x);
 #endif
     if (tid == 0) {{
-        for (u32 s = 0; s < STAGES; ++s) bar_init(sa(&bars[s]));
+        for (u32 s = 0; s < STAGES; ++s) bar_init(sa(&bars[s]), 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #if PREFETCH
         asm volatile("prefetch.tensormap [%0];" :: "l"(&p.in_map[0]) : "memory");
@@ -200,7 +180,7 @@ def smem(stages: int, out_stages: int) -> int:
 
 
 def source(stages: int, out_stages: int, threads: int, mode: str) -> str:
-    return SOURCE.format(
+    return PTX + SOURCE.format(
         stages=stages, out_stages=out_stages, threads=threads, exchange=MODES[mode]
     )
 
@@ -261,127 +241,74 @@ def params(fn, src: int, dst: int, m: int, n: int, tiles_m: int, tiles: int) -> 
     return body + b"\0" * (-len(body) % 64)
 
 
-def parse(case: str) -> tuple[str, tuple[int, int, int]]:
-    name, dims = case.split(":")
-    shape = tuple(int(v) for v in dims.split("x"))
-    return name, (1, *shape) if len(shape) == 2 else shape
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("cases", nargs="+", help="uint8:MxN (M, N >= 16)")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap = arguments(__doc__)
     ap.add_argument("--modes", nargs="+", default=["full"], choices=sorted(MODES))
     ap.add_argument("--variants", nargs="+", type=int, help="indices into VARIANTS")
-    ap.add_argument("--budget", type=float, default=240.0)
-    ap.add_argument("--no-served", action="store_true")
     ap.add_argument("--debug", action="store_true", help="block 0 prints its arguments")
     ap.add_argument("--without", nargs="*", default=[], help="PREFETCH TMA_LOADS TMA_STORES")
     ap.add_argument(
         "--aligned-pattern",
         action="store_true",
         help="box starts rounded down to 16 bytes (TMA faults on others): the traffic of a "
-        "design that loads each class's 16-byte cover, not its output",
+        "design that loads each class's 16-byte cover, not its output (unchecked)",
     )
-    ap.add_argument("--out", default=".")
     args = ap.parse_args()
-
-    from autotranspose.dispatch.transpose import served
-    from autotranspose.plans.dtypes import element_type
-    from autotranspose.runtime import driver as drv
-    from autotranspose.runtime.compiler import activate, load_source
-    from autotranspose.runtime.launch import make_launch
-    from autotranspose.tuner.measure import Bench
-
-    state = activate(0)
-    sms = state.info.multiprocessors
-    enc = _encoder()
-    launch_kernel = _launcher()
     chosen = [VARIANTS[i] for i in args.variants] if args.variants else VARIANTS
-    kernels = {}
-    for st, ost, th, bl in chosen:
-        for mode in args.modes:
-            src_text = (
-                ("#define TMA_DEBUG 1\n" if args.debug else "")
-                + ("#define ALIGN_BOXES 1\n" if args.aligned_pattern else "")
-                + "".join(f"#define {d} 0\n" for d in args.without)
-                + source(st, ost, th, mode)
+    enc, launch_kernel = _encoder(), _launcher()
+    head = (
+        ("#define TMA_DEBUG 1\n" if args.debug else "")
+        + ("#define ALIGN_BOXES 1\n" if args.aligned_pattern else "")
+        + "".join(f"#define {d} 0\n" for d in args.without)
+    )
+
+    def runs_for(state, bench, m: int, n: int) -> list:
+        from autotranspose.runtime import driver as drv
+        from autotranspose.runtime.compiler import load_source
+
+        tiles_m = -(-m // 128)
+        tiles = tiles_m * -(-n // 128)
+        # each rotating buffer set's argument block, kept alive beside its kernelParams:
+        # by kernelParams, not `extra`, since the argument is 64-byte aligned and the
+        # driver places it in the parameter bank itself (a raw block lands 48 bytes early)
+        blocks = {}
+        for k in range(bench.sets):
+            src, dst = bench.pointers(k)
+            buf = ctypes.create_string_buffer(params(enc, src, dst, m, n, tiles_m, tiles))
+            blocks[(src, dst)] = (buf, (ctypes.c_void_p * 1)(ctypes.addressof(buf)))
+        runs = []
+        for st, ost, th, bl in chosen:
+            grid, block, shared = (
+                (min(tiles, state.info.multiprocessors * bl), 1, 1),
+                (th, 1, 1),
+                smem(st, ost),
             )
-            kern = load_source(state.arch, src_text, ["tma_tile"])["tma_tile"]
-            drv.allow_dynamic_shared(kern.handle, smem(st, ost), state.ordinal)
-            kernels[(st, ost, th, bl, mode)] = kern
+            for mode in args.modes:
+                kern = load_source(state.arch, head + source(st, ost, th, mode), ["tma_tile"])
+                handle = kern["tma_tile"].handle
+                drv.allow_dynamic_shared(handle, shared, state.ordinal)
 
-    start, log = time.time(), []
-    for case in args.cases:
-        if time.time() - start > args.budget:
-            print(f"budget spent: {case} and later not measured", flush=True)
-            break
-        name, shape = parse(case)
-        b, m, n = shape
-        et = element_type(name)
-        bench = Bench(state, 1, shape)
-        try:
-            tiles_m = -(-m // 128)
-            tiles = tiles_m * -(-n // 128)
-            blobs = {}  # (src, dst) -> the kernel's argument block
-            for kset in range(bench.sets):
-                src, dst = bench.pointers(kset)
-                blobs[(src, dst)] = params(enc, src, dst, m, n, tiles_m, tiles)
-
-            def launcher(key):
-                st, ost, th, bl, _mode = key
-                grid, block = (min(tiles, sms * bl), 1, 1), (th, 1, 1)
-                # by kernelParams, not `extra`: the argument is 64-byte aligned, and the driver
-                # places it in the parameter bank itself (a raw block would land 48 bytes early)
-                handle, shared = kernels[key].handle, smem(st, ost)
-                keep = {}
-                for sd, data in blobs.items():
-                    buf = ctypes.create_string_buffer(data, len(data))
-                    keep[sd] = (buf, (ctypes.c_void_p * 1)(ctypes.addressof(buf)))
-
-                def run(src: int, dst: int, stream=None) -> None:
-                    arr = keep[(src, dst)][1]
+                def run(
+                    src: int,
+                    dst: int,
+                    stream=None,
+                    handle=handle,
+                    grid=grid,
+                    shared=shared,
+                    block=block,
+                ) -> None:
+                    arr = blocks[(src, dst)][1]
                     err = launch_kernel(
                         handle, *grid, *block, shared, stream, ctypes.addressof(arr), None
                     )
                     if err:
                         raise RuntimeError(f"cuLaunchKernel failed ({err})")
 
-                return run
+                label = f"tma s{st} o{ost} t{th} b{bl} {mode}"
+                runs.append((label, run, mode == "full" and not args.aligned_pattern))
+        return runs
 
-            runs = []
-            if not args.no_served:
-                cfg = served(state, et, shape, *bench.pointers(0)).config
-                srv = make_launch(state, cfg, b, m, n, n, m, m * n, m * n)
-                runs.append(("served " + cfg.key, srv, True))
-            for key in kernels:
-                st, ost, th, bl, mode = key
-                runs.append((f"tma s{st} o{ost} t{th} b{bl} {mode}", launcher(key), mode == "full"))
-            if args.debug:
-                print("host pointers", [hex(v) for v in bench.pointers(0)], flush=True)
-            checked = not args.aligned_pattern
-            problems = {lab: bench.check(fn) if chk and checked else None for lab, fn, chk in runs}
-            print(f"=== {case} ({m * n / 1e6:.1f} MB)", flush=True)
-            for rnd in range(args.rounds):
-                copy_s = bench.copy_time(repeats=args.repeats)
-                for lab, fn, _chk in runs:
-                    if problems[lab]:
-                        if rnd == 0:
-                            print(f"     -   {lab}: {problems[lab]}", flush=True)
-                        continue
-                    secs = bench.time(fn, repeats=args.repeats)
-                    pct = 100 * copy_s / secs
-                    log.append({"case": case, "what": lab, "round": rnd, "pct": pct,
-                                "us": secs * 1e6})  # fmt: skip
-                    print(f"  {pct:6.1f}%  {secs * 1e6:9.1f} us  {lab}", flush=True)
-        except Exception as exc:  # a case that fails is a row, not a lost run
-            print(f"  FAILED {case}: {type(exc).__name__}: {exc}"[:600], flush=True)
-        finally:
-            bench.close()
-    with open(f"{args.out}/tma_tile.json", "w") as f:
-        json.dump(log, f)
-    print(f"done in {time.time() - start:.0f} s", flush=True)
+    measure(args, "tma_tile", runs_for)
 
 
 if __name__ == "__main__":

@@ -939,7 +939,8 @@ def test_lookup_axes_of_a_realigned_row_copy_names_its_kernel(tmp_path: Path) ->
     )
     assert rc == 0, err
     assert "rows of 21 bytes realigned into 16-byte words (runs of 87696 bytes" in out
-    assert "a first call also times: copy 232 x 11618 rows of 21 bytes (21 1-byte words" in out
+    # the word copy, its rows along the output's side-by-side 18
+    assert "a first call also times: copy 11618 x 18 rows of 21 bytes (21 1-byte words" in out
     assert out.splitlines()[-1] == "kernel  at_copy_runs"
     rc, src, _ = run(
         "lookup", "--shape", "11618x18x232x21", "--axes", "0,2,1,3", "--dtype", "uint8", "--source"

@@ -458,7 +458,9 @@ def test_random_layouts_without_a_stride_one_axis_match_numpy(nd: int, e: int):
             assert p.case == STRIDED and p.passes[0].kind == GATHER and not p.alternatives
             assert p.passes[0].dims == p.dims
         cases[p.case] += 1
-    assert cases[STRIDED] >= 10, cases
+    # enough of them strided to mean something; at least 10 of 20 failed about one seed in
+    # 300 for 1-D layouts, whose side is 1 (a copy) a fifth of the time
+    assert cases[STRIDED] >= 5, (SEED, cases)
 
 
 def test_a_strided_vector_and_a_broadcast_scalar_are_gathers():

@@ -527,6 +527,13 @@ def test_row_copies_run_along_the_outputs_side_by_side_rows(no_gather, shape, ax
     assert sorted((q.m, q.batch)) == sorted(d.extent for d in rows)[-2:], p.describe()
 
 
+def test_a_row_copys_batch_stays_within_32_bits():
+    """The output's side-by-side rows (3) are not the row copy's m where its batch would
+    then be the 2**32 rows: the row kernel's batch is 32-bit (plan only, nothing allocated)."""
+    (q,) = plan_permute((3, 5, 2**32, 40), (2, 1, 0, 3), 1).passes
+    assert q.kind == COPY and (q.m, q.batch) == (2**32, 5), q.describe()
+
+
 @pytest.mark.parametrize("case", range(40))
 def test_random_row_copies_walk_along_the_outputs_side_by_side_rows(case: int):
     """Random permutes that keep the innermost axis (sides under 40, so every dim of rows

@@ -615,7 +615,7 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
     walks four dims of rows (m, batch, and outer and outer2 over blockIdx.z: the largest ones
     that fit); any others are host loops. m (the one a block's rows run along) is the dim
     whose rows lie side by side in the output where there is one and taking it leaves no
-    more host loops, else the larger of the two largest."""
+    more host loops and a batch within 32 bits, else the larger of the two largest."""
     strides = [s * eb for d in rows for s in (d.in_stride, d.out_stride)]
     w = next(
         w
@@ -627,19 +627,19 @@ def _copy(rows: list[Dim], row_bytes: int, eb: int, in_ptr: int, out_ptr: int) -
     m, rest = _largest(words)
     if m is None:
         return Pass(COPY, w, 1, n, n, n, 1, n, n)
-    b, loops = _largest(rest)
-    if b is not None and b.out_stride == n and m.out_stride != n and m.extent < 2**32:
-        m, b = b, m  # the same two dims walked, so the same launches (at ROWS_MAX_OUTER)
-    o, o2, loops = _walked(loops, ROWS_MAX_OUTER)
+    b, rest = _largest(rest)
+    o, o2, loops = _walked(rest, ROWS_MAX_OUTER)
     side = next((d for d in words if d.out_stride == n and d.extent > 1), None)
-    if side is not None and m is not side and b is not side and side.extent < 2**32:
+    if side is not None and side is not m:
         # the rows the output lays side by side walked by m, so that a block's consecutive
-        # rows store one run, where that takes no more host loops. Walking the two largest
-        # dims instead stored each row alone, cut sectors at both ends (H200: int16
-        # 99x266x27x3x2x108 by (3,1,4,0,2,5), 216-byte rows, 42% of a copy, now 78%)
+        # rows store one run, where that takes no more host loops and the batch (the largest
+        # other dim) fits the kernel's 32 bits. Walking the two largest dims instead stored
+        # each row alone, cut sectors at both ends (H200: int16 99x266x27x3x2x108 by
+        # (3,1,4,0,2,5), 216-byte rows, 42% of a copy, now 78%)
         b2, rest2 = _largest([d for d in words if d is not side])
         o_2, o2_2, loops2 = _walked(rest2, ROWS_MAX_OUTER)
-        if math.prod(d.extent for d in loops2) <= math.prod(d.extent for d in loops):
+        fits = b2 is None or b2.extent < 2**32
+        if fits and math.prod(d.extent for d in loops2) <= math.prod(d.extent for d in loops):
             m, b, o, o2, loops = side, b2, o_2, o2_2, loops2
     return Pass(
         COPY,

@@ -45,6 +45,7 @@ from autotranspose.plans.boxes import (
     Dim,
     packed_box,
     packed_runs,
+    whole_box,
 )
 from autotranspose.plans.permute import PACKED, PACKED_BIG_ELEMS, Pass, can_pipeline, plan_permute
 from autotranspose.runtime.compiler import source_resources
@@ -262,6 +263,64 @@ def test_the_walk_moves_what_np_transpose_moves(e: int, seed: int, min_elems: in
         checked += 1
     assert checked >= 10
     assert paths.get("table", 0) > 0, paths  # whole boxes of up to 16 elements a thread
+
+
+@pytest.mark.parametrize("e", SIZES)
+@pytest.mark.parametrize("seed", range(3))
+def test_a_whole_box_divides_every_extent_and_moves_what_np_transpose_moves(e: int, seed: int):
+    """Random permutes in `whole_box`'s box: it divides every extent (no box is cut at an
+    edge, so every box takes the table path where its elements fit one), fits the kernels'
+    shared memory, has runs of whole sectors on both sides, and every output element is
+    written once, from the input element np.transpose puts there."""
+    rng = np.random.default_rng([seed, e, 6262])
+    checked, paths = 0, {}
+    for _ in range(40):
+        shape, axes = _random_problem(rng, e)
+        dims = plan_permute(shape, axes, e).dims
+        box = whole_box(dims, e) if len(dims) <= MAX_GRID_DIMS else None
+        if box is None:
+            continue
+        assert all(d.extent % b == 0 for d, b in zip(dims, box, strict=True)), box
+        assert math.prod(box) * e <= PACKED_MAX_BYTES
+        assert min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
+        assert sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
+        x = rng.integers(0, 2**62, math.prod(shape), dtype=np.int64)
+        out = np.full(x.size, -1, dtype=np.int64)
+        written = model(packed_args(e, dims, box), x, out, paths)
+        want = np.transpose(x.reshape(shape), axes).ravel()
+        assert (written == 1).all(), f"{shape} by {axes} in boxes {box}"
+        assert np.array_equal(out, want), f"{shape} by {axes} in boxes {box}"
+        checked += 1
+    assert checked >= 8, checked
+
+
+@pytest.mark.parametrize(
+    "dims, e, box",
+    [
+        # float64 3x33x5478x2x63 by (4,2,0,3,1): packed_box takes 32 of 63 and of 33
+        (
+            [
+                Dim(63, 1, 1084644),
+                Dim(5478, 126, 198),
+                Dim(3, 22777524, 66),
+                Dim(2, 63, 33),
+                Dim(33, 690228, 1),
+            ],
+            8,
+            (63, 1, 1, 1, 33),
+        ),
+        # int16 2x665960x9x8 by (3,1,0,2): 8 of 665960 divides it already
+        (
+            [Dim(8, 1, 11987280), Dim(665960, 72, 18), Dim(2, 47949120, 9), Dim(9, 8, 1)],
+            2,
+            (8, 8, 2, 9),
+        ),
+    ],
+)
+def test_a_whole_box_of_odd_extents(dims: list[Dim], e: int, box: tuple[int, ...]):
+    assert whole_box(dims, e) == box
+    cut = packed_box(dims, e)
+    assert cut is not None and math.prod(cut) * e <= PACKED_MAX_BYTES
 
 
 @pytest.mark.parametrize("e", [1, 2])

@@ -47,10 +47,12 @@ from .boxes import (
     VECTOR_MAX_CONFLICTS as VECTOR_MAX_CONFLICTS,
     VECTOR_SCATTER_MAX_CHUNK as VECTOR_SCATTER_MAX_CHUNK,
     Dim,
+    edge_cut,
     packed_box,
     packed_runs,
     pipeline_fits,
     vector_box,
+    whole_box,
 )
 from .dtypes import ELEMENT_SIZES
 from .layout import MAX_NDIM, _check_layout, _shape, _strides, normalize_axes
@@ -394,15 +396,21 @@ def _distinct(chosen: Pass, found: Iterable[Pass | None]) -> tuple[Pass, ...]:
     return tuple(picked)
 
 
-def one_launch(p: Pass, kind: str, min_elems: int | None = None) -> Pass | None:
+def one_launch(
+    p: Pass, kind: str, min_elems: int | None = None, *, whole: bool = False
+) -> Pass | None:
     """`p`'s whole problem as one launch of `kind` (PACKED: in `packed_box`'s box for
-    `min_elems`), or None where that kernel cannot take it."""
+    `min_elems`, or with `whole` in `whole_box`'s, which no edge cuts), or None where that
+    kernel cannot take it."""
     problem = p.problem()
     if not 1 <= len(problem) <= MAX_NDIM or any(d.extent > GATHER_MAX_EXTENT for d in problem):
         return None
     box: tuple[int, ...] | None = ()
     if kind == PACKED:
-        box = packed_box(problem, p.elem_bytes, min_elems)
+        if whole:
+            box = whole_box(problem, p.elem_bytes)
+        else:
+            box = packed_box(problem, p.elem_bytes, min_elems)
         if box is None:
             return None
     total = math.prod(d.extent for d in problem)
@@ -427,6 +435,7 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         if can_pipeline(chosen):
             found.append(dataclasses.replace(chosen, pipelined=True))
         found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
+        found.append(_whole(chosen))
         if e <= 2:
             found.append(one_launch(chosen, PACKED, PACKED_WORDS_BYTES // e))
         if (batched.loops or narrow_batch(batched)) and batched.launches <= ALT_MAX_LAUNCHES:
@@ -438,11 +447,20 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         row = batched.n * batched.elem_bytes
         if row < ALT_ROW_BYTES:
             found += [one_launch(batched, PACKED), one_launch(batched, PACKED, PACKED_BIG_ELEMS)]
+            found.append(_whole(batched))
         if row < ALT_GATHER_ROW_BYTES:
             found.append(one_launch(batched, GATHER))
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
         found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
+        found.append(_whole(chosen))
     return _distinct(chosen, found)
+
+
+def _whole(p: Pass) -> Pass | None:
+    """`p`'s problem as one packed launch in a box that no edge cuts (`whole_box`), where
+    `packed_box`'s box leaves cut boxes at an edge; else None (nothing more to race)."""
+    box = packed_box(p.problem(), p.elem_bytes)
+    return one_launch(p, PACKED, whole=True) if box and edge_cut(p.problem(), box) else None
 
 
 def narrow_batch(p: Pass) -> bool:

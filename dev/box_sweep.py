@@ -1,0 +1,153 @@
+"""Time a permute's boxes (device only): the packed and vector boxes a permute could be moved
+in, beside what permute() serves and `torch.compile`, each checked bit-exact against
+np.transpose and timed as `bench --random-permute` times (rotated buffers, % of a
+device-to-device copy of the same bytes), in one process:
+
+    python3 dev/box_sweep.py [--max-kb 48] float64:3x33x5478x2x63:4,2,0,3,1 ...
+
+The boxes: for each run target (PACKED_RUN_BYTES), the box grown along both sides'
+contiguous chains (`boxes._grow`), and each dim it takes in part also at the largest divisor
+of its extent under that part and whole (as `vector_box` tries them), up to --max-kb of
+shared memory (the packed kernels' own limit is raised for this process); each box through
+the packed kernel (and the pipelined one where it fits), and through the vector box where
+both sides take vectors. What it is for: which box a tail permute wants, before a rule for
+the planner's candidates is written (docs/perf-notes.md, "Permute: boxes")."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import itertools
+import math
+import sys
+
+
+def boxes(dims, e: int, max_bytes: int) -> list[tuple[int, ...]]:
+    from autotranspose.plans.boxes import PACKED_RUN_BYTES, _chain, _divisor_under, _grow
+
+    chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
+    if not all(chains):
+        return []
+    found: list[tuple[int, ...]] = []
+    for target in PACKED_RUN_BYTES:
+        grown = [1] * len(dims)
+        for chain in chains:
+            _grow(dims, chain, grown, -(-target // e))
+        cut = [k for k, d in enumerate(dims) if d.extent % grown[k]]
+        options = [
+            sorted({grown[k], _divisor_under(dims[k].extent, grown[k]), dims[k].extent})
+            for k in cut
+        ]
+        for choice in itertools.product(*options):
+            box = list(grown)
+            for k, b in zip(cut, choice, strict=True):
+                box[k] = b
+            if math.prod(box) * e <= max_bytes and tuple(box) not in found:
+                found.append(tuple(box))
+        if math.prod(grown) * e > max_bytes:
+            break
+    return found
+
+
+def _timed(bench, check, copy_s: float, repeat: int, fn, what: str) -> None:
+    """Check `fn` bit-exact, then print its time as % of the copy's."""
+    try:
+        problem = check(fn, bench.ALL_BITS)
+    except Exception as exc:  # a box the kernels refuse
+        problem = f"{type(exc).__name__}: {exc}"[:160]
+    if problem:
+        print(f"  {what}: {problem}", flush=True)
+        return
+    t = bench.time(fn, repeats=repeat)
+    print(f"  {100 * copy_s / t:6.1f}  {what}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="+", help="dtype:shape:axes, e.g. int16:2x665960x9x8:3,1,0,2")
+    ap.add_argument("--max-kb", type=int, default=48)
+    ap.add_argument("--most", type=int, default=14, help="boxes a case at most (the largest)")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+
+    import numpy as np
+
+    import autotranspose.kernels.packed as packed_kernels
+    from autotranspose.bench.peers import ServedSteps, permute_peers
+    from autotranspose.bench.runners import PermuteCheck
+    from autotranspose.dispatch.permute import build
+    from autotranspose.plans.boxes import (
+        PACKED_MIN_RUN_BYTES,
+        VECTOR_MAX_SMEM_BYTES,
+        VECTOR_TABLE_BYTES,
+        gather_conflicts,
+        packed_runs,
+        pipeline_fits,
+        vector_widths,
+    )
+    from autotranspose.plans.dtypes import element_type
+    from autotranspose.plans.layout import contiguous_strides
+    from autotranspose.plans.permute import PACKED, Pass, plan_permute
+    from autotranspose.runtime.compiler import activate
+    from autotranspose.tuner.measure import Bench
+
+    packed_kernels.PACKED_MAX_BYTES = args.max_kb << 10
+    state = activate(0)
+    for case in args.cases:
+        dtype, shape_t, axes_t = case.split(":")
+        shape = tuple(int(v) for v in shape_t.split("x"))
+        axes = tuple(int(v) for v in axes_t.split(","))
+        e = element_type(dtype).size
+        total = int(np.prod(shape))
+        bench = Bench(state, e, (1, 1, total))
+        try:
+            check = PermuteCheck(bench, shape, axes, dtype)
+            copy_s = bench.copy_time(repeats=args.repeat)
+
+            timed = functools.partial(_timed, bench, check, copy_s, args.repeat)
+
+            print(f"{case} ({total * e >> 20} MB)", flush=True)
+            peers = permute_peers(bench, shape, axes, dtype)
+            for peer in ("autotranspose", "compile"):
+                fn, note = peers.get(peer, (None, "-"))
+                if fn is not None:
+                    timed(fn, f"{peer}: {note[:100]}")
+            src0, dst0 = bench.pointers(0)
+            plan = plan_permute(shape, axes, e, contiguous_strides(shape), None,
+                                in_ptr=src0, out_ptr=dst0)  # fmt: skip
+            dims = plan.passes[0].problem()
+            cands = boxes(dims, e, args.max_kb << 10)
+            cands = sorted(cands, key=math.prod)[-args.most :]
+            total_elems = math.prod(d.extent for d in dims)
+            for box in cands:
+                runs = packed_runs(dims, box)
+                if min(runs) * e < PACKED_MIN_RUN_BYTES:
+                    continue
+                label = f"box {'x'.join(map(str, box))} ({math.prod(box) * e >> 10} KB, runs {runs[0] * e}/{runs[1] * e} B)"
+                base = Pass(PACKED, e, 1, total_elems, total_elems, total_elems, dims=dims,
+                            box=box)  # fmt: skip
+                variants = [("packed", base)]
+                if pipeline_fits(e, math.prod(box)):
+                    variants.append(("pipelined", dataclasses.replace(base, pipelined=True)))
+                widths = vector_widths(dims, box, e, src0, dst0)
+                smem = math.prod(box) * (e + VECTOR_TABLE_BYTES)
+                if min(widths) >= max(4, 2 * e) and smem <= VECTOR_MAX_SMEM_BYTES:
+                    ways = gather_conflicts(dims, box, e, widths[1])
+                    vbox = dataclasses.replace(base, vectors=widths)
+                    variants.append((f"vbox {widths[0]}/{widths[1]} B, {ways:.1f} ways", vbox))
+                for name, p in variants:
+                    mine = dataclasses.replace(plan, passes=(p,), alternatives=())
+                    try:
+                        steps = build(mine, state, src0, dst0, None, state.ctx)
+                    except Exception as exc:
+                        print(f"  {label} {name}: {type(exc).__name__}: {exc}"[:200], flush=True)
+                        continue
+                    timed(ServedSteps(steps, state.ctx, mine), f"{label} {name}")
+        finally:
+            bench.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

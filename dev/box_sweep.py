@@ -5,49 +5,27 @@ device-to-device copy of the same bytes), in one process:
 
     python3 dev/box_sweep.py [--max-kb 48] float64:3x33x5478x2x63:4,2,0,3,1 ...
 
-The boxes: for each run target (PACKED_RUN_BYTES), the box grown along both sides'
-contiguous chains (`boxes._grow`), and each dim it takes in part also at the largest divisor
-of its extent under that part and whole (as `vector_box` tries them), up to --max-kb of
+The boxes: those the planner's box searches try (`boxes.grown_boxes`: each run target's box
+grown along both sides' contiguous chains, and each dim it takes in part also at the largest
+divisor of its extent under that part and whole), up to --max-kb of
 shared memory (the packed kernels' own limit is raised for this process); each box through
 the packed kernel (and the pipelined one where it fits), and through the vector box where
 both sides take vectors. What it is for: which box a tail permute wants, before a rule for
-the planner's candidates is written (docs/perf-notes.md, "Permute: boxes")."""
+the planner's candidates is written (docs/perf-notes.md, "Permute: choosing a pass on the first call")."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import functools
-import itertools
 import math
 import sys
 
 
 def boxes(dims, e: int, max_bytes: int) -> list[tuple[int, ...]]:
-    from autotranspose.plans.boxes import PACKED_RUN_BYTES, _chain, _divisor_under, _grow
+    from autotranspose.plans.boxes import grown_boxes
 
-    chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
-    if not all(chains):
-        return []
-    found: list[tuple[int, ...]] = []
-    for target in PACKED_RUN_BYTES:
-        grown = [1] * len(dims)
-        for chain in chains:
-            _grow(dims, chain, grown, -(-target // e))
-        cut = [k for k, d in enumerate(dims) if d.extent % grown[k]]
-        options = [
-            sorted({grown[k], _divisor_under(dims[k].extent, grown[k]), dims[k].extent})
-            for k in cut
-        ]
-        for choice in itertools.product(*options):
-            box = list(grown)
-            for k, b in zip(cut, choice, strict=True):
-                box[k] = b
-            if math.prod(box) * e <= max_bytes and tuple(box) not in found:
-                found.append(tuple(box))
-        if math.prod(grown) * e > max_bytes:
-            break
-    return found
+    return list(grown_boxes(dims, e, max_bytes // e))
 
 
 def _timed(bench, check, copy_s: float, repeat: int, fn, what: str) -> None:
@@ -117,6 +95,7 @@ def main() -> int:
             plan = plan_permute(shape, axes, e, contiguous_strides(shape), None,
                                 in_ptr=src0, out_ptr=dst0)  # fmt: skip
             dims = plan.passes[0].problem()
+            e = plan.passes[0].elem_bytes  # a row copy's problem is in words, not elements
             cands = boxes(dims, e, args.max_kb << 10)
             cands = sorted(cands, key=math.prod)[-args.most :]
             total_elems = math.prod(d.extent for d in dims)

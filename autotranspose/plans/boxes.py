@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 # - the kernel counts each dim's index in 32 bits (a digit plus a step digit plus a carry must
@@ -221,57 +221,37 @@ def vector_box(
         return None
     cap = VECTOR_MAX_SMEM_BYTES // (e + VECTOR_TABLE_BYTES)
     best, best_key = None, None
-    seen: set[tuple[int, ...]] = set()
-    for target in PACKED_RUN_BYTES:
-        grown = [1] * len(dims)
-        for chain in chains:
-            _grow(dims, chain, grown, -(-target // e))
-        if math.prod(grown) > cap:
-            break
-        cut = [k for k, d in enumerate(dims) if d.extent % grown[k]]
-        options = [
-            sorted({grown[k], _divisor_under(dims[k].extent, grown[k]), dims[k].extent})
-            for k in cut
-        ]
-        for choice in itertools.product(*options):
-            box = list(grown)
-            for k, b in zip(cut, choice, strict=True):
-                box[k] = b
-            volume = math.prod(box)
-            if tuple(box) in seen or volume > cap:
-                continue
-            seen.add(tuple(box))
-            widths = vector_widths(dims, box, e, in_ptr, out_ptr)
-            tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, box, strict=True))
-            if not (
-                volume * e >= VECTOR_MIN_BOX_BYTES
-                and min(widths) >= max(VECTOR_MIN_BYTES, 2 * e)
-                and min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
-                and sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
-                and tiles <= PACKED_MAX_TILES
-                and all(-(-volume * e // w) <= VECTOR_MAX_STEPS * VECTOR_THREADS for w in widths)
-            ):
-                continue
-            conflicts = gather_conflicts(dims, box, e, widths[1])
-            scatter, loads = scatter_chunk(dims, box, e, widths[0]) if conflicts > 1 else (0, 0)
-            if scatter:
-                widths, conflicts = (loads, widths[1]), 1.0
-            elif conflicts > VECTOR_MAX_CONFLICTS:
-                continue
-            whole = math.prod(
-                d.extent // b / -(-d.extent // b) for d, b in zip(dims, box, strict=True)
-            )
-            key = (
-                whole >= VECTOR_MIN_WHOLE,
-                min(widths),
-                min(volume * e, VECTOR_GOOD_BOX_BYTES),
-                whole,
-                min(min(packed_runs(dims, box)) * e, VECTOR_GOOD_RUN_BYTES),
-                -conflicts,
-                -volume,
-            )
-            if best_key is None or key > best_key:
-                best, best_key = (tuple(box), widths, scatter), key
+    for box in grown_boxes(dims, e, cap):
+        volume = math.prod(box)
+        widths = vector_widths(dims, box, e, in_ptr, out_ptr)
+        tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, box, strict=True))
+        if not (
+            volume * e >= VECTOR_MIN_BOX_BYTES
+            and min(widths) >= max(VECTOR_MIN_BYTES, 2 * e)
+            and min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
+            and sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
+            and tiles <= PACKED_MAX_TILES
+            and all(-(-volume * e // w) <= VECTOR_MAX_STEPS * VECTOR_THREADS for w in widths)
+        ):
+            continue
+        conflicts = gather_conflicts(dims, box, e, widths[1])
+        scatter, loads = scatter_chunk(dims, box, e, widths[0]) if conflicts > 1 else (0, 0)
+        if scatter:
+            widths, conflicts = (loads, widths[1]), 1.0
+        elif conflicts > VECTOR_MAX_CONFLICTS:
+            continue
+        whole = math.prod(d.extent // b / -(-d.extent // b) for d, b in zip(dims, box, strict=True))
+        key = (
+            whole >= VECTOR_MIN_WHOLE,
+            min(widths),
+            min(volume * e, VECTOR_GOOD_BOX_BYTES),
+            whole,
+            min(min(packed_runs(dims, box)) * e, VECTOR_GOOD_RUN_BYTES),
+            -conflicts,
+            -volume,
+        )
+        if best_key is None or key > best_key:
+            best, best_key = (tuple(box), widths, scatter), key
     return best
 
 
@@ -425,6 +405,36 @@ def packed_runs(dims: Sequence[Dim], box: Sequence[int]) -> tuple[int, int]:
     return runs[0], runs[1]
 
 
+def grown_boxes(
+    dims: Sequence[Dim], elem_bytes: int, cap: int, *, stop: bool = True
+) -> Iterator[tuple[int, ...]]:
+    """The boxes of at most `cap` elements the box searches try, each once: for each run
+    target (PACKED_RUN_BYTES) the box grown along both sides' contiguous chains (`_grow`),
+    and with each dim it takes in part also at the largest divisor of its extent under that
+    part and whole; with `stop`, until a target's grown box holds more than `cap` (without,
+    a longer target's divisors may still fit)."""
+    chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
+    seen: set[tuple[int, ...]] = set()
+    for target in PACKED_RUN_BYTES:
+        grown = [1] * len(dims)
+        for chain in chains:
+            _grow(dims, chain, grown, -(-target // elem_bytes))
+        if stop and math.prod(grown) > cap:
+            return
+        cut = [k for k, d in enumerate(dims) if d.extent % grown[k]]
+        options = [
+            sorted({grown[k], _divisor_under(dims[k].extent, grown[k]), dims[k].extent})
+            for k in cut
+        ]
+        for choice in itertools.product(*options):
+            box = list(grown)
+            for k, b in zip(cut, choice, strict=True):
+                box[k] = b
+            if tuple(box) not in seen and math.prod(box) <= cap:
+                seen.add(tuple(box))
+                yield tuple(box)
+
+
 def whole_box(dims: Sequence[Dim], elem_bytes: int) -> tuple[int, ...] | None:
     """A packed box that no edge cuts, or None: `packed_box` takes dims in parts of powers of
     two, so where an extent is odd (63, 33) a box is cut short at every edge along it and
@@ -440,32 +450,21 @@ def whole_box(dims: Sequence[Dim], elem_bytes: int) -> tuple[int, ...] | None:
     if not all(chains) or _broadcast(dims) or any(d.extent > GATHER_MAX_EXTENT for d in dims):
         return None
     best, best_key = None, None
-    seen: set[tuple[int, ...]] = set()
-    for target in PACKED_RUN_BYTES:
-        grown = [1] * len(dims)
-        for chain in chains:
-            _grow(dims, chain, grown, -(-target // e))
-        cut = [k for k, d in enumerate(dims) if d.extent % grown[k]]
-        options = [sorted({_divisor_under(dims[k].extent, grown[k]), dims[k].extent}) for k in cut]
-        for choice in itertools.product(*options):
-            box = list(grown)
-            for k, b in zip(cut, choice, strict=True):
-                box[k] = b
-            volume = math.prod(box)
-            if tuple(box) in seen or volume * e > PACKED_MAX_BYTES:
-                continue
-            seen.add(tuple(box))
-            run = min(packed_runs(dims, box)) * e
-            tiles = math.prod(d.extent // b for d, b in zip(dims, box, strict=True))
-            if (
-                run < PACKED_MIN_RUN_BYTES
-                or sum(b > 1 for b in box) > PACKED_MAX_BOX_DIMS
-                or tiles > PACKED_MAX_TILES
-            ):
-                continue
-            key = (min(run, PACKED_WHOLE_RUN_BYTES), min(volume, PACKED_MIN_ELEMS), -volume)
-            if best_key is None or key > best_key:
-                best, best_key = tuple(box), key
+    for box in grown_boxes(dims, e, PACKED_MAX_BYTES // e, stop=False):
+        if edge_cut(dims, box):
+            continue
+        volume = math.prod(box)
+        run = min(packed_runs(dims, box)) * e
+        tiles = math.prod(d.extent // b for d, b in zip(dims, box, strict=True))
+        if (
+            run < PACKED_MIN_RUN_BYTES
+            or sum(b > 1 for b in box) > PACKED_MAX_BOX_DIMS
+            or tiles > PACKED_MAX_TILES
+        ):
+            continue
+        key = (min(run, PACKED_WHOLE_RUN_BYTES), min(volume, PACKED_MIN_ELEMS), -volume)
+        if best_key is None or key > best_key:
+            best, best_key = tuple(box), key
     return best
 
 

@@ -4,6 +4,8 @@ and the bank conflicts of a gather. Pure; the planner (permute.py) decides when 
 
 from __future__ import annotations
 
+import bisect
+import functools
 import itertools
 import math
 import operator
@@ -317,7 +319,16 @@ def scatter_options(
 
 def _divisor_under(extent: int, part: int) -> int:
     """The largest divisor of `extent` of at most `part` (1 at worst)."""
-    return max(d for d in range(1, part + 1) if extent % d == 0)
+    found = _divisors(extent)
+    return found[bisect.bisect_right(found, part) - 1]
+
+
+@functools.lru_cache(maxsize=1024)
+def _divisors(extent: int) -> tuple[int, ...]:
+    """Every divisor of `extent`, ascending (trial division to its square root: a few
+    milliseconds for the largest extents, once per extent in a process)."""
+    low = [d for d in range(1, math.isqrt(extent) + 1) if extent % d == 0]
+    return tuple(low + [extent // d for d in reversed(low) if d * d != extent])
 
 
 def gather_conflicts(dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vout: int) -> float:

@@ -274,7 +274,7 @@ def test_the_walk_moves_what_np_transpose_moves(e: int, seed: int, min_elems: in
         assert (written == 1).all(), f"{shape} by {axes} in boxes {box}"
         assert np.array_equal(out, want), f"{shape} by {axes} in boxes {box}"
         checked += 1
-    assert checked >= 8
+    assert checked >= (8 if min_elems == "whole" else 10)
     assert paths.get("table", 0) > 0, paths  # whole boxes of up to 16 elements a thread
 
 

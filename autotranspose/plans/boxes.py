@@ -226,13 +226,10 @@ def vector_box(
     for box in grown_boxes(dims, e, cap):
         volume = math.prod(box)
         widths = vector_widths(dims, box, e, in_ptr, out_ptr)
-        tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, box, strict=True))
         if not (
             volume * e >= VECTOR_MIN_BOX_BYTES
             and min(widths) >= max(VECTOR_MIN_BYTES, 2 * e)
-            and min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
-            and sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
-            and tiles <= PACKED_MAX_TILES
+            and _packable(dims, box, e)
             and all(-(-volume * e // w) <= VECTOR_MAX_STEPS * VECTOR_THREADS for w in widths)
         ):
             continue
@@ -464,15 +461,10 @@ def whole_box(dims: Sequence[Dim], elem_bytes: int) -> tuple[int, ...] | None:
     for box in grown_boxes(dims, e, PACKED_MAX_BYTES // e, stop=False):
         if edge_cut(dims, box):
             continue
+        if not _packable(dims, box, e):
+            continue
         volume = math.prod(box)
         run = min(packed_runs(dims, box)) * e
-        tiles = math.prod(d.extent // b for d, b in zip(dims, box, strict=True))
-        if (
-            run < PACKED_MIN_RUN_BYTES
-            or sum(b > 1 for b in box) > PACKED_MAX_BOX_DIMS
-            or tiles > PACKED_MAX_TILES
-        ):
-            continue
         key = (min(run, PACKED_WHOLE_RUN_BYTES), min(volume, PACKED_MIN_ELEMS), -volume)
         if best_key is None or key > best_key:
             best, best_key = tuple(box), key
@@ -520,13 +512,17 @@ def packed_box(
             break
     if best is None:
         return None
-    runs = packed_runs(dims, best)
-    tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, best, strict=True))
-    if (
-        min(runs) * e < PACKED_MIN_RUN_BYTES
-        or sum(b > 1 for b in best) > PACKED_MAX_BOX_DIMS
-        or tiles > PACKED_MAX_TILES
-        or any(d.extent > GATHER_MAX_EXTENT for d in dims)
-    ):
+    if not _packable(dims, best, e) or any(d.extent > GATHER_MAX_EXTENT for d in dims):
         return None
     return best
+
+
+def _packable(dims: Sequence[Dim], box: Sequence[int], elem_bytes: int) -> bool:
+    """Whether the box kernels take boxes of `box`: runs of PACKED_MIN_RUN_BYTES on both
+    sides, at most PACKED_MAX_BOX_DIMS dims in the box, at most PACKED_MAX_TILES boxes."""
+    tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, box, strict=True))
+    return (
+        min(packed_runs(dims, box)) * elem_bytes >= PACKED_MIN_RUN_BYTES
+        and sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
+        and tiles <= PACKED_MAX_TILES
+    )

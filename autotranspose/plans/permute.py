@@ -435,7 +435,7 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         if can_pipeline(chosen):
             found.append(dataclasses.replace(chosen, pipelined=True))
         found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
-        found.append(_whole(chosen))
+        found.append(_whole(chosen, one_launch(chosen, PACKED)))
         if e <= 2:
             found.append(one_launch(chosen, PACKED, PACKED_WORDS_BYTES // e))
         if (batched.loops or narrow_batch(batched)) and batched.launches <= ALT_MAX_LAUNCHES:
@@ -446,21 +446,25 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         found.append(batched if chosen.realign else realigned(batched))
         row = batched.n * batched.elem_bytes
         if row < ALT_ROW_BYTES:
-            found += [one_launch(batched, PACKED), one_launch(batched, PACKED, PACKED_BIG_ELEMS)]
-            found.append(_whole(batched))
+            packed = one_launch(batched, PACKED)
+            found += [packed, one_launch(batched, PACKED, PACKED_BIG_ELEMS)]
+            found.append(_whole(batched, packed))
         if row < ALT_GATHER_ROW_BYTES:
             found.append(one_launch(batched, GATHER))
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
-        found += [one_launch(chosen, PACKED), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
-        found.append(_whole(chosen))
+        packed = one_launch(chosen, PACKED)
+        found += [packed, one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
+        found.append(_whole(chosen, packed))
     return _distinct(chosen, found)
 
 
-def _whole(p: Pass) -> Pass | None:
+def _whole(p: Pass, packed: Pass | None) -> Pass | None:
     """`p`'s problem as one packed launch in a box that no edge cuts (`whole_box`), where
-    `packed_box`'s box leaves cut boxes at an edge; else None (nothing more to race)."""
-    box = packed_box(p.problem(), p.elem_bytes)
-    return one_launch(p, PACKED, whole=True) if box and edge_cut(p.problem(), box) else None
+    `packed` (its launch in `packed_box`'s box) leaves cut boxes at an edge; else None
+    (nothing more to race)."""
+    if packed is None or not edge_cut(packed.dims, packed.box):
+        return None
+    return one_launch(p, PACKED, whole=True)
 
 
 def narrow_batch(p: Pass) -> bool:

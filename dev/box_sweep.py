@@ -58,6 +58,7 @@ def main() -> int:
     from autotranspose.plans.boxes import (
         PACKED_MIN_RUN_BYTES,
         VECTOR_MAX_SMEM_BYTES,
+        VECTOR_PAD_EVERY,
         VECTOR_TABLE_BYTES,
         gather_conflicts,
         packed_runs,
@@ -68,6 +69,7 @@ def main() -> int:
     from autotranspose.plans.layout import contiguous_strides
     from autotranspose.plans.permute import PACKED, Pass, plan_permute
     from autotranspose.runtime.compiler import activate
+    from autotranspose.runtime.launch import make_vbox
     from autotranspose.tuner.measure import Bench
 
     packed_kernels.PACKED_MAX_BYTES = args.max_kb << 10
@@ -123,6 +125,20 @@ def main() -> int:
                         print(f"  {label} {name}: {type(exc).__name__}: {exc}"[:200], flush=True)
                         continue
                     timed(ServedSteps(steps, state.ctx, mine), f"{label} {name}")
+                    if not p.vectors[0]:
+                        continue
+                    # the same vector box with its shared box padded (VBoxKernel.pad)
+                    for pad in VECTOR_PAD_EVERY:
+                        if pad % p.vectors[0]:
+                            continue
+                        ways = gather_conflicts(dims, box, e, p.vectors[1], pad)
+                        try:
+                            lc = make_vbox(state, e, dims, box, p.vectors, src0, dst0, 0, pad)
+                        except Exception as exc:
+                            print(f"  {label} vbox pad {pad}: {type(exc).__name__}: {exc}"[:200])
+                            continue
+                        timed(ServedSteps((lc,), state.ctx, mine),
+                              f"{label} vbox pad {pad}, {ways:.1f} ways")  # fmt: skip
         finally:
             bench.close()
     return 0

@@ -318,14 +318,18 @@ CASES = [
 
 
 @pytest.mark.skipif(_CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
+@pytest.mark.parametrize("smem_pad", [0, 16, 128], ids=["dense", "pad16", "pad128"])
 @pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut"])
 @pytest.mark.parametrize("shape, axes, e, pad, scatter", CASES)
 def test_the_kernel_on_the_cpu_matches_numpy(
-    shape, axes, e, pad, scatter, cut, tmp_path_factory, any_vectors
+    shape, axes, e, pad, scatter, cut, smem_pad, tmp_path_factory, any_vectors
 ):
     """The rendered kernel, run by the emulator on a small grid (each block walks several
     boxes), moves every element where np.transpose puts it, writes nothing else (poison and
-    guard bytes intact), and never touches a vector at an address its type forbids."""
+    guard bytes intact), and never touches a vector at an address its type forbids; the
+    gather's shared box dense or padded (`VBoxKernel.pad`)."""
+    if smem_pad and scatter:
+        pytest.skip("the scatter's box lies in the output's order: no pad")
     rng = np.random.default_rng([e, *shape])
     base, x = _strided(rng, shape, e, pad)
     want = np.ascontiguousarray(np.transpose(x, axes))
@@ -345,8 +349,18 @@ def test_the_kernel_on_the_cpu_matches_numpy(
     assert q is not None, p.describe()
     if cut:
         q = _cut(q)
-    spec, values = vbox_spec(e, q.dims, q.box, q.vectors, x.ctypes.data, out.ctypes.data, q.scatter)
+    if smem_pad % q.vectors[0]:
+        pytest.skip(f"{q.vectors[0]}-byte input vectors do not divide a pad every {smem_pad}")
+    try:
+        spec, values = vbox_spec(
+            e, q.dims, q.box, q.vectors, x.ctypes.data, out.ctypes.data, q.scatter, smem_pad
+        )
+    except ShapeError as exc:
+        if smem_pad and "shared memory" in str(exc):
+            pytest.skip(f"the padded box does not fit: {exc}")
+        raise
     assert any(spec.checked) == cut, spec
+    assert spec.pad == smem_pad
     assert bool(spec.scatter) == scatter, p.describe()
     import struct
 

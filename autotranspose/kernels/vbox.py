@@ -30,6 +30,7 @@ from ..errors import ShapeError
 from ..plans.boxes import (
     VECTOR_MAX_SMEM_BYTES,
     VECTOR_MAX_STEPS,
+    VECTOR_PAD_EVERY,
     VECTOR_SCATTER_MAX_CHUNK,
     VECTOR_SCATTER_MAX_STEPS,
     VECTOR_SCATTER_ROW_BYTES,
@@ -76,6 +77,7 @@ class VBoxKernel:
     vin: int
     vout: int
     scatter: int = 0
+    pad: int = 0
 
     def __post_init__(self) -> None:
         n, e = len(self.box), self.elem_bytes
@@ -113,7 +115,14 @@ class VBoxKernel:
                 f"chunks of {self.scatter} in {self.vin}-byte loads ({e}-byte elements): see "
                 "plan.scatter_options"
             )
-        if self.smem_bytes > VECTOR_MAX_SMEM_BYTES or self.volume * e >= 1 << 16:
+        if type(self.pad) is not int or (
+            self.pad and (self.scatter or self.pad not in VECTOR_PAD_EVERY or self.pad % self.vin)
+        ):
+            raise ShapeError(
+                f"a vector box's pad every {self.pad!r} bytes: 0, or for the gather one of "
+                f"{VECTOR_PAD_EVERY} that its {self.vin}-byte input vectors divide"
+            )
+        if self.smem_bytes > VECTOR_MAX_SMEM_BYTES or self.padded(self.volume * e) >= 1 << 16:
             raise ShapeError(
                 f"a vector box of {self.volume} {e}-byte elements: its elements and table take "
                 f"{self.smem_bytes} bytes of shared memory, at most {VECTOR_MAX_SMEM_BYTES}"
@@ -152,6 +161,17 @@ class VBoxKernel:
         return -(-self.vectors[0] // THREADS), -(-self.vectors[1] // THREADS)
 
     @property
+    def pad_bytes(self) -> int:
+        """Bytes of each pad (an element of 8 bytes, else a 4-byte word: every element and
+        gathered word stays aligned)."""
+        return max(4, self.elem_bytes) if self.pad else 0
+
+    def padded(self, offset: int) -> int:
+        """Where byte `offset` of the box in the input's order lies in shared memory: a pad
+        after every `pad` bytes (none where `pad` is 0)."""
+        return offset + self.pad_bytes * (offset // self.pad) if self.pad else offset
+
+    @property
     def table_entries(self) -> int:
         if self.scatter:
             return 0
@@ -159,7 +179,7 @@ class VBoxKernel:
 
     @property
     def smem_bytes(self) -> int:
-        data = -(-self.volume * self.elem_bytes // _ROW) * _ROW
+        data = -(-self.padded(self.volume * self.elem_bytes) // _ROW) * _ROW
         return data + self.table_entries * VECTOR_TABLE_BYTES
 
     @property
@@ -177,13 +197,14 @@ class VBoxKernel:
             f"at_vbox_s{self.elem_bytes}_b{box}_i{order}_{checks}_"
             f"{'w' if self.wide else 'n'}_v{self.vin}x{self.vout}"
             + (f"_q{self.scatter}_k{self.blocks_per_sm}" if self.scatter else "")
+            + (f"_p{self.pad}" if self.pad else "")
         )
 
 
 def table(k: VBoxKernel) -> list[int]:
     """The kernel's table: for each element of a box in output order, its byte offset in the
-    box as shared memory holds it (dense, in the input's order); zeros pad it to whole rows.
-    The scatter has none (its box lies in the output's order)."""
+    box as shared memory holds it (in the input's order, dense or padded: `VBoxKernel.pad`);
+    zeros pad it to whole rows. The scatter has none (its box lies in the output's order)."""
     if k.scatter:
         return []
     dense = [0] * len(k.box)
@@ -197,7 +218,7 @@ def table(k: VBoxKernel) -> list[int]:
         for d, b in enumerate(k.box):  # output order, innermost first
             offset += (i % b) * dense[d]
             i //= b
-        out.append(offset * k.elem_bytes)
+        out.append(k.padded(offset * k.elem_bytes))
     return out + [0] * (k.table_entries - len(out))
 
 
@@ -209,10 +230,12 @@ def vbox_spec(
     in_ptr: int = 0,
     out_ptr: int = 0,
     scatter: int = 0,
+    pad: int = 0,
 ) -> tuple[VBoxKernel, tuple[int, ...]]:
     """The kernel and the `at_packed_args` values that move `dims` (output memory order,
     outermost first) in boxes of `box` in vectors of `vectors` bytes (in, out) between
-    pointers of these addresses, scattering chunks of `scatter` (0: gathering). Raises
+    pointers of these addresses, scattering chunks of `scatter` (0: gathering), the
+    gather's shared box padded every `pad` bytes (0: dense). Raises
     ShapeError where the vectors do not fit the box or the pointers (`plan.vector_widths`:
     each width must divide the widest that does), or the box cannot scatter so
     (`plan.scatter_options`)."""
@@ -234,7 +257,7 @@ def vbox_spec(
         )
     args = packed_args(elem_bytes, dims, box, in_ptr, out_ptr, words=False, spread=False)
     p = args.kernel
-    spec = VBoxKernel(elem_bytes, p.box, p.in_order, p.checked, p.wide, *vectors, scatter)
+    spec = VBoxKernel(elem_bytes, p.box, p.in_order, p.checked, p.wide, *vectors, scatter, pad)
     return spec, args.values()
 
 
@@ -429,6 +452,7 @@ def render_vbox(k: VBoxKernel) -> str:
             in_ragged=sin * THREADS != nvin,
             out_ragged=sout * THREADS != nvout,
             table=tab,
+            pad_bytes=k.pad_bytes,
             table_rows=len(tab) * VECTOR_TABLE_BYTES // _ROW,
             data_bytes=k.smem_bytes - len(tab) * VECTOR_TABLE_BYTES,
             gather=[] if k.scatter else _gather_lines(e, nout, k.vout),

@@ -113,6 +113,13 @@ VECTOR_MIN_WHOLE = 0.9
 VECTOR_GOOD_RUN_BYTES = 512
 
 
+# The gather's shared box may be padded (`VBoxKernel.pad`): a word (an 8-byte element) after
+# every P bytes of the box in the input's order, P one of these, so that the output vectors'
+# elements, which lie a power of two of words apart in the dense box, fall into other banks.
+# The input's vectors then go into shared memory as 4-byte words.
+VECTOR_PAD_EVERY = (16, 32, 64, 128)
+
+
 # Where the gather conflicts (uint8 HWC -> CHW: a lane's 16 pixels of one channel lie c bytes
 # apart), the box can be scattered on the load side instead (`scatter_chunk`,
 # templates/vbox/scatter.cu.j2, `Pass.scatter`): shared memory holds the box in the output's
@@ -328,15 +335,19 @@ def _divisors(extent: int) -> tuple[int, ...]:
     return tuple(low + [extent // d for d in reversed(low) if d * d != extent])
 
 
-def gather_conflicts(dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vout: int) -> float:
+def gather_conflicts(
+    dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, vout: int, pad: int = 0
+) -> float:
     """How many ways a warp's shared loads of the vector box's output gather conflict, on
     average over a vector's elements and the first warps of a box: lane w gathers output
     vector w, element k of each lane at its offset in the box held in the input's order
     (templates/vbox/vbox.cu.j2); lanes reading one 4-byte word share it, words in one of the 32
     banks take a pass each. A box whose output order walks the input's order in long
     strides (uint8 HWC -> CHW: 16 pixels of one channel, 4 bytes apart, a lane 64 bytes
-    from the next: 16 ways) waits on its shared loads."""
+    from the next: 16 ways) waits on its shared loads. `pad`: the box padded as
+    `VBoxKernel.pad` pads it (a word, or an 8-byte element, after every `pad` bytes)."""
     e = elem_bytes
+    pad_bytes = max(4, e) if pad else 0
     inside = [k for k, b in enumerate(box) if b > 1]
     out_order = sorted(inside, key=lambda k: (dims[k].out_stride, k))
     in_order = sorted(inside, key=lambda k: (dims[k].in_stride, k))
@@ -351,7 +362,7 @@ def gather_conflicts(dims: Sequence[Dim], box: Sequence[int], elem_bytes: int, v
         for k in out_order:
             at += (i % box[k]) * dense[k]
             i //= box[k]
-        return at * e
+        return at * e + (pad_bytes * (at * e // pad) if pad else 0)
 
     ways, count = 0, 0
     for first in range(0, min(volume // per, 4 * 32), 32):

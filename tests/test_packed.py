@@ -733,8 +733,8 @@ def test_only_one_launch_plans_pack(e: int, monkeypatch: pytest.MonkeyPatch):
             box = packed_box(q.dims, q.elem_bytes)
             if q.vectors[0]:
                 assert q.elem_bytes <= plan_module.VECTOR_OWN_MAX_ELEM_BYTES
-                box, vectors, scatter = vector_box(q.dims, q.elem_bytes)
-                assert (q.vectors, q.scatter) == (vectors, scatter)
+                box, vectors, scatter, pad = vector_box(q.dims, q.elem_bytes)
+                assert (q.vectors, q.scatter, q.pad) == (vectors, scatter, pad)
             assert h.kind == "gather" and h.dims == q.dims and q.box == box
         else:
             assert p.passes == g.passes, p.describe()

@@ -289,7 +289,7 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
 
-    def make_packed(e, dims, box, s, d, pipelined, vectors, scatter):
+    def make_packed(e, dims, box, s, d, pipelined, vectors, scatter, pad):
         mem.made.append((s, d))
         return mem.launch(
             Pass(
@@ -304,6 +304,7 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
                 pipelined=pipelined,
                 vectors=vectors,
                 scatter=scatter,
+                pad=pad,
             )
         )
 

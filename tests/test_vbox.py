@@ -55,7 +55,7 @@ def _vector_walk(p: Pass, in_ptr: int, out_ptr: int) -> int:
     offset from the split of its index, the rest the next addresses), against each
     element's own offset, and each vector's alignment. Returns the vectors checked."""
     e = p.elem_bytes
-    spec, _ = vbox_spec(e, p.dims, p.box, p.vectors, in_ptr, out_ptr, p.scatter)
+    spec, _ = vbox_spec(e, p.dims, p.box, p.vectors, in_ptr, out_ptr, p.scatter, p.pad)
     a = packed_args(e, p.dims, p.box, in_ptr, out_ptr, words=False)
     n = len(spec.box)
     corners = np.array([(ib, ob) for ib, ob, lim in _boxes(a) if list(lim) == list(spec.box)])
@@ -188,7 +188,7 @@ def test_boxes_cut_at_an_edge_give_way_to_whole_ones():
     """ViT's p = 14 rows of patches: growing to runs cuts the 14 patch rows in 8 (half the
     boxes at the edge); the divisor-rounded, whole choice takes all 14."""
     dims = plan_permute((64, 3, 16, 14, 16, 14), (0, 2, 4, 3, 5, 1), 2).dims
-    box, _, _ = vector_box(dims, 2)
+    box, *_ = vector_box(dims, 2)
     assert all(d.extent % b == 0 for d, b in zip(dims, box, strict=True)), box
 
 
@@ -247,14 +247,20 @@ def test_vectors_the_pointers_do_not_allow_are_refused():
 
 def test_boxes_fit_shared_memory_and_steps():
     rng = np.random.default_rng(5)
+    padded = 0
     for _ in range(300):
         e = int(rng.choice([1, 2, 4, 8]))
         shape, axes = _random_problem(rng, e)
         dims = plan_permute(shape, axes, e).dims
         found = vector_box(dims, e) if len(dims) <= 8 else None
         if found:
-            box, _, _ = found
+            box, vectors, scatter, pad = found
             assert math.prod(box) * (e + 2) <= VECTOR_MAX_SMEM_BYTES, box
+            # the padded box and its table fit too: the spec checks it
+            spec, _ = vbox_spec(e, dims, box, vectors, scatter=scatter, pad=pad)
+            assert spec.smem_bytes <= VECTOR_MAX_SMEM_BYTES and spec.pad == pad
+            padded += bool(pad)
+    assert padded, "no box of 300 random permutes was padded"
 
 
 # --- the kernel itself, on the CPU -------------------------------------------------------------

@@ -464,7 +464,7 @@ def _packed_kernel(p: Pass) -> PackedKernel | VBoxKernel:
     from ..kernels.vbox import vbox_spec
 
     if p.vectors[0]:
-        return vbox_spec(p.elem_bytes, p.dims, p.box, p.vectors, scatter=p.scatter)[0]
+        return vbox_spec(p.elem_bytes, p.dims, p.box, p.vectors, scatter=p.scatter, pad=p.pad)[0]
     return packed_args(p.elem_bytes, p.dims, p.box, pipelined=p.pipelined).kernel
 
 

@@ -67,10 +67,10 @@ MakeTranspose = Callable[
 #           outer2, os2_in, os2_out, realign=False)
 MakeCopy = Callable[..., Any]
 # make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box, src, dst, pipelined,
-# vectors, scatter)
+# vectors, scatter, pad)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
 MakePacked = Callable[
-    [int, tuple[Dim, ...], tuple[int, ...], int, int, bool, tuple[int, int], int], Any
+    [int, tuple[Dim, ...], tuple[int, ...], int, int, bool, tuple[int, int], int, int], Any
 ]
 
 
@@ -116,7 +116,15 @@ def build_steps(
             launch = make_gather(p.elem_bytes, p.dims)
         elif p.kind == PACKED:
             launch = make_packed(
-                p.elem_bytes, p.dims, p.box, src + i, dst + o, p.pipelined, p.vectors, p.scatter
+                p.elem_bytes,
+                p.dims,
+                p.box,
+                src + i,
+                dst + o,
+                p.pipelined,
+                p.vectors,
+                p.scatter,
+                p.pad,
             )  # words if aligned; the vector box (`_vbox`) where the plan gave vectors
         else:
             assert p.kind == COPY, p.kind
@@ -252,9 +260,10 @@ def build(
         pipelined: bool,
         vectors: tuple[int, int],
         scatter: int,
+        pad: int,
     ) -> Launch:
         if vectors[0]:
-            return make_vbox(state, e, dims, box, vectors, s, d, scatter)
+            return make_vbox(state, e, dims, box, vectors, s, d, scatter, pad)
         return make_packed(state, e, dims, box, s, d, pipelined)
 
     return build_steps(plan, src, dst, make_transpose, make_copy, gather, packed)

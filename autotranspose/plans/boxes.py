@@ -217,13 +217,14 @@ def vector_box(
     sides take vectors of VECTOR_MIN_BYTES and two elements or more, its runs are whole
     sectors (PACKED_MIN_RUN_BYTES), it holds VECTOR_MIN_BOX_BYTES, a thread moves at most
     VECTOR_MAX_STEPS vectors, and the output's gather conflicts in shared memory at most
-    VECTOR_MAX_CONFLICTS ways (`gather_conflicts`), unless the box can be scattered on the
+    VECTOR_MAX_CONFLICTS ways (`gather_conflicts`, dense or padded), unless the box can be scattered on the
     load side instead (`scatter_chunk`: where the gather conflicts at all, the scatter takes
     it, without conflicts). Of those: the most boxes whole (at least VECTOR_MIN_WHOLE of
     them), then the widest vectors, then VECTOR_GOOD_BOX_BYTES, then runs of
-    VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box. Returns the box,
-    the vector widths (for a scattered box, its chunk's loads and the output's vectors) and
-    the scatter's chunk (0: the gather)."""
+    VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box. A gathering box
+    is padded where that conflicts less (`_least_conflicts`). Returns the box, the vector
+    widths (for a scattered box, its chunk's loads and the output's vectors), the scatter's
+    chunk (0: the gather) and the pad (0: dense)."""
     e = elem_bytes
     chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
     if not all(chains) or any(d.extent > GATHER_MAX_EXTENT for d in dims) or _broadcast(dims):
@@ -242,10 +243,13 @@ def vector_box(
             continue
         conflicts = gather_conflicts(dims, box, e, widths[1])
         scatter, loads = scatter_chunk(dims, box, e, widths[0]) if conflicts > 1 else (0, 0)
+        pad = 0
         if scatter:
             widths, conflicts = (loads, widths[1]), 1.0
-        elif conflicts > VECTOR_MAX_CONFLICTS:
-            continue
+        else:
+            conflicts, pad = _least_conflicts(dims, box, e, widths, conflicts)
+            if conflicts > VECTOR_MAX_CONFLICTS:
+                continue
         whole = math.prod(d.extent // b / -(-d.extent // b) for d, b in zip(dims, box, strict=True))
         key = (
             whole >= VECTOR_MIN_WHOLE,
@@ -257,7 +261,30 @@ def vector_box(
             -volume,
         )
         if best_key is None or key > best_key:
-            best, best_key = (tuple(box), widths, scatter), key
+            best, best_key = (tuple(box), widths, scatter, pad), key
+    return best
+
+
+def _least_conflicts(
+    dims: Sequence[Dim], box: Sequence[int], e: int, widths: tuple[int, int], dense: float
+) -> tuple[float, int]:
+    """(ways, pad): the gather's conflicts in the box dense (`dense`, pad 0) or padded every
+    P bytes (VECTOR_PAD_EVERY, where the input's vectors divide P and the padded box and its
+    table fit VECTOR_MAX_SMEM_BYTES), the least; a pad only where it saves half a way."""
+    volume = math.prod(box) * e
+    table = -(-math.prod(box) // 8) * 8 * VECTOR_TABLE_BYTES
+    best = (dense, 0)
+    for pad in VECTOR_PAD_EVERY:
+        padded = volume + max(4, e) * (volume // pad)
+        if (
+            pad % widths[0]
+            or padded >= 1 << 16
+            or -(-padded // 16) * 16 + table > VECTOR_MAX_SMEM_BYTES
+        ):
+            continue
+        ways = gather_conflicts(dims, box, e, widths[1], pad)
+        if ways < best[0] - 0.5:
+            best = (ways, pad)
     return best
 
 

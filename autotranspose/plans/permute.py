@@ -136,6 +136,9 @@ class Pass:
     # output's innermost indices a thread's chunk (`scatter_chunk`); 0: it gathers on the
     # store side through its table
     scatter: int = 0
+    # packed with vectors, gathering: its shared box padded with a word after every this many
+    # bytes (`VBoxKernel.pad`, VECTOR_PAD_EVERY); 0: dense
+    pad: int = 0
     # copy and transpose: up to two more batch dims that the launch itself walks (the row
     # kernel's blockIdx.z, outer's index times outer2's extent plus outer2's index; a tile
     # kernel's batch index, `batch` innermost, then outer2, then outer)
@@ -233,6 +236,7 @@ class Pass:
                         if self.scatter
                         else ""
                     )
+                    + (f", shared box padded every {self.pad} bytes" if self.pad else "")
                 )
             return text
         if self.contiguous:
@@ -481,7 +485,7 @@ def vector_launch(p: Pass, in_ptr: int = 0, out_ptr: int = 0) -> Pass | None:
     found = vector_box(problem, p.elem_bytes, in_ptr, out_ptr)
     if found is None:
         return None
-    box, widths, scatter = found
+    box, widths, scatter, pad = found
     total = math.prod(d.extent for d in problem)
     return Pass(
         PACKED,
@@ -494,6 +498,7 @@ def vector_launch(p: Pass, in_ptr: int = 0, out_ptr: int = 0) -> Pass | None:
         box=box,
         vectors=widths,
         scatter=scatter,
+        pad=pad,
     )
 
 

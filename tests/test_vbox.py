@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import itertools
 import math
 import shutil
 from pathlib import Path
@@ -28,6 +29,7 @@ from autotranspose.plans.boxes import (
     VECTOR_MAX_SMEM_BYTES,
     VECTOR_MIN_BYTES,
     gather_conflicts,
+    grown_boxes,
     scatter_chunk,
     scatter_options,
     vector_box,
@@ -261,6 +263,47 @@ def test_boxes_fit_shared_memory_and_steps():
             assert spec.smem_bytes <= VECTOR_MAX_SMEM_BYTES and spec.pad == pad
             padded += bool(pad)
     assert padded, "no box of 300 random permutes was padded"
+
+
+def _ways(dims, box, e: int, vout: int, pad: int) -> float:
+    """The gather's conflicts counted lane by lane: lane w of a warp reads element j of
+    output vector w at its place in the box held in the input's order (padded: `max(4, e)`
+    bytes after every `pad`); a bank takes one pass per distinct 4-byte word."""
+    inside = [k for k, b in enumerate(box) if b > 1]
+    in_order = sorted(inside, key=lambda k: (dims[k].in_stride, k))
+    out_order = sorted(inside, key=lambda k: (dims[k].out_stride, k))
+    dense = np.cumprod([1] + [box[k] for k in in_order])[:-1]
+    place = _offsets(tuple(out_order), box, dict(zip(in_order, dense, strict=True))) * e
+    if pad:
+        place += max(4, e) * (place // pad)
+    per, passes = vout // e, []
+    vectors = place.size // per
+    for first in range(0, min(vectors, 128), 32):
+        for j in range(per):
+            lanes = range(first, min(first + 32, vectors))
+            words = {int(place[w * per + j]) // 4 for w in lanes}
+            passes.append(max(sum(1 for v in words if v % 32 == b) for b in range(32)))
+    return sum(passes) / len(passes)
+
+
+@pytest.mark.parametrize("e", [1, 2, 4, 8])
+def test_the_conflict_model_counts_each_warps_banks(e: int):
+    """`gather_conflicts` (vectorised: it runs for every box a plan tries) gives what a
+    lane-by-lane count gives, dense and padded, on random permutes' boxes."""
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    checked = 0
+    for _ in range(40):
+        shape, axes = _random_problem(rng, e)
+        dims = plan_permute(shape, axes, e).dims
+        for box in itertools.islice(grown_boxes(dims, e, 4096), 3):
+            for vout in {max(4, e), 16}:
+                for pad in (0, 16, 64):
+                    want = _ways(dims, box, e, vout, pad)
+                    got = gather_conflicts(dims, box, e, vout, pad)
+                    assert got == pytest.approx(want), (seed, dims, box, vout, pad)
+                    checked += 1
+    assert checked >= 40
 
 
 # --- the kernel itself, on the CPU -------------------------------------------------------------

@@ -12,6 +12,8 @@ import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 # - the kernel counts each dim's index in 32 bits (a digit plus a step digit plus a carry must
 #   fit): a fused dim longer than this keeps the transpose or copy pass.
 GATHER_MAX_EXTENT = 2**31 - 1
@@ -374,7 +376,6 @@ def gather_conflicts(
     from the next: 16 ways) waits on its shared loads. `pad`: the box padded as
     `VBoxKernel.pad` pads it (a word, or an 8-byte element, after every `pad` bytes)."""
     e = elem_bytes
-    pad_bytes = max(4, e) if pad else 0
     inside = [k for k, b in enumerate(box) if b > 1]
     out_order = sorted(inside, key=lambda k: (dims[k].out_stride, k))
     in_order = sorted(inside, key=lambda k: (dims[k].in_stride, k))
@@ -382,25 +383,29 @@ def gather_conflicts(
     for k in in_order:
         dense[k] = step
         step *= box[k]
-    volume, per = math.prod(box), vout // e
-
-    def offset(i: int) -> int:
-        at = 0
-        for k in out_order:
-            at += (i % box[k]) * dense[k]
-            i //= box[k]
-        return at * e + (pad_bytes * (at * e // pad) if pad else 0)
-
-    ways, count = 0, 0
-    for first in range(0, min(volume // per, 4 * 32), 32):
-        for j in range(per):
-            banks: dict[int, set[int]] = {}
-            for w in range(first, min(first + 32, volume // per)):
-                word = offset(w * per + j) // 4
-                banks.setdefault(word % 32, set()).add(word)
-            ways += max(len(v) for v in banks.values())
-            count += 1
-    return ways / max(count, 1)
+    per = vout // e
+    vectors = math.prod(box) // per
+    if not vectors:
+        return 0.0
+    # the first four warps' vectors, element j of each: a row of 32 lanes per (warp, j)
+    warps = -(-min(vectors, 4 * 32) // 32)
+    lane = np.arange(warps * 32).reshape(warps, 1, 32)
+    i = lane * per + np.arange(per).reshape(1, per, 1)
+    at = np.zeros(i.shape, dtype=np.int64)
+    for k in out_order:
+        at += (i % box[k]) * dense[k]
+        i = i // box[k]
+    at *= e
+    if pad:
+        at += max(4, e) * (at // pad)
+    word = np.sort(np.where(lane.reshape(warps, 1, 32) < vectors, at // 4, -1).reshape(-1, 32))
+    # a bank's pass per distinct word: count each row's distinct words by bank, take the most
+    fresh = np.ones(word.shape, dtype=bool)
+    fresh[:, 1:] = word[:, 1:] != word[:, :-1]
+    fresh &= word >= 0
+    rows = np.nonzero(fresh)[0]
+    per_bank = np.bincount(rows * 32 + word[fresh] % 32, minlength=word.shape[0] * 32)
+    return float(per_bank.reshape(-1, 32).max(axis=1).mean())
 
 
 def _chain(dims: Sequence[Dim], side: str) -> list[int]:

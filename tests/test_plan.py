@@ -903,9 +903,13 @@ def test_describe_says_why_a_gather(no_packed):
         ((1000, 1000, 8), (1, 0, 2), 4, COPY, [PACKED, PACKED, GATHER]),
         # odd sides of 63 and 33 (boxes of 32 x 32 cut at both edges): 63 x 33 too
         ((3, 33, 5478, 2, 63), (4, 2, 0, 3, 1), 8, TRANSPOSE, [PACKED, PACKED]),
-        ((32, 64, 224, 224), (0, 2, 3, 1), 2, TRANSPOSE, [PACKED]),  # a side of 128 bytes
-        # 288 bytes: two boxes, and one that no edge cuts (72 of 72 where they take 32 or 64)
-        ((4, 225440, 72), (0, 2, 1), 4, TRANSPOSE, [PACKED, PACKED, PACKED]),
+        # a side of 128 bytes: a box, and the vector box wherever a box races
+        ((32, 64, 224, 224), (0, 2, 3, 1), 2, TRANSPOSE, [PACKED, PACKED]),
+        # 288 bytes: two boxes, one that no edge cuts (72 of 72 where they take 32 or 64), and
+        # the vector box
+        ((4, 225440, 72), (0, 2, 1), 4, TRANSPOSE, [PACKED, PACKED, PACKED, PACKED]),
+        # sides of 16 and 18 bytes with a host loop: the vector box too (its gather padded)
+        ((2, 665960, 9, 8), (3, 1, 0, 2), 2, TRANSPOSE, [PACKED, PACKED, PACKED]),
         ((64, 256, 56, 56), (0, 2, 3, 1), 2, TRANSPOSE, []),  # sides of 512 bytes and more
         ((4096, 4096), (1, 0), 4, TRANSPOSE, []),  # the tuned kernels' home ground
         ((300000, 3), (1, 0), 4, TRANSPOSE, []),  # 12-byte runs: no box

@@ -382,9 +382,12 @@ def plan_permute(
     if chosen is one and realign_first(one):
         chosen = realigned(one) or one
     alts = alternatives(one, chosen)
-    vector = vector_launch(one, in_ptr, out_ptr) if why else None
-    if vector is not None:  # VECTOR_*: the plan's pass for 1- and 2-byte elements
-        if vector.elem_bytes <= VECTOR_OWN_MAX_ELEM_BYTES:
+    # VECTOR_*: the plan's pass for 1- and 2-byte elements where a one-launch pass replaces
+    # the batched one, else an alternative wherever the first call races a packed box
+    racing = any(a.kind == PACKED for a in alts)
+    vector = vector_launch(one, in_ptr, out_ptr) if why or racing else None
+    if vector is not None:
+        if why and vector.elem_bytes <= VECTOR_OWN_MAX_ELEM_BYTES:
             chosen, alts = vector, _distinct(vector, (chosen, *alts))
         elif math.prod(d.extent for d in vector.dims) * vector.elem_bytes >= ALT_MIN_BYTES:
             alts = _distinct(chosen, (*alts, vector))

@@ -927,7 +927,7 @@ def test_a_first_call_times_the_alternatives_once_and_keeps_the_fastest(rng, fre
     # the plan's pass stays unless an alternative beats it head to head by CONFIRM_MARGIN
     # (the outcome's seconds of the two are those of the pairs)
     if outcome.best != guess:
-        assert timed[outcome.best] < timed[guess] * (1 - dispatch.permute.CONFIRM_MARGIN)
+        assert timed[outcome.best] < timed[guess] * (1 - firstcall.CONFIRM_MARGIN)
     assert 0 < outcome.gpu_s <= firstcall.BUDGET_S + sum(timed.values())
     x2 = cupy.asarray(random_array(rng, shape, "float32"))  # the same signature: no new timing
     assert same_bits(cupy.asnumpy(at.permute(x2, axes)), np.transpose(cupy.asnumpy(x2), axes))

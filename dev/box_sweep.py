@@ -43,7 +43,12 @@ def _timed(bench, check, copy_s: float, repeat: int, fn, what: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("cases", nargs="+", help="dtype:shape:axes, e.g. int16:2x665960x9x8:3,1,0,2")
+    ap.add_argument(
+        "cases",
+        nargs="+",
+        help="dtype:shape:axes[:box/box...], e.g. int16:2x665960x9x8:3,1,0,2 (boxes to time "
+        "too, in the fused problem's dims, e.g. bool:2x13x84x130x1098:0,3,2,4,1:1x1x2x1098x13)",
+    )
     ap.add_argument("--max-kb", type=int, default=48)
     ap.add_argument("--most", type=int, default=14, help="boxes a case at most (the largest)")
     ap.add_argument("--repeat", type=int, default=5)
@@ -75,7 +80,7 @@ def main() -> int:
     packed_kernels.PACKED_MAX_BYTES = args.max_kb << 10
     state = activate(0)
     for case in args.cases:
-        dtype, shape_t, axes_t = case.split(":")
+        dtype, shape_t, axes_t, *extra = case.split(":")
         shape = tuple(int(v) for v in shape_t.split("x"))
         axes = tuple(int(v) for v in axes_t.split(","))
         e = element_type(dtype).size
@@ -100,12 +105,19 @@ def main() -> int:
             e = plan.passes[0].elem_bytes  # a row copy's problem is in words, not elements
             cands = boxes(dims, e, args.max_kb << 10)
             cands = sorted(cands, key=math.prod)[-args.most :]
+            cands += [tuple(int(v) for v in b.split("x")) for b in "/".join(extra).split("/") if b]
             total_elems = math.prod(d.extent for d in dims)
             for box in cands:
                 runs = packed_runs(dims, box)
                 if min(runs) * e < PACKED_MIN_RUN_BYTES:
                     continue
-                label = f"box {'x'.join(map(str, box))} ({math.prod(box) * e >> 10} KB, runs {runs[0] * e}/{runs[1] * e} B)"
+                try:
+                    kernel = packed_kernels.packed_args(e, dims, box, src0, dst0).kernel
+                    how = "words" if kernel.words else "spread" if kernel.spread else "element"
+                    how += " funnel" if kernel.funnel else ""
+                except Exception as exc:  # a box the packed kernels refuse
+                    how = f"{type(exc).__name__}: {exc}"[:120]
+                label = f"box {'x'.join(map(str, box))} ({math.prod(box) * e >> 10} KB, runs {runs[0] * e}/{runs[1] * e} B, {how})"
                 base = Pass(PACKED, e, 1, total_elems, total_elems, total_elems, dims=dims,
                             box=box)  # fmt: skip
                 variants = [("packed", base)]

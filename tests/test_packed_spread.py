@@ -3,7 +3,8 @@ it (1- and 2-byte boxes whose output side takes words but whose output innermost
 whole words), its shared layout's bank spread, and the rendered kernel itself run on the CPU
 (tests/_cuda_emulator.h) against np.transpose: whole boxes by the table and boxes an edge cuts
 by digits, input rows at every alignment (the funnel), padded rows, poisoned output and guard
-bytes."""
+bytes; and the boxes `word_box` takes on along the output's chain so that output rows of odd
+bytes move in words."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from autotranspose.kernels.codegen import (
     spread_layout,
 )
 from autotranspose.kernels.packed import THREADS, PackedKernel, packed_args, spread_mode
-from autotranspose.plans.boxes import Dim
+from autotranspose.plans.boxes import PACKED_MAX_BYTES, Dim, packed_box, vector_widths, word_box
 from autotranspose.plans.layout import contiguous_strides
 from autotranspose.plans.permute import plan_permute
 
@@ -190,3 +191,61 @@ def test_an_edge_that_cuts_the_output_run_mid_word(shape, axes, e, box, tmp_path
     assert out.tobytes() == want.tobytes(), f"{k.name}\n{q.describe()}"
     assert (out_base[:16] == 0xA5).all() and (out_base[16 + want.nbytes :] == 0xA5).all()
     del base
+
+
+def test_a_word_box_takes_the_output_run_on_to_whole_words():
+    """bool 2x13x84x130x1098 by (0,3,2,4,1): output rows of 13 x 1098 bytes, so every box of
+    `packed_box`'s (128 x 13) starts at an odd offset and moves byte by byte (20.7% of copy on
+    an H200). Two rows in one box make the run 28548 bytes and every box step whole words: the
+    spread kernel takes it (50.1%). No divisor of 1098 does, so the row is taken whole first."""
+    dims = plan_permute((2, 13, 84, 130, 1098), (0, 3, 2, 4, 1), 1).dims
+    box = packed_box(dims, 1)
+    assert box == (1, 1, 1, 128, 13) and vector_widths(dims, box, 1)[1] == 0
+    assert word_box(dims, 1, box) == (1, 1, 2, 1098, 13)
+    assert packed_args(1, dims, (1, 1, 2, 1098, 13)).kernel.spread
+    # already words, wider elements, and a run that would pass PACKED_MAX_BYTES: none
+    assert word_box(dims, 1, (1, 1, 2, 1098, 13)) is None
+    assert word_box(plan_permute((2, 13, 84, 130, 1098), (0, 3, 2, 4, 1), 4).dims, 4, box) is None
+    dims = (Dim(147, 1, 245625), Dim(15, 147, 16375), Dim(655, 2205, 25), Dim(25, 1444275, 1))
+    assert word_box(dims, 1, (128, 1, 8, 25)) is None  # 25 x 655 x 15 bytes before a whole word
+
+
+def _odd_rows(rng: np.random.Generator, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A permute whose output rows (c x n elements, both odd) start at odd offsets: shape
+    (a, c, r, b, n) to (a, b, r, n, c), r a multiple of 4 and b of 2 or more (else r and n fuse), as the
+    bool example is."""
+    a, b, r = int(rng.integers(1, 3)), int(rng.integers(2, 4)), 4 * int(rng.integers(1, 3))
+    c, n = (2 * int(rng.integers(k, 3 * k)) + 1 for k in (1, 17))
+    return (a, c, r, b, n), (0, 3, 2, 4, 1)
+
+
+@pytest.mark.parametrize("e", [1, 2])
+def test_word_boxes_of_odd_rows_on_the_cpu(e: int, tmp_path_factory):
+    """Random permutes of odd output rows, in boxes of one row: `word_box` gives a box within
+    PACKED_MAX_BYTES that the spread or words kernel takes, and that kernel, run on the CPU on
+    rows at an odd input offset (funnel loads), writes exactly np.transpose's bytes and
+    nothing else."""
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        shape, axes = _odd_rows(rng, e)
+        base, x, want, out_base, out = _arrays(rng, shape, axes, e, 0, 1)
+        dims = plan_permute(shape, axes, e, tuple(s // e for s in x.strides)).dims
+        # a box of one output row (n x c), as packed_box takes one where rows are long
+        row = shape[1] * shape[4]
+        cut = tuple(d.extent if d.out_stride < row else 1 for d in dims)
+        assert vector_widths(dims, cut, e)[1] == 0, (seed, shape, cut)
+        box = word_box(dims, e, cut)
+        assert box is not None and math.prod(box) * e <= PACKED_MAX_BYTES, (seed, shape, cut)
+        a = packed_args(e, dims, box, x.ctypes.data, out.ctypes.data)
+        assert a.kernel.spread or a.kernel.words, (seed, shape, box, a.kernel)
+        lib = _library(a.kernel, tmp_path_factory.getbasetemp())
+        lib.at_emu_run(
+            ctypes.c_uint(min(a.tiles, 3)),
+            ctypes.c_void_p(x.ctypes.data),
+            ctypes.c_void_p(out.ctypes.data),
+            ctypes.c_char_p(a.pack()),
+        )
+        assert out.tobytes() == want.tobytes(), (seed, shape, box, a.kernel.name)
+        assert (out_base[:16] == 0xA5).all() and (out_base[16 + want.nbytes :] == 0xA5).all()
+        del base

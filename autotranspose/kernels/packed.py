@@ -43,6 +43,7 @@ from ..plans.boxes import (
     PACKED_MAX_TILES,
     PACKED_PIPELINE_MAX_BYTES,
     PACKED_PIPELINE_MIN_ELEM_BYTES,
+    PACKED_WORD_BYTES,
     Dim,
     pipeline_fits,
     vector_widths,
@@ -79,7 +80,7 @@ MIN_BLOCKS, MAX_BLOCKS, TABLE_STEPS_AT_MAX = 3, 4, 8
 # elements (K = WORD_BYTES // element bytes). Its table holds a thread's block offsets (at
 # most WORDS_TABLE_READS block steps, two registers each) and output word offsets (at most
 # WORDS_TABLE_WRITES); a thread issues WORDS_LOAD_BATCH block steps' loads before it stores.
-WORD_BYTES = 4
+WORD_BYTES = PACKED_WORD_BYTES
 WORDS_TABLE_READS, WORDS_TABLE_WRITES, WORDS_LOAD_BATCH = 8, 16, 2
 # The pipelined element kernel (4- to 16-byte elements): a block's next box streams into a
 # second shared buffer (cp.async, no registers) while the block writes the current one.

@@ -52,6 +52,11 @@ PACKED_MAX_BOX_DIMS = 6
 PACKED_MAX_TILES = 2**32 - 1  # the kernel counts boxes in 32 bits
 
 
+# The packed kernels' words for 1- and 2-byte elements (templates/packed/words.cu.j2 and
+# spread.cu.j2): both write the output in aligned words of this size (`word_box`).
+PACKED_WORD_BYTES = 4
+
+
 # ... and where the plan's own pass is packed, the same box through the pipelined kernel
 # (`Pass.pipelined`: the next box streams into a second shared buffer while a block writes
 # this one; elements of PACKED_PIPELINE_MIN_ELEM_BYTES or more, boxes of at most
@@ -512,6 +517,49 @@ def whole_box(dims: Sequence[Dim], elem_bytes: int) -> tuple[int, ...] | None:
         if best_key is None or key > best_key:
             best, best_key = tuple(box), key
     return best
+
+
+def word_box(
+    dims: Sequence[Dim], elem_bytes: int, box: Sequence[int], out_ptr: int = 0
+) -> tuple[int, ...] | None:
+    """`box` (of 1- or 2-byte elements) with its output run taken on along the output's
+    contiguous chain until the output side moves in aligned words, or None where it already
+    does or cannot. The packed kernels write words only where every box starts a whole word
+    from the last (`vector_widths`: box steps and strides outside the run whole words); an
+    output row of odd bytes (bool 2x13x84x130x1098 by (0,3,2,4,1): rows of 13 x 1098 bytes)
+    leaves every box's run misaligned, so the box moves byte by byte (20.7% of copy on an
+    H200). Taking the chain's next dim in a part that makes its step whole words (2 of 84
+    rows there), or whole and then the next, puts both rows in one run of whole words: the
+    spread and words kernels take it. Within PACKED_MAX_BYTES; the run's dims before the
+    extended one are taken whole, each in the smallest part that divides its extent."""
+    e = elem_bytes
+    if e > 2 or vector_widths(dims, box, e, 0, out_ptr)[1] >= PACKED_WORD_BYTES:
+        return None
+    grown = list(box)
+    for k in _chain(dims, "out_stride"):
+        d = dims[k]
+        if grown[k] == d.extent:
+            continue
+        part = next(
+            (
+                b
+                for b in _divisors(d.extent)
+                if b >= grown[k] and b * d.out_stride * e % PACKED_WORD_BYTES == 0
+            ),
+            None,
+        )
+        grown[k] = part or d.extent
+        if part:
+            break
+    grown_t = tuple(grown)
+    if (
+        grown_t == tuple(box)
+        or math.prod(grown) * e > PACKED_MAX_BYTES
+        or vector_widths(dims, grown_t, e, 0, out_ptr)[1] < PACKED_WORD_BYTES
+        or not _packable(dims, grown_t, e)
+    ):
+        return None
+    return grown_t
 
 
 def edge_cut(dims: Sequence[Dim], box: Sequence[int]) -> bool:

@@ -53,6 +53,7 @@ from .boxes import (
     pipeline_fits,
     vector_box,
     whole_box,
+    word_box,
 )
 from .dtypes import ELEMENT_SIZES
 from .layout import MAX_NDIM, _check_layout, _shape, _strides, normalize_axes
@@ -442,7 +443,8 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         if can_pipeline(chosen):
             found.append(dataclasses.replace(chosen, pipelined=True))
         found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
-        found.append(_whole(chosen, one_launch(chosen, PACKED)))
+        packed = one_launch(chosen, PACKED)
+        found += [_whole(chosen, packed), _worded(packed)]
         if e <= 2:
             found.append(one_launch(chosen, PACKED, PACKED_WORDS_BYTES // e))
         if (batched.loops or narrow_batch(batched)) and batched.launches <= ALT_MAX_LAUNCHES:
@@ -455,13 +457,13 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         if row < ALT_ROW_BYTES:
             packed = one_launch(batched, PACKED)
             found += [packed, one_launch(batched, PACKED, PACKED_BIG_ELEMS)]
-            found.append(_whole(batched, packed))
+            found += [_whole(batched, packed), _worded(packed)]
         if row < ALT_GATHER_ROW_BYTES:
             found.append(one_launch(batched, GATHER))
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
         packed = one_launch(chosen, PACKED)
         found += [packed, one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
-        found.append(_whole(chosen, packed))
+        found += [_whole(chosen, packed), _worded(packed)]
     return _distinct(chosen, found)
 
 
@@ -472,6 +474,16 @@ def _whole(p: Pass, packed: Pass | None) -> Pass | None:
     if packed is None or not edge_cut(packed.dims, packed.box):
         return None
     return one_launch(p, PACKED, whole=True)
+
+
+def _worded(packed: Pass | None) -> Pass | None:
+    """`packed` (1- or 2-byte elements) in a box whose output moves in aligned words
+    (`word_box`), where its own box leaves the output misaligned and moved byte by byte;
+    else None."""
+    if packed is None:
+        return None
+    box = word_box(packed.dims, packed.elem_bytes, packed.box)
+    return None if box is None else dataclasses.replace(packed, box=box)
 
 
 def narrow_batch(p: Pass) -> bool:

@@ -224,8 +224,8 @@ def vector_box(
     sides take vectors of VECTOR_MIN_BYTES and two elements or more, its runs are whole
     sectors (PACKED_MIN_RUN_BYTES), it holds VECTOR_MIN_BOX_BYTES, a thread moves at most
     VECTOR_MAX_STEPS vectors, and the output's gather conflicts in shared memory at most
-    VECTOR_MAX_CONFLICTS ways (`gather_conflicts`, dense or padded), unless the box can be scattered on the
-    load side instead (`scatter_chunk`: where the gather conflicts at all, the scatter takes
+    VECTOR_MAX_CONFLICTS ways (`gather_conflicts`, dense or padded), unless the box can be
+    scattered on the load side instead (`scatter_chunk`: where the gather conflicts at all, the scatter takes
     it, without conflicts). Of those: the most boxes whole (at least VECTOR_MIN_WHOLE of
     them), then the widest vectors, then VECTOR_GOOD_BOX_BYTES, then runs of
     VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box. A gathering box
@@ -530,8 +530,9 @@ def word_box(
     leaves every box's run misaligned, so the box moves byte by byte (20.7% of copy on an
     H200). Taking the chain's next dim in a part that makes its step whole words (2 of 84
     rows there), or whole and then the next, puts both rows in one run of whole words: the
-    spread and words kernels take it. Within PACKED_MAX_BYTES; the run's dims before the
-    extended one are taken whole, each in the smallest part that divides its extent."""
+    spread and words kernels take it. The dim the run ends at takes the smallest divisor of
+    its extent (no smaller than its part) whose step is whole words, else its whole extent
+    and the chain goes on; the box stays within PACKED_MAX_BYTES."""
     e = elem_bytes
     if e > 2 or vector_widths(dims, box, e, 0, out_ptr)[1] >= PACKED_WORD_BYTES:
         return None

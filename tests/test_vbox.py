@@ -283,7 +283,7 @@ def _ways(dims, box, e: int, vout: int, pad: int) -> float:
             lanes = range(first, min(first + 32, vectors))
             words = {int(place[w * per + j]) // 4 for w in lanes}
             passes.append(max(sum(1 for v in words if v % 32 == b) for b in range(32)))
-    return sum(passes) / len(passes)
+    return sum(passes) / len(passes) if passes else 0.0
 
 
 @pytest.mark.parametrize("e", [1, 2, 4, 8])

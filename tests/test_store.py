@@ -644,7 +644,9 @@ def test_killed_writer_loses_at_most_the_write_in_flight(tmp_path):
     path = tmp_path / "t.db"
     Store.open(path).close()
     ctx = multiprocessing.get_context("spawn")
-    progress = ctx.Value("i", 0)
+    # no lock: a writer killed while holding the Value's lock would leave every read here
+    # blocked for good; the writer alone stores to it, a whole int at a time
+    progress = ctx.Value("i", 0, lock=False)
     proc = ctx.Process(target=write_forever, args=(str(path), progress))
     proc.start()
     deadline = time.monotonic() + 60

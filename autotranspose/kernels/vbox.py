@@ -38,7 +38,9 @@ from ..plans.boxes import (
     VECTOR_THREADS,
     VECTOR_WIDTHS,
     Dim,
+    padded_offset,
     scatter_options,
+    vector_pad_bytes,
     vector_widths,
 )
 from .codegen import _ELEMENT_TYPES, VBOX_TEMPLATE, _environment
@@ -162,14 +164,13 @@ class VBoxKernel:
 
     @property
     def pad_bytes(self) -> int:
-        """Bytes of each pad (an element of 8 bytes, else a 4-byte word: every element and
-        gathered word stays aligned)."""
-        return max(4, self.elem_bytes) if self.pad else 0
+        """Bytes of each pad (`plan.vector_pad_bytes`)."""
+        return vector_pad_bytes(self.elem_bytes, self.pad)
 
     def padded(self, offset: int) -> int:
-        """Where byte `offset` of the box in the input's order lies in shared memory: a pad
-        after every `pad` bytes (none where `pad` is 0)."""
-        return offset + self.pad_bytes * (offset // self.pad) if self.pad else offset
+        """Where byte `offset` of the box in the input's order lies in shared memory
+        (`plan.padded_offset`)."""
+        return padded_offset(offset, self.elem_bytes, self.pad)
 
     @property
     def table_entries(self) -> int:

@@ -11,6 +11,7 @@ import math
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -125,6 +126,18 @@ VECTOR_GOOD_RUN_BYTES = 512
 # elements, which lie a power of two of words apart in the dense box, fall into other banks.
 # The input's vectors then go into shared memory as 4-byte words.
 VECTOR_PAD_EVERY = (16, 32, 64, 128)
+
+
+def vector_pad_bytes(elem_bytes: int, pad: int) -> int:
+    """Bytes of each pad of a box padded every `pad` bytes (0: dense): an element of 8 or
+    16 bytes, else a 4-byte word, so every element and gathered word stays aligned."""
+    return max(4, elem_bytes) if pad else 0
+
+
+def padded_offset(offset: Any, elem_bytes: int, pad: int) -> Any:
+    """Where byte `offset` (an int or a numpy array of them) of a box in the input's order
+    lies in shared memory when the box is padded every `pad` bytes (0: dense)."""
+    return offset + vector_pad_bytes(elem_bytes, pad) * (offset // pad) if pad else offset
 
 
 # Where the gather conflicts (uint8 HWC -> CHW: a lane's 16 pixels of one channel lie c bytes
@@ -282,7 +295,7 @@ def _least_conflicts(
     table = -(-math.prod(box) // 8) * 8 * VECTOR_TABLE_BYTES
     best = (dense, 0)
     for pad in VECTOR_PAD_EVERY:
-        padded = volume + max(4, e) * (volume // pad)
+        padded = padded_offset(volume, e, pad)
         if (
             pad % widths[0]
             or padded >= 1 << 16
@@ -400,9 +413,7 @@ def gather_conflicts(
     for k in out_order:
         at += (i % box[k]) * dense[k]
         i = i // box[k]
-    at *= e
-    if pad:
-        at += max(4, e) * (at // pad)
+    at = padded_offset(at * e, e, pad)
     word = np.sort(np.where(lane.reshape(warps, 1, 32) < vectors, at // 4, -1).reshape(-1, 32))
     # a bank's pass per distinct word: count each row's distinct words by bank, take the most
     fresh = np.ones(word.shape, dtype=bool)

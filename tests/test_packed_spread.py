@@ -115,10 +115,11 @@ def _library(spec: PackedKernel, tmp: Path) -> ctypes.CDLL:
     )
 
 
-def _run(e, q, box, x, out, tmp) -> PackedKernel:
-    """The spread kernel of pass `q` in boxes of `box`, run on a small grid from x to out."""
-    a = packed_args(e, q.dims, box, x.ctypes.data, out.ctypes.data)
-    assert a.kernel.spread, (a.kernel, q.describe())
+def _run(e, dims, box, x, out, tmp, about="") -> PackedKernel:
+    """The spread kernel of `dims` in boxes of `box`, run on a small grid from x to out
+    (`about`: what a failed check prints)."""
+    a = packed_args(e, dims, box, x.ctypes.data, out.ctypes.data)
+    assert a.kernel.spread, (a.kernel, about)
     lib = _library(a.kernel, tmp)
     lib.at_emu_run(
         ctypes.c_uint(min(a.tiles, 3)),
@@ -162,7 +163,7 @@ def test_the_kernel_on_the_cpu_matches_numpy(shape, axes, e, pad, offset, cut, t
                 e, q.dims, c := (*q.box[:i0], b, *q.box[i0 + 1 :]), x.ctypes.data, out.ctypes.data
             )[0]
         )
-    k = _run(e, q, box, x, out, tmp_path_factory.getbasetemp())
+    k = _run(e, q.dims, box, x, out, tmp_path_factory.getbasetemp(), q.describe())
     assert k.funnel == bool(offset or pad or cut or shape[-1] % (4 // e)), k
     assert any(k.checked) or not cut
     assert out.tobytes() == want.tobytes(), f"{k.name}\n{q.describe()}"
@@ -187,7 +188,7 @@ def test_an_edge_that_cuts_the_output_run_mid_word(shape, axes, e, box, tmp_path
     q = _pass(shape, axes, e, tuple(s // e for s in x.strides), x.ctypes.data, out.ctypes.data)
     a = packed_args(e, q.dims, box, x.ctypes.data, out.ctypes.data)
     assert a.kernel.spread and _packed_vars(a.kernel)["run_cut"], (a.kernel, q.describe())
-    k = _run(e, q, box, x, out, tmp_path_factory.getbasetemp())
+    k = _run(e, q.dims, box, x, out, tmp_path_factory.getbasetemp(), q.describe())
     assert out.tobytes() == want.tobytes(), f"{k.name}\n{q.describe()}"
     assert (out_base[:16] == 0xA5).all() and (out_base[16 + want.nbytes :] == 0xA5).all()
     del base
@@ -222,9 +223,9 @@ def _odd_rows(rng: np.random.Generator, e: int) -> tuple[tuple[int, ...], tuple[
 @pytest.mark.parametrize("e", [1, 2])
 def test_word_boxes_of_odd_rows_on_the_cpu(e: int, tmp_path_factory):
     """Random permutes of odd output rows, in boxes of one row: `word_box` gives a box within
-    PACKED_MAX_BYTES that the spread or words kernel takes, and that kernel, run on the CPU on
-    rows at an odd input offset (funnel loads), writes exactly np.transpose's bytes and
-    nothing else."""
+    PACKED_MAX_BYTES that the spread kernel takes (odd rows have no K x K blocks), and that
+    kernel, run on the CPU on rows at an odd input offset (funnel loads), writes exactly
+    np.transpose's bytes and nothing else."""
     seed = int(np.random.SeedSequence().entropy % 2**32)
     rng = np.random.default_rng(seed)
     for _ in range(3):
@@ -237,15 +238,7 @@ def test_word_boxes_of_odd_rows_on_the_cpu(e: int, tmp_path_factory):
         assert vector_widths(dims, cut, e)[1] == 0, (seed, shape, cut)
         box = word_box(dims, e, cut)
         assert box is not None and math.prod(box) * e <= PACKED_MAX_BYTES, (seed, shape, cut)
-        a = packed_args(e, dims, box, x.ctypes.data, out.ctypes.data)
-        assert a.kernel.spread or a.kernel.words, (seed, shape, box, a.kernel)
-        lib = _library(a.kernel, tmp_path_factory.getbasetemp())
-        lib.at_emu_run(
-            ctypes.c_uint(min(a.tiles, 3)),
-            ctypes.c_void_p(x.ctypes.data),
-            ctypes.c_void_p(out.ctypes.data),
-            ctypes.c_char_p(a.pack()),
-        )
-        assert out.tobytes() == want.tobytes(), (seed, shape, box, a.kernel.name)
+        k = _run(e, dims, box, x, out, tmp_path_factory.getbasetemp(), (seed, shape, box))
+        assert out.tobytes() == want.tobytes(), (seed, shape, box, k.name)
         assert (out_base[:16] == 0xA5).all() and (out_base[16 + want.nbytes :] == 0xA5).all()
         del base

@@ -103,3 +103,51 @@ def test_processes_compiling_one_kernel_at_once_each_get_a_whole_cubin(tmp_path)
         [sys.executable, "-c", _COMPILE, source, "0"], env=env, capture_output=True, text=True
     )
     assert ninth.returncode == 0 and ninth.stdout.split()[0] == cached, ninth.stderr
+
+
+def _box_specs() -> list:
+    """Three box kernels of one permute (two packed boxes and a vector box), made on the CPU."""
+    from autotranspose.kernels.packed import packed_args
+    from autotranspose.kernels.vbox import vbox_spec
+    from autotranspose.plans.permute import plan_permute
+
+    dims = plan_permute((8, 1080, 1920, 3), (0, 3, 1, 2), 1).dims
+    return [
+        packed_args(1, dims, (1, 3, 512)).kernel,
+        packed_args(1, dims, (1, 3, 2048)).kernel,
+        vbox_spec(1, dims, (1, 3, 4096), (16, 16), scatter=16)[0],
+    ]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs to compile in parallel")
+def test_a_races_box_kernels_compile_at_once(monkeypatch, tmp_path):
+    """`precompile_specs` (a first call's race of boxes, an in-place program's passes) runs
+    one nvcc a spec not yet loaded, at the same time: each call here waits at a barrier for
+    the others, so run one after another they would time out. Each compiles exactly the text
+    the kernel's own getter compiles (the cache's key)."""
+    import threading
+    from types import SimpleNamespace
+
+    specs = _box_specs()
+    loaded = specs[0]
+    todo = specs[1:]
+    barrier = threading.Barrier(len(todo), timeout=20)
+    sources: list[str] = []
+
+    def fake_nvcc(source: str, arch: str) -> bytes:
+        sources.append(source)
+        barrier.wait()  # BrokenBarrierError (caught as a failure the load reports) if serial
+        return b""
+
+    monkeypatch.setattr(compiler, "nvcc_cubin", fake_nvcc)
+    monkeypatch.setattr(compiler, "cubin_cache_dir", lambda: tmp_path)
+    monkeypatch.setitem(compiler._kernels, ("sm_90", loaded.name), object())
+    compiler.precompile_specs(SimpleNamespace(arch="sm_90"), [*specs, specs[1]])
+    assert not barrier.broken, "the nvcc calls ran one after another"
+    assert sorted(sources) == sorted(compiler._spec_source(k) for k in todo)
+    # one spec, or no disk cache to hand the cubins over: nothing to do ahead
+    sources.clear()
+    compiler.precompile_specs(SimpleNamespace(arch="sm_90"), todo[:1])
+    monkeypatch.setattr(compiler, "cubin_cache_dir", lambda: None)
+    compiler.precompile_specs(SimpleNamespace(arch="sm_90"), todo)
+    assert sources == []

@@ -52,7 +52,7 @@ def gpu(monkeypatch):
         "make_inplace",
         lambda state, spec, blocks, args, smem=0: _Launch(log, spec, blocks, args, smem),
     )
-    monkeypatch.setattr(_inplace, "precompile_inplace", lambda state, specs: None)
+    monkeypatch.setattr(_inplace, "precompile_specs", lambda state, specs: None)
     monkeypatch.setattr(_driver, "current", lambda: 7)
     monkeypatch.setattr(_driver, "set_current", lambda ctx: None)
     monkeypatch.setattr(

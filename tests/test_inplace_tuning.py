@@ -204,7 +204,7 @@ def device(monkeypatch):
     monkeypatch.setattr(runtime_inplace, "build", build)
     monkeypatch.setattr(runtime_inplace, "native", native)
     monkeypatch.setattr(runtime_inplace, "passes", lambda *a: (None, []))
-    monkeypatch.setattr("autotranspose.runtime.compiler.precompile_inplace", lambda st, specs: None)
+    monkeypatch.setattr("autotranspose.runtime.compiler.precompile_specs", lambda st, specs: None)
     return ns
 
 

@@ -909,6 +909,35 @@ def _choices(history, shape) -> list:
     return [h for h in history if h[1].shape == shape]
 
 
+def test_a_first_call_compiles_its_boxes_at_once(rng, fresh_choices, monkeypatch):
+    """The race's box kernels (the plan's box pipelined, a bigger box, the vector box) are
+    handed to `precompile_specs` together before any is built, so nvcc runs for them at once;
+    every box the race timed was among them."""
+    cupy = pytest.importorskip("cupy")
+    from autotranspose.dispatch import lookup
+
+    real, handed = dispatch.permute.precompile_specs, []
+
+    def spy(state, specs):
+        handed.append([k.name for k in specs])
+        real(state, specs)
+
+    monkeypatch.setattr(dispatch.permute, "precompile_specs", spy)
+    shape, axes = _CHOICE
+    x = cupy.asarray(random_array(rng, shape, "float32"))
+    out = cupy.empty(tuple(shape[a] for a in axes), dtype=x.dtype)
+    at.permute(x, axes, out=out)
+    assert same_bits(cupy.asnumpy(out), np.transpose(cupy.asnumpy(x), axes))
+    ((_, plan, outcome),) = _choices(fresh_choices, shape)
+    boxes = {
+        lookup.packed_kernel(p, x.data.ptr, out.data.ptr).name
+        for p in outcome.seconds
+        if p.kind == PACKED
+    }
+    assert len(boxes) >= 3, plan.describe()
+    assert len(handed) == 1 and boxes <= set(handed[0]), (handed, boxes)
+
+
 def test_a_first_call_times_the_alternatives_once_and_keeps_the_fastest(rng, fresh_choices):
     cupy = pytest.importorskip("cupy")
     from autotranspose.dispatch import firstcall

@@ -451,21 +451,25 @@ class PermuteKernel:
         if p.kind == GATHER:
             return render_gather()
         if p.kind == PACKED:
-            spec = _packed_kernel(p)
+            spec = packed_kernel(p)
             return render_vbox(spec) if isinstance(spec, VBoxKernel) else render_packed([spec])
         return render_rows()
 
 
-def _packed_kernel(p: Pass) -> PackedKernel | VBoxKernel:
-    """The kernel spec packed pass `p` runs at pointers of any 16-byte alignment (as a plan
-    made without pointers assumes): the vector box's where the plan gave vectors, else the
-    packed kernels' (`_dispatch.permute.build`'s choice)."""
+def packed_kernel(p: Pass, in_ptr: int = 0, out_ptr: int = 0) -> PackedKernel | VBoxKernel:
+    """The kernel spec packed pass `p` runs at pointers aligned as `in_ptr` and `out_ptr` (0
+    for a plan made without pointers): the vector box's where the plan gave vectors, else the
+    packed kernels' (`dispatch.permute.build`'s choice, through `make_vbox` or
+    `make_packed`)."""
     from ..kernels.packed import packed_args
     from ..kernels.vbox import vbox_spec
 
+    e = p.elem_bytes
     if p.vectors[0]:
-        return vbox_spec(p.elem_bytes, p.dims, p.box, p.vectors, scatter=p.scatter, pad=p.pad)[0]
-    return packed_args(p.elem_bytes, p.dims, p.box, pipelined=p.pipelined).kernel
+        return vbox_spec(
+            e, p.dims, p.box, p.vectors, in_ptr, out_ptr, scatter=p.scatter, pad=p.pad
+        )[0]
+    return packed_args(e, p.dims, p.box, in_ptr, out_ptr, pipelined=p.pipelined).kernel
 
 
 def chooses_per_device(plan: Plan) -> bool:
@@ -497,7 +501,7 @@ def permute_kernel(
     if p.kind == GATHER:
         return PermuteKernel(p, gather_kernel_name(p.elem_bytes))
     if p.kind == PACKED:
-        return PermuteKernel(p, _packed_kernel(p).name)
+        return PermuteKernel(p, packed_kernel(p).name)
     return PermuteKernel(p, RUNS_KERNEL if p.realign else row_kernel_name(p.elem_bytes))
 
 

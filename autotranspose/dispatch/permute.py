@@ -21,7 +21,7 @@ from ..plans.boxes import Dim
 from ..plans.permute import COPY, GATHER, PACKED, TRANSPOSE, Pass, Plan, plan_permute
 from ..runtime import driver as _driver
 from ..runtime.arrays import NDView
-from ..runtime.compiler import DeviceState
+from ..runtime.compiler import DeviceState, precompile_specs
 from ..runtime.launch import (
     Launch,
     make_gather,
@@ -212,8 +212,10 @@ def served(
     here against its own pass (the module's docstring); while the stream is being captured
     into a graph, or with first-call measurement off, the plan's own pass runs (captured: not
     final, a later call measures). The bench times what this returns."""
-    own = build(plan, state, src, dst, stream, ctx)
     rivals = policy.permute_race(plan)
+    if rivals and firstcall.enabled() and not _driver.is_capturing(stream):
+        _precompile_boxes(state, (*plan.passes, *rivals), src, dst)
+    own = build(plan, state, src, dst, stream, ctx)
     if not rivals:
         return plan, own, True
     if not firstcall.enabled():  # held off for this thread only: a later call may measure
@@ -234,6 +236,22 @@ def served(
     if outcome.best == guess:
         return plan, own, True
     return plan.taking(outcome.best), runners[outcome.best].steps, True
+
+
+def _precompile_boxes(state: DeviceState, passes: tuple[Pass, ...], src: int, dst: int) -> None:
+    """Compile the box kernels of a first call's race at once, nvcc calls in parallel
+    (`precompile_specs`): each candidate box is a kernel of its own, and compiled one after
+    another they held a first call for seconds. A spec that cannot be made is left for the
+    build that follows to report."""
+    specs = []
+    for p in passes:
+        if p.kind != PACKED:
+            continue
+        try:
+            specs.append(lookup.packed_kernel(p, src, dst))
+        except AutotransposeError:
+            continue
+    precompile_specs(state, specs)
 
 
 def build(

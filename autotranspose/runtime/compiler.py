@@ -355,7 +355,7 @@ def get_packed_kernel(state: DeviceState, spec: PackedKernel) -> Kernel:
     return _cached(
         state.arch,
         spec.name,
-        lambda: load_source(state.arch, render_packed([spec]), [spec.name])[spec.name],
+        lambda: load_source(state.arch, _spec_source(spec), [spec.name])[spec.name],
     )
 
 
@@ -365,7 +365,7 @@ def get_vbox_kernel(state: DeviceState, spec: VBoxKernel) -> Kernel:
     return _cached(
         state.arch,
         spec.name,
-        lambda: load_source(state.arch, render_vbox(spec), [spec.name])[spec.name],
+        lambda: load_source(state.arch, _spec_source(spec), [spec.name])[spec.name],
     )
 
 
@@ -375,21 +375,35 @@ def get_inplace_kernel(state: DeviceState, spec: InplaceKernel) -> Kernel:
     return _cached(
         state.arch,
         spec.name,
-        lambda: load_source(state.arch, render_inplace(spec), [spec.name])[spec.name],
+        lambda: load_source(state.arch, _spec_source(spec), [spec.name])[spec.name],
     )
 
 
-def precompile_inplace(state: DeviceState, specs: Sequence[InplaceKernel]) -> None:
-    """Compile in-place pass kernels not yet loaded, nvcc calls in parallel (a program's
-    passes are several kernels); `get_inplace_kernel` then loads them from the cubin cache.
-    Failures are left for `get_inplace_kernel` to raise."""
+def _spec_source(spec: PackedKernel | VBoxKernel | InplaceKernel) -> str:
+    """The source `get_packed_kernel`, `get_vbox_kernel` or `get_inplace_kernel` compiles for
+    `spec` (the same text: the disk cache is keyed by it)."""
+    if isinstance(spec, VBoxKernel):
+        return render_vbox(spec)
+    if isinstance(spec, PackedKernel):
+        return render_packed([spec])
+    return render_inplace(spec)
+
+
+def precompile_specs(
+    state: DeviceState, specs: Sequence[PackedKernel | VBoxKernel | InplaceKernel]
+) -> None:
+    """Compile one-spec kernels not yet loaded (permute()'s boxes, in-place passes), nvcc
+    calls in parallel, into the cubin cache; `get_packed_kernel`, `get_vbox_kernel` and
+    `get_inplace_kernel` then load them from it. A first call that races several boxes, or a
+    program of several in-place passes, waits for one nvcc instead of one after another.
+    Failures are left for the load that follows to raise."""
     todo = list({k.name: k for k in specs if (state.arch, k.name) not in _kernels}.values())
     if len(todo) < 2 or cubin_cache_dir() is None:
         return
 
-    def build(k: InplaceKernel) -> None:
+    def build(k: PackedKernel | VBoxKernel | InplaceKernel) -> None:
         try:
-            nvcc_cubin(render_inplace(k), state.arch)
+            nvcc_cubin(_spec_source(k), state.arch)
         except Exception:  # reported by the load that follows
             pass
 

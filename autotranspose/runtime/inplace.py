@@ -39,7 +39,7 @@ from ..plans.inplace import (
     staged_phases,
 )
 from . import driver as _driver
-from .compiler import DeviceState, precompile_inplace
+from .compiler import DeviceState, precompile_specs
 from .launch import Launch, make_inplace
 
 # (context, second pointer, scratch) triples a staged COLS pass keeps its launches made
@@ -137,7 +137,7 @@ def build(
     """The program of `passes`, its kernels compiled (in parallel) and loaded: a
     CompileError or KernelLoadError where one of them fails."""
     plan, hows = passes(state, batch, m, n, elem_bytes, conjugate, params, fused, cycles)
-    precompile_inplace(state, [h.spec for h in hows])
+    precompile_specs(state, [h.spec for h in hows])
     steps = tuple(
         InplaceStep(
             h,

@@ -98,7 +98,7 @@ class InplaceBench:
     def precompile(self, configs: Sequence[Any]) -> dict[Any, Exception]:
         """Compile every pass kernel of `configs`' programs (nvcc calls in parallel), then load
         each program; the configs that failed, with their errors."""
-        from ..runtime.compiler import precompile_inplace
+        from ..runtime.compiler import precompile_specs
         from ..runtime.inplace import passes
 
         b, m, n = self.shape
@@ -111,7 +111,7 @@ class InplaceBench:
             except Exception:  # reported by program() below
                 continue
             specs += [h.spec for h in hows]
-        precompile_inplace(self.state, specs)
+        precompile_specs(self.state, specs)
         failed: dict[Any, Exception] = {}
         for cfg in configs:
             try:

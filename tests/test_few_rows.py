@@ -16,7 +16,7 @@ from _gpu import assert_match_reference
 from _nvcc import assert_compile_without_spills
 
 from autotranspose.dispatch import policy
-from autotranspose.dispatch.policy import few_rows_default
+from autotranspose.dispatch.policy import FEW_ROWS_COVER_MAX, few_rows_cover, few_rows_default
 from autotranspose.kernels.config import (
     DIRECT_FEW_ROWS_MIN,
     DIRECT_SIZES,
@@ -64,6 +64,7 @@ def _every_rule_config() -> list:
         for conj in ((False, True) if s >= 8 else (False,))
     }
     found |= {few_rows_default(2, rows, 10 * rows, 2) for rows in range(1, FEW_ROWS_MAX + 2)}
+    found |= {few_rows_cover(4, rows, 10 * rows, 2) for rows in range(1, FEW_ROWS_COVER_MAX + 2)}
     found |= {
         few_cols_default(s, 10**6, cols, vec, conj)
         for s in SIZES
@@ -115,6 +116,32 @@ def test_two_byte_rows_in_4_byte_words_get_tiles_of_up_to_128_rows() -> None:
     assert few_rows_default(2, 100, 1000, 1) is None and few_rows_default(2, 100, 1000, 4) is None
     got = policy.candidates(prmt_default(2), [], 2, 134, 777624, 2, False, lambda c: True)
     assert few_rows_default(2, 134, 777624, 2) in got[:5]  # after the guess and staged tiles
+
+
+def test_four_byte_rows_the_rule_leaves_an_edge_of_race_a_tile_that_covers_them() -> None:
+    """The smallest tile at least as tall as the rows, in 8-byte words, 8 a thread, registers
+    capped at 64; raced right after the rule's tile. None where the rule's tiles have no edge
+    (a multiple of 16 rows), for 16 rows or fewer, from FEW_ROWS_COVER_MAX rows, in 4-byte
+    words and for other element sizes."""
+    rng = random.Random()
+    for _ in range(200):
+        rows, vec = rng.randrange(1, 2 * FEW_ROWS_COVER_MAX), rng.choice((1, 2, 4))
+        n = rng.randrange(rows + 1, 100 * rows + 2)
+        c = few_rows_cover(4, rows, n, vec)
+        if vec == 1 or rows % 16 == 0 or not 16 < rows < FEW_ROWS_COVER_MAX:
+            assert c is None, (rows, vec)
+            continue
+        assert c is not None and c.kind == "tiled" and c.tile_m >= rows > c.tile_m // 2
+        assert (c.vec, c.per_thread, c.raster, c.tile_n) == (2, 8, "col", 64)
+        assert c.min_blocks == occupancy_steps(c.threads, (64,))[0] and c.fits(NEWEST)
+        assert c in _space(4, vec)  # the tuner can find it, and refine it
+        rule, guess = few_rows_default(4, rows, n, vec), default_config(4, max_vector=vec)
+        got = policy.candidates(guess, [], 4, rows, n, vec, False, lambda c: True)
+        assert got[: 3 if rule else 2] == [guess, *([rule] if rule else []), c]
+    for elem_bytes in (1, 2, 8, 16):
+        assert few_rows_cover(elem_bytes, 18, 10**6, 2) is None
+    assert few_rows_cover(4, 18, 18, 2) is None  # not fewer rows than columns
+    assert few_rows_cover(4, 18, 10**6, 2, conjugate=True) is None  # no 4-byte complex type
 
 
 @pytest.mark.parametrize("rows", [0, 1, DIRECT_FEW_ROWS_MIN - 1, FEW_ROWS_MAX, 10 * FEW_ROWS_MAX])
@@ -251,3 +278,9 @@ def test_rule_configs_match_the_reference_on_few_rows(elem_bytes: int) -> None:
         for shape in ((1, m, n), (1, m, n + 1), (3, m, n // 8 * 2)):
             usable = [c for c in cfgs if c.vec == 1 or (shape[1] % 2 == 0 and shape[2] % 2 == 0)]
             assert_match_reference(state, elem_bytes, shape, usable)
+        if elem_bytes == 4:  # the cover tile, on rows in 8-byte words it leaves an edge of
+            rows = int(rng.choice([r for r in range(18, FEW_ROWS_COVER_MAX, 2) if r % 16]))
+            cover = few_rows_cover(4, rows, n, 2)
+            assert not precompile(state, [cover])
+            for shape in ((1, rows, n // 2 * 2), (3, rows, n // 16 * 2)):
+                assert_match_reference(state, 4, shape, [cover])

@@ -171,6 +171,37 @@ def few_rows_default(
         return None
 
 
+# rows under this are raced a tiled tile that covers them (`few_rows_cover`): a 32-row tile.
+# Taller (64 rows, 128 threads) spilled at the cap of 64 registers, and lost its race on
+# float32 47x800000 (H200)
+FEW_ROWS_COVER_MAX = 32
+
+
+def few_rows_cover(
+    elem_bytes: int, rows: int, cols: int, vec: int, conjugate: bool = False
+) -> KernelConfig | None:
+    """For few long rows of 4-byte elements in 8-byte words that the rule's tiles
+    (`few_rows_default`, no taller than the rows) leave an edge of: one tiled tile as tall as
+    the smallest tile that covers them (32 rows), 8 elements a thread, at
+    the blocks that cap registers at 64. Every tile is an edge tile, but its columns move in
+    8-byte words all the same, and no row goes through a second, mostly idle tile (H200,
+    int32 and float32 18x1033032: the whole space's best, 32x64 at 16 blocks, 96.2% of a
+    copy, where the rule's 16-row tile ran 80.0 and the direct tile served 88.2). Raced on
+    the first call, never served unmeasured. None where rows are a multiple of 16 (the
+    rule's tiles have no edge), or not between 16 and FEW_ROWS_COVER_MAX (a 16-row tile of
+    8 a thread is one warp, and spilled at its cap of 64 registers; so did a 64-row one)."""
+    if elem_bytes != 4 or min(vec, 2) != 2 or not 16 < rows < min(FEW_ROWS_COVER_MAX, cols):
+        return None
+    if rows % TILE_SIZES[0] == 0:
+        return None
+    tm = min(t for t in TILE_SIZES if t >= rows)
+    try:
+        c = KernelConfig(4, tm, 64, 2, 8, 1, "pad", "col", conjugate=conjugate)
+        return c.replace(min_blocks=occupancy_steps(c.threads, (64,))[0])
+    except ConfigError:
+        return None
+
+
 def class_few_rows(elem_bytes: int, cls: ShapeClass, conjugate: bool) -> KernelConfig | None:
     """For few long rows, `few_rows_default` of the class's fewest rows and columns; None for
     other classes. Such a class is served its own results, else these: for 8- and 16-byte
@@ -382,6 +413,7 @@ def candidates(
     # few rows and columns of 4- to 16-byte elements by up to 30 points, lost elsewhere by
     # up to 12: a race decides)
     rows = few_rows_default(elem_bytes, m, n, vec, conjugate)
+    cover = few_rows_cover(elem_bytes, m, n, vec, conjugate)
     direct = direct_default(elem_bytes, m, n, conjugate)
     # few columns: the narrow tiled tile (H200: float32 2266934x4 85.5% of copy,
     # where the portfolio's best, a flat kernel, ran 52.9)
@@ -396,7 +428,19 @@ def candidates(
     # byte-permute tiles past 48 KiB, where this GPU has the shared memory (`runnable`)
     wider = wider_tiles(elem_bytes, m, n) if rows_at_any_offset(elem_bytes, vec) else []
     picked: list[KernelConfig] = []
-    for c in (guess, regt, regt_other, *narrow, rows, direct, cols, *wider, *neighbours, *kinds):
+    for c in (
+        guess,
+        regt,
+        regt_other,
+        *narrow,
+        rows,
+        cover,
+        direct,
+        cols,
+        *wider,
+        *neighbours,
+        *kinds,
+    ):
         if c is None:
             continue
         c = c if c.conjugate == conjugate else c.replace(conjugate=conjugate)

@@ -71,6 +71,7 @@ def known_good(
         # 1-byte rows too (the lookup default above is the class's run store)
         None if conjugate else wide_default(elem_bytes, cls.m),
         policy.few_rows_default(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
+        policy.few_rows_cover(elem_bytes, *sides, cls.vec, conjugate) if sides else None,
         # the direct kernel for the tuned shape (the seed documents' strategy, capped)
         direct_default(elem_bytes, *sides, conjugate) if sides else None,
         # few columns: the narrow tiled tile

@@ -52,7 +52,13 @@ def main() -> int:
     ap.add_argument("--max-kb", type=int, default=48)
     ap.add_argument("--most", type=int, default=14, help="boxes a case at most (the largest)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--vbox-blocks",
+        default="0",
+        help="resident blocks an SM to time each vector box at (VBoxKernel.blocks; 0: default)",
+    )
     args = ap.parse_args()
+    vbox_blocks = [int(b) for b in args.vbox_blocks.split(",")]
 
     import numpy as np
 
@@ -139,18 +145,23 @@ def main() -> int:
                     timed(ServedSteps(steps, state.ctx, mine), f"{label} {name}")
                     if not p.vectors[0]:
                         continue
-                    # the same vector box with its shared box padded (VBoxKernel.pad)
-                    for pad in VECTOR_PAD_EVERY:
+                    # the same vector box with its shared box padded (VBoxKernel.pad), and
+                    # at other resident blocks an SM (VBoxKernel.blocks)
+                    for pad in (0, *VECTOR_PAD_EVERY):
                         if pad % p.vectors[0]:
                             continue
                         ways = gather_conflicts(dims, box, e, p.vectors[1], pad)
-                        try:
-                            lc = make_vbox(state, e, dims, box, p.vectors, src0, dst0, 0, pad)
-                        except Exception as exc:
-                            print(f"  {label} vbox pad {pad}: {type(exc).__name__}: {exc}"[:200])
-                            continue
-                        timed(ServedSteps((lc,), state.ctx, mine),
-                              f"{label} vbox pad {pad}, {ways:.1f} ways")  # fmt: skip
+                        for k in vbox_blocks:
+                            if not pad and not k:
+                                continue  # the vector box as built above
+                            what = f"{label} vbox pad {pad}" + (f" blocks {k}" if k else "")
+                            try:
+                                lc = make_vbox(state, e, dims, box, p.vectors, src0, dst0, 0,
+                                               pad, k)  # fmt: skip
+                            except Exception as exc:
+                                print(f"  {what}: {type(exc).__name__}: {exc}"[:200])
+                                continue
+                            timed(ServedSteps((lc,), state.ctx, mine), f"{what}, {ways:.1f} ways")
         finally:
             bench.close()
     return 0

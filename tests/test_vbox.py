@@ -224,6 +224,9 @@ def test_the_table_is_the_output_order_in_the_input_layout():
         (dict(box=(3, 5)), "dividing the box"),
         (dict(in_order=(0, 0)), "not a permutation"),
         (dict(box=(8, 4096), checked=(False, True)), "shared memory"),
+        (dict(blocks=1), "blocks an SM"),
+        (dict(blocks=9), "blocks an SM"),
+        (dict(blocks=4.0), "blocks an SM"),
     ],
 )
 def test_bad_specs_never_reach_cuda(fields, words):
@@ -238,6 +241,44 @@ def test_bad_specs_never_reach_cuda(fields, words):
     )
     with pytest.raises(ShapeError, match=words):
         VBoxKernel(**{**base, **fields})
+
+
+def test_small_gathering_boxes_run_more_blocks_an_sm():
+    """The gather keeps about VECTOR_FLIGHT_BYTES of boxes in flight an SM: 4 blocks down to
+    boxes of a quarter of it, up to 8 for small ones (6 where a thread moves many vectors:
+    32 registers would spill); the scatter 4; `blocks` overrides both and is in the kernel's
+    name (its launch bounds differ)."""
+    from autotranspose.kernels.vbox import (
+        BLOCKS_PER_SM,
+        SCATTER_BLOCKS_PER_SM,
+        VECTOR_BLOCKS_MAX,
+        VECTOR_FLIGHT_BYTES,
+        VECTOR_STEPS_AT_MAX,
+    )
+
+    rng = np.random.default_rng()
+    for _ in range(200):
+        e = int(rng.choice([1, 2, 4, 8]))
+        box = (int(rng.integers(1, 9)) * 16 // e, int(rng.integers(1, 40)))
+        try:
+            k = VBoxKernel(e, box, (1, 0), (False, False), False, 16, 16)
+        except ShapeError:
+            continue
+        data = k.volume * e
+        assert BLOCKS_PER_SM <= k.blocks_per_sm <= VECTOR_BLOCKS_MAX
+        assert k.blocks_per_sm * data <= VECTOR_FLIGHT_BYTES or k.blocks_per_sm == BLOCKS_PER_SM
+        most = VECTOR_BLOCKS_MAX if sum(k.steps) <= VECTOR_STEPS_AT_MAX else 6
+        assert k.blocks_per_sm <= most
+        assert k.blocks_per_sm == most or (k.blocks_per_sm + 1) * data > VECTOR_FLIGHT_BYTES
+        assert "_k" not in k.name
+        forced = dataclasses.replace(k, blocks=int(rng.integers(2, 9)))
+        assert forced.blocks_per_sm == forced.blocks and forced.name.endswith(f"_k{forced.blocks}")
+    p = plan_permute((8, 1080, 1920, 3), (0, 3, 1, 2), 1)
+    q = next(a for a in (*p.passes, *p.alternatives) if a.scatter)
+    spec, _ = vbox_spec(1, q.dims, q.box, q.vectors, scatter=q.scatter)
+    assert spec.blocks_per_sm == SCATTER_BLOCKS_PER_SM
+    forced, _ = vbox_spec(1, q.dims, q.box, q.vectors, scatter=q.scatter, blocks=6)
+    assert forced.blocks_per_sm == 6
 
 
 def test_vectors_the_pointers_do_not_allow_are_refused():
@@ -433,7 +474,7 @@ def test_the_kernel_on_the_cpu_matches_numpy(
 def test_the_kernels_compile_without_spills(any_vectors):
     """Each workload's kernel on sm_90: no local memory, the shared memory the spec counts,
     registers for its blocks an SM of THREADS (the launch bounds hold them: 64 for the
-    gather's four, 40 for the scatter's six)."""
+    gather's four, 40 and 32 for its six and eight, 64 for the scatter's four)."""
     from autotranspose.runtime.compiler import source_resources
 
     specs = {}
@@ -448,6 +489,9 @@ def test_the_kernels_compile_without_spills(any_vectors):
         ((8, 1080, 1920, 4), (0, 3, 1, 2), 2),
         ((200, 64, 112, 8), (3, 1, 0, 2), 4),
         ((8, 696, 1, 312, 3), (1, 4, 0, 3, 2), 8),
+        ((176, 5, 144, 8, 16), (1, 2, 4, 0, 3), 4),  # boxes of 8 KB and less: 6 and 8 blocks
+        ((4, 32, 3, 197, 2), (1, 4, 3, 2, 0), 2),
+        ((3, 7, 64, 2), (1, 0, 3, 2), 2),
     ]:
         p = plan_permute(shape, axes, e)
         q = next(a for a in (*p.passes, *p.alternatives) if a.vectors[0])
@@ -455,6 +499,7 @@ def test_the_kernels_compile_without_spills(any_vectors):
         specs[spec.name] = spec
     assert {k.elem_bytes for k in specs.values()} == {1, 2, 4, 8}
     assert sum(bool(k.scatter) for k in specs.values()) == 5
+    assert {6, 8} <= {k.blocks_per_sm for k in specs.values()}
     assert any(any(k.checked) for k in specs.values())
     for spec in specs.values():
         assert_nvcc_silent(render_vbox(spec))

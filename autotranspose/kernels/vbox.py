@@ -57,6 +57,19 @@ BLOCKS_PER_SM = 4
 # channels, % of copy): four blocks 85.6 / 84.2 / 94.0, six 85.9 / 83.3 / 90.6, eight 86.8 /
 # 83.1 / 92.2; so four, as the gather.
 SCATTER_BLOCKS_PER_SM = 4
+# The gather's boxes in flight an SM: a box of 8 KB or less gets more than BLOCKS_PER_SM blocks,
+# up to VECTOR_BLOCKS_MAX (their registers capped at 40 and 32). H200, float32 permutes, % of a
+# copy at 4 / 6 / 8 blocks (dev/box_sweep.py --vbox-blocks): a 2 KB box 52.5 / 66.4 / 74.6,
+# 4 KB boxes 77.1 / 87.3 / 94.6 and 75.7 / 85.7 / 92.6, an 8 KB box 91.5 / 94.4 / 91.7, boxes
+# of 16 and 22 KB 87.2 / 85.6 / 87.5 and 87.9 / 84.7 / 87.3. As served, 5 blocks of an 11.5 KB
+# box lost (int16 2x665960x9x8 92.2 -> 87.5), so the flight is a cap: 4 blocks from 9.6 KB.
+VECTOR_FLIGHT_BYTES = 48 << 10
+# what `VBoxKernel.blocks` may ask for (8 blocks of 256 threads leave a thread 32 registers)
+VECTOR_BLOCKS_MIN, VECTOR_BLOCKS_MAX = 2, 8
+# vectors a thread moves a box (in and out) that fit 32 registers: on sm_90 none of 34 random
+# boxes with 4 or fewer spilled at 8 blocks, 4 of 16 with 6 to 12 did (8-112 bytes); at 6
+# blocks (40 registers) none of the 50 did
+VECTOR_STEPS_AT_MAX = 4
 _VECTOR_TYPES = {4: "u32", 8: "uint2", 16: "uint4"}
 _ROW = 16  # the table is copied in 16-byte rows
 
@@ -80,6 +93,7 @@ class VBoxKernel:
     vout: int
     scatter: int = 0
     pad: int = 0
+    blocks: int = 0  # resident blocks an SM, compiled and launched for (0: `blocks_per_sm`'s rule)
 
     def __post_init__(self) -> None:
         n, e = len(self.box), self.elem_bytes
@@ -123,6 +137,13 @@ class VBoxKernel:
             raise ShapeError(
                 f"a vector box's pad every {self.pad!r} bytes: 0, or for the gather one of "
                 f"{VECTOR_PAD_EVERY} that its {self.vin}-byte input vectors divide"
+            )
+        if type(self.blocks) is not int or not (
+            self.blocks == 0 or VECTOR_BLOCKS_MIN <= self.blocks <= VECTOR_BLOCKS_MAX
+        ):
+            raise ShapeError(
+                f"a vector box's blocks an SM {self.blocks!r}: 0 (the default) or "
+                f"{VECTOR_BLOCKS_MIN} to {VECTOR_BLOCKS_MAX}"
             )
         if self.smem_bytes > VECTOR_MAX_SMEM_BYTES or self.padded(self.volume * e) >= 1 << 16:
             raise ShapeError(
@@ -185,8 +206,15 @@ class VBoxKernel:
 
     @property
     def blocks_per_sm(self) -> int:
-        """Resident blocks an SM the kernel is compiled and launched for."""
-        return SCATTER_BLOCKS_PER_SM if self.scatter else BLOCKS_PER_SM
+        """Resident blocks an SM the kernel is compiled and launched for: `blocks` where
+        given; for the gather, as many as VECTOR_FLIGHT_BYTES of boxes an SM holds, from
+        BLOCKS_PER_SM to VECTOR_BLOCKS_MAX (6 where a thread moves more than
+        VECTOR_STEPS_AT_MAX vectors a box); for the scatter, SCATTER_BLOCKS_PER_SM."""
+        if self.blocks or self.scatter:
+            return self.blocks or SCATTER_BLOCKS_PER_SM
+        fit = VECTOR_FLIGHT_BYTES // (self.volume * self.elem_bytes)
+        most = VECTOR_BLOCKS_MAX if sum(self.steps) <= VECTOR_STEPS_AT_MAX else 6
+        return min(most, max(BLOCKS_PER_SM, fit))
 
     @property
     def name(self) -> str:
@@ -199,6 +227,7 @@ class VBoxKernel:
             f"{'w' if self.wide else 'n'}_v{self.vin}x{self.vout}"
             + (f"_q{self.scatter}_k{self.blocks_per_sm}" if self.scatter else "")
             + (f"_p{self.pad}" if self.pad else "")
+            + (f"_k{self.blocks}" if self.blocks and not self.scatter else "")
         )
 
 
@@ -232,11 +261,13 @@ def vbox_spec(
     out_ptr: int = 0,
     scatter: int = 0,
     pad: int = 0,
+    blocks: int = 0,
 ) -> tuple[VBoxKernel, tuple[int, ...]]:
     """The kernel and the `at_packed_args` values that move `dims` (output memory order,
     outermost first) in boxes of `box` in vectors of `vectors` bytes (in, out) between
     pointers of these addresses, scattering chunks of `scatter` (0: gathering), the
-    gather's shared box padded every `pad` bytes (0: dense). Raises
+    gather's shared box padded every `pad` bytes (0: dense), `blocks` resident an SM (0: the
+    default). Raises
     ShapeError where the vectors do not fit the box or the pointers (`plan.vector_widths`:
     each width must divide the widest that does), or the box cannot scatter so
     (`plan.scatter_options`)."""
@@ -258,7 +289,9 @@ def vbox_spec(
         )
     args = packed_args(elem_bytes, dims, box, in_ptr, out_ptr, words=False, spread=False)
     p = args.kernel
-    spec = VBoxKernel(elem_bytes, p.box, p.in_order, p.checked, p.wide, *vectors, scatter, pad)
+    spec = VBoxKernel(
+        elem_bytes, p.box, p.in_order, p.checked, p.wide, *vectors, scatter, pad, blocks
+    )
     return spec, args.values()
 
 

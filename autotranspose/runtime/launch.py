@@ -509,13 +509,15 @@ def make_vbox(
     dst: int = 0,
     scatter: int = 0,
     pad: int = 0,
+    blocks: int = 0,
 ) -> Launch:
     """A prepared launch of a vector box pass (a plan's PACKED pass with `vectors`,
     `_vbox`): every index of `dims` moved in boxes of `box`, for pointers aligned as `src`
-    and `dst` (`pad`: the gather's shared box padded, `VBoxKernel.pad`). The grid is the
+    and `dst` (`pad`: the gather's shared box padded, `VBoxKernel.pad`; `blocks`: resident
+    an SM, `VBoxKernel.blocks`). The grid is the
     resident blocks (`blocks_per_sm` an SM), each walking boxes by the grid stride, so a
     block copies its table once for many boxes."""
-    spec, values = vbox_spec(elem_bytes, dims, box, vectors, src, dst, scatter, pad)
+    spec, values = vbox_spec(elem_bytes, dims, box, vectors, src, dst, scatter, pad, blocks)
     tiles = values[-2]
     blocks = max(1, min(tiles, state.info.multiprocessors * spec.blocks_per_sm))
     kernel = get_vbox_kernel(state, spec)

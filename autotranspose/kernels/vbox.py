@@ -41,6 +41,7 @@ from ..plans.boxes import (
     padded_offset,
     scatter_options,
     vector_pad_bytes,
+    vector_smem_bytes,
     vector_widths,
 )
 from .codegen import _ELEMENT_TYPES, VBOX_TEMPLATE, _environment
@@ -201,8 +202,7 @@ class VBoxKernel:
 
     @property
     def smem_bytes(self) -> int:
-        data = -(-self.padded(self.volume * self.elem_bytes) // _ROW) * _ROW
-        return data + self.table_entries * VECTOR_TABLE_BYTES
+        return vector_smem_bytes(self.volume, self.elem_bytes, self.pad, bool(self.scatter))
 
     @property
     def blocks_per_sm(self) -> int:

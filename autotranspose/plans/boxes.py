@@ -140,6 +140,14 @@ def padded_offset(offset: Any, elem_bytes: int, pad: int) -> Any:
     return offset + vector_pad_bytes(elem_bytes, pad) * (offset // pad) if pad else offset
 
 
+def vector_smem_bytes(volume: int, elem_bytes: int, pad: int, scatter: bool = False) -> int:
+    """Shared memory a vector box kernel holds for a box of `volume` elements: the box
+    (padded every `pad` bytes) and, for the gather, its table (an entry an element), each
+    in whole 16-byte rows (the table is copied in them)."""
+    data = -(-padded_offset(volume * elem_bytes, elem_bytes, pad) // 16) * 16
+    return data + (0 if scatter else -(-volume * VECTOR_TABLE_BYTES // 16) * 16)
+
+
 # Where the gather conflicts (uint8 HWC -> CHW: a lane's 16 pixels of one channel lie c bytes
 # apart), the box can be scattered on the load side instead (`scatter_chunk`,
 # templates/vbox/scatter.cu.j2, `Pass.scatter`): shared memory holds the box in the output's
@@ -291,15 +299,13 @@ def _least_conflicts(
     """(ways, pad): the gather's conflicts in the box dense (`dense`, pad 0) or padded every
     P bytes (VECTOR_PAD_EVERY, where the input's vectors divide P and the padded box and its
     table fit VECTOR_MAX_SMEM_BYTES), the least; a pad only where it saves half a way."""
-    volume = math.prod(box) * e
-    table = -(-math.prod(box) // 8) * 8 * VECTOR_TABLE_BYTES
+    volume = math.prod(box)
     best = (dense, 0)
     for pad in VECTOR_PAD_EVERY:
-        padded = padded_offset(volume, e, pad)
         if (
             pad % widths[0]
-            or padded >= 1 << 16
-            or -(-padded // 16) * 16 + table > VECTOR_MAX_SMEM_BYTES
+            or padded_offset(volume * e, e, pad) >= 1 << 16
+            or vector_smem_bytes(volume, e, pad) > VECTOR_MAX_SMEM_BYTES
         ):
             continue
         ways = gather_conflicts(dims, box, e, widths[1], pad)

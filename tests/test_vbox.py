@@ -251,6 +251,7 @@ def test_small_gathering_boxes_run_more_blocks_an_sm():
     from autotranspose.kernels.vbox import (
         BLOCKS_PER_SM,
         SCATTER_BLOCKS_PER_SM,
+        VECTOR_BLOCKS_MANY,
         VECTOR_BLOCKS_MAX,
         VECTOR_FLIGHT_BYTES,
         VECTOR_STEPS_AT_MAX,
@@ -267,7 +268,7 @@ def test_small_gathering_boxes_run_more_blocks_an_sm():
         data = k.volume * e
         assert BLOCKS_PER_SM <= k.blocks_per_sm <= VECTOR_BLOCKS_MAX
         assert k.blocks_per_sm * data <= VECTOR_FLIGHT_BYTES or k.blocks_per_sm == BLOCKS_PER_SM
-        most = VECTOR_BLOCKS_MAX if sum(k.steps) <= VECTOR_STEPS_AT_MAX else 6
+        most = VECTOR_BLOCKS_MAX if sum(k.steps) <= VECTOR_STEPS_AT_MAX else VECTOR_BLOCKS_MANY
         assert k.blocks_per_sm <= most
         assert k.blocks_per_sm == most or (k.blocks_per_sm + 1) * data > VECTOR_FLIGHT_BYTES
         assert "_k" not in k.name

@@ -181,10 +181,10 @@ def few_rows_cover(
     elem_bytes: int, rows: int, cols: int, vec: int, conjugate: bool = False
 ) -> KernelConfig | None:
     """For few long rows of 4-byte elements in 8-byte words that the rule's tiles
-    (`few_rows_default`, no taller than the rows) leave an edge of: one tiled tile as tall as
-    the smallest tile that covers them (32 rows), 8 elements a thread, at
-    the blocks that cap registers at 64. Every tile is an edge tile, but its columns move in
-    8-byte words all the same, and no row goes through a second, mostly idle tile (H200,
+    (`few_rows_default`, no taller than the rows) leave an edge of: one tiled tile of the
+    smallest height that covers them (32 rows), 8 elements a thread, at the blocks that cap
+    registers at 64. Every tile is an edge tile, but its columns move in 8-byte words all
+    the same, and no row goes through a second, mostly idle tile (H200,
     int32 and float32 18x1033032: the whole space's best, 32x64 at 16 blocks, 96.2% of a
     copy, where the rule's 16-row tile ran 80.0 and the direct tile served 88.2). Raced on
     the first call, never served unmeasured. None where rows are a multiple of 16 (the

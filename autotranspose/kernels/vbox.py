@@ -58,8 +58,8 @@ BLOCKS_PER_SM = 4
 # channels, % of copy): four blocks 85.6 / 84.2 / 94.0, six 85.9 / 83.3 / 90.6, eight 86.8 /
 # 83.1 / 92.2; so four, as the gather.
 SCATTER_BLOCKS_PER_SM = 4
-# The gather's boxes in flight an SM: a box of 8 KB or less gets more than BLOCKS_PER_SM blocks,
-# up to VECTOR_BLOCKS_MAX (their registers capped at 40 and 32). H200, float32 permutes, % of a
+# The gather's boxes in flight an SM: a box of 9.6 KB or less gets more than BLOCKS_PER_SM
+# blocks, up to VECTOR_BLOCKS_MAX (their registers capped at 40 and 32). H200, float32 permutes, % of a
 # copy at 4 / 6 / 8 blocks (dev/box_sweep.py --vbox-blocks): a 2 KB box 52.5 / 66.4 / 74.6,
 # 4 KB boxes 77.1 / 87.3 / 94.6 and 75.7 / 85.7 / 92.6, an 8 KB box 91.5 / 94.4 / 91.7, boxes
 # of 16 and 22 KB 87.2 / 85.6 / 87.5 and 87.9 / 84.7 / 87.3. As served, 5 blocks of an 11.5 KB
@@ -69,8 +69,9 @@ VECTOR_FLIGHT_BYTES = 48 << 10
 VECTOR_BLOCKS_MIN, VECTOR_BLOCKS_MAX = 2, 8
 # vectors a thread moves a box (in and out) that fit 32 registers: on sm_90 none of 34 random
 # boxes with 4 or fewer spilled at 8 blocks, 4 of 16 with 6 to 12 did (8-112 bytes); at 6
-# blocks (40 registers) none of the 50 did
+# blocks (40 registers) none of the 50 did. Boxes that move more stop at VECTOR_BLOCKS_MANY.
 VECTOR_STEPS_AT_MAX = 4
+VECTOR_BLOCKS_MANY = 6
 _VECTOR_TYPES = {4: "u32", 8: "uint2", 16: "uint4"}
 _ROW = 16  # the table is copied in 16-byte rows
 
@@ -208,12 +209,12 @@ class VBoxKernel:
     def blocks_per_sm(self) -> int:
         """Resident blocks an SM the kernel is compiled and launched for: `blocks` where
         given; for the gather, as many as VECTOR_FLIGHT_BYTES of boxes an SM holds, from
-        BLOCKS_PER_SM to VECTOR_BLOCKS_MAX (6 where a thread moves more than
-        VECTOR_STEPS_AT_MAX vectors a box); for the scatter, SCATTER_BLOCKS_PER_SM."""
+        BLOCKS_PER_SM to VECTOR_BLOCKS_MAX (VECTOR_BLOCKS_MANY where a thread moves more
+        than VECTOR_STEPS_AT_MAX vectors a box); for the scatter, SCATTER_BLOCKS_PER_SM."""
         if self.blocks or self.scatter:
             return self.blocks or SCATTER_BLOCKS_PER_SM
         fit = VECTOR_FLIGHT_BYTES // (self.volume * self.elem_bytes)
-        most = VECTOR_BLOCKS_MAX if sum(self.steps) <= VECTOR_STEPS_AT_MAX else 6
+        most = VECTOR_BLOCKS_MAX if sum(self.steps) <= VECTOR_STEPS_AT_MAX else VECTOR_BLOCKS_MANY
         return min(most, max(BLOCKS_PER_SM, fit))
 
     @property
@@ -267,10 +268,9 @@ def vbox_spec(
     outermost first) in boxes of `box` in vectors of `vectors` bytes (in, out) between
     pointers of these addresses, scattering chunks of `scatter` (0: gathering), the
     gather's shared box padded every `pad` bytes (0: dense), `blocks` resident an SM (0: the
-    default). Raises
-    ShapeError where the vectors do not fit the box or the pointers (`plan.vector_widths`:
-    each width must divide the widest that does), or the box cannot scatter so
-    (`plan.scatter_options`)."""
+    default). Raises ShapeError where the vectors do not fit the box or the pointers
+    (`plan.vector_widths`: each width must divide the widest that does), or the box cannot
+    scatter so (`plan.scatter_options`)."""
     widest = vector_widths(dims, box, elem_bytes, in_ptr, out_ptr)
     if any(not w or m % w for w, m in zip(vectors, widest, strict=True)):
         raise ShapeError(

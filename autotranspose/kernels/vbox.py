@@ -42,6 +42,7 @@ from ..plans.boxes import (
     scatter_options,
     vector_pad_bytes,
     vector_smem_bytes,
+    vector_table_entries,
     vector_widths,
 )
 from .codegen import _ELEMENT_TYPES, VBOX_TEMPLATE, _environment
@@ -197,9 +198,7 @@ class VBoxKernel:
 
     @property
     def table_entries(self) -> int:
-        if self.scatter:
-            return 0
-        return -(-self.volume // (_ROW // VECTOR_TABLE_BYTES)) * (_ROW // VECTOR_TABLE_BYTES)
+        return 0 if self.scatter else vector_table_entries(self.volume)
 
     @property
     def smem_bytes(self) -> int:

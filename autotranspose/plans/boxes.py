@@ -140,12 +140,19 @@ def padded_offset(offset: Any, elem_bytes: int, pad: int) -> Any:
     return offset + vector_pad_bytes(elem_bytes, pad) * (offset // pad) if pad else offset
 
 
+def vector_table_entries(volume: int) -> int:
+    """Entries of a gathering vector box's table for a box of `volume` elements: an entry an
+    element, in whole 16-byte rows (the kernel copies the table in them)."""
+    per_row = 16 // VECTOR_TABLE_BYTES
+    return -(-volume // per_row) * per_row
+
+
 def vector_smem_bytes(volume: int, elem_bytes: int, pad: int, scatter: bool = False) -> int:
     """Shared memory a vector box kernel holds for a box of `volume` elements: the box
-    (padded every `pad` bytes) and, for the gather, its table (an entry an element), each
-    in whole 16-byte rows (the table is copied in them)."""
+    (padded every `pad` bytes) in whole 16-byte rows and, for the gather, its table
+    (`vector_table_entries`)."""
     data = -(-padded_offset(volume * elem_bytes, elem_bytes, pad) // 16) * 16
-    return data + (0 if scatter else -(-volume * VECTOR_TABLE_BYTES // 16) * 16)
+    return data + (0 if scatter else vector_table_entries(volume) * VECTOR_TABLE_BYTES)
 
 
 # Where the gather conflicts (uint8 HWC -> CHW: a lane's 16 pixels of one channel lie c bytes
@@ -246,8 +253,8 @@ def vector_box(
     sectors (PACKED_MIN_RUN_BYTES), it holds VECTOR_MIN_BOX_BYTES, a thread moves at most
     VECTOR_MAX_STEPS vectors, and the output's gather conflicts in shared memory at most
     VECTOR_MAX_CONFLICTS ways (`gather_conflicts`, dense or padded), unless the box can be
-    scattered on the load side instead (`scatter_chunk`: where the gather conflicts at all, the scatter takes
-    it, without conflicts). Of those: the most boxes whole (at least VECTOR_MIN_WHOLE of
+    scattered on the load side instead (`scatter_chunk`: where the gather conflicts at all,
+    the scatter takes it, without conflicts). Of those: the most boxes whole (at least VECTOR_MIN_WHOLE of
     them), then the widest vectors, then VECTOR_GOOD_BOX_BYTES, then runs of
     VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box. A gathering box
     is padded where that conflicts less (`_least_conflicts`). Returns the box, the vector

@@ -514,14 +514,14 @@ def make_vbox(
     """A prepared launch of a vector box pass (a plan's PACKED pass with `vectors`,
     `_vbox`): every index of `dims` moved in boxes of `box`, for pointers aligned as `src`
     and `dst` (`pad`: the gather's shared box padded, `VBoxKernel.pad`; `blocks`: resident
-    an SM, `VBoxKernel.blocks`). The grid is the
-    resident blocks (`blocks_per_sm` an SM), each walking boxes by the grid stride, so a
-    block copies its table once for many boxes."""
+    an SM, `VBoxKernel.blocks`). The grid is the resident blocks (`blocks_per_sm` an SM),
+    each walking boxes by the grid stride, so a block copies its table once for many
+    boxes."""
     spec, values = vbox_spec(elem_bytes, dims, box, vectors, src, dst, scatter, pad, blocks)
     tiles = values[-2]
-    blocks = max(1, min(tiles, state.info.multiprocessors * spec.blocks_per_sm))
+    grid = max(1, min(tiles, state.info.multiprocessors * spec.blocks_per_sm))
     kernel = get_vbox_kernel(state, spec)
-    return Launch(None, kernel, (blocks, 1, 1), (VBOX_THREADS, 1, 1), values, state, PACKED_FORMAT)
+    return Launch(None, kernel, (grid, 1, 1), (VBOX_THREADS, 1, 1), values, state, PACKED_FORMAT)
 
 
 def make_gather(state: DeviceState, elem_bytes: int, dims: tuple[Dim, ...]) -> Launch:

@@ -8,6 +8,7 @@ computation and eager PyTorch. Needs PyTorch on a CUDA GPU.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,15 +85,28 @@ def _traffic(case: CastCase) -> int:
     return m * n * (src + dst * (2 if case.both else 1))
 
 
+# cycles of `torch.cuda._sleep` a second, at least (no GPU here clocks its SMs faster): a
+# sleep of twice the host's seconds at this rate outlasts the host's queueing
+_SLEEP_CYCLES_PER_S = 2.5e9
+
+
 def _time(torch: Any, fn: Any, repeats: int) -> float:
-    """Median seconds of one call, timed with CUDA events over several calls a repeat (enough
-    that the first call's host latency, which the GPU waits for, is a small part)."""
+    """Median seconds of one call, timed with CUDA events over several calls a repeat, each
+    repeat queued behind a sleep of the GPU twice as long as the host took to queue one
+    (`tuner.measure.time_rotating`: the GPU's time alone, whatever the host's share)."""
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     calls = 20
+    torch.cuda._sleep(int(20e-3 * _SLEEP_CYCLES_PER_S))
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host_s = time.perf_counter() - t0
+    torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
+        torch.cuda._sleep(int(min(2 * host_s + 20e-6, 50e-3) * _SLEEP_CYCLES_PER_S))
         start.record()
         for _ in range(calls):
             fn()

@@ -20,6 +20,7 @@ from _nvcc import assert_nvcc_silent
 from _packed_emu import CXX, library
 from test_packed import _boxes
 
+from autotranspose.bench.cases import random_permute_cases
 from autotranspose.errors import ShapeError
 from autotranspose.kernels.codegen import _ELEMENT_TYPES
 from autotranspose.kernels.packed import packed_args
@@ -28,6 +29,7 @@ from autotranspose.plans import permute as plan
 from autotranspose.plans.boxes import (
     VECTOR_MAX_SMEM_BYTES,
     VECTOR_MIN_BYTES,
+    VECTOR_SMALL_BOX_BYTES,
     gather_conflicts,
     grown_boxes,
     scatter_chunk,
@@ -35,6 +37,7 @@ from autotranspose.plans.boxes import (
     vector_box,
     vector_widths,
 )
+from autotranspose.plans.dtypes import element_type
 from autotranspose.plans.layout import contiguous_strides
 from autotranspose.plans.permute import PACKED, Pass, plan_permute, vector_launch
 
@@ -305,6 +308,36 @@ def test_boxes_fit_shared_memory_and_steps():
             assert spec.smem_bytes <= VECTOR_MAX_SMEM_BYTES and spec.pad == pad
             padded += bool(pad)
     assert padded, "no box of 300 random permutes was padded"
+
+
+def test_a_big_vector_box_is_raced_a_small_one():
+    """Where a raced plan's vector box holds more than VECTOR_SMALL_BOX_BYTES, the first call
+    also times the best box of at most that, a valid vector box of the same problem; a box
+    of at most that size races nothing more."""
+    gained = 0
+    for shape, axes, dtype in random_permute_cases(
+        300, int(np.random.default_rng().integers(1 << 30))
+    ):
+        e = element_type(dtype).size
+        p = plan_permute(shape, axes, e)
+        found = [q for q in (*p.passes, *p.alternatives) if q.kind == PACKED and q.vectors[0]]
+        small = [q for q in found if math.prod(q.box) * q.elem_bytes <= VECTOR_SMALL_BOX_BYTES]
+        big = [q for q in found if math.prod(q.box) * q.elem_bytes > VECTOR_SMALL_BOX_BYTES]
+        assert len(small) <= 1 and len(big) <= 1, found
+        if not small or not big:
+            continue
+        gained += 1
+        (q,) = small
+        assert q.dims == big[0].dims and q.box != big[0].box
+        want = vector_box(q.dims, q.elem_bytes, most_bytes=VECTOR_SMALL_BOX_BYTES)
+        assert want is not None and (q.box, q.vectors, q.scatter, q.pad) == want
+        spec, _ = vbox_spec(q.elem_bytes, q.dims, q.box, q.vectors, scatter=q.scatter, pad=q.pad)
+        assert spec.smem_bytes <= VECTOR_MAX_SMEM_BYTES
+    # float32 2448x1x16x8x32x2 by (5,1,2,0,4,3): boxes of 16 KB, raced one of 4 KB
+    p = plan_permute((2448, 1, 16, 8, 32, 2), (5, 1, 2, 0, 4, 3), 4)
+    sizes = sorted(math.prod(q.box) * 4 for q in (*p.passes, *p.alternatives) if q.vectors[0])
+    assert sizes == [VECTOR_SMALL_BOX_BYTES, 16384], sizes
+    assert gained, "no random plan raced a small vector box"
 
 
 def _ways(dims, box, e: int, vout: int, pad: int) -> float:

@@ -95,6 +95,13 @@ VECTOR_MIN_BOX_BYTES = 4 << 10
 VECTOR_GOOD_BOX_BYTES = 8 << 10
 
 
+# Where a plan's vector box holds more than this, the first call also races the best box of
+# at most this (`vector_box(most_bytes=)`): a smaller box puts more blocks on an SM and
+# leaves less of a wave idle, which a box of 8 KB or more does not always make up for in
+# runs (float32 2448x1x16x8x32x2 by (5,1,2,0,4,3) served 87% of a copy in boxes of 8 KB).
+VECTOR_SMALL_BOX_BYTES = VECTOR_MIN_BOX_BYTES
+
+
 VECTOR_MAX_SMEM_BYTES = 40 << 10
 
 
@@ -241,8 +248,12 @@ def vector_widths(
 
 
 def vector_box(
-    dims: Sequence[Dim], elem_bytes: int, in_ptr: int = 0, out_ptr: int = 0
-) -> tuple[tuple[int, ...], tuple[int, int], int] | None:
+    dims: Sequence[Dim],
+    elem_bytes: int,
+    in_ptr: int = 0,
+    out_ptr: int = 0,
+    most_bytes: int = VECTOR_MAX_SMEM_BYTES,
+) -> tuple[tuple[int, ...], tuple[int, int], int, int] | None:
     """The box and vector widths of a vector box pass (VECTOR_*) for `dims` (output memory
     order, outermost first), or None where none is worth one. Boxes grow along both sides'
     contiguous chains as `packed_box`'s do (run targets from 128 bytes up); a dim the box
@@ -259,7 +270,8 @@ def vector_box(
     VECTOR_GOOD_RUN_BYTES, then the fewest conflicts and the smallest box. A gathering box
     is padded where that conflicts less (`_least_conflicts`). Returns the box, the vector
     widths (for a scattered box, its chunk's loads and the output's vectors), the scatter's
-    chunk (0: the gather) and the pad (0: dense)."""
+    chunk (0: the gather) and the pad (0: dense). `most_bytes`: only boxes of at most that
+    many bytes of elements (VECTOR_SMALL_BOX_BYTES)."""
     e = elem_bytes
     chains = _chain(dims, "in_stride"), _chain(dims, "out_stride")
     if not all(chains) or any(d.extent > GATHER_MAX_EXTENT for d in dims) or _broadcast(dims):
@@ -270,7 +282,7 @@ def vector_box(
         volume = math.prod(box)
         widths = vector_widths(dims, box, e, in_ptr, out_ptr)
         if not (
-            volume * e >= VECTOR_MIN_BOX_BYTES
+            VECTOR_MIN_BOX_BYTES <= volume * e <= most_bytes
             and min(widths) >= max(VECTOR_MIN_BYTES, 2 * e)
             and _packable(dims, box, e)
             and all(-(-volume * e // w) <= VECTOR_MAX_STEPS * VECTOR_THREADS for w in widths)

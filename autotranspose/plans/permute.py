@@ -45,7 +45,9 @@ from .boxes import (
     GATHER_MAX_EXTENT,
     NO_DIM,
     VECTOR_MAX_CONFLICTS as VECTOR_MAX_CONFLICTS,
+    VECTOR_MAX_SMEM_BYTES,
     VECTOR_SCATTER_MAX_CHUNK as VECTOR_SCATTER_MAX_CHUNK,
+    VECTOR_SMALL_BOX_BYTES,
     Dim,
     edge_cut,
     packed_box,
@@ -388,10 +390,12 @@ def plan_permute(
     racing = any(a.kind == PACKED for a in alts)
     vector = vector_launch(one, in_ptr, out_ptr) if why or racing else None
     if vector is not None:
+        raced = math.prod(d.extent for d in vector.dims) * vector.elem_bytes >= ALT_MIN_BYTES
+        small = _small_vector(one, vector, in_ptr, out_ptr) if raced else None
         if why and vector.elem_bytes <= VECTOR_OWN_MAX_ELEM_BYTES:
-            chosen, alts = vector, _distinct(vector, (chosen, *alts))
-        elif math.prod(d.extent for d in vector.dims) * vector.elem_bytes >= ALT_MIN_BYTES:
-            alts = _distinct(chosen, (*alts, vector))
+            chosen, alts = vector, _distinct(vector, (chosen, *alts, small))
+        elif raced:
+            alts = _distinct(chosen, (*alts, vector, small))
     return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (chosen,), why, alts)
 
 
@@ -492,12 +496,23 @@ def narrow_batch(p: Pass) -> bool:
     return _narrow_matrices(p) and max(p.m, p.n) * p.elem_bytes >= ALT_NARROW_LONG_BYTES
 
 
-def vector_launch(p: Pass, in_ptr: int = 0, out_ptr: int = 0) -> Pass | None:
-    """`p`'s whole problem as one vector box launch (`vector_box`), or None."""
+def _small_vector(p: Pass, vector: Pass, in_ptr: int, out_ptr: int) -> Pass | None:
+    """Where `vector` (`p`'s vector box launch) holds more than VECTOR_SMALL_BOX_BYTES, the
+    best box of at most that, which a first call races it; else None."""
+    if math.prod(vector.box) * vector.elem_bytes <= VECTOR_SMALL_BOX_BYTES:
+        return None
+    return vector_launch(p, in_ptr, out_ptr, most_bytes=VECTOR_SMALL_BOX_BYTES)
+
+
+def vector_launch(
+    p: Pass, in_ptr: int = 0, out_ptr: int = 0, most_bytes: int = VECTOR_MAX_SMEM_BYTES
+) -> Pass | None:
+    """`p`'s whole problem as one vector box launch (`vector_box`, its boxes of at most
+    `most_bytes`), or None."""
     problem = p.problem()
     if not 1 <= len(problem) <= MAX_NDIM:
         return None
-    found = vector_box(problem, p.elem_bytes, in_ptr, out_ptr)
+    found = vector_box(problem, p.elem_bytes, in_ptr, out_ptr, most_bytes)
     if found is None:
         return None
     box, widths, scatter, pad = found

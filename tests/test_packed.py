@@ -38,11 +38,13 @@ from autotranspose.kernels.packed import (
     words_mode,
 )
 from autotranspose.plans.boxes import (
+    LONG_OUT_MAX_BYTES,
     PACKED_MAX_BOX_DIMS,
     PACKED_MAX_BYTES,
     PACKED_MIN_ELEMS,
     PACKED_MIN_RUN_BYTES,
     Dim,
+    long_out_box,
     packed_box,
     packed_runs,
     whole_box,
@@ -241,11 +243,12 @@ def _random_problem(rng: np.random.Generator, e: int) -> tuple[tuple[int, ...], 
 
 @pytest.mark.parametrize("e", SIZES)
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("min_elems", [PACKED_MIN_ELEMS, PACKED_BIG_ELEMS, "whole"])
+@pytest.mark.parametrize("min_elems", [PACKED_MIN_ELEMS, PACKED_BIG_ELEMS, "whole", "long_out"])
 def test_the_walk_moves_what_np_transpose_moves(e: int, seed: int, min_elems: int | str):
     """Random permutes, boxed as the plan boxes them (edge boxes included; the plan's box,
-    the bigger one a first call also times, and `whole_box`'s, which no edge cuts): every
-    output element is written once, from the input element np.transpose puts there."""
+    the bigger one a first call also times, `whole_box`'s, which no edge cuts, and
+    `long_out_box`'s, which writes one long run): every output element is written once,
+    from the input element np.transpose puts there."""
     rng = np.random.default_rng([seed, e, 4242])
     checked, paths = 0, {}
     for _ in range(40):
@@ -263,6 +266,18 @@ def test_the_walk_moves_what_np_transpose_moves(e: int, seed: int, min_elems: in
             assert math.prod(box) * e <= PACKED_MAX_BYTES
             assert min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
             assert sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
+        elif min_elems == "long_out":
+            box = long_out_box(dims, e)
+            if box is None:
+                continue
+            # it writes longer runs than the box a first call races, fits LONG_OUT_MAX_BYTES,
+            # and its runs are whole sectors on both sides
+            raced = packed_box(dims, e)
+            assert raced is not None
+            assert packed_runs(dims, box)[1] > packed_runs(dims, raced)[1], (box, raced)
+            assert math.prod(box) * e <= LONG_OUT_MAX_BYTES
+            assert min(packed_runs(dims, box)) * e >= PACKED_MIN_RUN_BYTES
+            assert sum(b > 1 for b in box) <= PACKED_MAX_BOX_DIMS
         else:
             box = packed_box(dims, e, min_elems)
             if box is None:
@@ -274,8 +289,22 @@ def test_the_walk_moves_what_np_transpose_moves(e: int, seed: int, min_elems: in
         assert (written == 1).all(), f"{shape} by {axes} in boxes {box}"
         assert np.array_equal(out, want), f"{shape} by {axes} in boxes {box}"
         checked += 1
-    assert checked >= (8 if min_elems == "whole" else 10)
+    assert checked >= {"whole": 8, "long_out": 1}.get(min_elems, 10)
     assert paths.get("table", 0) > 0, paths  # whole boxes of up to 16 elements a thread
+
+
+def test_a_long_out_box_takes_the_outputs_short_dims_whole():
+    """float32 180x37x3x3326 by (0,3,2,1): the grown boxes cut the output's 37 x 3 and write
+    runs of 128-296 bytes; the long-out box reads runs of 128 bytes and writes the whole box
+    as one run (13 KB); the plan races it."""
+    p = plan_permute((180, 37, 3, 3326), (0, 3, 2, 1), 4)
+    dims = p.passes[0].problem()
+    box = long_out_box(dims, 4)
+    assert box == (1, 32, 3, 37)
+    assert packed_runs(dims, box) == (32, math.prod(box))
+    assert any(q.kind == "packed" and q.box == box for q in p.alternatives)
+    # where the raced box already writes the longest run there is, none
+    assert long_out_box(plan_permute((64, 256, 56, 56), (0, 2, 3, 1), 2).dims, 2) is None
 
 
 @pytest.mark.parametrize(

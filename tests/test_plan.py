@@ -901,13 +901,14 @@ def test_describe_says_why_a_gather(no_packed):
         # rows of 32 bytes: the gather too, and a box no edge cuts (packed_box's 1000 x 32 x 8
         # leaves a box of 8 rows at the edge of 1000)
         ((1000, 1000, 8), (1, 0, 2), 4, COPY, [PACKED, PACKED, GATHER]),
-        # odd sides of 63 and 33 (boxes of 32 x 32 cut at both edges): 63 x 33 too
-        ((3, 33, 5478, 2, 63), (4, 2, 0, 3, 1), 8, TRANSPOSE, [PACKED, PACKED]),
+        # odd sides of 63 and 33 (boxes of 32 x 32 cut at both edges): 63 x 33 too, and a
+        # box that writes the 2 x 33 whole (long_out_box)
+        ((3, 33, 5478, 2, 63), (4, 2, 0, 3, 1), 8, TRANSPOSE, [PACKED, PACKED, PACKED]),
         # a side of 128 bytes: a box, and the vector box wherever a box races
         ((32, 64, 224, 224), (0, 2, 3, 1), 2, TRANSPOSE, [PACKED, PACKED]),
-        # 288 bytes: two boxes, one that no edge cuts (72 of 72 where they take 32 or 64), and
-        # the vector box
-        ((4, 225440, 72), (0, 2, 1), 4, TRANSPOSE, [PACKED, PACKED, PACKED, PACKED]),
+        # 288 bytes: two boxes, one that no edge cuts (72 of 72 where they take 32 or 64), the
+        # vector box (9 KB) and one of 4 KB (VECTOR_SMALL_BOX_BYTES)
+        ((4, 225440, 72), (0, 2, 1), 4, TRANSPOSE, [PACKED, PACKED, PACKED, PACKED, PACKED]),
         # sides of 16 and 18 bytes with a host loop: the vector box too (its gather padded)
         ((2, 665960, 9, 8), (3, 1, 0, 2), 2, TRANSPOSE, [PACKED, PACKED, PACKED]),
         ((64, 256, 56, 56), (0, 2, 3, 1), 2, TRANSPOSE, []),  # sides of 512 bytes and more

@@ -50,6 +50,7 @@ from .boxes import (
     VECTOR_SMALL_BOX_BYTES,
     Dim,
     edge_cut,
+    long_out_box,
     packed_box,
     packed_runs,
     pipeline_fits,
@@ -409,11 +410,16 @@ def _distinct(chosen: Pass, found: Iterable[Pass | None]) -> tuple[Pass, ...]:
 
 
 def one_launch(
-    p: Pass, kind: str, min_elems: int | None = None, *, whole: bool = False
+    p: Pass,
+    kind: str,
+    min_elems: int | None = None,
+    *,
+    whole: bool = False,
+    long_out: bool = False,
 ) -> Pass | None:
     """`p`'s whole problem as one launch of `kind` (PACKED: in `packed_box`'s box for
-    `min_elems`, or with `whole` in `whole_box`'s, which no edge cuts), or None where that
-    kernel cannot take it."""
+    `min_elems`, with `whole` in `whole_box`'s, which no edge cuts, or with `long_out` in
+    `long_out_box`'s, which writes one long run), or None where that kernel cannot take it."""
     problem = p.problem()
     if not 1 <= len(problem) <= MAX_NDIM or any(d.extent > GATHER_MAX_EXTENT for d in problem):
         return None
@@ -421,6 +427,8 @@ def one_launch(
     if kind == PACKED:
         if whole:
             box = whole_box(problem, p.elem_bytes)
+        elif long_out:
+            box = long_out_box(problem, p.elem_bytes)
         else:
             box = packed_box(problem, p.elem_bytes, min_elems)
         if box is None:
@@ -448,7 +456,11 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
             found.append(dataclasses.replace(chosen, pipelined=True))
         found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
         packed = one_launch(chosen, PACKED)
-        found += [_whole(chosen, packed), _worded(packed)]
+        found += [
+            _whole(chosen, packed),
+            _worded(packed),
+            one_launch(chosen, PACKED, long_out=True),
+        ]
         if e <= 2:
             found.append(one_launch(chosen, PACKED, PACKED_WORDS_BYTES // e))
         if (batched.loops or narrow_batch(batched)) and batched.launches <= ALT_MAX_LAUNCHES:
@@ -462,12 +474,14 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
             packed = one_launch(batched, PACKED)
             found += [packed, one_launch(batched, PACKED, PACKED_BIG_ELEMS)]
             found += [_whole(batched, packed), _worded(packed)]
+            found.append(one_launch(batched, PACKED, long_out=True))
         if row < ALT_GATHER_ROW_BYTES:
             found.append(one_launch(batched, GATHER))
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
         packed = one_launch(chosen, PACKED)
         found += [packed, one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
         found += [_whole(chosen, packed), _worded(packed)]
+        found.append(one_launch(chosen, PACKED, long_out=True))
     return _distinct(chosen, found)
 
 

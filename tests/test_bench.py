@@ -187,7 +187,7 @@ def test_random_cases_follow_the_stated_distribution(rng):
 
 
 def test_summary_counts_what_each_peer_won(rng):
-    rows, ours_all, faster, faster1 = [], [], {}, {}
+    rows, ours_all, faster, faster1, faster2 = [], [], {}, {}, {}
     for i in range(int(rng.integers(5, 30))):
         shape, dtype = (1, int(rng.integers(1, 9999)), i + 1), "float32"
         ours = float(rng.uniform(0.2, 1.0))
@@ -198,10 +198,11 @@ def test_summary_counts_what_each_peer_won(rng):
             if rng.random() < 0.3:
                 rows.append(Row(shape, dtype, peer, None, None, None, "skipped"))
                 continue
-            theirs = ours * float(rng.choice([0.9, 1.005, 1.2]))
+            theirs = ours * float(rng.choice([0.9, 1.005, 1.015, 1.2]))
             rows.append(Row(shape, dtype, peer, 1.0, 1.0, theirs))
             faster[peer] = faster.get(peer, 0) + (theirs > ours)
             faster1[peer] = faster1.get(peer, 0) + (theirs > 1.01 * ours)
+            faster2[peer] = faster2.get(peer, 0) + (theirs > 1.02 * ours)
     s = summarize(rows)
     assert s["measured"] == len(ours_all)
     assert s["median"] == pytest.approx(float(np.median(ours_all)))
@@ -210,8 +211,14 @@ def test_summary_counts_what_each_peer_won(rng):
     for peer in ("geam", "seed"):
         assert s[f"{peer}_faster"] == faster.get(peer, 0)
         assert s[f"{peer}_faster_1pct"] == faster1.get(peer, 0)
+        assert s[f"{peer}_faster_2pct"] == faster2.get(peer, 0)
     text = format_summary(s)
     assert f"median {100 * np.median(ours_all):.1f}" in text
+    for peer in ("geam", "seed"):
+        line = next(x for x in text.splitlines() if x.strip().startswith(f"{peer} faster"))
+        assert line.endswith(
+            f"more than 1% faster in {faster1.get(peer, 0)}, more than 2% in {faster2.get(peer, 0)}"
+        ), line
 
 
 # --- bench --random-permute ----------------------------------------------------------------------

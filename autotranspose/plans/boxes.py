@@ -97,8 +97,9 @@ VECTOR_GOOD_BOX_BYTES = 8 << 10
 
 # Where a plan's vector box holds more than this, the first call also races the best box of
 # at most this (`vector_box(most_bytes=)`): a smaller box puts more blocks on an SM and
-# leaves less of a wave idle, which a box of 8 KB or more does not always make up for in
-# runs (float32 2448x1x16x8x32x2 by (5,1,2,0,4,3) served 87% of a copy in boxes of 8 KB).
+# leaves less of a wave idle, which a bigger box's longer runs do not always make up for
+# (H200: float32 2448x1x16x8x32x2 by (5,1,2,0,4,3) 86.5% of a copy in vector boxes of 16 KB,
+# 92.6 in the raced box of 4 KB).
 VECTOR_SMALL_BOX_BYTES = VECTOR_MIN_BOX_BYTES
 
 

@@ -224,8 +224,8 @@ class Bench:
 # A repeat's calls are queued behind a spin of the GPU (`at_spin`) twice as long as the host
 # took to queue them, so the events around them time the GPU alone. Without it a call whose
 # host side outlasts its kernel is timed at the host's launch rate: torch.compile's guards and
-# wrapper (tens of microseconds) ran int32 18x231x4472 by (1,2,0), a 74 MB permute, at 42-50%
-# of a copy in `bench`, where Nsight Compute gave its kernel about the copy's speed. A held
+# wrapper (tens of microseconds) ran int32 32x72x8584 by (0,2,1), a 79 MB permute, at 49.0% of
+# a copy in `bench`, and 98.9 behind the spin (H200; docs/perf-notes.md, "Methods"). A held
 # repeat queues at most HOLD_MAX_REPS calls (the stream's queue holds them all while it
 # spins), and spins at most HOLD_MAX_S.
 HOLD_MAX_REPS = 256

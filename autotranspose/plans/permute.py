@@ -456,11 +456,7 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
             found.append(dataclasses.replace(chosen, pipelined=True))
         found += [one_launch(chosen, GATHER), one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
         packed = one_launch(chosen, PACKED)
-        found += [
-            _whole(chosen, packed),
-            _worded(packed),
-            one_launch(chosen, PACKED, long_out=True),
-        ]
+        found += _reshaped(chosen, packed)
         if e <= 2:
             found.append(one_launch(chosen, PACKED, PACKED_WORDS_BYTES // e))
         if (batched.loops or narrow_batch(batched)) and batched.launches <= ALT_MAX_LAUNCHES:
@@ -473,16 +469,21 @@ def alternatives(batched: Pass, chosen: Pass) -> tuple[Pass, ...]:
         if row < ALT_ROW_BYTES:
             packed = one_launch(batched, PACKED)
             found += [packed, one_launch(batched, PACKED, PACKED_BIG_ELEMS)]
-            found += [_whole(batched, packed), _worded(packed)]
-            found.append(one_launch(batched, PACKED, long_out=True))
+            found += _reshaped(batched, packed)
         if row < ALT_GATHER_ROW_BYTES:
             found.append(one_launch(batched, GATHER))
     elif chosen.kind == TRANSPOSE and min(chosen.m, chosen.n) * e < ALT_SIDE_BYTES:
         packed = one_launch(chosen, PACKED)
         found += [packed, one_launch(chosen, PACKED, PACKED_BIG_ELEMS)]
-        found += [_whole(chosen, packed), _worded(packed)]
-        found.append(one_launch(chosen, PACKED, long_out=True))
+        found += _reshaped(chosen, packed)
     return _distinct(chosen, found)
+
+
+def _reshaped(p: Pass, packed: Pass | None) -> list[Pass | None]:
+    """The other boxes a first call races beside `packed` (`p`'s launch in `packed_box`'s
+    box): one that no edge cuts, one whose output moves in words, one that writes one long
+    run (None where a box does not apply)."""
+    return [_whole(p, packed), _worded(packed), one_launch(p, PACKED, long_out=True)]
 
 
 def _whole(p: Pass, packed: Pass | None) -> Pass | None:

@@ -196,12 +196,9 @@ def device(monkeypatch):
         drv, "memcpy_dtod", lambda d, s, n: mem.at(d, n).__setitem__(..., mem.at(s, n))
     )
     monkeypatch.setattr(
-        measure,
-        "_support",
-        lambda st: types.SimpleNamespace(
-            fill=types.SimpleNamespace(call=fill), spin=types.SimpleNamespace(call=None)
-        ),
+        measure, "_support", lambda st: types.SimpleNamespace(fill=types.SimpleNamespace(call=fill))
     )
+    monkeypatch.setattr(measure, "spin_hold", lambda st: None)
     monkeypatch.setattr(
         measure, "time_rotating", lambda d, run, **kw: [run(k) for k in range(5)] and 1e-4
     )

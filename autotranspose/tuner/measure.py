@@ -29,7 +29,6 @@ class _Support:
     count: Any
     naive: dict[int, Any]
     naive_strided: dict[int, Any]
-    spin: Any
 
 
 _support_cache: dict[str, _Support] = {}
@@ -46,7 +45,6 @@ def _support(state: Any) -> _Support:
         names = [
             "at_fill_random",
             "at_count_mismatch",
-            "at_spin",
             *(f"at_naive_s{s}" for s in sizes),
             *(f"at_naive_strided_s{s}" for s in sizes),
         ]
@@ -54,7 +52,7 @@ def _support(state: Any) -> _Support:
         naive = {s: k[f"at_naive_s{s}"] for s in sizes}
         strided = {s: k[f"at_naive_strided_s{s}"] for s in sizes}
         sup = _support_cache[state.arch] = _Support(
-            k["at_fill_random"], k["at_count_mismatch"], naive, strided, k["at_spin"]
+            k["at_fill_random"], k["at_count_mismatch"], naive, strided
         )
     return sup
 
@@ -233,8 +231,11 @@ HOLD_MAX_S, HOLD_MIN_S = 50e-3, 20e-6
 
 
 def spin_hold(state: Any) -> Callable[[float], None]:
-    """`hold(seconds)`: queue a spin of the GPU on the default stream (`time_rotating`)."""
-    spin = _support(state).spin
+    """`hold(seconds)`: queue a spin of the GPU on the default stream (`time_rotating`), the
+    kernel a first call's race spins with (`firstcall.spinner`)."""
+    from ..dispatch.firstcall import spinner
+
+    spin = spinner(state)
 
     def hold(seconds: float) -> None:
         wait = min(HOLD_MAX_S, max(HOLD_MIN_S, seconds))

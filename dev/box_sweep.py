@@ -53,6 +53,12 @@ def main() -> int:
     ap.add_argument("--most", type=int, default=14, help="boxes a case at most (the largest)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument(
+        "--full-grid",
+        action="store_true",
+        help="also time each packed and pipelined box launched one box a block (a block for "
+        "every box, no walk), as Inductor's kernels run",
+    )
+    ap.add_argument(
         "--vbox-blocks",
         default="0",
         help="resident blocks an SM to time each vector box at (VBoxKernel.blocks; 0: default)",
@@ -143,6 +149,15 @@ def main() -> int:
                         print(f"  {label} {name}: {type(exc).__name__}: {exc}"[:200], flush=True)
                         continue
                     timed(ServedSteps(steps, state.ctx, mine), f"{label} {name}")
+                    if args.full_grid and not p.vectors[0] and len(steps) == 1:
+                        # the same launch, a block for every box (the kernel's grid-stride
+                        # loop then runs once a block)
+                        tiles = math.prod(-(-d.extent // b) for d, b in zip(dims, box, strict=True))
+                        launch = dataclasses.replace(
+                            steps[0].launch, grid=(tiles, 1, 1), in_context={}
+                        )
+                        full = dataclasses.replace(steps[0], launch=launch)
+                        timed(ServedSteps((full,), state.ctx, mine), f"{label} {name} full grid")
                     if not p.vectors[0]:
                         continue
                     # the same vector box with its shared box padded (VBoxKernel.pad), and

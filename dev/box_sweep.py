@@ -127,6 +127,7 @@ def main() -> int:
                     kernel = packed_kernels.packed_args(e, dims, box, src0, dst0).kernel
                     how = "words" if kernel.words else "spread" if kernel.spread else "element"
                     how += " funnel" if kernel.funnel else ""
+                    how += " realigned" if kernel.realign_out else ""
                 except Exception as exc:  # a box the packed kernels refuse
                     how = f"{type(exc).__name__}: {exc}"[:120]
                 label = f"box {'x'.join(map(str, box))} ({math.prod(box) * e >> 10} KB, runs {runs[0] * e}/{runs[1] * e} B, {how})"

@@ -70,10 +70,13 @@ def test_spread_where_the_output_takes_words_but_not_k_by_k_blocks():
     assert spread_mode(1, dims, (128, 2, 34, 2), 0, 0) == (3, True)
     a = packed_args(1, dims, (128, 2, 34, 2))
     assert a.kernel.spread and a.kernel.out_run == 3 and a.kernel.funnel and not a.kernel.words
-    # output runs of 25 x 8 = 200 bytes at odd box corners (16375 apart): no words
+    # output runs of 25 x 8 = 200 bytes at odd box corners (16375 apart): no words, so the
+    # realigned variant (each run in the aligned words it covers)
     dims = (Dim(147, 1, 245625), Dim(15, 147, 16375), Dim(655, 2205, 25), Dim(25, 1444275, 1))
     assert spread_mode(1, dims, (128, 1, 8, 25), 0, 0) == (0, False)
-    assert not packed_args(1, dims, (128, 1, 8, 25)).kernel.spread
+    assert spread_mode(1, dims, (128, 1, 8, 25), 0, 0, realign=True) == (2, True)
+    k = packed_args(1, dims, (128, 1, 8, 25)).kernel
+    assert k.spread and k.realign_out and k.out_run == 2 and k.name.endswith("_r2fa")
     # 4-byte elements, an output pointer off a word: never
     assert spread_mode(4, dims, (128, 1, 8, 25), 0, 0) == (0, False)
     assert spread_mode(1, (Dim(64, 1, 4), Dim(4, 64, 1)), (64, 4), 0, 2) == (0, False)
@@ -88,6 +91,8 @@ def test_spread_where_the_output_takes_words_but_not_k_by_k_blocks():
         dict(elem_bytes=4, out_run=1),
         dict(box=(3, 7, 64), out_run=1),  # a run of 3 bytes: not whole words
         dict(box=(4, 7, 63), out_run=1),  # 63 along the input's innermost without funnel
+        dict(box=(3, 7, 64), out_run=3, realign_out=True),  # the run reaches the input's dim
+        dict(realign_out=1),
     ],
 )
 def test_a_spread_spec_is_checked_before_it_becomes_source(fields):
@@ -241,4 +246,70 @@ def test_word_boxes_of_odd_rows_on_the_cpu(e: int, tmp_path_factory):
         k = _run(e, dims, box, x, out, tmp_path_factory.getbasetemp(), (seed, shape, box))
         assert out.tobytes() == want.tobytes(), (seed, shape, box, k.name)
         assert (out_base[:16] == 0xA5).all() and (out_base[16 + want.nbytes :] == 0xA5).all()
+        del base
+
+
+# --- the realigned variant: output runs that start at any element ---------------------------
+# The lowest calls of random permute mixes on an H200 (% of a copy, the element kernel served):
+# float16 459x81x77x9x1 by (2,1,4,3,0) 32.3, bool 20861x308x6x3x1 by (3,1,0,2,4) 16.7, uint8
+# 25x655x15x147 by (3,2,1,0) 14.4, int8 4676x2x987x58 by (3,0,2,1) 17.9: their output rows
+# start at odd offsets (strides 459, 125166, 245625 and 1974 elements).
+TAILS = [
+    ((459, 81, 77, 9, 1), (2, 1, 4, 3, 0), 2),
+    ((20861, 308, 6, 3, 1), (3, 1, 0, 2, 4), 1),
+    ((25, 655, 15, 147), (3, 2, 1, 0), 1),
+    ((4676, 2, 987, 58), (3, 0, 2, 1), 1),
+]
+
+
+@pytest.mark.parametrize("shape, axes, e", TAILS)
+def test_runs_at_odd_offsets_take_the_realigned_spread_kernel(shape, axes, e):
+    p = plan_permute(shape, axes, e)
+    box = packed_box(p.dims, e)
+    assert vector_widths(p.dims, box, e)[1] == 0  # no aligned words on the output side
+    k = packed_args(e, p.dims, box).kernel
+    assert k.spread and k.realign_out and not k.words, k
+    assert k.in_order[0] >= k.out_run  # the run ends before the input's innermost box dim
+    # where the output does take words, the aligned kernel; never both
+    dims = (Dim(64, 1, 4), Dim(4, 64, 1))
+    assert spread_mode(1, dims, (64, 4), 0, 0, realign=True) == (0, False)
+    assert not packed_args(1, dims, (64, 4), 0, 2).kernel.realign_out  # 4 bytes in: no box
+
+
+def _reversal(rng: np.random.Generator, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A permute whose output rows are n elements (n odd and longer than a box takes, so the
+    box cuts it) at odd offsets: (n, m, k) or (b, n, m, k) with the last three reversed, the
+    input's innermost dim k outermost among the box's, as the float16 reversal above."""
+    # m x k of 8 or more: packed_box's first run target (128 bytes) already fills its box
+    n, m, k = 2 * int(rng.integers(70, 300)) + 1, int(rng.integers(2, 7)), int(rng.integers(4, 20))
+    if rng.integers(2):
+        return (n, m, k), (2, 1, 0)
+    return (int(rng.integers(2, 4)), n, m, k), (0, 3, 2, 1)
+
+
+@pytest.mark.skipif(_CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
+@pytest.mark.parametrize("e", [1, 2])
+def test_realigned_runs_on_the_cpu(e: int, tmp_path_factory):
+    """Random permutes whose output runs start at odd elements, in the plan's packed box: the
+    realigned spread kernel, run on the CPU (alignment-checked) at input and output pointers
+    off a word by 0 to 3 elements, with the box whole and cut at an edge, writes exactly
+    np.transpose's bytes and nothing else (poisoned output and guard bytes)."""
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        shape, axes = _reversal(rng, e)
+        offset, out_offset = (int(v) for v in rng.integers(0, 4 // e, size=2))
+        base, x, want, out_base, out = _arrays(rng, shape, axes, e, 0, offset)
+        if out_offset:  # the output at an odd element too
+            out_base = np.full(16 + (out_offset + want.size) * e + 64, 0xA5, dtype=np.uint8)
+            start = 16 + out_offset * e
+            out = out_base[start : start + want.nbytes].view(f"V{e}").reshape(want.shape)
+        dims = plan_permute(shape, axes, e, tuple(s // e for s in x.strides)).dims
+        box = packed_box(dims, e)
+        about = (seed, shape, axes, box, offset, out_offset)
+        k = _run(e, dims, box, x, out, tmp_path_factory.getbasetemp(), about)
+        assert k.realign_out, (about, k)
+        assert out.tobytes() == want.tobytes(), (about, k.name)
+        start = 16 + out_offset * e
+        assert (out_base[:start] == 0xA5).all() and (out_base[start + want.nbytes :] == 0xA5).all()
         del base

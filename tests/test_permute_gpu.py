@@ -748,6 +748,69 @@ def test_packed_pipelined_into_poisoned_windows(rng, e):
     assert cut >= 2, "too few problems with cut boxes"
 
 
+# Output rows at odd offsets (scaled-down forms of the lowest calls of random mixes on an
+# H200: float16 459x81x77x9x1 by (2,1,4,3,0), bool 20861x308x6x3x1 by (3,1,0,2,4), uint8
+# 25x655x15x147 reversed, int8 4676x2x987x58 by (3,0,2,1)); the last two at full size.
+REALIGNED = [
+    ((459, 81, 7, 9, 1), (2, 1, 4, 3, 0), 2),
+    ((2861, 38, 6, 3, 1), (3, 1, 0, 2, 4), 1),
+    ((25, 655, 15, 147), (3, 2, 1, 0), 1),
+    ((4676, 2, 987, 58), (3, 0, 2, 1), 1),
+    ((3, 301, 5, 11), (0, 3, 2, 1), 2),
+]
+
+
+def _run_cut(dims, box):
+    """`box` with the output run's last dim shortened so that the problem's edge cuts it."""
+    inside = sorted((j for j, b in enumerate(box) if b > 1), key=lambda j: dims[j].out_stride)
+    run, last = 1, inside[0]
+    for j in inside:
+        if dims[j].out_stride != run:
+            break
+        run, last = run * box[j], j
+    b = next(b for b in range(box[last] - 1, 1, -1) if dims[last].extent % b)
+    return (*box[:last], b, *box[last + 1 :])
+
+
+@pytest.mark.parametrize("shape, axes, e", REALIGNED)
+def test_packed_realigned_runs_into_poisoned_windows(rng, shape, axes, e):
+    """The spread kernel's realigned variant (output runs that start at any element, written
+    in the aligned words they cover, the cut first and last words element by element), in the
+    plan's packed box and in one an edge cuts along the run, from inputs 0 to K - 1 elements
+    past a word into outputs 0 to K - 1 elements past a word with poison before and after:
+    equal to np.transpose, and permute() itself serves it so."""
+    cupy = pytest.importorskip("cupy")
+    from autotranspose.plans.boxes import packed_box
+    from autotranspose.runtime.compiler import device_state
+
+    state, dtype, k = device_state(0), DTYPES[e], 4 // e
+    host = random_array(rng, shape, dtype)
+    want = np.transpose(host, axes)
+    for lead_in, lead_out in ((0, 0), (1, k - 1), (k - 1, 1)):
+        big = cupy.asarray(random_array(rng, (host.size + lead_in + k,), dtype))
+        x = big[lead_in : lead_in + host.size].reshape(shape)
+        x[...] = cupy.asarray(host)
+        lead = 4 * k + lead_out
+        raw = cupy.full(want.nbytes + (lead + 1) * e + 4096, POISON, np.uint8)
+        out = raw[lead * e : lead * e + want.nbytes].view(dtype).reshape(want.shape)
+        dims = plan_permute(shape, axes, e).dims
+        box = packed_box(dims, e)
+        for b in (box, _run_cut(dims, box)):
+            kernel = packed_args(e, dims, b, x.data.ptr, out.data.ptr).kernel
+            assert kernel.realign_out, (shape, b, kernel)
+            raw[:] = POISON
+            lc = launch.make_packed(state, e, dims, b, x.data.ptr, out.data.ptr)
+            lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
+            cupy.cuda.get_current_stream().synchronize()
+            assert same_bits(cupy.asnumpy(out), want), (shape, axes, b, lead_in, lead_out)
+            assert bool((raw[: lead * e] == POISON).all()) and bool(
+                (raw[lead * e + want.nbytes :] == POISON).all()
+            )
+        raw[:] = POISON
+        assert at.permute(x, axes, out) is out
+        assert same_bits(cupy.asnumpy(out), want), (shape, axes, "permute()")
+
+
 @pytest.mark.parametrize(
     ("shape", "axes"),
     [((6, 5, 4, 3, 7, 2), (4, 2, 0, 5, 3, 1)), ((6, 5, 41, 3, 37, 2), (4, 2, 0, 5, 3, 1))],

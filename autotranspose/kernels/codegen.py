@@ -555,12 +555,15 @@ def _packed_spread_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
     inner = math.prod(k.box[: t - 1])
     run_cut = k.checked[t - 1]
     out_inside = [f"d{d} < lim{d}" for d in range(t, n) if k.checked[d]]
-    if run_cut and inner % kk == 0:  # the cut run is whole words
+    if run_cut and inner % kk == 0 and not k.realign_out:  # the cut run is whole words
         out_inside.append(f"d0 * {kk}u < lim{t - 1} * {inner}u")
         run_cut = False
     partial = k.funnel and (k.box[i0] % kk != 0 or k.checked[i0])
     nblocks = k.read_blocks
     nwords = k.volume // kk
+    if k.realign_out:  # a write step is one of the aligned words a run covers
+        wext = [k.run_words, *[1] * (t - 1), *k.box[t:]]
+        nwords = k.run_words * (k.volume // run)
     batch = min(k.steps, WORDS_LOAD_BATCH * 2)
     return {
         "K": kk,
@@ -568,7 +571,8 @@ def _packed_spread_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
         "pitch": pitch,
         "sh": sh,
         "run": run,
-        "smem_bytes": _spread_bytes(k, pitch, sh),
+        # realigned: a word's funnel reads the shared word after its run's last
+        "smem_bytes": _spread_bytes(k, pitch, sh) + (16 if k.realign_out else 0),
         "rext": rext,
         "wext": wext,
         "word_order": word_order,
@@ -599,6 +603,11 @@ def _packed_spread_vars(k: PackedKernel, dense: list[int]) -> dict[str, object]:
         "run_cut": run_cut,
         "inner": inner,
         "unroll": min(k.write_steps, PACKED_UNROLL),
+        # realigned: a run's first byte in shared memory and its offset in the output, and
+        # its length in elements (the edge may cut its last dim)
+        "r_slot": " + ".join(slot(d, f"d{d}") for d in range(t, n)) or "0u",
+        "r_out_offset": " + ".join(f"(off_t)d{d} * os{d}" for d in range(t, n)) or "(off_t)0",
+        "r_len": f"lim{t - 1} * {inner}u" if k.checked[t - 1] else f"{run}u",
     }
 
 

@@ -23,6 +23,10 @@ Where the output's innermost dim is not whole words but the box's output run is
 (`spread_mode`), the `spread` kernel loads words along the input's innermost dim (funnel-shifted
 where needed), stores their elements one by one into shared memory in output order, and writes
 the output's run in aligned words, where the element kernel would move them one at a time.
+Where the output's runs start at offsets that are not whole words (odd output strides: a
+reversal's rows of 459 halves), the spread kernel's `realign_out` variant writes each run in
+the aligned words it covers, whole words funnel-shifted out of the shared run and the run's
+cut first and last words element by element (`spread_mode(realign=True)`).
 
 4- to 16-byte boxes of up to PIPELINE_MAX_BYTES also have a `pipelined` kernel: two shared
 buffers, the next box's elements copied into one by cp.async while the block writes the box
@@ -136,6 +140,7 @@ class PackedKernel:
     funnel: bool = False
     spread: bool = False
     out_run: int = 0
+    realign_out: bool = False
 
     def __post_init__(self) -> None:
         n = len(self.box)
@@ -170,7 +175,7 @@ class PackedKernel:
             raise ShapeError(
                 f"packed funnel {self.funnel!r}: a bool, and only for the words or spread kernel"
             )
-        if self.spread is not False or self.out_run != 0:
+        if self.spread is not False or self.out_run != 0 or self.realign_out is not False:
             self._check_spread()
         if self.words:
             k = self.block
@@ -191,24 +196,28 @@ class PackedKernel:
     def _check_spread(self) -> None:
         k, n = self.block, len(self.box)
         run = math.prod(self.box[: self.out_run]) if type(self.out_run) is int else 0
+        realign = self.realign_out
         if (
             self.spread is not True
+            or type(realign) is not bool
             or self.words
             or self.pipelined
             or k < 2
             or n < 2
             or type(self.out_run) is not int
             or not 1 <= self.out_run <= n
-            or run % k
+            or (run % k and not realign)
+            or (realign and self.in_order[0] < self.out_run)
             or self.box[self.in_order[0]] < 2
             or (self.box[self.in_order[0]] % k and not self.funnel)
         ):
             raise ShapeError(
                 f"a packed spread kernel of {self.elem_bytes}-byte elements in boxes of {self.box} "
-                f"(output run of {self.out_run} box dims): 1- or 2-byte elements, not words or "
-                f"pipelined, the output run's leading 1 to {n} box dims holding a multiple of "
-                f"{max(k, 2)} elements, the input's innermost box extent 2 or more (a multiple "
-                f"of {max(k, 2)} unless funnel)"
+                f"(output run of {self.out_run} box dims, realigned {realign!r}): 1- or 2-byte "
+                f"elements, not words or pipelined, the output run's leading 1 to {n} box dims "
+                f"holding a multiple of {max(k, 2)} elements (realigned: any, and the run not "
+                f"reaching the input's innermost box dim), the input's innermost box extent 2 "
+                f"or more (a multiple of {max(k, 2)} unless funnel)"
             )
 
     @property
@@ -236,8 +245,18 @@ class PackedKernel:
         return -(-(self.read_blocks if self.words or self.spread else self.volume) // THREADS)
 
     @property
+    def run_words(self) -> int:
+        """Realigned spread kernel: the most aligned words one output run covers (a run of
+        R elements starting at any element of a word: ceil((R + K - 1) / K))."""
+        run = math.prod(self.box[: self.out_run])
+        return (run + 2 * self.block - 2) // self.block
+
+    @property
     def write_steps(self) -> int:
         """Elements (words: words) a thread writes per box."""
+        if self.realign_out:
+            runs = self.volume // math.prod(self.box[: self.out_run])
+            return -(-self.run_words * runs // THREADS)
         return -(-self.volume // (THREADS * (self.block if self.words or self.spread else 1)))
 
     @property
@@ -246,7 +265,10 @@ class PackedKernel:
         if (
             self.words or self.spread
         ):  # funnel with 64-bit offsets: its table and realigning loads spill at 80 registers
-            fits = self.steps <= WORDS_TABLE_READS and self.write_steps <= WORDS_TABLE_WRITES
+            # the realigned spread kernel writes by digits: no table of output words
+            fits = self.steps <= WORDS_TABLE_READS and (
+                self.realign_out or self.write_steps <= WORDS_TABLE_WRITES
+            )
             return fits and not (self.funnel and self.wide)
         return self.steps <= (TABLE_STEPS_WIDE if self.wide else TABLE_STEPS)
 
@@ -270,7 +292,7 @@ class PackedKernel:
         words = (
             ("_kf" if self.funnel else "_k")
             if self.words
-            else f"_r{self.out_run}{'f' if self.funnel else ''}"
+            else f"_r{self.out_run}{'f' if self.funnel else ''}{'a' if self.realign_out else ''}"
             if self.spread
             else "_p"
             if self.pipelined
@@ -348,7 +370,13 @@ def word_aligned(
 
 
 def spread_mode(
-    elem_bytes: int, dims: Sequence[Dim], box: Sequence[int], in_ptr: int, out_ptr: int
+    elem_bytes: int,
+    dims: Sequence[Dim],
+    box: Sequence[int],
+    in_ptr: int,
+    out_ptr: int,
+    *,
+    realign: bool = False,
 ) -> tuple[int, bool]:
     """(out_run, funnel) of the spread kernel for `dims` in boxes of `box` between pointers of
     these addresses (only their value mod WORD_BYTES is read); out_run 0 where it cannot take
@@ -361,9 +389,17 @@ def spread_mode(
     stride the product of the box extents before it, from stride 1; `out_run` of them) of a
     multiple of K elements, and every other box dim's stride, every box step along a dim of more
     than one box and the output pointer are multiples of K: `plan.vector_widths` allows
-    words on the output side."""
+    words on the output side.
+
+    With `realign`, the realigned variant's instead, only where the output side does not take
+    words: its runs may start at any element (odd output strides, an odd pointer), and each
+    is written in the aligned words it covers. Its run must end before the input's innermost
+    box dim (in the output's order), so that a run lies whole in one slab of shared memory."""
     k = word_elems(elem_bytes)
-    if k < 2 or vector_widths(dims, box, elem_bytes, 0, out_ptr)[1] < WORD_BYTES:
+    if k < 2:
+        return 0, False
+    aligned = vector_widths(dims, box, elem_bytes, 0, out_ptr)[1] >= WORD_BYTES
+    if aligned == realign:
         return 0, False
     i0 = next((j for j, d in enumerate(dims) if d.in_stride == 1 and box[j] > 1), None)
     if i0 is None or box[i0] < 2:
@@ -377,6 +413,8 @@ def spread_mode(
             break
         run *= box[j]
         t += 1
+    if t == 0 or (realign and i0 in inside[:t]):
+        return 0, False
     return t, not _input_in_words(k, dims, box, i0, in_ptr)
 
 
@@ -407,8 +445,8 @@ def packed_args(
     innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass)
     between pointers of addresses `in_ptr` and `out_ptr` (only their alignment is read). The
     words kernel where `words_mode` allows it (`words`: None for that rule, False never),
-    else for 1- and 2-byte elements the spread kernel where `spread_mode` allows it (`spread`
-    likewise); the pipelined element kernel if `pipelined` (a plan's `Pass.pipelined`; `pipelines` must
+    else for 1- and 2-byte elements the spread kernel where `spread_mode` allows it, with its
+    output words aligned or else realigned (`spread` likewise); the pipelined element kernel if `pipelined` (a plan's `Pass.pipelined`; `pipelines` must
     allow it).
 
     The grid walks the dims of more than one box: first the box dims the edge cuts, in the
@@ -439,9 +477,14 @@ def packed_args(
             f"packed words for dims {[(d.extent, d.in_stride, d.out_stride) for d in dims]} in boxes {tuple(box)} at pointers "
             f"{in_ptr} and {out_ptr}: the output side is not word-aligned (packed.words_mode); leave words=None"
         )
-    out_run, spread_funnel = (
-        (0, False) if words or pipelined else spread_mode(elem_bytes, dims, box, in_ptr, out_ptr)
-    )
+    out_run, spread_funnel, realign = 0, False, False
+    if not (words or pipelined):
+        out_run, spread_funnel = spread_mode(elem_bytes, dims, box, in_ptr, out_ptr)
+        if not out_run:
+            out_run, spread_funnel = spread_mode(
+                elem_bytes, dims, box, in_ptr, out_ptr, realign=True
+            )
+            realign = out_run > 0
     if spread is None:
         spread = out_run > 0
     elif spread and not out_run:
@@ -466,6 +509,7 @@ def packed_args(
         bool(words and funnel) or bool(spread and spread_funnel),
         bool(spread),
         out_run if spread else 0,
+        bool(spread and realign),
     )
     whole = [k for k in inside if k not in cut and dims[k].extent > box[k]]
     grid = [*cut, *whole, *outside]

@@ -25,7 +25,14 @@ from autotranspose.kernels.codegen import (
     spread_layout,
 )
 from autotranspose.kernels.packed import THREADS, PackedKernel, packed_args, spread_mode
-from autotranspose.plans.boxes import PACKED_MAX_BYTES, Dim, packed_box, vector_widths, word_box
+from autotranspose.plans.boxes import (
+    PACKED_MAX_BYTES,
+    Dim,
+    packed_box,
+    realigned_out,
+    vector_widths,
+    word_box,
+)
 from autotranspose.plans.layout import contiguous_strides
 from autotranspose.plans.permute import plan_permute
 
@@ -75,7 +82,8 @@ def test_spread_where_the_output_takes_words_but_not_k_by_k_blocks():
     dims = (Dim(147, 1, 245625), Dim(15, 147, 16375), Dim(655, 2205, 25), Dim(25, 1444275, 1))
     assert spread_mode(1, dims, (128, 1, 8, 25), 0, 0) == (0, False)
     assert spread_mode(1, dims, (128, 1, 8, 25), 0, 0, realign=True) == (2, True)
-    k = packed_args(1, dims, (128, 1, 8, 25)).kernel
+    assert not packed_args(1, dims, (128, 1, 8, 25)).kernel.spread  # the element kernel
+    k = packed_args(1, dims, (128, 1, 8, 25), realign_out=True).kernel
     assert k.spread and k.realign_out and k.out_run == 2 and k.name.endswith("_r2fa")
     # 4-byte elements, an output pointer off a word: never
     assert spread_mode(4, dims, (128, 1, 8, 25), 0, 0) == (0, False)
@@ -120,10 +128,10 @@ def _library(spec: PackedKernel, tmp: Path) -> ctypes.CDLL:
     )
 
 
-def _run(e, dims, box, x, out, tmp, about="") -> PackedKernel:
+def _run(e, dims, box, x, out, tmp, about="", realign_out=False) -> PackedKernel:
     """The spread kernel of `dims` in boxes of `box`, run on a small grid from x to out
     (`about`: what a failed check prints)."""
-    a = packed_args(e, dims, box, x.ctypes.data, out.ctypes.data)
+    a = packed_args(e, dims, box, x.ctypes.data, out.ctypes.data, realign_out=realign_out)
     assert a.kernel.spread, (a.kernel, about)
     lib = _library(a.kernel, tmp)
     lib.at_emu_run(
@@ -267,13 +275,19 @@ def test_runs_at_odd_offsets_take_the_realigned_spread_kernel(shape, axes, e):
     p = plan_permute(shape, axes, e)
     box = packed_box(p.dims, e)
     assert vector_widths(p.dims, box, e)[1] == 0  # no aligned words on the output side
-    k = packed_args(e, p.dims, box).kernel
+    assert realigned_out(p.dims, box, e)
+    assert not packed_args(e, p.dims, box).kernel.spread  # unless asked for: the element kernel
+    k = packed_args(e, p.dims, box, realign_out=True).kernel
     assert k.spread and k.realign_out and not k.words, k
     assert k.in_order[0] >= k.out_run  # the run ends before the input's innermost box dim
     # where the output does take words, the aligned kernel; never both
     dims = (Dim(64, 1, 4), Dim(4, 64, 1))
     assert spread_mode(1, dims, (64, 4), 0, 0, realign=True) == (0, False)
-    assert not packed_args(1, dims, (64, 4), 0, 2).kernel.realign_out  # 4 bytes in: no box
+    assert not realigned_out(dims, (64, 4), 1)
+    assert not packed_args(1, dims, (64, 4), 0, 2, realign_out=True).kernel.realign_out
+    # a run that reaches the input's innermost box dim (it would span slabs): not taken
+    dims = (Dim(5, 7, 1), Dim(7, 1, 5), Dim(9, 35, 35))
+    assert not realigned_out(dims, (5, 7, 9), 1) and not realigned_out(dims, (5, 7, 9), 2)
 
 
 def _reversal(rng: np.random.Generator, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -307,7 +321,7 @@ def test_realigned_runs_on_the_cpu(e: int, tmp_path_factory):
         dims = plan_permute(shape, axes, e, tuple(s // e for s in x.strides)).dims
         box = packed_box(dims, e)
         about = (seed, shape, axes, box, offset, out_offset)
-        k = _run(e, dims, box, x, out, tmp_path_factory.getbasetemp(), about)
+        k = _run(e, dims, box, x, out, tmp_path_factory.getbasetemp(), about, realign_out=True)
         assert k.realign_out, (about, k)
         assert out.tobytes() == want.tobytes(), (about, k.name)
         start = 16 + out_offset * e

@@ -289,7 +289,7 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
     def make_gather(e, dims):
         return mem.launch(Pass(GATHER, e, 1, 0, 0, 0, dims=dims))
 
-    def make_packed(e, dims, box, s, d, pipelined, vectors, scatter, pad):
+    def make_packed(e, dims, box, s, d, pipelined, vectors, scatter, pad, realign_out):
         mem.made.append((s, d))
         return mem.launch(
             Pass(
@@ -305,6 +305,7 @@ def _run_steps(mem: _Memory, plan, src: int, dst: int, monkeypatch) -> tuple:
                 vectors=vectors,
                 scatter=scatter,
                 pad=pad,
+                realign_out=realign_out,
             )
         )
 

@@ -796,10 +796,10 @@ def test_packed_realigned_runs_into_poisoned_windows(rng, shape, axes, e):
         dims = plan_permute(shape, axes, e).dims
         box = packed_box(dims, e)
         for b in (box, _run_cut(dims, box)):
-            kernel = packed_args(e, dims, b, x.data.ptr, out.data.ptr).kernel
+            kernel = packed_args(e, dims, b, x.data.ptr, out.data.ptr, realign_out=True).kernel
             assert kernel.realign_out, (shape, b, kernel)
             raw[:] = POISON
-            lc = launch.make_packed(state, e, dims, b, x.data.ptr, out.data.ptr)
+            lc = launch.make_packed(state, e, dims, b, x.data.ptr, out.data.ptr, realign_out=True)
             lc.run(x.data.ptr, out.data.ptr, cupy.cuda.get_current_stream().ptr, state.ctx)
             cupy.cuda.get_current_stream().synchronize()
             assert same_bits(cupy.asnumpy(out), want), (shape, axes, b, lead_in, lead_out)

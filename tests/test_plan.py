@@ -26,7 +26,7 @@ from _plan_ref import byte_index, execute
 from autotranspose import errors
 from autotranspose.kernels.config import TILE_SIZES
 from autotranspose.plans import permute as plan
-from autotranspose.plans.boxes import Dim
+from autotranspose.plans.boxes import Dim, realigned_out
 from autotranspose.plans.layout import MAX_NDIM, normalize_axes
 from autotranspose.plans.permute import (
     CONTIGUOUS,
@@ -933,6 +933,38 @@ def test_the_alternatives_a_first_call_times(shape, axes, e, kind, alternatives,
     assert twins == ([dataclasses.replace(q, pipelined=True)] if can_pipeline(q) else []), (
         p.describe()
     )
+
+
+@pytest.mark.parametrize(
+    "shape, axes, e",
+    [
+        ((459, 81, 77, 9, 1), (2, 1, 4, 3, 0), 2),  # rows of 459 halves at odd offsets
+        ((25, 655, 15, 147), (3, 2, 1, 0), 1),
+        ((217, 197, 197), (2, 1, 0), 2),
+    ],
+)
+def test_boxes_of_runs_off_a_word_race_their_realigned_twins(shape, axes, e, monkeypatch):
+    """Where a raced packed box writes output runs that start off a word, the first call also
+    times the same box through the spread kernel's realigned variant; the plan's own pass
+    stays the element kernel's, and no other pass gains a twin."""
+    monkeypatch.setattr(plan, "ALT_MIN_BYTES", 8 << 20)
+    p = plan_permute(shape, axes, e)
+    passes = (*p.passes, *p.alternatives)
+    twins = [a for a in p.alternatives if a.realign_out]
+    assert twins and not p.passes[0].realign_out, p.describe()
+    for t in twins:
+        plain = dataclasses.replace(t, realign_out=False)
+        assert plain in passes and plain.kind == PACKED and not plain.vectors[0]
+        assert realigned_out(t.dims, t.box, e)
+        assert "output runs realigned into words" in t.describe()
+    others = [a for a in passes if a.kind == PACKED and not a.realign_out and not a.vectors[0]]
+    want = [a for a in others if realigned_out(a.dims, a.box, e)]
+    assert sorted(map(str, want)) == sorted(
+        str(dataclasses.replace(t, realign_out=False)) for t in twins
+    )
+    # wider elements, or aligned output runs: none
+    assert not any(a.realign_out for a in plan_permute(shape, axes, 4).alternatives)
+    assert not any(a.realign_out for a in plan_permute((64, 3, 1000), (1, 0, 2), 1).alternatives)
 
 
 def test_small_arrays_have_no_alternatives(monkeypatch):

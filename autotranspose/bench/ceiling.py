@@ -323,7 +323,12 @@ def _pass_access(launch: Any, p: Any) -> TileAccess | BoxAccess:
 
     vbox = p.vectors != (0, 0)
     args = packed_args(
-        p.elem_bytes, p.dims, p.box, words=False if vbox else None, spread=False if vbox else None
+        p.elem_bytes,
+        p.dims,
+        p.box,
+        words=False if vbox else None,
+        spread=False if vbox else None,
+        realign_out=p.realign_out,
     )
     a = box_access(args, p.elem_bytes, launch.grid, launch.block[0])
     if vbox:  # whole vectors each side

@@ -469,7 +469,9 @@ def packed_kernel(p: Pass, in_ptr: int = 0, out_ptr: int = 0) -> PackedKernel | 
         return vbox_spec(
             e, p.dims, p.box, p.vectors, in_ptr, out_ptr, scatter=p.scatter, pad=p.pad
         )[0]
-    return packed_args(e, p.dims, p.box, in_ptr, out_ptr, pipelined=p.pipelined).kernel
+    return packed_args(
+        e, p.dims, p.box, in_ptr, out_ptr, pipelined=p.pipelined, realign_out=p.realign_out
+    ).kernel
 
 
 def chooses_per_device(plan: Plan) -> bool:

@@ -67,10 +67,10 @@ MakeTranspose = Callable[
 #           outer2, os2_in, os2_out, realign=False)
 MakeCopy = Callable[..., Any]
 # make_gather(elem_bytes, dims); make_packed(elem_bytes, dims, box, src, dst, pipelined,
-# vectors, scatter, pad)
+# vectors, scatter, pad, realign_out)
 MakeGather = Callable[[int, tuple[Dim, ...]], Any]
 MakePacked = Callable[
-    [int, tuple[Dim, ...], tuple[int, ...], int, int, bool, tuple[int, int], int, int], Any
+    [int, tuple[Dim, ...], tuple[int, ...], int, int, bool, tuple[int, int], int, int, bool], Any
 ]
 
 
@@ -125,6 +125,7 @@ def build_steps(
                 p.vectors,
                 p.scatter,
                 p.pad,
+                p.realign_out,
             )  # words if aligned; the vector box (`_vbox`) where the plan gave vectors
         else:
             assert p.kind == COPY, p.kind
@@ -279,10 +280,11 @@ def build(
         vectors: tuple[int, int],
         scatter: int,
         pad: int,
+        realign_out: bool,
     ) -> Launch:
         if vectors[0]:
             return make_vbox(state, e, dims, box, vectors, s, d, scatter, pad)
-        return make_packed(state, e, dims, box, s, d, pipelined)
+        return make_packed(state, e, dims, box, s, d, pipelined, realign_out)
 
     return build_steps(plan, src, dst, make_transpose, make_copy, gather, packed)
 

@@ -26,7 +26,8 @@ the output's run in aligned words, where the element kernel would move them one 
 Where the output's runs start at offsets that are not whole words (odd output strides: a
 reversal's rows of 459 halves), the spread kernel's `realign_out` variant writes each run in
 the aligned words it covers, whole words funnel-shifted out of the shared run and the run's
-cut first and last words element by element (`spread_mode(realign=True)`).
+cut first and last words element by element (`spread_mode(realign=True)`); a first call
+races it against the element kernel (`plan.Pass.realign_out`).
 
 4- to 16-byte boxes of up to PIPELINE_MAX_BYTES also have a `pipelined` kernel: two shared
 buffers, the next box's elements copied into one by cp.async while the block writes the box
@@ -50,6 +51,7 @@ from ..plans.boxes import (
     PACKED_WORD_BYTES,
     Dim,
     pipeline_fits,
+    realigned_out,
     vector_widths,
 )
 from ..plans.dtypes import ELEMENT_SIZES
@@ -393,13 +395,14 @@ def spread_mode(
 
     With `realign`, the realigned variant's instead, only where the output side does not take
     words: its runs may start at any element (odd output strides, an odd pointer), and each
-    is written in the aligned words it covers. Its run must end before the input's innermost
-    box dim (in the output's order), so that a run lies whole in one slab of shared memory."""
+    is written in the aligned words it covers (`plan.realigned_out`)."""
     k = word_elems(elem_bytes)
     if k < 2:
         return 0, False
-    aligned = vector_widths(dims, box, elem_bytes, 0, out_ptr)[1] >= WORD_BYTES
-    if aligned == realign:
+    if realign:
+        if not realigned_out(dims, box, elem_bytes, out_ptr):
+            return 0, False
+    elif vector_widths(dims, box, elem_bytes, 0, out_ptr)[1] < WORD_BYTES:
         return 0, False
     i0 = next((j for j, d in enumerate(dims) if d.in_stride == 1 and box[j] > 1), None)
     if i0 is None or box[i0] < 2:
@@ -413,7 +416,7 @@ def spread_mode(
             break
         run *= box[j]
         t += 1
-    if t == 0 or (realign and i0 in inside[:t]):
+    if t == 0:
         return 0, False
     return t, not _input_in_words(k, dims, box, i0, in_ptr)
 
@@ -440,13 +443,15 @@ def packed_args(
     words: bool | None = None,
     pipelined: bool = False,
     spread: bool | None = None,
+    realign_out: bool = False,
 ) -> PackedArgs:
     """The kernel and arguments that move `dims` (output memory order, outermost first, the
     innermost output stride 1) in boxes of `box` (one extent per dim; a plan's PACKED pass)
     between pointers of addresses `in_ptr` and `out_ptr` (only their alignment is read). The
     words kernel where `words_mode` allows it (`words`: None for that rule, False never),
     else for 1- and 2-byte elements the spread kernel where `spread_mode` allows it, with its
-    output words aligned or else realigned (`spread` likewise); the pipelined element kernel if `pipelined` (a plan's `Pass.pipelined`; `pipelines` must
+    output words aligned, or else with `realign_out` realigned (`spread` likewise: None for
+    that rule, False never; a plan's `Pass.realign_out`); the pipelined element kernel if `pipelined` (a plan's `Pass.pipelined`; `pipelines` must
     allow it).
 
     The grid walks the dims of more than one box: first the box dims the edge cuts, in the
@@ -480,7 +485,7 @@ def packed_args(
     out_run, spread_funnel, realign = 0, False, False
     if not (words or pipelined):
         out_run, spread_funnel = spread_mode(elem_bytes, dims, box, in_ptr, out_ptr)
-        if not out_run:
+        if not out_run and realign_out:
             out_run, spread_funnel = spread_mode(
                 elem_bytes, dims, box, in_ptr, out_ptr, realign=True
             )

@@ -54,6 +54,7 @@ from .boxes import (
     packed_box,
     packed_runs,
     pipeline_fits,
+    realigned_out,
     vector_box,
     whole_box,
     word_box,
@@ -132,6 +133,9 @@ class Pass:
     dims: tuple[Dim, ...] = ()  # gather, packed: the problem, output memory order, outermost first
     box: tuple[int, ...] = ()  # packed: the box's extent along each of `dims`
     pipelined: bool = False  # packed: the pipelined kernel (`can_pipeline`, PACKED_PIPELINE_*)
+    # packed, 1- and 2-byte elements whose output runs start off a word: the spread kernel's
+    # realigned variant (`realigned_out`) instead of the element kernel
+    realign_out: bool = False
     realign: bool = False  # copy: in bytes, realigned into 16-byte words (`realigned`)
     # packed: the vector box's (input, output) vector bytes (`vector_widths`); (0, 0): the
     # packed kernels of templates/packed.cu.j2
@@ -230,6 +234,7 @@ class Pass:
                     f" in boxes of {' x '.join(map(str, self.box))} (runs of {runs[0] * e} "
                     f"bytes read, {runs[1] * e} written)"
                     + (", pipelined" if self.pipelined else "")
+                    + (", output runs realigned into words" if self.realign_out else "")
                     + (
                         f", in {self.vectors[0]}-byte vectors in and {self.vectors[1]}-byte out"
                         if self.vectors[0]
@@ -397,7 +402,22 @@ def plan_permute(
             chosen, alts = vector, _distinct(vector, (chosen, *alts, small))
         elif raced:
             alts = _distinct(chosen, (*alts, vector, small))
+    if alts:
+        alts = _distinct(chosen, (*alts, *_realigned_twins((chosen, *alts), out_ptr)))
     return Plan(shape, axes, elem_bytes, xs, os_, case, tuple(fused), (chosen,), why, alts)
+
+
+def _realigned_twins(passes: Iterable[Pass], out_ptr: int) -> list[Pass]:
+    """Each packed pass of `passes` whose box writes output runs off a word that the spread
+    kernel's realigned variant takes (`realigned_out`), through that kernel: a first call
+    races the two, since which is faster depends on the input's side (`realigned_out`)."""
+    return [
+        dataclasses.replace(p, realign_out=True)
+        for p in passes
+        if p.kind == PACKED
+        and not (p.vectors[0] or p.pipelined or p.realign_out)
+        and realigned_out(p.dims, p.box, p.elem_bytes, out_ptr)
+    ]
 
 
 def _distinct(chosen: Pass, found: Iterable[Pass | None]) -> tuple[Pass, ...]:

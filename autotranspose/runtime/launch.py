@@ -482,16 +482,20 @@ def make_packed(
     src: int = 0,
     dst: int = 0,
     pipelined: bool = False,
+    realign_out: bool = False,
 ) -> Launch:
     """A prepared launch of permute()'s packed pass: the gather's contract (every index of
     `dims`), moved in boxes of `box` through shared memory (a plan's PACKED pass), for
     pointers aligned as `src` and `dst` (the words kernel needs both word-aligned), through
-    the pipelined kernel if `pipelined` (`plan.Pass.pipelined`).
+    the pipelined kernel if `pipelined` (`plan.Pass.pipelined`), through the spread kernel's
+    realigned variant where `realign_out` and it applies (`plan.Pass.realign_out`).
 
     The grid is at most 4 x the kernel's resident blocks per SM (`PackedKernel.blocks_per_sm`):
     those beyond what fits at once wait their turn, and each block walks boxes by the grid
     stride."""
-    args = packed_args(elem_bytes, dims, box, src, dst, pipelined=pipelined)
+    args = packed_args(
+        elem_bytes, dims, box, src, dst, pipelined=pipelined, realign_out=realign_out
+    )
     blocks = max(1, min(args.tiles, state.info.multiprocessors * args.kernel.blocks_per_sm * 4))
     kernel = get_packed_kernel(state, args.kernel)
     return Launch(

@@ -20,6 +20,7 @@ from autotranspose.errors import ShapeError
 from autotranspose.kernels.codegen import (
     _ELEMENT_TYPES,
     _packed_vars,
+    _spread_inner,
     render_packed,
     spread_conflicts,
     spread_layout,
@@ -288,6 +289,26 @@ def test_runs_at_odd_offsets_take_the_realigned_spread_kernel(shape, axes, e):
     # a run that reaches the input's innermost box dim (it would span slabs): not taken
     dims = (Dim(5, 7, 1), Dim(7, 1, 5), Dim(9, 35, 35))
     assert not realigned_out(dims, (5, 7, 9), 1) and not realigned_out(dims, (5, 7, 9), 2)
+
+
+@pytest.mark.parametrize(
+    "shape, axes, e",
+    [*TAILS, ((2637, 3025, 4, 2), (3, 1, 2, 0), 1), ((2, 4, 1717, 553, 5), (4, 1, 3, 0, 2), 1)],
+)
+def test_realigned_runs_lie_an_odd_count_of_words_apart(shape, axes, e):
+    """Where dims lie between the output run and the input's innermost box dim, the realigned
+    kernel's runs are an odd count of words apart in shared memory, so a warp's spread stores
+    (lanes a run apart) spread over the banks: at most twice the conflict-free wavefronts,
+    where dense runs of 128 bytes cost 65 (uint8 2637x3025x4x2: 62.0M bank conflicts)."""
+    dims = plan_permute(shape, axes, e).dims
+    k = packed_args(e, dims, packed_box(dims, e), realign_out=True).kernel
+    inner = _spread_inner(k)
+    i0, t = k.in_order[0], k.out_run
+    if t < i0:
+        assert inner[t] % 4 == 0 and (inner[t] // 4) % 2 == 1, (k, inner)
+        assert inner[t] >= math.prod(k.box[:t]) * e
+    pitch, sh = spread_layout(k)
+    assert spread_conflicts(k, pitch, sh) <= 2 * (4 // e + 1), (k, pitch, sh)
 
 
 def _reversal(rng: np.random.Generator, e: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

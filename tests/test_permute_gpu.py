@@ -748,9 +748,10 @@ def test_packed_pipelined_into_poisoned_windows(rng, e):
     assert cut >= 2, "too few problems with cut boxes"
 
 
-# Output rows at odd offsets (scaled-down forms of the lowest calls of random mixes on an
-# H200: float16 459x81x77x9x1 by (2,1,4,3,0), bool 20861x308x6x3x1 by (3,1,0,2,4), uint8
-# 25x655x15x147 reversed, int8 4676x2x987x58 by (3,0,2,1)); the last two at full size.
+# Output rows at odd offsets: the lowest calls of random mixes on an H200 (float16
+# 459x81x77x9x1 by (2,1,4,3,0) and bool 20861x308x6x3x1 by (3,1,0,2,4) scaled down, uint8
+# 25x655x15x147 reversed and int8 4676x2x987x58 by (3,0,2,1) at full size) and a float16
+# reversal of rows of 301 halves.
 REALIGNED = [
     ((459, 81, 7, 9, 1), (2, 1, 4, 3, 0), 2),
     ((2861, 38, 6, 3, 1), (3, 1, 0, 2, 4), 1),
@@ -778,7 +779,8 @@ def test_packed_realigned_runs_into_poisoned_windows(rng, shape, axes, e):
     in the aligned words they cover, the cut first and last words element by element), in the
     plan's packed box and in one an edge cuts along the run, from inputs 0 to K - 1 elements
     past a word into outputs 0 to K - 1 elements past a word with poison before and after:
-    equal to np.transpose, and permute() itself serves it so."""
+    equal to np.transpose; and permute() of the same call (whichever pass its first call
+    keeps) too."""
     cupy = pytest.importorskip("cupy")
     from autotranspose.plans.boxes import packed_box
     from autotranspose.runtime.compiler import device_state

@@ -395,7 +395,7 @@ def spread_mode(
 
     With `realign`, the realigned variant's instead, only where the output side does not take
     words: its runs may start at any element (odd output strides, an odd pointer), and each
-    is written in the aligned words it covers (`plan.realigned_out`)."""
+    is written in the aligned words it covers (`plans.boxes.realigned_out`)."""
     k = word_elems(elem_bytes)
     if k < 2:
         return 0, False
@@ -451,8 +451,8 @@ def packed_args(
     words kernel where `words_mode` allows it (`words`: None for that rule, False never),
     else for 1- and 2-byte elements the spread kernel where `spread_mode` allows it, with its
     output words aligned, or else with `realign_out` realigned (`spread` likewise: None for
-    that rule, False never; a plan's `Pass.realign_out`); the pipelined element kernel if `pipelined` (a plan's `Pass.pipelined`; `pipelines` must
-    allow it).
+    that rule, False never; `realign_out` is a plan's `Pass.realign_out`); the pipelined
+    element kernel if `pipelined` (a plan's `Pass.pipelined`; `pipelines` must allow it).
 
     The grid walks the dims of more than one box: first the box dims the edge cuts, in the
     kernel's order (so the kernel knows at compile time where each one's box index is), then

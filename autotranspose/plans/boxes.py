@@ -641,9 +641,10 @@ def realigned_out(
     the spread kernel's realigned variant can take them: the run (the box's leading dims in
     the output's order, one contiguous run) ends before the input's innermost box dim, so it
     lies whole in one slab of the kernel's shared box. Such a box otherwise moves element by
-    element; which is faster depends on the input's side (H200: bool 20861x308x6x3x1 by
-    (3,1,0,2,4) 16.8 -> 37.8% of a copy, uint8 2637x3025x4x2 by (3,1,2,0), rows of 2 bytes
-    in, 19.4 -> 10.7), so a first call races the two."""
+    element, and which is faster depends on the box (H200: bool 20861x308x6x3x1 by
+    (3,1,0,2,4) 16.8 -> 37.8% of a copy, uint8 2637x3025x4x2 by (3,1,2,0) 19.6 -> 26.9, but
+    float16 70x47x21x55x9 by (0,2,4,3,1), input rows of 18 bytes, 46.3 -> 39.2), so a first
+    call races the two."""
     e = elem_bytes
     if e > 2 or vector_widths(dims, box, e, 0, out_ptr)[1] >= PACKED_WORD_BYTES:
         return False

@@ -409,8 +409,8 @@ def plan_permute(
 
 def _realigned_twins(passes: Iterable[Pass], out_ptr: int) -> list[Pass]:
     """Each packed pass of `passes` whose box writes output runs off a word that the spread
-    kernel's realigned variant takes (`realigned_out`), through that kernel: a first call
-    races the two, since which is faster depends on the input's side (`realigned_out`)."""
+    kernel's realigned variant takes, through that kernel: a first call races the two, since
+    which is faster depends on the box (`realigned_out`)."""
     return [
         dataclasses.replace(p, realign_out=True)
         for p in passes

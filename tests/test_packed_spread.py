@@ -26,6 +26,7 @@ from autotranspose.kernels.codegen import (
     spread_layout,
 )
 from autotranspose.kernels.packed import THREADS, PackedKernel, packed_args, spread_mode
+from autotranspose.plans import permute as plan_module
 from autotranspose.plans.boxes import (
     PACKED_MAX_BYTES,
     Dim,
@@ -348,3 +349,45 @@ def test_realigned_runs_on_the_cpu(e: int, tmp_path_factory):
         start = 16 + out_offset * e
         assert (out_base[:start] == 0xA5).all() and (out_base[start + want.nbytes :] == 0xA5).all()
         del base
+
+
+@pytest.mark.skipif(_CXX is None, reason="needs g++ (C++20) to run the kernel on the CPU")
+@pytest.mark.parametrize("e", [1, 2])
+def test_realigned_twins_of_random_permutes_on_the_cpu(e: int, tmp_path_factory, monkeypatch):
+    """Random 3- to 5-D permutes of small arrays (odd sides, input and output pointers off a
+    word by 0 to K - 1 elements), planned as a first call races them: every realigned twin
+    among the plan's alternatives, run on the CPU, writes exactly np.transpose's bytes and
+    nothing else, whatever its run's dims, its slab's dims and the edges that cut it."""
+    monkeypatch.setattr(plan_module, "ALT_MIN_BYTES", 0)  # small arrays race too
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    runs = 0
+    for _ in range(400):
+        if runs == 5:
+            break
+        nd = int(rng.integers(3, 6))
+        shape = tuple(int(v) for v in rng.integers(1, 40, nd))
+        if math.prod(shape) > 300_000:
+            continue
+        axes = tuple(int(a) for a in rng.permutation(nd))
+        offset, out_offset = (int(v) for v in rng.integers(0, 4 // e, size=2))
+        base, x, want, _, _ = _arrays(rng, shape, axes, e, 0, offset)
+        out_base = np.full(16 + (out_offset + want.size) * e + 64, 0xA5, dtype=np.uint8)
+        start = 16 + out_offset * e
+        out = out_base[start : start + want.nbytes].view(f"V{e}").reshape(want.shape)
+        strides = tuple(s // e for s in x.strides)
+        p = plan_permute(shape, axes, e, strides, in_ptr=x.ctypes.data, out_ptr=out.ctypes.data)
+        for q in p.alternatives:
+            if not q.realign_out or runs == 5:
+                continue
+            about = (seed, shape, axes, q.box, offset, out_offset)
+            out_base[:] = 0xA5
+            k = _run(e, q.dims, q.box, x, out, tmp_path_factory.getbasetemp(), about, True)
+            assert k.realign_out, (about, k)
+            assert out.tobytes() == want.tobytes(), (about, k.name)
+            assert (out_base[:start] == 0xA5).all() and (
+                out_base[start + want.nbytes :] == 0xA5
+            ).all()
+            runs += 1
+        del base
+    assert runs == 5, f"only {runs} realigned twins in 400 draws (seed {seed})"

@@ -763,12 +763,9 @@ REALIGNED = [
 
 def _run_cut(dims, box):
     """`box` with the output run's last dim shortened so that the problem's edge cuts it."""
-    inside = sorted((j for j, b in enumerate(box) if b > 1), key=lambda j: dims[j].out_stride)
-    run, last = 1, inside[0]
-    for j in inside:
-        if dims[j].out_stride != run:
-            break
-        run, last = run * box[j], j
+    from autotranspose.plans.boxes import out_run_dims
+
+    last = out_run_dims(dims, box)[-1]
     b = next(b for b in range(box[last] - 1, 1, -1) if dims[last].extent % b)
     return (*box[:last], b, *box[last + 1 :])
 

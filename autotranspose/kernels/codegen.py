@@ -485,10 +485,16 @@ def _spread_bytes(k: PackedKernel, pitch: int, sh: int | None) -> int:
 
 
 def _spread_address(
-    k: PackedKernel, digits: Sequence[int], pitch: int, sh: int | None, strides: Sequence[int]
+    k: PackedKernel,
+    digits: Sequence[int],
+    pitch: int,
+    sh: int | None,
+    strides: Sequence[int],
+    inner: Sequence[int],
 ) -> int:
-    """The shared byte address of the box element of `digits` (`strides`: `_spread_strides`)."""
-    i0, inner = k.in_order[0], _spread_inner(k)
+    """The shared byte address of the box element of `digits` (`strides`: `_spread_strides`;
+    `inner`: `_spread_inner`)."""
+    i0 = k.in_order[0]
     a = 0
     for d, x in enumerate(digits):
         if d < i0:
@@ -518,7 +524,7 @@ def spread_conflicts(k: PackedKernel, pitch: int, sh: int | None) -> int:
     """Shared wavefronts of the first warp's spread stores (each of a word's K elements) and
     of its word loads on the output side."""
     kk, i0, n = k.block, k.in_order[0], len(k.box)
-    rext, strides = _spread_read_ext(k), _spread_strides(k, pitch, sh)
+    rext, strides, inner = _spread_read_ext(k), _spread_strides(k, pitch, sh), _spread_inner(k)
     total = 0
     for m in range(kk):
         banks: dict[int, set[int]] = {}
@@ -527,7 +533,7 @@ def spread_conflicts(k: PackedKernel, pitch: int, sh: int | None) -> int:
             digits = [g[d] * kk + m if d == i0 else g[d] for d in range(n)]
             if any(x >= b for x, b in zip(digits, k.box, strict=True)):
                 continue
-            w = _spread_address(k, digits, pitch, sh, strides) // 4
+            w = _spread_address(k, digits, pitch, sh, strides, inner) // 4
             banks.setdefault(w % 32, set()).add(w)
         total += max((len(v) for v in banks.values()), default=0)
     banks = {}
@@ -539,7 +545,7 @@ def spread_conflicts(k: PackedKernel, pitch: int, sh: int | None) -> int:
         for d in range(k.out_run, n):
             digits.append(rest % k.box[d])
             rest //= k.box[d]
-        w = _spread_address(k, digits, pitch, sh, strides) // 4
+        w = _spread_address(k, digits, pitch, sh, strides, inner) // 4
         banks.setdefault(w % 32, set()).add(w)
     return total + max((len(v) for v in banks.values()), default=0)
 

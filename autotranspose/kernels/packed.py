@@ -50,6 +50,7 @@ from ..plans.boxes import (
     PACKED_PIPELINE_MIN_ELEM_BYTES,
     PACKED_WORD_BYTES,
     Dim,
+    out_run_dims,
     pipeline_fits,
     realigned_out,
     vector_widths,
@@ -407,15 +408,10 @@ def spread_mode(
     i0 = next((j for j, d in enumerate(dims) if d.in_stride == 1 and box[j] > 1), None)
     if i0 is None or box[i0] < 2:
         return 0, False
-    inside = sorted((j for j, b in enumerate(box) if b > 1), key=lambda j: (dims[j].out_stride, j))
-    if len(inside) < 2:  # one run both sides: a copy, not a box
+    if sum(b > 1 for b in box) < 2:  # one run both sides: a copy, not a box
         return 0, False
-    run, t = 1, 0  # the output's run: its leading box dims (whole words, by the rule above)
-    for j in inside:
-        if dims[j].out_stride != run:
-            break
-        run *= box[j]
-        t += 1
+    # the output's run: its leading box dims (whole words unless realigned, by the rules above)
+    t = len(out_run_dims(dims, box))
     if t == 0:
         return 0, False
     return t, not _input_in_words(k, dims, box, i0, in_ptr)

@@ -649,17 +649,22 @@ def realigned_out(
     if e > 2 or vector_widths(dims, box, e, 0, out_ptr)[1] >= PACKED_WORD_BYTES:
         return False
     i0 = next((j for j, d in enumerate(dims) if d.in_stride == 1 and box[j] > 1), None)
+    run = out_run_dims(dims, box)
+    return i0 is not None and sum(b > 1 for b in box) >= 2 and bool(run) and i0 not in run
+
+
+def out_run_dims(dims: Sequence[Dim], box: Sequence[int]) -> list[int]:
+    """The box dims (indices into `dims`, innermost first) whose elements form one contiguous
+    run of the output: in the output's order, each dim's stride is the product of the box
+    extents before it, from stride 1 (a dim taken in part ends the run after it)."""
     inside = sorted((j for j, b in enumerate(box) if b > 1), key=lambda j: (dims[j].out_stride, j))
-    if i0 is None or len(inside) < 2:
-        return False
-    run = 1
+    run, taken = 1, []
     for j in inside:
         if dims[j].out_stride != run:
             break
-        if j == i0:
-            return False
         run *= box[j]
-    return run > 1
+        taken.append(j)
+    return taken
 
 
 def edge_cut(dims: Sequence[Dim], box: Sequence[int]) -> bool:

@@ -38,13 +38,15 @@ CASES = [
     "1299x3839:float64",
     "12289x8191:uint8",
 ]
-# (name, STAGED_MIN_ROWS, STAGE_BYTES)
+# (name, STAGED_MIN_ROWS, STAGE_BYTES: a buffer's, of up to kernels/inplace.py's STAGE_BUFFERS
+# in the scratch)
 VARIANTS = [
-    ("block", 1 << 40, 16 << 20),
+    ("served", 1 << 31, 10 << 20),
+    ("block", 1 << 40, 8 << 20),
     ("staged4M", 1024, 4 << 20),
     ("staged8M", 1024, 8 << 20),
+    ("staged10M", 1024, 10 << 20),
     ("staged16M", 1024, 16 << 20),
-    ("staged32M", 1024, 32 << 20),
 ]
 SLEEP = 2_000_000
 

@@ -13,7 +13,7 @@ import pytest
 
 from autotranspose.calls import inplace as call
 from autotranspose.dispatch import inplace as programs
-from autotranspose.kernels.inplace import ARG_FORMAT, ARG_NAMES
+from autotranspose.kernels.inplace import ARG_FORMAT, ARG_NAMES, STAGED_ZERO
 from autotranspose.runtime import driver as _driver, inplace as _inplace
 from autotranspose.runtime.compiler import DeviceState
 from autotranspose.runtime.device import DeviceInfo
@@ -161,8 +161,9 @@ def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rul
     them where a block holds them (7264 rows of 32 bytes in the H200's 227 KiB; for
     "cols_slide", 9685 of 24 bytes in bands of 16 and 14528 of 16 in bands of 8), else (the
     rotations, rows of whole 16-byte words) over a cluster of blocks, else band by band
-    through the scratch, twice a band (out, then back); the table (h of every row of
-    the grid) uploaded before the first pass, the scratch `offset` past it."""
+    through the scratch, in one launch after the one that zeroes its counters; the table
+    (h of every row of the grid) uploaded before the first pass, the scratch `offset` past
+    it."""
     prog = programs.program(_state(), 1, m, n, 2)
     got = [s.how.spec.piece for s in prog.steps]
     assert got == pieces
@@ -182,14 +183,13 @@ def test_column_passes_fuse_on_the_side_whose_columns_fit(gpu, m, n, pieces, rul
         assert runs[tabled][3] == table
         return
     scratch = call._SCRATCH[(0xC0, 0x33, 0)].ptr
-    bands = [h.rows for h in cols]
-    assert len(runs) == 2 * sum(bands)
-    for h, first in zip(cols, [0, 2 * bands[0]], strict=False):
-        mine = runs[first : first + 2 * h.rows]
+    staged = [h for h in cols if h.spec.piece == piece]
+    assert len(runs) == 2 * len(staged)
+    for k, h in enumerate(staged):
+        mine = runs[2 * k : 2 * k + 2]
         values = [r[5].values() for r in mine]
-        assert [(v["row"], v["segs"]) for v in values] == [
-            (b, phase) for b in range(h.rows) for phase in (0, 1)
-        ]
+        assert [v["segs"] for v in values] == [STAGED_ZERO, 0]
+        assert all(v["items"] == h.args["items"] >= 1 for v in values)
         second = table if h.table is not None else scratch
         assert all(
             r[3] == second and v["offset"] == scratch - second

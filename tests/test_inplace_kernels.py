@@ -26,11 +26,13 @@ from autotranspose.kernels.inplace import (
     RUN_MIN_BYTES,
     SCRATCH_BYTES,
     SHUFFLE_PAD,
+    STAGED_ZERO,
     InplaceKernel,
     band_cols,
     pass_launches,
     render_inplace,
     split_cols_width,
+    staged_layout,
 )
 from autotranspose.kinds.inplace import InplaceParams
 from autotranspose.plans.inplace import PERMUTE, plan_inplace, row_cycles, split_point
@@ -158,11 +160,10 @@ def _run(
                 ctypes.c_ulong(max(how.smem, 16)),
             )
 
-        if how.aux == "bands":  # each band out to the scratch, then back
-            for band in range(how.rows):
-                for phase in (0, 1):
-                    values["row"], values["segs"] = band, phase
-                    launch()
+        if how.aux == "bands":  # the counters zeroed (over poison), then every band's parts
+            scratch[:] = POISON
+            for values["segs"] in (STAGED_ZERO, 0):
+                launch()
             continue
         groups = range(0, how.rows, how.rows_per) if how.rows else [None]
         for r0 in groups:
@@ -738,16 +739,24 @@ def test_swap_lines_serves_only_rows_not_of_whole_words_and_only_when_on(on, mon
         (1, 600, 9, 4),  # a SKEW tile's window wrapping over the 9-row view's columns
     ],
 )
-def test_staged_column_passes(batch, m, n, e, tmp):
+@pytest.mark.parametrize("buffers", [3, 2, 1])
+def test_staged_column_passes(batch, m, n, e, buffers, tmp, monkeypatch):
     """COLS through the scratch (staged_from 2): bands of a few SKEW tiles (stage_bytes 8 KiB)
-    moved out by one launch and back by the other, x on a 16-byte line and one element past
-    it (narrower words): every column pass is one staged pass."""
+    in up to `buffers` buffers, every band's two parts taken by ticket in one launch (one
+    buffer: band by band; more: a band's first part ahead of the last one's second), x on a
+    16-byte line and one element past it (narrower words): every column pass is one staged
+    pass, and its scratch is its counters and buffers."""
+    monkeypatch.setattr(inplace_kernels, "STAGE_BUFFERS", buffers)
     for shift in sorted({0, e % 16}):
         hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=1 << 20, staged=(2, 8 << 10))
         cols = [h for h in hows if h.kind == "cols"]
         assert cols and {h.spec.piece for h in cols} == {"cols_staged"}
         assert all(h.aux == "bands" and h.rows >= 1 for h in cols)
-        assert all(h.scratch == h.args["m"] * -(-h.args["tiles"] * e // 16) * 16 for h in cols)
+        for h in cols:
+            lay = staged_layout(batch, h.args["m"], h.args["n"], e, 8 << 10, SCRATCH_BYTES)
+            assert h.args["tiles"] == lay.width and h.rows == batch * lay.bands
+            assert h.args["items"] == lay.buffers == min(buffers, h.rows)
+            assert h.scratch == lay.counters + lay.buffers * lay.buffer
 
 
 @pytest.mark.parametrize(

@@ -450,16 +450,16 @@ SCRATCH_BYTES = 32 << 20
 # COLS through the scratch ("cols_staged"; plans/inplace.py, "staged"): columns taller than a
 # block holds (`cols_rows`: 7264 rows of a 32-byte band in the H200's 227 KiB), which would
 # otherwise take the unfused passes, go band by band through the scratch: bands of whole
-# columns of about STAGE_BYTES (the L2 keeps part of a band between its two launches), SKEW's
-# tiles SKEW_BYTES of columns by SKEW_ROWS rows (their window: SKEW_ROWS plus the tile's
-# columns less one rows in shared memory). Shorter columns stay in a block's band: on the
-# H200 staged passes ran at 8-51% of a copy (their launches at about half the memory's speed,
-# latency-bound, element-wide where x's rows are not whole 16-byte words; docs/inplace.md),
-# ahead of a block's band on 4 of 14 shapes by 1-2 points of the call and behind on 9 by up
-# to 13, with no row count between them; 8280x7320 2-byte went from 5.0% of a copy (unfused)
-# to 13.2%.
+# columns of about STAGE_BYTES, up to STAGE_BUFFERS of them in the scratch at once, so that
+# the L2 keeps a band between its two parts and the next band's first part runs beside this
+# one's second (one launch a pass: templates/inplace/cols_staged.cu.j2); SKEW's tiles
+# SKEW_BYTES of columns by SKEW_ROWS rows (their window: SKEW_ROWS plus the tile's columns
+# less one rows in shared memory). Shorter columns stay in a block's band (docs/inplace.md,
+# "Staged").
 # STAGED_MIN_ROWS: columns at least this tall are staged even where a block holds them.
-STAGED_MIN_ROWS, STAGE_BYTES = 1 << 31, 32 << 20
+STAGED_MIN_ROWS, STAGE_BYTES, STAGE_BUFFERS = 1 << 31, 10 << 20, 3
+STAGED_ZERO = 2  # `segs` of the launch that zeroes a staged pass's counters
+STAGED_HEAD = 16  # bytes of a staged block's shared memory before SKEW's window: its item
 SKEW_BYTES, SKEW_ROWS = 128, 256
 
 
@@ -552,14 +552,53 @@ def staged_width(m: int, n: int, elem_bytes: int, stage_bytes: int) -> int:
     return min(w, -(-n // wt) * wt)
 
 
-def staged_scratch(m: int, width: int, elem_bytes: int) -> int:
-    """The scratch of a staged band: m rows of `width` elements, each rounded up to 16 bytes."""
-    return m * (-(-width * elem_bytes // 16) * 16)
+def _line(nbytes: int) -> int:
+    return -(-nbytes // 256) * 256
+
+
+# The counters a staged pass may take (a ticket and two words a band): room for 131070 bands
+STAGE_COUNTERS_MOST = 1 << 20
 
 
 def staged_rows(scratch_limit: int = SCRATCH_BYTES) -> int:
-    """The tallest column a staged COLS pass takes: one SKEW tile's width of it in the scratch."""
-    return scratch_limit // SKEW_BYTES
+    """The tallest column a staged COLS pass takes: one SKEW tile's width of it in the scratch
+    beside its counters."""
+    return (scratch_limit - STAGE_COUNTERS_MOST) // SKEW_BYTES
+
+
+@dataclass(frozen=True)
+class StagedLayout:
+    """A staged COLS pass's scratch: its counters (a ticket, a word, two a band), then
+    `buffers` buffers of a band (m rows of `width` elements, each rounded up to 16 bytes),
+    each on a 256-byte line (templates/inplace/cols_staged.cu.j2 reads it so)."""
+
+    width: int
+    bands: int  # a matrix's
+    buffers: int
+    counters: int  # bytes, the buffers' offset
+    buffer: int  # bytes a buffer takes
+
+    @property
+    def scratch(self) -> int:
+        return self.counters + self.buffers * self.buffer
+
+
+def staged_layout(
+    batch: int, m: int, n: int, elem_bytes: int, stage_bytes: int, scratch_limit: int
+) -> StagedLayout | None:
+    """The staged layout of a COLS pass of `batch` m x n grids: bands of about `stage_bytes`,
+    as many buffers as STAGE_BUFFERS, the bands and `scratch_limit` allow (None where not
+    one band of one SKEW tile's width fits)."""
+    for stage in (min(stage_bytes, scratch_limit), 0):  # the widest band, else the narrowest
+        w = staged_width(m, n, elem_bytes, stage)
+        bands = -(-n // w)
+        counters = _line(4 * (2 + 2 * batch * bands))
+        buffer = _line(m * (-(-w * elem_bytes // 16) * 16))
+        fit = (scratch_limit - counters) // buffer
+        if fit >= 1:
+            buffers = min(STAGE_BUFFERS, batch * bands, fit)
+            return StagedLayout(w, bands, buffers, counters, buffer)
+    return None
 
 
 @dataclass(frozen=True)
@@ -652,6 +691,7 @@ def render_inplace(k: InplaceKernel) -> str:
             tile=p.tile,
             pad=swap_pad(k.elem_bytes),
             skew_pad=swap_pad(k.elem_bytes),
+            staged_head=STAGED_HEAD,
             band=BAND_ROWS,
             band_w=band_cols(k.elem_bytes),
             band_t=BAND_PAIRS,
@@ -863,30 +903,27 @@ def pass_launches(
             add(p, spec, blocks, args, smem=smem, **cols_table(p))
         elif (
             p.kind == COLS
-            and m <= staged_rows(scratch_limit)
             and (
                 m >= staged_from
                 # past a block's 32-byte band, unless "cols_slide" holds it in a narrower one
                 or (m > cols_rows(shared_optin) and cols_line(m, n, elem_bytes, shared_optin) != 8)
             )
+            and (lay := staged_layout(batch, m, n, elem_bytes, stage_bytes, scratch_limit))
         ):
-            w = staged_width(m, n, elem_bytes, min(stage_bytes, scratch_limit))
-            bands = -(-n // w)
             spec = InplaceKernel("cols_staged", elem_bytes, False, params)
             table = p.split in (COLS_GATHER, COLS_SCATTER)
-            args = {"tiles": w, "split": p.split, "cycles": bands}
-            args |= {"lanes": skew_cols(elem_bytes), "rows_per": SKEW_ROWS}
-            # the whole grid: both launches walk their band (SKEW's tiles, ROWS's words) by
-            # the grid stride, and a band's tiles differ with its width
+            args = {"tiles": lay.width, "split": p.split, "cycles": lay.bands}
+            args |= {"items": lay.buffers, "lanes": skew_cols(elem_bytes), "rows_per": SKEW_ROWS}
+            # the whole grid: its blocks take the pass's items by ticket
             add(
                 p,
                 spec,
                 cap,
                 args,
-                smem=skew_smem(elem_bytes),
+                smem=STAGED_HEAD + skew_smem(elem_bytes),
                 aux="bands",
-                rows=batch * bands,
-                scratch=staged_scratch(m, w, elem_bytes),
+                rows=batch * lay.bands,
+                scratch=lay.scratch,
                 table=row_table(m, n, plan.a) if table else None,
             )
         elif p.kind == COLS:

@@ -23,6 +23,7 @@ from ..kernels.inplace import (
     ARG_FORMAT,
     ARG_NAMES,
     SHUFFLE_PAD,
+    STAGED_ZERO,
     PassLaunch,
     cols_rows,
     pass_launches,
@@ -31,12 +32,10 @@ from ..kernels.inplace import (
 from ..kinds.inplace import InplaceParams
 from ..plans.inplace import (
     PERMUTE,
-    SKEW,
     InplacePlan,
     RowCycles,
     plan_inplace,
     row_cycles,
-    staged_phases,
 )
 from . import driver as _driver
 from .compiler import DeviceState, precompile_specs
@@ -243,18 +242,15 @@ def launches(
 
 
 def _bands(step: InplaceStep, ctx: int, second: int, scratch: int) -> _Items:
-    """A staged COLS pass's launches: each band moved out to the scratch, then back (the
-    second pointer its table, the scratch `offset` past it; or the scratch itself)."""
-    how, launch = step.how, step.launch
-    # ROWS takes no shared memory
-    shared = [launch.shared if part == SKEW else 0 for part in staged_phases(how.args["split"])]
-    staged: _Items = []
-    for band in range(how.rows):
-        for phase in (0, 1):
-            staged.append(
-                _with(launch, ctx, shared[phase], row=band, segs=phase, offset=scratch - second)
-            )
-    return staged
+    """A staged COLS pass's launches: its counters zeroed, then the pass, whose blocks take
+    every band's parts by ticket (the second pointer its table, the scratch `offset` past it;
+    or the scratch itself)."""
+    launch = step.launch
+    offset = scratch - second
+    return [
+        _with(launch, ctx, 0, segs=STAGED_ZERO, offset=offset),
+        _with(launch, ctx, segs=0, offset=offset),
+    ]
 
 
 def _with(launch: Any, ctx: int, shared: int | None = None, **values: int) -> _driver.Prepared:

@@ -213,7 +213,7 @@ recipe_inplace() {
 
 # COLS through the scratch against a block's band (dev/staged_ab.py; arguments go to it,
 # default: its shapes, every variant), then ncu on one staged pass's first launches
-# (PROFILE_CASE="M N dtype STAGE_MIB", default 8280 7320 float16 32: staged by default).
+# (PROFILE_CASE="M N dtype STAGE_MIB", default 8280 7320 float16 10: staged by default).
 recipe_staged() {
   timeout "${AB_TIMEOUT:-200}" python3 dev/staged_ab.py --repeat "${REPEAT:-5}" \
     --out "$OUT/staged_ab.json" "$@" >"$OUT/staged_ab.txt" 2>&1
@@ -224,10 +224,10 @@ recipe_staged() {
   [ -z "$ncu" ] && { log "no ncu on this machine"; return 0; }
   # shellcheck disable=SC2086  # the case is four words
   timeout "${NCU_TIMEOUT:-90}" "$ncu" --clock-control none --cache-control none \
-    --profile-from-start off -k regex:cols_staged --launch-count 4 \
+    --profile-from-start off -k regex:cols_staged --launch-count 2 \
     --section SpeedOfLight --section Occupancy --section WarpStateStats \
     --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,smsp__inst_executed.sum \
-    python3 dev/staged_ab.py --profile ${PROFILE_CASE:-8280 7320 float16 32} >"$OUT/ncu-staged.txt" 2>&1
+    python3 dev/staged_ab.py --profile ${PROFILE_CASE:-8280 7320 float16 10} >"$OUT/ncu-staged.txt" 2>&1
   log "ncu staged rc=$?"
   grep -E "at_inplace|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occ|dram__bytes|hit_rate|inst_exec|Warp Cycles" \
     "$OUT/ncu-staged.txt" | cut -c1-160 | head -60 | tee -a "$LOG"

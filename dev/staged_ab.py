@@ -1,6 +1,7 @@
 """Developer tool: COLS through the scratch ("cols_staged") against a block's band of whole
 columns ("cols", or the unfused passes where no block holds a column), and the staged band's
-size, on the same matrices in one process.
+size (a buffer's, of up to kernels/inplace.py's STAGE_BUFFERS), on the same matrices in one
+process; "served" is the defaults (staged only where no block holds the columns).
 
     python dev/staged_ab.py [--cases 5345x11747:float32 ...] [--repeat 5] [--out FILE]
 

@@ -1,6 +1,6 @@
 // Just enough of CUDA to run one generated kernel on the CPU (tests/test_vbox.py): a block's
 // threads are OS threads meeting at a barrier for __syncthreads(); blocks run one after
-// another (a cluster's blocks together), so a kernel's __shared__ arrays (function statics
+// another (a cluster's blocks together; every block at once in at_emu_launch_all), so a kernel's __shared__ arrays (function statics
 // here) belong to the block that runs. Dynamic shared memory is `at_emu_smem`, a buffer of
 // each block of a cluster, which the cluster's other blocks reach by
 // __cluster_map_shared_rank; the cluster's threads meet at a barrier of their own. Built
@@ -127,4 +127,33 @@ inline void at_emu_launch(unsigned grid, unsigned threads, const std::function<v
     at_emu_cluster_smem.clear();
     at_emu_cluster_barrier = nullptr;
     at_emu_cluster = 1;
+}
+
+// Run every block of `grid` at once, each with its own barrier and `smem` bytes of dynamic
+// shared memory: for kernels whose blocks wait on one another (a staged COLS pass's blocks
+// wait for items other blocks hold), which one block at a time would never show waiting.
+// The kernel may have no static __shared__ arrays (here they would be every block's).
+inline void at_emu_launch_all(unsigned grid, unsigned threads, const std::function<void()>& kernel,
+                              std::size_t smem) {
+    gridDim.x = grid;
+    blockDim.x = threads;
+    at_emu_cluster = 1;
+    std::vector<std::unique_ptr<std::barrier<>>> bars;
+    std::vector<unsigned char*> mem;
+    for (unsigned b = 0; b < grid; ++b) {
+        bars.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)threads));
+        mem.push_back((unsigned char*)std::aligned_alloc(16, (smem + 15) / 16 * 16 + 16));
+    }
+    std::vector<std::thread> pool;
+    for (unsigned b = 0; b < grid; ++b)
+        for (unsigned t = 0; t < threads; ++t)
+            pool.emplace_back([&, b, t] {
+                blockIdx.x = b;
+                threadIdx.x = t;
+                at_emu_barrier = bars[b].get();
+                at_emu_smem = mem[b];
+                kernel();
+            });
+    for (auto& th : pool) th.join();
+    for (unsigned char* p : mem) std::free(p);
 }

@@ -90,6 +90,34 @@ inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
     return (unsigned)(v >> (sh & 31u));
 }
 
+// Blocks b0 .. b0 + count - 1 at once, block b0 + r's threads meeting at bars[r], its dynamic
+// shared memory mem[r]; back when all are done.
+inline void at_emu_blocks(unsigned b0, unsigned count, unsigned threads,
+                          const std::vector<std::unique_ptr<std::barrier<>>>& bars,
+                          const std::vector<unsigned char*>& mem, const std::function<void()>& kernel) {
+    std::vector<std::thread> pool;
+    for (unsigned r = 0; r < count; ++r)
+        for (unsigned t = 0; t < threads; ++t)
+            pool.emplace_back([&, r, t] {
+                blockIdx.x = b0 + r;
+                threadIdx.x = t;
+                at_emu_barrier = bars[r].get();
+                at_emu_smem = mem[r];
+                kernel();
+            });
+    for (auto& th : pool) th.join();
+}
+
+// `count` blocks' barriers of `threads` and dynamic shared memories of `smem` bytes
+inline void at_emu_block_state(unsigned count, unsigned threads, std::size_t smem,
+                               std::vector<std::unique_ptr<std::barrier<>>>& bars,
+                               std::vector<unsigned char*>& mem) {
+    for (unsigned r = 0; r < count; ++r) {
+        bars.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)threads));
+        mem.push_back((unsigned char*)std::aligned_alloc(16, (smem + 15) / 16 * 16 + 16));
+    }
+}
+
 // Run `kernel` (a lambda calling the kernel with its arguments) on `grid` blocks of
 // `threads` threads, in clusters of `cluster` blocks (grid a multiple of it), each block with
 // `smem` bytes of dynamic shared memory.
@@ -103,26 +131,12 @@ inline void at_emu_launch(unsigned grid, unsigned threads, const std::function<v
     blockDim.x = threads;
     at_emu_cluster = cluster;
     std::vector<std::unique_ptr<std::barrier<>>> bars;
-    at_emu_cluster_smem.assign(cluster, nullptr);
-    for (unsigned r = 0; r < cluster; ++r) {
-        bars.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)threads));
-        at_emu_cluster_smem[r] = (unsigned char*)std::aligned_alloc(16, (smem + 15) / 16 * 16 + 16);
-    }
+    at_emu_cluster_smem.clear();
+    at_emu_block_state(cluster, threads, smem, bars, at_emu_cluster_smem);
     std::barrier<> whole((std::ptrdiff_t)(threads * cluster));
     at_emu_cluster_barrier = &whole;
-    for (unsigned b0 = 0; b0 < grid; b0 += cluster) {
-        std::vector<std::thread> pool;
-        for (unsigned r = 0; r < cluster; ++r)
-            for (unsigned t = 0; t < threads; ++t)
-                pool.emplace_back([&, b0, r, t] {
-                    blockIdx.x = b0 + r;
-                    threadIdx.x = t;
-                    at_emu_barrier = bars[r].get();
-                    at_emu_smem = at_emu_cluster_smem[r];
-                    kernel();
-                });
-        for (auto& th : pool) th.join();
-    }
+    for (unsigned b0 = 0; b0 < grid; b0 += cluster)
+        at_emu_blocks(b0, cluster, threads, bars, at_emu_cluster_smem, kernel);
     for (unsigned char* p : at_emu_cluster_smem) std::free(p);
     at_emu_cluster_smem.clear();
     at_emu_cluster_barrier = nullptr;
@@ -140,20 +154,7 @@ inline void at_emu_launch_all(unsigned grid, unsigned threads, const std::functi
     at_emu_cluster = 1;
     std::vector<std::unique_ptr<std::barrier<>>> bars;
     std::vector<unsigned char*> mem;
-    for (unsigned b = 0; b < grid; ++b) {
-        bars.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)threads));
-        mem.push_back((unsigned char*)std::aligned_alloc(16, (smem + 15) / 16 * 16 + 16));
-    }
-    std::vector<std::thread> pool;
-    for (unsigned b = 0; b < grid; ++b)
-        for (unsigned t = 0; t < threads; ++t)
-            pool.emplace_back([&, b, t] {
-                blockIdx.x = b;
-                threadIdx.x = t;
-                at_emu_barrier = bars[b].get();
-                at_emu_smem = mem[b];
-                kernel();
-            });
-    for (auto& th : pool) th.join();
+    at_emu_block_state(grid, threads, smem, bars, mem);
+    at_emu_blocks(0, grid, threads, bars, mem, kernel);
     for (unsigned char* p : mem) std::free(p);
 }

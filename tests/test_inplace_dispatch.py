@@ -255,3 +255,32 @@ def test_gpus_before_sm_90_take_no_clusters(gpu):
     assert on_a100.plan == on_h200.plan
     assert not [s for s in on_a100.steps if s.how.spec.piece == "cols_cluster"]
     assert [s.how.spec.cluster for s in on_h200.steps if s.how.spec.piece == "cols_cluster"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_staged_layout_fits_the_scratch_for_every_column_it_takes(seed):
+    """Any grid whose columns a staged pass may take (up to staged_rows rows, 1- to 16-byte
+    elements, any batch and width of up to 2**40 bytes in all: a band holds 10 MiB or a SKEW
+    tile of every row, so the counters stay under STAGE_COUNTERS_MOST): whole SKEW tiles a
+    band, the bands cover every column, one to STAGE_BUFFERS buffers, and counters and
+    buffers within the scratch."""
+    import numpy as np
+
+    from autotranspose.kernels import inplace as k
+
+    rng = np.random.default_rng([seed, 20261202])
+    for _ in range(200):
+        e = int(rng.choice([1, 2, 4, 8, 16]))
+        m = int(rng.integers(k.cols_rows(227 << 10), k.staged_rows() + 1))
+        n = int(rng.integers(1, 1 << int(rng.integers(1, 20))))
+        batch = int(rng.integers(1, 1 << int(rng.integers(1, 12))))
+        batch = max(1, min(batch, (1 << 40) // (m * n * e)))
+        if batch * m * n * e > 1 << 40:
+            continue
+        lay = k.staged_layout(batch, m, n, e, k.STAGE_BYTES, k.SCRATCH_BYTES)
+        assert lay is not None, (batch, m, n, e)
+        assert lay.width % k.skew_cols(e) == 0 and lay.bands * lay.width >= n
+        assert (lay.bands - 1) * lay.width < n
+        assert 1 <= lay.buffers <= min(k.STAGE_BUFFERS, batch * lay.bands)
+        assert lay.counters >= 4 * (2 + 2 * batch * lay.bands) and lay.counters % 256 == 0
+        assert lay.buffer >= m * lay.width * e and lay.scratch <= k.SCRATCH_BYTES

@@ -553,6 +553,7 @@ def staged_width(m: int, n: int, elem_bytes: int, stage_bytes: int) -> int:
 
 
 def _line(nbytes: int) -> int:
+    """`nbytes` rounded up to a 256-byte line."""
     return -(-nbytes // 256) * 256
 
 
@@ -1005,7 +1006,7 @@ def _permute(
     wanted = -(-resident // (batch * segs))
     pieces = pieces_of(plan.m, n, plan.a, cycles, min(room, max(wanted, count)))
     table = pieces.table()
-    offset = -(-table.nbytes // 256) * 256  # the saved rows start on a 256-byte line
+    offset = _line(table.nbytes)  # the saved rows start on a 256-byte line
     items = batch * len(pieces) * segs
     args = {"items": items, "segs": segs, "cycles": len(pieces), "offset": offset}
     scratch = offset + batch * len(pieces) * n * elem_bytes

@@ -19,7 +19,10 @@ COLS_BLOCK_BYTES),
 "rule-wide" (COLS_RULE for 4- and 8-byte elements too), "no-step" (SHUFFLE of 1- and 2-byte
 rows carrying every source column, where the served kernel steps it: kernels/inplace.py
 SHUFFLE_STEP off), "runs-one" (SHUFFLE of long rows through the scratch, "shuffle_runs", one
-run's loads at a time: SHUFFLE_RUNS_BATCH 1), "runs-4" (four runs' loads at a time).
+word's loads at a time a thread: SHUFFLE_RUNS_BATCH 1), "runs-4" (four words' loads at a
+time), "runs-8" (eight), "runs-8k" and "runs-32k" (its chunks of 8 or 32 KiB,
+RUNS_CHUNK_BYTES), "runs-uncapped" (its registers not capped for 1024 threads an SM:
+RUNS_MIN_THREADS 0).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -84,6 +87,10 @@ VARIANTS = {
     "wide-bands": {"COLS_BLOCK_BYTES": 227 << 10},
     "runs-one": {"SHUFFLE_RUNS_BATCH": 1},
     "runs-4": {"SHUFFLE_RUNS_BATCH": 4},
+    "runs-8k": {"RUNS_CHUNK_BYTES": 8 << 10},
+    "runs-32k": {"RUNS_CHUNK_BYTES": 32 << 10},
+    "runs-uncapped": {"RUNS_MIN_THREADS": 0},
+    "runs-8": {"SHUFFLE_RUNS_BATCH": 8},
 }
 # what a variant may set
 SWITCHES = (
@@ -96,6 +103,8 @@ SWITCHES = (
     "COLS_SLIDE_PIECES",
     "COLS_SLIDE_XOR",
     "SHUFFLE_RUNS_BATCH",
+    "RUNS_CHUNK_BYTES",
+    "RUNS_MIN_THREADS",
     "COLS_BLOCK_BYTES",
 )
 

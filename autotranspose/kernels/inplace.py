@@ -134,8 +134,8 @@ _FILES = {
     "shuffle_global": "shuffle",
     "shuffle_inv": "shuffle",
     "shuffle_global_inv": "shuffle",
-    "shuffle_runs": "shuffle",
-    "shuffle_runs_inv": "shuffle",
+    "shuffle_runs": "shuffle_runs",
+    "shuffle_runs_inv": "shuffle_runs",
     COLS: "cols",
     "cols_lines": "cols_lines",
     COLS_WORDS_PIECE: "cols_words",
@@ -425,20 +425,26 @@ def cols_width(
 # SHUFFLE of long rows of a grid of at most RUNS_MAX_ROWS rows: chunks of RUNS_CHUNK_BYTES
 # of a row through shared memory, their sources runs of about a chunk / m elements
 RUNS_MAX_ROWS, RUNS_CHUNK_BYTES = 64, 16 << 10
-# Runs of a chunk whose loads a thread issues before its first store ("shuffle_runs"; half
-# for 16-byte elements; a run at a time where m < 4), where one run's loads at a time left
-# each run's latency waited out alone (Nsight Compute, H200, float64 16x871120: 7.8 cycles
-# of long-scoreboard stall an instruction, the kernel at half a copy's speed). Predicted:
-# the skinny grids' SHUFFLE 31-41% -> 40-47% of a copy. Measured (dev/cols_ab.py
-# --variants runs-one served, H200, one process): int32 5x2000003 32 -> 36, int16 37x501001
-# 15 -> 19, complex128 971537x10 (inverted) 33 -> 35, float16 1000003x48 13 -> 15; float64
-# 16x871120, complex128 4x1547564, bfloat16 9x3000017 level; float64 17x627757 24 -> 23;
-# float32 2x2929259 (two runs a chunk) 45 -> 37, so m < 4 keeps a run at a time (still a
-# point slower: the kernel's registers rose; docs/inplace.md). Four runs against eight won
-# three calls of nine and lost four (by up to 0.75 points of a call; float64 17x627757
-# gained 2.6), and take 32-48 registers without a spill where eight took 58-75 and spilled
-# at the 64-register cap (1-byte on sm_90, 8-byte inverted on sm_80): four are served.
+# SHUFFLE of long rows of few rows in 16-byte words (templates/inplace/shuffle_runs.cu.j2): a
+# thread moves a run's aligned word of the copy or of x, and the chunk moves in aligned words.
+# An element a thread on both sides (the kernel before) issued 36 instructions a byte (Nsight
+# Compute, H200, uint8 11x1898324: issue 70% busy, DRAM 19%). Measured (dev/cols_ab.py,
+# H200, two rounds in one process, the SHUFFLE pass against a copy of its bytes): 1- and
+# 2-byte 12-26% -> 24-40% (uint8 64x300007 12 -> 35, int16 37x501001 19 -> 38, uint8
+# 7644496x28 inverted 14 -> 24), 4- to 16-byte 29-45% -> 38-56%.
+# A thread loads SHUFFLE_RUNS_BATCH words before its first store (eight were no faster)
 SHUFFLE_RUNS_BATCH = 4
+# ... and the block's shared memory past the chunk: 16 bytes for the chunk's offset in its
+# line, and the chunk's table of runs (three 4-byte words a run)
+RUNS_TABLE_BYTES = 12 * RUNS_MAX_ROWS
+# ... and registers capped for this many threads an SM (64 a thread at 1024): uncapped, the
+# inverted 1-byte kernel took 78 (Nsight Compute, uint8 7644496x28: 36% of an SM's warps)
+RUNS_MIN_THREADS = 1024
+
+
+def runs_shared(chunk_bytes: int) -> int:
+    """Dynamic shared memory of a "shuffle_runs" block whose chunk is `chunk_bytes`."""
+    return -(-(16 + chunk_bytes) // 16) * 16 + RUNS_TABLE_BYTES
 
 
 # The fixed scratch a call may take besides one row: rows too long for shared memory are
@@ -680,7 +686,6 @@ def render_inplace(k: InplaceKernel) -> str:
             file=_FILES[k.piece],
             split=k.piece == SPLIT,
             from_global=k.piece in ("shuffle_global", "shuffle_global_inv"),
-            runs=k.piece.startswith("shuffle_runs"),
             inverse=k.piece.endswith("_inv"),
             words=[(WORD_TYPES[w], w) for w in (16, 8, 4, 2) if w > k.elem_bytes],
             s=k.elem_bytes,
@@ -706,7 +711,9 @@ def render_inplace(k: InplaceKernel) -> str:
             shuffle_step=SHUFFLE_STEP,
             slide_pieces=k.elem_bytes in COLS_SLIDE_PIECES,
             slide_xor=k.elem_bytes in COLS_SLIDE_XOR,
-            runs_batch=max(1, SHUFFLE_RUNS_BATCH // (2 if k.elem_bytes == 16 else 1)),
+            runs_batch=SHUFFLE_RUNS_BATCH,
+            runs_min_blocks=max(1, RUNS_MIN_THREADS // p.threads),
+            runs_max=RUNS_MAX_ROWS,
             args_bytes=ARG_BYTES,
         )
     )
@@ -958,11 +965,12 @@ def pass_launches(
                 spec,
                 blocks,
                 {"tiles": chunk} if runs else {},
-                smem=chunk * elem_bytes if runs else 0,
+                smem=runs_shared(chunk * elem_bytes) if runs else 0,
                 aux="rows",
                 rows=batch * m,
                 rows_per=group,
-                scratch=group * row_bytes,
+                # whole 16-byte words: the runs' kernel reads the copy in aligned words
+                scratch=-(-(group * row_bytes) // 16) * 16,
             )
         elif p.kind == PERMUTE and cycles is not None and len(cycles.leaders):
             _permute(add, p, plan, elem_bytes, params, cap, cycles, scratch_limit)

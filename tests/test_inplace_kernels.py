@@ -657,7 +657,9 @@ def test_long_row_runs_move_in_16_byte_words(batch, m, n, e, tmp):
     chunk's cut words written element by element (the guards, and the neighbouring runs and
     chunks, stay as they were)."""
     for shift in (0, e):
-        hows = _check(batch, m, n, e, tmp, optin=2560, band_rows=64, scratch_limit=50000, shift=shift)
+        hows = _check(
+            batch, m, n, e, tmp, optin=2560, band_rows=64, scratch_limit=50000, shift=shift
+        )
         runs = [h for h in hows if h.spec.piece.startswith("shuffle_runs")]
         assert runs and runs[0].spec.piece == ("shuffle_runs_inv" if m > n else "shuffle_runs")
         assert "at_rot16" in render_inplace(runs[0].spec)

@@ -22,7 +22,8 @@ SHUFFLE_STEP off), "runs-one" (SHUFFLE of long rows through the scratch, "shuffl
 word's loads at a time a thread: SHUFFLE_RUNS_BATCH 1), "runs-4" (four words' loads at a
 time), "runs-8" (eight), "runs-8k" and "runs-32k" (its chunks of 8 or 32 KiB,
 RUNS_CHUNK_BYTES), "runs-uncapped" (its registers not capped for 1024 threads an SM:
-RUNS_MIN_THREADS 0).
+RUNS_MIN_THREADS 0), "no-runs-side" (a skinny matrix planned on the side whose rows fit
+shared memory, its long columns staged, not on its side of few rows: RUNS_SIDE off).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -90,6 +91,7 @@ VARIANTS = {
     "runs-8k": {"RUNS_CHUNK_BYTES": 8 << 10},
     "runs-32k": {"RUNS_CHUNK_BYTES": 32 << 10},
     "runs-uncapped": {"RUNS_MIN_THREADS": 0},
+    "no-runs-side": {"RUNS_SIDE": False},
     "runs-8": {"SHUFFLE_RUNS_BATCH": 8},
 }
 # what a variant may set
@@ -105,6 +107,7 @@ SWITCHES = (
     "SHUFFLE_RUNS_BATCH",
     "RUNS_CHUNK_BYTES",
     "RUNS_MIN_THREADS",
+    "RUNS_SIDE",
     "COLS_BLOCK_BYTES",
 )
 

@@ -69,6 +69,7 @@ def _check(
     most: int | None = None,
     band_rows: int = 0,
     row_elems: int = 0,
+    runs_rows: int = 0,
 ) -> None:
     if conjugate:
         x = (rng.standard_normal((batch, m, n)) + 1j * rng.standard_normal((batch, m, n))).astype(
@@ -77,7 +78,7 @@ def _check(
     else:
         x = rng.integers(0, 2**31, (batch, m, n), dtype=np.int64)
     buf = x.copy().ravel()
-    plan = plan_inplace(batch, m, n, conjugate, band_rows, row_elems)
+    plan = plan_inplace(batch, m, n, conjugate, band_rows, row_elems, runs_rows)
     pieces = None
     if most is not None and any(p.kind == PERMUTE for p in plan.passes):
         cycles = row_cycles(m, n, plan.a)
@@ -126,6 +127,20 @@ def test_fused_plans_pick_their_side():
     assert plan_inplace(1, 60, 40, band_rows=90).flipped  # both: the shorter column
     assert not plan_inplace(1, 60, 40, band_rows=90, row_elems=45).flipped  # rows of 40 fit
     assert plan_inplace(1, 60, 70, band_rows=50).passes[-1].kind == PERMUTE  # neither
+
+
+@pytest.mark.parametrize("m, n", [(6, 90), (90, 6), (8, 64), (72, 9), (5, 200)])
+def test_a_side_of_few_rows_comes_first_where_told(m, n):
+    """runs_rows: a side of that few rows is taken even where the other side's rows fit
+    shared memory (row_elems) and its columns a block (band_rows), flipped or not, and the
+    plan still transposes; without it the side whose rows fit shared memory."""
+    rng = np.random.default_rng([m, n])
+    few = min(m, n)
+    plan = plan_inplace(2, m, n, False, band_rows=max(m, n), row_elems=few, runs_rows=few)
+    assert (plan.m, plan.flipped) == (few, m > n)
+    assert plan_inplace(2, m, n, False, band_rows=max(m, n), row_elems=few).m == max(m, n)
+    _check(2, m, n, rng, band_rows=max(m, n), row_elems=few, runs_rows=few)
+    _check(1, m, n, rng, conjugate=True, band_rows=max(m, n), row_elems=few, runs_rows=few)
 
 
 @pytest.mark.parametrize("m, n", [(1, 5), (6, 4), (9, 9), (7, 13)])

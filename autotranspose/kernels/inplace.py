@@ -425,6 +425,17 @@ def cols_width(
 # SHUFFLE of long rows of a grid of at most RUNS_MAX_ROWS rows: chunks of RUNS_CHUNK_BYTES
 # of a row through shared memory, their sources runs of about a chunk / m elements
 RUNS_MAX_ROWS, RUNS_CHUNK_BYTES = 64, 16 << 10
+# A skinny matrix's plan on its side of few rows (its long rows by runs, its short columns in
+# a block) where the other side's rows would fit shared memory but its columns only the
+# scratch's bands (staged): H200, dev/cols_ab.py --variants served no-runs-side
+RUNS_SIDE = True
+
+
+def runs_side_rows() -> int:
+    """`plan_inplace`'s runs_rows: the rows of a side it takes first (0: none)."""
+    return RUNS_MAX_ROWS if RUNS_SIDE else 0
+
+
 # SHUFFLE of long rows of few rows in 16-byte words (templates/inplace/shuffle_runs.cu.j2): a
 # thread moves a run's aligned word of the copy or of x, and the chunk moves in aligned words.
 # An element a thread on both sides (the kernel before) issued 36 instructions a byte (Nsight

@@ -143,10 +143,13 @@ def plan_inplace(
     conjugate: bool = False,
     band_rows: int = 0,
     row_elems: int = 0,
+    runs_rows: int = 0,
 ) -> InplacePlan:
     """The passes transposing `batch` row-major m x n matrices in their own memory. Where a
     column of m (or n) elements fits a COLS block (`band_rows`, 0: none does) the column
-    passes fuse into COLS passes: on the side whose rows SHUFFLE holds in shared memory
+    passes fuse into COLS passes: on a side of at most `runs_rows` rows if one is (its rows
+    gathered by runs where they pass shared memory, the other side's columns then far
+    taller than a block holds), else on the side whose rows SHUFFLE holds in shared memory
     (`row_elems`, 0: any) if one is, the shorter column otherwise."""
     for name, v in (("batch", batch), ("rows", m), ("columns", n)):
         if type(v) is not int or v < 0:
@@ -169,7 +172,9 @@ def plan_inplace(
         return InplacePlan(batch, m, n, c, a, b, a_inv, (InplacePass(SWAP, conjugate=conjugate),))
     sides = [(rows, cols) for rows, cols in ((m, n), (n, m)) if rows <= band_rows]
     if sides:
-        rows, cols = min(sides, key=lambda s: (bool(row_elems) and s[1] > row_elems, s[0]))
+        rows, cols = min(
+            sides, key=lambda s: (s[0] > runs_rows, bool(row_elems) and s[1] > row_elems, s[0])
+        )
         return _fused(batch, rows, cols, conjugate, flipped=(rows, cols) != (m, n))
     rotate_q = (InplacePass(REVERSE), InplacePass(SPLIT, SPLIT_Q)) if c > 1 else ()
     rest = (

@@ -27,6 +27,7 @@ from ..kernels.inplace import (
     PassLaunch,
     cols_rows,
     pass_launches,
+    runs_side_rows,
     staged_rows,
 )
 from ..kinds.inplace import InplaceParams
@@ -102,7 +103,8 @@ def passes(
     # fused: every column pass is one COLS pass, a block's where its columns fit one, through
     # the scratch where they are taller (up to staged_rows)
     band_rows = max(cols_rows(optin), staged_rows()) if fused else 0
-    plan = plan_inplace(batch, m, n, conjugate, band_rows, (optin - SHUFFLE_PAD) // elem_bytes)
+    row_elems = (optin - SHUFFLE_PAD) // elem_bytes
+    plan = plan_inplace(batch, m, n, conjugate, band_rows, row_elems, runs_side_rows())
     permutes = any(p.kind == PERMUTE for p in plan.passes)
     hows = pass_launches(
         plan,

@@ -637,31 +637,33 @@ def test_fused_column_passes_with_rows_through_the_scratch(
 
 @pytest.mark.parametrize("e", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize(
-    "batch, m, n",
+    "batch, few, long_bytes, inverted",
     [
-        (1, 28, 2603),  # runs of about 92 bytes' words at every offset
-        (2, 32, 2600),  # m a power of two: the runs' places a multiple of 32 apart
-        (1, 64, 2611),  # the most runs a chunk
-        (1, 2, 3001),  # two long runs
-        (1, 3, 2999),
-        (1, 2603, 28),  # inverted: the runs written to x
-        (2, 2600, 32),
-        (1, 2611, 64),
-        (1, 3001, 2),
+        (1, 28, 2603, False),  # runs of about 92 bytes' words at every offset
+        (2, 32, 2600, False),  # m a power of two: the runs' places a multiple of 32 apart
+        (1, 64, 2611, False),  # the most runs a chunk
+        (1, 2, 3001, False),  # two long runs
+        (1, 3, 2999, False),
+        (1, 28, 2603, True),  # inverted: the runs written to x
+        (2, 32, 2600, True),
+        (1, 64, 2611, True),
+        (1, 2, 3001, True),
     ],
 )
-def test_long_row_runs_move_in_16_byte_words(batch, m, n, e, tmp):
+def test_long_row_runs_move_in_16_byte_words(batch, few, long_bytes, inverted, e, tmp):
     """SHUFFLE of rows past shared memory (2560 bytes here) by "shuffle_runs" in 16-byte
     words: chunks of 2560 bytes, runs starting at every offset in a word, x on a 16-byte
     line and one element past it, groups of rows through the scratch; each run's and the
     chunk's cut words written element by element (the guards, and the neighbouring runs and
-    chunks, stay as they were)."""
+    chunks, stay as they were). The long side: rows of about `long_bytes` bytes."""
+    long = long_bytes // e | 1
+    m, n = (long, few) if inverted else (few, long)
     for shift in (0, e):
         hows = _check(
             batch, m, n, e, tmp, optin=2560, band_rows=64, scratch_limit=50000, shift=shift
         )
         runs = [h for h in hows if h.spec.piece.startswith("shuffle_runs")]
-        assert runs and runs[0].spec.piece == ("shuffle_runs_inv" if m > n else "shuffle_runs")
+        assert runs and runs[0].spec.piece == ("shuffle_runs_inv" if inverted else "shuffle_runs")
         assert "at_rot16" in render_inplace(runs[0].spec)
 
 

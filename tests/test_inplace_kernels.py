@@ -667,6 +667,14 @@ def test_long_row_runs_move_in_16_byte_words(batch, few, long_bytes, inverted, e
         assert "at_rot16" in render_inplace(runs[0].spec)
 
 
+def test_every_block_computes_its_chunks_runs_a_thread_a_run():
+    """shuffle_runs' table of a chunk's runs is computed a thread a run: every block of the
+    space has a thread for each of the most runs a chunk has (RUNS_MAX_ROWS)."""
+    from autotranspose.kinds.inplace import THREADS
+
+    assert min(THREADS) >= inplace_kernels.RUNS_MAX_ROWS
+
+
 @pytest.mark.parametrize("e", [8, 16])
 @pytest.mark.parametrize("batch, m, n", [(1, 28, 401), (2, 401, 28)])
 def test_long_row_runs_conjugate(batch, m, n, e, tmp):

@@ -440,9 +440,9 @@ def runs_side_rows() -> int:
 # thread moves a run's aligned word of the copy or of x, and the chunk moves in aligned words.
 # An element a thread on both sides (the kernel before) issued 36 instructions a byte (Nsight
 # Compute, H200, uint8 11x1898324: issue 70% busy, DRAM 19%). Measured (dev/cols_ab.py,
-# H200, two rounds in one process, the SHUFFLE pass against a copy of its bytes): 1- and
-# 2-byte 12-26% -> 24-40% (uint8 64x300007 12 -> 35, int16 37x501001 19 -> 38, uint8
-# 7644496x28 inverted 14 -> 24), 4- to 16-byte 29-45% -> 38-56%.
+# H200, the two trees in one call, the SHUFFLE pass against a copy of its bytes): 1- and
+# 2-byte 12-27% -> 23-41% (uint8 64x300007 12 -> 37, int16 37x501001 18 -> 37, uint8
+# 7644496x28 inverted 14 -> 23), 4- to 16-byte 29-43% -> 37-58% (docs/inplace.md).
 # A thread loads SHUFFLE_RUNS_BATCH words before its first store (eight were no faster)
 SHUFFLE_RUNS_BATCH = 4
 # ... and the block's shared memory past the chunk: 16 bytes for the chunk's offset in its

@@ -23,7 +23,10 @@ word's loads at a time a thread: SHUFFLE_RUNS_BATCH 1), "runs-4" (four words' lo
 time), "runs-8" (eight), "runs-8k" and "runs-32k" (its chunks of 8 or 32 KiB,
 RUNS_CHUNK_BYTES), "runs-uncapped" (its registers not capped for 1024 threads an SM:
 RUNS_MIN_THREADS 0), "no-runs-side" (a skinny matrix planned on the side whose rows fit
-shared memory, its long columns staged, not on its side of few rows: RUNS_SIDE off).
+shared memory, its long columns staged, not on its side of few rows: RUNS_SIDE off),
+"runs-from-32k", "runs-from-128k" and "no-runs-from" (rows of at least 32 or 128 KiB, or
+none, of grids of few rows by runs through the scratch even where shared memory holds one:
+RUNS_FROM_BYTES; served: 32 KiB).
 
     python dev/cols_ab.py [--cases 10007x5003:float16 ...] [--variants cols words rule]
                           [--rounds 2] [--repeat 5] [--out FILE]
@@ -92,6 +95,9 @@ VARIANTS = {
     "runs-32k": {"RUNS_CHUNK_BYTES": 32 << 10},
     "runs-uncapped": {"RUNS_MIN_THREADS": 0},
     "no-runs-side": {"RUNS_SIDE": False},
+    "runs-from-32k": {"RUNS_FROM_BYTES": 32 << 10},
+    "runs-from-128k": {"RUNS_FROM_BYTES": 128 << 10},
+    "no-runs-from": {"RUNS_FROM_BYTES": 1 << 62},
     "runs-8": {"SHUFFLE_RUNS_BATCH": 8},
 }
 # what a variant may set
@@ -108,6 +114,7 @@ SWITCHES = (
     "RUNS_CHUNK_BYTES",
     "RUNS_MIN_THREADS",
     "RUNS_SIDE",
+    "RUNS_FROM_BYTES",
     "COLS_BLOCK_BYTES",
 )
 

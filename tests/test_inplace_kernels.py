@@ -667,6 +667,24 @@ def test_long_row_runs_move_in_16_byte_words(batch, few, long_bytes, inverted, e
         assert "at_rot16" in render_inplace(runs[0].spec)
 
 
+@pytest.mark.parametrize(
+    "batch, m, n, e, runs",
+    [
+        (1, 3, 32771, 1, True),  # rows of 32 KiB that shared memory holds: by runs
+        (2, 5, 4099, 8, True),  # ten rows in all
+        (1, 3, 4099, 4, False),  # rows of 16 KiB: shared memory, several a block
+        (13, 5, 4099, 8, False),  # 65 rows in all: a block a row fills the GPU
+    ],
+)
+def test_few_long_rows_go_by_runs_even_where_shared_memory_holds_them(batch, m, n, e, runs, tmp):
+    """A grid whose rows are at least RUNS_FROM_BYTES and few in all (every matrix's, at
+    most RUNS_MAX_ROWS) is shuffled by runs through the scratch, not a block a row."""
+    hows = _check(batch, m, n, e, tmp, band_rows=64)
+    shuffle = next(h for h in hows if h.kind == "shuffle")
+    assert shuffle.spec.piece == ("shuffle_runs" if runs else "shuffle")
+    assert (shuffle.scratch > 0) == runs
+
+
 def test_every_block_computes_its_chunks_runs_a_thread_a_run():
     """shuffle_runs' table of a chunk's runs is computed a thread a run: every block of the
     space has a thread for each of the most runs a chunk has (RUNS_MAX_ROWS)."""

@@ -451,6 +451,21 @@ RUNS_TABLE_BYTES = 12 * RUNS_MAX_ROWS
 # ... and registers capped for this many threads an SM (64 a thread at 1024): uncapped, the
 # inverted 1-byte kernel took 78 (Nsight Compute, uint8 7644496x28: 36% of an SM's warps)
 RUNS_MIN_THREADS = 1024
+# Rows of at least this many bytes (a block holds one: SHUFFLE_BLOCK_BYTES), where all the
+# matrices have at most RUNS_MAX_ROWS rows between them, go through the scratch by runs even
+# where shared memory holds a row: a block a row left most SMs idle. Measured (H200,
+# dev/cols_ab.py --variants served runs-from-32k runs-from-128k, two rounds): uint8
+# 20x200003 10.8% -> 16.7% of a copy, int8 5x150001 10.0 -> 18.4, float16 12x100003 13.7 ->
+# 22.7, float32 50000x17 23.1 -> 31.2, complex128 7x12007 31.4 -> 35.6; 12 of 13 grids of one
+# matrix faster, complex64 3x9001 level; batches of 160 and 192 rows slower (uint8
+# 8x20x60001 16.9 -> 14.6, float32 16x12x20000 19.1 -> 16.0): they keep shared memory
+RUNS_FROM_BYTES = 32 << 10
+
+
+def runs_rather(rows: int, row_bytes: int) -> bool:
+    """Whether SHUFFLE of `rows` rows in all (every matrix's) of `row_bytes` each, rows that
+    shared memory holds, goes by runs through the scratch instead."""
+    return rows <= RUNS_MAX_ROWS and row_bytes >= RUNS_FROM_BYTES
 
 
 def runs_shared(chunk_bytes: int) -> int:
@@ -954,7 +969,11 @@ def pass_launches(
             args = {"items": items, "tiles": w, "split": p.split}
             smem = m * cols_pitch(w, elem_bytes, line)
             add(p, spec, items, args, smem=smem, **cols_table(p, piece))
-        elif p.kind == SHUFFLE and row_bytes + SHUFFLE_PAD <= shared_optin:
+        elif (
+            p.kind == SHUFFLE
+            and row_bytes + SHUFFLE_PAD <= shared_optin
+            and not runs_rather(batch * m, row_bytes)
+        ):
             piece = "shuffle_inv" if p.inverse else SHUFFLE
             spec = InplaceKernel(piece, elem_bytes, p.conjugate, params)
             # rows a block: what SHUFFLE_BLOCK_BYTES holds, fewer where that would leave

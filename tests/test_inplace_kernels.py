@@ -388,9 +388,11 @@ def test_grids_are_capped_and_every_kernel_has_its_name():
         (1, 3, 70001, 1, False),  # b past 2**16: the 64-bit product
     ],
 )
-def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, tmp):
+def test_shuffle_of_gcd_1_carries_the_source_column(batch, m, n, e, conjugate, tmp, monkeypatch):
     """gcd 1 and rows of at least a block's threads: SHUFFLE walks a row at a time, each
-    thread's source column carried from one of its columns to the next."""
+    thread's source column carried from one of its columns to the next (few long rows too,
+    which are served by runs: RUNS_FROM_BYTES off here)."""
+    monkeypatch.setattr(inplace_kernels, "RUNS_FROM_BYTES", 1 << 62)
     hows = _check(batch, m, n, e, tmp, conjugate=conjugate)
     shuffle = next(h for h in hows if h.kind == "shuffle")
     assert shuffle.spec.piece == "shuffle" and math.gcd(m, n) == 1 and n >= PARAMS.threads
@@ -419,8 +421,10 @@ def test_shuffle_steps_its_source_column(step, batch, m, n, e, piece, tmp, monke
     """SHUFFLE_STEP (served): 1- and 2-byte rows step each element's source column where a
     word's columns allow (gcd 1: a_inv, or a inverted, mod n; else -b within a block of c on
     one side of iota, or inverted +m mod n within a run of C mod b), carried elsewhere; both
-    forms, x on its word and past it. Off, every word is carried, and transposes the same."""
+    forms, x on its word and past it. Off, every word is carried, and transposes the same.
+    (Few long rows are served by runs: RUNS_FROM_BYTES off here.)"""
     monkeypatch.setattr(inplace_kernels, "SHUFFLE_STEP", step)
+    monkeypatch.setattr(inplace_kernels, "RUNS_FROM_BYTES", 1 << 62)
     assert ("element is an add and a wrap" in render_inplace(InplaceKernel(piece, e))) == step
     for shift in (0, e):
         hows = _check(batch, m, n, e, tmp, shift=shift, band_rows=200)

@@ -285,7 +285,7 @@ def cols_pitch(width: int, elem_bytes: int, line: int = 0) -> int:
     word, and a band word's second), rounded up to 8."""
     row = width * elem_bytes
     if line == 16:
-        return -(-row // 16) * 16 + 4
+        return _words(row) + 4
     if line == 8:
         return (4 * -(-row // 4) + 15) // 8 * 8
     return -(-row // 4) * 4 if line else row
@@ -470,7 +470,7 @@ def runs_rather(rows: int, row_bytes: int) -> bool:
 
 def runs_shared(chunk_bytes: int) -> int:
     """Dynamic shared memory of a "shuffle_runs" block whose chunk is `chunk_bytes`."""
-    return -(-(16 + chunk_bytes) // 16) * 16 + RUNS_TABLE_BYTES
+    return _words(16 + chunk_bytes) + RUNS_TABLE_BYTES
 
 
 # The fixed scratch a call may take besides one row: rows too long for shared memory are
@@ -589,6 +589,11 @@ def _line(nbytes: int) -> int:
     return -(-nbytes // 256) * 256
 
 
+def _words(nbytes: int) -> int:
+    """`nbytes` rounded up to whole 16-byte words."""
+    return -(-nbytes // 16) * 16
+
+
 # The counters a staged pass may take (a ticket and two words a band): room for 131070 bands
 STAGE_COUNTERS_MOST = 1 << 20
 
@@ -626,7 +631,7 @@ def staged_layout(
         w = staged_width(m, n, elem_bytes, stage)
         bands = -(-n // w)
         counters = _line(4 * (2 + 2 * batch * bands))
-        buffer = _line(m * (-(-w * elem_bytes // 16) * 16))
+        buffer = _line(m * _words(w * elem_bytes))
         fit = (scratch_limit - counters) // buffer
         if fit >= 1:
             buffers = min(STAGE_BUFFERS, batch * bands, fit)
@@ -1000,7 +1005,7 @@ def pass_launches(
                 rows=batch * m,
                 rows_per=group,
                 # whole 16-byte words: the runs' kernel reads the copy in aligned words
-                scratch=-(-(group * row_bytes) // 16) * 16,
+                scratch=_words(group * row_bytes),
             )
         elif p.kind == PERMUTE and cycles is not None and len(cycles.leaders):
             _permute(add, p, plan, elem_bytes, params, cap, cycles, scratch_limit)
